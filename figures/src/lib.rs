@@ -1,0 +1,1 @@
+//! expertsim figures: plotters charts rendered to PNG and SVG with an embedded font.

@@ -1,0 +1,207 @@
+//! The batch-selection extension point: a window of queued requests with their predicted
+//! expert-load vectors, the batch being formed, and the `BatchSelector` trait every CAPS
+//! selection strategy implements.
+
+use crate::rng::SimRng;
+
+/// The queued requests a selector may choose from, oldest first, each with its predicted
+/// expert-load vector (tokens routed to each expert of each MoE layer, flattened layer-major:
+/// index `layer * n_experts + expert`), as produced by the router dry-run.
+#[derive(Clone, Copy, Debug)]
+pub struct CandidateWindow<'a> {
+    dims: usize,
+    loads: &'a [f32],
+}
+
+impl<'a> CandidateWindow<'a> {
+    /// `loads` holds `loads.len() / dims` rows of `dims` values each.
+    pub fn new(dims: usize, loads: &'a [f32]) -> Self {
+        assert!(dims > 0, "CandidateWindow: dims must be positive");
+        assert_eq!(
+            loads.len() % dims,
+            0,
+            "CandidateWindow: loads is not a whole number of rows"
+        );
+        CandidateWindow { dims, loads }
+    }
+    /// Number of candidates in the window.
+    pub fn len(&self) -> usize {
+        self.loads.len() / self.dims
+    }
+    pub fn is_empty(&self) -> bool {
+        self.loads.is_empty()
+    }
+    /// Length of each load vector (layers x experts).
+    pub fn dims(&self) -> usize {
+        self.dims
+    }
+    /// The predicted load vector of candidate `idx` (0 = oldest).
+    pub fn load(&self, idx: usize) -> &'a [f32] {
+        &self.loads[idx * self.dims..(idx + 1) * self.dims]
+    }
+    /// The total predicted load of candidate `idx`: its processing-time proxy for LPT-style rules.
+    pub fn total_load(&self, idx: usize) -> f32 {
+        self.load(idx).iter().sum()
+    }
+}
+
+/// The batch being formed: which candidates are chosen (in the order chosen) and their summed
+/// load vector. The scheduler may seed it with the oldest candidate before the selector runs.
+#[derive(Clone, Debug)]
+pub struct BatchSelection {
+    chosen: Vec<usize>,
+    is_chosen: Vec<bool>,
+    load: Vec<f32>,
+    max_size: usize,
+}
+
+impl BatchSelection {
+    /// An empty selection for `window` that may hold at most `max_size` requests.
+    pub fn new(window: &CandidateWindow<'_>, max_size: usize) -> Self {
+        assert!(max_size > 0, "BatchSelection: max_size must be positive");
+        BatchSelection {
+            chosen: Vec::with_capacity(max_size),
+            is_chosen: vec![false; window.len()],
+            load: vec![0.0; window.dims()],
+            max_size: max_size.min(window.len()),
+        }
+    }
+    /// Adds candidate `idx`; it must not already be chosen and the batch must not be full.
+    pub fn add(&mut self, window: &CandidateWindow<'_>, idx: usize) {
+        assert!(!self.is_full(), "BatchSelection::add on a full batch");
+        assert!(
+            !self.is_chosen[idx],
+            "BatchSelection::add: candidate {idx} chosen twice"
+        );
+        self.is_chosen[idx] = true;
+        self.chosen.push(idx);
+        for (sum, value) in self.load.iter_mut().zip(window.load(idx)) {
+            *sum += *value;
+        }
+    }
+    pub fn chosen(&self) -> &[usize] {
+        &self.chosen
+    }
+    pub fn is_chosen(&self, idx: usize) -> bool {
+        self.is_chosen[idx]
+    }
+    /// The summed load vector of the chosen candidates.
+    pub fn load(&self) -> &[f32] {
+        &self.load
+    }
+    pub fn len(&self) -> usize {
+        self.chosen.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.chosen.is_empty()
+    }
+    /// How many requests the batch may hold (max batch size, capped by the window length).
+    pub fn capacity(&self) -> usize {
+        self.max_size
+    }
+    pub fn is_full(&self) -> bool {
+        self.chosen.len() >= self.max_size
+    }
+    /// Indices of the candidates not chosen yet, oldest first.
+    pub fn remaining(&self) -> impl Iterator<Item = usize> + '_ {
+        self.is_chosen
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !**c)
+            .map(|(i, _)| i)
+    }
+}
+
+/// A CAPS batch-selection strategy: fills `selection` (possibly pre-seeded with the oldest
+/// candidate) with up to `selection.capacity()` candidates from `window`.
+///
+/// Contract, checked by the engine: every chosen index is in the window, none twice, and the
+/// selection is full when it returns (a selector never leaves capacity unused while candidates
+/// remain; the engine asserts this).
+pub trait BatchSelector: Send {
+    fn select(
+        &mut self,
+        window: &CandidateWindow<'_>,
+        selection: &mut BatchSelection,
+        rng: &mut SimRng,
+    );
+}
+
+/// The `[scheduler.selector]` table of a scenario: which selection strategy, tagged by `kind`.
+/// This enum is the registry of batch selectors; `strategies::batch::build` turns it into a
+/// `BatchSelector`, one file per variant.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum BatchSelectorConfig {
+    Fcfs,
+    Random,
+    GreedyVariance,
+    GreedyDotProduct,
+    NormMinimizing,
+    BestFit,
+    PowerOfD {
+        /// Candidates sampled per pick (CAPS default k = 8).
+        #[serde(default = "default_power_of_d_samples")]
+        samples: usize,
+    },
+    PowerOfDDot {
+        /// Candidates sampled per pick (CAPS default k = 8).
+        #[serde(default = "default_power_of_d_samples")]
+        samples: usize,
+    },
+    Lpt,
+    LptBalanced,
+    KarmarkarKarp,
+    Differencing,
+}
+
+fn default_power_of_d_samples() -> usize {
+    8
+}
+
+impl BatchSelectorConfig {
+    /// The snake_case `kind` tag of this variant, as written in scenario files.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Fcfs => "fcfs",
+            Self::Random => "random",
+            Self::GreedyVariance => "greedy_variance",
+            Self::GreedyDotProduct => "greedy_dot_product",
+            Self::NormMinimizing => "norm_minimizing",
+            Self::BestFit => "best_fit",
+            Self::PowerOfD { .. } => "power_of_d",
+            Self::PowerOfDDot { .. } => "power_of_d_dot",
+            Self::Lpt => "lpt",
+            Self::LptBalanced => "lpt_balanced",
+            Self::KarmarkarKarp => "karmarkar_karp",
+            Self::Differencing => "differencing",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selection_tracks_chosen_and_summed_load() {
+        let loads = [1.0, 0.0, 0.0, 2.0, 3.0, 3.0];
+        let window = CandidateWindow::new(2, &loads);
+        assert_eq!(window.len(), 3);
+        assert_eq!(window.total_load(2), 6.0);
+        let mut selection = BatchSelection::new(&window, 2);
+        selection.add(&window, 2);
+        selection.add(&window, 0);
+        assert_eq!(selection.chosen(), &[2, 0]);
+        assert_eq!(selection.load(), &[4.0, 3.0]);
+        assert!(selection.is_full());
+        assert_eq!(selection.remaining().collect::<Vec<_>>(), vec![1]);
+    }
+
+    #[test]
+    fn capacity_is_capped_by_window_length() {
+        let loads = [1.0, 2.0];
+        let window = CandidateWindow::new(1, &loads);
+        assert_eq!(BatchSelection::new(&window, 8).capacity(), 2);
+    }
+}

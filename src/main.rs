@@ -1,0 +1,2 @@
+//! The expertsim command-line interface.
+fn main() {}

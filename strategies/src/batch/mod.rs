@@ -1,0 +1,1 @@
+//! CAPS batch-selection strategies: which queued requests form the next MoE batch.

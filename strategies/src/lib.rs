@@ -1,0 +1,3 @@
+//! expertsim's pluggable policies, one file per policy, grouped by family folder.
+
+pub mod batch;
