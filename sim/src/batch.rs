@@ -6,15 +6,16 @@ use crate::rng::SimRng;
 
 /// The queued requests a selector may choose from, oldest first, each with its predicted
 /// expert-load vector (tokens routed to each expert of each MoE layer, flattened layer-major:
-/// index `layer * n_experts + expert`), as produced by the router dry-run.
-#[derive(Clone, Copy, Debug)]
+/// index `layer * n_experts + expert`), as produced by the router dry-run. Rows are borrowed
+/// from the queue, so forming a window copies no load data.
+#[derive(Clone, Debug)]
 pub struct CandidateWindow<'a> {
     dims: usize,
-    loads: &'a [f32],
+    rows: Vec<&'a [f32]>,
 }
 
 impl<'a> CandidateWindow<'a> {
-    /// `loads` holds `loads.len() / dims` rows of `dims` values each.
+    /// A window over `loads`, which holds `loads.len() / dims` rows of `dims` values each.
     pub fn new(dims: usize, loads: &'a [f32]) -> Self {
         assert!(dims > 0, "CandidateWindow: dims must be positive");
         assert_eq!(
@@ -22,14 +23,26 @@ impl<'a> CandidateWindow<'a> {
             0,
             "CandidateWindow: loads is not a whole number of rows"
         );
-        CandidateWindow { dims, loads }
+        CandidateWindow {
+            dims,
+            rows: loads.chunks_exact(dims).collect(),
+        }
+    }
+    /// A window over separately stored rows, each of length `dims`.
+    pub fn from_rows(dims: usize, rows: Vec<&'a [f32]>) -> Self {
+        assert!(dims > 0, "CandidateWindow: dims must be positive");
+        assert!(
+            rows.iter().all(|r| r.len() == dims),
+            "CandidateWindow: a row is not {dims} long"
+        );
+        CandidateWindow { dims, rows }
     }
     /// Number of candidates in the window.
     pub fn len(&self) -> usize {
-        self.loads.len() / self.dims
+        self.rows.len()
     }
     pub fn is_empty(&self) -> bool {
-        self.loads.is_empty()
+        self.rows.is_empty()
     }
     /// Length of each load vector (layers x experts).
     pub fn dims(&self) -> usize {
@@ -37,7 +50,7 @@ impl<'a> CandidateWindow<'a> {
     }
     /// The predicted load vector of candidate `idx` (0 = oldest).
     pub fn load(&self, idx: usize) -> &'a [f32] {
-        &self.loads[idx * self.dims..(idx + 1) * self.dims]
+        self.rows[idx]
     }
     /// The total predicted load of candidate `idx`: its processing-time proxy for LPT-style rules.
     pub fn total_load(&self, idx: usize) -> f32 {

@@ -2,9 +2,24 @@
 //! arrival processes, request models, cost models, metrics, scenarios and the engine loop.
 //! It knows no policy, no CUDA and no plotting; policies plug in through the traits defined here.
 
+pub mod arrivals;
 pub mod batch;
+pub mod caps_server;
+pub mod cost;
+pub mod engine;
 pub mod event_queue;
+pub mod execution;
+pub mod executor;
+pub mod metrics;
+pub mod model_shape;
+pub mod results;
 pub mod rng;
+pub mod runner;
+pub mod scenario;
 pub mod time;
+pub mod workload;
+
+#[cfg(test)]
+mod queueing_checks;
 
 pub use time::{SimDuration, SimTime};

@@ -1,0 +1,174 @@
+//! Drawing a [`Plan`] onto any plotters backend (bitmap for PNG, SVG).
+
+use plotters::chart::ChartBuilder;
+use plotters::coord::Shift;
+use plotters::drawing::{DrawingArea, DrawingAreaErrorKind};
+use plotters::element::{PathElement, Rectangle, Text};
+use plotters::series::LineSeries;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use plotters::style::{BLACK, Color, RGBColor, WHITE};
+use plotters_backend::DrawingBackend;
+
+use crate::FigureError;
+use crate::font::font;
+use crate::layout::{
+    LEGEND_FONT, LEGEND_GAP, LEGEND_PAD, LEGEND_ROW, LEGEND_SAMPLE, LEGEND_TOP, LegendPlan,
+    MAX_X_TICKS, MAX_Y_TICKS, PANEL_MARGIN, PANEL_MARGIN_RIGHT, PanelPlan, Plan, TICK_FONT,
+    X_LABEL_AREA,
+};
+use crate::style::{ErrorBarElement, MarkerElement};
+
+fn drawing_error<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> FigureError {
+    FigureError::Drawing(e.to_string())
+}
+
+/// Draws the whole figure on `root`, whose size is `plan.width` x `plan.height`.
+pub(crate) fn draw_figure<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    plan: &Plan<'_>,
+) -> Result<(), FigureError> {
+    root.fill(&WHITE).map_err(drawing_error)?;
+    let (title_area, body) = root.split_vertically(plan.title_band);
+    if plan.title_band > 0 {
+        let style = font(plan.title_font)
+            .color(&BLACK)
+            .pos(Pos::new(HPos::Center, VPos::Center));
+        let (w, h) = title_area.dim_in_pixel();
+        title_area
+            .draw(&Text::new(
+                plan.title,
+                ((w / 2) as i32, (h / 2) as i32),
+                style,
+            ))
+            .map_err(drawing_error)?;
+    }
+    let grid_width = plan.cols as u32 * crate::PANEL_WIDTH;
+    let (grid, legend_area) = body.split_horizontally(grid_width);
+    let cells = grid.split_evenly((plan.rows, plan.cols));
+    for (cell, panel) in cells.iter().zip(&plan.panels) {
+        draw_panel(cell, panel)?;
+    }
+    if let Some(legend) = &plan.legend {
+        draw_legend(&legend_area, legend)?;
+    }
+    root.present().map_err(drawing_error)
+}
+
+fn draw_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    plan: &PanelPlan<'_>,
+) -> Result<(), FigureError> {
+    let panel = plan.panel;
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .margin(PANEL_MARGIN)
+        .margin_right(PANEL_MARGIN_RIGHT)
+        .x_label_area_size(X_LABEL_AREA)
+        .y_label_area_size(plan.y_label_area);
+    if !panel.title.trim().is_empty() {
+        builder.caption(&panel.title, font(plan.title_font).color(&BLACK));
+    }
+    let mut chart = builder
+        .build_cartesian_2d(plan.x.clone(), plan.y.clone())
+        .map_err(drawing_error)?;
+
+    let grid = BLACK.mix(0.13);
+    let minor = BLACK.mix(0.05);
+    let mut mesh = chart.configure_mesh();
+    mesh.x_labels(MAX_X_TICKS)
+        .y_labels(MAX_Y_TICKS)
+        .x_max_light_lines(0)
+        .y_max_light_lines(if plan.y.log { 10 } else { 0 })
+        .bold_line_style(grid)
+        .light_line_style(minor)
+        .axis_style(BLACK.mix(0.85))
+        .label_style(font(TICK_FONT).color(&BLACK))
+        .axis_desc_style(font(plan.desc_font).color(&BLACK))
+        .set_all_tick_mark_size(5);
+    if !panel.x_label.trim().is_empty() {
+        mesh.x_desc(panel.x_label.as_str());
+    }
+    if !panel.y_label.trim().is_empty() {
+        mesh.y_desc(panel.y_label.as_str());
+    }
+    mesh.draw().map_err(drawing_error)?;
+
+    // Layers: all error bars, then all lines, then all markers, so markers stay visible.
+    let (ylo, yhi) = (plan.y.lo, plan.y.hi);
+    for (series, style) in panel.series.iter().zip(&plan.styles) {
+        let Some(errs) = &series.y_err else { continue };
+        let bars = series
+            .points
+            .iter()
+            .zip(errs)
+            .filter(|(_, e)| **e > 0.0)
+            .map(|(&(x, y), &e)| {
+                let (lo, hi) = (y - e, y + e);
+                ErrorBarElement {
+                    ends: [(x, lo.max(ylo)), (x, hi.min(yhi))],
+                    caps: [lo >= ylo, hi <= yhi],
+                    color: style.color,
+                }
+            });
+        chart.draw_series(bars).map_err(drawing_error)?;
+    }
+    for (series, style) in panel.series.iter().zip(&plan.styles) {
+        if series.points.len() > 1 {
+            chart
+                .draw_series(LineSeries::new(series.points.iter().copied(), style.line()))
+                .map_err(drawing_error)?;
+        }
+    }
+    for (series, style) in panel.series.iter().zip(&plan.styles) {
+        let markers = series
+            .points
+            .iter()
+            .map(|&at| MarkerElement { at, style: *style });
+        chart.draw_series(markers).map_err(drawing_error)?;
+    }
+    Ok(())
+}
+
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    legend: &LegendPlan<'_>,
+) -> Result<(), FigureError> {
+    let n = legend.entries.len();
+    let rows = n.min(legend.rows_per_column) as u32;
+    let columns = n.div_ceil(legend.rows_per_column) as u32;
+    let (x0, y0) = (LEGEND_PAD as i32 / 2, LEGEND_TOP as i32);
+    let box_w = (columns * legend.column_width + LEGEND_PAD) as i32;
+    let box_h = (rows * LEGEND_ROW + LEGEND_PAD) as i32;
+    area.draw(&Rectangle::new(
+        [(x0, y0), (x0 + box_w, y0 + box_h)],
+        RGBColor(0, 0, 0).mix(0.35).stroke_width(1),
+    ))
+    .map_err(drawing_error)?;
+    let text_style = font(LEGEND_FONT)
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Left, VPos::Center));
+    for (i, (label, style)) in legend.entries.iter().enumerate() {
+        let col = (i / legend.rows_per_column) as u32;
+        let row = (i % legend.rows_per_column) as u32;
+        let left = x0 + (LEGEND_PAD + col * legend.column_width) as i32;
+        let cy = y0 + (LEGEND_PAD / 2 + row * LEGEND_ROW + LEGEND_ROW / 2) as i32;
+        let right = left + LEGEND_SAMPLE as i32;
+        area.draw(&PathElement::new(
+            vec![(left, cy), (right, cy)],
+            style.line(),
+        ))
+        .map_err(drawing_error)?;
+        area.draw(&MarkerElement {
+            at: ((left + right) / 2, cy),
+            style: *style,
+        })
+        .map_err(drawing_error)?;
+        area.draw(&Text::new(
+            *label,
+            (right + LEGEND_GAP as i32, cy),
+            text_style.clone(),
+        ))
+        .map_err(drawing_error)?;
+    }
+    Ok(())
+}

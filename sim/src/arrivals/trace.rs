@@ -1,0 +1,579 @@
+//! Trace replay: request arrival times (and optional token counts) read from a CSV file, such as
+//! the BurstGPT trace, and replayed as an arrival process.
+
+use super::{Arrival, ArrivalProcess, check_n_topics, uniform_topic};
+use crate::rng::SimRng;
+use crate::time::SimTime;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Accepted headers of the required timestamp column (seconds, float).
+const TIMESTAMP_HEADERS: [&str; 2] = ["Timestamp", "timestamp"];
+/// Accepted headers of the optional prompt-length column.
+const PROMPT_TOKEN_HEADERS: [&str; 2] = ["Request tokens", "prompt_tokens"];
+/// Accepted headers of the optional output-length column.
+const OUTPUT_TOKEN_HEADERS: [&str; 2] = ["Response tokens", "output_tokens"];
+
+/// One request of a trace, as read from the file.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TraceRow {
+    /// Arrival time in seconds, as written in the file (finite, non-negative).
+    pub timestamp_s: f64,
+    /// Prompt length in tokens, if the trace has such a column and the cell is not empty.
+    pub prompt_tokens: Option<u32>,
+    /// Output length in tokens, if the trace has such a column and the cell is not empty.
+    pub output_tokens: Option<u32>,
+}
+
+/// A request trace loaded from CSV: at least one row, timestamps non-decreasing.
+///
+/// The file needs a header row. The timestamp column (`Timestamp` as in BurstGPT, or
+/// `timestamp`) is required; `Request tokens` / `prompt_tokens` and `Response tokens` /
+/// `output_tokens` are optional; every other column is ignored, so the BurstGPT layout
+/// `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type` loads as it is.
+/// Fields are trimmed; an empty token cell means "unknown", an empty timestamp is an error.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    path: PathBuf,
+    rows: Vec<TraceRow>,
+}
+
+/// Why a trace could not be loaded or replayed. Every message names the file; a bad cell also
+/// names its 1-based line and its column.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("{}: cannot open trace file: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{}: cannot read trace: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: csv::Error,
+    },
+    #[error("{}:{line}: column {column:?}: {message}", path.display())]
+    BadCell {
+        path: PathBuf,
+        line: u64,
+        column: String,
+        message: String,
+    },
+    #[error(
+        "{}: no timestamp column (expected a column named \"Timestamp\" or \"timestamp\"); \
+         the header is: {header}",
+        path.display()
+    )]
+    NoTimestampColumn { path: PathBuf, header: String },
+    #[error("{}: columns {first:?} and {second:?} both give the {what}; keep one", path.display())]
+    AmbiguousColumns {
+        path: PathBuf,
+        first: String,
+        second: String,
+        what: &'static str,
+    },
+    #[error("{}: the trace has no requests (no rows after the header)", path.display())]
+    Empty { path: PathBuf },
+    #[error("trace replay: time_scale must be finite and positive, got {time_scale}")]
+    InvalidTimeScale { time_scale: f64 },
+    #[error(
+        "{}: the replayed requests span {span_s} s after time_scale, more than simulated time can hold",
+        path.display()
+    )]
+    TooLong { path: PathBuf, span_s: f64 },
+}
+
+impl Trace {
+    /// Reads and checks the CSV trace at `path`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|source| TraceError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Trace::from_reader(io::BufReader::new(file), path)
+    }
+
+    /// Reads and checks a CSV trace from `reader`; `path` is the name error messages give it.
+    pub fn from_reader(
+        reader: impl io::Read,
+        path: impl Into<PathBuf>,
+    ) -> Result<Trace, TraceError> {
+        let path = path.into();
+        let mut csv_reader = csv::ReaderBuilder::new()
+            .has_headers(true)
+            .flexible(true)
+            .trim(csv::Trim::All)
+            .from_reader(reader);
+        let read_error = |source| TraceError::Read {
+            path: path.clone(),
+            source,
+        };
+        let header: Vec<String> = csv_reader
+            .byte_headers()
+            .map_err(read_error)?
+            .iter()
+            .map(|name| String::from_utf8_lossy(name).into_owned())
+            .collect();
+        let Some(timestamp_column) = find_column(&path, &header, &TIMESTAMP_HEADERS, "timestamp")?
+        else {
+            let header = if header.iter().all(String::is_empty) {
+                "(empty)".to_string()
+            } else {
+                header.join(",")
+            };
+            return Err(TraceError::NoTimestampColumn { path, header });
+        };
+        let prompt_column = find_column(&path, &header, &PROMPT_TOKEN_HEADERS, "prompt tokens")?;
+        let output_column = find_column(&path, &header, &OUTPUT_TOKEN_HEADERS, "output tokens")?;
+
+        let mut rows = Vec::new();
+        let mut previous: Option<(f64, u64)> = None;
+        let mut record = csv::ByteRecord::new();
+        while csv_reader
+            .read_byte_record(&mut record)
+            .map_err(read_error)?
+        {
+            let line = record.position().map_or(0, csv::Position::line);
+            let bad_cell = |column: usize, message: String| TraceError::BadCell {
+                path: path.clone(),
+                line,
+                column: header[column].clone(),
+                message,
+            };
+            let timestamp_s = match cell(&record, timestamp_column) {
+                None => {
+                    return Err(bad_cell(
+                        timestamp_column,
+                        "missing value (expected a time in seconds)".into(),
+                    ));
+                }
+                Some(text) => parse_timestamp(&text, previous)
+                    .map_err(|message| bad_cell(timestamp_column, message))?,
+            };
+            let tokens = |column: Option<usize>| -> Result<Option<u32>, TraceError> {
+                let Some(column) = column else {
+                    return Ok(None);
+                };
+                cell(&record, column)
+                    .map(|text| parse_tokens(&text).map_err(|message| bad_cell(column, message)))
+                    .transpose()
+            };
+            let prompt_tokens = tokens(prompt_column)?;
+            let output_tokens = tokens(output_column)?;
+            previous = Some((timestamp_s, line));
+            rows.push(TraceRow {
+                timestamp_s,
+                prompt_tokens,
+                output_tokens,
+            });
+        }
+        if rows.is_empty() {
+            return Err(TraceError::Empty { path });
+        }
+        Ok(Trace { path, rows })
+    }
+
+    /// The file the trace was read from (or the name given to [`Trace::from_reader`]).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The requests in file order (which is time order).
+    pub fn rows(&self) -> &[TraceRow] {
+        &self.rows
+    }
+
+    /// Number of requests; at least 1.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Always false: a loaded trace has at least one request.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Seconds from the first to the last request, as written in the file.
+    pub fn span_s(&self) -> f64 {
+        self.rows[self.rows.len() - 1].timestamp_s - self.rows[0].timestamp_s
+    }
+}
+
+/// The index of the one header among `names`, None if absent, an error if several match.
+fn find_column(
+    path: &Path,
+    header: &[String],
+    names: &[&str],
+    what: &'static str,
+) -> Result<Option<usize>, TraceError> {
+    let mut matches = header
+        .iter()
+        .enumerate()
+        .filter(|(_, name)| names.contains(&name.as_str()));
+    let first = matches.next();
+    if let (Some((_, first)), Some((_, second))) = (first, matches.next()) {
+        return Err(TraceError::AmbiguousColumns {
+            path: path.to_path_buf(),
+            first: first.clone(),
+            second: second.clone(),
+            what,
+        });
+    }
+    Ok(first.map(|(index, _)| index))
+}
+
+/// The text of cell `column`, or None when the row is too short or the cell is empty.
+fn cell(record: &csv::ByteRecord, column: usize) -> Option<String> {
+    record
+        .get(column)
+        .filter(|bytes| !bytes.is_empty())
+        .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+}
+
+/// Parses a timestamp cell; `previous` is the previous row's time and line.
+fn parse_timestamp(text: &str, previous: Option<(f64, u64)>) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("expected a number, got {text:?}"))?;
+    if !value.is_finite() {
+        return Err(format!("expected a finite number, got {text:?}"));
+    }
+    if value < 0.0 {
+        return Err(format!("expected a non-negative time, got {text:?}"));
+    }
+    if let Some((previous_s, previous_line)) = previous
+        && value < previous_s
+    {
+        return Err(format!(
+            "timestamps must be non-decreasing, got {text:?} after {previous_s} on line {previous_line}"
+        ));
+    }
+    // `+ 0.0` turns a written "-0" into 0.
+    Ok(value + 0.0)
+}
+
+/// Parses a token-count cell.
+fn parse_tokens(text: &str) -> Result<u32, String> {
+    text.parse()
+        .map_err(|_| format!("expected a non-negative integer token count, got {text:?}"))
+}
+
+/// Replays a [`Trace`] as an arrival process.
+///
+/// Times are shifted so the first request arrives at 0 and multiplied by `time_scale` (below 1
+/// compresses the trace, i.e. raises the load; above 1 stretches it). Token counts are passed
+/// through. Traces carry no topics, so each request draws one uniformly from `0..n_topics`, one
+/// draw per arrival from `rng`. At most `max_requests` rows are replayed (all when `None`).
+pub struct TraceReplay {
+    trace: Arc<Trace>,
+    next_row: usize,
+    end_row: usize,
+    first_s: f64,
+    time_scale: f64,
+    n_topics: u32,
+    rng: SimRng,
+}
+
+impl TraceReplay {
+    /// Takes the trace by value or as an `Arc<Trace>`, so parallel runs can share one copy.
+    ///
+    /// # Errors
+    /// If `time_scale` is not finite and positive, or the replayed span would not fit in
+    /// [`SimTime`].
+    ///
+    /// # Panics
+    /// If `n_topics` is zero.
+    pub fn new(
+        trace: impl Into<Arc<Trace>>,
+        max_requests: Option<usize>,
+        time_scale: f64,
+        n_topics: u32,
+        rng: SimRng,
+    ) -> Result<TraceReplay, TraceError> {
+        check_n_topics("TraceReplay", n_topics);
+        let trace = trace.into();
+        if !(time_scale.is_finite() && time_scale > 0.0) {
+            return Err(TraceError::InvalidTimeScale { time_scale });
+        }
+        let end_row = max_requests.map_or(trace.len(), |max| max.min(trace.len()));
+        let first_s = trace.rows[0].timestamp_s;
+        if end_row > 0 {
+            let span_s = (trace.rows[end_row - 1].timestamp_s - first_s) * time_scale;
+            // SimTime holds up to 2^64 ns, about 584 years.
+            if !(span_s.is_finite() && span_s * 1e9 < u64::MAX as f64) {
+                return Err(TraceError::TooLong {
+                    path: trace.path.clone(),
+                    span_s,
+                });
+            }
+        }
+        Ok(TraceReplay {
+            trace,
+            next_row: 0,
+            end_row,
+            first_s,
+            time_scale,
+            n_topics,
+            rng,
+        })
+    }
+}
+
+impl ArrivalProcess for TraceReplay {
+    fn next_arrival(&mut self) -> Option<Arrival> {
+        if self.next_row >= self.end_row {
+            return None;
+        }
+        let row = self.trace.rows[self.next_row];
+        self.next_row += 1;
+        Some(Arrival {
+            time: SimTime::from_secs_f64((row.timestamp_s - self.first_s) * self.time_scale),
+            topic: uniform_topic(&mut self.rng, self.n_topics),
+            prompt_tokens: row.prompt_tokens,
+            output_tokens: row.output_tokens,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{assert_time_ordered, collect};
+    use super::*;
+    use crate::rng::stream;
+
+    const SAMPLE: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scenarios/traces/burstgpt_layout_synthetic.csv"
+    );
+
+    fn parse(text: &str) -> Result<Trace, TraceError> {
+        Trace::from_reader(text.as_bytes(), "traces/x.csv")
+    }
+
+    fn error_message(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
+    fn replay(trace: Trace, max: Option<usize>, time_scale: f64, seed: u64) -> Vec<Arrival> {
+        let mut replay =
+            TraceReplay::new(trace, max, time_scale, 8, stream(seed, "arrivals")).unwrap();
+        collect(&mut replay)
+    }
+
+    #[test]
+    fn burstgpt_layout_sample_loads_and_replays_from_zero() {
+        let trace = Trace::load(SAMPLE).unwrap();
+        assert_eq!(trace.len(), 200);
+        // The sample's first and last rows, as written in the file.
+        assert_eq!(
+            trace.rows()[0],
+            TraceRow {
+                timestamp_s: 3602.947,
+                prompt_tokens: Some(6460),
+                output_tokens: Some(63),
+            }
+        );
+        assert_eq!(trace.rows()[199].timestamp_s, 3746.4);
+        assert!(trace.rows().iter().any(|row| row.output_tokens == Some(0)));
+
+        let arrivals = replay(trace.clone(), None, 1.0, 1);
+        assert_eq!(arrivals.len(), 200);
+        assert_time_ordered(&arrivals);
+        assert_eq!(arrivals[0].time, SimTime::ZERO);
+        assert_eq!(arrivals[0].prompt_tokens, Some(6460));
+        assert_eq!(arrivals[0].output_tokens, Some(63));
+        assert_eq!(
+            arrivals[1].time,
+            SimTime::from_secs_f64(3607.578 - 3602.947)
+        );
+        assert_eq!(
+            arrivals[199].time,
+            SimTime::from_secs_f64(3746.4 - 3602.947)
+        );
+        assert!(arrivals.iter().all(|a| a.topic < 8));
+    }
+
+    #[test]
+    fn time_scale_and_max_requests_are_applied() {
+        let trace = Trace::load(SAMPLE).unwrap();
+        let first = trace.rows()[0].timestamp_s;
+        let fast = replay(trace.clone(), Some(50), 0.5, 1);
+        assert_eq!(fast.len(), 50);
+        for (arrival, row) in fast.iter().zip(trace.rows()) {
+            let expected = SimTime::from_secs_f64((row.timestamp_s - first) * 0.5);
+            assert_eq!(arrival.time, expected);
+            assert_eq!(arrival.prompt_tokens, row.prompt_tokens);
+        }
+        let slow = replay(trace.clone(), Some(10_000), 2.0, 1);
+        assert_eq!(slow.len(), 200);
+        assert_eq!(slow[199].time, SimTime::from_secs_f64(trace.span_s() * 2.0));
+        assert!(replay(trace, Some(0), 1.0, 1).is_empty());
+    }
+
+    #[test]
+    fn same_seed_gives_the_same_topics() {
+        let trace = Arc::new(Trace::load(SAMPLE).unwrap());
+        let topics = |seed| -> Vec<u32> {
+            let mut replay =
+                TraceReplay::new(trace.clone(), None, 1.0, 8, stream(seed, "arrivals")).unwrap();
+            collect(&mut replay).iter().map(|a| a.topic).collect()
+        };
+        assert_eq!(topics(11), topics(11));
+        assert_ne!(topics(11), topics(12));
+    }
+
+    #[test]
+    fn lowercase_layout_any_column_order_and_empty_token_cells() {
+        let trace = parse(
+            "request_id,output_tokens,timestamp,prompt_tokens\n\
+             a,10,5.5,100\n\
+             b,,6,\n\
+             c,7,6,3\n",
+        )
+        .unwrap();
+        let rows = trace.rows();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(
+            (
+                rows[0].timestamp_s,
+                rows[0].prompt_tokens,
+                rows[0].output_tokens
+            ),
+            (5.5, Some(100), Some(10))
+        );
+        assert_eq!((rows[1].prompt_tokens, rows[1].output_tokens), (None, None));
+        assert_eq!(rows[2].timestamp_s, 6.0);
+        let arrivals = replay(trace, None, 1.0, 1);
+        assert_eq!(arrivals[0].time, SimTime::ZERO);
+        assert_eq!(arrivals[2].time, SimTime::from_secs_f64(0.5));
+    }
+
+    #[test]
+    fn timestamp_only_trace_has_no_token_counts() {
+        let trace = parse("Timestamp\n0\n1.25\n").unwrap();
+        let arrivals = replay(trace, None, 1.0, 1);
+        assert_eq!(arrivals.len(), 2);
+        assert!(
+            arrivals
+                .iter()
+                .all(|a| a.prompt_tokens.is_none() && a.output_tokens.is_none())
+        );
+    }
+
+    #[test]
+    fn bad_cells_name_file_line_and_column() {
+        let header = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n";
+        let good_rows = "0,ChatGPT,1,2,3,API log\n".repeat(5);
+        let with_row = |row: &str| format!("{header}{good_rows}{row}\n");
+        assert_eq!(
+            error_message(&with_row("abc,ChatGPT,1,2,3,API log")),
+            r#"traces/x.csv:7: column "Timestamp": expected a number, got "abc""#
+        );
+        assert_eq!(
+            error_message(&with_row("-1,ChatGPT,1,2,3,API log")),
+            r#"traces/x.csv:7: column "Timestamp": expected a non-negative time, got "-1""#
+        );
+        assert_eq!(
+            error_message(&with_row("inf,ChatGPT,1,2,3,API log")),
+            r#"traces/x.csv:7: column "Timestamp": expected a finite number, got "inf""#
+        );
+        assert_eq!(
+            error_message(&with_row(",ChatGPT,1,2,3,API log")),
+            r#"traces/x.csv:7: column "Timestamp": missing value (expected a time in seconds)"#
+        );
+        assert_eq!(
+            error_message(&with_row("1,ChatGPT,-3,2,3,API log")),
+            r#"traces/x.csv:7: column "Request tokens": expected a non-negative integer token count, got "-3""#
+        );
+        assert_eq!(
+            error_message(&with_row("1,ChatGPT,1,2.5,3,API log")),
+            r#"traces/x.csv:7: column "Response tokens": expected a non-negative integer token count, got "2.5""#
+        );
+        // Ignored columns are not checked.
+        assert!(parse(&with_row("1,ChatGPT,1,2,lots,")).is_ok());
+    }
+
+    #[test]
+    fn decreasing_timestamps_are_rejected() {
+        assert_eq!(
+            error_message("timestamp\n1\n4\n3.5\n"),
+            r#"traces/x.csv:4: column "timestamp": timestamps must be non-decreasing, got "3.5" after 4 on line 3"#
+        );
+    }
+
+    #[test]
+    fn missing_timestamp_column_lists_the_header() {
+        assert_eq!(
+            error_message("time,Model\n1,ChatGPT\n"),
+            "traces/x.csv: no timestamp column (expected a column named \"Timestamp\" or \
+             \"timestamp\"); the header is: time,Model"
+        );
+        assert_eq!(
+            error_message(""),
+            "traces/x.csv: no timestamp column (expected a column named \"Timestamp\" or \
+             \"timestamp\"); the header is: (empty)"
+        );
+        assert_eq!(
+            error_message("Timestamp,timestamp\n1,1\n"),
+            "traces/x.csv: columns \"Timestamp\" and \"timestamp\" both give the timestamp; keep one"
+        );
+    }
+
+    #[test]
+    fn a_header_without_rows_is_an_empty_trace() {
+        assert_eq!(
+            error_message("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"),
+            "traces/x.csv: the trace has no requests (no rows after the header)"
+        );
+    }
+
+    #[test]
+    fn a_missing_file_names_its_path() {
+        let directory = tempfile::tempdir().unwrap();
+        let path = directory.path().join("nope.csv");
+        let message = Trace::load(&path).unwrap_err().to_string();
+        assert!(
+            message.starts_with(&format!("{}: cannot open trace file: ", path.display())),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn load_reads_a_file_and_names_it_in_errors() {
+        let directory = tempfile::tempdir().unwrap();
+        let path = directory.path().join("bad.csv");
+        std::fs::write(&path, "Timestamp\n1\nx\n").unwrap();
+        assert_eq!(
+            Trace::load(&path).unwrap_err().to_string(),
+            format!(
+                "{}:3: column \"Timestamp\": expected a number, got \"x\"",
+                path.display()
+            )
+        );
+    }
+
+    #[test]
+    fn invalid_replay_settings_are_errors() {
+        let trace = parse("Timestamp\n0\n100\n").unwrap();
+        for time_scale in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let error = TraceReplay::new(trace.clone(), None, time_scale, 4, stream(1, "a"))
+                .err()
+                .unwrap();
+            assert!(
+                matches!(error, TraceError::InvalidTimeScale { .. }),
+                "{error}"
+            );
+        }
+        let error = TraceReplay::new(trace.clone(), None, 1e300, 4, stream(1, "a"))
+            .err()
+            .unwrap();
+        assert!(matches!(error, TraceError::TooLong { .. }), "{error}");
+        // The span check covers only the replayed rows.
+        assert!(TraceReplay::new(trace, Some(1), 1e300, 4, stream(1, "a")).is_ok());
+    }
+}

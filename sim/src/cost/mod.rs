@@ -1,0 +1,13 @@
+//! Cost models are data: GPU datasheet specs, token-vs-latency staircase curves, the versioned
+//! calibration profile that holds them, and the analytic roofline that generates a default
+//! profile when no measured one is given. See docs/cost-model.md.
+
+pub mod curve;
+pub mod gpu;
+pub mod profile;
+pub mod roofline;
+
+pub use curve::{CostCurve, CurveError};
+pub use gpu::{GpuSpec, UnknownGpu};
+pub use profile::{Profile, ProfileError, ProfileMismatch, SourceKind};
+pub use roofline::{RooflineParams, analytic_profile};

@@ -1,0 +1,687 @@
+//! The two CAPS batch execution models that turn a batch's expert loads into a batch time:
+//! `cv` (caps.txt: base time x (1 + CV(load) x sensitivity)) and `straggler` (per MoE layer
+//! the experts run in lock step, so each layer waits for its most loaded expert on the expert
+//! cost curve). Both read the same calibration profile; docs/cost-model.md derives them.
+
+use crate::cost::curve::CostCurve;
+use crate::cost::profile::{Profile, ProfileMismatch, SourceKind};
+use crate::model_shape::MoeModelShape;
+use crate::time::SimDuration;
+
+/// What one CAPS batch asks of the GPU.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchWork<'a> {
+    pub n_requests: usize,
+    /// Summed prompt-token routing counts of the batch, layer-major (index
+    /// `layer * n_experts + expert`); each token adds `top_k` counts per layer.
+    pub load: &'a [f32],
+    /// Expected routed tokens per decode step, same layout: the sum over the batch's requests
+    /// of their per-token routing distribution (request load / request prompt tokens).
+    pub decode_load: &'a [f32],
+    pub prompt_tokens: u64,
+    /// Decode steps the batch runs (its longest output); every request of a batch completes
+    /// when the batch does.
+    pub decode_steps: u32,
+}
+
+/// The batch the default CV sensitivity is derived at: CAPS's `max_batch_size = 8`
+/// (caps.txt), with 128-token prompts and 16 decode steps (assumption: a short chat prompt
+/// and answer; the derivation is insensitive to it within a factor of two, see
+/// docs/cost-model.md).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReferenceBatch {
+    pub n_requests: usize,
+    pub prompt_tokens_per_request: u64,
+    pub decode_steps: u32,
+}
+
+pub const CAPS_REFERENCE_BATCH: ReferenceBatch = ReferenceBatch {
+    n_requests: 8,
+    prompt_tokens_per_request: 128,
+    decode_steps: 16,
+};
+
+/// Why an execution model cannot be built.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ExecutionModelError {
+    #[error(transparent)]
+    Profile(#[from] ProfileMismatch),
+    #[error("the CV sensitivity must be finite and >= 0, got {0}")]
+    InvalidSensitivity(f64),
+}
+
+/// The curves of one profile an execution model evaluates, with the routing shape.
+#[derive(Clone, Debug)]
+struct CostTables {
+    source: SourceKind,
+    n_layers: usize,
+    n_experts: usize,
+    top_k: usize,
+    expert: CostCurve,
+    non_expert_prefill: CostCurve,
+    non_expert_decode: CostCurve,
+    head: CostCurve,
+    decode_step: CostCurve,
+}
+
+impl CostTables {
+    fn new(profile: &Profile, shape: &MoeModelShape) -> Result<CostTables, ProfileMismatch> {
+        profile.check_shape(shape)?;
+        let expert = profile
+            .expert_curve(shape.hidden, shape.expert_ffn, shape.weight_dtype)
+            .expect("check_shape found the expert curve")
+            .clone();
+        Ok(CostTables {
+            source: profile.source.kind,
+            n_layers: shape.n_layers,
+            n_experts: shape.n_experts,
+            top_k: shape.top_k,
+            expert,
+            non_expert_prefill: profile.non_expert_prefill.clone(),
+            non_expert_decode: profile.non_expert_decode.clone(),
+            head: profile.head.clone(),
+            decode_step: profile.decode_step.clone(),
+        })
+    }
+
+    /// Routed tokens per expert per layer when `tokens` tokens spread evenly.
+    fn even_load(&self, tokens: f64) -> f64 {
+        tokens * self.top_k as f64 / self.n_experts as f64
+    }
+
+    /// Prefill of `prompt_tokens` through the whole model with evenly spread routing.
+    fn even_prefill_nanos(&self, prompt_tokens: u64, n_requests: usize) -> f64 {
+        let tokens = prompt_tokens as f64;
+        self.n_layers as f64
+            * (self.non_expert_prefill.at(tokens) + self.expert.at(self.even_load(tokens)))
+            + self.head.at(n_requests as f64)
+    }
+
+    /// prefill + decode_steps x decode step, both with evenly spread routing.
+    fn base_nanos(&self, prompt_tokens: u64, n_requests: usize, decode_steps: u32) -> f64 {
+        self.even_prefill_nanos(prompt_tokens, n_requests)
+            + f64::from(decode_steps) * self.decode_step.at(n_requests as f64)
+    }
+
+    /// The routed-expert part of `base_nanos`.
+    fn even_expert_nanos(&self, prompt_tokens: u64, n_requests: usize, decode_steps: u32) -> f64 {
+        let prefill = self.expert.at(self.even_load(prompt_tokens as f64));
+        let decode = self.expert.at(self.even_load(n_requests as f64));
+        self.n_layers as f64 * (prefill + f64::from(decode_steps) * decode)
+    }
+
+    fn check_work(&self, work: &BatchWork<'_>) {
+        let dims = self.n_layers * self.n_experts;
+        assert!(
+            work.n_requests > 0,
+            "BatchWork: an empty batch was executed"
+        );
+        assert_eq!(
+            work.load.len(),
+            dims,
+            "BatchWork: load has {} entries, the model has {} layers x {} experts",
+            work.load.len(),
+            self.n_layers,
+            self.n_experts
+        );
+        assert_eq!(
+            work.decode_load.len(),
+            dims,
+            "BatchWork: decode_load has {} entries, the model has {} layers x {} experts",
+            work.decode_load.len(),
+            self.n_layers,
+            self.n_experts
+        );
+    }
+}
+
+/// How the default sensitivity came out: `sensitivity = moe_share x expected_max_normal`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SensitivityDerivation {
+    pub reference: ReferenceBatch,
+    /// Base time of the reference batch, ns.
+    pub base_nanos: f64,
+    /// Routed-expert time inside it (evenly loaded), ns.
+    pub expert_nanos: f64,
+    /// expert_nanos / base_nanos.
+    pub moe_share: f64,
+    /// E[max of n_experts iid standard normals].
+    pub expected_max_normal: f64,
+    pub sensitivity: f64,
+}
+
+/// caps.txt's model: base_time x (1 + CV(load) x sensitivity).
+#[derive(Clone, Debug)]
+pub struct CvModel {
+    tables: CostTables,
+    sensitivity: f64,
+    derivation: SensitivityDerivation,
+}
+
+impl CvModel {
+    /// The CV model on `profile`; `sensitivity: None` derives it (see [`SensitivityDerivation`]
+    /// and docs/cost-model.md) at [`CAPS_REFERENCE_BATCH`].
+    pub fn new(
+        profile: &Profile,
+        shape: &MoeModelShape,
+        sensitivity: Option<f64>,
+    ) -> Result<CvModel, ExecutionModelError> {
+        let tables = CostTables::new(profile, shape)?;
+        let derivation = derive_sensitivity(&tables, CAPS_REFERENCE_BATCH);
+        let sensitivity = sensitivity.unwrap_or(derivation.sensitivity);
+        if !(sensitivity.is_finite() && sensitivity >= 0.0) {
+            return Err(ExecutionModelError::InvalidSensitivity(sensitivity));
+        }
+        Ok(CvModel {
+            tables,
+            sensitivity,
+            derivation,
+        })
+    }
+
+    /// The sensitivity in use (given, or the derived default).
+    pub fn sensitivity(&self) -> f64 {
+        self.sensitivity
+    }
+
+    /// How the default sensitivity is derived for this profile (also when one was given).
+    pub fn derivation(&self) -> &SensitivityDerivation {
+        &self.derivation
+    }
+
+    /// prefill_time + decode_time with evenly spread routing, ns.
+    pub fn base_nanos(&self, work: &BatchWork<'_>) -> f64 {
+        self.tables
+            .base_nanos(work.prompt_tokens, work.n_requests, work.decode_steps)
+    }
+
+    pub fn batch_nanos(&self, work: &BatchWork<'_>) -> f64 {
+        self.tables.check_work(work);
+        self.base_nanos(work) * (1.0 + coefficient_of_variation(work.load) * self.sensitivity)
+    }
+}
+
+/// Lock-step experts: each MoE layer takes as long as its most loaded expert.
+#[derive(Clone, Debug)]
+pub struct StragglerModel {
+    tables: CostTables,
+}
+
+impl StragglerModel {
+    pub fn new(
+        profile: &Profile,
+        shape: &MoeModelShape,
+    ) -> Result<StragglerModel, ExecutionModelError> {
+        Ok(StragglerModel {
+            tables: CostTables::new(profile, shape)?,
+        })
+    }
+
+    /// Sum over layers of the most loaded expert's curve cost, ns. Allocation-free.
+    fn max_expert_nanos(&self, load: &[f32]) -> f64 {
+        load.chunks_exact(self.tables.n_experts)
+            .map(|layer| {
+                let max = max_of(layer);
+                self.tables.expert.at(f64::from(max))
+            })
+            .sum()
+    }
+
+    /// prefill: sum over layers of [non-expert(prompt_tokens) + curve(max_e load)] + head;
+    /// decode: decode_steps x (sum over layers of [non-expert decode(n_requests) +
+    /// curve(max_e decode_load)] + head). O(layers x experts), no allocation.
+    pub fn batch_nanos(&self, work: &BatchWork<'_>) -> f64 {
+        let t = &self.tables;
+        t.check_work(work);
+        let layers = t.n_layers as f64;
+        let batch = work.n_requests as f64;
+        let prefill = layers * t.non_expert_prefill.at(work.prompt_tokens as f64)
+            + t.head.at(batch)
+            + self.max_expert_nanos(work.load);
+        let decode = if work.decode_steps == 0 {
+            0.0
+        } else {
+            let step = layers * t.non_expert_decode.at(batch)
+                + t.head.at(batch)
+                + self.max_expert_nanos(work.decode_load);
+            f64::from(work.decode_steps) * step
+        };
+        prefill + decode
+    }
+}
+
+/// The batch execution model of a scenario.
+#[derive(Clone, Debug)]
+pub enum ExecutionModel {
+    Cv(CvModel),
+    Straggler(StragglerModel),
+}
+
+impl ExecutionModel {
+    /// The CV model. `profile.check_shape(shape)` and the sensitivity (finite, >= 0) must
+    /// have been validated with the scenario; a mismatch here is a broken invariant.
+    pub fn cv(profile: &Profile, shape: &MoeModelShape, sensitivity: Option<f64>) -> Self {
+        match CvModel::new(profile, shape, sensitivity) {
+            Ok(model) => ExecutionModel::Cv(model),
+            Err(e) => panic!(
+                "ExecutionModel::cv on an unvalidated scenario (validate with Profile::check_shape): {e}"
+            ),
+        }
+    }
+
+    /// The straggler model; `profile.check_shape(shape)` must have been validated.
+    pub fn straggler(profile: &Profile, shape: &MoeModelShape) -> Self {
+        match StragglerModel::new(profile, shape) {
+            Ok(model) => ExecutionModel::Straggler(model),
+            Err(e) => panic!(
+                "ExecutionModel::straggler on an unvalidated scenario (validate with Profile::check_shape): {e}"
+            ),
+        }
+    }
+
+    /// How long `work` keeps the GPU busy.
+    pub fn batch_time(&self, work: &BatchWork<'_>) -> SimDuration {
+        let nanos = match self {
+            ExecutionModel::Cv(model) => model.batch_nanos(work),
+            ExecutionModel::Straggler(model) => model.batch_nanos(work),
+        };
+        assert!(
+            nanos.is_finite() && nanos >= 0.0,
+            "batch time is {nanos} ns (a broken load vector?)"
+        );
+        SimDuration(nanos.round() as u64)
+    }
+
+    /// "analytic-roofline" or "measured": where the profile's numbers come from.
+    pub fn source(&self) -> &str {
+        let tables = match self {
+            ExecutionModel::Cv(model) => &model.tables,
+            ExecutionModel::Straggler(model) => &model.tables,
+        };
+        tables.source.as_str()
+    }
+}
+
+/// Coefficient of variation (population standard deviation / mean) over all entries of
+/// `load`; 0 when it is empty or its mean is not positive. Every layer's entries sum to the
+/// same total (prompt tokens x top_k), so the pooled CV^2 is the mean of the per-layer CV^2.
+pub fn coefficient_of_variation(load: &[f32]) -> f64 {
+    if load.is_empty() {
+        return 0.0;
+    }
+    let n = load.len() as f64;
+    let mean = sum_of(load) / n;
+    if mean <= 0.0 {
+        return 0.0;
+    }
+    let mut lanes = [0.0f64; LANES];
+    let mut chunks = load.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (lane, &x) in lanes.iter_mut().zip(chunk) {
+            let d = f64::from(x) - mean;
+            *lane += d * d;
+        }
+    }
+    let mut squares: f64 = lanes.iter().sum();
+    for &x in chunks.remainder() {
+        let d = f64::from(x) - mean;
+        squares += d * d;
+    }
+    (squares / n).sqrt() / mean
+}
+
+// The hot loops below keep LANES independent accumulators, so that they vectorize and do not
+// wait on one long chain of float additions (the compiler may not reorder float sums itself).
+const LANES: usize = 8;
+
+/// Sum of `values` in f64.
+fn sum_of(values: &[f32]) -> f64 {
+    let mut lanes = [0.0f64; LANES];
+    let mut chunks = values.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (lane, &x) in lanes.iter_mut().zip(chunk) {
+            *lane += f64::from(x);
+        }
+    }
+    lanes.iter().sum::<f64>()
+        + chunks
+            .remainder()
+            .iter()
+            .map(|&x| f64::from(x))
+            .sum::<f64>()
+}
+
+/// Largest of `values`, and at least 0 (negative entries count as 0; a NaN wins and makes
+/// the curve lookup fail loudly). Compares the bit patterns as i32: for non-negative floats
+/// the order is the same, and an integer max vectorizes where a float max does not.
+fn max_of(values: &[f32]) -> f32 {
+    let mut lanes = [0i32; LANES];
+    let mut chunks = values.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (lane, &x) in lanes.iter_mut().zip(chunk) {
+            *lane = (*lane).max(x.to_bits() as i32);
+        }
+    }
+    let mut max = lanes.iter().copied().fold(0, i32::max);
+    for &x in chunks.remainder() {
+        max = max.max(x.to_bits() as i32);
+    }
+    f32::from_bits(max as u32)
+}
+
+/// Mean over layers of (most loaded expert / mean expert load); layers with no load are
+/// skipped, and an all-zero load is 1.0 (nothing waits).
+pub fn imbalance(load: &[f32], n_experts: usize) -> f64 {
+    assert!(
+        n_experts > 0 && load.len() % n_experts == 0,
+        "imbalance: {} entries are not whole layers of {n_experts} experts",
+        load.len()
+    );
+    let mut sum = 0.0;
+    let mut layers = 0usize;
+    for layer in load.chunks_exact(n_experts) {
+        let total = sum_of(layer);
+        if total > 0.0 {
+            let max = max_of(layer);
+            sum += f64::from(max) / (total / n_experts as f64);
+            layers += 1;
+        }
+    }
+    if layers == 0 {
+        1.0
+    } else {
+        sum / layers as f64
+    }
+}
+
+/// E[max of `n` iid standard normals], by numerical integration. With F = Phi^n the CDF of
+/// the maximum, E[M] = integral_0^inf (1 - F) - integral_-inf^0 F = L - integral_-L^L F
+/// for a large L (12: the tails beyond are below 1e-30). Phi is accumulated from the normal
+/// density and F integrated, both by the trapezoid rule with step 1e-3 (error below 1e-6).
+pub fn expected_max_standard_normal(n: usize) -> f64 {
+    assert!(n >= 1, "expected_max_standard_normal: n must be at least 1");
+    if n == 1 {
+        return 0.0;
+    }
+    const LIMIT: f64 = 12.0;
+    const STEP: f64 = 1e-3;
+    let steps = (2.0 * LIMIT / STEP).round() as usize;
+    let exponent = i32::try_from(n).unwrap_or(i32::MAX);
+    let density = |x: f64| (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+    let mut cdf = 0.0f64;
+    let mut previous_density = density(-LIMIT);
+    let mut previous_power = 0.0f64;
+    let mut integral = 0.0;
+    for i in 1..=steps {
+        let next_density = density(-LIMIT + i as f64 * STEP);
+        cdf += 0.5 * (previous_density + next_density) * STEP;
+        let next_power = cdf.min(1.0).powi(exponent);
+        integral += 0.5 * (previous_power + next_power) * STEP;
+        previous_density = next_density;
+        previous_power = next_power;
+    }
+    LIMIT - integral
+}
+
+/// The default CV sensitivity. Under lock step a layer's MoE time is the cost of its most
+/// loaded expert. With a layer's expert loads approximately normal with mean m and standard
+/// deviation CV x m, the most loaded of E experts carries about m (1 + CV x z_E) tokens,
+/// z_E = E[max of E iid standard normals]. Where the expert cost is proportional to its
+/// tokens, the MoE part of the batch stretches by (1 + CV x z_E) and the rest does not, so
+///
+///   T = T_rest + T_moe (1 + CV z_E) = T_base (1 + CV x z_E x T_moe / T_base),
+///
+/// i.e. sensitivity = z_E x (routed-expert share of the evenly loaded base time), evaluated
+/// at the reference batch.
+fn derive_sensitivity(tables: &CostTables, reference: ReferenceBatch) -> SensitivityDerivation {
+    let prompt_tokens = reference.prompt_tokens_per_request * reference.n_requests as u64;
+    let base_nanos = tables.base_nanos(prompt_tokens, reference.n_requests, reference.decode_steps);
+    let expert_nanos =
+        tables.even_expert_nanos(prompt_tokens, reference.n_requests, reference.decode_steps);
+    let moe_share = if base_nanos > 0.0 {
+        expert_nanos / base_nanos
+    } else {
+        0.0
+    };
+    let expected_max_normal = expected_max_standard_normal(tables.n_experts);
+    SensitivityDerivation {
+        reference,
+        base_nanos,
+        expert_nanos,
+        moe_share,
+        expected_max_normal,
+        sensitivity: moe_share * expected_max_normal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::gpu::GpuSpec;
+    use crate::cost::roofline::analytic_profile;
+
+    fn l4_qwen() -> (Profile, MoeModelShape) {
+        let shape = MoeModelShape::qwen1_5_moe_a2_7b_nf4();
+        (
+            analytic_profile(&GpuSpec::by_name("L4").unwrap(), &shape),
+            shape,
+        )
+    }
+
+    /// `n_requests` requests of `tokens` prompt tokens; each layer routes `fraction_hot` of
+    /// the routings onto experts 0..top_k and spreads the rest evenly.
+    fn loads(
+        shape: &MoeModelShape,
+        n_requests: usize,
+        tokens: u64,
+        fraction_hot: f64,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let routings = (n_requests as u64 * tokens * shape.top_k as u64) as f64;
+        let mut load = vec![0.0f32; shape.n_layers * shape.n_experts];
+        for layer in load.chunks_exact_mut(shape.n_experts) {
+            for (e, value) in layer.iter_mut().enumerate() {
+                let hot = if e < shape.top_k {
+                    fraction_hot * routings / shape.top_k as f64
+                } else {
+                    0.0
+                };
+                *value = (hot + (1.0 - fraction_hot) * routings / shape.n_experts as f64) as f32;
+            }
+        }
+        let decode = load.iter().map(|&x| x / tokens as f32).collect();
+        (load, decode)
+    }
+
+    fn work<'a>(
+        load: &'a [f32],
+        decode: &'a [f32],
+        n_requests: usize,
+        tokens: u64,
+        steps: u32,
+    ) -> BatchWork<'a> {
+        BatchWork {
+            n_requests,
+            load,
+            decode_load: decode,
+            prompt_tokens: n_requests as u64 * tokens,
+            decode_steps: steps,
+        }
+    }
+
+    #[test]
+    fn expected_max_of_normals_matches_closed_forms() {
+        assert_eq!(expected_max_standard_normal(1), 0.0);
+        // n = 2: 1/sqrt(pi); n = 3: 3/(2 sqrt(pi)).
+        let pi_sqrt = std::f64::consts::PI.sqrt();
+        assert!((expected_max_standard_normal(2) - 1.0 / pi_sqrt).abs() < 1e-6);
+        assert!((expected_max_standard_normal(3) - 1.5 / pi_sqrt).abs() < 1e-6);
+        // Tabulated (Tippett 1925; Harter 1961): n = 10 -> 1.538753, n = 60 -> 2.319.
+        assert!((expected_max_standard_normal(10) - 1.538753).abs() < 1e-5);
+        let z60 = expected_max_standard_normal(60);
+        assert!((z60 - 2.3193).abs() < 5e-4, "{z60}");
+    }
+
+    #[test]
+    fn coefficient_of_variation_and_imbalance_of_simple_loads() {
+        assert_eq!(coefficient_of_variation(&[]), 0.0);
+        assert_eq!(coefficient_of_variation(&[0.0, 0.0]), 0.0);
+        assert_eq!(coefficient_of_variation(&[3.0; 120]), 0.0);
+        assert!((coefficient_of_variation(&[1.0, 3.0]) - 0.5).abs() < 1e-12);
+        assert_eq!(imbalance(&[5.0; 120], 60), 1.0);
+        assert_eq!(imbalance(&[0.0; 120], 60), 1.0);
+        // Layer 0: [4, 0] -> max/mean 2; layer 1: [1, 1] -> 1.
+        assert_eq!(imbalance(&[4.0, 0.0, 1.0, 1.0], 2), 1.5);
+    }
+
+    #[test]
+    fn lane_reductions_match_plain_loops() {
+        let values: Vec<f32> = (0..61)
+            .map(|i| ((i * 37) % 23) as f32 * 0.75 - 3.0)
+            .collect();
+        let plain_max = values.iter().copied().fold(0.0f32, f32::max);
+        assert_eq!(max_of(&values), plain_max);
+        assert_eq!(max_of(&[-2.0, -1.0]), 0.0);
+        assert_eq!(max_of(&[]), 0.0);
+        let plain_sum: f64 = values.iter().map(|&x| f64::from(x)).sum();
+        assert!((sum_of(&values) - plain_sum).abs() < 1e-9);
+    }
+
+    #[test]
+    fn straggler_grows_when_load_concentrates() {
+        let (profile, shape) = l4_qwen();
+        let model = ExecutionModel::straggler(&profile, &shape);
+        let (even, even_decode) = loads(&shape, 8, 128, 0.0);
+        let (hot, hot_decode) = loads(&shape, 8, 128, 0.5);
+        let (hotter, hotter_decode) = loads(&shape, 8, 128, 1.0);
+        let total = |l: &[f32]| l.iter().map(|&x| f64::from(x)).sum::<f64>();
+        assert!((total(&even) - total(&hotter)).abs() < 1.0);
+        let t_even = model.batch_time(&work(&even, &even_decode, 8, 128, 16));
+        let t_hot = model.batch_time(&work(&hot, &hot_decode, 8, 128, 16));
+        let t_hotter = model.batch_time(&work(&hotter, &hotter_decode, 8, 128, 16));
+        assert!(
+            t_even < t_hot && t_hot < t_hotter,
+            "{t_even:?} {t_hot:?} {t_hotter:?}"
+        );
+        assert_eq!(model.source(), "analytic-roofline");
+    }
+
+    #[test]
+    fn cv_equals_base_when_even_and_grows_with_cv() {
+        let (profile, shape) = l4_qwen();
+        let model = ExecutionModel::cv(&profile, &shape, Some(0.5));
+        let ExecutionModel::Cv(cv) = &model else {
+            unreachable!()
+        };
+        let (even, even_decode) = loads(&shape, 8, 128, 0.0);
+        let w = work(&even, &even_decode, 8, 128, 16);
+        assert_eq!(
+            model.batch_time(&w),
+            SimDuration(cv.base_nanos(&w).round() as u64)
+        );
+        let mut previous = model.batch_time(&w);
+        for fraction in [0.1, 0.3, 0.6, 1.0] {
+            let (load, decode) = loads(&shape, 8, 128, fraction);
+            let w = work(&load, &decode, 8, 128, 16);
+            let t = model.batch_time(&w);
+            assert!(t > previous, "fraction {fraction}: {t:?} <= {previous:?}");
+            let expected = cv.base_nanos(&w) * (1.0 + 0.5 * coefficient_of_variation(&load));
+            assert!((t.0 as f64 - expected).abs() <= 1.0);
+            previous = t;
+        }
+    }
+
+    #[test]
+    fn both_models_agree_on_an_even_load() {
+        let (profile, shape) = l4_qwen();
+        let cv = ExecutionModel::cv(&profile, &shape, None);
+        let straggler = ExecutionModel::straggler(&profile, &shape);
+        // 120 tokens x 4 / 60 = 8 routings per expert: exact in f32.
+        let (even, even_decode) = loads(&shape, 15, 8, 0.0);
+        let w = work(&even, &even_decode, 15, 8, 20);
+        let (a, b) = (
+            cv.batch_time(&w).0 as f64,
+            straggler.batch_time(&w).0 as f64,
+        );
+        assert!((a - b).abs() <= 2.0, "cv {a} vs straggler {b}");
+    }
+
+    #[test]
+    fn default_sensitivity_is_derived_from_the_profile() {
+        let (profile, shape) = l4_qwen();
+        let model = CvModel::new(&profile, &shape, None).unwrap();
+        let d = *model.derivation();
+        assert_eq!(model.sensitivity(), d.sensitivity);
+        assert!(d.moe_share > 0.0 && d.moe_share < 1.0);
+        assert!((d.sensitivity - d.moe_share * expected_max_standard_normal(60)).abs() < 1e-12);
+        assert!(matches!(
+            CvModel::new(&profile, &shape, Some(-1.0)),
+            Err(ExecutionModelError::InvalidSensitivity(_))
+        ));
+        let mut other = shape.clone();
+        other.n_experts = 64;
+        assert!(matches!(
+            CvModel::new(&profile, &other, None),
+            Err(ExecutionModelError::Profile(_))
+        ));
+    }
+
+    /// Prints the numbers docs/cost-model.md quotes:
+    /// `cargo test -p expertsim-sim --lib reference_numbers -- --nocapture`.
+    #[test]
+    fn reference_numbers() {
+        let (profile, shape) = l4_qwen();
+        let curve = profile
+            .expert_curve(shape.hidden, shape.expert_ffn, shape.weight_dtype)
+            .unwrap();
+        println!("expert FFN curve (L4, Qwen1.5-MoE-A2.7B nf4), tokens -> us:");
+        for tokens in [
+            1.0, 32.0, 64.0, 65.0, 128.0, 129.0, 192.0, 256.0, 512.0, 1024.0, 4096.0, 8192.0,
+        ] {
+            println!("  {tokens:>6} -> {:9.3}", curve.at(tokens) / 1e3);
+        }
+        for (name, c) in [
+            (
+                "non_expert_prefill (per layer, tokens)",
+                &profile.non_expert_prefill,
+            ),
+            (
+                "non_expert_decode (per layer, batch)",
+                &profile.non_expert_decode,
+            ),
+            ("head (batch)", &profile.head),
+            ("decode_step (batch)", &profile.decode_step),
+        ] {
+            let points: Vec<String> = [1.0, 8.0, 64.0, 1024.0]
+                .iter()
+                .map(|&n| format!("{n} -> {:.3} us", c.at(n) / 1e3))
+                .collect();
+            println!("{name}: {}", points.join(", "));
+        }
+        let cv = CvModel::new(&profile, &shape, None).unwrap();
+        let d = cv.derivation();
+        println!(
+            "sensitivity: base {:.3} ms, routed-expert part {:.3} ms, share {:.5}, z_60 {:.5}, sensitivity {:.5}",
+            d.base_nanos / 1e6,
+            d.expert_nanos / 1e6,
+            d.moe_share,
+            d.expected_max_normal,
+            d.sensitivity
+        );
+        let straggler = StragglerModel::new(&profile, &shape).unwrap();
+        println!("8 requests x 128 prompt tokens, 16 decode steps:");
+        for fraction in [0.0, 0.05, 0.1, 0.25, 0.5, 1.0] {
+            let label = format!("{:.0} % on 4 hot experts", fraction * 100.0);
+            let (load, decode) = loads(&shape, 8, 128, fraction);
+            let w = work(&load, &decode, 8, 128, 16);
+            println!(
+                "  {label:<22} CV {:6.3}  imbalance {:6.3}  base {:8.3} ms  cv {:8.3} ms  straggler {:8.3} ms",
+                coefficient_of_variation(&load),
+                imbalance(&load, shape.n_experts),
+                cv.base_nanos(&w) / 1e6,
+                cv.batch_nanos(&w) / 1e6,
+                straggler.batch_nanos(&w) / 1e6
+            );
+        }
+        assert!(d.sensitivity > 0.0);
+    }
+}

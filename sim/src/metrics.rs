@@ -1,0 +1,318 @@
+//! Run metrics: per-request latency percentiles from a bounded-memory histogram, throughput,
+//! expert-load imbalance, queue depth over time, and the across-seed summaries of a sweep cell.
+//! Every metric is defined in docs/metrics.md.
+
+use crate::time::SimTime;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// Latencies are recorded in nanoseconds with 3 significant digits (relative error <= 0.1%),
+/// in memory that does not grow with the number of requests.
+const HISTOGRAM_SIGNIFICANT_DIGITS: u8 = 3;
+
+/// Streams latency samples into a histogram plus exact sums for the mean.
+#[derive(Clone, Debug)]
+pub struct LatencyRecorder {
+    histogram: Histogram<u64>,
+    sum_ns: u128,
+}
+
+impl Default for LatencyRecorder {
+    fn default() -> Self {
+        LatencyRecorder {
+            histogram: Histogram::new(HISTOGRAM_SIGNIFICANT_DIGITS)
+                .expect("valid histogram precision"),
+            sum_ns: 0,
+        }
+    }
+}
+
+impl LatencyRecorder {
+    pub fn record(&mut self, nanos: u64) {
+        self.histogram
+            .record(nanos)
+            .expect("auto-resizing histogram accepts any u64");
+        self.sum_ns += u128::from(nanos);
+    }
+    pub fn count(&self) -> u64 {
+        self.histogram.len()
+    }
+    /// Exact mean in milliseconds (0 when empty).
+    pub fn mean_ms(&self) -> f64 {
+        if self.count() == 0 {
+            0.0
+        } else {
+            self.sum_ns as f64 / self.count() as f64 * 1e-6
+        }
+    }
+    /// The `q`-quantile (0..=1) in milliseconds, within 0.1% (0 when empty).
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        if self.count() == 0 {
+            0.0
+        } else {
+            self.histogram.value_at_quantile(q) as f64 * 1e-6
+        }
+    }
+    pub fn summary(&self) -> LatencySummary {
+        LatencySummary {
+            mean_ms: self.mean_ms(),
+            p50_ms: self.quantile_ms(0.50),
+            p90_ms: self.quantile_ms(0.90),
+            p99_ms: self.quantile_ms(0.99),
+            max_ms: self.quantile_ms(1.0),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LatencySummary {
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+/// Tracks a piecewise-constant count over time (queue depth): its time average, its maximum and
+/// samples on a fixed grid (the value in force at each grid instant), without events of its own.
+#[derive(Clone, Debug)]
+pub struct DepthTracker {
+    value: u64,
+    since: SimTime,
+    area_ns: u128,
+    max: u64,
+    sample_interval_ns: u64,
+    next_sample: u64,
+    samples: Vec<(f64, u64)>,
+}
+
+impl DepthTracker {
+    /// `sample_interval_ns = 0` records no time series.
+    pub fn new(sample_interval_ns: u64) -> Self {
+        DepthTracker {
+            value: 0,
+            since: SimTime::ZERO,
+            area_ns: 0,
+            max: 0,
+            sample_interval_ns,
+            next_sample: 0,
+            samples: Vec::new(),
+        }
+    }
+    /// The count changes to `value` at `now`.
+    pub fn set(&mut self, now: SimTime, value: u64) {
+        self.advance(now);
+        self.value = value;
+        self.max = self.max.max(value);
+    }
+    fn advance(&mut self, now: SimTime) {
+        assert!(now >= self.since, "DepthTracker: time went backwards");
+        if self.sample_interval_ns > 0 {
+            while self.next_sample < now.0 {
+                self.samples
+                    .push((self.next_sample as f64 / 1e9, self.value));
+                self.next_sample += self.sample_interval_ns;
+            }
+        }
+        self.area_ns += u128::from(now.0 - self.since.0) * u128::from(self.value);
+        self.since = now;
+    }
+    /// Closes the record at `end` and returns (time average, max, samples).
+    pub fn finish(mut self, end: SimTime) -> (f64, u64, Vec<(f64, u64)>) {
+        self.advance(end);
+        let mean = if end.0 == 0 {
+            0.0
+        } else {
+            self.area_ns as f64 / end.0 as f64
+        };
+        (mean, self.max, self.samples)
+    }
+}
+
+/// Everything one simulation run reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunMetrics {
+    pub n_requests: u64,
+    pub n_batches: u64,
+    /// Arrival to completion.
+    pub latency: LatencySummary,
+    /// Arrival to the start of the request's batch.
+    pub queue_wait: LatencySummary,
+    /// Completed requests per second between the first arrival and the last completion.
+    pub throughput_rps: f64,
+    /// Time of the last completion, seconds.
+    pub makespan_s: f64,
+    pub mean_batch_size: f64,
+    /// Mean over batches of the batch's expert-load imbalance (per layer max/mean, averaged over layers).
+    pub imbalance: f64,
+    /// Mean over batches of the coefficient of variation of the batch's load vector.
+    pub load_cv: f64,
+    /// Mean batch execution time, milliseconds.
+    pub mean_batch_time_ms: f64,
+    /// Fraction of the makespan the GPU was executing a batch.
+    pub utilization: f64,
+    /// Time-averaged number of requests waiting (not yet in a batch).
+    pub queue_depth_mean: f64,
+    pub queue_depth_max: u64,
+    /// Queue depth sampled on the scenario's grid: (seconds, depth).
+    pub queue_depth_series: Vec<(f64, u64)>,
+}
+
+/// The scalar metrics a sweep summarises across seeds and a figure may plot, with their units.
+pub const SCALAR_METRICS: &[(&str, &str)] = &[
+    ("latency_mean_ms", "mean latency (ms)"),
+    ("latency_p50_ms", "P50 latency (ms)"),
+    ("latency_p90_ms", "P90 latency (ms)"),
+    ("latency_p99_ms", "P99 latency (ms)"),
+    ("queue_wait_mean_ms", "mean queue wait (ms)"),
+    ("throughput_rps", "throughput (req/s)"),
+    ("imbalance", "expert-load imbalance (max/mean)"),
+    ("load_cv", "load CV (std/mean)"),
+    ("makespan_s", "makespan (s)"),
+    ("mean_batch_size", "mean batch size"),
+    ("mean_batch_time_ms", "mean batch time (ms)"),
+    ("utilization", "GPU utilization"),
+    ("queue_depth_mean", "mean queue depth"),
+];
+
+impl RunMetrics {
+    /// The value of scalar metric `name` (one of `SCALAR_METRICS`).
+    pub fn scalar(&self, name: &str) -> Option<f64> {
+        Some(match name {
+            "latency_mean_ms" => self.latency.mean_ms,
+            "latency_p50_ms" => self.latency.p50_ms,
+            "latency_p90_ms" => self.latency.p90_ms,
+            "latency_p99_ms" => self.latency.p99_ms,
+            "queue_wait_mean_ms" => self.queue_wait.mean_ms,
+            "throughput_rps" => self.throughput_rps,
+            "imbalance" => self.imbalance,
+            "load_cv" => self.load_cv,
+            "makespan_s" => self.makespan_s,
+            "mean_batch_size" => self.mean_batch_size,
+            "mean_batch_time_ms" => self.mean_batch_time_ms,
+            "utilization" => self.utilization,
+            "queue_depth_mean" => self.queue_depth_mean,
+            _ => return None,
+        })
+    }
+}
+
+/// Mean, sample standard deviation and the half-width of a 95% Student-t confidence interval of
+/// the mean, across the seeds of one sweep cell.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AcrossSeeds {
+    pub mean: f64,
+    pub std: f64,
+    pub ci95: f64,
+    pub n: usize,
+}
+
+impl AcrossSeeds {
+    pub fn of(values: &[f64]) -> AcrossSeeds {
+        use statrs::distribution::{ContinuousCDF, StudentsT};
+        let n = values.len();
+        assert!(n > 0, "AcrossSeeds::of needs at least one value");
+        let mean = values.iter().sum::<f64>() / n as f64;
+        if n == 1 {
+            return AcrossSeeds {
+                mean,
+                std: 0.0,
+                ci95: 0.0,
+                n,
+            };
+        }
+        let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+        let std = var.sqrt();
+        let t = StudentsT::new(0.0, 1.0, (n - 1) as f64)
+            .expect("n >= 2 gives a valid t distribution")
+            .inverse_cdf(0.975);
+        AcrossSeeds {
+            mean,
+            std,
+            ci95: t * std / (n as f64).sqrt(),
+            n,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_quantiles_within_a_tenth_of_a_percent() {
+        let mut recorder = LatencyRecorder::default();
+        for ms in 1..=1000u64 {
+            recorder.record(ms * 1_000_000);
+        }
+        assert!((recorder.mean_ms() - 500.5).abs() < 1e-9);
+        let p99 = recorder.quantile_ms(0.99);
+        assert!((p99 - 990.0).abs() / 990.0 < 1e-3, "p99 {p99}");
+        let p50 = recorder.quantile_ms(0.5);
+        assert!((p50 - 500.0).abs() / 500.0 < 1e-3, "p50 {p50}");
+    }
+
+    #[test]
+    fn depth_tracker_time_average_and_grid_samples() {
+        let mut depth = DepthTracker::new(1_000);
+        depth.set(SimTime(0), 2);
+        depth.set(SimTime(1_500), 4);
+        depth.set(SimTime(3_000), 0);
+        let (mean, max, samples) = depth.finish(SimTime(4_000));
+        // (2 * 1500 + 4 * 1500 + 0 * 1000) / 4000
+        assert!((mean - 2.25).abs() < 1e-12);
+        assert_eq!(max, 4);
+        assert_eq!(samples, vec![(0.0, 2), (1e-6, 2), (2e-6, 4), (3e-6, 0)]);
+    }
+
+    #[test]
+    fn confidence_interval_uses_student_t() {
+        let s = AcrossSeeds::of(&[1.0, 2.0, 3.0, 4.0]);
+        assert!((s.mean - 2.5).abs() < 1e-12);
+        assert!((s.std - 1.2909944).abs() < 1e-6);
+        // t(0.975, 3) = 3.182446
+        assert!(
+            (s.ci95 - 3.182446 * 1.2909944 / 2.0).abs() < 1e-4,
+            "{}",
+            s.ci95
+        );
+        assert_eq!(AcrossSeeds::of(&[7.0]).ci95, 0.0);
+    }
+
+    #[test]
+    fn every_listed_scalar_metric_resolves() {
+        let metrics = RunMetrics {
+            n_requests: 1,
+            n_batches: 1,
+            latency: LatencySummary {
+                mean_ms: 1.0,
+                p50_ms: 1.0,
+                p90_ms: 1.0,
+                p99_ms: 9.0,
+                max_ms: 1.0,
+            },
+            queue_wait: LatencySummary {
+                mean_ms: 0.0,
+                p50_ms: 0.0,
+                p90_ms: 0.0,
+                p99_ms: 0.0,
+                max_ms: 0.0,
+            },
+            throughput_rps: 1.0,
+            makespan_s: 1.0,
+            mean_batch_size: 1.0,
+            imbalance: 1.0,
+            load_cv: 0.0,
+            mean_batch_time_ms: 1.0,
+            utilization: 1.0,
+            queue_depth_mean: 0.0,
+            queue_depth_max: 0,
+            queue_depth_series: vec![],
+        };
+        for (name, _) in SCALAR_METRICS {
+            assert!(metrics.scalar(name).is_some(), "{name}");
+        }
+        assert_eq!(metrics.scalar("latency_p99_ms"), Some(9.0));
+        assert_eq!(metrics.scalar("nope"), None);
+    }
+}

@@ -1,0 +1,192 @@
+//! Scenario errors that name the file, line, column and field, and the span index that maps a
+//! field path (`arrival.rate_per_s`, `figure[0].x`) to where it is written in the TOML text.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use toml::de::{DeTable, DeValue};
+
+/// Where in the input a problem is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// A position in the scenario file (1-based line and column).
+    File { line: usize, column: usize },
+    /// A `--set` override given on the command line.
+    CommandLine,
+    /// Nowhere more precise than the file itself.
+    Unknown,
+}
+
+/// A problem with a scenario: one line, naming file, line and field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScenarioError {
+    pub file: PathBuf,
+    pub location: Location,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        match &self.location {
+            Location::File { line, column } => write!(f, ":{line}:{column}")?,
+            Location::CommandLine => write!(f, " (--set)")?,
+            Location::Unknown => {}
+        }
+        if let Some(field) = &self.field {
+            write!(f, ": field `{field}`")?;
+        }
+        // Keep the error on one line whatever the underlying message looks like.
+        let message = self
+            .message
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        write!(f, ": {message}")
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+/// Field path -> (line, column) of its key in the text, for every key and array element.
+#[derive(Clone, Debug, Default)]
+pub struct SpanIndex {
+    positions: HashMap<String, (usize, usize)>,
+    line_starts: Vec<usize>,
+}
+
+impl SpanIndex {
+    /// Indexes `text`; returns a syntax error (with its position) when it is not valid TOML.
+    pub fn build(file: &Path, text: &str) -> Result<SpanIndex, ScenarioError> {
+        let mut index = SpanIndex {
+            positions: HashMap::new(),
+            line_starts: line_starts(text),
+        };
+        let table = DeTable::parse(text).map_err(|err| {
+            let location = err
+                .span()
+                .map(|s| index.location_of(s.start))
+                .unwrap_or(Location::Unknown);
+            ScenarioError {
+                file: file.to_path_buf(),
+                location,
+                field: None,
+                message: format!("invalid TOML: {}", err.message()),
+            }
+        })?;
+        index.walk_table("", table.get_ref());
+        Ok(index)
+    }
+
+    fn walk_table(&mut self, prefix: &str, table: &DeTable<'_>) {
+        for (key, value) in table.iter() {
+            let path = if prefix.is_empty() {
+                key.get_ref().to_string()
+            } else {
+                format!("{prefix}.{}", key.get_ref())
+            };
+            let position = self.position(key.span().start);
+            self.positions.insert(path.clone(), position);
+            self.walk_value(&path, value.get_ref());
+        }
+    }
+
+    fn walk_value(&mut self, path: &str, value: &DeValue<'_>) {
+        match value {
+            DeValue::Table(table) => self.walk_table(path, table),
+            DeValue::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let item_path = format!("{path}[{i}]");
+                    let position = self.position(item.span().start);
+                    self.positions.entry(item_path.clone()).or_insert(position);
+                    self.walk_value(&item_path, item.get_ref());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn position(&self, offset: usize) -> (usize, usize) {
+        let line = self.line_starts.partition_point(|&start| start <= offset);
+        let column = offset - self.line_starts[line - 1] + 1;
+        (line, column)
+    }
+
+    /// The location of byte `offset`.
+    pub fn location_of(&self, offset: usize) -> Location {
+        let (line, column) = self.position(offset);
+        Location::File { line, column }
+    }
+
+    /// The location of `path`, or of its longest written prefix (a missing field is reported at
+    /// the table that lacks it).
+    pub fn locate(&self, path: &str) -> Location {
+        let mut candidate = path;
+        loop {
+            if let Some(&(line, column)) = self.positions.get(candidate) {
+                return Location::File { line, column };
+            }
+            match candidate.rfind(['.', '[']) {
+                Some(cut) => candidate = &candidate[..cut],
+                None => return Location::Unknown,
+            }
+        }
+    }
+}
+
+fn line_starts(text: &str) -> Vec<usize> {
+    std::iter::once(0)
+        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locates_keys_nested_tables_and_array_items() {
+        let text = "name = \"x\"\n[arrival]\nrate_per_s = 5\n\n[[figure]]\nx = \"a\"\n";
+        let index = SpanIndex::build(Path::new("s.toml"), text).unwrap();
+        assert_eq!(index.locate("name"), Location::File { line: 1, column: 1 });
+        assert_eq!(
+            index.locate("arrival.rate_per_s"),
+            Location::File { line: 3, column: 1 }
+        );
+        assert_eq!(
+            index.locate("figure[0].x"),
+            Location::File { line: 6, column: 1 }
+        );
+        // A field that is not written is reported at the nearest written ancestor.
+        assert_eq!(
+            index.locate("arrival.bursty.mean_burst_s"),
+            index.locate("arrival")
+        );
+        assert_eq!(index.locate("nothing"), Location::Unknown);
+    }
+
+    #[test]
+    fn syntax_errors_carry_a_position() {
+        let err = SpanIndex::build(Path::new("s.toml"), "a = 1\nb = = 2\n").unwrap_err();
+        assert!(
+            matches!(err.location, Location::File { line: 2, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().starts_with("s.toml:2:"), "{err}");
+    }
+
+    #[test]
+    fn display_is_one_line() {
+        let err = ScenarioError {
+            file: "a.toml".into(),
+            location: Location::File { line: 3, column: 7 },
+            field: Some("arrival.rate_per_s".into()),
+            message: "must be > 0\n(got -1)".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "a.toml:3:7: field `arrival.rate_per_s`: must be > 0 (got -1)"
+        );
+    }
+}

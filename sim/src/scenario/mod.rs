@@ -1,0 +1,309 @@
+//! Scenario loading in two stages: the TOML text is checked against the file schema
+//! (`file::ScenarioFile`, unknown keys and wrong types rejected with line and column), then each
+//! sweep cell is validated into a runnable `validate::Scenario`. Every error is one line naming
+//! the file, the line and the field, and nothing runs until every cell has passed.
+
+pub mod error;
+pub mod file;
+pub mod sweep;
+pub mod validate;
+
+pub use error::{Location, ScenarioError};
+pub use file::ScenarioFile;
+pub use validate::{ArrivalSpec, ExecutionSpec, Scenario};
+
+use error::SpanIndex;
+use file::{FigureFile, ReportFile};
+use std::path::{Path, PathBuf};
+use sweep::SweepAxis;
+
+/// A loaded scenario: its sweep expanded into validated cells.
+#[derive(Clone, Debug)]
+pub struct ScenarioPlan {
+    pub path: PathBuf,
+    pub name: String,
+    pub description: String,
+    pub seeds: Vec<u64>,
+    pub axes: Vec<SweepAxis>,
+    pub cells: Vec<Cell>,
+    pub report: Option<ReportFile>,
+    pub figures: Vec<FigureFile>,
+    /// The scenario document after `--set` overrides and without `[sweep]`, for the result echo.
+    pub document: toml::Table,
+}
+
+/// One sweep cell: its coordinates (a value per sweep key) and the validated scenario.
+#[derive(Clone, Debug)]
+pub struct Cell {
+    pub id: String,
+    pub coords: Vec<(String, toml::Value)>,
+    pub scenario: Scenario,
+}
+
+/// Where an overridden value came from, for error messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    Sweep,
+    CommandLine,
+}
+
+struct Loader<'a> {
+    path: &'a Path,
+    spans: SpanIndex,
+}
+
+impl Loader<'_> {
+    fn error(
+        &self,
+        location: Location,
+        field: Option<&str>,
+        message: impl Into<String>,
+    ) -> ScenarioError {
+        ScenarioError {
+            file: self.path.to_path_buf(),
+            location,
+            field: field.map(str::to_string),
+            message: message.into(),
+        }
+    }
+
+    fn locate_sweep_key(&self, key: &str) -> Location {
+        self.spans.locate(&format!("sweep.{key}"))
+    }
+
+    /// Locates `path`, attributing it to the sweep key or `--set` that supplied its value.
+    fn locate(&self, path: &str, overrides: &[(String, Origin)]) -> Location {
+        for (key, origin) in overrides {
+            let covers = path == key
+                || path
+                    .strip_prefix(key.as_str())
+                    .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+                || key
+                    .strip_prefix(path)
+                    .is_some_and(|rest| rest.starts_with('.'));
+            if covers {
+                return match origin {
+                    Origin::Sweep => self.locate_sweep_key(key),
+                    Origin::CommandLine => Location::CommandLine,
+                };
+            }
+        }
+        self.spans.locate(path)
+    }
+}
+
+/// Loads the scenario at `path`, applies `--set key=value` overrides `sets`, expands the sweep
+/// and validates every cell.
+pub fn load(path: &Path, sets: &[String]) -> Result<ScenarioPlan, ScenarioError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+        file: path.to_path_buf(),
+        location: Location::Unknown,
+        field: None,
+        message: format!("cannot read the scenario file: {e}"),
+    })?;
+    load_str(path, &text, sets)
+}
+
+/// Like `load`, for scenario text already in memory (`path` names it in errors and anchors
+/// relative paths).
+pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan, ScenarioError> {
+    let loader = Loader {
+        path,
+        spans: SpanIndex::build(path, text)?,
+    };
+    let mut document: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+        loader.error(Location::Unknown, None, e.message().to_string())
+    })?;
+
+    // The sweep axes, in the order written.
+    let mut axes = Vec::new();
+    if let Some(sweep) = document.remove("sweep") {
+        let toml::Value::Table(sweep) = sweep else {
+            return Err(loader.error(
+                loader.spans.locate("sweep"),
+                Some("sweep"),
+                "must be a table of dotted keys to value lists",
+            ));
+        };
+        for (key, values) in sweep {
+            let field = format!("sweep.{key}");
+            let toml::Value::Array(values) = values else {
+                return Err(loader.error(
+                    loader.locate_sweep_key(&key),
+                    Some(&field),
+                    "must be a list of values",
+                ));
+            };
+            if values.is_empty() {
+                return Err(loader.error(
+                    loader.locate_sweep_key(&key),
+                    Some(&field),
+                    "must list at least one value",
+                ));
+            }
+            axes.push(SweepAxis { key, values });
+        }
+    }
+
+    // --set overrides: a swept key is narrowed to the given value(s); anything else is set.
+    let mut overrides: Vec<(String, Origin)> = Vec::new();
+    for argument in sets {
+        let (key, value) =
+            sweep::parse_set(argument).map_err(|m| loader.error(Location::CommandLine, None, m))?;
+        if let Some(axis) = axes.iter_mut().find(|a| a.key == key) {
+            axis.values = match value {
+                toml::Value::Array(values) if !values.is_empty() => values,
+                toml::Value::Array(_) => {
+                    return Err(loader.error(
+                        Location::CommandLine,
+                        Some(&key),
+                        "an empty list leaves no sweep cell",
+                    ));
+                }
+                single => vec![single],
+            };
+        } else {
+            sweep::apply(&mut document, &key, value)
+                .map_err(|m| loader.error(Location::CommandLine, Some(&key), m))?;
+            overrides.push((key, Origin::CommandLine));
+        }
+    }
+
+    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut cache = validate::LoadCache::default();
+    let mut cells = Vec::new();
+    let mut first: Option<ScenarioFile> = None;
+    for coords in sweep::cartesian(&axes) {
+        let mut cell_doc = document.clone();
+        let mut cell_overrides = overrides.clone();
+        for (key, value) in &coords {
+            sweep::apply(&mut cell_doc, key, value.clone()).map_err(|m| {
+                loader.error(
+                    loader.locate_sweep_key(key),
+                    Some(&format!("sweep.{key}")),
+                    m,
+                )
+            })?;
+            cell_overrides.push((key.clone(), Origin::Sweep));
+        }
+        let file: ScenarioFile = serde_path_to_error::deserialize(toml::Value::Table(cell_doc))
+            .map_err(|err| {
+                let field = err.path().to_string();
+                let field = if field == "." { None } else { Some(field) };
+                let location = field
+                    .as_deref()
+                    .map(|f| loader.locate(f, &cell_overrides))
+                    .unwrap_or(Location::Unknown);
+                loader.error(
+                    location,
+                    field.as_deref(),
+                    err.into_inner().message().to_string(),
+                )
+            })?;
+        let scenario = validate::validate(&file, &base_dir, &mut cache).map_err(|e| {
+            let location = loader.locate(&e.path, &cell_overrides);
+            let mut message = e.message;
+            if let Some((key, value)) = coords
+                .iter()
+                .find(|(k, _)| e.path == *k || e.path.starts_with(&format!("{k}.")))
+            {
+                message = format!(
+                    "{message} (in the sweep cell {key} = {})",
+                    sweep::display_value(value)
+                );
+            }
+            loader.error(location, Some(&e.path), message)
+        })?;
+        first.get_or_insert(file);
+        cells.push(Cell {
+            id: sweep::cell_id(&coords),
+            coords,
+            scenario,
+        });
+    }
+    let file = first.expect("cartesian always yields at least one cell");
+
+    let axis_keys: Vec<&str> = axes.iter().map(|a| a.key.as_str()).collect();
+    let require_axis = |key: &str, field: &str| -> Result<(), ScenarioError> {
+        if axis_keys.contains(&key) {
+            Ok(())
+        } else {
+            Err(loader.error(
+                loader.spans.locate(field),
+                Some(field),
+                format!(
+                    "`{key}` is not a sweep key (sweep keys: {})",
+                    if axis_keys.is_empty() {
+                        "none".to_string()
+                    } else {
+                        axis_keys.join(", ")
+                    }
+                ),
+            ))
+        }
+    };
+    if let Some(report) = &file.report {
+        require_axis(&report.compare, "report.compare")?;
+        let axis = axes
+            .iter()
+            .find(|a| a.key == report.compare)
+            .expect("checked above");
+        if !axis.values.contains(&report.baseline) {
+            return Err(loader.error(
+                loader.spans.locate("report.baseline"),
+                Some("report.baseline"),
+                format!(
+                    "`{}` is not among the swept values of `{}`",
+                    sweep::display_value(&report.baseline),
+                    report.compare
+                ),
+            ));
+        }
+    }
+    for (i, figure) in file.figures.iter().enumerate() {
+        require_axis(&figure.x, &format!("figure[{i}].x"))?;
+        require_axis(&figure.series, &format!("figure[{i}].series"))?;
+        if let Some(panels) = &figure.panels {
+            require_axis(panels, &format!("figure[{i}].panels"))?;
+        }
+        if figure.metrics.is_empty() {
+            return Err(loader.error(
+                loader.spans.locate(&format!("figure[{i}].metrics")),
+                Some(&format!("figure[{i}].metrics")),
+                "must name at least one metric",
+            ));
+        }
+        for (j, metric) in figure.metrics.iter().enumerate() {
+            if !crate::metrics::SCALAR_METRICS
+                .iter()
+                .any(|(name, _)| name == metric)
+            {
+                let known: Vec<&str> = crate::metrics::SCALAR_METRICS
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect();
+                let field = format!("figure[{i}].metrics[{j}]");
+                return Err(loader.error(
+                    loader.spans.locate(&field),
+                    Some(&field),
+                    format!(
+                        "unknown metric `{metric}`; known metrics: {}",
+                        known.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+
+    Ok(ScenarioPlan {
+        path: path.to_path_buf(),
+        name: file.name.clone(),
+        description: file.description.clone(),
+        seeds: file.seeds.clone(),
+        axes,
+        cells,
+        report: file.report.clone(),
+        figures: file.figures.clone(),
+        document,
+    })
+}

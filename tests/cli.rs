@@ -1,0 +1,305 @@
+//! Integration tests of the `expertsim` binary: bad input is refused with a one-line error naming
+//! file, line and field (exit 2, nothing written); runs are byte-for-byte deterministic; `run`
+//! writes results, figures and per-request CSV; `list` and `validate` work.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn expertsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_expertsim"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the binary runs")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A small valid scenario; `patch` replaces one line of it.
+const SMALL: &str = r#"name = "small"
+family = "caps"
+seeds = [7]
+
+[model]
+preset = "qwen1.5-moe-a2.7b"
+
+[workload]
+n_requests = 200
+
+[arrival]
+pattern = "bursty"
+rate_per_s = 100
+
+[scheduler]
+selector = { kind = "greedy_variance" }
+
+[execution]
+model = "cv"
+gpu = "L4"
+"#;
+
+fn write_scenario(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("scenario.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Runs `run` on `text` and checks the refusal: exit code 2, one line on stderr that starts with
+/// `<file>:<line>:` (when `line` is given) and mentions each of `needles`, and no output written.
+fn assert_refused(text: &str, line: Option<usize>, needles: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_scenario(dir.path(), text);
+    let out = dir.path().join("out");
+    let output = expertsim(&[
+        "run",
+        path.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "stderr: {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line expected, got: {err}"
+    );
+    let prefix = match line {
+        Some(line) => format!("error: {}:{line}:", path.display()),
+        None => format!("error: {}", path.display()),
+    };
+    assert!(
+        err.starts_with(&prefix),
+        "expected prefix {prefix:?} in: {err}"
+    );
+    for needle in needles {
+        assert!(err.contains(needle), "expected {needle:?} in: {err}");
+    }
+    assert!(
+        !out.exists(),
+        "nothing may be written for a refused scenario"
+    );
+}
+
+#[test]
+fn unknown_field_is_refused_with_its_line() {
+    let text = SMALL.replace("n_requests = 200", "n_requests = 200\nn_requestz = 5");
+    assert_refused(&text, Some(10), &["n_requestz", "unknown field"]);
+}
+
+#[test]
+fn wrong_type_is_refused_with_its_line() {
+    let text = SMALL.replace("n_requests = 200", "n_requests = \"many\"");
+    assert_refused(&text, Some(9), &["workload.n_requests", "invalid type"]);
+}
+
+#[test]
+fn top_k_above_expert_count_is_refused() {
+    let text = SMALL.replace(
+        "preset = \"qwen1.5-moe-a2.7b\"",
+        "preset = \"qwen1.5-moe-a2.7b\"\ntop_k = 61",
+    );
+    assert_refused(
+        &text,
+        Some(7),
+        &["model.top_k", "exceeds the number of routed experts (60)"],
+    );
+}
+
+#[test]
+fn negative_rate_is_refused() {
+    let text = SMALL.replace("rate_per_s = 100", "rate_per_s = -5");
+    assert_refused(&text, Some(13), &["arrival.rate_per_s", "positive", "-5"]);
+}
+
+#[test]
+fn unknown_strategy_kind_lists_the_known_ones() {
+    let text = SMALL.replace("kind = \"greedy_variance\"", "kind = \"fastest\"");
+    assert_refused(
+        &text,
+        Some(16),
+        &[
+            "scheduler.selector",
+            "fastest",
+            "fcfs",
+            "greedy_variance",
+            "karmarkar_karp",
+            "differencing",
+        ],
+    );
+}
+
+#[test]
+fn missing_trace_file_is_refused() {
+    let text = SMALL.replace(
+        "pattern = \"bursty\"\nrate_per_s = 100",
+        "pattern = \"trace\"\ntrace = { path = \"no/such/trace.csv\" }",
+    );
+    assert_refused(
+        &text,
+        Some(13),
+        &["arrival.trace.path", "no/such/trace.csv"],
+    );
+}
+
+#[test]
+fn bad_swept_value_points_at_the_sweep_key() {
+    let text = format!("{SMALL}\n[sweep]\n\"arrival.rate_per_s\" = [100, -1]\n");
+    assert_refused(&text, Some(24), &["arrival.rate_per_s", "sweep cell"]);
+}
+
+#[test]
+fn syntax_error_is_refused_with_its_line() {
+    let text = SMALL.replace("n_requests = 200", "n_requests = = 200");
+    assert_refused(&text, Some(9), &["invalid TOML"]);
+}
+
+#[test]
+fn bad_set_override_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_scenario(dir.path(), SMALL);
+    let output = expertsim(&[
+        "validate",
+        path.to_str().unwrap(),
+        "--set",
+        "workload.n_requests=-3",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let err = stderr(&output);
+    assert!(
+        err.contains("(--set)") && err.contains("workload.n_requests"),
+        "{err}"
+    );
+}
+
+#[test]
+fn same_scenario_and_seed_give_identical_result_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_scenario(
+        dir.path(),
+        &format!(
+            "{SMALL}\n[sweep]\n\"scheduler.selector.kind\" = [\"fcfs\", \"random\", \"power_of_d\"]\n"
+        ),
+    );
+    let mut outputs = Vec::new();
+    for run in ["a", "b"] {
+        let out = dir.path().join(run);
+        let output = expertsim(&[
+            "run",
+            path.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--per-request-csv",
+            "--no-figures",
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        outputs.push(out);
+    }
+    let read = |dir: &Path, name: &str| {
+        std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    assert_eq!(
+        read(&outputs[0], "results.json"),
+        read(&outputs[1], "results.json")
+    );
+    for csv in [
+        "requests/0000_seed7.csv",
+        "requests/0001_seed7.csv",
+        "requests/0002_seed7.csv",
+    ] {
+        let a = read(&outputs[0], csv);
+        assert_eq!(a, read(&outputs[1], csv), "{csv}");
+        // One header plus one row per request.
+        assert_eq!(a.iter().filter(|b| **b == b'\n').count(), 201, "{csv}");
+    }
+    // A different seed gives a different result (the comparison above is not vacuous).
+    let out = dir.path().join("c");
+    let output = expertsim(&[
+        "run",
+        path.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--no-figures",
+        "--set",
+        "seeds=[8]",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_ne!(
+        read(&outputs[0], "results.json"),
+        read(&out, "results.json")
+    );
+}
+
+#[test]
+fn quick_caps_run_writes_results_and_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("quick");
+    let output = expertsim(&[
+        "run",
+        "scenarios/caps/quick.toml",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        table.contains("greedy_variance") && table.contains("p99_vs_base"),
+        "{table}"
+    );
+    let document: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    let cells = document["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 16);
+    for cell in cells {
+        assert_eq!(
+            cell["runs"][0]["metrics"]["n_requests"], 500,
+            "every request is served"
+        );
+        assert_eq!(cell["cost_model"], "analytic-roofline");
+    }
+    for name in ["p99_vs_rate.png", "p99_vs_rate.svg"] {
+        let bytes = std::fs::read(out.join("figures").join(name)).unwrap();
+        assert!(bytes.len() > 1000, "{name} is {} bytes", bytes.len());
+    }
+}
+
+#[test]
+fn list_names_every_batch_selector() {
+    let output = expertsim(&["list"]);
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    for kind in [
+        "fcfs",
+        "random",
+        "greedy_variance",
+        "greedy_dot_product",
+        "norm_minimizing",
+        "best_fit",
+        "power_of_d",
+        "power_of_d_dot",
+        "lpt",
+        "lpt_balanced",
+        "karmarkar_karp",
+        "differencing",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().nth(1) == Some(kind)),
+            "{kind} missing from:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn every_shipped_scenario_validates() {
+    for entry in [
+        "scenarios/caps/evaluation.toml",
+        "scenarios/caps/evaluation_straggler.toml",
+        "scenarios/caps/quick.toml",
+        "scenarios/smoke/trace_replay.toml",
+    ] {
+        let output = expertsim(&["validate", entry]);
+        assert!(output.status.success(), "{entry}: {}", stderr(&output));
+    }
+}
