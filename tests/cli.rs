@@ -146,7 +146,7 @@ fn missing_trace_file_is_refused() {
 #[test]
 fn bad_swept_value_points_at_the_sweep_key() {
     let text = format!("{SMALL}\n[sweep]\n\"arrival.rate_per_s\" = [100, -1]\n");
-    assert_refused(&text, Some(24), &["arrival.rate_per_s", "sweep cell"]);
+    assert_refused(&text, Some(23), &["arrival.rate_per_s", "sweep cell"]);
 }
 
 #[test]

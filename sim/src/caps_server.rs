@@ -76,8 +76,9 @@ pub struct CapsServer<'a> {
     in_flight_start: SimTime,
     tick_pending: bool,
 
-    // Buffers reused by every batch.
+    // Buffers reused by every batch, and load vectors of served requests kept for reuse.
     batch_load: Vec<f32>,
+    spare_loads: Vec<Vec<f32>>,
     batch_decode_load: Vec<f32>,
 
     // Metrics.
@@ -128,6 +129,7 @@ impl<'a> CapsServer<'a> {
             in_flight_start: SimTime::ZERO,
             tick_pending: false,
             batch_load: vec![0.0; dims],
+            spare_loads: Vec::new(),
             batch_decode_load: vec![0.0; dims],
             latency: LatencyRecorder::default(),
             queue_wait: LatencyRecorder::default(),
@@ -243,7 +245,7 @@ impl<'a> CapsServer<'a> {
     }
 
     fn complete_batch(&mut self, now: SimTime) {
-        for request in self.in_flight.drain(..) {
+        for mut request in self.in_flight.drain(..) {
             self.latency.record((now - request.arrival).0);
             self.queue_wait
                 .record((self.in_flight_start - request.arrival).0);
@@ -257,6 +259,8 @@ impl<'a> CapsServer<'a> {
                 start: self.in_flight_start,
                 done: now,
             });
+            self.spare_loads
+                .push(std::mem::take(&mut request.true_load));
         }
         self.last_completion = now;
     }
@@ -315,13 +319,15 @@ impl Model for CapsServer<'_> {
                 self.first_arrival.get_or_insert(now);
                 let id = self.next_request_id;
                 self.next_request_id += 1;
-                let request = self.request_model.make_request(
+                let buffer = self.spare_loads.pop().unwrap_or_default();
+                let request = self.request_model.make_request_in(
                     id,
                     &Arrival {
                         time: now,
                         ..arrival
                     },
                     &mut self.streams,
+                    buffer,
                 );
                 self.queue.push_back(request);
                 self.depth.set(now, self.queue.len() as u64);

@@ -258,27 +258,6 @@ pub enum ExecutionModel {
 }
 
 impl ExecutionModel {
-    /// The CV model. `profile.check_shape(shape)` and the sensitivity (finite, >= 0) must
-    /// have been validated with the scenario; a mismatch here is a broken invariant.
-    pub fn cv(profile: &Profile, shape: &MoeModelShape, sensitivity: Option<f64>) -> Self {
-        match CvModel::new(profile, shape, sensitivity) {
-            Ok(model) => ExecutionModel::Cv(model),
-            Err(e) => panic!(
-                "ExecutionModel::cv on an unvalidated scenario (validate with Profile::check_shape): {e}"
-            ),
-        }
-    }
-
-    /// The straggler model; `profile.check_shape(shape)` must have been validated.
-    pub fn straggler(profile: &Profile, shape: &MoeModelShape) -> Self {
-        match StragglerModel::new(profile, shape) {
-            Ok(model) => ExecutionModel::Straggler(model),
-            Err(e) => panic!(
-                "ExecutionModel::straggler on an unvalidated scenario (validate with Profile::check_shape): {e}"
-            ),
-        }
-    }
-
     /// How long `work` keeps the GPU busy.
     pub fn batch_time(&self, work: &BatchWork<'_>) -> SimDuration {
         let nanos = match self {
@@ -549,7 +528,7 @@ mod tests {
     #[test]
     fn straggler_grows_when_load_concentrates() {
         let (profile, shape) = l4_qwen();
-        let model = ExecutionModel::straggler(&profile, &shape);
+        let model = ExecutionModel::Straggler(StragglerModel::new(&profile, &shape).unwrap());
         let (even, even_decode) = loads(&shape, 8, 128, 0.0);
         let (hot, hot_decode) = loads(&shape, 8, 128, 0.5);
         let (hotter, hotter_decode) = loads(&shape, 8, 128, 1.0);
@@ -568,7 +547,7 @@ mod tests {
     #[test]
     fn cv_equals_base_when_even_and_grows_with_cv() {
         let (profile, shape) = l4_qwen();
-        let model = ExecutionModel::cv(&profile, &shape, Some(0.5));
+        let model = ExecutionModel::Cv(CvModel::new(&profile, &shape, Some(0.5)).unwrap());
         let ExecutionModel::Cv(cv) = &model else {
             unreachable!()
         };
@@ -593,8 +572,8 @@ mod tests {
     #[test]
     fn both_models_agree_on_an_even_load() {
         let (profile, shape) = l4_qwen();
-        let cv = ExecutionModel::cv(&profile, &shape, None);
-        let straggler = ExecutionModel::straggler(&profile, &shape);
+        let cv = ExecutionModel::Cv(CvModel::new(&profile, &shape, None).unwrap());
+        let straggler = ExecutionModel::Straggler(StragglerModel::new(&profile, &shape).unwrap());
         // 120 tokens x 4 / 60 = 8 routings per expert: exact in f32.
         let (even, even_decode) = loads(&shape, 15, 8, 0.0);
         let w = work(&even, &even_decode, 15, 8, 20);

@@ -7,8 +7,10 @@ use crate::execution::{BatchWork, ExecutionModel};
 use crate::rng::SimRng;
 use crate::time::SimDuration;
 use rand::RngExt;
+use std::sync::Arc;
 
-impl StepExecutor for ExecutionModel {
+/// The cost models are immutable, so every run of a cell shares one.
+impl StepExecutor for Arc<ExecutionModel> {
     fn batch_time(&mut self, work: &BatchWork<'_>) -> SimDuration {
         ExecutionModel::batch_time(self, work)
     }

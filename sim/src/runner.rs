@@ -6,7 +6,6 @@ use crate::arrivals::{ArrivalProcess, Bursty, Offline, Poisson, TraceReplay};
 use crate::batch::{BatchSelector, BatchSelectorConfig};
 use crate::caps_server::{CapsServer, DiscardRecords, RecordSink, RequestRecord, StepExecutor};
 use crate::engine;
-use crate::execution::ExecutionModel;
 use crate::executor::{ConstantService, ExponentialService};
 use crate::metrics::RunMetrics;
 use crate::results::{
@@ -43,19 +42,7 @@ pub fn arrival_process(scenario: &Scenario, seed: u64) -> Box<dyn ArrivalProcess
 /// The step executor of `scenario` for `seed`, and the name of its cost-model source.
 pub fn step_executor(scenario: &Scenario, seed: u64) -> (Box<dyn StepExecutor>, String) {
     match &scenario.execution {
-        ExecutionSpec::Cv {
-            profile,
-            sensitivity,
-        } => {
-            let model = ExecutionModel::cv(profile, &scenario.shape, *sensitivity);
-            let source = model.source().to_string();
-            (Box::new(model), source)
-        }
-        ExecutionSpec::Straggler { profile } => {
-            let model = ExecutionModel::straggler(profile, &scenario.shape);
-            let source = model.source().to_string();
-            (Box::new(model), source)
-        }
+        ExecutionSpec::CostModel(model) => (Box::new(model.clone()), model.source().to_string()),
         ExecutionSpec::Constant { service } => (
             Box::new(ConstantService(*service)),
             "reference-constant".into(),

@@ -6,6 +6,7 @@ use crate::arrivals::{BurstyParams, Trace};
 use crate::batch::BatchSelectorConfig;
 use crate::caps_server::SchedulerParams;
 use crate::cost::profile::Profile;
+use crate::execution::{CvModel, ExecutionModel, StragglerModel};
 use crate::model_shape::MoeModelShape;
 use crate::time::SimDuration;
 use crate::workload::TokenDistribution;
@@ -70,13 +71,8 @@ pub enum ArrivalSpec {
 
 #[derive(Clone, Debug)]
 pub enum ExecutionSpec {
-    Cv {
-        profile: Arc<Profile>,
-        sensitivity: Option<f64>,
-    },
-    Straggler {
-        profile: Arc<Profile>,
-    },
+    /// The `cv` or `straggler` model, built once per cell from its profile and shared by the runs.
+    CostModel(Arc<ExecutionModel>),
     Constant {
         service: SimDuration,
     },
@@ -381,13 +377,14 @@ fn validate_execution(
                 ));
             }
             let profile = load_profile(e.profile.as_deref(), &e.gpu, shape, base_dir, cache)?;
-            Ok(match e.model {
-                ExecutionModelKind::Cv => ExecutionSpec::Cv {
-                    profile,
-                    sensitivity: e.sensitivity,
-                },
-                _ => ExecutionSpec::Straggler { profile },
-            })
+            let model = match e.model {
+                ExecutionModelKind::Cv => {
+                    CvModel::new(&profile, shape, e.sensitivity).map(ExecutionModel::Cv)
+                }
+                _ => StragglerModel::new(&profile, shape).map(ExecutionModel::Straggler),
+            };
+            let model = model.map_err(|err| field_error("execution", err.to_string()))?;
+            Ok(ExecutionSpec::CostModel(Arc::new(model)))
         }
     }
 }

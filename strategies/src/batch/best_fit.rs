@@ -24,7 +24,7 @@ pub struct BestFit {
 
 fn score(batch: &BatchStats, c: &CandidateStats) -> f64 {
     let total = batch.total + c.total;
-    let uniform_square = total * total / batch.dims; // ||u||² = u · (L+v)
+    let uniform_square = total * total * batch.inv_dims; // ||u||² = u · (L+v)
     2.0 * c.dot + c.square - uniform_square
 }
 

@@ -24,8 +24,9 @@ use super::linalg;
 ///
 /// The batch that falls out: with no pre-seed, the part holding the oldest candidate; with a
 /// pre-seeded load `L`, the part `G` that best complements it, minimising `Var(L + G)` over
-/// all entries (ties: the part with the oldest member). Cost per decision: `O(W·d)` to copy
-/// the vectors plus `k²` dot products per combination, `O(k·W·d)` in all.
+/// all entries (ties: the part with the oldest member). Cost per decision: one pass over the
+/// partitioned loads for their totals and norms, one per row for its `||T||²`, then per
+/// combination `k²` dot products and `k` vector additions: `O(k·W·d)` in all.
 #[derive(Debug, Default)]
 pub struct Differencing {
     ldm: Ldm,
@@ -43,6 +44,9 @@ pub struct Differencing {
     row: Vec<f32>,
     scratch: Vec<usize>,
 }
+
+/// Rows of at most this many parts have their `|T|²` computed without a buffer.
+const ROW: usize = 8;
 
 /// The summed load vector of the part headed by `slot`: the candidate's own load until the
 /// part has been joined with another, then its row of `vectors`.
@@ -84,13 +88,9 @@ fn join_vectors(
         window.load(items[b])
     };
     if materialized[a] {
-        for (x, y) in dst.iter_mut().zip(src) {
-            *x += *y;
-        }
+        linalg::add_assign(dst, src);
     } else {
-        for ((x, own), y) in dst.iter_mut().zip(window.load(items[a])).zip(src) {
-            *x = *own + *y;
-        }
+        linalg::add(dst, window.load(items[a]), src);
         materialized[a] = true;
     }
 }
@@ -127,22 +127,27 @@ impl BatchSelector for Differencing {
         materialized.clear();
         materialized.resize(slots, false);
         squares.clear();
-        squares.resize(slots, 0.0);
-        linalg::stats_each(
-            slots,
-            |n| window.load(ldm.items[n]),
-            |n, (_, q)| squares[n] = q,
-        );
+        squares.extend_from_slice(&ldm.squares);
         tuple_squares.clear();
         for t in 0..m {
-            row.clear();
-            row.resize(d, 0.0);
-            for &slot in ldm.tuple(t) {
-                for (r, x) in row.iter_mut().zip(window.load(ldm.items[slot])) {
-                    *r += *x;
+            let parts = ldm.tuple(t);
+            let load = |g: usize| window.load(ldm.items[parts[g]]);
+            // |T|² of the row, without forming T where the row is short enough to list.
+            let square = if k <= ROW {
+                let mut loads: [&[f32]; ROW] = [&[]; ROW];
+                for (g, slot) in loads.iter_mut().take(k).enumerate() {
+                    *slot = load(g);
                 }
-            }
-            tuple_squares.push(linalg::sum_and_square(row).1);
+                linalg::square_of_sum(&loads[..k])
+            } else {
+                row.resize(d, 0.0);
+                linalg::add(row, load(0), load(1));
+                for g in 2..k {
+                    linalg::add_assign(row, load(g));
+                }
+                linalg::sum_and_square(row).1
+            };
+            tuple_squares.push(square);
         }
         while ldm.alive.len() > 1 {
             let (pa, pb) = ldm.two_largest(|t| {

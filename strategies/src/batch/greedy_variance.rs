@@ -20,7 +20,7 @@ pub struct GreedyVariance {
 /// The `greedy_variance` objective (shared with `power_of_d`).
 pub(crate) fn score(batch: &BatchStats, c: &CandidateStats) -> f64 {
     let total = batch.total + c.total;
-    2.0 * c.dot + c.square - total * total / batch.dims
+    2.0 * c.dot + c.square - total * total * batch.inv_dims
 }
 
 impl BatchSelector for GreedyVariance {

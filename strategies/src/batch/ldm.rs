@@ -29,6 +29,8 @@ pub(crate) struct Ldm {
     pub items: Vec<usize>,
     /// Head slot -> total load of the part it heads.
     pub sums: Vec<f64>,
+    /// Slot -> `|v|²` of its candidate's load.
+    pub squares: Vec<f64>,
     next: Vec<usize>,
     tail: Vec<usize>,
     /// Tuple `t`, part `g` -> head slot, at `t * parts + g`.
@@ -40,6 +42,7 @@ pub(crate) struct Ldm {
     /// `m`, candidates per part (= rows = initial tuples).
     pub rows: usize,
     candidate_totals: Vec<f64>,
+    candidate_squares: Vec<f64>,
 }
 
 impl Ldm {
@@ -62,13 +65,23 @@ impl Ldm {
         self.rows = m;
         self.candidate_totals.clear();
         self.candidate_totals.resize(window.len(), 0.0);
-        linalg::totals_into(window, &self.items, &mut self.candidate_totals);
+        self.candidate_squares.clear();
+        self.candidate_squares.resize(window.len(), 0.0);
+        linalg::stats_into(
+            window,
+            &self.items,
+            &mut self.candidate_totals,
+            &mut self.candidate_squares,
+        );
         let totals = &self.candidate_totals;
         self.items
             .sort_unstable_by(|&a, &b| totals[b].total_cmp(&totals[a]).then(a.cmp(&b)));
         let slots = k * m;
         self.sums.clear();
         self.sums.extend(self.items.iter().map(|&i| totals[i]));
+        self.squares.clear();
+        let squares = &self.candidate_squares;
+        self.squares.extend(self.items.iter().map(|&i| squares[i]));
         self.next.clear();
         self.next.resize(slots, NONE);
         self.tail.clear();

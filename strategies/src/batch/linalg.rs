@@ -4,16 +4,17 @@
 //!
 //! Semantics, identical on every backend and bit for bit: a vector is read in chunks of
 //! `LANES` = 8 entries; entry `j` of a chunk goes to lane `j mod 8`. Within blocks of `BLOCK`
-//! = 64 entries each lane accumulates in f32 (`acc + a * b`, the product rounded before the
-//! sum: never fused), then is added to that lane's f64 total; the 8 totals are summed
-//! pairwise, `((t0+t1)+(t2+t3))+((t4+t5)+(t6+t7))`, and the `d mod 8` trailing entries are
-//! added last, in order, in f64. So:
+//! = 128 entries each lane accumulates in f32 (`acc + a * b`, the product rounded before the
+//! sum: never fused; dot products keep two accumulators per lane, for the even and the odd
+//! chunks of the block, added together at its end), then is added to that lane's f64 total;
+//! the 8 totals are summed pairwise, `((t0+t1)+(t2+t3))+((t4+t5)+(t6+t7))`, and the `d mod 8`
+//! trailing entries are added last, in order, in f64. So:
 //!
 //! - equal inputs give bit-identical results whatever backend runs and whatever other
 //!   vectors are evaluated alongside (the kernels share loads of the batch vector between
-//!   up to `GROUP` candidates, never accumulators), and exact ties stay exact ties, which
+//!   the candidates of a group, never accumulators), and exact ties stay exact ties, which
 //!   the selectors then break by index;
-//! - for token-count loads every f32 partial sum holds at most 8 products, so it is exact
+//! - for token-count loads every f32 partial sum holds at most 16 products, so it is exact
 //!   while those stay below 2^24, and the f64 totals are exact far beyond realistic batches.
 
 #[cfg(target_arch = "x86_64")]
@@ -22,13 +23,13 @@ use std::arch::x86_64::*;
 /// Entries per chunk (one AVX register, two SSE registers of f32).
 const LANES: usize = 8;
 /// Entries accumulated in f32 before the lanes are flushed into their f64 totals.
-const BLOCK: usize = 64;
-/// Candidates evaluated in one pass over the batch vector.
-const GROUP: usize = 4;
+const BLOCK: usize = 128;
 
 /// Eight f32 lanes on some backend. Every method is `unsafe` because the x86 backends may
 /// only run where their CPU feature is present (SSE2 always is on x86-64; AVX is checked).
 trait Lanes: Copy {
+    /// Candidates evaluated in one pass (at most 4).
+    const GROUP: usize;
     /// Eight f64 lane totals.
     type Wide: Copy;
     /// # Safety
@@ -52,6 +53,9 @@ trait Lanes: Copy {
     /// As [`Lanes::zero`].
     unsafe fn to_array(self) -> [f32; LANES];
     /// # Safety
+    /// As [`Lanes::zero`], and `out` holds `LANES` writable entries.
+    unsafe fn store(self, out: &mut [f32]);
+    /// # Safety
     /// As [`Lanes::zero`].
     unsafe fn wide_zero() -> Self::Wide;
     /// `total + f64(self)`, lane-wise.
@@ -67,6 +71,7 @@ trait Lanes: Copy {
 struct Portable([f32; LANES]);
 
 impl Lanes for Portable {
+    const GROUP: usize = 4;
     type Wide = [f64; LANES];
     #[inline(always)]
     unsafe fn zero() -> Self {
@@ -99,6 +104,10 @@ impl Lanes for Portable {
         self.0
     }
     #[inline(always)]
+    unsafe fn store(self, out: &mut [f32]) {
+        out[..LANES].copy_from_slice(&self.0);
+    }
+    #[inline(always)]
     unsafe fn wide_zero() -> Self::Wide {
         [0.0; LANES]
     }
@@ -118,6 +127,7 @@ struct Sse(__m128, __m128);
 
 #[cfg(target_arch = "x86_64")]
 impl Lanes for Sse {
+    const GROUP: usize = 2;
     /// Lanes (0, 1), (2, 3), (4, 5), (6, 7).
     type Wide = [__m128d; 4];
     #[inline(always)]
@@ -160,6 +170,14 @@ impl Lanes for Sse {
         out
     }
     #[inline(always)]
+    unsafe fn store(self, out: &mut [f32]) {
+        assert!(out.len() >= LANES);
+        unsafe {
+            _mm_storeu_ps(out.as_mut_ptr(), self.0);
+            _mm_storeu_ps(out.as_mut_ptr().add(4), self.1);
+        }
+    }
+    #[inline(always)]
     unsafe fn wide_zero() -> Self::Wide {
         unsafe { [_mm_setzero_pd(); 4] }
     }
@@ -190,6 +208,7 @@ struct Avx(__m256);
 
 #[cfg(target_arch = "x86_64")]
 impl Lanes for Avx {
+    const GROUP: usize = 4;
     /// Lanes 0..4, 4..8.
     type Wide = [__m256d; 2];
     #[inline(always)]
@@ -218,6 +237,11 @@ impl Lanes for Avx {
         let mut out = [0.0f32; LANES];
         unsafe { _mm256_storeu_ps(out.as_mut_ptr(), self.0) };
         out
+    }
+    #[inline(always)]
+    unsafe fn store(self, out: &mut [f32]) {
+        assert!(out.len() >= LANES);
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), self.0) };
     }
     #[inline(always)]
     unsafe fn wide_zero() -> Self::Wide {
@@ -263,16 +287,28 @@ unsafe fn dots_with<S: Lanes, const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f6
     let mut j = 0;
     while j < full {
         let end = (j + BLOCK).min(full);
-        let mut acc = [unsafe { S::zero() }; N];
-        while j < end {
-            let lc = unsafe { S::load(&l[j..]) };
-            for (a, v) in acc.iter_mut().zip(&vs) {
-                *a = unsafe { a.mul_add(lc, S::load(&v[j..])) };
+        // Even and odd chunks of the block in separate accumulators: twice the independent
+        // dependency chains.
+        let mut even = [unsafe { S::zero() }; N];
+        let mut odd = [unsafe { S::zero() }; N];
+        while j + 2 * LANES <= end {
+            let l0 = unsafe { S::load(&l[j..]) };
+            let l1 = unsafe { S::load(&l[j + LANES..]) };
+            for n in 0..N {
+                even[n] = unsafe { even[n].mul_add(l0, S::load(&vs[n][j..])) };
+                odd[n] = unsafe { odd[n].mul_add(l1, S::load(&vs[n][j + LANES..])) };
+            }
+            j += 2 * LANES;
+        }
+        if j < end {
+            let l0 = unsafe { S::load(&l[j..]) };
+            for n in 0..N {
+                even[n] = unsafe { even[n].mul_add(l0, S::load(&vs[n][j..])) };
             }
             j += LANES;
         }
-        for (t, a) in total.iter_mut().zip(acc) {
-            *t = unsafe { a.widen_add(*t) };
+        for n in 0..N {
+            total[n] = unsafe { even[n].add(odd[n]).widen_add(total[n]) };
         }
     }
     let mut out = [0.0f64; N];
@@ -361,11 +397,93 @@ unsafe fn stats_with<S: Lanes, const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [(
     out
 }
 
-/// Runs `kernel` on backend `S` for the `count` vectors `get(0..count)` against `l`, `GROUP`
-/// at a time, handing each result to `put(position, value)`. Expands to unsafe calls: the
+/// `(l · v, sum(v), |v|²)` for each of the `N` vectors `vs` in one pass; each part is
+/// bit-identical to what [`dots_with`] and [`stats_with`] give.
+///
+/// # Safety
+/// `S`'s CPU feature must be available.
+#[inline(always)]
+unsafe fn dot_stats_with<S: Lanes, const N: usize>(
+    l: &[f32],
+    vs: [&[f32]; N],
+) -> [(f64, f64, f64); N] {
+    let d = l.len();
+    let vs = vs.map(|v| &v[..d]);
+    let full = d / LANES * LANES;
+    let mut dots = [unsafe { S::wide_zero() }; N];
+    let mut sums = [unsafe { S::wide_zero() }; N];
+    let mut squares = [unsafe { S::wide_zero() }; N];
+    let mut j = 0;
+    while j < full {
+        let end = (j + BLOCK).min(full);
+        let mut even = [unsafe { S::zero() }; N];
+        let mut odd = [unsafe { S::zero() }; N];
+        let mut s = [unsafe { S::zero() }; N];
+        let mut q = [unsafe { S::zero() }; N];
+        while j + 2 * LANES <= end {
+            let l0 = unsafe { S::load(&l[j..]) };
+            let l1 = unsafe { S::load(&l[j + LANES..]) };
+            for n in 0..N {
+                let x0 = unsafe { S::load(&vs[n][j..]) };
+                let x1 = unsafe { S::load(&vs[n][j + LANES..]) };
+                even[n] = unsafe { even[n].mul_add(l0, x0) };
+                odd[n] = unsafe { odd[n].mul_add(l1, x1) };
+                s[n] = unsafe { s[n].add(x0).add(x1) };
+                q[n] = unsafe { q[n].mul_add(x0, x0).mul_add(x1, x1) };
+            }
+            j += 2 * LANES;
+        }
+        if j < end {
+            let l0 = unsafe { S::load(&l[j..]) };
+            for n in 0..N {
+                let x0 = unsafe { S::load(&vs[n][j..]) };
+                even[n] = unsafe { even[n].mul_add(l0, x0) };
+                s[n] = unsafe { s[n].add(x0) };
+                q[n] = unsafe { q[n].mul_add(x0, x0) };
+            }
+            j += LANES;
+        }
+        for n in 0..N {
+            dots[n] = unsafe { even[n].add(odd[n]).widen_add(dots[n]) };
+            sums[n] = unsafe { s[n].widen_add(sums[n]) };
+            squares[n] = unsafe { q[n].widen_add(squares[n]) };
+        }
+    }
+    let mut out = [(0.0, 0.0, 0.0); N];
+    for n in 0..N {
+        let mut dot = lane_sum(&unsafe { S::wide_to_array(dots[n]) });
+        let mut s = lane_sum(&unsafe { S::wide_to_array(sums[n]) });
+        let mut q = lane_sum(&unsafe { S::wide_to_array(squares[n]) });
+        for (x, y) in l[full..].iter().zip(&vs[n][full..]) {
+            dot += f64::from(x * y);
+        }
+        for x in &vs[n][full..] {
+            s += f64::from(*x);
+            q += f64::from(x * x);
+        }
+        out[n] = (dot, s, q);
+    }
+    out
+}
+
+/// Runs `kernel` on backend `S` for the `count` vectors `get(0..count)` against `l`,
+/// `S::GROUP` at a time, handing each result to `put(position, value)`. Expands to unsafe calls: the
 /// caller guarantees the backend's CPU feature.
 macro_rules! grouped {
-    ($kernel:ident, $backend:ty, $l:expr, $count:expr, $get:expr, $put:expr) => {{
+    ($kernel:ident, $backend:ty, $l:expr, $count:expr, $get:expr, $put:expr) => {
+        grouped!(
+            $kernel,
+            $backend,
+            <$backend as Lanes>::GROUP,
+            $l,
+            $count,
+            $get,
+            $put
+        )
+    };
+    ($kernel:ident, $backend:ty, $group:expr, $l:expr, $count:expr, $get:expr, $put:expr) => {{
+        // Candidates per pass over the batch vector: what fits the 16 vector registers.
+        const GROUP: usize = $group;
         let (l, count, get, mut put) = ($l, $count, $get, $put);
         let mut n = 0;
         while n + GROUP <= count {
@@ -510,6 +628,164 @@ pub(crate) fn stats_each<'a>(
     }
 }
 
+/// `put(n, (l · get(n), sum(get(n)), |get(n)|²))` for `n` in `0..count`.
+pub(crate) fn dot_stats_each<'a>(
+    l: &[f32],
+    count: usize,
+    get: impl Fn(usize) -> &'a [f32],
+    put: impl FnMut(usize, (f64, f64, f64)),
+) {
+    match backend() {
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx => {
+            #[target_feature(enable = "avx")]
+            unsafe fn avx<'a>(
+                l: &[f32],
+                count: usize,
+                get: impl Fn(usize) -> &'a [f32],
+                put: impl FnMut(usize, (f64, f64, f64)),
+            ) {
+                grouped!(dot_stats_with, Avx, 2, l, count, get, put);
+            }
+            // SAFETY: AVX was detected at run time.
+            unsafe { avx(l, count, get, put) }
+        }
+        // SSE2 is part of the x86-64 baseline.
+        #[cfg(target_arch = "x86_64")]
+        Backend::Sse => grouped!(dot_stats_with, Sse, 1, l, count, get, put),
+        Backend::Portable => grouped!(dot_stats_with, Portable, 2, l, count, get, put),
+    }
+}
+
+/// `out[j] = a[j] + b[j]` (plain f32 additions: the same bits on every backend).
+///
+/// # Safety
+/// `S`'s CPU feature must be available.
+#[inline(always)]
+unsafe fn add_with<S: Lanes>(out: &mut [f32], a: &[f32], b: &[f32]) {
+    let d = out.len();
+    let (a, b) = (&a[..d], &b[..d]);
+    let full = d / LANES * LANES;
+    let mut j = 0;
+    while j < full {
+        unsafe { S::load(&a[j..]).add(S::load(&b[j..])).store(&mut out[j..]) };
+        j += LANES;
+    }
+    for ((o, x), y) in out[full..].iter_mut().zip(&a[full..]).zip(&b[full..]) {
+        *o = x + y;
+    }
+}
+
+/// `|vs[0] + ... + vs[n - 1]|²`, the sum formed entrywise in f32 in that order, then
+/// squared and accumulated like [`stats_with`]'s `|v|²`.
+///
+/// # Safety
+/// `S`'s CPU feature must be available.
+#[inline(always)]
+unsafe fn square_of_sum_with<S: Lanes>(vs: &[&[f32]]) -> f64 {
+    let d = vs[0].len();
+    let full = d / LANES * LANES;
+    let mut squares = unsafe { S::wide_zero() };
+    let mut j = 0;
+    while j < full {
+        let end = (j + BLOCK).min(full);
+        let mut q = unsafe { S::zero() };
+        while j < end {
+            let mut x = unsafe { S::load(&vs[0][j..]) };
+            for v in &vs[1..] {
+                x = unsafe { x.add(S::load(&v[j..d])) };
+            }
+            q = unsafe { q.mul_add(x, x) };
+            j += LANES;
+        }
+        squares = unsafe { q.widen_add(squares) };
+    }
+    let mut total = lane_sum(&unsafe { S::wide_to_array(squares) });
+    for j in full..d {
+        let mut x = vs[0][j];
+        for v in &vs[1..] {
+            x += v[j];
+        }
+        total += f64::from(x * x);
+    }
+    total
+}
+
+/// `|vs[0] + ... + vs[n - 1]|²` (all of the same length, at least one) without forming the
+/// sum in memory.
+pub(crate) fn square_of_sum(vs: &[&[f32]]) -> f64 {
+    match backend() {
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx => {
+            #[target_feature(enable = "avx")]
+            unsafe fn avx(vs: &[&[f32]]) -> f64 {
+                unsafe { square_of_sum_with::<Avx>(vs) }
+            }
+            // SAFETY: AVX was detected at run time.
+            unsafe { avx(vs) }
+        }
+        // SAFETY: SSE2 is part of the x86-64 baseline.
+        #[cfg(target_arch = "x86_64")]
+        Backend::Sse => unsafe { square_of_sum_with::<Sse>(vs) },
+        // SAFETY: the portable backend needs no CPU feature.
+        Backend::Portable => unsafe { square_of_sum_with::<Portable>(vs) },
+    }
+}
+
+/// `out = a + b`, entrywise (`a` and `b` at least as long as `out`).
+pub(crate) fn add(out: &mut [f32], a: &[f32], b: &[f32]) {
+    match backend() {
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx => {
+            #[target_feature(enable = "avx")]
+            unsafe fn avx(out: &mut [f32], a: &[f32], b: &[f32]) {
+                unsafe { add_with::<Avx>(out, a, b) }
+            }
+            // SAFETY: AVX was detected at run time.
+            unsafe { avx(out, a, b) }
+        }
+        // SAFETY: SSE2 is part of the x86-64 baseline.
+        #[cfg(target_arch = "x86_64")]
+        Backend::Sse => unsafe { add_with::<Sse>(out, a, b) },
+        // SAFETY: the portable backend needs no CPU feature.
+        Backend::Portable => unsafe { add_with::<Portable>(out, a, b) },
+    }
+}
+
+/// `out += a`, entrywise.
+pub(crate) fn add_assign(out: &mut [f32], a: &[f32]) {
+    match backend() {
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx => {
+            #[target_feature(enable = "avx")]
+            unsafe fn avx(out: &mut [f32], a: &[f32]) {
+                let d = out.len();
+                let a = &a[..d];
+                let full = d / LANES * LANES;
+                let mut j = 0;
+                while j < full {
+                    unsafe {
+                        Avx::load(&out[j..])
+                            .add(Avx::load(&a[j..]))
+                            .store(&mut out[j..])
+                    };
+                    j += LANES;
+                }
+                for (o, x) in out[full..].iter_mut().zip(&a[full..]) {
+                    *o += x;
+                }
+            }
+            // SAFETY: AVX was detected at run time.
+            unsafe { avx(out, a) }
+        }
+        _ => {
+            for (o, x) in out.iter_mut().zip(a) {
+                *o += x;
+            }
+        }
+    }
+}
+
 /// `(sum(v), |v|²)` in one pass.
 pub(crate) fn sum_and_square(v: &[f32]) -> (f64, f64) {
     let mut out = (0.0, 0.0);
@@ -541,6 +817,28 @@ pub(crate) fn dots_into(
         indices.len(),
         |n| window.load(indices[n]),
         |n, x| out[indices[n]] = x,
+    );
+}
+
+/// `dots[i] = l · load(i)`, `totals[i] = sum(load(i))` and `squares[i] = |load(i)|²` for
+/// every candidate `i` in `indices`, in one pass over each load.
+pub(crate) fn dot_stats_into(
+    window: &sim::batch::CandidateWindow<'_>,
+    l: &[f32],
+    indices: &[usize],
+    dots: &mut [f64],
+    totals: &mut [f64],
+    squares: &mut [f64],
+) {
+    dot_stats_each(
+        l,
+        indices.len(),
+        |n| window.load(indices[n]),
+        |n, (dot, s, q)| {
+            dots[indices[n]] = dot;
+            totals[indices[n]] = s;
+            squares[indices[n]] = q;
+        },
     );
 }
 
@@ -672,6 +970,58 @@ mod tests {
                 let [(ps, pq)] = unsafe { stats_with::<Portable, 1>(v, [v]) };
                 assert_eq!((s.to_bits(), q.to_bits()), (ps.to_bits(), pq.to_bits()));
             }
+        }
+    }
+
+    #[test]
+    fn fused_kernel_matches_the_separate_ones() {
+        for d in [5, 64, 100, 1440] {
+            let l = vector(3, d);
+            let vs: Vec<Vec<f32>> = (20..27).map(|s| vector(s, d)).collect();
+            for count in 1..=vs.len() {
+                let mut fused = vec![(0, 0, 0); count];
+                dot_stats_each(
+                    &l,
+                    count,
+                    |n| &vs[n],
+                    |n, (a, b, c)| fused[n] = (a.to_bits(), b.to_bits(), c.to_bits()),
+                );
+                let mut separate = vec![(0, 0, 0); count];
+                dots_each(&l, count, |n| &vs[n], |n, a| separate[n].0 = a.to_bits());
+                stats_each(
+                    count,
+                    |n| &vs[n],
+                    |n, (b, c)| {
+                        separate[n].1 = b.to_bits();
+                        separate[n].2 = c.to_bits();
+                    },
+                );
+                assert_eq!(fused, separate);
+                let mut portable = vec![(0, 0, 0); count];
+                for (n, v) in vs[..count].iter().enumerate() {
+                    let [(a, b, c)] = unsafe { dot_stats_with::<Portable, 1>(&l, [v]) };
+                    portable[n] = (a.to_bits(), b.to_bits(), c.to_bits());
+                }
+                assert_eq!(fused, portable);
+            }
+        }
+    }
+
+    #[test]
+    fn vector_sums_match_scalar_ones() {
+        for d in [1, 7, 8, 9, 130, 1440] {
+            let vs: Vec<Vec<f32>> = (30..34).map(|s| vector(s, d)).collect();
+            let mut out = vec![0.0f32; d];
+            add(&mut out, &vs[0], &vs[1]);
+            add_assign(&mut out, &vs[2]);
+            let expected: Vec<f32> = (0..d).map(|j| vs[0][j] + vs[1][j] + vs[2][j]).collect();
+            assert_eq!(out, expected);
+            let square = square_of_sum(&[&vs[0], &vs[1], &vs[2]]);
+            assert_eq!(square.to_bits(), sum_and_square(&expected).1.to_bits());
+            assert_eq!(
+                square_of_sum(&[&vs[3]]).to_bits(),
+                sum_and_square(&vs[3]).1.to_bits()
+            );
         }
     }
 
