@@ -316,3 +316,35 @@ mod tests {
         assert_eq!(metrics.scalar("nope"), None);
     }
 }
+
+/// Which direction of a metric is an improvement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Better {
+    Lower,
+    Higher,
+}
+
+/// A scalar metric a family reports: its name in results and figures, a label with its unit, and
+/// which direction is better (for improvements over a baseline).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetricInfo {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub better: Better,
+}
+
+/// What one simulation run of any family reports: its scalar metrics (every name listed in the
+/// family's `MetricInfo` table, in that order) and family-specific detail (time series, mappings,
+/// timelines) as JSON for the result document and the figures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunOutput {
+    pub scalars: Vec<(String, f64)>,
+    pub details: serde_json::Value,
+}
+
+impl RunOutput {
+    pub fn scalar(&self, name: &str) -> Option<f64> {
+        self.scalars.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+}
