@@ -39,15 +39,15 @@ def main():
         print("|---|---|---|---|")
         for kind in ORDER:
             imps = [cells[("bursty", r, kind)]["improvement"] for r in rates]
-            print(f"| {kind} | {rng([i['p99_reduction_pct'] for i in imps])} | "
-                  f"{rng([i['throughput_gain_pct'] for i in imps])} | "
-                  f"{rng([i['imbalance_reduction_pct'] for i in imps])} |")
+            print(f"| {kind} | {rng([i['pct']['latency_p99_ms'] for i in imps])} | "
+                  f"{rng([i['pct']['throughput_rps'] for i in imps])} | "
+                  f"{rng([i['pct']['imbalance'] for i in imps])} |")
         print()
         print("| rate (req/s) | bursty P99 improvement (greedy_variance) | Poisson P99 improvement (greedy_variance) | FCFS throughput bursty / Poisson (req/s) | FCFS P99 bursty / Poisson (ms) |")
         print("|---|---|---|---|---|")
         for r in rates:
-            b = cells[("bursty", r, "greedy_variance")]["improvement"]["p99_reduction_pct"]
-            p = cells[("poisson", r, "greedy_variance")]["improvement"]["p99_reduction_pct"]
+            b = cells[("bursty", r, "greedy_variance")]["improvement"]["pct"]["latency_p99_ms"]
+            p = cells[("poisson", r, "greedy_variance")]["improvement"]["pct"]["latency_p99_ms"]
             fb, fp = cells[("bursty", r, "fcfs")]["summary"], cells[("poisson", r, "fcfs")]["summary"]
             print(f"| {r} | {b:+.1f}% | {p:+.1f}% | {fb['throughput_rps']['mean']:.1f} / {fp['throughput_rps']['mean']:.1f} | "
                   f"{fb['latency_p99_ms']['mean']:.0f} / {fp['latency_p99_ms']['mean']:.0f} |")
@@ -55,7 +55,7 @@ def main():
         print("| strategy | Poisson P99 improvement, 200-300 req/s |")
         print("|---|---|")
         for kind in ["greedy_dot_product", "best_fit", "greedy_variance", "power_of_d"]:
-            vals = [cells[("poisson", r, kind)]["improvement"]["p99_reduction_pct"] for r in rates if r >= 200]
+            vals = [cells[("poisson", r, kind)]["improvement"]["pct"]["latency_p99_ms"] for r in rates if r >= 200]
             print(f"| {kind} | {rng(vals)} |")
         print()
 

@@ -78,7 +78,7 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         Command::List => {
-            for info in strategies::batch::catalogue() {
+            for info in strategies::catalogue() {
                 println!("{:<10} {:<20} {}", info.family, info.kind, info.description);
             }
             ExitCode::SUCCESS
@@ -113,7 +113,7 @@ fn run(
     use anyhow::Context;
     let out = out.unwrap_or_else(|| Path::new("results").join(&plan.name));
     let total = (plan.cells.len() * plan.seeds.len()) as u64;
-    let csv = per_request_csv || plan.cells.iter().any(|c| c.scenario.per_request_csv);
+    let csv = per_request_csv || plan.cells.iter().any(|c| c.scenario.per_request_csv());
     let progress = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
     progress.set_style(
         ProgressStyle::with_template("{spinner} {pos}/{len} runs [{elapsed_precise}] {wide_bar}")
@@ -123,7 +123,7 @@ fn run(
     let requests_dir = out.join("requests");
     let document = sim::runner::run_plan(
         plan,
-        &strategies::batch::build,
+        &strategies::Registry,
         csv.then_some(requests_dir.as_path()),
         &|| progress.inc(1),
     )

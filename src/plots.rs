@@ -19,11 +19,14 @@ fn label(value: &Json) -> String {
     }
 }
 
-fn metric_label(metric: &str) -> String {
-    sim::metrics::SCALAR_METRICS
+fn metric_label(document: &ResultsDocument, metric: &str) -> String {
+    document
+        .scenario
+        .family
+        .metrics()
         .iter()
-        .find(|(n, _)| *n == metric)
-        .map(|(_, d)| d.to_string())
+        .find(|m| m.name == metric)
+        .map(|m| m.description.to_string())
         .unwrap_or_else(|| metric.to_string())
 }
 
@@ -156,13 +159,13 @@ fn build_figure(
                 })
                 .collect();
             let title = match panel_value {
-                Some(v) => format!("{} — {}", metric_label(metric), label(v)),
-                None => metric_label(metric),
+                Some(v) => format!("{} — {}", metric_label(document, metric), label(v)),
+                None => metric_label(document, metric),
             };
             panels.push(Panel {
                 title,
                 x_label: spec.x.rsplit('.').next().unwrap_or(&spec.x).to_string(),
-                y_label: metric_label(metric),
+                y_label: metric_label(document, metric),
                 series,
                 log_y: spec.log_y,
             });

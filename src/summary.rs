@@ -1,4 +1,5 @@
-//! The summary table `expertsim run` prints: one row per sweep cell, means across seeds.
+//! The summary table `expertsim run` prints: one row per sweep cell, the family's headline
+//! metrics as means across seeds, and their change against the baseline when there is one.
 
 use sim::results::ResultsDocument;
 use std::fmt::Write;
@@ -10,34 +11,48 @@ fn coord_text(value: &serde_json::Value) -> String {
     }
 }
 
-/// Renders the per-cell summary (P50/P99 latency, throughput, imbalance, and the P99 change
-/// against the baseline when the scenario names one) as an aligned text table.
+/// Formats a value with about four significant digits, whatever its magnitude.
+fn number(value: f64) -> String {
+    let magnitude = value.abs();
+    if magnitude >= 1000.0 || magnitude == 0.0 {
+        format!("{value:.1}")
+    } else if magnitude >= 10.0 {
+        format!("{value:.2}")
+    } else {
+        format!("{value:.3}")
+    }
+}
+
+/// Renders the per-cell summary as an aligned text table.
 pub fn table(document: &ResultsDocument) -> String {
+    let family = document.scenario.family;
+    let headline = family.headline();
+    let versus = family.headline_improvements();
     let keys: Vec<&str> = document.sweep.iter().map(|a| a.key.as_str()).collect();
     let mut header: Vec<String> = keys
         .iter()
         .map(|k| k.rsplit('.').next().unwrap_or(k).to_string())
         .collect();
-    header.extend(["p50_ms", "p99_ms", "±ci95", "thru_rps", "imbalance"].map(String::from));
+    header.extend(headline.iter().map(|m| m.to_string()));
+    if let Some(first) = headline.first() {
+        header.push(format!("±ci95({first})"));
+    }
     if document.baseline.is_some() {
-        header.extend(["p99_vs_base", "thru_vs_base"].map(String::from));
+        header.extend(versus.iter().map(|m| format!("{m}_vs_base")));
     }
     let mut rows = vec![header];
     for cell in &document.cells {
         let mut row: Vec<String> = cell.coords.iter().map(|(_, v)| coord_text(v)).collect();
-        let s = |m: &str| &cell.summary[m];
-        row.push(format!("{:.1}", s("latency_p50_ms").mean));
-        row.push(format!("{:.1}", s("latency_p99_ms").mean));
-        row.push(format!("{:.1}", s("latency_p99_ms").ci95));
-        row.push(format!("{:.2}", s("throughput_rps").mean));
-        row.push(format!("{:.3}", s("imbalance").mean));
+        row.extend(headline.iter().map(|m| number(cell.summary[*m].mean)));
+        if let Some(first) = headline.first() {
+            row.push(number(cell.summary[*first].ci95));
+        }
         if document.baseline.is_some() {
-            match &cell.improvement {
-                Some(i) => {
-                    row.push(format!("{:+.1}%", i.p99_reduction_pct));
-                    row.push(format!("{:+.1}%", i.throughput_gain_pct));
-                }
-                None => row.extend(["-".to_string(), "-".to_string()]),
+            for metric in versus {
+                row.push(match &cell.improvement {
+                    Some(i) => format!("{:+.1}%", i.pct[*metric]),
+                    None => "-".to_string(),
+                });
             }
         }
         rows.push(row);
@@ -46,25 +61,22 @@ pub fn table(document: &ResultsDocument) -> String {
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
+    let _ = write!(
+        out,
+        "{} — {} cells x {} seeds",
+        document.scenario.name,
+        document.cells.len(),
+        document.seeds.len()
+    );
     if let Some(b) = &document.baseline {
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "{} — {} cells x {} seeds; improvements vs {} = {}",
-            document.scenario.name,
-            document.cells.len(),
-            document.seeds.len(),
+            "; changes vs {} = {} (positive = better)",
             b.compare,
             coord_text(&b.baseline)
         );
-    } else {
-        let _ = writeln!(
-            out,
-            "{} — {} cells x {} seeds",
-            document.scenario.name,
-            document.cells.len(),
-            document.seeds.len()
-        );
     }
+    out.push('\n');
     for row in rows {
         let line: Vec<String> = row
             .iter()

@@ -2,7 +2,7 @@
 //! queueing-theory reference executors (constant and exponential service times) used to check
 //! the engine against M/D/1 and M/M/1 closed forms.
 
-use crate::caps_server::StepExecutor;
+use crate::caps::server::StepExecutor;
 use crate::execution::{BatchWork, ExecutionModel};
 use crate::rng::SimRng;
 use crate::time::SimDuration;

@@ -4,7 +4,7 @@
 
 pub mod arrivals;
 pub mod batch;
-pub mod caps_server;
+pub mod caps;
 pub mod cost;
 pub mod engine;
 pub mod event_queue;
@@ -17,7 +17,6 @@ pub mod rng;
 pub mod runner;
 pub mod scenario;
 pub mod time;
-pub mod workload;
 
 #[cfg(test)]
 mod queueing_checks;

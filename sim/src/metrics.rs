@@ -158,25 +158,8 @@ pub struct RunMetrics {
     pub queue_depth_series: Vec<(f64, u64)>,
 }
 
-/// The scalar metrics a sweep summarises across seeds and a figure may plot, with their units.
-pub const SCALAR_METRICS: &[(&str, &str)] = &[
-    ("latency_mean_ms", "mean latency (ms)"),
-    ("latency_p50_ms", "P50 latency (ms)"),
-    ("latency_p90_ms", "P90 latency (ms)"),
-    ("latency_p99_ms", "P99 latency (ms)"),
-    ("queue_wait_mean_ms", "mean queue wait (ms)"),
-    ("throughput_rps", "throughput (req/s)"),
-    ("imbalance", "expert-load imbalance (max/mean)"),
-    ("load_cv", "load CV (std/mean)"),
-    ("makespan_s", "makespan (s)"),
-    ("mean_batch_size", "mean batch size"),
-    ("mean_batch_time_ms", "mean batch time (ms)"),
-    ("utilization", "GPU utilization"),
-    ("queue_depth_mean", "mean queue depth"),
-];
-
 impl RunMetrics {
-    /// The value of scalar metric `name` (one of `SCALAR_METRICS`).
+    /// The value of scalar metric `name` (one of `caps::METRICS`).
     pub fn scalar(&self, name: &str) -> Option<f64> {
         Some(match name {
             "latency_mean_ms" => self.latency.mean_ms,
@@ -278,43 +261,6 @@ mod tests {
         );
         assert_eq!(AcrossSeeds::of(&[7.0]).ci95, 0.0);
     }
-
-    #[test]
-    fn every_listed_scalar_metric_resolves() {
-        let metrics = RunMetrics {
-            n_requests: 1,
-            n_batches: 1,
-            latency: LatencySummary {
-                mean_ms: 1.0,
-                p50_ms: 1.0,
-                p90_ms: 1.0,
-                p99_ms: 9.0,
-                max_ms: 1.0,
-            },
-            queue_wait: LatencySummary {
-                mean_ms: 0.0,
-                p50_ms: 0.0,
-                p90_ms: 0.0,
-                p99_ms: 0.0,
-                max_ms: 0.0,
-            },
-            throughput_rps: 1.0,
-            makespan_s: 1.0,
-            mean_batch_size: 1.0,
-            imbalance: 1.0,
-            load_cv: 0.0,
-            mean_batch_time_ms: 1.0,
-            utilization: 1.0,
-            queue_depth_mean: 0.0,
-            queue_depth_max: 0,
-            queue_depth_series: vec![],
-        };
-        for (name, _) in SCALAR_METRICS {
-            assert!(metrics.scalar(name).is_some(), "{name}");
-        }
-        assert_eq!(metrics.scalar("latency_p99_ms"), Some(9.0));
-        assert_eq!(metrics.scalar("nope"), None);
-    }
 }
 
 /// Which direction of a metric is an improvement.
@@ -345,6 +291,9 @@ pub struct RunOutput {
 
 impl RunOutput {
     pub fn scalar(&self, name: &str) -> Option<f64> {
-        self.scalars.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+        self.scalars
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v)
     }
 }

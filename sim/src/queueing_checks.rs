@@ -3,11 +3,11 @@
 //! forms; and Little's law must hold on a loaded batched run.
 
 use crate::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use crate::caps_server::DiscardRecords;
+use crate::caps::run::simulate;
+use crate::caps::server::DiscardRecords;
 use crate::metrics::RunMetrics;
 use crate::rng::SimRng;
-use crate::runner::simulate;
-use crate::scenario::load_str;
+use crate::scenario::{Scenario, load_str};
 use std::path::Path;
 
 /// Oldest-first selection, so this module needs nothing from the strategies crate.
@@ -32,13 +32,8 @@ impl BatchSelector for OldestFirst {
 
 fn run(text: &str, seed: u64) -> RunMetrics {
     let plan = load_str(Path::new("queueing.toml"), text, &[]).unwrap_or_else(|e| panic!("{e}"));
-    simulate(
-        &plan.cells[0].scenario,
-        seed,
-        &mut OldestFirst,
-        &mut DiscardRecords,
-    )
-    .0
+    let Scenario::Caps(scenario) = &plan.cells[0].scenario;
+    simulate(scenario, seed, &mut OldestFirst, &mut DiscardRecords).0
 }
 
 /// A single-server FCFS queue: Poisson arrivals at `rate`, one request per batch, dispatched the

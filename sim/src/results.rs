@@ -2,7 +2,7 @@
 //! and 95% CI across seeds, improvement over a baseline), and atomic file writing. The document
 //! holds no wall-clock time or host detail, so the same scenario and seed give identical bytes.
 
-use crate::metrics::{AcrossSeeds, RunMetrics, SCALAR_METRICS};
+use crate::metrics::{AcrossSeeds, Better, MetricInfo, RunOutput};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -28,6 +28,7 @@ pub struct ToolInfo {
 pub struct ScenarioEcho {
     pub name: String,
     pub description: String,
+    pub family: crate::scenario::Family,
     /// The scenario document after `--set` overrides, without its `[sweep]` table.
     pub document: serde_json::Value,
 }
@@ -49,7 +50,7 @@ pub struct CellResult {
     pub id: String,
     /// The cell's value of each sweep key, in sweep order.
     pub coords: Vec<(String, serde_json::Value)>,
-    /// Where batch times come from: "analytic-roofline", "measured", or a reference model.
+    /// Where step times come from: "analytic-roofline", "measured", or a reference model.
     pub cost_model: String,
     pub runs: Vec<RunResult>,
     /// Each scalar metric across seeds.
@@ -58,39 +59,53 @@ pub struct CellResult {
     pub improvement: Option<Improvement>,
 }
 
+/// One seed of one cell: the family's scalar metrics and its detail.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
     pub seed: u64,
-    pub metrics: RunMetrics,
+    pub scalars: BTreeMap<String, f64>,
+    pub details: serde_json::Value,
 }
 
-/// Improvements in percent, positive = better than the baseline (the CAPS table's convention).
+/// Improvement of every scalar metric over the baseline cell, in percent of the baseline's mean,
+/// signed so that positive is better (lower for latencies, higher for throughput).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Improvement {
     pub baseline_cell: String,
-    pub p99_reduction_pct: f64,
-    pub p50_reduction_pct: f64,
-    pub mean_latency_reduction_pct: f64,
-    pub throughput_gain_pct: f64,
-    pub imbalance_reduction_pct: f64,
+    pub pct: BTreeMap<String, f64>,
+}
+
+impl RunResult {
+    pub fn new(seed: u64, output: RunOutput) -> Self {
+        RunResult {
+            seed,
+            scalars: output.scalars.into_iter().collect(),
+            details: output.details,
+        }
+    }
 }
 
 impl CellResult {
-    /// Builds a cell from its runs, computing the across-seed summary of every scalar metric.
+    /// Builds a cell from its runs, computing the across-seed summary of every listed metric.
     pub fn new(
         id: String,
         coords: Vec<(String, serde_json::Value)>,
         cost_model: String,
         runs: Vec<RunResult>,
+        metrics: &[MetricInfo],
     ) -> Self {
-        let summary = SCALAR_METRICS
+        let summary = metrics
             .iter()
-            .map(|(name, _)| {
+            .map(|m| {
                 let values: Vec<f64> = runs
                     .iter()
-                    .map(|r| r.metrics.scalar(name).expect("listed metric"))
+                    .map(|r| {
+                        *r.scalars
+                            .get(m.name)
+                            .unwrap_or_else(|| panic!("a run did not report metric {}", m.name))
+                    })
                     .collect();
-                (name.to_string(), AcrossSeeds::of(&values))
+                (m.name.to_string(), AcrossSeeds::of(&values))
             })
             .collect();
         CellResult {
@@ -112,63 +127,64 @@ impl CellResult {
     }
 }
 
-fn reduction_pct(baseline: f64, value: f64) -> f64 {
+/// The change from `baseline` to `value` in percent of the baseline, positive when better.
+pub fn improvement_pct(baseline: f64, value: f64, better: Better) -> f64 {
     if baseline == 0.0 {
-        0.0
-    } else {
-        (baseline - value) / baseline * 100.0
+        return 0.0;
+    }
+    let change = (value - baseline) / baseline.abs() * 100.0;
+    match better {
+        Better::Lower => -change,
+        Better::Higher => change,
     }
 }
 
 /// Fills `improvement` of every cell against the cell that differs only in `compare` = `baseline`.
-pub fn compute_improvements(cells: &mut [CellResult], compare: &str, baseline: &serde_json::Value) {
-    let key_without = |cell: &CellResult| -> Vec<(String, serde_json::Value)> {
+pub fn compute_improvements(
+    cells: &mut [CellResult],
+    compare: &str,
+    baseline: &serde_json::Value,
+    metrics: &[MetricInfo],
+) {
+    let others = |cell: &CellResult| -> Vec<(String, serde_json::Value)> {
         cell.coords
             .iter()
             .filter(|(k, _)| k != compare)
             .cloned()
             .collect()
     };
-    let baselines: Vec<(Vec<(String, serde_json::Value)>, usize)> = cells
+    let baseline_of: Vec<Option<usize>> = cells
         .iter()
-        .enumerate()
-        .filter(|(_, c)| c.coord(compare) == Some(baseline))
-        .map(|(i, c)| (key_without(c), i))
-        .collect();
-    let found: Vec<Option<usize>> = cells
-        .iter()
-        .map(|c| {
-            baselines
+        .map(|cell| {
+            cells
                 .iter()
-                .find(|(k, _)| *k == key_without(c))
-                .map(|(_, i)| *i)
+                .position(|b| b.coord(compare) == Some(baseline) && others(b) == others(cell))
         })
         .collect();
-    let snapshot: Vec<(String, f64, f64, f64, f64, f64)> = cells
+    let snapshot: Vec<(String, BTreeMap<String, f64>)> = cells
         .iter()
         .map(|c| {
-            let m = |name| c.mean(name).expect("summary has every scalar");
             (
                 c.id.clone(),
-                m("latency_p99_ms"),
-                m("latency_p50_ms"),
-                m("latency_mean_ms"),
-                m("throughput_rps"),
-                m("imbalance"),
+                c.summary.iter().map(|(k, v)| (k.clone(), v.mean)).collect(),
             )
         })
         .collect();
-    for (cell, base_idx) in cells.iter_mut().zip(found) {
-        let Some(b) = base_idx else { continue };
-        let base = &snapshot[b];
-        let m = |name| cell.mean(name).expect("summary has every scalar");
+    for (cell, base) in cells.iter_mut().zip(baseline_of) {
+        let Some(b) = base else { continue };
+        let (baseline_cell, base_means) = &snapshot[b];
+        let pct = metrics
+            .iter()
+            .map(|m| {
+                (
+                    m.name.to_string(),
+                    improvement_pct(base_means[m.name], cell.summary[m.name].mean, m.better),
+                )
+            })
+            .collect();
         cell.improvement = Some(Improvement {
-            baseline_cell: base.0.clone(),
-            p99_reduction_pct: reduction_pct(base.1, m("latency_p99_ms")),
-            p50_reduction_pct: reduction_pct(base.2, m("latency_p50_ms")),
-            mean_latency_reduction_pct: reduction_pct(base.3, m("latency_mean_ms")),
-            throughput_gain_pct: -reduction_pct(base.4, m("throughput_rps")),
-            imbalance_reduction_pct: reduction_pct(base.5, m("imbalance")),
+            baseline_cell: baseline_cell.clone(),
+            pct,
         });
     }
 }
@@ -201,47 +217,35 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::LatencySummary;
 
-    fn metrics(p99: f64, throughput: f64) -> RunMetrics {
-        let latency = LatencySummary {
-            mean_ms: p99 / 2.0,
-            p50_ms: p99 / 3.0,
-            p90_ms: p99,
-            p99_ms: p99,
-            max_ms: p99,
-        };
-        RunMetrics {
-            n_requests: 10,
-            n_batches: 2,
-            latency: latency.clone(),
-            queue_wait: latency,
-            throughput_rps: throughput,
-            makespan_s: 1.0,
-            mean_batch_size: 5.0,
-            imbalance: 2.0,
-            load_cv: 0.5,
-            mean_batch_time_ms: 1.0,
-            utilization: 0.5,
-            queue_depth_mean: 1.0,
-            queue_depth_max: 3,
-            queue_depth_series: vec![],
-        }
-    }
+    const METRICS: &[MetricInfo] = &[
+        MetricInfo {
+            name: "p99",
+            description: "P99",
+            better: Better::Lower,
+        },
+        MetricInfo {
+            name: "throughput",
+            description: "throughput",
+            better: Better::Higher,
+        },
+    ];
 
     fn cell(strategy: &str, rate: i64, p99: f64, throughput: f64) -> CellResult {
         let coords = vec![
             ("rate".to_string(), serde_json::json!(rate)),
             ("strategy".to_string(), serde_json::json!(strategy)),
         ];
+        let output = RunOutput {
+            scalars: vec![("p99".into(), p99), ("throughput".into(), throughput)],
+            details: serde_json::Value::Null,
+        };
         CellResult::new(
             format!("{strategy}@{rate}"),
             coords,
             "test".into(),
-            vec![RunResult {
-                seed: 1,
-                metrics: metrics(p99, throughput),
-            }],
+            vec![RunResult::new(1, output)],
+            METRICS,
         )
     }
 
@@ -253,16 +257,19 @@ mod tests {
             cell("fcfs", 2, 400.0, 100.0),
             cell("gv", 2, 100.0, 100.0),
         ];
-        compute_improvements(&mut cells, "strategy", &serde_json::json!("fcfs"));
+        compute_improvements(&mut cells, "strategy", &serde_json::json!("fcfs"), METRICS);
         let gv1 = cells[1].improvement.as_ref().unwrap();
         assert_eq!(gv1.baseline_cell, "fcfs@1");
-        assert!((gv1.p99_reduction_pct - 25.0).abs() < 1e-9);
-        assert!((gv1.throughput_gain_pct - 10.0).abs() < 1e-9);
-        assert!((cells[3].improvement.as_ref().unwrap().p99_reduction_pct - 75.0).abs() < 1e-9);
-        assert_eq!(
-            cells[0].improvement.as_ref().unwrap().p99_reduction_pct,
-            0.0
+        assert!(
+            (gv1.pct["p99"] - 25.0).abs() < 1e-9,
+            "lower is better: 200 -> 150 is +25%"
         );
+        assert!(
+            (gv1.pct["throughput"] - 10.0).abs() < 1e-9,
+            "higher is better: 100 -> 110 is +10%"
+        );
+        assert!((cells[3].improvement.as_ref().unwrap().pct["p99"] - 75.0).abs() < 1e-9);
+        assert_eq!(cells[0].improvement.as_ref().unwrap().pct["p99"], 0.0);
     }
 
     #[test]

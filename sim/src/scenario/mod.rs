@@ -1,7 +1,8 @@
-//! Scenario loading in two stages: the TOML text is checked against the file schema
-//! (`file::ScenarioFile`, unknown keys and wrong types rejected with line and column), then each
-//! sweep cell is validated into a runnable `validate::Scenario`. Every error is one line naming
-//! the file, the line and the field, and nothing runs until every cell has passed.
+//! Scenario loading in two stages: the TOML text is checked against the file schema (the common
+//! keys of `file::CommonFile`, then the tables of the family it names; unknown keys and wrong types
+//! rejected with line and column), then each sweep cell is validated into a runnable `Scenario`.
+//! Every error is one line naming the file, the line and the field, and nothing runs until every
+//! cell has passed.
 
 pub mod error;
 pub mod file;
@@ -9,18 +10,39 @@ pub mod sweep;
 pub mod validate;
 
 pub use error::{Location, ScenarioError};
-pub use file::ScenarioFile;
-pub use validate::{ArrivalSpec, ExecutionSpec, Scenario};
+pub use file::{CommonFile, Family};
 
 use error::SpanIndex;
-use file::{FigureFile, ReportFile};
+use file::{COMMON_KEYS, FigureFile, ReportFile};
+use serde::de::DeserializeOwned;
 use std::path::{Path, PathBuf};
 use sweep::SweepAxis;
+
+/// One validated, runnable sweep cell of some family.
+#[derive(Clone, Debug)]
+pub enum Scenario {
+    Caps(crate::caps::CapsScenario),
+}
+
+impl Scenario {
+    pub fn family(&self) -> Family {
+        match self {
+            Scenario::Caps(_) => Family::Caps,
+        }
+    }
+    /// Whether the scenario asks for per-request records (`[output] per_request_csv`).
+    pub fn per_request_csv(&self) -> bool {
+        match self {
+            Scenario::Caps(s) => s.per_request_csv,
+        }
+    }
+}
 
 /// A loaded scenario: its sweep expanded into validated cells.
 #[derive(Clone, Debug)]
 pub struct ScenarioPlan {
     pub path: PathBuf,
+    pub family: Family,
     pub name: String,
     pub description: String,
     pub seeds: Vec<u64>,
@@ -172,7 +194,7 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut cache = validate::LoadCache::default();
     let mut cells = Vec::new();
-    let mut first: Option<ScenarioFile> = None;
+    let mut first: Option<CommonFile> = None;
     for coords in sweep::cartesian(&axes) {
         let mut cell_doc = document.clone();
         let mut cell_overrides = overrides.clone();
@@ -186,21 +208,18 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
             })?;
             cell_overrides.push((key.clone(), Origin::Sweep));
         }
-        let file: ScenarioFile = serde_path_to_error::deserialize(toml::Value::Table(cell_doc))
-            .map_err(|err| {
-                let field = err.path().to_string();
-                let field = if field == "." { None } else { Some(field) };
-                let location = field
-                    .as_deref()
-                    .map(|f| loader.locate(f, &cell_overrides))
-                    .unwrap_or(Location::Unknown);
-                loader.error(
-                    location,
-                    field.as_deref(),
-                    err.into_inner().message().to_string(),
-                )
-            })?;
-        let scenario = validate::validate(&file, &base_dir, &mut cache).map_err(|e| {
+        let (common_doc, family_doc): (toml::Table, toml::Table) = cell_doc
+            .into_iter()
+            .partition(|(key, _)| COMMON_KEYS.contains(&key.as_str()));
+        let file: CommonFile = deserialize_table(&loader, common_doc, &cell_overrides)?;
+        if file.seeds.is_empty() {
+            return Err(loader.error(
+                loader.locate("seeds", &cell_overrides),
+                Some("seeds"),
+                "needs at least one seed",
+            ));
+        }
+        let field_error = |e: validate::FieldError| {
             let location = loader.locate(&e.path, &cell_overrides);
             let mut message = e.message;
             if let Some((key, value)) = coords
@@ -213,7 +232,27 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
                 );
             }
             loader.error(location, Some(&e.path), message)
-        })?;
+        };
+        let scenario = match file.family {
+            Family::Caps => {
+                let config: crate::caps::CapsConfig =
+                    deserialize_table(&loader, family_doc, &cell_overrides)?;
+                Scenario::Caps(
+                    config
+                        .validate(&base_dir, &mut cache)
+                        .map_err(field_error)?,
+                )
+            }
+        };
+        if let Some(first) = &first
+            && first.family != file.family
+        {
+            return Err(loader.error(
+                loader.locate("family", &cell_overrides),
+                Some("family"),
+                "every sweep cell must be of the same family",
+            ));
+        }
         first.get_or_insert(file);
         cells.push(Cell {
             id: sweep::cell_id(&coords),
@@ -274,14 +313,8 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
             ));
         }
         for (j, metric) in figure.metrics.iter().enumerate() {
-            if !crate::metrics::SCALAR_METRICS
-                .iter()
-                .any(|(name, _)| name == metric)
-            {
-                let known: Vec<&str> = crate::metrics::SCALAR_METRICS
-                    .iter()
-                    .map(|(n, _)| *n)
-                    .collect();
+            if !file.family.metrics().iter().any(|m| m.name == metric) {
+                let known: Vec<&str> = file.family.metrics().iter().map(|m| m.name).collect();
                 let field = format!("figure[{i}].metrics[{j}]");
                 return Err(loader.error(
                     loader.spans.locate(&field),
@@ -297,6 +330,7 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
 
     Ok(ScenarioPlan {
         path: path.to_path_buf(),
+        family: file.family,
         name: file.name.clone(),
         description: file.description.clone(),
         seeds: file.seeds.clone(),
@@ -305,5 +339,27 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
         report: file.report.clone(),
         figures: file.figures.clone(),
         document,
+    })
+}
+
+/// Deserializes `table` (a part of the scenario document whose keys are top-level keys) into `T`,
+/// turning a schema error into a one-line error with the field's file position.
+fn deserialize_table<T: DeserializeOwned>(
+    loader: &Loader<'_>,
+    table: toml::Table,
+    overrides: &[(String, Origin)],
+) -> Result<T, ScenarioError> {
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|err| {
+        let field = err.path().to_string();
+        let field = if field == "." { None } else { Some(field) };
+        let location = field
+            .as_deref()
+            .map(|f| loader.locate(f, overrides))
+            .unwrap_or(Location::Unknown);
+        loader.error(
+            location,
+            field.as_deref(),
+            err.into_inner().message().to_string(),
+        )
     })
 }

@@ -4,6 +4,7 @@
 //! fill it from the `window_size` oldest requests, and executes it on the `StepExecutor`. Every
 //! request of a batch completes when the batch does.
 
+use super::workload::{MoeRequest, RequestModel, RequestStreams};
 use crate::arrivals::{Arrival, ArrivalProcess};
 use crate::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use crate::engine::{Event, Model};
@@ -12,7 +13,6 @@ use crate::execution::{BatchWork, coefficient_of_variation, imbalance};
 use crate::metrics::{DepthTracker, LatencyRecorder, RunMetrics};
 use crate::rng::SimRng;
 use crate::time::{SimDuration, SimTime};
-use crate::workload::{MoeRequest, RequestModel, RequestStreams};
 use std::collections::VecDeque;
 
 /// The scheduler loop's parameters (caps.txt, `scheduler` config; defaults 8 / 32 / 16 / 100 ms).
