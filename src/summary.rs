@@ -34,8 +34,10 @@ pub fn table(document: &ResultsDocument) -> String {
         .map(|k| k.rsplit('.').next().unwrap_or(k).to_string())
         .collect();
     header.extend(headline.iter().map(|m| m.to_string()));
-    if let Some(first) = headline.first() {
-        header.push(format!("±ci95({first})"));
+    // The 95% CI is shown for the metric the baseline comparison leads with.
+    let ci_metric = versus.first().or(headline.first());
+    if let Some(metric) = ci_metric {
+        header.push(format!("±ci95({metric})"));
     }
     if document.baseline.is_some() {
         header.extend(versus.iter().map(|m| format!("{m}_vs_base")));
@@ -44,8 +46,8 @@ pub fn table(document: &ResultsDocument) -> String {
     for cell in &document.cells {
         let mut row: Vec<String> = cell.coords.iter().map(|(_, v)| coord_text(v)).collect();
         row.extend(headline.iter().map(|m| number(cell.summary[*m].mean)));
-        if let Some(first) = headline.first() {
-            row.push(number(cell.summary[*first].ci95));
+        if let Some(metric) = ci_metric {
+            row.push(number(cell.summary[*metric].ci95));
         }
         if document.baseline.is_some() {
             for metric in versus {

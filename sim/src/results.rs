@@ -133,9 +133,10 @@ pub fn improvement_pct(baseline: f64, value: f64, better: Better) -> f64 {
         return 0.0;
     }
     let change = (value - baseline) / baseline.abs() * 100.0;
+    // `+ 0.0` turns the -0.0 of an unchanged lower-is-better metric into 0.0.
     match better {
-        Better::Lower => -change,
-        Better::Higher => change,
+        Better::Lower => -change + 0.0,
+        Better::Higher => change + 0.0,
     }
 }
 
