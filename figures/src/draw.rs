@@ -1,24 +1,28 @@
 //! Drawing a [`Plan`] onto any plotters backend (bitmap for PNG, SVG).
 
-use plotters::chart::ChartBuilder;
+use plotters::chart::{ChartBuilder, ChartContext};
 use plotters::coord::Shift;
 use plotters::drawing::{DrawingArea, DrawingAreaErrorKind};
 use plotters::element::{PathElement, Rectangle, Text};
+use plotters::prelude::Cartesian2d;
 use plotters::series::LineSeries;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use plotters::style::{BLACK, Color, RGBColor, WHITE};
+use plotters::style::{BLACK, Color, FontTransform, RGBColor, WHITE};
 use plotters_backend::DrawingBackend;
 
 use crate::FigureError;
+use crate::axis::Axis;
 use crate::font::font;
 use crate::layout::{
-    LEGEND_FONT, LEGEND_GAP, LEGEND_PAD, LEGEND_ROW, LEGEND_SAMPLE, LEGEND_TOP, LegendPlan,
-    MAX_X_TICKS, MAX_Y_TICKS, PANEL_MARGIN, PANEL_MARGIN_RIGHT, PanelPlan, Plan, TICK_FONT,
-    X_LABEL_AREA,
+    ChartPlan, LEGEND_FONT, LEGEND_GAP, LEGEND_PAD, LEGEND_ROW, LEGEND_SAMPLE, LEGEND_TOP,
+    LegendPlan, MAX_X_TICKS, MAX_Y_TICKS, PANEL_MARGIN, PANEL_MARGIN_RIGHT, PanelPlan, Plan,
+    Swatch, TICK_FONT, X_LABEL_AREA,
 };
 use crate::style::{ErrorBarElement, MarkerElement};
 
-fn drawing_error<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> FigureError {
+pub(crate) fn drawing_error<E: std::error::Error + Send + Sync>(
+    e: DrawingAreaErrorKind<E>,
+) -> FigureError {
     FigureError::Drawing(e.to_string())
 }
 
@@ -46,7 +50,12 @@ pub(crate) fn draw_figure<DB: DrawingBackend>(
     let (grid, legend_area) = body.split_horizontally(grid_width);
     let cells = grid.split_evenly((plan.rows, plan.cols));
     for (cell, panel) in cells.iter().zip(&plan.panels) {
-        draw_panel(cell, panel)?;
+        match panel {
+            ChartPlan::Line(p) => draw_panel(cell, p)?,
+            ChartPlan::Bars(p) => crate::bar::draw(cell, p)?,
+            ChartPlan::Heatmap(p) => crate::heatmap::draw(cell, p)?,
+            ChartPlan::Timeline(p) => crate::timeline::draw(cell, p)?,
+        }
     }
     if let Some(legend) = &plan.legend {
         draw_legend(&legend_area, legend)?;
@@ -147,22 +156,34 @@ fn draw_legend<DB: DrawingBackend>(
     let text_style = font(LEGEND_FONT)
         .color(&BLACK)
         .pos(Pos::new(HPos::Left, VPos::Center));
-    for (i, (label, style)) in legend.entries.iter().enumerate() {
+    for (i, (label, style, swatch)) in legend.entries.iter().enumerate() {
         let col = (i / legend.rows_per_column) as u32;
         let row = (i % legend.rows_per_column) as u32;
         let left = x0 + (LEGEND_PAD + col * legend.column_width) as i32;
         let cy = y0 + (LEGEND_PAD / 2 + row * LEGEND_ROW + LEGEND_ROW / 2) as i32;
         let right = left + LEGEND_SAMPLE as i32;
-        area.draw(&PathElement::new(
-            vec![(left, cy), (right, cy)],
-            style.line(),
-        ))
-        .map_err(drawing_error)?;
-        area.draw(&MarkerElement {
-            at: ((left + right) / 2, cy),
-            style: *style,
-        })
-        .map_err(drawing_error)?;
+        match swatch {
+            Swatch::Line => {
+                area.draw(&PathElement::new(
+                    vec![(left, cy), (right, cy)],
+                    style.line(),
+                ))
+                .map_err(drawing_error)?;
+                area.draw(&MarkerElement {
+                    at: ((left + right) / 2, cy),
+                    style: *style,
+                })
+                .map_err(drawing_error)?;
+            }
+            Swatch::Box => {
+                let h = LEGEND_ROW as i32 / 2 - 3;
+                area.draw(&Rectangle::new(
+                    [(left + 6, cy - h), (right - 6, cy + h)],
+                    style.color.filled(),
+                ))
+                .map_err(drawing_error)?;
+            }
+        }
         area.draw(&Text::new(
             *label,
             (right + LEGEND_GAP as i32, cy),
@@ -171,4 +192,117 @@ fn draw_legend<DB: DrawingBackend>(
         .map_err(drawing_error)?;
     }
     Ok(())
+}
+
+/// A chart with linear or log axes on both sides, as every panel kind uses.
+pub(crate) type Chart2d<'a, DB> = ChartContext<'a, DB, Cartesian2d<Axis, Axis>>;
+
+/// What a panel frame looks like: title, axes, label areas and which ticks and grid
+/// lines the mesh draws. Categorical axes get no ticks from the mesh (their labels
+/// are drawn by the panel kind itself).
+pub(crate) struct Frame<'p> {
+    pub title: &'p str,
+    pub title_font: f64,
+    pub x_label: &'p str,
+    pub y_label: &'p str,
+    pub desc_font: f64,
+    pub x: Axis,
+    pub y: Axis,
+    pub x_label_area: u32,
+    pub y_label_area: u32,
+    pub margin_right: u32,
+    /// Number of labelled ticks (0 for none) and whether they get grid lines.
+    pub x_ticks: usize,
+    pub y_ticks: usize,
+    pub x_grid: bool,
+    pub y_grid: bool,
+}
+
+/// Draws the frame of a panel (title, axes, ticks, grid, axis descriptions) in the
+/// same style as the line charts and returns the chart for the data.
+pub(crate) fn draw_frame<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    frame: &Frame<'_>,
+) -> Result<Chart2d<'a, DB>, FigureError> {
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .margin(PANEL_MARGIN)
+        .margin_right(frame.margin_right)
+        .x_label_area_size(frame.x_label_area)
+        .y_label_area_size(frame.y_label_area);
+    if !frame.title.trim().is_empty() {
+        builder.caption(frame.title, font(frame.title_font).color(&BLACK));
+    }
+    let mut chart = builder
+        .build_cartesian_2d(frame.x.clone(), frame.y.clone())
+        .map_err(drawing_error)?;
+    let grid = BLACK.mix(0.13);
+    let mut mesh = chart.configure_mesh();
+    mesh.x_labels(frame.x_ticks)
+        .y_labels(frame.y_ticks)
+        .x_max_light_lines(0)
+        .y_max_light_lines(0)
+        .bold_line_style(grid)
+        .axis_style(BLACK.mix(0.85))
+        .label_style(font(TICK_FONT).color(&BLACK))
+        .axis_desc_style(font(frame.desc_font).color(&BLACK))
+        .set_all_tick_mark_size(5);
+    if !frame.x_grid {
+        mesh.disable_x_mesh();
+    }
+    if !frame.y_grid {
+        mesh.disable_y_mesh();
+    }
+    if !frame.x_label.trim().is_empty() {
+        mesh.x_desc(frame.x_label);
+    }
+    if !frame.y_label.trim().is_empty() {
+        mesh.y_desc(frame.y_label);
+    }
+    mesh.draw().map_err(drawing_error)?;
+    Ok(chart)
+}
+
+/// The pixel position of data point `(x, y)` relative to `area`'s top left corner.
+pub(crate) fn to_area<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    chart: &Chart2d<'_, DB>,
+    at: (f64, f64),
+) -> (i32, i32) {
+    let (ax, ay) = chart.backend_coord(&at);
+    let (bx, by) = area.get_base_pixel();
+    (ax - bx, ay - by)
+}
+
+/// Draws `text` at pixel `at` of `area` (relative to its corner), anchored by
+/// `pos`; `vertical` turns it to read bottom to top.
+pub(crate) fn label<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    text: &str,
+    at: (i32, i32),
+    size: f64,
+    pos: Pos,
+    vertical: bool,
+    color: RGBColor,
+) -> Result<(), FigureError> {
+    if text.is_empty() {
+        return Ok(());
+    }
+    let mut style = font(size).color(&color).pos(pos);
+    if vertical {
+        style = style.transform(FontTransform::Rotate270);
+    }
+    area.draw(&Text::new(text, at, style))
+        .map_err(drawing_error)
+}
+
+/// A filled rectangle between two pixel corners of `area`.
+pub(crate) fn fill_rect<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    a: (i32, i32),
+    b: (i32, i32),
+    color: RGBColor,
+) -> Result<(), FigureError> {
+    area.draw(&Rectangle::new([a, b], color.filled()))
+        .map_err(drawing_error)
 }

@@ -25,7 +25,9 @@ pub enum FigureError {
         title: String,
     },
 
-    /// A panel has no series, or only series without points.
+    /// A panel has no series, or only series without points (line charts); no groups
+    /// or no bars (bar charts); no rows or columns (heatmaps); no rows or no segments
+    /// (timelines).
     #[error("panel {panel} ({title:?}) has no data points")]
     EmptyPanel {
         /// Index of the panel in `Figure::panels`.
@@ -114,6 +116,80 @@ pub enum FigureError {
         point: usize,
         /// The offending y value.
         value: f64,
+    },
+
+    /// A value of a bar, heatmap or timeline panel is NaN or infinite; `at` names the
+    /// series, group, row, column or segment.
+    #[error("panel {panel} ({panel_title:?}), {at}: value is not finite ({value})")]
+    NonFiniteValue {
+        /// Index of the chart in the figure.
+        panel: usize,
+        /// The panel's title.
+        panel_title: String,
+        /// Where the value is, e.g. `series 1 ("fcfs"), group 2 ("Mixtral")`.
+        at: String,
+        /// The offending value.
+        value: f64,
+    },
+
+    /// A list in a bar, heatmap or timeline panel has the wrong length (for example
+    /// a bar series with a value count different from the group count).
+    #[error("panel {panel} ({panel_title:?}), {at}: {found} entries where {expected} are needed")]
+    LengthMismatch {
+        /// Index of the chart in the figure.
+        panel: usize,
+        /// The panel's title.
+        panel_title: String,
+        /// Which list, e.g. `series 0 ("fcfs") values`.
+        at: String,
+        /// The length it must have.
+        expected: usize,
+        /// The length it has.
+        found: usize,
+    },
+
+    /// A finite value that is not allowed where it is: a negative error-bar half-width,
+    /// a negative part of a stacked bar, a timeline segment that ends before it starts.
+    #[error("panel {panel} ({panel_title:?}), {at}: {value} is invalid: {reason}")]
+    InvalidValue {
+        /// Index of the chart in the figure.
+        panel: usize,
+        /// The panel's title.
+        panel_title: String,
+        /// Where the value is.
+        at: String,
+        /// The offending value.
+        value: f64,
+        /// Why it is not allowed.
+        reason: &'static str,
+    },
+
+    /// A timeline segment names a row that does not exist.
+    #[error("panel {panel} ({panel_title:?}), {at}: row {row} does not exist ({rows} rows)")]
+    RowOutOfRange {
+        /// Index of the chart in the figure.
+        panel: usize,
+        /// The panel's title.
+        panel_title: String,
+        /// The segment, e.g. `segment 4 ("load")`.
+        at: String,
+        /// The row index given.
+        row: usize,
+        /// The number of rows of the panel.
+        rows: usize,
+    },
+
+    /// An explicit colour-scale or time range is not finite or not increasing.
+    #[error("panel {panel} ({panel_title:?}): range {lo}..{hi} is not a finite, increasing range")]
+    InvalidRange {
+        /// Index of the chart in the figure.
+        panel: usize,
+        /// The panel's title.
+        panel_title: String,
+        /// Lower end.
+        lo: f64,
+        /// Upper end.
+        hi: f64,
     },
 
     /// The output stem has no file name (for example `/` or `..`).

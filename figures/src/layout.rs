@@ -1,14 +1,23 @@
-//! Validation of a [`Figure`] and the pixel layout computed from it.
+//! Validation of a figure and the pixel layout computed from it.
 //!
 //! Everything that can fail on bad input fails here, before any drawing: the
-//! drawing code then works from a [`Plan`] that is known to be consistent.
+//! drawing code then works from a [`Plan`] that is known to be consistent. Line
+//! charts are planned here; the other chart kinds in their own modules.
 
 use std::collections::BTreeMap;
 
-use crate::axis::{Axis, format_tick};
+use crate::axis::{Axis, format_tick, linear_ticks};
+use crate::bar::BarPlan;
+use plotters::style::RGBColor;
+
 use crate::font::text_size;
+use crate::heatmap::HeatmapPlan;
 use crate::style::SeriesStyle;
-use crate::{Figure, FigureError, PANEL_HEIGHT, PANEL_WIDTH, Panel};
+use crate::timeline::TimelinePlan;
+use crate::{
+    BarPanel, Chart, FigureError, HeatmapPanel, PANEL_HEIGHT, PANEL_WIDTH, Panel, StackedBarPanel,
+    TimelinePanel,
+};
 
 /// Height of the figure title band (only when the title is not empty).
 pub(crate) const TITLE_BAND: u32 = 52;
@@ -25,7 +34,7 @@ pub(crate) const PANEL_MARGIN_RIGHT: u32 = 26;
 /// Height of the area below the plot: tick marks, tick labels, axis description.
 pub(crate) const X_LABEL_AREA: u32 = 56;
 /// Gap between tick marks and tick labels (plotters' default is 5 px + tick).
-const TICK_LABEL_GAP: u32 = 14;
+pub(crate) const TICK_LABEL_GAP: u32 = 14;
 /// Maximum number of labelled ticks per axis.
 pub(crate) const MAX_X_TICKS: usize = 8;
 pub(crate) const MAX_Y_TICKS: usize = 8;
@@ -38,6 +47,71 @@ pub(crate) const LEGEND_SAMPLE: u32 = 40;
 pub(crate) const LEGEND_GAP: u32 = 10;
 const LEGEND_MIN_WIDTH: u32 = 140;
 
+/// A borrowed figure of any kind: what [`plan`] works on.
+pub struct View<'a> {
+    pub title: &'a str,
+    pub charts: Vec<ChartRef<'a>>,
+    pub columns: usize,
+    /// Fixed colours by label (first entry wins).
+    pub colors: &'a [(String, [u8; 3])],
+}
+
+/// A borrowed [`Chart`].
+#[derive(Clone, Copy)]
+pub enum ChartRef<'a> {
+    Line(&'a Panel),
+    Bars(&'a BarPanel),
+    StackedBars(&'a StackedBarPanel),
+    Heatmap(&'a HeatmapPanel),
+    Timeline(&'a TimelinePanel),
+}
+
+impl<'a> ChartRef<'a> {
+    pub fn of(chart: &'a Chart) -> Self {
+        match chart {
+            Chart::Line(p) => ChartRef::Line(p),
+            Chart::Bars(p) => ChartRef::Bars(p),
+            Chart::StackedBars(p) => ChartRef::StackedBars(p),
+            Chart::Heatmap(p) => ChartRef::Heatmap(p),
+            Chart::Timeline(p) => ChartRef::Timeline(p),
+        }
+    }
+
+    /// Labels that get a style (and a legend entry), in order, with their swatch.
+    fn styled_labels(self) -> Vec<(&'a str, Swatch)> {
+        match self {
+            ChartRef::Line(p) => p
+                .series
+                .iter()
+                .map(|s| (s.label.as_str(), Swatch::Line))
+                .collect(),
+            ChartRef::Bars(p) => p
+                .series
+                .iter()
+                .map(|s| (s.label.as_str(), Swatch::Box))
+                .collect(),
+            ChartRef::StackedBars(p) => p
+                .layers
+                .iter()
+                .map(|l| (l.label.as_str(), Swatch::Box))
+                .collect(),
+            ChartRef::Heatmap(_) => Vec::new(),
+            ChartRef::Timeline(p) => p
+                .segments
+                .iter()
+                .map(|s| (s.kind.as_str(), Swatch::Box))
+                .collect(),
+        }
+    }
+}
+
+/// How a legend entry shows its style: a line with a marker, or a filled box.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Swatch {
+    Line,
+    Box,
+}
+
 /// A validated figure with its layout.
 pub(crate) struct Plan<'a> {
     pub width: u32,
@@ -48,8 +122,16 @@ pub(crate) struct Plan<'a> {
     pub title_band: u32,
     pub rows: usize,
     pub cols: usize,
-    pub panels: Vec<PanelPlan<'a>>,
+    pub panels: Vec<ChartPlan<'a>>,
     pub legend: Option<LegendPlan<'a>>,
+}
+
+/// The layout of one panel, by kind.
+pub(crate) enum ChartPlan<'a> {
+    Line(PanelPlan<'a>),
+    Bars(BarPlan<'a>),
+    Heatmap(HeatmapPlan<'a>),
+    Timeline(TimelinePlan<'a>),
 }
 
 pub(crate) struct PanelPlan<'a> {
@@ -67,44 +149,63 @@ pub(crate) struct PanelPlan<'a> {
 }
 
 pub(crate) struct LegendPlan<'a> {
-    pub entries: Vec<(&'a str, SeriesStyle)>,
+    pub entries: Vec<(&'a str, SeriesStyle, Swatch)>,
     pub width: u32,
     pub rows_per_column: usize,
     pub column_width: u32,
 }
 
+/// Style of each label, by first appearance.
+pub(crate) type Styles<'a> = BTreeMap<&'a str, SeriesStyle>;
+
 /// Validates `figure` and computes its layout.
-pub(crate) fn plan(figure: &Figure) -> Result<Plan<'_>, FigureError> {
-    if figure.panels.is_empty() {
+pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
+    if figure.charts.is_empty() {
         return Err(FigureError::EmptyFigure {
-            title: figure.title.clone(),
+            title: figure.title.to_string(),
         });
     }
     if figure.columns == 0 {
         return Err(FigureError::ZeroColumns {
-            title: figure.title.clone(),
+            title: figure.title.to_string(),
         });
     }
-    for (i, panel) in figure.panels.iter().enumerate() {
-        validate_panel(i, panel)?;
+    for (i, chart) in figure.charts.iter().enumerate() {
+        match *chart {
+            ChartRef::Line(panel) => validate_panel(i, panel)?,
+            ChartRef::Bars(panel) => crate::bar::validate_grouped(i, panel)?,
+            ChartRef::StackedBars(panel) => crate::bar::validate_stacked(i, panel)?,
+            ChartRef::Heatmap(panel) => crate::heatmap::validate(i, panel)?,
+            ChartRef::Timeline(panel) => crate::timeline::validate(i, panel)?,
+        }
     }
 
     // Styles by distinct label, in order of first appearance.
-    let mut style_of: BTreeMap<&str, SeriesStyle> = BTreeMap::new();
-    let mut entries: Vec<(&str, SeriesStyle)> = Vec::new();
-    for series in figure.panels.iter().flat_map(|p| &p.series) {
-        let label = series.label.as_str();
+    let mut style_of: Styles<'a> = BTreeMap::new();
+    let mut entries: Vec<(&str, SeriesStyle, Swatch)> = Vec::new();
+    let mut palette_next = 0;
+    for (label, swatch) in figure.charts.iter().flat_map(|c| c.styled_labels()) {
         if !style_of.contains_key(label) {
-            let style = SeriesStyle::nth(style_of.len());
+            let fixed = figure.colors.iter().find(|(l, _)| l == label);
+            let style = match fixed {
+                Some((_, [r, g, b])) => SeriesStyle {
+                    color: RGBColor(*r, *g, *b),
+                    marker: SeriesStyle::nth(style_of.len()).marker,
+                },
+                None => {
+                    palette_next += 1;
+                    SeriesStyle::nth(palette_next - 1)
+                }
+            };
             style_of.insert(label, style);
             // Unlabelled series get a style but no legend entry.
             if !label.trim().is_empty() {
-                entries.push((label, style));
+                entries.push((label, style, swatch));
             }
         }
     }
 
-    let n = figure.panels.len();
+    let n = figure.charts.len();
     let cols = figure.columns.min(n);
     let rows = n.div_ceil(cols);
     let title_band = if figure.title.trim().is_empty() {
@@ -114,24 +215,42 @@ pub(crate) fn plan(figure: &Figure) -> Result<Plan<'_>, FigureError> {
     };
     let grid_height = rows as u32 * PANEL_HEIGHT;
 
+    let heat_range = crate::heatmap::shared_range(&figure.charts);
+    let time_range = crate::timeline::shared_range(&figure.charts);
     let panels = figure
-        .panels
+        .charts
         .iter()
-        .map(|panel| {
-            let styles = panel
-                .series
-                .iter()
-                .map(|s| style_of[s.label.as_str()])
-                .collect();
-            plan_panel(panel, styles)
+        .map(|chart| {
+            Ok(match *chart {
+                ChartRef::Line(panel) => {
+                    let styles = panel
+                        .series
+                        .iter()
+                        .map(|s| style_of[s.label.as_str()])
+                        .collect();
+                    ChartPlan::Line(plan_panel(panel, styles)?)
+                }
+                ChartRef::Bars(panel) => {
+                    ChartPlan::Bars(crate::bar::plan_grouped(panel, &style_of)?)
+                }
+                ChartRef::StackedBars(panel) => {
+                    ChartPlan::Bars(crate::bar::plan_stacked(panel, &style_of)?)
+                }
+                ChartRef::Heatmap(panel) => {
+                    ChartPlan::Heatmap(crate::heatmap::plan(panel, heat_range)?)
+                }
+                ChartRef::Timeline(panel) => {
+                    ChartPlan::Timeline(crate::timeline::plan(panel, time_range, &style_of)?)
+                }
+            })
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, FigureError>>()?;
 
     let legend = if entries.is_empty() {
         None
     } else {
         let mut label_width = 0;
-        for (label, _) in &entries {
+        for (label, _, _) in &entries {
             label_width = label_width.max(text_size(label, LEGEND_FONT)?.0);
         }
         let column_width = LEGEND_SAMPLE + LEGEND_GAP + label_width + LEGEND_PAD;
@@ -152,8 +271,8 @@ pub(crate) fn plan(figure: &Figure) -> Result<Plan<'_>, FigureError> {
     Ok(Plan {
         width,
         height,
-        title: &figure.title,
-        title_font: fitted_size(&figure.title, TITLE_FONT, width - 2 * PANEL_MARGIN)?,
+        title: figure.title,
+        title_font: fitted_size(figure.title, TITLE_FONT, width - 2 * PANEL_MARGIN)?,
         title_band,
         rows,
         cols,
@@ -366,8 +485,168 @@ fn data_ticks(
     Ok(Some(xs))
 }
 
+/// Font sizes of a panel's title and of its axis descriptions, shrunk to fit.
+pub(crate) fn panel_fonts(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+) -> Result<(f64, f64), FigureError> {
+    let title_font = fitted_size(title, PANEL_TITLE_FONT, PANEL_WIDTH - 2 * PANEL_MARGIN)?;
+    let desc_font = fitted_size(x_label, AXIS_DESC_FONT, PANEL_WIDTH * 3 / 4)?.min(fitted_size(
+        y_label,
+        AXIS_DESC_FONT,
+        PANEL_HEIGHT * 3 / 4,
+    )?);
+    Ok((title_font, desc_font))
+}
+
+/// Height in pixels of a panel's caption (0 without a title), as plotters lays it out.
+pub(crate) fn caption_height(title: &str, title_font: f64) -> Result<u32, FigureError> {
+    if title.trim().is_empty() {
+        return Ok(0);
+    }
+    let h = text_size(title, title_font)?.1;
+    Ok(h + 2 * (h / 2).min(5))
+}
+
+/// Space for the (rotated) description of a vertical axis, 0 when it is empty.
+pub(crate) fn vertical_desc_width(desc: &str, desc_font: f64) -> Result<u32, FigureError> {
+    if desc.trim().is_empty() {
+        Ok(0)
+    } else {
+        Ok(text_size(desc, desc_font)?.1 + 12)
+    }
+}
+
+/// Width of the area left of a plot with numeric y ticks: widest tick label, gap,
+/// rotated axis description (as the line charts have it).
+pub(crate) fn y_label_area(y: &Axis, y_label: &str, desc_font: f64) -> Result<u32, FigureError> {
+    let mut widest = 0;
+    for t in y.ticks(MAX_Y_TICKS) {
+        widest = widest.max(text_size(&format_tick(t), TICK_FONT)?.0);
+    }
+    Ok(widest + TICK_LABEL_GAP + vertical_desc_width(y_label, desc_font)? + 4)
+}
+
+/// A linear value axis that contains 0 and every value of `values`: from 0 when
+/// nothing is negative, to 0 when nothing is positive, padded by 5% away from 0.
+pub(crate) fn zero_based_axis(values: impl Iterator<Item = f64>) -> Axis {
+    let (low, high) = min_max(values);
+    let (low, high) = (low.min(0.0), high.max(0.0));
+    let (lo, hi) = if high <= low {
+        (0.0, 1.0)
+    } else if low >= 0.0 {
+        (0.0, high * 1.05)
+    } else if high <= 0.0 {
+        (low * 1.05, 0.0)
+    } else {
+        let pad = 0.05 * (high - low);
+        (low - pad, high + pad)
+    };
+    // A labelled tick below zero: when there is none, extend the negative side to
+    // the next multiple of the tick step.
+    let ticks = linear_ticks(lo, hi, MAX_Y_TICKS);
+    let lo = match ticks[..] {
+        [a, b, ..] if lo < 0.0 && a >= 0.0 => lo.min(((lo / (b - a)).floor()) * (b - a)),
+        _ => lo,
+    };
+    Axis {
+        lo,
+        hi,
+        log: false,
+        fixed: None,
+    }
+}
+
+/// How a row of category labels is set: font size, horizontal or vertical (reading
+/// bottom to top), and the height it takes below the axis.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct LabelFit {
+    pub font: f64,
+    pub vertical: bool,
+    pub extent: u32,
+}
+
+/// Fits category labels into slots of `slot` pixels along a horizontal axis: at
+/// `base` size if they fit, else smaller (down to 70%), else (if `may_turn`)
+/// vertical, else smaller still (down to half).
+pub(crate) fn fit_labels(
+    labels: &[&str],
+    slot: f64,
+    base: f64,
+    may_turn: bool,
+) -> Result<LabelFit, FigureError> {
+    let widest = |size: f64| -> Result<u32, FigureError> {
+        let mut w = 0;
+        for l in labels {
+            w = w.max(text_size(l, size)?.0);
+        }
+        Ok(w)
+    };
+    let room = (slot - 6.0).max(1.0);
+    let w = f64::from(widest(base)?.max(1));
+    let height = |size: f64| text_size("Hg", size).map(|s| s.1);
+    if w <= room {
+        return Ok(LabelFit {
+            font: base,
+            vertical: false,
+            extent: height(base)?,
+        });
+    }
+    let shrunk = base * room / w;
+    if shrunk >= base * 0.7 || !may_turn {
+        let font = shrunk.max(base * 0.5);
+        return Ok(LabelFit {
+            font,
+            vertical: false,
+            extent: height(font)?,
+        });
+    }
+    // Vertical: the text height must fit the slot, the length is capped.
+    let mut font = base;
+    let h = f64::from(height(font)?);
+    if h > room {
+        font = (font * room / h).max(base * 0.5);
+    }
+    let long = f64::from(widest(font)?);
+    if long > MAX_VERTICAL_LABEL {
+        font = (font * MAX_VERTICAL_LABEL / long).max(base * 0.5);
+    }
+    Ok(LabelFit {
+        font,
+        vertical: true,
+        extent: widest(font)?,
+    })
+}
+
+/// `text`, cut short with "…" so that it is at most `max_width` pixels wide at `size`.
+pub(crate) fn ellipsize(text: &str, size: f64, max_width: f64) -> Result<String, FigureError> {
+    if f64::from(text_size(text, size)?.0) <= max_width {
+        return Ok(text.to_string());
+    }
+    let chars: Vec<char> = text.chars().collect();
+    // Longest prefix that fits with the ellipsis (binary search; width grows with length).
+    let (mut lo, mut hi) = (0, chars.len());
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        let candidate: String = chars[..mid].iter().chain(['…'].iter()).collect();
+        if f64::from(text_size(&candidate, size)?.0) <= max_width {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    Ok(chars[..lo].iter().chain(['…'].iter()).collect())
+}
+
+/// Widest a row label (heatmap, timeline) may be, in pixels.
+pub(crate) const MAX_ROW_LABEL: f64 = PANEL_WIDTH as f64 / 4.0;
+
+/// Longest extent of vertical category labels, in pixels.
+pub(crate) const MAX_VERTICAL_LABEL: f64 = 150.0;
+
 /// `size`, or smaller (down to half) so that `text` is at most `max_width` pixels wide.
-fn fitted_size(text: &str, size: f64, max_width: u32) -> Result<f64, FigureError> {
+pub(crate) fn fitted_size(text: &str, size: f64, max_width: u32) -> Result<f64, FigureError> {
     let width = text_size(text, size)?.0;
     if width <= max_width {
         return Ok(size);
@@ -375,7 +654,7 @@ fn fitted_size(text: &str, size: f64, max_width: u32) -> Result<f64, FigureError
     Ok((size * f64::from(max_width) / f64::from(width)).max(size / 2.0))
 }
 
-fn min_max(values: impl Iterator<Item = f64>) -> (f64, f64) {
+pub(crate) fn min_max(values: impl Iterator<Item = f64>) -> (f64, f64) {
     values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
         (lo.min(v), hi.max(v))
     })
@@ -384,7 +663,15 @@ fn min_max(values: impl Iterator<Item = f64>) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Series;
+    use crate::sealed::Sealed;
+    use crate::{Figure, Series};
+
+    fn line<'p, 'a>(plan: &'p ChartPlan<'a>) -> &'p PanelPlan<'a> {
+        match plan {
+            ChartPlan::Line(p) => p,
+            _ => panic!("not a line chart"),
+        }
+    }
 
     fn s(label: &str) -> Series {
         Series {
@@ -410,8 +697,9 @@ mod tests {
             ],
             columns: 2,
         };
-        let plan = plan(&figure).unwrap();
-        let (p0, p1) = (&plan.panels[0].styles, &plan.panels[1].styles);
+        let view = figure.view();
+        let plan = plan(&view).unwrap();
+        let (p0, p1) = (&line(&plan.panels[0]).styles, &line(&plan.panels[1]).styles);
         assert_eq!(p0[0], SeriesStyle::nth(0));
         assert_eq!(p0[1], SeriesStyle::nth(1));
         assert_eq!(p0[2], SeriesStyle::nth(2));
@@ -422,6 +710,7 @@ mod tests {
         let labels: Vec<&str> = legend.entries.iter().map(|e| e.0).collect();
         assert_eq!(labels, ["a", "b", "c"], "one entry per non-empty label");
         assert_eq!(legend.entries[2].1, SeriesStyle::nth(3));
+        assert!(legend.entries.iter().all(|e| e.2 == Swatch::Line));
     }
 
     #[test]
@@ -438,11 +727,45 @@ mod tests {
             }],
             columns: 1,
         };
-        let plan = plan(&figure).unwrap();
-        let p = &plan.panels[0];
+        let view = figure.view();
+        let plan = plan(&view).unwrap();
+        let p = line(&plan.panels[0]);
         assert_eq!(p.y.lo, 0.0);
         assert!(p.y.hi > 110.0 && p.y.hi < 120.0, "{}", p.y.hi);
         assert!(p.x.lo < 10.0 && p.x.lo >= 0.0 && p.x.hi > 20.0);
         assert_eq!(p.x.fixed.as_deref(), Some(&[10.0, 20.0][..]));
+    }
+
+    #[test]
+    fn zero_based_axis_contains_zero_and_a_negative_tick() {
+        let a = zero_based_axis([3.0, 10.0].into_iter());
+        assert_eq!((a.lo, a.hi), (0.0, 10.5));
+        let a = zero_based_axis([-3.0, -1.0].into_iter());
+        assert_eq!(a.hi, 0.0);
+        assert!(a.lo <= -3.0);
+        // -4.3 would have no tick below 0 with a step of 5: extended to -5.
+        let a = zero_based_axis([-3.0, 25.0].into_iter());
+        assert!(a.ticks(MAX_Y_TICKS).iter().any(|&t| t < 0.0), "{a:?}");
+        assert!(a.lo >= -5.0 - 1e-9, "{a:?}");
+        let a = zero_based_axis([0.0].into_iter());
+        assert_eq!((a.lo, a.hi), (0.0, 1.0));
+    }
+
+    #[test]
+    fn labels_shrink_then_turn_then_get_cut() {
+        let short = fit_labels(&["ILP"], 100.0, TICK_FONT, true).unwrap();
+        assert_eq!((short.font, short.vertical), (TICK_FONT, false));
+        let turned = fit_labels(&["round-robin"], 40.0, TICK_FONT, true).unwrap();
+        assert!(turned.vertical && turned.extent > 40, "{turned:?}");
+        let shrunk = fit_labels(&["round-robin"], 40.0, TICK_FONT, false).unwrap();
+        assert!(
+            !shrunk.vertical && shrunk.font == TICK_FONT * 0.5,
+            "{shrunk:?}"
+        );
+        assert_eq!(ellipsize("ILP", 20.0, 100.0).unwrap(), "ILP");
+        let cut = ellipsize("hot-expert-replication", 20.0, 80.0).unwrap();
+        assert!(cut.ends_with('…') && cut.len() < 22, "{cut}");
+        assert!(text_size(&cut, 20.0).unwrap().0 <= 80);
+        assert_eq!(ellipsize("abc", 20.0, 1.0).unwrap(), "…");
     }
 }

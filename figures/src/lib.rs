@@ -1,7 +1,10 @@
 //! expertsim figures: plotters charts rendered to PNG and SVG with an embedded font.
 //!
 //! A [`Figure`] is a grid of [`Panel`]s (line charts), each holding [`Series`] of
-//! `(x, y)` points with optional 95%-CI error bars. [`render`] writes it as
+//! `(x, y)` points with optional 95%-CI error bars. A [`ChartFigure`] is the same
+//! grid with panels of any kind ([`Chart`]): line charts, grouped bars
+//! ([`BarPanel`]), stacked bars ([`StackedBarPanel`]), heatmaps ([`HeatmapPanel`])
+//! and timelines ([`TimelinePanel`]), freely mixed. [`render`] writes either as
 //! `<out_stem>.png` and `<out_stem>.svg`:
 //!
 //! ```no_run
@@ -25,6 +28,42 @@
 //! };
 //! let written = render(&figure, std::path::Path::new("results/p99"))?;
 //! assert_eq!(written.len(), 2); // results/p99.png, results/p99.svg
+//! # Ok::<(), figures::FigureError>(())
+//! ```
+//!
+//! Other chart kinds go into a [`ChartFigure`] (every panel type converts into a
+//! [`Chart`] with `.into()`):
+//!
+//! ```no_run
+//! use figures::{BarPanel, BarSeries, ChartFigure, Segment, TimelinePanel, render};
+//!
+//! let bars = BarPanel {
+//!     title: "8 GPUs".to_string(),
+//!     x_label: "model".to_string(),
+//!     y_label: "latency reduction vs linear (%)".to_string(),
+//!     groups: vec!["Mixtral-8x7B".to_string(), "OLMoE-1B-7B".to_string()],
+//!     series: vec![BarSeries {
+//!         label: "high variability".to_string(),
+//!         values: vec![17.5, -4.8],
+//!         y_err: Some(vec![2.9, 1.4]),
+//!     }],
+//! };
+//! let timeline = TimelinePanel {
+//!     title: "round-robin".to_string(),
+//!     x_label: "time (s)".to_string(),
+//!     rows: vec!["worker 0".to_string()],
+//!     segments: vec![Segment {
+//!         row: 0,
+//!         start: 0.0,
+//!         end: 1.2,
+//!         kind: "load".to_string(),
+//!         label: "E3".to_string(),
+//!     }],
+//!     ..TimelinePanel::default()
+//! };
+//! let figure = ChartFigure::new("GEM", vec![bars.into(), timeline.into()], 1)
+//!     .with_color("idle", [0xC8, 0xC8, 0xC8]);
+//! render(&figure, std::path::Path::new("results/gem"))?;
 //! # Ok::<(), figures::FigureError>(())
 //! ```
 //!
@@ -60,6 +99,41 @@
 //!   `ab_glyph` support, so rendering needs no system fonts. The SVG asks for
 //!   `sans-serif`.
 //!
+//! # Other chart kinds
+//!
+//! They share the cell size, title, fonts, axis style and the one legend of the
+//! line charts; a label (series, stack layer, segment kind) gets the same colour in
+//! every panel of a figure, whatever the panel kind, and one legend entry (a line
+//! with its marker if the label first appears in a line chart, else a filled box).
+//! [`ChartFigure::colors`] pins colours for chosen labels; the others take the
+//! palette in order of first appearance.
+//!
+//! * **Grouped bars** ([`BarPanel`]): in each group (x category) one bar per
+//!   [`BarSeries`], side by side, over 80% of the group's width. The value axis
+//!   always contains 0: it starts at 0 when nothing is negative; with negative
+//!   values bars grow down from a dark zero line and the axis reaches at least one
+//!   labelled tick below 0. Error bars (`value ± y_err`) are dark with caps. Group
+//!   labels are set under the axis, smaller (down to 70%) when long, else vertical.
+//! * **Stacked bars** ([`StackedBarPanel`]): in each group one bar per entry of
+//!   `bars`, each a stack of the [`StackLayer`]s bottom to top (non-negative
+//!   values). Bar labels go under each bar (vertical when they do not fit across),
+//!   a bracket ties each group's bars to the group label below them.
+//! * **Heatmaps** ([`HeatmapPanel`]): `values[row][column]` as cells, rows top to
+//!   bottom, on the viridis scale (perceptually uniform, colour-blind safe), with a
+//!   colorbar (ticks and `value_label`) right of the cells. Heatmaps without a
+//!   `range` share one scale per figure (from 0, or the smallest value if negative,
+//!   to the largest), so panels compare directly; values outside an explicit range
+//!   get the end colours. Cells are separated by thin white lines when at least 8
+//!   pixels; with `annotate`, values (three significant digits) are written in the
+//!   cells when they fit, in white on dark cells. When labels do not fit, every
+//!   n-th row or column is labelled.
+//! * **Timelines** ([`TimelinePanel`]): one row per worker (top to bottom, every
+//!   other row lightly shaded), [`Segment`]s from `start` to `end` coloured by
+//!   `kind`, with their `label` inside when it fits. Timelines without a `range`
+//!   share the time axis of the figure (from 0, or the earliest start, to the
+//!   latest end plus 2%), so that policies stacked vertically (`columns: 1`) line
+//!   up. Adjacent segments keep a one-pixel gap; a zero-length segment is one pixel.
+//!
 //! [`render_png`] and [`render_svg`] give the file contents without writing
 //! anything, and [`canvas_size`] the pixel size a figure will have.
 //!
@@ -78,22 +152,36 @@
 //! error value ([`FigureError::NonFinite`], naming panel, series and point), an
 //! error-bar vector of the wrong length or with a negative entry, a non-positive y on
 //! a log panel, or an output file that cannot be written ([`FigureError::Io`], naming
-//! the file).
+//! the file). The other chart kinds report, naming the panel and the place (series,
+//! group, bar, layer, row, column or segment, with their labels):
+//! [`FigureError::EmptyPanel`] (no groups, bars, series, layers, rows, columns or
+//! segments), [`FigureError::LengthMismatch`] (a value list that does not match its
+//! labels), [`FigureError::NonFiniteValue`], [`FigureError::InvalidValue`] (negative
+//! error bar, negative stacked part, segment ending before it starts),
+//! [`FigureError::RowOutOfRange`] (a segment on a missing row) and
+//! [`FigureError::InvalidRange`] (an explicit range not finite and increasing).
 
 mod axis;
 mod backend;
+mod bar;
+mod colormap;
 mod draw;
 mod error;
 mod font;
+mod heatmap;
 mod layout;
 mod output;
 mod style;
+mod timeline;
 
 use std::path::{Path, PathBuf};
 
 use plotters::prelude::{BitMapBackend, IntoDrawingArea, SVGBackend};
 
+pub use bar::{BarPanel, BarSeries, StackLayer, StackedBarPanel};
 pub use error::FigureError;
+pub use heatmap::HeatmapPanel;
+pub use timeline::{Segment, TimelinePanel};
 
 /// Width in pixels of one panel cell.
 pub const PANEL_WIDTH: u32 = 640;
@@ -112,7 +200,7 @@ pub struct Series {
     pub y_err: Option<Vec<f64>>,
 }
 
-/// One chart: axes, title and series.
+/// One line chart: axes, title and series.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Panel {
     /// Title above the chart (may be empty).
@@ -127,7 +215,7 @@ pub struct Panel {
     pub log_y: bool,
 }
 
-/// A grid of panels with a title and one shared legend.
+/// A grid of line-chart panels with a title and one shared legend.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Figure {
     /// Title above the grid (may be empty, which leaves out the title band).
@@ -138,10 +226,152 @@ pub struct Figure {
     pub columns: usize,
 }
 
+/// One panel of a [`ChartFigure`]: a chart of any kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Chart {
+    /// A line chart (the panel of a [`Figure`]).
+    Line(Panel),
+    /// Grouped bars, optionally with error bars; values may be negative.
+    Bars(BarPanel),
+    /// Groups of stacked bars.
+    StackedBars(StackedBarPanel),
+    /// A matrix of values as coloured cells, with a colorbar.
+    Heatmap(HeatmapPanel),
+    /// A Gantt chart: rows of coloured, labelled segments over time.
+    Timeline(TimelinePanel),
+}
+
+impl Chart {
+    /// The panel's title.
+    pub fn title(&self) -> &str {
+        match self {
+            Chart::Line(p) => &p.title,
+            Chart::Bars(p) => &p.title,
+            Chart::StackedBars(p) => &p.title,
+            Chart::Heatmap(p) => &p.title,
+            Chart::Timeline(p) => &p.title,
+        }
+    }
+}
+
+impl From<Panel> for Chart {
+    fn from(panel: Panel) -> Self {
+        Chart::Line(panel)
+    }
+}
+
+impl From<BarPanel> for Chart {
+    fn from(panel: BarPanel) -> Self {
+        Chart::Bars(panel)
+    }
+}
+
+impl From<StackedBarPanel> for Chart {
+    fn from(panel: StackedBarPanel) -> Self {
+        Chart::StackedBars(panel)
+    }
+}
+
+impl From<HeatmapPanel> for Chart {
+    fn from(panel: HeatmapPanel) -> Self {
+        Chart::Heatmap(panel)
+    }
+}
+
+impl From<TimelinePanel> for Chart {
+    fn from(panel: TimelinePanel) -> Self {
+        Chart::Timeline(panel)
+    }
+}
+
+/// A grid of panels of any kinds ([`Chart`]s) with a title and one shared legend:
+/// the general form of [`Figure`], laid out and rendered the same way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChartFigure {
+    /// Title above the grid (may be empty, which leaves out the title band).
+    pub title: String,
+    /// Panels, filling the grid row by row.
+    pub charts: Vec<Chart>,
+    /// Panels per row (at least 1; more than `charts.len()` is treated as that).
+    pub columns: usize,
+    /// Fixed colours `(label, [r, g, b])` for some labels (e.g. a grey for an "idle"
+    /// segment kind); every other label gets the next palette colour. The first
+    /// entry for a label wins.
+    pub colors: Vec<(String, [u8; 3])>,
+}
+
+impl ChartFigure {
+    /// A figure of `charts`, `columns` per row, with palette colours only.
+    pub fn new(title: impl Into<String>, charts: Vec<Chart>, columns: usize) -> Self {
+        ChartFigure {
+            title: title.into(),
+            charts,
+            columns,
+            colors: Vec::new(),
+        }
+    }
+
+    /// The same figure with `color` for the series, layer or segment kind `label`.
+    pub fn with_color(mut self, label: impl Into<String>, color: [u8; 3]) -> Self {
+        self.colors.push((label.into(), color));
+        self
+    }
+}
+
+impl From<Figure> for ChartFigure {
+    fn from(figure: Figure) -> Self {
+        ChartFigure::new(
+            figure.title,
+            figure.panels.into_iter().map(Chart::Line).collect(),
+            figure.columns,
+        )
+    }
+}
+
+mod sealed {
+    /// Keeps [`crate::Renderable`] implemented by this crate's figure types only.
+    pub trait Sealed {
+        fn view(&self) -> crate::layout::View<'_>;
+    }
+}
+
+/// A figure that [`render`], [`render_png`], [`render_svg`] and [`canvas_size`]
+/// accept: [`Figure`] (line charts) or [`ChartFigure`] (any mix of chart kinds).
+pub trait Renderable: sealed::Sealed {}
+
+impl sealed::Sealed for Figure {
+    fn view(&self) -> layout::View<'_> {
+        layout::View {
+            title: &self.title,
+            charts: self.panels.iter().map(layout::ChartRef::Line).collect(),
+            columns: self.columns,
+            colors: &[],
+        }
+    }
+}
+
+impl Renderable for Figure {}
+
+impl sealed::Sealed for ChartFigure {
+    fn view(&self) -> layout::View<'_> {
+        layout::View {
+            title: &self.title,
+            charts: self.charts.iter().map(layout::ChartRef::of).collect(),
+            columns: self.columns,
+            colors: &self.colors,
+        }
+    }
+}
+
+impl Renderable for ChartFigure {}
+
 /// Renders `figure` and writes `<out_stem>.png` and `<out_stem>.svg` (the suffix is
 /// appended, so a stem like `out/p99.v2` gives `out/p99.v2.png`). Returns the two
 /// paths, PNG first. Nothing is written when the figure is invalid.
-pub fn render(figure: &Figure, out_stem: &Path) -> Result<Vec<PathBuf>, FigureError> {
+pub fn render<F: Renderable + ?Sized>(
+    figure: &F,
+    out_stem: &Path,
+) -> Result<Vec<PathBuf>, FigureError> {
     let png_path = output::with_suffix(out_stem, "png")?;
     let svg_path = output::with_suffix(out_stem, "svg")?;
     let png = render_png(figure)?;
@@ -152,9 +382,10 @@ pub fn render(figure: &Figure, out_stem: &Path) -> Result<Vec<PathBuf>, FigureEr
 }
 
 /// Renders `figure` as PNG file contents (8-bit RGB).
-pub fn render_png(figure: &Figure) -> Result<Vec<u8>, FigureError> {
+pub fn render_png<F: Renderable + ?Sized>(figure: &F) -> Result<Vec<u8>, FigureError> {
     font::ensure_registered()?;
-    let plan = layout::plan(figure)?;
+    let view = figure.view();
+    let plan = layout::plan(&view)?;
     let (w, h) = (plan.width, plan.height);
     let mut rgb = vec![255u8; w as usize * h as usize * 3];
     {
@@ -165,9 +396,10 @@ pub fn render_png(figure: &Figure) -> Result<Vec<u8>, FigureError> {
 }
 
 /// Renders `figure` as an SVG document.
-pub fn render_svg(figure: &Figure) -> Result<String, FigureError> {
+pub fn render_svg<F: Renderable + ?Sized>(figure: &F) -> Result<String, FigureError> {
     font::ensure_registered()?;
-    let plan = layout::plan(figure)?;
+    let view = figure.view();
+    let plan = layout::plan(&view)?;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (plan.width, plan.height)).into_drawing_area();
@@ -178,8 +410,9 @@ pub fn render_svg(figure: &Figure) -> Result<String, FigureError> {
 
 /// The size in pixels `(width, height)` that `figure` renders at; validates it like
 /// [`render`] does.
-pub fn canvas_size(figure: &Figure) -> Result<(u32, u32), FigureError> {
+pub fn canvas_size<F: Renderable + ?Sized>(figure: &F) -> Result<(u32, u32), FigureError> {
     font::ensure_registered()?;
-    let plan = layout::plan(figure)?;
+    let view = figure.view();
+    let plan = layout::plan(&view)?;
     Ok((plan.width, plan.height))
 }
