@@ -4,7 +4,7 @@
 //! the figure does not use give one figure file per combination of their values.
 
 use anyhow::Context;
-use figures::{Figure, Panel, Series};
+use figures::{BarPanel, BarSeries, Chart, ChartFigure, Panel, Series};
 use sim::results::{CellResult, ResultsDocument};
 use sim::scenario::ScenarioPlan;
 use sim::scenario::file::FigureFile;
@@ -56,7 +56,7 @@ pub fn render_all(
     for spec in &plan.figures {
         let used: Vec<&str> = [
             Some(spec.x.as_str()),
-            Some(spec.series.as_str()),
+            spec.series.as_deref(),
             spec.panels.as_deref(),
         ]
         .into_iter()
@@ -119,12 +119,20 @@ fn build_figure(
     document: &ResultsDocument,
     cells: &[&CellResult],
     combo: &[(String, Json)],
-) -> Figure {
+) -> ChartFigure {
     let panel_values: Vec<Option<&Json>> = match &spec.panels {
         Some(key) => axis_values(document, key).iter().map(Some).collect(),
         None => vec![None],
     };
-    let mut panels = Vec::new();
+    // No series key: one line (or bar set) per figure, named after the metric.
+    let series_values: Vec<Option<&Json>> = match &spec.series {
+        Some(key) => axis_values(document, key).iter().map(Some).collect(),
+        None => vec![None],
+    };
+    let x_values = axis_values(document, &spec.x);
+    let numeric_x = x_values.iter().all(|v| v.as_f64().is_some());
+    let x_label = spec.x.rsplit('.').next().unwrap_or(&spec.x).to_string();
+    let mut charts: Vec<Chart> = Vec::new();
     for metric in &spec.metrics {
         for panel_value in &panel_values {
             let in_panel: Vec<&&CellResult> = cells
@@ -134,41 +142,84 @@ fn build_figure(
                     _ => true,
                 })
                 .collect();
-            let series = axis_values(document, &spec.series)
-                .iter()
-                .map(|series_value| {
-                    let mut points = Vec::new();
-                    let mut errors = Vec::new();
-                    for x_value in axis_values(document, &spec.x) {
-                        let Some(cell) = in_panel.iter().find(|c| {
-                            c.coord(&spec.series) == Some(series_value)
-                                && c.coord(&spec.x) == Some(x_value)
-                        }) else {
-                            continue;
-                        };
-                        let Some(x) = x_value.as_f64() else { continue };
-                        let summary = &cell.summary[metric.as_str()];
-                        points.push((x, summary.mean));
-                        errors.push(summary.ci95);
-                    }
-                    Series {
-                        label: label(series_value),
-                        points,
-                        y_err: Some(errors),
-                    }
+            // The cell of one series value at one x value, if the sweep has it.
+            let find = |series_value: Option<&Json>, x_value: &Json| {
+                in_panel.iter().find(|c| {
+                    c.coord(&spec.x) == Some(x_value)
+                        && match (series_value, &spec.series) {
+                            (Some(v), Some(key)) => c.coord(key) == Some(v),
+                            _ => true,
+                        }
                 })
-                .collect();
+            };
+            let series_label = |series_value: Option<&Json>| match series_value {
+                Some(v) => label(v),
+                None => metric.clone(),
+            };
             let title = match panel_value {
                 Some(v) => format!("{} — {}", metric_label(document, metric), label(v)),
                 None => metric_label(document, metric),
             };
-            panels.push(Panel {
-                title,
-                x_label: spec.x.rsplit('.').next().unwrap_or(&spec.x).to_string(),
-                y_label: metric_label(document, metric),
-                series,
-                log_y: spec.log_y,
-            });
+            if numeric_x {
+                let series = series_values
+                    .iter()
+                    .map(|series_value| {
+                        let mut points = Vec::new();
+                        let mut errors = Vec::new();
+                        for x_value in x_values {
+                            let Some(cell) = find(*series_value, x_value) else {
+                                continue;
+                            };
+                            let summary = &cell.summary[metric.as_str()];
+                            points.push((x_value.as_f64().expect("numeric x"), summary.mean));
+                            errors.push(summary.ci95);
+                        }
+                        Series {
+                            label: series_label(*series_value),
+                            points,
+                            y_err: Some(errors),
+                        }
+                    })
+                    .collect();
+                charts.push(Chart::Line(Panel {
+                    title,
+                    x_label: x_label.clone(),
+                    y_label: metric_label(document, metric),
+                    series,
+                    log_y: spec.log_y,
+                }));
+            } else {
+                // Categorical x (policy names, datasets): grouped bars, one group per x value.
+                let series = series_values
+                    .iter()
+                    .map(|series_value| {
+                        let summaries: Vec<_> = x_values
+                            .iter()
+                            .map(|x| find(*series_value, x).map(|c| &c.summary[metric.as_str()]))
+                            .collect();
+                        BarSeries {
+                            label: series_label(*series_value),
+                            values: summaries
+                                .iter()
+                                .map(|s| s.map_or(0.0, |s| s.mean))
+                                .collect(),
+                            y_err: Some(
+                                summaries
+                                    .iter()
+                                    .map(|s| s.map_or(0.0, |s| s.ci95))
+                                    .collect(),
+                            ),
+                        }
+                    })
+                    .collect();
+                charts.push(Chart::Bars(BarPanel {
+                    title,
+                    x_label: x_label.clone(),
+                    y_label: metric_label(document, metric),
+                    groups: x_values.iter().map(label).collect(),
+                    series,
+                }));
+            }
         }
     }
     let mut title = if spec.title.is_empty() {
@@ -186,9 +237,5 @@ fn build_figure(
                 .join(", ")
         );
     }
-    Figure {
-        title,
-        panels,
-        columns: panel_values.len(),
-    }
+    ChartFigure::new(title, charts, panel_values.len())
 }

@@ -244,7 +244,7 @@ fn quick_caps_run_writes_results_and_figures() {
     assert!(output.status.success(), "{}", stderr(&output));
     let table = String::from_utf8_lossy(&output.stdout);
     assert!(
-        table.contains("greedy_variance") && table.contains("p99_vs_base"),
+        table.contains("greedy_variance") && table.contains("latency_p99_ms_vs_base"),
         "{table}"
     );
     let document: serde_json::Value =
@@ -253,10 +253,16 @@ fn quick_caps_run_writes_results_and_figures() {
     assert_eq!(cells.len(), 16);
     for cell in cells {
         assert_eq!(
-            cell["runs"][0]["metrics"]["n_requests"], 500,
+            cell["runs"][0]["details"]["n_requests"], 500,
             "every request is served"
         );
         assert_eq!(cell["cost_model"], "analytic-roofline");
+        assert!(
+            cell["runs"][0]["scalars"]["latency_p99_ms"]
+                .as_f64()
+                .unwrap()
+                > 0.0
+        );
     }
     for name in ["p99_vs_rate.png", "p99_vs_rate.svg"] {
         let bytes = std::fs::read(out.join("figures").join(name)).unwrap();
@@ -291,15 +297,32 @@ fn list_names_every_batch_selector() {
     }
 }
 
+/// Every `.toml` under `dir`, recursively, sorted.
+fn scenario_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(scenario_files(&path));
+        } else if path.extension().is_some_and(|e| e == "toml") {
+            found.push(path);
+        }
+    }
+    found.sort();
+    found
+}
+
 #[test]
 fn every_shipped_scenario_validates() {
-    for entry in [
-        "scenarios/caps/evaluation.toml",
-        "scenarios/caps/evaluation_straggler.toml",
-        "scenarios/caps/quick.toml",
-        "scenarios/smoke/trace_replay.toml",
-    ] {
-        let output = expertsim(&["validate", entry]);
-        assert!(output.status.success(), "{entry}: {}", stderr(&output));
+    let files = scenario_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios"));
+    assert!(files.len() >= 5, "found only {files:?}");
+    for path in files {
+        let output = expertsim(&["validate", path.to_str().unwrap()]);
+        assert!(
+            output.status.success(),
+            "{}: {}",
+            path.display(),
+            stderr(&output)
+        );
     }
 }

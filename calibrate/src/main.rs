@@ -1,29 +1,409 @@
-//! expertsim-calibrate: will measure MoE and decode kernels on a GPU and write a profile the
-//! simulator reads (issue 7). Until the kernels exist it refuses, naming why, and exits 2 instead
-//! of writing a profile that was not measured.
+//! expertsim-calibrate: measures the MoE-layer, decode and rerouting kernels on a device
+//! (`--backend cuda`, or the CPU references with `--backend cpu`) and writes a versioned
+//! profile JSON that `expertsim run` reads through `[execution] profile = "path"`; or, with
+//! `--analytic GPU`, writes the roofline profile of a catalogue GPU. Exit codes: 0 success,
+//! 2 bad input or no usable device (one line on stderr), 1 a profile that cannot be written.
 
+mod analytic;
+mod pipeline;
+mod sampler;
+mod stats;
+mod timestamp;
+
+use clap::{Parser, ValueEnum};
+use kernels::backend::{self, BackendKind};
+use pipeline::{CalibrateError, Plan};
+use sim::model_shape::MoeModelShape;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 
-/// What calibration can do today: nothing, and it says so.
-fn calibrate() -> Result<(), String> {
-    Err("no kernels are implemented yet (see issue 7); nothing was measured and no profile was written".into())
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendArg {
+    /// The CPU reference kernels, timed with the wall clock (CI, development).
+    Cpu,
+    /// CUDA device 0: kernels compiled with NVRTC, timed with device events.
+    Cuda,
+}
+
+/// Measure the kernels and write a profile the simulator reads.
+#[derive(Debug, Parser)]
+#[command(name = "expertsim-calibrate", version, about)]
+struct Cli {
+    /// Where to run the kernels.
+    #[arg(long, value_enum, default_value = "cuda")]
+    backend: BackendArg,
+    /// A seconds-long smoke run of the whole pipeline (tiny tiles, one repetition).
+    #[arg(long)]
+    quick: bool,
+    /// Model preset whose shapes are measured (must have bf16 weights).
+    #[arg(long, default_value = "qwen1.5-moe-a2.7b")]
+    model: String,
+    /// Override the preset's layer count (as a scenario's `[model] n_layers`).
+    #[arg(long)]
+    n_layers: Option<usize>,
+    /// Override the preset's routed experts per layer.
+    #[arg(long)]
+    n_experts: Option<usize>,
+    /// Override the preset's experts per token.
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Rows per GEMM tile (multiple of 4, at most 256).
+    #[arg(long)]
+    tile: Option<usize>,
+    /// Timed repetitions per point (default 500; 1 with --quick).
+    #[arg(long)]
+    repetitions: Option<usize>,
+    /// Untimed runs before each point's repetitions.
+    #[arg(long)]
+    warmup: Option<usize>,
+    /// Sample both sides of every tile boundary up to this many tokens.
+    #[arg(long)]
+    dense_limit: Option<usize>,
+    /// Past the dense limit, sample every this many tokens (0: no sparse samples) ...
+    #[arg(long)]
+    sparse_step: Option<usize>,
+    /// ... up to this many.
+    #[arg(long)]
+    sparse_limit: Option<usize>,
+    /// Largest decode batch.
+    #[arg(long)]
+    max_batch: Option<usize>,
+    /// Cached tokens per sequence for the profile's decode curves.
+    #[arg(long)]
+    decode_context: Option<usize>,
+    /// Further contexts for the decode-vs-context measurements (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    contexts: Option<Vec<usize>>,
+    /// Batch sizes for the decode-vs-context measurements.
+    #[arg(long, value_delimiter = ',')]
+    context_batches: Option<Vec<usize>>,
+    /// Token counts for the rerouting measurements.
+    #[arg(long, value_delimiter = ',')]
+    reroute_tokens: Option<Vec<usize>>,
+    /// Adapter counts for the rerouting measurements.
+    #[arg(long, value_delimiter = ',')]
+    adapters: Option<Vec<usize>>,
+    /// Seed of the synthetic inputs.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Profile to write (default: profiles/measured/<device>_<model>.json).
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Write the analytic roofline profile of this catalogue GPU instead of measuring
+    /// (`all`: every committed reference profile, under --output or `profiles/`).
+    #[arg(long, value_name = "GPU")]
+    analytic: Option<String>,
+}
+
+/// A failed invocation: its exit code and one line.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+fn input(message: String) -> Failure {
+    Failure { code: 2, message }
+}
+
+impl From<CalibrateError> for Failure {
+    fn from(e: CalibrateError) -> Self {
+        input(e.to_string())
+    }
+}
+
+fn shape_of(cli: &Cli) -> Result<MoeModelShape, Failure> {
+    let mut shape = MoeModelShape::preset(&cli.model).map_err(|e| input(e.to_string()))?;
+    if let Some(n) = cli.n_layers {
+        shape.n_layers = n;
+    }
+    if let Some(n) = cli.n_experts {
+        shape.n_experts = n;
+    }
+    if let Some(k) = cli.top_k {
+        shape.top_k = k;
+    }
+    shape.validate().map_err(|e| input(e.to_string()))?;
+    Ok(shape)
+}
+
+fn plan_of(cli: &Cli) -> Plan {
+    let mut plan = if cli.quick {
+        Plan::quick()
+    } else {
+        Plan::full()
+    };
+    macro_rules! set {
+        ($($field:ident),*) => {
+            $(if let Some(v) = cli.$field.clone() {
+                plan.$field = v;
+            })*
+        };
+    }
+    set!(
+        tile,
+        repetitions,
+        warmup,
+        dense_limit,
+        sparse_step,
+        sparse_limit,
+        max_batch,
+        decode_context,
+        contexts,
+        context_batches,
+        reroute_tokens,
+        adapters
+    );
+    plan.seed = cli.seed;
+    plan
+}
+
+/// A file-name-safe lowercase slug.
+fn slug(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() || c == '.' {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_matches('-').to_string()
+}
+
+fn run(cli: &Cli) -> Result<(), Failure> {
+    let shape = shape_of(cli)?;
+    if cli.analytic.as_deref() == Some("all") {
+        let dir = cli
+            .output
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("profiles"));
+        let paths = analytic::write_reference_profiles(&dir).map_err(|e| Failure {
+            code: 1,
+            message: e.to_string(),
+        })?;
+        for path in paths {
+            println!("wrote {}", path.display());
+        }
+        return Ok(());
+    }
+    if let Some(gpu) = &cli.analytic {
+        let profile = analytic::profile_for(gpu, &shape).map_err(input)?;
+        let path = cli.output.clone().unwrap_or_else(|| {
+            PathBuf::from(format!(
+                "profiles/analytic/{}_{}.json",
+                slug(gpu),
+                slug(&cli.model)
+            ))
+        });
+        profile.save(&path).map_err(|e| Failure {
+            code: 1,
+            message: e.to_string(),
+        })?;
+        println!(
+            "wrote the analytic profile of {} on {gpu} to {}",
+            shape.name,
+            path.display()
+        );
+        return Ok(());
+    }
+    let plan = plan_of(cli);
+    plan.validate()?;
+    let started = Instant::now();
+    let kind = match cli.backend {
+        BackendArg::Cpu => BackendKind::Cpu,
+        BackendArg::Cuda => BackendKind::Cuda,
+    };
+    let mut device = backend::open(kind).map_err(|e| input(e.to_string()))?;
+    eprintln!(
+        "calibrating {} on {} ({}, {} repetitions per point, tile {})",
+        shape.name,
+        device.device().name,
+        kind,
+        plan.repetitions,
+        plan.tile
+    );
+    let measured = pipeline::calibrate(device.as_mut(), &shape, &plan, &mut |line| {
+        eprintln!("  {line}")
+    })?;
+    let path = cli.output.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "profiles/measured/{}_{}.json",
+            slug(&measured.calibration.device_name),
+            slug(&cli.model)
+        ))
+    });
+    measured.save(&path).map_err(|e| Failure {
+        code: 1,
+        message: e.to_string(),
+    })?;
+    let points: usize = measured
+        .calibration
+        .measurements
+        .iter()
+        .map(|m| m.points.len())
+        .sum();
+    println!(
+        "profiled {points} points x {} repetitions on {} in {:.1} s; wrote {}",
+        plan.repetitions,
+        measured.calibration.device_name,
+        started.elapsed().as_secs_f64(),
+        path.display()
+    );
+    Ok(())
 }
 
 fn main() -> ExitCode {
-    match calibrate() {
+    let cli = Cli::parse();
+    match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("expertsim-calibrate: {message}");
-            ExitCode::from(2)
+        Err(failure) => {
+            eprintln!("expertsim-calibrate: {}", failure.message);
+            ExitCode::from(failure.code)
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use sim::cost::profile::{MeasuredProfile, Profile, SourceKind};
+    use sim::execution::{CvModel, StragglerModel};
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("expertsim-calibrate").chain(args.iter().copied()))
+            .unwrap()
+    }
+
+    /// `--backend cpu --quick` writes a profile that sim loads and builds both execution
+    /// models from, for the preset's shape (what `expertsim run` does with it).
     #[test]
-    fn refuses_rather_than_writing_an_unmeasured_profile() {
-        let err = super::calibrate().unwrap_err();
-        assert!(err.contains("nothing was measured"), "{err}");
+    fn quick_cpu_calibration_writes_a_profile_sim_accepts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cpu.json");
+        let args = cli(&[
+            "--backend",
+            "cpu",
+            "--quick",
+            "--output",
+            path.to_str().unwrap(),
+        ]);
+        run(&args).unwrap_or_else(|f| panic!("{}", f.message));
+        let profile = Profile::load(&path).unwrap();
+        assert_eq!(profile.source.kind, SourceKind::Measured);
+        let shape = MoeModelShape::qwen1_5_moe_a2_7b();
+        profile.check_shape(&shape).unwrap();
+        CvModel::new(&profile, &shape, None).unwrap();
+        StragglerModel::new(&profile, &shape).unwrap();
+        let measured = MeasuredProfile::load(&path).unwrap();
+        let c = &measured.calibration;
+        assert_eq!(
+            (c.backend.as_str(), c.tile_tokens, c.repetitions),
+            ("cpu", 4, 1)
+        );
+        assert_eq!(c.kernel_source_hash, kernels::source::source_hash());
+        assert!(
+            profile
+                .source
+                .date
+                .as_deref()
+                .is_some_and(|d| d.ends_with('Z'))
+        );
+        let names: Vec<&str> = c.measurements.iter().map(|m| m.name.as_str()).collect();
+        for name in [
+            "expert_ffn",
+            "non_expert_prefill",
+            "non_expert_decode",
+            "head",
+        ] {
+            assert!(names.contains(&name), "{names:?}");
+        }
+        for name in ["reroute/fused/adapters=4", "reroute/unfused/adapters=1"] {
+            assert!(names.contains(&name), "{names:?}");
+        }
+        // The expert curve was sampled at the tile rule's counts: 1, 4, 5, 8.
+        let expert = profile
+            .expert_curve(shape.hidden, shape.expert_ffn, shape.weight_dtype)
+            .unwrap();
+        let xs: Vec<f64> = expert.samples().map(|(x, _)| x).collect();
+        assert_eq!(xs, vec![1.0, 4.0, 5.0, 8.0]);
+        assert!(expert.samples().all(|(_, ns)| ns > 0.0));
+    }
+
+    #[test]
+    fn bad_input_is_exit_code_2_with_one_line() {
+        for args in [
+            &["--backend", "cpu", "--quick", "--tile", "6"][..],
+            &["--backend", "cpu", "--quick", "--repetitions", "0"],
+            &[
+                "--backend",
+                "cpu",
+                "--model",
+                "qwen1.5-moe-a2.7b-nf4",
+                "--quick",
+            ],
+            &["--backend", "cpu", "--model", "mixtral"],
+            &["--backend", "cpu", "--quick", "--top-k", "99"],
+            &["--analytic", "B200"],
+        ] {
+            let failure = run(&cli(args))
+                .err()
+                .unwrap_or_else(|| panic!("{args:?} succeeded"));
+            assert_eq!(failure.code, 2, "{args:?}: {}", failure.message);
+            assert!(!failure.message.contains('\n'), "{}", failure.message);
+        }
+    }
+
+    /// Without a GPU (EXPERTSIM_GPU unset) the cuda backend is a one-line exit 2.
+    #[test]
+    fn cuda_without_a_gpu_exits_2() {
+        if std::env::var("EXPERTSIM_GPU").is_ok_and(|v| v == "1") {
+            println!("cuda_without_a_gpu_exits_2: skipped (GPU run)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("never.json");
+        match run(&cli(&[
+            "--backend",
+            "cuda",
+            "--quick",
+            "--output",
+            path.to_str().unwrap(),
+        ])) {
+            Err(failure) => {
+                assert_eq!(failure.code, 2);
+                assert!(
+                    failure.message.starts_with("no CUDA driver found")
+                        || failure.message.starts_with("no device")
+                        || failure.message.starts_with("NVRTC not found"),
+                    "{}",
+                    failure.message
+                );
+                assert!(!path.exists());
+            }
+            Ok(()) => println!("a CUDA device is present; the no-GPU path was not exercised"),
+        }
+    }
+
+    #[test]
+    fn analytic_mode_writes_a_labelled_profile() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h200.json");
+        run(&cli(&[
+            "--analytic",
+            "H200",
+            "--output",
+            path.to_str().unwrap(),
+        ]))
+        .unwrap_or_else(|f| panic!("{}", f.message));
+        let profile = Profile::load(&path).unwrap();
+        assert_eq!(profile.source.kind, SourceKind::AnalyticRoofline);
+        assert_eq!(profile.gpu, "H200");
+    }
+
+    #[test]
+    fn default_output_names_are_slugs() {
+        assert_eq!(slug("NVIDIA H200 NVL"), "nvidia-h200-nvl");
+        assert_eq!(slug("AMD EPYC (r) 9004"), "amd-epyc-r-9004");
     }
 }

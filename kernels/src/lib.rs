@@ -1,15 +1,44 @@
-//! expertsim kernels: CUDA C sources compiled at run time with NVRTC, and CPU reference
-//! implementations with identical semantics. Nothing is implemented yet (see issue 7); this
-//! crate only fixes its place in the dependency graph: kernels -> sim.
+//! expertsim kernels: CUDA C sources compiled at run time with NVRTC (through cudarc, loaded
+//! dynamically so everything builds and tests without CUDA) and CPU reference implementations
+//! with identical semantics, behind one `Backend` trait the calibration binary measures.
+//!
+//! Kernels: the MoE layer (`moe`), batched rerouting (`reroute`), a dense decode step
+//! (`decode`). Backends: `cpu` (the references, wall-clock timing) and `cuda` (device events).
 
+pub mod backend;
+pub mod cpu;
+pub mod cuda;
+pub mod decode;
+pub mod moe;
+pub mod numeric;
+pub mod nvrtc;
+pub mod reroute;
+pub mod source;
+
+pub use backend::{Backend, BackendError, BackendKind, DeviceInfo, Output, Workload};
+pub use half::bf16;
 /// The simulator crate this one builds on; kernels report timings in its time units.
 pub use sim::SimDuration;
+
+/// Inputs a kernel cannot run on (wrong lengths, ids out of range, a bad tile size).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{kernel}: {problem}")]
+pub struct KernelInputError {
+    /// The kernel family: "moe", "reroute" or "decode".
+    pub kernel: &'static str,
+    pub problem: String,
+}
+
+impl KernelInputError {
+    pub(crate) fn new(kernel: &'static str, problem: String) -> KernelInputError {
+        KernelInputError { kernel, problem }
+    }
+}
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn kernels_report_durations_in_sim_nanoseconds() {
-        // The one contract this crate has so far: durations are the simulator's integer nanoseconds.
         assert_eq!(super::SimDuration::from_micros_f64(1.0).0, 1_000);
     }
 }

@@ -5,13 +5,17 @@
 pub mod arrivals;
 pub mod batch;
 pub mod caps;
+pub mod chimera;
 pub mod cost;
 pub mod engine;
 pub mod event_queue;
 pub mod execution;
 pub mod executor;
+pub mod expertweave;
+pub mod gem;
 pub mod metrics;
 pub mod model_shape;
+pub mod mosaic;
 pub mod results;
 pub mod rng;
 pub mod runner;

@@ -32,7 +32,9 @@ impl BatchSelector for OldestFirst {
 
 fn run(text: &str, seed: u64) -> RunMetrics {
     let plan = load_str(Path::new("queueing.toml"), text, &[]).unwrap_or_else(|e| panic!("{e}"));
-    let Scenario::Caps(scenario) = &plan.cells[0].scenario;
+    let Scenario::Caps(scenario) = &plan.cells[0].scenario else {
+        panic!("the queueing checks are CAPS scenarios")
+    };
     simulate(scenario, seed, &mut OldestFirst, &mut DiscardRecords).0
 }
 

@@ -4,7 +4,11 @@
 //! the caller provides (the `strategies` crate), since `sim` knows no policy.
 
 use crate::batch::{BatchSelector, BatchSelectorConfig};
+use crate::chimera::{QueuePolicy, QueuePolicyConfig, Router, RouterConfig};
+use crate::expertweave::{AdapterMemory, MemoryConfig};
+use crate::gem::{ExpertMapper, MapperConfig};
 use crate::metrics::RunOutput;
+use crate::mosaic::{AggregationGate, GateConfig, Placement, PlacementConfig};
 use crate::results::{
     BaselineEcho, CellResult, ResultsDocument, RunResult, ScenarioEcho, SweepAxisEcho, ToolInfo,
     compute_improvements, write_atomic,
@@ -16,6 +20,12 @@ use std::path::Path;
 /// Builds the policy objects scenarios name; one method per extension point.
 pub trait Policies: Sync {
     fn batch_selector(&self, config: &BatchSelectorConfig) -> Box<dyn BatchSelector>;
+    fn expert_mapper(&self, config: &MapperConfig) -> Box<dyn ExpertMapper>;
+    fn placement(&self, config: &PlacementConfig) -> Box<dyn Placement>;
+    fn aggregation_gate(&self, config: &GateConfig) -> Box<dyn AggregationGate>;
+    fn queue_policy(&self, config: &QueuePolicyConfig) -> Box<dyn QueuePolicy>;
+    fn router(&self, config: &RouterConfig) -> Box<dyn Router>;
+    fn adapter_memory(&self, config: &MemoryConfig) -> Box<dyn AdapterMemory>;
 }
 
 /// Runs one seed of one cell; `csv` receives per-request records where the family has them.
@@ -30,6 +40,31 @@ pub fn run_cell(
         Scenario::Caps(s) => {
             crate::caps::run::run(s, seed, policies.batch_selector(&s.selector).as_mut(), csv)
         }
+        Scenario::Gem(s) => Ok((
+            crate::gem::simulate(s, seed, policies.expert_mapper(&s.mapper).as_mut()),
+            s.profile.source.kind.as_str().to_string(),
+        )),
+        Scenario::Mosaic(s) => crate::mosaic::try_simulate(
+            s,
+            seed,
+            policies.placement(&s.placement).as_mut(),
+            policies.aggregation_gate(&s.gate).as_mut(),
+        )
+        .map(|output| (output, MOSAIC_COST_MODEL.to_string()))
+        .map_err(|e| e.to_string()),
+        Scenario::Chimera(s) => Ok((
+            crate::chimera::run::run(
+                s,
+                seed,
+                policies.queue_policy(&s.queue).as_mut(),
+                policies.router(&s.routing).as_mut(),
+            ),
+            s.source(),
+        )),
+        Scenario::Expertweave(s) => Ok((
+            crate::expertweave::run(s, seed, policies.adapter_memory(&s.memory).as_mut()),
+            EXPERTWEAVE_COST_MODEL.to_string(),
+        )),
     }
 }
 
@@ -125,3 +160,7 @@ pub fn write_results(
     bytes.push(b'\n');
     write_atomic(path, &bytes)
 }
+
+/// Where MOSAIC and ExpertWeave step costs come from: analytic models from datasheet rates.
+const MOSAIC_COST_MODEL: &str = "analytic-roofline";
+const EXPERTWEAVE_COST_MODEL: &str = "analytic-roofline";

@@ -3,6 +3,10 @@
 
 use crate::batch::{self, PolicyInfo};
 use sim::batch::{BatchSelector, BatchSelectorConfig};
+use sim::chimera::{QueuePolicy, QueuePolicyConfig, Router, RouterConfig};
+use sim::expertweave::{AdapterMemory, MemoryConfig};
+use sim::gem::{ExpertMapper, MapperConfig};
+use sim::mosaic::{AggregationGate, GateConfig, Placement, PlacementConfig};
 
 /// Builds every policy of every family from its scenario config.
 pub struct Registry;
@@ -11,9 +15,34 @@ impl sim::runner::Policies for Registry {
     fn batch_selector(&self, config: &BatchSelectorConfig) -> Box<dyn BatchSelector> {
         batch::build(config)
     }
+    fn expert_mapper(&self, config: &MapperConfig) -> Box<dyn ExpertMapper> {
+        crate::mapping::build(config)
+    }
+    fn placement(&self, config: &PlacementConfig) -> Box<dyn Placement> {
+        crate::placement::build(config)
+    }
+    fn aggregation_gate(&self, config: &GateConfig) -> Box<dyn AggregationGate> {
+        crate::gating::build(config)
+    }
+    fn queue_policy(&self, config: &QueuePolicyConfig) -> Box<dyn QueuePolicy> {
+        crate::queue::build(config)
+    }
+    fn router(&self, config: &RouterConfig) -> Box<dyn Router> {
+        crate::routing::build(config)
+    }
+    fn adapter_memory(&self, config: &MemoryConfig) -> Box<dyn AdapterMemory> {
+        crate::memory::build(config)
+    }
 }
 
 /// Every policy kind of every family, with a one-line description.
 pub fn catalogue() -> Vec<PolicyInfo> {
-    batch::catalogue()
+    let mut all = batch::catalogue();
+    all.extend(crate::mapping::catalogue());
+    all.extend(crate::placement::catalogue());
+    all.extend(crate::gating::catalogue());
+    all.extend(crate::queue::catalogue());
+    all.extend(crate::routing::catalogue());
+    all.extend(crate::memory::catalogue());
+    all
 }

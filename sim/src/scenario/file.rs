@@ -33,6 +33,14 @@ fn default_seeds() -> Vec<u64> {
 pub enum Family {
     /// CAPS batch selection on one MoE GPU (caps.txt).
     Caps,
+    /// GEM expert mapping under GPU variability (gem.txt).
+    Gem,
+    /// MOSAIC mixture-of-agents placement and gating (mosaic.txt).
+    Mosaic,
+    /// Chimera multi-agent workflow queueing and routing (chimera.txt).
+    Chimera,
+    /// ExpertWeave multi-adapter MoE serving (expertweave.txt).
+    Expertweave,
 }
 
 /// `[report]`: compare every value of one sweep key against a baseline value.
@@ -57,8 +65,8 @@ pub struct FigureFile {
     pub metrics: Vec<String>,
     /// Sweep key on the x axis.
     pub x: String,
-    /// Sweep key whose values become the lines.
-    pub series: String,
+    /// Sweep key whose values become the lines (or bars); without it, one per metric.
+    pub series: Option<String>,
     /// Sweep key whose values become side-by-side panels.
     pub panels: Option<String>,
     #[serde(default)]
@@ -70,18 +78,30 @@ impl Family {
     pub fn metrics(self) -> &'static [crate::metrics::MetricInfo] {
         match self {
             Family::Caps => crate::caps::METRICS,
+            Family::Gem => crate::gem::METRICS,
+            Family::Mosaic => crate::mosaic::METRICS,
+            Family::Chimera => crate::chimera::METRICS,
+            Family::Expertweave => crate::expertweave::METRICS,
         }
     }
     /// The metrics `expertsim run` prints per cell.
     pub fn headline(self) -> &'static [&'static str] {
         match self {
             Family::Caps => crate::caps::HEADLINE,
+            Family::Gem => crate::gem::HEADLINE,
+            Family::Mosaic => crate::mosaic::HEADLINE,
+            Family::Chimera => crate::chimera::HEADLINE,
+            Family::Expertweave => crate::expertweave::HEADLINE,
         }
     }
     /// The metrics `expertsim run` prints as change against the baseline.
     pub fn headline_improvements(self) -> &'static [&'static str] {
         match self {
             Family::Caps => crate::caps::HEADLINE_IMPROVEMENTS,
+            Family::Gem => crate::gem::HEADLINE_IMPROVEMENTS,
+            Family::Mosaic => crate::mosaic::HEADLINE_IMPROVEMENTS,
+            Family::Chimera => crate::chimera::HEADLINE_IMPROVEMENTS,
+            Family::Expertweave => crate::expertweave::HEADLINE_IMPROVEMENTS,
         }
     }
 }

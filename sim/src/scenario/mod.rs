@@ -22,18 +22,27 @@ use sweep::SweepAxis;
 #[derive(Clone, Debug)]
 pub enum Scenario {
     Caps(crate::caps::CapsScenario),
+    Gem(crate::gem::GemScenario),
+    Mosaic(crate::mosaic::MosaicScenario),
+    Chimera(crate::chimera::ChimeraScenario),
+    Expertweave(crate::expertweave::ExpertWeaveScenario),
 }
 
 impl Scenario {
     pub fn family(&self) -> Family {
         match self {
             Scenario::Caps(_) => Family::Caps,
+            Scenario::Gem(_) => Family::Gem,
+            Scenario::Mosaic(_) => Family::Mosaic,
+            Scenario::Chimera(_) => Family::Chimera,
+            Scenario::Expertweave(_) => Family::Expertweave,
         }
     }
     /// Whether the scenario asks for per-request records (`[output] per_request_csv`).
     pub fn per_request_csv(&self) -> bool {
         match self {
             Scenario::Caps(s) => s.per_request_csv,
+            _ => false,
         }
     }
 }
@@ -243,6 +252,26 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
                         .map_err(field_error)?,
                 )
             }
+            Family::Gem => {
+                let config: crate::gem::GemConfig =
+                    deserialize_table(&loader, family_doc, &cell_overrides)?;
+                Scenario::Gem(config.validate(&base_dir).map_err(field_error)?)
+            }
+            Family::Mosaic => {
+                let config: crate::mosaic::MosaicConfig =
+                    deserialize_table(&loader, family_doc, &cell_overrides)?;
+                Scenario::Mosaic(config.validate(&base_dir).map_err(field_error)?)
+            }
+            Family::Chimera => {
+                let config: crate::chimera::ChimeraConfig =
+                    deserialize_table(&loader, family_doc, &cell_overrides)?;
+                Scenario::Chimera(config.validate(&base_dir).map_err(field_error)?)
+            }
+            Family::Expertweave => {
+                let config: crate::expertweave::ExpertWeaveConfig =
+                    deserialize_table(&loader, family_doc, &cell_overrides)?;
+                Scenario::Expertweave(config.validate(&base_dir).map_err(field_error)?)
+            }
         };
         if let Some(first) = &first
             && first.family != file.family
@@ -301,7 +330,9 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
     }
     for (i, figure) in file.figures.iter().enumerate() {
         require_axis(&figure.x, &format!("figure[{i}].x"))?;
-        require_axis(&figure.series, &format!("figure[{i}].series"))?;
+        if let Some(series) = &figure.series {
+            require_axis(series, &format!("figure[{i}].series"))?;
+        }
         if let Some(panels) = &figure.panels {
             require_axis(panels, &format!("figure[{i}].panels"))?;
         }

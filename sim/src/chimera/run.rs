@@ -1,0 +1,32 @@
+//! Running one Chimera simulation: the server of a scenario for a seed, the event loop, and the
+//! family-independent output.
+
+use super::config::ChimeraScenario;
+use super::policy::{QueuePolicy, Router};
+use super::server::{ChimeraMetrics, ChimeraServer};
+use crate::engine;
+use crate::metrics::RunOutput;
+
+/// Simulates one seed of `scenario`. One `QueuePolicy` instance serves every engine (its methods
+/// name the engine); both policies are reset first.
+pub fn simulate(
+    scenario: &ChimeraScenario,
+    seed: u64,
+    queue: &mut dyn QueuePolicy,
+    router: &mut dyn Router,
+) -> ChimeraMetrics {
+    let mut server = ChimeraServer::new(scenario, seed, queue, router);
+    engine::run(&mut server);
+    server.finish()
+}
+
+/// Runs one seed of `scenario` and reports it in the family-independent shape (scalars in the
+/// order of `chimera::METRICS`, every field of `ChimeraMetrics` as detail).
+pub fn run(
+    scenario: &ChimeraScenario,
+    seed: u64,
+    queue: &mut dyn QueuePolicy,
+    router: &mut dyn Router,
+) -> RunOutput {
+    super::run_output(&simulate(scenario, seed, queue, router))
+}

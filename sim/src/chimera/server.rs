@@ -1,0 +1,593 @@
+//! The Chimera serving model: heterogeneous engines (one model each, continuous batching, a local
+//! priority queue ordered by a `QueuePolicy`) fed by a `Router`, serving multi-stage workflows whose
+//! next stage is submitted, with the accumulated context, when the previous one completes.
+//!
+//! Engine events use the shared loop's payload-free variants:
+//! - `RequestArrival`: the next workflow arrives (Poisson at the scenario's RPS);
+//! - `BatchComplete`: some engine finishes a continuous-batching step. Which engine is kept in the
+//!   model's own side heap keyed (time, sequence), scheduled in lockstep with the engine queue, so
+//!   the two pop in the same order;
+//! - `SchedulerTick` is not used.
+//!
+//! A step runs every request in the batch for one token (a newly admitted request's prefill
+//! produces its first token); requests are admitted at step boundaries while the batch has room
+//! and the KV cache holds their prompt, and run to completion (no preemption).
+
+use super::config::ChimeraScenario;
+use super::policy::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Router};
+use super::stats::{average_precision, kendall_tau_distance};
+use super::workload::{SYSTEM_PROMPT_TOKENS, Workflow};
+use crate::arrivals::{Arrival, ArrivalProcess, Poisson};
+use crate::engine::{Event, Model};
+use crate::event_queue::EventQueue;
+use crate::metrics::{LatencyRecorder, LatencySummary};
+use crate::rng::{SimRng, stream};
+use crate::time::{SimDuration, SimTime};
+use rand_distr::{Distribution, StandardNormal};
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+/// Requests whose (prediction, truth) pairs feed the Kendall tau distance (O(n^2) pairs).
+pub const KENDALL_SAMPLE: usize = 2_000;
+/// Workflows whose confidences feed the router's mean average precision.
+pub const MAP_SAMPLE: usize = 20_000;
+
+/// A request in an engine's running batch.
+#[derive(Clone, Debug)]
+struct Running {
+    workflow: u64,
+    remaining: u32,
+    output: u32,
+    context: u32,
+    predicted_total: f64,
+}
+
+#[derive(Clone, Debug, Default)]
+struct EngineRun {
+    running: Vec<Running>,
+    iteration: u64,
+    busy: bool,
+    kv_used: u64,
+    in_flight_predicted: f64,
+    // Statistics.
+    busy_ns: u64,
+    steps: u64,
+    batch_sum: u64,
+    requests: u64,
+    tokens: u64,
+    first_stage_requests: u64,
+    max_waiting: usize,
+}
+
+#[derive(Clone, Debug)]
+struct WorkflowRun {
+    workflow: Workflow,
+    arrival: SimTime,
+    next_stage: u32,
+    accumulated_output: u32,
+    generated: u64,
+    queue_ns: u64,
+    capability_sum: f64,
+    /// Per model (scenario model index).
+    confidence: Vec<f64>,
+}
+
+/// One admission, recorded when the server is asked to (tests, debugging).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AdmissionRecord {
+    pub engine: usize,
+    pub request: u64,
+    pub workflow: u64,
+    pub stage: u32,
+    pub submitted: SimTime,
+    pub admitted: SimTime,
+    pub predicted_total_tokens: f64,
+    pub true_remaining_tokens: u64,
+}
+
+/// One engine's share of the run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EngineReport {
+    pub model: String,
+    pub requests: u64,
+    /// Stage-0 requests routed here (workflows assigned by the router's first decision).
+    pub workflows_started: u64,
+    pub output_tokens: u64,
+    /// Fraction of the run the engine was executing a step.
+    pub utilization: f64,
+    pub mean_batch_size: f64,
+    pub steps: u64,
+    pub max_waiting: usize,
+    pub decode_ms_per_token: f64,
+}
+
+/// Everything one Chimera run reports (scalars and detail).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChimeraMetrics {
+    pub n_workflows: u64,
+    pub n_requests: u64,
+    /// Workflow arrival to the completion of its last stage.
+    pub workflow_latency: LatencySummary,
+    /// Mean over workflows of end-to-end latency / output tokens generated, ms per token.
+    pub latency_per_token_ms: f64,
+    /// Per request: submission to admission into the batch.
+    pub queue_time: LatencySummary,
+    /// Per workflow: the sum of its stages' queueing times.
+    pub workflow_queue_time: LatencySummary,
+    /// Mean task score, percent.
+    pub score_pct: f64,
+    /// Completed workflows per second, first arrival to last completion.
+    pub throughput_wps: f64,
+    pub makespan_s: f64,
+    pub engine_utilization_mean: f64,
+    /// Max over engines of output tokens / mean over engines.
+    pub engine_token_imbalance: f64,
+    /// Macro mean average precision of the semantic router's confidences (0 without positives).
+    pub router_map: f64,
+    /// Kendall tau distance between the predictor's totals and the true remaining totals over the
+    /// first `KENDALL_SAMPLE` requests (0 without an untied pair).
+    pub predictor_kendall_distance: f64,
+    pub engines: Vec<EngineReport>,
+}
+
+/// The Chimera server as an event-driven `Model`.
+pub struct ChimeraServer<'a> {
+    scenario: &'a ChimeraScenario,
+    queue: &'a mut dyn QueuePolicy,
+    router: &'a mut dyn Router,
+    arrivals: Poisson,
+    pending_arrival: Option<Arrival>,
+    horizon: SimTime,
+    rng_workflows: SimRng,
+    rng_router: SimRng,
+    rng_predictor: SimRng,
+    rng_rank: SimRng,
+
+    engines: Vec<EngineRun>,
+    step_heap: BinaryHeap<Reverse<(SimTime, u64, usize)>>,
+    step_seq: u64,
+    /// Step ends scheduled while handling the current event, handed to the event queue after it.
+    pending_events: Vec<SimTime>,
+    workflows: HashMap<u64, WorkflowRun>,
+    next_workflow: u64,
+    next_request: u64,
+    finished: Vec<Running>,
+    engine_confidence: Vec<f64>,
+    engine_predicted: Vec<f64>,
+    engine_states: Vec<EngineState>,
+
+    workflow_latency: LatencyRecorder,
+    per_token_sum_ms: f64,
+    queue_time: LatencyRecorder,
+    workflow_queue_time: LatencyRecorder,
+    successes: u64,
+    completed: u64,
+    last_completion: SimTime,
+    kendall_predicted: Vec<f64>,
+    kendall_truth: Vec<f64>,
+    map_scores: Vec<Vec<f64>>,
+    map_labels: Vec<Vec<bool>>,
+    admissions: Option<Vec<AdmissionRecord>>,
+}
+
+impl<'a> ChimeraServer<'a> {
+    pub fn new(
+        scenario: &'a ChimeraScenario,
+        seed: u64,
+        queue: &'a mut dyn QueuePolicy,
+        router: &'a mut dyn Router,
+    ) -> Self {
+        let n_engines = scenario.engines.len();
+        let n_models = scenario.generator.models.len();
+        queue.reset(n_engines);
+        router.reset(n_engines);
+        ChimeraServer {
+            scenario,
+            queue,
+            router,
+            arrivals: Poisson::new(scenario.rps, usize::MAX, 1, stream(seed, "arrivals")),
+            pending_arrival: None,
+            horizon: SimTime::from_secs_f64(scenario.duration_s),
+            rng_workflows: stream(seed, "workflows"),
+            rng_router: stream(seed, "semantic_router"),
+            rng_predictor: stream(seed, "predictor"),
+            rng_rank: stream(seed, "rank"),
+            engines: vec![EngineRun::default(); n_engines],
+            step_heap: BinaryHeap::new(),
+            step_seq: 0,
+            pending_events: Vec::new(),
+            workflows: HashMap::new(),
+            next_workflow: 0,
+            next_request: 0,
+            finished: Vec::new(),
+            engine_confidence: vec![0.0; n_engines],
+            engine_predicted: vec![0.0; n_engines],
+            engine_states: Vec::with_capacity(n_engines),
+            workflow_latency: LatencyRecorder::default(),
+            per_token_sum_ms: 0.0,
+            queue_time: LatencyRecorder::default(),
+            workflow_queue_time: LatencyRecorder::default(),
+            successes: 0,
+            completed: 0,
+            last_completion: SimTime::ZERO,
+            kendall_predicted: Vec::new(),
+            kendall_truth: Vec::new(),
+            map_scores: vec![Vec::new(); n_models],
+            map_labels: vec![Vec::new(); n_models],
+            admissions: None,
+        }
+    }
+
+    /// Records every admission (for tests); off by default.
+    pub fn record_admissions(&mut self) {
+        self.admissions = Some(Vec::new());
+    }
+
+    /// The admissions recorded so far.
+    pub fn admissions(&self) -> &[AdmissionRecord] {
+        self.admissions.as_deref().unwrap_or(&[])
+    }
+
+    fn schedule_next_arrival(&mut self, events: &mut EventQueue<Event>) {
+        self.pending_arrival = self
+            .arrivals
+            .next_arrival()
+            .filter(|a| a.time <= self.horizon);
+        if let Some(arrival) = &self.pending_arrival {
+            events.schedule(arrival.time.max(events.now()), Event::RequestArrival);
+        }
+    }
+
+    fn workflow_arrives(&mut self, now: SimTime) {
+        let workflow = self.scenario.generator.generate(&mut self.rng_workflows);
+        let mut confidence = Vec::with_capacity(self.scenario.generator.models.len());
+        self.scenario.semantic_router.confidences(
+            &workflow,
+            &self.scenario.generator.models,
+            &mut self.rng_router,
+            &mut confidence,
+        );
+        if (self.next_workflow as usize) < MAP_SAMPLE {
+            for (m, model) in self.scenario.generator.models.iter().enumerate() {
+                self.map_scores[m].push(confidence[m]);
+                self.map_labels[m].push(workflow.succeeds(model.capability));
+            }
+        }
+        let id = self.next_workflow;
+        self.next_workflow += 1;
+        self.workflows.insert(
+            id,
+            WorkflowRun {
+                workflow,
+                arrival: now,
+                next_stage: 0,
+                accumulated_output: 0,
+                generated: 0,
+                queue_ns: 0,
+                capability_sum: 0.0,
+                confidence,
+            },
+        );
+        self.submit(id, now, None);
+    }
+
+    /// Submits the next stage of workflow `id`. `finishing_engine` is the engine whose step end is
+    /// being processed (it admits at the end of that processing, not here).
+    fn submit(&mut self, id: u64, now: SimTime, finishing_engine: Option<usize>) {
+        let scenario = self.scenario;
+        let run = self.workflows.get(&id).expect("submitted workflow exists");
+        let stage = run.next_stage;
+        let prompt_tokens = SYSTEM_PROMPT_TOKENS
+            .saturating_add(run.workflow.user_prompt_tokens)
+            .saturating_add(run.accumulated_output);
+        let request_id = self.next_request;
+        self.next_request += 1;
+        self.engine_states.clear();
+        for (e, engine) in scenario.engines.iter().enumerate() {
+            self.engine_confidence[e] = run.confidence[engine.model];
+            let truth = run.workflow.remaining_total(engine.model, stage);
+            self.engine_predicted[e] = scenario.predictor.predict(
+                truth,
+                prompt_tokens,
+                request_id,
+                &mut self.rng_predictor,
+            );
+            self.engine_states.push(EngineState {
+                model: engine.model,
+                waiting: self.queue.len(e),
+                running: self.engines[e].running.len(),
+                in_flight_predicted_tokens: self.engines[e].in_flight_predicted.max(0.0),
+                decode_ms_per_token: engine.cost.decode_ms_per_token,
+                max_batch_size: engine.cost.max_batch_size,
+            });
+        }
+        let e = self.router.route(
+            &RouteRequest {
+                id: request_id,
+                workflow: id,
+                stage,
+                confidence: &self.engine_confidence,
+                predicted_total_tokens: &self.engine_predicted,
+            },
+            &self.engine_states,
+        );
+        assert!(
+            e < self.engines.len(),
+            "router {} chose engine {e} of {}",
+            self.router.name(),
+            self.engines.len()
+        );
+        let model = scenario.engines[e].model;
+        let predicted_total = self.engine_predicted[e];
+        let stage_truth = u64::from(run.workflow.tokens(model, stage));
+        let predicted_stage = scenario.predictor.predict(
+            stage_truth,
+            prompt_tokens,
+            request_id,
+            &mut self.rng_predictor,
+        );
+        if self.kendall_predicted.len() < KENDALL_SAMPLE {
+            self.kendall_predicted.push(predicted_total);
+            self.kendall_truth
+                .push(run.workflow.remaining_total(model, stage) as f64);
+        }
+        let rank_noise: f64 = StandardNormal.sample(&mut self.rng_rank);
+        let request = QueuedRequest {
+            id: request_id,
+            workflow: id,
+            stage,
+            submitted: now,
+            workflow_arrival: run.arrival,
+            enqueued_iteration: self.engines[e].iteration,
+            prompt_tokens,
+            predicted_stage_tokens: predicted_stage,
+            predicted_total_tokens: predicted_total,
+            attained_service: run.generated,
+            rank_noise,
+        };
+        let engine = &mut self.engines[e];
+        engine.in_flight_predicted += predicted_total;
+        if stage == 0 {
+            engine.first_stage_requests += 1;
+        }
+        self.queue.push(e, request);
+        let waiting = self.queue.len(e);
+        let engine = &mut self.engines[e];
+        engine.max_waiting = engine.max_waiting.max(waiting);
+        if !engine.busy && finishing_engine != Some(e) {
+            self.start_step(e, now);
+        }
+    }
+
+    /// Admits what fits and starts the engine's next step, or leaves it idle.
+    fn start_step(&mut self, e: usize, now: SimTime) {
+        let cost = &self.scenario.engines[e].cost;
+        let model = self.scenario.engines[e].model;
+        let mut prefill = 0u64;
+        while self.engines[e].running.len() < cost.max_batch_size {
+            let iteration = self.engines[e].iteration;
+            let Some(request) = self.queue.pop(e, iteration) else {
+                break;
+            };
+            let engine = &mut self.engines[e];
+            if !engine.running.is_empty()
+                && engine.kv_used + u64::from(request.prompt_tokens) > cost.kv_capacity_tokens
+            {
+                self.queue.push(e, request);
+                break;
+            }
+            let run = self
+                .workflows
+                .get_mut(&request.workflow)
+                .expect("queued request's workflow exists");
+            let output = run.workflow.tokens(model, request.stage);
+            let waited = (now - request.submitted).0;
+            run.queue_ns += waited;
+            self.queue_time.record(waited);
+            if let Some(records) = &mut self.admissions {
+                records.push(AdmissionRecord {
+                    engine: e,
+                    request: request.id,
+                    workflow: request.workflow,
+                    stage: request.stage,
+                    submitted: request.submitted,
+                    admitted: now,
+                    predicted_total_tokens: request.predicted_total_tokens,
+                    true_remaining_tokens: run.workflow.remaining_total(model, request.stage),
+                });
+            }
+            engine.running.push(Running {
+                workflow: request.workflow,
+                remaining: output,
+                output,
+                context: request.prompt_tokens,
+                predicted_total: request.predicted_total_tokens,
+            });
+            engine.kv_used += u64::from(request.prompt_tokens);
+            engine.requests += 1;
+            prefill += u64::from(request.prompt_tokens);
+        }
+        let engine = &mut self.engines[e];
+        if engine.running.is_empty() {
+            engine.busy = false;
+            return;
+        }
+        let batch = engine.running.len() as u64;
+        let duration = SimDuration(cost.step_ns(batch, prefill, engine.kv_used).round() as u64);
+        engine.busy = true;
+        engine.busy_ns += duration.0;
+        engine.steps += 1;
+        engine.batch_sum += batch;
+        let at = now + duration;
+        self.step_heap.push(Reverse((at, self.step_seq, e)));
+        self.step_seq += 1;
+        self.pending_events.push(at);
+    }
+
+    fn step_done(&mut self, e: usize, now: SimTime) {
+        let engine = &mut self.engines[e];
+        engine.iteration += 1;
+        let mut i = 0;
+        while i < engine.running.len() {
+            let r = &mut engine.running[i];
+            r.remaining -= 1;
+            r.context += 1;
+            engine.kv_used += 1;
+            engine.tokens += 1;
+            if r.remaining == 0 {
+                let done = engine.running.swap_remove(i);
+                engine.kv_used -= u64::from(done.context);
+                engine.in_flight_predicted -= done.predicted_total;
+                self.finished.push(done);
+            } else {
+                i += 1;
+            }
+        }
+        let capability = self.scenario.generator.models[self.scenario.engines[e].model].capability;
+        let mut finished = std::mem::take(&mut self.finished);
+        for done in finished.drain(..) {
+            let run = self
+                .workflows
+                .get_mut(&done.workflow)
+                .expect("running request's workflow exists");
+            run.generated += u64::from(done.output);
+            run.accumulated_output = run.accumulated_output.saturating_add(done.output);
+            run.capability_sum += capability;
+            run.next_stage += 1;
+            if run.next_stage < run.workflow.n_stages {
+                self.submit(done.workflow, now, Some(e));
+            } else {
+                let run = self
+                    .workflows
+                    .remove(&done.workflow)
+                    .expect("finished workflow exists");
+                self.workflow_finished(done.workflow, run, now);
+            }
+        }
+        self.finished = finished;
+        self.start_step(e, now);
+    }
+
+    fn workflow_finished(&mut self, id: u64, run: WorkflowRun, now: SimTime) {
+        let latency = (now - run.arrival).0;
+        self.workflow_latency.record(latency);
+        self.per_token_sum_ms += latency as f64 * 1e-6 / run.generated.max(1) as f64;
+        self.workflow_queue_time.record(run.queue_ns);
+        let capability = run.capability_sum / f64::from(run.workflow.n_stages);
+        if run.workflow.succeeds(capability) {
+            self.successes += 1;
+        }
+        self.completed += 1;
+        self.last_completion = now;
+        self.router.workflow_done(id);
+    }
+
+    /// The metrics of the finished run.
+    pub fn finish(self) -> ChimeraMetrics {
+        assert!(
+            self.workflows.is_empty(),
+            "run ended with {} workflows unfinished",
+            self.workflows.len()
+        );
+        let end = self.last_completion;
+        let n = self.completed.max(1) as f64;
+        let engines: Vec<EngineReport> = self
+            .engines
+            .iter()
+            .zip(&self.scenario.engines)
+            .map(|(run, spec)| EngineReport {
+                model: spec.cost.model.name.to_string(),
+                requests: run.requests,
+                workflows_started: run.first_stage_requests,
+                output_tokens: run.tokens,
+                utilization: if end.0 > 0 {
+                    run.busy_ns as f64 / end.0 as f64
+                } else {
+                    0.0
+                },
+                mean_batch_size: run.batch_sum as f64 / run.steps.max(1) as f64,
+                steps: run.steps,
+                max_waiting: run.max_waiting,
+                decode_ms_per_token: spec.cost.decode_ms_per_token,
+            })
+            .collect();
+        let mean_tokens =
+            engines.iter().map(|e| e.output_tokens as f64).sum::<f64>() / engines.len() as f64;
+        let max_tokens = engines
+            .iter()
+            .map(|e| e.output_tokens as f64)
+            .fold(0.0, f64::max);
+        let aps: Vec<f64> = self
+            .map_scores
+            .iter()
+            .zip(&self.map_labels)
+            .filter_map(|(s, l)| average_precision(s, l))
+            .collect();
+        let span = end.as_secs_f64();
+        ChimeraMetrics {
+            n_workflows: self.completed,
+            n_requests: self.next_request,
+            workflow_latency: self.workflow_latency.summary(),
+            latency_per_token_ms: self.per_token_sum_ms / n,
+            queue_time: self.queue_time.summary(),
+            workflow_queue_time: self.workflow_queue_time.summary(),
+            score_pct: 100.0 * self.successes as f64 / n,
+            throughput_wps: if span > 0.0 {
+                self.completed as f64 / span
+            } else {
+                0.0
+            },
+            makespan_s: span,
+            engine_utilization_mean: engines.iter().map(|e| e.utilization).sum::<f64>()
+                / engines.len() as f64,
+            engine_token_imbalance: if mean_tokens > 0.0 {
+                max_tokens / mean_tokens
+            } else {
+                0.0
+            },
+            router_map: if aps.is_empty() {
+                0.0
+            } else {
+                aps.iter().sum::<f64>() / aps.len() as f64
+            },
+            predictor_kendall_distance: kendall_tau_distance(
+                &self.kendall_predicted,
+                &self.kendall_truth,
+            )
+            .unwrap_or(0.0),
+            engines,
+        }
+    }
+}
+
+impl Model for ChimeraServer<'_> {
+    fn start(&mut self, events: &mut EventQueue<Event>) {
+        self.schedule_next_arrival(events);
+    }
+
+    fn handle(&mut self, now: SimTime, event: Event, events: &mut EventQueue<Event>) {
+        match event {
+            Event::RequestArrival => {
+                self.pending_arrival
+                    .take()
+                    .expect("an arrival event has a pending arrival");
+                self.workflow_arrives(now);
+                self.schedule_next_arrival(events);
+            }
+            Event::BatchComplete => {
+                let Reverse((at, _, e)) = self
+                    .step_heap
+                    .pop()
+                    .expect("a step completion has a pending step");
+                assert_eq!(at, now, "engine step heap out of step with the event queue");
+                self.step_done(e, now);
+            }
+            // The Chimera server schedules no ticks.
+            Event::SchedulerTick => {}
+        }
+        for at in self.pending_events.drain(..) {
+            events.schedule(at, Event::BatchComplete);
+        }
+    }
+}

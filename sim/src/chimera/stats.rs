@@ -1,0 +1,93 @@
+//! The two quality measures the Chimera paper reports for its learned components: the Kendall tau
+//! distance between a predicted and the true ranking (length predictor, Table 3) and the macro
+//! mean average precision of per-model confidence scores (semantic router, Table 2).
+
+/// Fraction of discordant pairs between `predicted` and `truth` (0 = same order, 0.5 = unrelated,
+/// 1 = reversed). Pairs tied in `truth` are skipped; pairs tied only in `predicted` count one half.
+/// Exact, O(n^2): callers pass a bounded sample. `None` when no pair is untied in `truth`.
+pub fn kendall_tau_distance(predicted: &[f64], truth: &[f64]) -> Option<f64> {
+    assert_eq!(
+        predicted.len(),
+        truth.len(),
+        "kendall_tau_distance: lengths differ"
+    );
+    let n = predicted.len();
+    let mut pairs = 0u64;
+    let mut discordant2 = 0u64; // twice the discordant count (half-pairs for prediction ties)
+    for i in 0..n {
+        for j in (i + 1)..n {
+            let dt = truth[i] - truth[j];
+            if dt == 0.0 {
+                continue;
+            }
+            pairs += 1;
+            let dp = predicted[i] - predicted[j];
+            if dp == 0.0 {
+                discordant2 += 1;
+            } else if (dp > 0.0) != (dt > 0.0) {
+                discordant2 += 2;
+            }
+        }
+    }
+    (pairs > 0).then(|| discordant2 as f64 / (2 * pairs) as f64)
+}
+
+/// Average precision of ranking by `scores` (descending) against binary `labels`: the mean of the
+/// precision at each positive's rank. Tied scores are ranked pessimistically (negatives first).
+/// `None` when there is no positive.
+pub fn average_precision(scores: &[f64], labels: &[bool]) -> Option<f64> {
+    assert_eq!(
+        scores.len(),
+        labels.len(),
+        "average_precision: lengths differ"
+    );
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| {
+        scores[b]
+            .total_cmp(&scores[a])
+            .then(labels[a].cmp(&labels[b]))
+    });
+    let mut hits = 0u64;
+    let mut sum = 0.0;
+    for (rank, &idx) in order.iter().enumerate() {
+        if labels[idx] {
+            hits += 1;
+            sum += hits as f64 / (rank + 1) as f64;
+        }
+    }
+    (hits > 0).then(|| sum / hits as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kendall_distance_of_same_reversed_and_tied_orders() {
+        let truth = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(
+            kendall_tau_distance(&[10.0, 20.0, 30.0, 40.0], &truth),
+            Some(0.0)
+        );
+        assert_eq!(
+            kendall_tau_distance(&[4.0, 3.0, 2.0, 1.0], &truth),
+            Some(1.0)
+        );
+        // One swapped adjacent pair out of six.
+        let d = kendall_tau_distance(&[1.0, 3.0, 2.0, 4.0], &truth).unwrap();
+        assert!((d - 1.0 / 6.0).abs() < 1e-12);
+        // A constant prediction is a coin flip on every pair.
+        assert_eq!(kendall_tau_distance(&[0.0; 4], &truth), Some(0.5));
+        assert_eq!(kendall_tau_distance(&[1.0, 2.0], &[5.0, 5.0]), None);
+    }
+
+    #[test]
+    fn average_precision_of_perfect_and_worst_rankings() {
+        let labels = [true, true, false, false];
+        assert_eq!(average_precision(&[0.9, 0.8, 0.2, 0.1], &labels), Some(1.0));
+        // Positives at ranks 3 and 4: (1/3 + 2/4) / 2.
+        let worst = average_precision(&[0.1, 0.2, 0.8, 0.9], &labels).unwrap();
+        assert!((worst - (1.0 / 3.0 + 0.5) / 2.0).abs() < 1e-12);
+        assert_eq!(average_precision(&[0.5], &[false]), None);
+    }
+}

@@ -1,0 +1,323 @@
+//! Whole-run tests of the Chimera server with minimal in-crate policies (the real ones live in
+//! `strategies`, which `sim` cannot depend on).
+
+use super::*;
+use crate::chimera::server::ChimeraServer;
+use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
+use std::collections::VecDeque;
+use std::path::Path;
+
+/// FCFS per engine.
+#[derive(Default)]
+struct Fifo(Vec<VecDeque<QueuedRequest>>);
+impl QueuePolicy for Fifo {
+    fn name(&self) -> &'static str {
+        "fcfs"
+    }
+    fn reset(&mut self, n: usize) {
+        self.0 = vec![VecDeque::new(); n];
+    }
+    fn push(&mut self, e: usize, r: QueuedRequest) {
+        self.0[e].push_back(r);
+    }
+    fn pop(&mut self, e: usize, _: u64) -> Option<QueuedRequest> {
+        self.0[e].pop_front()
+    }
+    fn len(&self, e: usize) -> usize {
+        self.0[e].len()
+    }
+}
+
+/// Shortest predicted total first (a linear scan; tests only).
+#[derive(Default)]
+struct ShortestTotal(Vec<Vec<QueuedRequest>>);
+impl QueuePolicy for ShortestTotal {
+    fn name(&self) -> &'static str {
+        "stjf"
+    }
+    fn reset(&mut self, n: usize) {
+        self.0 = vec![Vec::new(); n];
+    }
+    fn push(&mut self, e: usize, r: QueuedRequest) {
+        self.0[e].push(r);
+    }
+    fn pop(&mut self, e: usize, _: u64) -> Option<QueuedRequest> {
+        let q = &mut self.0[e];
+        let best = (0..q.len()).min_by(|&a, &b| {
+            q[a].predicted_total_tokens
+                .total_cmp(&q[b].predicted_total_tokens)
+                .then(q[a].id.cmp(&q[b].id))
+        })?;
+        Some(q.remove(best))
+    }
+    fn len(&self, e: usize) -> usize {
+        self.0[e].len()
+    }
+}
+
+/// Engines in turn.
+#[derive(Default)]
+struct Turns(usize, usize);
+impl Router for Turns {
+    fn name(&self) -> &'static str {
+        "round_robin"
+    }
+    fn reset(&mut self, n: usize) {
+        *self = Turns(0, n);
+    }
+    fn route(&mut self, _: &RouteRequest<'_>, _: &[EngineState]) -> usize {
+        self.0 = (self.0 + 1) % self.1;
+        self.0
+    }
+}
+
+fn config(models: &[&str], rps: f64, duration_s: f64) -> ChimeraConfig {
+    let text = format!(
+        r#"
+[cluster]
+models = [{}]
+[workload]
+dataset = "apps"
+rps = {rps}
+duration_s = {duration_s}
+[queue]
+kind = "fcfs"
+[routing]
+kind = "round_robin"
+"#,
+        models
+            .iter()
+            .map(|m| format!("{m:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    toml::from_str(&text).unwrap()
+}
+
+fn scenario(config: &ChimeraConfig) -> ChimeraScenario {
+    config.validate(Path::new(".")).unwrap()
+}
+
+#[test]
+fn every_listed_metric_resolves_and_runs_are_deterministic() {
+    let s = scenario(&config(&["qwen2.5-1.5b", "qwen2.5-7b"], 4.0, 60.0));
+    let a = run::run(&s, 3, &mut Fifo::default(), &mut Turns::default());
+    let b = run::run(&s, 3, &mut Fifo::default(), &mut Turns::default());
+    assert_eq!(a, b);
+    assert_eq!(a.scalars.len(), METRICS.len());
+    let c = run::run(&s, 4, &mut Fifo::default(), &mut Turns::default());
+    assert_ne!(a, c);
+    for name in HEADLINE.iter().chain(HEADLINE_IMPROVEMENTS) {
+        assert!(METRICS.iter().any(|m| m.name == *name), "{name}");
+    }
+    let m = run::simulate(&s, 3, &mut Fifo::default(), &mut Turns::default());
+    // Every workflow of the arrival window completes; 1, 2 or 4 stages each.
+    assert!(
+        m.n_workflows > 150 && m.n_workflows < 330,
+        "{}",
+        m.n_workflows
+    );
+    assert!(m.n_requests >= m.n_workflows && m.n_requests <= 4 * m.n_workflows);
+    assert!(m.score_pct > 0.0 && m.score_pct < 100.0);
+    assert!(m.workflow_latency.mean_ms > 0.0 && m.latency_per_token_ms > 0.0);
+    assert_eq!(m.engines.len(), 2);
+    // Round robin alternates every request between the two engines.
+    let diff = m.engines[0].requests.abs_diff(m.engines[1].requests);
+    assert!(diff <= 1, "{diff}");
+}
+
+#[test]
+fn more_load_means_more_queueing() {
+    let light = scenario(&config(&["qwen2.5-7b"], 1.0, 120.0));
+    let heavy = scenario(&config(&["qwen2.5-7b"], 12.0, 120.0));
+    let l = run::simulate(&light, 1, &mut Fifo::default(), &mut Turns::default());
+    let h = run::simulate(&heavy, 1, &mut Fifo::default(), &mut Turns::default());
+    assert!(h.queue_time.mean_ms > l.queue_time.mean_ms);
+    assert!(h.engines[0].mean_batch_size > l.engines[0].mean_batch_size);
+    assert!(h.workflow_latency.mean_ms > l.workflow_latency.mean_ms);
+}
+
+#[test]
+fn an_oracle_predictor_hands_the_queue_the_true_remaining_total() {
+    let mut c = config(&["qwen2.5-1.5b", "qwen2.5-14b"], 4.0, 30.0);
+    c.predictor = PredictorConfig::Oracle;
+    let s = scenario(&c);
+    let (mut q, mut r) = (Fifo::default(), Turns::default());
+    let mut server = ChimeraServer::new(&s, 9, &mut q, &mut r);
+    server.record_admissions();
+    crate::engine::run(&mut server);
+    let records = server.admissions().to_vec();
+    assert!(records.len() > 100);
+    for a in &records {
+        assert_eq!(a.predicted_total_tokens, a.true_remaining_tokens as f64);
+        assert!(a.admitted >= a.submitted);
+    }
+    let m = server.finish();
+    assert_eq!(m.predictor_kendall_distance, 0.0);
+}
+
+#[test]
+fn with_an_oracle_and_one_slot_the_engine_runs_the_shortest_total_first() {
+    let mut c = config(&["qwen2.5-7b"], 50.0, 4.0);
+    c.predictor = PredictorConfig::Oracle;
+    c.cluster.max_batch_size = 1;
+    let s = scenario(&c);
+    let (mut q, mut r) = (ShortestTotal::default(), Turns::default());
+    let mut server = ChimeraServer::new(&s, 2, &mut q, &mut r);
+    server.record_admissions();
+    crate::engine::run(&mut server);
+    let records = server.admissions().to_vec();
+    // At every admission, no request that was already waiting had a smaller true total.
+    for (i, a) in records.iter().enumerate() {
+        for b in &records[i + 1..] {
+            if b.submitted < a.admitted {
+                assert!(
+                    b.true_remaining_tokens >= a.true_remaining_tokens,
+                    "{a:?} admitted before shorter {b:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn achieved_kendall_distance_tracks_the_noise_knob() {
+    let mut distances = vec![];
+    for noise in [0.0, 0.3, 0.8, 2.0] {
+        let mut c = config(&["qwen2.5-1.5b", "qwen2.5-7b"], 8.0, 120.0);
+        c.predictor = PredictorConfig::Noisy { noise };
+        let m = run::simulate(
+            &scenario(&c),
+            5,
+            &mut Fifo::default(),
+            &mut Turns::default(),
+        );
+        distances.push(m.predictor_kendall_distance);
+    }
+    assert_eq!(distances[0], 0.0);
+    assert!(distances.windows(2).all(|w| w[0] < w[1]), "{distances:?}");
+    assert!(distances[3] > 0.3 && distances[3] < 0.5, "{distances:?}");
+    // The proxies: input length and submission order carry little ranking information.
+    for (predictor, lo, hi) in [
+        (PredictorConfig::Fcfs, 0.4, 0.6),
+        (PredictorConfig::InputLength, 0.4, 0.8),
+    ] {
+        let mut c = config(&["qwen2.5-1.5b", "qwen2.5-7b"], 8.0, 120.0);
+        c.predictor = predictor.clone();
+        let d = run::simulate(
+            &scenario(&c),
+            5,
+            &mut Fifo::default(),
+            &mut Turns::default(),
+        )
+        .predictor_kendall_distance;
+        assert!(d > lo && d < hi, "{predictor:?}: {d}");
+    }
+}
+
+#[test]
+fn router_quality_knob_moves_the_achieved_mean_average_precision() {
+    let mut maps = vec![];
+    for router in [
+        SemanticRouterConfig::Oracle,
+        SemanticRouterConfig::Noisy { noise: 0.3 },
+        SemanticRouterConfig::Noisy { noise: 2.0 },
+        SemanticRouterConfig::Static,
+    ] {
+        let mut c = config(&["qwen2.5-1.5b", "qwen2.5-7b"], 8.0, 120.0);
+        c.semantic_router = router;
+        let m = run::simulate(
+            &scenario(&c),
+            5,
+            &mut Fifo::default(),
+            &mut Turns::default(),
+        );
+        maps.push(m.router_map);
+    }
+    assert_eq!(maps[0], 1.0);
+    assert!(maps.windows(2).all(|w| w[0] > w[1]), "{maps:?}");
+}
+
+#[test]
+fn bad_input_is_a_field_error() {
+    let check = |c: ChimeraConfig, path: &str| {
+        let e = c.validate(Path::new(".")).unwrap_err();
+        assert_eq!(e.path, path, "{e:?}");
+    };
+    check(config(&["gpt-9"], 1.0, 1.0), "cluster.models[0]");
+    check(config(&[], 1.0, 1.0), "cluster.models");
+    check(config(&["qwen2.5-7b"], 0.0, 1.0), "workload.rps");
+    let mut c = config(&["qwen2.5-7b"], 1.0, 1.0);
+    c.workload.duration_s = f64::NAN;
+    check(c, "workload.duration_s");
+    let mut c = config(&["qwen2.5-14b"], 1.0, 1.0);
+    c.cluster.gpu = "L4".into();
+    check(c, "cluster.models[0]");
+    let mut c = config(&["qwen2.5-7b"], 1.0, 1.0);
+    c.cluster.gpu = "TPU".into();
+    check(c, "cluster.gpu");
+    let mut c = config(&["qwen2.5-7b"], 1.0, 1.0);
+    c.routing = RouterConfig::Chimera {
+        slack: -1.0,
+        margin: 0.0,
+    };
+    check(c, "routing.slack");
+    let mut c = config(&["qwen2.5-7b"], 1.0, 1.0);
+    c.predictor = PredictorConfig::Noisy { noise: -0.1 };
+    check(c, "predictor.noise");
+    // Unknown keys are rejected by the schema.
+    let text = "[cluster]\nmodels=[\"qwen2.5-7b\"]\nbogus=1\n[workload]\ndataset=\"apps\"\nrps=1\nduration_s=1\n[queue]\nkind=\"fcfs\"\n[routing]\nkind=\"round_robin\"\n";
+    assert!(toml::from_str::<ChimeraConfig>(text).is_err());
+    let text = "[cluster]\nmodels=[\"qwen2.5-7b\"]\n[workload]\ndataset=\"apps\"\nrps=1\nduration_s=1\n[queue]\nkind=\"stjf\"\nbogus=2\n[routing]\nkind=\"round_robin\"\n";
+    assert!(toml::from_str::<ChimeraConfig>(text).is_err());
+}
+
+/// Every scenario under scenarios/chimera/ deserializes and validates in every sweep cell.
+#[test]
+fn every_chimera_scenario_file_validates_in_every_cell() {
+    use crate::scenario::file::COMMON_KEYS;
+    use crate::scenario::sweep::{SweepAxis, apply, cartesian};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/chimera");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "{files:?}");
+    for path in files {
+        let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&path).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(
+            doc["family"].as_str(),
+            Some("chimera"),
+            "{}",
+            path.display()
+        );
+        let axes: Vec<SweepAxis> = match doc.remove("sweep") {
+            Some(toml::Value::Table(t)) => t
+                .into_iter()
+                .map(|(key, values)| SweepAxis {
+                    key,
+                    values: values.as_array().unwrap().clone(),
+                })
+                .collect(),
+            _ => vec![],
+        };
+        for key in COMMON_KEYS {
+            doc.remove(*key);
+        }
+        for cell in cartesian(&axes) {
+            let mut d = doc.clone();
+            for (key, value) in cell {
+                apply(&mut d, &key, value).unwrap();
+            }
+            let config: ChimeraConfig = toml::Value::Table(d)
+                .try_into()
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            config
+                .validate(Path::new("."))
+                .unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
+        }
+    }
+}

@@ -1,0 +1,483 @@
+//! The ExpertWeave family's scenario tables (`ExpertWeaveConfig`: model, device, adapters,
+//! memory manager, workload, cost, serving limits) and their validation into an
+//! `ExpertWeaveScenario`.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::adapters::{EsftAdapter, esft_adapter, esft_adapters};
+use super::memory::{MemoryConfig, slot_geometry};
+use super::model::{DeviceMemory, GIB, MlaMoeShape};
+use crate::scenario::validate::{FieldError, at_least_one, field_error, positive};
+
+/// The family's tables of a scenario file (everything but the common keys).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpertWeaveConfig {
+    /// Base model preset; only `"esft-vanilla-16b"` (DeepSeek-V2-Lite shape) exists.
+    #[serde(default = "default_model")]
+    pub model: String,
+    pub device: DeviceConfig,
+    pub adapters: AdaptersConfig,
+    pub memory: MemoryConfig,
+    pub workload: WorkloadConfig,
+    #[serde(default)]
+    pub cost: CostConfig,
+    #[serde(default)]
+    pub serving: ServingConfig,
+}
+
+fn default_model() -> String {
+    "esft-vanilla-16b".into()
+}
+
+/// `[device]`: the budget of one serving instance.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    /// Memory of one device in GiB (the paper's NPUs: 64).
+    pub capacity_gib: f64,
+    /// vLLM's `gpu_memory_utilization`, in (0, 1].
+    pub utilization: f64,
+    /// Per-device memory that is neither weights nor KV cache, in GiB.
+    #[serde(default)]
+    pub runtime_reserve_gib: f64,
+    /// Devices per instance.
+    #[serde(default = "one")]
+    pub n_devices: u64,
+    /// Tensor-parallel degree of attention (MLA's latent KV is replicated on each TP rank).
+    #[serde(default = "one")]
+    pub tensor_parallel: u64,
+    /// Tokens per KV block.
+    #[serde(default = "default_block")]
+    pub kv_block_tokens: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn default_block() -> u64 {
+    128
+}
+
+/// `[adapters]`: Table 1 adapters by `names`, the first `count` of Table 1 (cycling with `#2`...
+/// replicas past ten), or the first `count` of `names` (so `adapters.count` can be swept).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptersConfig {
+    #[serde(default)]
+    pub names: Vec<String>,
+    #[serde(default)]
+    pub count: Option<usize>,
+}
+
+/// `[workload]`: per-adapter Poisson arrivals whose shares follow a power law of shape `alpha`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadConfig {
+    /// Aggregate arrival rate over all adapters (requests per second).
+    pub rate_rps: f64,
+    /// Skew shape in (0, 1]: 1 is uniform, smaller is heavier skew (see `adapter_shares`).
+    #[serde(default = "one_f64")]
+    pub alpha: f64,
+    /// Arrivals are generated over [0, horizon_s); the run lasts until every request finishes.
+    pub horizon_s: f64,
+    /// Mean prompt length (tokens).
+    pub prompt_tokens: u64,
+    /// Mean output length (tokens).
+    pub output_tokens: u64,
+    /// Lengths are uniform on mean x [1 - spread, 1 + spread]; spread in [0, 1).
+    #[serde(default)]
+    pub length_spread: f64,
+}
+
+fn one_f64() -> f64 {
+    1.0
+}
+
+/// How batched rerouting is executed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rerouting {
+    /// One fused kernel per MoE layer (ExpertWeave).
+    Fused,
+    /// A chain of framework operators per layer (ExpertWeave-SingleOp).
+    Unfused,
+}
+
+/// `[cost]`: the analytic roofline of one device and the rerouting and routing assumptions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostConfig {
+    /// HBM bandwidth of one device (GB/s, 1e9 bytes).
+    #[serde(default = "default_hbm")]
+    pub hbm_gbps: f64,
+    /// Dense bf16 throughput of one device (TFLOP/s).
+    #[serde(default = "default_tflops")]
+    pub peak_tflops: f64,
+    /// Launch overhead of one device kernel (microseconds).
+    #[serde(default = "default_launch")]
+    pub kernel_launch_us: f64,
+    /// Fused or unfused rerouting.
+    #[serde(default = "default_rerouting")]
+    pub rerouting: Rerouting,
+    /// Operators the unfused rerouting chains per layer (broadcast, offset, add, gather, copy).
+    #[serde(default = "default_unfused_ops")]
+    pub unfused_ops: u64,
+    /// Zipf exponent of a domain's expert popularity over its relevance ranking.
+    #[serde(default = "default_zipf")]
+    pub expert_zipf_s: f64,
+}
+
+fn default_hbm() -> f64 {
+    1600.0
+}
+fn default_tflops() -> f64 {
+    280.0
+}
+fn default_launch() -> f64 {
+    10.0
+}
+fn default_rerouting() -> Rerouting {
+    Rerouting::Fused
+}
+fn default_unfused_ops() -> u64 {
+    5
+}
+fn default_zipf() -> f64 {
+    1.0
+}
+
+impl Default for CostConfig {
+    fn default() -> Self {
+        CostConfig {
+            hbm_gbps: default_hbm(),
+            peak_tflops: default_tflops(),
+            kernel_launch_us: default_launch(),
+            rerouting: default_rerouting(),
+            unfused_ops: default_unfused_ops(),
+            expert_zipf_s: default_zipf(),
+        }
+    }
+}
+
+/// `[serving]`: the engine's per-step limits (vLLM's `max_num_batched_tokens`, `max_num_seqs`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServingConfig {
+    #[serde(default = "default_batch_tokens")]
+    pub max_batch_tokens: u64,
+    #[serde(default = "default_seqs")]
+    pub max_num_seqs: u64,
+}
+
+fn default_batch_tokens() -> u64 {
+    8192
+}
+fn default_seqs() -> u64 {
+    256
+}
+
+impl Default for ServingConfig {
+    fn default() -> Self {
+        ServingConfig {
+            max_batch_tokens: default_batch_tokens(),
+            max_num_seqs: default_seqs(),
+        }
+    }
+}
+
+/// A validated ExpertWeave scenario.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExpertWeaveScenario {
+    pub shape: MlaMoeShape,
+    pub device: DeviceMemory,
+    pub adapters: Vec<EsftAdapter>,
+    pub memory: MemoryConfig,
+    pub workload: WorkloadConfig,
+    pub cost: CostConfig,
+    pub serving: ServingConfig,
+    /// Each adapter's share of the requests (sums to 1).
+    pub shares: Vec<f64>,
+}
+
+/// Per-adapter request shares with power-law shape `alpha` in (0, 1]: share of the adapter of
+/// rank i (0-based) proportional to (i + 1)^-(1/alpha - 1). alpha = 1 is uniform; with two
+/// adapters alpha = 0.3 gives 83/17 and alpha = 0.2 gives 94/6, the paper's "approximately 80%"
+/// and "up to 95%" (Section 5.2).
+pub fn adapter_shares(n: usize, alpha: f64) -> Vec<f64> {
+    let exponent = 1.0 / alpha - 1.0;
+    let weights: Vec<f64> = (0..n).map(|i| ((i + 1) as f64).powf(-exponent)).collect();
+    let total: f64 = weights.iter().sum();
+    weights.iter().map(|w| w / total).collect()
+}
+
+impl ExpertWeaveConfig {
+    /// Checks every table and resolves the model, the adapters and the device budget.
+    pub fn validate(&self, _base_dir: &Path) -> Result<ExpertWeaveScenario, FieldError> {
+        if self.model != "esft-vanilla-16b" {
+            return Err(field_error(
+                "model",
+                format!("unknown model {:?}; known: esft-vanilla-16b", self.model),
+            ));
+        }
+        let shape = MlaMoeShape::esft_vanilla_16b();
+        let d = &self.device;
+        let capacity = positive("device.capacity_gib", d.capacity_gib)?;
+        let utilization = positive("device.utilization", d.utilization)?;
+        if utilization > 1.0 {
+            return Err(field_error(
+                "device.utilization",
+                format!("must be at most 1, got {utilization}"),
+            ));
+        }
+        if !(d.runtime_reserve_gib.is_finite() && d.runtime_reserve_gib >= 0.0) {
+            return Err(field_error(
+                "device.runtime_reserve_gib",
+                format!(
+                    "must be a non-negative number, got {}",
+                    d.runtime_reserve_gib
+                ),
+            ));
+        }
+        at_least_one("device.n_devices", d.n_devices as usize)?;
+        at_least_one("device.tensor_parallel", d.tensor_parallel as usize)?;
+        at_least_one("device.kv_block_tokens", d.kv_block_tokens as usize)?;
+        if d.tensor_parallel > d.n_devices {
+            return Err(field_error(
+                "device.tensor_parallel",
+                format!(
+                    "({}) exceeds device.n_devices ({})",
+                    d.tensor_parallel, d.n_devices
+                ),
+            ));
+        }
+        let device = DeviceMemory {
+            capacity_bytes: (capacity * GIB as f64).round() as u64,
+            utilization,
+            runtime_reserve_bytes: (d.runtime_reserve_gib * GIB as f64).round() as u64,
+            n_devices: d.n_devices,
+            kv_block_tokens: d.kv_block_tokens,
+            kv_replication: d.tensor_parallel,
+        };
+        let adapters = match (&self.adapters.names[..], self.adapters.count) {
+            ([], Some(count)) => esft_adapters(count, &shape)
+                .map_err(|e| field_error("adapters.count", e.to_string()))?,
+            ([], None) => {
+                return Err(field_error(
+                    "adapters",
+                    "give `names` (Table 1 adapters), `count` (the first n of Table 1), or both \
+                     (the first `count` of `names`)",
+                ));
+            }
+            (names, count) => {
+                let take = count.unwrap_or(names.len());
+                if take > names.len() {
+                    return Err(field_error(
+                        "adapters.count",
+                        format!("{take} exceeds the {} names given", names.len()),
+                    ));
+                }
+                names[..take]
+                    .iter()
+                    .map(|name| esft_adapter(name, &shape))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| field_error("adapters.names", e.to_string()))?
+            }
+        };
+        if adapters.is_empty() {
+            return Err(field_error("adapters.count", "must be at least 1, got 0"));
+        }
+        match &self.memory {
+            MemoryConfig::Merged { utilization, .. } => {
+                if let Some(u) = utilization {
+                    let u = positive("memory.utilization", *u)?;
+                    if u > 1.0 {
+                        return Err(field_error(
+                            "memory.utilization",
+                            format!("must be at most 1, got {u}"),
+                        ));
+                    }
+                }
+            }
+            MemoryConfig::Padding { e_max, a_max } => {
+                slot_geometry("padding", &adapters, *a_max, *e_max)
+                    .map_err(|e| field_error("memory", e.to_string()))?;
+            }
+            MemoryConfig::VirtualWeightTensor {
+                page_bytes,
+                e_max,
+                a_max,
+            } => {
+                at_least_one("memory.page_bytes", *page_bytes as usize)?;
+                slot_geometry("virtual_weight_tensor", &adapters, *a_max, *e_max)
+                    .map_err(|e| field_error("memory", e.to_string()))?;
+            }
+            MemoryConfig::BaseOnly => {}
+        }
+        let w = &self.workload;
+        positive("workload.rate_rps", w.rate_rps)?;
+        let alpha = positive("workload.alpha", w.alpha)?;
+        if alpha > 1.0 {
+            return Err(field_error(
+                "workload.alpha",
+                format!("must be in (0, 1] (1 is uniform), got {alpha}"),
+            ));
+        }
+        positive("workload.horizon_s", w.horizon_s)?;
+        at_least_one("workload.prompt_tokens", w.prompt_tokens as usize)?;
+        at_least_one("workload.output_tokens", w.output_tokens as usize)?;
+        if !(w.length_spread.is_finite() && (0.0..1.0).contains(&w.length_spread)) {
+            return Err(field_error(
+                "workload.length_spread",
+                format!("must be in [0, 1), got {}", w.length_spread),
+            ));
+        }
+        let c = &self.cost;
+        positive("cost.hbm_gbps", c.hbm_gbps)?;
+        positive("cost.peak_tflops", c.peak_tflops)?;
+        positive("cost.kernel_launch_us", c.kernel_launch_us)?;
+        positive("cost.expert_zipf_s", c.expert_zipf_s)?;
+        at_least_one("cost.unfused_ops", c.unfused_ops as usize)?;
+        at_least_one(
+            "serving.max_batch_tokens",
+            self.serving.max_batch_tokens as usize,
+        )?;
+        at_least_one("serving.max_num_seqs", self.serving.max_num_seqs as usize)?;
+        let shares = adapter_shares(adapters.len(), alpha);
+        Ok(ExpertWeaveScenario {
+            shape,
+            device,
+            adapters,
+            memory: self.memory.clone(),
+            workload: w.clone(),
+            cost: c.clone(),
+            serving: self.serving.clone(),
+            shares,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[device]
+capacity_gib = 64
+utilization = 0.9
+[adapters]
+names = ["gate-math", "gate-intent"]
+[memory]
+kind = "virtual_weight_tensor"
+[workload]
+rate_rps = 2.0
+horizon_s = 10
+prompt_tokens = 256
+output_tokens = 64
+"#;
+
+    fn config(text: &str) -> ExpertWeaveConfig {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn minimal_config_validates() {
+        let scenario = config(MINIMAL).validate(Path::new(".")).unwrap();
+        assert_eq!(scenario.adapters.len(), 2);
+        assert_eq!(scenario.device.capacity_bytes, 64 * GIB);
+        assert!((scenario.shares.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn shares_follow_the_paper_skew() {
+        assert_eq!(adapter_shares(4, 1.0), vec![0.25; 4]);
+        let skewed = adapter_shares(2, 0.3);
+        assert!((0.8..0.85).contains(&skewed[0]), "{skewed:?}");
+        let heavy = adapter_shares(2, 0.2);
+        assert!((0.93..0.96).contains(&heavy[0]), "{heavy:?}");
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let cases = [
+            (
+                "utilization = 0.9",
+                "utilization = 1.2",
+                "device.utilization",
+            ),
+            ("rate_rps = 2.0", "rate_rps = -1.0", "workload.rate_rps"),
+            (
+                "names = [\"gate-math\", \"gate-intent\"]",
+                "names = [\"nope\"]",
+                "adapters.names",
+            ),
+            (
+                "kind = \"virtual_weight_tensor\"",
+                "kind = \"padding\"\ne_max = 3",
+                "memory",
+            ),
+            (
+                "horizon_s = 10",
+                "horizon_s = 10\nalpha = 2.0",
+                "workload.alpha",
+            ),
+        ];
+        for (from, to, path) in cases {
+            let error = config(&MINIMAL.replace(from, to))
+                .validate(Path::new("."))
+                .unwrap_err();
+            assert_eq!(error.path, path, "{to}: {}", error.message);
+        }
+        assert!(toml::from_str::<ExpertWeaveConfig>(&format!("{MINIMAL}\nbogus = 1")).is_err());
+    }
+
+    /// Every scenario under scenarios/expertweave/, every sweep cell, validates as this family's
+    /// tables (the common keys removed as the loader removes them).
+    #[test]
+    fn shipped_scenarios_validate_in_every_cell() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/expertweave");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|e| e == "toml"))
+            .collect();
+        files.sort();
+        assert!(files.len() >= 3, "{files:?}");
+        for file in files {
+            let mut doc: toml::Table = std::fs::read_to_string(&file).unwrap().parse().unwrap();
+            assert_eq!(doc["family"].as_str(), Some("expertweave"));
+            let sweep = doc.remove("sweep");
+            for key in ["name", "description", "family", "seeds", "report", "figure"] {
+                doc.remove(key);
+            }
+            let mut cells = vec![doc];
+            if let Some(toml::Value::Table(sweep)) = sweep {
+                for (key, values) in &sweep {
+                    let values = values.as_array().unwrap().clone();
+                    cells = cells
+                        .into_iter()
+                        .flat_map(|cell| {
+                            values.iter().map(move |value| {
+                                let mut cell = cell.clone();
+                                crate::scenario::sweep::apply(&mut cell, key, value.clone())
+                                    .unwrap();
+                                cell
+                            })
+                        })
+                        .collect();
+                }
+            }
+            for cell in cells {
+                let config: ExpertWeaveConfig = toml::Value::Table(cell)
+                    .try_into()
+                    .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+                config
+                    .validate(&dir)
+                    .unwrap_or_else(|e| panic!("{}: {e:?}", file.display()));
+            }
+        }
+    }
+}

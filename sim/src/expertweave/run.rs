@@ -1,0 +1,654 @@
+//! One ExpertWeave serving run: per-adapter Poisson requests with power-law shares, routed to the
+//! instances a memory manager's plan creates, each instance a continuous-batching loop whose
+//! admission is bounded by its KV capacity and whose step time is an analytic roofline over the
+//! dense part, the attention KV reads, the MoE experts the batch touches (base and adapter
+//! copies, as distinct weights to stream) and the batched-rerouting operator.
+
+use std::collections::VecDeque;
+
+use rand::RngExt;
+use serde_json::json;
+
+use super::adapters::domain_ranking;
+use super::config::{ExpertWeaveScenario, Rerouting};
+use super::memory::{AdapterMemory, InstancePlan, MemoryPlan};
+use super::model::GIB;
+use crate::metrics::{LatencyRecorder, RunOutput};
+use crate::rng::stream;
+
+/// Kernels per transformer layer besides rerouting (norms, projections, attention, router,
+/// grouped matmul, combine), each paying one launch overhead per step.
+pub const KERNELS_PER_LAYER: u64 = 8;
+
+/// One generated request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    pub arrival_ns: u64,
+    pub adapter: usize,
+    pub prompt_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// The requests of `scenario` for `seed`: each adapter's Poisson stream (rate = aggregate rate
+/// x share) over the horizon, merged in arrival order (ties by adapter index).
+pub fn generate_requests(scenario: &ExpertWeaveScenario, seed: u64) -> Vec<Request> {
+    let w = &scenario.workload;
+    let horizon_ns = (w.horizon_s * 1e9) as u64;
+    let mut requests = Vec::new();
+    for (adapter, share) in scenario.shares.iter().enumerate() {
+        let rate_per_ns = w.rate_rps * share * 1e-9;
+        let mut arrivals = stream(seed, &format!("arrivals/{adapter}"));
+        let mut lengths = stream(seed, &format!("lengths/{adapter}"));
+        let mut t = 0.0f64;
+        loop {
+            let u: f64 = arrivals.random();
+            t += -(1.0 - u).ln() / rate_per_ns;
+            if t >= horizon_ns as f64 {
+                break;
+            }
+            let mut length = |mean: u64| {
+                let f: f64 = lengths.random_range(-1.0..=1.0);
+                ((mean as f64 * (1.0 + w.length_spread * f)).round() as u64).max(1)
+            };
+            let prompt_tokens = length(w.prompt_tokens);
+            let output_tokens = length(w.output_tokens);
+            requests.push(Request {
+                arrival_ns: t as u64,
+                adapter,
+                prompt_tokens,
+                output_tokens,
+            });
+        }
+    }
+    requests.sort_by_key(|r| (r.arrival_ns, r.adapter));
+    requests
+}
+
+/// Expert popularity of each domain in each MoE layer: Zipf(s) over the domain's relevance
+/// ranking (the same ranking the adapters' fine-tuned experts come from).
+struct Popularity {
+    /// [adapter][layer][expert] probability that one routing draw of a token picks the expert.
+    by_adapter: Vec<Vec<Vec<f64>>>,
+    /// [adapter][layer][expert] whether the adapter fine-tuned the expert.
+    tuned: Vec<Vec<Vec<bool>>>,
+}
+
+impl Popularity {
+    fn new(scenario: &ExpertWeaveScenario) -> Self {
+        let n = scenario.shape.n_routed_experts as usize;
+        let layers = scenario.shape.n_moe_layers() as usize;
+        let s = scenario.cost.expert_zipf_s;
+        let zipf: Vec<f64> = (0..n).map(|r| ((r + 1) as f64).powf(-s)).collect();
+        let total: f64 = zipf.iter().sum();
+        let by_adapter = scenario
+            .adapters
+            .iter()
+            .map(|adapter| {
+                (0..layers)
+                    .map(|layer| {
+                        let ranking = domain_ranking(&adapter.domain, layer, n as u32);
+                        let mut p = vec![0.0; n];
+                        for (rank, &expert) in ranking.iter().enumerate() {
+                            p[expert as usize] = zipf[rank] / total;
+                        }
+                        p
+                    })
+                    .collect()
+            })
+            .collect();
+        let tuned = scenario
+            .adapters
+            .iter()
+            .map(|adapter| {
+                adapter
+                    .experts
+                    .iter()
+                    .map(|ids| {
+                        let mut mask = vec![false; n];
+                        for &id in ids {
+                            mask[id as usize] = true;
+                        }
+                        mask
+                    })
+                    .collect()
+            })
+            .collect();
+        Popularity { by_adapter, tuned }
+    }
+
+    /// Expected distinct expert weights a step streams in `layer` for `tokens[adapter]` tokens
+    /// with top-k routing: a base expert is read if any token not rerouted away from it picks
+    /// it; an adapter's copy if one of that adapter's tokens does.
+    fn expected_touched(
+        &self,
+        layer: usize,
+        tokens: &[u64],
+        top_k: u64,
+        use_adapters: bool,
+    ) -> f64 {
+        let n = self.by_adapter.first().map_or(0, |a| a[layer].len());
+        let mut touched = 0.0;
+        for expert in 0..n {
+            let mut base_missed = 1.0;
+            for (adapter, &count) in tokens.iter().enumerate() {
+                if count == 0 {
+                    continue;
+                }
+                let p = self.by_adapter[adapter][layer][expert];
+                let missed = (1.0 - p).powf((count * top_k) as f64);
+                if use_adapters && self.tuned[adapter][layer][expert] {
+                    touched += 1.0 - missed;
+                } else {
+                    base_missed *= missed;
+                }
+            }
+            touched += 1.0 - base_missed;
+        }
+        touched
+    }
+}
+
+/// What one step costs, in seconds, for an instance.
+struct StepCost<'a> {
+    scenario: &'a ExpertWeaveScenario,
+    popularity: &'a Popularity,
+    instance: &'a InstancePlan,
+}
+
+impl StepCost<'_> {
+    fn seconds(&self, tokens_by_adapter: &[u64], context_tokens: u64, prefill_sq: f64) -> f64 {
+        let shape = &self.scenario.shape;
+        let cost = &self.scenario.cost;
+        let devices = self.instance.n_devices as f64;
+        let bandwidth = cost.hbm_gbps * 1e9 * devices;
+        let flops = cost.peak_tflops * 1e12 * devices;
+        let tokens: u64 = tokens_by_adapter.iter().sum();
+        let roofline = |bytes: f64, work: f64| (bytes / bandwidth).max(work / flops);
+        // dense part: every non-routed weight but the embedding table is read once per step
+        let embedding = (shape.vocab * shape.hidden) as f64;
+        let dense_params = shape.non_routed_params() as f64 - embedding;
+        let dense = roofline(
+            dense_params * shape.bytes_per_param as f64,
+            2.0 * dense_params * tokens as f64,
+        );
+        // attention: the cached latent of every context token, and the prompts' quadratic part
+        let head = (shape.qk_nope_head_dim + shape.qk_rope_head_dim + shape.v_head_dim) as f64;
+        let attention = roofline(
+            (context_tokens * shape.kv_bytes_per_token()) as f64,
+            2.0 * (shape.n_layers * shape.n_heads) as f64 * head * prefill_sq,
+        );
+        // MoE: the distinct expert weights touched, and top-k expert FLOPs per token
+        let mut moe = 0.0;
+        let use_adapters = self.instance.adapter_experts && self.instance.reroutes;
+        for layer in 0..shape.n_moe_layers() as usize {
+            let touched = self.popularity.expected_touched(
+                layer,
+                tokens_by_adapter,
+                shape.top_k,
+                use_adapters,
+            );
+            moe += roofline(
+                touched * shape.expert_bytes() as f64,
+                2.0 * (shape.expert_params() * shape.top_k * tokens) as f64,
+            );
+        }
+        let launch = cost.kernel_launch_us * 1e-6;
+        let mut overhead = (shape.n_layers * KERNELS_PER_LAYER) as f64 * launch;
+        if self.instance.reroutes {
+            // per MoE layer: read the AID and top-k ids, the expert map rows, write the ids
+            let bytes = (tokens * (4 + 2 * 4 * shape.top_k)) as f64
+                + (self.instance.adapters.len() as u64 * shape.n_routed_experts * 4) as f64;
+            let ops = match cost.rerouting {
+                Rerouting::Fused => 1.0,
+                Rerouting::Unfused => cost.unfused_ops as f64,
+            };
+            // the unfused chain moves the intermediate arrays through memory between operators
+            let per_layer = ops * (launch + bytes / bandwidth);
+            overhead += shape.n_moe_layers() as f64 * per_layer;
+        }
+        dense + attention + moe + overhead
+    }
+}
+
+#[derive(Default)]
+struct InstanceOutcome {
+    prompt_tokens: u64,
+    output_tokens: u64,
+    completed: u64,
+    rejected: u64,
+    end_ns: u64,
+    steps: u64,
+}
+
+/// TTFT and TPOT samples of every instance of a run.
+#[derive(Default)]
+struct Latencies {
+    ttft: LatencyRecorder,
+    tpot: LatencyRecorder,
+}
+
+struct Running {
+    request: usize,
+    generated: u64,
+    first_token_ns: u64,
+}
+
+/// Continuous batching on one instance: each step decodes one token for every running request
+/// and prefills admitted prompts (FIFO) while the step's token budget, the sequence limit and
+/// the KV capacity (prompt + output tokens reserved at admission) allow.
+fn serve_instance(
+    scenario: &ExpertWeaveScenario,
+    popularity: &Popularity,
+    instance: &InstancePlan,
+    requests: &[Request],
+    mine: &[usize],
+    latencies: &mut Latencies,
+) -> InstanceOutcome {
+    let cost = StepCost {
+        scenario,
+        popularity,
+        instance,
+    };
+    let limits = &scenario.serving;
+    let kv_capacity = instance.kv.kv_tokens;
+    let mut outcome = InstanceOutcome::default();
+    let mut waiting: VecDeque<usize> = VecDeque::new();
+    let mut running: Vec<Running> = Vec::new();
+    let mut next = 0;
+    let mut now: u64 = 0;
+    let mut kv_used: u64 = 0;
+    let n_adapters = scenario.adapters.len();
+    loop {
+        while next < mine.len() && requests[mine[next]].arrival_ns <= now {
+            waiting.push_back(mine[next]);
+            next += 1;
+        }
+        // admission
+        let mut prefill: Vec<usize> = Vec::new();
+        let mut prefill_tokens = 0;
+        while let Some(&candidate) = waiting.front() {
+            let r = &requests[candidate];
+            let need = r.prompt_tokens + r.output_tokens;
+            if need > kv_capacity {
+                waiting.pop_front();
+                outcome.rejected += 1;
+                continue;
+            }
+            let seqs = (running.len() + prefill.len()) as u64;
+            let budget = limits.max_batch_tokens.saturating_sub(running.len() as u64);
+            let fits_budget = prefill.is_empty() && running.is_empty()
+                || prefill_tokens + r.prompt_tokens <= budget;
+            if kv_used + need > kv_capacity || seqs >= limits.max_num_seqs || !fits_budget {
+                break;
+            }
+            waiting.pop_front();
+            kv_used += need;
+            prefill_tokens += r.prompt_tokens;
+            prefill.push(candidate);
+        }
+        if prefill.is_empty() && running.is_empty() {
+            if next < mine.len() {
+                now = now.max(requests[mine[next]].arrival_ns);
+                continue;
+            }
+            break;
+        }
+        let mut tokens_by_adapter = vec![0u64; n_adapters];
+        let mut context = 0;
+        let mut prefill_sq = 0.0;
+        for &index in &prefill {
+            let r = &requests[index];
+            tokens_by_adapter[r.adapter] += r.prompt_tokens;
+            prefill_sq += (r.prompt_tokens * r.prompt_tokens) as f64;
+        }
+        for run in &running {
+            let r = &requests[run.request];
+            tokens_by_adapter[r.adapter] += 1;
+            context += r.prompt_tokens + run.generated;
+        }
+        let seconds = cost.seconds(&tokens_by_adapter, context, prefill_sq);
+        now += (seconds * 1e9).round().max(1.0) as u64;
+        outcome.steps += 1;
+        // decode: one token each
+        let mut still = Vec::with_capacity(running.len() + prefill.len());
+        for mut run in running.drain(..) {
+            let r = &requests[run.request];
+            run.generated += 1;
+            outcome.output_tokens += 1;
+            if run.generated >= r.output_tokens {
+                let per_token = (now - run.first_token_ns) / (r.output_tokens - 1).max(1);
+                latencies.tpot.record(per_token);
+                outcome.completed += 1;
+                kv_used -= r.prompt_tokens + r.output_tokens;
+            } else {
+                still.push(run);
+            }
+        }
+        for index in prefill {
+            let r = &requests[index];
+            latencies.ttft.record(now - r.arrival_ns);
+            outcome.prompt_tokens += r.prompt_tokens;
+            outcome.output_tokens += 1;
+            if r.output_tokens <= 1 {
+                outcome.completed += 1;
+                kv_used -= r.prompt_tokens + r.output_tokens;
+            } else {
+                still.push(Running {
+                    request: index,
+                    generated: 1,
+                    first_token_ns: now,
+                });
+            }
+        }
+        running = still;
+        outcome.end_ns = now;
+    }
+    outcome
+}
+
+/// Runs `scenario` for `seed` with the adapter-memory manager `memory`: plans the memory, and
+/// unless some instance is out of memory, serves the requests. Scalars follow `METRICS`.
+pub fn run(scenario: &ExpertWeaveScenario, seed: u64, memory: &mut dyn AdapterMemory) -> RunOutput {
+    let plan = match memory.plan(&scenario.shape, &scenario.device, &scenario.adapters) {
+        Ok(plan) => plan,
+        Err(error) => {
+            return RunOutput {
+                scalars: super::METRICS
+                    .iter()
+                    .map(|m| (m.name.to_string(), 0.0))
+                    .collect(),
+                details: json!({ "error": error.to_string(), "manager": memory.kind() }),
+            };
+        }
+    };
+    let requests = generate_requests(scenario, seed);
+    let mut outcomes = Vec::new();
+    let mut latencies = Latencies::default();
+    if !plan.report.out_of_memory {
+        let popularity = Popularity::new(scenario);
+        for instance in &plan.instances {
+            let mine: Vec<usize> = requests
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| instance.adapters.contains(&r.adapter))
+                .map(|(i, _)| i)
+                .collect();
+            outcomes.push(serve_instance(
+                scenario,
+                &popularity,
+                instance,
+                &requests,
+                &mine,
+                &mut latencies,
+            ));
+        }
+    }
+    summarize(
+        scenario,
+        memory.kind(),
+        &plan,
+        &requests,
+        &outcomes,
+        &latencies,
+    )
+}
+
+fn summarize(
+    scenario: &ExpertWeaveScenario,
+    kind: &str,
+    plan: &MemoryPlan,
+    requests: &[Request],
+    outcomes: &[InstanceOutcome],
+    latencies: &Latencies,
+) -> RunOutput {
+    let (ttft, tpot) = (&latencies.ttft, &latencies.tpot);
+    let (mut prompt, mut output, mut completed, mut rejected, mut end) = (0, 0, 0, 0, 0);
+    for outcome in outcomes {
+        prompt += outcome.prompt_tokens;
+        output += outcome.output_tokens;
+        completed += outcome.completed;
+        rejected += outcome.rejected;
+        end = end.max(outcome.end_ns);
+    }
+    let seconds = end as f64 * 1e-9;
+    let per_second = |count: u64| {
+        if end == 0 {
+            0.0
+        } else {
+            count as f64 / seconds
+        }
+    };
+    let r = &plan.report;
+    let gib = |bytes: u64| bytes as f64 / GIB as f64;
+    let values = [
+        gib(r.weight_bytes),
+        gib(r.adapter_allocated_bytes),
+        gib(r.padding_waste_bytes),
+        r.fragmentation_factor,
+        r.sparsity_factor,
+        r.kv_capacity_tokens as f64,
+        if r.out_of_memory { 1.0 } else { 0.0 },
+        ttft.mean_ms(),
+        ttft.quantile_ms(0.99),
+        tpot.mean_ms(),
+        per_second(prompt),
+        per_second(output),
+        completed as f64,
+        rejected as f64,
+    ];
+    let scalars = super::METRICS
+        .iter()
+        .zip(values)
+        .map(|(m, v)| (m.name.to_string(), v))
+        .collect();
+    let per_adapter: Vec<u64> = (0..scenario.adapters.len())
+        .map(|a| requests.iter().filter(|r| r.adapter == a).count() as u64)
+        .collect();
+    let details = json!({
+        "manager": kind,
+        "adapters": scenario.adapters.iter().map(|a| a.name.clone()).collect::<Vec<_>>(),
+        "shares": scenario.shares,
+        "requests_per_adapter": per_adapter,
+        "memory": r,
+        "instances": plan.instances,
+        "steps": outcomes.iter().map(|o| o.steps).collect::<Vec<_>>(),
+        "cost_source": "analytic roofline (no kernel profile)",
+    });
+    RunOutput { scalars, details }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expertweave::EsftAdapter;
+    use crate::expertweave::config::ExpertWeaveConfig;
+    use crate::expertweave::memory::{AdapterMemoryError, MemoryReport};
+    use crate::expertweave::model::{DeviceMemory, KvCapacity, MlaMoeShape};
+    use std::path::Path;
+
+    /// A stand-in manager: one shared instance with a fixed KV capacity.
+    struct FixedKv {
+        kv_tokens: u64,
+        reroutes: bool,
+    }
+
+    impl AdapterMemory for FixedKv {
+        fn kind(&self) -> &'static str {
+            "fixed"
+        }
+        fn plan(
+            &mut self,
+            shape: &MlaMoeShape,
+            device: &DeviceMemory,
+            adapters: &[EsftAdapter],
+        ) -> Result<MemoryPlan, AdapterMemoryError> {
+            let kv = KvCapacity {
+                kv_bytes: self.kv_tokens * shape.kv_bytes_per_token(),
+                kv_tokens: self.kv_tokens,
+                out_of_memory: self.kv_tokens == 0,
+            };
+            Ok(MemoryPlan {
+                instances: vec![InstancePlan {
+                    adapters: (0..adapters.len()).collect(),
+                    reroutes: self.reroutes,
+                    adapter_experts: self.reroutes,
+                    n_devices: device.n_devices,
+                    weight_bytes: shape.weight_bytes(),
+                    kv,
+                }],
+                report: MemoryReport {
+                    n_adapters: adapters.len(),
+                    weight_bytes: shape.weight_bytes(),
+                    base_weight_bytes: shape.weight_bytes(),
+                    adapter_expert_bytes: 0,
+                    adapter_allocated_bytes: 0,
+                    padding_waste_bytes: 0,
+                    fragmentation_factor: 1.0,
+                    sparsity_factor: 0.0,
+                    kv_bytes: kv.kv_bytes,
+                    kv_capacity_tokens: kv.kv_tokens,
+                    out_of_memory: kv.out_of_memory,
+                    mapped_pages: 0,
+                    shared_pages: 0,
+                },
+            })
+        }
+    }
+
+    fn scenario(rate: f64, alpha: f64) -> ExpertWeaveScenario {
+        let text = format!(
+            r#"
+[device]
+capacity_gib = 64
+utilization = 0.9
+[adapters]
+count = 5
+[memory]
+kind = "virtual_weight_tensor"
+[workload]
+rate_rps = {rate}
+alpha = {alpha}
+horizon_s = 20
+prompt_tokens = 256
+output_tokens = 32
+length_spread = 0.5
+"#
+        );
+        toml::from_str::<ExpertWeaveConfig>(&text)
+            .unwrap()
+            .validate(Path::new("."))
+            .unwrap()
+    }
+
+    #[test]
+    fn arrivals_follow_rate_and_shares() {
+        let scenario = scenario(5.0, 0.3);
+        let requests = generate_requests(&scenario, 1);
+        // 100 expected; Poisson sd 10
+        assert!((70..=130).contains(&requests.len()), "{}", requests.len());
+        let first = requests.iter().filter(|r| r.adapter == 0).count();
+        assert!(first as f64 > 0.4 * requests.len() as f64);
+        assert!(
+            requests
+                .windows(2)
+                .all(|w| w[0].arrival_ns <= w[1].arrival_ns)
+        );
+        assert_eq!(requests, generate_requests(&scenario, 1));
+        assert_ne!(requests, generate_requests(&scenario, 2));
+    }
+
+    #[test]
+    fn every_request_completes_and_runs_are_deterministic() {
+        let scenario = scenario(2.0, 1.0);
+        let mut manager = FixedKv {
+            kv_tokens: 1_000_000,
+            reroutes: true,
+        };
+        let a = run(&scenario, 7, &mut manager);
+        let b = run(&scenario, 7, &mut manager);
+        assert_eq!(a, b);
+        let n = generate_requests(&scenario, 7).len() as f64;
+        assert_eq!(a.scalar("requests_completed"), Some(n));
+        assert!(a.scalar("ttft_mean_ms").unwrap() > 0.0);
+        assert!(a.scalar("tpot_mean_ms").unwrap() > 0.0);
+        assert_eq!(a.scalars.len(), crate::expertweave::METRICS.len());
+    }
+
+    #[test]
+    fn small_kv_rejects_long_requests_and_queues_the_rest() {
+        let scenario = scenario(5.0, 1.0);
+        let mut roomy = FixedKv {
+            kv_tokens: 1_000_000,
+            reroutes: true,
+        };
+        let mut tight = FixedKv {
+            kv_tokens: 400,
+            reroutes: true,
+        };
+        let roomy = run(&scenario, 3, &mut roomy);
+        let tight = run(&scenario, 3, &mut tight);
+        assert!(tight.scalar("requests_rejected").unwrap() > 0.0);
+        assert!(tight.scalar("ttft_mean_ms").unwrap() > roomy.scalar("ttft_mean_ms").unwrap());
+    }
+
+    #[test]
+    fn rerouting_and_adapter_experts_cost_time() {
+        let scenario = scenario(3.0, 1.0);
+        let base = run(
+            &scenario,
+            5,
+            &mut FixedKv {
+                kv_tokens: 1_000_000,
+                reroutes: false,
+            },
+        );
+        let weave = run(
+            &scenario,
+            5,
+            &mut FixedKv {
+                kv_tokens: 1_000_000,
+                reroutes: true,
+            },
+        );
+        assert!(weave.scalar("tpot_mean_ms").unwrap() > base.scalar("tpot_mean_ms").unwrap());
+        let mut unfused = scenario.clone();
+        unfused.cost.rerouting = Rerouting::Unfused;
+        let slow = run(
+            &unfused,
+            5,
+            &mut FixedKv {
+                kv_tokens: 1_000_000,
+                reroutes: true,
+            },
+        );
+        assert!(slow.scalar("tpot_mean_ms").unwrap() > weave.scalar("tpot_mean_ms").unwrap());
+    }
+
+    #[test]
+    fn out_of_memory_is_a_result() {
+        let scenario = scenario(2.0, 1.0);
+        let out = run(
+            &scenario,
+            1,
+            &mut FixedKv {
+                kv_tokens: 0,
+                reroutes: true,
+            },
+        );
+        assert_eq!(out.scalar("out_of_memory"), Some(1.0));
+        assert_eq!(out.scalar("requests_completed"), Some(0.0));
+    }
+
+    #[test]
+    fn touched_experts_grow_with_tokens_and_adapter_copies() {
+        let scenario = scenario(1.0, 1.0);
+        let popularity = Popularity::new(&scenario);
+        let few = popularity.expected_touched(0, &[4, 0, 0, 0, 0], 6, true);
+        let many = popularity.expected_touched(0, &[400, 0, 0, 0, 0], 6, true);
+        assert!(few < many && many <= 64.0 + 12.0);
+        let mixed_base = popularity.expected_touched(0, &[50, 50, 50, 50, 50], 6, false);
+        let mixed_weave = popularity.expected_touched(0, &[50, 50, 50, 50, 50], 6, true);
+        assert!(mixed_weave > mixed_base);
+        assert!(mixed_base <= 64.0);
+    }
+}

@@ -1,0 +1,526 @@
+//! The GEM family's scenario tables (`GemConfig`, everything of a scenario file except the
+//! common top-level keys) and their validation into a runnable `GemScenario`.
+
+use crate::cost::gpu::GpuSpec;
+use crate::cost::profile::Profile;
+use crate::cost::roofline::analytic_profile;
+use crate::gem::mapping::MapperConfig;
+use crate::gem::models::model_by_name;
+use crate::gem::trace::{ExpertTrace, TraceParams};
+use crate::gem::variability::{ThroughputDistribution, VariabilitySetup, moderate_factors};
+use crate::model_shape::MoeModelShape;
+use crate::rng::{SimRng, stream};
+use crate::scenario::validate::FieldError;
+use rand_distr::{Distribution, LogNormal};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::sync::Arc;
+
+fn field(path: &str, message: impl Into<String>) -> FieldError {
+    FieldError {
+        path: path.to_string(),
+        message: message.into(),
+    }
+}
+
+/// Every family-specific table of a GEM scenario file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GemConfig {
+    /// What a run computes.
+    #[serde(default)]
+    pub experiment: Experiment,
+    pub model: ModelTable,
+    #[serde(default)]
+    pub cluster: ClusterTable,
+    #[serde(default)]
+    pub workload: WorkloadTable,
+    #[serde(default)]
+    pub serving: ServingTable,
+    #[serde(default)]
+    pub trace: TraceTable,
+    #[serde(default = "default_mapper")]
+    pub mapper: MapperConfig,
+    #[serde(default)]
+    pub scale: ScaleTable,
+}
+
+fn default_mapper() -> MapperConfig {
+    MapperConfig::Linear
+}
+
+/// `experiment = "serving"` (default) simulates expert-parallel serving under a mapping;
+/// `"variability_at_scale"` runs the Monte-Carlo gap experiment of section 6 for
+/// `cluster.n_gpus` GPUs (its serving metrics are reported as 0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Experiment {
+    #[default]
+    Serving,
+    VariabilityAtScale,
+}
+
+/// `[model]`: one of the five models of the evaluation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelTable {
+    /// `mixtral-8x7b`, `mixtral-8x22b`, `llama-4-scout`, `hunyuan-a13b` or `qwen3-30b-a3b`.
+    pub name: String,
+}
+
+fn d_n_gpus() -> usize {
+    4
+}
+fn d_gpu() -> String {
+    "H200".into()
+}
+fn d_straggler() -> f64 {
+    0.12
+}
+fn d_draws() -> usize {
+    1000
+}
+
+/// `[cluster]`: G GPUs of one kind and their speed factors (relative throughput; 1 = nominal).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterTable {
+    /// GPUs of the expert-parallel group (gem.txt section 4.2: 4 H200s).
+    #[serde(default = "d_n_gpus")]
+    pub n_gpus: usize,
+    /// GPU catalogue name (`sim::cost::gpu`), for the analytic roofline.
+    #[serde(default = "d_gpu")]
+    pub gpu: String,
+    #[serde(default = "d_variability")]
+    pub variability: VariabilitySetup,
+    /// Per-GPU factors, only with `variability = "explicit"`.
+    #[serde(default)]
+    pub speed_factors: Option<Vec<f64>>,
+    /// High variability: GPU 0 is this much slower (section 4.2: 12 %).
+    #[serde(default = "d_straggler")]
+    pub straggler_slowdown: f64,
+    /// Moderate variability: Monte-Carlo draws (section 4.2: 1000).
+    #[serde(default = "d_draws")]
+    pub moderate_draws: usize,
+    /// Moderate variability: seed of its draws (a property of the hardware, not of the run).
+    #[serde(default)]
+    pub moderate_seed: u64,
+    #[serde(default)]
+    pub distribution: ThroughputDistribution,
+}
+
+fn d_variability() -> VariabilitySetup {
+    VariabilitySetup::Low
+}
+
+impl Default for ClusterTable {
+    fn default() -> Self {
+        toml::from_str("").expect("every field has a default")
+    }
+}
+
+/// A request-length distribution: log-normal with the given mean, clamped to [1, max].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LengthDistribution {
+    pub mean: f64,
+    pub sigma: f64,
+    pub max: u32,
+}
+
+impl LengthDistribution {
+    fn check(&self, path: &str) -> Result<(), FieldError> {
+        if !(self.mean.is_finite() && self.mean >= 1.0) {
+            return Err(field(
+                &format!("{path}.mean"),
+                format!("must be at least 1, got {}", self.mean),
+            ));
+        }
+        if !(self.sigma.is_finite() && self.sigma >= 0.0) {
+            return Err(field(
+                &format!("{path}.sigma"),
+                format!("must be finite and >= 0, got {}", self.sigma),
+            ));
+        }
+        if self.max == 0 {
+            return Err(field(&format!("{path}.max"), "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    pub fn sample(&self, rng: &mut SimRng) -> u32 {
+        let mu = self.mean.ln() - self.sigma * self.sigma / 2.0;
+        let d = LogNormal::new(mu, self.sigma).expect("validated length distribution");
+        let v: f64 = d.sample(rng);
+        (v.round().max(1.0) as u32).min(self.max)
+    }
+}
+
+/// The request-length datasets of section 4.4.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dataset {
+    /// ShareGPT-like: means 161.31 prompt / 337.99 output tokens (Kwon et al., vLLM, SOSP
+    /// 2023, section 6.1 on ShareGPT); log-normal sigma 1.0 and max 2048 are assumptions.
+    #[default]
+    Sharegpt,
+    /// CodeContests-like: problem statements and solutions. Assumed means 450 prompt / 300
+    /// output tokens, sigma 0.5 / 0.8, max 4096 / 2048 (no published token statistics used).
+    Codecontests,
+    /// `prompt_tokens` and `output_tokens` must be given.
+    Custom,
+}
+
+impl Dataset {
+    pub fn lengths(self) -> Option<(LengthDistribution, LengthDistribution)> {
+        let d = |mean, sigma, max| LengthDistribution { mean, sigma, max };
+        match self {
+            Dataset::Sharegpt => Some((d(161.31, 1.0, 2048), d(337.99, 1.0, 2048))),
+            Dataset::Codecontests => Some((d(450.0, 0.5, 4096), d(300.0, 0.8, 2048))),
+            Dataset::Custom => None,
+        }
+    }
+}
+
+fn d_requests() -> usize {
+    4000
+}
+
+/// `[workload]`: the requests served.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadTable {
+    #[serde(default)]
+    pub dataset: Dataset,
+    /// Requests (section 4.4: 4K).
+    #[serde(default = "d_requests")]
+    pub n_requests: usize,
+    /// Poisson arrivals at this rate; absent: every request arrives at time 0 (offline).
+    #[serde(default)]
+    pub arrival_rate_per_s: Option<f64>,
+    /// Overrides the dataset's prompt lengths.
+    #[serde(default)]
+    pub prompt_tokens: Option<LengthDistribution>,
+    /// Overrides the dataset's output lengths.
+    #[serde(default)]
+    pub output_tokens: Option<LengthDistribution>,
+}
+
+impl Default for WorkloadTable {
+    fn default() -> Self {
+        toml::from_str("").expect("every field has a default")
+    }
+}
+
+fn d_seqs() -> usize {
+    1024
+}
+fn d_batched() -> usize {
+    8192
+}
+fn d_detail_steps() -> usize {
+    25
+}
+
+/// `[serving]`: the continuous-batching scheduler. Defaults are vLLM V1's for GPUs with at
+/// least 70 GiB (H100/H200) serving online: `max_num_seqs = 1024`,
+/// `max_num_batched_tokens = 8192`, chunked prefill.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServingTable {
+    #[serde(default = "d_seqs")]
+    pub max_num_seqs: usize,
+    #[serde(default = "d_batched")]
+    pub max_num_batched_tokens: usize,
+    /// The layer whose per-GPU expert loads the result details carry (Figure 17).
+    #[serde(default)]
+    pub detail_layer: usize,
+    /// Unseen trace steps in that detail.
+    #[serde(default = "d_detail_steps")]
+    pub detail_steps: usize,
+}
+
+impl Default for ServingTable {
+    fn default() -> Self {
+        toml::from_str("").expect("every field has a default")
+    }
+}
+
+/// `[trace]`: see [`TraceParams`].
+pub type TraceTable = TraceParams;
+
+fn d_scale_draws() -> usize {
+    10_000
+}
+
+/// `[scale]`: the variability-at-scale experiment (section 6: 10,000 draws).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScaleTable {
+    #[serde(default = "d_scale_draws")]
+    pub draws: usize,
+}
+
+impl Default for ScaleTable {
+    fn default() -> Self {
+        ScaleTable {
+            draws: d_scale_draws(),
+        }
+    }
+}
+
+/// Where the utilization trace comes from.
+#[derive(Clone, Debug)]
+pub enum TraceSpec {
+    /// Generated per run from the run's seed.
+    Synthetic(TraceParams),
+    /// Loaded once; steps `0..observed_steps` are observable, the rest unseen.
+    Recorded {
+        trace: Arc<ExpertTrace>,
+        observed_steps: usize,
+    },
+}
+
+/// A validated GEM scenario (one sweep cell).
+#[derive(Clone, Debug)]
+pub struct GemScenario {
+    pub experiment: Experiment,
+    pub model_name: String,
+    pub shape: MoeModelShape,
+    pub gpu: GpuSpec,
+    /// The analytic roofline profile of the model on the GPU (the source is recorded).
+    pub profile: Arc<Profile>,
+    pub n_gpus: usize,
+    pub variability: VariabilitySetup,
+    /// Relative throughput of each GPU; GPU 0 is the slowest unless given explicitly.
+    pub speed_factors: Vec<f64>,
+    pub distribution: ThroughputDistribution,
+    pub dataset: Dataset,
+    pub n_requests: usize,
+    pub arrival_rate_per_s: Option<f64>,
+    pub prompt_tokens: LengthDistribution,
+    pub output_tokens: LengthDistribution,
+    pub serving: ServingTable,
+    pub trace: TraceSpec,
+    pub mapper: MapperConfig,
+    pub scale: ScaleTable,
+}
+
+impl GemConfig {
+    /// Cross-field checks; relative trace paths resolve against `base_dir`.
+    pub fn validate(&self, base_dir: &Path) -> Result<GemScenario, FieldError> {
+        let shape =
+            model_by_name(&self.model.name).map_err(|e| field("model.name", e.to_string()))?;
+        let gpu =
+            GpuSpec::by_name(&self.cluster.gpu).map_err(|e| field("cluster.gpu", e.to_string()))?;
+        let c = &self.cluster;
+        let n_gpus = c.n_gpus;
+        if n_gpus == 0 {
+            return Err(field("cluster.n_gpus", "must be at least 1, got 0"));
+        }
+        let serving = self.experiment == Experiment::Serving;
+        if serving && shape.n_experts % n_gpus != 0 {
+            return Err(field(
+                "cluster.n_gpus",
+                format!(
+                    "= {n_gpus} does not divide the {} experts per layer of {}; every GPU must host the same number of experts",
+                    shape.n_experts, shape.name
+                ),
+            ));
+        }
+        c.distribution
+            .check()
+            .map_err(|(f, m)| field(&format!("cluster.distribution.{f}"), m))?;
+        if c.speed_factors.is_some() && c.variability != VariabilitySetup::Explicit {
+            return Err(field(
+                "cluster.speed_factors",
+                "is only read with variability = \"explicit\"",
+            ));
+        }
+        let speed_factors = match c.variability {
+            VariabilitySetup::Low => vec![1.0; n_gpus],
+            VariabilitySetup::High => {
+                if !(c.straggler_slowdown.is_finite() && (0.0..1.0).contains(&c.straggler_slowdown))
+                {
+                    return Err(field(
+                        "cluster.straggler_slowdown",
+                        format!("must be in [0, 1), got {}", c.straggler_slowdown),
+                    ));
+                }
+                let mut f = vec![1.0; n_gpus];
+                f[0] = 1.0 - c.straggler_slowdown;
+                f
+            }
+            VariabilitySetup::Moderate => {
+                if c.moderate_draws == 0 {
+                    return Err(field("cluster.moderate_draws", "must be at least 1"));
+                }
+                moderate_factors(
+                    &c.distribution,
+                    n_gpus,
+                    c.moderate_draws,
+                    &mut stream(c.moderate_seed, "gem/moderate-variability"),
+                )
+            }
+            VariabilitySetup::Explicit => {
+                let Some(factors) = &c.speed_factors else {
+                    return Err(field(
+                        "cluster.speed_factors",
+                        format!("variability = \"explicit\" needs {n_gpus} speed factors"),
+                    ));
+                };
+                if factors.len() != n_gpus {
+                    return Err(field(
+                        "cluster.speed_factors",
+                        format!("has {} factors for {n_gpus} GPUs", factors.len()),
+                    ));
+                }
+                if let Some((i, v)) = factors
+                    .iter()
+                    .enumerate()
+                    .find(|(_, v)| !(v.is_finite() && **v > 0.0))
+                {
+                    return Err(field(
+                        "cluster.speed_factors",
+                        format!("factor {i} is {v}; speed factors must be positive"),
+                    ));
+                }
+                factors.clone()
+            }
+        };
+
+        let w = &self.workload;
+        let (default_prompt, default_output) = w.dataset.lengths().unzip();
+        let prompt_tokens = w.prompt_tokens.clone().or(default_prompt).ok_or_else(|| {
+            field(
+                "workload.prompt_tokens",
+                "dataset = \"custom\" needs prompt_tokens = { mean, sigma, max }",
+            )
+        })?;
+        let output_tokens = w.output_tokens.clone().or(default_output).ok_or_else(|| {
+            field(
+                "workload.output_tokens",
+                "dataset = \"custom\" needs output_tokens = { mean, sigma, max }",
+            )
+        })?;
+        prompt_tokens.check("workload.prompt_tokens")?;
+        output_tokens.check("workload.output_tokens")?;
+        if w.n_requests == 0 {
+            return Err(field("workload.n_requests", "must be at least 1, got 0"));
+        }
+        if let Some(rate) = w.arrival_rate_per_s
+            && !(rate.is_finite() && rate > 0.0)
+        {
+            return Err(field(
+                "workload.arrival_rate_per_s",
+                format!("must be a positive number, got {rate}"),
+            ));
+        }
+        let s = &self.serving;
+        if s.max_num_seqs == 0 {
+            return Err(field("serving.max_num_seqs", "must be at least 1, got 0"));
+        }
+        if s.max_num_batched_tokens < s.max_num_seqs {
+            return Err(field(
+                "serving.max_num_batched_tokens",
+                format!(
+                    "= {} is below max_num_seqs = {}: a full decode step would not fit",
+                    s.max_num_batched_tokens, s.max_num_seqs
+                ),
+            ));
+        }
+        if s.detail_layer >= shape.n_layers {
+            return Err(field(
+                "serving.detail_layer",
+                format!(
+                    "= {} but {} has {} layers",
+                    s.detail_layer, shape.name, shape.n_layers
+                ),
+            ));
+        }
+
+        let params = &self.trace;
+        params
+            .check()
+            .map_err(|(f, m)| field(&format!("trace.{f}"), m))?;
+        let trace = match &self.trace.path {
+            None => TraceSpec::Synthetic(TraceParams {
+                path: None,
+                ..params.clone()
+            }),
+            Some(relative) => {
+                let path = base_dir.join(relative);
+                let trace =
+                    ExpertTrace::load(&path).map_err(|e| field("trace.path", e.to_string()))?;
+                if trace.n_experts() != shape.n_experts {
+                    return Err(field(
+                        "trace.path",
+                        format!(
+                            "{} has {} experts per layer but {} has {}",
+                            path.display(),
+                            trace.n_experts(),
+                            shape.name,
+                            shape.n_experts
+                        ),
+                    ));
+                }
+                if trace.n_layers() != shape.n_layers {
+                    return Err(field(
+                        "trace.path",
+                        format!(
+                            "{} has {} layers but {} has {}",
+                            path.display(),
+                            trace.n_layers(),
+                            shape.name,
+                            shape.n_layers
+                        ),
+                    ));
+                }
+                if params.observed_steps >= trace.n_steps() {
+                    return Err(field(
+                        "trace.observed_steps",
+                        format!(
+                            "= {} leaves no unseen step in {} ({} steps)",
+                            params.observed_steps,
+                            path.display(),
+                            trace.n_steps()
+                        ),
+                    ));
+                }
+                TraceSpec::Recorded {
+                    trace: Arc::new(trace),
+                    observed_steps: params.observed_steps,
+                }
+            }
+        };
+        if serving {
+            self.mapper
+                .check(shape.n_experts, n_gpus, params.observed_steps)
+                .map_err(|(f, m)| field(&format!("mapper.{f}"), m))?;
+        }
+        if self.scale.draws == 0 {
+            return Err(field("scale.draws", "must be at least 1"));
+        }
+        let profile = Arc::new(analytic_profile(&gpu, &shape));
+        Ok(GemScenario {
+            experiment: self.experiment,
+            model_name: self.model.name.to_ascii_lowercase(),
+            shape,
+            gpu,
+            profile,
+            n_gpus,
+            variability: c.variability,
+            speed_factors,
+            distribution: c.distribution.clone(),
+            dataset: w.dataset,
+            n_requests: w.n_requests,
+            arrival_rate_per_s: w.arrival_rate_per_s,
+            prompt_tokens,
+            output_tokens,
+            serving: s.clone(),
+            trace,
+            mapper: self.mapper.clone(),
+            scale: self.scale.clone(),
+        })
+    }
+}

@@ -1,0 +1,18 @@
+//! The GEM family (gem.txt): expert-parallel MoE serving on GPUs of unequal speed, and the
+//! expert-to-GPU mapping extension point (linear, round robin, EPLB, GEM in
+//! `strategies::mapping`). See docs/gem.md for the model and every constant.
+
+pub mod config;
+pub mod costs;
+pub mod mapping;
+pub mod models;
+pub mod server;
+pub mod trace;
+pub mod variability;
+
+#[cfg(test)]
+mod tests;
+
+pub use config::{GemConfig, GemScenario};
+pub use mapping::{ExpertMapper, LayerMapping, LayerProblem, MapperConfig, score};
+pub use server::{Deployment, HEADLINE, HEADLINE_IMPROVEMENTS, METRICS, simulate};

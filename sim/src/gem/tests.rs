@@ -1,0 +1,274 @@
+//! Tests of the GEM family as a whole: scenario validation errors, and runs of the serving
+//! model with simple mappers defined here (sim cannot depend on strategies).
+
+use super::*;
+use crate::rng::SimRng;
+use std::path::Path;
+
+/// Contiguous blocks by index (the linear mapping), for tests inside sim.
+struct Blocks;
+impl ExpertMapper for Blocks {
+    fn map_layer(&mut self, problem: &LayerProblem<'_>, _: &mut SimRng) -> LayerMapping {
+        let per = problem.n_experts / problem.n_gpus();
+        let gpus: Vec<usize> = (0..problem.n_experts).map(|e| e / per).collect();
+        LayerMapping::from_assignment(&gpus, problem.n_gpus())
+    }
+}
+
+/// Heaviest mean experts on the fastest GPUs, round-robin from the fastest.
+struct HeavyOnFast;
+impl ExpertMapper for HeavyOnFast {
+    fn map_layer(&mut self, problem: &LayerProblem<'_>, _: &mut SimRng) -> LayerMapping {
+        let u = problem.mean_utilization();
+        let mut order: Vec<usize> = (0..problem.n_experts).collect();
+        order.sort_by(|&a, &b| u[b].total_cmp(&u[a]));
+        let g = problem.n_gpus();
+        let mut gpus = vec![0; problem.n_experts];
+        for (i, &e) in order.iter().enumerate() {
+            gpus[e] = g - 1 - (i % g);
+        }
+        LayerMapping::from_assignment(&gpus, g)
+    }
+}
+
+fn config(text: &str) -> GemConfig {
+    toml::from_str(text).unwrap()
+}
+
+fn error(text: &str) -> crate::scenario::validate::FieldError {
+    config(text).validate(Path::new(".")).unwrap_err()
+}
+
+const SMALL: &str = r#"
+model = { name = "mixtral-8x7b" }
+workload = { n_requests = 200 }
+trace = { observed_steps = 32, unseen_steps = 64 }
+"#;
+
+#[test]
+fn bad_input_gets_field_errors() {
+    let e = error("model = { name = \"gpt-5\" }");
+    assert_eq!(e.path, "model.name");
+    assert!(e.message.contains("qwen3-30b-a3b") && e.message.contains("gpt-5"));
+    let e = error("model = { name = \"mixtral-8x7b\" }\ncluster = { n_gpus = 3 }");
+    assert_eq!(e.path, "cluster.n_gpus");
+    assert!(
+        e.message.contains("does not divide the 8 experts"),
+        "{}",
+        e.message
+    );
+    let e = error(
+        "model = { name = \"mixtral-8x7b\" }\ncluster = { variability = \"explicit\", speed_factors = [1.0, 0.0, 1.0, 1.0] }",
+    );
+    assert_eq!(e.path, "cluster.speed_factors");
+    assert!(e.message.contains("must be positive"), "{}", e.message);
+    let e = error(
+        "model = { name = \"mixtral-8x7b\" }\ncluster = { variability = \"explicit\", speed_factors = [1.0, -0.5, 1.0, 1.0] }",
+    );
+    assert_eq!(e.path, "cluster.speed_factors");
+    let e = error("model = { name = \"mixtral-8x7b\" }\ncluster = { variability = \"explicit\" }");
+    assert_eq!(e.path, "cluster.speed_factors");
+    let e = error("model = { name = \"mixtral-8x7b\" }\nmapper = { kind = \"gem\", window = 300 }");
+    assert_eq!(e.path, "mapper.window");
+    let e = error("model = { name = \"mixtral-8x7b\" }\nworkload = { dataset = \"custom\" }");
+    assert_eq!(e.path, "workload.prompt_tokens");
+    let e = error("model = { name = \"mixtral-8x7b\" }\ntrace = { temporal_correlation = 1.5 }");
+    assert_eq!(e.path, "trace.temporal_correlation");
+    assert!(toml::from_str::<GemConfig>("model = { name = \"x\" }\nclusterr = {}").is_err());
+    assert!(toml::from_str::<GemConfig>("model = { name = \"x\", gpu = \"H200\" }").is_err());
+}
+
+#[test]
+fn recorded_trace_must_match_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = trace::ExpertTrace::from_counts(32, 4, 3, vec![1.0; 32 * 4 * 3]);
+    trace.save(&dir.path().join("t.trace")).unwrap();
+    let e = config(
+        "model = { name = \"mixtral-8x7b\" }\ntrace = { path = \"t.trace\", observed_steps = 1 }",
+    )
+    .validate(dir.path())
+    .unwrap_err();
+    assert_eq!(e.path, "trace.path");
+    assert!(e.message.contains("4 experts per layer") && e.message.contains("has 8"));
+    let good = trace::ExpertTrace::from_counts(32, 8, 3, vec![1.0; 32 * 8 * 3]);
+    good.save(&dir.path().join("g.trace")).unwrap();
+    let scenario = config(
+        "model = { name = \"mixtral-8x7b\" }\ntrace = { path = \"g.trace\", observed_steps = 2 }\nworkload = { n_requests = 20 }",
+    )
+    .validate(dir.path())
+    .unwrap();
+    let out = simulate(&scenario, 1, &mut Blocks);
+    assert!(out.scalar("e2e_mean_ms").unwrap() > 0.0);
+    let e = config("model = { name = \"mixtral-8x7b\" }\ntrace = { path = \"missing.trace\" }")
+        .validate(dir.path())
+        .unwrap_err();
+    assert!(e.message.contains("missing.trace"), "{}", e.message);
+}
+
+#[test]
+fn serving_reports_every_metric_and_is_deterministic() {
+    let scenario = config(SMALL).validate(Path::new(".")).unwrap();
+    let a = simulate(&scenario, 7, &mut Blocks);
+    let b = simulate(&scenario, 7, &mut Blocks);
+    assert_eq!(a, b);
+    let names: Vec<&str> = a.scalars.iter().map(|(n, _)| n.as_str()).collect();
+    let expected: Vec<&str> = METRICS.iter().map(|m| m.name).collect();
+    assert_eq!(names, expected);
+    for (name, v) in &a.scalars {
+        assert!(v.is_finite(), "{name} = {v}");
+    }
+    let get = |n| a.scalar(n).unwrap();
+    assert!(get("e2e_p99_ms") >= get("e2e_p90_ms") && get("e2e_p90_ms") > 0.0);
+    assert!(get("tpot_p99_ms") >= get("tpot_p90_ms") && get("tpot_p90_ms") > 0.0);
+    assert!(get("moe_time_share") > 0.0 && get("moe_time_share") < 1.0);
+    assert!(get("busy_share_max") <= 1.0 + 1e-9 && get("busy_share_min") > 0.0);
+    assert_eq!(get("gap_vs_fastest"), 0.0);
+    assert_eq!(
+        a.details["deployment"]["mapping"].as_array().unwrap().len(),
+        32
+    );
+    let c = simulate(&scenario, 8, &mut Blocks);
+    assert_ne!(a, c);
+}
+
+#[test]
+fn a_straggler_gpu_slows_serving_and_a_better_mapping_helps() {
+    let low = config(SMALL).validate(Path::new(".")).unwrap();
+    let high = config(&format!("{SMALL}\ncluster = {{ variability = \"high\" }}"))
+        .validate(Path::new("."))
+        .unwrap();
+    assert_eq!(high.speed_factors, vec![0.88, 1.0, 1.0, 1.0]);
+    let e2e = |s: &GemScenario, m: &mut dyn ExpertMapper| {
+        simulate(s, 3, m).scalar("e2e_mean_ms").unwrap()
+    };
+    let (low_linear, high_linear) = (e2e(&low, &mut Blocks), e2e(&high, &mut Blocks));
+    assert!(
+        high_linear > low_linear * 1.03,
+        "{high_linear} vs {low_linear}"
+    );
+    // Keeping the heavy experts off the slow GPU 0 helps under high variability.
+    let high_aware = e2e(&high, &mut HeavyOnFast);
+    assert!(high_aware < high_linear, "{high_aware} vs {high_linear}");
+}
+
+#[test]
+fn variability_at_scale_experiment_reports_the_gap() {
+    let scenario = config(
+        "experiment = \"variability_at_scale\"\nmodel = { name = \"mixtral-8x7b\" }\ncluster = { n_gpus = 64 }\nscale = { draws = 500 }",
+    )
+    .validate(Path::new("."))
+    .unwrap();
+    let out = simulate(&scenario, 1, &mut Blocks);
+    let gap = out.scalar("gap_vs_fastest").unwrap();
+    assert!(gap > 0.1 && gap < 0.3, "{gap}");
+    assert_eq!(out.scalar("e2e_mean_ms"), Some(0.0));
+}
+
+#[test]
+fn moderate_setup_is_sorted_and_reproducible() {
+    let s = config(&format!(
+        "{SMALL}\ncluster = {{ variability = \"moderate\" }}"
+    ))
+    .validate(Path::new("."))
+    .unwrap();
+    let f = &s.speed_factors;
+    assert_eq!(f.len(), 4);
+    assert_eq!(f[3], 1.0);
+    assert!(f.windows(2).all(|w| w[0] < w[1]), "{f:?}");
+    let again = config(&format!(
+        "{SMALL}\ncluster = {{ variability = \"moderate\" }}"
+    ))
+    .validate(Path::new("."))
+    .unwrap();
+    assert_eq!(&again.speed_factors, f);
+}
+
+/// Every scenarios/gem/*.toml: the family tables deserialize into `GemConfig` and validate for
+/// every value of every sweep key; reports and figures name sweep keys and GEM metrics.
+#[test]
+fn scenario_files_validate_for_every_sweep_value() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/gem");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "{files:?}");
+    let common = [
+        "name",
+        "description",
+        "family",
+        "seeds",
+        "sweep",
+        "report",
+        "figure",
+    ];
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let document: toml::Table = toml::from_str(&text).unwrap();
+        assert_eq!(
+            document["family"].as_str(),
+            Some("gem"),
+            "{}",
+            path.display()
+        );
+        let mut tables = document.clone();
+        tables.retain(|k, _| !common.iter().any(|c| *c == k));
+        let validate = |t: &toml::Table| {
+            let config: GemConfig = t
+                .clone()
+                .try_into()
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            config
+                .validate(&dir)
+                .unwrap_or_else(|e| panic!("{}: {}: {}", path.display(), e.path, e.message));
+        };
+        validate(&tables);
+        let sweep = document
+            .get("sweep")
+            .and_then(|s| s.as_table())
+            .cloned()
+            .unwrap_or_default();
+        for (key, values) in &sweep {
+            for value in values.as_array().unwrap() {
+                let mut cell = tables.clone();
+                let parts: Vec<&str> = key.split('.').collect();
+                let mut table = &mut cell;
+                for part in &parts[..parts.len() - 1] {
+                    table = table
+                        .entry(part.to_string())
+                        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+                        .as_table_mut()
+                        .unwrap();
+                }
+                table.insert(parts[parts.len() - 1].to_string(), value.clone());
+                validate(&cell);
+            }
+        }
+        let is_sweep_key = |k: &str| sweep.contains_key(k);
+        if let Some(report) = document.get("report") {
+            assert!(is_sweep_key(report["compare"].as_str().unwrap()));
+        }
+        for figure in document
+            .get("figure")
+            .and_then(|f| f.as_array())
+            .cloned()
+            .unwrap_or_default()
+        {
+            for key in ["x", "series", "panels"] {
+                if let Some(k) = figure.get(key) {
+                    assert!(
+                        is_sweep_key(k.as_str().unwrap()),
+                        "{key} in {}",
+                        path.display()
+                    );
+                }
+            }
+            for metric in figure["metrics"].as_array().unwrap() {
+                let name = metric.as_str().unwrap();
+                assert!(METRICS.iter().any(|m| m.name == name), "{name}");
+            }
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! Unit tests of the MOSAIC family that need a whole scenario: workload synthesis against the
+//! paper's Table 3, validation errors, the expert and aggregation stages, determinism.
+
+use super::*;
+use crate::scenario::validate::FieldError;
+use std::path::Path;
+
+fn config(text: &str) -> MosaicConfig {
+    toml::from_str(text).unwrap()
+}
+
+fn scenario(text: &str) -> MosaicScenario {
+    config(text).validate(Path::new(".")).unwrap()
+}
+
+fn invalid(text: &str) -> FieldError {
+    config(text).validate(Path::new(".")).unwrap_err()
+}
+
+const GPQA: &str = "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"gpqa\"\n[calibration]\nsweep_max_prompts = 64\n";
+
+/// Model m to worker (first-seen position) mod N: the round-robin baseline, written out here
+/// because sim cannot depend on strategies.
+struct TestRoundRobin;
+impl Placement for TestRoundRobin {
+    fn name(&self) -> &'static str {
+        "round_robin"
+    }
+    fn respects_limits(&self) -> bool {
+        false
+    }
+    fn place(&mut self, problem: &PlacementProblem) -> Result<PlacementPlan, PlacementError> {
+        let mut workers = vec![Vec::new(); problem.n_workers as usize];
+        for (i, m) in problem.models.iter().enumerate() {
+            workers[i % problem.n_workers as usize].push(Session {
+                model: i,
+                prompts: m.prompts,
+            });
+        }
+        Ok(PlacementPlan {
+            workers,
+            barrier_per_round: false,
+            solver: None,
+        })
+    }
+}
+
+/// Every model on every worker, an even split, barriers.
+struct TestDataParallel;
+impl Placement for TestDataParallel {
+    fn name(&self) -> &'static str {
+        "data_parallel"
+    }
+    fn respects_limits(&self) -> bool {
+        false
+    }
+    fn place(&mut self, problem: &PlacementProblem) -> Result<PlacementPlan, PlacementError> {
+        let n = problem.n_workers;
+        let workers = (0..n)
+            .map(|w| {
+                problem
+                    .models
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| Session {
+                        model: i,
+                        prompts: m.prompts / n + u32::from(w < m.prompts % n),
+                    })
+                    .collect()
+            })
+            .collect();
+        Ok(PlacementPlan {
+            workers,
+            barrier_per_round: true,
+            solver: None,
+        })
+    }
+}
+
+struct Infeasible;
+impl Placement for Infeasible {
+    fn name(&self) -> &'static str {
+        "infeasible"
+    }
+    fn respects_limits(&self) -> bool {
+        true
+    }
+    fn place(&mut self, problem: &PlacementProblem) -> Result<PlacementPlan, PlacementError> {
+        PlacementProblem {
+            max_models_per_worker: 0,
+            ..problem.clone()
+        }
+        .check_feasible()?;
+        unreachable!("K = 0 is infeasible")
+    }
+}
+
+struct Threshold(f64);
+impl AggregationGate for Threshold {
+    fn name(&self) -> &'static str {
+        "threshold"
+    }
+    fn skip(&mut self, votes: &Votes) -> bool {
+        votes.confidence() >= self.0 - gate::GATE_TOLERANCE
+    }
+}
+
+#[test]
+fn synthesized_slots_and_buckets_match_the_paper_exactly() {
+    for name in presets::DATASET_PRESETS {
+        let s = scenario(&format!(
+            "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"{name}\"\n"
+        ));
+        let preset = presets::dataset(name).unwrap();
+        for seed in [0, 1, 2] {
+            let w = workload::Workload::synthesize(&s, seed);
+            assert_eq!(w.questions.len() as u32, preset.questions);
+            for (m, expert) in s.experts.iter().enumerate() {
+                let want = preset
+                    .slots
+                    .iter()
+                    .find(|(n, _)| *n == expert.name)
+                    .unwrap()
+                    .1;
+                let got = w
+                    .questions
+                    .iter()
+                    .flat_map(|q| q.experts)
+                    .filter(|&e| e == m)
+                    .count() as u32;
+                assert_eq!(got, want, "{name} {}", expert.name);
+                assert_eq!(w.prompts[m].len() as u32, want);
+            }
+            let unanimous = w.questions.iter().filter(|q| q.bucket == 0).count() as f64;
+            let share = 100.0 * unanimous / f64::from(preset.questions);
+            // Exact counts: the share is the paper's to the rounding of one question.
+            assert!(
+                (share - preset.skip_tau1_pct).abs() <= 50.0 / f64::from(preset.questions),
+                "{name}: {share}"
+            );
+        }
+    }
+}
+
+#[test]
+fn disagreement_questions_get_longer_expert_outputs() {
+    let s = scenario("[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"mmlu_pro\"\n");
+    let w = workload::Workload::synthesize(&s, 0);
+    let mean = |b: usize| {
+        let qs: Vec<_> = w.questions.iter().filter(|q| q.bucket == b).collect();
+        qs.iter()
+            .map(|q| q.output_tokens.iter().map(|&t| f64::from(t)).sum::<f64>() / 3.0)
+            .sum::<f64>()
+            / qs.len() as f64
+    };
+    let ratio = mean(2) / mean(0);
+    // Configured 2696 / 1064 = 2.53; sampling noise over 323 and 960 questions.
+    assert!((2.0..3.1).contains(&ratio), "{ratio}");
+}
+
+#[test]
+fn validation_names_the_field() {
+    let e = invalid(
+        "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"mmlu_pro\"\n[placement]\nkind = \"ilp\"\nmax_models_per_worker = 1\n",
+    );
+    assert_eq!(e.path, "placement.max_models_per_worker");
+    assert!(
+        e.message.contains("infeasible") && e.message.contains("ceil(6/4) = 2"),
+        "{}",
+        e.message
+    );
+    let e = invalid(
+        "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"gpqa\"\nslots = { LlamaR1 = 594, Mistral = 0, Nobody = 1 }\n",
+    );
+    assert_eq!(e.path, "dataset.slots.Nobody");
+    let e = invalid(
+        "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"gpqa\"\nslots = { LlamaR1 = 500 }\n",
+    );
+    assert_eq!(e.path, "dataset.slots");
+    let e = invalid("[pool]\npreset = \"moe\"\n[dataset]\npreset = \"gpqa\"\n");
+    assert_eq!(e.path, "pool.preset");
+    let e = invalid(
+        "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"gpqa\"\n[gate]\nkind = \"threshold\"\ntau = 1.5\n",
+    );
+    assert_eq!(e.path, "gate.tau");
+    let e = invalid(
+        "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"gpqa\"\n[serving]\ngpu = \"L4\"\n",
+    );
+    assert!(e.path.starts_with("pool["), "{e:?}");
+    let e = invalid("[dataset]\npreset = \"gpqa\"\n");
+    assert_eq!(e.path, "experts");
+    assert!(
+        toml::from_str::<MosaicConfig>("[dataset]\npreset = \"gpqa\"\n[bogus]\nx = 1\n").is_err()
+    );
+}
+
+#[test]
+fn every_prompt_runs_exactly_once_and_timelines_are_contiguous() {
+    let s = scenario(GPQA);
+    for placement in [
+        &mut TestRoundRobin as &mut dyn Placement,
+        &mut TestDataParallel,
+    ] {
+        let out = try_simulate(&s, 0, placement, &mut Threshold(2.0)).unwrap();
+        let sessions = out.details["sessions"].as_array().unwrap();
+        let placed: u64 = sessions
+            .iter()
+            .map(|r| r["prompts"].as_u64().unwrap())
+            .sum();
+        assert_eq!(placed, 594);
+        let makespan = out.scalar("expert_makespan_s").unwrap();
+        for line in out.details["timelines"].as_array().unwrap() {
+            let segs = line.as_array().unwrap();
+            let mut t = 0.0;
+            for seg in segs {
+                assert!((seg["start_s"].as_f64().unwrap() - t).abs() < 1e-9);
+                t = seg["end_s"].as_f64().unwrap();
+            }
+            assert!((t - makespan).abs() < 1e-9);
+        }
+        assert_eq!(out.scalar("skip_pct"), Some(0.0));
+        assert_eq!(out.scalar("accuracy_change_pp"), Some(0.0));
+    }
+}
+
+#[test]
+fn the_gate_skips_only_what_it_should_and_shortens_aggregation() {
+    let s = scenario(GPQA);
+    let full = try_simulate(&s, 1, &mut TestRoundRobin, &mut Threshold(2.0)).unwrap();
+    let unanimous = try_simulate(&s, 1, &mut TestRoundRobin, &mut Threshold(1.0)).unwrap();
+    let aggressive = try_simulate(&s, 1, &mut TestRoundRobin, &mut Threshold(2.0 / 3.0)).unwrap();
+    let buckets = unanimous.details["buckets"].as_array().unwrap();
+    assert_eq!(buckets[0]["skipped"], buckets[0]["questions"]);
+    assert_eq!(buckets[1]["skipped"], 0);
+    assert_eq!(buckets[2]["skipped"], 0);
+    let skip = |o: &RunOutput| o.scalar("skip_pct").unwrap();
+    assert!((skip(&unanimous) - 100.0 * 74.0 / 198.0).abs() < 1e-9);
+    assert!((skip(&aggressive) - 100.0 * 173.0 / 198.0).abs() < 1e-9);
+    let agg = |o: &RunOutput| o.scalar("aggregator_s").unwrap();
+    assert!(agg(&aggressive) < agg(&unanimous) && agg(&unanimous) < agg(&full));
+    // The expert stage does not depend on the gate.
+    assert_eq!(
+        full.scalar("expert_makespan_s"),
+        aggressive.scalar("expert_makespan_s")
+    );
+}
+
+#[test]
+fn runs_are_deterministic_and_seeds_differ() {
+    let s = scenario(GPQA);
+    let a = simulate(&s, 7, &mut TestRoundRobin, &mut Threshold(1.0));
+    let b = simulate(&s, 7, &mut TestRoundRobin, &mut Threshold(1.0));
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
+    );
+    let c = simulate(&s, 8, &mut TestRoundRobin, &mut Threshold(1.0));
+    assert_ne!(a.scalar("expert_makespan_s"), c.scalar("expert_makespan_s"));
+    assert_eq!(a.scalars.len(), METRICS.len());
+    for (got, want) in a.scalars.iter().zip(METRICS) {
+        assert_eq!(got.0, want.name);
+    }
+}
+
+#[test]
+fn a_failing_policy_is_an_error_not_a_panic() {
+    let s = scenario(GPQA);
+    let err = try_simulate(&s, 0, &mut Infeasible, &mut Threshold(1.0)).unwrap_err();
+    assert!(err.to_string().contains("infeasible"), "{err}");
+    let out = simulate(&s, 0, &mut Infeasible, &mut Threshold(1.0));
+    assert!(out.scalars.iter().all(|(_, v)| v.is_nan()));
+    assert!(
+        out.details["error"]
+            .as_str()
+            .unwrap()
+            .contains("infeasible")
+    );
+}
+
+#[test]
+fn calibration_regression_predicts_held_out_sessions() {
+    let s = scenario(
+        "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"mmlu_pro\"\n[calibration]\nsweep_max_prompts = 512\n",
+    );
+    let regressions = workload::calibrate(&s, 0);
+    let w = workload::Workload::synthesize(&s, 0);
+    for (m, r) in regressions.iter().enumerate() {
+        let r = r.as_ref().unwrap();
+        let actual = run_session(&s.experts[m].cost, &w.prompts[m])
+            .duration
+            .as_secs_f64();
+        let predicted = r.predict_s(s.dataset.slots[m]);
+        let error = (predicted - actual).abs() / actual;
+        // The regression extrapolates from <= 512-prompt sweeps to the full test session.
+        assert!(
+            error < 0.35,
+            "{}: predicted {predicted}, simulated {actual}",
+            s.experts[m].name
+        );
+    }
+}
+
+/// Every scenario under scenarios/mosaic validates, with each sweep value applied alone.
+#[test]
+fn shipped_scenarios_validate_for_every_sweep_value() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/mosaic");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "{files:?}");
+    for file in files {
+        let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&file).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        assert_eq!(doc["family"].as_str(), Some("mosaic"));
+        for common in ["name", "description", "family", "seeds", "report", "figure"] {
+            doc.remove(common);
+        }
+        let sweep = doc.remove("sweep").and_then(|s| s.as_table().cloned());
+        let check = |doc: &toml::Table, what: &str| {
+            let config: MosaicConfig = toml::Value::Table(doc.clone())
+                .try_into()
+                .unwrap_or_else(|e| panic!("{} {what}: {e}", file.display()));
+            config
+                .validate(&dir)
+                .unwrap_or_else(|e| panic!("{} {what}: {e:?}", file.display()));
+        };
+        check(&doc, "base");
+        for (key, values) in sweep.iter().flatten() {
+            for value in values.as_array().unwrap() {
+                let mut cell = doc.clone();
+                let parts: Vec<&str> = key.split('.').collect();
+                let mut table = &mut cell;
+                for part in &parts[..parts.len() - 1] {
+                    table = table
+                        .entry(part.to_string())
+                        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+                        .as_table_mut()
+                        .unwrap();
+                }
+                table.insert(parts[parts.len() - 1].to_string(), value.clone());
+                check(&cell, &format!("{key} = {value}"));
+            }
+        }
+    }
+}

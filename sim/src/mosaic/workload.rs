@@ -1,0 +1,359 @@
+//! The MoA workload: questions recruited to k = 3 experts with per-expert slot totals matching
+//! the benchmark exactly, vote-agreement buckets with exact counts, prompt and per-expert output
+//! lengths (lognormal, reasoning experts' long tail, longer on disagreement questions); and the
+//! calibration subset with the per-model regression of session time that placement uses.
+
+use super::config::{EXPERTS_PER_QUESTION, ExpertFamily, LengthDist, MosaicScenario};
+use super::decode::{GenerationRequest, run_session};
+use crate::rng::{SimRng, stream};
+use rand::RngExt;
+use rand_distr::{Distribution, LogNormal};
+use serde::Serialize;
+
+/// One draw of a [`LengthDist`] scaled by `scale`: lognormal with mean `mean x scale`,
+/// rounded and clipped to `[1, max]`.
+pub fn draw_length(dist: &LengthDist, scale: f64, rng: &mut SimRng) -> u32 {
+    let mean = dist.mean * scale;
+    let value = if dist.sigma > 0.0 {
+        let mu = mean.ln() - 0.5 * dist.sigma * dist.sigma;
+        LogNormal::new(mu, dist.sigma)
+            .expect("validated: finite mean > 0 and sigma >= 0")
+            .sample(rng)
+    } else {
+        mean
+    };
+    (value.round().max(1.0)).min(f64::from(dist.max)) as u32
+}
+
+fn shuffle<T>(items: &mut [T], rng: &mut SimRng) {
+    for i in (1..items.len()).rev() {
+        let j = rng.random_range(0..=i);
+        items.swap(i, j);
+    }
+}
+
+/// One benchmark question of the test set.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Question {
+    /// The recruited experts (indices into `MosaicScenario::experts`; with replacement).
+    pub experts: [usize; EXPERTS_PER_QUESTION as usize],
+    /// Output tokens of each recruited expert.
+    pub output_tokens: [u32; EXPERTS_PER_QUESTION as usize],
+    pub prompt_tokens: u32,
+    /// Index of its vote-agreement bucket (0 = 3:0, 1 = 2:1, 2 = 1:1:1).
+    pub bucket: usize,
+}
+
+/// The synthesized test set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Workload {
+    pub questions: Vec<Question>,
+    /// Experts in the order they first appear in the question queue.
+    pub first_seen: Vec<usize>,
+    /// Per expert, its prompts in queue order.
+    pub prompts: Vec<Vec<GenerationRequest>>,
+}
+
+fn family_scale(scenario: &MosaicScenario, expert: usize) -> f64 {
+    match scenario.experts[expert].family {
+        ExpertFamily::Reasoning => scenario.dataset.reasoning_output_scale,
+        ExpertFamily::Instruction => scenario.dataset.instruction_output_scale,
+    }
+}
+
+impl Workload {
+    /// Recruitment: the multiset of slots (expert m repeated P_m times) is shuffled and cut
+    /// into questions of three, so every expert's slot total is exactly the benchmark's (Table 3
+    /// needs recruitment with replacement: GPQA sends 429 slots to LlamaR1 over 198 questions).
+    /// Buckets: exact counts, assigned by a shuffle. Streams: "recruit", "votes", "prompts",
+    /// "outputs".
+    pub fn synthesize(scenario: &MosaicScenario, seed: u64) -> Workload {
+        let data = &scenario.dataset;
+        let k = EXPERTS_PER_QUESTION as usize;
+        let mut slots: Vec<usize> = data
+            .slots
+            .iter()
+            .enumerate()
+            .flat_map(|(m, &count)| std::iter::repeat_n(m, count as usize))
+            .collect();
+        shuffle(&mut slots, &mut stream(seed, "recruit"));
+        let mut buckets: Vec<usize> = data
+            .buckets
+            .iter()
+            .enumerate()
+            .flat_map(|(b, bucket)| std::iter::repeat_n(b, bucket.questions as usize))
+            .collect();
+        shuffle(&mut buckets, &mut stream(seed, "votes"));
+        let mut prompt_rng = stream(seed, "prompts");
+        let mut output_rng = stream(seed, "outputs");
+        let mut prompts = vec![Vec::new(); scenario.experts.len()];
+        let mut first_seen = Vec::new();
+        let mut questions = Vec::with_capacity(data.questions as usize);
+        for (q, chunk) in slots.chunks_exact(k).enumerate() {
+            let bucket = buckets[q];
+            let prompt_tokens = draw_length(&data.prompt, 1.0, &mut prompt_rng);
+            let mut experts = [0; EXPERTS_PER_QUESTION as usize];
+            let mut output_tokens = [0; EXPERTS_PER_QUESTION as usize];
+            for (i, &m) in chunk.iter().enumerate() {
+                let scale = family_scale(scenario, m) * data.buckets[bucket].length_factor;
+                let out = draw_length(&scenario.experts[m].output, scale, &mut output_rng);
+                experts[i] = m;
+                output_tokens[i] = out;
+                if !first_seen.contains(&m) {
+                    first_seen.push(m);
+                }
+                prompts[m].push(GenerationRequest {
+                    prompt_tokens,
+                    output_tokens: out,
+                });
+            }
+            questions.push(Question {
+                experts,
+                output_tokens,
+                prompt_tokens,
+                bucket,
+            });
+        }
+        Workload {
+            questions,
+            first_seen,
+            prompts,
+        }
+    }
+}
+
+/// One point of a model's profiling sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct SweepPoint {
+    pub prompts: u32,
+    pub mean_output: f64,
+    pub max_output: u32,
+    pub session_s: f64,
+    pub tokens_per_s: f64,
+}
+
+/// A model's regression of session time T^(P, O_mean, O_max) = b0 + b1 P O_mean + b2 O_max,
+/// fitted by least squares on its sweep (b2 = 0 when the sweep cannot separate it).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SessionRegression {
+    pub coefficients: [f64; 3],
+    /// Calibration-set statistics the prediction uses (equation 2).
+    pub mean_output: f64,
+    pub max_output: u32,
+    pub calibration_prompts: u32,
+    pub sweep: Vec<SweepPoint>,
+}
+
+impl SessionRegression {
+    /// T^_m for a session of `prompts` prompts.
+    pub fn predict_s(&self, prompts: u32) -> f64 {
+        let [b0, b1, b2] = self.coefficients;
+        let t = b0 + b1 * f64::from(prompts) * self.mean_output + b2 * f64::from(self.max_output);
+        if t > 0.0 {
+            t
+        } else {
+            // A degenerate fit: fall back to the largest sweep point's rate.
+            let last = self.sweep.last().expect("a sweep has points");
+            last.session_s / f64::from(last.prompts) * f64::from(prompts)
+        }
+    }
+}
+
+/// Solves the normal equations of `rows` (features, target) by Gaussian elimination with
+/// partial pivoting; `None` when they are singular.
+fn least_squares<const D: usize>(rows: &[([f64; D], f64)]) -> Option<[f64; D]> {
+    let mut a = [[0.0; D]; D];
+    let mut b = [0.0; D];
+    for (x, y) in rows {
+        for i in 0..D {
+            b[i] += x[i] * y;
+            for j in 0..D {
+                a[i][j] += x[i] * x[j];
+            }
+        }
+    }
+    let scale = (0..D).map(|i| a[i][i].abs()).fold(0.0, f64::max);
+    for col in 0..D {
+        let pivot = (col..D).max_by(|&r, &s| a[r][col].abs().total_cmp(&a[s][col].abs()))?;
+        if a[pivot][col].abs() <= 1e-10 * scale.max(1e-300) {
+            return None;
+        }
+        a.swap(col, pivot);
+        b.swap(col, pivot);
+        let pivot_row = a[col];
+        for r in 0..D {
+            if r != col {
+                let f = a[r][col] / pivot_row[col];
+                for (cell, &p) in a[r].iter_mut().zip(&pivot_row).skip(col) {
+                    *cell -= f * p;
+                }
+                b[r] -= f * b[col];
+            }
+        }
+    }
+    let mut x = [0.0; D];
+    for i in 0..D {
+        x[i] = b[i] / a[i][i];
+    }
+    x.iter().all(|v| v.is_finite()).then_some(x)
+}
+
+/// Fits the regression from sweep points.
+pub fn fit_regression(sweep: &[SweepPoint]) -> [f64; 3] {
+    let rows3: Vec<([f64; 3], f64)> = sweep
+        .iter()
+        .map(|p| {
+            (
+                [
+                    1.0,
+                    f64::from(p.prompts) * p.mean_output,
+                    f64::from(p.max_output),
+                ],
+                p.session_s,
+            )
+        })
+        .collect();
+    if let Some(c) = least_squares(&rows3) {
+        return c;
+    }
+    let rows2: Vec<([f64; 2], f64)> = rows3.iter().map(|(x, y)| ([x[0], x[1]], *y)).collect();
+    if let Some([b0, b1]) = least_squares(&rows2) {
+        return [b0, b1, 0.0];
+    }
+    [0.0; 3]
+}
+
+/// The calibration subset (never the test prompts) and each recruited model's regression.
+/// Calibration questions recruit three experts with probabilities proportional to the test
+/// slot shares (the router's skill mix), with buckets drawn by their shares; every recruited
+/// expert gets at least `min_prompts_per_model` prompts. The sweep runs sessions of doubling
+/// size, resampling the model's calibration prompts. Streams: "calibration",
+/// "calibration-sweep".
+pub fn calibrate(scenario: &MosaicScenario, seed: u64) -> Vec<Option<SessionRegression>> {
+    let data = &scenario.dataset;
+    let mut rng = stream(seed, "calibration");
+    let total: f64 = data.slots.iter().map(|&s| f64::from(s)).sum();
+    let bucket_total: f64 = data.buckets.iter().map(|b| b.share_pct).sum();
+    let pick = |weights: &mut dyn Iterator<Item = f64>, total: f64, rng: &mut SimRng| {
+        let mut u = rng.random::<f64>() * total;
+        let mut last = 0;
+        for (i, w) in weights.enumerate() {
+            if w > 0.0 {
+                last = i;
+                if u < w {
+                    return i;
+                }
+                u -= w;
+            }
+        }
+        last
+    };
+    let mut outputs: Vec<Vec<GenerationRequest>> = vec![Vec::new(); scenario.experts.len()];
+    let draw_for = |m: usize, rng: &mut SimRng, outputs: &mut Vec<Vec<GenerationRequest>>| {
+        let bucket = pick(
+            &mut data.buckets.iter().map(|b| b.share_pct),
+            bucket_total,
+            rng,
+        );
+        let prompt_tokens = draw_length(&data.prompt, 1.0, rng);
+        let scale = family_scale(scenario, m) * data.buckets[bucket].length_factor;
+        let output_tokens = draw_length(&scenario.experts[m].output, scale, rng);
+        outputs[m].push(GenerationRequest {
+            prompt_tokens,
+            output_tokens,
+        });
+    };
+    for _ in 0..data.calibration_questions {
+        for _ in 0..EXPERTS_PER_QUESTION {
+            let m = pick(
+                &mut data.slots.iter().map(|&s| f64::from(s)),
+                total,
+                &mut rng,
+            );
+            draw_for(m, &mut rng, &mut outputs);
+        }
+    }
+    let min = scenario.calibration.min_prompts_per_model as usize;
+    for m in 0..scenario.experts.len() {
+        while data.slots[m] > 0 && outputs[m].len() < min {
+            draw_for(m, &mut rng, &mut outputs);
+        }
+    }
+    let mut sweep_rng = stream(seed, "calibration-sweep");
+    (0..scenario.experts.len())
+        .map(|m| {
+            if data.slots[m] == 0 {
+                return None;
+            }
+            let cal = &outputs[m];
+            let mut sweep = Vec::new();
+            let mut size = scenario.calibration.sweep_min_prompts;
+            while size <= scenario.calibration.sweep_max_prompts {
+                let sample: Vec<GenerationRequest> = (0..size)
+                    .map(|_| cal[sweep_rng.random_range(0..cal.len())])
+                    .collect();
+                let stats = run_session(&scenario.experts[m].cost, &sample);
+                let sum: u64 = sample.iter().map(|r| u64::from(r.output_tokens)).sum();
+                sweep.push(SweepPoint {
+                    prompts: size,
+                    mean_output: sum as f64 / f64::from(size),
+                    max_output: sample.iter().map(|r| r.output_tokens).max().unwrap_or(0),
+                    session_s: stats.duration.as_secs_f64(),
+                    tokens_per_s: stats.tokens_per_s(),
+                });
+                size = size.saturating_mul(2);
+            }
+            let sum: u64 = cal.iter().map(|r| u64::from(r.output_tokens)).sum();
+            Some(SessionRegression {
+                coefficients: fit_regression(&sweep),
+                mean_output: sum as f64 / cal.len() as f64,
+                max_output: cal.iter().map(|r| r.output_tokens).max().unwrap_or(0),
+                calibration_prompts: cal.len() as u32,
+                sweep,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn least_squares_recovers_a_plane() {
+        let rows: Vec<([f64; 3], f64)> = (0..10)
+            .map(|i| {
+                let x1 = f64::from(i);
+                let x2 = f64::from(i * i % 7);
+                ([1.0, x1, x2], 2.0 + 3.0 * x1 - 0.5 * x2)
+            })
+            .collect();
+        let c = least_squares(&rows).unwrap();
+        for (got, want) in c.iter().zip([2.0, 3.0, -0.5]) {
+            assert!((got - want).abs() < 1e-9, "{c:?}");
+        }
+        // Collinear features are singular.
+        let flat: Vec<([f64; 2], f64)> = (0..5).map(|i| ([1.0, 1.0], f64::from(i))).collect();
+        assert!(least_squares(&flat).is_none());
+    }
+
+    #[test]
+    fn lengths_have_the_requested_mean_and_clip() {
+        let dist = LengthDist {
+            mean: 3000.0,
+            sigma: 0.45,
+            max: 32_768,
+        };
+        let mut rng = stream(1, "t");
+        let n = 20_000;
+        let sum: u64 = (0..n)
+            .map(|_| u64::from(draw_length(&dist, 1.0, &mut rng)))
+            .sum();
+        let mean = sum as f64 / f64::from(n);
+        // Standard error of the mean: 3000 x sqrt(e^0.2025 - 1) / sqrt(20000) = 10.3 tokens;
+        // 5 standard errors = 52.
+        assert!((mean - 3000.0).abs() < 52.0, "{mean}");
+        let capped = LengthDist { max: 100, ..dist };
+        assert!((0..100).all(|_| draw_length(&capped, 1.0, &mut rng) <= 100));
+    }
+}

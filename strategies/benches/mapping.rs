@@ -1,0 +1,70 @@
+//! The expert-mapping search at the paper's operating points: GEM for all 48 layers of
+//! Qwen3-30B-A3B (128 experts, 4 GPUs, 16-step window, K = 30; goal under 1 s) and EPLB for
+//! 58 layers x 256 experts x 32 GPUs (DeepSeek-V3's MoE layers; goal under 50 ms).
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use sim::gem::config::GemConfig;
+use sim::gem::trace::{TraceParams, generate};
+use sim::gem::{Deployment, LayerProblem};
+use strategies::mapping::eplb::Eplb;
+use strategies::mapping::gem::Gem;
+
+fn gem_qwen3(c: &mut Criterion) {
+    let config: GemConfig = serde_json::from_value(serde_json::json!({
+        "model": {"name": "qwen3-30b-a3b"},
+        "cluster": {"variability": "high"},
+        "mapper": {"kind": "gem"},
+    }))
+    .unwrap();
+    let scenario = config.validate(std::path::Path::new(".")).unwrap();
+    let deployment = Deployment::new(&scenario, 1);
+    let mut group = c.benchmark_group("mapping");
+    group.sample_size(10);
+    group.bench_function("gem_qwen3_30b_a3b_48_layers_k30_w16", |b| {
+        b.iter(|| {
+            let mut gem = Gem::default();
+            black_box(deployment.map_layers(&mut gem, 16, 1))
+        })
+    });
+    group.finish();
+}
+
+fn eplb_deepseek_scale(c: &mut Criterion) {
+    // 58 MoE layers x 256 experts, 32 GPUs: a synthetic trace supplies the loads.
+    let params = TraceParams {
+        observed_steps: 16,
+        unseen_steps: 1,
+        ..TraceParams::default()
+    };
+    let (trace, _) = generate(&params, 58, 256, 8, &mut sim::rng::stream(1, "bench-trace"));
+    let curve = sim::cost::curve::CostCurve::new(vec![(1.0, 1.0), (1e6, 1e6)]).unwrap();
+    let costs = sim::gem::costs::GpuCosts::scaled(&curve, &[1.0; 32], 0);
+    let mut group = c.benchmark_group("mapping");
+    group.bench_function("eplb_58_layers_256_experts_32_gpus", |b| {
+        b.iter(|| {
+            let mut eplb = Eplb {
+                redundant_slots: 32,
+                n_groups: 8,
+                n_nodes: 4,
+            };
+            let mut rng = sim::rng::stream(1, "eplb");
+            for layer in 0..58 {
+                let problem = LayerProblem {
+                    layer,
+                    n_experts: 256,
+                    window: trace.window(layer, 0..16),
+                    costs: &costs,
+                };
+                black_box(sim::gem::ExpertMapper::map_layer(
+                    &mut eplb, &problem, &mut rng,
+                ));
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, gem_qwen3, eplb_deepseek_scale);
+criterion_main!(benches);

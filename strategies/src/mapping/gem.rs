@@ -1,0 +1,495 @@
+//! GEM's variability-aware expert mapping (gem.txt section 3.3.3 and Appendix B): score a
+//! mapping by replaying the trace window through the per-GPU cost curves (equation 1),
+//! build an initial mapping greedily heaviest expert first (Algorithm 2), refine it by the
+//! best cross-GPU swap until a swap gains less than 0.1 % (Algorithm 3), and keep the best of
+//! K restarts whose utilizations after the first carry 20 % noise (Algorithm 4).
+//!
+//! The search keeps, per window step, every GPU's token count and cost, so a candidate swap
+//! costs two curve lookups per step; a candidate is abandoned as soon as its partial score
+//! plus a lower bound of the remaining steps (the larger cost of the GPUs the swap does not
+//! touch) cannot beat the best swap found so far. Restarts run on scoped threads; their noisy
+//! utilizations are drawn up front from the layer's stream, so the result does not depend on
+//! the thread count.
+
+use crate::mapping::linear::linear_assignment;
+use rand::RngExt;
+use sim::gem::costs::GpuCosts;
+use sim::gem::{ExpertMapper, LayerMapping, LayerProblem};
+use sim::rng::SimRng;
+
+/// GEM with its parameters (defaults: K = 30, 20 % noise, 0.1 % convergence).
+#[derive(Clone, Copy, Debug)]
+pub struct Gem {
+    pub restarts: usize,
+    pub noise: f64,
+    pub min_relative_drop: f64,
+    pub keep_linear_if_better: bool,
+}
+
+impl Default for Gem {
+    fn default() -> Self {
+        Gem {
+            restarts: 30,
+            noise: 0.2,
+            min_relative_drop: 0.001,
+            keep_linear_if_better: true,
+        }
+    }
+}
+
+/// The window of one layer in the layout the search reads.
+pub struct Search<'a> {
+    n_experts: usize,
+    n_gpus: usize,
+    n_steps: usize,
+    /// `counts[e * n_steps + t]`.
+    counts: Vec<f64>,
+    costs: &'a GpuCosts,
+    /// Every GPU's lookup table is non-decreasing (enables the tighter pruning bound).
+    monotone: bool,
+}
+
+/// A complete or partial mapping with its per-step bookkeeping.
+#[derive(Clone, Debug)]
+pub struct State {
+    /// GPU of each expert (`usize::MAX` while unplaced).
+    pub gpu_of: Vec<usize>,
+    /// `load[t * G + g]`: tokens of GPU g at step t.
+    load: Vec<f64>,
+    /// `cost[t * G + g] = C_g(load)`.
+    cost: Vec<f64>,
+    pub score: f64,
+}
+
+impl<'a> Search<'a> {
+    pub fn new(problem: &LayerProblem<'a>) -> Search<'a> {
+        let (n_experts, n_steps) = (problem.n_experts, problem.n_steps());
+        let mut counts = vec![0.0; n_experts * n_steps];
+        for t in 0..n_steps {
+            for (e, &c) in problem.step(t).iter().enumerate() {
+                counts[e * n_steps + t] = f64::from(c);
+            }
+        }
+        let costs = problem.costs;
+        let monotone = (0..costs.n_gpus()).all(|g| {
+            costs.table(g).windows(2).all(|w| w[0] <= w[1])
+                && costs
+                    .curve(g)
+                    .samples()
+                    .collect::<Vec<_>>()
+                    .windows(2)
+                    .all(|w| w[0].1 <= w[1].1)
+        });
+        Search {
+            n_experts,
+            n_gpus: problem.n_gpus(),
+            n_steps,
+            counts,
+            costs,
+            monotone,
+        }
+    }
+
+    fn expert(&self, e: usize) -> &[f64] {
+        &self.counts[e * self.n_steps..(e + 1) * self.n_steps]
+    }
+
+    fn empty(&self) -> State {
+        State {
+            gpu_of: vec![usize::MAX; self.n_experts],
+            load: vec![0.0; self.n_steps * self.n_gpus],
+            cost: vec![0.0; self.n_steps * self.n_gpus],
+            score: 0.0,
+        }
+    }
+
+    fn place(&self, state: &mut State, e: usize, g: usize) {
+        state.gpu_of[e] = g;
+        let g_count = self.n_gpus;
+        for (t, &c) in self.expert(e).iter().enumerate() {
+            let i = t * g_count + g;
+            state.load[i] += c;
+            state.cost[i] = self.costs.cost(g, state.load[i]);
+        }
+        state.score = self.score_of(state);
+    }
+
+    fn score_of(&self, state: &State) -> f64 {
+        state
+            .cost
+            .chunks_exact(self.n_gpus)
+            .map(|row| row.iter().copied().fold(0.0, f64::max))
+            .sum()
+    }
+
+    /// The state of a complete mapping given as the GPU of each expert.
+    pub fn state_of(&self, gpu_of: &[usize]) -> State {
+        let mut state = self.empty();
+        for (e, &g) in gpu_of.iter().enumerate() {
+            self.place(&mut state, e, g);
+        }
+        state
+    }
+
+    /// Algorithm 2: experts by decreasing `utilization`, each onto the GPU (with room left,
+    /// E / G experts each) whose choice gives the lowest score of the partial mapping; ties go
+    /// to the lower GPU index.
+    pub fn initial(&self, utilization: &[f64]) -> State {
+        let mut order: Vec<usize> = (0..self.n_experts).collect();
+        order.sort_by(|&a, &b| utilization[b].total_cmp(&utilization[a]).then(a.cmp(&b)));
+        let capacity = self.n_experts / self.n_gpus;
+        let mut hosted = vec![0usize; self.n_gpus];
+        let mut state = self.empty();
+        let g_count = self.n_gpus;
+        for e in order {
+            let counts = self.expert(e);
+            let mut best = (f64::INFINITY, usize::MAX);
+            for g in 0..g_count {
+                if hosted[g] >= capacity {
+                    continue;
+                }
+                let mut total = 0.0;
+                for (t, &c) in counts.iter().enumerate() {
+                    let row = &state.cost[t * g_count..(t + 1) * g_count];
+                    let mut m = self.costs.cost(g, state.load[t * g_count + g] + c);
+                    for (h, &x) in row.iter().enumerate() {
+                        if h != g && x > m {
+                            m = x;
+                        }
+                    }
+                    total += m;
+                }
+                if total < best.0 {
+                    best = (total, g);
+                }
+            }
+            hosted[best.1] += 1;
+            self.place(&mut state, e, best.1);
+        }
+        state
+    }
+
+    /// Algorithm 3: commits the best cross-GPU swap while one lowers the score, stopping after
+    /// a swap that lowers it by less than `min_relative_drop` of the score before it. Returns
+    /// the number of swaps.
+    pub fn refine(&self, state: &mut State, min_relative_drop: f64) -> usize {
+        let (g_count, n_steps) = (self.n_gpus, self.n_steps);
+        let n_pairs = g_count * g_count;
+        // other[p * T + t]: largest cost at step t among GPUs other than the pair p = (ga, gb);
+        // bound[p * T + t]: a lower bound of step t's cost after any swap between ga and gb;
+        // suffix[p * (T + 1) + t]: sum of bound[p, t..].
+        let mut other = vec![0.0; n_pairs * n_steps];
+        let mut bound = vec![0.0; n_pairs * n_steps];
+        let mut suffix = vec![0.0; n_pairs * (n_steps + 1)];
+        let mut swaps = 0;
+        loop {
+            for ga in 0..g_count {
+                for gb in 0..g_count {
+                    let p = ga * g_count + gb;
+                    for t in 0..n_steps {
+                        let row = &state.cost[t * g_count..(t + 1) * g_count];
+                        let untouched = row
+                            .iter()
+                            .enumerate()
+                            .filter(|&(h, _)| h != ga && h != gb)
+                            .map(|(_, &x)| x)
+                            .fold(0.0, f64::max);
+                        // Whatever a swap does, one of the pair ends with at least half of
+                        // their joint load, so (curves being non-decreasing) the step costs at
+                        // least the cheaper of the two at half the joint load.
+                        let pair_bound = if self.monotone && ga != gb {
+                            let half =
+                                0.5 * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
+                            self.costs.cost(ga, half).min(self.costs.cost(gb, half))
+                        } else {
+                            0.0
+                        };
+                        other[p * n_steps + t] = untouched;
+                        bound[p * n_steps + t] = untouched.max(pair_bound);
+                    }
+                    for t in (0..n_steps).rev() {
+                        suffix[p * (n_steps + 1) + t] =
+                            suffix[p * (n_steps + 1) + t + 1] + bound[p * n_steps + t];
+                    }
+                }
+            }
+            let previous = state.score;
+            let mut best_drop = 0.0;
+            let mut best = None;
+            for a in 0..self.n_experts {
+                let ga = state.gpu_of[a];
+                let ca = self.expert(a);
+                for b in a + 1..self.n_experts {
+                    let gb = state.gpu_of[b];
+                    if ga == gb {
+                        continue;
+                    }
+                    let cb = self.expert(b);
+                    let p = ga * g_count + gb;
+                    let others = &other[p * n_steps..(p + 1) * n_steps];
+                    let remaining = &suffix[p * (n_steps + 1)..(p + 1) * (n_steps + 1)];
+                    let threshold = previous - best_drop;
+                    let mut total = 0.0;
+                    let mut complete = true;
+                    for t in 0..n_steps {
+                        let d = cb[t] - ca[t];
+                        let na = state.load[t * g_count + ga] + d;
+                        let nb = state.load[t * g_count + gb] - d;
+                        let m = others[t]
+                            .max(self.costs.cost(ga, na))
+                            .max(self.costs.cost(gb, nb));
+                        total += m;
+                        if total + remaining[t + 1] >= threshold {
+                            complete = false;
+                            break;
+                        }
+                    }
+                    if complete {
+                        let drop = previous - total;
+                        if drop > best_drop {
+                            best_drop = drop;
+                            best = Some((a, b));
+                        }
+                    }
+                }
+            }
+            let Some((a, b)) = best else {
+                break;
+            };
+            self.swap(state, a, b);
+            swaps += 1;
+            if best_drop / previous < min_relative_drop {
+                break;
+            }
+        }
+        swaps
+    }
+
+    fn swap(&self, state: &mut State, a: usize, b: usize) {
+        let (ga, gb) = (state.gpu_of[a], state.gpu_of[b]);
+        let g_count = self.n_gpus;
+        for t in 0..self.n_steps {
+            let d = self.expert(b)[t] - self.expert(a)[t];
+            let (ia, ib) = (t * g_count + ga, t * g_count + gb);
+            state.load[ia] += d;
+            state.load[ib] -= d;
+            state.cost[ia] = self.costs.cost(ga, state.load[ia]);
+            state.cost[ib] = self.costs.cost(gb, state.load[ib]);
+        }
+        state.gpu_of.swap(a, b);
+        state.score = self.score_of(state);
+    }
+
+    /// One restart: initial mapping from `utilization`, then refinement.
+    pub fn restart(&self, utilization: &[f64], min_relative_drop: f64) -> State {
+        let mut state = self.initial(utilization);
+        self.refine(&mut state, min_relative_drop);
+        state
+    }
+}
+
+/// Algorithm 4 on `problem`: the best of `gem.restarts` restarts (lowest score, earliest
+/// restart on ties), or the linear mapping if it scores lower and `keep_linear_if_better`.
+pub fn gem_place(gem: &Gem, problem: &LayerProblem<'_>, rng: &mut SimRng) -> (Vec<usize>, f64) {
+    let search = Search::new(problem);
+    let u = problem.mean_utilization();
+    let inputs: Vec<Vec<f64>> = (0..gem.restarts.max(1))
+        .map(|i| {
+            if i == 0 {
+                u.clone()
+            } else {
+                u.iter()
+                    .map(|&x| x * (1.0 + gem.noise * (2.0 * rng.random::<f64>() - 1.0)))
+                    .collect()
+            }
+        })
+        .collect();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(inputs.len());
+    let mut results: Vec<Option<State>> = vec![None; inputs.len()];
+    if threads <= 1 {
+        for (slot, input) in results.iter_mut().zip(&inputs) {
+            *slot = Some(search.restart(input, gem.min_relative_drop));
+        }
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|worker| {
+                    let (search, inputs) = (&search, &inputs);
+                    scope.spawn(move || {
+                        (worker..inputs.len())
+                            .step_by(threads)
+                            .map(|i| (i, search.restart(&inputs[i], gem.min_relative_drop)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            for handle in handles {
+                for (i, state) in handle.join().expect("a GEM restart panicked") {
+                    results[i] = Some(state);
+                }
+            }
+        });
+    }
+    let mut best: Option<State> = None;
+    for state in results.into_iter().flatten() {
+        if best.as_ref().is_none_or(|b| state.score < b.score) {
+            best = Some(state);
+        }
+    }
+    let best = best.expect("at least one restart");
+    if gem.keep_linear_if_better {
+        let linear = linear_assignment(problem.n_experts, problem.n_gpus());
+        let linear_state = search.state_of(&linear);
+        if linear_state.score < best.score {
+            return (linear, linear_state.score);
+        }
+    }
+    (best.gpu_of, best.score)
+}
+
+impl ExpertMapper for Gem {
+    fn map_layer(&mut self, problem: &LayerProblem<'_>, rng: &mut SimRng) -> LayerMapping {
+        let (gpu_of, _) = gem_place(self, problem, rng);
+        LayerMapping::from_assignment(&gpu_of, problem.n_gpus())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sim::cost::curve::CostCurve;
+    use sim::gem::score;
+    use sim::gem::trace::{TraceParams, generate};
+    use sim::rng::stream;
+
+    fn staircase() -> CostCurve {
+        // 10 us floor, +5 us per 64-token tile.
+        let mut samples = vec![(1.0, 10_000.0)];
+        for k in 1..200 {
+            samples.push((f64::from(k) * 64.0, 10_000.0 + 5_000.0 * f64::from(k - 1)));
+            samples.push((f64::from(k) * 64.0 + 1.0, 10_000.0 + 5_000.0 * f64::from(k)));
+        }
+        CostCurve::new(samples).unwrap()
+    }
+
+    fn trace(n_experts: usize, top_k: usize, seed: u64) -> Vec<f32> {
+        let params = TraceParams {
+            observed_steps: 16,
+            unseen_steps: 1,
+            tokens_per_step: 1024,
+            ..TraceParams::default()
+        };
+        let (trace, _) = generate(&params, 1, n_experts, top_k, &mut stream(seed, "trace"));
+        trace.window(0, 0..16).to_vec()
+    }
+
+    #[test]
+    fn search_score_matches_the_reference_score() {
+        let costs = GpuCosts::scaled(&staircase(), &[0.88, 1.0, 1.0, 1.0], 20_000);
+        let window = trace(16, 1, 1);
+        let problem = LayerProblem {
+            layer: 0,
+            n_experts: 16,
+            window: &window,
+            costs: &costs,
+        };
+        let search = Search::new(&problem);
+        let linear = linear_assignment(16, 4);
+        let state = search.state_of(&linear);
+        let reference = score(&LayerMapping::from_assignment(&linear, 4), &problem);
+        assert!(
+            (state.score - reference).abs() < 1e-6,
+            "{} vs {reference}",
+            state.score
+        );
+    }
+
+    #[test]
+    fn never_worse_than_initial_or_linear_and_equal_experts_per_gpu() {
+        for (n_experts, top_k, speeds) in [
+            (8, 2, vec![0.88, 1.0, 1.0, 1.0]),
+            (16, 1, vec![0.88, 0.92, 0.95, 1.0]),
+            (64, 8, vec![1.0, 1.0, 1.0, 1.0]),
+            (128, 8, vec![0.88, 1.0, 1.0, 1.0]),
+        ] {
+            for seed in 0..3 {
+                let costs = GpuCosts::scaled(&staircase(), &speeds, 40_000);
+                let window = trace(n_experts, top_k, seed);
+                let problem = LayerProblem {
+                    layer: 0,
+                    n_experts,
+                    window: &window,
+                    costs: &costs,
+                };
+                let search = Search::new(&problem);
+                let u = problem.mean_utilization();
+                let initial = search.initial(&u);
+                let mut refined = initial.clone();
+                search.refine(&mut refined, 0.001);
+                assert!(refined.score <= initial.score);
+                let gem = Gem {
+                    restarts: 5,
+                    ..Gem::default()
+                };
+                let mut mapper = gem;
+                let mapping = mapper.map_layer(&problem, &mut stream(seed, "gem"));
+                mapping.check(n_experts, 4).unwrap();
+                assert!(mapping.slots.iter().all(|s| s.len() == n_experts / 4));
+                let s = score(&mapping, &problem);
+                let linear = score(
+                    &LayerMapping::from_assignment(&linear_assignment(n_experts, 4), 4),
+                    &problem,
+                );
+                assert!(s <= initial.score + 1e-6, "{s} > initial {}", initial.score);
+                assert!(s <= linear + 1e-6, "{s} > linear {linear}");
+            }
+        }
+    }
+
+    #[test]
+    fn gem_moves_load_off_the_slow_gpu_and_beats_linear() {
+        let costs = GpuCosts::scaled(&staircase(), &[0.7, 1.0, 1.0, 1.0], 40_000);
+        let window = trace(16, 1, 4);
+        let problem = LayerProblem {
+            layer: 0,
+            n_experts: 16,
+            window: &window,
+            costs: &costs,
+        };
+        let mapping = Gem::default().map_layer(&problem, &mut stream(1, "gem"));
+        let loads: Vec<f64> = (0..16).fold(vec![0.0; 4], |mut acc, t| {
+            for (a, x) in acc.iter_mut().zip(mapping.gpu_tokens(problem.step(t))) {
+                *a += x;
+            }
+            acc
+        });
+        let fast_mean = (loads[1] + loads[2] + loads[3]) / 3.0;
+        assert!(
+            loads[0] < fast_mean,
+            "slow GPU 0 carries {} vs {fast_mean}",
+            loads[0]
+        );
+        let linear = score(
+            &LayerMapping::from_assignment(&linear_assignment(16, 4), 4),
+            &problem,
+        );
+        assert!(score(&mapping, &problem) < linear * 0.98);
+    }
+
+    #[test]
+    fn result_is_deterministic_for_a_stream() {
+        let costs = GpuCosts::scaled(&staircase(), &[0.88, 1.0, 1.0, 1.0], 40_000);
+        let window = trace(64, 8, 2);
+        let problem = LayerProblem {
+            layer: 0,
+            n_experts: 64,
+            window: &window,
+            costs: &costs,
+        };
+        let a = gem_place(&Gem::default(), &problem, &mut stream(9, "gem"));
+        let b = gem_place(&Gem::default(), &problem, &mut stream(9, "gem"));
+        assert_eq!(a, b);
+    }
+}
