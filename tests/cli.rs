@@ -326,3 +326,26 @@ fn every_shipped_scenario_validates() {
         );
     }
 }
+
+#[test]
+fn a_profile_is_found_by_name_and_an_unknown_name_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let named = SMALL
+        .replace(
+            "preset = \"qwen1.5-moe-a2.7b\"",
+            "preset = \"qwen1.5-moe-a2.7b-nf4\"",
+        )
+        .replace("gpu = \"L4\"", "profile = \"l4_qwen1.5-moe-a2.7b\"");
+    let path = write_scenario(dir.path(), &named);
+    let output = expertsim(&["validate", path.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let unknown = named.replace("l4_qwen1.5-moe-a2.7b", "no_such_profile");
+    std::fs::write(&path, unknown).unwrap();
+    let output = expertsim(&["validate", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let err = stderr(&output);
+    assert!(
+        err.contains("execution.profile") && err.contains("no profile named `no_such_profile`"),
+        "{err}"
+    );
+}

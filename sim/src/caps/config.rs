@@ -607,6 +607,8 @@ fn load_profile(
 ) -> Result<Arc<Profile>, FieldError> {
     // The whole shape is part of the key: a sweep over layers, experts or dtype needs its own profile.
     let shape_key = serde_json::to_string(shape).expect("shapes serialize");
+    let resolved = path.map(resolve_profile).transpose()?;
+    let path = resolved.as_deref();
     let key = match path {
         Some(p) => format!("file:{}:{shape_key}", base_dir.join(p).display()),
         None => format!("analytic:{gpu}:{shape_key}"),
@@ -635,4 +637,41 @@ fn load_profile(
     let profile = Arc::new(profile);
     cache.profiles.insert(key, profile.clone());
     Ok(profile)
+}
+
+/// Where profiles named without a path are looked for, in order: `$EXPERTSIM_PROFILE_DIR`, then
+/// `profiles/measured` and `profiles/analytic` under the working directory.
+fn profile_dirs() -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<std::path::PathBuf> = std::env::var_os("EXPERTSIM_PROFILE_DIR")
+        .map(Into::into)
+        .into_iter()
+        .collect();
+    dirs.push("profiles/measured".into());
+    dirs.push("profiles/analytic".into());
+    dirs
+}
+
+/// `execution.profile` is a path (relative to the scenario file) when it contains a `/` or ends in
+/// `.json`; otherwise it is a profile name, `<name>.json` in the first of `profile_dirs` that has
+/// it. Returns a path usable with `base_dir.join` (an absolute path for names).
+fn resolve_profile(value: &str) -> Result<String, FieldError> {
+    if value.contains('/') || value.ends_with(".json") {
+        return Ok(value.to_string());
+    }
+    let dirs = profile_dirs();
+    for dir in &dirs {
+        let candidate = dir.join(format!("{value}.json"));
+        if candidate.is_file() {
+            let absolute = std::path::absolute(&candidate).unwrap_or(candidate);
+            return Ok(absolute.display().to_string());
+        }
+    }
+    let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    Err(field_error(
+        "execution.profile",
+        format!(
+            "no profile named `{value}` (looked for {value}.json in {})",
+            searched.join(", ")
+        ),
+    ))
 }
