@@ -161,6 +161,33 @@ pub struct PlacementPlan {
     pub solver: Option<SolverReport>,
 }
 
+impl PlacementPlan {
+    /// Data parallelism's plan: every model on every worker in first-seen order, its prompts split
+    /// evenly (the first `P mod N` workers take one more), a barrier after each model. Shared by
+    /// the `data_parallel` policy and the tests here, which cannot depend on `strategies`.
+    pub fn data_parallel(problem: &PlacementProblem) -> PlacementPlan {
+        let n = problem.n_workers;
+        let workers = (0..n)
+            .map(|w| {
+                problem
+                    .models
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| Session {
+                        model: i,
+                        prompts: m.prompts / n + u32::from(w < m.prompts % n),
+                    })
+                    .collect()
+            })
+            .collect();
+        PlacementPlan {
+            workers,
+            barrier_per_round: true,
+            solver: None,
+        }
+    }
+}
+
 /// Why a policy produced no plan.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum PlacementError {

@@ -55,25 +55,7 @@ impl Placement for TestDataParallel {
         false
     }
     fn place(&mut self, problem: &PlacementProblem) -> Result<PlacementPlan, PlacementError> {
-        let n = problem.n_workers;
-        let workers = (0..n)
-            .map(|w| {
-                problem
-                    .models
-                    .iter()
-                    .enumerate()
-                    .map(|(i, m)| Session {
-                        model: i,
-                        prompts: m.prompts / n + u32::from(w < m.prompts % n),
-                    })
-                    .collect()
-            })
-            .collect();
-        Ok(PlacementPlan {
-            workers,
-            barrier_per_round: true,
-            solver: None,
-        })
+        Ok(PlacementPlan::data_parallel(problem))
     }
 }
 

@@ -3,7 +3,7 @@
 //! order with a barrier after each, so the stage costs the sum over models of the slowest
 //! shard: straggler idle time traded for N loads per model and smaller per-shard batches.
 
-use sim::mosaic::{Placement, PlacementError, PlacementPlan, PlacementProblem, Session};
+use sim::mosaic::{Placement, PlacementError, PlacementPlan, PlacementProblem};
 
 pub struct DataParallel;
 
@@ -21,24 +21,7 @@ impl Placement for DataParallel {
                 reason: "there are no workers".into(),
             });
         }
-        let workers = (0..n)
-            .map(|w| {
-                problem
-                    .models
-                    .iter()
-                    .enumerate()
-                    .map(|(i, m)| Session {
-                        model: i,
-                        prompts: m.prompts / n + u32::from(w < m.prompts % n),
-                    })
-                    .collect()
-            })
-            .collect();
-        Ok(PlacementPlan {
-            workers,
-            barrier_per_round: true,
-            solver: None,
-        })
+        Ok(PlacementPlan::data_parallel(problem))
     }
 }
 
