@@ -1,11 +1,15 @@
 //! The expertsim command-line interface: parses arguments and calls the libraries.
 //! Exit codes: 0 success, 2 bad input (scenario, override or trace), 1 any other failure.
 
+mod live_cmd;
+mod merge_cmd;
 mod plots;
+mod reproduce_cmd;
 mod summary;
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sim::partial::resume::{SweepOptions, SweepOutcome};
 use sim::scenario::{self, ScenarioError, ScenarioPlan};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -40,7 +44,19 @@ enum Command {
         /// Skip rendering figures.
         #[arg(long)]
         no_figures: bool,
+        /// Run only the K-th of N disjoint slices of the sweep's cells (K from 1, as with
+        /// `sbatch --array=1-N`) and write a partial result for `merge` (docs/cluster.md).
+        #[arg(long, value_name = "K/N")]
+        shard: Option<sim::partial::Shard>,
+        /// Rerun every cell, ignoring those an interrupted run left in the output directory.
+        #[arg(long)]
+        fresh: bool,
     },
+    /// Join the shards of a sweep (`run --shard K/N`) into the results and figures of one run.
+    Merge(merge_cmd::MergeArgs),
+    /// Run every family's reproduction scenarios, render their figures and rewrite the paper
+    /// claims' tables in docs/reproduction.md (scenarios/<family>/headlines.toml).
+    Reproduce(reproduce_cmd::ReproduceArgs),
     /// Check a scenario without running it.
     Validate {
         scenario: PathBuf,
@@ -49,6 +65,9 @@ enum Command {
     },
     /// List every policy kind with a one-line description.
     List,
+    /// Run a scenario live: the same scheduler code, every step executed and timed on the
+    /// kernels; prints the fidelity table, writes fidelity.json and figures.
+    Live(live_cmd::LiveArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,8 +79,20 @@ fn main() -> ExitCode {
             sets,
             per_request_csv,
             no_figures,
+            shard,
+            fresh,
         } => match load(&scenario, &sets) {
-            Ok(plan) => report_failure(run(&plan, out, per_request_csv, no_figures)),
+            Ok(plan) => {
+                let sweep = SweepOptions {
+                    out: &out.unwrap_or_else(|| Path::new("results").join(&plan.name)),
+                    shard,
+                    fresh,
+                    per_request_csv: per_request_csv
+                        || plan.cells.iter().any(|c| c.scenario.per_request_csv()),
+                    sets: &sets,
+                };
+                report_failure(run(&plan, &sweep, no_figures))
+            }
             Err(code) => code,
         },
         Command::Validate { scenario, sets } => match load(&scenario, &sets) {
@@ -77,6 +108,9 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
+        Command::Live(args) => live_cmd::run(args),
+        Command::Merge(args) => merge_cmd::run(args),
+        Command::Reproduce(args) => reproduce_cmd::run(args),
         Command::List => {
             for info in strategies::catalogue() {
                 println!("{:<10} {:<20} {}", info.family, info.kind, info.description);
@@ -104,44 +138,58 @@ fn report_failure(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
-fn run(
-    plan: &ScenarioPlan,
-    out: Option<PathBuf>,
-    per_request_csv: bool,
-    no_figures: bool,
-) -> anyhow::Result<()> {
+/// Runs the cells `sweep` selects that its output directory does not already hold; a whole sweep
+/// then prints its table and writes results and figures, a shard its partial result.
+fn run(plan: &ScenarioPlan, sweep: &SweepOptions, no_figures: bool) -> anyhow::Result<()> {
     use anyhow::Context;
-    let out = out.unwrap_or_else(|| Path::new("results").join(&plan.name));
-    let total = (plan.cells.len() * plan.seeds.len()) as u64;
-    let csv = per_request_csv || plan.cells.iter().any(|c| c.scenario.per_request_csv());
+    let out = sweep.out;
+    let prepared = sim::partial::resume::prepare(plan, sweep);
+    if let Some(first) = prepared.stale.first() {
+        let n = prepared.stale.len();
+        eprintln!("rerunning {n} cells whose files are stale, e.g. {first}");
+    }
+    if prepared.reused_cells() > 0 {
+        let cells = out.join("cells");
+        let n = prepared.reused_cells();
+        eprintln!(
+            "resuming: {n} finished cells reused from {}",
+            cells.display()
+        );
+    }
+    let total = prepared.runs_to_do() as u64;
     let progress = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
     progress.set_style(
         ProgressStyle::with_template("{spinner} {pos}/{len} runs [{elapsed_precise}] {wide_bar}")
             .expect("valid template"),
     );
     let started = Instant::now();
-    let requests_dir = out.join("requests");
-    let document = sim::runner::run_plan(
-        plan,
-        &strategies::Registry,
-        csv.then_some(requests_dir.as_path()),
-        &|| progress.inc(1),
-    )
-    .map_err(anyhow::Error::msg)
-    .context("writing per-request records")?;
+    let outcome = prepared
+        .run(plan, &strategies::Registry, sweep, &|| progress.inc(1))
+        .map_err(anyhow::Error::msg)
+        .context("running the sweep")?;
     progress.finish_and_clear();
     let elapsed = started.elapsed();
+    let document = match outcome {
+        SweepOutcome::Complete(document) => document,
+        SweepOutcome::Shard { manifest, cells } => {
+            eprintln!("{total} runs in {:.2} s", elapsed.as_secs_f64());
+            eprintln!(
+                "wrote {} ({cells} cells); join the shards with `expertsim merge`",
+                manifest.display()
+            );
+            return Ok(());
+        }
+    };
 
     println!("{}", summary::table(&document));
-    let results_path = out.join("results.json");
-    sim::runner::write_results(&document, &results_path)
-        .with_context(|| format!("writing {}", results_path.display()))?;
+    let results_path = sim::partial::resume::finish(&document, out)
+        .with_context(|| format!("writing {}", out.join("results.json").display()))?;
     let mut written = vec![results_path];
     if !no_figures {
         written.extend(plots::render_all(plan, &document, &out.join("figures"))?);
     }
-    if csv {
-        written.push(requests_dir);
+    if sweep.per_request_csv {
+        written.push(out.join("requests"));
     }
     eprintln!("{total} runs in {:.2} s", elapsed.as_secs_f64());
     for path in written {

@@ -297,24 +297,11 @@ fn list_names_every_batch_selector() {
     }
 }
 
-/// Every `.toml` under `dir`, recursively, sorted.
-fn scenario_files(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            found.extend(scenario_files(&path));
-        } else if path.extension().is_some_and(|e| e == "toml") {
-            found.push(path);
-        }
-    }
-    found.sort();
-    found
-}
-
 #[test]
 fn every_shipped_scenario_validates() {
-    let files = scenario_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios"));
+    let files =
+        sim::scenario::scenario_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios"))
+            .unwrap();
     assert!(files.len() >= 5, "found only {files:?}");
     for path in files {
         let output = expertsim(&["validate", path.to_str().unwrap()]);

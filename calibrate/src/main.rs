@@ -48,6 +48,10 @@ struct Cli {
     /// Override the preset's experts per token.
     #[arg(long)]
     top_k: Option<usize>,
+    /// Override the preset's routed-expert FFN width (e.g. 32 for the experts of ExpertWeave's
+    /// `live-tiny-mla`).
+    #[arg(long)]
+    expert_ffn: Option<usize>,
     /// Rows per GEMM tile (multiple of 4, at most 256).
     #[arg(long)]
     tile: Option<usize>,
@@ -122,6 +126,9 @@ fn shape_of(cli: &Cli) -> Result<MoeModelShape, Failure> {
     }
     if let Some(k) = cli.top_k {
         shape.top_k = k;
+    }
+    if let Some(f) = cli.expert_ffn {
+        shape.expert_ffn = f;
     }
     shape.validate().map_err(|e| input(e.to_string()))?;
     Ok(shape)

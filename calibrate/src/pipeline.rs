@@ -17,14 +17,14 @@
 use crate::sampler::{batch_points, steps, token_points};
 use crate::stats::summarize;
 use kernels::KernelInputError;
-use kernels::backend::{Backend, BackendError, Workload};
+use kernels::backend::{Backend, BackendError, BackendKind, Workload};
 use kernels::decode::{DecodeProblem, DecodeShape};
 use kernels::moe::{MoeProblem, MoeShape, check_tile_tokens};
 use kernels::reroute::{RerouteProblem, RerouteVariant};
 use sim::cost::curve::{CostCurve, CurveError};
 use sim::cost::profile::{
-    Calibration, ExpertFfnCurve, MeasuredProfile, Measurement, PROFILE_FORMAT_VERSION, Profile,
-    ProfileSource, SourceKind,
+    Calibration, ExpertExecution, ExpertFfnCurve, MeasuredProfile, Measurement,
+    PROFILE_FORMAT_VERSION, Profile, ProfileSource, SourceKind,
 };
 use sim::model_shape::{MoeModelShape, WeightDtype};
 use std::time::Instant;
@@ -485,6 +485,12 @@ pub fn calibrate(
         non_expert_decode,
         head,
         decode_step,
+        // The CPU references run a layer's experts one after another; a GPU's grouped kernel
+        // runs their tiles at once.
+        expert_execution: match device.backend {
+            BackendKind::Cpu => ExpertExecution::Serial,
+            BackendKind::Cuda => ExpertExecution::Concurrent,
+        },
     };
     let calibration = Calibration {
         backend: device.backend.as_str().into(),

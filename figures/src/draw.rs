@@ -67,7 +67,7 @@ fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     plan: &PanelPlan<'_>,
 ) -> Result<(), FigureError> {
-    let panel = plan.panel;
+    let panel = &*plan.panel;
     let mut builder = ChartBuilder::on(area);
     builder
         .margin(PANEL_MARGIN)
@@ -121,8 +121,8 @@ fn draw_panel<DB: DrawingBackend>(
             });
         chart.draw_series(bars).map_err(drawing_error)?;
     }
-    for (series, style) in panel.series.iter().zip(&plan.styles) {
-        if series.points.len() > 1 {
+    for ((series, style), joined) in panel.series.iter().zip(&plan.styles).zip(&plan.joined) {
+        if *joined && series.points.len() > 1 {
             chart
                 .draw_series(LineSeries::new(series.points.iter().copied(), style.line()))
                 .map_err(drawing_error)?;

@@ -4,6 +4,7 @@
 //! drawing code then works from a [`Plan`] that is known to be consistent. Line
 //! charts are planned here; the other chart kinds in their own modules.
 
+use crate::ScatterPanel;
 use std::collections::BTreeMap;
 
 use crate::axis::{Axis, format_tick, linear_ticks};
@@ -64,6 +65,7 @@ pub enum ChartRef<'a> {
     StackedBars(&'a StackedBarPanel),
     Heatmap(&'a HeatmapPanel),
     Timeline(&'a TimelinePanel),
+    Scatter(&'a ScatterPanel),
 }
 
 impl<'a> ChartRef<'a> {
@@ -74,6 +76,7 @@ impl<'a> ChartRef<'a> {
             Chart::StackedBars(p) => ChartRef::StackedBars(p),
             Chart::Heatmap(p) => ChartRef::Heatmap(p),
             Chart::Timeline(p) => ChartRef::Timeline(p),
+            Chart::Scatter(p) => ChartRef::Scatter(p),
         }
     }
 
@@ -94,6 +97,11 @@ impl<'a> ChartRef<'a> {
                 .layers
                 .iter()
                 .map(|l| (l.label.as_str(), Swatch::Box))
+                .collect(),
+            ChartRef::Scatter(p) => p
+                .series
+                .iter()
+                .map(|s| (s.label.as_str(), Swatch::Line))
                 .collect(),
             ChartRef::Heatmap(_) => Vec::new(),
             ChartRef::Timeline(p) => p
@@ -135,7 +143,10 @@ pub(crate) enum ChartPlan<'a> {
 }
 
 pub(crate) struct PanelPlan<'a> {
-    pub panel: &'a Panel,
+    /// The line chart (a scatter chart is converted into one).
+    pub panel: std::borrow::Cow<'a, Panel>,
+    /// Whether each series of `panel.series` is joined by a line (else markers only).
+    pub joined: Vec<bool>,
     /// Panel title font size, shrunk if needed to fit the cell.
     pub title_font: f64,
     /// Axis description font size (both axes), shrunk if needed to fit.
@@ -177,6 +188,7 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
             ChartRef::StackedBars(panel) => crate::bar::validate_stacked(i, panel)?,
             ChartRef::Heatmap(panel) => crate::heatmap::validate(i, panel)?,
             ChartRef::Timeline(panel) => crate::timeline::validate(i, panel)?,
+            ChartRef::Scatter(panel) => validate_panel(i, &panel.as_line_panel().0)?,
         }
     }
 
@@ -228,7 +240,27 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
                         .iter()
                         .map(|s| style_of[s.label.as_str()])
                         .collect();
-                    ChartPlan::Line(plan_panel(panel, styles)?)
+                    let joined = vec![true; panel.series.len()];
+                    ChartPlan::Line(plan_panel(
+                        std::borrow::Cow::Borrowed(panel),
+                        joined,
+                        styles,
+                        true,
+                    )?)
+                }
+                ChartRef::Scatter(scatter) => {
+                    let (panel, joined) = scatter.as_line_panel();
+                    let styles = panel
+                        .series
+                        .iter()
+                        .map(|s| style_of[s.label.as_str()])
+                        .collect();
+                    ChartPlan::Line(plan_panel(
+                        std::borrow::Cow::Owned(panel),
+                        joined,
+                        styles,
+                        false,
+                    )?)
                 }
                 ChartRef::Bars(panel) => {
                     ChartPlan::Bars(crate::bar::plan_grouped(panel, &style_of)?)
@@ -351,7 +383,37 @@ fn validate_panel(index: usize, panel: &Panel) -> Result<(), FigureError> {
 }
 
 /// Axis ranges (with padding), tick choice and the width of the y label area.
-fn plan_panel(panel: &Panel, styles: Vec<SeriesStyle>) -> Result<PanelPlan<'_>, FigureError> {
+fn plan_panel<'a>(
+    panel: std::borrow::Cow<'a, Panel>,
+    joined: Vec<bool>,
+    styles: Vec<SeriesStyle>,
+    zero_based_y: bool,
+) -> Result<PanelPlan<'a>, FigureError> {
+    let plan = plan_axes(&panel, zero_based_y)?;
+    Ok(PanelPlan {
+        panel,
+        joined,
+        title_font: plan.title_font,
+        desc_font: plan.desc_font,
+        x: plan.x,
+        y: plan.y,
+        y_label_area: plan.y_label_area,
+        styles,
+    })
+}
+
+/// The axes and fonts of a line panel.
+struct AxesPlan {
+    title_font: f64,
+    desc_font: f64,
+    x: Axis,
+    y: Axis,
+    y_label_area: u32,
+}
+
+/// `zero_based_y`: a linear y axis of non-negative (non-positive) data reaches down (up) to 0;
+/// otherwise it spans the data with 5% padding (scatter charts).
+fn plan_axes(panel: &Panel, zero_based_y: bool) -> Result<AxesPlan, FigureError> {
     let points = || panel.series.iter().flat_map(|s| s.points.iter().copied());
     // (y - err, y + err) for every point; err = 0 without error bars.
     let spans = || {
@@ -397,7 +459,10 @@ fn plan_panel(panel: &Panel, styles: Vec<SeriesStyle>) -> Result<PanelPlan<'_>, 
     } else {
         let (low, _) = min_max(spans().map(|s| s.0));
         let (_, high) = min_max(spans().map(|s| s.1));
-        let (lo, hi) = if low >= 0.0 {
+        let (lo, hi) = if !zero_based_y && high > low {
+            let pad = 0.05 * (high - low);
+            (low - pad, high + pad)
+        } else if low >= 0.0 {
             // All values non-negative: start at zero.
             let hi = if high > 0.0 { high * 1.05 } else { 1.0 };
             (0.0, hi)
@@ -446,14 +511,12 @@ fn plan_panel(panel: &Panel, styles: Vec<SeriesStyle>) -> Result<PanelPlan<'_>, 
         fixed: data_ticks(points().map(|p| p.0), xlo, xhi, plot_width)?,
     };
 
-    Ok(PanelPlan {
-        panel,
+    Ok(AxesPlan {
         title_font,
         desc_font,
         x,
         y,
         y_label_area,
-        styles,
     })
 }
 

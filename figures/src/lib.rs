@@ -134,6 +134,10 @@
 //!   latest end plus 2%), so that policies stacked vertically (`columns: 1`) line
 //!   up. Adjacent segments keep a one-pixel gap; a zero-length segment is one pixel.
 //!
+//! * **Scatter charts** ([`ScatterPanel`]): the line-chart layout, with each
+//!   [`ScatterSeries`]' points as markers only and its `frontier` joined by a line in
+//!   the series' style (for Pareto frontiers of operating points).
+//!
 //! [`render_png`] and [`render_svg`] give the file contents without writing
 //! anything, and [`canvas_size`] the pixel size a figure will have.
 //!
@@ -171,6 +175,7 @@ mod font;
 mod heatmap;
 mod layout;
 mod output;
+mod scatter;
 mod style;
 mod timeline;
 
@@ -181,6 +186,7 @@ use plotters::prelude::{BitMapBackend, IntoDrawingArea, SVGBackend};
 pub use bar::{BarPanel, BarSeries, StackLayer, StackedBarPanel};
 pub use error::FigureError;
 pub use heatmap::HeatmapPanel;
+pub use scatter::{ScatterPanel, ScatterSeries};
 pub use timeline::{Segment, TimelinePanel};
 
 /// Width in pixels of one panel cell.
@@ -239,6 +245,8 @@ pub enum Chart {
     Heatmap(HeatmapPanel),
     /// A Gantt chart: rows of coloured, labelled segments over time.
     Timeline(TimelinePanel),
+    /// Operating points as markers, each series' frontier as a line.
+    Scatter(ScatterPanel),
 }
 
 impl Chart {
@@ -250,6 +258,7 @@ impl Chart {
             Chart::StackedBars(p) => &p.title,
             Chart::Heatmap(p) => &p.title,
             Chart::Timeline(p) => &p.title,
+            Chart::Scatter(p) => &p.title,
         }
     }
 }
@@ -275,6 +284,12 @@ impl From<StackedBarPanel> for Chart {
 impl From<HeatmapPanel> for Chart {
     fn from(panel: HeatmapPanel) -> Self {
         Chart::Heatmap(panel)
+    }
+}
+
+impl From<ScatterPanel> for Chart {
+    fn from(panel: ScatterPanel) -> Self {
+        Chart::Scatter(panel)
     }
 }
 

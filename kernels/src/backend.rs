@@ -114,6 +114,11 @@ pub trait Backend {
         warmup: usize,
         repetitions: usize,
     ) -> Result<Vec<f64>, BackendError>;
+
+    /// Copies `host` into a freshly allocated device buffer (a model load: the CPU backend's
+    /// "device" is host memory, so there it is an allocation and a memcpy) and returns the
+    /// nanoseconds from the start of the copy until the bytes are on the device.
+    fn copy_to_device(&mut self, host: &[u8]) -> Result<f64, BackendError>;
 }
 
 /// Opens a backend of `kind` (device 0 for CUDA).

@@ -86,6 +86,14 @@ impl Backend for CpuBackend {
         }
         Ok(samples)
     }
+
+    fn copy_to_device(&mut self, host: &[u8]) -> Result<f64, BackendError> {
+        let start = Instant::now();
+        let device = std::hint::black_box(host.to_vec());
+        let nanos = start.elapsed().as_nanos() as f64;
+        drop(device);
+        Ok(nanos)
+    }
 }
 
 #[cfg(test)]
@@ -109,5 +117,13 @@ mod tests {
             .time(&Workload::Reroute(bad, RerouteVariant::Fused), 0, 1)
             .unwrap_err();
         assert!(matches!(error, BackendError::Input(_)), "{error}");
+    }
+
+    #[test]
+    fn a_device_copy_takes_time_and_leaves_the_host_bytes_alone() {
+        let mut cpu = CpuBackend::new();
+        let host: Vec<u8> = (0..1 << 16).map(|i| (i % 251) as u8).collect();
+        assert!(cpu.copy_to_device(&host).unwrap() > 0.0);
+        assert_eq!(host[1000], (1000 % 251) as u8);
     }
 }

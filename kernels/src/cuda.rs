@@ -691,6 +691,21 @@ impl Backend for CudaBackend {
         }
         Ok(samples)
     }
+
+    fn copy_to_device(&mut self, host: &[u8]) -> Result<f64, BackendError> {
+        let stream = self.stream.clone();
+        stream
+            .synchronize()
+            .map_err(driver_error("cuStreamSynchronize"))?;
+        let start = std::time::Instant::now();
+        let device = self.upload(host)?;
+        stream
+            .synchronize()
+            .map_err(driver_error("cuStreamSynchronize"))?;
+        let nanos = start.elapsed().as_nanos() as f64;
+        drop(device);
+        Ok(nanos)
+    }
 }
 
 #[cfg(test)]

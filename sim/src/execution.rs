@@ -4,7 +4,7 @@
 //! cost curve). Both read the same calibration profile; docs/cost-model.md derives them.
 
 use crate::cost::curve::CostCurve;
-use crate::cost::profile::{Profile, ProfileMismatch, SourceKind};
+use crate::cost::profile::{ExpertExecution, Profile, ProfileMismatch, SourceKind};
 use crate::model_shape::MoeModelShape;
 use crate::time::SimDuration;
 
@@ -58,6 +58,7 @@ struct CostTables {
     n_experts: usize,
     top_k: usize,
     expert: CostCurve,
+    expert_execution: ExpertExecution,
     non_expert_prefill: CostCurve,
     non_expert_decode: CostCurve,
     head: CostCurve,
@@ -77,6 +78,7 @@ impl CostTables {
             n_experts: shape.n_experts,
             top_k: shape.top_k,
             expert,
+            expert_execution: profile.expert_execution,
             non_expert_prefill: profile.non_expert_prefill.clone(),
             non_expert_decode: profile.non_expert_decode.clone(),
             head: profile.head.clone(),
@@ -201,7 +203,8 @@ impl CvModel {
     }
 }
 
-/// Lock-step experts: each MoE layer takes as long as its most loaded expert.
+/// Lock-step experts: each MoE layer takes as long as its most loaded expert (on a device whose
+/// profile says it runs experts one after another, as long as its experts together).
 #[derive(Clone, Debug)]
 pub struct StragglerModel {
     tables: CostTables,
@@ -217,12 +220,24 @@ impl StragglerModel {
         })
     }
 
-    /// Sum over layers of the most loaded expert's curve cost, ns. Allocation-free.
+    /// Sum over layers of the layer's expert cost, ns: its most loaded expert's curve cost
+    /// when the device runs experts concurrently; with serial execution the sum over its
+    /// experts, an expert expecting `l < 1` routed tokens counted as running one token with
+    /// probability `l` (the expected cost of a layer whose loads are expectations).
+    /// Allocation-free.
     fn max_expert_nanos(&self, load: &[f32]) -> f64 {
-        load.chunks_exact(self.tables.n_experts)
-            .map(|layer| {
-                let max = max_of(layer);
-                self.tables.expert.at(f64::from(max))
+        let t = &self.tables;
+        load.chunks_exact(t.n_experts)
+            .map(|layer| match t.expert_execution {
+                ExpertExecution::Concurrent => t.expert.at(f64::from(max_of(layer))),
+                ExpertExecution::Serial => layer
+                    .iter()
+                    .filter(|&&l| l > 0.0)
+                    .map(|&l| {
+                        let l = f64::from(l);
+                        l.min(1.0) * t.expert.at(l.max(1.0))
+                    })
+                    .sum(),
             })
             .sum()
     }
@@ -523,6 +538,28 @@ mod tests {
         assert_eq!(max_of(&[]), 0.0);
         let plain_sum: f64 = values.iter().map(|&x| f64::from(x)).sum();
         assert!((sum_of(&values) - plain_sum).abs() < 1e-9);
+    }
+
+    #[test]
+    fn serial_experts_cost_their_sum_and_a_fractional_load_its_share() {
+        let (mut profile, shape) = l4_qwen();
+        let concurrent = StragglerModel::new(&profile, &shape).unwrap();
+        profile.expert_execution = ExpertExecution::Serial;
+        let serial = StragglerModel::new(&profile, &shape).unwrap();
+        let expert = &serial.tables.expert;
+        let n = shape.n_experts;
+        let mut layer = vec![0.0f32; n];
+        layer[0] = 40.0;
+        // One active expert: both orders agree.
+        assert_eq!(
+            serial.max_expert_nanos(&layer),
+            concurrent.max_expert_nanos(&layer)
+        );
+        layer[1] = 10.0;
+        layer[2] = 0.25;
+        let want = expert.at(40.0) + expert.at(10.0) + 0.25 * expert.at(1.0);
+        assert!((serial.max_expert_nanos(&layer) - want).abs() < 1e-6);
+        assert_eq!(concurrent.max_expert_nanos(&layer), expert.at(40.0));
     }
 
     #[test]

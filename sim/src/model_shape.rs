@@ -116,7 +116,11 @@ pub enum ModelShapeError {
 }
 
 /// Preset names accepted by [`MoeModelShape::preset`].
-pub const PRESET_NAMES: &[&str] = &["qwen1.5-moe-a2.7b", "qwen1.5-moe-a2.7b-nf4"];
+pub const PRESET_NAMES: &[&str] = &[
+    "qwen1.5-moe-a2.7b",
+    "qwen1.5-moe-a2.7b-nf4",
+    "live-tiny-moe",
+];
 
 impl MoeModelShape {
     /// Qwen1.5-MoE-A2.7B with its checkpoint's bf16 weights.
@@ -164,11 +168,38 @@ impl MoeModelShape {
         }
     }
 
+    /// A deliberately tiny MoE shape for live mode on the CPU backend (`expertsim live`): not a
+    /// published model, but the Qwen-MoE layout scaled down (2 layers, 8 routed experts of which
+    /// each token uses 2, hidden 64, expert FFN 64, 4 heads of 16, a 512-token vocabulary, no
+    /// shared expert) so that the reference kernels run a whole scenario in seconds.
+    pub fn live_tiny_moe() -> MoeModelShape {
+        MoeModelShape {
+            name: "live-tiny-moe (scaled down for the CPU backend)".into(),
+            n_layers: 2,
+            n_experts: 8,
+            top_k: 2,
+            n_shared_experts: 0,
+            shared_expert_ffn: 0,
+            shared_expert_gate: false,
+            hidden: 64,
+            expert_ffn: 64,
+            n_attention_heads: 4,
+            n_kv_heads: 4,
+            head_dim: 16,
+            attention_qkv_bias: false,
+            vocab: 512,
+            tied_embeddings: false,
+            weight_dtype: WeightDtype::Bf16,
+            lm_head_dtype: WeightDtype::Bf16,
+        }
+    }
+
     /// The preset called `name` (see [`PRESET_NAMES`]).
     pub fn preset(name: &str) -> Result<MoeModelShape, ModelShapeError> {
         match name {
             "qwen1.5-moe-a2.7b" => Ok(MoeModelShape::qwen1_5_moe_a2_7b()),
             "qwen1.5-moe-a2.7b-nf4" => Ok(MoeModelShape::qwen1_5_moe_a2_7b_nf4()),
+            "live-tiny-moe" => Ok(MoeModelShape::live_tiny_moe()),
             _ => Err(ModelShapeError::UnknownPreset {
                 name: name.to_string(),
                 known: PRESET_NAMES.to_vec(),

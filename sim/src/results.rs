@@ -63,6 +63,7 @@ pub struct CellResult {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
     pub seed: u64,
+    #[serde(deserialize_with = "scalars_reading_null_as_nan")]
     pub scalars: BTreeMap<String, f64>,
     pub details: serde_json::Value,
 }
@@ -73,6 +74,18 @@ pub struct RunResult {
 pub struct Improvement {
     pub baseline_cell: String,
     pub pct: BTreeMap<String, f64>,
+}
+
+/// JSON has no NaN or infinity (`serde_json` writes them as `null`): reads `null` back as NaN, so
+/// runs read from a cell file write the same bytes again.
+fn scalars_reading_null_as_nan<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, f64>, D::Error> {
+    let raw = BTreeMap::<String, Option<f64>>::deserialize(deserializer)?;
+    Ok(raw
+        .into_iter()
+        .map(|(name, value)| (name, value.unwrap_or(f64::NAN)))
+        .collect())
 }
 
 impl RunResult {
@@ -191,8 +204,19 @@ pub fn compute_improvements(
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename, so a
-/// reader never sees a half-written file.
+/// reader never sees a half-written file; the data is on disk when this returns.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_through_rename(path, bytes, true)
+}
+
+/// Like `write_atomic` without waiting for the disk (`fsync`): a process killed at any point
+/// leaves the old file or the new one, but after a power loss the file may be empty. For files
+/// whose loss only costs recomputation (a sweep's finished cells).
+pub fn write_atomic_unsynced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_through_rename(path, bytes, false)
+}
+
+fn write_through_rename(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -206,7 +230,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let result = (|| {
         let mut file = std::fs::File::create(&tmp)?;
         file.write_all(bytes)?;
-        file.sync_all()?;
+        if sync {
+            file.sync_all()?;
+        }
         std::fs::rename(&tmp, path)
     })();
     if result.is_err() {

@@ -1,7 +1,8 @@
-//! Runs a loaded scenario plan: every (cell, seed) pair is one independent simulation, run in
-//! parallel with rayon and gathered in plan order, so the result does not depend on thread
-//! timing. Each family's runs go through the same path; policies come from a `Policies` registry
-//! the caller provides (the `strategies` crate), since `sim` knows no policy.
+//! Runs the cells of a loaded scenario plan: every (cell, seed) pair is one independent
+//! simulation, run in parallel with rayon and gathered in plan order, so the result does not
+//! depend on thread timing. Each family's runs go through the same path; policies come from a
+//! `Policies` registry the caller provides (the `strategies` crate), since `sim` knows no policy.
+//! `partial` decides which cells to run (shards, resumed sweeps) and assembles the document.
 
 use crate::batch::{BatchSelector, BatchSelectorConfig};
 use crate::chimera::{QueuePolicy, QueuePolicyConfig, Router, RouterConfig};
@@ -9,10 +10,7 @@ use crate::expertweave::{AdapterMemory, MemoryConfig};
 use crate::gem::{ExpertMapper, MapperConfig};
 use crate::metrics::RunOutput;
 use crate::mosaic::{AggregationGate, GateConfig, Placement, PlacementConfig};
-use crate::results::{
-    BaselineEcho, CellResult, ResultsDocument, RunResult, ScenarioEcho, SweepAxisEcho, ToolInfo,
-    compute_improvements, write_atomic,
-};
+use crate::results::{RunResult, write_atomic};
 use crate::scenario::{Scenario, ScenarioPlan};
 use rayon::prelude::*;
 use std::path::Path;
@@ -68,87 +66,53 @@ pub fn run_cell(
     }
 }
 
-fn toml_to_json(value: &toml::Value) -> serde_json::Value {
-    serde_json::to_value(value).expect("TOML values convert to JSON")
+/// The runs of one finished cell, in the plan's seed order, and where its step costs came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CellRuns {
+    pub cost_model: String,
+    pub runs: Vec<RunResult>,
 }
 
-/// Runs every cell and seed of `plan`. `csv_dir`, when given, receives one per-request CSV per
-/// run (`<cell index>_seed<seed>.csv`).
-/// `on_run_done` is called after each run (progress bars).
-pub fn run_plan(
+/// Runs every seed of each cell of `plan` listed in `cell_indices`. `csv_dir`, when given,
+/// receives one per-request CSV per run (`<cell index>_seed<seed>.csv`). `on_run_done` is called
+/// after each run (progress bars), `on_cell_done` as soon as all seeds of a cell have finished
+/// (it can persist the cell; its error stops the sweep). Every run's random streams derive from
+/// its own seed only, so a cell's result does not depend on which other cells run alongside it.
+/// Returns the cells in the order of `cell_indices`.
+pub fn run_cells(
     plan: &ScenarioPlan,
     policies: &dyn Policies,
+    cell_indices: &[usize],
     csv_dir: Option<&Path>,
     on_run_done: &(dyn Fn() + Sync),
-) -> Result<ResultsDocument, String> {
-    let jobs: Vec<(usize, u64)> = (0..plan.cells.len())
-        .flat_map(|c| plan.seeds.iter().map(move |s| (c, *s)))
-        .collect();
-    let outcomes: Vec<Result<(RunOutput, String), String>> = jobs
+    on_cell_done: &(dyn Fn(usize, &CellRuns) -> Result<(), String> + Sync),
+) -> Result<Vec<CellRuns>, String> {
+    cell_indices
         .par_iter()
-        .map(|&(cell_idx, seed)| {
+        .map(|&cell_idx| {
             let scenario = &plan.cells[cell_idx].scenario;
-            let csv = csv_dir.map(|dir| dir.join(format!("{cell_idx:04}_seed{seed}.csv")));
-            let out = run_cell(scenario, seed, policies, csv.as_deref());
-            on_run_done();
-            out
+            let outcomes: Vec<Result<(RunOutput, String), String>> = plan
+                .seeds
+                .par_iter()
+                .map(|&seed| {
+                    let csv = csv_dir.map(|dir| dir.join(format!("{cell_idx:04}_seed{seed}.csv")));
+                    let out = run_cell(scenario, seed, policies, csv.as_deref());
+                    on_run_done();
+                    out
+                })
+                .collect();
+            let mut runs = Vec::with_capacity(plan.seeds.len());
+            let mut cost_model = String::new();
+            for (&seed, outcome) in plan.seeds.iter().zip(outcomes) {
+                let (output, source) = outcome?;
+                runs.push(RunResult::new(seed, output));
+                cost_model = source;
+            }
+            let cell = CellRuns { cost_model, runs };
+            on_cell_done(cell_idx, &cell)?;
+            Ok(cell)
         })
-        .collect();
-
-    let metrics = plan.family.metrics();
-    let mut outcomes = outcomes.into_iter();
-    let mut cells = Vec::with_capacity(plan.cells.len());
-    for cell in &plan.cells {
-        let mut runs = Vec::with_capacity(plan.seeds.len());
-        let mut source = String::new();
-        for &seed in &plan.seeds {
-            let (output, run_source) = outcomes.next().expect("one outcome per job")?;
-            runs.push(RunResult::new(seed, output));
-            source = run_source;
-        }
-        let coords = cell
-            .coords
-            .iter()
-            .map(|(k, v)| (k.clone(), toml_to_json(v)))
-            .collect();
-        cells.push(CellResult::new(
-            cell.id.clone(),
-            coords,
-            source,
-            runs,
-            metrics,
-        ));
-    }
-    let baseline = plan.report.as_ref().map(|r| BaselineEcho {
-        compare: r.compare.clone(),
-        baseline: toml_to_json(&r.baseline),
-    });
-    if let Some(b) = &baseline {
-        compute_improvements(&mut cells, &b.compare, &b.baseline, metrics);
-    }
-    Ok(ResultsDocument {
-        tool: ToolInfo {
-            name: "expertsim".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-        },
-        scenario: ScenarioEcho {
-            name: plan.name.clone(),
-            description: plan.description.clone(),
-            family: plan.family,
-            document: toml_to_json(&toml::Value::Table(plan.document.clone())),
-        },
-        seeds: plan.seeds.clone(),
-        sweep: plan
-            .axes
-            .iter()
-            .map(|a| SweepAxisEcho {
-                key: a.key.clone(),
-                values: a.values.iter().map(toml_to_json).collect(),
-            })
-            .collect(),
-        baseline,
-        cells,
-    })
+        .collect()
 }
 
 /// Writes `document` as pretty JSON to `path`, atomically.

@@ -75,8 +75,22 @@ pub fn simulate(
     selector: &mut dyn BatchSelector,
     sink: &mut dyn RecordSink,
 ) -> (RunMetrics, String) {
-    let model = request_model(scenario, seed);
     let (mut executor, source) = step_executor(scenario, seed);
+    let metrics = simulate_on(scenario, seed, selector, executor.as_mut(), sink);
+    (metrics, source)
+}
+
+/// Runs one seed of `scenario` with batch times from `executor` instead of the scenario's own
+/// execution model (live mode passes the kernels here); every scheduling decision is made by
+/// the same server code as in [`simulate`].
+pub fn simulate_on(
+    scenario: &CapsScenario,
+    seed: u64,
+    selector: &mut dyn BatchSelector,
+    executor: &mut dyn StepExecutor,
+    sink: &mut dyn RecordSink,
+) -> RunMetrics {
+    let model = request_model(scenario, seed);
     let streams = RequestStreams {
         tokens: stream(seed, "tokens"),
         mixing: stream(seed, "mixing"),
@@ -90,12 +104,12 @@ pub fn simulate(
         streams,
         selector,
         stream(seed, "selector"),
-        executor.as_mut(),
+        executor,
         sink,
         scenario.queue_sample_interval,
     );
     engine::run(&mut server);
-    (server.finish(), source)
+    server.finish()
 }
 
 /// Streams request records to a CSV file, renamed into place when the run completes.

@@ -278,12 +278,7 @@ fn every_chimera_scenario_file_validates_in_every_cell() {
     use crate::scenario::file::COMMON_KEYS;
     use crate::scenario::sweep::{SweepAxis, apply, cartesian};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/chimera");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-        .collect();
-    files.sort();
+    let files = crate::scenario::scenario_files(&dir).unwrap();
     assert!(files.len() >= 10, "{files:?}");
     for path in files {
         let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&path).unwrap())

@@ -9,5 +9,5 @@ pub mod roofline;
 
 pub use curve::{CostCurve, CurveError};
 pub use gpu::{GpuSpec, UnknownGpu};
-pub use profile::{Profile, ProfileError, ProfileMismatch, SourceKind};
+pub use profile::{ExpertExecution, Profile, ProfileError, ProfileMismatch, SourceKind};
 pub use roofline::{RooflineParams, analytic_profile};

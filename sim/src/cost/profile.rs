@@ -68,6 +68,25 @@ pub struct ExpertFfnCurve {
     pub curve: CostCurve,
 }
 
+/// How a device runs the routed experts of one MoE layer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpertExecution {
+    /// Every expert's tiles at once (a GPU's grouped MoE kernel): a layer lasts as long as its
+    /// most loaded expert.
+    #[default]
+    Concurrent,
+    /// One expert after another (the CPU reference kernels): a layer lasts as long as its
+    /// experts together.
+    Serial,
+}
+
+impl ExpertExecution {
+    pub fn is_concurrent(&self) -> bool {
+        *self == ExpertExecution::Concurrent
+    }
+}
+
 /// Cost curves of one model on one GPU. All latencies are nanoseconds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -93,6 +112,9 @@ pub struct Profile {
     /// One whole decode step with the routed tokens spread evenly over the experts:
     /// sequences in the batch -> ns.
     pub decode_step: CostCurve,
+    /// How the device runs a layer's experts; absent means concurrent (every GPU profile).
+    #[serde(default, skip_serializing_if = "ExpertExecution::is_concurrent")]
+    pub expert_execution: ExpertExecution,
 }
 
 /// Columns of one [`Measurement`] point, in order.
@@ -628,6 +650,7 @@ mod tests {
             non_expert_decode: curve(&[(1.0, 200_000.0), (8.0, 240_000.0)]),
             head: curve(&[(1.0, 2_600_000.0)]),
             decode_step: curve(&[(1.0, 8_000_000.0), (8.0, 8_800_000.0)]),
+            expert_execution: ExpertExecution::Concurrent,
         }
     }
 

@@ -16,7 +16,8 @@
 use crate::cost::curve::CostCurve;
 use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, GpuSpec};
 use crate::cost::profile::{
-    ExpertFfnCurve, PROFILE_FORMAT_VERSION, Profile, ProfileError, ProfileSource, SourceKind,
+    ExpertExecution, ExpertFfnCurve, PROFILE_FORMAT_VERSION, Profile, ProfileError, ProfileSource,
+    SourceKind,
 };
 use crate::model_shape::MoeModelShape;
 use std::path::{Path, PathBuf};
@@ -272,6 +273,7 @@ pub fn analytic_profile_with(
         non_expert_decode,
         head,
         decode_step,
+        expert_execution: ExpertExecution::Concurrent,
     }
 }
 

@@ -9,13 +9,16 @@ use serde::{Deserialize, Serialize};
 use super::adapters::{EsftAdapter, esft_adapter, esft_adapters};
 use super::memory::{MemoryConfig, slot_geometry};
 use super::model::{DeviceMemory, GIB, MlaMoeShape};
+use super::profile_cost::EwProfile;
+use crate::cost::profile::MeasuredProfile;
 use crate::scenario::validate::{FieldError, at_least_one, field_error, positive};
 
 /// The family's tables of a scenario file (everything but the common keys).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExpertWeaveConfig {
-    /// Base model preset; only `"esft-vanilla-16b"` (DeepSeek-V2-Lite shape) exists.
+    /// Base model preset: `"esft-vanilla-16b"` (DeepSeek-V2-Lite shape), or `"live-tiny-mla"`
+    /// (scaled down for live mode on the CPU).
     #[serde(default = "default_model")]
     pub model: String,
     pub device: DeviceConfig,
@@ -129,6 +132,10 @@ pub struct CostConfig {
     /// Zipf exponent of a domain's expert popularity over its relevance ranking.
     #[serde(default = "default_zipf")]
     pub expert_zipf_s: f64,
+    /// A measured profile (path relative to the scenario file) to price steps from instead of
+    /// the roofline: its expert curve, dense GEMM and rerouting series (docs/fidelity.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 fn default_hbm() -> f64 {
@@ -159,6 +166,7 @@ impl Default for CostConfig {
             rerouting: default_rerouting(),
             unfused_ops: default_unfused_ops(),
             expert_zipf_s: default_zipf(),
+            profile: None,
         }
     }
 }
@@ -201,6 +209,8 @@ pub struct ExpertWeaveScenario {
     pub serving: ServingConfig,
     /// Each adapter's share of the requests (sums to 1).
     pub shares: Vec<f64>,
+    /// The measured profile `cost.profile` names, when it names one.
+    pub profile: Option<EwProfile>,
 }
 
 /// Per-adapter request shares with power-law shape `alpha` in (0, 1]: share of the adapter of
@@ -216,14 +226,17 @@ pub fn adapter_shares(n: usize, alpha: f64) -> Vec<f64> {
 
 impl ExpertWeaveConfig {
     /// Checks every table and resolves the model, the adapters and the device budget.
-    pub fn validate(&self, _base_dir: &Path) -> Result<ExpertWeaveScenario, FieldError> {
-        if self.model != "esft-vanilla-16b" {
-            return Err(field_error(
-                "model",
-                format!("unknown model {:?}; known: esft-vanilla-16b", self.model),
-            ));
-        }
-        let shape = MlaMoeShape::esft_vanilla_16b();
+    pub fn validate(&self, base_dir: &Path) -> Result<ExpertWeaveScenario, FieldError> {
+        let shape = match self.model.as_str() {
+            "esft-vanilla-16b" => MlaMoeShape::esft_vanilla_16b(),
+            "live-tiny-mla" => MlaMoeShape::live_tiny_mla(),
+            other => {
+                return Err(field_error(
+                    "model",
+                    format!("unknown model {other:?}; known: esft-vanilla-16b, live-tiny-mla"),
+                ));
+            }
+        };
         let d = &self.device;
         let capacity = positive("device.capacity_gib", d.capacity_gib)?;
         let utilization = positive("device.utilization", d.utilization)?;
@@ -346,6 +359,22 @@ impl ExpertWeaveConfig {
             self.serving.max_batch_tokens as usize,
         )?;
         at_least_one("serving.max_num_seqs", self.serving.max_num_seqs as usize)?;
+        let profile = match &c.profile {
+            None => None,
+            Some(file) => {
+                let path = base_dir.join(file);
+                let measured = MeasuredProfile::load(&path)
+                    .map_err(|e| field_error("cost.profile", e.to_string()))?;
+                let profile = EwProfile::from_measured(
+                    &measured,
+                    shape.hidden as usize,
+                    shape.expert_ffn as usize,
+                    c.rerouting,
+                )
+                .map_err(|e| field_error("cost.profile", format!("{}: {e}", path.display())))?;
+                Some(profile)
+            }
+        };
         let shares = adapter_shares(adapters.len(), alpha);
         Ok(ExpertWeaveScenario {
             shape,
@@ -356,6 +385,7 @@ impl ExpertWeaveConfig {
             cost: c.clone(),
             serving: self.serving.clone(),
             shares,
+            profile,
         })
     }
 }
@@ -439,12 +469,7 @@ output_tokens = 64
     #[test]
     fn shipped_scenarios_validate_in_every_cell() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/expertweave");
-        let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|entry| entry.unwrap().path())
-            .filter(|path| path.extension().is_some_and(|e| e == "toml"))
-            .collect();
-        files.sort();
+        let files = crate::scenario::scenario_files(&dir).unwrap();
         assert!(files.len() >= 3, "{files:?}");
         for file in files {
             let mut doc: toml::Table = std::fs::read_to_string(&file).unwrap().parse().unwrap();

@@ -91,6 +91,34 @@ impl MlaMoeShape {
         }
     }
 
+    /// A deliberately tiny MLA MoE shape for live mode on the CPU backend (`expertsim live`):
+    /// not a published model, but the ESFT-vanilla-lite layout scaled down (3 layers of which
+    /// the first is dense, 64 routed experts so the ESFT adapters' expert sets still fit, top-6,
+    /// hidden 64, expert FFN 32, 4 heads, a 512-token vocabulary) so the reference kernels run a
+    /// whole scenario in seconds.
+    pub fn live_tiny_mla() -> MlaMoeShape {
+        MlaMoeShape {
+            name: "live-tiny-mla (scaled down for the CPU backend)".into(),
+            vocab: 512,
+            hidden: 64,
+            n_layers: 3,
+            first_k_dense: 1,
+            dense_ffn: 128,
+            n_routed_experts: 64,
+            n_shared_experts: 1,
+            expert_ffn: 32,
+            top_k: 6,
+            n_heads: 4,
+            q_lora_rank: None,
+            kv_lora_rank: 32,
+            qk_nope_head_dim: 16,
+            qk_rope_head_dim: 8,
+            v_head_dim: 16,
+            tied_embeddings: false,
+            bytes_per_param: 2,
+        }
+    }
+
     /// Checks that the sizes describe a model; the message names the first bad field.
     pub fn validate(&self) -> Result<(), String> {
         for (field, value) in [

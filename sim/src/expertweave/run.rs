@@ -66,7 +66,7 @@ pub fn generate_requests(scenario: &ExpertWeaveScenario, seed: u64) -> Vec<Reque
 
 /// Expert popularity of each domain in each MoE layer: Zipf(s) over the domain's relevance
 /// ranking (the same ranking the adapters' fine-tuned experts come from).
-struct Popularity {
+pub struct Popularity {
     /// [adapter][layer][expert] probability that one routing draw of a token picks the expert.
     by_adapter: Vec<Vec<Vec<f64>>>,
     /// [adapter][layer][expert] whether the adapter fine-tuned the expert.
@@ -74,7 +74,18 @@ struct Popularity {
 }
 
 impl Popularity {
-    fn new(scenario: &ExpertWeaveScenario) -> Self {
+    /// Probability that one routing draw of a token of `adapter` picks each expert of MoE
+    /// layer `layer`.
+    pub fn probabilities(&self, adapter: usize, layer: usize) -> &[f64] {
+        &self.by_adapter[adapter][layer]
+    }
+
+    /// Whether `adapter` fine-tuned each expert of MoE layer `layer`.
+    pub fn tuned(&self, adapter: usize, layer: usize) -> &[bool] {
+        &self.tuned[adapter][layer]
+    }
+
+    pub fn new(scenario: &ExpertWeaveScenario) -> Self {
         let n = scenario.shape.n_routed_experts as usize;
         let layers = scenario.shape.n_moe_layers() as usize;
         let s = scenario.cost.expert_zipf_s;
@@ -119,7 +130,39 @@ impl Popularity {
     /// Expected distinct expert weights a step streams in `layer` for `tokens[adapter]` tokens
     /// with top-k routing: a base expert is read if any token not rerouted away from it picks
     /// it; an adapter's copy if one of that adapter's tokens does.
-    fn expected_touched(
+    /// Every expert weight `layer` may read for `tokens[adapter]` tokens with top-k routing
+    /// (base experts, then adapters' copies, as in [`Popularity::expected_touched`]), as
+    /// (probability it is read, expected routed tokens it receives), calling `each` per weight.
+    pub(crate) fn expected_loads(
+        &self,
+        layer: usize,
+        tokens: &[u64],
+        top_k: u64,
+        use_adapters: bool,
+        mut each: impl FnMut(f64, f64),
+    ) {
+        let n = self.by_adapter.first().map_or(0, |a| a[layer].len());
+        for expert in 0..n {
+            let (mut base_missed, mut base_load) = (1.0, 0.0);
+            for (adapter, &count) in tokens.iter().enumerate() {
+                if count == 0 {
+                    continue;
+                }
+                let p = self.by_adapter[adapter][layer][expert];
+                let draws = (count * top_k) as f64;
+                let missed = (1.0 - p).powf(draws);
+                if use_adapters && self.tuned[adapter][layer][expert] {
+                    each(1.0 - missed, draws * p);
+                } else {
+                    base_missed *= missed;
+                    base_load += draws * p;
+                }
+            }
+            each(1.0 - base_missed, base_load);
+        }
+    }
+
+    pub(crate) fn expected_touched(
         &self,
         layer: usize,
         tokens: &[u64],
@@ -145,6 +188,52 @@ impl Popularity {
             touched += 1.0 - base_missed;
         }
         touched
+    }
+}
+
+/// What one continuous-batching step of an instance asks of its devices.
+#[derive(Clone, Copy, Debug)]
+pub struct EwStepWork<'a> {
+    pub instance: &'a InstancePlan,
+    /// Tokens of the step per adapter (index into the scenario's adapter list).
+    pub tokens_by_adapter: &'a [u64],
+    /// Cached tokens the decoding sequences attend to.
+    pub context_tokens: u64,
+    /// Sum of squared prompt lengths of the prefills (the attention's quadratic part).
+    pub prefill_sq: f64,
+}
+
+/// Whoever prices an ExpertWeave step: the roofline in simulation ([`RooflineStepCost`]), the
+/// kernels in live mode. The serving loop cannot tell which one it talks to.
+pub trait EwStepCost {
+    /// The step's duration in seconds.
+    fn seconds(&mut self, work: &EwStepWork<'_>) -> f64;
+}
+
+/// The analytic step cost: a roofline over the dense part, attention, the distinct expert
+/// weights the step touches, kernel launches and rerouting.
+pub struct RooflineStepCost<'a> {
+    scenario: &'a ExpertWeaveScenario,
+    popularity: Popularity,
+}
+
+impl<'a> RooflineStepCost<'a> {
+    pub fn new(scenario: &'a ExpertWeaveScenario) -> RooflineStepCost<'a> {
+        RooflineStepCost {
+            scenario,
+            popularity: Popularity::new(scenario),
+        }
+    }
+}
+
+impl EwStepCost for RooflineStepCost<'_> {
+    fn seconds(&mut self, work: &EwStepWork<'_>) -> f64 {
+        StepCost {
+            scenario: self.scenario,
+            popularity: &self.popularity,
+            instance: work.instance,
+        }
+        .seconds(work.tokens_by_adapter, work.context_tokens, work.prefill_sq)
     }
 }
 
@@ -238,17 +327,12 @@ struct Running {
 /// the KV capacity (prompt + output tokens reserved at admission) allow.
 fn serve_instance(
     scenario: &ExpertWeaveScenario,
-    popularity: &Popularity,
+    cost: &mut dyn EwStepCost,
     instance: &InstancePlan,
     requests: &[Request],
     mine: &[usize],
     latencies: &mut Latencies,
 ) -> InstanceOutcome {
-    let cost = StepCost {
-        scenario,
-        popularity,
-        instance,
-    };
     let limits = &scenario.serving;
     let kv_capacity = instance.kv.kv_tokens;
     let mut outcome = InstanceOutcome::default();
@@ -306,7 +390,12 @@ fn serve_instance(
             tokens_by_adapter[r.adapter] += 1;
             context += r.prompt_tokens + run.generated;
         }
-        let seconds = cost.seconds(&tokens_by_adapter, context, prefill_sq);
+        let seconds = cost.seconds(&EwStepWork {
+            instance,
+            tokens_by_adapter: &tokens_by_adapter,
+            context_tokens: context,
+            prefill_sq,
+        });
         now += (seconds * 1e9).round().max(1.0) as u64;
         outcome.steps += 1;
         // decode: one token each
@@ -347,8 +436,23 @@ fn serve_instance(
 }
 
 /// Runs `scenario` for `seed` with the adapter-memory manager `memory`: plans the memory, and
-/// unless some instance is out of memory, serves the requests. Scalars follow `METRICS`.
+/// unless some instance is out of memory, serves the requests, each step priced by the measured
+/// profile when `[cost] profile` names one, by the roofline otherwise. Scalars follow `METRICS`.
 pub fn run(scenario: &ExpertWeaveScenario, seed: u64, memory: &mut dyn AdapterMemory) -> RunOutput {
+    match super::profile_cost::ProfileStepCost::new(scenario) {
+        Some(mut profiled) => run_on(scenario, seed, memory, &mut profiled),
+        None => run_on(scenario, seed, memory, &mut RooflineStepCost::new(scenario)),
+    }
+}
+
+/// [`run`] with step times from `cost` (the kernels in live mode); admission, batching and
+/// memory planning are the same code.
+pub fn run_on(
+    scenario: &ExpertWeaveScenario,
+    seed: u64,
+    memory: &mut dyn AdapterMemory,
+    cost: &mut dyn EwStepCost,
+) -> RunOutput {
     let plan = match memory.plan(&scenario.shape, &scenario.device, &scenario.adapters) {
         Ok(plan) => plan,
         Err(error) => {
@@ -365,7 +469,6 @@ pub fn run(scenario: &ExpertWeaveScenario, seed: u64, memory: &mut dyn AdapterMe
     let mut outcomes = Vec::new();
     let mut latencies = Latencies::default();
     if !plan.report.out_of_memory {
-        let popularity = Popularity::new(scenario);
         for instance in &plan.instances {
             let mine: Vec<usize> = requests
                 .iter()
@@ -375,7 +478,7 @@ pub fn run(scenario: &ExpertWeaveScenario, seed: u64, memory: &mut dyn AdapterMe
                 .collect();
             outcomes.push(serve_instance(
                 scenario,
-                &popularity,
+                cost,
                 instance,
                 &requests,
                 &mine,
@@ -452,7 +555,10 @@ fn summarize(
         "memory": r,
         "instances": plan.instances,
         "steps": outcomes.iter().map(|o| o.steps).collect::<Vec<_>>(),
-        "cost_source": "analytic roofline (no kernel profile)",
+        "cost_source": match &scenario.profile {
+            Some(p) => format!("measured profile ({})", p.device),
+            None => "analytic roofline (no kernel profile)".into(),
+        },
     });
     RunOutput { scalars, details }
 }

@@ -60,12 +60,17 @@ pub enum Experiment {
     VariabilityAtScale,
 }
 
-/// `[model]`: one of the five models of the evaluation.
+/// `[model]`: one of the five models of the evaluation (or a `model_shape` preset such as the
+/// live-mode `live-tiny-moe`), with an optional measured profile.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelTable {
     /// `mixtral-8x7b`, `mixtral-8x22b`, `llama-4-scout`, `hunyuan-a13b` or `qwen3-30b-a3b`.
     pub name: String,
+    /// A measured profile of the model (path relative to the scenario file) used instead of
+    /// the analytic roofline of `cluster.gpu`.
+    #[serde(default)]
+    pub profile: Option<String>,
 }
 
 fn d_n_gpus() -> usize {
@@ -309,8 +314,9 @@ pub struct GemScenario {
 impl GemConfig {
     /// Cross-field checks; relative trace paths resolve against `base_dir`.
     pub fn validate(&self, base_dir: &Path) -> Result<GemScenario, FieldError> {
-        let shape =
-            model_by_name(&self.model.name).map_err(|e| field("model.name", e.to_string()))?;
+        let shape = model_by_name(&self.model.name)
+            .or_else(|unknown| MoeModelShape::preset(&self.model.name).map_err(|_| unknown))
+            .map_err(|e| field("model.name", e.to_string()))?;
         let gpu =
             GpuSpec::by_name(&self.cluster.gpu).map_err(|e| field("cluster.gpu", e.to_string()))?;
         let c = &self.cluster;
@@ -501,7 +507,18 @@ impl GemConfig {
         if self.scale.draws == 0 {
             return Err(field("scale.draws", "must be at least 1"));
         }
-        let profile = Arc::new(analytic_profile(&gpu, &shape));
+        let profile = Arc::new(match &self.model.profile {
+            None => analytic_profile(&gpu, &shape),
+            Some(relative) => {
+                let path = base_dir.join(relative);
+                let profile =
+                    Profile::load(&path).map_err(|e| field("model.profile", e.to_string()))?;
+                profile
+                    .check_shape(&shape)
+                    .map_err(|e| field("model.profile", format!("{}: {e}", path.display())))?;
+                profile
+            }
+        });
         Ok(GemScenario {
             experiment: self.experiment,
             model_name: self.model.name.to_ascii_lowercase(),

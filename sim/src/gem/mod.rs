@@ -15,4 +15,7 @@ mod tests;
 
 pub use config::{GemConfig, GemScenario};
 pub use mapping::{ExpertMapper, LayerMapping, LayerProblem, MapperConfig, score};
-pub use server::{Deployment, HEADLINE, HEADLINE_IMPROVEMENTS, METRICS, simulate};
+pub use server::{
+    CurveStepCost, Deployment, GemStepCost, GemStepTime, GemStepWork, HEADLINE,
+    HEADLINE_IMPROVEMENTS, METRICS, serve_on, simulate,
+};

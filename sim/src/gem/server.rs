@@ -239,13 +239,39 @@ struct Running {
     scheduled: u32,
 }
 
-/// Per-step latency model: trace fractions per (unseen step, layer, GPU) and the curves.
-struct StepModel<'a> {
-    n_layers: usize,
-    n_gpus: usize,
-    n_unseen: usize,
-    /// `[unseen step][layer][gpu]`: tokens GPU g receives per token of the step (sums to top_k).
-    fractions: Vec<f64>,
+/// What one engine step asks of the G GPUs: its tokens and, per MoE layer, the routed
+/// tokens (token x slot assignments) each GPU's experts receive.
+#[derive(Clone, Copy, Debug)]
+pub struct GemStepWork<'a> {
+    /// Tokens in the step (prefill chunks plus one per decoding sequence).
+    pub tokens: u64,
+    /// Sequences in their decode phase.
+    pub decode_seqs: u64,
+    /// Sequences whose next token the step computes (the output head's batch).
+    pub emitting: u64,
+    pub n_layers: usize,
+    pub n_gpus: usize,
+    /// `[layer][gpu]`: routed tokens GPU g receives in that layer.
+    pub gpu_tokens: &'a [f64],
+}
+
+/// A step's duration and the MoE layers' part of it, nanoseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GemStepTime {
+    pub nanos: f64,
+    pub moe_nanos: f64,
+}
+
+/// Whoever prices a GEM engine step: the per-GPU curves in simulation ([`CurveStepCost`]), the
+/// kernels in live mode. The server cannot tell which one it talks to.
+pub trait GemStepCost {
+    /// The step's time; adds each GPU's busy time to `busy`.
+    fn step(&mut self, work: &GemStepWork<'_>, busy: &mut [f64]) -> GemStepTime;
+}
+
+/// The simulated step cost: per MoE layer the slowest GPU on its curve (the lock-step
+/// barrier), plus the tensor-parallel dense part and head at the slowest GPU's speed.
+pub struct CurveStepCost<'a> {
     costs: &'a GpuCosts,
     non_expert_prefill: &'a CostCurve,
     non_expert_decode: &'a CostCurve,
@@ -254,30 +280,35 @@ struct StepModel<'a> {
     min_speed: f64,
 }
 
-impl StepModel<'_> {
-    /// (step nanoseconds, of which MoE nanoseconds); adds each GPU's busy time to `busy`.
-    fn step(
-        &self,
-        unseen_step: usize,
-        tokens: u64,
-        decode_seqs: u64,
-        emitting: u64,
-        busy: &mut [f64],
-    ) -> (f64, f64) {
-        let g_count = self.n_gpus as f64;
-        let n = tokens as f64;
+impl<'a> CurveStepCost<'a> {
+    /// The cost model of `scenario` on `deployment`'s per-GPU curves.
+    pub fn new(scenario: &'a GemScenario, deployment: &'a Deployment) -> CurveStepCost<'a> {
+        let profile = &scenario.profile;
+        let speeds = &scenario.speed_factors;
+        CurveStepCost {
+            costs: &deployment.costs,
+            non_expert_prefill: &profile.non_expert_prefill,
+            non_expert_decode: &profile.non_expert_decode,
+            head: &profile.head,
+            speeds,
+            min_speed: speeds.iter().copied().fold(f64::INFINITY, f64::min),
+        }
+    }
+}
+
+impl GemStepCost for CurveStepCost<'_> {
+    fn step(&mut self, work: &GemStepWork<'_>, busy: &mut [f64]) -> GemStepTime {
+        let g_count = work.n_gpus as f64;
         let dense = self
             .non_expert_prefill
-            .at(n)
-            .max(self.non_expert_decode.at(decode_seqs as f64));
-        let head = self.head.at(emitting as f64);
+            .at(work.tokens as f64)
+            .max(self.non_expert_decode.at(work.decode_seqs as f64));
+        let head = self.head.at(work.emitting as f64);
         let mut moe_total = 0.0;
-        let base = unseen_step * self.n_layers * self.n_gpus;
-        for layer in 0..self.n_layers {
-            let row = &self.fractions[base + layer * self.n_gpus..][..self.n_gpus];
+        for row in work.gpu_tokens.chunks_exact(work.n_gpus) {
             let mut slowest = 0.0f64;
-            for (g, &f) in row.iter().enumerate() {
-                let c = self.costs.cost(g, n * f);
+            for (g, &n) in row.iter().enumerate() {
+                let c = self.costs.cost(g, n);
                 busy[g] += c;
                 slowest = slowest.max(c);
             }
@@ -285,16 +316,42 @@ impl StepModel<'_> {
         }
         // Attention, shared experts and the head are tensor-parallel over the G GPUs: each
         // runs 1/G of the work at its own speed and the slowest sets the pace.
-        let per_gpu_dense = (self.n_layers as f64 * dense + head) / g_count;
+        let per_gpu_dense = (work.n_layers as f64 * dense + head) / g_count;
         for (b, s) in busy.iter_mut().zip(self.speeds) {
             *b += per_gpu_dense / s;
         }
-        (moe_total + per_gpu_dense / self.min_speed, moe_total)
+        GemStepTime {
+            nanos: moe_total + per_gpu_dense / self.min_speed,
+            moe_nanos: moe_total,
+        }
+    }
+}
+
+/// Where each step's tokens go: trace fractions per (unseen step, layer, GPU).
+struct StepRouting {
+    n_layers: usize,
+    n_gpus: usize,
+    n_unseen: usize,
+    /// `[unseen step][layer][gpu]`: tokens GPU g receives per token of the step (sums to top_k).
+    fractions: Vec<f64>,
+}
+
+impl StepRouting {
+    /// Fills `gpu_tokens` (`[layer][gpu]`) for a step of `tokens` tokens on `unseen_step`.
+    fn gpu_tokens(&self, unseen_step: usize, tokens: u64, gpu_tokens: &mut [f64]) {
+        let n = tokens as f64;
+        let row = &self.fractions[unseen_step * self.n_layers * self.n_gpus..]
+            [..self.n_layers * self.n_gpus];
+        for (out, &f) in gpu_tokens.iter_mut().zip(row) {
+            *out = n * f;
+        }
     }
 }
 
 struct GemServer<'a> {
-    model: StepModel<'a>,
+    routing: StepRouting,
+    cost: &'a mut dyn GemStepCost,
+    gpu_tokens: Vec<f64>,
     requests: Vec<Request>,
     next_arrival: usize,
     waiting: VecDeque<usize>,
@@ -361,10 +418,21 @@ impl GemServer<'_> {
         if tokens == 0 {
             return;
         }
-        let unseen = (self.steps as usize) % self.model.n_unseen;
-        let (nanos, moe) = self
-            .model
-            .step(unseen, tokens, decode, emitting, &mut self.busy);
+        let unseen = (self.steps as usize) % self.routing.n_unseen;
+        self.routing
+            .gpu_tokens(unseen, tokens, &mut self.gpu_tokens);
+        let work = GemStepWork {
+            tokens,
+            decode_seqs: decode,
+            emitting,
+            n_layers: self.routing.n_layers,
+            n_gpus: self.routing.n_gpus,
+            gpu_tokens: &self.gpu_tokens,
+        };
+        let GemStepTime {
+            nanos,
+            moe_nanos: moe,
+        } = self.cost.step(&work, &mut self.busy);
         self.steps += 1;
         self.step_nanos += nanos;
         self.moe_nanos += moe;
@@ -504,6 +572,20 @@ fn unseen_fractions(
 
 fn serve(scenario: &GemScenario, seed: u64, mapper: &mut dyn ExpertMapper) -> RunOutput {
     let deployment = Deployment::new(scenario, seed);
+    let mut cost = CurveStepCost::new(scenario, &deployment);
+    serve_on(scenario, seed, mapper, &deployment, &mut cost)
+}
+
+/// The serving experiment of `scenario` on `deployment` (built by [`Deployment::new`] for the
+/// same seed) with step times from `cost`: [`CurveStepCost`] in simulation, the kernels in live
+/// mode. Mapping, batching and routing are the same code either way.
+pub fn serve_on(
+    scenario: &GemScenario,
+    seed: u64,
+    mapper: &mut dyn ExpertMapper,
+    deployment: &Deployment,
+    cost: &mut dyn GemStepCost,
+) -> RunOutput {
     let window = scenario.mapper.window().max(1);
     let mappings = deployment.map_layers(mapper, window, seed);
     let n_layers = deployment.trace.n_layers();
@@ -513,23 +595,17 @@ fn serve(scenario: &GemScenario, seed: u64, mapper: &mut dyn ExpertMapper) -> Ru
     let unseen_scores: Vec<f64> = (0..n_layers)
         .map(|l| score(&mappings[l], &deployment.unseen(l)) / 1e6)
         .collect();
-    let (fractions, n_unseen) = unseen_fractions(&deployment, &mappings, scenario.shape.top_k);
-    let profile = &scenario.profile;
+    let (fractions, n_unseen) = unseen_fractions(deployment, &mappings, scenario.shape.top_k);
     let speeds = &scenario.speed_factors;
-    let model = StepModel {
-        n_layers,
-        n_gpus: scenario.n_gpus,
-        n_unseen,
-        fractions,
-        costs: &deployment.costs,
-        non_expert_prefill: &profile.non_expert_prefill,
-        non_expert_decode: &profile.non_expert_decode,
-        head: &profile.head,
-        speeds,
-        min_speed: speeds.iter().copied().fold(f64::INFINITY, f64::min),
-    };
     let mut server = GemServer {
-        model,
+        routing: StepRouting {
+            n_layers,
+            n_gpus: scenario.n_gpus,
+            n_unseen,
+            fractions,
+        },
+        cost,
+        gpu_tokens: vec![0.0; n_layers * scenario.n_gpus],
         requests: generate_requests(scenario, seed),
         next_arrival: 0,
         waiting: VecDeque::new(),
@@ -610,7 +686,7 @@ fn serve(scenario: &GemScenario, seed: u64, mapper: &mut dyn ExpertMapper) -> Ru
         .collect();
     let details = details(
         scenario,
-        &deployment,
+        deployment,
         &mappings,
         window,
         &busy_share,

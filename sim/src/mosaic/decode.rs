@@ -186,6 +186,43 @@ impl SessionStats {
 /// `prompt + output <= kv_capacity_tokens` first (the scenario validation does), and such a
 /// request is run alone here, unbounded by the cache, rather than looping forever.
 pub fn run_session(cost: &StepCost, requests: &[GenerationRequest]) -> SessionStats {
+    run_session_with(cost, requests, &mut |step: &DecodeStep| step.seconds(cost))
+}
+
+/// One continuous-batching step of a session as the loop of [`run_session_with`] builds it:
+/// what a step-cost implementation (the analytic model, or a live executor) prices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct DecodeStep {
+    /// Sequences in flight (each emits one token).
+    pub batch: u64,
+    /// Tokens cached by those sequences, this step's prompts included.
+    pub context_tokens: u64,
+    /// New prompt tokens prefilled in this step.
+    pub prefill_tokens: u64,
+    /// Sum of the squared lengths of those prompts (causal prefill attention).
+    pub prefill_square: u64,
+}
+
+impl DecodeStep {
+    /// The analytic model's seconds for this step.
+    pub fn seconds(&self, cost: &StepCost) -> f64 {
+        cost.step_seconds(
+            self.batch,
+            self.context_tokens,
+            self.prefill_tokens,
+            self.prefill_square as f64,
+        )
+    }
+}
+
+/// [`run_session`] with each step priced by `step_seconds`: admission, preemption and the
+/// KV-cache bookkeeping come from `cost` (capacity, sequence slots), so the steps themselves
+/// (their batches, contexts and prefills) do not depend on how they are priced.
+pub fn run_session_with(
+    cost: &StepCost,
+    requests: &[GenerationRequest],
+    step_seconds: &mut dyn FnMut(&DecodeStep) -> f64,
+) -> SessionStats {
     let capacity = cost.kv_capacity_tokens;
     let mut waiting: VecDeque<usize> = (0..requests.len()).collect();
     // order -> (request index, admission step)
@@ -199,7 +236,7 @@ pub fn run_session(cost: &StepCost, requests: &[GenerationRequest]) -> SessionSt
     while !waiting.is_empty() || !running.is_empty() {
         let n = running.len() as u64;
         let cached = sum_prompt + n * step - sum_admit;
-        let (mut prefill, mut prefill_square) = (0u64, 0f64);
+        let (mut prefill, mut prefill_square) = (0u64, 0u64);
         let mut used = cached + n;
         while (running.len() as u64) < u64::from(cost.max_num_seqs) {
             let Some(&idx) = waiting.front() else { break };
@@ -215,12 +252,17 @@ pub fn run_session(cost: &StepCost, requests: &[GenerationRequest]) -> SessionSt
             sum_prompt += prompt;
             sum_admit += step;
             prefill += prompt;
-            prefill_square += (prompt * prompt) as f64;
+            prefill_square += prompt * prompt;
             used += prompt + 1;
         }
         let batch = running.len() as u64;
         let context = sum_prompt + batch * step - sum_admit;
-        let seconds = cost.step_seconds(batch, context, prefill, prefill_square);
+        let seconds = step_seconds(&DecodeStep {
+            batch,
+            context_tokens: context,
+            prefill_tokens: prefill,
+            prefill_square,
+        });
         duration_ns += (seconds * 1e9).round() as u64;
         batch_sum += batch;
         max_batch = max_batch.max(batch);

@@ -14,6 +14,7 @@ pub mod decode;
 pub mod gate;
 pub mod placement;
 pub mod presets;
+pub mod session_cost;
 pub mod shape;
 pub mod workload;
 
@@ -26,10 +27,11 @@ pub use placement::{
 
 use crate::metrics::{Better, MetricInfo, RunOutput};
 use crate::rng::stream;
-use decode::{GenerationRequest, SessionStats, run_session};
+use decode::{GenerationRequest, SessionStats, run_session, run_session_with};
 use rand::RngExt;
 use serde::Serialize;
 use serde_json::json;
+pub use session_cost::{SessionCost, SimulatedSessionCost};
 use workload::{Workload, calibrate, draw_length};
 
 const fn metric(name: &'static str, description: &'static str, better: Better) -> MetricInfo {
@@ -164,19 +166,21 @@ pub struct ExpertStage {
 
 /// Runs `plan`'s sessions: model j's prompts are dealt to its sessions in worker order, in
 /// queue order. Sessions with no prompt are skipped, except under per-round barriers (data
-/// parallelism keeps a copy of every model on every worker).
+/// parallelism keeps a copy of every model on every worker). Loads and decode steps are priced
+/// by `costs`, each worker's sessions in order, worker after worker.
 pub fn run_expert_stage(
     scenario: &MosaicScenario,
     problem_models: &[usize],
     prompts: &[Vec<GenerationRequest>],
     plan: &PlacementPlan,
+    costs: &mut dyn SessionCost,
 ) -> ExpertStage {
     let n = plan.workers.len();
     let mut cursor = vec![0usize; problem_models.len()];
     // (expert, load_s, stats, prompts) per worker session, dealt in worker order.
     type Run = Option<(usize, f64, SessionStats, u32)>;
     let mut runs: Vec<Vec<Run>> = Vec::with_capacity(n);
-    for sessions in &plan.workers {
+    for (w, sessions) in plan.workers.iter().enumerate() {
         let mut row = Vec::new();
         for s in sessions {
             let m = problem_models[s.model];
@@ -187,8 +191,11 @@ pub fn run_expert_stage(
                 row.push(None);
                 continue;
             }
-            let stats = run_session(&scenario.experts[m].cost, chunk);
-            row.push(Some((m, scenario.experts[m].load_s, stats, s.prompts)));
+            let load_s = costs.load_s(w, m);
+            let stats = run_session_with(&scenario.experts[m].cost, chunk, &mut |step| {
+                costs.step_s(w, m, step)
+            });
+            row.push(Some((m, load_s, stats, s.prompts)));
         }
         runs.push(row);
     }
@@ -351,6 +358,24 @@ pub fn try_simulate(
     placement: &mut dyn Placement,
     gate: &mut dyn AggregationGate,
 ) -> Result<RunOutput, SimulateError> {
+    try_simulate_on(
+        scenario,
+        seed,
+        placement,
+        gate,
+        &mut SimulatedSessionCost { scenario },
+    )
+}
+
+/// [`try_simulate`] with the expert stage's loads and decode steps priced by `costs` (live
+/// mode's seam). The workload, calibration, placement and aggregator are the simulated run's.
+pub fn try_simulate_on(
+    scenario: &MosaicScenario,
+    seed: u64,
+    placement: &mut dyn Placement,
+    gate: &mut dyn AggregationGate,
+    costs: &mut dyn SessionCost,
+) -> Result<RunOutput, SimulateError> {
     let workload = Workload::synthesize(scenario, seed);
     let regressions = calibrate(scenario, seed);
     let k = scenario
@@ -365,7 +390,7 @@ pub fn try_simulate(
             violation,
         })?;
     let predicted = problem.predicted_makespan_s(&plan);
-    let stage = run_expert_stage(scenario, &index, &workload.prompts, &plan);
+    let stage = run_expert_stage(scenario, &index, &workload.prompts, &plan, costs);
 
     // Aggregation: every question's aggregator draw and accuracy draw are made whether or not
     // it is skipped, so gates change nothing else about the run.

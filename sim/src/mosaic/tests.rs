@@ -286,12 +286,7 @@ fn calibration_regression_predicts_held_out_sessions() {
 #[test]
 fn shipped_scenarios_validate_for_every_sweep_value() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/mosaic");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .collect();
-    files.sort();
+    let files = crate::scenario::scenario_files(&dir).unwrap();
     assert!(files.len() >= 5, "{files:?}");
     for file in files {
         let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&file).unwrap())

@@ -53,7 +53,8 @@ pub struct ReportFile {
     pub baseline: toml::Value,
 }
 
-/// `[[figure]]`: one figure of scalar metrics against a sweep key.
+/// `[[figure]]`: one figure of a run's results. `kind` says what it draws (see
+/// `scenario::figure` for which keys each kind needs); the other keys name metrics and sweep keys.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FigureFile {
@@ -61,16 +62,91 @@ pub struct FigureFile {
     pub name: String,
     #[serde(default)]
     pub title: String,
-    /// One row of panels per metric (names from the family's metric table).
+    #[serde(default)]
+    pub kind: FigureKind,
+    /// Metrics (names from the family's metric table): one row of panels each for `metric` and
+    /// `improvement`, the stack layers for `stacked`, (x, y) for `frontier`.
+    #[serde(default)]
     pub metrics: Vec<String>,
-    /// Sweep key on the x axis.
-    pub x: String,
-    /// Sweep key whose values become the lines (or bars); without it, one per metric.
-    pub series: Option<String>,
+    /// Sweep key on the x axis (`metric`, `improvement`, `stacked`).
+    pub x: Option<String>,
+    /// Sweep key(s) whose values become the lines, bars or point sets; several keys (`frontier`
+    /// only) label a series by all their values. A key may reach into a table-valued sweep key
+    /// (`routing.kind` when `routing` is swept as tables).
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub series: Vec<String>,
     /// Sweep key whose values become side-by-side panels.
     pub panels: Option<String>,
+    /// `frontier` only: sweep keys whose values are the operating points of one series.
+    #[serde(default)]
+    pub points: Vec<String>,
+    /// Only the cells whose sweep key has this value (or one of these values).
+    #[serde(default)]
+    pub select: std::collections::BTreeMap<String, toml::Value>,
     #[serde(default)]
     pub log_y: bool,
+    /// `metric` and `improvement`: bars, one group per x value, even for a numeric x (a
+    /// power-of-two sweep that lines would bunch at the left).
+    #[serde(default)]
+    pub categorical_x: bool,
+}
+
+/// What a `[[figure]]` draws.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FigureKind {
+    /// Metric mean across seeds (95% CI bars) vs a sweep key: lines for a numeric x, bars else.
+    #[default]
+    Metric,
+    /// Change in percent against the `[report]` baseline (positive = better), as bars.
+    Improvement,
+    /// Stacked bars: the metrics as layers, one bar per series value in each x group.
+    Stacked,
+    /// Operating points (metric 0 on x, metric 1 on y) with each series' Pareto frontier.
+    Frontier,
+    /// GEM: tokens per expert and trace step of the detail layer, experts grouped by GPU, one
+    /// panel per mapping.
+    GemExpertLoad,
+    /// GEM: per-GPU MoE-layer latency vs tokens (the cost staircase scaled by speed).
+    GemStaircase,
+    /// MOSAIC: per-worker load / generate / idle timelines, one panel per value of `panels`.
+    MosaicTimeline,
+    /// MOSAIC: decode throughput vs prompts in flight, one line per model.
+    MosaicDecodeCurves,
+    /// ExpertWeave: device memory per adapter count and manager, stacked as base weights,
+    /// adapter experts, allocation overhead and KV cache.
+    ExpertweaveMemory,
+}
+
+impl FigureKind {
+    /// The name used in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            FigureKind::Metric => "metric",
+            FigureKind::Improvement => "improvement",
+            FigureKind::Stacked => "stacked",
+            FigureKind::Frontier => "frontier",
+            FigureKind::GemExpertLoad => "gem_expert_load",
+            FigureKind::GemStaircase => "gem_staircase",
+            FigureKind::MosaicTimeline => "mosaic_timeline",
+            FigureKind::MosaicDecodeCurves => "mosaic_decode_curves",
+            FigureKind::ExpertweaveMemory => "expertweave_memory",
+        }
+    }
+}
+
+/// Accepts `series = "key"` as well as `series = ["key", ...]`.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Keys {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match Keys::deserialize(deserializer)? {
+        Keys::One(key) => vec![key],
+        Keys::Many(keys) => keys,
+    })
 }
 
 impl Family {

@@ -5,6 +5,7 @@
 //! cell has passed.
 
 pub mod error;
+pub mod figure;
 pub mod file;
 pub mod sweep;
 pub mod validate;
@@ -121,6 +122,26 @@ impl Loader<'_> {
         }
         self.spans.locate(path)
     }
+}
+
+/// Every scenario file under `dir`, recursively, sorted: the `.toml` files other than the
+/// claims files (`headlines.toml`) that sit beside the scenarios.
+pub fn scenario_files(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            found.extend(scenario_files(&path)?);
+        } else if path.extension().is_some_and(|e| e == "toml")
+            && path
+                .file_name()
+                .is_none_or(|n| n != crate::headlines::FILE_NAME)
+        {
+            found.push(path);
+        }
+    }
+    found.sort();
+    Ok(found)
 }
 
 /// Loads the scenario at `path`, applies `--set key=value` overrides `sets`, expands the sweep
@@ -328,36 +349,8 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
             ));
         }
     }
-    for (i, figure) in file.figures.iter().enumerate() {
-        require_axis(&figure.x, &format!("figure[{i}].x"))?;
-        if let Some(series) = &figure.series {
-            require_axis(series, &format!("figure[{i}].series"))?;
-        }
-        if let Some(panels) = &figure.panels {
-            require_axis(panels, &format!("figure[{i}].panels"))?;
-        }
-        if figure.metrics.is_empty() {
-            return Err(loader.error(
-                loader.spans.locate(&format!("figure[{i}].metrics")),
-                Some(&format!("figure[{i}].metrics")),
-                "must name at least one metric",
-            ));
-        }
-        for (j, metric) in figure.metrics.iter().enumerate() {
-            if !file.family.metrics().iter().any(|m| m.name == metric) {
-                let known: Vec<&str> = file.family.metrics().iter().map(|m| m.name).collect();
-                let field = format!("figure[{i}].metrics[{j}]");
-                return Err(loader.error(
-                    loader.spans.locate(&field),
-                    Some(&field),
-                    format!(
-                        "unknown metric `{metric}`; known metrics: {}",
-                        known.join(", ")
-                    ),
-                ));
-            }
-        }
-    }
+    figure::check(&file.figures, file.family, &axes, file.report.as_ref())
+        .map_err(|e| loader.error(loader.spans.locate(&e.path), Some(&e.path), e.message))?;
 
     Ok(ScenarioPlan {
         path: path.to_path_buf(),

@@ -538,63 +538,62 @@ fn backend() -> Backend {
     }
 }
 
-/// `put(n, l · get(n))` for `n` in `0..count`.
-pub(crate) fn dots_each<'a>(
-    l: &[f32],
-    count: usize,
-    get: impl Fn(usize) -> &'a [f32],
-    put: impl FnMut(usize, f64),
-) {
-    match backend() {
-        #[cfg(target_arch = "x86_64")]
-        Backend::Avx => {
-            #[target_feature(enable = "avx")]
-            unsafe fn avx<'a>(
-                l: &[f32],
-                count: usize,
-                get: impl Fn(usize) -> &'a [f32],
-                put: impl FnMut(usize, f64),
-            ) {
-                grouped!(dots_with, Avx, l, count, get, put);
+/// Defines `$name(l, count, get, put)`: runs `$kernel` on the fastest backend this CPU has for
+/// the `count` vectors `get(0..count)` against `l`, a group of candidates per pass (the
+/// backend's own group size unless given), handing each result to `put(position, value)`.
+macro_rules! grouped_entry {
+    ($(#[$doc:meta])* $name:ident, $kernel:ident, $out:ty) => {
+        grouped_entry!($(#[$doc])* $name, $kernel, $out,
+            <Avx as Lanes>::GROUP, <Sse as Lanes>::GROUP, <Portable as Lanes>::GROUP);
+    };
+    ($(#[$doc:meta])* $name:ident, $kernel:ident, $out:ty, $avx:expr, $sse:expr, $portable:expr) => {
+        $(#[$doc])*
+        pub(crate) fn $name<'a>(
+            l: &[f32],
+            count: usize,
+            get: impl Fn(usize) -> &'a [f32],
+            put: impl FnMut(usize, $out),
+        ) {
+            match backend() {
+                #[cfg(target_arch = "x86_64")]
+                Backend::Avx => {
+                    #[target_feature(enable = "avx")]
+                    unsafe fn avx<'a>(
+                        l: &[f32],
+                        count: usize,
+                        get: impl Fn(usize) -> &'a [f32],
+                        put: impl FnMut(usize, $out),
+                    ) {
+                        grouped!($kernel, Avx, $avx, l, count, get, put);
+                    }
+                    // SAFETY: AVX was detected at run time.
+                    unsafe { avx(l, count, get, put) }
+                }
+                // SSE2 is part of the x86-64 baseline.
+                #[cfg(target_arch = "x86_64")]
+                Backend::Sse => grouped!($kernel, Sse, $sse, l, count, get, put),
+                Backend::Portable => grouped!($kernel, Portable, $portable, l, count, get, put),
             }
-            // SAFETY: AVX was detected at run time.
-            unsafe { avx(l, count, get, put) }
         }
-        // SSE2 is part of the x86-64 baseline.
-        #[cfg(target_arch = "x86_64")]
-        Backend::Sse => grouped!(dots_with, Sse, l, count, get, put),
-        Backend::Portable => grouped!(dots_with, Portable, l, count, get, put),
-    }
+    };
 }
 
-/// `put(n, max(l + get(n)))` for `n` in `0..count`.
-pub(crate) fn peaks_each<'a>(
-    l: &[f32],
-    count: usize,
-    get: impl Fn(usize) -> &'a [f32],
-    put: impl FnMut(usize, f32),
-) {
-    match backend() {
-        #[cfg(target_arch = "x86_64")]
-        Backend::Avx => {
-            #[target_feature(enable = "avx")]
-            unsafe fn avx<'a>(
-                l: &[f32],
-                count: usize,
-                get: impl Fn(usize) -> &'a [f32],
-                put: impl FnMut(usize, f32),
-            ) {
-                grouped!(peaks_with, Avx, l, count, get, put);
-            }
-            // SAFETY: AVX was detected at run time.
-            unsafe { avx(l, count, get, put) }
-        }
-        // SSE2 is part of the x86-64 baseline.
-        #[cfg(target_arch = "x86_64")]
-        Backend::Sse => grouped!(peaks_with, Sse, l, count, get, put),
-        Backend::Portable => grouped!(peaks_with, Portable, l, count, get, put),
-    }
-}
+grouped_entry!(
+    /// `put(n, l · get(n))` for `n` in `0..count`.
+    dots_each, dots_with, f64
+);
+grouped_entry!(
+    /// `put(n, max(l + get(n)))` for `n` in `0..count`.
+    peaks_each, peaks_with, f32
+);
+grouped_entry!(
+    /// `put(n, (sum(get(n)), |get(n)|²))` for `n` in `0..count`; `l` only sets the length.
+    stats_against_each, stats_with, (f64, f64)
+);
+grouped_entry!(
+    /// `put(n, (l · get(n), sum(get(n)), |get(n)|²))` for `n` in `0..count`.
+    dot_stats_each, dot_stats_with, (f64, f64, f64), 2, 1, 2
+);
 
 /// `put(n, (sum(get(n)), |get(n)|²))` for `n` in `0..count` (all of the same length).
 pub(crate) fn stats_each<'a>(
@@ -602,58 +601,8 @@ pub(crate) fn stats_each<'a>(
     get: impl Fn(usize) -> &'a [f32],
     put: impl FnMut(usize, (f64, f64)),
 ) {
-    if count == 0 {
-        return;
-    }
-    let l = get(0);
-    match backend() {
-        #[cfg(target_arch = "x86_64")]
-        Backend::Avx => {
-            #[target_feature(enable = "avx")]
-            unsafe fn avx<'a>(
-                l: &[f32],
-                count: usize,
-                get: impl Fn(usize) -> &'a [f32],
-                put: impl FnMut(usize, (f64, f64)),
-            ) {
-                grouped!(stats_with, Avx, l, count, get, put);
-            }
-            // SAFETY: AVX was detected at run time.
-            unsafe { avx(l, count, get, put) }
-        }
-        // SSE2 is part of the x86-64 baseline.
-        #[cfg(target_arch = "x86_64")]
-        Backend::Sse => grouped!(stats_with, Sse, l, count, get, put),
-        Backend::Portable => grouped!(stats_with, Portable, l, count, get, put),
-    }
-}
-
-/// `put(n, (l · get(n), sum(get(n)), |get(n)|²))` for `n` in `0..count`.
-pub(crate) fn dot_stats_each<'a>(
-    l: &[f32],
-    count: usize,
-    get: impl Fn(usize) -> &'a [f32],
-    put: impl FnMut(usize, (f64, f64, f64)),
-) {
-    match backend() {
-        #[cfg(target_arch = "x86_64")]
-        Backend::Avx => {
-            #[target_feature(enable = "avx")]
-            unsafe fn avx<'a>(
-                l: &[f32],
-                count: usize,
-                get: impl Fn(usize) -> &'a [f32],
-                put: impl FnMut(usize, (f64, f64, f64)),
-            ) {
-                grouped!(dot_stats_with, Avx, 2, l, count, get, put);
-            }
-            // SAFETY: AVX was detected at run time.
-            unsafe { avx(l, count, get, put) }
-        }
-        // SSE2 is part of the x86-64 baseline.
-        #[cfg(target_arch = "x86_64")]
-        Backend::Sse => grouped!(dot_stats_with, Sse, 1, l, count, get, put),
-        Backend::Portable => grouped!(dot_stats_with, Portable, 2, l, count, get, put),
+    if count > 0 {
+        stats_against_each(get(0), count, get, put);
     }
 }
 

@@ -1,0 +1,227 @@
+//! ExpertWeave steps priced from a measured profile (`[cost] profile`) instead of the roofline:
+//! per layer the dense part as the profile's dense GEMM scaled to the layer's width, the output
+//! head likewise, and per MoE layer the rerouting kernel (the profile's measured series) and
+//! every expert weight the step may read, priced on the profile's expert curve at its expected
+//! load when read, weighted by the probability that it is read, the weights run concurrently
+//! (the slowest counts) or one after another (they add up) as the profile's device does
+//! (`expert_execution`).
+//!
+//! The GEMM cost is taken as linear in its output width (what a tiled GEMM does: one pass over
+//! the weights per output tile of columns); that is the one assumption beyond the measurements.
+
+use super::config::{ExpertWeaveScenario, Rerouting};
+use super::run::{EwStepCost, EwStepWork, Popularity};
+use crate::cost::curve::CostCurve;
+use crate::cost::profile::{ExpertExecution, MeasuredProfile};
+use crate::model_shape::WeightDtype;
+
+/// What the step cost needs from a measured profile, checked against the scenario's model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EwProfile {
+    /// The profile's device, as it names itself.
+    pub device: String,
+    /// Routed tokens on one expert -> ns.
+    pub expert: CostCurve,
+    pub expert_execution: ExpertExecution,
+    /// Tokens -> ns of one GEMM of `dense_width` output features over `hidden`.
+    pub dense: CostCurve,
+    pub dense_width: usize,
+    /// (adapters, tokens -> ns) of the configured rerouting variant, by adapter count.
+    pub reroute: Vec<(usize, CostCurve)>,
+}
+
+impl EwProfile {
+    /// Extracts the curves for experts of `hidden x expert_ffn` and `rerouting`; the error says
+    /// what the profile lacks.
+    pub fn from_measured(
+        measured: &MeasuredProfile,
+        hidden: usize,
+        expert_ffn: usize,
+        rerouting: Rerouting,
+    ) -> Result<EwProfile, String> {
+        let profile = &measured.profile;
+        let expert = profile
+            .expert_curve(hidden, expert_ffn, WeightDtype::Bf16)
+            .ok_or_else(|| {
+                format!(
+                    "has no bf16 expert curve for hidden {hidden}, expert_ffn {expert_ffn} \
+                     (calibrate with --expert-ffn {expert_ffn})"
+                )
+            })?
+            .clone();
+        if profile.model.hidden != hidden {
+            return Err(format!(
+                "its dense GEMM is over hidden {}, the model's is {hidden}",
+                profile.model.hidden
+            ));
+        }
+        let variant = match rerouting {
+            Rerouting::Fused => "fused",
+            Rerouting::Unfused => "unfused",
+        };
+        let prefix = format!("reroute/{variant}/adapters=");
+        let mut reroute = Vec::new();
+        for m in &measured.calibration.measurements {
+            let Some(adapters) = m.name.strip_prefix(&prefix) else {
+                continue;
+            };
+            let adapters: usize = adapters
+                .parse()
+                .map_err(|_| format!("measurement {:?}: bad adapter count", m.name))?;
+            let curve = CostCurve::new(m.points.iter().map(|p| (p[0], p[1])).collect())
+                .map_err(|e| format!("measurement {:?}: {e}", m.name))?;
+            reroute.push((adapters, curve));
+        }
+        if reroute.is_empty() {
+            return Err(format!(
+                "has no {variant} rerouting measurement (calibrate with --reroute-tokens and \
+                 --adapters)"
+            ));
+        }
+        reroute.sort_by_key(|(a, _)| *a);
+        Ok(EwProfile {
+            device: profile.gpu.clone(),
+            expert,
+            expert_execution: profile.expert_execution,
+            dense: profile.non_expert_prefill.clone(),
+            dense_width: (profile.model.dense_matmul_params_per_layer() as usize).div_ceil(hidden),
+            reroute,
+        })
+    }
+
+    /// One GEMM of `width` output features over `tokens` rows.
+    fn gemm_ns(&self, width: u64, tokens: u64) -> f64 {
+        self.dense.at(tokens as f64) * width as f64 / self.dense_width as f64
+    }
+
+    /// The rerouting series measured with the adapter count nearest to `adapters`.
+    fn reroute_ns(&self, adapters: usize, tokens: u64) -> f64 {
+        let (_, curve) = self
+            .reroute
+            .iter()
+            .min_by_key(|(a, _)| a.abs_diff(adapters))
+            .expect("validated: at least one series");
+        curve.at(tokens as f64)
+    }
+
+    /// One expert weight's share of a MoE layer: read with probability `touched`, receiving
+    /// `load` routed tokens in expectation (`load / touched` when it is read).
+    fn expert_ns(&self, touched: f64, load: f64) -> f64 {
+        if touched <= 0.0 || load <= 0.0 {
+            return 0.0;
+        }
+        touched * self.expert.at((load / touched).max(1.0))
+    }
+}
+
+/// The profile-driven step cost of a scenario with `[cost] profile`.
+pub struct ProfileStepCost<'a> {
+    scenario: &'a ExpertWeaveScenario,
+    profile: &'a EwProfile,
+    popularity: Popularity,
+}
+
+impl<'a> ProfileStepCost<'a> {
+    /// `None` when the scenario names no profile.
+    pub fn new(scenario: &'a ExpertWeaveScenario) -> Option<ProfileStepCost<'a>> {
+        scenario.profile.as_ref().map(|profile| ProfileStepCost {
+            scenario,
+            profile,
+            popularity: Popularity::new(scenario),
+        })
+    }
+}
+
+impl EwStepCost for ProfileStepCost<'_> {
+    fn seconds(&mut self, work: &EwStepWork<'_>) -> f64 {
+        let shape = &self.scenario.shape;
+        let p = self.profile;
+        let tokens: u64 = work.tokens_by_adapter.iter().sum();
+        if tokens == 0 {
+            return 0.0;
+        }
+        let hidden = shape.hidden;
+        let mut ns = 0.0;
+        for layer in 0..shape.n_layers {
+            ns += p.gemm_ns(
+                shape.layer_non_routed_params(layer).div_ceil(hidden),
+                tokens,
+            );
+        }
+        ns += p.gemm_ns(shape.vocab, tokens);
+        let instance = work.instance;
+        let use_adapters = instance.adapter_experts && instance.reroutes;
+        for layer in 0..shape.n_moe_layers() as usize {
+            if instance.reroutes && !instance.adapters.is_empty() {
+                ns += p.reroute_ns(instance.adapters.len(), tokens);
+            }
+            // Serial: every weight read costs its tiles; concurrent: the slowest one counts.
+            let (mut sum, mut slowest) = (0.0, 0.0f64);
+            self.popularity.expected_loads(
+                layer,
+                work.tokens_by_adapter,
+                shape.top_k,
+                use_adapters,
+                |touched, load| {
+                    let t = p.expert_ns(touched, load);
+                    sum += t;
+                    slowest = slowest.max(t);
+                },
+            );
+            ns += match p.expert_execution {
+                ExpertExecution::Serial => sum,
+                ExpertExecution::Concurrent => slowest,
+            };
+        }
+        ns * 1e-9
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{Scenario, load_str};
+    use std::path::Path;
+
+    /// The live ExpertWeave scenario with `cost.profile` set to `profile`.
+    fn live_scenario(profile: &str) -> Result<ExpertWeaveScenario, String> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/live/expertweave.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let set = format!("cost.profile=\"{profile}\"");
+        let plan = load_str(&path, &text, &[set]).map_err(|e| e.to_string())?;
+        match &plan.cells[0].scenario {
+            Scenario::Expertweave(s) => Ok(s.clone()),
+            other => panic!("not ExpertWeave: {:?}", other.family()),
+        }
+    }
+
+    #[test]
+    fn a_measured_profile_of_the_expert_width_prices_expected_loads() {
+        let s = live_scenario("../../profiles/measured/amd-epyc_live-tiny-moe-ffn32.json").unwrap();
+        let p = s.profile.as_ref().expect("the profile is loaded");
+        assert_eq!(p.expert_execution, ExpertExecution::Serial);
+        assert!(p.reroute.iter().any(|(a, _)| *a == s.adapters.len()));
+        // Read half the time, 10 tokens expected: 20 tokens when read.
+        assert_eq!(p.expert_ns(0.5, 10.0), 0.5 * p.expert.at(20.0));
+        assert_eq!(p.expert_ns(0.0, 0.0), 0.0);
+        assert_eq!(
+            p.gemm_ns(2 * p.dense_width as u64, 8),
+            2.0 * p.dense.at(8.0)
+        );
+    }
+
+    #[test]
+    fn a_profile_of_another_expert_width_is_refused_naming_the_key() {
+        let error =
+            live_scenario("../../profiles/measured/amd-epyc_live-tiny-moe.json").unwrap_err();
+        assert!(
+            error.contains("cost.profile") && error.contains("expert_ffn 32"),
+            "{error}"
+        );
+        let missing = live_scenario("../../profiles/measured/none.json").unwrap_err();
+        assert!(
+            missing.contains("cost.profile") && missing.contains("none.json"),
+            "{missing}"
+        );
+    }
+}

@@ -1,0 +1,279 @@
+//! Paper headlines as data: `scenarios/<family>/headlines.toml` names the runs a family's
+//! reproduction needs (a scenario, its `--set` overrides, and the smaller overrides of its quick
+//! variant) and the paper's claims about them (a metric, the cell it refers to, the cell it is
+//! compared with, the claimed direction, the paper's value, and, where ours differs, the known
+//! deviation with its explanation). `load` reads the file with file:line:field errors,
+//! `check_against` checks a claim's keys against the loaded scenario, and `evaluate` computes our
+//! value of a claim from a result document.
+
+mod evaluate;
+
+pub use evaluate::{Outcome, Point, Verdict, evaluate};
+
+use crate::scenario::error::{Location, ScenarioError, SpanIndex};
+use crate::scenario::{Family, ScenarioPlan};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// One run of a scenario that claims refer to.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSpec {
+    /// Names the run in claims and its result folder (`<out>/<family>/<id>/`).
+    pub id: String,
+    /// The scenario file, relative to the headlines file.
+    pub scenario: PathBuf,
+    /// `--set` overrides of the full reproduction run.
+    #[serde(default)]
+    pub sets: Vec<String>,
+    /// Overrides added to `sets` for the quick variant (the test and `reproduce --quick`).
+    #[serde(default)]
+    pub quick: Vec<String>,
+}
+
+/// What our value of a claim is shown as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Statistic {
+    /// The change of the cell against `versus` in percent, positive when better in the metric's
+    /// own direction (as the summary table's `_vs_base` columns).
+    ImprovementPct,
+    /// The plain change of the cell against `versus` in percent of `versus`.
+    ChangePct,
+    /// `cell - versus` in the metric's unit (points of a score).
+    Difference,
+    /// `versus / cell`: the speedup when the metric is a time.
+    Ratio,
+    /// Both means, `versus -> cell`.
+    Values,
+}
+
+/// How the points of an `over` axis combine into one verdict.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregate {
+    /// The claim must hold at every value of the axis; ours shows the range.
+    #[default]
+    Every,
+    /// The claim must hold for the mean relative change over the axis; ours shows the mean.
+    Mean,
+}
+
+/// The claimed direction of the cell's metric against `versus`'s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Lower,
+    Higher,
+}
+
+/// One paper claim about one run's results.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claim {
+    pub id: String,
+    /// The `RunSpec::id` whose results the claim is about.
+    pub run: String,
+    /// The claim in words, as the reproduction table shows it.
+    pub claim: String,
+    pub metric: String,
+    pub statistic: Statistic,
+    /// Sweep coordinates of the claimed cell (a key may reach into a table-valued sweep key:
+    /// `queue.kind`).
+    pub cell: toml::Table,
+    /// Coordinates that differ for the compared cell; the others are the cell's.
+    pub versus: toml::Table,
+    /// A sweep key the claim ranges over; each of its values is one point of comparison.
+    pub over: Option<String>,
+    #[serde(default)]
+    pub aggregate: Aggregate,
+    pub direction: Direction,
+    /// The paper's value or statement, as text.
+    pub paper: String,
+    /// Why ours does not show the claimed direction; a claim without it must hold.
+    pub known_deviation: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeadlinesFile {
+    #[serde(default)]
+    run: Vec<RunSpec>,
+    #[serde(default)]
+    claim: Vec<Claim>,
+}
+
+/// A family's headlines file, loaded and checked for internal consistency.
+#[derive(Clone, Debug)]
+pub struct Headlines {
+    pub path: PathBuf,
+    /// The folder name under `scenarios/` (the family's name in docs and on the command line).
+    pub family: String,
+    pub runs: Vec<RunSpec>,
+    pub claims: Vec<Claim>,
+    spans: SpanIndex,
+}
+
+/// The file name of a family's headlines beside its scenarios.
+pub const FILE_NAME: &str = "headlines.toml";
+
+/// Reads and checks `path`: unique ids, every claim's run defined, every scenario file present,
+/// `aggregate` only with `over`, a non-empty `versus`.
+pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+        file: path.to_path_buf(),
+        location: Location::Unknown,
+        field: None,
+        message: format!("cannot read the headlines file: {e}"),
+    })?;
+    let spans = SpanIndex::build(path, &text)?;
+    let error = |field: &str, message: String| ScenarioError {
+        file: path.to_path_buf(),
+        location: spans.locate(field),
+        field: Some(field.to_string()),
+        message,
+    };
+    let table: toml::Table = toml::from_str(&text).map_err(|e| ScenarioError {
+        file: path.to_path_buf(),
+        location: Location::Unknown,
+        field: None,
+        message: format!("invalid TOML: {}", e.message()),
+    })?;
+    let file: HeadlinesFile =
+        serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|err| {
+            let field = err.path().to_string();
+            let message = err.into_inner().message().to_string();
+            error(&field, message)
+        })?;
+    let base = path.parent().unwrap_or(Path::new(""));
+    let mut runs = file.run;
+    for (i, run) in runs.iter_mut().enumerate() {
+        let resolved = base.join(&run.scenario);
+        if !resolved.is_file() {
+            return Err(error(
+                &format!("run[{i}].scenario"),
+                format!("no scenario file at {}", resolved.display()),
+            ));
+        }
+        run.scenario = resolved;
+    }
+    for (i, run) in runs.iter().enumerate() {
+        if runs[..i].iter().any(|r| r.id == run.id) {
+            return Err(error(
+                &format!("run[{i}].id"),
+                format!("run id `{}` is used twice", run.id),
+            ));
+        }
+    }
+    for (i, claim) in file.claim.iter().enumerate() {
+        let at = |key: &str| format!("claim[{i}].{key}");
+        if file.claim[..i].iter().any(|c| c.id == claim.id) {
+            return Err(error(
+                &at("id"),
+                format!("claim id `{}` is used twice", claim.id),
+            ));
+        }
+        if !runs.iter().any(|r| r.id == claim.run) {
+            return Err(error(
+                &at("run"),
+                format!("no [[run]] has id `{}`", claim.run),
+            ));
+        }
+        if claim.versus.is_empty() {
+            return Err(error(
+                &at("versus"),
+                "names no coordinate, so the claim compares a cell with itself".into(),
+            ));
+        }
+        if claim.over.is_none() && claim.aggregate != Aggregate::Every {
+            return Err(error(
+                &at("aggregate"),
+                "applies only to a claim with `over`".into(),
+            ));
+        }
+    }
+    let family = base
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_string();
+    Ok(Headlines {
+        path: path.to_path_buf(),
+        family,
+        runs,
+        claims: file.claim,
+        spans,
+    })
+}
+
+impl Headlines {
+    /// The run named `id`.
+    pub fn run(&self, id: &str) -> Option<&RunSpec> {
+        self.runs.iter().find(|r| r.id == id)
+    }
+
+    /// The claims about run `id`, with their index in the file.
+    pub fn claims_of<'a>(&'a self, id: &'a str) -> impl Iterator<Item = (usize, &'a Claim)> + 'a {
+        self.claims
+            .iter()
+            .enumerate()
+            .filter(move |(_, c)| c.run == id)
+    }
+
+    /// Checks the claims about run `id` against its loaded scenario: the metric is one of the
+    /// family's, and every coordinate key (and `over`) is a sweep key of the run.
+    pub fn check_against(&self, id: &str, plan: &ScenarioPlan) -> Result<(), ScenarioError> {
+        let error = |field: String, message: String| ScenarioError {
+            file: self.path.clone(),
+            location: self.spans.locate(&field),
+            field: Some(field),
+            message,
+        };
+        let axes: Vec<&str> = plan.axes.iter().map(|a| a.key.as_str()).collect();
+        for (i, claim) in self.claims_of(id) {
+            if !plan.family.metrics().iter().any(|m| m.name == claim.metric) {
+                return Err(error(
+                    format!("claim[{i}].metric"),
+                    format!(
+                        "{} is not a metric of the {} family",
+                        claim.metric,
+                        family_name(plan.family)
+                    ),
+                ));
+            }
+            let keys = claim
+                .cell
+                .keys()
+                .map(|k| ("cell", k))
+                .chain(claim.versus.keys().map(|k| ("versus", k)))
+                .chain(claim.over.iter().map(|k| ("over", k)));
+            for (table, key) in keys {
+                if !axes.iter().any(|axis| evaluate::key_reaches(axis, key)) {
+                    let field = match table {
+                        "over" => format!("claim[{i}].over"),
+                        _ => format!("claim[{i}].{table}.{key}"),
+                    };
+                    return Err(error(
+                        field,
+                        format!(
+                            "`{key}` is not a sweep key of run `{id}` (sweep keys: {})",
+                            axes.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The family's name as scenario files write it.
+pub fn family_name(family: Family) -> String {
+    serde_json::to_value(family)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,175 @@
+use super::*;
+use crate::metrics::AcrossSeeds;
+use crate::results::{CellResult, ResultsDocument, ScenarioEcho, SweepAxisEcho, ToolInfo};
+use serde_json::json;
+
+/// A CAPS-shaped document: selectors x rates, p99 given per cell.
+fn document(p99: &[(&str, i64, f64)]) -> ResultsDocument {
+    let cells = p99
+        .iter()
+        .map(|&(kind, rate, value)| CellResult {
+            id: format!("{kind}@{rate}"),
+            coords: vec![
+                ("arrival.rate_per_s".into(), json!(rate)),
+                ("scheduler.selector".into(), json!({ "kind": kind })),
+            ],
+            cost_model: "test".into(),
+            runs: Vec::new(),
+            summary: [("latency_p99_ms".to_string(), AcrossSeeds::of(&[value]))].into(),
+            improvement: None,
+        })
+        .collect();
+    ResultsDocument {
+        tool: ToolInfo {
+            name: "expertsim".into(),
+            version: "0".into(),
+        },
+        scenario: ScenarioEcho {
+            name: "t".into(),
+            description: String::new(),
+            family: Family::Caps,
+            document: json!({}),
+        },
+        seeds: vec![1],
+        sweep: vec![
+            SweepAxisEcho {
+                key: "arrival.rate_per_s".into(),
+                values: vec![json!(150), json!(300)],
+            },
+            SweepAxisEcho {
+                key: "scheduler.selector".into(),
+                values: vec![json!({ "kind": "fcfs" }), json!({ "kind": "gv" })],
+            },
+        ],
+        baseline: None,
+        cells,
+    }
+}
+
+fn claim(text: &str) -> Claim {
+    toml::from_str(text).unwrap()
+}
+
+const CLAIM: &str = r#"
+id = "c"
+run = "r"
+claim = "gv beats fcfs"
+metric = "latency_p99_ms"
+statistic = "improvement_pct"
+cell = { "scheduler.selector.kind" = "gv" }
+versus = { "scheduler.selector.kind" = "fcfs" }
+over = "arrival.rate_per_s"
+direction = "lower"
+paper = "+18%"
+"#;
+
+#[test]
+fn a_claim_over_an_axis_holds_only_at_every_point() {
+    let doc = document(&[
+        ("fcfs", 150, 100.0),
+        ("gv", 150, 80.0),
+        ("fcfs", 300, 100.0),
+        ("gv", 300, 110.0),
+    ]);
+    let outcome = evaluate(&claim(CLAIM), &doc).unwrap();
+    assert_eq!((outcome.holding, outcome.judged), (1, 2));
+    assert_eq!(outcome.verdict, Verdict::Fails);
+    assert_eq!(outcome.ours, "-10.0% to +20.0%");
+
+    let mean = claim(&format!("{CLAIM}aggregate = \"mean\"\n"));
+    let outcome = evaluate(&mean, &doc).unwrap();
+    assert_eq!(outcome.verdict, Verdict::Holds, "mean change is -5%");
+    assert_eq!(outcome.ours, "+5.0% (mean of 2)");
+}
+
+#[test]
+fn a_known_deviation_that_now_holds_is_flagged() {
+    let doc = document(&[
+        ("fcfs", 150, 100.0),
+        ("gv", 150, 80.0),
+        ("fcfs", 300, 100.0),
+        ("gv", 300, 90.0),
+    ]);
+    let marked = claim(&format!("{CLAIM}known_deviation = \"why\"\n"));
+    assert_eq!(
+        evaluate(&marked, &doc).unwrap().verdict,
+        Verdict::HoldsDespiteDeviation
+    );
+    assert_eq!(
+        evaluate(&claim(CLAIM), &doc).unwrap().verdict,
+        Verdict::Holds
+    );
+}
+
+#[test]
+fn an_ambiguous_or_missing_cell_is_an_error() {
+    let doc = document(&[("fcfs", 150, 100.0), ("gv", 150, 80.0)]);
+    let err = evaluate(&claim(CLAIM), &doc).unwrap_err();
+    assert!(err.contains("no cell of t has"), "{err}");
+    let unspecific = claim(&CLAIM.replace("over = \"arrival.rate_per_s\"\n", ""));
+    let doc = document(&[("fcfs", 150, 1.0), ("gv", 150, 1.0), ("gv", 300, 1.0)]);
+    let err = evaluate(&unspecific, &doc).unwrap_err();
+    assert!(err.contains("2 cells of t"), "{err}");
+}
+
+#[test]
+fn load_reports_file_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let family = dir.path().join("caps");
+    std::fs::create_dir(&family).unwrap();
+    std::fs::write(family.join("s.toml"), "").unwrap();
+    let path = family.join(FILE_NAME);
+    let write = |text: &str| std::fs::write(&path, text).unwrap();
+
+    write(&format!(
+        "[[run]]\nid = \"r\"\nscenario = \"s.toml\"\n\n[[claim]]\n{}",
+        CLAIM.replace("direction = \"lower\"", "direction = \"down\"")
+    ));
+    let err = load(&path).unwrap_err().to_string();
+    assert!(err.contains("headlines.toml:15:"), "{err}");
+    assert!(err.contains("field `claim[0].direction`"), "{err}");
+
+    write(&format!(
+        "[[run]]\nid = \"r\"\nscenario = \"missing.toml\"\n\n[[claim]]\n{CLAIM}"
+    ));
+    let err = load(&path).unwrap_err().to_string();
+    assert!(err.contains(":3:1: field `run[0].scenario`"), "{err}");
+
+    write(&format!(
+        "[[run]]\nid = \"q\"\nscenario = \"s.toml\"\n\n[[claim]]\n{CLAIM}"
+    ));
+    let err = load(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("field `claim[0].run`: no [[run]] has id `r`"),
+        "{err}"
+    );
+
+    write(&format!(
+        "[[run]]\nid = \"r\"\nscenario = \"s.toml\"\n\n[[claim]]\n{CLAIM}"
+    ));
+    let headlines = load(&path).unwrap();
+    assert_eq!(headlines.family, "caps");
+    assert_eq!(headlines.claims_of("r").count(), 1);
+}
+
+#[test]
+fn versus_replaces_every_key_on_its_sweep_axis() {
+    let mut doc = document(&[("fcfs", 150, 100.0), ("gv", 150, 80.0)]);
+    // The claimed cell names a parameter of its table-valued selector that the compared one lacks.
+    doc.cells[1].coords[1].1 = json!({ "kind": "gv", "window": 8 });
+    let text = CLAIM
+        .replace("over = \"arrival.rate_per_s\"\n", "")
+        .replace(
+            "cell = { \"scheduler.selector.kind\" = \"gv\" }",
+            "cell = { \"scheduler.selector.kind\" = \"gv\", \"scheduler.selector.window\" = 8 }",
+        );
+    let outcome = evaluate(&claim(&text), &doc).unwrap();
+    assert_eq!(
+        outcome.points,
+        vec![Point {
+            cell: 80.0,
+            versus: 100.0
+        }]
+    );
+    assert_eq!(outcome.verdict, Verdict::Holds);
+}

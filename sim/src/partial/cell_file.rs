@@ -1,0 +1,126 @@
+//! One finished sweep cell on disk, `<out>/cells/<index>.json`: the runs of all its seeds, the
+//! scenario fingerprint and the cell's id. Written through a temporary file and a rename, so a
+//! cell file is either complete or absent, whenever the process is stopped. It is not synced to
+//! disk: after a power loss a cell file may be empty, which `read` finds unusable, so the cell
+//! reruns.
+
+use super::SweepHeader;
+use crate::results::{RunResult, write_atomic_unsynced};
+use crate::runner::CellRuns;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+const FORMAT: &str = "expertsim-cell/1";
+
+#[derive(Debug, Serialize, Deserialize)]
+struct CellFile {
+    format: String,
+    fingerprint: String,
+    index: usize,
+    id: String,
+    /// Whether the runs also wrote their per-request CSVs.
+    per_request_csv: bool,
+    cost_model: String,
+    runs: Vec<RunResult>,
+}
+
+/// The folder of cell files under a result directory.
+pub fn cells_dir(out: &Path) -> PathBuf {
+    out.join("cells")
+}
+
+/// The file of cell `index` under a result directory.
+pub fn path(out: &Path, index: usize) -> PathBuf {
+    cells_dir(out).join(format!("{index}.json"))
+}
+
+/// Writes cell `index` of the sweep `header` describes, atomically.
+pub fn write(
+    out: &Path,
+    header: &SweepHeader,
+    fingerprint: &str,
+    index: usize,
+    per_request_csv: bool,
+    cell: &CellRuns,
+) -> std::io::Result<()> {
+    let file = CellFile {
+        format: FORMAT.into(),
+        fingerprint: fingerprint.into(),
+        index,
+        id: header.cells[index].id.clone(),
+        per_request_csv,
+        cost_model: cell.cost_model.clone(),
+        runs: cell.runs.clone(),
+    };
+    let bytes = serde_json::to_vec(&file).expect("a cell serializes");
+    write_atomic_unsynced(&path(out, index), &bytes)
+}
+
+/// Why a cell file cannot stand for cell `index` of a sweep.
+#[derive(Debug, PartialEq)]
+pub enum Unusable {
+    Absent,
+    /// Present but from another scenario, another tool version, or not readable: the message says.
+    Stale(String),
+}
+
+/// Reads cell `index` of the sweep `header` (with fingerprint `fingerprint`) from `out`, checking
+/// that it belongs to this sweep: same fingerprint, index and id, the plan's seeds in order, every
+/// metric of the family, and per-request CSVs when `need_csv`.
+pub fn read(
+    out: &Path,
+    header: &SweepHeader,
+    fingerprint: &str,
+    index: usize,
+    need_csv: bool,
+) -> Result<CellRuns, Unusable> {
+    let path = path(out, index);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Unusable::Absent),
+        Err(e) => return Err(Unusable::Stale(format!("{}: {e}", path.display()))),
+    };
+    let stale = |why: String| Unusable::Stale(format!("{}: {why}", path.display()));
+    let file: CellFile =
+        serde_json::from_slice(&bytes).map_err(|e| stale(format!("not a cell file ({e})")))?;
+    if file.format != FORMAT {
+        return Err(stale(format!(
+            "format {:?}, expected {FORMAT:?}",
+            file.format
+        )));
+    }
+    if file.fingerprint != fingerprint {
+        return Err(stale(format!(
+            "scenario fingerprint {} differs from {fingerprint}",
+            file.fingerprint
+        )));
+    }
+    let expected_id = &header.cells[index].id;
+    if file.index != index || &file.id != expected_id {
+        return Err(stale(format!(
+            "holds cell {} ({}), expected cell {index} ({expected_id})",
+            file.index, file.id
+        )));
+    }
+    let seeds: Vec<u64> = file.runs.iter().map(|r| r.seed).collect();
+    if seeds != header.seeds {
+        return Err(stale(format!(
+            "seeds {seeds:?}, expected {:?}",
+            header.seeds
+        )));
+    }
+    let metrics = header.scenario.family.metrics();
+    if let Some(missing) = metrics
+        .iter()
+        .find(|m| file.runs.iter().any(|r| !r.scalars.contains_key(m.name)))
+    {
+        return Err(stale(format!("a run lacks metric {}", missing.name)));
+    }
+    if need_csv && !file.per_request_csv {
+        return Err(stale("written without per-request CSVs".into()));
+    }
+    Ok(CellRuns {
+        cost_model: file.cost_model,
+        runs: file.runs,
+    })
+}

@@ -1,0 +1,271 @@
+//! Validation of the `[[figure]]` tables against the family and the sweep: which keys each figure
+//! kind needs or does not use, that named metrics exist and named keys are swept, and that
+//! `select` values are among the swept ones.
+
+use super::file::{Family, FigureFile, FigureKind, ReportFile};
+use super::sweep::{SweepAxis, display_value};
+use super::validate::{FieldError, field_error};
+
+/// Checks every figure; the first problem is returned with its field path (`figure[2].kind`).
+pub fn check(
+    figures: &[FigureFile],
+    family: Family,
+    axes: &[SweepAxis],
+    report: Option<&ReportFile>,
+) -> Result<(), FieldError> {
+    for (i, figure) in figures.iter().enumerate() {
+        check_one(&format!("figure[{i}]"), figure, family, axes, report)?;
+    }
+    Ok(())
+}
+
+/// Whether `key` names a sweep key, or a field inside a table-valued sweep key (`routing.kind`
+/// when `routing` is swept as tables that all have `kind`).
+pub fn is_swept(key: &str, axes: &[SweepAxis]) -> bool {
+    axes.iter().any(|axis| {
+        axis.key == key
+            || key
+                .strip_prefix(axis.key.as_str())
+                .and_then(|rest| rest.strip_prefix('.'))
+                .is_some_and(|inner| axis.values.iter().all(|v| lookup(v, inner).is_some()))
+    })
+}
+
+/// The values a `select` entry names: `wanted` itself when it is one of the swept values (a
+/// swept list such as a model combination), else the entries of a list, else `wanted`.
+pub fn selected_values<'w, V: PartialEq>(swept: &[V], wanted: &'w V) -> Vec<&'w V>
+where
+    V: AsList,
+{
+    if swept.contains(wanted) {
+        return vec![wanted];
+    }
+    match wanted.as_list() {
+        Some(list) => list.iter().collect(),
+        None => vec![wanted],
+    }
+}
+
+/// A value that may be a list (TOML or JSON), for [`selected_values`].
+pub trait AsList: Sized {
+    fn as_list(&self) -> Option<&[Self]>;
+}
+
+impl AsList for toml::Value {
+    fn as_list(&self) -> Option<&[Self]> {
+        self.as_array().map(Vec::as_slice)
+    }
+}
+
+impl AsList for serde_json::Value {
+    fn as_list(&self) -> Option<&[Self]> {
+        self.as_array().map(Vec::as_slice)
+    }
+}
+
+/// The value at the dotted path `inner` inside a TOML table value.
+fn lookup<'v>(value: &'v toml::Value, inner: &str) -> Option<&'v toml::Value> {
+    inner
+        .split('.')
+        .try_fold(value, |v, part| v.as_table().and_then(|t| t.get(part)))
+}
+
+fn check_one(
+    at: &str,
+    figure: &FigureFile,
+    family: Family,
+    axes: &[SweepAxis],
+    report: Option<&ReportFile>,
+) -> Result<(), FieldError> {
+    let kind = figure.kind;
+    let unused = |field: &str| {
+        field_error(
+            &format!("{at}.{field}"),
+            format!("is not used by figures of kind `{}`", kind.name()),
+        )
+    };
+    let family_only = |wanted: Family| {
+        if family == wanted {
+            Ok(())
+        } else {
+            Err(field_error(
+                &format!("{at}.kind"),
+                format!(
+                    "`{}` figures need a {} scenario, this one is {}",
+                    kind.name(),
+                    family_name(wanted),
+                    family_name(family)
+                ),
+            ))
+        }
+    };
+    let require_key = |key: &str, field: &str| {
+        if is_swept(key, axes) {
+            Ok(())
+        } else {
+            let keys: Vec<&str> = axes.iter().map(|a| a.key.as_str()).collect();
+            Err(field_error(
+                &format!("{at}.{field}"),
+                format!(
+                    "`{key}` is not a sweep key (sweep keys: {})",
+                    if keys.is_empty() {
+                        "none".to_string()
+                    } else {
+                        keys.join(", ")
+                    }
+                ),
+            ))
+        }
+    };
+
+    // Which fields the kind takes.
+    let takes_metrics = matches!(
+        kind,
+        FigureKind::Metric | FigureKind::Improvement | FigureKind::Stacked | FigureKind::Frontier
+    );
+    let takes_x = matches!(
+        kind,
+        FigureKind::Metric | FigureKind::Improvement | FigureKind::Stacked
+    );
+    let takes_series = takes_metrics || kind == FigureKind::ExpertweaveMemory;
+    match kind {
+        FigureKind::GemExpertLoad | FigureKind::GemStaircase => family_only(Family::Gem)?,
+        FigureKind::MosaicTimeline | FigureKind::MosaicDecodeCurves => family_only(Family::Mosaic)?,
+        _ => {}
+    }
+    if !takes_metrics && !figure.metrics.is_empty() {
+        return Err(unused("metrics"));
+    }
+    if !takes_x && figure.x.is_some() {
+        return Err(unused("x"));
+    }
+    if !takes_series && !figure.series.is_empty() {
+        return Err(unused("series"));
+    }
+    if kind != FigureKind::Frontier && !figure.points.is_empty() {
+        return Err(unused("points"));
+    }
+    if figure.categorical_x && !matches!(kind, FigureKind::Metric | FigureKind::Improvement) {
+        return Err(unused("categorical_x"));
+    }
+    if kind == FigureKind::Frontier && figure.log_y {
+        return Err(unused("log_y"));
+    }
+
+    // Required fields.
+    if takes_metrics && figure.metrics.is_empty() {
+        return Err(field_error(
+            &format!("{at}.metrics"),
+            "must name at least one metric",
+        ));
+    }
+    if kind == FigureKind::Frontier && figure.metrics.len() != 2 {
+        return Err(field_error(
+            &format!("{at}.metrics"),
+            format!(
+                "a frontier needs exactly two metrics (x, then y), got {}",
+                figure.metrics.len()
+            ),
+        ));
+    }
+    if takes_x {
+        match &figure.x {
+            Some(x) => require_key(x, "x")?,
+            None => {
+                return Err(field_error(
+                    &format!("{at}.x"),
+                    format!("is required by figures of kind `{}`", kind.name()),
+                ));
+            }
+        }
+    }
+    if kind != FigureKind::Frontier && figure.series.len() > 1 {
+        return Err(field_error(
+            &format!("{at}.series"),
+            format!(
+                "figures of kind `{}` take one series key, got {}",
+                kind.name(),
+                figure.series.len()
+            ),
+        ));
+    }
+    if kind == FigureKind::Improvement && report.is_none() {
+        return Err(field_error(
+            &format!("{at}.kind"),
+            "`improvement` figures need a [report] table (the baseline they compare against)",
+        ));
+    }
+
+    for (j, metric) in figure.metrics.iter().enumerate() {
+        if !family.metrics().iter().any(|m| m.name == metric) {
+            let known: Vec<&str> = family.metrics().iter().map(|m| m.name).collect();
+            return Err(field_error(
+                &format!("{at}.metrics[{j}]"),
+                format!(
+                    "unknown metric `{metric}`; known metrics: {}",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    for (j, key) in figure.series.iter().enumerate() {
+        let field = if figure.series.len() == 1 {
+            "series".to_string()
+        } else {
+            format!("series[{j}]")
+        };
+        require_key(key, &field)?;
+    }
+    if let Some(panels) = &figure.panels {
+        require_key(panels, "panels")?;
+    }
+    for (j, key) in figure.points.iter().enumerate() {
+        require_key(key, &format!("points[{j}]"))?;
+    }
+    for (key, wanted) in &figure.select {
+        let field = format!("select.{key}");
+        let Some(axis) = axes.iter().find(|a| &a.key == key) else {
+            let keys: Vec<&str> = axes.iter().map(|a| a.key.as_str()).collect();
+            return Err(field_error(
+                &format!("{at}.{field}"),
+                format!(
+                    "`{key}` is not a sweep key (sweep keys: {})",
+                    if keys.is_empty() {
+                        "none".to_string()
+                    } else {
+                        keys.join(", ")
+                    }
+                ),
+            ));
+        };
+        let values = selected_values(&axis.values, wanted);
+        if values.is_empty() {
+            return Err(field_error(
+                &format!("{at}.{field}"),
+                "must name at least one value",
+            ));
+        }
+        for value in values {
+            if !axis.values.contains(value) {
+                return Err(field_error(
+                    &format!("{at}.{field}"),
+                    format!(
+                        "`{}` is not among the swept values of `{key}`",
+                        display_value(value)
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn family_name(family: Family) -> &'static str {
+    match family {
+        Family::Caps => "caps",
+        Family::Gem => "gem",
+        Family::Mosaic => "mosaic",
+        Family::Chimera => "chimera",
+        Family::Expertweave => "expertweave",
+    }
+}

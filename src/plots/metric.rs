@@ -1,0 +1,150 @@
+//! `metric` figures: one row of panels per metric, one column per value of `panels`, one line
+//! (numeric x) or bar set (categorical x) per value of `series`, y = the metric's mean across
+//! seeds with its 95% CI. `improvement` figures reuse the same grid with another y.
+
+use super::{Json, Selection, label, short_key};
+use figures::{BarPanel, BarSeries, Chart, ChartFigure, Panel, Series};
+use sim::results::CellResult;
+
+/// One y value of a cell for a metric, with its error-bar half-width; `None` leaves it out.
+pub(crate) type ValueOf<'f> = dyn Fn(&CellResult, &str) -> Option<(f64, f64)> + 'f;
+
+pub(crate) fn build(selection: &Selection<'_>) -> ChartFigure {
+    let mean = |cell: &CellResult, metric: &str| {
+        if out_of_memory(cell) {
+            return None;
+        }
+        cell.summary.get(metric).map(|s| (s.mean, s.ci95))
+    };
+    let mut figure = grid(selection, &mean, &|metric| selection.metric_label(metric));
+    let left_out: Vec<String> = selection
+        .cells
+        .iter()
+        .filter(|c| out_of_memory(c))
+        .map(|c| {
+            c.coords
+                .iter()
+                .map(|(_, v)| label(v))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    if !left_out.is_empty() {
+        let note = format!("OOM, left out: {}", left_out.join(", "));
+        for chart in &mut figure.charts {
+            match chart {
+                Chart::Line(p) => p.title = format!("{} ({note})", p.title),
+                Chart::Bars(p) => p.title = format!("{} ({note})", p.title),
+                _ => {}
+            }
+        }
+    }
+    figure
+}
+
+/// Whether every run of the cell reports `out_of_memory` (ExpertWeave): it served nothing, so
+/// its zeros are left out of the lines rather than drawn as values.
+fn out_of_memory(cell: &CellResult) -> bool {
+    !cell.runs.is_empty()
+        && cell
+            .runs
+            .iter()
+            .all(|r| r.scalars.get("out_of_memory").is_some_and(|v| *v > 0.0))
+}
+
+/// The metric x panel grid with `value` on y, `y_label(metric)` as the y description.
+pub(crate) fn grid(
+    selection: &Selection<'_>,
+    value: &ValueOf<'_>,
+    y_label: &dyn Fn(&str) -> String,
+) -> ChartFigure {
+    let spec = selection.spec;
+    let x_key = spec.x.as_deref().expect("validated: metric figures have x");
+    let series_key = spec.series.first().map(String::as_str);
+    let panels = selection.panels();
+    let mut charts: Vec<Chart> = Vec::new();
+    for metric in &spec.metrics {
+        for (panel_value, cells) in &panels {
+            let in_panel = Selection {
+                spec,
+                document: selection.document,
+                cells: cells.clone(),
+            };
+            let x_values = in_panel.values(x_key);
+            let series_values: Vec<Option<Json>> = match series_key {
+                Some(key) => in_panel.values(key).into_iter().map(Some).collect(),
+                None => vec![None],
+            };
+            let find = |series_value: &Option<Json>, x_value: &Json| -> Option<(f64, f64)> {
+                let mut wanted = vec![(x_key, x_value)];
+                if let (Some(key), Some(v)) = (series_key, series_value) {
+                    wanted.push((key, v));
+                }
+                in_panel
+                    .matching(&wanted)
+                    .first()
+                    .and_then(|cell| value(cell, metric))
+            };
+            let series_label = |series_value: &Option<Json>| match series_value {
+                Some(v) => label(v),
+                None => metric.clone(),
+            };
+            let title = match panel_value {
+                Some(v) => format!(
+                    "{} — {}",
+                    selection.metric_label(metric),
+                    selection.panel_name(Some(v))
+                ),
+                None => selection.metric_label(metric),
+            };
+            let numeric_x = !spec.categorical_x && x_values.iter().all(|v| v.as_f64().is_some());
+            if numeric_x {
+                let series = series_values
+                    .iter()
+                    .map(|sv| {
+                        let (points, errors) = x_values
+                            .iter()
+                            .filter_map(|x| {
+                                find(sv, x).map(|(y, e)| ((x.as_f64().expect("numeric"), y), e))
+                            })
+                            .unzip();
+                        Series {
+                            label: series_label(sv),
+                            points,
+                            y_err: Some(errors),
+                        }
+                    })
+                    .filter(|s| !s.points.is_empty())
+                    .collect();
+                charts.push(Chart::Line(Panel {
+                    title,
+                    x_label: short_key(x_key).to_string(),
+                    y_label: y_label(metric),
+                    series,
+                    log_y: spec.log_y,
+                }));
+            } else {
+                let series = series_values
+                    .iter()
+                    .map(|sv| {
+                        let found: Vec<Option<(f64, f64)>> =
+                            x_values.iter().map(|x| find(sv, x)).collect();
+                        BarSeries {
+                            label: series_label(sv),
+                            values: found.iter().map(|f| f.map_or(0.0, |f| f.0)).collect(),
+                            y_err: Some(found.iter().map(|f| f.map_or(0.0, |f| f.1)).collect()),
+                        }
+                    })
+                    .collect();
+                charts.push(Chart::Bars(BarPanel {
+                    title,
+                    x_label: short_key(x_key).to_string(),
+                    y_label: y_label(metric),
+                    groups: x_values.iter().map(label).collect(),
+                    series,
+                }));
+            }
+        }
+    }
+    ChartFigure::new(String::new(), charts, panels.len())
+}

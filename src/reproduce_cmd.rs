@@ -1,0 +1,366 @@
+//! `expertsim reproduce`: runs every run the families' `scenarios/<family>/headlines.toml` name
+//! (resuming from cells an interrupted reproduction left), renders their figures, evaluates each
+//! paper claim on the results and rewrites docs/reproduction.md between the family's generated
+//! markers, so no number in those tables is typed by hand. Wall-clock times go to stderr only:
+//! a second run writes the same bytes.
+
+use clap::Args;
+use sim::headlines::{self, Claim, Headlines, Outcome, RunSpec, Verdict};
+use sim::partial::resume::{SweepOptions, SweepOutcome};
+use sim::results::ResultsDocument;
+use sim::scenario::ScenarioPlan;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Regenerate the reproduction tables and figures of the named families (all by default).
+#[derive(Args)]
+pub struct ReproduceArgs {
+    /// Families to reproduce: folder names under the scenarios folder that hold a headlines.toml.
+    families: Vec<String>,
+    /// Where the runs' results and figures go (`<out>/<family>/<run>/`).
+    #[arg(long, default_value = "results/reproduce")]
+    out: PathBuf,
+    /// Run the quick variant of every run (the claims test's) and leave the document alone.
+    #[arg(long)]
+    quick: bool,
+    /// The folder of per-family scenario folders.
+    #[arg(long, default_value = "scenarios")]
+    scenarios: PathBuf,
+    /// The document whose generated sections are rewritten.
+    #[arg(long, default_value = "docs/reproduction.md")]
+    doc: PathBuf,
+}
+
+/// A family's loaded headlines and the plan of each of its runs.
+struct Family {
+    headlines: Headlines,
+    plans: Vec<ScenarioPlan>,
+}
+
+pub fn run(args: ReproduceArgs) -> ExitCode {
+    let refuse = |message: String| {
+        eprintln!("error: {message}");
+        ExitCode::from(2)
+    };
+    let families = match load_families(&args) {
+        Ok(families) => families,
+        Err(message) => return refuse(message),
+    };
+    let doc_text = match args.quick {
+        true => None,
+        false => match read_doc(&args.doc, &families) {
+            Ok(text) => Some(text),
+            Err(message) => return refuse(message),
+        },
+    };
+    let mut sections = Vec::new();
+    let mut unexplained = 0;
+    for family in &families {
+        let mut documents = Vec::new();
+        for (spec, plan) in family.headlines.runs.iter().zip(&family.plans) {
+            let out = args.out.join(&family.headlines.family).join(&spec.id);
+            match run_one(plan, &out) {
+                Ok(document) => documents.push(document),
+                Err(err) => {
+                    eprintln!("error: {}/{}: {err:#}", family.headlines.family, spec.id);
+                    return ExitCode::from(1);
+                }
+            }
+        }
+        let outcomes = match evaluate_all(&family.headlines, &documents) {
+            Ok(outcomes) => outcomes,
+            Err(message) => return refuse(message),
+        };
+        for (claim, outcome) in family.headlines.claims.iter().zip(&outcomes) {
+            if matches!(
+                outcome.verdict,
+                Verdict::Fails | Verdict::HoldsDespiteDeviation
+            ) {
+                unexplained += 1;
+                eprintln!(
+                    "claim {}/{}: {}",
+                    family.headlines.family,
+                    claim.id,
+                    verdict_text(claim, outcome)
+                );
+            }
+        }
+        let section = section(family, &documents, &outcomes, args.quick);
+        println!("{section}");
+        sections.push((family.headlines.family.clone(), section));
+    }
+    if let Some(text) = doc_text {
+        let updated = replace_sections(&text, &sections);
+        if updated != text {
+            if let Err(e) = sim::results::write_atomic(&args.doc, updated.as_bytes()) {
+                eprintln!("error: writing {}: {e}", args.doc.display());
+                return ExitCode::from(1);
+            }
+        }
+        eprintln!("wrote {}", args.doc.display());
+    }
+    if unexplained > 0 {
+        eprintln!(
+            "error: {unexplained} claims do not match their data (a failing direction without \
+             known_deviation, or a known deviation that now holds)"
+        );
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+/// Loads the headlines of the requested families and every run's scenario, and checks each
+/// claim against its run's scenario, before anything runs.
+fn load_families(args: &ReproduceArgs) -> Result<Vec<Family>, String> {
+    let names = match args.families.is_empty() {
+        false => args.families.clone(),
+        true => {
+            let entries = std::fs::read_dir(&args.scenarios)
+                .map_err(|e| format!("cannot read {}: {e}", args.scenarios.display()))?;
+            let mut names: Vec<String> = entries
+                .flatten()
+                .filter(|e| e.path().join(headlines::FILE_NAME).is_file())
+                .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                .collect();
+            names.sort();
+            names
+        }
+    };
+    if names.is_empty() {
+        return Err(format!(
+            "no family folder under {} has a {}",
+            args.scenarios.display(),
+            headlines::FILE_NAME
+        ));
+    }
+    names
+        .iter()
+        .map(|name| {
+            let path = args.scenarios.join(name).join(headlines::FILE_NAME);
+            if !path.is_file() {
+                return Err(format!("family {name}: no {}", path.display()));
+            }
+            let headlines = headlines::load(&path).map_err(|e| e.to_string())?;
+            let plans = headlines
+                .runs
+                .iter()
+                .map(|spec| {
+                    let plan = sim::scenario::load(&spec.scenario, &sets_of(spec, args.quick))
+                        .map_err(|e| e.to_string())?;
+                    headlines
+                        .check_against(&spec.id, &plan)
+                        .map_err(|e| e.to_string())?;
+                    Ok(plan)
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            Ok(Family { headlines, plans })
+        })
+        .collect()
+}
+
+/// A run's overrides: its own, plus its quick ones in quick mode.
+fn sets_of(spec: &RunSpec, quick: bool) -> Vec<String> {
+    let mut sets = spec.sets.clone();
+    if quick {
+        sets.extend(spec.quick.iter().cloned());
+    }
+    sets
+}
+
+/// Runs one scenario into `out` (resuming finished cells), writes its results and figures.
+fn run_one(plan: &ScenarioPlan, out: &Path) -> anyhow::Result<ResultsDocument> {
+    use anyhow::Context;
+    let options = SweepOptions {
+        out,
+        shard: None,
+        fresh: false,
+        per_request_csv: false,
+        sets: &[],
+    };
+    let started = Instant::now();
+    let prepared = sim::partial::resume::prepare(plan, &options);
+    let reused = prepared.reused_cells();
+    let outcome = prepared
+        .run(plan, &strategies::Registry, &options, &|| {})
+        .map_err(anyhow::Error::msg)
+        .context("running the sweep")?;
+    let SweepOutcome::Complete(document) = outcome else {
+        anyhow::bail!("a whole sweep ran as a shard");
+    };
+    sim::partial::resume::finish(&document, out)
+        .with_context(|| format!("writing {}", out.join("results.json").display()))?;
+    let figures = crate::plots::render_all(plan, &document, &out.join("figures"))?;
+    eprintln!(
+        "{}: {} cells x {} seeds{} in {:.1} s, {} figure files -> {}",
+        plan.path.display(),
+        plan.cells.len(),
+        plan.seeds.len(),
+        match reused {
+            0 => String::new(),
+            n => format!(" ({n} cells resumed)"),
+        },
+        started.elapsed().as_secs_f64(),
+        figures.len(),
+        out.display()
+    );
+    Ok(*document)
+}
+
+fn evaluate_all(
+    headlines: &Headlines,
+    documents: &[ResultsDocument],
+) -> Result<Vec<Outcome>, String> {
+    headlines
+        .claims
+        .iter()
+        .map(|claim| {
+            let index = headlines
+                .runs
+                .iter()
+                .position(|r| r.id == claim.run)
+                .expect("load checked every claim's run");
+            headlines::evaluate(claim, &documents[index])
+                .map_err(|e| format!("{}: {e}", headlines.path.display()))
+        })
+        .collect()
+}
+
+fn verdict_text(claim: &Claim, outcome: &Outcome) -> String {
+    let count = match outcome.judged {
+        1 => String::new(),
+        n => format!(" ({} of {n})", outcome.holding),
+    };
+    match outcome.verdict {
+        Verdict::Holds => format!("yes{count}"),
+        Verdict::KnownDeviation => format!("no{count}: known deviation, see below"),
+        Verdict::Fails => format!("**no{count}: unexplained**"),
+        Verdict::HoldsDespiteDeviation => format!(
+            "**yes{count}, but marked as a known deviation**: {}",
+            claim.known_deviation.as_deref().unwrap_or_default()
+        ),
+    }
+}
+
+fn begin_marker(family: &str) -> String {
+    format!("<!-- generated:{family}:begin -->")
+}
+
+fn end_marker(family: &str) -> String {
+    format!("<!-- generated:{family}:end -->")
+}
+
+/// Reads the document and checks that every family has its pair of markers.
+fn read_doc(path: &Path, families: &[Family]) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    for family in families {
+        let name = &family.headlines.family;
+        let (begin, end) = (begin_marker(name), end_marker(name));
+        match (text.find(&begin), text.find(&end)) {
+            (Some(b), Some(e)) if b < e => {}
+            _ => {
+                return Err(format!(
+                    "{} lacks the lines `{begin}` and `{end}` (in that order) where the {name} \
+                     tables go",
+                    path.display()
+                ));
+            }
+        }
+    }
+    Ok(text)
+}
+
+/// `text` with everything between each family's markers replaced by its section.
+fn replace_sections(text: &str, sections: &[(String, String)]) -> String {
+    let mut text = text.to_string();
+    for (family, section) in sections {
+        let (begin, end) = (begin_marker(family), end_marker(family));
+        let start = text.find(&begin).expect("read_doc checked the markers") + begin.len();
+        let stop = text.find(&end).expect("read_doc checked the markers");
+        text.replace_range(start..stop, &format!("\n{section}"));
+    }
+    text
+}
+
+fn cell_text(text: &str) -> String {
+    text.replace('|', "\\|").replace('\n', " ")
+}
+
+/// The generated Markdown of one family: its runs, then one row per claim, then the known
+/// deviations' explanations.
+fn section(
+    family: &Family,
+    documents: &[ResultsDocument],
+    outcomes: &[Outcome],
+    quick: bool,
+) -> String {
+    let name = &family.headlines.family;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "<!-- Written by `expertsim reproduce {name}` from {}; edit that file, not this table. -->",
+        family.headlines.path.display()
+    );
+    if quick {
+        let _ = writeln!(out, "(quick variant: smaller runs than the reproduction)");
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "| run | scenario | overrides | cells x seeds |");
+    let _ = writeln!(out, "|---|---|---|---|");
+    for (spec, document) in family.headlines.runs.iter().zip(documents) {
+        let sets = sets_of(spec, quick);
+        let overrides = match sets.is_empty() {
+            true => "none".to_string(),
+            false => sets
+                .iter()
+                .map(|s| format!("`--set {}`", cell_text(s)))
+                .collect::<Vec<_>>()
+                .join(" "),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | `{}` | {overrides} | {} x {} |",
+            spec.id,
+            spec.scenario.display(),
+            document.cells.len(),
+            document.seeds.len()
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "| claim | run | paper | ours | holds |");
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    let mut deviations = Vec::new();
+    for (claim, outcome) in family.headlines.claims.iter().zip(outcomes) {
+        let mut verdict = verdict_text(claim, outcome);
+        if outcome.verdict == Verdict::KnownDeviation {
+            deviations.push(claim);
+            verdict = verdict.replace("see below", &format!("see [{}]", deviations.len()));
+        }
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            cell_text(&claim.claim),
+            claim.run,
+            cell_text(&claim.paper),
+            outcome.ours,
+            cell_text(&verdict)
+        );
+    }
+    if !deviations.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "Known deviations:");
+        let _ = writeln!(out);
+        for (i, claim) in deviations.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{}. {}: {}",
+                i + 1,
+                claim.id,
+                claim.known_deviation.as_deref().unwrap_or_default().trim()
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,227 @@
+//! Integration tests of the `[[figure]]` kinds: a bad kind or a missing or misplaced figure key is
+//! refused at load time with file, line and field (exit 2); the quick GEM, MOSAIC and Chimera
+//! scenarios render their paper-specific figures, and the MOSAIC timeline has one row per worker
+//! with segments that tile the expert stage.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn expertsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_expertsim"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the binary runs")
+}
+
+/// A GEM scenario sweeping the mapper, followed by `figure` (a `[[figure]]` table).
+fn gem_with(figure: &str) -> String {
+    format!(
+        r#"name = "figure-check"
+family = "gem"
+seeds = [1]
+
+[model]
+name = "mixtral-8x7b"
+
+[workload]
+n_requests = 20
+
+[mapper]
+kind = "linear"
+
+[sweep]
+"mapper.kind" = ["linear", "gem"]
+
+[report]
+compare = "mapper.kind"
+baseline = "linear"
+
+{figure}"#
+    )
+}
+
+/// Line (1-based) of the first line of `text` that contains `needle`.
+fn line_of(text: &str, needle: &str) -> usize {
+    text.lines()
+        .position(|l| l.contains(needle))
+        .expect("needle in text")
+        + 1
+}
+
+/// `validate` refuses `text` with exit 2, one line starting `<file>:<line>:`, naming `field`
+/// and containing `message`.
+fn assert_refused(text: &str, line: usize, field: &str, message: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("scenario.toml");
+    std::fs::write(&path, text).unwrap();
+    let output = expertsim(&["validate", path.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "stderr: {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line expected: {err}"
+    );
+    let prefix = format!("error: {}:{line}:", path.display());
+    assert!(err.starts_with(&prefix), "expected {prefix:?} in: {err}");
+    assert!(
+        err.contains(&format!("field `{field}`")),
+        "field {field} in: {err}"
+    );
+    assert!(err.contains(message), "{message:?} in: {err}");
+}
+
+#[test]
+fn an_unknown_figure_kind_is_refused_naming_the_field() {
+    let text = gem_with("[[figure]]\nname = \"f\"\nkind = \"pie\"\n");
+    assert_refused(
+        &text,
+        line_of(&text, "kind = \"pie\""),
+        "figure[0].kind",
+        "pie",
+    );
+}
+
+#[test]
+fn a_metric_figure_without_x_is_refused() {
+    let text = gem_with("[[figure]]\nname = \"f\"\nmetrics = [\"e2e_mean_ms\"]\n");
+    assert_refused(
+        &text,
+        line_of(&text, "[[figure]]"),
+        "figure[0].x",
+        "is required",
+    );
+}
+
+#[test]
+fn a_frontier_needs_exactly_two_metrics() {
+    let text =
+        gem_with("[[figure]]\nname = \"f\"\nkind = \"frontier\"\nmetrics = [\"e2e_mean_ms\"]\n");
+    assert_refused(
+        &text,
+        line_of(&text, "metrics = [\"e2e_mean_ms\"]"),
+        "figure[0].metrics",
+        "exactly two",
+    );
+}
+
+#[test]
+fn a_family_figure_in_another_family_is_refused() {
+    let text = gem_with("[[figure]]\nname = \"f\"\nkind = \"mosaic_timeline\"\n");
+    assert_refused(
+        &text,
+        line_of(&text, "kind = \"mosaic_timeline\""),
+        "figure[0].kind",
+        "need a mosaic scenario",
+    );
+}
+
+#[test]
+fn a_key_the_kind_does_not_use_is_refused() {
+    let text =
+        gem_with("[[figure]]\nname = \"f\"\nkind = \"gem_staircase\"\nx = \"mapper.kind\"\n");
+    assert_refused(
+        &text,
+        line_of(&text, "x = \"mapper.kind\""),
+        "figure[0].x",
+        "not used by figures of kind `gem_staircase`",
+    );
+}
+
+#[test]
+fn a_select_value_that_is_not_swept_is_refused() {
+    let text = gem_with(
+        "[[figure]]\nname = \"f\"\nkind = \"gem_staircase\"\nselect = { \"mapper.kind\" = \"eplb\" }\n",
+    );
+    let err = {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scenario.toml");
+        std::fs::write(&path, &text).unwrap();
+        let output = expertsim(&["validate", path.to_str().unwrap()]);
+        assert_eq!(output.status.code(), Some(2));
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    assert!(err.contains("figure[0].select.mapper.kind"), "{err}");
+    assert!(
+        err.contains("`eplb` is not among the swept values"),
+        "{err}"
+    );
+}
+
+fn run_quick(scenario: &str, out: &Path) -> serde_json::Value {
+    let output = expertsim(&["run", scenario, "--out", out.to_str().unwrap()]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(out.join("results.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn svg(out: &Path, name: &str) -> String {
+    std::fs::read_to_string(out.join("figures").join(format!("{name}.svg")))
+        .unwrap_or_else(|e| panic!("{name}.svg: {e}"))
+}
+
+#[test]
+fn mosaic_quick_timeline_has_one_row_per_worker_tiling_the_expert_stage() {
+    let dir = tempfile::tempdir().unwrap();
+    let results = run_quick("scenarios/mosaic/quick.toml", dir.path());
+    let timeline = svg(dir.path(), "timeline");
+    for cell in results["cells"].as_array().unwrap() {
+        let makespan = cell["summary"]["expert_makespan_s"]["mean"]
+            .as_f64()
+            .unwrap();
+        let workers = cell["runs"][0]["details"]["timelines"].as_array().unwrap();
+        assert_eq!(workers.len(), 4, "N = 4 workers");
+        for worker in workers {
+            // Segments follow each other without gaps from 0 to the makespan.
+            let mut at = 0.0;
+            for segment in worker.as_array().unwrap() {
+                let start = segment["start_s"].as_f64().unwrap();
+                assert!((start - at).abs() < 1e-6, "gap at {at} in {worker}");
+                at = segment["end_s"].as_f64().unwrap();
+            }
+            assert!((at - makespan).abs() < 1e-6, "{at} vs makespan {makespan}");
+        }
+    }
+    for w in 0..4 {
+        assert!(timeline.contains(&format!("worker {w}")), "row worker {w}");
+    }
+    assert!(!timeline.contains("worker 4"));
+    for name in ["end_to_end_stacked", "decode_curves"] {
+        assert!(svg(dir.path(), name).contains("</svg>"));
+    }
+}
+
+#[test]
+fn gem_quick_renders_reduction_expert_load_and_staircase() {
+    let dir = tempfile::tempdir().unwrap();
+    run_quick("scenarios/gem/quick.toml", dir.path());
+    let load = svg(dir.path(), "expert_load");
+    // One column of panels per selected mapping, GPU 0 the slow one.
+    for mapping in ["linear:", "eplb:", "gem:"] {
+        assert!(load.contains(mapping), "{mapping}");
+    }
+    assert!(!load.contains("round_robin:"));
+    assert!(load.contains("GPU0 (0.88x)"));
+    assert!(svg(dir.path(), "staircase").contains("GPU3 (speed 1.00)"));
+    assert!(svg(dir.path(), "e2e_reduction").contains("improvement over linear"));
+}
+
+#[test]
+fn chimera_quick_renders_the_frontier_per_system() {
+    let dir = tempfile::tempdir().unwrap();
+    run_quick("scenarios/chimera/quick.toml", dir.path());
+    let frontier = svg(dir.path(), "frontier");
+    for system in [
+        "fcfs + least_loaded",
+        "fcfs + chimera",
+        "stjf + least_loaded",
+        "stjf + chimera",
+    ] {
+        assert!(frontier.contains(system), "{system}");
+    }
+}

@@ -1,0 +1,71 @@
+//! `expertsim live` end to end: a CPU run prints the fidelity table and writes fidelity.json
+//! and its figures; `--backend cuda` without a GPU fails with one line and writes nothing.
+
+use std::path::Path;
+use std::process::Command;
+
+fn expertsim() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_expertsim"))
+}
+
+fn scenario() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/live/gem.toml")
+}
+
+#[test]
+fn live_cpu_run_writes_the_fidelity_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("live");
+    let output = expertsim()
+        .args(["live", "--backend", "cpu", "--out"])
+        .arg(&out)
+        .arg(scenario())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("MAPE") && stdout.contains("emulated"),
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("fidelity.json")).unwrap()).unwrap();
+    assert_eq!(report["backend"], "cpu");
+    assert_eq!(report["decisions"]["identical"], true);
+    assert!(!report["steps"].as_array().unwrap().is_empty());
+    assert!(out.join("figures/fidelity.png").is_file());
+}
+
+#[test]
+fn live_cuda_without_a_gpu_fails_cleanly_and_writes_nothing() {
+    if kernels_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("live");
+    let output = expertsim()
+        .args(["live", "--backend", "cuda", "--out"])
+        .arg(&out)
+        .arg(scenario())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("error: ") && stderr.contains("backend"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(!out.exists());
+}
+
+/// Whether this machine has an NVIDIA driver (then the CUDA failure test does not apply).
+fn kernels_present() -> bool {
+    ["/dev/nvidia0", "/proc/driver/nvidia/version"]
+        .iter()
+        .any(|p| Path::new(p).exists())
+}
