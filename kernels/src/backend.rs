@@ -73,6 +73,17 @@ pub struct DeviceInfo {
     pub timing: &'static str,
 }
 
+/// How many MoE expert-GEMM blocks a device holds at once: a persistent grid of a fraction
+/// of them runs a share on that fraction of the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GridCapacity {
+    /// Streaming multiprocessors, from the driver.
+    pub multiprocessors: u32,
+    /// Expert-GEMM blocks resident on one multiprocessor at once (the lower of the gate/up
+    /// and down kernels' occupancy).
+    pub blocks_per_multiprocessor: u32,
+}
+
 /// Why a backend cannot run. The CUDA variants are what a machine without a GPU gets, in one
 /// line each, instead of a panic from the driver bindings.
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +130,14 @@ pub trait Backend {
     /// "device" is host memory, so there it is an allocation and a memcpy) and returns the
     /// nanoseconds from the start of the copy until the bytes are on the device.
     fn copy_to_device(&mut self, host: &[u8]) -> Result<f64, BackendError>;
+
+    /// The resident expert-GEMM blocks of the kernels for tile size `tile_tokens`, which
+    /// [`crate::moe::MoeProblem::block_cap`] can limit a launch to a fraction of; `None` where
+    /// launches have no grid to cap (the CPU references are single-threaded).
+    fn moe_grid_capacity(
+        &mut self,
+        tile_tokens: usize,
+    ) -> Result<Option<GridCapacity>, BackendError>;
 }
 
 /// Opens a backend of `kind` (device 0 for CUDA).

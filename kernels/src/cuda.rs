@@ -4,7 +4,9 @@
 //! repetition. Every failure is a `BackendError`; the driver and NVRTC libraries are checked
 //! for before any call, because cudarc panics when they are missing.
 
-use crate::backend::{Backend, BackendError, BackendKind, DeviceInfo, Output, Workload};
+use crate::backend::{
+    Backend, BackendError, BackendKind, DeviceInfo, GridCapacity, Output, Workload,
+};
 use crate::decode::{DecodeOutput, DecodeProblem};
 use crate::moe::{Grouping, MoeOutput, MoeProblem};
 use crate::reroute::RerouteVariant;
@@ -58,6 +60,33 @@ fn bits(values: &[bf16]) -> Vec<u16> {
     values.iter().map(|v| v.to_bits()).collect()
 }
 
+/// The launch of an expert GEMM over `width` output columns: one block per (tile, column
+/// block) work item of the dense bound on tiles (every expert's partial tile can add one tile),
+/// or at most `block_cap` blocks that loop over the items (see `source::MOE`).
+fn gemm_grid(
+    assignments: u32,
+    tile: usize,
+    n_experts: u32,
+    width: u32,
+    block_cap: Option<u32>,
+) -> Result<LaunchConfig, BackendError> {
+    let max_tiles = (assignments as usize).div_ceil(tile) + n_experts as usize;
+    let items = max_tiles * width.div_ceil(64) as usize;
+    // The grid's x limit; it also keeps `item + gridDim.x` in the kernels within u32.
+    if items > i32::MAX as usize {
+        return Err(BackendError::Timing(format!(
+            "{items} expert-GEMM work items exceed the grid limit {}",
+            i32::MAX
+        )));
+    }
+    let blocks = block_cap.map_or(items as u32, |cap| cap.min(items as u32));
+    Ok(LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
 fn u32_of(n: usize, what: &str) -> Result<u32, BackendError> {
     u32::try_from(n).map_err(|_| BackendError::Timing(format!("{what} = {n} exceeds u32")))
 }
@@ -67,6 +96,7 @@ fn u32_of(n: usize, what: &str) -> Result<u32, BackendError> {
 enum Prepared {
     Moe {
         tile: usize,
+        block_cap: Option<u32>,
         tokens: u32,
         hidden: u32,
         ffn: u32,
@@ -266,6 +296,7 @@ impl CudaBackend {
         let a = p.topk_ids.len();
         Ok(Prepared::Moe {
             tile: p.tile_tokens,
+            block_cap: p.block_cap,
             tokens: u32_of(p.tokens(), "tokens")?,
             hidden: u32_of(s.hidden, "hidden")?,
             ffn: u32_of(s.expert_ffn, "expert_ffn")?,
@@ -326,6 +357,7 @@ impl CudaBackend {
         match prepared {
             Prepared::Moe {
                 tile,
+                block_cap,
                 tokens,
                 hidden,
                 ffn,
@@ -396,13 +428,10 @@ impl CudaBackend {
                         .launch(linear(a as usize))
                 }
                 .map_err(&launch_error)?;
-                // Every expert's partial tile can add one tile to the dense bound.
-                let max_tiles = (a as usize).div_ceil(tile) + *n_experts as usize;
-                let gemm = |n: u32| LaunchConfig {
-                    grid_dim: (max_tiles as u32, n.div_ceil(64), 1),
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: 0,
-                };
+                let (gate_up_grid, down_grid) = (
+                    gemm_grid(a, tile, *n_experts, *ffn, *block_cap)?,
+                    gemm_grid(a, tile, *n_experts, *hidden, *block_cap)?,
+                );
                 unsafe {
                     stream
                         .launch_builder(&gate_up)
@@ -417,7 +446,7 @@ impl CudaBackend {
                         .arg(&*hidden)
                         .arg(&*ffn)
                         .arg(&mut *h)
-                        .launch(gemm(*ffn))
+                        .launch(gate_up_grid)
                 }
                 .map_err(&launch_error)?;
                 unsafe {
@@ -431,7 +460,7 @@ impl CudaBackend {
                         .arg(&*hidden)
                         .arg(&*ffn)
                         .arg(&mut *y)
-                        .launch(gemm(*hidden))
+                        .launch(down_grid)
                 }
                 .map_err(&launch_error)?;
                 unsafe {
@@ -706,6 +735,29 @@ impl Backend for CudaBackend {
         drop(device);
         Ok(nanos)
     }
+
+    fn moe_grid_capacity(
+        &mut self,
+        tile_tokens: usize,
+    ) -> Result<Option<GridCapacity>, BackendError> {
+        crate::moe::check_tile_tokens(tile_tokens)?;
+        let multiprocessors = self
+            .ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(driver_error("cuDeviceGetAttribute"))?;
+        let mut blocks_per_multiprocessor = u32::MAX;
+        for name in ["moe_gate_up", "moe_down"] {
+            let resident = self
+                .function(tile_tokens, name)?
+                .occupancy_max_active_blocks_per_multiprocessor(256, 0, None)
+                .map_err(driver_error("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+            blocks_per_multiprocessor = blocks_per_multiprocessor.min(resident);
+        }
+        Ok(Some(GridCapacity {
+            multiprocessors: multiprocessors.max(1) as u32,
+            blocks_per_multiprocessor: blocks_per_multiprocessor.max(1),
+        }))
+    }
 }
 
 #[cfg(test)]
@@ -781,6 +833,48 @@ mod tests {
                 let (g, w) = (g.to_f32(), w.to_f32());
                 assert!(g.is_finite(), "out[{i}] not written");
                 assert!((g - w).abs() <= scale / 64.0, "out[{i}]: gpu {g} cpu {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn gpu_capped_moe_grid_is_bit_identical_to_the_uncapped_one() {
+        let Some(mut gpu) = gpu_or_skip("gpu_capped_moe_grid_is_bit_identical_to_the_uncapped_one")
+        else {
+            return;
+        };
+        // Widths that leave partial column blocks, tiles that leave partial token tiles.
+        let shape = MoeShape {
+            hidden: 200,
+            expert_ffn: 136,
+            n_experts: 7,
+            top_k: 3,
+        };
+        for (tile, tokens, seed) in [(16, 1, 1), (32, 97, 2), (128, 301, 3)] {
+            let capacity = gpu.moe_grid_capacity(tile).unwrap().unwrap();
+            assert!(capacity.multiprocessors >= 1 && capacity.blocks_per_multiprocessor >= 1);
+            let p = MoeProblem::random(shape, tile, tokens, seed);
+            let Output::Moe(want) = gpu.run(&Workload::Moe(p.clone())).unwrap() else {
+                panic!("wrong output kind");
+            };
+            for cap in [1, 3, capacity.multiprocessors] {
+                let capped = MoeProblem {
+                    block_cap: Some(cap),
+                    ..p.clone()
+                };
+                let Output::Moe(got) = gpu.run(&Workload::Moe(capped)).unwrap() else {
+                    panic!("wrong output kind");
+                };
+                // Rows within an expert may be ordered differently by the scatter's atomics;
+                // each assignment's result, found through its position, must be identical.
+                for t in 0..tokens {
+                    let (g, w) = (
+                        &got.out[t * shape.hidden..(t + 1) * shape.hidden],
+                        &want.out[t * shape.hidden..(t + 1) * shape.hidden],
+                    );
+                    let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(g), bits(w), "tile {tile} cap {cap} token {t}");
+                }
             }
         }
     }

@@ -55,6 +55,11 @@ pub struct MoeProblem {
     pub w_gate: Vec<bf16>,
     pub w_up: Vec<bf16>,
     pub w_down: Vec<bf16>,
+    /// A launch parameter, not an input: at most this many thread blocks run each expert
+    /// GEMM on CUDA (a persistent grid looping over the tiles, with results bit-identical to
+    /// the default one block per tile). `None`: one block per tile. The CPU reference is
+    /// single-threaded and ignores it.
+    pub block_cap: Option<u32>,
 }
 
 /// Tokens grouped by expert.
@@ -92,6 +97,9 @@ impl MoeProblem {
         let s = self.shape;
         let bad = |problem: String| Err(KernelInputError::new("moe", problem));
         check_tile_tokens(self.tile_tokens)?;
+        if self.block_cap == Some(0) {
+            return bad("block_cap = 0: a capped launch needs at least one block".into());
+        }
         if s.hidden == 0 || s.expert_ffn == 0 || s.n_experts == 0 || s.top_k == 0 {
             return bad(format!("every dimension must be positive: {s:?}"));
         }
@@ -180,6 +188,7 @@ impl MoeProblem {
             w_gate: weights(shape.n_experts * per_expert, shape.hidden, "moe.w_gate"),
             w_up: weights(shape.n_experts * per_expert, shape.hidden, "moe.w_up"),
             w_down: weights(shape.n_experts * per_expert, shape.expert_ffn, "moe.w_down"),
+            block_cap: None,
         }
     }
 }
@@ -446,6 +455,14 @@ pub(crate) mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("w_down")
+        );
+        let mut p = MoeProblem::random(shape, 4, 5, 1);
+        p.block_cap = Some(0);
+        assert!(
+            moe_layer_cpu(&p)
+                .unwrap_err()
+                .to_string()
+                .contains("block_cap = 0")
         );
     }
 }

@@ -84,8 +84,14 @@ __device__ unsigned int moe_tile_expert(const unsigned int* tile_offsets, unsign
     return lo;
 }
 
+/* The expert GEMMs' work items are (tile, column block) pairs, tile fastest. Each block
+   loops over the items from blockIdx.x in steps of gridDim.x: one block per item (the grid the
+   host launches by default), or a persistent grid of fewer blocks with bit-identical results,
+   since an item's arithmetic does not depend on the block that computes it. The loop bounds
+   are uniform within a block, so the barriers inside are reached by every thread. */
+
 /* h[p][n] = bf16(silu(x_p . w_gate[e][n]) * (x_p . w_up[e][n])) for the rows p of one tile of
-   expert e. Grid: (upper bound on tiles, ceil(ffn / TILE_N)); block: GEMM_THREADS. The whole
+   expert e. Grid: (at most tiles x ceil(ffn / TILE_N)); block: GEMM_THREADS. The whole
    tile is computed (padding rows read zeros), as the CPU reference does. */
 extern "C" __global__ void moe_gate_up(const bf16_t* x, const bf16_t* w_gate,
                                        const bf16_t* w_up, const unsigned int* offsets,
@@ -96,136 +102,138 @@ extern "C" __global__ void moe_gate_up(const bf16_t* x, const bf16_t* w_gate,
     __shared__ float xs[EXPERTSIM_TILE_M][TILE_K + 1];
     __shared__ float gs[TILE_N][TILE_K + 1];
     __shared__ float us[TILE_N][TILE_K + 1];
-    unsigned int tile = blockIdx.x;
-    if (tile >= tile_offsets[n_experts]) {
-        return;
-    }
-    unsigned int e = moe_tile_expert(tile_offsets, n_experts, tile);
-    unsigned int seg_end = offsets[e + 1];
-    unsigned int row0 = offsets[e] + (tile - tile_offsets[e]) * EXPERTSIM_TILE_M;
-    unsigned int col = threadIdx.x % TILE_N;
-    unsigned int group = threadIdx.x / TILE_N;
-    unsigned int n0 = blockIdx.y * TILE_N;
-    const bf16_t* wg = w_gate + (size_t)e * ffn * hidden;
-    const bf16_t* wu = w_up + (size_t)e * ffn * hidden;
-    float acc_g[ROWS_PER_THREAD];
-    float acc_u[ROWS_PER_THREAD];
-#pragma unroll
-    for (int i = 0; i < ROWS_PER_THREAD; ++i) {
-        acc_g[i] = 0.0f;
-        acc_u[i] = 0.0f;
-    }
-    for (unsigned int k0 = 0; k0 < hidden; k0 += TILE_K) {
-        for (unsigned int idx = threadIdx.x; idx < EXPERTSIM_TILE_M * TILE_K; idx += GEMM_THREADS) {
-            unsigned int r = idx / TILE_K;
-            unsigned int kk = idx % TILE_K;
-            unsigned int p = row0 + r;
-            unsigned int k = k0 + kk;
-            float v = 0.0f;
-            if (p < seg_end && k < hidden) {
-                unsigned int token = sorted_assignments[p] / top_k;
-                v = bf16_to_f32(x[(size_t)token * hidden + k]);
-            }
-            xs[r][kk] = v;
-        }
-        for (unsigned int idx = threadIdx.x; idx < TILE_N * TILE_K; idx += GEMM_THREADS) {
-            unsigned int c = idx / TILE_K;
-            unsigned int kk = idx % TILE_K;
-            unsigned int n = n0 + c;
-            unsigned int k = k0 + kk;
-            float g = 0.0f;
-            float u = 0.0f;
-            if (n < ffn && k < hidden) {
-                g = bf16_to_f32(wg[(size_t)n * hidden + k]);
-                u = bf16_to_f32(wu[(size_t)n * hidden + k]);
-            }
-            gs[c][kk] = g;
-            us[c][kk] = u;
-        }
-        __syncthreads();
-#pragma unroll 4
-        for (int kk = 0; kk < TILE_K; ++kk) {
-            float g = gs[col][kk];
-            float u = us[col][kk];
-#pragma unroll
-            for (int i = 0; i < ROWS_PER_THREAD; ++i) {
-                float xv = xs[group + i * ROW_GROUPS][kk];
-                acc_g[i] += xv * g;
-                acc_u[i] += xv * u;
-            }
-        }
-        __syncthreads();
-    }
-    unsigned int n = n0 + col;
-    if (n < ffn) {
+    unsigned int tiles = tile_offsets[n_experts];
+    unsigned int items = tiles * ((ffn + TILE_N - 1) / TILE_N);
+    for (unsigned int item = blockIdx.x; item < items; item += gridDim.x) {
+        unsigned int tile = item % tiles;
+        unsigned int e = moe_tile_expert(tile_offsets, n_experts, tile);
+        unsigned int seg_end = offsets[e + 1];
+        unsigned int row0 = offsets[e] + (tile - tile_offsets[e]) * EXPERTSIM_TILE_M;
+        unsigned int col = threadIdx.x % TILE_N;
+        unsigned int group = threadIdx.x / TILE_N;
+        unsigned int n0 = (item / tiles) * TILE_N;
+        const bf16_t* wg = w_gate + (size_t)e * ffn * hidden;
+        const bf16_t* wu = w_up + (size_t)e * ffn * hidden;
+        float acc_g[ROWS_PER_THREAD];
+        float acc_u[ROWS_PER_THREAD];
 #pragma unroll
         for (int i = 0; i < ROWS_PER_THREAD; ++i) {
-            unsigned int p = row0 + group + i * ROW_GROUPS;
-            if (p < seg_end) {
-                float g = acc_g[i];
-                h[(size_t)p * ffn + n] = f32_to_bf16(g / (1.0f + expf(-g)) * acc_u[i]);
+            acc_g[i] = 0.0f;
+            acc_u[i] = 0.0f;
+        }
+        for (unsigned int k0 = 0; k0 < hidden; k0 += TILE_K) {
+            for (unsigned int idx = threadIdx.x; idx < EXPERTSIM_TILE_M * TILE_K; idx += GEMM_THREADS) {
+                unsigned int r = idx / TILE_K;
+                unsigned int kk = idx % TILE_K;
+                unsigned int p = row0 + r;
+                unsigned int k = k0 + kk;
+                float v = 0.0f;
+                if (p < seg_end && k < hidden) {
+                    unsigned int token = sorted_assignments[p] / top_k;
+                    v = bf16_to_f32(x[(size_t)token * hidden + k]);
+                }
+                xs[r][kk] = v;
+            }
+            for (unsigned int idx = threadIdx.x; idx < TILE_N * TILE_K; idx += GEMM_THREADS) {
+                unsigned int c = idx / TILE_K;
+                unsigned int kk = idx % TILE_K;
+                unsigned int n = n0 + c;
+                unsigned int k = k0 + kk;
+                float g = 0.0f;
+                float u = 0.0f;
+                if (n < ffn && k < hidden) {
+                    g = bf16_to_f32(wg[(size_t)n * hidden + k]);
+                    u = bf16_to_f32(wu[(size_t)n * hidden + k]);
+                }
+                gs[c][kk] = g;
+                us[c][kk] = u;
+            }
+            __syncthreads();
+#pragma unroll 4
+            for (int kk = 0; kk < TILE_K; ++kk) {
+                float g = gs[col][kk];
+                float u = us[col][kk];
+#pragma unroll
+                for (int i = 0; i < ROWS_PER_THREAD; ++i) {
+                    float xv = xs[group + i * ROW_GROUPS][kk];
+                    acc_g[i] += xv * g;
+                    acc_u[i] += xv * u;
+                }
+            }
+            __syncthreads();
+        }
+        unsigned int n = n0 + col;
+        if (n < ffn) {
+#pragma unroll
+            for (int i = 0; i < ROWS_PER_THREAD; ++i) {
+                unsigned int p = row0 + group + i * ROW_GROUPS;
+                if (p < seg_end) {
+                    float g = acc_g[i];
+                    h[(size_t)p * ffn + n] = f32_to_bf16(g / (1.0f + expf(-g)) * acc_u[i]);
+                }
             }
         }
     }
 }
 
 /* y[p][n] = h_p . w_down[e][n] (f32) for the rows p of one tile of expert e.
-   Grid: (upper bound on tiles, ceil(hidden / TILE_N)). */
+   Grid: (at most tiles x ceil(hidden / TILE_N)). */
 extern "C" __global__ void moe_down(const bf16_t* h, const bf16_t* w_down,
                                     const unsigned int* offsets, const unsigned int* tile_offsets,
                                     unsigned int n_experts, unsigned int hidden, unsigned int ffn,
                                     float* y) {
     __shared__ float hs[EXPERTSIM_TILE_M][TILE_K + 1];
     __shared__ float ws[TILE_N][TILE_K + 1];
-    unsigned int tile = blockIdx.x;
-    if (tile >= tile_offsets[n_experts]) {
-        return;
-    }
-    unsigned int e = moe_tile_expert(tile_offsets, n_experts, tile);
-    unsigned int seg_end = offsets[e + 1];
-    unsigned int row0 = offsets[e] + (tile - tile_offsets[e]) * EXPERTSIM_TILE_M;
-    unsigned int col = threadIdx.x % TILE_N;
-    unsigned int group = threadIdx.x / TILE_N;
-    unsigned int n0 = blockIdx.y * TILE_N;
-    const bf16_t* wd = w_down + (size_t)e * hidden * ffn;
-    float acc[ROWS_PER_THREAD];
-#pragma unroll
-    for (int i = 0; i < ROWS_PER_THREAD; ++i) {
-        acc[i] = 0.0f;
-    }
-    for (unsigned int k0 = 0; k0 < ffn; k0 += TILE_K) {
-        for (unsigned int idx = threadIdx.x; idx < EXPERTSIM_TILE_M * TILE_K; idx += GEMM_THREADS) {
-            unsigned int r = idx / TILE_K;
-            unsigned int kk = idx % TILE_K;
-            unsigned int p = row0 + r;
-            unsigned int k = k0 + kk;
-            hs[r][kk] = (p < seg_end && k < ffn) ? bf16_to_f32(h[(size_t)p * ffn + k]) : 0.0f;
-        }
-        for (unsigned int idx = threadIdx.x; idx < TILE_N * TILE_K; idx += GEMM_THREADS) {
-            unsigned int c = idx / TILE_K;
-            unsigned int kk = idx % TILE_K;
-            unsigned int n = n0 + c;
-            unsigned int k = k0 + kk;
-            ws[c][kk] = (n < hidden && k < ffn) ? bf16_to_f32(wd[(size_t)n * ffn + k]) : 0.0f;
-        }
-        __syncthreads();
-#pragma unroll 4
-        for (int kk = 0; kk < TILE_K; ++kk) {
-            float w = ws[col][kk];
-#pragma unroll
-            for (int i = 0; i < ROWS_PER_THREAD; ++i) {
-                acc[i] += hs[group + i * ROW_GROUPS][kk] * w;
-            }
-        }
-        __syncthreads();
-    }
-    unsigned int n = n0 + col;
-    if (n < hidden) {
+    unsigned int tiles = tile_offsets[n_experts];
+    unsigned int items = tiles * ((hidden + TILE_N - 1) / TILE_N);
+    for (unsigned int item = blockIdx.x; item < items; item += gridDim.x) {
+        unsigned int tile = item % tiles;
+        unsigned int e = moe_tile_expert(tile_offsets, n_experts, tile);
+        unsigned int seg_end = offsets[e + 1];
+        unsigned int row0 = offsets[e] + (tile - tile_offsets[e]) * EXPERTSIM_TILE_M;
+        unsigned int col = threadIdx.x % TILE_N;
+        unsigned int group = threadIdx.x / TILE_N;
+        unsigned int n0 = (item / tiles) * TILE_N;
+        const bf16_t* wd = w_down + (size_t)e * hidden * ffn;
+        float acc[ROWS_PER_THREAD];
 #pragma unroll
         for (int i = 0; i < ROWS_PER_THREAD; ++i) {
-            unsigned int p = row0 + group + i * ROW_GROUPS;
-            if (p < seg_end) {
-                y[(size_t)p * hidden + n] = acc[i];
+            acc[i] = 0.0f;
+        }
+        for (unsigned int k0 = 0; k0 < ffn; k0 += TILE_K) {
+            for (unsigned int idx = threadIdx.x; idx < EXPERTSIM_TILE_M * TILE_K; idx += GEMM_THREADS) {
+                unsigned int r = idx / TILE_K;
+                unsigned int kk = idx % TILE_K;
+                unsigned int p = row0 + r;
+                unsigned int k = k0 + kk;
+                hs[r][kk] = (p < seg_end && k < ffn) ? bf16_to_f32(h[(size_t)p * ffn + k]) : 0.0f;
+            }
+            for (unsigned int idx = threadIdx.x; idx < TILE_N * TILE_K; idx += GEMM_THREADS) {
+                unsigned int c = idx / TILE_K;
+                unsigned int kk = idx % TILE_K;
+                unsigned int n = n0 + c;
+                unsigned int k = k0 + kk;
+                ws[c][kk] = (n < hidden && k < ffn) ? bf16_to_f32(wd[(size_t)n * ffn + k]) : 0.0f;
+            }
+            __syncthreads();
+#pragma unroll 4
+            for (int kk = 0; kk < TILE_K; ++kk) {
+                float w = ws[col][kk];
+#pragma unroll
+                for (int i = 0; i < ROWS_PER_THREAD; ++i) {
+                    acc[i] += hs[group + i * ROW_GROUPS][kk] * w;
+                }
+            }
+            __syncthreads();
+        }
+        unsigned int n = n0 + col;
+        if (n < hidden) {
+#pragma unroll
+            for (int i = 0; i < ROWS_PER_THREAD; ++i) {
+                unsigned int p = row0 + group + i * ROW_GROUPS;
+                if (p < seg_end) {
+                    y[(size_t)p * hidden + n] = acc[i];
+                }
             }
         }
     }

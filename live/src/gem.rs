@@ -5,7 +5,7 @@
 //! the slowest (the lock-step barrier is the maximum); the tensor-parallel dense part and head
 //! run as one 1/G-wide GEMM per virtual GPU, again waiting for the slowest.
 
-use crate::device::{Kernels, VARIABILITY_EMULATION, even_counts};
+use crate::device::{Kernels, even_counts};
 use crate::fidelity::StepRecord;
 use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
@@ -163,6 +163,7 @@ pub fn run(
         &deployment,
         &mut simulated_cost,
     );
+    let variability = kernels.variability_emulation(&scenario.speed_factors);
     let mut live_cost = GemLive {
         predictor: CurveStepCost::new(scenario, &deployment),
         kernels,
@@ -197,10 +198,7 @@ pub fn run(
             simulated_lines,
             live_lines,
         ),
-        variability: Some(format!(
-            "{VARIABILITY_EMULATION}; speed factors {:?}",
-            scenario.speed_factors
-        )),
+        variability: Some(variability),
         execution: None,
     })
 }
