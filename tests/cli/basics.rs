@@ -2,20 +2,8 @@
 //! file, line and field (exit 2, nothing written); runs are byte-for-byte deterministic; `run`
 //! writes results, figures and per-request CSV; `list` and `validate` work.
 
+use crate::common::{expertsim, stderr};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn expertsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_expertsim"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the binary runs")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 /// A small valid scenario; `patch` replaces one line of it.
 const SMALL: &str = r#"name = "small"

@@ -3,20 +3,9 @@
 //! (exit 2, nothing written); a sweep killed midway resumes from its finished cells and ends with
 //! the bytes of an uninterrupted run; stale cell files are rerun, not reused.
 
+use crate::common::{expertsim, stderr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-
-fn expertsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_expertsim"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the binary runs")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 fn succeed(args: &[&str]) -> String {
     let output = expertsim(args);

@@ -3,16 +3,8 @@
 //! scenarios render their paper-specific figures, and the MOSAIC timeline has one row per worker
 //! with segments that tile the expert stage.
 
+use crate::common::expertsim;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn expertsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_expertsim"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the binary runs")
-}
 
 /// A GEM scenario sweeping the mapper, followed by `figure` (a `[[figure]]` table).
 fn gem_with(figure: &str) -> String {

@@ -4,10 +4,10 @@
 //! `reproduce` command's document handling: generated sections replaced, prose kept, a second
 //! run byte-identical, missing markers refused.
 
+use crate::common::expertsim;
 use sim::headlines::{self, Headlines, Verdict};
 use sim::partial::SweepHeader;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn families() -> Vec<Headlines> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir("scenarios")
@@ -77,13 +77,6 @@ fn every_claim_holds_on_its_quick_run_or_is_a_known_deviation() {
         checked, claims,
         "every claim is about one of its family's runs"
     );
-}
-
-fn expertsim(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_expertsim"))
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 #[test]

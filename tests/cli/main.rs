@@ -1,0 +1,8 @@
+//! Integration tests of the `expertsim` binary, linked as one test binary.
+
+mod basics;
+mod common;
+mod figure_kinds;
+mod live;
+mod reproduce_claims;
+mod shard_resume;
