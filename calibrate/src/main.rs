@@ -1,19 +1,25 @@
 //! expertsim-calibrate: measures the MoE-layer, decode and rerouting kernels on a device
 //! (`--backend cuda`, or the CPU references with `--backend cpu`) and writes a versioned
 //! profile JSON that `expertsim run` reads through `[execution] profile = "path"`; or, with
-//! `--analytic GPU`, writes the roofline profile of a catalogue GPU. Exit codes: 0 success,
+//! `--analytic GPU`, writes the roofline profile of a catalogue GPU; or, with `--dense-models`,
+//! measures the decode steps and loads of dense models scaled down as live MOSAIC runs them and
+//! writes the dense-decode profile `[serving] profile` reads. Exit codes: 0 success,
 //! 2 bad input or no usable device (one line on stderr), 1 a profile that cannot be written.
 
 mod analytic;
+mod dense;
 mod pipeline;
 mod sampler;
 mod stats;
 mod timestamp;
 
 use clap::{Parser, ValueEnum};
+use dense::DensePlan;
 use kernels::backend::{self, BackendKind};
 use pipeline::{CalibrateError, Plan};
 use sim::model_shape::MoeModelShape;
+use sim::mosaic::live_scale::{LIVE_SCALING, Scaling};
+use sim::mosaic::shape::{DENSE_PRESETS, DenseModelShape};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -94,6 +100,22 @@ struct Cli {
     /// Profile to write (default: profiles/measured/<device>_<model>.json).
     #[arg(long)]
     output: Option<PathBuf>,
+    /// Measure these dense model presets (comma-separated) scaled down, as live MOSAIC runs
+    /// them, and write a dense-decode profile instead of the MoE profile.
+    #[arg(long, value_delimiter = ',')]
+    dense_models: Option<Vec<String>>,
+    /// With --dense-models: divide the hidden, intermediate, head and vocabulary widths by this.
+    #[arg(long, default_value_t = LIVE_SCALING.widths)]
+    scale_widths: u64,
+    /// With --dense-models: divide the layer count by this.
+    #[arg(long, default_value_t = LIVE_SCALING.layers)]
+    scale_layers: u64,
+    /// With --dense-models: the sampled kernel rows (sequences plus prefill tokens).
+    #[arg(long, value_delimiter = ',')]
+    dense_rows: Option<Vec<u64>>,
+    /// With --dense-models: the sampled cached tokens per row.
+    #[arg(long, value_delimiter = ',')]
+    dense_contexts: Option<Vec<u64>>,
     /// Write the analytic roofline profile of this catalogue GPU instead of measuring
     /// (`all`: every committed reference profile, under --output or `profiles/`).
     #[arg(long, value_name = "GPU")]
@@ -178,7 +200,72 @@ fn slug(text: &str) -> String {
     out.trim_matches('-').to_string()
 }
 
+/// `--dense-models`: the dense-decode calibration.
+fn run_dense(cli: &Cli, names: &[String]) -> Result<(), Failure> {
+    let shapes = names
+        .iter()
+        .map(|n| {
+            DenseModelShape::preset(n).ok_or_else(|| {
+                input(format!(
+                    "--dense-models: unknown dense model {n:?}; known: {}",
+                    DENSE_PRESETS.join(", ")
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let plan = DensePlan {
+        scaling: Scaling {
+            widths: cli.scale_widths,
+            layers: cli.scale_layers,
+        },
+        rows: cli
+            .dense_rows
+            .clone()
+            .unwrap_or_else(DensePlan::default_rows),
+        contexts: cli
+            .dense_contexts
+            .clone()
+            .unwrap_or_else(DensePlan::default_contexts),
+        tile: cli.tile.unwrap_or(64),
+        warmup: cli.warmup.unwrap_or(2),
+        repetitions: cli.repetitions.unwrap_or(15),
+        seed: cli.seed,
+    };
+    plan.validate()?;
+    let started = Instant::now();
+    let kind = match cli.backend {
+        BackendArg::Cpu => BackendKind::Cpu,
+        BackendArg::Cuda => BackendKind::Cuda,
+    };
+    let mut device = backend::open(kind).map_err(|e| input(e.to_string()))?;
+    let profile = dense::calibrate_dense(device.as_mut(), &shapes, &plan, &mut |line| {
+        eprintln!("  {line}")
+    })?;
+    let path = cli.output.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "profiles/measured/{}_dense-decode-w{}-l{}.json",
+            slug(&profile.device),
+            plan.scaling.widths,
+            plan.scaling.layers
+        ))
+    });
+    profile
+        .save(&path)
+        .map_err(|message| Failure { code: 1, message })?;
+    println!(
+        "profiled {} dense models on {} in {:.1} s; wrote {}",
+        shapes.len(),
+        profile.device,
+        started.elapsed().as_secs_f64(),
+        path.display()
+    );
+    Ok(())
+}
+
 fn run(cli: &Cli) -> Result<(), Failure> {
+    if let Some(names) = &cli.dense_models {
+        return run_dense(cli, names);
+    }
     let shape = shape_of(cli)?;
     if cli.analytic.as_deref() == Some("all") {
         let dir = cli
@@ -406,6 +493,65 @@ mod tests {
         let profile = Profile::load(&path).unwrap();
         assert_eq!(profile.source.kind, SourceKind::AnalyticRoofline);
         assert_eq!(profile.gpu, "H200");
+    }
+
+    /// `--dense-models` measures the live-scaled model on the given grid; the profile prices a
+    /// sampled step with that sample, and bad grids or names are a one-line exit 2.
+    #[test]
+    fn dense_calibration_writes_a_profile_of_the_live_scaled_model() {
+        use sim::mosaic::profile_cost::DenseDecodeProfile;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dense.json");
+        let out = path.to_str().unwrap();
+        let base = [
+            "--backend",
+            "cpu",
+            "--dense-models",
+            "granite-3.1-8b-instruct",
+            "--repetitions",
+            "1",
+            "--warmup",
+            "0",
+            "--output",
+            out,
+        ];
+        let with = |extra: &[&'static str]| {
+            let mut args: Vec<&str> = base.to_vec();
+            args.extend_from_slice(extra);
+            cli(&args)
+        };
+        run(&with(&["--dense-rows", "1,3", "--dense-contexts", "1,8"]))
+            .unwrap_or_else(|f| panic!("{}", f.message));
+        let profile = DenseDecodeProfile::load(&path).unwrap();
+        assert_eq!(profile.scaling, LIVE_SCALING);
+        let full = DenseModelShape::preset("granite-3.1-8b-instruct").unwrap();
+        let model = &profile.models[0];
+        assert_eq!(model.shape, LIVE_SCALING.apply(&full));
+        assert_eq!(
+            (model.rows.clone(), model.contexts.clone()),
+            (vec![1, 3], vec![1, 8])
+        );
+        assert!(model.load_ns.is_some_and(|ns| ns > 0.0));
+        let cost = profile.model_cost(&full).unwrap();
+        assert_eq!(cost.step_ns(3, 8), model.step_ns[1][1]);
+        for extra in [
+            &["--dense-rows", "3,1"][..],
+            &["--dense-contexts", "0,8"],
+            &["--scale-layers", "0"],
+        ] {
+            let failure = run(&with(extra)).expect_err("bad grid accepted");
+            assert_eq!(failure.code, 2, "{extra:?}: {}", failure.message);
+        }
+        let unknown = cli(&[
+            "--backend",
+            "cpu",
+            "--dense-models",
+            "gpt-5",
+            "--output",
+            out,
+        ]);
+        let failure = run(&unknown).expect_err("unknown model accepted");
+        assert!(failure.code == 2 && failure.message.contains("--dense-models"));
     }
 
     #[test]

@@ -172,7 +172,10 @@ fn describe(scenario: &Scenario) -> Result<Described, LiveError> {
                 .map(|e| e.name.as_str())
                 .collect::<Vec<_>>()
                 .join(", "),
-            format!("analytic-roofline ({} decode model)", s.serving.gpu.name),
+            match &s.decode_profile {
+                Some(p) => format!("measured ({}, {})", p.device, p.path),
+                None => format!("analytic-roofline ({} decode model)", s.serving.gpu.name),
+            },
         )),
         other => Err(LiveError::Unsupported(format!(
             "live mode runs the caps, gem, expertweave and mosaic families; {} is not wired yet",

@@ -3,8 +3,10 @@
 //! [`MosaicLive`] session cost for each load and decode step. A load is a real host-to-device
 //! copy of the model's bytes; a decode step runs the model's layers and output head through
 //! the kernels' decode step. Both are of the model scaled down (see [`scaled_down`]), so a
-//! session runs in milliseconds on the CPU references; the predictions stay those of the
-//! scenario's full-size models on `serving.gpu`. The aggregator stage is priced by the
+//! session runs in milliseconds on the CPU references; the predictions are the scenario's
+//! session costs: those of its full-size models on `serving.gpu`, or, with `[serving]
+//! profile`, the measured profile of the scaled-down models (`expertsim-calibrate
+//! --dense-models`). The aggregator stage is priced by the
 //! family's model in both runs.
 
 use crate::device::Kernels;
@@ -13,43 +15,31 @@ use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
 use kernels::decode::DecodeShape;
 use sim::mosaic::decode::DecodeStep;
+use sim::mosaic::live_scale::{LIVE_SCALING, block_gemm_width, kernel_rows_and_context};
 use sim::mosaic::shape::DenseModelShape;
 use sim::mosaic::{MosaicScenario, SessionCost, SimulatedSessionCost, try_simulate_on};
 use sim::runner::Policies;
 
-/// Live mode runs a dense model at 1/`WIDTH_SCALE` of its widths (hidden, intermediate,
-/// head dimension, vocabulary) ...
-pub const WIDTH_SCALE: u64 = 64;
-/// ... and 1/`DEPTH_SCALE` of its layers (at least one).
-pub const DEPTH_SCALE: u64 = 8;
-
 /// How a model is scaled down, as reported in the output.
-pub const SCALING: &str = "each expert runs scaled down: 1/64 of its hidden, intermediate, head and vocabulary \
-     widths and 1/8 of its layers (heads kept); loads copy that model's bf16 bytes";
+fn scaling_line() -> String {
+    format!(
+        "each expert runs scaled down: {}; loads copy that model's bf16 bytes",
+        LIVE_SCALING.describe()
+    )
+}
 
 /// `shape` scaled down for live execution.
 pub fn scaled_down(shape: &DenseModelShape) -> DenseModelShape {
-    let width = |v: u64| (v / WIDTH_SCALE).max(1);
-    DenseModelShape {
-        name: format!("{} (scaled down)", shape.name),
-        n_layers: (shape.n_layers / DEPTH_SCALE).max(1),
-        hidden: width(shape.hidden),
-        intermediate: width(shape.intermediate),
-        n_heads: shape.n_heads,
-        n_kv_heads: shape.n_kv_heads,
-        head_dim: width(shape.head_dim),
-        vocab: width(shape.vocab),
-        tied_embeddings: shape.tied_embeddings,
-    }
+    LIVE_SCALING.apply(shape)
 }
 
 /// The decode-step kernel shape of one transformer block of `shape` (its matmuls as one GEMM
 /// over `hidden`, with attention), and of the output head (no attention).
-fn kernel_shapes(shape: &DenseModelShape) -> (DecodeShape, DecodeShape) {
+pub fn kernel_shapes(shape: &DenseModelShape) -> (DecodeShape, DecodeShape) {
     let hidden = shape.hidden as usize;
     let block = DecodeShape {
         hidden,
-        out_features: (shape.block_params() as usize).div_ceil(hidden),
+        out_features: block_gemm_width(shape) as usize,
         n_heads: shape.n_heads as usize,
         n_kv_heads: shape.n_kv_heads as usize,
         head_dim: shape.head_dim as usize,
@@ -128,10 +118,8 @@ impl MosaicLive<'_> {
     fn measure_step(&mut self, expert: usize, step: &DecodeStep) -> Result<f64, BackendError> {
         let shape = scaled_down(&self.predictor.scenario.experts[expert].shape);
         let (block, head) = kernel_shapes(&shape);
-        let rows = (step.batch + step.prefill_tokens) as usize;
-        // The attention the cost model counts: every cached token once, prefills causally.
-        let attended = step.context_tokens + step.prefill_square / 2;
-        let context = (attended as usize).div_ceil(rows.max(1));
+        let (rows, context) = kernel_rows_and_context(step);
+        let (rows, context) = (rows as usize, context as usize);
         let mut total = 0.0;
         for _ in 0..shape.n_layers {
             total += self.kernels.decode_step(block, rows, context)?;
@@ -260,7 +248,8 @@ pub fn run(
         ),
         variability: None,
         execution: Some(format!(
-            "{SCALING}; measured host-to-device loads: {}",
+            "{}; measured host-to-device loads: {}",
+            scaling_line(),
             loads.join("; ")
         )),
     })

@@ -7,6 +7,7 @@ use super::decode::{ServingParams, StepCost};
 use super::gate::GateConfig;
 use super::placement::{PlacementConfig, PlacementProblem};
 use super::presets::{self, BUCKET_NAMES, DATASET_PRESETS};
+use super::profile_cost::{DenseDecodeProfile, MosaicDecodeProfile};
 use super::shape::{DENSE_PRESETS, DenseModelShape};
 use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, GpuSpec};
 use crate::scenario::validate::FieldError;
@@ -91,6 +92,9 @@ pub struct ServingFile {
     /// (largest), linear in parameter count, unless an expert gives `load_s`.
     pub load_min_s: f64,
     pub load_max_s: f64,
+    /// A measured dense-decode profile (path relative to the scenario file) to price the
+    /// sessions' decode steps and loads from instead of the analytic model of `gpu`.
+    pub profile: Option<String>,
 }
 
 impl Default for ServingFile {
@@ -106,6 +110,7 @@ impl Default for ServingFile {
             interconnect_gbps: 300.0,
             load_min_s: 38.0,
             load_max_s: 47.0,
+            profile: None,
         }
     }
 }
@@ -345,6 +350,8 @@ pub struct MosaicScenario {
     pub placement: PlacementConfig,
     pub gate: GateConfig,
     pub record_solve_time: bool,
+    /// The measured profile `serving.profile` names, when it names one.
+    pub decode_profile: Option<MosaicDecodeProfile>,
 }
 
 /// Pool presets (names accepted by `[pool] preset`).
@@ -433,10 +440,9 @@ fn shape_of(path: &str, name: &str) -> Result<DenseModelShape, FieldError> {
 }
 
 impl MosaicConfig {
-    /// Cross-field checks; `base_dir` is the scenario file's folder (no MOSAIC table names a
-    /// file yet, so it is unused).
+    /// Cross-field checks; `base_dir` is the scenario file's folder (`serving.profile` is
+    /// relative to it).
     pub fn validate(&self, base_dir: &Path) -> Result<MosaicScenario, FieldError> {
-        let _ = base_dir;
         let s = &self.serving;
         let gpu = GpuSpec::by_name(&s.gpu).map_err(|e| err("serving.gpu", e.to_string()))?;
         let serving = ServingParams {
@@ -651,6 +657,25 @@ impl MosaicConfig {
             return Err(err("gate.tau", format!("must be in [0, 1], got {tau}")));
         }
 
+        let decode_profile = match &s.profile {
+            None => None,
+            Some(file) => {
+                let path = base_dir.join(file);
+                let profile =
+                    DenseDecodeProfile::load(&path).map_err(|e| err("serving.profile", e))?;
+                let costs = experts
+                    .iter()
+                    .map(|e| profile.model_cost(&e.shape))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| err("serving.profile", format!("{}: {e}", path.display())))?;
+                Some(MosaicDecodeProfile {
+                    device: profile.device,
+                    path: file.clone(),
+                    experts: costs,
+                })
+            }
+        };
+
         Ok(MosaicScenario {
             serving,
             n_workers,
@@ -661,6 +686,7 @@ impl MosaicConfig {
             placement: self.placement.clone(),
             gate: self.gate.clone(),
             record_solve_time: self.output.record_solve_time,
+            decode_profile,
         })
     }
 

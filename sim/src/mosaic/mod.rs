@@ -12,8 +12,10 @@
 pub mod config;
 pub mod decode;
 pub mod gate;
+pub mod live_scale;
 pub mod placement;
 pub mod presets;
+pub mod profile_cost;
 pub mod session_cost;
 pub mod shape;
 pub mod workload;

@@ -1,7 +1,8 @@
 //! The session-cost seam of the MOSAIC expert stage: what a worker session's model load and
 //! each of its continuous-batching decode steps cost. The expert-stage code asks a
 //! [`SessionCost`] for both; [`SimulatedSessionCost`] answers from the scenario (the expert's
-//! `load_s` and its analytic decode model) and live mode answers by executing them, so the
+//! `load_s` and its analytic decode model, or the measured profile `[serving] profile` names:
+//! see [`super::profile_cost`]) and live mode answers by executing them, so the
 //! placement, the sessions and every step are decided by the same code either way.
 
 use super::config::MosaicScenario;
@@ -15,17 +16,25 @@ pub trait SessionCost {
     fn step_s(&mut self, worker: usize, expert: usize, step: &DecodeStep) -> f64;
 }
 
-/// The simulated session costs: the scenario's load times and analytic decode model.
+/// The simulated session costs: the scenario's measured profile when it names one (its load
+/// when measured, else `load_s`), otherwise its load times and analytic decode model.
 pub struct SimulatedSessionCost<'a> {
     pub scenario: &'a MosaicScenario,
 }
 
 impl SessionCost for SimulatedSessionCost<'_> {
     fn load_s(&mut self, _worker: usize, expert: usize) -> f64 {
-        self.scenario.experts[expert].load_s
+        let measured = self.scenario.decode_profile.as_ref();
+        match measured.and_then(|p| p.experts[expert].load_ns) {
+            Some(ns) => ns * 1e-9,
+            None => self.scenario.experts[expert].load_s,
+        }
     }
 
     fn step_s(&mut self, _worker: usize, expert: usize, step: &DecodeStep) -> f64 {
-        step.seconds(&self.scenario.experts[expert].cost)
+        match &self.scenario.decode_profile {
+            Some(p) => p.experts[expert].step_s(step),
+            None => step.seconds(&self.scenario.experts[expert].cost),
+        }
     }
 }

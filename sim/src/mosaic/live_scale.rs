@@ -1,0 +1,64 @@
+//! How live mode runs a MOSAIC expert, shared by the live executor, the calibration binary
+//! and the profile-priced session cost: the dense model scaled down by [`Scaling`], one
+//! transformer block as one GEMM over `hidden` with attention, and a continuous-batching
+//! [`DecodeStep`] as that kernel's rows and cached tokens per row.
+
+use super::decode::DecodeStep;
+use super::shape::DenseModelShape;
+use serde::{Deserialize, Serialize};
+
+/// A dense model at 1/`widths` of its hidden, intermediate, head and vocabulary widths and
+/// 1/`layers` of its layers (at least one of each); the heads are kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scaling {
+    pub widths: u64,
+    pub layers: u64,
+}
+
+/// The scaling live mode runs every MOSAIC expert at.
+pub const LIVE_SCALING: Scaling = Scaling {
+    widths: 64,
+    layers: 8,
+};
+
+impl Scaling {
+    /// `shape` scaled down.
+    pub fn apply(&self, shape: &DenseModelShape) -> DenseModelShape {
+        let width = |v: u64| (v / self.widths.max(1)).max(1);
+        DenseModelShape {
+            name: format!("{} (scaled down)", shape.name),
+            n_layers: (shape.n_layers / self.layers.max(1)).max(1),
+            hidden: width(shape.hidden),
+            intermediate: width(shape.intermediate),
+            n_heads: shape.n_heads,
+            n_kv_heads: shape.n_kv_heads,
+            head_dim: width(shape.head_dim),
+            vocab: width(shape.vocab),
+            tied_embeddings: shape.tied_embeddings,
+        }
+    }
+
+    /// One line for reports.
+    pub fn describe(&self) -> String {
+        format!(
+            "1/{} of the hidden, intermediate, head and vocabulary widths and 1/{} of the \
+             layers (heads kept)",
+            self.widths, self.layers
+        )
+    }
+}
+
+/// Output features of one transformer block of `shape` run as one GEMM over `hidden`.
+pub fn block_gemm_width(shape: &DenseModelShape) -> u64 {
+    shape.block_params().div_ceil(shape.hidden)
+}
+
+/// The decode kernel's rows (sequences plus prefill tokens) and cached tokens per row for
+/// `step`: the attention the cost model counts (every cached token once, prefills causally)
+/// spread evenly over the rows.
+pub fn kernel_rows_and_context(step: &DecodeStep) -> (u64, u64) {
+    let rows = step.batch + step.prefill_tokens;
+    let attended = step.context_tokens + step.prefill_square / 2;
+    (rows, attended.div_ceil(rows.max(1)))
+}
