@@ -9,7 +9,7 @@ use crate::pipeline::CalibrateError;
 use crate::stats::summarize;
 use kernels::backend::{Backend, Workload};
 use kernels::decode::{DecodeProblem, DecodeShape};
-use sim::mosaic::live_scale::{Scaling, block_gemm_width};
+use sim::mosaic::live_scale::Scaling;
 use sim::mosaic::profile_cost::{DENSE_PROFILE_FORMAT, DenseDecodeProfile, DenseModelProfile};
 use sim::mosaic::shape::DenseModelShape;
 
@@ -95,18 +95,7 @@ pub fn calibrate_dense(
     let mut models = Vec::new();
     for full in shapes {
         let shape = plan.scaling.apply(full);
-        let hidden = shape.hidden as usize;
-        let block = DecodeShape {
-            hidden,
-            out_features: block_gemm_width(&shape) as usize,
-            n_heads: shape.n_heads as usize,
-            n_kv_heads: shape.n_kv_heads as usize,
-            head_dim: shape.head_dim as usize,
-        };
-        let head = DecodeShape {
-            out_features: shape.vocab as usize,
-            ..block
-        };
+        let (block, head) = DecodeShape::of_dense_model(&shape);
         let mut head_ns = Vec::new();
         for &r in &plan.rows {
             head_ns.push(time_decode(backend, plan, head, r, 0)?);

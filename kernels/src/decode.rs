@@ -20,6 +20,25 @@ pub struct DecodeShape {
     pub head_dim: usize,
 }
 
+impl DecodeShape {
+    /// The decode-step shapes of a dense model: one transformer block (its matmuls as one GEMM
+    /// over `hidden`, with attention) and the output head (no attention).
+    pub fn of_dense_model(shape: &sim::mosaic::shape::DenseModelShape) -> (Self, Self) {
+        let block = DecodeShape {
+            hidden: shape.hidden as usize,
+            out_features: sim::mosaic::live_scale::block_gemm_width(shape) as usize,
+            n_heads: shape.n_heads as usize,
+            n_kv_heads: shape.n_kv_heads as usize,
+            head_dim: shape.head_dim as usize,
+        };
+        let head = DecodeShape {
+            out_features: shape.vocab as usize,
+            ..block
+        };
+        (block, head)
+    }
+}
+
 /// Inputs of one decode step.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecodeProblem {

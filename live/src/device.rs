@@ -403,36 +403,8 @@ pub fn slot_major_ids(counts: &[u32], tokens: usize, top_k: usize) -> Vec<i32> {
 /// Integer counts that sum to `total` and follow `load` (largest remainder; ties go to the
 /// lower index): the routed tokens each expert receives, from expected counts.
 pub fn round_counts(load: &[f32], total: u32) -> Vec<u32> {
-    let sum: f64 = load.iter().map(|&v| f64::from(v.max(0.0))).sum();
-    if load.is_empty() {
-        return Vec::new();
-    }
-    if sum <= 0.0 {
-        let mut counts = vec![total / load.len() as u32; load.len()];
-        for c in counts.iter_mut().take(total as usize % load.len()) {
-            *c += 1;
-        }
-        return counts;
-    }
-    let scaled: Vec<f64> = load
-        .iter()
-        .map(|&v| f64::from(v.max(0.0)) * f64::from(total) / sum)
-        .collect();
-    let mut counts: Vec<u32> = scaled.iter().map(|v| v.floor() as u32).collect();
-    let mut left = total - counts.iter().sum::<u32>();
-    let mut order: Vec<usize> = (0..load.len()).collect();
-    order.sort_by(|&a, &b| {
-        let (ra, rb) = (scaled[a] - scaled[a].floor(), scaled[b] - scaled[b].floor());
-        rb.total_cmp(&ra).then(a.cmp(&b))
-    });
-    for i in order {
-        if left == 0 {
-            break;
-        }
-        counts[i] += 1;
-        left -= 1;
-    }
-    counts
+    let shares: Vec<f64> = load.iter().map(|&v| f64::from(v)).collect();
+    sim::apportion::apportion(total, &shares)
 }
 
 /// `total` routed tokens spread as evenly as possible over `n` experts (the first ones get the

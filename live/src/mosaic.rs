@@ -15,7 +15,7 @@ use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
 use kernels::decode::DecodeShape;
 use sim::mosaic::decode::DecodeStep;
-use sim::mosaic::live_scale::{LIVE_SCALING, block_gemm_width, kernel_rows_and_context};
+use sim::mosaic::live_scale::{LIVE_SCALING, kernel_rows_and_context};
 use sim::mosaic::shape::DenseModelShape;
 use sim::mosaic::{MosaicScenario, SessionCost, SimulatedSessionCost, try_simulate_on};
 use sim::runner::Policies;
@@ -31,24 +31,6 @@ fn scaling_line() -> String {
 /// `shape` scaled down for live execution.
 pub fn scaled_down(shape: &DenseModelShape) -> DenseModelShape {
     LIVE_SCALING.apply(shape)
-}
-
-/// The decode-step kernel shape of one transformer block of `shape` (its matmuls as one GEMM
-/// over `hidden`, with attention), and of the output head (no attention).
-pub fn kernel_shapes(shape: &DenseModelShape) -> (DecodeShape, DecodeShape) {
-    let hidden = shape.hidden as usize;
-    let block = DecodeShape {
-        hidden,
-        out_features: block_gemm_width(shape) as usize,
-        n_heads: shape.n_heads as usize,
-        n_kv_heads: shape.n_kv_heads as usize,
-        head_dim: shape.head_dim as usize,
-    };
-    let head = DecodeShape {
-        out_features: shape.vocab as usize,
-        ..block
-    };
-    (block, head)
 }
 
 /// One line per priced event: the load, or what the session loop put into the step.
@@ -117,7 +99,7 @@ impl MosaicLive<'_> {
     /// spread evenly over them, then the output head.
     fn measure_step(&mut self, expert: usize, step: &DecodeStep) -> Result<f64, BackendError> {
         let shape = scaled_down(&self.predictor.scenario.experts[expert].shape);
-        let (block, head) = kernel_shapes(&shape);
+        let (block, head) = DecodeShape::of_dense_model(&shape);
         let (rows, context) = kernel_rows_and_context(step);
         let (rows, context) = (rows as usize, context as usize);
         let mut total = 0.0;
@@ -266,7 +248,7 @@ mod tests {
         assert_eq!((small.hidden, small.n_layers, small.n_heads), (64, 4, 32));
         let ratio = full.weight_bytes() / small.weight_bytes();
         assert!(ratio > 4096.0, "{ratio}");
-        let (block, head) = kernel_shapes(&small);
+        let (block, head) = DecodeShape::of_dense_model(&small);
         assert_eq!(
             block.out_features * block.hidden,
             small.block_params() as usize

@@ -2,6 +2,7 @@
 //! arrival processes, request models, cost models, metrics, scenarios and the engine loop.
 //! It knows no policy, no CUDA and no plotting; policies plug in through the traits defined here.
 
+pub mod apportion;
 pub mod arrivals;
 pub mod batch;
 pub mod caps;

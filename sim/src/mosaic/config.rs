@@ -9,6 +9,7 @@ use super::placement::{PlacementConfig, PlacementProblem};
 use super::presets::{self, BUCKET_NAMES, DATASET_PRESETS};
 use super::profile_cost::{DenseDecodeProfile, MosaicDecodeProfile};
 use super::shape::{DENSE_PRESETS, DenseModelShape};
+use crate::apportion::apportion;
 use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, GpuSpec};
 use crate::scenario::validate::FieldError;
 use serde::{Deserialize, Serialize};
@@ -403,28 +404,6 @@ pub fn pool_preset(name: &str) -> Option<Vec<ExpertFile>> {
         ]),
         _ => None,
     }
-}
-
-/// Largest-remainder rounding of `shares` (any positive scale) to integers summing to `total`.
-pub fn apportion(total: u32, shares: &[f64]) -> Vec<u32> {
-    let sum: f64 = shares.iter().sum();
-    let exact: Vec<f64> = shares.iter().map(|s| f64::from(total) * s / sum).collect();
-    let mut counts: Vec<u32> = exact.iter().map(|x| x.floor() as u32).collect();
-    let mut left = total - counts.iter().sum::<u32>();
-    let mut order: Vec<usize> = (0..shares.len()).collect();
-    order.sort_by(|&a, &b| {
-        let ra = exact[a] - exact[a].floor();
-        let rb = exact[b] - exact[b].floor();
-        rb.total_cmp(&ra).then(a.cmp(&b))
-    });
-    for i in order {
-        if left == 0 {
-            break;
-        }
-        counts[i] += 1;
-        left -= 1;
-    }
-    counts
 }
 
 fn shape_of(path: &str, name: &str) -> Result<DenseModelShape, FieldError> {
