@@ -83,8 +83,21 @@ fn main() -> ExitCode {
             fresh,
         } => match load(&scenario, &sets) {
             Ok(plan) => {
+                if per_request_csv && plan.family != sim::scenario::Family::Caps {
+                    eprintln!(
+                        "error: --per-request-csv: the {:?} family keeps no per-request records \
+                         yet (only caps does); nothing was run",
+                        plan.family
+                    );
+                    return ExitCode::from(2);
+                }
+                let out = out.unwrap_or_else(|| Path::new("results").join(&plan.name));
+                if let Err(err) = probe_output_folder(&out) {
+                    eprintln!("error: --out {}: {err}; nothing was run", out.display());
+                    return ExitCode::from(2);
+                }
                 let sweep = SweepOptions {
-                    out: &out.unwrap_or_else(|| Path::new("results").join(&plan.name)),
+                    out: &out,
                     shard,
                     fresh,
                     per_request_csv: per_request_csv
@@ -120,12 +133,25 @@ fn main() -> ExitCode {
     }
 }
 
-/// Loads a scenario; a bad one prints a one-line error and yields exit code 2.
+/// Loads a scenario; a bad one prints a one-line error and yields exit code 2. What the loader
+/// did on the user's behalf (a kept baseline cell) is printed as a note.
 fn load(path: &Path, sets: &[String]) -> Result<ScenarioPlan, ExitCode> {
-    scenario::load(path, sets).map_err(|err: ScenarioError| {
+    let plan = scenario::load(path, sets).map_err(|err: ScenarioError| {
         eprintln!("error: {err}");
         ExitCode::from(2)
-    })
+    })?;
+    for note in &plan.notes {
+        eprintln!("note: {note}");
+    }
+    Ok(plan)
+}
+
+/// Creates the output folder and checks that a file can be written in it, before any cell runs.
+fn probe_output_folder(out: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(out)?;
+    let probe = out.join(".expertsim-write-probe");
+    std::fs::write(&probe, b"")?;
+    std::fs::remove_file(&probe)
 }
 
 fn report_failure(result: anyhow::Result<()>) -> ExitCode {

@@ -73,8 +73,14 @@ pub struct LatencySummary {
     pub max_ms: f64,
 }
 
+/// Most points a `DepthTracker` series keeps: past it, every other point is dropped and the grid
+/// spacing doubles, so a run's series stays this short however long the run.
+pub const MAX_SERIES_POINTS: usize = 2048;
+
 /// Tracks a piecewise-constant count over time (queue depth): its time average, its maximum and
-/// samples on a fixed grid (the value in force at each grid instant), without events of its own.
+/// samples on a grid (the value in force at each grid instant), without events of its own. The
+/// grid starts at the requested spacing and doubles whenever `MAX_SERIES_POINTS` are reached
+/// (keeping the points at even grid indices), so memory and output are bounded by design.
 #[derive(Clone, Debug)]
 pub struct DepthTracker {
     value: u64,
@@ -109,13 +115,28 @@ impl DepthTracker {
         assert!(now >= self.since, "DepthTracker: time went backwards");
         if self.sample_interval_ns > 0 {
             while self.next_sample < now.0 {
+                if self.samples.len() == MAX_SERIES_POINTS {
+                    self.halve();
+                    continue;
+                }
                 self.samples
                     .push((self.next_sample as f64 / 1e9, self.value));
-                self.next_sample += self.sample_interval_ns;
+                self.next_sample = self.next_sample.saturating_add(self.sample_interval_ns);
             }
         }
         self.area_ns += u128::from(now.0 - self.since.0) * u128::from(self.value);
         self.since = now;
+    }
+    /// Keeps the points at even grid indices and doubles the spacing; the next point is the first
+    /// of the doubled grid after the last one kept.
+    fn halve(&mut self) {
+        let mut index = 0;
+        self.samples.retain(|_| {
+            index += 1;
+            index % 2 == 1
+        });
+        self.sample_interval_ns = self.sample_interval_ns.saturating_mul(2);
+        self.next_sample = (self.samples.len() as u64).saturating_mul(self.sample_interval_ns);
     }
     /// Closes the record at `end` and returns (time average, max, samples).
     pub fn finish(mut self, end: SimTime) -> (f64, u64, Vec<(f64, u64)>) {
@@ -233,6 +254,26 @@ mod tests {
         assert!((p99 - 990.0).abs() / 990.0 < 1e-3, "p99 {p99}");
         let p50 = recorder.quantile_ms(0.5);
         assert!((p50 - 500.0).abs() / 500.0 < 1e-3, "p50 {p50}");
+    }
+
+    #[test]
+    fn depth_series_stays_bounded_and_on_a_doubled_grid() {
+        // 10,000 unit-spaced changes: the series keeps at most MAX_SERIES_POINTS points, on a
+        // grid of spacing 8 (4096 < 10,000 / 2048 rounds up to the power of two 8), and each
+        // point is the value in force at its instant (the value set at t is t here).
+        let mut depth = DepthTracker::new(1);
+        for t in 0..10_000u64 {
+            depth.set(SimTime(t), t);
+        }
+        let (_, max, samples) = depth.finish(SimTime(10_000));
+        assert_eq!(max, 9_999);
+        assert!(samples.len() <= MAX_SERIES_POINTS, "{}", samples.len());
+        assert!(samples.len() > MAX_SERIES_POINTS / 2);
+        for (i, &(seconds, value)) in samples.iter().enumerate() {
+            let at = (i as u64) * 8;
+            assert_eq!((seconds * 1e9).round() as u64, at);
+            assert_eq!(value, at, "point {i}");
+        }
     }
 
     #[test]

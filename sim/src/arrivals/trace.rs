@@ -4,7 +4,6 @@
 use super::{Arrival, ArrivalProcess, check_n_topics, uniform_topic};
 use crate::rng::SimRng;
 use crate::time::SimTime;
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -91,10 +90,11 @@ impl Trace {
     /// Reads and checks the CSV trace at `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|source| TraceError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let file =
+            crate::scenario::validate::open_input(path).map_err(|source| TraceError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
         Trace::from_reader(io::BufReader::new(file), path)
     }
 

@@ -9,6 +9,8 @@ use crate::caps::server::SchedulerParams;
 use crate::cost::profile::Profile;
 use crate::execution::{CvModel, ExecutionModel, StragglerModel};
 use crate::model_shape::MoeModelShape;
+use crate::scenario::limits::MAX_SIM_SECONDS_CEILING;
+use crate::scenario::validate::duration;
 use crate::scenario::validate::{FieldError, LoadCache, at_least_one, field_error, positive};
 use crate::time::SimDuration;
 use serde::{Deserialize, Serialize};
@@ -489,10 +491,11 @@ fn validate(
         max_batch_size,
         window_size: s.window_size,
         min_batch_trigger: at_least_one("scheduler.min_batch_trigger", s.min_batch_trigger)?,
-        scheduling_interval: SimDuration::from_millis_f64(positive(
+        scheduling_interval: duration(
             "scheduler.scheduling_interval_ms",
-            s.scheduling_interval_ms,
-        )?),
+            s.scheduling_interval_ms * 1e-3,
+            MAX_SIM_SECONDS_CEILING,
+        )?,
         seed_with_oldest: s.seed_with_oldest,
     };
     if let BatchSelectorConfig::PowerOfD { samples }
@@ -518,7 +521,16 @@ fn validate(
         scheduler,
         selector: s.selector.clone(),
         execution,
-        queue_sample_interval: SimDuration::from_millis_f64(interval),
+        // 0 turns the series off; anything else is a real duration of at least 1 ns.
+        queue_sample_interval: if interval == 0.0 {
+            SimDuration::ZERO
+        } else {
+            duration(
+                "metrics.queue_sample_interval_ms",
+                interval * 1e-3,
+                MAX_SIM_SECONDS_CEILING,
+            )?
+        },
         per_request_csv: file.output.per_request_csv,
     })
 }
@@ -547,10 +559,7 @@ fn validate_execution(
                 format!("is required for model \"{}\"", kind_name(e.model)),
             )
         })?;
-        Ok(SimDuration::from_millis_f64(positive(
-            "execution.service_ms",
-            ms,
-        )?))
+        duration("execution.service_ms", ms * 1e-3, MAX_SIM_SECONDS_CEILING)
     };
     match e.model {
         ExecutionModelKind::Constant | ExecutionModelKind::Exponential => {
@@ -607,25 +616,23 @@ fn load_profile(
 ) -> Result<Arc<Profile>, FieldError> {
     // The whole shape is part of the key: a sweep over layers, experts or dtype needs its own profile.
     let shape_key = serde_json::to_string(shape).expect("shapes serialize");
-    let resolved = path.map(resolve_profile).transpose()?;
-    let path = resolved.as_deref();
-    let key = match path {
-        Some(p) => format!("file:{}:{shape_key}", base_dir.join(p).display()),
+    let resolved = path
+        .map(|p| crate::scenario::validate::resolve_profile("execution.profile", p, base_dir))
+        .transpose()?;
+    let key = match &resolved {
+        Some(p) => format!("file:{}:{shape_key}", p.display()),
         None => format!("analytic:{gpu}:{shape_key}"),
     };
     if let Some(profile) = cache.profiles.get(&key) {
         return Ok(profile.clone());
     }
-    let profile = match path {
+    let profile = match &resolved {
         Some(p) => {
-            let profile = Profile::load(&base_dir.join(p))
-                .map_err(|e| field_error("execution.profile", e.to_string()))?;
-            profile.check_shape(shape).map_err(|e| {
-                field_error(
-                    "execution.profile",
-                    format!("{}: {e}", base_dir.join(p).display()),
-                )
-            })?;
+            let profile =
+                Profile::load(p).map_err(|e| field_error("execution.profile", e.to_string()))?;
+            profile
+                .check_shape(shape)
+                .map_err(|e| field_error("execution.profile", format!("{}: {e}", p.display())))?;
             profile
         }
         None => {
@@ -637,41 +644,4 @@ fn load_profile(
     let profile = Arc::new(profile);
     cache.profiles.insert(key, profile.clone());
     Ok(profile)
-}
-
-/// Where profiles named without a path are looked for, in order: `$EXPERTSIM_PROFILE_DIR`, then
-/// `profiles/measured` and `profiles/analytic` under the working directory.
-fn profile_dirs() -> Vec<std::path::PathBuf> {
-    let mut dirs: Vec<std::path::PathBuf> = std::env::var_os("EXPERTSIM_PROFILE_DIR")
-        .map(Into::into)
-        .into_iter()
-        .collect();
-    dirs.push("profiles/measured".into());
-    dirs.push("profiles/analytic".into());
-    dirs
-}
-
-/// `execution.profile` is a path (relative to the scenario file) when it contains a `/` or ends in
-/// `.json`; otherwise it is a profile name, `<name>.json` in the first of `profile_dirs` that has
-/// it. Returns a path usable with `base_dir.join` (an absolute path for names).
-fn resolve_profile(value: &str) -> Result<String, FieldError> {
-    if value.contains('/') || value.ends_with(".json") {
-        return Ok(value.to_string());
-    }
-    let dirs = profile_dirs();
-    for dir in &dirs {
-        let candidate = dir.join(format!("{value}.json"));
-        if candidate.is_file() {
-            let absolute = std::path::absolute(&candidate).unwrap_or(candidate);
-            return Ok(absolute.display().to_string());
-        }
-    }
-    let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-    Err(field_error(
-        "execution.profile",
-        format!(
-            "no profile named `{value}` (looked for {value}.json in {})",
-            searched.join(", ")
-        ),
-    ))
 }

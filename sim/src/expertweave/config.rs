@@ -362,7 +362,8 @@ impl ExpertWeaveConfig {
         let profile = match &c.profile {
             None => None,
             Some(file) => {
-                let path = base_dir.join(file);
+                let path =
+                    crate::scenario::validate::resolve_profile("cost.profile", file, base_dir)?;
                 let measured = MeasuredProfile::load(&path)
                     .map_err(|e| field_error("cost.profile", e.to_string()))?;
                 let profile = EwProfile::from_measured(

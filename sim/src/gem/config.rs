@@ -510,7 +510,11 @@ impl GemConfig {
         let profile = Arc::new(match &self.model.profile {
             None => analytic_profile(&gpu, &shape),
             Some(relative) => {
-                let path = base_dir.join(relative);
+                let path = crate::scenario::validate::resolve_profile(
+                    "model.profile",
+                    relative,
+                    base_dir,
+                )?;
                 let profile =
                     Profile::load(&path).map_err(|e| field("model.profile", e.to_string()))?;
                 profile

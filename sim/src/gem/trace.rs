@@ -119,9 +119,11 @@ impl ExpertTrace {
     }
 
     pub fn load(path: &Path) -> Result<ExpertTrace, TraceError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TraceError::Read {
-            path: path.to_path_buf(),
-            source,
+        let text = crate::scenario::validate::read_input_text(path).map_err(|source| {
+            TraceError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         ExpertTrace::parse(&text, path)
     }

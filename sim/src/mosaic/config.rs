@@ -639,7 +639,8 @@ impl MosaicConfig {
         let decode_profile = match &s.profile {
             None => None,
             Some(file) => {
-                let path = base_dir.join(file);
+                let path =
+                    crate::scenario::validate::resolve_profile("serving.profile", file, base_dir)?;
                 let profile =
                     DenseDecodeProfile::load(&path).map_err(|e| err("serving.profile", e))?;
                 let costs = experts

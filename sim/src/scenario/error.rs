@@ -68,11 +68,23 @@ impl SpanIndex {
                 .span()
                 .map(|s| index.location_of(s.start))
                 .unwrap_or(Location::Unknown);
+            // Name the key of a duplicate-key error: the text the span covers.
+            let key = err
+                .span()
+                .and_then(|s| text.get(s))
+                .map(|k| k.trim().trim_matches(['[', ']']).trim())
+                .filter(|k| !k.is_empty() && !k.contains('\n'));
+            let message = match key {
+                Some(key) if err.message().contains("duplicate key") => {
+                    format!("invalid TOML: duplicate key `{key}`")
+                }
+                _ => format!("invalid TOML: {}", err.message()),
+            };
             ScenarioError {
                 file: file.to_path_buf(),
                 location,
                 field: None,
-                message: format!("invalid TOML: {}", err.message()),
+                message,
             }
         })?;
         index.walk_table("", table.get_ref());

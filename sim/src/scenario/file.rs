@@ -6,7 +6,15 @@ use serde::{Deserialize, Serialize};
 
 /// The top-level keys every family shares; the loader deserializes them into `CommonFile` and
 /// hands the rest of the document to the family's own schema.
-pub const COMMON_KEYS: &[&str] = &["name", "description", "family", "seeds", "report", "figure"];
+pub const COMMON_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "family",
+    "seeds",
+    "report",
+    "figure",
+    "limits",
+];
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -21,6 +29,9 @@ pub struct CommonFile {
     pub report: Option<ReportFile>,
     #[serde(default, rename = "figure")]
     pub figures: Vec<FigureFile>,
+    /// `[limits]`: ceilings on what the scenario may ask for (docs/limits.md).
+    #[serde(default)]
+    pub limits: super::limits::Limits,
 }
 
 fn default_seeds() -> Vec<u64> {

@@ -4,14 +4,17 @@
 //! Every error is one line naming the file, the line and the field, and nothing runs until every
 //! cell has passed.
 
+pub mod demands;
 pub mod error;
 pub mod figure;
 pub mod file;
+pub mod limits;
 pub mod sweep;
 pub mod validate;
 
 pub use error::{Location, ScenarioError};
 pub use file::{CommonFile, Family};
+pub use limits::Limits;
 
 use error::SpanIndex;
 use file::{COMMON_KEYS, FigureFile, ReportFile};
@@ -62,6 +65,10 @@ pub struct ScenarioPlan {
     pub figures: Vec<FigureFile>,
     /// The scenario document after `--set` overrides and without `[sweep]`, for the result echo.
     pub document: toml::Table,
+    /// The ceilings in force (`[limits]`).
+    pub limits: Limits,
+    /// What the loader did that the user should know (a baseline cell kept in a narrowed sweep).
+    pub notes: Vec<String>,
 }
 
 /// One sweep cell: its coordinates (a value per sweep key) and the validated scenario.
@@ -147,7 +154,22 @@ pub fn scenario_files(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
 /// Loads the scenario at `path`, applies `--set key=value` overrides `sets`, expands the sweep
 /// and validates every cell.
 pub fn load(path: &Path, sets: &[String]) -> Result<ScenarioPlan, ScenarioError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+    if path
+        .file_name()
+        .is_some_and(|n| n == crate::headlines::FILE_NAME)
+    {
+        return Err(ScenarioError {
+            file: path.to_path_buf(),
+            location: Location::Unknown,
+            field: None,
+            message: format!(
+                "this is a claims file ({}), read by `expertsim reproduce`, not a scenario; \
+                 run one of the scenarios beside it",
+                crate::headlines::FILE_NAME
+            ),
+        });
+    }
+    let text = validate::read_input_text(path).map_err(|e| ScenarioError {
         file: path.to_path_buf(),
         location: Location::Unknown,
         field: None,
@@ -164,7 +186,11 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
         spans: SpanIndex::build(path, text)?,
     };
     let mut document: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-        loader.error(Location::Unknown, None, e.message().to_string())
+        let location = e
+            .span()
+            .map(|s| loader.spans.location_of(s.start))
+            .unwrap_or(Location::Unknown);
+        loader.error(location, None, humanize(e.message()))
     })?;
 
     // The sweep axes, in the order written.
@@ -197,13 +223,36 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
         }
     }
 
+    // The compared key and its baseline, as written (checked after the cells).
+    let compared: Option<(String, toml::Value)> = document.get("report").and_then(|r| {
+        Some((
+            r.get("compare")?.as_str()?.to_string(),
+            r.get("baseline")?.clone(),
+        ))
+    });
+    let mut notes = Vec::new();
+
     // --set overrides: a swept key is narrowed to the given value(s); anything else is set.
     let mut overrides: Vec<(String, Origin)> = Vec::new();
     for argument in sets {
         let (key, value) =
             sweep::parse_set(argument).map_err(|m| loader.error(Location::CommandLine, None, m))?;
+        if let Some(axis) = axes.iter().find(|a| {
+            key.strip_prefix(a.key.as_str())
+                .is_some_and(|r| r.starts_with('.'))
+        }) {
+            return Err(loader.error(
+                Location::CommandLine,
+                Some(&key),
+                format!(
+                    "`{}` is swept as whole values, which replace `{key}` in every cell; set it \
+                     inside the swept values instead (e.g. --set '{}=[...]')",
+                    axis.key, axis.key
+                ),
+            ));
+        }
         if let Some(axis) = axes.iter_mut().find(|a| a.key == key) {
-            axis.values = match value {
+            let mut values = match value {
                 toml::Value::Array(values) if !values.is_empty() => values,
                 toml::Value::Array(_) => {
                     return Err(loader.error(
@@ -214,11 +263,62 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
                 }
                 single => vec![single],
             };
+            // Narrowing the compared key keeps its baseline, so the comparison still has one.
+            if let Some((compare, baseline)) = &compared
+                && *compare == key
+                && !values.contains(baseline)
+                && axis.values.contains(baseline)
+            {
+                values.insert(0, baseline.clone());
+                notes.push(format!(
+                    "kept the baseline cell {key} = {} that the report compares against",
+                    sweep::display_value(baseline)
+                ));
+            }
+            axis.values = values;
         } else {
             sweep::apply(&mut document, &key, value)
                 .map_err(|m| loader.error(Location::CommandLine, Some(&key), m))?;
             overrides.push((key, Origin::CommandLine));
         }
+    }
+
+    // The ceilings, read before anything is expanded; they cannot be swept.
+    if let Some(axis) = axes
+        .iter()
+        .find(|a| a.key == "limits" || a.key.starts_with("limits."))
+    {
+        return Err(loader.error(
+            loader.locate_sweep_key(&axis.key),
+            Some(&format!("sweep.{}", axis.key)),
+            "limits cannot be swept; set them once in [limits]",
+        ));
+    }
+    let limits: Limits = match document.get("limits") {
+        None => Limits::default(),
+        Some(table) => {
+            let mut wrapper = toml::Table::new();
+            wrapper.insert("limits".into(), table.clone());
+            let common: LimitsOnly = deserialize_table(&loader, wrapper, &overrides)?;
+            common.limits
+        }
+    };
+    limits
+        .validate()
+        .map_err(|e| loader.error(loader.locate(&e.path, &overrides), Some(&e.path), e.message))?;
+    let n_cells: f64 = axes.iter().map(|a| a.values.len() as f64).product();
+    if n_cells > limits.max_cells {
+        return Err(loader.error(
+            axes.first()
+                .map(|a| loader.locate_sweep_key(&a.key))
+                .unwrap_or(Location::Unknown),
+            Some("sweep"),
+            format!(
+                "expands to {n_cells} cells, above the ceiling of {} (raise it with `[limits] \
+                 max_cells = ...`; docs/limits.md)",
+                limits.max_cells
+            ),
+        ));
     }
 
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -249,51 +349,18 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
                 "needs at least one seed",
             ));
         }
-        let field_error = |e: validate::FieldError| {
-            let location = loader.locate(&e.path, &cell_overrides);
-            let mut message = e.message;
-            if let Some((key, value)) = coords
-                .iter()
-                .find(|(k, _)| e.path == *k || e.path.starts_with(&format!("{k}.")))
-            {
-                message = format!(
-                    "{message} (in the sweep cell {key} = {})",
-                    sweep::display_value(value)
-                );
-            }
-            loader.error(location, Some(&e.path), message)
-        };
-        let scenario = match file.family {
-            Family::Caps => {
-                let config: crate::caps::CapsConfig =
-                    deserialize_table(&loader, family_doc, &cell_overrides)?;
-                Scenario::Caps(
-                    config
-                        .validate(&base_dir, &mut cache)
-                        .map_err(field_error)?,
-                )
-            }
-            Family::Gem => {
-                let config: crate::gem::GemConfig =
-                    deserialize_table(&loader, family_doc, &cell_overrides)?;
-                Scenario::Gem(config.validate(&base_dir).map_err(field_error)?)
-            }
-            Family::Mosaic => {
-                let config: crate::mosaic::MosaicConfig =
-                    deserialize_table(&loader, family_doc, &cell_overrides)?;
-                Scenario::Mosaic(config.validate(&base_dir).map_err(field_error)?)
-            }
-            Family::Chimera => {
-                let config: crate::chimera::ChimeraConfig =
-                    deserialize_table(&loader, family_doc, &cell_overrides)?;
-                Scenario::Chimera(config.validate(&base_dir).map_err(field_error)?)
-            }
-            Family::Expertweave => {
-                let config: crate::expertweave::ExpertWeaveConfig =
-                    deserialize_table(&loader, family_doc, &cell_overrides)?;
-                Scenario::Expertweave(config.validate(&base_dir).map_err(field_error)?)
-            }
-        };
+        let scenario = validate_family(
+            &loader,
+            file.family,
+            family_doc,
+            &cell_overrides,
+            &base_dir,
+            &mut cache,
+            &coords,
+        )?;
+        limits
+            .check(&scenario.demands())
+            .map_err(|e| cell_field_error(&loader, &cell_overrides, &coords, e))?;
         if let Some(first) = &first
             && first.family != file.family
         {
@@ -310,7 +377,83 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
             scenario,
         });
     }
+    // Base values that a sweep replaces in every cell are validated too, in a cell of their own
+    // (every other axis at its first value), so a typo under a swept key is not silently ignored.
+    let mut base_checks: Vec<(usize, Vec<(String, toml::Value)>)> = Vec::new();
+    for (axis_idx, axis) in axes.iter().enumerate() {
+        if lookup(&document, &axis.key).is_some() {
+            let coords = axes
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != axis_idx)
+                .map(|(_, a)| (a.key.clone(), a.values[0].clone()))
+                .collect();
+            base_checks.push((axis_idx, coords));
+        }
+    }
+    for (axis_idx, coords) in base_checks {
+        let key = &axes[axis_idx].key;
+        let mut cell_doc = document.clone();
+        let mut cell_overrides = overrides.clone();
+        for (k, value) in &coords {
+            sweep::apply(&mut cell_doc, k, value.clone()).map_err(|m| {
+                loader.error(loader.locate_sweep_key(k), Some(&format!("sweep.{k}")), m)
+            })?;
+            cell_overrides.push((k.clone(), Origin::Sweep));
+        }
+        let (common_doc, family_doc): (toml::Table, toml::Table) = cell_doc
+            .into_iter()
+            .partition(|(k, _)| COMMON_KEYS.contains(&k.as_str()));
+        let file: CommonFile = deserialize_table(&loader, common_doc, &cell_overrides)?;
+        let note = |mut e: ScenarioError| {
+            e.message = format!(
+                "{} (in the base value of `{key}`, which the sweep replaces in every cell: fix it \
+                 or remove it)",
+                e.message
+            );
+            e
+        };
+        let scenario = validate_family(
+            &loader,
+            file.family,
+            family_doc,
+            &cell_overrides,
+            &base_dir,
+            &mut cache,
+            &coords,
+        )
+        .map_err(note)?;
+        limits.check(&scenario.demands()).map_err(|e| {
+            note(loader.error(
+                loader.locate(&e.path, &cell_overrides),
+                Some(&e.path),
+                e.message,
+            ))
+        })?;
+    }
     let file = first.expect("cartesian always yields at least one cell");
+    let n_runs = cells.len() as f64 * file.seeds.len() as f64;
+    if n_runs > limits.max_runs {
+        return Err(loader.error(
+            loader.spans.locate("seeds"),
+            Some("seeds"),
+            format!(
+                "{} cells x {} seeds = {n_runs} runs, above the ceiling of {} (raise it with \
+                 `[limits] max_runs = ...`; docs/limits.md)",
+                cells.len(),
+                file.seeds.len(),
+                limits.max_runs
+            ),
+        ));
+    }
+    let name_error = |e: validate::FieldError| {
+        loader.error(loader.locate(&e.path, &overrides), Some(&e.path), e.message)
+    };
+    validate::file_name_component("name", &file.name).map_err(name_error)?;
+    for (i, figure) in file.figures.iter().enumerate() {
+        validate::file_name_component(&format!("figure[{i}].name"), &figure.name)
+            .map_err(name_error)?;
+    }
 
     let axis_keys: Vec<&str> = axes.iter().map(|a| a.key.as_str()).collect();
     let require_axis = |key: &str, field: &str| -> Result<(), ScenarioError> {
@@ -363,6 +506,84 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
         report: file.report.clone(),
         figures: file.figures.clone(),
         document,
+        limits,
+        notes,
+    })
+}
+
+/// Only the `[limits]` table, read before the sweep is expanded.
+#[derive(serde::Deserialize)]
+struct LimitsOnly {
+    limits: Limits,
+}
+
+/// The value at dotted `key` of `document`, if there is one.
+fn lookup<'a>(document: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
+    let mut parts = key.split('.');
+    let mut value = document.get(parts.next()?)?;
+    for part in parts {
+        value = value.as_table()?.get(part)?;
+    }
+    Some(value)
+}
+
+/// A family's field error as a scenario error, located at the sweep key or `--set` that supplied
+/// the field, with the sweep cell named.
+fn cell_field_error(
+    loader: &Loader<'_>,
+    overrides: &[(String, Origin)],
+    coords: &[(String, toml::Value)],
+    e: validate::FieldError,
+) -> ScenarioError {
+    let location = loader.locate(&e.path, overrides);
+    let mut message = e.message;
+    if let Some((key, value)) = coords
+        .iter()
+        .find(|(k, _)| e.path == *k || e.path.starts_with(&format!("{k}.")))
+    {
+        message = format!(
+            "{message} (in the sweep cell {key} = {})",
+            sweep::display_value(value)
+        );
+    }
+    loader.error(location, Some(&e.path), message)
+}
+
+/// Deserializes and validates the family tables of one cell.
+fn validate_family(
+    loader: &Loader<'_>,
+    family: Family,
+    family_doc: toml::Table,
+    overrides: &[(String, Origin)],
+    base_dir: &Path,
+    cache: &mut validate::LoadCache,
+    coords: &[(String, toml::Value)],
+) -> Result<Scenario, ScenarioError> {
+    let field_error = |e| cell_field_error(loader, overrides, coords, e);
+    Ok(match family {
+        Family::Caps => {
+            let config: crate::caps::CapsConfig = deserialize_table(loader, family_doc, overrides)?;
+            Scenario::Caps(config.validate(base_dir, cache).map_err(field_error)?)
+        }
+        Family::Gem => {
+            let config: crate::gem::GemConfig = deserialize_table(loader, family_doc, overrides)?;
+            Scenario::Gem(config.validate(base_dir).map_err(field_error)?)
+        }
+        Family::Mosaic => {
+            let config: crate::mosaic::MosaicConfig =
+                deserialize_table(loader, family_doc, overrides)?;
+            Scenario::Mosaic(config.validate(base_dir).map_err(field_error)?)
+        }
+        Family::Chimera => {
+            let config: crate::chimera::ChimeraConfig =
+                deserialize_table(loader, family_doc, overrides)?;
+            Scenario::Chimera(config.validate(base_dir).map_err(field_error)?)
+        }
+        Family::Expertweave => {
+            let config: crate::expertweave::ExpertWeaveConfig =
+                deserialize_table(loader, family_doc, overrides)?;
+            Scenario::Expertweave(config.validate(base_dir).map_err(field_error)?)
+        }
     })
 }
 
@@ -383,7 +604,52 @@ fn deserialize_table<T: DeserializeOwned>(
         loader.error(
             location,
             field.as_deref(),
-            err.into_inner().message().to_string(),
+            humanize(err.into_inner().message()),
         )
     })
 }
+
+/// A schema error in a user's words: serde names Rust types (`internally tagged enum
+/// QueuePolicyConfig`, `struct ModelFile`, `i128`) where a scenario author thinks in TOML.
+fn humanize(message: &str) -> String {
+    let mut out = message.to_string();
+    for (rust, toml) in [
+        (
+            "internally tagged enum",
+            "a table with a `kind` key such as",
+        ),
+        ("expected struct", "expected a table"),
+        ("expected a sequence", "expected a list"),
+        ("expected a map", "expected a table"),
+        (" as i128", ""),
+        (
+            "expected any valid TOML value",
+            "expected an integer from -2^63 to 2^63-1",
+        ),
+        ("expected u64", "expected a non-negative integer"),
+        ("expected u32", "expected a non-negative integer below 2^32"),
+        ("expected usize", "expected a non-negative integer"),
+        ("expected f64", "expected a number"),
+    ] {
+        out = out.replace(rust, toml);
+    }
+    // Drop the Rust type name that follows (the enum's or struct's name).
+    for marker in ["such as ", "expected a table "] {
+        if let Some(at) = out.find(marker) {
+            let rest = &out[at + marker.len()..];
+            let name_end = rest
+                .find(|c: char| !c.is_alphanumeric() && c != '_')
+                .unwrap_or(rest.len());
+            if rest[..name_end].starts_with(|c: char| c.is_ascii_uppercase()) {
+                let head = out[..at + marker.len()]
+                    .trim_end_matches("such as ")
+                    .trim_end();
+                out = format!("{}{}", head.trim_end_matches(','), &rest[name_end..]);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -67,6 +67,13 @@ pub fn parse_set(argument: &str) -> Result<(String, toml::Value), String> {
     let raw = raw.trim();
     let value = match format!("value = {raw}").parse::<toml::Table>() {
         Ok(mut table) => table.remove("value").expect("the parsed table has the key"),
+        // An integer TOML cannot hold is a mistake, not a string.
+        Err(_) if raw.trim_start_matches(['+', '-']).parse::<u128>().is_ok() => {
+            return Err(format!(
+                "`{key}`: {raw} does not fit a TOML integer (from -9223372036854775808 to \
+                 9223372036854775807)"
+            ));
+        }
         Err(_) => toml::Value::String(raw.to_string()),
     };
     Ok((key.to_string(), value))
@@ -149,6 +156,8 @@ mod tests {
             toml::Value::String("fcfs".into())
         );
         assert!(parse_set("no_equals_sign").is_err());
+        let err = parse_set("workload.n_requests=18446744073709551615").unwrap_err();
+        assert!(err.contains("does not fit a TOML integer"), "{err}");
         assert!(parse_set("=5").is_err());
     }
 }

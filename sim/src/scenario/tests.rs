@@ -1,0 +1,153 @@
+//! Tests of the loader's guards against hostile and extreme input: ceilings, sweeps and `--set`,
+//! base values under swept keys, output names.
+
+use super::*;
+
+const QUICK: &str = r#"
+name = "t"
+family = "caps"
+[model]
+preset = "qwen1.5-moe-a2.7b-nf4"
+[workload]
+n_requests = 100
+output_tokens = { median = 1, sigma = 0.0, max = 1 }
+[arrival]
+pattern = "poisson"
+rate_per_s = 150
+[scheduler]
+selector = { kind = "greedy_variance" }
+[execution]
+model = "cv"
+gpu = "L4"
+[report]
+compare = "scheduler.selector.kind"
+baseline = "fcfs"
+[sweep]
+"arrival.rate_per_s" = [150, 300]
+"scheduler.selector.kind" = ["fcfs", "random", "greedy_variance"]
+"#;
+
+fn load(text: &str, sets: &[&str]) -> Result<ScenarioPlan, String> {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    load_str(Path::new("t.toml"), text, &sets).map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_rate_whose_horizon_passes_the_ceiling_is_refused_at_its_field() {
+    let err = load(QUICK, &["arrival.rate_per_s=1e-9"]).unwrap_err();
+    assert!(err.contains("field `arrival.rate_per_s`"), "{err}");
+    assert!(err.contains("limits.max_sim_seconds"), "{err}");
+    // Raised on purpose, the same scenario loads.
+    assert!(
+        load(
+            QUICK,
+            &["arrival.rate_per_s=1e-4", "limits.max_sim_seconds=1e7"]
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn a_sweep_is_counted_before_it_is_expanded() {
+    let big = QUICK.replace(
+        "\"arrival.rate_per_s\" = [150, 300]",
+        "\"arrival.rate_per_s\" = [150, 300]\n\"workload.n_topics\" = [1, 2, 3, 4, 5, 6, 7, 8]",
+    );
+    assert!(load(&big, &[]).is_ok());
+    let err = load(&big, &["limits.max_cells=40"]).unwrap_err();
+    assert!(err.contains("expands to 48 cells"), "{err}");
+    let err = load(&big, &["limits.max_runs=40"]).unwrap_err();
+    assert!(err.contains("48 runs"), "{err}");
+    let sweep_limits = QUICK.replace("[sweep]", "[sweep]\n\"limits.max_cells\" = [1, 2]");
+    assert!(
+        load(&sweep_limits, &[])
+            .unwrap_err()
+            .contains("cannot be swept")
+    );
+}
+
+#[test]
+fn setting_a_key_inside_a_table_valued_sweep_key_is_an_error_naming_both() {
+    let text = QUICK
+        .replace(
+            "\"scheduler.selector.kind\" = [\"fcfs\", \"random\", \"greedy_variance\"]",
+            "\"scheduler.selector\" = [{ kind = \"fcfs\" }, { kind = \"power_of_d\", samples = 2 }]",
+        )
+        .replace("compare = \"scheduler.selector.kind\"", "compare = \"scheduler.selector\"")
+        .replace("baseline = \"fcfs\"", "baseline = { kind = \"fcfs\" }");
+    assert!(load(&text, &[]).is_ok());
+    let err = load(&text, &["scheduler.selector.samples=4"]).unwrap_err();
+    assert!(err.contains("`scheduler.selector` is swept"), "{err}");
+    assert!(err.contains("scheduler.selector.samples"), "{err}");
+}
+
+#[test]
+fn a_bad_base_value_under_a_swept_key_is_not_silently_ignored() {
+    let bogus = QUICK.replace(
+        "selector = { kind = \"greedy_variance\" }",
+        "selector = { kind = \"bogus_kind\" }",
+    );
+    let err = load(&bogus, &[]).unwrap_err();
+    assert!(
+        err.contains("base value of `scheduler.selector.kind`"),
+        "{err}"
+    );
+    let nan = QUICK.replace("rate_per_s = 150", "rate_per_s = nan");
+    let err = load(&nan, &[]).unwrap_err();
+    assert!(err.contains("field `arrival.rate_per_s`"), "{err}");
+    assert!(err.contains("base value"), "{err}");
+}
+
+#[test]
+fn narrowing_the_compared_key_keeps_the_baseline_cell() {
+    let plan = load(QUICK, &["scheduler.selector.kind=greedy_variance"]).unwrap();
+    let axis = plan
+        .axes
+        .iter()
+        .find(|a| a.key == "scheduler.selector.kind")
+        .unwrap();
+    let values: Vec<&str> = axis.values.iter().filter_map(|v| v.as_str()).collect();
+    assert_eq!(values, ["fcfs", "greedy_variance"]);
+    assert_eq!(plan.cells.len(), 4);
+    assert!(
+        plan.notes[0].contains("kept the baseline"),
+        "{:?}",
+        plan.notes
+    );
+    // Narrowing to the baseline itself needs no note.
+    let plan = load(QUICK, &["scheduler.selector.kind=fcfs"]).unwrap();
+    assert!(plan.notes.is_empty());
+}
+
+#[test]
+fn scenario_and_figure_names_must_be_single_file_name_components() {
+    for bad in ["", "../x", "/tmp/x", "a/b"] {
+        let text = QUICK.replace("name = \"t\"", &format!("name = {bad:?}"));
+        let err = load(&text, &[]).unwrap_err();
+        assert!(err.contains("field `name`"), "{bad:?}: {err}");
+    }
+    let figure = format!(
+        "{QUICK}\n[[figure]]\nname = \"../../x\"\nmetrics = [\"latency_p99_ms\"]\n\
+         x = \"arrival.rate_per_s\"\nseries = \"scheduler.selector.kind\"\n"
+    );
+    let err = load(&figure, &[]).unwrap_err();
+    assert!(err.contains("figure[0].name"), "{err}");
+}
+
+#[test]
+fn intervals_that_round_to_zero_nanoseconds_are_refused() {
+    let err = load(QUICK, &["scheduler.scheduling_interval_ms=0.0000004"]).unwrap_err();
+    assert!(err.contains("scheduler.scheduling_interval_ms"), "{err}");
+    assert!(err.contains("rounds to 0 ns"), "{err}");
+}
+
+#[test]
+fn schema_errors_speak_toml_not_rust_types() {
+    let err = load(QUICK, &["model=3"]).unwrap_err();
+    assert!(err.ends_with("expected a table"), "{err}");
+    let err = load(QUICK, &["scheduler.selector=3"]).unwrap_err();
+    assert!(!err.contains("Config"), "{err}");
+    let dup = QUICK.replace("family = \"caps\"", "family = \"caps\"\nname = \"u\"");
+    let err = load(&dup, &[]).unwrap_err();
+    assert!(err.contains("duplicate key `name`"), "{err}");
+}
