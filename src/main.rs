@@ -83,11 +83,10 @@ fn main() -> ExitCode {
             fresh,
         } => match load(&scenario, &sets) {
             Ok(plan) => {
-                if per_request_csv && plan.family != sim::scenario::Family::Caps {
+                if per_request_csv && plan.family == sim::scenario::Family::Mosaic {
                     eprintln!(
-                        "error: --per-request-csv: the {:?} family keeps no per-request records \
-                         yet (only caps does); nothing was run",
-                        plan.family
+                        "error: --per-request-csv: mosaic runs an offline batch of prompts timed \
+                         per worker session, so it has no per-request records; nothing was run"
                     );
                     return ExitCode::from(2);
                 }

@@ -247,6 +247,7 @@ pub fn run(
         seed,
         policies.adapter_memory(&scenario.memory).as_mut(),
         &mut simulated_cost,
+        &mut sim::records::DiscardRecords,
     );
     let mut live_cost = EwLive {
         predictor: scenario_cost(scenario),
@@ -264,6 +265,7 @@ pub fn run(
         seed,
         policies.adapter_memory(&scenario.memory).as_mut(),
         &mut live_cost,
+        &mut sim::records::DiscardRecords,
     );
     if let Some(e) = live_cost.error {
         return Err(LiveError::Backend(e));

@@ -162,6 +162,7 @@ pub fn run(
         policies.expert_mapper(&scenario.mapper).as_mut(),
         &deployment,
         &mut simulated_cost,
+        &mut sim::records::DiscardRecords,
     );
     let variability = kernels.variability_emulation(&scenario.speed_factors);
     let mut live_cost = GemLive {
@@ -180,6 +181,7 @@ pub fn run(
         policies.expert_mapper(&scenario.mapper).as_mut(),
         &deployment,
         &mut live_cost,
+        &mut sim::records::DiscardRecords,
     );
     if let Some(e) = live_cost.error {
         return Err(LiveError::Backend(e));

@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod model_shape;
 pub mod mosaic;
 pub mod partial;
+pub mod records;
 pub mod results;
 pub mod rng;
 pub mod runner;

@@ -26,7 +26,8 @@ pub trait Policies: Sync {
     fn adapter_memory(&self, config: &MemoryConfig) -> Box<dyn AdapterMemory>;
 }
 
-/// Runs one seed of one cell; `csv` receives per-request records where the family has them.
+/// Runs one seed of one cell; `csv` receives per-request records where the family has them
+/// (every family but MOSAIC, whose offline prompts are timed per worker session).
 /// Returns the run's output and the cost-model source.
 pub fn run_cell(
     scenario: &Scenario,
@@ -38,10 +39,13 @@ pub fn run_cell(
         Scenario::Caps(s) => {
             crate::caps::run::run(s, seed, policies.batch_selector(&s.selector).as_mut(), csv)
         }
-        Scenario::Gem(s) => Ok((
-            crate::gem::simulate(s, seed, policies.expert_mapper(&s.mapper).as_mut()),
-            s.profile.source.kind.as_str().to_string(),
-        )),
+        Scenario::Gem(s) => {
+            let mapper = &mut *policies.expert_mapper(&s.mapper);
+            let output = crate::records::with_csv(csv, "gem", &[], |sink| {
+                crate::gem::simulate_recorded(s, seed, mapper, sink)
+            })?;
+            Ok((output, s.profile.source.kind.as_str().to_string()))
+        }
         Scenario::Mosaic(s) => crate::mosaic::try_simulate(
             s,
             seed,
@@ -50,19 +54,29 @@ pub fn run_cell(
         )
         .map(|output| (output, MOSAIC_COST_MODEL.to_string()))
         .map_err(|e| e.to_string()),
-        Scenario::Chimera(s) => Ok((
-            crate::chimera::run::run(
-                s,
-                seed,
-                policies.queue_policy(&s.queue).as_mut(),
-                policies.router(&s.routing).as_mut(),
-            ),
-            s.source(),
-        )),
-        Scenario::Expertweave(s) => Ok((
-            crate::expertweave::run(s, seed, policies.adapter_memory(&s.memory).as_mut()),
-            EXPERTWEAVE_COST_MODEL.to_string(),
-        )),
+        Scenario::Chimera(s) => {
+            let (queue, router) = (
+                &mut *policies.queue_policy(&s.queue),
+                &mut *policies.router(&s.routing),
+            );
+            let output = crate::records::with_csv(
+                csv,
+                "chimera",
+                crate::chimera::run::CSV_COLUMNS,
+                |sink| crate::chimera::run::run_recorded(s, seed, queue, router, sink),
+            )?;
+            Ok((output, s.source()))
+        }
+        Scenario::Expertweave(s) => {
+            let memory = &mut *policies.adapter_memory(&s.memory);
+            let output = crate::records::with_csv(
+                csv,
+                "expertweave",
+                crate::expertweave::run::CSV_COLUMNS,
+                |sink| crate::expertweave::run_recorded(s, seed, memory, sink),
+            )?;
+            Ok((output, EXPERTWEAVE_COST_MODEL.to_string()))
+        }
     }
 }
 

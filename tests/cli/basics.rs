@@ -324,3 +324,118 @@ fn a_profile_is_found_by_name_and_an_unknown_name_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn per_request_csv_has_one_schema_for_every_family_that_serves_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    for (scenario, family, sets) in [
+        (
+            "scenarios/caps/quick.toml",
+            "caps",
+            vec!["arrival.rate_per_s=150"],
+        ),
+        (
+            "scenarios/gem/quick.toml",
+            "gem",
+            vec!["mapper.kind=linear"],
+        ),
+        (
+            "scenarios/chimera/quick.toml",
+            "chimera",
+            vec!["workload.duration_s=10"],
+        ),
+        (
+            "scenarios/expertweave/serving_overhead.toml",
+            "expertweave",
+            vec![],
+        ),
+    ] {
+        let out = dir.path().join(family);
+        let mut args = vec![
+            "run",
+            scenario,
+            "--out",
+            out.to_str().unwrap(),
+            "--per-request-csv",
+            "--no-figures",
+        ];
+        for set in &sets {
+            args.extend(["--set", set]);
+        }
+        let output = expertsim(&args);
+        assert!(output.status.success(), "{family}: {}", stderr(&output));
+        let text = std::fs::read_to_string(out.join("requests/0000_seed1.csv"))
+            .or_else(|_| std::fs::read_to_string(out.join("requests/0000_seed42.csv")))
+            .unwrap_or_else(|e| panic!("{family}: {e}"));
+        let mut lines = text.lines();
+        let header = lines.next().unwrap();
+        assert!(
+            header.starts_with(
+                "family,request_id,arrival_s,first_token_s,finish_s,prompt_tokens,output_tokens,e2e_ms"
+            ),
+            "{family}: {header}"
+        );
+        let rows: Vec<&str> = lines.collect();
+        assert!(!rows.is_empty(), "{family}: no rows");
+        for row in &rows {
+            let cells: Vec<&str> = row.split(',').collect();
+            assert_eq!(cells[0], family);
+            assert_eq!(cells.len(), header.split(',').count(), "{family}: {row}");
+            // e2e is finish - arrival, and finishing never precedes arriving (or the first token).
+            let (arrival, finish): (f64, f64) =
+                (cells[2].parse().unwrap(), cells[4].parse().unwrap());
+            let e2e_ms: f64 = cells[7].parse().unwrap();
+            assert!(
+                (e2e_ms - (finish - arrival) * 1e3).abs() < 1e-3,
+                "{family}: {row}"
+            );
+            if let Ok(first) = cells[3].parse::<f64>() {
+                assert!(arrival <= first && first <= finish, "{family}: {row}");
+            }
+        }
+    }
+    // MOSAIC has no per-request records: refused before anything runs.
+    let out = dir.path().join("mosaic");
+    let output = expertsim(&[
+        "run",
+        "scenarios/mosaic/quick.toml",
+        "--out",
+        out.to_str().unwrap(),
+        "--per-request-csv",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("no per-request records"));
+    assert!(!out.exists());
+}
+
+#[test]
+fn an_unwritable_output_folder_is_refused_before_any_cell_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let out = file.join("out");
+    let output = expertsim(&[
+        "run",
+        "scenarios/gem/quick.toml",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.contains("--out") && err.contains("nothing was run"),
+        "{err}"
+    );
+    assert!(!err.contains("rerunning"), "{err}");
+}
+
+#[test]
+fn validate_recognises_a_claims_file() {
+    let output = expertsim(&["validate", "scenarios/caps/headlines.toml"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("claims file"),
+        "{}",
+        stderr(&output)
+    );
+}

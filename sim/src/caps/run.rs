@@ -2,7 +2,7 @@
 //! scenario for a seed, the event loop, and the per-request CSV sink.
 
 use super::config::{ArrivalSpec, CapsScenario, ExecutionSpec};
-use super::server::{CapsServer, DiscardRecords, RecordSink, RequestRecord, StepExecutor};
+use super::server::{CapsServer, RecordSink, RequestRecord, StepExecutor};
 use super::workload::{RequestModel, RequestStreams, TopicAffinities};
 use crate::arrivals::{ArrivalProcess, Bursty, Offline, Poisson, TraceReplay};
 use crate::batch::BatchSelector;
@@ -10,7 +10,7 @@ use crate::engine;
 use crate::executor::{ConstantService, ExponentialService};
 use crate::metrics::{RunMetrics, RunOutput};
 use crate::rng::stream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The arrival process of `scenario` for `seed`.
 pub fn arrival_process(scenario: &CapsScenario, seed: u64) -> Box<dyn ArrivalProcess> {
@@ -112,77 +112,30 @@ pub fn simulate_on(
     server.finish()
 }
 
-/// Streams request records to a CSV file, renamed into place when the run completes.
-pub struct CsvRecords {
-    writer: csv::Writer<std::io::BufWriter<std::fs::File>>,
-    tmp: PathBuf,
-    path: PathBuf,
-    error: Option<String>,
-}
+/// The CAPS columns of the per-request CSV, after the common ones (`sim::records`).
+pub const CSV_COLUMNS: &[&str] = &["topic", "batch", "start_s", "queue_wait_ms"];
 
-impl CsvRecords {
-    pub fn create(path: &Path) -> Result<CsvRecords, String> {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let tmp = path.with_extension("csv.tmp");
-        let file = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        let mut writer = csv::Writer::from_writer(std::io::BufWriter::new(file));
-        writer
-            .write_record([
-                "id",
-                "topic",
-                "prompt_tokens",
-                "output_tokens",
-                "batch",
-                "arrival_s",
-                "start_s",
-                "done_s",
-                "latency_ms",
-                "queue_wait_ms",
-            ])
-            .map_err(|e| format!("{}: {e}", tmp.display()))?;
-        Ok(CsvRecords {
-            writer,
-            tmp,
-            path: path.to_path_buf(),
-            error: None,
-        })
-    }
+/// CAPS records in the shared per-request schema: a static batch finishes all its requests at
+/// once, so no first-token time is modelled.
+struct SharedRecords<'a>(&'a mut dyn crate::records::RecordSink);
 
-    /// Flushes and moves the file into place.
-    pub fn finish(mut self) -> Result<(), String> {
-        if let Some(error) = self.error.take() {
-            let _ = std::fs::remove_file(&self.tmp);
-            return Err(error);
-        }
-        self.writer
-            .flush()
-            .map_err(|e| format!("{}: {e}", self.tmp.display()))?;
-        drop(self.writer);
-        std::fs::rename(&self.tmp, &self.path).map_err(|e| format!("{}: {e}", self.path.display()))
-    }
-}
-
-impl RecordSink for CsvRecords {
+impl RecordSink for SharedRecords<'_> {
     fn record(&mut self, r: &RequestRecord) {
-        if self.error.is_some() {
-            return;
-        }
-        let row = [
-            r.id.to_string(),
-            r.topic.to_string(),
-            r.prompt_tokens.to_string(),
-            r.output_tokens.to_string(),
-            r.batch.to_string(),
-            format!("{:.9}", r.arrival.as_secs_f64()),
-            format!("{:.9}", r.start.as_secs_f64()),
-            format!("{:.9}", r.done.as_secs_f64()),
-            format!("{:.6}", (r.done - r.arrival).as_millis_f64()),
-            format!("{:.6}", (r.start - r.arrival).as_millis_f64()),
-        ];
-        if let Err(e) = self.writer.write_record(&row) {
-            self.error = Some(format!("{}: {e}", self.tmp.display()));
-        }
+        use crate::records::Extra;
+        self.0.record(&crate::records::RequestRecord {
+            id: r.id,
+            arrival: r.arrival,
+            first_token: None,
+            finish: r.done,
+            prompt_tokens: u64::from(r.prompt_tokens),
+            output_tokens: u64::from(r.output_tokens),
+            extra: &[
+                Extra::Count(u64::from(r.topic)),
+                Extra::Count(r.batch),
+                Extra::Time(r.start),
+                Extra::Millis(r.start.since(r.arrival).as_millis_f64()),
+            ],
+        });
     }
 }
 
@@ -194,14 +147,8 @@ pub fn run(
     selector: &mut dyn BatchSelector,
     csv: Option<&Path>,
 ) -> Result<(RunOutput, String), String> {
-    let (metrics, source) = match csv {
-        Some(path) => {
-            let mut sink = CsvRecords::create(path)?;
-            let out = simulate(scenario, seed, selector, &mut sink);
-            sink.finish()?;
-            out
-        }
-        None => simulate(scenario, seed, selector, &mut DiscardRecords),
-    };
+    let (metrics, source) = crate::records::with_csv(csv, "caps", CSV_COLUMNS, |sink| {
+        simulate(scenario, seed, selector, &mut SharedRecords(sink))
+    })?;
     Ok((super::run_output(&metrics), source))
 }

@@ -6,6 +6,7 @@ use super::policy::{QueuePolicy, Router};
 use super::server::{ChimeraMetrics, ChimeraServer};
 use crate::engine;
 use crate::metrics::RunOutput;
+use crate::records::RecordSink;
 
 /// Simulates one seed of `scenario`. One `QueuePolicy` instance serves every engine (its methods
 /// name the engine); both policies are reset first.
@@ -18,6 +19,24 @@ pub fn simulate(
     let mut server = ChimeraServer::new(scenario, seed, queue, router);
     engine::run(&mut server);
     server.finish()
+}
+
+/// The Chimera columns of the per-request CSV (one row per workflow), after the common ones.
+pub const CSV_COLUMNS: &[&str] = &["stages", "queue_ms", "succeeded"];
+
+/// [`run`], streaming one record per finished workflow to `sink`. A workflow's first token is
+/// not tracked, so that column is empty.
+pub fn run_recorded(
+    scenario: &ChimeraScenario,
+    seed: u64,
+    queue: &mut dyn QueuePolicy,
+    router: &mut dyn Router,
+    sink: &mut dyn RecordSink,
+) -> RunOutput {
+    let mut server = ChimeraServer::new(scenario, seed, queue, router);
+    server.record_requests(sink);
+    engine::run(&mut server);
+    super::run_output(&server.finish())
 }
 
 /// Runs one seed of `scenario` and reports it in the family-independent shape (scalars in the

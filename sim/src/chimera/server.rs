@@ -169,6 +169,8 @@ pub struct ChimeraServer<'a> {
     map_scores: Vec<Vec<f64>>,
     map_labels: Vec<Vec<bool>>,
     admissions: Option<Vec<AdmissionRecord>>,
+    /// Where finished workflows' records go (`--per-request-csv`), when anywhere.
+    records: Option<&'a mut dyn crate::records::RecordSink>,
 }
 
 impl<'a> ChimeraServer<'a> {
@@ -190,6 +192,7 @@ impl<'a> ChimeraServer<'a> {
             pending_arrival: None,
             horizon: SimTime::from_secs_f64(scenario.duration_s),
             rng_workflows: stream(seed, "workflows"),
+            records: None,
             rng_router: stream(seed, "semantic_router"),
             rng_predictor: stream(seed, "predictor"),
             rng_rank: stream(seed, "rank"),
@@ -220,6 +223,11 @@ impl<'a> ChimeraServer<'a> {
     }
 
     /// Records every admission (for tests); off by default.
+    /// Streams each finished workflow's record (one row per workflow) to `sink`.
+    pub fn record_requests(&mut self, sink: &'a mut dyn crate::records::RecordSink) {
+        self.records = Some(sink);
+    }
+
     pub fn record_admissions(&mut self) {
         self.admissions = Some(Vec::new());
     }
@@ -475,8 +483,25 @@ impl<'a> ChimeraServer<'a> {
         self.per_token_sum_ms += latency as f64 * 1e-6 / run.generated.max(1) as f64;
         self.workflow_queue_time.record(run.queue_ns);
         let capability = run.capability_sum / f64::from(run.workflow.n_stages);
-        if run.workflow.succeeds(capability) {
+        let succeeded = run.workflow.succeeds(capability);
+        if succeeded {
             self.successes += 1;
+        }
+        if let Some(sink) = self.records.as_deref_mut() {
+            use crate::records::{Extra, RequestRecord};
+            sink.record(&RequestRecord {
+                id,
+                arrival: run.arrival,
+                first_token: None,
+                finish: now,
+                prompt_tokens: u64::from(run.workflow.user_prompt_tokens),
+                output_tokens: run.generated,
+                extra: &[
+                    Extra::Count(u64::from(run.workflow.n_stages)),
+                    Extra::Millis(run.queue_ns as f64 * 1e-6),
+                    Extra::Count(u64::from(succeeded)),
+                ],
+            });
         }
         self.completed += 1;
         self.last_completion = now;

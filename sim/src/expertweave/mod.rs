@@ -15,7 +15,7 @@ pub mod run;
 
 pub use config::{ExpertWeaveConfig, ExpertWeaveScenario};
 pub use profile_cost::{EwProfile, ProfileStepCost};
-pub use run::{EwStepCost, EwStepWork, Popularity, RooflineStepCost, run, run_on};
+pub use run::{EwStepCost, EwStepWork, Popularity, RooflineStepCost, run, run_on, run_recorded};
 
 use crate::metrics::{Better, MetricInfo};
 

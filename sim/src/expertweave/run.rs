@@ -14,7 +14,9 @@ use super::config::{ExpertWeaveScenario, Rerouting};
 use super::memory::{AdapterMemory, InstancePlan, MemoryPlan};
 use super::model::GIB;
 use crate::metrics::{LatencyRecorder, RunOutput};
+use crate::records::{DiscardRecords, Extra, RecordSink, RequestRecord};
 use crate::rng::stream;
+use crate::time::SimTime;
 
 /// Kernels per transformer layer besides rerouting (norms, projections, attention, router,
 /// grouped matmul, combine), each paying one launch overhead per step.
@@ -329,9 +331,11 @@ fn serve_instance(
     scenario: &ExpertWeaveScenario,
     cost: &mut dyn EwStepCost,
     instance: &InstancePlan,
+    instance_idx: usize,
     requests: &[Request],
     mine: &[usize],
     latencies: &mut Latencies,
+    sink: &mut dyn RecordSink,
 ) -> InstanceOutcome {
     let limits = &scenario.serving;
     let kv_capacity = instance.kv.kv_tokens;
@@ -408,6 +412,15 @@ fn serve_instance(
                 let per_token = (now - run.first_token_ns) / (r.output_tokens - 1).max(1);
                 latencies.tpot.record(per_token);
                 outcome.completed += 1;
+                record(
+                    sink,
+                    scenario,
+                    instance_idx,
+                    run.request,
+                    r,
+                    run.first_token_ns,
+                    now,
+                );
                 kv_used -= r.prompt_tokens + r.output_tokens;
             } else {
                 still.push(run);
@@ -420,6 +433,7 @@ fn serve_instance(
             outcome.output_tokens += 1;
             if r.output_tokens <= 1 {
                 outcome.completed += 1;
+                record(sink, scenario, instance_idx, index, r, now, now);
                 kv_used -= r.prompt_tokens + r.output_tokens;
             } else {
                 still.push(Running {
@@ -435,13 +449,55 @@ fn serve_instance(
     outcome
 }
 
+/// The ExpertWeave columns of the per-request CSV, after the common ones (`sim::records`).
+pub const CSV_COLUMNS: &[&str] = &["adapter", "instance"];
+
+fn record(
+    sink: &mut dyn RecordSink,
+    scenario: &ExpertWeaveScenario,
+    instance_idx: usize,
+    id: usize,
+    r: &Request,
+    first_token_ns: u64,
+    finish_ns: u64,
+) {
+    sink.record(&RequestRecord {
+        id: id as u64,
+        arrival: SimTime(r.arrival_ns),
+        first_token: Some(SimTime(first_token_ns)),
+        finish: SimTime(finish_ns),
+        prompt_tokens: r.prompt_tokens,
+        output_tokens: r.output_tokens,
+        extra: &[
+            Extra::Text(&scenario.adapters[r.adapter].name),
+            Extra::Count(instance_idx as u64),
+        ],
+    });
+}
+
 /// Runs `scenario` for `seed` with the adapter-memory manager `memory`: plans the memory, and
 /// unless some instance is out of memory, serves the requests, each step priced by the measured
 /// profile when `[cost] profile` names one, by the roofline otherwise. Scalars follow `METRICS`.
 pub fn run(scenario: &ExpertWeaveScenario, seed: u64, memory: &mut dyn AdapterMemory) -> RunOutput {
+    run_recorded(scenario, seed, memory, &mut DiscardRecords)
+}
+
+/// [`run`], streaming each served request's record to `sink`.
+pub fn run_recorded(
+    scenario: &ExpertWeaveScenario,
+    seed: u64,
+    memory: &mut dyn AdapterMemory,
+    sink: &mut dyn RecordSink,
+) -> RunOutput {
     match super::profile_cost::ProfileStepCost::new(scenario) {
-        Some(mut profiled) => run_on(scenario, seed, memory, &mut profiled),
-        None => run_on(scenario, seed, memory, &mut RooflineStepCost::new(scenario)),
+        Some(mut profiled) => run_on(scenario, seed, memory, &mut profiled, sink),
+        None => run_on(
+            scenario,
+            seed,
+            memory,
+            &mut RooflineStepCost::new(scenario),
+            sink,
+        ),
     }
 }
 
@@ -452,6 +508,7 @@ pub fn run_on(
     seed: u64,
     memory: &mut dyn AdapterMemory,
     cost: &mut dyn EwStepCost,
+    sink: &mut dyn RecordSink,
 ) -> RunOutput {
     let plan = match memory.plan(&scenario.shape, &scenario.device, &scenario.adapters) {
         Ok(plan) => plan,
@@ -469,7 +526,7 @@ pub fn run_on(
     let mut outcomes = Vec::new();
     let mut latencies = Latencies::default();
     if !plan.report.out_of_memory {
-        for instance in &plan.instances {
+        for (instance_idx, instance) in plan.instances.iter().enumerate() {
             let mine: Vec<usize> = requests
                 .iter()
                 .enumerate()
@@ -480,9 +537,11 @@ pub fn run_on(
                 scenario,
                 cost,
                 instance,
+                instance_idx,
                 &requests,
                 &mine,
                 &mut latencies,
+                sink,
             ));
         }
     }

@@ -17,5 +17,5 @@ pub use config::{GemConfig, GemScenario};
 pub use mapping::{ExpertMapper, LayerMapping, LayerProblem, MapperConfig, score};
 pub use server::{
     CurveStepCost, Deployment, GemStepCost, GemStepTime, GemStepWork, HEADLINE,
-    HEADLINE_IMPROVEMENTS, METRICS, serve_on, simulate,
+    HEADLINE_IMPROVEMENTS, METRICS, serve_on, simulate, simulate_recorded,
 };

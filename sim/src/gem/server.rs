@@ -19,6 +19,7 @@ use crate::gem::mapping::{ExpertMapper, LayerMapping, LayerProblem, score};
 use crate::gem::trace::{ExpertTrace, generate};
 use crate::gem::variability::variability_at_scale;
 use crate::metrics::{Better, LatencyRecorder, MetricInfo, RunOutput};
+use crate::records::{DiscardRecords, RecordSink, RequestRecord};
 use crate::rng::stream;
 use crate::time::{SimDuration, SimTime};
 use rand_distr::{Distribution, Exp};
@@ -181,9 +182,20 @@ impl Deployment {
 /// Runs one GEM scenario with seed `seed`: the serving simulation under the mapping `mapper`
 /// computes, or the variability-at-scale experiment.
 pub fn simulate(scenario: &GemScenario, seed: u64, mapper: &mut dyn ExpertMapper) -> RunOutput {
+    simulate_recorded(scenario, seed, mapper, &mut DiscardRecords)
+}
+
+/// `simulate`, streaming each served request's record to `sink` (the variability-at-scale
+/// experiment serves none).
+pub fn simulate_recorded(
+    scenario: &GemScenario,
+    seed: u64,
+    mapper: &mut dyn ExpertMapper,
+    sink: &mut dyn RecordSink,
+) -> RunOutput {
     match scenario.experiment {
         Experiment::VariabilityAtScale => scale_output(scenario, seed),
-        Experiment::Serving => serve(scenario, seed, mapper),
+        Experiment::Serving => serve(scenario, seed, mapper, sink),
     }
 }
 
@@ -235,6 +247,7 @@ struct Running {
     request: usize,
     prefilled: u32,
     generated: u32,
+    first_token: SimTime,
     last_token: SimTime,
     scheduled: u32,
 }
@@ -368,6 +381,7 @@ struct GemServer<'a> {
     ttft: LatencyRecorder,
     output_tokens: u64,
     last_completion: SimTime,
+    sink: &'a mut dyn RecordSink,
 }
 
 impl GemServer<'_> {
@@ -411,6 +425,7 @@ impl GemServer<'_> {
                 request,
                 prefilled: 0,
                 generated: 0,
+                first_token: now,
                 last_token: now,
                 scheduled: chunk,
             });
@@ -447,6 +462,7 @@ impl GemServer<'_> {
         self.in_flight = false;
         let requests = &self.requests;
         let (e2e, tpot, ttft) = (&mut self.e2e, &mut self.tpot, &mut self.ttft);
+        let sink = &mut *self.sink;
         let mut emitted = 0u64;
         let mut finished = false;
         self.running.retain_mut(|r| {
@@ -460,6 +476,7 @@ impl GemServer<'_> {
                     return true;
                 }
                 r.generated = 1;
+                r.first_token = now;
                 ttft.record(now.0 - request.arrival.0);
             } else {
                 r.generated += 1;
@@ -469,6 +486,15 @@ impl GemServer<'_> {
             emitted += 1;
             if r.generated >= request.output {
                 e2e.record(now.0 - request.arrival.0);
+                sink.record(&RequestRecord {
+                    id: r.request as u64,
+                    arrival: request.arrival,
+                    first_token: Some(r.first_token),
+                    finish: now,
+                    prompt_tokens: u64::from(request.prompt),
+                    output_tokens: u64::from(request.output),
+                    extra: &[],
+                });
                 finished = true;
                 false
             } else {
@@ -570,10 +596,15 @@ fn unseen_fractions(
     (fractions, n_unseen)
 }
 
-fn serve(scenario: &GemScenario, seed: u64, mapper: &mut dyn ExpertMapper) -> RunOutput {
+fn serve(
+    scenario: &GemScenario,
+    seed: u64,
+    mapper: &mut dyn ExpertMapper,
+    sink: &mut dyn RecordSink,
+) -> RunOutput {
     let deployment = Deployment::new(scenario, seed);
     let mut cost = CurveStepCost::new(scenario, &deployment);
-    serve_on(scenario, seed, mapper, &deployment, &mut cost)
+    serve_on(scenario, seed, mapper, &deployment, &mut cost, sink)
 }
 
 /// The serving experiment of `scenario` on `deployment` (built by [`Deployment::new`] for the
@@ -585,6 +616,7 @@ pub fn serve_on(
     mapper: &mut dyn ExpertMapper,
     deployment: &Deployment,
     cost: &mut dyn GemStepCost,
+    sink: &mut dyn RecordSink,
 ) -> RunOutput {
     let window = scenario.mapper.window().max(1);
     let mappings = deployment.map_layers(mapper, window, seed);
@@ -623,6 +655,7 @@ pub fn serve_on(
         ttft: LatencyRecorder::default(),
         output_tokens: 0,
         last_completion: SimTime::ZERO,
+        sink,
     };
     run(&mut server);
     assert_eq!(
