@@ -290,8 +290,18 @@ pub fn render_all(
                 .with_context(|| format!("building figure {}{suffix}", spec.name))?;
             figure.title = figure_title(spec, &combo);
             let stem = dir.join(format!("{}{}", spec.name, suffix));
-            let paths = figures::render(&figure, &stem)
-                .with_context(|| format!("rendering figure {}", stem.display()))?;
+            let paths = match figures::render(&figure, &stem) {
+                // A sweep narrowed with --set can leave a figure nothing to draw (an improvement
+                // figure of the baseline alone): say so instead of failing the finished run.
+                Err(figures::FigureError::EmptyPanel { .. }) => {
+                    eprintln!(
+                        "note: figure {} not drawn: no data among the cells this run kept",
+                        stem.display()
+                    );
+                    continue;
+                }
+                other => other.with_context(|| format!("rendering figure {}", stem.display()))?,
+            };
             written.extend(paths);
         }
     }

@@ -223,6 +223,10 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
         }
     }
 
+    // Figures are checked against the sweep as written, so narrowing it with --set leaves a
+    // figure's `select` valid (the figure then draws the cells that remain).
+    let written_axes = axes.clone();
+
     // The compared key and its baseline, as written (checked after the cells).
     let compared: Option<(String, toml::Value)> = document.get("report").and_then(|r| {
         Some((
@@ -492,8 +496,13 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
             ));
         }
     }
-    figure::check(&file.figures, file.family, &axes, file.report.as_ref())
-        .map_err(|e| loader.error(loader.spans.locate(&e.path), Some(&e.path), e.message))?;
+    figure::check(
+        &file.figures,
+        file.family,
+        &written_axes,
+        file.report.as_ref(),
+    )
+    .map_err(|e| loader.error(loader.spans.locate(&e.path), Some(&e.path), e.message))?;
 
     Ok(ScenarioPlan {
         path: path.to_path_buf(),
