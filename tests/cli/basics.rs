@@ -439,3 +439,41 @@ fn validate_recognises_a_claims_file() {
         stderr(&output)
     );
 }
+
+#[test]
+fn profiles_load_by_name_in_every_family_that_takes_one() {
+    for (scenario, field, name) in [
+        (
+            "scenarios/live/caps.toml",
+            "execution.profile",
+            "amd-epyc_live-tiny-moe",
+        ),
+        (
+            "scenarios/live/gem.toml",
+            "model.profile",
+            "amd-epyc_live-tiny-moe",
+        ),
+        (
+            "scenarios/live/mosaic.toml",
+            "serving.profile",
+            "amd-epyc_mosaic-live-dense",
+        ),
+        (
+            "scenarios/live/expertweave.toml",
+            "cost.profile",
+            "amd-epyc_live-tiny-moe-ffn32",
+        ),
+    ] {
+        let set = format!("{field}={name}");
+        let output = expertsim(&["validate", scenario, "--set", &set]);
+        assert!(output.status.success(), "{scenario}: {}", stderr(&output));
+        let set = format!("{field}=no-such-profile");
+        let output = expertsim(&["validate", scenario, "--set", &set]);
+        assert_eq!(output.status.code(), Some(2), "{scenario}");
+        let err = stderr(&output);
+        assert!(
+            err.contains(&format!("field `{field}`")) && err.contains("no profile named"),
+            "{scenario}: {err}"
+        );
+    }
+}

@@ -235,6 +235,8 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
         ))
     });
     let mut notes = Vec::new();
+    // Swept keys whose values the command line chose: their errors point at `--set`.
+    let mut narrowed: Vec<String> = Vec::new();
 
     // --set overrides: a swept key is narrowed to the given value(s); anything else is set.
     let mut overrides: Vec<(String, Origin)> = Vec::new();
@@ -280,12 +282,21 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
                 ));
             }
             axis.values = values;
+            narrowed.push(key.clone());
         } else {
             sweep::apply(&mut document, &key, value)
                 .map_err(|m| loader.error(Location::CommandLine, Some(&key), m))?;
             overrides.push((key, Origin::CommandLine));
         }
     }
+
+    let origin_of = |key: &str| {
+        if narrowed.iter().any(|k| k == key) {
+            Origin::CommandLine
+        } else {
+            Origin::Sweep
+        }
+    };
 
     // The ceilings, read before anything is expanded; they cannot be swept.
     if let Some(axis) = axes
@@ -340,7 +351,7 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
                     m,
                 )
             })?;
-            cell_overrides.push((key.clone(), Origin::Sweep));
+            cell_overrides.push((key.clone(), origin_of(key)));
         }
         let (common_doc, family_doc): (toml::Table, toml::Table) = cell_doc
             .into_iter()
@@ -403,7 +414,7 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
             sweep::apply(&mut cell_doc, k, value.clone()).map_err(|m| {
                 loader.error(loader.locate_sweep_key(k), Some(&format!("sweep.{k}")), m)
             })?;
-            cell_overrides.push((k.clone(), Origin::Sweep));
+            cell_overrides.push((k.clone(), origin_of(k)));
         }
         let (common_doc, family_doc): (toml::Table, toml::Table) = cell_doc
             .into_iter()
