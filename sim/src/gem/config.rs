@@ -361,6 +361,19 @@ impl GemConfig {
                 if c.moderate_draws == 0 {
                     return Err(field("cluster.moderate_draws", "must be at least 1"));
                 }
+                // Drawn here, while validating: bounded before the draws run.
+                let samples = c.moderate_draws as f64 * n_gpus as f64;
+                if samples > crate::scenario::limits::MAX_VALIDATION_SAMPLES {
+                    return Err(field(
+                        "cluster.moderate_draws",
+                        format!(
+                            "{} draws x {n_gpus} GPUs = {samples:e} samples, above the {:e} \
+                             drawn while validating (docs/limits.md)",
+                            c.moderate_draws,
+                            crate::scenario::limits::MAX_VALIDATION_SAMPLES
+                        ),
+                    ));
+                }
                 moderate_factors(
                     &c.distribution,
                     n_gpus,

@@ -93,10 +93,19 @@ impl Scenario {
                 d.push(Demand::new(Layers, s.shape.n_layers as f64, "model.name"));
                 d.push(Demand::new(Experts, s.shape.n_experts as f64, "model.name"));
                 d.push(Demand::new(Gpus, s.n_gpus as f64, "cluster.n_gpus"));
-                if let crate::gem::config::TraceSpec::Synthetic(params) = &s.trace {
+                if s.experiment == crate::gem::config::Experiment::VariabilityAtScale {
                     d.push(Demand::new(
-                        TraceSteps,
-                        params.observed_steps as f64 + params.unseen_steps as f64,
+                        Samples,
+                        s.scale.draws as f64 * s.n_gpus as f64,
+                        "scale.draws",
+                    ));
+                }
+                if let crate::gem::config::TraceSpec::Synthetic(params) = &s.trace {
+                    let steps = params.observed_steps as f64 + params.unseen_steps as f64;
+                    d.push(Demand::new(TraceSteps, steps, "trace.unseen_steps"));
+                    d.push(Demand::new(
+                        RoutingEntries,
+                        steps * s.shape.n_layers as f64 * s.shape.n_experts as f64,
                         "trace.unseen_steps",
                     ));
                 }

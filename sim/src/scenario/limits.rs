@@ -23,7 +23,8 @@ pub struct Limits {
     pub max_layers: f64,
     /// Topics of a CAPS workload.
     pub max_topics: f64,
-    /// Entries of a per-topic routing table (topics x layers x experts), each a float in memory.
+    /// Entries of a routing table held in memory, each a float: CAPS's per-topic affinities
+    /// (topics x layers x experts), GEM's expert-utilization trace (steps x layers x experts).
     pub max_routing_entries: f64,
     /// GPUs, devices or workers of a cluster.
     pub max_gpus: f64,
@@ -31,6 +32,8 @@ pub struct Limits {
     pub max_trace_steps: f64,
     /// Adapters served at once.
     pub max_adapters: f64,
+    /// Monte-Carlo samples of one run (GEM variability at scale: draws x GPUs).
+    pub max_samples: f64,
     /// Sweep cells of one scenario (counted before the sweep is expanded).
     pub max_cells: f64,
     /// Runs of one scenario: sweep cells x seeds.
@@ -40,7 +43,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_requests: 10_000_000.0,
+            max_requests: 1_000_000.0,
             max_sim_seconds: 1e7,
             max_tokens_per_request: 1_048_576.0,
             max_experts: 1024.0,
@@ -50,6 +53,7 @@ impl Default for Limits {
             max_gpus: 4096.0,
             max_trace_steps: 1_000_000.0,
             max_adapters: 1024.0,
+            max_samples: 1e8,
             max_cells: 10_000.0,
             max_runs: 100_000.0,
         }
@@ -69,6 +73,7 @@ pub enum Quantity {
     Gpus,
     TraceSteps,
     Adapters,
+    Samples,
 }
 
 impl Quantity {
@@ -85,6 +90,7 @@ impl Quantity {
             Quantity::Gpus => "max_gpus",
             Quantity::TraceSteps => "max_trace_steps",
             Quantity::Adapters => "max_adapters",
+            Quantity::Samples => "max_samples",
         }
     }
     fn describe(self) -> &'static str {
@@ -95,10 +101,13 @@ impl Quantity {
             Quantity::Experts => "experts per layer",
             Quantity::Layers => "MoE layers",
             Quantity::Topics => "topics",
-            Quantity::RoutingEntries => "routing-table entries (topics x layers x experts)",
+            Quantity::RoutingEntries => {
+                "routing-table entries (topics or trace steps x layers x experts)"
+            }
             Quantity::Gpus => "GPUs",
             Quantity::TraceSteps => "trace steps",
             Quantity::Adapters => "adapters",
+            Quantity::Samples => "Monte-Carlo samples (draws x GPUs)",
         }
     }
 }
@@ -135,6 +144,7 @@ impl Limits {
             Quantity::Gpus => self.max_gpus,
             Quantity::TraceSteps => self.max_trace_steps,
             Quantity::Adapters => self.max_adapters,
+            Quantity::Samples => self.max_samples,
         }
     }
 
@@ -152,6 +162,7 @@ impl Limits {
             ("max_gpus", self.max_gpus),
             ("max_trace_steps", self.max_trace_steps),
             ("max_adapters", self.max_adapters),
+            ("max_samples", self.max_samples),
             ("max_cells", self.max_cells),
             ("max_runs", self.max_runs),
         ];
@@ -200,6 +211,10 @@ impl Limits {
         Ok(())
     }
 }
+
+/// Most Monte-Carlo samples a family may draw while a scenario is validated (GEM's moderate
+/// variability factors): validation runs before any ceiling is read, so this bound is fixed.
+pub const MAX_VALIDATION_SAMPLES: f64 = 1e8;
 
 /// The largest `max_sim_seconds` a scenario may set.
 pub const MAX_SIM_SECONDS_CEILING: f64 = 1e8;
