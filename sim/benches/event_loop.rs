@@ -3,7 +3,7 @@
 //! measurement is heap push + pop + dispatch. Run: `cargo bench -p expertsim-sim --bench event_loop`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use sim::engine::{Event, Model, run};
+use sim::engine::{Model, run};
 use sim::event_queue::EventQueue;
 use sim::time::{SimDuration, SimTime};
 use std::hint::black_box;
@@ -16,24 +16,26 @@ struct Churn {
     state: u64,
 }
 
+/// The churn's one event: which of the in-flight slots it belongs to.
+#[derive(Clone, Copy, Debug)]
+struct Wake(u64);
+
 impl Model for Churn {
-    fn start(&mut self, events: &mut EventQueue<Event>) {
+    type Event = Wake;
+    fn start(&mut self, events: &mut EventQueue<Wake>) {
         for i in 0..IN_FLIGHT {
-            events.schedule(SimTime(i), Event::SchedulerTick);
+            events.schedule(SimTime(i), Wake(i));
         }
     }
-    fn handle(&mut self, now: SimTime, event: Event, events: &mut EventQueue<Event>) {
-        black_box(event);
+    fn handle(&mut self, now: SimTime, event: Wake, events: &mut EventQueue<Wake>) {
+        black_box(event.0);
         if self.remaining > 0 {
             self.remaining -= 1;
             // xorshift step for a cheap, deterministic delay
             self.state ^= self.state << 13;
             self.state ^= self.state >> 7;
             self.state ^= self.state << 17;
-            events.schedule(
-                now + SimDuration(1 + self.state % 1000),
-                Event::BatchComplete,
-            );
+            events.schedule(now + SimDuration(1 + self.state % 1000), event);
         }
     }
 }

@@ -1,28 +1,19 @@
-//! The engine loop: one closed `Event` enum, a `Model` that handles events, and `run`, which pops
-//! events in (time, FIFO sequence) order until none is left. Families of serving systems are
-//! `Model`s; the loop itself never changes.
+//! The engine loop: a `Model` with its own event type, and `run`, which pops events in (time,
+//! FIFO sequence) order until none is left. Each family's server is a `Model` whose event enum
+//! carries what its handler needs (which engine finished a step, say), so no model keeps a second
+//! queue beside the engine's and no handler has arms for events it never schedules.
 
 use crate::event_queue::EventQueue;
 use crate::time::SimTime;
 
-/// Every event the simulator knows. Events carry no payload beyond what the model needs to find
-/// its own state, which keeps the queue entries small and the loop fast.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Event {
-    /// The model's pending arrival reaches the system.
-    RequestArrival,
-    /// The periodic scheduler wakes up (CAPS `scheduling_interval_ms`).
-    SchedulerTick,
-    /// The batch in execution finishes.
-    BatchComplete,
-}
-
-/// A serving system driven by events.
+/// A serving system driven by events of its own type.
 pub trait Model {
+    /// The events this model schedules and handles.
+    type Event;
     /// Schedules the first events.
-    fn start(&mut self, events: &mut EventQueue<Event>);
+    fn start(&mut self, events: &mut EventQueue<Self::Event>);
     /// Handles one event at `now`, scheduling any follow-ups.
-    fn handle(&mut self, now: SimTime, event: Event, events: &mut EventQueue<Event>);
+    fn handle(&mut self, now: SimTime, event: Self::Event, events: &mut EventQueue<Self::Event>);
 }
 
 /// What the loop itself observed.
@@ -33,7 +24,7 @@ pub struct LoopStats {
 }
 
 /// Runs `model` until its event queue is empty.
-pub fn run(model: &mut impl Model) -> LoopStats {
+pub fn run<M: Model>(model: &mut M) -> LoopStats {
     let mut events = EventQueue::new();
     model.start(&mut events);
     let mut handled = 0u64;
@@ -52,21 +43,23 @@ mod tests {
     use super::*;
     use crate::time::SimDuration;
 
-    /// A clock that ticks `remaining` times, 10 ns apart, and records when.
+    /// A clock that ticks `remaining` times, 10 ns apart, and records when and which tick.
     struct Ticker {
         remaining: u32,
-        seen: Vec<SimTime>,
+        seen: Vec<(SimTime, u32)>,
     }
+    /// The ticker's one event: the tick's number.
+    struct Tick(u32);
     impl Model for Ticker {
-        fn start(&mut self, events: &mut EventQueue<Event>) {
-            events.schedule(SimTime(0), Event::SchedulerTick);
+        type Event = Tick;
+        fn start(&mut self, events: &mut EventQueue<Tick>) {
+            events.schedule(SimTime(0), Tick(0));
         }
-        fn handle(&mut self, now: SimTime, event: Event, events: &mut EventQueue<Event>) {
-            assert_eq!(event, Event::SchedulerTick);
-            self.seen.push(now);
+        fn handle(&mut self, now: SimTime, Tick(n): Tick, events: &mut EventQueue<Tick>) {
+            self.seen.push((now, n));
             self.remaining -= 1;
             if self.remaining > 0 {
-                events.schedule(now + SimDuration(10), Event::SchedulerTick);
+                events.schedule(now + SimDuration(10), Tick(n + 1));
             }
         }
     }
@@ -87,7 +80,9 @@ mod tests {
         );
         assert_eq!(
             ticker.seen,
-            (0..5).map(|i| SimTime(i * 10)).collect::<Vec<_>>()
+            (0..5u32)
+                .map(|i| (SimTime(u64::from(i) * 10), i))
+                .collect::<Vec<_>>()
         );
     }
 }

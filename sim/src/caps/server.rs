@@ -7,7 +7,7 @@
 use super::workload::{MoeRequest, RequestModel, RequestStreams};
 use crate::arrivals::{Arrival, ArrivalProcess};
 use crate::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use crate::engine::{Event, Model};
+use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::execution::{BatchWork, coefficient_of_variation, imbalance};
 use crate::metrics::{DepthTracker, LatencyRecorder, RunMetrics};
@@ -54,6 +54,17 @@ pub trait RecordSink {
 pub struct DiscardRecords;
 impl RecordSink for DiscardRecords {
     fn record(&mut self, _: &RequestRecord) {}
+}
+
+/// What happens to the CAPS server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The pending arrival reaches the queue.
+    RequestArrival,
+    /// The scheduler wakes up on its `scheduling_interval` grid.
+    SchedulerTick,
+    /// The batch in execution finishes.
+    BatchComplete,
 }
 
 /// The CAPS batch server as an event-driven `Model`.
@@ -305,6 +316,7 @@ impl<'a> CapsServer<'a> {
 }
 
 impl Model for CapsServer<'_> {
+    type Event = Event;
     fn start(&mut self, events: &mut EventQueue<Event>) {
         self.schedule_next_arrival(events);
     }

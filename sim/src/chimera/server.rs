@@ -18,15 +18,14 @@ use super::policy::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Route
 use super::stats::{average_precision, kendall_tau_distance};
 use super::workload::{SYSTEM_PROMPT_TOKENS, Workflow};
 use crate::arrivals::{Arrival, ArrivalProcess, Poisson};
-use crate::engine::{Event, Model};
+use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::metrics::{LatencyRecorder, LatencySummary};
 use crate::rng::{SimRng, stream};
 use crate::time::{SimDuration, SimTime};
 use rand_distr::{Distribution, StandardNormal};
 use serde::Serialize;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 
 /// Requests whose (prediction, truth) pairs feed the Kendall tau distance (O(n^2) pairs).
 pub const KENDALL_SAMPLE: usize = 2_000;
@@ -131,6 +130,15 @@ pub struct ChimeraMetrics {
     pub engines: Vec<EngineReport>,
 }
 
+/// What happens to the Chimera cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The pending workflow arrives.
+    WorkflowArrival,
+    /// The step in execution on `engine` finishes.
+    StepComplete { engine: usize },
+}
+
 /// The Chimera server as an event-driven `Model`.
 pub struct ChimeraServer<'a> {
     scenario: &'a ChimeraScenario,
@@ -145,10 +153,9 @@ pub struct ChimeraServer<'a> {
     rng_rank: SimRng,
 
     engines: Vec<EngineRun>,
-    step_heap: BinaryHeap<Reverse<(SimTime, u64, usize)>>,
-    step_seq: u64,
-    /// Step ends scheduled while handling the current event, handed to the event queue after it.
-    pending_events: Vec<SimTime>,
+    /// Step ends (time, engine) decided while handling the current event, handed to the event
+    /// queue after it in the order they were decided.
+    pending_steps: Vec<(SimTime, usize)>,
     workflows: HashMap<u64, WorkflowRun>,
     next_workflow: u64,
     next_request: u64,
@@ -197,9 +204,7 @@ impl<'a> ChimeraServer<'a> {
             rng_predictor: stream(seed, "predictor"),
             rng_rank: stream(seed, "rank"),
             engines: vec![EngineRun::default(); n_engines],
-            step_heap: BinaryHeap::new(),
-            step_seq: 0,
-            pending_events: Vec::new(),
+            pending_steps: Vec::new(),
             workflows: HashMap::new(),
             next_workflow: 0,
             next_request: 0,
@@ -243,7 +248,7 @@ impl<'a> ChimeraServer<'a> {
             .next_arrival()
             .filter(|a| a.time <= self.horizon);
         if let Some(arrival) = &self.pending_arrival {
-            events.schedule(arrival.time.max(events.now()), Event::RequestArrival);
+            events.schedule(arrival.time.max(events.now()), Event::WorkflowArrival);
         }
     }
 
@@ -428,9 +433,7 @@ impl<'a> ChimeraServer<'a> {
         engine.steps += 1;
         engine.batch_sum += batch;
         let at = now + duration;
-        self.step_heap.push(Reverse((at, self.step_seq, e)));
-        self.step_seq += 1;
-        self.pending_events.push(at);
+        self.pending_steps.push((at, e));
     }
 
     fn step_done(&mut self, e: usize, now: SimTime) {
@@ -587,32 +590,24 @@ impl<'a> ChimeraServer<'a> {
 }
 
 impl Model for ChimeraServer<'_> {
+    type Event = Event;
     fn start(&mut self, events: &mut EventQueue<Event>) {
         self.schedule_next_arrival(events);
     }
 
     fn handle(&mut self, now: SimTime, event: Event, events: &mut EventQueue<Event>) {
         match event {
-            Event::RequestArrival => {
+            Event::WorkflowArrival => {
                 self.pending_arrival
                     .take()
                     .expect("an arrival event has a pending arrival");
                 self.workflow_arrives(now);
                 self.schedule_next_arrival(events);
             }
-            Event::BatchComplete => {
-                let Reverse((at, _, e)) = self
-                    .step_heap
-                    .pop()
-                    .expect("a step completion has a pending step");
-                assert_eq!(at, now, "engine step heap out of step with the event queue");
-                self.step_done(e, now);
-            }
-            // The Chimera server schedules no ticks.
-            Event::SchedulerTick => {}
+            Event::StepComplete { engine } => self.step_done(engine, now),
         }
-        for at in self.pending_events.drain(..) {
-            events.schedule(at, Event::BatchComplete);
+        for (at, engine) in self.pending_steps.drain(..) {
+            events.schedule(at, Event::StepComplete { engine });
         }
     }
 }

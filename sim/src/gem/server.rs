@@ -11,7 +11,7 @@
 
 use crate::cost::curve::CostCurve;
 use crate::cost::roofline::RooflineParams;
-use crate::engine::{Event, Model, run};
+use crate::engine::{Model, run};
 use crate::event_queue::EventQueue;
 use crate::gem::config::{Experiment, GemScenario, TraceSpec};
 use crate::gem::costs::{GpuCosts, gpu_layer_curve};
@@ -361,6 +361,15 @@ impl StepRouting {
     }
 }
 
+/// What happens to the GEM serving engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    /// The next request arrives.
+    RequestArrival,
+    /// The engine step in execution finishes.
+    StepComplete,
+}
+
 struct GemServer<'a> {
     routing: StepRouting,
     cost: &'a mut dyn GemStepCost,
@@ -454,7 +463,7 @@ impl GemServer<'_> {
         self.in_flight = true;
         events.schedule(
             now + SimDuration(nanos.round().max(1.0) as u64),
-            Event::BatchComplete,
+            Event::StepComplete,
         );
     }
 
@@ -515,6 +524,7 @@ impl GemServer<'_> {
 }
 
 impl Model for GemServer<'_> {
+    type Event = Event;
     fn start(&mut self, events: &mut EventQueue<Event>) {
         self.schedule_arrival(events);
     }
@@ -535,11 +545,10 @@ impl Model for GemServer<'_> {
                     self.dispatch(now, events);
                 }
             }
-            Event::BatchComplete => {
+            Event::StepComplete => {
                 self.complete(now);
                 self.dispatch(now, events);
             }
-            Event::SchedulerTick => unreachable!("the GEM server schedules no ticks"),
         }
     }
 }
