@@ -3,6 +3,7 @@
 mod basics;
 mod common;
 mod figure_kinds;
+mod gpu_script;
 mod live;
 mod reproduce_claims;
 mod shard_resume;
