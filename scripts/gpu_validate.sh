@@ -233,9 +233,10 @@ build_half() {
         echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m)"
     } >"$MANIFEST.tmp"
     local exe crate names
-    # Test executables ("test":true in the artifact's profile) and their package's folder
-    # (cargo runs a test binary there, with CARGO_MANIFEST_DIR set to it; so does --device).
-    grep '"reason":"compiler-artifact"' "$GV/cargo-test.jsonl" | grep '"test":true' |
+    # Test executables ("test":true in the artifact's profile, not only in its target's) and
+    # their package's folder (cargo runs a test binary there, with CARGO_MANIFEST_DIR set to
+    # it; so does --device).
+    grep '"reason":"compiler-artifact"' "$GV/cargo-test.jsonl" | grep -E '"profile":\{[^}]*"test":true' |
         grep '"executable":"' | sed -E 's/.*"manifest_path":"([^"]*)".*"executable":"([^"]*)".*/\2 \1/' |
         LC_ALL=C sort -u >"$GV/test-binaries.txt"
     [[ -s "$GV/test-binaries.txt" ]] || die "cargo listed no test executables (see $GV/cargo-test.jsonl)"
