@@ -448,13 +448,9 @@ mod tests {
         }
     }
 
-    /// Without a GPU (EXPERTSIM_GPU unset) the cuda backend is a one-line exit 2.
+    /// Without a GPU the cuda backend is a one-line exit 2.
     #[test]
     fn cuda_without_a_gpu_exits_2() {
-        if std::env::var("EXPERTSIM_GPU").is_ok_and(|v| v == "1") {
-            println!("cuda_without_a_gpu_exits_2: skipped (GPU run)");
-            return;
-        }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("never.json");
         match run(&cli(&[
@@ -476,6 +472,56 @@ mod tests {
                 assert!(!path.exists());
             }
             Ok(()) => println!("a CUDA device is present; the no-GPU path was not exercised"),
+        }
+    }
+
+    /// On a GPU, `--backend cuda --quick` writes a measured profile labelled with the device
+    /// (name, compute capability, driver) and timed with device events, which sim accepts.
+    #[test]
+    #[ignore = "needs a GPU: scripts/gpu_validate.sh"]
+    fn gpu_quick_calibration_writes_a_device_profile() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gpu.json");
+        let args = cli(&[
+            "--backend",
+            "cuda",
+            "--quick",
+            "--output",
+            path.to_str().unwrap(),
+        ]);
+        run(&args).unwrap_or_else(|f| {
+            panic!(
+                "this test needs a GPU (scripts/gpu_validate.sh): {}",
+                f.message
+            )
+        });
+        let profile = Profile::load(&path).unwrap();
+        assert_eq!(profile.source.kind, SourceKind::Measured);
+        profile
+            .check_shape(&MoeModelShape::qwen1_5_moe_a2_7b())
+            .unwrap();
+        assert!(
+            profile.expert_execution.is_concurrent(),
+            "a GPU runs a layer's experts concurrently"
+        );
+        let c = &MeasuredProfile::load(&path).unwrap().calibration;
+        assert_eq!(
+            (c.backend.as_str(), c.timing.as_str()),
+            ("cuda", "device events")
+        );
+        assert!(!c.device_name.is_empty() && profile.gpu == c.device_name);
+        assert!(
+            c.compute_capability.is_some() && c.driver.is_some(),
+            "{c:?}"
+        );
+        for m in &c.measurements {
+            assert!(
+                m.points
+                    .iter()
+                    .all(|p| p[1] > 0.0 && p[4] <= p[1] && p[1] <= p[5]),
+                "{}",
+                m.name
+            );
         }
     }
 

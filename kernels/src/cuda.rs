@@ -767,23 +767,43 @@ mod tests {
     use crate::moe::{MoeShape, moe_layer_cpu};
     use crate::reroute::{RerouteProblem, reroute_fused_cpu, reroute_unfused_cpu};
 
-    /// The CUDA backend when EXPERTSIM_GPU=1 (failing loudly if it cannot open); `None`
-    /// (reported as skipped) otherwise.
-    fn gpu_or_skip(test: &str) -> Option<CudaBackend> {
-        if std::env::var("EXPERTSIM_GPU").is_ok_and(|v| v == "1") {
-            Some(CudaBackend::open(0).unwrap_or_else(|e| panic!("EXPERTSIM_GPU=1 but {e}")))
-        } else {
-            println!("{test}: skipped (set EXPERTSIM_GPU=1 to run it on a GPU)");
-            None
+    /// The reason every GPU test gives for being `#[ignore]`d: a run without a GPU says they
+    /// were not run instead of reporting them passed; `scripts/gpu_validate.sh` runs them.
+    const NEEDS_A_GPU: &str = "needs a GPU: scripts/gpu_validate.sh";
+
+    /// CUDA device 0 for a GPU test. The GPU tests run only when asked for (`--ignored`), so
+    /// a machine without a usable device is a failure with the reason, never a silent pass.
+    fn gpu() -> CudaBackend {
+        CudaBackend::open(0).unwrap_or_else(|e| {
+            panic!(
+                "this test {NEEDS_A_GPU} (run with --ignored on a machine with a CUDA device); {e}"
+            )
+        })
+    }
+
+    /// Every tile size the kernels accept: the multiples of 4 up to 256
+    /// (`moe::check_tile_tokens`).
+    fn every_tile() -> impl Iterator<Item = usize> {
+        (crate::moe::TILE_ROW_GROUPS..=crate::moe::MAX_TILE_TOKENS)
+            .step_by(crate::moe::TILE_ROW_GROUPS)
+    }
+
+    #[test]
+    fn every_tile_is_every_accepted_tile_size() {
+        let tiles: Vec<usize> = every_tile().collect();
+        assert_eq!(tiles.len(), 64);
+        assert_eq!((tiles[0], tiles[63]), (4, 256));
+        for tile in 1..=300 {
+            assert_eq!(
+                crate::moe::check_tile_tokens(tile).is_ok(),
+                tiles.contains(&tile),
+                "tile {tile}"
+            );
         }
     }
 
     #[test]
     fn without_a_gpu_opening_is_a_typed_error_not_a_panic() {
-        if std::env::var("EXPERTSIM_GPU").is_ok_and(|v| v == "1") {
-            println!("without_a_gpu_opening_is_a_typed_error_not_a_panic: skipped (GPU run)");
-            return;
-        }
         match CudaBackend::open(0) {
             Ok(backend) => println!("a CUDA device is present: {}", backend.device().name),
             Err(e) => {
@@ -799,25 +819,32 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs a GPU: scripts/gpu_validate.sh"]
     fn gpu_moe_layer_matches_the_cpu_reference() {
-        let Some(mut gpu) = gpu_or_skip("gpu_moe_layer_matches_the_cpu_reference") else {
-            return;
-        };
+        let mut gpu = gpu();
         let shape = MoeShape {
             hidden: 200,
             expert_ffn: 136,
             n_experts: 8,
             top_k: 2,
         };
-        for (tile, tokens, seed) in [(16, 1, 1), (64, 150, 2), (128, 300, 3)] {
+        // At every tile size: one token, one partial tile per expert, and (4 x tile + 3 tokens
+        // over 8 experts of which 2 per token) experts with a full tile and a partial one.
+        let cases =
+            every_tile().flat_map(|tile| [(tile, 1), (tile, tile + 1), (tile, 4 * tile + 3)]);
+        for (seed, (tile, tokens)) in (1..).zip(cases) {
             let p = MoeProblem::random(shape, tile, tokens, seed);
             let want = moe_layer_cpu(&p).unwrap();
             let Output::Moe(got) = gpu.run(&Workload::Moe(p)).unwrap() else {
                 panic!("wrong output kind");
             };
-            assert_eq!(got.grouping.counts, want.grouping.counts);
-            assert_eq!(got.grouping.offsets, want.grouping.offsets);
-            assert_eq!(got.grouping.tile_offsets, want.grouping.tile_offsets);
+            let case = format!("tile {tile} tokens {tokens}");
+            assert_eq!(got.grouping.counts, want.grouping.counts, "{case}");
+            assert_eq!(got.grouping.offsets, want.grouping.offsets, "{case}");
+            assert_eq!(
+                got.grouping.tile_offsets, want.grouping.tile_offsets,
+                "{case}"
+            );
             // Atomics order rows within an expert arbitrarily; each segment is a permutation.
             for e in 0..shape.n_experts {
                 let (b, end) = (
@@ -826,23 +853,31 @@ mod tests {
                 );
                 let mut g = got.grouping.sorted_assignments[b..end].to_vec();
                 g.sort_unstable();
-                assert_eq!(g, want.grouping.sorted_assignments[b..end], "expert {e}");
+                assert_eq!(
+                    g,
+                    want.grouping.sorted_assignments[b..end],
+                    "tile {tile} tokens {tokens} expert {e}"
+                );
             }
             let scale = want.out.iter().fold(0.0f32, |m, v| m.max(v.to_f32().abs()));
             for (i, (g, w)) in got.out.iter().zip(&want.out).enumerate() {
                 let (g, w) = (g.to_f32(), w.to_f32());
-                assert!(g.is_finite(), "out[{i}] not written");
-                assert!((g - w).abs() <= scale / 64.0, "out[{i}]: gpu {g} cpu {w}");
+                assert!(
+                    g.is_finite(),
+                    "tile {tile} tokens {tokens}: out[{i}] not written"
+                );
+                assert!(
+                    (g - w).abs() <= scale / 64.0,
+                    "tile {tile} tokens {tokens}: out[{i}]: gpu {g} cpu {w}"
+                );
             }
         }
     }
 
     #[test]
+    #[ignore = "needs a GPU: scripts/gpu_validate.sh"]
     fn gpu_capped_moe_grid_is_bit_identical_to_the_uncapped_one() {
-        let Some(mut gpu) = gpu_or_skip("gpu_capped_moe_grid_is_bit_identical_to_the_uncapped_one")
-        else {
-            return;
-        };
+        let mut gpu = gpu();
         // Widths that leave partial column blocks, tiles that leave partial token tiles.
         let shape = MoeShape {
             hidden: 200,
@@ -850,7 +885,10 @@ mod tests {
             n_experts: 7,
             top_k: 3,
         };
-        for (tile, tokens, seed) in [(16, 1, 1), (32, 97, 2), (128, 301, 3)] {
+        // At every tile size: one token, and 3 x tile + 1 tokens over 7 experts of which 3 per
+        // token (partial tiles, some experts with more than one).
+        let cases = every_tile().flat_map(|tile| [(tile, 1), (tile, 3 * tile + 1)]);
+        for (seed, (tile, tokens)) in (1..).zip(cases) {
             let capacity = gpu.moe_grid_capacity(tile).unwrap().unwrap();
             assert!(capacity.multiprocessors >= 1 && capacity.blocks_per_multiprocessor >= 1);
             let p = MoeProblem::random(shape, tile, tokens, seed);
@@ -880,10 +918,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs a GPU: scripts/gpu_validate.sh"]
     fn gpu_rerouting_matches_the_cpu_reference() {
-        let Some(mut gpu) = gpu_or_skip("gpu_rerouting_matches_the_cpu_reference") else {
-            return;
-        };
+        let mut gpu = gpu();
         for (tokens, adapters, seed) in [(1, 1, 1), (1000, 5, 2), (4096, 20, 3)] {
             let p = RerouteProblem::random(tokens, 64, 6, adapters, 8, seed);
             let fused = reroute_fused_cpu(&p).unwrap();
@@ -899,10 +936,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs a GPU: scripts/gpu_validate.sh"]
     fn gpu_decode_step_matches_the_cpu_reference() {
-        let Some(mut gpu) = gpu_or_skip("gpu_decode_step_matches_the_cpu_reference") else {
-            return;
-        };
+        let mut gpu = gpu();
         let shape = DecodeShape {
             hidden: 256,
             out_features: 300,
@@ -910,7 +946,11 @@ mod tests {
             n_kv_heads: 2,
             head_dim: 64,
         };
-        for (tile, batch, context, seed) in [(16, 1, 1, 1), (64, 70, 300, 2), (32, 5, 0, 3)] {
+        // At every tile size: batch 1, a partial tile with no cache, and two tiles and a partial
+        // one over a long cache.
+        let cases =
+            every_tile().flat_map(|tile| [(tile, 1, 1), (tile, 5, 0), (tile, 2 * tile + 3, 300)]);
+        for (seed, (tile, batch, context)) in (1..).zip(cases) {
             let p = DecodeProblem::random(shape, tile, batch, context, seed, false);
             let want = decode_step_cpu(&p).unwrap();
             let Output::Decode(got) = gpu.run(&Workload::Decode(p)).unwrap() else {
@@ -922,10 +962,13 @@ mod tests {
             ] {
                 let scale = w.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
                 for (i, (g, w)) in g.iter().zip(w).enumerate() {
-                    assert!(g.is_finite(), "{name}[{i}] not written");
+                    assert!(
+                        g.is_finite(),
+                        "tile {tile} batch {batch}: {name}[{i}] not written"
+                    );
                     assert!(
                         (g - w).abs() <= scale * 1e-4,
-                        "{name}[{i}]: gpu {g} cpu {w}"
+                        "tile {tile} batch {batch} context {context}: {name}[{i}]: gpu {g} cpu {w}"
                     );
                 }
             }
@@ -933,10 +976,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs a GPU: scripts/gpu_validate.sh"]
     fn gpu_timing_returns_positive_event_times() {
-        let Some(mut gpu) = gpu_or_skip("gpu_timing_returns_positive_event_times") else {
-            return;
-        };
+        let mut gpu = gpu();
         let p = RerouteProblem::random(512, 64, 6, 4, 8, 1);
         let samples = gpu
             .time(&Workload::Reroute(p, RerouteVariant::Fused), 3, 20)

@@ -4,10 +4,13 @@
 //! time 0, so no decision can depend on when a step ends).
 
 use live::{BackendKind, Clock, LiveOptions, LiveReport};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+/// A live scenario file. The package folder is read at run time when cargo (or
+/// scripts/gpu_validate.sh, running this binary on another machine) sets CARGO_MANIFEST_DIR.
 fn scenario(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
         .join("../scenarios/live")
         .join(name)
 }
@@ -44,8 +47,8 @@ fn check_measured(report: &LiveReport) {
     assert!(!report.metrics.is_empty());
 }
 
-#[test]
-fn every_live_scenario_runs_on_the_cpu_and_decides_as_the_simulation() {
+/// Every scenario file under scenarios/live/, sorted.
+fn live_scenarios() -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(scenario(""))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -53,7 +56,12 @@ fn every_live_scenario_runs_on_the_cpu_and_decides_as_the_simulation() {
         .collect();
     names.sort();
     assert!(names.len() >= 2, "{names:?}");
-    for name in &names {
+    names
+}
+
+#[test]
+fn every_live_scenario_runs_on_the_cpu_and_decides_as_the_simulation() {
+    for name in &live_scenarios() {
         let report = live(name, &[], &cpu(Clock::Predicted));
         check_measured(&report);
         assert!(
@@ -117,5 +125,26 @@ fn mosaic_places_and_runs_the_same_sessions_on_the_measured_clock() {
         assert_eq!(metric("model_loads").simulated, metric("model_loads").live);
         assert_eq!(metric("ilp_status").simulated, metric("ilp_status").live);
         assert_ne!(metric("load_time_s").simulated, metric("load_time_s").live);
+    }
+}
+
+/// On a GPU: every live scenario runs its steps on the CUDA kernels (timed with device
+/// events) and, on the predicted clock, decides exactly as the simulation.
+#[test]
+#[ignore = "needs a GPU: scripts/gpu_validate.sh"]
+fn gpu_every_live_scenario_runs_on_cuda_and_decides_as_the_simulation() {
+    let options = LiveOptions {
+        backend: BackendKind::Cuda,
+        ..cpu(Clock::Predicted)
+    };
+    for name in &live_scenarios() {
+        let report = live(name, &[], &options);
+        assert_eq!(report.backend, "cuda", "{name}");
+        check_measured(&report);
+        assert!(
+            report.decisions.identical && report.decisions.simulated_count > 0,
+            "{name}: {:?}",
+            report.decisions
+        );
     }
 }

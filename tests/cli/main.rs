@@ -4,6 +4,7 @@ mod basics;
 mod common;
 mod figure_kinds;
 mod fuzz;
+mod gpu_script;
 mod live;
 mod reproduce_claims;
 mod shard_resume;

@@ -1,0 +1,184 @@
+//! `scripts/gpu_validate.sh`, the whole GPU validation in one command: its dry run lists every
+//! step without a GPU or a build, and names every live scenario, the GPU profile each one is
+//! run with, and every GPU test the sources mark as ignored, so a scenario or a GPU test the
+//! script would miss fails here.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The attribute every GPU test carries (built here so that this file does not carry it).
+fn gpu_ignore_attribute() -> String {
+    format!("#[{} = \"needs a GPU: scripts/gpu_validate.sh\"]", "ignore")
+}
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn script(args: &[&str]) -> Output {
+    Command::new("bash")
+        .arg("scripts/gpu_validate.sh")
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("bash runs")
+}
+
+/// Every `.rs` file of the workspace (not under target/ or results/).
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if !["target", "results", ".git"].contains(&name.as_str()) {
+                rust_files(&path, out);
+            }
+        } else if name.ends_with(".rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// (file, test name) of every test marked with the GPU attribute; panics on an `#[ignore]`
+/// with any other reason (the script runs the ignored tests as GPU tests).
+fn gpu_tests_in_sources() -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    rust_files(root(), &mut files);
+    files.sort();
+    let attribute = gpu_ignore_attribute();
+    let mut tests = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let relative = file.strip_prefix(root()).unwrap().display().to_string();
+        let mut lines = text.lines();
+        while let Some(line) = lines.next() {
+            let line = line.trim();
+            if !line.starts_with(&format!("#[{}", "ignore")) {
+                continue;
+            }
+            assert_eq!(
+                line, attribute,
+                "{relative}: an ignored test that is not a GPU test"
+            );
+            let name = lines
+                .by_ref()
+                .find_map(|l| {
+                    let l = l.trim();
+                    l.strip_prefix("fn ")
+                        .map(|rest| rest.split('(').next().unwrap().to_string())
+                })
+                .unwrap_or_else(|| panic!("{relative}: no fn after {attribute}"));
+            tests.push((relative.clone(), name));
+        }
+    }
+    tests
+}
+
+#[test]
+fn the_gpu_script_parses() {
+    let output = Command::new("bash")
+        .args(["-n", "scripts/gpu_validate.sh"])
+        .current_dir(root())
+        .output()
+        .expect("bash runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn the_gpu_tests_are_ignored_with_the_reason() {
+    let tests = gpu_tests_in_sources();
+    for name in [
+        "gpu_moe_layer_matches_the_cpu_reference",
+        "gpu_capped_moe_grid_is_bit_identical_to_the_uncapped_one",
+        "gpu_rerouting_matches_the_cpu_reference",
+        "gpu_decode_step_matches_the_cpu_reference",
+        "gpu_timing_returns_positive_event_times",
+    ] {
+        assert!(
+            tests.contains(&("kernels/src/cuda.rs".to_string(), name.to_string())),
+            "{name}: {tests:?}"
+        );
+    }
+    // No GPU test returns early: a run without a GPU is a failure, never a silent pass.
+    let cuda = std::fs::read_to_string(root().join("kernels/src/cuda.rs")).unwrap();
+    assert!(!cuda.contains("gpu_or_skip") && !cuda.contains("EXPERTSIM_GPU"));
+}
+
+#[test]
+fn dry_run_lists_every_step_scenario_profile_and_gpu_test_and_exits_0() {
+    let output = script(&["--dry-run"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("nothing was run"), "{stdout}");
+    for command in [
+        "$ cargo build --release --workspace --locked",
+        "$ cargo test --release --workspace --locked --no-run --message-format=json",
+        "--list --ignored",
+        "--ignored --exact",
+        "$ nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem",
+        "$ python3 scripts/fidelity_table.py --doc docs/fidelity.md",
+    ] {
+        assert!(stdout.contains(command), "no `{command}` in:\n{stdout}");
+    }
+    // Every live scenario runs on CUDA, on the GPU profile of the CPU profile it names.
+    let mut scenarios: Vec<String> = std::fs::read_dir(root().join("scenarios/live"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".toml"))
+        .collect();
+    scenarios.sort();
+    assert!(scenarios.len() >= 4, "{scenarios:?}");
+    for name in &scenarios {
+        let live = format!("expertsim live scenarios/live/{name} --backend cuda");
+        assert!(stdout.contains(&live), "no `{live}` in:\n{stdout}");
+        let text = std::fs::read_to_string(root().join("scenarios/live").join(name)).unwrap();
+        let Some(profile) = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("profile"))
+            .and_then(|l| l.split('"').nth(1))
+        else {
+            continue;
+        };
+        let file = Path::new(profile).file_stem().unwrap().to_string_lossy();
+        let stem = file.split_once('_').map_or(&*file, |(_, stem)| stem);
+        let calibrated = format!("_{stem}.json");
+        assert!(
+            stdout.lines().any(
+                |l| l.contains("expertsim-calibrate --backend cuda") && l.contains(&calibrated)
+            ),
+            "{name}: no calibration writing *{calibrated} in:\n{stdout}"
+        );
+        assert!(
+            stdout.lines().any(|l| l.contains(&live)
+                && l.contains("profile=\"../../profiles/measured/")
+                && l.contains(&calibrated)),
+            "{name}: not run on *{calibrated} in:\n{stdout}"
+        );
+    }
+    let tests = gpu_tests_in_sources();
+    assert!(tests.len() >= 5, "{tests:?}");
+    for (file, name) in &tests {
+        let listed = format!("{file} {name}");
+        assert!(stdout.contains(&listed), "no `{listed}` in:\n{stdout}");
+    }
+}
+
+#[test]
+fn a_bad_option_is_exit_code_2() {
+    for args in [
+        &["--frobnicate"][..],
+        &["--runs", "0", "--dry-run"],
+        &["--backend", "rocm", "--dry-run"],
+    ] {
+        let output = script(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+    }
+}
