@@ -13,6 +13,8 @@ use super::adapters::domain_ranking;
 use super::config::{ExpertWeaveScenario, Rerouting};
 use super::memory::{AdapterMemory, InstancePlan, MemoryPlan};
 use super::model::GIB;
+use crate::engine::{self, Model};
+use crate::event_queue::EventQueue;
 use crate::metrics::{LatencyRecorder, RunOutput};
 use crate::records::{DiscardRecords, Extra, RecordSink, RequestRecord};
 use crate::rng::stream;
@@ -326,7 +328,9 @@ struct Running {
 
 /// Continuous batching on one instance: each step decodes one token for every running request
 /// and prefills admitted prompts (FIFO) while the step's token budget, the sequence limit and
-/// the KV capacity (prompt + output tokens reserved at admission) allow.
+/// the KV capacity (prompt + output tokens reserved at admission) allow. Runs on the shared
+/// engine as an `InstanceServer`.
+#[allow(clippy::too_many_arguments)]
 fn serve_instance(
     scenario: &ExpertWeaveScenario,
     cost: &mut dyn EwStepCost,
@@ -337,51 +341,97 @@ fn serve_instance(
     latencies: &mut Latencies,
     sink: &mut dyn RecordSink,
 ) -> InstanceOutcome {
-    let limits = &scenario.serving;
-    let kv_capacity = instance.kv.kv_tokens;
-    let mut outcome = InstanceOutcome::default();
-    let mut waiting: VecDeque<usize> = VecDeque::new();
-    let mut running: Vec<Running> = Vec::new();
-    let mut next = 0;
-    let mut now: u64 = 0;
-    let mut kv_used: u64 = 0;
-    let n_adapters = scenario.adapters.len();
-    loop {
-        while next < mine.len() && requests[mine[next]].arrival_ns <= now {
-            waiting.push_back(mine[next]);
-            next += 1;
+    let mut server = InstanceServer {
+        scenario,
+        cost,
+        instance,
+        instance_idx,
+        requests,
+        mine,
+        latencies,
+        sink,
+        outcome: InstanceOutcome::default(),
+        waiting: VecDeque::new(),
+        running: Vec::new(),
+        in_flight: None,
+        next: 0,
+        kv_used: 0,
+    };
+    engine::run(&mut server);
+    server.outcome
+}
+
+/// What happens to one serving instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    /// An idle instance wakes up for the next arrival.
+    Arrival,
+    /// The step in execution finishes.
+    StepComplete,
+}
+
+/// One instance's continuous-batching state as an engine `Model`.
+struct InstanceServer<'a> {
+    scenario: &'a ExpertWeaveScenario,
+    cost: &'a mut dyn EwStepCost,
+    instance: &'a InstancePlan,
+    instance_idx: usize,
+    requests: &'a [Request],
+    /// Indices (into `requests`) of this instance's requests, in arrival order.
+    mine: &'a [usize],
+    latencies: &'a mut Latencies,
+    sink: &'a mut dyn RecordSink,
+    outcome: InstanceOutcome,
+    waiting: VecDeque<usize>,
+    running: Vec<Running>,
+    /// The prompts prefilled by the step in execution.
+    in_flight: Option<Vec<usize>>,
+    next: usize,
+    kv_used: u64,
+}
+
+impl InstanceServer<'_> {
+    /// Admits what waits and starts the next step, or sleeps until the next arrival.
+    fn start_step(&mut self, now: u64, events: &mut EventQueue<Event>) {
+        let (requests, mine) = (self.requests, self.mine);
+        while self.next < mine.len() && requests[mine[self.next]].arrival_ns <= now {
+            self.waiting.push_back(mine[self.next]);
+            self.next += 1;
         }
-        // admission
+        let limits = &self.scenario.serving;
+        let kv_capacity = self.instance.kv.kv_tokens;
         let mut prefill: Vec<usize> = Vec::new();
         let mut prefill_tokens = 0;
-        while let Some(&candidate) = waiting.front() {
+        while let Some(&candidate) = self.waiting.front() {
             let r = &requests[candidate];
             let need = r.prompt_tokens + r.output_tokens;
             if need > kv_capacity {
-                waiting.pop_front();
-                outcome.rejected += 1;
+                self.waiting.pop_front();
+                self.outcome.rejected += 1;
                 continue;
             }
-            let seqs = (running.len() + prefill.len()) as u64;
-            let budget = limits.max_batch_tokens.saturating_sub(running.len() as u64);
-            let fits_budget = prefill.is_empty() && running.is_empty()
+            let seqs = (self.running.len() + prefill.len()) as u64;
+            let budget = limits
+                .max_batch_tokens
+                .saturating_sub(self.running.len() as u64);
+            let fits_budget = prefill.is_empty() && self.running.is_empty()
                 || prefill_tokens + r.prompt_tokens <= budget;
-            if kv_used + need > kv_capacity || seqs >= limits.max_num_seqs || !fits_budget {
+            if self.kv_used + need > kv_capacity || seqs >= limits.max_num_seqs || !fits_budget {
                 break;
             }
-            waiting.pop_front();
-            kv_used += need;
+            self.waiting.pop_front();
+            self.kv_used += need;
             prefill_tokens += r.prompt_tokens;
             prefill.push(candidate);
         }
-        if prefill.is_empty() && running.is_empty() {
-            if next < mine.len() {
-                now = now.max(requests[mine[next]].arrival_ns);
-                continue;
+        if prefill.is_empty() && self.running.is_empty() {
+            // Idle: nothing waits (an idle instance admits any request that fits at all).
+            if let Some(&index) = mine.get(self.next) {
+                events.schedule(SimTime(requests[index].arrival_ns.max(now)), Event::Arrival);
             }
-            break;
+            return;
         }
-        let mut tokens_by_adapter = vec![0u64; n_adapters];
+        let mut tokens_by_adapter = vec![0u64; self.scenario.adapters.len()];
         let mut context = 0;
         let mut prefill_sq = 0.0;
         for &index in &prefill {
@@ -389,52 +439,71 @@ fn serve_instance(
             tokens_by_adapter[r.adapter] += r.prompt_tokens;
             prefill_sq += (r.prompt_tokens * r.prompt_tokens) as f64;
         }
-        for run in &running {
+        for run in &self.running {
             let r = &requests[run.request];
             tokens_by_adapter[r.adapter] += 1;
             context += r.prompt_tokens + run.generated;
         }
-        let seconds = cost.seconds(&EwStepWork {
-            instance,
+        let seconds = self.cost.seconds(&EwStepWork {
+            instance: self.instance,
             tokens_by_adapter: &tokens_by_adapter,
             context_tokens: context,
             prefill_sq,
         });
-        now += (seconds * 1e9).round().max(1.0) as u64;
-        outcome.steps += 1;
-        // decode: one token each
-        let mut still = Vec::with_capacity(running.len() + prefill.len());
-        for mut run in running.drain(..) {
+        let duration = (seconds * 1e9).round().max(1.0) as u64;
+        self.in_flight = Some(prefill);
+        events.schedule(SimTime(now + duration), Event::StepComplete);
+    }
+
+    /// The step in execution ends at `now`: one token for every running request, the first for
+    /// every prefilled prompt.
+    fn complete_step(&mut self, now: u64) {
+        let prefill = self
+            .in_flight
+            .take()
+            .expect("a step completion has a step in flight");
+        let requests = self.requests;
+        self.outcome.steps += 1;
+        let mut still = Vec::with_capacity(self.running.len() + prefill.len());
+        for mut run in std::mem::take(&mut self.running) {
             let r = &requests[run.request];
             run.generated += 1;
-            outcome.output_tokens += 1;
+            self.outcome.output_tokens += 1;
             if run.generated >= r.output_tokens {
                 let per_token = (now - run.first_token_ns) / (r.output_tokens - 1).max(1);
-                latencies.tpot.record(per_token);
-                outcome.completed += 1;
+                self.latencies.tpot.record(per_token);
+                self.outcome.completed += 1;
                 record(
-                    sink,
-                    scenario,
-                    instance_idx,
+                    self.sink,
+                    self.scenario,
+                    self.instance_idx,
                     run.request,
                     r,
                     run.first_token_ns,
                     now,
                 );
-                kv_used -= r.prompt_tokens + r.output_tokens;
+                self.kv_used -= r.prompt_tokens + r.output_tokens;
             } else {
                 still.push(run);
             }
         }
         for index in prefill {
             let r = &requests[index];
-            latencies.ttft.record(now - r.arrival_ns);
-            outcome.prompt_tokens += r.prompt_tokens;
-            outcome.output_tokens += 1;
+            self.latencies.ttft.record(now - r.arrival_ns);
+            self.outcome.prompt_tokens += r.prompt_tokens;
+            self.outcome.output_tokens += 1;
             if r.output_tokens <= 1 {
-                outcome.completed += 1;
-                record(sink, scenario, instance_idx, index, r, now, now);
-                kv_used -= r.prompt_tokens + r.output_tokens;
+                self.outcome.completed += 1;
+                record(
+                    self.sink,
+                    self.scenario,
+                    self.instance_idx,
+                    index,
+                    r,
+                    now,
+                    now,
+                );
+                self.kv_used -= r.prompt_tokens + r.output_tokens;
             } else {
                 still.push(Running {
                     request: index,
@@ -443,10 +512,22 @@ fn serve_instance(
                 });
             }
         }
-        running = still;
-        outcome.end_ns = now;
+        self.running = still;
+        self.outcome.end_ns = now;
     }
-    outcome
+}
+
+impl Model for InstanceServer<'_> {
+    type Event = Event;
+    fn start(&mut self, events: &mut EventQueue<Event>) {
+        self.start_step(0, events);
+    }
+    fn handle(&mut self, now: SimTime, event: Event, events: &mut EventQueue<Event>) {
+        if event == Event::StepComplete {
+            self.complete_step(now.0);
+        }
+        self.start_step(now.0, events);
+    }
 }
 
 /// The ExpertWeave columns of the per-request CSV, after the common ones (`sim::records`).
