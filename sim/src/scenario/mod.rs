@@ -290,14 +290,6 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
         }
     }
 
-    let origin_of = |key: &str| {
-        if narrowed.iter().any(|k| k == key) {
-            Origin::CommandLine
-        } else {
-            Origin::Sweep
-        }
-    };
-
     // The ceilings, read before anything is expanded; they cannot be swept.
     if let Some(axis) = axes
         .iter()
@@ -340,47 +332,21 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
     let mut cache = validate::LoadCache::default();
     let mut cells = Vec::new();
     let mut first: Option<CommonFile> = None;
+    let base = CellBase {
+        loader: &loader,
+        document: &document,
+        overrides: &overrides,
+        narrowed: &narrowed,
+        base_dir: &base_dir,
+        limits: &limits,
+    };
     for coords in sweep::cartesian(&axes) {
-        let mut cell_doc = document.clone();
-        let mut cell_overrides = overrides.clone();
-        for (key, value) in &coords {
-            sweep::apply(&mut cell_doc, key, value.clone()).map_err(|m| {
-                loader.error(
-                    loader.locate_sweep_key(key),
-                    Some(&format!("sweep.{key}")),
-                    m,
-                )
-            })?;
-            cell_overrides.push((key.clone(), origin_of(key)));
-        }
-        let (common_doc, family_doc): (toml::Table, toml::Table) = cell_doc
-            .into_iter()
-            .partition(|(key, _)| COMMON_KEYS.contains(&key.as_str()));
-        let file: CommonFile = deserialize_table(&loader, common_doc, &cell_overrides)?;
-        if file.seeds.is_empty() {
-            return Err(loader.error(
-                loader.locate("seeds", &cell_overrides),
-                Some("seeds"),
-                "needs at least one seed",
-            ));
-        }
-        let scenario = validate_family(
-            &loader,
-            file.family,
-            family_doc,
-            &cell_overrides,
-            &base_dir,
-            &mut cache,
-            &coords,
-        )?;
-        limits
-            .check(&scenario.demands())
-            .map_err(|e| cell_field_error(&loader, &cell_overrides, &coords, e))?;
+        let (file, scenario) = base.load_cell(&coords, &mut cache)?;
         if let Some(first) = &first
             && first.family != file.family
         {
             return Err(loader.error(
-                loader.locate("family", &cell_overrides),
+                loader.locate_sweep_key("family"),
                 Some("family"),
                 "every sweep cell must be of the same family",
             ));
@@ -408,42 +374,13 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
     }
     for (axis_idx, coords) in base_checks {
         let key = &axes[axis_idx].key;
-        let mut cell_doc = document.clone();
-        let mut cell_overrides = overrides.clone();
-        for (k, value) in &coords {
-            sweep::apply(&mut cell_doc, k, value.clone()).map_err(|m| {
-                loader.error(loader.locate_sweep_key(k), Some(&format!("sweep.{k}")), m)
-            })?;
-            cell_overrides.push((k.clone(), origin_of(k)));
-        }
-        let (common_doc, family_doc): (toml::Table, toml::Table) = cell_doc
-            .into_iter()
-            .partition(|(k, _)| COMMON_KEYS.contains(&k.as_str()));
-        let file: CommonFile = deserialize_table(&loader, common_doc, &cell_overrides)?;
-        let note = |mut e: ScenarioError| {
+        base.load_cell(&coords, &mut cache).map_err(|mut e| {
             e.message = format!(
                 "{} (in the base value of `{key}`, which the sweep replaces in every cell: fix it \
                  or remove it)",
                 e.message
             );
             e
-        };
-        let scenario = validate_family(
-            &loader,
-            file.family,
-            family_doc,
-            &cell_overrides,
-            &base_dir,
-            &mut cache,
-            &coords,
-        )
-        .map_err(note)?;
-        limits.check(&scenario.demands()).map_err(|e| {
-            note(loader.error(
-                loader.locate(&e.path, &cell_overrides),
-                Some(&e.path),
-                e.message,
-            ))
         })?;
     }
     let file = first.expect("cartesian always yields at least one cell");
@@ -529,6 +466,70 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
         limits,
         notes,
     })
+}
+
+/// What every cell of a plan is built from: the document after `--set`, and what errors need.
+struct CellBase<'a> {
+    loader: &'a Loader<'a>,
+    document: &'a toml::Table,
+    overrides: &'a [(String, Origin)],
+    /// Swept keys whose values the command line chose: their errors point at `--set`.
+    narrowed: &'a [String],
+    base_dir: &'a Path,
+    limits: &'a Limits,
+}
+
+impl CellBase<'_> {
+    /// The cell at `coords` (a value per swept key): its common keys and its validated scenario,
+    /// whose demands are within the limits.
+    fn load_cell(
+        &self,
+        coords: &[(String, toml::Value)],
+        cache: &mut validate::LoadCache,
+    ) -> Result<(CommonFile, Scenario), ScenarioError> {
+        let loader = self.loader;
+        let mut cell_doc = self.document.clone();
+        let mut cell_overrides = self.overrides.to_vec();
+        for (key, value) in coords {
+            sweep::apply(&mut cell_doc, key, value.clone()).map_err(|m| {
+                loader.error(
+                    loader.locate_sweep_key(key),
+                    Some(&format!("sweep.{key}")),
+                    m,
+                )
+            })?;
+            let origin = if self.narrowed.contains(key) {
+                Origin::CommandLine
+            } else {
+                Origin::Sweep
+            };
+            cell_overrides.push((key.clone(), origin));
+        }
+        let (common_doc, family_doc): (toml::Table, toml::Table) = cell_doc
+            .into_iter()
+            .partition(|(key, _)| COMMON_KEYS.contains(&key.as_str()));
+        let file: CommonFile = deserialize_table(loader, common_doc, &cell_overrides)?;
+        if file.seeds.is_empty() {
+            return Err(loader.error(
+                loader.locate("seeds", &cell_overrides),
+                Some("seeds"),
+                "needs at least one seed",
+            ));
+        }
+        let scenario = validate_family(
+            loader,
+            file.family,
+            family_doc,
+            &cell_overrides,
+            self.base_dir,
+            cache,
+            coords,
+        )?;
+        self.limits
+            .check(&scenario.demands())
+            .map_err(|e| cell_field_error(loader, &cell_overrides, coords, e))?;
+        Ok((file, scenario))
+    }
 }
 
 /// Only the `[limits]` table, read before the sweep is expanded.
