@@ -19,48 +19,61 @@
 //!   while those stay below 2^24, and the f64 totals are exact far beyond realistic batches.
 //!
 //! The lane arrays are written so that LLVM's vectoriser turns each lane operation into
-//! packed instructions (two SSE2 registers per chunk on baseline x86-64); the tests hold the
+//! packed instructions; `multiversion` compiles the entry kernels once for baseline x86-64
+//! (two SSE2 registers per chunk) and once with AVX (one register), and picks one at run time.
+//! Neither changes a bit: both run the same additions in the same order. The tests hold the
 //! kernels to a scalar reference written entry by entry in the documented order.
 
 /// Entries per chunk: the lane width of the accumulators.
 const LANES: usize = 8;
 /// Entries accumulated in f32 before the lanes are flushed into their f64 totals.
 const BLOCK: usize = 128;
-/// Candidates evaluated in one pass over the batch vector (they share its reads).
-const GROUP: usize = 2;
+/// Candidates evaluated in one pass over the batch vector (they share its reads): what fits
+/// the 16 vector registers with AVX.
+const GROUP: usize = 4;
+/// The same for the fused dot + stats kernel, which keeps four accumulators per candidate.
+const FUSED_GROUP: usize = 2;
 
-/// One chunk of eight f32 lanes.
-type Lanes = [f32; LANES];
+use multiversion::multiversion;
+use wide::f32x8;
+
+/// One chunk of eight f32 lanes (`wide`'s portable SIMD vector: packed instructions on every
+/// target, each lane an ordinary IEEE f32 operation).
+type Lanes = f32x8;
 /// Eight f64 lane totals.
 type Wide = [f64; LANES];
 
-/// The chunk of `v` starting at `j` (which holds `LANES` entries).
+/// The chunk of `v` starting at `j` (which holds `LANES` entries), as an array.
 #[inline(always)]
-fn chunk(v: &[f32], j: usize) -> &Lanes {
+fn chunk_array(v: &[f32], j: usize) -> &[f32; LANES] {
     v[j..j + LANES]
         .try_into()
         .expect("a chunk holds LANES entries")
 }
 
-/// `acc += a * b`, lane-wise, the product rounded to f32 before the addition.
+/// The chunk of `v` starting at `j`, as lanes.
 #[inline(always)]
-fn mul_add(acc: &mut Lanes, a: &Lanes, b: &Lanes) {
-    for k in 0..LANES {
-        acc[k] += a[k] * b[k];
-    }
+fn chunk(v: &[f32], j: usize) -> Lanes {
+    f32x8::from(*chunk_array(v, j))
+}
+
+/// `acc += a * b`, lane-wise, the product rounded to f32 before the addition (a separate
+/// multiply and add, never a fused one).
+#[inline(always)]
+fn mul_add(acc: &mut Lanes, a: Lanes, b: Lanes) {
+    *acc = *acc + a * b;
 }
 
 /// `acc += a`, lane-wise.
 #[inline(always)]
-fn add_to(acc: &mut Lanes, a: &Lanes) {
-    for k in 0..LANES {
-        acc[k] += a[k];
-    }
+fn add_to(acc: &mut Lanes, a: Lanes) {
+    *acc = *acc + a;
 }
 
 /// `total += f64(acc)`, lane-wise.
 #[inline(always)]
-fn widen_add(total: &mut Wide, acc: &Lanes) {
+fn widen_add(total: &mut Wide, acc: Lanes) {
+    let acc = acc.to_array();
     for k in 0..LANES {
         total[k] += f64::from(acc[k]);
     }
@@ -83,8 +96,8 @@ fn dots_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f64; N] {
         let end = (j + BLOCK).min(full);
         // Even and odd chunks of the block in separate accumulators: twice the independent
         // dependency chains.
-        let mut even = [[0.0f32; LANES]; N];
-        let mut odd = [[0.0f32; LANES]; N];
+        let mut even = [f32x8::ZERO; N];
+        let mut odd = [f32x8::ZERO; N];
         while j + 2 * LANES <= end {
             let (l0, l1) = (chunk(l, j), chunk(l, j + LANES));
             for n in 0..N {
@@ -101,8 +114,8 @@ fn dots_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f64; N] {
             j += LANES;
         }
         for n in 0..N {
-            add_to(&mut even[n], &odd[n]);
-            widen_add(&mut total[n], &even[n]);
+            let block = even[n] + odd[n];
+            widen_add(&mut total[n], block);
         }
     }
     std::array::from_fn(|n| {
@@ -123,9 +136,9 @@ fn peaks_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f32; N] {
     let mut hi = [[f32::NEG_INFINITY; LANES]; N];
     let mut j = 0;
     while j < full {
-        let lc = chunk(l, j);
+        let lc = chunk_array(l, j);
         for n in 0..N {
-            let vc = chunk(vs[n], j);
+            let vc = chunk_array(vs[n], j);
             for k in 0..LANES {
                 let x = lc[k] + vc[k];
                 hi[n][k] = if x > hi[n][k] { x } else { hi[n][k] };
@@ -155,8 +168,8 @@ fn stats_with<const N: usize>(d: usize, vs: [&[f32]; N]) -> [(f64, f64); N] {
     let mut j = 0;
     while j < full {
         let end = (j + BLOCK).min(full);
-        let mut s = [[0.0f32; LANES]; N];
-        let mut q = [[0.0f32; LANES]; N];
+        let mut s = [f32x8::ZERO; N];
+        let mut q = [f32x8::ZERO; N];
         while j < end {
             for n in 0..N {
                 let x = chunk(vs[n], j);
@@ -166,8 +179,8 @@ fn stats_with<const N: usize>(d: usize, vs: [&[f32]; N]) -> [(f64, f64); N] {
             j += LANES;
         }
         for n in 0..N {
-            widen_add(&mut sums[n], &s[n]);
-            widen_add(&mut squares[n], &q[n]);
+            widen_add(&mut sums[n], s[n]);
+            widen_add(&mut squares[n], q[n]);
         }
     }
     std::array::from_fn(|n| {
@@ -194,10 +207,10 @@ fn dot_stats_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [(f64, f64, f64
     let mut j = 0;
     while j < full {
         let end = (j + BLOCK).min(full);
-        let mut even = [[0.0f32; LANES]; N];
-        let mut odd = [[0.0f32; LANES]; N];
-        let mut s = [[0.0f32; LANES]; N];
-        let mut q = [[0.0f32; LANES]; N];
+        let mut even = [f32x8::ZERO; N];
+        let mut odd = [f32x8::ZERO; N];
+        let mut s = [f32x8::ZERO; N];
+        let mut q = [f32x8::ZERO; N];
         while j + 2 * LANES <= end {
             let (l0, l1) = (chunk(l, j), chunk(l, j + LANES));
             for n in 0..N {
@@ -222,10 +235,9 @@ fn dot_stats_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [(f64, f64, f64
             j += LANES;
         }
         for n in 0..N {
-            add_to(&mut even[n], &odd[n]);
-            widen_add(&mut dots[n], &even[n]);
-            widen_add(&mut sums[n], &s[n]);
-            widen_add(&mut squares[n], &q[n]);
+            widen_add(&mut dots[n], even[n] + odd[n]);
+            widen_add(&mut sums[n], s[n]);
+            widen_add(&mut squares[n], q[n]);
         }
     }
     std::array::from_fn(|n| {
@@ -243,25 +255,86 @@ fn dot_stats_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [(f64, f64, f64
     })
 }
 
-/// Runs a kernel for the `count` vectors `get(0..count)`, `GROUP` at a time (`group`), the
-/// rest one at a time (`one`), handing each result to `put(position, value)`.
+/// The kernels at the group sizes the entry points use, compiled for baseline x86-64 and for
+/// AVX (dispatched at run time by `multiversion`). Generic `#[inline(always)]` kernels inline
+/// into each clone and take its target features.
+mod dispatch {
+    use super::*;
+
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn dots(l: &[f32], vs: [&[f32]; GROUP]) -> [f64; GROUP] {
+        dots_with(l, vs)
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn dot(l: &[f32], v: &[f32]) -> f64 {
+        dots_with(l, [v])[0]
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn peaks(l: &[f32], vs: [&[f32]; GROUP]) -> [f32; GROUP] {
+        peaks_with(l, vs)
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn peak(l: &[f32], v: &[f32]) -> f32 {
+        peaks_with(l, [v])[0]
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn stats(d: usize, vs: [&[f32]; GROUP]) -> [(f64, f64); GROUP] {
+        stats_with(d, vs)
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn stat(d: usize, v: &[f32]) -> (f64, f64) {
+        stats_with(d, [v])[0]
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn dot_stats(
+        l: &[f32],
+        vs: [&[f32]; FUSED_GROUP],
+    ) -> [(f64, f64, f64); FUSED_GROUP] {
+        dot_stats_with(l, vs)
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn dot_stat(l: &[f32], v: &[f32]) -> (f64, f64, f64) {
+        dot_stats_with(l, [v])[0]
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn square_of_sum(vs: &[&[f32]]) -> f64 {
+        square_of_sum_with(vs)
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn add(out: &mut [f32], a: &[f32], b: &[f32]) {
+        let d = out.len();
+        for ((o, x), y) in out.iter_mut().zip(&a[..d]).zip(&b[..d]) {
+            *o = x + y;
+        }
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn add_assign(out: &mut [f32], a: &[f32]) {
+        let d = out.len();
+        for (o, x) in out.iter_mut().zip(&a[..d]) {
+            *o += x;
+        }
+    }
+}
+
+/// Runs a kernel for the `count` vectors `get(0..count)`, `G` at a time (`group`), the rest
+/// one at a time (`one`), handing each result to `put(position, value)`.
 #[inline(always)]
-fn grouped<'a, T>(
+fn grouped<'a, T, const G: usize>(
     count: usize,
     get: impl Fn(usize) -> &'a [f32],
     mut put: impl FnMut(usize, T),
-    group: impl Fn([&'a [f32]; GROUP]) -> [T; GROUP],
+    group: impl Fn([&'a [f32]; G]) -> [T; G],
     one: impl Fn(&'a [f32]) -> T,
 ) {
     let mut n = 0;
-    while n + GROUP <= count {
+    while n + G <= count {
         for (k, value) in group(std::array::from_fn(|k| get(n + k)))
             .into_iter()
             .enumerate()
         {
             put(n + k, value);
         }
-        n += GROUP;
+        n += G;
     }
     for n in n..count {
         put(n, one(get(n)));
@@ -279,8 +352,8 @@ pub(crate) fn dots_each<'a>(
         count,
         get,
         put,
-        |vs| dots_with(l, vs),
-        |v| dots_with(l, [v])[0],
+        |vs| dispatch::dots(l, vs),
+        |v| dispatch::dot(l, v),
     );
 }
 
@@ -295,8 +368,8 @@ pub(crate) fn peaks_each<'a>(
         count,
         get,
         put,
-        |vs| peaks_with(l, vs),
-        |v| peaks_with(l, [v])[0],
+        |vs| dispatch::peaks(l, vs),
+        |v| dispatch::peak(l, v),
     );
 }
 
@@ -311,8 +384,8 @@ pub(crate) fn dot_stats_each<'a>(
         count,
         get,
         put,
-        |vs| dot_stats_with(l, vs),
-        |v| dot_stats_with(l, [v])[0],
+        |vs| dispatch::dot_stats(l, vs),
+        |v| dispatch::dot_stat(l, v),
     );
 }
 
@@ -328,32 +401,38 @@ pub(crate) fn stats_each<'a>(
             count,
             get,
             put,
-            |vs| stats_with(d, vs),
-            |v| stats_with(d, [v])[0],
+            |vs| dispatch::stats(d, vs),
+            |v| dispatch::stat(d, v),
         );
     }
 }
 
 /// `|vs[0] + ... + vs[n - 1]|²` (all of the same length, at least one) without forming the
-/// sum in memory: the sum formed entrywise in f32 in that order, then squared and accumulated
-/// like [`stats_with`]'s `|v|²`.
+/// sum in memory.
 pub(crate) fn square_of_sum(vs: &[&[f32]]) -> f64 {
+    dispatch::square_of_sum(vs)
+}
+
+/// The sum formed entrywise in f32 in the order of `vs`, then squared and accumulated like
+/// [`stats_with`]'s `|v|²`.
+#[inline(always)]
+fn square_of_sum_with(vs: &[&[f32]]) -> f64 {
     let d = vs[0].len();
     let full = d / LANES * LANES;
     let mut squares = [0.0f64; LANES];
     let mut j = 0;
     while j < full {
         let end = (j + BLOCK).min(full);
-        let mut q = [0.0f32; LANES];
+        let mut q = f32x8::ZERO;
         while j < end {
-            let mut x = *chunk(vs[0], j);
+            let mut x = chunk(vs[0], j);
             for v in &vs[1..] {
                 add_to(&mut x, chunk(&v[..d], j));
             }
-            mul_add(&mut q, &x, &x);
+            mul_add(&mut q, x, x);
             j += LANES;
         }
-        widen_add(&mut squares, &q);
+        widen_add(&mut squares, q);
     }
     let mut total = lane_sum(&squares);
     for j in full..d {
@@ -368,23 +447,17 @@ pub(crate) fn square_of_sum(vs: &[&[f32]]) -> f64 {
 
 /// `out = a + b`, entrywise (`a` and `b` at least as long as `out`; plain f32 additions).
 pub(crate) fn add(out: &mut [f32], a: &[f32], b: &[f32]) {
-    let d = out.len();
-    for ((o, x), y) in out.iter_mut().zip(&a[..d]).zip(&b[..d]) {
-        *o = x + y;
-    }
+    dispatch::add(out, a, b);
 }
 
 /// `out += a`, entrywise.
 pub(crate) fn add_assign(out: &mut [f32], a: &[f32]) {
-    let d = out.len();
-    for (o, x) in out.iter_mut().zip(&a[..d]) {
-        *o += x;
-    }
+    dispatch::add_assign(out, a);
 }
 
 /// `(sum(v), |v|²)` in one pass.
 pub(crate) fn sum_and_square(v: &[f32]) -> (f64, f64) {
-    stats_with(v.len(), [v])[0]
+    dispatch::stat(v.len(), v)
 }
 
 /// `sum(v)`.
@@ -394,7 +467,7 @@ pub(crate) fn sum(v: &[f32]) -> f64 {
 
 /// `l · v`.
 pub(crate) fn dot(l: &[f32], v: &[f32]) -> f64 {
-    dots_with(l, [v])[0]
+    dispatch::dot(l, v)
 }
 
 /// `out[i] = l · load(i)` for every candidate `i` in `indices`.
@@ -632,7 +705,9 @@ mod tests {
         }
     }
 
-    /// A candidate's result does not depend on which others share its pass.
+    /// A candidate's result does not depend on which others share its pass, nor on the
+    /// target features its kernel was compiled for (`alone` runs the generic kernel at the
+    /// baseline, the entry points run the AVX clone where the CPU has AVX).
     #[test]
     fn groupings_are_bit_identical() {
         for d in [5, 64, 100, 1440] {
@@ -666,9 +741,9 @@ mod tests {
                 assert_eq!(fused, separate);
                 assert_eq!(fused, alone[..count]);
             }
-            // Four at once (a group size the kernels do not use by default) agrees too.
-            let four = dots_with(&l, [&vs[0], &vs[1], &vs[2], &vs[3]]);
-            for (n, x) in four.iter().enumerate() {
+            // Three at once (a group size the entry points do not use) agrees too.
+            let three = dots_with(&l, [&vs[0], &vs[1], &vs[2]]);
+            for (n, x) in three.iter().enumerate() {
                 assert_eq!(x.to_bits(), alone[n].0);
             }
         }
