@@ -133,23 +133,22 @@ fn peaks_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f32; N] {
     let d = l.len();
     let vs = vs.map(|v| &v[..d]);
     let full = d / LANES * LANES;
-    let mut hi = [[f32::NEG_INFINITY; LANES]; N];
+    let mut hi = [f32x8::splat(f32::NEG_INFINITY); N];
     let mut j = 0;
     while j < full {
-        let lc = chunk_array(l, j);
+        let lc = chunk(l, j);
         for n in 0..N {
-            let vc = chunk_array(vs[n], j);
-            for k in 0..LANES {
-                let x = lc[k] + vc[k];
-                hi[n][k] = if x > hi[n][k] { x } else { hi[n][k] };
-            }
+            // `fast_max(x, hi)` is x86's `maxps`: `if x > hi { x } else { hi }`, lane-wise
+            // (the portable fallback is the same up to NaN and signed zeros, which sums of
+            // loads never produce).
+            hi[n] = (lc + chunk(vs[n], j)).fast_max(hi[n]);
         }
         j += LANES;
     }
     std::array::from_fn(|n| {
         let mut m = f32::NEG_INFINITY;
         let tail = l[full..].iter().zip(&vs[n][full..]).map(|(x, y)| x + y);
-        for x in hi[n].into_iter().chain(tail) {
+        for x in hi[n].to_array().into_iter().chain(tail) {
             if x > m {
                 m = x;
             }
