@@ -1,459 +1,249 @@
 //! Numeric kernels shared by the batch selectors: dot products, sums and peaks over f32
-//! expert-load vectors, explicitly vectorised (SSE2 on every x86-64, AVX where the CPU has
-//! it, a portable fallback elsewhere) with one fixed accumulation order.
+//! expert-load vectors, as plain chunked loops over fixed-width lane arrays that the compiler
+//! vectorises, in safe code only, with one fixed accumulation order.
 //!
-//! Semantics, identical on every backend and bit for bit: a vector is read in chunks of
-//! `LANES` = 8 entries; entry `j` of a chunk goes to lane `j mod 8`. Within blocks of `BLOCK`
-//! = 128 entries each lane accumulates in f32 (`acc + a * b`, the product rounded before the
-//! sum: never fused; dot products keep two accumulators per lane, for the even and the odd
-//! chunks of the block, added together at its end), then is added to that lane's f64 total;
-//! the 8 totals are summed pairwise, `((t0+t1)+(t2+t3))+((t4+t5)+(t6+t7))`, and the `d mod 8`
-//! trailing entries are added last, in order, in f64. So:
+//! Semantics, bit for bit: a vector is read in chunks of `LANES` = 8 entries; entry `j` of a
+//! chunk goes to lane `j mod 8`. Within blocks of `BLOCK` = 128 entries each lane accumulates
+//! in f32 (`acc + a * b`, the product rounded before the sum: Rust never fuses them; dot
+//! products keep two accumulators per lane, for the even and the odd chunks of the block,
+//! added together at its end), then is added to that lane's f64 total; the 8 totals are
+//! summed pairwise, `((t0+t1)+(t2+t3))+((t4+t5)+(t6+t7))`, and the `d mod 8` trailing entries
+//! are added last, in order, in f64. This is the order the earlier hand-written AVX, SSE2
+//! and portable backends shared, so results are the bits they gave. So:
 //!
-//! - equal inputs give bit-identical results whatever backend runs and whatever other
-//!   vectors are evaluated alongside (the kernels share loads of the batch vector between
+//! - equal inputs give bit-identical results whatever CPU runs them and whatever other
+//!   vectors are evaluated alongside (the kernels share reads of the batch vector between
 //!   the candidates of a group, never accumulators), and exact ties stay exact ties, which
 //!   the selectors then break by index;
 //! - for token-count loads every f32 partial sum holds at most 16 products, so it is exact
 //!   while those stay below 2^24, and the f64 totals are exact far beyond realistic batches.
+//!
+//! The lane arrays are written so that LLVM's vectoriser turns each lane operation into
+//! packed instructions; `multiversion` compiles the entry kernels once for baseline x86-64
+//! (two SSE2 registers per chunk) and once with AVX (one register), and picks one at run time.
+//! Neither changes a bit: both run the same additions in the same order. The tests hold the
+//! kernels to a scalar reference written entry by entry in the documented order.
 
-#[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::*;
-
-/// Entries per chunk (one AVX register, two SSE registers of f32).
+/// Entries per chunk: the lane width of the accumulators.
 const LANES: usize = 8;
 /// Entries accumulated in f32 before the lanes are flushed into their f64 totals.
 const BLOCK: usize = 128;
+/// Candidates evaluated in one pass over the batch vector (they share its reads): what fits
+/// the 16 vector registers when a chunk takes two (wide's f32x8 is two 128-bit halves unless
+/// the whole build targets AVX); measured faster than 4 with the criterion selector benches.
+const GROUP: usize = 2;
+/// The same for the fused dot + stats kernel, which keeps four accumulators per candidate.
+const FUSED_GROUP: usize = 1;
 
-/// Eight f32 lanes on some backend. Every method is `unsafe` because the x86 backends may
-/// only run where their CPU feature is present (SSE2 always is on x86-64; AVX is checked).
-trait Lanes: Copy {
-    /// Candidates evaluated in one pass (at most 4).
-    const GROUP: usize;
-    /// Eight f64 lane totals.
-    type Wide: Copy;
-    /// # Safety
-    /// The backend's CPU feature must be available.
-    unsafe fn zero() -> Self;
-    /// # Safety
-    /// As [`Lanes::zero`], and `chunk` holds `LANES` readable entries.
-    unsafe fn load(chunk: &[f32]) -> Self;
-    /// `self + a * b`, lane-wise, product rounded to f32 before the addition.
-    /// # Safety
-    /// As [`Lanes::zero`].
-    unsafe fn mul_add(self, a: Self, b: Self) -> Self;
-    /// # Safety
-    /// As [`Lanes::zero`].
-    unsafe fn add(self, a: Self) -> Self;
-    /// `if a > self { a } else { self }`, lane-wise.
-    /// # Safety
-    /// As [`Lanes::zero`].
-    unsafe fn max(self, a: Self) -> Self;
-    /// # Safety
-    /// As [`Lanes::zero`].
-    unsafe fn to_array(self) -> [f32; LANES];
-    /// # Safety
-    /// As [`Lanes::zero`], and `out` holds `LANES` writable entries.
-    unsafe fn store(self, out: &mut [f32]);
-    /// # Safety
-    /// As [`Lanes::zero`].
-    unsafe fn wide_zero() -> Self::Wide;
-    /// `total + f64(self)`, lane-wise.
-    /// # Safety
-    /// As [`Lanes::zero`].
-    unsafe fn widen_add(self, total: Self::Wide) -> Self::Wide;
-    /// # Safety
-    /// As [`Lanes::zero`].
-    unsafe fn wide_to_array(total: Self::Wide) -> [f64; LANES];
+use multiversion::multiversion;
+use wide::f32x8;
+
+/// One chunk of eight f32 lanes (`wide`'s portable SIMD vector: packed instructions on every
+/// target, each lane an ordinary IEEE f32 operation).
+type Lanes = f32x8;
+/// Eight f64 lane totals.
+type Wide = [f64; LANES];
+
+/// The chunk of `v` starting at `j` (which holds `LANES` entries), as an array.
+#[inline(always)]
+fn chunk_array(v: &[f32], j: usize) -> &[f32; LANES] {
+    v[j..j + LANES]
+        .try_into()
+        .expect("a chunk holds LANES entries")
 }
 
-#[derive(Clone, Copy)]
-struct Portable([f32; LANES]);
-
-impl Lanes for Portable {
-    const GROUP: usize = 4;
-    type Wide = [f64; LANES];
-    #[inline(always)]
-    unsafe fn zero() -> Self {
-        Portable([0.0; LANES])
-    }
-    #[inline(always)]
-    unsafe fn load(chunk: &[f32]) -> Self {
-        Portable(chunk[..LANES].try_into().expect("a chunk of LANES"))
-    }
-    #[inline(always)]
-    unsafe fn mul_add(self, a: Self, b: Self) -> Self {
-        Portable(std::array::from_fn(|k| self.0[k] + a.0[k] * b.0[k]))
-    }
-    #[inline(always)]
-    unsafe fn add(self, a: Self) -> Self {
-        Portable(std::array::from_fn(|k| self.0[k] + a.0[k]))
-    }
-    #[inline(always)]
-    unsafe fn max(self, a: Self) -> Self {
-        Portable(std::array::from_fn(|k| {
-            if a.0[k] > self.0[k] {
-                a.0[k]
-            } else {
-                self.0[k]
-            }
-        }))
-    }
-    #[inline(always)]
-    unsafe fn to_array(self) -> [f32; LANES] {
-        self.0
-    }
-    #[inline(always)]
-    unsafe fn store(self, out: &mut [f32]) {
-        out[..LANES].copy_from_slice(&self.0);
-    }
-    #[inline(always)]
-    unsafe fn wide_zero() -> Self::Wide {
-        [0.0; LANES]
-    }
-    #[inline(always)]
-    unsafe fn widen_add(self, total: Self::Wide) -> Self::Wide {
-        std::array::from_fn(|k| total[k] + f64::from(self.0[k]))
-    }
-    #[inline(always)]
-    unsafe fn wide_to_array(total: Self::Wide) -> [f64; LANES] {
-        total
-    }
+/// The chunk of `v` starting at `j`, as lanes.
+#[inline(always)]
+fn chunk(v: &[f32], j: usize) -> Lanes {
+    f32x8::from(*chunk_array(v, j))
 }
 
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
-struct Sse(__m128, __m128);
-
-#[cfg(target_arch = "x86_64")]
-impl Lanes for Sse {
-    const GROUP: usize = 2;
-    /// Lanes (0, 1), (2, 3), (4, 5), (6, 7).
-    type Wide = [__m128d; 4];
-    #[inline(always)]
-    unsafe fn zero() -> Self {
-        unsafe { Sse(_mm_setzero_ps(), _mm_setzero_ps()) }
-    }
-    #[inline(always)]
-    unsafe fn load(chunk: &[f32]) -> Self {
-        debug_assert!(chunk.len() >= LANES);
-        unsafe {
-            let p = chunk.as_ptr();
-            Sse(_mm_loadu_ps(p), _mm_loadu_ps(p.add(4)))
-        }
-    }
-    #[inline(always)]
-    unsafe fn mul_add(self, a: Self, b: Self) -> Self {
-        unsafe {
-            Sse(
-                _mm_add_ps(self.0, _mm_mul_ps(a.0, b.0)),
-                _mm_add_ps(self.1, _mm_mul_ps(a.1, b.1)),
-            )
-        }
-    }
-    #[inline(always)]
-    unsafe fn add(self, a: Self) -> Self {
-        unsafe { Sse(_mm_add_ps(self.0, a.0), _mm_add_ps(self.1, a.1)) }
-    }
-    #[inline(always)]
-    unsafe fn max(self, a: Self) -> Self {
-        // maxps(x, y) = if x > y { x } else { y }
-        unsafe { Sse(_mm_max_ps(a.0, self.0), _mm_max_ps(a.1, self.1)) }
-    }
-    #[inline(always)]
-    unsafe fn to_array(self) -> [f32; LANES] {
-        let mut out = [0.0f32; LANES];
-        unsafe {
-            _mm_storeu_ps(out.as_mut_ptr(), self.0);
-            _mm_storeu_ps(out.as_mut_ptr().add(4), self.1);
-        }
-        out
-    }
-    #[inline(always)]
-    unsafe fn store(self, out: &mut [f32]) {
-        assert!(out.len() >= LANES);
-        unsafe {
-            _mm_storeu_ps(out.as_mut_ptr(), self.0);
-            _mm_storeu_ps(out.as_mut_ptr().add(4), self.1);
-        }
-    }
-    #[inline(always)]
-    unsafe fn wide_zero() -> Self::Wide {
-        unsafe { [_mm_setzero_pd(); 4] }
-    }
-    #[inline(always)]
-    unsafe fn widen_add(self, t: Self::Wide) -> Self::Wide {
-        unsafe {
-            [
-                _mm_add_pd(t[0], _mm_cvtps_pd(self.0)),
-                _mm_add_pd(t[1], _mm_cvtps_pd(_mm_movehl_ps(self.0, self.0))),
-                _mm_add_pd(t[2], _mm_cvtps_pd(self.1)),
-                _mm_add_pd(t[3], _mm_cvtps_pd(_mm_movehl_ps(self.1, self.1))),
-            ]
-        }
-    }
-    #[inline(always)]
-    unsafe fn wide_to_array(t: Self::Wide) -> [f64; LANES] {
-        let mut out = [0.0f64; LANES];
-        for (q, half) in t.into_iter().enumerate() {
-            unsafe { _mm_storeu_pd(out.as_mut_ptr().add(2 * q), half) };
-        }
-        out
-    }
+/// `acc += a * b`, lane-wise, the product rounded to f32 before the addition (a separate
+/// multiply and add, never a fused one).
+#[inline(always)]
+fn mul_add(acc: &mut Lanes, a: Lanes, b: Lanes) {
+    *acc = *acc + a * b;
 }
 
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
-struct Avx(__m256);
+/// `acc += a`, lane-wise.
+#[inline(always)]
+fn add_to(acc: &mut Lanes, a: Lanes) {
+    *acc = *acc + a;
+}
 
-#[cfg(target_arch = "x86_64")]
-impl Lanes for Avx {
-    const GROUP: usize = 4;
-    /// Lanes 0..4, 4..8.
-    type Wide = [__m256d; 2];
-    #[inline(always)]
-    unsafe fn zero() -> Self {
-        unsafe { Avx(_mm256_setzero_ps()) }
-    }
-    #[inline(always)]
-    unsafe fn load(chunk: &[f32]) -> Self {
-        debug_assert!(chunk.len() >= LANES);
-        unsafe { Avx(_mm256_loadu_ps(chunk.as_ptr())) }
-    }
-    #[inline(always)]
-    unsafe fn mul_add(self, a: Self, b: Self) -> Self {
-        unsafe { Avx(_mm256_add_ps(self.0, _mm256_mul_ps(a.0, b.0))) }
-    }
-    #[inline(always)]
-    unsafe fn add(self, a: Self) -> Self {
-        unsafe { Avx(_mm256_add_ps(self.0, a.0)) }
-    }
-    #[inline(always)]
-    unsafe fn max(self, a: Self) -> Self {
-        unsafe { Avx(_mm256_max_ps(a.0, self.0)) }
-    }
-    #[inline(always)]
-    unsafe fn to_array(self) -> [f32; LANES] {
-        let mut out = [0.0f32; LANES];
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), self.0) };
-        out
-    }
-    #[inline(always)]
-    unsafe fn store(self, out: &mut [f32]) {
-        assert!(out.len() >= LANES);
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), self.0) };
-    }
-    #[inline(always)]
-    unsafe fn wide_zero() -> Self::Wide {
-        unsafe { [_mm256_setzero_pd(); 2] }
-    }
-    #[inline(always)]
-    unsafe fn widen_add(self, t: Self::Wide) -> Self::Wide {
-        unsafe {
-            let lo = _mm256_castps256_ps128(self.0);
-            let hi = _mm256_extractf128_ps::<1>(self.0);
-            [
-                _mm256_add_pd(t[0], _mm256_cvtps_pd(lo)),
-                _mm256_add_pd(t[1], _mm256_cvtps_pd(hi)),
-            ]
-        }
-    }
-    #[inline(always)]
-    unsafe fn wide_to_array(t: Self::Wide) -> [f64; LANES] {
-        let mut out = [0.0f64; LANES];
-        unsafe {
-            _mm256_storeu_pd(out.as_mut_ptr(), t[0]);
-            _mm256_storeu_pd(out.as_mut_ptr().add(4), t[1]);
-        }
-        out
+/// `total += f64(acc)`, lane-wise.
+#[inline(always)]
+fn widen_add(total: &mut Wide, acc: Lanes) {
+    let acc = acc.to_array();
+    for k in 0..LANES {
+        total[k] += f64::from(acc[k]);
     }
 }
 
 #[inline(always)]
-fn lane_sum(t: &[f64; LANES]) -> f64 {
+fn lane_sum(t: &Wide) -> f64 {
     ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]))
 }
 
 /// `l · v` for each of the `N` vectors `vs` (each at least as long as `l`).
-///
-/// # Safety
-/// `S`'s CPU feature must be available.
 #[inline(always)]
-unsafe fn dots_with<S: Lanes, const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f64; N] {
+fn dots_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f64; N] {
     let d = l.len();
     let vs = vs.map(|v| &v[..d]);
     let full = d / LANES * LANES;
-    let mut total = [unsafe { S::wide_zero() }; N];
+    let mut total = [[0.0f64; LANES]; N];
     let mut j = 0;
     while j < full {
         let end = (j + BLOCK).min(full);
         // Even and odd chunks of the block in separate accumulators: twice the independent
         // dependency chains.
-        let mut even = [unsafe { S::zero() }; N];
-        let mut odd = [unsafe { S::zero() }; N];
+        let mut even = [f32x8::ZERO; N];
+        let mut odd = [f32x8::ZERO; N];
         while j + 2 * LANES <= end {
-            let l0 = unsafe { S::load(&l[j..]) };
-            let l1 = unsafe { S::load(&l[j + LANES..]) };
+            let (l0, l1) = (chunk(l, j), chunk(l, j + LANES));
             for n in 0..N {
-                even[n] = unsafe { even[n].mul_add(l0, S::load(&vs[n][j..])) };
-                odd[n] = unsafe { odd[n].mul_add(l1, S::load(&vs[n][j + LANES..])) };
+                mul_add(&mut even[n], l0, chunk(vs[n], j));
+                mul_add(&mut odd[n], l1, chunk(vs[n], j + LANES));
             }
             j += 2 * LANES;
         }
         if j < end {
-            let l0 = unsafe { S::load(&l[j..]) };
+            let l0 = chunk(l, j);
             for n in 0..N {
-                even[n] = unsafe { even[n].mul_add(l0, S::load(&vs[n][j..])) };
+                mul_add(&mut even[n], l0, chunk(vs[n], j));
             }
             j += LANES;
         }
         for n in 0..N {
-            total[n] = unsafe { even[n].add(odd[n]).widen_add(total[n]) };
+            let block = even[n] + odd[n];
+            widen_add(&mut total[n], block);
         }
     }
-    let mut out = [0.0f64; N];
-    for ((o, t), v) in out.iter_mut().zip(total).zip(&vs) {
-        let mut s = lane_sum(&unsafe { S::wide_to_array(t) });
-        for (x, y) in l[full..].iter().zip(&v[full..]) {
+    std::array::from_fn(|n| {
+        let mut s = lane_sum(&total[n]);
+        for (x, y) in l[full..].iter().zip(&vs[n][full..]) {
             s += f64::from(x * y);
         }
-        *o = s;
-    }
-    out
+        s
+    })
 }
 
 /// `max_j (l_j + v_j)` for each of the `N` vectors `vs` (each at least as long as `l`).
-///
-/// # Safety
-/// `S`'s CPU feature must be available.
 #[inline(always)]
-unsafe fn peaks_with<S: Lanes, const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f32; N] {
+fn peaks_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f32; N] {
     let d = l.len();
     let vs = vs.map(|v| &v[..d]);
     let full = d / LANES * LANES;
-    let mut hi = [unsafe { S::load(&[f32::NEG_INFINITY; LANES]) }; N];
+    let mut hi = [f32x8::splat(f32::NEG_INFINITY); N];
     let mut j = 0;
     while j < full {
-        let lc = unsafe { S::load(&l[j..]) };
-        for (h, v) in hi.iter_mut().zip(&vs) {
-            *h = unsafe { h.max(lc.add(S::load(&v[j..]))) };
+        let lc = chunk(l, j);
+        for n in 0..N {
+            // `fast_max(x, hi)` is x86's `maxps`: `if x > hi { x } else { hi }`, lane-wise
+            // (the portable fallback is the same up to NaN and signed zeros, which sums of
+            // loads never produce).
+            hi[n] = (lc + chunk(vs[n], j)).fast_max(hi[n]);
         }
         j += LANES;
     }
-    let mut out = [0.0f32; N];
-    for ((o, h), v) in out.iter_mut().zip(hi).zip(&vs) {
+    std::array::from_fn(|n| {
         let mut m = f32::NEG_INFINITY;
-        let tail = l[full..].iter().zip(&v[full..]).map(|(x, y)| x + y);
-        for x in unsafe { h.to_array() }.into_iter().chain(tail) {
+        let tail = l[full..].iter().zip(&vs[n][full..]).map(|(x, y)| x + y);
+        for x in hi[n].to_array().into_iter().chain(tail) {
             if x > m {
                 m = x;
             }
         }
-        *o = m;
-    }
-    out
+        m
+    })
 }
 
-/// `(sum(v), |v|²)` for each of the `N` vectors `vs`, over their first `l.len()` entries
-/// (`l` only gives the length).
-///
-/// # Safety
-/// `S`'s CPU feature must be available.
+/// `(sum(v), |v|²)` for each of the `N` vectors `vs`, over their first `d` entries.
 #[inline(always)]
-unsafe fn stats_with<S: Lanes, const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [(f64, f64); N] {
-    let d = l.len();
+fn stats_with<const N: usize>(d: usize, vs: [&[f32]; N]) -> [(f64, f64); N] {
     let vs = vs.map(|v| &v[..d]);
     let full = d / LANES * LANES;
-    let mut sums = [unsafe { S::wide_zero() }; N];
-    let mut squares = [unsafe { S::wide_zero() }; N];
+    let mut sums = [[0.0f64; LANES]; N];
+    let mut squares = [[0.0f64; LANES]; N];
     let mut j = 0;
     while j < full {
         let end = (j + BLOCK).min(full);
-        let mut s = [unsafe { S::zero() }; N];
-        let mut q = [unsafe { S::zero() }; N];
+        let mut s = [f32x8::ZERO; N];
+        let mut q = [f32x8::ZERO; N];
         while j < end {
             for n in 0..N {
-                let x = unsafe { S::load(&vs[n][j..]) };
-                s[n] = unsafe { s[n].add(x) };
-                q[n] = unsafe { q[n].mul_add(x, x) };
+                let x = chunk(vs[n], j);
+                add_to(&mut s[n], x);
+                mul_add(&mut q[n], x, x);
             }
             j += LANES;
         }
         for n in 0..N {
-            sums[n] = unsafe { s[n].widen_add(sums[n]) };
-            squares[n] = unsafe { q[n].widen_add(squares[n]) };
+            widen_add(&mut sums[n], s[n]);
+            widen_add(&mut squares[n], q[n]);
         }
     }
-    let mut out = [(0.0, 0.0); N];
-    for n in 0..N {
-        let mut s = lane_sum(&unsafe { S::wide_to_array(sums[n]) });
-        let mut q = lane_sum(&unsafe { S::wide_to_array(squares[n]) });
+    std::array::from_fn(|n| {
+        let mut s = lane_sum(&sums[n]);
+        let mut q = lane_sum(&squares[n]);
         for x in &vs[n][full..] {
             s += f64::from(*x);
             q += f64::from(x * x);
         }
-        out[n] = (s, q);
-    }
-    out
+        (s, q)
+    })
 }
 
 /// `(l · v, sum(v), |v|²)` for each of the `N` vectors `vs` in one pass; each part is
 /// bit-identical to what [`dots_with`] and [`stats_with`] give.
-///
-/// # Safety
-/// `S`'s CPU feature must be available.
 #[inline(always)]
-unsafe fn dot_stats_with<S: Lanes, const N: usize>(
-    l: &[f32],
-    vs: [&[f32]; N],
-) -> [(f64, f64, f64); N] {
+fn dot_stats_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [(f64, f64, f64); N] {
     let d = l.len();
     let vs = vs.map(|v| &v[..d]);
     let full = d / LANES * LANES;
-    let mut dots = [unsafe { S::wide_zero() }; N];
-    let mut sums = [unsafe { S::wide_zero() }; N];
-    let mut squares = [unsafe { S::wide_zero() }; N];
+    let mut dots = [[0.0f64; LANES]; N];
+    let mut sums = [[0.0f64; LANES]; N];
+    let mut squares = [[0.0f64; LANES]; N];
     let mut j = 0;
     while j < full {
         let end = (j + BLOCK).min(full);
-        let mut even = [unsafe { S::zero() }; N];
-        let mut odd = [unsafe { S::zero() }; N];
-        let mut s = [unsafe { S::zero() }; N];
-        let mut q = [unsafe { S::zero() }; N];
+        let mut even = [f32x8::ZERO; N];
+        let mut odd = [f32x8::ZERO; N];
+        let mut s = [f32x8::ZERO; N];
+        let mut q = [f32x8::ZERO; N];
         while j + 2 * LANES <= end {
-            let l0 = unsafe { S::load(&l[j..]) };
-            let l1 = unsafe { S::load(&l[j + LANES..]) };
+            let (l0, l1) = (chunk(l, j), chunk(l, j + LANES));
             for n in 0..N {
-                let x0 = unsafe { S::load(&vs[n][j..]) };
-                let x1 = unsafe { S::load(&vs[n][j + LANES..]) };
-                even[n] = unsafe { even[n].mul_add(l0, x0) };
-                odd[n] = unsafe { odd[n].mul_add(l1, x1) };
-                s[n] = unsafe { s[n].add(x0).add(x1) };
-                q[n] = unsafe { q[n].mul_add(x0, x0).mul_add(x1, x1) };
+                let (x0, x1) = (chunk(vs[n], j), chunk(vs[n], j + LANES));
+                mul_add(&mut even[n], l0, x0);
+                mul_add(&mut odd[n], l1, x1);
+                add_to(&mut s[n], x0);
+                add_to(&mut s[n], x1);
+                mul_add(&mut q[n], x0, x0);
+                mul_add(&mut q[n], x1, x1);
             }
             j += 2 * LANES;
         }
         if j < end {
-            let l0 = unsafe { S::load(&l[j..]) };
+            let l0 = chunk(l, j);
             for n in 0..N {
-                let x0 = unsafe { S::load(&vs[n][j..]) };
-                even[n] = unsafe { even[n].mul_add(l0, x0) };
-                s[n] = unsafe { s[n].add(x0) };
-                q[n] = unsafe { q[n].mul_add(x0, x0) };
+                let x0 = chunk(vs[n], j);
+                mul_add(&mut even[n], l0, x0);
+                add_to(&mut s[n], x0);
+                mul_add(&mut q[n], x0, x0);
             }
             j += LANES;
         }
         for n in 0..N {
-            dots[n] = unsafe { even[n].add(odd[n]).widen_add(dots[n]) };
-            sums[n] = unsafe { s[n].widen_add(sums[n]) };
-            squares[n] = unsafe { q[n].widen_add(squares[n]) };
+            widen_add(&mut dots[n], even[n] + odd[n]);
+            widen_add(&mut sums[n], s[n]);
+            widen_add(&mut squares[n], q[n]);
         }
     }
-    let mut out = [(0.0, 0.0, 0.0); N];
-    for n in 0..N {
-        let mut dot = lane_sum(&unsafe { S::wide_to_array(dots[n]) });
-        let mut s = lane_sum(&unsafe { S::wide_to_array(sums[n]) });
-        let mut q = lane_sum(&unsafe { S::wide_to_array(squares[n]) });
+    std::array::from_fn(|n| {
+        let mut dot = lane_sum(&dots[n]);
+        let mut s = lane_sum(&sums[n]);
+        let mut q = lane_sum(&squares[n]);
         for (x, y) in l[full..].iter().zip(&vs[n][full..]) {
             dot += f64::from(x * y);
         }
@@ -461,139 +251,143 @@ unsafe fn dot_stats_with<S: Lanes, const N: usize>(
             s += f64::from(*x);
             q += f64::from(x * x);
         }
-        out[n] = (dot, s, q);
+        (dot, s, q)
+    })
+}
+
+/// The kernels at the group sizes the entry points use, compiled for baseline x86-64 and for
+/// AVX (dispatched at run time by `multiversion`). Generic `#[inline(always)]` kernels inline
+/// into each clone and take its target features.
+mod dispatch {
+    use super::*;
+
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn dots(l: &[f32], vs: [&[f32]; GROUP]) -> [f64; GROUP] {
+        dots_with(l, vs)
     }
-    out
-}
-
-/// Runs `kernel` on backend `S` for the `count` vectors `get(0..count)` against `l`,
-/// `S::GROUP` at a time, handing each result to `put(position, value)`. Expands to unsafe calls: the
-/// caller guarantees the backend's CPU feature.
-macro_rules! grouped {
-    ($kernel:ident, $backend:ty, $l:expr, $count:expr, $get:expr, $put:expr) => {
-        grouped!(
-            $kernel,
-            $backend,
-            <$backend as Lanes>::GROUP,
-            $l,
-            $count,
-            $get,
-            $put
-        )
-    };
-    ($kernel:ident, $backend:ty, $group:expr, $l:expr, $count:expr, $get:expr, $put:expr) => {{
-        // Candidates per pass over the batch vector: what fits the 16 vector registers.
-        const GROUP: usize = $group;
-        let (l, count, get, mut put) = ($l, $count, $get, $put);
-        let mut n = 0;
-        while n + GROUP <= count {
-            let r = unsafe { $kernel::<$backend, GROUP>(l, std::array::from_fn(|k| get(n + k))) };
-            for (k, value) in r.into_iter().enumerate() {
-                put(n + k, value);
-            }
-            n += GROUP;
-        }
-        match count - n {
-            0 => {}
-            1 => {
-                let r = unsafe { $kernel::<$backend, 1>(l, [get(n)]) };
-                put(n, r[0]);
-            }
-            2 => {
-                let r = unsafe { $kernel::<$backend, 2>(l, [get(n), get(n + 1)]) };
-                r.into_iter().enumerate().for_each(|(k, x)| put(n + k, x));
-            }
-            _ => {
-                let r = unsafe { $kernel::<$backend, 3>(l, [get(n), get(n + 1), get(n + 2)]) };
-                r.into_iter().enumerate().for_each(|(k, x)| put(n + k, x));
-            }
-        }
-    }};
-}
-
-/// Which implementation runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Backend {
-    #[cfg(target_arch = "x86_64")]
-    Avx,
-    #[cfg(target_arch = "x86_64")]
-    Sse,
-    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
-    Portable,
-}
-
-#[inline]
-fn backend() -> Backend {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::is_x86_feature_detected!("avx") {
-            Backend::Avx
-        } else {
-            Backend::Sse
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn dot(l: &[f32], v: &[f32]) -> f64 {
+        dots_with(l, [v])[0]
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn peaks(l: &[f32], vs: [&[f32]; GROUP]) -> [f32; GROUP] {
+        peaks_with(l, vs)
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn peak(l: &[f32], v: &[f32]) -> f32 {
+        peaks_with(l, [v])[0]
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn stats(d: usize, vs: [&[f32]; GROUP]) -> [(f64, f64); GROUP] {
+        stats_with(d, vs)
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn stat(d: usize, v: &[f32]) -> (f64, f64) {
+        stats_with(d, [v])[0]
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn dot_stats(
+        l: &[f32],
+        vs: [&[f32]; FUSED_GROUP],
+    ) -> [(f64, f64, f64); FUSED_GROUP] {
+        dot_stats_with(l, vs)
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn dot_stat(l: &[f32], v: &[f32]) -> (f64, f64, f64) {
+        dot_stats_with(l, [v])[0]
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn square_of_sum(vs: &[&[f32]]) -> f64 {
+        square_of_sum_with(vs)
+    }
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn add(out: &mut [f32], a: &[f32], b: &[f32]) {
+        let d = out.len();
+        for ((o, x), y) in out.iter_mut().zip(&a[..d]).zip(&b[..d]) {
+            *o = x + y;
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        Backend::Portable
+    #[multiversion(targets("x86_64+avx"))]
+    pub(super) fn add_assign(out: &mut [f32], a: &[f32]) {
+        let d = out.len();
+        for (o, x) in out.iter_mut().zip(&a[..d]) {
+            *o += x;
+        }
     }
 }
 
-/// Defines `$name(l, count, get, put)`: runs `$kernel` on the fastest backend this CPU has for
-/// the `count` vectors `get(0..count)` against `l`, a group of candidates per pass (the
-/// backend's own group size unless given), handing each result to `put(position, value)`.
-macro_rules! grouped_entry {
-    ($(#[$doc:meta])* $name:ident, $kernel:ident, $out:ty) => {
-        grouped_entry!($(#[$doc])* $name, $kernel, $out,
-            <Avx as Lanes>::GROUP, <Sse as Lanes>::GROUP, <Portable as Lanes>::GROUP);
-    };
-    ($(#[$doc:meta])* $name:ident, $kernel:ident, $out:ty, $avx:expr, $sse:expr, $portable:expr) => {
-        $(#[$doc])*
-        pub(crate) fn $name<'a>(
-            l: &[f32],
-            count: usize,
-            get: impl Fn(usize) -> &'a [f32],
-            put: impl FnMut(usize, $out),
-        ) {
-            match backend() {
-                #[cfg(target_arch = "x86_64")]
-                Backend::Avx => {
-                    #[target_feature(enable = "avx")]
-                    unsafe fn avx<'a>(
-                        l: &[f32],
-                        count: usize,
-                        get: impl Fn(usize) -> &'a [f32],
-                        put: impl FnMut(usize, $out),
-                    ) {
-                        grouped!($kernel, Avx, $avx, l, count, get, put);
-                    }
-                    // SAFETY: AVX was detected at run time.
-                    unsafe { avx(l, count, get, put) }
-                }
-                // SSE2 is part of the x86-64 baseline.
-                #[cfg(target_arch = "x86_64")]
-                Backend::Sse => grouped!($kernel, Sse, $sse, l, count, get, put),
-                Backend::Portable => grouped!($kernel, Portable, $portable, l, count, get, put),
-            }
+/// Runs a kernel for the `count` vectors `get(0..count)`, `G` at a time (`group`), the rest
+/// one at a time (`one`), handing each result to `put(position, value)`.
+#[inline(always)]
+fn grouped<'a, T, const G: usize>(
+    count: usize,
+    get: impl Fn(usize) -> &'a [f32],
+    mut put: impl FnMut(usize, T),
+    group: impl Fn([&'a [f32]; G]) -> [T; G],
+    one: impl Fn(&'a [f32]) -> T,
+) {
+    let mut n = 0;
+    while n + G <= count {
+        for (k, value) in group(std::array::from_fn(|k| get(n + k)))
+            .into_iter()
+            .enumerate()
+        {
+            put(n + k, value);
         }
-    };
+        n += G;
+    }
+    for n in n..count {
+        put(n, one(get(n)));
+    }
 }
 
-grouped_entry!(
-    /// `put(n, l · get(n))` for `n` in `0..count`.
-    dots_each, dots_with, f64
-);
-grouped_entry!(
-    /// `put(n, max(l + get(n)))` for `n` in `0..count`.
-    peaks_each, peaks_with, f32
-);
-grouped_entry!(
-    /// `put(n, (sum(get(n)), |get(n)|²))` for `n` in `0..count`; `l` only sets the length.
-    stats_against_each, stats_with, (f64, f64)
-);
-grouped_entry!(
-    /// `put(n, (l · get(n), sum(get(n)), |get(n)|²))` for `n` in `0..count`.
-    dot_stats_each, dot_stats_with, (f64, f64, f64), 2, 1, 2
-);
+/// `put(n, l · get(n))` for `n` in `0..count`.
+pub(crate) fn dots_each<'a>(
+    l: &[f32],
+    count: usize,
+    get: impl Fn(usize) -> &'a [f32],
+    put: impl FnMut(usize, f64),
+) {
+    grouped(
+        count,
+        get,
+        put,
+        |vs| dispatch::dots(l, vs),
+        |v| dispatch::dot(l, v),
+    );
+}
+
+/// `put(n, max(l + get(n)))` for `n` in `0..count`.
+pub(crate) fn peaks_each<'a>(
+    l: &[f32],
+    count: usize,
+    get: impl Fn(usize) -> &'a [f32],
+    put: impl FnMut(usize, f32),
+) {
+    grouped(
+        count,
+        get,
+        put,
+        |vs| dispatch::peaks(l, vs),
+        |v| dispatch::peak(l, v),
+    );
+}
+
+/// `put(n, (l · get(n), sum(get(n)), |get(n)|²))` for `n` in `0..count`.
+pub(crate) fn dot_stats_each<'a>(
+    l: &[f32],
+    count: usize,
+    get: impl Fn(usize) -> &'a [f32],
+    put: impl FnMut(usize, (f64, f64, f64)),
+) {
+    grouped(
+        count,
+        get,
+        put,
+        |vs| dispatch::dot_stats(l, vs),
+        |v| dispatch::dot_stat(l, v),
+    );
+}
 
 /// `put(n, (sum(get(n)), |get(n)|²))` for `n` in `0..count` (all of the same length).
 pub(crate) fn stats_each<'a>(
@@ -602,54 +396,45 @@ pub(crate) fn stats_each<'a>(
     put: impl FnMut(usize, (f64, f64)),
 ) {
     if count > 0 {
-        stats_against_each(get(0), count, get, put);
+        let d = get(0).len();
+        grouped(
+            count,
+            get,
+            put,
+            |vs| dispatch::stats(d, vs),
+            |v| dispatch::stat(d, v),
+        );
     }
 }
 
-/// `out[j] = a[j] + b[j]` (plain f32 additions: the same bits on every backend).
-///
-/// # Safety
-/// `S`'s CPU feature must be available.
-#[inline(always)]
-unsafe fn add_with<S: Lanes>(out: &mut [f32], a: &[f32], b: &[f32]) {
-    let d = out.len();
-    let (a, b) = (&a[..d], &b[..d]);
-    let full = d / LANES * LANES;
-    let mut j = 0;
-    while j < full {
-        unsafe { S::load(&a[j..]).add(S::load(&b[j..])).store(&mut out[j..]) };
-        j += LANES;
-    }
-    for ((o, x), y) in out[full..].iter_mut().zip(&a[full..]).zip(&b[full..]) {
-        *o = x + y;
-    }
+/// `|vs[0] + ... + vs[n - 1]|²` (all of the same length, at least one) without forming the
+/// sum in memory.
+pub(crate) fn square_of_sum(vs: &[&[f32]]) -> f64 {
+    dispatch::square_of_sum(vs)
 }
 
-/// `|vs[0] + ... + vs[n - 1]|²`, the sum formed entrywise in f32 in that order, then
-/// squared and accumulated like [`stats_with`]'s `|v|²`.
-///
-/// # Safety
-/// `S`'s CPU feature must be available.
+/// The sum formed entrywise in f32 in the order of `vs`, then squared and accumulated like
+/// [`stats_with`]'s `|v|²`.
 #[inline(always)]
-unsafe fn square_of_sum_with<S: Lanes>(vs: &[&[f32]]) -> f64 {
+fn square_of_sum_with(vs: &[&[f32]]) -> f64 {
     let d = vs[0].len();
     let full = d / LANES * LANES;
-    let mut squares = unsafe { S::wide_zero() };
+    let mut squares = [0.0f64; LANES];
     let mut j = 0;
     while j < full {
         let end = (j + BLOCK).min(full);
-        let mut q = unsafe { S::zero() };
+        let mut q = f32x8::ZERO;
         while j < end {
-            let mut x = unsafe { S::load(&vs[0][j..]) };
+            let mut x = chunk(vs[0], j);
             for v in &vs[1..] {
-                x = unsafe { x.add(S::load(&v[j..d])) };
+                add_to(&mut x, chunk(&v[..d], j));
             }
-            q = unsafe { q.mul_add(x, x) };
+            mul_add(&mut q, x, x);
             j += LANES;
         }
-        squares = unsafe { q.widen_add(squares) };
+        widen_add(&mut squares, q);
     }
-    let mut total = lane_sum(&unsafe { S::wide_to_array(squares) });
+    let mut total = lane_sum(&squares);
     for j in full..d {
         let mut x = vs[0][j];
         for v in &vs[1..] {
@@ -660,86 +445,19 @@ unsafe fn square_of_sum_with<S: Lanes>(vs: &[&[f32]]) -> f64 {
     total
 }
 
-/// `|vs[0] + ... + vs[n - 1]|²` (all of the same length, at least one) without forming the
-/// sum in memory.
-pub(crate) fn square_of_sum(vs: &[&[f32]]) -> f64 {
-    match backend() {
-        #[cfg(target_arch = "x86_64")]
-        Backend::Avx => {
-            #[target_feature(enable = "avx")]
-            unsafe fn avx(vs: &[&[f32]]) -> f64 {
-                unsafe { square_of_sum_with::<Avx>(vs) }
-            }
-            // SAFETY: AVX was detected at run time.
-            unsafe { avx(vs) }
-        }
-        // SAFETY: SSE2 is part of the x86-64 baseline.
-        #[cfg(target_arch = "x86_64")]
-        Backend::Sse => unsafe { square_of_sum_with::<Sse>(vs) },
-        // SAFETY: the portable backend needs no CPU feature.
-        Backend::Portable => unsafe { square_of_sum_with::<Portable>(vs) },
-    }
-}
-
-/// `out = a + b`, entrywise (`a` and `b` at least as long as `out`).
+/// `out = a + b`, entrywise (`a` and `b` at least as long as `out`; plain f32 additions).
 pub(crate) fn add(out: &mut [f32], a: &[f32], b: &[f32]) {
-    match backend() {
-        #[cfg(target_arch = "x86_64")]
-        Backend::Avx => {
-            #[target_feature(enable = "avx")]
-            unsafe fn avx(out: &mut [f32], a: &[f32], b: &[f32]) {
-                unsafe { add_with::<Avx>(out, a, b) }
-            }
-            // SAFETY: AVX was detected at run time.
-            unsafe { avx(out, a, b) }
-        }
-        // SAFETY: SSE2 is part of the x86-64 baseline.
-        #[cfg(target_arch = "x86_64")]
-        Backend::Sse => unsafe { add_with::<Sse>(out, a, b) },
-        // SAFETY: the portable backend needs no CPU feature.
-        Backend::Portable => unsafe { add_with::<Portable>(out, a, b) },
-    }
+    dispatch::add(out, a, b);
 }
 
 /// `out += a`, entrywise.
 pub(crate) fn add_assign(out: &mut [f32], a: &[f32]) {
-    match backend() {
-        #[cfg(target_arch = "x86_64")]
-        Backend::Avx => {
-            #[target_feature(enable = "avx")]
-            unsafe fn avx(out: &mut [f32], a: &[f32]) {
-                let d = out.len();
-                let a = &a[..d];
-                let full = d / LANES * LANES;
-                let mut j = 0;
-                while j < full {
-                    unsafe {
-                        Avx::load(&out[j..])
-                            .add(Avx::load(&a[j..]))
-                            .store(&mut out[j..])
-                    };
-                    j += LANES;
-                }
-                for (o, x) in out[full..].iter_mut().zip(&a[full..]) {
-                    *o += x;
-                }
-            }
-            // SAFETY: AVX was detected at run time.
-            unsafe { avx(out, a) }
-        }
-        _ => {
-            for (o, x) in out.iter_mut().zip(a) {
-                *o += x;
-            }
-        }
-    }
+    dispatch::add_assign(out, a);
 }
 
 /// `(sum(v), |v|²)` in one pass.
 pub(crate) fn sum_and_square(v: &[f32]) -> (f64, f64) {
-    let mut out = (0.0, 0.0);
-    stats_each(1, |_| v, |_, x| out = x);
-    out
+    dispatch::stat(v.len(), v)
 }
 
 /// `sum(v)`.
@@ -749,9 +467,7 @@ pub(crate) fn sum(v: &[f32]) -> f64 {
 
 /// `l · v`.
 pub(crate) fn dot(l: &[f32], v: &[f32]) -> f64 {
-    let mut out = 0.0;
-    dots_each(l, 1, |_| v, |_, x| out = x);
-    out
+    dispatch::dot(l, v)
 }
 
 /// `out[i] = l · load(i)` for every candidate `i` in `indices`.
@@ -852,6 +568,120 @@ mod tests {
             .collect()
     }
 
+    /// Lengths around every boundary: below one chunk, chunk multiples and not, one block
+    /// and an odd chunk count within it, several blocks with a ragged last one.
+    const LENGTHS: [usize; 16] = [
+        0, 1, 5, 7, 8, 9, 15, 16, 17, 63, 100, 127, 128, 129, 200, 1440,
+    ];
+
+    /// The documented accumulation order written entry by entry: entry `j < full` goes to
+    /// lane `j mod 8` of its block's accumulator (the even or odd chunk one when `split`), a
+    /// block's lanes are widened into f64 lane totals, the totals summed pairwise, and the
+    /// trailing entries added in order in f64.
+    fn reference(d: usize, term: impl Fn(usize) -> f32, split: bool) -> f64 {
+        let full = d / LANES * LANES;
+        let mut total = [0.0f64; LANES];
+        for start in (0..full).step_by(BLOCK) {
+            let mut acc = [[0.0f32; LANES]; 2];
+            for j in start..(start + BLOCK).min(full) {
+                let parity = if split { (j - start) / LANES % 2 } else { 0 };
+                acc[parity][j % LANES] += term(j);
+            }
+            for k in 0..LANES {
+                let block = if split {
+                    acc[0][k] + acc[1][k]
+                } else {
+                    acc[0][k]
+                };
+                total[k] += f64::from(block);
+            }
+        }
+        let mut s = ((total[0] + total[1]) + (total[2] + total[3]))
+            + ((total[4] + total[5]) + (total[6] + total[7]));
+        for j in full..d {
+            s += f64::from(term(j));
+        }
+        s
+    }
+
+    fn reference_peak(l: &[f32], v: &[f32]) -> f32 {
+        let full = l.len() / LANES * LANES;
+        let mut hi = [f32::NEG_INFINITY; LANES];
+        for j in 0..full {
+            let x = l[j] + v[j];
+            if x > hi[j % LANES] {
+                hi[j % LANES] = x;
+            }
+        }
+        let mut m = f32::NEG_INFINITY;
+        for x in hi.into_iter().chain((full..l.len()).map(|j| l[j] + v[j])) {
+            if x > m {
+                m = x;
+            }
+        }
+        m
+    }
+
+    /// Every kernel, grouped or alone, gives the bits of the entry-by-entry reference.
+    #[test]
+    fn kernels_match_the_scalar_reference_bit_for_bit() {
+        for d in LENGTHS {
+            let l = vector(9, d);
+            let vs: Vec<Vec<f32>> = (10..17).map(|s| vector(s, d)).collect();
+            let get = |n: usize| vs[n].as_slice();
+            let dots: Vec<u64> = vs
+                .iter()
+                .map(|v| reference(d, |j| l[j] * v[j], true).to_bits())
+                .collect();
+            let stats: Vec<(u64, u64)> = vs
+                .iter()
+                .map(|v| {
+                    let s = reference(d, |j| v[j], false);
+                    let q = reference(d, |j| v[j] * v[j], false);
+                    (s.to_bits(), q.to_bits())
+                })
+                .collect();
+            let peaks: Vec<u32> = vs.iter().map(|v| reference_peak(&l, v).to_bits()).collect();
+            for count in 0..=vs.len() {
+                let mut got = vec![0u64; count];
+                dots_each(&l, count, get, |n, x| got[n] = x.to_bits());
+                assert_eq!(got, dots[..count], "dots, d = {d}, count = {count}");
+                let mut got = vec![0u32; count];
+                peaks_each(&l, count, get, |n, x| got[n] = x.to_bits());
+                assert_eq!(got, peaks[..count], "peaks, d = {d}, count = {count}");
+                let mut got = vec![(0u64, 0u64); count];
+                stats_each(count, get, |n, (s, q)| got[n] = (s.to_bits(), q.to_bits()));
+                assert_eq!(got, stats[..count], "stats, d = {d}, count = {count}");
+                let mut got = vec![(0u64, 0u64, 0u64); count];
+                dot_stats_each(&l, count, get, |n, (a, s, q)| {
+                    got[n] = (a.to_bits(), s.to_bits(), q.to_bits())
+                });
+                let want: Vec<_> = (0..count)
+                    .map(|n| (dots[n], stats[n].0, stats[n].1))
+                    .collect();
+                assert_eq!(got, want, "dot_stats, d = {d}, count = {count}");
+            }
+            for (n, v) in vs.iter().enumerate() {
+                assert_eq!(dot(&l, v).to_bits(), dots[n]);
+                let (s, q) = sum_and_square(v);
+                assert_eq!((s.to_bits(), q.to_bits()), stats[n]);
+                assert_eq!(sum(v).to_bits(), stats[n].0);
+            }
+            if d > 0 {
+                let three = [vs[0].as_slice(), &vs[1], &vs[2]];
+                let want = reference(
+                    d,
+                    |j| {
+                        let x = vs[0][j] + vs[1][j] + vs[2][j];
+                        x * x
+                    },
+                    false,
+                );
+                assert_eq!(square_of_sum(&three).to_bits(), want.to_bits(), "d = {d}");
+            }
+        }
+    }
+
     #[test]
     fn kernels_match_naive_sums_for_awkward_lengths() {
         for d in [1, 7, 8, 9, 63, 64, 65, 130, 1440] {
@@ -875,58 +705,21 @@ mod tests {
         }
     }
 
-    /// Every backend available here, and every grouping, gives the same bits.
+    /// A candidate's result does not depend on which others share its pass, nor on the
+    /// target features its kernel was compiled for (`alone` runs the generic kernel at the
+    /// baseline, the entry points run the AVX clone where the CPU has AVX).
     #[test]
-    fn backends_and_groupings_are_bit_identical() {
-        for d in [5, 64, 100, 1440] {
-            let l = vector(9, d);
-            let vs: Vec<Vec<f32>> = (10..17).map(|s| vector(s, d)).collect();
-            let get = |n: usize| vs[n].as_slice();
-            let reference: Vec<u64> = vs
-                .iter()
-                .map(|v| unsafe { dots_with::<Portable, 1>(&l, [v]) }[0].to_bits())
-                .collect();
-            let reference_peaks: Vec<u32> = vs
-                .iter()
-                .map(|v| unsafe { peaks_with::<Portable, 1>(&l, [v]) }[0].to_bits())
-                .collect();
-            let reference_sums: Vec<(u64, u64)> = vs
-                .iter()
-                .map(|v| {
-                    let [(s, q)] = unsafe { stats_with::<Portable, 1>(v, [v]) };
-                    (s.to_bits(), q.to_bits())
-                })
-                .collect();
-            for count in 1..=vs.len() {
-                let mut got = vec![0u64; count];
-                dots_each(&l, count, get, |n, x| got[n] = x.to_bits());
-                assert_eq!(got, reference[..count]);
-                let mut peaks = vec![0u32; count];
-                peaks_each(&l, count, get, |n, x| peaks[n] = x.to_bits());
-                assert_eq!(peaks, reference_peaks[..count]);
-            }
-            for count in 1..=vs.len() {
-                let mut got = vec![(0u64, 0u64); count];
-                stats_each(count, get, |n, (s, q)| got[n] = (s.to_bits(), q.to_bits()));
-                assert_eq!(got, reference_sums[..count]);
-            }
-            #[cfg(target_arch = "x86_64")]
-            for v in &vs {
-                let sse = unsafe { dots_with::<Sse, 1>(&l, [v]) }[0];
-                let portable = unsafe { dots_with::<Portable, 1>(&l, [v]) }[0];
-                assert_eq!(sse.to_bits(), portable.to_bits());
-                let [(s, q)] = unsafe { stats_with::<Sse, 1>(v, [v]) };
-                let [(ps, pq)] = unsafe { stats_with::<Portable, 1>(v, [v]) };
-                assert_eq!((s.to_bits(), q.to_bits()), (ps.to_bits(), pq.to_bits()));
-            }
-        }
-    }
-
-    #[test]
-    fn fused_kernel_matches_the_separate_ones() {
+    fn groupings_are_bit_identical() {
         for d in [5, 64, 100, 1440] {
             let l = vector(3, d);
             let vs: Vec<Vec<f32>> = (20..27).map(|s| vector(s, d)).collect();
+            let alone: Vec<_> = vs
+                .iter()
+                .map(|v| {
+                    let [(a, b, c)] = dot_stats_with(&l, [v]);
+                    (a.to_bits(), b.to_bits(), c.to_bits())
+                })
+                .collect();
             for count in 1..=vs.len() {
                 let mut fused = vec![(0, 0, 0); count];
                 dot_stats_each(
@@ -946,12 +739,12 @@ mod tests {
                     },
                 );
                 assert_eq!(fused, separate);
-                let mut portable = vec![(0, 0, 0); count];
-                for (n, v) in vs[..count].iter().enumerate() {
-                    let [(a, b, c)] = unsafe { dot_stats_with::<Portable, 1>(&l, [v]) };
-                    portable[n] = (a.to_bits(), b.to_bits(), c.to_bits());
-                }
-                assert_eq!(fused, portable);
+                assert_eq!(fused, alone[..count]);
+            }
+            // Three at once (a group size the entry points do not use) agrees too.
+            let three = dots_with(&l, [&vs[0], &vs[1], &vs[2]]);
+            for (n, x) in three.iter().enumerate() {
+                assert_eq!(x.to_bits(), alone[n].0);
             }
         }
     }
@@ -992,5 +785,43 @@ mod tests {
             .map(|(a, b)| (*a as u64) * (*b as u64))
             .sum();
         assert_eq!(dot(&big, &v), exact as f64);
+    }
+
+    /// FNV-1a over the bits of every kernel's results on the `LENGTHS` x 7 vectors, computed
+    /// through the kernel functions of module `$m`.
+    macro_rules! fingerprint {
+        ($($m:ident)::+) => {{
+            let mut hash = 0xcbf2_9ce4_8422_2325u64;
+            for d in LENGTHS {
+                let l = vector(41, d);
+                let vs: Vec<Vec<f32>> = (42..49).map(|s| vector(s, d)).collect();
+                let get = |n: usize| vs[n].as_slice();
+                let mut out: Vec<u64> = Vec::new();
+                $($m)::+::dots_each(&l, 7, get, |_, x| out.push(x.to_bits()));
+                $($m)::+::peaks_each(&l, 7, get, |_, x| out.push(u64::from(x.to_bits())));
+                $($m)::+::stats_each(7, get, |_, (s, q)| out.extend([s.to_bits(), q.to_bits()]));
+                $($m)::+::dot_stats_each(&l, 7, get, |_, (a, s, q)| {
+                    out.extend([a.to_bits(), s.to_bits(), q.to_bits()])
+                });
+                if d > 0 {
+                    out.push($($m)::+::square_of_sum(&[&vs[0], &vs[1], &vs[2]]).to_bits());
+                }
+                for bits in out {
+                    for byte in bits.to_le_bytes() {
+                        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+                    }
+                }
+            }
+            hash
+        }};
+    }
+
+    /// The bits the hand-written AVX / SSE2 / portable backends gave before this file became
+    /// plain loops: `0xc98f00e2a3b1afb6`, computed by this same fingerprint over the former
+    /// kernels compiled side by side with these (the AVX backend, on x86-64), and equal to it.
+    /// The rewrite changed no result.
+    #[test]
+    fn results_are_the_bits_of_the_former_simd_backends() {
+        assert_eq!(fingerprint!(super), 0xc98f_00e2_a3b1_afb6);
     }
 }
