@@ -107,9 +107,22 @@ pub fn simulate_on(
         executor,
         sink,
         scenario.queue_sample_interval,
-    );
+    )
+    .with_factor_sensitivity(factor_sensitivity(scenario));
     engine::run(&mut server);
     server.finish()
+}
+
+/// The sensitivity of the imbalance factor a run reports: the `cv` model's (derived or given),
+/// 1 for execution models without one.
+pub fn factor_sensitivity(scenario: &CapsScenario) -> f64 {
+    match &scenario.execution {
+        ExecutionSpec::CostModel(model) => match model.as_ref() {
+            crate::execution::ExecutionModel::Cv(cv) => cv.sensitivity(),
+            crate::execution::ExecutionModel::Straggler(_) => 1.0,
+        },
+        _ => 1.0,
+    }
 }
 
 /// Streams request records to a CSV file, renamed into place when the run completes.
