@@ -81,6 +81,17 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
             }
         }
         for (claim, outcome) in family.headlines.claims.iter().zip(&outcomes) {
+            let unquoted = outcome.unquoted(claim);
+            if !unquoted.is_empty() {
+                unexplained += 1;
+                eprintln!(
+                    "claim {}/{}: its explanation quotes {} but ours is {}",
+                    family.headlines.family,
+                    claim.id,
+                    unquoted.join(", "),
+                    outcome.ours
+                );
+            }
             if !outcome.as_expected() {
                 unexplained += 1;
                 eprintln!(

@@ -60,6 +60,13 @@ fn every_claim_gets_its_expected_verdict_on_its_quick_run() {
                     (false, Some(quick)) => quick,
                     _ => outcome.expected,
                 };
+                let unquoted = outcome.unquoted(claim);
+                if !unquoted.is_empty() {
+                    problems.push(format!(
+                        "{at}: its known_deviation quotes {} as ours, which this run does not give",
+                        unquoted.join(", ")
+                    ));
+                }
                 if outcome.verdict != expected {
                     problems.push(format!(
                         "{at}: verdict {} (direction at {} of {} points, ours/paper {}), but \

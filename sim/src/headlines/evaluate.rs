@@ -81,6 +81,17 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// The claim's `quotes` our value does not contain: numbers its prose states that this run
+    /// does not give.
+    pub fn unquoted<'a>(&self, claim: &'a Claim) -> Vec<&'a str> {
+        claim
+            .quotes
+            .iter()
+            .filter(|q| !self.ours.contains(q.as_str()))
+            .map(String::as_str)
+            .collect()
+    }
+
     /// Whether the verdict is the one the claim expects.
     pub fn as_expected(&self) -> bool {
         self.verdict == self.expected

@@ -105,6 +105,11 @@ pub struct Claim {
     pub expect_quick: Option<Verdict>,
     /// Why ours falls short of the paper (the `expect`ed verdict's explanation).
     pub known_deviation: Option<String>,
+    /// Numbers of ours that `known_deviation` quotes, each as our value column writes it: each
+    /// must appear in the explanation and in our value, so prose that disagrees with the run
+    /// fails (`Outcome::unquoted`).
+    #[serde(default)]
+    pub quotes: Vec<String>,
 }
 
 /// The paper's number in a claim's statistic.
@@ -309,6 +314,18 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
                 ));
             }
             _ => {}
+        }
+        for quote in &claim.quotes {
+            if !claim
+                .known_deviation
+                .as_deref()
+                .is_some_and(|text| text.contains(quote.as_str()))
+            {
+                return Err(error(
+                    &at("quotes"),
+                    format!("`{quote}` is not in the claim's known_deviation"),
+                ));
+            }
         }
         if let Some(PaperValue::PerPoint(_)) = &claim.paper_value {
             if claim.over.is_none() || claim.aggregate == Aggregate::Mean {

@@ -139,6 +139,20 @@ fn the_magnitude_decides_between_reproduced_and_direction_only() {
         !outcome.as_expected(),
         "an improved verdict needs its text updated"
     );
+    // A number the explanation quotes must be ours.
+    let quoting = claim(&format!(
+        "{CLAIM}paper_value = 18.0\nexpect = \"direction_only\"\nknown_deviation = \"ours is +10.0% to +20.0%\"\nquotes = [\"+10.0% to +20.0%\"]\n"
+    ));
+    assert!(
+        evaluate(&quoting, &doc)
+            .unwrap()
+            .unquoted(&quoting)
+            .is_empty()
+    );
+    assert_eq!(
+        evaluate(&quoting, &better).unwrap().unquoted(&quoting),
+        vec!["+10.0% to +20.0%"]
+    );
 }
 
 #[test]
