@@ -435,7 +435,7 @@ fn paper_value_text(claim: &Claim) -> String {
         }
     };
     match &claim.paper_value {
-        None => "direction only".into(),
+        None => "none (a direction)".into(),
         Some(PaperValue::Same(n)) => number(n),
         Some(PaperValue::PerPoint(map)) => map
             .iter()
