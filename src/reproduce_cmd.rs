@@ -69,15 +69,30 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
                 }
             }
         }
-        let outcomes = match evaluate_all(&family.headlines, &documents) {
+        let mut outcomes = match evaluate_all(&family.headlines, &documents) {
             Ok(outcomes) => outcomes,
             Err(message) => return refuse(message),
         };
+        if args.quick {
+            for (claim, outcome) in family.headlines.claims.iter().zip(&mut outcomes) {
+                if let (None, Some(quick)) = (&claim.by_construction, claim.expect_quick) {
+                    outcome.expected = quick;
+                }
+            }
+        }
         for (claim, outcome) in family.headlines.claims.iter().zip(&outcomes) {
-            if matches!(
-                outcome.verdict,
-                Verdict::Fails | Verdict::HoldsDespiteDeviation
-            ) {
+            let unquoted = outcome.unquoted(claim);
+            if !unquoted.is_empty() {
+                unexplained += 1;
+                eprintln!(
+                    "claim {}/{}: its explanation quotes {} but ours is {}",
+                    family.headlines.family,
+                    claim.id,
+                    unquoted.join(", "),
+                    outcome.ours
+                );
+            }
+            if !outcome.as_expected() {
                 unexplained += 1;
                 eprintln!(
                     "claim {}/{}: {}",
@@ -103,8 +118,8 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
     }
     if unexplained > 0 {
         eprintln!(
-            "error: {unexplained} claims do not match their data (a failing direction without \
-             known_deviation, or a known deviation that now holds)"
+            "error: {unexplained} claims do not get the verdict their headlines.toml expects \
+             (update `expect` and `known_deviation` to what the runs show)"
         );
         return ExitCode::from(1);
     }
@@ -230,15 +245,18 @@ fn evaluate_all(
 fn verdict_text(claim: &Claim, outcome: &Outcome) -> String {
     let count = match outcome.judged {
         1 => String::new(),
-        n => format!(" ({} of {n})", outcome.holding),
+        n => format!(" (direction at {} of {n})", outcome.holding),
     };
-    match outcome.verdict {
-        Verdict::Holds => format!("yes{count}"),
-        Verdict::KnownDeviation => format!("no{count}: known deviation, see below"),
-        Verdict::Fails => format!("**no{count}: unexplained**"),
-        Verdict::HoldsDespiteDeviation => format!(
-            "**yes{count}, but marked as a known deviation**: {}",
-            claim.known_deviation.as_deref().unwrap_or_default()
+    let text = outcome.verdict.text();
+    match outcome.as_expected() {
+        true => format!("{text}{count}"),
+        false => format!(
+            "**{text}{count}, but headlines.toml expects {}**{}",
+            outcome.expected.text(),
+            match &claim.known_deviation {
+                Some(why) => format!(": {why}"),
+                None => String::new(),
+            }
         ),
     }
 }
@@ -329,38 +347,100 @@ fn section(
         );
     }
     let _ = writeln!(out);
-    let _ = writeln!(out, "| claim | run | paper | ours | holds |");
-    let _ = writeln!(out, "|---|---|---|---|---|");
-    let mut deviations = Vec::new();
+    let _ = writeln!(
+        out,
+        "| claim | run | paper | paper value | ours | ours / paper | off by | verdict |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+    let mut notes: Vec<(&str, String)> = Vec::new();
     for (claim, outcome) in family.headlines.claims.iter().zip(outcomes) {
         let mut verdict = verdict_text(claim, outcome);
-        if outcome.verdict == Verdict::KnownDeviation {
-            deviations.push(claim);
-            verdict = verdict.replace("see below", &format!("see [{}]", deviations.len()));
+        let why = match (&claim.by_construction, &claim.known_deviation) {
+            (Some(reason), _) => Some(format!("by construction: {}", reason.trim())),
+            (None, Some(deviation)) if outcome.verdict != Verdict::Reproduced => {
+                Some(deviation.trim().to_string())
+            }
+            _ => None,
+        };
+        if let Some(why) = why {
+            notes.push((&claim.id, why));
+            verdict = format!("{verdict}, see [{}]", notes.len());
         }
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
             cell_text(&claim.claim),
             claim.run,
             cell_text(&claim.paper),
+            paper_value_text(claim),
             outcome.ours,
+            outcome.ratio_text(),
+            outcome.distance_text(claim),
             cell_text(&verdict)
         );
     }
-    if !deviations.is_empty() {
+    let _ = writeln!(out);
+    let count = |v: Verdict| outcomes.iter().filter(|o| o.verdict == v).count();
+    let _ = writeln!(
+        out,
+        "Verdicts: {} reproduced, {} direction only, {} not reproduced, {} input (of {} claims).",
+        count(Verdict::Reproduced),
+        count(Verdict::DirectionOnly),
+        count(Verdict::NotReproduced),
+        count(Verdict::Input),
+        outcomes.len()
+    );
+    if !notes.is_empty() {
         let _ = writeln!(out);
-        let _ = writeln!(out, "Known deviations:");
+        let _ = writeln!(out, "Why a claim is short of reproduced, or an input:");
         let _ = writeln!(out);
-        for (i, claim) in deviations.iter().enumerate() {
+        for (i, (id, why)) in notes.iter().enumerate() {
+            let _ = writeln!(out, "{}. {id}: {why}", i + 1);
+        }
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "#### Inputs we chose or fitted");
+    let _ = writeln!(out);
+    if family.headlines.inputs.is_empty() {
+        let _ = writeln!(out, "None listed.");
+    } else {
+        let _ = writeln!(out, "| input | value | how | the paper's sentence |");
+        let _ = writeln!(out, "|---|---|---|---|");
+        for input in &family.headlines.inputs {
             let _ = writeln!(
                 out,
-                "{}. {}: {}",
-                i + 1,
-                claim.id,
-                claim.known_deviation.as_deref().unwrap_or_default().trim()
+                "| {} | {} | {} | {} |",
+                cell_text(&input.name),
+                cell_text(&input.value),
+                cell_text(&input.how),
+                cell_text(&input.source)
             );
         }
     }
     out
+}
+
+/// The paper's number as the table shows it.
+fn paper_value_text(claim: &Claim) -> String {
+    use sim::headlines::{PaperNumber, PaperValue};
+    let number = |n: &PaperNumber| {
+        let unit = match claim.statistic {
+            headlines::Statistic::Ratio => "x",
+            headlines::Statistic::ImprovementPct | headlines::Statistic::ChangePct => "%",
+            _ => "",
+        };
+        match n {
+            PaperNumber::One(v) => format!("{v}{unit}"),
+            PaperNumber::Range([a, b]) => format!("{a}{unit} to {b}{unit}"),
+        }
+    };
+    match &claim.paper_value {
+        None => "none (a direction)".into(),
+        Some(PaperValue::Same(n)) => number(n),
+        Some(PaperValue::PerPoint(map)) => map
+            .iter()
+            .map(|(k, n)| format!("{k}: {}", number(n)))
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
 }

@@ -37,8 +37,15 @@ impl KernelInputError {
 
 #[cfg(test)]
 mod tests {
+    /// An input error names its kernel before the problem, so a calibration failure says which
+    /// kernel refused which input.
     #[test]
-    fn kernels_report_durations_in_sim_nanoseconds() {
-        assert_eq!(super::SimDuration::from_micros_f64(1.0).0, 1_000);
+    fn an_input_error_names_its_kernel_and_problem() {
+        let error = super::KernelInputError::new("reroute", "3 ids for 4 tokens".into());
+        assert_eq!(error.to_string(), "reroute: 3 ids for 4 tokens");
+        assert_ne!(
+            error,
+            super::KernelInputError::new("moe", "3 ids for 4 tokens".into())
+        );
     }
 }

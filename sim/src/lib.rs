@@ -28,5 +28,7 @@ pub mod time;
 
 #[cfg(test)]
 mod queueing_checks;
+#[cfg(test)]
+mod shipped_scenarios;
 
 pub use time::{SimDuration, SimTime};

@@ -168,6 +168,10 @@ pub struct RunMetrics {
     pub imbalance: f64,
     /// Mean over batches of the coefficient of variation of the batch's load vector.
     pub load_cv: f64,
+    /// caps.txt's imbalance factor, mean over batches of `1 + CV(load) x sensitivity` (the `cv`
+    /// model's sensitivity; 1 for other execution models, which have none): the number the
+    /// paper's `imbalance_mean` and `imbalance_reduction_pct` report.
+    pub imbalance_factor: f64,
     /// Mean batch execution time, milliseconds.
     pub mean_batch_time_ms: f64,
     /// Fraction of the makespan the GPU was executing a batch.
@@ -191,6 +195,7 @@ impl RunMetrics {
             "throughput_rps" => self.throughput_rps,
             "imbalance" => self.imbalance,
             "load_cv" => self.load_cv,
+            "imbalance_factor" => self.imbalance_factor,
             "makespan_s" => self.makespan_s,
             "mean_batch_size" => self.mean_batch_size,
             "mean_batch_time_ms" => self.mean_batch_time_ms,

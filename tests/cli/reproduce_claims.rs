@@ -1,11 +1,12 @@
 //! Every paper claim in `scenarios/<family>/headlines.toml`, checked on the quick variant of its
-//! run: a claim whose direction does not hold must carry a `known_deviation`, and a claim marked
-//! as a known deviation that now holds fails too (its explanation went stale). Also the
+//! run: its verdict (direction and magnitude against the paper's number, or "input" for a
+//! by-construction claim) must be the one the file expects, so a verdict that changes either way
+//! fails until `expect` and `known_deviation` are updated. Also the
 //! `reproduce` command's document handling: generated sections replaced, prose kept, a second
 //! run byte-identical, missing markers refused.
 
 use crate::common::expertsim;
-use sim::headlines::{self, Headlines, Verdict};
+use sim::headlines::{self, Headlines};
 use sim::partial::SweepHeader;
 use std::path::{Path, PathBuf};
 
@@ -24,7 +25,7 @@ fn families() -> Vec<Headlines> {
 }
 
 #[test]
-fn every_claim_holds_on_its_quick_run_or_is_a_known_deviation() {
+fn every_claim_gets_its_expected_verdict_on_its_quick_run() {
     let families = families();
     let names: Vec<&str> = families.iter().map(|h| h.family.as_str()).collect();
     for family in ["caps", "gem", "mosaic", "chimera", "expertweave"] {
@@ -55,18 +56,28 @@ fn every_claim_holds_on_its_quick_run_or_is_a_known_deviation() {
                 let outcome = headlines::evaluate(claim, &document).unwrap();
                 checked += 1;
                 let at = format!("{}/{} ({})", family.family, claim.id, outcome.ours);
-                match outcome.verdict {
-                    Verdict::Holds | Verdict::KnownDeviation => {}
-                    Verdict::Fails => problems.push(format!(
-                        "{at}: the claimed direction does not hold at {} of {} points and no \
-                         known_deviation explains it",
-                        outcome.judged - outcome.holding,
-                        outcome.judged
-                    )),
-                    Verdict::HoldsDespiteDeviation => problems.push(format!(
-                        "{at}: holds now, but is marked as a known deviation; remove or update \
-                         its explanation"
-                    )),
+                let expected = match (claim.by_construction.is_some(), claim.expect_quick) {
+                    (false, Some(quick)) => quick,
+                    _ => outcome.expected,
+                };
+                let unquoted = outcome.unquoted(claim);
+                if !unquoted.is_empty() {
+                    problems.push(format!(
+                        "{at}: its known_deviation quotes {} as ours, which this run does not give",
+                        unquoted.join(", ")
+                    ));
+                }
+                if outcome.verdict != expected {
+                    problems.push(format!(
+                        "{at}: verdict {} (direction at {} of {} points, ours/paper {}), but \
+                         headlines.toml expects {}; update `expect`/`expect_quick` and \
+                         `known_deviation`",
+                        outcome.verdict.text(),
+                        outcome.holding,
+                        outcome.judged,
+                        outcome.ratio_text(),
+                        expected.text()
+                    ));
                 }
             }
         }

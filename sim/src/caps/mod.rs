@@ -48,6 +48,11 @@ pub const METRICS: &[MetricInfo] = &[
         better: Better::Lower,
     },
     MetricInfo {
+        name: "imbalance_factor",
+        description: "imbalance factor (1 + CV x sensitivity)",
+        better: Better::Lower,
+    },
+    MetricInfo {
         name: "load_cv",
         description: "load CV (std/mean)",
         better: Better::Lower,
@@ -128,6 +133,7 @@ mod tests {
             mean_batch_size: 1.0,
             imbalance: 1.0,
             load_cv: 0.0,
+            imbalance_factor: 1.0,
             mean_batch_time_ms: 1.0,
             utilization: 1.0,
             queue_depth_mean: 0.0,

@@ -107,13 +107,26 @@ pub fn simulate_on(
         executor,
         sink,
         scenario.queue_sample_interval,
-    );
+    )
+    .with_factor_sensitivity(factor_sensitivity(scenario));
     engine::run(&mut server);
     server.finish()
 }
 
 /// The CAPS columns of the per-request CSV, after the common ones (`sim::records`).
 pub const CSV_COLUMNS: &[&str] = &["topic", "batch", "start_s", "queue_wait_ms"];
+
+/// The sensitivity of the imbalance factor a run reports: the `cv` model's (derived or given),
+/// 1 for execution models without one.
+pub fn factor_sensitivity(scenario: &CapsScenario) -> f64 {
+    match &scenario.execution {
+        ExecutionSpec::CostModel(model) => match model.as_ref() {
+            crate::execution::ExecutionModel::Cv(cv) => cv.sensitivity(),
+            crate::execution::ExecutionModel::Straggler(_) => 1.0,
+        },
+        _ => 1.0,
+    }
+}
 
 /// CAPS records in the shared per-request schema: a static batch finishes all its requests at
 /// once, so no first-token time is modelled.

@@ -101,6 +101,8 @@ pub struct CapsServer<'a> {
     n_batches: u64,
     busy_ns: u64,
     imbalance_sum: f64,
+    /// The sensitivity of the reported imbalance factor (`RunMetrics::imbalance_factor`).
+    factor_sensitivity: f64,
     cv_sum: f64,
 }
 
@@ -150,6 +152,7 @@ impl<'a> CapsServer<'a> {
             n_batches: 0,
             busy_ns: 0,
             imbalance_sum: 0.0,
+            factor_sensitivity: 1.0,
             cv_sum: 0.0,
         }
     }
@@ -276,6 +279,13 @@ impl<'a> CapsServer<'a> {
         self.last_completion = now;
     }
 
+    /// Sets the sensitivity of the reported imbalance factor `1 + CV x sensitivity` (1 unless
+    /// set: the `cv` execution model's, so the factor is the one its batch times use).
+    pub fn with_factor_sensitivity(mut self, sensitivity: f64) -> Self {
+        self.factor_sensitivity = sensitivity;
+        self
+    }
+
     /// The metrics of the finished run.
     pub fn finish(self) -> RunMetrics {
         assert!(
@@ -302,6 +312,7 @@ impl<'a> CapsServer<'a> {
             mean_batch_size: n_requests as f64 / batches,
             imbalance: self.imbalance_sum / batches,
             load_cv: self.cv_sum / batches,
+            imbalance_factor: 1.0 + self.cv_sum / batches * self.factor_sensitivity,
             mean_batch_time_ms: self.busy_ns as f64 * 1e-6 / batches,
             utilization: if self.last_completion.0 > 0 {
                 self.busy_ns as f64 / self.last_completion.0 as f64

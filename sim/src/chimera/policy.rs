@@ -144,7 +144,7 @@ pub enum QueuePolicyConfig {
 /// Chimera's starvation threshold S, in engine iterations (our choice; the paper gives no value):
 /// 4096 steps of 20-50 ms are 1.5-3.5 minutes, beyond the queueing of a loaded engine, so aging
 /// catches starvation without turning an overloaded queue into FCFS (with S = 256 it did, see
-/// docs/reproduction-chimera.md).
+/// docs/chimera.md). Every Chimera scenario with an aging STJF queue uses this value.
 pub fn default_starvation_threshold() -> u64 {
     4096
 }

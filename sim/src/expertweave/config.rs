@@ -465,45 +465,10 @@ output_tokens = 64
         assert!(toml::from_str::<ExpertWeaveConfig>(&format!("{MINIMAL}\nbogus = 1")).is_err());
     }
 
-    /// Every scenario under scenarios/expertweave/, every sweep cell, validates as this family's
-    /// tables (the common keys removed as the loader removes them).
+    /// Every scenario under scenarios/expertweave/ loads through the real loader in every
+    /// sweep cell.
     #[test]
     fn shipped_scenarios_validate_in_every_cell() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/expertweave");
-        let files = crate::scenario::scenario_files(&dir).unwrap();
-        assert!(files.len() >= 3, "{files:?}");
-        for file in files {
-            let mut doc: toml::Table = std::fs::read_to_string(&file).unwrap().parse().unwrap();
-            assert_eq!(doc["family"].as_str(), Some("expertweave"));
-            let sweep = doc.remove("sweep");
-            for key in ["name", "description", "family", "seeds", "report", "figure"] {
-                doc.remove(key);
-            }
-            let mut cells = vec![doc];
-            if let Some(toml::Value::Table(sweep)) = sweep {
-                for (key, values) in &sweep {
-                    let values = values.as_array().unwrap().clone();
-                    cells = cells
-                        .into_iter()
-                        .flat_map(|cell| {
-                            values.iter().map(move |value| {
-                                let mut cell = cell.clone();
-                                crate::scenario::sweep::apply(&mut cell, key, value.clone())
-                                    .unwrap();
-                                cell
-                            })
-                        })
-                        .collect();
-                }
-            }
-            for cell in cells {
-                let config: ExpertWeaveConfig = toml::Value::Table(cell)
-                    .try_into()
-                    .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-                config
-                    .validate(&dir)
-                    .unwrap_or_else(|e| panic!("{}: {e:?}", file.display()));
-            }
-        }
+        crate::shipped_scenarios::load_all("expertweave", crate::scenario::Family::Expertweave, 2);
     }
 }

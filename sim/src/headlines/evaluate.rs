@@ -1,8 +1,10 @@
 //! A claim against a result document: find the claimed cell and the compared one (at each value
 //! of the `over` axis), take both means of the metric, decide whether the claimed direction
-//! holds, and format our value the way the claim's statistic asks.
+//! holds, measure our value against the paper's (ratio and distance from its value or range),
+//! give the verdict of the rule in docs/reproduction.md, and format our value the way the
+//! claim's statistic asks.
 
-use super::{Aggregate, Claim, Direction, Statistic};
+use super::{Aggregate, Claim, Direction, PaperNumber, PaperValue, Statistic};
 use crate::metrics::Better;
 use crate::results::{CellResult, ResultsDocument, improvement_pct};
 
@@ -13,17 +15,51 @@ pub struct Point {
     pub versus: f64,
 }
 
-/// Whether our results show the claimed direction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The verdict of a claim (the rule of docs/reproduction.md, "How a claim is judged").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Verdict {
-    /// It holds (at every point, or on the mean).
-    Holds,
-    /// It does not hold and the claim explains why (`known_deviation`).
-    KnownDeviation,
-    /// It does not hold and nothing explains it.
-    Fails,
-    /// It holds although the claim is marked as a known deviation: the explanation is stale.
-    HoldsDespiteDeviation,
+    /// The direction holds and ours is within `RELATIVE_TOLERANCE` (or, for a statistic in
+    /// percent or points, `ABSOLUTE_TOLERANCE_POINTS`) of the paper's value or range at every
+    /// judged point; or the paper states only the direction and it holds.
+    Reproduced,
+    /// The direction holds, the magnitude does not.
+    DirectionOnly,
+    /// The direction does not hold.
+    NotReproduced,
+    /// The claim's number is one of our inputs (`by_construction`): not a result.
+    Input,
+}
+
+impl Verdict {
+    pub fn text(self) -> &'static str {
+        match self {
+            Verdict::Reproduced => "reproduced",
+            Verdict::DirectionOnly => "direction only",
+            Verdict::NotReproduced => "not reproduced",
+            Verdict::Input => "input",
+        }
+    }
+}
+
+/// A relative distance from the paper's value or range within which the magnitude counts as
+/// reproduced.
+pub const RELATIVE_TOLERANCE: f64 = 0.25;
+/// An absolute distance, for statistics in percent or percentage points, within which the
+/// magnitude counts as reproduced.
+pub const ABSOLUTE_TOLERANCE_POINTS: f64 = 2.0;
+
+/// Our value beside the paper's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Magnitude {
+    /// Ours / the nearest point of the paper's value or range, per judged point (1 inside it).
+    pub ratios: Vec<f64>,
+    /// The largest distance of a judged point from the paper's value or range, in the
+    /// statistic's unit, and relative to the nearest bound.
+    pub worst_distance: f64,
+    pub worst_relative: f64,
+    /// Every judged point within the tolerance.
+    pub within: bool,
 }
 
 /// Our side of a claim.
@@ -33,9 +69,82 @@ pub struct Outcome {
     /// Points where the direction holds (with `Aggregate::Mean`: 1 or 0 of 1).
     pub holding: usize,
     pub judged: usize,
+    /// The verdict of the rule.
     pub verdict: Verdict,
+    /// The verdict the claim expects (`expect`, `Input` when by construction, else
+    /// `Reproduced`).
+    pub expected: Verdict,
+    /// The magnitude against the paper's number, when the paper gives one.
+    pub magnitude: Option<Magnitude>,
     /// Our value, formatted per the claim's statistic.
     pub ours: String,
+}
+
+impl Outcome {
+    /// The claim's `quotes` our value does not contain: numbers its prose states that this run
+    /// does not give.
+    pub fn unquoted<'a>(&self, claim: &'a Claim) -> Vec<&'a str> {
+        claim
+            .quotes
+            .iter()
+            .filter(|q| !self.ours.contains(q.as_str()))
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// Whether the verdict is the one the claim expects.
+    pub fn as_expected(&self) -> bool {
+        self.verdict == self.expected
+    }
+
+    /// `ours / paper` as text: one ratio or the range of the per-point ratios.
+    pub fn ratio_text(&self) -> String {
+        let Some(m) = &self.magnitude else {
+            return "n/a".into();
+        };
+        let low = m.ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let high = m.ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if !low.is_finite() || !high.is_finite() {
+            return "n/a".into();
+        }
+        match (low - high).abs() < 0.005 {
+            true => format!("{low:.2}"),
+            false => format!("{low:.2} to {high:.2}"),
+        }
+    }
+
+    /// The worst point's distance from the paper's value or range as text.
+    pub fn distance_text(&self, claim: &Claim) -> String {
+        let Some(m) = &self.magnitude else {
+            return "n/a".into();
+        };
+        if m.worst_distance == 0.0 {
+            return "inside".into();
+        }
+        let unit = match claim.statistic {
+            Statistic::ImprovementPct | Statistic::ChangePct => " pts",
+            Statistic::Ratio => "x",
+            _ => "",
+        };
+        match m.worst_relative.is_finite() {
+            true => format!(
+                "{}{unit} ({:.0}%)",
+                trim_number(m.worst_distance),
+                m.worst_relative * 100.0
+            ),
+            false => format!("{}{unit}", trim_number(m.worst_distance)),
+        }
+    }
+}
+
+fn trim_number(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
 }
 
 /// Whether the coordinate key `key` of a claim is sweep key `axis` or reaches into it
@@ -110,11 +219,19 @@ pub fn evaluate(claim: &Claim, document: &ResultsDocument) -> Result<Outcome, St
         }
     };
     let holds = holding == judged;
-    let verdict = match (holds, claim.known_deviation.is_some()) {
-        (true, false) => Verdict::Holds,
-        (true, true) => Verdict::HoldsDespiteDeviation,
-        (false, true) => Verdict::KnownDeviation,
-        (false, false) => Verdict::Fails,
+    let magnitude = match &claim.paper_value {
+        None => None,
+        Some(paper) => Some(magnitude(claim, better, &points, paper, document)?),
+    };
+    let verdict = match (&claim.by_construction, holds, &magnitude) {
+        (Some(_), _, _) => Verdict::Input,
+        (None, false, _) => Verdict::NotReproduced,
+        (None, true, Some(m)) if !m.within => Verdict::DirectionOnly,
+        (None, true, _) => Verdict::Reproduced,
+    };
+    let expected = match &claim.by_construction {
+        Some(_) => Verdict::Input,
+        None => claim.expect.unwrap_or(Verdict::Reproduced),
     };
     let ours = format_ours(claim, better, &points);
     Ok(Outcome {
@@ -122,7 +239,93 @@ pub fn evaluate(claim: &Claim, document: &ResultsDocument) -> Result<Outcome, St
         holding,
         judged,
         verdict,
+        expected,
+        magnitude,
         ours,
+    })
+}
+
+/// The judged values of the claim in its statistic (for `values`: the claimed cell's mean), one
+/// per point, or their mean with `Aggregate::Mean`.
+fn judged_values(claim: &Claim, better: Better, points: &[Point]) -> Vec<f64> {
+    let values: Vec<f64> = points
+        .iter()
+        .map(|p| match claim.statistic {
+            Statistic::Values => p.cell,
+            _ => statistic(claim, better, p),
+        })
+        .collect();
+    match claim.aggregate {
+        Aggregate::Every => values,
+        Aggregate::Mean => vec![values.iter().sum::<f64>() / values.len() as f64],
+    }
+}
+
+/// Ours against the paper's number: per judged point, the distance from the paper's value or
+/// range (zero inside it), relative to its nearest bound, and whether it is within tolerance.
+fn magnitude(
+    claim: &Claim,
+    better: Better,
+    points: &[Point],
+    paper: &PaperValue,
+    document: &ResultsDocument,
+) -> Result<Magnitude, String> {
+    let values = judged_values(claim, better, points);
+    let targets: Vec<PaperNumber> = match paper {
+        PaperValue::Same(number) => vec![*number; values.len()],
+        PaperValue::PerPoint(map) => {
+            let key = claim.over.as_ref().expect("load checked `over`");
+            let axis = document
+                .sweep
+                .iter()
+                .find(|a| &a.key == key)
+                .ok_or_else(|| format!("claim {}: `{key}` is not a sweep key", claim.id))?;
+            axis.values
+                .iter()
+                .map(|v| {
+                    let name = match v {
+                        serde_json::Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    map.get(&name).copied().ok_or_else(|| {
+                        format!(
+                            "claim {}: paper_value names no value for `{name}`",
+                            claim.id
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        }
+    };
+    let points_scale = match claim.statistic {
+        Statistic::ImprovementPct | Statistic::ChangePct => true,
+        Statistic::Difference | Statistic::Values => claim.metric.ends_with("_pct"),
+        Statistic::Ratio => false,
+    };
+    let mut ratios = Vec::new();
+    let (mut worst_distance, mut worst_relative, mut within) = (0.0f64, 0.0f64, true);
+    for (value, target) in values.iter().zip(&targets) {
+        let (low, high) = target.bounds();
+        let nearest = value.clamp(low, high);
+        let distance = (value - nearest).abs();
+        let relative = match nearest {
+            0.0 => f64::INFINITY,
+            n => distance / n.abs(),
+        };
+        let relative = if distance == 0.0 { 0.0 } else { relative };
+        ratios.push(value / nearest);
+        within &= relative <= RELATIVE_TOLERANCE
+            || (points_scale && distance <= ABSOLUTE_TOLERANCE_POINTS);
+        if distance > worst_distance {
+            worst_distance = distance;
+            worst_relative = relative;
+        }
+    }
+    Ok(Magnitude {
+        ratios,
+        worst_distance,
+        worst_relative,
+        within,
     })
 }
 
@@ -274,7 +477,11 @@ fn format_ours(claim: &Claim, better: Better, points: &[Point]) -> String {
         (Aggregate::Mean, _) => format!(
             "{} (mean of {})",
             text(values.iter().sum::<f64>() / values.len() as f64),
-            values.len()
+            values
+                .iter()
+                .map(|v| text(*v))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         (Aggregate::Every, _) => {
             let low = values.iter().copied().fold(f64::INFINITY, f64::min);

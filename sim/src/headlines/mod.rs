@@ -1,14 +1,16 @@
 //! Paper headlines as data: `scenarios/<family>/headlines.toml` names the runs a family's
 //! reproduction needs (a scenario, its `--set` overrides, and the smaller overrides of its quick
 //! variant) and the paper's claims about them (a metric, the cell it refers to, the cell it is
-//! compared with, the claimed direction, the paper's value, and, where ours differs, the known
-//! deviation with its explanation). `load` reads the file with file:line:field errors,
-//! `check_against` checks a claim's keys against the loaded scenario, and `evaluate` computes our
-//! value of a claim from a result document.
+//! compared with, the claimed direction, the paper's words and its number in the claim's
+//! statistic, and, where ours falls short, the verdict we expect with its explanation), the
+//! claims whose number is an input rather than a result (`by_construction`), and the inputs we
+//! chose or fitted with the paper's sentence they come from. `load` reads the file with
+//! file:line:field errors, `check_against` checks a claim's keys against the loaded scenario, and
+//! `evaluate` computes our value of a claim, its direction and its magnitude beside the paper's.
 
 mod evaluate;
 
-pub use evaluate::{Outcome, Point, Verdict, evaluate};
+pub use evaluate::{Magnitude, Outcome, Point, Verdict, evaluate};
 
 use crate::scenario::error::{Location, ScenarioError, SpanIndex};
 use crate::scenario::{Family, ScenarioPlan};
@@ -88,10 +90,68 @@ pub struct Claim {
     #[serde(default)]
     pub aggregate: Aggregate,
     pub direction: Direction,
-    /// The paper's value or statement, as text.
+    /// The paper's value or statement, as text (quoted from the paper).
     pub paper: String,
-    /// Why ours does not show the claimed direction; a claim without it must hold.
+    /// The paper's number in the claim's statistic (for `values`: the claimed cell's value);
+    /// absent when the paper states only the direction.
+    pub paper_value: Option<PaperValue>,
+    /// Why the claim's number is an input of ours rather than a result: shown as "input", never
+    /// as reproduced.
+    pub by_construction: Option<String>,
+    /// The verdict ours gets when it falls short of "reproduced"; needs `known_deviation`. A
+    /// different verdict (better or worse) fails the claims test until the text is updated.
+    pub expect: Option<Verdict>,
+    /// `expect` for the quick variant (smaller runs), where it differs.
+    pub expect_quick: Option<Verdict>,
+    /// Why ours falls short of the paper (the `expect`ed verdict's explanation).
     pub known_deviation: Option<String>,
+    /// Numbers of ours that `known_deviation` quotes, each as our value column writes it: each
+    /// must appear in the explanation and in our value, so prose that disagrees with the run
+    /// fails (`Outcome::unquoted`).
+    #[serde(default)]
+    pub quotes: Vec<String>,
+}
+
+/// The paper's number in a claim's statistic.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum PaperValue {
+    /// One value, or a `[low, high]` range, for every point.
+    Same(PaperNumber),
+    /// One value or range per value of the `over` axis (keyed by the value as text).
+    PerPoint(std::collections::BTreeMap<String, PaperNumber>),
+}
+
+/// One number or a `[low, high]` range.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum PaperNumber {
+    One(f64),
+    Range([f64; 2]),
+}
+
+impl PaperNumber {
+    /// `(low, high)`, ordered.
+    pub fn bounds(self) -> (f64, f64) {
+        match self {
+            PaperNumber::One(v) => (v, v),
+            PaperNumber::Range([a, b]) => (a.min(b), a.max(b)),
+        }
+    }
+}
+
+/// An input we chose or fitted (not a result), listed in the family's inputs table.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Input {
+    /// What the input is (a scenario key or a model constant).
+    pub name: String,
+    /// Its value, as we use it.
+    pub value: String,
+    /// `chosen`, `fitted` or `derived`, and from what.
+    pub how: String,
+    /// The paper's sentence it comes from, quoted, or "not in the paper".
+    pub source: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -101,6 +161,8 @@ struct HeadlinesFile {
     run: Vec<RunSpec>,
     #[serde(default)]
     claim: Vec<Claim>,
+    #[serde(default)]
+    input: Vec<Input>,
 }
 
 /// A family's headlines file, loaded and checked for internal consistency.
@@ -111,6 +173,8 @@ pub struct Headlines {
     pub family: String,
     pub runs: Vec<RunSpec>,
     pub claims: Vec<Claim>,
+    /// The inputs we chose or fitted, in file order.
+    pub inputs: Vec<Input>,
     spans: SpanIndex,
 }
 
@@ -157,6 +221,21 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
         }
         run.scenario = resolved;
     }
+    for (i, input) in file.input.iter().enumerate() {
+        for (key, text) in [
+            ("name", &input.name),
+            ("value", &input.value),
+            ("how", &input.how),
+            ("source", &input.source),
+        ] {
+            if text.trim().is_empty() {
+                return Err(error(
+                    &format!("input[{i}].{key}"),
+                    "is empty: every chosen or fitted input names its source".into(),
+                ));
+            }
+        }
+    }
     for (i, run) in runs.iter().enumerate() {
         if runs[..i].iter().any(|r| r.id == run.id) {
             return Err(error(
@@ -185,6 +264,77 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
                 "names no coordinate, so the claim compares a cell with itself".into(),
             ));
         }
+        if let Some(reason) = &claim.by_construction {
+            if reason.trim().is_empty() {
+                return Err(error(
+                    &at("by_construction"),
+                    "a claim that holds by construction needs its reason (which input makes \
+                     it hold)"
+                        .into(),
+                ));
+            }
+            if claim.expect.is_some() || claim.known_deviation.is_some() {
+                return Err(error(
+                    &at("by_construction"),
+                    "a by-construction claim is shown as an input; it takes no `expect` or \
+                     `known_deviation`"
+                        .into(),
+                ));
+            }
+        }
+        for (key, expect) in [
+            ("expect", claim.expect),
+            ("expect_quick", claim.expect_quick),
+        ] {
+            if expect == Some(Verdict::Input) {
+                return Err(error(
+                    &at(key),
+                    "`input` is a verdict of by-construction claims: write `by_construction = \
+                     \"why\"` instead"
+                        .into(),
+                ));
+            }
+        }
+        let short = [claim.expect, claim.expect_quick]
+            .iter()
+            .any(|e| e.is_some_and(|e| e != Verdict::Reproduced));
+        match (short, &claim.known_deviation) {
+            (true, None) => {
+                return Err(error(
+                    &at("known_deviation"),
+                    "a claim expected short of `reproduced` needs its explanation".into(),
+                ));
+            }
+            (false, Some(_)) => {
+                return Err(error(
+                    &at("expect"),
+                    "a claim with a known_deviation names the verdict it explains \
+                     (`direction_only` or `not_reproduced`)"
+                        .into(),
+                ));
+            }
+            _ => {}
+        }
+        for quote in &claim.quotes {
+            if !claim
+                .known_deviation
+                .as_deref()
+                .is_some_and(|text| text.contains(quote.as_str()))
+            {
+                return Err(error(
+                    &at("quotes"),
+                    format!("`{quote}` is not in the claim's known_deviation"),
+                ));
+            }
+        }
+        if let Some(PaperValue::PerPoint(_)) = &claim.paper_value {
+            if claim.over.is_none() || claim.aggregate == Aggregate::Mean {
+                return Err(error(
+                    &at("paper_value"),
+                    "a value per point needs `over` (and every point judged)".into(),
+                ));
+            }
+        }
         if claim.over.is_none() && claim.aggregate != Aggregate::Every {
             return Err(error(
                 &at("aggregate"),
@@ -202,6 +352,7 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
         family,
         runs,
         claims: file.claim,
+        inputs: file.input,
         spans,
     })
 }

@@ -73,32 +73,102 @@ fn a_claim_over_an_axis_holds_only_at_every_point() {
     ]);
     let outcome = evaluate(&claim(CLAIM), &doc).unwrap();
     assert_eq!((outcome.holding, outcome.judged), (1, 2));
-    assert_eq!(outcome.verdict, Verdict::Fails);
+    assert_eq!(outcome.verdict, Verdict::NotReproduced);
+    assert!(!outcome.as_expected());
     assert_eq!(outcome.ours, "-10.0% to +20.0%");
 
     let mean = claim(&format!("{CLAIM}aggregate = \"mean\"\n"));
     let outcome = evaluate(&mean, &doc).unwrap();
-    assert_eq!(outcome.verdict, Verdict::Holds, "mean change is -5%");
-    assert_eq!(outcome.ours, "+5.0% (mean of 2)");
+    assert_eq!(outcome.verdict, Verdict::Reproduced, "mean change is -5%");
+    assert_eq!(outcome.ours, "+5.0% (mean of +20.0%, -10.0%)");
 }
 
 #[test]
-fn a_known_deviation_that_now_holds_is_flagged() {
+fn the_magnitude_decides_between_reproduced_and_direction_only() {
+    // gv improves P99 by 20% and 10%.
     let doc = document(&[
         ("fcfs", 150, 100.0),
         ("gv", 150, 80.0),
         ("fcfs", 300, 100.0),
         ("gv", 300, 90.0),
     ]);
-    let marked = claim(&format!("{CLAIM}known_deviation = \"why\"\n"));
+    let with = |value: &str| claim(&format!("{CLAIM}paper_value = {value}\n"));
+    // Both inside the paper's range.
+    let inside = evaluate(&with("[9.0, 21.0]"), &doc).unwrap();
+    assert_eq!(inside.verdict, Verdict::Reproduced);
+    assert_eq!(inside.distance_text(&with("1.0")), "inside");
+    assert_eq!(inside.ratio_text(), "1.00");
+    // 10% is 8 points and 44% below 18: outside both tolerances.
+    let far = evaluate(&with("18.0"), &doc).unwrap();
+    assert_eq!(far.verdict, Verdict::DirectionOnly);
+    assert_eq!(far.ratio_text(), "0.56 to 1.11");
+    let m = far.magnitude.as_ref().unwrap();
+    assert!((m.worst_distance - 8.0).abs() < 1e-9 && !m.within);
+    // 2 points absolute: 10% against 12% is within, though 17% off relatively.
     assert_eq!(
-        evaluate(&marked, &doc).unwrap().verdict,
-        Verdict::HoldsDespiteDeviation
+        evaluate(&with("[12.0, 20.0]"), &doc).unwrap().verdict,
+        Verdict::Reproduced
+    );
+    // 25% relative: 10% against 13% is 3 points but 23% off.
+    assert_eq!(
+        evaluate(&with("[13.0, 20.0]"), &doc).unwrap().verdict,
+        Verdict::Reproduced
     );
     assert_eq!(
-        evaluate(&claim(CLAIM), &doc).unwrap().verdict,
-        Verdict::Holds
+        evaluate(&with("[14.0, 20.0]"), &doc).unwrap().verdict,
+        Verdict::DirectionOnly
     );
+    // One value per point of the axis.
+    let per = evaluate(&with("{ \"150\" = 20.0, \"300\" = 40.0 }"), &doc).unwrap();
+    assert_eq!(per.verdict, Verdict::DirectionOnly);
+    assert_eq!(per.ratio_text(), "0.25 to 1.00");
+    // A claim expecting direction only passes; the same claim now reproduced does not.
+    let expecting = claim(&format!(
+        "{CLAIM}paper_value = 18.0\nexpect = \"direction_only\"\nknown_deviation = \"why\"\n"
+    ));
+    assert!(evaluate(&expecting, &doc).unwrap().as_expected());
+    let better = document(&[
+        ("fcfs", 150, 100.0),
+        ("gv", 150, 82.0),
+        ("fcfs", 300, 100.0),
+        ("gv", 300, 83.0),
+    ]);
+    let outcome = evaluate(&expecting, &better).unwrap();
+    assert_eq!(outcome.verdict, Verdict::Reproduced);
+    assert!(
+        !outcome.as_expected(),
+        "an improved verdict needs its text updated"
+    );
+    // A number the explanation quotes must be ours.
+    let quoting = claim(&format!(
+        "{CLAIM}paper_value = 18.0\nexpect = \"direction_only\"\nknown_deviation = \"ours is +10.0% to +20.0%\"\nquotes = [\"+10.0% to +20.0%\"]\n"
+    ));
+    assert!(
+        evaluate(&quoting, &doc)
+            .unwrap()
+            .unquoted(&quoting)
+            .is_empty()
+    );
+    assert_eq!(
+        evaluate(&quoting, &better).unwrap().unquoted(&quoting),
+        vec!["+10.0% to +20.0%"]
+    );
+}
+
+#[test]
+fn a_by_construction_claim_is_an_input_never_reproduced() {
+    let doc = document(&[
+        ("fcfs", 150, 100.0),
+        ("gv", 150, 80.0),
+        ("fcfs", 300, 100.0),
+        ("gv", 300, 80.0),
+    ]);
+    let input = claim(&format!(
+        "{CLAIM}paper_value = 20.0\nby_construction = \"the latencies are inputs\"\n"
+    ));
+    let outcome = evaluate(&input, &doc).unwrap();
+    assert_eq!(outcome.verdict, Verdict::Input);
+    assert!(outcome.as_expected());
 }
 
 #[test]
@@ -144,6 +214,29 @@ fn load_reports_file_line_and_field() {
         "{err}"
     );
 
+    let run = "[[run]]\nid = \"r\"\nscenario = \"s.toml\"\n\n[[claim]]\n";
+    write(&format!("{run}{CLAIM}by_construction = \" \"\n"));
+    let err = load(&path).unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "field `claim[0].by_construction`: a claim that holds by construction needs its reason"
+        ),
+        "{err}"
+    );
+    write(&format!("{run}{CLAIM}by_construction = true\n"));
+    assert!(load(&path).is_err(), "the reason is text, not a flag");
+    write(&format!("{run}{CLAIM}expect = \"direction_only\"\n"));
+    let err = load(&path).unwrap_err().to_string();
+    assert!(err.contains("field `claim[0].known_deviation`"), "{err}");
+    write(&format!("{run}{CLAIM}known_deviation = \"why\"\n"));
+    let err = load(&path).unwrap_err().to_string();
+    assert!(err.contains("field `claim[0].expect`"), "{err}");
+    write(&format!(
+        "{run}{CLAIM}\n[[input]]\nname = \"n\"\nvalue = \"1\"\nhow = \"chosen\"\nsource = \"\"\n"
+    ));
+    let err = load(&path).unwrap_err().to_string();
+    assert!(err.contains("field `input[0].source`"), "{err}");
+
     write(&format!(
         "[[run]]\nid = \"r\"\nscenario = \"s.toml\"\n\n[[claim]]\n{CLAIM}"
     ));
@@ -171,5 +264,5 @@ fn versus_replaces_every_key_on_its_sweep_axis() {
             versus: 100.0
         }]
     );
-    assert_eq!(outcome.verdict, Verdict::Holds);
+    assert_eq!(outcome.verdict, Verdict::Reproduced);
 }

@@ -282,44 +282,9 @@ fn calibration_regression_predicts_held_out_sessions() {
     }
 }
 
-/// Every scenario under scenarios/mosaic validates, with each sweep value applied alone.
+/// Every scenarios/mosaic/*.toml loads through the real loader in every cell of its sweep's
+/// cartesian product.
 #[test]
 fn shipped_scenarios_validate_for_every_sweep_value() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/mosaic");
-    let files = crate::scenario::scenario_files(&dir).unwrap();
-    assert!(files.len() >= 5, "{files:?}");
-    for file in files {
-        let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&file).unwrap())
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        assert_eq!(doc["family"].as_str(), Some("mosaic"));
-        for common in ["name", "description", "family", "seeds", "report", "figure"] {
-            doc.remove(common);
-        }
-        let sweep = doc.remove("sweep").and_then(|s| s.as_table().cloned());
-        let check = |doc: &toml::Table, what: &str| {
-            let config: MosaicConfig = toml::Value::Table(doc.clone())
-                .try_into()
-                .unwrap_or_else(|e| panic!("{} {what}: {e}", file.display()));
-            config
-                .validate(&dir)
-                .unwrap_or_else(|e| panic!("{} {what}: {e:?}", file.display()));
-        };
-        check(&doc, "base");
-        for (key, values) in sweep.iter().flatten() {
-            for value in values.as_array().unwrap() {
-                let mut cell = doc.clone();
-                let parts: Vec<&str> = key.split('.').collect();
-                let mut table = &mut cell;
-                for part in &parts[..parts.len() - 1] {
-                    table = table
-                        .entry(part.to_string())
-                        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-                        .as_table_mut()
-                        .unwrap();
-                }
-                table.insert(parts[parts.len() - 1].to_string(), value.clone());
-                check(&cell, &format!("{key} = {value}"));
-            }
-        }
-    }
+    crate::shipped_scenarios::load_all("mosaic", crate::scenario::Family::Mosaic, 4);
 }
