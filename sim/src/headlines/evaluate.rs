@@ -156,6 +156,19 @@ pub fn key_reaches(axis: &str, key: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('.'))
 }
 
+/// The sweep axis `key` of `document`, which `claim` names.
+fn sweep_axis<'a>(
+    document: &'a ResultsDocument,
+    claim: &Claim,
+    key: &str,
+) -> Result<&'a crate::results::SweepAxisEcho, String> {
+    document
+        .sweep
+        .iter()
+        .find(|a| a.key == key)
+        .ok_or_else(|| format!("claim {}: `{key}` is not a sweep key", claim.id))
+}
+
 /// Evaluates `claim` on `document` (the results of the claim's run).
 pub fn evaluate(claim: &Claim, document: &ResultsDocument) -> Result<Outcome, String> {
     let better = document
@@ -168,18 +181,12 @@ pub fn evaluate(claim: &Claim, document: &ResultsDocument) -> Result<Outcome, St
         .ok_or_else(|| format!("claim {}: no metric {}", claim.id, claim.metric))?;
     let over_values: Vec<Option<toml::Value>> = match &claim.over {
         None => vec![None],
-        Some(key) => {
-            let axis = document
-                .sweep
-                .iter()
-                .find(|a| &a.key == key)
-                .ok_or_else(|| format!("claim {}: `{key}` is not a sweep key", claim.id))?;
-            axis.values
-                .iter()
-                .map(|v| json_to_toml(v).map(Some))
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("claim {}: {e}", claim.id))?
-        }
+        Some(key) => sweep_axis(document, claim, key)?
+            .values
+            .iter()
+            .map(|v| json_to_toml(v).map(Some))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("claim {}: {e}", claim.id))?,
     };
     let mut points = Vec::new();
     for over_value in over_values {
@@ -275,12 +282,8 @@ fn magnitude(
         PaperValue::Same(number) => vec![*number; values.len()],
         PaperValue::PerPoint(map) => {
             let key = claim.over.as_ref().expect("load checked `over`");
-            let axis = document
-                .sweep
-                .iter()
-                .find(|a| &a.key == key)
-                .ok_or_else(|| format!("claim {}: `{key}` is not a sweep key", claim.id))?;
-            axis.values
+            sweep_axis(document, claim, key)?
+                .values
                 .iter()
                 .map(|v| {
                     let name = match v {
