@@ -228,11 +228,6 @@ fn show(value: f64) -> String {
     }
 }
 
-/// Expected requests of an open workload of `rate_per_s` over `horizon_s`.
-pub fn expected_requests(rate_per_s: f64, horizon_s: f64) -> f64 {
-    rate_per_s * horizon_s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
