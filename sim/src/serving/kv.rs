@@ -8,6 +8,8 @@ use super::config::KvConfig;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BlockManager {
     config: KvConfig,
+    /// log2 of the block size when it is a power of two (a shift instead of a division).
+    shift: Option<u32>,
     used: u64,
     /// Most blocks ever in use (above `blocks` when the admission rule overcommits).
     peak: u64,
@@ -17,6 +19,10 @@ impl BlockManager {
     pub fn new(config: KvConfig) -> Self {
         BlockManager {
             config,
+            shift: config
+                .block_size
+                .is_power_of_two()
+                .then(|| config.block_size.trailing_zeros()),
             used: 0,
             peak: 0,
         }
@@ -24,7 +30,10 @@ impl BlockManager {
 
     /// Blocks that hold `tokens` tokens.
     pub fn blocks_for(&self, tokens: u64) -> u64 {
-        tokens.div_ceil(u64::from(self.config.block_size))
+        match self.shift {
+            Some(shift) => (tokens + (1u64 << shift) - 1) >> shift,
+            None => tokens.div_ceil(u64::from(self.config.block_size)),
+        }
     }
 
     pub fn used(&self) -> u64 {

@@ -32,7 +32,8 @@ pub trait AdmitHook {
 /// A sequence admitted to the replica.
 #[derive(Clone, Debug)]
 pub struct Seq {
-    pub request: QueuedRequest,
+    /// Boxed: the batch loops touch only the counters below, kept small and close together.
+    pub request: Box<QueuedRequest>,
     /// Output tokens it generates in all.
     pub output: u32,
     /// Output tokens emitted so far.
@@ -61,6 +62,36 @@ impl Seq {
     pub fn scheduled(&self) -> u32 {
         self.scheduled
     }
+    /// Its context once the scheduled step runs.
+    pub fn step_context(&self) -> u32 {
+        self.kv + self.scheduled
+    }
+    /// Prompt tokens it prefills in the scheduled step (0 when it decodes).
+    pub fn step_prefill(&self) -> u32 {
+        if self.prefilling() { self.scheduled } else { 0 }
+    }
+}
+
+/// A step's totals, counted as its sequences are scheduled.
+#[derive(Default)]
+struct Tally {
+    requests: u64,
+    prefill: u64,
+    decode: u64,
+    context: u64,
+}
+
+impl Tally {
+    /// Counts `s` (scheduled for `s.scheduled` tokens) in the step.
+    fn add(&mut self, s: &Seq) {
+        self.requests += 1;
+        if s.prefilling() {
+            self.prefill += u64::from(s.scheduled);
+        } else {
+            self.decode += 1;
+        }
+        self.context += u64::from(s.kv + s.scheduled);
+    }
 }
 
 /// One replica's scheduler state.
@@ -77,8 +108,6 @@ pub struct Replica {
     next_order: u64,
     stats: ReplicaStats,
     step_requests: u64,
-    contexts: Vec<u32>,
-    prefills: Vec<u32>,
     swapped_out: u64,
     swapped_in: u64,
 }
@@ -98,8 +127,6 @@ impl Replica {
             next_order: 0,
             stats: ReplicaStats::default(),
             step_requests: 0,
-            contexts: Vec::new(),
-            prefills: Vec::new(),
             swapped_out: 0,
             swapped_in: 0,
         }
@@ -192,6 +219,13 @@ impl Replica {
         self.swapped_out = 0;
         self.swapped_in = 0;
 
+        let mut tally = Tally::default();
+        let preemption = match cfg.admission {
+            Admission::Paged { preemption } => Some(preemption),
+            _ => None,
+        };
+        let mut preempted = false;
+
         // 1. The running sequences, growing their KV (preempting under the paged rule).
         let mut i = 0;
         while i < self.running.len() {
@@ -206,13 +240,9 @@ impl Replica {
                 .kv
                 .blocks_for(u64::from(s.kv + tokens))
                 .saturating_sub(s.blocks);
-            let preemption = match cfg.admission {
-                Admission::Paged { preemption } => Some(preemption),
-                _ => None,
-            };
-            if let Some(preemption) = preemption.filter(|_| {
-                !self.kv.can_grow(need) && self.running.len() > 1
-            }) {
+            if let Some(preemption) =
+                preemption.filter(|_| !self.kv.can_grow(need) && self.running.len() > 1)
+            {
                 let victim = (0..self.running.len())
                     .max_by_key(|&j| self.running[j].order)
                     .expect("running is not empty");
@@ -221,6 +251,7 @@ impl Replica {
                     i -= 1;
                 }
                 self.preempt(victim, preemption);
+                preempted = true;
                 continue;
             }
             self.kv.allocate(need);
@@ -228,7 +259,15 @@ impl Replica {
             s.blocks += need;
             s.scheduled = tokens;
             budget -= u64::from(tokens);
+            tally.add(s);
             i += 1;
+        }
+        if preempted {
+            // A victim may have been counted before it was preempted: count the batch again.
+            tally = Tally::default();
+            for s in self.running.iter().filter(|s| s.scheduled > 0) {
+                tally.add(s);
+            }
         }
 
         // 2. Swapped-out sequences come back while they fit.
@@ -247,6 +286,7 @@ impl Replica {
             s.blocks = blocks;
             s.scheduled = tokens;
             budget -= u64::from(tokens);
+            tally.add(&s);
             self.running.push(s);
         }
 
@@ -260,7 +300,7 @@ impl Replica {
                 let output = hook.output_tokens(&request).max(1);
                 let s = Seq {
                     prefill_len: request.prompt_tokens.max(1),
-                    request,
+                    request: Box::new(request),
                     output,
                     generated: 0,
                     kv: 0,
@@ -283,7 +323,7 @@ impl Replica {
             let over_budget = u64::from(tokens) > budget && budget < full_budget;
             if over_budget || (!self.running.is_empty() && !self.kv.can_admit(reserve)) {
                 if fresh {
-                    policy.push(index, s.request);
+                    policy.push(index, *s.request);
                 } else {
                     self.resumable.push_front(s);
                 }
@@ -301,37 +341,22 @@ impl Replica {
                 s.order = self.next_order;
                 self.next_order += 1;
             }
+            tally.add(&s);
             self.running.push(s);
         }
 
         // 4. The step's work.
-        self.contexts.clear();
-        self.prefills.clear();
-        let (mut prefill, mut decode, mut context) = (0u64, 0u64, 0u64);
-        for s in self.running.iter().filter(|s| s.scheduled > 0) {
-            let ctx = s.kv + s.scheduled;
-            if s.prefilling() {
-                prefill += u64::from(s.scheduled);
-                self.prefills.push(s.scheduled);
-            } else {
-                decode += 1;
-                self.prefills.push(0);
-            }
-            self.contexts.push(ctx);
-            context += u64::from(ctx);
-        }
-        self.step_requests = self.contexts.len() as u64;
+        self.step_requests = tally.requests;
         if self.step_requests == 0 {
             self.busy = false;
             return None;
         }
         Some(StepWork {
             requests: self.step_requests,
-            prefill_tokens: prefill,
-            decode_tokens: decode,
-            context_tokens: context,
-            contexts: &self.contexts,
-            prefills: &self.prefills,
+            prefill_tokens: tally.prefill,
+            decode_tokens: tally.decode,
+            context_tokens: tally.context,
+            batch: &self.running,
             routed: None,
             adapters: &[],
             swapped_out_tokens: self.swapped_out,

@@ -4,6 +4,7 @@
 //! implement `StepCost` over the cost model; live mode wraps any `StepCost` (predict, measure,
 //! record, pick the clock).
 
+use super::replica::Seq;
 use crate::time::SimDuration;
 use serde::Serialize;
 
@@ -18,7 +19,7 @@ pub struct RoutedTokens<'a> {
 }
 
 /// One step's work, as the replica scheduled it.
-#[derive(Clone, Copy, Debug, PartialEq, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct StepWork<'a> {
     /// Sequences in the step.
     pub requests: u64,
@@ -28,10 +29,11 @@ pub struct StepWork<'a> {
     pub decode_tokens: u64,
     /// KV tokens the step's sequences hold once it runs (the attention context), summed.
     pub context_tokens: u64,
-    /// Per sequence of the step: its context once the step runs.
-    pub contexts: &'a [u32],
-    /// Per sequence of the step: the prompt tokens it prefills in it (0 when decoding).
-    pub prefills: &'a [u32],
+    /// The replica's running sequences; those with `scheduled() > 0` are in the step, each with
+    /// its context once the step runs (`step_context`) and the prompt tokens it prefills in it
+    /// (`step_prefill`). A slice of the batch rather than copied lengths: a cost model that
+    /// needs no per-sequence term pays nothing for them.
+    pub batch: &'a [Seq],
     /// MoE routing of the step, where the family models it.
     pub routed: Option<RoutedTokens<'a>>,
     /// Adapters (LoRA, ESFT expert sets) the step's sequences use, distinct.

@@ -112,8 +112,10 @@ fn trace(config: ReplicaConfig, requests: &[(u64, u32, u32)]) -> Trace {
         };
         let step = (work.prefill_tokens, work.decode_tokens, work.context_tokens);
         swaps.push((work.swapped_out_tokens, work.swapped_in_tokens));
-        assert_eq!(work.contexts.iter().map(|&c| u64::from(c)).sum::<u64>(), step.2);
-        assert_eq!(work.prefills.iter().map(|&c| u64::from(c)).sum::<u64>(), step.0);
+        let in_step = || work.batch.iter().filter(|s| s.scheduled() > 0);
+        assert_eq!(in_step().map(|s| u64::from(s.step_context())).sum::<u64>(), step.2);
+        assert_eq!(in_step().map(|s| u64::from(s.step_prefill())).sum::<u64>(), step.0);
+        assert_eq!(in_step().count() as u64, work.requests);
         let mut ids: Vec<u64> = replica
             .running()
             .iter()
