@@ -102,7 +102,12 @@ fn trace(config: ReplicaConfig, requests: &[(u64, u32, u32)]) -> Trace {
     let mut hook = Outputs::default();
     for &(id, prompt, output) in requests {
         hook.output.insert(id, output);
-        replica.submit(SimTime::ZERO, request(id, prompt, SimTime::ZERO), &mut policy, 0);
+        replica.submit(
+            SimTime::ZERO,
+            request(id, prompt, SimTime::ZERO),
+            &mut policy,
+            0,
+        );
     }
     let (mut steps, mut finished, mut swaps) = (vec![], vec![], vec![]);
     let mut now = SimTime::ZERO;
@@ -113,8 +118,14 @@ fn trace(config: ReplicaConfig, requests: &[(u64, u32, u32)]) -> Trace {
         let step = (work.prefill_tokens, work.decode_tokens, work.context_tokens);
         swaps.push((work.swapped_out_tokens, work.swapped_in_tokens));
         let in_step = || work.batch.iter().filter(|s| s.scheduled() > 0);
-        assert_eq!(in_step().map(|s| u64::from(s.step_context())).sum::<u64>(), step.2);
-        assert_eq!(in_step().map(|s| u64::from(s.step_prefill())).sum::<u64>(), step.0);
+        assert_eq!(
+            in_step().map(|s| u64::from(s.step_context())).sum::<u64>(),
+            step.2
+        );
+        assert_eq!(
+            in_step().map(|s| u64::from(s.step_prefill())).sum::<u64>(),
+            step.0
+        );
         assert_eq!(in_step().count() as u64, work.requests);
         let mut ids: Vec<u64> = replica
             .running()
@@ -174,7 +185,10 @@ fn the_token_budget_and_max_num_seqs_limit_a_step() {
     // s1: A (6, 4 left); B's 6 > 4: B and C behind it wait.
     // s2: A decodes (1, 9 left), B (6, 3 left), C (2, 1 left): prefill 8, ctx 7 + 6 + 2.
     // s3: A decodes (ctx 8), done.
-    let t = trace(config(8, Some(10), false), &[(1, 6, 3), (2, 6, 1), (3, 2, 1)]);
+    let t = trace(
+        config(8, Some(10), false),
+        &[(1, 6, 3), (2, 6, 1), (3, 2, 1)],
+    );
     assert_eq!(
         t.steps,
         vec![
@@ -207,7 +221,10 @@ fn static_batching_admits_only_into_an_empty_replica() {
             (4, 0, 4, vec![3])
         ]
     );
-    assert_eq!(t.hook.admitted, vec![(SimTime(0), 1), (SimTime(0), 2), (SimTime(30), 3)]);
+    assert_eq!(
+        t.hook.admitted,
+        vec![(SimTime(0), 1), (SimTime(0), 2), (SimTime(30), 3)]
+    );
     // Continuous: C joins at s2.
     let t = trace(config(2, None, false), &[(1, 4, 3), (2, 4, 1), (3, 4, 1)]);
     assert_eq!(t.steps[1], (4, 1, 9, vec![1, 3]));
@@ -279,7 +296,10 @@ fn kv_exhaustion_preempts_the_newest_and_recomputes_it() {
     assert_eq!(t.finished, vec![vec![], vec![], vec![], vec![1], vec![2]]);
     assert_eq!(t.stats.preempted_recompute, 1);
     assert_eq!(t.stats.tokens, 8, "no output token is emitted twice");
-    assert_eq!(t.stats.admitted, 2, "a resumed sequence is not a new admission");
+    assert_eq!(
+        t.stats.admitted, 2,
+        "a resumed sequence is not a new admission"
+    );
     assert!(t.peak_blocks <= 5);
 }
 
@@ -431,8 +451,15 @@ fn littles_law_holds_on_the_replica_metrics() {
     let l = stats.mean_in_system(end);
     let lambda = stats.completed as f64 / end.0 as f64;
     let w = stats.mean_sojourn_ns();
-    assert!((l - lambda * w).abs() <= 1e-9 * l, "L {l} vs lambda W {}", lambda * w);
-    assert!(l > 1.0, "a loaded replica holds more than one request on average: {l}");
+    assert!(
+        (l - lambda * w).abs() <= 1e-9 * l,
+        "L {l} vs lambda W {}",
+        lambda * w
+    );
+    assert!(
+        l > 1.0,
+        "a loaded replica holds more than one request on average: {l}"
+    );
     // Every output token was emitted once.
     let outputs: u64 = model.hook.output.values().map(|&o| u64::from(o)).sum();
     assert_eq!(stats.tokens, outputs);
