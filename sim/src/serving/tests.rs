@@ -111,10 +111,7 @@ fn trace(config: ReplicaConfig, requests: &[(u64, u32, u32)]) -> Trace {
     }
     let (mut steps, mut finished, mut swaps) = (vec![], vec![], vec![]);
     let mut now = SimTime::ZERO;
-    loop {
-        let Some(work) = replica.schedule(now, &mut policy, 0, &mut hook) else {
-            break;
-        };
+    while let Some(work) = replica.schedule(now, &mut policy, 0, &mut hook) {
         let step = (work.prefill_tokens, work.decode_tokens, work.context_tokens);
         swaps.push((work.swapped_out_tokens, work.swapped_in_tokens));
         let in_step = || work.batch.iter().filter(|s| s.scheduled() > 0);
@@ -136,7 +133,7 @@ fn trace(config: ReplicaConfig, requests: &[(u64, u32, u32)]) -> Trace {
         ids.sort_unstable();
         steps.push((step.0, step.1, step.2, ids));
         replica.begin_step(SimDuration(10));
-        now = now + SimDuration(10);
+        now += SimDuration(10);
         let mut done = vec![];
         replica.complete_step(now, &mut done);
         let mut ids: Vec<u64> = done.iter().map(|s| s.request.id).collect();
