@@ -24,6 +24,7 @@ pub mod results;
 pub mod rng;
 pub mod runner;
 pub mod scenario;
+pub mod serving;
 pub mod time;
 
 #[cfg(test)]

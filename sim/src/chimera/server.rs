@@ -2,18 +2,17 @@
 //! priority queue ordered by a `QueuePolicy`) fed by a `Router`, serving multi-stage workflows whose
 //! next stage is submitted, with the accumulated context, when the previous one completes.
 //!
-//! Engine events use the shared loop's payload-free variants:
-//! - `RequestArrival`: the next workflow arrives (Poisson at the scenario's RPS);
-//! - `BatchComplete`: some engine finishes a continuous-batching step. Which engine is kept in the
-//!   model's own side heap keyed (time, sequence), scheduled in lockstep with the engine queue, so
-//!   the two pop in the same order;
-//! - `SchedulerTick` is not used.
+//! Events (`Event`): `WorkflowArrival` (the next workflow, Poisson at the scenario's RPS) and
+//! `StepComplete { engine }` (that engine's step ends).
 //!
-//! A step runs every request in the batch for one token (a newly admitted request's prefill
-//! produces its first token); requests are admitted at step boundaries while the batch has room
-//! and the KV cache holds their prompt, and run to completion (no preemption).
+//! Each engine is a `serving::Replica` configured as Chimera runs vLLM (`replica_config`):
+//! requests are admitted at step boundaries while the batch has room and the KV cache holds their
+//! prompt, a step runs every request in the batch for one token (a newly admitted request's
+//! prefill produces its first token), and requests run to completion (no preemption). Steps are
+//! priced through the serving layer's `StepCost` seam (`EngineStepCost`).
 
 use super::config::ChimeraScenario;
+use super::models::EngineCost;
 use super::policy::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Router};
 use super::stats::{average_precision, kendall_tau_distance};
 use super::workload::{SYSTEM_PROMPT_TOKENS, Workflow};
@@ -22,6 +21,10 @@ use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::metrics::{LatencyRecorder, LatencySummary};
 use crate::rng::{SimRng, stream};
+use crate::serving::{
+    Admission, AdmitHook, Batching, CostSource, KvConfig, Replica, ReplicaConfig, Seq,
+    StepBreakdown, StepCost, StepTime, StepWork,
+};
 use crate::time::{SimDuration, SimTime};
 use rand_distr::{Distribution, StandardNormal};
 use serde::Serialize;
@@ -32,31 +35,99 @@ pub const KENDALL_SAMPLE: usize = 2_000;
 /// Workflows whose confidences feed the router's mean average precision.
 pub const MAP_SAMPLE: usize = 20_000;
 
-/// A request in an engine's running batch.
-#[derive(Clone, Debug)]
-struct Running {
-    workflow: u64,
-    remaining: u32,
-    output: u32,
-    context: u32,
-    predicted_total: f64,
-}
-
-#[derive(Clone, Debug, Default)]
+/// One engine: its replica and what Chimera's router and reports track beside it.
 struct EngineRun {
-    running: Vec<Running>,
-    iteration: u64,
-    busy: bool,
-    kv_used: u64,
+    replica: Replica,
+    /// Activity monitor: predicted total remaining tokens dispatched here and not finished.
     in_flight_predicted: f64,
-    // Statistics.
-    busy_ns: u64,
-    steps: u64,
-    batch_sum: u64,
-    requests: u64,
-    tokens: u64,
     first_stage_requests: u64,
     max_waiting: usize,
+}
+
+/// The replica configuration that reproduces Chimera's engine: `max_num_seqs` = the engine's
+/// batch limit, no token budget, no chunked prefill, a cache counted in tokens (block size 1,
+/// no watermark) that admits on the prompt alone and never preempts (docs/serving.md).
+pub fn replica_config(cost: &EngineCost) -> ReplicaConfig {
+    ReplicaConfig {
+        max_num_seqs: cost.max_batch_size,
+        max_num_batched_tokens: None,
+        chunked_prefill: false,
+        kv: KvConfig {
+            block_size: 1,
+            blocks: cost.kv_capacity_tokens,
+            watermark_blocks: 0,
+        },
+        admission: Admission::PromptOnly,
+        batching: Batching::Continuous,
+    }
+}
+
+/// Chimera's engine cost (`models::EngineCost`, the analytic dense roofline) behind the serving
+/// layer's step-cost seam: a step's sequences, new prompt tokens and cached context priced as
+/// `EngineCost::step_ns`.
+pub struct EngineStepCost<'a>(pub &'a EngineCost);
+
+impl StepCost for EngineStepCost<'_> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let c = self.0;
+        let ns = c.step_ns(work.requests, work.prefill_tokens, work.context_tokens);
+        StepTime {
+            duration: SimDuration(ns.round() as u64),
+            breakdown: StepBreakdown {
+                compute_ns: c.flops_per_token * (work.requests + work.prefill_tokens) as f64
+                    / c.compute
+                    * 1e9,
+                memory_ns: (c.weight_bytes + work.context_tokens as f64 * c.kv_bytes_per_token)
+                    / c.bandwidth
+                    * 1e9,
+                communication_ns: 0.0,
+                overhead_ns: c.overhead_ns,
+            },
+            source: CostSource::Analytic,
+        }
+    }
+}
+
+/// What a Chimera engine does when its replica admits a request: the stage's true output length
+/// comes from the workflow; the wait is recorded.
+struct Admit<'x> {
+    workflows: &'x mut HashMap<u64, WorkflowRun>,
+    queue_time: &'x mut LatencyRecorder,
+    admissions: &'x mut Option<Vec<AdmissionRecord>>,
+    engine: usize,
+    model: usize,
+}
+
+impl AdmitHook for Admit<'_> {
+    fn output_tokens(&mut self, request: &QueuedRequest) -> u32 {
+        self.workflows
+            .get(&request.workflow)
+            .expect("queued request's workflow exists")
+            .workflow
+            .tokens(self.model, request.stage)
+    }
+
+    fn admitted(&mut self, now: SimTime, request: &QueuedRequest, _output: u32) {
+        let run = self
+            .workflows
+            .get_mut(&request.workflow)
+            .expect("queued request's workflow exists");
+        let waited = (now - request.submitted).0;
+        run.queue_ns += waited;
+        self.queue_time.record(waited);
+        if let Some(records) = self.admissions {
+            records.push(AdmissionRecord {
+                engine: self.engine,
+                request: request.id,
+                workflow: request.workflow,
+                stage: request.stage,
+                submitted: request.submitted,
+                admitted: now,
+                predicted_total_tokens: request.predicted_total_tokens,
+                true_remaining_tokens: run.workflow.remaining_total(self.model, request.stage),
+            });
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -159,7 +230,7 @@ pub struct ChimeraServer<'a> {
     workflows: HashMap<u64, WorkflowRun>,
     next_workflow: u64,
     next_request: u64,
-    finished: Vec<Running>,
+    finished: Vec<Seq>,
     engine_confidence: Vec<f64>,
     engine_predicted: Vec<f64>,
     engine_states: Vec<EngineState>,
@@ -203,7 +274,16 @@ impl<'a> ChimeraServer<'a> {
             rng_router: stream(seed, "semantic_router"),
             rng_predictor: stream(seed, "predictor"),
             rng_rank: stream(seed, "rank"),
-            engines: vec![EngineRun::default(); n_engines],
+            engines: scenario
+                .engines
+                .iter()
+                .map(|spec| EngineRun {
+                    replica: Replica::new(replica_config(&spec.cost)),
+                    in_flight_predicted: 0.0,
+                    first_stage_requests: 0,
+                    max_waiting: 0,
+                })
+                .collect(),
             pending_steps: Vec::new(),
             workflows: HashMap::new(),
             next_workflow: 0,
@@ -308,8 +388,8 @@ impl<'a> ChimeraServer<'a> {
             );
             self.engine_states.push(EngineState {
                 model: engine.model,
-                waiting: self.queue.len(e),
-                running: self.engines[e].running.len(),
+                waiting: self.engines[e].replica.waiting(&*self.queue, e),
+                running: self.engines[e].replica.running().len(),
                 in_flight_predicted_tokens: self.engines[e].in_flight_predicted.max(0.0),
                 decode_ms_per_token: engine.cost.decode_ms_per_token,
                 max_batch_size: engine.cost.max_batch_size,
@@ -352,7 +432,7 @@ impl<'a> ChimeraServer<'a> {
             stage,
             submitted: now,
             workflow_arrival: run.arrival,
-            enqueued_iteration: self.engines[e].iteration,
+            enqueued_iteration: self.engines[e].replica.iteration(),
             prompt_tokens,
             predicted_stage_tokens: predicted_stage,
             predicted_total_tokens: predicted_total,
@@ -364,116 +444,60 @@ impl<'a> ChimeraServer<'a> {
         if stage == 0 {
             engine.first_stage_requests += 1;
         }
-        self.queue.push(e, request);
+        engine.replica.submit(now, request, &mut *self.queue, e);
         let waiting = self.queue.len(e);
         let engine = &mut self.engines[e];
         engine.max_waiting = engine.max_waiting.max(waiting);
-        if !engine.busy && finishing_engine != Some(e) {
+        if !engine.replica.is_busy() && finishing_engine != Some(e) {
             self.start_step(e, now);
         }
     }
 
     /// Admits what fits and starts the engine's next step, or leaves it idle.
     fn start_step(&mut self, e: usize, now: SimTime) {
-        let cost = &self.scenario.engines[e].cost;
-        let model = self.scenario.engines[e].model;
-        let mut prefill = 0u64;
-        while self.engines[e].running.len() < cost.max_batch_size {
-            let iteration = self.engines[e].iteration;
-            let Some(request) = self.queue.pop(e, iteration) else {
-                break;
-            };
-            let engine = &mut self.engines[e];
-            if !engine.running.is_empty()
-                && engine.kv_used + u64::from(request.prompt_tokens) > cost.kv_capacity_tokens
-            {
-                self.queue.push(e, request);
-                break;
-            }
-            let run = self
-                .workflows
-                .get_mut(&request.workflow)
-                .expect("queued request's workflow exists");
-            let output = run.workflow.tokens(model, request.stage);
-            let waited = (now - request.submitted).0;
-            run.queue_ns += waited;
-            self.queue_time.record(waited);
-            if let Some(records) = &mut self.admissions {
-                records.push(AdmissionRecord {
-                    engine: e,
-                    request: request.id,
-                    workflow: request.workflow,
-                    stage: request.stage,
-                    submitted: request.submitted,
-                    admitted: now,
-                    predicted_total_tokens: request.predicted_total_tokens,
-                    true_remaining_tokens: run.workflow.remaining_total(model, request.stage),
-                });
-            }
-            engine.running.push(Running {
-                workflow: request.workflow,
-                remaining: output,
-                output,
-                context: request.prompt_tokens,
-                predicted_total: request.predicted_total_tokens,
-            });
-            engine.kv_used += u64::from(request.prompt_tokens);
-            engine.requests += 1;
-            prefill += u64::from(request.prompt_tokens);
-        }
-        let engine = &mut self.engines[e];
-        if engine.running.is_empty() {
-            engine.busy = false;
+        let spec = &self.scenario.engines[e];
+        let mut hook = Admit {
+            workflows: &mut self.workflows,
+            queue_time: &mut self.queue_time,
+            admissions: &mut self.admissions,
+            engine: e,
+            model: spec.model,
+        };
+        let replica = &mut self.engines[e].replica;
+        let Some(work) = replica.schedule(now, &mut *self.queue, e, &mut hook) else {
             return;
-        }
-        let batch = engine.running.len() as u64;
-        let duration = SimDuration(cost.step_ns(batch, prefill, engine.kv_used).round() as u64);
-        engine.busy = true;
-        engine.busy_ns += duration.0;
-        engine.steps += 1;
-        engine.batch_sum += batch;
-        let at = now + duration;
-        self.pending_steps.push((at, e));
+        };
+        let duration = EngineStepCost(&spec.cost).price(&work).duration;
+        replica.begin_step(duration);
+        self.pending_steps.push((now + duration, e));
     }
 
     fn step_done(&mut self, e: usize, now: SimTime) {
+        let mut finished = std::mem::take(&mut self.finished);
         let engine = &mut self.engines[e];
-        engine.iteration += 1;
-        let mut i = 0;
-        while i < engine.running.len() {
-            let r = &mut engine.running[i];
-            r.remaining -= 1;
-            r.context += 1;
-            engine.kv_used += 1;
-            engine.tokens += 1;
-            if r.remaining == 0 {
-                let done = engine.running.swap_remove(i);
-                engine.kv_used -= u64::from(done.context);
-                engine.in_flight_predicted -= done.predicted_total;
-                self.finished.push(done);
-            } else {
-                i += 1;
-            }
+        engine.replica.complete_step(now, &mut finished);
+        for done in &finished {
+            engine.in_flight_predicted -= done.request.predicted_total_tokens;
         }
         let capability = self.scenario.generator.models[self.scenario.engines[e].model].capability;
-        let mut finished = std::mem::take(&mut self.finished);
         for done in finished.drain(..) {
+            let workflow = done.request.workflow;
             let run = self
                 .workflows
-                .get_mut(&done.workflow)
+                .get_mut(&workflow)
                 .expect("running request's workflow exists");
             run.generated += u64::from(done.output);
             run.accumulated_output = run.accumulated_output.saturating_add(done.output);
             run.capability_sum += capability;
             run.next_stage += 1;
             if run.next_stage < run.workflow.n_stages {
-                self.submit(done.workflow, now, Some(e));
+                self.submit(workflow, now, Some(e));
             } else {
                 let run = self
                     .workflows
-                    .remove(&done.workflow)
+                    .remove(&workflow)
                     .expect("finished workflow exists");
-                self.workflow_finished(done.workflow, run, now);
+                self.workflow_finished(workflow, run, now);
             }
         }
         self.finished = finished;
@@ -524,20 +548,23 @@ impl<'a> ChimeraServer<'a> {
             .engines
             .iter()
             .zip(&self.scenario.engines)
-            .map(|(run, spec)| EngineReport {
-                model: spec.cost.model.name.to_string(),
-                requests: run.requests,
-                workflows_started: run.first_stage_requests,
-                output_tokens: run.tokens,
-                utilization: if end.0 > 0 {
-                    run.busy_ns as f64 / end.0 as f64
-                } else {
-                    0.0
-                },
-                mean_batch_size: run.batch_sum as f64 / run.steps.max(1) as f64,
-                steps: run.steps,
-                max_waiting: run.max_waiting,
-                decode_ms_per_token: spec.cost.decode_ms_per_token,
+            .map(|(run, spec)| {
+                let stats = run.replica.stats();
+                EngineReport {
+                    model: spec.cost.model.name.to_string(),
+                    requests: stats.admitted,
+                    workflows_started: run.first_stage_requests,
+                    output_tokens: stats.tokens,
+                    utilization: if end.0 > 0 {
+                        stats.busy_ns as f64 / end.0 as f64
+                    } else {
+                        0.0
+                    },
+                    mean_batch_size: stats.batch_sum as f64 / stats.steps.max(1) as f64,
+                    steps: stats.steps,
+                    max_waiting: run.max_waiting,
+                    decode_ms_per_token: spec.cost.decode_ms_per_token,
+                }
             })
             .collect();
         let mean_tokens =

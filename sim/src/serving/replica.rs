@@ -1,0 +1,409 @@
+//! One continuous-batching replica: the vLLM scheduler done once. Waiting requests sit in a
+//! `QueuePolicy` (preempted ones ahead of them in the replica's own queues), running sequences in
+//! the batch; `schedule` decides the next step under `max_num_seqs`, the token budget, chunked
+//! prefill, the KV block manager and the admission rule, `complete_step` advances it. The replica
+//! owns no clock and no event queue: a family's engine `Model` calls it when a step ends and
+//! schedules the next step end with the duration its `StepCost` gives.
+//!
+//! A step runs, in order: the running sequences (a decode token each, or the next prefill chunk),
+//! swapped-out sequences brought back, sequences preempted by recompute, then new requests in the
+//! policy's order, while the limits allow (vLLM v1's order: running before waiting). A sequence
+//! holds the KV of every token it has computed; a decode step computes the last emitted token, so
+//! after `k` emitted tokens of a prompt `P` a step's context is `P + k`. A lone sequence is always
+//! run, overcommitting the cache if it must, so a request larger than the cache cannot stall the
+//! replica.
+
+use super::config::{Admission, Batching, Preemption, ReplicaConfig};
+use super::kv::BlockManager;
+use super::metrics::ReplicaStats;
+use super::queue::{QueuePolicy, QueuedRequest};
+use super::step::StepWork;
+use crate::time::{SimDuration, SimTime};
+use std::collections::VecDeque;
+
+/// What the family decides when the replica admits a request.
+pub trait AdmitHook {
+    /// Output tokens the request will generate (at least 1; `ReserveFull` reserves them).
+    fn output_tokens(&mut self, request: &QueuedRequest) -> u32;
+    /// The request enters the batch for the first time at `now` (not called on resumption).
+    fn admitted(&mut self, now: SimTime, request: &QueuedRequest, output: u32);
+}
+
+/// A sequence admitted to the replica.
+#[derive(Clone, Debug)]
+pub struct Seq {
+    /// Boxed: the batch loops touch only the counters below, kept small and close together.
+    pub request: Box<QueuedRequest>,
+    /// Output tokens it generates in all.
+    pub output: u32,
+    /// Output tokens emitted so far.
+    pub generated: u32,
+    /// Tokens to prefill before decoding: the prompt, plus the tokens generated before a
+    /// recompute preemption.
+    prefill_len: u32,
+    /// Tokens whose KV the sequence holds.
+    kv: u32,
+    blocks: u64,
+    /// Tokens it computes in the step being scheduled or run.
+    scheduled: u32,
+    /// Admission order (the preemption victim is the most recent).
+    order: u64,
+}
+
+impl Seq {
+    fn prefilling(&self) -> bool {
+        self.kv < self.prefill_len
+    }
+    /// Tokens whose KV the sequence holds.
+    pub fn context(&self) -> u32 {
+        self.kv
+    }
+    /// Tokens it computes in the step scheduled last (0: left out of it).
+    pub fn scheduled(&self) -> u32 {
+        self.scheduled
+    }
+    /// Its context once the scheduled step runs.
+    pub fn step_context(&self) -> u32 {
+        self.kv + self.scheduled
+    }
+    /// Prompt tokens it prefills in the scheduled step (0 when it decodes).
+    pub fn step_prefill(&self) -> u32 {
+        if self.prefilling() { self.scheduled } else { 0 }
+    }
+}
+
+/// A step's totals, counted as its sequences are scheduled.
+#[derive(Default)]
+struct Tally {
+    requests: u64,
+    prefill: u64,
+    decode: u64,
+    context: u64,
+}
+
+impl Tally {
+    /// Counts `s` (scheduled for `s.scheduled` tokens) in the step.
+    fn add(&mut self, s: &Seq) {
+        self.requests += 1;
+        if s.prefilling() {
+            self.prefill += u64::from(s.scheduled);
+        } else {
+            self.decode += 1;
+        }
+        self.context += u64::from(s.kv + s.scheduled);
+    }
+}
+
+/// One replica's scheduler state.
+pub struct Replica {
+    config: ReplicaConfig,
+    kv: BlockManager,
+    running: Vec<Seq>,
+    /// Preempted by recompute, oldest victim first; resumed before new requests.
+    resumable: VecDeque<Seq>,
+    /// Preempted by swap; resumed first, and while any wait no new request is admitted (vLLM v0).
+    swapped: VecDeque<Seq>,
+    iteration: u64,
+    busy: bool,
+    next_order: u64,
+    stats: ReplicaStats,
+    step_requests: u64,
+    swapped_out: u64,
+    swapped_in: u64,
+}
+
+impl Replica {
+    /// A replica; `config` must pass `validate`.
+    pub fn new(config: ReplicaConfig) -> Self {
+        debug_assert_eq!(config.validate(), Ok(()));
+        Replica {
+            kv: BlockManager::new(config.kv),
+            config,
+            running: Vec::new(),
+            resumable: VecDeque::new(),
+            swapped: VecDeque::new(),
+            iteration: 0,
+            busy: false,
+            next_order: 0,
+            stats: ReplicaStats::default(),
+            step_requests: 0,
+            swapped_out: 0,
+            swapped_in: 0,
+        }
+    }
+
+    pub fn config(&self) -> &ReplicaConfig {
+        &self.config
+    }
+    /// Whether a step is in execution (set by `begin_step`, cleared by a `schedule` that finds
+    /// nothing to run).
+    pub fn is_busy(&self) -> bool {
+        self.busy
+    }
+    /// Steps completed (vLLM scheduling iterations); queue policies age requests by it.
+    pub fn iteration(&self) -> u64 {
+        self.iteration
+    }
+    pub fn running(&self) -> &[Seq] {
+        &self.running
+    }
+    /// Requests waiting here: the policy's queue and the preempted ones.
+    pub fn waiting(&self, policy: &dyn QueuePolicy, index: usize) -> usize {
+        policy.len(index) + self.resumable.len() + self.swapped.len()
+    }
+    pub fn kv(&self) -> &BlockManager {
+        &self.kv
+    }
+    pub fn stats(&self) -> &ReplicaStats {
+        &self.stats
+    }
+
+    /// Queues `request` (its `submitted` time is `now`) in `policy`'s queue `index`.
+    pub fn submit(
+        &mut self,
+        now: SimTime,
+        request: QueuedRequest,
+        policy: &mut dyn QueuePolicy,
+        index: usize,
+    ) {
+        self.stats.population(now, 1);
+        policy.push(index, request);
+    }
+
+    /// Tokens a sequence computes next within `budget`.
+    fn next_tokens(&self, s: &Seq, budget: u64) -> u32 {
+        if !s.prefilling() {
+            return 1;
+        }
+        let rest = s.prefill_len - s.kv;
+        if self.config.chunked_prefill {
+            rest.min(u32::try_from(budget).unwrap_or(u32::MAX))
+        } else {
+            rest
+        }
+    }
+
+    fn preempt(&mut self, victim: usize, mode: Preemption) {
+        let mut s = self.running.remove(victim);
+        self.kv.release(s.blocks);
+        s.blocks = 0;
+        s.scheduled = 0;
+        match mode {
+            Preemption::Recompute => {
+                s.prefill_len = s.request.prompt_tokens.max(1) + s.generated;
+                s.kv = 0;
+                self.stats.preempted_recompute += 1;
+                self.resumable.push_front(s);
+            }
+            Preemption::Swap => {
+                self.swapped_out += u64::from(s.kv);
+                self.stats.preempted_swap += 1;
+                self.swapped.push_front(s);
+            }
+        }
+    }
+
+    /// Decides the next step at `now`: returns its work, or `None` (and the replica goes idle)
+    /// when nothing can run. New requests come from `policy`'s queue `index`; `hook` learns
+    /// their output lengths and admissions.
+    pub fn schedule(
+        &mut self,
+        now: SimTime,
+        policy: &mut dyn QueuePolicy,
+        index: usize,
+        hook: &mut dyn AdmitHook,
+    ) -> Option<StepWork<'_>> {
+        let cfg = self.config;
+        let mut budget = cfg.max_num_batched_tokens.unwrap_or(u64::MAX);
+        let full_budget = budget;
+        self.swapped_out = 0;
+        self.swapped_in = 0;
+
+        let mut tally = Tally::default();
+        let preemption = match cfg.admission {
+            Admission::Paged { preemption } => Some(preemption),
+            _ => None,
+        };
+        let mut preempted = false;
+
+        // 1. The running sequences, growing their KV (preempting under the paged rule).
+        let mut i = 0;
+        while i < self.running.len() {
+            if budget == 0 {
+                self.running[i].scheduled = 0;
+                i += 1;
+                continue;
+            }
+            let tokens = self.next_tokens(&self.running[i], budget);
+            let s = &self.running[i];
+            let need = self
+                .kv
+                .blocks_for(u64::from(s.kv + tokens))
+                .saturating_sub(s.blocks);
+            if let Some(preemption) =
+                preemption.filter(|_| !self.kv.can_grow(need) && self.running.len() > 1)
+            {
+                let victim = (0..self.running.len())
+                    .max_by_key(|&j| self.running[j].order)
+                    .expect("running is not empty");
+                if victim < i {
+                    budget += u64::from(self.running[victim].scheduled);
+                    i -= 1;
+                }
+                self.preempt(victim, preemption);
+                preempted = true;
+                continue;
+            }
+            self.kv.allocate(need);
+            let s = &mut self.running[i];
+            s.blocks += need;
+            s.scheduled = tokens;
+            budget -= u64::from(tokens);
+            tally.add(s);
+            i += 1;
+        }
+        if preempted {
+            // A victim may have been counted before it was preempted: count the batch again.
+            tally = Tally::default();
+            for s in self.running.iter().filter(|s| s.scheduled > 0) {
+                tally.add(s);
+            }
+        }
+
+        // 2. Swapped-out sequences come back while they fit.
+        while let Some(s) = self.swapped.front() {
+            if self.running.len() >= cfg.max_num_seqs || budget == 0 {
+                break;
+            }
+            let tokens = self.next_tokens(s, budget);
+            let blocks = self.kv.blocks_for(u64::from(s.kv + tokens));
+            if !self.running.is_empty() && !self.kv.can_admit(blocks) {
+                break;
+            }
+            let mut s = self.swapped.pop_front().expect("front exists");
+            self.kv.allocate(blocks);
+            self.swapped_in += u64::from(s.kv);
+            s.blocks = blocks;
+            s.scheduled = tokens;
+            budget -= u64::from(tokens);
+            tally.add(&s);
+            self.running.push(s);
+        }
+
+        // 3. Preempted, then new requests, while the limits and the admission rule allow.
+        let may_admit = self.swapped.is_empty()
+            && (cfg.batching == Batching::Continuous || self.running.is_empty());
+        while may_admit && self.running.len() < cfg.max_num_seqs && budget > 0 {
+            let (mut s, fresh) = if let Some(s) = self.resumable.pop_front() {
+                (s, false)
+            } else if let Some(request) = policy.pop(index, self.iteration) {
+                let output = hook.output_tokens(&request).max(1);
+                let s = Seq {
+                    prefill_len: request.prompt_tokens.max(1),
+                    request: Box::new(request),
+                    output,
+                    generated: 0,
+                    kv: 0,
+                    blocks: 0,
+                    scheduled: 0,
+                    order: self.next_order,
+                };
+                (s, true)
+            } else {
+                break;
+            };
+            let tokens = self.next_tokens(&s, budget);
+            let reserve = match cfg.admission {
+                Admission::PromptOnly => self.kv.blocks_for(u64::from(s.prefill_len)),
+                Admission::ReserveFull => self
+                    .kv
+                    .blocks_for(u64::from(s.prefill_len) + u64::from(s.output - s.generated)),
+                Admission::Paged { .. } => self.kv.blocks_for(u64::from(tokens)),
+            };
+            let over_budget = u64::from(tokens) > budget && budget < full_budget;
+            if over_budget || (!self.running.is_empty() && !self.kv.can_admit(reserve)) {
+                if fresh {
+                    policy.push(index, *s.request);
+                } else {
+                    self.resumable.push_front(s);
+                }
+                break;
+            }
+            self.kv.allocate(reserve);
+            s.blocks = reserve;
+            s.scheduled = tokens;
+            budget = budget.saturating_sub(u64::from(tokens));
+            if fresh {
+                self.next_order += 1;
+                self.stats.admitted += 1;
+                hook.admitted(now, &s.request, s.output);
+            } else {
+                s.order = self.next_order;
+                self.next_order += 1;
+            }
+            tally.add(&s);
+            self.running.push(s);
+        }
+
+        // 4. The step's work.
+        self.step_requests = tally.requests;
+        if self.step_requests == 0 {
+            self.busy = false;
+            return None;
+        }
+        Some(StepWork {
+            requests: self.step_requests,
+            prefill_tokens: tally.prefill,
+            decode_tokens: tally.decode,
+            context_tokens: tally.context,
+            batch: &self.running,
+            routed: None,
+            adapters: &[],
+            swapped_out_tokens: self.swapped_out,
+            swapped_in_tokens: self.swapped_in,
+        })
+    }
+
+    /// The scheduled step runs for `duration`.
+    pub fn begin_step(&mut self, duration: SimDuration) {
+        self.busy = true;
+        self.stats.busy_ns += duration.0;
+        self.stats.steps += 1;
+        self.stats.batch_sum += self.step_requests;
+    }
+
+    /// The step ends at `now`: every scheduled sequence computes its tokens, emits one if its
+    /// prefill is done, and leaves (its blocks freed) once it has emitted its output. Finished
+    /// sequences are appended to `finished` in the order found (the batch is compacted by
+    /// swapping the last sequence into the gap).
+    pub fn complete_step(&mut self, now: SimTime, finished: &mut Vec<Seq>) {
+        self.iteration += 1;
+        let mut i = 0;
+        while i < self.running.len() {
+            let s = &mut self.running[i];
+            if s.scheduled == 0 {
+                i += 1;
+                continue;
+            }
+            if s.prefilling() {
+                self.stats.prefill_tokens += u64::from(s.scheduled);
+            }
+            s.kv += s.scheduled;
+            s.scheduled = 0;
+            if s.kv >= s.prefill_len {
+                s.generated += 1;
+                self.stats.tokens += 1;
+            }
+            if s.generated >= s.output {
+                let done = self.running.swap_remove(i);
+                self.kv.release(done.blocks);
+                self.stats.completed += 1;
+                self.stats.sojourn_ns += u128::from((now - done.request.submitted).0);
+                self.stats.population(now, -1);
+                finished.push(done);
+            } else {
+                i += 1;
+            }
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! The one step-cost seam: what a step does (requests, prefill and decode tokens, context
+//! lengths, optionally the tokens routed to each expert and GPU per layer, the adapters touched,
+//! swapped tokens) in, its duration with a breakdown and the source of the price out. Families
+//! implement `StepCost` over the cost model; live mode wraps any `StepCost` (predict, measure,
+//! record, pick the clock).
+
+use super::replica::Seq;
+use crate::time::SimDuration;
+use serde::Serialize;
+
+/// Tokens routed in one step of an MoE model, row-major per layer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RoutedTokens<'a> {
+    pub layers: usize,
+    /// `layers x experts`: tokens routed to each expert.
+    pub per_expert: &'a [u32],
+    /// `layers x gpus`: tokens each GPU computes (after the expert-to-GPU mapping).
+    pub per_gpu: &'a [u32],
+}
+
+/// One step's work, as the replica scheduled it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StepWork<'a> {
+    /// Sequences in the step.
+    pub requests: u64,
+    /// Prompt tokens prefilled in the step (whole prompts, chunks, recomputed tokens).
+    pub prefill_tokens: u64,
+    /// Sequences decoding one token.
+    pub decode_tokens: u64,
+    /// KV tokens the step's sequences hold once it runs (the attention context), summed.
+    pub context_tokens: u64,
+    /// The replica's running sequences; those with `scheduled() > 0` are in the step, each with
+    /// its context once the step runs (`step_context`) and the prompt tokens it prefills in it
+    /// (`step_prefill`). A slice of the batch rather than copied lengths: a cost model that
+    /// needs no per-sequence term pays nothing for them.
+    pub batch: &'a [Seq],
+    /// MoE routing of the step, where the family models it.
+    pub routed: Option<RoutedTokens<'a>>,
+    /// Adapters (LoRA, ESFT expert sets) the step's sequences use, distinct.
+    pub adapters: &'a [u32],
+    /// KV tokens moved to host memory before the step (swap preemption).
+    pub swapped_out_tokens: u64,
+    /// KV tokens moved back to the GPU before the step.
+    pub swapped_in_tokens: u64,
+}
+
+/// Where a step's price came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CostSource {
+    /// The analytic roofline (datasheet rates and the model's shape).
+    Analytic,
+    /// A measured profile of this device.
+    Measured,
+    /// A measured profile scaled to another device or shape.
+    Scaled,
+}
+
+/// The parts of a step's time, in ns (a part may overlap others: the duration is not their sum
+/// when compute and memory overlap).
+#[derive(Clone, Copy, Debug, PartialEq, Default, Serialize)]
+pub struct StepBreakdown {
+    pub compute_ns: f64,
+    pub memory_ns: f64,
+    pub communication_ns: f64,
+    pub overhead_ns: f64,
+}
+
+/// A priced step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepTime {
+    pub duration: SimDuration,
+    pub breakdown: StepBreakdown,
+    pub source: CostSource,
+}
+
+/// Prices a step. `&mut self` so that a live implementation can run and record it.
+pub trait StepCost {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime;
+}

@@ -1,0 +1,463 @@
+//! Replica tests against schedules worked out by hand (each test writes its expected schedule
+//! out), and Little's law on the replica's own metrics over a Poisson run driven by an engine
+//! `Model`.
+
+use super::*;
+use crate::arrivals::{ArrivalProcess, Poisson};
+use crate::engine::{self, Model};
+use crate::event_queue::EventQueue;
+use crate::rng::stream;
+use crate::time::{SimDuration, SimTime};
+use rand::RngExt;
+use std::collections::{BTreeMap, VecDeque};
+
+/// FCFS per replica.
+#[derive(Default)]
+struct Fifo(Vec<VecDeque<QueuedRequest>>);
+impl QueuePolicy for Fifo {
+    fn name(&self) -> &'static str {
+        "fcfs"
+    }
+    fn reset(&mut self, n: usize) {
+        self.0 = vec![VecDeque::new(); n];
+    }
+    fn push(&mut self, e: usize, r: QueuedRequest) {
+        // Pushed back after a refused admission: it keeps its place at the head.
+        let at = self.0[e].partition_point(|q| q.id < r.id);
+        self.0[e].insert(at, r);
+    }
+    fn pop(&mut self, e: usize, _: u64) -> Option<QueuedRequest> {
+        self.0[e].pop_front()
+    }
+    fn len(&self, e: usize) -> usize {
+        self.0[e].len()
+    }
+}
+
+/// Output lengths by request id; records admissions (time, id).
+#[derive(Default)]
+struct Outputs {
+    output: BTreeMap<u64, u32>,
+    admitted: Vec<(SimTime, u64)>,
+}
+impl AdmitHook for Outputs {
+    fn output_tokens(&mut self, r: &QueuedRequest) -> u32 {
+        self.output[&r.id]
+    }
+    fn admitted(&mut self, now: SimTime, r: &QueuedRequest, _: u32) {
+        self.admitted.push((now, r.id));
+    }
+}
+
+fn request(id: u64, prompt: u32, submitted: SimTime) -> QueuedRequest {
+    QueuedRequest {
+        id,
+        workflow: id,
+        stage: 0,
+        submitted,
+        workflow_arrival: submitted,
+        enqueued_iteration: 0,
+        prompt_tokens: prompt,
+        predicted_stage_tokens: 0.0,
+        predicted_total_tokens: 0.0,
+        attained_service: 0,
+        rank_noise: 0.0,
+    }
+}
+
+fn config(max_num_seqs: usize, budget: Option<u64>, chunked: bool) -> ReplicaConfig {
+    ReplicaConfig {
+        max_num_seqs,
+        max_num_batched_tokens: budget,
+        chunked_prefill: chunked,
+        kv: KvConfig {
+            block_size: 1,
+            blocks: 1_000_000,
+            watermark_blocks: 0,
+        },
+        admission: Admission::PromptOnly,
+        batching: Batching::Continuous,
+    }
+}
+
+/// One step as scheduled: (prefill tokens, decode tokens, context tokens, ids in the step).
+type Step = (u64, u64, u64, Vec<u64>);
+
+/// Runs `requests` (id, prompt, output), all submitted at 0, to completion with 10 ns steps;
+/// returns each step, the ids finished after each, the stats and the hook.
+struct Trace {
+    steps: Vec<Step>,
+    finished: Vec<Vec<u64>>,
+    swaps: Vec<(u64, u64)>,
+    stats: ReplicaStats,
+    peak_blocks: u64,
+    hook: Outputs,
+}
+
+fn trace(config: ReplicaConfig, requests: &[(u64, u32, u32)]) -> Trace {
+    config.validate().unwrap();
+    let mut replica = Replica::new(config);
+    let mut policy = Fifo::default();
+    policy.reset(1);
+    let mut hook = Outputs::default();
+    for &(id, prompt, output) in requests {
+        hook.output.insert(id, output);
+        replica.submit(
+            SimTime::ZERO,
+            request(id, prompt, SimTime::ZERO),
+            &mut policy,
+            0,
+        );
+    }
+    let (mut steps, mut finished, mut swaps) = (vec![], vec![], vec![]);
+    let mut now = SimTime::ZERO;
+    while let Some(work) = replica.schedule(now, &mut policy, 0, &mut hook) {
+        let step = (work.prefill_tokens, work.decode_tokens, work.context_tokens);
+        swaps.push((work.swapped_out_tokens, work.swapped_in_tokens));
+        let in_step = || work.batch.iter().filter(|s| s.scheduled() > 0);
+        assert_eq!(
+            in_step().map(|s| u64::from(s.step_context())).sum::<u64>(),
+            step.2
+        );
+        assert_eq!(
+            in_step().map(|s| u64::from(s.step_prefill())).sum::<u64>(),
+            step.0
+        );
+        assert_eq!(in_step().count() as u64, work.requests);
+        let mut ids: Vec<u64> = replica
+            .running()
+            .iter()
+            .filter(|s| s.scheduled() > 0)
+            .map(|s| s.request.id)
+            .collect();
+        ids.sort_unstable();
+        steps.push((step.0, step.1, step.2, ids));
+        replica.begin_step(SimDuration(10));
+        now += SimDuration(10);
+        let mut done = vec![];
+        replica.complete_step(now, &mut done);
+        let mut ids: Vec<u64> = done.iter().map(|s| s.request.id).collect();
+        ids.sort_unstable();
+        finished.push(ids);
+        assert!(steps.len() < 1000, "the schedule does not end");
+    }
+    assert_eq!(policy.len(0), 0);
+    Trace {
+        steps,
+        finished,
+        swaps,
+        stats: replica.stats().clone(),
+        peak_blocks: replica.kv().peak(),
+        hook,
+    }
+}
+
+#[test]
+fn chunked_prefill_splits_a_long_prompt_across_steps() {
+    // Budget 8 tokens per step. A: prompt 20, output 2. B: prompt 3, output 1.
+    // s1: A chunk 8 (ctx 8), budget spent, B waits.     s2: A chunk 8 (ctx 16).
+    // s3: A last chunk 4 (ctx 20, emits 1); B fits in the 4 left: prefill 3 (ctx 3), emits, done.
+    // s4: A decodes (ctx 21), emits 2, done.
+    let t = trace(config(8, Some(8), true), &[(1, 20, 2), (2, 3, 1)]);
+    assert_eq!(
+        t.steps,
+        vec![
+            (8, 0, 8, vec![1]),
+            (8, 0, 16, vec![1]),
+            (7, 0, 23, vec![1, 2]),
+            (0, 1, 21, vec![1]),
+        ]
+    );
+    assert_eq!(t.finished, vec![vec![], vec![], vec![2], vec![1]]);
+    assert_eq!(t.hook.admitted, vec![(SimTime(0), 1), (SimTime(20), 2)]);
+    assert_eq!((t.stats.tokens, t.stats.prefill_tokens), (3, 23));
+    // Without chunking the whole prompt runs in the first step.
+    let t = trace(config(8, None, false), &[(1, 20, 2), (2, 3, 1)]);
+    assert_eq!(t.steps, vec![(23, 0, 23, vec![1, 2]), (0, 1, 21, vec![1])]);
+}
+
+#[test]
+fn the_token_budget_and_max_num_seqs_limit_a_step() {
+    // Budget 10, no chunking. A: prompt 6, out 3; B: prompt 6, out 1; C: prompt 2, out 1.
+    // s1: A (6, 4 left); B's 6 > 4: B and C behind it wait.
+    // s2: A decodes (1, 9 left), B (6, 3 left), C (2, 1 left): prefill 8, ctx 7 + 6 + 2.
+    // s3: A decodes (ctx 8), done.
+    let t = trace(
+        config(8, Some(10), false),
+        &[(1, 6, 3), (2, 6, 1), (3, 2, 1)],
+    );
+    assert_eq!(
+        t.steps,
+        vec![
+            (6, 0, 6, vec![1]),
+            (8, 1, 15, vec![1, 2, 3]),
+            (0, 1, 8, vec![1])
+        ]
+    );
+    assert_eq!(t.finished, vec![vec![], vec![2, 3], vec![1]]);
+    // max_num_seqs 2, prompts of 4. A: out 2; B, C: out 1.
+    // s1: A, B (ctx 8); B done.  s2: A decodes (ctx 5), C joins (ctx 4); both done.
+    let t = trace(config(2, None, false), &[(1, 4, 2), (2, 4, 1), (3, 4, 1)]);
+    assert_eq!(t.steps, vec![(8, 0, 8, vec![1, 2]), (4, 1, 9, vec![1, 3])]);
+    assert_eq!(t.finished, vec![vec![2], vec![1, 3]]);
+}
+
+#[test]
+fn static_batching_admits_only_into_an_empty_replica() {
+    // max_num_seqs 2, prompts of 4. A: out 3; B, C: out 1.
+    // s1: A, B.  s2: A alone (B left, C may not join a running batch).  s3: A, done.  s4: C.
+    let mut c = config(2, None, false);
+    c.batching = Batching::Static;
+    let t = trace(c, &[(1, 4, 3), (2, 4, 1), (3, 4, 1)]);
+    assert_eq!(
+        t.steps,
+        vec![
+            (8, 0, 8, vec![1, 2]),
+            (0, 1, 5, vec![1]),
+            (0, 1, 6, vec![1]),
+            (4, 0, 4, vec![3])
+        ]
+    );
+    assert_eq!(
+        t.hook.admitted,
+        vec![(SimTime(0), 1), (SimTime(0), 2), (SimTime(30), 3)]
+    );
+    // Continuous: C joins at s2.
+    let t = trace(config(2, None, false), &[(1, 4, 3), (2, 4, 1), (3, 4, 1)]);
+    assert_eq!(t.steps[1], (4, 1, 9, vec![1, 3]));
+}
+
+/// Block size 4, 5 blocks (20 tokens), no watermark.
+fn small_cache(admission: Admission) -> ReplicaConfig {
+    let mut c = config(8, None, false);
+    c.kv = KvConfig {
+        block_size: 4,
+        blocks: 5,
+        watermark_blocks: 0,
+    };
+    c.admission = admission;
+    c
+}
+
+/// A and B: prompt 6, output 4 each.
+const PAIR: &[(u64, u32, u32)] = &[(1, 6, 4), (2, 6, 4)];
+
+#[test]
+fn prompt_only_admission_counts_the_prompt_and_overcommits_growth() {
+    // A, B reserve ceil(6/4) = 2 blocks each (4 of 5). Contexts 12, 14, 16, 18: at s4 each holds
+    // 9 tokens = 3 blocks, 6 in use of 5, and nobody is preempted.
+    let t = trace(small_cache(Admission::PromptOnly), PAIR);
+    let ctx: Vec<u64> = t.steps.iter().map(|s| s.2).collect();
+    assert_eq!(ctx, vec![12, 14, 16, 18]);
+    assert_eq!(t.peak_blocks, 6);
+    assert_eq!(t.stats.preempted_recompute + t.stats.preempted_swap, 0);
+    // A watermark of 2 blocks refuses B at first (2 + 2 + 2 > 5): B runs after A.
+    let mut c = small_cache(Admission::PromptOnly);
+    c.kv.watermark_blocks = 2;
+    let t = trace(c, PAIR);
+    assert_eq!(t.hook.admitted, vec![(SimTime(0), 1), (SimTime(40), 2)]);
+}
+
+#[test]
+fn reserve_full_admission_waits_for_prompt_plus_output() {
+    // Each needs ceil((6 + 4)/4) = 3 blocks; 3 + 3 > 5, so B is admitted when A finishes (s5).
+    let t = trace(small_cache(Admission::ReserveFull), PAIR);
+    assert_eq!(t.hook.admitted, vec![(SimTime(0), 1), (SimTime(40), 2)]);
+    assert_eq!(t.steps.len(), 8);
+    assert_eq!(t.peak_blocks, 3);
+}
+
+#[test]
+fn kv_exhaustion_preempts_the_newest_and_recomputes_it() {
+    // s1: A, B admitted, 2 blocks each (ctx 12).  s2: ctx 14, s3: ctx 16, same blocks.
+    // s4: each needs a 3rd block (9 tokens): A takes the last free one; B finds none and, being
+    //     the most recently admitted, is preempted (its 2 blocks freed; 3 tokens generated).
+    //     Resuming B needs ceil(9/4) = 3 blocks, 3 used + 3 > 5: A runs alone (ctx 9), finishes.
+    // s5: B prefills its prompt and its 3 tokens again (9), emits its 4th token, finishes.
+    let t = trace(
+        small_cache(Admission::Paged {
+            preemption: Preemption::Recompute,
+        }),
+        PAIR,
+    );
+    assert_eq!(
+        t.steps,
+        vec![
+            (12, 0, 12, vec![1, 2]),
+            (0, 2, 14, vec![1, 2]),
+            (0, 2, 16, vec![1, 2]),
+            (0, 1, 9, vec![1]),
+            (9, 0, 9, vec![2]),
+        ]
+    );
+    assert_eq!(t.finished, vec![vec![], vec![], vec![], vec![1], vec![2]]);
+    assert_eq!(t.stats.preempted_recompute, 1);
+    assert_eq!(t.stats.tokens, 8, "no output token is emitted twice");
+    assert_eq!(
+        t.stats.admitted, 2,
+        "a resumed sequence is not a new admission"
+    );
+    assert!(t.peak_blocks <= 5);
+}
+
+#[test]
+fn kv_exhaustion_preempts_by_swap_and_swaps_back() {
+    // As with recompute up to s4, but B's 8 cached tokens go to host memory (s4 carries them)
+    // and come back at s5 (3 blocks, B alone), where B decodes its 4th token (ctx 9).
+    let t = trace(
+        small_cache(Admission::Paged {
+            preemption: Preemption::Swap,
+        }),
+        PAIR,
+    );
+    assert_eq!(
+        t.steps,
+        vec![
+            (12, 0, 12, vec![1, 2]),
+            (0, 2, 14, vec![1, 2]),
+            (0, 2, 16, vec![1, 2]),
+            (0, 1, 9, vec![1]),
+            (0, 1, 9, vec![2]),
+        ]
+    );
+    assert_eq!(t.swaps, vec![(0, 0), (0, 0), (0, 0), (8, 0), (0, 8)]);
+    assert_eq!(t.stats.preempted_swap, 1);
+    assert_eq!(t.stats.tokens, 8);
+}
+
+#[test]
+fn a_lone_request_larger_than_the_cache_still_runs() {
+    // 30 tokens of prompt in a 20-token cache: admitted alone, overcommitting, never preempted.
+    for admission in [
+        Admission::PromptOnly,
+        Admission::ReserveFull,
+        Admission::Paged {
+            preemption: Preemption::Recompute,
+        },
+    ] {
+        let t = trace(small_cache(admission), &[(1, 30, 2)]);
+        assert_eq!(t.steps.len(), 2, "{admission:?}");
+    }
+}
+
+#[test]
+fn invalid_configurations_are_refused() {
+    let mut c = config(8, None, true);
+    assert!(c.validate().unwrap_err().contains("chunked_prefill"));
+    c.chunked_prefill = false;
+    c.max_num_seqs = 0;
+    assert!(c.validate().unwrap_err().contains("max_num_seqs"));
+    let mut c = config(8, None, false);
+    c.kv.block_size = 0;
+    assert!(c.validate().unwrap_err().contains("block_size"));
+}
+
+/// A Poisson stream into one replica on the engine loop: each step costs 2 ms plus 20 us per
+/// prompt token and 5 us per sequence.
+struct PoissonReplica {
+    arrivals: Poisson,
+    rng: crate::rng::SimRng,
+    replica: Replica,
+    policy: Fifo,
+    hook: Outputs,
+    next_id: u64,
+    done: Vec<Seq>,
+    end: SimTime,
+}
+
+enum Ev {
+    Arrival,
+    StepEnd,
+}
+
+impl PoissonReplica {
+    fn start_step(&mut self, now: SimTime, events: &mut EventQueue<Ev>) {
+        if let Some(work) = self
+            .replica
+            .schedule(now, &mut self.policy, 0, &mut self.hook)
+        {
+            let ns = 2_000_000 + 20_000 * work.prefill_tokens + 5_000 * work.requests;
+            self.replica.begin_step(SimDuration(ns));
+            events.schedule(now + SimDuration(ns), Ev::StepEnd);
+        }
+    }
+}
+
+impl Model for PoissonReplica {
+    type Event = Ev;
+    fn start(&mut self, events: &mut EventQueue<Ev>) {
+        if let Some(a) = self.arrivals.next_arrival() {
+            events.schedule(a.time, Ev::Arrival);
+        }
+    }
+    fn handle(&mut self, now: SimTime, event: Ev, events: &mut EventQueue<Ev>) {
+        match event {
+            Ev::Arrival => {
+                let id = self.next_id;
+                self.next_id += 1;
+                self.hook.output.insert(id, self.rng.random_range(1..=64));
+                let r = request(id, self.rng.random_range(16..=256), now);
+                self.replica.submit(now, r, &mut self.policy, 0);
+                if let Some(a) = self.arrivals.next_arrival() {
+                    events.schedule(a.time, Ev::Arrival);
+                }
+                if !self.replica.is_busy() {
+                    self.start_step(now, events);
+                }
+            }
+            Ev::StepEnd => {
+                self.replica.complete_step(now, &mut self.done);
+                self.end = now;
+                self.start_step(now, events);
+            }
+        }
+    }
+}
+
+#[test]
+fn littles_law_holds_on_the_replica_metrics() {
+    let mut c = config(16, Some(512), true);
+    c.kv = KvConfig {
+        block_size: 16,
+        blocks: 96,
+        watermark_blocks: 2,
+    };
+    c.admission = Admission::Paged {
+        preemption: Preemption::Recompute,
+    };
+    let n = 20_000;
+    let mut model = PoissonReplica {
+        arrivals: Poisson::new(40.0, n, 1, stream(7, "arrivals")),
+        rng: stream(7, "lengths"),
+        replica: Replica::new(c),
+        policy: Fifo::default(),
+        hook: Outputs::default(),
+        next_id: 0,
+        done: vec![],
+        end: SimTime::ZERO,
+    };
+    model.policy.reset(1);
+    engine::run(&mut model);
+    let stats = model.replica.stats();
+    assert_eq!(stats.completed, n as u64);
+    assert_eq!(stats.in_system, 0);
+    assert!(stats.preempted_recompute > 0, "the cache was never full");
+    // L = lambda W over [0, end], the system empty at both ends: the time integral of the
+    // population equals the sum of the sojourns, and so L = (completed / T) x mean sojourn.
+    let end = model.end;
+    let l = stats.mean_in_system(end);
+    let lambda = stats.completed as f64 / end.0 as f64;
+    let w = stats.mean_sojourn_ns();
+    assert!(
+        (l - lambda * w).abs() <= 1e-9 * l,
+        "L {l} vs lambda W {}",
+        lambda * w
+    );
+    assert!(
+        l > 1.0,
+        "a loaded replica holds more than one request on average: {l}"
+    );
+    // Every output token was emitted once.
+    let outputs: u64 = model.hook.output.values().map(|&o| u64::from(o)).sum();
+    assert_eq!(stats.tokens, outputs);
+}
