@@ -165,15 +165,14 @@ fn import_vidur(args: &ImportVidurArgs) -> Result<(), Failure> {
         commit: args.commit.clone(),
         licence: args.licence.clone(),
     };
-    let imported = vidur::import_dir(&args.dir, &args.out, &args.only, &provenance).map_err(
-        |e| match e {
+    let imported =
+        vidur::import_dir(&args.dir, &args.out, &args.only, &provenance).map_err(|e| match e {
             vidur::ImportError::Write(e) => Failure {
                 code: 1,
                 message: e.to_string(),
             },
             other => input(other.to_string()),
-        },
-    )?;
+        })?;
     for (path, what) in &imported.written {
         println!("wrote {} ({what})", path.display());
     }

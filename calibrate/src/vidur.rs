@@ -92,7 +92,10 @@ impl Table {
         self.header.iter().position(|h| h == name).ok_or_else(|| {
             file_error(
                 &self.path,
-                format!("no column {name:?} (the header has {} columns)", self.header.len()),
+                format!(
+                    "no column {name:?} (the header has {} columns)",
+                    self.header.len()
+                ),
             )
         })
     }
@@ -179,7 +182,11 @@ pub fn import_compute(
         .iter()
         .filter_map(|&op| {
             let name = format!("time_stats.{op}.median");
-            table.header.iter().position(|h| *h == name).map(|col| (op, col))
+            table
+                .header
+                .iter()
+                .position(|h| *h == name)
+                .map(|col| (op, col))
         })
         .collect();
     if op_cols.is_empty() {
@@ -315,7 +322,8 @@ pub fn import_collective(
 }
 
 fn sorted_dirs(dir: &Path) -> Result<Vec<PathBuf>, ImportError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| file_error(dir, format!("cannot list: {e}")))?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| file_error(dir, format!("cannot list: {e}")))?;
     let mut dirs = Vec::new();
     for entry in entries {
         let path = entry
@@ -376,13 +384,18 @@ pub fn import_dir(
                     let csv = model_dir.join("mlp.csv");
                     let source_file = format!("data/profiling/compute/{folder}/{model}/mlp.csv");
                     let profile = import_compute(&csv, gpu, &model, &source_file, provenance)?;
-                    let target = out.join(&folder).join(format!("{}.json", name_of(&model_dir)));
+                    let target = out
+                        .join(&folder)
+                        .join(format!("{}.json", name_of(&model_dir)));
                     create_parent(&target)?;
                     profile.save(&target)?;
                     let points: usize = profile.series.iter().map(|s| s.points.len()).sum();
                     written.push((
                         target,
-                        format!("{model} on {gpu}: {} series, {points} points", profile.series.len()),
+                        format!(
+                            "{model} on {gpu}: {} series, {points} points",
+                            profile.series.len()
+                        ),
                     ));
                 }
             }
@@ -406,7 +419,10 @@ pub fn import_dir(
                 sources.push(DataSource {
                     repository: provenance.repository.clone(),
                     commit: provenance.commit.clone(),
-                    file: format!("data/profiling/network/{topology}/{}.csv", collective.as_str()),
+                    file: format!(
+                        "data/profiling/network/{topology}/{}.csv",
+                        collective.as_str()
+                    ),
                     licence: provenance.licence.clone(),
                     statistic: STATISTIC.into(),
                 });
@@ -426,13 +442,19 @@ pub fn import_dir(
             let target = out.join("network").join(format!("{topology}.json"));
             create_parent(&target)?;
             profile.save(&target)?;
-            written.push((target, format!("{topology}: {} series", profile.series.len())));
+            written.push((
+                target,
+                format!("{topology}: {} series", profile.series.len()),
+            ));
         }
     }
     for name in only {
         let found = written.iter().any(|(path, line)| {
-            line.starts_with(&format!("{name} on")) || line.starts_with(&format!("{name}:"))
-                || path.file_stem().is_some_and(|s| s.to_string_lossy() == name.as_str())
+            line.starts_with(&format!("{name} on"))
+                || line.starts_with(&format!("{name}:"))
+                || path
+                    .file_stem()
+                    .is_some_and(|s| s.to_string_lossy() == name.as_str())
         });
         if !found {
             return Err(file_error(
@@ -476,8 +498,14 @@ mod tests {
     #[test]
     fn compute_profile_keeps_the_measured_medians() {
         let csv = fixtures().join("profiling/compute/a100/meta-llama/Meta-Llama-3-8B/mlp.csv");
-        let p = import_compute(&csv, "A100-80GB", "meta-llama/Meta-Llama-3-8B", "f.csv", &provenance())
-            .unwrap();
+        let p = import_compute(
+            &csv,
+            "A100-80GB",
+            "meta-llama/Meta-Llama-3-8B",
+            "f.csv",
+            &provenance(),
+        )
+        .unwrap();
         assert_eq!(p.shape.n_embd, 4096);
         assert_eq!(p.shape.n_expanded_embd, 14336);
         assert!(p.shape.use_gated_mlp);
@@ -516,7 +544,10 @@ mod tests {
             .iter()
             .map(|(p, _)| p.strip_prefix(out.path()).unwrap().display().to_string())
             .collect();
-        assert_eq!(names, ["a100/Meta-Llama-3-8B.json", "network/a100_dgx.json"]);
+        assert_eq!(
+            names,
+            ["a100/Meta-Llama-3-8B.json", "network/a100_dgx.json"]
+        );
         let p = OpProfile::load(&out.path().join("a100/Meta-Llama-3-8B.json")).unwrap();
         assert_eq!(p.gpu, "A100-80GB");
         assert_eq!(
@@ -551,17 +582,30 @@ mod tests {
                 .to_string()
         };
         let ok_row = "0.1,32,8,4096,14336,128256,True,1,1";
-        let err = import(&format!("{HEADER}\n{ok_row}\n0.2,32,8,4096,14336,128256,True,x,1\n"));
+        let err = import(&format!(
+            "{HEADER}\n{ok_row}\n0.2,32,8,4096,14336,128256,True,x,1\n"
+        ));
         assert!(err.contains("mlp.csv:3: column \"num_tokens\""), "{err}");
-        let err = import(&format!("{HEADER}\n{ok_row}\n-0.2,32,8,4096,14336,128256,True,2,1\n"));
+        let err = import(&format!(
+            "{HEADER}\n{ok_row}\n-0.2,32,8,4096,14336,128256,True,2,1\n"
+        ));
         assert!(
-            err.contains(":3: column \"time_stats.mlp_up_proj.median\"") && err.contains("positive"),
+            err.contains(":3: column \"time_stats.mlp_up_proj.median\"")
+                && err.contains("positive"),
             "{err}"
         );
-        let err = import(&format!("{HEADER}\n{ok_row}\n0.2,32,8,4096,11008,128256,True,2,1\n"));
-        assert!(err.contains(":3:") && err.contains("shape differs"), "{err}");
+        let err = import(&format!(
+            "{HEADER}\n{ok_row}\n0.2,32,8,4096,11008,128256,True,2,1\n"
+        ));
+        assert!(
+            err.contains(":3:") && err.contains("shape differs"),
+            "{err}"
+        );
         let err = import("n_head,num_tokens\n1,2\n");
-        assert!(err.contains("no column \"num_tensor_parallel_workers\""), "{err}");
+        assert!(
+            err.contains("no column \"num_tensor_parallel_workers\""),
+            "{err}"
+        );
         let err = import(&format!("{HEADER}\n"));
         assert!(err.contains("no rows"), "{err}");
     }

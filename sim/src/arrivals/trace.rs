@@ -293,7 +293,10 @@ impl std::fmt::Display for TraceStats {
         if let Some(cv) = self.interarrival_cv {
             write!(f, ", inter-arrival CV {cv:.2}")?;
         }
-        for (name, stats) in [("prompt", &self.prompt_tokens), ("output", &self.output_tokens)] {
+        for (name, stats) in [
+            ("prompt", &self.prompt_tokens),
+            ("output", &self.output_tokens),
+        ] {
             if let Some(l) = stats {
                 write!(
                     f,
@@ -702,7 +705,10 @@ mod stats_tests {
         assert_eq!(s.mean_rate_per_s, Some(0.5));
         assert!((s.interarrival_cv.unwrap() - 3f64.sqrt() / 2.0).abs() < 1e-12);
         let p = s.prompt_tokens.unwrap();
-        assert_eq!((p.count, p.mean, p.p50, p.p90, p.max), (4, 250.0, 200, 400, 400));
+        assert_eq!(
+            (p.count, p.mean, p.p50, p.p90, p.max),
+            (4, 250.0, 200, 400, 400)
+        );
         // The last row has no output length: three values.
         assert_eq!(s.output_tokens.unwrap().count, 3);
         let fast = t.stats(None, 0.5);
@@ -721,14 +727,30 @@ mod stats_tests {
     #[test]
     fn azure_traces_load_with_their_statistics() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/traces");
-        let conv = Trace::load(dir.join("azure_conv_2023.csv")).unwrap().stats(None, 1.0);
+        let conv = Trace::load(dir.join("azure_conv_2023.csv"))
+            .unwrap()
+            .stats(None, 1.0);
         assert_eq!(conv.requests, 19_366);
-        assert!((conv.mean_rate_per_s.unwrap() - 5.5301).abs() < 1e-3, "{conv}");
-        assert!((conv.interarrival_cv.unwrap() - 1.0942).abs() < 1e-3, "{conv}");
+        assert!(
+            (conv.mean_rate_per_s.unwrap() - 5.5301).abs() < 1e-3,
+            "{conv}"
+        );
+        assert!(
+            (conv.interarrival_cv.unwrap() - 1.0942).abs() < 1e-3,
+            "{conv}"
+        );
         assert!(conv.prompt_tokens.is_some() && conv.output_tokens.is_some());
-        let code = Trace::load(dir.join("azure_code_2023.csv")).unwrap().stats(None, 1.0);
+        let code = Trace::load(dir.join("azure_code_2023.csv"))
+            .unwrap()
+            .stats(None, 1.0);
         assert_eq!(code.requests, 8_819);
-        assert!((code.mean_rate_per_s.unwrap() - 2.5664).abs() < 1e-3, "{code}");
-        assert!((code.interarrival_cv.unwrap() - 13.152).abs() < 1e-2, "{code}");
+        assert!(
+            (code.mean_rate_per_s.unwrap() - 2.5664).abs() < 1e-3,
+            "{code}"
+        );
+        assert!(
+            (code.interarrival_cv.unwrap() - 13.152).abs() < 1e-2,
+            "{code}"
+        );
     }
 }

@@ -300,7 +300,10 @@ fn check_points(points: &[(u64, f64)], field: &str) -> Result<(), (String, Strin
         if i > 0 && x <= points[i - 1].0 {
             return Err((
                 format!("{field}[{i}]"),
-                format!("sizes must increase strictly ({} then {x})", points[i - 1].0),
+                format!(
+                    "sizes must increase strictly ({} then {x})",
+                    points[i - 1].0
+                ),
             ));
         }
     }
@@ -325,7 +328,9 @@ fn layout(value: &serde_json::Value) -> String {
     fn flat(value: &serde_json::Value) -> bool {
         match value {
             serde_json::Value::Array(items) => items.iter().all(|item| match item {
-                serde_json::Value::Array(pair) => pair.iter().all(|v| !v.is_array() && !v.is_object()),
+                serde_json::Value::Array(pair) => {
+                    pair.iter().all(|v| !v.is_array() && !v.is_object())
+                }
                 other => !other.is_object(),
             }),
             _ => false,
@@ -392,11 +397,13 @@ impl OpProfile {
     pub fn from_json(text: &str, path: &Path) -> Result<OpProfile, OpProfileError> {
         let profile: OpProfile = parse(text, path)?;
         version_check(profile.format_version, path)?;
-        profile.check().map_err(|(field, message)| OpProfileError::Invalid {
-            path: path.to_path_buf(),
-            field,
-            message,
-        })?;
+        profile
+            .check()
+            .map_err(|(field, message)| OpProfileError::Invalid {
+                path: path.to_path_buf(),
+                field,
+                message,
+            })?;
         Ok(profile)
     }
 
@@ -560,13 +567,13 @@ mod tests {
     #[test]
     fn never_extrapolates() {
         let s = series(vec![(1, 10.0), (8, 80.0)]);
-        assert_eq!(
-            s.nanos_at(9),
-            Err(OutOfRange::Above { tokens: 9, last: 8 })
-        );
+        assert_eq!(s.nanos_at(9), Err(OutOfRange::Above { tokens: 9, last: 8 }));
         assert_eq!(
             s.nanos_at(0),
-            Err(OutOfRange::Below { tokens: 0, first: 1 })
+            Err(OutOfRange::Below {
+                tokens: 0,
+                first: 1
+            })
         );
     }
 
@@ -583,7 +590,10 @@ mod tests {
         let p = profile(vec![series(vec![(4, 10.0), (2, 11.0)])]);
         let err = OpProfile::from_json(&p.to_json(), Path::new("p.json")).unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("p.json") && text.contains("series[0].points[1]"), "{text}");
+        assert!(
+            text.contains("p.json") && text.contains("series[0].points[1]"),
+            "{text}"
+        );
 
         let p = profile(vec![series(vec![(1, 10.0)]), series(vec![(1, 12.0)])]);
         let text = OpProfile::from_json(&p.to_json(), Path::new("p.json"))
@@ -594,7 +604,10 @@ mod tests {
         let text = OpProfile::from_json("{\"format_version\": \"one\"}", Path::new("q.json"))
             .unwrap_err()
             .to_string();
-        assert!(text.starts_with("q.json:1:") && text.contains("format_version"), "{text}");
+        assert!(
+            text.starts_with("q.json:1:") && text.contains("format_version"),
+            "{text}"
+        );
     }
 
     /// Every committed import loads, and the MLP of Llama-3-8B on the A100 (one Mixtral-8x7B
