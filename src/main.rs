@@ -116,6 +116,17 @@ fn main() -> ExitCode {
                     plan.seeds.len(),
                     plan.cells.len() * plan.seeds.len()
                 );
+                // What each replayed trace offers, once per distinct (file, replay).
+                let mut printed = Vec::new();
+                for cell in &plan.cells {
+                    if let Some((path, stats)) = cell.scenario.trace_replay() {
+                        let line = format!("trace {}: {stats}", path.display());
+                        if !printed.contains(&line) {
+                            println!("{line}");
+                            printed.push(line);
+                        }
+                    }
+                }
                 ExitCode::SUCCESS
             }
             Err(code) => code,

@@ -3,7 +3,8 @@
 //! profile JSON that `expertsim run` reads through `[execution] profile = "path"`; or, with
 //! `--analytic GPU`, writes the roofline profile of a catalogue GPU; or, with `--dense-models`,
 //! measures the decode steps and loads of dense models scaled down as live MOSAIC runs them and
-//! writes the dense-decode profile `[serving] profile` reads. Exit codes: 0 success,
+//! writes the dense-decode profile `[serving] profile` reads; or, with `import-vidur DIR`,
+//! converts Vidur's public GPU profiling CSVs into op and network profiles. Exit codes: 0 success,
 //! 2 bad input or no usable device (one line on stderr), 1 a profile that cannot be written.
 
 mod analytic;
@@ -12,8 +13,9 @@ mod pipeline;
 mod sampler;
 mod stats;
 mod timestamp;
+mod vidur;
 
-use clap::{Parser, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use dense::DensePlan;
 use kernels::backend::{self, BackendKind};
 use pipeline::{CalibrateError, Plan};
@@ -34,8 +36,15 @@ enum BackendArg {
 
 /// Measure the kernels and write a profile the simulator reads.
 #[derive(Debug, Parser)]
-#[command(name = "expertsim-calibrate", version, about)]
+#[command(
+    name = "expertsim-calibrate",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Where to run the kernels.
     #[arg(long, value_enum, default_value = "cuda")]
     backend: BackendArg,
@@ -120,6 +129,54 @@ struct Cli {
     /// (`all`: every committed reference profile, under --output or `profiles/`).
     #[arg(long, value_name = "GPU")]
     analytic: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Convert Vidur's profiling CSVs (its `data/` folder) into op and network profiles:
+    /// `<out>/<gpu>/<model>.json` and `<out>/network/<topology>.json` (docs/calibration.md).
+    ImportVidur(ImportVidurArgs),
+}
+
+#[derive(Debug, Args)]
+struct ImportVidurArgs {
+    /// Vidur's `data/` folder (with `profiling/compute` and/or `profiling/network`).
+    dir: PathBuf,
+    /// Commit of the Vidur repository the folder comes from (recorded in every profile).
+    #[arg(long)]
+    commit: String,
+    /// Repository recorded as the source.
+    #[arg(long, default_value = "github.com/microsoft/vidur")]
+    repository: String,
+    /// Licence of the data (SPDX), recorded in every profile.
+    #[arg(long, default_value = "MIT")]
+    licence: String,
+    /// Import only these models (`org/model`) and network topologies (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Folder to write into.
+    #[arg(long, default_value = "profiles/vidur")]
+    out: PathBuf,
+}
+
+fn import_vidur(args: &ImportVidurArgs) -> Result<(), Failure> {
+    let provenance = vidur::Provenance {
+        repository: args.repository.clone(),
+        commit: args.commit.clone(),
+        licence: args.licence.clone(),
+    };
+    let imported =
+        vidur::import_dir(&args.dir, &args.out, &args.only, &provenance).map_err(|e| match e {
+            vidur::ImportError::Write(e) => Failure {
+                code: 1,
+                message: e.to_string(),
+            },
+            other => input(other.to_string()),
+        })?;
+    for (path, what) in &imported.written {
+        println!("wrote {} ({what})", path.display());
+    }
+    Ok(())
 }
 
 /// A failed invocation: its exit code and one line.
@@ -263,6 +320,9 @@ fn run_dense(cli: &Cli, names: &[String]) -> Result<(), Failure> {
 }
 
 fn run(cli: &Cli) -> Result<(), Failure> {
+    if let Some(Command::ImportVidur(args)) = &cli.command {
+        return import_vidur(args);
+    }
     if let Some(names) = &cli.dense_models {
         return run_dense(cli, names);
     }

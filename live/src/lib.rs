@@ -3,18 +3,22 @@
 //! `expertsim run`, while each step is executed on the kernels (CPU references or CUDA) and
 //! timed. The fidelity report sets every step's predicted time beside its measured time.
 //!
-//! Families: CAPS (`caps`, through `sim::caps::server::StepExecutor`), GEM (`gem`, through
-//! `sim::gem::GemStepCost`), ExpertWeave (`expertweave`, through `sim::expertweave::EwStepCost`)
-//! and MOSAIC (`mosaic`, through `sim::mosaic::SessionCost`); CHIMERA is refused with a clear
-//! error.
+//! Families: Chimera (`chimera`, through the serving layer's one step-cost seam
+//! `sim::serving::step::StepCost`, wrapped once by `step::LiveStep`), CAPS (`caps`, through
+//! `sim::caps::server::StepExecutor`), GEM (`gem`, through `sim::gem::GemStepCost`),
+//! ExpertWeave (`expertweave`, through `sim::expertweave::EwStepCost`) and MOSAIC (`mosaic`,
+//! through `sim::mosaic::SessionCost`). The last four move onto `step::LiveStep` as their
+//! families move onto the serving replica.
 
 pub mod caps;
+pub mod chimera;
 pub mod device;
 pub mod expertweave;
 pub mod fidelity;
 pub mod gem;
 pub mod mosaic;
 pub mod report;
+pub mod step;
 
 use device::Kernels;
 use fidelity::{ErrorSummary, MetricPair, StepRecord, metric_pairs};
@@ -177,10 +181,15 @@ fn describe(scenario: &Scenario) -> Result<Described, LiveError> {
                 None => format!("analytic-roofline ({} decode model)", s.serving.gpu.name),
             },
         )),
-        other => Err(LiveError::Unsupported(format!(
-            "live mode runs the caps, gem, expertweave and mosaic families; {} is not wired yet",
-            format!("{:?}", other.family()).to_ascii_lowercase()
-        ))),
+        Scenario::Chimera(s) => Ok((
+            None,
+            s.engines
+                .iter()
+                .map(|e| e.cost.model.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+            s.source(),
+        )),
     }
 }
 
@@ -219,7 +228,7 @@ pub fn run(
             expertweave::run(s, seed, policies, &mut kernels, options.clock)?
         }
         Scenario::Mosaic(s) => mosaic::run(s, seed, policies, &mut kernels, options.clock)?,
-        _ => unreachable!("describe refused the other families"),
+        Scenario::Chimera(s) => chimera::run(s, seed, policies, &mut kernels, options.clock)?,
     };
     let wall_s = started.elapsed().as_secs_f64();
     Ok(LiveReport {
@@ -261,16 +270,5 @@ mod tests {
             Some(("b".into(), "(none)".into()))
         );
         assert_eq!((shorter.simulated_count, shorter.live_count), (2, 1));
-    }
-
-    #[test]
-    fn a_scenario_of_another_family_is_refused_with_exit_code_2() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../scenarios/chimera/quick.toml");
-        let plan = sim::scenario::load(&path, &[]).unwrap();
-        let scenario = &plan.cells[0].scenario;
-        let error = describe(scenario).unwrap_err();
-        assert_eq!(error.exit_code(), 2);
-        assert!(error.to_string().contains("not wired"), "{error}");
     }
 }

@@ -69,3 +69,47 @@ fn kernels_present() -> bool {
         .iter()
         .any(|p| Path::new(p).exists())
 }
+
+/// Chimera runs live through the serving layer's step-cost seam: with the predicted clock the
+/// live run's engine steps are the simulated run's, step for step, and every step was measured.
+#[test]
+fn chimera_runs_live_through_the_step_cost_seam() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("live");
+    let output = expertsim()
+        .args([
+            "live",
+            "--backend",
+            "cpu",
+            "--clock",
+            "predicted",
+            "--repetitions",
+            "1",
+            "--out",
+        ])
+        .arg(&out)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/live/chimera.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("fidelity.json")).unwrap()).unwrap();
+    assert_eq!(report["family"], "chimera");
+    assert_eq!(report["decisions"]["identical"], true);
+    let steps = report["steps"].as_array().unwrap();
+    assert!(steps.len() > 100, "{}", steps.len());
+    assert!(
+        steps
+            .iter()
+            .all(|s| s["measured_ns"].as_f64().unwrap() > 0.0
+                && s["predicted_ns"].as_f64().unwrap() > 0.0)
+    );
+    // Simulated and live metrics are the same run when the predicted clock drives both.
+    for pair in report["metrics"].as_array().unwrap() {
+        assert_eq!(pair["simulated"], pair["live"], "{pair}");
+    }
+}

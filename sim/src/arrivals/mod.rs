@@ -22,7 +22,7 @@ mod trace;
 pub use bursty::{Bursty, BurstyParams, InvalidBurstyParams};
 pub use offline::Offline;
 pub use poisson::Poisson;
-pub use trace::{Trace, TraceError, TraceReplay, TraceRow};
+pub use trace::{LengthStats, Trace, TraceError, TraceReplay, TraceRow, TraceStats};
 
 use crate::rng::SimRng;
 use crate::time::SimTime;

@@ -39,6 +39,20 @@ pub fn run_recorded(
     super::run_output(&server.finish())
 }
 
+/// [`run`] with each engine's steps priced by `step_costs[e]` (live mode wraps the analytic
+/// engine cost in one per engine).
+pub fn run_with_step_costs<'a>(
+    scenario: &'a ChimeraScenario,
+    seed: u64,
+    queue: &'a mut dyn QueuePolicy,
+    router: &'a mut dyn Router,
+    step_costs: Vec<Box<dyn crate::serving::step::StepCost + 'a>>,
+) -> RunOutput {
+    let mut server = ChimeraServer::new(scenario, seed, queue, router).with_step_costs(step_costs);
+    engine::run(&mut server);
+    super::run_output(&server.finish())
+}
+
 /// Runs one seed of `scenario` and reports it in the family-independent shape (scalars in the
 /// order of `chimera::METRICS`, every field of `ChimeraMetrics` as detail).
 pub fn run(

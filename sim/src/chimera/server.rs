@@ -247,6 +247,9 @@ pub struct ChimeraServer<'a> {
     map_scores: Vec<Vec<f64>>,
     map_labels: Vec<Vec<bool>>,
     admissions: Option<Vec<AdmissionRecord>>,
+    /// What prices each engine's steps: `EngineStepCost` in simulation, a live wrapper in
+    /// live mode (one per engine, in engine order).
+    step_costs: Vec<Box<dyn StepCost + 'a>>,
     /// Where finished workflows' records go (`--per-request-csv`), when anywhere.
     records: Option<&'a mut dyn crate::records::RecordSink>,
 }
@@ -304,7 +307,24 @@ impl<'a> ChimeraServer<'a> {
             map_scores: vec![Vec::new(); n_models],
             map_labels: vec![Vec::new(); n_models],
             admissions: None,
+            step_costs: scenario
+                .engines
+                .iter()
+                .map(|spec| Box::new(EngineStepCost(&spec.cost)) as Box<dyn StepCost + 'a>)
+                .collect(),
         }
+    }
+
+    /// Prices engine `e`'s steps with `step_costs[e]` instead of the analytic engine cost
+    /// (live mode). One per engine, in engine order.
+    pub fn with_step_costs(mut self, step_costs: Vec<Box<dyn StepCost + 'a>>) -> Self {
+        assert_eq!(
+            step_costs.len(),
+            self.engines.len(),
+            "one step cost per engine"
+        );
+        self.step_costs = step_costs;
+        self
     }
 
     /// Records every admission (for tests); off by default.
@@ -456,6 +476,7 @@ impl<'a> ChimeraServer<'a> {
     /// Admits what fits and starts the engine's next step, or leaves it idle.
     fn start_step(&mut self, e: usize, now: SimTime) {
         let spec = &self.scenario.engines[e];
+        let step_cost = &mut self.step_costs[e];
         let mut hook = Admit {
             workflows: &mut self.workflows,
             queue_time: &mut self.queue_time,
@@ -467,7 +488,7 @@ impl<'a> ChimeraServer<'a> {
         let Some(work) = replica.schedule(now, &mut *self.queue, e, &mut hook) else {
             return;
         };
-        let duration = EngineStepCost(&spec.cost).price(&work).duration;
+        let duration = step_cost.price(&work).duration;
         replica.begin_step(duration);
         self.pending_steps.push((now + duration, e));
     }

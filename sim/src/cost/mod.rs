@@ -4,6 +4,7 @@
 
 pub mod curve;
 pub mod gpu;
+pub mod op_profile;
 pub mod profile;
 pub mod roofline;
 

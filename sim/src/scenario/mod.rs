@@ -42,6 +42,20 @@ impl Scenario {
             Scenario::Expertweave(_) => Family::Expertweave,
         }
     }
+    /// The trace a cell replays, with what the replay offers (`expertsim validate` prints it):
+    /// the trace file, then its statistics after `time_scale` over the requests replayed.
+    pub fn trace_replay(&self) -> Option<(std::path::PathBuf, crate::arrivals::TraceStats)> {
+        match self {
+            Scenario::Caps(s) => match &s.arrival {
+                crate::caps::config::ArrivalSpec::Trace { trace, time_scale } => Some((
+                    trace.path().to_path_buf(),
+                    trace.stats(usize::try_from(s.workload.n_requests).ok(), *time_scale),
+                )),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
     /// Whether the scenario asks for per-request records (`[output] per_request_csv`).
     pub fn per_request_csv(&self) -> bool {
         match self {

@@ -1,0 +1,144 @@
+//! Live mode over the serving layer's one step-cost seam (`sim::serving::step::StepCost`),
+//! written once: [`LiveStep`] wraps any simulated step cost, predicts each step with it, runs
+//! the step on the kernels through a family's [`Measure`], records predicted beside measured,
+//! logs what the scheduler put into the step, and hands back the duration the chosen clock
+//! says. [`Logged`] is the simulated twin (same log, no kernels), so the two runs' decisions
+//! can be compared line by line. Several `LiveStep`s (one per engine or replica) share one
+//! [`LiveSession`], hence one device and one step log.
+
+use crate::device::Kernels;
+use crate::fidelity::StepRecord;
+use crate::{Clock, LiveError};
+use kernels::BackendError;
+use sim::serving::step::{StepCost, StepTime, StepWork};
+use sim::time::SimDuration;
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// How a family runs one step of one engine on the kernels.
+pub trait Measure {
+    /// Runs `work` and returns its measured time in nanoseconds.
+    fn measure(&mut self, kernels: &mut Kernels, work: &StepWork<'_>) -> Result<f64, BackendError>;
+}
+
+/// One line for the decision log: which engine, and what the scheduler put into the step.
+pub fn step_line(engine: &str, work: &StepWork<'_>) -> String {
+    format!(
+        "{engine}: {} sequences, {} prefill tokens, {} decoding, {} context tokens",
+        work.requests, work.prefill_tokens, work.decode_tokens, work.context_tokens
+    )
+}
+
+/// What every `LiveStep` of a run shares: the device, the clock, the records and the log.
+pub struct LiveSession<'k> {
+    kernels: &'k mut Kernels,
+    clock: Clock,
+    steps: Vec<StepRecord>,
+    log: Vec<String>,
+    error: Option<BackendError>,
+}
+
+impl<'k> LiveSession<'k> {
+    pub fn new(kernels: &'k mut Kernels, clock: Clock) -> Rc<RefCell<LiveSession<'k>>> {
+        Rc::new(RefCell::new(LiveSession {
+            kernels,
+            clock,
+            steps: Vec::new(),
+            log: Vec::new(),
+            error: None,
+        }))
+    }
+
+    /// The step records and the decision log, or the first backend failure.
+    pub fn finish(self) -> Result<(Vec<StepRecord>, Vec<String>), LiveError> {
+        match self.error {
+            Some(e) => Err(LiveError::Backend(e)),
+            None => Ok((self.steps, self.log)),
+        }
+    }
+}
+
+/// A simulated step cost run live: `predictor` prices, `measure` runs the step.
+pub struct LiveStep<'k, P, M> {
+    name: String,
+    predictor: P,
+    measure: M,
+    session: Rc<RefCell<LiveSession<'k>>>,
+}
+
+impl<'k, P: StepCost, M: Measure> LiveStep<'k, P, M> {
+    /// `name` labels the engine in the log and the step records.
+    pub fn new(
+        name: impl Into<String>,
+        predictor: P,
+        measure: M,
+        session: Rc<RefCell<LiveSession<'k>>>,
+    ) -> Self {
+        LiveStep {
+            name: name.into(),
+            predictor,
+            measure,
+            session,
+        }
+    }
+}
+
+impl<P: StepCost, M: Measure> StepCost for LiveStep<'_, P, M> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let predicted = self.predictor.price(work);
+        let mut session = self.session.borrow_mut();
+        let session = &mut *session;
+        let line = step_line(&self.name, work);
+        session.log.push(line.clone());
+        // After a failure the run finishes on predictions; the failure is reported.
+        let measured = if session.error.is_none() {
+            self.measure.measure(session.kernels, work)
+        } else {
+            Ok(f64::NAN)
+        };
+        let measured_ns = match measured {
+            Ok(ns) => ns,
+            Err(e) => {
+                session.error = Some(e);
+                f64::NAN
+            }
+        };
+        session.steps.push(StepRecord {
+            index: session.steps.len(),
+            what: line,
+            predicted_ns: predicted.duration.0 as f64,
+            measured_ns,
+        });
+        match session.clock {
+            Clock::Measured if measured_ns.is_finite() => StepTime {
+                duration: SimDuration(measured_ns.round().max(1.0) as u64),
+                ..predicted
+            },
+            _ => predicted,
+        }
+    }
+}
+
+/// The simulated run's step cost with the same decision log as [`LiveStep`].
+pub struct Logged<P> {
+    name: String,
+    inner: P,
+    log: Rc<RefCell<Vec<String>>>,
+}
+
+impl<P: StepCost> Logged<P> {
+    pub fn new(name: impl Into<String>, inner: P, log: Rc<RefCell<Vec<String>>>) -> Self {
+        Logged {
+            name: name.into(),
+            inner,
+            log,
+        }
+    }
+}
+
+impl<P: StepCost> StepCost for Logged<P> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        self.log.borrow_mut().push(step_line(&self.name, work));
+        self.inner.price(work)
+    }
+}
