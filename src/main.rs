@@ -1,6 +1,7 @@
 //! The expertsim command-line interface: parses arguments and calls the libraries.
 //! Exit codes: 0 success, 2 bad input (scenario, override or trace), 1 any other failure.
 
+mod capacity_cmd;
 mod live_cmd;
 mod merge_cmd;
 mod plots;
@@ -54,6 +55,9 @@ enum Command {
     },
     /// Join the shards of a sweep (`run --shard K/N`) into the results and figures of one run.
     Merge(merge_cmd::MergeArgs),
+    /// Find the highest arrival rate at which a scenario meets a latency SLO (bisection per
+    /// sweep cell; docs/capacity.md).
+    Capacity(capacity_cmd::CapacityArgs),
     /// Run every family's reproduction scenarios, render their figures and rewrite the paper
     /// claims' tables in docs/reproduction.md (scenarios/<family>/headlines.toml).
     Reproduce(reproduce_cmd::ReproduceArgs),
@@ -133,6 +137,7 @@ fn main() -> ExitCode {
         },
         Command::Live(args) => live_cmd::run(args),
         Command::Merge(args) => merge_cmd::run(args),
+        Command::Capacity(args) => capacity_cmd::run(args),
         Command::Reproduce(args) => reproduce_cmd::run(args),
         Command::List => {
             for info in strategies::catalogue() {

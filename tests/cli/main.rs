@@ -1,6 +1,7 @@
 //! Integration tests of the `expertsim` binary, linked as one test binary.
 
 mod basics;
+mod capacity;
 mod common;
 mod figure_kinds;
 mod fuzz;

@@ -171,6 +171,17 @@ impl Family {
             Family::Expertweave => crate::expertweave::METRICS,
         }
     }
+    /// The scenario key holding the family's arrival rate (requests or workflows per second),
+    /// which `expertsim capacity` searches; None for a family without one (GEM replays traces
+    /// of a fixed request count, MOSAIC serves an offline batch).
+    pub fn rate_key(self) -> Option<&'static str> {
+        match self {
+            Family::Caps => Some("arrival.rate_per_s"),
+            Family::Chimera => Some("workload.rps"),
+            Family::Expertweave => Some("workload.rate_rps"),
+            Family::Gem | Family::Mosaic => None,
+        }
+    }
     /// The metrics `expertsim run` prints per cell.
     pub fn headline(self) -> &'static [&'static str] {
         match self {
