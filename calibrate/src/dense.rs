@@ -95,7 +95,7 @@ pub fn calibrate_dense(
     let mut models = Vec::new();
     for full in shapes {
         let shape = plan.scaling.apply(full);
-        let (block, head) = DecodeShape::of_dense_model(&shape);
+        let (block, head) = dense_decode_shapes(&shape);
         let mut head_ns = Vec::new();
         for &r in &plan.rows {
             head_ns.push(time_decode(backend, plan, head, r, 0)?);
@@ -156,5 +156,27 @@ pub fn calibrate_dense(
         warmup: plan.warmup as u32,
         repetitions: plan.repetitions as u32,
         models,
+    })
+}
+
+/// The kernels' decode shapes of a dense model (block, head).
+fn dense_decode_shapes(
+    shape: &sim::mosaic::shape::DenseModelShape,
+) -> (kernels::decode::DecodeShape, kernels::decode::DecodeShape) {
+    let [
+        hidden,
+        block_out_features,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        vocab,
+    ] = sim::mosaic::live_scale::kernel_dims(shape);
+    kernels::decode::DecodeShape::of_dense(kernels::decode::DenseDims {
+        hidden,
+        block_out_features,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        vocab,
     })
 }

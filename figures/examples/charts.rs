@@ -232,6 +232,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ],
                 columns: 2,
                 colors: Vec::new(),
+                legend_title: None,
+                caption: None,
             },
         ),
         (
@@ -244,6 +246,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ],
                 columns: 2,
                 colors: Vec::new(),
+                legend_title: None,
+                caption: None,
             },
         ),
         (
@@ -257,6 +261,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ],
                 columns: 3,
                 colors: Vec::new(),
+                legend_title: None,
+                caption: None,
             },
         ),
         (
@@ -269,6 +275,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ],
                 columns: 2,
                 colors: Vec::new(),
+                legend_title: None,
+                caption: None,
             },
         ),
         (
@@ -299,6 +307,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ],
                 columns: 1,
                 colors: vec![("idle".to_string(), [0xC8, 0xC8, 0xC8])],
+                legend_title: None,
+                caption: None,
             },
         ),
         (
@@ -317,6 +327,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ],
                 columns: 2,
                 colors: Vec::new(),
+                legend_title: None,
+                caption: None,
             },
         ),
     ];

@@ -32,7 +32,21 @@ pub(crate) fn draw_figure<DB: DrawingBackend>(
     plan: &Plan<'_>,
 ) -> Result<(), FigureError> {
     root.fill(&WHITE).map_err(drawing_error)?;
-    let (title_area, body) = root.split_vertically(plan.title_band);
+    let (main, caption_area) = root.split_vertically(plan.height - plan.caption_band);
+    if let Some(caption) = plan.caption {
+        let style = font(plan.caption_font)
+            .color(&BLACK.mix(0.8))
+            .pos(Pos::new(HPos::Left, VPos::Center));
+        let (_, h) = caption_area.dim_in_pixel();
+        caption_area
+            .draw(&Text::new(
+                caption,
+                (PANEL_MARGIN as i32 * 2, (h / 2) as i32),
+                style,
+            ))
+            .map_err(drawing_error)?;
+    }
+    let (title_area, body) = main.split_vertically(plan.title_band);
     if plan.title_band > 0 {
         let style = font(plan.title_font)
             .color(&BLACK)
@@ -146,8 +160,10 @@ fn draw_legend<DB: DrawingBackend>(
     let rows = n.min(legend.rows_per_column) as u32;
     let columns = n.div_ceil(legend.rows_per_column) as u32;
     let (x0, y0) = (LEGEND_PAD as i32 / 2, LEGEND_TOP as i32);
-    let box_w = (columns * legend.column_width + LEGEND_PAD) as i32;
-    let box_h = (rows * LEGEND_ROW + LEGEND_PAD) as i32;
+    let title_rows = u32::from(legend.title.is_some());
+    let box_w = (columns * legend.column_width + LEGEND_PAD)
+        .max(legend.width.saturating_sub(2 * LEGEND_PAD)) as i32;
+    let box_h = ((rows + title_rows) * LEGEND_ROW + LEGEND_PAD) as i32;
     area.draw(&Rectangle::new(
         [(x0, y0), (x0 + box_w, y0 + box_h)],
         RGBColor(0, 0, 0).mix(0.35).stroke_width(1),
@@ -156,9 +172,18 @@ fn draw_legend<DB: DrawingBackend>(
     let text_style = font(LEGEND_FONT)
         .color(&BLACK)
         .pos(Pos::new(HPos::Left, VPos::Center));
+    if let Some(title) = legend.title {
+        let cy = y0 + (LEGEND_PAD / 2 + LEGEND_ROW / 2) as i32;
+        area.draw(&Text::new(
+            title,
+            (x0 + LEGEND_PAD as i32, cy),
+            text_style.clone(),
+        ))
+        .map_err(drawing_error)?;
+    }
     for (i, (label, style, swatch)) in legend.entries.iter().enumerate() {
         let col = (i / legend.rows_per_column) as u32;
-        let row = (i % legend.rows_per_column) as u32;
+        let row = (i % legend.rows_per_column) as u32 + title_rows;
         let left = x0 + (LEGEND_PAD + col * legend.column_width) as i32;
         let cy = y0 + (LEGEND_PAD / 2 + row * LEGEND_ROW + LEGEND_ROW / 2) as i32;
         let right = left + LEGEND_SAMPLE as i32;

@@ -47,6 +47,9 @@ pub(crate) const LEGEND_ROW: u32 = 30;
 pub(crate) const LEGEND_SAMPLE: u32 = 40;
 pub(crate) const LEGEND_GAP: u32 = 10;
 const LEGEND_MIN_WIDTH: u32 = 140;
+/// Height of the caption band under the grid, and its font size.
+pub(crate) const CAPTION_BAND: u32 = 40;
+pub(crate) const CAPTION_FONT: f64 = 20.0;
 
 /// A borrowed figure of any kind: what [`plan`] works on.
 pub struct View<'a> {
@@ -55,6 +58,8 @@ pub struct View<'a> {
     pub columns: usize,
     /// Fixed colours by label (first entry wins).
     pub colors: &'a [(String, [u8; 3])],
+    pub legend_title: Option<&'a str>,
+    pub caption: Option<&'a str>,
 }
 
 /// A borrowed [`Chart`].
@@ -132,6 +137,10 @@ pub(crate) struct Plan<'a> {
     pub cols: usize,
     pub panels: Vec<ChartPlan<'a>>,
     pub legend: Option<LegendPlan<'a>>,
+    /// Height of the caption band under the grid (0 without a caption).
+    pub caption_band: u32,
+    pub caption: Option<&'a str>,
+    pub caption_font: f64,
 }
 
 /// The layout of one panel, by kind.
@@ -164,6 +173,8 @@ pub(crate) struct LegendPlan<'a> {
     pub width: u32,
     pub rows_per_column: usize,
     pub column_width: u32,
+    /// A heading over the entries (one legend row, left-aligned).
+    pub title: Option<&'a str>,
 }
 
 /// Style of each label, by first appearance.
@@ -286,21 +297,43 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
             label_width = label_width.max(text_size(label, LEGEND_FONT)?.0);
         }
         let column_width = LEGEND_SAMPLE + LEGEND_GAP + label_width + LEGEND_PAD;
-        let usable = grid_height.saturating_sub(LEGEND_TOP + 2 * LEGEND_PAD);
+        // A title takes the first row.
+        let title_rows = u32::from(figure.legend_title.is_some());
+        let usable =
+            grid_height.saturating_sub(LEGEND_TOP + 2 * LEGEND_PAD + title_rows * LEGEND_ROW);
         let rows_per_column = ((usable / LEGEND_ROW) as usize).max(1);
         let columns = entries.len().div_ceil(rows_per_column) as u32;
-        let width = (3 * LEGEND_PAD + columns * column_width).max(LEGEND_MIN_WIDTH);
+        let title_width = match figure.legend_title {
+            Some(t) => 3 * LEGEND_PAD + text_size(t, LEGEND_FONT)?.0,
+            None => 0,
+        };
+        let width = (3 * LEGEND_PAD + columns * column_width)
+            .max(LEGEND_MIN_WIDTH)
+            .max(title_width);
         Some(LegendPlan {
             entries,
             width,
             rows_per_column,
             column_width,
+            title: figure.legend_title,
         })
     };
 
     let width = cols as u32 * PANEL_WIDTH + legend.as_ref().map_or(0, |l| l.width);
-    let height = title_band + grid_height;
+    let caption_band = if figure.caption.is_some() {
+        CAPTION_BAND
+    } else {
+        0
+    };
+    let height = title_band + grid_height + caption_band;
     Ok(Plan {
+        caption_band,
+        caption: figure.caption,
+        caption_font: fitted_size(
+            figure.caption.unwrap_or(""),
+            CAPTION_FONT,
+            width - 2 * PANEL_MARGIN,
+        )?,
         width,
         height,
         title: figure.title,

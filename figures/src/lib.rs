@@ -313,6 +313,10 @@ pub struct ChartFigure {
     /// segment kind); every other label gets the next palette colour. The first
     /// entry for a label wins.
     pub colors: Vec<(String, [u8; 3])>,
+    /// A heading over the legend's entries (what the series vary over, e.g. "selector").
+    pub legend_title: Option<String>,
+    /// One line under the grid (e.g. what the whiskers are).
+    pub caption: Option<String>,
 }
 
 impl ChartFigure {
@@ -323,7 +327,21 @@ impl ChartFigure {
             charts,
             columns,
             colors: Vec::new(),
+            legend_title: None,
+            caption: None,
         }
+    }
+
+    /// The same figure with `title` over the legend's entries.
+    pub fn with_legend_title(mut self, title: impl Into<String>) -> Self {
+        self.legend_title = Some(title.into());
+        self
+    }
+
+    /// The same figure with a one-line `caption` under the grid.
+    pub fn with_caption(mut self, caption: impl Into<String>) -> Self {
+        self.caption = Some(caption.into());
+        self
     }
 
     /// The same figure with `color` for the series, layer or segment kind `label`.
@@ -361,6 +379,8 @@ impl sealed::Sealed for Figure {
             charts: self.panels.iter().map(layout::ChartRef::Line).collect(),
             columns: self.columns,
             colors: &[],
+            legend_title: None,
+            caption: None,
         }
     }
 }
@@ -374,6 +394,8 @@ impl sealed::Sealed for ChartFigure {
             charts: self.charts.iter().map(layout::ChartRef::of).collect(),
             columns: self.columns,
             colors: &self.colors,
+            legend_title: self.legend_title.as_deref(),
+            caption: self.caption.as_deref(),
         }
     }
 }

@@ -442,3 +442,28 @@ fn unwritable_output_is_an_io_error_naming_the_file() {
         Err(FigureError::InvalidOutputPath { .. })
     ));
 }
+
+/// A legend title sits over the entries and a caption under the grid: both are drawn as text,
+/// and the caption adds a band of its own to the canvas height.
+#[test]
+fn legend_title_and_caption_are_drawn() {
+    let plain: figures::ChartFigure = two_panels().into();
+    let (w, h) = canvas_size(&plain).unwrap();
+    let labelled = plain
+        .clone()
+        .with_legend_title("batch selector")
+        .with_caption("whiskers: 95% confidence interval of the mean over 4 seeds");
+    let (w2, h2) = canvas_size(&labelled).unwrap();
+    assert_eq!(w2, w);
+    assert!(h2 > h, "{h} -> {h2}");
+    let texts = svg_texts(&figures::render_svg(&labelled).unwrap());
+    assert!(texts.iter().any(|t| t == "batch selector"), "{texts:?}");
+    assert!(
+        texts
+            .iter()
+            .any(|t| t == "whiskers: 95% confidence interval of the mean over 4 seeds"),
+        "{texts:?}"
+    );
+    let texts = svg_texts(&figures::render_svg(&plain).unwrap());
+    assert!(!texts.iter().any(|t| t == "batch selector"));
+}

@@ -21,22 +21,36 @@ pub struct DecodeShape {
 }
 
 impl DecodeShape {
-    /// The decode-step shapes of a dense model: one transformer block (its matmuls as one GEMM
-    /// over `hidden`, with attention) and the output head (no attention).
-    pub fn of_dense_model(shape: &sim::mosaic::shape::DenseModelShape) -> (Self, Self) {
+    /// The decode-step shapes of a dense model given its dimensions: one transformer block (its
+    /// matmuls as one GEMM of `block_out_features` outputs over `dims.hidden`, with attention)
+    /// and the output head (`dims.vocab` outputs, no attention).
+    pub fn of_dense(dims: DenseDims) -> (Self, Self) {
         let block = DecodeShape {
-            hidden: shape.hidden as usize,
-            out_features: sim::mosaic::live_scale::block_gemm_width(shape) as usize,
-            n_heads: shape.n_heads as usize,
-            n_kv_heads: shape.n_kv_heads as usize,
-            head_dim: shape.head_dim as usize,
+            hidden: dims.hidden,
+            out_features: dims.block_out_features,
+            n_heads: dims.n_heads,
+            n_kv_heads: dims.n_kv_heads,
+            head_dim: dims.head_dim,
         };
         let head = DecodeShape {
-            out_features: shape.vocab as usize,
+            out_features: dims.vocab,
             ..block
         };
         (block, head)
     }
+}
+
+/// What the kernels need of a dense model to run its decode step (the model catalogue and its
+/// scaling live in `sim`; the kernels know no model family).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DenseDims {
+    pub hidden: usize,
+    /// Output width of one block's matmuls side by side (block parameters / hidden).
+    pub block_out_features: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab: usize,
 }
 
 /// Inputs of one decode step.

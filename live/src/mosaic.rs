@@ -13,7 +13,6 @@ use crate::device::Kernels;
 use crate::fidelity::StepRecord;
 use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
-use kernels::decode::DecodeShape;
 use sim::mosaic::decode::DecodeStep;
 use sim::mosaic::live_scale::{LIVE_SCALING, kernel_rows_and_context};
 use sim::mosaic::shape::DenseModelShape;
@@ -99,7 +98,7 @@ impl MosaicLive<'_> {
     /// spread evenly over them, then the output head.
     fn measure_step(&mut self, expert: usize, step: &DecodeStep) -> Result<f64, BackendError> {
         let shape = scaled_down(&self.predictor.scenario.experts[expert].shape);
-        let (block, head) = DecodeShape::of_dense_model(&shape);
+        let (block, head) = dense_decode_shapes(&shape);
         let (rows, context) = kernel_rows_and_context(step);
         let (rows, context) = (rows as usize, context as usize);
         let mut total = 0.0;
@@ -248,11 +247,33 @@ mod tests {
         assert_eq!((small.hidden, small.n_layers, small.n_heads), (64, 4, 32));
         let ratio = full.weight_bytes() / small.weight_bytes();
         assert!(ratio > 4096.0, "{ratio}");
-        let (block, head) = DecodeShape::of_dense_model(&small);
+        let (block, head) = dense_decode_shapes(&small);
         assert_eq!(
             block.out_features * block.hidden,
             small.block_params() as usize
         );
         assert_eq!(head.out_features, small.vocab as usize);
     }
+}
+
+/// The kernels' decode shapes of a dense model (block, head).
+fn dense_decode_shapes(
+    shape: &sim::mosaic::shape::DenseModelShape,
+) -> (kernels::decode::DecodeShape, kernels::decode::DecodeShape) {
+    let [
+        hidden,
+        block_out_features,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        vocab,
+    ] = sim::mosaic::live_scale::kernel_dims(shape);
+    kernels::decode::DecodeShape::of_dense(kernels::decode::DenseDims {
+        hidden,
+        block_out_features,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        vocab,
+    })
 }

@@ -31,7 +31,19 @@ pub(crate) fn build(selection: &Selection<'_>) -> anyhow::Result<ChartFigure> {
             .map(|pct| (*pct, 0.0))
     };
     let against = super::label(&baseline.baseline);
-    Ok(metric::grid(&without_baseline, &change, &|_| {
-        format!("improvement over {against} (%)")
-    }))
+    let mut figure = metric::grid(
+        &without_baseline,
+        &change,
+        &|_| format!("improvement over {against} (%)"),
+        &|metric| {
+            format!(
+                "{}: change vs {against} (%)",
+                super::labels::without_unit(&selection.metric_label(metric))
+            )
+        },
+    );
+    figure.caption = Some(format!(
+        "change of each cell's seed mean against {against}'s, in percent; positive = better"
+    ));
+    Ok(figure)
 }

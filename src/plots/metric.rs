@@ -2,21 +2,74 @@
 //! (numeric x) or bar set (categorical x) per value of `series`, y = the metric's mean across
 //! seeds with its 95% CI. `improvement` figures reuse the same grid with another y.
 
-use super::{Json, Selection, label, short_key};
+use super::labels::key_label;
+use super::{Json, Selection, label};
 use figures::{BarPanel, BarSeries, Chart, ChartFigure, Panel, Series};
 use sim::results::CellResult;
+use sim::scenario::file::FigureFile;
 
 /// One y value of a cell for a metric, with its error-bar half-width; `None` leaves it out.
 pub(crate) type ValueOf<'f> = dyn Fn(&CellResult, &str) -> Option<(f64, f64)> + 'f;
 
 pub(crate) fn build(selection: &Selection<'_>) -> ChartFigure {
+    let spec = selection.spec;
+    if !spec.with_improvement {
+        let mut figure = absolute(selection);
+        figure.caption = Some(whisker_caption(selection));
+        return figure;
+    }
+    // One row of absolute values and one of the change against the baseline per metric.
+    let mut charts = Vec::new();
+    let mut columns = 1;
+    for metric in &spec.metrics {
+        let one = FigureFile {
+            metrics: vec![metric.clone()],
+            ..spec.clone()
+        };
+        let sub = Selection {
+            spec: &one,
+            document: selection.document,
+            cells: selection.cells.clone(),
+        };
+        let rows = absolute(&sub);
+        columns = rows.columns;
+        charts.extend(rows.charts);
+        if let Ok(change) = super::improvement::build(&sub) {
+            charts.extend(change.charts);
+        }
+    }
+    let mut figure = ChartFigure::new(String::new(), charts, columns);
+    figure.caption = Some(format!(
+        "{}; change: against the baseline's seed mean, positive = better",
+        whisker_caption(selection)
+    ));
+    figure
+}
+
+/// What the whiskers are, with the seed count of the result document.
+pub(crate) fn whisker_caption(selection: &Selection<'_>) -> String {
+    match selection.document.seeds.len() {
+        1 => "one seed per point: no confidence interval".to_string(),
+        n => format!("whiskers: 95% confidence interval of the mean over {n} seeds (Student t)"),
+    }
+}
+
+/// The metric rows with each cell's mean and 95% CI.
+fn absolute(selection: &Selection<'_>) -> ChartFigure {
     let mean = |cell: &CellResult, metric: &str| {
         if out_of_memory(cell) {
             return None;
         }
         cell.summary.get(metric).map(|s| (s.mean, s.ci95))
     };
-    let mut figure = grid(selection, &mean, &|metric| selection.metric_label(metric));
+    let spec = selection.spec;
+    let y_label = |metric: &str| match &spec.y_label {
+        Some(label) => label.clone(),
+        None => selection.metric_label(metric),
+    };
+    let mut figure = grid(selection, &mean, &y_label, &|metric| {
+        selection.metric_label(metric)
+    });
     let left_out: Vec<String> = selection
         .cells
         .iter()
@@ -52,15 +105,18 @@ fn out_of_memory(cell: &CellResult) -> bool {
             .all(|r| r.scalars.get("out_of_memory").is_some_and(|v| *v > 0.0))
 }
 
-/// The metric x panel grid with `value` on y, `y_label(metric)` as the y description.
+/// The metric x panel grid with `value` on y, `y_label(metric)` as the y description and
+/// `title_of(metric)` heading each panel (before its panel value).
 pub(crate) fn grid(
     selection: &Selection<'_>,
     value: &ValueOf<'_>,
     y_label: &dyn Fn(&str) -> String,
+    title_of: &dyn Fn(&str) -> String,
 ) -> ChartFigure {
     let spec = selection.spec;
     let x_key = spec.x.as_deref().expect("validated: metric figures have x");
     let series_key = spec.series.first().map(String::as_str);
+    let x_label = spec.x_label.clone().unwrap_or_else(|| key_label(x_key));
     let panels = selection.panels();
     let mut charts: Vec<Chart> = Vec::new();
     for metric in &spec.metrics {
@@ -90,12 +146,8 @@ pub(crate) fn grid(
                 None => metric.clone(),
             };
             let title = match panel_value {
-                Some(v) => format!(
-                    "{} — {}",
-                    selection.metric_label(metric),
-                    selection.panel_name(Some(v))
-                ),
-                None => selection.metric_label(metric),
+                Some(v) => format!("{} — {}", title_of(metric), selection.panel_name(Some(v))),
+                None => title_of(metric),
             };
             let numeric_x = !spec.categorical_x && x_values.iter().all(|v| v.as_f64().is_some());
             if numeric_x {
@@ -118,7 +170,7 @@ pub(crate) fn grid(
                     .collect();
                 charts.push(Chart::Line(Panel {
                     title,
-                    x_label: short_key(x_key).to_string(),
+                    x_label: x_label.clone(),
                     y_label: y_label(metric),
                     series,
                     log_y: spec.log_y,
@@ -138,7 +190,7 @@ pub(crate) fn grid(
                     .collect();
                 charts.push(Chart::Bars(BarPanel {
                     title,
-                    x_label: short_key(x_key).to_string(),
+                    x_label: x_label.clone(),
                     y_label: y_label(metric),
                     groups: x_values.iter().map(label).collect(),
                     series,

@@ -8,6 +8,7 @@ mod frontier;
 mod gem_expert_load;
 mod gem_staircase;
 mod improvement;
+mod labels;
 mod metric;
 mod mosaic_decode_curves;
 mod mosaic_timeline;
@@ -70,7 +71,11 @@ impl<'a> Selection<'a> {
     pub fn panel_name(&self, value: Option<&Json>) -> String {
         match (value, &self.spec.panels) {
             (Some(v @ (Json::Number(_) | Json::Bool(_))), Some(key)) => {
-                format!("{} = {}", short_key(key), label(v))
+                format!(
+                    "{} = {}",
+                    labels::without_unit(&labels::key_label(key)),
+                    label(v)
+                )
             }
             (Some(v), _) => label(v),
             (None, _) => String::new(),
@@ -289,6 +294,10 @@ pub fn render_all(
             let mut figure = build(&selection)
                 .with_context(|| format!("building figure {}{suffix}", spec.name))?;
             figure.title = figure_title(spec, &combo);
+            if figure.legend_title.is_none() && !spec.series.is_empty() {
+                let keys: Vec<String> = spec.series.iter().map(|k| labels::key_label(k)).collect();
+                figure.legend_title = Some(keys.join(" / "));
+            }
             let stem = dir.join(format!("{}{}", spec.name, suffix));
             let paths = match figures::render(&figure, &stem) {
                 // A sweep narrowed with --set can leave a figure nothing to draw (an improvement

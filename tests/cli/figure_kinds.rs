@@ -217,3 +217,49 @@ fn chimera_quick_renders_the_frontier_per_system() {
         assert!(frontier.contains(system), "{system}");
     }
 }
+
+#[test]
+fn with_improvement_is_refused_outside_metric_figures() {
+    let text = gem_with(
+        "[[figure]]\nname = \"f\"\nkind = \"improvement\"\nmetrics = [\"e2e_mean_ms\"]\nx = \"mapper.kind\"\nwith_improvement = true\n",
+    );
+    assert_refused(
+        &text,
+        line_of(&text, "with_improvement"),
+        "figure[0].with_improvement",
+        "not used by figures of kind `improvement`",
+    );
+}
+
+/// The CAPS quick scenario's figures read without the code: labelled x axis (not the raw key),
+/// a legend title, the whisker caption with the seed count; a `with_improvement` metric figure
+/// adds a row of changes against the baseline whose y axis includes 0.
+#[test]
+fn metric_figures_carry_axis_labels_legend_title_and_caption() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("caps.toml");
+    let base = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/caps/quick.toml"),
+    )
+    .unwrap();
+    let figure = "\n[[figure]]\nname = \"p99\"\nmetrics = [\"latency_p99_ms\"]\n\
+                  x = \"arrival.rate_per_s\"\nseries = \"scheduler.selector.kind\"\n\
+                  panels = \"arrival.pattern\"\nwith_improvement = true\n";
+    // The quick scenario may carry figures of its own; this one is appended.
+    std::fs::write(&scenario, format!("{base}{figure}")).unwrap();
+    let out = dir.path().join("out");
+    run_quick(scenario.to_str().unwrap(), &out);
+    let text = svg(&out, "p99");
+    assert!(text.contains("arrival rate (requests/s)"), "no x label");
+    assert!(!text.contains("rate_per_s"), "raw key on an axis");
+    assert!(text.contains("batch selector"), "no legend title");
+    assert!(
+        text.contains("one seed per point: no confidence interval"),
+        "no caption"
+    );
+    assert!(
+        text.contains("P99 latency: change vs fcfs (%)"),
+        "no improvement row"
+    );
+    assert!(text.contains("improvement over fcfs (%)"));
+}

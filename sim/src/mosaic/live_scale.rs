@@ -49,6 +49,19 @@ impl Scaling {
     }
 }
 
+/// The dimensions the decode kernel runs `shape` at: hidden, one block's GEMM width, query and
+/// KV heads, head width and vocabulary (the order of `kernels::decode::DenseDims`).
+pub fn kernel_dims(shape: &DenseModelShape) -> [usize; 6] {
+    [
+        shape.hidden as usize,
+        block_gemm_width(shape) as usize,
+        shape.n_heads as usize,
+        shape.n_kv_heads as usize,
+        shape.head_dim as usize,
+        shape.vocab as usize,
+    ]
+}
+
 /// Output features of one transformer block of `shape` run as one GEMM over `hidden`.
 pub fn block_gemm_width(shape: &DenseModelShape) -> u64 {
     shape.block_params().div_ceil(shape.hidden)

@@ -151,6 +151,21 @@ fn check_one(
     if kind == FigureKind::Frontier && figure.log_y {
         return Err(unused("log_y"));
     }
+    if !takes_x && figure.x_label.is_some() {
+        return Err(unused("x_label"));
+    }
+    if !matches!(kind, FigureKind::Metric | FigureKind::Stacked) && figure.y_label.is_some() {
+        return Err(unused("y_label"));
+    }
+    if kind != FigureKind::Metric && figure.with_improvement {
+        return Err(unused("with_improvement"));
+    }
+    if figure.with_improvement && report.is_none() {
+        return Err(field_error(
+            &format!("{at}.with_improvement"),
+            "needs a [report] table (the baseline the change is against)",
+        ));
+    }
 
     // Required fields.
     if takes_metrics && figure.metrics.is_empty() {

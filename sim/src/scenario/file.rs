@@ -100,6 +100,15 @@ pub struct FigureFile {
     /// power-of-two sweep that lines would bunch at the left).
     #[serde(default)]
     pub categorical_x: bool,
+    /// The x axis's description (default: the sweep key's label and unit, e.g. "arrival rate
+    /// (requests/s)" for `arrival.rate_per_s`).
+    pub x_label: Option<String>,
+    /// The y axis's description (`metric` figures; default: the metric's label and unit).
+    pub y_label: Option<String>,
+    /// `metric` only: under each metric's row, a row of its change against the `[report]`
+    /// baseline in percent (positive = better), for lines too close to tell apart.
+    #[serde(default)]
+    pub with_improvement: bool,
 }
 
 /// What a `[[figure]]` draws.
