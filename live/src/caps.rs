@@ -10,9 +10,9 @@ use crate::fidelity::StepRecord;
 use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
 use sim::caps::CapsScenario;
+use sim::caps::execution::BatchWork;
 use sim::caps::run::{simulate_on, step_executor};
 use sim::caps::server::{RecordSink, RequestRecord, StepExecutor};
-use sim::execution::BatchWork;
 use sim::runner::Policies;
 use sim::time::SimDuration;
 

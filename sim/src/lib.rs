@@ -4,14 +4,11 @@
 
 pub mod apportion;
 pub mod arrivals;
-pub mod batch;
 pub mod caps;
 pub mod chimera;
 pub mod cost;
 pub mod engine;
 pub mod event_queue;
-pub mod execution;
-pub mod executor;
 pub mod expertweave;
 pub mod gem;
 pub mod headlines;

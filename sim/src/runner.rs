@@ -4,7 +4,7 @@
 //! `Policies` registry the caller provides (the `strategies` crate), since `sim` knows no policy.
 //! `partial` decides which cells to run (shards, resumed sweeps) and assembles the document.
 
-use crate::batch::{BatchSelector, BatchSelectorConfig};
+use crate::caps::batch::{BatchSelector, BatchSelectorConfig};
 use crate::chimera::{QueuePolicy, QueuePolicyConfig, Router, RouterConfig};
 use crate::expertweave::{AdapterMemory, MemoryConfig};
 use crate::gem::{ExpertMapper, MapperConfig};

@@ -2,7 +2,7 @@
 //! policy a scenario names; and the catalogue of every policy kind for `expertsim list`.
 
 use crate::batch::{self, PolicyInfo};
-use sim::batch::{BatchSelector, BatchSelectorConfig};
+use sim::caps::batch::{BatchSelector, BatchSelectorConfig};
 use sim::chimera::{QueuePolicy, QueuePolicyConfig, Router, RouterConfig};
 use sim::expertweave::{AdapterMemory, MemoryConfig};
 use sim::gem::{ExpertMapper, MapperConfig};

@@ -4,10 +4,10 @@
 
 use super::workload::TokenDistribution;
 use crate::arrivals::{BurstyParams, Trace};
-use crate::batch::BatchSelectorConfig;
+use crate::caps::batch::BatchSelectorConfig;
+use crate::caps::execution::{CvModel, ExecutionModel, StragglerModel};
 use crate::caps::server::SchedulerParams;
 use crate::cost::profile::Profile;
-use crate::execution::{CvModel, ExecutionModel, StragglerModel};
 use crate::model_shape::MoeModelShape;
 use crate::scenario::limits::MAX_SIM_SECONDS_CEILING;
 use crate::scenario::validate::duration;

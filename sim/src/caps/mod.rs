@@ -1,14 +1,19 @@
 //! The CAPS family (caps.txt): batch selection on one MoE GPU. Requests carry router-predicted
 //! expert loads; a scheduler loop forms batches with a pluggable `BatchSelector`.
 
+pub mod batch;
 pub mod config;
+pub mod execution;
+pub mod executor;
+pub mod metrics;
 pub mod run;
 pub mod server;
 pub mod workload;
 
 pub use config::{CapsConfig, CapsScenario};
 
-use crate::metrics::{Better, MetricInfo, RunMetrics, RunOutput};
+use crate::caps::metrics::RunMetrics;
+use crate::metrics::{Better, MetricInfo, RunOutput};
 
 /// The scalar metrics a CAPS run reports (defined in docs/metrics.md).
 pub const METRICS: &[MetricInfo] = &[

@@ -5,10 +5,11 @@ use super::config::{ArrivalSpec, CapsScenario, ExecutionSpec};
 use super::server::{CapsServer, RecordSink, RequestRecord, StepExecutor};
 use super::workload::{RequestModel, RequestStreams, TopicAffinities};
 use crate::arrivals::{ArrivalProcess, Bursty, Offline, Poisson, TraceReplay};
-use crate::batch::BatchSelector;
+use crate::caps::batch::BatchSelector;
+use crate::caps::executor::{ConstantService, ExponentialService};
+use crate::caps::metrics::RunMetrics;
 use crate::engine;
-use crate::executor::{ConstantService, ExponentialService};
-use crate::metrics::{RunMetrics, RunOutput};
+use crate::metrics::RunOutput;
 use crate::rng::stream;
 use std::path::Path;
 
@@ -121,8 +122,8 @@ pub const CSV_COLUMNS: &[&str] = &["topic", "batch", "start_s", "queue_wait_ms"]
 pub fn factor_sensitivity(scenario: &CapsScenario) -> f64 {
     match &scenario.execution {
         ExecutionSpec::CostModel(model) => match model.as_ref() {
-            crate::execution::ExecutionModel::Cv(cv) => cv.sensitivity(),
-            crate::execution::ExecutionModel::Straggler(_) => 1.0,
+            crate::caps::execution::ExecutionModel::Cv(cv) => cv.sensitivity(),
+            crate::caps::execution::ExecutionModel::Straggler(_) => 1.0,
         },
         _ => 1.0,
     }

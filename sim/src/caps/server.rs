@@ -6,11 +6,12 @@
 
 use super::workload::{MoeRequest, RequestModel, RequestStreams};
 use crate::arrivals::{Arrival, ArrivalProcess};
-use crate::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use crate::caps::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use crate::caps::execution::{BatchWork, coefficient_of_variation, imbalance};
+use crate::caps::metrics::RunMetrics;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
-use crate::execution::{BatchWork, coefficient_of_variation, imbalance};
-use crate::metrics::{DepthTracker, LatencyRecorder, RunMetrics};
+use crate::metrics::{DepthTracker, LatencyRecorder};
 use crate::rng::SimRng;
 use crate::time::{SimDuration, SimTime};
 use std::collections::VecDeque;

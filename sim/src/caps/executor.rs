@@ -2,8 +2,8 @@
 //! queueing-theory reference executors (constant and exponential service times) used to check
 //! the engine against M/D/1 and M/M/1 closed forms.
 
+use crate::caps::execution::{BatchWork, ExecutionModel};
 use crate::caps::server::StepExecutor;
-use crate::execution::{BatchWork, ExecutionModel};
 use crate::rng::SimRng;
 use crate::time::SimDuration;
 use rand::RngExt;

@@ -1,0 +1,60 @@
+//! What one CAPS run reports (`RunMetrics`), read out by name in the order of `caps::METRICS`.
+
+use crate::metrics::LatencySummary;
+use serde::{Deserialize, Serialize};
+
+/// Everything one simulation run reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunMetrics {
+    pub n_requests: u64,
+    pub n_batches: u64,
+    /// Arrival to completion.
+    pub latency: LatencySummary,
+    /// Arrival to the start of the request's batch.
+    pub queue_wait: LatencySummary,
+    /// Completed requests per second between the first arrival and the last completion.
+    pub throughput_rps: f64,
+    /// Time of the last completion, seconds.
+    pub makespan_s: f64,
+    pub mean_batch_size: f64,
+    /// Mean over batches of the batch's expert-load imbalance (per layer max/mean, averaged over layers).
+    pub imbalance: f64,
+    /// Mean over batches of the coefficient of variation of the batch's load vector.
+    pub load_cv: f64,
+    /// caps.txt's imbalance factor, mean over batches of `1 + CV(load) x sensitivity` (the `cv`
+    /// model's sensitivity; 1 for other execution models, which have none): the number the
+    /// paper's `imbalance_mean` and `imbalance_reduction_pct` report.
+    pub imbalance_factor: f64,
+    /// Mean batch execution time, milliseconds.
+    pub mean_batch_time_ms: f64,
+    /// Fraction of the makespan the GPU was executing a batch.
+    pub utilization: f64,
+    /// Time-averaged number of requests waiting (not yet in a batch).
+    pub queue_depth_mean: f64,
+    pub queue_depth_max: u64,
+    /// Queue depth sampled on the scenario's grid: (seconds, depth).
+    pub queue_depth_series: Vec<(f64, u64)>,
+}
+
+impl RunMetrics {
+    /// The value of scalar metric `name` (one of `caps::METRICS`).
+    pub fn scalar(&self, name: &str) -> Option<f64> {
+        Some(match name {
+            "latency_mean_ms" => self.latency.mean_ms,
+            "latency_p50_ms" => self.latency.p50_ms,
+            "latency_p90_ms" => self.latency.p90_ms,
+            "latency_p99_ms" => self.latency.p99_ms,
+            "queue_wait_mean_ms" => self.queue_wait.mean_ms,
+            "throughput_rps" => self.throughput_rps,
+            "imbalance" => self.imbalance,
+            "load_cv" => self.load_cv,
+            "imbalance_factor" => self.imbalance_factor,
+            "makespan_s" => self.makespan_s,
+            "mean_batch_size" => self.mean_batch_size,
+            "mean_batch_time_ms" => self.mean_batch_time_ms,
+            "utilization" => self.utilization,
+            "queue_depth_mean" => self.queue_depth_mean,
+            _ => return None,
+        })
+    }
+}
