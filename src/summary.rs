@@ -13,6 +13,10 @@ fn coord_text(value: &serde_json::Value) -> String {
 
 /// Formats a value with about four significant digits, whatever its magnitude.
 fn number(value: f64) -> String {
+    if !value.is_finite() {
+        // A metric the runs could not report (nothing served): no number.
+        return "n/a".to_string();
+    }
     let magnitude = value.abs();
     if magnitude >= 1000.0 || magnitude == 0.0 {
         format!("{value:.1}")
@@ -52,7 +56,11 @@ pub fn table(document: &ResultsDocument) -> String {
         if document.baseline.is_some() {
             for metric in versus {
                 row.push(match &cell.improvement {
-                    Some(i) => format!("{:+.1}%", i.pct[*metric]),
+                    Some(i) => match i.pct.get(*metric) {
+                        Some(pct) => format!("{pct:+.1}%"),
+                        // No baseline to be relative to (a zero or missing baseline value).
+                        None => "n/a".to_string(),
+                    },
                     None => "-".to_string(),
                 });
             }

@@ -12,7 +12,9 @@ use std::path::Path;
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles/vidur");
     let params = RooflineParams::default();
-    println!("| GPU | MLP (hidden x intermediate) | tokens | measured (us) | roofline (us) | roofline / measured |");
+    println!(
+        "| GPU | MLP (hidden x intermediate) | tokens | measured (us) | roofline (us) | roofline / measured |"
+    );
     println!("|---|---|---|---|---|---|");
     for (gpu, file, ffn) in [
         ("A100-80GB", "a100/Meta-Llama-3-8B.json", 14336),

@@ -140,17 +140,19 @@ impl CellResult {
     }
 }
 
-/// The change from `baseline` to `value` in percent of the baseline, positive when better.
-pub fn improvement_pct(baseline: f64, value: f64, better: Better) -> f64 {
-    if baseline == 0.0 {
-        return 0.0;
+/// The change from `baseline` to `value` in percent of the baseline, positive when better;
+/// None (missing, not 0) when there is no baseline to be relative to: a zero or non-finite
+/// baseline, or a non-finite value (a run that reported none).
+pub fn improvement_pct(baseline: f64, value: f64, better: Better) -> Option<f64> {
+    if baseline == 0.0 || !baseline.is_finite() || !value.is_finite() {
+        return None;
     }
     let change = (value - baseline) / baseline.abs() * 100.0;
     // `+ 0.0` turns the -0.0 of an unchanged lower-is-better metric into 0.0.
-    match better {
+    Some(match better {
         Better::Lower => -change + 0.0,
         Better::Higher => change + 0.0,
-    }
+    })
 }
 
 /// Fills `improvement` of every cell against the cell that differs only in `compare` = `baseline`.
@@ -187,13 +189,12 @@ pub fn compute_improvements(
     for (cell, base) in cells.iter_mut().zip(baseline_of) {
         let Some(b) = base else { continue };
         let (baseline_cell, base_means) = &snapshot[b];
+        // A metric without a baseline to compare to is left out: missing, not 0.
         let pct = metrics
             .iter()
-            .map(|m| {
-                (
-                    m.name.to_string(),
-                    improvement_pct(base_means[m.name], cell.summary[m.name].mean, m.better),
-                )
+            .filter_map(|m| {
+                improvement_pct(base_means[m.name], cell.summary[m.name].mean, m.better)
+                    .map(|pct| (m.name.to_string(), pct))
             })
             .collect();
         cell.improvement = Some(Improvement {
@@ -297,6 +298,21 @@ mod tests {
         );
         assert!((cells[3].improvement.as_ref().unwrap().pct["p99"] - 75.0).abs() < 1e-9);
         assert_eq!(cells[0].improvement.as_ref().unwrap().pct["p99"], 0.0);
+    }
+
+    /// Against a zero baseline (an out-of-memory count of 0, a run that served nothing) there is
+    /// no relative change: the metric is missing from the improvement, not 0%.
+    #[test]
+    fn an_improvement_against_a_zero_baseline_is_missing() {
+        assert_eq!(improvement_pct(0.0, 5.0, Better::Lower), None);
+        assert_eq!(improvement_pct(f64::NAN, 5.0, Better::Lower), None);
+        assert_eq!(improvement_pct(10.0, f64::NAN, Better::Lower), None);
+        assert_eq!(improvement_pct(10.0, 5.0, Better::Lower), Some(50.0));
+        let mut cells = vec![cell("fcfs", 1, 0.0, 100.0), cell("gv", 1, 150.0, 110.0)];
+        compute_improvements(&mut cells, "strategy", &serde_json::json!("fcfs"), METRICS);
+        let gv = cells[1].improvement.as_ref().unwrap();
+        assert!(!gv.pct.contains_key("p99"), "{:?}", gv.pct);
+        assert!((gv.pct["throughput"] - 10.0).abs() < 1e-9);
     }
 
     #[test]

@@ -60,7 +60,11 @@ fn absolute(selection: &Selection<'_>) -> ChartFigure {
         if out_of_memory(cell) {
             return None;
         }
-        cell.summary.get(metric).map(|s| (s.mean, s.ci95))
+        // A cell whose runs reported no value (NaN) is left out, not drawn at 0.
+        cell.summary
+            .get(metric)
+            .filter(|s| s.mean.is_finite())
+            .map(|s| (s.mean, if s.ci95.is_finite() { s.ci95 } else { 0.0 }))
     };
     let spec = selection.spec;
     let y_label = |metric: &str| match &spec.y_label {

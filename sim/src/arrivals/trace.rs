@@ -615,13 +615,13 @@ mod tests {
     fn missing_timestamp_column_lists_the_header() {
         assert_eq!(
             error_message("time,Model\n1,ChatGPT\n"),
-            "traces/x.csv: no timestamp column (expected a column named \"Timestamp\" or \
-             \"timestamp\"); the header is: time,Model"
+            "traces/x.csv: no timestamp column (expected a column named \"Timestamp\", \
+             \"timestamp\" or \"arrived_at\"); the header is: time,Model"
         );
         assert_eq!(
             error_message(""),
-            "traces/x.csv: no timestamp column (expected a column named \"Timestamp\" or \
-             \"timestamp\"); the header is: (empty)"
+            "traces/x.csv: no timestamp column (expected a column named \"Timestamp\", \
+             \"timestamp\" or \"arrived_at\"); the header is: (empty)"
         );
         assert_eq!(
             error_message("Timestamp,timestamp\n1,1\n"),

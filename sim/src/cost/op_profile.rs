@@ -690,7 +690,10 @@ mod against_roofline {
                 } else {
                     0.75..1.25
                 };
-                assert!(allowed.contains(&ratio), "{gpu} at {tokens} tokens: {ratio:.2}");
+                assert!(
+                    allowed.contains(&ratio),
+                    "{gpu} at {tokens} tokens: {ratio:.2}"
+                );
             }
         }
     }

@@ -594,10 +594,12 @@ pub fn run_on(
     let plan = match memory.plan(&scenario.shape, &scenario.device, &scenario.adapters) {
         Ok(plan) => plan,
         Err(error) => {
+            // A run that could not be planned reports no numbers (NaN, `null` in results), only
+            // its reason.
             return RunOutput {
                 scalars: super::METRICS
                     .iter()
-                    .map(|m| (m.name.to_string(), 0.0))
+                    .map(|m| (m.name.to_string(), f64::NAN))
                     .collect(),
                 details: json!({ "error": error.to_string(), "manager": memory.kind() }),
             };
@@ -671,9 +673,22 @@ fn summarize(
         r.sparsity_factor,
         r.kv_capacity_tokens as f64,
         if r.out_of_memory { 1.0 } else { 0.0 },
-        ttft.mean_ms(),
-        ttft.quantile_ms(0.99),
-        tpot.mean_ms(),
+        // No request served (out of memory, or none completed): no latency, not 0 ms.
+        if ttft.count() == 0 {
+            f64::NAN
+        } else {
+            ttft.mean_ms()
+        },
+        if ttft.count() == 0 {
+            f64::NAN
+        } else {
+            ttft.quantile_ms(0.99)
+        },
+        if tpot.count() == 0 {
+            f64::NAN
+        } else {
+            tpot.mean_ms()
+        },
         per_second(prompt),
         per_second(output),
         completed as f64,
@@ -883,6 +898,10 @@ length_spread = 0.5
         );
         assert_eq!(out.scalar("out_of_memory"), Some(1.0));
         assert_eq!(out.scalar("requests_completed"), Some(0.0));
+        // It served nothing, so it has no latency (not 0 ms).
+        for metric in ["ttft_mean_ms", "ttft_p99_ms", "tpot_mean_ms"] {
+            assert!(out.scalar(metric).unwrap().is_nan(), "{metric}");
+        }
     }
 
     #[test]

@@ -442,7 +442,7 @@ fn json_to_toml(value: &serde_json::Value) -> Result<toml::Value, String> {
 /// One point in the claim's statistic (`Values`: the relative change, for the mean verdict).
 fn statistic(claim: &Claim, better: Better, p: &Point) -> f64 {
     match claim.statistic {
-        Statistic::ImprovementPct => improvement_pct(p.versus, p.cell, better),
+        Statistic::ImprovementPct => improvement_pct(p.versus, p.cell, better).unwrap_or(f64::NAN),
         Statistic::ChangePct => (p.cell - p.versus) / p.versus.abs() * 100.0,
         Statistic::Difference => p.cell - p.versus,
         Statistic::Ratio => p.versus / p.cell,
