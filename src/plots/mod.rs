@@ -294,7 +294,13 @@ pub fn render_all(
             let mut figure = build(&selection)
                 .with_context(|| format!("building figure {}{suffix}", spec.name))?;
             figure.title = figure_title(spec, &combo);
-            if figure.legend_title.is_none() && !spec.series.is_empty() {
+            // Where the legend lists the series values (not stack layers or segment kinds),
+            // it is titled with what they are.
+            let legend_is_series = matches!(
+                spec.kind,
+                FigureKind::Metric | FigureKind::Improvement | FigureKind::Frontier
+            );
+            if legend_is_series && figure.legend_title.is_none() && !spec.series.is_empty() {
                 let keys: Vec<String> = spec.series.iter().map(|k| labels::key_label(k)).collect();
                 figure.legend_title = Some(keys.join(" / "));
             }
