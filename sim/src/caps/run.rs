@@ -122,7 +122,7 @@ pub fn factor_sensitivity(scenario: &CapsScenario) -> f64 {
     match &scenario.execution {
         ExecutionSpec::CostModel(model) => match model.as_ref() {
             crate::execution::ExecutionModel::Cv(cv) => cv.sensitivity(),
-            crate::execution::ExecutionModel::Straggler(_) => 1.0,
+            _ => 1.0,
         },
         _ => 1.0,
     }

@@ -196,6 +196,42 @@ impl MoeLayerCost {
         c.2 + c.0.max(c.1)
     }
 
+    /// The grouped GEMM over expected loads (CAPS's decode loads are per-step expectations):
+    /// an expert expecting `l` routed rows is active with weight `p = min(l, 1)` and then
+    /// computes `max(l, 1)` rows rounded up to whole rows and tiles. Integer loads give exactly
+    /// [`Self::grouped_gemm`]. Allocation-free.
+    pub fn grouped_gemm_expected(&self, loads: &[f32], speed: SpeedFactors) -> f64 {
+        let mut active = 0.0f64;
+        let mut padded = 0.0f64;
+        let mut measured = 0.0f64;
+        for &l in loads {
+            if l > 0.0 {
+                let l = f64::from(l);
+                let p = l.min(1.0);
+                let rows = l.max(1.0).ceil() as u64;
+                active += p;
+                padded += p * self.padded(rows) as f64;
+                if let Some(curve) = &self.measured_expert {
+                    measured += p * (curve.at(rows as f64) - self.launch_total()).max(0.0);
+                }
+            }
+        }
+        if active == 0.0 {
+            return 0.0;
+        }
+        let memory = active * self.expert_weight_bytes / self.bandwidth * 1e9;
+        let compute = self.expert_flops_per_token * padded / self.compute * 1e9;
+        if self.measured_expert.is_some() {
+            let factor = if compute > memory {
+                speed.compute
+            } else {
+                speed.bandwidth
+            };
+            return self.launch_total() + measured / factor;
+        }
+        self.launch_total() + (memory / speed.bandwidth).max(compute / speed.compute)
+    }
+
     fn launch_total(&self) -> f64 {
         f64::from(self.params.launches_per_layer) * self.launch_ns
     }

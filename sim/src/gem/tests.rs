@@ -219,3 +219,32 @@ fn moderate_setup_is_sorted_and_reproducible() {
 fn scenario_files_validate_for_every_sweep_value() {
     crate::shipped_scenarios::load_all("gem", crate::scenario::Family::Gem, 5);
 }
+
+#[test]
+fn caps_and_gem_price_the_same_moe_layer_identically() {
+    // One GPU holding all 8 Mixtral experts: GEM's per-GPU step table and CAPS's `grouped`
+    // execution model see the same layer (n tokens spread evenly over the experts) and must
+    // charge the same nanoseconds, decode-sized (memory-bound) and prefill-sized alike.
+    let gem = config(&format!("{SMALL}\ncluster = {{ n_gpus = 1 }}"))
+        .validate(Path::new("."))
+        .unwrap();
+    let deployment = Deployment::new(&gem, 1);
+    let caps = crate::execution::GroupedModel::new(&gem.profile, &gem.shape, &gem.gpu).unwrap();
+    let e = gem.shape.n_experts;
+    let mut checked = 0;
+    for per_expert in [1u32, 3, 64, 65, 200, 1024] {
+        let tokens = per_expert as usize * e;
+        if tokens > deployment.step_costs.table_limit() {
+            continue;
+        }
+        let load = vec![per_expert as f32; e];
+        let gem_ns = deployment.step_costs.cost(0, tokens as f64);
+        let caps_ns = caps.moe_nanos(&load);
+        assert!(
+            (gem_ns - caps_ns).abs() <= 1e-6 * caps_ns,
+            "{per_expert} rows/expert: gem {gem_ns} vs caps {caps_ns}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 3, "only {checked} sizes within the GEM table");
+}
