@@ -5,7 +5,7 @@
 use super::workload::TokenDistribution;
 use crate::arrivals::{BurstyParams, Trace};
 use crate::caps::batch::BatchSelectorConfig;
-use crate::caps::execution::{CvModel, ExecutionModel, StragglerModel};
+use crate::caps::execution::{CvModel, ExecutionModel, GroupedModel, StragglerModel};
 use crate::caps::server::SchedulerParams;
 use crate::cost::profile::Profile;
 use crate::model_shape::MoeModelShape;
@@ -214,6 +214,9 @@ fn default_gpu() -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutionModelKind {
+    /// The physical model: each MoE layer's active experts as one grouped GEMM
+    /// (`cost::moe_layer`, docs/cost-model.md).
+    Grouped,
     /// caps.txt: base time x (1 + CV(load) x sensitivity).
     Cv,
     /// Per MoE layer, the most loaded expert on the token-vs-latency staircase.
@@ -572,9 +575,9 @@ fn validate_execution(
                 ExecutionSpec::Exponential { mean: duration }
             })
         }
-        ExecutionModelKind::Cv | ExecutionModelKind::Straggler => {
+        ExecutionModelKind::Grouped | ExecutionModelKind::Cv | ExecutionModelKind::Straggler => {
             not_for(e.service_ms.is_some(), "service_ms")?;
-            if e.model == ExecutionModelKind::Straggler {
+            if e.model != ExecutionModelKind::Cv {
                 not_for(e.sensitivity.is_some(), "sensitivity")?;
             }
             if let Some(sensitivity) = e.sensitivity
@@ -590,6 +593,11 @@ fn validate_execution(
                 ExecutionModelKind::Cv => {
                     CvModel::new(&profile, shape, e.sensitivity).map(ExecutionModel::Cv)
                 }
+                ExecutionModelKind::Grouped => {
+                    let gpu = crate::cost::GpuSpec::by_name(&profile.gpu)
+                        .map_err(|err| field_error("execution.gpu", err.to_string()))?;
+                    GroupedModel::new(&profile, shape, &gpu).map(ExecutionModel::Grouped)
+                }
                 _ => StragglerModel::new(&profile, shape).map(ExecutionModel::Straggler),
             };
             let model = model.map_err(|err| field_error("execution", err.to_string()))?;
@@ -600,6 +608,7 @@ fn validate_execution(
 
 fn kind_name(kind: ExecutionModelKind) -> &'static str {
     match kind {
+        ExecutionModelKind::Grouped => "grouped",
         ExecutionModelKind::Cv => "cv",
         ExecutionModelKind::Straggler => "straggler",
         ExecutionModelKind::Constant => "constant",

@@ -1,9 +1,13 @@
-//! The two CAPS batch execution models that turn a batch's expert loads into a batch time:
-//! `cv` (caps.txt: base time x (1 + CV(load) x sensitivity)) and `straggler` (per MoE layer
-//! the experts run in lock step, so each layer waits for its most loaded expert on the expert
-//! cost curve). Both read the same calibration profile; docs/cost-model.md derives them.
+//! The CAPS batch execution models that turn a batch's expert loads into a batch time:
+//! `grouped` (the physical one: each MoE layer's active experts run as one grouped GEMM priced
+//! by `cost::moe_layer`), `cv` (caps.txt's own assumption: base time x (1 + CV(load) x
+//! sensitivity)) and `straggler` (per MoE layer the experts run in lock step, each with the
+//! whole GPU, so each layer waits for its most loaded expert on the expert cost curve). All
+//! read the same calibration profile; docs/cost-model.md derives them.
 
 use crate::cost::curve::CostCurve;
+use crate::cost::gpu::GpuSpec;
+use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
 use crate::cost::profile::{ExpertExecution, Profile, ProfileMismatch, SourceKind};
 use crate::model_shape::MoeModelShape;
 use crate::time::SimDuration;
@@ -265,9 +269,66 @@ impl StragglerModel {
     }
 }
 
+/// The physical model: on the one GPU that holds every expert, each MoE layer's active experts
+/// run as one grouped GEMM (`cost::moe_layer`): the weights of the distinct active experts over
+/// bandwidth or their tile-padded FLOPs over peak, whichever is longer, plus one launch set.
+#[derive(Clone, Debug)]
+pub struct GroupedModel {
+    tables: CostTables,
+    layer: MoeLayerCost,
+}
+
+impl GroupedModel {
+    pub fn new(
+        profile: &Profile,
+        shape: &MoeModelShape,
+        gpu: &GpuSpec,
+    ) -> Result<GroupedModel, ExecutionModelError> {
+        let tables = CostTables::new(profile, shape)?;
+        let layer = MoeLayerCost::new(gpu, shape, MoeLayerParams::default());
+        let layer = if tables.source == SourceKind::Measured {
+            layer.with_profile(tables.expert.clone())
+        } else {
+            layer
+        };
+        Ok(GroupedModel { tables, layer })
+    }
+
+    /// The routed experts of every layer of `load` (layer-major), ns.
+    pub fn moe_nanos(&self, load: &[f32]) -> f64 {
+        load.chunks_exact(self.tables.n_experts)
+            .map(|layer| {
+                self.layer
+                    .grouped_gemm_expected(layer, SpeedFactors::NOMINAL)
+            })
+            .sum()
+    }
+
+    /// As [`StragglerModel::batch_nanos`] with each layer's experts priced as one grouped GEMM.
+    pub fn batch_nanos(&self, work: &BatchWork<'_>) -> f64 {
+        let t = &self.tables;
+        t.check_work(work);
+        let layers = t.n_layers as f64;
+        let batch = work.n_requests as f64;
+        let prefill = layers * t.non_expert_prefill.at(work.prompt_tokens as f64)
+            + t.head.at(batch)
+            + self.moe_nanos(work.load);
+        let decode = if work.decode_steps == 0 {
+            0.0
+        } else {
+            let step = layers * t.non_expert_decode.at(batch)
+                + t.head.at(batch)
+                + self.moe_nanos(work.decode_load);
+            f64::from(work.decode_steps) * step
+        };
+        prefill + decode
+    }
+}
+
 /// The batch execution model of a scenario.
 #[derive(Clone, Debug)]
 pub enum ExecutionModel {
+    Grouped(GroupedModel),
     Cv(CvModel),
     Straggler(StragglerModel),
 }
@@ -276,6 +337,7 @@ impl ExecutionModel {
     /// How long `work` keeps the GPU busy.
     pub fn batch_time(&self, work: &BatchWork<'_>) -> SimDuration {
         let nanos = match self {
+            ExecutionModel::Grouped(model) => model.batch_nanos(work),
             ExecutionModel::Cv(model) => model.batch_nanos(work),
             ExecutionModel::Straggler(model) => model.batch_nanos(work),
         };
@@ -289,6 +351,7 @@ impl ExecutionModel {
     /// "analytic-roofline" or "measured": where the profile's numbers come from.
     pub fn source(&self) -> &str {
         let tables = match self {
+            ExecutionModel::Grouped(model) => &model.tables,
             ExecutionModel::Cv(model) => &model.tables,
             ExecutionModel::Straggler(model) => &model.tables,
         };

@@ -123,7 +123,7 @@ pub fn factor_sensitivity(scenario: &CapsScenario) -> f64 {
     match &scenario.execution {
         ExecutionSpec::CostModel(model) => match model.as_ref() {
             crate::caps::execution::ExecutionModel::Cv(cv) => cv.sensitivity(),
-            crate::caps::execution::ExecutionModel::Straggler(_) => 1.0,
+            _ => 1.0,
         },
         _ => 1.0,
     }

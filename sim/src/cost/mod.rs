@@ -4,11 +4,13 @@
 
 pub mod curve;
 pub mod gpu;
+pub mod moe_layer;
 pub mod op_profile;
 pub mod profile;
 pub mod roofline;
 
 pub use curve::{CostCurve, CurveError};
 pub use gpu::{GpuSpec, UnknownGpu};
+pub use moe_layer::{LinkSpec, MoeLayerCost, MoeLayerParams, SpeedFactors};
 pub use profile::{ExpertExecution, Profile, ProfileError, ProfileMismatch, SourceKind};
 pub use roofline::{RooflineParams, analytic_profile};

@@ -112,6 +112,12 @@ pub struct ClusterTable {
     pub moderate_seed: u64,
     #[serde(default)]
     pub distribution: ThroughputDistribution,
+    /// Share of a GPU's slowdown that also reaches its memory bandwidth (0 to 1). A speed
+    /// factor `s` becomes a compute factor `s` (SM clock) and a bandwidth factor
+    /// `1 - (1 - s) x bandwidth_share`. Default 0: power caps and slower bins lower the clock,
+    /// not HBM (docs/cost-model.md, "GPU variability"); 1 is the uniform slowdown.
+    #[serde(default)]
+    pub bandwidth_share: f64,
 }
 
 fn d_variability() -> VariabilitySetup {
@@ -299,6 +305,8 @@ pub struct GemScenario {
     pub variability: VariabilitySetup,
     /// Relative throughput of each GPU; GPU 0 is the slowest unless given explicitly.
     pub speed_factors: Vec<f64>,
+    /// See [`ClusterTable::bandwidth_share`].
+    pub bandwidth_share: f64,
     pub distribution: ThroughputDistribution,
     pub dataset: Dataset,
     pub n_requests: usize,
@@ -337,6 +345,12 @@ impl GemConfig {
         c.distribution
             .check()
             .map_err(|(f, m)| field(&format!("cluster.distribution.{f}"), m))?;
+        if !(0.0..=1.0).contains(&c.bandwidth_share) {
+            return Err(field(
+                "cluster.bandwidth_share",
+                format!("{} must be between 0 and 1", c.bandwidth_share),
+            ));
+        }
         if c.speed_factors.is_some() && c.variability != VariabilitySetup::Explicit {
             return Err(field(
                 "cluster.speed_factors",
@@ -545,6 +559,7 @@ impl GemConfig {
             n_gpus,
             variability: c.variability,
             speed_factors,
+            bandwidth_share: c.bandwidth_share,
             distribution: c.distribution.clone(),
             dataset: w.dataset,
             n_requests: w.n_requests,

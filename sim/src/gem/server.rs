@@ -10,6 +10,8 @@
 //! when idle, when a request arrives.
 
 use crate::cost::curve::CostCurve;
+use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
+use crate::cost::profile::SourceKind;
 use crate::cost::roofline::RooflineParams;
 use crate::engine::{Model, run};
 use crate::event_queue::EventQueue;
@@ -90,9 +92,17 @@ pub const HEADLINE_IMPROVEMENTS: &[&str] = &["e2e_mean_ms", "tpot_p90_ms"];
 pub struct Deployment {
     pub trace: Arc<ExpertTrace>,
     pub observed_steps: usize,
+    /// The mapper's planning model (the paper's): per-GPU token -> latency tables, the
+    /// speed-1 curve divided by each GPU's speed factor.
     pub costs: GpuCosts,
+    /// What the simulator charges: each GPU's MoE layer priced by `cost::moe_layer` (one
+    /// grouped GEMM over its active experts, the speed factor split into compute and
+    /// bandwidth factors).
+    pub step_costs: GpuCosts,
     /// The speed-1 MoE-layer curve of one GPU.
     pub base_curve: CostCurve,
+    /// Each GPU's compute and bandwidth factors.
+    pub speeds: Vec<SpeedFactors>,
 }
 
 impl Deployment {
@@ -125,11 +135,40 @@ impl Deployment {
         let base_curve = gpu_layer_curve(expert, shape.n_experts / scenario.n_gpus, launch);
         let limit = (trace.max_step_total().ceil() as usize).min(1 << 22);
         let costs = GpuCosts::scaled(&base_curve, &scenario.speed_factors, limit);
+        let speeds: Vec<SpeedFactors> = scenario
+            .speed_factors
+            .iter()
+            .map(|&s| SpeedFactors::split(s, scenario.bandwidth_share))
+            .collect();
+        let layer = physical_layer(scenario, expert);
+        let experts_per_gpu = shape.n_experts / scenario.n_gpus;
+        let step_costs = GpuCosts::new(
+            speeds
+                .iter()
+                .map(|&sp| {
+                    CostCurve::new(
+                        base_curve
+                            .samples()
+                            .map(|(n, _)| {
+                                (
+                                    n,
+                                    layer.grouped_gemm_even(n.round() as u64, experts_per_gpu, sp),
+                                )
+                            })
+                            .collect(),
+                    )
+                    .expect("positive token counts and finite costs")
+                })
+                .collect(),
+            limit,
+        );
         Deployment {
             trace,
             observed_steps,
             costs,
+            step_costs,
             base_curve,
+            speeds,
         }
     }
 
@@ -282,29 +321,39 @@ pub trait GemStepCost {
     fn step(&mut self, work: &GemStepWork<'_>, busy: &mut [f64]) -> GemStepTime;
 }
 
-/// The simulated step cost: per MoE layer the slowest GPU on its curve (the lock-step
-/// barrier), plus the tensor-parallel dense part and head at the slowest GPU's speed.
+/// The grouped-GEMM MoE layer of `scenario`'s model and GPU, refined by the profile's expert
+/// curve when that profile was measured.
+pub fn physical_layer(scenario: &GemScenario, expert: &CostCurve) -> MoeLayerCost {
+    let layer = MoeLayerCost::new(&scenario.gpu, &scenario.shape, MoeLayerParams::default());
+    if scenario.profile.source.kind == SourceKind::Measured {
+        layer.with_profile(expert.clone())
+    } else {
+        layer
+    }
+}
+
+/// The simulated step cost: per MoE layer the slowest GPU's grouped GEMM (the lock-step
+/// barrier), plus the tensor-parallel dense part and head: the prefill part (compute-bound at
+/// the token counts that matter) slowed by each GPU's compute factor, the decode part
+/// (weight and KV streaming) by its bandwidth factor; the slowest GPU sets the pace.
 pub struct CurveStepCost<'a> {
     costs: &'a GpuCosts,
     non_expert_prefill: &'a CostCurve,
     non_expert_decode: &'a CostCurve,
     head: &'a CostCurve,
-    speeds: &'a [f64],
-    min_speed: f64,
+    speeds: &'a [SpeedFactors],
 }
 
 impl<'a> CurveStepCost<'a> {
     /// The cost model of `scenario` on `deployment`'s per-GPU curves.
     pub fn new(scenario: &'a GemScenario, deployment: &'a Deployment) -> CurveStepCost<'a> {
         let profile = &scenario.profile;
-        let speeds = &scenario.speed_factors;
         CurveStepCost {
-            costs: &deployment.costs,
+            costs: &deployment.step_costs,
             non_expert_prefill: &profile.non_expert_prefill,
             non_expert_decode: &profile.non_expert_decode,
             head: &profile.head,
-            speeds,
-            min_speed: speeds.iter().copied().fold(f64::INFINITY, f64::min),
+            speeds: &deployment.speeds,
         }
     }
 }
@@ -312,11 +361,10 @@ impl<'a> CurveStepCost<'a> {
 impl GemStepCost for CurveStepCost<'_> {
     fn step(&mut self, work: &GemStepWork<'_>, busy: &mut [f64]) -> GemStepTime {
         let g_count = work.n_gpus as f64;
-        let dense = self
-            .non_expert_prefill
-            .at(work.tokens as f64)
-            .max(self.non_expert_decode.at(work.decode_seqs as f64));
+        let prefill = self.non_expert_prefill.at(work.tokens as f64);
+        let decode = self.non_expert_decode.at(work.decode_seqs as f64);
         let head = self.head.at(work.emitting as f64);
+        let layers = work.n_layers as f64;
         let mut moe_total = 0.0;
         for row in work.gpu_tokens.chunks_exact(work.n_gpus) {
             let mut slowest = 0.0f64;
@@ -329,12 +377,15 @@ impl GemStepCost for CurveStepCost<'_> {
         }
         // Attention, shared experts and the head are tensor-parallel over the G GPUs: each
         // runs 1/G of the work at its own speed and the slowest sets the pace.
-        let per_gpu_dense = (work.n_layers as f64 * dense + head) / g_count;
+        let mut dense_pace = 0.0f64;
         for (b, s) in busy.iter_mut().zip(self.speeds) {
-            *b += per_gpu_dense / s;
+            let dense = (prefill / s.compute).max(decode / s.bandwidth);
+            let own = (layers * dense + head / s.bandwidth) / g_count;
+            *b += own;
+            dense_pace = dense_pace.max(own);
         }
         GemStepTime {
-            nanos: moe_total + per_gpu_dense / self.min_speed,
+            nanos: moe_total + dense_pace,
             moe_nanos: moe_total,
         }
     }
