@@ -152,10 +152,10 @@ pub struct LiveReport {
 
 /// The MoE families' model shape (the kernels' MoE and dense launches), the model's name and
 /// the cost-model source.
-type Described = (Option<sim::model_shape::MoeModelShape>, String, String);
+type Described = (Option<sim::cost::shape::MoeModelShape>, String, String);
 
 fn describe(scenario: &Scenario) -> Result<Described, LiveError> {
-    let moe = |shape: sim::model_shape::MoeModelShape, source: String| {
+    let moe = |shape: sim::cost::shape::MoeModelShape, source: String| {
         let name = shape.name.clone();
         Ok((Some(shape), name, source))
     };
