@@ -12,7 +12,6 @@ use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
 use kernels::decode::DecodeShape;
 use sim::chimera::ChimeraScenario;
-use sim::chimera::models::model_shape;
 use sim::chimera::server::EngineStepCost;
 use sim::cost::shape::DenseModelShape;
 use sim::mosaic::live_scale::{LIVE_SCALING, block_gemm_width};
@@ -75,7 +74,7 @@ impl Measure for EngineMeasure {
 }
 
 fn engine_name(scenario: &ChimeraScenario, e: usize) -> String {
-    format!("engine {e} ({})", scenario.engines[e].cost.model.name)
+    format!("engine {e} ({})", scenario.engines[e].cost.model)
 }
 
 /// One seed of `scenario` simulated, then live on `kernels`.
@@ -149,6 +148,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sim::chimera::models::model_shape;
 
     /// Qwen2.5-7B: a block holds 3584 x (3584 + 2 x 512 + 3584) + 3 x 3584 x 18944 =
     /// 233,046,016 parameters, a block GEMM 65,024 wide over 3584; scaled by 1/64: hidden 56,

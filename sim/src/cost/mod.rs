@@ -8,6 +8,8 @@
 pub mod curve;
 pub mod gpu;
 pub mod moe_layer;
+#[cfg(test)]
+mod one_model_checks;
 pub mod op_profile;
 pub mod profile;
 pub mod roofline;

@@ -512,4 +512,27 @@ mod tests {
         assert!((c.nanos - expected).abs() < 1e-6);
         assert_eq!(m.grouped_gemm_even(129, 2, SpeedFactors::NOMINAL), c.nanos);
     }
+
+    #[test]
+    fn expected_work_spread_over_devices() {
+        // Certain weights with whole rows are the grouped GEMM itself.
+        let m = l4();
+        let certain = m.grouped_gemm_spread([(1.0, 1.0), (1.0, 1.0)], 1.0, SpeedFactors::NOMINAL);
+        assert_eq!(
+            certain,
+            m.grouped_gemm(&[1, 1], SpeedFactors::NOMINAL).nanos
+        );
+        // Four weights each read with probability 1/2 stream two experts' weights in
+        // expectation; spread over 2 devices each streams one, launched once per device.
+        let launch = 3.0 * m.roofline.launch_ns;
+        let half = m.grouped_gemm_spread([(0.5, 1.0); 4], 2.0, SpeedFactors::NOMINAL);
+        let one_expert = m.expert_weight_bytes / m.roofline.bandwidth * 1e9;
+        assert!((half - launch - one_expert).abs() < 1e-6);
+        // Rows when read are padded to whole tiles.
+        let compute_bound = m.grouped_gemm_spread([(1.0, 1000.5)], 1.0, SpeedFactors::NOMINAL);
+        let tile_rows = 1024.0; // ceil(1000.5) = 1001 rows, 16 tiles of 64
+        let expected = launch + m.expert_flops_per_token * tile_rows / m.roofline.compute * 1e9;
+        assert!((compute_bound - expected).abs() < 1e-6);
+        assert_eq!(m.grouped_gemm_spread([], 4.0, SpeedFactors::NOMINAL), 0.0);
+    }
 }

@@ -249,21 +249,23 @@ impl StepRoofline {
     }
 
     /// The non-expert part of an MLA-MoE model (ExpertWeave's base) on an instance of
-    /// `tensor_parallel x data_parallel` devices, per device: the first dense layers and the
-    /// MoE layers' attention, shared experts, router and norms, and the head, weights split
-    /// over the tensor-parallel ranks and rows over all devices; MLA's latent KV cache is not
-    /// split by heads, so every tensor-parallel rank reads all of it for its sequences (split
-    /// over the data-parallel ranks only). `kernels_per_layer` launches per layer, 3 for the
-    /// head (final norm, `lm_head` GEMM, sampling); no all-reduce is modelled.
+    /// `devices` devices with tensor parallelism `tensor_parallel` (the rest data-parallel),
+    /// per device: the first dense layers and the MoE layers' attention, shared experts,
+    /// router and norms, and the head, weights split over the tensor-parallel ranks and rows
+    /// over all devices; MLA's latent KV cache is not split by heads, so every
+    /// tensor-parallel rank reads all of it for its sequences (split over the data-parallel
+    /// ranks only). `kernels_per_layer` launches per layer, 3 for the head (final norm,
+    /// `lm_head` GEMM, sampling); no all-reduce is modelled.
     pub fn mla_moe_non_expert(
         shape: &MlaMoeShape,
         roofline: Roofline,
         tensor_parallel: u64,
-        data_parallel: u64,
+        devices: u64,
         kernels_per_layer: u32,
     ) -> StepRoofline {
         let tp = tensor_parallel.max(1) as f64;
-        let devices = tp * data_parallel.max(1) as f64;
+        let devices = (devices as f64).max(tp);
+        let data_parallel = devices / tp;
         let bytes = shape.bytes_per_param as f64;
         let group = |count: u64, layer: u64| {
             let params = shape.layer_non_routed_params(layer) as f64;
@@ -283,8 +285,7 @@ impl StepRoofline {
             roofline,
             layers,
             attention: AttentionCost {
-                kv_bytes_per_token: shape.kv_bytes_per_token_per_layer() as f64
-                    / data_parallel.max(1) as f64,
+                kv_bytes_per_token: shape.kv_bytes_per_token_per_layer() as f64 / data_parallel,
                 decode_flops_per_pair: shape.decode_attention_flops_per_pair_per_layer() / devices,
                 prefill_flops_per_pair: shape.prefill_attention_flops_per_pair_per_layer()
                     / devices,
@@ -625,6 +626,7 @@ pub fn write_reference_profiles(profiles_dir: &Path) -> Result<Vec<PathBuf>, Pro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cost::gpu::LinkSpec;
 
     fn l4_qwen() -> (GpuSpec, MoeModelShape, RooflineParams) {
         (
@@ -719,5 +721,134 @@ mod tests {
             );
             assert_eq!(Profile::load(&path).unwrap(), profile);
         }
+    }
+
+    /// Qwen2.5-7B-Instruct on one A100-80GB, by hand. One block: q and o 3584 x 3584 each,
+    /// k and v 3584 x 512 each (4 KV heads of 128), gate/up/down 3 x 3584 x 18944:
+    /// 25,690,112 + 3,670,016 + 203,685,888 = 233,046,016 parameters, 466,092,032 bf16 bytes;
+    /// 28 blocks stream 13,050,576,896 bytes. The head: 152,064 x 3584 = 544,997,376
+    /// parameters, 1,089,994,752 bytes (the embedding table is a lookup, not streamed). KV:
+    /// 2 x 2 B x 4 x 128 = 2,048 bytes per token per layer. Achievable rates: 2,039 GB/s x 0.8
+    /// = 1.6312e12 B/s and 312 TFLOP/s x 0.6 = 1.872e14 FLOP/s.
+    fn qwen7b_a100(tensor_parallel: u32) -> StepRoofline {
+        StepRoofline::dense(
+            &DenseModelShape::preset("qwen2.5-7b-instruct").unwrap(),
+            Roofline::of(&GpuSpec::by_name("A100-80GB").unwrap()),
+            TensorParallel {
+                degree: tensor_parallel,
+                link: LinkSpec {
+                    bandwidth_bytes_per_s: 300e9,
+                    latency_ns: 10_000.0,
+                },
+            },
+            4e6,
+        )
+    }
+
+    #[test]
+    fn dense_decode_step_matches_the_closed_form() {
+        // 8 sequences of 1,000 cached tokens: 8,000 x 28 x 2,048 = 458,752,000 KV bytes. Every
+        // kernel group is memory-bound (layers: 64 padded rows x 2 x 233,046,016 x 28 +
+        // 4 x 3584 x 8,000 x 28 = 838.4 GFLOP, 4.48 ms against 8.28 ms of streaming; head:
+        // 2 x 544,997,376 x 64 = 69.8 GFLOP, 0.37 ms against 0.67 ms), so the step is the
+        // bytes over the bandwidth plus the 4 ms host overhead.
+        let price = qwen7b_a100(1).price(&StepTokens {
+            rows: 8,
+            sequences: 8,
+            context_tokens: 8_000,
+            prefill_square: 0.0,
+        });
+        let bytes = 13_050_576_896.0 + 458_752_000.0 + 1_089_994_752.0;
+        let expected = bytes / 1.6312e12 * 1e9 + 4e6;
+        assert!(
+            (price.nanos - expected).abs() < 1.0,
+            "{} vs {expected}",
+            price.nanos
+        );
+        assert!((price.memory_ns - bytes / 1.6312e12 * 1e9).abs() < 1.0);
+        assert_eq!(price.communication_ns, 0.0);
+    }
+
+    #[test]
+    fn dense_prefill_step_is_compute_bound_with_causal_attention() {
+        // One 2,048-token prompt: the layers compute 2 x 233,046,016 x 2,048 x 28 GEMM FLOPs
+        // plus 4 x 3584 x (2,048 + 2,048^2 / 2) x 28 attention FLOPs (the emitted row's and the
+        // causal prefill's), over 1.872e14 FLOP/s; the head scores one row (64 padded) and
+        // stays memory-bound: 1,089,994,752 bytes over 1.6312e12 B/s.
+        let price = qwen7b_a100(1).price(&StepTokens {
+            rows: 2048,
+            sequences: 1,
+            context_tokens: 2048,
+            prefill_square: 2048.0 * 2048.0,
+        });
+        let layers = 2.0 * 233_046_016.0 * 2048.0 * 28.0
+            + 4.0 * 3584.0 * (2048.0 + 2048.0 * 2048.0 / 2.0) * 28.0;
+        let expected = layers / 1.872e14 * 1e9 + 1_089_994_752.0 / 1.6312e12 * 1e9 + 4e6;
+        assert!(
+            (price.nanos - expected).abs() < 1.0,
+            "{} vs {expected}",
+            price.nanos
+        );
+    }
+
+    #[test]
+    fn tensor_parallel_halves_the_streaming_and_adds_all_reduces() {
+        // TP 2: each GPU streams half the weights and half the KV (4 KV heads split in two);
+        // two ring all-reduces per layer of 8 rows x 3584 x 2 B, of which 2 (2 - 1) / 2 = 1
+        // crosses the 300 GB/s link, plus 10 us each.
+        let work = StepTokens {
+            rows: 8,
+            sequences: 8,
+            context_tokens: 8_000,
+            prefill_square: 0.0,
+        };
+        let price = qwen7b_a100(2).price(&work);
+        let bytes = (13_050_576_896.0 + 458_752_000.0 + 1_089_994_752.0) / 2.0;
+        let all_reduce = 2.0 * 28.0 * (10_000.0 + 8.0 * 3584.0 * 2.0 / 300e9 * 1e9);
+        assert!((price.communication_ns - all_reduce).abs() < 1e-6);
+        let expected = bytes / 1.6312e12 * 1e9 + 4e6 + all_reduce;
+        assert!((price.nanos - expected).abs() < 1.0);
+    }
+
+    #[test]
+    fn mla_attention_decodes_over_the_latent_cache() {
+        // ESFT-vanilla-lite (DeepSeek-V2-Lite) on one Ascend-910B: 512 + 64 latent and rotary
+        // elements of 2 B per token and layer; a decoding row spends 16 heads x (2 x 576 +
+        // 2 x 512) = 34,816 FLOPs per cached token and layer, a prefill row 16 x (2 x 192 +
+        // 2 x 128) = 10,240 per earlier prompt token. One layer of 100 decoding rows over
+        // 100,000 cached tokens: the weights plus 115,200,000 KV bytes against
+        // 2 x params x 128 padded rows + 34,816 x 100,000 FLOPs.
+        let shape = MlaMoeShape::esft_vanilla_16b();
+        let gpu = GpuSpec::by_name("Ascend-910B").unwrap();
+        let step = StepRoofline::mla_moe_non_expert(&shape, Roofline::of(&gpu), 1, 1, 5);
+        assert_eq!(step.attention.kv_bytes_per_token, 1152.0);
+        assert_eq!(step.attention.decode_flops_per_pair, 34_816.0);
+        assert_eq!(step.attention.prefill_flops_per_pair, 10_240.0);
+        let work = StepTokens {
+            rows: 100,
+            sequences: 100,
+            context_tokens: 100_000,
+            prefill_square: 0.0,
+        };
+        let params = shape.layer_non_routed_params(1) as f64;
+        let layer = step.layer(1, &work);
+        let bandwidth = 1600e9 * 0.8;
+        let compute = 280e12 * 0.6;
+        assert!((layer.memory_ns - (2.0 * params + 115_200_000.0) / bandwidth * 1e9).abs() < 1e-3);
+        assert!(
+            (layer.compute_ns - (2.0 * params * 128.0 + 34_816.0 * 100_000.0) / compute * 1e9)
+                .abs()
+                < 1e-3
+        );
+        // Tensor parallelism splits the weights but not the latent cache each rank reads.
+        let tp8 = StepRoofline::mla_moe_non_expert(&shape, Roofline::of(&gpu), 8, 8, 5);
+        assert_eq!(tp8.attention.kv_bytes_per_token, 1152.0);
+        assert_eq!(
+            tp8.layers[1].weight_bytes,
+            step.layers[1].weight_bytes / 8.0
+        );
+        // 27 layers x 5 kernels + 3 for the head, 10 us each.
+        let price = step.price(&work);
+        assert_eq!(price.overhead_ns, (27.0 * 5.0 + 3.0) * 10_000.0);
     }
 }

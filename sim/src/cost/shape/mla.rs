@@ -3,6 +3,7 @@
 //! and the parameter, byte, FLOP and KV-cache counts the cost model derives from it. Presets:
 //! `super::catalogue`.
 
+use super::{MoeModelShape, WeightDtype};
 use serde::{Deserialize, Serialize};
 
 /// A decoder-only MoE transformer with multi-head latent attention (MLA), as DeepSeek-V2 defines
@@ -176,6 +177,35 @@ impl MlaMoeShape {
     /// as vLLM's MLA backends do.
     pub fn kv_bytes_per_token(&self) -> u64 {
         (self.kv_lora_rank + self.qk_rope_head_dim) * self.n_layers * self.bytes_per_param
+    }
+
+    /// The routed-expert geometry as an MoE shape, as the kernels of live mode take it (its
+    /// MoE layers, experts and widths; the attention geometry is not used, its dense parts run
+    /// as GEMMs without attention).
+    pub fn moe_geometry(&self) -> MoeModelShape {
+        MoeModelShape {
+            name: self.name.clone(),
+            n_layers: self.n_moe_layers() as usize,
+            n_experts: self.n_routed_experts as usize,
+            top_k: self.top_k as usize,
+            n_shared_experts: self.n_shared_experts as usize,
+            shared_expert_ffn: if self.n_shared_experts > 0 {
+                self.expert_ffn as usize
+            } else {
+                0
+            },
+            shared_expert_gate: false,
+            hidden: self.hidden as usize,
+            expert_ffn: self.expert_ffn as usize,
+            n_attention_heads: self.n_heads as usize,
+            n_kv_heads: self.n_heads as usize,
+            head_dim: self.v_head_dim as usize,
+            attention_qkv_bias: false,
+            vocab: self.vocab as usize,
+            tied_embeddings: self.tied_embeddings,
+            weight_dtype: WeightDtype::Bf16,
+            lm_head_dtype: WeightDtype::Bf16,
+        }
     }
 
     /// KV-cache bytes per token in one layer: the latent and the rotary key.
