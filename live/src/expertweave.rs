@@ -12,11 +12,10 @@ use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
 use kernels::reroute::{BASE_MODEL, RerouteProblem, RerouteVariant};
 use rand::RngExt;
-use sim::cost::shape::{MoeModelShape, WeightDtype};
 use sim::expertweave::config::Rerouting;
 use sim::expertweave::{
-    EwStepCost, EwStepWork, ExpertWeaveScenario, MlaMoeShape, Popularity, ProfileStepCost,
-    RooflineStepCost, run_on,
+    EwStepCost, EwStepWork, ExpertWeaveScenario, Popularity, ProfileStepCost, RooflineStepCost,
+    run_on,
 };
 use sim::rng::SimRng;
 use sim::runner::Policies;
