@@ -90,7 +90,7 @@ impl MoeModelShape {
                 ),
             ));
         }
-        if self.n_attention_heads % self.n_kv_heads != 0 {
+        if !self.n_attention_heads.is_multiple_of(self.n_kv_heads) {
             return Err(invalid(
                 "n_kv_heads",
                 format!(
