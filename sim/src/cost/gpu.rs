@@ -54,6 +54,7 @@ pub const GPU_NAMES: &[&str] = &[
     "H100-SXM",
     "H200",
     "RTX-A6000",
+    "A40",
     "Ascend-910B",
 ];
 
@@ -78,6 +79,9 @@ impl GpuSpec {
     /// - RTX-A6000 (<https://www.nvidia.com/en-us/design-visualization/rtx-a6000/>, NVIDIA RTX
     ///   A6000 datasheet): 48 GB GDDR6 at 768 GB/s, 10,752 CUDA cores = 84 SMs, tensor BF16
     ///   309.7 TFLOPS with sparsity -> 154.8 dense. Chimera's GPU.
+    /// - A40 (<https://www.nvidia.com/en-us/data-center/a40/>, NVIDIA A40 datasheet): BF16 149.7
+    ///   dense (299.4 sparse), 48 GB GDDR6 at 696 GB/s, 10,752 CUDA cores = 84 SMs. The GPU of
+    ///   Vidur's A40 profile (`profiles/vidur/a40/`).
     /// - Ascend-910B: the NPU ExpertWeave runs on (expertweave.txt, section 5: "8 Ascend NPUs,
     ///   where each NPU has 64GB of memory", vLLM-Ascend). Huawei publishes no datasheet with
     ///   both rates; 1.6 TB/s of HBM2e and 280 dense fp16 TFLOP/s are round figures of public
@@ -103,6 +107,7 @@ impl GpuSpec {
             Some("H100-SXM") => Ok(spec("H100-SXM", 989.4, 3350.0, 132, 80.0)),
             Some("H200") => Ok(spec("H200", 989.4, 4800.0, 132, 141.0)),
             Some("RTX-A6000") => Ok(spec("RTX-A6000", 154.8, 768.0, 84, 48.0)),
+            Some("A40") => Ok(spec("A40", 149.7, 696.0, 84, 48.0)),
             Some("Ascend-910B") => Ok(GpuSpec {
                 kernel_launch_overhead_ns: 10_000.0,
                 ..spec("Ascend-910B", 280.0, 1600.0, 20, 64.0)
