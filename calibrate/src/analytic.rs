@@ -5,7 +5,7 @@
 use sim::cost::gpu::GpuSpec;
 use sim::cost::profile::{Profile, ProfileError};
 use sim::cost::roofline::analytic_profile;
-use sim::model_shape::MoeModelShape;
+use sim::cost::shape::MoeModelShape;
 use std::path::{Path, PathBuf};
 
 /// (GPU catalogue name, model preset, file under `profiles/`).

@@ -9,9 +9,9 @@ use crate::pipeline::CalibrateError;
 use crate::stats::summarize;
 use kernels::backend::{Backend, Workload};
 use kernels::decode::{DecodeProblem, DecodeShape};
+use sim::cost::shape::DenseModelShape;
 use sim::mosaic::live_scale::Scaling;
 use sim::mosaic::profile_cost::{DENSE_PROFILE_FORMAT, DenseDecodeProfile, DenseModelProfile};
-use sim::mosaic::shape::DenseModelShape;
 
 /// What the dense-decode calibration measures and how often.
 #[derive(Clone, Debug, PartialEq)]
@@ -161,7 +161,7 @@ pub fn calibrate_dense(
 
 /// The kernels' decode shapes of a dense model (block, head).
 fn dense_decode_shapes(
-    shape: &sim::mosaic::shape::DenseModelShape,
+    shape: &sim::cost::shape::DenseModelShape,
 ) -> (kernels::decode::DecodeShape, kernels::decode::DecodeShape) {
     let [
         hidden,

@@ -19,9 +19,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use dense::DensePlan;
 use kernels::backend::{self, BackendKind};
 use pipeline::{CalibrateError, Plan};
-use sim::model_shape::MoeModelShape;
+use sim::cost::shape::DenseModelShape;
+use sim::cost::shape::MoeModelShape;
 use sim::mosaic::live_scale::{LIVE_SCALING, Scaling};
-use sim::mosaic::shape::{DENSE_PRESETS, DenseModelShape};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -261,14 +261,7 @@ fn slug(text: &str) -> String {
 fn run_dense(cli: &Cli, names: &[String]) -> Result<(), Failure> {
     let shapes = names
         .iter()
-        .map(|n| {
-            DenseModelShape::preset(n).ok_or_else(|| {
-                input(format!(
-                    "--dense-models: unknown dense model {n:?}; known: {}",
-                    DENSE_PRESETS.join(", ")
-                ))
-            })
-        })
+        .map(|n| DenseModelShape::preset(n).map_err(|e| input(format!("--dense-models: {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
     let plan = DensePlan {
         scaling: Scaling {

@@ -26,7 +26,7 @@ use sim::cost::profile::{
     Calibration, ExpertExecution, ExpertFfnCurve, MeasuredProfile, Measurement,
     PROFILE_FORMAT_VERSION, Profile, ProfileSource, SourceKind,
 };
-use sim::model_shape::{MoeModelShape, WeightDtype};
+use sim::cost::shape::{MoeModelShape, WeightDtype};
 use std::time::Instant;
 
 /// Limits on every count, so that a typo cannot ask for terabytes.

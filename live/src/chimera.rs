@@ -12,9 +12,9 @@ use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
 use kernels::decode::DecodeShape;
 use sim::chimera::ChimeraScenario;
-use sim::chimera::models::DenseModel;
 use sim::chimera::server::EngineStepCost;
-use sim::mosaic::live_scale::LIVE_SCALING;
+use sim::cost::shape::DenseModelShape;
+use sim::mosaic::live_scale::{LIVE_SCALING, block_gemm_width};
 use sim::runner::Policies;
 use sim::serving::step::{StepCost, StepWork};
 use std::cell::RefCell;
@@ -30,23 +30,18 @@ pub struct ScaledEngine {
 }
 
 impl ScaledEngine {
-    /// From the model's shape: the block's matmul parameters are what the model holds beyond
-    /// its embeddings (tied: one vocab x hidden table; untied: two), per layer; the query heads
-    /// are hidden / head_dim (true of every Chimera preset); widths and layers scaled by
-    /// `LIVE_SCALING`, heads kept.
-    pub fn of(model: &DenseModel) -> ScaledEngine {
-        let hidden = f64::from(model.hidden);
-        let vocab = f64::from(model.vocab);
-        let embeddings = if model.tied_embeddings { 1.0 } else { 2.0 } * vocab * hidden;
-        let block_params = (model.params - embeddings) / f64::from(model.layers);
+    /// From the model's shape: one block as one GEMM over `hidden` of the block's parameters
+    /// (`live_scale::block_gemm_width`, as live MOSAIC runs a block), widths and layers scaled
+    /// by `LIVE_SCALING`, heads kept.
+    pub fn of(model: &DenseModelShape) -> ScaledEngine {
         let widths = LIVE_SCALING.widths as usize;
         let width = |v: usize| (v / widths).max(1);
         let block = DecodeShape {
             hidden: width(model.hidden as usize),
             // The block GEMM's output width over the full hidden, then scaled like a width.
-            out_features: width((block_params / hidden).ceil() as usize),
-            n_heads: (model.hidden / model.head_dim) as usize,
-            n_kv_heads: model.kv_heads as usize,
+            out_features: width(block_gemm_width(model) as usize),
+            n_heads: model.n_heads as usize,
+            n_kv_heads: model.n_kv_heads as usize,
             head_dim: width(model.head_dim as usize),
         };
         ScaledEngine {
@@ -55,7 +50,7 @@ impl ScaledEngine {
                 out_features: width(model.vocab as usize),
                 ..block
             },
-            layers: (model.layers as usize / LIVE_SCALING.layers as usize).max(1),
+            layers: (model.n_layers as usize / LIVE_SCALING.layers as usize).max(1),
         }
     }
 }
@@ -79,7 +74,7 @@ impl Measure for EngineMeasure {
 }
 
 fn engine_name(scenario: &ChimeraScenario, e: usize) -> String {
-    format!("engine {e} ({})", scenario.engines[e].cost.model.name)
+    format!("engine {e} ({})", scenario.engines[e].cost.model)
 }
 
 /// One seed of `scenario` simulated, then live on `kernels`.
@@ -113,7 +108,7 @@ pub fn run(
             Box::new(LiveStep::new(
                 engine_name(scenario, e),
                 EngineStepCost(&scenario.engines[e].cost),
-                EngineMeasure(ScaledEngine::of(&scenario.engines[e].cost.model)),
+                EngineMeasure(ScaledEngine::of(&scenario.engines[e].cost.shape)),
                 session.clone(),
             )) as Box<dyn StepCost + '_>
         })
@@ -153,14 +148,14 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sim::chimera::models::model_shape;
 
-    /// Qwen2.5-7B: 7.61e9 parameters, untied 152064 x 3584 embeddings (1.09e9 for both), so
-    /// (7.61e9 - 1.09e9) / 28 layers = 2.33e8 per block, a block GEMM 64,984 wide over 3584;
-    /// scaled by 1/64: hidden 56, width 1015, head_dim 2, vocab 2376; 28 query heads (3584 /
-    /// 128) and 4 KV heads kept; 28 / 8 = 3 layers.
+    /// Qwen2.5-7B: a block holds 3584 x (3584 + 2 x 512 + 3584) + 3 x 3584 x 18944 =
+    /// 233,046,016 parameters, a block GEMM 65,024 wide over 3584; scaled by 1/64: hidden 56,
+    /// width 1016, head_dim 2, vocab 2376; 28 query heads and 4 KV heads kept; 28 / 8 = 3 layers.
     #[test]
     fn a_scaled_engine_keeps_heads_and_shrinks_widths() {
-        let model = DenseModel::by_name("qwen2.5-7b").unwrap();
+        let model = model_shape("qwen2.5-7b").unwrap();
         let s = ScaledEngine::of(&model);
         assert_eq!(s.layers, 3);
         assert_eq!(
@@ -169,8 +164,7 @@ mod tests {
         );
         assert_eq!(s.block.head_dim, 2);
         assert_eq!(s.head.out_features, 152_064 / 64);
-        let full_width = ((7.61e9 - 2.0 * 152_064.0 * 3584.0) / 28.0 / 3584.0_f64).ceil() as usize;
-        assert_eq!(s.block.out_features, full_width / 64);
+        assert_eq!(s.block.out_features, 65_024 / 64);
         assert!((1000..1030).contains(&s.block.out_features), "{s:?}");
     }
 }

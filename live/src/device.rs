@@ -15,7 +15,7 @@ use kernels::backend::{self, Backend, BackendError, BackendKind, GridCapacity, W
 use kernels::decode::{DecodeProblem, DecodeShape};
 use kernels::moe::{MoeProblem, MoeShape};
 use kernels::reroute::{RerouteProblem, RerouteVariant};
-use sim::model_shape::MoeModelShape;
+use sim::cost::shape::MoeModelShape;
 use std::collections::BTreeMap;
 use std::time::Instant;
 

@@ -14,40 +14,11 @@ use kernels::reroute::{BASE_MODEL, RerouteProblem, RerouteVariant};
 use rand::RngExt;
 use sim::expertweave::config::Rerouting;
 use sim::expertweave::{
-    EwStepCost, EwStepWork, ExpertWeaveScenario, MlaMoeShape, Popularity, ProfileStepCost,
-    RooflineStepCost, run_on,
+    EwStepCost, EwStepWork, ExpertWeaveScenario, Popularity, ProfileStepCost, RooflineStepCost,
+    run_on,
 };
-use sim::model_shape::{MoeModelShape, WeightDtype};
 use sim::rng::SimRng;
 use sim::runner::Policies;
-
-/// The routed-expert geometry of `shape` as the kernels take it (attention geometry is not
-/// used: dense parts run as GEMMs without attention).
-pub fn kernel_shape(shape: &MlaMoeShape) -> MoeModelShape {
-    MoeModelShape {
-        name: shape.name.clone(),
-        n_layers: shape.n_moe_layers() as usize,
-        n_experts: shape.n_routed_experts as usize,
-        top_k: shape.top_k as usize,
-        n_shared_experts: shape.n_shared_experts as usize,
-        shared_expert_ffn: if shape.n_shared_experts > 0 {
-            shape.expert_ffn as usize
-        } else {
-            0
-        },
-        shared_expert_gate: false,
-        hidden: shape.hidden as usize,
-        expert_ffn: shape.expert_ffn as usize,
-        n_attention_heads: shape.n_heads as usize,
-        n_kv_heads: shape.n_heads as usize,
-        head_dim: shape.v_head_dim as usize,
-        attention_qkv_bias: false,
-        vocab: shape.vocab as usize,
-        tied_embeddings: shape.tied_embeddings,
-        weight_dtype: WeightDtype::Bf16,
-        lm_head_dtype: WeightDtype::Bf16,
-    }
-}
 
 /// One line per step: the instance's adapters and what the scheduler put into the step.
 fn decision_line(work: &EwStepWork<'_>) -> String {

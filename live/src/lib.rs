@@ -152,10 +152,10 @@ pub struct LiveReport {
 
 /// The MoE families' model shape (the kernels' MoE and dense launches), the model's name and
 /// the cost-model source.
-type Described = (Option<sim::model_shape::MoeModelShape>, String, String);
+type Described = (Option<sim::cost::shape::MoeModelShape>, String, String);
 
 fn describe(scenario: &Scenario) -> Result<Described, LiveError> {
-    let moe = |shape: sim::model_shape::MoeModelShape, source: String| {
+    let moe = |shape: sim::cost::shape::MoeModelShape, source: String| {
         let name = shape.name.clone();
         Ok((Some(shape), name, source))
     };
@@ -163,7 +163,7 @@ fn describe(scenario: &Scenario) -> Result<Described, LiveError> {
         Scenario::Caps(s) => moe(s.shape.clone(), sim::caps::run::step_executor(s, 0).1),
         Scenario::Gem(s) => moe(s.shape.clone(), s.profile.source.kind.as_str().into()),
         Scenario::Expertweave(s) => moe(
-            expertweave::kernel_shape(&s.shape),
+            s.shape.moe_geometry(),
             match &s.profile {
                 Some(p) => format!("measured ({})", p.device),
                 None => "analytic-roofline".into(),
@@ -185,7 +185,7 @@ fn describe(scenario: &Scenario) -> Result<Described, LiveError> {
             None,
             s.engines
                 .iter()
-                .map(|e| e.cost.model.name)
+                .map(|e| e.cost.model.as_str())
                 .collect::<Vec<_>>()
                 .join(", "),
             s.source(),

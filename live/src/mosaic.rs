@@ -13,9 +13,9 @@ use crate::device::Kernels;
 use crate::fidelity::StepRecord;
 use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
+use sim::cost::shape::DenseModelShape;
 use sim::mosaic::decode::DecodeStep;
 use sim::mosaic::live_scale::{LIVE_SCALING, kernel_rows_and_context};
-use sim::mosaic::shape::DenseModelShape;
 use sim::mosaic::{MosaicScenario, SessionCost, SimulatedSessionCost, try_simulate_on};
 use sim::runner::Policies;
 
@@ -258,7 +258,7 @@ mod tests {
 
 /// The kernels' decode shapes of a dense model (block, head).
 fn dense_decode_shapes(
-    shape: &sim::mosaic::shape::DenseModelShape,
+    shape: &sim::cost::shape::DenseModelShape,
 ) -> (kernels::decode::DecodeShape, kernels::decode::DecodeShape) {
     let [
         hidden,

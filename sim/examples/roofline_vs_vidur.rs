@@ -6,7 +6,8 @@
 
 use sim::cost::gpu::GpuSpec;
 use sim::cost::op_profile::{OpProfile, Operation};
-use sim::cost::roofline::{Roofline, RooflineParams};
+use sim::cost::roofline::{ProfileCurves, RooflineParams};
+use sim::cost::shape::MoeModelShape;
 use std::path::Path;
 
 fn main() {
@@ -22,13 +23,9 @@ fn main() {
     ] {
         let profile = OpProfile::load(&root.join(file)).expect("committed profile");
         let spec = GpuSpec::by_name(gpu).expect("catalogue GPU");
-        let mut shape = sim::gem::models::mixtral_8x7b();
+        let mut shape = MoeModelShape::mixtral_8x7b();
         shape.expert_ffn = ffn;
-        let roofline = Roofline {
-            gpu: &spec,
-            shape: &shape,
-            params: &params,
-        };
+        let roofline = ProfileCurves::new(&spec, &shape, &params);
         for tokens in [1u64, 16, 64, 128, 256, 512, 1024, 2048, 4096] {
             let measured: f64 = Operation::MLP
                 .iter()

@@ -13,7 +13,6 @@ pub mod expertweave;
 pub mod gem;
 pub mod headlines;
 pub mod metrics;
-pub mod model_shape;
 pub mod mosaic;
 pub mod partial;
 pub mod records;

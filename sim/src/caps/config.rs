@@ -8,7 +8,7 @@ use crate::caps::batch::BatchSelectorConfig;
 use crate::caps::execution::{CvModel, ExecutionModel, GroupedModel, StragglerModel};
 use crate::caps::server::SchedulerParams;
 use crate::cost::profile::Profile;
-use crate::model_shape::MoeModelShape;
+use crate::cost::shape::MoeModelShape;
 use crate::scenario::limits::MAX_SIM_SECONDS_CEILING;
 use crate::scenario::validate::duration;
 use crate::scenario::validate::{FieldError, LoadCache, at_least_one, field_error, positive};

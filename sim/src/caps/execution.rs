@@ -9,7 +9,7 @@ use crate::cost::curve::CostCurve;
 use crate::cost::gpu::GpuSpec;
 use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
 use crate::cost::profile::{ExpertExecution, Profile, ProfileMismatch, SourceKind};
-use crate::model_shape::MoeModelShape;
+use crate::cost::shape::MoeModelShape;
 use crate::time::SimDuration;
 
 /// What one CAPS batch asks of the GPU.

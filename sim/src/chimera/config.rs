@@ -2,11 +2,12 @@
 //! `[queue]`, `[routing]`), mirrored with `deny_unknown_fields`, and their validation into a
 //! runnable `ChimeraScenario`.
 
-use super::models::{DEFAULT_STEP_OVERHEAD_MS, DenseModel, EngineCost, MODEL_NAMES, gpu_by_name};
+use super::models::{DEFAULT_STEP_OVERHEAD_MS, EngineCost, model_names, model_shape};
 use super::policy::{QueuePolicyConfig, RouterConfig};
 use super::workload::{
     Dataset, ModelWorkload, PredictorConfig, SemanticRouterConfig, WorkflowGenerator,
 };
+use crate::cost::gpu::GpuSpec;
 use crate::scenario::validate::{FieldError, at_least_one, field_error, positive};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -129,7 +130,8 @@ impl ChimeraConfig {
     /// Validates the Chimera tables (`base_dir` is unused: the family reads no files).
     pub fn validate(&self, _base_dir: &Path) -> Result<ChimeraScenario, FieldError> {
         let c = &self.cluster;
-        let gpu = gpu_by_name(&c.gpu).map_err(|e| field_error("cluster.gpu", e))?;
+        let gpu =
+            GpuSpec::by_name(&c.gpu).map_err(|e| field_error("cluster.gpu", e.to_string()))?;
         if c.models.is_empty() {
             return Err(field_error("cluster.models", "needs at least one model"));
         }
@@ -147,10 +149,10 @@ impl ChimeraConfig {
         let mut engines = Vec::with_capacity(c.models.len());
         for (i, name) in c.models.iter().enumerate() {
             let path = format!("cluster.models[{i}]");
-            let shape = DenseModel::by_name(name).ok_or_else(|| {
+            let shape = model_shape(name).ok_or_else(|| {
                 field_error(
                     &path,
-                    format!("unknown model {name:?}; known: {}", MODEL_NAMES.join(", ")),
+                    format!("unknown model {name:?}; known: {}", model_names()),
                 )
             })?;
             let model = match models.iter().position(|m| m.model == *name) {
@@ -162,7 +164,7 @@ impl ChimeraConfig {
                     models.len() - 1
                 }
             };
-            let cost = EngineCost::new(shape, &gpu, c.max_batch_size, utilization, overhead)
+            let cost = EngineCost::new(name, &shape, &gpu, c.max_batch_size, utilization, overhead)
                 .map_err(|e| field_error(&path, e))?;
             engines.push(EngineSpec { model, cost });
         }

@@ -17,6 +17,7 @@ use super::policy::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Route
 use super::stats::{average_precision, kendall_tau_distance};
 use super::workload::{SYSTEM_PROMPT_TOKENS, Workflow};
 use crate::arrivals::{Arrival, ArrivalProcess, Poisson};
+use crate::cost::roofline::StepTokens;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::metrics::{LatencyRecorder, LatencySummary};
@@ -62,26 +63,35 @@ pub fn replica_config(cost: &EngineCost) -> ReplicaConfig {
     }
 }
 
-/// Chimera's engine cost (`models::EngineCost`, the analytic dense roofline) behind the serving
-/// layer's step-cost seam: a step's sequences, new prompt tokens and cached context priced as
-/// `EngineCost::step_ns`.
+/// Chimera's engine cost (`models::EngineCost`, the cost model's roofline) behind the serving
+/// layer's step-cost seam: a step's decoding sequences and prompt tokens are its rows, its
+/// sequences the head's rows, its cached context the attention's, and its prompts the causal
+/// prefill's (summed over the batch only when the step prefills).
 pub struct EngineStepCost<'a>(pub &'a EngineCost);
 
 impl StepCost for EngineStepCost<'_> {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime {
-        let c = self.0;
-        let ns = c.step_ns(work.requests, work.prefill_tokens, work.context_tokens);
+        let prefill_square = if work.prefill_tokens > 0 {
+            work.batch
+                .iter()
+                .map(|seq| f64::from(seq.step_prefill()).powi(2))
+                .sum()
+        } else {
+            0.0
+        };
+        let price = self.0.step(&StepTokens {
+            rows: work.decode_tokens + work.prefill_tokens,
+            sequences: work.requests,
+            context_tokens: work.context_tokens,
+            prefill_square,
+        });
         StepTime {
-            duration: SimDuration(ns.round() as u64),
+            duration: SimDuration(price.nanos.round() as u64),
             breakdown: StepBreakdown {
-                compute_ns: c.flops_per_token * (work.requests + work.prefill_tokens) as f64
-                    / c.compute
-                    * 1e9,
-                memory_ns: (c.weight_bytes + work.context_tokens as f64 * c.kv_bytes_per_token)
-                    / c.bandwidth
-                    * 1e9,
-                communication_ns: 0.0,
-                overhead_ns: c.overhead_ns,
+                compute_ns: price.compute_ns,
+                memory_ns: price.memory_ns,
+                communication_ns: price.communication_ns,
+                overhead_ns: price.overhead_ns,
             },
             source: CostSource::Analytic,
         }
@@ -572,7 +582,7 @@ impl<'a> ChimeraServer<'a> {
             .map(|(run, spec)| {
                 let stats = run.replica.stats();
                 EngineReport {
-                    model: spec.cost.model.name.to_string(),
+                    model: spec.cost.model.clone(),
                     requests: stats.admitted,
                     workflows_started: run.first_stage_requests,
                     output_tokens: stats.tokens,

@@ -117,8 +117,8 @@ fn total_moments(dataset: Dataset, model: &str, params: f64) -> Option<(f64, f64
         LengthSource::QwenInterpolated => {
             let (m0, s0) = given("qwen2.5-1.5b");
             let (m1, s1) = given("qwen2.5-14b");
-            let p0 = super::models::DenseModel::by_name("qwen2.5-1.5b")?.params;
-            let p1 = super::models::DenseModel::by_name("qwen2.5-14b")?.params;
+            let p0 = super::models::model_shape("qwen2.5-1.5b")?.params() as f64;
+            let p1 = super::models::model_shape("qwen2.5-14b")?.params() as f64;
             let t = (params / p0).ln() / (p1 / p0).ln();
             (m0 + t * (m1 - m0), s0 + t * (s1 - s0))
         }
@@ -130,9 +130,9 @@ fn total_moments(dataset: Dataset, model: &str, params: f64) -> Option<(f64, f64
 }
 
 impl ModelWorkload {
-    /// The parameters of `model` (a `models::MODEL_NAMES` entry) on `dataset`.
+    /// The parameters of `model` (a `models::MODELS` name) on `dataset`.
     pub fn new(dataset: Dataset, model: &str) -> Option<ModelWorkload> {
-        let params = super::models::DenseModel::by_name(model)?.params;
+        let params = super::models::model_shape(model)?.params() as f64;
         let (total_mean, total_std) = total_moments(dataset, model, params)?;
         let score = model_inputs(dataset, model)?.1;
         Some(ModelWorkload {

@@ -1,6 +1,7 @@
-//! GPU datasheet numbers (dense tensor throughput, memory bandwidth, SMs, memory) for the
-//! analytic roofline, a catalogue of common serving GPUs, and the achievable-fraction
-//! assumptions the roofline applies to the peaks until calibration replaces them.
+//! The one GPU catalogue: datasheet numbers (dense tensor throughput, memory bandwidth, compute
+//! units, memory, launch cost) of every accelerator a family names, the interconnects between
+//! them, and the achievable-fraction assumptions the roofline applies to the peaks until
+//! calibration replaces them. Each number is cited once, here.
 
 use serde::{Deserialize, Serialize};
 
@@ -14,12 +15,12 @@ pub const DEFAULT_MEMORY_EFFICIENCY: f64 = 0.80;
 /// expert GEMMs are narrow (a 1408-wide intermediate for Qwen1.5-MoE) and short, so 0.60.
 pub const DEFAULT_COMPUTE_EFFICIENCY: f64 = 0.60;
 
-/// Host-side cost of launching one kernel, in nanoseconds. Assumption, replaced by
-/// calibration: CUDA launch latency is commonly measured at 3-10 us per kernel from an eager
-/// framework; 5 us is used for every GPU of the catalogue.
+/// Host-side cost of launching one kernel on a CUDA GPU, in nanoseconds. Assumption, replaced
+/// by calibration: CUDA launch latency is commonly measured at 3-10 us per kernel from an eager
+/// framework; 5 us is used for every NVIDIA GPU of the catalogue.
 pub const DEFAULT_KERNEL_LAUNCH_OVERHEAD_NS: f64 = 5_000.0;
 
-/// Peak numbers of one GPU model. Throughputs are the dense (not 2:4-sparsity) figures.
+/// Peak numbers of one accelerator model. Throughputs are the dense (not 2:4-sparsity) figures.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpuSpec {
@@ -29,7 +30,7 @@ pub struct GpuSpec {
     pub dense_bf16_tflops: f64,
     /// Peak memory bandwidth, in 10^9 bytes/s.
     pub memory_bandwidth_gbps: f64,
-    /// Streaming multiprocessors.
+    /// Streaming multiprocessors (NVIDIA) or AI cores (Ascend).
     pub sm_count: u32,
     /// Memory capacity as the datasheet prints it, in GB.
     pub memory_gb: f64,
@@ -46,22 +47,47 @@ pub struct UnknownGpu {
 }
 
 /// Names accepted by [`GpuSpec::by_name`].
-pub const GPU_NAMES: &[&str] = &["L4", "L40", "A100-80GB", "H100-SXM", "H200"];
+pub const GPU_NAMES: &[&str] = &[
+    "L4",
+    "L40",
+    "A100-80GB",
+    "H100-SXM",
+    "H200",
+    "RTX-A6000",
+    "A40",
+    "Ascend-910B",
+];
 
 impl GpuSpec {
     /// The catalogue entry called `name` (exact, or differing only in ASCII case).
     ///
     /// Sources (NVIDIA datasheets; their tensor figures marked "with sparsity" are halved):
-    /// - L4: NVIDIA L4 Tensor Core GPU datasheet: BF16 242 TFLOPS with sparsity -> 121 dense,
-    ///   24 GB GDDR6, 300 GB/s; 7,424 CUDA cores = 58 SMs of 128 (Ada).
-    /// - L40: NVIDIA L40 datasheet: BF16 181.05 dense (362.1 sparse), 48 GB GDDR6, 864 GB/s,
-    ///   18,176 CUDA cores = 142 SMs.
-    /// - A100-80GB (SXM): NVIDIA A100 datasheet: BF16 312 dense (624 sparse), 80 GB HBM2e,
-    ///   2,039 GB/s (the PCIe card: 1,935 GB/s); 108 SMs (A100 architecture whitepaper).
-    /// - H100-SXM: NVIDIA H100 datasheet: BF16 1,979 with sparsity -> 989.4 dense (H100
-    ///   architecture whitepaper), 80 GB HBM3, 3.35 TB/s, 132 SMs.
-    /// - H200 (SXM): NVIDIA H200 datasheet: BF16 1,979 with sparsity -> 989.4 dense, 141 GB
-    ///   HBM3e, 4.8 TB/s; same GH100 configuration as H100 SXM, 132 SMs.
+    /// - L4 (<https://www.nvidia.com/en-us/data-center/l4/>, L4 datasheet): BF16 242 TFLOPS
+    ///   with sparsity -> 121 dense, 24 GB GDDR6, 300 GB/s; 7,424 CUDA cores = 58 SMs of 128
+    ///   (Ada). GEM's and CAPS's GPU.
+    /// - L40 (<https://www.nvidia.com/en-us/data-center/l40/>, L40 datasheet): BF16 181.05 dense
+    ///   (362.1 sparse), 48 GB GDDR6, 864 GB/s, 18,176 CUDA cores = 142 SMs.
+    /// - A100-80GB (SXM; <https://www.nvidia.com/en-us/data-center/a100/>, A100 datasheet):
+    ///   BF16 312 dense (624 sparse), 80 GB HBM2e, 2,039 GB/s (the PCIe card: 1,935 GB/s);
+    ///   108 SMs (A100 architecture whitepaper). MOSAIC's GPU.
+    /// - H100-SXM (<https://www.nvidia.com/en-us/data-center/h100/>, H100 datasheet): BF16
+    ///   1,979 with sparsity -> 989.4 dense (H100 architecture whitepaper), 80 GB HBM3,
+    ///   3.35 TB/s, 132 SMs.
+    /// - H200 (SXM; <https://www.nvidia.com/en-us/data-center/h200/>, H200 datasheet): BF16
+    ///   1,979 with sparsity -> 989.4 dense, 141 GB HBM3e, 4.8 TB/s; same GH100 configuration
+    ///   as H100 SXM, 132 SMs. GEM's serving GPU.
+    /// - RTX-A6000 (<https://www.nvidia.com/en-us/design-visualization/rtx-a6000/>, NVIDIA RTX
+    ///   A6000 datasheet): 48 GB GDDR6 at 768 GB/s, 10,752 CUDA cores = 84 SMs, tensor BF16
+    ///   309.7 TFLOPS with sparsity -> 154.8 dense. Chimera's GPU.
+    /// - A40 (<https://www.nvidia.com/en-us/data-center/a40/>, NVIDIA A40 datasheet): BF16 149.7
+    ///   dense (299.4 sparse), 48 GB GDDR6 at 696 GB/s, 10,752 CUDA cores = 84 SMs. The GPU of
+    ///   Vidur's A40 profile (`profiles/vidur/a40/`).
+    /// - Ascend-910B: the NPU ExpertWeave runs on (expertweave.txt, section 5: "8 Ascend NPUs,
+    ///   where each NPU has 64GB of memory", vLLM-Ascend). Huawei publishes no datasheet with
+    ///   both rates; 1.6 TB/s of HBM2e and 280 dense fp16 TFLOP/s are round figures of public
+    ///   third-party reports for the 910B (which range over 280-320 TFLOP/s), not measured; 20
+    ///   AI cores likewise. Launch cost 10 us: an assumption for eager operator dispatch through
+    ///   torch_npu (vLLM-Ascend v0.8.4 runs eagerly), slower than a CUDA launch.
     pub fn by_name(name: &str) -> Result<GpuSpec, UnknownGpu> {
         let spec = |name: &str, tflops: f64, bandwidth: f64, sms: u32, memory: f64| GpuSpec {
             name: name.to_string(),
@@ -80,6 +106,12 @@ impl GpuSpec {
             Some("A100-80GB") => Ok(spec("A100-80GB", 312.0, 2039.0, 108, 80.0)),
             Some("H100-SXM") => Ok(spec("H100-SXM", 989.4, 3350.0, 132, 80.0)),
             Some("H200") => Ok(spec("H200", 989.4, 4800.0, 132, 141.0)),
+            Some("RTX-A6000") => Ok(spec("RTX-A6000", 154.8, 768.0, 84, 48.0)),
+            Some("A40") => Ok(spec("A40", 149.7, 696.0, 84, 48.0)),
+            Some("Ascend-910B") => Ok(GpuSpec {
+                kernel_launch_overhead_ns: 10_000.0,
+                ..spec("Ascend-910B", 280.0, 1600.0, 20, 64.0)
+            }),
             _ => Err(UnknownGpu {
                 name: name.to_string(),
                 known: GPU_NAMES.to_vec(),
@@ -96,6 +128,39 @@ impl GpuSpec {
     pub fn peak_bandwidth(&self) -> f64 {
         self.memory_bandwidth_gbps * 1e9
     }
+
+    /// Tokens of KV cache that fit once `weight_bytes` are placed, when an engine claims
+    /// `utilization` of the memory (vLLM's `gpu_memory_utilization`) and a token takes
+    /// `kv_bytes_per_token`; `None` when the weights leave no room.
+    pub fn kv_capacity_tokens(
+        &self,
+        utilization: f64,
+        weight_bytes: f64,
+        kv_bytes_per_token: f64,
+    ) -> Option<u64> {
+        let usable = self.memory_gb * 1e9 * utilization;
+        (usable > weight_bytes)
+            .then(|| ((usable - weight_bytes) / kv_bytes_per_token).floor() as u64)
+    }
+}
+
+/// The interconnect a group of GPUs exchanges activations over (the all-to-all of expert
+/// parallelism, the all-reduce of tensor parallelism).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct LinkSpec {
+    /// Per-GPU unidirectional bandwidth, bytes/s.
+    pub bandwidth_bytes_per_s: f64,
+    /// Fixed cost of one collective, ns.
+    pub latency_ns: f64,
+}
+
+impl LinkSpec {
+    /// PCIe 4.0 x16 (the L4 servers of GEM and CAPS): 32 GB/s per direction on paper, about
+    /// 25 GB/s achieved; a 10 us collective latency (NCCL all-to-all over PCIe). Assumptions.
+    pub const PCIE4_X16: LinkSpec = LinkSpec {
+        bandwidth_bytes_per_s: 25e9,
+        latency_ns: 10_000.0,
+    };
 }
 
 #[cfg(test)]
@@ -108,11 +173,17 @@ mod tests {
             let spec = GpuSpec::by_name(name).unwrap();
             assert_eq!(spec.name, *name);
             assert!(spec.dense_bf16_tflops > 0.0 && spec.memory_bandwidth_gbps > 0.0);
+            assert!(spec.memory_gb > 0.0 && spec.sm_count > 0);
         }
         let l4 = GpuSpec::by_name("l4").unwrap();
         assert_eq!(
             (l4.dense_bf16_tflops, l4.memory_bandwidth_gbps, l4.sm_count),
             (121.0, 300.0, 58)
+        );
+        let a6000 = GpuSpec::by_name("rtx-a6000").unwrap();
+        assert_eq!(
+            (a6000.dense_bf16_tflops, a6000.memory_bandwidth_gbps),
+            (154.8, 768.0)
         );
     }
 

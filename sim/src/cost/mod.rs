@@ -1,16 +1,24 @@
-//! Cost models are data: GPU datasheet specs, token-vs-latency staircase curves, the versioned
-//! calibration profile that holds them, and the analytic roofline that generates a default
-//! profile when no measured one is given. See docs/cost-model.md.
+//! The one cost model: the GPU catalogue (`gpu`), the model-shape catalogue (`shape`), the
+//! roofline every family prices steps with (`roofline`: dense steps, the non-expert part of MoE
+//! models, MLA attention, and the analytic profiles sampled from it), the grouped-GEMM MoE layer
+//! (`moe_layer`), token-vs-latency staircase curves (`curve`), the versioned calibration profile
+//! that holds them (`profile`), measured per-operation profiles (`op_profile`), and expert GEMMs
+//! priced from them where they apply (`measured_ops`: measured, scaled or analytic). See
+//! docs/cost-model.md.
 
 pub mod curve;
 pub mod gpu;
+pub mod measured_ops;
 pub mod moe_layer;
+#[cfg(test)]
+mod one_model_checks;
 pub mod op_profile;
 pub mod profile;
 pub mod roofline;
+pub mod shape;
 
 pub use curve::{CostCurve, CurveError};
-pub use gpu::{GpuSpec, UnknownGpu};
-pub use moe_layer::{LinkSpec, MoeLayerCost, MoeLayerParams, SpeedFactors};
+pub use gpu::{GpuSpec, LinkSpec, UnknownGpu};
+pub use moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
 pub use profile::{ExpertExecution, Profile, ProfileError, ProfileMismatch, SourceKind};
 pub use roofline::{RooflineParams, analytic_profile};

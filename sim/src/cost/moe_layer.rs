@@ -15,8 +15,9 @@
 //! itself has slower memory.
 
 use crate::cost::curve::CostCurve;
-use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, GpuSpec};
-use crate::model_shape::MoeModelShape;
+use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, GpuSpec, LinkSpec};
+use crate::cost::roofline::Roofline;
+use crate::cost::shape::{MoeModelShape, WeightDtype};
 
 /// Rows per GEMM tile: 64, the M-tile of vLLM's fused-MoE Triton kernel (`BLOCK_SIZE_M` 64 in
 /// its default config for bf16) and of CUTLASS grouped GEMMs; GEM section 3.3.2 names 32 or 64.
@@ -51,24 +52,6 @@ impl SpeedFactors {
             bandwidth: 1.0 - (1.0 - speed) * bandwidth_share,
         }
     }
-}
-
-/// The interconnect an expert-parallel group exchanges routed activations over.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LinkSpec {
-    /// Per-GPU unidirectional bandwidth, bytes/s.
-    pub bandwidth_bytes_per_s: f64,
-    /// Fixed cost of one all-to-all collective, ns.
-    pub latency_ns: f64,
-}
-
-impl LinkSpec {
-    /// PCIe 4.0 x16 (the L4 servers of GEM and CAPS): 32 GB/s per direction on paper, about
-    /// 25 GB/s achieved; a 10 us collective latency (NCCL all-to-all over PCIe).
-    pub const PCIE4_X16: LinkSpec = LinkSpec {
-        bandwidth_bytes_per_s: 25e9,
-        latency_ns: 10_000.0,
-    };
 }
 
 /// The knobs of the grouped-GEMM model.
@@ -123,23 +106,42 @@ pub struct MoeLayerCost {
     pub expert_weight_bytes: f64,
     pub expert_flops_per_token: f64,
     pub hidden: usize,
-    pub bandwidth: f64,
-    pub compute: f64,
-    pub launch_ns: f64,
+    /// The GPU's roofline at the params' efficiencies and tile.
+    pub roofline: Roofline,
     pub params: MoeLayerParams,
     /// A measured single-expert curve that refines the roofline (see [`Self::with_profile`]).
     measured_expert: Option<CostCurve>,
 }
 
 impl MoeLayerCost {
+    /// The routed experts of `shape` on `gpu`.
     pub fn new(gpu: &GpuSpec, shape: &MoeModelShape, params: MoeLayerParams) -> MoeLayerCost {
+        MoeLayerCost::for_experts(
+            gpu,
+            shape.hidden,
+            shape.expert_ffn,
+            shape.weight_dtype,
+            params,
+        )
+    }
+
+    /// Gated (SwiGLU) experts of `hidden x expert_ffn` stored as `dtype` on `gpu`.
+    pub fn for_experts(
+        gpu: &GpuSpec,
+        hidden: usize,
+        expert_ffn: usize,
+        dtype: WeightDtype,
+        params: MoeLayerParams,
+    ) -> MoeLayerCost {
+        let expert_params = 3.0 * hidden as f64 * expert_ffn as f64;
         MoeLayerCost {
-            expert_weight_bytes: shape.expert_weight_bytes(),
-            expert_flops_per_token: shape.expert_flops_per_token(),
-            hidden: shape.hidden,
-            bandwidth: gpu.peak_bandwidth() * params.memory_efficiency,
-            compute: gpu.peak_flops() * params.compute_efficiency,
-            launch_ns: gpu.kernel_launch_overhead_ns,
+            expert_weight_bytes: expert_params * dtype.bytes_per_param(),
+            expert_flops_per_token: 2.0 * expert_params,
+            hidden,
+            roofline: Roofline {
+                tile_tokens: params.tile_tokens,
+                ..Roofline::new(gpu, params.memory_efficiency, params.compute_efficiency)
+            },
             params,
             measured_expert: None,
         }
@@ -158,8 +160,7 @@ impl MoeLayerCost {
     }
 
     fn padded(&self, tokens: u64) -> u64 {
-        let tile = u64::from(self.params.tile_tokens.max(1));
-        tokens.div_ceil(tile) * tile
+        self.roofline.padded(tokens)
     }
 
     /// One GPU's routed experts as one grouped GEMM: `tokens_per_expert[e]` rows for each
@@ -219,8 +220,8 @@ impl MoeLayerCost {
         if active == 0.0 {
             return 0.0;
         }
-        let memory = active * self.expert_weight_bytes / self.bandwidth * 1e9;
-        let compute = self.expert_flops_per_token * padded / self.compute * 1e9;
+        let memory = active * self.expert_weight_bytes / self.roofline.bandwidth * 1e9;
+        let compute = self.expert_flops_per_token * padded / self.roofline.compute * 1e9;
         if self.measured_expert.is_some() {
             let factor = if compute > memory {
                 speed.compute
@@ -232,8 +233,37 @@ impl MoeLayerCost {
         self.launch_total() + (memory / speed.bandwidth).max(compute / speed.compute)
     }
 
+    /// The grouped GEMM of an expert-parallel group of `devices` GPUs over expected work, ns:
+    /// `weights` yields, for every expert weight the step may read, the probability that it is
+    /// read and the routed rows it computes when it is. The expected distinct weights and
+    /// tile-padded rows are spread evenly over the devices, each running its share as one
+    /// grouped GEMM (one launch set), and the group takes one device's time: in expectation
+    /// over random routing no device is more loaded than another (a realised step would wait
+    /// for its most loaded device, [`Self::expert_parallel`]). Roofline only.
+    pub fn grouped_gemm_spread(
+        &self,
+        weights: impl IntoIterator<Item = (f64, f64)>,
+        devices: f64,
+        speed: SpeedFactors,
+    ) -> f64 {
+        let (mut active, mut padded) = (0.0f64, 0.0f64);
+        for (p, rows) in weights {
+            if p > 0.0 && rows > 0.0 {
+                active += p;
+                padded += p * self.padded(rows.max(1.0).ceil() as u64) as f64;
+            }
+        }
+        if active == 0.0 {
+            return 0.0;
+        }
+        let devices = devices.max(1.0);
+        let memory = active * self.expert_weight_bytes / devices / self.roofline.bandwidth * 1e9;
+        let compute = self.expert_flops_per_token * padded / devices / self.roofline.compute * 1e9;
+        self.launch_total() + (memory / speed.bandwidth).max(compute / speed.compute)
+    }
+
     fn launch_total(&self) -> f64 {
-        f64::from(self.params.launches_per_layer) * self.launch_ns
+        f64::from(self.params.launches_per_layer) * self.roofline.launch_ns
     }
 
     /// (memory_ns, compute_ns, launch_ns) of the roofline.
@@ -241,8 +271,8 @@ impl MoeLayerCost {
         let bytes = distinct as f64 * self.expert_weight_bytes;
         let flops = self.expert_flops_per_token * padded_rows as f64;
         (
-            bytes / (self.bandwidth * speed.bandwidth) * 1e9,
-            flops / (self.compute * speed.compute) * 1e9,
+            bytes / (self.roofline.bandwidth * speed.bandwidth) * 1e9,
+            flops / (self.roofline.compute * speed.compute) * 1e9,
             self.launch_total(),
         )
     }
@@ -350,8 +380,8 @@ mod tests {
         let bytes = 2.0 * 3.0 * 2048.0 * 1408.0 * 2.0;
         assert_eq!(c.distinct_experts, 2);
         assert_eq!(c.weight_bytes, bytes);
-        let memory = bytes / (m.bandwidth) * 1e9;
-        assert!((c.nanos - (3.0 * m.launch_ns + memory)).abs() < 1e-6);
+        let memory = bytes / m.roofline.bandwidth * 1e9;
+        assert!((c.nanos - (3.0 * m.roofline.launch_ns + memory)).abs() < 1e-6);
         assert!(c.memory_ns > c.compute_ns);
     }
 
@@ -360,7 +390,7 @@ mod tests {
         // 16 tokens, one row per expert each from 1 to 16 distinct experts: each extra expert
         // adds exactly one expert's weights over bandwidth.
         let m = l4();
-        let per_expert = m.expert_weight_bytes / m.bandwidth * 1e9;
+        let per_expert = m.expert_weight_bytes / m.roofline.bandwidth * 1e9;
         let mut last = 0.0;
         for distinct in 1..=16u32 {
             let mut tokens = vec![0u32; 60];
@@ -394,7 +424,7 @@ mod tests {
         let skewed = m.grouped_gemm(&[2048, 1024, 512, 512], SpeedFactors::NOMINAL);
         assert_eq!(even.nanos, skewed.nanos);
         let crossed = m.grouped_gemm(&[1025, 1023, 1024, 1024], SpeedFactors::NOMINAL);
-        let tile_ns = m.expert_flops_per_token * 64.0 / m.compute * 1e9;
+        let tile_ns = m.expert_flops_per_token * 64.0 / m.roofline.compute * 1e9;
         assert!((crossed.nanos - even.nanos - tile_ns).abs() < 1e-6);
     }
 
@@ -403,7 +433,7 @@ mod tests {
         // One expert, compute-bound above ~380 rows on an L4: flat within a tile, one tile's FLOPs per
         // step at each multiple of 64 rows.
         let m = l4();
-        let tile_ns = m.expert_flops_per_token * 64.0 / m.compute * 1e9;
+        let tile_ns = m.expert_flops_per_token * 64.0 / m.roofline.compute * 1e9;
         let at = |n: u32| m.grouped_gemm(&[n], SpeedFactors::NOMINAL).nanos;
         for k in 7..14u32 {
             let lo = at(64 * k + 1);
@@ -481,5 +511,28 @@ mod tests {
         let expected = 3.0 * launch + 10_000.0 + 20_000.0;
         assert!((c.nanos - expected).abs() < 1e-6);
         assert_eq!(m.grouped_gemm_even(129, 2, SpeedFactors::NOMINAL), c.nanos);
+    }
+
+    #[test]
+    fn expected_work_spread_over_devices() {
+        // Certain weights with whole rows are the grouped GEMM itself.
+        let m = l4();
+        let certain = m.grouped_gemm_spread([(1.0, 1.0), (1.0, 1.0)], 1.0, SpeedFactors::NOMINAL);
+        assert_eq!(
+            certain,
+            m.grouped_gemm(&[1, 1], SpeedFactors::NOMINAL).nanos
+        );
+        // Four weights each read with probability 1/2 stream two experts' weights in
+        // expectation; spread over 2 devices each streams one, launched once per device.
+        let launch = 3.0 * m.roofline.launch_ns;
+        let half = m.grouped_gemm_spread([(0.5, 1.0); 4], 2.0, SpeedFactors::NOMINAL);
+        let one_expert = m.expert_weight_bytes / m.roofline.bandwidth * 1e9;
+        assert!((half - launch - one_expert).abs() < 1e-6);
+        // Rows when read are padded to whole tiles.
+        let compute_bound = m.grouped_gemm_spread([(1.0, 1000.5)], 1.0, SpeedFactors::NOMINAL);
+        let tile_rows = 1024.0; // ceil(1000.5) = 1001 rows, 16 tiles of 64
+        let expected = launch + m.expert_flops_per_token * tile_rows / m.roofline.compute * 1e9;
+        assert!((compute_bound - expected).abs() < 1e-6);
+        assert_eq!(m.grouped_gemm_spread([], 4.0, SpeedFactors::NOMINAL), 0.0);
     }
 }

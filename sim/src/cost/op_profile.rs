@@ -655,7 +655,8 @@ mod tests {
 mod against_roofline {
     use super::*;
     use crate::cost::gpu::GpuSpec;
-    use crate::cost::roofline::{Roofline, RooflineParams};
+    use crate::cost::roofline::{ProfileCurves, RooflineParams};
+    use crate::cost::shape::MoeModelShape;
 
     /// The analytic routed-expert FFN against measured GPU timings of the same GEMM shapes
     /// (`cargo run --release -p expertsim-sim --example roofline_vs_vidur` prints the table in
@@ -672,13 +673,9 @@ mod against_roofline {
         ] {
             let profile = OpProfile::load(&root.join(file)).unwrap();
             let spec = GpuSpec::by_name(gpu).unwrap();
-            let mut shape = crate::gem::models::mixtral_8x7b();
+            let mut shape = MoeModelShape::mixtral_8x7b();
             shape.expert_ffn = ffn;
-            let roofline = Roofline {
-                gpu: &spec,
-                shape: &shape,
-                params: &params,
-            };
+            let roofline = ProfileCurves::new(&spec, &shape, &params);
             for tokens in [1u64, 16, 64, 128, 256, 512, 1024, 2048, 4096] {
                 let measured: f64 = Operation::MLP
                     .iter()

@@ -8,7 +8,7 @@
 //! the curves, so a measured file is used exactly like an analytic one.
 
 use crate::cost::curve::CostCurve;
-use crate::model_shape::{MoeModelShape, WeightDtype};
+use crate::cost::shape::{MoeModelShape, WeightDtype};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::io::Write;

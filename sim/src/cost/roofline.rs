@@ -1,29 +1,354 @@
-//! The analytic default cost model: a roofline over datasheet peaks (scaled by achievable
-//! fractions) that produces the same curves a calibration run measures, emitted as a
-//! `Profile` labelled "analytic-roofline", plus the committed reference profiles.
-//!
-//! One kernel group (an expert FFN, a layer's non-expert part, the output head) costs
+//! The one roofline of the cost model. Every family prices a step with it: one kernel group
+//! (a layer's non-expert part, the output head, a grouped expert GEMM) costs
 //!
 //! ```text
-//! kernels x launch_overhead + max(weight_bytes / achievable_bandwidth,
-//!                                 flops(ceil(n / tile) x tile) / achievable_compute)
+//! kernels x launch + max(bytes / (bandwidth x eta_mem), FLOPs(ceil(rows / tile) x tile) / (peak x eta_cmp))
 //! ```
 //!
-//! Rounding the token count up to whole tiles (GEMMs process rows in tiles of 64) is what
-//! makes the curves staircases: flat within a tile once compute-bound, a jump at each tile
-//! boundary, and a memory-bound floor (streaming the weights once) at small counts.
+//! and a step is the sum of its groups plus the host's per-step overhead and the
+//! tensor-parallel all-reduces. [`StepRoofline`] holds what a model's non-expert part streams
+//! and computes per GPU (dense models, the non-expert part of MoE models, MLA attention);
+//! routed experts go through `cost::moe_layer` on the same [`Roofline`]. The analytic profiles
+//! (the curves a calibration run would measure) are this roofline sampled
+//! ([`analytic_profile`]). Derivation and assumptions: docs/cost-model.md.
+//!
+//! Rounding a GEMM's rows up to whole tiles (GEMMs process rows in tiles of 64) is what makes
+//! the curves staircases: flat within a tile once compute-bound, a jump at each tile boundary,
+//! and a memory-bound floor (streaming the weights once) at small counts.
 
 use crate::cost::curve::CostCurve;
-use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, GpuSpec};
+use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, GpuSpec, LinkSpec};
+use crate::cost::moe_layer::{DEFAULT_TILE_TOKENS, MoeLayerCost, MoeLayerParams, SpeedFactors};
 use crate::cost::profile::{
     ExpertExecution, ExpertFfnCurve, PROFILE_FORMAT_VERSION, Profile, ProfileError, ProfileSource,
     SourceKind,
 };
-use crate::model_shape::MoeModelShape;
+use crate::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// The roofline's knobs. Every default is an assumption that calibration replaces; each is
-/// listed with its reasoning in docs/cost-model.md.
+/// One GPU as the roofline sees it: achievable bandwidth and compute (the datasheet peaks
+/// times the efficiency assumptions), the launch cost of one kernel, and the GEMM row tile.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Roofline {
+    /// Achievable memory bandwidth, bytes/s.
+    pub bandwidth: f64,
+    /// Achievable dense bf16 throughput, FLOP/s.
+    pub compute: f64,
+    /// One kernel launch, ns (the GPU's [`GpuSpec::kernel_launch_overhead_ns`]).
+    pub launch_ns: f64,
+    /// Rows a GEMM processes per tile; row counts are rounded up to a multiple.
+    pub tile_tokens: u32,
+}
+
+/// The memory and compute terms of one kernel group, ns. Its time is the larger.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct OpTime {
+    pub memory_ns: f64,
+    pub compute_ns: f64,
+}
+
+impl OpTime {
+    /// The roofline: the slower of streaming and computing.
+    pub fn nanos(&self) -> f64 {
+        self.memory_ns.max(self.compute_ns)
+    }
+}
+
+impl Roofline {
+    /// `gpu` at the given fractions of its peaks, with the default 64-row tile.
+    pub fn new(gpu: &GpuSpec, memory_efficiency: f64, compute_efficiency: f64) -> Roofline {
+        Roofline {
+            bandwidth: gpu.peak_bandwidth() * memory_efficiency,
+            compute: gpu.peak_flops() * compute_efficiency,
+            launch_ns: gpu.kernel_launch_overhead_ns,
+            tile_tokens: DEFAULT_TILE_TOKENS,
+        }
+    }
+
+    /// `gpu` at the default efficiencies ([`DEFAULT_MEMORY_EFFICIENCY`],
+    /// [`DEFAULT_COMPUTE_EFFICIENCY`]).
+    pub fn of(gpu: &GpuSpec) -> Roofline {
+        Roofline::new(gpu, DEFAULT_MEMORY_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY)
+    }
+
+    /// `rows` rounded up to whole tiles.
+    pub fn padded(&self, rows: u64) -> u64 {
+        let tile = u64::from(self.tile_tokens.max(1));
+        rows.div_ceil(tile) * tile
+    }
+
+    /// Streaming `bytes` and computing `flops`.
+    pub fn op(&self, bytes: f64, flops: f64) -> OpTime {
+        OpTime {
+            memory_ns: bytes / self.bandwidth * 1e9,
+            compute_ns: flops / self.compute * 1e9,
+        }
+    }
+
+    /// `kernels` launches plus the slower of streaming `bytes` and computing `flops`.
+    pub fn group_nanos(&self, kernels: u32, bytes: f64, flops: f64) -> f64 {
+        f64::from(kernels) * self.launch_ns + self.op(bytes, flops).nanos()
+    }
+}
+
+/// What one step asks of a model: the rows its layers compute, the sequences whose next token
+/// the head scores, and the attention it does.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepTokens {
+    /// Token rows through every layer (prefill tokens plus decoding sequences).
+    pub rows: u64,
+    /// Sequences the output head scores one row of (vLLM computes logits only at each
+    /// sequence's last position).
+    pub sequences: u64,
+    /// KV-cache tokens the step reads, summed over its sequences; each is attended by one
+    /// query row.
+    pub context_tokens: u64,
+    /// Sum of the squared prompt lengths prefilled in the step: causal prefill attention
+    /// scores `prefill_square / 2` (query, key) pairs.
+    pub prefill_square: f64,
+}
+
+/// A priced step, ns: the memory and compute terms summed over its kernel groups, the
+/// communication and the fixed overheads; `nanos` is the step's time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct StepPrice {
+    pub memory_ns: f64,
+    pub compute_ns: f64,
+    pub communication_ns: f64,
+    pub overhead_ns: f64,
+    pub nanos: f64,
+}
+
+impl StepPrice {
+    fn add(&mut self, op: OpTime, times: f64) {
+        self.memory_ns += times * op.memory_ns;
+        self.compute_ns += times * op.compute_ns;
+        self.nanos += times * op.nanos();
+    }
+}
+
+/// Tensor parallelism of a model over `degree` GPUs: weights, FLOPs and KV heads split, two
+/// all-reduces of the hidden state per layer (after attention and after the MLP), ring
+/// algorithm over `link`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct TensorParallel {
+    pub degree: u32,
+    pub link: LinkSpec,
+}
+
+/// Identical layers of a model's non-expert part, per GPU: their count, the weight bytes one
+/// streams per step and the FLOPs one spends per row.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct LayerGroup {
+    pub count: u64,
+    pub weight_bytes: f64,
+    pub flops_per_row: f64,
+}
+
+/// Attention of one layer, per GPU: the KV bytes a cached token holds, the FLOPs of one query
+/// row against one cached token when decoding, and against one earlier prompt token when
+/// prefilling (different for MLA, which decodes over its latent cache).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct AttentionCost {
+    pub kv_bytes_per_token: f64,
+    pub decode_flops_per_pair: f64,
+    pub prefill_flops_per_pair: f64,
+}
+
+/// The roofline of a model's step except its routed experts, per GPU of its group: each layer
+/// one kernel group (its weights plus the KV it reads, its GEMM FLOPs on tile-padded rows plus
+/// its attention FLOPs), the output head another, plus launches, the host's per-step overhead
+/// and the tensor-parallel all-reduces.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepRoofline {
+    pub roofline: Roofline,
+    pub layers: Vec<LayerGroup>,
+    pub attention: AttentionCost,
+    pub head_weight_bytes: f64,
+    pub head_flops_per_row: f64,
+    /// Kernels launched per layer and by the head (0 where the engine replays CUDA graphs and
+    /// `host_overhead_ns` covers the launch).
+    pub kernels_per_layer: u32,
+    pub kernels_head: u32,
+    /// Host time per step: scheduling, sampling, detokenization, graph replay.
+    pub host_overhead_ns: f64,
+    /// Bytes one row's hidden state puts on the wire per all-reduce, and the group, when the
+    /// model is tensor-parallel over more than one GPU.
+    pub all_reduce: Option<(f64, TensorParallel)>,
+}
+
+/// Bytes per element of activations on the wire and of bf16 weights.
+const BF16_BYTES: f64 = 2.0;
+
+impl StepRoofline {
+    /// A dense model served on `parallel.degree` GPUs (1: no all-reduce) through vLLM with CUDA
+    /// graphs (no per-kernel launch; `host_overhead_ns` per step). Streamed per step: every
+    /// block's weights and the output head (the embedding table is a lookup, not streamed);
+    /// KV heads split over the GPUs as far as there are heads.
+    pub fn dense(
+        shape: &DenseModelShape,
+        roofline: Roofline,
+        parallel: TensorParallel,
+        host_overhead_ns: f64,
+    ) -> StepRoofline {
+        let tp = f64::from(parallel.degree.max(1));
+        let kv_split = tp.min(shape.n_kv_heads as f64);
+        let pair = shape.attention_flops_per_pair_per_layer() / tp;
+        StepRoofline {
+            roofline,
+            layers: vec![LayerGroup {
+                count: shape.n_layers,
+                weight_bytes: shape.block_weight_bytes() / tp,
+                flops_per_row: 2.0 * shape.block_params() as f64 / tp,
+            }],
+            attention: AttentionCost {
+                kv_bytes_per_token: shape.kv_bytes_per_token_per_layer() / kv_split,
+                decode_flops_per_pair: pair,
+                prefill_flops_per_pair: pair,
+            },
+            head_weight_bytes: shape.head_weight_bytes() / tp,
+            head_flops_per_row: 2.0 * shape.head_params() as f64 / tp,
+            kernels_per_layer: 0,
+            kernels_head: 0,
+            host_overhead_ns,
+            all_reduce: (parallel.degree > 1)
+                .then_some((shape.hidden as f64 * BF16_BYTES, parallel)),
+        }
+    }
+
+    /// The non-expert part of an MoE model on one GPU (attention, shared experts, router and
+    /// norms per layer; the output head), with the profile's kernel counts and KV element
+    /// size. What `analytic_profile` samples for CAPS and GEM.
+    pub fn moe_non_expert(
+        shape: &MoeModelShape,
+        roofline: Roofline,
+        params: &RooflineParams,
+    ) -> StepRoofline {
+        let pair = 4.0 * (shape.n_attention_heads * shape.head_dim) as f64;
+        StepRoofline {
+            roofline,
+            layers: vec![LayerGroup {
+                count: shape.n_layers as u64,
+                weight_bytes: shape.dense_weight_bytes_per_layer(),
+                flops_per_row: 2.0 * shape.dense_matmul_params_per_layer() as f64,
+            }],
+            attention: AttentionCost {
+                kv_bytes_per_token: shape
+                    .kv_cache_bytes_per_token_per_layer(params.kv_cache_bytes_per_element),
+                decode_flops_per_pair: pair,
+                prefill_flops_per_pair: pair,
+            },
+            head_weight_bytes: shape.lm_head_weight_bytes(),
+            head_flops_per_row: 2.0 * shape.lm_head_params() as f64,
+            kernels_per_layer: params.kernels_per_non_expert_layer,
+            kernels_head: params.kernels_per_head,
+            host_overhead_ns: 0.0,
+            all_reduce: None,
+        }
+    }
+
+    /// The non-expert part of an MLA-MoE model (ExpertWeave's base) on an instance of
+    /// `devices` devices with tensor parallelism `tensor_parallel` (the rest data-parallel),
+    /// per device: the first dense layers and the MoE layers' attention, shared experts,
+    /// router and norms, and the head, weights split over the tensor-parallel ranks and rows
+    /// over all devices; MLA's latent KV cache is not split by heads, so every
+    /// tensor-parallel rank reads all of it for its sequences (split over the data-parallel
+    /// ranks only). `kernels_per_layer` launches per layer, 3 for the head (final norm,
+    /// `lm_head` GEMM, sampling); no all-reduce is modelled.
+    pub fn mla_moe_non_expert(
+        shape: &MlaMoeShape,
+        roofline: Roofline,
+        tensor_parallel: u64,
+        devices: u64,
+        kernels_per_layer: u32,
+    ) -> StepRoofline {
+        let tp = tensor_parallel.max(1) as f64;
+        let devices = (devices as f64).max(tp);
+        let data_parallel = devices / tp;
+        let bytes = shape.bytes_per_param as f64;
+        let group = |count: u64, layer: u64| {
+            let params = shape.layer_non_routed_params(layer) as f64;
+            LayerGroup {
+                count,
+                weight_bytes: params * bytes / tp,
+                flops_per_row: 2.0 * params / devices,
+            }
+        };
+        let mut layers = Vec::new();
+        if shape.first_k_dense > 0 {
+            layers.push(group(shape.first_k_dense, 0));
+        }
+        layers.push(group(shape.n_moe_layers(), shape.first_k_dense));
+        let head_params = (shape.vocab * shape.hidden) as f64;
+        StepRoofline {
+            roofline,
+            layers,
+            attention: AttentionCost {
+                kv_bytes_per_token: shape.kv_bytes_per_token_per_layer() as f64 / data_parallel,
+                decode_flops_per_pair: shape.decode_attention_flops_per_pair_per_layer() / devices,
+                prefill_flops_per_pair: shape.prefill_attention_flops_per_pair_per_layer()
+                    / devices,
+            },
+            head_weight_bytes: head_params * bytes / tp,
+            head_flops_per_row: 2.0 * head_params / devices,
+            kernels_per_layer,
+            kernels_head: 3,
+            host_overhead_ns: 0.0,
+            all_reduce: None,
+        }
+    }
+
+    /// One layer of group `group` (without launches) over `work`.
+    pub fn layer(&self, group: usize, work: &StepTokens) -> OpTime {
+        let g = &self.layers[group];
+        let a = &self.attention;
+        let context = work.context_tokens as f64;
+        self.roofline.op(
+            g.weight_bytes + context * a.kv_bytes_per_token,
+            g.flops_per_row * self.roofline.padded(work.rows) as f64
+                + a.decode_flops_per_pair * context
+                + a.prefill_flops_per_pair * 0.5 * work.prefill_square,
+        )
+    }
+
+    /// The output head (without launches) scoring `sequences` rows.
+    pub fn head(&self, sequences: u64) -> OpTime {
+        self.roofline.op(
+            self.head_weight_bytes,
+            self.head_flops_per_row * self.roofline.padded(sequences) as f64,
+        )
+    }
+
+    /// Every layer, the head, launches, host overhead and all-reduces for `work`.
+    pub fn price(&self, work: &StepTokens) -> StepPrice {
+        let mut price = StepPrice::default();
+        let mut launches = u64::from(self.kernels_head);
+        let mut layer_count = 0u64;
+        for (g, group) in self.layers.iter().enumerate() {
+            price.add(self.layer(g, work), group.count as f64);
+            launches += group.count * u64::from(self.kernels_per_layer);
+            layer_count += group.count;
+        }
+        if work.sequences > 0 {
+            price.add(self.head(work.sequences), 1.0);
+        }
+        price.overhead_ns = self.host_overhead_ns + launches as f64 * self.roofline.launch_ns;
+        if let Some((bytes_per_row, parallel)) = self.all_reduce {
+            // Ring all-reduce: 2 (tp - 1) / tp of the bytes cross each GPU's link.
+            let tp = f64::from(parallel.degree);
+            let wire = work.rows as f64 * bytes_per_row * 2.0 * (tp - 1.0) / tp;
+            price.communication_ns = 2.0
+                * layer_count as f64
+                * (parallel.link.latency_ns + wire / parallel.link.bandwidth_bytes_per_s * 1e9);
+        }
+        price.nanos += price.overhead_ns + price.communication_ns;
+        price
+    }
+}
+
+/// The roofline's knobs for the analytic profiles. Every default is an assumption that
+/// calibration replaces; each is listed with its reasoning in docs/cost-model.md.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RooflineParams {
     /// Fraction of peak memory bandwidth achieved ([`DEFAULT_MEMORY_EFFICIENCY`]).
@@ -62,7 +387,7 @@ impl Default for RooflineParams {
         RooflineParams {
             memory_efficiency: DEFAULT_MEMORY_EFFICIENCY,
             compute_efficiency: DEFAULT_COMPUTE_EFFICIENCY,
-            tile_tokens: 64,
+            tile_tokens: DEFAULT_TILE_TOKENS,
             kernels_per_expert_ffn: 3,
             kernels_per_non_expert_layer: 12,
             kernels_per_head: 3,
@@ -76,52 +401,65 @@ impl Default for RooflineParams {
     }
 }
 
-/// The roofline cost of one model's kernels on one GPU.
-#[derive(Clone, Copy, Debug)]
-pub struct Roofline<'a> {
-    pub gpu: &'a GpuSpec,
-    pub shape: &'a MoeModelShape,
+/// The curves of an analytic profile: one MoE model's kernel groups on one GPU, priced by the
+/// roofline (the routed expert through `cost::moe_layer`, the rest through [`StepRoofline`]).
+#[derive(Clone, Debug)]
+pub struct ProfileCurves<'a> {
     pub params: &'a RooflineParams,
+    non_expert: StepRoofline,
+    expert: MoeLayerCost,
 }
 
-impl Roofline<'_> {
-    fn padded(&self, count: u64) -> f64 {
-        let tile = u64::from(self.params.tile_tokens.max(1));
-        (count.div_ceil(tile) * tile) as f64
-    }
-
-    /// `kernels` launches plus the slower of streaming `bytes` and computing `flops`.
-    fn group_nanos(&self, kernels: u32, bytes: f64, flops: f64) -> f64 {
-        let bandwidth = self.gpu.peak_bandwidth() * self.params.memory_efficiency;
-        let compute = self.gpu.peak_flops() * self.params.compute_efficiency;
-        f64::from(kernels) * self.gpu.kernel_launch_overhead_ns
-            + (bytes / bandwidth).max(flops / compute) * 1e9
-    }
-
-    /// One routed expert's gated FFN on `tokens` tokens; 0 when it receives none.
-    pub fn expert_ffn_nanos(&self, tokens: u64) -> f64 {
-        if tokens == 0 {
-            return 0.0;
+impl<'a> ProfileCurves<'a> {
+    pub fn new(gpu: &GpuSpec, shape: &MoeModelShape, params: &'a RooflineParams) -> Self {
+        let roofline = Roofline {
+            tile_tokens: params.tile_tokens,
+            ..Roofline::new(gpu, params.memory_efficiency, params.compute_efficiency)
+        };
+        let expert = MoeLayerCost::new(
+            gpu,
+            shape,
+            MoeLayerParams {
+                memory_efficiency: params.memory_efficiency,
+                compute_efficiency: params.compute_efficiency,
+                tile_tokens: params.tile_tokens,
+                launches_per_layer: params.kernels_per_expert_ffn,
+                ..MoeLayerParams::default()
+            },
+        );
+        ProfileCurves {
+            params,
+            non_expert: StepRoofline::moe_non_expert(shape, roofline, params),
+            expert,
         }
-        self.group_nanos(
-            self.params.kernels_per_expert_ffn,
-            self.shape.expert_weight_bytes(),
-            self.shape.expert_flops_per_token() * self.padded(tokens),
-        )
+    }
+
+    fn launches(&self, kernels: u32) -> f64 {
+        f64::from(kernels) * self.non_expert.roofline.launch_ns
+    }
+
+    /// One routed expert's gated FFN on `tokens` tokens (a grouped GEMM of one expert); 0
+    /// when it receives none.
+    pub fn expert_ffn_nanos(&self, tokens: u64) -> f64 {
+        let tokens = u32::try_from(tokens).unwrap_or(u32::MAX);
+        self.expert
+            .grouped_gemm(&[tokens], SpeedFactors::NOMINAL)
+            .nanos
     }
 
     /// One layer's non-expert part in a prefill pass over `tokens` tokens (all sequences of
-    /// the batch together). The attention score/value products (quadratic in each prompt's
-    /// length) are left out: at 128-token prompts they are 0.5 % of the layer's FLOPs.
+    /// the batch together). The prefill attention's score/value products are left out (a
+    /// curve over tokens does not know the prompts' lengths): at 128-token prompts they are
+    /// 0.5 % of the layer's FLOPs.
     pub fn non_expert_prefill_nanos(&self, tokens: u64) -> f64 {
         if tokens == 0 {
             return 0.0;
         }
-        self.group_nanos(
-            self.params.kernels_per_non_expert_layer,
-            self.shape.dense_weight_bytes_per_layer(),
-            2.0 * self.shape.dense_matmul_params_per_layer() as f64 * self.padded(tokens),
-        )
+        let work = StepTokens {
+            rows: tokens,
+            ..StepTokens::default()
+        };
+        self.launches(self.non_expert.kernels_per_layer) + self.non_expert.layer(0, &work).nanos()
     }
 
     /// One layer's non-expert part in one decode step of `batch` sequences, each reading
@@ -130,22 +468,13 @@ impl Roofline<'_> {
         if batch == 0 {
             return 0.0;
         }
-        let context = f64::from(self.params.decode_context_tokens);
-        let kv_bytes = batch as f64
-            * context
-            * self
-                .shape
-                .kv_cache_bytes_per_token_per_layer(self.params.kv_cache_bytes_per_element);
-        let attention_flops = batch as f64
-            * 4.0
-            * context
-            * (self.shape.n_attention_heads * self.shape.head_dim) as f64;
-        self.group_nanos(
-            self.params.kernels_per_non_expert_layer,
-            self.shape.dense_weight_bytes_per_layer() + kv_bytes,
-            2.0 * self.shape.dense_matmul_params_per_layer() as f64 * self.padded(batch)
-                + attention_flops,
-        )
+        let work = StepTokens {
+            rows: batch,
+            sequences: batch,
+            context_tokens: batch * u64::from(self.params.decode_context_tokens),
+            prefill_square: 0.0,
+        };
+        self.launches(self.non_expert.kernels_per_layer) + self.non_expert.layer(0, &work).nanos()
     }
 
     /// The output head for `rows` sequences (one next-token row each; prefill computes
@@ -154,11 +483,7 @@ impl Roofline<'_> {
         if rows == 0 {
             return 0.0;
         }
-        self.group_nanos(
-            self.params.kernels_per_head,
-            self.shape.lm_head_weight_bytes(),
-            2.0 * self.shape.lm_head_params() as f64 * self.padded(rows),
-        )
+        self.launches(self.non_expert.kernels_head) + self.non_expert.head(rows).nanos()
     }
 
     /// Token counts at which token curves are sampled: 1, both sides of each tile boundary
@@ -192,7 +517,7 @@ impl Roofline<'_> {
         let max = u64::from(self.params.max_decode_batch).max(1);
         let mut points: Vec<u64> = (1..=tile.min(max)).collect();
         let mut boundary = tile;
-        while boundary + 1 <= max {
+        while boundary < max {
             points.push(boundary + 1);
             points.push((boundary + tile).min(max));
             boundary += tile;
@@ -225,7 +550,7 @@ pub fn analytic_profile_with(
     shape: &MoeModelShape,
     params: &RooflineParams,
 ) -> Profile {
-    let roofline = Roofline { gpu, shape, params };
+    let roofline = ProfileCurves::new(gpu, shape, params);
     let tokens = roofline.token_sample_points();
     let batches = roofline.batch_sample_points();
     let expert = sampled(&tokens, |n| roofline.expert_ffn_nanos(n));
@@ -301,6 +626,7 @@ pub fn write_reference_profiles(profiles_dir: &Path) -> Result<Vec<PathBuf>, Pro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cost::gpu::LinkSpec;
 
     fn l4_qwen() -> (GpuSpec, MoeModelShape, RooflineParams) {
         (
@@ -364,11 +690,7 @@ mod tests {
     #[test]
     fn sample_points_follow_the_tile_grid() {
         let (gpu, shape, params) = l4_qwen();
-        let roofline = Roofline {
-            gpu: &gpu,
-            shape: &shape,
-            params: &params,
-        };
+        let roofline = ProfileCurves::new(&gpu, &shape, &params);
         let tokens = roofline.token_sample_points();
         assert_eq!(&tokens[..5], &[1, 64, 65, 128, 129]);
         assert!(tokens.contains(&4096) && !tokens.contains(&4097));
@@ -399,5 +721,134 @@ mod tests {
             );
             assert_eq!(Profile::load(&path).unwrap(), profile);
         }
+    }
+
+    /// Qwen2.5-7B-Instruct on one A100-80GB, by hand. One block: q and o 3584 x 3584 each,
+    /// k and v 3584 x 512 each (4 KV heads of 128), gate/up/down 3 x 3584 x 18944:
+    /// 25,690,112 + 3,670,016 + 203,685,888 = 233,046,016 parameters, 466,092,032 bf16 bytes;
+    /// 28 blocks stream 13,050,576,896 bytes. The head: 152,064 x 3584 = 544,997,376
+    /// parameters, 1,089,994,752 bytes (the embedding table is a lookup, not streamed). KV:
+    /// 2 x 2 B x 4 x 128 = 2,048 bytes per token per layer. Achievable rates: 2,039 GB/s x 0.8
+    /// = 1.6312e12 B/s and 312 TFLOP/s x 0.6 = 1.872e14 FLOP/s.
+    fn qwen7b_a100(tensor_parallel: u32) -> StepRoofline {
+        StepRoofline::dense(
+            &DenseModelShape::preset("qwen2.5-7b-instruct").unwrap(),
+            Roofline::of(&GpuSpec::by_name("A100-80GB").unwrap()),
+            TensorParallel {
+                degree: tensor_parallel,
+                link: LinkSpec {
+                    bandwidth_bytes_per_s: 300e9,
+                    latency_ns: 10_000.0,
+                },
+            },
+            4e6,
+        )
+    }
+
+    #[test]
+    fn dense_decode_step_matches_the_closed_form() {
+        // 8 sequences of 1,000 cached tokens: 8,000 x 28 x 2,048 = 458,752,000 KV bytes. Every
+        // kernel group is memory-bound (layers: 64 padded rows x 2 x 233,046,016 x 28 +
+        // 4 x 3584 x 8,000 x 28 = 838.4 GFLOP, 4.48 ms against 8.28 ms of streaming; head:
+        // 2 x 544,997,376 x 64 = 69.8 GFLOP, 0.37 ms against 0.67 ms), so the step is the
+        // bytes over the bandwidth plus the 4 ms host overhead.
+        let price = qwen7b_a100(1).price(&StepTokens {
+            rows: 8,
+            sequences: 8,
+            context_tokens: 8_000,
+            prefill_square: 0.0,
+        });
+        let bytes = 13_050_576_896.0 + 458_752_000.0 + 1_089_994_752.0;
+        let expected = bytes / 1.6312e12 * 1e9 + 4e6;
+        assert!(
+            (price.nanos - expected).abs() < 1.0,
+            "{} vs {expected}",
+            price.nanos
+        );
+        assert!((price.memory_ns - bytes / 1.6312e12 * 1e9).abs() < 1.0);
+        assert_eq!(price.communication_ns, 0.0);
+    }
+
+    #[test]
+    fn dense_prefill_step_is_compute_bound_with_causal_attention() {
+        // One 2,048-token prompt: the layers compute 2 x 233,046,016 x 2,048 x 28 GEMM FLOPs
+        // plus 4 x 3584 x (2,048 + 2,048^2 / 2) x 28 attention FLOPs (the emitted row's and the
+        // causal prefill's), over 1.872e14 FLOP/s; the head scores one row (64 padded) and
+        // stays memory-bound: 1,089,994,752 bytes over 1.6312e12 B/s.
+        let price = qwen7b_a100(1).price(&StepTokens {
+            rows: 2048,
+            sequences: 1,
+            context_tokens: 2048,
+            prefill_square: 2048.0 * 2048.0,
+        });
+        let layers = 2.0 * 233_046_016.0 * 2048.0 * 28.0
+            + 4.0 * 3584.0 * (2048.0 + 2048.0 * 2048.0 / 2.0) * 28.0;
+        let expected = layers / 1.872e14 * 1e9 + 1_089_994_752.0 / 1.6312e12 * 1e9 + 4e6;
+        assert!(
+            (price.nanos - expected).abs() < 1.0,
+            "{} vs {expected}",
+            price.nanos
+        );
+    }
+
+    #[test]
+    fn tensor_parallel_halves_the_streaming_and_adds_all_reduces() {
+        // TP 2: each GPU streams half the weights and half the KV (4 KV heads split in two);
+        // two ring all-reduces per layer of 8 rows x 3584 x 2 B, of which 2 (2 - 1) / 2 = 1
+        // crosses the 300 GB/s link, plus 10 us each.
+        let work = StepTokens {
+            rows: 8,
+            sequences: 8,
+            context_tokens: 8_000,
+            prefill_square: 0.0,
+        };
+        let price = qwen7b_a100(2).price(&work);
+        let bytes = (13_050_576_896.0 + 458_752_000.0 + 1_089_994_752.0) / 2.0;
+        let all_reduce = 2.0 * 28.0 * (10_000.0 + 8.0 * 3584.0 * 2.0 / 300e9 * 1e9);
+        assert!((price.communication_ns - all_reduce).abs() < 1e-6);
+        let expected = bytes / 1.6312e12 * 1e9 + 4e6 + all_reduce;
+        assert!((price.nanos - expected).abs() < 1.0);
+    }
+
+    #[test]
+    fn mla_attention_decodes_over_the_latent_cache() {
+        // ESFT-vanilla-lite (DeepSeek-V2-Lite) on one Ascend-910B: 512 + 64 latent and rotary
+        // elements of 2 B per token and layer; a decoding row spends 16 heads x (2 x 576 +
+        // 2 x 512) = 34,816 FLOPs per cached token and layer, a prefill row 16 x (2 x 192 +
+        // 2 x 128) = 10,240 per earlier prompt token. One layer of 100 decoding rows over
+        // 100,000 cached tokens: the weights plus 115,200,000 KV bytes against
+        // 2 x params x 128 padded rows + 34,816 x 100,000 FLOPs.
+        let shape = MlaMoeShape::esft_vanilla_16b();
+        let gpu = GpuSpec::by_name("Ascend-910B").unwrap();
+        let step = StepRoofline::mla_moe_non_expert(&shape, Roofline::of(&gpu), 1, 1, 5);
+        assert_eq!(step.attention.kv_bytes_per_token, 1152.0);
+        assert_eq!(step.attention.decode_flops_per_pair, 34_816.0);
+        assert_eq!(step.attention.prefill_flops_per_pair, 10_240.0);
+        let work = StepTokens {
+            rows: 100,
+            sequences: 100,
+            context_tokens: 100_000,
+            prefill_square: 0.0,
+        };
+        let params = shape.layer_non_routed_params(1) as f64;
+        let layer = step.layer(1, &work);
+        let bandwidth = 1600e9 * 0.8;
+        let compute = 280e12 * 0.6;
+        assert!((layer.memory_ns - (2.0 * params + 115_200_000.0) / bandwidth * 1e9).abs() < 1e-3);
+        assert!(
+            (layer.compute_ns - (2.0 * params * 128.0 + 34_816.0 * 100_000.0) / compute * 1e9)
+                .abs()
+                < 1e-3
+        );
+        // Tensor parallelism splits the weights but not the latent cache each rank reads.
+        let tp8 = StepRoofline::mla_moe_non_expert(&shape, Roofline::of(&gpu), 8, 8, 5);
+        assert_eq!(tp8.attention.kv_bytes_per_token, 1152.0);
+        assert_eq!(
+            tp8.layers[1].weight_bytes,
+            step.layers[1].weight_bytes / 8.0
+        );
+        // 27 layers x 5 kernels + 3 for the head, 10 us each.
+        let price = step.price(&work);
+        assert_eq!(price.overhead_ns, (27.0 * 5.0 + 3.0) * 10_000.0);
     }
 }

@@ -6,7 +6,7 @@
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
-use super::model::MlaMoeShape;
+use crate::cost::shape::MlaMoeShape;
 
 /// One row of the paper's Table 1 (ESFT adapters on the ESFT vanilla 16B base).
 #[derive(Clone, Copy, Debug, PartialEq)]

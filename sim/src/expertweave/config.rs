@@ -8,9 +8,11 @@ use serde::{Deserialize, Serialize};
 
 use super::adapters::{EsftAdapter, esft_adapter, esft_adapters};
 use super::memory::{MemoryConfig, slot_geometry};
-use super::model::{DeviceMemory, GIB, MlaMoeShape};
+use super::model::{DeviceMemory, GIB};
 use super::profile_cost::EwProfile;
+use crate::cost::gpu::GpuSpec;
 use crate::cost::profile::MeasuredProfile;
+use crate::cost::shape::MlaMoeShape;
 use crate::scenario::validate::{FieldError, at_least_one, field_error, positive};
 
 /// The family's tables of a scenario file (everything but the common keys).
@@ -110,19 +112,14 @@ pub enum Rerouting {
     Unfused,
 }
 
-/// `[cost]`: the analytic roofline of one device and the rerouting and routing assumptions.
+/// `[cost]`: the device the roofline prices (a name of the GPU catalogue) and the rerouting and
+/// routing assumptions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CostConfig {
-    /// HBM bandwidth of one device (GB/s, 1e9 bytes).
-    #[serde(default = "default_hbm")]
-    pub hbm_gbps: f64,
-    /// Dense bf16 throughput of one device (TFLOP/s).
-    #[serde(default = "default_tflops")]
-    pub peak_tflops: f64,
-    /// Launch overhead of one device kernel (microseconds).
-    #[serde(default = "default_launch")]
-    pub kernel_launch_us: f64,
+    /// The device, a `cost::gpu` catalogue name (the paper's: Ascend NPUs, "Ascend-910B").
+    #[serde(default = "default_gpu")]
+    pub gpu: String,
     /// Fused or unfused rerouting.
     #[serde(default = "default_rerouting")]
     pub rerouting: Rerouting,
@@ -138,14 +135,8 @@ pub struct CostConfig {
     pub profile: Option<String>,
 }
 
-fn default_hbm() -> f64 {
-    1600.0
-}
-fn default_tflops() -> f64 {
-    280.0
-}
-fn default_launch() -> f64 {
-    10.0
+fn default_gpu() -> String {
+    "Ascend-910B".into()
 }
 fn default_rerouting() -> Rerouting {
     Rerouting::Fused
@@ -160,9 +151,7 @@ fn default_zipf() -> f64 {
 impl Default for CostConfig {
     fn default() -> Self {
         CostConfig {
-            hbm_gbps: default_hbm(),
-            peak_tflops: default_tflops(),
-            kernel_launch_us: default_launch(),
+            gpu: default_gpu(),
             rerouting: default_rerouting(),
             unfused_ops: default_unfused_ops(),
             expert_zipf_s: default_zipf(),
@@ -201,7 +190,11 @@ impl Default for ServingConfig {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExpertWeaveScenario {
     pub shape: MlaMoeShape,
+    /// The device `cost.gpu` names.
+    pub gpu: GpuSpec,
     pub device: DeviceMemory,
+    /// Tensor-parallel degree of the attention and dense layers (`device.tensor_parallel`).
+    pub tensor_parallel: u64,
     pub adapters: Vec<EsftAdapter>,
     pub memory: MemoryConfig,
     pub workload: WorkloadConfig,
@@ -227,16 +220,8 @@ pub fn adapter_shares(n: usize, alpha: f64) -> Vec<f64> {
 impl ExpertWeaveConfig {
     /// Checks every table and resolves the model, the adapters and the device budget.
     pub fn validate(&self, base_dir: &Path) -> Result<ExpertWeaveScenario, FieldError> {
-        let shape = match self.model.as_str() {
-            "esft-vanilla-16b" => MlaMoeShape::esft_vanilla_16b(),
-            "live-tiny-mla" => MlaMoeShape::live_tiny_mla(),
-            other => {
-                return Err(field_error(
-                    "model",
-                    format!("unknown model {other:?}; known: esft-vanilla-16b, live-tiny-mla"),
-                ));
-            }
-        };
+        let shape =
+            MlaMoeShape::preset(&self.model).map_err(|e| field_error("model", e.to_string()))?;
         let d = &self.device;
         let capacity = positive("device.capacity_gib", d.capacity_gib)?;
         let utilization = positive("device.utilization", d.utilization)?;
@@ -349,9 +334,7 @@ impl ExpertWeaveConfig {
             ));
         }
         let c = &self.cost;
-        positive("cost.hbm_gbps", c.hbm_gbps)?;
-        positive("cost.peak_tflops", c.peak_tflops)?;
-        positive("cost.kernel_launch_us", c.kernel_launch_us)?;
+        let gpu = GpuSpec::by_name(&c.gpu).map_err(|e| field_error("cost.gpu", e.to_string()))?;
         positive("cost.expert_zipf_s", c.expert_zipf_s)?;
         at_least_one("cost.unfused_ops", c.unfused_ops as usize)?;
         at_least_one(
@@ -379,6 +362,8 @@ impl ExpertWeaveConfig {
         let shares = adapter_shares(adapters.len(), alpha);
         Ok(ExpertWeaveScenario {
             shape,
+            gpu,
+            tensor_parallel: d.tensor_parallel,
             device,
             adapters,
             memory: self.memory.clone(),

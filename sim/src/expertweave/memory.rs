@@ -5,7 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::adapters::{AdapterError, EsftAdapter};
-use super::model::{DeviceMemory, KvCapacity, MlaMoeShape};
+use super::model::{DeviceMemory, KvCapacity};
+use crate::cost::shape::MlaMoeShape;
 
 /// One serving instance a plan creates: the adapters whose requests it takes, whether it runs
 /// their fine-tuned experts, and the KV capacity its memory leaves.

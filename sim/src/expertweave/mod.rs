@@ -6,9 +6,10 @@ pub mod adapters;
 pub mod memory;
 pub mod model;
 
+pub use crate::cost::shape::MlaMoeShape;
 pub use adapters::{EsftAdapter, esft_adapter, esft_adapters};
 pub use memory::{AdapterMemory, AdapterMemoryError, MemoryConfig, MemoryPlan, MemoryReport};
-pub use model::{DeviceMemory, MlaMoeShape};
+pub use model::DeviceMemory;
 pub mod config;
 pub mod profile_cost;
 pub mod run;

@@ -13,7 +13,7 @@ use super::config::{ExpertWeaveScenario, Rerouting};
 use super::run::{EwStepCost, EwStepWork, Popularity};
 use crate::cost::curve::CostCurve;
 use crate::cost::profile::{ExpertExecution, MeasuredProfile};
-use crate::model_shape::WeightDtype;
+use crate::cost::shape::WeightDtype;
 
 /// What the step cost needs from a measured profile, checked against the scenario's model.
 #[derive(Clone, Debug, PartialEq)]

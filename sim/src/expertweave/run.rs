@@ -1,8 +1,9 @@
 //! One ExpertWeave serving run: per-adapter Poisson requests with power-law shares, routed to the
 //! instances a memory manager's plan creates, each instance a continuous-batching loop whose
-//! admission is bounded by its KV capacity and whose step time is an analytic roofline over the
-//! dense part, the attention KV reads, the MoE experts the batch touches (base and adapter
-//! copies, as distinct weights to stream) and the batched-rerouting operator.
+//! admission is bounded by its KV capacity and whose step time is the cost model's roofline over
+//! the non-expert part (MLA attention over the latent KV cache included), the MoE experts the
+//! batch touches (base and adapter copies, as distinct weights to stream, through
+//! `cost::moe_layer`) and the batched-rerouting operator.
 
 use std::collections::VecDeque;
 
@@ -13,6 +14,9 @@ use super::adapters::domain_ranking;
 use super::config::{ExpertWeaveScenario, Rerouting};
 use super::memory::{AdapterMemory, InstancePlan, MemoryPlan};
 use super::model::GIB;
+use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
+use crate::cost::roofline::{Roofline, StepRoofline, StepTokens};
+use crate::cost::shape::WeightDtype;
 use crate::engine::{self, Model};
 use crate::event_queue::EventQueue;
 use crate::metrics::{LatencyRecorder, RunOutput};
@@ -20,9 +24,10 @@ use crate::records::{DiscardRecords, Extra, RecordSink, RequestRecord};
 use crate::rng::stream;
 use crate::time::SimTime;
 
-/// Kernels per transformer layer besides rerouting (norms, projections, attention, router,
-/// grouped matmul, combine), each paying one launch overhead per step.
-pub const KERNELS_PER_LAYER: u64 = 8;
+/// Kernels per transformer layer outside the routed experts and rerouting (norms, projections,
+/// attention, router, combine), each paying one launch per step; the routed experts' grouped
+/// GEMM launches its own 3 (`cost::moe_layer`), 8 per MoE layer in all.
+pub const NON_EXPERT_KERNELS_PER_LAYER: u32 = 5;
 
 /// One generated request.
 #[derive(Clone, Debug, PartialEq)]
@@ -131,12 +136,10 @@ impl Popularity {
         Popularity { by_adapter, tuned }
     }
 
-    /// Expected distinct expert weights a step streams in `layer` for `tokens[adapter]` tokens
-    /// with top-k routing: a base expert is read if any token not rerouted away from it picks
-    /// it; an adapter's copy if one of that adapter's tokens does.
-    /// Every expert weight `layer` may read for `tokens[adapter]` tokens with top-k routing
-    /// (base experts, then adapters' copies, as in [`Popularity::expected_touched`]), as
-    /// (probability it is read, expected routed tokens it receives), calling `each` per weight.
+    /// Every expert weight `layer` may read for `tokens[adapter]` tokens with top-k routing,
+    /// base experts then adapters' copies, as (probability it is read, expected routed tokens
+    /// it receives), calling `each` per weight: a base expert is read if any token not rerouted
+    /// away from it picks it; an adapter's copy if one of that adapter's tokens does.
     pub(crate) fn expected_loads(
         &self,
         layer: usize,
@@ -165,34 +168,6 @@ impl Popularity {
             each(1.0 - base_missed, base_load);
         }
     }
-
-    pub(crate) fn expected_touched(
-        &self,
-        layer: usize,
-        tokens: &[u64],
-        top_k: u64,
-        use_adapters: bool,
-    ) -> f64 {
-        let n = self.by_adapter.first().map_or(0, |a| a[layer].len());
-        let mut touched = 0.0;
-        for expert in 0..n {
-            let mut base_missed = 1.0;
-            for (adapter, &count) in tokens.iter().enumerate() {
-                if count == 0 {
-                    continue;
-                }
-                let p = self.by_adapter[adapter][layer][expert];
-                let missed = (1.0 - p).powf((count * top_k) as f64);
-                if use_adapters && self.tuned[adapter][layer][expert] {
-                    touched += 1.0 - missed;
-                } else {
-                    base_missed *= missed;
-                }
-            }
-            touched += 1.0 - base_missed;
-        }
-        touched
-    }
 }
 
 /// What one continuous-batching step of an instance asks of its devices.
@@ -205,6 +180,8 @@ pub struct EwStepWork<'a> {
     pub context_tokens: u64,
     /// Sum of squared prompt lengths of the prefills (the attention's quadratic part).
     pub prefill_sq: f64,
+    /// Sequences in the step (decoding and prefilling): the rows the output head scores.
+    pub sequences: u64,
 }
 
 /// Whoever prices an ExpertWeave step: the roofline in simulation ([`RooflineStepCost`]), the
@@ -214,92 +191,109 @@ pub trait EwStepCost {
     fn seconds(&mut self, work: &EwStepWork<'_>) -> f64;
 }
 
-/// The analytic step cost: a roofline over the dense part, attention, the distinct expert
-/// weights the step touches, kernel launches and rerouting.
+/// The analytic step cost: the cost model's roofline over the non-expert part
+/// (`StepRoofline::mla_moe_non_expert`), each MoE layer's expected distinct expert weights and
+/// tile-padded rows as grouped GEMMs spread over the instance's devices (`cost::moe_layer`),
+/// and the rerouting operator.
 pub struct RooflineStepCost<'a> {
     scenario: &'a ExpertWeaveScenario,
     popularity: Popularity,
+    experts: MoeLayerCost,
+    /// The non-expert roofline per instance size (devices), built on first use.
+    non_expert: Vec<(u64, StepRoofline)>,
+    /// (probability read, rows when read) of every expert weight of one layer, reused.
+    weights: Vec<(f64, f64)>,
 }
 
 impl<'a> RooflineStepCost<'a> {
     pub fn new(scenario: &'a ExpertWeaveScenario) -> RooflineStepCost<'a> {
+        let shape = &scenario.shape;
         RooflineStepCost {
             scenario,
             popularity: Popularity::new(scenario),
+            experts: MoeLayerCost::for_experts(
+                &scenario.gpu,
+                shape.hidden as usize,
+                shape.expert_ffn as usize,
+                WeightDtype::Bf16,
+                MoeLayerParams::default(),
+            ),
+            non_expert: Vec::new(),
+            weights: Vec::new(),
         }
+    }
+
+    /// The non-expert roofline of an instance on `devices` devices.
+    fn non_expert(&mut self, devices: u64) -> &StepRoofline {
+        let index = match self.non_expert.iter().position(|(d, _)| *d == devices) {
+            Some(index) => index,
+            None => {
+                let tensor_parallel = self.scenario.tensor_parallel.min(devices);
+                let roofline = StepRoofline::mla_moe_non_expert(
+                    &self.scenario.shape,
+                    Roofline::of(&self.scenario.gpu),
+                    tensor_parallel,
+                    devices,
+                    NON_EXPERT_KERNELS_PER_LAYER,
+                );
+                self.non_expert.push((devices, roofline));
+                self.non_expert.len() - 1
+            }
+        };
+        &self.non_expert[index].1
     }
 }
 
 impl EwStepCost for RooflineStepCost<'_> {
     fn seconds(&mut self, work: &EwStepWork<'_>) -> f64 {
-        StepCost {
-            scenario: self.scenario,
-            popularity: &self.popularity,
-            instance: work.instance,
-        }
-        .seconds(work.tokens_by_adapter, work.context_tokens, work.prefill_sq)
-    }
-}
-
-/// What one step costs, in seconds, for an instance.
-struct StepCost<'a> {
-    scenario: &'a ExpertWeaveScenario,
-    popularity: &'a Popularity,
-    instance: &'a InstancePlan,
-}
-
-impl StepCost<'_> {
-    fn seconds(&self, tokens_by_adapter: &[u64], context_tokens: u64, prefill_sq: f64) -> f64 {
+        let instance = work.instance;
+        let tokens: u64 = work.tokens_by_adapter.iter().sum();
+        let mut ns = self
+            .non_expert(instance.n_devices)
+            .price(&StepTokens {
+                rows: tokens,
+                sequences: work.sequences,
+                context_tokens: work.context_tokens,
+                prefill_square: work.prefill_sq,
+            })
+            .nanos;
         let shape = &self.scenario.shape;
-        let cost = &self.scenario.cost;
-        let devices = self.instance.n_devices as f64;
-        let bandwidth = cost.hbm_gbps * 1e9 * devices;
-        let flops = cost.peak_tflops * 1e12 * devices;
-        let tokens: u64 = tokens_by_adapter.iter().sum();
-        let roofline = |bytes: f64, work: f64| (bytes / bandwidth).max(work / flops);
-        // dense part: every non-routed weight but the embedding table is read once per step
-        let embedding = (shape.vocab * shape.hidden) as f64;
-        let dense_params = shape.non_routed_params() as f64 - embedding;
-        let dense = roofline(
-            dense_params * shape.bytes_per_param as f64,
-            2.0 * dense_params * tokens as f64,
-        );
-        // attention: the cached latent of every context token, and the prompts' quadratic part
-        let head = (shape.qk_nope_head_dim + shape.qk_rope_head_dim + shape.v_head_dim) as f64;
-        let attention = roofline(
-            (context_tokens * shape.kv_bytes_per_token()) as f64,
-            2.0 * (shape.n_layers * shape.n_heads) as f64 * head * prefill_sq,
-        );
-        // MoE: the distinct expert weights touched, and top-k expert FLOPs per token
-        let mut moe = 0.0;
-        let use_adapters = self.instance.adapter_experts && self.instance.reroutes;
+        let devices = instance.n_devices as f64;
+        let use_adapters = instance.adapter_experts && instance.reroutes;
         for layer in 0..shape.n_moe_layers() as usize {
-            let touched = self.popularity.expected_touched(
+            let weights = &mut self.weights;
+            weights.clear();
+            self.popularity.expected_loads(
                 layer,
-                tokens_by_adapter,
+                work.tokens_by_adapter,
                 shape.top_k,
                 use_adapters,
+                |read, load| {
+                    if read > 0.0 {
+                        weights.push((read, load / read));
+                    }
+                },
             );
-            moe += roofline(
-                touched * shape.expert_bytes() as f64,
-                2.0 * (shape.expert_params() * shape.top_k * tokens) as f64,
+            ns += self.experts.grouped_gemm_spread(
+                weights.iter().copied(),
+                devices,
+                SpeedFactors::NOMINAL,
             );
         }
-        let launch = cost.kernel_launch_us * 1e-6;
-        let mut overhead = (shape.n_layers * KERNELS_PER_LAYER) as f64 * launch;
-        if self.instance.reroutes {
-            // per MoE layer: read the AID and top-k ids, the expert map rows, write the ids
+        if instance.reroutes {
+            // Per MoE layer: read the AID and top-k ids, the expert map rows, write the ids;
+            // the unfused chain moves the intermediate arrays through memory between operators.
+            let roofline = &self.experts.roofline;
             let bytes = (tokens * (4 + 2 * 4 * shape.top_k)) as f64
-                + (self.instance.adapters.len() as u64 * shape.n_routed_experts * 4) as f64;
-            let ops = match cost.rerouting {
+                + (instance.adapters.len() as u64 * shape.n_routed_experts * 4) as f64;
+            let ops = match self.scenario.cost.rerouting {
                 Rerouting::Fused => 1.0,
-                Rerouting::Unfused => cost.unfused_ops as f64,
+                Rerouting::Unfused => self.scenario.cost.unfused_ops as f64,
             };
-            // the unfused chain moves the intermediate arrays through memory between operators
-            let per_layer = ops * (launch + bytes / bandwidth);
-            overhead += shape.n_moe_layers() as f64 * per_layer;
+            let per_layer = ops * (roofline.launch_ns + roofline.op(bytes / devices, 0.0).nanos());
+            ns += shape.n_moe_layers() as f64 * per_layer;
         }
-        dense + attention + moe + overhead
+        ns * 1e-9
     }
 }
 
@@ -449,6 +443,7 @@ impl InstanceServer<'_> {
             tokens_by_adapter: &tokens_by_adapter,
             context_tokens: context,
             prefill_sq,
+            sequences: (self.running.len() + prefill.len()) as u64,
         });
         let duration = (seconds * 1e9).round().max(1.0) as u64;
         self.in_flight = Some(prefill);
@@ -721,10 +716,11 @@ fn summarize(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cost::shape::MlaMoeShape;
     use crate::expertweave::EsftAdapter;
     use crate::expertweave::config::ExpertWeaveConfig;
     use crate::expertweave::memory::{AdapterMemoryError, MemoryReport};
-    use crate::expertweave::model::{DeviceMemory, KvCapacity, MlaMoeShape};
+    use crate::expertweave::model::{DeviceMemory, KvCapacity};
     use std::path::Path;
 
     /// A stand-in manager: one shared instance with a fixed KV capacity.
@@ -908,11 +904,16 @@ length_spread = 0.5
     fn touched_experts_grow_with_tokens_and_adapter_copies() {
         let scenario = scenario(1.0, 1.0);
         let popularity = Popularity::new(&scenario);
-        let few = popularity.expected_touched(0, &[4, 0, 0, 0, 0], 6, true);
-        let many = popularity.expected_touched(0, &[400, 0, 0, 0, 0], 6, true);
+        let touched = |tokens: &[u64], use_adapters: bool| {
+            let mut sum = 0.0;
+            popularity.expected_loads(0, tokens, 6, use_adapters, |read, _| sum += read);
+            sum
+        };
+        let few = touched(&[4, 0, 0, 0, 0], true);
+        let many = touched(&[400, 0, 0, 0, 0], true);
         assert!(few < many && many <= 64.0 + 12.0);
-        let mixed_base = popularity.expected_touched(0, &[50, 50, 50, 50, 50], 6, false);
-        let mixed_weave = popularity.expected_touched(0, &[50, 50, 50, 50, 50], 6, true);
+        let mixed_base = touched(&[50, 50, 50, 50, 50], false);
+        let mixed_weave = touched(&[50, 50, 50, 50, 50], true);
         assert!(mixed_weave > mixed_base);
         assert!(mixed_base <= 64.0);
     }

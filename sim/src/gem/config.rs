@@ -4,11 +4,10 @@
 use crate::cost::gpu::GpuSpec;
 use crate::cost::profile::Profile;
 use crate::cost::roofline::analytic_profile;
+use crate::cost::shape::MoeModelShape;
 use crate::gem::mapping::MapperConfig;
-use crate::gem::models::model_by_name;
 use crate::gem::trace::{ExpertTrace, TraceParams};
 use crate::gem::variability::{ThroughputDistribution, VariabilitySetup, moderate_factors};
-use crate::model_shape::MoeModelShape;
 use crate::rng::{SimRng, stream};
 use crate::scenario::validate::FieldError;
 use rand_distr::{Distribution, LogNormal};
@@ -322,8 +321,7 @@ pub struct GemScenario {
 impl GemConfig {
     /// Cross-field checks; relative trace paths resolve against `base_dir`.
     pub fn validate(&self, base_dir: &Path) -> Result<GemScenario, FieldError> {
-        let shape = model_by_name(&self.model.name)
-            .or_else(|unknown| MoeModelShape::preset(&self.model.name).map_err(|_| unknown))
+        let shape = MoeModelShape::preset(&self.model.name)
             .map_err(|e| field("model.name", e.to_string()))?;
         let gpu =
             GpuSpec::by_name(&self.cluster.gpu).map_err(|e| field("cluster.gpu", e.to_string()))?;

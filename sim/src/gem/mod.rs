@@ -5,7 +5,6 @@
 pub mod config;
 pub mod costs;
 pub mod mapping;
-pub mod models;
 pub mod server;
 pub mod trace;
 pub mod variability;

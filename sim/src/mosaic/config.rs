@@ -8,9 +8,9 @@ use super::gate::GateConfig;
 use super::placement::{PlacementConfig, PlacementProblem};
 use super::presets::{self, BUCKET_NAMES, DATASET_PRESETS};
 use super::profile_cost::{DenseDecodeProfile, MosaicDecodeProfile};
-use super::shape::{DENSE_PRESETS, DenseModelShape};
 use crate::apportion::apportion;
-use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, GpuSpec};
+use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, GpuSpec, LinkSpec};
+use crate::cost::shape::DenseModelShape;
 use crate::scenario::validate::FieldError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -150,7 +150,7 @@ pub enum ExpertFamily {
 pub struct ExpertFile {
     pub name: String,
     pub family: ExpertFamily,
-    /// A dense-model preset (`sim::mosaic::shape::DENSE_PRESETS`).
+    /// A dense-model preset (`sim::cost::shape::DENSE_PRESETS`).
     pub shape: String,
     /// Session load cost; default from `[serving] load_min_s..load_max_s`.
     pub load_s: Option<f64>,
@@ -407,15 +407,7 @@ pub fn pool_preset(name: &str) -> Option<Vec<ExpertFile>> {
 }
 
 fn shape_of(path: &str, name: &str) -> Result<DenseModelShape, FieldError> {
-    DenseModelShape::preset(name).ok_or_else(|| {
-        err(
-            path,
-            format!(
-                "unknown model shape {name:?}; known shapes: {}",
-                DENSE_PRESETS.join(", ")
-            ),
-        )
-    })
+    DenseModelShape::preset(name).map_err(|e| err(path, e.to_string()))
 }
 
 impl MosaicConfig {
@@ -434,12 +426,12 @@ impl MosaicConfig {
                 s.gpu_memory_utilization,
             )?,
             max_num_seqs: s.max_num_seqs,
-            allreduce_latency_s: non_negative(
-                "serving.allreduce_latency_us",
-                s.allreduce_latency_us,
-            )? / 1e6,
-            interconnect_bytes_per_s: positive("serving.interconnect_gbps", s.interconnect_gbps)?
-                * 1e9,
+            interconnect: LinkSpec {
+                latency_ns: non_negative("serving.allreduce_latency_us", s.allreduce_latency_us)?
+                    * 1e3,
+                bandwidth_bytes_per_s: positive("serving.interconnect_gbps", s.interconnect_gbps)?
+                    * 1e9,
+            },
         };
         if s.max_num_seqs == 0 {
             return Err(err("serving.max_num_seqs", "must be at least 1, got 0"));
@@ -498,7 +490,9 @@ impl MosaicConfig {
                 return Err(err(&at("name"), format!("duplicate expert {:?}", e.name)));
             }
             let shape = shape_of(&at("shape"), &e.shape)?;
-            shape.check().map_err(|m| err(&at("shape"), m))?;
+            shape
+                .check()
+                .map_err(|m| err(&at("shape"), m.to_string()))?;
             shapes.push(shape);
         }
         let params: Vec<f64> = shapes.iter().map(|sh| sh.params() as f64).collect();

@@ -1,21 +1,16 @@
-//! The analytic decode-cost model of one vLLM session (a dense model on one GPU, or tensor-
-//! parallel across several) and the continuous-batching session simulator built on it: a
-//! session's prompts are admitted while sequence slots and KV-cache memory allow, every step
-//! generates one token for each sequence in flight, and finished sequences free their slots.
+//! The decode-cost model of one vLLM session (a dense model on one GPU, or tensor-parallel
+//! across several), priced by the cost model's one roofline (`cost::roofline::StepRoofline`),
+//! and the continuous-batching session simulator built on it: a session's prompts are admitted
+//! while sequence slots and KV-cache memory allow, every step generates one token for each
+//! sequence in flight, and finished sequences free their slots.
 //!
-//! One step over `b` sequences holding `ctx` cached tokens, `p` of them new prompt tokens:
-//!
-//! ```text
-//! step = overhead + max((W + ctx x kv) / BW_eff, (F x (b + p) + attention) / FLOPS_eff) + comm
-//! ```
-//!
-//! `W` weight bytes, `kv` KV bytes per token, `F` matmul FLOPs per token (2 x multiplied
-//! parameters), each divided by the tensor-parallel degree. Small batches are memory-bound
-//! (the weights are streamed once per step whatever `b` is: throughput grows with `b`);
-//! long-context reasoning sequences make the KV term dominate and saturate early.
+//! Small batches are memory-bound (the weights are streamed once per step whatever the batch
+//! is: throughput grows with it); long-context reasoning sequences make the KV reads dominate
+//! and saturate early.
 
-use super::shape::DenseModelShape;
-use crate::cost::gpu::GpuSpec;
+use crate::cost::gpu::{GpuSpec, LinkSpec};
+use crate::cost::roofline::{Roofline, StepRoofline, StepTokens, TensorParallel};
+use crate::cost::shape::DenseModelShape;
 use crate::time::SimDuration;
 use serde::Serialize;
 use std::cmp::Reverse;
@@ -35,10 +30,8 @@ pub struct ServingParams {
     pub gpu_memory_utilization: f64,
     /// vLLM `max_num_seqs`: sequences in flight at most.
     pub max_num_seqs: u32,
-    /// Latency of one small all-reduce between tensor-parallel ranks, seconds.
-    pub allreduce_latency_s: f64,
-    /// Per-direction GPU-to-GPU bandwidth for tensor-parallel all-reduces, bytes/s.
-    pub interconnect_bytes_per_s: f64,
+    /// The link between tensor-parallel ranks (all-reduce latency and per-direction bandwidth).
+    pub interconnect: LinkSpec,
 }
 
 /// Why a model cannot be served as configured.
@@ -48,24 +41,11 @@ pub enum ServingError {
     NoKvCache { weights_gb: f64, usable_gb: f64 },
 }
 
-/// The per-step cost of one model served on `tensor_parallel` GPUs.
+/// One model served on `tensor_parallel` GPUs: its step roofline and its KV capacity.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StepCost {
-    /// Weight bytes each GPU streams per step.
-    pub weight_bytes: f64,
-    /// KV bytes per cached token on each GPU.
-    pub kv_bytes_per_token: f64,
-    /// Matmul FLOPs per token on each GPU.
-    pub flops_per_token: f64,
-    /// Attention FLOPs per cached token read by one decode step, per GPU.
-    pub attention_flops_per_context_token: f64,
-    /// Achievable bytes/s and FLOP/s of one GPU.
-    pub bandwidth: f64,
-    pub compute: f64,
-    pub overhead_s: f64,
-    /// All-reduce cost per step: fixed part and per token.
-    pub comm_fixed_s: f64,
-    pub comm_per_token_s: f64,
+    /// What a step streams and computes per GPU (`cost::roofline`).
+    pub roofline: StepRoofline,
     /// Tokens the KV cache holds (all GPUs of the group together).
     pub kv_capacity_tokens: u64,
     pub max_num_seqs: u32,
@@ -80,67 +60,46 @@ impl StepCost {
         let tp = f64::from(tensor_parallel.max(1));
         let weight_bytes = shape.weight_bytes() / tp;
         let kv_bytes_per_token = shape.kv_bytes_per_token() / tp;
-        let usable = params.gpu.memory_gb * 1e9 * params.gpu_memory_utilization;
-        if usable <= weight_bytes {
-            return Err(ServingError::NoKvCache {
-                weights_gb: weight_bytes / 1e9,
-                usable_gb: usable / 1e9,
-            });
-        }
-        let kv_capacity_tokens = ((usable - weight_bytes) / kv_bytes_per_token).floor() as u64;
-        let (comm_fixed_s, comm_per_token_s) = if tensor_parallel > 1 {
-            // Two all-reduces per layer (after attention and after the MLP) of the hidden state,
-            // ring algorithm: 2 (tp - 1) / tp of the bytes cross each link.
-            let layers = 2.0 * shape.n_layers as f64;
-            (
-                layers * params.allreduce_latency_s,
-                layers * (shape.hidden as f64 * 2.0) * 2.0 * (tp - 1.0)
-                    / tp
-                    / params.interconnect_bytes_per_s,
+        let kv_capacity_tokens = params
+            .gpu
+            .kv_capacity_tokens(
+                params.gpu_memory_utilization,
+                weight_bytes,
+                kv_bytes_per_token,
             )
-        } else {
-            (0.0, 0.0)
-        };
+            .ok_or(ServingError::NoKvCache {
+                weights_gb: weight_bytes / 1e9,
+                usable_gb: params.gpu.memory_gb * params.gpu_memory_utilization,
+            })?;
+        let roofline = StepRoofline::dense(
+            shape,
+            Roofline::new(
+                &params.gpu,
+                params.memory_efficiency,
+                params.compute_efficiency,
+            ),
+            TensorParallel {
+                degree: tensor_parallel.max(1),
+                link: params.interconnect,
+            },
+            params.step_overhead_s * 1e9,
+        );
         Ok(StepCost {
-            weight_bytes,
-            kv_bytes_per_token,
-            flops_per_token: 2.0 * shape.matmul_params() as f64 / tp,
-            attention_flops_per_context_token: 4.0
-                * (shape.n_heads * shape.head_dim * shape.n_layers) as f64
-                / tp,
-            bandwidth: params.gpu.peak_bandwidth() * params.memory_efficiency,
-            compute: params.gpu.peak_flops() * params.compute_efficiency,
-            overhead_s: params.step_overhead_s,
-            comm_fixed_s,
-            comm_per_token_s,
+            roofline,
             kv_capacity_tokens,
             max_num_seqs: params.max_num_seqs.max(1),
         })
     }
 
-    /// Seconds of one step over `batch` decoding sequences holding `context_tokens` cached
-    /// tokens, plus `prefill_tokens` new prompt tokens whose squared lengths sum to
-    /// `prefill_square` (causal prefill attention).
-    pub fn step_seconds(
-        &self,
-        batch: u64,
-        context_tokens: u64,
-        prefill_tokens: u64,
-        prefill_square: f64,
-    ) -> f64 {
-        let rows = (batch + prefill_tokens) as f64;
-        let memory =
-            (self.weight_bytes + context_tokens as f64 * self.kv_bytes_per_token) / self.bandwidth;
-        let flops = self.flops_per_token * rows
-            + self.attention_flops_per_context_token
-                * (context_tokens as f64 + 0.5 * prefill_square);
-        let compute = flops / self.compute;
-        self.overhead_s + memory.max(compute) + self.comm_fixed_s + self.comm_per_token_s * rows
-    }
-
     /// Steady-state decode throughput (tokens/s) of `batch` sequences of `context` tokens each.
     pub fn decode_tokens_per_s(&self, batch: u64, context: u64) -> f64 {
-        batch as f64 / self.step_seconds(batch, batch * context, 0, 0.0)
+        let step = DecodeStep {
+            batch,
+            context_tokens: batch * context,
+            prefill_tokens: 0,
+            prefill_square: 0,
+        };
+        batch as f64 / step.seconds(self)
     }
 }
 
@@ -204,14 +163,17 @@ pub struct DecodeStep {
 }
 
 impl DecodeStep {
-    /// The analytic model's seconds for this step.
+    /// The roofline's seconds for this step: every sequence in flight and every prompt token
+    /// is a row through the layers (the admission step runs the prefill and emits the first
+    /// token), the head scores one row per sequence.
     pub fn seconds(&self, cost: &StepCost) -> f64 {
-        cost.step_seconds(
-            self.batch,
-            self.context_tokens,
-            self.prefill_tokens,
-            self.prefill_square as f64,
-        )
+        let work = StepTokens {
+            rows: self.batch + self.prefill_tokens,
+            sequences: self.batch,
+            context_tokens: self.context_tokens,
+            prefill_square: self.prefill_square as f64,
+        };
+        cost.roofline.price(&work).nanos * 1e-9
     }
 }
 
@@ -322,8 +284,10 @@ mod tests {
             step_overhead_s: 0.0,
             gpu_memory_utilization: 0.9,
             max_num_seqs: 256,
-            allreduce_latency_s: 10e-6,
-            interconnect_bytes_per_s: 300e9,
+            interconnect: LinkSpec {
+                bandwidth_bytes_per_s: 300e9,
+                latency_ns: 10_000.0,
+            },
         }
     }
 
@@ -342,7 +306,10 @@ mod tests {
             }],
         );
         assert_eq!((stats.steps, stats.output_tokens), (100, 100));
-        let floor = cost.weight_bytes / cost.bandwidth;
+        // Every block and the head streamed once per step (the embedding table is a lookup).
+        let shape = DenseModelShape::preset("qwen2.5-7b-instruct").unwrap();
+        let streamed = 28.0 * shape.block_weight_bytes() + shape.head_weight_bytes();
+        let floor = streamed / (2039e9 * 0.8);
         let per_step = stats.duration.as_secs_f64() / 100.0;
         assert!(
             per_step >= floor && per_step < floor * 1.01,

@@ -4,7 +4,7 @@
 //! [`DecodeStep`] as that kernel's rows and cached tokens per row.
 
 use super::decode::DecodeStep;
-use super::shape::DenseModelShape;
+use crate::cost::shape::DenseModelShape;
 use serde::{Deserialize, Serialize};
 
 /// A dense model at 1/`widths` of its hidden, intermediate, head and vocabulary widths and
@@ -23,20 +23,9 @@ pub const LIVE_SCALING: Scaling = Scaling {
 };
 
 impl Scaling {
-    /// `shape` scaled down.
+    /// `shape` scaled down ([`DenseModelShape::scaled_down`]).
     pub fn apply(&self, shape: &DenseModelShape) -> DenseModelShape {
-        let width = |v: u64| (v / self.widths.max(1)).max(1);
-        DenseModelShape {
-            name: format!("{} (scaled down)", shape.name),
-            n_layers: (shape.n_layers / self.layers.max(1)).max(1),
-            hidden: width(shape.hidden),
-            intermediate: width(shape.intermediate),
-            n_heads: shape.n_heads,
-            n_kv_heads: shape.n_kv_heads,
-            head_dim: width(shape.head_dim),
-            vocab: width(shape.vocab),
-            tied_embeddings: shape.tied_embeddings,
-        }
+        shape.scaled_down(self.widths, self.layers)
     }
 
     /// One line for reports.

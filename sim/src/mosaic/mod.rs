@@ -17,7 +17,6 @@ pub mod placement;
 pub mod presets;
 pub mod profile_cost;
 pub mod session_cost;
-pub mod shape;
 pub mod workload;
 
 pub use config::{MosaicConfig, MosaicScenario};

@@ -8,8 +8,8 @@
 
 use super::decode::DecodeStep;
 use super::live_scale::{Scaling, kernel_rows_and_context};
-use super::shape::DenseModelShape;
 use crate::cost::curve::CostCurve;
+use crate::cost::shape::DenseModelShape;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 

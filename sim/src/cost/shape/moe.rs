@@ -1,59 +1,9 @@
-//! The shape of a Mixture-of-Experts transformer (layer count, expert count and sizes, attention
-//! geometry, weight format) and the parameter, byte and FLOP counts the cost models derive from it.
-//!
-//! Every dimension of a preset is copied from the model's public Hugging Face `config.json`;
-//! the weight formats and their bytes per parameter are documented on [`WeightDtype`].
+//! The shape of a Mixture-of-Experts transformer in which every layer is an MoE layer (layer
+//! count, expert count and sizes, attention geometry, weight format) and the parameter, byte and
+//! FLOP counts the cost model derives from it. Presets: `super::catalogue`.
 
+use super::{ModelShapeError, WeightDtype};
 use serde::{Deserialize, Serialize};
-use std::fmt;
-
-/// How the weights of the transformer blocks are stored, which sets how many bytes a kernel
-/// must stream from memory per parameter. Arithmetic always runs at the bf16/fp16 tensor-core
-/// rate (quantized weights are dequantized to 16 bits inside the kernel).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WeightDtype {
-    /// bfloat16: 2 bytes per parameter.
-    Bf16,
-    /// float16: 2 bytes per parameter.
-    Fp16,
-    /// 8-bit floating point (E4M3) with per-tensor scales: 1 byte per parameter (the scales
-    /// are one float per matrix, negligible).
-    Fp8,
-    /// bitsandbytes NormalFloat4 with double quantization (the QLoRA setting, as CAPS loads
-    /// the model with `bnb_4bit_quant_type = "nf4"`): 4 bits per parameter, plus one 8-bit
-    /// absmax per block of 64 parameters, plus one fp32 scale per 256 of those blocks:
-    /// 0.5 + 1/64 + 4/(64 x 256) = 0.515869140625 bytes per parameter. Without double
-    /// quantization the absmax is fp32 and the figure is 0.5 + 4/64 = 0.5625.
-    Nf4,
-}
-
-impl WeightDtype {
-    /// Bytes a kernel reads per stored parameter, scale overhead included.
-    pub fn bytes_per_param(self) -> f64 {
-        match self {
-            WeightDtype::Bf16 | WeightDtype::Fp16 => 2.0,
-            WeightDtype::Fp8 => 1.0,
-            WeightDtype::Nf4 => 0.5 + 1.0 / 64.0 + 4.0 / (64.0 * 256.0),
-        }
-    }
-
-    /// The lowercase name used in profiles and scenario files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WeightDtype::Bf16 => "bf16",
-            WeightDtype::Fp16 => "fp16",
-            WeightDtype::Fp8 => "fp8",
-            WeightDtype::Nf4 => "nf4",
-        }
-    }
-}
-
-impl fmt::Display for WeightDtype {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// The architecture of a decoder-only MoE transformer in which every layer is an MoE layer:
 /// attention, then `n_experts` routed gated-FFN (SwiGLU) experts of which each token uses
@@ -99,114 +49,7 @@ pub struct MoeModelShape {
     pub lm_head_dtype: WeightDtype,
 }
 
-/// A preset name that is not in the catalogue, or a shape that cannot describe a model.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum ModelShapeError {
-    #[error("unknown model preset {name:?}; known presets: {}", known.join(", "))]
-    UnknownPreset {
-        name: String,
-        known: Vec<&'static str>,
-    },
-    #[error("model shape {model:?}: {field} {problem}")]
-    Invalid {
-        model: String,
-        field: &'static str,
-        problem: String,
-    },
-}
-
-/// Preset names accepted by [`MoeModelShape::preset`].
-pub const PRESET_NAMES: &[&str] = &[
-    "qwen1.5-moe-a2.7b",
-    "qwen1.5-moe-a2.7b-nf4",
-    "live-tiny-moe",
-];
-
 impl MoeModelShape {
-    /// Qwen1.5-MoE-A2.7B with its checkpoint's bf16 weights.
-    ///
-    /// Source: <https://huggingface.co/Qwen/Qwen1.5-MoE-A2.7B/blob/main/config.json>
-    /// (`model_type = "qwen2_moe"`, also the config of the `-Chat` variant CAPS serves):
-    /// `num_hidden_layers = 24`, `num_experts = 60`, `num_experts_per_tok = 4`,
-    /// `hidden_size = 2048`, `moe_intermediate_size = 1408`,
-    /// `shared_expert_intermediate_size = 5632` (one shared expert with a sigmoid
-    /// `shared_expert_gate`, per `Qwen2MoeSparseMoeBlock` in transformers),
-    /// `num_attention_heads = 16`, `num_key_value_heads = 16` (no GQA), no `head_dim` key so
-    /// head_dim = 2048 / 16 = 128, q/k/v biases (Qwen2 attention), `vocab_size = 151936`,
-    /// `tie_word_embeddings = false`, `torch_dtype = "bfloat16"`, `decoder_sparse_step = 1`
-    /// (every layer is MoE). These give 14.3 B parameters in total and 2.7 B active per token,
-    /// the figures of the model card (a unit test checks both).
-    pub fn qwen1_5_moe_a2_7b() -> MoeModelShape {
-        MoeModelShape {
-            name: "Qwen1.5-MoE-A2.7B".into(),
-            n_layers: 24,
-            n_experts: 60,
-            top_k: 4,
-            n_shared_experts: 1,
-            shared_expert_ffn: 5632,
-            shared_expert_gate: true,
-            hidden: 2048,
-            expert_ffn: 1408,
-            n_attention_heads: 16,
-            n_kv_heads: 16,
-            head_dim: 128,
-            attention_qkv_bias: true,
-            vocab: 151_936,
-            tied_embeddings: false,
-            weight_dtype: WeightDtype::Bf16,
-            lm_head_dtype: WeightDtype::Bf16,
-        }
-    }
-
-    /// Qwen1.5-MoE-A2.7B as CAPS runs it on an L4 (caps.txt, `configs/l4_config.json`:
-    /// `"quantization": "nf4"`): bitsandbytes NF4 weights in the transformer blocks, `lm_head`
-    /// left in bf16 (transformers keeps the output embedding out of 4-bit conversion).
-    pub fn qwen1_5_moe_a2_7b_nf4() -> MoeModelShape {
-        MoeModelShape {
-            weight_dtype: WeightDtype::Nf4,
-            ..MoeModelShape::qwen1_5_moe_a2_7b()
-        }
-    }
-
-    /// A deliberately tiny MoE shape for live mode on the CPU backend (`expertsim live`): not a
-    /// published model, but the Qwen-MoE layout scaled down (2 layers, 8 routed experts of which
-    /// each token uses 2, hidden 64, expert FFN 64, 4 heads of 16, a 512-token vocabulary, no
-    /// shared expert) so that the reference kernels run a whole scenario in seconds.
-    pub fn live_tiny_moe() -> MoeModelShape {
-        MoeModelShape {
-            name: "live-tiny-moe (scaled down for the CPU backend)".into(),
-            n_layers: 2,
-            n_experts: 8,
-            top_k: 2,
-            n_shared_experts: 0,
-            shared_expert_ffn: 0,
-            shared_expert_gate: false,
-            hidden: 64,
-            expert_ffn: 64,
-            n_attention_heads: 4,
-            n_kv_heads: 4,
-            head_dim: 16,
-            attention_qkv_bias: false,
-            vocab: 512,
-            tied_embeddings: false,
-            weight_dtype: WeightDtype::Bf16,
-            lm_head_dtype: WeightDtype::Bf16,
-        }
-    }
-
-    /// The preset called `name` (see [`PRESET_NAMES`]).
-    pub fn preset(name: &str) -> Result<MoeModelShape, ModelShapeError> {
-        match name {
-            "qwen1.5-moe-a2.7b" => Ok(MoeModelShape::qwen1_5_moe_a2_7b()),
-            "qwen1.5-moe-a2.7b-nf4" => Ok(MoeModelShape::qwen1_5_moe_a2_7b_nf4()),
-            "live-tiny-moe" => Ok(MoeModelShape::live_tiny_moe()),
-            _ => Err(ModelShapeError::UnknownPreset {
-                name: name.to_string(),
-                known: PRESET_NAMES.to_vec(),
-            }),
-        }
-    }
-
     /// Checks that every size is positive and that the routing is possible.
     pub fn validate(&self) -> Result<(), ModelShapeError> {
         let invalid = |field: &'static str, problem: String| ModelShapeError::Invalid {
@@ -247,7 +90,7 @@ impl MoeModelShape {
                 ),
             ));
         }
-        if self.n_attention_heads % self.n_kv_heads != 0 {
+        if !self.n_attention_heads.is_multiple_of(self.n_kv_heads) {
             return Err(invalid(
                 "n_kv_heads",
                 format!(
@@ -428,23 +271,6 @@ mod tests {
             nf4.total_weight_bytes()
         );
         assert!(MoeModelShape::qwen1_5_moe_a2_7b().total_weight_bytes() > 24e9);
-    }
-
-    #[test]
-    fn preset_lookup_and_validation_errors() {
-        assert_eq!(
-            MoeModelShape::preset("qwen1.5-moe-a2.7b-nf4").unwrap(),
-            MoeModelShape::qwen1_5_moe_a2_7b_nf4()
-        );
-        let message = MoeModelShape::preset("mixtral").unwrap_err().to_string();
-        assert!(message.contains("\"mixtral\"") && message.contains("qwen1.5-moe-a2.7b-nf4"));
-        let mut shape = MoeModelShape::qwen1_5_moe_a2_7b();
-        shape.top_k = 61;
-        let message = shape.validate().unwrap_err().to_string();
-        assert!(
-            message.contains("top_k") && message.contains("60"),
-            "{message}"
-        );
     }
 
     #[test]
