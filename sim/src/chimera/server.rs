@@ -82,6 +82,7 @@ impl StepCost for EngineStepCost<'_> {
                     * 1e9,
                 communication_ns: 0.0,
                 overhead_ns: c.overhead_ns,
+                ..StepBreakdown::default()
             },
             source: CostSource::Analytic,
         }
