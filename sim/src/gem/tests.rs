@@ -3,7 +3,31 @@
 
 use super::*;
 use crate::rng::SimRng;
+use crate::scenario::validate::LoadCache;
+use crate::serving::{QueuePolicy, QueuedRequest};
+use std::collections::VecDeque;
 use std::path::Path;
+
+/// First come, first served (as the runner's `strategies::queue::Fcfs` for one replica).
+#[derive(Default)]
+struct Fifo(VecDeque<QueuedRequest>);
+impl QueuePolicy for Fifo {
+    fn name(&self) -> &'static str {
+        "fcfs"
+    }
+    fn reset(&mut self, _: usize) {
+        self.0.clear();
+    }
+    fn push(&mut self, _: usize, r: QueuedRequest) {
+        self.0.push_back(r);
+    }
+    fn pop(&mut self, _: usize, _: u64) -> Option<QueuedRequest> {
+        self.0.pop_front()
+    }
+    fn len(&self, _: usize) -> usize {
+        self.0.len()
+    }
+}
 
 /// Contiguous blocks by index (the linear mapping), for tests inside sim.
 struct Blocks;
@@ -36,7 +60,9 @@ fn config(text: &str) -> GemConfig {
 }
 
 fn error(text: &str) -> crate::scenario::validate::FieldError {
-    config(text).validate(Path::new(".")).unwrap_err()
+    config(text)
+        .validate(Path::new("."), &mut LoadCache::default())
+        .unwrap_err()
 }
 
 const SMALL: &str = r#"
@@ -86,7 +112,7 @@ fn recorded_trace_must_match_the_model() {
     let e = config(
         "model = { name = \"mixtral-8x7b\" }\ntrace = { path = \"t.trace\", observed_steps = 1 }",
     )
-    .validate(dir.path())
+    .validate(dir.path(), &mut LoadCache::default())
     .unwrap_err();
     assert_eq!(e.path, "trace.path");
     assert!(e.message.contains("4 experts per layer") && e.message.contains("has 8"));
@@ -95,21 +121,23 @@ fn recorded_trace_must_match_the_model() {
     let scenario = config(
         "model = { name = \"mixtral-8x7b\" }\ntrace = { path = \"g.trace\", observed_steps = 2 }\nworkload = { n_requests = 20 }",
     )
-    .validate(dir.path())
+    .validate(dir.path(), &mut LoadCache::default())
     .unwrap();
-    let out = simulate(&scenario, 1, &mut Blocks);
+    let out = simulate(&scenario, 1, &mut Blocks, &mut Fifo::default());
     assert!(out.scalar("e2e_mean_ms").unwrap() > 0.0);
     let e = config("model = { name = \"mixtral-8x7b\" }\ntrace = { path = \"missing.trace\" }")
-        .validate(dir.path())
+        .validate(dir.path(), &mut LoadCache::default())
         .unwrap_err();
     assert!(e.message.contains("missing.trace"), "{}", e.message);
 }
 
 #[test]
 fn serving_reports_every_metric_and_is_deterministic() {
-    let scenario = config(SMALL).validate(Path::new(".")).unwrap();
-    let a = simulate(&scenario, 7, &mut Blocks);
-    let b = simulate(&scenario, 7, &mut Blocks);
+    let scenario = config(SMALL)
+        .validate(Path::new("."), &mut LoadCache::default())
+        .unwrap();
+    let a = simulate(&scenario, 7, &mut Blocks, &mut Fifo::default());
+    let b = simulate(&scenario, 7, &mut Blocks, &mut Fifo::default());
     assert_eq!(a, b);
     let names: Vec<&str> = a.scalars.iter().map(|(n, _)| n.as_str()).collect();
     let expected: Vec<&str> = METRICS.iter().map(|m| m.name).collect();
@@ -127,19 +155,23 @@ fn serving_reports_every_metric_and_is_deterministic() {
         a.details["deployment"]["mapping"].as_array().unwrap().len(),
         32
     );
-    let c = simulate(&scenario, 8, &mut Blocks);
+    let c = simulate(&scenario, 8, &mut Blocks, &mut Fifo::default());
     assert_ne!(a, c);
 }
 
 #[test]
 fn a_straggler_gpu_slows_serving_and_a_better_mapping_helps() {
-    let low = config(SMALL).validate(Path::new(".")).unwrap();
+    let low = config(SMALL)
+        .validate(Path::new("."), &mut LoadCache::default())
+        .unwrap();
     let high = config(&format!("{SMALL}\ncluster = {{ variability = \"high\" }}"))
-        .validate(Path::new("."))
+        .validate(Path::new("."), &mut LoadCache::default())
         .unwrap();
     assert_eq!(high.speed_factors, vec![0.88, 1.0, 1.0, 1.0]);
     let e2e = |s: &GemScenario, m: &mut dyn ExpertMapper| {
-        simulate(s, 3, m).scalar("e2e_mean_ms").unwrap()
+        simulate(s, 3, m, &mut Fifo::default())
+            .scalar("e2e_mean_ms")
+            .unwrap()
     };
     let (low_linear, high_linear) = (e2e(&low, &mut Blocks), e2e(&high, &mut Blocks));
     // A 12 % slower clock slows the compute-bound steps only: serving is slower, but less
@@ -147,7 +179,7 @@ fn a_straggler_gpu_slows_serving_and_a_better_mapping_helps() {
     let uniform = config(&format!(
         "{SMALL}\ncluster = {{ variability = \"high\", bandwidth_share = 1.0 }}"
     ))
-    .validate(Path::new("."))
+    .validate(Path::new("."), &mut LoadCache::default())
     .unwrap();
     let uniform_linear = e2e(&uniform, &mut Blocks);
     assert!(high_linear > low_linear, "{high_linear} vs {low_linear}");
@@ -174,9 +206,9 @@ fn variability_at_scale_experiment_reports_the_gap() {
     let scenario = config(
         "experiment = \"variability_at_scale\"\nmodel = { name = \"mixtral-8x7b\" }\ncluster = { n_gpus = 64 }\nscale = { draws = 500 }",
     )
-    .validate(Path::new("."))
+    .validate(Path::new("."), &mut LoadCache::default())
     .unwrap();
-    let out = simulate(&scenario, 1, &mut Blocks);
+    let out = simulate(&scenario, 1, &mut Blocks, &mut Fifo::default());
     let gap = out.scalar("gap_vs_fastest").unwrap();
     assert!(gap > 0.1 && gap < 0.3, "{gap}");
     // Per draw fastest/slowest - 1 >= 1 - slowest/fastest (x - 1 >= 1 - 1/x for x >= 1), so the
@@ -187,9 +219,9 @@ fn variability_at_scale_experiment_reports_the_gap() {
     let four = config(
         "experiment = \"variability_at_scale\"\nmodel = { name = \"mixtral-8x7b\" }\ncluster = { n_gpus = 4 }\nscale = { draws = 500 }",
     )
-    .validate(Path::new("."))
+    .validate(Path::new("."), &mut LoadCache::default())
     .unwrap();
-    let small = simulate(&four, 1, &mut Blocks)
+    let small = simulate(&four, 1, &mut Blocks, &mut Fifo::default())
         .scalar("gap_vs_fastest")
         .unwrap();
     assert!(small > 0.0 && small < gap, "N = 4: {small}, N = 64: {gap}");
@@ -200,7 +232,7 @@ fn moderate_setup_is_sorted_and_reproducible() {
     let s = config(&format!(
         "{SMALL}\ncluster = {{ variability = \"moderate\" }}"
     ))
-    .validate(Path::new("."))
+    .validate(Path::new("."), &mut LoadCache::default())
     .unwrap();
     let f = &s.speed_factors;
     assert_eq!(f.len(), 4);
@@ -209,7 +241,7 @@ fn moderate_setup_is_sorted_and_reproducible() {
     let again = config(&format!(
         "{SMALL}\ncluster = {{ variability = \"moderate\" }}"
     ))
-    .validate(Path::new("."))
+    .validate(Path::new("."), &mut LoadCache::default())
     .unwrap();
     assert_eq!(&again.speed_factors, f);
 }
@@ -226,7 +258,7 @@ fn caps_and_gem_price_the_same_moe_layer_identically() {
     // execution model see the same layer (n tokens spread evenly over the experts) and must
     // charge the same nanoseconds, decode-sized (memory-bound) and prefill-sized alike.
     let gem = config(&format!("{SMALL}\ncluster = {{ n_gpus = 1 }}"))
-        .validate(Path::new("."))
+        .validate(Path::new("."), &mut LoadCache::default())
         .unwrap();
     let deployment = Deployment::new(&gem, 1);
     let caps =
