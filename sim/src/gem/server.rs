@@ -879,3 +879,38 @@ fn details(
         "staircase": staircase,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_splits_whole_tokens_over_slots_by_cumulative_rounding() {
+        // One layer, 4 experts; observed step 0 (ignored), unseen step 1 with counts 3, 1, 0, 4.
+        // Three GPUs, two slots each: GPU 0 hosts experts 0 and 3, GPU 1 experts 0 and 1, GPU 2
+        // experts 2 and 3 (experts 0 and 3 have two copies, each weighing half).
+        // A step of 5 tokens at top-2 makes 10 assignments over the total of 8: x 1.25.
+        // Slot shares in GPU order: 1.5, 2, 1.5, 1, 0, 2 -> cumulative 1.5, 3.5, 5, 6, 6, 8,
+        // x 1.25 = 1.875, 4.375, 6.25, 7.5, 7.5, 10, rounded 2, 4, 6, 8, 8, 10: slots 2, 2, 2,
+        // 2, 0, 2. GPUs 4, 4, 2; experts 0: 2 + 2, 1: 2, 2: 0, 3: 2 + 2.
+        let trace = ExpertTrace::from_counts(1, 4, 2, vec![9.0, 9.0, 9.0, 9.0, 3.0, 1.0, 0.0, 4.0]);
+        let mapping = LayerMapping {
+            slots: vec![vec![0, 3], vec![0, 1], vec![2, 3]],
+        };
+        let mut routing = StepRouting::new(&trace, 1, &[mapping], 3, 2);
+        let routed = routing.route(0, 5);
+        assert_eq!(routed.layers, 1);
+        assert_eq!(routed.per_gpu, &[4, 4, 2]);
+        assert_eq!(routed.per_expert, &[4, 2, 0, 4]);
+        // The step counter cycles over the one unseen step; a step of 0 tokens routes none.
+        assert_eq!(routing.route(7, 5).per_gpu, &[4, 4, 2]);
+        assert_eq!(routing.route(1, 0).per_expert, &[0, 0, 0, 0]);
+        // A trace step without tokens routes none either.
+        let empty = ExpertTrace::from_counts(1, 2, 2, vec![1.0, 1.0, 0.0, 0.0]);
+        let linear = LayerMapping {
+            slots: vec![vec![0], vec![1]],
+        };
+        let mut routing = StepRouting::new(&empty, 1, &[linear], 2, 1);
+        assert_eq!(routing.route(0, 9).per_gpu, &[0, 0]);
+    }
+}
