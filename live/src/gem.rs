@@ -1,132 +1,62 @@
-//! GEM in live mode: the GEM server (mapping, continuous batching, trace routing) runs
-//! unchanged and asks a [`GemLive`] step cost for each engine step. Per MoE layer, every
-//! virtual GPU runs one MoE launch on the routed tokens its mapped experts receive (spread over
-//! its experts, as the per-GPU curve assumes) at its emulated speed, and the layer waits for
-//! the slowest (the lock-step barrier is the maximum); the tensor-parallel dense part and head
-//! run as one 1/G-wide GEMM per virtual GPU, again waiting for the slowest.
+//! GEM in live mode, through the serving layer's step-cost seam: the GEM server (mapping, the
+//! continuous-batching replica, trace routing) runs unchanged, and each engine step is priced
+//! by a [`LiveStep`] that predicts with the per-GPU curves (`CurveStepCost`) and measures the
+//! step on the kernels ([`GemMeasure`]): per MoE layer, every virtual GPU runs one MoE launch on
+//! the routed tokens its mapped experts receive (spread over its experts, as the per-GPU curve
+//! assumes) at its emulated speed, and the layer waits for the slowest (the lock-step barrier is
+//! the maximum); the tensor-parallel dense part and head run as one 1/G-wide GEMM per virtual
+//! GPU, again waiting for the slowest. Under the measured clock the step's duration is the
+//! measurement, and its MoE time and per-GPU busy times are the prediction's shares of it
+//! (`step::LiveStep`).
 
 use crate::device::{Kernels, even_counts};
-use crate::fidelity::StepRecord;
+use crate::step::{LiveSession, LiveStep, Logged, Measure};
 use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
+use sim::chimera::QueuePolicyConfig;
 use sim::gem::config::Experiment;
-use sim::gem::{
-    CurveStepCost, Deployment, GemScenario, GemStepCost, GemStepTime, GemStepWork, serve_on,
-};
+use sim::gem::{CurveStepCost, Deployment, GemScenario, serve_on};
 use sim::runner::Policies;
+use sim::serving::step::StepWork;
+use std::cell::RefCell;
+use std::rc::Rc;
 
-/// One line per step: what the scheduler put into it and where its tokens went.
-fn decision_line(work: &GemStepWork<'_>) -> String {
-    format!(
-        "tokens {} decode {} emitting {} per-layer-per-gpu {:?}",
-        work.tokens, work.decode_seqs, work.emitting, work.gpu_tokens
-    )
-}
-
-/// The simulated step cost, logging each step's decisions.
-struct LoggedCurves<'a> {
-    curves: CurveStepCost<'a>,
-    log: Vec<String>,
-}
-
-impl GemStepCost for LoggedCurves<'_> {
-    fn step(&mut self, work: &GemStepWork<'_>, busy: &mut [f64]) -> GemStepTime {
-        self.log.push(decision_line(work));
-        self.curves.step(work, busy)
-    }
-}
-
-/// The live step cost: the curves predict, the kernels measure.
-pub struct GemLive<'a> {
-    predictor: CurveStepCost<'a>,
-    kernels: &'a mut Kernels,
+/// Runs one GEM engine step on the kernels: the MoE layers per virtual GPU, then the dense part.
+pub struct GemMeasure<'a> {
     speeds: &'a [f64],
     experts_per_gpu: usize,
-    clock: Clock,
-    steps: Vec<StepRecord>,
-    log: Vec<String>,
-    error: Option<BackendError>,
 }
 
-impl GemLive<'_> {
-    /// Runs the step; adds each virtual GPU's measured busy time to `busy`.
-    fn measure(&mut self, work: &GemStepWork<'_>, busy: &mut [f64]) -> Result<f64, BackendError> {
-        let k = &mut *self.kernels;
+impl Measure for GemMeasure<'_> {
+    fn measure(&mut self, k: &mut Kernels, work: &StepWork<'_>) -> Result<f64, BackendError> {
+        let routed = work
+            .routed
+            .expect("a GEM step carries its routed tokens per layer and GPU");
         let top_k = k.shape().top_k;
-        let g_count = work.n_gpus;
+        let g_count = self.speeds.len();
         let mut moe = 0.0;
-        for (layer, row) in work.gpu_tokens.chunks_exact(g_count).enumerate() {
+        for (layer, row) in routed.per_gpu.chunks_exact(g_count).enumerate() {
             let mut slowest = 0.0f64;
-            for (g, &tokens) in row.iter().enumerate() {
-                let counts = even_counts(tokens.round() as u32, self.experts_per_gpu);
-                let t = k.moe_at_speed(layer, &counts, top_k, self.speeds[g])?;
-                busy[g] += t;
-                slowest = slowest.max(t);
+            for (&tokens, &speed) in row.iter().zip(self.speeds) {
+                let counts = even_counts(tokens, self.experts_per_gpu);
+                slowest = slowest.max(k.moe_at_speed(layer, &counts, top_k, speed)?);
             }
             moe += slowest;
         }
+        let tokens = (work.prefill_tokens + work.decode_tokens) as usize;
+        let emitting = work.batch.iter().filter(|s| s.step_emits()).count();
         let dense_share = k.dense_out_features().div_ceil(g_count);
         let head_share = k.shape().vocab.div_ceil(g_count);
         let mut dense = 0.0f64;
-        for (g, &speed) in self.speeds.iter().enumerate() {
+        for &speed in self.speeds {
             let mut t = 0.0;
-            for _ in 0..work.n_layers {
-                t += k.dense_at_speed(dense_share, work.tokens as usize, 0, speed)?;
+            for _ in 0..routed.layers {
+                t += k.dense_at_speed(dense_share, tokens, 0, speed)?;
             }
-            t += k.dense_at_speed(head_share, work.emitting as usize, 0, speed)?;
-            busy[g] += t;
+            t += k.dense_at_speed(head_share, emitting, 0, speed)?;
             dense = dense.max(t);
         }
         Ok(moe + dense)
-    }
-}
-
-impl GemStepCost for GemLive<'_> {
-    fn step(&mut self, work: &GemStepWork<'_>, busy: &mut [f64]) -> GemStepTime {
-        self.log.push(decision_line(work));
-        // The busy times of the step that advances the clock accumulate straight into `busy`
-        // (so the predicted clock adds exactly what the simulation adds).
-        let mut other_busy = vec![0.0; work.n_gpus];
-        let predicted = match self.clock {
-            Clock::Predicted => self.predictor.step(work, busy),
-            Clock::Measured => self.predictor.step(work, &mut other_busy),
-        };
-        let measured_busy = match self.clock {
-            Clock::Predicted => &mut other_busy[..],
-            Clock::Measured => &mut *busy,
-        };
-        let measured = if self.error.is_none() {
-            self.measure(work, measured_busy).unwrap_or_else(|e| {
-                self.error = Some(e);
-                predicted.nanos
-            })
-        } else {
-            predicted.nanos
-        };
-        self.steps.push(StepRecord {
-            index: self.steps.len(),
-            what: format!(
-                "step of {} tokens ({} decoding, {} emitting)",
-                work.tokens, work.decode_seqs, work.emitting
-            ),
-            predicted_ns: predicted.nanos,
-            measured_ns: measured,
-        });
-        match self.clock {
-            Clock::Predicted => predicted,
-            Clock::Measured => {
-                // The MoE share of a measured step is not separated; the prediction's is used.
-                let share = if predicted.nanos > 0.0 {
-                    predicted.moe_nanos / predicted.nanos
-                } else {
-                    0.0
-                };
-                GemStepTime {
-                    nanos: measured,
-                    moe_nanos: measured * share,
-                }
-            }
-        }
     }
 }
 
@@ -137,6 +67,8 @@ fn mapping_lines(details: &serde_json::Value) -> Vec<String> {
         .map(|key| format!("mapping {key}: {}", details[*key]))
         .collect()
 }
+
+const ENGINE: &str = "engine";
 
 /// One seed of `scenario` simulated, then live on `kernels`.
 pub fn run(
@@ -152,51 +84,59 @@ pub fn run(
         ));
     }
     let deployment = Deployment::new(scenario, seed);
-    let mut simulated_cost = LoggedCurves {
-        curves: CurveStepCost::new(scenario, &deployment),
-        log: Vec::new(),
-    };
+    let simulated_log = Rc::new(RefCell::new(Vec::new()));
+    let mut simulated_cost = Logged::new(
+        ENGINE,
+        CurveStepCost::new(scenario, &deployment),
+        simulated_log.clone(),
+    );
     let simulated = serve_on(
         scenario,
         seed,
         policies.expert_mapper(&scenario.mapper).as_mut(),
+        policies.queue_policy(&QueuePolicyConfig::Fcfs).as_mut(),
         &deployment,
         &mut simulated_cost,
         &mut sim::records::DiscardRecords,
     );
     let variability = kernels.variability_emulation(&scenario.speed_factors);
-    let mut live_cost = GemLive {
-        predictor: CurveStepCost::new(scenario, &deployment),
-        kernels,
-        speeds: &scenario.speed_factors,
-        experts_per_gpu: (scenario.shape.n_experts / scenario.n_gpus).max(1),
-        clock,
-        steps: Vec::new(),
-        log: Vec::new(),
-        error: None,
-    };
+    let session = LiveSession::new(kernels, clock);
+    let mut live_cost = LiveStep::new(
+        ENGINE,
+        CurveStepCost::new(scenario, &deployment),
+        GemMeasure {
+            speeds: &scenario.speed_factors,
+            experts_per_gpu: (scenario.shape.n_experts / scenario.n_gpus).max(1),
+        },
+        session.clone(),
+    );
     let live = serve_on(
         scenario,
         seed,
         policies.expert_mapper(&scenario.mapper).as_mut(),
+        policies.queue_policy(&QueuePolicyConfig::Fcfs).as_mut(),
         &deployment,
         &mut live_cost,
         &mut sim::records::DiscardRecords,
     );
-    if let Some(e) = live_cost.error {
-        return Err(LiveError::Backend(e));
-    }
+    drop(live_cost);
+    let session = Rc::try_unwrap(session)
+        .ok()
+        .expect("the live run's step cost is dropped")
+        .into_inner();
+    let (steps, live_log) = session.finish()?;
     let mut simulated_lines = mapping_lines(&simulated.details);
-    simulated_lines.extend(simulated_cost.log);
+    simulated_lines.extend(std::mem::take(&mut *simulated_log.borrow_mut()));
     let mut live_lines = mapping_lines(&live.details);
-    live_lines.extend(live_cost.log);
+    live_lines.extend(live_log);
     Ok(FamilyRun {
-        steps: live_cost.steps,
+        steps,
         simulated,
         live,
         decisions: Decisions::compare(
-            "the expert mapping's per-layer scores, then every engine step's tokens, \
-             decoding and emitting sequences, and routed tokens per (layer, GPU)",
+            "the expert mapping's per-layer scores, then every engine step's sequences, \
+             prefill tokens, decoding sequences, cached tokens and routed tokens per \
+             (layer, GPU)",
             simulated_lines,
             live_lines,
         ),

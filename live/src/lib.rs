@@ -3,12 +3,11 @@
 //! `expertsim run`, while each step is executed on the kernels (CPU references or CUDA) and
 //! timed. The fidelity report sets every step's predicted time beside its measured time.
 //!
-//! Families: Chimera (`chimera`, through the serving layer's one step-cost seam
-//! `sim::serving::step::StepCost`, wrapped once by `step::LiveStep`), CAPS (`caps`, through
-//! `sim::caps::server::StepExecutor`), GEM (`gem`, through `sim::gem::GemStepCost`),
-//! ExpertWeave (`expertweave`, through `sim::expertweave::EwStepCost`) and MOSAIC (`mosaic`,
-//! through `sim::mosaic::SessionCost`). The last four move onto `step::LiveStep` as their
-//! families move onto the serving replica.
+//! Families: Chimera (`chimera`) and GEM (`gem`), through the serving layer's one step-cost
+//! seam `sim::serving::step::StepCost`, wrapped once by `step::LiveStep`; CAPS (`caps`, through
+//! `sim::caps::server::StepExecutor`), ExpertWeave (`expertweave`, through
+//! `sim::expertweave::EwStepCost`) and MOSAIC (`mosaic`, through `sim::mosaic::SessionCost`).
+//! The last three move onto `step::LiveStep` as their families move onto the serving replica.
 
 pub mod caps;
 pub mod chimera;

@@ -10,7 +10,7 @@ use crate::device::Kernels;
 use crate::fidelity::StepRecord;
 use crate::{Clock, LiveError};
 use kernels::BackendError;
-use sim::serving::step::{StepCost, StepTime, StepWork};
+use sim::serving::step::{StepBreakdown, StepCost, StepTime, StepWork};
 use sim::time::SimDuration;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -21,12 +21,17 @@ pub trait Measure {
     fn measure(&mut self, kernels: &mut Kernels, work: &StepWork<'_>) -> Result<f64, BackendError>;
 }
 
-/// One line for the decision log: which engine, and what the scheduler put into the step.
+/// One line for the decision log: which engine, what the scheduler put into the step, and
+/// where its tokens were routed when the step carries MoE routing.
 pub fn step_line(engine: &str, work: &StepWork<'_>) -> String {
-    format!(
+    let mut line = format!(
         "{engine}: {} sequences, {} prefill tokens, {} decoding, {} context tokens",
         work.requests, work.prefill_tokens, work.decode_tokens, work.context_tokens
-    )
+    );
+    if let Some(routed) = work.routed {
+        line.push_str(&format!(", routed per (layer, GPU) {:?}", routed.per_gpu));
+    }
+    line
 }
 
 /// What every `LiveStep` of a run shares: the device, the clock, the records and the log.
@@ -110,12 +115,36 @@ impl<P: StepCost, M: Measure> StepCost for LiveStep<'_, P, M> {
             measured_ns,
         });
         match session.clock {
-            Clock::Measured if measured_ns.is_finite() => StepTime {
-                duration: SimDuration(measured_ns.round().max(1.0) as u64),
-                ..predicted
-            },
+            Clock::Measured if measured_ns.is_finite() => {
+                let duration = SimDuration(measured_ns.round().max(1.0) as u64);
+                StepTime {
+                    breakdown: scaled(
+                        &predicted.breakdown,
+                        duration.0 as f64 / predicted.duration.0.max(1) as f64,
+                    ),
+                    duration,
+                    source: predicted.source,
+                }
+            }
             _ => predicted,
         }
+    }
+}
+
+/// The prediction's breakdown stretched to a measured step: the kernels time the step as a
+/// whole, so each part (and each GPU's busy time) keeps its predicted share of the duration.
+fn scaled(breakdown: &StepBreakdown, factor: f64) -> StepBreakdown {
+    StepBreakdown {
+        compute_ns: breakdown.compute_ns * factor,
+        memory_ns: breakdown.memory_ns * factor,
+        communication_ns: breakdown.communication_ns * factor,
+        overhead_ns: breakdown.overhead_ns * factor,
+        moe_ns: breakdown.moe_ns * factor,
+        per_gpu_busy_ns: breakdown
+            .per_gpu_busy_ns
+            .iter()
+            .map(|b| b * factor)
+            .collect(),
     }
 }
 

@@ -7,6 +7,7 @@ pub mod arrivals;
 pub mod caps;
 pub mod chimera;
 pub mod cost;
+pub mod distributions;
 pub mod engine;
 pub mod event_queue;
 pub mod expertweave;

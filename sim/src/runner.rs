@@ -41,8 +41,10 @@ pub fn run_cell(
         }
         Scenario::Gem(s) => {
             let mapper = &mut *policies.expert_mapper(&s.mapper);
+            // GEM's engine admits first come, first served (vLLM's default).
+            let queue = &mut *policies.queue_policy(&QueuePolicyConfig::Fcfs);
             let output = crate::records::with_csv(csv, "gem", &[], |sink| {
-                crate::gem::simulate_recorded(s, seed, mapper, sink)
+                crate::gem::simulate_recorded(s, seed, mapper, queue, sink)
             })?;
             Ok((output, s.profile.source.kind.as_str().to_string()))
         }

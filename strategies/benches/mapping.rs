@@ -18,7 +18,9 @@ fn gem_qwen3(c: &mut Criterion) {
         "mapper": {"kind": "gem"},
     }))
     .unwrap();
-    let scenario = config.validate(std::path::Path::new(".")).unwrap();
+    let scenario = config
+        .validate(std::path::Path::new("."), &mut Default::default())
+        .unwrap();
     let deployment = Deployment::new(&scenario, 1);
     let mut group = c.benchmark_group("mapping");
     group.sample_size(10);

@@ -11,17 +11,22 @@
 //! - [`TraceReplay`]: timestamps (and optional token counts) replayed from a CSV [`Trace`], e.g. in
 //!   the BurstGPT layout.
 //!
+//! [`ArrivalTable`] (`spec`) is the scenario's `[arrival]` table choosing one of them, validated
+//! into an [`ArrivalSpec`] that builds the process of a run.
+//!
 //! Randomness comes only from the [`SimRng`] the caller passes in (derived with
 //! [`crate::rng::stream`]), so the same seed gives the same sequence of arrivals.
 
 mod bursty;
 mod offline;
 mod poisson;
+pub mod spec;
 mod trace;
 
 pub use bursty::{Bursty, BurstyParams, InvalidBurstyParams};
 pub use offline::Offline;
 pub use poisson::Poisson;
+pub use spec::{ArrivalPattern, ArrivalSpec, ArrivalTable, TraceReplayTable};
 pub use trace::{LengthStats, Trace, TraceError, TraceReplay, TraceRow, TraceStats};
 
 use crate::rng::SimRng;
@@ -50,13 +55,12 @@ pub trait ArrivalProcess: Send {
     fn next_arrival(&mut self) -> Option<Arrival>;
 }
 
-/// An exponentially distributed gap with rate `rate_per_s`, in seconds, by inversion of the CDF:
-/// `-ln(1 - u) / rate` with `u` uniform in `[0, 1)`. Exact (no clipping), finite, and written out
-/// here rather than taken from `rand_distr` so the sequence cannot change with that crate's
-/// sampling algorithm.
+/// An exponentially distributed gap with rate `rate_per_s`, in seconds: the one exponential
+/// sampler (`crate::distributions::Exponential`, by inversion of the CDF). Callers check the rate.
 fn exponential_gap_s(rng: &mut SimRng, rate_per_s: f64) -> f64 {
-    let u: f64 = rng.random::<f64>();
-    -(-u).ln_1p() / rate_per_s
+    crate::distributions::Exponential::new(rate_per_s)
+        .expect("arrival rates are checked when the process is built")
+        .sample(rng)
 }
 
 /// A topic drawn uniformly from `0..n_topics`.

@@ -92,6 +92,7 @@ impl StepCost for EngineStepCost<'_> {
                 memory_ns: price.memory_ns,
                 communication_ns: price.communication_ns,
                 overhead_ns: price.overhead_ns,
+                ..StepBreakdown::default()
             },
             source: CostSource::Analytic,
         }

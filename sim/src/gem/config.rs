@@ -1,16 +1,17 @@
 //! The GEM family's scenario tables (`GemConfig`, everything of a scenario file except the
 //! common top-level keys) and their validation into a runnable `GemScenario`.
 
+use crate::arrivals::{ArrivalSpec, ArrivalTable};
 use crate::cost::gpu::GpuSpec;
 use crate::cost::profile::Profile;
 use crate::cost::roofline::analytic_profile;
 use crate::cost::shape::MoeModelShape;
+use crate::distributions::TokenCount;
 use crate::gem::mapping::MapperConfig;
 use crate::gem::trace::{ExpertTrace, TraceParams};
 use crate::gem::variability::{ThroughputDistribution, VariabilitySetup, moderate_factors};
-use crate::rng::{SimRng, stream};
-use crate::scenario::validate::FieldError;
-use rand_distr::{Distribution, LogNormal};
+use crate::rng::stream;
+use crate::scenario::validate::{FieldError, LoadCache};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
@@ -34,6 +35,9 @@ pub struct GemConfig {
     pub cluster: ClusterTable,
     #[serde(default)]
     pub workload: WorkloadTable,
+    /// When requests arrive; absent: all at t = 0 (offline, the paper's benchmark).
+    #[serde(default)]
+    pub arrival: Option<ArrivalTable>,
     #[serde(default)]
     pub serving: ServingTable,
     #[serde(default)]
@@ -129,7 +133,8 @@ impl Default for ClusterTable {
     }
 }
 
-/// A request-length distribution: log-normal with the given mean, clamped to [1, max].
+/// A request-length distribution: log-normal with the given mean, rounded and clamped to
+/// [1, max] (`distributions::TokenCount::from_mean`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LengthDistribution {
@@ -158,11 +163,10 @@ impl LengthDistribution {
         Ok(())
     }
 
-    pub fn sample(&self, rng: &mut SimRng) -> u32 {
-        let mu = self.mean.ln() - self.sigma * self.sigma / 2.0;
-        let d = LogNormal::new(mu, self.sigma).expect("validated length distribution");
-        let v: f64 = d.sample(rng);
-        (v.round().max(1.0) as u32).min(self.max)
+    /// The sampler (the distribution is checked by `check` first).
+    pub fn sampler(&self) -> TokenCount {
+        TokenCount::from_mean(self.mean, self.sigma, self.max)
+            .expect("validated length distribution")
     }
 }
 
@@ -196,19 +200,16 @@ fn d_requests() -> usize {
     4000
 }
 
-/// `[workload]`: the requests served.
+/// `[workload]`: the requests served (their arrival times: `[arrival]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadTable {
     #[serde(default)]
     pub dataset: Dataset,
-    /// Requests (section 4.4: 4K).
+    /// Requests (section 4.4: 4K); with a trace, at most this many of its rows.
     #[serde(default = "d_requests")]
     pub n_requests: usize,
-    /// Poisson arrivals at this rate; absent: every request arrives at time 0 (offline).
-    #[serde(default)]
-    pub arrival_rate_per_s: Option<f64>,
-    /// Overrides the dataset's prompt lengths.
+    /// Overrides the dataset's prompt lengths (drawn where the arrivals carry none).
     #[serde(default)]
     pub prompt_tokens: Option<LengthDistribution>,
     /// Overrides the dataset's output lengths.
@@ -308,8 +309,9 @@ pub struct GemScenario {
     pub bandwidth_share: f64,
     pub distribution: ThroughputDistribution,
     pub dataset: Dataset,
+    /// Requests served: `workload.n_requests`, or the trace's rows if fewer.
     pub n_requests: usize,
-    pub arrival_rate_per_s: Option<f64>,
+    pub arrival: ArrivalSpec,
     pub prompt_tokens: LengthDistribution,
     pub output_tokens: LengthDistribution,
     pub serving: ServingTable,
@@ -319,8 +321,13 @@ pub struct GemScenario {
 }
 
 impl GemConfig {
-    /// Cross-field checks; relative trace paths resolve against `base_dir`.
-    pub fn validate(&self, base_dir: &Path) -> Result<GemScenario, FieldError> {
+    /// Cross-field checks; relative trace paths resolve against `base_dir`, and files a sweep's
+    /// cells share are loaded once through `cache`.
+    pub fn validate(
+        &self,
+        base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<GemScenario, FieldError> {
         let shape = MoeModelShape::preset(&self.model.name)
             .map_err(|e| field("model.name", e.to_string()))?;
         let gpu =
@@ -439,14 +446,10 @@ impl GemConfig {
         if w.n_requests == 0 {
             return Err(field("workload.n_requests", "must be at least 1, got 0"));
         }
-        if let Some(rate) = w.arrival_rate_per_s
-            && !(rate.is_finite() && rate > 0.0)
-        {
-            return Err(field(
-                "workload.arrival_rate_per_s",
-                format!("must be a positive number, got {rate}"),
-            ));
-        }
+        let arrival = match &self.arrival {
+            None => ArrivalSpec::Offline,
+            Some(table) => table.validate(w.n_requests, base_dir, cache)?,
+        };
         let s = &self.serving;
         if s.max_num_seqs == 0 {
             return Err(field("serving.max_num_seqs", "must be at least 1, got 0"));
@@ -560,8 +563,8 @@ impl GemConfig {
             bandwidth_share: c.bandwidth_share,
             distribution: c.distribution.clone(),
             dataset: w.dataset,
-            n_requests: w.n_requests,
-            arrival_rate_per_s: w.arrival_rate_per_s,
+            n_requests: arrival.requests(w.n_requests),
+            arrival,
             prompt_tokens,
             output_tokens,
             serving: s.clone(),

@@ -15,6 +15,6 @@ mod tests;
 pub use config::{GemConfig, GemScenario};
 pub use mapping::{ExpertMapper, LayerMapping, LayerProblem, MapperConfig, score};
 pub use server::{
-    CurveStepCost, Deployment, GemStepCost, GemStepTime, GemStepWork, HEADLINE,
-    HEADLINE_IMPROVEMENTS, METRICS, serve_on, simulate, simulate_recorded,
+    CurveStepCost, Deployment, HEADLINE, HEADLINE_IMPROVEMENTS, METRICS, replica_config, serve_on,
+    simulate, simulate_recorded,
 };

@@ -1,18 +1,21 @@
-//! The expert-parallel serving model: G GPUs with speed factors serve requests with continuous
-//! batching (chunked prefill and decode in the same step, vLLM V1 style). A step's latency is,
-//! per MoE layer, the slowest GPU's time on the tokens its experts receive (the lock-step
-//! barrier) plus the layer's tensor-parallel non-MoE part, plus the output head. The tokens
-//! each expert receives follow the unseen steps of the utilization trace.
+//! The expert-parallel serving model: G GPUs with speed factors serve requests through one
+//! `serving::Replica` configured as vLLM V1 (continuous batching, chunked prefill, one token
+//! budget; `replica_config`). Each step's tokens are routed per MoE layer by the unseen steps of
+//! the utilization trace and the expert-to-GPU mapping (`RoutedTokens`, whole tokens per expert
+//! and per GPU), and priced through the serving layer's `StepCost` seam: per MoE layer the
+//! slowest GPU's time on the tokens its experts receive (the lock-step barrier), plus the
+//! layer's tensor-parallel non-MoE part, plus the output head (`CurveStepCost`).
 //!
-//! Engine events: `RequestArrival` (the next request reaches the waiting queue) and
-//! `BatchComplete` (the step in flight finishes; its tokens are emitted and the next step is
-//! scheduled). `SchedulerTick` is not used: a step starts as soon as the previous one ends or,
-//! when idle, when a request arrives.
+//! Engine events (`Event`): `Arrival` (a request from the scenario's arrival process, streamed
+//! one at a time: offline, Poisson, bursty or a replayed trace) and `StepEnd` (the step in
+//! flight finishes; its tokens are emitted and the next step is scheduled).
 
+use crate::arrivals::{Arrival, ArrivalProcess};
 use crate::cost::curve::CostCurve;
 use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
 use crate::cost::profile::SourceKind;
 use crate::cost::roofline::RooflineParams;
+use crate::distributions::TokenCount;
 use crate::engine::{Model, run};
 use crate::event_queue::EventQueue;
 use crate::gem::config::{Experiment, GemScenario, TraceSpec};
@@ -22,11 +25,14 @@ use crate::gem::trace::{ExpertTrace, generate};
 use crate::gem::variability::variability_at_scale;
 use crate::metrics::{Better, LatencyRecorder, MetricInfo, RunOutput};
 use crate::records::{DiscardRecords, RecordSink, RequestRecord};
-use crate::rng::stream;
+use crate::rng::{SimRng, stream};
+use crate::serving::{
+    Admission, AdmitHook, Batching, CostSource, KvConfig, QueuePolicy, QueuedRequest, Replica,
+    ReplicaConfig, RoutedTokens, Seq, StepBreakdown, StepCost, StepTime, StepWork,
+};
 use crate::time::{SimDuration, SimTime};
-use rand_distr::{Distribution, Exp};
 use serde_json::json;
-use std::collections::VecDeque;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 const fn lower(name: &'static str, description: &'static str) -> MetricInfo {
@@ -219,9 +225,15 @@ impl Deployment {
 }
 
 /// Runs one GEM scenario with seed `seed`: the serving simulation under the mapping `mapper`
-/// computes, or the variability-at-scale experiment.
-pub fn simulate(scenario: &GemScenario, seed: u64, mapper: &mut dyn ExpertMapper) -> RunOutput {
-    simulate_recorded(scenario, seed, mapper, &mut DiscardRecords)
+/// computes, its waiting requests ordered by `queue` (the runner passes FCFS), or the
+/// variability-at-scale experiment.
+pub fn simulate(
+    scenario: &GemScenario,
+    seed: u64,
+    mapper: &mut dyn ExpertMapper,
+    queue: &mut dyn QueuePolicy,
+) -> RunOutput {
+    simulate_recorded(scenario, seed, mapper, queue, &mut DiscardRecords)
 }
 
 /// `simulate`, streaming each served request's record to `sink` (the variability-at-scale
@@ -230,11 +242,12 @@ pub fn simulate_recorded(
     scenario: &GemScenario,
     seed: u64,
     mapper: &mut dyn ExpertMapper,
+    queue: &mut dyn QueuePolicy,
     sink: &mut dyn RecordSink,
 ) -> RunOutput {
     match scenario.experiment {
         Experiment::VariabilityAtScale => scale_output(scenario, seed),
-        Experiment::Serving => serve(scenario, seed, mapper, sink),
+        Experiment::Serving => serve(scenario, seed, mapper, queue, sink),
     }
 }
 
@@ -276,51 +289,6 @@ fn scale_output(scenario: &GemScenario, seed: u64) -> RunOutput {
     }
 }
 
-struct Request {
-    arrival: SimTime,
-    prompt: u32,
-    output: u32,
-}
-
-struct Running {
-    request: usize,
-    prefilled: u32,
-    generated: u32,
-    first_token: SimTime,
-    last_token: SimTime,
-    scheduled: u32,
-}
-
-/// What one engine step asks of the G GPUs: its tokens and, per MoE layer, the routed
-/// tokens (token x slot assignments) each GPU's experts receive.
-#[derive(Clone, Copy, Debug)]
-pub struct GemStepWork<'a> {
-    /// Tokens in the step (prefill chunks plus one per decoding sequence).
-    pub tokens: u64,
-    /// Sequences in their decode phase.
-    pub decode_seqs: u64,
-    /// Sequences whose next token the step computes (the output head's batch).
-    pub emitting: u64,
-    pub n_layers: usize,
-    pub n_gpus: usize,
-    /// `[layer][gpu]`: routed tokens GPU g receives in that layer.
-    pub gpu_tokens: &'a [f64],
-}
-
-/// A step's duration and the MoE layers' part of it, nanoseconds.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct GemStepTime {
-    pub nanos: f64,
-    pub moe_nanos: f64,
-}
-
-/// Whoever prices a GEM engine step: the per-GPU curves in simulation ([`CurveStepCost`]), the
-/// kernels in live mode. The server cannot tell which one it talks to.
-pub trait GemStepCost {
-    /// The step's time; adds each GPU's busy time to `busy`.
-    fn step(&mut self, work: &GemStepWork<'_>, busy: &mut [f64]) -> GemStepTime;
-}
-
 /// The grouped-GEMM MoE layer of `scenario`'s model and GPU, refined by the profile's expert
 /// curve when that profile was measured.
 pub fn physical_layer(scenario: &GemScenario, expert: &CostCurve) -> MoeLayerCost {
@@ -332,16 +300,39 @@ pub fn physical_layer(scenario: &GemScenario, expert: &CostCurve) -> MoeLayerCos
     }
 }
 
-/// The simulated step cost: per MoE layer the slowest GPU's grouped GEMM (the lock-step
+/// The replica GEM's engine is: vLLM V1's scheduler (the default engine since vLLM 0.8) with
+/// its defaults for GPUs of at least 70 GiB: `max_num_seqs` sequences, one token budget of
+/// `max_num_batched_tokens` shared by decodes and prefill chunks, chunked prefill, running
+/// sequences before waiting ones, and no KV-cache limit (the cache is not modelled: every
+/// admission fits, nothing is preempted; docs/serving.md).
+pub fn replica_config(scenario: &GemScenario) -> ReplicaConfig {
+    ReplicaConfig {
+        max_num_seqs: scenario.serving.max_num_seqs,
+        max_num_batched_tokens: Some(scenario.serving.max_num_batched_tokens as u64),
+        chunked_prefill: true,
+        kv: KvConfig {
+            block_size: 1,
+            blocks: u64::MAX,
+            watermark_blocks: 0,
+        },
+        admission: Admission::PromptOnly,
+        batching: Batching::Continuous,
+    }
+}
+
+/// The simulated step cost, behind the serving layer's `StepCost` seam: per MoE layer the
+/// slowest GPU's grouped GEMM on the tokens routed to it (`work.routed.per_gpu`; the lock-step
 /// barrier), plus the tensor-parallel dense part and head: the prefill part (compute-bound at
-/// the token counts that matter) slowed by each GPU's compute factor, the decode part
-/// (weight and KV streaming) by its bandwidth factor; the slowest GPU sets the pace.
+/// the token counts that matter) slowed by each GPU's compute factor, the decode part (weight
+/// and KV streaming) by its bandwidth factor; the slowest GPU sets the pace. The breakdown
+/// carries the MoE time and each GPU's own busy time.
 pub struct CurveStepCost<'a> {
     costs: &'a GpuCosts,
     non_expert_prefill: &'a CostCurve,
     non_expert_decode: &'a CostCurve,
     head: &'a CostCurve,
     speeds: &'a [SpeedFactors],
+    source: CostSource,
 }
 
 impl<'a> CurveStepCost<'a> {
@@ -354,60 +345,168 @@ impl<'a> CurveStepCost<'a> {
             non_expert_decode: &profile.non_expert_decode,
             head: &profile.head,
             speeds: &deployment.speeds,
+            source: match profile.source.kind {
+                SourceKind::Measured => CostSource::Measured,
+                SourceKind::AnalyticRoofline => CostSource::Analytic,
+            },
         }
     }
 }
 
-impl GemStepCost for CurveStepCost<'_> {
-    fn step(&mut self, work: &GemStepWork<'_>, busy: &mut [f64]) -> GemStepTime {
-        let g_count = work.n_gpus as f64;
-        let prefill = self.non_expert_prefill.at(work.tokens as f64);
-        let decode = self.non_expert_decode.at(work.decode_seqs as f64);
-        let head = self.head.at(work.emitting as f64);
-        let layers = work.n_layers as f64;
-        let mut moe_total = 0.0;
-        for row in work.gpu_tokens.chunks_exact(work.n_gpus) {
+impl StepCost for CurveStepCost<'_> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let routed = work
+            .routed
+            .expect("a GEM step carries its routed tokens per layer and GPU");
+        let n_gpus = self.speeds.len();
+        let tokens = (work.prefill_tokens + work.decode_tokens) as f64;
+        let emitting = work.batch.iter().filter(|s| s.step_emits()).count();
+        let prefill = self.non_expert_prefill.at(tokens);
+        let decode = self.non_expert_decode.at(work.decode_tokens as f64);
+        let head = self.head.at(emitting as f64);
+        let mut busy = vec![0.0; n_gpus];
+        let mut moe = 0.0;
+        for row in routed.per_gpu.chunks_exact(n_gpus) {
             let mut slowest = 0.0f64;
             for (g, &n) in row.iter().enumerate() {
-                let c = self.costs.cost(g, n);
+                let c = self.costs.cost(g, f64::from(n));
                 busy[g] += c;
                 slowest = slowest.max(c);
             }
-            moe_total += slowest;
+            moe += slowest;
         }
         // Attention, shared experts and the head are tensor-parallel over the G GPUs: each
         // runs 1/G of the work at its own speed and the slowest sets the pace.
+        let layers = routed.layers as f64;
         let mut dense_pace = 0.0f64;
         for (b, s) in busy.iter_mut().zip(self.speeds) {
             let dense = (prefill / s.compute).max(decode / s.bandwidth);
-            let own = (layers * dense + head / s.bandwidth) / g_count;
+            let own = (layers * dense + head / s.bandwidth) / n_gpus as f64;
             *b += own;
             dense_pace = dense_pace.max(own);
         }
-        GemStepTime {
-            nanos: moe_total + dense_pace,
-            moe_nanos: moe_total,
+        StepTime {
+            duration: SimDuration((moe + dense_pace).round().max(1.0) as u64),
+            breakdown: StepBreakdown {
+                moe_ns: moe,
+                per_gpu_busy_ns: busy,
+                ..StepBreakdown::default()
+            },
+            source: self.source,
         }
     }
 }
 
-/// Where each step's tokens go: trace fractions per (unseen step, layer, GPU).
+/// Where each step's tokens go: the unseen trace steps, in turn, give each layer's share of
+/// routed tokens per expert; the mapping sends each expert's tokens to the GPUs hosting it.
 struct StepRouting {
-    n_layers: usize,
-    n_gpus: usize,
     n_unseen: usize,
-    /// `[unseen step][layer][gpu]`: tokens GPU g receives per token of the step (sums to top_k).
-    fractions: Vec<f64>,
+    n_layers: usize,
+    n_experts: usize,
+    n_gpus: usize,
+    top_k: u64,
+    /// Per layer, the expert of each slot, in GPU order (every GPU hosts as many slots).
+    slot_experts: Vec<Vec<usize>>,
+    /// `[unseen step][layer][slot]`: the share of the layer's routed tokens that the slots up to
+    /// and including this one receive (an expert with r copies counts 1/r in each); the last
+    /// slot of a layer with routed tokens is 1.
+    cumulative: Vec<f64>,
+    /// Slots per layer (the stride of `cumulative`).
+    slots_per_layer: usize,
+    /// `[layer][expert]` and `[layer][gpu]` of the step being routed.
+    per_expert: Vec<u32>,
+    per_gpu: Vec<u32>,
 }
 
 impl StepRouting {
-    /// Fills `gpu_tokens` (`[layer][gpu]`) for a step of `tokens` tokens on `unseen_step`.
-    fn gpu_tokens(&self, unseen_step: usize, tokens: u64, gpu_tokens: &mut [f64]) {
-        let n = tokens as f64;
-        let row = &self.fractions[unseen_step * self.n_layers * self.n_gpus..]
-            [..self.n_layers * self.n_gpus];
-        for (out, &f) in gpu_tokens.iter_mut().zip(row) {
-            *out = n * f;
+    fn new(
+        trace: &ExpertTrace,
+        observed_steps: usize,
+        mappings: &[LayerMapping],
+        n_gpus: usize,
+        top_k: usize,
+    ) -> StepRouting {
+        let (n_layers, n_experts) = (trace.n_layers(), trace.n_experts());
+        let n_unseen = trace.n_steps() - observed_steps;
+        let slot_experts: Vec<Vec<usize>> = mappings
+            .iter()
+            .map(|m| m.slots.iter().flatten().copied().collect())
+            .collect();
+        let slots_per_layer = slot_experts.iter().map(Vec::len).max().unwrap_or(0);
+        let copies: Vec<Vec<usize>> = mappings
+            .iter()
+            .map(|m| m.replica_counts(n_experts))
+            .collect();
+        let mut cumulative = vec![0.0; n_unseen * n_layers * slots_per_layer];
+        for u in 0..n_unseen {
+            for layer in 0..n_layers {
+                let counts = trace.step(layer, observed_steps + u);
+                let total: f64 = counts.iter().map(|&c| f64::from(c)).sum();
+                let row = &mut cumulative[(u * n_layers + layer) * slots_per_layer..]
+                    [..slot_experts[layer].len()];
+                if total <= 0.0 {
+                    continue;
+                }
+                let mut running = 0.0;
+                for (out, &e) in row.iter_mut().zip(&slot_experts[layer]) {
+                    running += f64::from(counts[e]) / copies[layer][e] as f64;
+                    *out = running / total;
+                }
+                // Every expert is placed, so the slots hold the whole layer; pin the rounding.
+                *row.last_mut().expect("a layer has slots") = 1.0;
+            }
+        }
+        StepRouting {
+            n_unseen,
+            n_layers,
+            n_experts,
+            n_gpus,
+            top_k: top_k as u64,
+            slot_experts,
+            cumulative,
+            slots_per_layer,
+            per_expert: vec![0; n_layers * n_experts],
+            per_gpu: vec![0; n_layers * n_gpus],
+        }
+    }
+
+    /// Routes a step of `tokens` tokens, the `step`-th of the run, on unseen trace step
+    /// `step mod n_unseen`. Each layer's `tokens x top_k` token-expert assignments are split
+    /// over the expert slots, GPU by GPU, in proportion to the trace step's counts (an expert
+    /// with r copies weighs 1/r in each), in whole tokens, by rounding the cumulative shares:
+    /// each slot gets the floor or the ceiling of its exact share, each GPU the floor or the
+    /// ceiling of its own, and the layer's total is exact. An expert's tokens are the sum over
+    /// its copies.
+    fn route(&mut self, step: u64, tokens: u64) -> RoutedTokens<'_> {
+        let u = (step % self.n_unseen as u64) as usize;
+        let assignments = (tokens * self.top_k) as f64;
+        for (layer, slot_experts) in self.slot_experts.iter().enumerate() {
+            let shares = &self.cumulative[(u * self.n_layers + layer) * self.slots_per_layer..]
+                [..slot_experts.len()];
+            let experts = &mut self.per_expert[layer * self.n_experts..][..self.n_experts];
+            let gpus = &mut self.per_gpu[layer * self.n_gpus..][..self.n_gpus];
+            experts.fill(0);
+            let per_gpu = slot_experts.len() / self.n_gpus;
+            let mut given = 0u64;
+            for ((gpu_shares, gpu_experts), on_gpu) in shares
+                .chunks_exact(per_gpu)
+                .zip(slot_experts.chunks_exact(per_gpu))
+                .zip(gpus)
+            {
+                let before = given;
+                for (&share, &expert) in gpu_shares.iter().zip(gpu_experts) {
+                    // Round half up (the shares are non-negative).
+                    let upto = (share * assignments + 0.5) as u64;
+                    experts[expert] += (upto - given) as u32;
+                    given = upto;
+                }
+                *on_gpu = (given - before) as u32;
+            }
+        }
+        RoutedTokens {
+            layers: self.n_layers,
+            per_expert: &self.per_expert,
+            per_gpu: &self.per_gpu,
         }
     }
 }
@@ -415,267 +514,185 @@ impl StepRouting {
 /// What happens to the GEM serving engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Event {
-    /// The next request arrives.
-    RequestArrival,
+    /// A request arrives (and, offline, every other one arriving at the same instant).
+    Arrival(Arrival),
     /// The engine step in execution finishes.
-    StepComplete,
+    StepEnd,
 }
 
+/// GEM's side of an admission: the request's output length, kept from its arrival.
+struct OutputLengths<'x>(&'x mut HashMap<u64, u32>);
+
+impl AdmitHook for OutputLengths<'_> {
+    fn output_tokens(&mut self, request: &QueuedRequest) -> u32 {
+        self.0[&request.id]
+    }
+    fn admitted(&mut self, _now: SimTime, request: &QueuedRequest, _output: u32) {
+        self.0.remove(&request.id);
+    }
+}
+
+/// The GEM server: arrivals into one replica whose steps are routed by the trace and the
+/// mapping and priced by a `StepCost`.
 struct GemServer<'a> {
+    arrivals: Box<dyn ArrivalProcess>,
+    lengths: SimRng,
+    prompt_tokens: TokenCount,
+    output_tokens: TokenCount,
+    next_id: u64,
+    replica: Replica,
+    queue: &'a mut dyn QueuePolicy,
+    /// Output lengths of the requests not yet admitted.
+    outputs: HashMap<u64, u32>,
     routing: StepRouting,
-    cost: &'a mut dyn GemStepCost,
-    gpu_tokens: Vec<f64>,
-    requests: Vec<Request>,
-    next_arrival: usize,
-    waiting: VecDeque<usize>,
-    running: Vec<Running>,
-    max_num_seqs: usize,
-    max_num_batched_tokens: u32,
-    in_flight: bool,
+    cost: &'a mut dyn StepCost,
     steps: u64,
-    step_nanos: f64,
-    moe_nanos: f64,
-    busy: Vec<f64>,
+    moe_ns: f64,
+    busy_ns: Vec<f64>,
+    finished: Vec<Seq>,
     e2e: LatencyRecorder,
     tpot: LatencyRecorder,
     ttft: LatencyRecorder,
-    output_tokens: u64,
     last_completion: SimTime,
     sink: &'a mut dyn RecordSink,
 }
 
 impl GemServer<'_> {
-    fn dispatch(&mut self, now: SimTime, events: &mut EventQueue<Event>) {
-        let mut budget = self.max_num_batched_tokens;
-        let (mut tokens, mut decode, mut emitting) = (0u64, 0u64, 0u64);
-        for r in self.running.iter_mut() {
-            let prompt = self.requests[r.request].prompt;
-            r.scheduled = 0;
-            if budget == 0 {
-                continue;
-            }
-            if r.prefilled < prompt {
-                let chunk = (prompt - r.prefilled).min(budget);
-                r.scheduled = chunk;
-                if r.prefilled + chunk == prompt {
-                    emitting += 1;
-                }
-                budget -= chunk;
-                tokens += u64::from(chunk);
-            } else {
-                r.scheduled = 1;
-                budget -= 1;
-                tokens += 1;
-                decode += 1;
-                emitting += 1;
-            }
-        }
-        while budget > 0 && self.running.len() < self.max_num_seqs {
-            let Some(request) = self.waiting.pop_front() else {
-                break;
-            };
-            let prompt = self.requests[request].prompt;
-            let chunk = prompt.min(budget);
-            if chunk == prompt {
-                emitting += 1;
-            }
-            budget -= chunk;
-            tokens += u64::from(chunk);
-            self.running.push(Running {
-                request,
-                prefilled: 0,
-                generated: 0,
-                first_token: now,
-                last_token: now,
-                scheduled: chunk,
-            });
-        }
-        if tokens == 0 {
-            return;
-        }
-        let unseen = (self.steps as usize) % self.routing.n_unseen;
-        self.routing
-            .gpu_tokens(unseen, tokens, &mut self.gpu_tokens);
-        let work = GemStepWork {
-            tokens,
-            decode_seqs: decode,
-            emitting,
-            n_layers: self.routing.n_layers,
-            n_gpus: self.routing.n_gpus,
-            gpu_tokens: &self.gpu_tokens,
+    /// Queues `arrival` as the next request: its lengths are the trace's where it has them,
+    /// drawn from the workload's distributions otherwise (prompt, then output).
+    fn submit(&mut self, now: SimTime, arrival: Arrival) {
+        let prompt = arrival
+            .prompt_tokens
+            .unwrap_or_else(|| self.prompt_tokens.sample(&mut self.lengths));
+        let output = arrival
+            .output_tokens
+            .unwrap_or_else(|| self.output_tokens.sample(&mut self.lengths));
+        let id = self.next_id;
+        self.next_id += 1;
+        self.outputs.insert(id, output);
+        let request = QueuedRequest {
+            id,
+            workflow: id,
+            stage: 0,
+            submitted: now,
+            workflow_arrival: now,
+            enqueued_iteration: self.replica.iteration(),
+            prompt_tokens: prompt,
+            predicted_stage_tokens: 0.0,
+            predicted_total_tokens: 0.0,
+            attained_service: 0,
+            rank_noise: 0.0,
         };
-        let GemStepTime {
-            nanos,
-            moe_nanos: moe,
-        } = self.cost.step(&work, &mut self.busy);
-        self.steps += 1;
-        self.step_nanos += nanos;
-        self.moe_nanos += moe;
-        self.in_flight = true;
-        events.schedule(
-            now + SimDuration(nanos.round().max(1.0) as u64),
-            Event::StepComplete,
-        );
+        self.replica.submit(now, request, &mut *self.queue, 0);
     }
 
-    fn complete(&mut self, now: SimTime) {
-        self.in_flight = false;
-        let requests = &self.requests;
-        let (e2e, tpot, ttft) = (&mut self.e2e, &mut self.tpot, &mut self.ttft);
-        let sink = &mut *self.sink;
-        let mut emitted = 0u64;
-        let mut finished = false;
-        self.running.retain_mut(|r| {
-            if r.scheduled == 0 {
-                return true;
-            }
-            let request = &requests[r.request];
-            if r.prefilled < request.prompt {
-                r.prefilled += r.scheduled;
-                if r.prefilled < request.prompt {
-                    return true;
-                }
-                r.generated = 1;
-                r.first_token = now;
-                ttft.record(now.0 - request.arrival.0);
-            } else {
-                r.generated += 1;
-                tpot.record(now.0 - r.last_token.0);
-            }
-            r.last_token = now;
-            emitted += 1;
-            if r.generated >= request.output {
-                e2e.record(now.0 - request.arrival.0);
-                sink.record(&RequestRecord {
-                    id: r.request as u64,
-                    arrival: request.arrival,
-                    first_token: Some(r.first_token),
-                    finish: now,
-                    prompt_tokens: u64::from(request.prompt),
-                    output_tokens: u64::from(request.output),
-                    extra: &[],
-                });
-                finished = true;
-                false
-            } else {
-                true
-            }
+    /// Schedules the replica's next step, routes and prices it, or leaves the replica idle.
+    fn start_step(&mut self, now: SimTime, events: &mut EventQueue<Event>) {
+        let mut hook = OutputLengths(&mut self.outputs);
+        let Some(work) = self.replica.schedule(now, &mut *self.queue, 0, &mut hook) else {
+            return;
+        };
+        let routed = self
+            .routing
+            .route(self.steps, work.prefill_tokens + work.decode_tokens);
+        let time = self.cost.price(&StepWork {
+            routed: Some(routed),
+            ..work
         });
-        self.output_tokens += emitted;
-        if finished {
+        self.steps += 1;
+        self.moe_ns += time.breakdown.moe_ns;
+        for (busy, step) in self.busy_ns.iter_mut().zip(&time.breakdown.per_gpu_busy_ns) {
+            *busy += step;
+        }
+        self.replica.begin_step(time.duration);
+        events.schedule(now + time.duration, Event::StepEnd);
+    }
+
+    /// The step ends: each token it emits is timed (a first token, or the gap since the
+    /// sequence's previous one), finished requests are recorded, and the next step starts.
+    fn step_end(&mut self, now: SimTime, events: &mut EventQueue<Event>) {
+        for s in self.replica.running().iter().filter(|s| s.step_emits()) {
+            if s.generated == 0 {
+                self.ttft.record((now - s.request.submitted).0);
+            } else {
+                self.tpot.record((now - s.last_token()).0);
+            }
+        }
+        let mut finished = std::mem::take(&mut self.finished);
+        self.replica.complete_step(now, &mut finished);
+        for done in finished.drain(..) {
+            let arrival = done.request.submitted;
+            self.e2e.record((now - arrival).0);
+            self.sink.record(&RequestRecord {
+                id: done.request.id,
+                arrival,
+                first_token: Some(done.first_token()),
+                finish: now,
+                prompt_tokens: u64::from(done.request.prompt_tokens),
+                output_tokens: u64::from(done.output),
+                extra: &[],
+            });
             self.last_completion = now;
         }
-    }
-
-    fn schedule_arrival(&self, events: &mut EventQueue<Event>) {
-        if let Some(r) = self.requests.get(self.next_arrival) {
-            events.schedule(r.arrival, Event::RequestArrival);
-        }
+        self.finished = finished;
+        self.start_step(now, events);
     }
 }
 
 impl Model for GemServer<'_> {
     type Event = Event;
     fn start(&mut self, events: &mut EventQueue<Event>) {
-        self.schedule_arrival(events);
+        if let Some(first) = self.arrivals.next_arrival() {
+            events.schedule(first.time, Event::Arrival(first));
+        }
     }
 
     fn handle(&mut self, now: SimTime, event: Event, events: &mut EventQueue<Event>) {
         match event {
-            Event::RequestArrival => {
-                while self
-                    .requests
-                    .get(self.next_arrival)
-                    .is_some_and(|r| r.arrival <= now)
-                {
-                    self.waiting.push_back(self.next_arrival);
-                    self.next_arrival += 1;
+            Event::Arrival(arrival) => {
+                self.submit(now, arrival);
+                // Requests arriving at the same instant join before the step is decided.
+                while let Some(next) = self.arrivals.next_arrival() {
+                    if next.time > now {
+                        events.schedule(next.time, Event::Arrival(next));
+                        break;
+                    }
+                    self.submit(now, next);
                 }
-                self.schedule_arrival(events);
-                if !self.in_flight {
-                    self.dispatch(now, events);
+                if !self.replica.is_busy() {
+                    self.start_step(now, events);
                 }
             }
-            Event::StepComplete => {
-                self.complete(now);
-                self.dispatch(now, events);
-            }
+            Event::StepEnd => self.step_end(now, events),
         }
     }
-}
-
-fn generate_requests(scenario: &GemScenario, seed: u64) -> Vec<Request> {
-    let mut lengths = stream(seed, "gem/lengths");
-    let mut arrivals = stream(seed, "gem/arrivals");
-    let gap = scenario
-        .arrival_rate_per_s
-        .map(|rate| Exp::new(rate).expect("validated positive rate"));
-    let mut t = 0.0f64;
-    (0..scenario.n_requests)
-        .map(|_| {
-            if let Some(gap) = &gap {
-                t += gap.sample(&mut arrivals);
-            }
-            Request {
-                arrival: SimTime((t * 1e9).round() as u64),
-                prompt: scenario.prompt_tokens.sample(&mut lengths),
-                output: scenario.output_tokens.sample(&mut lengths),
-            }
-        })
-        .collect()
-}
-
-/// `[unseen step][layer][gpu]` tokens per step token under `mappings`.
-fn unseen_fractions(
-    deployment: &Deployment,
-    mappings: &[LayerMapping],
-    top_k: usize,
-) -> (Vec<f64>, usize) {
-    let trace = &deployment.trace;
-    let n_unseen = trace.n_steps() - deployment.observed_steps;
-    let (n_layers, n_experts) = (trace.n_layers(), trace.n_experts());
-    let n_gpus = deployment.costs.n_gpus();
-    let weights: Vec<Vec<Vec<f64>>> = mappings.iter().map(|m| m.gpu_weights(n_experts)).collect();
-    let mut fractions = vec![0.0; n_unseen * n_layers * n_gpus];
-    for u in 0..n_unseen {
-        for layer in 0..n_layers {
-            let counts = trace.step(layer, deployment.observed_steps + u);
-            let routed: f64 = counts.iter().map(|&c| f64::from(c)).sum();
-            let tokens = routed / top_k as f64;
-            for g in 0..n_gpus {
-                let on_gpu: f64 = counts
-                    .iter()
-                    .zip(&weights[layer][g])
-                    .map(|(&c, &w)| f64::from(c) * w)
-                    .sum();
-                fractions[(u * n_layers + layer) * n_gpus + g] =
-                    if tokens > 0.0 { on_gpu / tokens } else { 0.0 };
-            }
-        }
-    }
-    (fractions, n_unseen)
 }
 
 fn serve(
     scenario: &GemScenario,
     seed: u64,
     mapper: &mut dyn ExpertMapper,
+    queue: &mut dyn QueuePolicy,
     sink: &mut dyn RecordSink,
 ) -> RunOutput {
     let deployment = Deployment::new(scenario, seed);
     let mut cost = CurveStepCost::new(scenario, &deployment);
-    serve_on(scenario, seed, mapper, &deployment, &mut cost, sink)
+    serve_on(scenario, seed, mapper, queue, &deployment, &mut cost, sink)
 }
 
 /// The serving experiment of `scenario` on `deployment` (built by [`Deployment::new`] for the
-/// same seed) with step times from `cost`: [`CurveStepCost`] in simulation, the kernels in live
-/// mode. Mapping, batching and routing are the same code either way.
+/// same seed): requests stream from the scenario's arrivals into one `serving::Replica`
+/// ([`replica_config`]) whose admissions follow `queue` (FCFS in every GEM run), and each step
+/// is routed by the trace and the mapping and priced by `cost`: [`CurveStepCost`] in
+/// simulation, a live wrapper in live mode. Mapping, batching and routing are the same code
+/// either way.
 pub fn serve_on(
     scenario: &GemScenario,
     seed: u64,
     mapper: &mut dyn ExpertMapper,
+    queue: &mut dyn QueuePolicy,
     deployment: &Deployment,
-    cost: &mut dyn GemStepCost,
+    cost: &mut dyn StepCost,
     sink: &mut dyn RecordSink,
 ) -> RunOutput {
     let window = scenario.mapper.window().max(1);
@@ -687,45 +704,46 @@ pub fn serve_on(
     let unseen_scores: Vec<f64> = (0..n_layers)
         .map(|l| score(&mappings[l], &deployment.unseen(l)) / 1e6)
         .collect();
-    let (fractions, n_unseen) = unseen_fractions(deployment, &mappings, scenario.shape.top_k);
-    let speeds = &scenario.speed_factors;
+    queue.reset(1);
     let mut server = GemServer {
-        routing: StepRouting {
-            n_layers,
-            n_gpus: scenario.n_gpus,
-            n_unseen,
-            fractions,
-        },
+        arrivals: scenario
+            .arrival
+            .process(scenario.n_requests, 1, stream(seed, "gem/arrivals")),
+        lengths: stream(seed, "gem/lengths"),
+        prompt_tokens: scenario.prompt_tokens.sampler(),
+        output_tokens: scenario.output_tokens.sampler(),
+        next_id: 0,
+        replica: Replica::new(replica_config(scenario)),
+        queue,
+        outputs: HashMap::new(),
+        routing: StepRouting::new(
+            &deployment.trace,
+            deployment.observed_steps,
+            &mappings,
+            scenario.n_gpus,
+            scenario.shape.top_k,
+        ),
         cost,
-        gpu_tokens: vec![0.0; n_layers * scenario.n_gpus],
-        requests: generate_requests(scenario, seed),
-        next_arrival: 0,
-        waiting: VecDeque::new(),
-        running: Vec::new(),
-        max_num_seqs: scenario.serving.max_num_seqs,
-        max_num_batched_tokens: u32::try_from(scenario.serving.max_num_batched_tokens)
-            .unwrap_or(u32::MAX),
-        in_flight: false,
         steps: 0,
-        step_nanos: 0.0,
-        moe_nanos: 0.0,
-        busy: vec![0.0; scenario.n_gpus],
+        moe_ns: 0.0,
+        busy_ns: vec![0.0; scenario.n_gpus],
+        finished: Vec::new(),
         e2e: LatencyRecorder::default(),
         tpot: LatencyRecorder::default(),
         ttft: LatencyRecorder::default(),
-        output_tokens: 0,
         last_completion: SimTime::ZERO,
         sink,
     };
     run(&mut server);
+    let stats = server.replica.stats();
     assert_eq!(
-        server.e2e.count(),
-        scenario.n_requests as u64,
+        stats.completed, scenario.n_requests as u64,
         "every request completes"
     );
-    let makespan_s = server.last_completion.0 as f64 / 1e9;
+    let end = server.last_completion;
+    let makespan_s = end.as_secs_f64();
     let busy_share: Vec<f64> = server
-        .busy
+        .busy_ns
         .iter()
         .map(|b| {
             if makespan_s > 0.0 {
@@ -735,7 +753,7 @@ pub fn serve_on(
             }
         })
         .collect();
-    let (gap_fast, gap_slow) = gaps(speeds);
+    let (gap_fast, gap_slow) = gaps(&scenario.speed_factors);
     let value = |name: &str| -> f64 {
         match name {
             "e2e_mean_ms" => server.e2e.mean_ms(),
@@ -749,16 +767,16 @@ pub fn serve_on(
             "ttft_mean_ms" => server.ttft.mean_ms(),
             "throughput_tok_s" => {
                 if makespan_s > 0.0 {
-                    server.output_tokens as f64 / makespan_s
+                    stats.tokens as f64 / makespan_s
                 } else {
                     0.0
                 }
             }
             "makespan_s" => makespan_s,
-            "mean_step_ms" => server.step_nanos / server.steps.max(1) as f64 / 1e6,
+            "mean_step_ms" => stats.busy_ns as f64 / stats.steps.max(1) as f64 / 1e6,
             "moe_time_share" => {
-                if server.step_nanos > 0.0 {
-                    server.moe_nanos / server.step_nanos
+                if stats.busy_ns > 0 {
+                    server.moe_ns / stats.busy_ns as f64
                 } else {
                     0.0
                 }
@@ -777,22 +795,30 @@ pub fn serve_on(
         .iter()
         .map(|m| (m.name.to_string(), value(m.name)))
         .collect();
-    let details = details(
-        scenario,
-        deployment,
-        &mappings,
-        window,
-        &busy_share,
-        &server,
-    );
+    let details = details(scenario, deployment, &mappings, window, &busy_share);
+    let trace_stats = scenario
+        .arrival
+        .trace_stats(scenario.n_requests)
+        .map(|(_, s)| s);
     RunOutput {
         scalars,
         details: json!({
             "experiment": "serving",
             "per_layer_window_score_ms": window_scores,
             "per_layer_unseen_score_ms": unseen_scores,
-            "steps": server.steps,
-            "output_tokens": server.output_tokens,
+            "steps": stats.steps,
+            "output_tokens": stats.tokens,
+            "replica": {
+                "steps": stats.steps,
+                "busy_ns": stats.busy_ns,
+                "mean_batch_size": stats.batch_sum as f64 / stats.steps.max(1) as f64,
+                "prefill_tokens": stats.prefill_tokens,
+                "admitted": stats.admitted,
+                "completed": stats.completed,
+                "mean_in_system": stats.mean_in_system(end),
+                "mean_sojourn_ns": stats.mean_sojourn_ns(),
+            },
+            "arrival_trace": trace_stats,
             "deployment": details,
         }),
     }
@@ -804,7 +830,6 @@ fn details(
     mappings: &[LayerMapping],
     window: usize,
     busy_share: &[f64],
-    _server: &GemServer<'_>,
 ) -> serde_json::Value {
     let layer = scenario.serving.detail_layer;
     let trace = &deployment.trace;
@@ -853,4 +878,39 @@ fn details(
         },
         "staircase": staircase,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_splits_whole_tokens_over_slots_by_cumulative_rounding() {
+        // One layer, 4 experts; observed step 0 (ignored), unseen step 1 with counts 3, 1, 0, 4.
+        // Three GPUs, two slots each: GPU 0 hosts experts 0 and 3, GPU 1 experts 0 and 1, GPU 2
+        // experts 2 and 3 (experts 0 and 3 have two copies, each weighing half).
+        // A step of 5 tokens at top-2 makes 10 assignments over the total of 8: x 1.25.
+        // Slot shares in GPU order: 1.5, 2, 1.5, 1, 0, 2 -> cumulative 1.5, 3.5, 5, 6, 6, 8,
+        // x 1.25 = 1.875, 4.375, 6.25, 7.5, 7.5, 10, rounded 2, 4, 6, 8, 8, 10: slots 2, 2, 2,
+        // 2, 0, 2. GPUs 4, 4, 2; experts 0: 2 + 2, 1: 2, 2: 0, 3: 2 + 2.
+        let trace = ExpertTrace::from_counts(1, 4, 2, vec![9.0, 9.0, 9.0, 9.0, 3.0, 1.0, 0.0, 4.0]);
+        let mapping = LayerMapping {
+            slots: vec![vec![0, 3], vec![0, 1], vec![2, 3]],
+        };
+        let mut routing = StepRouting::new(&trace, 1, &[mapping], 3, 2);
+        let routed = routing.route(0, 5);
+        assert_eq!(routed.layers, 1);
+        assert_eq!(routed.per_gpu, &[4, 4, 2]);
+        assert_eq!(routed.per_expert, &[4, 2, 0, 4]);
+        // The step counter cycles over the one unseen step; a step of 0 tokens routes none.
+        assert_eq!(routing.route(7, 5).per_gpu, &[4, 4, 2]);
+        assert_eq!(routing.route(1, 0).per_expert, &[0, 0, 0, 0]);
+        // A trace step without tokens routes none either.
+        let empty = ExpertTrace::from_counts(1, 2, 2, vec![1.0, 1.0, 0.0, 0.0]);
+        let linear = LayerMapping {
+            slots: vec![vec![0], vec![1]],
+        };
+        let mut routing = StepRouting::new(&empty, 1, &[linear], 2, 1);
+        assert_eq!(routing.route(0, 9).per_gpu, &[0, 0]);
+    }
 }

@@ -73,12 +73,13 @@ impl Scenario {
             Scenario::Gem(s) => {
                 let n = s.n_requests as f64;
                 d.push(Demand::new(Requests, n, "workload.n_requests"));
-                if let Some(rate) = s.arrival_rate_per_s {
-                    d.push(Demand::new(
-                        SimSeconds,
-                        n / rate,
-                        "workload.arrival_rate_per_s",
-                    ));
+                let span = s.arrival.span_s(s.n_requests);
+                if span > 0.0 {
+                    let field = match s.arrival {
+                        crate::arrivals::ArrivalSpec::Trace { .. } => "arrival.trace.time_scale",
+                        _ => "arrival.rate_per_s",
+                    };
+                    d.push(Demand::new(SimSeconds, span, field));
                 }
                 for (path, dist) in [
                     ("workload.prompt_tokens", &s.prompt_tokens),

@@ -53,6 +53,7 @@ impl Scenario {
                 )),
                 _ => None,
             },
+            Scenario::Gem(s) => s.arrival.trace_stats(s.n_requests),
             _ => None,
         }
     }
@@ -602,7 +603,7 @@ fn validate_family(
         }
         Family::Gem => {
             let config: crate::gem::GemConfig = deserialize_table(loader, family_doc, overrides)?;
-            Scenario::Gem(config.validate(base_dir).map_err(field_error)?)
+            Scenario::Gem(config.validate(base_dir, cache).map_err(field_error)?)
         }
         Family::Mosaic => {
             let config: crate::mosaic::MosaicConfig =

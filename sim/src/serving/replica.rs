@@ -48,6 +48,9 @@ pub struct Seq {
     scheduled: u32,
     /// Admission order (the preemption victim is the most recent).
     order: u64,
+    /// When it emitted its first and its latest token (the submission time until then).
+    first_token: SimTime,
+    last_token: SimTime,
 }
 
 impl Seq {
@@ -69,6 +72,19 @@ impl Seq {
     /// Prompt tokens it prefills in the scheduled step (0 when it decodes).
     pub fn step_prefill(&self) -> u32 {
         if self.prefilling() { self.scheduled } else { 0 }
+    }
+    /// Whether the scheduled step emits a token for it (a decode, or the chunk that completes
+    /// its prefill): the sequences the output head runs on.
+    pub fn step_emits(&self) -> bool {
+        self.scheduled > 0 && self.kv + self.scheduled >= self.prefill_len
+    }
+    /// When it emitted its first token (its submission time until it has).
+    pub fn first_token(&self) -> SimTime {
+        self.first_token
+    }
+    /// When it emitted its latest token (its submission time until it has).
+    pub fn last_token(&self) -> SimTime {
+        self.last_token
     }
 }
 
@@ -307,6 +323,8 @@ impl Replica {
                     blocks: 0,
                     scheduled: 0,
                     order: self.next_order,
+                    first_token: request.submitted,
+                    last_token: request.submitted,
                 };
                 (s, true)
             } else {
@@ -392,6 +410,10 @@ impl Replica {
             s.scheduled = 0;
             if s.kv >= s.prefill_len {
                 s.generated += 1;
+                if s.generated == 1 {
+                    s.first_token = now;
+                }
+                s.last_token = now;
                 self.stats.tokens += 1;
             }
             if s.generated >= s.output {

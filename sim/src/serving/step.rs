@@ -57,17 +57,23 @@ pub enum CostSource {
 }
 
 /// The parts of a step's time, in ns (a part may overlap others: the duration is not their sum
-/// when compute and memory overlap).
-#[derive(Clone, Copy, Debug, PartialEq, Default, Serialize)]
+/// when compute and memory overlap). A cost model leaves at 0 (or empty) what it does not split.
+#[derive(Clone, Debug, PartialEq, Default, Serialize)]
 pub struct StepBreakdown {
     pub compute_ns: f64,
     pub memory_ns: f64,
     pub communication_ns: f64,
     pub overhead_ns: f64,
+    /// Time in the MoE layers' routed experts, part of the duration (under expert parallelism
+    /// each layer's slowest GPU).
+    pub moe_ns: f64,
+    /// Under expert parallelism, each GPU's own busy time in the step (its experts' work and its
+    /// share of the rest; a GPU waiting at a layer barrier is not busy). Empty otherwise.
+    pub per_gpu_busy_ns: Vec<f64>,
 }
 
 /// A priced step.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct StepTime {
     pub duration: SimDuration,
     pub breakdown: StepBreakdown,

@@ -113,9 +113,12 @@ mod tests {
                 "mapper": mapper,
             }))
             .unwrap();
-            let scenario = config.validate(std::path::Path::new(".")).unwrap();
+            let scenario = config
+                .validate(std::path::Path::new("."), &mut Default::default())
+                .unwrap();
             let mut mapper = build(&scenario.mapper);
-            sim::gem::simulate(&scenario, 5, mapper.as_mut())
+            let mut queue = crate::queue::fcfs::Fcfs::default();
+            sim::gem::simulate(&scenario, 5, mapper.as_mut(), &mut queue)
                 .scalar("e2e_mean_ms")
                 .unwrap()
         };
