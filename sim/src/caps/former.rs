@@ -1,10 +1,12 @@
 //! The CAPS batch selectors as the serving replica's batch former: the requests waiting for a
-//! batch, oldest first, with their router-predicted loads; a batch is seeded with the oldest
-//! request (anti-starvation, caps.txt) and filled by the scenario's `BatchSelector` from the
-//! `window_size` oldest. The chosen requests stay here, in queue order, while their batch runs.
+//! batch, oldest first; the `window_size` oldest are the candidates, each with its
+//! router-predicted load (the dry-run runs as a request enters the window, in arrival order); a
+//! batch is seeded with the oldest request (anti-starvation, caps.txt) and filled by the
+//! scenario's `BatchSelector`. The chosen requests stay here, in queue order, while their batch
+//! runs; their load vectors are then reused for the next requests routed.
 
 use super::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use super::workload::MoeRequest;
+use super::workload::{MoeRequest, RequestModel};
 use crate::rng::SimRng;
 use crate::serving::{AdmitHook, BatchFormer, QueuedRequest};
 use crate::time::SimTime;
@@ -17,27 +19,40 @@ pub struct SelectorFormer<'a> {
     seed_with_oldest: bool,
     selector: &'a mut dyn BatchSelector,
     rng: SimRng,
+    request_model: &'a RequestModel,
+    /// The router dry-run's noise stream (`"prediction"`).
+    prediction: SimRng,
     waiting: VecDeque<MoeRequest>,
+    /// The waiting requests whose dry-run has run: always the oldest ones.
+    routed: usize,
     in_flight: Vec<MoeRequest>,
+    /// Load vectors of served requests, for the next ones routed.
+    spare_loads: Vec<Vec<f32>>,
 }
 
 impl<'a> SelectorFormer<'a> {
-    /// A former over load vectors of `dims` entries choosing from the `window_size` oldest.
+    /// A former choosing from the `window_size` oldest requests with `selector` (drawing from
+    /// `rng`), routing them through `request_model` (noise from `prediction`).
     pub fn new(
-        dims: usize,
         window_size: usize,
         seed_with_oldest: bool,
         selector: &'a mut dyn BatchSelector,
         rng: SimRng,
+        request_model: &'a RequestModel,
+        prediction: SimRng,
     ) -> Self {
         SelectorFormer {
-            dims,
+            dims: request_model.affinities.dims(),
             window_size,
             seed_with_oldest,
             selector,
             rng,
+            request_model,
+            prediction,
             waiting: VecDeque::new(),
+            routed: 0,
             in_flight: Vec::new(),
+            spare_loads: Vec::new(),
         }
     }
 
@@ -56,9 +71,14 @@ impl<'a> SelectorFormer<'a> {
         &self.in_flight
     }
 
-    /// Hands the finished batch's requests over, in queue order.
-    pub fn finish_batch(&mut self) -> std::vec::Drain<'_, MoeRequest> {
-        self.in_flight.drain(..)
+    /// The batch has finished: `served` sees each of its requests, in queue order, and their
+    /// load vectors are kept for reuse.
+    pub fn finish_batch(&mut self, mut served: impl FnMut(&MoeRequest)) {
+        for mut request in self.in_flight.drain(..) {
+            served(&request);
+            self.spare_loads
+                .push(std::mem::take(&mut request.true_load));
+        }
     }
 
     fn request(&self, id: u64) -> &MoeRequest {
@@ -100,6 +120,12 @@ impl BatchFormer for SelectorFormer<'_> {
         if window_len == 0 {
             return;
         }
+        for request in self.waiting.range_mut(self.routed..window_len) {
+            let buffer = self.spare_loads.pop().unwrap_or_default();
+            self.request_model
+                .route(request, &mut self.prediction, buffer);
+        }
+        self.routed = self.routed.max(window_len);
         let mut chosen: Vec<usize> = {
             let rows = self
                 .waiting
@@ -134,6 +160,7 @@ impl BatchFormer for SelectorFormer<'_> {
                 .expect("chosen index is inside the window");
             self.in_flight.push(request);
         }
+        self.routed -= chosen.len();
         self.in_flight.reverse();
         batch.extend(self.in_flight.iter().map(queued));
     }

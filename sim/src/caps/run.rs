@@ -100,7 +100,6 @@ pub fn simulate_on(
     let streams = RequestStreams {
         tokens: stream(seed, "tokens"),
         mixing: stream(seed, "mixing"),
-        prediction: stream(seed, "prediction"),
     };
     let mut server = CapsServer::new(
         scenario.scheduler.clone(),
@@ -110,6 +109,7 @@ pub fn simulate_on(
         streams,
         selector,
         stream(seed, "selector"),
+        stream(seed, "prediction"),
         step_cost,
         sink,
         scenario.queue_sample_interval,

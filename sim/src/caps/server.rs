@@ -103,10 +103,9 @@ pub struct CapsServer<'a> {
     batch_start: SimTime,
     tick_pending: bool,
 
-    // Buffers reused by every batch, and load vectors of served requests kept for reuse.
+    // Buffers reused by every batch.
     batch_load: Vec<f32>,
     batch_decode_load: Vec<f32>,
-    spare_loads: Vec<Vec<f32>>,
     finished: Vec<Seq>,
 
     // Metrics.
@@ -131,6 +130,7 @@ impl<'a> CapsServer<'a> {
         streams: RequestStreams,
         selector: &'a mut dyn BatchSelector,
         selector_rng: SimRng,
+        prediction_rng: SimRng,
         step_cost: &'a mut dyn StepCost,
         sink: &'a mut dyn RecordSink,
         queue_sample_interval: SimDuration,
@@ -142,11 +142,12 @@ impl<'a> CapsServer<'a> {
         CapsServer {
             replica: Replica::new(replica_config(&params)),
             former: SelectorFormer::new(
-                dims,
                 params.window_size,
                 params.seed_with_oldest,
                 selector,
                 selector_rng,
+                request_model,
+                prediction_rng,
             ),
             params,
             n_layers: dims / n_experts,
@@ -162,7 +163,6 @@ impl<'a> CapsServer<'a> {
             tick_pending: false,
             batch_load: vec![0.0; dims],
             batch_decode_load: vec![0.0; dims],
-            spare_loads: Vec::new(),
             finished: Vec::new(),
             latency: LatencyRecorder::default(),
             queue_wait: LatencyRecorder::default(),
@@ -208,18 +208,19 @@ impl<'a> CapsServer<'a> {
             .replica
             .schedule_static_batch(now, &mut self.former)
             .expect("a request waits, so the former forms a batch");
+        // A batch without decode passes (one-token outputs) has no decode routing to price.
         self.batch_load.fill(0.0);
         self.batch_decode_load.fill(0.0);
+        let decodes = work.decode_iterations > 0;
         for request in self.former.in_flight() {
-            let per_token = 1.0 / request.prompt_tokens as f32;
-            for ((load, decode), value) in self
-                .batch_load
-                .iter_mut()
-                .zip(self.batch_decode_load.iter_mut())
-                .zip(&request.true_load)
-            {
+            for (load, value) in self.batch_load.iter_mut().zip(&request.true_load) {
                 *load += *value;
-                *decode += *value * per_token;
+            }
+            if decodes {
+                let per_token = 1.0 / request.prompt_tokens as f32;
+                for (decode, value) in self.batch_decode_load.iter_mut().zip(&request.true_load) {
+                    *decode += *value * per_token;
+                }
             }
         }
         let work = StepWork {
@@ -249,10 +250,12 @@ impl<'a> CapsServer<'a> {
         self.finished.clear();
         let batch = self.replica.stats().steps - 1;
         let start = self.batch_start;
-        for mut request in self.former.finish_batch() {
-            self.latency.record((now - request.arrival).0);
-            self.queue_wait.record((start - request.arrival).0);
-            self.sink.record(&RequestRecord {
+        let (latency, queue_wait, sink) =
+            (&mut self.latency, &mut self.queue_wait, &mut *self.sink);
+        self.former.finish_batch(|request| {
+            latency.record((now - request.arrival).0);
+            queue_wait.record((start - request.arrival).0);
+            sink.record(&RequestRecord {
                 id: request.id,
                 topic: request.topic,
                 prompt_tokens: request.prompt_tokens,
@@ -262,9 +265,7 @@ impl<'a> CapsServer<'a> {
                 start,
                 done: now,
             });
-            self.spare_loads
-                .push(std::mem::take(&mut request.true_load));
-        }
+        });
         self.last_completion = now;
     }
 
@@ -332,15 +333,13 @@ impl Model for CapsServer<'_> {
                 self.first_arrival.get_or_insert(now);
                 let id = self.next_request_id;
                 self.next_request_id += 1;
-                let buffer = self.spare_loads.pop().unwrap_or_default();
-                let request = self.request_model.make_request_in(
+                let request = self.request_model.make_request(
                     id,
                     &Arrival {
                         time: now,
                         ..arrival
                     },
                     &mut self.streams,
-                    buffer,
                 );
                 self.former.push(request);
                 self.replica.submitted(now);
