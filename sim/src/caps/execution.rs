@@ -774,19 +774,24 @@ mod tests {
             d.sensitivity
         );
         let straggler = StragglerModel::new(&profile, &shape).unwrap();
-        println!("8 requests x 128 prompt tokens, 16 decode steps:");
-        for fraction in [0.0, 0.05, 0.1, 0.25, 0.5, 1.0] {
-            let label = format!("{:.0} % on 4 hot experts", fraction * 100.0);
-            let (load, decode) = loads(&shape, 8, 128, fraction);
-            let w = work(&load, &decode, 8, 128, 16);
-            println!(
-                "  {label:<22} CV {:6.3}  imbalance {:6.3}  base {:8.3} ms  cv {:8.3} ms  straggler {:8.3} ms",
-                coefficient_of_variation(&load),
-                imbalance(&load, shape.n_experts),
-                cv.base_nanos(&w) / 1e6,
-                cv.batch_nanos(&w) / 1e6,
-                straggler.batch_nanos(&w) / 1e6
-            );
+        let grouped =
+            GroupedModel::new(&profile, &shape, &GpuSpec::by_name("L4").unwrap()).unwrap();
+        for iterations in [16, 0] {
+            println!("8 requests x 128 prompt tokens, {iterations} decode passes:");
+            for fraction in [0.0, 0.05, 0.1, 0.25, 0.5, 1.0] {
+                let label = format!("{:.0} % on 4 hot experts", fraction * 100.0);
+                let (load, decode) = loads(&shape, 8, 128, fraction);
+                let w = work(&load, &decode, 8, 128, iterations);
+                println!(
+                    "  {label:<22} CV {:6.3}  imbalance {:6.3}  base {:8.3} ms  cv {:8.3} ms  straggler {:8.3} ms  grouped {:8.3} ms",
+                    coefficient_of_variation(&load),
+                    imbalance(&load, shape.n_experts),
+                    cv.base_nanos(&w) / 1e6,
+                    cv.batch_nanos(&w) / 1e6,
+                    straggler.batch_nanos(&w) / 1e6,
+                    grouped.batch_nanos(&w) / 1e6
+                );
+            }
         }
         assert!(d.sensitivity > 0.0);
     }
