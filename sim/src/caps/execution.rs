@@ -282,9 +282,10 @@ impl StragglerModel {
             .sum()
     }
 
-    /// prefill: sum over layers of [non-expert(prefill tokens) + curve(max_e prefill routing)]
-    /// + head; decode: decode_iterations x (sum over layers of [non-expert decode(requests) +
-    /// curve(max_e decode routing)] + head). O(layers x experts), no allocation.
+    /// The prefill (the sum over layers of non-expert(prefill tokens) plus curve(max_e prefill
+    /// routing), and the head), then decode_iterations times the decode pass (the sum over
+    /// layers of non-expert decode(requests) plus curve(max_e decode routing), and the head).
+    /// O(layers x experts), no allocation.
     pub fn batch_nanos(&self, work: &StepWork<'_>) -> f64 {
         let routing = self.tables.routing(work);
         self.tables
