@@ -1,52 +1,47 @@
-//! CAPS in live mode: the CAPS server (queue, trigger/tick loop, selector) runs unchanged and
-//! asks a [`CapsLive`] executor for each batch's time. It runs the batch on the kernels as the
-//! `straggler` cost model prices it — per layer the dense part over the prompt tokens and the
-//! MoE layer on the batch's token-to-expert assignment (the summed routing counts of its
-//! requests, rounded to whole tokens), the output head, then every decode step the same on the
-//! decode routing — and answers with the measured time (or the predicted one, see [`Clock`]).
+//! CAPS in live mode, through the serving layer's step-cost seam: the CAPS server (queue,
+//! trigger/tick loop, selector as the replica's batch former) runs unchanged, and each static
+//! batch, one step of the replica, is priced by a [`LiveStep`] that predicts with the scenario's
+//! own step cost and measures the batch on the kernels ([`BatchMeasure`]): per layer the dense
+//! part over the prompt tokens and the MoE layer on the batch's token-to-expert assignment (its
+//! expected prefill routing rounded to whole tokens), the output head, then every decode pass
+//! the same on the decode routing.
 
 use crate::device::{Kernels, round_counts};
-use crate::fidelity::StepRecord;
+use crate::step::{LiveSession, LiveStep, Measure};
 use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
 use sim::caps::CapsScenario;
-use sim::caps::execution::BatchWork;
 use sim::caps::run::{simulate_on, step_executor};
-use sim::caps::server::{RecordSink, RequestRecord, StepExecutor};
+use sim::caps::server::{RecordSink, RequestRecord};
 use sim::runner::Policies;
-use sim::time::SimDuration;
+use sim::serving::StepWork;
 
-/// The live step executor: the scenario's own cost model predicts, the kernels measure.
-pub struct CapsLive<'a> {
-    predictor: Box<dyn StepExecutor>,
-    kernels: &'a mut Kernels,
-    clock: Clock,
-    steps: Vec<StepRecord>,
-    error: Option<BackendError>,
-}
+/// Runs one CAPS batch on the kernels.
+struct BatchMeasure;
 
-impl CapsLive<'_> {
-    /// Runs `work` on the kernels; returns the summed kernel time in nanoseconds.
-    fn measure(&mut self, work: &BatchWork<'_>) -> Result<f64, BackendError> {
-        let k = &mut *self.kernels;
+impl Measure for BatchMeasure {
+    fn measure(&mut self, k: &mut Kernels, work: &StepWork<'_>) -> Result<f64, BackendError> {
+        let routing = work
+            .expected_routing
+            .expect("a CAPS step carries its expected routing");
         let shape = k.shape().clone();
         let (n_experts, top_k) = (shape.n_experts, shape.top_k);
         let dense = k.dense_out_features();
-        let prompt = work.prompt_tokens as usize;
-        let batch = work.n_requests;
+        let prompt = work.prefill_tokens as usize;
+        let batch = work.requests as usize;
         let mut total = 0.0;
-        for (layer, load) in work.load.chunks_exact(n_experts).enumerate() {
+        for (layer, load) in routing.prefill.chunks_exact(n_experts).enumerate() {
             total += k.dense(dense, prompt, 0)?;
             total += k.moe(layer, &round_counts(load, (prompt * top_k) as u32), top_k)?;
         }
         total += k.dense(shape.vocab, batch, 0)?;
-        let decode_counts: Vec<Vec<u32>> = work
-            .decode_load
+        let decode_counts: Vec<Vec<u32>> = routing
+            .decode
             .chunks_exact(n_experts)
             .map(|load| round_counts(load, (batch * top_k) as u32))
             .collect();
         let context = k.decode_context();
-        for _ in 0..work.decode_steps {
+        for _ in 0..work.decode_iterations {
             for (layer, counts) in decode_counts.iter().enumerate() {
                 total += k.dense(dense, batch, context)?;
                 total += k.moe(layer, counts, top_k)?;
@@ -54,34 +49,6 @@ impl CapsLive<'_> {
             total += k.dense(shape.vocab, batch, 0)?;
         }
         Ok(total)
-    }
-}
-
-impl StepExecutor for CapsLive<'_> {
-    fn batch_time(&mut self, work: &BatchWork<'_>) -> SimDuration {
-        let predicted = self.predictor.batch_time(work);
-        // After a backend failure the run finishes on predicted times and then reports it.
-        let measured = if self.error.is_none() {
-            self.measure(work).unwrap_or_else(|e| {
-                self.error = Some(e);
-                predicted.0 as f64
-            })
-        } else {
-            predicted.0 as f64
-        };
-        self.steps.push(StepRecord {
-            index: self.steps.len(),
-            what: format!(
-                "batch of {} requests, {} prompt tokens, {} decode steps",
-                work.n_requests, work.prompt_tokens, work.decode_steps
-            ),
-            predicted_ns: predicted.0 as f64,
-            measured_ns: measured,
-        });
-        match self.clock {
-            Clock::Measured => SimDuration(measured.round().max(1.0) as u64),
-            Clock::Predicted => predicted,
-        }
     }
 }
 
@@ -123,34 +90,36 @@ pub fn run(
     clock: Clock,
 ) -> Result<FamilyRun, LiveError> {
     let mut simulated_log = BatchLog::default();
-    let (mut simulated_executor, _) = step_executor(scenario, seed);
     let simulated = simulate_on(
         scenario,
         seed,
         policies.batch_selector(&scenario.selector).as_mut(),
-        simulated_executor.as_mut(),
+        &mut step_executor(scenario, seed).0,
         &mut simulated_log,
     );
+    let session = LiveSession::new(kernels, clock);
     let mut live_log = BatchLog::default();
-    let mut executor = CapsLive {
-        predictor: step_executor(scenario, seed).0,
-        kernels,
-        clock,
-        steps: Vec::new(),
-        error: None,
-    };
+    let mut live_cost = LiveStep::new(
+        "batch",
+        step_executor(scenario, seed).0,
+        BatchMeasure,
+        session.clone(),
+    );
     let live = simulate_on(
         scenario,
         seed,
         policies.batch_selector(&scenario.selector).as_mut(),
-        &mut executor,
+        &mut live_cost,
         &mut live_log,
     );
-    if let Some(e) = executor.error {
-        return Err(LiveError::Backend(e));
-    }
+    drop(live_cost);
+    let session = std::rc::Rc::try_unwrap(session)
+        .ok()
+        .expect("the live run's step cost is dropped")
+        .into_inner();
+    let (steps, _) = session.finish()?;
     Ok(FamilyRun {
-        steps: executor.steps,
+        steps,
         simulated: sim::caps::run_output(&simulated),
         live: sim::caps::run_output(&live),
         decisions: Decisions::compare(

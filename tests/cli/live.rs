@@ -113,3 +113,51 @@ fn chimera_runs_live_through_the_step_cost_seam() {
         assert_eq!(pair["simulated"], pair["live"], "{pair}");
     }
 }
+
+/// CAPS runs live through the same wrapper: each static batch is one step of the replica,
+/// predicted by the scenario's step cost and measured on the kernels; with the predicted clock
+/// the live run forms the simulated run's batches and reports its metrics exactly.
+#[test]
+fn caps_runs_live_through_the_step_cost_seam() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("live");
+    let output = expertsim()
+        .args([
+            "live",
+            "--backend",
+            "cpu",
+            "--clock",
+            "predicted",
+            "--repetitions",
+            "1",
+            "--out",
+        ])
+        .arg(&out)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/live/caps.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("fidelity.json")).unwrap()).unwrap();
+    assert_eq!(report["family"], "caps");
+    assert_eq!(report["decisions"]["identical"], true);
+    let steps = report["steps"].as_array().unwrap();
+    // One step per batch: as many steps as the decision log has batches.
+    assert_eq!(
+        steps.len() as u64,
+        report["decisions"]["simulated_count"].as_u64().unwrap()
+    );
+    assert!(
+        steps
+            .iter()
+            .all(|s| s["measured_ns"].as_f64().unwrap() > 0.0
+                && s["predicted_ns"].as_f64().unwrap() > 0.0)
+    );
+    for pair in report["metrics"].as_array().unwrap() {
+        assert_eq!(pair["simulated"], pair["live"], "{pair}");
+    }
+}

@@ -26,6 +26,7 @@ pub struct CapsConfig {
     pub arrival: ArrivalFile,
     #[serde(default)]
     pub scheduler: SchedulerFile,
+    #[serde(default)]
     pub execution: ExecutionFile,
     #[serde(default)]
     pub metrics: MetricsFile,
@@ -195,6 +196,8 @@ impl Default for SchedulerFile {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecutionFile {
+    /// The batch execution model; `grouped` (the physical one) unless named.
+    #[serde(default = "default_execution_model")]
     pub model: ExecutionModelKind,
     /// GPU whose analytic roofline profile is used when no `profile` is given.
     #[serde(default = "default_gpu")]
@@ -211,13 +214,29 @@ fn default_gpu() -> String {
     "L4".into()
 }
 
+fn default_execution_model() -> ExecutionModelKind {
+    ExecutionModelKind::Grouped
+}
+
+impl Default for ExecutionFile {
+    fn default() -> Self {
+        ExecutionFile {
+            model: default_execution_model(),
+            gpu: default_gpu(),
+            profile: None,
+            sensitivity: None,
+            service_ms: None,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutionModelKind {
-    /// The physical model: each MoE layer's active experts as one grouped GEMM
+    /// The physical model and the default: each MoE layer's active experts as one grouped GEMM
     /// (`cost::moe_layer`, docs/cost-model.md).
     Grouped,
-    /// caps.txt: base time x (1 + CV(load) x sensitivity).
+    /// The paper's own model (caps.txt): base time x (1 + CV(load) x sensitivity).
     Cv,
     /// Per MoE layer, the most loaded expert on the token-vs-latency staircase.
     Straggler,
@@ -297,7 +316,8 @@ pub enum ArrivalSpec {
 
 #[derive(Clone, Debug)]
 pub enum ExecutionSpec {
-    /// The `cv` or `straggler` model, built once per cell from its profile and shared by the runs.
+    /// The `grouped`, `cv` or `straggler` model, built once per cell from its profile and shared
+    /// by the runs.
     CostModel(Arc<ExecutionModel>),
     Constant {
         service: SimDuration,

@@ -1,48 +1,39 @@
-//! The CAPS batch execution models that turn a batch's expert loads into a batch time:
-//! `grouped` (the physical one: each MoE layer's active experts run as one grouped GEMM priced
-//! by `cost::moe_layer`), `cv` (caps.txt's own assumption: base time x (1 + CV(load) x
+//! The CAPS batch execution models, each a `serving::StepCost` that turns a static batch (one
+//! step of the replica: the prefill, then `decode_iterations` passes of the whole batch, with
+//! the batch's expected routing) into a batch time: `grouped` (the physical one and the
+//! default: each MoE layer's active experts run as one grouped GEMM priced by
+//! `cost::moe_layer`), `cv` (caps.txt's own assumption: base time x (1 + CV(load) x
 //! sensitivity)) and `straggler` (per MoE layer the experts run in lock step, each with the
 //! whole GPU, so each layer waits for its most loaded expert on the expert cost curve). All
 //! read the same calibration profile; docs/cost-model.md derives them.
+//!
+//! A step's `expected_routing.prefill` is the batch's summed prompt routing (layer-major, each
+//! prompt token adds `top_k` per layer), `expected_routing.decode` the expected routed tokens
+//! of one decode pass (the sum over the batch's requests of request load / prompt tokens).
 
 use crate::cost::curve::CostCurve;
 use crate::cost::gpu::GpuSpec;
 use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
 use crate::cost::profile::{ExpertExecution, Profile, ProfileMismatch, SourceKind};
 use crate::cost::shape::MoeModelShape;
+use crate::serving::{CostSource, ExpectedRouting, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
 
-/// What one CAPS batch asks of the GPU.
-#[derive(Clone, Copy, Debug)]
-pub struct BatchWork<'a> {
-    pub n_requests: usize,
-    /// Summed prompt-token routing counts of the batch, layer-major (index
-    /// `layer * n_experts + expert`); each token adds `top_k` counts per layer.
-    pub load: &'a [f32],
-    /// Expected routed tokens per decode step, same layout: the sum over the batch's requests
-    /// of their per-token routing distribution (request load / request prompt tokens).
-    pub decode_load: &'a [f32],
-    pub prompt_tokens: u64,
-    /// Decode steps the batch runs (its longest output); every request of a batch completes
-    /// when the batch does.
-    pub decode_steps: u32,
-}
-
 /// The batch the default CV sensitivity is derived at: CAPS's `max_batch_size = 8`
-/// (caps.txt), with 128-token prompts and 16 decode steps (assumption: a short chat prompt
-/// and answer; the derivation is insensitive to it within a factor of two, see
-/// docs/cost-model.md).
+/// (caps.txt), with 128-token prompts and 16 decode passes after the prefill (assumption: a
+/// short chat prompt and answer; the derivation is insensitive to it within a factor of two,
+/// see docs/cost-model.md).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ReferenceBatch {
     pub n_requests: usize,
     pub prompt_tokens_per_request: u64,
-    pub decode_steps: u32,
+    pub decode_iterations: u32,
 }
 
 pub const CAPS_REFERENCE_BATCH: ReferenceBatch = ReferenceBatch {
     n_requests: 8,
     prompt_tokens_per_request: 128,
-    decode_steps: 16,
+    decode_iterations: 16,
 };
 
 /// Why an execution model cannot be built.
@@ -103,41 +94,83 @@ impl CostTables {
             + self.head.at(n_requests as f64)
     }
 
-    /// prefill + decode_steps x decode step, both with evenly spread routing.
-    fn base_nanos(&self, prompt_tokens: u64, n_requests: usize, decode_steps: u32) -> f64 {
+    /// prefill + decode_iterations x decode step, both with evenly spread routing.
+    fn base_nanos(&self, prompt_tokens: u64, n_requests: usize, decode_iterations: u32) -> f64 {
         self.even_prefill_nanos(prompt_tokens, n_requests)
-            + f64::from(decode_steps) * self.decode_step.at(n_requests as f64)
+            + f64::from(decode_iterations) * self.decode_step.at(n_requests as f64)
     }
 
     /// The routed-expert part of `base_nanos`.
-    fn even_expert_nanos(&self, prompt_tokens: u64, n_requests: usize, decode_steps: u32) -> f64 {
+    fn even_expert_nanos(
+        &self,
+        prompt_tokens: u64,
+        n_requests: usize,
+        decode_iterations: u32,
+    ) -> f64 {
         let prefill = self.expert.at(self.even_load(prompt_tokens as f64));
         let decode = self.expert.at(self.even_load(n_requests as f64));
-        self.n_layers as f64 * (prefill + f64::from(decode_steps) * decode)
+        self.n_layers as f64 * (prefill + f64::from(decode_iterations) * decode)
     }
 
-    fn check_work(&self, work: &BatchWork<'_>) {
+    /// The step's expected routing, checked against the model's shape.
+    fn routing<'w>(&self, work: &StepWork<'w>) -> ExpectedRouting<'w> {
         let dims = self.n_layers * self.n_experts;
+        assert!(work.requests > 0, "StepWork: an empty batch was executed");
+        let routing = work
+            .expected_routing
+            .expect("a CAPS execution model prices a step from its expected routing");
+        for (name, load) in [("prefill", routing.prefill), ("decode", routing.decode)] {
+            assert_eq!(
+                load.len(),
+                dims,
+                "StepWork: the {name} routing has {} entries, the model has {} layers x {} experts",
+                load.len(),
+                self.n_layers,
+                self.n_experts
+            );
+        }
+        routing
+    }
+
+    /// The straggler-shaped batch: prefill = layers x non-expert(prefill tokens) + head +
+    /// `moe(prefill routing)`; then `decode_iterations` x (layers x non-expert decode(requests) +
+    /// head + `moe(decode routing)`).
+    fn prefill_then_decode(
+        &self,
+        work: &StepWork<'_>,
+        moe: impl Fn(&[f32]) -> f64,
+        routing: ExpectedRouting<'_>,
+    ) -> f64 {
+        let layers = self.n_layers as f64;
+        let batch = work.requests as f64;
+        let prefill = layers * self.non_expert_prefill.at(work.prefill_tokens as f64)
+            + self.head.at(batch)
+            + moe(routing.prefill);
+        let decode = if work.decode_iterations == 0 {
+            0.0
+        } else {
+            let step = layers * self.non_expert_decode.at(batch)
+                + self.head.at(batch)
+                + moe(routing.decode);
+            f64::from(work.decode_iterations) * step
+        };
+        prefill + decode
+    }
+
+    /// `nanos` as a step time from this profile.
+    fn priced(&self, nanos: f64) -> StepTime {
         assert!(
-            work.n_requests > 0,
-            "BatchWork: an empty batch was executed"
+            nanos.is_finite() && nanos >= 0.0,
+            "batch time is {nanos} ns (a broken load vector?)"
         );
-        assert_eq!(
-            work.load.len(),
-            dims,
-            "BatchWork: load has {} entries, the model has {} layers x {} experts",
-            work.load.len(),
-            self.n_layers,
-            self.n_experts
-        );
-        assert_eq!(
-            work.decode_load.len(),
-            dims,
-            "BatchWork: decode_load has {} entries, the model has {} layers x {} experts",
-            work.decode_load.len(),
-            self.n_layers,
-            self.n_experts
-        );
+        StepTime {
+            duration: SimDuration(nanos.round() as u64),
+            breakdown: StepBreakdown::default(),
+            source: match self.source {
+                SourceKind::AnalyticRoofline => CostSource::Analytic,
+                SourceKind::Measured => CostSource::Measured,
+            },
+        }
     }
 }
 
@@ -196,14 +229,17 @@ impl CvModel {
     }
 
     /// prefill_time + decode_time with evenly spread routing, ns.
-    pub fn base_nanos(&self, work: &BatchWork<'_>) -> f64 {
-        self.tables
-            .base_nanos(work.prompt_tokens, work.n_requests, work.decode_steps)
+    pub fn base_nanos(&self, work: &StepWork<'_>) -> f64 {
+        self.tables.base_nanos(
+            work.prefill_tokens,
+            work.requests as usize,
+            work.decode_iterations,
+        )
     }
 
-    pub fn batch_nanos(&self, work: &BatchWork<'_>) -> f64 {
-        self.tables.check_work(work);
-        self.base_nanos(work) * (1.0 + coefficient_of_variation(work.load) * self.sensitivity)
+    pub fn batch_nanos(&self, work: &StepWork<'_>) -> f64 {
+        let routing = self.tables.routing(work);
+        self.base_nanos(work) * (1.0 + coefficient_of_variation(routing.prefill) * self.sensitivity)
     }
 }
 
@@ -246,26 +282,14 @@ impl StragglerModel {
             .sum()
     }
 
-    /// prefill: sum over layers of [non-expert(prompt_tokens) + curve(max_e load)] + head;
-    /// decode: decode_steps x (sum over layers of [non-expert decode(n_requests) +
-    /// curve(max_e decode_load)] + head). O(layers x experts), no allocation.
-    pub fn batch_nanos(&self, work: &BatchWork<'_>) -> f64 {
-        let t = &self.tables;
-        t.check_work(work);
-        let layers = t.n_layers as f64;
-        let batch = work.n_requests as f64;
-        let prefill = layers * t.non_expert_prefill.at(work.prompt_tokens as f64)
-            + t.head.at(batch)
-            + self.max_expert_nanos(work.load);
-        let decode = if work.decode_steps == 0 {
-            0.0
-        } else {
-            let step = layers * t.non_expert_decode.at(batch)
-                + t.head.at(batch)
-                + self.max_expert_nanos(work.decode_load);
-            f64::from(work.decode_steps) * step
-        };
-        prefill + decode
+    /// The prefill (the sum over layers of non-expert(prefill tokens) plus curve(max_e prefill
+    /// routing), and the head), then decode_iterations times the decode pass (the sum over
+    /// layers of non-expert decode(requests) plus curve(max_e decode routing), and the head).
+    /// O(layers x experts), no allocation.
+    pub fn batch_nanos(&self, work: &StepWork<'_>) -> f64 {
+        let routing = self.tables.routing(work);
+        self.tables
+            .prefill_then_decode(work, |load| self.max_expert_nanos(load), routing)
     }
 }
 
@@ -305,23 +329,10 @@ impl GroupedModel {
     }
 
     /// As [`StragglerModel::batch_nanos`] with each layer's experts priced as one grouped GEMM.
-    pub fn batch_nanos(&self, work: &BatchWork<'_>) -> f64 {
-        let t = &self.tables;
-        t.check_work(work);
-        let layers = t.n_layers as f64;
-        let batch = work.n_requests as f64;
-        let prefill = layers * t.non_expert_prefill.at(work.prompt_tokens as f64)
-            + t.head.at(batch)
-            + self.moe_nanos(work.load);
-        let decode = if work.decode_steps == 0 {
-            0.0
-        } else {
-            let step = layers * t.non_expert_decode.at(batch)
-                + t.head.at(batch)
-                + self.moe_nanos(work.decode_load);
-            f64::from(work.decode_steps) * step
-        };
-        prefill + decode
+    pub fn batch_nanos(&self, work: &StepWork<'_>) -> f64 {
+        let routing = self.tables.routing(work);
+        self.tables
+            .prefill_then_decode(work, |load| self.moe_nanos(load), routing)
     }
 }
 
@@ -334,18 +345,14 @@ pub enum ExecutionModel {
 }
 
 impl ExecutionModel {
-    /// How long `work` keeps the GPU busy.
-    pub fn batch_time(&self, work: &BatchWork<'_>) -> SimDuration {
-        let nanos = match self {
-            ExecutionModel::Grouped(model) => model.batch_nanos(work),
-            ExecutionModel::Cv(model) => model.batch_nanos(work),
-            ExecutionModel::Straggler(model) => model.batch_nanos(work),
+    /// How long the static batch `work` keeps the GPU busy, and where the price comes from.
+    pub fn step_time(&self, work: &StepWork<'_>) -> StepTime {
+        let (nanos, tables) = match self {
+            ExecutionModel::Grouped(model) => (model.batch_nanos(work), &model.tables),
+            ExecutionModel::Cv(model) => (model.batch_nanos(work), &model.tables),
+            ExecutionModel::Straggler(model) => (model.batch_nanos(work), &model.tables),
         };
-        assert!(
-            nanos.is_finite() && nanos >= 0.0,
-            "batch time is {nanos} ns (a broken load vector?)"
-        );
-        SimDuration(nanos.round() as u64)
+        tables.priced(nanos)
     }
 
     /// "analytic-roofline" or "measured": where the profile's numbers come from.
@@ -356,6 +363,13 @@ impl ExecutionModel {
             ExecutionModel::Straggler(model) => &model.tables,
         };
         tables.source.as_str()
+    }
+}
+
+/// The execution models are the CAPS family's `StepCost`s (immutable: `price` reads only).
+impl StepCost for ExecutionModel {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        self.step_time(work)
     }
 }
 
@@ -492,9 +506,16 @@ pub fn expected_max_standard_normal(n: usize) -> f64 {
 /// at the reference batch.
 fn derive_sensitivity(tables: &CostTables, reference: ReferenceBatch) -> SensitivityDerivation {
     let prompt_tokens = reference.prompt_tokens_per_request * reference.n_requests as u64;
-    let base_nanos = tables.base_nanos(prompt_tokens, reference.n_requests, reference.decode_steps);
-    let expert_nanos =
-        tables.even_expert_nanos(prompt_tokens, reference.n_requests, reference.decode_steps);
+    let base_nanos = tables.base_nanos(
+        prompt_tokens,
+        reference.n_requests,
+        reference.decode_iterations,
+    );
+    let expert_nanos = tables.even_expert_nanos(
+        prompt_tokens,
+        reference.n_requests,
+        reference.decode_iterations,
+    );
     let moe_share = if base_nanos > 0.0 {
         expert_nanos / base_nanos
     } else {
@@ -549,19 +570,25 @@ mod tests {
         (load, decode)
     }
 
+    /// A static batch of `n_requests` prompts of `tokens` tokens and `iterations` decode passes.
     fn work<'a>(
         load: &'a [f32],
         decode: &'a [f32],
         n_requests: usize,
         tokens: u64,
-        steps: u32,
-    ) -> BatchWork<'a> {
-        BatchWork {
-            n_requests,
-            load,
-            decode_load: decode,
-            prompt_tokens: n_requests as u64 * tokens,
-            decode_steps: steps,
+        iterations: u32,
+    ) -> StepWork<'a> {
+        StepWork {
+            requests: n_requests as u64,
+            prefill_tokens: n_requests as u64 * tokens,
+            decode_tokens: n_requests as u64 * u64::from(iterations),
+            decode_iterations: iterations,
+            expected_routing: Some(ExpectedRouting {
+                layers: load.len() / 60, // Qwen1.5-MoE: 60 routed experts
+                prefill: load,
+                decode,
+            }),
+            ..StepWork::default()
         }
     }
 
@@ -634,9 +661,10 @@ mod tests {
         let (hotter, hotter_decode) = loads(&shape, 8, 128, 1.0);
         let total = |l: &[f32]| l.iter().map(|&x| f64::from(x)).sum::<f64>();
         assert!((total(&even) - total(&hotter)).abs() < 1.0);
-        let t_even = model.batch_time(&work(&even, &even_decode, 8, 128, 16));
-        let t_hot = model.batch_time(&work(&hot, &hot_decode, 8, 128, 16));
-        let t_hotter = model.batch_time(&work(&hotter, &hotter_decode, 8, 128, 16));
+        let time = |load, decode| model.step_time(&work(load, decode, 8, 128, 16)).duration;
+        let t_even = time(&even, &even_decode);
+        let t_hot = time(&hot, &hot_decode);
+        let t_hotter = time(&hotter, &hotter_decode);
         assert!(
             t_even < t_hot && t_hot < t_hotter,
             "{t_even:?} {t_hot:?} {t_hotter:?}"
@@ -654,14 +682,14 @@ mod tests {
         let (even, even_decode) = loads(&shape, 8, 128, 0.0);
         let w = work(&even, &even_decode, 8, 128, 16);
         assert_eq!(
-            model.batch_time(&w),
+            model.step_time(&w).duration,
             SimDuration(cv.base_nanos(&w).round() as u64)
         );
-        let mut previous = model.batch_time(&w);
+        let mut previous = model.step_time(&w).duration;
         for fraction in [0.1, 0.3, 0.6, 1.0] {
             let (load, decode) = loads(&shape, 8, 128, fraction);
             let w = work(&load, &decode, 8, 128, 16);
-            let t = model.batch_time(&w);
+            let t = model.step_time(&w).duration;
             assert!(t > previous, "fraction {fraction}: {t:?} <= {previous:?}");
             let expected = cv.base_nanos(&w) * (1.0 + 0.5 * coefficient_of_variation(&load));
             assert!((t.0 as f64 - expected).abs() <= 1.0);
@@ -678,8 +706,8 @@ mod tests {
         let (even, even_decode) = loads(&shape, 15, 8, 0.0);
         let w = work(&even, &even_decode, 15, 8, 20);
         let (a, b) = (
-            cv.batch_time(&w).0 as f64,
-            straggler.batch_time(&w).0 as f64,
+            cv.step_time(&w).duration.0 as f64,
+            straggler.step_time(&w).duration.0 as f64,
         );
         assert!((a - b).abs() <= 2.0, "cv {a} vs straggler {b}");
     }
@@ -747,19 +775,24 @@ mod tests {
             d.sensitivity
         );
         let straggler = StragglerModel::new(&profile, &shape).unwrap();
-        println!("8 requests x 128 prompt tokens, 16 decode steps:");
-        for fraction in [0.0, 0.05, 0.1, 0.25, 0.5, 1.0] {
-            let label = format!("{:.0} % on 4 hot experts", fraction * 100.0);
-            let (load, decode) = loads(&shape, 8, 128, fraction);
-            let w = work(&load, &decode, 8, 128, 16);
-            println!(
-                "  {label:<22} CV {:6.3}  imbalance {:6.3}  base {:8.3} ms  cv {:8.3} ms  straggler {:8.3} ms",
-                coefficient_of_variation(&load),
-                imbalance(&load, shape.n_experts),
-                cv.base_nanos(&w) / 1e6,
-                cv.batch_nanos(&w) / 1e6,
-                straggler.batch_nanos(&w) / 1e6
-            );
+        let grouped =
+            GroupedModel::new(&profile, &shape, &GpuSpec::by_name("L4").unwrap()).unwrap();
+        for iterations in [16, 0] {
+            println!("8 requests x 128 prompt tokens, {iterations} decode passes:");
+            for fraction in [0.0, 0.05, 0.1, 0.25, 0.5, 1.0] {
+                let label = format!("{:.0} % on 4 hot experts", fraction * 100.0);
+                let (load, decode) = loads(&shape, 8, 128, fraction);
+                let w = work(&load, &decode, 8, 128, iterations);
+                println!(
+                    "  {label:<22} CV {:6.3}  imbalance {:6.3}  base {:8.3} ms  cv {:8.3} ms  straggler {:8.3} ms  grouped {:8.3} ms",
+                    coefficient_of_variation(&load),
+                    imbalance(&load, shape.n_experts),
+                    cv.base_nanos(&w) / 1e6,
+                    cv.batch_nanos(&w) / 1e6,
+                    straggler.batch_nanos(&w) / 1e6,
+                    grouped.batch_nanos(&w) / 1e6
+                );
+            }
         }
         assert!(d.sensitivity > 0.0);
     }

@@ -1,13 +1,15 @@
 //! The CAPS family (caps.txt): batch selection on one MoE GPU. Requests carry router-predicted
-//! expert loads; a scheduler loop forms batches with a pluggable `BatchSelector`.
+//! expert loads; the serving replica runs static batches that a pluggable `BatchSelector` forms,
+//! priced through the serving layer's `StepCost` seam.
 
 pub mod batch;
 pub mod config;
 pub mod execution;
-pub mod executor;
+pub mod former;
 pub mod metrics;
 pub mod run;
 pub mod server;
+pub mod step_cost;
 pub mod workload;
 
 pub use config::{CapsConfig, CapsScenario};

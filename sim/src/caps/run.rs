@@ -1,16 +1,17 @@
-//! Running one CAPS simulation: the arrival process, request model and step executor of a
+//! Running one CAPS simulation: the arrival process, request model and step cost of a
 //! scenario for a seed, the event loop, and the per-request CSV sink.
 
 use super::config::{ArrivalSpec, CapsScenario, ExecutionSpec};
-use super::server::{CapsServer, RecordSink, RequestRecord, StepExecutor};
+use super::server::{CapsServer, RecordSink, RequestRecord};
+use super::step_cost::{CapsStepCost, ConstantService, ExponentialService};
 use super::workload::{RequestModel, RequestStreams, TopicAffinities};
 use crate::arrivals::{ArrivalProcess, Bursty, Offline, Poisson, TraceReplay};
 use crate::caps::batch::BatchSelector;
-use crate::caps::executor::{ConstantService, ExponentialService};
 use crate::caps::metrics::RunMetrics;
 use crate::engine;
 use crate::metrics::RunOutput;
 use crate::rng::stream;
+use crate::serving::StepCost;
 use std::path::Path;
 
 /// The arrival process of `scenario` for `seed`.
@@ -31,16 +32,20 @@ pub fn arrival_process(scenario: &CapsScenario, seed: u64) -> Box<dyn ArrivalPro
     }
 }
 
-/// The step executor of `scenario` for `seed`, and the name of its cost-model source.
-pub fn step_executor(scenario: &CapsScenario, seed: u64) -> (Box<dyn StepExecutor>, String) {
+/// What executes the batches of `scenario` for `seed`: its step cost, and the name of its
+/// cost-model source.
+pub fn step_executor(scenario: &CapsScenario, seed: u64) -> (CapsStepCost, String) {
     match &scenario.execution {
-        ExecutionSpec::CostModel(model) => (Box::new(model.clone()), model.source().to_string()),
+        ExecutionSpec::CostModel(model) => (
+            CapsStepCost::Model(model.clone()),
+            model.source().to_string(),
+        ),
         ExecutionSpec::Constant { service } => (
-            Box::new(ConstantService(*service)),
+            CapsStepCost::Constant(ConstantService(*service)),
             "reference-constant".into(),
         ),
         ExecutionSpec::Exponential { mean } => (
-            Box::new(ExponentialService {
+            CapsStepCost::Exponential(ExponentialService {
                 mean: *mean,
                 rng: stream(seed, "service"),
             }),
@@ -76,26 +81,25 @@ pub fn simulate(
     selector: &mut dyn BatchSelector,
     sink: &mut dyn RecordSink,
 ) -> (RunMetrics, String) {
-    let (mut executor, source) = step_executor(scenario, seed);
-    let metrics = simulate_on(scenario, seed, selector, executor.as_mut(), sink);
+    let (mut step_cost, source) = step_executor(scenario, seed);
+    let metrics = simulate_on(scenario, seed, selector, &mut step_cost, sink);
     (metrics, source)
 }
 
-/// Runs one seed of `scenario` with batch times from `executor` instead of the scenario's own
-/// execution model (live mode passes the kernels here); every scheduling decision is made by
+/// Runs one seed of `scenario` with batch times from `step_cost` instead of the scenario's own
+/// (live mode wraps it in `live::step::LiveStep` here); every scheduling decision is made by
 /// the same server code as in [`simulate`].
 pub fn simulate_on(
     scenario: &CapsScenario,
     seed: u64,
     selector: &mut dyn BatchSelector,
-    executor: &mut dyn StepExecutor,
+    step_cost: &mut dyn StepCost,
     sink: &mut dyn RecordSink,
 ) -> RunMetrics {
     let model = request_model(scenario, seed);
     let streams = RequestStreams {
         tokens: stream(seed, "tokens"),
         mixing: stream(seed, "mixing"),
-        prediction: stream(seed, "prediction"),
     };
     let mut server = CapsServer::new(
         scenario.scheduler.clone(),
@@ -105,7 +109,8 @@ pub fn simulate_on(
         streams,
         selector,
         stream(seed, "selector"),
-        executor,
+        stream(seed, "prediction"),
+        step_cost,
         sink,
         scenario.queue_sample_interval,
     )

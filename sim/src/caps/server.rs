@@ -1,20 +1,25 @@
-//! The CAPS serving model: requests queue with their router-predicted expert loads; whenever the
-//! GPU is idle and the queue holds `min_batch_trigger` requests (or a periodic scheduler tick finds
-//! it non-empty), the scheduler seeds a batch with the oldest request, lets the `BatchSelector`
-//! fill it from the `window_size` oldest requests, and executes it on the `StepExecutor`. Every
-//! request of a batch completes when the batch does.
+//! The CAPS serving model on the shared serving layer: requests queue with their
+//! router-predicted expert loads in the CAPS batch former (`SelectorFormer`); whenever the GPU
+//! is idle and `min_batch_trigger` requests wait (or a tick of the `scheduling_interval` grid
+//! finds any), the `serving::Replica`, configured for static batches (`replica_config`), takes
+//! the batch the former picks (the oldest request plus the selector's choice from the
+//! `window_size` oldest) and runs it as one step priced through the `serving::StepCost` seam.
+//! Every request of a batch completes when the batch does.
 
-use super::workload::{MoeRequest, RequestModel, RequestStreams};
+use super::former::SelectorFormer;
+use super::workload::{RequestModel, RequestStreams};
 use crate::arrivals::{Arrival, ArrivalProcess};
-use crate::caps::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use crate::caps::execution::{BatchWork, coefficient_of_variation, imbalance};
+use crate::caps::batch::BatchSelector;
+use crate::caps::execution::{coefficient_of_variation, imbalance};
 use crate::caps::metrics::RunMetrics;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::metrics::{DepthTracker, LatencyRecorder};
 use crate::rng::SimRng;
+use crate::serving::{
+    Admission, Batching, ExpectedRouting, KvConfig, Replica, ReplicaConfig, Seq, StepCost, StepWork,
+};
 use crate::time::{SimDuration, SimTime};
-use std::collections::VecDeque;
 
 /// The scheduler loop's parameters (caps.txt, `scheduler` config; defaults 8 / 32 / 16 / 100 ms).
 #[derive(Clone, Debug, PartialEq)]
@@ -27,10 +32,22 @@ pub struct SchedulerParams {
     pub seed_with_oldest: bool,
 }
 
-/// Whoever answers "how long does this batch take": the cost model in simulation, the kernels
-/// in live mode. Scheduling code cannot tell which one it talks to.
-pub trait StepExecutor {
-    fn batch_time(&mut self, work: &BatchWork<'_>) -> SimDuration;
+/// The replica configuration of a CAPS server: static batches of at most `max_batch_size`
+/// requests, no token budget, and no KV limit (CAPS models none; a cache counted in tokens,
+/// unbounded, so `kv().peak()` is the most KV tokens a batch held).
+pub fn replica_config(params: &SchedulerParams) -> ReplicaConfig {
+    ReplicaConfig {
+        max_num_seqs: params.max_batch_size,
+        max_num_batched_tokens: None,
+        chunked_prefill: false,
+        kv: KvConfig {
+            block_size: 1,
+            blocks: u64::MAX,
+            watermark_blocks: 0,
+        },
+        admission: Admission::PromptOnly,
+        batching: Batching::Static,
+    }
 }
 
 /// One served request, as streamed to the per-request CSV.
@@ -71,27 +88,25 @@ pub enum Event {
 /// The CAPS batch server as an event-driven `Model`.
 pub struct CapsServer<'a> {
     params: SchedulerParams,
-    dims: usize,
+    n_layers: usize,
     n_experts: usize,
     arrivals: Box<dyn ArrivalProcess + 'a>,
     request_model: &'a RequestModel,
     streams: RequestStreams,
-    selector: &'a mut dyn BatchSelector,
-    selector_rng: SimRng,
-    executor: &'a mut dyn StepExecutor,
+    former: SelectorFormer<'a>,
+    replica: Replica,
+    step_cost: &'a mut dyn StepCost,
     sink: &'a mut dyn RecordSink,
 
     pending_arrival: Option<Arrival>,
     next_request_id: u64,
-    queue: VecDeque<MoeRequest>,
-    in_flight: Vec<MoeRequest>,
-    in_flight_start: SimTime,
+    batch_start: SimTime,
     tick_pending: bool,
 
-    // Buffers reused by every batch, and load vectors of served requests kept for reuse.
+    // Buffers reused by every batch.
     batch_load: Vec<f32>,
-    spare_loads: Vec<Vec<f32>>,
     batch_decode_load: Vec<f32>,
+    finished: Vec<Seq>,
 
     // Metrics.
     latency: LatencyRecorder,
@@ -99,8 +114,6 @@ pub struct CapsServer<'a> {
     depth: DepthTracker,
     first_arrival: Option<SimTime>,
     last_completion: SimTime,
-    n_batches: u64,
-    busy_ns: u64,
     imbalance_sum: f64,
     /// The sensitivity of the reported imbalance factor (`RunMetrics::imbalance_factor`).
     factor_sensitivity: f64,
@@ -117,7 +130,8 @@ impl<'a> CapsServer<'a> {
         streams: RequestStreams,
         selector: &'a mut dyn BatchSelector,
         selector_rng: SimRng,
-        executor: &'a mut dyn StepExecutor,
+        prediction_rng: SimRng,
+        step_cost: &'a mut dyn StepCost,
         sink: &'a mut dyn RecordSink,
         queue_sample_interval: SimDuration,
     ) -> Self {
@@ -126,32 +140,35 @@ impl<'a> CapsServer<'a> {
         let dims = request_model.affinities.dims();
         assert_eq!(dims % n_experts, 0, "load dims must be layers x experts");
         CapsServer {
+            replica: Replica::new(replica_config(&params)),
+            former: SelectorFormer::new(
+                params.window_size,
+                params.seed_with_oldest,
+                selector,
+                selector_rng,
+                request_model,
+                prediction_rng,
+            ),
             params,
-            dims,
+            n_layers: dims / n_experts,
             n_experts,
             arrivals,
             request_model,
             streams,
-            selector,
-            selector_rng,
-            executor,
+            step_cost,
             sink,
             pending_arrival: None,
             next_request_id: 0,
-            queue: VecDeque::new(),
-            in_flight: Vec::new(),
-            in_flight_start: SimTime::ZERO,
+            batch_start: SimTime::ZERO,
             tick_pending: false,
             batch_load: vec![0.0; dims],
-            spare_loads: Vec::new(),
             batch_decode_load: vec![0.0; dims],
+            finished: Vec::new(),
             latency: LatencyRecorder::default(),
             queue_wait: LatencyRecorder::default(),
             depth: DepthTracker::new(queue_sample_interval.0),
             first_arrival: None,
             last_completion: SimTime::ZERO,
-            n_batches: 0,
-            busy_ns: 0,
             imbalance_sum: 0.0,
             factor_sensitivity: 1.0,
             cv_sum: 0.0,
@@ -166,14 +183,14 @@ impl<'a> CapsServer<'a> {
     }
 
     fn busy(&self) -> bool {
-        !self.in_flight.is_empty()
+        !self.replica.running().is_empty()
     }
 
     fn try_dispatch(&mut self, now: SimTime, events: &mut EventQueue<Event>, tick: bool) {
-        if self.busy() || self.queue.is_empty() {
+        if self.busy() || self.former.waiting() == 0 {
             return;
         }
-        if tick || self.queue.len() >= self.params.min_batch_trigger {
+        if tick || self.former.waiting() >= self.params.min_batch_trigger {
             self.dispatch(now, events);
         } else if !self.tick_pending {
             let interval = self.params.scheduling_interval.0;
@@ -185,98 +202,70 @@ impl<'a> CapsServer<'a> {
         }
     }
 
+    /// The replica takes the former's batch; its loads become the step's expected routing.
     fn dispatch(&mut self, now: SimTime, events: &mut EventQueue<Event>) {
-        let window_len = self.params.window_size.min(self.queue.len());
-        let mut chosen: Vec<usize> = {
-            let rows = self
-                .queue
-                .iter()
-                .take(window_len)
-                .map(MoeRequest::predicted)
-                .collect();
-            let window = CandidateWindow::from_rows(self.dims, rows);
-            let mut selection = BatchSelection::new(&window, self.params.max_batch_size);
-            if self.params.seed_with_oldest {
-                selection.add(&window, 0);
-            }
-            self.selector
-                .select(&window, &mut selection, &mut self.selector_rng);
-            assert!(
-                selection.is_full(),
-                "batch selector left {} of {} slots empty",
-                selection.capacity() - selection.len(),
-                selection.capacity()
-            );
-            selection.chosen().to_vec()
-        };
-        chosen.sort_unstable();
-        assert!(
-            chosen.windows(2).all(|w| w[0] < w[1])
-                && chosen.last().is_some_and(|&i| i < window_len),
-            "batch selector returned an invalid selection {chosen:?}"
-        );
-        for &idx in chosen.iter().rev() {
-            let request = self
-                .queue
-                .remove(idx)
-                .expect("chosen index is inside the window");
-            self.in_flight.push(request);
-        }
-        self.in_flight.reverse();
-        self.depth.set(now, self.queue.len() as u64);
-
+        let work = self
+            .replica
+            .schedule_static_batch(now, &mut self.former)
+            .expect("a request waits, so the former forms a batch");
+        // A batch without decode passes (one-token outputs) has no decode routing to price.
         self.batch_load.fill(0.0);
         self.batch_decode_load.fill(0.0);
-        let mut prompt_tokens = 0u64;
-        let mut decode_steps = 0u32;
-        for request in &self.in_flight {
-            let per_token = 1.0 / request.prompt_tokens as f32;
-            for ((load, decode), value) in self
-                .batch_load
-                .iter_mut()
-                .zip(self.batch_decode_load.iter_mut())
-                .zip(&request.true_load)
-            {
+        let decodes = work.decode_iterations > 0;
+        for request in self.former.in_flight() {
+            for (load, value) in self.batch_load.iter_mut().zip(&request.true_load) {
                 *load += *value;
-                *decode += *value * per_token;
             }
-            prompt_tokens += u64::from(request.prompt_tokens);
-            decode_steps = decode_steps.max(request.output_tokens);
+            if decodes {
+                let per_token = 1.0 / request.prompt_tokens as f32;
+                for (decode, value) in self.batch_decode_load.iter_mut().zip(&request.true_load) {
+                    *decode += *value * per_token;
+                }
+            }
         }
-        let work = BatchWork {
-            n_requests: self.in_flight.len(),
-            load: &self.batch_load,
-            decode_load: &self.batch_decode_load,
-            prompt_tokens,
-            decode_steps,
+        let work = StepWork {
+            expected_routing: Some(ExpectedRouting {
+                layers: self.n_layers,
+                prefill: &self.batch_load,
+                decode: &self.batch_decode_load,
+            }),
+            ..work
         };
-        let duration = self.executor.batch_time(&work);
+        let duration = self.step_cost.price(&work).duration;
+        self.replica.begin_step(duration);
+        self.depth.set(now, self.former.waiting() as u64);
         self.imbalance_sum += imbalance(&self.batch_load, self.n_experts);
         self.cv_sum += coefficient_of_variation(&self.batch_load);
-        self.busy_ns += duration.0;
-        self.n_batches += 1;
-        self.in_flight_start = now;
+        self.batch_start = now;
         events.schedule(now + duration, Event::BatchComplete);
     }
 
     fn complete_batch(&mut self, now: SimTime) {
-        for mut request in self.in_flight.drain(..) {
-            self.latency.record((now - request.arrival).0);
-            self.queue_wait
-                .record((self.in_flight_start - request.arrival).0);
-            self.sink.record(&RequestRecord {
+        self.replica.complete_step(now, &mut self.finished);
+        assert_eq!(
+            self.finished.len(),
+            self.former.in_flight().len(),
+            "a static batch finishes whole"
+        );
+        self.finished.clear();
+        let batch = self.replica.stats().steps - 1;
+        let start = self.batch_start;
+        let (latency, queue_wait, sink) =
+            (&mut self.latency, &mut self.queue_wait, &mut *self.sink);
+        self.former.finish_batch(|request| {
+            latency.record((now - request.arrival).0);
+            queue_wait.record((start - request.arrival).0);
+            sink.record(&RequestRecord {
                 id: request.id,
                 topic: request.topic,
                 prompt_tokens: request.prompt_tokens,
                 output_tokens: request.output_tokens,
-                batch: self.n_batches - 1,
+                batch,
                 arrival: request.arrival,
-                start: self.in_flight_start,
+                start,
                 done: now,
             });
-            self.spare_loads
-                .push(std::mem::take(&mut request.true_load));
-        }
+        });
         self.last_completion = now;
     }
 
@@ -290,18 +279,19 @@ impl<'a> CapsServer<'a> {
     /// The metrics of the finished run.
     pub fn finish(self) -> RunMetrics {
         assert!(
-            self.queue.is_empty() && self.in_flight.is_empty(),
+            self.former.waiting() == 0 && !self.busy(),
             "run ended with requests still queued"
         );
+        let stats = self.replica.stats();
         let n_requests = self.latency.count();
         let start = self.first_arrival.unwrap_or(SimTime::ZERO);
         let span = self.last_completion.0.saturating_sub(start.0) as f64 * 1e-9;
         let (queue_depth_mean, queue_depth_max, queue_depth_series) =
             self.depth.finish(self.last_completion);
-        let batches = self.n_batches.max(1) as f64;
+        let batches = stats.steps.max(1) as f64;
         RunMetrics {
             n_requests,
-            n_batches: self.n_batches,
+            n_batches: stats.steps,
             latency: self.latency.summary(),
             queue_wait: self.queue_wait.summary(),
             throughput_rps: if span > 0.0 {
@@ -310,13 +300,13 @@ impl<'a> CapsServer<'a> {
                 0.0
             },
             makespan_s: self.last_completion.as_secs_f64(),
-            mean_batch_size: n_requests as f64 / batches,
+            mean_batch_size: stats.batch_sum as f64 / batches,
             imbalance: self.imbalance_sum / batches,
             load_cv: self.cv_sum / batches,
             imbalance_factor: 1.0 + self.cv_sum / batches * self.factor_sensitivity,
-            mean_batch_time_ms: self.busy_ns as f64 * 1e-6 / batches,
+            mean_batch_time_ms: stats.busy_ns as f64 * 1e-6 / batches,
             utilization: if self.last_completion.0 > 0 {
-                self.busy_ns as f64 / self.last_completion.0 as f64
+                stats.busy_ns as f64 / self.last_completion.0 as f64
             } else {
                 0.0
             },
@@ -343,18 +333,17 @@ impl Model for CapsServer<'_> {
                 self.first_arrival.get_or_insert(now);
                 let id = self.next_request_id;
                 self.next_request_id += 1;
-                let buffer = self.spare_loads.pop().unwrap_or_default();
-                let request = self.request_model.make_request_in(
+                let request = self.request_model.make_request(
                     id,
                     &Arrival {
                         time: now,
                         ..arrival
                     },
                     &mut self.streams,
-                    buffer,
                 );
-                self.queue.push_back(request);
-                self.depth.set(now, self.queue.len() as u64);
+                self.former.push(request);
+                self.replica.submitted(now);
+                self.depth.set(now, self.former.waiting() as u64);
                 self.schedule_next_arrival(events);
                 self.try_dispatch(now, events, false);
             }

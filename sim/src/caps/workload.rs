@@ -15,6 +15,11 @@
 //! same expectation. The router dry-run returns the exact vector, or the vector with independent
 //! multiplicative Gaussian noise of relative standard deviation `prediction_noise` per entry
 //! (clamped at zero).
+//!
+//! A request's token counts and secondary topic are drawn when it arrives (`make_request`); its
+//! load vector and the dry-run's prediction are computed when it first becomes a batch
+//! candidate (`route`), which the scheduler does in arrival order, so the `prediction` stream is
+//! drawn in the same order either way and memory follows the candidate window, not the queue.
 
 use crate::arrivals::Arrival;
 use crate::rng::SimRng;
@@ -112,9 +117,12 @@ pub struct MoeRequest {
     pub id: u64,
     pub arrival: SimTime,
     pub topic: u32,
+    /// The topic its prompt mixes in with weight `1 - topic_purity`.
+    pub secondary_topic: u32,
     pub prompt_tokens: u32,
     pub output_tokens: u32,
-    /// What the GPU will see: routed prompt tokens per (layer, expert), layer-major.
+    /// What the GPU will see: routed prompt tokens per (layer, expert), layer-major; empty until
+    /// [`RequestModel::route`].
     pub true_load: Vec<f32>,
     /// What the router dry-run predicts when it is noisy; `None` when it is exact.
     pub noisy_prediction: Option<Vec<f32>>,
@@ -127,32 +135,21 @@ impl MoeRequest {
     }
 }
 
-/// The random streams the request model draws from, one per concern.
+/// The random streams a request's arrival draws from, one per concern (the router dry-run's
+/// noise has its own, `"prediction"`, passed to [`RequestModel::route`]).
 pub struct RequestStreams {
     pub tokens: SimRng,
     pub mixing: SimRng,
-    pub prediction: SimRng,
 }
 
 impl RequestModel {
-    /// Builds request `id` for `arrival`, filling token counts the arrival left open.
+    /// Builds request `id` for `arrival`: token counts the arrival left open and the secondary
+    /// topic are drawn; the load vector is left to [`Self::route`].
     pub fn make_request(
         &self,
         id: u64,
         arrival: &Arrival,
         streams: &mut RequestStreams,
-    ) -> MoeRequest {
-        self.make_request_in(id, arrival, streams, Vec::new())
-    }
-
-    /// Like `make_request`, writing the load vector into `buffer` (a recycled vector of a served
-    /// request), which spares an allocation per request in long runs.
-    pub fn make_request_in(
-        &self,
-        id: u64,
-        arrival: &Arrival,
-        streams: &mut RequestStreams,
-        mut buffer: Vec<f32>,
     ) -> MoeRequest {
         let prompt_tokens = arrival
             .prompt_tokens
@@ -165,9 +162,25 @@ impl RequestModel {
         let n_topics = self.affinities.n_topics();
         let topic = arrival.topic as usize % n_topics;
         let secondary = streams.mixing.random_range(0..n_topics);
-        let own = self.affinities.topic(topic);
-        let other = self.affinities.topic(secondary);
-        let n = prompt_tokens as f32;
+        MoeRequest {
+            id,
+            arrival: arrival.time,
+            topic: topic as u32,
+            secondary_topic: secondary as u32,
+            prompt_tokens,
+            output_tokens,
+            true_load: Vec::new(),
+            noisy_prediction: None,
+        }
+    }
+
+    /// The router dry-run of `request`: its load vector, written into `buffer` (a recycled
+    /// vector of a served request, which spares an allocation per request), and the noisy
+    /// prediction drawn from `prediction` when `prediction_noise > 0`.
+    pub fn route(&self, request: &mut MoeRequest, prediction: &mut SimRng, mut buffer: Vec<f32>) {
+        let own = self.affinities.topic(request.topic as usize);
+        let other = self.affinities.topic(request.secondary_topic as usize);
+        let n = request.prompt_tokens as f32;
         let scale = n * self.top_k as f32;
         let purity = self.topic_purity as f32;
         buffer.clear();
@@ -176,25 +189,16 @@ impl RequestModel {
                 .zip(other)
                 .map(|(a, b)| (scale * (purity * a + (1.0 - purity) * b)).min(n)),
         );
-        let true_load = buffer;
-        let noisy_prediction = (self.prediction_noise > 0.0).then(|| {
-            true_load
+        request.noisy_prediction = (self.prediction_noise > 0.0).then(|| {
+            buffer
                 .iter()
                 .map(|&value| {
-                    let z: f64 = StandardNormal.sample(&mut streams.prediction);
+                    let z: f64 = StandardNormal.sample(prediction);
                     (value as f64 * (1.0 + self.prediction_noise * z)).max(0.0) as f32
                 })
                 .collect()
         });
-        MoeRequest {
-            id,
-            arrival: arrival.time,
-            topic: topic as u32,
-            prompt_tokens,
-            output_tokens,
-            true_load,
-            noisy_prediction,
-        }
+        request.true_load = buffer;
     }
 }
 
@@ -221,11 +225,22 @@ mod tests {
             prediction_noise: noise,
         }
     }
+    /// Request `id` made and routed.
+    fn routed(
+        model: &RequestModel,
+        id: u64,
+        arrival: &Arrival,
+        s: &mut RequestStreams,
+    ) -> MoeRequest {
+        let mut request = model.make_request(id, arrival, s);
+        assert!(request.true_load.is_empty(), "not routed before `route`");
+        model.route(&mut request, &mut stream(1, "pred"), Vec::new());
+        request
+    }
     fn streams() -> RequestStreams {
         RequestStreams {
             tokens: stream(1, "tokens"),
             mixing: stream(1, "mix"),
-            prediction: stream(1, "pred"),
         }
     }
     fn arrival(topic: u32, prompt: Option<u32>) -> Arrival {
@@ -271,7 +286,7 @@ mod tests {
     #[test]
     fn each_layer_routes_top_k_per_token() {
         let model = model(0.0);
-        let request = model.make_request(0, &arrival(1, Some(50)), &mut streams());
+        let request = routed(&model, 0, &arrival(1, Some(50)), &mut streams());
         assert_eq!(request.prompt_tokens, 50);
         for layer in request.true_load.chunks(10) {
             let sum: f32 = layer.iter().sum();
@@ -286,9 +301,9 @@ mod tests {
     fn same_topic_requests_share_hot_experts() {
         let model = model(0.0);
         let mut s = streams();
-        let a = model.make_request(0, &arrival(2, Some(100)), &mut s);
-        let b = model.make_request(1, &arrival(2, Some(100)), &mut s);
-        let c = model.make_request(2, &arrival(3, Some(100)), &mut s);
+        let a = routed(&model, 0, &arrival(2, Some(100)), &mut s);
+        let b = routed(&model, 1, &arrival(2, Some(100)), &mut s);
+        let c = routed(&model, 2, &arrival(3, Some(100)), &mut s);
         let dot = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f32>();
         assert!(dot(&a.true_load, &b.true_load) > dot(&a.true_load, &c.true_load));
     }
@@ -296,7 +311,7 @@ mod tests {
     #[test]
     fn noisy_prediction_differs_but_stays_non_negative() {
         let model = model(0.3);
-        let request = model.make_request(0, &arrival(0, Some(80)), &mut streams());
+        let request = routed(&model, 0, &arrival(0, Some(80)), &mut streams());
         assert_ne!(request.true_load, request.predicted());
         assert!(request.predicted().iter().all(|v| *v >= 0.0));
         let rel: f32 =

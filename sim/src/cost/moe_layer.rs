@@ -205,13 +205,22 @@ impl MoeLayerCost {
         let mut active = 0.0f64;
         let mut padded = 0.0f64;
         let mut measured = 0.0f64;
+        // Tiles of `rows` rows: a shift for a power-of-two tile (the hot path: no division).
+        let tile = u64::from(self.params.tile_tokens.max(1));
+        let shift = tile.is_power_of_two().then(|| tile.trailing_zeros());
+        let padded_rows = |rows: u64| match shift {
+            Some(shift) => ((rows + tile - 1) >> shift) << shift,
+            None => self.padded(rows),
+        };
         for &l in loads {
             if l > 0.0 {
-                let l = f64::from(l);
-                let p = l.min(1.0);
-                let rows = l.max(1.0).ceil() as u64;
+                let p = f64::from(l.min(1.0));
+                // ceil(max(l, 1)) without a libm call (`ceil` is one on baseline x86-64): the
+                // truncation, one more if a fraction was cut off.
+                let whole = l as u64;
+                let rows = (whole + u64::from((whole as f32) < l)).max(1);
                 active += p;
-                padded += p * self.padded(rows) as f64;
+                padded += p * padded_rows(rows) as f64;
                 if let Some(curve) = &self.measured_expert {
                     measured += p * (curve.at(rows as f64) - self.launch_total()).max(0.0);
                 }

@@ -1,9 +1,11 @@
 //! The serving layer: one continuous-batching replica (the vLLM scheduler model done once), the
-//! queue-policy and router extension points that order and place requests, and the one step-cost
-//! seam every family prices a step through. A replica is driven by a family's engine `Model`: the
-//! family schedules the step-end event, the replica decides what each step runs (docs/serving.md).
+//! queue-policy, batch-former and router extension points that order, group and place requests,
+//! and the one step-cost seam every family prices a step through. A replica is driven by a
+//! family's engine `Model`: the family schedules the step-end event, the replica decides what
+//! each step runs (docs/serving.md).
 
 pub mod config;
+pub mod former;
 pub mod kv;
 pub mod metrics;
 pub mod queue;
@@ -12,12 +14,15 @@ pub mod router;
 pub mod step;
 
 pub use config::{Admission, Batching, KvConfig, Preemption, ReplicaConfig};
+pub use former::BatchFormer;
 pub use kv::BlockManager;
 pub use metrics::ReplicaStats;
 pub use queue::{QueuePolicy, QueuedRequest};
 pub use replica::{AdmitHook, Replica, Seq};
 pub use router::{EngineState, RouteRequest, Router};
-pub use step::{CostSource, RoutedTokens, StepBreakdown, StepCost, StepTime, StepWork};
+pub use step::{
+    CostSource, ExpectedRouting, RoutedTokens, StepBreakdown, StepCost, StepTime, StepWork,
+};
 
 #[cfg(test)]
 mod tests;

@@ -12,8 +12,14 @@
 //! after `k` emitted tokens of a prompt `P` a step's context is `P + k`. A lone sequence is always
 //! run, overcommitting the cache if it must, so a request larger than the cache cannot stall the
 //! replica.
+//!
+//! A static replica may instead take its batches from a `BatchFormer` (`schedule_static_batch`):
+//! the former picks the whole batch when the replica is empty, and the batch runs as one step,
+//! its prefill pass and then a decode pass per output token of its longest request, every
+//! sequence padded along until the last finishes (docs/serving.md says why one step).
 
 use super::config::{Admission, Batching, Preemption, ReplicaConfig};
+use super::former::BatchFormer;
 use super::kv::BlockManager;
 use super::metrics::ReplicaStats;
 use super::queue::{QueuePolicy, QueuedRequest};
@@ -71,7 +77,11 @@ impl Seq {
     }
     /// Prompt tokens it prefills in the scheduled step (0 when it decodes).
     pub fn step_prefill(&self) -> u32 {
-        if self.prefilling() { self.scheduled } else { 0 }
+        if self.prefilling() {
+            self.scheduled.min(self.prefill_len - self.kv)
+        } else {
+            0
+        }
     }
     /// Whether the scheduled step emits a token for it (a decode, or the chunk that completes
     /// its prefill): the sequences the output head runs on.
@@ -98,14 +108,13 @@ struct Tally {
 }
 
 impl Tally {
-    /// Counts `s` (scheduled for `s.scheduled` tokens) in the step.
+    /// Counts `s` (scheduled for `s.scheduled` tokens) in the step: its prefill tokens, and
+    /// the rest as decode tokens.
     fn add(&mut self, s: &Seq) {
         self.requests += 1;
-        if s.prefilling() {
-            self.prefill += u64::from(s.scheduled);
-        } else {
-            self.decode += 1;
-        }
+        let prefill = s.step_prefill();
+        self.prefill += u64::from(prefill);
+        self.decode += u64::from(s.scheduled - prefill);
         self.context += u64::from(s.kv + s.scheduled);
     }
 }
@@ -126,6 +135,8 @@ pub struct Replica {
     step_requests: u64,
     swapped_out: u64,
     swapped_in: u64,
+    /// The batch a `BatchFormer` hands over, reused.
+    formed: Vec<QueuedRequest>,
 }
 
 impl Replica {
@@ -145,6 +156,7 @@ impl Replica {
             step_requests: 0,
             swapped_out: 0,
             swapped_in: 0,
+            formed: Vec::new(),
         }
     }
 
@@ -184,6 +196,12 @@ impl Replica {
     ) {
         self.stats.population(now, 1);
         policy.push(index, request);
+    }
+
+    /// A request joined the ones a `BatchFormer` holds for this replica at `now` (counted in the
+    /// population, as `submit` counts a request it queues in a policy).
+    pub fn submitted(&mut self, now: SimTime) {
+        self.stats.population(now, 1);
     }
 
     /// Tokens a sequence computes next within `budget`.
@@ -375,10 +393,94 @@ impl Replica {
             decode_tokens: tally.decode,
             context_tokens: tally.context,
             batch: &self.running,
+            decode_iterations: 0,
             routed: None,
+            expected_routing: None,
             adapters: &[],
             swapped_out_tokens: self.swapped_out,
             swapped_in_tokens: self.swapped_in,
+        })
+    }
+
+    /// Decides the next step of a static replica whose batches `former` forms: when the replica
+    /// is empty, the former's batch (at most `max_num_seqs` requests), run as one step: every
+    /// sequence prefills its prompt, then `decode_iterations` = the longest output - 1 decode
+    /// passes run the whole batch (a sequence that has emitted its output is padded along), and
+    /// all finish at the step's end. The batch is admitted whole (the former, not the cache,
+    /// sizes it): each sequence takes the blocks of the tokens it holds at the end, whatever the
+    /// admission rule, so `kv().peak()` says whether a finite cache would have held it. Returns
+    /// `None` (the replica idle) when the former hands over nothing.
+    pub fn schedule_static_batch(
+        &mut self,
+        now: SimTime,
+        former: &mut dyn BatchFormer,
+    ) -> Option<StepWork<'_>> {
+        assert_eq!(
+            self.config.batching,
+            Batching::Static,
+            "a batch former serves a static replica"
+        );
+        assert!(
+            self.running.is_empty(),
+            "a static batch forms only in an empty replica"
+        );
+        self.swapped_out = 0;
+        self.swapped_in = 0;
+        let mut formed = std::mem::take(&mut self.formed);
+        former.form(self.config.max_num_seqs, &mut formed);
+        assert!(
+            formed.len() <= self.config.max_num_seqs,
+            "the batch former handed over {} requests, max_num_seqs is {}",
+            formed.len(),
+            self.config.max_num_seqs
+        );
+        let mut longest = 0;
+        for request in formed.drain(..) {
+            let output = former.output_tokens(&request).max(1);
+            longest = longest.max(output);
+            self.stats.admitted += 1;
+            former.admitted(now, &request, output);
+            let request_submitted = request.submitted;
+            self.running.push(Seq {
+                prefill_len: request.prompt_tokens.max(1),
+                request: Box::new(request),
+                output,
+                generated: 0,
+                kv: 0,
+                blocks: 0,
+                scheduled: 0,
+                order: self.next_order,
+                first_token: request_submitted,
+                last_token: request_submitted,
+            });
+            self.next_order += 1;
+        }
+        self.formed = formed;
+        let decode_iterations = longest.saturating_sub(1);
+        let mut tally = Tally::default();
+        for s in &mut self.running {
+            s.scheduled = s.prefill_len + decode_iterations;
+            s.blocks = self.kv.blocks_for(u64::from(s.scheduled));
+            self.kv.allocate(s.blocks);
+            tally.add(s);
+        }
+        self.step_requests = tally.requests;
+        if self.step_requests == 0 {
+            self.busy = false;
+            return None;
+        }
+        Some(StepWork {
+            requests: tally.requests,
+            prefill_tokens: tally.prefill,
+            decode_tokens: tally.decode,
+            context_tokens: tally.context,
+            decode_iterations,
+            batch: &self.running,
+            routed: None,
+            expected_routing: None,
+            adapters: &[],
+            swapped_out_tokens: 0,
+            swapped_in_tokens: 0,
         })
     }
 
@@ -390,10 +492,11 @@ impl Replica {
         self.stats.batch_sum += self.step_requests;
     }
 
-    /// The step ends at `now`: every scheduled sequence computes its tokens, emits one if its
-    /// prefill is done, and leaves (its blocks freed) once it has emitted its output. Finished
-    /// sequences are appended to `finished` in the order found (the batch is compacted by
-    /// swapping the last sequence into the gap).
+    /// The step ends at `now`: every scheduled sequence computes its tokens and emits one for
+    /// each it computed from its last prefill token on (one per step in continuous batching, its
+    /// whole output in a static batch run as one step), and leaves (its blocks freed) once it
+    /// has emitted its output. Finished sequences are appended to `finished` in the order found
+    /// (the batch is compacted by swapping the last sequence into the gap).
     pub fn complete_step(&mut self, now: SimTime, finished: &mut Vec<Seq>) {
         self.iteration += 1;
         let mut i = 0;
@@ -403,18 +506,22 @@ impl Replica {
                 i += 1;
                 continue;
             }
-            if s.prefilling() {
-                self.stats.prefill_tokens += u64::from(s.scheduled);
-            }
+            self.stats.prefill_tokens += u64::from(s.step_prefill());
+            let before = s.kv;
             s.kv += s.scheduled;
             s.scheduled = 0;
             if s.kv >= s.prefill_len {
-                s.generated += 1;
-                if s.generated == 1 {
-                    s.first_token = now;
+                // The pass over the last prompt token emits the first output token.
+                let computed = s.kv - before.max(s.prefill_len - 1);
+                let emitted = computed.min(s.output - s.generated);
+                if emitted > 0 {
+                    if s.generated == 0 {
+                        s.first_token = now;
+                    }
+                    s.last_token = now;
                 }
-                s.last_token = now;
-                self.stats.tokens += 1;
+                s.generated += emitted;
+                self.stats.tokens += u64::from(emitted);
             }
             if s.generated >= s.output {
                 let done = self.running.swap_remove(i);

@@ -1,6 +1,7 @@
 //! The one step-cost seam: what a step does (requests, prefill and decode tokens, context
-//! lengths, optionally the tokens routed to each expert and GPU per layer, the adapters touched,
-//! swapped tokens) in, its duration with a breakdown and the source of the price out. Families
+//! lengths, the decode iterations of a static batch run as one step, optionally the tokens
+//! routed to each expert and GPU per layer, counted or expected, the adapters touched, swapped
+//! tokens) in, its duration with a breakdown and the source of the price out. Families
 //! implement `StepCost` over the cost model; live mode wraps any `StepCost` (predict, measure,
 //! record, pick the clock).
 
@@ -18,6 +19,19 @@ pub struct RoutedTokens<'a> {
     pub per_gpu: &'a [u32],
 }
 
+/// The routing of a step as expected tokens per layer per expert, where a family models routing
+/// by its expectation rather than by counted tokens (CAPS: a request's load vector is the
+/// expected routing of its prompt). Fractions matter: an expert expecting 0.3 tokens in a decode
+/// iteration is read in 30% of them. Both slices are `layers x experts`, layer-major.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExpectedRouting<'a> {
+    pub layers: usize,
+    /// Over the step's prefill tokens.
+    pub prefill: &'a [f32],
+    /// In each of the step's decode iterations (`StepWork::decode_iterations`).
+    pub decode: &'a [f32],
+}
+
 /// One step's work, as the replica scheduled it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StepWork<'a> {
@@ -25,8 +39,15 @@ pub struct StepWork<'a> {
     pub requests: u64,
     /// Prompt tokens prefilled in the step (whole prompts, chunks, recomputed tokens).
     pub prefill_tokens: u64,
-    /// Sequences decoding one token.
+    /// Decode tokens computed in the step: one per decoding sequence in a continuous-batching
+    /// step; `requests x decode_iterations` in a static batch run as one step.
     pub decode_tokens: u64,
+    /// Forward passes of the whole batch after its prefill pass, each decoding one token of every
+    /// sequence: 0 in a continuous-batching step (one pass: prefill chunks and one token per
+    /// decoding sequence); in a static batch run as one step, its longest output minus one (the
+    /// prefill pass emits each sequence's first token; a sequence that has emitted its output is
+    /// padded along until the longest finishes).
+    pub decode_iterations: u32,
     /// KV tokens the step's sequences hold once it runs (the attention context), summed.
     pub context_tokens: u64,
     /// The replica's running sequences; those with `scheduled() > 0` are in the step, each with
@@ -34,8 +55,10 @@ pub struct StepWork<'a> {
     /// (`step_prefill`). A slice of the batch rather than copied lengths: a cost model that
     /// needs no per-sequence term pays nothing for them.
     pub batch: &'a [Seq],
-    /// MoE routing of the step, where the family models it.
+    /// MoE routing of the step in counted tokens, where the family models it so.
     pub routed: Option<RoutedTokens<'a>>,
+    /// MoE routing of the step as expectations, where the family models it so.
+    pub expected_routing: Option<ExpectedRouting<'a>>,
     /// Adapters (LoRA, ESFT expert sets) the step's sequences use, distinct.
     pub adapters: &'a [u32],
     /// KV tokens moved to host memory before the step (swap preemption).
@@ -54,6 +77,8 @@ pub enum CostSource {
     Measured,
     /// A measured profile scaled to another device or shape.
     Scaled,
+    /// A queueing-theory reference service time (constant or exponential), no cost model.
+    Reference,
 }
 
 /// The parts of a step's time, in ns (a part may overlap others: the duration is not their sum

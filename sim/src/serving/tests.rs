@@ -340,6 +340,113 @@ fn a_lone_request_larger_than_the_cache_still_runs() {
     }
 }
 
+/// A batch former over a window of the `window` oldest waiting requests that takes the longest
+/// prompts first (ties: the older), so its batches are not arrival order; outputs by id.
+struct LongestPromptFirst {
+    waiting: VecDeque<QueuedRequest>,
+    window: usize,
+    outputs: Outputs,
+}
+
+impl AdmitHook for LongestPromptFirst {
+    fn output_tokens(&mut self, r: &QueuedRequest) -> u32 {
+        self.outputs.output_tokens(r)
+    }
+    fn admitted(&mut self, now: SimTime, r: &QueuedRequest, output: u32) {
+        self.outputs.admitted(now, r, output);
+    }
+}
+
+impl BatchFormer for LongestPromptFirst {
+    fn form(&mut self, capacity: usize, batch: &mut Vec<QueuedRequest>) {
+        let window = self.window.min(self.waiting.len());
+        let mut picks: Vec<usize> = (0..window).collect();
+        picks.sort_by_key(|&i| std::cmp::Reverse(self.waiting[i].prompt_tokens));
+        picks.truncate(capacity);
+        picks.sort_unstable();
+        for &i in picks.iter().rev() {
+            batch.push(self.waiting.remove(i).expect("inside the window"));
+        }
+        batch.reverse();
+    }
+}
+
+#[test]
+fn a_formed_static_batch_runs_as_one_padded_step() {
+    // max_num_seqs 2, block size 4, window 3. (id, prompt, output): 1 (4, 3), 2 (5, 1),
+    // 3 (6, 2), 4 (2, 1), all waiting at 0. Each step lasts 10 ns.
+    // s1 at 0: window {1, 2, 3}, longest prompts 3 and 2, in arrival order [2, 3]. Longest output
+    //    2: 1 decode iteration; prefill 5 + 6 = 11, decode 2 x 1 = 2, context (5 + 1) + (6 + 1)
+    //    = 13; blocks ceil(6/4) + ceil(7/4) = 4. Both finish at 10: 3 emits 2 tokens, 2 emits 1
+    //    (its second pass is padding).
+    // s2 at 10: window {1, 4}: [1, 4]. Longest output 3: 2 decode iterations; prefill 4 + 2 = 6,
+    //    decode 2 x 2 = 4, context (4 + 2) + (2 + 2) = 10; blocks 2 + 1. Emits 3 + 1.
+    // Then nothing waits: `None`, the replica idle.
+    let mut c = config(2, None, false);
+    c.batching = Batching::Static;
+    c.kv.block_size = 4;
+    let mut replica = Replica::new(c);
+    let mut former = LongestPromptFirst {
+        waiting: VecDeque::new(),
+        window: 3,
+        outputs: Outputs::default(),
+    };
+    for (id, prompt, output) in [(1, 4, 3), (2, 5, 1), (3, 6, 2), (4, 2, 1)] {
+        former.outputs.output.insert(id, output);
+        former.waiting.push_back(request(id, prompt, SimTime::ZERO));
+        replica.submitted(SimTime::ZERO);
+    }
+    let mut now = SimTime::ZERO;
+    let mut steps = vec![];
+    let mut finished = vec![];
+    while let Some(work) = replica.schedule_static_batch(now, &mut former) {
+        let ids: Vec<u64> = work.batch.iter().map(|s| s.request.id).collect();
+        steps.push((
+            ids,
+            work.prefill_tokens,
+            work.decode_tokens,
+            work.decode_iterations,
+            work.context_tokens,
+        ));
+        assert_eq!(work.requests, steps.last().unwrap().0.len() as u64);
+        replica.begin_step(SimDuration(10));
+        now += SimDuration(10);
+        let mut done = vec![];
+        replica.complete_step(now, &mut done);
+        assert!(replica.running().is_empty(), "a static batch leaves whole");
+        let mut ids: Vec<(u64, u32)> = done.iter().map(|s| (s.request.id, s.generated)).collect();
+        ids.sort_unstable();
+        finished.push(ids);
+    }
+    assert_eq!(
+        steps,
+        vec![(vec![2, 3], 11, 2, 1, 13), (vec![1, 4], 6, 4, 2, 10)]
+    );
+    assert_eq!(finished, vec![vec![(2, 1), (3, 2)], vec![(1, 3), (4, 1)]]);
+    assert_eq!(
+        former.outputs.admitted,
+        vec![
+            (SimTime(0), 2),
+            (SimTime(0), 3),
+            (SimTime(10), 1),
+            (SimTime(10), 4)
+        ]
+    );
+    assert!(!replica.is_busy());
+    assert_eq!(replica.kv().peak(), 4);
+    assert_eq!(replica.kv().used(), 0);
+    let stats = replica.stats();
+    assert_eq!((stats.steps, stats.batch_sum, stats.busy_ns), (2, 4, 20));
+    assert_eq!(
+        (stats.admitted, stats.completed, stats.in_system),
+        (4, 4, 0)
+    );
+    assert_eq!((stats.prefill_tokens, stats.tokens), (17, 7));
+    // Sojourns: 2 and 3 leave at 10, 1 and 4 at 20.
+    assert_eq!(stats.sojourn_ns, 60);
+    assert_eq!(stats.mean_in_system(now), 3.0);
+}
+
 #[test]
 fn invalid_configurations_are_refused() {
     let mut c = config(8, None, true);
