@@ -144,6 +144,17 @@ pub fn run(args: LiveArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.probe_points == 0 {
+        eprintln!("error: --probe-points: must be at least 1 (or --no-probe)");
+        return ExitCode::from(2);
+    }
+    if !(args.probe_threshold.is_finite() && args.probe_threshold >= 0.0) {
+        eprintln!(
+            "error: --probe-threshold: {} is not a non-negative percentage",
+            args.probe_threshold
+        );
+        return ExitCode::from(2);
+    }
     let options = LiveOptions {
         backend: match args.backend {
             BackendArg::Cpu => BackendKind::Cpu,

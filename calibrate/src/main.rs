@@ -580,6 +580,28 @@ mod tests {
             &["--backend", "cpu", "--model", "mixtral"],
             &["--backend", "cpu", "--quick", "--top-k", "99"],
             &["--analytic", "B200"],
+            &["--backend", "cpu", "--precision", "0"],
+            &["--backend", "cpu", "--min-repetitions", "0"],
+            &[
+                "--backend",
+                "cpu",
+                "--min-repetitions",
+                "20",
+                "--max-repetitions",
+                "10",
+            ],
+            &[
+                "--backend",
+                "cpu",
+                "--for-scenario",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/live/mosaic.toml"),
+            ],
+            &[
+                "--backend",
+                "cpu",
+                "--for-scenario",
+                "no/such/scenario.toml",
+            ],
         ] {
             let failure = run(&cli(args))
                 .err()
@@ -664,6 +686,47 @@ mod tests {
                 m.name
             );
         }
+    }
+
+    /// `--for-scenario` measures the scenario's shape at its counts only (by hand for the live
+    /// CAPS case: tokens 1, 64, 65, 128, 129, 192, 193, 256; batches 1-4), and a fixed
+    /// `--repetitions` records no stopping rule.
+    #[test]
+    fn for_scenario_measures_only_the_scenario_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("caps.json");
+        let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/live/caps.toml");
+        run(&cli(&[
+            "--backend",
+            "cpu",
+            "--for-scenario",
+            scenario,
+            "--repetitions",
+            "1",
+            "--warmup",
+            "0",
+            "--output",
+            path.to_str().unwrap(),
+        ]))
+        .unwrap_or_else(|f| panic!("{}", f.message));
+        let measured = MeasuredProfile::load(&path).unwrap();
+        measured
+            .profile
+            .check_shape(&MoeModelShape::live_tiny_moe())
+            .unwrap();
+        let xs = |name: &str| -> Vec<f64> {
+            let mut all = measured.calibration.measurements.iter();
+            let m = all.find(|m| m.name == name).unwrap();
+            m.points.iter().map(|p| p[0]).collect()
+        };
+        assert_eq!(
+            xs("expert_ffn"),
+            vec![1.0, 64.0, 65.0, 128.0, 129.0, 192.0, 193.0, 256.0]
+        );
+        assert_eq!(xs("non_expert_decode"), vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(measured.calibration.measurements.len(), 4);
+        assert!(measured.calibration.stopping.is_none());
+        assert_eq!(measured.calibration.repetitions, 1);
     }
 
     #[test]
