@@ -109,11 +109,12 @@ fn recalibrate_commands(
         .iter()
         .map(|s| format!(" --set {}", shell_word(s)))
         .collect();
+    let defaults = calibrate::pipeline::Plan::full();
     let mut kernel_flags = String::new();
-    if args.tile != 64 {
+    if args.tile != defaults.tile {
         kernel_flags += &format!(" --tile {}", args.tile);
     }
-    if args.decode_context != 256 {
+    if args.decode_context != defaults.decode_context {
         kernel_flags += &format!(" --decode-context {}", args.decode_context);
     }
     let mut commands = Vec::new();
@@ -134,6 +135,91 @@ fn recalibrate_commands(
         ));
     }
     commands
+}
+
+/// `--calibrate`: measures the scenario's profile on `kernels`, writes it, and reloads the
+/// scenario priced by it. On failure, the message is printed and the exit code returned.
+fn calibrate_first(
+    args: &LiveArgs,
+    plan: &sim::scenario::ScenarioPlan,
+    out: &Path,
+    kernels: &mut live::device::Kernels,
+) -> Result<(sim::scenario::ScenarioPlan, live::calibration::Calibrated), ExitCode> {
+    let path = args
+        .calibrate_output
+        .clone()
+        .unwrap_or_else(|| out.join("calibrated-profile.json"));
+    if let Some(parent) = path.parent()
+        && let Err(err) = std::fs::create_dir_all(parent)
+    {
+        eprintln!("error: {}: {err}", parent.display());
+        return Err(ExitCode::from(1));
+    }
+    let calibrated = live::calibration::calibrate_for(
+        kernels,
+        plan,
+        args.tile,
+        args.decode_context,
+        calibrate::adaptive::StoppingRule::default(),
+        &path,
+        &mut |line| eprintln!("  {line}"),
+    )
+    .map_err(|err| {
+        eprintln!("error: {}: {err}", args.scenario.display());
+        ExitCode::from(err.exit_code())
+    })?;
+    eprintln!(
+        "calibrated {} points ({} repetitions) in {:.1} s; wrote {}; this run is priced by it",
+        calibrated.points, calibrated.repetitions, calibrated.seconds, calibrated.path
+    );
+    let field = live::probe::profile_field(plan.family)
+        .expect("--calibrate succeeds only for families with a profile field");
+    let absolute = std::path::absolute(&path).unwrap_or(path);
+    let mut sets = args.sets.clone();
+    sets.push(format!(
+        "{field}={}",
+        toml::Value::String(absolute.display().to_string())
+    ));
+    match sim::scenario::load(&args.scenario, &sets) {
+        Ok(plan) => Ok((plan, calibrated)),
+        Err(err) => {
+            eprintln!("error: {err}");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+/// The failed probe's warning (or, with `--strict-probe`, error) and the commands to fix it.
+fn warn_about_the_profile(
+    args: &LiveArgs,
+    plan: &sim::scenario::ScenarioPlan,
+    probe: &live::probe::Probe,
+    just_calibrated: bool,
+) {
+    let level = if args.strict_probe {
+        "error"
+    } else {
+        "warning"
+    };
+    eprintln!(
+        "{level}: profile {} does not describe this device ({}): its probed points are off by a \
+         median {:.1} % (signed {:+.1} %), over the {} % threshold (--probe-threshold); the \
+         predictions below inherit that error{}",
+        probe.profile,
+        probe.device,
+        probe.median_abs_error_pct,
+        probe.median_error_pct,
+        probe.threshold_pct,
+        if just_calibrated {
+            " (it was measured moments ago: the device's speed changed since, e.g. other \
+             processes' load)"
+        } else {
+            ""
+        }
+    );
+    for line in recalibrate_commands(args, plan, &probe.profile) {
+        eprintln!("  {line}");
+    }
 }
 
 pub fn run(args: LiveArgs) -> ExitCode {
@@ -184,48 +270,12 @@ pub fn run(args: LiveArgs) -> ExitCode {
     };
     let mut before = BeforeRun::default();
     let plan = if args.calibrate {
-        let path = args
-            .calibrate_output
-            .clone()
-            .unwrap_or_else(|| out.join("calibrated-profile.json"));
-        if let Some(parent) = path.parent()
-            && let Err(err) = std::fs::create_dir_all(parent)
-        {
-            eprintln!("error: {}: {err}", parent.display());
-            return ExitCode::from(1);
-        }
-        let calibrated = live::calibration::calibrate_for(
-            &mut kernels,
-            &plan,
-            args.tile,
-            args.decode_context,
-            calibrate::adaptive::StoppingRule::default(),
-            &path,
-            &mut |line| eprintln!("  {line}"),
-        );
-        let calibrated = match calibrated {
-            Ok(c) => c,
-            Err(err) => return fail(err),
-        };
-        eprintln!(
-            "calibrated {} points ({} repetitions) in {:.1} s; wrote {}; this run is priced by it",
-            calibrated.points, calibrated.repetitions, calibrated.seconds, calibrated.path
-        );
-        let field = live::probe::profile_field(plan.family)
-            .expect("--calibrate succeeds only for families with a profile field");
-        let absolute = std::path::absolute(&path).unwrap_or(path);
-        let mut sets = args.sets.clone();
-        sets.push(format!(
-            "{field}={}",
-            toml::Value::String(absolute.display().to_string())
-        ));
-        before.calibrated = Some(calibrated);
-        match sim::scenario::load(&args.scenario, &sets) {
-            Ok(plan) => plan,
-            Err(err) => {
-                eprintln!("error: {err}");
-                return ExitCode::from(2);
+        match calibrate_first(&args, &plan, &out, &mut kernels) {
+            Ok((plan, calibrated)) => {
+                before.calibrated = Some(calibrated);
+                plan
             }
+            Err(code) => return code,
         }
     } else {
         plan
@@ -246,40 +296,15 @@ pub fn run(args: LiveArgs) -> ExitCode {
         }
     };
     match &before.probe {
-        ProbeOutcome::Ran(probe) => {
-            print!("{}", live::report::probe_table(probe));
-            if probe.verdict == Verdict::DoesNotDescribe {
-                let level = if args.strict_probe {
-                    "error"
-                } else {
-                    "warning"
-                };
-                eprintln!(
-                    "{level}: profile {} does not describe this device ({}): its probed points \
-                     are off by a median {:.1} % (signed {:+.1} %), over the {} % threshold \
-                     (--probe-threshold); the predictions below inherit that error{}",
-                    probe.profile,
-                    probe.device,
-                    probe.median_abs_error_pct,
-                    probe.median_error_pct,
-                    probe.threshold_pct,
-                    if before.calibrated.is_some() {
-                        " (it was measured moments ago: the device's speed changed since, e.g. \
-                         other processes' load)"
-                    } else {
-                        ""
-                    }
-                );
-                for line in recalibrate_commands(&args, &plan, &probe.profile) {
-                    eprintln!("  {line}");
-                }
-                if args.strict_probe {
-                    return ExitCode::from(2);
-                }
-            }
-        }
-        ProbeOutcome::Skipped { .. } => {
-            println!("{}", live::report::probe_line(&before.probe));
+        ProbeOutcome::Ran(probe) => print!("{}", live::report::probe_table(probe)),
+        skipped => println!("{}", live::report::probe_line(skipped)),
+    }
+    if let ProbeOutcome::Ran(probe) = &before.probe
+        && probe.verdict == Verdict::DoesNotDescribe
+    {
+        warn_about_the_profile(&args, &plan, probe, before.calibrated.is_some());
+        if args.strict_probe {
+            return ExitCode::from(2);
         }
     }
     let report = match live::run_on(&mut kernels, &plan, &strategies::Registry, &options, before) {
