@@ -191,7 +191,8 @@ recipe() {
     *) return 1 ;;
     esac
     if [[ "$backend" == cpu ]]; then
-        # The rehearsal: the CPU's own repetition counts (docs/fidelity.md), not the GPU's 500.
+        # The rehearsal: the CPU's own repetition counts (docs/fidelity.md), not the GPU's
+        # default (adaptive, 10 to 500 per point; docs/calibration.md).
         RECIPE+=(--repetitions 15 --warmup 3)
     fi
 }

@@ -1,8 +1,11 @@
-//! `expertsim live`: the arguments, and the run through the `live` crate (fidelity table
-//! printed, `fidelity.json` and figures written only when the run succeeded).
+//! `expertsim live`: the arguments, and the run through the `live` crate: with `--calibrate`
+//! a profile measured for the scenario first, then the probe of the profile against the device
+//! (printed, with a warning and the commands to recalibrate when it fails), then the run
+//! (fidelity table printed, `fidelity.json` and figures written only when the run succeeded).
 
 use clap::{Args, ValueEnum};
-use live::{BackendKind, Clock, LiveOptions};
+use live::probe::{ProbeOptions, ProbeOutcome, Verdict};
+use live::{BackendKind, BeforeRun, Clock, LiveOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -55,6 +58,168 @@ pub struct LiveArgs {
     /// Skip rendering figures.
     #[arg(long)]
     no_figures: bool,
+    /// Measure a profile for the scenario's model on this device first (only the token counts
+    /// and batch sizes the scenario can use; CAPS and GEM) and price the run with it.
+    #[arg(long)]
+    calibrate: bool,
+    /// Where --calibrate writes its profile (default: <out>/calibrated-profile.json).
+    #[arg(long, value_name = "PATH", requires = "calibrate")]
+    calibrate_output: Option<PathBuf>,
+    /// Do not probe the profile against the device before the run.
+    #[arg(long, conflicts_with_all = ["probe_points", "probe_threshold", "strict_probe"])]
+    no_probe: bool,
+    /// Probe points per step series of the profile (expert_ffn, non_expert_prefill,
+    /// non_expert_decode, head), spread over each series' sampled counts.
+    #[arg(long, default_value_t = live::probe::DEFAULT_POINTS_PER_SERIES)]
+    probe_points: usize,
+    /// The probe fails when the median |relative error| of its points exceeds this, percent.
+    #[arg(long, value_name = "PCT", default_value_t = live::probe::DEFAULT_THRESHOLD_PCT)]
+    probe_threshold: f64,
+    /// A failed probe is an error (exit code 2, nothing written) instead of a warning.
+    #[arg(long)]
+    strict_probe: bool,
+}
+
+/// `word` quoted for a POSIX shell when it needs it.
+fn shell_word(word: &str) -> String {
+    let plain = word
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@".contains(c));
+    if plain && !word.is_empty() {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// The commands that would give a profile describing this device: recalibrate the one the
+/// scenario names (CAPS and GEM: for the scenario's counts), or measure one for a run.
+fn recalibrate_commands(
+    args: &LiveArgs,
+    plan: &sim::scenario::ScenarioPlan,
+    profile: &str,
+) -> Vec<String> {
+    let backend = match args.backend {
+        BackendArg::Cpu => "cpu",
+        BackendArg::Cuda => "cuda",
+    };
+    let scenario = shell_word(&args.scenario.display().to_string());
+    let sets: String = args
+        .sets
+        .iter()
+        .map(|s| format!(" --set {}", shell_word(s)))
+        .collect();
+    let defaults = calibrate::pipeline::Plan::full();
+    let mut kernel_flags = String::new();
+    if args.tile != defaults.tile {
+        kernel_flags += &format!(" --tile {}", args.tile);
+    }
+    if args.decode_context != defaults.decode_context {
+        kernel_flags += &format!(" --decode-context {}", args.decode_context);
+    }
+    let mut commands = Vec::new();
+    if calibrate::scenario_points::for_scenario(&plan.cells[0].scenario).is_ok() {
+        commands.push(format!(
+            "recalibrate the scenario's profile: expertsim-calibrate --backend {backend} \
+             --for-scenario {scenario}{sets}{kernel_flags} --output {}",
+            shell_word(profile)
+        ));
+        commands.push(format!(
+            "or measure one for this run: expertsim live {scenario} --backend {backend}{sets}\
+             {kernel_flags} --calibrate"
+        ));
+    } else {
+        commands.push(format!(
+            "recalibrate {profile} on this device with expertsim-calibrate --backend {backend} \
+             and the flags it was measured with (docs/calibration.md)"
+        ));
+    }
+    commands
+}
+
+/// `--calibrate`: measures the scenario's profile on `kernels`, writes it, and reloads the
+/// scenario priced by it. On failure, the message is printed and the exit code returned.
+fn calibrate_first(
+    args: &LiveArgs,
+    plan: &sim::scenario::ScenarioPlan,
+    out: &Path,
+    kernels: &mut live::device::Kernels,
+) -> Result<(sim::scenario::ScenarioPlan, live::calibration::Calibrated), ExitCode> {
+    let path = args
+        .calibrate_output
+        .clone()
+        .unwrap_or_else(|| out.join("calibrated-profile.json"));
+    if let Some(parent) = path.parent()
+        && let Err(err) = std::fs::create_dir_all(parent)
+    {
+        eprintln!("error: {}: {err}", parent.display());
+        return Err(ExitCode::from(1));
+    }
+    let calibrated = live::calibration::calibrate_for(
+        kernels,
+        plan,
+        args.tile,
+        args.decode_context,
+        calibrate::adaptive::StoppingRule::default(),
+        &path,
+        &mut |line| eprintln!("  {line}"),
+    )
+    .map_err(|err| {
+        eprintln!("error: {}: {err}", args.scenario.display());
+        ExitCode::from(err.exit_code())
+    })?;
+    eprintln!(
+        "calibrated {} points ({} repetitions) in {:.1} s; wrote {}; this run is priced by it",
+        calibrated.points, calibrated.repetitions, calibrated.seconds, calibrated.path
+    );
+    let field = live::probe::profile_field(plan.family)
+        .expect("--calibrate succeeds only for families with a profile field");
+    let absolute = std::path::absolute(&path).unwrap_or(path);
+    let mut sets = args.sets.clone();
+    sets.push(format!(
+        "{field}={}",
+        toml::Value::String(absolute.display().to_string())
+    ));
+    match sim::scenario::load(&args.scenario, &sets) {
+        Ok(plan) => Ok((plan, calibrated)),
+        Err(err) => {
+            eprintln!("error: {err}");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+/// The failed probe's warning (or, with `--strict-probe`, error) and the commands to fix it.
+fn warn_about_the_profile(
+    args: &LiveArgs,
+    plan: &sim::scenario::ScenarioPlan,
+    probe: &live::probe::Probe,
+    just_calibrated: bool,
+) {
+    let level = if args.strict_probe {
+        "error"
+    } else {
+        "warning"
+    };
+    eprintln!(
+        "{level}: profile {} does not describe this device ({}): its probed points are off by a \
+         median {:.1} % (signed {:+.1} %), over the {} % threshold (--probe-threshold); the \
+         predictions below inherit that error{}",
+        probe.profile,
+        probe.device,
+        probe.median_abs_error_pct,
+        probe.median_error_pct,
+        probe.threshold_pct,
+        if just_calibrated {
+            " (it was measured moments ago: the device's speed changed since, e.g. other \
+             processes' load)"
+        } else {
+            ""
+        }
+    );
+    for line in recalibrate_commands(args, plan, &probe.profile) {
+        eprintln!("  {line}");
+    }
 }
 
 pub fn run(args: LiveArgs) -> ExitCode {
@@ -65,6 +230,17 @@ pub fn run(args: LiveArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.probe_points == 0 {
+        eprintln!("error: --probe-points: must be at least 1 (or --no-probe)");
+        return ExitCode::from(2);
+    }
+    if !(args.probe_threshold.is_finite() && args.probe_threshold >= 0.0) {
+        eprintln!(
+            "error: --probe-threshold: {} is not a non-negative percentage",
+            args.probe_threshold
+        );
+        return ExitCode::from(2);
+    }
     let options = LiveOptions {
         backend: match args.backend {
             BackendArg::Cpu => BackendKind::Cpu,
@@ -80,17 +256,62 @@ pub fn run(args: LiveArgs) -> ExitCode {
         decode_context: args.decode_context,
         repetitions: args.repetitions,
     };
-    let report = match live::run(&plan, &strategies::Registry, &options) {
-        Ok(report) => report,
-        Err(err) => {
-            eprintln!("error: {}: {err}", args.scenario.display());
-            return ExitCode::from(err.exit_code());
-        }
-    };
-    print!("{}", live::report::table(&report));
     let out = args
         .out
+        .clone()
         .unwrap_or_else(|| Path::new("results").join(format!("{}-live", plan.name)));
+    let fail = |err: live::LiveError| {
+        eprintln!("error: {}: {err}", args.scenario.display());
+        ExitCode::from(err.exit_code())
+    };
+    let mut kernels = match live::open(&plan, &options) {
+        Ok(kernels) => kernels,
+        Err(err) => return fail(err),
+    };
+    let mut before = BeforeRun::default();
+    let plan = if args.calibrate {
+        match calibrate_first(&args, &plan, &out, &mut kernels) {
+            Ok((plan, calibrated)) => {
+                before.calibrated = Some(calibrated);
+                plan
+            }
+            Err(code) => return code,
+        }
+    } else {
+        plan
+    };
+    before.probe = if args.no_probe {
+        ProbeOutcome::Skipped {
+            reason: "--no-probe".into(),
+        }
+    } else {
+        let probe_options = ProbeOptions {
+            points_per_series: args.probe_points,
+            threshold_pct: args.probe_threshold,
+            ..ProbeOptions::default()
+        };
+        match live::probe::run(&mut kernels, &plan, &probe_options) {
+            Ok(outcome) => outcome,
+            Err(err) => return fail(err),
+        }
+    };
+    match &before.probe {
+        ProbeOutcome::Ran(probe) => print!("{}", live::report::probe_table(probe)),
+        skipped => println!("{}", live::report::probe_line(skipped)),
+    }
+    if let ProbeOutcome::Ran(probe) = &before.probe
+        && probe.verdict == Verdict::DoesNotDescribe
+    {
+        warn_about_the_profile(&args, &plan, probe, before.calibrated.is_some());
+        if args.strict_probe {
+            return ExitCode::from(2);
+        }
+    }
+    let report = match live::run_on(&mut kernels, &plan, &strategies::Registry, &options, before) {
+        Ok(report) => report,
+        Err(err) => return fail(err),
+    };
+    print!("{}", live::report::table(&report));
     let mut written = Vec::new();
     let result = live::report::write_json(&report, &out).map(|p| written.push(p));
     let result = result.and_then(|()| {

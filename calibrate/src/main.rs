@@ -7,20 +7,13 @@
 //! converts Vidur's public GPU profiling CSVs into op and network profiles. Exit codes: 0 success,
 //! 2 bad input or no usable device (one line on stderr), 1 a profile that cannot be written.
 
-mod analytic;
-mod dense;
-mod pipeline;
-mod sampler;
-mod stats;
-mod timestamp;
-mod vidur;
-
+use calibrate::adaptive::StoppingRule;
+use calibrate::dense::{self, DensePlan};
+use calibrate::pipeline::{self, CalibrateError, Plan};
+use calibrate::{analytic, scenario_points, vidur};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use dense::DensePlan;
 use kernels::backend::{self, BackendKind};
-use pipeline::{CalibrateError, Plan};
-use sim::cost::shape::DenseModelShape;
-use sim::cost::shape::MoeModelShape;
+use sim::cost::shape::{DenseModelShape, MoeModelShape};
 use sim::mosaic::live_scale::{LIVE_SCALING, Scaling};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -70,9 +63,32 @@ struct Cli {
     /// Rows per GEMM tile (multiple of 4, at most 256).
     #[arg(long)]
     tile: Option<usize>,
-    /// Timed repetitions per point (default 500; 1 with --quick).
-    #[arg(long)]
+    /// A fixed count of timed repetitions per point (default: adaptive, below; 1 with --quick).
+    #[arg(long, conflicts_with_all = ["precision", "confidence", "min_repetitions", "max_repetitions"])]
     repetitions: Option<usize>,
+    /// Adaptive repetitions: stop a point once the confidence interval of its median has at
+    /// most this half-width relative to the median.
+    #[arg(long, default_value_t = StoppingRule::default().relative_half_width)]
+    precision: f64,
+    /// Coverage of that interval (distribution-free, from order statistics).
+    #[arg(long, default_value_t = StoppingRule::default().confidence)]
+    confidence: f64,
+    /// Adaptive repetitions: at least this many per point.
+    #[arg(long, default_value_t = StoppingRule::default().min_repetitions)]
+    min_repetitions: usize,
+    /// Adaptive repetitions: at most this many per point.
+    #[arg(long, default_value_t = StoppingRule::default().max_repetitions)]
+    max_repetitions: usize,
+    /// Measure only the token counts and batch sizes this scenario can use (CAPS, GEM), for its
+    /// model shape: the tile rule up to its largest pass, every batch size up to its largest.
+    #[arg(long, value_name = "SCENARIO", conflicts_with_all = [
+        "n_layers", "n_experts", "top_k", "expert_ffn", "dense_limit", "sparse_step",
+        "sparse_limit", "max_batch", "contexts", "context_batches", "reroute_tokens", "adapters",
+    ])]
+    for_scenario: Option<PathBuf>,
+    /// With --for-scenario: override a scenario value, as `expertsim run --set`.
+    #[arg(long = "set", value_name = "KEY=VALUE", requires = "for_scenario")]
+    sets: Vec<String>,
     /// Untimed runs before each point's repetitions.
     #[arg(long)]
     warmup: Option<usize>,
@@ -228,7 +244,6 @@ fn plan_of(cli: &Cli) -> Plan {
     }
     set!(
         tile,
-        repetitions,
         warmup,
         dense_limit,
         sparse_step,
@@ -241,7 +256,35 @@ fn plan_of(cli: &Cli) -> Plan {
         adapters
     );
     plan.seed = cli.seed;
+    if let Some(n) = cli.repetitions {
+        plan.stopping = StoppingRule::fixed(n);
+    } else if !cli.quick {
+        plan.stopping = StoppingRule {
+            confidence: cli.confidence,
+            relative_half_width: cli.precision,
+            min_repetitions: cli.min_repetitions,
+            max_repetitions: cli.max_repetitions,
+        };
+    }
     plan
+}
+
+/// `--for-scenario`: the scenario's one sweep cell, and what to sample for it.
+fn scenario_sampling(
+    path: &std::path::Path,
+    sets: &[String],
+) -> Result<(String, scenario_points::ScenarioSampling), Failure> {
+    let plan = sim::scenario::load(path, sets).map_err(|e| input(e.to_string()))?;
+    if plan.cells.len() != 1 {
+        return Err(input(format!(
+            "--for-scenario: {} has {} sweep cells; narrow it to one with --set",
+            path.display(),
+            plan.cells.len()
+        )));
+    }
+    let sampling = scenario_points::for_scenario(&plan.cells[0].scenario)
+        .map_err(|e| input(format!("--for-scenario {}: {e}", path.display())))?;
+    Ok((plan.name, sampling))
 }
 
 /// A file-name-safe lowercase slug.
@@ -319,7 +362,14 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     if let Some(names) = &cli.dense_models {
         return run_dense(cli, names);
     }
-    let shape = shape_of(cli)?;
+    let scenario = match &cli.for_scenario {
+        Some(path) => Some(scenario_sampling(path, &cli.sets)?),
+        None => None,
+    };
+    let shape = match &scenario {
+        Some((_, sampling)) => sampling.shape.clone(),
+        None => shape_of(cli)?,
+    };
     if cli.analytic.as_deref() == Some("all") {
         let dir = cli
             .output
@@ -354,7 +404,11 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         );
         return Ok(());
     }
-    let plan = plan_of(cli);
+    let mut plan = plan_of(cli);
+    if let Some((_, sampling)) = &scenario {
+        sampling.apply(&mut plan);
+        eprintln!("sampling for the scenario: {}", sampling.derivation);
+    }
     plan.validate()?;
     let started = Instant::now();
     let kind = match cli.backend {
@@ -362,22 +416,33 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         BackendArg::Cuda => BackendKind::Cuda,
     };
     let mut device = backend::open(kind).map_err(|e| input(e.to_string()))?;
+    let points: usize = pipeline::schedule(&plan)
+        .iter()
+        .map(|(_, xs)| xs.len())
+        .sum();
     eprintln!(
-        "calibrating {} on {} ({}, {} repetitions per point, tile {})",
+        "calibrating {} on {} ({}, {points} points, {}, tile {})",
         shape.name,
         device.device().name,
         kind,
-        plan.repetitions,
+        plan.stopping.describe(),
         plan.tile
     );
-    let measured = pipeline::calibrate(device.as_mut(), &shape, &plan, &mut |line| {
-        eprintln!("  {line}")
-    })?;
+    let measured = pipeline::calibrate(
+        device.as_mut(),
+        &shape,
+        &plan,
+        &mut |line| eprintln!("  {line}"),
+        true,
+    )?;
+    let stem = match &scenario {
+        Some((name, _)) => slug(name),
+        None => slug(&cli.model),
+    };
     let path = cli.output.clone().unwrap_or_else(|| {
         PathBuf::from(format!(
-            "profiles/measured/{}_{}.json",
-            slug(&measured.calibration.device_name),
-            slug(&cli.model)
+            "profiles/measured/{}_{stem}.json",
+            slug(&measured.calibration.device_name)
         ))
     });
     measured.save(&path).map_err(|e| Failure {
@@ -390,9 +455,24 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         .iter()
         .map(|m| m.points.len())
         .sum();
+    let repetitions: u64 = measured
+        .calibration
+        .measurements
+        .iter()
+        .map(|m| match &m.repetitions {
+            Some(counts) => counts.iter().map(|&c| u64::from(c)).sum(),
+            None => (m.points.len() * plan.stopping.max_repetitions) as u64,
+        })
+        .sum();
+    let at_maximum = measured
+        .calibration
+        .stopping
+        .as_ref()
+        .map(|s| format!(", {} points stopped at the maximum", s.points_at_maximum))
+        .unwrap_or_default();
     println!(
-        "profiled {points} points x {} repetitions on {} in {:.1} s; wrote {}",
-        plan.repetitions,
+        "profiled {points} points with {repetitions} repetitions in all (mean {:.1} per point{at_maximum}) on {} in {:.1} s; wrote {}",
+        repetitions as f64 / points.max(1) as f64,
         measured.calibration.device_name,
         started.elapsed().as_secs_f64(),
         path.display()
@@ -492,6 +572,28 @@ mod tests {
             &["--backend", "cpu", "--model", "mixtral"],
             &["--backend", "cpu", "--quick", "--top-k", "99"],
             &["--analytic", "B200"],
+            &["--backend", "cpu", "--precision", "0"],
+            &["--backend", "cpu", "--min-repetitions", "0"],
+            &[
+                "--backend",
+                "cpu",
+                "--min-repetitions",
+                "20",
+                "--max-repetitions",
+                "10",
+            ],
+            &[
+                "--backend",
+                "cpu",
+                "--for-scenario",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/live/mosaic.toml"),
+            ],
+            &[
+                "--backend",
+                "cpu",
+                "--for-scenario",
+                "no/such/scenario.toml",
+            ],
         ] {
             let failure = run(&cli(args))
                 .err()
@@ -576,6 +678,47 @@ mod tests {
                 m.name
             );
         }
+    }
+
+    /// `--for-scenario` measures the scenario's shape at its counts only (by hand for the live
+    /// CAPS case: tokens 1, 64, 65, 128, 129, 192, 193, 256; batches 1-4), and a fixed
+    /// `--repetitions` records no stopping rule.
+    #[test]
+    fn for_scenario_measures_only_the_scenario_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("caps.json");
+        let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/live/caps.toml");
+        run(&cli(&[
+            "--backend",
+            "cpu",
+            "--for-scenario",
+            scenario,
+            "--repetitions",
+            "1",
+            "--warmup",
+            "0",
+            "--output",
+            path.to_str().unwrap(),
+        ]))
+        .unwrap_or_else(|f| panic!("{}", f.message));
+        let measured = MeasuredProfile::load(&path).unwrap();
+        measured
+            .profile
+            .check_shape(&MoeModelShape::live_tiny_moe())
+            .unwrap();
+        let xs = |name: &str| -> Vec<f64> {
+            let mut all = measured.calibration.measurements.iter();
+            let m = all.find(|m| m.name == name).unwrap();
+            m.points.iter().map(|p| p[0]).collect()
+        };
+        assert_eq!(
+            xs("expert_ffn"),
+            vec![1.0, 64.0, 65.0, 128.0, 129.0, 192.0, 193.0, 256.0]
+        );
+        assert_eq!(xs("non_expert_decode"), vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(measured.calibration.measurements.len(), 4);
+        assert!(measured.calibration.stopping.is_none());
+        assert_eq!(measured.calibration.repetitions, 1);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The calibration pipeline: what is measured, at which counts, and how the measurements
 //! become a profile. Every series is timed on the same backend with the same warm-up and
-//! repetitions; the profile's curves hold medians, its `calibration` section every point with
-//! its spread.
+//! stopping rule (`adaptive`: repeat until the median is known to a stated precision, or a
+//! fixed count); the profile's curves hold medians, its `calibration` section every point with
+//! its spread and repetitions. The workloads are `bench`'s.
 //!
 //! - `expert_ffn`: the whole MoE layer (grouping, gate/up, SiLU x up, down, combine) with all
 //!   tokens routed to one expert of the model's size, at the tile-rule token counts;
@@ -14,17 +15,18 @@
 //! - `decode_step/context=C` (measurements only): the decode kernels at other contexts;
 //! - `reroute/{fused,unfused}/adapters=A` (measurements only): batched rerouting vs tokens.
 
+use crate::adaptive::{Stop, StoppingRule};
+use crate::bench::{Bench, Series};
+use crate::progress::Progress;
 use crate::sampler::{batch_points, steps, token_points};
-use crate::stats::summarize;
 use kernels::KernelInputError;
-use kernels::backend::{Backend, BackendError, BackendKind, Workload};
-use kernels::decode::{DecodeProblem, DecodeShape};
-use kernels::moe::{MoeProblem, MoeShape, check_tile_tokens};
-use kernels::reroute::{RerouteProblem, RerouteVariant};
+use kernels::backend::{Backend, BackendError, BackendKind};
+use kernels::moe::check_tile_tokens;
+use kernels::reroute::RerouteVariant;
 use sim::cost::curve::{CostCurve, CurveError};
 use sim::cost::profile::{
     Calibration, ExpertExecution, ExpertFfnCurve, MeasuredProfile, Measurement,
-    PROFILE_FORMAT_VERSION, Profile, ProfileSource, SourceKind,
+    PROFILE_FORMAT_VERSION, Profile, ProfileSource, SourceKind, StoppingRecord,
 };
 use sim::cost::shape::{MoeModelShape, WeightDtype};
 use std::time::Instant;
@@ -48,17 +50,17 @@ pub struct Plan {
     pub context_batches: Vec<usize>,
     pub reroute_tokens: Vec<usize>,
     pub adapters: Vec<usize>,
-    /// Experts each adapter fine-tuned.
-    pub tuned_experts: usize,
     pub warmup: usize,
-    pub repetitions: usize,
+    /// When a point has been repeated enough.
+    pub stopping: StoppingRule,
     pub seed: u64,
     pub quick: bool,
 }
 
 impl Plan {
     /// The full calibration: GEM's tile rule (64-token tiles to 4096, every 1024 to 16384),
-    /// 500 repetitions as in the paper.
+    /// each point repeated until its median is known to 2 % at 95 % (at most 500 repetitions,
+    /// GEM's fixed count).
     pub fn full() -> Plan {
         Plan {
             tile: 64,
@@ -72,9 +74,8 @@ impl Plan {
             context_batches: vec![1, 8, 32, 64, 65, 128, 256],
             reroute_tokens: vec![1, 16, 64, 256, 1024, 4096, 16_384],
             adapters: vec![1, 5, 10, 20],
-            tuned_experts: 8,
             warmup: 10,
-            repetitions: 500,
+            stopping: StoppingRule::default(),
             seed: 42,
             quick: false,
         }
@@ -95,9 +96,8 @@ impl Plan {
             context_batches: vec![],
             reroute_tokens: vec![1, 64, 1024],
             adapters: vec![1, 4],
-            tuned_experts: 8,
             warmup: 0,
-            repetitions: 1,
+            stopping: StoppingRule::fixed(1),
             seed: 42,
             quick: true,
         }
@@ -109,10 +109,8 @@ impl Plan {
             Err(CalibrateError::Input(format!("--{flag}: {problem}")))
         };
         check_tile_tokens(self.tile).map_err(|e| CalibrateError::Input(format!("--tile: {e}")))?;
-        if self.repetitions == 0 {
-            return bad("repetitions", "must be at least 1".into());
-        }
-        if self.warmup > MAX_COUNT || self.repetitions > MAX_COUNT {
+        self.stopping.check().map_err(CalibrateError::Input)?;
+        if self.warmup > MAX_COUNT || self.stopping.max_repetitions > MAX_COUNT {
             return bad("repetitions", format!("at most {MAX_COUNT}"));
         }
         if self.dense_limit < self.tile {
@@ -172,122 +170,69 @@ impl From<KernelInputError> for CalibrateError {
     }
 }
 
-/// Times workloads and collects the series.
-struct Recorder<'a> {
-    backend: &'a mut dyn Backend,
-    plan: &'a Plan,
-    measurements: Vec<Measurement>,
-    log: &'a mut dyn FnMut(&str),
-    started: Instant,
-}
-
-impl Recorder<'_> {
-    fn time(&mut self, x: usize, workload: &Workload) -> Result<[f64; 6], CalibrateError> {
-        let samples = self
-            .backend
-            .time(workload, self.plan.warmup, self.plan.repetitions)?;
-        Ok(summarize(x as f64, &samples))
-    }
-
-    fn push(
-        &mut self,
-        name: String,
-        x: &str,
-        points: Vec<[f64; 6]>,
-    ) -> Result<CostCurve, CalibrateError> {
-        (self.log)(&format!(
-            "{name}: {} points ({:.1} s so far)",
-            points.len(),
-            self.started.elapsed().as_secs_f64()
+/// Every series `plan` measures with its `x` values (increasing), in measuring order.
+pub fn schedule(plan: &Plan) -> Vec<(Series, Vec<usize>)> {
+    let sorted = |v: &[usize]| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let tokens = token_points(
+        plan.tile,
+        plan.dense_limit,
+        plan.sparse_step,
+        plan.sparse_limit,
+    );
+    let batches = batch_points(plan.tile, plan.max_batch);
+    let mut series = vec![
+        (Series::ExpertFfn, tokens.clone()),
+        (Series::NonExpertPrefill, tokens),
+        (Series::NonExpertDecode, batches.clone()),
+    ];
+    for &context in &plan.contexts {
+        series.push((
+            Series::DecodeAtContext(context),
+            sorted(&plan.context_batches),
         ));
-        let curve =
-            CostCurve::new(points.iter().map(|p| (p[0], p[1])).collect()).map_err(|source| {
-                CalibrateError::Curve {
-                    name: name.clone(),
-                    source,
-                }
-            })?;
-        self.measurements.push(Measurement {
-            name,
-            x: x.into(),
-            points,
-        });
-        Ok(curve)
     }
-}
-
-/// A decode-kernel problem whose weights are kept across points (they are the expensive part
-/// to generate); `set` replaces the per-point inputs.
-struct DecodeBench {
-    problem: DecodeProblem,
-}
-
-impl DecodeBench {
-    fn new(shape: DecodeShape, tile: usize, seed: u64) -> DecodeBench {
-        DecodeBench {
-            problem: DecodeProblem::random(shape, tile, 1, 0, seed, true),
+    let head = plan.head_batches.as_deref().map(sorted).unwrap_or(batches);
+    series.push((Series::Head, head));
+    for &adapters in &plan.adapters {
+        for variant in [RerouteVariant::Fused, RerouteVariant::Unfused] {
+            series.push((
+                Series::Reroute { variant, adapters },
+                sorted(&plan.reroute_tokens),
+            ));
         }
     }
-
-    fn workload(mut self, batch: usize, context: usize, seed: u64) -> Workload {
-        let fresh = DecodeProblem::random(
-            DecodeShape {
-                out_features: 1,
-                ..self.problem.shape
-            },
-            self.problem.tile_tokens,
-            batch,
-            context,
-            seed,
-            true,
-        );
-        self.problem.batch = batch;
-        self.problem.context = context;
-        self.problem.x = fresh.x;
-        self.problem.q = fresh.q;
-        self.problem.k_cache = fresh.k_cache;
-        self.problem.v_cache = fresh.v_cache;
-        Workload::Decode(self.problem)
-    }
-
-    fn back(workload: Workload) -> DecodeBench {
-        match workload {
-            Workload::Decode(problem) => DecodeBench { problem },
-            _ => unreachable!("a DecodeBench workload is a decode workload"),
-        }
-    }
-
-    /// Times the bench at each `(x, batch, context)` and returns the rows.
-    fn series(
-        mut self,
-        recorder: &mut Recorder<'_>,
-        points: impl IntoIterator<Item = (usize, usize)>,
-    ) -> Result<(DecodeBench, Vec<[f64; 6]>), CalibrateError> {
-        let seed = recorder.plan.seed;
-        let mut rows = Vec::new();
-        for (batch, context) in points {
-            let workload = self.workload(batch, context, seed);
-            let row = recorder.time(batch, &workload);
-            self = DecodeBench::back(workload);
-            rows.push(row?);
-        }
-        Ok((self, rows))
-    }
+    series
 }
 
-/// The dense part of one layer as a GEMM: output features so that `hidden x out` covers the
+/// The layer's dense part as a GEMM: output features so that `hidden x out` covers the
 /// layer's matmul parameters.
 pub fn dense_out_features(shape: &MoeModelShape) -> usize {
     (shape.dense_matmul_params_per_layer() as usize).div_ceil(shape.hidden)
 }
 
+fn curve_of(name: &str, points: &[[f64; 6]]) -> Result<CostCurve, CalibrateError> {
+    CostCurve::new(points.iter().map(|p| (p[0], p[1])).collect()).map_err(|source| {
+        CalibrateError::Curve {
+            name: name.to_string(),
+            source,
+        }
+    })
+}
+
 /// Measures everything in `plan` for `shape` and returns the profile. `log` gets one line
-/// per finished series.
+/// per finished series with the points done, the time spent and the estimated time left; with
+/// `draw_bar` a progress bar shows the same on a terminal.
 pub fn calibrate(
     backend: &mut dyn Backend,
     shape: &MoeModelShape,
     plan: &Plan,
     log: &mut dyn FnMut(&str),
+    draw_bar: bool,
 ) -> Result<MeasuredProfile, CalibrateError> {
     let started = Instant::now();
     plan.validate()?;
@@ -302,134 +247,70 @@ pub fn calibrate(
         )));
     }
     let device = backend.device().clone();
-    let seed = plan.seed;
-    let mut recorder = Recorder {
-        backend,
-        plan,
-        measurements: Vec::new(),
-        log,
-        started,
-    };
-    let tokens = token_points(
-        plan.tile,
-        plan.dense_limit,
-        plan.sparse_step,
-        plan.sparse_limit,
-    );
-    let batches = batch_points(plan.tile, plan.max_batch);
-
-    // The expert FFN: one expert of the model's size, all tokens routed to it.
-    let expert_shape = MoeShape {
-        hidden: shape.hidden,
-        expert_ffn: shape.expert_ffn,
-        n_experts: 1,
-        top_k: 1,
-    };
-    let mut moe = MoeProblem::random(expert_shape, plan.tile, 1, seed);
-    let mut rows = Vec::new();
-    for &n in &tokens {
-        let fresh = MoeProblem::random(
-            MoeShape {
-                expert_ffn: 1,
-                ..expert_shape
-            },
-            plan.tile,
-            n,
-            seed,
+    let mut bench = Bench::new(shape, plan.tile, plan.decode_context, plan.seed);
+    let schedule = schedule(plan);
+    let points_total = schedule.iter().map(|(_, xs)| xs.len()).sum();
+    let work_total = schedule
+        .iter()
+        .flat_map(|(series, xs)| xs.iter().map(|&x| bench.work(series, x)))
+        .sum();
+    let mut progress = Progress::new(points_total, work_total, draw_bar);
+    let mut measurements = Vec::new();
+    let (mut total_repetitions, mut at_maximum) = (0u64, 0u32);
+    for (series, xs) in &schedule {
+        let name = series.name();
+        let mut points = Vec::with_capacity(xs.len());
+        let mut repetitions = Vec::with_capacity(xs.len());
+        for &x in xs {
+            let timed = bench.time(backend, series, x, plan.warmup, &plan.stopping);
+            let timed = timed.inspect_err(|_| progress.finish())?;
+            total_repetitions += timed.repetitions as u64;
+            at_maximum += u32::from(timed.stop == Stop::Maximum && !plan.stopping.is_fixed());
+            points.push(timed.row);
+            repetitions.push(timed.repetitions as u32);
+            progress.point_done(bench.work(series, x), &format!("{name} at {x}"));
+        }
+        curve_of(&name, &points)?;
+        let line = format!(
+            "{name}: {} points, {} repetitions ({})",
+            points.len(),
+            repetitions.iter().map(|&r| u64::from(r)).sum::<u64>(),
+            progress.summary()
         );
-        moe.x = fresh.x;
-        moe.topk_ids = fresh.topk_ids;
-        moe.topk_weights = fresh.topk_weights;
-        let workload = Workload::Moe(moe);
-        let row = recorder.time(n, &workload);
-        moe = match workload {
-            Workload::Moe(p) => p,
-            _ => unreachable!("built as a MoE workload"),
-        };
-        rows.push(row?);
+        progress.println(&line, log);
+        measurements.push(Measurement {
+            name,
+            x: series.x_label().into(),
+            points,
+            repetitions: (!plan.stopping.is_fixed()).then_some(repetitions),
+        });
     }
-    drop(moe);
-    let medians: Vec<(f64, f64)> = rows.iter().map(|r| (r[0], r[1])).collect();
+    progress.finish();
+    let series_curve = |series: Series| {
+        let name = series.name();
+        let m = measurements
+            .iter()
+            .find(|m| m.name == name)
+            .expect("every plan measures the four step series");
+        curve_of(&name, &m.points)
+    };
+    let expert = series_curve(Series::ExpertFfn)?;
+    let non_expert_prefill = series_curve(Series::NonExpertPrefill)?;
+    let non_expert_decode = series_curve(Series::NonExpertDecode)?;
+    let head = series_curve(Series::Head)?;
+
+    let medians: Vec<(f64, f64)> = expert.samples().collect();
     let at_boundaries = steps(&medians, 0.02 * medians[0].1)
         .into_iter()
         .filter(|&x| x as usize % plan.tile == 0)
         .count();
-    (recorder.log)(&format!(
+    log(&format!(
         "expert_ffn: the median jumps by over 2 % at {at_boundaries} of the {} sampled tile boundaries",
         (plan.dense_limit / plan.tile).saturating_sub(1)
     ));
-    let expert = recorder.push("expert_ffn".into(), "tokens", rows)?;
-
-    // The layer's dense part: prefill (GEMM only) and decode (GEMM + attention).
-    let dense_shape = DecodeShape {
-        hidden: shape.hidden,
-        out_features: dense_out_features(shape),
-        n_heads: shape.n_attention_heads,
-        n_kv_heads: shape.n_kv_heads,
-        head_dim: shape.head_dim,
-    };
-    let bench = DecodeBench::new(dense_shape, plan.tile, seed);
-    let (bench, rows) = bench.series(&mut recorder, tokens.iter().map(|&n| (n, 0)))?;
-    let non_expert_prefill = recorder.push("non_expert_prefill".into(), "tokens", rows)?;
-    let (bench, rows) = bench.series(
-        &mut recorder,
-        batches.iter().map(|&b| (b, plan.decode_context)),
-    )?;
-    let non_expert_decode = recorder.push("non_expert_decode".into(), "batch", rows)?;
-    let mut bench = bench;
-    for &context in &plan.contexts {
-        let (next, rows) = bench.series(
-            &mut recorder,
-            plan.context_batches.iter().map(|&b| (b, context)),
-        )?;
-        bench = next;
-        let mut sorted = rows;
-        sorted.sort_by(|a, b| a[0].total_cmp(&b[0]));
-        sorted.dedup_by(|a, b| a[0] == b[0]);
-        recorder.push(format!("decode_step/context={context}"), "batch", sorted)?;
-    }
-    drop(bench);
-
-    // The output head.
-    let head_shape = DecodeShape {
-        out_features: shape.vocab,
-        ..dense_shape
-    };
-    let head_batches = plan.head_batches.clone().unwrap_or_else(|| batches.clone());
-    let head_bench = DecodeBench::new(head_shape, plan.tile, seed);
-    let (head_bench, rows) =
-        head_bench.series(&mut recorder, head_batches.iter().map(|&b| (b, 0)))?;
-    drop(head_bench);
-    let head = recorder.push("head".into(), "batch", rows)?;
-
-    // Batched rerouting, fused and unfused, per adapter count.
-    for &adapters in &plan.adapters {
-        for variant in [RerouteVariant::Fused, RerouteVariant::Unfused] {
-            let mut rows = Vec::new();
-            for &t in &plan.reroute_tokens {
-                let problem = RerouteProblem::random(
-                    t,
-                    shape.n_experts,
-                    shape.top_k,
-                    adapters,
-                    plan.tuned_experts,
-                    seed,
-                );
-                rows.push(recorder.time(t, &Workload::Reroute(problem, variant))?);
-            }
-            let mut sorted = rows;
-            sorted.sort_by(|a, b| a[0].total_cmp(&b[0]));
-            sorted.dedup_by(|a, b| a[0] == b[0]);
-            recorder.push(
-                format!("reroute/{}/adapters={adapters}", variant.as_str()),
-                "tokens",
-                sorted,
-            )?;
-        }
-    }
 
     // The whole decode step, derived from the measured curves.
-    let decode_samples = batches
+    let decode_samples = batch_points(plan.tile, plan.max_batch)
         .iter()
         .map(|&b| {
             let even_load = (b * shape.top_k) as f64 / shape.n_experts as f64;
@@ -450,20 +331,20 @@ pub fn calibrate(
         ""
     };
     let notes = format!(
-        "{mode}measured with the {} backend ({}); expert_ffn: the whole MoE layer with every \
+        "{mode}measured with the {} backend ({}), {}; expert_ffn: the whole MoE layer with every \
          token routed to one expert; non-expert parts: one GEMM of the layer's dense matmul \
          weights ({} x {}) plus attention over {} cached tokens for decode; head: the {} x {} \
          output GEMM; decode_step derived as n_layers x (non_expert_decode + expert_ffn(batch x \
          top_k / n_experts)) + head (docs/calibration.md)",
         device.backend,
         device.timing,
-        dense_shape.hidden,
-        dense_shape.out_features,
+        plan.stopping.describe(),
+        shape.hidden,
+        dense_out_features(shape),
         plan.decode_context,
         shape.hidden,
         shape.vocab,
     );
-    let Recorder { measurements, .. } = recorder;
     let profile = Profile {
         format_version: PROFILE_FORMAT_VERSION,
         gpu: device.name.clone(),
@@ -492,6 +373,7 @@ pub fn calibrate(
             BackendKind::Cuda => ExpertExecution::Concurrent,
         },
     };
+    let rule = &plan.stopping;
     let calibration = Calibration {
         backend: device.backend.as_str().into(),
         device_name: device.name,
@@ -503,7 +385,15 @@ pub fn calibrate(
         tile_tokens: plan.tile as u32,
         timing: device.timing.into(),
         warmup: plan.warmup as u32,
-        repetitions: plan.repetitions as u32,
+        repetitions: rule.max_repetitions as u32,
+        stopping: (!rule.is_fixed()).then_some(StoppingRecord {
+            confidence: rule.confidence,
+            relative_half_width: rule.relative_half_width,
+            min_repetitions: rule.min_repetitions as u32,
+            max_repetitions: rule.max_repetitions as u32,
+            total_repetitions,
+            points_at_maximum: at_maximum,
+        }),
         profiling_seconds: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
         measurements,
     };

@@ -99,6 +99,11 @@ impl Kernels {
         self.kind
     }
 
+    /// The backend itself, for work that is not a step (the profile probe, `--calibrate`).
+    pub fn backend_mut(&mut self) -> &mut dyn Backend {
+        self.backend.as_mut()
+    }
+
     /// How a duration is measured.
     pub fn timing(&self) -> String {
         if self.realtime {

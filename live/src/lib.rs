@@ -3,12 +3,17 @@
 //! `expertsim run`, while each step is executed on the kernels (CPU references or CUDA) and
 //! timed. The fidelity report sets every step's predicted time beside its measured time.
 //!
-//! Families: Chimera (`chimera`) and GEM (`gem`), through the serving layer's one step-cost
-//! seam `sim::serving::step::StepCost`, wrapped once by `step::LiveStep`; CAPS (`caps`, through
-//! `sim::caps::server::StepExecutor`), ExpertWeave (`expertweave`, through
-//! `sim::expertweave::EwStepCost`) and MOSAIC (`mosaic`, through `sim::mosaic::SessionCost`).
-//! The last three move onto `step::LiveStep` as their families move onto the serving replica.
+//! Families: Chimera (`chimera`), GEM (`gem`) and CAPS (`caps`), through the serving layer's
+//! one step-cost seam `sim::serving::step::StepCost`, wrapped once by `step::LiveStep`;
+//! ExpertWeave (`expertweave`, through `sim::expertweave::EwStepCost`) and MOSAIC (`mosaic`,
+//! through `sim::mosaic::SessionCost`). The last two move onto `step::LiveStep` as their
+//! families move onto the serving replica.
+//!
+//! Before the run, `probe` checks that the scenario's measured profile describes the device
+//! (a few of its points timed again), and `calibration` can measure a profile for the scenario
+//! on the device first (`expertsim live --calibrate`).
 
+pub mod calibration;
 pub mod caps;
 pub mod chimera;
 pub mod device;
@@ -16,6 +21,7 @@ pub mod expertweave;
 pub mod fidelity;
 pub mod gem;
 pub mod mosaic;
+pub mod probe;
 pub mod report;
 pub mod step;
 
@@ -66,6 +72,9 @@ pub enum LiveError {
     /// The backend cannot run (no GPU, no driver, a kernel failure; exit code 1).
     #[error("backend: {0}")]
     Backend(#[from] BackendError),
+    /// A file (the profile `--calibrate` measured) cannot be written (exit code 1).
+    #[error("{0}")]
+    Write(String),
 }
 
 impl LiveError {
@@ -73,7 +82,7 @@ impl LiveError {
     pub fn exit_code(&self) -> u8 {
         match self {
             LiveError::Unsupported(_) => 2,
-            LiveError::Backend(_) => 1,
+            LiveError::Backend(_) | LiveError::Write(_) => 1,
         }
     }
 }
@@ -139,6 +148,12 @@ pub struct LiveReport {
     pub realtime: bool,
     pub model: String,
     pub cost_model_source: String,
+    /// The profile file that priced the predictions, when the scenario names one.
+    pub profile: Option<String>,
+    /// The profile `--calibrate` measured for this run (then `profile` is that file).
+    pub calibrated: Option<calibration::Calibrated>,
+    /// The check of the profile against this device before the run.
+    pub probe: probe::ProbeOutcome,
     pub variability: Option<String>,
     pub execution: Option<String>,
     pub errors: ErrorSummary,
@@ -192,12 +207,26 @@ fn describe(scenario: &Scenario) -> Result<Described, LiveError> {
     }
 }
 
-/// Runs the single cell and seed of `plan` simulated and live.
-pub fn run(
-    plan: &ScenarioPlan,
-    policies: &dyn Policies,
-    options: &LiveOptions,
-) -> Result<LiveReport, LiveError> {
+/// What happened before the run: the probe and, with `--calibrate`, the profile measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BeforeRun {
+    pub probe: probe::ProbeOutcome,
+    pub calibrated: Option<calibration::Calibrated>,
+}
+
+impl Default for BeforeRun {
+    fn default() -> Self {
+        BeforeRun {
+            probe: probe::ProbeOutcome::Skipped {
+                reason: "not asked for".into(),
+            },
+            calibrated: None,
+        }
+    }
+}
+
+/// Checks that `plan` is one sweep cell and one seed, and opens the device for it.
+pub fn open(plan: &ScenarioPlan, options: &LiveOptions) -> Result<Kernels, LiveError> {
     if plan.cells.len() != 1 || plan.seeds.len() != 1 {
         return Err(LiveError::Unsupported(format!(
             "live mode runs one sweep cell and one seed; {} has {} cells x {} seeds (narrow it \
@@ -207,10 +236,8 @@ pub fn run(
             plan.seeds.len()
         )));
     }
-    let scenario = &plan.cells[0].scenario;
-    let seed = plan.seeds[0];
-    let (shape, model, source) = describe(scenario)?;
-    let mut kernels = Kernels::open(
+    let (shape, _, _) = describe(&plan.cells[0].scenario)?;
+    Ok(Kernels::open(
         options.backend,
         options.device,
         shape.as_ref(),
@@ -218,16 +245,40 @@ pub fn run(
         options.decode_context,
         options.realtime,
         options.repetitions,
-    )?;
+    )?)
+}
+
+/// Runs the single cell and seed of `plan` simulated and live, opening the device and
+/// probing nothing.
+pub fn run(
+    plan: &ScenarioPlan,
+    policies: &dyn Policies,
+    options: &LiveOptions,
+) -> Result<LiveReport, LiveError> {
+    let mut kernels = open(plan, options)?;
+    run_on(&mut kernels, plan, policies, options, BeforeRun::default())
+}
+
+/// Runs the single cell and seed of `plan` simulated and live on `kernels` (from [`open`]),
+/// recording `before` in the report.
+pub fn run_on(
+    kernels: &mut Kernels,
+    plan: &ScenarioPlan,
+    policies: &dyn Policies,
+    options: &LiveOptions,
+    before: BeforeRun,
+) -> Result<LiveReport, LiveError> {
+    let scenario = &plan.cells[0].scenario;
+    let seed = plan.seeds[0];
+    let (_, model, source) = describe(scenario)?;
+    let profile = probe::scenario_profile(plan)?.map(|p| p.display().to_string());
     let started = Instant::now();
     let family_run = match scenario {
-        Scenario::Caps(s) => caps::run(s, seed, policies, &mut kernels, options.clock)?,
-        Scenario::Gem(s) => gem::run(s, seed, policies, &mut kernels, options.clock)?,
-        Scenario::Expertweave(s) => {
-            expertweave::run(s, seed, policies, &mut kernels, options.clock)?
-        }
-        Scenario::Mosaic(s) => mosaic::run(s, seed, policies, &mut kernels, options.clock)?,
-        Scenario::Chimera(s) => chimera::run(s, seed, policies, &mut kernels, options.clock)?,
+        Scenario::Caps(s) => caps::run(s, seed, policies, kernels, options.clock)?,
+        Scenario::Gem(s) => gem::run(s, seed, policies, kernels, options.clock)?,
+        Scenario::Expertweave(s) => expertweave::run(s, seed, policies, kernels, options.clock)?,
+        Scenario::Mosaic(s) => mosaic::run(s, seed, policies, kernels, options.clock)?,
+        Scenario::Chimera(s) => chimera::run(s, seed, policies, kernels, options.clock)?,
     };
     let wall_s = started.elapsed().as_secs_f64();
     Ok(LiveReport {
@@ -241,6 +292,9 @@ pub fn run(
         realtime: options.realtime,
         model,
         cost_model_source: source,
+        profile,
+        calibrated: before.calibrated,
+        probe: before.probe,
         variability: family_run.variability,
         execution: family_run.execution,
         errors: ErrorSummary::of(&family_run.steps),

@@ -3,6 +3,7 @@
 //! relative error).
 
 use crate::LiveReport;
+use crate::probe::{Probe, ProbeOutcome, Verdict};
 use figures::{Chart, ChartFigure, Panel, ScatterPanel, ScatterSeries, Series};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -28,6 +29,21 @@ pub fn table(report: &LiveReport) -> String {
         "model: {}; predictions: {} profile",
         report.model, report.cost_model_source
     );
+    match (&report.profile, &report.calibrated) {
+        (Some(path), Some(c)) => {
+            let _ = writeln!(
+                out,
+                "priced by: {path} (measured on this device by --calibrate: {} points, {} \
+                 repetitions, {:.1} s)",
+                c.points, c.repetitions, c.seconds
+            );
+        }
+        (Some(path), None) => {
+            let _ = writeln!(out, "priced by: {path} (the profile the scenario names)");
+        }
+        _ => {}
+    }
+    let _ = writeln!(out, "{}", probe_line(&report.probe));
     if let Some(e) = &report.execution {
         let _ = writeln!(out, "execution: {e}");
     }
@@ -63,6 +79,62 @@ pub fn table(report: &LiveReport) -> String {
             m.metric, m.simulated, m.live, m.error_pct
         );
     }
+    out
+}
+
+/// One line: the probe's verdict, or why it did not run.
+pub fn probe_line(outcome: &ProbeOutcome) -> String {
+    match outcome {
+        ProbeOutcome::Ran(p) => format!(
+            "probe: median |error| {:.1} % (signed {:+.1} %) over {} points, threshold {} %: {}",
+            p.median_abs_error_pct,
+            p.median_error_pct,
+            p.points.len(),
+            p.threshold_pct,
+            match p.verdict {
+                Verdict::Describes => "the profile describes this device",
+                Verdict::DoesNotDescribe => "the profile does NOT describe this device",
+            }
+        ),
+        ProbeOutcome::Skipped { reason } => format!("probe: not run ({reason})"),
+    }
+}
+
+/// The probe, point by point, then its verdict line.
+pub fn probe_table(probe: &Probe) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "probe of {} (measured on {}) on {}: {} points, {}",
+        probe.profile,
+        probe.profile_device,
+        probe.device,
+        probe.points.len(),
+        probe.repetitions
+    );
+    let _ = writeln!(
+        out,
+        "  {:<20} {:>7} {:>14} {:>14} {:>9} {:>6}",
+        "series", "x", "profile (us)", "here (us)", "error %", "reps"
+    );
+    for p in &probe.points {
+        let _ = writeln!(
+            out,
+            "  {:<20} {:>7} {:>14.1} {:>14.1} {:>+9.1} {:>6}",
+            p.series,
+            p.x,
+            p.profile_ns / 1e3,
+            p.measured_ns / 1e3,
+            p.error_pct,
+            p.repetitions
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{} ({:.1} s)",
+        probe_line(&ProbeOutcome::Ran(probe.clone())),
+        probe.seconds
+    );
     out
 }
 

@@ -1,5 +1,8 @@
 //! `expertsim live` end to end: a CPU run prints the fidelity table and writes fidelity.json
-//! and its figures; `--backend cuda` without a GPU fails with one line and writes nothing.
+//! and its figures; `--backend cuda` without a GPU fails with one line and writes nothing; the
+//! probe flags a profile that does not describe the device (a warning, or with
+//! `--strict-probe` an error that writes nothing); `--calibrate` measures a profile for the
+//! scenario and prices the run with it.
 
 use std::path::Path;
 use std::process::Command;
@@ -114,6 +117,189 @@ fn chimera_runs_live_through_the_step_cost_seam() {
     }
 }
 
+fn caps_scenario() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/live/caps.toml")
+}
+
+/// The committed CPU profile of the live CAPS case with every measured time (the probe's
+/// reference and the curves) multiplied by 1000: no device this test runs on is 1000x slower
+/// than a CPU that ran those kernels, so the probe is off by orders of magnitude more than
+/// its 10 % threshold whatever the machine's load.
+fn profile_scaled_by_1000(dir: &Path) -> std::path::PathBuf {
+    let committed =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/measured/amd-epyc_live-tiny-moe.json");
+    let mut profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(committed).unwrap()).unwrap();
+    let scale_rows = |rows: &mut serde_json::Value, columns: std::ops::Range<usize>| {
+        for row in rows.as_array_mut().unwrap() {
+            for c in columns.clone() {
+                row[c] = (row[c].as_f64().unwrap() * 1000.0).into();
+            }
+        }
+    };
+    for m in profile["calibration"]["measurements"]
+        .as_array_mut()
+        .unwrap()
+    {
+        scale_rows(&mut m["points"], 1..6);
+    }
+    for curve in [
+        "non_expert_prefill",
+        "non_expert_decode",
+        "head",
+        "decode_step",
+    ] {
+        scale_rows(&mut profile[curve]["samples"], 1..2);
+    }
+    scale_rows(&mut profile["expert_ffn"][0]["curve"]["samples"], 1..2);
+    let path = dir.join("scaled.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&profile).unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn the_probe_warns_when_the_profile_does_not_describe_the_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = profile_scaled_by_1000(dir.path());
+    let set = format!("execution.profile=\"{}\"", profile.display());
+    let out = dir.path().join("warned");
+    let output = expertsim()
+        .args([
+            "live",
+            "--backend",
+            "cpu",
+            "--repetitions",
+            "1",
+            "--no-figures",
+        ])
+        .args(["--set", &set, "--out"])
+        .arg(&out)
+        .arg(caps_scenario())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("warning: profile") && stderr.contains("does not describe this device"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("expertsim-calibrate --backend cpu --for-scenario")
+            && stderr.contains("--calibrate"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("probe of") && stdout.contains("expert_ffn"),
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("fidelity.json")).unwrap()).unwrap();
+    let probe = &report["probe"];
+    assert_eq!(probe["status"], "ran");
+    assert_eq!(probe["verdict"], "does_not_describe");
+    assert_eq!(probe["threshold_pct"], 10.0);
+    assert_eq!(probe["points"].as_array().unwrap().len(), 12);
+    assert!(
+        probe["median_error_pct"].as_f64().unwrap() > 1000.0,
+        "{probe}"
+    );
+
+    // --strict-probe: the same failure is an error, and nothing is written.
+    let strict = dir.path().join("strict");
+    let output = expertsim()
+        .args([
+            "live",
+            "--backend",
+            "cpu",
+            "--repetitions",
+            "1",
+            "--strict-probe",
+        ])
+        .args(["--set", &set, "--out"])
+        .arg(&strict)
+        .arg(caps_scenario())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("error: profile"), "{stderr}");
+    assert!(!strict.exists());
+}
+
+#[test]
+fn live_calibrate_measures_the_scenario_profile_and_prices_the_run_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("calibrated");
+    let output = expertsim()
+        .args([
+            "live",
+            "--backend",
+            "cpu",
+            "--repetitions",
+            "1",
+            "--no-figures",
+        ])
+        .args(["--calibrate", "--out"])
+        .arg(&out)
+        .arg(caps_scenario())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let profile_path = out.join("calibrated-profile.json");
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&profile_path).unwrap()).unwrap();
+    // Only the scenario's counts: 4 requests x 64 prompt tokens, tile 64 (see
+    // calibrate::scenario_points), batches up to 4.
+    let xs = |name: &str| -> Vec<f64> {
+        profile["calibration"]["measurements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap()["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p[0].as_f64().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        xs("expert_ffn"),
+        vec![1.0, 64.0, 65.0, 128.0, 129.0, 192.0, 193.0, 256.0]
+    );
+    assert_eq!(xs("head"), vec![1.0, 2.0, 3.0, 4.0]);
+    assert!(
+        profile["calibration"]["stopping"]["total_repetitions"]
+            .as_u64()
+            .unwrap()
+            >= 240
+    );
+    assert!(
+        stdout.contains("priced by:") && stdout.contains("calibrated-profile.json"),
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("fidelity.json")).unwrap()).unwrap();
+    assert!(
+        report["profile"]
+            .as_str()
+            .unwrap()
+            .ends_with("calibrated-profile.json"),
+        "{}",
+        report["profile"]
+    );
+    assert_eq!(report["calibrated"]["points"], 24);
+    assert_eq!(report["probe"]["status"], "ran");
+}
+
 /// CAPS runs live through the same wrapper: each static batch is one step of the replica,
 /// predicted by the scenario's step cost and measured on the kernels; with the predicted clock
 /// the live run forms the simulated run's batches and reports its metrics exactly.
@@ -133,7 +319,7 @@ fn caps_runs_live_through_the_step_cost_seam() {
             "--out",
         ])
         .arg(&out)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/live/caps.toml"))
+        .arg(caps_scenario())
         .output()
         .unwrap();
     assert!(

@@ -132,6 +132,27 @@ pub struct Measurement {
     pub x: String,
     /// One row per sampled `x`, in increasing `x` (see [`MEASUREMENT_COLUMNS`]).
     pub points: Vec<[f64; 6]>,
+    /// The timed repetitions behind each point, when a stopping rule decided them (absent:
+    /// `calibration.repetitions` each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repetitions: Option<Vec<u32>>,
+}
+
+/// The rule that decided each point's repetitions in an adaptive calibration: repeat until the
+/// order-statistic confidence interval of the median has a relative half-width of at most
+/// `relative_half_width` at `confidence`, with `min_repetitions..=max_repetitions` per point
+/// (docs/calibration.md).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoppingRecord {
+    pub confidence: f64,
+    pub relative_half_width: f64,
+    pub min_repetitions: u32,
+    pub max_repetitions: u32,
+    /// Timed repetitions over every point.
+    pub total_repetitions: u64,
+    /// Points that reached `max_repetitions` with the interval still wider than asked.
+    pub points_at_maximum: u32,
 }
 
 /// How a measured profile was measured (the `calibration` section of its JSON).
@@ -153,7 +174,11 @@ pub struct Calibration {
     /// `device events` or `wall clock`.
     pub timing: String,
     pub warmup: u32,
+    /// Timed repetitions per point (with `stopping`, the most any point was allowed).
     pub repetitions: u32,
+    /// The adaptive stopping rule, when one decided the repetitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopping: Option<StoppingRecord>,
     /// Wall-clock seconds the whole calibration took.
     pub profiling_seconds: f64,
     /// Every measured series, including those not used by the curves above.
@@ -192,6 +217,16 @@ impl Calibration {
                     ));
                 }
                 previous = row[0];
+            }
+            if let Some(counts) = &measurement.repetitions
+                && counts.len() != measurement.points.len()
+            {
+                return Err(format!(
+                    "calibration.measurements[{m}] ({}): {} repetition counts for {} points",
+                    measurement.name,
+                    counts.len(),
+                    measurement.points.len()
+                ));
             }
         }
         Ok(())
@@ -726,6 +761,14 @@ mod tests {
             timing: "device events".into(),
             warmup: 10,
             repetitions: 500,
+            stopping: Some(StoppingRecord {
+                confidence: 0.95,
+                relative_half_width: 0.02,
+                min_repetitions: 10,
+                max_repetitions: 500,
+                total_repetitions: 510,
+                points_at_maximum: 1,
+            }),
             profiling_seconds: 42.5,
             measurements: vec![Measurement {
                 name: "expert_ffn".into(),
@@ -734,6 +777,7 @@ mod tests {
                     [1.0, 30_000.0, 29_000.0, 31_000.0, 28_000.0, 35_000.0],
                     [64.0, 30_500.0, 29_500.0, 31_500.0, 28_500.0, 36_000.0],
                 ],
+                repetitions: Some(vec![10, 500]),
             }],
         }
     }
@@ -787,6 +831,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(message.contains("outside min..max"), "{message}");
+        let mut short = measured.clone();
+        short.calibration.measurements[0].repetitions = Some(vec![10]);
+        let message = Profile::from_json(&short.to_json(), Path::new("m.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("1 repetition counts for 2 points"),
+            "{message}"
+        );
         let json = measured
             .to_json()
             .replace("\"format_version\": 1", "\"format_version\": 2");

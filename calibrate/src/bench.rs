@@ -1,0 +1,339 @@
+//! The workload behind every calibration point, rebuilt from its series and `x`: what the
+//! pipeline times, and what `expertsim live`'s probe times again to check that a profile
+//! describes the device it runs on. Weights are generated once per series and kept across
+//! points (they are the expensive part to generate); each point gets fresh inputs.
+//!
+//! - `expert_ffn`: the whole MoE layer with all `x` tokens routed to one expert of the
+//!   model's size;
+//! - `non_expert_prefill`: one GEMM of the layer's dense matmul weights over `x` tokens;
+//! - `non_expert_decode`, `decode_step/context=C`: that GEMM plus attention over the decode
+//!   context (or `C`) cached tokens per sequence, for `x` sequences;
+//! - `head`: the output projection GEMM over `x` sequences;
+//! - `reroute/{fused,unfused}/adapters=A`: one layer's batched rerouting of `x` tokens.
+
+use crate::adaptive::{Repeated, Stop, StoppingRule, repeat_until_precise};
+use crate::stats::summarize;
+use kernels::backend::{Backend, BackendError, Workload};
+use kernels::decode::{DecodeProblem, DecodeShape};
+use kernels::moe::{MoeProblem, MoeShape};
+use kernels::reroute::{RerouteProblem, RerouteVariant};
+use sim::cost::shape::MoeModelShape;
+
+/// Experts each adapter fine-tuned, in the rerouting measurements.
+pub const TUNED_EXPERTS_PER_ADAPTER: usize = 8;
+
+/// One measured series of a profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Series {
+    ExpertFfn,
+    NonExpertPrefill,
+    NonExpertDecode,
+    /// The decode kernels at another context than the profile's decode context.
+    DecodeAtContext(usize),
+    Head,
+    Reroute {
+        variant: RerouteVariant,
+        adapters: usize,
+    },
+}
+
+impl Series {
+    /// The measurement's name in a profile's `calibration` section.
+    pub fn name(&self) -> String {
+        match self {
+            Series::ExpertFfn => "expert_ffn".into(),
+            Series::NonExpertPrefill => "non_expert_prefill".into(),
+            Series::NonExpertDecode => "non_expert_decode".into(),
+            Series::DecodeAtContext(c) => format!("decode_step/context={c}"),
+            Series::Head => "head".into(),
+            Series::Reroute { variant, adapters } => {
+                format!("reroute/{}/adapters={adapters}", variant.as_str())
+            }
+        }
+    }
+
+    /// The series a measurement name stands for (`None` for names this tool does not write).
+    pub fn parse(name: &str) -> Option<Series> {
+        match name {
+            "expert_ffn" => return Some(Series::ExpertFfn),
+            "non_expert_prefill" => return Some(Series::NonExpertPrefill),
+            "non_expert_decode" => return Some(Series::NonExpertDecode),
+            "head" => return Some(Series::Head),
+            _ => {}
+        }
+        if let Some(c) = name.strip_prefix("decode_step/context=") {
+            return c.parse().ok().map(Series::DecodeAtContext);
+        }
+        let rest = name.strip_prefix("reroute/")?;
+        let (variant, adapters) = rest.split_once("/adapters=")?;
+        let variant = match variant {
+            "fused" => RerouteVariant::Fused,
+            "unfused" => RerouteVariant::Unfused,
+            _ => return None,
+        };
+        Some(Series::Reroute {
+            variant,
+            adapters: adapters.parse().ok()?,
+        })
+    }
+
+    /// What `x` counts.
+    pub fn x_label(&self) -> &'static str {
+        match self {
+            Series::ExpertFfn | Series::NonExpertPrefill | Series::Reroute { .. } => "tokens",
+            _ => "batch",
+        }
+    }
+}
+
+/// One timed point: `[x, median, p10, p90, min, max]`, the repetitions it took and why it
+/// stopped.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimedPoint {
+    pub row: [f64; 6],
+    pub repetitions: usize,
+    pub stop: Stop,
+}
+
+/// Builds the workloads of one model shape, keeping each series' weights.
+pub struct Bench {
+    shape: MoeModelShape,
+    tile: usize,
+    decode_context: usize,
+    seed: u64,
+    expert: Option<MoeProblem>,
+    dense: Option<DecodeProblem>,
+    head: Option<DecodeProblem>,
+}
+
+impl Bench {
+    /// Workloads of `shape` at GEMM tile `tile`, decode attention over `decode_context`
+    /// cached tokens, inputs from `seed`.
+    pub fn new(shape: &MoeModelShape, tile: usize, decode_context: usize, seed: u64) -> Bench {
+        Bench {
+            shape: shape.clone(),
+            tile,
+            decode_context,
+            seed,
+            expert: None,
+            dense: None,
+            head: None,
+        }
+    }
+
+    /// Output features of the layer's dense part as one GEMM: the layer's matmul parameters
+    /// over `hidden`.
+    pub fn dense_out_features(&self) -> usize {
+        (self.shape.dense_matmul_params_per_layer() as usize).div_ceil(self.shape.hidden)
+    }
+
+    fn decode_shape(&self, out_features: usize) -> DecodeShape {
+        DecodeShape {
+            hidden: self.shape.hidden,
+            out_features,
+            n_heads: self.shape.n_attention_heads,
+            n_kv_heads: self.shape.n_kv_heads,
+            head_dim: self.shape.head_dim,
+        }
+    }
+
+    fn expert_shape(&self) -> MoeShape {
+        MoeShape {
+            hidden: self.shape.hidden,
+            expert_ffn: self.shape.expert_ffn,
+            n_experts: 1,
+            top_k: 1,
+        }
+    }
+
+    /// `problem` (weights kept) with fresh inputs for `batch` rows and `context` cached tokens.
+    fn decode_inputs(&self, mut problem: DecodeProblem, batch: usize, context: usize) -> Workload {
+        let fresh = DecodeProblem::random(
+            DecodeShape {
+                out_features: 1,
+                ..problem.shape
+            },
+            self.tile,
+            batch,
+            context,
+            self.seed,
+            true,
+        );
+        problem.batch = batch;
+        problem.context = context;
+        problem.x = fresh.x;
+        problem.q = fresh.q;
+        problem.k_cache = fresh.k_cache;
+        problem.v_cache = fresh.v_cache;
+        Workload::Decode(problem)
+    }
+
+    /// The workload of `series` at `x`; hand it back with [`Bench::keep`] after timing.
+    pub fn workload(&mut self, series: &Series, x: usize) -> Workload {
+        let (tile, seed) = (self.tile, self.seed);
+        match *series {
+            Series::ExpertFfn => {
+                let shape = self.expert_shape();
+                let mut moe = self
+                    .expert
+                    .take()
+                    .unwrap_or_else(|| MoeProblem::random(shape, tile, 1, seed));
+                let fresh = MoeProblem::random(
+                    MoeShape {
+                        expert_ffn: 1,
+                        ..shape
+                    },
+                    tile,
+                    x,
+                    seed,
+                );
+                moe.x = fresh.x;
+                moe.topk_ids = fresh.topk_ids;
+                moe.topk_weights = fresh.topk_weights;
+                Workload::Moe(moe)
+            }
+            Series::NonExpertPrefill | Series::NonExpertDecode | Series::DecodeAtContext(_) => {
+                let context = match *series {
+                    Series::NonExpertPrefill => 0,
+                    Series::DecodeAtContext(c) => c,
+                    _ => self.decode_context,
+                };
+                let shape = self.decode_shape(self.dense_out_features());
+                let problem = self
+                    .dense
+                    .take()
+                    .unwrap_or_else(|| DecodeProblem::random(shape, tile, 1, 0, seed, true));
+                self.decode_inputs(problem, x, context)
+            }
+            Series::Head => {
+                let shape = self.decode_shape(self.shape.vocab);
+                let problem = self
+                    .head
+                    .take()
+                    .unwrap_or_else(|| DecodeProblem::random(shape, tile, 1, 0, seed, true));
+                self.decode_inputs(problem, x, 0)
+            }
+            Series::Reroute { variant, adapters } => Workload::Reroute(
+                RerouteProblem::random(
+                    x,
+                    self.shape.n_experts,
+                    self.shape.top_k,
+                    adapters,
+                    TUNED_EXPERTS_PER_ADAPTER,
+                    seed,
+                ),
+                variant,
+            ),
+        }
+    }
+
+    /// Keeps the weights of a workload of `series` for the next point.
+    pub fn keep(&mut self, series: &Series, workload: Workload) {
+        match (series, workload) {
+            (Series::ExpertFfn, Workload::Moe(p)) => self.expert = Some(p),
+            (Series::Head, Workload::Decode(p)) => self.head = Some(p),
+            (_, Workload::Decode(p)) => self.dense = Some(p),
+            _ => {}
+        }
+    }
+
+    /// Times `series` at `x` on `backend`: `warmup` untimed runs, then repetitions as `rule`
+    /// says (the first batch after the warm-up, later batches back to back).
+    pub fn time(
+        &mut self,
+        backend: &mut dyn Backend,
+        series: &Series,
+        x: usize,
+        warmup: usize,
+        rule: &StoppingRule,
+    ) -> Result<TimedPoint, BackendError> {
+        let workload = self.workload(series, x);
+        let mut first = true;
+        let repeated = repeat_until_precise(rule, |count| {
+            let warm = if first { warmup } else { 0 };
+            first = false;
+            backend.time(&workload, warm, count)
+        });
+        self.keep(series, workload);
+        let Repeated { samples, stop } = repeated?;
+        Ok(TimedPoint {
+            row: summarize(x as f64, &samples),
+            repetitions: samples.len(),
+            stop,
+        })
+    }
+
+    /// A rough size of a point's work, for the estimated time left: the multiply-adds of its
+    /// GEMMs with rows padded to whole tiles, its attention's, and a launch's worth (one tile
+    /// of the layer's widest GEMM) each. Only ratios between points matter.
+    pub fn work(&self, series: &Series, x: usize) -> f64 {
+        let s = &self.shape;
+        let padded = x.div_ceil(self.tile) * self.tile;
+        let attention =
+            |context: usize| (x * context * s.n_attention_heads * s.head_dim * 2) as f64;
+        let gemm = |out: usize| (padded * s.hidden * out) as f64;
+        let launch = (self.tile * s.hidden * self.dense_out_features().max(s.expert_ffn)) as f64;
+        launch
+            + match *series {
+                Series::ExpertFfn => 3.0 * gemm(s.expert_ffn),
+                Series::NonExpertPrefill => gemm(self.dense_out_features()),
+                Series::NonExpertDecode => {
+                    gemm(self.dense_out_features()) + attention(self.decode_context)
+                }
+                Series::DecodeAtContext(c) => gemm(self.dense_out_features()) + attention(c),
+                Series::Head => gemm(s.vocab),
+                Series::Reroute { adapters, .. } => (x * s.top_k * adapters.max(1)) as f64,
+            }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_names_round_trip() {
+        for series in [
+            Series::ExpertFfn,
+            Series::NonExpertPrefill,
+            Series::NonExpertDecode,
+            Series::DecodeAtContext(1024),
+            Series::Head,
+            Series::Reroute {
+                variant: RerouteVariant::Unfused,
+                adapters: 3,
+            },
+        ] {
+            assert_eq!(Series::parse(&series.name()), Some(series));
+        }
+        assert_eq!(Series::parse("decode_step"), None);
+        assert_eq!(Series::parse("reroute/other/adapters=1"), None);
+    }
+
+    #[test]
+    fn workloads_have_the_point_shape_and_keep_their_weights() {
+        let shape = MoeModelShape::live_tiny_moe();
+        let mut bench = Bench::new(&shape, 16, 8, 42);
+        let w = bench.workload(&Series::ExpertFfn, 5);
+        match &w {
+            Workload::Moe(p) => {
+                assert_eq!(p.topk_ids, vec![0; 5]);
+                assert_eq!(p.x.len(), 5 * shape.hidden);
+                assert_eq!(p.w_down.len(), shape.expert_ffn * shape.hidden);
+            }
+            other => panic!("{other:?}"),
+        }
+        bench.keep(&Series::ExpertFfn, w);
+        assert!(bench.expert.is_some());
+        match bench.workload(&Series::NonExpertDecode, 3) {
+            Workload::Decode(p) => {
+                assert_eq!((p.batch, p.context), (3, 8));
+                assert_eq!(p.shape.out_features, bench.dense_out_features());
+            }
+            other => panic!("{other:?}"),
+        }
+        // A padded tile costs as much as a full one in the work estimate.
+        assert_eq!(bench.work(&Series::Head, 1), bench.work(&Series::Head, 16));
+        assert!(bench.work(&Series::Head, 17) > bench.work(&Series::Head, 16));
+    }
+}
