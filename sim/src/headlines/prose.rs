@@ -359,8 +359,10 @@ fn checked_text(section: &str) -> String {
     for token in tokens {
         let before = text[..token.start].trim_end();
         let word_start = before
-            .rfind(|c: char| !c.is_alphabetic())
-            .map_or(0, |n| n + 1);
+            .char_indices()
+            .rev()
+            .find(|&(_, c)| !c.is_alphabetic())
+            .map_or(0, |(n, c)| n + c.len_utf8());
         let word = before[word_start..].trim_end_matches('s');
         let between = text[previous_end..token.start].trim();
         let continues = previous_was_reference && matches!(between, "," | "and" | ", and" | "/");
@@ -548,7 +550,8 @@ pub fn check_document(doc_path: &Path, doc: &str, families: &[FamilyProse]) -> V
                     *b = b' ';
                 }
             }
-            sources.push((Some(label), String::from_utf8_lossy(&masked).into_owned()));
+            let masked = String::from_utf8_lossy(&masked).into_owned();
+            sources.push((Some(label), checked_text(&masked)));
         }
         for (label, text) in &sources {
             let (squeezed, origin) = squeeze(text);
@@ -657,9 +660,10 @@ fn input_number_in(token: &str, numbers: &[f64]) -> bool {
 }
 
 /// Every number the family declares as the paper's (its `[prose]` paper phrases and its claims'
-/// `paper` texts) that `paper_text` (the paper) does not contain.
+/// `paper` texts) that `paper_text` (the paper) does not contain, numbers compared as numbers
+/// (`3031.6` is the paper's `3031.60`).
 pub fn check_paper_numbers(headlines: &Headlines, paper_text: &str) -> Vec<String> {
-    let mut in_paper: BTreeSet<String> = BTreeSet::new();
+    let mut in_paper: Vec<f64> = Vec::new();
     let bytes = paper_text.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
@@ -673,8 +677,9 @@ pub fn check_paper_numbers(headlines: &Headlines, paper_text: &str) -> Vec<Strin
                 end += 1;
             }
             let number = &paper_text[i..end];
-            in_paper.insert(number.replace(',', ""));
-            in_paper.extend(number.split(',').map(str::to_string));
+            let pieces = std::iter::once(number.replace(',', ""))
+                .chain(number.split(',').map(str::to_string));
+            in_paper.extend(pieces.filter_map(|p| p.parse::<f64>().ok()));
             i = end;
         } else {
             i += 1;
@@ -694,7 +699,8 @@ pub fn check_paper_numbers(headlines: &Headlines, paper_text: &str) -> Vec<Strin
     for (label, text) in claims.chain(phrases) {
         for token in number_tokens(text) {
             let number = digits(&text[token]);
-            if !in_paper.contains(&number) {
+            let value = number.parse::<f64>().unwrap_or(f64::NAN);
+            if !in_paper.contains(&value) {
                 problems.push(format!(
                     "{file}: {label} `{text}`: {number} is not in the paper's text"
                 ));

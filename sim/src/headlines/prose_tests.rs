@@ -325,7 +325,7 @@ fn a_declared_phrase_must_be_in_the_prose_and_an_input_in_its_file() {
 fn paper_numbers_must_be_in_the_papers_text() {
     let dir = tempfile::tempdir().unwrap();
     let headlines = fixture(dir.path(), "");
-    let paper = "P99 of 3,031.6 ms; the gain was 46.9% overall.";
+    let paper = "P99 of 3,031.60 ms; the gain was 46.9% overall.";
     assert_eq!(check_paper_numbers(&headlines, paper), Vec::<String>::new());
     let problems = check_paper_numbers(&headlines, "P99 of 3031.6 ms; the gain was 46.8%.");
     assert_eq!(
