@@ -275,9 +275,9 @@ const REFERENCE_WORDS: &[&str] = &[
 ];
 
 /// A family's prose with everything that is not prose blanked (same byte offsets): generated
-/// sections, HTML comments (value spans with their text), fenced and inline code, link targets,
-/// list markers, and the numbers of references (`Figure 9`, `section 3.3.4`).
-fn checked_text(section: &str) -> String {
+/// sections, HTML comments (value spans with their text), fenced and inline code, link targets
+/// and list markers; and the numbers of references in it (`Figure 9`, `section 3.3.4`).
+fn checked_text(section: &str) -> (String, Vec<Range<usize>>) {
     let mut blank: Vec<Range<usize>> = Vec::new();
     let mut from = 0;
     while let Some(b) = section[from..].find("<!-- generated:") {
@@ -350,7 +350,7 @@ fn checked_text(section: &str) -> String {
             }
         }
     }
-    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
     // References: a number (or a list `9, 5 and 6`) right after a reference word.
     let tokens = number_tokens(&text);
     let mut references = Vec::new();
@@ -372,14 +372,7 @@ fn checked_text(section: &str) -> String {
         }
         previous_end = token.end;
     }
-    let mut bytes = text.into_bytes();
-    for range in references {
-        for b in &mut bytes[range] {
-            *b = b' ';
-        }
-    }
-    text = String::from_utf8_lossy(&bytes).into_owned();
-    text
+    (text, references)
 }
 
 /// `text` with every run of whitespace made one space, and for each byte of the result the
@@ -553,14 +546,14 @@ pub fn check_document(doc_path: &Path, doc: &str, families: &[FamilyProse]) -> V
             let masked = String::from_utf8_lossy(&masked).into_owned();
             sources.push((Some(label), checked_text(&masked)));
         }
-        for (label, text) in &sources {
+        for (label, (text, references)) in &sources {
             let (squeezed, origin) = squeeze(text);
             let (covered, absent) = covered_by(&squeezed, &phrases);
             found_somewhere.extend(phrases.iter().filter(|p| !absent.contains(p)));
             for token in number_tokens(&squeezed) {
-                if covered
-                    .iter()
-                    .any(|c| c.start <= token.start && token.end <= c.end)
+                let inside = |c: &Range<usize>| c.start <= token.start && token.end <= c.end;
+                if covered.iter().any(inside)
+                    || references.contains(&(origin[token.start]..origin[token.end]))
                 {
                     continue;
                 }
