@@ -192,11 +192,18 @@ fn reproduce_rewrites_only_the_generated_sections_and_is_stable() {
         .find("[[claim]]\nid = \"kv-virtual-vs-padding\"")
         .unwrap()..];
     let claim = &claim[..claim[1..].find("[[claim]]").unwrap() + 1];
-    // And one value of the prose: the virtual weight tensor's KV tokens with 3 adapters.
-    let value = "[[value]]\nid = \"kv-virtual-3\"\nrun = \"memory\"\n\
-                 metric = \"kv_capacity_tokens\"\n\
-                 cell = { \"memory.kind\" = \"virtual_weight_tensor\", \"adapters.count\" = 3 }\n\
-                 decimals = 0\ngrouping = true\nunit = \" tokens\"\n";
+    // The value its explanation quotes, and one value of the prose: the virtual weight tensor's
+    // KV tokens with 3 adapters.
+    let quoted = &all[all
+        .find("[[value]]\nid = \"kv-virtual-vs-padding-1\"")
+        .unwrap()..];
+    let quoted = &quoted[..quoted.find("\n\n").unwrap() + 1];
+    let value = format!(
+        "{quoted}\n[[value]]\nid = \"kv-virtual-3\"\nrun = \"memory\"\n\
+         metric = \"kv_capacity_tokens\"\n\
+         cell = {{ \"memory.kind\" = \"virtual_weight_tensor\", \"adapters.count\" = 3 }}\n\
+         decimals = 0\ngrouping = true\nunit = \" tokens\"\n"
+    );
     std::fs::write(
         family.join(headlines::FILE_NAME),
         format!(
@@ -259,6 +266,16 @@ fn reproduce_rewrites_only_the_generated_sections_and_is_stable() {
     );
     assert!(!text.contains("stale | 1 |"));
     assert!(text.contains("| the virtual weight tensor holds more KV cache than padding"));
+    // The explanation's placeholder is filled with the run's number.
+    let note = &text[text.find("1. kv-virtual-vs-padding: ").unwrap()..];
+    let note = &note[..note.find('\n').unwrap()];
+    assert!(!note.contains("{value:"), "{note}");
+    let gain = note
+        .strip_prefix("1. kv-virtual-vs-padding: With one adapter the virtual weight tensor gains ")
+        .and_then(|rest| rest.split_once("% over padding"))
+        .map(|(number, _)| number)
+        .unwrap_or_else(|| panic!("{note}"));
+    assert!(gain.parse::<f64>().is_ok_and(|g| g > 0.0), "{note}");
     assert!(out.join("expertweave/memory/results.json").is_file());
     assert!(out.join("expertweave/memory/figures").is_dir());
 
