@@ -41,13 +41,47 @@ fn line_of(text: &str, at: usize) -> usize {
     text[..at].matches('\n').count() + 1
 }
 
-/// The value spans of `doc`, in order; an opening marker without its id or closing marker on
-/// the same line is an error naming the line.
+/// The byte ranges of `text` that are code: fenced blocks (whole lines) and inline code
+/// (backtick pairs within a line).
+fn code_ranges(text: &str) -> Vec<Range<usize>> {
+    let mut code = Vec::new();
+    let mut offset = 0;
+    let mut fenced = false;
+    for line in text.split_inclusive('\n') {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            code.push(offset..offset + line.len());
+        } else if fenced {
+            code.push(offset..offset + line.len());
+        } else {
+            let mut open = None;
+            for (i, c) in line.char_indices() {
+                if c == '`' {
+                    match open.take() {
+                        None => open = Some(i),
+                        Some(start) => code.push(offset + start..offset + i + 1),
+                    }
+                }
+            }
+        }
+        offset += line.len();
+    }
+    code
+}
+
+/// The value spans of `doc`, in order (a marker inside code is text, not a span); an opening
+/// marker without its id or closing marker on the same line is an error naming the line.
 pub fn spans(doc: &str) -> Result<Vec<Span>, String> {
+    let code = code_ranges(doc);
+    let in_code = |at: usize| code.iter().any(|c| c.contains(&at));
     let mut spans = Vec::new();
     let mut from = 0;
     while let Some(found) = doc[from..].find(SPAN_OPEN) {
         let start = from + found;
+        if in_code(start) {
+            from = start + SPAN_OPEN.len();
+            continue;
+        }
         let line = line_of(doc, start);
         let line_end = doc[start..].find('\n').map_or(doc.len(), |n| start + n);
         let name_start = start + SPAN_OPEN.len();
@@ -81,10 +115,11 @@ pub fn spans(doc: &str) -> Result<Vec<Span>, String> {
         });
         from = text_end + SPAN_CLOSE.len();
     }
-    if let Some(stray) = doc
-        .find(SPAN_CLOSE)
-        .filter(|&at| !spans.iter().any(|s| s.whole.end == at + SPAN_CLOSE.len()))
-    {
+    let stray = doc
+        .match_indices(SPAN_CLOSE)
+        .map(|(at, _)| at)
+        .find(|&at| !in_code(at) && !spans.iter().any(|s| s.whole.end == at + SPAN_CLOSE.len()));
+    if let Some(stray) = stray {
         return Err(format!(
             "line {}: `{SPAN_CLOSE}` without its opening marker",
             line_of(doc, stray)
@@ -304,44 +339,30 @@ fn checked_text(section: &str) -> (String, Vec<Range<usize>>) {
         blank.push(begin..end);
         from = end;
     }
+    let code = code_ranges(section);
     let mut offset = 0;
-    let mut fenced = false;
     for line in section.split_inclusive('\n') {
+        let in_code = code.iter().any(|c| c.contains(&offset));
         let trimmed = line.trim_start();
-        if trimmed.starts_with("```") {
-            fenced = !fenced;
-            blank.push(offset..offset + line.len());
-        } else if fenced {
-            blank.push(offset..offset + line.len());
-        } else {
-            let marker = trimmed
-                .find(|c: char| !c.is_ascii_digit())
-                .filter(|&n| n > 0 && trimmed[n..].starts_with(". "));
-            if let Some(n) = marker {
-                let start = offset + line.len() - trimmed.len();
-                blank.push(start..start + n + 1);
-            }
-            let mut code = None;
-            for (i, c) in line.char_indices() {
-                if c == '`' {
-                    match code.take() {
-                        None => code = Some(i),
-                        Some(open) => blank.push(offset + open..offset + i + 1),
-                    }
-                }
-            }
-            let mut from = 0;
-            while let Some(l) = line[from..].find("](") {
-                let start = from + l;
-                let end = line[start..]
-                    .find(')')
-                    .map_or(line.len(), |e| start + e + 1);
-                blank.push(offset + start..offset + end);
-                from = end;
-            }
+        let marker = trimmed
+            .find(|c: char| !c.is_ascii_digit())
+            .filter(|&n| !in_code && n > 0 && trimmed[n..].starts_with(". "));
+        if let Some(n) = marker {
+            let start = offset + line.len() - trimmed.len();
+            blank.push(start..start + n + 1);
+        }
+        let mut from = 0;
+        while let Some(l) = line[from..].find("](") {
+            let start = from + l;
+            let end = line[start..]
+                .find(')')
+                .map_or(line.len(), |e| start + e + 1);
+            blank.push(offset + start..offset + end);
+            from = end;
         }
         offset += line.len();
     }
+    blank.extend(code);
     let mut bytes = section.as_bytes().to_vec();
     for range in &blank {
         for b in &mut bytes[range.clone()] {

@@ -346,3 +346,15 @@ fn family_sections_are_the_level_two_sections_holding_the_markers() {
         DOC[range.clone()].starts_with("## CAPS") && DOC[range.clone()].ends_with("end -->\n\n")
     );
 }
+
+#[test]
+fn a_marker_in_code_is_text_and_a_stray_close_anywhere_is_refused() {
+    let doc = "Write `<!-- value:<family>/<id> -->text<!-- /value -->` for a span:\n\
+               ```\n<!-- value:caps/x -->1<!-- /value -->\n```\n\
+               <!-- value:caps/y -->2<!-- /value -->\n";
+    let found = spans(doc).unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!((found[0].id.as_str(), found[0].line), ("y", 5));
+    let stray = format!("{doc}and 3<!-- /value --> after it\n");
+    assert!(spans(&stray).unwrap_err().starts_with("line 6: "));
+}
