@@ -33,6 +33,10 @@ pub struct ReproduceArgs {
     /// The document whose generated sections are rewritten.
     #[arg(long, default_value = "docs/reproduction.md")]
     doc: PathBuf,
+    /// A folder of the papers' text (`<family>.txt`, not in the repository): before running,
+    /// check that every number the headlines quote as the paper's occurs in its paper.
+    #[arg(long)]
+    papers: Option<PathBuf>,
 }
 
 /// A family's loaded headlines and the plan of each of its runs.
@@ -50,6 +54,11 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
         Ok(families) => families,
         Err(message) => return refuse(message),
     };
+    if let Some(folder) = &args.papers {
+        if let Err(message) = check_papers(folder, &families) {
+            return refuse(message);
+        }
+    }
     let doc_text = match args.quick {
         true => None,
         false => match read_doc(&args.doc, &families) {
@@ -174,6 +183,21 @@ fn load_families(args: &ReproduceArgs) -> Result<Vec<Family>, String> {
             Ok(Family { headlines, plans })
         })
         .collect()
+}
+
+/// Checks every number the families quote as the paper's against `<folder>/<family>.txt`.
+fn check_papers(folder: &Path, families: &[Family]) -> Result<(), String> {
+    let mut problems = Vec::new();
+    for family in families {
+        let path = folder.join(format!("{}.txt", family.headlines.family));
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read the paper {}: {e}", path.display()))?;
+        problems.extend(prose::check_paper_numbers(&family.headlines, &text));
+    }
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(problems.join("\nerror: ")),
+    }
 }
 
 /// A run's overrides: its own, plus its quick ones in quick mode.

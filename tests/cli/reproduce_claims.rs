@@ -6,7 +6,8 @@
 //! reads other cells than the full one, the value's `quick` text must), and every other number of
 //! a family's prose must be declared as the paper's or an input (`sim::headlines::prose`). Also
 //! the `reproduce` command's document handling: generated sections and value spans replaced,
-//! prose kept, a second run byte-identical, missing markers and unknown values refused.
+//! prose kept, a second run byte-identical, missing markers, unknown values and (given the
+//! papers' text) a number quoted as the paper's that its paper lacks refused.
 
 use crate::common::expertsim;
 use sim::headlines::prose::{self, FamilyProse, QuickRendering};
@@ -163,23 +164,6 @@ fn the_documented_verdict_rule_uses_the_codes_tolerances() {
     }
 }
 
-/// Every number the families' headlines declare as the paper's is in the paper's text. The
-/// papers are not in the repository: set EXPERTSIM_PAPERS to the folder of `<family>.txt`.
-#[test]
-#[ignore = "needs the papers' text: EXPERTSIM_PAPERS=<folder of caps.txt ...> cargo test --test cli -- --ignored paper_numbers"]
-fn paper_numbers_are_in_the_papers() {
-    let folder = std::env::var("EXPERTSIM_PAPERS")
-        .expect("set EXPERTSIM_PAPERS to the folder holding caps.txt, gem.txt, ...");
-    let mut problems = Vec::new();
-    for family in families() {
-        let path = Path::new(&folder).join(format!("{}.txt", family.family));
-        let text =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        problems.extend(prose::check_paper_numbers(&family, &text));
-    }
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
-}
-
 #[test]
 fn reproduce_rewrites_only_the_generated_sections_and_is_stable() {
     let dir = tempfile::tempdir().unwrap();
@@ -291,6 +275,31 @@ fn reproduce_rewrites_only_the_generated_sections_and_is_stable() {
         std::fs::read(out.join("expertweave/memory/results.json")).unwrap(),
         results
     );
+
+    // With the papers' text: a number quoted as the paper's that its paper lacks is refused
+    // before anything runs; the paper holding it passes.
+    let papers = dir.path().join("papers");
+    std::fs::create_dir_all(&papers).unwrap();
+    let with_papers = |paper: &str| {
+        std::fs::write(papers.join("expertweave.txt"), paper).unwrap();
+        let mut args = args(&doc);
+        args.extend(["--papers".to_string(), papers.display().to_string()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        expertsim(&args)
+    };
+    let lacking = with_papers("KV cache capacity up to 22.8% larger.");
+    assert_eq!(lacking.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&lacking.stderr);
+    assert!(
+        stderr.contains("claim kv-virtual-vs-padding paper `+22.8% to +63.4%`: 63.4 is not in"),
+        "{stderr}"
+    );
+    assert!(
+        with_papers("between 22.8% and 63.4% more KV cache")
+            .status
+            .success()
+    );
+    assert_eq!(std::fs::read_to_string(&doc).unwrap(), text);
 
     // A span naming a value the family does not declare: refused before anything runs.
     let unknown = dir.path().join("unknown.md");
