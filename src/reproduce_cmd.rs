@@ -472,13 +472,14 @@ fn section(
         let _ = writeln!(out, "| input | value | how | the paper's sentence |");
         let _ = writeln!(out, "|---|---|---|---|");
         for input in &family.headlines.inputs {
+            let filled = |text: &str| cell_text(&prose::fill_placeholders(text, values));
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} |",
-                cell_text(&input.name),
-                cell_text(&input.value),
-                cell_text(&input.how),
-                cell_text(&input.source)
+                filled(&input.name),
+                filled(&input.value),
+                filled(&input.how),
+                filled(&input.source)
             );
         }
     }

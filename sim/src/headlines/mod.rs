@@ -144,7 +144,8 @@ impl PaperNumber {
     }
 }
 
-/// An input we chose or fitted (not a result), listed in the family's inputs table.
+/// An input we chose or fitted (not a result), listed in the family's inputs table; a result of
+/// ours its text mentions (what another choice would give) is a `{value:<id>}` placeholder.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Input {
@@ -258,6 +259,15 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
                 return Err(error(
                     &format!("input[{i}].{key}"),
                     "is empty: every chosen or fitted input names its source".into(),
+                ));
+            }
+            if let Some((id, _)) = prose::placeholders(text)
+                .into_iter()
+                .find(|(id, _)| !file.value.iter().any(|v| &v.id == id))
+            {
+                return Err(error(
+                    &format!("input[{i}].{key}"),
+                    format!("`{{value:{id}}}` names no [[value]]"),
                 ));
             }
         }

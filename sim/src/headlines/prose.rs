@@ -192,12 +192,15 @@ pub fn fill_placeholders(text: &str, rendered: &BTreeMap<String, String>) -> Str
 }
 
 /// Each family's section of `doc`: the level-2 section (from a `## ` heading to the next `# ` or
-/// `## ` heading) holding the family's `<!-- generated:<family>:begin -->` marker.
+/// `## ` heading outside fenced code) holding the family's `<!-- generated:<family>:begin -->`
+/// marker.
 pub fn family_sections(doc: &str) -> Vec<(String, Range<usize>)> {
     let mut starts: Vec<usize> = Vec::new();
     let mut at = 0;
+    let mut fenced = false;
     for line in doc.split_inclusive('\n') {
-        if line.starts_with("## ") || line.starts_with("# ") {
+        fenced ^= line.trim_start().starts_with("```");
+        if !fenced && (line.starts_with("## ") || line.starts_with("# ")) {
             starts.push(at);
         }
         at += line.len();
@@ -209,25 +212,17 @@ pub fn family_sections(doc: &str) -> Vec<(String, Range<usize>)> {
         if !section.starts_with("## ") {
             continue;
         }
-        if let Some(begin) = section.find("<!-- generated:") {
+        let family = section.find("<!-- generated:").and_then(|begin| {
             let rest = &section[begin + "<!-- generated:".len()..];
-            if let Some(family) = rest.strip_suffix_at(":begin -->") {
-                sections.push((family.to_string(), pair[0]..pair[1]));
-            }
+            rest.find(":begin -->")
+                .map(|n| &rest[..n])
+                .filter(|f| is_id(f))
+        });
+        if let Some(family) = family {
+            sections.push((family.to_string(), pair[0]..pair[1]));
         }
     }
     sections
-}
-
-trait StripSuffixAt {
-    fn strip_suffix_at(&self, marker: &str) -> Option<&str>;
-}
-
-impl StripSuffixAt for str {
-    /// The text before the first `marker`, when it is an id.
-    fn strip_suffix_at(&self, marker: &str) -> Option<&str> {
-        self.find(marker).map(|n| &self[..n]).filter(|f| is_id(f))
-    }
 }
 
 /// The numbers of `text`: a digit run (with `.` or `,` between digits, an `x` of a speedup or a
@@ -513,10 +508,18 @@ pub fn check_document(doc_path: &Path, doc: &str, families: &[FamilyProse]) -> V
                 }
             }
         }
+        for input in &headlines.inputs {
+            for text in [&input.name, &input.value, &input.how, &input.source] {
+                for (id, _) in placeholders(text) {
+                    used.insert((name.clone(), id));
+                }
+            }
+        }
         for value in &headlines.values {
             if !used.contains(&(name.clone(), value.id.clone())) {
                 problems.push(format!(
-                    "{file}: value `{}` is used by no span of {doc_name} and no explanation",
+                    "{file}: value `{}` is used by no span of {doc_name}, no explanation and no \
+                     input",
                     value.id
                 ));
             }

@@ -144,6 +144,10 @@ rates 150 and 300 req/s; see Figure 3, Figures 9, 5 and 6, and section 3.3.4.
 | 1 | 2 |
 <!-- generated:caps:end -->
 
+```sh
+# a shell comment, not a heading
+```
+
 ## Other
 
 99 bottles.
@@ -343,7 +347,8 @@ fn family_sections_are_the_level_two_sections_holding_the_markers() {
     let (family, range) = &sections[0];
     assert_eq!(family, "caps");
     assert!(
-        DOC[range.clone()].starts_with("## CAPS") && DOC[range.clone()].ends_with("end -->\n\n")
+        DOC[range.clone()].starts_with("## CAPS")
+            && DOC[range.clone()].ends_with("# a shell comment, not a heading\n```\n\n")
     );
 }
 

@@ -383,6 +383,13 @@ fn load_refuses_a_value_declared_twice_or_without_its_statistic() {
     );
     let err = load_text(&unknown).unwrap_err();
     assert!(err.contains("`{value:nope}` names no [[value]]"), "{err}");
+    let input =
+        "\n[[input]]\nname = \"n\"\nvalue = \"1\"\nhow = \"else {value:nope}\"\nsource = \"s\"\n";
+    let err = load_text(input).unwrap_err();
+    assert!(
+        err.contains("field `input[0].how`: `{value:nope}` names no [[value]]"),
+        "{err}"
+    );
     let err = load_text("\n[prose]\npaper = [\"no number here\"]\n").unwrap_err();
     assert!(err.contains("field `prose.paper[0]`"), "{err}");
     let err = load_text("\n[prose.inputs]\n\"missing.toml\" = [\"rate 150\"]\n").unwrap_err();
