@@ -189,13 +189,16 @@ pub(super) fn metric_better(
 /// A cell's coordinates as its result records them.
 pub(super) type Coords = Vec<(String, serde_json::Value)>;
 
+/// Per point, the selected cell's mean and the compared cell's; and every cell read.
+pub(super) type SelectedPoints = (Vec<(f64, Option<f64>)>, Vec<Coords>);
+
 /// The selected cell's mean of the metric and, with `versus`, the compared cell's, at every
 /// combination of the `over` axes' values (the first axis varying slowest, each in sweep order);
 /// and the coordinates of every cell read.
 pub(super) fn select_points(
     document: &ResultsDocument,
     selection: &Selection,
-) -> Result<(Vec<(f64, Option<f64>)>, Vec<Coords>), String> {
+) -> Result<SelectedPoints, String> {
     let label = selection.label;
     let mut combinations: Vec<toml::Table> = vec![selection.cell.clone()];
     for key in selection.over {

@@ -523,7 +523,7 @@ impl Headlines {
                 )
             });
         for (at, metric, cell, versus, over) in claims.chain(values) {
-            if !plan.family.metrics().iter().any(|m| &m.name == metric) {
+            if !plan.family.metrics().iter().any(|m| m.name == *metric) {
                 return Err(error(
                     format!("{at}.metric"),
                     format!(
