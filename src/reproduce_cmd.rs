@@ -1,14 +1,16 @@
 //! `expertsim reproduce`: runs every run the families' `scenarios/<family>/headlines.toml` name
 //! (resuming from cells an interrupted reproduction left), renders their figures, evaluates each
-//! paper claim on the results and rewrites docs/reproduction.md between the family's generated
-//! markers, so no number in those tables is typed by hand. Wall-clock times go to stderr only:
-//! a second run writes the same bytes.
+//! paper claim and computes each declared value on the results, and rewrites docs/reproduction.md
+//! between the family's generated markers and inside its `<!-- value:<family>/<id> -->` spans, so
+//! no number of ours in the document is typed by hand. Wall-clock times go to stderr only: a
+//! second run writes the same bytes.
 
 use clap::Args;
-use sim::headlines::{self, Claim, Headlines, Outcome, RunSpec, Verdict};
+use sim::headlines::{self, Claim, Headlines, Outcome, RunSpec, Verdict, prose};
 use sim::partial::resume::{SweepOptions, SweepOutcome};
 use sim::results::ResultsDocument;
 use sim::scenario::ScenarioPlan;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -31,6 +33,10 @@ pub struct ReproduceArgs {
     /// The document whose generated sections are rewritten.
     #[arg(long, default_value = "docs/reproduction.md")]
     doc: PathBuf,
+    /// A folder of the papers' text (`<family>.txt`, not in the repository): before running,
+    /// check that every number the headlines quote as the paper's occurs in its paper.
+    #[arg(long)]
+    papers: Option<PathBuf>,
 }
 
 /// A family's loaded headlines and the plan of each of its runs.
@@ -48,6 +54,11 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
         Ok(families) => families,
         Err(message) => return refuse(message),
     };
+    if let Some(folder) = &args.papers {
+        if let Err(message) = check_papers(folder, &families) {
+            return refuse(message);
+        }
+    }
     let doc_text = match args.quick {
         true => None,
         false => match read_doc(&args.doc, &families) {
@@ -56,6 +67,7 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
         },
     };
     let mut sections = Vec::new();
+    let mut rendered_values = BTreeMap::new();
     let mut unexplained = 0;
     for family in &families {
         let mut documents = Vec::new();
@@ -80,18 +92,11 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
                 }
             }
         }
+        let values = match render_values(&family.headlines, &documents) {
+            Ok(values) => values,
+            Err(message) => return refuse(message),
+        };
         for (claim, outcome) in family.headlines.claims.iter().zip(&outcomes) {
-            let unquoted = outcome.unquoted(claim);
-            if !unquoted.is_empty() {
-                unexplained += 1;
-                eprintln!(
-                    "claim {}/{}: its explanation quotes {} but ours is {}",
-                    family.headlines.family,
-                    claim.id,
-                    unquoted.join(", "),
-                    outcome.ours
-                );
-            }
             if !outcome.as_expected() {
                 unexplained += 1;
                 eprintln!(
@@ -102,12 +107,17 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
                 );
             }
         }
-        let section = section(family, &documents, &outcomes, args.quick);
+        let section = section(family, &documents, &outcomes, &values, args.quick);
         println!("{section}");
         sections.push((family.headlines.family.clone(), section));
+        rendered_values.insert(family.headlines.family.clone(), values);
     }
     if let Some(text) = doc_text {
         let updated = replace_sections(&text, &sections);
+        let updated = match prose::rewrite_spans(&updated, &rendered_values) {
+            Ok(updated) => updated,
+            Err(message) => return refuse(format!("{}: {message}", args.doc.display())),
+        };
         if updated != text {
             if let Err(e) = sim::results::write_atomic(&args.doc, updated.as_bytes()) {
                 eprintln!("error: writing {}: {e}", args.doc.display());
@@ -173,6 +183,21 @@ fn load_families(args: &ReproduceArgs) -> Result<Vec<Family>, String> {
             Ok(Family { headlines, plans })
         })
         .collect()
+}
+
+/// Checks every number the families quote as the paper's against `<folder>/<family>.txt`.
+fn check_papers(folder: &Path, families: &[Family]) -> Result<(), String> {
+    let mut problems = Vec::new();
+    for family in families {
+        let path = folder.join(format!("{}.txt", family.headlines.family));
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read the paper {}: {e}", path.display()))?;
+        problems.extend(prose::check_paper_numbers(&family.headlines, &text));
+    }
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(problems.join("\nerror: ")),
+    }
 }
 
 /// A run's overrides: its own, plus its quick ones in quick mode.
@@ -242,6 +267,27 @@ fn evaluate_all(
         .collect()
 }
 
+/// Every declared value's text, computed from its run's results (id -> text).
+fn render_values(
+    headlines: &Headlines,
+    documents: &[ResultsDocument],
+) -> Result<BTreeMap<String, String>, String> {
+    headlines
+        .values
+        .iter()
+        .map(|value| {
+            let index = headlines
+                .runs
+                .iter()
+                .position(|r| r.id == value.run)
+                .expect("load checked every value's run");
+            headlines::render(value, &documents[index])
+                .map(|rendered| (value.id.clone(), rendered.text))
+                .map_err(|e| format!("{}: {e}", headlines.path.display()))
+        })
+        .collect()
+}
+
 fn verdict_text(claim: &Claim, outcome: &Outcome) -> String {
     let count = match outcome.judged {
         1 => String::new(),
@@ -269,10 +315,27 @@ fn end_marker(family: &str) -> String {
     format!("<!-- generated:{family}:end -->")
 }
 
-/// Reads the document and checks that every family has its pair of markers.
+/// Reads the document and checks that every family has its pair of markers and that each of
+/// its value spans names a value the family declares.
 fn read_doc(path: &Path, families: &[Family]) -> Result<String, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let spans = prose::spans(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    for span in spans {
+        let Some(family) = families.iter().find(|f| f.headlines.family == span.family) else {
+            continue;
+        };
+        if !family.headlines.values.iter().any(|v| v.id == span.id) {
+            return Err(format!(
+                "{}:{}: value `{}/{}` is not declared in {}",
+                path.display(),
+                span.line,
+                span.family,
+                span.id,
+                family.headlines.path.display()
+            ));
+        }
+    }
     for family in families {
         let name = &family.headlines.family;
         let (begin, end) = (begin_marker(name), end_marker(name));
@@ -312,6 +375,7 @@ fn section(
     family: &Family,
     documents: &[ResultsDocument],
     outcomes: &[Outcome],
+    values: &BTreeMap<String, String>,
     quick: bool,
 ) -> String {
     let name = &family.headlines.family;
@@ -361,7 +425,8 @@ fn section(
                 Some(deviation.trim().to_string())
             }
             _ => None,
-        };
+        }
+        .map(|why| prose::fill_placeholders(&why, values));
         if let Some(why) = why {
             notes.push((&claim.id, why));
             verdict = format!("{verdict}, see [{}]", notes.len());
@@ -407,13 +472,14 @@ fn section(
         let _ = writeln!(out, "| input | value | how | the paper's sentence |");
         let _ = writeln!(out, "|---|---|---|---|");
         for input in &family.headlines.inputs {
+            let filled = |text: &str| cell_text(&prose::fill_placeholders(text, values));
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} |",
-                cell_text(&input.name),
-                cell_text(&input.value),
-                cell_text(&input.how),
-                cell_text(&input.source)
+                filled(&input.name),
+                filled(&input.value),
+                filled(&input.how),
+                filled(&input.source)
             );
         }
     }

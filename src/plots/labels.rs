@@ -34,6 +34,8 @@ const KEY_LABELS: &[(&str, &str)] = &[
     ("memory", "adapter memory manager"),
     ("memory.kind", "adapter memory manager"),
     ("adapters.count", "adapters served"),
+    ("workload.prompt_tokens", "prompt length (tokens)"),
+    ("cost.rerouting", "batched rerouting"),
     ("predictor.kind", "length predictor"),
     ("semantic_router.kind", "semantic router"),
 ];

@@ -1,13 +1,20 @@
 //! Every paper claim in `scenarios/<family>/headlines.toml`, checked on the quick variant of its
 //! run: its verdict (direction and magnitude against the paper's number, or "input" for a
 //! by-construction claim) must be the one the file expects, so a verdict that changes either way
-//! fails until `expect` and `known_deviation` are updated. Also the
-//! `reproduce` command's document handling: generated sections replaced, prose kept, a second
-//! run byte-identical, missing markers refused.
+//! fails until `expect` and `known_deviation` are updated. On the same runs, every declared value
+//! of docs/reproduction.md's prose: a span must say what the run gives (or, where the quick run
+//! reads other cells than the full one, the value's `quick` text must), and every other number of
+//! a family's prose must be declared as the paper's or an input (`sim::headlines::prose`). Also
+//! the `reproduce` command's document handling: generated sections and value spans replaced,
+//! prose kept, a second run byte-identical, missing markers, unknown values and (given the
+//! papers' text) a number quoted as the paper's that its paper lacks refused.
 
 use crate::common::expertsim;
+use sim::headlines::prose::{self, FamilyProse, QuickRendering};
 use sim::headlines::{self, Headlines};
 use sim::partial::SweepHeader;
+use sim::scenario::ScenarioPlan;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 fn families() -> Vec<Headlines> {
@@ -24,8 +31,42 @@ fn families() -> Vec<Headlines> {
         .collect()
 }
 
+/// Whether `quick` (a quick plan) reads, for the cells `read` (coordinates as results record
+/// them) and the sweep keys `over`, exactly what `full` does: the same seeds, the same values of
+/// each `over` key, and each cell's settings the same.
+fn same_cells(
+    full: &ScenarioPlan,
+    quick: &ScenarioPlan,
+    over: &[String],
+    read: &[Vec<(String, serde_json::Value)>],
+) -> bool {
+    let axis = |plan: &ScenarioPlan, key: &str| {
+        plan.axes
+            .iter()
+            .find(|a| a.key == key)
+            .map(|a| a.values.clone())
+    };
+    let settings = |plan: &ScenarioPlan, coords: &[(String, serde_json::Value)]| {
+        plan.cells
+            .iter()
+            .find(|c| {
+                c.coords.len() == coords.len()
+                    && c.coords.iter().zip(coords).all(|((k, v), (key, value))| {
+                        k == key && serde_json::to_value(v).ok().as_ref() == Some(value)
+                    })
+            })
+            .map(|c| format!("{:?}", c.scenario))
+    };
+    full.seeds == quick.seeds
+        && over.iter().all(|key| axis(full, key) == axis(quick, key))
+        && read.iter().all(|coords| {
+            let in_full = settings(full, coords);
+            in_full.is_some() && in_full == settings(quick, coords)
+        })
+}
+
 #[test]
-fn every_claim_gets_its_expected_verdict_on_its_quick_run() {
+fn every_claim_gets_its_expected_verdict_and_every_value_its_text_on_its_quick_run() {
     let families = families();
     let names: Vec<&str> = families.iter().map(|h| h.family.as_str()).collect();
     for family in ["caps", "gem", "mosaic", "chimera", "expertweave"] {
@@ -33,11 +74,15 @@ fn every_claim_gets_its_expected_verdict_on_its_quick_run() {
     }
     let mut problems = Vec::new();
     let mut checked = 0;
+    let mut prose_families = Vec::new();
     for family in &families {
+        let mut quick_values = BTreeMap::new();
         for run in &family.runs {
             let mut sets = run.sets.clone();
             sets.extend(run.quick.iter().cloned());
             let plan = sim::scenario::load(&run.scenario, &sets).unwrap_or_else(|e| panic!("{e}"));
+            let full_plan =
+                sim::scenario::load(&run.scenario, &run.sets).unwrap_or_else(|e| panic!("{e}"));
             family
                 .check_against(&run.id, &plan)
                 .unwrap_or_else(|e| panic!("{e}"));
@@ -60,13 +105,6 @@ fn every_claim_gets_its_expected_verdict_on_its_quick_run() {
                     (false, Some(quick)) => quick,
                     _ => outcome.expected,
                 };
-                let unquoted = outcome.unquoted(claim);
-                if !unquoted.is_empty() {
-                    problems.push(format!(
-                        "{at}: its known_deviation quotes {} as ours, which this run does not give",
-                        unquoted.join(", ")
-                    ));
-                }
                 if outcome.verdict != expected {
                     problems.push(format!(
                         "{at}: verdict {} (direction at {} of {} points, ours/paper {}), but \
@@ -80,14 +118,50 @@ fn every_claim_gets_its_expected_verdict_on_its_quick_run() {
                     ));
                 }
             }
+            for value in family.values.iter().filter(|v| v.run == run.id) {
+                match headlines::render(value, &document) {
+                    Ok(rendered) => {
+                        let same = same_cells(&full_plan, &plan, &value.over, &rendered.cells);
+                        quick_values.insert(
+                            value.id.clone(),
+                            QuickRendering {
+                                text: rendered.text,
+                                same_cells_as_full: same,
+                            },
+                        );
+                    }
+                    Err(e) => problems.push(format!("{}: {e}", family.family)),
+                }
+            }
         }
+        prose_families.push(FamilyProse {
+            headlines: family,
+            quick: quick_values,
+        });
     }
+    let doc_path = Path::new("docs/reproduction.md");
+    let doc = std::fs::read_to_string(doc_path).unwrap();
+    problems.extend(prose::check_document(doc_path, &doc, &prose_families));
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     let claims: usize = families.iter().map(|f| f.claims.len()).sum();
     assert_eq!(
         checked, claims,
         "every claim is about one of its family's runs"
     );
+}
+
+/// The rule's tolerances as docs/reproduction.md states them are the code's.
+#[test]
+fn the_documented_verdict_rule_uses_the_codes_tolerances() {
+    let doc = std::fs::read_to_string("docs/reproduction.md").unwrap();
+    let relative = format!("within {}%", sim::headlines::RELATIVE_TOLERANCE * 100.0);
+    let absolute = format!(
+        "within {} points",
+        sim::headlines::ABSOLUTE_TOLERANCE_POINTS
+    );
+    for text in [relative, absolute] {
+        assert!(doc.contains(&text), "docs/reproduction.md lacks `{text}`");
+    }
 }
 
 #[test]
@@ -102,17 +176,30 @@ fn reproduce_rewrites_only_the_generated_sections_and_is_stable() {
         .find("[[claim]]\nid = \"kv-virtual-vs-padding\"")
         .unwrap()..];
     let claim = &claim[..claim[1..].find("[[claim]]").unwrap() + 1];
+    // The value its explanation quotes, and one value of the prose: the virtual weight tensor's
+    // KV tokens with 3 adapters.
+    let quoted = &all[all
+        .find("[[value]]\nid = \"kv-virtual-vs-padding-1\"")
+        .unwrap()..];
+    let quoted = &quoted[..quoted.find("\n\n").unwrap() + 1];
+    let value = format!(
+        "{quoted}\n[[value]]\nid = \"kv-virtual-3\"\nrun = \"memory\"\n\
+         metric = \"kv_capacity_tokens\"\n\
+         cell = {{ \"memory.kind\" = \"virtual_weight_tensor\", \"adapters.count\" = 3 }}\n\
+         decimals = 0\ngrouping = true\nunit = \" tokens\"\n"
+    );
     std::fs::write(
         family.join(headlines::FILE_NAME),
         format!(
-            "[[run]]\nid = \"memory\"\nscenario = {:?}\n\n{claim}",
+            "[[run]]\nid = \"memory\"\nscenario = {:?}\n\n{claim}\n{value}",
             scenario.display().to_string()
         ),
     )
     .unwrap();
     let doc = dir.path().join("reproduction.md");
     let out = dir.path().join("results");
-    let prose = "# Reproduction\n\nHand-written prose stays.\n\n";
+    let prose = "# Reproduction\n\nHand-written prose stays: \
+                 <!-- value:expertweave/kv-virtual-3 -->stale<!-- /value --> of KV.\n\n";
     std::fs::write(
         &doc,
         format!(
@@ -145,12 +232,34 @@ fn reproduce_rewrites_only_the_generated_sections_and_is_stable() {
         String::from_utf8_lossy(&first.stderr)
     );
     let text = std::fs::read_to_string(&doc).unwrap();
+    let (before, after) = prose.split_once("stale").unwrap();
     assert!(
-        text.starts_with(prose)
+        text.starts_with(before)
             && text.ends_with("<!-- generated:expertweave:end -->\n\nMore prose.\n")
+    );
+    // The span now holds the run's number as its value declares it: `ddd,ddd tokens`.
+    let written = &text[before.len()..text.find(after).unwrap()];
+    let digits = written
+        .strip_suffix(" tokens")
+        .unwrap_or_else(|| panic!("{written}"));
+    assert!(
+        digits.len() >= 5
+            && digits.chars().all(|c| c.is_ascii_digit() || c == ',')
+            && digits.chars().rev().nth(3) == Some(','),
+        "{written}"
     );
     assert!(!text.contains("stale | 1 |"));
     assert!(text.contains("| the virtual weight tensor holds more KV cache than padding"));
+    // The explanation's placeholder is filled with the run's number.
+    let note = &text[text.find("1. kv-virtual-vs-padding: ").unwrap()..];
+    let note = &note[..note.find('\n').unwrap()];
+    assert!(!note.contains("{value:"), "{note}");
+    let gain = note
+        .strip_prefix("1. kv-virtual-vs-padding: With one adapter the virtual weight tensor gains ")
+        .and_then(|rest| rest.split_once("% over padding"))
+        .map(|(number, _)| number)
+        .unwrap_or_else(|| panic!("{note}"));
+    assert!(gain.parse::<f64>().is_ok_and(|g| g > 0.0), "{note}");
     assert!(out.join("expertweave/memory/results.json").is_file());
     assert!(out.join("expertweave/memory/figures").is_dir());
 
@@ -166,6 +275,44 @@ fn reproduce_rewrites_only_the_generated_sections_and_is_stable() {
         std::fs::read(out.join("expertweave/memory/results.json")).unwrap(),
         results
     );
+
+    // With the papers' text: a number quoted as the paper's that its paper lacks is refused
+    // before anything runs; the paper holding it passes.
+    let papers = dir.path().join("papers");
+    std::fs::create_dir_all(&papers).unwrap();
+    let with_papers = |paper: &str| {
+        std::fs::write(papers.join("expertweave.txt"), paper).unwrap();
+        let mut args = args(&doc);
+        args.extend(["--papers".to_string(), papers.display().to_string()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        expertsim(&args)
+    };
+    let lacking = with_papers("KV cache capacity up to 22.8% larger.");
+    assert_eq!(lacking.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&lacking.stderr);
+    assert!(
+        stderr.contains("claim kv-virtual-vs-padding paper `+22.8% to +63.4%`: 63.4 is not in"),
+        "{stderr}"
+    );
+    assert!(
+        with_papers("between 22.8% and 63.4% more KV cache")
+            .status
+            .success()
+    );
+    assert_eq!(std::fs::read_to_string(&doc).unwrap(), text);
+
+    // A span naming a value the family does not declare: refused before anything runs.
+    let unknown = dir.path().join("unknown.md");
+    let unknown_text = text.replace("expertweave/kv-virtual-3", "expertweave/kv-virtual-4");
+    std::fs::write(&unknown, &unknown_text).unwrap();
+    let refused = run(&unknown);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("unknown.md:3: value `expertweave/kv-virtual-4` is not declared"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&unknown).unwrap(), unknown_text);
 
     let unmarked = dir.path().join("unmarked.md");
     std::fs::write(&unmarked, prose).unwrap();

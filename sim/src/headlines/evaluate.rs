@@ -4,6 +4,7 @@
 //! give the verdict of the rule in docs/reproduction.md, and format our value the way the
 //! claim's statistic asks.
 
+use super::value::NumberFormat;
 use super::{Aggregate, Claim, Direction, PaperNumber, PaperValue, Statistic};
 use crate::metrics::Better;
 use crate::results::{CellResult, ResultsDocument, improvement_pct};
@@ -81,17 +82,6 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// The claim's `quotes` our value does not contain: numbers its prose states that this run
-    /// does not give.
-    pub fn unquoted<'a>(&self, claim: &'a Claim) -> Vec<&'a str> {
-        claim
-            .quotes
-            .iter()
-            .filter(|q| !self.ours.contains(q.as_str()))
-            .map(String::as_str)
-            .collect()
-    }
-
     /// Whether the verdict is the one the claim expects.
     pub fn as_expected(&self) -> bool {
         self.verdict == self.expected
@@ -156,57 +146,123 @@ pub fn key_reaches(axis: &str, key: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('.'))
 }
 
-/// The sweep axis `key` of `document`, which `claim` names.
+/// The sweep axis `key` of `document`, which `label` (a claim or value) names.
 fn sweep_axis<'a>(
     document: &'a ResultsDocument,
-    claim: &Claim,
+    label: &str,
     key: &str,
 ) -> Result<&'a crate::results::SweepAxisEcho, String> {
     document
         .sweep
         .iter()
         .find(|a| a.key == key)
-        .ok_or_else(|| format!("claim {}: `{key}` is not a sweep key", claim.id))
+        .ok_or_else(|| format!("{label}: `{key}` is not a sweep key"))
 }
 
-/// Evaluates `claim` on `document` (the results of the claim's run).
-pub fn evaluate(claim: &Claim, document: &ResultsDocument) -> Result<Outcome, String> {
-    let better = document
+/// Which cells a claim or a value reads: the cell's coordinates, the compared cell's (laid over
+/// the cell's), and the sweep axes it ranges over.
+pub(super) struct Selection<'a> {
+    /// `claim <id>` or `value <id>`, for messages.
+    pub label: &'a str,
+    pub metric: &'a str,
+    pub cell: &'a toml::Table,
+    pub versus: Option<&'a toml::Table>,
+    pub over: &'a [String],
+}
+
+/// Whether lower or higher is better for `metric`, one of the document's family's metrics.
+pub(super) fn metric_better(
+    document: &ResultsDocument,
+    label: &str,
+    metric: &str,
+) -> Result<Better, String> {
+    document
         .scenario
         .family
         .metrics()
         .iter()
-        .find(|m| m.name == claim.metric)
+        .find(|m| m.name == metric)
         .map(|m| m.better)
-        .ok_or_else(|| format!("claim {}: no metric {}", claim.id, claim.metric))?;
-    let over_values: Vec<Option<toml::Value>> = match &claim.over {
-        None => vec![None],
-        Some(key) => sweep_axis(document, claim, key)?
+        .ok_or_else(|| format!("{label}: no metric {metric}"))
+}
+
+/// A cell's coordinates as its result records them.
+pub(super) type Coords = Vec<(String, serde_json::Value)>;
+
+/// Per point, the selected cell's mean and the compared cell's; and every cell read.
+pub(super) type SelectedPoints = (Vec<(f64, Option<f64>)>, Vec<Coords>);
+
+/// The selected cell's mean of the metric and, with `versus`, the compared cell's, at every
+/// combination of the `over` axes' values (the first axis varying slowest, each in sweep order);
+/// and the coordinates of every cell read.
+pub(super) fn select_points(
+    document: &ResultsDocument,
+    selection: &Selection,
+) -> Result<SelectedPoints, String> {
+    let label = selection.label;
+    let mut combinations: Vec<toml::Table> = vec![selection.cell.clone()];
+    for key in selection.over {
+        let values = sweep_axis(document, label, key)?
             .values
             .iter()
-            .map(|v| json_to_toml(v).map(Some))
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("claim {}: {e}", claim.id))?,
+            .map(json_to_toml)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{label}: {e}"))?;
+        combinations = combinations
+            .iter()
+            .flat_map(|wanted| {
+                values.iter().map(move |value| {
+                    let mut wanted = wanted.clone();
+                    wanted.insert(key.clone(), value.clone());
+                    wanted
+                })
+            })
+            .collect();
+    }
+    let mean = |c: &CellResult| {
+        c.mean(selection.metric)
+            .ok_or_else(|| format!("{label}: cell {} lacks {}", c.id, selection.metric))
     };
     let mut points = Vec::new();
-    for over_value in over_values {
-        let mut wanted = claim.cell.clone();
-        if let (Some(key), Some(value)) = (&claim.over, over_value) {
-            wanted.insert(key.clone(), value);
-        }
-        let compared = replace_coords(document, &wanted, &claim.versus);
-        let cell = find_cell(document, &wanted).map_err(|e| format!("claim {}: {e}", claim.id))?;
-        let versus =
-            find_cell(document, &compared).map_err(|e| format!("claim {}: {e}", claim.id))?;
-        let mean = |c: &CellResult| {
-            c.mean(&claim.metric)
-                .ok_or_else(|| format!("claim {}: cell {} lacks {}", claim.id, c.id, claim.metric))
+    let mut read = Vec::new();
+    for wanted in &combinations {
+        let cell = find_cell(document, wanted).map_err(|e| format!("{label}: {e}"))?;
+        read.push(cell.coords.clone());
+        let versus = match selection.versus {
+            None => None,
+            Some(versus) => {
+                let compared = replace_coords(document, wanted, versus);
+                let found = find_cell(document, &compared).map_err(|e| format!("{label}: {e}"))?;
+                read.push(found.coords.clone());
+                Some(mean(found)?)
+            }
         };
-        points.push(Point {
-            cell: mean(cell)?,
-            versus: mean(versus)?,
-        });
+        points.push((mean(cell)?, versus));
     }
+    Ok((points, read))
+}
+
+/// Evaluates `claim` on `document` (the results of the claim's run).
+pub fn evaluate(claim: &Claim, document: &ResultsDocument) -> Result<Outcome, String> {
+    let label = format!("claim {}", claim.id);
+    let better = metric_better(document, &label, &claim.metric)?;
+    let points = select_points(
+        document,
+        &Selection {
+            label: &label,
+            metric: &claim.metric,
+            cell: &claim.cell,
+            versus: Some(&claim.versus),
+            over: claim.over.as_slice(),
+        },
+    )?
+    .0
+    .into_iter()
+    .map(|(cell, versus)| Point {
+        cell,
+        versus: versus.expect("a claim always has `versus`"),
+    })
+    .collect::<Vec<_>>();
     let shows = |change: f64| match claim.direction {
         Direction::Lower => change < 0.0,
         Direction::Higher => change > 0.0,
@@ -282,7 +338,7 @@ fn magnitude(
         PaperValue::Same(number) => vec![*number; values.len()],
         PaperValue::PerPoint(map) => {
             let key = claim.over.as_ref().expect("load checked `over`");
-            sweep_axis(document, claim, key)?
+            sweep_axis(document, &format!("claim {}", claim.id), key)?
                 .values
                 .iter()
                 .map(|v| {
@@ -441,12 +497,17 @@ fn json_to_toml(value: &serde_json::Value) -> Result<toml::Value, String> {
 
 /// One point in the claim's statistic (`Values`: the relative change, for the mean verdict).
 fn statistic(claim: &Claim, better: Better, p: &Point) -> f64 {
-    match claim.statistic {
-        Statistic::ImprovementPct => improvement_pct(p.versus, p.cell, better).unwrap_or(f64::NAN),
-        Statistic::ChangePct => (p.cell - p.versus) / p.versus.abs() * 100.0,
-        Statistic::Difference => p.cell - p.versus,
-        Statistic::Ratio => p.versus / p.cell,
-        Statistic::Values => (p.cell - p.versus) / p.versus.abs(),
+    statistic_of(claim.statistic, better, p.cell, p.versus)
+}
+
+/// `cell` against `versus` in `statistic` (`Values`: the relative change).
+pub(super) fn statistic_of(statistic: Statistic, better: Better, cell: f64, versus: f64) -> f64 {
+    match statistic {
+        Statistic::ImprovementPct => improvement_pct(versus, cell, better).unwrap_or(f64::NAN),
+        Statistic::ChangePct => (cell - versus) / versus.abs() * 100.0,
+        Statistic::Difference => cell - versus,
+        Statistic::Ratio => versus / cell,
+        Statistic::Values => (cell - versus) / versus.abs(),
     }
 }
 
@@ -470,11 +531,8 @@ fn format_ours(claim: &Claim, better: Better, points: &[Point]) -> String {
             .join("; ");
     }
     let values: Vec<f64> = points.iter().map(|p| statistic(claim, better, p)).collect();
-    let text = |v: f64| match claim.statistic {
-        Statistic::Ratio => format!("{v:.2}x"),
-        Statistic::Difference => format!("{:+.2}", v + 0.0),
-        _ => format!("{:+.1}%", v + 0.0),
-    };
+    let format = NumberFormat::of_statistic(claim.statistic);
+    let text = |v: f64| format.text(v);
     match (claim.aggregate, values.as_slice()) {
         (_, [one]) => text(*one),
         (Aggregate::Mean, _) => format!(

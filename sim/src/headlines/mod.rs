@@ -4,13 +4,21 @@
 //! compared with, the claimed direction, the paper's words and its number in the claim's
 //! statistic, and, where ours falls short, the verdict we expect with its explanation), the
 //! claims whose number is an input rather than a result (`by_construction`), and the inputs we
-//! chose or fitted with the paper's sentence they come from. `load` reads the file with
-//! file:line:field errors, `check_against` checks a claim's keys against the loaded scenario, and
-//! `evaluate` computes our value of a claim, its direction and its magnitude beside the paper's.
+//! chose or fitted with the paper's sentence they come from; the numbers of ours that prose
+//! states (`[[value]]`, rendered by `value::render`), and the phrases of the family's prose that
+//! quote the paper or state an input (`[prose]`, checked by `prose`). `load` reads the file with
+//! file:line:field errors, `check_against` checks a claim's or value's keys against the loaded
+//! scenario, and `evaluate` computes our value of a claim, its direction and its magnitude beside
+//! the paper's.
 
 mod evaluate;
+pub mod prose;
+mod value;
 
-pub use evaluate::{Magnitude, Outcome, Point, Verdict, evaluate};
+pub use evaluate::{
+    ABSOLUTE_TOLERANCE_POINTS, Magnitude, Outcome, Point, RELATIVE_TOLERANCE, Verdict, evaluate,
+};
+pub use value::{Combine, NumberFormat, Rendered, Value, render};
 
 use crate::scenario::error::{Location, ScenarioError, SpanIndex};
 use crate::scenario::{Family, ScenarioPlan};
@@ -103,13 +111,9 @@ pub struct Claim {
     pub expect: Option<Verdict>,
     /// `expect` for the quick variant (smaller runs), where it differs.
     pub expect_quick: Option<Verdict>,
-    /// Why ours falls short of the paper (the `expect`ed verdict's explanation).
+    /// Why ours falls short of the paper (the `expect`ed verdict's explanation); a number of
+    /// ours in it is a `{value:<id>}` placeholder, rendered from the run.
     pub known_deviation: Option<String>,
-    /// Numbers of ours that `known_deviation` quotes, each as our value column writes it: each
-    /// must appear in the explanation and in our value, so prose that disagrees with the run
-    /// fails (`Outcome::unquoted`).
-    #[serde(default)]
-    pub quotes: Vec<String>,
 }
 
 /// The paper's number in a claim's statistic.
@@ -140,7 +144,8 @@ impl PaperNumber {
     }
 }
 
-/// An input we chose or fitted (not a result), listed in the family's inputs table.
+/// An input we chose or fitted (not a result), listed in the family's inputs table; a result of
+/// ours its text mentions (what another choice would give) is a `{value:<id>}` placeholder.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Input {
@@ -154,6 +159,20 @@ pub struct Input {
     pub source: String,
 }
 
+/// The phrases of a family's prose (its section of docs/reproduction.md outside the generated
+/// tables, and its claims' explanations) that state numbers which are not results of ours.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProseDeclarations {
+    /// Phrases quoting the paper: every number in them occurs in the paper's text.
+    #[serde(default)]
+    pub paper: Vec<String>,
+    /// Phrases stating our inputs, by the file that sets them (relative to the headlines file):
+    /// every number in a phrase occurs in its file.
+    #[serde(default)]
+    pub inputs: std::collections::BTreeMap<PathBuf, Vec<String>>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct HeadlinesFile {
@@ -163,6 +182,10 @@ struct HeadlinesFile {
     claim: Vec<Claim>,
     #[serde(default)]
     input: Vec<Input>,
+    #[serde(default)]
+    value: Vec<Value>,
+    #[serde(default)]
+    prose: ProseDeclarations,
 }
 
 /// A family's headlines file, loaded and checked for internal consistency.
@@ -175,6 +198,10 @@ pub struct Headlines {
     pub claims: Vec<Claim>,
     /// The inputs we chose or fitted, in file order.
     pub inputs: Vec<Input>,
+    /// The numbers of ours that prose states.
+    pub values: Vec<Value>,
+    /// The phrases of the prose quoting the paper or stating inputs (input files resolved).
+    pub prose: ProseDeclarations,
     spans: SpanIndex,
 }
 
@@ -232,6 +259,15 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
                 return Err(error(
                     &format!("input[{i}].{key}"),
                     "is empty: every chosen or fitted input names its source".into(),
+                ));
+            }
+            if let Some((id, _)) = prose::placeholders(text)
+                .into_iter()
+                .find(|(id, _)| !file.value.iter().any(|v| &v.id == id))
+            {
+                return Err(error(
+                    &format!("input[{i}].{key}"),
+                    format!("`{{value:{id}}}` names no [[value]]"),
                 ));
             }
         }
@@ -315,15 +351,11 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
             }
             _ => {}
         }
-        for quote in &claim.quotes {
-            if !claim
-                .known_deviation
-                .as_deref()
-                .is_some_and(|text| text.contains(quote.as_str()))
-            {
+        for (id, _) in prose::placeholders(claim.known_deviation.as_deref().unwrap_or("")) {
+            if !file.value.iter().any(|v| v.id == id) {
                 return Err(error(
-                    &at("quotes"),
-                    format!("`{quote}` is not in the claim's known_deviation"),
+                    &at("known_deviation"),
+                    format!("`{{value:{id}}}` names no [[value]]"),
                 ));
             }
         }
@@ -342,6 +374,83 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
             ));
         }
     }
+    for (i, value) in file.value.iter().enumerate() {
+        let at = |key: &str| format!("value[{i}].{key}");
+        if file.value[..i].iter().any(|v| v.id == value.id) {
+            return Err(error(
+                &at("id"),
+                format!("value id `{}` is declared twice", value.id),
+            ));
+        }
+        if !prose::is_id(&value.id) {
+            return Err(error(
+                &at("id"),
+                "an id is letters, digits, `-` and `_`".into(),
+            ));
+        }
+        if !runs.iter().any(|r| r.id == value.run) {
+            return Err(error(
+                &at("run"),
+                format!("no [[run]] has id `{}`", value.run),
+            ));
+        }
+        match (&value.versus, value.statistic) {
+            (Some(versus), Some(statistic)) => {
+                if versus.is_empty() {
+                    return Err(error(
+                        &at("versus"),
+                        "names no coordinate, so the value compares a cell with itself".into(),
+                    ));
+                }
+                if statistic == Statistic::Values {
+                    return Err(error(
+                        &at("statistic"),
+                        "a value is one number per point: improvement_pct, change_pct, \
+                         difference or ratio"
+                            .into(),
+                    ));
+                }
+            }
+            (None, None) => {}
+            (Some(_), None) => {
+                return Err(error(
+                    &at("statistic"),
+                    "a value with `versus` names its statistic".into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(error(
+                    &at("versus"),
+                    "a statistic compares with a `versus` cell".into(),
+                ));
+            }
+        }
+        if value.decimals > 6 {
+            return Err(error(&at("decimals"), "at most 6".into()));
+        }
+    }
+    let mut prose = file.prose;
+    for (i, phrase) in prose.paper.iter().enumerate() {
+        if prose::number_tokens(phrase).is_empty() {
+            return Err(error(
+                &format!("prose.paper[{i}]"),
+                format!("`{phrase}` states no number"),
+            ));
+        }
+    }
+    let mut resolved = std::collections::BTreeMap::new();
+    for (file_name, phrases) in std::mem::take(&mut prose.inputs) {
+        let field = format!("prose.inputs.{}", file_name.display());
+        let path = base.join(&file_name);
+        if !path.is_file() {
+            return Err(error(&field, format!("no file at {}", path.display())));
+        }
+        if let Some(phrase) = phrases.iter().find(|p| prose::number_tokens(p).is_empty()) {
+            return Err(error(&field, format!("`{phrase}` states no number")));
+        }
+        resolved.insert(path, phrases);
+    }
+    prose.inputs = resolved;
     let family = base
         .file_name()
         .and_then(|n| n.to_str())
@@ -353,6 +462,8 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
         runs,
         claims: file.claim,
         inputs: file.input,
+        values: file.value,
+        prose,
         spans,
     })
 }
@@ -371,8 +482,8 @@ impl Headlines {
             .filter(move |(_, c)| c.run == id)
     }
 
-    /// Checks the claims about run `id` against its loaded scenario: the metric is one of the
-    /// family's, and every coordinate key (and `over`) is a sweep key of the run.
+    /// Checks the claims and values about run `id` against its loaded scenario: the metric is
+    /// one of the family's, and every coordinate key (and `over`) is a sweep key of the run.
     pub fn check_against(&self, id: &str, plan: &ScenarioPlan) -> Result<(), ScenarioError> {
         let error = |field: String, message: String| ScenarioError {
             file: self.path.clone(),
@@ -381,29 +492,58 @@ impl Headlines {
             message,
         };
         let axes: Vec<&str> = plan.axes.iter().map(|a| a.key.as_str()).collect();
-        for (i, claim) in self.claims_of(id) {
-            if !plan.family.metrics().iter().any(|m| m.name == claim.metric) {
+        let claims = self.claims_of(id).map(|(i, c)| {
+            let over = c
+                .over
+                .as_slice()
+                .iter()
+                .map(|k| (format!("claim[{i}].over"), k));
+            (
+                format!("claim[{i}]"),
+                &c.metric,
+                &c.cell,
+                Some(&c.versus),
+                over.collect::<Vec<_>>(),
+            )
+        });
+        let values = self
+            .values
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.run == id)
+            .map(|(i, v)| {
+                let over = v.over.iter().enumerate();
+                (
+                    format!("value[{i}]"),
+                    &v.metric,
+                    &v.cell,
+                    v.versus.as_ref(),
+                    over.map(|(j, k)| (format!("value[{i}].over[{j}]"), k))
+                        .collect::<Vec<_>>(),
+                )
+            });
+        for (at, metric, cell, versus, over) in claims.chain(values) {
+            if !plan.family.metrics().iter().any(|m| m.name == *metric) {
                 return Err(error(
-                    format!("claim[{i}].metric"),
+                    format!("{at}.metric"),
                     format!(
-                        "{} is not a metric of the {} family",
-                        claim.metric,
+                        "{metric} is not a metric of the {} family",
                         family_name(plan.family)
                     ),
                 ));
             }
-            let keys = claim
-                .cell
+            let keys = cell
                 .keys()
-                .map(|k| ("cell", k))
-                .chain(claim.versus.keys().map(|k| ("versus", k)))
-                .chain(claim.over.iter().map(|k| ("over", k)));
-            for (table, key) in keys {
+                .map(|k| (format!("{at}.cell.{k}"), k))
+                .chain(
+                    versus
+                        .into_iter()
+                        .flat_map(|v| v.keys())
+                        .map(|k| (format!("{at}.versus.{k}"), k)),
+                )
+                .chain(over);
+            for (field, key) in keys {
                 if !axes.iter().any(|axis| evaluate::key_reaches(axis, key)) {
-                    let field = match table {
-                        "over" => format!("claim[{i}].over"),
-                        _ => format!("claim[{i}].{table}.{key}"),
-                    };
                     return Err(error(
                         field,
                         format!(
@@ -428,3 +568,6 @@ pub fn family_name(family: Family) -> String {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod prose_tests;
