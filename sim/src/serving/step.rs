@@ -32,6 +32,13 @@ pub struct ExpectedRouting<'a> {
     pub decode: &'a [f32],
 }
 
+/// The tokens one adapter's sequences compute in a step (prefill and decode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdapterTokens {
+    pub adapter: u32,
+    pub tokens: u64,
+}
+
 /// One step's work, as the replica scheduled it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StepWork<'a> {
@@ -59,8 +66,10 @@ pub struct StepWork<'a> {
     pub routed: Option<RoutedTokens<'a>>,
     /// MoE routing of the step as expectations, where the family models it so.
     pub expected_routing: Option<ExpectedRouting<'a>>,
-    /// Adapters (LoRA, ESFT expert sets) the step's sequences use, distinct.
-    pub adapters: &'a [u32],
+    /// Adapters (LoRA, ESFT expert sets) the step's sequences run with, distinct and by id,
+    /// each with the tokens its sequences compute in the step (`AdmitHook::adapter`; empty when
+    /// no sequence has one).
+    pub adapters: &'a [AdapterTokens],
     /// KV tokens moved to host memory before the step (swap preemption).
     pub swapped_out_tokens: u64,
     /// KV tokens moved back to the GPU before the step.
