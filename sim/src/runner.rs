@@ -71,13 +71,15 @@ pub fn run_cell(
         }
         Scenario::Expertweave(s) => {
             let memory = &mut *policies.adapter_memory(&s.memory);
+            // Each instance admits first come, first served.
+            let queue = &mut *policies.queue_policy(&QueuePolicyConfig::Fcfs);
             let output = crate::records::with_csv(
                 csv,
                 "expertweave",
                 crate::expertweave::run::CSV_COLUMNS,
-                |sink| crate::expertweave::run_recorded(s, seed, memory, sink),
+                |sink| crate::expertweave::run_recorded(s, seed, memory, queue, sink),
             )?;
-            Ok((output, EXPERTWEAVE_COST_MODEL.to_string()))
+            Ok((output, crate::expertweave::run::cost_source(s).to_string()))
         }
     }
 }
@@ -141,6 +143,5 @@ pub fn write_results(
     write_atomic(path, &bytes)
 }
 
-/// Where MOSAIC and ExpertWeave step costs come from: analytic models from datasheet rates.
+/// Where MOSAIC step costs come from: analytic models from datasheet rates.
 const MOSAIC_COST_MODEL: &str = "analytic-roofline";
-const EXPERTWEAVE_COST_MODEL: &str = "analytic-roofline";

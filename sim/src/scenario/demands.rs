@@ -119,11 +119,17 @@ impl Scenario {
             Scenario::Expertweave(s) => {
                 let w = &s.workload;
                 d.push(Demand::new(SimSeconds, w.horizon_s, "workload.horizon_s"));
-                d.push(Demand::new(
-                    Requests,
-                    w.rate_rps * w.horizon_s,
-                    "workload.rate_rps",
-                ));
+                match &s.arrival {
+                    crate::arrivals::ArrivalSpec::Poisson { rate_per_s }
+                    | crate::arrivals::ArrivalSpec::Bursty { rate_per_s, .. } => d.push(
+                        Demand::new(Requests, rate_per_s * w.horizon_s, "arrival.rate_per_s"),
+                    ),
+                    _ => d.push(Demand::new(
+                        Requests,
+                        s.max_arrivals as f64,
+                        "workload.horizon_s",
+                    )),
+                }
                 // Lengths spread up to (1 + length_spread) times their mean.
                 let spread = 1.0 + w.length_spread;
                 d.push(Demand::new(

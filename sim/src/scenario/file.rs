@@ -187,7 +187,7 @@ impl Family {
         match self {
             Family::Caps => Some("arrival.rate_per_s"),
             Family::Chimera => Some("workload.rps"),
-            Family::Expertweave => Some("workload.rate_rps"),
+            Family::Expertweave => Some("arrival.rate_per_s"),
             Family::Gem | Family::Mosaic => None,
         }
     }

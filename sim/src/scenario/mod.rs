@@ -54,6 +54,7 @@ impl Scenario {
                 _ => None,
             },
             Scenario::Gem(s) => s.arrival.trace_stats(s.n_requests),
+            Scenario::Expertweave(s) => s.arrival.trace_stats(s.max_arrivals),
             _ => None,
         }
     }
@@ -618,7 +619,7 @@ fn validate_family(
         Family::Expertweave => {
             let config: crate::expertweave::ExpertWeaveConfig =
                 deserialize_table(loader, family_doc, overrides)?;
-            Scenario::Expertweave(config.validate(base_dir).map_err(field_error)?)
+            Scenario::Expertweave(config.validate(base_dir, cache).map_err(field_error)?)
         }
     })
 }

@@ -118,3 +118,10 @@ pub struct StepTime {
 pub trait StepCost {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime;
 }
+
+/// A boxed step cost prices as the cost it holds (so a wrapper can take a family's chosen cost).
+impl<T: StepCost + ?Sized> StepCost for Box<T> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        (**self).price(work)
+    }
+}
