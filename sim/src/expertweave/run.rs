@@ -10,8 +10,6 @@
 //! (an instance's step finishes: its tokens are emitted, its finished requests recorded, and its
 //! next step scheduled).
 
-use std::collections::HashMap;
-
 use serde_json::json;
 
 use super::config::ExpertWeaveScenario;
@@ -172,26 +170,24 @@ enum Event {
     StepEnd(usize),
 }
 
-/// A request that waits at its instance: its adapter and true output length.
+/// An accepted request's adapter and true output length (8 bytes, kept by id for the run).
 #[derive(Clone, Copy)]
 struct Pending {
     adapter: u32,
     output: u32,
 }
 
-/// The family's side of an admission: the pending request's output length and adapter.
-struct Admit<'x>(&'x mut HashMap<u64, Pending>);
+/// The family's side of an admission: the request's output length and adapter, by its id.
+struct Admit<'x>(&'x [Pending]);
 
 impl AdmitHook for Admit<'_> {
     fn output_tokens(&mut self, request: &QueuedRequest) -> u32 {
-        self.0[&request.id].output
+        self.0[request.id as usize].output
     }
     fn adapter(&mut self, request: &QueuedRequest) -> Option<u32> {
-        Some(self.0[&request.id].adapter)
+        Some(self.0[request.id as usize].adapter)
     }
-    fn admitted(&mut self, _now: SimTime, request: &QueuedRequest, _output: u32) {
-        self.0.remove(&request.id);
-    }
+    fn admitted(&mut self, _now: SimTime, _request: &QueuedRequest, _output: u32) {}
 }
 
 /// What a finished run hands to the summary.
@@ -222,8 +218,9 @@ struct Server<'a, 'c> {
     replicas: Vec<Replica>,
     queue: &'a mut dyn QueuePolicy,
     costs: &'a mut [Box<dyn StepCost + 'c>],
-    pending: HashMap<u64, Pending>,
-    next_id: u64,
+    /// Every accepted request's adapter and output length, indexed by its id (ids count up from
+    /// 0): a vector, not a map, because the hot path looks each one up at admission.
+    requests: Vec<Pending>,
     /// Instances that received a request at the current instant, reused.
     woken: Vec<usize>,
     finished: Vec<Seq>,
@@ -267,8 +264,7 @@ impl<'a, 'c> Server<'a, 'c> {
                 .collect(),
             queue,
             costs,
-            pending: HashMap::new(),
-            next_id: 0,
+            requests: Vec::new(),
             woken: Vec::new(),
             finished: Vec::new(),
             served: Served {
@@ -311,15 +307,11 @@ impl<'a, 'c> Server<'a, 'c> {
             self.served.rejected += 1;
             return None;
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        self.pending.insert(
-            id,
-            Pending {
-                adapter: adapter as u32,
-                output,
-            },
-        );
+        let id = self.requests.len() as u64;
+        self.requests.push(Pending {
+            adapter: adapter as u32,
+            output,
+        });
         let request = QueuedRequest {
             id,
             workflow: id,
@@ -339,7 +331,7 @@ impl<'a, 'c> Server<'a, 'c> {
 
     /// Schedules instance `i`'s next step and prices it, or leaves the instance idle.
     fn start_step(&mut self, now: SimTime, i: usize, events: &mut EventQueue<Event>) {
-        let mut hook = Admit(&mut self.pending);
+        let mut hook = Admit(&self.requests);
         let Some(work) = self.replicas[i].schedule(now, &mut *self.queue, i, &mut hook) else {
             return;
         };
@@ -403,7 +395,12 @@ impl<'a, 'c> Server<'a, 'c> {
                 "mean_sojourn_ns": stats.mean_sojourn_ns(),
             }));
         }
-        assert!(self.pending.is_empty(), "every admitted request was served");
+        let admitted: u64 = self.replicas.iter().map(|r| r.stats().admitted).sum();
+        assert_eq!(
+            admitted,
+            self.requests.len() as u64,
+            "every accepted request was admitted"
+        );
         self.served
     }
 }
@@ -737,13 +734,10 @@ output_tokens = 1
         let mut replica = Replica::new(replica_config(&s, &plan.instances[0]));
         let mut fifo = Fifo::default();
         fifo.reset(1);
-        let mut pending = HashMap::from([(
-            0,
-            Pending {
-                adapter: 0,
-                output: 44,
-            },
-        )]);
+        let requests = [Pending {
+            adapter: 0,
+            output: 44,
+        }];
         let request = QueuedRequest {
             id: 0,
             workflow: 0,
@@ -761,7 +755,7 @@ output_tokens = 1
         let mut now = SimTime::ZERO;
         let mut steps = vec![];
         let mut done = vec![];
-        while let Some(work) = replica.schedule(now, &mut fifo, 0, &mut Admit(&mut pending)) {
+        while let Some(work) = replica.schedule(now, &mut fifo, 0, &mut Admit(&requests)) {
             let d = cost.price(&work).duration;
             steps.push(d);
             replica.begin_step(d);
