@@ -151,3 +151,120 @@ impl StepCost for RooflineStepCost<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expertweave::config::ExpertWeaveConfig;
+    use crate::expertweave::model::KvCapacity;
+    use crate::expertweave::run::replica_config;
+    use crate::serving::tests::Fifo;
+    use crate::serving::{AdmitHook, QueuePolicy, QueuedRequest, Replica};
+    use crate::time::SimTime;
+    use std::path::Path;
+
+    fn scenario(rerouting: &str) -> ExpertWeaveScenario {
+        let text = format!(
+            r#"
+[device]
+capacity_gib = 64
+utilization = 0.9
+[adapters]
+names = ["gate-math", "token-math", "gate-intent"]
+[memory]
+kind = "virtual_weight_tensor"
+[arrival]
+pattern = "poisson"
+rate_per_s = 1.0
+[workload]
+horizon_s = 1
+prompt_tokens = 16
+output_tokens = 4
+[cost]
+rerouting = "{rerouting}"
+"#
+        );
+        toml::from_str::<ExpertWeaveConfig>(&text)
+            .unwrap()
+            .validate(Path::new("."), &mut Default::default())
+            .unwrap()
+    }
+
+    /// Request `id` runs with adapter `id % 3` and 4 output tokens.
+    struct ByIdHook;
+    impl AdmitHook for ByIdHook {
+        fn output_tokens(&mut self, _request: &QueuedRequest) -> u32 {
+            4
+        }
+        fn adapter(&mut self, request: &QueuedRequest) -> Option<u32> {
+            Some((request.id % 3) as u32)
+        }
+        fn admitted(&mut self, _now: SimTime, _request: &QueuedRequest, _output: u32) {}
+    }
+
+    /// The prefill step of 4 requests of 8 prompt tokens (adapters 0, 1, 2, 0) on one device,
+    /// priced by the roofline step cost.
+    fn price_prefill(s: &ExpertWeaveScenario, instance: &InstancePlan) -> StepTime {
+        let popularity = Popularity::new(s);
+        let mut cost = RooflineStepCost::new(s, instance, &popularity);
+        let mut replica = Replica::new(replica_config(s, instance));
+        let mut fifo = Fifo::default();
+        fifo.reset(1);
+        for id in 0..4 {
+            let request = QueuedRequest {
+                id,
+                workflow: id,
+                stage: 0,
+                submitted: SimTime::ZERO,
+                workflow_arrival: SimTime::ZERO,
+                enqueued_iteration: 0,
+                prompt_tokens: 8,
+                predicted_stage_tokens: 0.0,
+                predicted_total_tokens: 0.0,
+                attained_service: 0,
+                rank_noise: 0.0,
+            };
+            replica.submit(SimTime::ZERO, request, &mut fifo, 0);
+        }
+        let work = replica
+            .schedule(SimTime::ZERO, &mut fifo, 0, &mut ByIdHook)
+            .unwrap();
+        assert_eq!((work.prefill_tokens, work.adapters.len()), (32, 3));
+        cost.price(&work)
+    }
+
+    #[test]
+    fn unfused_rerouting_costs_its_extra_operators_launches_and_bytes() {
+        // Per MoE layer the fused kernel is 1 operator and the unfused chain 5, each a 10 us
+        // launch on the Ascend-910B plus the bytes it moves at 0.8 x 1.6 TB/s: per token its
+        // adapter id and top-6 ids read and the top-6 ids written (4 + 2 x 4 x 6 = 52 B), per
+        // step the expert map's rows of the 3 adapters (3 x 64 x 4 = 768 B). 32 prefill rows:
+        // 32 x 52 + 768 = 2,432 B, 1.9 ns. Over 26 MoE layers the unfused chain adds
+        // 26 x 4 x (10,000 + 1.9) ns; everything else in the step is the same.
+        let instance = InstancePlan {
+            adapters: vec![0, 1, 2],
+            reroutes: true,
+            adapter_experts: true,
+            n_devices: 1,
+            weight_bytes: 0,
+            kv: KvCapacity {
+                kv_bytes: 0,
+                kv_tokens: 1_000_000,
+                out_of_memory: false,
+            },
+        };
+        let fused = price_prefill(&scenario("fused"), &instance);
+        let unfused = price_prefill(&scenario("unfused"), &instance);
+        let per_op_ns = 10_000.0 + 2_432.0 / (0.8 * 1.6e12) * 1e9;
+        let extra = 26.0 * 4.0 * per_op_ns;
+        let measured = unfused.duration.0 as f64 - fused.duration.0 as f64;
+        assert!((measured - extra).abs() <= 1.0, "{measured} vs {extra}");
+        assert_eq!(fused.breakdown.moe_ns, unfused.breakdown.moe_ns);
+        // The launches are overhead, the bytes memory time.
+        let overhead = unfused.breakdown.overhead_ns - fused.breakdown.overhead_ns;
+        assert!(
+            (overhead - 26.0 * 4.0 * 10_000.0).abs() < 1e-6,
+            "{overhead}"
+        );
+    }
+}
