@@ -267,4 +267,70 @@ rerouting = "{rerouting}"
             "{overhead}"
         );
     }
+
+    #[test]
+    fn a_memory_bound_decode_step_reads_its_expected_distinct_experts() {
+        // Base only, one sequence decoding one token of adapter 0: per MoE layer its 6 routing
+        // draws read expert e with probability 1 - (1 - p_e)^6, and the grouped GEMM streams
+        // each read expert's 3 x 2048 x 1408 x 2 B = 17,301,504 B at 0.8 x 1.6 TB/s (13.5 us;
+        // its 64 padded rows compute in 64 x 2 x 3 x 2048 x 1408 / (0.6 x 280 TFLOP/s) = 6.6 us,
+        // so memory binds) after 3 launches of 10 us.
+        let s = scenario("fused");
+        let instance = InstancePlan {
+            adapters: vec![0, 1, 2],
+            reroutes: false,
+            adapter_experts: false,
+            n_devices: 1,
+            weight_bytes: 0,
+            kv: KvCapacity {
+                kv_bytes: 0,
+                kv_tokens: 1_000_000,
+                out_of_memory: false,
+            },
+        };
+        let popularity = Popularity::new(&s);
+        let mut cost = RooflineStepCost::new(&s, &instance, &popularity);
+        let mut replica = Replica::new(replica_config(&s, &instance));
+        let mut fifo = Fifo::default();
+        fifo.reset(1);
+        let request = QueuedRequest {
+            id: 0,
+            workflow: 0,
+            stage: 0,
+            submitted: SimTime::ZERO,
+            workflow_arrival: SimTime::ZERO,
+            enqueued_iteration: 0,
+            prompt_tokens: 8,
+            predicted_stage_tokens: 0.0,
+            predicted_total_tokens: 0.0,
+            attained_service: 0,
+            rank_noise: 0.0,
+        };
+        replica.submit(SimTime::ZERO, request, &mut fifo, 0);
+        let prefill = replica.schedule(SimTime::ZERO, &mut fifo, 0, &mut ByIdHook);
+        assert_eq!(prefill.map(|w| w.prefill_tokens), Some(8));
+        replica.begin_step(crate::time::SimDuration(1));
+        replica.complete_step(SimTime(1), &mut Vec::new());
+        let work = replica
+            .schedule(SimTime(1), &mut fifo, 0, &mut ByIdHook)
+            .unwrap();
+        assert_eq!((work.decode_tokens, work.prefill_tokens), (1, 0));
+        let moe_ns = cost.price(&work).breakdown.moe_ns;
+        let read_ns = 17_301_504.0 / (0.8 * 1.6e12) * 1e9;
+        let expected: f64 = (0..26)
+            .map(|layer| {
+                let distinct: f64 = popularity
+                    .probabilities(0, layer)
+                    .iter()
+                    .map(|p| 1.0 - (1.0 - p).powi(6))
+                    .sum();
+                assert!(distinct > 1.0 && distinct < 6.0, "{distinct}");
+                3.0 * 10_000.0 + distinct * read_ns
+            })
+            .sum();
+        assert!(
+            (moe_ns - expected).abs() < 1e-6 * expected,
+            "{moe_ns} vs {expected}"
+        );
+    }
 }
