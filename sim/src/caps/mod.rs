@@ -5,6 +5,7 @@
 pub mod batch;
 pub mod config;
 pub mod execution;
+pub mod family;
 pub mod former;
 pub mod metrics;
 pub mod run;
@@ -13,6 +14,7 @@ pub mod step_cost;
 pub mod workload;
 
 pub use config::{CapsConfig, CapsScenario};
+pub use family::Caps;
 
 use crate::caps::metrics::RunMetrics;
 use crate::metrics::{Better, MetricInfo, RunOutput};

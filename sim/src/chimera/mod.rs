@@ -4,6 +4,7 @@
 //! total job first with aging) and runs continuous batching on its own GPU cost model.
 
 pub mod config;
+pub mod family;
 pub mod models;
 pub mod policy;
 pub mod run;
@@ -12,6 +13,7 @@ pub mod stats;
 pub mod workload;
 
 pub use config::{ChimeraConfig, ChimeraScenario};
+pub use family::Chimera;
 pub use policy::{
     EngineState, QueuePolicy, QueuePolicyConfig, QueuedRequest, RouteRequest, Router, RouterConfig,
 };

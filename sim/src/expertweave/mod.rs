@@ -11,10 +11,12 @@ pub use adapters::{EsftAdapter, esft_adapter, esft_adapters};
 pub use memory::{AdapterMemory, AdapterMemoryError, MemoryConfig, MemoryPlan, MemoryReport};
 pub use model::DeviceMemory;
 pub mod config;
+pub mod family;
 pub mod profile_cost;
 pub mod run;
 
 pub use config::{ExpertWeaveConfig, ExpertWeaveScenario};
+pub use family::ExpertWeave;
 pub use profile_cost::{EwProfile, ProfileStepCost};
 pub use run::{EwStepCost, EwStepWork, Popularity, RooflineStepCost, run, run_on, run_recorded};
 

@@ -250,7 +250,7 @@ fn moderate_setup_is_sorted_and_reproducible() {
 /// Every scenarios/gem/*.toml loads through the real loader in every sweep cell.
 #[test]
 fn scenario_files_validate_for_every_sweep_value() {
-    crate::shipped_scenarios::load_all("gem", crate::scenario::Family::Gem, 5);
+    crate::shipped_scenarios::load_all("gem", 5);
 }
 
 #[test]

@@ -11,6 +11,7 @@
 
 pub mod config;
 pub mod decode;
+pub mod family;
 pub mod gate;
 pub mod live_scale;
 pub mod placement;
@@ -20,6 +21,7 @@ pub mod session_cost;
 pub mod workload;
 
 pub use config::{MosaicConfig, MosaicScenario};
+pub use family::Mosaic;
 pub use gate::{AggregationGate, GateConfig, Votes};
 pub use placement::{
     ModelDemand, Placement, PlacementConfig, PlacementError, PlacementPlan, PlacementProblem,

@@ -286,5 +286,5 @@ fn calibration_regression_predicts_held_out_sessions() {
 /// cartesian product.
 #[test]
 fn shipped_scenarios_validate_for_every_sweep_value() {
-    crate::shipped_scenarios::load_all("mosaic", crate::scenario::Family::Mosaic, 4);
+    crate::shipped_scenarios::load_all("mosaic", 4);
 }
