@@ -390,4 +390,61 @@ mod tests {
             }
         }
     }
+
+    /// The generated part of docs/metrics.md: every registered family's metric table and
+    /// per-request columns, rendered from the registrations.
+    fn metric_tables_markdown() -> String {
+        let mut out = String::new();
+        for family in FamilyId::all() {
+            out.push_str(&format!(
+                "\n### {family}\n\n| metric | better | label |\n|---|---|---|\n"
+            ));
+            for metric in family.metrics() {
+                let better = match metric.better {
+                    crate::metrics::Better::Lower => "lower",
+                    crate::metrics::Better::Higher => "higher",
+                };
+                out.push_str(&format!(
+                    "| `{}` | {better} | {} |\n",
+                    metric.name, metric.description
+                ));
+            }
+            out.push_str(&match family.csv_columns() {
+                None => "\nNo per-request records.\n".to_string(),
+                Some([]) => "\nPer-request CSV: the common columns only.\n".to_string(),
+                Some(columns) => format!(
+                    "\nPer-request CSV: the common columns, then `{}`.\n",
+                    columns.join("`, `")
+                ),
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn docs_metrics_lists_every_family_table() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (begin, end) = (
+            "<!-- metric-tables:begin -->\n",
+            "<!-- metric-tables:end -->",
+        );
+        let start = text
+            .find(begin)
+            .expect("docs/metrics.md has the begin marker")
+            + begin.len();
+        let stop = text.find(end).expect("docs/metrics.md has the end marker");
+        let expected = metric_tables_markdown();
+        if std::env::var_os("EXPERTSIM_WRITE_DOCS").is_some() {
+            let rewritten = format!("{}{expected}{}", &text[..start], &text[stop..]);
+            std::fs::write(&path, rewritten).unwrap();
+            return;
+        }
+        assert_eq!(
+            &text[start..stop],
+            expected,
+            "docs/metrics.md is out of date with the families' metric tables; regenerate it \
+             with EXPERTSIM_WRITE_DOCS=1 cargo test -p expertsim-sim family::"
+        );
+    }
 }

@@ -270,6 +270,60 @@ pub struct MetricInfo {
     pub better: Better,
 }
 
+/// One row of a family's metric table: the metric, and how to read its value from the summary
+/// `S` a run of the family produces. A family declares its metrics once as such a table, and
+/// both its `MetricInfo` list (`metric_infos`) and its runs' scalars (`run_output`) come from it,
+/// so names and values cannot drift apart.
+pub struct Metric<S> {
+    pub info: MetricInfo,
+    pub value: fn(&S) -> f64,
+}
+
+impl<S> Metric<S> {
+    pub const fn new(
+        name: &'static str,
+        description: &'static str,
+        better: Better,
+        value: fn(&S) -> f64,
+    ) -> Metric<S> {
+        Metric {
+            info: MetricInfo {
+                name,
+                description,
+                better,
+            },
+            value,
+        }
+    }
+}
+
+/// The `MetricInfo` column of a metric table, in order (evaluated at compile time).
+pub const fn metric_infos<S, const N: usize>(table: &[Metric<S>; N]) -> [MetricInfo; N] {
+    let mut infos = [MetricInfo {
+        name: "",
+        description: "",
+        better: Better::Lower,
+    }; N];
+    let mut i = 0;
+    while i < N {
+        infos[i] = table[i].info;
+        i += 1;
+    }
+    infos
+}
+
+/// A run's output from its family's metric table: every metric's value read from `summary`, in
+/// table order, and the summary itself as the details.
+pub fn run_output<S: Serialize>(table: &[Metric<S>], summary: &S) -> RunOutput {
+    RunOutput {
+        scalars: table
+            .iter()
+            .map(|metric| (metric.info.name.to_string(), (metric.value)(summary)))
+            .collect(),
+        details: serde_json::to_value(summary).expect("a run summary serializes"),
+    }
+}
+
 /// What one simulation run of any family reports: its scalar metrics (every name listed in the
 /// family's `MetricInfo` table, in that order) and family-specific detail (time series, mappings,
 /// timelines) as JSON for the result document and the figures.

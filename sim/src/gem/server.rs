@@ -271,7 +271,8 @@ fn scale_output(scenario: &GemScenario, seed: u64) -> RunOutput {
             let v = match m.name {
                 "gap_vs_fastest" => point.gap_vs_fastest,
                 "gap_vs_slowest" => point.gap_vs_slowest,
-                _ => 0.0,
+                // Not computed by this experiment: no number (null in results), not 0.
+                _ => f64::NAN,
             };
             (m.name.to_string(), v)
         })
@@ -280,7 +281,7 @@ fn scale_output(scenario: &GemScenario, seed: u64) -> RunOutput {
         scalars,
         details: json!({
             "experiment": "variability_at_scale",
-            "note": "serving metrics are not computed by this experiment and read 0",
+            "note": "serving metrics are not computed by this experiment and are null",
             "draws": scenario.scale.draws,
             "distribution": scenario.distribution,
             "sigmas": scenario.distribution.sigmas(),
