@@ -899,7 +899,7 @@ pub fn serve_on(
                 0.0
             }
         },
-        makespan_s: makespan_s,
+        makespan_s,
         mean_step_ms: stats.busy_ns as f64 / stats.steps.max(1) as f64 / 1e6,
         moe_time_share: {
             if stats.busy_ns > 0 {

@@ -485,7 +485,7 @@ pub fn try_simulate_on(
     let scalars = MosaicScalars {
         expert_makespan_s: stage.makespan_s,
         gpu_idle_pct: stage.idle_pct,
-        aggregator_s: aggregator_s,
+        aggregator_s,
         end_to_end_s: stage.makespan_s + aggregator_s,
         skip_pct: 100.0 * f64::from(skipped) / n_q,
         accuracy_pct: accuracy,
