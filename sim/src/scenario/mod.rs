@@ -54,7 +54,8 @@ impl Scenario {
                 _ => None,
             },
             Scenario::Gem(s) => s.arrival.trace_stats(s.n_requests),
-            _ => None,
+            Scenario::Chimera(s) => s.trace_stats(),
+            Scenario::Mosaic(_) | Scenario::Expertweave(_) => None,
         }
     }
     /// Whether the scenario asks for per-request records (`[output] per_request_csv`).
@@ -613,7 +614,7 @@ fn validate_family(
         Family::Chimera => {
             let config: crate::chimera::ChimeraConfig =
                 deserialize_table(loader, family_doc, overrides)?;
-            Scenario::Chimera(config.validate(base_dir).map_err(field_error)?)
+            Scenario::Chimera(config.validate(base_dir, cache).map_err(field_error)?)
         }
         Family::Expertweave => {
             let config: crate::expertweave::ExpertWeaveConfig =
