@@ -13,11 +13,13 @@
 
 use crate::cost::curve::CostCurve;
 use crate::cost::gpu::GpuSpec;
+use crate::cost::measured_steps::{OpSources, PricingRecord};
 use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
 use crate::cost::profile::{ExpertExecution, Profile, ProfileMismatch, SourceKind};
 use crate::cost::shape::MoeModelShape;
 use crate::serving::{CostSource, ExpectedRouting, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
+use std::sync::Arc;
 
 /// The batch the default CV sensitivity is derived at: CAPS's `max_batch_size = 8`
 /// (caps.txt), with 128-token prompts and 16 decode passes after the prefill (assumption: a
@@ -58,6 +60,10 @@ struct CostTables {
     non_expert_decode: CostCurve,
     head: CostCurve,
     decode_step: CostCurve,
+    /// Where the curves were built from measured operations: how each operation was priced.
+    pricing: Option<Arc<PricingRecord>>,
+    /// The in-range sources of `pricing`, copied into every step.
+    op_sources: Option<OpSources>,
 }
 
 impl CostTables {
@@ -78,6 +84,8 @@ impl CostTables {
             non_expert_decode: profile.non_expert_decode.clone(),
             head: profile.head.clone(),
             decode_step: profile.decode_step.clone(),
+            pricing: None,
+            op_sources: None,
         })
     }
 
@@ -165,10 +173,16 @@ impl CostTables {
         );
         StepTime {
             duration: SimDuration(nanos.round() as u64),
-            breakdown: StepBreakdown::default(),
+            breakdown: StepBreakdown {
+                op_sources: self.op_sources,
+                ..StepBreakdown::default()
+            },
             source: match self.source {
                 SourceKind::AnalyticRoofline => CostSource::Analytic,
                 SourceKind::Measured => CostSource::Measured,
+                SourceKind::MeasuredOperations => self
+                    .op_sources
+                    .map_or(CostSource::Analytic, |s| s.step_source()),
             },
         }
     }
@@ -310,7 +324,7 @@ impl GroupedModel {
     ) -> Result<GroupedModel, ExecutionModelError> {
         let tables = CostTables::new(profile, shape)?;
         let layer = MoeLayerCost::new(gpu, shape, MoeLayerParams::default());
-        let layer = if tables.source == SourceKind::Measured {
+        let layer = if tables.source != SourceKind::AnalyticRoofline {
             layer.with_profile(tables.expert.clone())
         } else {
             layer
@@ -355,14 +369,36 @@ impl ExecutionModel {
         tables.priced(nanos)
     }
 
-    /// "analytic-roofline" or "measured": where the profile's numbers come from.
-    pub fn source(&self) -> &str {
-        let tables = match self {
+    fn tables(&self) -> &CostTables {
+        match self {
             ExecutionModel::Grouped(model) => &model.tables,
             ExecutionModel::Cv(model) => &model.tables,
             ExecutionModel::Straggler(model) => &model.tables,
+        }
+    }
+
+    /// "analytic-roofline", "measured" or "measured-operations": where the profile's numbers
+    /// come from.
+    pub fn source(&self) -> &str {
+        self.tables().source.as_str()
+    }
+
+    /// How each operation was priced, when the profile was built from measured operations.
+    pub fn pricing(&self) -> Option<&PricingRecord> {
+        self.tables().pricing.as_deref()
+    }
+
+    /// The same model, its profile built from measured operations as `record` says (every
+    /// step then names what priced each operation class).
+    pub fn with_pricing(mut self, record: Arc<PricingRecord>) -> ExecutionModel {
+        let tables = match &mut self {
+            ExecutionModel::Grouped(model) => &mut model.tables,
+            ExecutionModel::Cv(model) => &mut model.tables,
+            ExecutionModel::Straggler(model) => &mut model.tables,
         };
-        tables.source.as_str()
+        tables.op_sources = Some(record.sources());
+        tables.pricing = Some(record);
+        self
     }
 }
 

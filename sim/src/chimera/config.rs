@@ -8,7 +8,9 @@ use super::workload::{
     Dataset, ModelWorkload, PredictorConfig, SemanticRouterConfig, WorkflowGenerator,
 };
 use crate::cost::gpu::GpuSpec;
-use crate::scenario::validate::{FieldError, at_least_one, field_error, positive};
+use crate::scenario::validate::{
+    FieldError, LoadCache, at_least_one, field_error, measured_on, measured_set, positive,
+};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -55,6 +57,11 @@ pub struct ClusterFile {
     pub gpu_memory_utilization: f64,
     #[serde(default = "default_step_overhead_ms")]
     pub step_overhead_ms: f64,
+    /// A set of measured per-operation profiles of `gpu` (`profiles/<name>/`, e.g.
+    /// `"vidur/a100"`) to price the engines' steps from instead of the roofline: each operation
+    /// measured, scaled or analytic as the run's `pricing` record says.
+    #[serde(default)]
+    pub measured: Option<String>,
 }
 
 fn default_gpu() -> String {
@@ -100,18 +107,39 @@ pub struct ChimeraScenario {
     pub semantic_router: SemanticRouterConfig,
     pub queue: QueuePolicyConfig,
     pub routing: RouterConfig,
+    /// The measured set the engines are priced from (`cluster.measured`).
+    pub measured: Option<String>,
 }
 
 impl ChimeraScenario {
     /// Where the engines' step costs come from, for the result document: the analytic dense
-    /// model over the GPU's datasheet rates (no calibration profile is read).
+    /// model over the GPU's datasheet rates, or the measured set that priced them.
     pub fn source(&self) -> String {
         let gpu = self
             .engines
             .first()
             .map(|e| e.cost.gpu.as_str())
             .unwrap_or("none");
-        format!("analytic-dense-roofline:{gpu}")
+        match &self.measured {
+            Some(name) => format!("measured-operations:{name}:{gpu}"),
+            None => format!("analytic-dense-roofline:{gpu}"),
+        }
+    }
+
+    /// With `cluster.measured`, how each model's operations were priced (one record per
+    /// distinct model, by name).
+    pub fn pricing(&self) -> Option<serde_json::Value> {
+        self.measured.as_ref()?;
+        let mut records = serde_json::Map::new();
+        for engine in &self.engines {
+            if let Some(measured) = &engine.cost.measured {
+                records.insert(
+                    engine.cost.model.clone(),
+                    serde_json::to_value(&measured.record).expect("records serialize"),
+                );
+            }
+        }
+        Some(serde_json::Value::Object(records))
     }
 }
 
@@ -127,11 +155,24 @@ fn non_negative(path: &str, value: f64) -> Result<f64, FieldError> {
 }
 
 impl ChimeraConfig {
-    /// Validates the Chimera tables (`base_dir` is unused: the family reads no files).
-    pub fn validate(&self, _base_dir: &Path) -> Result<ChimeraScenario, FieldError> {
+    /// Validates the Chimera tables (`base_dir` is unused: the family reads no file of its
+    /// own; a measured set is loaded through `cache`).
+    pub fn validate(
+        &self,
+        _base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<ChimeraScenario, FieldError> {
         let c = &self.cluster;
         let gpu =
             GpuSpec::by_name(&c.gpu).map_err(|e| field_error("cluster.gpu", e.to_string()))?;
+        let measured = match &c.measured {
+            Some(name) => {
+                let set = measured_set("cluster.measured", name, cache)?;
+                measured_on("cluster.measured", &set, "cluster.gpu", &gpu)?;
+                Some(set)
+            }
+            None => None,
+        };
         if c.models.is_empty() {
             return Err(field_error("cluster.models", "needs at least one model"));
         }
@@ -164,8 +205,16 @@ impl ChimeraConfig {
                     models.len() - 1
                 }
             };
-            let cost = EngineCost::new(name, &shape, &gpu, c.max_batch_size, utilization, overhead)
-                .map_err(|e| field_error(&path, e))?;
+            let cost = EngineCost::new(
+                name,
+                &shape,
+                &gpu,
+                c.max_batch_size,
+                utilization,
+                overhead,
+                measured.as_deref(),
+            )
+            .map_err(|e| field_error(&path, e))?;
             engines.push(EngineSpec { model, cost });
         }
         let rps = positive("workload.rps", self.workload.rps)?;
@@ -215,6 +264,7 @@ impl ChimeraConfig {
             semantic_router: self.semantic_router.clone(),
             queue: self.queue.clone(),
             routing: self.routing.clone(),
+            measured: c.measured.clone(),
         })
     }
 }

@@ -95,7 +95,9 @@ kind = "round_robin"
 }
 
 fn scenario(config: &ChimeraConfig) -> ChimeraScenario {
-    config.validate(Path::new(".")).unwrap()
+    config
+        .validate(Path::new("."), &mut Default::default())
+        .unwrap()
 }
 
 #[test]
@@ -241,7 +243,9 @@ fn router_quality_knob_moves_the_achieved_mean_average_precision() {
 #[test]
 fn bad_input_is_a_field_error() {
     let check = |c: ChimeraConfig, path: &str| {
-        let e = c.validate(Path::new(".")).unwrap_err();
+        let e = c
+            .validate(Path::new("."), &mut Default::default())
+            .unwrap_err();
         assert_eq!(e.path, path, "{e:?}");
     };
     check(config(&["gpt-9"], 1.0, 1.0), "cluster.models[0]");

@@ -613,7 +613,7 @@ fn validate_family(
         Family::Chimera => {
             let config: crate::chimera::ChimeraConfig =
                 deserialize_table(loader, family_doc, overrides)?;
-            Scenario::Chimera(config.validate(base_dir).map_err(field_error)?)
+            Scenario::Chimera(config.validate(base_dir, cache).map_err(field_error)?)
         }
         Family::Expertweave => {
             let config: crate::expertweave::ExpertWeaveConfig =
