@@ -812,15 +812,12 @@ pub fn serve_on(
         .iter()
         .map(|m| (m.name.to_string(), value(m.name)))
         .collect();
-    let mut details = details(scenario, deployment, &mappings, window, &busy_share);
-    if let Some(record) = &scenario.pricing {
-        details["pricing"] = serde_json::to_value(record.as_ref()).expect("records serialize");
-    }
+    let details = details(scenario, deployment, &mappings, window, &busy_share);
     let trace_stats = scenario
         .arrival
         .trace_stats(scenario.n_requests)
         .map(|(_, s)| s);
-    RunOutput {
+    let mut output = RunOutput {
         scalars,
         details: json!({
             "experiment": "serving",
@@ -841,7 +838,12 @@ pub fn serve_on(
             "arrival_trace": trace_stats,
             "deployment": details,
         }),
+    };
+    if let Some(record) = &scenario.pricing {
+        output.details["pricing"] =
+            serde_json::to_value(record.as_ref()).expect("records serialize");
     }
+    output
 }
 
 fn details(
