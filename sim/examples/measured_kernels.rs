@@ -157,21 +157,33 @@ fn per_class_tables(sets: &[MeasuredSet]) {
     }
 }
 
-/// The dense shape a Vidur profile was measured at (32 layers, untied head; the vocabulary is
-/// the profile's).
+/// The dense model a Vidur profile measured, from the shape catalogue (the profile's model name
+/// after its organisation, e.g. `Meta-Llama-3-8B`).
 fn dense_shape_of(profile: &OpProfile) -> DenseModelShape {
-    let s = &profile.shape;
-    DenseModelShape {
-        name: profile.model.clone(),
-        n_layers: 32,
-        hidden: s.n_embd,
-        intermediate: s.n_expanded_embd,
-        n_heads: s.n_head,
-        n_kv_heads: s.n_kv_head,
-        head_dim: s.n_embd / s.n_head,
-        vocab: s.vocab_size,
-        tied_embeddings: false,
-    }
+    let preset = match short_model(profile) {
+        "Llama-2-7b-hf" => "llama-2-7b",
+        // Llama-3.1-8B has Llama-3-8B's layers (its RoPE scaling is not in a step's cost).
+        "Meta-Llama-3-8B" => "llama-3.1-8b-instruct",
+        other => panic!("no catalogue preset for the profiled model {other}"),
+    };
+    let shape = DenseModelShape::preset(preset).expect("catalogue preset");
+    let measured = LayerShape::of_profile(profile);
+    assert_eq!(
+        (
+            shape.hidden,
+            shape.intermediate,
+            shape.n_heads,
+            shape.n_kv_heads
+        ),
+        (
+            measured.hidden,
+            measured.ffn,
+            measured.n_heads,
+            measured.n_kv_heads
+        ),
+        "{preset} is the profiled shape"
+    );
+    shape
 }
 
 /// The roofline's link between the GPUs of one DGX node, for its all-reduce where the network

@@ -627,7 +627,7 @@ fn validate_execution(
                             "names a second cost source beside execution.profile; keep one",
                         ));
                     }
-                    let (profile, record) = measured_profile(name, &e.gpu, shape, cache)?;
+                    let (profile, record) = measured_profile(name, &e.gpu, shape, base_dir, cache)?;
                     (profile, Some(record))
                 }
             };
@@ -667,11 +667,12 @@ fn measured_profile(
     name: &str,
     gpu: &str,
     shape: &MoeModelShape,
+    base_dir: &Path,
     cache: &mut LoadCache,
 ) -> Result<(Arc<Profile>, Arc<PricingRecord>), FieldError> {
     let spec = crate::cost::gpu::GpuSpec::by_name(gpu)
         .map_err(|e| field_error("execution.gpu", e.to_string()))?;
-    let set = crate::scenario::validate::measured_set("execution.measured", name, cache)?;
+    let set = crate::scenario::validate::measured_set("execution.measured", name, base_dir, cache)?;
     crate::scenario::validate::measured_on("execution.measured", &set, "execution.gpu", &spec)?;
     let built = crate::cost::measured_steps::moe(&set, shape, 1);
     Ok((Arc::new(built.profile), Arc::new(built.record)))

@@ -749,6 +749,63 @@ mod tests {
     }
 
     #[test]
+    fn a_profile_built_from_measured_operations_names_each_source_in_every_step() {
+        use crate::cost::measured_steps::{MeasuredSet, StepOperation, moe};
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles/vidur/a100");
+        let set = MeasuredSet::load("vidur/a100", &dir).unwrap();
+        let mut shape = MoeModelShape::mixtral_8x7b();
+        shape.n_layers = 2;
+        let built = moe(&set, &shape, 1);
+        let model = ExecutionModel::Straggler(StragglerModel::new(&built.profile, &shape).unwrap())
+            .with_pricing(Arc::new(built.record));
+        assert_eq!(model.source(), "measured-operations");
+        assert_eq!(model.pricing().unwrap().measured, "vidur/a100");
+        // One 16-token prompt, both layers routing every token to experts 0 and 1 (top-2).
+        let mut prefill = vec![0.0f32; 16];
+        for layer in 0..2 {
+            prefill[layer * 8] = 16.0;
+            prefill[layer * 8 + 1] = 16.0;
+        }
+        let decode = vec![0.0f32; 16];
+        let work = StepWork {
+            requests: 1,
+            prefill_tokens: 16,
+            decode_tokens: 1,
+            expected_routing: Some(ExpectedRouting {
+                layers: 2,
+                prefill: &prefill,
+                decode: &decode,
+            }),
+            ..StepWork::default()
+        };
+        let step = model.step_time(&work);
+        // Mixtral's expert and attention shapes are measured on the A100; attention kernel,
+        // router and head are not in the data and do not make the step less than measured.
+        assert_eq!(step.source, CostSource::Measured);
+        let sources = step.breakdown.op_sources.unwrap();
+        for (operation, source) in [
+            (StepOperation::RoutedExperts, CostSource::Measured),
+            (StepOperation::AttentionProjections, CostSource::Measured),
+            (StepOperation::Elementwise, CostSource::Measured),
+            (StepOperation::Router, CostSource::Analytic),
+            (StepOperation::Attention, CostSource::Analytic),
+        ] {
+            assert_eq!(
+                sources.get(operation),
+                Some(source),
+                "{}",
+                operation.as_str()
+            );
+        }
+        // The analytic twin names no per-operation source.
+        let gpu = GpuSpec::by_name("A100-80GB").unwrap();
+        let analytic = StragglerModel::new(&analytic_profile(&gpu, &shape), &shape).unwrap();
+        let step = ExecutionModel::Straggler(analytic).step_time(&work);
+        assert_eq!(step.source, CostSource::Analytic);
+        assert!(step.breakdown.op_sources.is_none());
+    }
+
+    #[test]
     fn default_sensitivity_is_derived_from_the_profile() {
         let (profile, shape) = l4_qwen();
         let model = CvModel::new(&profile, &shape, None).unwrap();

@@ -155,11 +155,11 @@ fn non_negative(path: &str, value: f64) -> Result<f64, FieldError> {
 }
 
 impl ChimeraConfig {
-    /// Validates the Chimera tables (`base_dir` is unused: the family reads no file of its
-    /// own; a measured set is loaded through `cache`).
+    /// Validates the Chimera tables (`base_dir`, the scenario's folder, is where a measured
+    /// set is looked for besides the working directory; it is loaded through `cache`).
     pub fn validate(
         &self,
-        _base_dir: &Path,
+        base_dir: &Path,
         cache: &mut LoadCache,
     ) -> Result<ChimeraScenario, FieldError> {
         let c = &self.cluster;
@@ -167,7 +167,7 @@ impl ChimeraConfig {
             GpuSpec::by_name(&c.gpu).map_err(|e| field_error("cluster.gpu", e.to_string()))?;
         let measured = match &c.measured {
             Some(name) => {
-                let set = measured_set("cluster.measured", name, cache)?;
+                let set = measured_set("cluster.measured", name, base_dir, cache)?;
                 measured_on("cluster.measured", &set, "cluster.gpu", &gpu)?;
                 Some(set)
             }

@@ -237,8 +237,10 @@ pub struct MeasuredSet {
 
 impl MeasuredSet {
     /// The folder of the set named `name`: `$EXPERTSIM_PROFILE_DIR/<name>`, then
-    /// `profiles/<name>` under the working directory (the repository root).
-    pub fn find(name: &str) -> Result<PathBuf, String> {
+    /// `profiles/<name>` under the working directory, then under each folder above the
+    /// scenario's `base_dir` (a scenario inside the repository finds the repository's
+    /// `profiles/` from any working directory).
+    pub fn find(name: &str, base_dir: &Path) -> Result<PathBuf, String> {
         let component_ok = |c: &str| !c.is_empty() && c != "." && c != "..";
         if name.starts_with('/') || !name.split('/').all(component_ok) {
             return Err(format!(
@@ -250,6 +252,12 @@ impl MeasuredSet {
             .into_iter()
             .collect();
         roots.push("profiles".into());
+        for folder in base_dir.ancestors().skip(1) {
+            let root = folder.join("profiles");
+            if !roots.contains(&root) {
+                roots.push(root);
+            }
+        }
         for root in &roots {
             let dir = root.join(name);
             if dir.is_dir() {
@@ -704,13 +712,13 @@ mod tests {
 
     #[test]
     fn bad_sets_are_named() {
-        let err = MeasuredSet::find("vidur/b200").unwrap_err();
+        let err = MeasuredSet::find("vidur/b200", Path::new("scenarios/gem")).unwrap_err();
         assert!(
             err.contains("no measured profile set `vidur/b200`"),
             "{err}"
         );
         assert!(
-            MeasuredSet::find("../etc")
+            MeasuredSet::find("../etc", Path::new("."))
                 .unwrap_err()
                 .contains("not a measured set")
         );

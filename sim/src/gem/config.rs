@@ -556,7 +556,12 @@ impl GemConfig {
             }
             (None, None) => analytic_profile(&gpu, &shape),
             (None, Some(name)) => {
-                let set = crate::scenario::validate::measured_set("model.measured", name, cache)?;
+                let set = crate::scenario::validate::measured_set(
+                    "model.measured",
+                    name,
+                    base_dir,
+                    cache,
+                )?;
                 crate::scenario::validate::measured_on(
                     "model.measured",
                     &set,

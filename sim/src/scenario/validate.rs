@@ -49,22 +49,25 @@ pub fn at_least_one(path: &str, value: usize) -> Result<usize, FieldError> {
 pub struct LoadCache {
     pub traces: HashMap<PathBuf, Arc<Trace>>,
     pub profiles: HashMap<String, Arc<Profile>>,
-    pub measured_sets: HashMap<String, Arc<MeasuredSet>>,
+    /// Measured sets by folder.
+    pub measured_sets: HashMap<PathBuf, Arc<MeasuredSet>>,
 }
 
 /// The measured profile set `name` a scenario's `field` names (`profiles/<name>/`, see
-/// `MeasuredSet::find`), loaded once per sweep; an error names the field.
+/// `MeasuredSet::find`, from the scenario's folder `base_dir`), loaded once per sweep; an error
+/// names the field.
 pub fn measured_set(
     field: &str,
     name: &str,
+    base_dir: &std::path::Path,
     cache: &mut LoadCache,
 ) -> Result<Arc<MeasuredSet>, FieldError> {
-    if let Some(set) = cache.measured_sets.get(name) {
+    let dir = MeasuredSet::find(name, base_dir).map_err(|e| field_error(field, e))?;
+    if let Some(set) = cache.measured_sets.get(&dir) {
         return Ok(set.clone());
     }
-    let dir = MeasuredSet::find(name).map_err(|e| field_error(field, e))?;
     let set = Arc::new(MeasuredSet::load(name, &dir).map_err(|e| field_error(field, e))?);
-    cache.measured_sets.insert(name.to_string(), set.clone());
+    cache.measured_sets.insert(dir, set.clone());
     Ok(set)
 }
 
