@@ -145,6 +145,7 @@ fn scaled(breakdown: &StepBreakdown, factor: f64) -> StepBreakdown {
             .iter()
             .map(|b| b * factor)
             .collect(),
+        op_sources: breakdown.op_sources,
     }
 }
 

@@ -169,5 +169,11 @@ pub fn run(
     let (metrics, source) = crate::records::with_csv(csv, "caps", CSV_COLUMNS, |sink| {
         simulate(scenario, seed, selector, &mut SharedRecords(sink))
     })?;
-    Ok((super::run_output(&metrics), source))
+    let mut output = super::run_output(&metrics);
+    if let ExecutionSpec::CostModel(model) = &scenario.execution
+        && let Some(record) = model.pricing()
+    {
+        output.details["pricing"] = serde_json::to_value(record).expect("records serialize");
+    }
+    Ok((output, source))
 }

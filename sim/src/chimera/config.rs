@@ -9,7 +9,9 @@ use super::workload::{
 };
 use crate::arrivals::{ArrivalSpec, ArrivalTable, TraceStats};
 use crate::cost::gpu::GpuSpec;
-use crate::scenario::validate::{FieldError, LoadCache, at_least_one, field_error, positive};
+use crate::scenario::validate::{
+    FieldError, LoadCache, at_least_one, field_error, measured_on, measured_set, positive,
+};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -60,6 +62,11 @@ pub struct ClusterFile {
     pub gpu_memory_utilization: f64,
     #[serde(default = "default_step_overhead_ms")]
     pub step_overhead_ms: f64,
+    /// A set of measured per-operation profiles of `gpu` (`profiles/<name>/`, e.g.
+    /// `"vidur/a100"`) to price the engines' steps from instead of the roofline: each operation
+    /// measured, scaled or analytic as the run's `pricing` record says.
+    #[serde(default)]
+    pub measured: Option<String>,
 }
 
 fn default_gpu() -> String {
@@ -114,18 +121,39 @@ pub struct ChimeraScenario {
     pub semantic_router: SemanticRouterConfig,
     pub queue: QueuePolicyConfig,
     pub routing: RouterConfig,
+    /// The measured set the engines are priced from (`cluster.measured`).
+    pub measured: Option<String>,
 }
 
 impl ChimeraScenario {
     /// Where the engines' step costs come from, for the result document: the analytic dense
-    /// model over the GPU's datasheet rates (no calibration profile is read).
+    /// model over the GPU's datasheet rates, or the measured set that priced them.
     pub fn source(&self) -> String {
         let gpu = self
             .engines
             .first()
             .map(|e| e.cost.gpu.as_str())
             .unwrap_or("none");
-        format!("analytic-dense-roofline:{gpu}")
+        match &self.measured {
+            Some(name) => format!("measured-operations:{name}:{gpu}"),
+            None => format!("analytic-dense-roofline:{gpu}"),
+        }
+    }
+
+    /// With `cluster.measured`, how each model's operations were priced (one record per
+    /// distinct model, by name).
+    pub fn pricing(&self) -> Option<serde_json::Value> {
+        self.measured.as_ref()?;
+        let mut records = serde_json::Map::new();
+        for engine in &self.engines {
+            if let Some(measured) = &engine.cost.measured {
+                records.insert(
+                    engine.cost.model.clone(),
+                    serde_json::to_value(&measured.record).expect("records serialize"),
+                );
+            }
+        }
+        Some(serde_json::Value::Object(records))
     }
 
     /// The trace file and what replaying it within `duration_s` offers, for trace arrivals.
@@ -199,8 +227,9 @@ impl ChimeraConfig {
         }
     }
 
-    /// Validates the Chimera tables; a trace path resolves against `base_dir` and is loaded once
-    /// per sweep through `cache`.
+    /// Validates the Chimera tables (`base_dir`, the scenario's folder, is where a measured
+    /// set is looked for besides the working directory and a trace path resolves; both are
+    /// loaded once per sweep through `cache`).
     pub fn validate(
         &self,
         base_dir: &Path,
@@ -209,6 +238,14 @@ impl ChimeraConfig {
         let c = &self.cluster;
         let gpu =
             GpuSpec::by_name(&c.gpu).map_err(|e| field_error("cluster.gpu", e.to_string()))?;
+        let measured = match &c.measured {
+            Some(name) => {
+                let set = measured_set("cluster.measured", name, base_dir, cache)?;
+                measured_on("cluster.measured", &set, "cluster.gpu", &gpu)?;
+                Some(set)
+            }
+            None => None,
+        };
         if c.models.is_empty() {
             return Err(field_error("cluster.models", "needs at least one model"));
         }
@@ -241,8 +278,16 @@ impl ChimeraConfig {
                     models.len() - 1
                 }
             };
-            let cost = EngineCost::new(name, &shape, &gpu, c.max_batch_size, utilization, overhead)
-                .map_err(|e| field_error(&path, e))?;
+            let cost = EngineCost::new(
+                name,
+                &shape,
+                &gpu,
+                c.max_batch_size,
+                utilization,
+                overhead,
+                measured.as_deref(),
+            )
+            .map_err(|e| field_error(&path, e))?;
             engines.push(EngineSpec { model, cost });
         }
         let duration_s = positive("workload.duration_s", self.workload.duration_s)?;
@@ -293,6 +338,7 @@ impl ChimeraConfig {
             semantic_router: self.semantic_router.clone(),
             queue: self.queue.clone(),
             routing: self.routing.clone(),
+            measured: c.measured.clone(),
         })
     }
 }

@@ -80,7 +80,7 @@ impl StepCost for EngineStepCost<'_> {
         } else {
             0.0
         };
-        let price = self.0.step(&StepTokens {
+        let (price, op_sources) = self.0.step_with_sources(&StepTokens {
             rows: work.decode_tokens + work.prefill_tokens,
             sequences: work.requests,
             context_tokens: work.context_tokens,
@@ -93,9 +93,10 @@ impl StepCost for EngineStepCost<'_> {
                 memory_ns: price.memory_ns,
                 communication_ns: price.communication_ns,
                 overhead_ns: price.overhead_ns,
+                op_sources,
                 ..StepBreakdown::default()
             },
-            source: CostSource::Analytic,
+            source: op_sources.map_or(CostSource::Analytic, |s| s.step_source()),
         }
     }
 }

@@ -75,7 +75,8 @@ pub enum CostSource {
     Analytic,
     /// A measured profile of this device.
     Measured,
-    /// A measured profile scaled to another device or shape.
+    /// A measured profile scaled to another device, shape or token count (past the last
+    /// measured one: the roofline carries the last measurement on).
     Scaled,
     /// A queueing-theory reference service time (constant or exponential), no cost model.
     Reference,
@@ -95,6 +96,10 @@ pub struct StepBreakdown {
     /// Under expert parallelism, each GPU's own busy time in the step (its experts' work and its
     /// share of the rest; a GPU waiting at a layer barrier is not busy). Empty otherwise.
     pub per_gpu_busy_ns: Vec<f64>,
+    /// Where the step is priced from measured operations (`cost::measured_steps`), which of
+    /// measured, scaled or analytic priced each of its operation classes; `source` is then the
+    /// least measured of those the data can hold.
+    pub op_sources: Option<crate::cost::measured_steps::OpSources>,
 }
 
 /// A priced step.
