@@ -206,7 +206,8 @@ mod simulated {
         let s = scenario(dataset, config);
         let mut placement = build(&s.placement);
         let mut gate = crate::gating::build(&s.gate);
-        let out = simulate(&s, 0, placement.as_mut(), gate.as_mut());
+        let mut fcfs = crate::queue::build(&sim::chimera::QueuePolicyConfig::Fcfs);
+        let out = simulate(&s, 0, placement.as_mut(), gate.as_mut(), fcfs.as_mut());
         (out.scalar("expert_makespan_s").unwrap(), out.details)
     }
 
@@ -252,7 +253,9 @@ mod simulated {
         let run = || {
             let mut placement = build(&s.placement);
             let mut gate = crate::gating::build(&s.gate);
-            serde_json::to_string(&simulate(&s, 3, placement.as_mut(), gate.as_mut())).unwrap()
+            let mut fcfs = crate::queue::build(&sim::chimera::QueuePolicyConfig::Fcfs);
+            let out = simulate(&s, 3, placement.as_mut(), gate.as_mut(), fcfs.as_mut());
+            serde_json::to_string(&out).unwrap()
         };
         assert_eq!(run(), run());
     }
