@@ -195,6 +195,16 @@ fn validation_names_the_field() {
         "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"gpqa\"\n[serving]\ngpu = \"L4\"\n",
     );
     assert!(e.path.starts_with("pool["), "{e:?}");
+    for (line, field) in [
+        ("block_size = 0", "serving.block_size"),
+        ("watermark = 1.0", "serving.watermark"),
+        ("load_gbps = 0.0", "serving.load_gbps"),
+    ] {
+        let e = invalid(&format!(
+            "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"gpqa\"\n[serving]\n{line}\n"
+        ));
+        assert_eq!(e.path, field, "{e:?}");
+    }
     let e = invalid("[dataset]\npreset = \"gpqa\"\n");
     assert_eq!(e.path, "experts");
     assert!(
@@ -371,4 +381,18 @@ fn calibration_regression_predicts_held_out_sessions() {
 #[test]
 fn shipped_scenarios_validate_for_every_sweep_value() {
     crate::shipped_scenarios::load_all("mosaic", crate::scenario::Family::Mosaic, 4);
+}
+
+/// A load is the model's bf16 weights over the load path (0.4 GB/s by default): Qwen2.5-7B's
+/// 7.61 B parameters (model card) are 15.22 GB, 38.05 s; GLM-4-9B's 9.40 B, 47.0 s (within the
+/// rounding of the published counts); a scenario's `load_gbps` scales every load.
+#[test]
+fn a_load_is_the_weights_over_the_load_path() {
+    let load =
+        |s: &MosaicScenario, name: &str| s.experts.iter().find(|e| e.name == name).unwrap().load_s;
+    let s = scenario(GPQA);
+    assert!((load(&s, "Qwen") - 2.0 * 7.61e9 / 0.4e9).abs() < 0.1);
+    assert!((load(&s, "GLM") - 2.0 * 9.40e9 / 0.4e9).abs() < 0.1);
+    let faster = scenario(&format!("{GPQA}[serving]\nload_gbps = 0.8\n"));
+    assert!((load(&faster, "Qwen") - load(&s, "Qwen") / 2.0).abs() < 1e-9);
 }
