@@ -53,8 +53,10 @@ pub fn run_cell(
             seed,
             policies.placement(&s.placement).as_mut(),
             policies.aggregation_gate(&s.gate).as_mut(),
+            // Each session admits its prompts first come, first served (vLLM's default).
+            policies.queue_policy(&QueuePolicyConfig::Fcfs).as_mut(),
         )
-        .map(|output| (output, MOSAIC_COST_MODEL.to_string()))
+        .map(|output| (output, s.cost_source()))
         .map_err(|e| e.to_string()),
         Scenario::Chimera(s) => {
             let (queue, router) = (
@@ -147,6 +149,5 @@ pub fn write_results(
     write_atomic(path, &bytes)
 }
 
-/// Where MOSAIC and ExpertWeave step costs come from: analytic models from datasheet rates.
-const MOSAIC_COST_MODEL: &str = "analytic-roofline";
+/// Where ExpertWeave step costs come from: analytic models from datasheet rates.
 const EXPERTWEAVE_COST_MODEL: &str = "analytic-roofline";

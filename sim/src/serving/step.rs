@@ -2,10 +2,11 @@
 //! lengths, the decode iterations of a static batch run as one step, optionally the tokens
 //! routed to each expert and GPU per layer, counted or expected, the adapters touched, swapped
 //! tokens) in, its duration with a breakdown and the source of the price out. Families
-//! implement `StepCost` over the cost model; live mode wraps any `StepCost` (predict, measure,
-//! record, pick the clock).
+//! implement `StepCost` over the cost model (`RooflineStepCost` prices a dense model's steps by
+//! the one roofline); live mode wraps any `StepCost` (predict, measure, record, pick the clock).
 
 use super::replica::Seq;
+use crate::cost::roofline::{StepRoofline, StepTokens};
 use crate::time::SimDuration;
 use serde::Serialize;
 
@@ -113,4 +114,49 @@ pub struct StepTime {
 /// Prices a step. `&mut self` so that a live implementation can run and record it.
 pub trait StepCost {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime;
+}
+
+impl StepWork<'_> {
+    /// The step as a dense model's roofline reads it: its prefill and decode tokens are the rows
+    /// through every layer, its sequences the rows the output head scores, its context the
+    /// attention's reads, and the squared prompt chunks of the sequences that prefill in it the
+    /// causal prefill's (summed only when the step prefills).
+    pub fn dense_tokens(&self) -> StepTokens {
+        let prefill_square = if self.prefill_tokens > 0 {
+            self.batch
+                .iter()
+                .map(|seq| f64::from(seq.step_prefill()).powi(2))
+                .sum()
+        } else {
+            0.0
+        };
+        StepTokens {
+            rows: self.decode_tokens + self.prefill_tokens,
+            sequences: self.requests,
+            context_tokens: self.context_tokens,
+            prefill_square,
+        }
+    }
+}
+
+/// A dense model's steps priced by the cost model's one roofline (`cost::roofline`) on
+/// [`StepWork::dense_tokens`], with the roofline's split into compute, memory, communication
+/// and overhead as the breakdown.
+pub struct RooflineStepCost<'a>(pub &'a StepRoofline);
+
+impl StepCost for RooflineStepCost<'_> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let price = self.0.price(&work.dense_tokens());
+        StepTime {
+            duration: SimDuration(price.nanos.round() as u64),
+            breakdown: StepBreakdown {
+                compute_ns: price.compute_ns,
+                memory_ns: price.memory_ns,
+                communication_ns: price.communication_ns,
+                overhead_ns: price.overhead_ns,
+                ..StepBreakdown::default()
+            },
+            source: CostSource::Analytic,
+        }
+    }
 }
