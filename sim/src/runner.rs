@@ -47,6 +47,8 @@ pub fn run_cell(
 pub struct CellRuns {
     pub cost_model: String,
     pub runs: Vec<RunResult>,
+    /// The trace the cell replayed and its statistics (trace arrivals only).
+    pub trace: Option<crate::results::TraceReplayed>,
 }
 
 /// Runs every seed of each cell of `plan` listed in `cell_indices`. `csv_dir`, when given,
@@ -84,7 +86,11 @@ pub fn run_cells(
                 runs.push(RunResult::new(seed, run.output));
                 cost_model = run.cost_source;
             }
-            let cell = CellRuns { cost_model, runs };
+            let cell = CellRuns {
+                cost_model,
+                runs,
+                trace: crate::results::TraceReplayed::of(scenario),
+            };
             on_cell_done(cell_idx, &cell)?;
             Ok(cell)
         })

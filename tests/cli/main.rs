@@ -8,5 +8,6 @@ mod figure_kinds;
 mod fuzz;
 mod gpu_script;
 mod live;
+mod measured;
 mod reproduce_claims;
 mod shard_resume;

@@ -166,5 +166,11 @@ pub fn run(
     records: &mut dyn crate::records::RecordSink,
 ) -> (RunOutput, String) {
     let (metrics, source) = simulate(scenario, seed, selector, &mut SharedRecords(records));
-    (super::run_output(&metrics), source)
+    let mut output = super::run_output(&metrics);
+    if let ExecutionSpec::CostModel(model) = &scenario.execution
+        && let Some(record) = model.pricing()
+    {
+        output.details["pricing"] = serde_json::to_value(record).expect("records serialize");
+    }
+    (output, source)
 }

@@ -2,13 +2,14 @@
 //! policies' queue policy and router, and what live mode reads.
 
 use super::{ChimeraConfig, ChimeraScenario};
+use crate::arrivals::TraceStats;
 use crate::family::{Family, LiveDescription, Run};
 use crate::metrics::MetricInfo;
 use crate::records::RecordSink;
 use crate::runner::Policies;
 use crate::scenario::limits::{Demand, Quantity};
 use crate::scenario::validate::{FieldError, LoadCache};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The Chimera family (chimera.txt).
 pub struct Chimera;
@@ -26,9 +27,9 @@ impl Family for Chimera {
     fn validate(
         config: ChimeraConfig,
         base_dir: &Path,
-        _cache: &mut LoadCache,
+        cache: &mut LoadCache,
     ) -> Result<ChimeraScenario, FieldError> {
-        config.validate(base_dir)
+        config.validate(base_dir, cache)
     }
 
     fn demands(s: &ChimeraScenario) -> Vec<Demand> {
@@ -65,5 +66,9 @@ impl Family for Chimera {
                 .join(", "),
             cost_source: s.source(),
         }
+    }
+
+    fn trace_replay(s: &ChimeraScenario) -> Option<(PathBuf, TraceStats)> {
+        s.trace_stats()
     }
 }

@@ -12,6 +12,7 @@
 
 use crate::arrivals::{Arrival, ArrivalProcess};
 use crate::cost::curve::CostCurve;
+use crate::cost::measured_steps::OpSources;
 use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
 use crate::cost::profile::SourceKind;
 use crate::cost::roofline::RooflineParams;
@@ -421,7 +422,7 @@ fn scale_output(scenario: &GemScenario, seed: u64) -> RunOutput {
 /// curve when that profile was measured.
 pub fn physical_layer(scenario: &GemScenario, expert: &CostCurve) -> MoeLayerCost {
     let layer = MoeLayerCost::new(&scenario.gpu, &scenario.shape, MoeLayerParams::default());
-    if scenario.profile.source.kind == SourceKind::Measured {
+    if scenario.profile.source.kind != SourceKind::AnalyticRoofline {
         layer.with_profile(expert.clone())
     } else {
         layer
@@ -460,23 +461,33 @@ pub struct CurveStepCost<'a> {
     non_expert_decode: &'a CostCurve,
     head: &'a CostCurve,
     speeds: &'a [SpeedFactors],
+    /// Whether the non-expert curves are already one GPU's share of the tensor-parallel layer
+    /// (built from operations measured at that degree) rather than the whole layer's.
+    non_expert_per_gpu: bool,
     source: CostSource,
+    op_sources: Option<OpSources>,
 }
 
 impl<'a> CurveStepCost<'a> {
     /// The cost model of `scenario` on `deployment`'s per-GPU curves.
     pub fn new(scenario: &'a GemScenario, deployment: &'a Deployment) -> CurveStepCost<'a> {
         let profile = &scenario.profile;
+        let op_sources = scenario.pricing.as_ref().map(|p| p.sources());
         CurveStepCost {
             costs: &deployment.step_costs,
             non_expert_prefill: &profile.non_expert_prefill,
             non_expert_decode: &profile.non_expert_decode,
             head: &profile.head,
             speeds: &deployment.speeds,
+            non_expert_per_gpu: scenario.pricing.is_some(),
             source: match profile.source.kind {
                 SourceKind::Measured => CostSource::Measured,
                 SourceKind::AnalyticRoofline => CostSource::Analytic,
+                SourceKind::MeasuredOperations => {
+                    op_sources.map_or(CostSource::Analytic, |s| s.step_source())
+                }
             },
+            op_sources,
         }
     }
 }
@@ -504,12 +515,17 @@ impl StepCost for CurveStepCost<'_> {
             moe += slowest;
         }
         // Attention, shared experts and the head are tensor-parallel over the G GPUs: each
-        // runs 1/G of the work at its own speed and the slowest sets the pace.
+        // runs 1/G of the work at its own speed (or, priced from operations measured at
+        // tensor parallelism G, its measured share) and the slowest sets the pace.
         let layers = routed.layers as f64;
         let mut dense_pace = 0.0f64;
         for (b, s) in busy.iter_mut().zip(self.speeds) {
             let dense = (prefill / s.compute).max(decode / s.bandwidth);
-            let own = (layers * dense + head / s.bandwidth) / n_gpus as f64;
+            let own = if self.non_expert_per_gpu {
+                layers * dense + head / s.bandwidth / n_gpus as f64
+            } else {
+                (layers * dense + head / s.bandwidth) / n_gpus as f64
+            };
             *b += own;
             dense_pace = dense_pace.max(own);
         }
@@ -518,6 +534,7 @@ impl StepCost for CurveStepCost<'_> {
             breakdown: StepBreakdown {
                 moe_ns: moe,
                 per_gpu_busy_ns: busy,
+                op_sources: self.op_sources,
                 ..StepBreakdown::default()
             },
             source: self.source,
@@ -922,7 +939,7 @@ pub fn serve_on(
         .arrival
         .trace_stats(scenario.n_requests)
         .map(|(_, s)| s);
-    RunOutput {
+    let mut output = RunOutput {
         scalars,
         details: json!({
             "experiment": "serving",
@@ -943,7 +960,12 @@ pub fn serve_on(
             "arrival_trace": trace_stats,
             "deployment": details,
         }),
+    };
+    if let Some(record) = &scenario.pricing {
+        output.details["pricing"] =
+            serde_json::to_value(record.as_ref()).expect("records serialize");
     }
+    output
 }
 
 fn details(

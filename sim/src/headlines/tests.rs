@@ -15,6 +15,7 @@ fn document(p99: &[(&str, i64, f64)]) -> ResultsDocument {
             ],
             cost_model: "test".into(),
             runs: Vec::new(),
+            trace: None,
             summary: [("latency_p99_ms".to_string(), AcrossSeeds::of(&[value]))].into(),
             improvement: None,
         })

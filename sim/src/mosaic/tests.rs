@@ -3,7 +3,33 @@
 
 use super::*;
 use crate::scenario::validate::FieldError;
+use crate::serving::QueuedRequest;
+use std::collections::VecDeque;
 use std::path::Path;
+
+/// First come, first served per unit (as the runner's `strategies::queue::Fcfs`: submission
+/// time, then id; a request refused admission keeps its place at the head).
+#[derive(Default)]
+pub(super) struct Fifo(Vec<VecDeque<QueuedRequest>>);
+
+impl QueuePolicy for Fifo {
+    fn name(&self) -> &'static str {
+        "fcfs"
+    }
+    fn reset(&mut self, n: usize) {
+        self.0 = vec![VecDeque::new(); n];
+    }
+    fn push(&mut self, unit: usize, r: QueuedRequest) {
+        let at = self.0[unit].partition_point(|q| (q.submitted, q.id) < (r.submitted, r.id));
+        self.0[unit].insert(at, r);
+    }
+    fn pop(&mut self, unit: usize, _: u64) -> Option<QueuedRequest> {
+        self.0[unit].pop_front()
+    }
+    fn len(&self, unit: usize) -> usize {
+        self.0[unit].len()
+    }
+}
 
 fn config(text: &str) -> MosaicConfig {
     toml::from_str(text).unwrap()
@@ -169,6 +195,16 @@ fn validation_names_the_field() {
         "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"gpqa\"\n[serving]\ngpu = \"L4\"\n",
     );
     assert!(e.path.starts_with("pool["), "{e:?}");
+    for (line, field) in [
+        ("block_size = 0", "serving.block_size"),
+        ("watermark = 1.0", "serving.watermark"),
+        ("load_gbps = 0.0", "serving.load_gbps"),
+    ] {
+        let e = invalid(&format!(
+            "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"gpqa\"\n[serving]\n{line}\n"
+        ));
+        assert_eq!(e.path, field, "{e:?}");
+    }
     let e = invalid("[dataset]\npreset = \"gpqa\"\n");
     assert_eq!(e.path, "experts");
     assert!(
@@ -183,7 +219,8 @@ fn every_prompt_runs_exactly_once_and_timelines_are_contiguous() {
         &mut TestRoundRobin as &mut dyn Placement,
         &mut TestDataParallel,
     ] {
-        let out = try_simulate(&s, 0, placement, &mut Threshold(2.0)).unwrap();
+        let out =
+            try_simulate(&s, 0, placement, &mut Threshold(2.0), &mut Fifo::default()).unwrap();
         let sessions = out.details["sessions"].as_array().unwrap();
         let placed: u64 = sessions
             .iter()
@@ -208,9 +245,30 @@ fn every_prompt_runs_exactly_once_and_timelines_are_contiguous() {
 #[test]
 fn the_gate_skips_only_what_it_should_and_shortens_aggregation() {
     let s = scenario(GPQA);
-    let full = try_simulate(&s, 1, &mut TestRoundRobin, &mut Threshold(2.0)).unwrap();
-    let unanimous = try_simulate(&s, 1, &mut TestRoundRobin, &mut Threshold(1.0)).unwrap();
-    let aggressive = try_simulate(&s, 1, &mut TestRoundRobin, &mut Threshold(2.0 / 3.0)).unwrap();
+    let full = try_simulate(
+        &s,
+        1,
+        &mut TestRoundRobin,
+        &mut Threshold(2.0),
+        &mut Fifo::default(),
+    )
+    .unwrap();
+    let unanimous = try_simulate(
+        &s,
+        1,
+        &mut TestRoundRobin,
+        &mut Threshold(1.0),
+        &mut Fifo::default(),
+    )
+    .unwrap();
+    let aggressive = try_simulate(
+        &s,
+        1,
+        &mut TestRoundRobin,
+        &mut Threshold(2.0 / 3.0),
+        &mut Fifo::default(),
+    )
+    .unwrap();
     let buckets = unanimous.details["buckets"].as_array().unwrap();
     assert_eq!(buckets[0]["skipped"], buckets[0]["questions"]);
     assert_eq!(buckets[1]["skipped"], 0);
@@ -230,13 +288,31 @@ fn the_gate_skips_only_what_it_should_and_shortens_aggregation() {
 #[test]
 fn runs_are_deterministic_and_seeds_differ() {
     let s = scenario(GPQA);
-    let a = simulate(&s, 7, &mut TestRoundRobin, &mut Threshold(1.0));
-    let b = simulate(&s, 7, &mut TestRoundRobin, &mut Threshold(1.0));
+    let a = simulate(
+        &s,
+        7,
+        &mut TestRoundRobin,
+        &mut Threshold(1.0),
+        &mut Fifo::default(),
+    );
+    let b = simulate(
+        &s,
+        7,
+        &mut TestRoundRobin,
+        &mut Threshold(1.0),
+        &mut Fifo::default(),
+    );
     assert_eq!(
         serde_json::to_string(&a).unwrap(),
         serde_json::to_string(&b).unwrap()
     );
-    let c = simulate(&s, 8, &mut TestRoundRobin, &mut Threshold(1.0));
+    let c = simulate(
+        &s,
+        8,
+        &mut TestRoundRobin,
+        &mut Threshold(1.0),
+        &mut Fifo::default(),
+    );
     assert_ne!(a.scalar("expert_makespan_s"), c.scalar("expert_makespan_s"));
     assert_eq!(a.scalars.len(), METRICS.len());
     for (got, want) in a.scalars.iter().zip(METRICS) {
@@ -247,9 +323,22 @@ fn runs_are_deterministic_and_seeds_differ() {
 #[test]
 fn a_failing_policy_is_an_error_not_a_panic() {
     let s = scenario(GPQA);
-    let err = try_simulate(&s, 0, &mut Infeasible, &mut Threshold(1.0)).unwrap_err();
+    let err = try_simulate(
+        &s,
+        0,
+        &mut Infeasible,
+        &mut Threshold(1.0),
+        &mut Fifo::default(),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("infeasible"), "{err}");
-    let out = simulate(&s, 0, &mut Infeasible, &mut Threshold(1.0));
+    let out = simulate(
+        &s,
+        0,
+        &mut Infeasible,
+        &mut Threshold(1.0),
+        &mut Fifo::default(),
+    );
     assert!(out.scalars.iter().all(|(_, v)| v.is_nan()));
     assert!(
         out.details["error"]
@@ -264,13 +353,18 @@ fn calibration_regression_predicts_held_out_sessions() {
     let s = scenario(
         "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"mmlu_pro\"\n[calibration]\nsweep_max_prompts = 512\n",
     );
-    let regressions = workload::calibrate(&s, 0);
+    let regressions = workload::calibrate(&s, 0, &mut Fifo::default());
     let w = workload::Workload::synthesize(&s, 0);
     for (m, r) in regressions.iter().enumerate() {
         let r = r.as_ref().unwrap();
-        let actual = run_session(&s.experts[m].cost, &w.prompts[m])
-            .duration
-            .as_secs_f64();
+        let actual = server::run_session(
+            m,
+            &s.experts[m].serving,
+            &w.prompts[m],
+            &mut SimulatedPricing::of(&s),
+            &mut Fifo::default(),
+        )
+        .generate_s();
         let predicted = r.predict_s(s.dataset.slots[m]);
         let error = (predicted - actual).abs() / actual;
         // The regression extrapolates from <= 512-prompt sweeps to the full test session.
@@ -287,4 +381,18 @@ fn calibration_regression_predicts_held_out_sessions() {
 #[test]
 fn shipped_scenarios_validate_for_every_sweep_value() {
     crate::shipped_scenarios::load_all("mosaic", 4);
+}
+
+/// A load is the model's bf16 weights over the load path (0.4 GB/s by default): Qwen2.5-7B's
+/// 7.61 B parameters (model card) are 15.22 GB, 38.05 s; GLM-4-9B's 9.40 B, 47.0 s (within the
+/// rounding of the published counts); a scenario's `load_gbps` scales every load.
+#[test]
+fn a_load_is_the_weights_over_the_load_path() {
+    let load =
+        |s: &MosaicScenario, name: &str| s.experts.iter().find(|e| e.name == name).unwrap().load_s;
+    let s = scenario(GPQA);
+    assert!((load(&s, "Qwen") - 2.0 * 7.61e9 / 0.4e9).abs() < 0.1);
+    assert!((load(&s, "GLM") - 2.0 * 9.40e9 / 0.4e9).abs() < 0.1);
+    let faster = scenario(&format!("{GPQA}[serving]\nload_gbps = 0.8\n"));
+    assert!((load(&faster, "Qwen") - load(&s, "Qwen") / 2.0).abs() < 1e-9);
 }
