@@ -44,3 +44,24 @@ fn every_registered_family_loads_and_runs() {
         }
     }
 }
+
+/// A MOSAIC cell records the source its expert steps reported: the live scenario names a
+/// measured dense-decode profile (`[serving] profile`), the quick one none (the roofline).
+#[test]
+fn mosaic_records_the_source_its_expert_steps_reported() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (scenario, expected) in [
+        ("scenarios/live/mosaic.toml", "measured"),
+        ("scenarios/mosaic/quick.toml", "analytic-roofline"),
+    ] {
+        let plan = sim::scenario::load(&root.join(scenario), &[]).unwrap();
+        let run = sim::runner::run_cell(
+            &plan.cells[0].scenario,
+            plan.seeds[0],
+            &strategies::Registry,
+            None,
+        )
+        .unwrap();
+        assert_eq!(run.cost_source, expected, "{scenario}");
+    }
+}
