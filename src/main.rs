@@ -87,10 +87,11 @@ fn main() -> ExitCode {
             fresh,
         } => match load(&scenario, &sets) {
             Ok(plan) => {
-                if per_request_csv && plan.family == sim::scenario::Family::Mosaic {
+                if per_request_csv && plan.family.csv_columns().is_none() {
                     eprintln!(
-                        "error: --per-request-csv: mosaic runs an offline batch of prompts timed \
-                         per worker session, so it has no per-request records; nothing was run"
+                        "error: --per-request-csv: the {} family has no per-request records \
+                         (docs/metrics.md); nothing was run",
+                        plan.family
                     );
                     return ExitCode::from(2);
                 }

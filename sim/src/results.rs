@@ -28,7 +28,7 @@ pub struct ToolInfo {
 pub struct ScenarioEcho {
     pub name: String,
     pub description: String,
-    pub family: crate::scenario::Family,
+    pub family: crate::family::FamilyId,
     /// The scenario document after `--set` overrides, without its `[sweep]` table.
     pub document: serde_json::Value,
 }

@@ -3,6 +3,7 @@
 mod basics;
 mod capacity;
 mod common;
+mod families;
 mod figure_kinds;
 mod fuzz;
 mod gpu_script;

@@ -282,11 +282,11 @@ fn bad_input_is_a_field_error() {
 /// scenario without aging, threshold 0, is the vLLM(STJF) reference).
 #[test]
 fn every_chimera_scenario_file_validates_in_every_cell() {
-    let plans = crate::shipped_scenarios::load_all("chimera", crate::scenario::Family::Chimera, 10);
+    let plans = crate::shipped_scenarios::load_all("chimera", 10);
     let mut stjf = 0;
     for plan in &plans {
         for cell in &plan.cells {
-            let crate::scenario::Scenario::Chimera(scenario) = &cell.scenario else {
+            let Some(scenario) = cell.scenario.get::<crate::chimera::ChimeraScenario>() else {
                 panic!("{}: not a Chimera scenario", plan.path.display());
             };
             if let crate::chimera::policy::QueuePolicyConfig::Stjf {

@@ -838,16 +838,6 @@ impl MosaicConfig {
 }
 
 impl MosaicScenario {
-    /// What priced the run's expert sessions: the roofline of `serving.gpu`, or the measured
-    /// dense-decode profile `serving.profile` names (the aggregator is the roofline's either
-    /// way).
-    pub fn cost_source(&self) -> String {
-        match &self.decode_profile {
-            Some(p) => format!("measured ({}, {})", p.device, p.path),
-            None => "analytic-roofline".into(),
-        }
-    }
-
     /// The replica cap of an expert with predicted session time `predicted_s`.
     pub fn replica_cap(&self, expert: usize, predicted_s: f64) -> u32 {
         PlacementProblem::replica_cap(predicted_s, self.experts[expert].load_s, self.n_workers)

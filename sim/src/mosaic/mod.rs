@@ -11,6 +11,7 @@
 //! (docs/mosaic.md).
 
 pub mod config;
+pub mod family;
 pub mod gate;
 pub mod live_scale;
 pub mod placement;
@@ -22,6 +23,7 @@ pub mod session;
 pub mod workload;
 
 pub use config::{MosaicConfig, MosaicScenario};
+pub use family::Mosaic;
 pub use gate::{AggregationGate, GateConfig, Votes};
 pub use placement::{
     ModelDemand, Placement, PlacementConfig, PlacementError, PlacementPlan, PlacementProblem,
@@ -29,7 +31,7 @@ pub use placement::{
 };
 pub use pricing::{ModelStepCost, SessionPricing, SimulatedPricing};
 
-use crate::metrics::{Better, MetricInfo, RunOutput};
+use crate::metrics::{Better, Metric, MetricInfo, RunOutput, metric_infos};
 use crate::rng::stream;
 use crate::serving::QueuePolicy;
 use crate::time::SimTime;
@@ -40,77 +42,116 @@ use server::{SessionPlan, SessionRun, StagesRun, run_stages};
 use session::GenerationRequest;
 use workload::{Workload, calibrate, draw_length};
 
-const fn metric(name: &'static str, description: &'static str, better: Better) -> MetricInfo {
-    MetricInfo {
-        name,
-        description,
-        better,
-    }
+/// One MOSAIC run's scalar values, one field per metric of `METRIC_TABLE` (docs/mosaic.md
+/// defines each).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MosaicScalars {
+    pub expert_makespan_s: f64,
+    pub gpu_idle_pct: f64,
+    pub aggregator_s: f64,
+    pub end_to_end_s: f64,
+    pub skip_pct: f64,
+    pub accuracy_pct: f64,
+    pub accuracy_change_pp: f64,
+    pub model_loads: f64,
+    pub load_time_s: f64,
+    pub expert_tokens_per_s: f64,
+    pub predicted_makespan_s: f64,
+    pub prediction_error_pct: f64,
+    pub ilp_status: f64,
+    pub ilp_gap: f64,
+    pub ilp_nodes: f64,
+    pub ilp_solve_time_s: f64,
 }
 
 /// The scalar metrics of a MOSAIC run, in order (defined in docs/mosaic.md).
-pub const METRICS: &[MetricInfo] = &[
-    metric(
+pub const METRIC_TABLE: [Metric<MosaicScalars>; 16] = [
+    Metric::new(
         "expert_makespan_s",
         "expert-stage makespan (s)",
         Better::Lower,
+        |s| s.expert_makespan_s,
     ),
-    metric(
+    Metric::new(
         "gpu_idle_pct",
         "expert-stage GPU idle share (%)",
         Better::Lower,
+        |s| s.gpu_idle_pct,
     ),
-    metric("aggregator_s", "aggregator stage (s)", Better::Lower),
-    metric("end_to_end_s", "end-to-end time (s)", Better::Lower),
-    metric(
+    Metric::new("aggregator_s", "aggregator stage (s)", Better::Lower, |s| {
+        s.aggregator_s
+    }),
+    Metric::new("end_to_end_s", "end-to-end time (s)", Better::Lower, |s| {
+        s.end_to_end_s
+    }),
+    Metric::new(
         "skip_pct",
         "questions skipping the aggregator (%)",
         Better::Higher,
+        |s| s.skip_pct,
     ),
-    metric("accuracy_pct", "accuracy (%)", Better::Higher),
-    metric(
+    Metric::new("accuracy_pct", "accuracy (%)", Better::Higher, |s| {
+        s.accuracy_pct
+    }),
+    Metric::new(
         "accuracy_change_pp",
         "accuracy change vs full aggregation (pp)",
         Better::Higher,
+        |s| s.accuracy_change_pp,
     ),
-    metric(
+    Metric::new(
         "model_loads",
         "model loads in the expert stage",
         Better::Lower,
+        |s| s.model_loads,
     ),
-    metric(
+    Metric::new(
         "load_time_s",
         "load time summed over workers (s)",
         Better::Lower,
+        |s| s.load_time_s,
     ),
-    metric(
+    Metric::new(
         "expert_tokens_per_s",
         "expert output tokens per second of makespan",
         Better::Higher,
+        |s| s.expert_tokens_per_s,
     ),
-    metric(
+    Metric::new(
         "predicted_makespan_s",
         "makespan the plan predicts (s)",
         Better::Lower,
+        |s| s.predicted_makespan_s,
     ),
-    metric(
+    Metric::new(
         "prediction_error_pct",
         "simulated vs predicted makespan (%)",
         Better::Lower,
+        |s| s.prediction_error_pct,
     ),
-    metric(
+    Metric::new(
         "ilp_status",
         "ILP status (0 none, 1 optimal, 2 time limit, 3 gap, 4 no incumbent)",
         Better::Lower,
+        |s| s.ilp_status,
     ),
-    metric("ilp_gap", "ILP relative gap", Better::Lower),
-    metric("ilp_nodes", "ILP branch-and-bound nodes", Better::Lower),
-    metric(
+    Metric::new("ilp_gap", "ILP relative gap", Better::Lower, |s| s.ilp_gap),
+    Metric::new(
+        "ilp_nodes",
+        "ILP branch-and-bound nodes",
+        Better::Lower,
+        |s| s.ilp_nodes,
+    ),
+    Metric::new(
         "ilp_solve_time_s",
         "ILP wall-clock solve time (s; 0 unless recorded)",
         Better::Lower,
+        |s| s.ilp_solve_time_s,
     ),
 ];
+
+/// The metric column of `METRIC_TABLE`.
+pub const METRICS: &[MetricInfo] = &metric_infos(&METRIC_TABLE);
 
 /// The metrics `expertsim run` prints per cell, and those it prints as change vs the baseline.
 pub const HEADLINE: &[&str] = &[
@@ -453,35 +494,34 @@ pub fn try_simulate_on<'c>(
     let accuracy = 100.0 * f64::from(correct) / n_q;
     let accuracy_change = 100.0 * (f64::from(correct) - f64::from(baseline_correct)) / n_q;
     let solver = plan.solver.as_ref();
-    let scalars = vec![
-        stage.makespan_s,
-        stage.idle_pct,
+    let scalars = MosaicScalars {
+        expert_makespan_s: stage.makespan_s,
+        gpu_idle_pct: stage.idle_pct,
         aggregator_s,
-        stage.makespan_s + aggregator_s,
-        100.0 * f64::from(skipped) / n_q,
-        accuracy,
-        accuracy_change,
-        f64::from(stage.loads),
-        stage.load_time_s,
-        if stage.makespan_s > 0.0 {
+        end_to_end_s: stage.makespan_s + aggregator_s,
+        skip_pct: 100.0 * f64::from(skipped) / n_q,
+        accuracy_pct: accuracy,
+        accuracy_change_pp: accuracy_change,
+        model_loads: f64::from(stage.loads),
+        load_time_s: stage.load_time_s,
+        expert_tokens_per_s: if stage.makespan_s > 0.0 {
             stage.output_tokens as f64 / stage.makespan_s
         } else {
             0.0
         },
-        predicted,
-        if predicted > 0.0 {
+        predicted_makespan_s: predicted,
+        prediction_error_pct: if predicted > 0.0 {
             100.0 * (stage.makespan_s - predicted) / predicted
         } else {
             0.0
         },
-        solver.map_or(0.0, |s| s.status.code()),
-        solver.map_or(0.0, |s| s.gap),
-        solver.map_or(0.0, |s| s.nodes as f64),
-        solver
+        ilp_status: solver.map_or(0.0, |s| s.status.code()),
+        ilp_gap: solver.map_or(0.0, |s| s.gap),
+        ilp_nodes: solver.map_or(0.0, |s| s.nodes as f64),
+        ilp_solve_time_s: solver
             .filter(|_| scenario.record_solve_time)
             .map_or(0.0, |s| s.solve_time_s),
-    ];
-    debug_assert_eq!(scalars.len(), METRICS.len());
+    };
 
     let mut solver_detail = solver.map(|s| serde_json::to_value(s).expect("serializable"));
     if let Some(serde_json::Value::Object(map)) = solver_detail.as_mut()
@@ -580,11 +620,7 @@ pub fn try_simulate_on<'c>(
         },
     });
     Ok(RunOutput {
-        scalars: METRICS
-            .iter()
-            .zip(scalars)
-            .map(|(m, v)| (m.name.to_string(), v))
-            .collect(),
+        scalars: crate::metrics::scalars(&METRIC_TABLE, &scalars),
         details,
     })
 }

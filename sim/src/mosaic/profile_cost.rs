@@ -200,7 +200,7 @@ pub struct MosaicDecodeProfile {
 mod tests {
     use super::*;
     use crate::mosaic::{MosaicScenario, SessionPricing, SimulatedPricing};
-    use crate::scenario::{Scenario, load_str};
+    use crate::scenario::load_str;
 
     const PROFILE: &str = "../../profiles/measured/amd-epyc_mosaic-live-dense.json";
 
@@ -210,9 +210,10 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         let set = format!("serving.profile=\"{profile}\"");
         let plan = load_str(&path, &text, &[set]).map_err(|e| e.to_string())?;
-        match &plan.cells[0].scenario {
-            Scenario::Mosaic(s) => Ok(s.clone()),
-            other => panic!("not MOSAIC: {:?}", other.family()),
+        let cell = &plan.cells[0].scenario;
+        match cell.get::<MosaicScenario>() {
+            Some(s) => Ok(s.clone()),
+            None => panic!("not MOSAIC: {:?}", cell.family()),
         }
     }
 

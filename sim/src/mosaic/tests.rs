@@ -380,7 +380,7 @@ fn calibration_regression_predicts_held_out_sessions() {
 /// cartesian product.
 #[test]
 fn shipped_scenarios_validate_for_every_sweep_value() {
-    crate::shipped_scenarios::load_all("mosaic", crate::scenario::Family::Mosaic, 4);
+    crate::shipped_scenarios::load_all("mosaic", 4);
 }
 
 /// A load is the model's bf16 weights over the load path (0.4 GB/s by default): Qwen2.5-7B's
