@@ -190,9 +190,9 @@ fn describe(scenario: &Scenario) -> Result<Described, LiveError> {
                 .map(|e| e.name.as_str())
                 .collect::<Vec<_>>()
                 .join(", "),
-            match &s.decode_profile {
-                Some(p) => format!("measured ({}, {})", p.device, p.path),
-                None => format!("analytic-roofline ({} decode model)", s.serving.gpu.name),
+            match (&s.decode_profile, &s.measured) {
+                (None, None) => format!("analytic-roofline ({} decode model)", s.serving.gpu.name),
+                _ => s.cost_source(),
             },
         )),
         Scenario::Chimera(s) => Ok((

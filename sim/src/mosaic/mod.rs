@@ -558,7 +558,7 @@ pub fn try_simulate_on<'c>(
             .sum::<f64>()
             / requests.len() as f64
     };
-    let details = json!({
+    let mut details = json!({
         "dataset": scenario.dataset.name,
         "placement": placement.name(),
         "gate": gate.name(),
@@ -579,6 +579,9 @@ pub fn try_simulate_on<'c>(
             "mean_prompt_tokens": mean_agg_prompt,
         },
     });
+    if let Some(pricing) = scenario.pricing() {
+        details["pricing"] = pricing;
+    }
     Ok(RunOutput {
         scalars: METRICS
             .iter()

@@ -609,7 +609,7 @@ fn validate_family(
         Family::Mosaic => {
             let config: crate::mosaic::MosaicConfig =
                 deserialize_table(loader, family_doc, overrides)?;
-            Scenario::Mosaic(config.validate(base_dir).map_err(field_error)?)
+            Scenario::Mosaic(config.validate(base_dir, cache).map_err(field_error)?)
         }
         Family::Chimera => {
             let config: crate::chimera::ChimeraConfig =
