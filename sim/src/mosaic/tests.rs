@@ -422,7 +422,7 @@ fn a_measured_step_is_the_measured_operations_of_the_same_tokens() {
     use crate::cost::measured_steps::StepOperation;
     use crate::cost::op_profile::Operation;
     use crate::cost::roofline::StepTokens;
-    use crate::serving::{CostSource, StepCost, StepWork};
+    use crate::serving::{CostSource, StepWork};
     use crate::time::SimDuration;
 
     let s = measured_scenario();
