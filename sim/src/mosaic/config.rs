@@ -11,8 +11,9 @@ use super::session::{ModelServing, ServingParams};
 use crate::apportion::apportion;
 use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, GpuSpec, LinkSpec};
 use crate::cost::load::LoadPath;
+use crate::cost::measured_steps::MeasuredSet;
 use crate::cost::shape::DenseModelShape;
-use crate::scenario::validate::FieldError;
+use crate::scenario::validate::{FieldError, LoadCache, measured_on, measured_set};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -107,6 +108,11 @@ pub struct ServingFile {
     /// A measured dense-decode profile (path relative to the scenario file) to price the
     /// sessions' decode steps and loads from instead of the analytic model of `gpu`.
     pub profile: Option<String>,
+    /// A set of measured per-operation profiles of `gpu` (`profiles/<name>/`, e.g.
+    /// `"vidur/a100"`) to price every expert's and the aggregator's steps from instead of the
+    /// roofline: each operation measured, scaled or analytic as the run's `pricing` record
+    /// says. Excludes `profile`.
+    pub measured: Option<String>,
 }
 
 impl Default for ServingFile {
@@ -124,6 +130,7 @@ impl Default for ServingFile {
             interconnect_gbps: 300.0,
             load_gbps: DEFAULT_LOAD_GBPS,
             profile: None,
+            measured: None,
         }
     }
 }
@@ -367,6 +374,8 @@ pub struct MosaicScenario {
     pub record_solve_time: bool,
     /// The measured profile `serving.profile` names, when it names one.
     pub decode_profile: Option<MosaicDecodeProfile>,
+    /// The measured set the experts and the aggregator are priced from (`serving.measured`).
+    pub measured: Option<String>,
 }
 
 /// Pool presets (names accepted by `[pool] preset`).
@@ -426,10 +435,30 @@ fn shape_of(path: &str, name: &str) -> Result<DenseModelShape, FieldError> {
 
 impl MosaicConfig {
     /// Cross-field checks; `base_dir` is the scenario file's folder (`serving.profile` is
-    /// relative to it).
-    pub fn validate(&self, base_dir: &Path) -> Result<MosaicScenario, FieldError> {
+    /// relative to it, and a measured set is looked for from it besides the working directory,
+    /// loaded once per sweep through `cache`).
+    pub fn validate(
+        &self,
+        base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<MosaicScenario, FieldError> {
         let s = &self.serving;
         let gpu = GpuSpec::by_name(&s.gpu).map_err(|e| err("serving.gpu", e.to_string()))?;
+        let measured = match &s.measured {
+            Some(_) if s.profile.is_some() => {
+                return Err(err(
+                    "serving.measured",
+                    "names a second cost source beside serving.profile; keep one",
+                ));
+            }
+            Some(name) => {
+                let set = measured_set("serving.measured", name, base_dir, cache)?;
+                measured_on("serving.measured", &set, "serving.gpu", &gpu)?;
+                Some(set)
+            }
+            None => None,
+        };
+        let measured: Option<&MeasuredSet> = measured.as_deref();
         let serving = ServingParams {
             gpu,
             memory_efficiency: fraction("serving.memory_efficiency", s.memory_efficiency)?,
@@ -529,7 +558,7 @@ impl MosaicConfig {
             if e.max_output_tokens == 0 {
                 return Err(err(&at("max_output_tokens"), "must be at least 1, got 0"));
             }
-            let model_serving = ModelServing::new(&shape, &serving, 1)
+            let model_serving = ModelServing::new(&shape, &serving, 1, measured)
                 .map_err(|m| err(&at("shape"), m.to_string()))?;
             experts.push(Expert {
                 name: e.name.clone(),
@@ -569,7 +598,7 @@ impl MosaicConfig {
             max_prompt_tokens: a.max_prompt_tokens.max(1),
             template_tokens: a.template_tokens,
             tensor_parallel,
-            serving: ModelServing::new(&shape, &serving, tensor_parallel)
+            serving: ModelServing::new(&shape, &serving, tensor_parallel, measured)
                 .map_err(|m| err("aggregator.shape", m.to_string()))?,
             shape,
         };
@@ -672,6 +701,7 @@ impl MosaicConfig {
             gate: self.gate.clone(),
             record_solve_time: self.output.record_solve_time,
             decode_profile,
+            measured: s.measured.clone(),
         })
     }
 
@@ -838,6 +868,41 @@ impl MosaicConfig {
 }
 
 impl MosaicScenario {
+    /// What priced the run's expert sessions: the roofline of `serving.gpu`, the measured
+    /// dense-decode profile `serving.profile` names (the aggregator is the roofline's then), or
+    /// the measured set `serving.measured` names (the aggregator's too).
+    pub fn cost_source(&self) -> String {
+        match (&self.decode_profile, &self.measured) {
+            (Some(p), _) => format!("measured ({}, {})", p.device, p.path),
+            (None, Some(name)) => {
+                format!("measured-operations:{name}:{}", self.serving.gpu.name)
+            }
+            (None, None) => "analytic-roofline".into(),
+        }
+    }
+
+    /// With `serving.measured`, how each expert's and the aggregator's operations were priced
+    /// (`experts`: one record per expert, by name; `aggregator`: the aggregator's, at its
+    /// tensor-parallel degree).
+    pub fn pricing(&self) -> Option<serde_json::Value> {
+        self.measured.as_ref()?;
+        let record = |serving: &ModelServing| {
+            serving
+                .measured
+                .as_ref()
+                .map(|m| serde_json::to_value(&m.record).expect("records serialize"))
+        };
+        let experts: serde_json::Map<String, serde_json::Value> = self
+            .experts
+            .iter()
+            .filter_map(|e| Some((e.name.clone(), record(&e.serving)?)))
+            .collect();
+        Some(serde_json::json!({
+            "experts": experts,
+            "aggregator": record(&self.aggregator.serving),
+        }))
+    }
+
     /// The replica cap of an expert with predicted session time `predicted_s`.
     pub fn replica_cap(&self, expert: usize, predicted_s: f64) -> u32 {
         PlacementProblem::replica_cap(predicted_s, self.experts[expert].load_s, self.n_workers)

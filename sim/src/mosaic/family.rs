@@ -33,9 +33,9 @@ impl Family for Mosaic {
     fn validate(
         config: MosaicConfig,
         base_dir: &Path,
-        _cache: &mut LoadCache,
+        cache: &mut LoadCache,
     ) -> Result<MosaicScenario, FieldError> {
-        config.validate(base_dir)
+        config.validate(base_dir, cache)
     }
 
     fn demands(s: &MosaicScenario) -> Vec<Demand> {
@@ -64,7 +64,8 @@ impl Family for Mosaic {
     }
 
     /// MOSAIC has no per-request records: its offline prompts are timed per worker session.
-    /// The run's cost source is the one its expert sessions' steps reported.
+    /// The run's cost source is the one its expert sessions' steps reported, named after the
+    /// measured set when `serving.measured` names one (as Chimera's and GEM's are).
     fn run(
         scenario: &MosaicScenario,
         seed: u64,
@@ -86,13 +87,13 @@ impl Family for Mosaic {
             &mut pricing,
         )
         .map_err(|e| e.to_string())?;
+        let reported = pricing.least_measured.get().map_or("none", source_name);
         Ok(Run {
             output,
-            cost_source: pricing
-                .least_measured
-                .get()
-                .map_or("none", source_name)
-                .to_string(),
+            cost_source: match &scenario.measured {
+                Some(_) => scenario.cost_source(),
+                None => reported.to_string(),
+            },
         })
     }
 
@@ -105,9 +106,9 @@ impl Family for Mosaic {
                 .map(|e| e.name.as_str())
                 .collect::<Vec<_>>()
                 .join(", "),
-            cost_source: match &s.decode_profile {
-                Some(p) => format!("measured ({}, {})", p.device, p.path),
-                None => format!("analytic-roofline ({} decode model)", s.serving.gpu.name),
+            cost_source: match (&s.decode_profile, &s.measured) {
+                (None, None) => format!("analytic-roofline ({} decode model)", s.serving.gpu.name),
+                _ => s.cost_source(),
             },
         }
     }

@@ -598,7 +598,7 @@ pub fn try_simulate_on<'c>(
             .sum::<f64>()
             / requests.len() as f64
     };
-    let details = json!({
+    let mut details = json!({
         "dataset": scenario.dataset.name,
         "placement": placement.name(),
         "gate": gate.name(),
@@ -619,6 +619,9 @@ pub fn try_simulate_on<'c>(
             "mean_prompt_tokens": mean_agg_prompt,
         },
     });
+    if let Some(pricing) = scenario.pricing() {
+        details["pricing"] = pricing;
+    }
     Ok(RunOutput {
         scalars: crate::metrics::scalars(&METRIC_TABLE, &scalars),
         details,

@@ -1,12 +1,14 @@
 //! What prices a MOSAIC run: each session's steps go through the serving layer's one step-cost
 //! seam (`serving::StepCost`), each model load is the cost model's load operation
 //! (`cost::load`: weight bytes over the load path) or a measured copy. [`SessionPricing`] hands
-//! the run both; [`SimulatedPricing`] answers from the scenario (the roofline, or the measured
-//! dense-decode profile `[serving] profile` names), and live mode wraps it to also execute them.
+//! the run both; [`SimulatedPricing`] answers from the scenario (the roofline, the measured
+//! operations of the set `[serving] measured` names, or the measured dense-decode profile
+//! `[serving] profile` names), and live mode wraps it to also execute them.
 
 use super::config::MosaicScenario;
 use super::profile_cost::ProfileStepCost;
-use crate::serving::{RooflineStepCost, StepCost, StepTime, StepWork};
+use super::session::ModelServing;
+use crate::serving::{MeasuredStepCost, RooflineStepCost, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
 
 /// Prices the loads and the steps of a MOSAIC run. `model` is an expert's index into the
@@ -19,17 +21,30 @@ pub trait SessionPricing<'a> {
     fn steps(&mut self, unit: usize, model: usize) -> Box<dyn StepCost + 'a>;
 }
 
-/// A model's simulated step cost: the roofline, or the measured profile of its scaled-down
-/// model.
+/// A model's simulated step cost: the roofline, its measured operations, or the measured
+/// profile of its scaled-down model.
 pub enum ModelStepCost<'a> {
     Roofline(RooflineStepCost<'a>),
+    Measured(MeasuredStepCost<'a>),
     Profile(ProfileStepCost<'a>),
+}
+
+impl<'a> ModelStepCost<'a> {
+    /// The step cost `serving` was built with: its measured operations when the scenario
+    /// names a measured set, else its roofline.
+    pub fn of(serving: &'a ModelServing) -> ModelStepCost<'a> {
+        match &serving.measured {
+            Some(measured) => ModelStepCost::Measured(MeasuredStepCost(measured)),
+            None => ModelStepCost::Roofline(RooflineStepCost(&serving.roofline)),
+        }
+    }
 }
 
 impl StepCost for ModelStepCost<'_> {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime {
         match self {
             ModelStepCost::Roofline(cost) => cost.price(work),
+            ModelStepCost::Measured(cost) => cost.price(work),
             ModelStepCost::Profile(cost) => cost.price(work),
         }
     }
@@ -38,7 +53,8 @@ impl StepCost for ModelStepCost<'_> {
 /// The simulated prices of a scenario: an expert's load is the profile's measured copy when
 /// the scenario names a profile that has one, else the expert's `load_s` (its weights over the
 /// load path, or the scenario's own value); its steps are the profile's when there is one, else
-/// the roofline's. The aggregator is always priced by the roofline and its `load_s`.
+/// its measured operations' when the scenario names a measured set, else the roofline's. The
+/// aggregator's steps are its measured operations' or the roofline's, its load its `load_s`.
 #[derive(Clone, Copy)]
 pub struct SimulatedPricing<'a> {
     pub scenario: &'a MosaicScenario,
@@ -55,9 +71,10 @@ impl<'a> SimulatedPricing<'a> {
         }
     }
 
-    /// The analytic prices (roofline and `load_s`) whatever the scenario's profile: what the
-    /// offline calibration runs on.
-    pub fn analytic(scenario: &'a MosaicScenario) -> Self {
+    /// The prices without the scenario's profile (the roofline, or the measured set's
+    /// operations, and `load_s`): what the offline calibration runs on. A measured set prices
+    /// the calibration too: it describes the GPU the sessions run on, as the roofline does.
+    pub fn without_profile(scenario: &'a MosaicScenario) -> Self {
         SimulatedPricing {
             scenario,
             use_profile: false,
@@ -71,12 +88,8 @@ impl<'a> SimulatedPricing<'a> {
             (Some(profile), Some(_)) => {
                 ModelStepCost::Profile(ProfileStepCost(&profile.experts[model]))
             }
-            (None, Some(expert)) => {
-                ModelStepCost::Roofline(RooflineStepCost(&expert.serving.roofline))
-            }
-            (_, None) => {
-                ModelStepCost::Roofline(RooflineStepCost(&scenario.aggregator.serving.roofline))
-            }
+            (None, Some(expert)) => ModelStepCost::of(&expert.serving),
+            (_, None) => ModelStepCost::of(&scenario.aggregator.serving),
         }
     }
 

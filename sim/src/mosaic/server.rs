@@ -514,7 +514,7 @@ mod tests {
     }
 
     fn serving(name: &str) -> ModelServing {
-        ModelServing::new(&DenseModelShape::preset(name).unwrap(), &params(), 1).unwrap()
+        ModelServing::new(&DenseModelShape::preset(name).unwrap(), &params(), 1, None).unwrap()
     }
 
     fn requests(lengths: &[(u32, u32)]) -> Vec<GenerationRequest> {

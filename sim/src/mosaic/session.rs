@@ -1,5 +1,6 @@
 //! One model served by a vLLM session (a dense model on one GPU, or tensor-parallel across
-//! several): its step roofline (`cost::roofline::StepRoofline`), its KV cache, and the
+//! several): its step roofline (`cost::roofline::StepRoofline`) or, with a measured set, its
+//! step from measured operations (`cost::measured_steps::MeasuredDenseStep`), its KV cache, and the
 //! `serving::Replica` configuration its sessions run with: vLLM 0.7.1's V0 scheduler as
 //! MOSAIC ran it, a paged cache of 16-token blocks with a 1 % watermark, admission of a
 //! prompt's blocks, and preemption of the newest sequence by recompute when the cache runs full
@@ -10,10 +11,12 @@
 //! and saturate early.
 
 use crate::cost::gpu::{GpuSpec, LinkSpec};
+use crate::cost::measured_steps::{MeasuredDenseStep, MeasuredSet};
 use crate::cost::roofline::{Roofline, StepRoofline, StepTokens, TensorParallel};
 use crate::cost::shape::DenseModelShape;
 use crate::serving::{Admission, Batching, KvConfig, Preemption, ReplicaConfig};
 use serde::Serialize;
+use std::sync::Arc;
 
 /// The serving engine's knobs; every default is documented in docs/mosaic.md.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,12 +47,16 @@ pub enum ServingError {
     NoKvCache { weights_gb: f64, usable_gb: f64 },
 }
 
-/// One model served on `tensor_parallel` GPUs: its step roofline, its KV cache and the
-/// replica configuration of its sessions.
+/// One model served on `tensor_parallel` GPUs: its step roofline (or its step from measured
+/// operations), its KV cache and the replica configuration of its sessions.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ModelServing {
     /// What a step streams and computes per GPU (`cost::roofline`).
     pub roofline: StepRoofline,
+    /// With `[serving] measured`: the step priced from that set's measured operations instead
+    /// of the roofline, with its pricing record.
+    #[serde(skip)]
+    pub measured: Option<Arc<MeasuredDenseStep>>,
     /// Tokens the KV cache holds (all GPUs of the group together).
     pub kv_capacity_tokens: u64,
     pub max_num_seqs: u32,
@@ -58,10 +65,13 @@ pub struct ModelServing {
 }
 
 impl ModelServing {
+    /// `shape` served on `tensor_parallel` GPUs, its steps priced by the roofline or, with
+    /// `measured`, from that set's operations (at the same degree, link and step overhead).
     pub fn new(
         shape: &DenseModelShape,
         params: &ServingParams,
         tensor_parallel: u32,
+        measured: Option<&MeasuredSet>,
     ) -> Result<ModelServing, ServingError> {
         let tp = f64::from(tensor_parallel.max(1));
         let weight_bytes = shape.weight_bytes() / tp;
@@ -77,6 +87,11 @@ impl ModelServing {
                 weights_gb: weight_bytes / 1e9,
                 usable_gb: params.gpu.memory_gb * params.gpu_memory_utilization,
             })?;
+        let parallel = TensorParallel {
+            degree: tensor_parallel.max(1),
+            link: params.interconnect,
+        };
+        let overhead_ns = params.step_overhead_s * 1e9;
         let roofline = StepRoofline::dense(
             shape,
             Roofline::new(
@@ -84,14 +99,14 @@ impl ModelServing {
                 params.memory_efficiency,
                 params.compute_efficiency,
             ),
-            TensorParallel {
-                degree: tensor_parallel.max(1),
-                link: params.interconnect,
-            },
-            params.step_overhead_s * 1e9,
+            parallel,
+            overhead_ns,
         );
+        let measured =
+            measured.map(|set| Arc::new(MeasuredDenseStep::new(set, shape, parallel, overhead_ns)));
         Ok(ModelServing {
             roofline,
+            measured,
             kv_capacity_tokens,
             max_num_seqs: params.max_num_seqs.max(1),
             block_size: params.block_size.max(1),
@@ -131,15 +146,20 @@ impl ModelServing {
         }
     }
 
-    /// Steady-state decode throughput (tokens/s) of `batch` sequences of `context` tokens each.
+    /// Steady-state decode throughput (tokens/s) of `batch` sequences of `context` tokens each,
+    /// priced as the model's steps are (measured operations or the roofline).
     pub fn decode_tokens_per_s(&self, batch: u64, context: u64) -> f64 {
-        let price = self.roofline.price(&StepTokens {
+        let work = StepTokens {
             rows: batch,
             sequences: batch,
             context_tokens: batch * context,
             prefill_square: 0.0,
-        });
-        batch as f64 / (price.nanos * 1e-9)
+        };
+        let nanos = match &self.measured {
+            Some(measured) => measured.price(&work).0.nanos,
+            None => self.roofline.price(&work).nanos,
+        };
+        batch as f64 / (nanos * 1e-9)
     }
 }
 
@@ -172,7 +192,7 @@ mod tests {
     }
 
     fn serving(name: &str) -> ModelServing {
-        ModelServing::new(&DenseModelShape::preset(name).unwrap(), &params(), 1).unwrap()
+        ModelServing::new(&DenseModelShape::preset(name).unwrap(), &params(), 1, None).unwrap()
     }
 
     #[test]
@@ -220,9 +240,9 @@ mod tests {
         p.gpu.memory_gb = 10.0;
         let shape = DenseModelShape::preset("glm-4-9b").unwrap();
         assert!(matches!(
-            ModelServing::new(&shape, &p, 1),
+            ModelServing::new(&shape, &p, 1, None),
             Err(ServingError::NoKvCache { .. })
         ));
-        assert!(ModelServing::new(&shape, &p, 4).is_ok());
+        assert!(ModelServing::new(&shape, &p, 4, None).is_ok());
     }
 }

@@ -36,11 +36,15 @@ fn config(text: &str) -> MosaicConfig {
 }
 
 fn scenario(text: &str) -> MosaicScenario {
-    config(text).validate(Path::new(".")).unwrap()
+    config(text)
+        .validate(Path::new("."), &mut Default::default())
+        .unwrap()
 }
 
 fn invalid(text: &str) -> FieldError {
-    config(text).validate(Path::new(".")).unwrap_err()
+    config(text)
+        .validate(Path::new("."), &mut Default::default())
+        .unwrap_err()
 }
 
 const GPQA: &str = "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"gpqa\"\n[calibration]\nsweep_max_prompts = 64\n";
@@ -395,4 +399,140 @@ fn a_load_is_the_weights_over_the_load_path() {
     assert!((load(&s, "GLM") - 2.0 * 9.40e9 / 0.4e9).abs() < 0.1);
     let faster = scenario(&format!("{GPQA}[serving]\nload_gbps = 0.8\n"));
     assert!((load(&faster, "Qwen") - load(&s, "Qwen") / 2.0).abs() < 1e-9);
+}
+
+/// The hybrid pool on GPQA with `[serving] measured = "vidur/a100"`, looked for from the crate's
+/// folder (the repository's `profiles/` is one folder up).
+fn measured_scenario() -> MosaicScenario {
+    config(&format!("{GPQA}[serving]\nmeasured = \"vidur/a100\"\n"))
+        .validate(
+            Path::new(env!("CARGO_MANIFEST_DIR")),
+            &mut Default::default(),
+        )
+        .unwrap()
+}
+
+/// With a measured set, an expert's step goes through the one step-cost seam as
+/// `serving::MeasuredStepCost`: the price of `MeasuredDenseStep::price` on the same tokens,
+/// which for LlamaR1 (DeepSeek-R1-Distill-Llama-8B, Meta-Llama-3-8B's layer) is by hand the
+/// measured A100 kernels at 8 rows plus the roofline's attention and head plus the 4 ms host
+/// overhead. Qwen2.5-7B's shape is in no profile: its MLP is scaled.
+#[test]
+fn a_measured_step_is_the_measured_operations_of_the_same_tokens() {
+    use crate::cost::measured_steps::StepOperation;
+    use crate::cost::op_profile::Operation;
+    use crate::cost::roofline::StepTokens;
+    use crate::serving::{CostSource, StepWork};
+    use crate::time::SimDuration;
+
+    let s = measured_scenario();
+    let index = |name: &str| s.experts.iter().position(|e| e.name == name).unwrap();
+    let llama = index("LlamaR1");
+    // 8 decoding sequences holding 1,000 tokens each (no prefill: no per-sequence terms).
+    let work = StepWork {
+        requests: 8,
+        decode_tokens: 8,
+        context_tokens: 8_000,
+        ..StepWork::default()
+    };
+    let time = SimulatedPricing::of(&s).steps(0, llama).price(&work);
+    let measured = s.experts[llama].serving.measured.as_ref().unwrap();
+    let (price, sources) = measured.price(&StepTokens {
+        rows: 8,
+        sequences: 8,
+        context_tokens: 8_000,
+        prefill_square: 0.0,
+    });
+    assert_eq!(time.duration, SimDuration(price.nanos.round() as u64));
+    assert_eq!(time.breakdown.op_sources, Some(sources));
+    assert_eq!(time.source, CostSource::Measured);
+
+    // By hand: per layer Meta-Llama-3-8B's measured kernels at 8 tokens; the attention reads
+    // 8,000 x 2 x 2 B x 8 KV heads x 128 = 32.8 MB per layer at 2,039 GB/s x 0.8 (memory-
+    // bound: 4 x 4096 FLOPs per cached token); the head streams 128,256 x 4096 bf16 weights.
+    let set = crate::cost::measured_steps::MeasuredSet::load(
+        "vidur/a100",
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles/vidur/a100"),
+    )
+    .unwrap();
+    let llama3 = set
+        .ops
+        .profiles
+        .iter()
+        .find(|p| p.model == "meta-llama/Meta-Llama-3-8B")
+        .unwrap();
+    let layer_ops: f64 = Operation::ALL[1..]
+        .iter()
+        .map(|&op| llama3.series(op, 1).unwrap().nanos_at(8).unwrap())
+        .sum();
+    let attention = 8_000.0 * 4096.0 / 1.6312e12 * 1e9;
+    let head = 128_256.0 * 4096.0 * 2.0 / 1.6312e12 * 1e9;
+    let by_hand = 32.0 * (layer_ops + attention) + head + 4e6;
+    assert!(
+        (price.nanos - by_hand).abs() < 1e-3,
+        "{} vs {by_hand}",
+        price.nanos
+    );
+
+    // LlamaR1's MLP is Meta-Llama-3-8B's (measured); Qwen2.5-7B's (hidden 3584, intermediate
+    // 18944) is scaled from the nearest measured MLP.
+    let record = |name: &str| {
+        s.experts[index(name)]
+            .serving
+            .measured
+            .as_ref()
+            .unwrap()
+            .record
+            .sources()
+    };
+    assert_eq!(
+        record("LlamaR1").get(StepOperation::Mlp),
+        Some(CostSource::Measured)
+    );
+    for qwen in ["Qwen", "QwenR1"] {
+        assert_eq!(
+            record(qwen).get(StepOperation::Mlp),
+            Some(CostSource::Scaled),
+            "{qwen}"
+        );
+    }
+    // The aggregator (QwenR1 over the 4 workers) adds two measured all-reduces per layer.
+    let aggregator = s.aggregator.serving.measured.as_ref().unwrap();
+    assert_eq!(aggregator.record.tensor_parallel, 4);
+    assert_eq!(
+        aggregator.record.sources().get(StepOperation::AllReduce),
+        Some(CostSource::Measured)
+    );
+    assert_eq!(s.cost_source(), "measured-operations:vidur/a100:A100-80GB");
+}
+
+/// A measured set must exist, be of `serving.gpu`, and not stand beside `serving.profile`.
+#[test]
+fn a_bad_measured_set_names_the_field() {
+    let with = |extra: &str| {
+        config(&format!("{GPQA}[serving]\n{extra}"))
+            .validate(
+                Path::new(env!("CARGO_MANIFEST_DIR")),
+                &mut Default::default(),
+            )
+            .unwrap_err()
+    };
+    let e = with("measured = \"vidur/b200\"\n");
+    assert_eq!(e.path, "serving.measured");
+    assert!(
+        e.message.contains("no measured profile set"),
+        "{}",
+        e.message
+    );
+    let e = with("measured = \"vidur/a100\"\ngpu = \"H100-SXM\"\n");
+    assert_eq!(e.path, "serving.measured");
+    assert!(
+        e.message
+            .contains("measured on A100-80GB, but serving.gpu is H100-SXM"),
+        "{}",
+        e.message
+    );
+    let e = with("measured = \"vidur/a100\"\nprofile = \"decode.json\"\n");
+    assert_eq!(e.path, "serving.measured");
+    assert!(e.message.contains("second cost source"), "{}", e.message);
 }

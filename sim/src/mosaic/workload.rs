@@ -222,7 +222,8 @@ pub fn fit_regression(sweep: &[SweepPoint]) -> [f64; 3] {
 /// slot shares (the router's skill mix), with buckets drawn by their shares; every recruited
 /// expert gets at least `min_prompts_per_model` prompts. The sweep runs sessions of doubling
 /// size, resampling the model's calibration prompts, each a resident session on the serving
-/// replica priced by the analytic model (admissions in `queue`'s order, FCFS). Streams:
+/// replica priced by the scenario's GPU model, the roofline or the measured set's operations,
+/// never `[serving] profile` (admissions in `queue`'s order, FCFS). Streams:
 /// "calibration", "calibration-sweep".
 pub fn calibrate(
     scenario: &MosaicScenario,
@@ -259,7 +260,7 @@ pub fn calibrate(
         }
     }
     let mut sweep_rng = stream(seed, "calibration-sweep");
-    let mut pricing = SimulatedPricing::analytic(scenario);
+    let mut pricing = SimulatedPricing::without_profile(scenario);
     (0..scenario.experts.len())
         .map(|m| {
             if data.slots[m] == 0 {

@@ -3,9 +3,11 @@
 //! routed to each expert and GPU per layer, counted or expected, the adapters touched, swapped
 //! tokens) in, its duration with a breakdown and the source of the price out. Families
 //! implement `StepCost` over the cost model (`RooflineStepCost` prices a dense model's steps by
-//! the one roofline); live mode wraps any `StepCost` (predict, measure, record, pick the clock).
+//! the one roofline, `MeasuredStepCost` from a measured set's operations); live mode wraps any
+//! `StepCost` (predict, measure, record, pick the clock).
 
 use super::replica::Seq;
+use crate::cost::measured_steps::MeasuredDenseStep;
 use crate::cost::roofline::{StepRoofline, StepTokens};
 use crate::time::SimDuration;
 use serde::Serialize;
@@ -157,6 +159,30 @@ impl StepCost for RooflineStepCost<'_> {
                 ..StepBreakdown::default()
             },
             source: CostSource::Analytic,
+        }
+    }
+}
+
+/// A dense model's steps priced from measured operations (`cost::measured_steps`) on
+/// [`StepWork::dense_tokens`]: the duration is `MeasuredDenseStep::price`'s, the breakdown
+/// carries the roofline-priced parts and which source priced each operation, and the step's
+/// source is the least measured of the operations the data can hold.
+pub struct MeasuredStepCost<'a>(pub &'a MeasuredDenseStep);
+
+impl StepCost for MeasuredStepCost<'_> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let (price, op_sources) = self.0.price(&work.dense_tokens());
+        StepTime {
+            duration: SimDuration(price.nanos.round() as u64),
+            breakdown: StepBreakdown {
+                compute_ns: price.compute_ns,
+                memory_ns: price.memory_ns,
+                communication_ns: price.communication_ns,
+                overhead_ns: price.overhead_ns,
+                op_sources: Some(op_sources),
+                ..StepBreakdown::default()
+            },
+            source: op_sources.step_source(),
         }
     }
 }

@@ -198,7 +198,7 @@ mod simulated {
             gate: GateConfig::Threshold { tau: 1.0 },
             output: OutputFile::default(),
         }
-        .validate(Path::new("."))
+        .validate(Path::new("."), &mut Default::default())
         .unwrap()
     }
 
