@@ -3,9 +3,11 @@
 mod basics;
 mod capacity;
 mod common;
+mod families;
 mod figure_kinds;
 mod fuzz;
 mod gpu_script;
 mod live;
+mod measured;
 mod reproduce_claims;
 mod shard_resume;

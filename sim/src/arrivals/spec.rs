@@ -2,7 +2,7 @@
 //! trace, with `rate_per_s`, `[arrival.bursty]` and `arrival.trace = { path, time_scale }`), its
 //! validation into an [`ArrivalSpec`] with errors naming the field, and the streaming
 //! [`ArrivalProcess`] a run draws from. The same table and the same processes for every family
-//! that reads it (GEM; CAPS reads the same shape through its own copy, `caps::config`).
+//! that reads it (GEM, Chimera; CAPS reads the same shape through its own copy, `caps::config`).
 
 use super::{
     ArrivalProcess, Bursty, BurstyParams, Offline, Poisson, Trace, TraceReplay, TraceStats,

@@ -485,27 +485,23 @@ fn summarize(
             }
             None => (f64::NAN, f64::NAN, f64::NAN, f64::NAN, f64::NAN, 0.0, 0.0),
         };
-    let values = [
-        gib(r.weight_bytes),
-        gib(r.adapter_allocated_bytes),
-        gib(r.padding_waste_bytes),
-        r.fragmentation_factor,
-        r.sparsity_factor,
-        r.kv_capacity_tokens as f64,
-        if r.out_of_memory { 1.0 } else { 0.0 },
-        ttft_mean,
-        ttft_p99,
-        tpot_mean,
-        prefill_tps,
-        decode_tps,
-        completed,
-        rejected,
-    ];
-    let scalars = super::METRICS
-        .iter()
-        .zip(values)
-        .map(|(m, v)| (m.name.to_string(), v))
-        .collect();
+    let values = super::ExpertWeaveScalars {
+        weights_gib: gib(r.weight_bytes),
+        adapter_memory_gib: gib(r.adapter_allocated_bytes),
+        padding_waste_gib: gib(r.padding_waste_bytes),
+        fragmentation_factor: r.fragmentation_factor,
+        sparsity_factor: r.sparsity_factor,
+        kv_capacity_tokens: r.kv_capacity_tokens as f64,
+        out_of_memory: if r.out_of_memory { 1.0 } else { 0.0 },
+        ttft_mean_ms: ttft_mean,
+        ttft_p99_ms: ttft_p99,
+        tpot_mean_ms: tpot_mean,
+        prefill_throughput_tps: prefill_tps,
+        decode_throughput_tps: decode_tps,
+        requests_completed: completed,
+        requests_rejected: rejected,
+    };
+    let scalars = crate::metrics::scalars(&super::METRIC_TABLE, &values);
     let details = json!({
         "manager": kind,
         "adapters": scenario.adapters.iter().map(|a| a.name.clone()).collect::<Vec<_>>(),

@@ -145,7 +145,7 @@ impl StepCost for RooflineStepCost<'_> {
                 communication_ns: dense.communication_ns,
                 overhead_ns: dense.overhead_ns + reroute_launch_ns,
                 moe_ns,
-                per_gpu_busy_ns: Vec::new(),
+                ..StepBreakdown::default()
             },
             source: CostSource::Analytic,
         }
