@@ -687,3 +687,19 @@ fn a_step_reads_as_rows_sequences_context_and_squared_prefills() {
         vec![(6, 1, 6, 36.0), (5, 2, 11, 16.0), (2, 2, 13, 0.0)]
     );
 }
+
+#[test]
+fn the_less_measured_of_two_sources_follows_measured_scaled_analytic_reference() {
+    use CostSource::*;
+    // The order, written out: a measurement of this device, a measurement carried to another
+    // shape, the datasheet roofline, a queueing reference with no cost model.
+    let order = [Measured, Scaled, Analytic, Reference];
+    for (i, &a) in order.iter().enumerate() {
+        for (j, &b) in order.iter().enumerate() {
+            let expected = order[i.max(j)];
+            assert_eq!(a.less_measured(b), expected, "{a:?} vs {b:?}");
+        }
+    }
+    assert_eq!(Measured.cost_model_name(), "measured");
+    assert_eq!(Analytic.cost_model_name(), "analytic-roofline");
+}
