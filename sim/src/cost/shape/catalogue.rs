@@ -21,6 +21,7 @@ pub const DENSE_PRESETS: &[&str] = &[
     "qwen2.5-14b-instruct",
     "llama-3.2-3b-instruct",
     "ministral-8b-instruct-2410",
+    "llama-2-7b",
 ];
 
 /// Names accepted by [`MoeModelShape::preset`]: CAPS's model (bf16 and as CAPS quantizes it),
@@ -80,6 +81,9 @@ impl DenseModelShape {
     ///   8 KV heads, head_dim 128, vocab 128256, tied.
     /// - mistralai/Ministral-8B-Instruct-2410: 36 layers, hidden 4096, intermediate 12288,
     ///   32 heads, 8 KV heads, head_dim 128, vocab 131072, untied.
+    /// - meta-llama/Llama-2-7b-hf: 32 layers, hidden 4096, intermediate 11008, 32 heads,
+    ///   32 KV heads (no GQA), vocab 32000, untied (the dense replica of Vidur's and vLLM's
+    ///   evaluations; the serving family's reference model).
     ///
     /// Every head is 128 wide (`head_dim`, or `hidden_size / num_attention_heads`) except
     /// Gemma 2's 256. The parameter counts these give are held to the model cards by the test
@@ -193,6 +197,17 @@ impl DenseModelShape {
                 8,
                 128,
                 152_064,
+                false,
+            ),
+            "llama-2-7b" => shape(
+                "meta-llama/Llama-2-7b-hf",
+                32,
+                4096,
+                11008,
+                32,
+                32,
+                128,
+                32_000,
                 false,
             ),
             "llama-3.2-3b-instruct" => shape(
@@ -542,6 +557,7 @@ mod tests {
         ("qwen2.5-14b-instruct", 14.7),
         ("llama-3.2-3b-instruct", 3.21),
         ("ministral-8b-instruct-2410", 8.02),
+        ("llama-2-7b", 6.74),
         ("qwen1.5-moe-a2.7b", 14.3),
         ("mixtral-8x7b", 47.0),
         ("mixtral-8x22b", 141.0),
