@@ -16,6 +16,7 @@ pub mod headlines;
 pub mod metrics;
 pub mod mosaic;
 pub mod partial;
+pub mod recorder;
 pub mod records;
 pub mod results;
 pub mod rng;
