@@ -42,6 +42,10 @@ enum Command {
         /// Also write one CSV row per served request (one file per run, under requests/).
         #[arg(long)]
         per_request_csv: bool,
+        /// Also write a Chrome trace-event JSON of every replica's steps per run (serving
+        /// family; under trace_events/, opens in Perfetto; capped at 200,000 events a file).
+        #[arg(long)]
+        trace_events: bool,
         /// Skip rendering figures.
         #[arg(long)]
         no_figures: bool,
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
             out,
             sets,
             per_request_csv,
+            trace_events,
             no_figures,
             shard,
             fresh,
@@ -91,6 +96,13 @@ fn main() -> ExitCode {
                     eprintln!(
                         "error: --per-request-csv: mosaic runs an offline batch of prompts timed \
                          per worker session, so it has no per-request records; nothing was run"
+                    );
+                    return ExitCode::from(2);
+                }
+                if trace_events && plan.family != sim::scenario::Family::Serving {
+                    eprintln!(
+                        "error: --trace-events: only the serving family writes trace-event \
+                         files of its steps; nothing was run"
                     );
                     return ExitCode::from(2);
                 }
@@ -105,6 +117,8 @@ fn main() -> ExitCode {
                     fresh,
                     per_request_csv: per_request_csv
                         || plan.cells.iter().any(|c| c.scenario.per_request_csv()),
+                    trace_events: trace_events
+                        || plan.cells.iter().any(|c| c.scenario.trace_events()),
                     sets: &sets,
                 };
                 report_failure(run(&plan, &sweep, no_figures))
@@ -231,6 +245,9 @@ fn run(plan: &ScenarioPlan, sweep: &SweepOptions, no_figures: bool) -> anyhow::R
     }
     if sweep.per_request_csv {
         written.push(out.join("requests"));
+    }
+    if sweep.trace_events {
+        written.push(out.join("trace_events"));
     }
     eprintln!("{total} runs in {:.2} s", elapsed.as_secs_f64());
     for path in written {

@@ -91,6 +91,9 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
         Scenario::Mosaic(_) => Err("MOSAIC's steps are priced by a dense-decode profile \
              (expertsim-calibrate --dense-models), not a MoE profile"
             .into()),
+        Scenario::Serving(_) => Err("the serving family's steps are priced by the cost model's \
+             roofline and moe_layer; measured profiles for it are not wired yet"
+            .into()),
         Scenario::Chimera(_) => {
             Err("Chimera's steps are priced by its analytic engine cost, not a profile".into())
         }

@@ -164,6 +164,10 @@ pub struct LiveReport {
     pub wall_s: f64,
 }
 
+/// Why live mode refuses a serving scenario (exit code 2).
+const SERVING_NOT_LIVE: &str = "live mode does not run the serving family yet: its step cost \
+     (sim::serving_family::step_cost) has no live wrapper; simulate it with `expertsim run`";
+
 /// The MoE families' model shape (the kernels' MoE and dense launches), the model's name and
 /// the cost-model source.
 type Described = (Option<sim::cost::shape::MoeModelShape>, String, String);
@@ -174,6 +178,7 @@ fn describe(scenario: &Scenario) -> Result<Described, LiveError> {
         Ok((Some(shape), name, source))
     };
     match scenario {
+        Scenario::Serving(_) => Err(LiveError::Unsupported(SERVING_NOT_LIVE.into())),
         Scenario::Caps(s) => moe(s.shape.clone(), sim::caps::run::step_executor(s, 0).1),
         Scenario::Gem(s) => moe(s.shape.clone(), s.profile.source.kind.as_str().into()),
         Scenario::Expertweave(s) => moe(
@@ -274,6 +279,7 @@ pub fn run_on(
     let profile = probe::scenario_profile(plan)?.map(|p| p.display().to_string());
     let started = Instant::now();
     let family_run = match scenario {
+        Scenario::Serving(_) => return Err(LiveError::Unsupported(SERVING_NOT_LIVE.into())),
         Scenario::Caps(s) => caps::run(s, seed, policies, kernels, options.clock)?,
         Scenario::Gem(s) => gem::run(s, seed, policies, kernels, options.clock)?,
         Scenario::Expertweave(s) => expertweave::run(s, seed, policies, kernels, options.clock)?,

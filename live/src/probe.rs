@@ -221,7 +221,7 @@ pub fn profile_field(family: Family) -> Option<&'static str> {
         Family::Caps => Some("execution.profile"),
         Family::Gem => Some("model.profile"),
         Family::Expertweave => Some("cost.profile"),
-        Family::Mosaic | Family::Chimera => None,
+        Family::Mosaic | Family::Chimera | Family::Serving => None,
     }
 }
 

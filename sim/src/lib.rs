@@ -23,6 +23,7 @@ pub mod rng;
 pub mod runner;
 pub mod scenario;
 pub mod serving;
+pub mod serving_family;
 pub mod time;
 
 #[cfg(test)]

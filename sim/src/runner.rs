@@ -27,13 +27,15 @@ pub trait Policies: Sync {
 }
 
 /// Runs one seed of one cell; `csv` receives per-request records where the family has them
-/// (every family but MOSAIC, whose offline prompts are timed per worker session).
-/// Returns the run's output and the cost-model source.
+/// (every family but MOSAIC, whose offline prompts are timed per worker session), and
+/// `trace_events` a Chrome trace-event file of the steps where the family writes one (the
+/// serving family). Returns the run's output and the cost-model source.
 pub fn run_cell(
     scenario: &Scenario,
     seed: u64,
     policies: &dyn Policies,
     csv: Option<&Path>,
+    trace_events: Option<&Path>,
 ) -> Result<(RunOutput, String), String> {
     match scenario {
         Scenario::Caps(s) => {
@@ -79,6 +81,21 @@ pub fn run_cell(
             )?;
             Ok((output, EXPERTWEAVE_COST_MODEL.to_string()))
         }
+        Scenario::Serving(s) => {
+            let (queue, router) = (
+                &mut *policies.queue_policy(&s.queue),
+                &mut *policies.router(&s.router),
+            );
+            let output = crate::records::with_csv(
+                csv,
+                "serving",
+                crate::serving_family::CSV_COLUMNS,
+                |sink| {
+                    crate::serving_family::run_recorded(s, seed, queue, router, sink, trace_events)
+                },
+            )??;
+            Ok((output, SERVING_COST_MODEL.to_string()))
+        }
     }
 }
 
@@ -90,7 +107,8 @@ pub struct CellRuns {
 }
 
 /// Runs every seed of each cell of `plan` listed in `cell_indices`. `csv_dir`, when given,
-/// receives one per-request CSV per run (`<cell index>_seed<seed>.csv`). `on_run_done` is called
+/// receives one per-request CSV per run (`<cell index>_seed<seed>.csv`), `trace_dir` one
+/// trace-event file per run of a family that writes them (`<cell index>_seed<seed>.json`). `on_run_done` is called
 /// after each run (progress bars), `on_cell_done` as soon as all seeds of a cell have finished
 /// (it can persist the cell; its error stops the sweep). Every run's random streams derive from
 /// its own seed only, so a cell's result does not depend on which other cells run alongside it.
@@ -100,6 +118,7 @@ pub fn run_cells(
     policies: &dyn Policies,
     cell_indices: &[usize],
     csv_dir: Option<&Path>,
+    trace_dir: Option<&Path>,
     on_run_done: &(dyn Fn() + Sync),
     on_cell_done: &(dyn Fn(usize, &CellRuns) -> Result<(), String> + Sync),
 ) -> Result<Vec<CellRuns>, String> {
@@ -112,7 +131,9 @@ pub fn run_cells(
                 .par_iter()
                 .map(|&seed| {
                     let csv = csv_dir.map(|dir| dir.join(format!("{cell_idx:04}_seed{seed}.csv")));
-                    let out = run_cell(scenario, seed, policies, csv.as_deref());
+                    let trace =
+                        trace_dir.map(|dir| dir.join(format!("{cell_idx:04}_seed{seed}.json")));
+                    let out = run_cell(scenario, seed, policies, csv.as_deref(), trace.as_deref());
                     on_run_done();
                     out
                 })
@@ -144,3 +165,5 @@ pub fn write_results(
 /// Where MOSAIC and ExpertWeave step costs come from: analytic models from datasheet rates.
 const MOSAIC_COST_MODEL: &str = "analytic-roofline";
 const EXPERTWEAVE_COST_MODEL: &str = "analytic-roofline";
+/// The serving family prices every step on the cost model's roofline and `moe_layer`.
+const SERVING_COST_MODEL: &str = "analytic-roofline";

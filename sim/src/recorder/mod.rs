@@ -16,4 +16,4 @@ pub mod trace_events;
 pub use replica::{ReplicaRecorder, ServingSummary};
 pub use requests::RequestLatencies;
 pub use table::{MetricDef, failed, infos, scalars};
-pub use trace_events::TraceEvents;
+pub use trace_events::{StepCounts, TraceEvents};

@@ -15,6 +15,27 @@ use std::path::{Path, PathBuf};
 /// Most events one file holds (step slices and KV counters together; about 200 bytes each).
 pub const MAX_EVENTS: u64 = 200_000;
 
+/// What a step's slice shows: its sequences and tokens (copied from its `StepWork`, which
+/// borrows the replica while the step is being set up).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepCounts {
+    pub sequences: u64,
+    pub prefill_tokens: u64,
+    pub decode_tokens: u64,
+    pub context_tokens: u64,
+}
+
+impl StepCounts {
+    pub fn of(work: &StepWork<'_>) -> StepCounts {
+        StepCounts {
+            sequences: work.requests,
+            prefill_tokens: work.prefill_tokens,
+            decode_tokens: work.decode_tokens,
+            context_tokens: work.context_tokens,
+        }
+    }
+}
+
 /// A trace-event file being written.
 pub struct TraceEvents {
     writer: std::io::BufWriter<std::fs::File>,
@@ -77,14 +98,14 @@ impl TraceEvents {
         }
     }
 
-    /// Replica `replica` runs `work` from `start` for `duration`, with `kv_blocks` KV blocks in
-    /// use once it is scheduled.
+    /// Replica `replica` runs a step of `work` from `start` for `duration`, with `kv_blocks`
+    /// KV blocks in use once it is scheduled.
     pub fn step(
         &mut self,
         replica: usize,
         start: SimTime,
         duration: SimDuration,
-        work: &StepWork<'_>,
+        work: StepCounts,
         kv_blocks: u64,
     ) {
         let kind = match (work.prefill_tokens > 0, work.decode_tokens > 0) {
@@ -97,7 +118,7 @@ impl TraceEvents {
                 ",\n{{\"name\":\"{kind}\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":0,\"tid\":{replica},\"args\":{{\"sequences\":{},\"prefill_tokens\":{},\"decode_tokens\":{},\"context_tokens\":{}}}}}",
                 micros(start.0),
                 micros(duration.0),
-                work.requests,
+                work.sequences,
                 work.prefill_tokens,
                 work.decode_tokens,
                 work.context_tokens,
@@ -140,14 +161,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.json");
         let mut events = TraceEvents::create(&path, "run \"a\"", 2).unwrap();
-        let work = StepWork {
+        let work = StepCounts::of(&StepWork {
             requests: 3,
             prefill_tokens: 512,
             decode_tokens: 2,
             context_tokens: 1500,
             ..StepWork::default()
-        };
-        events.step(1, SimTime(1_500), SimDuration(2_000_250), &work, 40);
+        });
+        events.step(1, SimTime(1_500), SimDuration(2_000_250), work, 40);
         events.finish().unwrap();
         assert!(!dir.path().join("t.json.tmp").exists());
         let doc: serde_json::Value =
@@ -175,14 +196,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.json");
         let mut events = TraceEvents::create(&path, "cap", 1).unwrap();
-        let work = StepWork {
-            requests: 1,
+        let work = StepCounts {
+            sequences: 1,
             decode_tokens: 1,
-            ..StepWork::default()
+            ..StepCounts::default()
         };
         let steps = MAX_EVENTS / 2 + 10;
         for i in 0..steps {
-            events.step(0, SimTime(i * 10), SimDuration(10), &work, 1);
+            events.step(0, SimTime(i * 10), SimDuration(10), work, 1);
         }
         events.finish().unwrap();
         let doc: serde_json::Value =

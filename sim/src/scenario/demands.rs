@@ -147,6 +147,37 @@ impl Scenario {
                     "adapters.count",
                 ));
             }
+            Scenario::Serving(s) => {
+                let n = s.requests();
+                d.push(Demand::new(Requests, n as f64, "workload.n_requests"));
+                let rate_key = match &s.arrival {
+                    crate::arrivals::ArrivalSpec::Trace { .. } => "arrival.trace.time_scale",
+                    _ => "arrival.rate_per_s",
+                };
+                d.push(Demand::new(SimSeconds, s.arrival.span_s(n), rate_key));
+                for (spec, key) in [
+                    (&s.prompt_tokens, "workload.prompt_tokens"),
+                    (&s.output_tokens, "workload.output_tokens"),
+                ] {
+                    if let crate::serving_family::config::LengthSpec::Distribution(d_) = spec {
+                        d.push(Demand::new(TokensPerRequest, f64::from(d_.max()), key));
+                    }
+                }
+                d.push(Demand::new(
+                    Gpus,
+                    (s.replica.count * s.replica.gpus) as f64,
+                    "replica.count",
+                ));
+                d.push(Demand::new(
+                    Topics,
+                    f64::from(s.n_topics),
+                    "workload.n_topics",
+                ));
+                if let crate::serving_family::config::ServedModel::Moe(shape) = &s.model {
+                    d.push(Demand::new(Layers, shape.n_layers as f64, "model.name"));
+                    d.push(Demand::new(Experts, shape.n_experts as f64, "model.name"));
+                }
+            }
             Scenario::Mosaic(s) => {
                 d.push(Demand::new(
                     Requests,

@@ -282,5 +282,6 @@ fn family_name(family: Family) -> &'static str {
         Family::Mosaic => "mosaic",
         Family::Chimera => "chimera",
         Family::Expertweave => "expertweave",
+        Family::Serving => "serving",
     }
 }

@@ -52,6 +52,8 @@ pub enum Family {
     Chimera,
     /// ExpertWeave multi-adapter MoE serving (expertweave.txt).
     Expertweave,
+    /// General serving of dense and MoE models on replicas (docs/serving-family.md).
+    Serving,
 }
 
 /// `[report]`: compare every value of one sweep key against a baseline value.
@@ -178,6 +180,7 @@ impl Family {
             Family::Mosaic => crate::mosaic::METRICS,
             Family::Chimera => crate::chimera::METRICS,
             Family::Expertweave => crate::expertweave::METRICS,
+            Family::Serving => crate::serving_family::metrics(),
         }
     }
     /// The scenario key holding the family's arrival rate (requests or workflows per second),
@@ -188,6 +191,7 @@ impl Family {
             Family::Caps => Some("arrival.rate_per_s"),
             Family::Chimera => Some("workload.rps"),
             Family::Expertweave => Some("workload.rate_rps"),
+            Family::Serving => Some("arrival.rate_per_s"),
             Family::Gem | Family::Mosaic => None,
         }
     }
@@ -199,6 +203,7 @@ impl Family {
             Family::Mosaic => crate::mosaic::HEADLINE,
             Family::Chimera => crate::chimera::HEADLINE,
             Family::Expertweave => crate::expertweave::HEADLINE,
+            Family::Serving => crate::serving_family::HEADLINE,
         }
     }
     /// The metrics `expertsim run` prints as change against the baseline.
@@ -209,6 +214,7 @@ impl Family {
             Family::Mosaic => crate::mosaic::HEADLINE_IMPROVEMENTS,
             Family::Chimera => crate::chimera::HEADLINE_IMPROVEMENTS,
             Family::Expertweave => crate::expertweave::HEADLINE_IMPROVEMENTS,
+            Family::Serving => crate::serving_family::HEADLINE_IMPROVEMENTS,
         }
     }
 }

@@ -30,6 +30,7 @@ pub enum Scenario {
     Mosaic(crate::mosaic::MosaicScenario),
     Chimera(crate::chimera::ChimeraScenario),
     Expertweave(crate::expertweave::ExpertWeaveScenario),
+    Serving(crate::serving_family::ServingScenario),
 }
 
 impl Scenario {
@@ -40,6 +41,7 @@ impl Scenario {
             Scenario::Mosaic(_) => Family::Mosaic,
             Scenario::Chimera(_) => Family::Chimera,
             Scenario::Expertweave(_) => Family::Expertweave,
+            Scenario::Serving(_) => Family::Serving,
         }
     }
     /// The trace a cell replays, with what the replay offers (`expertsim validate` prints it):
@@ -54,6 +56,7 @@ impl Scenario {
                 _ => None,
             },
             Scenario::Gem(s) => s.arrival.trace_stats(s.n_requests),
+            Scenario::Serving(s) => s.arrival.trace_stats(s.n_requests),
             _ => None,
         }
     }
@@ -61,6 +64,14 @@ impl Scenario {
     pub fn per_request_csv(&self) -> bool {
         match self {
             Scenario::Caps(s) => s.per_request_csv,
+            Scenario::Serving(s) => s.per_request_csv,
+            _ => false,
+        }
+    }
+    /// Whether the scenario asks for a trace-event file of its steps (`[output] trace_events`).
+    pub fn trace_events(&self) -> bool {
+        match self {
+            Scenario::Serving(s) => s.trace_events,
             _ => false,
         }
     }
@@ -619,6 +630,11 @@ fn validate_family(
             let config: crate::expertweave::ExpertWeaveConfig =
                 deserialize_table(loader, family_doc, overrides)?;
             Scenario::Expertweave(config.validate(base_dir).map_err(field_error)?)
+        }
+        Family::Serving => {
+            let config: crate::serving_family::ServingConfig =
+                deserialize_table(loader, family_doc, overrides)?;
+            Scenario::Serving(config.validate(base_dir, cache).map_err(field_error)?)
         }
     })
 }
