@@ -91,13 +91,9 @@ mod tests {
 
     #[test]
     fn a_missing_token_or_request_is_reported() {
-        let stats = ReplicaStats {
-            admitted: 2,
-            completed: 2,
-            tokens: 10,
-            prefill_tokens: 100,
-            ..ReplicaStats::default()
-        };
+        let mut stats = ReplicaStats::default();
+        (stats.admitted, stats.completed) = (2, 2);
+        (stats.tokens, stats.prefill_tokens) = (10, 100);
         let mut summary = ServingSummary::default();
         summary.latencies.completed = 2;
         summary.latencies.output_tokens = 10;

@@ -260,3 +260,6 @@ pub fn run_recorded(
         }),
     })
 }
+
+#[cfg(test)]
+mod tests;
