@@ -86,7 +86,12 @@ impl Roofline {
     /// `rows` rounded up to whole tiles.
     pub fn padded(&self, rows: u64) -> u64 {
         let tile = u64::from(self.tile_tokens.max(1));
-        rows.div_ceil(tile) * tile
+        if tile.is_power_of_two() {
+            // The hot path of MoE step pricing: a mask, no division.
+            (rows + (tile - 1)) & !(tile - 1)
+        } else {
+            rows.div_ceil(tile) * tile
+        }
     }
 
     /// Streaming `bytes` and computing `flops`.

@@ -40,6 +40,9 @@ impl LinearPlacement {
     /// Tokens copy `copy` of an expert computes when the expert receives `count`: the floor or
     /// the ceiling of `count / copies`, the first copies taking the remainder.
     fn share(&self, count: u32, copy: usize) -> u32 {
+        if self.copies == 1 {
+            return count;
+        }
         let copies = self.copies as u32;
         (count + copies - 1 - copy as u32) / copies
     }

@@ -1,12 +1,12 @@
 //! Where an MoE step's tokens go: each layer's `tokens x top_k` token-expert assignments spread
 //! over the experts by the routing model (uniform, or a Zipf popularity whose ranking is a
 //! random permutation per layer and per topic, so a topic's requests favour the same experts),
-//! in whole tokens by systematic sampling: with cumulative probabilities `c_e` and one uniform
-//! offset `u` per layer, topic and step, expert `e` receives `floor(c_e A + u) - floor(c_{e-1}
-//! A + u)` of the `A` assignments. That is the floor or the ceiling of its expected share,
-//! exactly its expectation on average over `u`, and the layer's total is exact. No expert is
-//! given more than one assignment per token: its probability is capped at `1 / top_k` (the
-//! excess spread over the others). The placement sends each expert's tokens to the GPUs
+//! in whole tokens by systematic sampling. Expert `e` expects `x_e = top_k x sum over topics of
+//! (the topic's tokens in the step x p_topic(e))` assignments; with the running sums `c_e` of
+//! the `x_e` and one uniform offset `u` per layer and step, it receives `floor(c_e + u) -
+//! floor(c_{e-1} + u)`. That is the floor or the ceiling of `x_e`, exactly `x_e` on average
+//! over `u`, and the layer's total is exact. No expert is given more than one assignment per
+//! token: each probability is capped at `1 / top_k` (the excess spread over the others). The placement sends each expert's tokens to the GPUs
 //! hosting it (`RoutedTokens`: per layer, tokens per expert and per GPU).
 
 use super::config::ExpertRoutingTable;
@@ -24,8 +24,10 @@ pub struct ExpertRouter {
     top_k: u64,
     placement: LinearPlacement,
     n_topics: usize,
-    /// `[topic][layer][expert]` cumulative probabilities; empty under uniform routing.
-    cumulative: Vec<f64>,
+    /// `[topic][layer][expert]` probabilities; empty under uniform routing.
+    probability: Vec<f64>,
+    /// One layer's expected assignments per expert (scratch).
+    expected: Vec<f64>,
     rng: SimRng,
     /// Tokens of the step per topic (filled by the caller before `route`).
     pub topic_tokens: Vec<u64>,
@@ -75,12 +77,12 @@ impl ExpertRouter {
             ExpertRoutingTable::Uniform => 1,
             ExpertRoutingTable::Zipf { .. } => n_topics as usize,
         };
-        let cumulative = match routing {
+        let probability = match routing {
             ExpertRoutingTable::Uniform => Vec::new(),
             ExpertRoutingTable::Zipf { exponent } => {
                 let zipf = Zipf::new(experts, exponent).expect("a validated exponent");
-                // Capped a hair below 1 / k, so that rounding the cumulative sums can never
-                // give an expert more assignments than the tokens (k < experts keeps the cap
+                // Capped a hair below 1 / k, so that rounding the running sums can never give
+                // an expert more assignments than the tokens (k < experts keeps the cap
                 // feasible).
                 let by_rank = capped(
                     (0..experts).map(|rank| zipf.probability(rank)).collect(),
@@ -97,12 +99,7 @@ impl ExpertRouter {
                     for (rank, &expert) in order.iter().enumerate() {
                         by_expert[expert] = by_rank[rank];
                     }
-                    let mut running = 0.0;
-                    for &p in &by_expert {
-                        running += p;
-                        table.push(running);
-                    }
-                    *table.last_mut().expect("a layer has experts") = 1.0;
+                    table.extend_from_slice(&by_expert);
                 }
                 table
             }
@@ -113,7 +110,8 @@ impl ExpertRouter {
             top_k: k as u64,
             placement,
             n_topics,
-            cumulative,
+            probability,
+            expected: vec![0.0; experts],
             rng: offsets,
             topic_tokens: vec![0; n_topics],
             per_expert: vec![0; layers * experts],
@@ -128,38 +126,49 @@ impl ExpertRouter {
     }
 
     /// Routes the step whose tokens per topic are in `topic_tokens` (one entry unless
-    /// `topical`), drawing one offset per layer and topic with tokens.
+    /// `topical`), drawing one offset per layer.
     pub fn route(&mut self, total_tokens: u64) -> RoutedTokens<'_> {
         if !self.topical() {
             self.topic_tokens[0] = total_tokens;
         }
+        let total: u64 = self.topic_tokens.iter().sum();
+        let assignments = total * self.top_k;
         let (experts, gpus) = (self.n_experts, self.placement.gpus());
         for layer in 0..self.n_layers {
             let row = &mut self.per_expert[layer * experts..][..experts];
-            row.fill(0);
-            for (topic, &tokens) in self.topic_tokens.iter().enumerate() {
-                if tokens == 0 {
-                    continue;
-                }
-                let assignments = (tokens * self.top_k) as f64;
-                let offset: f64 = self.rng.random();
-                let mut given = 0u64;
-                if self.cumulative.is_empty() {
-                    // (e + 1) x A is exact, and so is E x A / E: the last expert ends at A.
-                    for (e, count) in row.iter_mut().enumerate() {
-                        let upto = ((e + 1) as f64 * assignments / experts as f64 + offset) as u64;
-                        *count += (upto - given) as u32;
-                        given = upto;
+            let offset: f64 = if assignments > 0 {
+                self.rng.random()
+            } else {
+                0.0
+            };
+            if self.probability.is_empty() {
+                let each = assignments as f64 / experts as f64;
+                self.expected.fill(each);
+            } else {
+                self.expected.fill(0.0);
+                for (topic, &tokens) in self.topic_tokens.iter().enumerate() {
+                    if tokens == 0 {
+                        continue;
                     }
+                    let weight = (tokens * self.top_k) as f64;
+                    let p =
+                        &self.probability[(topic * self.n_layers + layer) * experts..][..experts];
+                    for (x, &p) in self.expected.iter_mut().zip(p) {
+                        *x += weight * p;
+                    }
+                }
+            }
+            let (mut running, mut given) = (0.0f64, 0u64);
+            for (e, (count, &x)) in row.iter_mut().zip(&self.expected).enumerate() {
+                running += x;
+                // The last expert ends at the exact total, whatever the rounding of the sums.
+                let upto = if e + 1 == experts {
+                    assignments
                 } else {
-                    let cumulative =
-                        &self.cumulative[(topic * self.n_layers + layer) * experts..][..experts];
-                    for (count, &c) in row.iter_mut().zip(cumulative) {
-                        let upto = (c * assignments + offset) as u64;
-                        *count += (upto - given) as u32;
-                        given = upto;
-                    }
-                }
+                    ((running + offset) as u64).min(assignments)
+                };
+                *count = (upto.max(given) - given) as u32;
+                given = upto.max(given);
             }
             let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
             for (g, on_gpu) in on_gpus.iter_mut().enumerate() {

@@ -12,7 +12,7 @@ use super::config::{ServedModel, ServingScenario};
 use super::deployment::{Deployment, LinearPlacement};
 use crate::cost::gpu::LinkSpec;
 use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
-use crate::cost::roofline::{Roofline, StepRoofline, StepTokens, TensorParallel};
+use crate::cost::roofline::{Roofline, StepPrice, StepRoofline, StepTokens, TensorParallel};
 use crate::serving::{CostSource, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
 
@@ -29,8 +29,11 @@ struct MoePart {
 
 /// A replica's step cost.
 pub struct ReplicaStepCost {
-    /// The dense part on each GPU, its roofline scaled by that GPU's speed factors.
+    /// The dense part at each distinct speed of the replica's GPUs (its roofline scaled by the
+    /// speed factors), priced once per step each.
     dense: Vec<StepRoofline>,
+    /// Which of `dense` each GPU runs at.
+    dense_of_gpu: Vec<usize>,
     data_parallel: u64,
     moe: Option<MoePart>,
     /// FLOPs of one token in one routed expert.
@@ -51,8 +54,18 @@ impl ReplicaStepCost {
             link: r.link,
         };
         let nominal = Roofline::of(&r.gpu);
-        let dense = r
+        let mut distinct: Vec<SpeedFactors> = Vec::new();
+        let dense_of_gpu = r
             .speeds
+            .iter()
+            .map(|speed| {
+                distinct.iter().position(|s| s == speed).unwrap_or_else(|| {
+                    distinct.push(*speed);
+                    distinct.len() - 1
+                })
+            })
+            .collect();
+        let dense = distinct
             .iter()
             .map(|&speed| {
                 let roofline = nominal.scaled(speed);
@@ -96,6 +109,7 @@ impl ReplicaStepCost {
         };
         ReplicaStepCost {
             dense,
+            dense_of_gpu,
             data_parallel: deployment.data_parallel as u64,
             moe,
             expert_flops_per_token,
@@ -140,16 +154,18 @@ impl ReplicaStepCost {
 impl StepCost for ReplicaStepCost {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime {
         let tokens = self.dense_tokens(work);
-        let mut busy = Vec::with_capacity(self.dense.len());
-        let mut pace = None::<crate::cost::roofline::StepPrice>;
-        for dense in &self.dense {
-            let p = dense.price(&tokens);
-            busy.push(p.nanos - p.overhead_ns - p.communication_ns);
-            if pace.is_none_or(|best| p.nanos > best.nanos) {
-                pace = Some(p);
-            }
-        }
-        let pace = pace.expect("a replica has at least one GPU");
+        let prices: Vec<StepPrice> = self.dense.iter().map(|d| d.price(&tokens)).collect();
+        let busy: Vec<f64> = self
+            .dense_of_gpu
+            .iter()
+            .map(|&d| prices[d].nanos - prices[d].overhead_ns - prices[d].communication_ns)
+            .collect();
+        let pace = prices
+            .iter()
+            .copied()
+            .reduce(|a, b| if b.nanos > a.nanos { b } else { a })
+            .expect("a replica has at least one GPU");
+        let mut busy = busy;
         let mut moe_ns = 0.0;
         let mut communication_ns = pace.communication_ns;
         if let Some(moe) = &mut self.moe {
