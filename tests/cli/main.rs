@@ -8,4 +8,5 @@ mod fuzz;
 mod gpu_script;
 mod live;
 mod reproduce_claims;
+mod serving;
 mod shard_resume;

@@ -118,4 +118,27 @@ mod tests {
         };
         assert!(conservation(0, &stats, &summary, lost_request).is_err());
     }
+
+    #[test]
+    fn littles_law_holds_on_consistent_books_and_catches_a_lost_second() {
+        // Two requests: [0, 2 s] and [1 s, 4 s]. Population integral 2 + 3 = 5 request-seconds
+        // over 4 s: L = 1.25; rate 2 / 4 s, mean sojourn 2.5 s: rate x W = 1.25.
+        let s = |secs: f64| SimTime::from_secs_f64(secs);
+        let mut stats = ReplicaStats::default();
+        stats.population(s(0.0), 1);
+        stats.population(s(1.0), 1);
+        stats.population(s(2.0), -1);
+        stats.population(s(4.0), -1);
+        stats.completed = 2;
+        let mut summary = ServingSummary::default();
+        summary.latencies.e2e.record(2_000_000_000);
+        summary.latencies.e2e.record(3_000_000_000);
+        assert_eq!(littles_law(0, &stats, &summary, s(4.0)), Ok(()));
+        // A recorder that lost a second of one request's latency.
+        let mut short = ServingSummary::default();
+        short.latencies.e2e.record(2_000_000_000);
+        short.latencies.e2e.record(2_000_000_000);
+        let err = littles_law(1, &stats, &short, s(4.0)).unwrap_err();
+        assert!(err.contains("replica 1") && err.contains("1.25"), "{err}");
+    }
 }
