@@ -49,6 +49,15 @@ pub fn object<S>(table: &[MetricDef<S>], summary: &S) -> serde_json::Value {
     serde_json::Value::Object(map)
 }
 
+/// Each metric's unit (name -> unit), for the results' details.
+pub fn units<S>(table: &[MetricDef<S>]) -> serde_json::Value {
+    let map: serde_json::Map<String, serde_json::Value> = table
+        .iter()
+        .map(|m| (m.name.to_string(), json!(m.unit)))
+        .collect();
+    serde_json::Value::Object(map)
+}
+
 /// The output of a run that failed for `reason`: no number for any metric of `table` (NaN,
 /// `null` in the results), and the reason in the details (`failed`).
 pub fn failed<S>(table: &[MetricDef<S>], reason: &str) -> RunOutput {
@@ -98,6 +107,7 @@ mod tests {
             vec![("mean_ms".to_string(), 7.5), ("count".to_string(), 4.0)]
         );
         assert_eq!(object(TABLE, &s), json!({"mean_ms": 7.5, "count": 4.0}));
+        assert_eq!(units(TABLE), json!({"mean_ms": "ms", "count": "count"}));
         let infos = infos(TABLE);
         assert_eq!(infos[0].name, "mean_ms");
         assert_eq!(infos[1].better, Better::Higher);

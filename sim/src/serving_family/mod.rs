@@ -251,6 +251,7 @@ pub fn run_recorded(
                 "kv_tokens_per_replica": deployment.kv_tokens,
                 "kv_blocks_per_replica": deployment.kv_blocks,
             },
+            "metric_units": table::units(TABLE),
             "scheduler": scenario.replica.scheduler.kind(),
             "router": scenario.router_kind,
             "events": stats.events,

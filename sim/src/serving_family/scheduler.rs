@@ -19,7 +19,7 @@ use crate::serving::{
 ///   paged cache and preemption.
 /// - `orca`: Orca's iteration-level scheduling: running sequences first, then whole prompts in
 ///   the same iteration, no token budget, no paging (`block_size` 1) and each request's prompt
-///   + output reserved at admission (`Admission::ReserveFull`, the vLLM paper's "Orca
+///   and output reserved at admission (`Admission::ReserveFull`, the vLLM paper's "Orca
 ///   (Oracle)"), so nothing is preempted.
 pub fn replica(spec: &ReplicaSpec, kv_blocks: u64) -> Replica {
     let paged = KvConfig {
