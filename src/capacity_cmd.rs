@@ -101,7 +101,7 @@ fn parse_slo(items: &[String], plan: &ScenarioPlan) -> Result<Vec<Bound>, String
         let info = metrics.iter().find(|m| m.name == name).ok_or_else(|| {
             format!(
                 "--slo {item:?}: {name:?} is not a {} metric; known: {}",
-                format!("{:?}", plan.family).to_ascii_lowercase(),
+                plan.family.name(),
                 metrics
                     .iter()
                     .map(|m| m.name)
@@ -249,11 +249,15 @@ pub fn run(args: CapacityArgs) -> ExitCode {
         Err(code) => return code,
     };
     let Some(key) = plan.family.rate_key() else {
+        let searchable: Vec<&str> = sim::family::FamilyId::all()
+            .filter(|f| f.rate_key().is_some())
+            .map(|f| f.name())
+            .collect();
         return refuse(format!(
-            "{}: the {} family has no arrival rate to search (capacity runs caps, chimera and \
-             expertweave scenarios)",
+            "{}: the {} family has no arrival rate to search (capacity runs {} scenarios)",
             args.scenario.display(),
-            format!("{:?}", plan.family).to_ascii_lowercase()
+            plan.family.name(),
+            searchable.join(", ")
         ));
     };
     if plan.axes.iter().any(|a| a.key == key && a.values.len() > 1) {

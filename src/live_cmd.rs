@@ -172,7 +172,9 @@ fn calibrate_first(
         "calibrated {} points ({} repetitions) in {:.1} s; wrote {}; this run is priced by it",
         calibrated.points, calibrated.repetitions, calibrated.seconds, calibrated.path
     );
-    let field = live::probe::profile_field(plan.family)
+    let field = plan
+        .family
+        .profile_field()
         .expect("--calibrate succeeds only for families with a profile field");
     let absolute = std::path::absolute(&path).unwrap_or(path);
     let mut sets = args.sets.clone();

@@ -79,6 +79,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Rust ignores SIGPIPE, so printing into a closed pipe (`expertsim validate ... | head`)
+    // would panic; the default action ends the process quietly, as other command-line tools do.
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Run {
@@ -92,17 +99,19 @@ fn main() -> ExitCode {
             fresh,
         } => match load(&scenario, &sets) {
             Ok(plan) => {
-                if per_request_csv && plan.family == sim::scenario::Family::Mosaic {
+                if per_request_csv && plan.family.csv_columns().is_none() {
                     eprintln!(
-                        "error: --per-request-csv: mosaic runs an offline batch of prompts timed \
-                         per worker session, so it has no per-request records; nothing was run"
+                        "error: --per-request-csv: the {} family has no per-request records \
+                         (docs/metrics.md); nothing was run",
+                        plan.family
                     );
                     return ExitCode::from(2);
                 }
-                if trace_events && plan.family != sim::scenario::Family::Serving {
+                if trace_events && !plan.family.writes_trace_events() {
                     eprintln!(
-                        "error: --trace-events: only the serving family writes trace-event \
-                         files of its steps; nothing was run"
+                        "error: --trace-events: the {} family writes no trace-event files of \
+                         its steps (the serving family does); nothing was run",
+                        plan.family
                     );
                     return ExitCode::from(2);
                 }

@@ -38,8 +38,8 @@ pub struct ScenarioSampling {
 /// The sampling for `scenario`, or why it has none (families whose steps are not priced by a
 /// MoE profile).
 pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
-    match scenario {
-        Scenario::Caps(s) => {
+    if let Some(s) = scenario.get::<sim::caps::CapsScenario>() {
+        {
             let prompt_max = match &s.arrival {
                 ArrivalSpec::Trace { trace, .. } => trace
                     .rows()
@@ -60,7 +60,8 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
                 ),
             })
         }
-        Scenario::Gem(s) => {
+    } else if let Some(s) = scenario.get::<sim::gem::GemScenario>() {
+        {
             let sequences = s.serving.max_num_seqs.min(s.n_requests).max(1);
             let step = s
                 .serving
@@ -84,18 +85,21 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
                 ),
             })
         }
-        Scenario::Expertweave(_) => Err("ExpertWeave's profile is measured for its expert width \
+    } else {
+        match scenario.family().name() {
+            "expertweave" => Err("ExpertWeave's profile is measured for its expert width \
              and rerouting (docs/calibration.md: --expert-ffn, --reroute-tokens, --adapters); \
              scenario sampling covers CAPS and GEM"
-            .into()),
-        Scenario::Mosaic(_) => Err("MOSAIC's steps are priced by a dense-decode profile \
+                .into()),
+            "mosaic" => Err("MOSAIC's steps are priced by a dense-decode profile \
              (expertsim-calibrate --dense-models), not a MoE profile"
-            .into()),
-        Scenario::Serving(_) => Err("the serving family's steps are priced by the cost model's \
-             roofline and moe_layer; measured profiles for it are not wired yet"
-            .into()),
-        Scenario::Chimera(_) => {
-            Err("Chimera's steps are priced by its analytic engine cost, not a profile".into())
+                .into()),
+            "chimera" => {
+                Err("Chimera's steps are priced by its analytic engine cost, not a profile".into())
+            }
+            other => Err(format!(
+                "the {other} family's steps are not priced by a MoE profile"
+            )),
         }
     }
 }

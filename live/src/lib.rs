@@ -3,11 +3,11 @@
 //! `expertsim run`, while each step is executed on the kernels (CPU references or CUDA) and
 //! timed. The fidelity report sets every step's predicted time beside its measured time.
 //!
-//! Families: Chimera (`chimera`), GEM (`gem`) and CAPS (`caps`), through the serving layer's
-//! one step-cost seam `sim::serving::step::StepCost`, wrapped once by `step::LiveStep`;
-//! ExpertWeave (`expertweave`, through `sim::expertweave::EwStepCost`) and MOSAIC (`mosaic`,
-//! through `sim::mosaic::SessionCost`). The last two move onto `step::LiveStep` as their
-//! families move onto the serving replica.
+//! Families: Chimera (`chimera`), GEM (`gem`), CAPS (`caps`) and MOSAIC (`mosaic`, whose model
+//! loads are device copies beside the steps), through the serving layer's one step-cost seam
+//! `sim::serving::step::StepCost`, wrapped once by `step::LiveStep`; ExpertWeave
+//! (`expertweave`, through `sim::expertweave::EwStepCost`), which moves onto `step::LiveStep` as
+//! it moves onto the serving replica.
 //!
 //! Before the run, `probe` checks that the scenario's measured profile describes the device
 //! (a few of its points timed again), and `calibration` can measure a profile for the scenario
@@ -164,52 +164,55 @@ pub struct LiveReport {
     pub wall_s: f64,
 }
 
+/// How live mode runs one family's cell and seed on the kernels: the simulated run and the live
+/// one, side by side.
+type LiveRunner =
+    fn(&Scenario, u64, &dyn Policies, &mut Kernels, Clock) -> Result<FamilyRun, LiveError>;
+
+/// Live mode's runner for each registered family (`sim::family::FAMILIES`), by name. A family's
+/// live module lives here because it launches kernels, which `sim` does not know; a test holds
+/// that every registered family has its line.
+const LIVE_FAMILIES: &[(&str, LiveRunner)] = &[
+    ("caps", |s, seed, p, k, clock| {
+        caps::run(cell(s), seed, p, k, clock)
+    }),
+    ("gem", |s, seed, p, k, clock| {
+        gem::run(cell(s), seed, p, k, clock)
+    }),
+    ("mosaic", |s, seed, p, k, clock| {
+        mosaic::run(cell(s), seed, p, k, clock)
+    }),
+    ("chimera", |s, seed, p, k, clock| {
+        chimera::run(cell(s), seed, p, k, clock)
+    }),
+    ("expertweave", |s, seed, p, k, clock| {
+        expertweave::run(cell(s), seed, p, k, clock)
+    }),
+    ("serving", |_, _, _, _, _| {
+        Err(LiveError::Unsupported(SERVING_NOT_LIVE.into()))
+    }),
+];
+
 /// Why live mode refuses a serving scenario (exit code 2).
 const SERVING_NOT_LIVE: &str = "live mode does not run the serving family yet: its step cost \
      (sim::serving_family::step_cost) has no live wrapper; simulate it with `expertsim run`";
 
-/// The MoE families' model shape (the kernels' MoE and dense launches), the model's name and
-/// the cost-model source.
-type Described = (Option<sim::cost::shape::MoeModelShape>, String, String);
+/// The cell of `scenario` as its family's scenario type (the runner is looked up by the
+/// scenario's own family, so the type always matches).
+fn cell<S: 'static>(scenario: &Scenario) -> &S {
+    scenario
+        .get::<S>()
+        .expect("a live runner gets its own family's cells")
+}
 
-fn describe(scenario: &Scenario) -> Result<Described, LiveError> {
-    let moe = |shape: sim::cost::shape::MoeModelShape, source: String| {
-        let name = shape.name.clone();
-        Ok((Some(shape), name, source))
-    };
-    match scenario {
-        Scenario::Serving(_) => Err(LiveError::Unsupported(SERVING_NOT_LIVE.into())),
-        Scenario::Caps(s) => moe(s.shape.clone(), sim::caps::run::step_executor(s, 0).1),
-        Scenario::Gem(s) => moe(s.shape.clone(), s.profile.source.kind.as_str().into()),
-        Scenario::Expertweave(s) => moe(
-            s.shape.moe_geometry(),
-            match &s.profile {
-                Some(p) => format!("measured ({})", p.device),
-                None => "analytic-roofline".into(),
-            },
-        ),
-        Scenario::Mosaic(s) => Ok((
-            None,
-            s.experts
-                .iter()
-                .map(|e| e.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-            match &s.decode_profile {
-                Some(p) => format!("measured ({}, {})", p.device, p.path),
-                None => format!("analytic-roofline ({} decode model)", s.serving.gpu.name),
-            },
-        )),
-        Scenario::Chimera(s) => Ok((
-            None,
-            s.engines
-                .iter()
-                .map(|e| e.cost.model.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-            s.source(),
-        )),
-    }
+/// The live runner of `scenario`'s family.
+fn live_runner(scenario: &Scenario) -> Result<LiveRunner, LiveError> {
+    let name = scenario.family().name();
+    LIVE_FAMILIES
+        .iter()
+        .find(|(family, _)| *family == name)
+        .map(|(_, runner)| *runner)
+        .ok_or_else(|| LiveError::Unsupported(format!("the {name} family has no live mode")))
 }
 
 /// What happened before the run: the probe and, with `--calibrate`, the profile measured.
@@ -241,7 +244,9 @@ pub fn open(plan: &ScenarioPlan, options: &LiveOptions) -> Result<Kernels, LiveE
             plan.seeds.len()
         )));
     }
-    let (shape, _, _) = describe(&plan.cells[0].scenario)?;
+    let scenario = &plan.cells[0].scenario;
+    live_runner(scenario)?;
+    let shape = scenario.live_description().moe_shape;
     Ok(Kernels::open(
         options.backend,
         options.device,
@@ -275,29 +280,23 @@ pub fn run_on(
 ) -> Result<LiveReport, LiveError> {
     let scenario = &plan.cells[0].scenario;
     let seed = plan.seeds[0];
-    let (_, model, source) = describe(scenario)?;
+    let description = scenario.live_description();
+    let runner = live_runner(scenario)?;
     let profile = probe::scenario_profile(plan)?.map(|p| p.display().to_string());
     let started = Instant::now();
-    let family_run = match scenario {
-        Scenario::Serving(_) => return Err(LiveError::Unsupported(SERVING_NOT_LIVE.into())),
-        Scenario::Caps(s) => caps::run(s, seed, policies, kernels, options.clock)?,
-        Scenario::Gem(s) => gem::run(s, seed, policies, kernels, options.clock)?,
-        Scenario::Expertweave(s) => expertweave::run(s, seed, policies, kernels, options.clock)?,
-        Scenario::Mosaic(s) => mosaic::run(s, seed, policies, kernels, options.clock)?,
-        Scenario::Chimera(s) => chimera::run(s, seed, policies, kernels, options.clock)?,
-    };
+    let family_run = runner(scenario, seed, policies, kernels, options.clock)?;
     let wall_s = started.elapsed().as_secs_f64();
     Ok(LiveReport {
         scenario: plan.name.clone(),
-        family: format!("{:?}", scenario.family()).to_ascii_lowercase(),
+        family: scenario.family().name().to_string(),
         seed,
         backend: kernels.kind().as_str().to_string(),
         device: kernels.device_name().to_string(),
         timing: kernels.timing(),
         clock: options.clock,
         realtime: options.realtime,
-        model,
-        cost_model_source: source,
+        model: description.model,
+        cost_model_source: description.cost_source,
         profile,
         calibrated: before.calibrated,
         probe: before.probe,
@@ -314,6 +313,17 @@ pub fn run_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_registered_family_has_a_live_runner() {
+        for family in sim::family::FamilyId::all() {
+            assert!(
+                LIVE_FAMILIES.iter().any(|(name, _)| *name == family.name()),
+                "{family} has no line in LIVE_FAMILIES"
+            );
+        }
+        assert_eq!(LIVE_FAMILIES.len(), sim::family::FAMILIES.len());
+    }
 
     #[test]
     fn decision_logs_report_the_first_difference() {

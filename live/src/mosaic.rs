@@ -1,23 +1,26 @@
-//! MOSAIC in live mode: the workload, the offline calibration, the placement (ILP or
-//! round-robin) and every worker session's continuous-batching loop run unchanged and ask a
-//! [`MosaicLive`] session cost for each load and decode step. A load is a real host-to-device
-//! copy of the model's bytes; a decode step runs the model's layers and output head through
-//! the kernels' decode step. Both are of the model scaled down (see [`scaled_down`]), so a
-//! session runs in milliseconds on the CPU references; the predictions are the scenario's
-//! session costs: those of its full-size models on `serving.gpu`, or, with `[serving]
+//! MOSAIC in live mode, through the serving layer's step-cost seam: the workload, the offline
+//! calibration, the placement (ILP or round-robin) and every worker session's replica run
+//! unchanged, each expert session's steps are priced by a [`LiveStep`] (the scenario's step
+//! cost predicts, [`ExpertMeasure`] runs the step on the kernels) and each expert load is a
+//! real host-to-device copy of the model's bytes. Both are of the model scaled down (see
+//! [`scaled_down`]), so a session runs in milliseconds on the CPU references; the predictions
+//! are the scenario's prices: its full-size models on `serving.gpu`, or, with `[serving]
 //! profile`, the measured profile of the scaled-down models (`expertsim-calibrate
-//! --dense-models`). The aggregator stage is priced by the
-//! family's model in both runs.
+//! --dense-models`). The aggregator stage is priced by the family's model in both runs.
 
 use crate::device::Kernels;
-use crate::fidelity::StepRecord;
+use crate::step::{LiveSession, LiveStep, Logged, Measure};
 use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
+use kernels::decode::DecodeShape;
 use sim::cost::shape::DenseModelShape;
-use sim::mosaic::decode::DecodeStep;
-use sim::mosaic::live_scale::{LIVE_SCALING, kernel_rows_and_context};
-use sim::mosaic::{MosaicScenario, SessionCost, SimulatedSessionCost, try_simulate_on};
+use sim::mosaic::live_scale::{LIVE_SCALING, kernel_dims, kernel_rows_and_context};
+use sim::mosaic::{MosaicScenario, SessionPricing, SimulatedPricing, try_simulate_on};
 use sim::runner::Policies;
+use sim::serving::step::{StepCost, StepWork};
+use sim::time::SimDuration;
+use std::cell::RefCell;
+use std::rc::Rc;
 
 /// How a model is scaled down, as reported in the output.
 fn scaling_line() -> String {
@@ -32,126 +35,118 @@ pub fn scaled_down(shape: &DenseModelShape) -> DenseModelShape {
     LIVE_SCALING.apply(shape)
 }
 
-/// One line per priced event: the load, or what the session loop put into the step.
-fn load_line(scenario: &MosaicScenario, worker: usize, expert: usize) -> String {
-    format!("worker {worker}: load {}", scenario.experts[expert].name)
+/// How the decision logs name a worker's session of `model` (the worker first, so that the
+/// logs can be read worker by worker).
+fn unit_name(scenario: &MosaicScenario, unit: usize, model: usize) -> String {
+    format!("worker {unit} ({})", scenario.experts[model].name)
 }
 
-fn step_line(scenario: &MosaicScenario, worker: usize, expert: usize, s: &DecodeStep) -> String {
-    format!(
-        "worker {worker}: {} step of {} sequences, {} cached tokens, {} prefill tokens",
-        scenario.experts[expert].name, s.batch, s.context_tokens, s.prefill_tokens
-    )
+/// One expert's decode step on the kernels: every (scaled-down) layer over the step's rows,
+/// attention spread evenly over them (`live_scale::kernel_rows_and_context`, as the
+/// dense-decode profile was measured), then the output head.
+pub struct ExpertMeasure {
+    block: DecodeShape,
+    head: DecodeShape,
+    layers: u64,
 }
 
-/// The simulated session costs, logging each load and step.
-struct LoggedSimulated<'a> {
-    costs: SimulatedSessionCost<'a>,
-    log: Vec<String>,
-}
-
-impl SessionCost for LoggedSimulated<'_> {
-    fn load_s(&mut self, worker: usize, expert: usize) -> f64 {
-        self.log
-            .push(load_line(self.costs.scenario, worker, expert));
-        self.costs.load_s(worker, expert)
-    }
-
-    fn step_s(&mut self, worker: usize, expert: usize, step: &DecodeStep) -> f64 {
-        self.log
-            .push(step_line(self.costs.scenario, worker, expert, step));
-        self.costs.step_s(worker, expert, step)
-    }
-}
-
-/// The live session costs: the scenario's model predicts, the kernels measure.
-pub struct MosaicLive<'a> {
-    predictor: SimulatedSessionCost<'a>,
-    kernels: &'a mut Kernels,
-    clock: Clock,
-    steps: Vec<StepRecord>,
-    /// Measured load nanoseconds, with what was loaded.
-    loads: Vec<(String, f64)>,
-    log: Vec<String>,
-    error: Option<BackendError>,
-}
-
-impl MosaicLive<'_> {
-    /// What advances the clock: the prediction, or the measurement when there is one.
-    fn advance(&mut self, predicted_s: f64, measured: Result<f64, BackendError>) -> (f64, f64) {
-        match measured {
-            Ok(ns) => (
-                ns,
-                match self.clock {
-                    Clock::Predicted => predicted_s,
-                    Clock::Measured => ns * 1e-9,
-                },
-            ),
-            Err(e) => {
-                self.error.get_or_insert(e);
-                (f64::NAN, predicted_s)
-            }
+impl ExpertMeasure {
+    /// The kernels' shapes of `shape` scaled down.
+    pub fn of(shape: &DenseModelShape) -> ExpertMeasure {
+        let small = scaled_down(shape);
+        let (block, head) = dense_decode_shapes(&small);
+        ExpertMeasure {
+            block,
+            head,
+            layers: small.n_layers,
         }
     }
+}
 
-    /// One decode step of `expert`: every (scaled-down) layer over the step's rows, attention
-    /// spread evenly over them, then the output head.
-    fn measure_step(&mut self, expert: usize, step: &DecodeStep) -> Result<f64, BackendError> {
-        let shape = scaled_down(&self.predictor.scenario.experts[expert].shape);
-        let (block, head) = dense_decode_shapes(&shape);
-        let (rows, context) = kernel_rows_and_context(step);
+impl Measure for ExpertMeasure {
+    fn measure(&mut self, kernels: &mut Kernels, work: &StepWork<'_>) -> Result<f64, BackendError> {
+        let (rows, context) = kernel_rows_and_context(work);
         let (rows, context) = (rows as usize, context as usize);
         let mut total = 0.0;
-        for _ in 0..shape.n_layers {
-            total += self.kernels.decode_step(block, rows, context)?;
+        for _ in 0..self.layers {
+            total += kernels.decode_step(self.block, rows, context)?;
         }
-        total += self.kernels.decode_step(head, rows, 0)?;
+        total += kernels.decode_step(self.head, rows, 0)?;
         Ok(total)
     }
 }
 
-impl SessionCost for MosaicLive<'_> {
-    fn load_s(&mut self, worker: usize, expert: usize) -> f64 {
-        let scenario = self.predictor.scenario;
-        self.log.push(load_line(scenario, worker, expert));
-        let predicted = self.predictor.load_s(worker, expert);
-        let bytes = scaled_down(&scenario.experts[expert].shape).weight_bytes() as usize;
-        let measured = if self.error.is_none() {
-            self.kernels.load(bytes)
-        } else {
-            Ok(0.0)
-        };
-        let (measured_ns, seconds) = self.advance(predicted, measured);
-        self.loads.push((
-            format!(
-                "worker {worker}: {} ({bytes} bytes)",
-                scenario.experts[expert].name
-            ),
-            measured_ns,
-        ));
-        seconds
+/// The simulated prices with the live run's decision log: each expert load and step logged.
+struct LoggedPricing<'a> {
+    simulated: SimulatedPricing<'a>,
+    log: Rc<RefCell<Vec<String>>>,
+}
+
+impl<'a> SessionPricing<'a> for LoggedPricing<'a> {
+    fn load(&mut self, unit: usize, model: usize) -> SimDuration {
+        let scenario = self.simulated.scenario;
+        if model < scenario.experts.len() {
+            let line = format!("{}: load", unit_name(scenario, unit, model));
+            self.log.borrow_mut().push(line);
+        }
+        self.simulated.load(unit, model)
     }
 
-    fn step_s(&mut self, worker: usize, expert: usize, step: &DecodeStep) -> f64 {
-        let scenario = self.predictor.scenario;
-        self.log.push(step_line(scenario, worker, expert, step));
-        let predicted = self.predictor.step_s(worker, expert, step);
-        let measured = if self.error.is_none() {
-            self.measure_step(expert, step)
+    fn steps(&mut self, unit: usize, model: usize) -> Box<dyn StepCost + 'a> {
+        let scenario = self.simulated.scenario;
+        let cost = self.simulated.step_cost(model);
+        if model < scenario.experts.len() {
+            let name = unit_name(scenario, unit, model);
+            Box::new(Logged::new(name, cost, self.log.clone()))
         } else {
-            Ok(0.0)
-        };
-        let (measured_ns, seconds) = self.advance(predicted, measured);
-        self.steps.push(StepRecord {
-            index: self.steps.len(),
-            what: format!(
-                "worker {worker} {}: {} sequences, {} cached, {} prefill tokens",
-                scenario.experts[expert].name, step.batch, step.context_tokens, step.prefill_tokens
-            ),
-            predicted_ns: predicted * 1e9,
-            measured_ns,
-        });
-        seconds
+            Box::new(cost)
+        }
+    }
+}
+
+/// The live prices: expert steps through [`LiveStep`], expert loads copied on the device; the
+/// aggregator's as simulated.
+struct LivePricing<'a, 'k> {
+    simulated: SimulatedPricing<'a>,
+    session: Rc<RefCell<LiveSession<'k>>>,
+    /// Measured load nanoseconds, with what was loaded.
+    loads: Vec<(String, f64)>,
+}
+
+impl<'a: 'x, 'k: 'x, 'x> SessionPricing<'x> for LivePricing<'a, 'k> {
+    fn load(&mut self, unit: usize, model: usize) -> SimDuration {
+        let scenario = self.simulated.scenario;
+        let predicted = self.simulated.load(unit, model);
+        if model >= scenario.experts.len() {
+            return predicted;
+        }
+        let name = unit_name(scenario, unit, model);
+        let bytes = scaled_down(&scenario.experts[model].shape).weight_bytes() as usize;
+        let mut session = self.session.borrow_mut();
+        let measured =
+            session.run_outside_step(format!("{name}: load"), |kernels| kernels.load(bytes));
+        self.loads.push((
+            format!("{name}: {bytes} bytes"),
+            measured.unwrap_or(f64::NAN),
+        ));
+        match (session.clock(), measured) {
+            (Clock::Measured, Some(ns)) => SimDuration(ns.round() as u64),
+            _ => predicted,
+        }
+    }
+
+    fn steps(&mut self, unit: usize, model: usize) -> Box<dyn StepCost + 'x> {
+        let scenario = self.simulated.scenario;
+        let cost = self.simulated.step_cost(model);
+        if model >= scenario.experts.len() {
+            return Box::new(cost);
+        }
+        Box::new(LiveStep::new(
+            unit_name(scenario, unit, model),
+            cost,
+            ExpertMeasure::of(&scenario.experts[model].shape),
+            self.session.clone(),
+        ))
     }
 }
 
@@ -167,6 +162,18 @@ fn placement_lines(details: &serde_json::Value) -> Vec<String> {
     }
 }
 
+/// The placement, then each worker's loads and steps in its own order: workers run at once, so
+/// how their lines interleave depends on the clock, what each decides does not.
+fn worker_by_worker(placement: Vec<String>, mut sessions: Vec<String>) -> Vec<String> {
+    let worker = |line: &String| {
+        line.strip_prefix("worker ")
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|w| w.parse::<usize>().ok())
+    };
+    sessions.sort_by_key(worker);
+    placement.into_iter().chain(sessions).collect()
+}
+
 /// One seed of `scenario` simulated, then live on `kernels`.
 pub fn run(
     scenario: &MosaicScenario,
@@ -176,63 +183,84 @@ pub fn run(
     clock: Clock,
 ) -> Result<FamilyRun, LiveError> {
     let failed = |e: sim::mosaic::SimulateError| LiveError::Unsupported(e.to_string());
-    let mut simulated_cost = LoggedSimulated {
-        costs: SimulatedSessionCost { scenario },
-        log: Vec::new(),
-    };
+    let fcfs = sim::chimera::QueuePolicyConfig::Fcfs;
+    let simulated_log = Rc::new(RefCell::new(Vec::new()));
     let simulated = try_simulate_on(
         scenario,
         seed,
         policies.placement(&scenario.placement).as_mut(),
         policies.aggregation_gate(&scenario.gate).as_mut(),
-        &mut simulated_cost,
+        policies.queue_policy(&fcfs).as_mut(),
+        &mut LoggedPricing {
+            simulated: SimulatedPricing::of(scenario),
+            log: simulated_log.clone(),
+        },
     )
     .map_err(failed)?;
-    let mut live_cost = MosaicLive {
-        predictor: SimulatedSessionCost { scenario },
-        kernels,
-        clock,
-        steps: Vec::new(),
+    let session = LiveSession::new(kernels, clock);
+    let mut live_pricing = LivePricing {
+        simulated: SimulatedPricing::of(scenario),
+        session: session.clone(),
         loads: Vec::new(),
-        log: Vec::new(),
-        error: None,
     };
     let live = try_simulate_on(
         scenario,
         seed,
         policies.placement(&scenario.placement).as_mut(),
         policies.aggregation_gate(&scenario.gate).as_mut(),
-        &mut live_cost,
-    )
-    .map_err(failed)?;
-    if let Some(e) = live_cost.error {
-        return Err(LiveError::Backend(e));
-    }
-    let mut simulated_lines = placement_lines(&simulated.details);
-    simulated_lines.extend(simulated_cost.log);
-    let mut live_lines = placement_lines(&live.details);
-    live_lines.extend(live_cost.log);
-    let loads: Vec<String> = live_cost
+        policies.queue_policy(&fcfs).as_mut(),
+        &mut live_pricing,
+    );
+    let loads: Vec<String> = live_pricing
         .loads
         .iter()
         .map(|(what, ns)| format!("{what} in {:.1} us", ns / 1e3))
         .collect();
+    drop(live_pricing);
+    let session = Rc::try_unwrap(session)
+        .ok()
+        .expect("the live run's step costs are dropped")
+        .into_inner();
+    let (steps, live_log) = session.finish()?;
+    let live = live.map_err(failed)?;
+    let simulated_log = std::mem::take(&mut *simulated_log.borrow_mut());
     Ok(FamilyRun {
-        steps: live_cost.steps,
+        steps,
+        decisions: Decisions::compare(
+            "the placement (sessions per worker with their prompt counts), then worker by \
+             worker every session's load and continuous-batching steps (sequences, prefill, \
+             decoding and cached tokens)",
+            worker_by_worker(placement_lines(&simulated.details), simulated_log),
+            worker_by_worker(placement_lines(&live.details), live_log),
+        ),
         simulated,
         live,
-        decisions: Decisions::compare(
-            "the placement (sessions per worker with their prompt counts), then every session's \
-             load and continuous-batching decode steps (sequences, cached and prefill tokens)",
-            simulated_lines,
-            live_lines,
-        ),
         variability: None,
         execution: Some(format!(
             "{}; measured host-to-device loads: {}",
             scaling_line(),
             loads.join("; ")
         )),
+    })
+}
+
+/// The kernels' decode shapes of a dense model (block, head).
+fn dense_decode_shapes(shape: &DenseModelShape) -> (DecodeShape, DecodeShape) {
+    let [
+        hidden,
+        block_out_features,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        vocab,
+    ] = kernel_dims(shape);
+    DecodeShape::of_dense(kernels::decode::DenseDims {
+        hidden,
+        block_out_features,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        vocab,
     })
 }
 
@@ -254,26 +282,30 @@ mod tests {
         );
         assert_eq!(head.out_features, small.vocab as usize);
     }
-}
 
-/// The kernels' decode shapes of a dense model (block, head).
-fn dense_decode_shapes(
-    shape: &sim::cost::shape::DenseModelShape,
-) -> (kernels::decode::DecodeShape, kernels::decode::DecodeShape) {
-    let [
-        hidden,
-        block_out_features,
-        n_heads,
-        n_kv_heads,
-        head_dim,
-        vocab,
-    ] = sim::mosaic::live_scale::kernel_dims(shape);
-    kernels::decode::DecodeShape::of_dense(kernels::decode::DenseDims {
-        hidden,
-        block_out_features,
-        n_heads,
-        n_kv_heads,
-        head_dim,
-        vocab,
-    })
+    #[test]
+    fn decision_logs_are_compared_worker_by_worker() {
+        let lines = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let ordered = worker_by_worker(
+            lines(&["placement worker 0: []"]),
+            lines(&[
+                "worker 1 (B): load",
+                "worker 0 (A): load",
+                "worker 10 (C): load",
+                "worker 0 (A): 1 sequences",
+                "worker 1 (B): 2 sequences",
+            ]),
+        );
+        assert_eq!(
+            ordered,
+            lines(&[
+                "placement worker 0: []",
+                "worker 0 (A): load",
+                "worker 0 (A): 1 sequences",
+                "worker 1 (B): load",
+                "worker 1 (B): 2 sequences",
+                "worker 10 (C): load",
+            ])
+        );
+    }
 }

@@ -19,7 +19,7 @@ use calibrate::bench::{Bench, Series};
 use kernels::BackendError;
 use serde::Serialize;
 use sim::cost::profile::MeasuredProfile;
-use sim::scenario::{Family, ScenarioPlan};
+use sim::scenario::ScenarioPlan;
 use std::path::{Component, Path, PathBuf};
 use std::time::Instant;
 
@@ -215,16 +215,6 @@ pub fn probe_with(
     })
 }
 
-/// Where a family's scenario names its measured MoE profile (`None`: it has none to probe).
-pub fn profile_field(family: Family) -> Option<&'static str> {
-    match family {
-        Family::Caps => Some("execution.profile"),
-        Family::Gem => Some("model.profile"),
-        Family::Expertweave => Some("cost.profile"),
-        Family::Mosaic | Family::Chimera | Family::Serving => None,
-    }
-}
-
 /// `path` without `.` and with each `dir/..` folded (lexically), for messages.
 pub fn tidy(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
@@ -245,7 +235,7 @@ pub fn tidy(path: &Path) -> PathBuf {
 /// The profile the single cell of `plan` names, resolved as the scenario loader resolves it:
 /// `Ok(None)` when it names none.
 pub fn scenario_profile(plan: &ScenarioPlan) -> Result<Option<PathBuf>, LiveError> {
-    let Some(field) = profile_field(plan.family) else {
+    let Some(field) = plan.family.profile_field() else {
         return Ok(None);
     };
     let from_cell = plan.cells[0]
@@ -278,7 +268,7 @@ pub fn run(
 ) -> Result<ProbeOutcome, LiveError> {
     let skipped = |reason: String| Ok(ProbeOutcome::Skipped { reason });
     let Some(path) = scenario_profile(plan)? else {
-        return skipped(match profile_field(plan.family) {
+        return skipped(match plan.family.profile_field() {
             Some(field) => format!("the scenario names no measured profile ({field})"),
             None => "this family's steps are not priced by a MoE profile".into(),
         });

@@ -54,6 +54,32 @@ impl<'k> LiveSession<'k> {
         }))
     }
 
+    /// The clock the run advances by.
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// Runs `op` on the device outside any step (MOSAIC's model loads), with `line` in the
+    /// decision log: its measured nanoseconds, or `None` once the device has failed (the first
+    /// failure is kept and reported as a step's is).
+    pub fn run_outside_step(
+        &mut self,
+        line: String,
+        op: impl FnOnce(&mut Kernels) -> Result<f64, BackendError>,
+    ) -> Option<f64> {
+        self.log.push(line);
+        if self.error.is_some() {
+            return None;
+        }
+        match op(self.kernels) {
+            Ok(ns) => Some(ns),
+            Err(e) => {
+                self.error = Some(e);
+                None
+            }
+        }
+    }
+
     /// The step records and the decision log, or the first backend failure.
     pub fn finish(self) -> Result<(Vec<StepRecord>, Vec<String>), LiveError> {
         match self.error {
@@ -145,6 +171,7 @@ fn scaled(breakdown: &StepBreakdown, factor: f64) -> StepBreakdown {
             .iter()
             .map(|b| b * factor)
             .collect(),
+        op_sources: breakdown.op_sources,
     }
 }
 

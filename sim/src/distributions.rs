@@ -1,9 +1,9 @@
 //! One sampler per distribution, for every family: log-normal (from a median or from a mean, with
 //! its log-space sigma), exponential, gamma (from a mean and a coefficient of variation),
-//! uniform, fixed and Zipf; `TokenCount`, a log-normal rounded and clamped to `[1, max]`; and
-//! `TokenLength`, a prompt or output length drawn from any of fixed, discrete uniform, Zipf or
-//! that log-normal. A sampler is built once, its parameters checked, and draws from the `SimRng`
-//! stream the caller passes in.
+//! uniform, fixed, Zipf and categorical (an index drawn in proportion to given weights);
+//! `TokenCount`, a log-normal rounded and clamped to `[1, max]`; and `TokenLength`, a prompt or
+//! output length drawn from any of fixed, discrete uniform, Zipf or that log-normal. A sampler is
+//! built once, its parameters checked, and draws from the `SimRng` stream the caller passes in.
 
 use crate::rng::SimRng;
 use rand::RngExt;
@@ -207,6 +207,49 @@ impl Zipf {
         self.cdf
             .partition_point(|&c| c <= u)
             .min(self.cdf.len() - 1)
+    }
+}
+
+/// An index in `0..weights.len()` drawn with probability `weights[i] / sum(weights)`, by
+/// inversion of the cumulative weights (one uniform draw and a binary search per sample); an
+/// index of weight 0 is never drawn.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Categorical {
+    cumulative: Vec<f64>,
+    /// The last index of positive weight (where a draw rounding past the total lands).
+    last: usize,
+}
+
+impl Categorical {
+    pub fn new(weights: &[f64]) -> Result<Categorical, DistributionError> {
+        check(weights.iter().all(|w| w.is_finite() && *w >= 0.0), || {
+            format!("weights must be finite and >= 0, got {weights:?}")
+        })?;
+        let last = weights.iter().rposition(|&w| w > 0.0);
+        let last = last.ok_or_else(|| {
+            DistributionError(format!("weights need one positive entry, got {weights:?}"))
+        })?;
+        let mut running = 0.0;
+        let cumulative = weights
+            .iter()
+            .map(|w| {
+                running += w;
+                running
+            })
+            .collect();
+        Ok(Categorical { cumulative, last })
+    }
+
+    /// Probability of index `i`.
+    pub fn probability(&self, i: usize) -> f64 {
+        let below = if i == 0 { 0.0 } else { self.cumulative[i - 1] };
+        (self.cumulative[i] - below) / self.cumulative[self.cumulative.len() - 1]
+    }
+
+    pub fn sample(&self, rng: &mut SimRng) -> usize {
+        let total = self.cumulative[self.cumulative.len() - 1];
+        let u = rng.random::<f64>() * total;
+        self.cumulative.partition_point(|&c| c <= u).min(self.last)
     }
 }
 
@@ -500,6 +543,35 @@ mod tests {
     }
 
     #[test]
+    fn categorical_draws_follow_the_weights_and_skip_zero_weights() {
+        // Weights 1, 0, 3, 6 (probabilities 0.1, 0, 0.3, 0.6): chi-square over the three drawn
+        // indices (2 degrees of freedom), 1 % critical value 9.210; index 1 is never drawn.
+        let n = 100_000;
+        let d = Categorical::new(&[1.0, 0.0, 3.0, 6.0]).unwrap();
+        let expected = [0.1, 0.0, 0.3, 0.6];
+        for (i, p) in expected.iter().enumerate() {
+            assert!((d.probability(i) - p).abs() < 1e-12);
+        }
+        let mut counts = [0usize; 4];
+        let mut rng = stream(8, "categorical");
+        for _ in 0..n {
+            counts[d.sample(&mut rng)] += 1;
+        }
+        assert_eq!(counts[1], 0);
+        let chi2: f64 = [0, 2, 3]
+            .iter()
+            .map(|&i| {
+                let e = n as f64 * expected[i];
+                (counts[i] as f64 - e).powi(2) / e
+            })
+            .sum();
+        assert!(chi2 < 9.210, "chi-square {chi2}, counts {counts:?}");
+        // A trailing zero weight is never drawn either, whatever the rounding.
+        let tail = Categorical::new(&[2.0, 0.0]).unwrap();
+        assert!((0..1000).all(|_| tail.sample(&mut rng) == 0));
+    }
+
+    #[test]
     fn token_counts_round_and_clamp() {
         // Median 50, sigma 2, max 200. P(count = 200) = P(X >= 199.5) = 1 - Phi((ln 199.5 -
         // ln 50) / 2) = 1 - Phi(0.6918) = 0.2445; P(count = 1) = P(X < 1.5) = Phi((ln 1.5 -
@@ -542,5 +614,7 @@ mod tests {
         assert!(message(TokenCount::from_mean(5.0, 1.0, 0).unwrap_err()).contains("max"));
         assert!(message(Gamma::from_mean_cv(1.0, 0.0).unwrap_err()).contains("cv"));
         assert!(message(Gamma::from_mean_cv(-1.0, 1.0).unwrap_err()).contains("mean"));
+        assert!(message(Categorical::new(&[0.0, 0.0]).unwrap_err()).contains("positive"));
+        assert!(message(Categorical::new(&[1.0, -1.0]).unwrap_err()).contains("weights"));
     }
 }

@@ -39,6 +39,10 @@ pub fn run<M: Model>(model: &mut M) -> LoopStats {
 }
 
 #[cfg(test)]
+#[path = "one_engine_checks.rs"]
+mod one_engine_checks;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::time::SimDuration;

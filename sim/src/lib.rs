@@ -11,6 +11,7 @@ pub mod distributions;
 pub mod engine;
 pub mod event_queue;
 pub mod expertweave;
+pub mod family;
 pub mod gem;
 pub mod headlines;
 pub mod metrics;

@@ -7,7 +7,7 @@ use crate::caps::metrics::RunMetrics;
 use crate::caps::run::simulate;
 use crate::caps::server::DiscardRecords;
 use crate::rng::SimRng;
-use crate::scenario::{Scenario, load_str};
+use crate::scenario::load_str;
 use std::path::Path;
 
 /// Oldest-first selection, so this module needs nothing from the strategies crate.
@@ -32,7 +32,7 @@ impl BatchSelector for OldestFirst {
 
 fn run(text: &str, seed: u64) -> RunMetrics {
     let plan = load_str(Path::new("queueing.toml"), text, &[]).unwrap_or_else(|e| panic!("{e}"));
-    let Scenario::Caps(scenario) = &plan.cells[0].scenario else {
+    let Some(scenario) = plan.cells[0].scenario.get::<crate::caps::CapsScenario>() else {
         panic!("the queueing checks are CAPS scenarios")
     };
     simulate(scenario, seed, &mut OldestFirst, &mut DiscardRecords).0

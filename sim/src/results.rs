@@ -28,7 +28,7 @@ pub struct ToolInfo {
 pub struct ScenarioEcho {
     pub name: String,
     pub description: String,
-    pub family: crate::scenario::Family,
+    pub family: crate::family::FamilyId,
     /// The scenario document after `--set` overrides, without its `[sweep]` table.
     pub document: serde_json::Value,
 }
@@ -53,10 +53,35 @@ pub struct CellResult {
     /// Where step times come from: "analytic-roofline", "measured", or a reference model.
     pub cost_model: String,
     pub runs: Vec<RunResult>,
+    /// The trace the cell replayed and what the replay offered (trace arrivals only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceReplayed>,
     /// Each scalar metric across seeds.
     pub summary: BTreeMap<String, AcrossSeeds>,
     /// Relative to the baseline cell (same coordinates, compare key = baseline), on seed means.
     pub improvement: Option<Improvement>,
+}
+
+/// The trace file a cell replayed (its file name: the scenario echo holds the path as written)
+/// and the statistics of the replayed requests: rate, burstiness, length distributions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceReplayed {
+    pub file: String,
+    #[serde(flatten)]
+    pub stats: crate::arrivals::TraceStats,
+}
+
+impl TraceReplayed {
+    /// What `scenario` replays, when its arrivals are a trace.
+    pub fn of(scenario: &crate::scenario::Scenario) -> Option<TraceReplayed> {
+        scenario.trace_replay().map(|(path, stats)| TraceReplayed {
+            file: path.file_name().map_or_else(
+                || path.display().to_string(),
+                |f| f.to_string_lossy().into(),
+            ),
+            stats,
+        })
+    }
 }
 
 /// One seed of one cell: the family's scalar metrics and its detail.
@@ -105,6 +130,7 @@ impl CellResult {
         coords: Vec<(String, serde_json::Value)>,
         cost_model: String,
         runs: Vec<RunResult>,
+        trace: Option<TraceReplayed>,
         metrics: &[MetricInfo],
     ) -> Self {
         let summary = metrics
@@ -126,6 +152,7 @@ impl CellResult {
             coords,
             cost_model,
             runs,
+            trace,
             summary,
             improvement: None,
         }
@@ -273,6 +300,7 @@ mod tests {
             coords,
             "test".into(),
             vec![RunResult::new(1, output)],
+            None,
             METRICS,
         )
     }

@@ -2,13 +2,13 @@
 //! (`scenario::load`: sweep expansion, per-cell validation, report and figure checks), with the
 //! number of cells the cartesian product of its `[sweep]` gives.
 
-use crate::scenario::{Family, ScenarioPlan};
+use crate::scenario::ScenarioPlan;
 use std::path::Path;
 
 /// Loads every scenario under `scenarios/<folder>/` and returns the plans; panics with the file
 /// and the loader's message on the first that fails, or when a file is of another family or
-/// has the wrong number of cells.
-pub fn load_all(folder: &str, family: Family, at_least: usize) -> Vec<ScenarioPlan> {
+/// has the wrong number of cells (the folder is named after the family).
+pub fn load_all(folder: &str, at_least: usize) -> Vec<ScenarioPlan> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../scenarios")
         .join(folder);
@@ -18,7 +18,7 @@ pub fn load_all(folder: &str, family: Family, at_least: usize) -> Vec<ScenarioPl
         .iter()
         .map(|path| {
             let plan = crate::scenario::load(path, &[]).unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!(plan.family, family, "{}", path.display());
+            assert_eq!(plan.family.name(), folder, "{}", path.display());
             // The cell count, from the raw file: the product of the sweep's value counts.
             let raw: toml::Table = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
             let expected: usize = raw

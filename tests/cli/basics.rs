@@ -477,3 +477,49 @@ fn profiles_load_by_name_in_every_family_that_takes_one() {
         );
     }
 }
+
+#[test]
+fn a_trace_run_writes_what_its_replay_offered_and_validate_prints_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // Gaps of 1 s and 3 s between the three replayed rows (the fourth is past n_requests):
+    // span 4 s, rate (3 - 1) / 4 = 0.5 req/s, gap CV = stddev(1, 3) / mean = sqrt(2) / 2.
+    std::fs::write(
+        dir.path().join("t.csv"),
+        "timestamp,prompt_tokens,output_tokens\n5,10,1\n6,30,1\n9,20,1\n50,999,1\n",
+    )
+    .unwrap();
+    let text = SMALL
+        .replace(
+            "pattern = \"bursty\"\nrate_per_s = 100",
+            "pattern = \"trace\"\ntrace = { path = \"t.csv\" }",
+        )
+        .replace("n_requests = 200", "n_requests = 3");
+    let scenario = write_scenario(dir.path(), &text);
+    let out = dir.path().join("out");
+    let validated = expertsim(&["validate", scenario.to_str().unwrap()]);
+    assert!(validated.status.success(), "{}", stderr(&validated));
+    let printed = String::from_utf8_lossy(&validated.stdout);
+    assert!(
+        printed.contains("3 requests over 4.0 s, mean rate 0.500 req/s, inter-arrival CV 0.71"),
+        "{printed}"
+    );
+    let run = expertsim(&[
+        "run",
+        scenario.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--no-figures",
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    let trace = &results["cells"][0]["trace"];
+    assert_eq!(trace["file"], "t.csv");
+    assert_eq!(trace["requests"], 3);
+    assert_eq!(trace["span_s"], 4.0);
+    assert_eq!(trace["mean_rate_per_s"], 0.5);
+    assert!((trace["interarrival_cv"].as_f64().unwrap() - 2f64.sqrt() / 2.0).abs() < 1e-12);
+    assert_eq!(trace["prompt_tokens"]["mean"], 20.0);
+    assert_eq!(trace["prompt_tokens"]["p50"], 20);
+    assert_eq!(trace["prompt_tokens"]["max"], 30);
+}

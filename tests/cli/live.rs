@@ -2,7 +2,8 @@
 //! and its figures; `--backend cuda` without a GPU fails with one line and writes nothing; the
 //! probe flags a profile that does not describe the device (a warning, or with
 //! `--strict-probe` an error that writes nothing); `--calibrate` measures a profile for the
-//! scenario and prices the run with it.
+//! scenario and prices the run with it; Chimera, CAPS and MOSAIC run live through the step-cost
+//! seam with the simulated run's decisions.
 
 use std::path::Path;
 use std::process::Command;
@@ -113,6 +114,65 @@ fn chimera_runs_live_through_the_step_cost_seam() {
     );
     // Simulated and live metrics are the same run when the predicted clock drives both.
     for pair in report["metrics"].as_array().unwrap() {
+        assert_eq!(pair["simulated"], pair["live"], "{pair}");
+    }
+}
+
+/// MOSAIC runs live through `LiveStep`: every session's load is a measured copy and every
+/// continuous-batching step of the expert stage a measured decode; with the predicted clock the
+/// live run's placement, loads and steps are the simulated run's and so are its metrics.
+#[test]
+fn mosaic_runs_live_through_the_step_cost_seam() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("live");
+    let output = expertsim()
+        .args([
+            "live",
+            "--backend",
+            "cpu",
+            "--clock",
+            "predicted",
+            "--repetitions",
+            "1",
+            "--out",
+        ])
+        .arg(&out)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/live/mosaic.toml"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("fidelity.json")).unwrap()).unwrap();
+    assert_eq!(report["family"], "mosaic");
+    assert_eq!(report["decisions"]["identical"], true);
+    let steps = report["steps"].as_array().unwrap();
+    assert!(!steps.is_empty());
+    assert!(
+        steps
+            .iter()
+            .all(|s| s["measured_ns"].as_f64().unwrap() > 0.0
+                && s["predicted_ns"].as_f64().unwrap() > 0.0)
+    );
+    // One measured host-to-device copy per model load the run counts.
+    let metrics = report["metrics"].as_array().unwrap();
+    let loads = metrics
+        .iter()
+        .find(|m| m["metric"] == "model_loads")
+        .unwrap()["simulated"]
+        .as_f64()
+        .unwrap();
+    let execution = report["execution"].as_str().unwrap();
+    assert_eq!(
+        execution.matches(" bytes in ").count() as f64,
+        loads,
+        "{execution}"
+    );
+    for pair in metrics {
         assert_eq!(pair["simulated"], pair["live"], "{pair}");
     }
 }

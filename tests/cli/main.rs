@@ -3,10 +3,12 @@
 mod basics;
 mod capacity;
 mod common;
+mod families;
 mod figure_kinds;
 mod fuzz;
 mod gpu_script;
 mod live;
+mod measured;
 mod reproduce_claims;
 mod serving;
 mod shard_resume;

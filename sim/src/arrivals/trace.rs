@@ -239,7 +239,7 @@ impl Trace {
 /// What a trace replay offers: request count, span and mean rate after `time_scale`,
 /// burstiness as the coefficient of variation of inter-arrival times (1 for Poisson arrivals,
 /// above 1 for bursty ones), and the token-length distributions when the trace has them.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TraceStats {
     pub requests: usize,
     /// Seconds from the first to the last replayed request.
@@ -253,7 +253,7 @@ pub struct TraceStats {
 }
 
 /// Mean and nearest-rank percentiles of a token-length column (over the rows that give one).
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LengthStats {
     /// Rows with a value.
     pub count: usize,

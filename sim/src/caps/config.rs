@@ -7,6 +7,7 @@ use crate::arrivals::{BurstyParams, Trace};
 use crate::caps::batch::BatchSelectorConfig;
 use crate::caps::execution::{CvModel, ExecutionModel, GroupedModel, StragglerModel};
 use crate::caps::server::SchedulerParams;
+use crate::cost::measured_steps::PricingRecord;
 use crate::cost::profile::Profile;
 use crate::cost::shape::MoeModelShape;
 use crate::scenario::limits::MAX_SIM_SECONDS_CEILING;
@@ -204,6 +205,10 @@ pub struct ExecutionFile {
     pub gpu: String,
     /// A calibration profile JSON (relative to the scenario file); overrides the analytic one.
     pub profile: Option<String>,
+    /// A set of measured per-operation profiles of `gpu` (`profiles/<name>/`, e.g.
+    /// `"vidur/a100"`) to build the curves from instead of the analytic roofline: each
+    /// operation measured, scaled or analytic as the run's `pricing` record says.
+    pub measured: Option<String>,
     /// `cv` only: the CV sensitivity; derived from the profile when absent.
     pub sensitivity: Option<f64>,
     /// `constant`: the service time; `exponential`: its mean.
@@ -224,6 +229,7 @@ impl Default for ExecutionFile {
             model: default_execution_model(),
             gpu: default_gpu(),
             profile: None,
+            measured: None,
             sensitivity: None,
             service_ms: None,
         }
@@ -587,6 +593,7 @@ fn validate_execution(
     match e.model {
         ExecutionModelKind::Constant | ExecutionModelKind::Exponential => {
             not_for(e.profile.is_some(), "profile")?;
+            not_for(e.measured.is_some(), "measured")?;
             not_for(e.sensitivity.is_some(), "sensitivity")?;
             let duration = service()?;
             Ok(if e.model == ExecutionModelKind::Constant {
@@ -608,7 +615,22 @@ fn validate_execution(
                     format!("must be finite and >= 0, got {sensitivity}"),
                 ));
             }
-            let profile = load_profile(e.profile.as_deref(), &e.gpu, shape, base_dir, cache)?;
+            let (profile, pricing) = match &e.measured {
+                None => (
+                    load_profile(e.profile.as_deref(), &e.gpu, shape, base_dir, cache)?,
+                    None,
+                ),
+                Some(name) => {
+                    if e.profile.is_some() {
+                        return Err(field_error(
+                            "execution.measured",
+                            "names a second cost source beside execution.profile; keep one",
+                        ));
+                    }
+                    let (profile, record) = measured_profile(name, &e.gpu, shape, base_dir, cache)?;
+                    (profile, Some(record))
+                }
+            };
             let model = match e.model {
                 ExecutionModelKind::Cv => {
                     CvModel::new(&profile, shape, e.sensitivity).map(ExecutionModel::Cv)
@@ -620,7 +642,10 @@ fn validate_execution(
                 }
                 _ => StragglerModel::new(&profile, shape).map(ExecutionModel::Straggler),
             };
-            let model = model.map_err(|err| field_error("execution", err.to_string()))?;
+            let mut model = model.map_err(|err| field_error("execution", err.to_string()))?;
+            if let Some(record) = pricing {
+                model = model.with_pricing(record);
+            }
             Ok(ExecutionSpec::CostModel(Arc::new(model)))
         }
     }
@@ -634,6 +659,23 @@ fn kind_name(kind: ExecutionModelKind) -> &'static str {
         ExecutionModelKind::Constant => "constant",
         ExecutionModelKind::Exponential => "exponential",
     }
+}
+
+/// The curves of `shape` on `gpu` built from the measured set `name`
+/// (`cost::measured_steps::moe`, one GPU: tensor parallelism 1), with their pricing record.
+fn measured_profile(
+    name: &str,
+    gpu: &str,
+    shape: &MoeModelShape,
+    base_dir: &Path,
+    cache: &mut LoadCache,
+) -> Result<(Arc<Profile>, Arc<PricingRecord>), FieldError> {
+    let spec = crate::cost::gpu::GpuSpec::by_name(gpu)
+        .map_err(|e| field_error("execution.gpu", e.to_string()))?;
+    let set = crate::scenario::validate::measured_set("execution.measured", name, base_dir, cache)?;
+    crate::scenario::validate::measured_on("execution.measured", &set, "execution.gpu", &spec)?;
+    let built = crate::cost::measured_steps::moe(&set, shape, 1);
+    Ok((Arc::new(built.profile), Arc::new(built.record)))
 }
 
 fn load_profile(

@@ -13,11 +13,13 @@
 
 use crate::cost::curve::CostCurve;
 use crate::cost::gpu::GpuSpec;
+use crate::cost::measured_steps::{OpSources, PricingRecord};
 use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
 use crate::cost::profile::{ExpertExecution, Profile, ProfileMismatch, SourceKind};
 use crate::cost::shape::MoeModelShape;
 use crate::serving::{CostSource, ExpectedRouting, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
+use std::sync::Arc;
 
 /// The batch the default CV sensitivity is derived at: CAPS's `max_batch_size = 8`
 /// (caps.txt), with 128-token prompts and 16 decode passes after the prefill (assumption: a
@@ -58,6 +60,10 @@ struct CostTables {
     non_expert_decode: CostCurve,
     head: CostCurve,
     decode_step: CostCurve,
+    /// Where the curves were built from measured operations: how each operation was priced.
+    pricing: Option<Arc<PricingRecord>>,
+    /// The in-range sources of `pricing`, copied into every step.
+    op_sources: Option<OpSources>,
 }
 
 impl CostTables {
@@ -78,6 +84,8 @@ impl CostTables {
             non_expert_decode: profile.non_expert_decode.clone(),
             head: profile.head.clone(),
             decode_step: profile.decode_step.clone(),
+            pricing: None,
+            op_sources: None,
         })
     }
 
@@ -165,10 +173,16 @@ impl CostTables {
         );
         StepTime {
             duration: SimDuration(nanos.round() as u64),
-            breakdown: StepBreakdown::default(),
+            breakdown: StepBreakdown {
+                op_sources: self.op_sources,
+                ..StepBreakdown::default()
+            },
             source: match self.source {
                 SourceKind::AnalyticRoofline => CostSource::Analytic,
                 SourceKind::Measured => CostSource::Measured,
+                SourceKind::MeasuredOperations => self
+                    .op_sources
+                    .map_or(CostSource::Analytic, |s| s.step_source()),
             },
         }
     }
@@ -310,7 +324,7 @@ impl GroupedModel {
     ) -> Result<GroupedModel, ExecutionModelError> {
         let tables = CostTables::new(profile, shape)?;
         let layer = MoeLayerCost::new(gpu, shape, MoeLayerParams::default());
-        let layer = if tables.source == SourceKind::Measured {
+        let layer = if tables.source != SourceKind::AnalyticRoofline {
             layer.with_profile(tables.expert.clone())
         } else {
             layer
@@ -355,14 +369,36 @@ impl ExecutionModel {
         tables.priced(nanos)
     }
 
-    /// "analytic-roofline" or "measured": where the profile's numbers come from.
-    pub fn source(&self) -> &str {
-        let tables = match self {
+    fn tables(&self) -> &CostTables {
+        match self {
             ExecutionModel::Grouped(model) => &model.tables,
             ExecutionModel::Cv(model) => &model.tables,
             ExecutionModel::Straggler(model) => &model.tables,
+        }
+    }
+
+    /// "analytic-roofline", "measured" or "measured-operations": where the profile's numbers
+    /// come from.
+    pub fn source(&self) -> &str {
+        self.tables().source.as_str()
+    }
+
+    /// How each operation was priced, when the profile was built from measured operations.
+    pub fn pricing(&self) -> Option<&PricingRecord> {
+        self.tables().pricing.as_deref()
+    }
+
+    /// The same model, its profile built from measured operations as `record` says (every
+    /// step then names what priced each operation class).
+    pub fn with_pricing(mut self, record: Arc<PricingRecord>) -> ExecutionModel {
+        let tables = match &mut self {
+            ExecutionModel::Grouped(model) => &mut model.tables,
+            ExecutionModel::Cv(model) => &mut model.tables,
+            ExecutionModel::Straggler(model) => &mut model.tables,
         };
-        tables.source.as_str()
+        tables.op_sources = Some(record.sources());
+        tables.pricing = Some(record);
+        self
     }
 }
 
@@ -710,6 +746,63 @@ mod tests {
             straggler.step_time(&w).duration.0 as f64,
         );
         assert!((a - b).abs() <= 2.0, "cv {a} vs straggler {b}");
+    }
+
+    #[test]
+    fn a_profile_built_from_measured_operations_names_each_source_in_every_step() {
+        use crate::cost::measured_steps::{MeasuredSet, StepOperation, moe};
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles/vidur/a100");
+        let set = MeasuredSet::load("vidur/a100", &dir).unwrap();
+        let mut shape = MoeModelShape::mixtral_8x7b();
+        shape.n_layers = 2;
+        let built = moe(&set, &shape, 1);
+        let model = ExecutionModel::Straggler(StragglerModel::new(&built.profile, &shape).unwrap())
+            .with_pricing(Arc::new(built.record));
+        assert_eq!(model.source(), "measured-operations");
+        assert_eq!(model.pricing().unwrap().measured, "vidur/a100");
+        // One 16-token prompt, both layers routing every token to experts 0 and 1 (top-2).
+        let mut prefill = vec![0.0f32; 16];
+        for layer in 0..2 {
+            prefill[layer * 8] = 16.0;
+            prefill[layer * 8 + 1] = 16.0;
+        }
+        let decode = vec![0.0f32; 16];
+        let work = StepWork {
+            requests: 1,
+            prefill_tokens: 16,
+            decode_tokens: 1,
+            expected_routing: Some(ExpectedRouting {
+                layers: 2,
+                prefill: &prefill,
+                decode: &decode,
+            }),
+            ..StepWork::default()
+        };
+        let step = model.step_time(&work);
+        // Mixtral's expert and attention shapes are measured on the A100; attention kernel,
+        // router and head are not in the data and do not make the step less than measured.
+        assert_eq!(step.source, CostSource::Measured);
+        let sources = step.breakdown.op_sources.unwrap();
+        for (operation, source) in [
+            (StepOperation::RoutedExperts, CostSource::Measured),
+            (StepOperation::AttentionProjections, CostSource::Measured),
+            (StepOperation::Elementwise, CostSource::Measured),
+            (StepOperation::Router, CostSource::Analytic),
+            (StepOperation::Attention, CostSource::Analytic),
+        ] {
+            assert_eq!(
+                sources.get(operation),
+                Some(source),
+                "{}",
+                operation.as_str()
+            );
+        }
+        // The analytic twin names no per-operation source.
+        let gpu = GpuSpec::by_name("A100-80GB").unwrap();
+        let analytic = StragglerModel::new(&analytic_profile(&gpu, &shape), &shape).unwrap();
+        let step = ExecutionModel::Straggler(analytic).step_time(&work);
+        assert_eq!(step.source, CostSource::Analytic);
+        assert!(step.breakdown.op_sources.is_none());
     }
 
     #[test]

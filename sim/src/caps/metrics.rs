@@ -1,4 +1,4 @@
-//! What one CAPS run reports (`RunMetrics`), read out by name in the order of `caps::METRICS`.
+//! What one CAPS run reports (`RunMetrics`); `caps::METRIC_TABLE` reads its scalars from it.
 
 use crate::metrics::LatencySummary;
 use serde::{Deserialize, Serialize};
@@ -34,27 +34,4 @@ pub struct RunMetrics {
     pub queue_depth_max: u64,
     /// Queue depth sampled on the scenario's grid: (seconds, depth).
     pub queue_depth_series: Vec<(f64, u64)>,
-}
-
-impl RunMetrics {
-    /// The value of scalar metric `name` (one of `caps::METRICS`).
-    pub fn scalar(&self, name: &str) -> Option<f64> {
-        Some(match name {
-            "latency_mean_ms" => self.latency.mean_ms,
-            "latency_p50_ms" => self.latency.p50_ms,
-            "latency_p90_ms" => self.latency.p90_ms,
-            "latency_p99_ms" => self.latency.p99_ms,
-            "queue_wait_mean_ms" => self.queue_wait.mean_ms,
-            "throughput_rps" => self.throughput_rps,
-            "imbalance" => self.imbalance,
-            "load_cv" => self.load_cv,
-            "imbalance_factor" => self.imbalance_factor,
-            "makespan_s" => self.makespan_s,
-            "mean_batch_size" => self.mean_batch_size,
-            "mean_batch_time_ms" => self.mean_batch_time_ms,
-            "utilization" => self.utilization,
-            "queue_depth_mean" => self.queue_depth_mean,
-            _ => return None,
-        })
-    }
 }

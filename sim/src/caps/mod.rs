@@ -5,6 +5,7 @@
 pub mod batch;
 pub mod config;
 pub mod execution;
+pub mod family;
 pub mod former;
 pub mod metrics;
 pub mod run;
@@ -13,83 +14,74 @@ pub mod step_cost;
 pub mod workload;
 
 pub use config::{CapsConfig, CapsScenario};
+pub use family::Caps;
 
 use crate::caps::metrics::RunMetrics;
-use crate::metrics::{Better, MetricInfo, RunOutput};
+use crate::metrics::{Better, Metric, MetricInfo, RunOutput, metric_infos};
 
 /// The scalar metrics a CAPS run reports (defined in docs/metrics.md).
-pub const METRICS: &[MetricInfo] = &[
-    MetricInfo {
-        name: "latency_mean_ms",
-        description: "mean latency (ms)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "latency_p50_ms",
-        description: "P50 latency (ms)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "latency_p90_ms",
-        description: "P90 latency (ms)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "latency_p99_ms",
-        description: "P99 latency (ms)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "queue_wait_mean_ms",
-        description: "mean queue wait (ms)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "throughput_rps",
-        description: "throughput (req/s)",
-        better: Better::Higher,
-    },
-    MetricInfo {
-        name: "imbalance",
-        description: "expert-load imbalance (max/mean)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "imbalance_factor",
-        description: "imbalance factor (1 + CV x sensitivity)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "load_cv",
-        description: "load CV (std/mean)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "makespan_s",
-        description: "makespan (s)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "mean_batch_size",
-        description: "mean batch size",
-        better: Better::Higher,
-    },
-    MetricInfo {
-        name: "mean_batch_time_ms",
-        description: "mean batch time (ms)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "utilization",
-        description: "GPU utilization",
-        better: Better::Higher,
-    },
-    MetricInfo {
-        name: "queue_depth_mean",
-        description: "mean queue depth",
-        better: Better::Lower,
-    },
+pub const METRIC_TABLE: [Metric<RunMetrics>; 14] = [
+    Metric::new("latency_mean_ms", "mean latency (ms)", Better::Lower, |m| {
+        m.latency.mean_ms
+    }),
+    Metric::new("latency_p50_ms", "P50 latency (ms)", Better::Lower, |m| {
+        m.latency.p50_ms
+    }),
+    Metric::new("latency_p90_ms", "P90 latency (ms)", Better::Lower, |m| {
+        m.latency.p90_ms
+    }),
+    Metric::new("latency_p99_ms", "P99 latency (ms)", Better::Lower, |m| {
+        m.latency.p99_ms
+    }),
+    Metric::new(
+        "queue_wait_mean_ms",
+        "mean queue wait (ms)",
+        Better::Lower,
+        |m| m.queue_wait.mean_ms,
+    ),
+    Metric::new(
+        "throughput_rps",
+        "throughput (req/s)",
+        Better::Higher,
+        |m| m.throughput_rps,
+    ),
+    Metric::new(
+        "imbalance",
+        "expert-load imbalance (max/mean)",
+        Better::Lower,
+        |m| m.imbalance,
+    ),
+    Metric::new(
+        "imbalance_factor",
+        "imbalance factor (1 + CV x sensitivity)",
+        Better::Lower,
+        |m| m.imbalance_factor,
+    ),
+    Metric::new("load_cv", "load CV (std/mean)", Better::Lower, |m| {
+        m.load_cv
+    }),
+    Metric::new("makespan_s", "makespan (s)", Better::Lower, |m| {
+        m.makespan_s
+    }),
+    Metric::new("mean_batch_size", "mean batch size", Better::Higher, |m| {
+        m.mean_batch_size
+    }),
+    Metric::new(
+        "mean_batch_time_ms",
+        "mean batch time (ms)",
+        Better::Lower,
+        |m| m.mean_batch_time_ms,
+    ),
+    Metric::new("utilization", "GPU utilization", Better::Higher, |m| {
+        m.utilization
+    }),
+    Metric::new("queue_depth_mean", "mean queue depth", Better::Lower, |m| {
+        m.queue_depth_mean
+    }),
 ];
+
+/// The metric column of `METRIC_TABLE`.
+pub const METRICS: &[MetricInfo] = &metric_infos(&METRIC_TABLE);
 
 /// The metrics `expertsim run` prints per cell, and those it prints as change vs the baseline.
 pub const HEADLINE: &[&str] = &[
@@ -100,21 +92,10 @@ pub const HEADLINE: &[&str] = &[
 ];
 pub const HEADLINE_IMPROVEMENTS: &[&str] = &["latency_p99_ms", "throughput_rps"];
 
-/// A CAPS run's metrics in the family-independent shape: the listed scalars, and every field
+/// A CAPS run's metrics in the family-independent shape: the table's scalars, and every field
 /// (including the queue-depth series) as detail.
 pub fn run_output(metrics: &RunMetrics) -> RunOutput {
-    RunOutput {
-        scalars: METRICS
-            .iter()
-            .map(|m| {
-                (
-                    m.name.to_string(),
-                    metrics.scalar(m.name).expect("every CAPS metric resolves"),
-                )
-            })
-            .collect(),
-        details: serde_json::to_value(metrics).expect("metrics serialize"),
-    }
+    crate::metrics::run_output(&METRIC_TABLE, metrics)
 }
 
 #[cfg(test)]
@@ -122,7 +103,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_listed_metric_resolves_on_run_metrics() {
+    fn the_table_reads_each_metric_from_its_own_field() {
         let latency = crate::metrics::LatencySummary {
             mean_ms: 1.0,
             p50_ms: 1.0,

@@ -12,7 +12,6 @@ use crate::engine;
 use crate::metrics::RunOutput;
 use crate::rng::stream;
 use crate::serving::StepCost;
-use std::path::Path;
 
 /// The arrival process of `scenario` for `seed`.
 pub fn arrival_process(scenario: &CapsScenario, seed: u64) -> Box<dyn ArrivalProcess> {
@@ -158,16 +157,20 @@ impl RecordSink for SharedRecords<'_> {
     }
 }
 
-/// Runs one seed of `scenario` and reports it in the family-independent shape; with `csv`, the
-/// per-request records stream to that file. Returns the output and the cost-model source.
+/// Runs one seed of `scenario` and reports it in the family-independent shape, streaming the
+/// per-request records to `records`. Returns the output and the cost-model source.
 pub fn run(
     scenario: &CapsScenario,
     seed: u64,
     selector: &mut dyn BatchSelector,
-    csv: Option<&Path>,
-) -> Result<(RunOutput, String), String> {
-    let (metrics, source) = crate::records::with_csv(csv, "caps", CSV_COLUMNS, |sink| {
-        simulate(scenario, seed, selector, &mut SharedRecords(sink))
-    })?;
-    Ok((super::run_output(&metrics), source))
+    records: &mut dyn crate::records::RecordSink,
+) -> (RunOutput, String) {
+    let (metrics, source) = simulate(scenario, seed, selector, &mut SharedRecords(records));
+    let mut output = super::run_output(&metrics);
+    if let ExecutionSpec::CostModel(model) = &scenario.execution
+        && let Some(record) = model.pricing()
+    {
+        output.details["pricing"] = serde_json::to_value(record).expect("records serialize");
+    }
+    (output, source)
 }

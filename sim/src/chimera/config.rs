@@ -1,5 +1,5 @@
 //! The Chimera scenario tables (`[cluster]`, `[workload]`, `[predictor]`, `[semantic_router]`,
-//! `[queue]`, `[routing]`), mirrored with `deny_unknown_fields`, and their validation into a
+//! `[queue]`, `[routing]`, and the shared `[arrival]` table), mirrored with `deny_unknown_fields`, and their validation into a
 //! runnable `ChimeraScenario`.
 
 use super::models::{DEFAULT_STEP_OVERHEAD_MS, EngineCost, model_names, model_shape};
@@ -7,8 +7,11 @@ use super::policy::{QueuePolicyConfig, RouterConfig};
 use super::workload::{
     Dataset, ModelWorkload, PredictorConfig, SemanticRouterConfig, WorkflowGenerator,
 };
+use crate::arrivals::{ArrivalSpec, ArrivalTable, TraceStats};
 use crate::cost::gpu::GpuSpec;
-use crate::scenario::validate::{FieldError, at_least_one, field_error, positive};
+use crate::scenario::validate::{
+    FieldError, LoadCache, at_least_one, field_error, measured_on, measured_set, positive,
+};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -24,6 +27,10 @@ pub struct ChimeraConfig {
     pub semantic_router: SemanticRouterConfig,
     pub queue: QueuePolicyConfig,
     pub routing: RouterConfig,
+    /// Workflow arrivals other than Poisson at `workload.rps`: the shared `[arrival]` table
+    /// (poisson, bursty or trace; `workload.rps` is then left out).
+    #[serde(default)]
+    pub arrival: Option<ArrivalTable>,
 }
 
 /// The length predictor's default log-normal noise: the level whose Kendall tau distance on this
@@ -55,6 +62,11 @@ pub struct ClusterFile {
     pub gpu_memory_utilization: f64,
     #[serde(default = "default_step_overhead_ms")]
     pub step_overhead_ms: f64,
+    /// A set of measured per-operation profiles of `gpu` (`profiles/<name>/`, e.g.
+    /// `"vidur/a100"`) to price the engines' steps from instead of the roofline: each operation
+    /// measured, scaled or analytic as the run's `pricing` record says.
+    #[serde(default)]
+    pub measured: Option<String>,
 }
 
 fn default_gpu() -> String {
@@ -70,13 +82,15 @@ fn default_step_overhead_ms() -> f64 {
     DEFAULT_STEP_OVERHEAD_MS
 }
 
-/// `[workload]`: the dataset and the Poisson workflow arrivals.
+/// `[workload]`: the dataset and the workflow arrival window (Poisson at `rps` unless the
+/// scenario has an `[arrival]` table).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadFile {
     pub dataset: Dataset,
-    /// Workflow arrivals per second.
-    pub rps: f64,
+    /// Workflow arrivals per second (Poisson); absent when `[arrival]` says how workflows arrive.
+    #[serde(default)]
+    pub rps: Option<f64>,
     /// Workflows arrive during this many seconds; the run continues until all complete.
     pub duration_s: f64,
 }
@@ -94,25 +108,69 @@ pub struct ChimeraScenario {
     pub engines: Vec<EngineSpec>,
     /// Draws workflows; its `models` are the distinct models of the cluster, in first-use order.
     pub generator: WorkflowGenerator,
+    /// Mean workflow arrival rate: the Poisson or bursty rate, or the trace's workflows replayed
+    /// within `duration_s` per second of it.
     pub rps: f64,
     pub duration_s: f64,
+    /// How workflows arrive during `duration_s`. A trace's arrival times are replayed and its
+    /// prompt lengths replace the dataset's user prompts; its output lengths are not used, because
+    /// a Chimera stage's output length depends on the model that answers it (section 3.2) and a
+    /// trace records one length per request from one unknown model.
+    pub arrival: ArrivalSpec,
     pub predictor: PredictorConfig,
     pub semantic_router: SemanticRouterConfig,
     pub queue: QueuePolicyConfig,
     pub routing: RouterConfig,
+    /// The measured set the engines are priced from (`cluster.measured`).
+    pub measured: Option<String>,
 }
 
 impl ChimeraScenario {
     /// Where the engines' step costs come from, for the result document: the analytic dense
-    /// model over the GPU's datasheet rates (no calibration profile is read).
+    /// model over the GPU's datasheet rates, or the measured set that priced them.
     pub fn source(&self) -> String {
         let gpu = self
             .engines
             .first()
             .map(|e| e.cost.gpu.as_str())
             .unwrap_or("none");
-        format!("analytic-dense-roofline:{gpu}")
+        match &self.measured {
+            Some(name) => format!("measured-operations:{name}:{gpu}"),
+            None => format!("analytic-dense-roofline:{gpu}"),
+        }
     }
+
+    /// With `cluster.measured`, how each model's operations were priced (one record per
+    /// distinct model, by name).
+    pub fn pricing(&self) -> Option<serde_json::Value> {
+        self.measured.as_ref()?;
+        let mut records = serde_json::Map::new();
+        for engine in &self.engines {
+            if let Some(measured) = &engine.cost.measured {
+                records.insert(
+                    engine.cost.model.clone(),
+                    serde_json::to_value(&measured.record).expect("records serialize"),
+                );
+            }
+        }
+        Some(serde_json::Value::Object(records))
+    }
+
+    /// The trace file and what replaying it within `duration_s` offers, for trace arrivals.
+    pub fn trace_stats(&self) -> Option<(std::path::PathBuf, TraceStats)> {
+        let ArrivalSpec::Trace { trace, time_scale } = &self.arrival else {
+            return None;
+        };
+        self.arrival
+            .trace_stats(trace_rows_within(trace, *time_scale, self.duration_s))
+    }
+}
+
+/// How many of `trace`'s rows arrive within `duration_s` of its first, replayed at `time_scale`.
+fn trace_rows_within(trace: &crate::arrivals::Trace, time_scale: f64, duration_s: f64) -> usize {
+    let rows = trace.rows();
+    let first = rows[0].timestamp_s;
+    rows.partition_point(|r| (r.timestamp_s - first) * time_scale <= duration_s)
 }
 
 fn non_negative(path: &str, value: f64) -> Result<f64, FieldError> {
@@ -127,11 +185,68 @@ fn non_negative(path: &str, value: f64) -> Result<f64, FieldError> {
 }
 
 impl ChimeraConfig {
-    /// Validates the Chimera tables (`base_dir` is unused: the family reads no files).
-    pub fn validate(&self, _base_dir: &Path) -> Result<ChimeraScenario, FieldError> {
+    /// The workflow arrivals and their mean rate: Poisson at `workload.rps`, or the `[arrival]`
+    /// table (exactly one of the two).
+    fn arrival_spec(
+        &self,
+        duration_s: f64,
+        base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<(ArrivalSpec, f64), FieldError> {
+        match (&self.arrival, self.workload.rps) {
+            (None, Some(rps)) => {
+                let rps = positive("workload.rps", rps)?;
+                Ok((ArrivalSpec::Poisson { rate_per_s: rps }, rps))
+            }
+            (None, None) => Err(field_error(
+                "workload.rps",
+                "is required (or an [arrival] table saying how workflows arrive)",
+            )),
+            (Some(_), Some(_)) => Err(field_error(
+                "workload.rps",
+                "does not apply with an [arrival] table: give the rate there (arrival.rate_per_s)",
+            )),
+            (Some(table), None) => {
+                let spec = table.validate(usize::MAX, base_dir, cache)?;
+                let rps = match &spec {
+                    ArrivalSpec::Poisson { rate_per_s }
+                    | ArrivalSpec::Gamma { rate_per_s, .. }
+                    | ArrivalSpec::Bursty { rate_per_s, .. } => *rate_per_s,
+                    ArrivalSpec::Trace { trace, time_scale } => {
+                        trace_rows_within(trace, *time_scale, duration_s) as f64 / duration_s
+                    }
+                    ArrivalSpec::Offline => {
+                        return Err(field_error(
+                            "arrival.pattern",
+                            "\"offline\" does not apply to Chimera: workflows arrive during \
+                             workload.duration_s (use poisson, gamma, bursty or trace)",
+                        ));
+                    }
+                };
+                Ok((spec, rps))
+            }
+        }
+    }
+
+    /// Validates the Chimera tables (`base_dir`, the scenario's folder, is where a measured
+    /// set is looked for besides the working directory and a trace path resolves; both are
+    /// loaded once per sweep through `cache`).
+    pub fn validate(
+        &self,
+        base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<ChimeraScenario, FieldError> {
         let c = &self.cluster;
         let gpu =
             GpuSpec::by_name(&c.gpu).map_err(|e| field_error("cluster.gpu", e.to_string()))?;
+        let measured = match &c.measured {
+            Some(name) => {
+                let set = measured_set("cluster.measured", name, base_dir, cache)?;
+                measured_on("cluster.measured", &set, "cluster.gpu", &gpu)?;
+                Some(set)
+            }
+            None => None,
+        };
         if c.models.is_empty() {
             return Err(field_error("cluster.models", "needs at least one model"));
         }
@@ -164,12 +279,20 @@ impl ChimeraConfig {
                     models.len() - 1
                 }
             };
-            let cost = EngineCost::new(name, &shape, &gpu, c.max_batch_size, utilization, overhead)
-                .map_err(|e| field_error(&path, e))?;
+            let cost = EngineCost::new(
+                name,
+                &shape,
+                &gpu,
+                c.max_batch_size,
+                utilization,
+                overhead,
+                measured.as_deref(),
+            )
+            .map_err(|e| field_error(&path, e))?;
             engines.push(EngineSpec { model, cost });
         }
-        let rps = positive("workload.rps", self.workload.rps)?;
         let duration_s = positive("workload.duration_s", self.workload.duration_s)?;
+        let (arrival, rps) = self.arrival_spec(duration_s, base_dir, cache)?;
         if let PredictorConfig::Noisy { noise } = &self.predictor {
             non_negative("predictor.noise", *noise)?;
         }
@@ -211,10 +334,12 @@ impl ChimeraConfig {
             generator: WorkflowGenerator { dataset, models },
             rps,
             duration_s,
+            arrival,
             predictor: self.predictor.clone(),
             semantic_router: self.semantic_router.clone(),
             queue: self.queue.clone(),
             routing: self.routing.clone(),
+            measured: c.measured.clone(),
         })
     }
 }

@@ -4,6 +4,7 @@
 //! total job first with aging) and runs continuous batching on its own GPU cost model.
 
 pub mod config;
+pub mod family;
 pub mod models;
 pub mod policy;
 pub mod run;
@@ -12,81 +13,95 @@ pub mod stats;
 pub mod workload;
 
 pub use config::{ChimeraConfig, ChimeraScenario};
+pub use family::Chimera;
 pub use policy::{
     EngineState, QueuePolicy, QueuePolicyConfig, QueuedRequest, RouteRequest, Router, RouterConfig,
 };
 pub use server::ChimeraMetrics;
 
-use crate::metrics::{Better, MetricInfo, RunOutput};
+use crate::metrics::{Better, Metric, MetricInfo, RunOutput, metric_infos};
 
 /// The scalar metrics a Chimera run reports (defined in docs/chimera.md).
-pub const METRICS: &[MetricInfo] = &[
-    MetricInfo {
-        name: "latency_per_token_ms",
-        description: "E2E latency per token (ms/token)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "workflow_latency_mean_ms",
-        description: "mean workflow E2E latency (ms)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "workflow_latency_p50_ms",
-        description: "P50 workflow E2E latency (ms)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "workflow_latency_p99_ms",
-        description: "P99 workflow E2E latency (ms)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "queue_time_mean_ms",
-        description: "mean request queueing time (ms)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "queue_time_p99_ms",
-        description: "P99 request queueing time (ms)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "workflow_queue_time_mean_ms",
-        description: "mean queueing time per workflow (ms)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "score_pct",
-        description: "task score (%)",
-        better: Better::Higher,
-    },
-    MetricInfo {
-        name: "throughput_wps",
-        description: "throughput (workflows/s)",
-        better: Better::Higher,
-    },
-    MetricInfo {
-        name: "engine_utilization_mean",
-        description: "mean engine utilization",
-        better: Better::Higher,
-    },
-    MetricInfo {
-        name: "engine_token_imbalance",
-        description: "engine load imbalance (max/mean tokens)",
-        better: Better::Lower,
-    },
-    MetricInfo {
-        name: "router_map",
-        description: "semantic router mean average precision",
-        better: Better::Higher,
-    },
-    MetricInfo {
-        name: "predictor_kendall_distance",
-        description: "length predictor Kendall tau distance",
-        better: Better::Lower,
-    },
+pub const METRIC_TABLE: [Metric<ChimeraMetrics>; 13] = [
+    Metric::new(
+        "latency_per_token_ms",
+        "E2E latency per token (ms/token)",
+        Better::Lower,
+        |m| m.latency_per_token_ms,
+    ),
+    Metric::new(
+        "workflow_latency_mean_ms",
+        "mean workflow E2E latency (ms)",
+        Better::Lower,
+        |m| m.workflow_latency.mean_ms,
+    ),
+    Metric::new(
+        "workflow_latency_p50_ms",
+        "P50 workflow E2E latency (ms)",
+        Better::Lower,
+        |m| m.workflow_latency.p50_ms,
+    ),
+    Metric::new(
+        "workflow_latency_p99_ms",
+        "P99 workflow E2E latency (ms)",
+        Better::Lower,
+        |m| m.workflow_latency.p99_ms,
+    ),
+    Metric::new(
+        "queue_time_mean_ms",
+        "mean request queueing time (ms)",
+        Better::Lower,
+        |m| m.queue_time.mean_ms,
+    ),
+    Metric::new(
+        "queue_time_p99_ms",
+        "P99 request queueing time (ms)",
+        Better::Lower,
+        |m| m.queue_time.p99_ms,
+    ),
+    Metric::new(
+        "workflow_queue_time_mean_ms",
+        "mean queueing time per workflow (ms)",
+        Better::Lower,
+        |m| m.workflow_queue_time.mean_ms,
+    ),
+    Metric::new("score_pct", "task score (%)", Better::Higher, |m| {
+        m.score_pct
+    }),
+    Metric::new(
+        "throughput_wps",
+        "throughput (workflows/s)",
+        Better::Higher,
+        |m| m.throughput_wps,
+    ),
+    Metric::new(
+        "engine_utilization_mean",
+        "mean engine utilization",
+        Better::Higher,
+        |m| m.engine_utilization_mean,
+    ),
+    Metric::new(
+        "engine_token_imbalance",
+        "engine load imbalance (max/mean tokens)",
+        Better::Lower,
+        |m| m.engine_token_imbalance,
+    ),
+    Metric::new(
+        "router_map",
+        "semantic router mean average precision",
+        Better::Higher,
+        |m| m.router_map,
+    ),
+    Metric::new(
+        "predictor_kendall_distance",
+        "length predictor Kendall tau distance",
+        Better::Lower,
+        |m| m.predictor_kendall_distance,
+    ),
 ];
+
+/// The metric column of `METRIC_TABLE`.
+pub const METRICS: &[MetricInfo] = &metric_infos(&METRIC_TABLE);
 
 /// The metrics `expertsim run` prints per cell, and those it prints as change vs the baseline.
 pub const HEADLINE: &[&str] = &[
@@ -97,44 +112,9 @@ pub const HEADLINE: &[&str] = &[
 ];
 pub const HEADLINE_IMPROVEMENTS: &[&str] = &["latency_per_token_ms", "score_pct"];
 
-impl ChimeraMetrics {
-    /// The value of scalar metric `name` (one of `METRICS`).
-    pub fn scalar(&self, name: &str) -> Option<f64> {
-        Some(match name {
-            "latency_per_token_ms" => self.latency_per_token_ms,
-            "workflow_latency_mean_ms" => self.workflow_latency.mean_ms,
-            "workflow_latency_p50_ms" => self.workflow_latency.p50_ms,
-            "workflow_latency_p99_ms" => self.workflow_latency.p99_ms,
-            "queue_time_mean_ms" => self.queue_time.mean_ms,
-            "queue_time_p99_ms" => self.queue_time.p99_ms,
-            "workflow_queue_time_mean_ms" => self.workflow_queue_time.mean_ms,
-            "score_pct" => self.score_pct,
-            "throughput_wps" => self.throughput_wps,
-            "engine_utilization_mean" => self.engine_utilization_mean,
-            "engine_token_imbalance" => self.engine_token_imbalance,
-            "router_map" => self.router_map,
-            "predictor_kendall_distance" => self.predictor_kendall_distance,
-            _ => return None,
-        })
-    }
-}
-
-/// A run's metrics in the family-independent shape.
+/// A run's metrics in the family-independent shape: the table's scalars, every field as detail.
 pub fn run_output(metrics: &ChimeraMetrics) -> RunOutput {
-    RunOutput {
-        scalars: METRICS
-            .iter()
-            .map(|m| {
-                (
-                    m.name.to_string(),
-                    metrics
-                        .scalar(m.name)
-                        .expect("every Chimera metric resolves"),
-                )
-            })
-            .collect(),
-        details: serde_json::to_value(metrics).expect("metrics serialize"),
-    }
+    crate::metrics::run_output(&METRIC_TABLE, metrics)
 }
 
 #[cfg(test)]

@@ -6,9 +6,11 @@
 //! capacity the memory left by the weights holds.
 
 use crate::cost::gpu::{GpuSpec, LinkSpec};
+use crate::cost::measured_steps::{MeasuredDenseStep, MeasuredSet, OpSources};
 use crate::cost::roofline::{Roofline, StepPrice, StepRoofline, StepTokens, TensorParallel};
 use crate::cost::shape::DenseModelShape;
 use serde::Serialize;
+use std::sync::Arc;
 
 /// The models a Chimera scenario may name, with the catalogue preset each one is. The paper
 /// serves Ministral-3-8B-Instruct-2512; the catalogue's Ministral-8B-Instruct-2410, the text
@@ -61,10 +63,16 @@ pub struct EngineCost {
     /// Step time at the full batch, each sequence holding `PROFILE_CONTEXT_TOKENS`, in ms: the
     /// per-token decode cost Chimera's load estimate divides by the batch size.
     pub decode_ms_per_token: f64,
+    /// With `cluster.measured`: the step priced from measured operations instead of the
+    /// roofline (`cost::measured_steps`), with its pricing record.
+    #[serde(skip)]
+    pub measured: Option<Arc<MeasuredDenseStep>>,
 }
 
 impl EngineCost {
-    /// The engine of `model` (shape `shape`) on `gpu`; `Err` when the weights leave no KV cache.
+    /// The engine of `model` (shape `shape`) on `gpu`, its steps priced by the roofline or,
+    /// with `measured`, from that set's measured operations; `Err` when the weights leave no KV
+    /// cache.
     pub fn new(
         model: &str,
         shape: &DenseModelShape,
@@ -72,6 +80,7 @@ impl EngineCost {
         max_batch_size: usize,
         gpu_memory_utilization: f64,
         step_overhead_ms: f64,
+        measured: Option<&MeasuredSet>,
     ) -> Result<EngineCost, String> {
         let weight_bytes = shape.weight_bytes();
         let kv_capacity_tokens = gpu
@@ -89,15 +98,20 @@ impl EngineCost {
                     gpu.memory_gb * gpu_memory_utilization
                 )
             })?;
-        let roofline = StepRoofline::dense(
-            shape,
-            Roofline::of(gpu),
-            TensorParallel {
-                degree: 1,
-                link: LinkSpec::PCIE4_X16,
-            },
-            step_overhead_ms * 1e6,
-        );
+        let parallel = TensorParallel {
+            degree: 1,
+            link: LinkSpec::PCIE4_X16,
+        };
+        let roofline =
+            StepRoofline::dense(shape, Roofline::of(gpu), parallel, step_overhead_ms * 1e6);
+        let measured = measured.map(|set| {
+            Arc::new(MeasuredDenseStep::new(
+                set,
+                shape,
+                parallel,
+                step_overhead_ms * 1e6,
+            ))
+        });
         let mut cost = EngineCost {
             model: model.to_string(),
             shape: shape.clone(),
@@ -106,6 +120,7 @@ impl EngineCost {
             kv_capacity_tokens,
             max_batch_size,
             decode_ms_per_token: 0.0,
+            measured,
         };
         let batch = (max_batch_size as f64)
             .min(cost.kv_capacity_tokens as f64 / PROFILE_CONTEXT_TOKENS)
@@ -124,7 +139,18 @@ impl EngineCost {
 
     /// One step's price.
     pub fn step(&self, work: &StepTokens) -> StepPrice {
-        self.roofline.price(work)
+        self.step_with_sources(work).0
+    }
+
+    /// One step's price and, when measured operations priced it, what priced each operation.
+    pub fn step_with_sources(&self, work: &StepTokens) -> (StepPrice, Option<OpSources>) {
+        match &self.measured {
+            Some(measured) => {
+                let (price, sources) = measured.price(work);
+                (price, Some(sources))
+            }
+            None => (self.roofline.price(work), None),
+        }
     }
 }
 
@@ -140,6 +166,7 @@ mod tests {
             256,
             0.9,
             DEFAULT_STEP_OVERHEAD_MS,
+            None,
         )
     }
 

@@ -36,7 +36,11 @@ pub fn run_recorded(
     let mut server = ChimeraServer::new(scenario, seed, queue, router);
     server.record_requests(sink);
     engine::run(&mut server);
-    super::run_output(&server.finish())
+    let mut output = super::run_output(&server.finish());
+    if let Some(pricing) = scenario.pricing() {
+        output.details["pricing"] = pricing;
+    }
+    output
 }
 
 /// [`run`] with each engine's steps priced by `step_costs[e]` (live mode wraps the analytic

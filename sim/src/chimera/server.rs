@@ -2,7 +2,8 @@
 //! priority queue ordered by a `QueuePolicy`) fed by a `Router`, serving multi-stage workflows whose
 //! next stage is submitted, with the accumulated context, when the previous one completes.
 //!
-//! Events (`Event`): `WorkflowArrival` (the next workflow, Poisson at the scenario's RPS) and
+//! Events (`Event`): `WorkflowArrival` (the next workflow, from the scenario's arrival process:
+//! Poisson at its RPS, bursty, or a replayed trace carrying the user prompt's length) and
 //! `StepComplete { engine }` (that engine's step ends).
 //!
 //! Each engine is a `serving::Replica` configured as Chimera runs vLLM (`replica_config`):
@@ -16,7 +17,7 @@ use super::models::EngineCost;
 use super::policy::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Router};
 use super::stats::{average_precision, kendall_tau_distance};
 use super::workload::{SYSTEM_PROMPT_TOKENS, Workflow};
-use crate::arrivals::{Arrival, ArrivalProcess, Poisson};
+use crate::arrivals::ArrivalProcess;
 use crate::cost::roofline::StepTokens;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
@@ -79,7 +80,7 @@ impl StepCost for EngineStepCost<'_> {
         } else {
             0.0
         };
-        let price = self.0.step(&StepTokens {
+        let (price, op_sources) = self.0.step_with_sources(&StepTokens {
             rows: work.decode_tokens + work.prefill_tokens,
             sequences: work.requests,
             context_tokens: work.context_tokens,
@@ -92,9 +93,10 @@ impl StepCost for EngineStepCost<'_> {
                 memory_ns: price.memory_ns,
                 communication_ns: price.communication_ns,
                 overhead_ns: price.overhead_ns,
+                op_sources,
                 ..StepBreakdown::default()
             },
-            source: CostSource::Analytic,
+            source: op_sources.map_or(CostSource::Analytic, |s| s.step_source()),
         }
     }
 }
@@ -134,6 +136,7 @@ impl AdmitHook for Admit<'_> {
                 stage: request.stage,
                 submitted: request.submitted,
                 admitted: now,
+                prompt_tokens: request.prompt_tokens,
                 predicted_total_tokens: request.predicted_total_tokens,
                 true_remaining_tokens: run.workflow.remaining_total(self.model, request.stage),
             });
@@ -163,6 +166,8 @@ pub struct AdmissionRecord {
     pub stage: u32,
     pub submitted: SimTime,
     pub admitted: SimTime,
+    /// The stage's prompt: system prompt, user prompt and the earlier stages' outputs.
+    pub prompt_tokens: u32,
     pub predicted_total_tokens: f64,
     pub true_remaining_tokens: u64,
 }
@@ -215,8 +220,8 @@ pub struct ChimeraMetrics {
 /// What happens to the Chimera cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// The pending workflow arrives.
-    WorkflowArrival,
+    /// A workflow arrives, with its user prompt length when the arrivals know it (trace replay).
+    WorkflowArrival { prompt_tokens: Option<u32> },
     /// The step in execution on `engine` finishes.
     StepComplete { engine: usize },
 }
@@ -226,8 +231,7 @@ pub struct ChimeraServer<'a> {
     scenario: &'a ChimeraScenario,
     queue: &'a mut dyn QueuePolicy,
     router: &'a mut dyn Router,
-    arrivals: Poisson,
-    pending_arrival: Option<Arrival>,
+    arrivals: Box<dyn ArrivalProcess>,
     horizon: SimTime,
     rng_workflows: SimRng,
     rng_router: SimRng,
@@ -280,8 +284,9 @@ impl<'a> ChimeraServer<'a> {
             scenario,
             queue,
             router,
-            arrivals: Poisson::new(scenario.rps, usize::MAX, 1, stream(seed, "arrivals")),
-            pending_arrival: None,
+            arrivals: scenario
+                .arrival
+                .process(usize::MAX, 1, stream(seed, "arrivals")),
             horizon: SimTime::from_secs_f64(scenario.duration_s),
             rng_workflows: stream(seed, "workflows"),
             records: None,
@@ -354,17 +359,27 @@ impl<'a> ChimeraServer<'a> {
     }
 
     fn schedule_next_arrival(&mut self, events: &mut EventQueue<Event>) {
-        self.pending_arrival = self
+        if let Some(arrival) = self
             .arrivals
             .next_arrival()
-            .filter(|a| a.time <= self.horizon);
-        if let Some(arrival) = &self.pending_arrival {
-            events.schedule(arrival.time.max(events.now()), Event::WorkflowArrival);
+            .filter(|a| a.time <= self.horizon)
+        {
+            events.schedule(
+                arrival.time.max(events.now()),
+                Event::WorkflowArrival {
+                    prompt_tokens: arrival.prompt_tokens,
+                },
+            );
         }
     }
 
-    fn workflow_arrives(&mut self, now: SimTime) {
-        let workflow = self.scenario.generator.generate(&mut self.rng_workflows);
+    fn workflow_arrives(&mut self, now: SimTime, prompt_tokens: Option<u32>) {
+        let mut workflow = self.scenario.generator.generate(&mut self.rng_workflows);
+        // A trace's prompt replaces the drawn one (drawn all the same, so the other draws of
+        // the workflow stream stay where they are).
+        if let Some(tokens) = prompt_tokens {
+            workflow.user_prompt_tokens = tokens.max(1);
+        }
         let mut confidence = Vec::with_capacity(self.scenario.generator.models.len());
         self.scenario.semantic_router.confidences(
             &workflow,
@@ -656,11 +671,8 @@ impl Model for ChimeraServer<'_> {
 
     fn handle(&mut self, now: SimTime, event: Event, events: &mut EventQueue<Event>) {
         match event {
-            Event::WorkflowArrival => {
-                self.pending_arrival
-                    .take()
-                    .expect("an arrival event has a pending arrival");
-                self.workflow_arrives(now);
+            Event::WorkflowArrival { prompt_tokens } => {
+                self.workflow_arrives(now, prompt_tokens);
                 self.schedule_next_arrival(events);
             }
             Event::StepComplete { engine } => self.step_done(engine, now),

@@ -4,6 +4,7 @@
 use super::*;
 use crate::chimera::server::ChimeraServer;
 use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
+use crate::scenario::validate::LoadCache;
 use std::collections::VecDeque;
 use std::path::Path;
 
@@ -95,7 +96,9 @@ kind = "round_robin"
 }
 
 fn scenario(config: &ChimeraConfig) -> ChimeraScenario {
-    config.validate(Path::new(".")).unwrap()
+    config
+        .validate(Path::new("."), &mut LoadCache::default())
+        .unwrap()
 }
 
 #[test]
@@ -241,7 +244,9 @@ fn router_quality_knob_moves_the_achieved_mean_average_precision() {
 #[test]
 fn bad_input_is_a_field_error() {
     let check = |c: ChimeraConfig, path: &str| {
-        let e = c.validate(Path::new(".")).unwrap_err();
+        let e = c
+            .validate(Path::new("."), &mut LoadCache::default())
+            .unwrap_err();
         assert_eq!(e.path, path, "{e:?}");
     };
     check(config(&["gpt-9"], 1.0, 1.0), "cluster.models[0]");
@@ -277,11 +282,11 @@ fn bad_input_is_a_field_error() {
 /// scenario without aging, threshold 0, is the vLLM(STJF) reference).
 #[test]
 fn every_chimera_scenario_file_validates_in_every_cell() {
-    let plans = crate::shipped_scenarios::load_all("chimera", crate::scenario::Family::Chimera, 10);
+    let plans = crate::shipped_scenarios::load_all("chimera", 10);
     let mut stjf = 0;
     for plan in &plans {
         for cell in &plan.cells {
-            let crate::scenario::Scenario::Chimera(scenario) = &cell.scenario else {
+            let Some(scenario) = cell.scenario.get::<crate::chimera::ChimeraScenario>() else {
                 panic!("{}: not a Chimera scenario", plan.path.display());
             };
             if let crate::chimera::policy::QueuePolicyConfig::Stjf {
@@ -301,4 +306,106 @@ fn every_chimera_scenario_file_validates_in_every_cell() {
         }
     }
     assert!(stjf > 0);
+}
+
+/// A config whose workflows arrive from the trace at `trace_path` (replayed at `time_scale`).
+fn trace_config(trace_path: &Path, time_scale: f64, duration_s: f64) -> ChimeraConfig {
+    let text = format!(
+        r#"
+[cluster]
+models = ["qwen2.5-7b"]
+[workload]
+dataset = "apps"
+duration_s = {duration_s}
+[arrival]
+pattern = "trace"
+trace = {{ path = {:?}, time_scale = {time_scale} }}
+[queue]
+kind = "fcfs"
+[routing]
+kind = "round_robin"
+"#,
+        trace_path.display().to_string()
+    );
+    toml::from_str(&text).unwrap()
+}
+
+#[test]
+fn a_trace_replays_its_arrival_times_and_prompts_within_the_window() {
+    let dir = std::env::temp_dir().join(format!("chimera-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.csv");
+    // Arrivals at 10, 10.5, 11 and 15 s of the file's clock; the replay starts at the first.
+    std::fs::write(
+        &path,
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n10,100,7\n10.5,2000,7\n11,30,7\n15,400,7\n",
+    )
+    .unwrap();
+    for (time_scale, expected_times_s) in
+        [(1.0, vec![0.0, 0.5, 1.0]), (0.5, vec![0.0, 0.25, 0.5, 2.5])]
+    {
+        let s = scenario(&trace_config(&path, time_scale, 3.0));
+        // The window (3 s) holds the rows replayed before it ends; the rate is theirs.
+        assert_eq!(s.rps, expected_times_s.len() as f64 / 3.0);
+        let (_, stats) = s.trace_stats().unwrap();
+        assert_eq!(stats.requests, expected_times_s.len());
+        let (mut q, mut r) = (Fifo::default(), Turns::default());
+        let mut server = ChimeraServer::new(&s, 1, &mut q, &mut r);
+        server.record_admissions();
+        crate::engine::run(&mut server);
+        let mut first_stages: Vec<_> = server
+            .admissions()
+            .iter()
+            .filter(|a| a.stage == 0)
+            .cloned()
+            .collect();
+        first_stages.sort_by_key(|a| a.workflow);
+        let times: Vec<f64> = first_stages
+            .iter()
+            .map(|a| a.submitted.as_secs_f64())
+            .collect();
+        assert_eq!(times, expected_times_s);
+        let prompts: Vec<u32> = first_stages
+            .iter()
+            .map(|a| a.prompt_tokens - crate::chimera::workload::SYSTEM_PROMPT_TOKENS)
+            .collect();
+        assert_eq!(prompts, [100, 2000, 30, 400][..expected_times_s.len()]);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn arrivals_come_from_workload_rps_or_an_arrival_table_not_both() {
+    let error = |c: &ChimeraConfig| {
+        c.validate(Path::new("."), &mut LoadCache::default())
+            .unwrap_err()
+            .path
+    };
+    let mut neither = config(&["qwen2.5-7b"], 1.0, 1.0);
+    neither.workload.rps = None;
+    assert_eq!(error(&neither), "workload.rps");
+    let mut both = config(&["qwen2.5-7b"], 1.0, 1.0);
+    both.arrival = Some(toml::from_str("pattern = \"poisson\"\nrate_per_s = 2.0").unwrap());
+    assert_eq!(error(&both), "workload.rps");
+    let mut offline = config(&["qwen2.5-7b"], 1.0, 1.0);
+    offline.workload.rps = None;
+    offline.arrival = Some(toml::from_str("pattern = \"offline\"").unwrap());
+    assert_eq!(error(&offline), "arrival.pattern");
+    // The same Poisson rate through either table gives the same run.
+    let mut table = config(&["qwen2.5-7b"], 2.0, 30.0);
+    table.workload.rps = None;
+    table.arrival = Some(toml::from_str("pattern = \"poisson\"\nrate_per_s = 2.0").unwrap());
+    let a = run::simulate(
+        &scenario(&config(&["qwen2.5-7b"], 2.0, 30.0)),
+        5,
+        &mut Fifo::default(),
+        &mut Turns::default(),
+    );
+    let b = run::simulate(
+        &scenario(&table),
+        5,
+        &mut Fifo::default(),
+        &mut Turns::default(),
+    );
+    assert_eq!(a, b);
 }

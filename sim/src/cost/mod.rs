@@ -1,14 +1,18 @@
 //! The one cost model: the GPU catalogue (`gpu`), the model-shape catalogue (`shape`), the
 //! roofline every family prices steps with (`roofline`: dense steps, the non-expert part of MoE
 //! models, MLA attention, and the analytic profiles sampled from it), the grouped-GEMM MoE layer
-//! (`moe_layer`), token-vs-latency staircase curves (`curve`), the versioned calibration profile
-//! that holds them (`profile`), measured per-operation profiles (`op_profile`), and expert GEMMs
-//! priced from them where they apply (`measured_ops`: measured, scaled or analytic). See
+//! (`moe_layer`), model loads (`load`: weight bytes over the load path), token-vs-latency
+//! staircase curves (`curve`), the versioned calibration profile
+//! that holds them (`profile`), measured per-operation profiles (`op_profile`), operation classes
+//! priced from them where they apply (`measured_ops`: measured, scaled or analytic), and steps and
+//! MoE curves built from those (`measured_steps`, with the record of what priced what). See
 //! docs/cost-model.md.
 
 pub mod curve;
 pub mod gpu;
+pub mod load;
 pub mod measured_ops;
+pub mod measured_steps;
 pub mod moe_layer;
 #[cfg(test)]
 mod one_model_checks;

@@ -25,6 +25,10 @@ pub enum SourceKind {
     AnalyticRoofline,
     /// Measured on hardware by the calibration binary.
     Measured,
+    /// Built from measured per-operation kernel timings (`cost::measured_steps`: imported
+    /// public measurements), each operation class measured, scaled or analytic as its record
+    /// says.
+    MeasuredOperations,
 }
 
 impl SourceKind {
@@ -33,6 +37,7 @@ impl SourceKind {
         match self {
             SourceKind::AnalyticRoofline => "analytic-roofline",
             SourceKind::Measured => "measured",
+            SourceKind::MeasuredOperations => "measured-operations",
         }
     }
 }

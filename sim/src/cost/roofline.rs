@@ -372,6 +372,19 @@ impl StepRoofline {
         )
     }
 
+    /// The attention of one layer over `work` without the layer's weights (without launches):
+    /// the KV it reads and its score/value FLOPs, as a kernel group of its own (how a step
+    /// priced from measured operations adds the attention the measurements do not hold).
+    pub fn attention(&self, work: &StepTokens) -> OpTime {
+        let a = &self.attention;
+        let context = work.context_tokens as f64;
+        self.roofline.op(
+            context * a.kv_bytes_per_token,
+            a.decode_flops_per_pair * context
+                + a.prefill_flops_per_pair * 0.5 * work.prefill_square,
+        )
+    }
+
     /// The output head (without launches) scoring `sequences` rows.
     pub fn head(&self, sequences: u64) -> OpTime {
         self.roofline.op(

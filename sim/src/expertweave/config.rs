@@ -454,6 +454,6 @@ output_tokens = 64
     /// sweep cell.
     #[test]
     fn shipped_scenarios_validate_in_every_cell() {
-        crate::shipped_scenarios::load_all("expertweave", crate::scenario::Family::Expertweave, 2);
+        crate::shipped_scenarios::load_all("expertweave", 2);
     }
 }

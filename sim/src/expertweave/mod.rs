@@ -11,72 +11,115 @@ pub use adapters::{EsftAdapter, esft_adapter, esft_adapters};
 pub use memory::{AdapterMemory, AdapterMemoryError, MemoryConfig, MemoryPlan, MemoryReport};
 pub use model::DeviceMemory;
 pub mod config;
+pub mod family;
 pub mod profile_cost;
 pub mod run;
 
 pub use config::{ExpertWeaveConfig, ExpertWeaveScenario};
+pub use family::ExpertWeave;
 pub use profile_cost::{EwProfile, ProfileStepCost};
 pub use run::{EwStepCost, EwStepWork, Popularity, RooflineStepCost, run, run_on, run_recorded};
 
-use crate::metrics::{Better, MetricInfo};
+use crate::metrics::{Better, Metric, MetricInfo, metric_infos};
 
-const fn metric(name: &'static str, description: &'static str, better: Better) -> MetricInfo {
-    MetricInfo {
-        name,
-        description,
-        better,
-    }
+/// One ExpertWeave run's scalar values, one field per metric of `METRIC_TABLE`
+/// (docs/expertweave.md defines each).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExpertWeaveScalars {
+    pub weights_gib: f64,
+    pub adapter_memory_gib: f64,
+    pub padding_waste_gib: f64,
+    pub fragmentation_factor: f64,
+    pub sparsity_factor: f64,
+    pub kv_capacity_tokens: f64,
+    pub out_of_memory: f64,
+    pub ttft_mean_ms: f64,
+    pub ttft_p99_ms: f64,
+    pub tpot_mean_ms: f64,
+    pub prefill_throughput_tps: f64,
+    pub decode_throughput_tps: f64,
+    pub requests_completed: f64,
+    pub requests_rejected: f64,
 }
 
 /// The scalar metrics an ExpertWeave run reports, in order (docs/expertweave.md defines each).
-pub const METRICS: &[MetricInfo] = &[
-    metric("weights_gib", "weights on device (GiB)", Better::Lower),
-    metric(
+pub const METRIC_TABLE: [Metric<ExpertWeaveScalars>; 14] = [
+    Metric::new(
+        "weights_gib",
+        "weights on device (GiB)",
+        Better::Lower,
+        |s| s.weights_gib,
+    ),
+    Metric::new(
         "adapter_memory_gib",
         "memory allocated for adapters (GiB)",
         Better::Lower,
+        |s| s.adapter_memory_gib,
     ),
-    metric(
+    Metric::new(
         "padding_waste_gib",
         "allocated adapter memory holding no expert (GiB)",
         Better::Lower,
+        |s| s.padding_waste_gib,
     ),
-    metric(
+    Metric::new(
         "fragmentation_factor",
         "allocated / needed adapter memory",
         Better::Lower,
+        |s| s.fragmentation_factor,
     ),
-    metric(
+    Metric::new(
         "sparsity_factor",
         "mean adapter sparsity factor",
         Better::Lower,
+        |s| s.sparsity_factor,
     ),
-    metric(
+    Metric::new(
         "kv_capacity_tokens",
         "KV cache capacity (tokens)",
         Better::Higher,
+        |s| s.kv_capacity_tokens,
     ),
-    metric("out_of_memory", "out of memory (0/1)", Better::Lower),
-    metric("ttft_mean_ms", "mean TTFT (ms)", Better::Lower),
-    metric("ttft_p99_ms", "P99 TTFT (ms)", Better::Lower),
-    metric("tpot_mean_ms", "mean TPOT (ms)", Better::Lower),
-    metric(
+    Metric::new("out_of_memory", "out of memory (0/1)", Better::Lower, |s| {
+        s.out_of_memory
+    }),
+    Metric::new("ttft_mean_ms", "mean TTFT (ms)", Better::Lower, |s| {
+        s.ttft_mean_ms
+    }),
+    Metric::new("ttft_p99_ms", "P99 TTFT (ms)", Better::Lower, |s| {
+        s.ttft_p99_ms
+    }),
+    Metric::new("tpot_mean_ms", "mean TPOT (ms)", Better::Lower, |s| {
+        s.tpot_mean_ms
+    }),
+    Metric::new(
         "prefill_throughput_tps",
         "prefill throughput (tokens/s)",
         Better::Higher,
+        |s| s.prefill_throughput_tps,
     ),
-    metric(
+    Metric::new(
         "decode_throughput_tps",
         "decode throughput (tokens/s)",
         Better::Higher,
+        |s| s.decode_throughput_tps,
     ),
-    metric("requests_completed", "requests completed", Better::Higher),
-    metric(
+    Metric::new(
+        "requests_completed",
+        "requests completed",
+        Better::Higher,
+        |s| s.requests_completed,
+    ),
+    Metric::new(
         "requests_rejected",
         "requests longer than the KV capacity",
         Better::Lower,
+        |s| s.requests_rejected,
     ),
 ];
+
+/// The metric column of `METRIC_TABLE`.
+pub const METRICS: &[MetricInfo] = &metric_infos(&METRIC_TABLE);
 
 /// The metrics `expertsim run` prints per cell.
 pub const HEADLINE: &[&str] = &[

@@ -180,7 +180,7 @@ impl EwStepCost for ProfileStepCost<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::{Scenario, load_str};
+    use crate::scenario::load_str;
     use std::path::Path;
 
     /// The live ExpertWeave scenario with `cost.profile` set to `profile`.
@@ -189,9 +189,10 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         let set = format!("cost.profile=\"{profile}\"");
         let plan = load_str(&path, &text, &[set]).map_err(|e| e.to_string())?;
-        match &plan.cells[0].scenario {
-            Scenario::Expertweave(s) => Ok(s.clone()),
-            other => panic!("not ExpertWeave: {:?}", other.family()),
+        let cell = &plan.cells[0].scenario;
+        match cell.get::<ExpertWeaveScenario>() {
+            Some(s) => Ok(s.clone()),
+            None => panic!("not ExpertWeave: {:?}", cell.family()),
         }
     }
 

@@ -660,40 +660,36 @@ fn summarize(
     };
     let r = &plan.report;
     let gib = |bytes: u64| bytes as f64 / GIB as f64;
-    let values = [
-        gib(r.weight_bytes),
-        gib(r.adapter_allocated_bytes),
-        gib(r.padding_waste_bytes),
-        r.fragmentation_factor,
-        r.sparsity_factor,
-        r.kv_capacity_tokens as f64,
-        if r.out_of_memory { 1.0 } else { 0.0 },
+    let values = super::ExpertWeaveScalars {
+        weights_gib: gib(r.weight_bytes),
+        adapter_memory_gib: gib(r.adapter_allocated_bytes),
+        padding_waste_gib: gib(r.padding_waste_bytes),
+        fragmentation_factor: r.fragmentation_factor,
+        sparsity_factor: r.sparsity_factor,
+        kv_capacity_tokens: r.kv_capacity_tokens as f64,
+        out_of_memory: if r.out_of_memory { 1.0 } else { 0.0 },
         // No request served (out of memory, or none completed): no latency, not 0 ms.
-        if ttft.count() == 0 {
+        ttft_mean_ms: if ttft.count() == 0 {
             f64::NAN
         } else {
             ttft.mean_ms()
         },
-        if ttft.count() == 0 {
+        ttft_p99_ms: if ttft.count() == 0 {
             f64::NAN
         } else {
             ttft.quantile_ms(0.99)
         },
-        if tpot.count() == 0 {
+        tpot_mean_ms: if tpot.count() == 0 {
             f64::NAN
         } else {
             tpot.mean_ms()
         },
-        per_second(prompt),
-        per_second(output),
-        completed as f64,
-        rejected as f64,
-    ];
-    let scalars = super::METRICS
-        .iter()
-        .zip(values)
-        .map(|(m, v)| (m.name.to_string(), v))
-        .collect();
+        prefill_throughput_tps: per_second(prompt),
+        decode_throughput_tps: per_second(output),
+        requests_completed: completed as f64,
+        requests_rejected: rejected as f64,
+    };
+    let scalars = crate::metrics::scalars(&super::METRIC_TABLE, &values);
     let per_adapter: Vec<u64> = (0..scenario.adapters.len())
         .map(|a| requests.iter().filter(|r| r.adapter == a).count() as u64)
         .collect();

@@ -3,6 +3,7 @@
 
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
 use crate::cost::gpu::GpuSpec;
+use crate::cost::measured_steps::PricingRecord;
 use crate::cost::profile::Profile;
 use crate::cost::roofline::analytic_profile;
 use crate::cost::shape::MoeModelShape;
@@ -74,6 +75,11 @@ pub struct ModelTable {
     /// the analytic roofline of `cluster.gpu`.
     #[serde(default)]
     pub profile: Option<String>,
+    /// A set of measured per-operation profiles of `cluster.gpu` (`profiles/<name>/`, e.g.
+    /// `"vidur/a100"`) to build the curves from instead of the analytic roofline: each
+    /// operation measured, scaled or analytic as the run's `pricing` record says.
+    #[serde(default)]
+    pub measured: Option<String>,
 }
 
 fn d_n_gpus() -> usize {
@@ -299,8 +305,13 @@ pub struct GemScenario {
     pub model_name: String,
     pub shape: MoeModelShape,
     pub gpu: GpuSpec,
-    /// The analytic roofline profile of the model on the GPU (the source is recorded).
+    /// The analytic roofline profile of the model on the GPU, a measured one, or one built
+    /// from measured operations (the source is recorded).
     pub profile: Arc<Profile>,
+    /// With `model.measured`: how each operation was priced. The profile's non-expert curves
+    /// are then one GPU's share at tensor parallelism `n_gpus` (measured at that degree), not
+    /// the whole layer's.
+    pub pricing: Option<Arc<PricingRecord>>,
     pub n_gpus: usize,
     pub variability: VariabilitySetup,
     /// Relative throughput of each GPU; GPU 0 is the slowest unless given explicitly.
@@ -535,9 +546,34 @@ impl GemConfig {
         if self.scale.draws == 0 {
             return Err(field("scale.draws", "must be at least 1"));
         }
-        let profile = Arc::new(match &self.model.profile {
-            None => analytic_profile(&gpu, &shape),
-            Some(relative) => {
+        let mut pricing = None;
+        let profile = Arc::new(match (&self.model.profile, &self.model.measured) {
+            (Some(_), Some(_)) => {
+                return Err(field(
+                    "model.measured",
+                    "names a second cost source beside model.profile; keep one",
+                ));
+            }
+            (None, None) => analytic_profile(&gpu, &shape),
+            (None, Some(name)) => {
+                let set = crate::scenario::validate::measured_set(
+                    "model.measured",
+                    name,
+                    base_dir,
+                    cache,
+                )?;
+                crate::scenario::validate::measured_on(
+                    "model.measured",
+                    &set,
+                    "cluster.gpu",
+                    &gpu,
+                )?;
+                // The non-expert part is tensor-parallel over the group's GPUs.
+                let built = crate::cost::measured_steps::moe(&set, &shape, n_gpus as u32);
+                pricing = Some(Arc::new(built.record));
+                built.profile
+            }
+            (Some(relative), None) => {
                 let path = crate::scenario::validate::resolve_profile(
                     "model.profile",
                     relative,
@@ -557,6 +593,7 @@ impl GemConfig {
             shape,
             gpu,
             profile,
+            pricing,
             n_gpus,
             variability: c.variability,
             speed_factors,

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod costs;
+pub mod family;
 pub mod mapping;
 pub mod server;
 pub mod trace;
@@ -13,6 +14,7 @@ pub mod variability;
 mod tests;
 
 pub use config::{GemConfig, GemScenario};
+pub use family::Gem;
 pub use mapping::{ExpertMapper, LayerMapping, LayerProblem, MapperConfig, score};
 pub use server::{
     CurveStepCost, Deployment, HEADLINE, HEADLINE_IMPROVEMENTS, METRICS, replica_config, serve_on,

@@ -12,6 +12,7 @@
 
 use crate::arrivals::{Arrival, ArrivalProcess};
 use crate::cost::curve::CostCurve;
+use crate::cost::measured_steps::OpSources;
 use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
 use crate::cost::profile::SourceKind;
 use crate::cost::roofline::RooflineParams;
@@ -23,7 +24,7 @@ use crate::gem::costs::{GpuCosts, gpu_layer_curve};
 use crate::gem::mapping::{ExpertMapper, LayerMapping, LayerProblem, score};
 use crate::gem::trace::{ExpertTrace, generate};
 use crate::gem::variability::variability_at_scale;
-use crate::metrics::{Better, LatencyRecorder, MetricInfo, RunOutput};
+use crate::metrics::{Better, LatencyRecorder, Metric, MetricInfo, RunOutput, metric_infos};
 use crate::records::{DiscardRecords, RecordSink, RequestRecord};
 use crate::rng::{SimRng, stream};
 use crate::serving::{
@@ -35,53 +36,183 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-const fn lower(name: &'static str, description: &'static str) -> MetricInfo {
-    MetricInfo {
-        name,
-        description,
-        better: Better::Lower,
-    }
+/// One GEM run's scalar values, one field per metric of `METRIC_TABLE` (docs/gem.md defines
+/// each).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GemScalars {
+    pub e2e_mean_ms: f64,
+    pub e2e_p90_ms: f64,
+    pub e2e_p95_ms: f64,
+    pub e2e_p99_ms: f64,
+    pub tpot_mean_ms: f64,
+    pub tpot_p90_ms: f64,
+    pub tpot_p95_ms: f64,
+    pub tpot_p99_ms: f64,
+    pub ttft_mean_ms: f64,
+    pub throughput_tok_s: f64,
+    pub makespan_s: f64,
+    pub mean_step_ms: f64,
+    pub moe_time_share: f64,
+    pub busy_share_min: f64,
+    pub busy_share_mean: f64,
+    pub busy_share_max: f64,
+    pub window_score_ms: f64,
+    pub unseen_score_ms: f64,
+    pub gap_vs_fastest: f64,
+    pub gap_vs_slowest: f64,
 }
-const fn higher(name: &'static str, description: &'static str) -> MetricInfo {
-    MetricInfo {
-        name,
-        description,
-        better: Better::Higher,
+
+impl GemScalars {
+    /// Every value missing (NaN, `null` in results): what an experiment does not compute.
+    fn not_computed() -> GemScalars {
+        GemScalars {
+            e2e_mean_ms: f64::NAN,
+            e2e_p90_ms: f64::NAN,
+            e2e_p95_ms: f64::NAN,
+            e2e_p99_ms: f64::NAN,
+            tpot_mean_ms: f64::NAN,
+            tpot_p90_ms: f64::NAN,
+            tpot_p95_ms: f64::NAN,
+            tpot_p99_ms: f64::NAN,
+            ttft_mean_ms: f64::NAN,
+            throughput_tok_s: f64::NAN,
+            makespan_s: f64::NAN,
+            mean_step_ms: f64::NAN,
+            moe_time_share: f64::NAN,
+            busy_share_min: f64::NAN,
+            busy_share_mean: f64::NAN,
+            busy_share_max: f64::NAN,
+            window_score_ms: f64::NAN,
+            unseen_score_ms: f64::NAN,
+            gap_vs_fastest: f64::NAN,
+            gap_vs_slowest: f64::NAN,
+        }
     }
 }
 
 /// The scalar metrics a GEM run reports, in this order (docs/gem.md defines each).
-pub const METRICS: &[MetricInfo] = &[
-    lower("e2e_mean_ms", "mean end-to-end latency (ms)"),
-    lower("e2e_p90_ms", "P90 end-to-end latency (ms)"),
-    lower("e2e_p95_ms", "P95 end-to-end latency (ms)"),
-    lower("e2e_p99_ms", "P99 end-to-end latency (ms)"),
-    lower("tpot_mean_ms", "mean time per output token (ms)"),
-    lower("tpot_p90_ms", "P90 time per output token (ms)"),
-    lower("tpot_p95_ms", "P95 time per output token (ms)"),
-    lower("tpot_p99_ms", "P99 time per output token (ms)"),
-    lower("ttft_mean_ms", "mean time to first token (ms)"),
-    higher("throughput_tok_s", "output throughput (tokens/s)"),
-    lower("makespan_s", "makespan (s)"),
-    lower("mean_step_ms", "mean engine step (ms)"),
-    lower("moe_time_share", "share of step time in MoE layers"),
-    higher("busy_share_min", "least busy GPU's busy share"),
-    higher("busy_share_mean", "mean per-GPU busy share"),
-    higher("busy_share_max", "busiest GPU's busy share"),
-    lower(
+pub const METRIC_TABLE: [Metric<GemScalars>; 20] = [
+    Metric::new(
+        "e2e_mean_ms",
+        "mean end-to-end latency (ms)",
+        Better::Lower,
+        |s| s.e2e_mean_ms,
+    ),
+    Metric::new(
+        "e2e_p90_ms",
+        "P90 end-to-end latency (ms)",
+        Better::Lower,
+        |s| s.e2e_p90_ms,
+    ),
+    Metric::new(
+        "e2e_p95_ms",
+        "P95 end-to-end latency (ms)",
+        Better::Lower,
+        |s| s.e2e_p95_ms,
+    ),
+    Metric::new(
+        "e2e_p99_ms",
+        "P99 end-to-end latency (ms)",
+        Better::Lower,
+        |s| s.e2e_p99_ms,
+    ),
+    Metric::new(
+        "tpot_mean_ms",
+        "mean time per output token (ms)",
+        Better::Lower,
+        |s| s.tpot_mean_ms,
+    ),
+    Metric::new(
+        "tpot_p90_ms",
+        "P90 time per output token (ms)",
+        Better::Lower,
+        |s| s.tpot_p90_ms,
+    ),
+    Metric::new(
+        "tpot_p95_ms",
+        "P95 time per output token (ms)",
+        Better::Lower,
+        |s| s.tpot_p95_ms,
+    ),
+    Metric::new(
+        "tpot_p99_ms",
+        "P99 time per output token (ms)",
+        Better::Lower,
+        |s| s.tpot_p99_ms,
+    ),
+    Metric::new(
+        "ttft_mean_ms",
+        "mean time to first token (ms)",
+        Better::Lower,
+        |s| s.ttft_mean_ms,
+    ),
+    Metric::new(
+        "throughput_tok_s",
+        "output throughput (tokens/s)",
+        Better::Higher,
+        |s| s.throughput_tok_s,
+    ),
+    Metric::new("makespan_s", "makespan (s)", Better::Lower, |s| {
+        s.makespan_s
+    }),
+    Metric::new(
+        "mean_step_ms",
+        "mean engine step (ms)",
+        Better::Lower,
+        |s| s.mean_step_ms,
+    ),
+    Metric::new(
+        "moe_time_share",
+        "share of step time in MoE layers",
+        Better::Lower,
+        |s| s.moe_time_share,
+    ),
+    Metric::new(
+        "busy_share_min",
+        "least busy GPU's busy share",
+        Better::Higher,
+        |s| s.busy_share_min,
+    ),
+    Metric::new(
+        "busy_share_mean",
+        "mean per-GPU busy share",
+        Better::Higher,
+        |s| s.busy_share_mean,
+    ),
+    Metric::new(
+        "busy_share_max",
+        "busiest GPU's busy share",
+        Better::Higher,
+        |s| s.busy_share_max,
+    ),
+    Metric::new(
         "window_score_ms",
         "GEM score on the mapper's window, all layers (ms)",
+        Better::Lower,
+        |s| s.window_score_ms,
     ),
-    lower(
+    Metric::new(
         "unseen_score_ms",
         "GEM score on the unseen trace steps, all layers (ms)",
+        Better::Lower,
+        |s| s.unseen_score_ms,
     ),
-    lower(
+    Metric::new(
         "gap_vs_fastest",
         "slowest-to-fastest throughput gap (fraction of fastest)",
+        Better::Lower,
+        |s| s.gap_vs_fastest,
     ),
-    lower("gap_vs_slowest", "fastest-over-slowest throughput excess"),
+    Metric::new(
+        "gap_vs_slowest",
+        "fastest-over-slowest throughput excess",
+        Better::Lower,
+        |s| s.gap_vs_slowest,
+    ),
 ];
+
+/// The metric column of `METRIC_TABLE`.
+pub const METRICS: &[MetricInfo] = &metric_infos(&METRIC_TABLE);
 
 /// The metrics `expertsim run` prints per cell.
 pub const HEADLINE: &[&str] = &[
@@ -265,22 +396,20 @@ fn scale_output(scenario: &GemScenario, seed: u64) -> RunOutput {
         &mut stream(seed, "gem/scale"),
     )
     .remove(0);
-    let scalars = METRICS
-        .iter()
-        .map(|m| {
-            let v = match m.name {
-                "gap_vs_fastest" => point.gap_vs_fastest,
-                "gap_vs_slowest" => point.gap_vs_slowest,
-                _ => 0.0,
-            };
-            (m.name.to_string(), v)
-        })
-        .collect();
+    // Not computed by this experiment: no number (null in results), not 0.
+    let scalars = crate::metrics::scalars(
+        &METRIC_TABLE,
+        &GemScalars {
+            gap_vs_fastest: point.gap_vs_fastest,
+            gap_vs_slowest: point.gap_vs_slowest,
+            ..GemScalars::not_computed()
+        },
+    );
     RunOutput {
         scalars,
         details: json!({
             "experiment": "variability_at_scale",
-            "note": "serving metrics are not computed by this experiment and read 0",
+            "note": "serving metrics are not computed by this experiment and are null",
             "draws": scenario.scale.draws,
             "distribution": scenario.distribution,
             "sigmas": scenario.distribution.sigmas(),
@@ -293,7 +422,7 @@ fn scale_output(scenario: &GemScenario, seed: u64) -> RunOutput {
 /// curve when that profile was measured.
 pub fn physical_layer(scenario: &GemScenario, expert: &CostCurve) -> MoeLayerCost {
     let layer = MoeLayerCost::new(&scenario.gpu, &scenario.shape, MoeLayerParams::default());
-    if scenario.profile.source.kind == SourceKind::Measured {
+    if scenario.profile.source.kind != SourceKind::AnalyticRoofline {
         layer.with_profile(expert.clone())
     } else {
         layer
@@ -332,23 +461,33 @@ pub struct CurveStepCost<'a> {
     non_expert_decode: &'a CostCurve,
     head: &'a CostCurve,
     speeds: &'a [SpeedFactors],
+    /// Whether the non-expert curves are already one GPU's share of the tensor-parallel layer
+    /// (built from operations measured at that degree) rather than the whole layer's.
+    non_expert_per_gpu: bool,
     source: CostSource,
+    op_sources: Option<OpSources>,
 }
 
 impl<'a> CurveStepCost<'a> {
     /// The cost model of `scenario` on `deployment`'s per-GPU curves.
     pub fn new(scenario: &'a GemScenario, deployment: &'a Deployment) -> CurveStepCost<'a> {
         let profile = &scenario.profile;
+        let op_sources = scenario.pricing.as_ref().map(|p| p.sources());
         CurveStepCost {
             costs: &deployment.step_costs,
             non_expert_prefill: &profile.non_expert_prefill,
             non_expert_decode: &profile.non_expert_decode,
             head: &profile.head,
             speeds: &deployment.speeds,
+            non_expert_per_gpu: scenario.pricing.is_some(),
             source: match profile.source.kind {
                 SourceKind::Measured => CostSource::Measured,
                 SourceKind::AnalyticRoofline => CostSource::Analytic,
+                SourceKind::MeasuredOperations => {
+                    op_sources.map_or(CostSource::Analytic, |s| s.step_source())
+                }
             },
+            op_sources,
         }
     }
 }
@@ -376,12 +515,17 @@ impl StepCost for CurveStepCost<'_> {
             moe += slowest;
         }
         // Attention, shared experts and the head are tensor-parallel over the G GPUs: each
-        // runs 1/G of the work at its own speed and the slowest sets the pace.
+        // runs 1/G of the work at its own speed (or, priced from operations measured at
+        // tensor parallelism G, its measured share) and the slowest sets the pace.
         let layers = routed.layers as f64;
         let mut dense_pace = 0.0f64;
         for (b, s) in busy.iter_mut().zip(self.speeds) {
             let dense = (prefill / s.compute).max(decode / s.bandwidth);
-            let own = (layers * dense + head / s.bandwidth) / n_gpus as f64;
+            let own = if self.non_expert_per_gpu {
+                layers * dense + head / s.bandwidth / n_gpus as f64
+            } else {
+                (layers * dense + head / s.bandwidth) / n_gpus as f64
+            };
             *b += own;
             dense_pace = dense_pace.max(own);
         }
@@ -390,6 +534,7 @@ impl StepCost for CurveStepCost<'_> {
             breakdown: StepBreakdown {
                 moe_ns: moe,
                 per_gpu_busy_ns: busy,
+                op_sources: self.op_sources,
                 ..StepBreakdown::default()
             },
             source: self.source,
@@ -754,53 +899,47 @@ pub fn serve_on(
         })
         .collect();
     let (gap_fast, gap_slow) = gaps(&scenario.speed_factors);
-    let value = |name: &str| -> f64 {
-        match name {
-            "e2e_mean_ms" => server.e2e.mean_ms(),
-            "e2e_p90_ms" => server.e2e.quantile_ms(0.90),
-            "e2e_p95_ms" => server.e2e.quantile_ms(0.95),
-            "e2e_p99_ms" => server.e2e.quantile_ms(0.99),
-            "tpot_mean_ms" => server.tpot.mean_ms(),
-            "tpot_p90_ms" => server.tpot.quantile_ms(0.90),
-            "tpot_p95_ms" => server.tpot.quantile_ms(0.95),
-            "tpot_p99_ms" => server.tpot.quantile_ms(0.99),
-            "ttft_mean_ms" => server.ttft.mean_ms(),
-            "throughput_tok_s" => {
-                if makespan_s > 0.0 {
-                    stats.tokens as f64 / makespan_s
-                } else {
-                    0.0
-                }
+    let values = GemScalars {
+        e2e_mean_ms: server.e2e.mean_ms(),
+        e2e_p90_ms: server.e2e.quantile_ms(0.90),
+        e2e_p95_ms: server.e2e.quantile_ms(0.95),
+        e2e_p99_ms: server.e2e.quantile_ms(0.99),
+        tpot_mean_ms: server.tpot.mean_ms(),
+        tpot_p90_ms: server.tpot.quantile_ms(0.90),
+        tpot_p95_ms: server.tpot.quantile_ms(0.95),
+        tpot_p99_ms: server.tpot.quantile_ms(0.99),
+        ttft_mean_ms: server.ttft.mean_ms(),
+        throughput_tok_s: {
+            if makespan_s > 0.0 {
+                stats.tokens as f64 / makespan_s
+            } else {
+                0.0
             }
-            "makespan_s" => makespan_s,
-            "mean_step_ms" => stats.busy_ns as f64 / stats.steps.max(1) as f64 / 1e6,
-            "moe_time_share" => {
-                if stats.busy_ns > 0 {
-                    server.moe_ns / stats.busy_ns as f64
-                } else {
-                    0.0
-                }
+        },
+        makespan_s,
+        mean_step_ms: stats.busy_ns as f64 / stats.steps.max(1) as f64 / 1e6,
+        moe_time_share: {
+            if stats.busy_ns > 0 {
+                server.moe_ns / stats.busy_ns as f64
+            } else {
+                0.0
             }
-            "busy_share_min" => busy_share.iter().copied().fold(f64::INFINITY, f64::min),
-            "busy_share_mean" => busy_share.iter().sum::<f64>() / busy_share.len() as f64,
-            "busy_share_max" => busy_share.iter().copied().fold(0.0, f64::max),
-            "window_score_ms" => window_scores.iter().sum(),
-            "unseen_score_ms" => unseen_scores.iter().sum(),
-            "gap_vs_fastest" => gap_fast,
-            "gap_vs_slowest" => gap_slow,
-            other => unreachable!("metric {other} has no value"),
-        }
+        },
+        busy_share_min: busy_share.iter().copied().fold(f64::INFINITY, f64::min),
+        busy_share_mean: busy_share.iter().sum::<f64>() / busy_share.len() as f64,
+        busy_share_max: busy_share.iter().copied().fold(0.0, f64::max),
+        window_score_ms: window_scores.iter().sum(),
+        unseen_score_ms: unseen_scores.iter().sum(),
+        gap_vs_fastest: gap_fast,
+        gap_vs_slowest: gap_slow,
     };
-    let scalars = METRICS
-        .iter()
-        .map(|m| (m.name.to_string(), value(m.name)))
-        .collect();
+    let scalars = crate::metrics::scalars(&METRIC_TABLE, &values);
     let details = details(scenario, deployment, &mappings, window, &busy_share);
     let trace_stats = scenario
         .arrival
         .trace_stats(scenario.n_requests)
         .map(|(_, s)| s);
-    RunOutput {
+    let mut output = RunOutput {
         scalars,
         details: json!({
             "experiment": "serving",
@@ -821,7 +960,12 @@ pub fn serve_on(
             "arrival_trace": trace_stats,
             "deployment": details,
         }),
+    };
+    if let Some(record) = &scenario.pricing {
+        output.details["pricing"] =
+            serde_json::to_value(record.as_ref()).expect("records serialize");
     }
+    output
 }
 
 fn details(

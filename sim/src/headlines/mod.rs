@@ -20,8 +20,8 @@ pub use evaluate::{
 };
 pub use value::{Combine, NumberFormat, Rendered, Value, render};
 
+use crate::scenario::ScenarioPlan;
 use crate::scenario::error::{Location, ScenarioError, SpanIndex};
-use crate::scenario::{Family, ScenarioPlan};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -528,7 +528,7 @@ impl Headlines {
                     format!("{at}.metric"),
                     format!(
                         "{metric} is not a metric of the {} family",
-                        family_name(plan.family)
+                        plan.family.name()
                     ),
                 ));
             }
@@ -556,14 +556,6 @@ impl Headlines {
         }
         Ok(())
     }
-}
-
-/// The family's name as scenario files write it.
-pub fn family_name(family: Family) -> String {
-    serde_json::to_value(family)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

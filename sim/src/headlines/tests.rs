@@ -15,6 +15,7 @@ fn document(p99: &[(&str, i64, f64)]) -> ResultsDocument {
             ],
             cost_model: "test".into(),
             runs: Vec::new(),
+            trace: None,
             summary: [("latency_p99_ms".to_string(), AcrossSeeds::of(&[value]))].into(),
             improvement: None,
         })
@@ -27,7 +28,7 @@ fn document(p99: &[(&str, i64, f64)]) -> ResultsDocument {
         scenario: ScenarioEcho {
             name: "t".into(),
             description: String::new(),
-            family: Family::Caps,
+            family: crate::family::FamilyId::named("caps").unwrap(),
             document: json!({}),
         },
         seeds: vec![1],

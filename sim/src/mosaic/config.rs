@@ -3,15 +3,17 @@
 //! mirrored one to one with `deny_unknown_fields`, and their validation into a runnable
 //! `MosaicScenario` (every failure a `FieldError` naming the dotted field).
 
-use super::decode::{ServingParams, StepCost};
 use super::gate::GateConfig;
 use super::placement::{PlacementConfig, PlacementProblem};
 use super::presets::{self, BUCKET_NAMES, DATASET_PRESETS};
 use super::profile_cost::{DenseDecodeProfile, MosaicDecodeProfile};
+use super::session::{ModelServing, ServingParams};
 use crate::apportion::apportion;
 use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, GpuSpec, LinkSpec};
+use crate::cost::load::LoadPath;
+use crate::cost::measured_steps::MeasuredSet;
 use crate::cost::shape::DenseModelShape;
-use crate::scenario::validate::FieldError;
+use crate::scenario::validate::{FieldError, LoadCache, measured_on, measured_set};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -50,6 +52,13 @@ fn non_negative(path: &str, value: f64) -> Result<f64, FieldError> {
     }
 }
 
+/// The load path's default bandwidth, GB/s. mosaic.txt (appendix A.2) measures a session's
+/// load at 38-47 s on an A100 80 GB, "dominated by weight transfer and KV-cache
+/// pre-allocation": the smallest expert of its pool (Qwen2.5-7B, 15.2 GB of bf16 weights) at
+/// 38 s is 0.40 GB/s, and at that rate GLM-4-9B's 18.8 GB take 47 s, the top of the range, so
+/// one rate for the whole path (storage, host, PCIe, engine start-up) accounts for both ends.
+pub const DEFAULT_LOAD_GBPS: f64 = 0.4;
+
 /// Every MOSAIC-specific table of a scenario file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -87,15 +96,23 @@ pub struct ServingFile {
     pub step_overhead_ms: f64,
     pub gpu_memory_utilization: f64,
     pub max_num_seqs: u32,
+    /// vLLM `block_size`: tokens per KV-cache block.
+    pub block_size: u32,
+    /// vLLM `watermark`: the share of the KV blocks an admission must leave free.
+    pub watermark: f64,
     pub allreduce_latency_us: f64,
     pub interconnect_gbps: f64,
-    /// Session load costs run from `load_min_s` (smallest model of the pool) to `load_max_s`
-    /// (largest), linear in parameter count, unless an expert gives `load_s`.
-    pub load_min_s: f64,
-    pub load_max_s: f64,
+    /// The load path's bandwidth, GB/s: a model's load is its bf16 weight bytes over it,
+    /// unless an expert gives `load_s`.
+    pub load_gbps: f64,
     /// A measured dense-decode profile (path relative to the scenario file) to price the
     /// sessions' decode steps and loads from instead of the analytic model of `gpu`.
     pub profile: Option<String>,
+    /// A set of measured per-operation profiles of `gpu` (`profiles/<name>/`, e.g.
+    /// `"vidur/a100"`) to price every expert's and the aggregator's steps from instead of the
+    /// roofline: each operation measured, scaled or analytic as the run's `pricing` record
+    /// says. Excludes `profile`.
+    pub measured: Option<String>,
 }
 
 impl Default for ServingFile {
@@ -107,11 +124,13 @@ impl Default for ServingFile {
             step_overhead_ms: 4.0,
             gpu_memory_utilization: 0.9,
             max_num_seqs: 256,
+            block_size: 16,
+            watermark: 0.01,
             allreduce_latency_us: 10.0,
             interconnect_gbps: 300.0,
-            load_min_s: 38.0,
-            load_max_s: 47.0,
+            load_gbps: DEFAULT_LOAD_GBPS,
             profile: None,
+            measured: None,
         }
     }
 }
@@ -152,7 +171,7 @@ pub struct ExpertFile {
     pub family: ExpertFamily,
     /// A dense-model preset (`sim::cost::shape::DENSE_PRESETS`).
     pub shape: String,
-    /// Session load cost; default from `[serving] load_min_s..load_max_s`.
+    /// Session load cost; default: the weights over `[serving] load_gbps`.
     pub load_s: Option<f64>,
     pub mean_output_tokens: f64,
     /// Lognormal shape of the output length; default 0.45 reasoning, 0.5 instruction.
@@ -296,7 +315,7 @@ pub struct Expert {
     pub shape: DenseModelShape,
     pub load_s: f64,
     pub output: LengthDist,
-    pub cost: StepCost,
+    pub serving: ModelServing,
 }
 
 /// A validated aggregator.
@@ -309,7 +328,7 @@ pub struct Aggregator {
     pub max_prompt_tokens: u32,
     pub template_tokens: u32,
     pub tensor_parallel: u32,
-    pub cost: StepCost,
+    pub serving: ModelServing,
 }
 
 /// A validated bucket (shares normalised, counts exact).
@@ -343,6 +362,8 @@ pub struct Dataset {
 #[derive(Clone, Debug, PartialEq)]
 pub struct MosaicScenario {
     pub serving: ServingParams,
+    /// The path model loads take (`[serving] load_gbps`).
+    pub load_path: LoadPath,
     pub n_workers: u32,
     pub experts: Vec<Expert>,
     pub aggregator: Aggregator,
@@ -353,6 +374,8 @@ pub struct MosaicScenario {
     pub record_solve_time: bool,
     /// The measured profile `serving.profile` names, when it names one.
     pub decode_profile: Option<MosaicDecodeProfile>,
+    /// The measured set the experts and the aggregator are priced from (`serving.measured`).
+    pub measured: Option<String>,
 }
 
 /// Pool presets (names accepted by `[pool] preset`).
@@ -412,10 +435,30 @@ fn shape_of(path: &str, name: &str) -> Result<DenseModelShape, FieldError> {
 
 impl MosaicConfig {
     /// Cross-field checks; `base_dir` is the scenario file's folder (`serving.profile` is
-    /// relative to it).
-    pub fn validate(&self, base_dir: &Path) -> Result<MosaicScenario, FieldError> {
+    /// relative to it, and a measured set is looked for from it besides the working directory,
+    /// loaded once per sweep through `cache`).
+    pub fn validate(
+        &self,
+        base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<MosaicScenario, FieldError> {
         let s = &self.serving;
         let gpu = GpuSpec::by_name(&s.gpu).map_err(|e| err("serving.gpu", e.to_string()))?;
+        let measured = match &s.measured {
+            Some(_) if s.profile.is_some() => {
+                return Err(err(
+                    "serving.measured",
+                    "names a second cost source beside serving.profile; keep one",
+                ));
+            }
+            Some(name) => {
+                let set = measured_set("serving.measured", name, base_dir, cache)?;
+                measured_on("serving.measured", &set, "serving.gpu", &gpu)?;
+                Some(set)
+            }
+            None => None,
+        };
+        let measured: Option<&MeasuredSet> = measured.as_deref();
         let serving = ServingParams {
             gpu,
             memory_efficiency: fraction("serving.memory_efficiency", s.memory_efficiency)?,
@@ -426,6 +469,8 @@ impl MosaicConfig {
                 s.gpu_memory_utilization,
             )?,
             max_num_seqs: s.max_num_seqs,
+            block_size: s.block_size,
+            watermark: s.watermark,
             interconnect: LinkSpec {
                 latency_ns: non_negative("serving.allreduce_latency_us", s.allreduce_latency_us)?
                     * 1e3,
@@ -436,16 +481,18 @@ impl MosaicConfig {
         if s.max_num_seqs == 0 {
             return Err(err("serving.max_num_seqs", "must be at least 1, got 0"));
         }
-        non_negative("serving.load_min_s", s.load_min_s)?;
-        if !(s.load_max_s.is_finite() && s.load_max_s >= s.load_min_s) {
+        if s.block_size == 0 {
+            return Err(err("serving.block_size", "must be at least 1, got 0"));
+        }
+        if !(s.watermark.is_finite() && (0.0..1.0).contains(&s.watermark)) {
             return Err(err(
-                "serving.load_max_s",
-                format!(
-                    "must be >= load_min_s ({}), got {}",
-                    s.load_min_s, s.load_max_s
-                ),
+                "serving.watermark",
+                format!("must be in [0, 1), got {}", s.watermark),
             ));
         }
+        let load_path = LoadPath {
+            bandwidth_bytes_per_s: positive("serving.load_gbps", s.load_gbps)? * 1e9,
+        };
         let n_workers = self.cluster.n_workers;
         if n_workers == 0 {
             return Err(err("cluster.n_workers", "must be at least 1, got 0"));
@@ -495,23 +542,12 @@ impl MosaicConfig {
                 .map_err(|m| err(&at("shape"), m.to_string()))?;
             shapes.push(shape);
         }
-        let params: Vec<f64> = shapes.iter().map(|sh| sh.params() as f64).collect();
-        let (pmin, pmax) = params
-            .iter()
-            .fold((f64::INFINITY, 0.0f64), |(a, b), &p| (a.min(p), b.max(p)));
-        let load_rule = |p: f64| {
-            if pmax > pmin {
-                s.load_min_s + (s.load_max_s - s.load_min_s) * (p - pmin) / (pmax - pmin)
-            } else {
-                s.load_min_s
-            }
-        };
         let mut experts = Vec::new();
         for (i, (e, shape)) in files.iter().zip(shapes).enumerate() {
             let at = |f: &str| format!("{prefix}[{i}].{f}");
             let load_s = match e.load_s {
                 Some(v) => non_negative(&at("load_s"), v)?,
-                None => load_rule(shape.params() as f64),
+                None => load_path.seconds(shape.weight_bytes()),
             };
             let sigma = e.output_sigma.unwrap_or(match e.family {
                 ExpertFamily::Reasoning => 0.45,
@@ -522,8 +558,8 @@ impl MosaicConfig {
             if e.max_output_tokens == 0 {
                 return Err(err(&at("max_output_tokens"), "must be at least 1, got 0"));
             }
-            let cost =
-                StepCost::new(&shape, &serving, 1).map_err(|m| err(&at("shape"), m.to_string()))?;
+            let model_serving = ModelServing::new(&shape, &serving, 1, measured)
+                .map_err(|m| err(&at("shape"), m.to_string()))?;
             experts.push(Expert {
                 name: e.name.clone(),
                 family: e.family,
@@ -534,7 +570,7 @@ impl MosaicConfig {
                     sigma,
                     max: e.max_output_tokens,
                 },
-                cost,
+                serving: model_serving,
             });
         }
 
@@ -552,7 +588,7 @@ impl MosaicConfig {
             name: a.name.clone(),
             load_s: match a.load_s {
                 Some(v) => non_negative("aggregator.load_s", v)?,
-                None => load_rule(shape.params() as f64),
+                None => load_path.seconds(shape.weight_bytes()),
             },
             output: LengthDist {
                 mean: positive("aggregator.mean_output_tokens", a.mean_output_tokens)?,
@@ -562,19 +598,19 @@ impl MosaicConfig {
             max_prompt_tokens: a.max_prompt_tokens.max(1),
             template_tokens: a.template_tokens,
             tensor_parallel,
-            cost: StepCost::new(&shape, &serving, tensor_parallel)
+            serving: ModelServing::new(&shape, &serving, tensor_parallel, measured)
                 .map_err(|m| err("aggregator.shape", m.to_string()))?,
             shape,
         };
-        if u64::from(aggregator.max_prompt_tokens) + u64::from(aggregator.output.max)
-            > aggregator.cost.kv_capacity_tokens
-        {
+        let longest = u64::from(aggregator.max_prompt_tokens) + u64::from(aggregator.output.max);
+        if !aggregator.serving.holds(longest) {
             return Err(err(
                 "aggregator.max_prompt_tokens",
                 format!(
-                    "max_prompt_tokens + max_output_tokens = {} exceeds the KV cache ({} tokens)",
-                    u64::from(aggregator.max_prompt_tokens) + u64::from(aggregator.output.max),
-                    aggregator.cost.kv_capacity_tokens
+                    "max_prompt_tokens + max_output_tokens = {longest} exceeds the KV cache ({} \
+                     blocks of {} tokens)",
+                    aggregator.serving.kv_blocks(),
+                    aggregator.serving.block_size
                 ),
             ));
         }
@@ -582,12 +618,15 @@ impl MosaicConfig {
         let dataset = self.validate_dataset(&experts)?;
         let prompt_cap = (dataset.prompt.max as u64).max(1);
         for (i, e) in experts.iter().enumerate() {
-            if prompt_cap + u64::from(e.output.max) > e.cost.kv_capacity_tokens {
+            if !e.serving.holds(prompt_cap + u64::from(e.output.max)) {
                 return Err(err(
                     &format!("{prefix}[{i}].max_output_tokens"),
                     format!(
-                        "a {prompt_cap}-token prompt plus {} output tokens exceeds the KV cache of {} tokens",
-                        e.output.max, e.cost.kv_capacity_tokens
+                        "a {prompt_cap}-token prompt plus {} output tokens exceeds the KV cache \
+                         of {} blocks of {} tokens",
+                        e.output.max,
+                        e.serving.kv_blocks(),
+                        e.serving.block_size
                     ),
                 ));
             }
@@ -652,6 +691,7 @@ impl MosaicConfig {
 
         Ok(MosaicScenario {
             serving,
+            load_path,
             n_workers,
             experts,
             aggregator,
@@ -661,6 +701,7 @@ impl MosaicConfig {
             gate: self.gate.clone(),
             record_solve_time: self.output.record_solve_time,
             decode_profile,
+            measured: s.measured.clone(),
         })
     }
 
@@ -827,6 +868,41 @@ impl MosaicConfig {
 }
 
 impl MosaicScenario {
+    /// What priced the run's expert sessions: the roofline of `serving.gpu`, the measured
+    /// dense-decode profile `serving.profile` names (the aggregator is the roofline's then), or
+    /// the measured set `serving.measured` names (the aggregator's too).
+    pub fn cost_source(&self) -> String {
+        match (&self.decode_profile, &self.measured) {
+            (Some(p), _) => format!("measured ({}, {})", p.device, p.path),
+            (None, Some(name)) => {
+                format!("measured-operations:{name}:{}", self.serving.gpu.name)
+            }
+            (None, None) => "analytic-roofline".into(),
+        }
+    }
+
+    /// With `serving.measured`, how each expert's and the aggregator's operations were priced
+    /// (`experts`: one record per expert, by name; `aggregator`: the aggregator's, at its
+    /// tensor-parallel degree).
+    pub fn pricing(&self) -> Option<serde_json::Value> {
+        self.measured.as_ref()?;
+        let record = |serving: &ModelServing| {
+            serving
+                .measured
+                .as_ref()
+                .map(|m| serde_json::to_value(&m.record).expect("records serialize"))
+        };
+        let experts: serde_json::Map<String, serde_json::Value> = self
+            .experts
+            .iter()
+            .filter_map(|e| Some((e.name.clone(), record(&e.serving)?)))
+            .collect();
+        Some(serde_json::json!({
+            "experts": experts,
+            "aggregator": record(&self.aggregator.serving),
+        }))
+    }
+
     /// The replica cap of an expert with predicted session time `predicted_s`.
     pub fn replica_cap(&self, expert: usize, predicted_s: f64) -> u32 {
         PlacementProblem::replica_cap(predicted_s, self.experts[expert].load_s, self.n_workers)

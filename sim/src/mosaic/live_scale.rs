@@ -1,10 +1,10 @@
 //! How live mode runs a MOSAIC expert, shared by the live executor, the calibration binary
 //! and the profile-priced session cost: the dense model scaled down by [`Scaling`], one
-//! transformer block as one GEMM over `hidden` with attention, and a continuous-batching
-//! [`DecodeStep`] as that kernel's rows and cached tokens per row.
+//! transformer block as one GEMM over `hidden` with attention, and a serving replica's step
+//! (`serving::StepWork`) as that kernel's rows and cached tokens per row.
 
-use super::decode::DecodeStep;
 use crate::cost::shape::DenseModelShape;
+use crate::serving::StepWork;
 use serde::{Deserialize, Serialize};
 
 /// A dense model at 1/`widths` of its hidden, intermediate, head and vocabulary widths and
@@ -56,11 +56,19 @@ pub fn block_gemm_width(shape: &DenseModelShape) -> u64 {
     shape.block_params().div_ceil(shape.hidden)
 }
 
-/// The decode kernel's rows (sequences plus prefill tokens) and cached tokens per row for
-/// `step`: the attention the cost model counts (every cached token once, prefills causally)
-/// spread evenly over the rows.
-pub fn kernel_rows_and_context(step: &DecodeStep) -> (u64, u64) {
-    let rows = step.batch + step.prefill_tokens;
-    let attended = step.context_tokens + step.prefill_square / 2;
+/// The decode kernel's rows (the step's prefill and decode tokens) and cached tokens per row
+/// for the replica's step `work`: the attention the cost model counts (every cached token once,
+/// prefills causally: half the squared prompt chunk) spread evenly over the rows.
+pub fn kernel_rows_and_context(work: &StepWork<'_>) -> (u64, u64) {
+    let rows = work.prefill_tokens + work.decode_tokens;
+    let prefill_square: u64 = if work.prefill_tokens > 0 {
+        work.batch
+            .iter()
+            .map(|seq| u64::from(seq.step_prefill()).pow(2))
+            .sum()
+    } else {
+        0
+    };
+    let attended = work.context_tokens + prefill_square / 2;
     (rows, attended.div_ceil(rows.max(1)))
 }

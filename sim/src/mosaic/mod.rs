@@ -4,108 +4,154 @@
 //! `Placement` policy; then an aggregator LLM, tensor-parallel over all workers, fuses the
 //! experts' answers for the questions an `AggregationGate` does not skip.
 //!
-//! Sessions are simulated directly rather than through `engine::run`: a worker runs its
-//! sessions one after another and workers only meet at data parallelism's barriers, so each
-//! session's duration is computed by the step loop of `decode::run_session` and the timeline is
-//! its running sum (see docs/mosaic.md, "Why no engine events").
+//! The run is one engine `Model` (`server`): each session generates on a `serving::Replica`
+//! (vLLM's paged cache with recompute preemption, `session`), its steps priced through
+//! `serving::StepCost` and its load by the cost model's load path (`pricing`); workers meet at
+//! data parallelism's barriers, and the aggregator starts when the last worker is done
+//! (docs/mosaic.md).
 
 pub mod config;
-pub mod decode;
+pub mod family;
 pub mod gate;
 pub mod live_scale;
 pub mod placement;
 pub mod presets;
+pub mod pricing;
 pub mod profile_cost;
-pub mod session_cost;
+pub mod server;
+pub mod session;
 pub mod workload;
 
 pub use config::{MosaicConfig, MosaicScenario};
+pub use family::Mosaic;
 pub use gate::{AggregationGate, GateConfig, Votes};
 pub use placement::{
     ModelDemand, Placement, PlacementConfig, PlacementError, PlacementPlan, PlacementProblem,
     Session, SolveStatus, SolverReport,
 };
+pub use pricing::{ModelStepCost, SessionPricing, SimulatedPricing};
 
-use crate::metrics::{Better, MetricInfo, RunOutput};
+use crate::metrics::{Better, Metric, MetricInfo, RunOutput, metric_infos};
 use crate::rng::stream;
-use decode::{GenerationRequest, SessionStats, run_session, run_session_with};
+use crate::serving::QueuePolicy;
+use crate::time::SimTime;
 use rand::RngExt;
 use serde::Serialize;
 use serde_json::json;
-pub use session_cost::{SessionCost, SimulatedSessionCost};
+use server::{SessionPlan, SessionRun, StagesRun, run_stages};
+use session::GenerationRequest;
 use workload::{Workload, calibrate, draw_length};
 
-const fn metric(name: &'static str, description: &'static str, better: Better) -> MetricInfo {
-    MetricInfo {
-        name,
-        description,
-        better,
-    }
+/// One MOSAIC run's scalar values, one field per metric of `METRIC_TABLE` (docs/mosaic.md
+/// defines each).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MosaicScalars {
+    pub expert_makespan_s: f64,
+    pub gpu_idle_pct: f64,
+    pub aggregator_s: f64,
+    pub end_to_end_s: f64,
+    pub skip_pct: f64,
+    pub accuracy_pct: f64,
+    pub accuracy_change_pp: f64,
+    pub model_loads: f64,
+    pub load_time_s: f64,
+    pub expert_tokens_per_s: f64,
+    pub predicted_makespan_s: f64,
+    pub prediction_error_pct: f64,
+    pub ilp_status: f64,
+    pub ilp_gap: f64,
+    pub ilp_nodes: f64,
+    pub ilp_solve_time_s: f64,
 }
 
 /// The scalar metrics of a MOSAIC run, in order (defined in docs/mosaic.md).
-pub const METRICS: &[MetricInfo] = &[
-    metric(
+pub const METRIC_TABLE: [Metric<MosaicScalars>; 16] = [
+    Metric::new(
         "expert_makespan_s",
         "expert-stage makespan (s)",
         Better::Lower,
+        |s| s.expert_makespan_s,
     ),
-    metric(
+    Metric::new(
         "gpu_idle_pct",
         "expert-stage GPU idle share (%)",
         Better::Lower,
+        |s| s.gpu_idle_pct,
     ),
-    metric("aggregator_s", "aggregator stage (s)", Better::Lower),
-    metric("end_to_end_s", "end-to-end time (s)", Better::Lower),
-    metric(
+    Metric::new("aggregator_s", "aggregator stage (s)", Better::Lower, |s| {
+        s.aggregator_s
+    }),
+    Metric::new("end_to_end_s", "end-to-end time (s)", Better::Lower, |s| {
+        s.end_to_end_s
+    }),
+    Metric::new(
         "skip_pct",
         "questions skipping the aggregator (%)",
         Better::Higher,
+        |s| s.skip_pct,
     ),
-    metric("accuracy_pct", "accuracy (%)", Better::Higher),
-    metric(
+    Metric::new("accuracy_pct", "accuracy (%)", Better::Higher, |s| {
+        s.accuracy_pct
+    }),
+    Metric::new(
         "accuracy_change_pp",
         "accuracy change vs full aggregation (pp)",
         Better::Higher,
+        |s| s.accuracy_change_pp,
     ),
-    metric(
+    Metric::new(
         "model_loads",
         "model loads in the expert stage",
         Better::Lower,
+        |s| s.model_loads,
     ),
-    metric(
+    Metric::new(
         "load_time_s",
         "load time summed over workers (s)",
         Better::Lower,
+        |s| s.load_time_s,
     ),
-    metric(
+    Metric::new(
         "expert_tokens_per_s",
         "expert output tokens per second of makespan",
         Better::Higher,
+        |s| s.expert_tokens_per_s,
     ),
-    metric(
+    Metric::new(
         "predicted_makespan_s",
         "makespan the plan predicts (s)",
         Better::Lower,
+        |s| s.predicted_makespan_s,
     ),
-    metric(
+    Metric::new(
         "prediction_error_pct",
         "simulated vs predicted makespan (%)",
         Better::Lower,
+        |s| s.prediction_error_pct,
     ),
-    metric(
+    Metric::new(
         "ilp_status",
         "ILP status (0 none, 1 optimal, 2 time limit, 3 gap, 4 no incumbent)",
         Better::Lower,
+        |s| s.ilp_status,
     ),
-    metric("ilp_gap", "ILP relative gap", Better::Lower),
-    metric("ilp_nodes", "ILP branch-and-bound nodes", Better::Lower),
-    metric(
+    Metric::new("ilp_gap", "ILP relative gap", Better::Lower, |s| s.ilp_gap),
+    Metric::new(
+        "ilp_nodes",
+        "ILP branch-and-bound nodes",
+        Better::Lower,
+        |s| s.ilp_nodes,
+    ),
+    Metric::new(
         "ilp_solve_time_s",
         "ILP wall-clock solve time (s; 0 unless recorded)",
         Better::Lower,
+        |s| s.ilp_solve_time_s,
     ),
 ];
+
+/// The metric column of `METRIC_TABLE`.
+pub const METRICS: &[MetricInfo] = &metric_infos(&METRIC_TABLE);
 
 /// The metrics `expertsim run` prints per cell, and those it prints as change vs the baseline.
 pub const HEADLINE: &[&str] = &[
@@ -165,128 +211,116 @@ pub struct ExpertStage {
     pub output_tokens: u64,
 }
 
-/// Runs `plan`'s sessions: model j's prompts are dealt to its sessions in worker order, in
-/// queue order. Sessions with no prompt are skipped, except under per-round barriers (data
-/// parallelism keeps a copy of every model on every worker). Loads and decode steps are priced
-/// by `costs`, each worker's sessions in order, worker after worker.
-pub fn run_expert_stage(
-    scenario: &MosaicScenario,
+/// The expert sessions of `plan`, per worker: model j's prompts are dealt to its sessions in
+/// worker order, in queue order (`problem_models[j]` is its index into the scenario's experts).
+pub fn expert_plans<'s>(
+    scenario: &'s MosaicScenario,
     problem_models: &[usize],
-    prompts: &[Vec<GenerationRequest>],
+    prompts: &'s [Vec<GenerationRequest>],
     plan: &PlacementPlan,
-    costs: &mut dyn SessionCost,
-) -> ExpertStage {
-    let n = plan.workers.len();
+) -> Vec<Vec<SessionPlan<'s>>> {
     let mut cursor = vec![0usize; problem_models.len()];
-    // (expert, load_s, stats, prompts) per worker session, dealt in worker order.
-    type Run = Option<(usize, f64, SessionStats, u32)>;
-    let mut runs: Vec<Vec<Run>> = Vec::with_capacity(n);
-    for (w, sessions) in plan.workers.iter().enumerate() {
-        let mut row = Vec::new();
-        for s in sessions {
-            let m = problem_models[s.model];
-            let take = s.prompts as usize;
-            let chunk = &prompts[m][cursor[s.model]..cursor[s.model] + take];
-            cursor[s.model] += take;
-            if take == 0 && !plan.barrier_per_round {
-                row.push(None);
-                continue;
-            }
-            let load_s = costs.load_s(w, m);
-            let stats = run_session_with(&scenario.experts[m].cost, chunk, &mut |step| {
-                costs.step_s(w, m, step)
-            });
-            row.push(Some((m, load_s, stats, s.prompts)));
-        }
-        runs.push(row);
-    }
-    let mut timelines: Vec<Vec<Segment>> = vec![Vec::new(); n];
-    let mut clock = vec![0.0f64; n];
-    let mut records = Vec::new();
-    let (mut loads, mut load_time, mut tokens) = (0u32, 0.0f64, 0u64);
-    let rounds = runs.iter().map(Vec::len).max().unwrap_or(0);
-    for r in 0..rounds {
-        if plan.barrier_per_round {
-            let start = clock.iter().copied().fold(0.0, f64::max);
-            for w in 0..n {
-                if clock[w] < start {
-                    timelines[w].push(Segment {
+    plan.workers
+        .iter()
+        .map(|sessions| {
+            sessions
+                .iter()
+                .map(|s| {
+                    let m = problem_models[s.model];
+                    let take = s.prompts as usize;
+                    let chunk = &prompts[m][cursor[s.model]..cursor[s.model] + take];
+                    cursor[s.model] += take;
+                    SessionPlan {
+                        model: m,
+                        serving: &scenario.experts[m].serving,
+                        prompts: chunk,
+                        load: true,
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+impl ExpertStage {
+    /// The expert stage as `run` did it: per worker, its sessions' load and generate segments,
+    /// idle time where it waited at a barrier or had finished before the last worker; the
+    /// sessions in round order, worker by worker.
+    pub fn of(scenario: &MosaicScenario, run: &StagesRun) -> ExpertStage {
+        let n = run.workers.len();
+        let makespan = run.expert_end;
+        let mut timelines: Vec<Vec<Segment>> = vec![Vec::new(); n];
+        let mut idle = 0.0;
+        for (w, sessions) in run.workers.iter().enumerate() {
+            let line = &mut timelines[w];
+            let mut free = SimTime::ZERO;
+            let idle_until = |line: &mut Vec<Segment>, from: SimTime, to: SimTime| {
+                if from < to {
+                    line.push(Segment {
                         kind: "idle",
                         model: None,
-                        start_s: clock[w],
-                        end_s: start,
+                        start_s: from.as_secs_f64(),
+                        end_s: to.as_secs_f64(),
                         prompts: 0,
                     });
                 }
-                clock[w] = start;
-            }
-        }
-        for w in 0..n {
-            let Some(Some((m, load_s, stats, count))) = runs[w].get(r) else {
-                continue;
             };
-            let name = scenario.experts[*m].name.clone();
-            let gen_s = stats.duration.as_secs_f64();
-            timelines[w].push(Segment {
-                kind: "load",
-                model: Some(name.clone()),
-                start_s: clock[w],
-                end_s: clock[w] + load_s,
-                prompts: *count,
-            });
-            timelines[w].push(Segment {
-                kind: "generate",
-                model: Some(name.clone()),
-                start_s: clock[w] + load_s,
-                end_s: clock[w] + load_s + gen_s,
-                prompts: *count,
-            });
-            clock[w] += load_s + gen_s;
-            loads += 1;
-            load_time += load_s;
-            tokens += stats.output_tokens;
-            records.push(SessionRecord {
-                worker: w,
-                model: name,
-                prompts: *count,
-                output_tokens: stats.output_tokens,
-                generate_s: gen_s,
-                tokens_per_s: stats.tokens_per_s(),
-                mean_batch: stats.mean_batch,
-                preemptions: stats.preemptions,
-            });
+            for session in sessions {
+                idle_until(line, free, session.load_start);
+                let name = &scenario.experts[session.model].name;
+                for (kind, start, end) in [
+                    ("load", session.load_start, session.generate_start),
+                    ("generate", session.generate_start, session.end),
+                ] {
+                    line.push(Segment {
+                        kind,
+                        model: Some(name.clone()),
+                        start_s: start.as_secs_f64(),
+                        end_s: end.as_secs_f64(),
+                        prompts: session.prompts,
+                    });
+                }
+                free = session.end;
+            }
+            idle_until(line, free, makespan);
+            idle += line
+                .iter()
+                .filter(|s| s.kind == "idle")
+                .map(|s| s.end_s - s.start_s)
+                .sum::<f64>();
         }
-    }
-    let makespan = clock.iter().copied().fold(0.0, f64::max);
-    let mut idle = 0.0;
-    for w in 0..n {
-        if clock[w] < makespan {
-            timelines[w].push(Segment {
-                kind: "idle",
-                model: None,
-                start_s: clock[w],
-                end_s: makespan,
-                prompts: 0,
-            });
-        }
-        idle += timelines[w]
+        let mut sessions: Vec<&SessionRun> = run.workers.iter().flatten().collect();
+        sessions.sort_by_key(|s| (s.round, s.unit));
+        let records = sessions
             .iter()
-            .filter(|s| s.kind == "idle")
-            .map(|s| s.end_s - s.start_s)
-            .sum::<f64>();
-    }
-    ExpertStage {
-        makespan_s: makespan,
-        timelines,
-        sessions: records,
-        loads,
-        load_time_s: load_time,
-        idle_pct: if makespan > 0.0 {
-            100.0 * idle / (n as f64 * makespan)
-        } else {
-            0.0
-        },
-        output_tokens: tokens,
+            .map(|s| SessionRecord {
+                worker: s.unit,
+                model: scenario.experts[s.model].name.clone(),
+                prompts: s.prompts,
+                output_tokens: s.output_tokens,
+                generate_s: s.generate_s(),
+                tokens_per_s: s.tokens_per_s(),
+                mean_batch: s.mean_batch,
+                preemptions: s.preemptions,
+            })
+            .collect();
+        let makespan_s = makespan.as_secs_f64();
+        ExpertStage {
+            makespan_s,
+            timelines,
+            sessions: records,
+            loads: sessions.len() as u32,
+            load_time_s: sessions
+                .iter()
+                .map(|s| (s.generate_start - s.load_start).as_secs_f64())
+                .sum(),
+            idle_pct: if makespan_s > 0.0 {
+                100.0 * idle / (n as f64 * makespan_s)
+            } else {
+                0.0
+            },
+            output_tokens: sessions.iter().map(|s| s.output_tokens).sum(),
+        }
     }
 }
 
@@ -331,7 +365,8 @@ pub fn placement_problem(
     )
 }
 
-/// One run: synthesize the workload, calibrate, place, run both stages, report.
+/// One run: synthesize the workload, calibrate, place, run both stages, report. Prompts are
+/// admitted to each session's replica in `queue`'s order (FCFS, vLLM's default, in every run).
 /// Never panics on a validated scenario; a policy failure becomes a `RunOutput` whose scalars
 /// are NaN and whose details carry the error (use [`try_simulate`] to get it typed).
 pub fn simulate(
@@ -339,8 +374,9 @@ pub fn simulate(
     seed: u64,
     placement: &mut dyn Placement,
     gate: &mut dyn AggregationGate,
+    queue: &mut dyn QueuePolicy,
 ) -> RunOutput {
-    match try_simulate(scenario, seed, placement, gate) {
+    match try_simulate(scenario, seed, placement, gate, queue) {
         Ok(output) => output,
         Err(error) => RunOutput {
             scalars: METRICS
@@ -358,27 +394,31 @@ pub fn try_simulate(
     seed: u64,
     placement: &mut dyn Placement,
     gate: &mut dyn AggregationGate,
+    queue: &mut dyn QueuePolicy,
 ) -> Result<RunOutput, SimulateError> {
     try_simulate_on(
         scenario,
         seed,
         placement,
         gate,
-        &mut SimulatedSessionCost { scenario },
+        queue,
+        &mut SimulatedPricing::of(scenario),
     )
 }
 
-/// [`try_simulate`] with the expert stage's loads and decode steps priced by `costs` (live
-/// mode's seam). The workload, calibration, placement and aggregator are the simulated run's.
-pub fn try_simulate_on(
+/// [`try_simulate`] with the run's loads and steps priced by `pricing` (live mode's seam:
+/// [`SimulatedPricing`] in simulation). The workload, calibration and placement are the
+/// simulated run's whatever `pricing` does.
+pub fn try_simulate_on<'c>(
     scenario: &MosaicScenario,
     seed: u64,
     placement: &mut dyn Placement,
     gate: &mut dyn AggregationGate,
-    costs: &mut dyn SessionCost,
+    queue: &mut dyn QueuePolicy,
+    pricing: &mut dyn SessionPricing<'c>,
 ) -> Result<RunOutput, SimulateError> {
     let workload = Workload::synthesize(scenario, seed);
-    let regressions = calibrate(scenario, seed);
+    let regressions = calibrate(scenario, seed, queue);
     let k = scenario
         .placement
         .max_models_per_worker()
@@ -391,10 +431,9 @@ pub fn try_simulate_on(
             violation,
         })?;
     let predicted = problem.predicted_makespan_s(&plan);
-    let stage = run_expert_stage(scenario, &index, &workload.prompts, &plan, costs);
 
-    // Aggregation: every question's aggregator draw and accuracy draw are made whether or not
-    // it is skipped, so gates change nothing else about the run.
+    // The aggregator's prompts: every question's aggregator draw and accuracy draw are made
+    // whether or not it is skipped, so gates change nothing else about the run.
     let agg = &scenario.aggregator;
     let mut agg_rng = stream(seed, "aggregator");
     let mut acc_rng = stream(seed, "accuracy");
@@ -433,43 +472,56 @@ pub fn try_simulate_on(
         correct += u32::from(ok);
         baseline_correct += u32::from(aggregator_ok);
     }
-    let agg_stats = (!requests.is_empty()).then(|| run_session(&agg.cost, &requests));
-    let aggregator_s = agg_stats
-        .as_ref()
-        .map_or(0.0, |s| agg.load_s + s.duration.as_secs_f64());
+
+    // Both stages, on the engine.
+    let aggregator_plan = SessionPlan {
+        model: scenario.experts.len(),
+        serving: &agg.serving,
+        prompts: &requests,
+        load: true,
+    };
+    let run = run_stages(
+        expert_plans(scenario, &index, &workload.prompts, &plan),
+        plan.barrier_per_round,
+        Some(aggregator_plan),
+        pricing,
+        queue,
+    );
+    let stage = ExpertStage::of(scenario, &run);
+    let agg_run = run.aggregator.as_ref();
+    let aggregator_s = agg_run.map_or(0.0, |a| (a.end - a.load_start).as_secs_f64());
     let n_q = f64::from(scenario.dataset.questions);
     let accuracy = 100.0 * f64::from(correct) / n_q;
     let accuracy_change = 100.0 * (f64::from(correct) - f64::from(baseline_correct)) / n_q;
     let solver = plan.solver.as_ref();
-    let scalars = vec![
-        stage.makespan_s,
-        stage.idle_pct,
+    let scalars = MosaicScalars {
+        expert_makespan_s: stage.makespan_s,
+        gpu_idle_pct: stage.idle_pct,
         aggregator_s,
-        stage.makespan_s + aggregator_s,
-        100.0 * f64::from(skipped) / n_q,
-        accuracy,
-        accuracy_change,
-        f64::from(stage.loads),
-        stage.load_time_s,
-        if stage.makespan_s > 0.0 {
+        end_to_end_s: stage.makespan_s + aggregator_s,
+        skip_pct: 100.0 * f64::from(skipped) / n_q,
+        accuracy_pct: accuracy,
+        accuracy_change_pp: accuracy_change,
+        model_loads: f64::from(stage.loads),
+        load_time_s: stage.load_time_s,
+        expert_tokens_per_s: if stage.makespan_s > 0.0 {
             stage.output_tokens as f64 / stage.makespan_s
         } else {
             0.0
         },
-        predicted,
-        if predicted > 0.0 {
+        predicted_makespan_s: predicted,
+        prediction_error_pct: if predicted > 0.0 {
             100.0 * (stage.makespan_s - predicted) / predicted
         } else {
             0.0
         },
-        solver.map_or(0.0, |s| s.status.code()),
-        solver.map_or(0.0, |s| s.gap),
-        solver.map_or(0.0, |s| s.nodes as f64),
-        solver
+        ilp_status: solver.map_or(0.0, |s| s.status.code()),
+        ilp_gap: solver.map_or(0.0, |s| s.gap),
+        ilp_nodes: solver.map_or(0.0, |s| s.nodes as f64),
+        ilp_solve_time_s: solver
             .filter(|_| scenario.record_solve_time)
             .map_or(0.0, |s| s.solve_time_s),
-    ];
-    debug_assert_eq!(scalars.len(), METRICS.len());
+    };
 
     let mut solver_detail = solver.map(|s| serde_json::to_value(s).expect("serializable"));
     if let Some(serde_json::Value::Object(map)) = solver_detail.as_mut()
@@ -487,7 +539,7 @@ pub fn try_simulate_on(
             let context = scenario.dataset.prompt.mean as u64 + (e.output.mean / 2.0) as u64;
             let curve: Vec<_> = [1u64, 2, 4, 8, 16, 32, 64, 128, 256]
                 .iter()
-                .map(|&b| json!({ "batch": b, "tokens_per_s": e.cost.decode_tokens_per_s(b, context) }))
+                .map(|&b| json!({ "batch": b, "tokens_per_s": e.serving.decode_tokens_per_s(b, context) }))
                 .collect();
             json!({
                 "name": e.name,
@@ -495,7 +547,7 @@ pub fn try_simulate_on(
                 "params_b": e.shape.params() as f64 / 1e9,
                 "load_s": e.load_s,
                 "prompts": scenario.dataset.slots[m],
-                "kv_capacity_tokens": e.cost.kv_capacity_tokens,
+                "kv_capacity_tokens": e.serving.kv_capacity_tokens,
                 "demand": demand,
                 "regression": regressions[m],
                 "decode_curve": curve,
@@ -546,7 +598,7 @@ pub fn try_simulate_on(
             .sum::<f64>()
             / requests.len() as f64
     };
-    let details = json!({
+    let mut details = json!({
         "dataset": scenario.dataset.name,
         "placement": placement.name(),
         "gate": gate.name(),
@@ -560,19 +612,18 @@ pub fn try_simulate_on(
         "aggregator": {
             "name": agg.name,
             "tensor_parallel": agg.tensor_parallel,
-            "load_s": if agg_stats.is_some() { agg.load_s } else { 0.0 },
+            "load_s": agg_run.map_or(0.0, |a| (a.generate_start - a.load_start).as_secs_f64()),
             "questions": requests.len(),
-            "generate_s": agg_stats.as_ref().map_or(0.0, |s| s.duration.as_secs_f64()),
-            "tokens_per_s": agg_stats.as_ref().map_or(0.0, |s| s.tokens_per_s()),
+            "generate_s": agg_run.map_or(0.0, SessionRun::generate_s),
+            "tokens_per_s": agg_run.map_or(0.0, SessionRun::tokens_per_s),
             "mean_prompt_tokens": mean_agg_prompt,
         },
     });
+    if let Some(pricing) = scenario.pricing() {
+        details["pricing"] = pricing;
+    }
     Ok(RunOutput {
-        scalars: METRICS
-            .iter()
-            .zip(scalars)
-            .map(|(m, v)| (m.name.to_string(), v))
-            .collect(),
+        scalars: crate::metrics::scalars(&METRIC_TABLE, &scalars),
         details,
     })
 }

@@ -4,12 +4,14 @@
 //! cached tokens per row, and the measured copy of the model's bytes. A step is priced by
 //! linear interpolation over rows (past the last sample, the last segment's slope) at the two
 //! sampled contexts around its own, then linearly between them (clamped to the sampled
-//! contexts); a load is the measured copy, or the scenario's `load_s` when the profile has none.
+//! contexts): [`ProfileStepCost`], a `serving::StepCost`; a load is the measured copy, or the
+//! scenario's `load_s` when the profile has none.
 
-use super::decode::DecodeStep;
 use super::live_scale::{Scaling, kernel_rows_and_context};
 use crate::cost::curve::CostCurve;
 use crate::cost::shape::DenseModelShape;
+use crate::serving::{CostSource, StepBreakdown, StepCost, StepTime, StepWork};
+use crate::time::SimDuration;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -169,11 +171,20 @@ impl ModelDecodeCost {
         let (y0, y1) = (at(upper - 1), at(upper));
         if w == 1.0 { y1 } else { y0 + (y1 - y0) * w }
     }
+}
 
-    /// Seconds of `step`.
-    pub fn step_s(&self, step: &DecodeStep) -> f64 {
-        let (rows, context) = kernel_rows_and_context(step);
-        self.step_ns(rows, context) * 1e-9
+/// A model's steps priced from its measured profile: the step's kernel rows and cached tokens
+/// per row (`live_scale::kernel_rows_and_context`) looked up in the sampled grid.
+pub struct ProfileStepCost<'a>(pub &'a ModelDecodeCost);
+
+impl StepCost for ProfileStepCost<'_> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let (rows, context) = kernel_rows_and_context(work);
+        StepTime {
+            duration: SimDuration(self.0.step_ns(rows, context).round() as u64),
+            breakdown: StepBreakdown::default(),
+            source: CostSource::Measured,
+        }
     }
 }
 
@@ -188,8 +199,8 @@ pub struct MosaicDecodeProfile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mosaic::{MosaicScenario, SessionCost, SimulatedSessionCost};
-    use crate::scenario::{Scenario, load_str};
+    use crate::mosaic::{MosaicScenario, SessionPricing, SimulatedPricing};
+    use crate::scenario::load_str;
 
     const PROFILE: &str = "../../profiles/measured/amd-epyc_mosaic-live-dense.json";
 
@@ -199,9 +210,10 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         let set = format!("serving.profile=\"{profile}\"");
         let plan = load_str(&path, &text, &[set]).map_err(|e| e.to_string())?;
-        match &plan.cells[0].scenario {
-            Scenario::Mosaic(s) => Ok(s.clone()),
-            other => panic!("not MOSAIC: {:?}", other.family()),
+        let cell = &plan.cells[0].scenario;
+        match cell.get::<MosaicScenario>() {
+            Some(s) => Ok(s.clone()),
+            None => panic!("not MOSAIC: {:?}", cell.family()),
         }
     }
 
@@ -222,16 +234,21 @@ mod tests {
             .unwrap();
         let (ci, ri) = (2, 3);
         let (context, rows) = (model.contexts[ci], model.rows[ri]);
-        // `rows` sequences with `context` cached tokens each, no prefill.
-        let step = DecodeStep {
-            batch: rows,
+        // `rows` sequences decoding over `context` cached tokens each, no prefill.
+        let step = StepWork {
+            requests: rows,
+            decode_tokens: rows,
             context_tokens: rows * context,
-            prefill_tokens: 0,
-            prefill_square: 0,
+            ..StepWork::default()
         };
-        let mut cost = SimulatedSessionCost { scenario: &s };
-        assert_eq!(cost.step_s(0, expert, &step), model.step_ns[ci][ri] * 1e-9);
-        assert_eq!(cost.load_s(0, expert), model.load_ns.unwrap() * 1e-9);
+        let mut pricing = SimulatedPricing::of(&s);
+        let time = pricing.steps(0, expert).price(&step);
+        assert_eq!(time.duration.0, model.step_ns[ci][ri].round() as u64);
+        assert_eq!(time.source, CostSource::Measured);
+        assert_eq!(
+            pricing.load(0, expert).0,
+            model.load_ns.unwrap().round() as u64
+        );
         // Halfway between two sampled contexts: halfway between their samples.
         let p = &s.decode_profile.as_ref().unwrap().experts[expert];
         let (c0, c1) = (model.contexts[0], model.contexts[1]);

@@ -3,18 +3,48 @@
 
 use super::*;
 use crate::scenario::validate::FieldError;
+use crate::serving::QueuedRequest;
+use std::collections::VecDeque;
 use std::path::Path;
+
+/// First come, first served per unit (as the runner's `strategies::queue::Fcfs`: submission
+/// time, then id; a request refused admission keeps its place at the head).
+#[derive(Default)]
+pub(super) struct Fifo(Vec<VecDeque<QueuedRequest>>);
+
+impl QueuePolicy for Fifo {
+    fn name(&self) -> &'static str {
+        "fcfs"
+    }
+    fn reset(&mut self, n: usize) {
+        self.0 = vec![VecDeque::new(); n];
+    }
+    fn push(&mut self, unit: usize, r: QueuedRequest) {
+        let at = self.0[unit].partition_point(|q| (q.submitted, q.id) < (r.submitted, r.id));
+        self.0[unit].insert(at, r);
+    }
+    fn pop(&mut self, unit: usize, _: u64) -> Option<QueuedRequest> {
+        self.0[unit].pop_front()
+    }
+    fn len(&self, unit: usize) -> usize {
+        self.0[unit].len()
+    }
+}
 
 fn config(text: &str) -> MosaicConfig {
     toml::from_str(text).unwrap()
 }
 
 fn scenario(text: &str) -> MosaicScenario {
-    config(text).validate(Path::new(".")).unwrap()
+    config(text)
+        .validate(Path::new("."), &mut Default::default())
+        .unwrap()
 }
 
 fn invalid(text: &str) -> FieldError {
-    config(text).validate(Path::new(".")).unwrap_err()
+    config(text)
+        .validate(Path::new("."), &mut Default::default())
+        .unwrap_err()
 }
 
 const GPQA: &str = "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"gpqa\"\n[calibration]\nsweep_max_prompts = 64\n";
@@ -169,6 +199,16 @@ fn validation_names_the_field() {
         "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"gpqa\"\n[serving]\ngpu = \"L4\"\n",
     );
     assert!(e.path.starts_with("pool["), "{e:?}");
+    for (line, field) in [
+        ("block_size = 0", "serving.block_size"),
+        ("watermark = 1.0", "serving.watermark"),
+        ("load_gbps = 0.0", "serving.load_gbps"),
+    ] {
+        let e = invalid(&format!(
+            "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"gpqa\"\n[serving]\n{line}\n"
+        ));
+        assert_eq!(e.path, field, "{e:?}");
+    }
     let e = invalid("[dataset]\npreset = \"gpqa\"\n");
     assert_eq!(e.path, "experts");
     assert!(
@@ -183,7 +223,8 @@ fn every_prompt_runs_exactly_once_and_timelines_are_contiguous() {
         &mut TestRoundRobin as &mut dyn Placement,
         &mut TestDataParallel,
     ] {
-        let out = try_simulate(&s, 0, placement, &mut Threshold(2.0)).unwrap();
+        let out =
+            try_simulate(&s, 0, placement, &mut Threshold(2.0), &mut Fifo::default()).unwrap();
         let sessions = out.details["sessions"].as_array().unwrap();
         let placed: u64 = sessions
             .iter()
@@ -208,9 +249,30 @@ fn every_prompt_runs_exactly_once_and_timelines_are_contiguous() {
 #[test]
 fn the_gate_skips_only_what_it_should_and_shortens_aggregation() {
     let s = scenario(GPQA);
-    let full = try_simulate(&s, 1, &mut TestRoundRobin, &mut Threshold(2.0)).unwrap();
-    let unanimous = try_simulate(&s, 1, &mut TestRoundRobin, &mut Threshold(1.0)).unwrap();
-    let aggressive = try_simulate(&s, 1, &mut TestRoundRobin, &mut Threshold(2.0 / 3.0)).unwrap();
+    let full = try_simulate(
+        &s,
+        1,
+        &mut TestRoundRobin,
+        &mut Threshold(2.0),
+        &mut Fifo::default(),
+    )
+    .unwrap();
+    let unanimous = try_simulate(
+        &s,
+        1,
+        &mut TestRoundRobin,
+        &mut Threshold(1.0),
+        &mut Fifo::default(),
+    )
+    .unwrap();
+    let aggressive = try_simulate(
+        &s,
+        1,
+        &mut TestRoundRobin,
+        &mut Threshold(2.0 / 3.0),
+        &mut Fifo::default(),
+    )
+    .unwrap();
     let buckets = unanimous.details["buckets"].as_array().unwrap();
     assert_eq!(buckets[0]["skipped"], buckets[0]["questions"]);
     assert_eq!(buckets[1]["skipped"], 0);
@@ -230,13 +292,31 @@ fn the_gate_skips_only_what_it_should_and_shortens_aggregation() {
 #[test]
 fn runs_are_deterministic_and_seeds_differ() {
     let s = scenario(GPQA);
-    let a = simulate(&s, 7, &mut TestRoundRobin, &mut Threshold(1.0));
-    let b = simulate(&s, 7, &mut TestRoundRobin, &mut Threshold(1.0));
+    let a = simulate(
+        &s,
+        7,
+        &mut TestRoundRobin,
+        &mut Threshold(1.0),
+        &mut Fifo::default(),
+    );
+    let b = simulate(
+        &s,
+        7,
+        &mut TestRoundRobin,
+        &mut Threshold(1.0),
+        &mut Fifo::default(),
+    );
     assert_eq!(
         serde_json::to_string(&a).unwrap(),
         serde_json::to_string(&b).unwrap()
     );
-    let c = simulate(&s, 8, &mut TestRoundRobin, &mut Threshold(1.0));
+    let c = simulate(
+        &s,
+        8,
+        &mut TestRoundRobin,
+        &mut Threshold(1.0),
+        &mut Fifo::default(),
+    );
     assert_ne!(a.scalar("expert_makespan_s"), c.scalar("expert_makespan_s"));
     assert_eq!(a.scalars.len(), METRICS.len());
     for (got, want) in a.scalars.iter().zip(METRICS) {
@@ -247,9 +327,22 @@ fn runs_are_deterministic_and_seeds_differ() {
 #[test]
 fn a_failing_policy_is_an_error_not_a_panic() {
     let s = scenario(GPQA);
-    let err = try_simulate(&s, 0, &mut Infeasible, &mut Threshold(1.0)).unwrap_err();
+    let err = try_simulate(
+        &s,
+        0,
+        &mut Infeasible,
+        &mut Threshold(1.0),
+        &mut Fifo::default(),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("infeasible"), "{err}");
-    let out = simulate(&s, 0, &mut Infeasible, &mut Threshold(1.0));
+    let out = simulate(
+        &s,
+        0,
+        &mut Infeasible,
+        &mut Threshold(1.0),
+        &mut Fifo::default(),
+    );
     assert!(out.scalars.iter().all(|(_, v)| v.is_nan()));
     assert!(
         out.details["error"]
@@ -264,13 +357,18 @@ fn calibration_regression_predicts_held_out_sessions() {
     let s = scenario(
         "[pool]\npreset = \"hybrid\"\n[dataset]\npreset = \"mmlu_pro\"\n[calibration]\nsweep_max_prompts = 512\n",
     );
-    let regressions = workload::calibrate(&s, 0);
+    let regressions = workload::calibrate(&s, 0, &mut Fifo::default());
     let w = workload::Workload::synthesize(&s, 0);
     for (m, r) in regressions.iter().enumerate() {
         let r = r.as_ref().unwrap();
-        let actual = run_session(&s.experts[m].cost, &w.prompts[m])
-            .duration
-            .as_secs_f64();
+        let actual = server::run_session(
+            m,
+            &s.experts[m].serving,
+            &w.prompts[m],
+            &mut SimulatedPricing::of(&s),
+            &mut Fifo::default(),
+        )
+        .generate_s();
         let predicted = r.predict_s(s.dataset.slots[m]);
         let error = (predicted - actual).abs() / actual;
         // The regression extrapolates from <= 512-prompt sweeps to the full test session.
@@ -286,5 +384,155 @@ fn calibration_regression_predicts_held_out_sessions() {
 /// cartesian product.
 #[test]
 fn shipped_scenarios_validate_for_every_sweep_value() {
-    crate::shipped_scenarios::load_all("mosaic", crate::scenario::Family::Mosaic, 4);
+    crate::shipped_scenarios::load_all("mosaic", 4);
+}
+
+/// A load is the model's bf16 weights over the load path (0.4 GB/s by default): Qwen2.5-7B's
+/// 7.61 B parameters (model card) are 15.22 GB, 38.05 s; GLM-4-9B's 9.40 B, 47.0 s (within the
+/// rounding of the published counts); a scenario's `load_gbps` scales every load.
+#[test]
+fn a_load_is_the_weights_over_the_load_path() {
+    let load =
+        |s: &MosaicScenario, name: &str| s.experts.iter().find(|e| e.name == name).unwrap().load_s;
+    let s = scenario(GPQA);
+    assert!((load(&s, "Qwen") - 2.0 * 7.61e9 / 0.4e9).abs() < 0.1);
+    assert!((load(&s, "GLM") - 2.0 * 9.40e9 / 0.4e9).abs() < 0.1);
+    let faster = scenario(&format!("{GPQA}[serving]\nload_gbps = 0.8\n"));
+    assert!((load(&faster, "Qwen") - load(&s, "Qwen") / 2.0).abs() < 1e-9);
+}
+
+/// The hybrid pool on GPQA with `[serving] measured = "vidur/a100"`, looked for from the crate's
+/// folder (the repository's `profiles/` is one folder up).
+fn measured_scenario() -> MosaicScenario {
+    config(&format!("{GPQA}[serving]\nmeasured = \"vidur/a100\"\n"))
+        .validate(
+            Path::new(env!("CARGO_MANIFEST_DIR")),
+            &mut Default::default(),
+        )
+        .unwrap()
+}
+
+/// With a measured set, an expert's step goes through the one step-cost seam as
+/// `serving::MeasuredStepCost`: the price of `MeasuredDenseStep::price` on the same tokens,
+/// which for LlamaR1 (DeepSeek-R1-Distill-Llama-8B, Meta-Llama-3-8B's layer) is by hand the
+/// measured A100 kernels at 8 rows plus the roofline's attention and head plus the 4 ms host
+/// overhead. Qwen2.5-7B's shape is in no profile: its MLP is scaled.
+#[test]
+fn a_measured_step_is_the_measured_operations_of_the_same_tokens() {
+    use crate::cost::measured_steps::StepOperation;
+    use crate::cost::op_profile::Operation;
+    use crate::cost::roofline::StepTokens;
+    use crate::serving::{CostSource, StepWork};
+    use crate::time::SimDuration;
+
+    let s = measured_scenario();
+    let index = |name: &str| s.experts.iter().position(|e| e.name == name).unwrap();
+    let llama = index("LlamaR1");
+    // 8 decoding sequences holding 1,000 tokens each (no prefill: no per-sequence terms).
+    let work = StepWork {
+        requests: 8,
+        decode_tokens: 8,
+        context_tokens: 8_000,
+        ..StepWork::default()
+    };
+    let time = SimulatedPricing::of(&s).steps(0, llama).price(&work);
+    let measured = s.experts[llama].serving.measured.as_ref().unwrap();
+    let (price, sources) = measured.price(&StepTokens {
+        rows: 8,
+        sequences: 8,
+        context_tokens: 8_000,
+        prefill_square: 0.0,
+    });
+    assert_eq!(time.duration, SimDuration(price.nanos.round() as u64));
+    assert_eq!(time.breakdown.op_sources, Some(sources));
+    assert_eq!(time.source, CostSource::Measured);
+
+    // By hand: per layer Meta-Llama-3-8B's measured kernels at 8 tokens; the attention reads
+    // 8,000 x 2 x 2 B x 8 KV heads x 128 = 32.8 MB per layer at 2,039 GB/s x 0.8 (memory-
+    // bound: 4 x 4096 FLOPs per cached token); the head streams 128,256 x 4096 bf16 weights.
+    let set = crate::cost::measured_steps::MeasuredSet::load(
+        "vidur/a100",
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles/vidur/a100"),
+    )
+    .unwrap();
+    let llama3 = set
+        .ops
+        .profiles
+        .iter()
+        .find(|p| p.model == "meta-llama/Meta-Llama-3-8B")
+        .unwrap();
+    let layer_ops: f64 = Operation::ALL[1..]
+        .iter()
+        .map(|&op| llama3.series(op, 1).unwrap().nanos_at(8).unwrap())
+        .sum();
+    let attention = 8_000.0 * 4096.0 / 1.6312e12 * 1e9;
+    let head = 128_256.0 * 4096.0 * 2.0 / 1.6312e12 * 1e9;
+    let by_hand = 32.0 * (layer_ops + attention) + head + 4e6;
+    assert!(
+        (price.nanos - by_hand).abs() < 1e-3,
+        "{} vs {by_hand}",
+        price.nanos
+    );
+
+    // LlamaR1's MLP is Meta-Llama-3-8B's (measured); Qwen2.5-7B's (hidden 3584, intermediate
+    // 18944) is scaled from the nearest measured MLP.
+    let record = |name: &str| {
+        s.experts[index(name)]
+            .serving
+            .measured
+            .as_ref()
+            .unwrap()
+            .record
+            .sources()
+    };
+    assert_eq!(
+        record("LlamaR1").get(StepOperation::Mlp),
+        Some(CostSource::Measured)
+    );
+    for qwen in ["Qwen", "QwenR1"] {
+        assert_eq!(
+            record(qwen).get(StepOperation::Mlp),
+            Some(CostSource::Scaled),
+            "{qwen}"
+        );
+    }
+    // The aggregator (QwenR1 over the 4 workers) adds two measured all-reduces per layer.
+    let aggregator = s.aggregator.serving.measured.as_ref().unwrap();
+    assert_eq!(aggregator.record.tensor_parallel, 4);
+    assert_eq!(
+        aggregator.record.sources().get(StepOperation::AllReduce),
+        Some(CostSource::Measured)
+    );
+    assert_eq!(s.cost_source(), "measured-operations:vidur/a100:A100-80GB");
+}
+
+/// A measured set must exist, be of `serving.gpu`, and not stand beside `serving.profile`.
+#[test]
+fn a_bad_measured_set_names_the_field() {
+    let with = |extra: &str| {
+        config(&format!("{GPQA}[serving]\n{extra}"))
+            .validate(
+                Path::new(env!("CARGO_MANIFEST_DIR")),
+                &mut Default::default(),
+            )
+            .unwrap_err()
+    };
+    let e = with("measured = \"vidur/b200\"\n");
+    assert_eq!(e.path, "serving.measured");
+    assert!(
+        e.message.contains("no measured profile set"),
+        "{}",
+        e.message
+    );
+    let e = with("measured = \"vidur/a100\"\ngpu = \"H100-SXM\"\n");
+    assert_eq!(e.path, "serving.measured");
+    assert!(
+        e.message
+            .contains("measured on A100-80GB, but serving.gpu is H100-SXM"),
+        "{}",
+        e.message
+    );
+    let e = with("measured = \"vidur/a100\"\nprofile = \"decode.json\"\n");
+    assert_eq!(e.path, "serving.measured");
+    assert!(e.message.contains("second cost source"), "{}", e.message);
 }

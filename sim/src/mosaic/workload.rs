@@ -1,29 +1,27 @@
 //! The MoA workload: questions recruited to k = 3 experts with per-expert slot totals matching
 //! the benchmark exactly, vote-agreement buckets with exact counts, prompt and per-expert output
 //! lengths (lognormal, reasoning experts' long tail, longer on disagreement questions); and the
-//! calibration subset with the per-model regression of session time that placement uses.
+//! calibration subset with the per-model regression of session time that placement uses. Every
+//! draw goes through `sim::distributions` (lengths: `TokenCount`; recruitment and buckets of
+//! the calibration questions: `Categorical`).
 
 use super::config::{EXPERTS_PER_QUESTION, ExpertFamily, LengthDist, MosaicScenario};
-use super::decode::{GenerationRequest, run_session};
+use super::pricing::SimulatedPricing;
+use super::server::run_session;
+use super::session::GenerationRequest;
+use crate::distributions::{Categorical, TokenCount};
 use crate::rng::{SimRng, stream};
+use crate::serving::QueuePolicy;
 use nalgebra::{DMatrix, DVector};
 use rand::RngExt;
-use rand_distr::{Distribution, LogNormal};
 use serde::Serialize;
 
-/// One draw of a [`LengthDist`] scaled by `scale`: lognormal with mean `mean x scale`,
-/// rounded and clipped to `[1, max]`.
+/// One draw of a [`LengthDist`] scaled by `scale`: a `TokenCount` (lognormal with mean
+/// `mean x scale`, rounded and clipped to `[1, max]`).
 pub fn draw_length(dist: &LengthDist, scale: f64, rng: &mut SimRng) -> u32 {
-    let mean = dist.mean * scale;
-    let value = if dist.sigma > 0.0 {
-        let mu = mean.ln() - 0.5 * dist.sigma * dist.sigma;
-        LogNormal::new(mu, dist.sigma)
-            .expect("validated: finite mean > 0 and sigma >= 0")
-            .sample(rng)
-    } else {
-        mean
-    };
-    (value.round().max(1.0)).min(f64::from(dist.max)) as u32
+    TokenCount::from_mean(dist.mean * scale, dist.sigma, dist.max)
+        .expect("validated: finite mean > 0, sigma >= 0, max >= 1")
+        .sample(rng)
 }
 
 fn shuffle<T>(items: &mut [T], rng: &mut SimRng) {
@@ -223,34 +221,24 @@ pub fn fit_regression(sweep: &[SweepPoint]) -> [f64; 3] {
 /// Calibration questions recruit three experts with probabilities proportional to the test
 /// slot shares (the router's skill mix), with buckets drawn by their shares; every recruited
 /// expert gets at least `min_prompts_per_model` prompts. The sweep runs sessions of doubling
-/// size, resampling the model's calibration prompts. Streams: "calibration",
-/// "calibration-sweep".
-pub fn calibrate(scenario: &MosaicScenario, seed: u64) -> Vec<Option<SessionRegression>> {
+/// size, resampling the model's calibration prompts, each a resident session on the serving
+/// replica priced by the scenario's GPU model, the roofline or the measured set's operations,
+/// never `[serving] profile` (admissions in `queue`'s order, FCFS). Streams:
+/// "calibration", "calibration-sweep".
+pub fn calibrate(
+    scenario: &MosaicScenario,
+    seed: u64,
+    queue: &mut dyn QueuePolicy,
+) -> Vec<Option<SessionRegression>> {
     let data = &scenario.dataset;
     let mut rng = stream(seed, "calibration");
-    let total: f64 = data.slots.iter().map(|&s| f64::from(s)).sum();
-    let bucket_total: f64 = data.buckets.iter().map(|b| b.share_pct).sum();
-    let pick = |weights: &mut dyn Iterator<Item = f64>, total: f64, rng: &mut SimRng| {
-        let mut u = rng.random::<f64>() * total;
-        let mut last = 0;
-        for (i, w) in weights.enumerate() {
-            if w > 0.0 {
-                last = i;
-                if u < w {
-                    return i;
-                }
-                u -= w;
-            }
-        }
-        last
-    };
+    let experts = Categorical::new(&data.slots.iter().map(|&s| f64::from(s)).collect::<Vec<_>>())
+        .expect("validated: slots sum to 3 x questions > 0");
+    let buckets = Categorical::new(&data.buckets.each_ref().map(|b| b.share_pct))
+        .expect("validated: bucket shares sum to 100");
     let mut outputs: Vec<Vec<GenerationRequest>> = vec![Vec::new(); scenario.experts.len()];
     let draw_for = |m: usize, rng: &mut SimRng, outputs: &mut Vec<Vec<GenerationRequest>>| {
-        let bucket = pick(
-            &mut data.buckets.iter().map(|b| b.share_pct),
-            bucket_total,
-            rng,
-        );
+        let bucket = buckets.sample(rng);
         let prompt_tokens = draw_length(&data.prompt, 1.0, rng);
         let scale = family_scale(scenario, m) * data.buckets[bucket].length_factor;
         let output_tokens = draw_length(&scenario.experts[m].output, scale, rng);
@@ -261,11 +249,7 @@ pub fn calibrate(scenario: &MosaicScenario, seed: u64) -> Vec<Option<SessionRegr
     };
     for _ in 0..data.calibration_questions {
         for _ in 0..EXPERTS_PER_QUESTION {
-            let m = pick(
-                &mut data.slots.iter().map(|&s| f64::from(s)),
-                total,
-                &mut rng,
-            );
+            let m = experts.sample(&mut rng);
             draw_for(m, &mut rng, &mut outputs);
         }
     }
@@ -276,6 +260,7 @@ pub fn calibrate(scenario: &MosaicScenario, seed: u64) -> Vec<Option<SessionRegr
         }
     }
     let mut sweep_rng = stream(seed, "calibration-sweep");
+    let mut pricing = SimulatedPricing::without_profile(scenario);
     (0..scenario.experts.len())
         .map(|m| {
             if data.slots[m] == 0 {
@@ -288,14 +273,20 @@ pub fn calibrate(scenario: &MosaicScenario, seed: u64) -> Vec<Option<SessionRegr
                 let sample: Vec<GenerationRequest> = (0..size)
                     .map(|_| cal[sweep_rng.random_range(0..cal.len())])
                     .collect();
-                let stats = run_session(&scenario.experts[m].cost, &sample);
+                let run = run_session(
+                    m,
+                    &scenario.experts[m].serving,
+                    &sample,
+                    &mut pricing,
+                    &mut *queue,
+                );
                 let sum: u64 = sample.iter().map(|r| u64::from(r.output_tokens)).sum();
                 sweep.push(SweepPoint {
                     prompts: size,
                     mean_output: sum as f64 / f64::from(size),
                     max_output: sample.iter().map(|r| r.output_tokens).max().unwrap_or(0),
-                    session_s: stats.duration.as_secs_f64(),
-                    tokens_per_s: stats.tokens_per_s(),
+                    session_s: run.generate_s(),
+                    tokens_per_s: run.tokens_per_s(),
                 });
                 size = size.saturating_mul(2);
             }

@@ -22,6 +22,8 @@ struct CellFile {
     per_request_csv: bool,
     cost_model: String,
     runs: Vec<RunResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    trace: Option<crate::results::TraceReplayed>,
 }
 
 /// The folder of cell files under a result directory.
@@ -51,6 +53,7 @@ pub fn write(
         per_request_csv,
         cost_model: cell.cost_model.clone(),
         runs: cell.runs.clone(),
+        trace: cell.trace.clone(),
     };
     let bytes = serde_json::to_vec(&file).expect("a cell serializes");
     write_atomic_unsynced(&path(out, index), &bytes)
@@ -122,5 +125,6 @@ pub fn read(
     Ok(CellRuns {
         cost_model: file.cost_model,
         runs: file.runs,
+        trace: file.trace,
     })
 }

@@ -106,6 +106,7 @@ impl SweepHeader {
                     key.coords.clone(),
                     runs.cost_model,
                     runs.runs,
+                    runs.trace,
                     metrics,
                 )
             })

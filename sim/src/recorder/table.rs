@@ -27,9 +27,21 @@ impl<S> MetricDef<S> {
     }
 }
 
-/// The `MetricInfo` of every metric of `table`, in order.
-pub fn infos<S>(table: &[MetricDef<S>]) -> Vec<MetricInfo> {
-    table.iter().map(MetricDef::info).collect()
+/// The `MetricInfo` of every metric of `table`, in order (a constant, for `Family::METRICS`).
+/// `MetricDef` is `metrics::Metric` with the unit alone beside the label, which the results'
+/// details list (`units`).
+pub const fn infos<S, const N: usize>(table: &[MetricDef<S>; N]) -> [MetricInfo; N] {
+    let mut infos = [MetricInfo {
+        name: "",
+        description: "",
+        better: Better::Lower,
+    }; N];
+    let mut i = 0;
+    while i < N {
+        infos[i] = table[i].info();
+        i += 1;
+    }
+    infos
 }
 
 /// Every metric of `table` computed on `summary`, in table order.
@@ -79,7 +91,7 @@ mod tests {
         count: f64,
     }
 
-    const TABLE: &[MetricDef<Sums>] = &[
+    const TABLE: &[MetricDef<Sums>; 2] = &[
         MetricDef {
             name: "mean_ms",
             label: "mean (ms)",
@@ -108,7 +120,8 @@ mod tests {
         );
         assert_eq!(object(TABLE, &s), json!({"mean_ms": 7.5, "count": 4.0}));
         assert_eq!(units(TABLE), json!({"mean_ms": "ms", "count": "count"}));
-        let infos = infos(TABLE);
+        const INFOS: [MetricInfo; 2] = infos(TABLE);
+        let infos = INFOS;
         assert_eq!(infos[0].name, "mean_ms");
         assert_eq!(infos[1].better, Better::Higher);
         let out = failed(TABLE, "out of memory: the weights need 93 GB");

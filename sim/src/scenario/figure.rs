@@ -2,14 +2,15 @@
 //! kind needs or does not use, that named metrics exist and named keys are swept, and that
 //! `select` values are among the swept ones.
 
-use super::file::{Family, FigureFile, FigureKind, ReportFile};
+use super::file::{FigureFile, FigureKind, ReportFile};
 use super::sweep::{SweepAxis, display_value};
 use super::validate::{FieldError, field_error};
+use crate::family::FamilyId;
 
 /// Checks every figure; the first problem is returned with its field path (`figure[2].kind`).
 pub fn check(
     figures: &[FigureFile],
-    family: Family,
+    family: FamilyId,
     axes: &[SweepAxis],
     report: Option<&ReportFile>,
 ) -> Result<(), FieldError> {
@@ -73,7 +74,7 @@ fn lookup<'v>(value: &'v toml::Value, inner: &str) -> Option<&'v toml::Value> {
 fn check_one(
     at: &str,
     figure: &FigureFile,
-    family: Family,
+    family: FamilyId,
     axes: &[SweepAxis],
     report: Option<&ReportFile>,
 ) -> Result<(), FieldError> {
@@ -84,21 +85,18 @@ fn check_one(
             format!("is not used by figures of kind `{}`", kind.name()),
         )
     };
-    let family_only = |wanted: Family| {
-        if family == wanted {
-            Ok(())
-        } else {
-            Err(field_error(
-                &format!("{at}.kind"),
-                format!(
-                    "`{}` figures need a {} scenario, this one is {}",
-                    kind.name(),
-                    family_name(wanted),
-                    family_name(family)
-                ),
-            ))
-        }
-    };
+    // A kind that some family owns (`Family::FIGURE_KINDS`) draws only that family's results.
+    if let Some(owner) = FamilyId::all().find(|f| f.figure_kinds().contains(&kind))
+        && owner != family
+    {
+        return Err(field_error(
+            &format!("{at}.kind"),
+            format!(
+                "`{}` figures need a {owner} scenario, this one is {family}",
+                kind.name()
+            ),
+        ));
+    }
     let require_key = |key: &str, field: &str| {
         if is_swept(key, axes) {
             Ok(())
@@ -128,11 +126,6 @@ fn check_one(
         FigureKind::Metric | FigureKind::Improvement | FigureKind::Stacked
     );
     let takes_series = takes_metrics || kind == FigureKind::ExpertweaveMemory;
-    match kind {
-        FigureKind::GemExpertLoad | FigureKind::GemStaircase => family_only(Family::Gem)?,
-        FigureKind::MosaicTimeline | FigureKind::MosaicDecodeCurves => family_only(Family::Mosaic)?,
-        _ => {}
-    }
     if !takes_metrics && !figure.metrics.is_empty() {
         return Err(unused("metrics"));
     }
@@ -273,15 +266,4 @@ fn check_one(
         }
     }
     Ok(())
-}
-
-fn family_name(family: Family) -> &'static str {
-    match family {
-        Family::Caps => "caps",
-        Family::Gem => "gem",
-        Family::Mosaic => "mosaic",
-        Family::Chimera => "chimera",
-        Family::Expertweave => "expertweave",
-        Family::Serving => "serving",
-    }
 }

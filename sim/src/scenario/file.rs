@@ -22,7 +22,8 @@ pub struct CommonFile {
     pub name: String,
     #[serde(default)]
     pub description: String,
-    pub family: Family,
+    /// A registered family's name (`family::FAMILIES`).
+    pub family: crate::family::FamilyId,
     /// One run per seed in every sweep cell.
     #[serde(default = "default_seeds")]
     pub seeds: Vec<u64>,
@@ -36,24 +37,6 @@ pub struct CommonFile {
 
 fn default_seeds() -> Vec<u64> {
     vec![42]
-}
-
-/// Which family of serving system a scenario describes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Family {
-    /// CAPS batch selection on one MoE GPU (caps.txt).
-    Caps,
-    /// GEM expert mapping under GPU variability (gem.txt).
-    Gem,
-    /// MOSAIC mixture-of-agents placement and gating (mosaic.txt).
-    Mosaic,
-    /// Chimera multi-agent workflow queueing and routing (chimera.txt).
-    Chimera,
-    /// ExpertWeave multi-adapter MoE serving (expertweave.txt).
-    Expertweave,
-    /// General serving of dense and MoE models on replicas (docs/serving-family.md).
-    Serving,
 }
 
 /// `[report]`: compare every value of one sweep key against a baseline value.
@@ -169,52 +152,4 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<
         Keys::One(key) => vec![key],
         Keys::Many(keys) => keys,
     })
-}
-
-impl Family {
-    /// The scalar metrics the family reports.
-    pub fn metrics(self) -> &'static [crate::metrics::MetricInfo] {
-        match self {
-            Family::Caps => crate::caps::METRICS,
-            Family::Gem => crate::gem::METRICS,
-            Family::Mosaic => crate::mosaic::METRICS,
-            Family::Chimera => crate::chimera::METRICS,
-            Family::Expertweave => crate::expertweave::METRICS,
-            Family::Serving => crate::serving_family::metrics(),
-        }
-    }
-    /// The scenario key holding the family's arrival rate (requests or workflows per second),
-    /// which `expertsim capacity` searches; None for a family without one (GEM replays traces
-    /// of a fixed request count, MOSAIC serves an offline batch).
-    pub fn rate_key(self) -> Option<&'static str> {
-        match self {
-            Family::Caps => Some("arrival.rate_per_s"),
-            Family::Chimera => Some("workload.rps"),
-            Family::Expertweave => Some("workload.rate_rps"),
-            Family::Serving => Some("arrival.rate_per_s"),
-            Family::Gem | Family::Mosaic => None,
-        }
-    }
-    /// The metrics `expertsim run` prints per cell.
-    pub fn headline(self) -> &'static [&'static str] {
-        match self {
-            Family::Caps => crate::caps::HEADLINE,
-            Family::Gem => crate::gem::HEADLINE,
-            Family::Mosaic => crate::mosaic::HEADLINE,
-            Family::Chimera => crate::chimera::HEADLINE,
-            Family::Expertweave => crate::expertweave::HEADLINE,
-            Family::Serving => crate::serving_family::HEADLINE,
-        }
-    }
-    /// The metrics `expertsim run` prints as change against the baseline.
-    pub fn headline_improvements(self) -> &'static [&'static str] {
-        match self {
-            Family::Caps => crate::caps::HEADLINE_IMPROVEMENTS,
-            Family::Gem => crate::gem::HEADLINE_IMPROVEMENTS,
-            Family::Mosaic => crate::mosaic::HEADLINE_IMPROVEMENTS,
-            Family::Chimera => crate::chimera::HEADLINE_IMPROVEMENTS,
-            Family::Expertweave => crate::expertweave::HEADLINE_IMPROVEMENTS,
-            Family::Serving => crate::serving_family::HEADLINE_IMPROVEMENTS,
-        }
-    }
 }

@@ -4,7 +4,6 @@
 //! Every error is one line naming the file, the line and the field, and nothing runs until every
 //! cell has passed.
 
-pub mod demands;
 pub mod error;
 pub mod figure;
 pub mod file;
@@ -12,8 +11,9 @@ pub mod limits;
 pub mod sweep;
 pub mod validate;
 
+pub use crate::family::FamilyId;
 pub use error::{Location, ScenarioError};
-pub use file::{CommonFile, Family};
+pub use file::CommonFile;
 pub use limits::Limits;
 
 use error::SpanIndex;
@@ -22,66 +22,13 @@ use serde::de::DeserializeOwned;
 use std::path::{Path, PathBuf};
 use sweep::SweepAxis;
 
-/// One validated, runnable sweep cell of some family.
-#[derive(Clone, Debug)]
-pub enum Scenario {
-    Caps(crate::caps::CapsScenario),
-    Gem(crate::gem::GemScenario),
-    Mosaic(crate::mosaic::MosaicScenario),
-    Chimera(crate::chimera::ChimeraScenario),
-    Expertweave(crate::expertweave::ExpertWeaveScenario),
-    Serving(crate::serving_family::ServingScenario),
-}
-
-impl Scenario {
-    pub fn family(&self) -> Family {
-        match self {
-            Scenario::Caps(_) => Family::Caps,
-            Scenario::Gem(_) => Family::Gem,
-            Scenario::Mosaic(_) => Family::Mosaic,
-            Scenario::Chimera(_) => Family::Chimera,
-            Scenario::Expertweave(_) => Family::Expertweave,
-            Scenario::Serving(_) => Family::Serving,
-        }
-    }
-    /// The trace a cell replays, with what the replay offers (`expertsim validate` prints it):
-    /// the trace file, then its statistics after `time_scale` over the requests replayed.
-    pub fn trace_replay(&self) -> Option<(std::path::PathBuf, crate::arrivals::TraceStats)> {
-        match self {
-            Scenario::Caps(s) => match &s.arrival {
-                crate::caps::config::ArrivalSpec::Trace { trace, time_scale } => Some((
-                    trace.path().to_path_buf(),
-                    trace.stats(usize::try_from(s.workload.n_requests).ok(), *time_scale),
-                )),
-                _ => None,
-            },
-            Scenario::Gem(s) => s.arrival.trace_stats(s.n_requests),
-            Scenario::Serving(s) => s.arrival.trace_stats(s.n_requests),
-            _ => None,
-        }
-    }
-    /// Whether the scenario asks for per-request records (`[output] per_request_csv`).
-    pub fn per_request_csv(&self) -> bool {
-        match self {
-            Scenario::Caps(s) => s.per_request_csv,
-            Scenario::Serving(s) => s.per_request_csv,
-            _ => false,
-        }
-    }
-    /// Whether the scenario asks for a trace-event file of its steps (`[output] trace_events`).
-    pub fn trace_events(&self) -> bool {
-        match self {
-            Scenario::Serving(s) => s.trace_events,
-            _ => false,
-        }
-    }
-}
+pub use crate::family::Scenario;
 
 /// A loaded scenario: its sweep expanded into validated cells.
 #[derive(Clone, Debug)]
 pub struct ScenarioPlan {
     pub path: PathBuf,
-    pub family: Family,
+    pub family: FamilyId,
     pub name: String,
     pub description: String,
     pub seeds: Vec<u64>,
@@ -596,47 +543,24 @@ fn cell_field_error(
     loader.error(location, Some(&e.path), message)
 }
 
-/// Deserializes and validates the family tables of one cell.
+/// Deserializes and validates the family tables of one cell, through the family's registered
+/// implementation.
 fn validate_family(
     loader: &Loader<'_>,
-    family: Family,
+    family: FamilyId,
     family_doc: toml::Table,
     overrides: &[(String, Origin)],
     base_dir: &Path,
     cache: &mut validate::LoadCache,
     coords: &[(String, toml::Value)],
 ) -> Result<Scenario, ScenarioError> {
-    let field_error = |e| cell_field_error(loader, overrides, coords, e);
-    Ok(match family {
-        Family::Caps => {
-            let config: crate::caps::CapsConfig = deserialize_table(loader, family_doc, overrides)?;
-            Scenario::Caps(config.validate(base_dir, cache).map_err(field_error)?)
-        }
-        Family::Gem => {
-            let config: crate::gem::GemConfig = deserialize_table(loader, family_doc, overrides)?;
-            Scenario::Gem(config.validate(base_dir, cache).map_err(field_error)?)
-        }
-        Family::Mosaic => {
-            let config: crate::mosaic::MosaicConfig =
-                deserialize_table(loader, family_doc, overrides)?;
-            Scenario::Mosaic(config.validate(base_dir).map_err(field_error)?)
-        }
-        Family::Chimera => {
-            let config: crate::chimera::ChimeraConfig =
-                deserialize_table(loader, family_doc, overrides)?;
-            Scenario::Chimera(config.validate(base_dir).map_err(field_error)?)
-        }
-        Family::Expertweave => {
-            let config: crate::expertweave::ExpertWeaveConfig =
-                deserialize_table(loader, family_doc, overrides)?;
-            Scenario::Expertweave(config.validate(base_dir).map_err(field_error)?)
-        }
-        Family::Serving => {
-            let config: crate::serving_family::ServingConfig =
-                deserialize_table(loader, family_doc, overrides)?;
-            Scenario::Serving(config.validate(base_dir, cache).map_err(field_error)?)
-        }
-    })
+    let family = family.registered();
+    let config = family
+        .deserialize(toml::Value::Table(family_doc))
+        .map_err(|err| schema_error(loader, err, overrides))?;
+    family
+        .validate(config, base_dir, cache)
+        .map_err(|e| cell_field_error(loader, overrides, coords, e))
 }
 
 /// Deserializes `table` (a part of the scenario document whose keys are top-level keys) into `T`,
@@ -646,19 +570,27 @@ fn deserialize_table<T: DeserializeOwned>(
     table: toml::Table,
     overrides: &[(String, Origin)],
 ) -> Result<T, ScenarioError> {
-    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|err| {
-        let field = err.path().to_string();
-        let field = if field == "." { None } else { Some(field) };
-        let location = field
-            .as_deref()
-            .map(|f| loader.locate(f, overrides))
-            .unwrap_or(Location::Unknown);
-        loader.error(
-            location,
-            field.as_deref(),
-            humanize(err.into_inner().message()),
-        )
-    })
+    serde_path_to_error::deserialize(toml::Value::Table(table))
+        .map_err(|err| schema_error(loader, err, overrides))
+}
+
+/// A schema error as a one-line error with the field's file position.
+fn schema_error(
+    loader: &Loader<'_>,
+    err: serde_path_to_error::Error<toml::de::Error>,
+    overrides: &[(String, Origin)],
+) -> ScenarioError {
+    let field = err.path().to_string();
+    let field = if field == "." { None } else { Some(field) };
+    let location = field
+        .as_deref()
+        .map(|f| loader.locate(f, overrides))
+        .unwrap_or(Location::Unknown);
+    loader.error(
+        location,
+        field.as_deref(),
+        humanize(err.into_inner().message()),
+    )
 }
 
 /// A schema error in a user's words: serde names Rust types (`internally tagged enum

@@ -2,6 +2,7 @@
 //! file:line:column, number checks, and the cache of files (traces, profiles) a sweep's cells share.
 
 use crate::arrivals::Trace;
+use crate::cost::measured_steps::MeasuredSet;
 use crate::cost::profile::Profile;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -48,6 +49,46 @@ pub fn at_least_one(path: &str, value: usize) -> Result<usize, FieldError> {
 pub struct LoadCache {
     pub traces: HashMap<PathBuf, Arc<Trace>>,
     pub profiles: HashMap<String, Arc<Profile>>,
+    /// Measured sets by folder.
+    pub measured_sets: HashMap<PathBuf, Arc<MeasuredSet>>,
+}
+
+/// The measured profile set `name` a scenario's `field` names (`profiles/<name>/`, see
+/// `MeasuredSet::find`, from the scenario's folder `base_dir`), loaded once per sweep; an error
+/// names the field.
+pub fn measured_set(
+    field: &str,
+    name: &str,
+    base_dir: &std::path::Path,
+    cache: &mut LoadCache,
+) -> Result<Arc<MeasuredSet>, FieldError> {
+    let dir = MeasuredSet::find(name, base_dir).map_err(|e| field_error(field, e))?;
+    if let Some(set) = cache.measured_sets.get(&dir) {
+        return Ok(set.clone());
+    }
+    let set = Arc::new(MeasuredSet::load(name, &dir).map_err(|e| field_error(field, e))?);
+    cache.measured_sets.insert(dir, set.clone());
+    Ok(set)
+}
+
+/// Checks that the measured set `set` (named by `field`) was measured on `gpu`, the GPU the
+/// scenario's `gpu_field` names: a measured set prices only its own GPU.
+pub fn measured_on(
+    field: &str,
+    set: &MeasuredSet,
+    gpu_field: &str,
+    gpu: &crate::cost::GpuSpec,
+) -> Result<(), FieldError> {
+    if set.ops.gpu.name == gpu.name {
+        return Ok(());
+    }
+    Err(field_error(
+        field,
+        format!(
+            "`{}` was measured on {}, but {gpu_field} is {}; name that GPU or another set",
+            set.name, set.ops.gpu.name, gpu.name
+        ),
+    ))
 }
 
 /// A duration of `seconds` as simulated time: finite, positive, at least one nanosecond once

@@ -21,7 +21,8 @@ pub use queue::{QueuePolicy, QueuedRequest};
 pub use replica::{AdmitHook, Replica, Seq};
 pub use router::{EngineState, RouteRequest, Router};
 pub use step::{
-    CostSource, ExpectedRouting, RoutedTokens, StepBreakdown, StepCost, StepTime, StepWork,
+    CostSource, ExpectedRouting, MeasuredStepCost, RooflineStepCost, RoutedTokens, StepBreakdown,
+    StepCost, StepTime, StepWork,
 };
 
 #[cfg(test)]

@@ -2,10 +2,13 @@
 //! lengths, the decode iterations of a static batch run as one step, optionally the tokens
 //! routed to each expert and GPU per layer, counted or expected, the adapters touched, swapped
 //! tokens) in, its duration with a breakdown and the source of the price out. Families
-//! implement `StepCost` over the cost model; live mode wraps any `StepCost` (predict, measure,
-//! record, pick the clock).
+//! implement `StepCost` over the cost model (`RooflineStepCost` prices a dense model's steps by
+//! the one roofline, `MeasuredStepCost` from a measured set's operations); live mode wraps any
+//! `StepCost` (predict, measure, record, pick the clock).
 
 use super::replica::Seq;
+use crate::cost::measured_steps::MeasuredDenseStep;
+use crate::cost::roofline::{StepRoofline, StepTokens};
 use crate::time::SimDuration;
 use serde::Serialize;
 
@@ -75,7 +78,8 @@ pub enum CostSource {
     Analytic,
     /// A measured profile of this device.
     Measured,
-    /// A measured profile scaled to another device or shape.
+    /// A measured profile scaled to another device, shape or token count (past the last
+    /// measured one: the roofline carries the last measurement on).
     Scaled,
     /// A queueing-theory reference service time (constant or exponential), no cost model.
     Reference,
@@ -95,6 +99,10 @@ pub struct StepBreakdown {
     /// Under expert parallelism, each GPU's own busy time in the step (its experts' work and its
     /// share of the rest; a GPU waiting at a layer barrier is not busy). Empty otherwise.
     pub per_gpu_busy_ns: Vec<f64>,
+    /// Where the step is priced from measured operations (`cost::measured_steps`), which of
+    /// measured, scaled or analytic priced each of its operation classes; `source` is then the
+    /// least measured of those the data can hold.
+    pub op_sources: Option<crate::cost::measured_steps::OpSources>,
 }
 
 /// A priced step.
@@ -108,4 +116,73 @@ pub struct StepTime {
 /// Prices a step. `&mut self` so that a live implementation can run and record it.
 pub trait StepCost {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime;
+}
+
+impl StepWork<'_> {
+    /// The step as a dense model's roofline reads it: its prefill and decode tokens are the rows
+    /// through every layer, its sequences the rows the output head scores, its context the
+    /// attention's reads, and the squared prompt chunks of the sequences that prefill in it the
+    /// causal prefill's (summed only when the step prefills).
+    pub fn dense_tokens(&self) -> StepTokens {
+        let prefill_square = if self.prefill_tokens > 0 {
+            self.batch
+                .iter()
+                .map(|seq| f64::from(seq.step_prefill()).powi(2))
+                .sum()
+        } else {
+            0.0
+        };
+        StepTokens {
+            rows: self.decode_tokens + self.prefill_tokens,
+            sequences: self.requests,
+            context_tokens: self.context_tokens,
+            prefill_square,
+        }
+    }
+}
+
+/// A dense model's steps priced by the cost model's one roofline (`cost::roofline`) on
+/// [`StepWork::dense_tokens`], with the roofline's split into compute, memory, communication
+/// and overhead as the breakdown.
+pub struct RooflineStepCost<'a>(pub &'a StepRoofline);
+
+impl StepCost for RooflineStepCost<'_> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let price = self.0.price(&work.dense_tokens());
+        StepTime {
+            duration: SimDuration(price.nanos.round() as u64),
+            breakdown: StepBreakdown {
+                compute_ns: price.compute_ns,
+                memory_ns: price.memory_ns,
+                communication_ns: price.communication_ns,
+                overhead_ns: price.overhead_ns,
+                ..StepBreakdown::default()
+            },
+            source: CostSource::Analytic,
+        }
+    }
+}
+
+/// A dense model's steps priced from measured operations (`cost::measured_steps`) on
+/// [`StepWork::dense_tokens`]: the duration is `MeasuredDenseStep::price`'s, the breakdown
+/// carries the roofline-priced parts and which source priced each operation, and the step's
+/// source is the least measured of the operations the data can hold.
+pub struct MeasuredStepCost<'a>(pub &'a MeasuredDenseStep);
+
+impl StepCost for MeasuredStepCost<'_> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let (price, op_sources) = self.0.price(&work.dense_tokens());
+        StepTime {
+            duration: SimDuration(price.nanos.round() as u64),
+            breakdown: StepBreakdown {
+                compute_ns: price.compute_ns,
+                memory_ns: price.memory_ns,
+                communication_ns: price.communication_ns,
+                overhead_ns: price.overhead_ns,
+                op_sources: Some(op_sources),
+                ..StepBreakdown::default()
+            },
+            source: op_sources.step_source(),
+        }
+    }
 }

@@ -652,3 +652,41 @@ fn littles_law_holds_on_the_replica_metrics() {
     let outputs: u64 = model.hook.output.values().map(|&o| u64::from(o)).sum();
     assert_eq!(stats.tokens, outputs);
 }
+
+/// A step as a dense model's roofline reads it (`StepWork::dense_tokens`), worked by hand:
+/// request 0 (prompt 6) prefills alone: 6 rows, 1 sequence, 6 cached, 6^2 = 36; then request 1
+/// (prompt 4) prefills beside request 0's first decode: 4 + 1 = 5 rows, 2 sequences, 7 + 4 = 11
+/// cached, only the prefilling prompt squared (16); then both decode: 2 rows, 8 + 5 = 13 cached,
+/// no prefill term.
+#[test]
+fn a_step_reads_as_rows_sequences_context_and_squared_prefills() {
+    let mut replica = Replica::new(config(4, None, false));
+    let mut policy = Fifo::default();
+    policy.reset(1);
+    let mut hook = Outputs::default();
+    hook.output.insert(0, 3);
+    hook.output.insert(1, 2);
+    let mut now = SimTime::ZERO;
+    replica.submit(now, request(0, 6, now), &mut policy, 0);
+    let mut read = Vec::new();
+    for step in 0..3 {
+        if step == 1 {
+            replica.submit(now, request(1, 4, now), &mut policy, 0);
+        }
+        let work = replica.schedule(now, &mut policy, 0, &mut hook).unwrap();
+        let tokens = work.dense_tokens();
+        read.push((
+            tokens.rows,
+            tokens.sequences,
+            tokens.context_tokens,
+            tokens.prefill_square,
+        ));
+        replica.begin_step(SimDuration(10));
+        now += SimDuration(10);
+        replica.complete_step(now, &mut Vec::new());
+    }
+    assert_eq!(
+        read,
+        vec![(6, 1, 6, 36.0), (5, 2, 11, 16.0), (2, 2, 13, 0.0)]
+    );
+}

@@ -9,11 +9,13 @@ pub mod checks;
 pub mod config;
 pub mod deployment;
 pub mod expert_routing;
+mod family;
 pub mod scheduler;
 pub mod server;
 pub mod step_cost;
 
 pub use config::{ServingConfig, ServingScenario};
+pub use family::Serving;
 
 use crate::engine;
 use crate::metrics::{Better, MetricInfo, RunOutput};
@@ -24,7 +26,6 @@ use deployment::Deployment;
 use serde_json::json;
 use server::ServingServer;
 use std::path::Path;
-use std::sync::LazyLock;
 
 const fn ms(
     name: &'static str,
@@ -42,7 +43,7 @@ const fn ms(
 
 /// The family's metrics, each computed from a run's (or one replica's) `ServingSummary`
 /// (defined in docs/metrics.md, "serving").
-pub const TABLE: &[MetricDef<ServingSummary>] = &[
+pub const TABLE: [MetricDef<ServingSummary>; 29] = [
     ms("ttft_mean_ms", "mean time to first token (ms)", |s| {
         s.latencies.ttft.mean_ms()
     }),
@@ -182,12 +183,8 @@ pub const TABLE: &[MetricDef<ServingSummary>] = &[
     },
 ];
 
-static METRIC_INFOS: LazyLock<Vec<MetricInfo>> = LazyLock::new(|| table::infos(TABLE));
-
 /// The scalar metrics a serving run reports, in `TABLE` order.
-pub fn metrics() -> &'static [MetricInfo] {
-    &METRIC_INFOS
-}
+pub const METRICS: &[MetricInfo] = &table::infos(&TABLE);
 
 /// The metrics `expertsim run` prints per cell, and those it prints as change vs the baseline.
 pub const HEADLINE: &[&str] = &[
@@ -214,7 +211,7 @@ pub fn run_recorded(
 ) -> Result<RunOutput, String> {
     let deployment = match Deployment::new(scenario) {
         Ok(d) => d,
-        Err(reason) => return Ok(table::failed(TABLE, &reason)),
+        Err(reason) => return Ok(table::failed(&TABLE, &reason)),
     };
     let mut server = ServingServer::new(scenario, &deployment, seed, queue, router, sink);
     if let Some(path) = trace_events {
@@ -225,13 +222,13 @@ pub fn run_recorded(
     let stats = engine::run(&mut server);
     let (overall, replicas) = match server.finish() {
         Ok(parts) => parts,
-        Err(reason) => return Ok(table::failed(TABLE, &reason)),
+        Err(reason) => return Ok(table::failed(&TABLE, &reason)),
     };
     let replica_details: Vec<serde_json::Value> = replicas
         .iter()
         .map(|r| {
             json!({
-                "metrics": table::object(TABLE, r),
+                "metrics": table::object(&TABLE, r),
                 "gpu_busy_share": r.gpu_busy_share,
                 "gpu_mfu": r.gpu_mfu,
                 "kv_blocks": r.kv_blocks,
@@ -240,7 +237,7 @@ pub fn run_recorded(
         })
         .collect();
     Ok(RunOutput {
-        scalars: table::scalars(TABLE, &overall),
+        scalars: table::scalars(&TABLE, &overall),
         details: json!({
             "deployment": {
                 "gpus_per_replica": deployment.gpus,
@@ -251,7 +248,7 @@ pub fn run_recorded(
                 "kv_tokens_per_replica": deployment.kv_tokens,
                 "kv_blocks_per_replica": deployment.kv_blocks,
             },
-            "metric_units": table::units(TABLE),
+            "metric_units": table::units(&TABLE),
             "scheduler": scenario.replica.scheduler.kind(),
             "router": scenario.router_kind,
             "events": stats.events,

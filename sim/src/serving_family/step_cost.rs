@@ -208,6 +208,7 @@ impl StepCost for ReplicaStepCost {
                 overhead_ns: pace.overhead_ns,
                 moe_ns,
                 per_gpu_busy_ns: busy,
+                op_sources: None,
             },
             source: CostSource::Analytic,
         }

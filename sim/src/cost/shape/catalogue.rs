@@ -82,8 +82,8 @@ impl DenseModelShape {
     /// - mistralai/Ministral-8B-Instruct-2410: 36 layers, hidden 4096, intermediate 12288,
     ///   32 heads, 8 KV heads, head_dim 128, vocab 131072, untied.
     /// - meta-llama/Llama-2-7b-hf: 32 layers, hidden 4096, intermediate 11008, 32 heads,
-    ///   32 KV heads (no GQA), vocab 32000, untied (the dense replica of Vidur's and vLLM's
-    ///   evaluations; the serving family's reference model).
+    ///   32 KV heads (no GQA), head_dim 128, vocab 32000, untied (the shape Vidur's GPU profiles
+    ///   measured, `profiles/vidur/`; the serving family's reference dense replica).
     ///
     /// Every head is 128 wide (`head_dim`, or `hidden_size / num_attention_heads`) except
     /// Gemma 2's 256. The parameter counts these give are held to the model cards by the test

@@ -1,0 +1,505 @@
+//! The `Family` trait, everything a family of serving systems plugs into the simulator, and
+//! `FAMILIES`, the one list that registers them. The scenario loader, the runner, the command
+//! line and live mode reach a family only through this list, so a new family is its folder under
+//! `sim/src/` (with its `Family` implementation) and one line in `FAMILIES`.
+
+use crate::arrivals::TraceStats;
+use crate::metrics::{MetricInfo, RunOutput};
+use crate::records::RecordSink;
+use crate::runner::Policies;
+use crate::scenario::file::FigureKind;
+use crate::scenario::limits::Demand;
+use crate::scenario::validate::{FieldError, LoadCache};
+use serde::de::DeserializeOwned;
+use std::any::Any;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Every family the simulator knows, in the order `expertsim` lists them.
+pub static FAMILIES: &[&dyn RegisteredFamily] = &[
+    &crate::caps::Caps,
+    &crate::gem::Gem,
+    &crate::mosaic::Mosaic,
+    &crate::chimera::Chimera,
+    &crate::expertweave::ExpertWeave,
+    &crate::serving_family::Serving,
+];
+
+/// One family of serving systems: its scenario tables, their validation into a runnable cell,
+/// what a cell asks of the simulator, how one seed of it runs, and what the run reports.
+pub trait Family: Sync + 'static {
+    /// The family's tables of a scenario file (serde, `deny_unknown_fields`).
+    type Config: DeserializeOwned;
+    /// One validated, runnable sweep cell.
+    type Scenario: Clone + fmt::Debug + Send + Sync + 'static;
+
+    /// The `family = "..."` value of scenario files and results.
+    const NAME: &'static str;
+    /// The scalar metrics a run reports, in the order of `RunOutput::scalars` (docs/metrics.md).
+    const METRICS: &'static [MetricInfo];
+    /// The metrics `expertsim run` prints per cell.
+    const HEADLINE: &'static [&'static str];
+    /// The metrics `expertsim run` prints as change against the `[report]` baseline.
+    const HEADLINE_IMPROVEMENTS: &'static [&'static str];
+    /// The scenario key holding the arrival rate that `expertsim capacity` searches; `None` for
+    /// a family without one.
+    const RATE_KEY: Option<&'static str> = None;
+    /// The figure kinds only this family draws (`[[figure]] kind`).
+    const FIGURE_KINDS: &'static [FigureKind] = &[];
+    /// The family's own per-request CSV columns after `records::COMMON_COLUMNS`; `None` when the
+    /// family has no per-request records.
+    const CSV_COLUMNS: Option<&'static [&'static str]> = None;
+    /// Where the scenario names the measured MoE profile live mode probes (`None`: none).
+    const PROFILE_FIELD: Option<&'static str> = None;
+    /// Whether a run can write a Chrome trace-event file of its steps (`--trace-events`).
+    const TRACE_EVENTS: bool = false;
+
+    /// Checks a cell's tables and builds the runnable scenario; `base_dir` anchors relative
+    /// paths, `cache` shares traces and profiles between cells.
+    fn validate(
+        config: Self::Config,
+        base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<Self::Scenario, FieldError>;
+    /// Every quantity the cell asks for, with the field that asks (bounded by `[limits]`).
+    fn demands(scenario: &Self::Scenario) -> Vec<Demand>;
+    /// Runs one seed, streaming finished requests to `records` (a family without
+    /// `CSV_COLUMNS` ignores it).
+    fn run(
+        scenario: &Self::Scenario,
+        seed: u64,
+        policies: &dyn Policies,
+        records: &mut dyn RecordSink,
+    ) -> Result<Run, String>;
+    /// Runs one seed as `run` does and writes its steps as a trace-event file to `path`; called
+    /// only for a family with `TRACE_EVENTS`.
+    fn run_traced(
+        _scenario: &Self::Scenario,
+        _seed: u64,
+        _policies: &dyn Policies,
+        _records: &mut dyn RecordSink,
+        _path: &Path,
+    ) -> Result<Run, String> {
+        Err(format!(
+            "the {} family writes no trace-event files",
+            Self::NAME
+        ))
+    }
+    /// Whether the cell asks for a trace-event file itself (`[output] trace_events`).
+    fn trace_events(_scenario: &Self::Scenario) -> bool {
+        false
+    }
+    /// What live mode needs to know before it opens a device.
+    fn live_description(scenario: &Self::Scenario) -> LiveDescription;
+    /// Whether the cell asks for per-request records itself (`[output] per_request_csv`).
+    fn per_request_csv(_scenario: &Self::Scenario) -> bool {
+        false
+    }
+    /// The trace a cell replays and its statistics (`expertsim validate` prints them).
+    fn trace_replay(_scenario: &Self::Scenario) -> Option<(PathBuf, TraceStats)> {
+        None
+    }
+}
+
+/// What one seed of one cell produced: the output and where its step costs really came from
+/// (the `StepTime::source` its steps reported, or the cost model that priced it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    pub output: RunOutput,
+    pub cost_source: String,
+}
+
+/// What live mode reads from a cell before the run: the MoE shape the kernels must load (none
+/// for dense-only families), the model's name and the cost source of the predictions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveDescription {
+    pub moe_shape: Option<crate::cost::shape::MoeModelShape>,
+    pub model: String,
+    pub cost_source: String,
+}
+
+/// A `Family` with its types erased, so that families of different types sit in one list. Every
+/// `Family` is one (a blanket implementation); nothing else implements it.
+pub trait RegisteredFamily: Sync {
+    fn name(&self) -> &'static str;
+    fn metrics(&self) -> &'static [MetricInfo];
+    fn headline(&self) -> &'static [&'static str];
+    fn headline_improvements(&self) -> &'static [&'static str];
+    fn rate_key(&self) -> Option<&'static str>;
+    fn figure_kinds(&self) -> &'static [FigureKind];
+    fn csv_columns(&self) -> Option<&'static [&'static str]>;
+    fn profile_field(&self) -> Option<&'static str>;
+    fn writes_trace_events(&self) -> bool;
+    /// Deserializes the family's tables into its `Config` (boxed).
+    fn deserialize(&self, tables: toml::Value) -> Result<Box<dyn Any>, ConfigError>;
+    /// Validates a config from `deserialize` into a cell.
+    fn validate(
+        &self,
+        config: Box<dyn Any>,
+        base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<Scenario, FieldError>;
+    fn demands(&self, scenario: &Scenario) -> Vec<Demand>;
+    fn run(
+        &self,
+        scenario: &Scenario,
+        seed: u64,
+        policies: &dyn Policies,
+        records: &mut dyn RecordSink,
+    ) -> Result<Run, String>;
+    fn run_traced(
+        &self,
+        scenario: &Scenario,
+        seed: u64,
+        policies: &dyn Policies,
+        records: &mut dyn RecordSink,
+        path: &Path,
+    ) -> Result<Run, String>;
+    fn trace_events(&self, scenario: &Scenario) -> bool;
+    fn live_description(&self, scenario: &Scenario) -> LiveDescription;
+    fn per_request_csv(&self, scenario: &Scenario) -> bool;
+    fn trace_replay(&self, scenario: &Scenario) -> Option<(PathBuf, TraceStats)>;
+}
+
+/// A schema error in a family's tables, with the path of the field.
+pub type ConfigError = serde_path_to_error::Error<toml::de::Error>;
+
+impl<F: Family> RegisteredFamily for F {
+    fn name(&self) -> &'static str {
+        F::NAME
+    }
+    fn metrics(&self) -> &'static [MetricInfo] {
+        F::METRICS
+    }
+    fn headline(&self) -> &'static [&'static str] {
+        F::HEADLINE
+    }
+    fn headline_improvements(&self) -> &'static [&'static str] {
+        F::HEADLINE_IMPROVEMENTS
+    }
+    fn rate_key(&self) -> Option<&'static str> {
+        F::RATE_KEY
+    }
+    fn figure_kinds(&self) -> &'static [FigureKind] {
+        F::FIGURE_KINDS
+    }
+    fn csv_columns(&self) -> Option<&'static [&'static str]> {
+        F::CSV_COLUMNS
+    }
+    fn profile_field(&self) -> Option<&'static str> {
+        F::PROFILE_FIELD
+    }
+    fn writes_trace_events(&self) -> bool {
+        F::TRACE_EVENTS
+    }
+    fn deserialize(&self, tables: toml::Value) -> Result<Box<dyn Any>, ConfigError> {
+        let config: F::Config = serde_path_to_error::deserialize(tables)?;
+        Ok(Box::new(config))
+    }
+    fn validate(
+        &self,
+        config: Box<dyn Any>,
+        base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<Scenario, FieldError> {
+        let config = config
+            .downcast::<F::Config>()
+            .expect("a config comes from its own family's `deserialize`");
+        Ok(Scenario {
+            family: FamilyId(self_ref::<F>()),
+            cell: Arc::new(F::validate(*config, base_dir, cache)?),
+        })
+    }
+    fn demands(&self, scenario: &Scenario) -> Vec<Demand> {
+        F::demands(cell::<F>(scenario))
+    }
+    fn run(
+        &self,
+        scenario: &Scenario,
+        seed: u64,
+        policies: &dyn Policies,
+        records: &mut dyn RecordSink,
+    ) -> Result<Run, String> {
+        F::run(cell::<F>(scenario), seed, policies, records)
+    }
+    fn run_traced(
+        &self,
+        scenario: &Scenario,
+        seed: u64,
+        policies: &dyn Policies,
+        records: &mut dyn RecordSink,
+        path: &Path,
+    ) -> Result<Run, String> {
+        F::run_traced(cell::<F>(scenario), seed, policies, records, path)
+    }
+    fn trace_events(&self, scenario: &Scenario) -> bool {
+        F::trace_events(cell::<F>(scenario))
+    }
+    fn live_description(&self, scenario: &Scenario) -> LiveDescription {
+        F::live_description(cell::<F>(scenario))
+    }
+    fn per_request_csv(&self, scenario: &Scenario) -> bool {
+        F::per_request_csv(cell::<F>(scenario))
+    }
+    fn trace_replay(&self, scenario: &Scenario) -> Option<(PathBuf, TraceStats)> {
+        F::trace_replay(cell::<F>(scenario))
+    }
+}
+
+/// The registered entry of family type `F`.
+fn self_ref<F: Family>() -> &'static dyn RegisteredFamily {
+    FAMILIES
+        .iter()
+        .copied()
+        .find(|f| f.name() == F::NAME)
+        .expect("every Family is listed in FAMILIES")
+}
+
+/// The cell of `scenario`, which belongs to family `F` (the erased family dispatched on it).
+fn cell<F: Family>(scenario: &Scenario) -> &F::Scenario {
+    scenario
+        .get::<F::Scenario>()
+        .expect("a scenario is dispatched to its own family")
+}
+
+/// A registered family, as scenarios and results name it: compared, printed and serialized by
+/// its name.
+#[derive(Clone, Copy)]
+pub struct FamilyId(&'static dyn RegisteredFamily);
+
+impl FamilyId {
+    /// The registered family called `name`.
+    pub fn named(name: &str) -> Option<FamilyId> {
+        FAMILIES
+            .iter()
+            .copied()
+            .find(|f| f.name() == name)
+            .map(FamilyId)
+    }
+    /// Every registered family, in registration order.
+    pub fn all() -> impl Iterator<Item = FamilyId> {
+        FAMILIES.iter().copied().map(FamilyId)
+    }
+    pub fn name(self) -> &'static str {
+        self.0.name()
+    }
+    /// The scalar metrics the family reports.
+    pub fn metrics(self) -> &'static [MetricInfo] {
+        self.0.metrics()
+    }
+    /// The metrics `expertsim run` prints per cell.
+    pub fn headline(self) -> &'static [&'static str] {
+        self.0.headline()
+    }
+    /// The metrics `expertsim run` prints as change against the baseline.
+    pub fn headline_improvements(self) -> &'static [&'static str] {
+        self.0.headline_improvements()
+    }
+    /// The scenario key holding the family's arrival rate, which `expertsim capacity` searches.
+    pub fn rate_key(self) -> Option<&'static str> {
+        self.0.rate_key()
+    }
+    /// The figure kinds only this family draws.
+    pub fn figure_kinds(self) -> &'static [FigureKind] {
+        self.0.figure_kinds()
+    }
+    /// The family's own per-request CSV columns (`None`: it has no per-request records).
+    pub fn csv_columns(self) -> Option<&'static [&'static str]> {
+        self.0.csv_columns()
+    }
+    /// Where the family's scenario names the measured MoE profile live mode probes.
+    pub fn profile_field(self) -> Option<&'static str> {
+        self.0.profile_field()
+    }
+    /// Whether the family's runs can write a trace-event file of their steps.
+    pub fn writes_trace_events(self) -> bool {
+        self.0.writes_trace_events()
+    }
+    pub(crate) fn registered(self) -> &'static dyn RegisteredFamily {
+        self.0
+    }
+}
+
+impl PartialEq for FamilyId {
+    fn eq(&self, other: &FamilyId) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for FamilyId {}
+
+impl fmt::Debug for FamilyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl fmt::Display for FamilyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl serde::Serialize for FamilyId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for FamilyId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        FamilyId::named(&name).ok_or_else(|| {
+            let names: Vec<&str> = FAMILIES.iter().map(|f| f.name()).collect();
+            serde::de::Error::custom(format!(
+                "unknown family `{name}`, expected one of `{}`",
+                names.join("`, `")
+            ))
+        })
+    }
+}
+
+/// One validated, runnable sweep cell of some registered family.
+#[derive(Clone)]
+pub struct Scenario {
+    family: FamilyId,
+    cell: Arc<dyn Cell>,
+}
+
+/// A cell of any family: its scenario type, seen as `Any` for `Scenario::get`.
+trait Cell: Any + fmt::Debug + Send + Sync {
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: Any + fmt::Debug + Send + Sync> Cell for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Scenario {
+    pub fn family(&self) -> FamilyId {
+        self.family
+    }
+    /// The cell as its family's scenario type `S`, if it is one.
+    pub fn get<S: 'static>(&self) -> Option<&S> {
+        // Through the `dyn Cell` (not the `Arc`, which is a `Cell` itself).
+        (*self.cell).as_any().downcast_ref::<S>()
+    }
+    /// Every quantity this cell asks for, with the field that asks.
+    pub fn demands(&self) -> Vec<Demand> {
+        self.family.0.demands(self)
+    }
+    /// The trace a cell replays, with its statistics after `time_scale` over the requests
+    /// replayed (`expertsim validate` prints it).
+    pub fn trace_replay(&self) -> Option<(PathBuf, TraceStats)> {
+        self.family.0.trace_replay(self)
+    }
+    /// Whether the scenario asks for per-request records (`[output] per_request_csv`).
+    pub fn per_request_csv(&self) -> bool {
+        self.family.0.per_request_csv(self)
+    }
+    /// Whether the scenario asks for a trace-event file of its steps (`[output] trace_events`).
+    pub fn trace_events(&self) -> bool {
+        self.family.0.trace_events(self)
+    }
+    /// What live mode needs before it opens a device.
+    pub fn live_description(&self) -> LiveDescription {
+        self.family.0.live_description(self)
+    }
+}
+
+impl fmt::Debug for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {:?}", self.family.name(), self.cell)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registered_names_are_distinct_and_found_by_name() {
+        let names: Vec<&str> = FAMILIES.iter().map(|f| f.name()).collect();
+        for (i, name) in names.iter().enumerate() {
+            assert!(!names[..i].contains(name), "{name} registered twice");
+            assert_eq!(FamilyId::named(name).unwrap().name(), *name);
+        }
+        assert!(FamilyId::named("unknown").is_none());
+    }
+
+    #[test]
+    fn every_family_lists_its_headline_metrics_in_its_table() {
+        for family in FamilyId::all() {
+            for name in family
+                .headline()
+                .iter()
+                .chain(family.headline_improvements())
+            {
+                assert!(
+                    family.metrics().iter().any(|m| m.name == *name),
+                    "{family}: headline metric {name} is not in its table"
+                );
+            }
+        }
+    }
+
+    /// The generated part of docs/metrics.md: every registered family's metric table and
+    /// per-request columns, rendered from the registrations.
+    fn metric_tables_markdown() -> String {
+        let mut out = String::new();
+        for family in FamilyId::all() {
+            out.push_str(&format!(
+                "\n### {family}\n\n| metric | better | label |\n|---|---|---|\n"
+            ));
+            for metric in family.metrics() {
+                let better = match metric.better {
+                    crate::metrics::Better::Lower => "lower",
+                    crate::metrics::Better::Higher => "higher",
+                };
+                out.push_str(&format!(
+                    "| `{}` | {better} | {} |\n",
+                    metric.name, metric.description
+                ));
+            }
+            out.push_str(&match family.csv_columns() {
+                None => "\nNo per-request records.\n".to_string(),
+                Some([]) => "\nPer-request CSV: the common columns only.\n".to_string(),
+                Some(columns) => format!(
+                    "\nPer-request CSV: the common columns, then `{}`.\n",
+                    columns.join("`, `")
+                ),
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn docs_metrics_lists_every_family_table() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (begin, end) = (
+            "<!-- metric-tables:begin -->\n",
+            "<!-- metric-tables:end -->",
+        );
+        let start = text
+            .find(begin)
+            .expect("docs/metrics.md has the begin marker")
+            + begin.len();
+        let stop = text.find(end).expect("docs/metrics.md has the end marker");
+        let expected = metric_tables_markdown();
+        if std::env::var_os("EXPERTSIM_WRITE_DOCS").is_some() {
+            let rewritten = format!("{}{expected}{}", &text[..start], &text[stop..]);
+            std::fs::write(&path, rewritten).unwrap();
+            return;
+        }
+        assert_eq!(
+            &text[start..stop],
+            expected,
+            "docs/metrics.md is out of date with the families' metric tables; regenerate it \
+             with EXPERTSIM_WRITE_DOCS=1 cargo test -p expertsim-sim family::"
+        );
+    }
+}

@@ -1,0 +1,181 @@
+//! MOSAIC as a registered `Family`: its tables, what a cell demands, one seed's run through the
+//! policies' placement and aggregation gate, and what live mode reads.
+
+use super::{MosaicConfig, MosaicScenario, SessionPricing, SimulatedPricing};
+use crate::chimera::QueuePolicyConfig;
+use crate::cost::profile::SourceKind;
+use crate::family::{Family, LiveDescription, Run};
+use crate::metrics::MetricInfo;
+use crate::records::RecordSink;
+use crate::runner::Policies;
+use crate::scenario::file::FigureKind;
+use crate::scenario::limits::{Demand, Quantity};
+use crate::scenario::validate::{FieldError, LoadCache};
+use crate::serving::{CostSource, StepCost, StepTime, StepWork};
+use crate::time::SimDuration;
+use std::cell::Cell;
+use std::path::Path;
+use std::rc::Rc;
+
+/// The MOSAIC family (mosaic.txt).
+pub struct Mosaic;
+
+impl Family for Mosaic {
+    type Config = MosaicConfig;
+    type Scenario = MosaicScenario;
+    const NAME: &'static str = "mosaic";
+    const METRICS: &'static [MetricInfo] = super::METRICS;
+    const HEADLINE: &'static [&'static str] = super::HEADLINE;
+    const HEADLINE_IMPROVEMENTS: &'static [&'static str] = super::HEADLINE_IMPROVEMENTS;
+    const FIGURE_KINDS: &'static [FigureKind] =
+        &[FigureKind::MosaicTimeline, FigureKind::MosaicDecodeCurves];
+
+    fn validate(
+        config: MosaicConfig,
+        base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<MosaicScenario, FieldError> {
+        config.validate(base_dir, cache)
+    }
+
+    fn demands(s: &MosaicScenario) -> Vec<Demand> {
+        use Quantity::*;
+        let mut d = vec![
+            Demand::new(
+                Requests,
+                f64::from(s.dataset.questions) * 3.0,
+                "dataset.questions",
+            ),
+            Demand::new(Gpus, f64::from(s.n_workers), "cluster.n_workers"),
+            Demand::new(
+                TokensPerRequest,
+                f64::from(s.dataset.prompt.max),
+                "dataset.prompt_tokens_mean",
+            ),
+        ];
+        for (i, expert) in s.experts.iter().enumerate() {
+            d.push(Demand::new(
+                TokensPerRequest,
+                f64::from(expert.output.max),
+                &format!("experts[{i}].max_output_tokens"),
+            ));
+        }
+        d
+    }
+
+    /// MOSAIC has no per-request records: its offline prompts are timed per worker session.
+    /// The run's cost source is the one its expert sessions' steps reported, named after the
+    /// measured set when `serving.measured` names one (as Chimera's and GEM's are).
+    fn run(
+        scenario: &MosaicScenario,
+        seed: u64,
+        policies: &dyn Policies,
+        _records: &mut dyn RecordSink,
+    ) -> Result<Run, String> {
+        let mut pricing = SourceNoting {
+            pricing: SimulatedPricing::of(scenario),
+            n_experts: scenario.experts.len(),
+            least_measured: Rc::new(Cell::new(None)),
+        };
+        let output = super::try_simulate_on(
+            scenario,
+            seed,
+            policies.placement(&scenario.placement).as_mut(),
+            policies.aggregation_gate(&scenario.gate).as_mut(),
+            // Each session admits its prompts first come, first served (vLLM's default).
+            policies.queue_policy(&QueuePolicyConfig::Fcfs).as_mut(),
+            &mut pricing,
+        )
+        .map_err(|e| e.to_string())?;
+        let reported = pricing.least_measured.get().map_or("none", source_name);
+        Ok(Run {
+            output,
+            cost_source: match &scenario.measured {
+                Some(_) => scenario.cost_source(),
+                None => reported.to_string(),
+            },
+        })
+    }
+
+    fn live_description(s: &MosaicScenario) -> LiveDescription {
+        LiveDescription {
+            moe_shape: None,
+            model: s
+                .experts
+                .iter()
+                .map(|e| e.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            cost_source: match (&s.decode_profile, &s.measured) {
+                (None, None) => format!("analytic-roofline ({} decode model)", s.serving.gpu.name),
+                _ => s.cost_source(),
+            },
+        }
+    }
+}
+
+/// The scenario's simulated prices, noting the least measured `StepTime::source` among the
+/// expert sessions' steps (the aggregator is always priced by the roofline, whatever prices the
+/// experts, so its steps do not say what priced the run).
+struct SourceNoting<'a> {
+    pricing: SimulatedPricing<'a>,
+    n_experts: usize,
+    least_measured: Rc<Cell<Option<CostSource>>>,
+}
+
+impl<'a> SessionPricing<'a> for SourceNoting<'a> {
+    fn load(&mut self, unit: usize, model: usize) -> SimDuration {
+        self.pricing.load(unit, model)
+    }
+
+    fn steps(&mut self, unit: usize, model: usize) -> Box<dyn StepCost + 'a> {
+        let steps = self.pricing.steps(unit, model);
+        if model < self.n_experts {
+            Box::new(NotedSteps {
+                steps,
+                least_measured: Rc::clone(&self.least_measured),
+            })
+        } else {
+            steps
+        }
+    }
+}
+
+/// A session's step cost that notes the least measured source its steps report.
+struct NotedSteps<'a> {
+    steps: Box<dyn StepCost + 'a>,
+    least_measured: Rc<Cell<Option<CostSource>>>,
+}
+
+impl StepCost for NotedSteps<'_> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let time = self.steps.price(work);
+        let least = match self.least_measured.get() {
+            Some(seen) if rank(seen) >= rank(time.source) => seen,
+            _ => time.source,
+        };
+        self.least_measured.set(Some(least));
+        time
+    }
+}
+
+/// How far a source is from a measurement of this device: measured, scaled, analytic, a
+/// queueing reference.
+fn rank(source: CostSource) -> u8 {
+    match source {
+        CostSource::Measured => 0,
+        CostSource::Scaled => 1,
+        CostSource::Analytic => 2,
+        CostSource::Reference => 3,
+    }
+}
+
+/// A step source as results name a cell's cost model (`cells[].cost_model`).
+fn source_name(source: CostSource) -> &'static str {
+    match source {
+        CostSource::Measured => SourceKind::Measured.as_str(),
+        CostSource::Scaled => "scaled",
+        CostSource::Analytic => SourceKind::AnalyticRoofline.as_str(),
+        CostSource::Reference => "reference",
+    }
+}

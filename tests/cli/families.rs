@@ -1,0 +1,78 @@
+//! Every registered family (`sim::family::FAMILIES`) is reachable: the scenario loader accepts
+//! its `family = "..."`, the runner runs a cell of it through the policy registry, and the
+//! per-request CSV it writes carries exactly the columns the family declares. (Live mode's
+//! coverage of the list is held by `live`'s own unit test.)
+
+use sim::family::FamilyId;
+use std::path::Path;
+
+#[test]
+fn every_registered_family_loads_and_runs() {
+    for family in FamilyId::all() {
+        // Each family ships a small live scenario (one without live mode, its
+        // `scenarios/<family>/quick.toml`); narrowed to one seed it runs in moments.
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let live = root
+            .join("scenarios/live")
+            .join(format!("{}.toml", family.name()));
+        let path = if live.exists() {
+            live
+        } else {
+            root.join("scenarios")
+                .join(family.name())
+                .join("quick.toml")
+        };
+        let plan = sim::scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{family}: {e}"));
+        assert_eq!(plan.family, family);
+        assert_eq!(plan.cells[0].scenario.family(), family);
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("requests.csv");
+        let run = sim::runner::run_cell(
+            &plan.cells[0].scenario,
+            plan.seeds[0],
+            &strategies::Registry,
+            Some(&csv),
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{family}: {e}"));
+        let names: Vec<&str> = run.output.scalars.iter().map(|(n, _)| n.as_str()).collect();
+        let table: Vec<&str> = family.metrics().iter().map(|m| m.name).collect();
+        assert_eq!(names, table, "{family}: scalars follow the metric table");
+        assert!(!run.cost_source.is_empty(), "{family}");
+        match family.csv_columns() {
+            Some(columns) => {
+                let text = std::fs::read_to_string(&csv).unwrap();
+                let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+                let expected: Vec<&str> = sim::records::COMMON_COLUMNS
+                    .iter()
+                    .chain(columns)
+                    .copied()
+                    .collect();
+                assert_eq!(header, expected, "{family}");
+            }
+            None => assert!(!csv.exists(), "{family} has no per-request records"),
+        }
+    }
+}
+
+/// A MOSAIC cell records the source its expert steps reported: the live scenario names a
+/// measured dense-decode profile (`[serving] profile`), the quick one none (the roofline).
+#[test]
+fn mosaic_records_the_source_its_expert_steps_reported() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (scenario, expected) in [
+        ("scenarios/live/mosaic.toml", "measured"),
+        ("scenarios/mosaic/quick.toml", "analytic-roofline"),
+    ] {
+        let plan = sim::scenario::load(&root.join(scenario), &[]).unwrap();
+        let run = sim::runner::run_cell(
+            &plan.cells[0].scenario,
+            plan.seeds[0],
+            &strategies::Registry,
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(run.cost_source, expected, "{scenario}");
+    }
+}

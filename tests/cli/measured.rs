@@ -1,0 +1,238 @@
+//! Scenarios priced from measured GPU operations (`[...] measured = "vidur/a100"`): each family's
+//! scenario runs end to end and its results name the set and what priced each operation, its
+//! analytic twin names none, and a set that is missing, of another GPU or beside a second cost
+//! source is refused with exit 2 naming the field.
+
+use crate::common::{expertsim, stderr};
+use serde_json::Value;
+
+/// Runs `scenario` with `sets` overrides into a temporary folder and returns its first cell's
+/// cost model and first run's details.
+fn first_run(scenario: &str, sets: &[&str]) -> (String, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let mut args = vec![
+        "run",
+        scenario,
+        "--no-figures",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    let output = expertsim(&args);
+    assert!(output.status.success(), "{scenario}: {}", stderr(&output));
+    let text = std::fs::read_to_string(out.join("results.json")).unwrap();
+    let results: Value = serde_json::from_str(&text).unwrap();
+    let cell = &results["cells"][0];
+    (
+        cell["cost_model"].as_str().unwrap().to_string(),
+        cell["runs"][0]["details"].clone(),
+    )
+}
+
+/// The source the pricing record gives `operation`.
+fn source_of<'a>(pricing: &'a Value, operation: &str) -> &'a str {
+    pricing["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["operation"] == operation)
+        .unwrap_or_else(|| panic!("no {operation} in {pricing}"))["source"]
+        .as_str()
+        .unwrap()
+}
+
+#[test]
+fn gem_and_caps_price_mixtral_experts_from_the_a100_staircase() {
+    for (scenario, twin, sets, degree) in [
+        (
+            "scenarios/gem/measured-a100.toml",
+            "scenarios/gem/measured-a100-analytic.toml",
+            &["workload.n_requests=60", "mapper.kind=gem"][..],
+            4,
+        ),
+        (
+            "scenarios/caps/measured-a100.toml",
+            "scenarios/caps/measured-a100-analytic.toml",
+            &[
+                "workload.n_requests=60",
+                "arrival.rate_per_s=40",
+                "scheduler.selector.kind=fcfs",
+            ][..],
+            1,
+        ),
+    ] {
+        let (cost_model, details) = first_run(scenario, sets);
+        assert_eq!(cost_model, "measured-operations", "{scenario}");
+        let pricing = &details["pricing"];
+        assert_eq!(pricing["measured"], "vidur/a100", "{scenario}");
+        assert_eq!(pricing["gpu"], "A100-80GB");
+        assert_eq!(pricing["tensor_parallel"], degree);
+        let files: Vec<&str> = pricing["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap())
+            .collect();
+        assert!(files.contains(&"profiles/vidur/a100/Meta-Llama-3-8B.json"));
+        // Mixtral's expert and attention are Llama-3-8B's shapes: measured; the rest is not in
+        // the data.
+        for (operation, source) in [
+            ("routed_experts", "measured"),
+            ("attention_projections", "measured"),
+            ("elementwise", "measured"),
+            ("router", "analytic"),
+            ("attention", "analytic"),
+            ("head", "analytic"),
+        ] {
+            assert_eq!(source_of(pricing, operation), source, "{scenario}");
+        }
+        let (cost_model, details) = first_run(twin, sets);
+        assert_eq!(cost_model, "analytic-roofline", "{twin}");
+        assert!(details.get("pricing").is_none(), "{twin}");
+    }
+}
+
+#[test]
+fn chimera_prices_each_model_from_the_shapes_that_fit() {
+    let sets = [
+        "workload.duration_s=20",
+        "routing={ kind = \"least_loaded\" }",
+    ];
+    let (cost_model, details) = first_run("scenarios/chimera/measured-a100.toml", &sets);
+    assert_eq!(cost_model, "measured-operations:vidur/a100:A100-80GB");
+    let pricing = &details["pricing"];
+    // Ministral-8B has Llama-3-8B's attention but an MLP no profile holds.
+    let ministral = &pricing["ministral-8b"];
+    assert_eq!(source_of(ministral, "attention_projections"), "measured");
+    assert_eq!(source_of(ministral, "elementwise"), "measured");
+    assert_eq!(source_of(ministral, "mlp"), "scaled");
+    // Qwen2.5-7B (hidden 3584) and Llama-3.2-3B (hidden 3072) fit no measured shape.
+    for model in ["qwen2.5-7b", "llama3.2-3b"] {
+        for operation in ["mlp", "attention_projections", "elementwise"] {
+            assert_eq!(source_of(&pricing[model], operation), "scaled", "{model}");
+        }
+        assert_eq!(source_of(&pricing[model], "attention"), "analytic");
+    }
+    let (cost_model, details) = first_run("scenarios/chimera/measured-a100-analytic.toml", &sets);
+    assert_eq!(cost_model, "analytic-dense-roofline:A100-80GB");
+    assert!(details.get("pricing").is_none());
+}
+
+#[test]
+fn mosaic_prices_each_expert_and_the_aggregator_from_the_shapes_that_fit() {
+    let sets = ["placement.kind=round_robin"];
+    let (cost_model, details) = first_run("scenarios/mosaic/measured-a100.toml", &sets);
+    assert_eq!(cost_model, "measured-operations:vidur/a100:A100-80GB");
+    let pricing = &details["pricing"];
+    let experts = &pricing["experts"];
+    // LlamaR1 and Exaone have Meta-Llama-3-8B's layer: every class is measured.
+    for expert in ["LlamaR1", "Exaone"] {
+        for operation in ["mlp", "attention_projections", "elementwise"] {
+            assert_eq!(
+                source_of(&experts[expert], operation),
+                "measured",
+                "{expert}"
+            );
+        }
+        assert_eq!(experts[expert]["measured"], "vidur/a100");
+        assert_eq!(experts[expert]["tensor_parallel"], 1);
+    }
+    // Qwen2.5-7B's shape (QwenR1, Qwen) and Gemma-2-9B's (hidden 3584) fit no measured shape.
+    for expert in ["QwenR1", "Qwen", "Gemma"] {
+        for operation in ["mlp", "attention_projections", "elementwise"] {
+            assert_eq!(source_of(&experts[expert], operation), "scaled", "{expert}");
+        }
+        assert_eq!(source_of(&experts[expert], "attention"), "analytic");
+        assert_eq!(source_of(&experts[expert], "head"), "analytic");
+    }
+    // The aggregator is tensor-parallel over the 4 workers: TP-4 rows, measured all-reduces.
+    let aggregator = &pricing["aggregator"];
+    assert_eq!(aggregator["tensor_parallel"], 4);
+    assert_eq!(source_of(aggregator, "all_reduce"), "measured");
+    assert_eq!(source_of(aggregator, "mlp"), "scaled");
+    let (cost_model, details) = first_run("scenarios/mosaic/measured-a100-analytic.toml", &sets);
+    assert_eq!(cost_model, "analytic-roofline");
+    assert!(details.get("pricing").is_none());
+}
+
+#[test]
+fn a_bad_measured_set_is_refused_naming_the_field() {
+    for (scenario, set, needles) in [
+        (
+            "scenarios/gem/measured-a100.toml",
+            "model.measured=vidur/b200",
+            &[
+                "field `model.measured`",
+                "no measured profile set `vidur/b200`",
+            ][..],
+        ),
+        (
+            "scenarios/caps/measured-a100.toml",
+            "execution.measured=vidur/b200",
+            &["field `execution.measured`", "no measured profile set"][..],
+        ),
+        (
+            "scenarios/chimera/measured-a100.toml",
+            "cluster.measured=vidur/b200",
+            &["field `cluster.measured`", "no measured profile set"][..],
+        ),
+        (
+            "scenarios/chimera/measured-a100.toml",
+            "cluster.measured=../vidur",
+            &["field `cluster.measured`", "not a measured set's name"][..],
+        ),
+        (
+            "scenarios/gem/measured-a100.toml",
+            "cluster.gpu=H100-SXM",
+            &[
+                "measured-a100.toml:15:1: field `model.measured`",
+                "measured on A100-80GB, but cluster.gpu is H100-SXM",
+            ][..],
+        ),
+        (
+            "scenarios/caps/measured-a100.toml",
+            "execution.profile=l4_qwen1.5-moe-a2.7b",
+            &["field `execution.measured`", "second cost source"][..],
+        ),
+        (
+            "scenarios/mosaic/measured-a100.toml",
+            "serving.measured=vidur/b200",
+            &["field `serving.measured`", "no measured profile set"][..],
+        ),
+        (
+            "scenarios/mosaic/measured-a100.toml",
+            "serving.gpu=H100-SXM",
+            &[
+                "measured-a100.toml:24:1: field `serving.measured`",
+                "measured on A100-80GB, but serving.gpu is H100-SXM",
+            ][..],
+        ),
+        (
+            "scenarios/mosaic/measured-a100.toml",
+            "serving.profile=decode.json",
+            &["field `serving.measured`", "second cost source"][..],
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let output = expertsim(&[
+            "run",
+            scenario,
+            "--set",
+            set,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(output.status.code(), Some(2), "{scenario} {set}");
+        let err = stderr(&output);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.starts_with(&format!("error: {scenario}")), "{err}");
+        for needle in needles {
+            assert!(err.contains(needle), "expected {needle:?} in: {err}");
+        }
+        assert!(!out.exists(), "nothing written for {scenario} {set}");
+    }
+}
