@@ -162,6 +162,7 @@ fn evaluate(
         &strategies::Registry,
         &[cell],
         None,
+        None,
         &|| {},
         &|_, _| Ok(()),
     )?;

@@ -42,6 +42,10 @@ enum Command {
         /// Also write one CSV row per served request (one file per run, under requests/).
         #[arg(long)]
         per_request_csv: bool,
+        /// Also write a Chrome trace-event JSON of every replica's steps per run (serving
+        /// family; under trace_events/, opens in Perfetto; capped at 200,000 events a file).
+        #[arg(long)]
+        trace_events: bool,
         /// Skip rendering figures.
         #[arg(long)]
         no_figures: bool,
@@ -89,6 +93,7 @@ fn main() -> ExitCode {
             out,
             sets,
             per_request_csv,
+            trace_events,
             no_figures,
             shard,
             fresh,
@@ -98,6 +103,14 @@ fn main() -> ExitCode {
                     eprintln!(
                         "error: --per-request-csv: the {} family has no per-request records \
                          (docs/metrics.md); nothing was run",
+                        plan.family
+                    );
+                    return ExitCode::from(2);
+                }
+                if trace_events && !plan.family.writes_trace_events() {
+                    eprintln!(
+                        "error: --trace-events: the {} family writes no trace-event files of \
+                         its steps (the serving family does); nothing was run",
                         plan.family
                     );
                     return ExitCode::from(2);
@@ -113,6 +126,8 @@ fn main() -> ExitCode {
                     fresh,
                     per_request_csv: per_request_csv
                         || plan.cells.iter().any(|c| c.scenario.per_request_csv()),
+                    trace_events: trace_events
+                        || plan.cells.iter().any(|c| c.scenario.trace_events()),
                     sets: &sets,
                 };
                 report_failure(run(&plan, &sweep, no_figures))
@@ -239,6 +254,9 @@ fn run(plan: &ScenarioPlan, sweep: &SweepOptions, no_figures: bool) -> anyhow::R
     }
     if sweep.per_request_csv {
         written.push(out.join("requests"));
+    }
+    if sweep.trace_events {
+        written.push(out.join("trace_events"));
     }
     eprintln!("{total} runs in {:.2} s", elapsed.as_secs_f64());
     for path in written {

@@ -217,6 +217,7 @@ fn run_one(plan: &ScenarioPlan, out: &Path) -> anyhow::Result<ResultsDocument> {
         shard: None,
         fresh: false,
         per_request_csv: false,
+        trace_events: false,
         sets: &[],
     };
     let started = Instant::now();

@@ -186,7 +186,14 @@ const LIVE_FAMILIES: &[(&str, LiveRunner)] = &[
     ("expertweave", |s, seed, p, k, clock| {
         expertweave::run(cell(s), seed, p, k, clock)
     }),
+    ("serving", |_, _, _, _, _| {
+        Err(LiveError::Unsupported(SERVING_NOT_LIVE.into()))
+    }),
 ];
+
+/// Why live mode refuses a serving scenario (exit code 2).
+const SERVING_NOT_LIVE: &str = "live mode does not run the serving family yet: its step cost \
+     (sim::serving_family::step_cost) has no live wrapper; simulate it with `expertsim run`";
 
 /// The cell of `scenario` as its family's scenario type (the runner is looked up by the
 /// scenario's own family, so the type always matches).

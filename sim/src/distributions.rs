@@ -1,8 +1,9 @@
 //! One sampler per distribution, for every family: log-normal (from a median or from a mean, with
-//! its log-space sigma), exponential, uniform, fixed, Zipf and categorical (an index drawn in
-//! proportion to given weights), and `TokenCount`, a log-normal rounded and clamped to
-//! `[1, max]` (prompt and output lengths). A sampler is built once, its
-//! parameters checked, and draws from the `SimRng` stream the caller passes in.
+//! its log-space sigma), exponential, gamma (from a mean and a coefficient of variation),
+//! uniform, fixed, Zipf and categorical (an index drawn in proportion to given weights);
+//! `TokenCount`, a log-normal rounded and clamped to `[1, max]`; and `TokenLength`, a prompt or
+//! output length drawn from any of fixed, discrete uniform, Zipf or that log-normal. A sampler is
+//! built once, its parameters checked, and draws from the `SimRng` stream the caller passes in.
 
 use crate::rng::SimRng;
 use rand::RngExt;
@@ -88,6 +89,51 @@ impl Exponential {
     pub fn sample(&self, rng: &mut SimRng) -> f64 {
         let u: f64 = rng.random::<f64>();
         -(-u).ln_1p() / self.rate
+    }
+}
+
+/// Gamma with shape `k` and scale `theta`, built from its mean `k theta` and coefficient of
+/// variation `1 / sqrt(k)`: the inter-arrival gaps of a gamma renewal process (CV 1 is
+/// exponential, below 1 more regular, above 1 burstier). Drawn through `rand_distr::Gamma`
+/// (Marsaglia and Tsang's method), so its sequence is that crate's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Gamma {
+    shape: f64,
+    scale: f64,
+    inner: rand_distr::Gamma<f64>,
+}
+
+impl Gamma {
+    /// The gamma with mean `mean` and coefficient of variation `cv` (shape `1 / cv^2`, scale
+    /// `mean cv^2`).
+    pub fn from_mean_cv(mean: f64, cv: f64) -> Result<Gamma, DistributionError> {
+        check(mean.is_finite() && mean > 0.0, || {
+            format!("mean must be finite and positive, got {mean}")
+        })?;
+        check(cv.is_finite() && cv > 0.0, || {
+            format!("cv must be finite and positive, got {cv}")
+        })?;
+        let shape = 1.0 / (cv * cv);
+        let scale = mean * cv * cv;
+        let inner = rand_distr::Gamma::new(shape, scale)
+            .map_err(|e| DistributionError(format!("gamma(mean {mean}, cv {cv}): {e}")))?;
+        Ok(Gamma {
+            shape,
+            scale,
+            inner,
+        })
+    }
+
+    pub fn shape(&self) -> f64 {
+        self.shape
+    }
+
+    pub fn scale(&self) -> f64 {
+        self.scale
+    }
+
+    pub fn sample(&self, rng: &mut SimRng) -> f64 {
+        self.inner.sample(rng)
     }
 }
 
@@ -237,6 +283,64 @@ impl TokenCount {
     }
 }
 
+/// A prompt or output length in tokens, from one of the length distributions a workload names:
+/// always `value`; discrete uniform on `[low, high]`; Zipf over `[min, max]` (length `min + k`
+/// has probability proportional to `(k + 1)^-exponent`, so the shortest is the most common); or
+/// a [`TokenCount`] log-normal. Every draw is at least 1.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TokenLength {
+    Fixed(u32),
+    Uniform { low: u32, high: u32 },
+    Zipf { min: u32, ranks: Zipf },
+    LogNormal(TokenCount),
+}
+
+impl TokenLength {
+    /// Always `value` (at least 1).
+    pub fn fixed(value: u32) -> Result<TokenLength, DistributionError> {
+        check(value >= 1, || "a length must be at least 1, got 0".into())?;
+        Ok(TokenLength::Fixed(value))
+    }
+
+    /// Each of `low..=high` equally likely (`1 <= low <= high`).
+    pub fn uniform(low: u32, high: u32) -> Result<TokenLength, DistributionError> {
+        check(low >= 1 && low <= high, || {
+            format!("uniform lengths need 1 <= low <= high, got [{low}, {high}]")
+        })?;
+        Ok(TokenLength::Uniform { low, high })
+    }
+
+    /// Zipf over the lengths `min..=max` with exponent `exponent` (`1 <= min <= max`).
+    pub fn zipf(min: u32, max: u32, exponent: f64) -> Result<TokenLength, DistributionError> {
+        check(min >= 1 && min <= max, || {
+            format!("zipf lengths need 1 <= min <= max, got [{min}, {max}]")
+        })?;
+        Ok(TokenLength::Zipf {
+            min,
+            ranks: Zipf::new((max - min) as usize + 1, exponent)?,
+        })
+    }
+
+    /// The longest length it can draw.
+    pub fn max(&self) -> u32 {
+        match self {
+            TokenLength::Fixed(v) => *v,
+            TokenLength::Uniform { high, .. } => *high,
+            TokenLength::Zipf { min, ranks } => min + (ranks.cdf.len() as u32 - 1),
+            TokenLength::LogNormal(count) => count.max,
+        }
+    }
+
+    pub fn sample(&self, rng: &mut SimRng) -> u32 {
+        match self {
+            TokenLength::Fixed(v) => *v,
+            TokenLength::Uniform { low, high } => rng.random_range(*low..=*high),
+            TokenLength::Zipf { min, ranks } => min + ranks.sample(rng) as u32,
+            TokenLength::LogNormal(count) => count.sample(rng),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Statistical tests at fixed seeds: Kolmogorov-Smirnov against the closed-form CDF (1%
@@ -317,6 +421,76 @@ mod tests {
         assert!(xs.iter().all(|x| x.is_finite() && *x >= 0.0));
         let ks = ks_statistic(xs, |x| 1.0 - (-4.0 * x).exp());
         assert!(ks < ks_critical_1pct(n), "KS {ks}");
+    }
+
+    #[test]
+    fn gamma_matches_its_cdf_at_the_requested_mean_and_cv() {
+        // Mean 0.01 s and CV 2 (shape 1/4, scale 0.04): KS against statrs' gamma CDF (shape,
+        // rate = 1 / scale), and the sample mean within 3 % (its standard error is
+        // 2 x 0.01 / sqrt(50,000) = 0.9 %).
+        let n = 50_000;
+        for (cv, seed) in [(2.0, 11), (0.5, 12)] {
+            let d = Gamma::from_mean_cv(0.01, cv).unwrap();
+            assert!((d.shape() - 1.0 / (cv * cv)).abs() < 1e-12);
+            assert!((d.shape() * d.scale() - 0.01).abs() < 1e-15);
+            let xs = draws(n, seed, |r| d.sample(r));
+            let mean = xs.iter().sum::<f64>() / n as f64;
+            assert!((mean - 0.01).abs() < 0.03 * 0.01, "cv {cv}: mean {mean}");
+            let reference =
+                statrs::distribution::Gamma::new(1.0 / (cv * cv), 1.0 / (0.01 * cv * cv)).unwrap();
+            let ks = ks_statistic(xs, |x| reference.cdf(x));
+            assert!(ks < ks_critical_1pct(n), "cv {cv}: KS {ks}");
+        }
+    }
+
+    #[test]
+    fn token_lengths_of_every_kind() {
+        let mut rng = stream(13, "lengths");
+        // Fixed draws nothing but its value.
+        let fixed = TokenLength::fixed(512).unwrap();
+        assert_eq!((fixed.sample(&mut rng), fixed.max()), (512, 512));
+        // Discrete uniform on 10..=14: chi-square over the 5 values, 4 degrees of freedom, 1 %
+        // critical value 13.277.
+        let n = 50_000;
+        let uniform = TokenLength::uniform(10, 14).unwrap();
+        let mut counts = [0usize; 5];
+        for _ in 0..n {
+            counts[(uniform.sample(&mut rng) - 10) as usize] += 1;
+        }
+        let expected = n as f64 / 5.0;
+        let chi2: f64 = counts
+            .iter()
+            .map(|&c| (c as f64 - expected).powi(2) / expected)
+            .sum();
+        assert!(chi2 < 13.277, "chi-square {chi2}, counts {counts:?}");
+        assert_eq!(uniform.max(), 14);
+        // Zipf over 100..=103 with exponent 1: P(100 + k) = (1 / (k + 1)) / (1 + 1/2 + 1/3 +
+        // 1/4); chi-square, 3 degrees of freedom, 1 % critical value 11.345.
+        let zipf = TokenLength::zipf(100, 103, 1.0).unwrap();
+        assert_eq!(zipf.max(), 103);
+        let h = 1.0 + 0.5 + 1.0 / 3.0 + 0.25;
+        let mut counts = [0usize; 4];
+        for _ in 0..n {
+            counts[(zipf.sample(&mut rng) - 100) as usize] += 1;
+        }
+        let chi2: f64 = (0..4)
+            .map(|k| {
+                let expected = n as f64 / (k as f64 + 1.0) / h;
+                (counts[k] as f64 - expected).powi(2) / expected
+            })
+            .sum();
+        assert!(chi2 < 11.345, "chi-square {chi2}, counts {counts:?}");
+        // Log-normal: the TokenCount's draws, clamped to its max.
+        let count = TokenCount::from_mean(50.0, 1.0, 80).unwrap();
+        let log_normal = TokenLength::LogNormal(count);
+        assert_eq!(log_normal.max(), 80);
+        let (mut a, mut b) = (stream(14, "l"), stream(14, "l"));
+        for _ in 0..100 {
+            assert_eq!(log_normal.sample(&mut a), count.sample(&mut b));
+        }
+        assert!(TokenLength::fixed(0).is_err());
+        assert!(TokenLength::uniform(5, 4).is_err());
+        assert!(TokenLength::zipf(0, 4, 1.0).is_err());
     }
 
     #[test]
@@ -438,6 +612,8 @@ mod tests {
         assert!(message(Zipf::new(0, 1.0).unwrap_err()).contains("rank"));
         assert!(message(Zipf::new(3, -1.0).unwrap_err()).contains("exponent"));
         assert!(message(TokenCount::from_mean(5.0, 1.0, 0).unwrap_err()).contains("max"));
+        assert!(message(Gamma::from_mean_cv(1.0, 0.0).unwrap_err()).contains("cv"));
+        assert!(message(Gamma::from_mean_cv(-1.0, 1.0).unwrap_err()).contains("mean"));
         assert!(message(Categorical::new(&[0.0, 0.0]).unwrap_err()).contains("positive"));
         assert!(message(Categorical::new(&[1.0, -1.0]).unwrap_err()).contains("weights"));
     }

@@ -23,6 +23,7 @@ pub static FAMILIES: &[&dyn RegisteredFamily] = &[
     &crate::mosaic::Mosaic,
     &crate::chimera::Chimera,
     &crate::expertweave::ExpertWeave,
+    &crate::serving_family::Serving,
 ];
 
 /// One family of serving systems: its scenario tables, their validation into a runnable cell,
@@ -51,6 +52,8 @@ pub trait Family: Sync + 'static {
     const CSV_COLUMNS: Option<&'static [&'static str]> = None;
     /// Where the scenario names the measured MoE profile live mode probes (`None`: none).
     const PROFILE_FIELD: Option<&'static str> = None;
+    /// Whether a run can write a Chrome trace-event file of its steps (`--trace-events`).
+    const TRACE_EVENTS: bool = false;
 
     /// Checks a cell's tables and builds the runnable scenario; `base_dir` anchors relative
     /// paths, `cache` shares traces and profiles between cells.
@@ -69,6 +72,24 @@ pub trait Family: Sync + 'static {
         policies: &dyn Policies,
         records: &mut dyn RecordSink,
     ) -> Result<Run, String>;
+    /// Runs one seed as `run` does and writes its steps as a trace-event file to `path`; called
+    /// only for a family with `TRACE_EVENTS`.
+    fn run_traced(
+        _scenario: &Self::Scenario,
+        _seed: u64,
+        _policies: &dyn Policies,
+        _records: &mut dyn RecordSink,
+        _path: &Path,
+    ) -> Result<Run, String> {
+        Err(format!(
+            "the {} family writes no trace-event files",
+            Self::NAME
+        ))
+    }
+    /// Whether the cell asks for a trace-event file itself (`[output] trace_events`).
+    fn trace_events(_scenario: &Self::Scenario) -> bool {
+        false
+    }
     /// What live mode needs to know before it opens a device.
     fn live_description(scenario: &Self::Scenario) -> LiveDescription;
     /// Whether the cell asks for per-request records itself (`[output] per_request_csv`).
@@ -109,6 +130,7 @@ pub trait RegisteredFamily: Sync {
     fn figure_kinds(&self) -> &'static [FigureKind];
     fn csv_columns(&self) -> Option<&'static [&'static str]>;
     fn profile_field(&self) -> Option<&'static str>;
+    fn writes_trace_events(&self) -> bool;
     /// Deserializes the family's tables into its `Config` (boxed).
     fn deserialize(&self, tables: toml::Value) -> Result<Box<dyn Any>, ConfigError>;
     /// Validates a config from `deserialize` into a cell.
@@ -126,6 +148,15 @@ pub trait RegisteredFamily: Sync {
         policies: &dyn Policies,
         records: &mut dyn RecordSink,
     ) -> Result<Run, String>;
+    fn run_traced(
+        &self,
+        scenario: &Scenario,
+        seed: u64,
+        policies: &dyn Policies,
+        records: &mut dyn RecordSink,
+        path: &Path,
+    ) -> Result<Run, String>;
+    fn trace_events(&self, scenario: &Scenario) -> bool;
     fn live_description(&self, scenario: &Scenario) -> LiveDescription;
     fn per_request_csv(&self, scenario: &Scenario) -> bool;
     fn trace_replay(&self, scenario: &Scenario) -> Option<(PathBuf, TraceStats)>;
@@ -159,6 +190,9 @@ impl<F: Family> RegisteredFamily for F {
     fn profile_field(&self) -> Option<&'static str> {
         F::PROFILE_FIELD
     }
+    fn writes_trace_events(&self) -> bool {
+        F::TRACE_EVENTS
+    }
     fn deserialize(&self, tables: toml::Value) -> Result<Box<dyn Any>, ConfigError> {
         let config: F::Config = serde_path_to_error::deserialize(tables)?;
         Ok(Box::new(config))
@@ -188,6 +222,19 @@ impl<F: Family> RegisteredFamily for F {
         records: &mut dyn RecordSink,
     ) -> Result<Run, String> {
         F::run(cell::<F>(scenario), seed, policies, records)
+    }
+    fn run_traced(
+        &self,
+        scenario: &Scenario,
+        seed: u64,
+        policies: &dyn Policies,
+        records: &mut dyn RecordSink,
+        path: &Path,
+    ) -> Result<Run, String> {
+        F::run_traced(cell::<F>(scenario), seed, policies, records, path)
+    }
+    fn trace_events(&self, scenario: &Scenario) -> bool {
+        F::trace_events(cell::<F>(scenario))
     }
     fn live_description(&self, scenario: &Scenario) -> LiveDescription {
         F::live_description(cell::<F>(scenario))
@@ -264,6 +311,10 @@ impl FamilyId {
     /// Where the family's scenario names the measured MoE profile live mode probes.
     pub fn profile_field(self) -> Option<&'static str> {
         self.0.profile_field()
+    }
+    /// Whether the family's runs can write a trace-event file of their steps.
+    pub fn writes_trace_events(self) -> bool {
+        self.0.writes_trace_events()
     }
     pub(crate) fn registered(self) -> &'static dyn RegisteredFamily {
         self.0
@@ -348,6 +399,10 @@ impl Scenario {
     /// Whether the scenario asks for per-request records (`[output] per_request_csv`).
     pub fn per_request_csv(&self) -> bool {
         self.family.0.per_request_csv(self)
+    }
+    /// Whether the scenario asks for a trace-event file of its steps (`[output] trace_events`).
+    pub fn trace_events(&self) -> bool {
+        self.family.0.trace_events(self)
     }
     /// What live mode needs before it opens a device.
     pub fn live_description(&self) -> LiveDescription {

@@ -17,12 +17,14 @@ pub mod headlines;
 pub mod metrics;
 pub mod mosaic;
 pub mod partial;
+pub mod recorder;
 pub mod records;
 pub mod results;
 pub mod rng;
 pub mod runner;
 pub mod scenario;
 pub mod serving;
+pub mod serving_family;
 pub mod time;
 
 #[cfg(test)]

@@ -37,6 +37,13 @@ impl LatencyRecorder {
     pub fn count(&self) -> u64 {
         self.histogram.len()
     }
+    /// Adds every sample of `other` (the recorders of several replicas into one).
+    pub fn merge(&mut self, other: &LatencyRecorder) {
+        self.histogram
+            .add(&other.histogram)
+            .expect("auto-resizing histograms of the same precision add");
+        self.sum_ns += other.sum_ns;
+    }
     /// Exact mean in milliseconds (0 when empty).
     pub fn mean_ms(&self) -> f64 {
         if self.count() == 0 {
@@ -222,6 +229,21 @@ mod tests {
         assert!((p99 - 990.0).abs() / 990.0 < 1e-3, "p99 {p99}");
         let p50 = recorder.quantile_ms(0.5);
         assert!((p50 - 500.0).abs() / 500.0 < 1e-3, "p50 {p50}");
+    }
+
+    #[test]
+    fn merged_recorders_hold_both_sample_sets() {
+        // 1..=500 ms in one, 501..=1000 ms in the other: the merge is the 1..=1000 recorder.
+        let (mut low, mut high) = (LatencyRecorder::default(), LatencyRecorder::default());
+        for ms in 1..=500u64 {
+            low.record(ms * 1_000_000);
+            high.record((ms + 500) * 1_000_000);
+        }
+        low.merge(&high);
+        assert_eq!(low.count(), 1000);
+        assert!((low.mean_ms() - 500.5).abs() < 1e-9);
+        let p99 = low.quantile_ms(0.99);
+        assert!((p99 - 990.0).abs() / 990.0 < 1e-3, "p99 {p99}");
     }
 
     #[test]

@@ -5,9 +5,16 @@
 
 use std::path::{Path, PathBuf};
 
-/// The family folders under sim/src: each registered family's folder bears its name.
+/// The family folders under sim/src: each registered family's folder bears its name, but the
+/// `serving` family's, which is `serving_family` (`serving/` is the shared serving layer).
 fn family_dirs() -> Vec<&'static str> {
-    crate::family::FAMILIES.iter().map(|f| f.name()).collect()
+    crate::family::FAMILIES
+        .iter()
+        .map(|f| match f.name() {
+            "serving" => "serving_family",
+            name => name,
+        })
+        .collect()
 }
 
 /// Folders of the workspace whose Rust sources are read.

@@ -27,18 +27,24 @@ pub trait Policies: Sync {
 }
 
 /// Runs one seed of one cell through its registered family; `csv` receives the per-request
-/// records when the family has them (`Family::CSV_COLUMNS`).
+/// records when the family has them (`Family::CSV_COLUMNS`), `trace_events` a Chrome
+/// trace-event file of the steps when the family writes them (`Family::TRACE_EVENTS`).
 pub fn run_cell(
     scenario: &Scenario,
     seed: u64,
     policies: &dyn Policies,
     csv: Option<&Path>,
+    trace_events: Option<&Path>,
 ) -> Result<Run, String> {
     let family = scenario.family();
     let csv = csv.filter(|_| family.csv_columns().is_some());
     let columns = family.csv_columns().unwrap_or_default();
-    crate::records::with_csv(csv, family.name(), columns, |records| {
-        family.registered().run(scenario, seed, policies, records)
+    let trace_events = trace_events.filter(|_| family.writes_trace_events());
+    crate::records::with_csv(csv, family.name(), columns, |records| match trace_events {
+        Some(path) => family
+            .registered()
+            .run_traced(scenario, seed, policies, records, path),
+        None => family.registered().run(scenario, seed, policies, records),
     })?
 }
 
@@ -52,7 +58,9 @@ pub struct CellRuns {
 }
 
 /// Runs every seed of each cell of `plan` listed in `cell_indices`. `csv_dir`, when given,
-/// receives one per-request CSV per run (`<cell index>_seed<seed>.csv`). `on_run_done` is called
+/// receives one per-request CSV per run (`<cell index>_seed<seed>.csv`), `trace_dir` one
+/// trace-event file per run of a family that writes them (`<cell index>_seed<seed>.json`).
+/// `on_run_done` is called
 /// after each run (progress bars), `on_cell_done` as soon as all seeds of a cell have finished
 /// (it can persist the cell; its error stops the sweep). Every run's random streams derive from
 /// its own seed only, so a cell's result does not depend on which other cells run alongside it.
@@ -62,6 +70,7 @@ pub fn run_cells(
     policies: &dyn Policies,
     cell_indices: &[usize],
     csv_dir: Option<&Path>,
+    trace_dir: Option<&Path>,
     on_run_done: &(dyn Fn() + Sync),
     on_cell_done: &(dyn Fn(usize, &CellRuns) -> Result<(), String> + Sync),
 ) -> Result<Vec<CellRuns>, String> {
@@ -74,7 +83,9 @@ pub fn run_cells(
                 .par_iter()
                 .map(|&seed| {
                     let csv = csv_dir.map(|dir| dir.join(format!("{cell_idx:04}_seed{seed}.csv")));
-                    let out = run_cell(scenario, seed, policies, csv.as_deref());
+                    let trace =
+                        trace_dir.map(|dir| dir.join(format!("{cell_idx:04}_seed{seed}.json")));
+                    let out = run_cell(scenario, seed, policies, csv.as_deref(), trace.as_deref());
                     on_run_done();
                     out
                 })

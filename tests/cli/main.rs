@@ -10,4 +10,5 @@ mod gpu_script;
 mod live;
 mod measured;
 mod reproduce_claims;
+mod serving;
 mod shard_resume;

@@ -92,6 +92,7 @@ fn every_claim_gets_its_expected_verdict_and_every_value_its_text_on_its_quick_r
                 &strategies::Registry,
                 &all,
                 None,
+                None,
                 &|| {},
                 &|_, _| Ok(()),
             )

@@ -1,10 +1,12 @@
 //! Arrival processes: when requests reach the system and which semantic topic each carries.
 //!
 //! Every process is a stream: [`ArrivalProcess::next_arrival`] yields one [`Arrival`] at a time, in
-//! non-decreasing time order, so memory never grows with the length of a run. Four processes are
+//! non-decreasing time order, so memory never grows with the length of a run. Five processes are
 //! provided, one file each:
 //!
 //! - [`Poisson`]: exponential inter-arrival gaps, topics independent and uniform;
+//! - [`GammaArrivals`]: gamma inter-arrival gaps of a given coefficient of variation (a renewal
+//!   process; CV 1 is Poisson), topics independent and uniform;
 //! - [`Bursty`]: a two-state Markov-modulated Poisson process whose bursts raise the rate *and*
 //!   concentrate requests on one topic (the "semantic hotspot" traffic of the CAPS paper);
 //! - [`Offline`]: every request present at time zero (a batch / throughput job);
@@ -18,12 +20,14 @@
 //! [`crate::rng::stream`]), so the same seed gives the same sequence of arrivals.
 
 mod bursty;
+mod gamma;
 mod offline;
 mod poisson;
 pub mod spec;
 mod trace;
 
 pub use bursty::{Bursty, BurstyParams, InvalidBurstyParams};
+pub use gamma::GammaArrivals;
 pub use offline::Offline;
 pub use poisson::Poisson;
 pub use spec::{ArrivalPattern, ArrivalSpec, ArrivalTable, TraceReplayTable};

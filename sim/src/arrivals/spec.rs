@@ -1,11 +1,14 @@
-//! The `[arrival]` table a family's scenario can carry (`pattern` = poisson, bursty, offline or
-//! trace, with `rate_per_s`, `[arrival.bursty]` and `arrival.trace = { path, time_scale }`), its
+//! The `[arrival]` table a family's scenario can carry (`pattern` = poisson, gamma, bursty,
+//! offline or trace, with `rate_per_s`, `cv` (gamma), `[arrival.bursty]` and
+//! `arrival.trace = { path, time_scale }`), its
 //! validation into an [`ArrivalSpec`] with errors naming the field, and the streaming
 //! [`ArrivalProcess`] a run draws from. The same table and the same processes for every family
-//! that reads it (GEM, Chimera; CAPS reads the same shape through its own copy, `caps::config`).
+//! that reads it (GEM, Chimera, serving; CAPS reads the same shape through its own copy,
+//! `caps::config`).
 
 use super::{
-    ArrivalProcess, Bursty, BurstyParams, Offline, Poisson, Trace, TraceReplay, TraceStats,
+    ArrivalProcess, Bursty, BurstyParams, GammaArrivals, Offline, Poisson, Trace, TraceReplay,
+    TraceStats,
 };
 use crate::rng::SimRng;
 use crate::scenario::validate::{FieldError, LoadCache, field_error, positive};
@@ -18,9 +21,12 @@ use std::sync::Arc;
 #[serde(deny_unknown_fields)]
 pub struct ArrivalTable {
     pub pattern: ArrivalPattern,
-    /// Long-run mean arrival rate (poisson and bursty).
+    /// Long-run mean arrival rate (poisson, gamma and bursty).
     #[serde(default)]
     pub rate_per_s: Option<f64>,
+    /// Coefficient of variation of the inter-arrival gaps (gamma only).
+    #[serde(default)]
+    pub cv: Option<f64>,
     /// Burst parameters (bursty only; defaults in `arrivals::bursty`).
     #[serde(default)]
     pub bursty: Option<BurstyParams>,
@@ -33,6 +39,7 @@ pub struct ArrivalTable {
 #[serde(rename_all = "snake_case")]
 pub enum ArrivalPattern {
     Poisson,
+    Gamma,
     Bursty,
     Offline,
     Trace,
@@ -58,6 +65,11 @@ fn default_time_scale() -> f64 {
 pub enum ArrivalSpec {
     Poisson {
         rate_per_s: f64,
+    },
+    /// A gamma renewal process: gaps of mean `1 / rate_per_s` and coefficient of variation `cv`.
+    Gamma {
+        rate_per_s: f64,
+        cv: f64,
     },
     Bursty {
         rate_per_s: f64,
@@ -104,12 +116,34 @@ impl ArrivalTable {
             ArrivalPattern::Poisson => {
                 unused(self.bursty.is_some(), "bursty", "poisson")?;
                 unused(self.trace.is_some(), "trace", "poisson")?;
+                unused(self.cv.is_some(), "cv", "poisson")?;
                 ArrivalSpec::Poisson {
                     rate_per_s: rate("poisson")?,
                 }
             }
+            ArrivalPattern::Gamma => {
+                unused(self.bursty.is_some(), "bursty", "gamma")?;
+                unused(self.trace.is_some(), "trace", "gamma")?;
+                let cv = self.cv.ok_or_else(|| {
+                    field_error("arrival.cv", "is required for pattern \"gamma\"")
+                })?;
+                let cv = positive("arrival.cv", cv)?;
+                // The gamma's shape 1 / cv^2 must stay a usable number (rand_distr needs a
+                // finite positive shape; below 1e-3 or above 1e3 a CV means nothing physical).
+                if !(1e-3..=1e3).contains(&cv) {
+                    return Err(field_error(
+                        "arrival.cv",
+                        format!("must lie in [0.001, 1000], got {cv}"),
+                    ));
+                }
+                ArrivalSpec::Gamma {
+                    rate_per_s: rate("gamma")?,
+                    cv,
+                }
+            }
             ArrivalPattern::Bursty => {
                 unused(self.trace.is_some(), "trace", "bursty")?;
+                unused(self.cv.is_some(), "cv", "bursty")?;
                 let params = self.bursty.unwrap_or_default();
                 params.validate().map_err(|e| {
                     field_error(&format!("arrival.bursty.{}", e.field), e.to_string())
@@ -121,12 +155,14 @@ impl ArrivalTable {
             }
             ArrivalPattern::Offline => {
                 unused(self.rate_per_s.is_some(), "rate_per_s", "offline")?;
+                unused(self.cv.is_some(), "cv", "offline")?;
                 unused(self.bursty.is_some(), "bursty", "offline")?;
                 unused(self.trace.is_some(), "trace", "offline")?;
                 ArrivalSpec::Offline
             }
             ArrivalPattern::Trace => {
                 unused(self.rate_per_s.is_some(), "rate_per_s", "trace")?;
+                unused(self.cv.is_some(), "cv", "trace")?;
                 unused(self.bursty.is_some(), "bursty", "trace")?;
                 let table = self.trace.as_ref().ok_or_else(|| {
                     field_error(
@@ -175,6 +211,13 @@ impl ArrivalSpec {
             ArrivalSpec::Poisson { rate_per_s } => {
                 Box::new(Poisson::new(*rate_per_s, n_requests, n_topics, rng))
             }
+            ArrivalSpec::Gamma { rate_per_s, cv } => Box::new(GammaArrivals::new(
+                *rate_per_s,
+                *cv,
+                n_requests,
+                n_topics,
+                rng,
+            )),
             ArrivalSpec::Bursty { rate_per_s, params } => {
                 Box::new(Bursty::new(*rate_per_s, *params, n_requests, n_topics, rng))
             }
@@ -197,9 +240,9 @@ impl ArrivalSpec {
     /// Seconds over which `n_requests` arrive on average (the trace's replayed span; 0 offline).
     pub fn span_s(&self, n_requests: usize) -> f64 {
         match self {
-            ArrivalSpec::Poisson { rate_per_s } | ArrivalSpec::Bursty { rate_per_s, .. } => {
-                n_requests as f64 / rate_per_s
-            }
+            ArrivalSpec::Poisson { rate_per_s }
+            | ArrivalSpec::Gamma { rate_per_s, .. }
+            | ArrivalSpec::Bursty { rate_per_s, .. } => n_requests as f64 / rate_per_s,
             ArrivalSpec::Offline => 0.0,
             ArrivalSpec::Trace { trace, time_scale } => {
                 trace.stats(Some(n_requests), *time_scale).span_s
@@ -244,6 +287,12 @@ mod tests {
         assert!(all.iter().all(|a| a.time == SimTime::ZERO));
         let poisson = validate("pattern = \"poisson\"\nrate_per_s = 10.0").unwrap();
         assert_eq!(poisson.span_s(50), 5.0);
+        let gamma = validate("pattern = \"gamma\"\nrate_per_s = 10.0\ncv = 2.0").unwrap();
+        assert_eq!(gamma.span_s(50), 5.0);
+        assert_eq!(
+            collect(gamma.process(9, 1, stream(1, "a")).as_mut()).len(),
+            9
+        );
         let bursty = validate("pattern = \"bursty\"\nrate_per_s = 10.0").unwrap();
         assert_eq!(
             collect(bursty.process(7, 1, stream(1, "a")).as_mut()).len(),
@@ -295,6 +344,15 @@ mod tests {
             "arrival.rate_per_s"
         );
         assert_eq!(path("pattern = \"trace\""), "arrival.trace");
+        assert_eq!(path("pattern = \"gamma\"\nrate_per_s = 1.0"), "arrival.cv");
+        assert_eq!(
+            path("pattern = \"gamma\"\nrate_per_s = 1.0\ncv = 0.0"),
+            "arrival.cv"
+        );
+        assert_eq!(
+            path("pattern = \"poisson\"\nrate_per_s = 1.0\ncv = 2.0"),
+            "arrival.cv"
+        );
         assert_eq!(
             path("pattern = \"trace\"\ntrace = { path = \"missing.csv\" }"),
             "arrival.trace.path"

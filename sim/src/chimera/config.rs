@@ -210,6 +210,7 @@ impl ChimeraConfig {
                 let spec = table.validate(usize::MAX, base_dir, cache)?;
                 let rps = match &spec {
                     ArrivalSpec::Poisson { rate_per_s }
+                    | ArrivalSpec::Gamma { rate_per_s, .. }
                     | ArrivalSpec::Bursty { rate_per_s, .. } => *rate_per_s,
                     ArrivalSpec::Trace { trace, time_scale } => {
                         trace_rows_within(trace, *time_scale, duration_s) as f64 / duration_s
@@ -218,7 +219,7 @@ impl ChimeraConfig {
                         return Err(field_error(
                             "arrival.pattern",
                             "\"offline\" does not apply to Chimera: workflows arrive during \
-                             workload.duration_s (use poisson, bursty or trace)",
+                             workload.duration_s (use poisson, gamma, bursty or trace)",
                         ));
                     }
                 };

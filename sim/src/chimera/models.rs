@@ -39,9 +39,9 @@ pub fn model_names() -> String {
         .join(", ")
 }
 
-/// Host-side time of one engine step (scheduling, sampling, detokenization), ms. Assumption, not
-/// calibrated: vLLM's CPU overhead per step is commonly profiled at 1-3 ms for small models.
-pub const DEFAULT_STEP_OVERHEAD_MS: f64 = 2.0;
+/// Host-side time of one engine step (scheduling, sampling, detokenization), ms: the cost
+/// model's `DEFAULT_HOST_OVERHEAD_NS` (2 ms, an assumption stated there).
+pub const DEFAULT_STEP_OVERHEAD_MS: f64 = crate::cost::roofline::DEFAULT_HOST_OVERHEAD_NS / 1e6;
 
 /// Context per sequence at which `decode_ms_per_token` is profiled (the paper profiles it offline;
 /// 1024 tokens is the order of an agent stage's prompt plus output here).

@@ -129,6 +129,16 @@ impl GpuSpec {
         self.memory_bandwidth_gbps * 1e9
     }
 
+    /// Model FLOPs utilization: `model_flops` (the useful FLOPs of the model's forward passes,
+    /// no tile padding) over what the datasheet peak could do in `seconds`.
+    pub fn model_flops_utilization(&self, model_flops: f64, seconds: f64) -> f64 {
+        if seconds > 0.0 {
+            model_flops / (self.peak_flops() * seconds)
+        } else {
+            0.0
+        }
+    }
+
     /// Tokens of KV cache that fit once `weight_bytes` are placed, when an engine claims
     /// `utilization` of the memory (vLLM's `gpu_memory_utilization`) and a token takes
     /// `kv_bytes_per_token`; `None` when the weights leave no room.
@@ -160,6 +170,16 @@ impl LinkSpec {
     pub const PCIE4_X16: LinkSpec = LinkSpec {
         bandwidth_bytes_per_s: 25e9,
         latency_ns: 10_000.0,
+    };
+
+    /// NVLink 4 through NVSwitch (H100/H200 SXM servers): 18 links x 25 GB/s = 450 GB/s per
+    /// direction per GPU on paper (H100 datasheet: 900 GB/s bidirectional); 360 GB/s achieved
+    /// (80 %, the bus bandwidth NCCL's all-reduce tests reach on 8-GPU H100 nodes), and a 5 us
+    /// collective latency (the order of vLLM's custom all-reduce on small messages).
+    /// Assumptions, like `PCIE4_X16`'s.
+    pub const NVLINK4: LinkSpec = LinkSpec {
+        bandwidth_bytes_per_s: 360e9,
+        latency_ns: 5_000.0,
     };
 }
 

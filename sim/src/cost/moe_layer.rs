@@ -327,6 +327,20 @@ impl MoeLayerCost {
         }
     }
 
+    /// The dispatch and combine all-to-alls of an expert-parallel group of `gpus` GPUs whose
+    /// most loaded GPU computes `max_rows` routed rows: `(G - 1) / G` of them arrive over the
+    /// link and leave again, each all-to-all as long as that GPU's incoming bytes plus the
+    /// link latency; 0 for one GPU.
+    pub fn all_to_all_ns(&self, max_rows: u64, gpus: usize, link: LinkSpec) -> f64 {
+        if gpus <= 1 {
+            return 0.0;
+        }
+        let incoming = max_rows as f64 * (gpus - 1) as f64 / gpus as f64
+            * self.hidden as f64
+            * self.params.activation_bytes;
+        2.0 * (incoming / link.bandwidth_bytes_per_s * 1e9 + link.latency_ns)
+    }
+
     /// One expert-parallel layer: `per_gpu[g]` is GPU `g`'s tokens per hosted expert,
     /// `speeds[g]` its speed factors. Tokens originate evenly over the group (each GPU holds
     /// `1 / G` of the batch), so `(G - 1) / G` of the rows a GPU computes arrive over the link
@@ -351,14 +365,7 @@ impl MoeLayerCost {
             }
             max_rows = max_rows.max(tokens.iter().map(|&n| u64::from(n)).sum());
         }
-        let all_to_all_ns = if g <= 1 {
-            0.0
-        } else {
-            let incoming = max_rows as f64 * (g - 1) as f64 / g as f64
-                * self.hidden as f64
-                * self.params.activation_bytes;
-            2.0 * (incoming / link.bandwidth_bytes_per_s * 1e9 + link.latency_ns)
-        };
+        let all_to_all_ns = self.all_to_all_ns(max_rows, g, link);
         EpLayerCost {
             slowest_gpu: slowest,
             compute_ns,

@@ -72,10 +72,26 @@ impl Roofline {
         Roofline::new(gpu, DEFAULT_MEMORY_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY)
     }
 
+    /// The same GPU slowed by `speed`: its achievable bandwidth times `speed.bandwidth`, its
+    /// compute times `speed.compute` (a power cap or a slower bin lowers the SM clock; see
+    /// [`SpeedFactors`]).
+    pub fn scaled(&self, speed: SpeedFactors) -> Roofline {
+        Roofline {
+            bandwidth: self.bandwidth * speed.bandwidth,
+            compute: self.compute * speed.compute,
+            ..*self
+        }
+    }
+
     /// `rows` rounded up to whole tiles.
     pub fn padded(&self, rows: u64) -> u64 {
         let tile = u64::from(self.tile_tokens.max(1));
-        rows.div_ceil(tile) * tile
+        if tile.is_power_of_two() {
+            // The hot path of MoE step pricing: a mask, no division.
+            (rows + (tile - 1)) & !(tile - 1)
+        } else {
+            rows.div_ceil(tile) * tile
+        }
     }
 
     /// Streaming `bytes` and computing `flops`.
@@ -181,6 +197,11 @@ pub struct StepRoofline {
 /// Bytes per element of activations on the wire and of bf16 weights.
 const BF16_BYTES: f64 = 2.0;
 
+/// Host time of one engine step (scheduling, sampling, detokenization) under CUDA graphs, ns.
+/// Assumption, not calibrated: vLLM's CPU overhead per step is commonly profiled at 1-3 ms for
+/// small models; 2 ms.
+pub const DEFAULT_HOST_OVERHEAD_NS: f64 = 2e6;
+
 impl StepRoofline {
     /// A dense model served on `parallel.degree` GPUs (1: no all-reduce) through vLLM with CUDA
     /// graphs (no per-kernel launch; `host_overhead_ns` per step). Streamed per step: every
@@ -209,6 +230,45 @@ impl StepRoofline {
             },
             head_weight_bytes: shape.head_weight_bytes() / tp,
             head_flops_per_row: 2.0 * shape.head_params() as f64 / tp,
+            kernels_per_layer: 0,
+            kernels_head: 0,
+            host_overhead_ns,
+            all_reduce: (parallel.degree > 1)
+                .then_some((shape.hidden as f64 * BF16_BYTES, parallel)),
+        }
+    }
+
+    /// The non-expert part of an MoE model (attention, shared experts, router and norms per
+    /// layer; the output head) tensor-parallel over `parallel.degree` GPUs and served as
+    /// [`Self::dense`] serves a dense model: CUDA graphs (no per-kernel launch,
+    /// `host_overhead_ns` per step), weights, FLOPs and attention heads split over the GPUs, KV
+    /// heads as far as there are heads, two all-reduces of the hidden state per layer. The
+    /// routed experts are priced apart (`cost::moe_layer`).
+    pub fn moe_non_expert_tensor_parallel(
+        shape: &MoeModelShape,
+        roofline: Roofline,
+        parallel: TensorParallel,
+        kv_bytes_per_element: f64,
+        host_overhead_ns: f64,
+    ) -> StepRoofline {
+        let tp = f64::from(parallel.degree.max(1));
+        let kv_split = tp.min(shape.n_kv_heads as f64);
+        let pair = 4.0 * (shape.n_attention_heads * shape.head_dim) as f64 / tp;
+        StepRoofline {
+            roofline,
+            layers: vec![LayerGroup {
+                count: shape.n_layers as u64,
+                weight_bytes: shape.dense_weight_bytes_per_layer() / tp,
+                flops_per_row: 2.0 * shape.dense_matmul_params_per_layer() as f64 / tp,
+            }],
+            attention: AttentionCost {
+                kv_bytes_per_token: shape.kv_cache_bytes_per_token_per_layer(kv_bytes_per_element)
+                    / kv_split,
+                decode_flops_per_pair: pair,
+                prefill_flops_per_pair: pair,
+            },
+            head_weight_bytes: shape.lm_head_weight_bytes() / tp,
+            head_flops_per_row: 2.0 * shape.lm_head_params() as f64 / tp,
             kernels_per_layer: 0,
             kernels_head: 0,
             host_overhead_ns,
@@ -331,6 +391,25 @@ impl StepRoofline {
             self.head_weight_bytes,
             self.head_flops_per_row * self.roofline.padded(sequences) as f64,
         )
+    }
+
+    /// The model FLOPs of `work` on one GPU of the group: every layer's GEMMs on the step's
+    /// rows (not padded to tiles), its attention, and the head on the sequences it scores.
+    /// What model-FLOPs utilization counts as useful work.
+    pub fn model_flops(&self, work: &StepTokens) -> f64 {
+        let a = &self.attention;
+        let context = work.context_tokens as f64;
+        let per_layer = |g: &LayerGroup| {
+            g.flops_per_row * work.rows as f64
+                + a.decode_flops_per_pair * context
+                + a.prefill_flops_per_pair * 0.5 * work.prefill_square
+        };
+        let layers: f64 = self
+            .layers
+            .iter()
+            .map(|g| g.count as f64 * per_layer(g))
+            .sum();
+        layers + self.head_flops_per_row * work.sequences as f64
     }
 
     /// Every layer, the head, launches, host overhead and all-reduces for `work`.
@@ -821,6 +900,95 @@ mod tests {
         assert!((price.communication_ns - all_reduce).abs() < 1e-6);
         let expected = bytes / 1.6312e12 * 1e9 + 4e6 + all_reduce;
         assert!((price.nanos - expected).abs() < 1.0);
+    }
+
+    #[test]
+    fn model_flops_count_the_useful_work_without_padding() {
+        // The decode step of `dense_decode_step_matches_the_closed_form`: 8 rows (not the 64
+        // padded), 8,000 cached tokens, the head on 8 sequences:
+        // 2 x 233,046,016 x 8 x 28 + 4 x 3584 x 8,000 x 28 + 2 x 544,997,376 x 8.
+        let flops = qwen7b_a100(1).model_flops(&StepTokens {
+            rows: 8,
+            sequences: 8,
+            context_tokens: 8_000,
+            prefill_square: 0.0,
+        });
+        let expected = 2.0 * 233_046_016.0 * 8.0 * 28.0
+            + 4.0 * 3584.0 * 8_000.0 * 28.0
+            + 2.0 * 544_997_376.0 * 8.0;
+        assert!((flops - expected).abs() < 1.0, "{flops} vs {expected}");
+        // Tensor parallelism: each GPU does half.
+        let half = qwen7b_a100(2).model_flops(&StepTokens {
+            rows: 8,
+            sequences: 8,
+            context_tokens: 8_000,
+            prefill_square: 0.0,
+        });
+        assert!((half - expected / 2.0).abs() < 1.0);
+        // MFU: those FLOPs over 10 ms of an A100's 312 TFLOP/s.
+        let a100 = GpuSpec::by_name("A100-80GB").unwrap();
+        let mfu = a100.model_flops_utilization(expected, 0.01);
+        assert!((mfu - expected / (312e12 * 0.01)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_slower_gpu_scales_its_own_terms() {
+        // Compute factor 0.5 doubles the compute term only; bandwidth factor 0.8 stretches the
+        // memory term by 1 / 0.8.
+        let r = Roofline::of(&GpuSpec::by_name("H100-SXM").unwrap());
+        let slow = r.scaled(SpeedFactors {
+            compute: 0.5,
+            bandwidth: 0.8,
+        });
+        let (fast_op, slow_op) = (r.op(1e9, 1e12), slow.op(1e9, 1e12));
+        assert!((slow_op.compute_ns - 2.0 * fast_op.compute_ns).abs() < 1e-6);
+        assert!((slow_op.memory_ns - fast_op.memory_ns / 0.8).abs() < 1e-6);
+        assert_eq!(
+            (slow.launch_ns, slow.tile_tokens),
+            (r.launch_ns, r.tile_tokens)
+        );
+    }
+
+    #[test]
+    fn moe_non_expert_part_splits_over_tensor_parallel_gpus() {
+        // Mixtral-8x7B's non-expert part per layer: attention 4096 x 4096 x 2 + 4096 x 1024 x 2
+        // = 41,943,040 parameters, router 4096 x 8 = 32,768, norms 8,192 (streamed, not
+        // multiplied). Over TP 4: a quarter of each, KV heads (8) split 4 ways, two
+        // all-reduces of 4096 x 2 B per row and layer.
+        let shape = MoeModelShape::mixtral_8x7b();
+        let link = LinkSpec::NVLINK4;
+        let h100 = Roofline::of(&GpuSpec::by_name("H100-SXM").unwrap());
+        let tp = |degree| {
+            StepRoofline::moe_non_expert_tensor_parallel(
+                &shape,
+                h100,
+                TensorParallel { degree, link },
+                2.0,
+                DEFAULT_HOST_OVERHEAD_NS,
+            )
+        };
+        let (one, four) = (tp(1), tp(4));
+        let layer_params = 41_943_040.0 + 32_768.0;
+        assert_eq!(one.layers[0].weight_bytes, (layer_params + 8192.0) * 2.0);
+        assert_eq!(
+            four.layers[0].weight_bytes,
+            one.layers[0].weight_bytes / 4.0
+        );
+        assert_eq!(four.layers[0].flops_per_row, 2.0 * layer_params / 4.0);
+        // K and V of 8 heads of 128, 2 bytes: 4,096 bytes per token and layer, 1,024 per GPU.
+        assert_eq!(one.attention.kv_bytes_per_token, 4096.0);
+        assert_eq!(four.attention.kv_bytes_per_token, 1024.0);
+        assert!(one.all_reduce.is_none());
+        let work = StepTokens {
+            rows: 4,
+            sequences: 4,
+            context_tokens: 2_000,
+            prefill_square: 0.0,
+        };
+        let wire = 4.0 * 4096.0 * 2.0 * 2.0 * 3.0 / 4.0;
+        let all_reduce = 2.0 * 32.0 * (5_000.0 + wire / 360e9 * 1e9);
+        assert!((four.price(&work).communication_ns - all_reduce).abs() < 1e-6);
+        assert_eq!(four.price(&work).overhead_ns, DEFAULT_HOST_OVERHEAD_NS);
     }
 
     #[test]

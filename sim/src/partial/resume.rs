@@ -24,6 +24,8 @@ pub struct SweepOptions<'a> {
     pub fresh: bool,
     /// Write per-request CSVs under `<out>/requests/`.
     pub per_request_csv: bool,
+    /// Write a trace-event file per run under `<out>/trace_events/` (the serving family).
+    pub trace_events: bool,
     /// The `--set` overrides the plan was loaded with (a shard's manifest records them).
     pub sets: &'a [String],
 }
@@ -122,7 +124,17 @@ impl PreparedSweep {
             )
             .map_err(|e| format!("writing {}: {e}", cell_file::path(out, index).display()))
         };
-        let ran = runner::run_cells(plan, policies, &to_run, csv_dir, on_run_done, &save)?;
+        let trace_dir = out.join("trace_events");
+        let trace_dir = options.trace_events.then_some(trace_dir.as_path());
+        let ran = runner::run_cells(
+            plan,
+            policies,
+            &to_run,
+            csv_dir,
+            trace_dir,
+            on_run_done,
+            &save,
+        )?;
         let mut done = self.reused;
         done.extend(to_run.into_iter().zip(ran));
         match options.shard {

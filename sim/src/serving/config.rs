@@ -39,6 +39,22 @@ pub enum Batching {
     Static,
 }
 
+/// Which of a step's candidates a continuous replica schedules first (set with
+/// `Replica::with_step_order`; `DecodeFirst` unless a family says otherwise).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StepOrder {
+    /// The running sequences first (a decode token each, or the next prefill chunk), then
+    /// admissions into what the limits leave: mixed prefill-and-decode steps (vLLM v1,
+    /// Sarathi-Serve's stall-free batching, Orca's iteration-level batching).
+    #[default]
+    DecodeFirst,
+    /// vLLM v0's default scheduler (`Scheduler._schedule_default`, chunked prefill off): while
+    /// no sequence is swapped out, a step admits waiting requests alone (prefills only, the
+    /// running sequences paused for it); only when none can be admitted does it run the running
+    /// sequences' decodes (and bring swapped ones back), with no admission in that step.
+    PrefillFirst,
+}
+
 /// The paged KV cache of one replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvConfig {

@@ -14,6 +14,10 @@ pub struct ReplicaStats {
     /// Output tokens emitted.
     pub tokens: u64,
     pub prefill_tokens: u64,
+    /// Prefill tokens beyond the prompts (`prefill_tokens` = the prompts' sum + this): what
+    /// recompute preemptions make sequences prefill again (the prefill lost, and the tokens
+    /// generated before the preemption), counted when a sequence is preempted.
+    pub recomputed_tokens: u64,
     /// First admissions (a resumed sequence is not counted again).
     pub admitted: u64,
     pub completed: u64,

@@ -13,7 +13,7 @@ pub mod replica;
 pub mod router;
 pub mod step;
 
-pub use config::{Admission, Batching, KvConfig, Preemption, ReplicaConfig};
+pub use config::{Admission, Batching, KvConfig, Preemption, ReplicaConfig, StepOrder};
 pub use former::BatchFormer;
 pub use kv::BlockManager;
 pub use metrics::ReplicaStats;

@@ -18,7 +18,7 @@
 //! its prefill pass and then a decode pass per output token of its longest request, every
 //! sequence padded along until the last finishes (docs/serving.md says why one step).
 
-use super::config::{Admission, Batching, Preemption, ReplicaConfig};
+use super::config::{Admission, Batching, Preemption, ReplicaConfig, StepOrder};
 use super::former::BatchFormer;
 use super::kv::BlockManager;
 use super::metrics::ReplicaStats;
@@ -64,6 +64,8 @@ pub struct Seq {
     /// When it emitted its first and its latest token (the submission time until then).
     first_token: SimTime,
     last_token: SimTime,
+    /// When it was first admitted (scheduled for the first time).
+    admitted: SimTime,
 }
 
 impl Seq {
@@ -106,6 +108,11 @@ impl Seq {
     /// When it emitted its latest token (its submission time until it has).
     pub fn last_token(&self) -> SimTime {
         self.last_token
+    }
+    /// When it was first admitted: the end of its queueing delay (a resumption after a
+    /// preemption does not move it).
+    pub fn admitted(&self) -> SimTime {
+        self.admitted
     }
 }
 
@@ -152,6 +159,7 @@ pub struct Replica {
     adapters_seen: bool,
     /// The scheduled step's tokens per adapter, by adapter id.
     step_adapters: Vec<AdapterTokens>,
+    order: StepOrder,
 }
 
 impl Replica {
@@ -174,7 +182,18 @@ impl Replica {
             formed: Vec::new(),
             adapters_seen: false,
             step_adapters: Vec::new(),
+            order: StepOrder::DecodeFirst,
         }
+    }
+
+    /// The replica scheduling its steps in `order` (`DecodeFirst` by default).
+    pub fn with_step_order(mut self, order: StepOrder) -> Self {
+        self.order = order;
+        self
+    }
+
+    pub fn step_order(&self) -> StepOrder {
+        self.order
     }
 
     pub fn config(&self) -> &ReplicaConfig {
@@ -241,7 +260,12 @@ impl Replica {
         s.scheduled = 0;
         match mode {
             Preemption::Recompute => {
+                // Prefill beyond the prompt: the prefill computed so far is lost, and the
+                // tokens generated since the last prefill join the next one.
+                let before = s.prefill_len;
                 s.prefill_len = s.request.prompt_tokens.max(1) + s.generated;
+                self.stats.recomputed_tokens +=
+                    u64::from(s.kv.min(before)) + u64::from(s.prefill_len - before);
                 s.kv = 0;
                 self.stats.preempted_recompute += 1;
                 self.resumable.push_front(s);
@@ -287,11 +311,17 @@ impl Replica {
     ) -> Option<StepWork<'_>> {
         let cfg = self.config;
         let mut budget = cfg.max_num_batched_tokens.unwrap_or(u64::MAX);
-        let full_budget = budget;
         self.swapped_out = 0;
         self.swapped_in = 0;
 
         let mut tally = Tally::default();
+        // 0. Prefill-first: a step of admissions alone while any can be admitted.
+        if self.order == StepOrder::PrefillFirst && self.swapped.is_empty() {
+            self.admit(now, policy, index, hook, &mut budget, &mut tally);
+            if tally.requests > 0 {
+                return Some(self.step_work(tally));
+            }
+        }
         let preemption = match cfg.admission {
             Admission::Paged { preemption } => Some(preemption),
             _ => None,
@@ -362,10 +392,56 @@ impl Replica {
             self.running.push(s);
         }
 
-        // 3. Preempted, then new requests, while the limits and the admission rule allow.
+        // 3. Preempted, then new requests, while the limits and the admission rule allow (a
+        // prefill-first replica admitted before the running sequences, or not at all).
+        if self.order == StepOrder::DecodeFirst {
+            self.admit(now, policy, index, hook, &mut budget, &mut tally);
+        }
+
+        // 4. The step's work.
+        if tally.requests == 0 {
+            self.step_requests = 0;
+            self.busy = false;
+            return None;
+        }
+        Some(self.step_work(tally))
+    }
+
+    /// The continuous step `tally` counted.
+    fn step_work(&mut self, tally: Tally) -> StepWork<'_> {
+        self.step_requests = tally.requests;
+        self.count_adapter_tokens();
+        StepWork {
+            requests: self.step_requests,
+            prefill_tokens: tally.prefill,
+            decode_tokens: tally.decode,
+            context_tokens: tally.context,
+            batch: &self.running,
+            decode_iterations: 0,
+            routed: None,
+            expected_routing: None,
+            adapters: &self.step_adapters,
+            swapped_out_tokens: self.swapped_out,
+            swapped_in_tokens: self.swapped_in,
+        }
+    }
+
+    /// Admits resumable, then new requests (from `policy`'s queue `index`) into the step while
+    /// `max_num_seqs`, the token `budget` and the admission rule allow, counting them in `tally`.
+    fn admit(
+        &mut self,
+        now: SimTime,
+        policy: &mut dyn QueuePolicy,
+        index: usize,
+        hook: &mut dyn AdmitHook,
+        budget: &mut u64,
+        tally: &mut Tally,
+    ) {
+        let cfg = self.config;
+        let full_budget = cfg.max_num_batched_tokens.unwrap_or(u64::MAX);
         let may_admit = self.swapped.is_empty()
             && (cfg.batching == Batching::Continuous || self.running.is_empty());
-        while may_admit && self.running.len() < cfg.max_num_seqs && budget > 0 {
+        while may_admit && self.running.len() < cfg.max_num_seqs && *budget > 0 {
             let (mut s, fresh) = if let Some(s) = self.resumable.pop_front() {
                 (s, false)
             } else if let Some(request) = policy.pop(index, self.iteration) {
@@ -383,12 +459,13 @@ impl Replica {
                     order: self.next_order,
                     first_token: request.submitted,
                     last_token: request.submitted,
+                    admitted: now,
                 };
                 (s, true)
             } else {
                 break;
             };
-            let tokens = self.next_tokens(&s, budget);
+            let tokens = self.next_tokens(&s, *budget);
             let reserve = match cfg.admission {
                 Admission::PromptOnly => self.kv.blocks_for(u64::from(s.prefill_len)),
                 Admission::ReserveFull => self
@@ -396,7 +473,7 @@ impl Replica {
                     .blocks_for(u64::from(s.prefill_len) + u64::from(s.output - s.generated)),
                 Admission::Paged { .. } => self.kv.blocks_for(u64::from(tokens)),
             };
-            let over_budget = u64::from(tokens) > budget && budget < full_budget;
+            let over_budget = u64::from(tokens) > *budget && *budget < full_budget;
             if over_budget || (!self.running.is_empty() && !self.kv.can_admit(reserve)) {
                 if fresh {
                     policy.push(index, *s.request);
@@ -408,7 +485,7 @@ impl Replica {
             self.kv.allocate(reserve);
             s.blocks = reserve;
             s.scheduled = tokens;
-            budget = budget.saturating_sub(u64::from(tokens));
+            *budget = budget.saturating_sub(u64::from(tokens));
             if fresh {
                 self.next_order += 1;
                 self.stats.admitted += 1;
@@ -421,27 +498,6 @@ impl Replica {
             tally.add(&s);
             self.running.push(s);
         }
-
-        // 4. The step's work.
-        self.step_requests = tally.requests;
-        if self.step_requests == 0 {
-            self.busy = false;
-            return None;
-        }
-        self.count_adapter_tokens();
-        Some(StepWork {
-            requests: self.step_requests,
-            prefill_tokens: tally.prefill,
-            decode_tokens: tally.decode,
-            context_tokens: tally.context,
-            batch: &self.running,
-            decode_iterations: 0,
-            routed: None,
-            expected_routing: None,
-            adapters: &self.step_adapters,
-            swapped_out_tokens: self.swapped_out,
-            swapped_in_tokens: self.swapped_in,
-        })
     }
 
     /// Decides the next step of a static replica whose batches `former` forms: when the replica
@@ -497,6 +553,7 @@ impl Replica {
                 order: self.next_order,
                 first_token: request_submitted,
                 last_token: request_submitted,
+                admitted: now,
             });
             self.next_order += 1;
         }

@@ -88,6 +88,8 @@ type Step = (u64, u64, u64, Vec<u64>);
 struct Trace {
     steps: Vec<Step>,
     finished: Vec<Vec<u64>>,
+    /// (id, first admitted, first token) of each finished sequence, in finishing order.
+    moments: Vec<(u64, SimTime, SimTime)>,
     swaps: Vec<(u64, u64)>,
     stats: ReplicaStats,
     peak_blocks: u64,
@@ -95,8 +97,12 @@ struct Trace {
 }
 
 fn trace(config: ReplicaConfig, requests: &[(u64, u32, u32)]) -> Trace {
+    trace_in_order(config, StepOrder::DecodeFirst, requests)
+}
+
+fn trace_in_order(config: ReplicaConfig, order: StepOrder, requests: &[(u64, u32, u32)]) -> Trace {
     config.validate().unwrap();
-    let mut replica = Replica::new(config);
+    let mut replica = Replica::new(config).with_step_order(order);
     let mut policy = Fifo::default();
     policy.reset(1);
     let mut hook = Outputs::default();
@@ -109,7 +115,7 @@ fn trace(config: ReplicaConfig, requests: &[(u64, u32, u32)]) -> Trace {
             0,
         );
     }
-    let (mut steps, mut finished, mut swaps) = (vec![], vec![], vec![]);
+    let (mut steps, mut finished, mut swaps, mut moments) = (vec![], vec![], vec![], vec![]);
     let mut now = SimTime::ZERO;
     while let Some(work) = replica.schedule(now, &mut policy, 0, &mut hook) {
         let step = (work.prefill_tokens, work.decode_tokens, work.context_tokens);
@@ -141,12 +147,17 @@ fn trace(config: ReplicaConfig, requests: &[(u64, u32, u32)]) -> Trace {
         let mut ids: Vec<u64> = done.iter().map(|s| s.request.id).collect();
         ids.sort_unstable();
         finished.push(ids);
+        moments.extend(
+            done.iter()
+                .map(|s| (s.request.id, s.admitted(), s.first_token())),
+        );
         assert!(steps.len() < 1000, "the schedule does not end");
     }
     assert_eq!(policy.len(0), 0);
     Trace {
         steps,
         finished,
+        moments,
         swaps,
         stats: replica.stats().clone(),
         peak_blocks: replica.kv().peak(),
@@ -173,6 +184,12 @@ fn chunked_prefill_splits_a_long_prompt_across_steps() {
     assert_eq!(t.finished, vec![vec![], vec![], vec![2], vec![1]]);
     assert_eq!(t.hook.admitted, vec![(SimTime(0), 1), (SimTime(20), 2)]);
     assert_eq!((t.stats.tokens, t.stats.prefill_tokens), (3, 23));
+    // Each sequence knows when it was admitted and emitted its first token: B admitted at 20
+    // (s3's start), first token at 30; A admitted at 0, first token at the end of s3.
+    assert_eq!(
+        t.moments,
+        vec![(2, SimTime(20), SimTime(30)), (1, SimTime(0), SimTime(30))]
+    );
     // Without chunking the whole prompt runs in the first step.
     let t = trace(config(8, None, false), &[(1, 20, 2), (2, 3, 1)]);
     assert_eq!(t.steps, vec![(23, 0, 23, vec![1, 2]), (0, 1, 21, vec![1])]);
@@ -308,6 +325,68 @@ fn a_step_counts_its_tokens_per_adapter() {
     );
 }
 
+#[test]
+fn prefill_first_runs_admissions_alone_and_pauses_decodes() {
+    // vLLM v0's order, budget 10, no chunking. A: prompt 6, out 3; B: prompt 6, out 1;
+    // C: prompt 2, out 1.
+    // s1: A admitted (6, 4 left), B's 6 > 4 waits: a prefill-only step.
+    // s2: B (6) and C (2) admitted, A paused: prefill 8, ctx 8; B and C emit and finish.
+    // s3: nothing to admit: A decodes (ctx 7).  s4: A decodes (ctx 8), done.
+    let requests = &[(1, 6, 3), (2, 6, 1), (3, 2, 1)];
+    let t = trace_in_order(
+        config(8, Some(10), false),
+        StepOrder::PrefillFirst,
+        requests,
+    );
+    assert_eq!(
+        t.steps,
+        vec![
+            (6, 0, 6, vec![1]),
+            (8, 0, 8, vec![2, 3]),
+            (0, 1, 7, vec![1]),
+            (0, 1, 8, vec![1]),
+        ]
+    );
+    assert_eq!(t.finished, vec![vec![], vec![2, 3], vec![], vec![1]]);
+    // Decode-first mixes them instead (the budget test above): A decodes in s2.
+    let mixed = trace(config(8, Some(10), false), requests);
+    assert_eq!(mixed.steps[1], (8, 1, 15, vec![1, 2, 3]));
+}
+
+#[test]
+fn prefill_first_pauses_running_decodes_for_a_late_arrival() {
+    // A (prompt 4, out 3) alone; B (prompt 4, out 1) arrives after A's prefill step.
+    // s1 [0, 10): A prefills, emits 1.  s2 [10, 20): B admitted, prefill only (A paused); B
+    // emits and finishes at 20.  s3, s4: A decodes (ctx 5, 6), finishes at 40.
+    let mut replica = Replica::new(config(8, None, false)).with_step_order(StepOrder::PrefillFirst);
+    assert_eq!(replica.step_order(), StepOrder::PrefillFirst);
+    let mut policy = Fifo::default();
+    policy.reset(1);
+    let mut hook = Outputs::default();
+    hook.output.insert(1, 3);
+    hook.output.insert(2, 1);
+    replica.submit(SimTime(0), request(1, 4, SimTime(0)), &mut policy, 0);
+    let mut steps = vec![];
+    let mut now = SimTime(0);
+    let mut done = vec![];
+    while let Some(work) = replica.schedule(now, &mut policy, 0, &mut hook) {
+        steps.push((work.prefill_tokens, work.decode_tokens, work.context_tokens));
+        replica.begin_step(SimDuration(10));
+        now += SimDuration(10);
+        replica.complete_step(now, &mut done);
+        if now == SimTime(10) {
+            hook.output.insert(2, 1);
+            replica.submit(now, request(2, 4, now), &mut policy, 0);
+        }
+    }
+    assert_eq!(steps, vec![(4, 0, 4), (4, 0, 4), (0, 1, 5), (0, 1, 6)]);
+    let finish: Vec<(u64, SimTime)> = done
+        .iter()
+        .map(|s| (s.request.id, s.last_token()))
+        .collect();
+    assert_eq!(finish, vec![(2, SimTime(20)), (1, SimTime(40))]);
+}
+
 /// Block size 4, 5 blocks (20 tokens), no watermark.
 fn small_cache(admission: Admission) -> ReplicaConfig {
     let mut c = config(8, None, false);
@@ -374,6 +453,11 @@ fn kv_exhaustion_preempts_the_newest_and_recomputes_it() {
     assert_eq!(t.finished, vec![vec![], vec![], vec![], vec![1], vec![2]]);
     assert_eq!(t.stats.preempted_recompute, 1);
     assert_eq!(t.stats.tokens, 8, "no output token is emitted twice");
+    // B's lost prefill (6) and its 3 generated tokens are prefilled again: 12 + 9.
+    assert_eq!(t.stats.recomputed_tokens, 9);
+    assert_eq!(t.stats.prefill_tokens, 12 + t.stats.recomputed_tokens);
+    // Resumption moves neither B's admission nor its first token.
+    assert_eq!(t.moments[1], (2, SimTime(0), SimTime(10)));
     assert_eq!(
         t.stats.admitted, 2,
         "a resumed sequence is not a new admission"

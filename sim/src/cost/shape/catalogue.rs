@@ -82,8 +82,8 @@ impl DenseModelShape {
     /// - mistralai/Ministral-8B-Instruct-2410: 36 layers, hidden 4096, intermediate 12288,
     ///   32 heads, 8 KV heads, head_dim 128, vocab 131072, untied.
     /// - meta-llama/Llama-2-7b-hf: 32 layers, hidden 4096, intermediate 11008, 32 heads,
-    ///   32 KV heads, head_dim 128, vocab 32000, untied (the shape Vidur's GPU profiles measured,
-    ///   `profiles/vidur/`).
+    ///   32 KV heads (no GQA), head_dim 128, vocab 32000, untied (the shape Vidur's GPU profiles
+    ///   measured, `profiles/vidur/`; the serving family's reference dense replica).
     ///
     /// Every head is 128 wide (`head_dim`, or `hidden_size / num_attention_heads`) except
     /// Gemma 2's 256. The parameter counts these give are held to the model cards by the test
@@ -199,17 +199,6 @@ impl DenseModelShape {
                 152_064,
                 false,
             ),
-            "llama-3.2-3b-instruct" => shape(
-                "meta-llama/Llama-3.2-3B-Instruct",
-                28,
-                3072,
-                8192,
-                24,
-                8,
-                128,
-                128_256,
-                true,
-            ),
             "llama-2-7b" => shape(
                 "meta-llama/Llama-2-7b-hf",
                 32,
@@ -220,6 +209,17 @@ impl DenseModelShape {
                 128,
                 32_000,
                 false,
+            ),
+            "llama-3.2-3b-instruct" => shape(
+                "meta-llama/Llama-3.2-3B-Instruct",
+                28,
+                3072,
+                8192,
+                24,
+                8,
+                128,
+                128_256,
+                true,
             ),
             _ => shape(
                 "mistralai/Ministral-8B-Instruct-2410",

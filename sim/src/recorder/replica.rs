@@ -1,0 +1,249 @@
+//! One replica's recorder: the requests it finished (`RequestLatencies`, from each sequence's own
+//! moments), each of its GPUs' busy time and model FLOPs, and its KV-cache use over time (the
+//! blocks in use, time-averaged, its maximum, and a series bounded by `metrics::DepthTracker`).
+//! `complete_step` wraps `Replica::complete_step`, so the finished requests are recorded (and
+//! streamed to the per-request records) where the replica hands them back. `finish` closes it
+//! into a `ServingSummary`; the summaries of a cluster's replicas merge into the overall one.
+
+use super::requests::RequestLatencies;
+use crate::cost::gpu::GpuSpec;
+use crate::metrics::DepthTracker;
+use crate::records::{Extra, RecordSink, RequestRecord};
+use crate::serving::{Replica, ReplicaStats, Seq};
+use crate::time::SimTime;
+
+/// The family columns of a served request's record (after `records::COMMON_COLUMNS`).
+pub const RECORD_COLUMNS: &[&str] = &["replica", "queueing_ms", "ttft_ms", "tpot_ms"];
+
+/// What one replica records as it runs.
+pub struct ReplicaRecorder {
+    latencies: RequestLatencies,
+    gpu_busy_ns: Vec<f64>,
+    gpu_model_flops: Vec<f64>,
+    kv_used: DepthTracker,
+    kv_blocks: u64,
+}
+
+impl ReplicaRecorder {
+    /// A replica of `n_gpus` GPUs whose KV cache holds `kv_blocks` blocks, its use sampled every
+    /// `kv_sample_interval_ns` (0: no series).
+    pub fn new(n_gpus: usize, kv_blocks: u64, kv_sample_interval_ns: u64) -> ReplicaRecorder {
+        ReplicaRecorder {
+            latencies: RequestLatencies::default(),
+            gpu_busy_ns: vec![0.0; n_gpus],
+            gpu_model_flops: vec![0.0; n_gpus],
+            kv_used: DepthTracker::new(kv_sample_interval_ns),
+            kv_blocks,
+        }
+    }
+
+    /// `replica` starts the step it just scheduled at `now`; in it each GPU is busy for
+    /// `gpu_busy_ns[g]` and does `gpu_model_flops[g]` model FLOPs.
+    pub fn step_started(
+        &mut self,
+        now: SimTime,
+        replica: &Replica,
+        gpu_busy_ns: &[f64],
+        gpu_model_flops: &[f64],
+    ) {
+        for (total, step) in self.gpu_busy_ns.iter_mut().zip(gpu_busy_ns) {
+            *total += step;
+        }
+        for (total, step) in self.gpu_model_flops.iter_mut().zip(gpu_model_flops) {
+            *total += step;
+        }
+        self.kv_used.set(now, replica.kv().used());
+    }
+
+    /// The step of `replica` (replica `index` of the cluster) ends at `now`: completes it,
+    /// appends the finished sequences to `finished` and records each (latencies, and one record
+    /// in `sink` with `RECORD_COLUMNS`).
+    pub fn complete_step(
+        &mut self,
+        now: SimTime,
+        index: usize,
+        replica: &mut Replica,
+        finished: &mut Vec<Seq>,
+        sink: &mut dyn RecordSink,
+    ) {
+        let from = finished.len();
+        replica.complete_step(now, finished);
+        for seq in &finished[from..] {
+            self.latencies.finished(now, seq);
+            let submitted = seq.request.submitted;
+            let tpot_ms = if seq.output > 1 {
+                (now - seq.first_token()).as_millis_f64() / f64::from(seq.output - 1)
+            } else {
+                f64::NAN
+            };
+            sink.record(&RequestRecord {
+                id: seq.request.id,
+                arrival: submitted,
+                first_token: Some(seq.first_token()),
+                finish: now,
+                prompt_tokens: u64::from(seq.request.prompt_tokens),
+                output_tokens: u64::from(seq.output),
+                extra: &[
+                    Extra::Count(index as u64),
+                    Extra::Millis((seq.admitted() - submitted).as_millis_f64()),
+                    Extra::Millis((seq.first_token() - submitted).as_millis_f64()),
+                    Extra::Millis(tpot_ms),
+                ],
+            });
+        }
+        self.kv_used.set(now, replica.kv().used());
+    }
+
+    /// The replica's summary over [0, `end`] (the run's end), from its own `stats` and its GPU's
+    /// datasheet peak (`gpu`, for MFU).
+    pub fn finish(self, end: SimTime, stats: &ReplicaStats, gpu: &GpuSpec) -> ServingSummary {
+        let (kv_mean_blocks, kv_max_blocks, kv_series) = self.kv_used.finish(end);
+        let seconds = end.as_secs_f64();
+        let share = |busy: &f64| {
+            if seconds > 0.0 {
+                busy * 1e-9 / seconds
+            } else {
+                0.0
+            }
+        };
+        ServingSummary {
+            latencies: self.latencies,
+            makespan_s: seconds,
+            replicas: 1,
+            steps: stats.steps,
+            batch_sum: stats.batch_sum,
+            busy_ns: stats.busy_ns,
+            preemptions: stats.preempted_recompute + stats.preempted_swap,
+            gpu_busy_share: self.gpu_busy_ns.iter().map(share).collect(),
+            gpu_mfu: self
+                .gpu_model_flops
+                .iter()
+                .map(|&flops| gpu.model_flops_utilization(flops, seconds))
+                .collect(),
+            kv_blocks: self.kv_blocks,
+            kv_mean_blocks,
+            kv_max_blocks,
+            kv_series,
+        }
+    }
+}
+
+/// A run's (or one replica's) recorded figures, what a family's metric table computes from.
+#[derive(Clone, Debug, Default)]
+pub struct ServingSummary {
+    pub latencies: RequestLatencies,
+    /// The run's end (its last finish), seconds from 0.
+    pub makespan_s: f64,
+    /// Replicas summed into this summary.
+    pub replicas: usize,
+    pub steps: u64,
+    /// Sum over steps of the sequences in the step.
+    pub batch_sum: u64,
+    /// Time the replicas spent in steps, summed, ns.
+    pub busy_ns: u64,
+    pub preemptions: u64,
+    /// Each GPU's busy time over the makespan (the replicas' GPUs in order).
+    pub gpu_busy_share: Vec<f64>,
+    /// Each GPU's model FLOPs over its datasheet peak x the makespan.
+    pub gpu_mfu: Vec<f64>,
+    /// KV-cache blocks, summed over the replicas.
+    pub kv_blocks: u64,
+    /// Blocks in use, time-averaged over [0, makespan] and summed over the replicas.
+    pub kv_mean_blocks: f64,
+    /// Most blocks in use at once (the largest over the replicas for a merged summary).
+    pub kv_max_blocks: u64,
+    /// (seconds, blocks in use) on a grid (one replica's; empty once merged).
+    pub kv_series: Vec<(f64, u64)>,
+}
+
+impl ServingSummary {
+    /// The cluster's summary from its replicas'.
+    pub fn merge(parts: &[ServingSummary]) -> ServingSummary {
+        let mut all = ServingSummary::default();
+        for p in parts {
+            all.latencies.merge(&p.latencies);
+            all.makespan_s = all.makespan_s.max(p.makespan_s);
+            all.replicas += p.replicas;
+            all.steps += p.steps;
+            all.batch_sum += p.batch_sum;
+            all.busy_ns += p.busy_ns;
+            all.preemptions += p.preemptions;
+            all.gpu_busy_share.extend(&p.gpu_busy_share);
+            all.gpu_mfu.extend(&p.gpu_mfu);
+            all.kv_blocks += p.kv_blocks;
+            all.kv_mean_blocks += p.kv_mean_blocks;
+            all.kv_max_blocks = all.kv_max_blocks.max(p.kv_max_blocks);
+        }
+        all
+    }
+
+    /// Finished requests per second, first submission to last finish.
+    pub fn throughput_rps(&self) -> f64 {
+        per_second(self.latencies.completed as f64, self.latencies.span_s())
+    }
+
+    /// Output tokens per second, first submission to last finish.
+    pub fn throughput_tok_s(&self) -> f64 {
+        per_second(self.latencies.output_tokens as f64, self.latencies.span_s())
+    }
+
+    /// Mean sequences per step.
+    pub fn mean_batch_size(&self) -> f64 {
+        self.batch_sum as f64 / self.steps.max(1) as f64
+    }
+
+    /// Mean step duration, ms.
+    pub fn mean_step_ms(&self) -> f64 {
+        self.busy_ns as f64 * 1e-6 / self.steps.max(1) as f64
+    }
+
+    /// Share of the makespan the replicas spent in steps, averaged over the replicas.
+    pub fn replica_utilization(&self) -> f64 {
+        let capacity = self.makespan_s * 1e9 * self.replicas.max(1) as f64;
+        if capacity > 0.0 {
+            self.busy_ns as f64 / capacity
+        } else {
+            0.0
+        }
+    }
+
+    pub fn gpu_busy_share_mean(&self) -> f64 {
+        mean(&self.gpu_busy_share)
+    }
+
+    pub fn gpu_busy_share_min(&self) -> f64 {
+        if self.gpu_busy_share.is_empty() {
+            return 0.0;
+        }
+        self.gpu_busy_share
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    pub fn mfu_mean(&self) -> f64 {
+        mean(&self.gpu_mfu)
+    }
+
+    /// Time-averaged share of the KV blocks in use.
+    pub fn kv_used_mean(&self) -> f64 {
+        self.kv_mean_blocks / self.kv_blocks.max(1) as f64
+    }
+
+    /// Largest share of one replica's KV blocks in use at once.
+    pub fn kv_used_max(&self) -> f64 {
+        self.kv_max_blocks as f64 * self.replicas.max(1) as f64 / self.kv_blocks.max(1) as f64
+    }
+}
+
+fn per_second(count: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 { count / seconds } else { 0.0 }
+}
+
+fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        0.0
+    } else {
+        values.iter().sum::<f64>() / values.len() as f64
+    }
+}

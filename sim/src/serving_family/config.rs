@@ -1,0 +1,815 @@
+//! The serving family's scenario tables (`ServingConfig`: `[model]`, `[replica]`, `[experts]`,
+//! `[routing]`, `[workload]`, `[arrival]`, `[output]`) and their validation into a runnable
+//! `ServingScenario`. Options that belong to the second part of issue 19 (CAPS batch formers,
+//! expert mappings other than linear, ExpertWeave adapters, Chimera's queue policies and
+//! router) have their keys reserved here and are refused with a "not yet" error naming them,
+//! never silently ignored; combinations that cannot work are refused naming both keys.
+
+use crate::arrivals::{ArrivalSpec, ArrivalTable};
+use crate::chimera::{QueuePolicyConfig, RouterConfig};
+use crate::cost::gpu::{GpuSpec, LinkSpec};
+use crate::cost::moe_layer::SpeedFactors;
+use crate::cost::roofline::DEFAULT_HOST_OVERHEAD_NS;
+use crate::cost::shape::{DenseModelShape, MoeModelShape};
+use crate::distributions::{TokenCount, TokenLength};
+use crate::scenario::validate::{FieldError, LoadCache, duration, field_error, positive};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Every family-specific table of a serving scenario file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServingConfig {
+    pub model: ModelTable,
+    #[serde(default)]
+    pub replica: ReplicaTable,
+    /// How an MoE model's tokens reach its experts; only for a model with experts.
+    #[serde(default)]
+    pub experts: Option<ExpertsTable>,
+    /// The router across replicas.
+    #[serde(default)]
+    pub routing: RoutingTable,
+    pub workload: WorkloadTable,
+    pub arrival: ArrivalTable,
+    #[serde(default)]
+    pub output: OutputTable,
+    /// ExpertWeave adapters served on the replicas (part 2 of issue 19: refused for now).
+    #[serde(default)]
+    pub adapters: Option<toml::Value>,
+}
+
+/// `[model]`: a preset of the cost model's shape catalogue, dense or MoE.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelTable {
+    pub name: String,
+}
+
+fn d_count() -> usize {
+    1
+}
+fn d_gpu() -> String {
+    "H100-SXM".into()
+}
+fn d_one() -> usize {
+    1
+}
+fn d_interconnect() -> Interconnect {
+    Interconnect::Nvlink4
+}
+fn d_memory_utilization() -> f64 {
+    0.9
+}
+fn d_step_overhead_ms() -> f64 {
+    DEFAULT_HOST_OVERHEAD_NS / 1e6
+}
+fn d_max_num_seqs() -> usize {
+    256
+}
+fn d_watermark() -> f64 {
+    0.01
+}
+fn d_queue() -> QueuePolicyConfig {
+    QueuePolicyConfig::Fcfs
+}
+
+/// `[replica]`: one replica's GPUs, parallelism, memory and scheduler (every replica alike).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaTable {
+    /// Replicas of the cluster.
+    #[serde(default = "d_count")]
+    pub count: usize,
+    /// GPU catalogue name (`sim::cost::gpu`).
+    #[serde(default = "d_gpu")]
+    pub gpu: String,
+    /// GPUs per replica (default: the larger of the two parallel degrees).
+    #[serde(default)]
+    pub gpus: Option<usize>,
+    /// Tensor-parallel degree of the dense part (a dense model's whole model): it must divide
+    /// `gpus`; an MoE replica runs `gpus / tensor_parallel` data-parallel copies of it.
+    #[serde(default = "d_one")]
+    pub tensor_parallel: usize,
+    /// Expert-parallel degree (MoE only): the routed experts spread over this many GPUs, the
+    /// group repeated `gpus / expert_parallel` times.
+    #[serde(default = "d_one")]
+    pub expert_parallel: usize,
+    /// Each GPU's speed relative to its datasheet (1 = nominal), one per GPU; default all 1.
+    #[serde(default)]
+    pub speed_factors: Option<Vec<f64>>,
+    /// Share of a GPU's slowdown that also reaches its memory bandwidth (0: a clock effect
+    /// only, 1: uniformly slower; `cost::moe_layer::SpeedFactors::split`).
+    #[serde(default)]
+    pub bandwidth_share: f64,
+    /// The link of the tensor-parallel all-reduces and the expert-parallel all-to-all.
+    #[serde(default = "d_interconnect")]
+    pub interconnect: Interconnect,
+    /// vLLM `gpu_memory_utilization`: the share of each GPU's memory for weights and KV cache.
+    #[serde(default = "d_memory_utilization")]
+    pub gpu_memory_utilization: f64,
+    /// Host time per step (scheduling, sampling), ms.
+    #[serde(default = "d_step_overhead_ms")]
+    pub step_overhead_ms: f64,
+    /// The replica scheduler.
+    #[serde(default)]
+    pub scheduler: SchedulerTable,
+    /// vLLM `max_num_seqs`.
+    #[serde(default = "d_max_num_seqs")]
+    pub max_num_seqs: usize,
+    /// Tokens per KV block (vllm and sarathi; 16 by default, vLLM's).
+    #[serde(default)]
+    pub block_size: Option<u32>,
+    /// Share of the blocks an admission leaves free (vllm and sarathi; vLLM's 1 %).
+    #[serde(default = "d_watermark")]
+    pub watermark: f64,
+    /// The queue policy ordering each replica's waiting requests (fcfs; the others in part 2).
+    #[serde(default = "d_queue")]
+    pub queue: QueuePolicyConfig,
+    /// A CAPS batch selector forming each step's batch (part 2 of issue 19: refused for now).
+    #[serde(default)]
+    pub batch_former: Option<toml::Value>,
+}
+
+impl Default for ReplicaTable {
+    fn default() -> Self {
+        toml::from_str("").expect("every field has a default")
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Interconnect {
+    /// NVLink 4 through NVSwitch (`cost::gpu::LinkSpec::NVLINK4`).
+    Nvlink4,
+    /// PCIe 4.0 x16 (`cost::gpu::LinkSpec::PCIE4_X16`).
+    Pcie4X16,
+}
+
+impl Interconnect {
+    pub fn link(self) -> LinkSpec {
+        match self {
+            Interconnect::Nvlink4 => LinkSpec::NVLINK4,
+            Interconnect::Pcie4X16 => LinkSpec::PCIE4_X16,
+        }
+    }
+}
+
+fn d_batched_tokens() -> u64 {
+    4096
+}
+fn d_chunk_size() -> u64 {
+    512
+}
+
+/// `[replica] scheduler`: the replica scheduler as a named kind (docs/serving-family.md says
+/// what each sets on `serving::Replica` and which system it follows).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SchedulerTable {
+    /// vLLM v0's default scheduler: chunked prefill off, prefill-first steps, paged KV cache
+    /// with recompute preemption; `max_num_batched_tokens` (default 4096: vLLM's
+    /// `max(max_model_len, 2048)` at Llama-2's 4096-token context) bounds a prefill step.
+    Vllm {
+        #[serde(default = "d_batched_tokens")]
+        max_num_batched_tokens: u64,
+    },
+    /// Sarathi-Serve: chunked prefill within a `chunk_size` token budget per step, decodes
+    /// first (stall-free batching), paged KV cache with recompute preemption.
+    Sarathi {
+        #[serde(default = "d_chunk_size")]
+        chunk_size: u64,
+    },
+    /// Orca: iteration-level batching of whole prompts with running decodes, no token budget,
+    /// no paging: each request's prompt + output reserved at admission.
+    Orca,
+}
+
+impl Default for SchedulerTable {
+    fn default() -> Self {
+        SchedulerTable::Vllm {
+            max_num_batched_tokens: d_batched_tokens(),
+        }
+    }
+}
+
+impl SchedulerTable {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SchedulerTable::Vllm { .. } => "vllm",
+            SchedulerTable::Sarathi { .. } => "sarathi",
+            SchedulerTable::Orca => "orca",
+        }
+    }
+}
+
+/// `[experts]`: how an MoE step's tokens reach the experts and the experts the GPUs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpertsTable {
+    #[serde(default)]
+    pub routing: ExpertRoutingTable,
+    /// The expert-to-GPU mapping: `{ kind = "linear" }` (the others in part 2).
+    #[serde(default)]
+    pub mapping: Option<toml::Value>,
+}
+
+/// The routing model of an MoE step (docs/serving-family.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ExpertRoutingTable {
+    /// Every expert of every layer equally likely.
+    #[default]
+    Uniform,
+    /// Expert popularity Zipf with `exponent`, the ranking a random permutation per layer and
+    /// per topic (topic affinities: requests of one topic favour the same experts).
+    Zipf { exponent: f64 },
+}
+
+/// `[routing]`: which replica a request goes to.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RoutingTable {
+    /// Replicas in turn.
+    #[default]
+    RoundRobin,
+    /// The replica with the fewest requests waiting or running.
+    LeastOutstanding,
+    /// vLLM's data-parallel balancer: lowest `waiting_weight x waiting + running_weight x
+    /// running` (defaults 4 and 1).
+    LeastLoaded {
+        #[serde(default)]
+        waiting_weight: Option<f64>,
+        #[serde(default)]
+        running_weight: Option<f64>,
+    },
+    /// Chimera's confidence router (part 2 of issue 19: refused for now).
+    Chimera {
+        #[serde(default)]
+        slack: Option<f64>,
+        #[serde(default)]
+        margin: Option<f64>,
+    },
+}
+
+fn d_topics() -> u32 {
+    1
+}
+
+/// `[workload]`: how many requests and how long their prompts and outputs are.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadTable {
+    pub n_requests: usize,
+    /// Topics the arrival process draws (bursty traffic concentrates on one); with Zipf expert
+    /// routing each topic favours its own experts.
+    #[serde(default = "d_topics")]
+    pub n_topics: u32,
+    pub prompt_tokens: LengthTable,
+    pub output_tokens: LengthTable,
+}
+
+/// A length distribution (`distributions::TokenLength`), or the replayed trace's lengths.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LengthTable {
+    Fixed {
+        value: u32,
+    },
+    Uniform {
+        low: u32,
+        high: u32,
+    },
+    Zipf {
+        min: u32,
+        max: u32,
+        exponent: f64,
+    },
+    /// Log-normal with the given `mean` or `median` (one of them) and log-space `sigma`,
+    /// rounded and clamped to `[1, max]`.
+    LogNormal {
+        #[serde(default)]
+        mean: Option<f64>,
+        #[serde(default)]
+        median: Option<f64>,
+        sigma: f64,
+        max: u32,
+    },
+    /// The lengths of the replayed trace (`arrival.pattern = "trace"`).
+    Trace,
+}
+
+fn d_kv_interval_ms() -> f64 {
+    100.0
+}
+
+/// `[output]`: what a run writes besides `results.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputTable {
+    /// One CSV row per finished request (as `--per-request-csv`).
+    #[serde(default)]
+    pub per_request_csv: bool,
+    /// A Chrome trace-event file of every replica's steps (as `--trace-events`).
+    #[serde(default)]
+    pub trace_events: bool,
+    /// Grid of the KV-use series in the details, ms (0: none).
+    #[serde(default = "d_kv_interval_ms")]
+    pub kv_sample_interval_ms: f64,
+}
+
+impl Default for OutputTable {
+    fn default() -> Self {
+        toml::from_str("").expect("every field has a default")
+    }
+}
+
+/// The model a replica serves.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ServedModel {
+    Dense(DenseModelShape),
+    Moe(MoeModelShape),
+}
+
+impl ServedModel {
+    pub fn name(&self) -> &str {
+        match self {
+            ServedModel::Dense(s) => &s.name,
+            ServedModel::Moe(s) => &s.name,
+        }
+    }
+}
+
+/// A validated length: a sampler, or the trace's own lengths.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LengthSpec {
+    Distribution(TokenLength),
+    Trace,
+}
+
+/// The validated replica.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplicaSpec {
+    pub count: usize,
+    pub gpu: GpuSpec,
+    pub gpus: usize,
+    pub tensor_parallel: usize,
+    pub expert_parallel: usize,
+    /// Each GPU's speed factor as given, and its compute and bandwidth factors.
+    pub speed_factors: Vec<f64>,
+    pub speeds: Vec<SpeedFactors>,
+    pub link: LinkSpec,
+    pub gpu_memory_utilization: f64,
+    pub step_overhead_ns: f64,
+    pub scheduler: SchedulerTable,
+    pub max_num_seqs: usize,
+    /// Tokens per KV block (1 for orca, which does not page).
+    pub block_size: u32,
+    pub watermark: f64,
+}
+
+/// One runnable cell of a serving scenario.
+#[derive(Clone, Debug)]
+pub struct ServingScenario {
+    pub model: ServedModel,
+    pub replica: ReplicaSpec,
+    pub expert_routing: ExpertRoutingTable,
+    /// The router across replicas, as the `Policies` registry builds it.
+    pub router: RouterConfig,
+    pub router_kind: &'static str,
+    pub queue: QueuePolicyConfig,
+    pub n_requests: usize,
+    pub n_topics: u32,
+    pub prompt_tokens: LengthSpec,
+    pub output_tokens: LengthSpec,
+    pub arrival: ArrivalSpec,
+    pub per_request_csv: bool,
+    pub trace_events: bool,
+    pub kv_sample_interval_ns: u64,
+}
+
+impl ServingScenario {
+    /// Requests a run serves: `n_requests`, or the trace's rows if fewer.
+    pub fn requests(&self) -> usize {
+        self.arrival.requests(self.n_requests)
+    }
+}
+
+/// "not yet" for an option of part 2 of issue 19.
+fn not_yet(path: &str, what: &str) -> FieldError {
+    field_error(
+        path,
+        format!("not yet: {what} comes with the second part of issue 19 (docs/serving-family.md)"),
+    )
+}
+
+/// The `kind` of a reserved table, for its error.
+fn kind_of(value: &toml::Value) -> String {
+    value
+        .get("kind")
+        .and_then(toml::Value::as_str)
+        .unwrap_or("?")
+        .to_string()
+}
+
+fn length(
+    path: &str,
+    table: &LengthTable,
+    arrival: &ArrivalSpec,
+) -> Result<LengthSpec, FieldError> {
+    let err = |field: &str, e: crate::distributions::DistributionError| {
+        field_error(&format!("{path}.{field}"), e.to_string())
+    };
+    Ok(LengthSpec::Distribution(match table {
+        LengthTable::Fixed { value } => TokenLength::fixed(*value).map_err(|e| err("value", e))?,
+        LengthTable::Uniform { low, high } => {
+            TokenLength::uniform(*low, *high).map_err(|e| err("low", e))?
+        }
+        LengthTable::Zipf { min, max, exponent } => {
+            TokenLength::zipf(*min, *max, *exponent).map_err(|e| err("exponent", e))?
+        }
+        LengthTable::LogNormal {
+            mean,
+            median,
+            sigma,
+            max,
+        } => {
+            let count = match (mean, median) {
+                (Some(mean), None) => {
+                    TokenCount::from_mean(*mean, *sigma, *max).map_err(|e| err("mean", e))?
+                }
+                (None, Some(median)) => {
+                    TokenCount::from_median(*median, *sigma, *max).map_err(|e| err("median", e))?
+                }
+                _ => {
+                    return Err(field_error(
+                        path,
+                        "a log_normal length needs exactly one of `mean` and `median`",
+                    ));
+                }
+            };
+            TokenLength::LogNormal(count)
+        }
+        LengthTable::Trace => {
+            let ArrivalSpec::Trace { trace, .. } = arrival else {
+                return Err(field_error(
+                    &format!("{path}.kind"),
+                    "\"trace\" lengths need arrival.pattern = \"trace\"",
+                ));
+            };
+            let column = if path.ends_with("prompt_tokens") {
+                "prompt"
+            } else {
+                "output"
+            };
+            let missing = trace.rows().iter().position(|r| {
+                let v = if column == "prompt" {
+                    r.prompt_tokens
+                } else {
+                    r.output_tokens
+                };
+                !matches!(v, Some(n) if n >= 1)
+            });
+            if let Some(row) = missing {
+                return Err(field_error(
+                    &format!("{path}.kind"),
+                    format!(
+                        "\"trace\" lengths: row {} of {} has no {column} token count of at \
+                         least 1",
+                        row + 1,
+                        trace.path().display()
+                    ),
+                ));
+            }
+            return Ok(LengthSpec::Trace);
+        }
+    }))
+}
+
+impl ServingConfig {
+    /// Checks every table and every combination; errors name the field (and, for a bad
+    /// combination, the other key involved).
+    pub fn validate(
+        &self,
+        base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<ServingScenario, FieldError> {
+        let model = if let Ok(shape) = DenseModelShape::preset(&self.model.name) {
+            ServedModel::Dense(shape)
+        } else if let Ok(shape) = MoeModelShape::preset(&self.model.name) {
+            ServedModel::Moe(shape)
+        } else {
+            let mut known: Vec<&str> = crate::cost::shape::DENSE_PRESETS.to_vec();
+            known.extend(crate::cost::shape::MOE_PRESETS);
+            return Err(field_error(
+                "model.name",
+                format!(
+                    "unknown model {:?}; the serving family serves the dense and MoE presets: {}",
+                    self.model.name,
+                    known.join(", ")
+                ),
+            ));
+        };
+        let r = &self.replica;
+        let count = crate::scenario::validate::at_least_one("replica.count", r.count)?;
+        let gpu =
+            GpuSpec::by_name(&r.gpu).map_err(|e| field_error("replica.gpu", e.to_string()))?;
+        let tp =
+            crate::scenario::validate::at_least_one("replica.tensor_parallel", r.tensor_parallel)?;
+        let ep =
+            crate::scenario::validate::at_least_one("replica.expert_parallel", r.expert_parallel)?;
+        let gpus = match r.gpus {
+            Some(g) => crate::scenario::validate::at_least_one("replica.gpus", g)?,
+            None => tp.max(ep),
+        };
+        if gpus % tp != 0 {
+            return Err(field_error(
+                "replica.tensor_parallel",
+                format!("{tp} does not divide the replica's {gpus} GPUs (replica.gpus)"),
+            ));
+        }
+        match &model {
+            ServedModel::Dense(shape) => {
+                if ep != 1 {
+                    return Err(field_error(
+                        "replica.expert_parallel",
+                        format!("{} has no experts to spread (a dense model)", shape.name),
+                    ));
+                }
+                if self.experts.is_some() {
+                    return Err(field_error(
+                        "experts",
+                        format!("{} has no experts to route (a dense model)", shape.name),
+                    ));
+                }
+                if tp != gpus {
+                    return Err(field_error(
+                        "replica.gpus",
+                        format!(
+                            "a dense replica runs tensor-parallel over all its GPUs: {gpus} GPUs \
+                             with replica.tensor_parallel = {tp} (more data-parallel copies are \
+                             more replicas: replica.count)"
+                        ),
+                    ));
+                }
+                if shape.n_heads % tp as u64 != 0 {
+                    return Err(field_error(
+                        "replica.tensor_parallel",
+                        format!(
+                            "{tp} does not divide {}'s {} attention heads",
+                            shape.name, shape.n_heads
+                        ),
+                    ));
+                }
+            }
+            ServedModel::Moe(shape) => {
+                if gpus % ep != 0 {
+                    return Err(field_error(
+                        "replica.expert_parallel",
+                        format!("{ep} does not divide the replica's {gpus} GPUs (replica.gpus)"),
+                    ));
+                }
+                if shape.n_experts % ep != 0 {
+                    return Err(field_error(
+                        "replica.expert_parallel",
+                        format!(
+                            "{ep} does not divide {}'s {} experts per layer (the linear mapping \
+                             puts as many on every GPU)",
+                            shape.name, shape.n_experts
+                        ),
+                    ));
+                }
+                if shape.n_attention_heads % tp != 0 {
+                    return Err(field_error(
+                        "replica.tensor_parallel",
+                        format!(
+                            "{tp} does not divide {}'s {} attention heads",
+                            shape.name, shape.n_attention_heads
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(adapters) = &self.adapters {
+            return Err(match &model {
+                ServedModel::Dense(shape) => field_error(
+                    "adapters",
+                    format!(
+                        "ExpertWeave adapters are fine-tuned expert sets of an MoE model; {} \
+                         has no experts",
+                        shape.name
+                    ),
+                ),
+                ServedModel::Moe(_) => not_yet(
+                    "adapters",
+                    &format!("serving adapters ({})", kind_of(adapters)),
+                ),
+            });
+        }
+        if let Some(former) = &r.batch_former {
+            return Err(field_error(
+                "replica.batch_former",
+                format!(
+                    "a CAPS selector ({}) forms static batches, and replica.scheduler {:?} \
+                     batches continuously; not yet: a static replica kind with batch formers \
+                     comes with the second part of issue 19 (docs/serving-family.md)",
+                    kind_of(former),
+                    r.scheduler.kind()
+                ),
+            ));
+        }
+        if r.queue != QueuePolicyConfig::Fcfs {
+            return Err(not_yet(
+                "replica.queue.kind",
+                &format!(
+                    "the {} queue policy (it needs a length predictor)",
+                    r.queue.kind()
+                ),
+            ));
+        }
+        let speed_factors = match &r.speed_factors {
+            Some(factors) => {
+                if factors.len() != gpus {
+                    return Err(field_error(
+                        "replica.speed_factors",
+                        format!(
+                            "needs one factor per GPU: {} given, {gpus} GPUs",
+                            factors.len()
+                        ),
+                    ));
+                }
+                for (i, &f) in factors.iter().enumerate() {
+                    if !(f.is_finite() && f > 0.0 && f <= 10.0) {
+                        return Err(field_error(
+                            &format!("replica.speed_factors[{i}]"),
+                            format!("must lie in (0, 10], got {f}"),
+                        ));
+                    }
+                }
+                factors.clone()
+            }
+            None => vec![1.0; gpus],
+        };
+        if !(0.0..=1.0).contains(&r.bandwidth_share) {
+            return Err(field_error(
+                "replica.bandwidth_share",
+                format!("must lie in [0, 1], got {}", r.bandwidth_share),
+            ));
+        }
+        if !(r.gpu_memory_utilization > 0.0 && r.gpu_memory_utilization <= 1.0) {
+            return Err(field_error(
+                "replica.gpu_memory_utilization",
+                format!("must lie in (0, 1], got {}", r.gpu_memory_utilization),
+            ));
+        }
+        let step_overhead_ns = if r.step_overhead_ms == 0.0 {
+            0.0
+        } else {
+            duration("replica.step_overhead_ms", r.step_overhead_ms / 1e3, 3600.0)?.0 as f64
+        };
+        let max_num_seqs =
+            crate::scenario::validate::at_least_one("replica.max_num_seqs", r.max_num_seqs)?;
+        match &r.scheduler {
+            SchedulerTable::Vllm {
+                max_num_batched_tokens,
+            } if *max_num_batched_tokens == 0 => {
+                return Err(field_error(
+                    "replica.scheduler.max_num_batched_tokens",
+                    "must be at least 1",
+                ));
+            }
+            SchedulerTable::Sarathi { chunk_size } if *chunk_size == 0 => {
+                return Err(field_error(
+                    "replica.scheduler.chunk_size",
+                    "must be at least 1",
+                ));
+            }
+            _ => {}
+        }
+        let block_size = match (&r.scheduler, r.block_size) {
+            (SchedulerTable::Orca, Some(_)) => {
+                return Err(field_error(
+                    "replica.block_size",
+                    "orca does not page its KV cache (replica.scheduler.kind = \"orca\" reserves \
+                     each request's tokens whole)",
+                ));
+            }
+            (SchedulerTable::Orca, None) => 1,
+            (_, Some(0)) => return Err(field_error("replica.block_size", "must be at least 1")),
+            (_, Some(b)) => b,
+            (_, None) => 16,
+        };
+        if !(0.0..1.0).contains(&r.watermark) {
+            return Err(field_error(
+                "replica.watermark",
+                format!("must lie in [0, 1), got {}", r.watermark),
+            ));
+        }
+        let expert_routing = match (&model, &self.experts) {
+            (ServedModel::Moe(_), Some(experts)) => {
+                if let Some(mapping) = &experts.mapping
+                    && kind_of(mapping) != "linear"
+                {
+                    return Err(not_yet(
+                        "experts.mapping.kind",
+                        &format!("the {} expert mapping", kind_of(mapping)),
+                    ));
+                }
+                if let ExpertRoutingTable::Zipf { exponent } = experts.routing
+                    && !(exponent.is_finite() && (0.0..=10.0).contains(&exponent))
+                {
+                    return Err(field_error(
+                        "experts.routing.exponent",
+                        format!("must lie in [0, 10], got {exponent}"),
+                    ));
+                }
+                experts.routing
+            }
+            _ => ExpertRoutingTable::Uniform,
+        };
+        let (router, router_kind) = match &self.routing {
+            RoutingTable::RoundRobin => (RouterConfig::RoundRobin, "round_robin"),
+            RoutingTable::LeastOutstanding => (
+                RouterConfig::LeastLoaded {
+                    waiting_weight: 1.0,
+                    running_weight: 1.0,
+                },
+                "least_outstanding",
+            ),
+            RoutingTable::LeastLoaded {
+                waiting_weight,
+                running_weight,
+            } => {
+                let w = positive("routing.waiting_weight", waiting_weight.unwrap_or(4.0))?;
+                let r = positive("routing.running_weight", running_weight.unwrap_or(1.0))?;
+                (
+                    RouterConfig::LeastLoaded {
+                        waiting_weight: w,
+                        running_weight: r,
+                    },
+                    "least_loaded",
+                )
+            }
+            RoutingTable::Chimera { .. } => {
+                return Err(not_yet("routing.kind", "Chimera's confidence router"));
+            }
+        };
+        let w = &self.workload;
+        let n_requests =
+            crate::scenario::validate::at_least_one("workload.n_requests", w.n_requests)?;
+        if w.n_topics == 0 {
+            return Err(field_error(
+                "workload.n_topics",
+                "must be at least 1, got 0",
+            ));
+        }
+        let arrival = self.arrival.validate(n_requests, base_dir, cache)?;
+        let prompt_tokens = length("workload.prompt_tokens", &w.prompt_tokens, &arrival)?;
+        let output_tokens = length("workload.output_tokens", &w.output_tokens, &arrival)?;
+        let o = &self.output;
+        let kv_sample_interval_ns = if o.kv_sample_interval_ms == 0.0 {
+            0
+        } else {
+            duration(
+                "output.kv_sample_interval_ms",
+                o.kv_sample_interval_ms / 1e3,
+                1e7,
+            )?
+            .0
+        };
+        let speeds = speed_factors
+            .iter()
+            .map(|&s| SpeedFactors::split(s, r.bandwidth_share))
+            .collect();
+        Ok(ServingScenario {
+            model,
+            replica: ReplicaSpec {
+                count,
+                gpu,
+                gpus,
+                tensor_parallel: tp,
+                expert_parallel: ep,
+                speed_factors,
+                speeds,
+                link: r.interconnect.link(),
+                gpu_memory_utilization: r.gpu_memory_utilization,
+                step_overhead_ns,
+                scheduler: r.scheduler.clone(),
+                max_num_seqs,
+                block_size,
+                watermark: r.watermark,
+            },
+            expert_routing,
+            router,
+            router_kind,
+            queue: r.queue.clone(),
+            n_requests,
+            n_topics: w.n_topics,
+            prompt_tokens,
+            output_tokens,
+            arrival,
+            per_request_csv: o.per_request_csv,
+            trace_events: o.trace_events,
+            kv_sample_interval_ns,
+        })
+    }
+}

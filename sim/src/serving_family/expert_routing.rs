@@ -1,0 +1,283 @@
+//! Where an MoE step's tokens go: each layer's `tokens x top_k` token-expert assignments spread
+//! over the experts by the routing model (uniform, or a Zipf popularity whose ranking is a
+//! random permutation per layer and per topic, so a topic's requests favour the same experts),
+//! in whole tokens by systematic sampling. Expert `e` expects `x_e = top_k x sum over topics of
+//! (the topic's tokens in the step x p_topic(e))` assignments; with the running sums `c_e` of
+//! the `x_e` and one uniform offset `u` per layer and step, it receives `floor(c_e + u) -
+//! floor(c_{e-1} + u)`. That is the floor or the ceiling of `x_e`, exactly `x_e` on average
+//! over `u`, and the layer's total is exact. No expert is given more than one assignment per
+//! token: each probability is capped at `1 / top_k` (the excess spread over the others). The placement sends each expert's tokens to the GPUs
+//! hosting it (`RoutedTokens`: per layer, tokens per expert and per GPU).
+
+use super::config::ExpertRoutingTable;
+use super::deployment::LinearPlacement;
+use crate::cost::shape::MoeModelShape;
+use crate::distributions::Zipf;
+use crate::rng::SimRng;
+use crate::serving::RoutedTokens;
+use rand::RngExt;
+
+/// Routes the steps of one replica.
+pub struct ExpertRouter {
+    n_layers: usize,
+    n_experts: usize,
+    top_k: u64,
+    placement: LinearPlacement,
+    n_topics: usize,
+    /// `[topic][layer][expert]` probabilities; empty under uniform routing.
+    probability: Vec<f64>,
+    /// One layer's expected assignments per expert (scratch).
+    expected: Vec<f64>,
+    rng: SimRng,
+    /// Tokens of the step per topic (filled by the caller before `route`).
+    pub topic_tokens: Vec<u64>,
+    per_expert: Vec<u32>,
+    per_gpu: Vec<u32>,
+    gpu_tokens: Vec<u32>,
+}
+
+/// `weights` (summing to 1) with none above `cap`: the excess of the capped ones spread over the
+/// rest in proportion, until none is above (`cap x len >= 1` keeps it feasible).
+fn capped(mut weights: Vec<f64>, cap: f64) -> Vec<f64> {
+    loop {
+        let excess: f64 = weights.iter().map(|&w| (w - cap).max(0.0)).sum();
+        if excess <= 1e-12 {
+            return weights;
+        }
+        let free: f64 = weights.iter().filter(|&&w| w < cap).sum();
+        for w in &mut weights {
+            if *w >= cap {
+                *w = cap;
+            } else {
+                *w += excess * *w / free;
+            }
+        }
+    }
+}
+
+impl ExpertRouter {
+    /// The router of `shape`'s layers under `routing`, for `n_topics` topics, the popularity
+    /// rankings drawn from `popularity` and the per-step offsets from `offsets`.
+    pub fn new(
+        shape: &MoeModelShape,
+        routing: ExpertRoutingTable,
+        n_topics: u32,
+        placement: LinearPlacement,
+        popularity: &mut SimRng,
+        offsets: SimRng,
+    ) -> ExpertRouter {
+        let (layers, experts, k) = (shape.n_layers, shape.n_experts, shape.top_k);
+        // A router sending every token to every expert has no popularity to model.
+        let routing = if k >= experts {
+            ExpertRoutingTable::Uniform
+        } else {
+            routing
+        };
+        let n_topics = match routing {
+            ExpertRoutingTable::Uniform => 1,
+            ExpertRoutingTable::Zipf { .. } => n_topics as usize,
+        };
+        let probability = match routing {
+            ExpertRoutingTable::Uniform => Vec::new(),
+            ExpertRoutingTable::Zipf { exponent } => {
+                let zipf = Zipf::new(experts, exponent).expect("a validated exponent");
+                // Capped a hair below 1 / k, so that rounding the running sums can never give
+                // an expert more assignments than the tokens (k < experts keeps the cap
+                // feasible).
+                let by_rank = capped(
+                    (0..experts).map(|rank| zipf.probability(rank)).collect(),
+                    (1.0 - 1e-9) / k as f64,
+                );
+                let mut table = Vec::with_capacity(n_topics * layers * experts);
+                let mut order: Vec<usize> = (0..experts).collect();
+                let mut by_expert = vec![0.0; experts];
+                for _ in 0..n_topics * layers {
+                    // Fisher-Yates: the expert of each popularity rank.
+                    for i in (1..experts).rev() {
+                        order.swap(i, popularity.random_range(0..=i));
+                    }
+                    for (rank, &expert) in order.iter().enumerate() {
+                        by_expert[expert] = by_rank[rank];
+                    }
+                    table.extend_from_slice(&by_expert);
+                }
+                table
+            }
+        };
+        ExpertRouter {
+            n_layers: layers,
+            n_experts: experts,
+            top_k: k as u64,
+            placement,
+            n_topics,
+            probability,
+            expected: vec![0.0; experts],
+            rng: offsets,
+            topic_tokens: vec![0; n_topics],
+            per_expert: vec![0; layers * experts],
+            per_gpu: vec![0; layers * placement.gpus()],
+            gpu_tokens: vec![0; placement.experts_per_gpu],
+        }
+    }
+
+    /// Whether a step's tokens must be counted per topic (topics route differently).
+    pub fn topical(&self) -> bool {
+        self.n_topics > 1
+    }
+
+    /// Routes the step whose tokens per topic are in `topic_tokens` (one entry unless
+    /// `topical`), drawing one offset per layer.
+    pub fn route(&mut self, total_tokens: u64) -> RoutedTokens<'_> {
+        if !self.topical() {
+            self.topic_tokens[0] = total_tokens;
+        }
+        let total: u64 = self.topic_tokens.iter().sum();
+        let assignments = total * self.top_k;
+        let (experts, gpus) = (self.n_experts, self.placement.gpus());
+        for layer in 0..self.n_layers {
+            let row = &mut self.per_expert[layer * experts..][..experts];
+            let offset: f64 = if assignments > 0 {
+                self.rng.random()
+            } else {
+                0.0
+            };
+            if self.probability.is_empty() {
+                let each = assignments as f64 / experts as f64;
+                self.expected.fill(each);
+            } else {
+                self.expected.fill(0.0);
+                for (topic, &tokens) in self.topic_tokens.iter().enumerate() {
+                    if tokens == 0 {
+                        continue;
+                    }
+                    let weight = (tokens * self.top_k) as f64;
+                    let p =
+                        &self.probability[(topic * self.n_layers + layer) * experts..][..experts];
+                    for (x, &p) in self.expected.iter_mut().zip(p) {
+                        *x += weight * p;
+                    }
+                }
+            }
+            let (mut running, mut given) = (0.0f64, 0u64);
+            for (e, (count, &x)) in row.iter_mut().zip(&self.expected).enumerate() {
+                running += x;
+                // The last expert ends at the exact total, whatever the rounding of the sums.
+                let upto = if e + 1 == experts {
+                    assignments
+                } else {
+                    ((running + offset) as u64).min(assignments)
+                };
+                *count = (upto.max(given) - given) as u32;
+                given = upto.max(given);
+            }
+            let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
+            for (g, on_gpu) in on_gpus.iter_mut().enumerate() {
+                self.placement.gpu_tokens(row, g, &mut self.gpu_tokens);
+                *on_gpu = self.gpu_tokens.iter().sum();
+            }
+        }
+        RoutedTokens {
+            layers: self.n_layers,
+            per_expert: &self.per_expert,
+            per_gpu: &self.per_gpu,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::stream;
+
+    fn mixtral_router(routing: ExpertRoutingTable, topics: u32) -> ExpertRouter {
+        let shape = MoeModelShape::mixtral_8x7b();
+        ExpertRouter::new(
+            &shape,
+            routing,
+            topics,
+            LinearPlacement::new(8, 4, 4),
+            &mut stream(1, "popularity"),
+            stream(1, "offsets"),
+        )
+    }
+
+    #[test]
+    fn every_layer_routes_tokens_times_top_k_in_whole_tokens() {
+        // 13 tokens at top-2: 26 assignments per layer; uniform over 8 experts each gets 3 or 4
+        // (26 / 8 = 3.25), no more than 13 (one per token); a GPU's two experts 6 to 8.
+        let mut r = mixtral_router(ExpertRoutingTable::Uniform, 1);
+        for _ in 0..50 {
+            let routed = r.route(13);
+            assert_eq!(routed.layers, 32);
+            for layer in 0..32 {
+                let experts = &routed.per_expert[layer * 8..][..8];
+                assert_eq!(experts.iter().sum::<u32>(), 26);
+                assert!(experts.iter().all(|&n| n == 3 || n == 4), "{experts:?}");
+                let gpus = &routed.per_gpu[layer * 4..][..4];
+                assert_eq!(gpus.iter().sum::<u32>(), 26);
+                for (g, &n) in gpus.iter().enumerate() {
+                    assert_eq!(n, experts[2 * g] + experts[2 * g + 1]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn systematic_sampling_is_unbiased_for_a_single_token() {
+        // One token, top-2 of 8 uniform experts: each expert's expected count is 2/8 = 1/4.
+        // Over 4,000 steps x 32 layers (128,000 draws of 0 or 1, standard error 0.0012 per
+        // expert's mean), each mean within 0.01 of 0.25; and a token never picks one expert
+        // twice.
+        let mut r = mixtral_router(ExpertRoutingTable::Uniform, 1);
+        let mut sums = [0u64; 8];
+        let steps = 4_000;
+        for _ in 0..steps {
+            let routed = r.route(1);
+            for layer in 0..32 {
+                for (e, &n) in routed.per_expert[layer * 8..][..8].iter().enumerate() {
+                    assert!(n <= 1);
+                    sums[e] += u64::from(n);
+                }
+            }
+        }
+        for (e, &s) in sums.iter().enumerate() {
+            let mean = s as f64 / (steps * 32) as f64;
+            assert!((mean - 0.25).abs() < 0.01, "expert {e}: {mean}");
+        }
+    }
+
+    #[test]
+    fn zipf_popularity_is_capped_at_one_per_token_and_differs_by_topic() {
+        // Exponent 3 over 8 experts: rank 0 would take 1 / (1 + 1/8 + 1/27 + ...) = 0.84 of the
+        // assignments, above the 1/2 a top-2 router can give one expert: capped at (a hair
+        // below) 1/2, so 100 tokens give the hottest expert 99 or 100 of the 200 assignments.
+        let shape = MoeModelShape::mixtral_8x7b();
+        let mut r = ExpertRouter::new(
+            &shape,
+            ExpertRoutingTable::Zipf { exponent: 3.0 },
+            2,
+            LinearPlacement::new(8, 4, 4),
+            &mut stream(2, "popularity"),
+            stream(2, "offsets"),
+        );
+        assert!(r.topical());
+        r.topic_tokens.copy_from_slice(&[100, 0]);
+        let first: Vec<u32> = r.route(100).per_expert[..8].to_vec();
+        assert_eq!(first.iter().sum::<u32>(), 200);
+        assert!(
+            (99..=100).contains(first.iter().max().unwrap()),
+            "{first:?}"
+        );
+        r.topic_tokens.copy_from_slice(&[0, 100]);
+        let second: Vec<u32> = r.route(100).per_expert[..8].to_vec();
+        let hottest = |v: &[u32]| (0..8).max_by_key(|&e| v[e]).unwrap();
+        assert_ne!(
+            hottest(&first),
+            hottest(&second),
+            "topics rank the experts by their own permutations (seed 2)"
+        );
+        let w = capped(vec![0.84, 0.1, 0.06], 0.5);
+        assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        assert!((w[0] - 0.5).abs() < 1e-12 && (w[1] / w[2] - 0.1 / 0.06).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,132 @@
+//! The serving family as a registered `Family`: its tables, what a cell demands, one seed's run
+//! through the policies' queue policy and router (with or without a trace-event file), and what
+//! live mode reads (it refuses the family: `live::LIVE_FAMILIES`).
+
+use super::config::{LengthSpec, ServedModel};
+use super::{ServingConfig, ServingScenario};
+use crate::arrivals::{ArrivalSpec, TraceStats};
+use crate::family::{Family, LiveDescription, Run};
+use crate::metrics::MetricInfo;
+use crate::records::RecordSink;
+use crate::runner::Policies;
+use crate::scenario::limits::{Demand, Quantity};
+use crate::scenario::validate::{FieldError, LoadCache};
+use std::path::{Path, PathBuf};
+
+/// Where the family's step costs come from: the cost model's roofline and `moe_layer`.
+const COST_SOURCE: &str = "analytic-roofline";
+
+/// The general serving family (docs/serving-family.md).
+pub struct Serving;
+
+impl Serving {
+    fn run_with(
+        scenario: &ServingScenario,
+        seed: u64,
+        policies: &dyn Policies,
+        records: &mut dyn RecordSink,
+        trace_events: Option<&Path>,
+    ) -> Result<Run, String> {
+        let queue = &mut *policies.queue_policy(&scenario.queue);
+        let router = &mut *policies.router(&scenario.router);
+        Ok(Run {
+            output: super::run_recorded(scenario, seed, queue, router, records, trace_events)?,
+            cost_source: COST_SOURCE.to_string(),
+        })
+    }
+}
+
+impl Family for Serving {
+    type Config = ServingConfig;
+    type Scenario = ServingScenario;
+    const NAME: &'static str = "serving";
+    const METRICS: &'static [MetricInfo] = super::METRICS;
+    const HEADLINE: &'static [&'static str] = super::HEADLINE;
+    const HEADLINE_IMPROVEMENTS: &'static [&'static str] = super::HEADLINE_IMPROVEMENTS;
+    const RATE_KEY: Option<&'static str> = Some("arrival.rate_per_s");
+    const CSV_COLUMNS: Option<&'static [&'static str]> = Some(super::CSV_COLUMNS);
+    const TRACE_EVENTS: bool = true;
+
+    fn validate(
+        config: ServingConfig,
+        base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<ServingScenario, FieldError> {
+        config.validate(base_dir, cache)
+    }
+
+    fn demands(s: &ServingScenario) -> Vec<Demand> {
+        use Quantity::*;
+        let n = s.requests();
+        let rate_key = match &s.arrival {
+            ArrivalSpec::Trace { .. } => "arrival.trace.time_scale",
+            _ => "arrival.rate_per_s",
+        };
+        let mut d = vec![
+            Demand::new(Requests, n as f64, "workload.n_requests"),
+            Demand::new(SimSeconds, s.arrival.span_s(n), rate_key),
+        ];
+        for (spec, key) in [
+            (&s.prompt_tokens, "workload.prompt_tokens"),
+            (&s.output_tokens, "workload.output_tokens"),
+        ] {
+            if let LengthSpec::Distribution(lengths) = spec {
+                d.push(Demand::new(TokensPerRequest, f64::from(lengths.max()), key));
+            }
+        }
+        d.push(Demand::new(
+            Gpus,
+            (s.replica.count * s.replica.gpus) as f64,
+            "replica.count",
+        ));
+        d.push(Demand::new(
+            Topics,
+            f64::from(s.n_topics),
+            "workload.n_topics",
+        ));
+        if let ServedModel::Moe(shape) = &s.model {
+            d.push(Demand::new(Layers, shape.n_layers as f64, "model.name"));
+            d.push(Demand::new(Experts, shape.n_experts as f64, "model.name"));
+        }
+        d
+    }
+
+    fn run(
+        scenario: &ServingScenario,
+        seed: u64,
+        policies: &dyn Policies,
+        records: &mut dyn RecordSink,
+    ) -> Result<Run, String> {
+        Serving::run_with(scenario, seed, policies, records, None)
+    }
+
+    fn run_traced(
+        scenario: &ServingScenario,
+        seed: u64,
+        policies: &dyn Policies,
+        records: &mut dyn RecordSink,
+        path: &Path,
+    ) -> Result<Run, String> {
+        Serving::run_with(scenario, seed, policies, records, Some(path))
+    }
+
+    fn trace_events(s: &ServingScenario) -> bool {
+        s.trace_events
+    }
+
+    fn per_request_csv(s: &ServingScenario) -> bool {
+        s.per_request_csv
+    }
+
+    fn live_description(s: &ServingScenario) -> LiveDescription {
+        LiveDescription {
+            moe_shape: None,
+            model: s.model.name().to_string(),
+            cost_source: COST_SOURCE.to_string(),
+        }
+    }
+
+    fn trace_replay(s: &ServingScenario) -> Option<(PathBuf, TraceStats)> {
+        s.arrival.trace_stats(s.n_requests)
+    }
+}

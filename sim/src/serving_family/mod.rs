@@ -1,0 +1,263 @@
+//! The `serving` family (docs/serving-family.md): a cluster of replicas of any catalogued dense
+//! or MoE model, each a `serving::Replica` under a named scheduler kind (`vllm`, `sarathi`,
+//! `orca`) with tensor parallelism for the dense part and expert parallelism over GPUs of given
+//! speeds, KV memory from what the weights leave, a router across replicas, and the shared
+//! arrivals and length distributions. It reports through the one recorder (`crate::recorder`):
+//! its metrics are declared once below (`TABLE`).
+
+pub mod checks;
+pub mod config;
+pub mod deployment;
+pub mod expert_routing;
+mod family;
+pub mod scheduler;
+pub mod server;
+pub mod step_cost;
+
+pub use config::{ServingConfig, ServingScenario};
+pub use family::Serving;
+
+use crate::engine;
+use crate::metrics::{Better, MetricInfo, RunOutput};
+use crate::recorder::{MetricDef, ServingSummary, TraceEvents, table};
+use crate::records::RecordSink;
+use crate::serving::{QueuePolicy, Router};
+use deployment::Deployment;
+use serde_json::json;
+use server::ServingServer;
+use std::path::Path;
+
+const fn ms(
+    name: &'static str,
+    label: &'static str,
+    value: fn(&ServingSummary) -> f64,
+) -> MetricDef<ServingSummary> {
+    MetricDef {
+        name,
+        label,
+        unit: "ms",
+        better: Better::Lower,
+        value,
+    }
+}
+
+/// The family's metrics, each computed from a run's (or one replica's) `ServingSummary`
+/// (defined in docs/metrics.md, "serving").
+pub const TABLE: [MetricDef<ServingSummary>; 29] = [
+    ms("ttft_mean_ms", "mean time to first token (ms)", |s| {
+        s.latencies.ttft.mean_ms()
+    }),
+    ms("ttft_p50_ms", "P50 time to first token (ms)", |s| {
+        s.latencies.ttft.quantile_ms(0.5)
+    }),
+    ms("ttft_p90_ms", "P90 time to first token (ms)", |s| {
+        s.latencies.ttft.quantile_ms(0.9)
+    }),
+    ms("ttft_p99_ms", "P99 time to first token (ms)", |s| {
+        s.latencies.ttft.quantile_ms(0.99)
+    }),
+    ms("tpot_mean_ms", "mean time per output token (ms)", |s| {
+        s.latencies.tpot.mean_ms()
+    }),
+    ms("tpot_p50_ms", "P50 time per output token (ms)", |s| {
+        s.latencies.tpot.quantile_ms(0.5)
+    }),
+    ms("tpot_p90_ms", "P90 time per output token (ms)", |s| {
+        s.latencies.tpot.quantile_ms(0.9)
+    }),
+    ms("tpot_p99_ms", "P99 time per output token (ms)", |s| {
+        s.latencies.tpot.quantile_ms(0.99)
+    }),
+    ms("e2e_mean_ms", "mean end-to-end latency (ms)", |s| {
+        s.latencies.e2e.mean_ms()
+    }),
+    ms("e2e_p50_ms", "P50 end-to-end latency (ms)", |s| {
+        s.latencies.e2e.quantile_ms(0.5)
+    }),
+    ms("e2e_p90_ms", "P90 end-to-end latency (ms)", |s| {
+        s.latencies.e2e.quantile_ms(0.9)
+    }),
+    ms("e2e_p99_ms", "P99 end-to-end latency (ms)", |s| {
+        s.latencies.e2e.quantile_ms(0.99)
+    }),
+    ms("queueing_mean_ms", "mean queueing delay (ms)", |s| {
+        s.latencies.queueing.mean_ms()
+    }),
+    ms("queueing_p50_ms", "P50 queueing delay (ms)", |s| {
+        s.latencies.queueing.quantile_ms(0.5)
+    }),
+    ms("queueing_p90_ms", "P90 queueing delay (ms)", |s| {
+        s.latencies.queueing.quantile_ms(0.9)
+    }),
+    ms("queueing_p99_ms", "P99 queueing delay (ms)", |s| {
+        s.latencies.queueing.quantile_ms(0.99)
+    }),
+    MetricDef {
+        name: "throughput_rps",
+        label: "throughput (requests/s)",
+        unit: "1/s",
+        better: Better::Higher,
+        value: ServingSummary::throughput_rps,
+    },
+    MetricDef {
+        name: "throughput_tok_s",
+        label: "output throughput (tokens/s)",
+        unit: "1/s",
+        better: Better::Higher,
+        value: ServingSummary::throughput_tok_s,
+    },
+    MetricDef {
+        name: "completed",
+        label: "requests finished",
+        unit: "count",
+        better: Better::Higher,
+        value: |s| s.latencies.completed as f64,
+    },
+    MetricDef {
+        name: "mean_batch_size",
+        label: "mean sequences per step",
+        unit: "count",
+        better: Better::Higher,
+        value: ServingSummary::mean_batch_size,
+    },
+    ms(
+        "mean_step_ms",
+        "mean step duration (ms)",
+        ServingSummary::mean_step_ms,
+    ),
+    MetricDef {
+        name: "replica_utilization",
+        label: "share of time replicas run steps",
+        unit: "fraction",
+        better: Better::Higher,
+        value: ServingSummary::replica_utilization,
+    },
+    MetricDef {
+        name: "gpu_busy_mean",
+        label: "mean GPU busy share",
+        unit: "fraction",
+        better: Better::Higher,
+        value: ServingSummary::gpu_busy_share_mean,
+    },
+    MetricDef {
+        name: "gpu_busy_min",
+        label: "least busy GPU's busy share",
+        unit: "fraction",
+        better: Better::Higher,
+        value: ServingSummary::gpu_busy_share_min,
+    },
+    MetricDef {
+        name: "mfu_mean",
+        label: "mean model FLOPs utilization",
+        unit: "fraction",
+        better: Better::Higher,
+        value: ServingSummary::mfu_mean,
+    },
+    MetricDef {
+        name: "kv_used_mean",
+        label: "time-averaged share of KV blocks in use",
+        unit: "fraction",
+        better: Better::Lower,
+        value: ServingSummary::kv_used_mean,
+    },
+    MetricDef {
+        name: "kv_used_max",
+        label: "largest share of a replica's KV blocks in use",
+        unit: "fraction",
+        better: Better::Lower,
+        value: ServingSummary::kv_used_max,
+    },
+    MetricDef {
+        name: "preemptions",
+        label: "sequences preempted",
+        unit: "count",
+        better: Better::Lower,
+        value: |s| s.preemptions as f64,
+    },
+    MetricDef {
+        name: "makespan_s",
+        label: "last finish (s)",
+        unit: "s",
+        better: Better::Lower,
+        value: |s| s.makespan_s,
+    },
+];
+
+/// The scalar metrics a serving run reports, in `TABLE` order.
+pub const METRICS: &[MetricInfo] = &table::infos(&TABLE);
+
+/// The metrics `expertsim run` prints per cell, and those it prints as change vs the baseline.
+pub const HEADLINE: &[&str] = &[
+    "ttft_p99_ms",
+    "tpot_p99_ms",
+    "e2e_mean_ms",
+    "throughput_tok_s",
+];
+pub const HEADLINE_IMPROVEMENTS: &[&str] = &["ttft_p99_ms", "tpot_p99_ms", "throughput_tok_s"];
+
+/// The family columns of the per-request CSV.
+pub use crate::recorder::replica::RECORD_COLUMNS as CSV_COLUMNS;
+
+/// Runs one seed of `scenario`, streaming each finished request to `sink` and, given
+/// `trace_events`, every step to that trace-event file. A replica whose weights do not fit, or
+/// a run whose checks fail, reports no number but its reason (`details.failed`).
+pub fn run_recorded(
+    scenario: &ServingScenario,
+    seed: u64,
+    queue: &mut dyn QueuePolicy,
+    router: &mut dyn Router,
+    sink: &mut dyn RecordSink,
+    trace_events: Option<&Path>,
+) -> Result<RunOutput, String> {
+    let deployment = match Deployment::new(scenario) {
+        Ok(d) => d,
+        Err(reason) => return Ok(table::failed(&TABLE, &reason)),
+    };
+    let mut server = ServingServer::new(scenario, &deployment, seed, queue, router, sink);
+    if let Some(path) = trace_events {
+        let label = format!("{} seed {seed}", scenario.model.name());
+        server =
+            server.with_trace_events(TraceEvents::create(path, &label, scenario.replica.count)?);
+    }
+    let stats = engine::run(&mut server);
+    let (overall, replicas) = match server.finish() {
+        Ok(parts) => parts,
+        Err(reason) => return Ok(table::failed(&TABLE, &reason)),
+    };
+    let replica_details: Vec<serde_json::Value> = replicas
+        .iter()
+        .map(|r| {
+            json!({
+                "metrics": table::object(&TABLE, r),
+                "gpu_busy_share": r.gpu_busy_share,
+                "gpu_mfu": r.gpu_mfu,
+                "kv_blocks": r.kv_blocks,
+                "kv_series_s_blocks": r.kv_series,
+            })
+        })
+        .collect();
+    Ok(RunOutput {
+        scalars: table::scalars(&TABLE, &overall),
+        details: json!({
+            "deployment": {
+                "gpus_per_replica": deployment.gpus,
+                "tensor_parallel": deployment.tensor_parallel,
+                "data_parallel": deployment.data_parallel,
+                "expert_parallel": deployment.expert_parallel,
+                "weights_per_gpu_gb": deployment.weights_per_gpu_bytes * 1e-9,
+                "kv_tokens_per_replica": deployment.kv_tokens,
+                "kv_blocks_per_replica": deployment.kv_blocks,
+            },
+            "metric_units": table::units(&TABLE),
+            "scheduler": scenario.replica.scheduler.kind(),
+            "router": scenario.router_kind,
+            "events": stats.events,
+            "gpu_busy_share": overall.gpu_busy_share,
+            "gpu_mfu": overall.gpu_mfu,
+            "replicas": replica_details,
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,75 @@
+//! The replica scheduler kinds as configurations of `serving::Replica` (docs/serving-family.md
+//! has the table): what `vllm`, `sarathi` and `orca` set (`ReplicaConfig` and `StepOrder`) and
+//! the system behaviour each follows.
+
+use super::config::{ReplicaSpec, SchedulerTable};
+use crate::serving::{
+    Admission, Batching, KvConfig, Preemption, Replica, ReplicaConfig, StepOrder,
+};
+
+/// The replica `spec`'s scheduler over a KV cache of `kv_blocks` blocks.
+///
+/// - `vllm`: vLLM v0's default scheduler (`Scheduler._schedule_default`, chunked prefill off):
+///   prefill-first steps (`StepOrder::PrefillFirst`), whole prompts within
+///   `max_num_batched_tokens`, `max_num_seqs`, a paged cache of `block_size`-token blocks with
+///   vLLM's watermark (`floor(watermark x blocks)` left free at admission) and recompute
+///   preemption of the newest sequence.
+/// - `sarathi`: Sarathi-Serve's stall-free batching: decodes first (`StepOrder::DecodeFirst`),
+///   then prefill chunks within a `chunk_size` token budget (chunked prefill on), the same
+///   paged cache and preemption.
+/// - `orca`: Orca's iteration-level scheduling: running sequences first, then whole prompts in
+///   the same iteration, no token budget, no paging (`block_size` 1) and each request's prompt
+///   and output reserved at admission (`Admission::ReserveFull`, the vLLM paper's "Orca
+///   (Oracle)"), so nothing is preempted.
+pub fn replica(spec: &ReplicaSpec, kv_blocks: u64) -> Replica {
+    let paged = KvConfig {
+        block_size: spec.block_size,
+        blocks: kv_blocks,
+        watermark_blocks: (spec.watermark * kv_blocks as f64).floor() as u64,
+    };
+    let recompute = Admission::Paged {
+        preemption: Preemption::Recompute,
+    };
+    let (config, order) = match &spec.scheduler {
+        SchedulerTable::Vllm {
+            max_num_batched_tokens,
+        } => (
+            ReplicaConfig {
+                max_num_seqs: spec.max_num_seqs,
+                max_num_batched_tokens: Some(*max_num_batched_tokens),
+                chunked_prefill: false,
+                kv: paged,
+                admission: recompute,
+                batching: Batching::Continuous,
+            },
+            StepOrder::PrefillFirst,
+        ),
+        SchedulerTable::Sarathi { chunk_size } => (
+            ReplicaConfig {
+                max_num_seqs: spec.max_num_seqs,
+                max_num_batched_tokens: Some(*chunk_size),
+                chunked_prefill: true,
+                kv: paged,
+                admission: recompute,
+                batching: Batching::Continuous,
+            },
+            StepOrder::DecodeFirst,
+        ),
+        SchedulerTable::Orca => (
+            ReplicaConfig {
+                max_num_seqs: spec.max_num_seqs,
+                max_num_batched_tokens: None,
+                chunked_prefill: false,
+                kv: KvConfig {
+                    block_size: 1,
+                    blocks: kv_blocks,
+                    watermark_blocks: 0,
+                },
+                admission: Admission::ReserveFull,
+                batching: Batching::Continuous,
+            },
+            StepOrder::DecodeFirst,
+        ),
+    };
+    Replica::new(config).with_step_order(order)
+}

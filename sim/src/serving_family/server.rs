@@ -1,0 +1,346 @@
+//! The serving family's cluster as an engine `Model`: requests arrive from the shared arrival
+//! process (`Event::Arrival`), a `Router` sends each to a replica, and each replica is a
+//! `serving::Replica` configured by its scheduler kind whose steps end as `Event::StepEnd`. A
+//! step is priced by the replica's `ReplicaStepCost` (an MoE step first routed by the
+//! `ExpertRouter`), and its moments are recorded by the replica's `recorder::ReplicaRecorder`
+//! (and, when asked, written as a trace-event slice). `finish` checks conservation and Little's
+//! law on every run before it summarises.
+
+use super::config::{LengthSpec, ServedModel, ServingScenario};
+use super::deployment::Deployment;
+use super::expert_routing::ExpertRouter;
+use super::scheduler;
+use super::step_cost::ReplicaStepCost;
+use crate::arrivals::{Arrival, ArrivalProcess};
+use crate::engine::Model;
+use crate::event_queue::EventQueue;
+use crate::recorder::{ReplicaRecorder, ServingSummary, StepCounts, TraceEvents};
+use crate::records::RecordSink;
+use crate::rng::{SimRng, stream};
+use crate::serving::{
+    AdmitHook, EngineState, QueuePolicy, QueuedRequest, Replica, RouteRequest, Router, Seq,
+    StepCost,
+};
+use crate::time::SimTime;
+use std::collections::HashMap;
+
+/// What happens to the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A request arrives.
+    Arrival(Arrival),
+    /// The step running on replica `replica` ends.
+    StepEnd { replica: usize },
+}
+
+/// One replica and what runs beside it.
+struct ReplicaRun {
+    replica: Replica,
+    recorder: ReplicaRecorder,
+    step_cost: ReplicaStepCost,
+    /// MoE only: where each step's tokens go.
+    expert_router: Option<ExpertRouter>,
+    /// Each GPU's model FLOPs in the step being set up (scratch).
+    step_flops: Vec<f64>,
+    /// Prompt and output tokens of the requests routed here (conservation).
+    prompt_tokens_in: u64,
+    output_tokens_asked: u64,
+    arrived: u64,
+}
+
+/// The replica learns a request's output length (drawn at arrival) when it admits it.
+struct Admit<'x> {
+    outputs: &'x mut HashMap<u64, u32>,
+}
+
+impl AdmitHook for Admit<'_> {
+    fn output_tokens(&mut self, request: &QueuedRequest) -> u32 {
+        *self
+            .outputs
+            .get(&request.id)
+            .expect("an arriving request's output length is kept until admission")
+    }
+    fn admitted(&mut self, _now: SimTime, request: &QueuedRequest, _output: u32) {
+        self.outputs.remove(&request.id);
+    }
+}
+
+/// The serving cluster of one run.
+pub struct ServingServer<'a> {
+    scenario: &'a ServingScenario,
+    queue: &'a mut dyn QueuePolicy,
+    router: &'a mut dyn Router,
+    arrivals: Box<dyn ArrivalProcess>,
+    rng_prompt: SimRng,
+    rng_output: SimRng,
+    replicas: Vec<ReplicaRun>,
+    /// Output length of each request waiting for its first admission.
+    outputs: HashMap<u64, u32>,
+    /// Topic of each request in flight (only when experts are routed by topic).
+    topics: HashMap<u64, u32>,
+    engine_states: Vec<EngineState>,
+    next_id: u64,
+    finished: Vec<Seq>,
+    sink: &'a mut dyn RecordSink,
+    trace: Option<TraceEvents>,
+    last_finish: SimTime,
+}
+
+impl<'a> ServingServer<'a> {
+    /// The cluster of `scenario` on `deployment` for `seed`; one queue policy and one router
+    /// instance serve every replica (both reset here).
+    pub fn new(
+        scenario: &'a ServingScenario,
+        deployment: &Deployment,
+        seed: u64,
+        queue: &'a mut dyn QueuePolicy,
+        router: &'a mut dyn Router,
+        sink: &'a mut dyn RecordSink,
+    ) -> ServingServer<'a> {
+        let count = scenario.replica.count;
+        queue.reset(count);
+        router.reset(count);
+        let mut popularity = stream(seed, "expert_popularity");
+        let replicas = (0..count)
+            .map(|r| {
+                let expert_router = match (&scenario.model, deployment.placement) {
+                    (ServedModel::Moe(shape), Some(placement)) => Some(ExpertRouter::new(
+                        shape,
+                        scenario.expert_routing,
+                        scenario.n_topics,
+                        placement,
+                        &mut popularity,
+                        stream(seed, &format!("expert_routing_{r}")),
+                    )),
+                    _ => None,
+                };
+                ReplicaRun {
+                    replica: scheduler::replica(&scenario.replica, deployment.kv_blocks),
+                    recorder: ReplicaRecorder::new(
+                        deployment.gpus,
+                        deployment.kv_blocks,
+                        scenario.kv_sample_interval_ns,
+                    ),
+                    step_cost: ReplicaStepCost::new(scenario, deployment),
+                    expert_router,
+                    step_flops: vec![0.0; deployment.gpus],
+                    prompt_tokens_in: 0,
+                    output_tokens_asked: 0,
+                    arrived: 0,
+                }
+            })
+            .collect();
+        ServingServer {
+            scenario,
+            queue,
+            router,
+            arrivals: scenario.arrival.process(
+                scenario.requests(),
+                scenario.n_topics,
+                stream(seed, "arrivals"),
+            ),
+            rng_prompt: stream(seed, "prompt_tokens"),
+            rng_output: stream(seed, "output_tokens"),
+            replicas,
+            outputs: HashMap::new(),
+            topics: HashMap::new(),
+            engine_states: Vec::with_capacity(count),
+            next_id: 0,
+            finished: Vec::new(),
+            sink,
+            trace: None,
+            last_finish: SimTime::ZERO,
+        }
+    }
+
+    /// Writes every step as a trace-event slice to `trace`.
+    pub fn with_trace_events(mut self, trace: TraceEvents) -> Self {
+        self.trace = Some(trace);
+        self
+    }
+
+    fn topical(&self) -> bool {
+        self.replicas[0]
+            .expert_router
+            .as_ref()
+            .is_some_and(ExpertRouter::topical)
+    }
+
+    fn length(spec: &LengthSpec, given: Option<u32>, rng: &mut SimRng) -> u32 {
+        match spec {
+            LengthSpec::Distribution(d) => d.sample(rng),
+            LengthSpec::Trace => given.expect("a trace with token counts was checked"),
+        }
+    }
+
+    /// Routes and queues `arrival`; returns the replica and end of the step it starts on an
+    /// idle replica, if it does.
+    fn arrive(&mut self, now: SimTime, arrival: Arrival) -> Option<(usize, SimTime)> {
+        let s = self.scenario;
+        let prompt = Self::length(
+            &s.prompt_tokens,
+            arrival.prompt_tokens,
+            &mut self.rng_prompt,
+        );
+        let output = Self::length(
+            &s.output_tokens,
+            arrival.output_tokens,
+            &mut self.rng_output,
+        )
+        .max(1);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.engine_states.clear();
+        for (r, run) in self.replicas.iter().enumerate() {
+            self.engine_states.push(EngineState {
+                model: 0,
+                waiting: run.replica.waiting(&*self.queue, r),
+                running: run.replica.running().len(),
+                in_flight_predicted_tokens: 0.0,
+                decode_ms_per_token: 0.0,
+                max_batch_size: s.replica.max_num_seqs,
+            });
+        }
+        let r = self.router.route(
+            &RouteRequest {
+                id,
+                workflow: id,
+                stage: 0,
+                confidence: &[],
+                predicted_total_tokens: &[],
+            },
+            &self.engine_states,
+        );
+        assert!(r < self.replicas.len(), "router chose replica {r}");
+        self.outputs.insert(id, output);
+        if self.topical() {
+            self.topics.insert(id, arrival.topic);
+        }
+        let run = &mut self.replicas[r];
+        run.prompt_tokens_in += u64::from(prompt);
+        run.output_tokens_asked += u64::from(output);
+        run.arrived += 1;
+        let request = QueuedRequest {
+            id,
+            workflow: id,
+            stage: 0,
+            submitted: now,
+            workflow_arrival: now,
+            enqueued_iteration: run.replica.iteration(),
+            prompt_tokens: prompt,
+            predicted_stage_tokens: f64::from(output),
+            predicted_total_tokens: f64::from(output),
+            attained_service: 0,
+            rank_noise: 0.0,
+        };
+        run.replica.submit(now, request, &mut *self.queue, r);
+        if run.replica.is_busy() {
+            return None;
+        }
+        self.start_step(r, now).map(|end| (r, end))
+    }
+
+    /// Schedules and prices replica `r`'s next step at `now`; returns its end, or `None` when
+    /// the replica goes idle.
+    fn start_step(&mut self, r: usize, now: SimTime) -> Option<SimTime> {
+        let run = &mut self.replicas[r];
+        let mut hook = Admit {
+            outputs: &mut self.outputs,
+        };
+        let mut work = run.replica.schedule(now, &mut *self.queue, r, &mut hook)?;
+        if let Some(router) = &mut run.expert_router {
+            if router.topical() {
+                router.topic_tokens.fill(0);
+                for seq in work.batch.iter().filter(|s| s.scheduled() > 0) {
+                    let topic = self.topics[&seq.request.id] as usize;
+                    router.topic_tokens[topic] += u64::from(seq.scheduled());
+                }
+            }
+            work.routed = Some(router.route(work.prefill_tokens + work.decode_tokens));
+        }
+        let time = run.step_cost.price(&work);
+        run.step_cost.model_flops(&work, &mut run.step_flops);
+        let counts = StepCounts::of(&work);
+        run.replica.begin_step(time.duration);
+        run.recorder.step_started(
+            now,
+            &run.replica,
+            &time.breakdown.per_gpu_busy_ns,
+            &run.step_flops,
+        );
+        if let Some(trace) = &mut self.trace {
+            trace.step(r, now, time.duration, counts, run.replica.kv().used());
+        }
+        Some(now + time.duration)
+    }
+
+    fn step_end(&mut self, r: usize, now: SimTime) {
+        let mut finished = std::mem::take(&mut self.finished);
+        let run = &mut self.replicas[r];
+        run.recorder
+            .complete_step(now, r, &mut run.replica, &mut finished, &mut *self.sink);
+        if !finished.is_empty() {
+            self.last_finish = now;
+        }
+        for seq in finished.drain(..) {
+            self.topics.remove(&seq.request.id);
+        }
+        self.finished = finished;
+    }
+
+    /// The run's summaries (overall, then per replica) once every request has finished, after
+    /// checking conservation and Little's law on each replica; `Err` names what failed.
+    pub fn finish(self) -> Result<(ServingSummary, Vec<ServingSummary>), String> {
+        let end = self.last_finish;
+        let mut parts = Vec::with_capacity(self.replicas.len());
+        for (r, run) in self.replicas.into_iter().enumerate() {
+            let stats = run.replica.stats().clone();
+            let summary = run.recorder.finish(end, &stats, &self.scenario.replica.gpu);
+            super::checks::conservation(
+                r,
+                &stats,
+                &summary,
+                super::checks::Submitted {
+                    requests: run.arrived,
+                    prompt_tokens: run.prompt_tokens_in,
+                    output_tokens: run.output_tokens_asked,
+                },
+            )?;
+            super::checks::littles_law(r, &stats, &summary, end)?;
+            parts.push(summary);
+        }
+        if let Some(trace) = self.trace {
+            trace.finish()?;
+        }
+        Ok((ServingSummary::merge(&parts), parts))
+    }
+}
+
+impl Model for ServingServer<'_> {
+    type Event = Event;
+
+    fn start(&mut self, events: &mut EventQueue<Event>) {
+        if let Some(first) = self.arrivals.next_arrival() {
+            events.schedule(first.time, Event::Arrival(first));
+        }
+    }
+
+    fn handle(&mut self, now: SimTime, event: Event, events: &mut EventQueue<Event>) {
+        match event {
+            Event::Arrival(arrival) => {
+                if let Some((replica, end)) = self.arrive(now, arrival) {
+                    events.schedule(end, Event::StepEnd { replica });
+                }
+                if let Some(next) = self.arrivals.next_arrival() {
+                    events.schedule(next.time.max(now), Event::Arrival(next));
+                }
+            }
+            Event::StepEnd { replica } => {
+                self.step_end(replica, now);
+                if let Some(end) = self.start_step(replica, now) {
+                    events.schedule(end, Event::StepEnd { replica });
+                }
+            }
+        }
+    }
+}

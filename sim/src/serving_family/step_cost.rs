@@ -1,0 +1,216 @@
+//! The serving family's step cost, behind the serving layer's `StepCost` seam: the dense part
+//! (a dense model's whole step, an MoE model's attention, shared experts, router and head) on
+//! the cost model's roofline (`StepRoofline::dense` / `moe_non_expert_tensor_parallel`: weights
+//! and KV streamed, GEMM FLOPs on tile-padded rows, attention, the tensor-parallel all-reduces,
+//! the host's per-step overhead), each GPU at its own speed factors and the slowest setting the
+//! pace; then each MoE layer as `cost::moe_layer` prices it: per expert-parallel group, the
+//! slowest GPU's grouped GEMM over the tokens routed to its experts plus the all-to-all
+//! dispatch and combine, the layer waiting for its slowest group. The step's rows, sequences
+//! and context split evenly over the data-parallel copies of the dense part.
+
+use super::config::{ServedModel, ServingScenario};
+use super::deployment::{Deployment, LinearPlacement};
+use crate::cost::gpu::LinkSpec;
+use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
+use crate::cost::roofline::{Roofline, StepPrice, StepRoofline, StepTokens, TensorParallel};
+use crate::serving::{CostSource, StepBreakdown, StepCost, StepTime, StepWork};
+use crate::time::SimDuration;
+
+/// The routed experts of an MoE replica.
+struct MoePart {
+    layer: MoeLayerCost,
+    placement: LinearPlacement,
+    speeds: Vec<SpeedFactors>,
+    link: LinkSpec,
+    n_layers: usize,
+    /// One GPU's tokens per hosted expert (scratch).
+    gpu_tokens: Vec<u32>,
+}
+
+/// A replica's step cost.
+pub struct ReplicaStepCost {
+    /// The dense part at each distinct speed of the replica's GPUs (its roofline scaled by the
+    /// speed factors), priced once per step each.
+    dense: Vec<StepRoofline>,
+    /// Which of `dense` each GPU runs at.
+    dense_of_gpu: Vec<usize>,
+    data_parallel: u64,
+    moe: Option<MoePart>,
+    /// FLOPs of one token in one routed expert.
+    expert_flops_per_token: f64,
+}
+
+/// `value / parts`, rounded up.
+fn share(value: u64, parts: u64) -> u64 {
+    value.div_ceil(parts)
+}
+
+impl ReplicaStepCost {
+    /// The step cost of `scenario`'s replica on `deployment`.
+    pub fn new(scenario: &ServingScenario, deployment: &Deployment) -> ReplicaStepCost {
+        let r = &scenario.replica;
+        let parallel = TensorParallel {
+            degree: r.tensor_parallel as u32,
+            link: r.link,
+        };
+        let nominal = Roofline::of(&r.gpu);
+        let mut distinct: Vec<SpeedFactors> = Vec::new();
+        let dense_of_gpu = r
+            .speeds
+            .iter()
+            .map(|speed| {
+                distinct.iter().position(|s| s == speed).unwrap_or_else(|| {
+                    distinct.push(*speed);
+                    distinct.len() - 1
+                })
+            })
+            .collect();
+        let dense = distinct
+            .iter()
+            .map(|&speed| {
+                let roofline = nominal.scaled(speed);
+                match &scenario.model {
+                    ServedModel::Dense(shape) => {
+                        StepRoofline::dense(shape, roofline, parallel, r.step_overhead_ns)
+                    }
+                    ServedModel::Moe(shape) => StepRoofline::moe_non_expert_tensor_parallel(
+                        shape,
+                        roofline,
+                        parallel,
+                        2.0,
+                        r.step_overhead_ns,
+                    ),
+                }
+            })
+            .collect();
+        let (moe, expert_flops_per_token) = match (&scenario.model, deployment.placement) {
+            (ServedModel::Moe(shape), Some(placement)) => {
+                // CUDA graphs capture the grouped MoE kernels with the rest of the step: no
+                // launch of their own (the host overhead covers the graph replay).
+                let params = MoeLayerParams {
+                    launches_per_layer: 0,
+                    ..MoeLayerParams::default()
+                };
+                let layer = MoeLayerCost::new(&r.gpu, shape, params);
+                let flops = layer.expert_flops_per_token;
+                (
+                    Some(MoePart {
+                        layer,
+                        placement,
+                        speeds: r.speeds.clone(),
+                        link: r.link,
+                        n_layers: shape.n_layers,
+                        gpu_tokens: vec![0; placement.experts_per_gpu],
+                    }),
+                    flops,
+                )
+            }
+            _ => (None, 0.0),
+        };
+        ReplicaStepCost {
+            dense,
+            dense_of_gpu,
+            data_parallel: deployment.data_parallel as u64,
+            moe,
+            expert_flops_per_token,
+        }
+    }
+
+    /// What one data-parallel copy of the dense part computes in `work`: its share of the rows,
+    /// of the sequences the head scores (those emitting a token), of the context and of the
+    /// prompts' causal attention.
+    fn dense_tokens(&self, work: &StepWork<'_>) -> StepTokens {
+        let mut emitting = 0u64;
+        let mut prefill_square = 0.0;
+        for s in work.batch.iter().filter(|s| s.scheduled() > 0) {
+            emitting += u64::from(s.step_emits());
+            prefill_square += f64::from(s.step_prefill()).powi(2);
+        }
+        let dp = self.data_parallel;
+        StepTokens {
+            rows: share(work.prefill_tokens + work.decode_tokens, dp),
+            sequences: share(emitting, dp),
+            context_tokens: share(work.context_tokens, dp),
+            prefill_square: prefill_square / dp as f64,
+        }
+    }
+
+    /// Each GPU's model FLOPs in `work` (the dense part's useful FLOPs, no tile padding, and
+    /// its routed tokens' expert FLOPs), into `out` (one per GPU).
+    pub fn model_flops(&self, work: &StepWork<'_>, out: &mut [f64]) {
+        let dense = self.dense[0].model_flops(&self.dense_tokens(work));
+        out.fill(dense);
+        if let Some(routed) = work.routed {
+            let gpus = out.len();
+            for row in routed.per_gpu.chunks_exact(gpus) {
+                for (o, &n) in out.iter_mut().zip(row) {
+                    *o += f64::from(n) * self.expert_flops_per_token;
+                }
+            }
+        }
+    }
+}
+
+impl StepCost for ReplicaStepCost {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let tokens = self.dense_tokens(work);
+        let prices: Vec<StepPrice> = self.dense.iter().map(|d| d.price(&tokens)).collect();
+        let busy: Vec<f64> = self
+            .dense_of_gpu
+            .iter()
+            .map(|&d| prices[d].nanos - prices[d].overhead_ns - prices[d].communication_ns)
+            .collect();
+        let pace = prices
+            .iter()
+            .copied()
+            .reduce(|a, b| if b.nanos > a.nanos { b } else { a })
+            .expect("a replica has at least one GPU");
+        let mut busy = busy;
+        let mut moe_ns = 0.0;
+        let mut communication_ns = pace.communication_ns;
+        if let Some(moe) = &mut self.moe {
+            let routed = work
+                .routed
+                .expect("an MoE step carries its routed tokens per expert and GPU");
+            let (experts, gpus) = (moe.placement.n_experts, moe.placement.gpus());
+            let ep = moe.placement.expert_parallel;
+            for layer in 0..moe.n_layers {
+                let per_expert = &routed.per_expert[layer * experts..][..experts];
+                let per_gpu = &routed.per_gpu[layer * gpus..][..gpus];
+                let mut layer_ns = 0.0f64;
+                let mut layer_a2a = 0.0f64;
+                for copy in 0..moe.placement.copies {
+                    let mut slowest = 0.0f64;
+                    let mut max_rows = 0u64;
+                    for g in copy * ep..(copy + 1) * ep {
+                        moe.placement.gpu_tokens(per_expert, g, &mut moe.gpu_tokens);
+                        let c = moe.layer.grouped_gemm(&moe.gpu_tokens, moe.speeds[g]).nanos;
+                        busy[g] += c;
+                        slowest = slowest.max(c);
+                        max_rows = max_rows.max(u64::from(per_gpu[g]));
+                    }
+                    let a2a = moe.layer.all_to_all_ns(max_rows, ep, moe.link);
+                    if slowest + a2a > layer_ns {
+                        layer_ns = slowest + a2a;
+                        layer_a2a = a2a;
+                    }
+                }
+                moe_ns += layer_ns;
+                communication_ns += layer_a2a;
+            }
+        }
+        StepTime {
+            duration: SimDuration((pace.nanos + moe_ns).round().max(1.0) as u64),
+            breakdown: StepBreakdown {
+                compute_ns: pace.compute_ns,
+                memory_ns: pace.memory_ns,
+                communication_ns,
+                overhead_ns: pace.overhead_ns,
+                moe_ns,
+                per_gpu_busy_ns: busy,
+                op_sources: None,
+            },
+            source: CostSource::Analytic,
+        }
+    }
+}
