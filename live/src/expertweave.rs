@@ -1,68 +1,28 @@
-//! ExpertWeave in live mode: the adapter-memory plan and each instance's continuous-batching
-//! loop run unchanged and ask an [`EwLive`] step cost for each step. Per MoE layer, every
-//! token of the step draws its top-k experts from its adapter's routing popularity (the same
-//! distribution the roofline assumes), the batch is rerouted by the rerouting kernel (fused or
-//! unfused, as configured) to the adapters' fine-tuned expert copies, and the MoE layer runs on
-//! the union of base experts and copies; each layer's dense part and the output head run as
-//! GEMMs over the step's tokens.
+//! ExpertWeave in live mode, through the serving layer's step-cost seam: the adapter-memory plan
+//! and every instance's replica run unchanged, and each instance's steps are priced by a
+//! [`LiveStep`] that predicts with the scenario's step cost (its measured profile's, or the
+//! roofline's) and measures the step on the kernels ([`EwMeasure`]): per MoE layer, every token
+//! of the step draws its top-k experts from its adapter's routing popularity (the distribution
+//! the step costs assume), the rerouting kernel (fused or unfused, as configured) redirects the
+//! batch to the adapters' fine-tuned expert copies, and the MoE layer runs on the union of base
+//! experts and copies; each layer's dense part and the output head run as GEMMs over the step's
+//! tokens.
 
 use crate::device::Kernels;
-use crate::fidelity::StepRecord;
+use crate::step::{LiveSession, LiveStep, Logged, Measure};
 use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
 use kernels::reroute::{BASE_MODEL, RerouteProblem, RerouteVariant};
 use rand::RngExt;
+use sim::chimera::QueuePolicyConfig;
 use sim::expertweave::config::Rerouting;
-use sim::expertweave::{
-    EwStepCost, EwStepWork, ExpertWeaveScenario, Popularity, ProfileStepCost, RooflineStepCost,
-    run_on,
-};
+use sim::expertweave::memory::{InstancePlan, MemoryPlan};
+use sim::expertweave::{ExpertWeaveScenario, Popularity, plan, serve, simulated_costs};
 use sim::rng::SimRng;
 use sim::runner::Policies;
-
-/// One line per step: the instance's adapters and what the scheduler put into the step.
-fn decision_line(work: &EwStepWork<'_>) -> String {
-    format!(
-        "instance {:?}: tokens by adapter {:?}, context {}, prefill_sq {}",
-        work.instance.adapters, work.tokens_by_adapter, work.context_tokens, work.prefill_sq
-    )
-}
-
-/// The scenario's step cost: its measured profile's when `[cost] profile` names one, the
-/// roofline's otherwise (what `expertsim run` uses).
-fn scenario_cost(scenario: &ExpertWeaveScenario) -> Box<dyn EwStepCost + '_> {
-    match ProfileStepCost::new(scenario) {
-        Some(profiled) => Box::new(profiled),
-        None => Box::new(RooflineStepCost::new(scenario)),
-    }
-}
-
-/// The simulated step cost, logging each step's decisions.
-struct LoggedCost<'a> {
-    cost: Box<dyn EwStepCost + 'a>,
-    log: Vec<String>,
-}
-
-impl EwStepCost for LoggedCost<'_> {
-    fn seconds(&mut self, work: &EwStepWork<'_>) -> f64 {
-        self.log.push(decision_line(work));
-        self.cost.seconds(work)
-    }
-}
-
-/// The live step cost: the scenario's cost model predicts, the kernels measure.
-pub struct EwLive<'a> {
-    predictor: Box<dyn EwStepCost + 'a>,
-    /// The routing popularity the step costs assume; live tokens draw their experts from it.
-    popularity: Popularity,
-    scenario: &'a ExpertWeaveScenario,
-    kernels: &'a mut Kernels,
-    routing: SimRng,
-    clock: Clock,
-    steps: Vec<StepRecord>,
-    log: Vec<String>,
-    error: Option<BackendError>,
-}
+use sim::serving::step::{StepCost, StepWork};
+use std::cell::RefCell;
+use std::rc::Rc;
 
 /// `top_k` distinct experts drawn from `p` (by inversion, redrawing repeats).
 fn draw_experts(p: &[f64], top_k: usize, rng: &mut SimRng, out: &mut Vec<i32>) {
@@ -85,37 +45,46 @@ fn draw_experts(p: &[f64], top_k: usize, rng: &mut SimRng, out: &mut Vec<i32>) {
     }
 }
 
-impl EwLive<'_> {
-    fn measure(&mut self, work: &EwStepWork<'_>) -> Result<f64, BackendError> {
+/// Runs one step of an ExpertWeave instance on the kernels.
+pub struct EwMeasure<'a> {
+    scenario: &'a ExpertWeaveScenario,
+    instance: &'a InstancePlan,
+    /// The routing popularity the step costs assume; live tokens draw their experts from it.
+    popularity: &'a Popularity,
+    routing: SimRng,
+}
+
+impl Measure for EwMeasure<'_> {
+    fn measure(&mut self, k: &mut Kernels, work: &StepWork<'_>) -> Result<f64, BackendError> {
         let shape = &self.scenario.shape;
         let n = shape.n_routed_experts as usize;
         let top_k = shape.top_k as usize;
-        let instance = work.instance;
-        let tokens: u64 = work.tokens_by_adapter.iter().sum();
+        let instance = self.instance;
+        let tokens = (work.prefill_tokens + work.decode_tokens) as usize;
         let variant = match self.scenario.cost.rerouting {
             Rerouting::Fused => RerouteVariant::Fused,
             Rerouting::Unfused => RerouteVariant::Unfused,
         };
-        let k = &mut *self.kernels;
         let mut total = 0.0;
         for layer in 0..shape.n_layers {
             let out = shape.layer_non_routed_params(layer).div_ceil(shape.hidden) as usize;
-            total += k.dense(out, tokens as usize, 0)?;
+            total += k.dense(out, tokens, 0)?;
         }
-        total += k.dense(shape.vocab as usize, tokens as usize, 0)?;
-        let popularity = &self.popularity;
+        total += k.dense(shape.vocab as usize, tokens, 0)?;
+        let popularity = self.popularity;
         let use_adapters = instance.adapter_experts && instance.reroutes;
         for moe_layer in 0..shape.n_moe_layers() as usize {
             // Route every token of the step from its adapter's popularity.
-            let mut topk_ids = Vec::with_capacity(tokens as usize * top_k);
-            let mut adapter_ids = Vec::with_capacity(tokens as usize);
-            for (a, &count) in work.tokens_by_adapter.iter().enumerate() {
+            let mut topk_ids = Vec::with_capacity(tokens * top_k);
+            let mut adapter_ids = Vec::with_capacity(tokens);
+            for entry in work.adapters {
+                let a = entry.adapter as usize;
                 let row = instance.adapters.iter().position(|&x| x == a);
                 let aid = match row {
                     Some(j) if use_adapters => j as i32,
                     _ => BASE_MODEL,
                 };
-                for _ in 0..count {
+                for _ in 0..entry.tokens {
                     draw_experts(
                         popularity.probabilities(a, moe_layer),
                         top_k,
@@ -169,36 +138,17 @@ impl EwLive<'_> {
     }
 }
 
-impl EwStepCost for EwLive<'_> {
-    fn seconds(&mut self, work: &EwStepWork<'_>) -> f64 {
-        self.log.push(decision_line(work));
-        let predicted = self.predictor.seconds(work);
-        let measured = if self.error.is_none() {
-            match self.measure(work) {
-                Ok(ns) => ns * 1e-9,
-                Err(e) => {
-                    self.error = Some(e);
-                    predicted
-                }
-            }
-        } else {
-            predicted
-        };
-        self.steps.push(StepRecord {
-            index: self.steps.len(),
-            what: format!(
-                "step of {} tokens on the instance of adapters {:?}",
-                work.tokens_by_adapter.iter().sum::<u64>(),
-                work.instance.adapters
-            ),
-            predicted_ns: predicted * 1e9,
-            measured_ns: measured * 1e9,
-        });
-        match self.clock {
-            Clock::Measured => measured,
-            Clock::Predicted => predicted,
-        }
-    }
+fn instance_name(plan: &MemoryPlan, i: usize) -> String {
+    format!("instance {i} (adapters {:?})", plan.instances[i].adapters)
+}
+
+/// The memory plan, the first line of each run's decision log.
+fn plan_line(plan: &MemoryPlan) -> String {
+    format!(
+        "memory plan: {}; instances: {}",
+        serde_json::json!(plan.report),
+        serde_json::json!(plan.instances)
+    )
 }
 
 /// One seed of `scenario` simulated, then live on `kernels`.
@@ -209,55 +159,82 @@ pub fn run(
     kernels: &mut Kernels,
     clock: Clock,
 ) -> Result<FamilyRun, LiveError> {
-    let mut simulated_cost = LoggedCost {
-        cost: scenario_cost(scenario),
-        log: Vec::new(),
-    };
-    let simulated = run_on(
-        scenario,
-        seed,
-        policies.adapter_memory(&scenario.memory).as_mut(),
-        &mut simulated_cost,
-        &mut sim::records::DiscardRecords,
-    );
-    let mut live_cost = EwLive {
-        predictor: scenario_cost(scenario),
-        popularity: Popularity::new(scenario),
-        scenario,
-        kernels,
-        routing: sim::rng::stream(seed, "live/expertweave/routing"),
-        clock,
-        steps: Vec::new(),
-        log: Vec::new(),
-        error: None,
-    };
-    let live = run_on(
-        scenario,
-        seed,
-        policies.adapter_memory(&scenario.memory).as_mut(),
-        &mut live_cost,
-        &mut sim::records::DiscardRecords,
-    );
-    if let Some(e) = live_cost.error {
-        return Err(LiveError::Backend(e));
+    let memory = &scenario.memory;
+    let plan = plan(scenario, policies.adapter_memory(memory).as_mut())
+        .map_err(|output| LiveError::Unsupported(output.details["error"].to_string()))?;
+    if plan.report.out_of_memory {
+        return Err(LiveError::Unsupported(
+            "the memory plan is out of memory: live mode has no step to run".into(),
+        ));
     }
-    let plan = |details: &serde_json::Value| {
-        format!(
-            "memory plan: {}; instances: {}",
-            details["memory"], details["instances"]
-        )
-    };
-    let mut simulated_lines = vec![plan(&simulated.details)];
-    simulated_lines.extend(simulated_cost.log);
-    let mut live_lines = vec![plan(&live.details)];
-    live_lines.extend(live_cost.log);
+    let kind = policies.adapter_memory(memory).kind();
+    let popularity = Popularity::new(scenario);
+    let simulated_log = Rc::new(RefCell::new(Vec::new()));
+    let mut logged: Vec<Box<dyn StepCost + '_>> = simulated_costs(scenario, &plan, &popularity)
+        .into_iter()
+        .enumerate()
+        .map(|(i, cost)| {
+            Box::new(Logged::new(
+                instance_name(&plan, i),
+                cost,
+                simulated_log.clone(),
+            )) as Box<dyn StepCost + '_>
+        })
+        .collect();
+    let simulated = serve(
+        scenario,
+        seed,
+        kind,
+        &plan,
+        policies.queue_policy(&QueuePolicyConfig::Fcfs).as_mut(),
+        &mut logged,
+        &mut sim::records::DiscardRecords,
+    );
+    drop(logged);
+    let session = LiveSession::new(kernels, clock);
+    let mut live_costs: Vec<Box<dyn StepCost + '_>> = simulated_costs(scenario, &plan, &popularity)
+        .into_iter()
+        .enumerate()
+        .map(|(i, cost)| {
+            Box::new(LiveStep::new(
+                instance_name(&plan, i),
+                cost,
+                EwMeasure {
+                    scenario,
+                    instance: &plan.instances[i],
+                    popularity: &popularity,
+                    routing: sim::rng::stream(seed, &format!("live/expertweave/routing/{i}")),
+                },
+                session.clone(),
+            )) as Box<dyn StepCost + '_>
+        })
+        .collect();
+    let live = serve(
+        scenario,
+        seed,
+        kind,
+        &plan,
+        policies.queue_policy(&QueuePolicyConfig::Fcfs).as_mut(),
+        &mut live_costs,
+        &mut sim::records::DiscardRecords,
+    );
+    drop(live_costs);
+    let session = Rc::try_unwrap(session)
+        .ok()
+        .expect("the live run's step costs are dropped")
+        .into_inner();
+    let (steps, live_log) = session.finish()?;
+    let mut simulated_lines = vec![plan_line(&plan)];
+    simulated_lines.extend(std::mem::take(&mut *simulated_log.borrow_mut()));
+    let mut live_lines = vec![plan_line(&plan)];
+    live_lines.extend(live_log);
     Ok(FamilyRun {
-        steps: live_cost.steps,
+        steps,
         simulated,
         live,
         decisions: Decisions::compare(
-            "the adapter-memory plan, then every step's instance, tokens per adapter, context \
-             and prefill lengths",
+            "the adapter-memory plan, then every step's instance, sequences, prefill tokens, \
+             decoding sequences, cached tokens and tokens per adapter",
             simulated_lines,
             live_lines,
         ),

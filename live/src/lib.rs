@@ -3,11 +3,9 @@
 //! `expertsim run`, while each step is executed on the kernels (CPU references or CUDA) and
 //! timed. The fidelity report sets every step's predicted time beside its measured time.
 //!
-//! Families: Chimera (`chimera`), GEM (`gem`), CAPS (`caps`) and MOSAIC (`mosaic`, whose model
-//! loads are device copies beside the steps), through the serving layer's one step-cost seam
-//! `sim::serving::step::StepCost`, wrapped once by `step::LiveStep`; ExpertWeave
-//! (`expertweave`, through `sim::expertweave::EwStepCost`), which moves onto `step::LiveStep` as
-//! it moves onto the serving replica.
+//! Families: Chimera (`chimera`), GEM (`gem`), CAPS (`caps`), MOSAIC (`mosaic`, whose model
+//! loads are device copies beside the steps) and ExpertWeave (`expertweave`), through the serving
+//! layer's one step-cost seam `sim::serving::step::StepCost`, wrapped once by `step::LiveStep`.
 //!
 //! Before the run, `probe` checks that the scenario's measured profile describes the device
 //! (a few of its points timed again), and `calibration` can measure a profile for the scenario

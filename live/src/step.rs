@@ -21,8 +21,9 @@ pub trait Measure {
     fn measure(&mut self, kernels: &mut Kernels, work: &StepWork<'_>) -> Result<f64, BackendError>;
 }
 
-/// One line for the decision log: which engine, what the scheduler put into the step, and
-/// where its tokens were routed when the step carries MoE routing.
+/// One line for the decision log: which engine, what the scheduler put into the step, where its
+/// tokens were routed when the step carries MoE routing, and its tokens per adapter when its
+/// sequences run with adapters.
 pub fn step_line(engine: &str, work: &StepWork<'_>) -> String {
     let mut line = format!(
         "{engine}: {} sequences, {} prefill tokens, {} decoding, {} context tokens",
@@ -30,6 +31,14 @@ pub fn step_line(engine: &str, work: &StepWork<'_>) -> String {
     );
     if let Some(routed) = work.routed {
         line.push_str(&format!(", routed per (layer, GPU) {:?}", routed.per_gpu));
+    }
+    if !work.adapters.is_empty() {
+        let per_adapter: Vec<(u32, u64)> = work
+            .adapters
+            .iter()
+            .map(|a| (a.adapter, a.tokens))
+            .collect();
+        line.push_str(&format!(", tokens per adapter {per_adapter:?}"));
     }
     line
 }

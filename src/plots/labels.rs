@@ -18,7 +18,6 @@ const KEY_LABELS: &[(&str, &str)] = &[
     ("mapper.window", "mapping window (steps)"),
     ("workload.rps", "workflow arrival rate (workflows/s)"),
     ("workload.dataset", "dataset"),
-    ("workload.rate_rps", "arrival rate (requests/s)"),
     (
         "workload.alpha",
         "adapter popularity shape (power-law alpha)",

@@ -17,6 +17,7 @@ use sim::expertweave::{
 };
 use sim::expertweave::{ExpertWeaveConfig, run};
 use strategies::memory::build;
+use strategies::queue::fcfs::Fcfs;
 
 const CAPACITY: u64 = 64 * GIB;
 const UTILIZATION: f64 = 0.9;
@@ -196,12 +197,13 @@ const SEEDS: [u64; 3] = [1, 2, 3];
 fn serve(tables: serde_json::Value, names: &[&str]) -> Vec<f64> {
     let config: ExpertWeaveConfig = serde_json::from_value(tables).expect("valid tables");
     let scenario = config
-        .validate(std::path::Path::new("."))
+        .validate(std::path::Path::new("."), &mut Default::default())
         .expect("valid scenario");
     let mut sums = vec![0.0; names.len()];
     for seed in SEEDS {
         let mut manager = build(&scenario.memory);
-        let output = run(&scenario, seed, manager.as_mut());
+        let mut queue = Fcfs::default();
+        let output = run(&scenario, seed, manager.as_mut(), &mut queue);
         for (sum, name) in sums.iter_mut().zip(names) {
             *sum += output.scalar(name).expect("a metric");
         }
@@ -209,11 +211,16 @@ fn serve(tables: serde_json::Value, names: &[&str]) -> Vec<f64> {
     sums.iter().map(|s| s / SEEDS.len() as f64).collect()
 }
 
-fn workload(rate: f64, alpha: f64, horizon_s: f64) -> serde_json::Value {
+fn workload(alpha: f64, horizon_s: f64) -> serde_json::Value {
     serde_json::json!({
-        "rate_rps": rate, "alpha": alpha, "horizon_s": horizon_s,
+        "alpha": alpha, "horizon_s": horizon_s,
         "prompt_tokens": 256, "output_tokens": 128, "length_spread": 0.5
     })
+}
+
+/// Poisson arrivals at `rate` requests per second.
+fn poisson(rate: f64) -> serde_json::Value {
+    serde_json::json!({ "pattern": "poisson", "rate_per_s": rate })
 }
 
 fn figure5_config(adapters: usize, rate: f64, memory: &str) -> serde_json::Value {
@@ -224,7 +231,8 @@ fn figure5_config(adapters: usize, rate: f64, memory: &str) -> serde_json::Value
         },
         "adapters": { "count": adapters },
         "memory": { "kind": memory },
-        "workload": workload(rate, 1.0, 100.0),
+        "arrival": poisson(rate),
+        "workload": workload(1.0, 100.0),
     })
 }
 
@@ -236,7 +244,8 @@ fn figure6_config(rate: f64, alpha: f64, memory: serde_json::Value) -> serde_jso
         },
         "adapters": { "names": ["gate-math", "gate-intent"] },
         "memory": memory,
-        "workload": workload(rate, alpha, 30.0),
+        "arrival": poisson(rate),
+        "workload": workload(alpha, 30.0),
     })
 }
 
@@ -245,9 +254,8 @@ fn figure7_config(prompt: u64, memory: &str, rerouting: &str) -> serde_json::Val
         "device": { "capacity_gib": 64.0, "utilization": 0.9, "runtime_reserve_gib": 4.88 },
         "adapters": { "names": ["gate-math"] },
         "memory": { "kind": memory },
-        "workload": {
-            "rate_rps": 0.05, "horizon_s": 400.0, "prompt_tokens": prompt, "output_tokens": 128
-        },
+        "arrival": poisson(0.05),
+        "workload": { "horizon_s": 400.0, "prompt_tokens": prompt, "output_tokens": 128 },
         "cost": { "rerouting": rerouting },
     })
 }

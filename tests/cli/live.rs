@@ -407,3 +407,60 @@ fn caps_runs_live_through_the_step_cost_seam() {
         assert_eq!(pair["simulated"], pair["live"], "{pair}");
     }
 }
+
+/// ExpertWeave runs live through the same wrapper: every instance is a serving replica whose
+/// steps are predicted by the scenario's step cost and measured on the kernels (routing from the
+/// adapters' popularity, rerouting, the MoE layer on base experts and adapter copies); with the
+/// predicted clock the live run makes the simulated run's decisions and reports its metrics.
+#[test]
+fn expertweave_runs_live_through_the_step_cost_seam() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("live");
+    let output = expertsim()
+        .args([
+            "live",
+            "--backend",
+            "cpu",
+            "--clock",
+            "predicted",
+            "--repetitions",
+            "1",
+            "--out",
+        ])
+        .arg(&out)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/live/expertweave.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("fidelity.json")).unwrap()).unwrap();
+    assert_eq!(report["family"], "expertweave");
+    assert_eq!(report["decisions"]["identical"], true);
+    let steps = report["steps"].as_array().unwrap();
+    // The decision log holds the memory plan's line, then one line per step.
+    assert_eq!(
+        steps.len() as u64 + 1,
+        report["decisions"]["simulated_count"].as_u64().unwrap()
+    );
+    assert!(
+        steps
+            .iter()
+            .all(|s| s["measured_ns"].as_f64().unwrap() > 0.0
+                && s["predicted_ns"].as_f64().unwrap() > 0.0
+                && s["what"].as_str().unwrap().contains("tokens per adapter"))
+    );
+    let metrics = report["metrics"].as_array().unwrap();
+    for pair in metrics {
+        assert_eq!(pair["simulated"], pair["live"], "{pair}");
+    }
+    // Something was served, so the latencies are numbers.
+    let ttft = metrics
+        .iter()
+        .find(|m| m["metric"] == "ttft_mean_ms")
+        .unwrap();
+    assert!(ttft["live"].as_f64().unwrap() > 0.0, "{ttft}");
+}

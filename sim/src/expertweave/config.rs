@@ -1,5 +1,5 @@
 //! The ExpertWeave family's scenario tables (`ExpertWeaveConfig`: model, device, adapters,
-//! memory manager, workload, cost, serving limits) and their validation into an
+//! memory manager, arrivals, workload, cost, serving limits) and their validation into an
 //! `ExpertWeaveScenario`.
 
 use std::path::Path;
@@ -10,10 +10,13 @@ use super::adapters::{EsftAdapter, esft_adapter, esft_adapters};
 use super::memory::{MemoryConfig, slot_geometry};
 use super::model::{DeviceMemory, GIB};
 use super::profile_cost::EwProfile;
+use crate::arrivals::{ArrivalSpec, ArrivalTable};
 use crate::cost::gpu::GpuSpec;
 use crate::cost::profile::MeasuredProfile;
 use crate::cost::shape::MlaMoeShape;
-use crate::scenario::validate::{FieldError, at_least_one, field_error, positive};
+use crate::distributions::{Uniform, Zipf};
+use crate::scenario::validate::{FieldError, LoadCache, at_least_one, field_error, positive};
+use crate::time::SimTime;
 
 /// The family's tables of a scenario file (everything but the common keys).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -26,6 +29,9 @@ pub struct ExpertWeaveConfig {
     pub device: DeviceConfig,
     pub adapters: AdaptersConfig,
     pub memory: MemoryConfig,
+    /// `[arrival]`: when requests arrive (`sim::arrivals`: poisson, bursty or a replayed trace),
+    /// cut at `workload.horizon_s`; each request's adapter is drawn from the shares.
+    pub arrival: ArrivalTable,
     pub workload: WorkloadConfig,
     #[serde(default)]
     pub cost: CostConfig,
@@ -78,20 +84,19 @@ pub struct AdaptersConfig {
     pub count: Option<usize>,
 }
 
-/// `[workload]`: per-adapter Poisson arrivals whose shares follow a power law of shape `alpha`.
+/// `[workload]`: the adapters' request shares (a power law of shape `alpha`), the arrival
+/// horizon and the length distributions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadConfig {
-    /// Aggregate arrival rate over all adapters (requests per second).
-    pub rate_rps: f64,
     /// Skew shape in (0, 1]: 1 is uniform, smaller is heavier skew (see `adapter_shares`).
     #[serde(default = "one_f64")]
     pub alpha: f64,
-    /// Arrivals are generated over [0, horizon_s); the run lasts until every request finishes.
+    /// Requests arriving in [0, horizon_s) are served; the run lasts until every one finishes.
     pub horizon_s: f64,
-    /// Mean prompt length (tokens).
+    /// Mean prompt length (tokens), where the arrivals carry none.
     pub prompt_tokens: u64,
-    /// Mean output length (tokens).
+    /// Mean output length (tokens), where the arrivals carry none.
     pub output_tokens: u64,
     /// Lengths are uniform on mean x [1 - spread, 1 + spread]; spread in [0, 1).
     #[serde(default)]
@@ -187,7 +192,7 @@ impl Default for ServingConfig {
 }
 
 /// A validated ExpertWeave scenario.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct ExpertWeaveScenario {
     pub shape: MlaMoeShape,
     /// The device `cost.gpu` names.
@@ -197,29 +202,70 @@ pub struct ExpertWeaveScenario {
     pub tensor_parallel: u64,
     pub adapters: Vec<EsftAdapter>,
     pub memory: MemoryConfig,
+    /// When requests arrive (cut at `workload.horizon_s`).
+    pub arrival: ArrivalSpec,
+    /// Requests the arrivals offer before the horizon: the trace's rows replayed before it, or
+    /// unbounded (`usize::MAX`) for a rate.
+    pub max_arrivals: usize,
     pub workload: WorkloadConfig,
     pub cost: CostConfig,
     pub serving: ServingConfig,
-    /// Each adapter's share of the requests (sums to 1).
+    /// Each request's adapter: Zipf over the adapters with exponent `1 / alpha - 1`.
+    pub adapter_draw: Zipf,
+    /// Each adapter's share of the requests (sums to 1; `adapter_draw`'s probabilities).
     pub shares: Vec<f64>,
+    /// Prompt and output lengths where the arrivals carry none (rounded, at least 1).
+    pub prompt_lengths: Uniform,
+    pub output_lengths: Uniform,
     /// The measured profile `cost.profile` names, when it names one.
     pub profile: Option<EwProfile>,
 }
 
 /// Per-adapter request shares with power-law shape `alpha` in (0, 1]: share of the adapter of
-/// rank i (0-based) proportional to (i + 1)^-(1/alpha - 1). alpha = 1 is uniform; with two
+/// rank i (0-based) proportional to (i + 1)^-(1/alpha - 1), a Zipf law with exponent
+/// 1/alpha - 1 (the sampler each request's adapter is drawn from). alpha = 1 is uniform; with two
 /// adapters alpha = 0.3 gives 83/17 and alpha = 0.2 gives 94/6, the paper's "approximately 80%"
-/// and "up to 95%" (Section 5.2).
+/// and "up to 95%" (Section 5.2). `n` at least 1, `alpha` in (0, 1].
+pub fn adapter_draw(n: usize, alpha: f64) -> Zipf {
+    Zipf::new(n, 1.0 / alpha - 1.0).expect("validated: an adapter and alpha in (0, 1]")
+}
+
+/// The probabilities of [`adapter_draw`].
 pub fn adapter_shares(n: usize, alpha: f64) -> Vec<f64> {
-    let exponent = 1.0 / alpha - 1.0;
-    let weights: Vec<f64> = (0..n).map(|i| ((i + 1) as f64).powf(-exponent)).collect();
-    let total: f64 = weights.iter().sum();
-    weights.iter().map(|w| w / total).collect()
+    let draw = adapter_draw(n, alpha);
+    (0..n).map(|i| draw.probability(i)).collect()
+}
+
+/// Uniform lengths on `mean x [1 - spread, 1 + spread]`.
+fn lengths(mean: u64, spread: f64) -> Uniform {
+    let mean = mean as f64;
+    Uniform::new(mean * (1.0 - spread), mean * (1.0 + spread))
+        .expect("validated: a positive mean and spread in [0, 1)")
+}
+
+/// The requests `arrival` offers before `horizon`: a replayed trace's rows whose replayed time
+/// falls before it; unbounded (`usize::MAX`) for a rate.
+fn arrivals_before(arrival: &ArrivalSpec, horizon: SimTime) -> usize {
+    match arrival {
+        ArrivalSpec::Trace { trace, time_scale } => {
+            let rows = trace.rows();
+            let first = rows[0].timestamp_s;
+            rows.partition_point(|r| {
+                SimTime::from_secs_f64((r.timestamp_s - first) * time_scale) < horizon
+            })
+        }
+        _ => usize::MAX,
+    }
 }
 
 impl ExpertWeaveConfig {
-    /// Checks every table and resolves the model, the adapters and the device budget.
-    pub fn validate(&self, base_dir: &Path) -> Result<ExpertWeaveScenario, FieldError> {
+    /// Checks every table and resolves the model, the adapters, the device budget and the
+    /// arrivals (a trace path resolves against `base_dir`, loaded once per sweep through `cache`).
+    pub fn validate(
+        &self,
+        base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<ExpertWeaveScenario, FieldError> {
         let shape =
             MlaMoeShape::preset(&self.model).map_err(|e| field_error("model", e.to_string()))?;
         let d = &self.device;
@@ -316,7 +362,6 @@ impl ExpertWeaveConfig {
             MemoryConfig::BaseOnly => {}
         }
         let w = &self.workload;
-        positive("workload.rate_rps", w.rate_rps)?;
         let alpha = positive("workload.alpha", w.alpha)?;
         if alpha > 1.0 {
             return Err(field_error(
@@ -324,7 +369,22 @@ impl ExpertWeaveConfig {
                 format!("must be in (0, 1] (1 is uniform), got {alpha}"),
             ));
         }
-        positive("workload.horizon_s", w.horizon_s)?;
+        let horizon_s = positive("workload.horizon_s", w.horizon_s)?;
+        if horizon_s * 1e9 >= u64::MAX as f64 {
+            return Err(field_error(
+                "workload.horizon_s",
+                format!("{horizon_s} s does not fit in simulated time (about 584 years)"),
+            ));
+        }
+        if self.arrival.pattern == crate::arrivals::ArrivalPattern::Offline {
+            return Err(field_error(
+                "arrival.pattern",
+                "ExpertWeave's requests arrive over workload.horizon_s: give \"poisson\", \
+                 \"bursty\" or \"trace\"",
+            ));
+        }
+        let arrival = self.arrival.validate(usize::MAX, base_dir, cache)?;
+        let max_arrivals = arrivals_before(&arrival, SimTime::from_secs_f64(horizon_s));
         at_least_one("workload.prompt_tokens", w.prompt_tokens as usize)?;
         at_least_one("workload.output_tokens", w.output_tokens as usize)?;
         if !(w.length_spread.is_finite() && (0.0..1.0).contains(&w.length_spread)) {
@@ -359,18 +419,22 @@ impl ExpertWeaveConfig {
                 Some(profile)
             }
         };
-        let shares = adapter_shares(adapters.len(), alpha);
         Ok(ExpertWeaveScenario {
             shape,
             gpu,
             tensor_parallel: d.tensor_parallel,
             device,
-            adapters,
             memory: self.memory.clone(),
+            arrival,
+            max_arrivals,
             workload: w.clone(),
             cost: c.clone(),
             serving: self.serving.clone(),
-            shares,
+            adapter_draw: adapter_draw(adapters.len(), alpha),
+            shares: adapter_shares(adapters.len(), alpha),
+            prompt_lengths: lengths(w.prompt_tokens, w.length_spread),
+            output_lengths: lengths(w.output_tokens, w.length_spread),
+            adapters,
             profile,
         })
     }
@@ -388,8 +452,10 @@ utilization = 0.9
 names = ["gate-math", "gate-intent"]
 [memory]
 kind = "virtual_weight_tensor"
+[arrival]
+pattern = "poisson"
+rate_per_s = 2.0
 [workload]
-rate_rps = 2.0
 horizon_s = 10
 prompt_tokens = 256
 output_tokens = 64
@@ -401,7 +467,9 @@ output_tokens = 64
 
     #[test]
     fn minimal_config_validates() {
-        let scenario = config(MINIMAL).validate(Path::new(".")).unwrap();
+        let scenario = config(MINIMAL)
+            .validate(Path::new("."), &mut LoadCache::default())
+            .unwrap();
         assert_eq!(scenario.adapters.len(), 2);
         assert_eq!(scenario.device.capacity_bytes, 64 * GIB);
         assert!((scenario.shares.iter().sum::<f64>() - 1.0).abs() < 1e-12);
@@ -424,7 +492,17 @@ output_tokens = 64
                 "utilization = 1.2",
                 "device.utilization",
             ),
-            ("rate_rps = 2.0", "rate_rps = -1.0", "workload.rate_rps"),
+            (
+                "rate_per_s = 2.0",
+                "rate_per_s = -1.0",
+                "arrival.rate_per_s",
+            ),
+            (
+                "pattern = \"poisson\"\nrate_per_s = 2.0",
+                "pattern = \"offline\"",
+                "arrival.pattern",
+            ),
+            ("horizon_s = 10", "horizon_s = 1e300", "workload.horizon_s"),
             (
                 "names = [\"gate-math\", \"gate-intent\"]",
                 "names = [\"nope\"]",
@@ -443,7 +521,7 @@ output_tokens = 64
         ];
         for (from, to, path) in cases {
             let error = config(&MINIMAL.replace(from, to))
-                .validate(Path::new("."))
+                .validate(Path::new("."), &mut LoadCache::default())
                 .unwrap_err();
             assert_eq!(error.path, path, "{to}: {}", error.message);
         }

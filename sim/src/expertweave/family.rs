@@ -1,8 +1,10 @@
 //! ExpertWeave as a registered `Family`: its tables, what a cell demands, one seed's run through
 //! the policies' adapter-memory manager, and what live mode reads.
 
+use super::Popularity;
 use super::{ExpertWeaveConfig, ExpertWeaveScenario};
-use crate::cost::profile::SourceKind;
+use crate::arrivals::{ArrivalSpec, TraceStats};
+use crate::chimera::QueuePolicyConfig;
 use crate::family::{Family, LiveDescription, Run};
 use crate::metrics::MetricInfo;
 use crate::records::RecordSink;
@@ -10,7 +12,10 @@ use crate::runner::Policies;
 use crate::scenario::file::FigureKind;
 use crate::scenario::limits::{Demand, Quantity};
 use crate::scenario::validate::{FieldError, LoadCache};
-use std::path::Path;
+use crate::serving::{CostSource, StepCost, StepTime, StepWork};
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 /// The ExpertWeave family (expertweave.txt).
 pub struct ExpertWeave;
@@ -22,7 +27,7 @@ impl Family for ExpertWeave {
     const METRICS: &'static [MetricInfo] = super::METRICS;
     const HEADLINE: &'static [&'static str] = super::HEADLINE;
     const HEADLINE_IMPROVEMENTS: &'static [&'static str] = super::HEADLINE_IMPROVEMENTS;
-    const RATE_KEY: Option<&'static str> = Some("workload.rate_rps");
+    const RATE_KEY: Option<&'static str> = Some("arrival.rate_per_s");
     const FIGURE_KINDS: &'static [FigureKind] = &[FigureKind::ExpertweaveMemory];
     const CSV_COLUMNS: Option<&'static [&'static str]> = Some(super::run::CSV_COLUMNS);
     const PROFILE_FIELD: Option<&'static str> = Some("cost.profile");
@@ -30,19 +35,25 @@ impl Family for ExpertWeave {
     fn validate(
         config: ExpertWeaveConfig,
         base_dir: &Path,
-        _cache: &mut LoadCache,
+        cache: &mut LoadCache,
     ) -> Result<ExpertWeaveScenario, FieldError> {
-        config.validate(base_dir)
+        config.validate(base_dir, cache)
     }
 
     fn demands(s: &ExpertWeaveScenario) -> Vec<Demand> {
         use Quantity::*;
         let w = &s.workload;
+        let requests = match &s.arrival {
+            ArrivalSpec::Poisson { rate_per_s } | ArrivalSpec::Bursty { rate_per_s, .. } => {
+                Demand::new(Requests, rate_per_s * w.horizon_s, "arrival.rate_per_s")
+            }
+            _ => Demand::new(Requests, s.max_arrivals as f64, "workload.horizon_s"),
+        };
         // Lengths spread up to (1 + length_spread) times their mean.
         let spread = 1.0 + w.length_spread;
         vec![
             Demand::new(SimSeconds, w.horizon_s, "workload.horizon_s"),
-            Demand::new(Requests, w.rate_rps * w.horizon_s, "workload.rate_rps"),
+            requests,
             Demand::new(
                 TokensPerRequest,
                 w.prompt_tokens as f64 * spread,
@@ -58,6 +69,13 @@ impl Family for ExpertWeave {
         ]
     }
 
+    fn trace_replay(s: &ExpertWeaveScenario) -> Option<(PathBuf, TraceStats)> {
+        s.arrival.trace_stats(s.max_arrivals)
+    }
+
+    /// The run's cost source is the least measured one its steps reported (the measured
+    /// profile's when `[cost] profile` names one, the roofline's otherwise); a run that priced no
+    /// step (out of memory) names the source the scenario configures.
     fn run(
         scenario: &ExpertWeaveScenario,
         seed: u64,
@@ -65,15 +83,45 @@ impl Family for ExpertWeave {
         records: &mut dyn RecordSink,
     ) -> Result<Run, String> {
         let memory = &mut *policies.adapter_memory(&scenario.memory);
-        // `run_recorded` prices steps from the measured profile when `[cost] profile` names
-        // one, by the roofline otherwise.
-        let source = match scenario.profile {
-            Some(_) => SourceKind::Measured,
-            None => SourceKind::AnalyticRoofline,
+        // Each instance admits first come, first served.
+        let queue = &mut *policies.queue_policy(&QueuePolicyConfig::Fcfs);
+        let plan = match super::plan(scenario, memory) {
+            Ok(plan) => plan,
+            Err(output) => {
+                return Ok(Run {
+                    output,
+                    cost_source: super::run::cost_source(scenario).to_string(),
+                });
+            }
         };
+        let popularity = Popularity::new(scenario);
+        let least_measured = Rc::new(Cell::new(None));
+        let mut costs: Vec<Box<dyn StepCost + '_>> =
+            super::simulated_costs(scenario, &plan, &popularity)
+                .into_iter()
+                .map(|steps| {
+                    Box::new(NotedSteps {
+                        steps,
+                        least_measured: Rc::clone(&least_measured),
+                    }) as Box<dyn StepCost + '_>
+                })
+                .collect();
+        let output = super::serve(
+            scenario,
+            seed,
+            memory.kind(),
+            &plan,
+            queue,
+            &mut costs,
+            records,
+        );
+        let reported: Option<CostSource> = least_measured.get();
         Ok(Run {
-            output: super::run_recorded(scenario, seed, memory, records),
-            cost_source: source.as_str().to_string(),
+            output,
+            cost_source: match reported {
+                Some(source) => source.cost_model_name().to_string(),
+                None => super::run::cost_source(scenario).to_string(),
+            },
         })
     }
 
@@ -87,5 +135,23 @@ impl Family for ExpertWeave {
                 None => "analytic-roofline".into(),
             },
         }
+    }
+}
+
+/// An instance's step cost that notes the least measured source its steps report.
+struct NotedSteps<'a> {
+    steps: Box<dyn StepCost + 'a>,
+    least_measured: Rc<Cell<Option<CostSource>>>,
+}
+
+impl StepCost for NotedSteps<'_> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let time = self.steps.price(work);
+        let least = match self.least_measured.get() {
+            Some(seen) => seen.less_measured(time.source),
+            None => time.source,
+        };
+        self.least_measured.set(Some(least));
+        time
     }
 }

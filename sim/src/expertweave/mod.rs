@@ -1,6 +1,7 @@
 //! The ExpertWeave family (expertweave.txt): many ESFT expert adapters served over one shared MoE
-//! base model. The device-memory model, the adapters as data, and the adapter-memory extension
-//! point live here; the managers themselves are in `strategies::memory`.
+//! base model. The device-memory model, the adapters as data, the adapter-memory extension point,
+//! the routing popularity, the step costs and the serving run (each instance a
+//! `serving::Replica`) live here; the memory managers themselves are in `strategies::memory`.
 
 pub mod adapters;
 pub mod memory;
@@ -12,13 +13,17 @@ pub use memory::{AdapterMemory, AdapterMemoryError, MemoryConfig, MemoryPlan, Me
 pub use model::DeviceMemory;
 pub mod config;
 pub mod family;
+pub mod popularity;
 pub mod profile_cost;
 pub mod run;
+pub mod step_cost;
 
 pub use config::{ExpertWeaveConfig, ExpertWeaveScenario};
 pub use family::ExpertWeave;
+pub use popularity::Popularity;
 pub use profile_cost::{EwProfile, ProfileStepCost};
-pub use run::{EwStepCost, EwStepWork, Popularity, RooflineStepCost, run, run_on, run_recorded};
+pub use run::{plan, replica_config, run, run_recorded, serve, simulated_costs};
+pub use step_cost::RooflineStepCost;
 
 use crate::metrics::{Better, Metric, MetricInfo, metric_infos};
 

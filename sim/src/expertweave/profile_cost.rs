@@ -10,10 +10,13 @@
 //! the weights per output tile of columns); that is the one assumption beyond the measurements.
 
 use super::config::{ExpertWeaveScenario, Rerouting};
-use super::run::{EwStepCost, EwStepWork, Popularity};
+use super::memory::InstancePlan;
+use super::popularity::Popularity;
 use crate::cost::curve::CostCurve;
 use crate::cost::profile::{ExpertExecution, MeasuredProfile};
 use crate::cost::shape::WeightDtype;
+use crate::serving::{CostSource, StepBreakdown, StepCost, StepTime, StepWork};
+use crate::time::SimDuration;
 
 /// What the step cost needs from a measured profile, checked against the scenario's model.
 #[derive(Clone, Debug, PartialEq)]
@@ -114,66 +117,82 @@ impl EwProfile {
     }
 }
 
-/// The profile-driven step cost of a scenario with `[cost] profile`.
+/// The profile-driven step cost of one instance of a scenario with `[cost] profile`.
 pub struct ProfileStepCost<'a> {
     scenario: &'a ExpertWeaveScenario,
     profile: &'a EwProfile,
-    popularity: Popularity,
+    instance: &'a InstancePlan,
+    popularity: &'a Popularity,
+    /// (probability read, routed rows) of every expert weight of one layer, reused.
+    weights: Vec<(f64, f64)>,
 }
 
 impl<'a> ProfileStepCost<'a> {
     /// `None` when the scenario names no profile.
-    pub fn new(scenario: &'a ExpertWeaveScenario) -> Option<ProfileStepCost<'a>> {
+    pub fn new(
+        scenario: &'a ExpertWeaveScenario,
+        instance: &'a InstancePlan,
+        popularity: &'a Popularity,
+    ) -> Option<ProfileStepCost<'a>> {
         scenario.profile.as_ref().map(|profile| ProfileStepCost {
             scenario,
             profile,
-            popularity: Popularity::new(scenario),
+            instance,
+            popularity,
+            weights: Vec::new(),
         })
     }
 }
 
-impl EwStepCost for ProfileStepCost<'_> {
-    fn seconds(&mut self, work: &EwStepWork<'_>) -> f64 {
+impl StepCost for ProfileStepCost<'_> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
         let shape = &self.scenario.shape;
         let p = self.profile;
-        let tokens: u64 = work.tokens_by_adapter.iter().sum();
-        if tokens == 0 {
-            return 0.0;
-        }
+        let tokens = work.prefill_tokens + work.decode_tokens;
         let hidden = shape.hidden;
-        let mut ns = 0.0;
+        let mut dense_ns = 0.0;
         for layer in 0..shape.n_layers {
-            ns += p.gemm_ns(
+            dense_ns += p.gemm_ns(
                 shape.layer_non_routed_params(layer).div_ceil(hidden),
                 tokens,
             );
         }
-        ns += p.gemm_ns(shape.vocab, tokens);
-        let instance = work.instance;
+        dense_ns += p.gemm_ns(shape.vocab, tokens);
+        let instance = self.instance;
         let use_adapters = instance.adapter_experts && instance.reroutes;
+        let (mut reroute_ns, mut moe_ns) = (0.0, 0.0);
         for layer in 0..shape.n_moe_layers() as usize {
             if instance.reroutes && !instance.adapters.is_empty() {
-                ns += p.reroute_ns(instance.adapters.len(), tokens);
+                reroute_ns += p.reroute_ns(instance.adapters.len(), tokens);
             }
-            // Serial: every weight read costs its tiles; concurrent: the slowest one counts.
-            let (mut sum, mut slowest) = (0.0, 0.0f64);
-            self.popularity.expected_loads(
+            self.popularity.expected_reads(
                 layer,
-                work.tokens_by_adapter,
+                work.adapters,
                 shape.top_k,
                 use_adapters,
-                |touched, load| {
-                    let t = p.expert_ns(touched, load);
-                    sum += t;
-                    slowest = slowest.max(t);
-                },
+                &mut self.weights,
             );
-            ns += match p.expert_execution {
+            // Serial: every weight read costs its tiles; concurrent: the slowest one counts.
+            let (mut sum, mut slowest) = (0.0, 0.0f64);
+            for &(read, rows) in &self.weights {
+                let t = p.expert_ns(read, rows);
+                sum += t;
+                slowest = slowest.max(t);
+            }
+            moe_ns += match p.expert_execution {
                 ExpertExecution::Serial => sum,
                 ExpertExecution::Concurrent => slowest,
             };
         }
-        ns * 1e-9
+        let nanos = dense_ns + reroute_ns + moe_ns;
+        StepTime {
+            duration: SimDuration(nanos.round().max(1.0) as u64),
+            breakdown: StepBreakdown {
+                moe_ns,
+                ..StepBreakdown::default()
+            },
+            source: CostSource::Measured,
+        }
     }
 }
 

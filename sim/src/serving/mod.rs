@@ -21,9 +21,9 @@ pub use queue::{QueuePolicy, QueuedRequest};
 pub use replica::{AdmitHook, Replica, Seq};
 pub use router::{EngineState, RouteRequest, Router};
 pub use step::{
-    CostSource, ExpectedRouting, MeasuredStepCost, RooflineStepCost, RoutedTokens, StepBreakdown,
-    StepCost, StepTime, StepWork,
+    AdapterTokens, CostSource, ExpectedRouting, MeasuredStepCost, RooflineStepCost, RoutedTokens,
+    StepBreakdown, StepCost, StepTime, StepWork,
 };
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

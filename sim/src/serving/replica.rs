@@ -23,7 +23,7 @@ use super::former::BatchFormer;
 use super::kv::BlockManager;
 use super::metrics::ReplicaStats;
 use super::queue::{QueuePolicy, QueuedRequest};
-use super::step::StepWork;
+use super::step::{AdapterTokens, StepWork};
 use crate::time::{SimDuration, SimTime};
 use std::collections::VecDeque;
 
@@ -33,6 +33,11 @@ pub trait AdmitHook {
     fn output_tokens(&mut self, request: &QueuedRequest) -> u32;
     /// The request enters the batch for the first time at `now` (not called on resumption).
     fn admitted(&mut self, now: SimTime, request: &QueuedRequest, output: u32);
+    /// The adapter (a LoRA or an ESFT expert set) the request runs with, if any; the steps it
+    /// is in count its tokens under it (`StepWork::adapters`). Asked once, at admission.
+    fn adapter(&mut self, _request: &QueuedRequest) -> Option<u32> {
+        None
+    }
 }
 
 /// A sequence admitted to the replica.
@@ -44,6 +49,8 @@ pub struct Seq {
     pub output: u32,
     /// Output tokens emitted so far.
     pub generated: u32,
+    /// The adapter it runs with (`AdmitHook::adapter`).
+    adapter: Option<u32>,
     /// Tokens to prefill before decoding: the prompt, plus the tokens generated before a
     /// recompute preemption.
     prefill_len: u32,
@@ -64,6 +71,10 @@ pub struct Seq {
 impl Seq {
     fn prefilling(&self) -> bool {
         self.kv < self.prefill_len
+    }
+    /// The adapter it runs with, if any.
+    pub fn adapter(&self) -> Option<u32> {
+        self.adapter
     }
     /// Tokens whose KV the sequence holds.
     pub fn context(&self) -> u32 {
@@ -144,6 +155,10 @@ pub struct Replica {
     swapped_in: u64,
     /// The batch a `BatchFormer` hands over, reused.
     formed: Vec<QueuedRequest>,
+    /// Whether a sequence with an adapter was ever admitted (else no step has adapters to count).
+    adapters_seen: bool,
+    /// The scheduled step's tokens per adapter, by adapter id.
+    step_adapters: Vec<AdapterTokens>,
     order: StepOrder,
 }
 
@@ -165,6 +180,8 @@ impl Replica {
             swapped_out: 0,
             swapped_in: 0,
             formed: Vec::new(),
+            adapters_seen: false,
+            step_adapters: Vec::new(),
             order: StepOrder::DecodeFirst,
         }
     }
@@ -259,6 +276,27 @@ impl Replica {
                 self.swapped.push_front(s);
             }
         }
+    }
+
+    /// Counts the scheduled step's tokens per adapter into `step_adapters`, by adapter id.
+    fn count_adapter_tokens(&mut self) {
+        self.step_adapters.clear();
+        if !self.adapters_seen {
+            return;
+        }
+        for s in &self.running {
+            let Some(adapter) = s.adapter.filter(|_| s.scheduled > 0) else {
+                continue;
+            };
+            match self.step_adapters.iter_mut().find(|a| a.adapter == adapter) {
+                Some(entry) => entry.tokens += u64::from(s.scheduled),
+                None => self.step_adapters.push(AdapterTokens {
+                    adapter,
+                    tokens: u64::from(s.scheduled),
+                }),
+            }
+        }
+        self.step_adapters.sort_unstable_by_key(|a| a.adapter);
     }
 
     /// Decides the next step at `now`: returns its work, or `None` (and the replica goes idle)
@@ -372,6 +410,7 @@ impl Replica {
     /// The continuous step `tally` counted.
     fn step_work(&mut self, tally: Tally) -> StepWork<'_> {
         self.step_requests = tally.requests;
+        self.count_adapter_tokens();
         StepWork {
             requests: self.step_requests,
             prefill_tokens: tally.prefill,
@@ -381,7 +420,7 @@ impl Replica {
             decode_iterations: 0,
             routed: None,
             expected_routing: None,
-            adapters: &[],
+            adapters: &self.step_adapters,
             swapped_out_tokens: self.swapped_out,
             swapped_in_tokens: self.swapped_in,
         }
@@ -407,11 +446,13 @@ impl Replica {
                 (s, false)
             } else if let Some(request) = policy.pop(index, self.iteration) {
                 let output = hook.output_tokens(&request).max(1);
+                let adapter = hook.adapter(&request);
                 let s = Seq {
                     prefill_len: request.prompt_tokens.max(1),
                     request: Box::new(request),
                     output,
                     generated: 0,
+                    adapter,
                     kv: 0,
                     blocks: 0,
                     scheduled: 0,
@@ -448,6 +489,7 @@ impl Replica {
             if fresh {
                 self.next_order += 1;
                 self.stats.admitted += 1;
+                self.adapters_seen |= s.adapter.is_some();
                 hook.admitted(now, &s.request, s.output);
             } else {
                 s.order = self.next_order;
@@ -493,6 +535,8 @@ impl Replica {
         let mut longest = 0;
         for request in formed.drain(..) {
             let output = former.output_tokens(&request).max(1);
+            let adapter = former.adapter(&request);
+            self.adapters_seen |= adapter.is_some();
             longest = longest.max(output);
             self.stats.admitted += 1;
             former.admitted(now, &request, output);
@@ -502,6 +546,7 @@ impl Replica {
                 request: Box::new(request),
                 output,
                 generated: 0,
+                adapter,
                 kv: 0,
                 blocks: 0,
                 scheduled: 0,
@@ -526,6 +571,7 @@ impl Replica {
             self.busy = false;
             return None;
         }
+        self.count_adapter_tokens();
         Some(StepWork {
             requests: tally.requests,
             prefill_tokens: tally.prefill,
@@ -535,7 +581,7 @@ impl Replica {
             batch: &self.running,
             routed: None,
             expected_routing: None,
-            adapters: &[],
+            adapters: &self.step_adapters,
             swapped_out_tokens: 0,
             swapped_in_tokens: 0,
         })

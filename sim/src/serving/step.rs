@@ -35,6 +35,13 @@ pub struct ExpectedRouting<'a> {
     pub decode: &'a [f32],
 }
 
+/// The tokens one adapter's sequences compute in a step (prefill and decode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdapterTokens {
+    pub adapter: u32,
+    pub tokens: u64,
+}
+
 /// One step's work, as the replica scheduled it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StepWork<'a> {
@@ -62,8 +69,10 @@ pub struct StepWork<'a> {
     pub routed: Option<RoutedTokens<'a>>,
     /// MoE routing of the step as expectations, where the family models it so.
     pub expected_routing: Option<ExpectedRouting<'a>>,
-    /// Adapters (LoRA, ESFT expert sets) the step's sequences use, distinct.
-    pub adapters: &'a [u32],
+    /// Adapters (LoRA, ESFT expert sets) the step's sequences run with, distinct and by id,
+    /// each with the tokens its sequences compute in the step (`AdmitHook::adapter`; empty when
+    /// no sequence has one).
+    pub adapters: &'a [AdapterTokens],
     /// KV tokens moved to host memory before the step (swap preemption).
     pub swapped_out_tokens: u64,
     /// KV tokens moved back to the GPU before the step.
@@ -83,6 +92,34 @@ pub enum CostSource {
     Scaled,
     /// A queueing-theory reference service time (constant or exponential), no cost model.
     Reference,
+}
+
+impl CostSource {
+    /// The less measured of two sources, in the order measured, scaled, analytic, a queueing
+    /// reference (how far each is from a measurement of this device).
+    pub fn less_measured(self, other: CostSource) -> CostSource {
+        let rank = |source: CostSource| match source {
+            CostSource::Measured => 0,
+            CostSource::Scaled => 1,
+            CostSource::Analytic => 2,
+            CostSource::Reference => 3,
+        };
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
+
+    /// The source as results name a cell's cost model (`cells[].cost_model`).
+    pub fn cost_model_name(self) -> &'static str {
+        match self {
+            CostSource::Measured => crate::cost::profile::SourceKind::Measured.as_str(),
+            CostSource::Scaled => "scaled",
+            CostSource::Analytic => crate::cost::profile::SourceKind::AnalyticRoofline.as_str(),
+            CostSource::Reference => "reference",
+        }
+    }
 }
 
 /// The parts of a step's time, in ns (a part may overlap others: the duration is not their sum
@@ -116,6 +153,13 @@ pub struct StepTime {
 /// Prices a step. `&mut self` so that a live implementation can run and record it.
 pub trait StepCost {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime;
+}
+
+/// A boxed step cost prices as the cost it holds (so a wrapper can take a family's chosen cost).
+impl<T: StepCost + ?Sized> StepCost for Box<T> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        (**self).price(work)
+    }
 }
 
 impl StepWork<'_> {

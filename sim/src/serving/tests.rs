@@ -11,9 +11,9 @@ use crate::time::{SimDuration, SimTime};
 use rand::RngExt;
 use std::collections::{BTreeMap, VecDeque};
 
-/// FCFS per replica.
+/// FCFS per replica (families' tests drive their replicas with it too).
 #[derive(Default)]
-struct Fifo(Vec<VecDeque<QueuedRequest>>);
+pub(crate) struct Fifo(Vec<VecDeque<QueuedRequest>>);
 impl QueuePolicy for Fifo {
     fn name(&self) -> &'static str {
         "fcfs"
@@ -120,6 +120,8 @@ fn trace_in_order(config: ReplicaConfig, order: StepOrder, requests: &[(u64, u32
     while let Some(work) = replica.schedule(now, &mut policy, 0, &mut hook) {
         let step = (work.prefill_tokens, work.decode_tokens, work.context_tokens);
         swaps.push((work.swapped_out_tokens, work.swapped_in_tokens));
+        // The hook names no adapter, so no step counts any.
+        assert!(work.adapters.is_empty());
         let in_step = || work.batch.iter().filter(|s| s.scheduled() > 0);
         assert_eq!(
             in_step().map(|s| u64::from(s.step_context())).sum::<u64>(),
@@ -242,6 +244,85 @@ fn static_batching_admits_only_into_an_empty_replica() {
     // Continuous: C joins at s2.
     let t = trace(config(2, None, false), &[(1, 4, 3), (2, 4, 1), (3, 4, 1)]);
     assert_eq!(t.steps[1], (4, 1, 9, vec![1, 3]));
+}
+
+/// Output lengths and adapters by request id (no entry: no adapter).
+#[derive(Default)]
+struct WithAdapters {
+    output: BTreeMap<u64, u32>,
+    adapter: BTreeMap<u64, u32>,
+}
+impl AdmitHook for WithAdapters {
+    fn output_tokens(&mut self, r: &QueuedRequest) -> u32 {
+        self.output[&r.id]
+    }
+    fn admitted(&mut self, _: SimTime, _: &QueuedRequest, _: u32) {}
+    fn adapter(&mut self, r: &QueuedRequest) -> Option<u32> {
+        self.adapter.get(&r.id).copied()
+    }
+}
+
+#[test]
+fn a_step_counts_its_tokens_per_adapter() {
+    // Budget 10, no chunking. (prompt, output, adapter): A (4, 2, 2), B (3, 3, 0), C (5, 1, 2),
+    // D (2, 1, none).
+    // s1: A prefills 4, B 3 (3 left); C's 5 > 3 waits, D behind it.  Adapter 0: 3, 2: 4.
+    // s2: A, B decode 1 each; C prefills 5, D 2.  Adapter 0: 1 (B), 2: 1 + 5 (A, C); D none.
+    //     A, C, D finish.
+    // s3: B decodes.  Adapter 0: 1.
+    let mut replica = Replica::new(config(8, Some(10), false));
+    let mut policy = Fifo::default();
+    policy.reset(1);
+    let mut hook = WithAdapters::default();
+    for (id, prompt, output, adapter) in [
+        (1, 4, 2, Some(2)),
+        (2, 3, 3, Some(0)),
+        (3, 5, 1, Some(2)),
+        (4, 2, 1, None),
+    ] {
+        hook.output.insert(id, output);
+        if let Some(a) = adapter {
+            hook.adapter.insert(id, a);
+        }
+        replica.submit(
+            SimTime::ZERO,
+            request(id, prompt, SimTime::ZERO),
+            &mut policy,
+            0,
+        );
+    }
+    let tokens = |pairs: &[(u32, u64)]| -> Vec<AdapterTokens> {
+        pairs
+            .iter()
+            .map(|&(adapter, tokens)| AdapterTokens { adapter, tokens })
+            .collect()
+    };
+    let expected = [
+        tokens(&[(0, 3), (2, 4)]),
+        tokens(&[(0, 1), (2, 6)]),
+        tokens(&[(0, 1)]),
+    ];
+    let mut now = SimTime::ZERO;
+    let mut finished = vec![];
+    for (step, want) in expected.iter().enumerate() {
+        let work = replica
+            .schedule(now, &mut policy, 0, &mut hook)
+            .expect("a step runs");
+        assert_eq!(work.adapters, &want[..], "step {}", step + 1);
+        replica.begin_step(SimDuration(10));
+        now += SimDuration(10);
+        replica.complete_step(now, &mut finished);
+    }
+    assert!(replica.schedule(now, &mut policy, 0, &mut hook).is_none());
+    let mut adapters: Vec<(u64, Option<u32>)> = finished
+        .iter()
+        .map(|s| (s.request.id, s.adapter()))
+        .collect();
+    adapters.sort_unstable();
+    assert_eq!(
+        adapters,
+        vec![(1, Some(2)), (2, Some(0)), (3, Some(2)), (4, None)]
+    );
 }
 
 #[test]
@@ -689,4 +770,20 @@ fn a_step_reads_as_rows_sequences_context_and_squared_prefills() {
         read,
         vec![(6, 1, 6, 36.0), (5, 2, 11, 16.0), (2, 2, 13, 0.0)]
     );
+}
+
+#[test]
+fn the_less_measured_of_two_sources_follows_measured_scaled_analytic_reference() {
+    use CostSource::*;
+    // The order, written out: a measurement of this device, a measurement carried to another
+    // shape, the datasheet roofline, a queueing reference with no cost model.
+    let order = [Measured, Scaled, Analytic, Reference];
+    for (i, &a) in order.iter().enumerate() {
+        for (j, &b) in order.iter().enumerate() {
+            let expected = order[i.max(j)];
+            assert_eq!(a.less_measured(b), expected, "{a:?} vs {b:?}");
+        }
+    }
+    assert_eq!(Measured.cost_model_name(), "measured");
+    assert_eq!(Analytic.cost_model_name(), "analytic-roofline");
 }

@@ -1,0 +1,336 @@
+//! An ExpertWeave instance's steps priced through the serving layer's one step-cost seam
+//! (`serving::StepCost`) from the cost model's one roofline: the non-expert part of the MLA-MoE
+//! model (`cost::roofline::StepRoofline::mla_moe_non_expert`: weights, the latent KV cache the
+//! decoding sequences read, attention and GEMM FLOPs on tile-padded rows, launches), each MoE
+//! layer's expected expert reads as one grouped GEMM spread over the instance's devices
+//! (`cost::moe_layer`, base experts and the adapters' copies as distinct weights to stream,
+//! `Popularity`), and, where the instance reroutes, the batched-rerouting operator priced as the
+//! bytes it moves (`cost::roofline::Roofline`).
+
+use super::config::{ExpertWeaveScenario, Rerouting};
+use super::memory::InstancePlan;
+use super::popularity::Popularity;
+use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
+use crate::cost::roofline::{Roofline, StepRoofline, StepTokens};
+use crate::cost::shape::WeightDtype;
+use crate::serving::{CostSource, StepBreakdown, StepCost, StepTime, StepWork};
+use crate::time::SimDuration;
+
+/// Kernels per transformer layer outside the routed experts and rerouting (norms, projections,
+/// attention, router, combine), each paying one launch per step; the routed experts' grouped
+/// GEMM launches its own 3 (`cost::moe_layer`), 8 per MoE layer in all.
+pub const NON_EXPERT_KERNELS_PER_LAYER: u32 = 5;
+
+/// What a step asks of the model's dense part: its token rows, the sequences the head scores,
+/// the KV the decoding sequences attend to, and the causal prefill's squared prompt lengths.
+pub fn step_tokens(work: &StepWork<'_>) -> StepTokens {
+    let (mut context, mut prefill_square) = (0u64, 0.0f64);
+    for s in work.batch.iter().filter(|s| s.scheduled() > 0) {
+        let prefill = s.step_prefill();
+        if prefill > 0 {
+            prefill_square += f64::from(prefill) * f64::from(prefill);
+        } else {
+            context += u64::from(s.step_context());
+        }
+    }
+    StepTokens {
+        rows: work.prefill_tokens + work.decode_tokens,
+        sequences: work.requests,
+        context_tokens: context,
+        prefill_square,
+    }
+}
+
+/// The analytic step cost of one instance.
+pub struct RooflineStepCost<'a> {
+    instance: &'a InstancePlan,
+    popularity: &'a Popularity,
+    top_k: u64,
+    moe_layers: u64,
+    experts: MoeLayerCost,
+    non_expert: StepRoofline,
+    /// Rerouting per MoE layer: operators, bytes per token, bytes per step (the expert map);
+    /// `None` when the instance does not reroute.
+    rerouting: Option<(f64, f64, f64)>,
+    /// (probability read, routed rows) of every expert weight of one layer, reused.
+    weights: Vec<(f64, f64)>,
+}
+
+impl<'a> RooflineStepCost<'a> {
+    pub fn new(
+        scenario: &ExpertWeaveScenario,
+        instance: &'a InstancePlan,
+        popularity: &'a Popularity,
+    ) -> RooflineStepCost<'a> {
+        let shape = &scenario.shape;
+        let devices = instance.n_devices;
+        let experts = MoeLayerCost::for_experts(
+            &scenario.gpu,
+            shape.hidden as usize,
+            shape.expert_ffn as usize,
+            WeightDtype::Bf16,
+            MoeLayerParams::default(),
+        );
+        let non_expert = StepRoofline::mla_moe_non_expert(
+            shape,
+            Roofline::of(&scenario.gpu),
+            scenario.tensor_parallel.min(devices),
+            devices,
+            NON_EXPERT_KERNELS_PER_LAYER,
+        );
+        // Per MoE layer and token: read its adapter id and its top-k ids, write the top-k ids
+        // (int32); per step: the expert map's rows of the instance's adapters. The unfused chain
+        // moves its intermediate arrays through memory once per operator.
+        let rerouting = instance.reroutes.then(|| {
+            let operators = match scenario.cost.rerouting {
+                Rerouting::Fused => 1.0,
+                Rerouting::Unfused => scenario.cost.unfused_ops as f64,
+            };
+            let per_token = (4 + 2 * 4 * shape.top_k) as f64;
+            let per_step = (instance.adapters.len() as u64 * shape.n_routed_experts * 4) as f64;
+            (operators, per_token, per_step)
+        });
+        RooflineStepCost {
+            instance,
+            popularity,
+            top_k: shape.top_k,
+            moe_layers: shape.n_moe_layers(),
+            experts,
+            non_expert,
+            rerouting,
+            weights: Vec::new(),
+        }
+    }
+}
+
+impl StepCost for RooflineStepCost<'_> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let tokens = step_tokens(work);
+        let dense = self.non_expert.price(&tokens);
+        let devices = self.instance.n_devices as f64;
+        let use_adapters = self.instance.adapter_experts && self.instance.reroutes;
+        let mut moe_ns = 0.0;
+        for layer in 0..self.moe_layers as usize {
+            self.popularity.expected_reads(
+                layer,
+                work.adapters,
+                self.top_k,
+                use_adapters,
+                &mut self.weights,
+            );
+            moe_ns += self.experts.grouped_gemm_spread(
+                self.weights
+                    .iter()
+                    .filter(|(read, _)| *read > 0.0)
+                    .map(|&(read, rows)| (read, rows / read)),
+                devices,
+                SpeedFactors::NOMINAL,
+            );
+        }
+        // Rerouting: per MoE layer its operators, each a launch plus the bytes it moves.
+        let (mut reroute_ns, mut reroute_launch_ns) = (0.0, 0.0);
+        if let Some((operators, per_token, per_step)) = self.rerouting {
+            let roofline = &self.experts.roofline;
+            let bytes = tokens.rows as f64 * per_token + per_step;
+            let operators = self.moe_layers as f64 * operators;
+            reroute_ns = operators * roofline.op(bytes / devices, 0.0).nanos();
+            reroute_launch_ns = operators * roofline.launch_ns;
+        }
+        let nanos = dense.nanos + moe_ns + reroute_ns + reroute_launch_ns;
+        StepTime {
+            duration: SimDuration(nanos.round().max(1.0) as u64),
+            breakdown: StepBreakdown {
+                compute_ns: dense.compute_ns,
+                memory_ns: dense.memory_ns + reroute_ns,
+                communication_ns: dense.communication_ns,
+                overhead_ns: dense.overhead_ns + reroute_launch_ns,
+                moe_ns,
+                ..StepBreakdown::default()
+            },
+            source: CostSource::Analytic,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expertweave::config::ExpertWeaveConfig;
+    use crate::expertweave::model::KvCapacity;
+    use crate::expertweave::run::replica_config;
+    use crate::serving::tests::Fifo;
+    use crate::serving::{AdmitHook, QueuePolicy, QueuedRequest, Replica};
+    use crate::time::SimTime;
+    use std::path::Path;
+
+    fn scenario(rerouting: &str) -> ExpertWeaveScenario {
+        let text = format!(
+            r#"
+[device]
+capacity_gib = 64
+utilization = 0.9
+[adapters]
+names = ["gate-math", "token-math", "gate-intent"]
+[memory]
+kind = "virtual_weight_tensor"
+[arrival]
+pattern = "poisson"
+rate_per_s = 1.0
+[workload]
+horizon_s = 1
+prompt_tokens = 16
+output_tokens = 4
+[cost]
+rerouting = "{rerouting}"
+"#
+        );
+        toml::from_str::<ExpertWeaveConfig>(&text)
+            .unwrap()
+            .validate(Path::new("."), &mut Default::default())
+            .unwrap()
+    }
+
+    /// Request `id` runs with adapter `id % 3` and 4 output tokens.
+    struct ByIdHook;
+    impl AdmitHook for ByIdHook {
+        fn output_tokens(&mut self, _request: &QueuedRequest) -> u32 {
+            4
+        }
+        fn adapter(&mut self, request: &QueuedRequest) -> Option<u32> {
+            Some((request.id % 3) as u32)
+        }
+        fn admitted(&mut self, _now: SimTime, _request: &QueuedRequest, _output: u32) {}
+    }
+
+    /// The prefill step of 4 requests of 8 prompt tokens (adapters 0, 1, 2, 0) on one device,
+    /// priced by the roofline step cost.
+    fn price_prefill(s: &ExpertWeaveScenario, instance: &InstancePlan) -> StepTime {
+        let popularity = Popularity::new(s);
+        let mut cost = RooflineStepCost::new(s, instance, &popularity);
+        let mut replica = Replica::new(replica_config(s, instance));
+        let mut fifo = Fifo::default();
+        fifo.reset(1);
+        for id in 0..4 {
+            let request = QueuedRequest {
+                id,
+                workflow: id,
+                stage: 0,
+                submitted: SimTime::ZERO,
+                workflow_arrival: SimTime::ZERO,
+                enqueued_iteration: 0,
+                prompt_tokens: 8,
+                predicted_stage_tokens: 0.0,
+                predicted_total_tokens: 0.0,
+                attained_service: 0,
+                rank_noise: 0.0,
+            };
+            replica.submit(SimTime::ZERO, request, &mut fifo, 0);
+        }
+        let work = replica
+            .schedule(SimTime::ZERO, &mut fifo, 0, &mut ByIdHook)
+            .unwrap();
+        assert_eq!((work.prefill_tokens, work.adapters.len()), (32, 3));
+        cost.price(&work)
+    }
+
+    #[test]
+    fn unfused_rerouting_costs_its_extra_operators_launches_and_bytes() {
+        // Per MoE layer the fused kernel is 1 operator and the unfused chain 5, each a 10 us
+        // launch on the Ascend-910B plus the bytes it moves at 0.8 x 1.6 TB/s: per token its
+        // adapter id and top-6 ids read and the top-6 ids written (4 + 2 x 4 x 6 = 52 B), per
+        // step the expert map's rows of the 3 adapters (3 x 64 x 4 = 768 B). 32 prefill rows:
+        // 32 x 52 + 768 = 2,432 B, 1.9 ns. Over 26 MoE layers the unfused chain adds
+        // 26 x 4 x (10,000 + 1.9) ns; everything else in the step is the same.
+        let instance = InstancePlan {
+            adapters: vec![0, 1, 2],
+            reroutes: true,
+            adapter_experts: true,
+            n_devices: 1,
+            weight_bytes: 0,
+            kv: KvCapacity {
+                kv_bytes: 0,
+                kv_tokens: 1_000_000,
+                out_of_memory: false,
+            },
+        };
+        let fused = price_prefill(&scenario("fused"), &instance);
+        let unfused = price_prefill(&scenario("unfused"), &instance);
+        let per_op_ns = 10_000.0 + 2_432.0 / (0.8 * 1.6e12) * 1e9;
+        let extra = 26.0 * 4.0 * per_op_ns;
+        let measured = unfused.duration.0 as f64 - fused.duration.0 as f64;
+        assert!((measured - extra).abs() <= 1.0, "{measured} vs {extra}");
+        assert_eq!(fused.breakdown.moe_ns, unfused.breakdown.moe_ns);
+        // The launches are overhead, the bytes memory time.
+        let overhead = unfused.breakdown.overhead_ns - fused.breakdown.overhead_ns;
+        assert!(
+            (overhead - 26.0 * 4.0 * 10_000.0).abs() < 1e-6,
+            "{overhead}"
+        );
+    }
+
+    #[test]
+    fn a_memory_bound_decode_step_reads_its_expected_distinct_experts() {
+        // Base only, one sequence decoding one token of adapter 0: per MoE layer its 6 routing
+        // draws read expert e with probability 1 - (1 - p_e)^6, and the grouped GEMM streams
+        // each read expert's 3 x 2048 x 1408 x 2 B = 17,301,504 B at 0.8 x 1.6 TB/s (13.5 us;
+        // its 64 padded rows compute in 64 x 2 x 3 x 2048 x 1408 / (0.6 x 280 TFLOP/s) = 6.6 us,
+        // so memory binds) after 3 launches of 10 us.
+        let s = scenario("fused");
+        let instance = InstancePlan {
+            adapters: vec![0, 1, 2],
+            reroutes: false,
+            adapter_experts: false,
+            n_devices: 1,
+            weight_bytes: 0,
+            kv: KvCapacity {
+                kv_bytes: 0,
+                kv_tokens: 1_000_000,
+                out_of_memory: false,
+            },
+        };
+        let popularity = Popularity::new(&s);
+        let mut cost = RooflineStepCost::new(&s, &instance, &popularity);
+        let mut replica = Replica::new(replica_config(&s, &instance));
+        let mut fifo = Fifo::default();
+        fifo.reset(1);
+        let request = QueuedRequest {
+            id: 0,
+            workflow: 0,
+            stage: 0,
+            submitted: SimTime::ZERO,
+            workflow_arrival: SimTime::ZERO,
+            enqueued_iteration: 0,
+            prompt_tokens: 8,
+            predicted_stage_tokens: 0.0,
+            predicted_total_tokens: 0.0,
+            attained_service: 0,
+            rank_noise: 0.0,
+        };
+        replica.submit(SimTime::ZERO, request, &mut fifo, 0);
+        let prefill = replica.schedule(SimTime::ZERO, &mut fifo, 0, &mut ByIdHook);
+        assert_eq!(prefill.map(|w| w.prefill_tokens), Some(8));
+        replica.begin_step(crate::time::SimDuration(1));
+        replica.complete_step(SimTime(1), &mut Vec::new());
+        let work = replica
+            .schedule(SimTime(1), &mut fifo, 0, &mut ByIdHook)
+            .unwrap();
+        assert_eq!((work.decode_tokens, work.prefill_tokens), (1, 0));
+        let moe_ns = cost.price(&work).breakdown.moe_ns;
+        let read_ns = 17_301_504.0 / (0.8 * 1.6e12) * 1e9;
+        let expected: f64 = (0..26)
+            .map(|layer| {
+                let distinct: f64 = popularity
+                    .probabilities(0, layer)
+                    .iter()
+                    .map(|p| 1.0 - (1.0 - p).powi(6))
+                    .sum();
+                assert!(distinct > 1.0 && distinct < 6.0, "{distinct}");
+                3.0 * 10_000.0 + distinct * read_ns
+            })
+            .sum();
+        assert!(
+            (moe_ns - expected).abs() < 1e-6 * expected,
+            "{moe_ns} vs {expected}"
+        );
+    }
+}
