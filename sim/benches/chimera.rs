@@ -66,7 +66,7 @@ slack = 0.5
 fn one_hour_rps16(c: &mut Criterion) {
     let config: ChimeraConfig = toml::from_str(SCENARIO).expect("bench scenario parses");
     let scenario = config
-        .validate(Path::new("."))
+        .validate(Path::new("."), &mut Default::default())
         .expect("bench scenario is valid");
     let mut group = c.benchmark_group("chimera");
     group.sample_size(10);

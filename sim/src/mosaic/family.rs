@@ -3,7 +3,6 @@
 
 use super::{MosaicConfig, MosaicScenario, SessionPricing, SimulatedPricing};
 use crate::chimera::QueuePolicyConfig;
-use crate::cost::profile::SourceKind;
 use crate::family::{Family, LiveDescription, Run};
 use crate::metrics::MetricInfo;
 use crate::records::RecordSink;
@@ -87,7 +86,10 @@ impl Family for Mosaic {
             &mut pricing,
         )
         .map_err(|e| e.to_string())?;
-        let reported = pricing.least_measured.get().map_or("none", source_name);
+        let reported = pricing
+            .least_measured
+            .get()
+            .map_or("none", CostSource::cost_model_name);
         Ok(Run {
             output,
             cost_source: match &scenario.measured {
@@ -151,31 +153,10 @@ impl StepCost for NotedSteps<'_> {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime {
         let time = self.steps.price(work);
         let least = match self.least_measured.get() {
-            Some(seen) if rank(seen) >= rank(time.source) => seen,
-            _ => time.source,
+            Some(seen) => seen.less_measured(time.source),
+            None => time.source,
         };
         self.least_measured.set(Some(least));
         time
-    }
-}
-
-/// How far a source is from a measurement of this device: measured, scaled, analytic, a
-/// queueing reference.
-fn rank(source: CostSource) -> u8 {
-    match source {
-        CostSource::Measured => 0,
-        CostSource::Scaled => 1,
-        CostSource::Analytic => 2,
-        CostSource::Reference => 3,
-    }
-}
-
-/// A step source as results name a cell's cost model (`cells[].cost_model`).
-fn source_name(source: CostSource) -> &'static str {
-    match source {
-        CostSource::Measured => SourceKind::Measured.as_str(),
-        CostSource::Scaled => "scaled",
-        CostSource::Analytic => SourceKind::AnalyticRoofline.as_str(),
-        CostSource::Reference => "reference",
     }
 }
