@@ -18,16 +18,15 @@ use super::policy::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Route
 use super::stats::{average_precision, kendall_tau_distance};
 use super::workload::{SYSTEM_PROMPT_TOKENS, Workflow};
 use crate::arrivals::ArrivalProcess;
-use crate::cost::roofline::StepTokens;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::metrics::{LatencyRecorder, LatencySummary};
 use crate::rng::{SimRng, stream};
 use crate::serving::{
-    Admission, AdmitHook, Batching, CostSource, KvConfig, Replica, ReplicaConfig, Seq,
-    StepBreakdown, StepCost, StepTime, StepWork,
+    Admission, AdmitHook, Batching, KvConfig, MeasuredStepCost, Replica, ReplicaConfig,
+    RooflineStepCost, Seq, StepCost, StepTime, StepWork,
 };
-use crate::time::{SimDuration, SimTime};
+use crate::time::SimTime;
 use rand_distr::{Distribution, StandardNormal};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -64,39 +63,18 @@ pub fn replica_config(cost: &EngineCost) -> ReplicaConfig {
     }
 }
 
-/// Chimera's engine cost (`models::EngineCost`, the cost model's roofline) behind the serving
-/// layer's step-cost seam: a step's decoding sequences and prompt tokens are its rows, its
-/// sequences the head's rows, its cached context the attention's, and its prompts the causal
-/// prefill's (summed over the batch only when the step prefills).
+/// Chimera's engine cost (`models::EngineCost`) behind the serving layer's step-cost seam: the
+/// serving layer's dense step over the engine's roofline, or over its measured operations with
+/// `cluster.measured` (`RooflineStepCost`, `MeasuredStepCost`: a step's decoding sequences and
+/// prompt tokens are its rows, its sequences the head's rows, its cached context the attention's,
+/// its prompts the causal prefill's).
 pub struct EngineStepCost<'a>(pub &'a EngineCost);
 
 impl StepCost for EngineStepCost<'_> {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime {
-        let prefill_square = if work.prefill_tokens > 0 {
-            work.batch
-                .iter()
-                .map(|seq| f64::from(seq.step_prefill()).powi(2))
-                .sum()
-        } else {
-            0.0
-        };
-        let (price, op_sources) = self.0.step_with_sources(&StepTokens {
-            rows: work.decode_tokens + work.prefill_tokens,
-            sequences: work.requests,
-            context_tokens: work.context_tokens,
-            prefill_square,
-        });
-        StepTime {
-            duration: SimDuration(price.nanos.round() as u64),
-            breakdown: StepBreakdown {
-                compute_ns: price.compute_ns,
-                memory_ns: price.memory_ns,
-                communication_ns: price.communication_ns,
-                overhead_ns: price.overhead_ns,
-                op_sources,
-                ..StepBreakdown::default()
-            },
-            source: op_sources.map_or(CostSource::Analytic, |s| s.step_source()),
+        match &self.0.measured {
+            Some(measured) => MeasuredStepCost(measured).price(work),
+            None => RooflineStepCost(&self.0.roofline).price(work),
         }
     }
 }
