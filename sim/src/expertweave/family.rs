@@ -12,7 +12,7 @@ use crate::runner::Policies;
 use crate::scenario::file::FigureKind;
 use crate::scenario::limits::{Demand, Quantity};
 use crate::scenario::validate::{FieldError, LoadCache};
-use crate::serving::{CostSource, StepCost, StepTime, StepWork};
+use crate::serving::{CostSource, NotingSource, StepCost};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -100,10 +100,7 @@ impl Family for ExpertWeave {
             super::simulated_costs(scenario, &plan, &popularity)
                 .into_iter()
                 .map(|steps| {
-                    Box::new(NotedSteps {
-                        steps,
-                        least_measured: Rc::clone(&least_measured),
-                    }) as Box<dyn StepCost + '_>
+                    Box::new(NotingSource::new(steps, &least_measured)) as Box<dyn StepCost + '_>
                 })
                 .collect();
         let output = super::serve(
@@ -135,23 +132,5 @@ impl Family for ExpertWeave {
                 None => "analytic-roofline".into(),
             },
         }
-    }
-}
-
-/// An instance's step cost that notes the least measured source its steps report.
-struct NotedSteps<'a> {
-    steps: Box<dyn StepCost + 'a>,
-    least_measured: Rc<Cell<Option<CostSource>>>,
-}
-
-impl StepCost for NotedSteps<'_> {
-    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
-        let time = self.steps.price(work);
-        let least = match self.least_measured.get() {
-            Some(seen) => seen.less_measured(time.source),
-            None => time.source,
-        };
-        self.least_measured.set(Some(least));
-        time
     }
 }

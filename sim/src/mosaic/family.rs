@@ -10,7 +10,7 @@ use crate::runner::Policies;
 use crate::scenario::file::FigureKind;
 use crate::scenario::limits::{Demand, Quantity};
 use crate::scenario::validate::{FieldError, LoadCache};
-use crate::serving::{CostSource, StepCost, StepTime, StepWork};
+use crate::serving::{CostSource, NotingSource, StepCost};
 use crate::time::SimDuration;
 use std::cell::Cell;
 use std::path::Path;
@@ -133,30 +133,9 @@ impl<'a> SessionPricing<'a> for SourceNoting<'a> {
     fn steps(&mut self, unit: usize, model: usize) -> Box<dyn StepCost + 'a> {
         let steps = self.pricing.steps(unit, model);
         if model < self.n_experts {
-            Box::new(NotedSteps {
-                steps,
-                least_measured: Rc::clone(&self.least_measured),
-            })
+            Box::new(NotingSource::new(steps, &self.least_measured))
         } else {
             steps
         }
-    }
-}
-
-/// A session's step cost that notes the least measured source its steps report.
-struct NotedSteps<'a> {
-    steps: Box<dyn StepCost + 'a>,
-    least_measured: Rc<Cell<Option<CostSource>>>,
-}
-
-impl StepCost for NotedSteps<'_> {
-    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
-        let time = self.steps.price(work);
-        let least = match self.least_measured.get() {
-            Some(seen) => seen.less_measured(time.source),
-            None => time.source,
-        };
-        self.least_measured.set(Some(least));
-        time
     }
 }

@@ -21,8 +21,8 @@ pub use queue::{QueuePolicy, QueuedRequest};
 pub use replica::{AdmitHook, Replica, Seq};
 pub use router::{EngineState, RouteRequest, Router};
 pub use step::{
-    AdapterTokens, CostSource, ExpectedRouting, MeasuredStepCost, RooflineStepCost, RoutedTokens,
-    StepBreakdown, StepCost, StepTime, StepWork,
+    AdapterTokens, CostSource, ExpectedRouting, MeasuredStepCost, NotingSource, RooflineStepCost,
+    RoutedTokens, StepBreakdown, StepCost, StepTime, StepWork,
 };
 
 #[cfg(test)]

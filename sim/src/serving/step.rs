@@ -122,6 +122,38 @@ impl CostSource {
     }
 }
 
+/// A step cost that notes, in a cell shared by all the step costs of a run, the least measured
+/// source its steps report: what results name as the run's cost model (`cells[].cost_model`).
+pub struct NotingSource<'a> {
+    steps: Box<dyn StepCost + 'a>,
+    least_measured: std::rc::Rc<std::cell::Cell<Option<CostSource>>>,
+}
+
+impl<'a> NotingSource<'a> {
+    /// `steps`, noting into `least_measured` (none until a step is priced).
+    pub fn new(
+        steps: Box<dyn StepCost + 'a>,
+        least_measured: &std::rc::Rc<std::cell::Cell<Option<CostSource>>>,
+    ) -> Self {
+        NotingSource {
+            steps,
+            least_measured: std::rc::Rc::clone(least_measured),
+        }
+    }
+}
+
+impl StepCost for NotingSource<'_> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let time = self.steps.price(work);
+        let least = match self.least_measured.get() {
+            Some(seen) => seen.less_measured(time.source),
+            None => time.source,
+        };
+        self.least_measured.set(Some(least));
+        time
+    }
+}
+
 /// The parts of a step's time, in ns (a part may overlap others: the duration is not their sum
 /// when compute and memory overlap). A cost model leaves at 0 (or empty) what it does not split.
 #[derive(Clone, Debug, PartialEq, Default, Serialize)]
