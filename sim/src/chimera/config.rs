@@ -10,7 +10,8 @@ use super::workload::{
 use crate::arrivals::{ArrivalSpec, ArrivalTable, TraceStats};
 use crate::cost::gpu::GpuSpec;
 use crate::scenario::validate::{
-    FieldError, LoadCache, at_least_one, field_error, measured_on, measured_set, positive,
+    FieldError, LoadCache, at_least_one, field_error, measured_on, measured_set, non_negative,
+    positive,
 };
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -173,17 +174,6 @@ fn trace_rows_within(trace: &crate::arrivals::Trace, time_scale: f64, duration_s
     rows.partition_point(|r| (r.timestamp_s - first) * time_scale <= duration_s)
 }
 
-fn non_negative(path: &str, value: f64) -> Result<f64, FieldError> {
-    if value.is_finite() && value >= 0.0 {
-        Ok(value)
-    } else {
-        Err(field_error(
-            path,
-            format!("must be finite and >= 0, got {value}"),
-        ))
-    }
-}
-
 impl ChimeraConfig {
     /// The workflow arrivals and their mean rate: Poisson at `workload.rps`, or the `[arrival]`
     /// table (exactly one of the two).
@@ -293,28 +283,9 @@ impl ChimeraConfig {
         }
         let duration_s = positive("workload.duration_s", self.workload.duration_s)?;
         let (arrival, rps) = self.arrival_spec(duration_s, base_dir, cache)?;
-        if let PredictorConfig::Noisy { noise } = &self.predictor {
-            non_negative("predictor.noise", *noise)?;
-        }
-        if let SemanticRouterConfig::Noisy { noise } = &self.semantic_router {
-            non_negative("semantic_router.noise", *noise)?;
-        }
-        match &self.queue {
-            QueuePolicyConfig::Mlfq {
-                levels,
-                base_quantum_tokens,
-            } => {
-                at_least_one("queue.levels", *levels as usize)?;
-                at_least_one("queue.base_quantum_tokens", *base_quantum_tokens as usize)?;
-            }
-            QueuePolicyConfig::Ltr { noise } => {
-                non_negative("queue.noise", *noise)?;
-            }
-            QueuePolicyConfig::Stjf { quantum, .. } => {
-                at_least_one("queue.quantum", *quantum as usize)?;
-            }
-            QueuePolicyConfig::Fcfs | QueuePolicyConfig::Sjf => {}
-        }
+        self.predictor.validate("predictor")?;
+        self.semantic_router.validate("semantic_router")?;
+        self.queue.validate("queue")?;
         match &self.routing {
             RouterConfig::LeastLoaded {
                 waiting_weight,

@@ -2,6 +2,7 @@
 //! (the traits, `QueuePolicy` and `Router`, are the serving layer's: `crate::serving`).
 //! Implementations live in the `strategies` crate (`strategies::queue`, `strategies::routing`).
 
+use crate::scenario::validate::{FieldError, at_least_one, non_negative};
 pub use crate::serving::queue::{QueuePolicy, QueuedRequest};
 pub use crate::serving::router::{EngineState, RouteRequest, Router};
 use serde::{Deserialize, Serialize};
@@ -62,6 +63,30 @@ fn default_ltr_noise() -> f64 {
 }
 
 impl QueuePolicyConfig {
+    /// The parameters' own ranges; errors name the key under `path` (the policy's table).
+    pub fn validate(&self, path: &str) -> Result<(), FieldError> {
+        match self {
+            QueuePolicyConfig::Mlfq {
+                levels,
+                base_quantum_tokens,
+            } => {
+                at_least_one(&format!("{path}.levels"), *levels as usize)?;
+                at_least_one(
+                    &format!("{path}.base_quantum_tokens"),
+                    *base_quantum_tokens as usize,
+                )?;
+            }
+            QueuePolicyConfig::Ltr { noise } => {
+                non_negative(&format!("{path}.noise"), *noise)?;
+            }
+            QueuePolicyConfig::Stjf { quantum, .. } => {
+                at_least_one(&format!("{path}.quantum"), *quantum as usize)?;
+            }
+            QueuePolicyConfig::Fcfs | QueuePolicyConfig::Sjf => {}
+        }
+        Ok(())
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             QueuePolicyConfig::Fcfs => "fcfs",
@@ -105,7 +130,7 @@ fn default_running_weight() -> f64 {
     1.0
 }
 /// Chimera's confidence margin Δs (our choice; the paper gives no value).
-fn default_margin() -> f64 {
+pub fn default_margin() -> f64 {
     0.05
 }
 

@@ -6,6 +6,7 @@
 //! Every constant here is listed with its source in docs/chimera.md.
 
 use crate::rng::SimRng;
+use crate::scenario::validate::{FieldError, non_negative};
 use rand::RngExt;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
@@ -307,6 +308,14 @@ pub enum SemanticRouterConfig {
 }
 
 impl SemanticRouterConfig {
+    /// The noise's range; the error names `path.noise`.
+    pub fn validate(&self, path: &str) -> Result<(), FieldError> {
+        if let SemanticRouterConfig::Noisy { noise } = self {
+            non_negative(&format!("{path}.noise"), *noise)?;
+        }
+        Ok(())
+    }
+
     /// The confidence of each model (index into `models`) for `workflow`.
     pub fn confidences(
         &self,
@@ -315,27 +324,42 @@ impl SemanticRouterConfig {
         rng: &mut SimRng,
         out: &mut Vec<f64>,
     ) {
+        self.confidences_of(
+            workflow.difficulty,
+            workflow.outcome_draw,
+            models.iter().map(|m| (m.capability, m.standalone_score)),
+            rng,
+            out,
+        );
+    }
+
+    /// The confidence of each model, given as (capability `c_m`, standalone score in %), for a
+    /// query of `difficulty` whose outcome draw is `outcome_draw` (a model succeeds when the
+    /// draw falls below its success probability): one difficulty estimate drawn from `rng` per
+    /// query for `Noisy`, no draw otherwise.
+    pub fn confidences_of(
+        &self,
+        difficulty: f64,
+        outcome_draw: f64,
+        models: impl Iterator<Item = (f64, f64)>,
+        rng: &mut SimRng,
+        out: &mut Vec<f64>,
+    ) {
         out.clear();
         match self {
             SemanticRouterConfig::Noisy { noise } => {
                 let eps: f64 = StandardNormal.sample(rng);
-                let estimate = workflow.difficulty + noise * eps;
-                out.extend(
-                    models
-                        .iter()
-                        .map(|m| success_probability(m.capability, estimate)),
-                );
+                let estimate = difficulty + noise * eps;
+                out.extend(models.map(|(c, _)| success_probability(c, estimate)));
             }
-            SemanticRouterConfig::Oracle => out.extend(models.iter().map(|m| {
-                if workflow.succeeds(m.capability) {
+            SemanticRouterConfig::Oracle => out.extend(models.map(|(c, _)| {
+                if outcome_draw < success_probability(c, difficulty) {
                     1.0
                 } else {
                     0.0
                 }
             })),
-            SemanticRouterConfig::Static => {
-                out.extend(models.iter().map(|m| m.standalone_score / 100.0))
-            }
+            SemanticRouterConfig::Static => out.extend(models.map(|(_, score)| score / 100.0)),
         }
     }
 }
@@ -356,6 +380,14 @@ pub enum PredictorConfig {
 }
 
 impl PredictorConfig {
+    /// The noise's range; the error names `path.noise`.
+    pub fn validate(&self, path: &str) -> Result<(), FieldError> {
+        if let PredictorConfig::Noisy { noise } = self {
+            non_negative(&format!("{path}.noise"), *noise)?;
+        }
+        Ok(())
+    }
+
     /// The prediction for a request whose truth is `truth` tokens, with `prompt_tokens` input
     /// tokens, submitted as the `sequence`-th request.
     pub fn predict(&self, truth: u64, prompt_tokens: u32, sequence: u64, rng: &mut SimRng) -> f64 {

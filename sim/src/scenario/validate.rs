@@ -36,6 +36,18 @@ pub fn positive(path: &str, value: f64) -> Result<f64, FieldError> {
 }
 
 /// `value` if it is at least 1.
+/// `value` if finite and at least 0, else a `FieldError` at `path`.
+pub fn non_negative(path: &str, value: f64) -> Result<f64, FieldError> {
+    if value.is_finite() && value >= 0.0 {
+        Ok(value)
+    } else {
+        Err(field_error(
+            path,
+            format!("must be finite and >= 0, got {value}"),
+        ))
+    }
+}
+
 pub fn at_least_one(path: &str, value: usize) -> Result<usize, FieldError> {
     if value >= 1 {
         Ok(value)

@@ -1,18 +1,23 @@
 //! The serving family's scenario tables (`ServingConfig`: `[model]`, `[replica]`, `[experts]`,
-//! `[routing]`, `[workload]`, `[arrival]`, `[output]`) and their validation into a runnable
-//! `ServingScenario`. Options that belong to the second part of issue 19 (CAPS batch formers,
-//! expert mappings other than linear, ExpertWeave adapters, Chimera's queue policies and
-//! router) have their keys reserved here and are refused with a "not yet" error naming them,
-//! never silently ignored; combinations that cannot work are refused naming both keys.
+//! `[routing]`, `[workload]`, `[predictor]`, `[arrival]`, `[output]`) and their validation into
+//! a runnable `ServingScenario`. `[replica]` is one table (every replica alike) or an array of
+//! `[[replica]]` tables, one per replica group (a heterogeneous cluster: each group its model,
+//! GPUs and count). Options that belong to the second part of issue 19 (CAPS batch formers,
+//! expert mappings other than linear, ExpertWeave adapters) have their keys reserved here and
+//! are refused with a "not yet" error naming them, never silently ignored; combinations that
+//! cannot work are refused naming both keys.
 
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
+use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
 use crate::chimera::{QueuePolicyConfig, RouterConfig};
 use crate::cost::gpu::{GpuSpec, LinkSpec};
 use crate::cost::moe_layer::SpeedFactors;
 use crate::cost::roofline::DEFAULT_HOST_OVERHEAD_NS;
 use crate::cost::shape::{DenseModelShape, MoeModelShape};
 use crate::distributions::{TokenCount, TokenLength};
-use crate::scenario::validate::{FieldError, LoadCache, duration, field_error, positive};
+use crate::scenario::validate::{
+    FieldError, LoadCache, duration, field_error, non_negative, positive,
+};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -20,9 +25,11 @@ use std::path::Path;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServingConfig {
-    pub model: ModelTable,
+    /// The model of every replica group that does not name its own (`replica.model`).
     #[serde(default)]
-    pub replica: ReplicaTable,
+    pub model: Option<ModelTable>,
+    #[serde(default)]
+    pub replica: ReplicaTables,
     /// How an MoE model's tokens reach its experts; only for a model with experts.
     #[serde(default)]
     pub experts: Option<ExpertsTable>,
@@ -30,6 +37,11 @@ pub struct ServingConfig {
     #[serde(default)]
     pub routing: RoutingTable,
     pub workload: WorkloadTable,
+    /// Chimera's length predictor (`chimera::workload::PredictorConfig`): how each request's
+    /// predicted output tokens, which the length-aware queue policies and Chimera's activity
+    /// monitor read, are drawn from its true output length (default: Chimera's, noisy 0.6).
+    #[serde(default = "crate::chimera::config::default_predictor")]
+    pub predictor: PredictorConfig,
     pub arrival: ArrivalTable,
     #[serde(default)]
     pub output: OutputTable,
@@ -73,11 +85,58 @@ fn d_queue() -> QueuePolicyConfig {
     QueuePolicyConfig::Fcfs
 }
 
-/// `[replica]`: one replica's GPUs, parallelism, memory and scheduler (every replica alike).
+/// `[replica]` (every replica alike) or `[[replica]]` (one table per replica group).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ReplicaTables {
+    One(ReplicaTable),
+    Groups(Vec<ReplicaTable>),
+}
+
+impl Default for ReplicaTables {
+    fn default() -> Self {
+        ReplicaTables::One(ReplicaTable::default())
+    }
+}
+
+/// A table is one group, an array of tables the groups; the errors inside either keep their
+/// field paths (an untagged enum would lose them).
+impl<'de> Deserialize<'de> for ReplicaTables {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Tables;
+        impl<'de> serde::de::Visitor<'de> for Tables {
+            type Value = ReplicaTables;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a [replica] table or an array of [[replica]] tables")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                ReplicaTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(ReplicaTables::One)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                Vec::<ReplicaTable>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
+                    .map(ReplicaTables::Groups)
+            }
+        }
+        deserializer.deserialize_any(Tables)
+    }
+}
+
+/// `[replica]`: one replica group's model, GPUs, parallelism, memory and scheduler (every
+/// replica of the group alike).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReplicaTable {
-    /// Replicas of the cluster.
+    /// The group's model (a preset name, as `model.name`); default `[model]`'s.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Replicas of the group.
     #[serde(default = "d_count")]
     pub count: usize,
     /// GPU catalogue name (`sim::cost::gpu`).
@@ -122,9 +181,15 @@ pub struct ReplicaTable {
     /// Share of the blocks an admission leaves free (vllm and sarathi; vLLM's 1 %).
     #[serde(default = "d_watermark")]
     pub watermark: f64,
-    /// The queue policy ordering each replica's waiting requests (fcfs; the others in part 2).
+    /// The queue policy ordering each replica's waiting requests (`strategies::queue`: fcfs,
+    /// sjf, stjf, mlfq, ltr). One policy serves the whole cluster: a `[[replica]]` group that
+    /// names one must name the same as every other.
     #[serde(default = "d_queue")]
     pub queue: QueuePolicyConfig,
+    /// The model's standalone task score, in % (Chimera's `s_m`): the capability Chimera's
+    /// semantic router compares with each request's difficulty (`routing.kind = "chimera"`).
+    #[serde(default)]
+    pub task_score_pct: Option<f64>,
     /// A CAPS batch selector forming each step's batch (part 2 of issue 19: refused for now).
     #[serde(default)]
     pub batch_former: Option<toml::Value>,
@@ -242,12 +307,15 @@ pub enum RoutingTable {
         #[serde(default)]
         running_weight: Option<f64>,
     },
-    /// Chimera's confidence router (part 2 of issue 19: refused for now).
+    /// Chimera's dispatcher (`strategies::routing::chimera`, Algorithm 1): the most confident
+    /// replica within `(1 + slack)` of the fastest estimated delay, leaving the fastest only for
+    /// a confidence gain of at least `margin`; the confidences from `semantic_router`.
     Chimera {
-        #[serde(default)]
-        slack: Option<f64>,
+        slack: f64,
         #[serde(default)]
         margin: Option<f64>,
+        #[serde(default)]
+        semantic_router: Option<SemanticRouterConfig>,
     },
 }
 
@@ -365,18 +433,33 @@ pub struct ReplicaSpec {
     /// Tokens per KV block (1 for orca, which does not page).
     pub block_size: u32,
     pub watermark: f64,
+    /// The model's standalone task score, % (`replica.task_score_pct`).
+    pub task_score_pct: Option<f64>,
 }
 
-/// One runnable cell of a serving scenario.
+/// One group of alike replicas of a heterogeneous cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplicaGroup {
+    pub model: ServedModel,
+    pub replica: ReplicaSpec,
+}
+
+/// One runnable cell of a serving scenario. `model` and `replica` are the first replica group
+/// (the only one of a `[replica]` table); `other_groups` the rest of a `[[replica]]` array, in
+/// file order. Replicas are numbered group by group.
 #[derive(Clone, Debug)]
 pub struct ServingScenario {
     pub model: ServedModel,
     pub replica: ReplicaSpec,
+    pub other_groups: Vec<ReplicaGroup>,
     pub expert_routing: ExpertRoutingTable,
     /// The router across replicas, as the `Policies` registry builds it.
     pub router: RouterConfig,
     pub router_kind: &'static str,
+    /// Chimera's semantic router (with `routing.kind = "chimera"` only).
+    pub semantic_router: Option<SemanticRouterConfig>,
     pub queue: QueuePolicyConfig,
+    pub predictor: PredictorConfig,
     pub n_requests: usize,
     pub n_topics: u32,
     pub prompt_tokens: LengthSpec,
@@ -391,6 +474,35 @@ impl ServingScenario {
     /// Requests a run serves: `n_requests`, or the trace's rows if fewer.
     pub fn requests(&self) -> usize {
         self.arrival.requests(self.n_requests)
+    }
+
+    /// Every replica group, the first one first.
+    pub fn groups(&self) -> impl Iterator<Item = (&ServedModel, &ReplicaSpec)> {
+        std::iter::once((&self.model, &self.replica))
+            .chain(self.other_groups.iter().map(|g| (&g.model, &g.replica)))
+    }
+
+    /// Replicas of the whole cluster.
+    pub fn replica_count(&self) -> usize {
+        self.groups().map(|(_, r)| r.count).sum()
+    }
+
+    /// GPUs of the whole cluster.
+    pub fn gpu_count(&self) -> usize {
+        self.groups().map(|(_, r)| r.count * r.gpus).sum()
+    }
+
+    /// The scenario of group `g` alone (its `model` and `replica`, no other group): what the
+    /// per-replica pieces (`Deployment`, `ReplicaStepCost`) are built from.
+    pub fn group(&self, g: usize) -> ServingScenario {
+        let mut one = self.clone();
+        if g > 0 {
+            let group = &self.other_groups[g - 1];
+            one.model = group.model.clone();
+            one.replica = group.replica.clone();
+        }
+        one.other_groups.clear();
+        one
     }
 }
 
@@ -485,6 +597,25 @@ fn length(
     }))
 }
 
+/// The served model called `name` (a dense or MoE preset), its error at `path`.
+fn served_model(path: &str, name: &str) -> Result<ServedModel, FieldError> {
+    if let Ok(shape) = DenseModelShape::preset(name) {
+        Ok(ServedModel::Dense(shape))
+    } else if let Ok(shape) = MoeModelShape::preset(name) {
+        Ok(ServedModel::Moe(shape))
+    } else {
+        let mut known: Vec<&str> = crate::cost::shape::DENSE_PRESETS.to_vec();
+        known.extend(crate::cost::shape::MOE_PRESETS);
+        Err(field_error(
+            path,
+            format!(
+                "unknown model {name:?}; the serving family serves the dense and MoE presets: {}",
+                known.join(", ")
+            ),
+        ))
+    }
+}
+
 impl ServingConfig {
     /// Checks every table and every combination; errors name the field (and, for a bad
     /// combination, the other key involved).
@@ -493,57 +624,95 @@ impl ServingConfig {
         base_dir: &Path,
         cache: &mut LoadCache,
     ) -> Result<ServingScenario, FieldError> {
-        let model = if let Ok(shape) = DenseModelShape::preset(&self.model.name) {
-            ServedModel::Dense(shape)
-        } else if let Ok(shape) = MoeModelShape::preset(&self.model.name) {
-            ServedModel::Moe(shape)
-        } else {
-            let mut known: Vec<&str> = crate::cost::shape::DENSE_PRESETS.to_vec();
-            known.extend(crate::cost::shape::MOE_PRESETS);
-            return Err(field_error(
-                "model.name",
-                format!(
-                    "unknown model {:?}; the serving family serves the dense and MoE presets: {}",
-                    self.model.name,
-                    known.join(", ")
-                ),
-            ));
+        let tables: Vec<(String, &ReplicaTable)> = match &self.replica {
+            ReplicaTables::One(table) => vec![("replica".to_string(), table)],
+            ReplicaTables::Groups(tables) if tables.is_empty() => {
+                return Err(field_error(
+                    "replica",
+                    "needs at least one [[replica]] group",
+                ));
+            }
+            ReplicaTables::Groups(tables) => tables
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (format!("replica[{i}]"), t))
+                .collect(),
         };
-        let r = &self.replica;
-        let count = crate::scenario::validate::at_least_one("replica.count", r.count)?;
-        let gpu =
-            GpuSpec::by_name(&r.gpu).map_err(|e| field_error("replica.gpu", e.to_string()))?;
-        let tp =
-            crate::scenario::validate::at_least_one("replica.tensor_parallel", r.tensor_parallel)?;
-        let ep =
-            crate::scenario::validate::at_least_one("replica.expert_parallel", r.expert_parallel)?;
+        let mut groups = Vec::with_capacity(tables.len());
+        for (path, table) in &tables {
+            groups.push(self.group(path, table)?);
+        }
+        let queue = self.cluster_queue(&tables)?;
+        self.rest(groups, queue, base_dir, cache)
+    }
+
+    /// The one queue policy of the cluster: the groups' `queue`, which must agree.
+    fn cluster_queue(
+        &self,
+        tables: &[(String, &ReplicaTable)],
+    ) -> Result<QueuePolicyConfig, FieldError> {
+        let (first_path, first) = &tables[0];
+        for (path, table) in &tables[1..] {
+            if table.queue != first.queue {
+                return Err(field_error(
+                    &format!("{path}.queue"),
+                    format!(
+                        "one queue policy serves the cluster: {path}.queue ({}) differs from \
+                         {first_path}.queue ({})",
+                        table.queue.kind(),
+                        first.queue.kind()
+                    ),
+                ));
+            }
+        }
+        first.queue.validate(&format!("{first_path}.queue"))?;
+        Ok(first.queue.clone())
+    }
+
+    /// One replica group, its keys under `p` (`replica` or `replica[i]`).
+    fn group(&self, p: &str, r: &ReplicaTable) -> Result<ReplicaGroup, FieldError> {
+        let model = match (&r.model, &self.model) {
+            (Some(name), _) => served_model(&format!("{p}.model"), name)?,
+            (None, Some(table)) => served_model("model.name", &table.name)?,
+            (None, None) => {
+                return Err(field_error(
+                    "model.name",
+                    format!("is required: a [model] table, or {p}.model naming the group's"),
+                ));
+            }
+        };
+        let count = crate::scenario::validate::at_least_one(&format!("{p}.count"), r.count)?;
+        let gpu = GpuSpec::by_name(&r.gpu)
+            .map_err(|e| field_error(&format!("{p}.gpu"), e.to_string()))?;
+        let tp = crate::scenario::validate::at_least_one(
+            &format!("{p}.tensor_parallel"),
+            r.tensor_parallel,
+        )?;
+        let ep = crate::scenario::validate::at_least_one(
+            &format!("{p}.expert_parallel"),
+            r.expert_parallel,
+        )?;
         let gpus = match r.gpus {
-            Some(g) => crate::scenario::validate::at_least_one("replica.gpus", g)?,
+            Some(g) => crate::scenario::validate::at_least_one(&format!("{p}.gpus"), g)?,
             None => tp.max(ep),
         };
         if gpus % tp != 0 {
             return Err(field_error(
-                "replica.tensor_parallel",
-                format!("{tp} does not divide the replica's {gpus} GPUs (replica.gpus)"),
+                &format!("{p}.tensor_parallel"),
+                format!("{tp} does not divide the replica's {gpus} GPUs ({p}.gpus)"),
             ));
         }
         match &model {
             ServedModel::Dense(shape) => {
                 if ep != 1 {
                     return Err(field_error(
-                        "replica.expert_parallel",
+                        &format!("{p}.expert_parallel"),
                         format!("{} has no experts to spread (a dense model)", shape.name),
-                    ));
-                }
-                if self.experts.is_some() {
-                    return Err(field_error(
-                        "experts",
-                        format!("{} has no experts to route (a dense model)", shape.name),
                     ));
                 }
                 if tp != gpus {
                     return Err(field_error(
-                        "replica.gpus",
+                        &format!("{p}.gpus"),
                         format!(
                             "a dense replica runs tensor-parallel over all its GPUs: {gpus} GPUs \
                              with replica.tensor_parallel = {tp} (more data-parallel copies are \
@@ -553,7 +722,7 @@ impl ServingConfig {
                 }
                 if shape.n_heads % tp as u64 != 0 {
                     return Err(field_error(
-                        "replica.tensor_parallel",
+                        &format!("{p}.tensor_parallel"),
                         format!(
                             "{tp} does not divide {}'s {} attention heads",
                             shape.name, shape.n_heads
@@ -564,13 +733,13 @@ impl ServingConfig {
             ServedModel::Moe(shape) => {
                 if gpus % ep != 0 {
                     return Err(field_error(
-                        "replica.expert_parallel",
-                        format!("{ep} does not divide the replica's {gpus} GPUs (replica.gpus)"),
+                        &format!("{p}.expert_parallel"),
+                        format!("{ep} does not divide the replica's {gpus} GPUs ({p}.gpus)"),
                     ));
                 }
                 if shape.n_experts % ep != 0 {
                     return Err(field_error(
-                        "replica.expert_parallel",
+                        &format!("{p}.expert_parallel"),
                         format!(
                             "{ep} does not divide {}'s {} experts per layer (the linear mapping \
                              puts as many on every GPU)",
@@ -580,7 +749,7 @@ impl ServingConfig {
                 }
                 if shape.n_attention_heads % tp != 0 {
                     return Err(field_error(
-                        "replica.tensor_parallel",
+                        &format!("{p}.tensor_parallel"),
                         format!(
                             "{tp} does not divide {}'s {} attention heads",
                             shape.name, shape.n_attention_heads
@@ -607,9 +776,9 @@ impl ServingConfig {
         }
         if let Some(former) = &r.batch_former {
             return Err(field_error(
-                "replica.batch_former",
+                &format!("{p}.batch_former"),
                 format!(
-                    "a CAPS selector ({}) forms static batches, and replica.scheduler {:?} \
+                    "a CAPS selector ({}) forms static batches, and {p}.scheduler {:?} \
                      batches continuously; not yet: a static replica kind with batch formers \
                      comes with the second part of issue 19 (docs/serving-family.md)",
                     kind_of(former),
@@ -617,20 +786,11 @@ impl ServingConfig {
                 ),
             ));
         }
-        if r.queue != QueuePolicyConfig::Fcfs {
-            return Err(not_yet(
-                "replica.queue.kind",
-                &format!(
-                    "the {} queue policy (it needs a length predictor)",
-                    r.queue.kind()
-                ),
-            ));
-        }
         let speed_factors = match &r.speed_factors {
             Some(factors) => {
                 if factors.len() != gpus {
                     return Err(field_error(
-                        "replica.speed_factors",
+                        &format!("{p}.speed_factors"),
                         format!(
                             "needs one factor per GPU: {} given, {gpus} GPUs",
                             factors.len()
@@ -640,7 +800,7 @@ impl ServingConfig {
                 for (i, &f) in factors.iter().enumerate() {
                     if !(f.is_finite() && f > 0.0 && f <= 10.0) {
                         return Err(field_error(
-                            &format!("replica.speed_factors[{i}]"),
+                            &format!("{p}.speed_factors[{i}]"),
                             format!("must lie in (0, 10], got {f}"),
                         ));
                     }
@@ -651,35 +811,40 @@ impl ServingConfig {
         };
         if !(0.0..=1.0).contains(&r.bandwidth_share) {
             return Err(field_error(
-                "replica.bandwidth_share",
+                &format!("{p}.bandwidth_share"),
                 format!("must lie in [0, 1], got {}", r.bandwidth_share),
             ));
         }
         if !(r.gpu_memory_utilization > 0.0 && r.gpu_memory_utilization <= 1.0) {
             return Err(field_error(
-                "replica.gpu_memory_utilization",
+                &format!("{p}.gpu_memory_utilization"),
                 format!("must lie in (0, 1], got {}", r.gpu_memory_utilization),
             ));
         }
         let step_overhead_ns = if r.step_overhead_ms == 0.0 {
             0.0
         } else {
-            duration("replica.step_overhead_ms", r.step_overhead_ms / 1e3, 3600.0)?.0 as f64
+            duration(
+                &format!("{p}.step_overhead_ms"),
+                r.step_overhead_ms / 1e3,
+                3600.0,
+            )?
+            .0 as f64
         };
         let max_num_seqs =
-            crate::scenario::validate::at_least_one("replica.max_num_seqs", r.max_num_seqs)?;
+            crate::scenario::validate::at_least_one(&format!("{p}.max_num_seqs"), r.max_num_seqs)?;
         match &r.scheduler {
             SchedulerTable::Vllm {
                 max_num_batched_tokens,
             } if *max_num_batched_tokens == 0 => {
                 return Err(field_error(
-                    "replica.scheduler.max_num_batched_tokens",
+                    &format!("{p}.scheduler.max_num_batched_tokens"),
                     "must be at least 1",
                 ));
             }
             SchedulerTable::Sarathi { chunk_size } if *chunk_size == 0 => {
                 return Err(field_error(
-                    "replica.scheduler.chunk_size",
+                    &format!("{p}.scheduler.chunk_size"),
                     "must be at least 1",
                 ));
             }
@@ -688,24 +853,83 @@ impl ServingConfig {
         let block_size = match (&r.scheduler, r.block_size) {
             (SchedulerTable::Orca, Some(_)) => {
                 return Err(field_error(
-                    "replica.block_size",
+                    &format!("{p}.block_size"),
                     "orca does not page its KV cache (replica.scheduler.kind = \"orca\" reserves \
                      each request's tokens whole)",
                 ));
             }
             (SchedulerTable::Orca, None) => 1,
-            (_, Some(0)) => return Err(field_error("replica.block_size", "must be at least 1")),
+            (_, Some(0)) => {
+                return Err(field_error(
+                    &format!("{p}.block_size"),
+                    "must be at least 1",
+                ));
+            }
             (_, Some(b)) => b,
             (_, None) => 16,
         };
         if !(0.0..1.0).contains(&r.watermark) {
             return Err(field_error(
-                "replica.watermark",
+                &format!("{p}.watermark"),
                 format!("must lie in [0, 1), got {}", r.watermark),
             ));
         }
-        let expert_routing = match (&model, &self.experts) {
-            (ServedModel::Moe(_), Some(experts)) => {
+        if let Some(score) = r.task_score_pct
+            && !(score.is_finite() && score > 0.0 && score < 100.0)
+        {
+            return Err(field_error(
+                &format!("{p}.task_score_pct"),
+                format!("must lie in (0, 100), got {score}"),
+            ));
+        }
+        let speeds = speed_factors
+            .iter()
+            .map(|&s| SpeedFactors::split(s, r.bandwidth_share))
+            .collect();
+        Ok(ReplicaGroup {
+            model,
+            replica: ReplicaSpec {
+                count,
+                gpu,
+                gpus,
+                tensor_parallel: tp,
+                expert_parallel: ep,
+                speed_factors,
+                speeds,
+                link: r.interconnect.link(),
+                gpu_memory_utilization: r.gpu_memory_utilization,
+                step_overhead_ns,
+                scheduler: r.scheduler.clone(),
+                max_num_seqs,
+                block_size,
+                watermark: r.watermark,
+                task_score_pct: r.task_score_pct,
+            },
+        })
+    }
+
+    /// The cluster-wide tables over the validated `groups`.
+    fn rest(
+        &self,
+        groups: Vec<ReplicaGroup>,
+        queue: QueuePolicyConfig,
+        base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<ServingScenario, FieldError> {
+        let any_moe = groups
+            .iter()
+            .any(|g| matches!(g.model, ServedModel::Moe(_)));
+        if self.experts.is_some() && !any_moe {
+            return Err(field_error(
+                "experts",
+                format!(
+                    "{} has no experts to route (a dense model)",
+                    groups[0].model.name()
+                ),
+            ));
+        }
+        let expert_routing = match &self.experts {
+            Some(experts) => {
                 if let Some(mapping) = &experts.mapping
                     && kind_of(mapping) != "linear"
                 {
@@ -724,7 +948,7 @@ impl ServingConfig {
                 }
                 experts.routing
             }
-            _ => ExpertRoutingTable::Uniform,
+            None => ExpertRoutingTable::Uniform,
         };
         let (router, router_kind) = match &self.routing {
             RoutingTable::RoundRobin => (RouterConfig::RoundRobin, "round_robin"),
@@ -749,10 +973,46 @@ impl ServingConfig {
                     "least_loaded",
                 )
             }
-            RoutingTable::Chimera { .. } => {
-                return Err(not_yet("routing.kind", "Chimera's confidence router"));
+            RoutingTable::Chimera {
+                slack,
+                margin,
+                semantic_router: _,
+            } => {
+                let slack = non_negative("routing.slack", *slack)?;
+                let margin = non_negative(
+                    "routing.margin",
+                    margin.unwrap_or_else(crate::chimera::policy::default_margin),
+                )?;
+                let models_differ = groups.iter().any(|g| g.model != groups[0].model);
+                if models_differ {
+                    if let Some(i) = groups
+                        .iter()
+                        .position(|g| g.replica.task_score_pct.is_none())
+                    {
+                        return Err(field_error(
+                            &format!("replica[{i}].task_score_pct"),
+                            "is required with routing.kind = \"chimera\" where the models \
+                             differ: the semantic router's confidence in a group's model comes \
+                             from its standalone task score",
+                        ));
+                    }
+                }
+                (RouterConfig::Chimera { slack, margin }, "chimera")
             }
         };
+        let semantic_router = match &self.routing {
+            RoutingTable::Chimera {
+                semantic_router, ..
+            } => {
+                let router = semantic_router
+                    .clone()
+                    .unwrap_or_else(crate::chimera::config::default_semantic_router);
+                router.validate("routing.semantic_router")?;
+                Some(router)
+            }
+            _ => None,
+        };
+        self.predictor.validate("predictor")?;
         let w = &self.workload;
         let n_requests =
             crate::scenario::validate::at_least_one("workload.n_requests", w.n_requests)?;
@@ -776,32 +1036,18 @@ impl ServingConfig {
             )?
             .0
         };
-        let speeds = speed_factors
-            .iter()
-            .map(|&s| SpeedFactors::split(s, r.bandwidth_share))
-            .collect();
+        let mut groups = groups.into_iter();
+        let first = groups.next().expect("at least one group was checked");
         Ok(ServingScenario {
-            model,
-            replica: ReplicaSpec {
-                count,
-                gpu,
-                gpus,
-                tensor_parallel: tp,
-                expert_parallel: ep,
-                speed_factors,
-                speeds,
-                link: r.interconnect.link(),
-                gpu_memory_utilization: r.gpu_memory_utilization,
-                step_overhead_ns,
-                scheduler: r.scheduler.clone(),
-                max_num_seqs,
-                block_size,
-                watermark: r.watermark,
-            },
+            model: first.model,
+            replica: first.replica,
+            other_groups: groups.collect(),
             expert_routing,
             router,
             router_kind,
-            queue: r.queue.clone(),
+            semantic_router,
+            queue,
+            predictor: self.predictor.clone(),
             n_requests,
             n_topics: w.n_topics,
             prompt_tokens,

@@ -74,19 +74,17 @@ impl Family for Serving {
                 d.push(Demand::new(TokensPerRequest, f64::from(lengths.max()), key));
             }
         }
-        d.push(Demand::new(
-            Gpus,
-            (s.replica.count * s.replica.gpus) as f64,
-            "replica.count",
-        ));
+        d.push(Demand::new(Gpus, s.gpu_count() as f64, "replica.count"));
         d.push(Demand::new(
             Topics,
             f64::from(s.n_topics),
             "workload.n_topics",
         ));
-        if let ServedModel::Moe(shape) = &s.model {
-            d.push(Demand::new(Layers, shape.n_layers as f64, "model.name"));
-            d.push(Demand::new(Experts, shape.n_experts as f64, "model.name"));
+        for (model, _) in s.groups() {
+            if let ServedModel::Moe(shape) = model {
+                d.push(Demand::new(Layers, shape.n_layers as f64, "model.name"));
+                d.push(Demand::new(Experts, shape.n_experts as f64, "model.name"));
+            }
         }
         d
     }

@@ -10,6 +10,7 @@ pub mod config;
 pub mod deployment;
 pub mod expert_routing;
 mod family;
+pub mod predictions;
 pub mod scheduler;
 pub mod server;
 pub mod step_cost;
@@ -209,25 +210,35 @@ pub fn run_recorded(
     sink: &mut dyn RecordSink,
     trace_events: Option<&Path>,
 ) -> Result<RunOutput, String> {
-    let deployment = match Deployment::new(scenario) {
-        Ok(d) => d,
-        Err(reason) => return Ok(table::failed(&TABLE, &reason)),
-    };
-    let mut server = ServingServer::new(scenario, &deployment, seed, queue, router, sink);
+    let mut deployments = Vec::new();
+    for g in 0..1 + scenario.other_groups.len() {
+        match Deployment::new(&scenario.group(g)) {
+            Ok(d) => deployments.push(d),
+            Err(reason) => return Ok(table::failed(&TABLE, &reason)),
+        }
+    }
+    let mut server = ServingServer::new(scenario, &deployments, seed, queue, router, sink);
     if let Some(path) = trace_events {
         let label = format!("{} seed {seed}", scenario.model.name());
         server =
-            server.with_trace_events(TraceEvents::create(path, &label, scenario.replica.count)?);
+            server.with_trace_events(TraceEvents::create(path, &label, scenario.replica_count())?);
     }
     let stats = engine::run(&mut server);
+    let task_score_pct = server.task_score_pct();
     let (overall, replicas) = match server.finish() {
         Ok(parts) => parts,
         Err(reason) => return Ok(table::failed(&TABLE, &reason)),
     };
+    let models: Vec<&str> = scenario
+        .groups()
+        .flat_map(|(model, r)| std::iter::repeat_n(model.name(), r.count))
+        .collect();
     let replica_details: Vec<serde_json::Value> = replicas
         .iter()
-        .map(|r| {
+        .enumerate()
+        .map(|(i, r)| {
             json!({
+                "model": models[i],
                 "metrics": table::object(&TABLE, r),
                 "gpu_busy_share": r.gpu_busy_share,
                 "gpu_mfu": r.gpu_mfu,
@@ -239,23 +250,35 @@ pub fn run_recorded(
     Ok(RunOutput {
         scalars: table::scalars(&TABLE, &overall),
         details: json!({
-            "deployment": {
-                "gpus_per_replica": deployment.gpus,
-                "tensor_parallel": deployment.tensor_parallel,
-                "data_parallel": deployment.data_parallel,
-                "expert_parallel": deployment.expert_parallel,
-                "weights_per_gpu_gb": deployment.weights_per_gpu_bytes * 1e-9,
-                "kv_tokens_per_replica": deployment.kv_tokens,
-                "kv_blocks_per_replica": deployment.kv_blocks,
-            },
+            "deployment": deployments
+                .iter()
+                .zip(scenario.groups())
+                .map(|(d, (model, _))| deployment_details(model.name(), d))
+                .collect::<Vec<_>>(),
             "metric_units": table::units(&TABLE),
             "scheduler": scenario.replica.scheduler.kind(),
             "router": scenario.router_kind,
+            "queue": scenario.queue.kind(),
+            "task_score_pct": task_score_pct,
             "events": stats.events,
             "gpu_busy_share": overall.gpu_busy_share,
             "gpu_mfu": overall.gpu_mfu,
             "replicas": replica_details,
         }),
+    })
+}
+
+/// One replica group's deployment, for the details.
+fn deployment_details(model: &str, deployment: &Deployment) -> serde_json::Value {
+    json!({
+        "model": model,
+        "gpus_per_replica": deployment.gpus,
+        "tensor_parallel": deployment.tensor_parallel,
+        "data_parallel": deployment.data_parallel,
+        "expert_parallel": deployment.expert_parallel,
+        "weights_per_gpu_gb": deployment.weights_per_gpu_bytes * 1e-9,
+        "kv_tokens_per_replica": deployment.kv_tokens,
+        "kv_blocks_per_replica": deployment.kv_blocks,
     })
 }
 

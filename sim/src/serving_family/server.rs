@@ -1,6 +1,10 @@
 //! The serving family's cluster as an engine `Model`: requests arrive from the shared arrival
 //! process (`Event::Arrival`), a `Router` sends each to a replica, and each replica is a
-//! `serving::Replica` configured by its scheduler kind whose steps end as `Event::StepEnd`. A
+//! `serving::Replica` configured by its scheduler kind whose steps end as `Event::StepEnd`.
+//! Replicas are numbered group by group (`ServingScenario::groups`). Each request carries the
+//! length predictor's and the semantic router's draws (`predictions`); the router sees each
+//! replica's state with Chimera's activity monitor (the predicted tokens dispatched to it and
+//! not finished, and its profiled `decode_ms_per_token`, `ChimeraProfile`). A
 //! step is priced by the replica's `ReplicaStepCost` (an MoE step first routed by the
 //! `ExpertRouter`), and its moments are recorded by the replica's `recorder::ReplicaRecorder`
 //! (and, when asked, written as a trace-event slice). `finish` checks conservation and Little's
@@ -9,9 +13,11 @@
 use super::config::{LengthSpec, ServedModel, ServingScenario};
 use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
+use super::predictions::Predictions;
 use super::scheduler;
 use super::step_cost::ReplicaStepCost;
 use crate::arrivals::{Arrival, ArrivalProcess};
+use crate::chimera::models::PROFILE_CONTEXT_TOKENS;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::recorder::{ReplicaRecorder, ServingSummary, StepCounts, TraceEvents};
@@ -36,6 +42,16 @@ pub enum Event {
 /// One replica and what runs beside it.
 struct ReplicaRun {
     replica: Replica,
+    /// Its replica group.
+    group: usize,
+    max_num_seqs: usize,
+    /// Chimera's activity monitor: the predicted tokens of the requests routed here and not
+    /// finished (`EngineState::in_flight_predicted_tokens`).
+    in_flight_predicted: f64,
+    /// The step time of a decode step at the full batch, each sequence holding
+    /// `PROFILE_CONTEXT_TOKENS` (batch: `max_num_seqs`, or what the KV cache holds at that
+    /// context if fewer), ms: Chimera's `decode_ms_per_token`.
+    decode_ms_per_token: f64,
     recorder: ReplicaRecorder,
     step_cost: ReplicaStepCost,
     /// MoE only: where each step's tokens go.
@@ -79,6 +95,12 @@ pub struct ServingServer<'a> {
     /// Topic of each request in flight (only when experts are routed by topic).
     topics: HashMap<u64, u32>,
     engine_states: Vec<EngineState>,
+    predictions: Predictions,
+    /// The semantic router's confidence and the predicted tokens, per replica (scratch).
+    confidence: Vec<f64>,
+    predicted: Vec<f64>,
+    /// Requests whose replica's model solves them, when every group has a task score.
+    solved: Option<u64>,
     next_id: u64,
     finished: Vec<Seq>,
     sink: &'a mut dyn RecordSink,
@@ -87,23 +109,35 @@ pub struct ServingServer<'a> {
 }
 
 impl<'a> ServingServer<'a> {
-    /// The cluster of `scenario` on `deployment` for `seed`; one queue policy and one router
-    /// instance serve every replica (both reset here).
+    /// The cluster of `scenario` on `deployments` (one per replica group) for `seed`; one queue
+    /// policy and one router instance serve every replica (both reset here).
     pub fn new(
         scenario: &'a ServingScenario,
-        deployment: &Deployment,
+        deployments: &[Deployment],
         seed: u64,
         queue: &'a mut dyn QueuePolicy,
         router: &'a mut dyn Router,
         sink: &'a mut dyn RecordSink,
     ) -> ServingServer<'a> {
-        let count = scenario.replica.count;
+        let count = scenario.replica_count();
         queue.reset(count);
         router.reset(count);
         let mut popularity = stream(seed, "expert_popularity");
-        let replicas = (0..count)
-            .map(|r| {
-                let expert_router = match (&scenario.model, deployment.placement) {
+        let mut replicas = Vec::with_capacity(count);
+        for (g, deployment) in deployments.iter().enumerate() {
+            let group = scenario.group(g);
+            let mut step_cost = ReplicaStepCost::new(&group, deployment);
+            let profile_batch = (group.replica.max_num_seqs as u64)
+                .min(deployment.kv_tokens / PROFILE_CONTEXT_TOKENS as u64)
+                .max(1);
+            let decode_ms_per_token = step_cost
+                .decode_profile(profile_batch, PROFILE_CONTEXT_TOKENS as u64)
+                .duration
+                .0 as f64
+                * 1e-6;
+            for _ in 0..group.replica.count {
+                let r = replicas.len();
+                let expert_router = match (&group.model, deployment.placement) {
                     (ServedModel::Moe(shape), Some(placement)) => Some(ExpertRouter::new(
                         shape,
                         scenario.expert_routing,
@@ -114,22 +148,27 @@ impl<'a> ServingServer<'a> {
                     )),
                     _ => None,
                 };
-                ReplicaRun {
-                    replica: scheduler::replica(&scenario.replica, deployment.kv_blocks),
+                replicas.push(ReplicaRun {
+                    replica: scheduler::replica(&group.replica, deployment.kv_blocks),
+                    group: g,
+                    max_num_seqs: group.replica.max_num_seqs,
+                    in_flight_predicted: 0.0,
+                    decode_ms_per_token,
                     recorder: ReplicaRecorder::new(
                         deployment.gpus,
                         deployment.kv_blocks,
                         scenario.kv_sample_interval_ns,
                     ),
-                    step_cost: ReplicaStepCost::new(scenario, deployment),
+                    step_cost: ReplicaStepCost::new(&group, deployment),
                     expert_router,
                     step_flops: vec![0.0; deployment.gpus],
                     prompt_tokens_in: 0,
                     output_tokens_asked: 0,
                     arrived: 0,
-                }
-            })
-            .collect();
+                });
+            }
+        }
+        let predictions = Predictions::new(scenario, seed);
         ServingServer {
             scenario,
             queue,
@@ -145,12 +184,23 @@ impl<'a> ServingServer<'a> {
             outputs: HashMap::new(),
             topics: HashMap::new(),
             engine_states: Vec::with_capacity(count),
+            solved: predictions.scores_tasks().then_some(0),
+            predictions,
+            confidence: Vec::with_capacity(count),
+            predicted: vec![0.0; count],
             next_id: 0,
             finished: Vec::new(),
             sink,
             trace: None,
             last_finish: SimTime::ZERO,
         }
+    }
+
+    /// The share of requests whose replica's model solves them (Chimera's task score), %, when
+    /// every replica group has a task score.
+    pub fn task_score_pct(&self) -> Option<f64> {
+        self.solved
+            .map(|solved| 100.0 * solved as f64 / self.next_id.max(1) as f64)
     }
 
     /// Writes every step as a trace-event slice to `trace`.
@@ -160,10 +210,11 @@ impl<'a> ServingServer<'a> {
     }
 
     fn topical(&self) -> bool {
-        self.replicas[0]
-            .expert_router
-            .as_ref()
-            .is_some_and(ExpertRouter::topical)
+        self.replicas.iter().any(|run| {
+            run.expert_router
+                .as_ref()
+                .is_some_and(ExpertRouter::topical)
+        })
     }
 
     fn length(spec: &LengthSpec, given: Option<u32>, rng: &mut SimRng) -> u32 {
@@ -190,15 +241,18 @@ impl<'a> ServingServer<'a> {
         .max(1);
         let id = self.next_id;
         self.next_id += 1;
+        let draws = self.predictions.draw(id, prompt, output);
+        self.predictions.confidences(&draws, &mut self.confidence);
+        self.predicted.fill(draws.predicted_tokens);
         self.engine_states.clear();
         for (r, run) in self.replicas.iter().enumerate() {
             self.engine_states.push(EngineState {
-                model: 0,
+                model: run.group,
                 waiting: run.replica.waiting(&*self.queue, r),
                 running: run.replica.running().len(),
-                in_flight_predicted_tokens: 0.0,
-                decode_ms_per_token: 0.0,
-                max_batch_size: s.replica.max_num_seqs,
+                in_flight_predicted_tokens: run.in_flight_predicted.max(0.0),
+                decode_ms_per_token: run.decode_ms_per_token,
+                max_batch_size: run.max_num_seqs,
             });
         }
         let r = self.router.route(
@@ -206,8 +260,8 @@ impl<'a> ServingServer<'a> {
                 id,
                 workflow: id,
                 stage: 0,
-                confidence: &[],
-                predicted_total_tokens: &[],
+                confidence: &self.confidence,
+                predicted_total_tokens: &self.predicted,
             },
             &self.engine_states,
         );
@@ -216,7 +270,11 @@ impl<'a> ServingServer<'a> {
         if self.topical() {
             self.topics.insert(id, arrival.topic);
         }
+        if let Some(solved) = &mut self.solved {
+            *solved += u64::from(self.predictions.solves(r, &draws) == Some(true));
+        }
         let run = &mut self.replicas[r];
+        run.in_flight_predicted += draws.predicted_tokens;
         run.prompt_tokens_in += u64::from(prompt);
         run.output_tokens_asked += u64::from(output);
         run.arrived += 1;
@@ -228,10 +286,10 @@ impl<'a> ServingServer<'a> {
             workflow_arrival: now,
             enqueued_iteration: run.replica.iteration(),
             prompt_tokens: prompt,
-            predicted_stage_tokens: f64::from(output),
-            predicted_total_tokens: f64::from(output),
+            predicted_stage_tokens: draws.predicted_tokens,
+            predicted_total_tokens: draws.predicted_tokens,
             attained_service: 0,
-            rank_noise: 0.0,
+            rank_noise: draws.rank_noise,
         };
         run.replica.submit(now, request, &mut *self.queue, r);
         if run.replica.is_busy() {
@@ -284,6 +342,8 @@ impl<'a> ServingServer<'a> {
         }
         for seq in finished.drain(..) {
             self.topics.remove(&seq.request.id);
+            run.in_flight_predicted -= seq.request.predicted_total_tokens;
+            self.router.workflow_done(seq.request.workflow);
         }
         self.finished = finished;
     }
@@ -295,7 +355,14 @@ impl<'a> ServingServer<'a> {
         let mut parts = Vec::with_capacity(self.replicas.len());
         for (r, run) in self.replicas.into_iter().enumerate() {
             let stats = run.replica.stats().clone();
-            let summary = run.recorder.finish(end, &stats, &self.scenario.replica.gpu);
+            let gpu = &self
+                .scenario
+                .groups()
+                .nth(run.group)
+                .expect("the replica's group")
+                .1
+                .gpu;
+            let summary = run.recorder.finish(end, &stats, gpu);
             super::checks::conservation(
                 r,
                 &stats,

@@ -13,7 +13,7 @@ use super::deployment::{Deployment, LinearPlacement};
 use crate::cost::gpu::LinkSpec;
 use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
 use crate::cost::roofline::{Roofline, StepPrice, StepRoofline, StepTokens, TensorParallel};
-use crate::serving::{CostSource, StepBreakdown, StepCost, StepTime, StepWork};
+use crate::serving::{CostSource, RoutedTokens, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
 
 /// The routed experts of an MoE replica.
@@ -23,6 +23,7 @@ struct MoePart {
     speeds: Vec<SpeedFactors>,
     link: LinkSpec,
     n_layers: usize,
+    top_k: usize,
     /// One GPU's tokens per hosted expert (scratch).
     gpu_tokens: Vec<u32>,
 }
@@ -100,6 +101,7 @@ impl ReplicaStepCost {
                         speeds: r.speeds.clone(),
                         link: r.link,
                         n_layers: shape.n_layers,
+                        top_k: shape.top_k,
                         gpu_tokens: vec![0; placement.experts_per_gpu],
                     }),
                     flops,
@@ -149,12 +151,51 @@ impl ReplicaStepCost {
             }
         }
     }
-}
 
-impl StepCost for ReplicaStepCost {
-    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
-        let tokens = self.dense_tokens(work);
-        let prices: Vec<StepPrice> = self.dense.iter().map(|d| d.price(&tokens)).collect();
+    /// A decode step of `sequences` sequences holding `context` tokens each, their routed
+    /// tokens spread over the experts as evenly as whole tokens allow (every layer alike):
+    /// the profile whose duration is Chimera's `decode_ms_per_token` (`serving_family::activity`).
+    pub fn decode_profile(&mut self, sequences: u64, context: u64) -> StepTime {
+        let dp = self.data_parallel;
+        let tokens = StepTokens {
+            rows: share(sequences, dp),
+            sequences: share(sequences, dp),
+            context_tokens: share(sequences * context, dp),
+            prefill_square: 0.0,
+        };
+        let Some(moe) = &self.moe else {
+            return self.price_tokens(&tokens, None);
+        };
+        let (experts, gpus) = (moe.placement.n_experts, moe.placement.gpus());
+        let assignments = sequences * moe.top_k as u64;
+        let layer: Vec<u32> = (0..experts as u64)
+            .map(|e| {
+                (assignments / experts as u64 + u64::from(e < assignments % experts as u64)) as u32
+            })
+            .collect();
+        let mut gpu_tokens = vec![0u32; moe.placement.experts_per_gpu];
+        let per_gpu_layer: Vec<u32> = (0..gpus)
+            .map(|g| {
+                moe.placement.gpu_tokens(&layer, g, &mut gpu_tokens);
+                gpu_tokens.iter().sum()
+            })
+            .collect();
+        let layers = moe.n_layers;
+        let per_expert = layer.repeat(layers);
+        let per_gpu = per_gpu_layer.repeat(layers);
+        self.price_tokens(
+            &tokens,
+            Some(RoutedTokens {
+                layers,
+                per_expert: &per_expert,
+                per_gpu: &per_gpu,
+            }),
+        )
+    }
+
+    /// The step of one data-parallel copy's `tokens` with `routed` MoE tokens.
+    fn price_tokens(&mut self, tokens: &StepTokens, routed: Option<RoutedTokens<'_>>) -> StepTime {
+        let prices: Vec<StepPrice> = self.dense.iter().map(|d| d.price(tokens)).collect();
         let busy: Vec<f64> = self
             .dense_of_gpu
             .iter()
@@ -169,9 +210,7 @@ impl StepCost for ReplicaStepCost {
         let mut moe_ns = 0.0;
         let mut communication_ns = pace.communication_ns;
         if let Some(moe) = &mut self.moe {
-            let routed = work
-                .routed
-                .expect("an MoE step carries its routed tokens per expert and GPU");
+            let routed = routed.expect("an MoE step carries its routed tokens per expert and GPU");
             let (experts, gpus) = (moe.placement.n_experts, moe.placement.gpus());
             let ep = moe.placement.expert_parallel;
             for layer in 0..moe.n_layers {
@@ -212,5 +251,12 @@ impl StepCost for ReplicaStepCost {
             },
             source: CostSource::Analytic,
         }
+    }
+}
+
+impl StepCost for ReplicaStepCost {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let tokens = self.dense_tokens(work);
+        self.price_tokens(&tokens, work.routed)
     }
 }

@@ -302,11 +302,21 @@ rate_per_s = 1.0
             "replica.expert_parallel",
             "no experts",
         ),
-        // Chimera's router: part 2.
+        // A negative latency slack for Chimera's router.
         (
-            base("llama-2-7b", "", "[routing]\nkind = \"chimera\""),
-            "routing.kind",
-            "not yet",
+            base(
+                "llama-2-7b",
+                "",
+                "[routing]\nkind = \"chimera\"\nslack = -0.5",
+            ),
+            "routing.slack",
+            ">= 0",
+        ),
+        // An LTR queue whose ranking noise is negative.
+        (
+            base("llama-2-7b", "queue = { kind = \"ltr\", noise = -1.0 }", ""),
+            "replica.queue.noise",
+            ">= 0",
         ),
         // A length model of the trace without a trace.
         (
@@ -322,5 +332,109 @@ rate_per_s = 1.0
         let err = scenario(&text).expect_err(path);
         assert_eq!(err.path, path, "{}", err.message);
         assert!(err.message.contains(words), "{path}: {}", err.message);
+    }
+}
+
+/// Two replica groups: Llama-2-7B and Qwen2.5-1.5B, one H100 each, requests in turn.
+const TWO_MODELS: &str = r#"
+[[replica]]
+model = "llama-2-7b"
+task_score_pct = 60
+[[replica]]
+model = "qwen2.5-1.5b-instruct"
+task_score_pct = 40
+[workload]
+n_requests = 200
+prompt_tokens = { kind = "fixed", value = 256 }
+output_tokens = { kind = "fixed", value = 64 }
+[arrival]
+pattern = "poisson"
+rate_per_s = 4.0
+"#;
+
+/// Each group's replicas serve its own model: with the same requests in turn, the smaller
+/// model (1.5 B parameters, about a fifth of the bytes each decode step streams) has the
+/// shorter decode steps; both replicas pass the run's checks, and the details name each
+/// replica's model and each group's deployment.
+#[test]
+fn a_heterogeneous_cluster_serves_each_group_with_its_own_model() {
+    let s = scenario(TWO_MODELS).unwrap();
+    assert_eq!((s.replica_count(), s.gpu_count()), (2, 2));
+    let out = run(&s, 1);
+    assert!(out.details.get("failed").is_none(), "{}", out.details);
+    assert_eq!(value(&out, "completed"), 200.0);
+    let replicas = out.details["replicas"].as_array().unwrap();
+    let model = |r: usize| replicas[r]["model"].as_str().unwrap().to_lowercase();
+    assert!(model(0).contains("llama-2-7b"), "{}", model(0));
+    assert!(model(1).contains("qwen2.5-1.5b"), "{}", model(1));
+    assert_eq!(out.details["deployment"].as_array().unwrap().len(), 2);
+    let tpot = |r: usize| replicas[r]["metrics"]["tpot_mean_ms"].as_f64().unwrap();
+    assert!(tpot(1) < tpot(0), "{} vs {}", tpot(1), tpot(0));
+    // Without Chimera's router no confidence is asked, but the task score is reported: half
+    // the requests each way, each solved with its model's probability.
+    let score = out.details["task_score_pct"].as_f64().unwrap();
+    assert!((score - 50.0).abs() < 12.0, "{score}");
+}
+
+#[test]
+fn a_group_array_names_the_group_of_a_bad_key() {
+    let err = scenario(&TWO_MODELS.replace("task_score_pct = 40", "count = 0")).unwrap_err();
+    assert_eq!(err.path, "replica[1].count", "{}", err.message);
+    let chimera = format!("{TWO_MODELS}\n[routing]\nkind = \"chimera\"\nslack = 0.5\n");
+    assert!(scenario(&chimera).is_ok());
+    let err = scenario(&chimera.replace("task_score_pct = 40", "")).unwrap_err();
+    assert_eq!(err.path, "replica[1].task_score_pct", "{}", err.message);
+    let err = scenario(&TWO_MODELS.replace("task_score_pct = 40", "queue = { kind = \"sjf\" }"))
+        .unwrap_err();
+    assert_eq!(err.path, "replica[1].queue", "{}", err.message);
+    // Neither [model] nor the group's own.
+    let err = scenario(&TWO_MODELS.replace("model = \"llama-2-7b\"", "")).unwrap_err();
+    assert_eq!(err.path, "model.name", "{}", err.message);
+}
+
+/// Chimera's load estimate divides the decode step at the full batch: the serving family's
+/// profile of a dense one-GPU replica is Chimera's own engine profile (the same roofline and
+/// host overhead, the same KV capacity bounding the batch), to the nanosecond the serving
+/// layer rounds a step to.
+#[test]
+fn the_decode_profile_is_chimeras_engine_profile() {
+    use crate::chimera::models::{EngineCost, PROFILE_CONTEXT_TOKENS, model_shape};
+    for (chimera_name, preset) in [
+        ("qwen2.5-1.5b", "qwen2.5-1.5b-instruct"),
+        ("qwen2.5-7b", "qwen2.5-7b-instruct"),
+    ] {
+        let s = scenario(&format!(
+            "[model]\nname = \"{preset}\"\n[replica]\ngpu = \"RTX-A6000\"\n\
+             [workload]\nn_requests = 1\nprompt_tokens = {{ kind = \"fixed\", value = 1 }}\n\
+             output_tokens = {{ kind = \"fixed\", value = 1 }}\n\
+             [arrival]\npattern = \"poisson\"\nrate_per_s = 1.0\n"
+        ))
+        .unwrap();
+        let gpu = s.replica.gpu.clone();
+        let engine = EngineCost::new(
+            chimera_name,
+            &model_shape(chimera_name).unwrap(),
+            &gpu,
+            256,
+            0.9,
+            2.0,
+            None,
+        )
+        .unwrap();
+        let deployment = deployment::Deployment::new(&s).unwrap();
+        assert_eq!(deployment.kv_tokens, engine.kv_capacity_tokens);
+        let batch = (256u64)
+            .min(deployment.kv_tokens / PROFILE_CONTEXT_TOKENS as u64)
+            .max(1);
+        let ours = step_cost::ReplicaStepCost::new(&s, &deployment)
+            .decode_profile(batch, PROFILE_CONTEXT_TOKENS as u64)
+            .duration
+            .0 as f64
+            * 1e-6;
+        assert!(
+            (ours - engine.decode_ms_per_token).abs() <= 1e-6,
+            "{preset}: {ours} ms vs Chimera's {} ms",
+            engine.decode_ms_per_token
+        );
     }
 }
