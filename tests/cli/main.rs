@@ -11,4 +11,5 @@ mod live;
 mod measured;
 mod reproduce_claims;
 mod serving;
+mod serving_chimera;
 mod shard_resume;

@@ -1,0 +1,290 @@
+//! Chimera's headline system in the serving family (issue 19: the general family is the papers'
+//! superset, not a fork). Whole-run equality is impossible: a Chimera workflow has up to four
+//! stages, each submitted when the previous one ends, on engines that admit on the prompt alone,
+//! while a serving request is one stage on an `orca` replica that reserves prompt and output.
+//! So the decisions are compared on the same inputs at the policy boundary: the chimera
+//! family's run of `scenarios/chimera/chimera.toml` (60 s of it) is recorded call by call at its
+//! queue policy and router, and every call is replayed on the queue policy and router that
+//! `scenarios/serving/chimera_two_models.toml` builds, which must admit the same request at every
+//! pop and send every request to the same engine. The inputs where the mechanisms coincide are
+//! checked equal too: the models' task scores (the semantic router's capabilities), the length
+//! predictor and semantic router settings, and each engine's profiled `decode_ms_per_token` (the
+//! activity monitor's load estimate). The serving example itself runs through the binary.
+
+use super::common::{expertsim, stderr};
+use sim::chimera::server::ChimeraServer;
+use sim::chimera::{ChimeraConfig, ChimeraScenario, EngineState, QueuePolicy, QueuedRequest};
+use sim::chimera::{RouteRequest, Router};
+use sim::scenario::validate::LoadCache;
+use sim::serving_family::{ServingConfig, ServingScenario};
+use std::path::Path;
+
+/// A scenario file's family tables (the common keys removed).
+fn family_tables(path: &str) -> toml::Table {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut table: toml::Table = toml::from_str(&text).unwrap();
+    for key in ["name", "description", "family", "seeds", "sweep", "figure"] {
+        table.remove(key);
+    }
+    table
+}
+
+fn chimera_headline() -> ChimeraScenario {
+    let mut table = family_tables("scenarios/chimera/chimera.toml");
+    table["workload"]["duration_s"] = toml::Value::Float(60.0);
+    let config: ChimeraConfig = toml::Value::Table(table).try_into().unwrap();
+    config
+        .validate(Path::new("scenarios/chimera"), &mut LoadCache::default())
+        .unwrap()
+}
+
+fn serving_example() -> ServingScenario {
+    let config: ServingConfig =
+        toml::Value::Table(family_tables("scenarios/serving/chimera_two_models.toml"))
+            .try_into()
+            .unwrap();
+    config
+        .validate(Path::new("scenarios/serving"), &mut LoadCache::default())
+        .unwrap()
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum QueueCall {
+    Reset(usize),
+    Push(usize, QueuedRequest),
+    Pop {
+        engine: usize,
+        iteration: u64,
+        admitted: Option<u64>,
+    },
+}
+
+/// A queue policy that records every call and its answer.
+struct RecordingQueue {
+    inner: Box<dyn QueuePolicy>,
+    calls: Vec<QueueCall>,
+}
+
+impl QueuePolicy for RecordingQueue {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn reset(&mut self, n_engines: usize) {
+        self.calls.push(QueueCall::Reset(n_engines));
+        self.inner.reset(n_engines);
+    }
+    fn push(&mut self, engine: usize, request: QueuedRequest) {
+        self.calls.push(QueueCall::Push(engine, request));
+        self.inner.push(engine, request);
+    }
+    fn pop(&mut self, engine: usize, iteration: u64) -> Option<QueuedRequest> {
+        let admitted = self.inner.pop(engine, iteration);
+        self.calls.push(QueueCall::Pop {
+            engine,
+            iteration,
+            admitted: admitted.map(|r| r.id),
+        });
+        admitted
+    }
+    fn len(&self, engine: usize) -> usize {
+        self.inner.len(engine)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum RouteCall {
+    Reset(usize),
+    Route {
+        id: u64,
+        workflow: u64,
+        stage: u32,
+        confidence: Vec<f64>,
+        predicted_total_tokens: Vec<f64>,
+        engines: Vec<EngineState>,
+        chosen: usize,
+    },
+    Done(u64),
+}
+
+/// A router that records every call and its answer.
+struct RecordingRouter {
+    inner: Box<dyn Router>,
+    calls: Vec<RouteCall>,
+}
+
+impl Router for RecordingRouter {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn reset(&mut self, n_engines: usize) {
+        self.calls.push(RouteCall::Reset(n_engines));
+        self.inner.reset(n_engines);
+    }
+    fn route(&mut self, request: &RouteRequest<'_>, engines: &[EngineState]) -> usize {
+        let chosen = self.inner.route(request, engines);
+        self.calls.push(RouteCall::Route {
+            id: request.id,
+            workflow: request.workflow,
+            stage: request.stage,
+            confidence: request.confidence.to_vec(),
+            predicted_total_tokens: request.predicted_total_tokens.to_vec(),
+            engines: engines.to_vec(),
+            chosen,
+        });
+        chosen
+    }
+    fn workflow_done(&mut self, workflow: u64) {
+        self.calls.push(RouteCall::Done(workflow));
+        self.inner.workflow_done(workflow);
+    }
+}
+
+#[test]
+fn chimeras_headline_decisions_are_the_serving_familys_on_the_same_inputs() {
+    let chimera = chimera_headline();
+    let serving = serving_example();
+
+    // The inputs where the mechanisms coincide.
+    let groups: Vec<_> = serving.groups().collect();
+    assert_eq!(groups.len(), chimera.engines.len());
+    for ((model, replica), engine) in groups.iter().zip(&chimera.engines) {
+        let workload = &chimera.generator.models[engine.model];
+        assert_eq!(replica.task_score_pct, Some(workload.standalone_score));
+        assert_eq!(replica.gpu.name, engine.cost.gpu);
+        assert_eq!(replica.max_num_seqs, engine.cost.max_batch_size);
+        assert_eq!(model.name(), engine.cost.shape.name);
+    }
+    assert_eq!(serving.predictor, chimera.predictor);
+    assert_eq!(
+        serving.semantic_router.as_ref(),
+        Some(&chimera.semantic_router)
+    );
+    for (g, engine) in chimera.engines.iter().enumerate() {
+        let group = serving.group(g);
+        let deployment = sim::serving_family::deployment::Deployment::new(&group).unwrap();
+        let batch = (group.replica.max_num_seqs as u64)
+            .min(deployment.kv_tokens / 1024)
+            .max(1);
+        let ours = sim::serving_family::step_cost::ReplicaStepCost::new(&group, &deployment)
+            .decode_profile(batch, 1024)
+            .duration
+            .0 as f64
+            * 1e-6;
+        assert!(
+            (ours - engine.cost.decode_ms_per_token).abs() <= 1e-6,
+            "engine {g}: {ours} vs {}",
+            engine.cost.decode_ms_per_token
+        );
+    }
+
+    // The chimera family's run, recorded at the policy boundary.
+    let mut queue = RecordingQueue {
+        inner: strategies::queue::build(&chimera.queue),
+        calls: Vec::new(),
+    };
+    let mut router = RecordingRouter {
+        inner: strategies::routing::build(&chimera.routing),
+        calls: Vec::new(),
+    };
+    let mut server = ChimeraServer::new(&chimera, 1, &mut queue, &mut router);
+    sim::engine::run(&mut server);
+    let metrics = server.finish();
+    assert!(metrics.n_workflows > 300, "{}", metrics.n_workflows);
+
+    // Replayed on the serving family's policies.
+    let mut our_queue = strategies::queue::build(&serving.queue);
+    let mut our_router = strategies::routing::build(&serving.router);
+    let (mut pops, mut out_of_order, mut last_admitted) = (0, 0, vec![0u64; 2]);
+    for call in &queue.calls {
+        match call {
+            QueueCall::Reset(n) => our_queue.reset(*n),
+            QueueCall::Push(engine, request) => our_queue.push(*engine, *request),
+            QueueCall::Pop {
+                engine,
+                iteration,
+                admitted,
+            } => {
+                let ours = our_queue.pop(*engine, *iteration).map(|r| r.id);
+                assert_eq!(ours, *admitted, "pop {pops} on engine {engine}");
+                if let Some(id) = admitted {
+                    pops += 1;
+                    out_of_order += usize::from(*id < last_admitted[*engine]);
+                    last_admitted[*engine] = *id;
+                }
+            }
+        }
+    }
+    // The STJF queue reordered: some request was admitted after a later-submitted one.
+    assert!(
+        pops > 1_000 && out_of_order > 0,
+        "{pops} pops, {out_of_order}"
+    );
+
+    let (mut routes, mut per_engine, mut not_fastest) = (0, [0usize; 2], 0);
+    for call in &router.calls {
+        match call {
+            RouteCall::Reset(n) => our_router.reset(*n),
+            RouteCall::Done(workflow) => our_router.workflow_done(*workflow),
+            RouteCall::Route {
+                id,
+                workflow,
+                stage,
+                confidence,
+                predicted_total_tokens,
+                engines,
+                chosen,
+            } => {
+                let request = RouteRequest {
+                    id: *id,
+                    workflow: *workflow,
+                    stage: *stage,
+                    confidence,
+                    predicted_total_tokens,
+                };
+                assert_eq!(our_router.route(&request, engines), *chosen, "request {id}");
+                routes += 1;
+                per_engine[*chosen] += 1;
+                let delay = |e: usize| engines[e].estimated_delay_ms();
+                not_fastest += usize::from(*stage == 0 && delay(*chosen) > delay(1 - *chosen));
+            }
+        }
+    }
+    // Both engines serve, and the confidence sent some workflows past the fastest engine.
+    assert!(
+        routes > 1_000 && per_engine.iter().all(|&n| n > 100),
+        "{per_engine:?}"
+    );
+    assert!(not_fastest > 0);
+}
+
+/// The example runs (four router cells), each replica group reports its model, and the task
+/// score rises with the latency slack Chimera's router may spend on the stronger model.
+#[test]
+fn the_serving_chimera_example_runs_through_the_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let output = expertsim(&[
+        "run",
+        "scenarios/serving/chimera_two_models.toml",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let cells = results["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 4);
+    let score = |c: usize| {
+        cells[c]["runs"][0]["details"]["task_score_pct"]
+            .as_f64()
+            .unwrap()
+    };
+    for cell in cells {
+        let details = &cell["runs"][0]["details"];
+        assert_eq!(details["queue"], "stjf");
+        assert_eq!(details["deployment"].as_array().unwrap().len(), 2);
+    }
+    // Cells: least_loaded, chimera at slack 0, 0.5, 2.
+    assert!(score(3) > score(1), "{} vs {}", score(3), score(1));
+}
