@@ -9,7 +9,9 @@
 //! pop and send every request to the same engine. The inputs where the mechanisms coincide are
 //! checked equal too: the models' task scores (the semantic router's capabilities), the length
 //! predictor and semantic router settings, and each engine's profiled `decode_ms_per_token` (the
-//! activity monitor's load estimate). The serving example itself runs through the binary.
+//! activity monitor's load estimate). The serving example itself runs through the binary, an
+//! oracle SJF queue is checked against its definition, every queue policy runs on every
+//! scheduler kind, and a bad key of a `[[replica]]` group is refused naming it.
 
 use super::common::{expertsim, stderr};
 use sim::chimera::server::ChimeraServer;
@@ -395,4 +397,76 @@ fn an_oracle_sjf_queue_admits_the_shortest_waiting_request() {
         mean_wait(&sjf),
         mean_wait(&fcfs)
     );
+}
+
+/// Every queue policy of `strategies::queue` on every scheduler kind (each admits from the
+/// queue): every cell serves every request and passes the run's conservation and Little's-law
+/// checks (a failed check reports `details.failed` and no number).
+#[test]
+fn every_queue_policy_runs_on_every_scheduler_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("grid.toml");
+    let grid = ONE_SLOT
+        .replace("max_num_seqs = 1", "max_num_seqs = 16")
+        .replace("kind = \"oracle\"", "kind = \"noisy\"\nnoise = 0.6")
+        + r#"
+[sweep]
+"replica.queue" = [
+  { kind = "fcfs" },
+  { kind = "sjf" },
+  { kind = "stjf", starvation_threshold = 64, quantum = 8 },
+  { kind = "mlfq" },
+  { kind = "ltr", noise = 0.5 },
+]
+"replica.scheduler" = [{ kind = "vllm" }, { kind = "sarathi", chunk_size = 256 }, { kind = "orca" }]
+"#;
+    std::fs::write(&path, grid).unwrap();
+    let out = dir.path().join("out");
+    let output = expertsim(&[
+        "run",
+        path.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let cells = results["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 15);
+    let mut queues = std::collections::BTreeSet::new();
+    for cell in cells {
+        let run = &cell["runs"][0];
+        assert!(run["details"].get("failed").is_none(), "{}", run["details"]);
+        assert_eq!(run["scalars"]["completed"], 300.0, "{}", cell);
+        queues.insert(run["details"]["queue"].as_str().unwrap().to_string());
+    }
+    assert_eq!(queues.len(), 5);
+}
+
+/// A bad key in the second `[[replica]]` group exits 2 naming the file, its line and the
+/// group's key, with nothing written.
+#[test]
+fn a_bad_key_in_a_replica_group_exits_2_naming_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("groups.toml");
+    let text = ONE_SLOT.replace(
+        "[model]\nname = \"llama-2-7b\"\n\n[replica]\n",
+        "[[replica]]\nmodel = \"llama-2-7b\"\n\n[[replica]]\nmodel = \"llama-2-7b\"\ncuont = 2\n",
+    );
+    assert!(text.contains("cuont"));
+    std::fs::write(&path, text).unwrap();
+    let out = dir.path().join("out");
+    let output = expertsim(&[
+        "run",
+        path.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("groups.toml:12") && err.contains("replica[1].cuont"),
+        "{err}"
+    );
+    assert!(!out.exists());
 }

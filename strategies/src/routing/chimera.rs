@@ -147,6 +147,24 @@ mod tests {
         assert_eq!(d.route(&request(7, 0, &[0.2, 0.9]), &busy), 0);
     }
 
+    /// One model on every engine (the serving family's homogeneous cluster): equal
+    /// confidences never clear a positive margin, so the dispatcher picks the engine of least
+    /// estimated delay, `P_m x decode_ms_per_token / max_batch_size`.
+    #[test]
+    fn with_equal_confidences_it_picks_the_least_estimated_delay() {
+        let mut d = ChimeraDispatcher::new(0.5, 0.05);
+        let mut engines = [
+            engine(0, 0, 0, 300.0),
+            engine(0, 0, 0, 100.0),
+            engine(0, 0, 0, 120.0),
+        ];
+        // Engine 2 is twice as fast per token: 120 x 10 / 64 beats 100 x 20 / 64.
+        engines[2].decode_ms_per_token = 10.0;
+        assert_eq!(d.route(&request(1, 0, &[0.0; 3]), &engines), 2);
+        engines[2].decode_ms_per_token = 20.0;
+        assert_eq!(d.route(&request(2, 0, &[0.0; 3]), &engines), 1);
+    }
+
     #[test]
     fn the_margin_keeps_marginal_gains_on_the_fastest_engine() {
         let mut d = ChimeraDispatcher::new(1.0, 0.1);
