@@ -638,6 +638,13 @@ impl ServingConfig {
                 .map(|(i, t)| (format!("replica[{i}]"), t))
                 .collect(),
         };
+        if self.model.is_some() && tables.iter().all(|(_, t)| t.model.is_some()) {
+            return Err(field_error(
+                "model",
+                "serves no replica group: every [[replica]] names its own model (drop [model], \
+                 or a group's `model`)",
+            ));
+        }
         let mut groups = Vec::with_capacity(tables.len());
         for (path, table) in &tables {
             groups.push(self.group(path, table)?);

@@ -387,6 +387,9 @@ fn a_group_array_names_the_group_of_a_bad_key() {
     let err = scenario(&TWO_MODELS.replace("task_score_pct = 40", "queue = { kind = \"sjf\" }"))
         .unwrap_err();
     assert_eq!(err.path, "replica[1].queue", "{}", err.message);
+    // A [model] no group uses.
+    let err = scenario(&format!("[model]\nname = \"llama-2-7b\"\n{TWO_MODELS}")).unwrap_err();
+    assert_eq!(err.path, "model", "{}", err.message);
     // Neither [model] nor the group's own.
     let err = scenario(&TWO_MODELS.replace("model = \"llama-2-7b\"", "")).unwrap_err();
     assert_eq!(err.path, "model.name", "{}", err.message);
