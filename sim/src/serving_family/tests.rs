@@ -441,3 +441,94 @@ fn the_decode_profile_is_chimeras_engine_profile() {
         );
     }
 }
+
+/// Records what the router sees at each request, and routes in turn.
+#[derive(Default)]
+struct SeenByRouter {
+    calls: Vec<(u64, Vec<f64>, Vec<EngineState>)>,
+}
+impl Router for SeenByRouter {
+    fn name(&self) -> &'static str {
+        "round_robin"
+    }
+    fn reset(&mut self, _: usize) {
+        self.calls.clear();
+    }
+    fn route(&mut self, request: &RouteRequest<'_>, engines: &[EngineState]) -> usize {
+        self.calls
+            .push((request.id, request.confidence.to_vec(), engines.to_vec()));
+        self.calls.len() % engines.len()
+    }
+}
+
+/// (id, arrival, finish, output tokens, replica) of every finished request.
+#[derive(Default)]
+struct Finished(Vec<(u64, crate::time::SimTime, crate::time::SimTime, u64, u64)>);
+impl crate::records::RecordSink for Finished {
+    fn record(&mut self, r: &crate::records::RequestRecord<'_>) {
+        let crate::records::Extra::Count(replica) = r.extra[0] else {
+            panic!("the first column is the replica");
+        };
+        self.0
+            .push((r.id, r.arrival, r.finish, r.output_tokens, replica));
+    }
+}
+
+/// Chimera's activity monitor as the router sees it: with an oracle predictor, a replica's
+/// in-flight predicted tokens at a request's arrival are the output tokens of the requests
+/// routed to it before and not yet finished (counted here from the finished requests' records,
+/// not from the monitor); the static semantic router's confidence is each group's task score;
+/// the smaller model's decode profile is the cheaper.
+#[test]
+fn the_router_sees_chimeras_activity_monitor_and_confidences() {
+    use crate::time::SimTime;
+    let text = TWO_MODELS.replace(
+        "[workload]",
+        "[predictor]\nkind = \"oracle\"\n[routing]\nkind = \"chimera\"\nslack = 0.5\n\
+         semantic_router = { kind = \"static\" }\n[workload]",
+    );
+    let text = text
+        .replace(
+            r#"output_tokens = { kind = "fixed", value = 64 }"#,
+            r#"output_tokens = { kind = "uniform", low = 1, high = 400 }"#,
+        )
+        .replace("rate_per_s = 4.0", "rate_per_s = 20.0");
+    let s = scenario(&text).unwrap();
+    let mut router = SeenByRouter::default();
+    let mut finished = Finished::default();
+    let out = run_recorded(
+        &s,
+        3,
+        &mut Fifo::default(),
+        &mut router,
+        &mut finished,
+        None,
+    )
+    .unwrap();
+    assert!(out.details.get("failed").is_none(), "{}", out.details);
+    let mut requests = finished.0;
+    requests.sort_unstable_by_key(|r| r.0);
+    assert_eq!(requests.len(), 200);
+    let mut busy_seen = 0;
+    for (id, confidence, engines) in &router.calls {
+        assert_eq!(confidence, &vec![0.6, 0.4]);
+        assert!(engines[0].decode_ms_per_token > engines[1].decode_ms_per_token);
+        let arrival: SimTime = requests[*id as usize].1;
+        for (r, engine) in engines.iter().enumerate() {
+            let expected: u64 = requests[..*id as usize]
+                .iter()
+                .filter(|q| q.4 == r as u64 && q.2 > arrival)
+                .map(|q| q.3)
+                .sum();
+            assert_eq!(
+                engine.in_flight_predicted_tokens, expected as f64,
+                "request {id}, replica {r}"
+            );
+            busy_seen += usize::from(expected > 0);
+        }
+    }
+    assert!(
+        busy_seen > 100,
+        "the monitor was seldom non-zero: {busy_seen}"
+    );
+}
