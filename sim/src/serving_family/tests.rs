@@ -532,3 +532,49 @@ fn the_router_sees_chimeras_activity_monitor_and_confidences() {
         "the monitor was seldom non-zero: {busy_seen}"
     );
 }
+
+/// A dense and an expert-parallel MoE group behind Chimera's router: both deploy, their decode
+/// profiles price (the MoE one with its tokens spread over the experts), both serve, and every
+/// request finishes through the run's checks.
+#[test]
+fn a_dense_and_an_moe_group_share_chimeras_router() {
+    let text = TWO_MODELS
+        .replace(
+            "model = \"qwen2.5-1.5b-instruct\"",
+            "model = \"mixtral-8x7b\"\ngpus = 2\nexpert_parallel = 2",
+        )
+        .replace(
+            "[workload]",
+            "[routing]\nkind = \"chimera\"\nslack = 1.0\n[workload]",
+        );
+    let s = scenario(&text).unwrap();
+    assert_eq!((s.replica_count(), s.gpu_count()), (2, 3));
+    let mut router = SeenByRouter::default();
+    let out = run_recorded(
+        &s,
+        2,
+        &mut Fifo::default(),
+        &mut router,
+        &mut DiscardRecords,
+        None,
+    )
+    .unwrap();
+    assert!(out.details.get("failed").is_none(), "{}", out.details);
+    assert_eq!(value(&out, "completed"), 200.0);
+    let engines = &router.calls[0].2;
+    assert!(
+        engines.iter().all(|e| e.decode_ms_per_token > 0.0),
+        "{engines:?}"
+    );
+    assert_ne!(
+        engines[0].decode_ms_per_token,
+        engines[1].decode_ms_per_token
+    );
+    // Noisy confidences, each a success probability.
+    assert!(
+        router
+            .calls
+            .iter()
+            .all(|(_, c, _)| c.len() == 2 && c.iter().all(|q| (0.0..=1.0).contains(q)))
+    );
+}
