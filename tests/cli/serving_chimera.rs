@@ -6,7 +6,8 @@
 //! family's run of `scenarios/chimera/chimera.toml` (60 s of it) is recorded call by call at its
 //! queue policy and router, and every call is replayed on the queue policy and router that
 //! `scenarios/serving/chimera_two_models.toml` builds, which must admit the same request at every
-//! pop and send every request to the same engine. The inputs where the mechanisms coincide are
+//! pop and send every request to the same engine, and the serving example's run is replayed on
+//! chimera.toml's policies the same way. The inputs where the mechanisms coincide are
 //! checked equal too: the models' task scores (the semantic router's capabilities), the length
 //! predictor and semantic router settings, and each engine's profiled `decode_ms_per_token` (the
 //! activity monitor's load estimate). The serving example itself runs through the binary, an
@@ -195,39 +196,107 @@ fn chimeras_headline_decisions_are_the_serving_familys_on_the_same_inputs() {
     assert!(metrics.n_workflows > 300, "{}", metrics.n_workflows);
 
     // Replayed on the serving family's policies.
-    let mut our_queue = strategies::queue::build(&serving.queue);
-    let mut our_router = strategies::routing::build(&serving.router);
-    let (mut pops, mut out_of_order, mut last_admitted) = (0, 0, vec![0u64; 2]);
-    for call in &queue.calls {
+    let replayed = replay(
+        &queue.calls,
+        &router.calls,
+        &mut *strategies::queue::build(&serving.queue),
+        &mut *strategies::routing::build(&serving.router),
+    );
+    // The STJF queue reordered: some request was admitted after a later-submitted one; both
+    // engines serve, and the confidence sent some workflows past the fastest engine.
+    assert!(
+        replayed.pops > 1_000 && replayed.out_of_order > 0,
+        "{replayed:?}"
+    );
+    assert!(replayed.routes > 1_000 && replayed.per_engine.iter().all(|&n| n > 100));
+    assert!(replayed.not_fastest > 0, "{replayed:?}");
+}
+
+/// The other way round: the serving example's run, recorded at its queue policy and router,
+/// replayed on the policies chimera.toml builds.
+#[test]
+fn the_serving_examples_decisions_are_chimeras_on_the_same_inputs() {
+    let chimera = chimera_headline();
+    let serving = serving_example();
+    let mut queue = RecordingQueue {
+        inner: strategies::queue::build(&serving.queue),
+        calls: Vec::new(),
+    };
+    let mut router = RecordingRouter {
+        inner: strategies::routing::build(&serving.router),
+        calls: Vec::new(),
+    };
+    let out = sim::serving_family::run_recorded(
+        &serving,
+        1,
+        &mut queue,
+        &mut router,
+        &mut sim::records::DiscardRecords,
+        None,
+    )
+    .unwrap();
+    assert!(out.details.get("failed").is_none(), "{}", out.details);
+    let replayed = replay(
+        &queue.calls,
+        &router.calls,
+        &mut *strategies::queue::build(&chimera.queue),
+        &mut *strategies::routing::build(&chimera.routing),
+    );
+    assert!(
+        replayed.pops >= 4_000 && replayed.out_of_order > 0,
+        "{replayed:?}"
+    );
+    assert!(
+        replayed.routes == 4_000 && replayed.not_fastest > 0,
+        "{replayed:?}"
+    );
+}
+
+/// What a replay saw.
+#[derive(Debug, Default)]
+struct Replayed {
+    /// Requests admitted, and those admitted after a later-submitted one on their engine.
+    pops: usize,
+    out_of_order: usize,
+    routes: usize,
+    per_engine: [usize; 2],
+    /// First requests of a workflow sent to the engine of longer estimated delay.
+    not_fastest: usize,
+}
+
+/// Replays the recorded calls on `queue` and `router`, asserting every answer is the recorded
+/// one (two engines).
+fn replay(
+    queue_calls: &[QueueCall],
+    route_calls: &[RouteCall],
+    queue: &mut dyn QueuePolicy,
+    router: &mut dyn Router,
+) -> Replayed {
+    let mut seen = Replayed::default();
+    let mut last_admitted = [0u64; 2];
+    for call in queue_calls {
         match call {
-            QueueCall::Reset(n) => our_queue.reset(*n),
-            QueueCall::Push(engine, request) => our_queue.push(*engine, *request),
+            QueueCall::Reset(n) => queue.reset(*n),
+            QueueCall::Push(engine, request) => queue.push(*engine, *request),
             QueueCall::Pop {
                 engine,
                 iteration,
                 admitted,
             } => {
-                let ours = our_queue.pop(*engine, *iteration).map(|r| r.id);
-                assert_eq!(ours, *admitted, "pop {pops} on engine {engine}");
+                let ours = queue.pop(*engine, *iteration).map(|r| r.id);
+                assert_eq!(ours, *admitted, "pop {} on engine {engine}", seen.pops);
                 if let Some(id) = admitted {
-                    pops += 1;
-                    out_of_order += usize::from(*id < last_admitted[*engine]);
+                    seen.pops += 1;
+                    seen.out_of_order += usize::from(*id < last_admitted[*engine]);
                     last_admitted[*engine] = *id;
                 }
             }
         }
     }
-    // The STJF queue reordered: some request was admitted after a later-submitted one.
-    assert!(
-        pops > 1_000 && out_of_order > 0,
-        "{pops} pops, {out_of_order}"
-    );
-
-    let (mut routes, mut per_engine, mut not_fastest) = (0, [0usize; 2], 0);
-    for call in &router.calls {
+    for call in route_calls {
         match call {
-            RouteCall::Reset(n) => our_router.reset(*n),
-            RouteCall::Done(workflow) => our_router.workflow_done(*workflow),
+            RouteCall::Reset(n) => router.reset(*n),
+            RouteCall::Done(workflow) => router.workflow_done(*workflow),
             RouteCall::Route {
                 id,
                 workflow,
@@ -244,20 +313,15 @@ fn chimeras_headline_decisions_are_the_serving_familys_on_the_same_inputs() {
                     confidence,
                     predicted_total_tokens,
                 };
-                assert_eq!(our_router.route(&request, engines), *chosen, "request {id}");
-                routes += 1;
-                per_engine[*chosen] += 1;
+                assert_eq!(router.route(&request, engines), *chosen, "request {id}");
+                seen.routes += 1;
+                seen.per_engine[*chosen] += 1;
                 let delay = |e: usize| engines[e].estimated_delay_ms();
-                not_fastest += usize::from(*stage == 0 && delay(*chosen) > delay(1 - *chosen));
+                seen.not_fastest += usize::from(*stage == 0 && delay(*chosen) > delay(1 - *chosen));
             }
         }
     }
-    // Both engines serve, and the confidence sent some workflows past the fastest engine.
-    assert!(
-        routes > 1_000 && per_engine.iter().all(|&n| n > 100),
-        "{per_engine:?}"
-    );
-    assert!(not_fastest > 0);
+    seen
 }
 
 /// The example runs (four router cells), each replica group reports its model, and the task
