@@ -324,8 +324,9 @@ fn replay(
     seen
 }
 
-/// The example runs (four router cells), each replica group reports its model, and the task
-/// score rises with the latency slack Chimera's router may spend on the stronger model.
+/// The example runs (two queue policies x four routers), each replica group reports its model,
+/// and the task score rises with the latency slack Chimera's router may spend on the stronger
+/// model.
 #[test]
 fn the_serving_chimera_example_runs_through_the_binary() {
     let dir = tempfile::tempdir().unwrap();
@@ -340,19 +341,27 @@ fn the_serving_chimera_example_runs_through_the_binary() {
     let results: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     let cells = results["cells"].as_array().unwrap();
-    assert_eq!(cells.len(), 4);
+    assert_eq!(cells.len(), 8);
     let score = |c: usize| {
         cells[c]["runs"][0]["details"]["task_score_pct"]
             .as_f64()
             .unwrap()
     };
-    for cell in cells {
+    for (c, cell) in cells.iter().enumerate() {
         let details = &cell["runs"][0]["details"];
-        assert_eq!(details["queue"], "stjf");
+        // The queue axis is the outer one: fcfs, then stjf (set in every replica group).
+        assert_eq!(details["queue"], if c < 4 { "fcfs" } else { "stjf" });
         assert_eq!(details["deployment"].as_array().unwrap().len(), 2);
     }
-    // Cells: least_loaded, chimera at slack 0, 0.5, 2.
-    assert!(score(3) > score(1), "{} vs {}", score(3), score(1));
+    // Routers: least_loaded, chimera at slack 0, 0.5, 2.
+    for base in [0, 4] {
+        assert!(
+            score(base + 3) > score(base + 1),
+            "{} vs {}",
+            score(base + 3),
+            score(base + 1)
+        );
+    }
 }
 
 /// One request at a time (`max_num_seqs = 1`) on one replica, outputs of 1 to 512 tokens

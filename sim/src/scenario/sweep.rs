@@ -28,30 +28,46 @@ pub fn cartesian(axes: &[SweepAxis]) -> Vec<Vec<(String, toml::Value)>> {
     cells
 }
 
-/// Sets the dotted `key` of `doc` to `value`, creating missing tables on the way.
+/// Sets the dotted `key` of `doc` to `value`, creating missing tables on the way. A part of the
+/// key that names an array of tables (`[[replica]]`) sets the rest of the key in every one of
+/// them (`replica.queue` is every replica group's queue).
 pub fn apply(doc: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {
     let parts: Vec<&str> = key.split('.').collect();
     if parts.iter().any(|p| p.is_empty()) {
         return Err(format!("`{key}` is not a dotted key"));
     }
-    let (last, parents) = parts.split_last().expect("split yields at least one part");
-    let mut table = doc;
-    for (depth, part) in parents.iter().enumerate() {
-        let entry = table
-            .entry(part.to_string())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        table = match entry {
-            toml::Value::Table(inner) => inner,
-            _ => {
-                return Err(format!(
-                    "`{}` is not a table, so `{key}` cannot be set",
-                    parts[..=depth].join(".")
-                ));
-            }
-        };
+    set(doc, &parts, 0, key, &value)
+}
+
+/// Sets `parts[depth..]` under `table` (whose path is `parts[..depth]`) to `value`.
+fn set(
+    table: &mut toml::Table,
+    parts: &[&str],
+    depth: usize,
+    key: &str,
+    value: &toml::Value,
+) -> Result<(), String> {
+    if depth + 1 == parts.len() {
+        table.insert(parts[depth].to_string(), value.clone());
+        return Ok(());
     }
-    table.insert(last.to_string(), value);
-    Ok(())
+    let entry = table
+        .entry(parts[depth].to_string())
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    match entry {
+        toml::Value::Table(inner) => set(inner, parts, depth + 1, key, value),
+        toml::Value::Array(items) if !items.is_empty() && items.iter().all(|i| i.is_table()) => {
+            for item in items {
+                let inner = item.as_table_mut().expect("checked: every item is a table");
+                set(inner, parts, depth + 1, key, value)?;
+            }
+            Ok(())
+        }
+        _ => Err(format!(
+            "`{}` is not a table, so `{key}` cannot be set",
+            parts[..=depth].join(".")
+        )),
+    }
 }
 
 /// Parses a `--set key=value` argument; the value is read as a TOML value, and as a plain string
@@ -135,6 +151,27 @@ mod tests {
         let err = apply(&mut doc, "arrival.name.x", toml::Value::Integer(1)).unwrap_err();
         assert!(err.contains("`arrival.name` is not a table"), "{err}");
         assert!(apply(&mut doc, "a..b", toml::Value::Integer(1)).is_err());
+    }
+
+    #[test]
+    fn apply_through_an_array_of_tables_sets_every_table() {
+        let mut doc: toml::Table = "[[replica]]\ncount = 1\n[[replica]]\ncount = 2\nx = [1]\n"
+            .parse()
+            .unwrap();
+        apply(
+            &mut doc,
+            "replica.queue.kind",
+            toml::Value::String("sjf".into()),
+        )
+        .unwrap();
+        let groups = doc["replica"].as_array().unwrap();
+        for (group, count) in groups.iter().zip([1, 2]) {
+            assert_eq!(group["queue"]["kind"].as_str(), Some("sjf"));
+            assert_eq!(group["count"].as_integer(), Some(count));
+        }
+        // An array of values is not descended into.
+        let err = apply(&mut doc, "replica.x.y", toml::Value::Integer(1)).unwrap_err();
+        assert!(err.contains("`replica.x` is not a table"), "{err}");
     }
 
     #[test]
