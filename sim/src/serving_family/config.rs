@@ -89,13 +89,13 @@ fn d_queue() -> QueuePolicyConfig {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum ReplicaTables {
-    One(ReplicaTable),
+    One(Box<ReplicaTable>),
     Groups(Vec<ReplicaTable>),
 }
 
 impl Default for ReplicaTables {
     fn default() -> Self {
-        ReplicaTables::One(ReplicaTable::default())
+        ReplicaTables::One(Box::default())
     }
 }
 
@@ -114,7 +114,7 @@ impl<'de> Deserialize<'de> for ReplicaTables {
                 map: A,
             ) -> Result<Self::Value, A::Error> {
                 ReplicaTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
-                    .map(ReplicaTables::One)
+                    .map(|table| ReplicaTables::One(Box::new(table)))
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
                 self,
@@ -625,7 +625,7 @@ impl ServingConfig {
         cache: &mut LoadCache,
     ) -> Result<ServingScenario, FieldError> {
         let tables: Vec<(String, &ReplicaTable)> = match &self.replica {
-            ReplicaTables::One(table) => vec![("replica".to_string(), table)],
+            ReplicaTables::One(table) => vec![("replica".to_string(), &**table)],
             ReplicaTables::Groups(tables) if tables.is_empty() => {
                 return Err(field_error(
                     "replica",
@@ -991,18 +991,17 @@ impl ServingConfig {
                     margin.unwrap_or_else(crate::chimera::policy::default_margin),
                 )?;
                 let models_differ = groups.iter().any(|g| g.model != groups[0].model);
-                if models_differ {
-                    if let Some(i) = groups
+                if models_differ
+                    && let Some(i) = groups
                         .iter()
                         .position(|g| g.replica.task_score_pct.is_none())
-                    {
-                        return Err(field_error(
-                            &format!("replica[{i}].task_score_pct"),
-                            "is required with routing.kind = \"chimera\" where the models \
-                             differ: the semantic router's confidence in a group's model comes \
-                             from its standalone task score",
-                        ));
-                    }
+                {
+                    return Err(field_error(
+                        &format!("replica[{i}].task_score_pct"),
+                        "is required with routing.kind = \"chimera\" where the models \
+                         differ: the semantic router's confidence in a group's model comes \
+                         from its standalone task score",
+                    ));
                 }
                 (RouterConfig::Chimera { slack, margin }, "chimera")
             }
