@@ -60,6 +60,7 @@ fn run(s: &ServingScenario, seed: u64) -> RunOutput {
         seed,
         &mut Fifo::default(),
         &mut Turns::default(),
+        None,
         &mut DiscardRecords,
         None,
     )
