@@ -381,3 +381,148 @@ impl ReroutingCost {
         self.operators_per_step * slowest
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expertweave::model::KvCapacity;
+    use crate::rng::stream;
+
+    fn spec(names: &[&str]) -> AdapterSpec {
+        let text = format!(
+            "names = {names:?}\nmemory = {{ kind = \"virtual_weight_tensor\" }}\nrerouting = \
+             \"unfused\""
+        );
+        toml::from_str::<AdaptersTable>(&text)
+            .unwrap()
+            .validate(&MlaMoeShape::esft_vanilla_16b())
+            .unwrap()
+    }
+
+    fn instance(reroutes: bool, adapters: usize) -> InstancePlan {
+        InstancePlan {
+            adapters: (0..adapters).collect(),
+            reroutes,
+            adapter_experts: reroutes,
+            n_devices: 8,
+            weight_bytes: 0,
+            kv: KvCapacity {
+                kv_bytes: 0,
+                kv_tokens: 1,
+                out_of_memory: false,
+            },
+        }
+    }
+
+    #[test]
+    fn whole_tokens_follow_each_adapters_domain_and_tuned_experts_go_to_copies() {
+        let shape = MlaMoeShape::esft_vanilla_16b();
+        let spec = spec(&["gate-math", "token-intent"]);
+        let popularity = Popularity::of(&shape, &spec.adapters, 1.0);
+        // EP 4 over 8 GPUs: two copies of each expert group.
+        let placement = LinearPlacement::new(64, 4, 8);
+        let mut router =
+            AdapterRouter::new(&shape, &spec, &instance(true, 2), placement, stream(1, "r"));
+        let step = [
+            AdapterTokens {
+                adapter: 0,
+                tokens: 700,
+            },
+            AdapterTokens {
+                adapter: 1,
+                tokens: 300,
+            },
+        ];
+        let (routed, copies) = router.route(&step);
+        let (routed_expert, routed_gpu) = (routed.per_expert.to_vec(), routed.per_gpu.to_vec());
+        let copies = copies.to_vec();
+        for layer in 0..26 {
+            // Expected draws x per weight: by hand from each domain's capped Zipf popularity.
+            let cap = |p: &[f64]| capped(p.to_vec(), (1.0 - 1e-9) / 6.0);
+            let (p0, p1) = (
+                cap(popularity.probabilities(0, layer)),
+                cap(popularity.probabilities(1, layer)),
+            );
+            let (t0, t1) = (popularity.tuned(0, layer), popularity.tuned(1, layer));
+            let row = &routed_expert[layer * 64..][..64];
+            for e in 0..64 {
+                let base = 4200.0 * p0[e] * f64::from(u8::from(!t0[e]))
+                    + 1800.0 * p1[e] * f64::from(u8::from(!t1[e]));
+                assert!(
+                    (f64::from(row[e]) - base).abs() < 1.0,
+                    "layer {layer} expert {e}"
+                );
+            }
+            // Each copy is a tuned expert of one adapter, its tokens within 1 of its expectation
+            // (two adapters tuning one expert have two copies: checked by their sum).
+            for c in &copies[layer] {
+                let e = c.expert as usize;
+                assert!(t0[e] || t1[e]);
+                let both: u32 = copies[layer]
+                    .iter()
+                    .filter(|d| d.expert == c.expert)
+                    .map(|d| d.tokens)
+                    .sum();
+                let x = 4200.0 * p0[e] * f64::from(u8::from(t0[e]))
+                    + 1800.0 * p1[e] * f64::from(u8::from(t1[e]));
+                assert!(
+                    (f64::from(both) - x).abs() < 2.0,
+                    "layer {layer} copy of {e}"
+                );
+            }
+            // Every assignment lands once: on a base expert or a copy, and on the GPUs.
+            let copied: u32 = copies[layer].iter().map(|c| c.tokens).sum();
+            assert_eq!(row.iter().sum::<u32>() + copied, 6000);
+            assert_eq!(routed_gpu[layer * 8..][..8].iter().sum::<u32>(), 6000);
+        }
+        assert!(copies.iter().any(|layer| !layer.is_empty()));
+        // Without rerouting (base only) no token reaches a copy.
+        let mut base = AdapterRouter::new(
+            &shape,
+            &spec,
+            &instance(false, 2),
+            placement,
+            stream(1, "r"),
+        );
+        let (_, copies) = base.route(&step);
+        assert!(copies.iter().all(Vec::is_empty));
+    }
+
+    #[test]
+    fn rerouting_moves_its_bytes_per_operator() {
+        // 32 rows over 8 Ascend-910B NPUs, 2 adapters: per MoE layer and operator 32 x (4 + 2 x
+        // 4 x 6) + 2 x 64 x 4 = 2,176 B, 272 B a NPU at 0.8 x 1.6 TB/s = 0.2125 ns; the
+        // unfused chain is 5 operators over 26 MoE layers.
+        let shape = MlaMoeShape::esft_vanilla_16b();
+        let spec = spec(&["gate-math", "token-intent"]);
+        let table: super::super::ServingConfig = toml::from_str(
+            r#"
+[model]
+name = "esft-vanilla-16b"
+[replica]
+gpu = "Ascend-910B"
+gpus = 8
+tensor_parallel = 8
+expert_parallel = 8
+[workload]
+n_requests = 1
+prompt_tokens = { kind = "fixed", value = 1 }
+output_tokens = { kind = "fixed", value = 1 }
+[arrival]
+pattern = "poisson"
+rate_per_s = 1.0
+"#,
+        )
+        .unwrap();
+        let scenario = table
+            .validate(std::path::Path::new("."), &mut Default::default())
+            .unwrap();
+        let cost =
+            ReroutingCost::new(&shape, &spec, &instance(true, 2), &scenario.replica).unwrap();
+        let per_op = 272.0 / (0.8 * 1.6e12) * 1e9;
+        assert!((cost.nanos(32) - 5.0 * 26.0 * per_op).abs() < 1e-9);
+        assert!(
+            ReroutingCost::new(&shape, &spec, &instance(false, 2), &scenario.replica).is_none()
+        );
+    }
+}
