@@ -98,6 +98,8 @@ pub struct ServingServer<'a> {
     /// Topic of each request in flight (only when experts are routed by topic).
     topics: HashMap<u64, u32>,
     engine_states: Vec<EngineState>,
+    /// Replicas that received a request at the current instant (reused).
+    woken: Vec<usize>,
     next_id: u64,
     finished: Vec<Seq>,
     sink: &'a mut dyn RecordSink,
@@ -186,6 +188,7 @@ impl<'a> ServingServer<'a> {
             outputs: HashMap::new(),
             topics: HashMap::new(),
             engine_states: Vec::with_capacity(count),
+            woken: Vec::new(),
             next_id: 0,
             finished: Vec::new(),
             sink,
@@ -228,9 +231,8 @@ impl<'a> ServingServer<'a> {
         }
     }
 
-    /// Routes and queues `arrival`; returns the replica and end of the step it starts on an
-    /// idle replica, if it does.
-    fn arrive(&mut self, now: SimTime, arrival: Arrival) -> Option<(usize, SimTime)> {
+    /// Routes and queues `arrival`; returns its replica.
+    fn arrive(&mut self, now: SimTime, arrival: Arrival) -> usize {
         let s = self.scenario;
         let prompt = Self::length(
             &s.prompt_tokens,
@@ -293,10 +295,7 @@ impl<'a> ServingServer<'a> {
             rank_noise: 0.0,
         };
         run.replica.submit(now, request, &mut *self.queue, r);
-        if run.replica.is_busy() {
-            return None;
-        }
-        self.start_step(r, now).map(|end| (r, end))
+        r
     }
 
     /// Schedules and prices replica `r`'s next step at `now`; returns its end, or `None` when
@@ -395,12 +394,31 @@ impl Model for ServingServer<'_> {
     fn handle(&mut self, now: SimTime, event: Event, events: &mut EventQueue<Event>) {
         match event {
             Event::Arrival(arrival) => {
-                if let Some((replica, end)) = self.arrive(now, arrival) {
-                    events.schedule(end, Event::StepEnd { replica });
+                // Every request arriving at this instant is queued before an idle replica
+                // schedules its step, as vLLM's engine adds the requests that arrived before it
+                // schedules (an offline batch starts as one step, not one request).
+                let mut woken = std::mem::take(&mut self.woken);
+                woken.clear();
+                let mut next = Some(arrival);
+                while let Some(arrival) = next.take_if(|a| a.time <= now) {
+                    let r = self.arrive(now, arrival);
+                    if !woken.contains(&r) {
+                        woken.push(r);
+                    }
+                    next = self.arrivals.next_arrival();
                 }
-                if let Some(next) = self.arrivals.next_arrival() {
-                    events.schedule(next.time.max(now), Event::Arrival(next));
+                if let Some(next) = next {
+                    events.schedule(next.time, Event::Arrival(next));
                 }
+                for &replica in &woken {
+                    if self.replicas[replica].replica.is_busy() {
+                        continue;
+                    }
+                    if let Some(end) = self.start_step(replica, now) {
+                        events.schedule(end, Event::StepEnd { replica });
+                    }
+                }
+                self.woken = woken;
             }
             Event::StepEnd { replica } => {
                 self.step_end(replica, now);
