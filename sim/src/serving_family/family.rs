@@ -97,6 +97,13 @@ impl Family for Serving {
             f64::from(s.n_topics),
             "workload.n_topics",
         ));
+        if let Some(adapters) = &s.adapters {
+            d.push(Demand::new(
+                Adapters,
+                adapters.adapters.len() as f64,
+                "adapters.count",
+            ));
+        }
         if let Some(shape) = s.model.experts() {
             d.push(Demand::new(Layers, shape.n_layers as f64, "model.name"));
             d.push(Demand::new(Experts, shape.n_experts as f64, "model.name"));
