@@ -118,7 +118,8 @@ pub struct ReplicaTable {
     /// vLLM `max_num_seqs`.
     #[serde(default = "d_max_num_seqs")]
     pub max_num_seqs: usize,
-    /// Tokens per KV block (vllm and sarathi; 16 by default, vLLM's).
+    /// Tokens per KV block (vllm and sarathi; 16 by default, vLLM's); for orca, which does not
+    /// page, the KV pool's allocation block (1 by default).
     #[serde(default)]
     pub block_size: Option<u32>,
     /// Share of the blocks an admission leaves free (vllm and sarathi; vLLM's 1 %).
