@@ -135,7 +135,7 @@ fn more_load_means_more_queueing() {
     let heavy = scenario(&config(&["qwen2.5-7b"], 12.0, 120.0));
     let l = run::simulate(&light, 1, &mut Fifo::default(), &mut Turns::default());
     let h = run::simulate(&heavy, 1, &mut Fifo::default(), &mut Turns::default());
-    assert!(h.queue_time.mean_ms > l.queue_time.mean_ms);
+    assert!(h.requests.queueing.mean_ms > l.requests.queueing.mean_ms);
     assert!(h.engines[0].mean_batch_size > l.engines[0].mean_batch_size);
     assert!(h.workflow_latency.mean_ms > l.workflow_latency.mean_ms);
 }
