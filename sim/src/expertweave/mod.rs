@@ -44,6 +44,8 @@ pub struct ExpertWeaveScalars {
     pub requests: RequestSummary,
     pub prefill_throughput_tps: f64,
     pub decode_throughput_tps: f64,
+    /// Share of the run the instances spend in steps, mean over instances.
+    pub utilization: f64,
     pub requests_completed: f64,
     pub requests_rejected: f64,
 }
@@ -59,7 +61,7 @@ const fn lat(
 }
 
 /// The scalar metrics an ExpertWeave run reports, in order (docs/expertweave.md defines each).
-pub const METRIC_TABLE: [Metric<ExpertWeaveScalars>; 28] = [
+pub const METRIC_TABLE: [Metric<ExpertWeaveScalars>; 29] = [
     Metric::new(
         "weights_gib",
         "weights on device (GiB)",
@@ -164,6 +166,12 @@ pub const METRIC_TABLE: [Metric<ExpertWeaveScalars>; 28] = [
         "decode throughput (tokens/s)",
         Better::Higher,
         |s| s.decode_throughput_tps,
+    ),
+    Metric::new(
+        "utilization",
+        "share of time instances run steps",
+        Better::Higher,
+        |s| s.utilization,
     ),
     Metric::new(
         "requests_completed",

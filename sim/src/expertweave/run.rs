@@ -202,6 +202,8 @@ struct Served {
     completed: u64,
     /// When the last step ended (0: none ran).
     end: SimTime,
+    /// Time the instances' replicas spent in steps, summed, ns.
+    busy_ns: u64,
     replicas: Vec<serde_json::Value>,
 }
 
@@ -276,6 +278,7 @@ impl<'a, 'c> Server<'a, 'c> {
                 output_tokens: 0,
                 completed: 0,
                 end: SimTime::ZERO,
+                busy_ns: 0,
                 replicas: Vec::new(),
             },
             sink,
@@ -375,6 +378,7 @@ impl<'a, 'c> Server<'a, 'c> {
             self.served.output_tokens += stats.tokens;
             self.served.completed += stats.completed;
             self.served.latencies.merge(&stats.latencies);
+            self.served.busy_ns += stats.busy_ns;
             let end = self.served.end.max(SimTime(1));
             self.served.replicas.push(json!({
                 "steps": stats.steps,
@@ -447,7 +451,7 @@ fn summarize(
     let gib = |bytes: u64| bytes as f64 / GIB as f64;
     // A run that served nothing (out of memory, or no request completed) has no latency and no
     // throughput: NaN (`null` in results), not 0.
-    let (requests, prefill_tps, decode_tps, completed, rejected) = match served {
+    let (requests, prefill_tps, decode_tps, utilization, completed, rejected) = match served {
         Some(s) => {
             let seconds = s.end.as_secs_f64();
             let per_second = |count: u64| {
@@ -461,12 +465,15 @@ fn summarize(
                 s.latencies.summary(),
                 per_second(s.prompt_tokens),
                 per_second(s.output_tokens),
+                // Busy time over (instances x the run's end): the share of time they step.
+                per_second(s.busy_ns) * 1e-9 / s.replicas.len().max(1) as f64,
                 s.completed as f64,
                 s.rejected as f64,
             )
         }
         None => (
             RequestLatencies::default().summary(),
+            f64::NAN,
             f64::NAN,
             f64::NAN,
             0.0,
@@ -484,6 +491,7 @@ fn summarize(
         requests,
         prefill_throughput_tps: prefill_tps,
         decode_throughput_tps: decode_tps,
+        utilization,
         requests_completed: completed,
         requests_rejected: rejected,
     };
@@ -760,6 +768,12 @@ output_tokens = 1
         let tpot_ms = output.scalar("tpot_mean_ms").unwrap();
         assert!((tpot_ms - tpot_ns as f64 * 1e-6).abs() < 1e-3 * tpot_ms);
         assert_eq!(output.scalar("requests_completed"), Some(1.0));
+        // Alone from t = 0: no queueing, its end to end is the whole run, the instance always
+        // busy.
+        assert_eq!(output.scalar("queueing_p99_ms"), Some(0.0));
+        let e2e_ms = output.scalar("e2e_mean_ms").unwrap();
+        assert!((e2e_ms - now.as_millis_f64()).abs() < 1e-9 * e2e_ms);
+        assert!((output.scalar("utilization").unwrap() - 1.0).abs() < 1e-12);
         assert_eq!(
             output.scalar("prefill_throughput_tps"),
             Some(374.0 / now.as_secs_f64())
@@ -899,6 +913,7 @@ output_tokens = 1
             "throughput_rps",
             "prefill_throughput_tps",
             "decode_throughput_tps",
+            "utilization",
         ]) {
             assert!(out.scalar(metric).unwrap().is_nan(), "{metric}");
         }

@@ -89,7 +89,7 @@ const fn lat(
 /// rows are the one recorder's, docs/metrics.md). GEM's TPOT is the paper's (gem.txt Eq. 3):
 /// quantiles over every gap between consecutive tokens, the recorder's inter-token latency. GEM's TPOT is the paper's (gem.txt Eq. 3):
 /// quantiles over every gap between consecutive tokens, the recorder's inter-token latency.
-pub const METRIC_TABLE: [Metric<GemScalars>; 31] = [
+pub const METRIC_TABLE: [Metric<GemScalars>; 32] = [
     lat("e2e_mean_ms", "mean end-to-end latency (ms)", |s| {
         s.requests.e2e.mean_ms
     }),
@@ -160,6 +160,12 @@ pub const METRIC_TABLE: [Metric<GemScalars>; 31] = [
     lat("queueing_p99_ms", "P99 queueing delay (ms)", |s| {
         s.requests.queueing.p99_ms
     }),
+    Metric::new(
+        "throughput_rps",
+        "throughput (requests/s)",
+        Better::Higher,
+        |s| s.requests.throughput_rps,
+    ),
     Metric::new(
         "throughput_tok_s",
         "output throughput (tokens/s)",
