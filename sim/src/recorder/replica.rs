@@ -1,9 +1,10 @@
-//! One replica's recorder: the requests it finished (`RequestLatencies`, which the replica records
-//! itself as it hands them back, `ReplicaStats::latencies`), each of its GPUs' busy time and model FLOPs, and its KV-cache use over time (the
-//! blocks in use, time-averaged, its maximum, and a series bounded by `metrics::DepthTracker`).
-//! `complete_step` wraps `Replica::complete_step`, so the finished requests are recorded (and
-//! streamed to the per-request records) where the replica hands them back. `finish` closes it
-//! into a `ServingSummary`; the summaries of a cluster's replicas merge into the overall one.
+//! One replica's recorder: the requests it finished (`RequestLatencies`, which the replica itself
+//! records as it hands them back, `ReplicaStats::latencies`), each of its GPUs' busy time and
+//! model FLOPs, and its KV-cache use over time (the blocks in use, time-averaged, its maximum,
+//! and a series bounded by `metrics::DepthTracker`). `complete_step` wraps
+//! `Replica::complete_step`, so the finished requests are streamed to the per-request records
+//! where the replica hands them back. `finish` closes it into a `ServingSummary`; the summaries
+//! of a cluster's replicas merge into the overall one.
 
 use super::requests::RequestLatencies;
 use crate::cost::gpu::GpuSpec;
@@ -54,8 +55,8 @@ impl ReplicaRecorder {
     }
 
     /// The step of `replica` (replica `index` of the cluster) ends at `now`: completes it,
-    /// appends the finished sequences to `finished` and records each (latencies, and one record
-    /// in `sink` with `RECORD_COLUMNS`).
+    /// appends the finished sequences to `finished` (the replica records their latencies) and
+    /// writes one record each to `sink` with `RECORD_COLUMNS`.
     pub fn complete_step(
         &mut self,
         now: SimTime,
