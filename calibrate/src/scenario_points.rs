@@ -17,7 +17,7 @@
 //!   hold at most `min(max_num_seqs, n_requests)` sequences.
 
 use crate::pipeline::Plan;
-use sim::caps::config::ArrivalSpec;
+use sim::arrivals::ArrivalSpec;
 use sim::cost::shape::MoeModelShape;
 use sim::gem::config::TraceSpec;
 use sim::scenario::Scenario;

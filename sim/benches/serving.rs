@@ -74,6 +74,7 @@ fn ten_thousand_dense(c: &mut Criterion) {
                 1,
                 &mut Fifo::default(),
                 &mut Turns::default(),
+                None,
                 &mut DiscardRecords,
                 None,
             )

@@ -181,3 +181,44 @@ fn no_model_handles_an_event_it_never_schedules() {
     assert!(handlers >= family_dirs().len(), "found {handlers} handlers");
     assert!(offenders.is_empty(), "{}", offenders.join("\n"));
 }
+
+/// Per-request latency histograms a family may keep itself: Chimera's workflow latency and
+/// workflow queueing time (a workflow spans several requests, which the recorder times each).
+const FAMILY_HISTOGRAMS: &[&str] = &["sim/src/chimera/server.rs"];
+
+#[test]
+fn no_family_computes_its_own_request_percentiles() {
+    // The replica records every request (`serving::ReplicaStats::latencies`); a family reads
+    // percentiles off the recorder's summary, or off the recorder's own histograms
+    // (`latencies.<ttft|tpot|itl|e2e|queueing>.quantile_ms`), and keeps no histogram of its own.
+    let mut offenders = Vec::new();
+    let families: Vec<String> = family_dirs()
+        .iter()
+        .map(|f| format!("sim/src/{f}/"))
+        .collect();
+    for (path, code) in sources() {
+        if !families.iter().any(|prefix| path.starts_with(prefix)) {
+            continue;
+        }
+        for (number, line) in code.lines().enumerate() {
+            let own_histogram =
+                line.contains("LatencyRecorder") && !FAMILY_HISTOGRAMS.contains(&path.as_str());
+            let raw_quantile = ["value_at_quantile", "Histogram<", "percentile("]
+                .iter()
+                .any(|word| line.contains(word));
+            let off_recorder = line.match_indices("quantile_ms(").any(|(at, _)| {
+                !["ttft", "tpot", "itl", "e2e", "queueing"]
+                    .iter()
+                    .any(|h| line[..at].ends_with(&format!("latencies.{h}.")))
+            });
+            if own_histogram || raw_quantile || off_recorder {
+                offenders.push(format!("{path}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "a family computes request percentiles itself instead of reading the recorder:\n{}",
+        offenders.join("\n")
+    );
+}

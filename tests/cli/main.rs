@@ -13,3 +13,4 @@ mod reproduce_claims;
 mod serving;
 mod serving_chimera;
 mod shard_resume;
+mod studies;

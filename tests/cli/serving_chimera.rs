@@ -165,11 +165,11 @@ fn chimeras_headline_decisions_are_the_serving_familys_on_the_same_inputs() {
     );
     for (g, engine) in chimera.engines.iter().enumerate() {
         let group = serving.group(g);
-        let deployment = sim::serving_family::deployment::Deployment::new(&group).unwrap();
+        let deployment = sim::serving_family::deployment::Deployment::new(&group, None).unwrap();
         let batch = (group.replica.max_num_seqs as u64)
             .min(deployment.kv_tokens / 1024)
             .max(1);
-        let ours = sim::serving_family::step_cost::ReplicaStepCost::new(&group, &deployment)
+        let ours = sim::serving_family::step_cost::ReplicaStepCost::new(&group, &deployment, None)
             .decode_profile(batch, 1024)
             .duration
             .0 as f64
@@ -231,6 +231,7 @@ fn the_serving_examples_decisions_are_chimeras_on_the_same_inputs() {
         1,
         &mut queue,
         &mut router,
+        None,
         &mut sim::records::DiscardRecords,
         None,
     )

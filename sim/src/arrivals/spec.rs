@@ -3,8 +3,7 @@
 //! `arrival.trace = { path, time_scale }`), its
 //! validation into an [`ArrivalSpec`] with errors naming the field, and the streaming
 //! [`ArrivalProcess`] a run draws from. The same table and the same processes for every family
-//! that reads it (GEM, Chimera, serving; CAPS reads the same shape through its own copy,
-//! `caps::config`).
+//! that reads it (CAPS, GEM, Chimera, ExpertWeave, serving).
 
 use super::{
     ArrivalProcess, Bursty, BurstyParams, GammaArrivals, Offline, Poisson, Trace, TraceReplay,

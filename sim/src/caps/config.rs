@@ -3,7 +3,7 @@
 //! their validation into a runnable `CapsScenario`.
 
 use super::workload::TokenDistribution;
-use crate::arrivals::{BurstyParams, Trace};
+use crate::arrivals::spec::{ArrivalSpec, ArrivalTable};
 use crate::caps::batch::BatchSelectorConfig;
 use crate::caps::execution::{CvModel, ExecutionModel, GroupedModel, StragglerModel};
 use crate::caps::server::SchedulerParams;
@@ -24,7 +24,8 @@ pub struct CapsConfig {
     #[serde(default)]
     pub model: ModelFile,
     pub workload: WorkloadFile,
-    pub arrival: ArrivalFile,
+    /// `[arrival]`: the shared table of `arrivals::spec`, as every family reads it.
+    pub arrival: ArrivalTable,
     #[serde(default)]
     pub scheduler: SchedulerFile,
     #[serde(default)]
@@ -105,42 +106,6 @@ fn default_output_tokens() -> TokenDistribution {
         sigma: 0.6,
         max: 256,
     }
-}
-
-/// `[arrival]`: the arrival pattern and its parameters.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ArrivalFile {
-    pub pattern: ArrivalPattern,
-    /// Long-run mean arrival rate (poisson and bursty).
-    pub rate_per_s: Option<f64>,
-    /// Burst parameters (bursty only; defaults documented in `arrivals::bursty`).
-    pub bursty: Option<BurstyParams>,
-    /// The recorded trace (trace only).
-    pub trace: Option<TraceFile>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ArrivalPattern {
-    Poisson,
-    Bursty,
-    Offline,
-    Trace,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TraceFile {
-    /// CSV path, relative to the scenario file.
-    pub path: String,
-    /// Multiplies every inter-arrival time (0.5 = replay twice as fast).
-    #[serde(default = "default_time_scale")]
-    pub time_scale: f64,
-}
-
-fn default_time_scale() -> f64 {
-    1.0
 }
 
 /// `[scheduler]`: the CAPS scheduler loop (caps.txt defaults).
@@ -305,22 +270,6 @@ pub struct WorkloadSpec {
 }
 
 #[derive(Clone, Debug)]
-pub enum ArrivalSpec {
-    Poisson {
-        rate_per_s: f64,
-    },
-    Bursty {
-        rate_per_s: f64,
-        params: BurstyParams,
-    },
-    Offline,
-    Trace {
-        trace: Arc<Trace>,
-        time_scale: f64,
-    },
-}
-
-#[derive(Clone, Debug)]
 pub enum ExecutionSpec {
     /// The `grouped`, `cv` or `straggler` model, built once per cell from its profile and shared
     /// by the runs.
@@ -424,86 +373,8 @@ fn validate(
         output_tokens: token_distribution("workload.output_tokens", &w.output_tokens)?,
     };
 
-    let a = &file.arrival;
-    let rate = |pattern: &str| -> Result<f64, FieldError> {
-        let rate = a.rate_per_s.ok_or_else(|| {
-            field_error(
-                "arrival.rate_per_s",
-                format!("is required for pattern \"{pattern}\""),
-            )
-        })?;
-        positive("arrival.rate_per_s", rate)
-    };
-    let unused = |present: bool, field: &str, pattern: &str| -> Result<(), FieldError> {
-        if present {
-            Err(field_error(
-                &format!("arrival.{field}"),
-                format!("does not apply to pattern \"{pattern}\""),
-            ))
-        } else {
-            Ok(())
-        }
-    };
-    let arrival = match a.pattern {
-        ArrivalPattern::Poisson => {
-            unused(a.bursty.is_some(), "bursty", "poisson")?;
-            unused(a.trace.is_some(), "trace", "poisson")?;
-            ArrivalSpec::Poisson {
-                rate_per_s: rate("poisson")?,
-            }
-        }
-        ArrivalPattern::Bursty => {
-            unused(a.trace.is_some(), "trace", "bursty")?;
-            let params = a.bursty.unwrap_or_default();
-            params
-                .validate()
-                .map_err(|e| field_error(&format!("arrival.bursty.{}", e.field), e.to_string()))?;
-            ArrivalSpec::Bursty {
-                rate_per_s: rate("bursty")?,
-                params,
-            }
-        }
-        ArrivalPattern::Offline => {
-            unused(a.rate_per_s.is_some(), "rate_per_s", "offline")?;
-            unused(a.bursty.is_some(), "bursty", "offline")?;
-            unused(a.trace.is_some(), "trace", "offline")?;
-            ArrivalSpec::Offline
-        }
-        ArrivalPattern::Trace => {
-            unused(a.rate_per_s.is_some(), "rate_per_s", "trace")?;
-            unused(a.bursty.is_some(), "bursty", "trace")?;
-            let trace_file = a.trace.as_ref().ok_or_else(|| {
-                field_error(
-                    "arrival.trace",
-                    "pattern \"trace\" needs a [arrival.trace] table with a `path`",
-                )
-            })?;
-            let time_scale = positive("arrival.trace.time_scale", trace_file.time_scale)?;
-            let path = base_dir.join(&trace_file.path);
-            let trace = match cache.traces.get(&path) {
-                Some(trace) => trace.clone(),
-                None => {
-                    let trace = Arc::new(
-                        Trace::load(&path)
-                            .map_err(|e| field_error("arrival.trace.path", e.to_string()))?,
-                    );
-                    cache.traces.insert(path, trace.clone());
-                    trace
-                }
-            };
-            // Replaying checks what only the trace's contents can tell (its span in simulated time).
-            let n = usize::try_from(w.n_requests).unwrap_or(usize::MAX);
-            crate::arrivals::TraceReplay::new(
-                trace.clone(),
-                Some(n),
-                time_scale,
-                1,
-                crate::rng::stream(0, "validate"),
-            )
-            .map_err(|e| field_error("arrival.trace", e.to_string()))?;
-            ArrivalSpec::Trace { trace, time_scale }
-        }
-    };
+    let n = usize::try_from(w.n_requests).unwrap_or(usize::MAX);
+    let arrival = file.arrival.validate(n, base_dir, cache)?;
 
     let s = &file.scheduler;
     let max_batch_size = at_least_one("scheduler.max_batch_size", s.max_batch_size)?;

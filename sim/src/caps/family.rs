@@ -1,8 +1,9 @@
 //! CAPS as a registered `Family`: its tables, what a cell demands, one seed's run through the
 //! policies' batch selector, and what live mode reads.
 
-use super::config::{ArrivalSpec, ExecutionSpec};
+use super::config::ExecutionSpec;
 use super::{CapsConfig, CapsScenario};
+use crate::arrivals::ArrivalSpec;
 use crate::family::{Family, LiveDescription, Run};
 use crate::metrics::MetricInfo;
 use crate::records::RecordSink;
@@ -38,16 +39,13 @@ impl Family for Caps {
         let mut d = Vec::new();
         let n = s.workload.n_requests as f64;
         d.push(Demand::new(Requests, n, "workload.n_requests"));
-        match &s.arrival {
-            ArrivalSpec::Poisson { rate_per_s } | ArrivalSpec::Bursty { rate_per_s, .. } => d.push(
-                Demand::new(SimSeconds, n / rate_per_s, "arrival.rate_per_s"),
-            ),
-            ArrivalSpec::Offline => {}
-            ArrivalSpec::Trace { trace, time_scale } => d.push(Demand::new(
-                SimSeconds,
-                trace.span_s() * time_scale,
-                "arrival.time_scale",
-            )),
+        let span = s.arrival.span_s(s.arrival.requests(n as usize));
+        if span > 0.0 {
+            let field = match s.arrival {
+                ArrivalSpec::Trace { .. } => "arrival.trace.time_scale",
+                _ => "arrival.rate_per_s",
+            };
+            d.push(Demand::new(SimSeconds, span, field));
         }
         // A queueing reference serves one batch at a time: the busy time alone bounds the span
         // from below.
@@ -119,12 +117,7 @@ impl Family for Caps {
     }
 
     fn trace_replay(s: &CapsScenario) -> Option<(PathBuf, crate::arrivals::TraceStats)> {
-        match &s.arrival {
-            ArrivalSpec::Trace { trace, time_scale } => Some((
-                trace.path().to_path_buf(),
-                trace.stats(usize::try_from(s.workload.n_requests).ok(), *time_scale),
-            )),
-            _ => None,
-        }
+        s.arrival
+            .trace_stats(usize::try_from(s.workload.n_requests).unwrap_or(usize::MAX))
     }
 }

@@ -1,6 +1,6 @@
 //! What one CAPS run reports (`RunMetrics`); `caps::METRIC_TABLE` reads its scalars from it.
 
-use crate::metrics::LatencySummary;
+use crate::recorder::Percentiles;
 use serde::{Deserialize, Serialize};
 
 /// Everything one simulation run reports.
@@ -8,10 +8,10 @@ use serde::{Deserialize, Serialize};
 pub struct RunMetrics {
     pub n_requests: u64,
     pub n_batches: u64,
-    /// Arrival to completion.
-    pub latency: LatencySummary,
-    /// Arrival to the start of the request's batch.
-    pub queue_wait: LatencySummary,
+    /// Arrival to completion (the recorder's end-to-end latency).
+    pub latency: Percentiles,
+    /// Arrival to the start of the request's batch (the recorder's queueing delay).
+    pub queue_wait: Percentiles,
     /// Completed requests per second between the first arrival and the last completion.
     pub throughput_rps: f64,
     /// Time of the last completion, seconds.

@@ -1,11 +1,11 @@
 //! Running one CAPS simulation: the arrival process, request model and step cost of a
 //! scenario for a seed, the event loop, and the per-request CSV sink.
 
-use super::config::{ArrivalSpec, CapsScenario, ExecutionSpec};
+use super::config::{CapsScenario, ExecutionSpec};
 use super::server::{CapsServer, RecordSink, RequestRecord};
 use super::step_cost::{CapsStepCost, ConstantService, ExponentialService};
 use super::workload::{RequestModel, RequestStreams, TopicAffinities};
-use crate::arrivals::{ArrivalProcess, Bursty, Offline, Poisson, TraceReplay};
+use crate::arrivals::ArrivalProcess;
 use crate::caps::batch::BatchSelector;
 use crate::caps::metrics::RunMetrics;
 use crate::engine;
@@ -18,17 +18,7 @@ pub fn arrival_process(scenario: &CapsScenario, seed: u64) -> Box<dyn ArrivalPro
     let rng = stream(seed, "arrivals");
     let n = usize::try_from(scenario.workload.n_requests).expect("request count fits in usize");
     let topics = scenario.workload.n_topics as u32;
-    match &scenario.arrival {
-        ArrivalSpec::Poisson { rate_per_s } => Box::new(Poisson::new(*rate_per_s, n, topics, rng)),
-        ArrivalSpec::Bursty { rate_per_s, params } => {
-            Box::new(Bursty::new(*rate_per_s, *params, n, topics, rng))
-        }
-        ArrivalSpec::Offline => Box::new(Offline::new(n, topics, rng)),
-        ArrivalSpec::Trace { trace, time_scale } => Box::new(
-            TraceReplay::new(trace.clone(), Some(n), *time_scale, topics, rng)
-                .expect("trace replay parameters were checked when the scenario was validated"),
-        ),
-    }
+    scenario.arrival.process(n, topics, rng)
 }
 
 /// What executes the batches of `scenario` for `seed`: its step cost, and the name of its

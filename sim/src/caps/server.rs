@@ -14,7 +14,7 @@ use crate::caps::execution::{coefficient_of_variation, imbalance};
 use crate::caps::metrics::RunMetrics;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
-use crate::metrics::{DepthTracker, LatencyRecorder};
+use crate::metrics::DepthTracker;
 use crate::rng::SimRng;
 use crate::serving::{
     Admission, Batching, ExpectedRouting, KvConfig, Replica, ReplicaConfig, Seq, StepCost, StepWork,
@@ -109,10 +109,7 @@ pub struct CapsServer<'a> {
     finished: Vec<Seq>,
 
     // Metrics.
-    latency: LatencyRecorder,
-    queue_wait: LatencyRecorder,
     depth: DepthTracker,
-    first_arrival: Option<SimTime>,
     last_completion: SimTime,
     imbalance_sum: f64,
     /// The sensitivity of the reported imbalance factor (`RunMetrics::imbalance_factor`).
@@ -164,10 +161,7 @@ impl<'a> CapsServer<'a> {
             batch_load: vec![0.0; dims],
             batch_decode_load: vec![0.0; dims],
             finished: Vec::new(),
-            latency: LatencyRecorder::default(),
-            queue_wait: LatencyRecorder::default(),
             depth: DepthTracker::new(queue_sample_interval.0),
-            first_arrival: None,
             last_completion: SimTime::ZERO,
             imbalance_sum: 0.0,
             factor_sensitivity: 1.0,
@@ -250,11 +244,8 @@ impl<'a> CapsServer<'a> {
         self.finished.clear();
         let batch = self.replica.stats().steps - 1;
         let start = self.batch_start;
-        let (latency, queue_wait, sink) =
-            (&mut self.latency, &mut self.queue_wait, &mut *self.sink);
+        let sink = &mut *self.sink;
         self.former.finish_batch(|request| {
-            latency.record((now - request.arrival).0);
-            queue_wait.record((start - request.arrival).0);
             sink.record(&RequestRecord {
                 id: request.id,
                 topic: request.topic,
@@ -283,22 +274,16 @@ impl<'a> CapsServer<'a> {
             "run ended with requests still queued"
         );
         let stats = self.replica.stats();
-        let n_requests = self.latency.count();
-        let start = self.first_arrival.unwrap_or(SimTime::ZERO);
-        let span = self.last_completion.0.saturating_sub(start.0) as f64 * 1e-9;
+        let requests = stats.latencies.summary();
         let (queue_depth_mean, queue_depth_max, queue_depth_series) =
             self.depth.finish(self.last_completion);
         let batches = stats.steps.max(1) as f64;
         RunMetrics {
-            n_requests,
+            n_requests: requests.completed,
             n_batches: stats.steps,
-            latency: self.latency.summary(),
-            queue_wait: self.queue_wait.summary(),
-            throughput_rps: if span > 0.0 {
-                n_requests as f64 / span
-            } else {
-                0.0
-            },
+            latency: requests.e2e,
+            queue_wait: requests.queueing,
+            throughput_rps: requests.throughput_rps,
             makespan_s: self.last_completion.as_secs_f64(),
             mean_batch_size: stats.batch_sum as f64 / batches,
             imbalance: self.imbalance_sum / batches,
@@ -330,7 +315,6 @@ impl Model for CapsServer<'_> {
                     .pending_arrival
                     .take()
                     .expect("an arrival event has a pending arrival");
-                self.first_arrival.get_or_insert(now);
                 let id = self.next_request_id;
                 self.next_request_id += 1;
                 let request = self.request_model.make_request(

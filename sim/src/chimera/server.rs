@@ -21,6 +21,7 @@ use crate::arrivals::ArrivalProcess;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::metrics::{LatencyRecorder, LatencySummary};
+use crate::recorder::{RequestLatencies, RequestSummary};
 use crate::rng::{SimRng, stream};
 use crate::serving::{
     Admission, AdmitHook, Batching, KvConfig, MeasuredStepCost, Replica, ReplicaConfig,
@@ -80,10 +81,10 @@ impl StepCost for EngineStepCost<'_> {
 }
 
 /// What a Chimera engine does when its replica admits a request: the stage's true output length
-/// comes from the workflow; the wait is recorded.
+/// comes from the workflow; the wait is added to the workflow's (the replica records each
+/// request's own).
 struct Admit<'x> {
     workflows: &'x mut HashMap<u64, WorkflowRun>,
-    queue_time: &'x mut LatencyRecorder,
     admissions: &'x mut Option<Vec<AdmissionRecord>>,
     engine: usize,
     model: usize,
@@ -105,7 +106,6 @@ impl AdmitHook for Admit<'_> {
             .expect("queued request's workflow exists");
         let waited = (now - request.submitted).0;
         run.queue_ns += waited;
-        self.queue_time.record(waited);
         if let Some(records) = self.admissions {
             records.push(AdmissionRecord {
                 engine: self.engine,
@@ -175,8 +175,10 @@ pub struct ChimeraMetrics {
     pub workflow_latency: LatencySummary,
     /// Mean over workflows of end-to-end latency / output tokens generated, ms per token.
     pub latency_per_token_ms: f64,
-    /// Per request: submission to admission into the batch.
-    pub queue_time: LatencySummary,
+    /// Per request (a workflow's stage), as the engines' replicas recorded them: TTFT, TPOT,
+    /// end to end (submission to its last token) and queueing (submission to admission into
+    /// a step, the `queue_time_*` metrics).
+    pub requests: RequestSummary,
     /// Per workflow: the sum of its stages' queueing times.
     pub workflow_queue_time: LatencySummary,
     /// Mean task score, percent.
@@ -230,7 +232,6 @@ pub struct ChimeraServer<'a> {
 
     workflow_latency: LatencyRecorder,
     per_token_sum_ms: f64,
-    queue_time: LatencyRecorder,
     workflow_queue_time: LatencyRecorder,
     successes: u64,
     completed: u64,
@@ -291,7 +292,6 @@ impl<'a> ChimeraServer<'a> {
             engine_states: Vec::with_capacity(n_engines),
             workflow_latency: LatencyRecorder::default(),
             per_token_sum_ms: 0.0,
-            queue_time: LatencyRecorder::default(),
             workflow_queue_time: LatencyRecorder::default(),
             successes: 0,
             completed: 0,
@@ -483,7 +483,6 @@ impl<'a> ChimeraServer<'a> {
         let step_cost = &mut self.step_costs[e];
         let mut hook = Admit {
             workflows: &mut self.workflows,
-            queue_time: &mut self.queue_time,
             admissions: &mut self.admissions,
             engine: e,
             model: spec.model,
@@ -604,13 +603,17 @@ impl<'a> ChimeraServer<'a> {
             .zip(&self.map_labels)
             .filter_map(|(s, l)| average_precision(s, l))
             .collect();
+        let mut requests = RequestLatencies::default();
+        for run in &self.engines {
+            requests.merge(&run.replica.stats().latencies);
+        }
         let span = end.as_secs_f64();
         ChimeraMetrics {
             n_workflows: self.completed,
             n_requests: self.next_request,
             workflow_latency: self.workflow_latency.summary(),
             latency_per_token_ms: self.per_token_sum_ms / n,
-            queue_time: self.queue_time.summary(),
+            requests: requests.summary(),
             workflow_queue_time: self.workflow_queue_time.summary(),
             score_pct: 100.0 * self.successes as f64 / n,
             throughput_wps: if span > 0.0 {

@@ -123,6 +123,15 @@ fn every_listed_metric_resolves_and_runs_are_deterministic() {
     assert!(m.n_requests >= m.n_workflows && m.n_requests <= 4 * m.n_workflows);
     assert!(m.score_pct > 0.0 && m.score_pct < 100.0);
     assert!(m.workflow_latency.mean_ms > 0.0 && m.latency_per_token_ms > 0.0);
+    // The replicas recorded every request (stage); a workflow's queueing is the sum of its
+    // stages', so both totals are the same time counted two ways.
+    assert_eq!(m.requests.completed, m.n_requests);
+    let per_workflow = m.workflow_queue_time.mean_ms * m.n_workflows as f64;
+    let per_request = m.requests.queueing.mean_ms * m.n_requests as f64;
+    assert!(
+        (per_workflow - per_request).abs() <= 1e-9 * per_request,
+        "{per_workflow} vs {per_request}"
+    );
     assert_eq!(m.engines.len(), 2);
     // Round robin alternates every request between the two engines.
     let diff = m.engines[0].requests.abs_diff(m.engines[1].requests);
@@ -135,7 +144,7 @@ fn more_load_means_more_queueing() {
     let heavy = scenario(&config(&["qwen2.5-7b"], 12.0, 120.0));
     let l = run::simulate(&light, 1, &mut Fifo::default(), &mut Turns::default());
     let h = run::simulate(&heavy, 1, &mut Fifo::default(), &mut Turns::default());
-    assert!(h.queue_time.mean_ms > l.queue_time.mean_ms);
+    assert!(h.requests.queueing.mean_ms > l.requests.queueing.mean_ms);
     assert!(h.engines[0].mean_batch_size > l.engines[0].mean_batch_size);
     assert!(h.workflow_latency.mean_ms > l.workflow_latency.mean_ms);
 }

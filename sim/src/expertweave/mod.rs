@@ -26,10 +26,11 @@ pub use run::{plan, replica_config, run, run_recorded, serve, simulated_costs};
 pub use step_cost::RooflineStepCost;
 
 use crate::metrics::{Better, Metric, MetricInfo, metric_infos};
+use crate::recorder::RequestSummary;
 
 /// One ExpertWeave run's scalar values, one field per metric of `METRIC_TABLE`
 /// (docs/expertweave.md defines each).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ExpertWeaveScalars {
     pub weights_gib: f64,
     pub adapter_memory_gib: f64,
@@ -38,17 +39,29 @@ pub struct ExpertWeaveScalars {
     pub sparsity_factor: f64,
     pub kv_capacity_tokens: f64,
     pub out_of_memory: f64,
-    pub ttft_mean_ms: f64,
-    pub ttft_p99_ms: f64,
-    pub tpot_mean_ms: f64,
+    /// The served requests' latencies, as the instances' replicas recorded them (all missing
+    /// for a run that served nothing, e.g. out of memory).
+    pub requests: RequestSummary,
     pub prefill_throughput_tps: f64,
     pub decode_throughput_tps: f64,
+    /// Share of the run the instances spend in steps, mean over instances.
+    pub utilization: f64,
     pub requests_completed: f64,
     pub requests_rejected: f64,
 }
 
+/// A latency row of the table: the one recorder's value (`recorder::RequestSummary`), lower is
+/// better.
+const fn lat(
+    name: &'static str,
+    label: &'static str,
+    value: fn(&ExpertWeaveScalars) -> f64,
+) -> Metric<ExpertWeaveScalars> {
+    Metric::new(name, label, Better::Lower, value)
+}
+
 /// The scalar metrics an ExpertWeave run reports, in order (docs/expertweave.md defines each).
-pub const METRIC_TABLE: [Metric<ExpertWeaveScalars>; 14] = [
+pub const METRIC_TABLE: [Metric<ExpertWeaveScalars>; 29] = [
     Metric::new(
         "weights_gib",
         "weights on device (GiB)",
@@ -88,15 +101,60 @@ pub const METRIC_TABLE: [Metric<ExpertWeaveScalars>; 14] = [
     Metric::new("out_of_memory", "out of memory (0/1)", Better::Lower, |s| {
         s.out_of_memory
     }),
-    Metric::new("ttft_mean_ms", "mean TTFT (ms)", Better::Lower, |s| {
-        s.ttft_mean_ms
+    lat("ttft_mean_ms", "mean time to first token (ms)", |s| {
+        s.requests.ttft.mean_ms
     }),
-    Metric::new("ttft_p99_ms", "P99 TTFT (ms)", Better::Lower, |s| {
-        s.ttft_p99_ms
+    lat("ttft_p50_ms", "P50 time to first token (ms)", |s| {
+        s.requests.ttft.p50_ms
     }),
-    Metric::new("tpot_mean_ms", "mean TPOT (ms)", Better::Lower, |s| {
-        s.tpot_mean_ms
+    lat("ttft_p90_ms", "P90 time to first token (ms)", |s| {
+        s.requests.ttft.p90_ms
     }),
+    lat("ttft_p99_ms", "P99 time to first token (ms)", |s| {
+        s.requests.ttft.p99_ms
+    }),
+    lat("tpot_mean_ms", "mean time per output token (ms)", |s| {
+        s.requests.tpot.mean_ms
+    }),
+    lat("tpot_p50_ms", "P50 time per output token (ms)", |s| {
+        s.requests.tpot.p50_ms
+    }),
+    lat("tpot_p90_ms", "P90 time per output token (ms)", |s| {
+        s.requests.tpot.p90_ms
+    }),
+    lat("tpot_p99_ms", "P99 time per output token (ms)", |s| {
+        s.requests.tpot.p99_ms
+    }),
+    lat("e2e_mean_ms", "mean end-to-end latency (ms)", |s| {
+        s.requests.e2e.mean_ms
+    }),
+    lat("e2e_p50_ms", "P50 end-to-end latency (ms)", |s| {
+        s.requests.e2e.p50_ms
+    }),
+    lat("e2e_p90_ms", "P90 end-to-end latency (ms)", |s| {
+        s.requests.e2e.p90_ms
+    }),
+    lat("e2e_p99_ms", "P99 end-to-end latency (ms)", |s| {
+        s.requests.e2e.p99_ms
+    }),
+    lat("queueing_mean_ms", "mean queueing delay (ms)", |s| {
+        s.requests.queueing.mean_ms
+    }),
+    lat("queueing_p50_ms", "P50 queueing delay (ms)", |s| {
+        s.requests.queueing.p50_ms
+    }),
+    lat("queueing_p90_ms", "P90 queueing delay (ms)", |s| {
+        s.requests.queueing.p90_ms
+    }),
+    lat("queueing_p99_ms", "P99 queueing delay (ms)", |s| {
+        s.requests.queueing.p99_ms
+    }),
+    Metric::new(
+        "throughput_rps",
+        "throughput (requests/s)",
+        Better::Higher,
+        |s| s.requests.throughput_rps,
+    ),
     Metric::new(
         "prefill_throughput_tps",
         "prefill throughput (tokens/s)",
@@ -108,6 +166,12 @@ pub const METRIC_TABLE: [Metric<ExpertWeaveScalars>; 14] = [
         "decode throughput (tokens/s)",
         Better::Higher,
         |s| s.decode_throughput_tps,
+    ),
+    Metric::new(
+        "utilization",
+        "share of time instances run steps",
+        Better::Higher,
+        |s| s.utilization,
     ),
     Metric::new(
         "requests_completed",

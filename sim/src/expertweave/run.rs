@@ -21,7 +21,8 @@ use super::step_cost::RooflineStepCost;
 use crate::arrivals::{Arrival, ArrivalProcess};
 use crate::engine::{self, Model};
 use crate::event_queue::EventQueue;
-use crate::metrics::{LatencyRecorder, RunOutput};
+use crate::metrics::RunOutput;
+use crate::recorder::RequestLatencies;
 use crate::records::{DiscardRecords, Extra, RecordSink, RequestRecord};
 use crate::rng::{SimRng, stream};
 use crate::serving::{
@@ -192,8 +193,8 @@ impl AdmitHook for Admit<'_> {
 
 /// What a finished run hands to the summary.
 struct Served {
-    ttft: LatencyRecorder,
-    tpot: LatencyRecorder,
+    /// The requests' latencies, merged from the instances' replicas.
+    latencies: RequestLatencies,
     requests_per_adapter: Vec<u64>,
     rejected: u64,
     prompt_tokens: u64,
@@ -201,6 +202,8 @@ struct Served {
     completed: u64,
     /// When the last step ended (0: none ran).
     end: SimTime,
+    /// Time the instances' replicas spent in steps, summed, ns.
+    busy_ns: u64,
     replicas: Vec<serde_json::Value>,
 }
 
@@ -268,14 +271,14 @@ impl<'a, 'c> Server<'a, 'c> {
             woken: Vec::new(),
             finished: Vec::new(),
             served: Served {
-                ttft: LatencyRecorder::default(),
-                tpot: LatencyRecorder::default(),
+                latencies: RequestLatencies::default(),
                 requests_per_adapter: vec![0; scenario.adapters.len()],
                 rejected: 0,
                 prompt_tokens: 0,
                 output_tokens: 0,
                 completed: 0,
                 end: SimTime::ZERO,
+                busy_ns: 0,
                 replicas: Vec::new(),
             },
             sink,
@@ -340,23 +343,14 @@ impl<'a, 'c> Server<'a, 'c> {
         events.schedule(now + time.duration, Event::StepEnd(i));
     }
 
-    /// Instance `i`'s step ends: first tokens are timed (TTFT), finished requests recorded
-    /// (TPOT over their decode tokens), and the next step starts.
+    /// Instance `i`'s step ends: its replica records the finished requests' latencies, each
+    /// gets its per-request record, and the next step starts.
     fn step_end(&mut self, now: SimTime, i: usize, events: &mut EventQueue<Event>) {
         let replica = &mut self.replicas[i];
-        for s in replica.running().iter().filter(|s| s.step_emits()) {
-            if s.generated == 0 {
-                self.served.ttft.record((now - s.request.submitted).0);
-            }
-        }
         let mut finished = std::mem::take(&mut self.finished);
         replica.complete_step(now, &mut finished);
         for done in finished.drain(..) {
             let first_token = done.first_token();
-            if done.output > 1 {
-                let decode = u64::from(done.output - 1);
-                self.served.tpot.record((now - first_token).0 / decode);
-            }
             let adapter = done.adapter().expect("every request runs with its adapter");
             self.sink.record(&RequestRecord {
                 id: done.request.id,
@@ -383,6 +377,8 @@ impl<'a, 'c> Server<'a, 'c> {
             self.served.prompt_tokens += stats.prefill_tokens;
             self.served.output_tokens += stats.tokens;
             self.served.completed += stats.completed;
+            self.served.latencies.merge(&stats.latencies);
+            self.served.busy_ns += stats.busy_ns;
             let end = self.served.end.max(SimTime(1));
             self.served.replicas.push(json!({
                 "steps": stats.steps,
@@ -455,36 +451,35 @@ fn summarize(
     let gib = |bytes: u64| bytes as f64 / GIB as f64;
     // A run that served nothing (out of memory, or no request completed) has no latency and no
     // throughput: NaN (`null` in results), not 0.
-    let latency = |recorder: &LatencyRecorder, value: fn(&LatencyRecorder) -> f64| {
-        if recorder.count() == 0 {
-            f64::NAN
-        } else {
-            value(recorder)
+    let (requests, prefill_tps, decode_tps, utilization, completed, rejected) = match served {
+        Some(s) => {
+            let seconds = s.end.as_secs_f64();
+            let per_second = |count: u64| {
+                if s.end == SimTime::ZERO {
+                    f64::NAN
+                } else {
+                    count as f64 / seconds
+                }
+            };
+            (
+                s.latencies.summary(),
+                per_second(s.prompt_tokens),
+                per_second(s.output_tokens),
+                // Busy time over (instances x the run's end): the share of time they step.
+                per_second(s.busy_ns) * 1e-9 / s.replicas.len().max(1) as f64,
+                s.completed as f64,
+                s.rejected as f64,
+            )
         }
+        None => (
+            RequestLatencies::default().summary(),
+            f64::NAN,
+            f64::NAN,
+            f64::NAN,
+            0.0,
+            0.0,
+        ),
     };
-    let (ttft_mean, ttft_p99, tpot_mean, prefill_tps, decode_tps, completed, rejected) =
-        match served {
-            Some(s) => {
-                let seconds = s.end.as_secs_f64();
-                let per_second = |count: u64| {
-                    if s.end == SimTime::ZERO {
-                        f64::NAN
-                    } else {
-                        count as f64 / seconds
-                    }
-                };
-                (
-                    latency(&s.ttft, LatencyRecorder::mean_ms),
-                    latency(&s.ttft, |t| t.quantile_ms(0.99)),
-                    latency(&s.tpot, LatencyRecorder::mean_ms),
-                    per_second(s.prompt_tokens),
-                    per_second(s.output_tokens),
-                    s.completed as f64,
-                    s.rejected as f64,
-                )
-            }
-            None => (f64::NAN, f64::NAN, f64::NAN, f64::NAN, f64::NAN, 0.0, 0.0),
-        };
     let values = super::ExpertWeaveScalars {
         weights_gib: gib(r.weight_bytes),
         adapter_memory_gib: gib(r.adapter_allocated_bytes),
@@ -493,16 +488,15 @@ fn summarize(
         sparsity_factor: r.sparsity_factor,
         kv_capacity_tokens: r.kv_capacity_tokens as f64,
         out_of_memory: if r.out_of_memory { 1.0 } else { 0.0 },
-        ttft_mean_ms: ttft_mean,
-        ttft_p99_ms: ttft_p99,
-        tpot_mean_ms: tpot_mean,
+        requests,
         prefill_throughput_tps: prefill_tps,
         decode_throughput_tps: decode_tps,
+        utilization,
         requests_completed: completed,
         requests_rejected: rejected,
     };
     let scalars = crate::metrics::scalars(&super::METRIC_TABLE, &values);
-    let details = json!({
+    let mut details = json!({
         "manager": kind,
         "adapters": scenario.adapters.iter().map(|a| a.name.clone()).collect::<Vec<_>>(),
         "shares": scenario.shares,
@@ -516,6 +510,13 @@ fn summarize(
             .map(|(_, stats)| stats),
         "cost_source": cost_source(scenario),
     });
+    if r.out_of_memory {
+        // No latency number, but the reason (docs/metrics.md).
+        details["failed"] = json!(
+            "out of memory: the weights and adapter memory leave no room for a KV cache on some \
+             instance (details.memory)"
+        );
+    }
     RunOutput { scalars, details }
 }
 
@@ -767,6 +768,12 @@ output_tokens = 1
         let tpot_ms = output.scalar("tpot_mean_ms").unwrap();
         assert!((tpot_ms - tpot_ns as f64 * 1e-6).abs() < 1e-3 * tpot_ms);
         assert_eq!(output.scalar("requests_completed"), Some(1.0));
+        // Alone from t = 0: no queueing, its end to end is the whole run, the instance always
+        // busy.
+        assert_eq!(output.scalar("queueing_p99_ms"), Some(0.0));
+        let e2e_ms = output.scalar("e2e_mean_ms").unwrap();
+        assert!((e2e_ms - now.as_millis_f64()).abs() < 1e-9 * e2e_ms);
+        assert!((output.scalar("utilization").unwrap() - 1.0).abs() < 1e-12);
         assert_eq!(
             output.scalar("prefill_throughput_tps"),
             Some(374.0 / now.as_secs_f64())
@@ -896,16 +903,26 @@ output_tokens = 1
         );
         assert_eq!(out.scalar("out_of_memory"), Some(1.0));
         assert_eq!(out.scalar("requests_completed"), Some(0.0));
-        // It served nothing, so it has no latency and no throughput (not 0).
-        for metric in [
-            "ttft_mean_ms",
-            "ttft_p99_ms",
-            "tpot_mean_ms",
+        // It served nothing, so it has no latency and no throughput (not 0), and says why.
+        let latency_rows = crate::expertweave::METRICS
+            .iter()
+            .map(|m| m.name)
+            .filter(|name| name.ends_with("_ms"));
+        assert_eq!(latency_rows.clone().count(), 16);
+        for metric in latency_rows.chain([
+            "throughput_rps",
             "prefill_throughput_tps",
             "decode_throughput_tps",
-        ] {
+            "utilization",
+        ]) {
             assert!(out.scalar(metric).unwrap().is_nan(), "{metric}");
         }
+        assert!(
+            out.details["failed"]
+                .as_str()
+                .unwrap()
+                .starts_with("out of memory")
+        );
         assert!(out.details["requests_per_adapter"].is_null());
     }
 }

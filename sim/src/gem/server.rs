@@ -24,7 +24,8 @@ use crate::gem::costs::{GpuCosts, gpu_layer_curve};
 use crate::gem::mapping::{ExpertMapper, LayerMapping, LayerProblem, score};
 use crate::gem::trace::{ExpertTrace, generate};
 use crate::gem::variability::variability_at_scale;
-use crate::metrics::{Better, LatencyRecorder, Metric, MetricInfo, RunOutput, metric_infos};
+use crate::metrics::{Better, Metric, MetricInfo, RunOutput, metric_infos};
+use crate::recorder::{RequestLatencies, RequestSummary};
 use crate::records::{DiscardRecords, RecordSink, RequestRecord};
 use crate::rng::{SimRng, stream};
 use crate::serving::{
@@ -38,17 +39,10 @@ use std::sync::Arc;
 
 /// One GEM run's scalar values, one field per metric of `METRIC_TABLE` (docs/gem.md defines
 /// each).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct GemScalars {
-    pub e2e_mean_ms: f64,
-    pub e2e_p90_ms: f64,
-    pub e2e_p95_ms: f64,
-    pub e2e_p99_ms: f64,
-    pub tpot_mean_ms: f64,
-    pub tpot_p90_ms: f64,
-    pub tpot_p95_ms: f64,
-    pub tpot_p99_ms: f64,
-    pub ttft_mean_ms: f64,
+    /// The requests' latencies, as the replica recorded them (`recorder::RequestSummary`).
+    pub requests: RequestSummary,
     pub throughput_tok_s: f64,
     pub makespan_s: f64,
     pub mean_step_ms: f64,
@@ -66,15 +60,7 @@ impl GemScalars {
     /// Every value missing (NaN, `null` in results): what an experiment does not compute.
     fn not_computed() -> GemScalars {
         GemScalars {
-            e2e_mean_ms: f64::NAN,
-            e2e_p90_ms: f64::NAN,
-            e2e_p95_ms: f64::NAN,
-            e2e_p99_ms: f64::NAN,
-            tpot_mean_ms: f64::NAN,
-            tpot_p90_ms: f64::NAN,
-            tpot_p95_ms: f64::NAN,
-            tpot_p99_ms: f64::NAN,
-            ttft_mean_ms: f64::NAN,
+            requests: RequestLatencies::default().summary(),
             throughput_tok_s: f64::NAN,
             makespan_s: f64::NAN,
             mean_step_ms: f64::NAN,
@@ -90,61 +76,95 @@ impl GemScalars {
     }
 }
 
-/// The scalar metrics a GEM run reports, in this order (docs/gem.md defines each).
-pub const METRIC_TABLE: [Metric<GemScalars>; 20] = [
-    Metric::new(
-        "e2e_mean_ms",
-        "mean end-to-end latency (ms)",
-        Better::Lower,
-        |s| s.e2e_mean_ms,
-    ),
-    Metric::new(
-        "e2e_p90_ms",
-        "P90 end-to-end latency (ms)",
-        Better::Lower,
-        |s| s.e2e_p90_ms,
-    ),
-    Metric::new(
-        "e2e_p95_ms",
-        "P95 end-to-end latency (ms)",
-        Better::Lower,
-        |s| s.e2e_p95_ms,
-    ),
-    Metric::new(
-        "e2e_p99_ms",
-        "P99 end-to-end latency (ms)",
-        Better::Lower,
-        |s| s.e2e_p99_ms,
-    ),
-    Metric::new(
+/// A latency row of the table: its value from the recorder's summary, lower is better.
+const fn lat(
+    name: &'static str,
+    label: &'static str,
+    value: fn(&GemScalars) -> f64,
+) -> Metric<GemScalars> {
+    Metric::new(name, label, Better::Lower, value)
+}
+
+/// The scalar metrics a GEM run reports, in this order (docs/gem.md defines each; the latency
+/// rows are the one recorder's, docs/metrics.md). GEM's TPOT is the paper's (gem.txt Eq. 3):
+/// quantiles over every gap between consecutive tokens, the recorder's inter-token latency. GEM's TPOT is the paper's (gem.txt Eq. 3):
+/// quantiles over every gap between consecutive tokens, the recorder's inter-token latency.
+pub const METRIC_TABLE: [Metric<GemScalars>; 32] = [
+    lat("e2e_mean_ms", "mean end-to-end latency (ms)", |s| {
+        s.requests.e2e.mean_ms
+    }),
+    lat("e2e_p50_ms", "P50 end-to-end latency (ms)", |s| {
+        s.requests.e2e.p50_ms
+    }),
+    lat("e2e_p90_ms", "P90 end-to-end latency (ms)", |s| {
+        s.requests.e2e.p90_ms
+    }),
+    lat("e2e_p95_ms", "P95 end-to-end latency (ms)", |s| {
+        s.requests.e2e.p95_ms
+    }),
+    lat("e2e_p99_ms", "P99 end-to-end latency (ms)", |s| {
+        s.requests.e2e.p99_ms
+    }),
+    lat(
         "tpot_mean_ms",
-        "mean time per output token (ms)",
-        Better::Lower,
-        |s| s.tpot_mean_ms,
+        "mean time per output token, over all token gaps (ms)",
+        |s| s.requests.itl.mean_ms,
     ),
-    Metric::new(
+    lat(
+        "tpot_p50_ms",
+        "P50 time per output token, over all token gaps (ms)",
+        |s| s.requests.itl.p50_ms,
+    ),
+    lat(
         "tpot_p90_ms",
-        "P90 time per output token (ms)",
-        Better::Lower,
-        |s| s.tpot_p90_ms,
+        "P90 time per output token, over all token gaps (ms)",
+        |s| s.requests.itl.p90_ms,
     ),
-    Metric::new(
+    lat(
         "tpot_p95_ms",
-        "P95 time per output token (ms)",
-        Better::Lower,
-        |s| s.tpot_p95_ms,
+        "P95 time per output token, over all token gaps (ms)",
+        |s| s.requests.itl.p95_ms,
     ),
-    Metric::new(
+    lat(
         "tpot_p99_ms",
-        "P99 time per output token (ms)",
-        Better::Lower,
-        |s| s.tpot_p99_ms,
+        "P99 time per output token, over all token gaps (ms)",
+        |s| s.requests.itl.p99_ms,
     ),
+    lat("ttft_mean_ms", "mean time to first token (ms)", |s| {
+        s.requests.ttft.mean_ms
+    }),
+    lat("ttft_p50_ms", "P50 time to first token (ms)", |s| {
+        s.requests.ttft.p50_ms
+    }),
+    lat("ttft_p90_ms", "P90 time to first token (ms)", |s| {
+        s.requests.ttft.p90_ms
+    }),
+    lat("ttft_p95_ms", "P95 time to first token (ms)", |s| {
+        s.requests.ttft.p95_ms
+    }),
+    lat("ttft_p99_ms", "P99 time to first token (ms)", |s| {
+        s.requests.ttft.p99_ms
+    }),
+    lat("queueing_mean_ms", "mean queueing delay (ms)", |s| {
+        s.requests.queueing.mean_ms
+    }),
+    lat("queueing_p50_ms", "P50 queueing delay (ms)", |s| {
+        s.requests.queueing.p50_ms
+    }),
+    lat("queueing_p90_ms", "P90 queueing delay (ms)", |s| {
+        s.requests.queueing.p90_ms
+    }),
+    lat("queueing_p95_ms", "P95 queueing delay (ms)", |s| {
+        s.requests.queueing.p95_ms
+    }),
+    lat("queueing_p99_ms", "P99 queueing delay (ms)", |s| {
+        s.requests.queueing.p99_ms
+    }),
     Metric::new(
-        "ttft_mean_ms",
-        "mean time to first token (ms)",
-        Better::Lower,
-        |s| s.ttft_mean_ms,
+        "throughput_rps",
+        "throughput (requests/s)",
+        Better::Higher,
+        |s| s.requests.throughput_rps,
     ),
     Metric::new(
         "throughput_tok_s",
@@ -695,9 +715,6 @@ struct GemServer<'a> {
     moe_ns: f64,
     busy_ns: Vec<f64>,
     finished: Vec<Seq>,
-    e2e: LatencyRecorder,
-    tpot: LatencyRecorder,
-    ttft: LatencyRecorder,
     last_completion: SimTime,
     sink: &'a mut dyn RecordSink,
 }
@@ -753,21 +770,13 @@ impl GemServer<'_> {
         events.schedule(now + time.duration, Event::StepEnd);
     }
 
-    /// The step ends: each token it emits is timed (a first token, or the gap since the
-    /// sequence's previous one), finished requests are recorded, and the next step starts.
+    /// The step ends: the replica records its finished requests' latencies, each gets its
+    /// per-request record, and the next step starts.
     fn step_end(&mut self, now: SimTime, events: &mut EventQueue<Event>) {
-        for s in self.replica.running().iter().filter(|s| s.step_emits()) {
-            if s.generated == 0 {
-                self.ttft.record((now - s.request.submitted).0);
-            } else {
-                self.tpot.record((now - s.last_token()).0);
-            }
-        }
         let mut finished = std::mem::take(&mut self.finished);
         self.replica.complete_step(now, &mut finished);
         for done in finished.drain(..) {
             let arrival = done.request.submitted;
-            self.e2e.record((now - arrival).0);
             self.sink.record(&RequestRecord {
                 id: done.request.id,
                 arrival,
@@ -873,9 +882,6 @@ pub fn serve_on(
         moe_ns: 0.0,
         busy_ns: vec![0.0; scenario.n_gpus],
         finished: Vec::new(),
-        e2e: LatencyRecorder::default(),
-        tpot: LatencyRecorder::default(),
-        ttft: LatencyRecorder::default(),
         last_completion: SimTime::ZERO,
         sink,
     };
@@ -900,15 +906,7 @@ pub fn serve_on(
         .collect();
     let (gap_fast, gap_slow) = gaps(&scenario.speed_factors);
     let values = GemScalars {
-        e2e_mean_ms: server.e2e.mean_ms(),
-        e2e_p90_ms: server.e2e.quantile_ms(0.90),
-        e2e_p95_ms: server.e2e.quantile_ms(0.95),
-        e2e_p99_ms: server.e2e.quantile_ms(0.99),
-        tpot_mean_ms: server.tpot.mean_ms(),
-        tpot_p90_ms: server.tpot.quantile_ms(0.90),
-        tpot_p95_ms: server.tpot.quantile_ms(0.95),
-        tpot_p99_ms: server.tpot.quantile_ms(0.99),
-        ttft_mean_ms: server.ttft.mean_ms(),
+        requests: stats.latencies.summary(),
         throughput_tok_s: {
             if makespan_s > 0.0 {
                 stats.tokens as f64 / makespan_s

@@ -32,6 +32,7 @@ pub use placement::{
 pub use pricing::{ModelStepCost, SessionPricing, SimulatedPricing};
 
 use crate::metrics::{Better, Metric, MetricInfo, RunOutput, metric_infos};
+use crate::recorder::RequestSummary;
 use crate::rng::stream;
 use crate::serving::QueuePolicy;
 use crate::time::SimTime;
@@ -44,7 +45,7 @@ use workload::{Workload, calibrate, draw_length};
 
 /// One MOSAIC run's scalar values, one field per metric of `METRIC_TABLE` (docs/mosaic.md
 /// defines each).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MosaicScalars {
     pub expert_makespan_s: f64,
     pub gpu_idle_pct: f64,
@@ -62,10 +63,23 @@ pub struct MosaicScalars {
     pub ilp_gap: f64,
     pub ilp_nodes: f64,
     pub ilp_solve_time_s: f64,
+    /// The expert stage's prompts (`server::StagesRun::expert_requests`).
+    pub expert_requests: RequestSummary,
 }
 
-/// The scalar metrics of a MOSAIC run, in order (defined in docs/mosaic.md).
-pub const METRIC_TABLE: [Metric<MosaicScalars>; 16] = [
+/// A latency row of the table: the one recorder's value (`recorder::RequestSummary`), lower is
+/// better.
+const fn lat(
+    name: &'static str,
+    label: &'static str,
+    value: fn(&MosaicScalars) -> f64,
+) -> Metric<MosaicScalars> {
+    Metric::new(name, label, Better::Lower, value)
+}
+
+/// The scalar metrics of a MOSAIC run, in order (defined in docs/mosaic.md; the expert prompts'
+/// latency rows are the one recorder's, docs/metrics.md).
+pub const METRIC_TABLE: [Metric<MosaicScalars>; 32] = [
     Metric::new(
         "expert_makespan_s",
         "expert-stage makespan (s)",
@@ -147,6 +161,86 @@ pub const METRIC_TABLE: [Metric<MosaicScalars>; 16] = [
         "ILP wall-clock solve time (s; 0 unless recorded)",
         Better::Lower,
         |s| s.ilp_solve_time_s,
+    ),
+    lat(
+        "ttft_mean_ms",
+        "mean expert prompt time to first token (ms)",
+        |s| s.expert_requests.ttft.mean_ms,
+    ),
+    lat(
+        "ttft_p50_ms",
+        "P50 expert prompt time to first token (ms)",
+        |s| s.expert_requests.ttft.p50_ms,
+    ),
+    lat(
+        "ttft_p90_ms",
+        "P90 expert prompt time to first token (ms)",
+        |s| s.expert_requests.ttft.p90_ms,
+    ),
+    lat(
+        "ttft_p99_ms",
+        "P99 expert prompt time to first token (ms)",
+        |s| s.expert_requests.ttft.p99_ms,
+    ),
+    lat(
+        "tpot_mean_ms",
+        "mean expert prompt time per output token (ms)",
+        |s| s.expert_requests.tpot.mean_ms,
+    ),
+    lat(
+        "tpot_p50_ms",
+        "P50 expert prompt time per output token (ms)",
+        |s| s.expert_requests.tpot.p50_ms,
+    ),
+    lat(
+        "tpot_p90_ms",
+        "P90 expert prompt time per output token (ms)",
+        |s| s.expert_requests.tpot.p90_ms,
+    ),
+    lat(
+        "tpot_p99_ms",
+        "P99 expert prompt time per output token (ms)",
+        |s| s.expert_requests.tpot.p99_ms,
+    ),
+    lat(
+        "e2e_mean_ms",
+        "mean expert prompt end-to-end latency (ms)",
+        |s| s.expert_requests.e2e.mean_ms,
+    ),
+    lat(
+        "e2e_p50_ms",
+        "P50 expert prompt end-to-end latency (ms)",
+        |s| s.expert_requests.e2e.p50_ms,
+    ),
+    lat(
+        "e2e_p90_ms",
+        "P90 expert prompt end-to-end latency (ms)",
+        |s| s.expert_requests.e2e.p90_ms,
+    ),
+    lat(
+        "e2e_p99_ms",
+        "P99 expert prompt end-to-end latency (ms)",
+        |s| s.expert_requests.e2e.p99_ms,
+    ),
+    lat(
+        "queueing_mean_ms",
+        "mean expert prompt queueing delay (ms)",
+        |s| s.expert_requests.queueing.mean_ms,
+    ),
+    lat(
+        "queueing_p50_ms",
+        "P50 expert prompt queueing delay (ms)",
+        |s| s.expert_requests.queueing.p50_ms,
+    ),
+    lat(
+        "queueing_p90_ms",
+        "P90 expert prompt queueing delay (ms)",
+        |s| s.expert_requests.queueing.p90_ms,
+    ),
+    lat(
+        "queueing_p99_ms",
+        "P99 expert prompt queueing delay (ms)",
+        |s| s.expert_requests.queueing.p99_ms,
     ),
 ];
 
@@ -495,6 +589,7 @@ pub fn try_simulate_on<'c>(
     let accuracy_change = 100.0 * (f64::from(correct) - f64::from(baseline_correct)) / n_q;
     let solver = plan.solver.as_ref();
     let scalars = MosaicScalars {
+        expert_requests: run.expert_requests.clone(),
         expert_makespan_s: stage.makespan_s,
         gpu_idle_pct: stage.idle_pct,
         aggregator_s,

@@ -14,6 +14,7 @@ use super::pricing::SessionPricing;
 use super::session::{GenerationRequest, ModelServing};
 use crate::engine::{self, Model};
 use crate::event_queue::EventQueue;
+use crate::recorder::{RequestLatencies, RequestSummary};
 use crate::serving::{AdmitHook, QueuePolicy, QueuedRequest, Replica, Seq, StepCost};
 use crate::time::SimTime;
 use serde::Serialize;
@@ -77,6 +78,9 @@ pub struct StagesRun {
     pub expert_end: SimTime,
     /// The aggregator's session, when it ran.
     pub aggregator: Option<SessionRun>,
+    /// The expert stage's prompts, as their sessions' replicas recorded them (each timed from
+    /// its session's start of generation, when every prompt of the session is submitted).
+    pub expert_requests: RequestSummary,
 }
 
 /// The events of a MOSAIC run.
@@ -131,6 +135,8 @@ pub struct StagesServer<'s, 'c> {
     barriers: Vec<SimTime>,
     expert_end: Option<SimTime>,
     finished: Vec<Seq>,
+    /// The expert sessions' requests, merged as each session ends.
+    expert_requests: RequestLatencies,
 }
 
 impl<'s, 'c> StagesServer<'s, 'c> {
@@ -172,6 +178,7 @@ impl<'s, 'c> StagesServer<'s, 'c> {
             barriers: Vec::new(),
             expert_end: None,
             finished: Vec::new(),
+            expert_requests: RequestLatencies::default(),
         }
     }
 
@@ -188,6 +195,7 @@ impl<'s, 'c> StagesServer<'s, 'c> {
             barriers: self.barriers,
             expert_end: self.expert_end.unwrap_or(SimTime::ZERO),
             aggregator,
+            expert_requests: self.expert_requests.summary(),
         }
     }
 
@@ -302,6 +310,9 @@ impl<'s, 'c> StagesServer<'s, 'c> {
             .as_ref()
             .expect("the model is loaded")
             .stats();
+        if unit < self.n_workers {
+            self.expert_requests.merge(&stats.latencies);
+        }
         self.runs[unit].push(SessionRun {
             unit,
             model: active.plan.model,

@@ -241,6 +241,13 @@ fn every_prompt_runs_exactly_once_and_timelines_are_contiguous() {
             }
             assert!((t - makespan).abs() < 1e-9);
         }
+        // The recorder's rows time the expert prompts within their sessions: each finishes
+        // inside the expert stage (within the histogram's 0.1 %), its first token before its last.
+        let ms = |name: &str| out.scalar(name).unwrap();
+        assert!(ms("e2e_mean_ms") > 0.0);
+        assert!(ms("e2e_p99_ms") <= makespan * 1e3 * 1.001);
+        assert!(ms("ttft_mean_ms") <= ms("e2e_mean_ms"));
+        assert!(ms("queueing_mean_ms") <= ms("ttft_mean_ms"));
         assert_eq!(out.scalar("skip_pct"), Some(0.0));
         assert_eq!(out.scalar("accuracy_change_pp"), Some(0.0));
     }

@@ -14,6 +14,6 @@ pub mod table;
 pub mod trace_events;
 
 pub use replica::{ReplicaRecorder, ServingSummary};
-pub use requests::RequestLatencies;
+pub use requests::{Percentiles, RequestLatencies, RequestSummary};
 pub use table::{MetricDef, failed, infos, scalars};
 pub use trace_events::{StepCounts, TraceEvents};

@@ -1,9 +1,10 @@
-//! One replica's recorder: the requests it finished (`RequestLatencies`, from each sequence's own
-//! moments), each of its GPUs' busy time and model FLOPs, and its KV-cache use over time (the
-//! blocks in use, time-averaged, its maximum, and a series bounded by `metrics::DepthTracker`).
-//! `complete_step` wraps `Replica::complete_step`, so the finished requests are recorded (and
-//! streamed to the per-request records) where the replica hands them back. `finish` closes it
-//! into a `ServingSummary`; the summaries of a cluster's replicas merge into the overall one.
+//! One replica's recorder: the requests it finished (`RequestLatencies`, which the replica itself
+//! records as it hands them back, `ReplicaStats::latencies`), each of its GPUs' busy time and
+//! model FLOPs, and its KV-cache use over time (the blocks in use, time-averaged, its maximum,
+//! and a series bounded by `metrics::DepthTracker`). `complete_step` wraps
+//! `Replica::complete_step`, so the finished requests are streamed to the per-request records
+//! where the replica hands them back. `finish` closes it into a `ServingSummary`; the summaries
+//! of a cluster's replicas merge into the overall one.
 
 use super::requests::RequestLatencies;
 use crate::cost::gpu::GpuSpec;
@@ -17,7 +18,6 @@ pub const RECORD_COLUMNS: &[&str] = &["replica", "queueing_ms", "ttft_ms", "tpot
 
 /// What one replica records as it runs.
 pub struct ReplicaRecorder {
-    latencies: RequestLatencies,
     gpu_busy_ns: Vec<f64>,
     gpu_model_flops: Vec<f64>,
     kv_used: DepthTracker,
@@ -29,7 +29,6 @@ impl ReplicaRecorder {
     /// `kv_sample_interval_ns` (0: no series).
     pub fn new(n_gpus: usize, kv_blocks: u64, kv_sample_interval_ns: u64) -> ReplicaRecorder {
         ReplicaRecorder {
-            latencies: RequestLatencies::default(),
             gpu_busy_ns: vec![0.0; n_gpus],
             gpu_model_flops: vec![0.0; n_gpus],
             kv_used: DepthTracker::new(kv_sample_interval_ns),
@@ -56,8 +55,8 @@ impl ReplicaRecorder {
     }
 
     /// The step of `replica` (replica `index` of the cluster) ends at `now`: completes it,
-    /// appends the finished sequences to `finished` and records each (latencies, and one record
-    /// in `sink` with `RECORD_COLUMNS`).
+    /// appends the finished sequences to `finished` (the replica records their latencies) and
+    /// writes one record each to `sink` with `RECORD_COLUMNS`.
     pub fn complete_step(
         &mut self,
         now: SimTime,
@@ -69,7 +68,6 @@ impl ReplicaRecorder {
         let from = finished.len();
         replica.complete_step(now, finished);
         for seq in &finished[from..] {
-            self.latencies.finished(now, seq);
             let submitted = seq.request.submitted;
             let tpot_ms = if seq.output > 1 {
                 (now - seq.first_token()).as_millis_f64() / f64::from(seq.output - 1)
@@ -107,7 +105,7 @@ impl ReplicaRecorder {
             }
         };
         ServingSummary {
-            latencies: self.latencies,
+            latencies: stats.latencies.clone(),
             makespan_s: seconds,
             replicas: 1,
             steps: stats.steps,

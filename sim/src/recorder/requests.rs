@@ -1,10 +1,14 @@
 //! Per-request latencies of finished sequences, read off the moments a `serving::Seq` keeps:
-//! time to first token, time per output token (the request's mean gap between tokens), end to
-//! end and queueing delay (submission to first admission), each in a bounded-memory histogram.
+//! time to first token, time per output token (the request's mean gap between tokens), every
+//! gap between consecutive tokens (inter-token latency, recorded as tokens are emitted), end to
+//! end and queueing delay (submission to first admission), each in a bounded-memory histogram;
+//! and `RequestSummary`, what every family's metric table reads them from: mean, p50, p90, p99
+//! p95 and max of each, no number (NaN, `null` in the results) where no request was measured.
 
 use crate::metrics::LatencyRecorder;
 use crate::serving::Seq;
 use crate::time::SimTime;
+use serde::{Deserialize, Serialize};
 
 /// The latencies and token counts of the requests a replica (or a cluster) finished.
 #[derive(Clone, Debug, Default)]
@@ -14,6 +18,9 @@ pub struct RequestLatencies {
     /// Per request, (finish - first token) / (output tokens - 1); requests of one output token
     /// have no gap and are not counted.
     pub tpot: LatencyRecorder,
+    /// Every gap between two consecutive output tokens of a request (inter-token latency), one
+    /// sample per token after the first, recorded as the replica emits them (GEM's TPOT).
+    pub itl: LatencyRecorder,
     /// Submission to last output token.
     pub e2e: LatencyRecorder,
     /// Submission to first admission into a step.
@@ -45,10 +52,16 @@ impl RequestLatencies {
         self.last_finish = self.last_finish.max(now);
     }
 
+    /// A request emitted its next token `gap_ns` after its previous one.
+    pub fn token_gap(&mut self, gap_ns: u64) {
+        self.itl.record(gap_ns);
+    }
+
     /// Adds `other`'s requests.
     pub fn merge(&mut self, other: &RequestLatencies) {
         self.ttft.merge(&other.ttft);
         self.tpot.merge(&other.tpot);
+        self.itl.merge(&other.itl);
         self.e2e.merge(&other.e2e);
         self.queueing.merge(&other.queueing);
         self.completed += other.completed;
@@ -61,9 +74,73 @@ impl RequestLatencies {
         self.last_finish = self.last_finish.max(other.last_finish);
     }
 
+    /// The summary every family's metric table reads.
+    pub fn summary(&self) -> RequestSummary {
+        RequestSummary {
+            completed: self.completed,
+            ttft: measured(&self.ttft),
+            tpot: measured(&self.tpot),
+            itl: measured(&self.itl),
+            e2e: measured(&self.e2e),
+            queueing: measured(&self.queueing),
+            throughput_rps: if self.span_s() > 0.0 {
+                self.completed as f64 / self.span_s()
+            } else {
+                f64::NAN
+            },
+        }
+    }
+
     /// Seconds from the first submission to the last finish (0 before any finish).
     pub fn span_s(&self) -> f64 {
         self.first_arrival
             .map_or(0.0, |first| (self.last_finish - first).as_secs_f64())
+    }
+}
+
+/// The recorded latencies of a run's requests, in milliseconds: mean, p50, p90, p95, p99 and max
+/// of each (the histogram's, within 0.1 %; means exact), `NaN` (`null`) for a latency no request
+/// measured (no request finished; TPOT when every request had one output token).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RequestSummary {
+    pub completed: u64,
+    pub ttft: Percentiles,
+    pub tpot: Percentiles,
+    pub itl: Percentiles,
+    pub e2e: Percentiles,
+    pub queueing: Percentiles,
+    /// Finished requests per second, first submission to last finish (NaN with no span).
+    pub throughput_rps: f64,
+}
+
+/// One latency's mean and percentiles, ms.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+fn measured(recorder: &LatencyRecorder) -> Percentiles {
+    if recorder.count() == 0 {
+        return Percentiles {
+            mean_ms: f64::NAN,
+            p50_ms: f64::NAN,
+            p90_ms: f64::NAN,
+            p95_ms: f64::NAN,
+            p99_ms: f64::NAN,
+            max_ms: f64::NAN,
+        };
+    }
+    Percentiles {
+        mean_ms: recorder.mean_ms(),
+        p50_ms: recorder.quantile_ms(0.50),
+        p90_ms: recorder.quantile_ms(0.90),
+        p95_ms: recorder.quantile_ms(0.95),
+        p99_ms: recorder.quantile_ms(0.99),
+        max_ms: recorder.quantile_ms(1.0),
     }
 }

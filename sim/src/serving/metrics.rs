@@ -1,11 +1,14 @@
 //! What a replica counts about itself: steps, busy time, batch sizes, tokens, admissions and
 //! preemptions, and the time integral of the requests it holds (waiting or running), so Little's
-//! law can be checked on its own numbers.
+//! law can be checked on its own numbers; and the latencies of the requests it finished, recorded
+//! as `complete_step` hands them back (the one recorder's `RequestLatencies`), so every family
+//! serving through a replica has them without recording anything itself.
 
+use crate::recorder::RequestLatencies;
 use crate::time::SimTime;
 
 /// A replica's counters.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct ReplicaStats {
     pub steps: u64,
     pub busy_ns: u64,
@@ -29,6 +32,8 @@ pub struct ReplicaStats {
     pub in_system_area: u128,
     /// Sum over finished requests of finish - submission, ns.
     pub sojourn_ns: u128,
+    /// TTFT, TPOT, end-to-end and queueing delay of the finished requests.
+    pub latencies: RequestLatencies,
     last_change: SimTime,
 }
 

@@ -620,6 +620,8 @@ impl Replica {
                 if emitted > 0 {
                     if s.generated == 0 {
                         s.first_token = now;
+                    } else {
+                        self.stats.latencies.token_gap((now - s.last_token).0);
                     }
                     s.last_token = now;
                 }
@@ -631,6 +633,7 @@ impl Replica {
                 self.kv.release(done.blocks);
                 self.stats.completed += 1;
                 self.stats.sojourn_ns += u128::from((now - done.request.submitted).0);
+                self.stats.latencies.finished(now, &done);
                 self.stats.population(now, -1);
                 finished.push(done);
             } else {

@@ -787,3 +787,42 @@ fn the_less_measured_of_two_sources_follows_measured_scaled_analytic_reference()
     assert_eq!(Measured.cost_model_name(), "measured");
     assert_eq!(Analytic.cost_model_name(), "analytic-roofline");
 }
+
+#[test]
+fn the_replica_records_each_finished_request_and_every_token_gap() {
+    // One sequence at a time, 10 ns steps, both submitted at 0. Request 0 (prompt 4, output 3):
+    // prefill 0-10 (first token at 10), decodes at 20 and 30, finishes at 30. Request 1
+    // (prompt 2, output 2) is admitted at 30: first token at 40, finishes at 50.
+    // TTFT 10 and 40; TPOT (30 - 10) / 2 = 10 and (50 - 40) / 1 = 10; end to end 30 and 50;
+    // queueing 0 and 30; token gaps 10, 10 (request 0) and 10 (request 1).
+    let t = trace(config(1, None, false), &[(0, 4, 3), (1, 2, 2)]);
+    let l = &t.stats.latencies;
+    assert_eq!(
+        (l.ttft.count(), l.tpot.count(), l.itl.count(), l.e2e.count()),
+        (2, 2, 3, 2)
+    );
+    let ns = |ms: f64| ms * 1e6;
+    let s = l.summary();
+    assert_eq!(s.completed, 2);
+    assert!((ns(s.ttft.mean_ms) - 25.0).abs() < 1e-9);
+    assert!((ns(s.ttft.max_ms) - 40.0).abs() < 1e-9);
+    assert!((ns(s.tpot.mean_ms) - 10.0).abs() < 1e-9);
+    assert!((ns(s.itl.p99_ms) - 10.0).abs() < 1e-9);
+    assert!((ns(s.e2e.mean_ms) - 40.0).abs() < 1e-9);
+    assert!((ns(s.queueing.mean_ms) - 15.0).abs() < 1e-9);
+    assert!((ns(s.queueing.max_ms) - 30.0).abs() < 1e-9);
+    // Two requests over 50 ns.
+    assert!((s.throughput_rps - 2.0 / 50e-9).abs() < 1e-3);
+    // Nothing finished: no latency and no throughput, not 0.
+    let none = crate::recorder::RequestLatencies::default().summary();
+    for value in [
+        none.ttft.mean_ms,
+        none.tpot.p50_ms,
+        none.itl.p99_ms,
+        none.e2e.p90_ms,
+        none.queueing.max_ms,
+        none.throughput_rps,
+    ] {
+        assert!(value.is_nan());
+    }
+}

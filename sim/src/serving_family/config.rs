@@ -3,17 +3,19 @@
 //! a runnable `ServingScenario`. `[replica]` is one table (every replica alike) or an array of
 //! `[[replica]]` tables, one per replica group (a heterogeneous cluster: each group its model,
 //! GPUs and count). Options that belong to the second part of issue 19 (CAPS batch formers,
-//! expert mappings other than linear, ExpertWeave adapters) have their keys reserved here and
-//! are refused with a "not yet" error naming them, never silently ignored; combinations that
-//! cannot work are refused naming both keys.
+//! expert mappings other than linear) have their keys reserved here and are refused with a
+//! "not yet" error naming them, never silently ignored; combinations that cannot work are
+//! refused naming both keys. `[adapters]` (ExpertWeave's adapters on an MLA MoE model, one
+//! replica group only) is read by `super::adapters`.
 
+use super::adapters::{AdapterSpec, AdaptersTable};
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
 use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
 use crate::chimera::{QueuePolicyConfig, RouterConfig};
 use crate::cost::gpu::{GpuSpec, LinkSpec};
 use crate::cost::moe_layer::SpeedFactors;
 use crate::cost::roofline::DEFAULT_HOST_OVERHEAD_NS;
-use crate::cost::shape::{DenseModelShape, MoeModelShape};
+use crate::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
 use crate::distributions::{TokenCount, TokenLength};
 use crate::scenario::validate::{
     FieldError, LoadCache, duration, field_error, non_negative, positive,
@@ -45,9 +47,9 @@ pub struct ServingConfig {
     pub arrival: ArrivalTable,
     #[serde(default)]
     pub output: OutputTable,
-    /// ExpertWeave adapters served on the replicas (part 2 of issue 19: refused for now).
+    /// ExpertWeave adapters served on the replicas (an MLA MoE model only).
     #[serde(default)]
-    pub adapters: Option<toml::Value>,
+    pub adapters: Option<AdaptersTable>,
 }
 
 /// `[model]`: a preset of the cost model's shape catalogue, dense or MoE.
@@ -175,7 +177,8 @@ pub struct ReplicaTable {
     /// vLLM `max_num_seqs`.
     #[serde(default = "d_max_num_seqs")]
     pub max_num_seqs: usize,
-    /// Tokens per KV block (vllm and sarathi; 16 by default, vLLM's).
+    /// Tokens per KV block (vllm and sarathi; 16 by default, vLLM's); for orca, which does not
+    /// page, the KV pool's allocation block (1 by default).
     #[serde(default)]
     pub block_size: Option<u32>,
     /// Share of the blocks an admission leaves free (vllm and sarathi; vLLM's 1 %).
@@ -244,9 +247,13 @@ pub enum SchedulerTable {
         #[serde(default = "d_chunk_size")]
         chunk_size: u64,
     },
-    /// Orca: iteration-level batching of whole prompts with running decodes, no token budget,
-    /// no paging: each request's prompt + output reserved at admission.
-    Orca,
+    /// Orca: iteration-level batching of whole prompts with running decodes, no paging: each
+    /// request's prompt + output reserved at admission; no token budget unless
+    /// `max_num_batched_tokens` gives one (ExpertWeave's vLLM-Ascend instance: 8192).
+    Orca {
+        #[serde(default)]
+        max_num_batched_tokens: Option<u64>,
+    },
 }
 
 impl Default for SchedulerTable {
@@ -262,7 +269,7 @@ impl SchedulerTable {
         match self {
             SchedulerTable::Vllm { .. } => "vllm",
             SchedulerTable::Sarathi { .. } => "sarathi",
-            SchedulerTable::Orca => "orca",
+            SchedulerTable::Orca { .. } => "orca",
         }
     }
 }
@@ -396,6 +403,8 @@ impl Default for OutputTable {
 pub enum ServedModel {
     Dense(DenseModelShape),
     Moe(MoeModelShape),
+    /// An MoE model with multi-head latent attention (DeepSeek-V2's; ExpertWeave's base).
+    Mla(MlaMoeShape),
 }
 
 impl ServedModel {
@@ -403,6 +412,17 @@ impl ServedModel {
         match self {
             ServedModel::Dense(s) => &s.name,
             ServedModel::Moe(s) => &s.name,
+            ServedModel::Mla(s) => &s.name,
+        }
+    }
+
+    /// The routed-expert geometry of an MoE model (an MLA model's MoE layers), `None` for a
+    /// dense one.
+    pub fn experts(&self) -> Option<MoeModelShape> {
+        match self {
+            ServedModel::Dense(_) => None,
+            ServedModel::Moe(s) => Some(s.clone()),
+            ServedModel::Mla(s) => Some(s.moe_geometry()),
         }
     }
 }
@@ -430,8 +450,12 @@ pub struct ReplicaSpec {
     pub step_overhead_ns: f64,
     pub scheduler: SchedulerTable,
     pub max_num_seqs: usize,
-    /// Tokens per KV block (1 for orca, which does not page).
+    /// Tokens per KV block of the replica's cache (1 for orca, which does not page).
     pub block_size: u32,
+    /// Tokens per block the KV pool is allocated in: `block_size`, or for orca the
+    /// `replica.block_size` given (default 1): its capacity is whole blocks, each request still
+    /// reserving exactly its tokens.
+    pub kv_pool_block: u32,
     pub watermark: f64,
     /// The model's standalone task score, % (`replica.task_score_pct`).
     pub task_score_pct: Option<f64>,
@@ -468,6 +492,8 @@ pub struct ServingScenario {
     pub per_request_csv: bool,
     pub trace_events: bool,
     pub kv_sample_interval_ns: u64,
+    /// ExpertWeave adapters served on the replicas (`[adapters]`).
+    pub adapters: Option<AdapterSpec>,
 }
 
 impl ServingScenario {
@@ -597,15 +623,18 @@ fn length(
     }))
 }
 
-/// The served model called `name` (a dense or MoE preset), its error at `path`.
+/// The served model called `name` (a dense, MoE or MLA MoE preset), its error at `path`.
 fn served_model(path: &str, name: &str) -> Result<ServedModel, FieldError> {
     if let Ok(shape) = DenseModelShape::preset(name) {
         Ok(ServedModel::Dense(shape))
     } else if let Ok(shape) = MoeModelShape::preset(name) {
         Ok(ServedModel::Moe(shape))
+    } else if let Ok(shape) = MlaMoeShape::preset(name) {
+        Ok(ServedModel::Mla(shape))
     } else {
         let mut known: Vec<&str> = crate::cost::shape::DENSE_PRESETS.to_vec();
         known.extend(crate::cost::shape::MOE_PRESETS);
+        known.extend(crate::cost::shape::MLA_MOE_PRESETS);
         Err(field_error(
             path,
             format!(
@@ -764,22 +793,33 @@ impl ServingConfig {
                     ));
                 }
             }
-        }
-        if let Some(adapters) = &self.adapters {
-            return Err(match &model {
-                ServedModel::Dense(shape) => field_error(
-                    "adapters",
-                    format!(
-                        "ExpertWeave adapters are fine-tuned expert sets of an MoE model; {} \
-                         has no experts",
-                        shape.name
-                    ),
-                ),
-                ServedModel::Moe(_) => not_yet(
-                    "adapters",
-                    &format!("serving adapters ({})", kind_of(adapters)),
-                ),
-            });
+            ServedModel::Mla(shape) => {
+                if gpus % ep != 0 {
+                    return Err(field_error(
+                        &format!("{p}.expert_parallel"),
+                        format!("{ep} does not divide the replica's {gpus} GPUs ({p}.gpus)"),
+                    ));
+                }
+                if shape.n_routed_experts % ep as u64 != 0 {
+                    return Err(field_error(
+                        &format!("{p}.expert_parallel"),
+                        format!(
+                            "{ep} does not divide {}'s {} routed experts per layer (the linear \
+                             mapping puts as many on every GPU)",
+                            shape.name, shape.n_routed_experts
+                        ),
+                    ));
+                }
+                if shape.n_heads % tp as u64 != 0 {
+                    return Err(field_error(
+                        &format!("{p}.tensor_parallel"),
+                        format!(
+                            "{tp} does not divide {}'s {} attention heads",
+                            shape.name, shape.n_heads
+                        ),
+                    ));
+                }
+            }
         }
         if let Some(former) = &r.batch_former {
             return Err(field_error(
@@ -857,23 +897,27 @@ impl ServingConfig {
             }
             _ => {}
         }
-        let block_size = match (&r.scheduler, r.block_size) {
-            (SchedulerTable::Orca, Some(_)) => {
-                return Err(field_error(
-                    &format!("{p}.block_size"),
-                    "orca does not page its KV cache (replica.scheduler.kind = \"orca\" reserves \
-                     each request's tokens whole)",
-                ));
-            }
-            (SchedulerTable::Orca, None) => 1,
+        if let SchedulerTable::Orca {
+            max_num_batched_tokens: Some(0),
+        } = &r.scheduler
+        {
+            return Err(field_error(
+                &format!("{p}.scheduler.max_num_batched_tokens"),
+                "must be at least 1",
+            ));
+        }
+        let (block_size, kv_pool_block) = match (&r.scheduler, r.block_size) {
             (_, Some(0)) => {
                 return Err(field_error(
                     &format!("{p}.block_size"),
                     "must be at least 1",
                 ));
             }
-            (_, Some(b)) => b,
-            (_, None) => 16,
+            // Orca does not page: a block size is the pool's allocation granularity only.
+            (SchedulerTable::Orca { .. }, Some(b)) => (1, b),
+            (SchedulerTable::Orca { .. }, None) => (1, 1),
+            (_, Some(b)) => (b, b),
+            (_, None) => (16, 16),
         };
         if !(0.0..1.0).contains(&r.watermark) {
             return Err(field_error(
@@ -909,6 +953,7 @@ impl ServingConfig {
                 scheduler: r.scheduler.clone(),
                 max_num_seqs,
                 block_size,
+                kv_pool_block,
                 watermark: r.watermark,
                 task_score_pct: r.task_score_pct,
             },
@@ -923,9 +968,7 @@ impl ServingConfig {
         base_dir: &Path,
         cache: &mut LoadCache,
     ) -> Result<ServingScenario, FieldError> {
-        let any_moe = groups
-            .iter()
-            .any(|g| matches!(g.model, ServedModel::Moe(_)));
+        let any_moe = groups.iter().any(|g| g.model.experts().is_some());
         if self.experts.is_some() && !any_moe {
             return Err(field_error(
                 "experts",
@@ -935,6 +978,57 @@ impl ServingConfig {
                 ),
             ));
         }
+        let adapters = match (&self.adapters, &groups[0].model) {
+            (None, _) => None,
+            (Some(_), _) if groups.len() > 1 => {
+                return Err(field_error(
+                    "adapters",
+                    format!(
+                        "serves one replica group (the memory manager plans one model's \
+                         instance); the scenario has {} [[replica]] groups (replica)",
+                        groups.len()
+                    ),
+                ));
+            }
+            (Some(_), ServedModel::Dense(shape)) => {
+                return Err(field_error(
+                    "adapters",
+                    format!(
+                        "ExpertWeave adapters are fine-tuned expert sets of an MoE model; {} \
+                         has no experts (model.name)",
+                        shape.name
+                    ),
+                ));
+            }
+            (Some(_), ServedModel::Moe(shape)) => {
+                return Err(field_error(
+                    "adapters",
+                    format!(
+                        "ESFT adapters (expertweave.txt, Table 1) fine-tune the experts of \
+                         esft-vanilla-16b, an MLA MoE model; {} has none (model.name: \
+                         esft-vanilla-16b or live-tiny-mla)",
+                        shape.name
+                    ),
+                ));
+            }
+            (Some(table), ServedModel::Mla(shape)) => {
+                if self.experts.is_some() {
+                    return Err(field_error(
+                        "experts",
+                        "with [adapters], each request's tokens follow its adapter's domain \
+                         popularity (adapters.expert_zipf_s); [experts] would route them twice",
+                    ));
+                }
+                if self.workload.n_topics != 1 {
+                    return Err(field_error(
+                        "workload.n_topics",
+                        "with [adapters], a request's adapter is its topic (its domain ranks \
+                         the experts); leave n_topics at 1",
+                    ));
+                }
+                Some(table.validate(shape)?)
+            }
+        };
         let expert_routing = match &self.experts {
             Some(experts) => {
                 if let Some(mapping) = &experts.mapping
@@ -1062,6 +1156,7 @@ impl ServingConfig {
             per_request_csv: o.per_request_csv,
             trace_events: o.trace_events,
             kv_sample_interval_ns,
+            adapters,
         })
     }
 }

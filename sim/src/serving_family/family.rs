@@ -2,9 +2,10 @@
 //! through the policies' queue policy and router (with or without a trace-event file), and what
 //! live mode reads (it refuses the family: `live::LIVE_FAMILIES`).
 
-use super::config::{LengthSpec, ServedModel};
+use super::config::LengthSpec;
 use super::{ServingConfig, ServingScenario};
 use crate::arrivals::{ArrivalSpec, TraceStats};
+use crate::expertweave::AdapterMemory;
 use crate::family::{Family, LiveDescription, Run};
 use crate::metrics::MetricInfo;
 use crate::records::RecordSink;
@@ -29,8 +30,20 @@ impl Serving {
     ) -> Result<Run, String> {
         let queue = &mut *policies.queue_policy(&scenario.queue);
         let router = &mut *policies.router(&scenario.router);
+        let mut memory = scenario
+            .adapters
+            .as_ref()
+            .map(|a| policies.adapter_memory(&a.memory));
         Ok(Run {
-            output: super::run_recorded(scenario, seed, queue, router, records, trace_events)?,
+            output: super::run_recorded(
+                scenario,
+                seed,
+                queue,
+                router,
+                memory.as_mut().map(|m| &mut **m as &mut dyn AdapterMemory),
+                records,
+                trace_events,
+            )?,
             cost_source: COST_SOURCE.to_string(),
         })
     }
@@ -80,8 +93,15 @@ impl Family for Serving {
             f64::from(s.n_topics),
             "workload.n_topics",
         ));
+        if let Some(adapters) = &s.adapters {
+            d.push(Demand::new(
+                Adapters,
+                adapters.adapters.len() as f64,
+                "adapters.count",
+            ));
+        }
         for (model, _) in s.groups() {
-            if let ServedModel::Moe(shape) = model {
+            if let Some(shape) = model.experts() {
                 d.push(Demand::new(Layers, shape.n_layers as f64, "model.name"));
                 d.push(Demand::new(Experts, shape.n_experts as f64, "model.name"));
             }

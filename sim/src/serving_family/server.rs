@@ -8,8 +8,12 @@
 //! step is priced by the replica's `ReplicaStepCost` (an MoE step first routed by the
 //! `ExpertRouter`), and its moments are recorded by the replica's `recorder::ReplicaRecorder`
 //! (and, when asked, written as a trace-event slice). `finish` checks conservation and Little's
-//! law on every run before it summarises.
+//! law on every run before it summarises. With adapters each request draws its adapter at
+//! arrival (ExpertWeave's draw, on the expertweave family's stream, so a trace replayed in both
+//! families gives every request the same adapter), the replica counts each step's tokens per
+//! adapter, and the `AdapterRouter` routes them (copies included).
 
+use super::adapters::AdapterRouter;
 use super::config::{LengthSpec, ServedModel, ServingScenario};
 use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
@@ -20,6 +24,7 @@ use crate::arrivals::{Arrival, ArrivalProcess};
 use crate::chimera::models::PROFILE_CONTEXT_TOKENS;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
+use crate::expertweave::memory::InstancePlan;
 use crate::recorder::{ReplicaRecorder, ServingSummary, StepCounts, TraceEvents};
 use crate::records::RecordSink;
 use crate::rng::{SimRng, stream};
@@ -40,7 +45,7 @@ pub enum Event {
 }
 
 /// One replica and what runs beside it.
-struct ReplicaRun {
+struct ReplicaRun<'a> {
     replica: Replica,
     /// Its replica group.
     group: usize,
@@ -54,8 +59,13 @@ struct ReplicaRun {
     decode_ms_per_token: f64,
     recorder: ReplicaRecorder,
     step_cost: ReplicaStepCost,
+    /// Prices the steps instead of `step_cost` when given (`ServingServer::with_step_costs`;
+    /// `step_cost` still counts their FLOPs).
+    priced_by: Option<Box<dyn StepCost + 'a>>,
     /// MoE only: where each step's tokens go.
     expert_router: Option<ExpertRouter>,
+    /// With adapters: where each step's tokens go, adapter copies included.
+    adapter_router: Option<AdapterRouter>,
     /// Each GPU's model FLOPs in the step being set up (scratch).
     step_flops: Vec<f64>,
     /// Prompt and output tokens of the requests routed here (conservation).
@@ -64,17 +74,24 @@ struct ReplicaRun {
     arrived: u64,
 }
 
-/// The replica learns a request's output length (drawn at arrival) when it admits it.
+/// The replica learns a request's output length and adapter (drawn at arrival) when it admits
+/// it.
 struct Admit<'x> {
-    outputs: &'x mut HashMap<u64, u32>,
+    outputs: &'x mut HashMap<u64, (u32, Option<u32>)>,
 }
 
 impl AdmitHook for Admit<'_> {
     fn output_tokens(&mut self, request: &QueuedRequest) -> u32 {
-        *self
-            .outputs
+        self.outputs
             .get(&request.id)
             .expect("an arriving request's output length is kept until admission")
+            .0
+    }
+    fn adapter(&mut self, request: &QueuedRequest) -> Option<u32> {
+        self.outputs
+            .get(&request.id)
+            .expect("an arriving request's adapter is kept until admission")
+            .1
     }
     fn admitted(&mut self, _now: SimTime, request: &QueuedRequest, _output: u32) {
         self.outputs.remove(&request.id);
@@ -89,9 +106,11 @@ pub struct ServingServer<'a> {
     arrivals: Box<dyn ArrivalProcess>,
     rng_prompt: SimRng,
     rng_output: SimRng,
-    replicas: Vec<ReplicaRun>,
-    /// Output length of each request waiting for its first admission.
-    outputs: HashMap<u64, u32>,
+    /// With adapters: each request's adapter draw.
+    rng_adapter: SimRng,
+    replicas: Vec<ReplicaRun<'a>>,
+    /// Output length and adapter of each request waiting for its first admission.
+    outputs: HashMap<u64, (u32, Option<u32>)>,
     /// Topic of each request in flight (only when experts are routed by topic).
     topics: HashMap<u64, u32>,
     engine_states: Vec<EngineState>,
@@ -101,6 +120,8 @@ pub struct ServingServer<'a> {
     predicted: Vec<f64>,
     /// Requests whose replica's model solves them, when every group has a task score.
     solved: Option<u64>,
+    /// Replicas that received a request at the current instant (reused).
+    woken: Vec<usize>,
     next_id: u64,
     finished: Vec<Seq>,
     sink: &'a mut dyn RecordSink,
@@ -110,10 +131,13 @@ pub struct ServingServer<'a> {
 
 impl<'a> ServingServer<'a> {
     /// The cluster of `scenario` on `deployments` (one per replica group) for `seed`; one queue
-    /// policy and one router instance serve every replica (both reset here).
+    /// policy and one router instance serve every replica (both reset here). With adapters,
+    /// `plan` is the memory manager's plan of a replica (of the one group adapters serve).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         scenario: &'a ServingScenario,
         deployments: &[Deployment],
+        plan: Option<&InstancePlan>,
         seed: u64,
         queue: &'a mut dyn QueuePolicy,
         router: &'a mut dyn Router,
@@ -126,7 +150,9 @@ impl<'a> ServingServer<'a> {
         let mut replicas = Vec::with_capacity(count);
         for (g, deployment) in deployments.iter().enumerate() {
             let group = scenario.group(g);
-            let mut step_cost = ReplicaStepCost::new(&group, deployment);
+            // Adapters serve one replica group (config validation): the first.
+            let plan = if g == 0 { plan } else { None };
+            let mut step_cost = ReplicaStepCost::new(&group, deployment, plan);
             let profile_batch = (group.replica.max_num_seqs as u64)
                 .min(deployment.kv_tokens / PROFILE_CONTEXT_TOKENS as u64)
                 .max(1);
@@ -137,15 +163,31 @@ impl<'a> ServingServer<'a> {
                 * 1e-6;
             for _ in 0..group.replica.count {
                 let r = replicas.len();
-                let expert_router = match (&group.model, deployment.placement) {
-                    (ServedModel::Moe(shape), Some(placement)) => Some(ExpertRouter::new(
-                        shape,
-                        scenario.expert_routing,
-                        scenario.n_topics,
-                        placement,
-                        &mut popularity,
-                        stream(seed, &format!("expert_routing_{r}")),
-                    )),
+                let adapter_router = match (&group.model, &group.adapters, plan) {
+                    (ServedModel::Mla(shape), Some(adapters), Some(plan)) => {
+                        Some(AdapterRouter::new(
+                            shape,
+                            adapters,
+                            plan,
+                            deployment
+                                .placement
+                                .expect("an MoE replica places its experts"),
+                            stream(seed, &format!("expert_routing_{r}")),
+                        ))
+                    }
+                    _ => None,
+                };
+                let expert_router = match (group.model.experts(), deployment.placement) {
+                    (Some(shape), Some(placement)) if adapter_router.is_none() => {
+                        Some(ExpertRouter::new(
+                            &shape,
+                            scenario.expert_routing,
+                            scenario.n_topics,
+                            placement,
+                            &mut popularity,
+                            stream(seed, &format!("expert_routing_{r}")),
+                        ))
+                    }
                     _ => None,
                 };
                 replicas.push(ReplicaRun {
@@ -159,8 +201,10 @@ impl<'a> ServingServer<'a> {
                         deployment.kv_blocks,
                         scenario.kv_sample_interval_ns,
                     ),
-                    step_cost: ReplicaStepCost::new(&group, deployment),
+                    step_cost: ReplicaStepCost::new(&group, deployment, plan),
+                    priced_by: None,
                     expert_router,
+                    adapter_router,
                     step_flops: vec![0.0; deployment.gpus],
                     prompt_tokens_in: 0,
                     output_tokens_asked: 0,
@@ -180,6 +224,7 @@ impl<'a> ServingServer<'a> {
             ),
             rng_prompt: stream(seed, "prompt_tokens"),
             rng_output: stream(seed, "output_tokens"),
+            rng_adapter: stream(seed, "expertweave/adapters"),
             replicas,
             outputs: HashMap::new(),
             topics: HashMap::new(),
@@ -188,6 +233,7 @@ impl<'a> ServingServer<'a> {
             predictions,
             confidence: Vec::with_capacity(count),
             predicted: vec![0.0; count],
+            woken: Vec::new(),
             next_id: 0,
             finished: Vec::new(),
             sink,
@@ -201,6 +247,20 @@ impl<'a> ServingServer<'a> {
     pub fn task_score_pct(&self) -> Option<f64> {
         self.solved
             .map(|solved| 100.0 * solved as f64 / self.next_id.max(1) as f64)
+    }
+
+    /// Prices replica `r`'s steps by `costs[r]` instead of its own `ReplicaStepCost` (the seam
+    /// a live wrapper or a test prices through; one cost per replica).
+    pub fn with_step_costs(mut self, costs: Vec<Box<dyn StepCost + 'a>>) -> Self {
+        assert_eq!(
+            costs.len(),
+            self.replicas.len(),
+            "one step cost per replica"
+        );
+        for (run, cost) in self.replicas.iter_mut().zip(costs) {
+            run.priced_by = Some(cost);
+        }
+        self
     }
 
     /// Writes every step as a trace-event slice to `trace`.
@@ -224,9 +284,8 @@ impl<'a> ServingServer<'a> {
         }
     }
 
-    /// Routes and queues `arrival`; returns the replica and end of the step it starts on an
-    /// idle replica, if it does.
-    fn arrive(&mut self, now: SimTime, arrival: Arrival) -> Option<(usize, SimTime)> {
+    /// Routes and queues `arrival`; returns its replica.
+    fn arrive(&mut self, now: SimTime, arrival: Arrival) -> usize {
         let s = self.scenario;
         let prompt = Self::length(
             &s.prompt_tokens,
@@ -266,7 +325,11 @@ impl<'a> ServingServer<'a> {
             &self.engine_states,
         );
         assert!(r < self.replicas.len(), "router chose replica {r}");
-        self.outputs.insert(id, output);
+        let adapter = s
+            .adapters
+            .as_ref()
+            .map(|a| a.draw.sample(&mut self.rng_adapter) as u32);
+        self.outputs.insert(id, (output, adapter));
         if self.topical() {
             self.topics.insert(id, arrival.topic);
         }
@@ -292,10 +355,7 @@ impl<'a> ServingServer<'a> {
             rank_noise: draws.rank_noise,
         };
         run.replica.submit(now, request, &mut *self.queue, r);
-        if run.replica.is_busy() {
-            return None;
-        }
-        self.start_step(r, now).map(|end| (r, end))
+        r
     }
 
     /// Schedules and prices replica `r`'s next step at `now`; returns its end, or `None` when
@@ -316,7 +376,15 @@ impl<'a> ServingServer<'a> {
             }
             work.routed = Some(router.route(work.prefill_tokens + work.decode_tokens));
         }
-        let time = run.step_cost.price(&work);
+        if let Some(router) = &mut run.adapter_router {
+            let (routed, copies) = router.route(work.adapters);
+            run.step_cost.set_adapter_copies(copies);
+            work.routed = Some(routed);
+        }
+        let time = match &mut run.priced_by {
+            Some(cost) => cost.price(&work),
+            None => run.step_cost.price(&work),
+        };
         run.step_cost.model_flops(&work, &mut run.step_flops);
         let counts = StepCounts::of(&work);
         run.replica.begin_step(time.duration);
@@ -395,12 +463,31 @@ impl Model for ServingServer<'_> {
     fn handle(&mut self, now: SimTime, event: Event, events: &mut EventQueue<Event>) {
         match event {
             Event::Arrival(arrival) => {
-                if let Some((replica, end)) = self.arrive(now, arrival) {
-                    events.schedule(end, Event::StepEnd { replica });
+                // Every request arriving at this instant is queued before an idle replica
+                // schedules its step, as vLLM's engine adds the requests that arrived before it
+                // schedules (an offline batch starts as one step, not one request).
+                let mut woken = std::mem::take(&mut self.woken);
+                woken.clear();
+                let mut next = Some(arrival);
+                while let Some(arrival) = next.take_if(|a| a.time <= now) {
+                    let r = self.arrive(now, arrival);
+                    if !woken.contains(&r) {
+                        woken.push(r);
+                    }
+                    next = self.arrivals.next_arrival();
                 }
-                if let Some(next) = self.arrivals.next_arrival() {
-                    events.schedule(next.time.max(now), Event::Arrival(next));
+                if let Some(next) = next {
+                    events.schedule(next.time, Event::Arrival(next));
                 }
+                for &replica in &woken {
+                    if self.replicas[replica].replica.is_busy() {
+                        continue;
+                    }
+                    if let Some(end) = self.start_step(replica, now) {
+                        events.schedule(end, Event::StepEnd { replica });
+                    }
+                }
+                self.woken = woken;
             }
             Event::StepEnd { replica } => {
                 self.step_end(replica, now);

@@ -6,13 +6,19 @@
 //! pace; then each MoE layer as `cost::moe_layer` prices it: per expert-parallel group, the
 //! slowest GPU's grouped GEMM over the tokens routed to its experts plus the all-to-all
 //! dispatch and combine, the layer waiting for its slowest group. The step's rows, sequences
-//! and context split evenly over the data-parallel copies of the dense part.
+//! and context split evenly over the data-parallel copies of the dense part. An MLA model's
+//! dense part is `StepRoofline::mla_moe_non_expert` (latent cache held whole by every rank).
+//! With adapters (`super::adapters`), the adapters' expert copies a step routes tokens to are
+//! more weights in the grouped GEMM of the GPU hosting their base expert, and the rerouting
+//! operator of every MoE layer adds the bytes it moves (`ReroutingCost`).
 
+use super::adapters::{CopyTokens, ReroutingCost};
 use super::config::{ServedModel, ServingScenario};
 use super::deployment::{Deployment, LinearPlacement};
 use crate::cost::gpu::LinkSpec;
 use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
 use crate::cost::roofline::{Roofline, StepPrice, StepRoofline, StepTokens, TensorParallel};
+use crate::expertweave::memory::InstancePlan;
 use crate::serving::{CostSource, RoutedTokens, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
 
@@ -24,8 +30,12 @@ struct MoePart {
     link: LinkSpec,
     n_layers: usize,
     top_k: usize,
-    /// One GPU's tokens per hosted expert (scratch).
+    /// One GPU's tokens per hosted expert, then per hosted adapter copy (scratch).
     gpu_tokens: Vec<u32>,
+    /// Per MoE layer, the adapter copies' tokens of the step being priced (`set_adapter_copies`).
+    copies: Vec<Vec<CopyTokens>>,
+    /// The rerouting operators, when the replica reroutes tokens to adapters.
+    rerouting: Option<ReroutingCost>,
 }
 
 /// A replica's step cost.
@@ -47,8 +57,13 @@ fn share(value: u64, parts: u64) -> u64 {
 }
 
 impl ReplicaStepCost {
-    /// The step cost of `scenario`'s replica on `deployment`.
-    pub fn new(scenario: &ServingScenario, deployment: &Deployment) -> ReplicaStepCost {
+    /// The step cost of `scenario`'s replica on `deployment` (with adapters, `plan` is the
+    /// memory manager's plan of the replica: whether it reroutes).
+    pub fn new(
+        scenario: &ServingScenario,
+        deployment: &Deployment,
+        plan: Option<&InstancePlan>,
+    ) -> ReplicaStepCost {
         let r = &scenario.replica;
         let parallel = TensorParallel {
             degree: r.tensor_parallel as u32,
@@ -81,18 +96,39 @@ impl ReplicaStepCost {
                         2.0,
                         r.step_overhead_ns,
                     ),
+                    // One tensor-parallel group (the rows split over the data-parallel copies
+                    // as for the other models), its kernels in the step's CUDA graph.
+                    ServedModel::Mla(shape) => StepRoofline {
+                        kernels_head: 0,
+                        host_overhead_ns: r.step_overhead_ns,
+                        all_reduce: (parallel.degree > 1)
+                            .then_some((shape.hidden as f64 * 2.0, parallel)),
+                        ..StepRoofline::mla_moe_non_expert(
+                            shape,
+                            roofline,
+                            parallel.degree.into(),
+                            parallel.degree.into(),
+                            0,
+                        )
+                    },
                 }
             })
             .collect();
-        let (moe, expert_flops_per_token) = match (&scenario.model, deployment.placement) {
-            (ServedModel::Moe(shape), Some(placement)) => {
+        let (moe, expert_flops_per_token) = match (scenario.model.experts(), deployment.placement) {
+            (Some(shape), Some(placement)) => {
                 // CUDA graphs capture the grouped MoE kernels with the rest of the step: no
                 // launch of their own (the host overhead covers the graph replay).
                 let params = MoeLayerParams {
                     launches_per_layer: 0,
                     ..MoeLayerParams::default()
                 };
-                let layer = MoeLayerCost::new(&r.gpu, shape, params);
+                let layer = MoeLayerCost::new(&r.gpu, &shape, params);
+                let rerouting = match (&scenario.model, &scenario.adapters, plan) {
+                    (ServedModel::Mla(mla), Some(adapters), Some(plan)) => {
+                        ReroutingCost::new(mla, adapters, plan, r)
+                    }
+                    _ => None,
+                };
                 let flops = layer.expert_flops_per_token;
                 (
                     Some(MoePart {
@@ -103,6 +139,8 @@ impl ReplicaStepCost {
                         n_layers: shape.n_layers,
                         top_k: shape.top_k,
                         gpu_tokens: vec![0; placement.experts_per_gpu],
+                        copies: vec![Vec::new(); shape.n_layers],
+                        rerouting,
                     }),
                     flops,
                 )
@@ -115,6 +153,17 @@ impl ReplicaStepCost {
             data_parallel: deployment.data_parallel as u64,
             moe,
             expert_flops_per_token,
+        }
+    }
+
+    /// Hands over the adapter copies' tokens of the step about to be priced (per MoE layer,
+    /// from `AdapterRouter::route`).
+    pub fn set_adapter_copies(&mut self, copies: &[Vec<CopyTokens>]) {
+        if let Some(moe) = &mut self.moe {
+            for (mine, given) in moe.copies.iter_mut().zip(copies) {
+                mine.clear();
+                mine.extend_from_slice(given);
+            }
         }
     }
 
@@ -164,7 +213,7 @@ impl ReplicaStepCost {
             prefill_square: 0.0,
         };
         let Some(moe) = &self.moe else {
-            return self.price_tokens(&tokens, None);
+            return self.price_tokens(&tokens, None, sequences);
         };
         let (experts, gpus) = (moe.placement.n_experts, moe.placement.gpus());
         let assignments = sequences * moe.top_k as u64;
@@ -190,11 +239,18 @@ impl ReplicaStepCost {
                 per_expert: &per_expert,
                 per_gpu: &per_gpu,
             }),
+            sequences,
         )
     }
 
-    /// The step of one data-parallel copy's `tokens` with `routed` MoE tokens.
-    fn price_tokens(&mut self, tokens: &StepTokens, routed: Option<RoutedTokens<'_>>) -> StepTime {
+    /// The step of one data-parallel copy's `tokens` with `routed` MoE tokens, the whole
+    /// replica's step computing `step_rows` rows (what a rerouting operator reads).
+    fn price_tokens(
+        &mut self,
+        tokens: &StepTokens,
+        routed: Option<RoutedTokens<'_>>,
+        step_rows: u64,
+    ) -> StepTime {
         let prices: Vec<StepPrice> = self.dense.iter().map(|d| d.price(tokens)).collect();
         let busy: Vec<f64> = self
             .dense_of_gpu
@@ -213,8 +269,10 @@ impl ReplicaStepCost {
             let routed = routed.expect("an MoE step carries its routed tokens per expert and GPU");
             let (experts, gpus) = (moe.placement.n_experts, moe.placement.gpus());
             let ep = moe.placement.expert_parallel;
+            let per_gpu_hosted = moe.placement.experts_per_gpu;
             for layer in 0..moe.n_layers {
                 let per_expert = &routed.per_expert[layer * experts..][..experts];
+                let copies = &moe.copies[layer];
                 let per_gpu = &routed.per_gpu[layer * gpus..][..gpus];
                 let mut layer_ns = 0.0f64;
                 let mut layer_a2a = 0.0f64;
@@ -222,7 +280,15 @@ impl ReplicaStepCost {
                     let mut slowest = 0.0f64;
                     let mut max_rows = 0u64;
                     for g in copy * ep..(copy + 1) * ep {
+                        moe.gpu_tokens.resize(per_gpu_hosted, 0);
                         moe.placement.gpu_tokens(per_expert, g, &mut moe.gpu_tokens);
+                        let hosted = (g % ep) * per_gpu_hosted..(g % ep + 1) * per_gpu_hosted;
+                        for c in copies
+                            .iter()
+                            .filter(|c| hosted.contains(&(c.expert as usize)))
+                        {
+                            moe.gpu_tokens.push(moe.placement.share(c.tokens, copy));
+                        }
                         let c = moe.layer.grouped_gemm(&moe.gpu_tokens, moe.speeds[g]).nanos;
                         busy[g] += c;
                         slowest = slowest.max(c);
@@ -236,6 +302,9 @@ impl ReplicaStepCost {
                 }
                 moe_ns += layer_ns;
                 communication_ns += layer_a2a;
+            }
+            if let Some(rerouting) = &moe.rerouting {
+                moe_ns += rerouting.nanos(step_rows);
             }
         }
         StepTime {
@@ -257,6 +326,10 @@ impl ReplicaStepCost {
 impl StepCost for ReplicaStepCost {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime {
         let tokens = self.dense_tokens(work);
-        self.price_tokens(&tokens, work.routed)
+        self.price_tokens(
+            &tokens,
+            work.routed,
+            work.prefill_tokens + work.decode_tokens,
+        )
     }
 }
