@@ -29,8 +29,19 @@ impl Serving {
     ) -> Result<Run, String> {
         let queue = &mut *policies.queue_policy(&scenario.queue);
         let router = &mut *policies.router(&scenario.router);
+        let mapper = &mut *policies.expert_mapper(&scenario.expert_mapping);
+        let mut selectors = scenario.batch_selectors(policies);
         Ok(Run {
-            output: super::run_recorded(scenario, seed, queue, router, records, trace_events)?,
+            output: super::run_recorded(
+                scenario,
+                seed,
+                queue,
+                router,
+                mapper,
+                &mut selectors,
+                records,
+                trace_events,
+            )?,
             cost_source: COST_SOURCE.to_string(),
         })
     }

@@ -5,11 +5,13 @@
 //! arrivals and length distributions. It reports through the one recorder (`crate::recorder`):
 //! its metrics are declared once below (`TABLE`).
 
+pub mod batch_former;
 pub mod checks;
 pub mod config;
 pub mod deployment;
 pub mod expert_routing;
 mod family;
+pub mod mapping;
 pub mod scheduler;
 pub mod server;
 pub mod step_cost;
@@ -17,7 +19,9 @@ pub mod step_cost;
 pub use config::{ServingConfig, ServingScenario};
 pub use family::Serving;
 
+use crate::caps::batch::BatchSelector;
 use crate::engine;
+use crate::gem::ExpertMapper;
 use crate::metrics::{Better, MetricInfo, RunOutput};
 use crate::recorder::{MetricDef, ServingSummary, TraceEvents, table};
 use crate::records::RecordSink;
@@ -198,14 +202,19 @@ pub const HEADLINE_IMPROVEMENTS: &[&str] = &["ttft_p99_ms", "tpot_p99_ms", "thro
 /// The family columns of the per-request CSV.
 pub use crate::recorder::replica::RECORD_COLUMNS as CSV_COLUMNS;
 
-/// Runs one seed of `scenario`, streaming each finished request to `sink` and, given
-/// `trace_events`, every step to that trace-event file. A replica whose weights do not fit, or
-/// a run whose checks fail, reports no number but its reason (`details.failed`).
+/// Runs one seed of `scenario`, its experts (MoE only) mapped by `mapper`, a static replica
+/// `r`'s batches selected by `selectors[r]` (one per replica; none for the continuous kinds),
+/// streaming each
+/// finished request to `sink` and, given `trace_events`, every step to that trace-event file. A
+/// replica whose weights do not fit, or a run whose checks fail, reports no number but its
+/// reason (`details.failed`).
 pub fn run_recorded(
     scenario: &ServingScenario,
     seed: u64,
     queue: &mut dyn QueuePolicy,
     router: &mut dyn Router,
+    mapper: &mut dyn ExpertMapper,
+    selectors: &mut [Box<dyn BatchSelector>],
     sink: &mut dyn RecordSink,
     trace_events: Option<&Path>,
 ) -> Result<RunOutput, String> {
@@ -213,7 +222,25 @@ pub fn run_recorded(
         Ok(d) => d,
         Err(reason) => return Ok(table::failed(&TABLE, &reason)),
     };
-    let mut server = ServingServer::new(scenario, &deployment, seed, queue, router, sink);
+    let layouts = mapping::replica_layouts(
+        scenario,
+        &deployment,
+        seed,
+        mapper,
+        selectors,
+        queue,
+        router,
+    );
+    let mut server = ServingServer::new(
+        scenario,
+        &deployment,
+        seed,
+        &layouts,
+        selectors,
+        queue,
+        router,
+        sink,
+    );
     if let Some(path) = trace_events {
         let label = format!("{} seed {seed}", scenario.model.name());
         server =
