@@ -3,8 +3,9 @@
 //! random permutation per layer and per topic, so a topic's requests favour the same experts),
 //! in whole tokens by systematic sampling. Expert `e` expects `x_e = top_k x sum over topics of
 //! (the topic's tokens in the step x p_topic(e))` assignments; with the running sums `c_e` of
-//! the `x_e` and one uniform offset `u` per layer and step, it receives `floor(c_e + u) -
-//! floor(c_{e-1} + u)`. That is the floor or the ceiling of `x_e`, exactly `x_e` on average
+//! the `x_e`, taken in a random order of the experts drawn per layer and step (so that no
+//! expert layout gains from the sampling's correlations), and one uniform offset `u` per layer
+//! and step, it receives `floor(c_e + u) - floor(c_{e-1} + u)`. That is the floor or the ceiling of `x_e`, exactly `x_e` on average
 //! over `u`, and the layer's total is exact. No expert is given more than one assignment per
 //! token: each probability is capped at `1 / top_k` (the excess spread over the others). The
 //! replica's expert layout (`mapping::ExpertLayout`) sends each expert's tokens to the GPUs
@@ -30,6 +31,8 @@ pub struct ExpertRouter {
     probability: Rc<[f64]>,
     /// One layer's expected assignments per expert (scratch).
     expected: Vec<f64>,
+    /// The order of the experts in one layer's running sums (scratch, reshuffled per layer).
+    order: Vec<usize>,
     rng: SimRng,
     /// Tokens of the step per topic (filled by the caller before `route`).
     pub topic_tokens: Vec<u64>,
@@ -119,6 +122,7 @@ impl ExpertRouter {
             n_topics,
             probability: probability.into(),
             expected: vec![0.0; experts],
+            order: (0..experts).collect(),
             rng: offsets,
             topic_tokens: vec![0; n_topics],
             per_expert: vec![0; layers * experts],
@@ -200,16 +204,24 @@ impl ExpertRouter {
                     }
                 }
             }
+            // The running sums follow a fresh random order of the experts: systematic sampling
+            // makes neighbours in its order share the assignments (two experts expecting half
+            // a token each rarely both get one), which must not favour any expert layout.
+            if assignments > 0 {
+                for i in (1..experts).rev() {
+                    self.order.swap(i, self.rng.random_range(0..=i));
+                }
+            }
             let (mut running, mut given) = (0.0f64, 0u64);
-            for (e, (count, &x)) in row.iter_mut().zip(&self.expected).enumerate() {
-                running += x;
+            for (i, &e) in self.order.iter().enumerate() {
+                running += self.expected[e];
                 // The last expert ends at the exact total, whatever the rounding of the sums.
-                let upto = if e + 1 == experts {
+                let upto = if i + 1 == experts {
                     assignments
                 } else {
                     ((running + offset) as u64).min(assignments)
                 };
-                *count = (upto.max(given) - given) as u32;
+                row[e] = (upto.max(given) - given) as u32;
                 given = upto.max(given);
             }
             let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
