@@ -16,6 +16,9 @@ const KEY_LABELS: &[(&str, &str)] = &[
     ("cluster.models", "models served"),
     ("mapper.kind", "expert mapping"),
     ("mapper.window", "mapping window (steps)"),
+    ("experts.mapping.kind", "expert mapping"),
+    ("replica.batch_former.kind", "batch selector"),
+    ("replica.speed_factors", "GPU speed factors"),
     ("workload.rps", "workflow arrival rate (workflows/s)"),
     ("workload.dataset", "dataset"),
     (

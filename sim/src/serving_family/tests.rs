@@ -492,3 +492,14 @@ rate_per_s = 20.0
     assert!(batch > 1.0 && batch <= 8.0, "{batch}");
     assert_eq!(out.scalars, go().scalars);
 }
+
+#[test]
+fn the_shipped_study_scenario_loads() {
+    // scenarios/studies/caps_x_mapping.toml (study (a), docs/studies.md): 3 selectors x 3
+    // mappings x 2 GPU setups.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/studies/caps_x_mapping.toml");
+    let plan = crate::scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(plan.family.name(), "serving");
+    assert_eq!(plan.cells.len(), 18);
+}
