@@ -51,7 +51,13 @@ pub fn table(document: &ResultsDocument) -> String {
         let mut row: Vec<String> = cell.coords.iter().map(|(_, v)| coord_text(v)).collect();
         row.extend(headline.iter().map(|m| number(cell.summary[*m].mean)));
         if let Some(metric) = ci_metric {
-            row.push(number(cell.summary[*metric].ci95));
+            let across = &cell.summary[*metric];
+            // One seed gives no interval (its `ci95` is 0 in results.json): say so, not "0.0".
+            row.push(if across.n < 2 || !across.mean.is_finite() {
+                "-".to_string()
+            } else {
+                number(across.ci95)
+            });
         }
         if document.baseline.is_some() {
             for metric in versus {

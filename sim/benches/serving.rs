@@ -89,6 +89,7 @@ fn ten_thousand_dense(c: &mut Criterion) {
                 &mut Turns::default(),
                 &mut DenseHasNoExperts,
                 &mut [],
+                None,
                 &mut DiscardRecords,
                 None,
             )

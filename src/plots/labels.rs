@@ -32,6 +32,7 @@ const KEY_LABELS: &[(&str, &str)] = &[
     ("queue.kind", "queue policy"),
     ("routing", "router"),
     ("routing.kind", "router"),
+    ("replica.scheduler", "scheduler"),
     ("routing.slack", "router slack"),
     ("memory", "adapter memory manager"),
     ("memory.kind", "adapter memory manager"),

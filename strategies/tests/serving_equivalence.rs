@@ -144,7 +144,7 @@ fn caps_batches_are_the_same_in_the_serving_family() {
         prediction: stream(seed, "prediction"),
     };
 
-    let deployment = Deployment::new(&scenario).expect("the model fits an L4");
+    let deployment = Deployment::new(&scenario, None).expect("the model fits an L4");
     let mut queue = strategies::queue::build(&QueuePolicyConfig::Fcfs);
     let mut router = strategies::routing::build(&RouterConfig::RoundRobin);
     let mut linear = strategies::mapping::build(&sim::gem::MapperConfig::Linear);
@@ -162,6 +162,7 @@ fn caps_batches_are_the_same_in_the_serving_family() {
     let mut server = ServingServer::new(
         &scenario,
         &deployment,
+        None,
         seed,
         &layouts,
         &mut selectors,

@@ -33,6 +33,7 @@ fn mean_step_ms(mapping: serde_json::Value) -> f64 {
         strategies::routing::build(&RouterConfig::RoundRobin).as_mut(),
         mapper.as_mut(),
         &mut [],
+        None,
         &mut DiscardRecords,
         None,
     )
@@ -50,7 +51,10 @@ fn load_aware_mappings_shorten_the_steps_of_a_skewed_layer() {
     // redundant slots need not: a copy is one more expert's weights for a GPU to stream in the
     // memory-bound decode steps.)
     let linear = mean_step_ms(json!({"kind": "linear"}));
-    for mapping in [json!({"kind": "eplb"}), json!({"kind": "gem", "restarts": 4})] {
+    for mapping in [
+        json!({"kind": "eplb"}),
+        json!({"kind": "gem", "restarts": 4}),
+    ] {
         let mapped = mean_step_ms(mapping.clone());
         assert!(
             mapped < linear,

@@ -235,6 +235,13 @@ fn quick_caps_run_writes_results_and_figures() {
         table.contains("greedy_variance") && table.contains("latency_p99_ms_vs_base"),
         "{table}"
     );
+    // One seed gives no confidence interval: the column says "-", not a zero-width interval.
+    let mut lines = table.lines().skip(1);
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let ci = header.iter().position(|h| h.starts_with("±ci95(")).unwrap();
+    for row in lines {
+        assert_eq!(row.split_whitespace().nth(ci), Some("-"), "{row}");
+    }
     let document: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
     let cells = document["cells"].as_array().unwrap();

@@ -76,3 +76,52 @@ fn mosaic_records_the_source_its_expert_steps_reported() {
         assert_eq!(run.cost_source, expected, "{scenario}");
     }
 }
+
+/// The serving family's adapters example (scenarios/serving/esft_adapters.toml) runs both its
+/// cells: the virtual weight tensor holds the adapters' experts beside the base model, so its
+/// KV cache is smaller than base-only's by the bytes it maps, and its steps, reading the copies
+/// and rerouting, are slower; every request of the trace cut finishes in both.
+#[test]
+fn the_serving_adapters_example_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let plan = sim::scenario::load(&root.join("scenarios/serving/esft_adapters.toml"), &[])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(plan.cells.len(), 2);
+    let runs: Vec<sim::metrics::RunOutput> = plan
+        .cells
+        .iter()
+        .map(|cell| {
+            sim::runner::run_cell(
+                &cell.scenario,
+                plan.seeds[0],
+                &strategies::Registry,
+                None,
+                None,
+            )
+            .unwrap()
+            .output
+        })
+        .collect();
+    let (base, weave) = (&runs[0], &runs[1]);
+    assert_eq!(base.details["adapters"]["manager"], "base_only");
+    assert_eq!(
+        weave.details["adapters"]["manager"],
+        "virtual_weight_tensor"
+    );
+    for run in &runs {
+        assert_eq!(run.scalar("completed"), Some(300.0));
+    }
+    let memory = &weave.details["adapters"]["memory"];
+    let mapped = memory["adapter_allocated_bytes"].as_f64().unwrap();
+    assert!(mapped > 0.0);
+    let kv = |run: &sim::metrics::RunOutput| {
+        run.details["deployment"]["kv_tokens_per_replica"]
+            .as_f64()
+            .unwrap()
+    };
+    // Every NPU of the TP-8 group holds each token's 31,104-byte latent: the mapped bytes cost
+    // mapped / (8 x 31,104) tokens, to a 128-token block.
+    let lost = kv(base) - kv(weave);
+    assert!((lost - mapped / (8.0 * 31_104.0)).abs() <= 128.0, "{lost}");
+    assert!(weave.scalar("tpot_mean_ms").unwrap() > base.scalar("tpot_mean_ms").unwrap());
+}

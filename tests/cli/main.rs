@@ -12,3 +12,4 @@ mod measured;
 mod reproduce_claims;
 mod serving;
 mod shard_resume;
+mod studies;

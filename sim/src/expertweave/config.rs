@@ -258,6 +258,85 @@ fn arrivals_before(arrival: &ArrivalSpec, horizon: SimTime) -> usize {
     }
 }
 
+/// The adapters `table` names (`names`, `count`, or the first `count` of `names`) for `shape`;
+/// errors name `<prefix>.names`, `<prefix>.count` or `<prefix>` (the expertweave and serving
+/// families both read an `[adapters]` table this way).
+pub fn resolve_adapters(
+    table: &AdaptersConfig,
+    shape: &MlaMoeShape,
+    prefix: &str,
+) -> Result<Vec<EsftAdapter>, FieldError> {
+    let key = |field: &str| format!("{prefix}.{field}");
+    let adapters = match (&table.names[..], table.count) {
+        ([], Some(count)) => {
+            esft_adapters(count, shape).map_err(|e| field_error(&key("count"), e.to_string()))?
+        }
+        ([], None) => {
+            return Err(field_error(
+                prefix,
+                "give `names` (Table 1 adapters), `count` (the first n of Table 1), or both \
+                 (the first `count` of `names`)",
+            ));
+        }
+        (names, count) => {
+            let take = count.unwrap_or(names.len());
+            if take > names.len() {
+                return Err(field_error(
+                    &key("count"),
+                    format!("{take} exceeds the {} names given", names.len()),
+                ));
+            }
+            names[..take]
+                .iter()
+                .map(|name| esft_adapter(name, shape))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| field_error(&key("names"), e.to_string()))?
+        }
+    };
+    if adapters.is_empty() {
+        return Err(field_error(&key("count"), "must be at least 1, got 0"));
+    }
+    Ok(adapters)
+}
+
+/// Checks the manager `memory` (the table at `path`) against `adapters`: its utilization, its
+/// page size, and slot geometry that holds every adapter.
+pub fn validate_memory(
+    memory: &MemoryConfig,
+    adapters: &[EsftAdapter],
+    path: &str,
+) -> Result<(), FieldError> {
+    let key = |field: &str| format!("{path}.{field}");
+    match memory {
+        MemoryConfig::Merged { utilization, .. } => {
+            if let Some(u) = utilization {
+                let u = positive(&key("utilization"), *u)?;
+                if u > 1.0 {
+                    return Err(field_error(
+                        &key("utilization"),
+                        format!("must be at most 1, got {u}"),
+                    ));
+                }
+            }
+        }
+        MemoryConfig::Padding { e_max, a_max } => {
+            slot_geometry("padding", adapters, *a_max, *e_max)
+                .map_err(|e| field_error(path, e.to_string()))?;
+        }
+        MemoryConfig::VirtualWeightTensor {
+            page_bytes,
+            e_max,
+            a_max,
+        } => {
+            at_least_one(&key("page_bytes"), *page_bytes as usize)?;
+            slot_geometry("virtual_weight_tensor", adapters, *a_max, *e_max)
+                .map_err(|e| field_error(path, e.to_string()))?;
+        }
+        MemoryConfig::BaseOnly => {}
+    }
+    Ok(())
+}
+
 impl ExpertWeaveConfig {
     /// Checks every table and resolves the model, the adapters, the device budget and the
     /// arrivals (a trace path resolves against `base_dir`, loaded once per sweep through `cache`).
@@ -306,61 +385,8 @@ impl ExpertWeaveConfig {
             kv_block_tokens: d.kv_block_tokens,
             kv_replication: d.tensor_parallel,
         };
-        let adapters = match (&self.adapters.names[..], self.adapters.count) {
-            ([], Some(count)) => esft_adapters(count, &shape)
-                .map_err(|e| field_error("adapters.count", e.to_string()))?,
-            ([], None) => {
-                return Err(field_error(
-                    "adapters",
-                    "give `names` (Table 1 adapters), `count` (the first n of Table 1), or both \
-                     (the first `count` of `names`)",
-                ));
-            }
-            (names, count) => {
-                let take = count.unwrap_or(names.len());
-                if take > names.len() {
-                    return Err(field_error(
-                        "adapters.count",
-                        format!("{take} exceeds the {} names given", names.len()),
-                    ));
-                }
-                names[..take]
-                    .iter()
-                    .map(|name| esft_adapter(name, &shape))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| field_error("adapters.names", e.to_string()))?
-            }
-        };
-        if adapters.is_empty() {
-            return Err(field_error("adapters.count", "must be at least 1, got 0"));
-        }
-        match &self.memory {
-            MemoryConfig::Merged { utilization, .. } => {
-                if let Some(u) = utilization {
-                    let u = positive("memory.utilization", *u)?;
-                    if u > 1.0 {
-                        return Err(field_error(
-                            "memory.utilization",
-                            format!("must be at most 1, got {u}"),
-                        ));
-                    }
-                }
-            }
-            MemoryConfig::Padding { e_max, a_max } => {
-                slot_geometry("padding", &adapters, *a_max, *e_max)
-                    .map_err(|e| field_error("memory", e.to_string()))?;
-            }
-            MemoryConfig::VirtualWeightTensor {
-                page_bytes,
-                e_max,
-                a_max,
-            } => {
-                at_least_one("memory.page_bytes", *page_bytes as usize)?;
-                slot_geometry("virtual_weight_tensor", &adapters, *a_max, *e_max)
-                    .map_err(|e| field_error("memory", e.to_string()))?;
-            }
-            MemoryConfig::BaseOnly => {}
-        }
+        let adapters = resolve_adapters(&self.adapters, &shape, "adapters")?;
+        validate_memory(&self.memory, &adapters, "memory")?;
         let w = &self.workload;
         let alpha = positive("workload.alpha", w.alpha)?;
         if alpha > 1.0 {

@@ -10,8 +10,9 @@
 //! `P(read) = 1 - exp(sum_a n_a top_k ln(1 - p_{a,e}))`, one exponential per expert with the
 //! logarithms tabulated once (the hot path of a run: one call per MoE layer per step).
 
-use super::adapters::domain_ranking;
+use super::adapters::{EsftAdapter, domain_ranking};
 use super::config::ExpertWeaveScenario;
+use crate::cost::shape::MlaMoeShape;
 use crate::distributions::Zipf;
 use crate::serving::AdapterTokens;
 
@@ -29,14 +30,24 @@ pub struct Popularity {
 
 impl Popularity {
     pub fn new(scenario: &ExpertWeaveScenario) -> Self {
-        let n_experts = scenario.shape.n_routed_experts as usize;
-        let n_layers = scenario.shape.n_moe_layers() as usize;
-        let zipf = Zipf::new(n_experts, scenario.cost.expert_zipf_s)
+        Popularity::of(
+            &scenario.shape,
+            &scenario.adapters,
+            scenario.cost.expert_zipf_s,
+        )
+    }
+
+    /// The popularity of `adapters`' domains over `shape`'s MoE layers, each domain's ranking
+    /// drawn with Zipf exponent `expert_zipf_s` (validated: positive and finite).
+    pub fn of(shape: &MlaMoeShape, adapters: &[EsftAdapter], expert_zipf_s: f64) -> Self {
+        let n_experts = shape.n_routed_experts as usize;
+        let n_layers = shape.n_moe_layers() as usize;
+        let zipf = Zipf::new(n_experts, expert_zipf_s)
             .expect("validated: at least one expert and a finite exponent");
-        let size = scenario.adapters.len() * n_layers * n_experts;
+        let size = adapters.len() * n_layers * n_experts;
         let mut probability = vec![0.0; size];
         let mut tuned = vec![false; size];
-        for (a, adapter) in scenario.adapters.iter().enumerate() {
+        for (a, adapter) in adapters.iter().enumerate() {
             for layer in 0..n_layers {
                 let row = (a * n_layers + layer) * n_experts;
                 let ranking = domain_ranking(&adapter.domain, layer, n_experts as u32);

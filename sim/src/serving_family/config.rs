@@ -1,17 +1,19 @@
 //! The serving family's scenario tables (`ServingConfig`: `[model]`, `[replica]`, `[experts]`,
 //! `[routing]`, `[workload]`, `[arrival]`, `[output]`) and their validation into a runnable
 //! `ServingScenario`. Options that belong to the second part of issue 19 (CAPS batch formers,
-//! expert mappings other than linear, ExpertWeave adapters, Chimera's queue policies and
-//! router) have their keys reserved here and are refused with a "not yet" error naming them,
-//! never silently ignored; combinations that cannot work are refused naming both keys.
+//! expert mappings other than linear, Chimera's queue policies and router) have their keys
+//! reserved here and are refused with a "not yet" error naming them, never silently ignored;
+//! combinations that cannot work are refused naming both keys. `[adapters]` (ExpertWeave's
+//! adapters on an MLA MoE model) is read by `super::adapters`.
 
+use super::adapters::{AdapterSpec, AdaptersTable};
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
 use crate::caps::batch::BatchSelectorConfig;
 use crate::chimera::{QueuePolicyConfig, RouterConfig};
 use crate::cost::gpu::{GpuSpec, LinkSpec};
 use crate::cost::moe_layer::SpeedFactors;
 use crate::cost::roofline::DEFAULT_HOST_OVERHEAD_NS;
-use crate::cost::shape::{DenseModelShape, MoeModelShape};
+use crate::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
 use crate::distributions::{TokenCount, TokenLength};
 use crate::gem::MapperConfig;
 use crate::scenario::validate::{FieldError, LoadCache, duration, field_error, positive};
@@ -35,9 +37,9 @@ pub struct ServingConfig {
     pub arrival: ArrivalTable,
     #[serde(default)]
     pub output: OutputTable,
-    /// ExpertWeave adapters served on the replicas (part 2 of issue 19: refused for now).
+    /// ExpertWeave adapters served on the replicas (an MLA MoE model only).
     #[serde(default)]
-    pub adapters: Option<toml::Value>,
+    pub adapters: Option<AdaptersTable>,
 }
 
 /// `[model]`: a preset of the cost model's shape catalogue, dense or MoE.
@@ -118,7 +120,8 @@ pub struct ReplicaTable {
     /// vLLM `max_num_seqs`.
     #[serde(default = "d_max_num_seqs")]
     pub max_num_seqs: usize,
-    /// Tokens per KV block (vllm and sarathi; 16 by default, vLLM's).
+    /// Tokens per KV block (vllm and sarathi; 16 by default, vLLM's); for orca, which does not
+    /// page, the KV pool's allocation block (1 by default).
     #[serde(default)]
     pub block_size: Option<u32>,
     /// Share of the blocks an admission leaves free (vllm and sarathi; vLLM's 1 %).
@@ -182,9 +185,13 @@ pub enum SchedulerTable {
         #[serde(default = "d_chunk_size")]
         chunk_size: u64,
     },
-    /// Orca: iteration-level batching of whole prompts with running decodes, no token budget,
-    /// no paging: each request's prompt + output reserved at admission.
-    Orca,
+    /// Orca: iteration-level batching of whole prompts with running decodes, no paging: each
+    /// request's prompt + output reserved at admission; no token budget unless
+    /// `max_num_batched_tokens` gives one (ExpertWeave's vLLM-Ascend instance: 8192).
+    Orca {
+        #[serde(default)]
+        max_num_batched_tokens: Option<u64>,
+    },
     /// Static batches (CAPS, FasterTransformer-style serving): when the replica is empty and
     /// `min_batch_trigger` requests wait (or a tick of the `scheduling_interval_ms` grid finds
     /// any), `replica.batch_former` picks at most `max_num_seqs` of the `window_size` oldest
@@ -227,7 +234,7 @@ impl SchedulerTable {
         match self {
             SchedulerTable::Vllm { .. } => "vllm",
             SchedulerTable::Sarathi { .. } => "sarathi",
-            SchedulerTable::Orca => "orca",
+            SchedulerTable::Orca { .. } => "orca",
             SchedulerTable::Static { .. } => "static",
         }
     }
@@ -360,6 +367,8 @@ impl Default for OutputTable {
 pub enum ServedModel {
     Dense(DenseModelShape),
     Moe(MoeModelShape),
+    /// An MoE model with multi-head latent attention (DeepSeek-V2's; ExpertWeave's base).
+    Mla(MlaMoeShape),
 }
 
 impl ServedModel {
@@ -367,6 +376,17 @@ impl ServedModel {
         match self {
             ServedModel::Dense(s) => &s.name,
             ServedModel::Moe(s) => &s.name,
+            ServedModel::Mla(s) => &s.name,
+        }
+    }
+
+    /// The routed-expert geometry of an MoE model (an MLA model's MoE layers), `None` for a
+    /// dense one.
+    pub fn experts(&self) -> Option<MoeModelShape> {
+        match self {
+            ServedModel::Dense(_) => None,
+            ServedModel::Moe(s) => Some(s.clone()),
+            ServedModel::Mla(s) => Some(s.moe_geometry()),
         }
     }
 }
@@ -394,8 +414,12 @@ pub struct ReplicaSpec {
     pub step_overhead_ns: f64,
     pub scheduler: SchedulerTable,
     pub max_num_seqs: usize,
-    /// Tokens per KV block (1 for orca, which does not page).
+    /// Tokens per KV block of the replica's cache (1 for orca, which does not page).
     pub block_size: u32,
+    /// Tokens per block the KV pool is allocated in: `block_size`, or for orca the
+    /// `replica.block_size` given (default 1): its capacity is whole blocks, each request still
+    /// reserving exactly its tokens.
+    pub kv_pool_block: u32,
     pub watermark: f64,
     /// The batch former of a `static` replica (fcfs unless `replica.batch_former` names one).
     pub batch_former: BatchSelectorConfig,
@@ -421,6 +445,8 @@ pub struct ServingScenario {
     pub per_request_csv: bool,
     pub trace_events: bool,
     pub kv_sample_interval_ns: u64,
+    /// ExpertWeave adapters served on the replicas (`[adapters]`).
+    pub adapters: Option<AdapterSpec>,
 }
 
 impl ServingScenario {
@@ -460,15 +486,6 @@ fn not_yet(path: &str, what: &str) -> FieldError {
         path,
         format!("not yet: {what} comes with the second part of issue 19 (docs/serving-family.md)"),
     )
-}
-
-/// The `kind` of a reserved table, for its error.
-fn kind_of(value: &toml::Value) -> String {
-    value
-        .get("kind")
-        .and_then(toml::Value::as_str)
-        .unwrap_or("?")
-        .to_string()
 }
 
 /// The batch former of `r`: a CAPS selector needs the `static` kind (the others batch
@@ -615,9 +632,12 @@ impl ServingConfig {
             ServedModel::Dense(shape)
         } else if let Ok(shape) = MoeModelShape::preset(&self.model.name) {
             ServedModel::Moe(shape)
+        } else if let Ok(shape) = MlaMoeShape::preset(&self.model.name) {
+            ServedModel::Mla(shape)
         } else {
             let mut known: Vec<&str> = crate::cost::shape::DENSE_PRESETS.to_vec();
             known.extend(crate::cost::shape::MOE_PRESETS);
+            known.extend(crate::cost::shape::MLA_MOE_PRESETS);
             return Err(field_error(
                 "model.name",
                 format!(
@@ -706,23 +726,83 @@ impl ServingConfig {
                     ));
                 }
             }
+            ServedModel::Mla(shape) => {
+                if gpus % ep != 0 {
+                    return Err(field_error(
+                        "replica.expert_parallel",
+                        format!("{ep} does not divide the replica's {gpus} GPUs (replica.gpus)"),
+                    ));
+                }
+                if shape.n_routed_experts % ep as u64 != 0 {
+                    return Err(field_error(
+                        "replica.expert_parallel",
+                        format!(
+                            "{ep} does not divide {}'s {} routed experts per layer (the linear \
+                             mapping puts as many on every GPU)",
+                            shape.name, shape.n_routed_experts
+                        ),
+                    ));
+                }
+                if shape.n_heads % tp as u64 != 0 {
+                    return Err(field_error(
+                        "replica.tensor_parallel",
+                        format!(
+                            "{tp} does not divide {}'s {} attention heads",
+                            shape.name, shape.n_heads
+                        ),
+                    ));
+                }
+            }
         }
-        if let Some(adapters) = &self.adapters {
-            return Err(match &model {
-                ServedModel::Dense(shape) => field_error(
+        let adapters = match (&self.adapters, &model) {
+            (None, _) => None,
+            (Some(_), ServedModel::Dense(shape)) => {
+                return Err(field_error(
                     "adapters",
                     format!(
                         "ExpertWeave adapters are fine-tuned expert sets of an MoE model; {} \
-                         has no experts",
+                         has no experts (model.name)",
                         shape.name
                     ),
-                ),
-                ServedModel::Moe(_) => not_yet(
+                ));
+            }
+            (Some(_), ServedModel::Moe(shape)) => {
+                return Err(field_error(
                     "adapters",
-                    &format!("serving adapters ({})", kind_of(adapters)),
-                ),
-            });
-        }
+                    format!(
+                        "ESFT adapters (expertweave.txt, Table 1) fine-tune the experts of \
+                         esft-vanilla-16b, an MLA MoE model; {} has none (model.name: \
+                         esft-vanilla-16b or live-tiny-mla)",
+                        shape.name
+                    ),
+                ));
+            }
+            (Some(table), ServedModel::Mla(shape)) => {
+                if self.experts.is_some() {
+                    return Err(field_error(
+                        "experts",
+                        "with [adapters], each request's tokens follow its adapter's domain \
+                         popularity (adapters.expert_zipf_s); [experts] would route them twice",
+                    ));
+                }
+                if let SchedulerTable::Static { .. } = r.scheduler {
+                    return Err(field_error(
+                        "replica.scheduler.kind",
+                        "= \"static\" runs a batch as passes routed one by one, and adapters \
+                         route a continuous replica's steps; not yet: adapters on a static \
+                         replica",
+                    ));
+                }
+                if self.workload.n_topics != 1 {
+                    return Err(field_error(
+                        "workload.n_topics",
+                        "with [adapters], a request's adapter is its topic (its domain ranks \
+                         the experts); leave n_topics at 1",
+                    ));
+                }
+                Some(table.validate(shape)?)
+            }
+        };
         let batch_former = static_former(r)?;
         if r.queue != QueuePolicyConfig::Fcfs {
             return Err(not_yet(
@@ -792,18 +872,22 @@ impl ServingConfig {
             }
             _ => {}
         }
-        let block_size = match (&r.scheduler, r.block_size) {
-            (SchedulerTable::Orca, Some(_)) => {
-                return Err(field_error(
-                    "replica.block_size",
-                    "orca does not page its KV cache (replica.scheduler.kind = \"orca\" reserves \
-                     each request's tokens whole)",
-                ));
-            }
-            (SchedulerTable::Orca, None) => 1,
+        if let SchedulerTable::Orca {
+            max_num_batched_tokens: Some(0),
+        } = &r.scheduler
+        {
+            return Err(field_error(
+                "replica.scheduler.max_num_batched_tokens",
+                "must be at least 1",
+            ));
+        }
+        let (block_size, kv_pool_block) = match (&r.scheduler, r.block_size) {
             (_, Some(0)) => return Err(field_error("replica.block_size", "must be at least 1")),
-            (_, Some(b)) => b,
-            (_, None) => 16,
+            // Orca does not page: a block size is the pool's allocation granularity only.
+            (SchedulerTable::Orca { .. }, Some(b)) => (1, b),
+            (SchedulerTable::Orca { .. }, None) => (1, 1),
+            (_, Some(b)) => (b, b),
+            (_, None) => (16, 16),
         };
         if !(0.0..1.0).contains(&r.watermark) {
             return Err(field_error(
@@ -811,8 +895,8 @@ impl ServingConfig {
                 format!("must lie in [0, 1), got {}", r.watermark),
             ));
         }
-        let (expert_routing, expert_mapping) = match (&model, &self.experts) {
-            (ServedModel::Moe(shape), Some(experts)) => {
+        let (expert_routing, expert_mapping) = match (model.experts(), &self.experts) {
+            (Some(shape), Some(experts)) => {
                 let mapping = experts.mapping.clone().unwrap_or(MapperConfig::Linear);
                 mapping
                     .check(shape.n_experts, ep, usize::MAX)
@@ -901,6 +985,7 @@ impl ServingConfig {
                 scheduler: r.scheduler.clone(),
                 max_num_seqs,
                 block_size,
+                kv_pool_block,
                 watermark: r.watermark,
                 batch_former,
             },
@@ -917,6 +1002,7 @@ impl ServingConfig {
             per_request_csv: o.per_request_csv,
             trace_events: o.trace_events,
             kv_sample_interval_ns,
+            adapters,
         })
     }
 }

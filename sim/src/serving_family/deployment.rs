@@ -2,10 +2,13 @@
 //! dense part (repeated data-parallel over the replica's GPUs), the expert-parallel degree of
 //! the routed experts (repeated likewise), the weights each GPU holds and the KV cache the rest
 //! of its memory holds (`cost::gpu::GpuSpec::kv_capacity_tokens`), and the expert slots each
-//! GPU holds (the experts over EP, plus EPLB's redundant slots over EP). A replica whose weights
-//! do not fit is out of memory: the run fails with that reason.
+//! GPU holds (the experts over EP, plus EPLB's redundant slots over EP). With `[adapters]` the
+//! adapter-memory manager's plan of the replica decides the weights (base model and adapter
+//! experts) and the KV cache instead. A replica whose weights do not fit is out of memory: the
+//! run fails with that reason.
 
-use super::config::{ServedModel, ServingScenario};
+use super::config::{SchedulerTable, ServedModel, ServingScenario};
+use crate::expertweave::memory::InstancePlan;
 
 /// Bytes per KV-cache element (a bf16 cache).
 const KV_BYTES_PER_ELEMENT: f64 = 2.0;
@@ -31,8 +34,12 @@ pub struct Deployment {
 }
 
 impl Deployment {
-    /// The replica of `scenario`, or why its weights do not fit.
-    pub fn new(scenario: &ServingScenario) -> Result<Deployment, String> {
+    /// The replica of `scenario`, or why its weights do not fit; with adapters, `plan` is the
+    /// memory manager's plan of the replica (its weights and KV capacity).
+    pub fn new(
+        scenario: &ServingScenario,
+        plan: Option<&InstancePlan>,
+    ) -> Result<Deployment, String> {
         let r = &scenario.replica;
         let (tp, ep) = (r.tensor_parallel, r.expert_parallel);
         let (weights_per_gpu_bytes, kv_per_token, kv_heads, slots) = match &scenario.model {
@@ -56,7 +63,47 @@ impl Deployment {
                     Some(slots),
                 )
             }
+            // MLA's latent cache is not split by heads: every tensor-parallel rank holds it
+            // whole (one "KV head").
+            ServedModel::Mla(shape) => {
+                let n_experts = shape.n_routed_experts as usize;
+                let slots = (n_experts + scenario.redundant_expert_slots()) / ep;
+                let routed = (shape.routed_params() * shape.bytes_per_param) as f64;
+                (
+                    shape.non_routed_bytes() as f64 / tp as f64
+                        + routed * slots as f64 / n_experts as f64,
+                    shape.kv_bytes_per_token() as f64,
+                    1.0,
+                    Some(slots),
+                )
+            }
         };
+        let data_parallel = r.gpus / tp;
+        if let Some(plan) = plan {
+            if plan.kv.out_of_memory {
+                return Err(format!(
+                    "out of memory: {} with its adapters takes {:.1} GB of weights on {} {}s \
+                     (adapters.memory, adapters.runtime_reserve_gib, replica.gpus), and the \
+                     KV cache gets {} tokens",
+                    scenario.model.name(),
+                    plan.weight_bytes as f64 * 1e-9,
+                    r.gpus,
+                    r.gpu.name,
+                    plan.kv.kv_tokens
+                ));
+            }
+            return Ok(Deployment {
+                gpus: r.gpus,
+                tensor_parallel: tp,
+                data_parallel,
+                expert_parallel: ep,
+                weights_per_gpu_bytes: plan.weight_bytes as f64 / r.gpus as f64,
+                kv_bytes_per_token_per_gpu: kv_per_token / (tp as f64).min(kv_heads),
+                kv_tokens: plan.kv.kv_tokens,
+                kv_blocks: plan.kv.kv_tokens / u64::from(r.block_size),
+                expert_slots_per_gpu: slots,
+            });
+        }
         let kv_bytes_per_token_per_gpu = kv_per_token / (tp as f64).min(kv_heads);
         let group_tokens = r
             .gpu
@@ -82,8 +129,11 @@ impl Deployment {
                     r.gpu_memory_utilization
                 )
             })?;
-        let data_parallel = r.gpus / tp;
-        let kv_tokens = group_tokens * data_parallel as u64;
+        let mut kv_tokens = group_tokens * data_parallel as u64;
+        if let SchedulerTable::Orca { .. } = r.scheduler {
+            // The pool is allocated in whole blocks of `kv_pool_block` tokens.
+            kv_tokens -= kv_tokens % u64::from(r.kv_pool_block);
+        }
         Ok(Deployment {
             gpus: r.gpus,
             tensor_parallel: tp,

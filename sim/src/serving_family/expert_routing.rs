@@ -46,7 +46,7 @@ pub struct ExpertRouter {
 
 /// `weights` (summing to 1) with none above `cap`: the excess of the capped ones spread over the
 /// rest in proportion, until none is above (`cap x len >= 1` keeps it feasible).
-fn capped(mut weights: Vec<f64>, cap: f64) -> Vec<f64> {
+pub(crate) fn capped(mut weights: Vec<f64>, cap: f64) -> Vec<f64> {
     loop {
         let excess: f64 = weights.iter().map(|&w| (w - cap).max(0.0)).sum();
         if excess <= 1e-12 {

@@ -2,9 +2,10 @@
 //! through the policies' queue policy and router (with or without a trace-event file), and what
 //! live mode reads (it refuses the family: `live::LIVE_FAMILIES`).
 
-use super::config::{LengthSpec, ServedModel};
+use super::config::LengthSpec;
 use super::{ServingConfig, ServingScenario};
 use crate::arrivals::{ArrivalSpec, TraceStats};
+use crate::expertweave::AdapterMemory;
 use crate::family::{Family, LiveDescription, Run};
 use crate::metrics::MetricInfo;
 use crate::records::RecordSink;
@@ -31,6 +32,10 @@ impl Serving {
         let router = &mut *policies.router(&scenario.router);
         let mapper = &mut *policies.expert_mapper(&scenario.expert_mapping);
         let mut selectors = scenario.batch_selectors(policies);
+        let mut memory = scenario
+            .adapters
+            .as_ref()
+            .map(|a| policies.adapter_memory(&a.memory));
         Ok(Run {
             output: super::run_recorded(
                 scenario,
@@ -39,6 +44,7 @@ impl Serving {
                 router,
                 mapper,
                 &mut selectors,
+                memory.as_mut().map(|m| &mut **m as &mut dyn AdapterMemory),
                 records,
                 trace_events,
             )?,
@@ -95,7 +101,14 @@ impl Family for Serving {
             f64::from(s.n_topics),
             "workload.n_topics",
         ));
-        if let ServedModel::Moe(shape) = &s.model {
+        if let Some(adapters) = &s.adapters {
+            d.push(Demand::new(
+                Adapters,
+                adapters.adapters.len() as f64,
+                "adapters.count",
+            ));
+        }
+        if let Some(shape) = s.model.experts() {
             d.push(Demand::new(Layers, shape.n_layers as f64, "model.name"));
             d.push(Demand::new(Experts, shape.n_experts as f64, "model.name"));
         }

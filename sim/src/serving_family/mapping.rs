@@ -6,7 +6,7 @@
 //! observed loads (eplb, gem) are given a window of observed routing steps of the replica and
 //! each GPU's MoE-layer latency curve at its own speed (`planning_costs`).
 
-use super::config::{ServedModel, ServingScenario};
+use super::config::ServingScenario;
 use super::deployment::Deployment;
 use super::server::ServingServer;
 use super::step_cost::moe_layer_cost;
@@ -142,6 +142,24 @@ impl ExpertLayout {
         }
     }
 
+    /// The tokens each slot of GPU `gpu` holding `expert` on `layer` computes when the expert
+    /// receives `count` (nothing when the GPU does not host it).
+    pub fn expert_shares(
+        &self,
+        layer: usize,
+        gpu: usize,
+        expert: u32,
+        count: u32,
+    ) -> impl Iterator<Item = u32> + '_ {
+        let copy = (gpu / self.expert_parallel) as u32;
+        let in_copy = share(count, self.copies as u32, copy);
+        let first = (layer * self.gpus() + gpu) * self.slots_per_gpu;
+        self.slots[first..first + self.slots_per_gpu]
+            .iter()
+            .filter(move |s| s.expert == expert)
+            .map(move |s| share(in_copy, s.replicas, s.rank))
+    }
+
     /// Each GPU's expected tokens on `layer` when expert `e` expects `per_expert[e]`: an
     /// expert's tokens split evenly over its copies and replicas, into `out` (one per GPU).
     pub fn gpu_expected(&self, layer: usize, per_expert: &[f64], out: &mut [f32]) {
@@ -241,7 +259,7 @@ pub fn replica_layouts(
     queue: &mut dyn QueuePolicy,
     router: &mut dyn Router,
 ) -> Vec<Rc<ExpertLayout>> {
-    let ServedModel::Moe(shape) = &scenario.model else {
+    let Some(shape) = scenario.model.experts() else {
         return Vec::new();
     };
     let r = &scenario.replica;
@@ -257,7 +275,7 @@ pub fn replica_layouts(
     } else {
         vec![vec![Vec::new(); layers]; r.count]
     };
-    let layer_cost = moe_layer_cost(scenario, shape);
+    let layer_cost = moe_layer_cost(scenario, &shape);
     let slots = deployment
         .expert_slots_per_gpu
         .expect("an MoE deployment has expert slots");

@@ -2,9 +2,11 @@
 //! or MoE model, each a `serving::Replica` under a named scheduler kind (`vllm`, `sarathi`,
 //! `orca`) with tensor parallelism for the dense part and expert parallelism over GPUs of given
 //! speeds, KV memory from what the weights leave, a router across replicas, and the shared
-//! arrivals and length distributions. It reports through the one recorder (`crate::recorder`):
-//! its metrics are declared once below (`TABLE`).
+//! arrivals and length distributions; with `[adapters]`, ExpertWeave's adapters on an MLA MoE
+//! model (`adapters`). It reports through the one recorder (`crate::recorder`): its metrics are
+//! declared once below (`TABLE`).
 
+pub mod adapters;
 pub mod batch_former;
 pub mod checks;
 pub mod config;
@@ -21,11 +23,12 @@ pub use family::Serving;
 
 use crate::caps::batch::BatchSelector;
 use crate::engine;
+use crate::expertweave::memory::{AdapterMemory, MemoryPlan};
 use crate::gem::ExpertMapper;
 use crate::metrics::{Better, MetricInfo, RunOutput};
 use crate::recorder::{MetricDef, ServingSummary, TraceEvents, table};
 use crate::records::RecordSink;
-use crate::serving::{QueuePolicy, Router};
+use crate::serving::{QueuePolicy, Router, StepCost};
 use deployment::Deployment;
 use serde_json::json;
 use server::ServingServer;
@@ -202,12 +205,37 @@ pub const HEADLINE_IMPROVEMENTS: &[&str] = &["ttft_p99_ms", "tpot_p99_ms", "thro
 /// The family columns of the per-request CSV.
 pub use crate::recorder::replica::RECORD_COLUMNS as CSV_COLUMNS;
 
+/// The adapter-memory manager's plan of one replica of `scenario` (`None` without adapters), or
+/// why it cannot be planned. A plan of more than one instance has no serving-family replica.
+pub fn plan(
+    scenario: &ServingScenario,
+    memory: Option<&mut dyn AdapterMemory>,
+) -> Result<Option<MemoryPlan>, String> {
+    let (Some(adapters), config::ServedModel::Mla(shape)) = (&scenario.adapters, &scenario.model)
+    else {
+        return Ok(None);
+    };
+    let memory = memory.ok_or("a scenario with adapters needs its adapter-memory manager")?;
+    let device = adapters::device_memory(&scenario.replica, adapters);
+    let plan = memory
+        .plan(shape, &device, &adapters.adapters)
+        .map_err(|e| format!("adapters.memory: {e}"))?;
+    if plan.instances.len() != 1 {
+        return Err(format!(
+            "adapters.memory: {} plans {} instances; a replica is one",
+            memory.kind(),
+            plan.instances.len()
+        ));
+    }
+    Ok(Some(plan))
+}
+
 /// Runs one seed of `scenario`, its experts (MoE only) mapped by `mapper`, a static replica
 /// `r`'s batches selected by `selectors[r]` (one per replica; none for the continuous kinds),
-/// streaming each
-/// finished request to `sink` and, given `trace_events`, every step to that trace-event file. A
-/// replica whose weights do not fit, or a run whose checks fail, reports no number but its
-/// reason (`details.failed`).
+/// with adapters placed by `memory`, streaming each finished request to `sink` and, given
+/// `trace_events`, every step to that trace-event file. A replica whose weights do not fit, or
+/// a run whose checks fail, reports no number but its reason (`details.failed`).
+#[allow(clippy::too_many_arguments)]
 pub fn run_recorded(
     scenario: &ServingScenario,
     seed: u64,
@@ -215,10 +243,46 @@ pub fn run_recorded(
     router: &mut dyn Router,
     mapper: &mut dyn ExpertMapper,
     selectors: &mut [Box<dyn BatchSelector>],
+    memory: Option<&mut dyn AdapterMemory>,
     sink: &mut dyn RecordSink,
     trace_events: Option<&Path>,
 ) -> Result<RunOutput, String> {
-    let deployment = match Deployment::new(scenario) {
+    let plan = match plan(scenario, memory) {
+        Ok(plan) => plan,
+        Err(reason) => return Ok(table::failed(&TABLE, &reason)),
+    };
+    serve(
+        scenario,
+        seed,
+        queue,
+        router,
+        mapper,
+        selectors,
+        plan.as_ref(),
+        sink,
+        trace_events,
+        None,
+    )
+}
+
+/// Serves one seed of `scenario` on replicas laid out by `plan` (with adapters) and by `mapper`
+/// (experts; `run_recorded` says the rest), each replica's steps priced by `step_costs[replica]`
+/// when given, by its own `ReplicaStepCost` otherwise.
+#[allow(clippy::too_many_arguments)]
+pub fn serve<'a>(
+    scenario: &'a ServingScenario,
+    seed: u64,
+    queue: &'a mut dyn QueuePolicy,
+    router: &'a mut dyn Router,
+    mapper: &mut dyn ExpertMapper,
+    selectors: &'a mut [Box<dyn BatchSelector>],
+    plan: Option<&MemoryPlan>,
+    sink: &'a mut dyn RecordSink,
+    trace_events: Option<&Path>,
+    step_costs: Option<Vec<Box<dyn StepCost + 'a>>>,
+) -> Result<RunOutput, String> {
+    let instance = plan.map(|p| &p.instances[0]);
+    let deployment = match Deployment::new(scenario, instance) {
         Ok(d) => d,
         Err(reason) => return Ok(table::failed(&TABLE, &reason)),
     };
@@ -234,6 +298,7 @@ pub fn run_recorded(
     let mut server = ServingServer::new(
         scenario,
         &deployment,
+        instance,
         seed,
         &layouts,
         selectors,
@@ -241,6 +306,9 @@ pub fn run_recorded(
         router,
         sink,
     );
+    if let Some(costs) = step_costs {
+        server = server.with_step_costs(costs);
+    }
     if let Some(path) = trace_events {
         let label = format!("{} seed {seed}", scenario.model.name());
         server =
@@ -282,8 +350,24 @@ pub fn run_recorded(
             "gpu_busy_share": overall.gpu_busy_share,
             "gpu_mfu": overall.gpu_mfu,
             "replicas": replica_details,
+            "adapters": adapter_details(scenario, plan),
         }),
     })
+}
+
+/// With adapters: the manager, the adapters and their shares, and the memory plan's breakdown
+/// and instance (weights, KV capacity, whether it reroutes).
+fn adapter_details(scenario: &ServingScenario, plan: Option<&MemoryPlan>) -> serde_json::Value {
+    match (&scenario.adapters, plan) {
+        (Some(adapters), Some(plan)) => json!({
+            "manager": adapters.memory.kind(),
+            "names": adapters.adapters.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(),
+            "shares": adapters.shares,
+            "memory": plan.report,
+            "instance": plan.instances[0],
+        }),
+        _ => serde_json::Value::Null,
+    }
 }
 
 #[cfg(test)]

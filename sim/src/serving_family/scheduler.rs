@@ -18,9 +18,11 @@ use crate::serving::{
 ///   then prefill chunks within a `chunk_size` token budget (chunked prefill on), the same
 ///   paged cache and preemption.
 /// - `orca`: Orca's iteration-level scheduling: running sequences first, then whole prompts in
-///   the same iteration, no token budget, no paging (`block_size` 1) and each request's prompt
-///   and output reserved at admission (`Admission::ReserveFull`, the vLLM paper's "Orca
-///   (Oracle)"), so nothing is preempted.
+///   the same iteration, no token budget unless `max_num_batched_tokens` gives one, no paging
+///   (the cache counted in tokens) and each request's prompt and output reserved at admission
+///   (`Admission::ReserveFull`, the vLLM paper's "Orca (Oracle)"), so nothing is preempted.
+///   With `max_num_batched_tokens` it is the replica the expertweave family models
+///   (`expertweave::replica_config`).
 /// - `static`: static batches (`Batching::Static`): the batch former's whole batch when the
 ///   replica is empty, run as one step to its longest output (CAPS); each sequence holds the
 ///   blocks of its final length (`ReserveFull`), never preempted.
@@ -58,10 +60,12 @@ pub fn replica(spec: &ReplicaSpec, kv_blocks: u64) -> Replica {
             },
             StepOrder::DecodeFirst,
         ),
-        SchedulerTable::Orca => (
+        SchedulerTable::Orca {
+            max_num_batched_tokens,
+        } => (
             ReplicaConfig {
                 max_num_seqs: spec.max_num_seqs,
-                max_num_batched_tokens: None,
+                max_num_batched_tokens: *max_num_batched_tokens,
                 chunked_prefill: false,
                 kv: KvConfig {
                     block_size: 1,

@@ -7,8 +7,13 @@
 //! `finish` checks conservation and Little's law on every run before it summarises. An
 //! observation pass (`ServingServer::observing`) is the same cluster under the linear layout,
 //! from its own random streams, that records the tokens per expert of each replica's first
-//! steps and stops there: the window EPLB and GEM map from.
+//! steps and stops there: the window EPLB and GEM map from. With adapters each request draws
+//! its adapter at arrival (ExpertWeave's draw, on the expertweave family's stream, so a trace
+//! replayed in both families gives every request the same adapter), the replica counts each
+//! step's tokens per adapter, and the `AdapterRouter` routes them (copies included) on the
+//! linear layout.
 
+use super::adapters::AdapterRouter;
 use super::batch_former::{BoxedDryRun, LayoutDryRun, PromptDryRun, ServingCandidate};
 use super::config::{LengthSpec, SchedulerTable, ServedModel, ServingScenario};
 use super::deployment::Deployment;
@@ -21,6 +26,7 @@ use crate::caps::batch::BatchSelector;
 use crate::caps::former::SelectorFormer;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
+use crate::expertweave::memory::InstancePlan;
 use crate::recorder::{ReplicaRecorder, ServingSummary, StepCounts, TraceEvents};
 use crate::records::RecordSink;
 use crate::rng::{SimRng, stream};
@@ -51,8 +57,13 @@ struct ReplicaRun<'a> {
     tick_pending: bool,
     recorder: ReplicaRecorder,
     step_cost: ReplicaStepCost,
+    /// Prices the steps instead of `step_cost` when given (`ServingServer::with_step_costs`;
+    /// `step_cost` still counts their FLOPs).
+    priced_by: Option<Box<dyn StepCost + 'a>>,
     /// MoE only: where each step's tokens go.
     expert_router: Option<ExpertRouter>,
+    /// With adapters: where each step's tokens go, adapter copies included.
+    adapter_router: Option<AdapterRouter>,
     /// Each GPU's model FLOPs in the step being set up (scratch).
     step_flops: Vec<f64>,
     /// Prompt and output tokens of the requests routed here (conservation).
@@ -61,17 +72,24 @@ struct ReplicaRun<'a> {
     arrived: u64,
 }
 
-/// The replica learns a request's output length (drawn at arrival) when it admits it.
+/// The replica learns a request's output length and adapter (drawn at arrival) when it admits
+/// it.
 struct Admit<'x> {
-    outputs: &'x mut HashMap<u64, u32>,
+    outputs: &'x mut HashMap<u64, (u32, Option<u32>)>,
 }
 
 impl AdmitHook for Admit<'_> {
     fn output_tokens(&mut self, request: &QueuedRequest) -> u32 {
-        *self
-            .outputs
+        self.outputs
             .get(&request.id)
             .expect("an arriving request's output length is kept until admission")
+            .0
+    }
+    fn adapter(&mut self, request: &QueuedRequest) -> Option<u32> {
+        self.outputs
+            .get(&request.id)
+            .expect("an arriving request's adapter is kept until admission")
+            .1
     }
     fn admitted(&mut self, _now: SimTime, request: &QueuedRequest, _output: u32) {
         self.outputs.remove(&request.id);
@@ -86,12 +104,16 @@ pub struct ServingServer<'a> {
     arrivals: Box<dyn ArrivalProcess>,
     rng_prompt: SimRng,
     rng_output: SimRng,
+    /// With adapters: each request's adapter draw.
+    rng_adapter: SimRng,
     replicas: Vec<ReplicaRun<'a>>,
-    /// Output length of each request waiting for its first admission.
-    outputs: HashMap<u64, u32>,
+    /// Output length and adapter of each request waiting for its first admission.
+    outputs: HashMap<u64, (u32, Option<u32>)>,
     /// Topic of each request in flight (only when experts are routed by topic).
     topics: HashMap<u64, u32>,
     engine_states: Vec<EngineState>,
+    /// Replicas that received a request at the current instant (reused).
+    woken: Vec<usize>,
     next_id: u64,
     finished: Vec<Seq>,
     sink: &'a mut dyn RecordSink,
@@ -108,11 +130,12 @@ impl<'a> ServingServer<'a> {
     /// The cluster of `scenario` on `deployment` for `seed`, replica `r`'s experts (MoE only)
     /// laid out as `layouts[r]` and its batches (static kind only) selected by
     /// `selectors[r]`; one queue policy and one router instance serve every replica (both
-    /// reset here).
+    /// reset here). With adapters, `plan` is the memory manager's plan of a replica.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         scenario: &'a ServingScenario,
         deployment: &Deployment,
+        plan: Option<&InstancePlan>,
         seed: u64,
         layouts: &[Rc<ExpertLayout>],
         selectors: &'a mut [Box<dyn BatchSelector>],
@@ -121,7 +144,7 @@ impl<'a> ServingServer<'a> {
         sink: &'a mut dyn RecordSink,
     ) -> ServingServer<'a> {
         Self::with_streams(
-            scenario, deployment, seed, seed, layouts, selectors, queue, router, sink,
+            scenario, deployment, plan, seed, seed, layouts, selectors, queue, router, sink,
         )
     }
 
@@ -156,7 +179,7 @@ impl<'a> ServingServer<'a> {
         router: &'a mut dyn Router,
         sink: &'a mut dyn RecordSink,
     ) -> ServingServer<'a> {
-        let ServedModel::Moe(shape) = &scenario.model else {
+        let Some(shape) = scenario.model.experts() else {
             panic!("only an MoE replica has experts to observe")
         };
         let r = &scenario.replica;
@@ -169,7 +192,7 @@ impl<'a> ServingServer<'a> {
         let layouts = vec![linear; r.count];
         let streams: u64 = rand::RngExt::random(&mut stream(seed, "expert_observation"));
         let mut server = Self::with_streams(
-            scenario, deployment, seed, streams, &layouts, selectors, queue, router, sink,
+            scenario, deployment, None, seed, streams, &layouts, selectors, queue, router, sink,
         );
         for run in &mut server.replicas {
             run.expert_router
@@ -208,6 +231,7 @@ impl<'a> ServingServer<'a> {
     fn with_streams(
         scenario: &'a ServingScenario,
         deployment: &Deployment,
+        plan: Option<&InstancePlan>,
         seed: u64,
         streams: u64,
         layouts: &[Rc<ExpertLayout>],
@@ -239,15 +263,29 @@ impl<'a> ServingServer<'a> {
         let replicas = (0..count)
             .map(|r| {
                 let layout = layouts.get(r).cloned();
-                let expert_router = match (&scenario.model, &layout) {
-                    (ServedModel::Moe(shape), Some(layout)) => Some(ExpertRouter::new(
-                        shape,
-                        scenario.expert_routing,
-                        scenario.n_topics,
-                        Rc::clone(layout),
-                        &mut popularity,
-                        stream(streams, &format!("expert_routing_{r}")),
-                    )),
+                let adapter_router = match (&scenario.model, &scenario.adapters, plan, &layout) {
+                    (ServedModel::Mla(shape), Some(adapters), Some(plan), Some(layout)) => {
+                        Some(AdapterRouter::new(
+                            shape,
+                            adapters,
+                            plan,
+                            Rc::clone(layout),
+                            stream(streams, &format!("expert_routing_{r}")),
+                        ))
+                    }
+                    _ => None,
+                };
+                let expert_router = match (scenario.model.experts(), &layout) {
+                    (Some(shape), Some(layout)) if adapter_router.is_none() => {
+                        Some(ExpertRouter::new(
+                            &shape,
+                            scenario.expert_routing,
+                            scenario.n_topics,
+                            Rc::clone(layout),
+                            &mut popularity,
+                            stream(streams, &format!("expert_routing_{r}")),
+                        ))
+                    }
                     _ => None,
                 };
                 let former = (window_size > 0).then(|| {
@@ -277,8 +315,10 @@ impl<'a> ServingServer<'a> {
                         deployment.kv_blocks,
                         scenario.kv_sample_interval_ns,
                     ),
-                    step_cost: ReplicaStepCost::new(scenario, deployment, layout),
+                    step_cost: ReplicaStepCost::new(scenario, deployment, layout, plan),
+                    priced_by: None,
                     expert_router,
+                    adapter_router,
                     step_flops: vec![0.0; deployment.gpus],
                     prompt_tokens_in: 0,
                     output_tokens_asked: 0,
@@ -297,10 +337,12 @@ impl<'a> ServingServer<'a> {
             ),
             rng_prompt: stream(streams, "prompt_tokens"),
             rng_output: stream(streams, "output_tokens"),
+            rng_adapter: stream(seed, "expertweave/adapters"),
             replicas,
             outputs: HashMap::new(),
             topics: HashMap::new(),
             engine_states: Vec::with_capacity(count),
+            woken: Vec::new(),
             next_id: 0,
             finished: Vec::new(),
             sink,
@@ -310,6 +352,24 @@ impl<'a> ServingServer<'a> {
             min_batch_trigger,
             scheduling_interval,
         }
+    }
+
+    /// Prices replica `r`'s steps by `costs[r]` instead of its own `ReplicaStepCost` (the seam
+    /// a live wrapper or a test prices through; one cost per replica).
+    pub fn with_step_costs(mut self, costs: Vec<Box<dyn StepCost + 'a>>) -> Self {
+        assert_eq!(
+            costs.len(),
+            self.replicas.len(),
+            "one step cost per replica"
+        );
+        for (run, cost) in self.replicas.iter_mut().zip(costs) {
+            assert!(
+                run.former.is_none(),
+                "a static replica prices its batches itself (price_static)"
+            );
+            run.priced_by = Some(cost);
+        }
+        self
     }
 
     /// Writes every step as a trace-event slice to `trace`.
@@ -332,8 +392,8 @@ impl<'a> ServingServer<'a> {
         }
     }
 
-    /// Routes and queues `arrival`, starting a step on an idle replica when it can.
-    fn arrive(&mut self, now: SimTime, arrival: Arrival, events: &mut EventQueue<Event>) {
+    /// Routes and queues `arrival` (a static replica's former takes it); returns its replica.
+    fn arrive(&mut self, now: SimTime, arrival: Arrival) -> usize {
         let s = self.scenario;
         let prompt = Self::length(
             &s.prompt_tokens,
@@ -373,6 +433,10 @@ impl<'a> ServingServer<'a> {
             &self.engine_states,
         );
         assert!(r < self.replicas.len(), "router chose replica {r}");
+        let adapter = s
+            .adapters
+            .as_ref()
+            .map(|a| a.draw.sample(&mut self.rng_adapter) as u32);
         if self.topical() {
             self.topics.insert(id, arrival.topic);
         }
@@ -390,10 +454,9 @@ impl<'a> ServingServer<'a> {
                 load: Vec::new(),
             });
             run.replica.submitted(now);
-            self.try_dispatch(r, now, false, events);
-            return;
+            return r;
         }
-        self.outputs.insert(id, output);
+        self.outputs.insert(id, (output, adapter));
         let request = QueuedRequest {
             id,
             workflow: id,
@@ -408,12 +471,7 @@ impl<'a> ServingServer<'a> {
             rank_noise: 0.0,
         };
         run.replica.submit(now, request, &mut *self.queue, r);
-        if run.replica.is_busy() {
-            return;
-        }
-        if let Some(end) = self.start_step(r, now) {
-            events.schedule(end, Event::StepEnd { replica: r });
-        }
+        r
     }
 
     /// A static replica `r` at `now` (on a tick of its grid, or not): when it is idle, it runs
@@ -479,7 +537,15 @@ impl<'a> ServingServer<'a> {
                 }
                 work.routed = Some(router.route(work.prefill_tokens + work.decode_tokens));
             }
-            let time = run.step_cost.price(&work);
+            if let Some(router) = &mut run.adapter_router {
+                let (routed, copies) = router.route(work.adapters);
+                run.step_cost.set_adapter_copies(copies);
+                work.routed = Some(routed);
+            }
+            let time = match &mut run.priced_by {
+                Some(cost) => cost.price(&work),
+                None => run.step_cost.price(&work),
+            };
             run.step_cost.model_flops(&work, &mut run.step_flops);
             (work, time)
         };
@@ -558,10 +624,35 @@ impl Model for ServingServer<'_> {
         }
         match event {
             Event::Arrival(arrival) => {
-                self.arrive(now, arrival, events);
-                if let Some(next) = self.arrivals.next_arrival() {
-                    events.schedule(next.time.max(now), Event::Arrival(next));
+                // Every request arriving at this instant is queued before an idle replica
+                // schedules its step, as vLLM's engine adds the requests that arrived before it
+                // schedules (an offline batch starts as one step, not one request).
+                let mut woken = std::mem::take(&mut self.woken);
+                woken.clear();
+                let mut next = Some(arrival);
+                while let Some(arrival) = next.take_if(|a| a.time <= now) {
+                    let r = self.arrive(now, arrival);
+                    if self.replicas[r].former.is_some() {
+                        // A static replica checks its trigger at each arrival, as CAPS's
+                        // scheduler loop does.
+                        self.try_dispatch(r, now, false, events);
+                    } else if !woken.contains(&r) {
+                        woken.push(r);
+                    }
+                    next = self.arrivals.next_arrival();
                 }
+                if let Some(next) = next {
+                    events.schedule(next.time, Event::Arrival(next));
+                }
+                for &replica in &woken {
+                    if self.replicas[replica].replica.is_busy() {
+                        continue;
+                    }
+                    if let Some(end) = self.start_step(replica, now) {
+                        events.schedule(end, Event::StepEnd { replica });
+                    }
+                }
+                self.woken = woken;
             }
             Event::StepEnd { replica } => {
                 self.step_end(replica, now);

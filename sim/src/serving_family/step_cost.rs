@@ -6,9 +6,14 @@
 //! pace; then each MoE layer as `cost::moe_layer` prices it on the replica's expert layout
 //! (`mapping::ExpertLayout`, the layer's own mapping): per expert-parallel group, each GPU's
 //! hosted expert slots as one grouped GEMM at its own speed, the slowest GPU's plus the
-//! all-to-all dispatch and combine, the layer waiting for its slowest group. The step's rows, sequences
-//! and context split evenly over the data-parallel copies of the dense part.
+//! all-to-all dispatch and combine, the layer waiting for its slowest group. The step's rows,
+//! sequences and context split evenly over the data-parallel copies of the dense part. An MLA
+//! model's dense part is `StepRoofline::mla_moe_non_expert` (latent cache held whole by every
+//! rank). With adapters (`super::adapters`), the adapters' expert copies a step routes tokens to
+//! are more weights in the grouped GEMM of the GPU hosting their base expert, and the rerouting
+//! operator of every MoE layer adds the bytes it moves (`ReroutingCost`).
 
+use super::adapters::{CopyTokens, ReroutingCost};
 use super::config::{ServedModel, ServingScenario};
 use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
@@ -17,6 +22,7 @@ use crate::cost::gpu::LinkSpec;
 use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
 use crate::cost::roofline::{Roofline, StepPrice, StepRoofline, StepTokens, TensorParallel};
 use crate::cost::shape::MoeModelShape;
+use crate::expertweave::memory::InstancePlan;
 use crate::serving::{CostSource, RoutedTokens, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
 use std::rc::Rc;
@@ -28,8 +34,12 @@ struct MoePart {
     speeds: Vec<SpeedFactors>,
     link: LinkSpec,
     n_layers: usize,
-    /// One GPU's tokens per expert slot (scratch).
+    /// One GPU's tokens per expert slot, then per hosted adapter copy (scratch).
     gpu_tokens: Vec<u32>,
+    /// Per MoE layer, the adapter copies' tokens of the step being priced (`set_adapter_copies`).
+    copies: Vec<Vec<CopyTokens>>,
+    /// The rerouting operators, when the replica reroutes tokens to adapters.
+    rerouting: Option<ReroutingCost>,
 }
 
 /// A replica's step cost.
@@ -63,11 +73,13 @@ fn share(value: u64, parts: u64) -> u64 {
 
 impl ReplicaStepCost {
     /// The step cost of `scenario`'s replica on `deployment`, its experts (MoE only) laid out
-    /// as `layout` says.
+    /// as `layout` says (with adapters, `plan` is the memory manager's plan of the replica:
+    /// whether it reroutes).
     pub fn new(
         scenario: &ServingScenario,
         deployment: &Deployment,
         layout: Option<Rc<ExpertLayout>>,
+        plan: Option<&InstancePlan>,
     ) -> ReplicaStepCost {
         let r = &scenario.replica;
         let parallel = TensorParallel {
@@ -101,12 +113,33 @@ impl ReplicaStepCost {
                         2.0,
                         r.step_overhead_ns,
                     ),
+                    // One tensor-parallel group (the rows split over the data-parallel copies
+                    // as for the other models), its kernels in the step's CUDA graph.
+                    ServedModel::Mla(shape) => StepRoofline {
+                        kernels_head: 0,
+                        host_overhead_ns: r.step_overhead_ns,
+                        all_reduce: (parallel.degree > 1)
+                            .then_some((shape.hidden as f64 * 2.0, parallel)),
+                        ..StepRoofline::mla_moe_non_expert(
+                            shape,
+                            roofline,
+                            parallel.degree.into(),
+                            parallel.degree.into(),
+                            0,
+                        )
+                    },
                 }
             })
             .collect();
-        let (moe, expert_flops_per_token) = match (&scenario.model, layout) {
-            (ServedModel::Moe(shape), Some(layout)) => {
-                let layer = moe_layer_cost(scenario, shape);
+        let (moe, expert_flops_per_token) = match (scenario.model.experts(), layout) {
+            (Some(shape), Some(layout)) => {
+                let layer = moe_layer_cost(scenario, &shape);
+                let rerouting = match (&scenario.model, &scenario.adapters, plan) {
+                    (ServedModel::Mla(mla), Some(adapters), Some(plan)) => {
+                        ReroutingCost::new(mla, adapters, plan, r)
+                    }
+                    _ => None,
+                };
                 let flops = layer.expert_flops_per_token;
                 (
                     Some(MoePart {
@@ -116,6 +149,8 @@ impl ReplicaStepCost {
                         speeds: r.speeds.clone(),
                         link: r.link,
                         n_layers: shape.n_layers,
+                        copies: vec![Vec::new(); shape.n_layers],
+                        rerouting,
                     }),
                     flops,
                 )
@@ -128,6 +163,17 @@ impl ReplicaStepCost {
             data_parallel: deployment.data_parallel as u64,
             moe,
             expert_flops_per_token,
+        }
+    }
+
+    /// Hands over the adapter copies' tokens of the step about to be priced (per MoE layer,
+    /// from `AdapterRouter::route`).
+    pub fn set_adapter_copies(&mut self, copies: &[Vec<CopyTokens>]) {
+        if let Some(moe) = &mut self.moe {
+            for (mine, given) in moe.copies.iter_mut().zip(copies) {
+                mine.clear();
+                mine.extend_from_slice(given);
+            }
         }
     }
 
@@ -176,11 +222,13 @@ impl ReplicaStepCost {
         }
     }
 
-    /// One forward pass: the dense part on `tokens` (the slowest GPU's pace), then each MoE
-    /// layer on `routed`; adds each GPU's busy time into `busy`.
+    /// One forward pass of `rows` token rows (the whole replica's): the dense part on `tokens`
+    /// (the slowest GPU's pace), then each MoE layer on `routed` (and, with adapters, the
+    /// rerouting of the rows); adds each GPU's busy time into `busy`.
     fn pass(
         &mut self,
         tokens: &StepTokens,
+        rows: u64,
         routed: Option<RoutedTokens<'_>>,
         busy: &mut [f64],
     ) -> PassTime {
@@ -201,6 +249,7 @@ impl ReplicaStepCost {
             let ep = moe.layout.expert_parallel;
             for layer in 0..moe.n_layers {
                 let per_expert = &routed.per_expert[layer * experts..][..experts];
+                let copies = &moe.copies[layer];
                 let per_gpu = &routed.per_gpu[layer * gpus..][..gpus];
                 let mut layer_ns = 0.0f64;
                 let mut layer_a2a = 0.0f64;
@@ -208,8 +257,13 @@ impl ReplicaStepCost {
                     let mut slowest = 0.0f64;
                     let mut max_rows = 0u64;
                     for g in copy * ep..(copy + 1) * ep {
+                        moe.gpu_tokens.resize(moe.layout.slots_per_gpu, 0);
                         moe.layout
                             .gpu_tokens(layer, per_expert, g, &mut moe.gpu_tokens);
+                        for c in copies {
+                            moe.gpu_tokens
+                                .extend(moe.layout.expert_shares(layer, g, c.expert, c.tokens));
+                        }
                         let c = moe.layer.grouped_gemm(&moe.gpu_tokens, moe.speeds[g]).nanos;
                         busy[g] += c;
                         slowest = slowest.max(c);
@@ -223,6 +277,9 @@ impl ReplicaStepCost {
                 }
                 moe_ns += layer_ns;
                 communication_ns += layer_a2a;
+            }
+            if let Some(rerouting) = &moe.rerouting {
+                moe_ns += rerouting.nanos(rows);
             }
         }
         PassTime {
@@ -284,7 +341,7 @@ impl ReplicaStepCost {
                 r.route(routed_tokens)
             });
             self.add_pass_flops(&tokens, routed, flops);
-            total.add(&self.pass(&tokens, routed, &mut busy));
+            total.add(&self.pass(&tokens, routed_tokens, routed, &mut busy));
         }
         total.step_time(busy)
     }
@@ -332,7 +389,8 @@ impl StepCost for ReplicaStepCost {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime {
         let tokens = self.dense_tokens(work);
         let mut busy = vec![0.0; self.dense_of_gpu.len()];
-        let pass = self.pass(&tokens, work.routed, &mut busy);
+        let rows = work.prefill_tokens + work.decode_tokens;
+        let pass = self.pass(&tokens, rows, work.routed, &mut busy);
         pass.step_time(busy)
     }
 }

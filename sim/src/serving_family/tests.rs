@@ -82,6 +82,7 @@ fn run(s: &ServingScenario, seed: u64) -> RunOutput {
         &mut Turns::default(),
         &mut Linear,
         &mut [],
+        None,
         &mut DiscardRecords,
         None,
     )
@@ -304,9 +305,74 @@ rate_per_s = 1.0
         ),
         // Adapters on a dense model.
         (
-            base("llama-2-7b", "", "[adapters]\nkind = \"esft\""),
+            base(
+                "llama-2-7b",
+                "",
+                "[adapters]\ncount = 2\nmemory = { kind = \"virtual_weight_tensor\" }",
+            ),
             "adapters",
             "has no experts",
+        ),
+        // ESFT adapters on an MoE model they were not fine-tuned from.
+        (
+            base(
+                "mixtral-8x7b",
+                "gpus = 2\nexpert_parallel = 2",
+                "[adapters]\ncount = 2\nmemory = { kind = \"virtual_weight_tensor\" }",
+            ),
+            "adapters",
+            "esft-vanilla-16b",
+        ),
+        // Merged copies are instances of their own, not one replica.
+        (
+            base(
+                "esft-vanilla-16b",
+                "gpus = 8\ntensor_parallel = 8\nexpert_parallel = 8",
+                "[adapters]\ncount = 2\nmemory = { kind = \"merged\" }",
+            ),
+            "adapters.memory.kind",
+            "own full model copy",
+        ),
+        // Adapters route by their domains: [experts] would route twice.
+        (
+            base(
+                "esft-vanilla-16b",
+                "gpus = 8\ntensor_parallel = 8\nexpert_parallel = 8",
+                "[adapters]\ncount = 2\nmemory = { kind = \"virtual_weight_tensor\" }\n[experts]\nrouting = { kind = \"uniform\" }",
+            ),
+            "experts",
+            "domain popularity",
+        ),
+        // An adapter Table 1 does not have.
+        (
+            base(
+                "esft-vanilla-16b",
+                "gpus = 8\ntensor_parallel = 8\nexpert_parallel = 8",
+                "[adapters]\nnames = [\"gate-nope\"]\nmemory = { kind = \"base_only\" }",
+            ),
+            "adapters.names",
+            "gate-nope",
+        ),
+        // Adapters on a static replica: its batches are routed pass by pass, adapters step by
+        // step.
+        (
+            base(
+                "esft-vanilla-16b",
+                "gpus = 8\ntensor_parallel = 8\nexpert_parallel = 8\nscheduler = { kind = \"static\" }",
+                "[adapters]\ncount = 2\nmemory = { kind = \"virtual_weight_tensor\" }",
+            ),
+            "replica.scheduler.kind",
+            "static",
+        ),
+        // A zero token budget.
+        (
+            base(
+                "llama-2-7b",
+                "scheduler = { kind = \"orca\", max_num_batched_tokens = 0 }",
+                "",
+            ),
+            "replica.scheduler.max_num_batched_tokens",
+            "at least 1",
         ),
         // A CAPS selector on a continuous-batching replica: both keys named.
         (
@@ -429,6 +495,7 @@ rate_per_s = 0.01
         &mut Turns::default(),
         &mut Linear,
         &mut selectors,
+        None,
         &mut DiscardRecords,
         None,
     )
@@ -480,6 +547,7 @@ rate_per_s = 20.0
             &mut Turns::default(),
             &mut Linear,
             &mut selectors,
+            None,
             &mut DiscardRecords,
             None,
         )
@@ -502,4 +570,158 @@ fn the_shipped_study_scenario_loads() {
     let plan = crate::scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(plan.family.name(), "serving");
     assert_eq!(plan.cells.len(), 18);
+}
+
+/// A stand-in adapter-memory manager (the real ones are in the `strategies` crate, which `sim`
+/// does not depend on; strategies/tests/expertweave_in_serving.rs runs them): one instance of
+/// the device's weights plus `adapter_bytes`, KV as the device leaves it, rerouting to the
+/// adapters' experts or not.
+struct OneInstance {
+    reroutes: bool,
+    adapter_bytes: u64,
+}
+
+impl crate::expertweave::AdapterMemory for OneInstance {
+    fn kind(&self) -> &'static str {
+        "one_instance"
+    }
+    fn plan(
+        &mut self,
+        shape: &crate::cost::shape::MlaMoeShape,
+        device: &crate::expertweave::DeviceMemory,
+        adapters: &[crate::expertweave::EsftAdapter],
+    ) -> Result<crate::expertweave::MemoryPlan, crate::expertweave::AdapterMemoryError> {
+        let weight_bytes = shape.weight_bytes() + self.adapter_bytes;
+        let kv = device.kv_capacity(weight_bytes, shape.kv_bytes_per_token());
+        Ok(crate::expertweave::MemoryPlan {
+            instances: vec![crate::expertweave::memory::InstancePlan {
+                adapters: (0..adapters.len()).collect(),
+                reroutes: self.reroutes,
+                adapter_experts: self.reroutes,
+                n_devices: device.n_devices,
+                weight_bytes,
+                kv,
+            }],
+            report: crate::expertweave::MemoryReport {
+                n_adapters: adapters.len(),
+                weight_bytes,
+                base_weight_bytes: shape.weight_bytes(),
+                adapter_expert_bytes: self.adapter_bytes,
+                adapter_allocated_bytes: self.adapter_bytes,
+                padding_waste_bytes: 0,
+                fragmentation_factor: 1.0,
+                sparsity_factor: 0.0,
+                kv_bytes: kv.kv_bytes,
+                kv_capacity_tokens: kv.kv_tokens,
+                out_of_memory: kv.out_of_memory,
+                mapped_pages: 0,
+                shared_pages: 0,
+            },
+        })
+    }
+}
+
+const ESFT: &str = r#"
+[model]
+name = "esft-vanilla-16b"
+[replica]
+gpu = "Ascend-910B"
+gpus = 8
+tensor_parallel = 8
+expert_parallel = 8
+scheduler = { kind = "orca", max_num_batched_tokens = 8192 }
+block_size = 128
+[adapters]
+count = 5
+alpha = 0.3
+memory = { kind = "virtual_weight_tensor" }
+[workload]
+n_requests = 300
+prompt_tokens = { kind = "uniform", low = 128, high = 384 }
+output_tokens = { kind = "uniform", low = 32, high = 96 }
+[arrival]
+pattern = "poisson"
+rate_per_s = 5.0
+"#;
+
+fn run_adapters(s: &ServingScenario, memory: &mut OneInstance) -> RunOutput {
+    run_recorded(
+        s,
+        3,
+        &mut Fifo::default(),
+        &mut Turns::default(),
+        &mut Linear,
+        &mut [],
+        Some(memory),
+        &mut DiscardRecords,
+        None,
+    )
+    .expect("no file to write")
+}
+
+#[test]
+fn the_mla_base_models_kv_cache_is_its_latent_on_every_rank() {
+    // esft-vanilla-16b has 15,706,484,224 parameters in bf16 (31,412,968,448 B); over TP = EP
+    // = 8 each NPU holds an eighth, 3,926,621,056 B. Of 64 GB at 0.9, 53,673,378,944 B are
+    // left, and a token's latent (512 + 64) x 27 layers x 2 B = 31,104 B sits whole on every
+    // rank: 1,725,610 tokens, 1,725,568 in whole 128-token blocks.
+    let s = scenario(&ESFT.replace(
+        "[adapters]\ncount = 5\nalpha = 0.3\nmemory = { kind = \"virtual_weight_tensor\" }\n",
+        "",
+    ))
+    .unwrap();
+    assert!(s.adapters.is_none());
+    let d = deployment::Deployment::new(&s, None).unwrap();
+    assert_eq!(d.weights_per_gpu_bytes, 3_926_621_056.0);
+    assert_eq!(d.kv_bytes_per_token_per_gpu, 31_104.0);
+    assert_eq!(d.kv_tokens, 1_725_568);
+    let out = run(&s, 1);
+    assert_eq!(value(&out, "completed"), 300.0);
+}
+
+#[test]
+fn adapters_are_served_and_their_experts_and_rerouting_cost_time() {
+    let s = scenario(ESFT).unwrap();
+    let adapters = s.adapters.as_ref().unwrap();
+    assert_eq!(adapters.adapters.len(), 5);
+    // alpha 0.3: the first adapter's share is 1 / sum_{k=1..5} k^-(1/0.3 - 1) = 0.747.
+    assert!(
+        (adapters.shares[0] - 0.747).abs() < 0.001,
+        "{:?}",
+        adapters.shares
+    );
+    let base = run_adapters(
+        &s,
+        &mut OneInstance {
+            reroutes: false,
+            adapter_bytes: 0,
+        },
+    );
+    let weave = run_adapters(
+        &s,
+        &mut OneInstance {
+            reroutes: true,
+            adapter_bytes: 10_000_000_000,
+        },
+    );
+    // Every request finishes, the run's conservation and Little's-law checks hold (a failed
+    // check reports no number).
+    for out in [&base, &weave] {
+        assert_eq!(value(out, "completed"), 300.0);
+        assert!(out.details["failed"].is_null(), "{}", out.details["failed"]);
+    }
+    // The adapters' weights take KV: 10 GB over 8 ranks holding the latent whole.
+    let kv = |out: &RunOutput| out.details["deployment"]["kv_tokens_per_replica"].as_u64();
+    let fewer = kv(&base).unwrap() - kv(&weave).unwrap();
+    let expected = 10_000_000_000 / (31_104 * 8);
+    assert!(fewer.abs_diff(expected) <= 128, "{fewer} vs {expected}");
+    assert_eq!(weave.details["adapters"]["instance"]["reroutes"], true);
+    // Copies of tuned experts are more weights to stream, and each MoE layer reroutes: every
+    // decode step is slower.
+    assert!(value(&weave, "tpot_mean_ms") > value(&base, "tpot_mean_ms"));
+    // Same seed, same requests: the adapters drawn do not depend on the manager.
+    assert_eq!(
+        base.details["adapters"]["shares"],
+        weave.details["adapters"]["shares"]
+    );
 }

@@ -1,0 +1,522 @@
+//! ExpertWeave's multi-adapter serving as an option of the serving family (`[adapters]`, docs/
+//! serving-family.md "Adapters"): ESFT expert adapters over an MLA MoE base model, each request
+//! drawing its adapter from ExpertWeave's power-law shares, an adapter-memory manager of the
+//! expertweave family (`expertweave::memory`, built by the `Policies` registry) placing the base
+//! model and the adapters beside the KV cache of the replica's GPUs, and the two terms a step
+//! touching adapters adds on the replica's own expert layout: the tokens an adapter's fine-tuned
+//! experts take (their copies stream as extra weights on the GPU hosting the base expert) and the
+//! batched-rerouting operator of every MoE layer.
+
+use super::config::ReplicaSpec;
+use super::expert_routing::capped;
+use super::mapping::ExpertLayout;
+use crate::cost::roofline::Roofline;
+use crate::cost::shape::MlaMoeShape;
+use crate::distributions::Zipf;
+use crate::expertweave::config::{
+    AdaptersConfig, Rerouting, adapter_draw, adapter_shares, resolve_adapters, validate_memory,
+};
+use crate::expertweave::memory::InstancePlan;
+use crate::expertweave::model::{DeviceMemory, GIB};
+use crate::expertweave::{EsftAdapter, MemoryConfig, Popularity};
+use crate::rng::SimRng;
+use crate::scenario::validate::{FieldError, at_least_one, field_error, positive};
+use crate::serving::{AdapterTokens, RoutedTokens};
+use rand::RngExt;
+use serde::{Deserialize, Serialize};
+use std::rc::Rc;
+
+fn d_one() -> f64 {
+    1.0
+}
+fn d_rerouting() -> Rerouting {
+    Rerouting::Fused
+}
+fn d_unfused_ops() -> u64 {
+    5
+}
+
+/// `[adapters]`: which ESFT adapters the replicas serve, how requests pick them, the memory
+/// manager that places them, and how tokens reach their experts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptersTable {
+    /// Table 1 adapters by name (expertweave.txt); with `count`, the first `count` of them.
+    #[serde(default)]
+    pub names: Vec<String>,
+    /// The first `count` adapters of Table 1 (or of `names`).
+    #[serde(default)]
+    pub count: Option<usize>,
+    /// Power-law shape of the adapters' request shares, in (0, 1] (1: uniform).
+    #[serde(default = "d_one")]
+    pub alpha: f64,
+    /// The adapter-memory manager (`base_only`, `padding`, `virtual_weight_tensor`).
+    pub memory: MemoryConfig,
+    /// Memory per GPU that is neither weights nor KV cache, in GiB (the managers leave it aside).
+    #[serde(default)]
+    pub runtime_reserve_gib: f64,
+    /// `fused` (one rerouting kernel per MoE layer) or `unfused` (a chain of operators).
+    #[serde(default = "d_rerouting")]
+    pub rerouting: Rerouting,
+    /// Operators of the unfused chain per MoE layer.
+    #[serde(default = "d_unfused_ops")]
+    pub unfused_ops: u64,
+    /// Zipf exponent of a domain's expert popularity over its relevance ranking.
+    #[serde(default = "d_one")]
+    pub expert_zipf_s: f64,
+}
+
+/// The validated `[adapters]` table.
+#[derive(Clone, Debug)]
+pub struct AdapterSpec {
+    pub adapters: Vec<EsftAdapter>,
+    /// Each request's adapter: Zipf over the adapters with exponent `1 / alpha - 1`
+    /// (`expertweave::config::adapter_draw`).
+    pub draw: Zipf,
+    pub shares: Vec<f64>,
+    pub memory: MemoryConfig,
+    pub runtime_reserve_bytes: u64,
+    pub rerouting: Rerouting,
+    pub unfused_ops: u64,
+    pub expert_zipf_s: f64,
+}
+
+impl AdaptersTable {
+    /// Checks the table for `shape`; errors name `adapters.<field>`.
+    pub fn validate(&self, shape: &MlaMoeShape) -> Result<AdapterSpec, FieldError> {
+        let adapters = resolve_adapters(
+            &AdaptersConfig {
+                names: self.names.clone(),
+                count: self.count,
+            },
+            shape,
+            "adapters",
+        )?;
+        if let MemoryConfig::Merged { .. } = self.memory {
+            return Err(field_error(
+                "adapters.memory.kind",
+                "merged gives each adapter its own full model copy served by an instance of its \
+                 own; a serving-family replica is one instance sharing the base model: use \
+                 base_only, padding or virtual_weight_tensor (the expertweave family compares \
+                 merged copies)",
+            ));
+        }
+        validate_memory(&self.memory, &adapters, "adapters.memory")?;
+        let alpha = positive("adapters.alpha", self.alpha)?;
+        if alpha > 1.0 {
+            return Err(field_error(
+                "adapters.alpha",
+                format!("must be in (0, 1] (1 is uniform), got {alpha}"),
+            ));
+        }
+        if !(self.runtime_reserve_gib.is_finite()
+            && (0.0..=1e4).contains(&self.runtime_reserve_gib))
+        {
+            return Err(field_error(
+                "adapters.runtime_reserve_gib",
+                format!(
+                    "must be a number of GiB in [0, 10000], got {}",
+                    self.runtime_reserve_gib
+                ),
+            ));
+        }
+        let zipf_s = positive("adapters.expert_zipf_s", self.expert_zipf_s)?;
+        if zipf_s > 10.0 {
+            return Err(field_error(
+                "adapters.expert_zipf_s",
+                format!("must lie in (0, 10], got {zipf_s}"),
+            ));
+        }
+        at_least_one("adapters.unfused_ops", self.unfused_ops as usize)?;
+        if self.unfused_ops > 100 {
+            return Err(field_error(
+                "adapters.unfused_ops",
+                format!("must be at most 100, got {}", self.unfused_ops),
+            ));
+        }
+        Ok(AdapterSpec {
+            draw: adapter_draw(adapters.len(), alpha),
+            shares: adapter_shares(adapters.len(), alpha),
+            adapters,
+            memory: self.memory.clone(),
+            runtime_reserve_bytes: (self.runtime_reserve_gib * GIB as f64).round() as u64,
+            rerouting: self.rerouting,
+            unfused_ops: self.unfused_ops,
+            expert_zipf_s: zipf_s,
+        })
+    }
+}
+
+/// One replica's memory as an adapter-memory manager budgets it: each of its GPUs (the
+/// datasheet's bytes) at `gpu_memory_utilization`, less the runtime reserve; KV allocated in
+/// blocks of the replica's block size; MLA's latent cache held whole by every tensor-parallel
+/// rank.
+pub fn device_memory(replica: &ReplicaSpec, adapters: &AdapterSpec) -> DeviceMemory {
+    DeviceMemory {
+        capacity_bytes: (replica.gpu.memory_gb * 1e9).round() as u64,
+        utilization: replica.gpu_memory_utilization,
+        runtime_reserve_bytes: adapters.runtime_reserve_bytes,
+        n_devices: replica.gpus as u64,
+        kv_block_tokens: u64::from(replica.kv_pool_block),
+        kv_replication: replica.tensor_parallel as u64,
+    }
+}
+
+/// Tokens an adapter's fine-tuned copy of an expert computes in one MoE layer of a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyTokens {
+    /// The base expert it is a copy of (its GPU hosts the copy).
+    pub expert: u32,
+    pub tokens: u32,
+}
+
+/// Where a step's tokens go when requests carry adapters: each adapter's tokens follow its
+/// domain's popularity (`expertweave::Popularity`, each expert's probability capped at
+/// `1 / top_k` as a token picks an expert once); where the replica reroutes, a token routed to
+/// an expert its adapter fine-tuned goes to the adapter's copy instead. Per MoE layer the
+/// expected assignments of the base experts, then of the copies, are rounded to whole tokens by
+/// systematic sampling over all of them (one uniform offset per layer and step), the layer's
+/// total exact.
+pub struct AdapterRouter {
+    n_layers: usize,
+    n_experts: usize,
+    top_k: u64,
+    layout: Rc<ExpertLayout>,
+    /// `[adapter][layer][expert]`: capped probability of one draw.
+    probability: Vec<f64>,
+    /// `[adapter][layer][expert]`: whether the adapter fine-tuned the expert.
+    tuned: Vec<bool>,
+    /// Tokens of tuned experts go to the adapters' copies (the instance reroutes to them).
+    to_copies: bool,
+    rng: SimRng,
+    /// Expected assignments of the base experts, then the copies (scratch).
+    expected: Vec<f64>,
+    /// The base expert of each copy slot of the layer being routed (scratch).
+    copy_expert: Vec<u32>,
+    per_expert: Vec<u32>,
+    per_gpu: Vec<u32>,
+    copies: Vec<Vec<CopyTokens>>,
+    gpu_tokens: Vec<u32>,
+}
+
+impl AdapterRouter {
+    /// The router of `shape`'s MoE layers for `adapters` on `layout`, copies used when
+    /// `instance` reroutes to the adapters' experts, offsets drawn from `offsets`.
+    pub fn new(
+        shape: &MlaMoeShape,
+        adapters: &AdapterSpec,
+        instance: &InstancePlan,
+        layout: Rc<ExpertLayout>,
+        offsets: SimRng,
+    ) -> AdapterRouter {
+        let popularity = Popularity::of(shape, &adapters.adapters, adapters.expert_zipf_s);
+        let (layers, experts, k) = (
+            shape.n_moe_layers() as usize,
+            shape.n_routed_experts as usize,
+            shape.top_k,
+        );
+        let mut probability = Vec::with_capacity(adapters.adapters.len() * layers * experts);
+        let mut tuned = Vec::with_capacity(probability.capacity());
+        for a in 0..adapters.adapters.len() {
+            for layer in 0..layers {
+                let p = popularity.probabilities(a, layer).to_vec();
+                // A hair below 1 / k, so that rounding never gives an expert more assignments
+                // than tokens.
+                probability.extend(capped(p, (1.0 - 1e-9) / k as f64));
+                tuned.extend_from_slice(popularity.tuned(a, layer));
+            }
+        }
+        AdapterRouter {
+            n_layers: layers,
+            n_experts: experts,
+            top_k: k,
+            per_gpu: vec![0; layers * layout.gpus()],
+            gpu_tokens: vec![0; layout.slots_per_gpu],
+            layout,
+            probability,
+            tuned,
+            to_copies: instance.reroutes && instance.adapter_experts,
+            rng: offsets,
+            expected: Vec::new(),
+            copy_expert: Vec::new(),
+            per_expert: vec![0; layers * experts],
+            copies: vec![Vec::new(); layers],
+        }
+    }
+
+    /// Routes a step whose tokens per adapter are `adapters`: per layer, tokens per base expert
+    /// and per GPU (copies included), and the copies' tokens.
+    pub fn route(&mut self, adapters: &[AdapterTokens]) -> (RoutedTokens<'_>, &[Vec<CopyTokens>]) {
+        let total: u64 = adapters.iter().map(|a| a.tokens).sum();
+        let assignments = total * self.top_k;
+        let (experts, gpus, layers) = (self.n_experts, self.layout.gpus(), self.n_layers);
+        for layer in 0..layers {
+            self.expected.clear();
+            self.expected.resize(experts, 0.0);
+            self.copy_expert.clear();
+            for entry in adapters {
+                let weight = (entry.tokens * self.top_k) as f64;
+                let row = (entry.adapter as usize * layers + layer) * experts;
+                for e in 0..experts {
+                    let x = weight * self.probability[row + e];
+                    if self.to_copies && self.tuned[row + e] {
+                        self.expected.push(x);
+                        self.copy_expert.push(e as u32);
+                    } else {
+                        self.expected[e] += x;
+                    }
+                }
+            }
+            let offset: f64 = if assignments > 0 {
+                self.rng.random()
+            } else {
+                0.0
+            };
+            let row = &mut self.per_expert[layer * experts..][..experts];
+            let copies = &mut self.copies[layer];
+            copies.clear();
+            let slots = self.expected.len();
+            let (mut running, mut given) = (0.0f64, 0u64);
+            for (slot, &x) in self.expected.iter().enumerate() {
+                running += x;
+                let upto = if slot + 1 == slots {
+                    assignments
+                } else {
+                    ((running + offset) as u64).min(assignments)
+                };
+                let count = (upto.max(given) - given) as u32;
+                given = upto.max(given);
+                if slot < experts {
+                    row[slot] = count;
+                } else if count > 0 {
+                    copies.push(CopyTokens {
+                        expert: self.copy_expert[slot - experts],
+                        tokens: count,
+                    });
+                }
+            }
+            let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
+            for (g, on_gpu) in on_gpus.iter_mut().enumerate() {
+                self.layout.gpu_tokens(layer, row, g, &mut self.gpu_tokens);
+                let copy_rows: u32 = copies
+                    .iter()
+                    .flat_map(|c| self.layout.expert_shares(layer, g, c.expert, c.tokens))
+                    .sum();
+                *on_gpu = self.gpu_tokens.iter().sum::<u32>() + copy_rows;
+            }
+        }
+        (
+            RoutedTokens {
+                layers,
+                per_expert: &self.per_expert,
+                per_gpu: &self.per_gpu,
+            },
+            &self.copies,
+        )
+    }
+}
+
+/// The batched-rerouting operator of every MoE layer, priced as the bytes it moves (as the
+/// expertweave family prices it): per token its adapter id and top-k expert ids read and the
+/// rerouted ids written (int32), per step the expert map's rows of the replica's adapters; the
+/// unfused chain moves them once per operator. The bytes split over the replica's GPUs, each at
+/// its own bandwidth, the slowest setting the pace. Its launches are in the step's CUDA graph
+/// with the MoE kernels (the replica's host overhead covers the replay).
+#[derive(Clone, Debug)]
+pub struct ReroutingCost {
+    operators_per_step: f64,
+    per_token_bytes: f64,
+    per_step_bytes: f64,
+    gpus: f64,
+    /// Each distinct GPU speed's roofline.
+    rooflines: Vec<Roofline>,
+}
+
+impl ReroutingCost {
+    /// The rerouting of `instance` (none unless it reroutes) over `shape`'s MoE layers.
+    pub fn new(
+        shape: &MlaMoeShape,
+        adapters: &AdapterSpec,
+        instance: &InstancePlan,
+        replica: &ReplicaSpec,
+    ) -> Option<ReroutingCost> {
+        if !instance.reroutes {
+            return None;
+        }
+        let operators = match adapters.rerouting {
+            Rerouting::Fused => 1.0,
+            Rerouting::Unfused => adapters.unfused_ops as f64,
+        };
+        let nominal = Roofline::of(&replica.gpu);
+        let mut rooflines: Vec<Roofline> = Vec::new();
+        for &speed in &replica.speeds {
+            let r = nominal.scaled(speed);
+            if !rooflines.contains(&r) {
+                rooflines.push(r);
+            }
+        }
+        Some(ReroutingCost {
+            operators_per_step: operators * shape.n_moe_layers() as f64,
+            per_token_bytes: (4 + 2 * 4 * shape.top_k) as f64,
+            per_step_bytes: (instance.adapters.len() as u64 * shape.n_routed_experts * 4) as f64,
+            gpus: replica.gpus as f64,
+            rooflines,
+        })
+    }
+
+    /// Nanoseconds the step's rerouting takes over `rows` token rows.
+    pub fn nanos(&self, rows: u64) -> f64 {
+        let bytes = rows as f64 * self.per_token_bytes + self.per_step_bytes;
+        let slowest = self
+            .rooflines
+            .iter()
+            .map(|r| r.op(bytes / self.gpus, 0.0).nanos())
+            .fold(0.0, f64::max);
+        self.operators_per_step * slowest
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expertweave::model::KvCapacity;
+    use crate::rng::stream;
+
+    fn spec(names: &[&str]) -> AdapterSpec {
+        let text = format!(
+            "names = {names:?}\nmemory = {{ kind = \"virtual_weight_tensor\" }}\nrerouting = \
+             \"unfused\""
+        );
+        toml::from_str::<AdaptersTable>(&text)
+            .unwrap()
+            .validate(&MlaMoeShape::esft_vanilla_16b())
+            .unwrap()
+    }
+
+    fn instance(reroutes: bool, adapters: usize) -> InstancePlan {
+        InstancePlan {
+            adapters: (0..adapters).collect(),
+            reroutes,
+            adapter_experts: reroutes,
+            n_devices: 8,
+            weight_bytes: 0,
+            kv: KvCapacity {
+                kv_bytes: 0,
+                kv_tokens: 1,
+                out_of_memory: false,
+            },
+        }
+    }
+
+    #[test]
+    fn whole_tokens_follow_each_adapters_domain_and_tuned_experts_go_to_copies() {
+        let shape = MlaMoeShape::esft_vanilla_16b();
+        let spec = spec(&["gate-math", "token-intent"]);
+        let popularity = Popularity::of(&shape, &spec.adapters, 1.0);
+        // EP 4 over 8 GPUs: two copies of each expert group.
+        let layout = Rc::new(ExpertLayout::linear(26, 64, 4, 8));
+        let mut router = AdapterRouter::new(
+            &shape,
+            &spec,
+            &instance(true, 2),
+            layout.clone(),
+            stream(1, "r"),
+        );
+        let step = [
+            AdapterTokens {
+                adapter: 0,
+                tokens: 700,
+            },
+            AdapterTokens {
+                adapter: 1,
+                tokens: 300,
+            },
+        ];
+        let (routed, copies) = router.route(&step);
+        let (routed_expert, routed_gpu) = (routed.per_expert.to_vec(), routed.per_gpu.to_vec());
+        let copies = copies.to_vec();
+        for layer in 0..26 {
+            // Expected draws x per weight: by hand from each domain's capped Zipf popularity.
+            let cap = |p: &[f64]| capped(p.to_vec(), (1.0 - 1e-9) / 6.0);
+            let (p0, p1) = (
+                cap(popularity.probabilities(0, layer)),
+                cap(popularity.probabilities(1, layer)),
+            );
+            let (t0, t1) = (popularity.tuned(0, layer), popularity.tuned(1, layer));
+            let row = &routed_expert[layer * 64..][..64];
+            for e in 0..64 {
+                let base = 4200.0 * p0[e] * f64::from(u8::from(!t0[e]))
+                    + 1800.0 * p1[e] * f64::from(u8::from(!t1[e]));
+                assert!(
+                    (f64::from(row[e]) - base).abs() < 1.0,
+                    "layer {layer} expert {e}"
+                );
+            }
+            // Each copy is a tuned expert of one adapter, its tokens within 1 of its expectation
+            // (two adapters tuning one expert have two copies: checked by their sum).
+            for c in &copies[layer] {
+                let e = c.expert as usize;
+                assert!(t0[e] || t1[e]);
+                let both: u32 = copies[layer]
+                    .iter()
+                    .filter(|d| d.expert == c.expert)
+                    .map(|d| d.tokens)
+                    .sum();
+                let x = 4200.0 * p0[e] * f64::from(u8::from(t0[e]))
+                    + 1800.0 * p1[e] * f64::from(u8::from(t1[e]));
+                assert!(
+                    (f64::from(both) - x).abs() < 2.0,
+                    "layer {layer} copy of {e}"
+                );
+            }
+            // Every assignment lands once: on a base expert or a copy, and on the GPUs.
+            let copied: u32 = copies[layer].iter().map(|c| c.tokens).sum();
+            assert_eq!(row.iter().sum::<u32>() + copied, 6000);
+            assert_eq!(routed_gpu[layer * 8..][..8].iter().sum::<u32>(), 6000);
+        }
+        assert!(copies.iter().any(|layer| !layer.is_empty()));
+        // Without rerouting (base only) no token reaches a copy.
+        let mut base =
+            AdapterRouter::new(&shape, &spec, &instance(false, 2), layout, stream(1, "r"));
+        let (_, copies) = base.route(&step);
+        assert!(copies.iter().all(Vec::is_empty));
+    }
+
+    #[test]
+    fn rerouting_moves_its_bytes_per_operator() {
+        // 32 rows over 8 Ascend-910B NPUs, 2 adapters: per MoE layer and operator 32 x (4 + 2 x
+        // 4 x 6) + 2 x 64 x 4 = 2,176 B, 272 B a NPU at 0.8 x 1.6 TB/s = 0.2125 ns; the
+        // unfused chain is 5 operators over 26 MoE layers.
+        let shape = MlaMoeShape::esft_vanilla_16b();
+        let spec = spec(&["gate-math", "token-intent"]);
+        let table: super::super::ServingConfig = toml::from_str(
+            r#"
+[model]
+name = "esft-vanilla-16b"
+[replica]
+gpu = "Ascend-910B"
+gpus = 8
+tensor_parallel = 8
+expert_parallel = 8
+[workload]
+n_requests = 1
+prompt_tokens = { kind = "fixed", value = 1 }
+output_tokens = { kind = "fixed", value = 1 }
+[arrival]
+pattern = "poisson"
+rate_per_s = 1.0
+"#,
+        )
+        .unwrap();
+        let scenario = table
+            .validate(std::path::Path::new("."), &mut Default::default())
+            .unwrap();
+        let cost =
+            ReroutingCost::new(&shape, &spec, &instance(true, 2), &scenario.replica).unwrap();
+        let per_op = 272.0 / (0.8 * 1.6e12) * 1e9;
+        assert!((cost.nanos(32) - 5.0 * 26.0 * per_op).abs() < 1e-9);
+        assert!(
+            ReroutingCost::new(&shape, &spec, &instance(false, 2), &scenario.replica).is_none()
+        );
+    }
+}
