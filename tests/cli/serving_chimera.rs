@@ -169,11 +169,12 @@ fn chimeras_headline_decisions_are_the_serving_familys_on_the_same_inputs() {
         let batch = (group.replica.max_num_seqs as u64)
             .min(deployment.kv_tokens / 1024)
             .max(1);
-        let ours = sim::serving_family::step_cost::ReplicaStepCost::new(&group, &deployment, None)
-            .decode_profile(batch, 1024)
-            .duration
-            .0 as f64
-            * 1e-6;
+        let ours =
+            sim::serving_family::step_cost::ReplicaStepCost::new(&group, &deployment, None, None)
+                .decode_profile(batch, 1024)
+                .duration
+                .0 as f64
+                * 1e-6;
         assert!(
             (ours - engine.cost.decode_ms_per_token).abs() <= 1e-6,
             "engine {g}: {ours} vs {}",
@@ -231,6 +232,8 @@ fn the_serving_examples_decisions_are_chimeras_on_the_same_inputs() {
         1,
         &mut queue,
         &mut router,
+        strategies::mapping::build(&serving.expert_mapping).as_mut(),
+        &mut [],
         None,
         &mut sim::records::DiscardRecords,
         None,

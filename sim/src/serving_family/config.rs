@@ -2,14 +2,12 @@
 //! `[routing]`, `[workload]`, `[predictor]`, `[arrival]`, `[output]`) and their validation into
 //! a runnable `ServingScenario`. `[replica]` is one table (every replica alike) or an array of
 //! `[[replica]]` tables, one per replica group (a heterogeneous cluster: each group its model,
-//! GPUs and count). Options that belong to the second part of issue 19 (CAPS batch formers,
-//! expert mappings other than linear) have their keys reserved here and are refused with a
-//! "not yet" error naming them, never silently ignored; combinations that cannot work are
-//! refused naming both keys. `[adapters]` (ExpertWeave's adapters on an MLA MoE model, one
+//! GPUs and count). Combinations that cannot work are refused naming both keys. `[adapters]` (ExpertWeave's adapters on an MLA MoE model, one
 //! replica group only) is read by `super::adapters`.
 
 use super::adapters::{AdapterSpec, AdaptersTable};
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
+use crate::caps::batch::BatchSelectorConfig;
 use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
 use crate::chimera::{QueuePolicyConfig, RouterConfig};
 use crate::cost::gpu::{GpuSpec, LinkSpec};
@@ -17,6 +15,7 @@ use crate::cost::moe_layer::SpeedFactors;
 use crate::cost::roofline::DEFAULT_HOST_OVERHEAD_NS;
 use crate::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
 use crate::distributions::{TokenCount, TokenLength};
+use crate::gem::MapperConfig;
 use crate::scenario::validate::{
     FieldError, LoadCache, duration, field_error, non_negative, positive,
 };
@@ -193,9 +192,10 @@ pub struct ReplicaTable {
     /// semantic router compares with each request's difficulty (`routing.kind = "chimera"`).
     #[serde(default)]
     pub task_score_pct: Option<f64>,
-    /// A CAPS batch selector forming each step's batch (part 2 of issue 19: refused for now).
+    /// The CAPS batch selector forming each batch of a `static` replica (fcfs unless given);
+    /// refused on the continuous kinds.
     #[serde(default)]
-    pub batch_former: Option<toml::Value>,
+    pub batch_former: Option<BatchSelectorConfig>,
 }
 
 impl Default for ReplicaTable {
@@ -254,6 +254,33 @@ pub enum SchedulerTable {
         #[serde(default)]
         max_num_batched_tokens: Option<u64>,
     },
+    /// Static batches (CAPS, FasterTransformer-style serving): when the replica is empty and
+    /// `min_batch_trigger` requests wait (or a tick of the `scheduling_interval_ms` grid finds
+    /// any), `replica.batch_former` picks at most `max_num_seqs` of the `window_size` oldest
+    /// (the oldest first when `seed_with_oldest`), and the batch runs to its longest output.
+    Static {
+        #[serde(default = "d_window_size")]
+        window_size: usize,
+        #[serde(default = "d_min_batch_trigger")]
+        min_batch_trigger: usize,
+        #[serde(default = "d_scheduling_interval_ms")]
+        scheduling_interval_ms: f64,
+        #[serde(default = "d_true")]
+        seed_with_oldest: bool,
+    },
+}
+
+fn d_window_size() -> usize {
+    32
+}
+fn d_min_batch_trigger() -> usize {
+    16
+}
+fn d_scheduling_interval_ms() -> f64 {
+    100.0
+}
+fn d_true() -> bool {
+    true
 }
 
 impl Default for SchedulerTable {
@@ -270,6 +297,7 @@ impl SchedulerTable {
             SchedulerTable::Vllm { .. } => "vllm",
             SchedulerTable::Sarathi { .. } => "sarathi",
             SchedulerTable::Orca { .. } => "orca",
+            SchedulerTable::Static { .. } => "static",
         }
     }
 }
@@ -280,9 +308,10 @@ impl SchedulerTable {
 pub struct ExpertsTable {
     #[serde(default)]
     pub routing: ExpertRoutingTable,
-    /// The expert-to-GPU mapping: `{ kind = "linear" }` (the others in part 2).
+    /// The per-layer expert-to-GPU mapping of each expert-parallel group (`gem::MapperConfig`:
+    /// linear, round_robin, eplb, gem; `serving_family::mapping`).
     #[serde(default)]
-    pub mapping: Option<toml::Value>,
+    pub mapping: Option<MapperConfig>,
 }
 
 /// The routing model of an MoE step (docs/serving-family.md).
@@ -459,6 +488,8 @@ pub struct ReplicaSpec {
     pub watermark: f64,
     /// The model's standalone task score, % (`replica.task_score_pct`).
     pub task_score_pct: Option<f64>,
+    /// The batch former of a `static` replica (fcfs unless `replica.batch_former` names one).
+    pub batch_former: BatchSelectorConfig,
 }
 
 /// One group of alike replicas of a heterogeneous cluster.
@@ -477,6 +508,8 @@ pub struct ServingScenario {
     pub replica: ReplicaSpec,
     pub other_groups: Vec<ReplicaGroup>,
     pub expert_routing: ExpertRoutingTable,
+    /// The expert mapping of each replica's expert-parallel groups (linear unless given).
+    pub expert_mapping: MapperConfig,
     /// The router across replicas, as the `Policies` registry builds it.
     pub router: RouterConfig,
     pub router_kind: &'static str,
@@ -530,23 +563,86 @@ impl ServingScenario {
         one.other_groups.clear();
         one
     }
+
+    /// One batch selector per replica of a `static` group, in replica order (none for the
+    /// continuous kinds), built by `policies`.
+    pub fn batch_selectors(
+        &self,
+        policies: &dyn crate::runner::Policies,
+    ) -> Vec<Box<dyn crate::caps::batch::BatchSelector>> {
+        self.groups()
+            .filter(|(_, r)| matches!(r.scheduler, SchedulerTable::Static { .. }))
+            .flat_map(|(_, r)| (0..r.count).map(|_| policies.batch_selector(&r.batch_former)))
+            .collect()
+    }
+
+    /// Extra expert slots per expert-parallel group (EPLB's `redundant_slots`; 0 otherwise).
+    pub fn redundant_expert_slots(&self) -> usize {
+        match self.expert_mapping {
+            MapperConfig::Eplb {
+                redundant_slots, ..
+            } => redundant_slots,
+            _ => 0,
+        }
+    }
 }
 
-/// "not yet" for an option of part 2 of issue 19.
-fn not_yet(path: &str, what: &str) -> FieldError {
-    field_error(
-        path,
-        format!("not yet: {what} comes with the second part of issue 19 (docs/serving-family.md)"),
-    )
-}
-
-/// The `kind` of a reserved table, for its error.
-fn kind_of(value: &toml::Value) -> String {
-    value
-        .get("kind")
-        .and_then(toml::Value::as_str)
-        .unwrap_or("?")
-        .to_string()
+/// The batch former of `r`: a CAPS selector needs the `static` kind (the others batch
+/// continuously: no batch is ever formed whole), whose parameters must fit `max_num_seqs`.
+fn static_former(p: &str, r: &ReplicaTable) -> Result<BatchSelectorConfig, FieldError> {
+    match (&r.scheduler, &r.batch_former) {
+        (
+            SchedulerTable::Static {
+                window_size,
+                min_batch_trigger,
+                scheduling_interval_ms,
+                ..
+            },
+            former,
+        ) => {
+            if *window_size < r.max_num_seqs {
+                return Err(field_error(
+                    &format!("{p}.scheduler.window_size"),
+                    format!(
+                        "= {window_size}: the candidate window must hold a whole batch \
+                         ({p}.max_num_seqs = {})",
+                        r.max_num_seqs
+                    ),
+                ));
+            }
+            crate::scenario::validate::at_least_one(
+                &format!("{p}.scheduler.min_batch_trigger"),
+                *min_batch_trigger,
+            )?;
+            duration(
+                &format!("{p}.scheduler.scheduling_interval_ms"),
+                scheduling_interval_ms / 1e3,
+                3600.0,
+            )?;
+            let former = former.clone().unwrap_or(BatchSelectorConfig::Fcfs);
+            if let BatchSelectorConfig::PowerOfD { samples }
+            | BatchSelectorConfig::PowerOfDDot { samples } = former
+                && samples == 0
+            {
+                return Err(field_error(
+                    &format!("{p}.batch_former.samples"),
+                    "must be at least 1",
+                ));
+            }
+            Ok(former)
+        }
+        (kind, Some(former)) => Err(field_error(
+            &format!("{p}.batch_former"),
+            format!(
+                "the CAPS selector {:?} forms whole static batches, and {p}.scheduler.kind = \
+                 {:?} batches continuously (requests join and leave at every step, no batch is \
+                 formed whole); use {p}.scheduler = {{ kind = \"static\" }}",
+                former.kind(),
+                kind.kind()
+            ),
+        )),
+        (_, None) => Ok(BatchSelectorConfig::Fcfs),
+    }
 }
 
 fn length(
@@ -821,18 +917,7 @@ impl ServingConfig {
                 }
             }
         }
-        if let Some(former) = &r.batch_former {
-            return Err(field_error(
-                &format!("{p}.batch_former"),
-                format!(
-                    "a CAPS selector ({}) forms static batches, and {p}.scheduler {:?} \
-                     batches continuously; not yet: a static replica kind with batch formers \
-                     comes with the second part of issue 19 (docs/serving-family.md)",
-                    kind_of(former),
-                    r.scheduler.kind()
-                ),
-            ));
-        }
+        let batch_former = static_former(p, r)?;
         let speed_factors = match &r.speed_factors {
             Some(factors) => {
                 if factors.len() != gpus {
@@ -956,6 +1041,7 @@ impl ServingConfig {
                 kv_pool_block,
                 watermark: r.watermark,
                 task_score_pct: r.task_score_pct,
+                batch_former,
             },
         })
     }
@@ -1019,6 +1105,14 @@ impl ServingConfig {
                          popularity (adapters.expert_zipf_s); [experts] would route them twice",
                     ));
                 }
+                if let SchedulerTable::Static { .. } = groups[0].replica.scheduler {
+                    return Err(field_error(
+                        "replica.scheduler.kind",
+                        "= \"static\" runs a batch as passes routed one by one, and adapters \
+                         route a continuous replica's steps; not yet: adapters on a static \
+                         replica",
+                    ));
+                }
                 if self.workload.n_topics != 1 {
                     return Err(field_error(
                         "workload.n_topics",
@@ -1029,15 +1123,18 @@ impl ServingConfig {
                 Some(table.validate(shape)?)
             }
         };
-        let expert_routing = match &self.experts {
+        let (expert_routing, expert_mapping) = match &self.experts {
             Some(experts) => {
-                if let Some(mapping) = &experts.mapping
-                    && kind_of(mapping) != "linear"
-                {
-                    return Err(not_yet(
-                        "experts.mapping.kind",
-                        &format!("the {} expert mapping", kind_of(mapping)),
-                    ));
+                let mapping = experts.mapping.clone().unwrap_or(MapperConfig::Linear);
+                // One mapping maps every MoE group's experts, each over its own EP degree.
+                for group in &groups {
+                    if let Some(shape) = group.model.experts() {
+                        mapping
+                            .check(shape.n_experts, group.replica.expert_parallel, usize::MAX)
+                            .map_err(|(field, message)| {
+                                field_error(&format!("experts.mapping.{field}"), message)
+                            })?;
+                    }
                 }
                 if let ExpertRoutingTable::Zipf { exponent } = experts.routing
                     && !(exponent.is_finite() && (0.0..=10.0).contains(&exponent))
@@ -1047,9 +1144,9 @@ impl ServingConfig {
                         format!("must lie in [0, 10], got {exponent}"),
                     ));
                 }
-                experts.routing
+                (experts.routing, mapping)
             }
-            None => ExpertRoutingTable::Uniform,
+            None => (ExpertRoutingTable::Uniform, MapperConfig::Linear),
         };
         let (router, router_kind) = match &self.routing {
             RoutingTable::RoundRobin => (RouterConfig::RoundRobin, "round_robin"),
@@ -1143,6 +1240,7 @@ impl ServingConfig {
             replica: first.replica,
             other_groups: groups.collect(),
             expert_routing,
+            expert_mapping,
             router,
             router_kind,
             semantic_router,
