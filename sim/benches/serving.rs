@@ -60,6 +60,19 @@ pattern = "poisson"
 rate_per_s = 20.0
 "#;
 
+/// The bench serves a dense model: no expert is ever mapped.
+struct DenseHasNoExperts;
+
+impl sim::gem::ExpertMapper for DenseHasNoExperts {
+    fn map_layer(
+        &mut self,
+        _: &sim::gem::LayerProblem<'_>,
+        _: &mut sim::rng::SimRng,
+    ) -> sim::gem::LayerMapping {
+        unreachable!("a dense model has no experts to map")
+    }
+}
+
 fn ten_thousand_dense(c: &mut Criterion) {
     let config: ServingConfig = toml::from_str(SCENARIO).expect("bench scenario parses");
     let scenario = config
@@ -74,6 +87,8 @@ fn ten_thousand_dense(c: &mut Criterion) {
                 1,
                 &mut Fifo::default(),
                 &mut Turns::default(),
+                &mut DenseHasNoExperts,
+                &mut [],
                 None,
                 &mut DiscardRecords,
                 None,

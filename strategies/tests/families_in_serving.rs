@@ -203,11 +203,14 @@ fn the_serving_family_makes_expertweaves_decisions() {
         let mut s_finished = Finished::default();
         let mut queue = Registry.queue_policy(&s.queue);
         let mut router = Registry.router(&s.router);
+        let mut mapper = Registry.expert_mapper(&s.expert_mapping);
         let s_out = sim::serving_family::serve(
             &s,
             seed,
             &mut *queue,
             &mut *router,
+            &mut *mapper,
+            &mut [],
             Some(&s_plan),
             &mut s_finished,
             None,
@@ -375,11 +378,14 @@ trace = {{ path = "{}", time_scale = 1.0 }}
         })];
         let mut queue = Registry.queue_policy(&s.queue);
         let mut router = Registry.router(&s.router);
+        let mut mapper = Registry.expert_mapper(&s.expert_mapping);
         let out = sim::serving_family::serve(
             &s,
             1,
             &mut *queue,
             &mut *router,
+            &mut *mapper,
+            &mut [],
             None,
             &mut sim::records::DiscardRecords,
             None,

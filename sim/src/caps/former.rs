@@ -1,9 +1,11 @@
 //! The CAPS batch selectors as the serving replica's batch former: the requests waiting for a
 //! batch, oldest first; the `window_size` oldest are the candidates, each with its
-//! router-predicted load (the dry-run runs as a request enters the window, in arrival order); a
-//! batch is seeded with the oldest request (anti-starvation, caps.txt) and filled by the
-//! scenario's `BatchSelector`. The chosen requests stay here, in queue order, while their batch
-//! runs; their load vectors are then reused for the next requests routed.
+//! router-predicted load (the dry-run, a `DryRun`, runs as a request enters the window, in
+//! arrival order); a batch is seeded with the oldest request (anti-starvation, caps.txt) and
+//! filled by the scenario's `BatchSelector`. The chosen requests stay here, in queue order,
+//! while their batch runs; their load vectors are then reused for the next requests routed.
+//! The caps family's dry-run is its request model (`CapsDryRun`); the serving family's routes
+//! a request on its replica's expert layout (`serving_family::batch_former`).
 
 use super::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use super::workload::{MoeRequest, RequestModel};
@@ -12,43 +14,96 @@ use crate::serving::{AdmitHook, BatchFormer, QueuedRequest};
 use crate::time::SimTime;
 use std::collections::VecDeque;
 
-/// The waiting requests and the batch in execution of one CAPS server.
-pub struct SelectorFormer<'a> {
+/// A request waiting for a batch, as the former needs it.
+pub trait Candidate {
+    /// The request as the serving replica queues it.
+    fn queued(&self) -> QueuedRequest;
+    fn id(&self) -> u64;
+    fn output_tokens(&self) -> u32;
+    /// The dry-run's load vector (empty before it ran): what the selectors see.
+    fn predicted(&self) -> &[f32];
+    /// Gives up the request's load vectors once it is served (for reuse).
+    fn take_load(&mut self) -> Vec<f32>;
+}
+
+/// The router dry-run: a waiting request's predicted load vector.
+pub trait DryRun {
+    type Request: Candidate;
+    /// Entries of a load vector.
+    fn dims(&self) -> usize;
+    /// Predicts `request`'s load vector, written into `buffer` (a served request's vector).
+    fn route(&mut self, request: &mut Self::Request, buffer: Vec<f32>);
+}
+
+/// The caps family's dry-run: its request model (`RequestModel::route`), the noise from the
+/// `"prediction"` stream.
+pub struct CapsDryRun<'a> {
+    pub request_model: &'a RequestModel,
+    pub prediction: SimRng,
+}
+
+impl DryRun for CapsDryRun<'_> {
+    type Request = MoeRequest;
+    fn dims(&self) -> usize {
+        self.request_model.affinities.dims()
+    }
+    fn route(&mut self, request: &mut MoeRequest, buffer: Vec<f32>) {
+        self.request_model
+            .route(request, &mut self.prediction, buffer);
+    }
+}
+
+impl Candidate for MoeRequest {
+    fn queued(&self) -> QueuedRequest {
+        queued(self)
+    }
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn output_tokens(&self) -> u32 {
+        self.output_tokens
+    }
+    fn predicted(&self) -> &[f32] {
+        MoeRequest::predicted(self)
+    }
+    fn take_load(&mut self) -> Vec<f32> {
+        std::mem::take(&mut self.true_load)
+    }
+}
+
+/// The waiting requests and the batch in execution of one static replica.
+pub struct SelectorFormer<'a, D: DryRun> {
     dims: usize,
     window_size: usize,
     seed_with_oldest: bool,
     selector: &'a mut dyn BatchSelector,
     rng: SimRng,
-    request_model: &'a RequestModel,
-    /// The router dry-run's noise stream (`"prediction"`).
-    prediction: SimRng,
-    waiting: VecDeque<MoeRequest>,
+    dry_run: D,
+    waiting: VecDeque<D::Request>,
     /// The waiting requests whose dry-run has run: always the oldest ones.
     routed: usize,
-    in_flight: Vec<MoeRequest>,
+    in_flight: Vec<D::Request>,
     /// Load vectors of served requests, for the next ones routed.
     spare_loads: Vec<Vec<f32>>,
 }
 
-impl<'a> SelectorFormer<'a> {
+impl<'a, D: DryRun> SelectorFormer<'a, D> {
     /// A former choosing from the `window_size` oldest requests with `selector` (drawing from
-    /// `rng`), routing them through `request_model` (noise from `prediction`).
+    /// `rng`), predicting their loads with `dry_run`.
     pub fn new(
         window_size: usize,
         seed_with_oldest: bool,
         selector: &'a mut dyn BatchSelector,
         rng: SimRng,
-        request_model: &'a RequestModel,
-        prediction: SimRng,
+        dry_run: D,
     ) -> Self {
         SelectorFormer {
-            dims: request_model.affinities.dims(),
+            dims: dry_run.dims(),
             window_size,
             seed_with_oldest,
             selector,
             rng,
-            request_model,
-            prediction,
+            dry_run,
             waiting: VecDeque::new(),
             routed: 0,
             in_flight: Vec::new(),
@@ -56,8 +111,18 @@ impl<'a> SelectorFormer<'a> {
         }
     }
 
+    /// Predicts loads with `dry_run` from now on (no request may have been routed yet).
+    pub fn set_dry_run(&mut self, dry_run: D) {
+        assert_eq!(
+            self.routed, 0,
+            "the dry-run changes before any request is routed"
+        );
+        self.dims = dry_run.dims();
+        self.dry_run = dry_run;
+    }
+
     /// Queues an arrived request behind the others.
-    pub fn push(&mut self, request: MoeRequest) {
+    pub fn push(&mut self, request: D::Request) {
         self.waiting.push_back(request);
     }
 
@@ -67,24 +132,23 @@ impl<'a> SelectorFormer<'a> {
     }
 
     /// The batch in execution, in queue order.
-    pub fn in_flight(&self) -> &[MoeRequest] {
+    pub fn in_flight(&self) -> &[D::Request] {
         &self.in_flight
     }
 
     /// The batch has finished: `served` sees each of its requests, in queue order, and their
     /// load vectors are kept for reuse.
-    pub fn finish_batch(&mut self, mut served: impl FnMut(&MoeRequest)) {
+    pub fn finish_batch(&mut self, mut served: impl FnMut(&D::Request)) {
         for mut request in self.in_flight.drain(..) {
             served(&request);
-            self.spare_loads
-                .push(std::mem::take(&mut request.true_load));
+            self.spare_loads.push(request.take_load());
         }
     }
 
-    fn request(&self, id: u64) -> &MoeRequest {
+    fn request(&self, id: u64) -> &D::Request {
         self.in_flight
             .iter()
-            .find(|r| r.id == id)
+            .find(|r| r.id() == id)
             .expect("the replica admits only the batch the former formed")
     }
 }
@@ -106,14 +170,14 @@ fn queued(request: &MoeRequest) -> QueuedRequest {
     }
 }
 
-impl AdmitHook for SelectorFormer<'_> {
+impl<D: DryRun> AdmitHook for SelectorFormer<'_, D> {
     fn output_tokens(&mut self, request: &QueuedRequest) -> u32 {
-        self.request(request.id).output_tokens
+        self.request(request.id).output_tokens()
     }
     fn admitted(&mut self, _: SimTime, _: &QueuedRequest, _: u32) {}
 }
 
-impl BatchFormer for SelectorFormer<'_> {
+impl<D: DryRun> BatchFormer for SelectorFormer<'_, D> {
     fn form(&mut self, capacity: usize, batch: &mut Vec<QueuedRequest>) {
         assert!(self.in_flight.is_empty(), "a CAPS batch is still running");
         let window_len = self.window_size.min(self.waiting.len());
@@ -122,8 +186,7 @@ impl BatchFormer for SelectorFormer<'_> {
         }
         for request in self.waiting.range_mut(self.routed..window_len) {
             let buffer = self.spare_loads.pop().unwrap_or_default();
-            self.request_model
-                .route(request, &mut self.prediction, buffer);
+            self.dry_run.route(request, buffer);
         }
         self.routed = self.routed.max(window_len);
         let mut chosen: Vec<usize> = {
@@ -131,7 +194,7 @@ impl BatchFormer for SelectorFormer<'_> {
                 .waiting
                 .iter()
                 .take(window_len)
-                .map(MoeRequest::predicted)
+                .map(Candidate::predicted)
                 .collect();
             let window = CandidateWindow::from_rows(self.dims, rows);
             let mut selection = BatchSelection::new(&window, capacity);
@@ -162,6 +225,6 @@ impl BatchFormer for SelectorFormer<'_> {
         }
         self.routed -= chosen.len();
         self.in_flight.reverse();
-        batch.extend(self.in_flight.iter().map(queued));
+        batch.extend(self.in_flight.iter().map(Candidate::queued));
     }
 }

@@ -6,7 +6,7 @@
 //! `window_size` oldest) and runs it as one step priced through the `serving::StepCost` seam.
 //! Every request of a batch completes when the batch does.
 
-use super::former::SelectorFormer;
+use super::former::{CapsDryRun, SelectorFormer};
 use super::workload::{RequestModel, RequestStreams};
 use crate::arrivals::{Arrival, ArrivalProcess};
 use crate::caps::batch::BatchSelector;
@@ -93,7 +93,7 @@ pub struct CapsServer<'a> {
     arrivals: Box<dyn ArrivalProcess + 'a>,
     request_model: &'a RequestModel,
     streams: RequestStreams,
-    former: SelectorFormer<'a>,
+    former: SelectorFormer<'a, CapsDryRun<'a>>,
     replica: Replica,
     step_cost: &'a mut dyn StepCost,
     sink: &'a mut dyn RecordSink,
@@ -143,8 +143,10 @@ impl<'a> CapsServer<'a> {
                 params.seed_with_oldest,
                 selector,
                 selector_rng,
-                request_model,
-                prediction_rng,
+                CapsDryRun {
+                    request_model,
+                    prediction: prediction_rng,
+                },
             ),
             params,
             n_layers: dims / n_experts,

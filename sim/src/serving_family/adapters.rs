@@ -8,8 +8,8 @@
 //! batched-rerouting operator of every MoE layer.
 
 use super::config::ReplicaSpec;
-use super::deployment::LinearPlacement;
 use super::expert_routing::capped;
+use super::mapping::ExpertLayout;
 use crate::cost::roofline::Roofline;
 use crate::cost::shape::MlaMoeShape;
 use crate::distributions::Zipf;
@@ -24,6 +24,7 @@ use crate::scenario::validate::{FieldError, at_least_one, field_error, positive}
 use crate::serving::{AdapterTokens, RoutedTokens};
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
+use std::rc::Rc;
 
 fn d_one() -> f64 {
     1.0
@@ -180,7 +181,7 @@ pub struct AdapterRouter {
     n_layers: usize,
     n_experts: usize,
     top_k: u64,
-    placement: LinearPlacement,
+    layout: Rc<ExpertLayout>,
     /// `[adapter][layer][expert]`: capped probability of one draw.
     probability: Vec<f64>,
     /// `[adapter][layer][expert]`: whether the adapter fine-tuned the expert.
@@ -199,13 +200,13 @@ pub struct AdapterRouter {
 }
 
 impl AdapterRouter {
-    /// The router of `shape`'s MoE layers for `adapters` on `placement`, copies used when
+    /// The router of `shape`'s MoE layers for `adapters` on `layout`, copies used when
     /// `instance` reroutes to the adapters' experts, offsets drawn from `offsets`.
     pub fn new(
         shape: &MlaMoeShape,
         adapters: &AdapterSpec,
         instance: &InstancePlan,
-        placement: LinearPlacement,
+        layout: Rc<ExpertLayout>,
         offsets: SimRng,
     ) -> AdapterRouter {
         let popularity = Popularity::of(shape, &adapters.adapters, adapters.expert_zipf_s);
@@ -229,7 +230,9 @@ impl AdapterRouter {
             n_layers: layers,
             n_experts: experts,
             top_k: k,
-            placement,
+            per_gpu: vec![0; layers * layout.gpus()],
+            gpu_tokens: vec![0; layout.slots_per_gpu],
+            layout,
             probability,
             tuned,
             to_copies: instance.reroutes && instance.adapter_experts,
@@ -237,9 +240,7 @@ impl AdapterRouter {
             expected: Vec::new(),
             copy_expert: Vec::new(),
             per_expert: vec![0; layers * experts],
-            per_gpu: vec![0; layers * placement.gpus()],
             copies: vec![Vec::new(); layers],
-            gpu_tokens: vec![0; placement.experts_per_gpu],
         }
     }
 
@@ -248,7 +249,7 @@ impl AdapterRouter {
     pub fn route(&mut self, adapters: &[AdapterTokens]) -> (RoutedTokens<'_>, &[Vec<CopyTokens>]) {
         let total: u64 = adapters.iter().map(|a| a.tokens).sum();
         let assignments = total * self.top_k;
-        let (experts, gpus, layers) = (self.n_experts, self.placement.gpus(), self.n_layers);
+        let (experts, gpus, layers) = (self.n_experts, self.layout.gpus(), self.n_layers);
         for layer in 0..layers {
             self.expected.clear();
             self.expected.resize(experts, 0.0);
@@ -296,17 +297,10 @@ impl AdapterRouter {
             }
             let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
             for (g, on_gpu) in on_gpus.iter_mut().enumerate() {
-                self.placement.gpu_tokens(row, g, &mut self.gpu_tokens);
-                let (group, slot) = (
-                    g / self.placement.expert_parallel,
-                    g % self.placement.expert_parallel,
-                );
-                let hosted = slot * self.placement.experts_per_gpu
-                    ..(slot + 1) * self.placement.experts_per_gpu;
+                self.layout.gpu_tokens(layer, row, g, &mut self.gpu_tokens);
                 let copy_rows: u32 = copies
                     .iter()
-                    .filter(|c| hosted.contains(&(c.expert as usize)))
-                    .map(|c| self.placement.share(c.tokens, group))
+                    .flat_map(|c| self.layout.expert_shares(layer, g, c.expert, c.tokens))
                     .sum();
                 *on_gpu = self.gpu_tokens.iter().sum::<u32>() + copy_rows;
             }
@@ -420,9 +414,14 @@ mod tests {
         let spec = spec(&["gate-math", "token-intent"]);
         let popularity = Popularity::of(&shape, &spec.adapters, 1.0);
         // EP 4 over 8 GPUs: two copies of each expert group.
-        let placement = LinearPlacement::new(64, 4, 8);
-        let mut router =
-            AdapterRouter::new(&shape, &spec, &instance(true, 2), placement, stream(1, "r"));
+        let layout = Rc::new(ExpertLayout::linear(26, 64, 4, 8));
+        let mut router = AdapterRouter::new(
+            &shape,
+            &spec,
+            &instance(true, 2),
+            layout.clone(),
+            stream(1, "r"),
+        );
         let step = [
             AdapterTokens {
                 adapter: 0,
@@ -477,13 +476,8 @@ mod tests {
         }
         assert!(copies.iter().any(|layer| !layer.is_empty()));
         // Without rerouting (base only) no token reaches a copy.
-        let mut base = AdapterRouter::new(
-            &shape,
-            &spec,
-            &instance(false, 2),
-            placement,
-            stream(1, "r"),
-        );
+        let mut base =
+            AdapterRouter::new(&shape, &spec, &instance(false, 2), layout, stream(1, "r"));
         let (_, copies) = base.route(&step);
         assert!(copies.iter().all(Vec::is_empty));
     }

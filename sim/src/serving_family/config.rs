@@ -8,12 +8,14 @@
 
 use super::adapters::{AdapterSpec, AdaptersTable};
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
+use crate::caps::batch::BatchSelectorConfig;
 use crate::chimera::{QueuePolicyConfig, RouterConfig};
 use crate::cost::gpu::{GpuSpec, LinkSpec};
 use crate::cost::moe_layer::SpeedFactors;
 use crate::cost::roofline::DEFAULT_HOST_OVERHEAD_NS;
 use crate::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
 use crate::distributions::{TokenCount, TokenLength};
+use crate::gem::MapperConfig;
 use crate::scenario::validate::{FieldError, LoadCache, duration, field_error, positive};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -128,9 +130,10 @@ pub struct ReplicaTable {
     /// The queue policy ordering each replica's waiting requests (fcfs; the others in part 2).
     #[serde(default = "d_queue")]
     pub queue: QueuePolicyConfig,
-    /// A CAPS batch selector forming each step's batch (part 2 of issue 19: refused for now).
+    /// The CAPS batch selector forming each batch of a `static` replica (fcfs unless given);
+    /// refused on the continuous kinds.
     #[serde(default)]
-    pub batch_former: Option<toml::Value>,
+    pub batch_former: Option<BatchSelectorConfig>,
 }
 
 impl Default for ReplicaTable {
@@ -189,6 +192,33 @@ pub enum SchedulerTable {
         #[serde(default)]
         max_num_batched_tokens: Option<u64>,
     },
+    /// Static batches (CAPS, FasterTransformer-style serving): when the replica is empty and
+    /// `min_batch_trigger` requests wait (or a tick of the `scheduling_interval_ms` grid finds
+    /// any), `replica.batch_former` picks at most `max_num_seqs` of the `window_size` oldest
+    /// (the oldest first when `seed_with_oldest`), and the batch runs to its longest output.
+    Static {
+        #[serde(default = "d_window_size")]
+        window_size: usize,
+        #[serde(default = "d_min_batch_trigger")]
+        min_batch_trigger: usize,
+        #[serde(default = "d_scheduling_interval_ms")]
+        scheduling_interval_ms: f64,
+        #[serde(default = "d_true")]
+        seed_with_oldest: bool,
+    },
+}
+
+fn d_window_size() -> usize {
+    32
+}
+fn d_min_batch_trigger() -> usize {
+    16
+}
+fn d_scheduling_interval_ms() -> f64 {
+    100.0
+}
+fn d_true() -> bool {
+    true
 }
 
 impl Default for SchedulerTable {
@@ -205,6 +235,7 @@ impl SchedulerTable {
             SchedulerTable::Vllm { .. } => "vllm",
             SchedulerTable::Sarathi { .. } => "sarathi",
             SchedulerTable::Orca { .. } => "orca",
+            SchedulerTable::Static { .. } => "static",
         }
     }
 }
@@ -215,9 +246,10 @@ impl SchedulerTable {
 pub struct ExpertsTable {
     #[serde(default)]
     pub routing: ExpertRoutingTable,
-    /// The expert-to-GPU mapping: `{ kind = "linear" }` (the others in part 2).
+    /// The per-layer expert-to-GPU mapping of each expert-parallel group (`gem::MapperConfig`:
+    /// linear, round_robin, eplb, gem; `serving_family::mapping`).
     #[serde(default)]
-    pub mapping: Option<toml::Value>,
+    pub mapping: Option<MapperConfig>,
 }
 
 /// The routing model of an MoE step (docs/serving-family.md).
@@ -389,6 +421,8 @@ pub struct ReplicaSpec {
     /// reserving exactly its tokens.
     pub kv_pool_block: u32,
     pub watermark: f64,
+    /// The batch former of a `static` replica (fcfs unless `replica.batch_former` names one).
+    pub batch_former: BatchSelectorConfig,
 }
 
 /// One runnable cell of a serving scenario.
@@ -397,6 +431,8 @@ pub struct ServingScenario {
     pub model: ServedModel,
     pub replica: ReplicaSpec,
     pub expert_routing: ExpertRoutingTable,
+    /// The expert mapping of each replica's expert-parallel groups (linear unless given).
+    pub expert_mapping: MapperConfig,
     /// The router across replicas, as the `Policies` registry builds it.
     pub router: RouterConfig,
     pub router_kind: &'static str,
@@ -418,6 +454,30 @@ impl ServingScenario {
     pub fn requests(&self) -> usize {
         self.arrival.requests(self.n_requests)
     }
+
+    /// One batch selector per replica of the `static` kind (none for the continuous kinds),
+    /// built by `policies`.
+    pub fn batch_selectors(
+        &self,
+        policies: &dyn crate::runner::Policies,
+    ) -> Vec<Box<dyn crate::caps::batch::BatchSelector>> {
+        match self.replica.scheduler {
+            SchedulerTable::Static { .. } => (0..self.replica.count)
+                .map(|_| policies.batch_selector(&self.replica.batch_former))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Extra expert slots per expert-parallel group (EPLB's `redundant_slots`; 0 otherwise).
+    pub fn redundant_expert_slots(&self) -> usize {
+        match self.expert_mapping {
+            MapperConfig::Eplb {
+                redundant_slots, ..
+            } => redundant_slots,
+            _ => 0,
+        }
+    }
 }
 
 /// "not yet" for an option of part 2 of issue 19.
@@ -428,13 +488,62 @@ fn not_yet(path: &str, what: &str) -> FieldError {
     )
 }
 
-/// The `kind` of a reserved table, for its error.
-fn kind_of(value: &toml::Value) -> String {
-    value
-        .get("kind")
-        .and_then(toml::Value::as_str)
-        .unwrap_or("?")
-        .to_string()
+/// The batch former of `r`: a CAPS selector needs the `static` kind (the others batch
+/// continuously: no batch is ever formed whole), whose parameters must fit `max_num_seqs`.
+fn static_former(r: &ReplicaTable) -> Result<BatchSelectorConfig, FieldError> {
+    match (&r.scheduler, &r.batch_former) {
+        (
+            SchedulerTable::Static {
+                window_size,
+                min_batch_trigger,
+                scheduling_interval_ms,
+                ..
+            },
+            former,
+        ) => {
+            if *window_size < r.max_num_seqs {
+                return Err(field_error(
+                    "replica.scheduler.window_size",
+                    format!(
+                        "= {window_size}: the candidate window must hold a whole batch \
+                         (replica.max_num_seqs = {})",
+                        r.max_num_seqs
+                    ),
+                ));
+            }
+            crate::scenario::validate::at_least_one(
+                "replica.scheduler.min_batch_trigger",
+                *min_batch_trigger,
+            )?;
+            duration(
+                "replica.scheduler.scheduling_interval_ms",
+                scheduling_interval_ms / 1e3,
+                3600.0,
+            )?;
+            let former = former.clone().unwrap_or(BatchSelectorConfig::Fcfs);
+            if let BatchSelectorConfig::PowerOfD { samples }
+            | BatchSelectorConfig::PowerOfDDot { samples } = former
+                && samples == 0
+            {
+                return Err(field_error(
+                    "replica.batch_former.samples",
+                    "must be at least 1",
+                ));
+            }
+            Ok(former)
+        }
+        (kind, Some(former)) => Err(field_error(
+            "replica.batch_former",
+            format!(
+                "the CAPS selector {:?} forms whole static batches, and replica.scheduler.kind = \
+                 {:?} batches continuously (requests join and leave at every step, no batch is \
+                 formed whole); use replica.scheduler = {{ kind = \"static\" }}",
+                former.kind(),
+                kind.kind()
+            ),
+        )),
+        (_, None) => Ok(BatchSelectorConfig::Fcfs),
+    }
 }
 
 fn length(
@@ -676,6 +785,14 @@ impl ServingConfig {
                          popularity (adapters.expert_zipf_s); [experts] would route them twice",
                     ));
                 }
+                if let SchedulerTable::Static { .. } = r.scheduler {
+                    return Err(field_error(
+                        "replica.scheduler.kind",
+                        "= \"static\" runs a batch as passes routed one by one, and adapters \
+                         route a continuous replica's steps; not yet: adapters on a static \
+                         replica",
+                    ));
+                }
                 if self.workload.n_topics != 1 {
                     return Err(field_error(
                         "workload.n_topics",
@@ -686,18 +803,7 @@ impl ServingConfig {
                 Some(table.validate(shape)?)
             }
         };
-        if let Some(former) = &r.batch_former {
-            return Err(field_error(
-                "replica.batch_former",
-                format!(
-                    "a CAPS selector ({}) forms static batches, and replica.scheduler {:?} \
-                     batches continuously; not yet: a static replica kind with batch formers \
-                     comes with the second part of issue 19 (docs/serving-family.md)",
-                    kind_of(former),
-                    r.scheduler.kind()
-                ),
-            ));
-        }
+        let batch_former = static_former(r)?;
         if r.queue != QueuePolicyConfig::Fcfs {
             return Err(not_yet(
                 "replica.queue.kind",
@@ -789,16 +895,14 @@ impl ServingConfig {
                 format!("must lie in [0, 1), got {}", r.watermark),
             ));
         }
-        let expert_routing = match (&model, &self.experts) {
-            (ServedModel::Moe(_) | ServedModel::Mla(_), Some(experts)) => {
-                if let Some(mapping) = &experts.mapping
-                    && kind_of(mapping) != "linear"
-                {
-                    return Err(not_yet(
-                        "experts.mapping.kind",
-                        &format!("the {} expert mapping", kind_of(mapping)),
-                    ));
-                }
+        let (expert_routing, expert_mapping) = match (model.experts(), &self.experts) {
+            (Some(shape), Some(experts)) => {
+                let mapping = experts.mapping.clone().unwrap_or(MapperConfig::Linear);
+                mapping
+                    .check(shape.n_experts, ep, usize::MAX)
+                    .map_err(|(field, message)| {
+                        field_error(&format!("experts.mapping.{field}"), message)
+                    })?;
                 if let ExpertRoutingTable::Zipf { exponent } = experts.routing
                     && !(exponent.is_finite() && (0.0..=10.0).contains(&exponent))
                 {
@@ -807,9 +911,9 @@ impl ServingConfig {
                         format!("must lie in [0, 10], got {exponent}"),
                     ));
                 }
-                experts.routing
+                (experts.routing, mapping)
             }
-            _ => ExpertRoutingTable::Uniform,
+            _ => (ExpertRoutingTable::Uniform, MapperConfig::Linear),
         };
         let (router, router_kind) = match &self.routing {
             RoutingTable::RoundRobin => (RouterConfig::RoundRobin, "round_robin"),
@@ -883,8 +987,10 @@ impl ServingConfig {
                 block_size,
                 kv_pool_block,
                 watermark: r.watermark,
+                batch_former,
             },
             expert_routing,
+            expert_mapping,
             router,
             router_kind,
             queue: r.queue.clone(),

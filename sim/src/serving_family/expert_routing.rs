@@ -3,37 +3,45 @@
 //! random permutation per layer and per topic, so a topic's requests favour the same experts),
 //! in whole tokens by systematic sampling. Expert `e` expects `x_e = top_k x sum over topics of
 //! (the topic's tokens in the step x p_topic(e))` assignments; with the running sums `c_e` of
-//! the `x_e` and one uniform offset `u` per layer and step, it receives `floor(c_e + u) -
-//! floor(c_{e-1} + u)`. That is the floor or the ceiling of `x_e`, exactly `x_e` on average
+//! the `x_e`, taken in a random order of the experts drawn per layer and step (so that no
+//! expert layout gains from the sampling's correlations), and one uniform offset `u` per layer
+//! and step, it receives `floor(c_e + u) - floor(c_{e-1} + u)`. That is the floor or the ceiling of `x_e`, exactly `x_e` on average
 //! over `u`, and the layer's total is exact. No expert is given more than one assignment per
-//! token: each probability is capped at `1 / top_k` (the excess spread over the others). The placement sends each expert's tokens to the GPUs
+//! token: each probability is capped at `1 / top_k` (the excess spread over the others). The
+//! replica's expert layout (`mapping::ExpertLayout`) sends each expert's tokens to the GPUs
 //! hosting it (`RoutedTokens`: per layer, tokens per expert and per GPU).
 
 use super::config::ExpertRoutingTable;
-use super::deployment::LinearPlacement;
+use super::mapping::ExpertLayout;
 use crate::cost::shape::MoeModelShape;
 use crate::distributions::Zipf;
 use crate::rng::SimRng;
 use crate::serving::RoutedTokens;
 use rand::RngExt;
+use std::rc::Rc;
 
 /// Routes the steps of one replica.
 pub struct ExpertRouter {
     n_layers: usize,
     n_experts: usize,
     top_k: u64,
-    placement: LinearPlacement,
+    layout: Rc<ExpertLayout>,
     n_topics: usize,
     /// `[topic][layer][expert]` probabilities; empty under uniform routing.
-    probability: Vec<f64>,
+    probability: Rc<[f64]>,
     /// One layer's expected assignments per expert (scratch).
     expected: Vec<f64>,
+    /// The order of the experts in one layer's running sums (scratch, reshuffled per layer).
+    order: Vec<usize>,
     rng: SimRng,
     /// Tokens of the step per topic (filled by the caller before `route`).
     pub topic_tokens: Vec<u64>,
     per_expert: Vec<u32>,
     per_gpu: Vec<u32>,
     gpu_tokens: Vec<u32>,
+    /// When observing: the steps to record, and per layer the tokens per expert of each step
+    /// routed so far (step-major).
+    observe: Option<(usize, Vec<Vec<f32>>)>,
 }
 
 /// `weights` (summing to 1) with none above `cap`: the excess of the capped ones spread over the
@@ -62,7 +70,7 @@ impl ExpertRouter {
         shape: &MoeModelShape,
         routing: ExpertRoutingTable,
         n_topics: u32,
-        placement: LinearPlacement,
+        layout: Rc<ExpertLayout>,
         popularity: &mut SimRng,
         offsets: SimRng,
     ) -> ExpertRouter {
@@ -108,21 +116,59 @@ impl ExpertRouter {
             n_layers: layers,
             n_experts: experts,
             top_k: k as u64,
-            placement,
+            per_gpu: vec![0; layers * layout.gpus()],
+            gpu_tokens: vec![0; layout.slots_per_gpu],
+            layout,
             n_topics,
-            probability,
+            probability: probability.into(),
             expected: vec![0.0; experts],
+            order: (0..experts).collect(),
             rng: offsets,
             topic_tokens: vec![0; n_topics],
             per_expert: vec![0; layers * experts],
-            per_gpu: vec![0; layers * placement.gpus()],
-            gpu_tokens: vec![0; placement.experts_per_gpu],
+            observe: None,
         }
     }
 
     /// Whether a step's tokens must be counted per topic (topics route differently).
     pub fn topical(&self) -> bool {
         self.n_topics > 1
+    }
+
+    /// Records the tokens per expert of the next `steps` steps routed (an observation window).
+    pub fn observe(&mut self, steps: usize) {
+        self.observe = Some((steps, vec![Vec::new(); self.n_layers]));
+    }
+
+    /// Steps recorded so far, and whether the window is full.
+    pub fn observed_steps(&self) -> (usize, bool) {
+        match &self.observe {
+            Some((steps, window)) => {
+                let seen = window[0].len() / self.n_experts;
+                (seen, seen >= *steps)
+            }
+            None => (0, true),
+        }
+    }
+
+    /// Per layer, the tokens per expert of each step observed (step-major).
+    pub fn take_observed(&mut self) -> Vec<Vec<f32>> {
+        self.observe
+            .take()
+            .map(|(_, window)| window)
+            .unwrap_or_default()
+    }
+
+    /// The routing model's expectations, for the router dry-run of a static replica's batch
+    /// former.
+    pub fn popularity(&self) -> ExpertPopularity {
+        ExpertPopularity {
+            n_layers: self.n_layers,
+            n_experts: self.n_experts,
+            top_k: self.top_k,
+            n_topics: self.n_topics,
+            probability: Rc::clone(&self.probability),
+        }
     }
 
     /// Routes the step whose tokens per topic are in `topic_tokens` (one entry unless
@@ -133,7 +179,7 @@ impl ExpertRouter {
         }
         let total: u64 = self.topic_tokens.iter().sum();
         let assignments = total * self.top_k;
-        let (experts, gpus) = (self.n_experts, self.placement.gpus());
+        let (experts, gpus) = (self.n_experts, self.layout.gpus());
         for layer in 0..self.n_layers {
             let row = &mut self.per_expert[layer * experts..][..experts];
             let offset: f64 = if assignments > 0 {
@@ -158,28 +204,75 @@ impl ExpertRouter {
                     }
                 }
             }
+            // The running sums follow a fresh random order of the experts: systematic sampling
+            // makes neighbours in its order share the assignments (two experts expecting half
+            // a token each rarely both get one), which must not favour any expert layout.
+            if assignments > 0 {
+                for i in (1..experts).rev() {
+                    self.order.swap(i, self.rng.random_range(0..=i));
+                }
+            }
             let (mut running, mut given) = (0.0f64, 0u64);
-            for (e, (count, &x)) in row.iter_mut().zip(&self.expected).enumerate() {
-                running += x;
+            for (i, &e) in self.order.iter().enumerate() {
+                running += self.expected[e];
                 // The last expert ends at the exact total, whatever the rounding of the sums.
-                let upto = if e + 1 == experts {
+                let upto = if i + 1 == experts {
                     assignments
                 } else {
                     ((running + offset) as u64).min(assignments)
                 };
-                *count = (upto.max(given) - given) as u32;
+                row[e] = (upto.max(given) - given) as u32;
                 given = upto.max(given);
             }
             let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
             for (g, on_gpu) in on_gpus.iter_mut().enumerate() {
-                self.placement.gpu_tokens(row, g, &mut self.gpu_tokens);
+                self.layout.gpu_tokens(layer, row, g, &mut self.gpu_tokens);
                 *on_gpu = self.gpu_tokens.iter().sum();
+            }
+        }
+        if let Some((steps, window)) = &mut self.observe
+            && window[0].len() < *steps * experts
+        {
+            for (layer, w) in window.iter_mut().enumerate() {
+                w.extend(
+                    self.per_expert[layer * experts..][..experts]
+                        .iter()
+                        .map(|&n| n as f32),
+                );
             }
         }
         RoutedTokens {
             layers: self.n_layers,
             per_expert: &self.per_expert,
             per_gpu: &self.per_gpu,
+        }
+    }
+}
+
+/// A replica's routing model as expectations (shared with its `ExpertRouter`).
+#[derive(Clone, Debug)]
+pub struct ExpertPopularity {
+    pub n_layers: usize,
+    pub n_experts: usize,
+    top_k: u64,
+    n_topics: usize,
+    probability: Rc<[f64]>,
+}
+
+impl ExpertPopularity {
+    /// The assignments each expert of `layer` expects from `tokens` tokens of `topic`
+    /// (`tokens x top_k x p_topic(e)`), into `out` (one per expert).
+    pub fn expected(&self, topic: u32, layer: usize, tokens: u64, out: &mut [f64]) {
+        let assignments = (tokens * self.top_k) as f64;
+        if self.probability.is_empty() {
+            out.fill(assignments / self.n_experts as f64);
+            return;
+        }
+        let topic = topic as usize % self.n_topics;
+        let p =
+            &self.probability[(topic * self.n_layers + layer) * self.n_experts..][..self.n_experts];
+        for (o, &p) in out.iter_mut().zip(p) {
+            *o = assignments * p;
         }
     }
 }
@@ -195,7 +288,7 @@ mod tests {
             &shape,
             routing,
             topics,
-            LinearPlacement::new(8, 4, 4),
+            Rc::new(ExpertLayout::linear(32, 8, 4, 4)),
             &mut stream(1, "popularity"),
             stream(1, "offsets"),
         )
@@ -256,7 +349,7 @@ mod tests {
             &shape,
             ExpertRoutingTable::Zipf { exponent: 3.0 },
             2,
-            LinearPlacement::new(8, 4, 4),
+            Rc::new(ExpertLayout::linear(32, 8, 4, 4)),
             &mut stream(2, "popularity"),
             stream(2, "offsets"),
         );

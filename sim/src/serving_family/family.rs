@@ -30,6 +30,8 @@ impl Serving {
     ) -> Result<Run, String> {
         let queue = &mut *policies.queue_policy(&scenario.queue);
         let router = &mut *policies.router(&scenario.router);
+        let mapper = &mut *policies.expert_mapper(&scenario.expert_mapping);
+        let mut selectors = scenario.batch_selectors(policies);
         let mut memory = scenario
             .adapters
             .as_ref()
@@ -40,6 +42,8 @@ impl Serving {
                 seed,
                 queue,
                 router,
+                mapper,
+                &mut selectors,
                 memory.as_mut().map(|m| &mut **m as &mut dyn AdapterMemory),
                 records,
                 trace_events,

@@ -7,11 +7,13 @@
 //! declared once below (`TABLE`).
 
 pub mod adapters;
+pub mod batch_former;
 pub mod checks;
 pub mod config;
 pub mod deployment;
 pub mod expert_routing;
 mod family;
+pub mod mapping;
 pub mod scheduler;
 pub mod server;
 pub mod step_cost;
@@ -19,8 +21,10 @@ pub mod step_cost;
 pub use config::{ServingConfig, ServingScenario};
 pub use family::Serving;
 
+use crate::caps::batch::BatchSelector;
 use crate::engine;
 use crate::expertweave::memory::{AdapterMemory, MemoryPlan};
+use crate::gem::ExpertMapper;
 use crate::metrics::{Better, MetricInfo, RunOutput};
 use crate::recorder::{MetricDef, ServingSummary, TraceEvents, table};
 use crate::records::RecordSink;
@@ -226,15 +230,19 @@ pub fn plan(
     Ok(Some(plan))
 }
 
-/// Runs one seed of `scenario` (with adapters, placed by `memory`), streaming each finished
-/// request to `sink` and, given `trace_events`, every step to that trace-event file. A replica
-/// whose weights do not fit, or a run whose checks fail, reports no number but its reason
-/// (`details.failed`).
+/// Runs one seed of `scenario`, its experts (MoE only) mapped by `mapper`, a static replica
+/// `r`'s batches selected by `selectors[r]` (one per replica; none for the continuous kinds),
+/// with adapters placed by `memory`, streaming each finished request to `sink` and, given
+/// `trace_events`, every step to that trace-event file. A replica whose weights do not fit, or
+/// a run whose checks fail, reports no number but its reason (`details.failed`).
+#[allow(clippy::too_many_arguments)]
 pub fn run_recorded(
     scenario: &ServingScenario,
     seed: u64,
     queue: &mut dyn QueuePolicy,
     router: &mut dyn Router,
+    mapper: &mut dyn ExpertMapper,
+    selectors: &mut [Box<dyn BatchSelector>],
     memory: Option<&mut dyn AdapterMemory>,
     sink: &mut dyn RecordSink,
     trace_events: Option<&Path>,
@@ -248,6 +256,8 @@ pub fn run_recorded(
         seed,
         queue,
         router,
+        mapper,
+        selectors,
         plan.as_ref(),
         sink,
         trace_events,
@@ -255,14 +265,17 @@ pub fn run_recorded(
     )
 }
 
-/// Serves one seed of `scenario` on replicas laid out by `plan` (with adapters), each replica's
-/// steps priced by `step_costs[replica]` when given, by its own `ReplicaStepCost` otherwise.
+/// Serves one seed of `scenario` on replicas laid out by `plan` (with adapters) and by `mapper`
+/// (experts; `run_recorded` says the rest), each replica's steps priced by `step_costs[replica]`
+/// when given, by its own `ReplicaStepCost` otherwise.
 #[allow(clippy::too_many_arguments)]
 pub fn serve<'a>(
     scenario: &'a ServingScenario,
     seed: u64,
     queue: &'a mut dyn QueuePolicy,
     router: &'a mut dyn Router,
+    mapper: &mut dyn ExpertMapper,
+    selectors: &'a mut [Box<dyn BatchSelector>],
     plan: Option<&MemoryPlan>,
     sink: &'a mut dyn RecordSink,
     trace_events: Option<&Path>,
@@ -273,7 +286,26 @@ pub fn serve<'a>(
         Ok(d) => d,
         Err(reason) => return Ok(table::failed(&TABLE, &reason)),
     };
-    let mut server = ServingServer::new(scenario, &deployment, instance, seed, queue, router, sink);
+    let layouts = mapping::replica_layouts(
+        scenario,
+        &deployment,
+        seed,
+        mapper,
+        selectors,
+        queue,
+        router,
+    );
+    let mut server = ServingServer::new(
+        scenario,
+        &deployment,
+        instance,
+        seed,
+        &layouts,
+        selectors,
+        queue,
+        router,
+        sink,
+    );
     if let Some(costs) = step_costs {
         server = server.with_step_costs(costs);
     }

@@ -1,5 +1,5 @@
 //! The replica scheduler kinds as configurations of `serving::Replica` (docs/serving-family.md
-//! has the table): what `vllm`, `sarathi` and `orca` set (`ReplicaConfig` and `StepOrder`) and
+//! has the table): what `vllm`, `sarathi`, `orca` and `static` set (`ReplicaConfig` and `StepOrder`) and
 //! the system behaviour each follows.
 
 use super::config::{ReplicaSpec, SchedulerTable};
@@ -23,6 +23,9 @@ use crate::serving::{
 ///   (`Admission::ReserveFull`, the vLLM paper's "Orca (Oracle)"), so nothing is preempted.
 ///   With `max_num_batched_tokens` it is the replica the expertweave family models
 ///   (`expertweave::replica_config`).
+/// - `static`: static batches (`Batching::Static`): the batch former's whole batch when the
+///   replica is empty, run as one step to its longest output (CAPS); each sequence holds the
+///   blocks of its final length (`ReserveFull`), never preempted.
 pub fn replica(spec: &ReplicaSpec, kv_blocks: u64) -> Replica {
     let paged = KvConfig {
         block_size: spec.block_size,
@@ -71,6 +74,20 @@ pub fn replica(spec: &ReplicaSpec, kv_blocks: u64) -> Replica {
                 },
                 admission: Admission::ReserveFull,
                 batching: Batching::Continuous,
+            },
+            StepOrder::DecodeFirst,
+        ),
+        SchedulerTable::Static { .. } => (
+            ReplicaConfig {
+                max_num_seqs: spec.max_num_seqs,
+                max_num_batched_tokens: None,
+                chunked_prefill: false,
+                kv: KvConfig {
+                    watermark_blocks: 0,
+                    ..paged
+                },
+                admission: Admission::ReserveFull,
+                batching: Batching::Static,
             },
             StepOrder::DecodeFirst,
         ),

@@ -2,20 +2,28 @@
 //! process (`Event::Arrival`), a `Router` sends each to a replica, and each replica is a
 //! `serving::Replica` configured by its scheduler kind whose steps end as `Event::StepEnd`. A
 //! step is priced by the replica's `ReplicaStepCost` (an MoE step first routed by the
-//! `ExpertRouter`), and its moments are recorded by the replica's `recorder::ReplicaRecorder`
-//! (and, when asked, written as a trace-event slice). `finish` checks conservation and Little's
-//! law on every run before it summarises. With adapters each request draws its adapter at
-//! arrival (ExpertWeave's draw, on the expertweave family's stream, so a trace replayed in both
-//! families gives every request the same adapter), the replica counts each step's tokens per
-//! adapter, and the `AdapterRouter` routes them (copies included).
+//! `ExpertRouter` onto the replica's expert layout), and its moments are recorded by the
+//! replica's `recorder::ReplicaRecorder` (and, when asked, written as a trace-event slice).
+//! `finish` checks conservation and Little's law on every run before it summarises. An
+//! observation pass (`ServingServer::observing`) is the same cluster under the linear layout,
+//! from its own random streams, that records the tokens per expert of each replica's first
+//! steps and stops there: the window EPLB and GEM map from. With adapters each request draws
+//! its adapter at arrival (ExpertWeave's draw, on the expertweave family's stream, so a trace
+//! replayed in both families gives every request the same adapter), the replica counts each
+//! step's tokens per adapter, and the `AdapterRouter` routes them (copies included) on the
+//! linear layout.
 
 use super::adapters::AdapterRouter;
-use super::config::{LengthSpec, ServedModel, ServingScenario};
+use super::batch_former::{BoxedDryRun, LayoutDryRun, PromptDryRun, ServingCandidate};
+use super::config::{LengthSpec, SchedulerTable, ServedModel, ServingScenario};
 use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
+use super::mapping::ExpertLayout;
 use super::scheduler;
 use super::step_cost::ReplicaStepCost;
 use crate::arrivals::{Arrival, ArrivalProcess};
+use crate::caps::batch::BatchSelector;
+use crate::caps::former::SelectorFormer;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::expertweave::memory::InstancePlan;
@@ -26,8 +34,9 @@ use crate::serving::{
     AdmitHook, EngineState, QueuePolicy, QueuedRequest, Replica, RouteRequest, Router, Seq,
     StepCost,
 };
-use crate::time::SimTime;
+use crate::time::{SimDuration, SimTime};
 use std::collections::HashMap;
+use std::rc::Rc;
 
 /// What happens to the cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,11 +45,16 @@ pub enum Event {
     Arrival(Arrival),
     /// The step running on replica `replica` ends.
     StepEnd { replica: usize },
+    /// A static replica's scheduler wakes up on its `scheduling_interval_ms` grid.
+    SchedulerTick { replica: usize },
 }
 
 /// One replica and what runs beside it.
 struct ReplicaRun<'a> {
     replica: Replica,
+    /// A static replica's batch former (its waiting requests) and whether a tick is pending.
+    former: Option<SelectorFormer<'a, BoxedDryRun<'a>>>,
+    tick_pending: bool,
     recorder: ReplicaRecorder,
     step_cost: ReplicaStepCost,
     /// Prices the steps instead of `step_cost` when given (`ServingServer::with_step_costs`;
@@ -105,18 +119,123 @@ pub struct ServingServer<'a> {
     sink: &'a mut dyn RecordSink,
     trace: Option<TraceEvents>,
     last_finish: SimTime,
+    /// The observation pass only: it stops once every replica's router observed its window.
+    observing: bool,
+    /// A static replica's batch trigger and tick grid.
+    min_batch_trigger: usize,
+    scheduling_interval: SimDuration,
 }
 
 impl<'a> ServingServer<'a> {
-    /// The cluster of `scenario` on `deployment` for `seed`; one queue policy and one router
-    /// instance serve every replica (both reset here). With adapters, `plan` is the memory
-    /// manager's plan of a replica.
+    /// The cluster of `scenario` on `deployment` for `seed`, replica `r`'s experts (MoE only)
+    /// laid out as `layouts[r]` and its batches (static kind only) selected by
+    /// `selectors[r]`; one queue policy and one router instance serve every replica (both
+    /// reset here). With adapters, `plan` is the memory manager's plan of a replica.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         scenario: &'a ServingScenario,
         deployment: &Deployment,
         plan: Option<&InstancePlan>,
         seed: u64,
+        layouts: &[Rc<ExpertLayout>],
+        selectors: &'a mut [Box<dyn BatchSelector>],
+        queue: &'a mut dyn QueuePolicy,
+        router: &'a mut dyn Router,
+        sink: &'a mut dyn RecordSink,
+    ) -> ServingServer<'a> {
+        Self::with_streams(
+            scenario, deployment, plan, seed, seed, layouts, selectors, queue, router, sink,
+        )
+    }
+
+    /// Replaces static replica `replica`'s router dry-run (the one its batch former predicts
+    /// loads with) by `dry_run`, before the run starts.
+    pub fn with_dry_run(mut self, replica: usize, dry_run: BoxedDryRun<'a>) -> Self {
+        let former = self.replicas[replica]
+            .former
+            .as_mut()
+            .expect("only a static replica has a batch former");
+        assert_eq!(
+            former.waiting(),
+            0,
+            "the dry-run is replaced before the run"
+        );
+        former.set_dry_run(dry_run);
+        self
+    }
+
+    /// The observation pass of `scenario` for `seed`: the cluster under the linear layout,
+    /// its arrivals, lengths and routing offsets drawn from streams of their own (the seed
+    /// `stream(seed, "expert_observation")` draws), its experts' popularity the run's own; it
+    /// records the tokens per expert of each replica's first `steps` steps and then stops
+    /// (`observed`).
+    pub fn observing(
+        scenario: &'a ServingScenario,
+        deployment: &Deployment,
+        seed: u64,
+        steps: usize,
+        selectors: &'a mut [Box<dyn BatchSelector>],
+        queue: &'a mut dyn QueuePolicy,
+        router: &'a mut dyn Router,
+        sink: &'a mut dyn RecordSink,
+    ) -> ServingServer<'a> {
+        let Some(shape) = scenario.model.experts() else {
+            panic!("only an MoE replica has experts to observe")
+        };
+        let r = &scenario.replica;
+        let linear = Rc::new(ExpertLayout::linear(
+            shape.n_layers,
+            shape.n_experts,
+            r.expert_parallel,
+            r.gpus,
+        ));
+        let layouts = vec![linear; r.count];
+        let streams: u64 = rand::RngExt::random(&mut stream(seed, "expert_observation"));
+        let mut server = Self::with_streams(
+            scenario, deployment, None, seed, streams, &layouts, selectors, queue, router, sink,
+        );
+        for run in &mut server.replicas {
+            run.expert_router
+                .as_mut()
+                .expect("an MoE replica routes its experts")
+                .observe(steps);
+        }
+        server.observing = true;
+        server
+    }
+
+    /// Per replica and layer, the tokens per expert of each observed step (step-major).
+    pub fn observed(mut self) -> Vec<Vec<Vec<f32>>> {
+        self.replicas
+            .iter_mut()
+            .map(|run| {
+                run.expert_router
+                    .as_mut()
+                    .map(ExpertRouter::take_observed)
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
+    /// Whether an observation pass has recorded all its steps.
+    fn observed_enough(&self) -> bool {
+        self.observing
+            && self.replicas.iter().all(|run| {
+                run.expert_router
+                    .as_ref()
+                    .is_none_or(|router| router.observed_steps().1)
+            })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn with_streams(
+        scenario: &'a ServingScenario,
+        deployment: &Deployment,
+        plan: Option<&InstancePlan>,
+        seed: u64,
+        streams: u64,
+        layouts: &[Rc<ExpertLayout>],
+        selectors: &'a mut [Box<dyn BatchSelector>],
         queue: &'a mut dyn QueuePolicy,
         router: &'a mut dyn Router,
         sink: &'a mut dyn RecordSink,
@@ -125,43 +244,78 @@ impl<'a> ServingServer<'a> {
         queue.reset(count);
         router.reset(count);
         let mut popularity = stream(seed, "expert_popularity");
+        let (min_batch_trigger, scheduling_interval, window_size, seed_with_oldest) =
+            match &scenario.replica.scheduler {
+                SchedulerTable::Static {
+                    window_size,
+                    min_batch_trigger,
+                    scheduling_interval_ms,
+                    seed_with_oldest,
+                } => (
+                    *min_batch_trigger,
+                    SimDuration::from_secs_f64(scheduling_interval_ms / 1e3),
+                    *window_size,
+                    *seed_with_oldest,
+                ),
+                _ => (0, SimDuration(1), 0, false),
+            };
+        let mut selectors = selectors.iter_mut();
         let replicas = (0..count)
             .map(|r| {
-                let adapter_router = match (&scenario.model, &scenario.adapters, plan) {
-                    (ServedModel::Mla(shape), Some(adapters), Some(plan)) => {
+                let layout = layouts.get(r).cloned();
+                let adapter_router = match (&scenario.model, &scenario.adapters, plan, &layout) {
+                    (ServedModel::Mla(shape), Some(adapters), Some(plan), Some(layout)) => {
                         Some(AdapterRouter::new(
                             shape,
                             adapters,
                             plan,
-                            deployment
-                                .placement
-                                .expect("an MoE replica places its experts"),
-                            stream(seed, &format!("expert_routing_{r}")),
+                            Rc::clone(layout),
+                            stream(streams, &format!("expert_routing_{r}")),
                         ))
                     }
                     _ => None,
                 };
-                let expert_router = match (scenario.model.experts(), deployment.placement) {
-                    (Some(shape), Some(placement)) if adapter_router.is_none() => {
+                let expert_router = match (scenario.model.experts(), &layout) {
+                    (Some(shape), Some(layout)) if adapter_router.is_none() => {
                         Some(ExpertRouter::new(
                             &shape,
                             scenario.expert_routing,
                             scenario.n_topics,
-                            placement,
+                            Rc::clone(layout),
                             &mut popularity,
-                            stream(seed, &format!("expert_routing_{r}")),
+                            stream(streams, &format!("expert_routing_{r}")),
                         ))
                     }
                     _ => None,
                 };
+                let former = (window_size > 0).then(|| {
+                    let dry_run: BoxedDryRun<'a> = match (&expert_router, &layout) {
+                        (Some(router), Some(layout)) => {
+                            Box::new(LayoutDryRun::new(router.popularity(), Rc::clone(layout)))
+                        }
+                        _ => Box::new(PromptDryRun),
+                    };
+                    let selector = selectors
+                        .next()
+                        .expect("a static replica has its batch selector");
+                    SelectorFormer::new(
+                        window_size,
+                        seed_with_oldest,
+                        selector.as_mut(),
+                        stream(streams, &format!("selector_{r}")),
+                        dry_run,
+                    )
+                });
                 ReplicaRun {
                     replica: scheduler::replica(&scenario.replica, deployment.kv_blocks),
+                    former,
+                    tick_pending: false,
                     recorder: ReplicaRecorder::new(
                         deployment.gpus,
                         deployment.kv_blocks,
                         scenario.kv_sample_interval_ns,
                     ),
-                    step_cost: ReplicaStepCost::new(scenario, deployment, plan),
+                    step_cost: ReplicaStepCost::new(scenario, deployment, layout, plan),
                     priced_by: None,
                     expert_router,
                     adapter_router,
@@ -179,10 +333,10 @@ impl<'a> ServingServer<'a> {
             arrivals: scenario.arrival.process(
                 scenario.requests(),
                 scenario.n_topics,
-                stream(seed, "arrivals"),
+                stream(streams, "arrivals"),
             ),
-            rng_prompt: stream(seed, "prompt_tokens"),
-            rng_output: stream(seed, "output_tokens"),
+            rng_prompt: stream(streams, "prompt_tokens"),
+            rng_output: stream(streams, "output_tokens"),
             rng_adapter: stream(seed, "expertweave/adapters"),
             replicas,
             outputs: HashMap::new(),
@@ -194,6 +348,9 @@ impl<'a> ServingServer<'a> {
             sink,
             trace: None,
             last_finish: SimTime::ZERO,
+            observing: false,
+            min_batch_trigger,
+            scheduling_interval,
         }
     }
 
@@ -206,6 +363,10 @@ impl<'a> ServingServer<'a> {
             "one step cost per replica"
         );
         for (run, cost) in self.replicas.iter_mut().zip(costs) {
+            assert!(
+                run.former.is_none(),
+                "a static replica prices its batches itself (price_static)"
+            );
             run.priced_by = Some(cost);
         }
         self
@@ -231,7 +392,7 @@ impl<'a> ServingServer<'a> {
         }
     }
 
-    /// Routes and queues `arrival`; returns its replica.
+    /// Routes and queues `arrival` (a static replica's former takes it); returns its replica.
     fn arrive(&mut self, now: SimTime, arrival: Arrival) -> usize {
         let s = self.scenario;
         let prompt = Self::length(
@@ -251,7 +412,10 @@ impl<'a> ServingServer<'a> {
         for (r, run) in self.replicas.iter().enumerate() {
             self.engine_states.push(EngineState {
                 model: 0,
-                waiting: run.replica.waiting(&*self.queue, r),
+                waiting: match &run.former {
+                    Some(former) => former.waiting(),
+                    None => run.replica.waiting(&*self.queue, r),
+                },
                 running: run.replica.running().len(),
                 in_flight_predicted_tokens: 0.0,
                 decode_ms_per_token: 0.0,
@@ -273,7 +437,6 @@ impl<'a> ServingServer<'a> {
             .adapters
             .as_ref()
             .map(|a| a.draw.sample(&mut self.rng_adapter) as u32);
-        self.outputs.insert(id, (output, adapter));
         if self.topical() {
             self.topics.insert(id, arrival.topic);
         }
@@ -281,6 +444,19 @@ impl<'a> ServingServer<'a> {
         run.prompt_tokens_in += u64::from(prompt);
         run.output_tokens_asked += u64::from(output);
         run.arrived += 1;
+        if let Some(former) = &mut run.former {
+            former.push(ServingCandidate {
+                id,
+                arrival: now,
+                topic: arrival.topic,
+                prompt_tokens: prompt,
+                output_tokens: output,
+                load: Vec::new(),
+            });
+            run.replica.submitted(now);
+            return r;
+        }
+        self.outputs.insert(id, (output, adapter));
         let request = QueuedRequest {
             id,
             workflow: id,
@@ -298,34 +474,81 @@ impl<'a> ServingServer<'a> {
         r
     }
 
+    /// A static replica `r` at `now` (on a tick of its grid, or not): when it is idle, it runs
+    /// the former's batch if `min_batch_trigger` requests wait or this is a tick, else waits
+    /// for the next tick (CAPS's scheduler loop).
+    fn try_dispatch(&mut self, r: usize, now: SimTime, tick: bool, events: &mut EventQueue<Event>) {
+        let run = &mut self.replicas[r];
+        let waiting = run.former.as_ref().map_or(0, SelectorFormer::waiting);
+        // A static batch is running while the replica holds sequences (all leave at its end).
+        if !run.replica.running().is_empty() || waiting == 0 {
+            return;
+        }
+        if tick || waiting >= self.min_batch_trigger {
+            if let Some(end) = self.start_step(r, now) {
+                events.schedule(end, Event::StepEnd { replica: r });
+            }
+        } else if !run.tick_pending {
+            let interval = self.scheduling_interval.0;
+            events.schedule(
+                SimTime((now.0 / interval + 1) * interval),
+                Event::SchedulerTick { replica: r },
+            );
+            run.tick_pending = true;
+        }
+    }
+
     /// Schedules and prices replica `r`'s next step at `now`; returns its end, or `None` when
     /// the replica goes idle.
     fn start_step(&mut self, r: usize, now: SimTime) -> Option<SimTime> {
         let run = &mut self.replicas[r];
-        let mut hook = Admit {
-            outputs: &mut self.outputs,
-        };
-        let mut work = run.replica.schedule(now, &mut *self.queue, r, &mut hook)?;
-        if let Some(router) = &mut run.expert_router {
-            if router.topical() {
-                router.topic_tokens.fill(0);
+        let (work, time) = if let Some(former) = &mut run.former {
+            let work = run.replica.schedule_static_batch(now, former)?;
+            let (mut prefill_topics, mut decode_topics) = (Vec::new(), Vec::new());
+            if let Some(router) = run.expert_router.as_ref().filter(|r| r.topical()) {
+                prefill_topics = vec![0u64; router.topic_tokens.len()];
+                decode_topics = prefill_topics.clone();
                 for seq in work.batch.iter().filter(|s| s.scheduled() > 0) {
                     let topic = self.topics[&seq.request.id] as usize;
-                    router.topic_tokens[topic] += u64::from(seq.scheduled());
+                    prefill_topics[topic] += u64::from(seq.step_prefill());
+                    decode_topics[topic] += 1;
                 }
             }
-            work.routed = Some(router.route(work.prefill_tokens + work.decode_tokens));
-        }
-        if let Some(router) = &mut run.adapter_router {
-            let (routed, copies) = router.route(work.adapters);
-            run.step_cost.set_adapter_copies(copies);
-            work.routed = Some(routed);
-        }
-        let time = match &mut run.priced_by {
-            Some(cost) => cost.price(&work),
-            None => run.step_cost.price(&work),
+            let time = run.step_cost.price_static(
+                &work,
+                run.expert_router.as_mut(),
+                &prefill_topics,
+                &decode_topics,
+                &mut run.step_flops,
+            );
+            (work, time)
+        } else {
+            let mut hook = Admit {
+                outputs: &mut self.outputs,
+            };
+            let mut work = run.replica.schedule(now, &mut *self.queue, r, &mut hook)?;
+            if let Some(router) = &mut run.expert_router {
+                if router.topical() {
+                    router.topic_tokens.fill(0);
+                    for seq in work.batch.iter().filter(|s| s.scheduled() > 0) {
+                        let topic = self.topics[&seq.request.id] as usize;
+                        router.topic_tokens[topic] += u64::from(seq.scheduled());
+                    }
+                }
+                work.routed = Some(router.route(work.prefill_tokens + work.decode_tokens));
+            }
+            if let Some(router) = &mut run.adapter_router {
+                let (routed, copies) = router.route(work.adapters);
+                run.step_cost.set_adapter_copies(copies);
+                work.routed = Some(routed);
+            }
+            let time = match &mut run.priced_by {
+                Some(cost) => cost.price(&work),
+                None => run.step_cost.price(&work),
+            };
+            run.step_cost.model_flops(&work, &mut run.step_flops);
+            (work, time)
         };
-        run.step_cost.model_flops(&work, &mut run.step_flops);
         let counts = StepCounts::of(&work);
         run.replica.begin_step(time.duration);
         run.recorder.step_started(
@@ -352,6 +575,9 @@ impl<'a> ServingServer<'a> {
             self.topics.remove(&seq.request.id);
         }
         self.finished = finished;
+        if let Some(former) = &mut run.former {
+            former.finish_batch(|_| {});
+        }
     }
 
     /// The run's summaries (overall, then per replica) once every request has finished, after
@@ -392,6 +618,10 @@ impl Model for ServingServer<'_> {
     }
 
     fn handle(&mut self, now: SimTime, event: Event, events: &mut EventQueue<Event>) {
+        if self.observed_enough() {
+            // The observation pass stops: no event is scheduled any more.
+            return;
+        }
         match event {
             Event::Arrival(arrival) => {
                 // Every request arriving at this instant is queued before an idle replica
@@ -402,7 +632,11 @@ impl Model for ServingServer<'_> {
                 let mut next = Some(arrival);
                 while let Some(arrival) = next.take_if(|a| a.time <= now) {
                     let r = self.arrive(now, arrival);
-                    if !woken.contains(&r) {
+                    if self.replicas[r].former.is_some() {
+                        // A static replica checks its trigger at each arrival, as CAPS's
+                        // scheduler loop does.
+                        self.try_dispatch(r, now, false, events);
+                    } else if !woken.contains(&r) {
                         woken.push(r);
                     }
                     next = self.arrivals.next_arrival();
@@ -422,9 +656,15 @@ impl Model for ServingServer<'_> {
             }
             Event::StepEnd { replica } => {
                 self.step_end(replica, now);
-                if let Some(end) = self.start_step(replica, now) {
+                if self.replicas[replica].former.is_some() {
+                    self.try_dispatch(replica, now, false, events);
+                } else if let Some(end) = self.start_step(replica, now) {
                     events.schedule(end, Event::StepEnd { replica });
                 }
+            }
+            Event::SchedulerTick { replica } => {
+                self.replicas[replica].tick_pending = false;
+                self.try_dispatch(replica, now, true, events);
             }
         }
     }

@@ -3,33 +3,38 @@
 //! the cost model's roofline (`StepRoofline::dense` / `moe_non_expert_tensor_parallel`: weights
 //! and KV streamed, GEMM FLOPs on tile-padded rows, attention, the tensor-parallel all-reduces,
 //! the host's per-step overhead), each GPU at its own speed factors and the slowest setting the
-//! pace; then each MoE layer as `cost::moe_layer` prices it: per expert-parallel group, the
-//! slowest GPU's grouped GEMM over the tokens routed to its experts plus the all-to-all
-//! dispatch and combine, the layer waiting for its slowest group. The step's rows, sequences
-//! and context split evenly over the data-parallel copies of the dense part. An MLA model's
-//! dense part is `StepRoofline::mla_moe_non_expert` (latent cache held whole by every rank).
-//! With adapters (`super::adapters`), the adapters' expert copies a step routes tokens to are
-//! more weights in the grouped GEMM of the GPU hosting their base expert, and the rerouting
+//! pace; then each MoE layer as `cost::moe_layer` prices it on the replica's expert layout
+//! (`mapping::ExpertLayout`, the layer's own mapping): per expert-parallel group, each GPU's
+//! hosted expert slots as one grouped GEMM at its own speed, the slowest GPU's plus the
+//! all-to-all dispatch and combine, the layer waiting for its slowest group. The step's rows,
+//! sequences and context split evenly over the data-parallel copies of the dense part. An MLA
+//! model's dense part is `StepRoofline::mla_moe_non_expert` (latent cache held whole by every
+//! rank). With adapters (`super::adapters`), the adapters' expert copies a step routes tokens to
+//! are more weights in the grouped GEMM of the GPU hosting their base expert, and the rerouting
 //! operator of every MoE layer adds the bytes it moves (`ReroutingCost`).
 
 use super::adapters::{CopyTokens, ReroutingCost};
 use super::config::{ServedModel, ServingScenario};
-use super::deployment::{Deployment, LinearPlacement};
+use super::deployment::Deployment;
+use super::expert_routing::ExpertRouter;
+use super::mapping::ExpertLayout;
 use crate::cost::gpu::LinkSpec;
 use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
 use crate::cost::roofline::{Roofline, StepPrice, StepRoofline, StepTokens, TensorParallel};
+use crate::cost::shape::MoeModelShape;
 use crate::expertweave::memory::InstancePlan;
-use crate::serving::{CostSource, StepBreakdown, StepCost, StepTime, StepWork};
+use crate::serving::{CostSource, RoutedTokens, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
+use std::rc::Rc;
 
 /// The routed experts of an MoE replica.
 struct MoePart {
     layer: MoeLayerCost,
-    placement: LinearPlacement,
+    layout: Rc<ExpertLayout>,
     speeds: Vec<SpeedFactors>,
     link: LinkSpec,
     n_layers: usize,
-    /// One GPU's tokens per hosted expert, then per hosted adapter copy (scratch).
+    /// One GPU's tokens per expert slot, then per hosted adapter copy (scratch).
     gpu_tokens: Vec<u32>,
     /// Per MoE layer, the adapter copies' tokens of the step being priced (`set_adapter_copies`).
     copies: Vec<Vec<CopyTokens>>,
@@ -50,17 +55,30 @@ pub struct ReplicaStepCost {
     expert_flops_per_token: f64,
 }
 
+/// The routed experts' layer cost of `scenario`'s GPU: CUDA graphs capture the grouped MoE
+/// kernels with the rest of the step, so they launch nothing of their own (the host overhead
+/// covers the graph replay).
+pub fn moe_layer_cost(scenario: &ServingScenario, shape: &MoeModelShape) -> MoeLayerCost {
+    let params = MoeLayerParams {
+        launches_per_layer: 0,
+        ..MoeLayerParams::default()
+    };
+    MoeLayerCost::new(&scenario.replica.gpu, shape, params)
+}
+
 /// `value / parts`, rounded up.
 fn share(value: u64, parts: u64) -> u64 {
     value.div_ceil(parts)
 }
 
 impl ReplicaStepCost {
-    /// The step cost of `scenario`'s replica on `deployment` (with adapters, `plan` is the
-    /// memory manager's plan of the replica: whether it reroutes).
+    /// The step cost of `scenario`'s replica on `deployment`, its experts (MoE only) laid out
+    /// as `layout` says (with adapters, `plan` is the memory manager's plan of the replica:
+    /// whether it reroutes).
     pub fn new(
         scenario: &ServingScenario,
         deployment: &Deployment,
+        layout: Option<Rc<ExpertLayout>>,
         plan: Option<&InstancePlan>,
     ) -> ReplicaStepCost {
         let r = &scenario.replica;
@@ -113,15 +131,9 @@ impl ReplicaStepCost {
                 }
             })
             .collect();
-        let (moe, expert_flops_per_token) = match (scenario.model.experts(), deployment.placement) {
-            (Some(shape), Some(placement)) => {
-                // CUDA graphs capture the grouped MoE kernels with the rest of the step: no
-                // launch of their own (the host overhead covers the graph replay).
-                let params = MoeLayerParams {
-                    launches_per_layer: 0,
-                    ..MoeLayerParams::default()
-                };
-                let layer = MoeLayerCost::new(&r.gpu, &shape, params);
+        let (moe, expert_flops_per_token) = match (scenario.model.experts(), layout) {
+            (Some(shape), Some(layout)) => {
+                let layer = moe_layer_cost(scenario, &shape);
                 let rerouting = match (&scenario.model, &scenario.adapters, plan) {
                     (ServedModel::Mla(mla), Some(adapters), Some(plan)) => {
                         ReroutingCost::new(mla, adapters, plan, r)
@@ -132,11 +144,11 @@ impl ReplicaStepCost {
                 (
                     Some(MoePart {
                         layer,
-                        placement,
+                        gpu_tokens: vec![0; layout.slots_per_gpu],
+                        layout,
                         speeds: r.speeds.clone(),
                         link: r.link,
                         n_layers: shape.n_layers,
-                        gpu_tokens: vec![0; placement.experts_per_gpu],
                         copies: vec![Vec::new(); shape.n_layers],
                         rerouting,
                     }),
@@ -187,9 +199,20 @@ impl ReplicaStepCost {
     /// Each GPU's model FLOPs in `work` (the dense part's useful FLOPs, no tile padding, and
     /// its routed tokens' expert FLOPs), into `out` (one per GPU).
     pub fn model_flops(&self, work: &StepWork<'_>, out: &mut [f64]) {
-        let dense = self.dense[0].model_flops(&self.dense_tokens(work));
-        out.fill(dense);
-        if let Some(routed) = work.routed {
+        out.fill(0.0);
+        self.add_pass_flops(&self.dense_tokens(work), work.routed, out);
+    }
+
+    /// Adds one pass's model FLOPs per GPU into `out`.
+    fn add_pass_flops(
+        &self,
+        tokens: &StepTokens,
+        routed: Option<RoutedTokens<'_>>,
+        out: &mut [f64],
+    ) {
+        let dense = self.dense[0].model_flops(tokens);
+        out.iter_mut().for_each(|o| *o += dense);
+        if let Some(routed) = routed {
             let gpus = out.len();
             for row in routed.per_gpu.chunks_exact(gpus) {
                 for (o, &n) in out.iter_mut().zip(row) {
@@ -198,50 +221,48 @@ impl ReplicaStepCost {
             }
         }
     }
-}
 
-impl StepCost for ReplicaStepCost {
-    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
-        let tokens = self.dense_tokens(work);
-        let prices: Vec<StepPrice> = self.dense.iter().map(|d| d.price(&tokens)).collect();
-        let busy: Vec<f64> = self
-            .dense_of_gpu
-            .iter()
-            .map(|&d| prices[d].nanos - prices[d].overhead_ns - prices[d].communication_ns)
-            .collect();
+    /// One forward pass of `rows` token rows (the whole replica's): the dense part on `tokens`
+    /// (the slowest GPU's pace), then each MoE layer on `routed` (and, with adapters, the
+    /// rerouting of the rows); adds each GPU's busy time into `busy`.
+    fn pass(
+        &mut self,
+        tokens: &StepTokens,
+        rows: u64,
+        routed: Option<RoutedTokens<'_>>,
+        busy: &mut [f64],
+    ) -> PassTime {
+        let prices: Vec<StepPrice> = self.dense.iter().map(|d| d.price(tokens)).collect();
+        for (b, &d) in busy.iter_mut().zip(&self.dense_of_gpu) {
+            *b += prices[d].nanos - prices[d].overhead_ns - prices[d].communication_ns;
+        }
         let pace = prices
             .iter()
             .copied()
             .reduce(|a, b| if b.nanos > a.nanos { b } else { a })
             .expect("a replica has at least one GPU");
-        let mut busy = busy;
         let mut moe_ns = 0.0;
         let mut communication_ns = pace.communication_ns;
         if let Some(moe) = &mut self.moe {
-            let routed = work
-                .routed
-                .expect("an MoE step carries its routed tokens per expert and GPU");
-            let (experts, gpus) = (moe.placement.n_experts, moe.placement.gpus());
-            let ep = moe.placement.expert_parallel;
-            let per_gpu_hosted = moe.placement.experts_per_gpu;
+            let routed = routed.expect("an MoE step carries its routed tokens per expert and GPU");
+            let (experts, gpus) = (moe.layout.n_experts, moe.layout.gpus());
+            let ep = moe.layout.expert_parallel;
             for layer in 0..moe.n_layers {
                 let per_expert = &routed.per_expert[layer * experts..][..experts];
                 let copies = &moe.copies[layer];
                 let per_gpu = &routed.per_gpu[layer * gpus..][..gpus];
                 let mut layer_ns = 0.0f64;
                 let mut layer_a2a = 0.0f64;
-                for copy in 0..moe.placement.copies {
+                for copy in 0..moe.layout.copies {
                     let mut slowest = 0.0f64;
                     let mut max_rows = 0u64;
                     for g in copy * ep..(copy + 1) * ep {
-                        moe.gpu_tokens.resize(per_gpu_hosted, 0);
-                        moe.placement.gpu_tokens(per_expert, g, &mut moe.gpu_tokens);
-                        let hosted = (g % ep) * per_gpu_hosted..(g % ep + 1) * per_gpu_hosted;
-                        for c in copies
-                            .iter()
-                            .filter(|c| hosted.contains(&(c.expert as usize)))
-                        {
-                            moe.gpu_tokens.push(moe.placement.share(c.tokens, copy));
+                        moe.gpu_tokens.resize(moe.layout.slots_per_gpu, 0);
+                        moe.layout
+                            .gpu_tokens(layer, per_expert, g, &mut moe.gpu_tokens);
+                        for c in copies {
+                            moe.gpu_tokens
+                                .extend(moe.layout.expert_shares(layer, g, c.expert, c.tokens));
                         }
                         let c = moe.layer.grouped_gemm(&moe.gpu_tokens, moe.speeds[g]).nanos;
                         busy[g] += c;
@@ -258,21 +279,118 @@ impl StepCost for ReplicaStepCost {
                 communication_ns += layer_a2a;
             }
             if let Some(rerouting) = &moe.rerouting {
-                moe_ns += rerouting.nanos(work.prefill_tokens + work.decode_tokens);
+                moe_ns += rerouting.nanos(rows);
             }
         }
+        PassTime {
+            nanos: pace.nanos + moe_ns,
+            compute_ns: pace.compute_ns,
+            memory_ns: pace.memory_ns,
+            communication_ns,
+            overhead_ns: pace.overhead_ns,
+            moe_ns,
+        }
+    }
+
+    /// A static batch run as one step (`StepWork::decode_iterations` > 0 or not): its prefill
+    /// pass over the whole prompts, then one decode pass per iteration, every sequence padded
+    /// along (a token each; at iteration `i` a sequence's context is its prompt + `i`). An MoE
+    /// replica's passes are each routed by `router`: the prefill's tokens per topic are
+    /// `prefill_topics`, each decode pass's `decode_topics` (its sequences per topic). Each
+    /// GPU's model FLOPs go into `flops`.
+    pub fn price_static(
+        &mut self,
+        work: &StepWork<'_>,
+        mut router: Option<&mut ExpertRouter>,
+        prefill_topics: &[u64],
+        decode_topics: &[u64],
+        flops: &mut [f64],
+    ) -> StepTime {
+        let dp = self.data_parallel;
+        let (mut prompts, mut prefill_square) = (0u64, 0.0f64);
+        for s in work.batch.iter().filter(|s| s.scheduled() > 0) {
+            prompts += u64::from(s.step_prefill());
+            prefill_square += f64::from(s.step_prefill()).powi(2);
+        }
+        let requests = work.requests;
+        let mut busy = vec![0.0; self.dense_of_gpu.len()];
+        flops.fill(0.0);
+        let mut total = PassTime::default();
+        for iteration in 0..=u64::from(work.decode_iterations) {
+            let (tokens, topics, routed_tokens) = if iteration == 0 {
+                let tokens = StepTokens {
+                    rows: share(prompts, dp),
+                    sequences: share(requests, dp),
+                    context_tokens: share(prompts, dp),
+                    prefill_square: prefill_square / dp as f64,
+                };
+                (tokens, prefill_topics, prompts)
+            } else {
+                let tokens = StepTokens {
+                    rows: share(requests, dp),
+                    sequences: share(requests, dp),
+                    context_tokens: share(prompts + requests * iteration, dp),
+                    prefill_square: 0.0,
+                };
+                (tokens, decode_topics, requests)
+            };
+            let routed = router.as_mut().map(|r| {
+                if r.topical() {
+                    r.topic_tokens.copy_from_slice(topics);
+                }
+                r.route(routed_tokens)
+            });
+            self.add_pass_flops(&tokens, routed, flops);
+            total.add(&self.pass(&tokens, routed_tokens, routed, &mut busy));
+        }
+        total.step_time(busy)
+    }
+}
+
+/// What one pass (or a sum of passes) takes, ns.
+#[derive(Clone, Copy, Debug, Default)]
+struct PassTime {
+    nanos: f64,
+    compute_ns: f64,
+    memory_ns: f64,
+    communication_ns: f64,
+    overhead_ns: f64,
+    moe_ns: f64,
+}
+
+impl PassTime {
+    fn add(&mut self, other: &PassTime) {
+        self.nanos += other.nanos;
+        self.compute_ns += other.compute_ns;
+        self.memory_ns += other.memory_ns;
+        self.communication_ns += other.communication_ns;
+        self.overhead_ns += other.overhead_ns;
+        self.moe_ns += other.moe_ns;
+    }
+
+    fn step_time(self, per_gpu_busy_ns: Vec<f64>) -> StepTime {
         StepTime {
-            duration: SimDuration((pace.nanos + moe_ns).round().max(1.0) as u64),
+            duration: SimDuration(self.nanos.round().max(1.0) as u64),
             breakdown: StepBreakdown {
-                compute_ns: pace.compute_ns,
-                memory_ns: pace.memory_ns,
-                communication_ns,
-                overhead_ns: pace.overhead_ns,
-                moe_ns,
-                per_gpu_busy_ns: busy,
+                compute_ns: self.compute_ns,
+                memory_ns: self.memory_ns,
+                communication_ns: self.communication_ns,
+                overhead_ns: self.overhead_ns,
+                moe_ns: self.moe_ns,
+                per_gpu_busy_ns,
                 op_sources: None,
             },
             source: CostSource::Analytic,
         }
+    }
+}
+
+impl StepCost for ReplicaStepCost {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let tokens = self.dense_tokens(work);
+        let mut busy = vec![0.0; self.dense_of_gpu.len()];
+        let rows = work.prefill_tokens + work.decode_tokens;
+        let pass = self.pass(&tokens, rows, work.routed, &mut busy);
+        pass.step_time(busy)
     }
 }

@@ -54,12 +54,34 @@ fn scenario(text: &str) -> Result<ServingScenario, crate::scenario::validate::Fi
     config.validate(std::path::Path::new("."), &mut LoadCache::default())
 }
 
+/// vLLM's linear expert mapping (the strategies crate's `linear`, which this crate cannot
+/// reach): expert `e` on GPU `e / (experts / GPUs)`.
+struct Linear;
+
+impl crate::gem::ExpertMapper for Linear {
+    fn map_layer(
+        &mut self,
+        problem: &crate::gem::LayerProblem<'_>,
+        _: &mut crate::rng::SimRng,
+    ) -> crate::gem::LayerMapping {
+        let per_gpu = problem.n_experts / problem.n_gpus();
+        crate::gem::LayerMapping::from_assignment(
+            &(0..problem.n_experts)
+                .map(|e| e / per_gpu)
+                .collect::<Vec<_>>(),
+            problem.n_gpus(),
+        )
+    }
+}
+
 fn run(s: &ServingScenario, seed: u64) -> RunOutput {
     run_recorded(
         s,
         seed,
         &mut Fifo::default(),
         &mut Turns::default(),
+        &mut Linear,
+        &mut [],
         None,
         &mut DiscardRecords,
         None,
@@ -331,6 +353,17 @@ rate_per_s = 1.0
             "adapters.names",
             "gate-nope",
         ),
+        // Adapters on a static replica: its batches are routed pass by pass, adapters step by
+        // step.
+        (
+            base(
+                "esft-vanilla-16b",
+                "gpus = 8\ntensor_parallel = 8\nexpert_parallel = 8\nscheduler = { kind = \"static\" }",
+                "[adapters]\ncount = 2\nmemory = { kind = \"virtual_weight_tensor\" }",
+            ),
+            "replica.scheduler.kind",
+            "static",
+        ),
         // A zero token budget.
         (
             base(
@@ -341,15 +374,37 @@ rate_per_s = 1.0
             "replica.scheduler.max_num_batched_tokens",
             "at least 1",
         ),
-        // A CAPS selector on a continuous-batching replica.
+        // A CAPS selector on a continuous-batching replica: both keys named.
         (
             base(
                 "mixtral-8x7b",
-                "gpus = 2\ntensor_parallel = 2\nbatch_former = { kind = \"caps\" }",
+                "gpus = 2\ntensor_parallel = 2\nbatch_former = { kind = \"greedy_variance\" }\n\
+                 scheduler = { kind = \"sarathi\" }",
                 "",
             ),
             "replica.batch_former",
-            "batches continuously",
+            "replica.scheduler.kind = \"sarathi\" batches continuously",
+        ),
+        // A static replica whose candidate window cannot hold a batch.
+        (
+            base(
+                "mixtral-8x7b",
+                "gpus = 2\ntensor_parallel = 2\nmax_num_seqs = 64\n\
+                 scheduler = { kind = \"static\", window_size = 32 }",
+                "",
+            ),
+            "replica.scheduler.window_size",
+            "max_num_seqs = 64",
+        ),
+        // EPLB's redundant slots must spread evenly over the expert-parallel group.
+        (
+            base(
+                "mixtral-8x7b",
+                "gpus = 4\nexpert_parallel = 4",
+                "[experts]\nmapping = { kind = \"eplb\", redundant_slots = 2 }",
+            ),
+            "experts.mapping.redundant_slots",
+            "divide evenly",
         ),
         // Expert parallelism on a dense model.
         (
@@ -378,6 +433,143 @@ rate_per_s = 1.0
         assert_eq!(err.path, path, "{}", err.message);
         assert!(err.message.contains(words), "{path}: {}", err.message);
     }
+}
+
+/// The oldest waiting requests first (CAPS's `fcfs` selector, which this crate cannot reach).
+struct OldestFirst;
+
+impl crate::caps::batch::BatchSelector for OldestFirst {
+    fn select(
+        &mut self,
+        window: &crate::caps::batch::CandidateWindow<'_>,
+        selection: &mut crate::caps::batch::BatchSelection,
+        _: &mut crate::rng::SimRng,
+    ) {
+        for i in 0..window.len() {
+            if selection.is_full() {
+                return;
+            }
+            if !selection.is_chosen(i) {
+                selection.add(window, i);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_lone_static_batch_takes_the_continuous_replicas_service_time() {
+    // One Llama-2-7B request at a time (0.01 req/s), 512 prompt and 128 output tokens: a static
+    // batch of one runs its prefill pass and 127 decode passes, each at the price of the
+    // continuous replica's steps (each pass pays the host overhead, as each continuous step
+    // does), so its end-to-end latency is vllm's within 1 % (min_batch_trigger = 1: no wait
+    // for a tick). Its TTFT is its end: a static batch emits its tokens when it ends.
+    let text = |scheduler: &str| {
+        format!(
+            r#"
+[model]
+name = "llama-2-7b"
+[replica]
+max_num_seqs = 8
+scheduler = {scheduler}
+[workload]
+n_requests = 20
+prompt_tokens = {{ kind = "fixed", value = 512 }}
+output_tokens = {{ kind = "fixed", value = 128 }}
+[arrival]
+pattern = "poisson"
+rate_per_s = 0.01
+"#
+        )
+    };
+    let continuous = run(&scenario(&text(r#"{ kind = "vllm" }"#)).unwrap(), 1);
+    let s = scenario(&text(
+        r#"{ kind = "static", window_size = 8, min_batch_trigger = 1 }"#,
+    ))
+    .unwrap();
+    let mut selectors: Vec<Box<dyn crate::caps::batch::BatchSelector>> =
+        vec![Box::new(OldestFirst)];
+    let fixed = run_recorded(
+        &s,
+        1,
+        &mut Fifo::default(),
+        &mut Turns::default(),
+        &mut Linear,
+        &mut selectors,
+        None,
+        &mut DiscardRecords,
+        None,
+    )
+    .unwrap();
+    assert_eq!(value(&fixed, "completed"), 20.0);
+    let (a, b) = (
+        value(&fixed, "e2e_mean_ms"),
+        value(&continuous, "e2e_mean_ms"),
+    );
+    assert!((a / b - 1.0).abs() < 0.01, "static {a} ms, vllm {b} ms");
+    assert_eq!(value(&fixed, "ttft_mean_ms"), a);
+}
+
+#[test]
+fn a_static_moe_replica_batches_whole_and_conserves_tokens() {
+    // Mixtral over 4 GPUs (EP 4), Zipf routing by topic, bursty arrivals: every batch holds at
+    // most 8 requests (the mean batch size says so) and the run's own checks (conservation,
+    // Little's law) pass; the same seed gives the same numbers.
+    let s = scenario(
+        r#"
+[model]
+name = "mixtral-8x7b"
+[replica]
+gpus = 4
+expert_parallel = 4
+tensor_parallel = 4
+max_num_seqs = 8
+scheduler = { kind = "static", window_size = 32, min_batch_trigger = 8 }
+[experts]
+routing = { kind = "zipf", exponent = 1.2 }
+[workload]
+n_requests = 200
+n_topics = 4
+prompt_tokens = { kind = "uniform", low = 64, high = 512 }
+output_tokens = { kind = "uniform", low = 16, high = 128 }
+[arrival]
+pattern = "bursty"
+rate_per_s = 20.0
+"#,
+    )
+    .unwrap();
+    let go = || {
+        let mut selectors: Vec<Box<dyn crate::caps::batch::BatchSelector>> =
+            vec![Box::new(OldestFirst)];
+        run_recorded(
+            &s,
+            3,
+            &mut Fifo::default(),
+            &mut Turns::default(),
+            &mut Linear,
+            &mut selectors,
+            None,
+            &mut DiscardRecords,
+            None,
+        )
+        .unwrap()
+    };
+    let out = go();
+    assert!(out.details.get("failed").is_none(), "{}", out.details);
+    assert_eq!(value(&out, "completed"), 200.0);
+    let batch = value(&out, "mean_batch_size");
+    assert!(batch > 1.0 && batch <= 8.0, "{batch}");
+    assert_eq!(out.scalars, go().scalars);
+}
+
+#[test]
+fn the_shipped_study_scenario_loads() {
+    // scenarios/studies/caps_x_mapping.toml (study (a), docs/studies.md): 3 selectors x 3
+    // mappings x 2 GPU setups.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/studies/caps_x_mapping.toml");
+    let plan = crate::scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(plan.family.name(), "serving");
+    assert_eq!(plan.cells.len(), 18);
 }
 
 /// A stand-in adapter-memory manager (the real ones are in the `strategies` crate, which `sim`
@@ -458,6 +650,8 @@ fn run_adapters(s: &ServingScenario, memory: &mut OneInstance) -> RunOutput {
         3,
         &mut Fifo::default(),
         &mut Turns::default(),
+        &mut Linear,
+        &mut [],
         Some(memory),
         &mut DiscardRecords,
         None,

@@ -1,0 +1,203 @@
+//! The static replica kind's batch former (`replica.batch_former`, docs/serving-family.md):
+//! CAPS's own former (`caps::former::SelectorFormer`: the window of the oldest waiting
+//! requests, the batch seeded with the oldest, filled by any CAPS `BatchSelector`) whose router
+//! dry-run predicts each request's load on the replica's real expert layout. A request's load
+//! vector is per layer and per GPU: the tokens its prompt is expected to send to each GPU (the
+//! routing model's expectation for its topic, `ExpertPopularity::expected`, spread over the
+//! experts' copies and replicas by the layout, `ExpertLayout::gpu_expected`). Per GPU rather
+//! than per expert because a layer waits for its most loaded GPU and the mapping decides which
+//! experts share one: balancing experts a mapping puts together anyway gains nothing, and a
+//! selector that sees GPU loads composes with the mapping. A dense replica's vector is one
+//! entry, its prompt tokens (the selectors then see request sizes only).
+
+use super::expert_routing::ExpertPopularity;
+use super::mapping::ExpertLayout;
+use crate::caps::former::{Candidate, DryRun};
+use crate::serving::QueuedRequest;
+use crate::time::SimTime;
+use std::rc::Rc;
+
+/// A request waiting at a static replica.
+#[derive(Clone, Debug)]
+pub struct ServingCandidate {
+    pub id: u64,
+    pub arrival: SimTime,
+    pub topic: u32,
+    pub prompt_tokens: u32,
+    pub output_tokens: u32,
+    /// The dry-run's load vector (empty until it ran).
+    pub load: Vec<f32>,
+}
+
+impl Candidate for ServingCandidate {
+    fn queued(&self) -> QueuedRequest {
+        QueuedRequest {
+            id: self.id,
+            workflow: self.id,
+            stage: 0,
+            submitted: self.arrival,
+            workflow_arrival: self.arrival,
+            enqueued_iteration: 0,
+            prompt_tokens: self.prompt_tokens,
+            predicted_stage_tokens: f64::from(self.output_tokens),
+            predicted_total_tokens: f64::from(self.output_tokens),
+            attained_service: 0,
+            rank_noise: 0.0,
+        }
+    }
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn output_tokens(&self) -> u32 {
+        self.output_tokens
+    }
+    fn predicted(&self) -> &[f32] {
+        &self.load
+    }
+    fn take_load(&mut self) -> Vec<f32> {
+        std::mem::take(&mut self.load)
+    }
+}
+
+/// The dry-run of a static serving replica.
+pub type BoxedDryRun<'a> = Box<dyn DryRun<Request = ServingCandidate> + 'a>;
+
+impl DryRun for BoxedDryRun<'_> {
+    type Request = ServingCandidate;
+    fn dims(&self) -> usize {
+        self.as_ref().dims()
+    }
+    fn route(&mut self, request: &mut ServingCandidate, buffer: Vec<f32>) {
+        self.as_mut().route(request, buffer);
+    }
+}
+
+/// The router dry-run on a replica's expert layout: layers x GPUs expected tokens.
+pub struct LayoutDryRun {
+    popularity: ExpertPopularity,
+    layout: Rc<ExpertLayout>,
+    /// One layer's expected assignments per expert (scratch).
+    per_expert: Vec<f64>,
+}
+
+impl LayoutDryRun {
+    pub fn new(popularity: ExpertPopularity, layout: Rc<ExpertLayout>) -> LayoutDryRun {
+        LayoutDryRun {
+            per_expert: vec![0.0; popularity.n_experts],
+            popularity,
+            layout,
+        }
+    }
+}
+
+impl DryRun for LayoutDryRun {
+    type Request = ServingCandidate;
+    fn dims(&self) -> usize {
+        self.popularity.n_layers * self.layout.gpus()
+    }
+    fn route(&mut self, request: &mut ServingCandidate, mut buffer: Vec<f32>) {
+        let gpus = self.layout.gpus();
+        buffer.clear();
+        buffer.resize(self.dims(), 0.0);
+        for (layer, out) in buffer.chunks_exact_mut(gpus).enumerate() {
+            self.popularity.expected(
+                request.topic,
+                layer,
+                u64::from(request.prompt_tokens),
+                &mut self.per_expert,
+            );
+            self.layout.gpu_expected(layer, &self.per_expert, out);
+        }
+        request.load = buffer;
+    }
+}
+
+/// The dry-run of a dense replica: one entry, the prompt's tokens.
+pub struct PromptDryRun;
+
+impl DryRun for PromptDryRun {
+    type Request = ServingCandidate;
+    fn dims(&self) -> usize {
+        1
+    }
+    fn route(&mut self, request: &mut ServingCandidate, mut buffer: Vec<f32>) {
+        buffer.clear();
+        buffer.push(request.prompt_tokens as f32);
+        request.load = buffer;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::shape::MoeModelShape;
+    use crate::rng::stream;
+    use crate::serving_family::config::ExpertRoutingTable;
+    use crate::serving_family::expert_routing::ExpertRouter;
+
+    #[test]
+    fn load_vector_is_the_prompts_expected_tokens_per_gpu_under_the_layout() {
+        // Mixtral (8 experts, top-2), uniform routing, EP 4 on 4 GPUs (two experts per GPU):
+        // a 100-token prompt sends 100 x 2 / 8 = 25 tokens to each expert of every layer, 50
+        // to each GPU. With EP 2 over 4 GPUs (two copies of the group) each GPU hosts four
+        // experts at half their tokens: again 50.
+        let shape = MoeModelShape::mixtral_8x7b();
+        for (ep, gpus) in [(4, 4), (2, 4)] {
+            let layout = Rc::new(ExpertLayout::linear(32, 8, ep, gpus));
+            let router = ExpertRouter::new(
+                &shape,
+                ExpertRoutingTable::Uniform,
+                1,
+                Rc::clone(&layout),
+                &mut stream(1, "popularity"),
+                stream(1, "offsets"),
+            );
+            let mut dry_run = LayoutDryRun::new(router.popularity(), layout);
+            let mut request = ServingCandidate {
+                id: 0,
+                arrival: SimTime::ZERO,
+                topic: 0,
+                prompt_tokens: 100,
+                output_tokens: 1,
+                load: Vec::new(),
+            };
+            dry_run.route(&mut request, Vec::new());
+            assert_eq!(request.load.len(), 32 * gpus);
+            assert!(request.load.iter().all(|&x| (x - 50.0).abs() < 1e-4));
+        }
+    }
+
+    #[test]
+    fn a_zipf_topic_loads_the_gpus_of_its_hot_experts() {
+        // Zipf exponent 1 over 8 experts: the hottest expert takes 1 / H(8) = 0.368 of a
+        // layer's assignments (below the 1 / top_k = 0.5 cap). With one expert per GPU (EP 8),
+        // a 10-token prompt of top-2 puts 20 x 0.368 = 7.36 tokens on that expert's GPU and
+        // the layer's 20 in total.
+        let shape = MoeModelShape::mixtral_8x7b();
+        let layout = Rc::new(ExpertLayout::linear(32, 8, 8, 8));
+        let router = ExpertRouter::new(
+            &shape,
+            ExpertRoutingTable::Zipf { exponent: 1.0 },
+            2,
+            Rc::clone(&layout),
+            &mut stream(3, "popularity"),
+            stream(3, "offsets"),
+        );
+        let mut dry_run = LayoutDryRun::new(router.popularity(), layout);
+        let mut request = ServingCandidate {
+            id: 0,
+            arrival: SimTime::ZERO,
+            topic: 1,
+            prompt_tokens: 10,
+            output_tokens: 1,
+            load: Vec::new(),
+        };
+        dry_run.route(&mut request, Vec::new());
+        let h: f64 = (1..=8).map(|r| 1.0 / f64::from(r)).sum();
+        for layer in request.load.chunks(8) {
+            assert!((layer.iter().sum::<f32>() - 20.0).abs() < 1e-3);
+            let max = layer.iter().copied().fold(0.0f32, f32::max);
+            assert!((f64::from(max) - 20.0 / h).abs() < 1e-3, "{max}");
+        }
+    }
+}

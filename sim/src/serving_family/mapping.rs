@@ -1,0 +1,379 @@
+//! Where an MoE replica's experts live (`experts.mapping`, docs/serving-family.md): per layer and
+//! per copy of the expert-parallel group, the experts each GPU of the group hosts, as any
+//! `gem::ExpertMapper` (linear, round_robin, eplb, gem) maps them. An expert's tokens split
+//! evenly over the group's copies, then over the expert's replicas inside a copy (EPLB's
+//! redundant slots), the first copies and replicas taking the remainder. Mappers that read
+//! observed loads (eplb, gem) are given a window of observed routing steps of the replica and
+//! each GPU's MoE-layer latency curve at its own speed (`planning_costs`).
+
+use super::config::ServingScenario;
+use super::deployment::Deployment;
+use super::server::ServingServer;
+use super::step_cost::moe_layer_cost;
+use crate::caps::batch::BatchSelector;
+use crate::cost::curve::CostCurve;
+use crate::cost::moe_layer::{MoeLayerCost, SpeedFactors};
+use crate::gem::costs::GpuCosts;
+use crate::gem::{ExpertMapper, LayerMapping, LayerProblem};
+use crate::records::DiscardRecords;
+use crate::rng::{SimRng, stream};
+use crate::serving::{QueuePolicy, Router};
+use std::rc::Rc;
+
+/// One expert slot of a GPU: the expert, which of its replicas inside the copy this is and how
+/// many the copy holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slot {
+    expert: u32,
+    rank: u32,
+    replicas: u32,
+}
+
+/// The expert layout of one replica: `layers x gpus x slots_per_gpu` slots.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExpertLayout {
+    pub n_experts: usize,
+    pub n_layers: usize,
+    pub expert_parallel: usize,
+    /// Copies of the expert-parallel group (`gpus / expert_parallel`).
+    pub copies: usize,
+    /// Expert slots on each GPU (experts / EP, plus EPLB's redundant slots / EP).
+    pub slots_per_gpu: usize,
+    slots: Vec<Slot>,
+}
+
+/// `count` split over `parts`: what part `index` takes (the floor or the ceiling of
+/// `count / parts`, the first parts taking the remainder).
+fn share(count: u32, parts: u32, index: u32) -> u32 {
+    if parts == 1 {
+        return count;
+    }
+    (count + parts - 1 - index) / parts
+}
+
+impl ExpertLayout {
+    /// The layout whose copy `c`, layer `l` is `mappings[c][l]` (each mapping over the
+    /// `expert_parallel` GPUs of a copy, every GPU with as many slots).
+    pub fn new(n_experts: usize, mappings: &[Vec<LayerMapping>]) -> ExpertLayout {
+        let copies = mappings.len();
+        let n_layers = mappings[0].len();
+        let expert_parallel = mappings[0][0].n_gpus();
+        let slots_per_gpu = mappings[0][0].slots[0].len();
+        let gpus = copies * expert_parallel;
+        let mut slots = vec![
+            Slot {
+                expert: 0,
+                rank: 0,
+                replicas: 1
+            };
+            n_layers * gpus * slots_per_gpu
+        ];
+        for (copy, layers) in mappings.iter().enumerate() {
+            assert_eq!(layers.len(), n_layers, "every copy maps every layer");
+            for (layer, mapping) in layers.iter().enumerate() {
+                if let Err(e) = mapping.check(n_experts, expert_parallel) {
+                    panic!("the expert mapper broke a mapping invariant on layer {layer}: {e}");
+                }
+                assert_eq!(
+                    mapping.slots[0].len(),
+                    slots_per_gpu,
+                    "equal slots per layer"
+                );
+                let replicas = mapping.replica_counts(n_experts);
+                let mut seen = vec![0u32; n_experts];
+                for (slot_gpu, hosted) in mapping.slots.iter().enumerate() {
+                    let gpu = copy * expert_parallel + slot_gpu;
+                    for (s, &expert) in hosted.iter().enumerate() {
+                        slots[(layer * gpus + gpu) * slots_per_gpu + s] = Slot {
+                            expert: expert as u32,
+                            rank: seen[expert],
+                            replicas: replicas[expert] as u32,
+                        };
+                        seen[expert] += 1;
+                    }
+                }
+            }
+        }
+        ExpertLayout {
+            n_experts,
+            n_layers,
+            expert_parallel,
+            copies,
+            slots_per_gpu,
+            slots,
+        }
+    }
+
+    /// The linear layout: GPU `g` of each copy hosts experts `g x m .. + m` (`m = experts / EP`)
+    /// on every layer.
+    pub fn linear(
+        n_layers: usize,
+        n_experts: usize,
+        expert_parallel: usize,
+        gpus: usize,
+    ) -> ExpertLayout {
+        let m = n_experts / expert_parallel;
+        let linear = LayerMapping::from_assignment(
+            &(0..n_experts).map(|e| e / m).collect::<Vec<_>>(),
+            expert_parallel,
+        );
+        ExpertLayout::new(
+            n_experts,
+            &vec![vec![linear; n_layers]; gpus / expert_parallel],
+        )
+    }
+
+    pub fn gpus(&self) -> usize {
+        self.expert_parallel * self.copies
+    }
+
+    /// GPU `gpu`'s tokens per slot on `layer`, from that layer's tokens per expert, into `out`
+    /// (`slots_per_gpu` long).
+    pub fn gpu_tokens(&self, layer: usize, per_expert: &[u32], gpu: usize, out: &mut [u32]) {
+        let copy = (gpu / self.expert_parallel) as u32;
+        let copies = self.copies as u32;
+        let first = (layer * self.gpus() + gpu) * self.slots_per_gpu;
+        for (o, slot) in out
+            .iter_mut()
+            .zip(&self.slots[first..first + self.slots_per_gpu])
+        {
+            let in_copy = share(per_expert[slot.expert as usize], copies, copy);
+            *o = share(in_copy, slot.replicas, slot.rank);
+        }
+    }
+
+    /// The tokens each slot of GPU `gpu` holding `expert` on `layer` computes when the expert
+    /// receives `count` (nothing when the GPU does not host it).
+    pub fn expert_shares(
+        &self,
+        layer: usize,
+        gpu: usize,
+        expert: u32,
+        count: u32,
+    ) -> impl Iterator<Item = u32> + '_ {
+        let copy = (gpu / self.expert_parallel) as u32;
+        let in_copy = share(count, self.copies as u32, copy);
+        let first = (layer * self.gpus() + gpu) * self.slots_per_gpu;
+        self.slots[first..first + self.slots_per_gpu]
+            .iter()
+            .filter(move |s| s.expert == expert)
+            .map(move |s| share(in_copy, s.replicas, s.rank))
+    }
+
+    /// Each GPU's expected tokens on `layer` when expert `e` expects `per_expert[e]`: an
+    /// expert's tokens split evenly over its copies and replicas, into `out` (one per GPU).
+    pub fn gpu_expected(&self, layer: usize, per_expert: &[f64], out: &mut [f32]) {
+        let copies = self.copies as f64;
+        let gpus = self.gpus();
+        let layer_slots =
+            &self.slots[layer * gpus * self.slots_per_gpu..][..gpus * self.slots_per_gpu];
+        for (o, slots) in out
+            .iter_mut()
+            .zip(layer_slots.chunks_exact(self.slots_per_gpu))
+        {
+            *o = slots
+                .iter()
+                .map(|s| per_expert[s.expert as usize] / (copies * f64::from(s.replicas)))
+                .sum::<f64>() as f32;
+        }
+    }
+
+    /// The experts GPU `gpu` hosts on `layer`, slot by slot.
+    pub fn hosted(&self, layer: usize, gpu: usize) -> Vec<usize> {
+        let first = (layer * self.gpus() + gpu) * self.slots_per_gpu;
+        self.slots[first..first + self.slots_per_gpu]
+            .iter()
+            .map(|s| s.expert as usize)
+            .collect()
+    }
+}
+
+/// The per-GPU latency curves a mapper plans with: GPU `g` of a copy runs its MoE layer on `n`
+/// tokens spread evenly over its `slots_per_gpu` experts as one grouped GEMM at its own speed
+/// (`MoeLayerCost::grouped_gemm_even`, the step cost's pricing of an even spread), tabulated at
+/// every whole token up to `table_limit`.
+pub fn planning_costs(
+    layer: &MoeLayerCost,
+    slots_per_gpu: usize,
+    speeds: &[SpeedFactors],
+    table_limit: usize,
+) -> GpuCosts {
+    let limit = table_limit.max(1);
+    GpuCosts::new(
+        speeds
+            .iter()
+            .map(|&speed| {
+                CostCurve::new(
+                    (1..=limit)
+                        .map(|n| {
+                            let ns = layer.grouped_gemm_even(n as u64, slots_per_gpu, speed);
+                            (n as f64, ns)
+                        })
+                        .collect(),
+                )
+                .expect("positive increasing token counts and finite costs")
+            })
+            .collect(),
+        limit,
+    )
+}
+
+/// Maps every layer of one expert-parallel group with `mapper`: layer `l` sees
+/// `windows[l]` (its observed steps, tokens per expert, step-major) and the group's `costs`,
+/// and draws from `rng_of_layer(l)`.
+pub fn map_group(
+    mapper: &mut dyn ExpertMapper,
+    n_experts: usize,
+    windows: &[Vec<f32>],
+    costs: &GpuCosts,
+    mut rng_of_layer: impl FnMut(usize) -> SimRng,
+) -> Vec<LayerMapping> {
+    windows
+        .iter()
+        .enumerate()
+        .map(|(layer, window)| {
+            let problem = LayerProblem {
+                layer,
+                n_experts,
+                window,
+                costs,
+            };
+            mapper.map_layer(&problem, &mut rng_of_layer(layer))
+        })
+        .collect()
+}
+
+/// The expert layout of each replica of `scenario` (none for a dense model), as `mapper` maps
+/// every layer of every copy of its expert-parallel group. A mapper that reads observed loads
+/// (`MapperConfig::window` > 0) is given the replica's window from an observation pass
+/// (`ServingServer::observing`, the same batch selectors, queue policy and router) and its copy's GPUs'
+/// `planning_costs`; each copy sees its share of the loads (over `copies`). A replica the
+/// observation pass gave no step keeps the linear layout. Layer `l` of copy `c` of replica `r`
+/// draws from `(seed, "expert_mapping/replica<r>/copy<c>/layer<l>")`.
+pub fn replica_layouts(
+    scenario: &ServingScenario,
+    deployment: &Deployment,
+    seed: u64,
+    mapper: &mut dyn ExpertMapper,
+    selectors: &mut [Box<dyn BatchSelector>],
+    queue: &mut dyn QueuePolicy,
+    router: &mut dyn Router,
+) -> Vec<Rc<ExpertLayout>> {
+    let Some(shape) = scenario.model.experts() else {
+        return Vec::new();
+    };
+    let r = &scenario.replica;
+    let (layers, experts, ep) = (shape.n_layers, shape.n_experts, r.expert_parallel);
+    let window = scenario.expert_mapping.window();
+    let observed = if window > 0 {
+        let mut sink = DiscardRecords;
+        let mut pass = ServingServer::observing(
+            scenario, deployment, seed, window, selectors, queue, router, &mut sink,
+        );
+        crate::engine::run(&mut pass);
+        pass.observed()
+    } else {
+        vec![vec![Vec::new(); layers]; r.count]
+    };
+    let layer_cost = moe_layer_cost(scenario, &shape);
+    let slots = deployment
+        .expert_slots_per_gpu
+        .expect("an MoE deployment has expert slots");
+    let copies = r.gpus / ep;
+    (0..r.count)
+        .map(|replica| {
+            if window > 0 && observed[replica][0].is_empty() {
+                return Rc::new(ExpertLayout::linear(layers, experts, ep, r.gpus));
+            }
+            let windows: Vec<Vec<f32>> = observed[replica]
+                .iter()
+                .map(|w| w.iter().map(|&n| n / copies as f32).collect())
+                .collect();
+            let busiest_step = windows
+                .iter()
+                .flat_map(|w| w.chunks(experts).map(|step| step.iter().sum::<f32>()))
+                .fold(1.0f32, f32::max);
+            let limit = (busiest_step.ceil() as usize).min(1 << 22);
+            let mappings: Vec<Vec<LayerMapping>> = (0..copies)
+                .map(|copy| {
+                    let costs =
+                        planning_costs(&layer_cost, slots, &r.speeds[copy * ep..][..ep], limit);
+                    map_group(mapper, experts, &windows, &costs, |layer| {
+                        stream(
+                            seed,
+                            &format!("expert_mapping/replica{replica}/copy{copy}/layer{layer}"),
+                        )
+                    })
+                })
+                .collect();
+            Rc::new(ExpertLayout::new(experts, &mappings))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linear_layout_splits_each_expert_over_its_copies() {
+        // 8 experts, EP 2 over 4 GPUs: GPUs 0 and 2 host experts 0-3, GPUs 1 and 3 experts 4-7;
+        // copy 0 (GPUs 0, 1) takes the ceiling of an odd count.
+        let p = ExpertLayout::linear(1, 8, 2, 4);
+        assert_eq!((p.copies, p.slots_per_gpu, p.gpus()), (2, 4, 4));
+        let per_expert = [5, 0, 2, 1, 3, 3, 0, 7];
+        let mut out = [0u32; 4];
+        let gpus: Vec<Vec<u32>> = (0..4)
+            .map(|g| {
+                p.gpu_tokens(0, &per_expert, g, &mut out);
+                out.to_vec()
+            })
+            .collect();
+        assert_eq!(gpus[0], vec![3, 0, 1, 1]);
+        assert_eq!(gpus[2], vec![2, 0, 1, 0]);
+        assert_eq!(gpus[1], vec![2, 2, 0, 4]);
+        assert_eq!(gpus[3], vec![1, 1, 0, 3]);
+        let total: u32 = gpus.iter().flatten().sum();
+        assert_eq!(total, per_expert.iter().sum::<u32>());
+    }
+
+    #[test]
+    fn a_redundant_copy_splits_its_experts_tokens_and_layers_map_apart() {
+        // 4 experts on 2 GPUs with 2 redundant slots (3 slots each): expert 0 hosted twice (on
+        // GPU 0 and on GPU 1) takes 7 tokens: 4 to its first replica, 3 to its second. Layer
+        // 1 swaps the GPUs.
+        let layer0 = LayerMapping {
+            slots: vec![vec![0, 1, 2], vec![3, 0, 2]],
+        };
+        let layer1 = LayerMapping {
+            slots: vec![vec![3, 0, 2], vec![0, 1, 2]],
+        };
+        let layout = ExpertLayout::new(4, &[vec![layer0, layer1]]);
+        assert_eq!(layout.slots_per_gpu, 3);
+        let per_expert = [7, 1, 5, 2];
+        let mut out = [0u32; 3];
+        layout.gpu_tokens(0, &per_expert, 0, &mut out);
+        assert_eq!(out, [4, 1, 3]);
+        layout.gpu_tokens(0, &per_expert, 1, &mut out);
+        assert_eq!(out, [2, 3, 2]);
+        layout.gpu_tokens(1, &per_expert, 0, &mut out);
+        assert_eq!(out, [2, 4, 3]);
+        assert_eq!(layout.hosted(1, 1), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn planning_costs_are_each_gpus_grouped_gemm_at_its_speed() {
+        let shape = crate::cost::shape::MoeModelShape::mixtral_8x7b();
+        let gpu = crate::cost::gpu::GpuSpec::by_name("H100-SXM").unwrap();
+        let layer = MoeLayerCost::new(&gpu, &shape, Default::default());
+        let speeds = [SpeedFactors::split(1.0, 1.0), SpeedFactors::split(0.5, 1.0)];
+        let costs = planning_costs(&layer, 2, &speeds, 300);
+        for n in [1u64, 7, 64, 65, 300] {
+            assert_eq!(
+                costs.cost(0, n as f64),
+                layer.grouped_gemm_even(n, 2, speeds[0])
+            );
+            assert!(costs.cost(1, n as f64) > costs.cost(0, n as f64));
+        }
+    }
+}

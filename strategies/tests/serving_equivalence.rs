@@ -1,0 +1,251 @@
+//! The general `serving` family is the paper families' superset, not a fork: each paper's
+//! headline scenario re-expressed in the serving family gives the same decisions where the
+//! mechanisms coincide (issue 19; docs/serving-family.md, "Equivalence with the paper
+//! families"). One test per family whose policy the serving family takes: CAPS (batch
+//! selection) and GEM (expert mapping).
+
+use serde_json::json;
+use sim::caps::former::DryRun;
+use sim::caps::workload::{MoeRequest, RequestModel, RequestStreams};
+use sim::chimera::{QueuePolicyConfig, RouterConfig};
+use sim::records::{RecordSink, RequestRecord};
+use sim::rng::{SimRng, stream};
+use sim::scenario::validate::LoadCache;
+use sim::serving_family::batch_former::ServingCandidate;
+use sim::serving_family::deployment::Deployment;
+use sim::serving_family::mapping::{self, ExpertLayout};
+use sim::serving_family::server::ServingServer;
+use sim::serving_family::{ServingConfig, ServingScenario};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The caps family's router dry-run as the serving family's: request `id` is the caps family's
+/// request `id` (made in arrival order from the caps streams), routed by the caps request model
+/// when it enters the window, as the caps family's former routes it.
+struct CapsLoads {
+    model: RequestModel,
+    requests: Vec<MoeRequest>,
+    prediction: SimRng,
+}
+
+impl DryRun for CapsLoads {
+    type Request = ServingCandidate;
+    fn dims(&self) -> usize {
+        self.model.affinities.dims()
+    }
+    fn route(&mut self, request: &mut ServingCandidate, mut buffer: Vec<f32>) {
+        let caps = &mut self.requests[request.id as usize];
+        self.model.route(caps, &mut self.prediction, Vec::new());
+        buffer.clear();
+        buffer.extend_from_slice(caps.predicted());
+        request.load = buffer;
+    }
+}
+
+/// Finish time of each request (a static batch's requests all finish at its end).
+#[derive(Default)]
+struct Finishes(BTreeMap<u64, u64>);
+
+impl RecordSink for Finishes {
+    fn record(&mut self, r: &RequestRecord<'_>) {
+        self.0.insert(r.id, r.finish.0);
+    }
+}
+
+/// Request ids batch by batch, batches in the order they ran, from each request's batch key.
+fn batches(keys: impl IntoIterator<Item = (u64, u64)>) -> Vec<Vec<u64>> {
+    let mut by_key: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for (id, key) in keys {
+        by_key.entry(key).or_default().push(id);
+    }
+    by_key
+        .into_values()
+        .map(|mut ids| {
+            ids.sort_unstable();
+            ids
+        })
+        .collect()
+}
+
+fn serving(config: serde_json::Value) -> ServingScenario {
+    serde_json::from_value::<ServingConfig>(config)
+        .expect("the test's serving scenario parses")
+        .validate(Path::new("."), &mut LoadCache::default())
+        .expect("the test's serving scenario is valid")
+}
+
+/// CAPS's headline setting (scenarios/caps/headlines.toml: Qwen1.5-MoE-A2.7B in nf4 on one L4,
+/// `greedy_variance`, batches of at most 8 from the 32 oldest, a batch once 16 wait) with all
+/// 400 requests arriving at once (offline), so that which requests form which batch depends
+/// only on their order and their load vectors, not on how long a batch takes.
+///
+/// Coincide: the batch former (caps::former::SelectorFormer: window, oldest-first seeding, the
+/// selector), the static batch on serving::Replica, the dispatch rule (trigger, tick grid), the
+/// requests (ids in arrival order) and their router dry-run (the caps request model, injected
+/// as the static replica's dry-run). Differ, and do not enter the decisions here: the batch
+/// durations (the caps execution model vs the serving family's roofline and layout) and the
+/// token counts each family draws (the serving family's come from its own length streams).
+/// The serving family's own dry-run (per-GPU loads on the layout) is not the caps one: with the
+/// same requests it would choose other batches, by design.
+#[test]
+fn caps_batches_are_the_same_in_the_serving_family() {
+    let seed = 42;
+    let caps = serde_json::from_value::<sim::caps::CapsConfig>(json!({
+        "model": {"preset": "qwen1.5-moe-a2.7b-nf4"},
+        "workload": {"n_requests": 400, "output_tokens": {"median": 4, "sigma": 0.5, "max": 16}},
+        "arrival": {"pattern": "offline"},
+        "scheduler": {"selector": {"kind": "greedy_variance"}},
+        "execution": {"model": "grouped", "gpu": "L4"},
+    }))
+    .expect("the caps scenario parses")
+    .validate(Path::new("."), &mut LoadCache::default())
+    .expect("the caps scenario is valid");
+
+    #[derive(Default)]
+    struct CapsBatches(Vec<(u64, u64)>);
+    impl sim::caps::server::RecordSink for CapsBatches {
+        fn record(&mut self, r: &sim::caps::server::RequestRecord) {
+            self.0.push((r.id, r.batch));
+        }
+    }
+    let mut selector = strategies::batch::build(&caps.selector);
+    let mut caps_batches = CapsBatches::default();
+    sim::caps::run::simulate(&caps, seed, selector.as_mut(), &mut caps_batches);
+    let expected = batches(caps_batches.0);
+
+    let scenario = serving(json!({
+        "model": {"name": "qwen1.5-moe-a2.7b-nf4"},
+        "replica": {
+            "gpu": "L4",
+            "max_num_seqs": 8,
+            "scheduler": {"kind": "static", "window_size": 32, "min_batch_trigger": 16,
+                          "scheduling_interval_ms": 100.0, "seed_with_oldest": true},
+            "batch_former": {"kind": "greedy_variance"},
+        },
+        "workload": {"n_requests": 400,
+                     "prompt_tokens": {"kind": "uniform", "low": 16, "high": 256},
+                     "output_tokens": {"kind": "uniform", "low": 1, "high": 16}},
+        "arrival": {"pattern": "offline"},
+    }));
+    // The caps family's requests, in arrival order, as its server makes them.
+    let model = sim::caps::run::request_model(&caps, seed);
+    let mut arrivals = sim::caps::run::arrival_process(&caps, seed);
+    let mut streams = RequestStreams {
+        tokens: stream(seed, "tokens"),
+        mixing: stream(seed, "mixing"),
+    };
+    let mut requests = Vec::new();
+    while let Some(arrival) = arrivals.next_arrival() {
+        requests.push(model.make_request(requests.len() as u64, &arrival, &mut streams));
+    }
+    let dry_run = CapsLoads {
+        model,
+        requests,
+        prediction: stream(seed, "prediction"),
+    };
+
+    let deployment = Deployment::new(&scenario, None).expect("the model fits an L4");
+    let mut queue = strategies::queue::build(&QueuePolicyConfig::Fcfs);
+    let mut router = strategies::routing::build(&RouterConfig::RoundRobin);
+    let mut linear = strategies::mapping::build(&sim::gem::MapperConfig::Linear);
+    let mut selectors = vec![strategies::batch::build(&scenario.replica.batch_former)];
+    let layouts = mapping::replica_layouts(
+        &scenario,
+        &deployment,
+        seed,
+        linear.as_mut(),
+        &mut selectors,
+        queue.as_mut(),
+        router.as_mut(),
+    );
+    let mut finishes = Finishes::default();
+    let mut server = ServingServer::new(
+        &scenario,
+        &deployment,
+        None,
+        seed,
+        &layouts,
+        &mut selectors,
+        queue.as_mut(),
+        router.as_mut(),
+        &mut finishes,
+    )
+    .with_dry_run(0, Box::new(dry_run));
+    sim::engine::run(&mut server);
+    server.finish().expect("the run's checks pass");
+    let got = batches(finishes.0);
+
+    assert_eq!(expected.len(), 50, "400 requests in batches of 8");
+    assert_eq!(got, expected, "same batches, same order");
+    // Not trivially so: greedy_variance does not take the oldest eight.
+    assert!(
+        expected
+            .iter()
+            .any(|b| b.windows(2).any(|w| w[1] != w[0] + 1))
+    );
+}
+
+/// GEM's headline setting (scenarios/gem/headlines.toml: Mixtral-8x22B on 4 GPUs, one 12 %
+/// straggler, GEM with 8 restarts) : the serving family maps each layer of an expert-parallel
+/// group with `serving_family::mapping::map_group`, and given the gem family's observed loads
+/// (the window of its trace) and its per-GPU cost curves, it returns the gem family's mapping,
+/// layer by layer; the layout the serving family's step cost prices then sends each GPU the
+/// tokens GEM's score counts.
+///
+/// Coincide: the mapper (strategies::mapping::gem, the same `ExpertMapper`), the problem it
+/// solves per layer (window of tokens per expert per step, per-GPU latency curves, GEM's score),
+/// the per-layer random streams given. Differ: where the loads come from (the gem family's
+/// synthetic or recorded trace; the serving family's observation pass of its own routing model
+/// and arrivals) and the curves (the gem family plans with its profile's expert curve over the
+/// speed factor; the serving family with `cost::moe_layer`'s grouped GEMM at each GPU's
+/// compute and bandwidth factors, `mapping::planning_costs`), and the serving family's stream
+/// names (`expert_mapping/replica<r>/copy<c>/layer<l>`).
+#[test]
+fn gem_mapping_is_the_same_in_the_serving_family() {
+    let seed = 7;
+    let config: sim::gem::GemConfig = serde_json::from_value(json!({
+        "model": {"name": "mixtral-8x22b"},
+        "cluster": {"variability": "high"},
+        "workload": {"n_requests": 300},
+        "mapper": {"kind": "gem", "restarts": 8},
+    }))
+    .expect("the gem scenario parses");
+    let gem = config
+        .validate(Path::new("."), &mut LoadCache::default())
+        .expect("the gem scenario is valid");
+    let window = gem.mapper.window();
+    let deployment = sim::gem::server::Deployment::new(&gem, seed);
+    let mut mapper = strategies::mapping::build(&gem.mapper);
+    let expected = deployment.map_layers(mapper.as_mut(), window, seed);
+
+    let n_experts = gem.shape.n_experts;
+    let windows: Vec<Vec<f32>> = (0..gem.shape.n_layers)
+        .map(|layer| deployment.problem(layer, window).window.to_vec())
+        .collect();
+    let mut mapper = strategies::mapping::build(&gem.mapper);
+    let got = mapping::map_group(
+        mapper.as_mut(),
+        n_experts,
+        &windows,
+        &deployment.costs,
+        |layer| stream(seed, &format!("gem/mapper/layer{layer}")),
+    );
+    assert_eq!(got, expected, "same mapping, layer by layer");
+    assert!(
+        expected.iter().any(|m| m.slots[0] != vec![0, 1]),
+        "GEM moved an expert away from the linear layout"
+    );
+
+    let layout = ExpertLayout::new(n_experts, &[got]);
+    let mut out = vec![0u32; layout.slots_per_gpu];
+    for (layer, window) in windows.iter().enumerate() {
+        for step in window.chunks(n_experts) {
+            let counts: Vec<u32> = step.iter().map(|&n| n as u32).collect();
+            let scored = expected[layer].gpu_tokens(step);
+            for (gpu, &tokens) in scored.iter().enumerate() {
+                layout.gpu_tokens(layer, &counts, gpu, &mut out);
+                assert_eq!(f64::from(out.iter().sum::<u32>()), tokens);
+            }
+        }
+    }
+}
