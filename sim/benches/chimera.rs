@@ -1,8 +1,8 @@
 //! Criterion benchmark of the Chimera family's speed target: one simulated hour of workflows at
 //! RPS 16 on four heterogeneous engines (Qwen2.5 1.5B/3B/7B/14B on RTX A6000s), in under one
-//! second. The policies are minimal stand-ins of the same cost class as the real ones (the
-//! `strategies` crate cannot be a dependency of `sim`): shortest predicted total first from an
-//! ordered map, and the engine with the lowest estimated delay.
+//! second. The policies are minimal stand-ins of the same cost class as the real ones, so that
+//! the bench times the family's loop rather than a policy's details: shortest predicted total
+//! first from an ordered map, and the engine with the lowest estimated delay.
 //! Run: `cargo bench -p expertsim-sim --bench chimera`.
 
 use criterion::{Criterion, criterion_group, criterion_main};

@@ -3,7 +3,7 @@
 //! five models) over four H200s with one straggler, under the linear mapping. Measures the
 //! engine loop, the replica, the per-step routing of every expert and GPU, and the step cost;
 //! the mapping search has its own bench (`strategies`, `--bench mapping`). The mapper and the
-//! FCFS queue are minimal stand-ins (the `strategies` crate cannot be a dependency of `sim`).
+//! FCFS queue are minimal stand-ins, so that the bench times the serving model alone.
 //! Run: `cargo bench -p expertsim-sim --bench gem`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
