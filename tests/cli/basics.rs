@@ -2,8 +2,8 @@
 //! file, line and field (exit 2, nothing written); runs are byte-for-byte deterministic; `run`
 //! writes results, figures and per-request CSV; `list` and `validate` work.
 
-use crate::common::{expertsim, stderr};
-use std::path::{Path, PathBuf};
+use crate::common::{assert_refused, expertsim, stderr, write_scenario};
+use std::path::Path;
 
 /// A small valid scenario; `patch` replaces one line of it.
 const SMALL: &str = r#"name = "small"
@@ -27,48 +27,6 @@ selector = { kind = "greedy_variance" }
 model = "cv"
 gpu = "L4"
 "#;
-
-fn write_scenario(dir: &Path, text: &str) -> PathBuf {
-    let path = dir.join("scenario.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// Runs `run` on `text` and checks the refusal: exit code 2, one line on stderr that starts with
-/// `<file>:<line>:` (when `line` is given) and mentions each of `needles`, and no output written.
-fn assert_refused(text: &str, line: Option<usize>, needles: &[&str]) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_scenario(dir.path(), text);
-    let out = dir.path().join("out");
-    let output = expertsim(&[
-        "run",
-        path.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let err = stderr(&output);
-    assert_eq!(output.status.code(), Some(2), "stderr: {err}");
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "one line expected, got: {err}"
-    );
-    let prefix = match line {
-        Some(line) => format!("error: {}:{line}:", path.display()),
-        None => format!("error: {}", path.display()),
-    };
-    assert!(
-        err.starts_with(&prefix),
-        "expected prefix {prefix:?} in: {err}"
-    );
-    for needle in needles {
-        assert!(err.contains(needle), "expected {needle:?} in: {err}");
-    }
-    assert!(
-        !out.exists(),
-        "nothing may be written for a refused scenario"
-    );
-}
 
 #[test]
 fn unknown_field_is_refused_with_its_line() {

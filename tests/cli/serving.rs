@@ -2,7 +2,7 @@
 //! model without ESFT adapters) exits 2 naming the file, line and keys with nothing written; `--trace-events` writes Trace Event Format JSON with one track per
 //! replica beside the per-request CSV; `expertsim capacity` searches its `arrival.rate_per_s`.
 
-use super::common::{expertsim, stderr};
+use super::common::{assert_refused, expertsim, stderr};
 
 const TWO_REPLICAS: &str = r#"
 name = "serving-cli"
@@ -32,55 +32,25 @@ cv = 2.0
 
 #[test]
 fn expert_parallelism_that_does_not_divide_the_gpus_exits_2_naming_the_keys() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bad.toml");
     let text = TWO_REPLICAS
         .replace(r#"name = "llama-2-7b""#, r#"name = "mixtral-8x7b""#)
         .replace("count = 2", "count = 2\ngpus = 4\nexpert_parallel = 3");
-    std::fs::write(&path, text).unwrap();
-    let out = dir.path().join("out");
-    let output = expertsim(&[
-        "run",
-        path.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let err = stderr(&output);
-    assert_eq!(output.status.code(), Some(2), "{err}");
-    assert!(err.contains("bad.toml:13"), "{err}");
-    assert!(
-        err.contains("replica.expert_parallel") && err.contains("replica.gpus"),
-        "{err}"
+    assert_refused(
+        &text,
+        Some(13),
+        &["replica.expert_parallel", "replica.gpus"],
     );
-    assert!(!out.exists(), "nothing is written for a refused scenario");
 }
 
 /// ESFT adapters on an MoE model they were not fine-tuned from exit 2 naming `adapters` and
 /// `model.name`, nothing written.
 #[test]
 fn adapters_on_a_model_without_esft_adapters_exit_2_naming_the_keys() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bad.toml");
     let text = TWO_REPLICAS
         .replace(r#"name = "llama-2-7b""#, r#"name = "mixtral-8x7b""#)
         .replace("count = 2", "count = 2\ngpus = 2\nexpert_parallel = 2")
         + "\n[adapters]\ncount = 2\nmemory = { kind = \"virtual_weight_tensor\" }\n";
-    std::fs::write(&path, text).unwrap();
-    let out = dir.path().join("out");
-    let output = expertsim(&[
-        "run",
-        path.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let err = stderr(&output);
-    assert_eq!(output.status.code(), Some(2), "{err}");
-    assert!(err.contains("bad.toml:"), "{err}");
-    assert!(
-        err.contains("adapters") && err.contains("model.name"),
-        "{err}"
-    );
-    assert!(!out.exists(), "nothing is written for a refused scenario");
+    assert_refused(&text, None, &["adapters", "model.name"]);
 }
 
 #[test]
