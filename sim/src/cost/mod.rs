@@ -10,6 +10,8 @@
 
 pub mod curve;
 pub mod gpu;
+pub mod kernel;
+pub mod kernel_timings;
 pub mod load;
 pub mod measured_ops;
 pub mod measured_steps;
@@ -17,6 +19,7 @@ pub mod moe_layer;
 #[cfg(test)]
 mod one_model_checks;
 pub mod op_profile;
+pub mod price;
 pub mod profile;
 pub mod roofline;
 pub mod shape;

@@ -270,7 +270,10 @@ pub enum OpProfileError {
     },
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(text: &str, path: &Path) -> Result<T, OpProfileError> {
+pub(crate) fn parse<T: for<'de> Deserialize<'de>>(
+    text: &str,
+    path: &Path,
+) -> Result<T, OpProfileError> {
     let mut de = serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let field = e.path().to_string();
@@ -310,7 +313,7 @@ fn check_points(points: &[(u64, f64)], field: &str) -> Result<(), (String, Strin
     Ok(())
 }
 
-fn write_atomically(path: &Path, text: &str) -> Result<(), OpProfileError> {
+pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), OpProfileError> {
     let write = |source| OpProfileError::Write {
         path: path.to_path_buf(),
         source,
@@ -324,7 +327,7 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), OpProfileError> {
 
 /// Indented JSON in which an array of numbers or of number pairs stays on one line, so a
 /// profile of thousands of points reads as one line per series.
-fn layout(value: &serde_json::Value) -> String {
+pub(crate) fn layout(value: &serde_json::Value) -> String {
     fn flat(value: &serde_json::Value) -> bool {
         match value {
             serde_json::Value::Array(items) => items.iter().all(|item| match item {
