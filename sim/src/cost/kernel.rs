@@ -149,6 +149,44 @@ impl KernelTime {
     }
 }
 
+/// The M tiles of the grouped GEMM's two kernels (`grouped_tile`).
+const TILE_ROWS: [f64; 2] = [64.0, 128.0];
+
+/// The shape-only quantities of a grouped GEMM `rows x k -> n` with `k x n` weights per group,
+/// computed once per MoE layer (`cost::moe_layer`) rather than on every pricing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GroupedShape {
+    pub k: u64,
+    pub n: u64,
+    /// One group's weight bytes.
+    weight_bytes: f64,
+    /// Activation bytes of one row (its input and output).
+    row_bytes: f64,
+    /// Output tiles across N, per tile shape (64 x 128, 128 x 256).
+    n_tiles: [f64; 2],
+    /// FLOPs of one padded row across the padded output, per tile shape.
+    flops_per_row: [f64; 2],
+}
+
+impl GroupedShape {
+    pub fn new(k: u64, n: u64, bytes_per_param: f64) -> GroupedShape {
+        let (kf, nf) = (k as f64, n as f64);
+        let tiles = |cols: u64| n.div_ceil(cols) as f64;
+        let (small, large) = (grouped_tile(0.0, 1024), grouped_tile(1024.0, 1024));
+        GroupedShape {
+            k,
+            n,
+            weight_bytes: kf * nf * bytes_per_param,
+            row_bytes: (kf + nf) * ACTIVATION_BYTES,
+            n_tiles: [tiles(small.cols), tiles(large.cols)],
+            flops_per_row: [
+                2.0 * kf * tiles(small.cols) * small.cols as f64,
+                2.0 * kf * tiles(large.cols) * large.cols as f64,
+            ],
+        }
+    }
+}
+
 /// The groups of a grouped GEMM reduced to the sums its cost reads; each group weighs `p`
 /// (1 for a counted group, the probability that it runs for an expected one).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -323,26 +361,37 @@ impl KernelRates {
         n: u64,
         bytes_per_param: f64,
     ) -> KernelTime {
+        self.grouped(&GroupedShape::new(k, n, bytes_per_param), groups)
+    }
+
+    /// A grouped GEMM of `shape` over `groups`: the tile the groups' mean rows choose, the
+    /// streaming rate its working thread blocks reach (two-block clusters along M, half the SMs
+    /// resident at once; a cluster whose group has one M tile streams with one block), its
+    /// weights and activations over that rate, its tile-padded rows (plus each group's tail)
+    /// over the grouped GEMM rate.
+    pub fn grouped(&self, shape: &GroupedShape, groups: &GroupSums) -> KernelTime {
         if groups.is_empty() {
             return KernelTime::default();
         }
-        let tile = grouped_tile(groups.rows / groups.groups, n);
-        let t = usize::from(tile.rows == 128);
-        let n_tiles = n.div_ceil(tile.cols) as f64;
-        // Two-block clusters along M: the half the SMs can hold at once; a cluster whose group
-        // has one M tile streams with one of its blocks.
+        let mean_rows = groups.rows / groups.groups;
+        let t = usize::from(!(mean_rows <= 128.0 || shape.n <= 128));
+        let n_tiles = shape.n_tiles[t];
+        let half_sms = 0.5 * f64::from(self.sms);
         let working = groups.tiles[t] * n_tiles;
-        let resident = (f64::from(self.sms) / 2.0 / (groups.clusters[t] * n_tiles)).min(1.0);
-        let rate = (working * resident * self.sm_stream()).min(self.stream_bytes_per_s);
-        let (kf, nf) = (k as f64, n as f64);
-        let bytes =
-            groups.groups * kf * nf * bytes_per_param + groups.rows * (kf + nf) * ACTIVATION_BYTES;
-        let rows = groups.padded_rows[t] + self.group_tail_tiles * tile.rows as f64 * groups.groups;
-        let flops = 2.0 * kf * n_tiles * tile.cols as f64 * rows;
+        let clusters = groups.clusters[t] * n_tiles;
+        let active = if clusters > half_sms {
+            working * half_sms / clusters
+        } else {
+            working
+        };
+        let rate =
+            (active * (self.grouped_stream_bytes_per_s / half_sms)).min(self.stream_bytes_per_s);
+        let bytes = groups.groups * shape.weight_bytes + groups.rows * shape.row_bytes;
+        let rows = groups.padded_rows[t] + self.group_tail_tiles * TILE_ROWS[t] * groups.groups;
         self.kernel(
-            self.kernel_floor_ns + self.reduction_ns_per_element * kf,
+            self.kernel_floor_ns + self.reduction_ns_per_element * shape.k as f64,
             bytes / rate * 1e9,
-            flops / self.grouped_gemm_flops * 1e9,
+            shape.flops_per_row[t] * rows / self.grouped_gemm_flops * 1e9,
         )
     }
 
@@ -411,31 +460,33 @@ impl KernelRates {
     }
 }
 
-/// The p-norm of two non-negative terms for p a power of two (repeated squaring and square
-/// roots: no `powf` on the hot path).
+/// The p-norm of two non-negative terms, p a power of two (1, 2, 4, 8: square roots, no
+/// `powf` on the hot path). Far from the ridge (the smaller term under a tenth of the larger,
+/// p = 4) the root is its series to second order, exact to 1e-13 relative.
 #[inline]
 pub fn combine(p: u32, a: f64, b: f64) -> f64 {
-    let hi = a.max(b);
-    if hi <= 0.0 {
-        return 0.0;
+    let (hi, lo) = if a >= b { (a, b) } else { (b, a) };
+    if lo <= 0.0 {
+        return hi.max(0.0);
     }
-    if p <= 1 {
-        return a + b;
+    let r = lo / hi;
+    match p {
+        0 | 1 => hi + lo,
+        2 => hi * (1.0 + r * r).sqrt(),
+        4 => {
+            let r4 = (r * r) * (r * r);
+            if r4 < 1e-4 {
+                hi * (1.0 + r4 * (0.25 - 0.09375 * r4))
+            } else {
+                hi * (1.0 + r4).sqrt().sqrt()
+            }
+        }
+        8 => {
+            let r4 = (r * r) * (r * r);
+            hi * (1.0 + r4 * r4).sqrt().sqrt().sqrt()
+        }
+        _ => hi * (1.0 + r.powi(p as i32)).powf(1.0 / f64::from(p)),
     }
-    // Scale by the larger term so the powers stay in range.
-    let (mut x, mut y) = (a / hi, b / hi);
-    let mut q = 1;
-    while q < p {
-        x *= x;
-        y *= y;
-        q *= 2;
-    }
-    let mut s = x + y;
-    while q > 1 {
-        s = s.sqrt();
-        q /= 2;
-    }
-    hi * s
 }
 
 #[cfg(test)]
@@ -450,9 +501,16 @@ mod tests {
         assert!((combine(2, 3.0, 4.0) - 5.0).abs() < 1e-12);
         // p = 4 at the ridge: 2^(1/4) x the term.
         assert!((combine(4, 10.0, 10.0) - 10.0 * 2f64.powf(0.25)).abs() < 1e-9);
-        // Far from it, the larger term (within 0.1 % at a ratio of 4).
+        // Far from it, the larger term (within 0.1 % at a ratio of 4), and the series branch
+        // agrees with the root.
         assert!((combine(4, 100.0, 25.0) / 100.0 - 1.0) < 1e-3 + 0.001);
+        for r in [0.01f64, 0.05, 0.09, 0.1, 0.2] {
+            let exact = (1.0f64 + r.powi(4)).powf(0.25);
+            assert!((combine(4, 1.0, r) - exact).abs() < 1e-13, "{r}");
+            assert_eq!(combine(4, r, 1.0), combine(4, 1.0, r));
+        }
         assert!((combine(8, 1.0, 0.5) - (1.0f64 + 0.5f64.powi(8)).powf(0.125)).abs() < 1e-12);
+        assert_eq!(combine(4, 3.0, 0.0), 3.0);
     }
 
     #[test]

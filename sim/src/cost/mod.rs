@@ -9,6 +9,8 @@
 //! docs/cost-model.md.
 
 pub mod curve;
+pub mod fidelity;
+pub mod fit;
 pub mod gpu;
 pub mod kernel;
 pub mod kernel_timings;
@@ -26,6 +28,6 @@ pub mod shape;
 
 pub use curve::{CostCurve, CurveError};
 pub use gpu::{GpuSpec, LinkSpec, UnknownGpu};
-pub use moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
+pub use moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 pub use profile::{ExpertExecution, Profile, ProfileError, ProfileMismatch, SourceKind};
 pub use roofline::{RooflineParams, analytic_profile};

@@ -5,6 +5,7 @@
 
 use crate::cost::gpu::GpuSpec;
 use crate::cost::kernel::{KernelRates, KernelTime, Timing};
+use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 use crate::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
 use serde::Serialize;
 
@@ -250,42 +251,43 @@ pub fn price_op(
     Ok(Priced::of(&[kernel], timing, rates.host_launch_ns))
 }
 
-#[cfg(any())]
-mod pending {
-    /// Which part of one GPU's MoE layer to price.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum MoePart {
-        /// The two grouped GEMMs alone (what `moe_grouped.csv` measures).
-        ExpertGemms,
-        /// The whole expert part: the grouped GEMMs and the activation between them.
-        Layer,
-    }
+/// Which part of one GPU's MoE layer to price.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoePart {
+    /// The two grouped GEMMs alone (what `moe_grouped.csv` measures).
+    ExpertGemms,
+    /// The whole expert part: the grouped GEMMs and the activation between them.
+    Layer,
+}
 
-    /// One GPU's MoE layer of `model` on `gpu` with `rows` rows per expert it holds, through the
-    /// simulator's entry point (`MoeLayerCost`, the measured grouped GEMMs of this GPU and expert
-    /// shape where there are any).
-    pub fn price_moe(
-        gpu: &GpuSpec,
-        model: &CatalogueModel,
-        rows: ExpertRows<'_>,
-        part: MoePart,
-        timing: Timing,
-    ) -> Result<Priced, String> {
-        let shape = model
-            .experts()
-            .ok_or_else(|| "a dense model has no routed experts".to_string())?;
-        let layer = MoeLayerCost::new(gpu, &shape, timing);
-        let cost = layer.gpu(rows, SpeedFactors::NOMINAL);
-        let kernels: &[KernelTime] = match part {
-            MoePart::ExpertGemms => &cost.kernels[..2],
-            MoePart::Layer => &cost.kernels[..],
-        };
-        let mut priced = Priced::of(kernels, timing, KernelRates::of(gpu).host_launch_ns);
-        if part == MoePart::ExpertGemms {
-            priced.predicted_ns = cost.gemms_ns;
-        } else {
-            priced.predicted_ns = cost.nanos;
-        }
-        Ok(priced)
+/// One GPU's MoE layer of `model` on `gpu` with `rows` rows per expert it holds, through the
+/// simulator's entry point (`MoeLayerCost::gpu`); with `measured`, scaled to the measured
+/// grouped GEMMs of this GPU and expert shape where there are any (as GEM's runs price them).
+pub fn price_moe(
+    gpu: &GpuSpec,
+    model: &CatalogueModel,
+    rows: ExpertRows<'_>,
+    part: MoePart,
+    timing: Timing,
+    measured: bool,
+) -> Result<Priced, String> {
+    let shape = model
+        .experts()
+        .ok_or_else(|| "a dense model has no routed experts".to_string())?;
+    let mut layer = MoeLayerCost::new(gpu, &shape, timing);
+    if measured {
+        layer = layer.with_measured_grouped(gpu).0;
     }
+    let cost = layer.gpu(rows, SpeedFactors::NOMINAL);
+    let kernels: &[KernelTime] = match part {
+        MoePart::ExpertGemms => &[cost.kernels[0], cost.kernels[2]],
+        MoePart::Layer => &cost.kernels,
+    };
+    let mut priced = Priced::of(kernels, timing, layer.rates.host_launch_ns);
+    // The time itself is the entry point's (the measured scaling included).
+    priced.predicted_ns = match part {
+        MoePart::ExpertGemms => cost.gemms_ns,
+        MoePart::Layer => cost.nanos,
+    };
+    Ok(priced)
 }

@@ -81,6 +81,11 @@ impl Popularity {
     }
 
     /// Whether `adapter` fine-tuned each expert of MoE layer `layer`.
+    /// Routed experts per MoE layer.
+    pub fn n_experts(&self) -> usize {
+        self.n_experts
+    }
+
     pub fn tuned(&self, adapter: usize, layer: usize) -> &[bool] {
         &self.tuned[self.row(adapter, layer)]
     }
