@@ -9,6 +9,7 @@ mod fuzz;
 mod gpu_script;
 mod live;
 mod measured;
+mod price;
 mod reproduce_claims;
 mod serving;
 mod serving_chimera;

@@ -8,6 +8,7 @@ use crate::cost::kernel::{KernelRates, KernelTime, Timing};
 use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 use crate::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
 use serde::Serialize;
+use std::path::Path;
 
 /// A model of the shape catalogue, whichever table holds it.
 #[derive(Clone, Debug, PartialEq)]
@@ -290,4 +291,329 @@ pub fn price_moe(
         MoePart::Layer => cost.nanos,
     };
     Ok(priced)
+}
+
+/// A price input that cannot be priced: the file, and where there is one the 1-based line and
+/// the column.
+#[derive(Debug, thiserror::Error)]
+pub enum PriceError {
+    #[error("{}: {message}", path.display())]
+    File {
+        path: std::path::PathBuf,
+        message: String,
+    },
+    #[error("{}:{line}: column {column:?}: {message}", path.display())]
+    Cell {
+        path: std::path::PathBuf,
+        line: u64,
+        column: String,
+        message: String,
+    },
+}
+
+/// How `price_csv` prices its rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PriceOptions {
+    pub timing: Timing,
+    /// Scale MoE rows to the GPU's measured grouped GEMMs where its expert shape was measured
+    /// (as GEM's runs do); the kernel model alone otherwise.
+    pub measured_curves: bool,
+}
+
+/// The columns `price_csv` appends.
+pub const PRICE_COLUMNS: [&str; 5] = [
+    "predicted_us",
+    "memory_us",
+    "compute_us",
+    "floor_us",
+    "host_us",
+];
+
+/// Reads the CSV at `path` (columns `gpu`, `model`, then per row `op` + `tokens` (+ `context`
+/// for `decode_attention`), or `experts_on_gpu` + `tokens_on_gpu`, or `rows_per_expert`, with
+/// an optional `op` of `moe_layer` (the default) or `expert_gemms`; any other column is passed
+/// through), prices every row through the simulator's entry points and returns the same rows
+/// with `PRICE_COLUMNS` appended, as CSV text.
+pub fn price_csv(path: &Path, options: PriceOptions) -> Result<String, PriceError> {
+    let file_error = |message: String| PriceError::File {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_path(path)
+        .map_err(|e| file_error(format!("cannot read: {e}")))?;
+    let header: Vec<String> = reader
+        .headers()
+        .map_err(|e| file_error(format!("cannot read the header: {e}")))?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    let column = |name: &str| header.iter().position(|h| h == name);
+    for required in ["gpu", "model"] {
+        if column(required).is_none() {
+            return Err(file_error(format!(
+                "no column {required:?} (a price input has gpu, model, and op + tokens, experts_on_gpu + tokens_on_gpu, or rows_per_expert)"
+            )));
+        }
+    }
+    let mut out = csv::Writer::from_writer(Vec::new());
+    let mut out_header = header.clone();
+    out_header.extend(PRICE_COLUMNS.iter().map(|c| c.to_string()));
+    out.write_record(&out_header)
+        .map_err(|e| file_error(e.to_string()))?;
+    let mut rows = 0usize;
+    for record in reader.records() {
+        let record = record.map_err(|e| file_error(format!("cannot read: {e}")))?;
+        let line = record.position().map_or(0, csv::Position::line);
+        let cell = |name: &str| {
+            column(name)
+                .and_then(|i| record.get(i))
+                .filter(|v| !v.is_empty())
+        };
+        let refuse = |name: &str, message: String| PriceError::Cell {
+            path: path.to_path_buf(),
+            line,
+            column: name.to_string(),
+            message,
+        };
+        let count = |name: &str| -> Result<u64, PriceError> {
+            let text = cell(name).ok_or_else(|| refuse(name, "missing".into()))?;
+            let n: u64 = text
+                .parse()
+                .map_err(|_| refuse(name, format!("expected a whole number, got {text:?}")))?;
+            if n == 0 {
+                return Err(refuse(name, "must be at least 1".into()));
+            }
+            Ok(n)
+        };
+        let gpu = GpuSpec::by_name(cell("gpu").unwrap_or(""))
+            .map_err(|e| refuse("gpu", e.to_string()))?;
+        let model =
+            CatalogueModel::by_name(cell("model").unwrap_or("")).map_err(|e| refuse("model", e))?;
+        let op = cell("op");
+        let moe_part = |op: Option<&str>| match op {
+            None | Some("moe_layer") => Ok(MoePart::Layer),
+            Some("expert_gemms") => Ok(MoePart::ExpertGemms),
+            Some(other) => Err(refuse(
+                "op",
+                format!("an MoE row's op is moe_layer or expert_gemms, got {other:?}"),
+            )),
+        };
+        let kinds = [
+            cell("rows_per_expert").is_some(),
+            cell("experts_on_gpu").is_some() || cell("tokens_on_gpu").is_some(),
+            cell("tokens").is_some(),
+        ];
+        if kinds.iter().filter(|&&k| k).count() != 1 {
+            return Err(refuse(
+                "tokens",
+                "give exactly one of: op + tokens, experts_on_gpu + tokens_on_gpu, rows_per_expert"
+                    .into(),
+            ));
+        }
+        let moe = |rows: ExpertRows<'_>, part| {
+            price_moe(
+                &gpu,
+                &model,
+                rows,
+                part,
+                options.timing,
+                options.measured_curves,
+            )
+            .map_err(|e| refuse("model", e))
+        };
+        let priced = if let Some(text) = cell("rows_per_expert") {
+            let groups: Vec<u32> = text
+                .split(';')
+                .map(|g| g.trim().parse::<u32>().ok())
+                .collect::<Option<_>>()
+                .filter(|g: &Vec<u32>| g.iter().any(|&r| r > 0))
+                .ok_or_else(|| {
+                    refuse(
+                        "rows_per_expert",
+                        format!("expected rows per expert separated by ';', at least one positive, got {text:?}"),
+                    )
+                })?;
+            check_experts(&model, groups.len() as u64).map_err(|e| refuse("rows_per_expert", e))?;
+            moe(ExpertRows::Counted(&groups), moe_part(op)?)?
+        } else if cell("experts_on_gpu").is_some() || cell("tokens_on_gpu").is_some() {
+            let experts = count("experts_on_gpu")?;
+            check_experts(&model, experts).map_err(|e| refuse("experts_on_gpu", e))?;
+            let tokens = count("tokens_on_gpu")?;
+            moe(
+                ExpertRows::Even {
+                    tokens,
+                    experts: experts as usize,
+                },
+                moe_part(op)?,
+            )?
+        } else {
+            let name =
+                op.ok_or_else(|| refuse("op", "missing (a dense row names its op)".into()))?;
+            let op = Op::parse(name).map_err(|e| refuse("op", e))?;
+            let tokens = count("tokens")?;
+            let context = if op == Op::DecodeAttention {
+                count("context")?
+            } else {
+                0
+            };
+            price_op(&gpu, &model, op, tokens, context, options.timing)
+                .map_err(|e| refuse("op", e))?
+        };
+        let mut fields: Vec<String> = record.iter().map(str::to_string).collect();
+        fields.resize(header.len(), String::new());
+        for v in [
+            priced.predicted_ns,
+            priced.memory_ns,
+            priced.compute_ns,
+            priced.floor_ns,
+            priced.host_ns,
+        ] {
+            fields.push(format!("{:.3}", v / 1e3));
+        }
+        out.write_record(&fields)
+            .map_err(|e| file_error(e.to_string()))?;
+        rows += 1;
+    }
+    if rows == 0 {
+        return Err(file_error("no rows after the header".into()));
+    }
+    let bytes = out.into_inner().map_err(|e| file_error(e.to_string()))?;
+    Ok(String::from_utf8(bytes).expect("CSV of UTF-8 input is UTF-8"))
+}
+
+/// A GPU of `model` holds at most its routed experts.
+fn check_experts(model: &CatalogueModel, experts: u64) -> Result<(), String> {
+    let shape = model
+        .experts()
+        .ok_or_else(|| "a dense model has no routed experts".to_string())?;
+    if experts > shape.n_experts as u64 {
+        return Err(format!(
+            "{experts} experts on one GPU; the model has {}",
+            shape.n_experts
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn priced(text: &str, options: PriceOptions) -> Result<String, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.csv");
+        std::fs::write(&path, text).unwrap();
+        price_csv(&path, options).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn rows_are_priced_through_the_entry_points() {
+        let out = priced(
+            "gpu,model,op,tokens,context,experts_on_gpu,tokens_on_gpu,rows_per_expert,note\n\
+             H200,mixtral-8x7b,expert_up,16,,,,,a\n\
+             H200,mixtral-8x7b,decode_attention,4,1024,,,,b\n\
+             H200,mixtral-8x7b,,,,2,64,,c\n\
+             H200,mixtral-8x7b,expert_gemms,,,,,32;32,d\n",
+            PriceOptions::default(),
+        )
+        .unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].ends_with("note,predicted_us,memory_us,compute_us,floor_us,host_us"));
+        let gpu = GpuSpec::by_name("H200").unwrap();
+        let model = CatalogueModel::by_name("mixtral-8x7b").unwrap();
+        let us = |ns: f64| format!("{:.3}", ns / 1e3);
+        let up = price_op(&gpu, &model, Op::ExpertUp, 16, 0, Timing::Graph).unwrap();
+        assert!(
+            lines[1].starts_with("H200,mixtral-8x7b,expert_up,16,,,,,a,")
+                && lines[1].contains(&us(up.predicted_ns))
+        );
+        let even = price_moe(
+            &gpu,
+            &model,
+            ExpertRows::Even {
+                tokens: 64,
+                experts: 2,
+            },
+            MoePart::Layer,
+            Timing::Graph,
+            false,
+        )
+        .unwrap();
+        assert!(lines[3].contains(&us(even.predicted_ns)));
+        let gemms = price_moe(
+            &gpu,
+            &model,
+            ExpertRows::Counted(&[32, 32]),
+            MoePart::ExpertGemms,
+            Timing::Graph,
+            false,
+        )
+        .unwrap();
+        assert!(lines[4].contains(&us(gemms.predicted_ns)));
+        // The same 64 rows: the layer adds the SwiGLU to the two GEMMs.
+        assert!(even.predicted_ns > gemms.predicted_ns);
+        // Eager: the host's launch where a kernel is shorter.
+        let eager = priced(
+            "gpu,model,op,tokens\nH200,qwen1.5-moe-a2.7b,expert_down,1\n",
+            PriceOptions {
+                timing: Timing::Eager,
+                measured_curves: false,
+            },
+        )
+        .unwrap();
+        let host = KernelRates::of(&gpu).host_launch_ns;
+        assert!(eager.lines().nth(1).unwrap().contains(&us(host)));
+    }
+
+    #[test]
+    fn refused_rows_name_file_line_and_column() {
+        let err = |text: &str| priced(text, PriceOptions::default()).unwrap_err();
+        let e = err(
+            "gpu,model,op,tokens\nH200,mixtral-8x7b,expert_up,16\nH201,mixtral-8x7b,expert_up,16\n",
+        );
+        assert!(
+            e.contains("in.csv:3: column \"gpu\"") && e.contains("unknown GPU"),
+            "{e}"
+        );
+        let e = err("gpu,model,op,tokens\nH200,gpt-5,expert_up,16\n");
+        assert!(
+            e.contains(":2: column \"model\"") && e.contains("unknown model"),
+            "{e}"
+        );
+        let e = err("gpu,model,op,tokens\nH200,mixtral-8x7b,expert_sideways,16\n");
+        assert!(
+            e.contains(":2: column \"op\"") && e.contains("unknown op"),
+            "{e}"
+        );
+        let e = err("gpu,model,op,tokens\nH200,mixtral-8x7b,expert_up,0\n");
+        assert!(
+            e.contains(":2: column \"tokens\"") && e.contains("at least 1"),
+            "{e}"
+        );
+        let e = err("gpu,model,op,tokens\nH200,llama-2-7b,expert_up,4\n");
+        assert!(
+            e.contains(":2: column \"op\"") && e.contains("no routed experts"),
+            "{e}"
+        );
+        let e = err("gpu,model,op,tokens,context\nH200,mixtral-8x7b,decode_attention,4,\n");
+        assert!(
+            e.contains(":2: column \"context\"") && e.contains("missing"),
+            "{e}"
+        );
+        let e = err("gpu,model,experts_on_gpu,tokens_on_gpu\nH200,mixtral-8x7b,9,16\n");
+        assert!(
+            e.contains(":2: column \"experts_on_gpu\"") && e.contains("has 8"),
+            "{e}"
+        );
+        let e = err("gpu,model,rows_per_expert\nH200,mixtral-8x7b,4;x\n");
+        assert!(e.contains(":2: column \"rows_per_expert\""), "{e}");
+        let e = err("gpu,model,op,tokens,rows_per_expert\nH200,mixtral-8x7b,expert_up,4,4;4\n");
+        assert!(e.contains(":2:") && e.contains("exactly one"), "{e}");
+        let e = err("gpu,op,tokens\nH200,expert_up,4\n");
+        assert!(e.contains("no column \"model\""), "{e}");
+        let e = err("gpu,model,op,tokens\n");
+        assert!(e.contains("no rows"), "{e}");
+    }
 }
