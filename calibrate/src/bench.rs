@@ -319,7 +319,8 @@ mod tests {
             Workload::Moe(p) => {
                 assert_eq!(p.topk_ids, vec![0; 5]);
                 assert_eq!(p.x.len(), 5 * shape.hidden);
-                assert_eq!(p.w_down.len(), shape.expert_ffn * shape.hidden);
+                assert_eq!(p.w2.len(), shape.expert_ffn * shape.hidden);
+                assert_eq!(p.w13.len(), 2 * shape.expert_ffn * shape.hidden);
             }
             other => panic!("{other:?}"),
         }

@@ -246,7 +246,6 @@ pub fn calibrate(
             shape.name, shape.weight_dtype, shape.lm_head_dtype
         )));
     }
-    let device = backend.device().clone();
     let mut bench = Bench::new(shape, plan.tile, plan.decode_context, plan.seed);
     let schedule = schedule(plan);
     let points_total = schedule.iter().map(|(_, xs)| xs.len()).sum();
@@ -325,17 +324,23 @@ pub fn calibrate(
         source,
     })?;
 
+    // The timing as it was in the end (a CUDA backend that could not capture a graph says so).
+    let device = backend.device().clone();
+    let libraries = device
+        .libraries
+        .as_deref()
+        .map_or(String::new(), |l| format!(", with {l}"));
     let mode = if plan.quick {
         "QUICK smoke run (tiny tiles, one repetition): exercises the pipeline, not a calibration; "
     } else {
         ""
     };
     let notes = format!(
-        "{mode}measured with the {} backend ({}), {}; expert_ffn: the whole MoE layer with every \
-         token routed to one expert; non-expert parts: one GEMM of the layer's dense matmul \
-         weights ({} x {}) plus attention over {} cached tokens for decode; head: the {} x {} \
-         output GEMM; decode_step derived as n_layers x (non_expert_decode + expert_ffn(batch x \
-         top_k / n_experts)) + head (docs/calibration.md)",
+        "{mode}measured with the {} backend{libraries} ({}), {}; expert_ffn: the whole MoE layer \
+         with every token routed to one expert; non-expert parts: one GEMM of the layer's dense \
+         matmul weights ({} x {}) plus attention over {} cached tokens for decode; head: the {} \
+         x {} output GEMM; decode_step derived as n_layers x (non_expert_decode + \
+         expert_ffn(batch x top_k / n_experts)) + head (docs/calibration.md)",
         device.backend,
         device.timing,
         plan.stopping.describe(),
@@ -366,11 +371,10 @@ pub fn calibrate(
         non_expert_decode,
         head,
         decode_step,
-        // The CPU references run a layer's experts one after another; a GPU's grouped kernel
-        // runs their tiles at once.
+        // The CPU references run a layer's experts one after another, and so does the CUDA
+        // backend: one cuBLAS GEMM pair per expert with tokens, back to back on one stream.
         expert_execution: match device.backend {
-            BackendKind::Cpu => ExpertExecution::Serial,
-            BackendKind::Cuda => ExpertExecution::Concurrent,
+            BackendKind::Cpu | BackendKind::Cuda => ExpertExecution::Serial,
         },
     };
     let rule = &plan.stopping;
@@ -383,7 +387,7 @@ pub fn calibrate(
         driver: device.driver,
         kernel_source_hash: kernels::source::source_hash(),
         tile_tokens: plan.tile as u32,
-        timing: device.timing.into(),
+        timing: device.timing,
         warmup: plan.warmup as u32,
         repetitions: rule.max_repetitions as u32,
         stopping: (!rule.is_fixed()).then_some(StoppingRecord {
