@@ -13,7 +13,8 @@ use std::process::ExitCode;
 pub enum BackendArg {
     /// The CPU reference kernels, timed with the wall clock.
     Cpu,
-    /// A CUDA device: kernels compiled with NVRTC, timed with device events.
+    /// A CUDA device: GEMMs through cuBLAS, our kernels compiled with NVRTC, timed with device
+    /// events around CUDA-graph replays.
     Cuda,
 }
 

@@ -16,6 +16,7 @@ use crate::stats::summarize;
 use kernels::backend::{Backend, BackendError, Workload};
 use kernels::decode::{DecodeProblem, DecodeShape};
 use kernels::moe::{MoeProblem, MoeShape};
+use kernels::numeric::{random_weights, synthetic_bf16};
 use kernels::reroute::{RerouteProblem, RerouteVariant};
 use sim::cost::shape::MoeModelShape;
 
@@ -147,24 +148,18 @@ impl Bench {
     }
 
     /// `problem` (weights kept) with fresh inputs for `batch` rows and `context` cached tokens.
+    /// Inputs are a repeated random table ([`synthetic_bf16`]: never zero, cheap for the
+    /// gigabytes of a long KV cache; timing does not depend on the values).
     fn decode_inputs(&self, mut problem: DecodeProblem, batch: usize, context: usize) -> Workload {
-        let fresh = DecodeProblem::random(
-            DecodeShape {
-                out_features: 1,
-                ..problem.shape
-            },
-            self.tile,
-            batch,
-            context,
-            self.seed,
-            true,
-        );
+        let s = problem.shape;
+        let input = |len, name| synthetic_bf16(len, 1.0, self.seed, name);
+        let kv = batch * context * s.n_kv_heads * s.head_dim;
         problem.batch = batch;
         problem.context = context;
-        problem.x = fresh.x;
-        problem.q = fresh.q;
-        problem.k_cache = fresh.k_cache;
-        problem.v_cache = fresh.v_cache;
+        problem.x = input(batch * s.hidden, "bench.x");
+        problem.q = input(batch * s.n_heads * s.head_dim, "bench.q");
+        problem.k_cache = input(kv, "bench.k");
+        problem.v_cache = input(kv, "bench.v");
         Workload::Decode(problem)
     }
 
@@ -178,18 +173,10 @@ impl Bench {
                     .expert
                     .take()
                     .unwrap_or_else(|| MoeProblem::random(shape, tile, 1, seed));
-                let fresh = MoeProblem::random(
-                    MoeShape {
-                        expert_ffn: 1,
-                        ..shape
-                    },
-                    tile,
-                    x,
-                    seed,
-                );
-                moe.x = fresh.x;
-                moe.topk_ids = fresh.topk_ids;
-                moe.topk_weights = fresh.topk_weights;
+                // Every token to the one expert, inputs as in `decode_inputs`.
+                moe.x = synthetic_bf16(x * shape.hidden, 1.0, seed, "bench.x");
+                moe.topk_ids = vec![0; x];
+                moe.topk_weights = random_weights(x, seed, "bench.weights");
                 Workload::Moe(moe)
             }
             Series::NonExpertPrefill | Series::NonExpertDecode | Series::DecodeAtContext(_) => {
