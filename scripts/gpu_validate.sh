@@ -607,7 +607,8 @@ device_half() {
             run_capped "calibrate $qwen to 2048 tokens" "$logs/calibrate-$qwen-to2048.log" 3 \
                 "$bin/expertsim-calibrate" --backend cuda --model "$qwen" --dense-limit 2048 \
                 --sparse-step 0 --sparse-limit 0 --max-batch 8 --contexts 1024 --context-batches 1 \
-                --reroute-tokens 16 --adapters 1 --output "$profiles_dir/${device}_$qwen-to2048.json"
+                --reroute-tokens 16 --adapters 1 --expert-gemms \
+                --output "$profiles_dir/${device}_$qwen-to2048.json"
             echo "  its expert_ffn at 64-2,048 tokens against cuBLAS's w13 + w2 ($QWEN_REFERENCE)"
             run_capped "vendor check of $qwen" "$logs/vendor-check-$qwen.log" 2 \
                 python3 scripts/vendor_check.py "$profiles_dir/${device}_$qwen-to2048.json" \

@@ -7,9 +7,12 @@ cuBLAS's, so at token counts where the two GEMMs dominate it should cost about w
 does for them. This prints, at every reference token count in --tokens (a range, inclusive),
 the profile's median (interpolated linearly between its samples, as the simulator reads it),
 the sum of the reference's w13 and w2 medians, and their ratio; it exits 1 when a ratio lies
-outside [1 / --max-ratio, --max-ratio]. A profile of another device than the reference's is
-compared all the same but cannot fail (the ratios are then informative only). Standard library
-only; run by scripts/gpu_validate.sh.
+outside [1 / --max-ratio, --max-ratio]. Where the profile also measured the two GEMMs alone
+(`expert_gemm/w13` and `expert_gemm/w2`, `expertsim-calibrate --expert-gemms`), it prints their
+sum and its ratio too, and the difference (what the layer adds around its GEMMs: grouping,
+gather, SwiGLU, combine); those do not decide the exit code. A profile of another device than
+the reference's is compared all the same but cannot fail (the ratios are then informative
+only). Standard library only; run by scripts/gpu_validate.sh.
 """
 
 import argparse
@@ -54,6 +57,10 @@ def main():
         with open(args.profile, encoding="utf-8") as f:
             profile = json.load(f)
         samples = profile["expert_ffn"][0]["curve"]["samples"]
+        measured = {
+            m["name"]: [(p[0], p[1]) for p in m["points"]]
+            for m in profile.get("calibration", {}).get("measurements", [])
+        }
         device = profile.get("gpu", "?")
         model = profile.get("model", {}).get("name", "?")
         sums = reference_sums(args.reference, args.shape, args.timing)
@@ -68,14 +75,21 @@ def main():
     same_device = device == args.reference_device
     print(f"expert_ffn of {model} on {device} ({args.profile}) against cuBLAS's w13 + w2 on "
           f"{args.reference_device} ({args.reference}, {args.timing} timing)")
-    print("| tokens | profile (us) | cuBLAS w13 + w2 (us) | ratio |")
-    print("|---|---|---|---|")
+    gemms = [measured.get("expert_gemm/w13"), measured.get("expert_gemm/w2")]
+    gemms = gemms if all(gemms) else None
+    extra = " our w13 + w2 (us) | ratio | layer - GEMMs (us) |" if gemms else ""
+    print(f"| tokens | profile expert_ffn (us) | cuBLAS w13 + w2 (us) | ratio |{extra}")
+    print("|---|---|---|---|" + ("---|---|---|" if gemms else ""))
     worst = 1.0
     for t in points:
         ours = curve_at(samples, t) / 1e3
         ratio = ours / sums[t]
         worst = max(worst, ratio, 1.0 / ratio)
-        print(f"| {t} | {ours:.1f} | {sums[t]:.1f} | {ratio:.2f}x |")
+        row = f"| {t} | {ours:.1f} | {sums[t]:.1f} | {ratio:.2f}x |"
+        if gemms:
+            alone = sum(curve_at(g, t) for g in gemms) / 1e3
+            row += f" {alone:.1f} | {alone / sums[t]:.2f}x | {ours - alone:.1f} |"
+        print(row)
     within = worst <= args.max_ratio
     verdict = "within" if within else "NOT within"
     print(f"worst ratio {worst:.2f}x: {verdict} {args.max_ratio}x at {lo}-{hi} tokens")

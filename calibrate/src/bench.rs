@@ -9,6 +9,9 @@
 //! - `non_expert_decode`, `decode_step/context=C`: that GEMM plus attention over the decode
 //!   context (or `C`) cached tokens per sequence, for `x` sequences;
 //! - `head`: the output projection GEMM over `x` sequences;
+//! - `expert_gemm/{w13,w2}` (`--expert-gemms`): one of the expert's two GEMMs alone over `x`
+//!   tokens (gate/up `hidden -> 2 x expert_ffn`, down `expert_ffn -> hidden`), to set the MoE
+//!   layer beside the vendor GEMMs it runs;
 //! - `reroute/{fused,unfused}/adapters=A`: one layer's batched rerouting of `x` tokens.
 
 use crate::adaptive::{Repeated, Stop, StoppingRule, repeat_until_precise};
@@ -32,10 +35,30 @@ pub enum Series {
     /// The decode kernels at another context than the profile's decode context.
     DecodeAtContext(usize),
     Head,
+    /// One of the expert's GEMMs alone (measurements only).
+    ExpertGemm(ExpertGemm),
     Reroute {
         variant: RerouteVariant,
         adapters: usize,
     },
+}
+
+/// The expert's two GEMMs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertGemm {
+    /// Gate and up fused: `hidden -> 2 x expert_ffn`.
+    W13,
+    /// Down: `expert_ffn -> hidden`.
+    W2,
+}
+
+impl ExpertGemm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExpertGemm::W13 => "w13",
+            ExpertGemm::W2 => "w2",
+        }
+    }
 }
 
 impl Series {
@@ -47,6 +70,7 @@ impl Series {
             Series::NonExpertDecode => "non_expert_decode".into(),
             Series::DecodeAtContext(c) => format!("decode_step/context={c}"),
             Series::Head => "head".into(),
+            Series::ExpertGemm(gemm) => format!("expert_gemm/{}", gemm.as_str()),
             Series::Reroute { variant, adapters } => {
                 format!("reroute/{}/adapters={adapters}", variant.as_str())
             }
@@ -60,6 +84,8 @@ impl Series {
             "non_expert_prefill" => return Some(Series::NonExpertPrefill),
             "non_expert_decode" => return Some(Series::NonExpertDecode),
             "head" => return Some(Series::Head),
+            "expert_gemm/w13" => return Some(Series::ExpertGemm(ExpertGemm::W13)),
+            "expert_gemm/w2" => return Some(Series::ExpertGemm(ExpertGemm::W2)),
             _ => {}
         }
         if let Some(c) = name.strip_prefix("decode_step/context=") {
@@ -81,7 +107,10 @@ impl Series {
     /// What `x` counts.
     pub fn x_label(&self) -> &'static str {
         match self {
-            Series::ExpertFfn | Series::NonExpertPrefill | Series::Reroute { .. } => "tokens",
+            Series::ExpertFfn
+            | Series::NonExpertPrefill
+            | Series::ExpertGemm(_)
+            | Series::Reroute { .. } => "tokens",
             _ => "batch",
         }
     }
@@ -105,6 +134,8 @@ pub struct Bench {
     expert: Option<MoeProblem>,
     dense: Option<DecodeProblem>,
     head: Option<DecodeProblem>,
+    w13: Option<DecodeProblem>,
+    w2: Option<DecodeProblem>,
 }
 
 impl Bench {
@@ -119,6 +150,8 @@ impl Bench {
             expert: None,
             dense: None,
             head: None,
+            w13: None,
+            w2: None,
         }
     }
 
@@ -135,6 +168,23 @@ impl Bench {
             n_heads: self.shape.n_attention_heads,
             n_kv_heads: self.shape.n_kv_heads,
             head_dim: self.shape.head_dim,
+        }
+    }
+
+    /// One expert GEMM as a decode problem without attention (`k -> n`; the heads do not
+    /// matter at context 0).
+    fn gemm_shape(&self, gemm: ExpertGemm) -> DecodeShape {
+        let (ffn, hidden) = (self.shape.expert_ffn, self.shape.hidden);
+        let (k, n) = match gemm {
+            ExpertGemm::W13 => (hidden, 2 * ffn),
+            ExpertGemm::W2 => (ffn, hidden),
+        };
+        DecodeShape {
+            hidden: k,
+            out_features: n,
+            n_heads: 1,
+            n_kv_heads: 1,
+            head_dim: 1,
         }
     }
 
@@ -200,6 +250,16 @@ impl Bench {
                     .unwrap_or_else(|| DecodeProblem::random(shape, tile, 1, 0, seed, true));
                 self.decode_inputs(problem, x, 0)
             }
+            Series::ExpertGemm(gemm) => {
+                let shape = self.gemm_shape(gemm);
+                let kept = match gemm {
+                    ExpertGemm::W13 => self.w13.take(),
+                    ExpertGemm::W2 => self.w2.take(),
+                };
+                let problem =
+                    kept.unwrap_or_else(|| DecodeProblem::random(shape, tile, 1, 0, seed, true));
+                self.decode_inputs(problem, x, 0)
+            }
             Series::Reroute { variant, adapters } => Workload::Reroute(
                 RerouteProblem::random(
                     x,
@@ -219,6 +279,8 @@ impl Bench {
         match (series, workload) {
             (Series::ExpertFfn, Workload::Moe(p)) => self.expert = Some(p),
             (Series::Head, Workload::Decode(p)) => self.head = Some(p),
+            (Series::ExpertGemm(ExpertGemm::W13), Workload::Decode(p)) => self.w13 = Some(p),
+            (Series::ExpertGemm(ExpertGemm::W2), Workload::Decode(p)) => self.w2 = Some(p),
             (_, Workload::Decode(p)) => self.dense = Some(p),
             _ => {}
         }
@@ -269,6 +331,7 @@ impl Bench {
                 }
                 Series::DecodeAtContext(c) => gemm(self.dense_out_features()) + attention(c),
                 Series::Head => gemm(s.vocab),
+                Series::ExpertGemm(_) => 1.5 * gemm(s.expert_ffn),
                 Series::Reroute { adapters, .. } => (x * s.top_k * adapters.max(1)) as f64,
             }
     }
@@ -286,6 +349,8 @@ mod tests {
             Series::NonExpertDecode,
             Series::DecodeAtContext(1024),
             Series::Head,
+            Series::ExpertGemm(ExpertGemm::W13),
+            Series::ExpertGemm(ExpertGemm::W2),
             Series::Reroute {
                 variant: RerouteVariant::Unfused,
                 adapters: 3,

@@ -120,6 +120,10 @@ struct Cli {
     /// Adapter counts for the rerouting measurements.
     #[arg(long, value_delimiter = ',')]
     adapters: Option<Vec<usize>>,
+    /// Also measure the expert's two GEMMs alone (gate/up, down) at the expert curve's token
+    /// counts: measurements `expert_gemm/w13` and `expert_gemm/w2` (scripts/vendor_check.py).
+    #[arg(long)]
+    expert_gemms: bool,
     /// Seed of the synthetic inputs.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -257,6 +261,7 @@ fn plan_of(cli: &Cli) -> Plan {
         adapters
     );
     plan.seed = cli.seed;
+    plan.expert_gemms = cli.expert_gemms;
     if let Some(n) = cli.repetitions {
         plan.stopping = StoppingRule::fixed(n);
     } else if !cli.quick {
@@ -695,6 +700,54 @@ mod tests {
     /// `--for-scenario` measures the scenario's shape at its counts only (by hand for the live
     /// CAPS case: tokens 1, 64, 65, 128, 129, 192, 193, 256; batches 1-4), and a fixed
     /// `--repetitions` records no stopping rule.
+    /// `--expert-gemms` adds the expert's two GEMMs alone, at the expert curve's counts, as
+    /// measurements only (the profile's curves are those of a run without it).
+    #[test]
+    fn expert_gemms_are_measured_at_the_expert_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gemms.json");
+        let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/live/caps.toml");
+        run(&cli(&[
+            "--backend",
+            "cpu",
+            "--for-scenario",
+            scenario,
+            "--expert-gemms",
+            "--repetitions",
+            "1",
+            "--warmup",
+            "0",
+            "--output",
+            path.to_str().unwrap(),
+        ]))
+        .unwrap_or_else(|f| panic!("{}", f.message));
+        let measured = MeasuredProfile::load(&path).unwrap();
+        let names: Vec<&str> = measured
+            .calibration
+            .measurements
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "expert_ffn",
+                "expert_gemm/w13",
+                "expert_gemm/w2",
+                "non_expert_prefill",
+                "non_expert_decode",
+                "head"
+            ]
+        );
+        let xs = |i: usize| -> Vec<f64> {
+            let m = &measured.calibration.measurements[i];
+            assert!(m.points.iter().all(|p| p[1] > 0.0), "{}", m.name);
+            m.points.iter().map(|p| p[0]).collect()
+        };
+        assert_eq!(xs(1), xs(0));
+        assert_eq!(xs(2), xs(0));
+    }
+
     #[test]
     fn for_scenario_measures_only_the_scenario_counts() {
         let dir = tempfile::tempdir().unwrap();

@@ -13,10 +13,11 @@
 //! - `decode_step`: derived, as the roofline derives it: `n_layers x (non_expert_decode(b) +
 //!   expert_ffn(b x top_k / n_experts)) + head(b)`;
 //! - `decode_step/context=C` (measurements only): the decode kernels at other contexts;
+//! - `expert_gemm/{w13,w2}` (measurements only, `--expert-gemms`): the expert's GEMMs alone;
 //! - `reroute/{fused,unfused}/adapters=A` (measurements only): batched rerouting vs tokens.
 
 use crate::adaptive::{Stop, StoppingRule};
-use crate::bench::{Bench, Series};
+use crate::bench::{Bench, ExpertGemm, Series};
 use crate::progress::Progress;
 use crate::sampler::{batch_points, steps, token_points};
 use kernels::KernelInputError;
@@ -50,6 +51,8 @@ pub struct Plan {
     pub context_batches: Vec<usize>,
     pub reroute_tokens: Vec<usize>,
     pub adapters: Vec<usize>,
+    /// Also measure the expert's two GEMMs alone at the expert curve's token counts.
+    pub expert_gemms: bool,
     pub warmup: usize,
     /// When a point has been repeated enough.
     pub stopping: StoppingRule,
@@ -76,6 +79,7 @@ impl Plan {
             context_batches: vec![1, 8, 32, 64],
             reroute_tokens: vec![1, 16, 64, 256, 1024, 4096, 16_384],
             adapters: vec![1, 5, 10, 20],
+            expert_gemms: false,
             warmup: 10,
             stopping: StoppingRule::default(),
             seed: 42,
@@ -98,6 +102,7 @@ impl Plan {
             context_batches: vec![],
             reroute_tokens: vec![1, 64, 1024],
             adapters: vec![1, 4],
+            expert_gemms: false,
             warmup: 0,
             stopping: StoppingRule::fixed(1),
             seed: 42,
@@ -187,11 +192,14 @@ pub fn schedule(plan: &Plan) -> Vec<(Series, Vec<usize>)> {
         plan.sparse_limit,
     );
     let batches = batch_points(plan.tile, plan.max_batch);
-    let mut series = vec![
-        (Series::ExpertFfn, tokens.clone()),
-        (Series::NonExpertPrefill, tokens),
-        (Series::NonExpertDecode, batches.clone()),
-    ];
+    let mut series = vec![(Series::ExpertFfn, tokens.clone())];
+    if plan.expert_gemms {
+        for gemm in [ExpertGemm::W13, ExpertGemm::W2] {
+            series.push((Series::ExpertGemm(gemm), tokens.clone()));
+        }
+    }
+    series.push((Series::NonExpertPrefill, tokens));
+    series.push((Series::NonExpertDecode, batches.clone()));
     for &context in &plan.contexts {
         series.push((
             Series::DecodeAtContext(context),

@@ -731,19 +731,9 @@ impl CudaBackend {
                         address(y, stream, 0),
                     )
                 }?;
-                if *context == 0 {
-                    let bytes = *batch * *n_heads as usize * *head_dim as usize * 4;
-                    // SAFETY: `attention` holds `batch x n_heads x head_dim` f32 values.
-                    unsafe {
-                        cudarc::driver::result::memset_d8_async(
-                            address(attention, stream, 0),
-                            0,
-                            bytes,
-                            stream.cu_stream(),
-                        )
-                    }
-                    .map_err(driver_error("cuMemsetD8Async"))?;
-                } else {
+                // Without a cache there is no attention to run: its output is zero by definition
+                // (`read` returns zeros), and a prefill or head point times the GEMM alone.
+                if *context > 0 {
                     let scale = 1.0f32 / (*head_dim as f32).sqrt();
                     let batch32 = *batch as u32;
                     // SAFETY: as `source::DECODE`'s signature; sizes checked in `prepare`.
