@@ -321,13 +321,29 @@ impl CudaBackend {
             .map_err(driver_error("cuMemcpyHtoD"))
     }
 
-    /// A buffer of `len` copies of `poison`: what a kernel does not write stays visibly wrong.
+    /// A buffer of `len` copies of `poison` (at least one), filled on the device: what a kernel
+    /// does not write stays visibly wrong.
     fn poisoned<T: DeviceRepr + Copy>(
         &self,
         len: usize,
         poison: T,
     ) -> Result<CudaSlice<T>, BackendError> {
-        self.upload(&vec![poison; len.max(1)])
+        let len = len.max(1);
+        // SAFETY: every element is written by the memset below before any use.
+        let slice = unsafe { self.stream.alloc::<T>(len) }.map_err(driver_error("cuMemAlloc"))?;
+        let at = address(&slice, &self.stream, 0);
+        let stream = self.stream.cu_stream();
+        // SAFETY: `at` holds `len` elements of the memset's width; `transmute_copy` reads the
+        // bits of a plain 2- or 4-byte value.
+        let status = unsafe {
+            match std::mem::size_of::<T>() {
+                2 => sys::cuMemsetD16Async(at, std::mem::transmute_copy(&poison), len, stream),
+                4 => sys::cuMemsetD32Async(at, std::mem::transmute_copy(&poison), len, stream),
+                _ => return self.upload(&vec![poison; len]),
+            }
+        };
+        status.result().map_err(driver_error("cuMemsetAsync"))?;
+        Ok(slice)
     }
 
     fn download<T: DeviceRepr + Default + Clone>(
