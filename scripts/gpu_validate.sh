@@ -18,7 +18,7 @@
 #                                           # no GPU and no build
 #
 # Options:
-#   --budget SECONDS  wall-clock seconds the device half may take (default 480, at least 60): each
+#   --budget SECONDS  wall-clock seconds the device half may take (default 480, at least 90): each
 #                   phase gets a cap (its share of the budget plus what earlier phases left
 #                   unused, keeping every later phase's minimum), each command in a phase the
 #                   phase's time left over the commands left, under `timeout`; a command that
@@ -88,8 +88,9 @@ if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
     echo "--runs must be a positive integer; $usage" >&2
     exit 2
 fi
-if ! [[ "$budget" =~ ^[0-9]+$ ]] || ((budget < 60 || budget > 86400)); then
-    echo "--budget must be a whole number of seconds from 60 to 86400; $usage" >&2
+# The budget must hold every phase's minimum and the collect reserve (see PHASE_MIN below).
+if ! [[ "$budget" =~ ^[0-9]+$ ]] || ((budget < 90 || budget > 86400)); then
+    echo "--budget must be a whole number of seconds from 90 (every phase's minimum) to 86400; $usage" >&2
     exit 2
 fi
 if [[ -n "$collect_tar" && -z "$collect" ]]; then
@@ -338,7 +339,8 @@ summary=()
 now() { echo $((SECONDS - T0)); }
 
 # Starts phase $1: its cap is its planned seconds plus the carry, within what the budget
-# leaves after every later phase's minimum. Returns 1 (skip it) when that is under its minimum.
+# leaves after every later phase's minimum. Returns 1 (skip it) when that is under its minimum;
+# the preflight (phase 0), which every later phase needs, always runs.
 begin_phase() {
     phase=$1
     local later=0 j cap available t
@@ -354,7 +356,7 @@ begin_phase() {
         printf '  (cap %d s)\n' "$(planned_cap "$phase")"
         return 0
     fi
-    if ((cap < PHASE_MIN[phase])); then
+    if ((cap < PHASE_MIN[phase] && phase > 0)); then
         printf '  [%d s of %d s] skipped: %d s left for it, under its minimum of %d s\n' "$t" "$budget" "$cap" "${PHASE_MIN[phase]}"
         summary+=("phase $((phase + 1)) | ${PHASE_TITLES[phase]} | skipped (no time left) | 0")
         failures+=("phase $((phase + 1)) skipped")
@@ -500,7 +502,7 @@ QWEN_REFERENCE=profiles/reference/nvidia-h200_cublas-qwen1.5-moe-expert.csv
 device_half() {
     local device_name="" device="<device>"
     print_plan
-    begin_phase 0 || true
+    begin_phase 0
     if [[ "$backend" == cuda ]]; then
         show nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,pstate,temperature.gpu,power.draw --format=csv
         if command -v nvidia-smi >/dev/null 2>&1; then
@@ -648,6 +650,13 @@ device_half() {
             echo "  live $scenario on the $backend backend, $runs run(s), profile ${profile_arg:-named by the scenario}"
             for ((i = 1; i <= runs; i++)); do
                 dir_name="$out/live/$name/run-$i"
+                if ((!dry_run)) && [[ -n "${key:-}" && ! -f "$profiles_dir/${device}_$stem.json" ]]; then
+                    echo "  skipped: no $profiles_dir/${device}_$stem.json (its calibration did not finish)"
+                    summary+=("live $name run $i | skipped (no profile) | 0 s | -")
+                    failures+=("live $name run $i (skipped: no profile)")
+                    left=$((left - 1))
+                    continue
+                fi
                 run_capped "live $name run $i" "$out/live/$name/run-$i.log" "$left" \
                     "$bin/expertsim" live "$scenario" --backend "$backend" --out "$dir_name" "${sets[@]}"
                 left=$((left - 1))

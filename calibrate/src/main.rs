@@ -697,31 +697,53 @@ mod tests {
         }
     }
 
+    /// A quick CPU calibration of the live CAPS scenario's counts with `extra` flags (one
+    /// repetition, no warm-up), loaded back.
+    fn calibrate_caps_counts(extra: &[&str]) -> MeasuredProfile {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("caps.json");
+        let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/live/caps.toml");
+        let mut args = vec!["--backend", "cpu", "--for-scenario", scenario];
+        args.extend_from_slice(extra);
+        args.extend(["--repetitions", "1", "--warmup", "0", "--output"]);
+        args.push(path.to_str().unwrap());
+        run(&cli(&args)).unwrap_or_else(|f| panic!("{}", f.message));
+        MeasuredProfile::load(&path).unwrap()
+    }
+
+    /// The measured `x` values of measurement `name`.
+    fn xs(measured: &MeasuredProfile, name: &str) -> Vec<f64> {
+        let mut all = measured.calibration.measurements.iter();
+        let m = all.find(|m| m.name == name).unwrap();
+        assert!(m.points.iter().all(|p| p[1] > 0.0), "{name}");
+        m.points.iter().map(|p| p[0]).collect()
+    }
+
     /// `--for-scenario` measures the scenario's shape at its counts only (by hand for the live
     /// CAPS case: tokens 1, 64, 65, 128, 129, 192, 193, 256; batches 1-4), and a fixed
     /// `--repetitions` records no stopping rule.
+    #[test]
+    fn for_scenario_measures_only_the_scenario_counts() {
+        let measured = calibrate_caps_counts(&[]);
+        measured
+            .profile
+            .check_shape(&MoeModelShape::live_tiny_moe())
+            .unwrap();
+        assert_eq!(
+            xs(&measured, "expert_ffn"),
+            vec![1.0, 64.0, 65.0, 128.0, 129.0, 192.0, 193.0, 256.0]
+        );
+        assert_eq!(xs(&measured, "non_expert_decode"), vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(measured.calibration.measurements.len(), 4);
+        assert!(measured.calibration.stopping.is_none());
+        assert_eq!(measured.calibration.repetitions, 1);
+    }
+
     /// `--expert-gemms` adds the expert's two GEMMs alone, at the expert curve's counts, as
     /// measurements only (the profile's curves are those of a run without it).
     #[test]
     fn expert_gemms_are_measured_at_the_expert_counts() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("gemms.json");
-        let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/live/caps.toml");
-        run(&cli(&[
-            "--backend",
-            "cpu",
-            "--for-scenario",
-            scenario,
-            "--expert-gemms",
-            "--repetitions",
-            "1",
-            "--warmup",
-            "0",
-            "--output",
-            path.to_str().unwrap(),
-        ]))
-        .unwrap_or_else(|f| panic!("{}", f.message));
-        let measured = MeasuredProfile::load(&path).unwrap();
+        let measured = calibrate_caps_counts(&["--expert-gemms"]);
         let names: Vec<&str> = measured
             .calibration
             .measurements
@@ -739,51 +761,9 @@ mod tests {
                 "head"
             ]
         );
-        let xs = |i: usize| -> Vec<f64> {
-            let m = &measured.calibration.measurements[i];
-            assert!(m.points.iter().all(|p| p[1] > 0.0), "{}", m.name);
-            m.points.iter().map(|p| p[0]).collect()
-        };
-        assert_eq!(xs(1), xs(0));
-        assert_eq!(xs(2), xs(0));
-    }
-
-    #[test]
-    fn for_scenario_measures_only_the_scenario_counts() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("caps.json");
-        let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/live/caps.toml");
-        run(&cli(&[
-            "--backend",
-            "cpu",
-            "--for-scenario",
-            scenario,
-            "--repetitions",
-            "1",
-            "--warmup",
-            "0",
-            "--output",
-            path.to_str().unwrap(),
-        ]))
-        .unwrap_or_else(|f| panic!("{}", f.message));
-        let measured = MeasuredProfile::load(&path).unwrap();
-        measured
-            .profile
-            .check_shape(&MoeModelShape::live_tiny_moe())
-            .unwrap();
-        let xs = |name: &str| -> Vec<f64> {
-            let mut all = measured.calibration.measurements.iter();
-            let m = all.find(|m| m.name == name).unwrap();
-            m.points.iter().map(|p| p[0]).collect()
-        };
-        assert_eq!(
-            xs("expert_ffn"),
-            vec![1.0, 64.0, 65.0, 128.0, 129.0, 192.0, 193.0, 256.0]
-        );
-        assert_eq!(xs("non_expert_decode"), vec![1.0, 2.0, 3.0, 4.0]);
-        assert_eq!(measured.calibration.measurements.len(), 4);
-        assert!(measured.calibration.stopping.is_none());
-        assert_eq!(measured.calibration.repetitions, 1);
+        let expert = xs(&measured, "expert_ffn");
+        assert_eq!(xs(&measured, "expert_gemm/w13"), expert);
+        assert_eq!(xs(&measured, "expert_gemm/w2"), expert);
     }
 
     #[test]

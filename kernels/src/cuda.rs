@@ -23,7 +23,7 @@ use crate::moe::{ExpertRows, Grouping, MoeOutput, MoeProblem, active_experts, gr
 use crate::numeric::Weights;
 use crate::reroute::RerouteVariant;
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
     DriverError, LaunchConfig, PushKernelArg, sys,
 };
 use half::bf16;
@@ -175,6 +175,17 @@ impl Prepared {
             Prepared::Reroute { .. } => vec![],
         }
     }
+}
+
+/// What `time` repeats: `calls` runs of a prepared workload over its weight rotations, timed
+/// `repetitions` times after `warmup` untimed runs, between `events`.
+struct Runs<'a> {
+    prepared: &'a Prepared,
+    rotations: &'a [Vec<u64>],
+    calls: usize,
+    warmup: usize,
+    repetitions: usize,
+    events: &'a (CudaEvent, CudaEvent),
 }
 
 /// Device copies of one weight allocation.
@@ -866,22 +877,16 @@ impl CudaBackend {
         Ok(f64::from(ms) * 1e6 / calls as f64)
     }
 
-    /// `repetitions` samples of `calls` runs, each one replay of a captured CUDA graph.
-    fn time_graph(
+    /// `runs` captured into a CUDA graph (the capture always ended, so that a failed one
+    /// leaves the stream usable).
+    fn capture(
         &self,
-        prepared: &Prepared,
-        rotations: &[Vec<u64>],
-        calls: usize,
-        warmup: usize,
-        repetitions: usize,
-        events: &(CudaEvent, CudaEvent),
-    ) -> Result<Vec<f64>, BackendError> {
+        runs: impl Fn() -> Result<(), BackendError>,
+    ) -> Result<CudaGraph, BackendError> {
         self.stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
             .map_err(driver_error("cuStreamBeginCapture"))?;
-        let captured =
-            (0..calls).try_for_each(|i| self.enqueue(prepared, &rotations[i % rotations.len()]));
-        // Always end the capture, so that a failed one leaves the stream usable.
+        let captured = runs();
         let graph = self
             .stream
             .end_capture(sys::CUgraphInstantiate_flags(0))
@@ -891,35 +896,39 @@ impl CudaBackend {
             context: "cuStreamEndCapture",
             message: "the capture produced no graph".into(),
         })?;
-        let replay = || graph.launch().map_err(driver_error("cuGraphLaunch"));
         graph.upload().map_err(driver_error("cuGraphUpload"))?;
-        for _ in 0..warmup.div_ceil(calls).max(1) {
-            replay()?;
-        }
-        self.synchronize()?;
-        (0..repetitions)
-            .map(|_| self.sample(events, replay, calls))
-            .collect()
+        Ok(graph)
     }
 
-    /// The same samples with the runs launched eagerly (host launch gaps included).
-    fn time_eager(
-        &self,
-        prepared: &Prepared,
-        rotations: &[Vec<u64>],
-        calls: usize,
-        warmup: usize,
-        repetitions: usize,
-        events: &(CudaEvent, CudaEvent),
-    ) -> Result<Vec<f64>, BackendError> {
+    /// `repetitions` samples of `calls` back-to-back runs, each one replay of a captured CUDA
+    /// graph or, without `as_graph`, the runs launched eagerly (host launch gaps included).
+    fn time_runs(&self, runs: &Runs, as_graph: bool) -> Result<Vec<f64>, BackendError> {
+        let Runs {
+            prepared,
+            rotations,
+            calls,
+            warmup,
+            repetitions,
+            events,
+        } = *runs;
         let runs =
             || (0..calls).try_for_each(|i| self.enqueue(prepared, &rotations[i % rotations.len()]));
-        for _ in 0..warmup.div_ceil(calls) {
-            runs()?;
+        let graph = if as_graph {
+            Some(self.capture(runs)?)
+        } else {
+            None
+        };
+        let once = || match &graph {
+            Some(graph) => graph.launch().map_err(driver_error("cuGraphLaunch")),
+            None => runs(),
+        };
+        // A graph's first replay is warm-up even without any asked for.
+        for _ in 0..warmup.div_ceil(calls).max(usize::from(as_graph)) {
+            once()?;
         }
         self.synchronize()?;
         (0..repetitions)
-            .map(|_| self.sample(events, runs, calls))
+            .map(|_| self.sample(events, once, calls))
             .collect()
     }
 }
@@ -963,26 +972,33 @@ impl Backend for CudaBackend {
                 .map_err(driver_error("cuEventCreate"))
         };
         let events = (event()?, event()?);
-        if self.graphs {
-            match self.time_graph(&prepared, &rotations, calls, warmup, repetitions, &events) {
-                Ok(samples) => return Ok(samples),
-                Err(e) => {
-                    eprintln!(
-                        "cuda backend: a CUDA graph could not be captured or replayed ({e}); \
-                         timing eagerly from now on"
-                    );
-                    self.graphs = false;
-                    self.info.timing = format!(
-                        "device events around {MIN_CALLS_PER_SAMPLE} or more back-to-back runs \
-                         launched eagerly (time per run; host launch gaps included: a CUDA graph \
-                         could not be captured: {e}), the runs rotating over weight copies that \
-                         exceed twice the L2 cache"
-                    );
-                    self.synchronize()?;
-                }
+        let runs = Runs {
+            prepared: &prepared,
+            rotations: &rotations,
+            calls,
+            warmup,
+            repetitions,
+            events: &events,
+        };
+        let as_graph = self.graphs;
+        match self.time_runs(&runs, as_graph) {
+            Err(e) if as_graph => {
+                eprintln!(
+                    "cuda backend: a CUDA graph could not be captured or replayed ({e}); \
+                     timing eagerly from now on"
+                );
+                self.graphs = false;
+                self.info.timing = format!(
+                    "device events around {MIN_CALLS_PER_SAMPLE} or more back-to-back runs \
+                     launched eagerly (time per run; host launch gaps included: a CUDA graph \
+                     could not be captured: {e}), the runs rotating over weight copies that \
+                     exceed twice the L2 cache"
+                );
+                self.synchronize()?;
+                self.time_runs(&runs, false)
             }
+            timed => timed,
         }
-        self.time_eager(&prepared, &rotations, calls, warmup, repetitions, &events)
     }
 
     fn copy_to_device(&mut self, host: &[u8]) -> Result<f64, BackendError> {

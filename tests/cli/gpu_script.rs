@@ -285,7 +285,7 @@ fn a_bad_option_is_exit_code_2() {
         &["--frobnicate"][..],
         &["--runs", "0", "--dry-run"],
         &["--backend", "rocm", "--dry-run"],
-        &["--budget", "59", "--dry-run"],
+        &["--budget", "89", "--dry-run"],
         &["--budget", "5m", "--dry-run"],
     ] {
         let output = script(args);
