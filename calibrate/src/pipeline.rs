@@ -64,7 +64,7 @@ impl Plan {
     /// The full calibration: GEM's tile rule (64-token tiles to 4096, every 1024 to 16384),
     /// each point repeated until its median is known to 2 % at 95 % (at most 500 repetitions,
     /// GEM's fixed count). The decode-vs-context measurements (used by no curve) stop at a
-    /// 4096-token context and 64 sequences: 64 x 4096 cached tokens are already a 2 GB KV cache
+    /// 4096-token context and 32 sequences: 32 x 4096 cached tokens are already a 1 GB KV cache
     /// for Qwen1.5-MoE, generated on the host and uploaded for every batch of repetitions.
     pub fn full() -> Plan {
         Plan {
@@ -76,7 +76,7 @@ impl Plan {
             head_batches: None,
             decode_context: 256,
             contexts: vec![1024, 4096],
-            context_batches: vec![1, 8, 32, 64],
+            context_batches: vec![1, 8, 32],
             reroute_tokens: vec![1, 16, 64, 256, 1024, 4096, 16_384],
             adapters: vec![1, 5, 10, 20],
             expert_gemms: false,
