@@ -21,7 +21,7 @@ const MAX_BRACKET_STEPS: usize = 40;
 /// Find the highest arrival rate that meets an SLO (latency, throughput or any metric).
 #[derive(Args)]
 pub struct CapacityArgs {
-    /// The scenario TOML file (its arrival rate must not be swept).
+    /// The scenario TOML file (its arrival rate not swept, or narrowed to one value with --set).
     scenario: PathBuf,
     /// The SLO: comma-separated METRIC=BOUND over the family's metrics (docs/metrics.md), e.g.
     /// `latency_p99_ms=2000` (latency: lower is better, so at or below its bound) or

@@ -323,19 +323,20 @@ fn models() -> Vec<(String, String)> {
 
 /// A parameter count in billions, or millions below 0.1 B.
 fn count(n: f64) -> String {
-    if n >= 1e8 {
-        format!("{:.1} B", n / 1e9)
-    } else {
-        format!("{:.2} M", n / 1e6)
-    }
+    scaled(n, "B", "M")
 }
 
 /// Bytes in GB, or MB below 0.1 GB.
 fn bytes(n: f64) -> String {
+    scaled(n, "GB", "MB")
+}
+
+/// `n` in units of 1e9 (`giga`), or of 1e6 (`mega`) below 1e8.
+fn scaled(n: f64, giga: &str, mega: &str) -> String {
     if n >= 1e8 {
-        format!("{:.1} GB", n / 1e9)
+        format!("{:.1} {giga}", n / 1e9)
     } else {
-        format!("{:.2} MB", n / 1e6)
+        format!("{:.2} {mega}", n / 1e6)
     }
 }
 
