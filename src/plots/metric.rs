@@ -210,7 +210,8 @@ pub(crate) fn grid(
 /// `label (= earlier label)` in every chart, so the legend says why only one shows.
 pub(crate) fn name_coinciding_series(figure: &mut ChartFigure) {
     // Each label's values, chart by chart (bit patterns, so equal means identical).
-    let mut values: Vec<(String, Vec<(usize, Vec<u64>)>)> = Vec::new();
+    type PerChart = Vec<(usize, Vec<u64>)>;
+    let mut values: Vec<(String, PerChart)> = Vec::new();
     for (c, chart) in figure.charts.iter().enumerate() {
         let series: Vec<(&String, Vec<u64>)> = match chart {
             Chart::Line(p) => p

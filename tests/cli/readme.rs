@@ -99,10 +99,9 @@ fn the_first_scenario_of_the_readme_runs_as_written() {
         capacity_out.to_str().unwrap(),
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
-    let capacity: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(capacity_out.join("capacity.json")).unwrap(),
-    )
-    .unwrap();
+    let capacity: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(capacity_out.join("capacity.json")).unwrap())
+            .unwrap();
     let cell = &capacity["cells"][0];
     let quoted = format!(
         "{:.1} req/s (missed at {:.1}",
