@@ -1,4 +1,5 @@
-//! `expertsim capacity`: the highest arrival rate at which a scenario still meets a latency SLO.
+//! `expertsim capacity`: the highest arrival rate at which a scenario still meets an SLO, on
+//! latency (at most a bound) or throughput (at least one), or any metric of the family's table.
 //! For each sweep cell (cells in parallel, `--shard K/N` like `run`), the family's rate key is
 //! doubled or halved from the scenario's own rate until the SLO brackets, then bisected until the
 //! bracket is within `--tolerance` (relative) of its upper end. A rate meets the SLO when the
@@ -17,13 +18,14 @@ use std::process::ExitCode;
 /// Most doublings (or halvings) tried before giving up on a bracket: 2^40 spans any rate.
 const MAX_BRACKET_STEPS: usize = 40;
 
-/// Find the highest arrival rate that meets a latency SLO.
+/// Find the highest arrival rate that meets an SLO (latency, throughput or any metric).
 #[derive(Args)]
 pub struct CapacityArgs {
-    /// The scenario TOML file (its arrival rate must not be swept).
+    /// The scenario TOML file (its arrival rate not swept, or narrowed to one value with --set).
     scenario: PathBuf,
-    /// The SLO: comma-separated METRIC=BOUND, e.g. `latency_p99_ms=2000`; a lower-is-better
-    /// metric must stay at or below its bound, a higher-is-better one at or above.
+    /// The SLO: comma-separated METRIC=BOUND over the family's metrics (docs/metrics.md), e.g.
+    /// `latency_p99_ms=2000` (latency: lower is better, so at or below its bound) or
+    /// `throughput_rps=100` (higher is better: at or above it).
     #[arg(long, value_delimiter = ',', required = true)]
     slo: Vec<String>,
     /// Stop when the bracket [met, missed] is this close, relative to its upper end.

@@ -114,6 +114,14 @@ fn scalars_reading_null_as_nan<'de, D: serde::Deserializer<'de>>(
 }
 
 impl RunResult {
+    /// Why the run failed (`details.failed`: out of memory, a failed check; `details.error`:
+    /// no placement), when it did: such a run reports no number.
+    pub fn failure(&self) -> Option<&str> {
+        ["failed", "error"]
+            .iter()
+            .find_map(|key| self.details.get(key)?.as_str())
+    }
+
     pub fn new(seed: u64, output: RunOutput) -> Self {
         RunResult {
             seed,

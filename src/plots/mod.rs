@@ -269,18 +269,87 @@ pub(crate) fn first_details(cell: &CellResult) -> anyhow::Result<&Json> {
         .with_context(|| format!("cell {} has no runs", cell.id))
 }
 
+/// The figures `run` and `merge` draw: the scenario's `[[figure]]` tables or, without any, its
+/// headline metrics over its sweep ([`default_figure`]); a scenario that sweeps nothing and
+/// names no figure gets none, and a note on stderr says so.
+pub fn render_run(
+    plan: &ScenarioPlan,
+    document: &ResultsDocument,
+    dir: &Path,
+) -> anyhow::Result<Vec<PathBuf>> {
+    if !plan.figures.is_empty() {
+        return render_all(plan, document, dir);
+    }
+    let Some(spec) = default_figure(document) else {
+        eprintln!(
+            "note: no figure: {} has no [[figure]] table and sweeps nothing (the table above and \
+             results.json hold its numbers; add a [sweep] or a [[figure]] for one)",
+            plan.path.display()
+        );
+        return Ok(Vec::new());
+    };
+    let written = render(std::slice::from_ref(&spec), document, dir)?;
+    eprintln!(
+        "note: {} has no [[figure]] table: drew its headline metrics over `{}` ({}*; a \
+         [[figure]] table chooses, docs/serving-family.md)",
+        plan.path.display(),
+        spec.x.as_deref().unwrap_or_default(),
+        dir.join(&spec.name).display()
+    );
+    Ok(written)
+}
+
+/// The figure of a scenario without `[[figure]]` tables: the family's headline metrics (a row
+/// each) over the first sweep key, one line per value of the second, a panel per value of the
+/// third, a file per combination of the rest; `None` when nothing is swept.
+pub fn default_figure(document: &ResultsDocument) -> Option<FigureFile> {
+    let mut keys = document.sweep.iter().map(|a| a.key.clone());
+    let x = keys.next()?;
+    Some(FigureFile {
+        name: "headline".into(),
+        title: format!("{}: headline metrics", document.scenario.name),
+        kind: FigureKind::Metric,
+        metrics: document
+            .scenario
+            .family
+            .headline()
+            .iter()
+            .map(|m| m.to_string())
+            .collect(),
+        x: Some(x),
+        series: keys.next().into_iter().collect(),
+        panels: keys.next(),
+        points: Vec::new(),
+        select: Default::default(),
+        log_y: false,
+        categorical_x: false,
+        x_label: None,
+        y_label: None,
+        with_improvement: false,
+    })
+}
+
 /// Renders every figure of `plan` into `dir`; returns the files written.
 pub fn render_all(
     plan: &ScenarioPlan,
     document: &ResultsDocument,
     dir: &Path,
 ) -> anyhow::Result<Vec<PathBuf>> {
-    if plan.figures.is_empty() {
+    render(&plan.figures, document, dir)
+}
+
+/// Renders the figures `specs` of `document` into `dir`; returns the files written.
+fn render(
+    specs: &[FigureFile],
+    document: &ResultsDocument,
+    dir: &Path,
+) -> anyhow::Result<Vec<PathBuf>> {
+    if specs.is_empty() {
         return Ok(Vec::new());
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut written = Vec::new();
-    for spec in &plan.figures {
+    for spec in specs {
         for (combo, cells) in split_into_files(spec, document) {
             let suffix: String = combo
                 .iter()
@@ -293,6 +362,9 @@ pub fn render_all(
             };
             let mut figure = build(&selection)
                 .with_context(|| format!("building figure {}{suffix}", spec.name))?;
+            if matches!(spec.kind, FigureKind::Metric | FigureKind::Improvement) {
+                metric::name_coinciding_series(&mut figure);
+            }
             figure.title = figure_title(spec, &combo);
             // Where the legend lists the series values (not stack layers or segment kinds),
             // it is titled with what they are.

@@ -9,6 +9,7 @@ mod fuzz;
 mod gpu_script;
 mod live;
 mod measured;
+mod readme;
 mod reproduce_claims;
 mod serving;
 mod serving_chimera;

@@ -18,6 +18,7 @@ impl Family for Chimera {
     type Config = ChimeraConfig;
     type Scenario = ChimeraScenario;
     const NAME: &'static str = "chimera";
+    const DESCRIPTION: &'static str = "Chimera: multi-agent workflows over heterogeneous LLM engines, queue policies and semantic routing (docs/chimera.md)";
     const METRICS: &'static [MetricInfo] = super::METRICS;
     const HEADLINE: &'static [&'static str] = super::HEADLINE;
     const HEADLINE_IMPROVEMENTS: &'static [&'static str] = super::HEADLINE_IMPROVEMENTS;

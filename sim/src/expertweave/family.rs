@@ -24,6 +24,7 @@ impl Family for ExpertWeave {
     type Config = ExpertWeaveConfig;
     type Scenario = ExpertWeaveScenario;
     const NAME: &'static str = "expertweave";
+    const DESCRIPTION: &'static str = "ExpertWeave: many ESFT adapters served on one MoE base model, memory managers and rerouting (docs/expertweave.md)";
     const METRICS: &'static [MetricInfo] = super::METRICS;
     const HEADLINE: &'static [&'static str] = super::HEADLINE;
     const HEADLINE_IMPROVEMENTS: &'static [&'static str] = super::HEADLINE_IMPROVEMENTS;

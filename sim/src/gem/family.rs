@@ -20,6 +20,7 @@ impl Family for Gem {
     type Config = GemConfig;
     type Scenario = GemScenario;
     const NAME: &'static str = "gem";
+    const DESCRIPTION: &'static str = "GEM: expert-to-GPU mapping (linear, EPLB, GEM) for expert-parallel serving on GPUs of uneven speed (docs/gem.md)";
     const METRICS: &'static [MetricInfo] = super::METRICS;
     const HEADLINE: &'static [&'static str] = super::HEADLINE;
     const HEADLINE_IMPROVEMENTS: &'static [&'static str] = super::HEADLINE_IMPROVEMENTS;

@@ -26,6 +26,21 @@ pub struct ScenarioError {
     pub message: String,
 }
 
+impl Location {
+    /// The top of the file, where the top-level keys go.
+    pub fn top() -> Location {
+        Location::File { line: 1, column: 1 }
+    }
+
+    /// This location, or the top of the file when it is unknown.
+    pub fn or_top(self) -> Location {
+        match self {
+            Location::Unknown => Location::top(),
+            known => known,
+        }
+    }
+}
+
 impl fmt::Display for ScenarioError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.file.display())?;

@@ -7,7 +7,10 @@
 pub mod error;
 pub mod figure;
 pub mod file;
+pub mod keys;
 pub mod limits;
+pub mod options;
+pub mod schema;
 pub mod sweep;
 pub mod validate;
 
@@ -481,6 +484,19 @@ impl CellBase<'_> {
         let (common_doc, family_doc): (toml::Table, toml::Table) = cell_doc
             .into_iter()
             .partition(|(key, _)| COMMON_KEYS.contains(&key.as_str()));
+        if !common_doc.contains_key("family") {
+            let families: Vec<&str> = FamilyId::all().map(FamilyId::name).collect();
+            return Err(loader.error(
+                loader.locate("name", &cell_overrides).or_top(),
+                Some("family"),
+                format!(
+                    "is missing: every scenario names the simulator family that reads its \
+                     tables, e.g. `family = \"serving\"` beside `name`; the families: {} \
+                     (`expertsim list` describes them)",
+                    families.join(", ")
+                ),
+            ));
+        }
         let file: CommonFile = deserialize_table(loader, common_doc, &cell_overrides)?;
         if file.seeds.is_empty() {
             return Err(loader.error(
@@ -581,7 +597,17 @@ fn schema_error(
     overrides: &[(String, Origin)],
 ) -> ScenarioError {
     let field = err.path().to_string();
-    let field = if field == "." { None } else { Some(field) };
+    let mut field = if field == "." { None } else { Some(field) };
+    // A top-level key left out: name it, at the top of the file.
+    let message = err.inner().message().to_string();
+    if field.is_none()
+        && let Some(missing) = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+    {
+        field = Some(missing.to_string());
+        return loader.error(Location::top(), field.as_deref(), humanize(&message));
+    }
     let location = field
         .as_deref()
         .map(|f| loader.locate(f, overrides))

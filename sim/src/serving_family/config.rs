@@ -775,7 +775,18 @@ impl ServingConfig {
             groups.push(self.group(path, table)?);
         }
         let queue = self.cluster_queue(&tables)?;
-        self.rest(groups, queue, base_dir, cache)
+        let scenario = self.rest(groups, queue, base_dir, cache)?;
+        // Weights that do not fit are known before any run: refused here rather than failing
+        // every run. With adapters the memory manager's plan decides, at run time.
+        for (g, (path, _)) in tables.iter().enumerate() {
+            if g == 0 && scenario.adapters.is_some() {
+                continue;
+            }
+            if let Err(reason) = super::deployment::Deployment::new(&scenario.group(g), None) {
+                return Err(field_error(&format!("{path}.gpus"), reason));
+            }
+        }
+        Ok(scenario)
     }
 
     /// The one queue policy of the cluster: the groups' `queue`, which must agree.

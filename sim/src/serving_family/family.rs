@@ -57,6 +57,7 @@ impl Family for Serving {
     type Config = ServingConfig;
     type Scenario = ServingScenario;
     const NAME: &'static str = "serving";
+    const DESCRIPTION: &'static str = "general serving: replicas of any catalogued dense or MoE model under vllm/sarathi/orca/static schedulers, routers, queue policies, expert mappings, adapters (docs/serving-family.md)";
     const METRICS: &'static [MetricInfo] = super::METRICS;
     const HEADLINE: &'static [&'static str] = super::HEADLINE;
     const HEADLINE_IMPROVEMENTS: &'static [&'static str] = super::HEADLINE_IMPROVEMENTS;

@@ -13,6 +13,7 @@ pub mod config;
 pub mod deployment;
 pub mod expert_routing;
 mod family;
+pub mod keys;
 pub mod mapping;
 pub mod predictions;
 pub mod scheduler;
