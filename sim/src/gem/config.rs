@@ -424,15 +424,12 @@ impl GemConfig {
                         format!("has {} factors for {n_gpus} GPUs", factors.len()),
                     ));
                 }
-                if let Some((i, v)) = factors
-                    .iter()
-                    .enumerate()
-                    .find(|(_, v)| !(v.is_finite() && **v > 0.0))
-                {
-                    return Err(field(
-                        "cluster.speed_factors",
-                        format!("factor {i} is {v}; speed factors must be positive"),
-                    ));
+                for (i, &v) in factors.iter().enumerate() {
+                    crate::scenario::validate::speed_factor(
+                        &format!("cluster.speed_factors[{i}]"),
+                        v,
+                        1e3,
+                    )?;
                 }
                 factors.clone()
             }
