@@ -270,7 +270,58 @@ fn warn_about_the_profile(
     }
 }
 
+/// The most timed runs per kernel launch `--repetitions` may ask for.
+const MAX_REPETITIONS: usize = 1000;
+/// The longest KV cache per sequence `--decode-context` may ask for (128 Ki tokens, the longest
+/// context of the catalogue's models); the decode kernel allocates it for every row.
+const MAX_DECODE_CONTEXT: usize = 131_072;
+/// The most probe points per step series `--probe-points` may ask for (a series has tens of
+/// sampled counts).
+const MAX_PROBE_POINTS: usize = 1000;
+/// The tile sizes the kernels accept: a multiple of 4 from 4 to 256 (`kernels::moe`).
+const TILE_STEP: usize = 4;
+const MAX_TILE: usize = 256;
+
+/// The command-line numbers, each against its floor and ceiling: one line naming the flag.
+fn check_numbers(args: &LiveArgs) -> Result<(), String> {
+    let within = |flag: &str, value: usize, low: usize, high: usize| {
+        if (low..=high).contains(&value) {
+            Ok(())
+        } else {
+            Err(format!("{flag} {value}: must be from {low} to {high}"))
+        }
+    };
+    if args.tile % TILE_STEP != 0 || !(TILE_STEP..=MAX_TILE).contains(&args.tile) {
+        return Err(format!(
+            "--tile {}: must be a multiple of {TILE_STEP} from {TILE_STEP} to {MAX_TILE}",
+            args.tile
+        ));
+    }
+    within("--repetitions", args.repetitions, 1, MAX_REPETITIONS)?;
+    within(
+        "--decode-context",
+        args.decode_context,
+        1,
+        MAX_DECODE_CONTEXT,
+    )?;
+    if !args.no_probe {
+        within("--probe-points", args.probe_points, 1, MAX_PROBE_POINTS)
+            .map_err(|e| format!("{e} (or --no-probe)"))?;
+    }
+    if !(args.probe_threshold.is_finite() && args.probe_threshold >= 0.0) {
+        return Err(format!(
+            "--probe-threshold {}: must be a non-negative percentage",
+            args.probe_threshold
+        ));
+    }
+    Ok(())
+}
+
 pub fn run(args: LiveArgs) -> ExitCode {
+    if let Err(message) = check_numbers(&args) {
+        eprintln!("error: {message}; nothing was run");
+        return ExitCode::from(2);
+    }
     let plan = match sim::scenario::load(&args.scenario, &args.sets) {
         Ok(plan) => plan,
         Err(err) => {
@@ -281,17 +332,6 @@ pub fn run(args: LiveArgs) -> ExitCode {
     if let Err(err) = live::check_family(&plan) {
         eprintln!("error: {}: {err}", args.scenario.display());
         return ExitCode::from(err.exit_code());
-    }
-    if args.probe_points == 0 {
-        eprintln!("error: --probe-points: must be at least 1 (or --no-probe)");
-        return ExitCode::from(2);
-    }
-    if !(args.probe_threshold.is_finite() && args.probe_threshold >= 0.0) {
-        eprintln!(
-            "error: --probe-threshold: {} is not a non-negative percentage",
-            args.probe_threshold
-        );
-        return ExitCode::from(2);
     }
     let options = LiveOptions {
         backend: match args.backend {
@@ -320,6 +360,10 @@ pub fn run(args: LiveArgs) -> ExitCode {
             asked.display(),
             out.display()
         );
+    }
+    if let Err(err) = sim::results::check_output_folder(&out, &plan.name) {
+        eprintln!("error: --out {}: {err}; nothing was run", out.display());
+        return ExitCode::from(2);
     }
     let fail = |err: live::LiveError| {
         eprintln!("error: {}: {err}", args.scenario.display());

@@ -125,6 +125,9 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
                 let out = out.unwrap_or_else(|| Path::new("results").join(&plan.name));
+                if let Err(code) = check_before_running(&plan, &out, !no_figures) {
+                    return code;
+                }
                 if let Err(err) = probe_output_folder(&out) {
                     eprintln!("error: --out {}: {err}; nothing was run", out.display());
                     return ExitCode::from(2);
@@ -247,6 +250,23 @@ fn load(path: &Path, sets: &[String]) -> Result<ScenarioPlan, ExitCode> {
         eprintln!("note: {note}");
     }
     Ok(plan)
+}
+
+/// What must hold before a scenario runs into `out` (or a merge writes there), each refused
+/// with one line and exit code 2 and nothing written: every figure file name one the file
+/// system takes (when figures are drawn), and an output folder `check_output_folder` accepts.
+fn check_before_running(plan: &ScenarioPlan, out: &Path, figures: bool) -> Result<(), ExitCode> {
+    if figures && let Err((field, message)) = plots::check_file_names(plan) {
+        eprintln!(
+            "error: {}: field `{field}`: {message}; nothing was run",
+            plan.path.display()
+        );
+        return Err(ExitCode::from(2));
+    }
+    sim::results::check_output_folder(out, &plan.name).map_err(|err| {
+        eprintln!("error: --out {}: {err}; nothing was run", out.display());
+        ExitCode::from(2)
+    })
 }
 
 /// Creates the output folder and checks that a file can be written in it, before any cell runs.

@@ -40,9 +40,19 @@ pub fn run(args: MergeArgs) -> ExitCode {
             Err(message) => return refuse(message),
         },
     };
-    let out = args
-        .out
-        .unwrap_or_else(|| Path::new("results").join(&merged.document.scenario.name));
+    let name = &merged.document.scenario.name;
+    let out = args.out.unwrap_or_else(|| Path::new("results").join(name));
+    if let Some(plan) = &plan
+        && let Err(code) = crate::check_before_running(plan, &out, true)
+    {
+        return code;
+    }
+    if let Err(err) = sim::results::check_output_folder(&out, name) {
+        return refuse(format!(
+            "--out {}: {err}; nothing was written",
+            out.display()
+        ));
+    }
     match write(&merged, plan.as_ref(), &out) {
         Ok(()) if crate::report_failed_runs(&merged.document) > 0 => {
             ExitCode::from(crate::RUNS_FAILED)

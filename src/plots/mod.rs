@@ -16,7 +16,7 @@ mod stacked;
 
 use anyhow::Context;
 use figures::ChartFigure;
-use sim::results::{CellResult, ResultsDocument};
+use sim::results::{CellResult, ResultsDocument, SweepAxisEcho};
 use sim::scenario::ScenarioPlan;
 use sim::scenario::figure::selected_values;
 use sim::scenario::file::{FigureFile, FigureKind};
@@ -155,8 +155,8 @@ fn sanitize(text: &str) -> String {
         .collect()
 }
 
-/// The sweep keys (whole keys, not fields inside them) that `spec` uses.
-fn used_axes<'d>(spec: &FigureFile, document: &'d ResultsDocument) -> Vec<&'d str> {
+/// The sweep keys (whole keys, not fields inside them) that `spec` uses, of the axes `sweep`.
+fn used_axes<'d>(spec: &FigureFile, sweep: &'d [SweepAxisEcho]) -> Vec<&'d str> {
     let named: Vec<&str> = spec
         .x
         .iter()
@@ -167,8 +167,7 @@ fn used_axes<'d>(spec: &FigureFile, document: &'d ResultsDocument) -> Vec<&'d st
         .map(String::as_str)
         .chain(implicit_keys(spec.kind).iter().copied())
         .collect();
-    document
-        .sweep
+    sweep
         .iter()
         .map(|a| a.key.as_str())
         .filter(|axis| {
@@ -187,6 +186,60 @@ fn implicit_keys(kind: FigureKind) -> &'static [&'static str] {
         FigureKind::ExpertweaveMemory => &[expertweave_memory::GROUP_KEY],
         _ => &[],
     }
+}
+
+/// Every combination of the values of the sweep keys (of `sweep`) that `spec` does not use:
+/// one figure file each.
+fn combinations(spec: &FigureFile, sweep: &[SweepAxisEcho]) -> Vec<Vec<(String, Json)>> {
+    let used = used_axes(spec, sweep);
+    let mut combos: Vec<Vec<(String, Json)>> = vec![vec![]];
+    for axis in sweep.iter().filter(|a| !used.contains(&a.key.as_str())) {
+        combos = combos
+            .into_iter()
+            .flat_map(|c| {
+                axis.values
+                    .iter()
+                    .map(move |v| [c.clone(), vec![(axis.key.clone(), v.clone())]].concat())
+            })
+            .collect();
+    }
+    combos
+}
+
+/// The file name (without extension) of `spec`'s figure for one combination of the sweep keys
+/// it does not use.
+fn file_stem(spec: &FigureFile, combo: &[(String, Json)]) -> String {
+    let suffix: String = combo
+        .iter()
+        .map(|(k, v)| format!("_{}-{}", sanitize(short_key(k)), sanitize(&label(v))))
+        .collect();
+    format!("{}{suffix}", spec.name)
+}
+
+/// The longest file name the file system takes (Linux and macOS: 255 bytes).
+const MAX_FILE_NAME_BYTES: usize = 255;
+
+/// Checks, before anything runs, that every figure file `plan` would write has a name the file
+/// system takes (`.png` and `.svg` added); the error names the figure's `name` field.
+pub fn check_file_names(plan: &ScenarioPlan) -> Result<(), (String, String)> {
+    let sweep = sim::partial::SweepHeader::of(plan).sweep;
+    for (i, spec) in plan.figures.iter().enumerate() {
+        for combo in combinations(spec, &sweep) {
+            let name = format!("{}.png", file_stem(spec, &combo));
+            if name.len() > MAX_FILE_NAME_BYTES {
+                return Err((
+                    format!("figure[{i}].name"),
+                    format!(
+                        "its file {}... would have a {}-byte name, over the \
+                         {MAX_FILE_NAME_BYTES} bytes a file name may have; shorten the name",
+                        name.chars().take(40).collect::<String>(),
+                        name.len()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The cells of `document` that pass `spec.select`, grouped into one list per combination of
@@ -214,23 +267,7 @@ pub(crate) fn split_into_files<'d>(
             })
         })
         .collect();
-    let used = used_axes(spec, document);
-    let mut combos: Vec<Vec<(String, Json)>> = vec![vec![]];
-    for axis in document
-        .sweep
-        .iter()
-        .filter(|a| !used.contains(&a.key.as_str()))
-    {
-        combos = combos
-            .into_iter()
-            .flat_map(|c| {
-                axis.values
-                    .iter()
-                    .map(move |v| [c.clone(), vec![(axis.key.clone(), v.clone())]].concat())
-            })
-            .collect();
-    }
-    combos
+    combinations(spec, &document.sweep)
         .into_iter()
         .map(|combo| {
             let cells: Vec<&CellResult> = selected
@@ -351,17 +388,14 @@ fn render(
     let mut written = Vec::new();
     for spec in specs {
         for (combo, cells) in split_into_files(spec, document) {
-            let suffix: String = combo
-                .iter()
-                .map(|(k, v)| format!("_{}-{}", sanitize(short_key(k)), sanitize(&label(v))))
-                .collect();
+            let stem = file_stem(spec, &combo);
             let selection = Selection {
                 spec,
                 document,
                 cells,
             };
-            let mut figure = build(&selection)
-                .with_context(|| format!("building figure {}{suffix}", spec.name))?;
+            let mut figure =
+                build(&selection).with_context(|| format!("building figure {stem}"))?;
             if matches!(spec.kind, FigureKind::Metric | FigureKind::Improvement) {
                 metric::name_coinciding_series(&mut figure);
             }
@@ -376,7 +410,7 @@ fn render(
                 let keys: Vec<String> = spec.series.iter().map(|k| labels::key_label(k)).collect();
                 figure.legend_title = Some(keys.join(" / "));
             }
-            let stem = dir.join(format!("{}{}", spec.name, suffix));
+            let stem = dir.join(stem);
             let paths = match figures::render(&figure, &stem) {
                 // A sweep narrowed with --set can leave a figure nothing to draw (an improvement
                 // figure of the baseline alone): say so instead of failing the finished run.

@@ -7,6 +7,7 @@ mod families;
 mod figure_kinds;
 mod fuzz;
 mod gpu_script;
+mod hostile;
 mod live;
 mod measured;
 mod readme;

@@ -63,6 +63,10 @@ impl Family for Gem {
         d.push(Demand::new(Layers, s.shape.n_layers as f64, "model.name"));
         d.push(Demand::new(Experts, s.shape.n_experts as f64, "model.name"));
         d.push(Demand::new(Gpus, s.n_gpus as f64, "cluster.n_gpus"));
+        d.extend(
+            s.mapper
+                .demands(s.shape.n_layers, s.shape.n_experts, "mapper"),
+        );
         if s.experiment == Experiment::VariabilityAtScale {
             d.push(Demand::new(
                 Samples,
