@@ -87,6 +87,11 @@ pub const KEYS: &[KeyDoc] = &[
         meaning: "tokens per KV block (vllm, sarathi); for orca, which does not page, the KV pool's allocation block: its capacity in whole blocks, each request still reserving exactly its tokens (ExpertWeave's Ascend pool: 128)",
     },
     KeyDoc {
+        key: "replica.max_model_len",
+        default: "what the KV cache holds",
+        meaning: "vLLM's `max_model_len`: the longest sequence (prompt + output) a replica takes; a prompt that leaves no room for an output token is refused at admission (metric `refused`), an output that would pass it stops there; at most what the cache holds",
+    },
+    KeyDoc {
         key: "replica.watermark",
         default: "0.01",
         meaning: "share of the blocks an admission leaves free (vllm, sarathi)",
