@@ -282,7 +282,10 @@ impl MoeLayerCost {
         } else if let Some(source) = self.measured_source() {
             source.into()
         } else {
-            format!("the kernel model on the {}'s rates (profiles/rates.json)", gpu.name)
+            format!(
+                "the kernel model on the {}'s rates (profiles/rates.json)",
+                gpu.name
+            )
         }
     }
 
