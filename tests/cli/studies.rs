@@ -111,9 +111,12 @@ fn study_b_clock_only_straggler_spares_memory_bound_steps() {
         let straggler = cell(&runs, &["sarathi", "[0.88, 1.0, 1.0, 1.0]"]);
         scalar(straggler, "tpot_mean_ms") / scalar(uniform, "tpot_mean_ms")
     };
+    // Clock only, the 256-token steps stay memory bound: mean TPOT moves by batch-order effects
+    // alone, either way (-1.2 %, +0.2 %, -0.9 % over seeds 1-3 on the kernel model), while a
+    // slowdown that reaches memory moves it by about +10 % on every seed.
     let clock_only = ratio("0.0");
     assert!(
-        (clock_only - 1.0).abs() < 0.01,
+        (clock_only - 1.0).abs() < 0.02,
         "clock-only straggler moved mean TPOT by {:+.2} %",
         (clock_only - 1.0) * 100.0
     );
@@ -121,6 +124,12 @@ fn study_b_clock_only_straggler_spares_memory_bound_steps() {
     assert!(
         (1.08..1.16).contains(&uniformly_slower),
         "a uniformly slower straggler moved mean TPOT by {:+.2} %",
+        (uniformly_slower - 1.0) * 100.0
+    );
+    assert!(
+        uniformly_slower - 1.0 > 5.0 * (clock_only - 1.0).abs(),
+        "the memory-bound steps were not spared: clock only {:+.2} %, uniformly slower {:+.2} %",
+        (clock_only - 1.0) * 100.0,
         (uniformly_slower - 1.0) * 100.0
     );
 }
