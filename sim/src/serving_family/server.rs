@@ -650,7 +650,14 @@ impl<'a> ServingServer<'a> {
             &run.step_flops,
         );
         if let Some(trace) = &mut self.trace {
-            trace.step(r, now, time.duration, counts, run.replica.kv().used());
+            trace.step(
+                r,
+                now,
+                time.duration,
+                counts,
+                run.replica.kv().used(),
+                &time.breakdown,
+            );
         }
         Some(now + time.duration)
     }

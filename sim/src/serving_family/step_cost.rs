@@ -19,14 +19,21 @@ use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
 use crate::cost::gpu::LinkSpec;
+use crate::cost::host::HostOverhead;
 use crate::cost::kernel::Timing;
+use crate::cost::measured_steps::{MeasuredDenseStep, OpSources};
 use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
-use crate::cost::roofline::{Roofline, StepPrice, StepRoofline, StepTokens, TensorParallel};
+use crate::cost::roofline::{
+    ElementwiseKernels, Roofline, StepRoofline, StepTokens, TensorParallel,
+};
 use crate::cost::shape::MoeModelShape;
 use crate::expertweave::memory::InstancePlan;
-use crate::serving::{CostSource, RoutedTokens, StepBreakdown, StepCost, StepTime, StepWork};
+use crate::serving::{
+    CostSource, RoutedTokens, StepBreakdown, StepCost, StepParts, StepTime, StepWork,
+};
 use crate::time::SimDuration;
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// The routed experts of an MoE replica.
 struct MoePart {
@@ -49,6 +56,12 @@ pub struct ReplicaStepCost {
     /// The dense part at each distinct speed of the replica's GPUs (its roofline scaled by the
     /// speed factors), priced once per step each.
     dense: Vec<StepRoofline>,
+    /// The element-wise kernels of one layer of the dense part on one GPU.
+    elementwise: ElementwiseKernels,
+    /// With `replica.measured`, the dense step from measured operations instead of `dense`.
+    measured: Option<Arc<MeasuredDenseStep>>,
+    /// The host's time per step.
+    host: HostOverhead,
     /// Which of `dense` each GPU runs at.
     dense_of_gpu: Vec<usize>,
     data_parallel: u64,
@@ -102,20 +115,16 @@ impl ReplicaStepCost {
                 let roofline = nominal.scaled(speed);
                 match &scenario.model {
                     ServedModel::Dense(shape) => {
-                        StepRoofline::dense(shape, roofline, parallel, r.step_overhead_ns)
+                        StepRoofline::dense(shape, roofline, parallel, 0.0)
                     }
                     ServedModel::Moe(shape) => StepRoofline::moe_non_expert_tensor_parallel(
-                        shape,
-                        roofline,
-                        parallel,
-                        2.0,
-                        r.step_overhead_ns,
+                        shape, roofline, parallel, 2.0, 0.0,
                     ),
                     // One tensor-parallel group (the rows split over the data-parallel copies
                     // as for the other models), its kernels in the step's CUDA graph.
                     ServedModel::Mla(shape) => StepRoofline {
                         kernels_head: 0,
-                        host_overhead_ns: r.step_overhead_ns,
+                        host_overhead_ns: 0.0,
                         all_reduce: (parallel.degree > 1)
                             .then_some((shape.hidden as f64 * 2.0, parallel)),
                         ..StepRoofline::mla_moe_non_expert(
@@ -156,8 +165,17 @@ impl ReplicaStepCost {
             }
             _ => (None, 0.0),
         };
+        let degree = parallel.degree;
+        let elementwise = match &scenario.model {
+            ServedModel::Dense(shape) => ElementwiseKernels::dense(shape, degree),
+            ServedModel::Moe(shape) => ElementwiseKernels::moe(shape, degree),
+            ServedModel::Mla(shape) => ElementwiseKernels::moe(&shape.moe_geometry(), degree),
+        };
         ReplicaStepCost {
             dense,
+            elementwise,
+            measured: r.measured.clone(),
+            host: r.host,
             dense_of_gpu,
             data_parallel: deployment.data_parallel as u64,
             moe,
@@ -262,7 +280,7 @@ impl ReplicaStepCost {
             });
         let mut busy = vec![0.0; self.dense_of_gpu.len()];
         let pass = self.pass(&tokens, sequences, routed, &mut busy);
-        pass.step_time(busy)
+        pass.with_host(self.host.nanos(sequences)).step_time(busy)
     }
 
     /// One forward pass of `rows` token rows (the whole replica's): the dense part on `tokens`
@@ -275,9 +293,54 @@ impl ReplicaStepCost {
         routed: Option<RoutedTokens<'_>>,
         busy: &mut [f64],
     ) -> PassTime {
-        let prices: Vec<StepPrice> = self.dense.iter().map(|d| d.price(tokens)).collect();
+        let prices: Vec<PassTime> = match &self.measured {
+            Some(measured) => {
+                let (parts, sources) = measured.parts(tokens);
+                vec![PassTime {
+                    nanos: parts.nanos(),
+                    compute_ns: parts.attention.compute_ns + parts.head.compute_ns,
+                    memory_ns: parts.attention.memory_ns + parts.head.memory_ns,
+                    communication_ns: parts.communication_ns,
+                    parts: StepParts {
+                        linear_ns: parts.linear_ns,
+                        elementwise_ns: parts.elementwise_ns,
+                        attention_ns: parts.attention.nanos,
+                        head_ns: parts.head.nanos,
+                        host_ns: 0.0,
+                    },
+                    op_sources: Some(sources),
+                    ..PassTime::default()
+                }]
+            }
+            None => self
+                .dense
+                .iter()
+                .map(|d| {
+                    let parts = d.parts(tokens, &self.elementwise);
+                    PassTime {
+                        nanos: parts.nanos(),
+                        compute_ns: parts.linear.compute_ns
+                            + parts.attention.compute_ns
+                            + parts.head.compute_ns,
+                        memory_ns: parts.linear.memory_ns
+                            + parts.attention.memory_ns
+                            + parts.head.memory_ns,
+                        communication_ns: parts.communication_ns,
+                        parts: StepParts {
+                            linear_ns: parts.linear.nanos,
+                            elementwise_ns: parts.elementwise_ns,
+                            attention_ns: parts.attention.nanos,
+                            head_ns: parts.head.nanos,
+                            host_ns: 0.0,
+                        },
+                        ..PassTime::default()
+                    }
+                })
+                .collect(),
+        };
         for (b, &d) in busy.iter_mut().zip(&self.dense_of_gpu) {
-            *b += prices[d].nanos - prices[d].overhead_ns - prices[d].communication_ns;
+            let d = d.min(prices.len() - 1);
+            *b += prices[d].nanos - prices[d].communication_ns;
         }
         let pace = prices
             .iter()
@@ -322,11 +385,9 @@ impl ReplicaStepCost {
         }
         PassTime {
             nanos: pace.nanos + moe_ns,
-            compute_ns: pace.compute_ns,
-            memory_ns: pace.memory_ns,
             communication_ns,
-            overhead_ns: pace.overhead_ns,
             moe_ns,
+            ..pace
         }
     }
 
@@ -379,21 +440,25 @@ impl ReplicaStepCost {
                 r.route(routed_tokens)
             });
             self.add_pass_flops(&tokens, routed, flops);
-            total.add(&self.pass(&tokens, routed_tokens, routed, &mut busy));
+            let pass = self.pass(&tokens, routed_tokens, routed, &mut busy);
+            total.add(&pass.with_host(self.host.nanos(requests)));
         }
         total.step_time(busy)
     }
 }
 
-/// What one pass (or a sum of passes) takes, ns.
+/// What one pass (or a sum of passes) takes, ns (with the host's time once `with_host` adds
+/// it).
 #[derive(Clone, Copy, Debug, Default)]
 struct PassTime {
     nanos: f64,
     compute_ns: f64,
     memory_ns: f64,
     communication_ns: f64,
-    overhead_ns: f64,
     moe_ns: f64,
+    parts: StepParts,
+    /// From measured operations: what priced each.
+    op_sources: Option<OpSources>,
 }
 
 impl PassTime {
@@ -402,8 +467,21 @@ impl PassTime {
         self.compute_ns += other.compute_ns;
         self.memory_ns += other.memory_ns;
         self.communication_ns += other.communication_ns;
-        self.overhead_ns += other.overhead_ns;
         self.moe_ns += other.moe_ns;
+        let (p, o) = (&mut self.parts, &other.parts);
+        p.linear_ns += o.linear_ns;
+        p.elementwise_ns += o.elementwise_ns;
+        p.attention_ns += o.attention_ns;
+        p.head_ns += o.head_ns;
+        p.host_ns += o.host_ns;
+        self.op_sources = self.op_sources.or(other.op_sources);
+    }
+
+    /// The passes plus the host's `host_ns`.
+    fn with_host(mut self, host_ns: f64) -> PassTime {
+        self.nanos += host_ns;
+        self.parts.host_ns += host_ns;
+        self
     }
 
     fn step_time(self, per_gpu_busy_ns: Vec<f64>) -> StepTime {
@@ -413,12 +491,15 @@ impl PassTime {
                 compute_ns: self.compute_ns,
                 memory_ns: self.memory_ns,
                 communication_ns: self.communication_ns,
-                overhead_ns: self.overhead_ns,
+                overhead_ns: self.parts.host_ns,
                 moe_ns: self.moe_ns,
                 per_gpu_busy_ns,
-                op_sources: None,
+                op_sources: self.op_sources,
+                parts: self.parts,
             },
-            source: CostSource::Analytic,
+            source: self
+                .op_sources
+                .map_or(CostSource::Analytic, |s| s.step_source()),
         }
     }
 }
@@ -429,6 +510,7 @@ impl StepCost for ReplicaStepCost {
         let mut busy = vec![0.0; self.dense_of_gpu.len()];
         let rows = work.prefill_tokens + work.decode_tokens;
         let pass = self.pass(&tokens, rows, work.routed, &mut busy);
-        pass.step_time(busy)
+        pass.with_host(self.host.nanos(work.requests))
+            .step_time(busy)
     }
 }
