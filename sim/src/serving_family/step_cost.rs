@@ -251,9 +251,28 @@ impl ReplicaStepCost {
             context_tokens: share(sequences * context, dp),
             prefill_square: 0.0,
         };
+        self.evenly_routed(&tokens, sequences, sequences)
+    }
+
+    /// The prefill step of one prompt of `tokens` tokens (its first token scored), routed as
+    /// [`Self::decode_profile`] routes.
+    pub fn prefill_profile(&mut self, tokens: u64) -> StepTime {
+        let dp = self.data_parallel;
+        let work = StepTokens {
+            rows: share(tokens, dp),
+            sequences: 1,
+            context_tokens: share(tokens, dp),
+            prefill_square: (tokens as f64).powi(2) / dp as f64,
+        };
+        self.evenly_routed(&work, tokens, 1)
+    }
+
+    /// One step of `tokens` (`rows` rows in the whole replica, `sequences` sequences), its
+    /// routed tokens spread evenly over the experts.
+    fn evenly_routed(&mut self, tokens: &StepTokens, rows: u64, sequences: u64) -> StepTime {
         let spread = self.moe.as_ref().map(|moe| {
             let (experts, gpus, layers) = (moe.layout.n_experts, moe.layout.gpus(), moe.n_layers);
-            let assignments = sequences * moe.top_k as u64;
+            let assignments = rows * moe.top_k as u64;
             let layer: Vec<u32> = (0..experts as u64)
                 .map(|e| {
                     (assignments / experts as u64 + u64::from(e < assignments % experts as u64))
@@ -279,7 +298,7 @@ impl ReplicaStepCost {
                 per_slot: &[],
             });
         let mut busy = vec![0.0; self.dense_of_gpu.len()];
-        let pass = self.pass(&tokens, sequences, routed, &mut busy);
+        let pass = self.pass(tokens, rows, routed, &mut busy);
         pass.with_host(self.host.nanos(sequences)).step_time(busy)
     }
 
