@@ -62,6 +62,8 @@ pub struct ReplicaStepCost {
     measured: Option<Arc<MeasuredDenseStep>>,
     /// The host's time per step.
     host: HostOverhead,
+    /// The dense part's price at each distinct speed of the pass being priced (scratch).
+    prices: Vec<PassTime>,
     /// Which of `dense` each GPU runs at.
     dense_of_gpu: Vec<usize>,
     data_parallel: u64,
@@ -176,6 +178,7 @@ impl ReplicaStepCost {
             elementwise,
             measured: r.measured.clone(),
             host: r.host,
+            prices: Vec::new(),
             dense_of_gpu,
             data_parallel: deployment.data_parallel as u64,
             moe,
@@ -312,10 +315,12 @@ impl ReplicaStepCost {
         routed: Option<RoutedTokens<'_>>,
         busy: &mut [f64],
     ) -> PassTime {
-        let prices: Vec<PassTime> = match &self.measured {
+        let prices = &mut self.prices;
+        prices.clear();
+        match &self.measured {
             Some(measured) => {
                 let (parts, sources) = measured.parts(tokens);
-                vec![PassTime {
+                prices.push(PassTime {
                     nanos: parts.nanos(),
                     compute_ns: parts.attention.compute_ns + parts.head.compute_ns,
                     memory_ns: parts.attention.memory_ns + parts.head.memory_ns,
@@ -329,14 +334,12 @@ impl ReplicaStepCost {
                     },
                     op_sources: Some(sources),
                     ..PassTime::default()
-                }]
+                });
             }
-            None => self
-                .dense
-                .iter()
-                .map(|d| {
+            None => {
+                for d in &self.dense {
                     let parts = d.parts(tokens, &self.elementwise);
-                    PassTime {
+                    prices.push(PassTime {
                         nanos: parts.nanos(),
                         compute_ns: parts.linear.compute_ns
                             + parts.attention.compute_ns
@@ -353,10 +356,10 @@ impl ReplicaStepCost {
                             host_ns: 0.0,
                         },
                         ..PassTime::default()
-                    }
-                })
-                .collect(),
-        };
+                    });
+                }
+            }
+        }
         for (b, &d) in busy.iter_mut().zip(&self.dense_of_gpu) {
             let d = d.min(prices.len() - 1);
             *b += prices[d].nanos - prices[d].communication_ns;
