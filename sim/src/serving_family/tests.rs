@@ -1209,7 +1209,33 @@ fn measured_steps_are_the_sum_of_vidurs_operations_within_5_percent() {
             analytic_errors.push((a.linear_ns + a.elementwise_ns) / vidur - 1.0);
         }
     }
-    // The kernel model without the measurements, for the record (docs/cost-model.md).
+    // The kernel model without the measurements, for the record (docs/cost-model.md): whole
+    // decode steps at the issue's mean context, part by part, in ms.
+    for n in [1u64, 32, 128] {
+        let vidur: f64 = 32.0
+            * rows[&n]
+                .iter()
+                .filter(|(op, _)| op.as_str() != "emb")
+                .map(|(_, ns)| ns)
+                .sum::<f64>();
+        for (name, t) in [
+            ("measured", cost.decode_profile(n, 590)),
+            ("kernel model", analytic_cost.decode_profile(n, 590)),
+        ] {
+            let p = &t.breakdown.parts;
+            eprintln!(
+                "decode {n} x 590, {name}: linear {:.3} element-wise {:.3} attention {:.3} \
+                 head {:.3} host {:.3} step {:.3} ms; Vidur's linear + element-wise {:.3} ms",
+                p.linear_ns * 1e-6,
+                p.elementwise_ns * 1e-6,
+                p.attention_ns * 1e-6,
+                p.head_ns * 1e-6,
+                p.host_ns * 1e-6,
+                t.duration.0 as f64 * 1e-6,
+                vidur * 1e-6
+            );
+        }
+    }
     analytic_errors.sort_by(f64::total_cmp);
     eprintln!(
         "measured pricing: worst {:.2} %; kernel model: median {:.1} %, 5th-95th percentile \
