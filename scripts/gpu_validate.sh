@@ -5,23 +5,44 @@
 #   bash scripts/gpu_validate.sh --build    # the half that needs Rust: release binaries and the
 #                                           # test binaries, copied with a manifest into
 #                                           # target/gpu-validate/ (carry that folder to the GPU)
-#   bash scripts/gpu_validate.sh --device   # the half that needs a GPU and no Rust: the ignored
-#                                           # GPU tests, `expertsim-calibrate --backend cuda` for
-#                                           # every profile the live scenarios use, `expertsim
-#                                           # live --backend cuda` on every scenario under
-#                                           # scenarios/live/, the fidelity table in docs/fidelity.md
-#   bash scripts/gpu_validate.sh --dry-run  # print every step of both halves (the exact commands)
-#                                           # and exit 0; runs nothing, needs no GPU and no build
+#   bash scripts/gpu_validate.sh --device   # the half that needs a GPU and no Rust, in phases
+#                                           # ordered by value, each capped (--budget): the ignored
+#                                           # GPU tests; `expertsim-calibrate --backend cuda` for
+#                                           # every profile the live scenarios use; the real
+#                                           # Qwen1.5-MoE-A2.7B shape, checked against cuBLAS's own
+#                                           # times (scripts/vendor_check.py); `expertsim live
+#                                           # --backend cuda` on every scenario under
+#                                           # scenarios/live/; the fidelity table in docs/fidelity.md
+#   bash scripts/gpu_validate.sh --dry-run  # print the budgeted plan and every step of both halves
+#                                           # (the exact commands) and exit 0; runs nothing, needs
+#                                           # no GPU and no build
 #
 # Options:
+#   --budget SECONDS  wall-clock seconds the device half may take (default 480, at least 90): each
+#                   phase gets a cap (its share of the budget plus what earlier phases left
+#                   unused, keeping every later phase's minimum), each command in a phase the
+#                   phase's time left over the commands left, under `timeout`; a command that
+#                   reaches its cap is stopped and reported as cut, and the next still runs. An
+#                   ETA is printed before every command; a summary of every command's status and
+#                   seconds is written to <logs>/summary.txt
 #   --runs N        live runs of each scenario (default 3; the table gives ranges over them)
 #   --out DIR       the live runs' outputs and the generated table
 #                   (default results/gpu-validate/<device>)
-#   --collect DIR   after the device half, copy everything it wrote (profiles, logs, live
-#                   outputs, docs/fidelity.md) into DIR under repository-relative paths: for a
+#   --collect DIR   after the device half (also when phases were cut or failed), copy everything
+#                   it wrote (profiles, logs with the summary, live outputs, docs/fidelity.md)
+#                   into DIR under repository-relative paths, with summary.txt on top: for a
 #                   machine whose files come back from one folder only (the device tool's $OUT)
+#   --collect-tar FILE  also pack that folder into one gzipped tarball FILE (for a folder that
+#                   brings back only a few files); implies --collect (a temporary folder if none)
 #   --backend cpu   rehearse the device half on the CPU reference kernels: no GPU tests and no
 #                   nvidia-smi; profiles go under --out and docs/fidelity.md is left alone
+#
+# Libraries: the kernels load libnvrtc (libnvrtc.so or .so.12) and libcublas (libcublas.so or
+# .so.12) at run time. The device half looks in $NVRTC_LIB, $CUBLAS_LIB, target/nvrtc (the PyPI
+# NVRTC .ci/run installs), /usr/local/cuda's library folders and the Python packages' nvidia/*/lib
+# folders, links an unversioned name to a CUDA 13 `.so.13` where that is all there is
+# (target/gpu-validate/lib), puts the folders on LD_LIBRARY_PATH and logs what it found
+# (<logs>/libraries.txt); the binaries print the files they loaded.
 #
 # Profiles: each live scenario names a CPU-measured profile (`profile = "../../profiles/measured/
 # amd-epyc_<stem>.json"`); the device half calibrates the same stem on the GPU into
@@ -42,16 +63,20 @@ dry_run=0
 runs=3
 out=""
 collect=""
+collect_tar=""
+budget=480
 backend=cuda
-usage="usage: bash scripts/gpu_validate.sh [--build | --device] [--dry-run] [--runs N] [--out DIR] [--collect DIR] [--backend cuda|cpu]"
+usage="usage: bash scripts/gpu_validate.sh [--build | --device] [--dry-run] [--budget SECONDS] [--runs N] [--out DIR] [--collect DIR] [--collect-tar FILE] [--backend cuda|cpu]"
 while (($#)); do
     case "$1" in
     --build) mode=build ;;
     --device) mode=device ;;
     --dry-run) dry_run=1 ;;
+    --budget) budget=${2:?$usage}; shift ;;
     --runs) runs=${2:?$usage}; shift ;;
     --out) out=${2:?$usage}; shift ;;
     --collect) collect=${2:?$usage}; shift ;;
+    --collect-tar) collect_tar=${2:?$usage}; shift ;;
     --backend) backend=${2:?$usage}; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "$usage" >&2; exit 2 ;;
@@ -62,6 +87,14 @@ case "$backend" in cuda | cpu) ;; *) echo "--backend must be cuda or cpu; $usage
 if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
     echo "--runs must be a positive integer; $usage" >&2
     exit 2
+fi
+# The budget must hold every phase's minimum and the collect reserve (see PHASE_MIN below).
+if ! [[ "$budget" =~ ^[0-9]+$ ]] || ((budget < 90 || budget > 86400)); then
+    echo "--budget must be a whole number of seconds from 90 (every phase's minimum) to 86400; $usage" >&2
+    exit 2
+fi
+if [[ -n "$collect_tar" && -z "$collect" ]]; then
+    collect=${TMPDIR:-/tmp}/gpu-validate-collect.$$
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -92,23 +125,6 @@ show() {
 run() {
     show "$@"
     ((dry_run)) || "$@"
-}
-
-# Runs a command with its output shown and also written to LOG; a failure is recorded under
-# NAME and does not stop the script (a GPU lease is short: the remaining steps still run).
-run_logged() {
-    local name=$1 log=$2
-    shift 2
-    show "$@"
-    printf '      (output -> %s)\n' "$log"
-    ((dry_run)) && return 0
-    mkdir -p "$(dirname "$log")"
-    if "$@" 2>&1 | tee "$log"; then
-        return 0
-    fi
-    echo "FAILED: $name (log: $log)" >&2
-    failures+=("$name")
-    return 1
 }
 
 die() {
@@ -273,15 +289,224 @@ build_half() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# The budget of the device half.
+
+# The phases in the order they run, most valuable first, with their share of the budget (percent
+# of what is left after the collect reserve) and the fewest seconds that make one worth starting.
+PHASE_TITLES=(
+    "preflight: the GPU (read-only), the build manifest, the libraries"
+    "the GPU tests (every kernel against its CPU reference, calibration and live on CUDA)"
+    "calibrate every profile the live scenarios use"
+    "calibrate the real Qwen1.5-MoE-A2.7B shape; its expert against cuBLAS's own times"
+    "the live runs"
+    "the fidelity table"
+)
+PHASE_SHARE=(4 25 15 20 33 3)
+PHASE_MIN=(10 20 10 15 20 5)
+# Seconds kept for copying and packing what was measured.
+COLLECT_RESERVE=10
+
+# Planned seconds of phase $1 at the budget: its share, at least its minimum.
+planned_cap() {
+    local i=$1 cap
+    cap=$(((budget - COLLECT_RESERVE) * PHASE_SHARE[i] / 100))
+    ((cap < PHASE_MIN[i])) && cap=${PHASE_MIN[i]}
+    echo "$cap"
+}
+
+print_plan() {
+    local i total=0 cap
+    printf '\nbudgeted plan of the device half (--budget %d s): each phase may use its cap plus what\n' "$budget"
+    printf 'earlier phases left unused (never the minimum of a later one); each command in a phase its\n'
+    printf "phase's time left over the commands left; %d s are kept for collecting\n" "$COLLECT_RESERVE"
+    printf '  %-3s %-86s %6s %8s %8s\n' "#" "phase" "share" "cap (s)" "min (s)"
+    for ((i = 0; i < ${#PHASE_TITLES[@]}; i++)); do
+        cap=$(planned_cap "$i")
+        total=$((total + cap))
+        printf '  %-3d %-86s %5d%% %8d %8d\n' "$((i + 1))" "${PHASE_TITLES[i]}" "${PHASE_SHARE[i]}" "$cap" "${PHASE_MIN[i]}"
+    done
+    printf '  %-3s %-86s %6s %8d\n' "" "collect (--collect / --collect-tar)" "" "$COLLECT_RESERVE"
+    printf '  %-3s %-86s %6s %8d\n' "" "total" "" "$((total + COLLECT_RESERVE))"
+}
+
+T0=$SECONDS
+phase=-1
+phase_deadline=0
+carry=0
+phase_start=0
+summary=()
+
+now() { echo $((SECONDS - T0)); }
+
+# Starts phase $1: its cap is its planned seconds plus the carry, within what the budget
+# leaves after every later phase's minimum. Returns 1 (skip it) when that is under its minimum;
+# the preflight (phase 0), which every later phase needs, always runs.
+begin_phase() {
+    phase=$1
+    local later=0 j cap available t
+    for ((j = phase + 1; j < ${#PHASE_TITLES[@]}; j++)); do
+        later=$((later + PHASE_MIN[j]))
+    done
+    t=$(now)
+    cap=$(($(planned_cap "$phase") + carry))
+    available=$((budget - COLLECT_RESERVE - t - later))
+    ((cap > available)) && cap=$available
+    step "phase $((phase + 1))/${#PHASE_TITLES[@]}: ${PHASE_TITLES[phase]}"
+    if ((dry_run)); then
+        printf '  (cap %d s)\n' "$(planned_cap "$phase")"
+        return 0
+    fi
+    if ((cap < PHASE_MIN[phase] && phase > 0)); then
+        printf '  [%d s of %d s] skipped: %d s left for it, under its minimum of %d s\n' "$t" "$budget" "$cap" "${PHASE_MIN[phase]}"
+        summary+=("phase $((phase + 1)) | ${PHASE_TITLES[phase]} | skipped (no time left) | 0")
+        failures+=("phase $((phase + 1)) skipped")
+        carry=0
+        return 1
+    fi
+    phase_start=$t
+    phase_deadline=$((t + cap))
+    printf '  [%d s of %d s] cap %d s (planned %d, carried %d); this phase ends by %d s, the budget at %d s\n' \
+        "$t" "$budget" "$cap" "$(planned_cap "$phase")" "$carry" "$phase_deadline" "$budget"
+}
+
+end_phase() {
+    ((dry_run)) && return 0
+    local used
+    used=$(($(now) - phase_start))
+    carry=$((phase_deadline - phase_start - used))
+    ((carry < 0)) && carry=0
+    printf '  phase %d took %d s; %d s carried to the next\n' "$((phase + 1))" "$used" "$carry"
+}
+
+# Runs a command of the current phase under `timeout`, with its output shown and also written to
+# LOG: its cap is the phase's time left over the LEFT commands left (this one included). A
+# failure or a cut (the cap reached) is recorded under NAME and does not stop the script.
+run_capped() {
+    local name=$1 log=$2 left=$3
+    shift 3
+    show "$@"
+    printf '      (output -> %s)\n' "$log"
+    ((dry_run)) && return 0
+    local t cap rc=0 status
+    t=$(now)
+    cap=$(((phase_deadline - t) / left))
+    if ((cap < 1)); then
+        echo "  skipped: the phase's cap is reached"
+        summary+=("$name | skipped (phase cap reached) | 0 s | $log")
+        failures+=("$name (skipped)")
+        return 0
+    fi
+    printf '  [%d s of %d s] %s: cap %d s; ETA: this phase by %d s, everything by %d s at the latest\n' \
+        "$t" "$budget" "$name" "$cap" "$phase_deadline" "$budget"
+    mkdir -p "$(dirname "$log")"
+    set +e
+    timeout -k 5 "$cap" "$@" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    t=$(($(now) - t))
+    case "$rc" in
+    0) status=ok ;;
+    124 | 137) status="CUT at its cap of $cap s" ;;
+    *) status="FAILED (exit $rc)" ;;
+    esac
+    summary+=("$name | $status | $t s | $log")
+    if ((rc != 0)); then
+        echo "$status: $name (log: $log)" >&2
+        failures+=("$name: $status")
+    fi
+    return 0
+}
+
+# ---------------------------------------------------------------------------------------------
+# Libraries: NVRTC and cuBLAS, loaded at run time by the kernels (cudarc's names: libnvrtc.so,
+# libnvrtc.so.12, libcublas.so, libcublas.so.12; a CUDA 13 install has .so.13 files).
+
+# Folders that may hold CUDA libraries, most specific first.
+library_dirs() {
+    local dir py
+    for dir in "${NVRTC_LIB:-}" "${CUBLAS_LIB:-}" "$PWD/target/nvrtc/nvidia/cuda_nvrtc/lib" \
+        /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+        /usr/local/cuda-*/targets/x86_64-linux/lib; do
+        [[ -n "$dir" && -d "$dir" ]] && printf '%s\n' "$dir"
+    done
+    if command -v python3 >/dev/null 2>&1; then
+        for py in $(python3 -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))' 2>/dev/null); do
+            for dir in "$py"/nvidia/cublas/lib "$py"/nvidia/cuda_nvrtc/lib "$py"/nvidia/cu13/lib; do
+                [[ -d "$dir" ]] && printf '%s\n' "$dir"
+            done
+        done
+    fi
+    return 0
+}
+
+# The first folder (of library_dirs) with a file libNAME.so*; prints "folder file" of the name
+# cudarc loads there (libNAME.so or libNAME.so.12), else of the newest libNAME.so.N.
+find_library() {
+    local name=$1 dir f
+    while read -r dir; do
+        for f in "$dir/lib$name.so" "$dir/lib$name.so.12"; do
+            [[ -e "$f" ]] && { printf '%s %s\n' "$dir" "$f"; return 0; }
+        done
+        f=$(ls "$dir/lib$name.so."[0-9]* 2>/dev/null | sort -V | tail -n 1 || true)
+        [[ -n "$f" ]] && { printf '%s %s\n' "$dir" "$f"; return 0; }
+    done < <(library_dirs | awk '!seen[$0]++')
+    return 1
+}
+
+# Puts NVRTC's and cuBLAS's folders on LD_LIBRARY_PATH, behind target/gpu-validate/lib with an
+# unversioned link where a folder has only a CUDA 13 .so.13; logs it all to $1.
+setup_libraries() {
+    local log=$1 links=$PWD/$GV/lib name found dir file dirs=() lines=()
+    for name in nvrtc cublas cublasLt; do
+        if found=$(find_library "$name"); then
+            dir=${found%% *}
+            file=${found#* }
+            dirs+=("$dir")
+            case "$file" in
+            */lib$name.so | */lib$name.so.12) lines+=("lib$name: $file (a name cudarc loads)") ;;
+            *)
+                lines+=("lib$name: $file, linked as $links/lib$name.so")
+                if ((!dry_run)); then
+                    mkdir -p "$links"
+                    ln -sfn "$file" "$links/lib$name.so"
+                fi
+                dirs=("$links" "${dirs[@]}")
+                ;;
+            esac
+        else
+            lines+=("lib$name: not found in $(library_dirs | awk '!seen[$0]++' | paste -sd' ' -)")
+        fi
+    done
+    if ((${#dirs[@]})); then
+        local joined
+        joined=$(printf '%s\n' "${dirs[@]}" | awk '!seen[$0]++' | paste -sd: -)
+        export LD_LIBRARY_PATH="$joined${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+    printf '  %s\n' "${lines[@]}"
+    echo "  LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    if ((!dry_run)); then
+        {
+            printf '%s\n' "${lines[@]}"
+            echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+            for dir in "${dirs[@]}"; do ls -l "$dir"/libnvrtc* "$dir"/libcublas* 2>/dev/null || true; done
+            ldconfig -p 2>/dev/null | grep -Ei 'nvrtc|cublas' || true
+        } >"$log"
+    fi
+}
+
+# ---------------------------------------------------------------------------------------------
 # The device half.
+
+QWEN_REFERENCE=profiles/reference/nvidia-h200_cublas-qwen1.5-moe-expert.csv
 
 device_half() {
     local device_name="" device="<device>"
-    step "device: preflight (the GPU, read-only: name, driver, clocks; the build manifest; NVRTC)"
+    print_plan
+    begin_phase 0
     if [[ "$backend" == cuda ]]; then
         show nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,pstate,temperature.gpu,power.draw --format=csv
         if command -v nvidia-smi >/dev/null 2>&1; then
-            device_name=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | head -n 1)
+            device_name=$(timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | head -n 1)
             device=$(slug "$device_name")
         elif ((dry_run)); then
             echo "  (no nvidia-smi here: <device> below stands for the slug of its GPU name, e.g. nvidia-h200)"
@@ -312,52 +537,41 @@ device_half() {
         if [[ "$backend" == cuda ]]; then
             {
                 date -u +%Y-%m-%dT%H:%M:%SZ
-                nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,pstate,temperature.gpu,power.draw --format=csv
+                timeout 20 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,pstate,temperature.gpu,power.draw --format=csv
             } | tee "$logs/nvidia-smi-before.csv"
-            nvidia-smi >"$logs/nvidia-smi.txt" 2>&1 || true
+            timeout 20 nvidia-smi >"$logs/nvidia-smi.txt" 2>&1 || true
         fi
     fi
-    # NVRTC: the kernels load libnvrtc.so.12 or libnvrtc.so at run time (cudarc). Use the
-    # PyPI wheel of .ci/run when it is there, else the CUDA toolkit's.
-    local dir nvrtc_dirs=()
-    for dir in "${NVRTC_LIB:-}" "$PWD/target/nvrtc/nvidia/cuda_nvrtc/lib" /usr/local/cuda/lib64; do
-        [[ -n "$dir" && -d "$dir" ]] && nvrtc_dirs+=("$dir")
-    done
-    if ((${#nvrtc_dirs[@]})); then
-        local joined
-        joined=$(IFS=:; echo "${nvrtc_dirs[*]}")
-        export LD_LIBRARY_PATH="$joined${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    fi
-    echo "  LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
-    if ((!dry_run)); then
-        {
-            echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
-            for dir in "${nvrtc_dirs[@]}"; do ls -l "$dir"/libnvrtc* 2>/dev/null || true; done
-            ldconfig -p 2>/dev/null | grep -i nvrtc || true
-        } | tee "$logs/nvrtc.txt"
+    echo "  libraries (-> $logs/libraries.txt):"
+    setup_libraries "$logs/libraries.txt"
+    end_phase
+
+    # Phase 2: the GPU tests.
+    if begin_phase 1; then
+        if [[ "$backend" == cpu ]]; then
+            echo "  (skipped: --backend cpu rehearses without a GPU)"
+        elif [[ -f "$MANIFEST" ]]; then
+            local tag path crate names left
+            left=$(grep -c '^test ' "$MANIFEST" || true)
+            while read -r tag path crate names; do
+                [[ "$tag" == test ]] || continue
+                # As cargo runs it: in its package's folder, CARGO_MANIFEST_DIR naming that
+                # folder; --nocapture so that the tests' measured errors reach the log.
+                # shellcheck disable=SC2086  # the test names are words
+                run_capped "GPU tests of $(basename "$path")" "$logs/tests-$(basename "$path").log" "$left" \
+                    env -C "$crate" CARGO_MANIFEST_DIR="$PWD/$crate" "$PWD/$GV/$path" --ignored --exact --nocapture --test-threads 1 $names
+                left=$((left - 1))
+            done <"$MANIFEST"
+        else
+            echo "  (no manifest yet: after --build, each line \"test bin/BINARY PACKAGE_DIR NAME...\" of $MANIFEST runs as)"
+            show env -C PACKAGE_DIR CARGO_MANIFEST_DIR="$PWD/PACKAGE_DIR" "$PWD/$GV/bin/BINARY" --ignored --exact --nocapture --test-threads 1 NAME...
+        fi
+        echo "  GPU tests in the sources (by file: the test binary of that crate or test file):"
+        gpu_tests_in_sources | sed 's/^/    /'
+        end_phase
     fi
 
-    # 2. The GPU tests.
-    step "device: the ignored GPU tests of every test binary in the manifest (kernels against their CPU references at every tile size, persistent-grid bit identity, calibration and live on CUDA)"
-    if [[ "$backend" == cpu ]]; then
-        echo "  (skipped: --backend cpu rehearses without a GPU)"
-    elif [[ -f "$MANIFEST" ]]; then
-        local tag path crate names
-        while read -r tag path crate names; do
-            [[ "$tag" == test ]] || continue
-            # As cargo runs it: in its package's folder, CARGO_MANIFEST_DIR naming that folder.
-            # shellcheck disable=SC2086  # the test names are words
-            run_logged "GPU tests of $(basename "$path")" "$logs/tests-$(basename "$path").log" \
-                env -C "$crate" CARGO_MANIFEST_DIR="$PWD/$crate" "$PWD/$GV/$path" --ignored --exact $names || true
-        done <"$MANIFEST"
-    else
-        echo "  (no manifest yet: after --build, each line \"test bin/BINARY PACKAGE_DIR NAME...\" of $MANIFEST runs as)"
-        show env -C PACKAGE_DIR CARGO_MANIFEST_DIR="$PWD/PACKAGE_DIR" "$PWD/$GV/bin/BINARY" --ignored --exact NAME...
-    fi
-    echo "  GPU tests in the sources (by file: the test binary of that crate or test file):"
-    gpu_tests_in_sources | sed 's/^/    /'
-
-    # 3. Calibration of every profile the scenarios use.
+    # Phase 3: calibration of every profile the scenarios use.
     local scenario key table path stem
     declare -A calibrated=()
     local stems=()
@@ -371,86 +585,148 @@ device_half() {
             stems+=("$stem")
         fi
     done
-    for stem in "${stems[@]}"; do
-        recipe "$stem"
-        step "device: calibrate $stem on the $backend backend -> $profiles_dir/${device}_$stem.json"
-        run_logged "calibrate $stem" "$logs/calibrate-$stem.log" \
-            "$bin/expertsim-calibrate" --backend "$backend" "${RECIPE[@]}" \
-            --output "$profiles_dir/${device}_$stem.json" || true
-    done
-
-    # 4. Every live scenario, --runs times.
-    local i name profile_arg dir_name sets
-    for scenario in $(live_scenarios); do
-        name=$(basename "$scenario" .toml)
-        sets=()
-        key=$(profile_key "$scenario")
-        if [[ -n "$key" ]]; then
-            table=${key%% *}
-            stem=$(profile_stem "${key#* }")
-            if [[ "$backend" == cpu ]]; then
-                # Under --out, which may lie anywhere: an absolute path.
-                profile_arg="$profiles_dir/${device}_$stem.json"
-                [[ "$profile_arg" == /* ]] || profile_arg="$PWD/$profile_arg"
-            else
-                profile_arg="../../$profiles_dir/${device}_$stem.json"
-            fi
-            if [[ "$table" == "-" ]]; then
-                sets=(--set "profile=\"$profile_arg\"")
-            else
-                sets=(--set "$table.profile=\"$profile_arg\"")
-            fi
-        fi
-        step "device: live $scenario on the $backend backend, $runs run(s), profile ${profile_arg:-named by the scenario}"
-        for ((i = 1; i <= runs; i++)); do
-            dir_name="$out/live/$name/run-$i"
-            run_logged "live $name run $i" "$out/live/$name/run-$i.log" \
-                "$bin/expertsim" live "$scenario" --backend "$backend" --out "$dir_name" "${sets[@]}" || true
+    if begin_phase 2; then
+        local left=${#stems[@]}
+        for stem in "${stems[@]}"; do
+            recipe "$stem"
+            echo "  $stem on the $backend backend -> $profiles_dir/${device}_$stem.json"
+            run_capped "calibrate $stem" "$logs/calibrate-$stem.log" "$left" \
+                "$bin/expertsim-calibrate" --backend "$backend" "${RECIPE[@]}" \
+                --output "$profiles_dir/${device}_$stem.json"
+            left=$((left - 1))
         done
-        profile_arg=""
-    done
+        end_phase
+    fi
 
+    # Phase 4: the real Qwen1.5-MoE-A2.7B shape: the expert and dense curves to 2,048 tokens,
+    # the expert against cuBLAS's own times for its two GEMMs, then every default.
+    if begin_phase 3; then
+        local qwen=qwen1.5-moe-a2.7b
+        if [[ "$backend" == cpu ]]; then
+            echo "  (skipped: the real shape is a GPU's work; the CPU references take hours)"
+        else
+            echo "  the expert and dense curves to 2,048 tokens -> $profiles_dir/${device}_$qwen-to2048.json"
+            run_capped "calibrate $qwen to 2048 tokens" "$logs/calibrate-$qwen-to2048.log" 3 \
+                "$bin/expertsim-calibrate" --backend cuda --model "$qwen" --dense-limit 2048 \
+                --sparse-step 0 --sparse-limit 0 --max-batch 8 --contexts 1024 --context-batches 1 \
+                --reroute-tokens 16 --adapters 1 --expert-gemms \
+                --output "$profiles_dir/${device}_$qwen-to2048.json"
+            echo "  its expert_ffn at 64-2,048 tokens against cuBLAS's w13 + w2 ($QWEN_REFERENCE)"
+            run_capped "vendor check of $qwen" "$logs/vendor-check-$qwen.log" 2 \
+                python3 scripts/vendor_check.py "$profiles_dir/${device}_$qwen-to2048.json" \
+                "$QWEN_REFERENCE" --tokens 64-2048 --max-ratio 1.5
+            echo "  every default (the full calibration, timed) -> $profiles_dir/${device}_$qwen.json"
+            run_capped "calibrate $qwen (every default)" "$logs/calibrate-$qwen.log" 1 \
+                "$bin/expertsim-calibrate" --backend cuda --model "$qwen" \
+                --output "$profiles_dir/${device}_$qwen.json"
+        fi
+        end_phase
+    fi
+
+    # Phase 5: every live scenario, --runs times.
+    if begin_phase 4; then
+        local i name profile_arg dir_name sets left
+        left=$(($(live_scenarios | wc -l) * runs))
+        for scenario in $(live_scenarios); do
+            name=$(basename "$scenario" .toml)
+            sets=()
+            key=$(profile_key "$scenario")
+            if [[ -n "$key" ]]; then
+                table=${key%% *}
+                stem=$(profile_stem "${key#* }")
+                if [[ "$backend" == cpu ]]; then
+                    # Under --out, which may lie anywhere: an absolute path.
+                    profile_arg="$profiles_dir/${device}_$stem.json"
+                    [[ "$profile_arg" == /* ]] || profile_arg="$PWD/$profile_arg"
+                else
+                    profile_arg="../../$profiles_dir/${device}_$stem.json"
+                fi
+                if [[ "$table" == "-" ]]; then
+                    sets=(--set "profile=\"$profile_arg\"")
+                else
+                    sets=(--set "$table.profile=\"$profile_arg\"")
+                fi
+            fi
+            echo "  live $scenario on the $backend backend, $runs run(s), profile ${profile_arg:-named by the scenario}"
+            for ((i = 1; i <= runs; i++)); do
+                dir_name="$out/live/$name/run-$i"
+                if ((!dry_run)) && [[ -n "${key:-}" && ! -f "$profiles_dir/${device}_$stem.json" ]]; then
+                    echo "  skipped: no $profiles_dir/${device}_$stem.json (its calibration did not finish)"
+                    summary+=("live $name run $i | skipped (no profile) | 0 s | -")
+                    failures+=("live $name run $i (skipped: no profile)")
+                    left=$((left - 1))
+                    continue
+                fi
+                run_capped "live $name run $i" "$out/live/$name/run-$i.log" "$left" \
+                    "$bin/expertsim" live "$scenario" --backend "$backend" --out "$dir_name" "${sets[@]}"
+                left=$((left - 1))
+            done
+            profile_arg=""
+        done
+        end_phase
+    fi
+
+    # Phase 6: the fidelity table.
     if [[ "$backend" == cuda ]]; then
-        step "device: the GPU's clocks after the runs (read-only)"
         show nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,pstate,temperature.gpu,power.draw --format=csv
         if ((!dry_run)); then
             {
                 date -u +%Y-%m-%dT%H:%M:%SZ
-                nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,pstate,temperature.gpu,power.draw --format=csv
+                timeout 20 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,pstate,temperature.gpu,power.draw --format=csv
             } | tee "$logs/nvidia-smi-after.csv"
         fi
     fi
-
-    # 5. The fidelity table.
-    local doc_args=(--doc docs/fidelity.md)
-    [[ "$backend" == cpu ]] && doc_args=()
-    step "device: the fidelity table from every fidelity.json -> $out/fidelity-table.md${doc_args:+ and docs/fidelity.md (between its gpu-fidelity-table markers)}"
-    local smi_args=()
-    [[ "$backend" == cuda ]] && smi_args=(--nvidia-smi "$logs/nvidia-smi-before.csv" --nvidia-smi-after "$logs/nvidia-smi-after.csv")
-    local table_cmd=(python3 scripts/fidelity_table.py "${doc_args[@]}" --out "$out/fidelity-table.md"
-        --manifest "$MANIFEST" "${smi_args[@]}")
-    show "${table_cmd[@]}"
-    printf '      --profile %s ... %s ...\n' "$profiles_dir/${device}_STEM.json" "$out/live/SCENARIO/run-N/fidelity.json"
-    if ((!dry_run)); then
-        shopt -s nullglob
-        local reports=("$out"/live/*/run-*/fidelity.json) profile
-        for profile in "$profiles_dir/${device}"_*.json; do
-            table_cmd+=(--profile "$profile")
-        done
-        shopt -u nullglob
-        if ((${#reports[@]})); then
-            "${table_cmd[@]}" "${reports[@]}" || failures+=("fidelity table")
+    if begin_phase 5; then
+        local doc_args=(--doc docs/fidelity.md)
+        [[ "$backend" == cpu ]] && doc_args=()
+        echo "  from every fidelity.json -> $out/fidelity-table.md${doc_args:+ and docs/fidelity.md (between its gpu-fidelity-table markers)}"
+        local smi_args=()
+        [[ "$backend" == cuda ]] && smi_args=(--nvidia-smi "$logs/nvidia-smi-before.csv" --nvidia-smi-after "$logs/nvidia-smi-after.csv")
+        local table_cmd=(python3 scripts/fidelity_table.py "${doc_args[@]}" --out "$out/fidelity-table.md"
+            --manifest "$MANIFEST" "${smi_args[@]}")
+        if ((dry_run)); then
+            show "${table_cmd[@]}"
+            printf '      --profile %s ... %s ...\n' "$profiles_dir/${device}_STEM.json" "$out/live/SCENARIO/run-N/fidelity.json"
         else
-            echo "no fidelity.json was written: no table" >&2
-            failures+=("fidelity table")
+            shopt -s nullglob
+            local reports=("$out"/live/*/run-*/fidelity.json) profile
+            for stem in "${stems[@]}"; do
+                profile="$profiles_dir/${device}_$stem.json"
+                [[ -f "$profile" ]] && table_cmd+=(--profile "$profile")
+            done
+            shopt -u nullglob
+            if ((${#reports[@]})); then
+                run_capped "fidelity table" "$logs/fidelity-table.log" 1 "${table_cmd[@]}" "${reports[@]}"
+            else
+                echo "no fidelity.json was written: no table" >&2
+                failures+=("fidelity table (no live run finished)")
+            fi
         fi
+        end_phase
     fi
 
+    # The summary, then everything collected.
+    if ((!dry_run)); then
+        {
+            echo "# scripts/gpu_validate.sh --device --budget $budget: $(date -u +%Y-%m-%dT%H:%M:%SZ), device ${device_name:-$device}, $(now) s"
+            echo "# command | status | seconds | log"
+            printf '%s\n' "${summary[@]}"
+            if ((${#failures[@]})); then
+                echo "# not ok (${#failures[@]}):"
+                printf '#   %s\n' "${failures[@]}"
+            else
+                echo "# every command ran to the end with exit code 0"
+            fi
+        } >"$logs/summary.txt"
+        step "summary ($logs/summary.txt)"
+        cat "$logs/summary.txt"
+    fi
     if [[ -n "$collect" ]]; then
-        step "device: copy everything written into $collect (repository-relative paths)"
+        step "collect: copy everything written into $collect (repository-relative paths; summary.txt on top)${collect_tar:+, packed into $collect_tar}"
         local items=("$logs" "$out")
         [[ "$backend" == cuda ]] && items+=("$profiles_dir/${device}_STEM.json" docs/fidelity.md)
         show cp -R --parents "${items[@]}" "$collect/"
+        [[ -n "$collect_tar" ]] && show tar -czf "$collect_tar" -C "$collect" .
         if ((!dry_run)); then
             mkdir -p "$collect"
             shopt -s nullglob
@@ -459,6 +735,7 @@ device_half() {
             shopt -u nullglob
             local item
             for item in "${items[@]}"; do
+                [[ -e "$item" ]] || continue
                 item=${item#"$PWD"/}
                 if [[ "$item" == /* ]]; then
                     cp -R "$item" "$collect/" # an --out outside the repository
@@ -466,6 +743,12 @@ device_half() {
                     cp -R --parents "$item" "$collect/"
                 fi
             done
+            cp "$logs/summary.txt" "$collect/summary.txt"
+            if [[ -n "$collect_tar" ]]; then
+                mkdir -p "$(dirname "$collect_tar")"
+                tar -czf "$collect_tar" -C "$collect" .
+                echo "  packed $(tar -tzf "$collect_tar" | grep -vc '/$') files into $collect_tar ($(du -h "$collect_tar" | cut -f1))"
+            fi
         fi
     fi
 }
@@ -484,7 +767,7 @@ if ((dry_run)); then
     exit 0
 fi
 if ((${#failures[@]})); then
-    printf '\nFAILED steps (%d):\n' "${#failures[@]}" >&2
+    printf '\nnot ok (%d): failed, cut at their caps or skipped:\n' "${#failures[@]}" >&2
     printf '  %s\n' "${failures[@]}" >&2
     exit 1
 fi

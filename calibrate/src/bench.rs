@@ -9,6 +9,9 @@
 //! - `non_expert_decode`, `decode_step/context=C`: that GEMM plus attention over the decode
 //!   context (or `C`) cached tokens per sequence, for `x` sequences;
 //! - `head`: the output projection GEMM over `x` sequences;
+//! - `expert_gemm/{w13,w2}` (`--expert-gemms`): one of the expert's two GEMMs alone over `x`
+//!   tokens (gate/up `hidden -> 2 x expert_ffn`, down `expert_ffn -> hidden`), to set the MoE
+//!   layer beside the vendor GEMMs it runs;
 //! - `reroute/{fused,unfused}/adapters=A`: one layer's batched rerouting of `x` tokens.
 
 use crate::adaptive::{Repeated, Stop, StoppingRule, repeat_until_precise};
@@ -16,6 +19,7 @@ use crate::stats::summarize;
 use kernels::backend::{Backend, BackendError, Workload};
 use kernels::decode::{DecodeProblem, DecodeShape};
 use kernels::moe::{MoeProblem, MoeShape};
+use kernels::numeric::{random_weights, synthetic_bf16};
 use kernels::reroute::{RerouteProblem, RerouteVariant};
 use sim::cost::shape::MoeModelShape;
 
@@ -31,10 +35,30 @@ pub enum Series {
     /// The decode kernels at another context than the profile's decode context.
     DecodeAtContext(usize),
     Head,
+    /// One of the expert's GEMMs alone (measurements only).
+    ExpertGemm(ExpertGemm),
     Reroute {
         variant: RerouteVariant,
         adapters: usize,
     },
+}
+
+/// The expert's two GEMMs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertGemm {
+    /// Gate and up fused: `hidden -> 2 x expert_ffn`.
+    W13,
+    /// Down: `expert_ffn -> hidden`.
+    W2,
+}
+
+impl ExpertGemm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExpertGemm::W13 => "w13",
+            ExpertGemm::W2 => "w2",
+        }
+    }
 }
 
 impl Series {
@@ -46,6 +70,7 @@ impl Series {
             Series::NonExpertDecode => "non_expert_decode".into(),
             Series::DecodeAtContext(c) => format!("decode_step/context={c}"),
             Series::Head => "head".into(),
+            Series::ExpertGemm(gemm) => format!("expert_gemm/{}", gemm.as_str()),
             Series::Reroute { variant, adapters } => {
                 format!("reroute/{}/adapters={adapters}", variant.as_str())
             }
@@ -59,6 +84,8 @@ impl Series {
             "non_expert_prefill" => return Some(Series::NonExpertPrefill),
             "non_expert_decode" => return Some(Series::NonExpertDecode),
             "head" => return Some(Series::Head),
+            "expert_gemm/w13" => return Some(Series::ExpertGemm(ExpertGemm::W13)),
+            "expert_gemm/w2" => return Some(Series::ExpertGemm(ExpertGemm::W2)),
             _ => {}
         }
         if let Some(c) = name.strip_prefix("decode_step/context=") {
@@ -80,7 +107,10 @@ impl Series {
     /// What `x` counts.
     pub fn x_label(&self) -> &'static str {
         match self {
-            Series::ExpertFfn | Series::NonExpertPrefill | Series::Reroute { .. } => "tokens",
+            Series::ExpertFfn
+            | Series::NonExpertPrefill
+            | Series::ExpertGemm(_)
+            | Series::Reroute { .. } => "tokens",
             _ => "batch",
         }
     }
@@ -104,6 +134,8 @@ pub struct Bench {
     expert: Option<MoeProblem>,
     dense: Option<DecodeProblem>,
     head: Option<DecodeProblem>,
+    w13: Option<DecodeProblem>,
+    w2: Option<DecodeProblem>,
 }
 
 impl Bench {
@@ -118,6 +150,8 @@ impl Bench {
             expert: None,
             dense: None,
             head: None,
+            w13: None,
+            w2: None,
         }
     }
 
@@ -137,6 +171,23 @@ impl Bench {
         }
     }
 
+    /// One expert GEMM as a decode problem without attention (`k -> n`; the heads do not
+    /// matter at context 0).
+    fn gemm_shape(&self, gemm: ExpertGemm) -> DecodeShape {
+        let (ffn, hidden) = (self.shape.expert_ffn, self.shape.hidden);
+        let (k, n) = match gemm {
+            ExpertGemm::W13 => (hidden, 2 * ffn),
+            ExpertGemm::W2 => (ffn, hidden),
+        };
+        DecodeShape {
+            hidden: k,
+            out_features: n,
+            n_heads: 1,
+            n_kv_heads: 1,
+            head_dim: 1,
+        }
+    }
+
     fn expert_shape(&self) -> MoeShape {
         MoeShape {
             hidden: self.shape.hidden,
@@ -147,24 +198,18 @@ impl Bench {
     }
 
     /// `problem` (weights kept) with fresh inputs for `batch` rows and `context` cached tokens.
+    /// Inputs are a repeated random table ([`synthetic_bf16`]: never zero, cheap for the
+    /// gigabytes of a long KV cache; timing does not depend on the values).
     fn decode_inputs(&self, mut problem: DecodeProblem, batch: usize, context: usize) -> Workload {
-        let fresh = DecodeProblem::random(
-            DecodeShape {
-                out_features: 1,
-                ..problem.shape
-            },
-            self.tile,
-            batch,
-            context,
-            self.seed,
-            true,
-        );
+        let s = problem.shape;
+        let input = |len, name| synthetic_bf16(len, 1.0, self.seed, name);
+        let kv = batch * context * s.n_kv_heads * s.head_dim;
         problem.batch = batch;
         problem.context = context;
-        problem.x = fresh.x;
-        problem.q = fresh.q;
-        problem.k_cache = fresh.k_cache;
-        problem.v_cache = fresh.v_cache;
+        problem.x = input(batch * s.hidden, "bench.x");
+        problem.q = input(batch * s.n_heads * s.head_dim, "bench.q");
+        problem.k_cache = input(kv, "bench.k");
+        problem.v_cache = input(kv, "bench.v");
         Workload::Decode(problem)
     }
 
@@ -178,18 +223,10 @@ impl Bench {
                     .expert
                     .take()
                     .unwrap_or_else(|| MoeProblem::random(shape, tile, 1, seed));
-                let fresh = MoeProblem::random(
-                    MoeShape {
-                        expert_ffn: 1,
-                        ..shape
-                    },
-                    tile,
-                    x,
-                    seed,
-                );
-                moe.x = fresh.x;
-                moe.topk_ids = fresh.topk_ids;
-                moe.topk_weights = fresh.topk_weights;
+                // Every token to the one expert, inputs as in `decode_inputs`.
+                moe.x = synthetic_bf16(x * shape.hidden, 1.0, seed, "bench.x");
+                moe.topk_ids = vec![0; x];
+                moe.topk_weights = random_weights(x, seed, "bench.weights");
                 Workload::Moe(moe)
             }
             Series::NonExpertPrefill | Series::NonExpertDecode | Series::DecodeAtContext(_) => {
@@ -213,6 +250,16 @@ impl Bench {
                     .unwrap_or_else(|| DecodeProblem::random(shape, tile, 1, 0, seed, true));
                 self.decode_inputs(problem, x, 0)
             }
+            Series::ExpertGemm(gemm) => {
+                let shape = self.gemm_shape(gemm);
+                let kept = match gemm {
+                    ExpertGemm::W13 => self.w13.take(),
+                    ExpertGemm::W2 => self.w2.take(),
+                };
+                let problem =
+                    kept.unwrap_or_else(|| DecodeProblem::random(shape, tile, 1, 0, seed, true));
+                self.decode_inputs(problem, x, 0)
+            }
             Series::Reroute { variant, adapters } => Workload::Reroute(
                 RerouteProblem::random(
                     x,
@@ -232,6 +279,8 @@ impl Bench {
         match (series, workload) {
             (Series::ExpertFfn, Workload::Moe(p)) => self.expert = Some(p),
             (Series::Head, Workload::Decode(p)) => self.head = Some(p),
+            (Series::ExpertGemm(ExpertGemm::W13), Workload::Decode(p)) => self.w13 = Some(p),
+            (Series::ExpertGemm(ExpertGemm::W2), Workload::Decode(p)) => self.w2 = Some(p),
             (_, Workload::Decode(p)) => self.dense = Some(p),
             _ => {}
         }
@@ -282,6 +331,7 @@ impl Bench {
                 }
                 Series::DecodeAtContext(c) => gemm(self.dense_out_features()) + attention(c),
                 Series::Head => gemm(s.vocab),
+                Series::ExpertGemm(_) => 1.5 * gemm(s.expert_ffn),
                 Series::Reroute { adapters, .. } => (x * s.top_k * adapters.max(1)) as f64,
             }
     }
@@ -299,6 +349,8 @@ mod tests {
             Series::NonExpertDecode,
             Series::DecodeAtContext(1024),
             Series::Head,
+            Series::ExpertGemm(ExpertGemm::W13),
+            Series::ExpertGemm(ExpertGemm::W2),
             Series::Reroute {
                 variant: RerouteVariant::Unfused,
                 adapters: 3,
@@ -319,7 +371,8 @@ mod tests {
             Workload::Moe(p) => {
                 assert_eq!(p.topk_ids, vec![0; 5]);
                 assert_eq!(p.x.len(), 5 * shape.hidden);
-                assert_eq!(p.w_down.len(), shape.expert_ffn * shape.hidden);
+                assert_eq!(p.w2.len(), shape.expert_ffn * shape.hidden);
+                assert_eq!(p.w13.len(), 2 * shape.expert_ffn * shape.hidden);
             }
             other => panic!("{other:?}"),
         }

@@ -139,7 +139,7 @@ pub fn calibrate_dense(
         format: DENSE_PROFILE_FORMAT.into(),
         device: device.name.clone(),
         backend: device.backend.as_str().into(),
-        timing: device.timing.into(),
+        timing: device.timing.clone(),
         tool_version: format!("expertsim-calibrate {}", env!("CARGO_PKG_VERSION")),
         date: Some(crate::timestamp::now()),
         notes: format!(

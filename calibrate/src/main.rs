@@ -23,7 +23,8 @@ use std::time::Instant;
 enum BackendArg {
     /// The CPU reference kernels, timed with the wall clock (CI, development).
     Cpu,
-    /// CUDA device 0: kernels compiled with NVRTC, timed with device events.
+    /// CUDA device 0: GEMMs through cuBLAS, our kernels compiled with NVRTC, timed with device
+    /// events around CUDA-graph replays.
     Cuda,
 }
 
@@ -119,6 +120,10 @@ struct Cli {
     /// Adapter counts for the rerouting measurements.
     #[arg(long, value_delimiter = ',')]
     adapters: Option<Vec<usize>>,
+    /// Also measure the expert's two GEMMs alone (gate/up, down) at the expert curve's token
+    /// counts: measurements `expert_gemm/w13` and `expert_gemm/w2` (scripts/vendor_check.py).
+    #[arg(long)]
+    expert_gemms: bool,
     /// Seed of the synthetic inputs.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -315,6 +320,7 @@ fn plan_of(cli: &Cli) -> Plan {
         adapters
     );
     plan.seed = cli.seed;
+    plan.expert_gemms = cli.expert_gemms;
     if let Some(n) = cli.repetitions {
         plan.stopping = StoppingRule::fixed(n);
     } else if !cli.quick {
@@ -489,6 +495,12 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         plan.stopping.describe(),
         plan.tile
     );
+    if let Some(libraries) = &device.device().libraries {
+        eprintln!(
+            "  libraries: {libraries}; timing: {}",
+            device.device().timing
+        );
+    }
     let measured = pipeline::calibrate(
         device.as_mut(),
         &shape,
@@ -681,7 +693,8 @@ mod tests {
                 assert!(
                     failure.message.starts_with("no CUDA driver found")
                         || failure.message.starts_with("no device")
-                        || failure.message.starts_with("NVRTC not found"),
+                        || failure.message.starts_with("NVRTC not found")
+                        || failure.message.starts_with("cuBLAS not found"),
                     "{}",
                     failure.message
                 );
@@ -692,7 +705,8 @@ mod tests {
     }
 
     /// On a GPU, `--backend cuda --quick` writes a measured profile labelled with the device
-    /// (name, compute capability, driver) and timed with device events, which sim accepts.
+    /// (name, compute capability, driver, the cuBLAS it used) and timed with device events,
+    /// which sim accepts.
     #[test]
     #[ignore = "needs a GPU: scripts/gpu_validate.sh"]
     fn gpu_quick_calibration_writes_a_device_profile() {
@@ -717,14 +731,17 @@ mod tests {
             .check_shape(&MoeModelShape::qwen1_5_moe_a2_7b())
             .unwrap();
         assert!(
-            profile.expert_execution.is_concurrent(),
-            "a GPU runs a layer's experts concurrently"
+            !profile.expert_execution.is_concurrent(),
+            "the CUDA backend runs one GEMM pair per expert, one expert after another"
+        );
+        assert!(
+            profile.source.notes.contains("with cuBLAS "),
+            "{}",
+            profile.source.notes
         );
         let c = &MeasuredProfile::load(&path).unwrap().calibration;
-        assert_eq!(
-            (c.backend.as_str(), c.timing.as_str()),
-            ("cuda", "device events")
-        );
+        assert_eq!(c.backend, "cuda");
+        assert!(c.timing.starts_with("device events"), "{}", c.timing);
         assert!(!c.device_name.is_empty() && profile.gpu == c.device_name);
         assert!(
             c.compute_capability.is_some() && c.driver.is_some(),
@@ -741,45 +758,73 @@ mod tests {
         }
     }
 
+    /// A quick CPU calibration of the live CAPS scenario's counts with `extra` flags (one
+    /// repetition, no warm-up), loaded back.
+    fn calibrate_caps_counts(extra: &[&str]) -> MeasuredProfile {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("caps.json");
+        let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/live/caps.toml");
+        let mut args = vec!["--backend", "cpu", "--for-scenario", scenario];
+        args.extend_from_slice(extra);
+        args.extend(["--repetitions", "1", "--warmup", "0", "--output"]);
+        args.push(path.to_str().unwrap());
+        run(&cli(&args)).unwrap_or_else(|f| panic!("{}", f.message));
+        MeasuredProfile::load(&path).unwrap()
+    }
+
+    /// The measured `x` values of measurement `name`.
+    fn xs(measured: &MeasuredProfile, name: &str) -> Vec<f64> {
+        let mut all = measured.calibration.measurements.iter();
+        let m = all.find(|m| m.name == name).unwrap();
+        assert!(m.points.iter().all(|p| p[1] > 0.0), "{name}");
+        m.points.iter().map(|p| p[0]).collect()
+    }
+
     /// `--for-scenario` measures the scenario's shape at its counts only (by hand for the live
     /// CAPS case: tokens 1, 64, 65, 128, 129, 192, 193, 256; batches 1-4), and a fixed
     /// `--repetitions` records no stopping rule.
     #[test]
     fn for_scenario_measures_only_the_scenario_counts() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("caps.json");
-        let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/live/caps.toml");
-        run(&cli(&[
-            "--backend",
-            "cpu",
-            "--for-scenario",
-            scenario,
-            "--repetitions",
-            "1",
-            "--warmup",
-            "0",
-            "--output",
-            path.to_str().unwrap(),
-        ]))
-        .unwrap_or_else(|f| panic!("{}", f.message));
-        let measured = MeasuredProfile::load(&path).unwrap();
+        let measured = calibrate_caps_counts(&[]);
         measured
             .profile
             .check_shape(&MoeModelShape::live_tiny_moe())
             .unwrap();
-        let xs = |name: &str| -> Vec<f64> {
-            let mut all = measured.calibration.measurements.iter();
-            let m = all.find(|m| m.name == name).unwrap();
-            m.points.iter().map(|p| p[0]).collect()
-        };
         assert_eq!(
-            xs("expert_ffn"),
+            xs(&measured, "expert_ffn"),
             vec![1.0, 64.0, 65.0, 128.0, 129.0, 192.0, 193.0, 256.0]
         );
-        assert_eq!(xs("non_expert_decode"), vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(xs(&measured, "non_expert_decode"), vec![1.0, 2.0, 3.0, 4.0]);
         assert_eq!(measured.calibration.measurements.len(), 4);
         assert!(measured.calibration.stopping.is_none());
         assert_eq!(measured.calibration.repetitions, 1);
+    }
+
+    /// `--expert-gemms` adds the expert's two GEMMs alone, at the expert curve's counts, as
+    /// measurements only (the profile's curves are those of a run without it).
+    #[test]
+    fn expert_gemms_are_measured_at_the_expert_counts() {
+        let measured = calibrate_caps_counts(&["--expert-gemms"]);
+        let names: Vec<&str> = measured
+            .calibration
+            .measurements
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "expert_ffn",
+                "expert_gemm/w13",
+                "expert_gemm/w2",
+                "non_expert_prefill",
+                "non_expert_decode",
+                "head"
+            ]
+        );
+        let expert = xs(&measured, "expert_ffn");
+        assert_eq!(xs(&measured, "expert_gemm/w13"), expert);
+        assert_eq!(xs(&measured, "expert_gemm/w2"), expert);
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! Writes the PTX NVRTC produces for every kernel (sm_90, tile sizes 32/64/128) to the folder
-//! given as the first argument, for `ptxas -v` register and spill reports
-//! (docs/performance.md). Needs libnvrtc on LD_LIBRARY_PATH.
+//! Writes the PTX NVRTC produces for every kernel of ours (sm_90) to the folder given as the
+//! first argument, for `ptxas -v` register and spill reports (docs/performance.md). Needs
+//! libnvrtc on LD_LIBRARY_PATH.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,21 +15,19 @@ fn main() -> ExitCode {
         eprintln!("dump_ptx: cannot create {}: {e}", dir.display());
         return ExitCode::from(2);
     }
-    for tile in [32, 64, 128] {
-        match kernels::nvrtc::compile_kernels(tile, 9, 0) {
-            Ok(compiled) => {
-                let path = dir.join(format!("kernels_tile{tile}_sm90.ptx"));
-                if let Err(e) = std::fs::write(&path, compiled.ptx) {
-                    eprintln!("dump_ptx: cannot write {}: {e}", path.display());
-                    return ExitCode::from(1);
-                }
-                println!("{}", path.display());
+    match kernels::nvrtc::compile_kernels(9, 0) {
+        Ok(compiled) => {
+            let path = dir.join("kernels_sm90.ptx");
+            if let Err(e) = std::fs::write(&path, compiled.ptx) {
+                eprintln!("dump_ptx: cannot write {}: {e}", path.display());
+                return ExitCode::from(1);
             }
-            Err(e) => {
-                eprintln!("dump_ptx: {e}");
-                return ExitCode::from(2);
-            }
+            println!("{}", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("dump_ptx: {e}");
+            ExitCode::from(2)
         }
     }
-    ExitCode::SUCCESS
 }

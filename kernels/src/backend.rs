@@ -1,6 +1,7 @@
 //! The backend abstraction: a workload (one kernel family with its inputs) is run for its
 //! outputs, or timed over repetitions. `cpu` runs the references and times them with the wall
-//! clock; `cuda` compiles the sources with NVRTC and times them with device events.
+//! clock; `cuda` runs the GEMMs through cuBLAS and the rest through our NVRTC-compiled kernels,
+//! and times them with device events around CUDA-graph replays.
 
 use crate::KernelInputError;
 use crate::decode::{DecodeOutput, DecodeProblem};
@@ -69,19 +70,11 @@ pub struct DeviceInfo {
     pub compute_capability: Option<(i32, i32)>,
     /// The CUDA driver version ("12.8") on CUDA.
     pub driver: Option<String>,
-    /// How `time` measures: "device events" or "wall clock".
-    pub timing: &'static str,
-}
-
-/// How many MoE expert-GEMM blocks a device holds at once: a persistent grid of a fraction
-/// of them runs a share on that fraction of the device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GridCapacity {
-    /// Streaming multiprocessors, from the driver.
-    pub multiprocessors: u32,
-    /// Expert-GEMM blocks resident on one multiprocessor at once (the lower of the gate/up
-    /// and down kernels' occupancy).
-    pub blocks_per_multiprocessor: u32,
+    /// How `time` measures, in words ("wall clock", or the CUDA backend's device events
+    /// around graph replays).
+    pub timing: String,
+    /// The vendor libraries in use, with versions and the files loaded (CUDA).
+    pub libraries: Option<String>,
 }
 
 /// Why a backend cannot run. The CUDA variants are what a machine without a GPU gets, in one
@@ -96,6 +89,15 @@ pub enum BackendError {
         "NVRTC not found (libnvrtc.so.12 could not be loaded; install the nvidia-cuda-nvrtc-cu12 wheel and put its lib folder on LD_LIBRARY_PATH)"
     )]
     NoNvrtc,
+    #[error(
+        "cuBLAS not found (libcublas.so or libcublas.so.12 could not be loaded; put a CUDA toolkit's or the nvidia-cublas wheel's lib folder on LD_LIBRARY_PATH, with a libcublas.so link to CUDA 13's libcublas.so.13: scripts/gpu_validate.sh makes one)"
+    )]
+    NoCublas,
+    #[error("cuBLAS error in {context}: {message}")]
+    Cublas {
+        context: &'static str,
+        message: String,
+    },
     #[error("NVRTC failed: {0}")]
     Nvrtc(String),
     #[error("CUDA driver error in {context}: {message}")]
@@ -130,14 +132,6 @@ pub trait Backend {
     /// "device" is host memory, so there it is an allocation and a memcpy) and returns the
     /// nanoseconds from the start of the copy until the bytes are on the device.
     fn copy_to_device(&mut self, host: &[u8]) -> Result<f64, BackendError>;
-
-    /// The resident expert-GEMM blocks of the kernels for tile size `tile_tokens`, which
-    /// [`crate::moe::MoeProblem::block_cap`] can limit a launch to a fraction of; `None` where
-    /// launches have no grid to cap (the CPU references are single-threaded).
-    fn moe_grid_capacity(
-        &mut self,
-        tile_tokens: usize,
-    ) -> Result<Option<GridCapacity>, BackendError>;
 }
 
 /// Opens a backend of `kind` (device 0 for CUDA).

@@ -1,9 +1,7 @@
 //! The `cpu` backend: runs the CPU references (single-threaded, deterministic results) and
 //! times them with the monotonic wall clock.
 
-use crate::backend::{
-    Backend, BackendError, BackendKind, DeviceInfo, GridCapacity, Output, Workload,
-};
+use crate::backend::{Backend, BackendError, BackendKind, DeviceInfo, Output, Workload};
 use crate::decode::decode_step_cpu;
 use crate::moe::moe_layer_cpu;
 use crate::reroute::{RerouteVariant, reroute_fused_cpu, reroute_unfused_cpu};
@@ -37,7 +35,8 @@ impl CpuBackend {
                 name: cpu_name(),
                 compute_capability: None,
                 driver: None,
-                timing: "wall clock",
+                timing: "wall clock".into(),
+                libraries: None,
             },
         }
     }
@@ -95,15 +94,6 @@ impl Backend for CpuBackend {
         let nanos = start.elapsed().as_nanos() as f64;
         drop(device);
         Ok(nanos)
-    }
-
-    /// `None`: the references run on one thread, so there is no grid to cap (a capped
-    /// [`crate::moe::MoeProblem`] runs exactly as an uncapped one).
-    fn moe_grid_capacity(
-        &mut self,
-        _tile_tokens: usize,
-    ) -> Result<Option<GridCapacity>, BackendError> {
-        Ok(None)
     }
 }
 

@@ -1,11 +1,14 @@
-//! expertsim kernels: CUDA C sources compiled at run time with NVRTC (through cudarc, loaded
-//! dynamically so everything builds and tests without CUDA) and CPU reference implementations
-//! with identical semantics, behind one `Backend` trait the calibration binary measures.
+//! expertsim kernels: the GEMMs through cuBLAS and the rest as CUDA C sources compiled at run
+//! time with NVRTC (both through cudarc, loaded dynamically so everything builds and tests
+//! without CUDA), and CPU reference implementations with the same semantics, behind one
+//! `Backend` trait the calibration binary measures.
 //!
 //! Kernels: the MoE layer (`moe`), batched rerouting (`reroute`), a dense decode step
-//! (`decode`). Backends: `cpu` (the references, wall-clock timing) and `cuda` (device events).
+//! (`decode`). Backends: `cpu` (the references, wall-clock timing) and `cuda` (cuBLAS and our
+//! kernels, device events around CUDA-graph replays).
 
 pub mod backend;
+pub mod blas;
 pub mod cpu;
 pub mod cuda;
 pub mod decode;
@@ -17,6 +20,7 @@ pub mod source;
 
 pub use backend::{Backend, BackendError, BackendKind, DeviceInfo, Output, Workload};
 pub use half::bf16;
+pub use numeric::Weights;
 /// The simulator crate this one builds on; kernels report timings in its time units.
 pub use sim::SimDuration;
 

@@ -1,22 +1,29 @@
-//! The MoE layer: group tokens by expert (histogram, exclusive prefix sum, scatter), run each
-//! expert's SwiGLU FFN as a grouped, tiled GEMM (gate/up, SiLU x up, down) with bf16 storage
-//! and f32 accumulation, then un-permute and combine with the router weights. The CPU
-//! reference here has the semantics of the CUDA kernels in `source::MOE`.
+//! The MoE layer: group tokens by expert (histogram, exclusive prefix sum, scatter), gather
+//! each expert's rows, run its SwiGLU FFN as two GEMMs (gate and up fused as one `hidden ->
+//! 2 x expert_ffn` GEMM, the activation, then `expert_ffn -> hidden`) with bf16 storage and f32
+//! accumulation, then un-permute and combine with the router weights. The CPU reference here
+//! has the semantics of the CUDA path (`cuda`: the grouping, gather, activation and combine are
+//! `source::MOE`'s kernels, the GEMMs cuBLAS's, one per expert with tokens): every GEMM output
+//! is rounded to bf16, as a bf16 GEMM writes it.
 //!
-//! Tiling is part of the semantics: each expert's rows are processed `tile_tokens` at a time
-//! and a partial tile is computed in full (padded with zero rows whose results are dropped),
-//! exactly as a GPU block computes its whole tile. So latency steps at tile boundaries on the
-//! CPU too: each tile also re-reads (converts) the expert's weights once.
+//! Tiling shapes the CPU reference's cost, not its values: each expert's rows are computed
+//! `tile_tokens` at a time and a partial tile in full (zero rows whose results are dropped),
+//! each tile re-reading the expert's weights, so its latency steps at tile boundaries as a
+//! GPU GEMM's does at its own M tile. cuBLAS picks its own tiles on the GPU.
 
 use crate::KernelInputError;
-use crate::numeric::{dot, narrow, random_bf16, random_weights, silu, widen};
+use crate::numeric::{Weights, dot, narrow, random_bf16, random_weights, silu, widen};
 use half::bf16;
 use rand::RngExt;
 
-/// The largest tile the CUDA kernels accept (its accumulators live in registers).
+/// The largest tile the CPU reference accepts.
 pub const MAX_TILE_TOKENS: usize = 256;
-/// Tiles are split over 4 row groups of threads, so their size is a multiple of 4.
+/// Tiles are multiples of 4 rows (GPU GEMM M tiles are 64, 128 or 256; 4 keeps small CPU
+/// smoke runs possible).
 pub const TILE_ROW_GROUPS: usize = 4;
+/// The most experts a layer may have: the CUDA grouping kernel keeps one counter per expert
+/// in one block of 1024 threads.
+pub const MAX_EXPERTS: usize = 1024;
 
 /// Checks a tile size: a multiple of 4 between 4 and [`MAX_TILE_TOKENS`].
 pub fn check_tile_tokens(tile_tokens: usize) -> Result<(), KernelInputError> {
@@ -40,11 +47,14 @@ pub struct MoeShape {
     pub top_k: usize,
 }
 
-/// Inputs of one MoE layer. Weight layouts are PyTorch `Linear` (output-major):
-/// `w_gate`, `w_up`: `[n_experts][expert_ffn][hidden]`; `w_down`: `[n_experts][hidden][expert_ffn]`.
+/// Inputs of one MoE layer. Weight layouts are PyTorch `Linear` (output-major), the gate and
+/// up projections fused as serving stacks store them: `w13`: `[n_experts][2 x expert_ffn]
+/// [hidden]` (each expert's gate rows, then its up rows); `w2`: `[n_experts][hidden]
+/// [expert_ffn]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MoeProblem {
     pub shape: MoeShape,
+    /// Rows per tile of the CPU reference (see the module comment).
     pub tile_tokens: usize,
     /// `[tokens][hidden]`.
     pub x: Vec<bf16>,
@@ -52,14 +62,8 @@ pub struct MoeProblem {
     pub topk_ids: Vec<i32>,
     /// `[tokens][top_k]`: the router's combine weights.
     pub topk_weights: Vec<f32>,
-    pub w_gate: Vec<bf16>,
-    pub w_up: Vec<bf16>,
-    pub w_down: Vec<bf16>,
-    /// A launch parameter, not an input: at most this many thread blocks run each expert
-    /// GEMM on CUDA (a persistent grid looping over the tiles, with results bit-identical to
-    /// the default one block per tile). `None`: one block per tile. The CPU reference is
-    /// single-threaded and ignores it.
-    pub block_cap: Option<u32>,
+    pub w13: Weights,
+    pub w2: Weights,
 }
 
 /// Tokens grouped by expert.
@@ -69,12 +73,33 @@ pub struct Grouping {
     pub counts: Vec<u32>,
     /// Exclusive prefix sum of `counts`, with the total appended (`n_experts + 1` entries).
     pub offsets: Vec<u32>,
-    /// Exclusive prefix sum of each expert's tile count, with the total appended.
-    pub tile_offsets: Vec<u32>,
     /// Assignment indices (`token * top_k + slot`) sorted by expert.
     pub sorted_assignments: Vec<u32>,
     /// Inverse of `sorted_assignments`: where each assignment's row went.
     pub position_of: Vec<u32>,
+}
+
+/// One expert's GEMMs: its `rows` grouped rows start at row `row0` of the grouped buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpertRows {
+    pub expert: usize,
+    pub row0: usize,
+    pub rows: usize,
+}
+
+/// The experts that received tokens, in expert order, from a grouping's offsets: one pair of
+/// GEMMs each (an expert without tokens is not read).
+pub fn active_experts(offsets: &[u32]) -> Vec<ExpertRows> {
+    offsets
+        .windows(2)
+        .enumerate()
+        .filter(|(_, w)| w[1] > w[0])
+        .map(|(expert, w)| ExpertRows {
+            expert,
+            row0: w[0] as usize,
+            rows: (w[1] - w[0]) as usize,
+        })
+        .collect()
 }
 
 /// The MoE layer's results.
@@ -97,11 +122,14 @@ impl MoeProblem {
         let s = self.shape;
         let bad = |problem: String| Err(KernelInputError::new("moe", problem));
         check_tile_tokens(self.tile_tokens)?;
-        if self.block_cap == Some(0) {
-            return bad("block_cap = 0: a capped launch needs at least one block".into());
-        }
         if s.hidden == 0 || s.expert_ffn == 0 || s.n_experts == 0 || s.top_k == 0 {
             return bad(format!("every dimension must be positive: {s:?}"));
+        }
+        if s.n_experts > MAX_EXPERTS {
+            return bad(format!(
+                "n_experts {} exceeds {MAX_EXPERTS}, the most one grouping block counts",
+                s.n_experts
+            ));
         }
         if s.top_k > s.n_experts {
             return bad(format!(
@@ -117,29 +145,19 @@ impl MoeProblem {
             ));
         }
         let assignments = self.tokens() * s.top_k;
-        if assignments > u32::MAX as usize / 2 {
+        // The GEMMs' dimensions are i32 for cuBLAS: rows x widths must stay addressable.
+        let widest = 2 * s.expert_ffn.max(s.hidden);
+        if assignments > u32::MAX as usize / 2 || assignments > i32::MAX as usize / widest {
             return bad(format!(
-                "{assignments} assignments exceed the u32 index range"
+                "{assignments} assignments exceed the GEMMs' index range"
             ));
         }
+        let per_expert = s.expert_ffn * s.hidden;
         for (name, len, want) in [
             ("topk_ids", self.topk_ids.len(), assignments),
             ("topk_weights", self.topk_weights.len(), assignments),
-            (
-                "w_gate",
-                self.w_gate.len(),
-                s.n_experts * s.expert_ffn * s.hidden,
-            ),
-            (
-                "w_up",
-                self.w_up.len(),
-                s.n_experts * s.expert_ffn * s.hidden,
-            ),
-            (
-                "w_down",
-                self.w_down.len(),
-                s.n_experts * s.expert_ffn * s.hidden,
-            ),
+            ("w13", self.w13.len(), s.n_experts * 2 * per_expert),
+            ("w2", self.w2.len(), s.n_experts * per_expert),
         ] {
             if len != want {
                 return bad(format!("{name} has {len} values, expected {want}"));
@@ -176,8 +194,9 @@ impl MoeProblem {
                 }
             }
         }
-        let weights =
-            |len, fan_in: usize, name| random_bf16(len, 1.0 / (fan_in as f32).sqrt(), seed, name);
+        let weights = |len, fan_in: usize, name| -> Weights {
+            random_bf16(len, 1.0 / (fan_in as f32).sqrt(), seed, name).into()
+        };
         let per_expert = shape.expert_ffn * shape.hidden;
         MoeProblem {
             shape,
@@ -185,32 +204,26 @@ impl MoeProblem {
             x: random_bf16(tokens * shape.hidden, 1.0, seed, "moe.x"),
             topk_weights: random_weights(tokens * shape.top_k, seed, "moe.weights"),
             topk_ids,
-            w_gate: weights(shape.n_experts * per_expert, shape.hidden, "moe.w_gate"),
-            w_up: weights(shape.n_experts * per_expert, shape.hidden, "moe.w_up"),
-            w_down: weights(shape.n_experts * per_expert, shape.expert_ffn, "moe.w_down"),
-            block_cap: None,
+            w13: weights(shape.n_experts * 2 * per_expert, shape.hidden, "moe.w13"),
+            w2: weights(shape.n_experts * per_expert, shape.expert_ffn, "moe.w2"),
         }
     }
 }
 
-/// Histogram, exclusive prefix sum (of rows and of tiles) and a stable scatter of the
-/// assignments by expert. Ids must be valid (see [`MoeProblem::validate`]).
-pub fn group_tokens(topk_ids: &[i32], n_experts: usize, tile_tokens: usize) -> Grouping {
+/// Histogram, exclusive prefix sum and a stable scatter of the assignments by expert. Ids
+/// must be valid (see [`MoeProblem::validate`]).
+pub fn group_tokens(topk_ids: &[i32], n_experts: usize) -> Grouping {
     let mut counts = vec![0u32; n_experts];
     for &e in topk_ids {
         counts[e as usize] += 1;
     }
     let mut offsets = Vec::with_capacity(n_experts + 1);
-    let mut tile_offsets = Vec::with_capacity(n_experts + 1);
-    let (mut rows, mut tiles) = (0u32, 0u32);
+    let mut rows = 0u32;
     for &c in &counts {
         offsets.push(rows);
-        tile_offsets.push(tiles);
         rows += c;
-        tiles += c.div_ceil(tile_tokens as u32);
     }
     offsets.push(rows);
-    tile_offsets.push(tiles);
     let mut cursor = offsets[..n_experts].to_vec();
     let mut sorted_assignments = vec![0u32; topk_ids.len()];
     let mut position_of = vec![0u32; topk_ids.len()];
@@ -223,7 +236,6 @@ pub fn group_tokens(topk_ids: &[i32], n_experts: usize, tile_tokens: usize) -> G
     Grouping {
         counts,
         offsets,
-        tile_offsets,
         sorted_assignments,
         position_of,
     }
@@ -266,26 +278,22 @@ pub fn moe_layer_cpu(p: &MoeProblem) -> Result<MoeOutput, KernelInputError> {
     p.validate()?;
     let s = p.shape;
     let (hidden, ffn, tile) = (s.hidden, s.expert_ffn, p.tile_tokens);
-    let grouping = group_tokens(&p.topk_ids, s.n_experts, tile);
+    let grouping = group_tokens(&p.topk_ids, s.n_experts);
     let rows_total = p.topk_ids.len();
     let mut h = vec![bf16::ZERO; rows_total * ffn];
-    let mut y = vec![0.0f32; rows_total * hidden];
+    let mut y = vec![bf16::ZERO; rows_total * hidden];
     let mut x_rows = vec![0.0f32; tile * hidden];
     let mut h_rows = vec![0.0f32; tile * ffn];
     let mut gate = vec![0.0f32; tile * ffn];
     let mut weight_row = vec![0.0f32; hidden.max(ffn)];
-    for e in 0..s.n_experts {
-        let (begin, end) = (
-            grouping.offsets[e] as usize,
-            grouping.offsets[e + 1] as usize,
-        );
+    for group in active_experts(&grouping.offsets) {
+        let e = group.expert;
         let per_expert = ffn * hidden;
-        let (wg, wu, wd) = (
-            &p.w_gate[e * per_expert..(e + 1) * per_expert],
-            &p.w_up[e * per_expert..(e + 1) * per_expert],
-            &p.w_down[e * per_expert..(e + 1) * per_expert],
-        );
-        let mut row0 = begin;
+        let w13 = &p.w13[e * 2 * per_expert..(e + 1) * 2 * per_expert];
+        let (wg, wu) = w13.split_at(per_expert);
+        let wd = &p.w2[e * per_expert..(e + 1) * per_expert];
+        let end = group.row0 + group.rows;
+        let mut row0 = group.row0;
         while row0 < end {
             let valid = (end - row0).min(tile);
             // Gather the tile's token rows; padding rows are zero.
@@ -303,12 +311,14 @@ pub fn moe_layer_cpu(p: &MoeProblem) -> Result<MoeOutput, KernelInputError> {
                 tile_tokens: tile,
                 rows: &x_rows,
             };
+            // The gate/up GEMM writes bf16, which the activation reads back.
+            let rounded = |v: f32| narrow(v).to_f32();
             gemm.run(wg, &mut weight_row[..hidden], |r, n, v| {
-                gate[r * ffn + n] = v
+                gate[r * ffn + n] = rounded(v)
             });
             gemm.run(wu, &mut weight_row[..hidden], |r, n, up| {
                 if r < valid {
-                    h[(row0 + r) * ffn + n] = narrow(silu(gate[r * ffn + n]) * up);
+                    h[(row0 + r) * ffn + n] = narrow(silu(gate[r * ffn + n]) * rounded(up));
                 }
             });
             h_rows.fill(0.0);
@@ -324,7 +334,7 @@ pub fn moe_layer_cpu(p: &MoeProblem) -> Result<MoeOutput, KernelInputError> {
             };
             down.run(wd, &mut weight_row[..ffn], |r, n, v| {
                 if r < valid {
-                    y[(row0 + r) * hidden + n] = v;
+                    y[(row0 + r) * hidden + n] = narrow(v);
                 }
             });
             row0 += tile;
@@ -337,7 +347,8 @@ pub fn moe_layer_cpu(p: &MoeProblem) -> Result<MoeOutput, KernelInputError> {
             let mut acc = 0.0f32;
             for j in 0..s.top_k {
                 let a = t * s.top_k + j;
-                acc += p.topk_weights[a] * y[grouping.position_of[a] as usize * hidden + c];
+                let row = grouping.position_of[a] as usize;
+                acc += p.topk_weights[a] * y[row * hidden + c].to_f32();
             }
             out[t * hidden + c] = narrow(acc);
         }
@@ -359,22 +370,23 @@ pub(crate) mod tests {
         for t in 0..tokens {
             for j in 0..s.top_k {
                 let e = p.topk_ids[t * s.top_k + j] as usize;
-                let base = e * s.expert_ffn * s.hidden;
+                let per_expert = s.expert_ffn * s.hidden;
                 let x = &p.x[t * s.hidden..(t + 1) * s.hidden];
                 let h: Vec<f64> = (0..s.expert_ffn)
                     .map(|n| {
-                        let row = base + n * s.hidden;
+                        let gate_row = e * 2 * per_expert + n * s.hidden;
+                        let up_row = gate_row + per_expert;
                         let (mut g, mut u) = (0.0, 0.0);
                         for k in 0..s.hidden {
-                            g += f(x[k]) * f(p.w_gate[row + k]);
-                            u += f(x[k]) * f(p.w_up[row + k]);
+                            g += f(x[k]) * f(p.w13[gate_row + k]);
+                            u += f(x[k]) * f(p.w13[up_row + k]);
                         }
                         g / (1.0 + (-g).exp()) * u
                     })
                     .collect();
                 for c in 0..s.hidden {
-                    let row = base + c * s.expert_ffn;
-                    let y: f64 = (0..s.expert_ffn).map(|n| h[n] * f(p.w_down[row + n])).sum();
+                    let row = e * per_expert + c * s.expert_ffn;
+                    let y: f64 = (0..s.expert_ffn).map(|n| h[n] * f(p.w2[row + n])).sum();
                     out[t * s.hidden + c] += f64::from(p.topk_weights[t * s.top_k + j]) * y;
                 }
             }
@@ -389,9 +401,10 @@ pub(crate) mod tests {
         worst / scale
     }
 
-    /// bf16 keeps 8 significant bits: one rounding of the intermediate and one of the
-    /// output are each within 2^-9 relative; f32 accumulation adds far less. 2^-6 leaves
-    /// room for cancellation in the sums while still failing on any real bug.
+    /// bf16 keeps 8 significant bits: the roundings of the gate/up outputs, the activation,
+    /// the down output and the combined output are each within 2^-9 relative; f32
+    /// accumulation adds far less. 2^-6 leaves room for cancellation in the sums while still
+    /// failing on any real bug.
     pub(crate) const BF16_BOUND: f64 = 1.0 / 64.0;
 
     #[test]
@@ -407,25 +420,34 @@ pub(crate) mod tests {
             let got = moe_layer_cpu(&p).unwrap();
             let want = moe_layer_f64(&p);
             assert!(want.iter().all(|v| *v != 0.0));
-            let err = relative_error(got.out.iter().map(|v| f64::from(v.to_f32())), &want);
+            let got: Vec<f64> = got.out.iter().map(|v| f64::from(v.to_f32())).collect();
+            let err = relative_error(got.iter().copied(), &want);
             assert!(
                 err < BF16_BOUND,
                 "tile {tile}, tokens {tokens}: error {err}"
             );
+            // The GPU tests' measure, on the same reference: bf16 roundings, 1e-2 at most.
+            let frobenius = crate::numeric::relative_frobenius(&got, &want);
+            assert!(frobenius < 1e-2, "tile {tile}: {frobenius}");
         }
     }
 
     #[test]
     fn grouping_is_a_stable_permutation_by_expert() {
         let ids = [2, 0, 1, 2, 2, 0];
-        let g = group_tokens(&ids, 4, 2);
+        let g = group_tokens(&ids, 4);
         assert_eq!(g.counts, vec![2, 1, 3, 0]);
         assert_eq!(g.offsets, vec![0, 2, 3, 6, 6]);
-        assert_eq!(g.tile_offsets, vec![0, 1, 2, 4, 4]);
         assert_eq!(g.sorted_assignments, vec![1, 5, 2, 0, 3, 4]);
         for (a, &pos) in g.position_of.iter().enumerate() {
             assert_eq!(g.sorted_assignments[pos as usize] as usize, a);
         }
+        // One pair of GEMMs per expert with rows; expert 3 has none and is not read.
+        let active: Vec<(usize, usize, usize)> = active_experts(&g.offsets)
+            .iter()
+            .map(|r| (r.expert, r.row0, r.rows))
+            .collect();
+        assert_eq!(active, vec![(0, 0, 2), (1, 2, 1), (2, 3, 3)]);
     }
 
     #[test]
@@ -449,20 +471,27 @@ pub(crate) mod tests {
                 .contains("tile_tokens = 6")
         );
         let mut p = MoeProblem::random(shape, 4, 5, 1);
-        p.w_down.pop();
+        p.w2 = p.w2[1..].into();
         assert!(
             moe_layer_cpu(&p)
                 .unwrap_err()
                 .to_string()
-                .contains("w_down")
+                .contains("w2 has")
         );
-        let mut p = MoeProblem::random(shape, 4, 5, 1);
-        p.block_cap = Some(0);
+        let p = MoeProblem::random(
+            MoeShape {
+                n_experts: MAX_EXPERTS + 1,
+                ..shape
+            },
+            4,
+            1,
+            1,
+        );
         assert!(
             moe_layer_cpu(&p)
                 .unwrap_err()
                 .to_string()
-                .contains("block_cap = 0")
+                .contains("exceeds 1024")
         );
     }
 }

@@ -1,8 +1,15 @@
 //! Numeric helpers shared by the CPU references: bf16 <-> f32 conversion, the SiLU
-//! activation, an f32 dot product, and seeded input generators that never produce zeros.
+//! activation, an f32 dot product, seeded input generators that never produce zeros, and the
+//! relative Frobenius error every GPU test compares with.
 
 use half::bf16;
 use rand::RngExt;
+use std::sync::Arc;
+
+/// A weight matrix, shared: a backend keeps a device copy of a weight it has seen (the CUDA
+/// backend uploads each one once, keyed by the allocation), so problems that differ only in
+/// their inputs share one `Arc` instead of a fresh copy of the weights.
+pub type Weights = Arc<[bf16]>;
 
 /// Converts bf16 values to f32 (exact: every bf16 is an f32).
 pub fn widen(values: &[bf16], out: &mut [f32]) {
@@ -68,6 +75,21 @@ pub fn random_weights(len: usize, seed: u64, name: &str) -> Vec<f32> {
     (0..len).map(|_| rng.random_range(0.1f32..=1.0)).collect()
 }
 
+/// `||got - want||_2 / ||want||_2` over f64 copies: the error of a whole output relative to its
+/// size, robust to the few elements a bf16 rounding moves by one ulp. `f64::INFINITY` when the
+/// lengths differ or an element of `got` is not finite (an unwritten, poisoned output).
+pub fn relative_frobenius(got: &[f64], want: &[f64]) -> f64 {
+    if got.len() != want.len() || got.iter().any(|v| !v.is_finite()) {
+        return f64::INFINITY;
+    }
+    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+    for (g, w) in got.iter().zip(want) {
+        diff += (g - w) * (g - w);
+        norm += w * w;
+    }
+    (diff / norm).sqrt()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,6 +121,16 @@ mod tests {
         );
         let s = synthetic_bf16(10_000, 1.0, 7, "w");
         assert!(s.iter().all(|v| v.to_f32() != 0.0));
+    }
+
+    #[test]
+    fn relative_frobenius_is_the_norm_ratio_and_refuses_unwritten_outputs() {
+        let want = [3.0, 4.0];
+        assert_eq!(relative_frobenius(&want, &want), 0.0);
+        // |(0.3, 0.4)| / |(3, 4)| = 0.5 / 5.
+        assert!((relative_frobenius(&[3.3, 4.4], &want) - 0.1).abs() < 1e-12);
+        assert_eq!(relative_frobenius(&[3.0, f64::NAN], &want), f64::INFINITY);
+        assert_eq!(relative_frobenius(&[3.0], &want), f64::INFINITY);
     }
 
     #[test]

@@ -1,16 +1,16 @@
-//! The CUDA C sources of every kernel, compiled at run time with NVRTC (see `nvrtc`). They
-//! need no CUDA headers: bf16 is carried as its 16 bits and converted by hand with the same
-//! round-to-nearest-even as the CPU references. The tile size is a compile-time define.
+//! The CUDA C sources of every kernel of ours, compiled at run time with NVRTC (see `nvrtc`):
+//! the MoE layer's grouping, gather, SwiGLU and combine, batched rerouting, and decode attention
+//! (the GEMMs are cuBLAS's, `cuda`). They need no CUDA headers: bf16 is carried as its 16 bits
+//! and converted by hand with the same round-to-nearest-even as the CPU references.
 
-/// bf16 helpers and the shared GEMM tile geometry.
+/// bf16 helpers and the 16-byte vector of 8 bf16 values the element-wise kernels move.
 pub const COMMON: &str = r#"
 typedef unsigned short bf16_t;
 
-#define TILE_N 64
-#define TILE_K 16
-#define GEMM_THREADS 256
-#define ROW_GROUPS (GEMM_THREADS / TILE_N)
-#define ROWS_PER_THREAD (EXPERTSIM_TILE_M / ROW_GROUPS)
+/* The element-wise kernels handle VEC consecutive bf16 values per thread: one 16-byte access
+   when a row's width is a multiple of VEC (every row then starts 16-byte aligned), else one
+   value at a time. */
+#define VEC 8
 
 __device__ __forceinline__ float bf16_to_f32(bf16_t v) {
     return __uint_as_float(((unsigned int)v) << 16);
@@ -24,237 +24,218 @@ __device__ __forceinline__ bf16_t f32_to_bf16(float f) {
     bits += 0x7fffu + ((bits >> 16) & 1u);
     return (bf16_t)(bits >> 16);
 }
+
+/* VEC values at p (16 bytes, aligned) widened to f32. */
+__device__ __forceinline__ void load_vec(const bf16_t* p, float* out) {
+    uint4 v = *(const uint4*)p;
+    unsigned int words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        out[2 * i] = bf16_to_f32((bf16_t)(words[i] & 0xffffu));
+        out[2 * i + 1] = bf16_to_f32((bf16_t)(words[i] >> 16));
+    }
+}
+
+/* VEC f32 values rounded to bf16 and stored at p (16 bytes, aligned). */
+__device__ __forceinline__ void store_vec(bf16_t* p, const float* in) {
+    unsigned int words[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        words[i] = (unsigned int)f32_to_bf16(in[2 * i]) |
+                   ((unsigned int)f32_to_bf16(in[2 * i + 1]) << 16);
+    }
+    *(uint4*)p = make_uint4(words[0], words[1], words[2], words[3]);
+}
 "#;
 
-/// Token grouping, the grouped tiled expert GEMMs and the weighted combine.
+/// Token grouping, the gather of each expert's rows, the SwiGLU between the two GEMMs and the
+/// weighted combine.
 pub const MOE: &str = r#"
-extern "C" __global__ void moe_histogram(const int* topk_ids, unsigned int n_assignments,
-                                         unsigned int* counts) {
-    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n_assignments) {
-        atomicAdd(&counts[topk_ids[i]], 1u);
+#define ROUTE_THREADS 1024
+#define MAX_ROUTE_EXPERTS 1024
+
+/* Groups the assignments by expert in one block of ROUTE_THREADS threads (an MoE layer has at
+   most a few thousand assignments per step; one block needs no second launch): the histogram,
+   its exclusive prefix sum (offsets, with the total appended), and the scatter that gives each
+   assignment its row (sorted_assignments, position_of). Within an expert the rows come in the
+   order the atomics give; every row's arithmetic is independent of its place. Warp-aggregated
+   atomics: the lanes of a warp with the same expert add once. n_experts <= MAX_ROUTE_EXPERTS. */
+extern "C" __global__ void moe_route(const int* topk_ids, unsigned int n_assignments,
+                                     unsigned int n_experts, unsigned int* counts,
+                                     unsigned int* offsets, unsigned int* sorted_assignments,
+                                     unsigned int* position_of) {
+    __shared__ unsigned int count[MAX_ROUTE_EXPERTS];
+    __shared__ unsigned int cursor[MAX_ROUTE_EXPERTS];
+    __shared__ unsigned int warp_sum[ROUTE_THREADS / 32];
+    unsigned int t = threadIdx.x;
+    unsigned int lane = t & 31u;
+    unsigned int warp = t >> 5;
+    unsigned int below = (1u << lane) - 1u;
+    for (unsigned int e = t; e < n_experts; e += ROUTE_THREADS) {
+        count[e] = 0u;
+    }
+    __syncthreads();
+    for (unsigned int base = 0; base < n_assignments; base += ROUTE_THREADS) {
+        unsigned int a = base + t;
+        int e = a < n_assignments ? topk_ids[a] : -1;
+        unsigned int peers = __match_any_sync(0xffffffffu, e);
+        if (e >= 0 && (peers & below) == 0u) {
+            atomicAdd(&count[e], (unsigned int)__popc(peers));
+        }
+    }
+    __syncthreads();
+    /* Exclusive scan: thread t owns expert t. */
+    unsigned int own = t < n_experts ? count[t] : 0u;
+    unsigned int inclusive = own;
+#pragma unroll
+    for (unsigned int d = 1; d < 32; d <<= 1) {
+        unsigned int v = __shfl_up_sync(0xffffffffu, inclusive, d);
+        if (lane >= d) {
+            inclusive += v;
+        }
+    }
+    if (lane == 31u) {
+        warp_sum[warp] = inclusive;
+    }
+    __syncthreads();
+    if (warp == 0u) {
+        unsigned int w = warp_sum[lane];
+#pragma unroll
+        for (unsigned int d = 1; d < 32; d <<= 1) {
+            unsigned int v = __shfl_up_sync(0xffffffffu, w, d);
+            if (lane >= d) {
+                w += v;
+            }
+        }
+        warp_sum[lane] = w;
+    }
+    __syncthreads();
+    unsigned int start = (warp > 0u ? warp_sum[warp - 1u] : 0u) + inclusive - own;
+    if (t < n_experts) {
+        counts[t] = own;
+        offsets[t] = start;
+        cursor[t] = start;
+    }
+    if (t == 0u) {
+        offsets[n_experts] = warp_sum[31];
+    }
+    __syncthreads();
+    for (unsigned int base = 0; base < n_assignments; base += ROUTE_THREADS) {
+        unsigned int a = base + t;
+        int e = a < n_assignments ? topk_ids[a] : -1;
+        unsigned int peers = __match_any_sync(0xffffffffu, e);
+        unsigned int leader = __ffs(peers) - 1u;
+        unsigned int first = 0u;
+        if (e >= 0 && lane == leader) {
+            first = atomicAdd(&cursor[e], (unsigned int)__popc(peers));
+        }
+        first = __shfl_sync(0xffffffffu, first, leader);
+        if (e >= 0) {
+            unsigned int pos = first + (unsigned int)__popc(peers & below);
+            sorted_assignments[pos] = a;
+            position_of[a] = pos;
+        }
     }
 }
 
-/* Exclusive prefix sums of rows and of tiles per expert (a single thread: expert counts are
-   small), and the scatter cursors. */
-extern "C" __global__ void moe_prefix_sum(const unsigned int* counts, unsigned int n_experts,
-                                          unsigned int* offsets, unsigned int* tile_offsets,
-                                          unsigned int* cursor) {
-    if (blockIdx.x != 0 || threadIdx.x != 0) {
-        return;
-    }
-    unsigned int rows = 0;
-    unsigned int tiles = 0;
-    for (unsigned int e = 0; e < n_experts; ++e) {
-        offsets[e] = rows;
-        tile_offsets[e] = tiles;
-        cursor[e] = rows;
-        rows += counts[e];
-        tiles += (counts[e] + EXPERTSIM_TILE_M - 1) / EXPERTSIM_TILE_M;
-    }
-    offsets[n_experts] = rows;
-    tile_offsets[n_experts] = tiles;
-}
-
-extern "C" __global__ void moe_scatter(const int* topk_ids, unsigned int n_assignments,
-                                       unsigned int* cursor, unsigned int* sorted_assignments,
-                                       unsigned int* position_of) {
-    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n_assignments) {
-        unsigned int pos = atomicAdd(&cursor[topk_ids[i]], 1u);
-        sorted_assignments[pos] = i;
-        position_of[i] = pos;
-    }
-}
-
-/* The expert that owns tile `tile`: the last e with tile_offsets[e] <= tile. */
-__device__ unsigned int moe_tile_expert(const unsigned int* tile_offsets, unsigned int n_experts,
-                                        unsigned int tile) {
-    unsigned int lo = 0;
-    unsigned int hi = n_experts;
-    while (hi - lo > 1) {
-        unsigned int mid = (lo + hi) / 2;
-        if (tile_offsets[mid] <= tile) {
-            lo = mid;
+/* xs[p] = x[sorted_assignments[p] / top_k] for every grouped row p (each expert's rows side by
+   side, what its GEMM reads). Grid-stride over rows x chunks of VEC values. */
+extern "C" __global__ void moe_gather(const bf16_t* x, const unsigned int* sorted_assignments,
+                                      unsigned int rows, unsigned int top_k,
+                                      unsigned int hidden, bf16_t* xs) {
+    unsigned int chunks = (hidden + VEC - 1) / VEC;
+    size_t total = (size_t)rows * chunks;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t p = i / chunks;
+        unsigned int c = (unsigned int)(i % chunks) * VEC;
+        const bf16_t* src = x + (size_t)(sorted_assignments[p] / top_k) * hidden + c;
+        bf16_t* dst = xs + p * hidden + c;
+        if (hidden % VEC == 0u) {
+            *(uint4*)dst = *(const uint4*)src;
         } else {
-            hi = mid;
-        }
-    }
-    return lo;
-}
-
-/* The expert GEMMs' work items are (tile, column block) pairs, tile fastest. Each block
-   loops over the items from blockIdx.x in steps of gridDim.x: one block per item (the grid the
-   host launches by default), or a persistent grid of fewer blocks with bit-identical results,
-   since an item's arithmetic does not depend on the block that computes it. The loop bounds
-   are uniform within a block, so the barriers inside are reached by every thread. */
-
-/* h[p][n] = bf16(silu(x_p . w_gate[e][n]) * (x_p . w_up[e][n])) for the rows p of one tile of
-   expert e. Grid: (at most tiles x ceil(ffn / TILE_N)); block: GEMM_THREADS. The whole
-   tile is computed (padding rows read zeros), as the CPU reference does. */
-extern "C" __global__ void moe_gate_up(const bf16_t* x, const bf16_t* w_gate,
-                                       const bf16_t* w_up, const unsigned int* offsets,
-                                       const unsigned int* tile_offsets,
-                                       const unsigned int* sorted_assignments,
-                                       unsigned int n_experts, unsigned int top_k,
-                                       unsigned int hidden, unsigned int ffn, bf16_t* h) {
-    __shared__ float xs[EXPERTSIM_TILE_M][TILE_K + 1];
-    __shared__ float gs[TILE_N][TILE_K + 1];
-    __shared__ float us[TILE_N][TILE_K + 1];
-    unsigned int tiles = tile_offsets[n_experts];
-    unsigned int items = tiles * ((ffn + TILE_N - 1) / TILE_N);
-    for (unsigned int item = blockIdx.x; item < items; item += gridDim.x) {
-        unsigned int tile = item % tiles;
-        unsigned int e = moe_tile_expert(tile_offsets, n_experts, tile);
-        unsigned int seg_end = offsets[e + 1];
-        unsigned int row0 = offsets[e] + (tile - tile_offsets[e]) * EXPERTSIM_TILE_M;
-        unsigned int col = threadIdx.x % TILE_N;
-        unsigned int group = threadIdx.x / TILE_N;
-        unsigned int n0 = (item / tiles) * TILE_N;
-        const bf16_t* wg = w_gate + (size_t)e * ffn * hidden;
-        const bf16_t* wu = w_up + (size_t)e * ffn * hidden;
-        float acc_g[ROWS_PER_THREAD];
-        float acc_u[ROWS_PER_THREAD];
-#pragma unroll
-        for (int i = 0; i < ROWS_PER_THREAD; ++i) {
-            acc_g[i] = 0.0f;
-            acc_u[i] = 0.0f;
-        }
-        for (unsigned int k0 = 0; k0 < hidden; k0 += TILE_K) {
-            for (unsigned int idx = threadIdx.x; idx < EXPERTSIM_TILE_M * TILE_K; idx += GEMM_THREADS) {
-                unsigned int r = idx / TILE_K;
-                unsigned int kk = idx % TILE_K;
-                unsigned int p = row0 + r;
-                unsigned int k = k0 + kk;
-                float v = 0.0f;
-                if (p < seg_end && k < hidden) {
-                    unsigned int token = sorted_assignments[p] / top_k;
-                    v = bf16_to_f32(x[(size_t)token * hidden + k]);
-                }
-                xs[r][kk] = v;
-            }
-            for (unsigned int idx = threadIdx.x; idx < TILE_N * TILE_K; idx += GEMM_THREADS) {
-                unsigned int c = idx / TILE_K;
-                unsigned int kk = idx % TILE_K;
-                unsigned int n = n0 + c;
-                unsigned int k = k0 + kk;
-                float g = 0.0f;
-                float u = 0.0f;
-                if (n < ffn && k < hidden) {
-                    g = bf16_to_f32(wg[(size_t)n * hidden + k]);
-                    u = bf16_to_f32(wu[(size_t)n * hidden + k]);
-                }
-                gs[c][kk] = g;
-                us[c][kk] = u;
-            }
-            __syncthreads();
-#pragma unroll 4
-            for (int kk = 0; kk < TILE_K; ++kk) {
-                float g = gs[col][kk];
-                float u = us[col][kk];
-#pragma unroll
-                for (int i = 0; i < ROWS_PER_THREAD; ++i) {
-                    float xv = xs[group + i * ROW_GROUPS][kk];
-                    acc_g[i] += xv * g;
-                    acc_u[i] += xv * u;
-                }
-            }
-            __syncthreads();
-        }
-        unsigned int n = n0 + col;
-        if (n < ffn) {
-#pragma unroll
-            for (int i = 0; i < ROWS_PER_THREAD; ++i) {
-                unsigned int p = row0 + group + i * ROW_GROUPS;
-                if (p < seg_end) {
-                    float g = acc_g[i];
-                    h[(size_t)p * ffn + n] = f32_to_bf16(g / (1.0f + expf(-g)) * acc_u[i]);
-                }
+            for (unsigned int j = 0; j < VEC && c + j < hidden; ++j) {
+                dst[j] = src[j];
             }
         }
     }
 }
 
-/* y[p][n] = h_p . w_down[e][n] (f32) for the rows p of one tile of expert e.
-   Grid: (at most tiles x ceil(hidden / TILE_N)). */
-extern "C" __global__ void moe_down(const bf16_t* h, const bf16_t* w_down,
-                                    const unsigned int* offsets, const unsigned int* tile_offsets,
-                                    unsigned int n_experts, unsigned int hidden, unsigned int ffn,
-                                    float* y) {
-    __shared__ float hs[EXPERTSIM_TILE_M][TILE_K + 1];
-    __shared__ float ws[TILE_N][TILE_K + 1];
-    unsigned int tiles = tile_offsets[n_experts];
-    unsigned int items = tiles * ((hidden + TILE_N - 1) / TILE_N);
-    for (unsigned int item = blockIdx.x; item < items; item += gridDim.x) {
-        unsigned int tile = item % tiles;
-        unsigned int e = moe_tile_expert(tile_offsets, n_experts, tile);
-        unsigned int seg_end = offsets[e + 1];
-        unsigned int row0 = offsets[e] + (tile - tile_offsets[e]) * EXPERTSIM_TILE_M;
-        unsigned int col = threadIdx.x % TILE_N;
-        unsigned int group = threadIdx.x / TILE_N;
-        unsigned int n0 = (item / tiles) * TILE_N;
-        const bf16_t* wd = w_down + (size_t)e * hidden * ffn;
-        float acc[ROWS_PER_THREAD];
+/* h[p][n] = bf16(silu(g[p][n]) * g[p][ffn + n]): the gate/up GEMM's bf16 output g holds each
+   row's gate values, then its up values (the fused w13 layout). */
+extern "C" __global__ void moe_swiglu(const bf16_t* g, unsigned int rows, unsigned int ffn,
+                                      bf16_t* h) {
+    unsigned int chunks = (ffn + VEC - 1) / VEC;
+    size_t total = (size_t)rows * chunks;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t p = i / chunks;
+        unsigned int c = (unsigned int)(i % chunks) * VEC;
+        const bf16_t* gate = g + p * 2 * ffn + c;
+        const bf16_t* up = gate + ffn;
+        bf16_t* out = h + p * ffn + c;
+        if (ffn % VEC == 0u) {
+            float gv[VEC];
+            float uv[VEC];
+            load_vec(gate, gv);
+            load_vec(up, uv);
 #pragma unroll
-        for (int i = 0; i < ROWS_PER_THREAD; ++i) {
-            acc[i] = 0.0f;
-        }
-        for (unsigned int k0 = 0; k0 < ffn; k0 += TILE_K) {
-            for (unsigned int idx = threadIdx.x; idx < EXPERTSIM_TILE_M * TILE_K; idx += GEMM_THREADS) {
-                unsigned int r = idx / TILE_K;
-                unsigned int kk = idx % TILE_K;
-                unsigned int p = row0 + r;
-                unsigned int k = k0 + kk;
-                hs[r][kk] = (p < seg_end && k < ffn) ? bf16_to_f32(h[(size_t)p * ffn + k]) : 0.0f;
+            for (int j = 0; j < VEC; ++j) {
+                gv[j] = gv[j] / (1.0f + expf(-gv[j])) * uv[j];
             }
-            for (unsigned int idx = threadIdx.x; idx < TILE_N * TILE_K; idx += GEMM_THREADS) {
-                unsigned int c = idx / TILE_K;
-                unsigned int kk = idx % TILE_K;
-                unsigned int n = n0 + c;
-                unsigned int k = k0 + kk;
-                ws[c][kk] = (n < hidden && k < ffn) ? bf16_to_f32(wd[(size_t)n * ffn + k]) : 0.0f;
-            }
-            __syncthreads();
-#pragma unroll 4
-            for (int kk = 0; kk < TILE_K; ++kk) {
-                float w = ws[col][kk];
-#pragma unroll
-                for (int i = 0; i < ROWS_PER_THREAD; ++i) {
-                    acc[i] += hs[group + i * ROW_GROUPS][kk] * w;
-                }
-            }
-            __syncthreads();
-        }
-        unsigned int n = n0 + col;
-        if (n < hidden) {
-#pragma unroll
-            for (int i = 0; i < ROWS_PER_THREAD; ++i) {
-                unsigned int p = row0 + group + i * ROW_GROUPS;
-                if (p < seg_end) {
-                    y[(size_t)p * hidden + n] = acc[i];
-                }
+            store_vec(out, gv);
+        } else {
+            for (unsigned int j = 0; j < VEC && c + j < ffn; ++j) {
+                float gj = bf16_to_f32(gate[j]);
+                out[j] = f32_to_bf16(gj / (1.0f + expf(-gj)) * bf16_to_f32(up[j]));
             }
         }
     }
 }
 
-/* out[t][c] = bf16(sum_j topk_weights[t][j] * y[position_of[t][j]][c]). */
-extern "C" __global__ void moe_combine(const float* y, const float* topk_weights,
+/* out[t][c] = bf16(sum_j topk_weights[t][j] * y[position_of[t][j]][c]), y the down GEMM's bf16
+   output, the slots summed in order. */
+extern "C" __global__ void moe_combine(const bf16_t* y, const float* topk_weights,
                                        const unsigned int* position_of, unsigned int tokens,
                                        unsigned int top_k, unsigned int hidden, bf16_t* out) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)tokens * hidden) {
-        return;
+    unsigned int chunks = (hidden + VEC - 1) / VEC;
+    size_t total = (size_t)tokens * chunks;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i / chunks;
+        unsigned int c = (unsigned int)(i % chunks) * VEC;
+        float acc[VEC];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            acc[j] = 0.0f;
+        }
+        bool whole = hidden % VEC == 0u;
+        for (unsigned int k = 0; k < top_k; ++k) {
+            size_t a = t * top_k + k;
+            float w = topk_weights[a];
+            const bf16_t* row = y + (size_t)position_of[a] * hidden + c;
+            if (whole) {
+                float v[VEC];
+                load_vec(row, v);
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) {
+                    acc[j] += w * v[j];
+                }
+            } else {
+                for (unsigned int j = 0; j < VEC && c + j < hidden; ++j) {
+                    acc[j] += w * bf16_to_f32(row[j]);
+                }
+            }
+        }
+        bf16_t* dst = out + t * hidden + c;
+        if (whole) {
+            store_vec(dst, acc);
+        } else {
+            for (unsigned int j = 0; j < VEC && c + j < hidden; ++j) {
+                dst[j] = f32_to_bf16(acc[j]);
+            }
+        }
     }
-    size_t t = i / hidden;
-    size_t c = i % hidden;
-    float acc = 0.0f;
-    for (unsigned int j = 0; j < top_k; ++j) {
-        size_t a = t * top_k + j;
-        acc += topk_weights[a] * y[(size_t)position_of[a] * hidden + c];
-    }
-    out[i] = f32_to_bf16(acc);
 }
 "#;
 
@@ -300,60 +281,8 @@ extern "C" __global__ void reroute_gather(const int* map_offsets, const int* top
 }
 "#;
 
-/// The dense decode step: tiled weight-streaming GEMM and attention over the KV cache.
+/// The dense decode step's attention (its GEMM is cuBLAS's).
 pub const DECODE: &str = r#"
-/* y[b][n] = x_b . w[n] (f32). Grid: (ceil(batch / TILE_M), ceil(out / TILE_N)). */
-extern "C" __global__ void dense_gemm(const bf16_t* x, const bf16_t* w, unsigned int batch,
-                                      unsigned int hidden, unsigned int out_features, float* y) {
-    __shared__ float xs[EXPERTSIM_TILE_M][TILE_K + 1];
-    __shared__ float ws[TILE_N][TILE_K + 1];
-    unsigned int row0 = blockIdx.x * EXPERTSIM_TILE_M;
-    unsigned int col = threadIdx.x % TILE_N;
-    unsigned int group = threadIdx.x / TILE_N;
-    unsigned int n0 = blockIdx.y * TILE_N;
-    float acc[ROWS_PER_THREAD];
-#pragma unroll
-    for (int i = 0; i < ROWS_PER_THREAD; ++i) {
-        acc[i] = 0.0f;
-    }
-    for (unsigned int k0 = 0; k0 < hidden; k0 += TILE_K) {
-        for (unsigned int idx = threadIdx.x; idx < EXPERTSIM_TILE_M * TILE_K; idx += GEMM_THREADS) {
-            unsigned int r = idx / TILE_K;
-            unsigned int kk = idx % TILE_K;
-            unsigned int b = row0 + r;
-            unsigned int k = k0 + kk;
-            xs[r][kk] = (b < batch && k < hidden) ? bf16_to_f32(x[(size_t)b * hidden + k]) : 0.0f;
-        }
-        for (unsigned int idx = threadIdx.x; idx < TILE_N * TILE_K; idx += GEMM_THREADS) {
-            unsigned int c = idx / TILE_K;
-            unsigned int kk = idx % TILE_K;
-            unsigned int n = n0 + c;
-            unsigned int k = k0 + kk;
-            ws[c][kk] = (n < out_features && k < hidden) ? bf16_to_f32(w[(size_t)n * hidden + k]) : 0.0f;
-        }
-        __syncthreads();
-#pragma unroll 4
-        for (int kk = 0; kk < TILE_K; ++kk) {
-            float wv = ws[col][kk];
-#pragma unroll
-            for (int i = 0; i < ROWS_PER_THREAD; ++i) {
-                acc[i] += xs[group + i * ROW_GROUPS][kk] * wv;
-            }
-        }
-        __syncthreads();
-    }
-    unsigned int n = n0 + col;
-    if (n < out_features) {
-#pragma unroll
-        for (int i = 0; i < ROWS_PER_THREAD; ++i) {
-            unsigned int b = row0 + group + i * ROW_GROUPS;
-            if (b < batch) {
-                y[(size_t)b * out_features + n] = acc[i];
-            }
-        }
-    }
-}
-
 #define ATTENTION_THREADS 128
 
 /* Softmax attention of one (sequence, head) over its KV cache. Grid: (batch, n_heads);
@@ -417,23 +346,20 @@ extern "C" __global__ void decode_attention(const bf16_t* q, const bf16_t* k_cac
 
 /// Every kernel entry point, by the source that defines it.
 pub const KERNEL_NAMES: &[&str] = &[
-    "moe_histogram",
-    "moe_prefix_sum",
-    "moe_scatter",
-    "moe_gate_up",
-    "moe_down",
+    "moe_route",
+    "moe_gather",
+    "moe_swiglu",
     "moe_combine",
     "reroute_fused",
     "reroute_broadcast",
     "reroute_offsets",
     "reroute_gather",
-    "dense_gemm",
     "decode_attention",
 ];
 
-/// The whole program for one tile size: the define, then every source.
-pub fn program(tile_tokens: usize) -> String {
-    format!("#define EXPERTSIM_TILE_M {tile_tokens}\n{COMMON}{MOE}{REROUTE}{DECODE}")
+/// The whole program: every source.
+pub fn program() -> String {
+    format!("{COMMON}{MOE}{REROUTE}{DECODE}")
 }
 
 /// FNV-1a (64-bit) of every source, as 16 hex digits: profiles record it so a measurement
@@ -455,13 +381,12 @@ mod tests {
 
     #[test]
     fn every_named_kernel_is_defined_once() {
-        let all = program(64);
+        let all = program();
         for name in KERNEL_NAMES {
             let definition = format!("__global__ void {name}(");
             assert_eq!(all.matches(&definition).count(), 1, "{name}");
         }
         assert_eq!(all.matches("__global__").count(), KERNEL_NAMES.len());
-        assert!(all.starts_with("#define EXPERTSIM_TILE_M 64\n"));
         assert_eq!(source_hash().len(), 16);
         assert_eq!(source_hash(), source_hash());
     }

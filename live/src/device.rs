@@ -3,15 +3,13 @@
 //! each timed once. Inputs are generated once per shape and kept, so a step's measurement does
 //! not include input generation (except with `--realtime`, where all host work counts).
 //!
-//! GPU variability is emulated, not taken from other devices. On CUDA a virtual GPU with speed
-//! factor `s` runs its MoE expert GEMMs on a persistent grid of `s` times the blocks the device
-//! holds at once (a fraction of its multiprocessors). Elsewhere (the CPU references are
-//! single-threaded), and for the dense part and head on both, it runs its share `1 / s` times
-//! over (whole passes, then its tokens once more at the remaining fraction of the expert FFN or
-//! output width: work is tile-quantized in tokens, not in width). Either way its measured time
-//! grows with the device share or work it really had.
+//! GPU variability is emulated, not taken from other devices: a virtual GPU with speed factor
+//! `s` runs its share `1 / s` times over (whole passes, then its tokens once more at the
+//! remaining fraction of the expert FFN or output width: GEMM work is tile-quantized in tokens,
+//! not in width), on both backends (cuBLAS's GEMMs cannot be confined to a fraction of the
+//! multiprocessors). Its measured time grows with the work it really had.
 
-use kernels::backend::{self, Backend, BackendError, BackendKind, GridCapacity, Workload};
+use kernels::backend::{self, Backend, BackendError, BackendKind, Workload};
 use kernels::decode::{DecodeProblem, DecodeShape};
 use kernels::moe::{MoeProblem, MoeShape};
 use kernels::reroute::{RerouteProblem, RerouteVariant};
@@ -33,9 +31,6 @@ pub struct Kernels {
     realtime: bool,
     repetitions: usize,
     tile: usize,
-    /// The blocks the device holds at once, where MoE launches can be capped to a fraction of
-    /// them (CUDA); `None` on the CPU.
-    grid: Option<GridCapacity>,
     /// The MoE families' model shape (MOSAIC's dense models give their shapes per call).
     shape: Option<MoeModelShape>,
     decode_context: usize,
@@ -45,6 +40,9 @@ pub struct Kernels {
     dense: BTreeMap<(DenseKey, usize, usize), DecodeProblem>,
     /// The host bytes model loads copy from, grown to the largest load.
     host_weights: Vec<u8>,
+    /// Per timed launch (at least 3 repetitions): its repetitions' interquartile range over
+    /// their median, the run's own measure of timing noise (`crate::noise`).
+    spreads: Vec<f64>,
 }
 
 /// A decode shape as a map key: (hidden, out_features, n_heads, n_kv_heads, head_dim).
@@ -70,24 +68,29 @@ impl Kernels {
                 "repetitions must be at least 1".into(),
             ));
         }
-        let mut backend: Box<dyn Backend> = match kind {
+        let backend: Box<dyn Backend> = match kind {
             BackendKind::Cpu => backend::open(BackendKind::Cpu)?,
             BackendKind::Cuda => Box::new(kernels::cuda::CudaBackend::open(ordinal)?),
         };
-        let grid = backend.moe_grid_capacity(tile)?;
         Ok(Kernels {
             backend,
             kind,
             realtime,
             repetitions,
             tile,
-            grid,
             shape: shape.cloned(),
             decode_context,
             moe: BTreeMap::new(),
             dense: BTreeMap::new(),
             host_weights: Vec::new(),
+            spreads: Vec::new(),
         })
+    }
+
+    /// Every timed launch's relative spread so far (interquartile range / median of its
+    /// repetitions); empty with fewer than 3 repetitions or `--realtime`.
+    pub fn spreads(&self) -> &[f64] {
+        &self.spreads
     }
 
     /// The device's name, as the driver or /proc/cpuinfo gives it.
@@ -148,7 +151,13 @@ impl Kernels {
         }
         let mut samples = self.backend.time(workload, 0, self.repetitions)?;
         samples.sort_by(f64::total_cmp);
-        Ok(samples[samples.len() / 2])
+        let n = samples.len();
+        let median = samples[n / 2];
+        if n >= 3 && median > 0.0 {
+            self.spreads
+                .push((samples[(3 * n) / 4] - samples[n / 4]) / median);
+        }
+        Ok(median)
     }
 
     /// One MoE layer of layer `layer`'s experts (`counts.len()` of them) on the assignment in
@@ -157,18 +166,16 @@ impl Kernels {
     /// expert receives more than all tokens. Returns 0 when no token is routed.
     pub fn moe(&mut self, layer: usize, counts: &[u32], top_k: usize) -> Result<f64, BackendError> {
         let ffn = self.shape().expert_ffn;
-        self.moe_of_width(layer, counts, top_k, ffn, None)
+        self.moe_of_width(layer, counts, top_k, ffn)
     }
 
-    /// `moe` with experts of FFN width `expert_ffn`, its expert GEMMs on at most `block_cap`
-    /// blocks (see [`kernels::moe::MoeProblem::block_cap`]).
+    /// `moe` with experts of FFN width `expert_ffn`.
     fn moe_of_width(
         &mut self,
         layer: usize,
         counts: &[u32],
         top_k: usize,
         expert_ffn: usize,
-        block_cap: Option<u32>,
     ) -> Result<f64, BackendError> {
         let assignments: u32 = counts.iter().sum();
         if assignments == 0 {
@@ -193,7 +200,6 @@ impl Kernels {
         problem.x = kernels::numeric::random_bf16(tokens * shape.hidden, 1.0, seed, "live.x");
         problem.topk_weights = kernels::numeric::random_weights(tokens * top_k, seed, "live.w");
         problem.topk_ids = slot_major_ids(counts, tokens, top_k);
-        problem.block_cap = block_cap;
         let workload = Workload::Moe(problem);
         let measured = self.measure(&workload);
         let host_ns = host.elapsed().as_nanos() as f64;
@@ -219,11 +225,10 @@ impl Kernels {
         })
     }
 
-    /// `moe` on a virtual GPU of speed `speed`: on CUDA once, on a persistent grid of
-    /// [`speed_grid_blocks`] blocks; on the CPU whole passes, then a pass over the same tokens
-    /// with that fraction of each expert's FFN width (the kernels' work is quantized in tiles
-    /// of tokens, so a fraction of the tokens would cost a whole tile; it is not quantized in
-    /// FFN width).
+    /// `moe` on a virtual GPU of speed `speed`: whole passes, then a pass over the same tokens
+    /// with that fraction of each expert's FFN width (GEMM work is quantized in tiles of
+    /// tokens, so a fraction of the tokens would cost a whole tile; it is not quantized in FFN
+    /// width).
     pub fn moe_at_speed(
         &mut self,
         layer: usize,
@@ -232,14 +237,10 @@ impl Kernels {
         speed: f64,
     ) -> Result<f64, BackendError> {
         let ffn = self.shape().expert_ffn;
-        if let Some(grid) = self.grid {
-            let blocks = speed_grid_blocks(speed, grid);
-            return self.moe_of_width(layer, counts, top_k, ffn, Some(blocks));
-        }
         let mut total = 0.0;
         for fraction in passes(speed) {
             let width = fraction_of(ffn, fraction);
-            total += self.moe_of_width(layer, counts, top_k, width, None)?;
+            total += self.moe_of_width(layer, counts, top_k, width)?;
         }
         Ok(total)
     }
@@ -247,30 +248,9 @@ impl Kernels {
     /// How variability between virtual GPUs of `speeds` is reproduced on this one device, as
     /// reported in the output.
     pub fn variability_emulation(&self, speeds: &[f64]) -> String {
-        let Some(grid) = self.grid else {
-            return format!(
-                "emulated: repeated work ({REPEATED_WORK}); not a measurement of slower hardware; \
-                 speed factors {speeds:?}"
-            );
-        };
-        let per_gpu: Vec<String> = speeds
-            .iter()
-            .map(|&s| {
-                let blocks = speed_grid_blocks(s, grid);
-                format!(
-                    "s = {s}: persistent grid of {:.1} of {} SMs ({blocks} blocks)",
-                    f64::from(blocks) / f64::from(grid.blocks_per_multiprocessor),
-                    grid.multiprocessors
-                )
-            })
-            .collect();
         format!(
-            "emulated: MoE expert GEMMs on a persistent grid of s x {} SMs x {} resident blocks \
-             per SM ({}); dense part and head by repeated work ({REPEATED_WORK}); not a \
-             measurement of slower hardware",
-            grid.multiprocessors,
-            grid.blocks_per_multiprocessor,
-            per_gpu.join(", ")
+            "emulated: repeated work ({REPEATED_WORK}); not a measurement of slower hardware; \
+             speed factors {speeds:?}"
         )
     }
 
@@ -373,15 +353,6 @@ pub fn passes(speed: f64) -> Vec<f64> {
     fractions
 }
 
-/// The blocks a virtual GPU of speed `speed` runs its MoE expert GEMMs on:
-/// `max(1, round(s x SMs x resident blocks per SM))`, with `s` at most 1 (one device cannot be
-/// made faster; the fastest virtual GPU, at 1, gets the whole device).
-pub fn speed_grid_blocks(speed: f64, grid: GridCapacity) -> u32 {
-    let s = if speed > 0.0 { speed.min(1.0) } else { 1.0 };
-    let whole = f64::from(grid.multiprocessors) * f64::from(grid.blocks_per_multiprocessor);
-    ((s * whole).round() as u32).max(1)
-}
-
 /// `fraction` of `width`, rounded, at least 1.
 fn fraction_of(width: usize, fraction: f64) -> usize {
     ((width as f64 * fraction).round() as usize).max(1)
@@ -456,24 +427,6 @@ mod tests {
         let p = passes(0.8);
         assert_eq!(p.len(), 2);
         assert!((p[1] - 0.25).abs() < 1e-9);
-    }
-
-    #[test]
-    fn a_slower_virtual_gpu_gets_a_proportional_persistent_grid() {
-        let grid = GridCapacity {
-            multiprocessors: 132,
-            blocks_per_multiprocessor: 2,
-        };
-        assert_eq!(speed_grid_blocks(1.0, grid), 264);
-        assert_eq!(speed_grid_blocks(1.7, grid), 264);
-        assert_eq!(speed_grid_blocks(0.8, grid), 211);
-        assert_eq!(speed_grid_blocks(0.5, grid), 132);
-        assert_eq!(speed_grid_blocks(0.001, grid), 1);
-        let one = GridCapacity {
-            multiprocessors: 1,
-            blocks_per_multiprocessor: 1,
-        };
-        assert_eq!(speed_grid_blocks(0.3, one), 1);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `scripts/gpu_validate.sh`, the whole GPU validation in one command: its dry run lists every
 //! step without a GPU or a build, and names every live scenario, the GPU profile each one is
 //! run with, and every GPU test the sources mark as ignored, so a scenario or a GPU test the
-//! script would miss fails here.
+//! script would miss fails here; and it prints the budgeted plan of the device half, whose
+//! phase caps must fit the budget in the order of their value.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -92,8 +93,9 @@ fn the_gpu_script_parses() {
 fn the_gpu_tests_are_ignored_with_the_reason() {
     let tests = gpu_tests_in_sources();
     for name in [
+        "gpu_cublas_gemm_matches_an_f64_reference",
         "gpu_moe_layer_matches_the_cpu_reference",
-        "gpu_capped_moe_grid_is_bit_identical_to_the_uncapped_one",
+        "gpu_moe_layer_is_deterministic",
         "gpu_rerouting_matches_the_cpu_reference",
         "gpu_decode_step_matches_the_cpu_reference",
         "gpu_timing_returns_positive_event_times",
@@ -125,6 +127,9 @@ fn dry_run_lists_every_step_scenario_profile_and_gpu_test_and_exits_0() {
         "--ignored --exact",
         "$ nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem",
         "$ python3 scripts/fidelity_table.py --doc docs/fidelity.md",
+        "--model qwen1.5-moe-a2.7b --dense-limit 2048",
+        "$ python3 scripts/vendor_check.py",
+        "profiles/reference/nvidia-h200_cublas-qwen1.5-moe-expert.csv --tokens 64-2048 --max-ratio 1.5",
     ] {
         assert!(stdout.contains(command), "no `{command}` in:\n{stdout}");
     }
@@ -171,12 +176,117 @@ fn dry_run_lists_every_step_scenario_profile_and_gpu_test_and_exits_0() {
     }
 }
 
+/// One phase row of the dry run's plan: (number, title, share %, cap s, minimum s).
+fn plan_rows(stdout: &str) -> Vec<(usize, String, u64, u64, u64)> {
+    let table = stdout
+        .split("budgeted plan of the device half")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no budgeted plan in:\n{stdout}"));
+    table
+        .lines()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let number = words.first()?.parse().ok()?;
+            let [share, cap, min] = words[words.len() - 3..] else {
+                return None;
+            };
+            let share = share.strip_suffix('%')?.parse().ok()?;
+            let title = words[1..words.len() - 3].join(" ");
+            Some((number, title, share, cap.parse().ok()?, min.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn dry_run_prints_a_budgeted_plan_whose_caps_fit_the_budget_in_order_of_value() {
+    let mut caps_by_budget = Vec::new();
+    for budget in [300u64, 480, 1200] {
+        let output = script(&[
+            "--dry-run",
+            "--device",
+            "--budget",
+            &budget.to_string(),
+            "--collect-tar",
+            "/tmp/gpu-validate.tar.gz",
+        ]);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{stdout}");
+        assert!(
+            stdout.contains(&format!("(--budget {budget} s)")),
+            "{stdout}"
+        );
+        let rows = plan_rows(&stdout);
+        let titles: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+        // By value: the tests, the calibrations the live runs need, the real shape against
+        // the vendor, the live runs, then the table.
+        let order = [
+            "preflight",
+            "the GPU tests",
+            "calibrate every profile",
+            "calibrate the real Qwen1.5-MoE-A2.7B",
+            "the live runs",
+            "the fidelity table",
+        ];
+        assert_eq!(rows.len(), order.len(), "{stdout}");
+        for ((number, title, ..), (i, want)) in rows.iter().zip(order.iter().enumerate()) {
+            assert_eq!(*number, i + 1);
+            assert!(title.starts_with(want), "phase {number}: {title}");
+        }
+        assert_eq!(rows.iter().map(|r| r.2).sum::<u64>(), 100, "{titles:?}");
+        for (number, title, _, cap, min) in &rows {
+            assert!(
+                cap >= min,
+                "phase {number} {title}: cap {cap} under its minimum {min}"
+            );
+            // Each phase header repeats its cap in the steps below the table.
+            assert!(
+                stdout.contains(&format!("phase {number}/6: {title}\n  (cap {cap} s)")),
+                "{stdout}"
+            );
+        }
+        let planned: u64 = rows.iter().map(|r| r.3).sum();
+        let total = stdout
+            .lines()
+            .find_map(|l| {
+                l.trim()
+                    .strip_prefix("total")
+                    .map(|t| t.trim().parse::<u64>().unwrap())
+            })
+            .expect("a total line");
+        assert!(
+            total <= budget && total > planned,
+            "total {total}, phases {planned}, budget {budget}"
+        );
+        // Packed for a machine that brings back a few files only.
+        assert!(
+            stdout.contains("$ tar -czf /tmp/gpu-validate.tar.gz -C"),
+            "{stdout}"
+        );
+        caps_by_budget.push(rows.iter().map(|r| r.3).collect::<Vec<_>>());
+    }
+    // A larger budget never shrinks a phase, and grows the ones with a share above their floor.
+    for pair in caps_by_budget.windows(2) {
+        assert!(
+            pair[0].iter().zip(&pair[1]).all(|(a, b)| a <= b),
+            "{caps_by_budget:?}"
+        );
+        assert!(
+            pair[1][4] > pair[0][4],
+            "the live runs' cap grows: {caps_by_budget:?}"
+        );
+    }
+    let default = script(&["--dry-run", "--device"]);
+    assert!(String::from_utf8_lossy(&default.stdout).contains("(--budget 480 s)"));
+}
+
 #[test]
 fn a_bad_option_is_exit_code_2() {
     for args in [
         &["--frobnicate"][..],
         &["--runs", "0", "--dry-run"],
         &["--backend", "rocm", "--dry-run"],
+        &["--budget", "89", "--dry-run"],
+        &["--budget", "5m", "--dry-run"],
     ] {
         let output = script(args);
         assert_eq!(output.status.code(), Some(2), "{args:?}");

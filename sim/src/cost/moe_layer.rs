@@ -275,6 +275,20 @@ impl MoeLayerCost {
         self.measured_grouped.as_ref().map(|m| m.source.as_str())
     }
 
+    /// What prices the layer, in words (a result's record).
+    pub fn pricing(&self, gpu: &GpuSpec) -> String {
+        if self.measured_expert.is_some() {
+            "the profile's measured single-expert curve, experts back to back".into()
+        } else if let Some(source) = self.measured_source() {
+            source.into()
+        } else {
+            format!(
+                "the kernel model on the {}'s rates (profiles/rates.json)",
+                gpu.name
+            )
+        }
+    }
+
     fn launch_total(&self) -> f64 {
         f64::from(LAUNCHES_PER_LAYER) * self.launch_ns
     }

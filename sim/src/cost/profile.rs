@@ -338,6 +338,12 @@ pub enum ProfileError {
     },
     #[error("profile {}: {problem}", path.display())]
     Calibration { path: PathBuf, problem: String },
+    #[error("profile {}: {curve}: {problem}", path.display())]
+    Latency {
+        path: PathBuf,
+        curve: String,
+        problem: String,
+    },
     #[error("cannot write profile {}: {source}", path.display())]
     Write {
         path: PathBuf,
@@ -540,6 +546,29 @@ fn parse(text: &str, path: &Path) -> Result<(Profile, Option<Calibration>), Prof
                 dtype: a.dtype,
             });
         }
+    }
+    let curves = profile
+        .expert_ffn
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (format!("expert_ffn[{i}]"), &c.curve))
+        .chain([
+            (
+                "non_expert_prefill".to_string(),
+                &profile.non_expert_prefill,
+            ),
+            ("non_expert_decode".to_string(), &profile.non_expert_decode),
+            ("head".to_string(), &profile.head),
+            ("decode_step".to_string(), &profile.decode_step),
+        ]);
+    for (curve, samples) in curves {
+        samples
+            .check_measured()
+            .map_err(|problem| ProfileError::Latency {
+                path: path.to_path_buf(),
+                curve,
+                problem,
+            })?;
     }
     Ok((profile, calibration))
 }

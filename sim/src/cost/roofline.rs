@@ -33,7 +33,9 @@ use std::path::{Path, PathBuf};
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Roofline {
     pub rates: KernelRates,
-    /// One eager kernel launch, ns (`KernelRates::host_launch_ns`).
+    /// What each kernel a step counts costs beyond its streaming and math, ns: the host's launch
+    /// (`KernelRates::host_launch_ns`) when launched eagerly, the GPU-side floor
+    /// (`KernelRates::kernel_floor_ns`) in a CUDA graph (`Roofline::timed`).
     pub launch_ns: f64,
 }
 
@@ -54,12 +56,22 @@ impl OpTime {
 }
 
 impl Roofline {
-    /// `gpu` at its achievable rates.
+    /// `gpu` at its achievable rates, its kernels launched eagerly (each charged the host's
+    /// launch).
     pub fn of(gpu: &GpuSpec) -> Roofline {
+        Roofline::timed(gpu, Timing::Eager)
+    }
+
+    /// `gpu` at its achievable rates, each kernel a step counts charged the host's launch when
+    /// launched eagerly, its GPU-side floor when replayed in a CUDA graph.
+    pub fn timed(gpu: &GpuSpec, timing: Timing) -> Roofline {
         let rates = KernelRates::of(gpu);
         Roofline {
             rates,
-            launch_ns: rates.host_launch_ns,
+            launch_ns: match timing {
+                Timing::Eager => rates.host_launch_ns,
+                Timing::Graph => rates.kernel_floor_ns,
+            },
         }
     }
 
@@ -575,6 +587,9 @@ pub struct RooflineParams {
     /// smallest GEMM tile (`cost::kernel::dense_tile`), so every step of the staircase lies
     /// between two samples.
     pub tile_tokens: u32,
+    /// How the profiled kernels are launched: eagerly (what a calibration run times, the
+    /// default; CAPS's HF transformers) or in a CUDA graph (GEM's vLLM V1).
+    pub timing: Timing,
     /// Kernels per layer outside the routed experts: 2 RMSNorms, QKV GEMM, RoPE, attention,
     /// O GEMM, router GEMM, top-k, shared gate+up GEMM, SwiGLU, shared down GEMM, shared-gate
     /// scale + residual add = 12.
@@ -601,6 +616,7 @@ impl Default for RooflineParams {
     fn default() -> Self {
         RooflineParams {
             tile_tokens: 64,
+            timing: Timing::Eager,
             kernels_per_non_expert_layer: 12,
             kernels_per_head: 3,
             kv_cache_bytes_per_element: 2.0,
@@ -624,9 +640,8 @@ pub struct ProfileCurves<'a> {
 
 impl<'a> ProfileCurves<'a> {
     pub fn new(gpu: &GpuSpec, shape: &MoeModelShape, params: &'a RooflineParams) -> Self {
-        let roofline = Roofline::of(gpu);
-        // What a calibration run times: the experts launched eagerly.
-        let expert = MoeLayerCost::new(gpu, shape, Timing::Eager);
+        let roofline = Roofline::timed(gpu, params.timing);
+        let expert = MoeLayerCost::new(gpu, shape, params.timing);
         ProfileCurves {
             params,
             non_expert: StepRoofline::moe_non_expert(shape, roofline, params),
@@ -765,7 +780,7 @@ pub fn analytic_profile_with(
     let rates = roofline.non_expert.roofline.rates;
     let notes = format!(
         "the kernel model on {}'s rates (profiles/rates.json): streaming {:.0} GB/s, GEMM \
-         {:.1} TFLOP/s, kernel floor {:.0} ns, host launch {:.0} ns (the expert curve eager), \
+         {:.1} TFLOP/s, kernel floor {:.0} ns, host launch {:.0} ns, kernels launched {}, \
          kernels per non-expert layer {} / head {}, KV cache {} B per element, decode context \
          {} tokens, samples around every multiple of {} tokens (docs/cost-model.md)",
         gpu.name,
@@ -773,6 +788,10 @@ pub fn analytic_profile_with(
         rates.gemm_flops / 1e12,
         rates.kernel_floor_ns,
         rates.host_launch_ns,
+        match params.timing {
+            Timing::Eager => "eagerly",
+            Timing::Graph => "in a CUDA graph",
+        },
         params.kernels_per_non_expert_layer,
         params.kernels_per_head,
         params.kv_cache_bytes_per_element,

@@ -3,9 +3,10 @@
 
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
 use crate::cost::gpu::GpuSpec;
+use crate::cost::kernel::Timing;
 use crate::cost::measured_steps::PricingRecord;
 use crate::cost::profile::Profile;
-use crate::cost::roofline::analytic_profile;
+use crate::cost::roofline::{RooflineParams, analytic_profile_with};
 use crate::cost::shape::MoeModelShape;
 use crate::distributions::TokenCount;
 use crate::gem::mapping::MapperConfig;
@@ -348,6 +349,12 @@ impl GemConfig {
         if n_gpus == 0 {
             return Err(field("cluster.n_gpus", "must be at least 1, got 0"));
         }
+        // The count sizes the speed factors built below: held to its ceiling first.
+        cache.limits.check(&[crate::scenario::limits::Demand::new(
+            crate::scenario::limits::Quantity::Gpus,
+            n_gpus as f64,
+            "cluster.n_gpus",
+        )])?;
         let serving = self.experiment == Experiment::Serving;
         if serving && shape.n_experts % n_gpus != 0 {
             return Err(field(
@@ -424,15 +431,12 @@ impl GemConfig {
                         format!("has {} factors for {n_gpus} GPUs", factors.len()),
                     ));
                 }
-                if let Some((i, v)) = factors
-                    .iter()
-                    .enumerate()
-                    .find(|(_, v)| !(v.is_finite() && **v > 0.0))
-                {
-                    return Err(field(
-                        "cluster.speed_factors",
-                        format!("factor {i} is {v}; speed factors must be positive"),
-                    ));
+                for (i, &v) in factors.iter().enumerate() {
+                    crate::scenario::validate::speed_factor(
+                        &format!("cluster.speed_factors[{i}]"),
+                        v,
+                        1e3,
+                    )?;
                 }
                 factors.clone()
             }
@@ -554,7 +558,15 @@ impl GemConfig {
                     "names a second cost source beside model.profile; keep one",
                 ));
             }
-            (None, None) => analytic_profile(&gpu, &shape),
+            // vLLM V1 replays its steps as CUDA graphs: each kernel its GPU-side floor.
+            (None, None) => analytic_profile_with(
+                &gpu,
+                &shape,
+                &RooflineParams {
+                    timing: Timing::Graph,
+                    ..RooflineParams::default()
+                },
+            ),
             (None, Some(name)) => {
                 let set = crate::scenario::validate::measured_set(
                     "model.measured",

@@ -1005,6 +1005,7 @@ fn details(
         "model": scenario.shape.name,
         "gpu": scenario.gpu.name,
         "cost_source": scenario.profile.source.kind.as_str(),
+        "moe_layer": deployment.layer.pricing(&scenario.gpu),
         "n_gpus": scenario.n_gpus,
         "variability": scenario.variability,
         "speed_factors": scenario.speed_factors,
