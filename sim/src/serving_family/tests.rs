@@ -1249,3 +1249,35 @@ fn measured_steps_are_the_sum_of_vidurs_operations_within_5_percent() {
         100.0 * analytic_errors[analytic_errors.len() * 19 / 20],
     );
 }
+
+#[test]
+fn expertsim_price_steps_are_the_serving_familys_steps() {
+    // `expertsim price`'s decode_step and prefill_step rows are the steps a one-GPU replica
+    // prices, part for part.
+    use crate::cost::price::{CatalogueModel, Op, price_step};
+    let s = scenario(LLAMA_LOW_LOAD).unwrap();
+    let deployment = deployment::Deployment::new(&s, None).unwrap();
+    let mut cost = step_cost::ReplicaStepCost::new(&s, &deployment, None, None);
+    let model = CatalogueModel::by_name("llama-2-7b").unwrap();
+    for (op, tokens, context) in [(Op::DecodeStep, 32, 590), (Op::PrefillStep, 512, 0)] {
+        let (priced, columns) = price_step(&s.replica.gpu, &model, op, tokens, context).unwrap();
+        let time = if op == Op::DecodeStep {
+            cost.decode_profile(tokens, context)
+        } else {
+            cost.prefill_profile(tokens)
+        };
+        let p = &time.breakdown.parts;
+        for (a, b) in [
+            (priced.predicted_ns, time.duration.0 as f64),
+            (columns.linear_ns, p.linear_ns),
+            (columns.elementwise_ns, p.elementwise_ns),
+            (columns.attention_ns, p.attention_ns),
+            (columns.head_ns, p.head_ns),
+            (priced.host_ns, p.host_ns),
+        ] {
+            assert!((a - b).abs() <= 1.0, "{op:?}: {a} vs {b}");
+        }
+    }
+    let mixtral = CatalogueModel::by_name("mixtral-8x7b").unwrap();
+    assert!(price_step(&s.replica.gpu, &mixtral, Op::DecodeStep, 1, 1).is_err());
+}
