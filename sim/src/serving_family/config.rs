@@ -1007,10 +1007,12 @@ impl ServingConfig {
             ));
         }
         let host = match r.step_overhead_ms {
-            Some(ms) if ms == 0.0 => HostOverhead::flat(0.0),
-            Some(ms) => HostOverhead::flat(
-                duration(&format!("{p}.step_overhead_ms"), ms / 1e3, 3600.0)?.0 as f64,
-            ),
+            // 0 is allowed: no host time (a duration must be positive).
+            Some(ms) => HostOverhead::flat(if ms == 0.0 {
+                0.0
+            } else {
+                duration(&format!("{p}.step_overhead_ms"), ms / 1e3, 3600.0)?.0 as f64
+            }),
             None => super::scheduler::host_overhead(&r.scheduler),
         };
         let max_num_seqs =
