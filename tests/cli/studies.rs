@@ -85,13 +85,14 @@ fn study_b_sarathi_trades_first_token_latency_for_steady_decoding() {
 /// Study (b)'s variability mechanism, on Sarathi with 256-token chunks (every step at most 256
 /// tokens). A power-capped GPU runs a lower SM clock: at 0.88 of its clock an H100's ridge point
 /// is 0.88 x 989 TFLOP/s / 3.35 TB/s = 260 FLOP per byte, and a bf16 weight GEMM of at most 256
-/// tokens does at most 256 FLOP per weight byte, so each such step stays memory bound and the
-/// straggler costs nothing (`bandwidth_share = 0`: mean TPOT within 1 %). When the slowdown also
-/// reaches the memory (`bandwidth_share = 1`), every step waits for the straggler (the TP
-/// all-reduce and the EP layer both wait for the slowest GPU): the GPU part of a step (about
-/// 10 ms of a 12 ms step at 4 req/s, the rest the fixed 2 ms host overhead) stretches by
-/// 1 / 0.88 = +13.6 %, so mean TPOT rises by about (10 x 1.136 + 2) / 12 = +11 %: between +8 %
-/// and +16 %.
+/// tokens does at most 256 FLOP per weight byte, so its weight GEMMs stay memory bound and the
+/// straggler costs little (`bandwidth_share = 0`: mean TPOT within 2 %; since issue 33 each
+/// kernel class is its own kernels, and a prefill chunk's attention, compute bound, and the
+/// element-wise kernels' floors follow the clock: +1.4 %). When the slowdown also reaches the
+/// memory (`bandwidth_share = 1`), every step waits for the straggler (the TP all-reduce and
+/// the EP layer both wait for the slowest GPU): the GPU part of a step stretches by
+/// 1 / 0.88 = +13.6 %, the host's part (measured, about 6.3 ms plus 35 µs a sequence) does not,
+/// so mean TPOT rises by less: between +8 % and +16 % (+11.1 %).
 #[test]
 fn study_b_clock_only_straggler_spares_memory_bound_steps() {
     let sets = |share: &str| {
@@ -113,7 +114,7 @@ fn study_b_clock_only_straggler_spares_memory_bound_steps() {
     };
     let clock_only = ratio("0.0");
     assert!(
-        (clock_only - 1.0).abs() < 0.01,
+        (clock_only - 1.0).abs() < 0.02,
         "clock-only straggler moved mean TPOT by {:+.2} %",
         (clock_only - 1.0) * 100.0
     );
