@@ -1,9 +1,12 @@
 //! The serving family's step cost, behind the serving layer's `StepCost` seam: the dense part
 //! (a dense model's whole step, an MoE model's attention, shared experts, router and head) on
-//! the cost model's roofline (`StepRoofline::dense` / `moe_non_expert_tensor_parallel`: weights
-//! and KV streamed, GEMM FLOPs on tile-padded rows, attention, the tensor-parallel all-reduces,
-//! the host's per-step overhead), each GPU at its own speed factors and the slowest setting the
-//! pace; then each MoE layer as `cost::moe_layer` prices it on the replica's expert layout
+//! the cost model's roofline kernel class by kernel class (`StepRoofline::parts` of
+//! `StepRoofline::dense` / `moe_non_expert_tensor_parallel`: weight GEMMs on tile-padded rows,
+//! the element-wise kernels by their bytes, attention, head, the tensor-parallel all-reduces),
+//! each GPU at its own speed factors and the slowest setting the pace, or with
+//! `replica.measured` from measured operations (`MeasuredDenseStep::parts`); the host's time per
+//! pass (`cost::host`, the scheduler kind's term) on top, and each step's `StepParts` in its
+//! breakdown; then each MoE layer as `cost::moe_layer` prices it on the replica's expert layout
 //! (`mapping::ExpertLayout`, the layer's own mapping): per expert-parallel group, each GPU's
 //! hosted expert slots as one grouped GEMM at its own speed, the slowest GPU's plus the
 //! all-to-all dispatch and combine, the layer waiting for its slowest group. The step's rows,
