@@ -17,6 +17,7 @@
 use crate::adaptive::{Repeated, Stop, StoppingRule, repeat_until_precise};
 use crate::stats::summarize;
 use kernels::backend::{Backend, BackendError, Workload};
+use kernels::blas::RowMajorGemm;
 use kernels::decode::{DecodeProblem, DecodeShape};
 use kernels::moe::{MoeProblem, MoeShape};
 use kernels::numeric::{random_weights, synthetic_bf16};
@@ -274,6 +275,20 @@ impl Bench {
         }
     }
 
+    /// The GEMMs the workload of `series` at `x` runs, from the same shapes as
+    /// [`Bench::workload`] (without building its inputs): what must fit cuBLAS's arguments.
+    pub fn gemms(&self, series: &Series, x: usize) -> Vec<RowMajorGemm> {
+        match *series {
+            Series::ExpertFfn => self.expert_shape().expert_gemms(x).to_vec(),
+            Series::NonExpertPrefill | Series::NonExpertDecode | Series::DecodeAtContext(_) => {
+                vec![self.decode_shape(self.dense_out_features()).gemm(x)]
+            }
+            Series::Head => vec![self.decode_shape(self.shape.vocab).gemm(x)],
+            Series::ExpertGemm(gemm) => vec![self.gemm_shape(gemm).gemm(x)],
+            Series::Reroute { .. } => vec![],
+        }
+    }
+
     /// Keeps the weights of a workload of `series` for the next point.
     pub fn keep(&mut self, series: &Series, workload: Workload) {
         match (series, workload) {
@@ -360,6 +375,31 @@ mod tests {
         }
         assert_eq!(Series::parse("decode_step"), None);
         assert_eq!(Series::parse("reroute/other/adapters=1"), None);
+    }
+
+    /// Every GEMM of the full default calibration of Qwen1.5-MoE-A2.7B (every series, every
+    /// count, the output head's 151,936 outputs included) is a valid cuBLAS call. The first
+    /// H200 run stopped at the head with "GEMM size = 23084548096 exceeds cuBLAS's int range":
+    /// this would have caught it on the CPU.
+    #[test]
+    fn every_gemm_of_the_full_qwen_calibration_fits_cublas() {
+        let shape = MoeModelShape::qwen1_5_moe_a2_7b();
+        let mut plan = crate::pipeline::Plan::full();
+        plan.expert_gemms = true;
+        let bench = Bench::new(&shape, plan.tile, plan.decode_context, plan.seed);
+        let mut checked = 0;
+        for (series, xs) in crate::pipeline::schedule(&plan) {
+            for x in xs {
+                for gemm in bench.gemms(&series, x) {
+                    gemm.column_major()
+                        .unwrap_or_else(|e| panic!("{} at {x}: {gemm:?}: {e}", series.name()));
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 400, "{checked}");
+        let head = bench.gemms(&Series::Head, 256);
+        assert_eq!((head[0].k, head[0].n), (2048, 151_936));
     }
 
     #[test]

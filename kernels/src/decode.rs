@@ -22,6 +22,15 @@ pub struct DecodeShape {
 }
 
 impl DecodeShape {
+    /// The step's GEMM over `batch` rows: `hidden -> out_features` (what cuBLAS runs).
+    pub fn gemm(&self, batch: usize) -> crate::blas::RowMajorGemm {
+        crate::blas::RowMajorGemm {
+            rows: batch,
+            k: self.hidden,
+            n: self.out_features,
+        }
+    }
+
     /// The decode-step shapes of a dense model given its dimensions: one transformer block (its
     /// matmuls as one GEMM of `block_out_features` outputs over `dims.hidden`, with attention)
     /// and the output head (`dims.vocab` outputs, no attention).

@@ -47,6 +47,25 @@ pub struct MoeShape {
     pub top_k: usize,
 }
 
+impl MoeShape {
+    /// One expert's two GEMMs over its `rows` grouped rows: gate and up fused (`hidden -> 2 x
+    /// expert_ffn`), then down (`expert_ffn -> hidden`).
+    pub fn expert_gemms(&self, rows: usize) -> [crate::blas::RowMajorGemm; 2] {
+        [
+            crate::blas::RowMajorGemm {
+                rows,
+                k: self.hidden,
+                n: 2 * self.expert_ffn,
+            },
+            crate::blas::RowMajorGemm {
+                rows,
+                k: self.expert_ffn,
+                n: self.hidden,
+            },
+        ]
+    }
+}
+
 /// Inputs of one MoE layer. Weight layouts are PyTorch `Linear` (output-major), the gate and
 /// up projections fused as serving stacks store them: `w13`: `[n_experts][2 x expert_ffn]
 /// [hidden]` (each expert's gate rows, then its up rows); `w2`: `[n_experts][hidden]
