@@ -16,6 +16,7 @@
 
 use crate::cost::curve::CostCurve;
 use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, GpuSpec, LinkSpec};
+use crate::cost::profile::ExpertFfnCurve;
 use crate::cost::roofline::Roofline;
 use crate::cost::shape::{MoeModelShape, WeightDtype};
 
@@ -109,8 +110,12 @@ pub struct MoeLayerCost {
     /// The GPU's roofline at the params' efficiencies and tile.
     pub roofline: Roofline,
     pub params: MoeLayerParams,
-    /// A measured single-expert curve that refines the roofline (see [`Self::with_profile`]).
+    /// A measured single-expert curve that refines the roofline (see [`Self::with_profile`]):
+    /// the expert's GEMM pair where the profile splits the layer, else the whole layer.
     measured_expert: Option<CostCurve>,
+    /// The measured fixed part of a layer launch (routed assignments -> ns), where the profile
+    /// splits the layer; it replaces the analytic launch term.
+    measured_fixed: Option<CostCurve>,
 }
 
 impl MoeLayerCost {
@@ -144,19 +149,51 @@ impl MoeLayerCost {
             },
             params,
             measured_expert: None,
+            measured_fixed: None,
         }
     }
 
-    /// Refines the op with a measured single-expert curve `e(n)` (cost/profile.rs expert
-    /// curves, which include one expert's `launches x launch_ns`): the grouped op then costs
-    /// `launches x launch_ns + sum_e (e(n_e) - launches x launch_ns)` at nominal speed, i.e. the measured
-    /// experts run back to back inside one launch. That is what a grouped kernel does once each
-    /// expert alone saturates the GPU; it is an upper bound on the roofline of the whole op
-    /// (a sum of maxima is at least the maximum of the sums). Speed factors scale it by
-    /// `1 / compute` where the roofline term is compute-bound and `1 / bandwidth` otherwise.
-    pub fn with_profile(mut self, expert: CostCurve) -> MoeLayerCost {
-        self.measured_expert = Some(expert);
+    /// Refines the op with a profile's measured expert entry. With its split (cost/profile.rs
+    /// `MoeLayerSplit`) the grouped op costs `fixed(assignments) + sum_e g(n_e)` at nominal
+    /// speed: the layer's measured kernels around the GEMMs once, then each active expert's
+    /// measured GEMM pair `g`, back to back (what the CUDA backend runs: one cuBLAS GEMM pair
+    /// per expert with rows on one stream). Without a split, from the whole-layer curve `e(n)`
+    /// (which includes one expert's `launches x launch_ns`): `launches x launch_ns + sum_e
+    /// (e(n_e) - launches x launch_ns)`, the analytic launch term standing in for the fixed
+    /// part. Either is what a grouped kernel does once each expert alone saturates the GPU; it
+    /// is an upper bound on the roofline of the whole op (a sum of maxima is at least the
+    /// maximum of the sums). Speed factors scale the experts' work by `1 / compute` where the
+    /// roofline term is compute-bound and `1 / bandwidth` otherwise; the fixed part (a few
+    /// latency-bound launches) is not scaled.
+    pub fn with_profile(mut self, expert: &ExpertFfnCurve) -> MoeLayerCost {
+        match &expert.split {
+            Some(split) => {
+                self.measured_expert = Some(split.expert_gemms.clone());
+                self.measured_fixed = Some(split.fixed.clone());
+            }
+            None => {
+                self.measured_expert = Some(expert.curve.clone());
+                self.measured_fixed = None;
+            }
+        }
         self
+    }
+
+    /// The fixed part of one layer launch over `assignments` routed rows: measured, or the
+    /// analytic launch term.
+    fn fixed_ns(&self, assignments: f64) -> f64 {
+        match &self.measured_fixed {
+            Some(fixed) => fixed.at(assignments.max(1.0)),
+            None => self.launch_total(),
+        }
+    }
+
+    /// One expert's measured work beyond the fixed part at `rows` rows (a measured profile).
+    fn measured_work(&self, curve: &CostCurve, rows: f64) -> f64 {
+        match self.measured_fixed {
+            Some(_) => curve.at(rows),
+            None => (curve.at(rows) - self.launch_total()).max(0.0),
+        }
     }
 
     fn padded(&self, tokens: u64) -> u64 {
@@ -189,9 +226,10 @@ impl MoeLayerCost {
         let extra = tokens % active;
         let padded = extra * self.padded(base + 1) + (active - extra) * self.padded(base);
         if let Some(curve) = &self.measured_expert {
-            let work = extra as f64 * (curve.at((base + 1) as f64) - self.launch_total()).max(0.0)
-                + (active - extra) as f64 * (curve.at(base as f64) - self.launch_total()).max(0.0);
-            return self.launch_total() + work / self.bound_factor(active as usize, padded, speed);
+            let work = extra as f64 * self.measured_work(curve, (base + 1) as f64)
+                + (active - extra) as f64 * self.measured_work(curve, base as f64);
+            return self.fixed_ns(tokens as f64)
+                + work / self.bound_factor(active as usize, padded, speed);
         }
         let c = self.roofline(active as usize, padded, speed);
         c.2 + c.0.max(c.1)
@@ -205,6 +243,7 @@ impl MoeLayerCost {
         let mut active = 0.0f64;
         let mut padded = 0.0f64;
         let mut measured = 0.0f64;
+        let assignments: f64 = loads.iter().map(|&l| f64::from(l.max(0.0))).sum();
         // Tiles of `rows` rows: a shift for a power-of-two tile (the hot path: no division).
         let tile = u64::from(self.params.tile_tokens.max(1));
         let shift = tile.is_power_of_two().then(|| tile.trailing_zeros());
@@ -222,7 +261,7 @@ impl MoeLayerCost {
                 active += p;
                 padded += p * padded_rows(rows) as f64;
                 if let Some(curve) = &self.measured_expert {
-                    measured += p * (curve.at(rows as f64) - self.launch_total()).max(0.0);
+                    measured += p * self.measured_work(curve, rows as f64);
                 }
             }
         }
@@ -237,7 +276,7 @@ impl MoeLayerCost {
             } else {
                 speed.bandwidth
             };
-            return self.launch_total() + measured / factor;
+            return self.fixed_ns(assignments) + measured / factor;
         }
         self.launch_total() + (memory / speed.bandwidth).max(compute / speed.compute)
     }
@@ -310,9 +349,10 @@ impl MoeLayerCost {
             let work: f64 = tokens_per_expert
                 .iter()
                 .filter(|&&n| n > 0)
-                .map(|&n| (curve.at(f64::from(n)) - self.launch_total()).max(0.0))
+                .map(|&n| self.measured_work(curve, f64::from(n)))
                 .sum();
-            launch_ns + work / self.bound_factor(distinct, padded_rows, speed)
+            let assignments: f64 = tokens_per_expert.iter().map(|&n| f64::from(n)).sum();
+            self.fixed_ns(assignments) + work / self.bound_factor(distinct, padded_rows, speed)
         } else {
             launch_ns + memory_ns.max(compute_ns)
         };
@@ -522,11 +562,42 @@ mod tests {
             (128.0, 3.0 * launch + 20_000.0),
         ])
         .unwrap();
-        let m = l4().with_profile(curve);
+        let entry = |split| ExpertFfnCurve {
+            hidden: 2048,
+            expert_ffn: 1408,
+            dtype: WeightDtype::Bf16,
+            curve: curve.clone(),
+            split,
+        };
+        let m = l4().with_profile(&entry(None));
         let c = m.grouped_gemm(&[64, 65, 0], SpeedFactors::NOMINAL);
         let expected = 3.0 * launch + 10_000.0 + 20_000.0;
         assert!((c.nanos - expected).abs() < 1e-6);
         assert_eq!(m.grouped_gemm_even(129, 2, SpeedFactors::NOMINAL), c.nanos);
+        // Split by mechanism: a fixed part of 4 us + 1 ns per assignment, once per layer; each
+        // expert's GEMM pair 9 us per 64-row tile.
+        let split = crate::cost::profile::MoeLayerSplit {
+            fixed: CostCurve::new(vec![(1.0, 4_001.0), (1000.0, 5_000.0)]).unwrap(),
+            expert_gemms: CostCurve::new(vec![
+                (1.0, 9_000.0),
+                (64.0, 9_000.0),
+                (65.0, 18_000.0),
+                (128.0, 18_000.0),
+            ])
+            .unwrap(),
+        };
+        let m = l4().with_profile(&entry(Some(split)));
+        let c = m.grouped_gemm(&[64, 65, 0], SpeedFactors::NOMINAL);
+        assert!(
+            (c.nanos - (4_129.0 + 9_000.0 + 18_000.0)).abs() < 1e-6,
+            "{c:?}"
+        );
+        assert_eq!(m.grouped_gemm_even(129, 2, SpeedFactors::NOMINAL), c.nanos);
+        let expected = m.grouped_gemm_expected(&[64.0, 65.0, 0.0], SpeedFactors::NOMINAL);
+        assert!((expected - c.nanos).abs() < 1e-6);
+        // Eight experts with one row each: the fixed part once, eight GEMM pairs.
+        let eight = m.grouped_gemm(&[1; 8], SpeedFactors::NOMINAL).nanos;
+        assert!((eight - (4_008.0 + 8.0 * 9_000.0)).abs() < 1e-6);
     }
 
     #[test]

@@ -69,8 +69,61 @@ pub struct ExpertFfnCurve {
     pub hidden: usize,
     pub expert_ffn: usize,
     pub dtype: WeightDtype,
-    /// Tokens routed to the expert -> nanoseconds for its gated FFN.
+    /// Tokens routed to the expert -> nanoseconds for its gated FFN (a measured profile: the
+    /// whole MoE layer launch with every token on this one expert).
     pub curve: CostCurve,
+    /// The same layer split by mechanism, where the calibration also timed the expert's GEMMs
+    /// alone: a layer launch is its fixed part once plus each active expert's GEMM pair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<MoeLayerSplit>,
+}
+
+/// One MoE layer launch split by mechanism: `fixed(assignments) + sum over active experts of
+/// expert_gemms(rows)`. The fixed part is the layer's kernels around the GEMMs (grouping,
+/// gather, SwiGLU, weighted combine), launched once per layer whatever the number of active
+/// experts; the GEMM pair (gate/up, then down) is launched once per expert with rows. Measured
+/// as `fixed = curve - (w13 + w2)` and `expert_gemms = w13 + w2` at the expert curve's token
+/// counts (`expertsim-calibrate`: every token on one expert, so assignments = tokens there).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MoeLayerSplit {
+    /// Routed assignments of the layer (tokens x top_k) -> ns of its kernels around the GEMMs.
+    pub fixed: CostCurve,
+    /// Rows routed to one expert -> ns of its two GEMMs.
+    pub expert_gemms: CostCurve,
+}
+
+impl ExpertFfnCurve {
+    /// One MoE layer launch over `assignments` routed rows on a device that runs the layer's
+    /// experts one after another (`ExpertExecution::Serial`): `experts` yields, for every
+    /// expert weight the layer may read, the probability that it is read and the rows it
+    /// computes when it is (whole rows: an expectation below one row is that probability of
+    /// one row). With a split: the fixed part once plus each expert's GEMM pair; without one,
+    /// each expert costs the whole-layer curve, so the layer's fixed kernels are counted once
+    /// per expert (how profiles without the split were read). 0 when no expert is read.
+    pub fn serial_layer_ns(
+        &self,
+        assignments: f64,
+        experts: impl IntoIterator<Item = (f64, f64)>,
+    ) -> f64 {
+        let per_expert = match &self.split {
+            Some(split) => &split.expert_gemms,
+            None => &self.curve,
+        };
+        let mut any = false;
+        let mut gemms = 0.0;
+        for (p, rows) in experts {
+            if p > 0.0 && rows > 0.0 {
+                any = true;
+                gemms += p * per_expert.at(rows.max(1.0));
+            }
+        }
+        match (&self.split, any) {
+            (_, false) => 0.0,
+            (Some(split), true) => split.fixed.at(assignments.max(1.0)) + gemms,
+            (None, true) => gemms,
+        }
+    }
 }
 
 /// How a device runs the routed experts of one MoE layer.
@@ -120,6 +173,19 @@ pub struct Profile {
     /// How the device runs a layer's experts; absent means concurrent (every GPU profile).
     #[serde(default, skip_serializing_if = "ExpertExecution::is_concurrent")]
     pub expert_execution: ExpertExecution,
+    /// The tensor-parallel degree the non-expert and head curves were measured at: each is one
+    /// GPU's shard (the dense GEMM's outputs, the attention heads and the vocabulary divided by
+    /// it, `expertsim-calibrate --tensor-parallel`). Absent means 1: the whole layer and head.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub tensor_parallel: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 /// Columns of one [`Measurement`] point, in order.
@@ -377,10 +443,21 @@ impl Profile {
         expert_ffn: usize,
         dtype: WeightDtype,
     ) -> Option<&CostCurve> {
+        self.expert_entry(hidden, expert_ffn, dtype)
+            .map(|c| &c.curve)
+    }
+
+    /// The expert FFN entry (curve and, when measured, its split) for experts of this size and
+    /// weight format.
+    pub fn expert_entry(
+        &self,
+        hidden: usize,
+        expert_ffn: usize,
+        dtype: WeightDtype,
+    ) -> Option<&ExpertFfnCurve> {
         self.expert_ffn
             .iter()
             .find(|c| c.hidden == hidden && c.expert_ffn == expert_ffn && c.dtype == dtype)
-            .map(|c| &c.curve)
     }
 
     /// Checks that this profile's curves apply to `shape`: the same model in every field
@@ -541,6 +618,13 @@ fn parse(text: &str, path: &Path) -> Result<(Profile, Option<Calibration>), Prof
             });
         }
     }
+    if profile.tensor_parallel == 0 {
+        return Err(ProfileError::Calibration {
+            path: path.to_path_buf(),
+            problem: "tensor_parallel = 0: the curves were measured at a degree of at least 1"
+                .into(),
+        });
+    }
     Ok((profile, calibration))
 }
 
@@ -688,6 +772,7 @@ mod tests {
                 expert_ffn: model.expert_ffn,
                 dtype: model.weight_dtype,
                 curve: curve(&[(1.0, 30_000.0), (64.0, 30_000.0), (65.0, 45_000.0)]),
+                split: None,
             }],
             model,
             non_expert_prefill: curve(&[(1.0, 100_000.0), (1024.0, 1_500_000.0)]),
@@ -695,6 +780,7 @@ mod tests {
             head: curve(&[(1.0, 2_600_000.0)]),
             decode_step: curve(&[(1.0, 8_000_000.0), (8.0, 8_800_000.0)]),
             expert_execution: ExpertExecution::Concurrent,
+            tensor_parallel: 1,
         }
     }
 
@@ -861,6 +947,30 @@ mod tests {
         let error = Profile::from_json(&profile.to_json(), Path::new("dup.json")).unwrap_err();
         assert!(matches!(error, ProfileError::DuplicateExpertCurve { .. }));
         assert!(error.to_string().contains("dup.json"));
+    }
+
+    /// A serial layer launch: without a split every expert pays the whole-layer curve; with
+    /// one, the fixed part once (at the layer's assignments) plus each expert's GEMM pair, an
+    /// expected expert weighted by its probability of being read.
+    #[test]
+    fn a_serial_layer_pays_its_fixed_part_once() {
+        let curve = |points: &[(f64, f64)]| CostCurve::new(points.to_vec()).unwrap();
+        let mut entry = ExpertFfnCurve {
+            hidden: 64,
+            expert_ffn: 64,
+            dtype: WeightDtype::Bf16,
+            curve: curve(&[(1.0, 10.0), (64.0, 10.0)]),
+            split: None,
+        };
+        let experts = [(1.0, 3.0), (1.0, 1.0), (0.5, 1.0), (0.0, 2.0)];
+        assert_eq!(entry.serial_layer_ns(5.5, experts), 25.0);
+        entry.split = Some(MoeLayerSplit {
+            fixed: curve(&[(1.0, 4.0), (9.0, 6.0)]),
+            expert_gemms: curve(&[(1.0, 6.0), (64.0, 6.0)]),
+        });
+        // fixed(5) = 5, then 1 + 1 + 0.5 GEMM pairs of 6.
+        assert_eq!(entry.serial_layer_ns(5.0, experts), 5.0 + 15.0);
+        assert_eq!(entry.serial_layer_ns(0.0, [(0.0, 1.0)]), 0.0);
     }
 
     #[test]

@@ -45,7 +45,6 @@ pub fn step_tokens(work: &StepWork<'_>) -> StepTokens {
 pub struct RooflineStepCost<'a> {
     instance: &'a InstancePlan,
     popularity: &'a Popularity,
-    top_k: u64,
     moe_layers: u64,
     experts: MoeLayerCost,
     non_expert: StepRoofline,
@@ -93,7 +92,6 @@ impl<'a> RooflineStepCost<'a> {
         RooflineStepCost {
             instance,
             popularity,
-            top_k: shape.top_k,
             moe_layers: shape.n_moe_layers(),
             experts,
             non_expert,
@@ -111,13 +109,8 @@ impl StepCost for RooflineStepCost<'_> {
         let use_adapters = self.instance.adapter_experts && self.instance.reroutes;
         let mut moe_ns = 0.0;
         for layer in 0..self.moe_layers as usize {
-            self.popularity.expected_reads(
-                layer,
-                work.adapters,
-                self.top_k,
-                use_adapters,
-                &mut self.weights,
-            );
+            self.popularity
+                .expected_reads(layer, work.adapters, use_adapters, &mut self.weights);
             moe_ns += self.experts.grouped_gemm_spread(
                 self.weights
                     .iter()
@@ -317,14 +310,11 @@ rerouting = "{rerouting}"
         assert_eq!((work.decode_tokens, work.prefill_tokens), (1, 0));
         let moe_ns = cost.price(&work).breakdown.moe_ns;
         let read_ns = 17_301_504.0 / (0.8 * 1.6e12) * 1e9;
+        // One decoding token reads its 6 distinct experts in every layer.
         let expected: f64 = (0..26)
             .map(|layer| {
-                let distinct: f64 = popularity
-                    .probabilities(0, layer)
-                    .iter()
-                    .map(|p| 1.0 - (1.0 - p).powi(6))
-                    .sum();
-                assert!(distinct > 1.0 && distinct < 6.0, "{distinct}");
+                let distinct: f64 = popularity.inclusion(0, layer).iter().sum();
+                assert!((distinct - 6.0).abs() < 1e-9, "{distinct}");
                 3.0 * 10_000.0 + distinct * read_ns
             })
             .sum();

@@ -14,7 +14,7 @@ use crate::arrivals::{Arrival, ArrivalProcess};
 use crate::cost::curve::CostCurve;
 use crate::cost::measured_steps::OpSources;
 use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
-use crate::cost::profile::SourceKind;
+use crate::cost::profile::{ExpertFfnCurve, SourceKind};
 use crate::cost::roofline::RooflineParams;
 use crate::distributions::TokenCount;
 use crate::engine::{Model, run};
@@ -285,7 +285,7 @@ impl Deployment {
         };
         let expert = scenario
             .profile
-            .expert_curve(shape.hidden, shape.expert_ffn, shape.weight_dtype)
+            .expert_entry(shape.hidden, shape.expert_ffn, shape.weight_dtype)
             .expect("the analytic profile has the model's expert curve");
         let launch = scenario.gpu.kernel_launch_overhead_ns
             * f64::from(RooflineParams::default().kernels_per_expert_ffn);
@@ -440,10 +440,10 @@ fn scale_output(scenario: &GemScenario, seed: u64) -> RunOutput {
 
 /// The grouped-GEMM MoE layer of `scenario`'s model and GPU, refined by the profile's expert
 /// curve when that profile was measured.
-pub fn physical_layer(scenario: &GemScenario, expert: &CostCurve) -> MoeLayerCost {
+pub fn physical_layer(scenario: &GemScenario, expert: &ExpertFfnCurve) -> MoeLayerCost {
     let layer = MoeLayerCost::new(&scenario.gpu, &scenario.shape, MoeLayerParams::default());
     if scenario.profile.source.kind != SourceKind::AnalyticRoofline {
-        layer.with_profile(expert.clone())
+        layer.with_profile(expert)
     } else {
         layer
     }
@@ -482,8 +482,11 @@ pub struct CurveStepCost<'a> {
     head: &'a CostCurve,
     speeds: &'a [SpeedFactors],
     /// Whether the non-expert curves are already one GPU's share of the tensor-parallel layer
-    /// (built from operations measured at that degree) rather than the whole layer's.
+    /// (built from operations measured at that degree, or a profile measured as one GPU's
+    /// shard) rather than the whole layer's.
     non_expert_per_gpu: bool,
+    /// Whether the head curve is one GPU's shard too (a profile measured as one).
+    head_per_gpu: bool,
     source: CostSource,
     op_sources: Option<OpSources>,
 }
@@ -499,7 +502,8 @@ impl<'a> CurveStepCost<'a> {
             non_expert_decode: &profile.non_expert_decode,
             head: &profile.head,
             speeds: &deployment.speeds,
-            non_expert_per_gpu: scenario.pricing.is_some(),
+            non_expert_per_gpu: scenario.pricing.is_some() || profile.tensor_parallel > 1,
+            head_per_gpu: profile.tensor_parallel > 1,
             source: match profile.source.kind {
                 SourceKind::Measured => CostSource::Measured,
                 SourceKind::AnalyticRoofline => CostSource::Analytic,
@@ -518,11 +522,14 @@ impl StepCost for CurveStepCost<'_> {
             .routed
             .expect("a GEM step carries its routed tokens per layer and GPU");
         let n_gpus = self.speeds.len();
-        let tokens = (work.prefill_tokens + work.decode_tokens) as f64;
         let emitting = work.batch.iter().filter(|s| s.step_emits()).count();
-        let prefill = self.non_expert_prefill.at(tokens);
-        let decode = self.non_expert_decode.at(work.decode_tokens as f64);
-        let head = self.head.at(emitting as f64);
+        // A step's dense part: a pass over its prefill tokens (the GEMMs, compute-bound at the
+        // counts that matter) and a decode pass over its decoding sequences (the GEMMs and
+        // attention over their cache, weight- and KV-streaming), whichever it has.
+        let at = |curve: &CostCurve, n: u64| if n > 0 { curve.at(n as f64) } else { 0.0 };
+        let prefill = at(self.non_expert_prefill, work.prefill_tokens);
+        let decode = at(self.non_expert_decode, work.decode_tokens);
+        let head = at(self.head, emitting as u64);
         let mut busy = vec![0.0; n_gpus];
         let mut moe = 0.0;
         for row in routed.per_gpu.chunks_exact(n_gpus) {
@@ -535,17 +542,20 @@ impl StepCost for CurveStepCost<'_> {
             moe += slowest;
         }
         // Attention, shared experts and the head are tensor-parallel over the G GPUs: each
-        // runs 1/G of the work at its own speed (or, priced from operations measured at
-        // tensor parallelism G, its measured share) and the slowest sets the pace.
+        // runs 1/G of the work at its own speed (or, priced from operations or a profile
+        // measured at tensor parallelism G, its measured share) and the slowest sets the pace.
         let layers = routed.layers as f64;
+        let g = n_gpus as f64;
         let mut dense_pace = 0.0f64;
         for (b, s) in busy.iter_mut().zip(self.speeds) {
-            let dense = (prefill / s.compute).max(decode / s.bandwidth);
-            let own = if self.non_expert_per_gpu {
-                layers * dense + head / s.bandwidth / n_gpus as f64
+            let dense = prefill / s.compute + decode / s.bandwidth;
+            let dense = if self.non_expert_per_gpu {
+                dense
             } else {
-                (layers * dense + head / s.bandwidth) / n_gpus as f64
+                dense / g
             };
+            let head = head / s.bandwidth;
+            let own = layers * dense + if self.head_per_gpu { head } else { head / g };
             *b += own;
             dense_pace = dense_pace.max(own);
         }
