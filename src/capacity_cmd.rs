@@ -1,4 +1,5 @@
-//! `expertsim capacity`: the highest arrival rate at which a scenario still meets a latency SLO.
+//! `expertsim capacity`: the highest arrival rate at which a scenario still meets an SLO, on
+//! latency (at most a bound) or throughput (at least one), or any metric of the family's table.
 //! For each sweep cell (cells in parallel, `--shard K/N` like `run`), the family's rate key is
 //! doubled or halved from the scenario's own rate until the SLO brackets, then bisected until the
 //! bracket is within `--tolerance` (relative) of its upper end. A rate meets the SLO when the
@@ -17,13 +18,18 @@ use std::process::ExitCode;
 /// Most doublings (or halvings) tried before giving up on a bracket: 2^40 spans any rate.
 const MAX_BRACKET_STEPS: usize = 40;
 
-/// Find the highest arrival rate that meets a latency SLO.
+/// The finest relative tolerance: 20 bisections below a bracket's upper end, past the noise of
+/// any simulated metric.
+const MIN_TOLERANCE: f64 = 1e-6;
+
+/// Find the highest arrival rate that meets an SLO (latency, throughput or any metric).
 #[derive(Args)]
 pub struct CapacityArgs {
-    /// The scenario TOML file (its arrival rate must not be swept).
+    /// The scenario TOML file (its arrival rate not swept, or narrowed to one value with --set).
     scenario: PathBuf,
-    /// The SLO: comma-separated METRIC=BOUND, e.g. `latency_p99_ms=2000`; a lower-is-better
-    /// metric must stay at or below its bound, a higher-is-better one at or above.
+    /// The SLO: comma-separated METRIC=BOUND over the family's metrics (docs/metrics.md), e.g.
+    /// `latency_p99_ms=2000` (latency: lower is better, so at or below its bound) or
+    /// `throughput_rps=100` (higher is better: at or above it).
     #[arg(long, value_delimiter = ',', required = true)]
     slo: Vec<String>,
     /// Stop when the bracket [met, missed] is this close, relative to its upper end.
@@ -70,6 +76,10 @@ pub struct CellCapacity {
     /// The lowest rate tried that missed it; None when none did (the capacity is a lower bound).
     pub missed_at: Option<f64>,
     pub evaluations: Vec<Evaluation>,
+    /// Why the search stopped before it bracketed the capacity: the scenario refuses the next
+    /// rate (its ceilings on requests or simulated time, or the ceiling on rates).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 /// What `capacity.json` holds.
@@ -146,6 +156,13 @@ fn own_rate(path: &Path, key: &str, sets: &[String]) -> Option<f64> {
         .or_else(|| value.as_integer().map(|i| i as f64))
 }
 
+/// What trying one rate gave.
+enum Tried {
+    Evaluated(Evaluation),
+    /// The scenario refuses this rate (the message says why): the search goes no further.
+    Refused(String),
+}
+
 /// The SLO metrics' means of cell `cell` at `rate`, and whether they meet the bounds.
 fn evaluate(
     args: &CapacityArgs,
@@ -153,10 +170,17 @@ fn evaluate(
     cell: usize,
     rate: f64,
     slo: &[Bound],
-) -> Result<Evaluation, String> {
+) -> Result<Tried, String> {
     let mut sets = args.sets.clone();
     sets.push(format!("{key}={rate:?}"));
-    let plan = sim::scenario::load(&args.scenario, &sets).map_err(|e| e.to_string())?;
+    let plan = match sim::scenario::load(&args.scenario, &sets) {
+        Ok(plan) => plan,
+        // The rate itself, or what it derives (requests, simulated seconds), is refused.
+        Err(e) if e.field.as_deref() == Some(key) => {
+            return Ok(Tried::Refused(sim::scenario::error::one_line(&e.message)));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
     let runs = sim::runner::run_cells(
         &plan,
         &strategies::Registry,
@@ -185,8 +209,12 @@ fn evaluate(
         met &= ok;
         means.push(mean);
     }
-    Ok(Evaluation { rate, met, means })
+    Ok(Tried::Evaluated(Evaluation { rate, met, means }))
 }
+
+/// One cell's search: the highest rate met, the lowest missed, every evaluation, and why the
+/// search stopped early if it did.
+type Search = (Option<f64>, Option<f64>, Vec<Evaluation>, Option<String>);
 
 /// Brackets, then bisects, the capacity of one cell.
 fn search(
@@ -195,51 +223,70 @@ fn search(
     cell: usize,
     start: f64,
     slo: &[Bound],
-) -> Result<(Option<f64>, Option<f64>, Vec<Evaluation>), String> {
+) -> Result<Search, String> {
     let mut evaluations = Vec::new();
-    let try_rate = |rate: f64, evaluations: &mut Vec<Evaluation>| -> Result<bool, String> {
-        let e = evaluate(args, key, cell, rate, slo)?;
-        let met = e.met;
-        evaluations.push(e);
-        Ok(met)
-    };
+    let mut stopped = None;
+    // Some(met) for an evaluated rate, None for one the scenario refuses (noted in `stopped`).
+    let mut try_rate =
+        |rate: f64, evaluations: &mut Vec<Evaluation>| -> Result<Option<bool>, String> {
+            match evaluate(args, key, cell, rate, slo)? {
+                Tried::Evaluated(e) => {
+                    let met = e.met;
+                    evaluations.push(e);
+                    Ok(Some(met))
+                }
+                Tried::Refused(why) => {
+                    stopped = Some(format!("{key} = {rate:e} is refused: {why}"));
+                    Ok(None)
+                }
+            }
+        };
     let (mut met, mut missed) = (None, None);
     let mut rate = start;
-    if try_rate(rate, &mut evaluations)? {
-        met = Some(rate);
-        for _ in 0..MAX_BRACKET_STEPS {
-            rate *= 2.0;
-            if try_rate(rate, &mut evaluations)? {
-                met = Some(rate);
-            } else {
-                missed = Some(rate);
-                break;
+    match try_rate(rate, &mut evaluations)? {
+        None => {}
+        Some(true) => {
+            met = Some(rate);
+            for _ in 0..MAX_BRACKET_STEPS {
+                rate *= 2.0;
+                match try_rate(rate, &mut evaluations)? {
+                    Some(true) => met = Some(rate),
+                    Some(false) => {
+                        missed = Some(rate);
+                        break;
+                    }
+                    None => break,
+                }
             }
         }
-    } else {
-        missed = Some(rate);
-        for _ in 0..MAX_BRACKET_STEPS {
-            rate /= 2.0;
-            if try_rate(rate, &mut evaluations)? {
-                met = Some(rate);
-                break;
-            }
+        Some(false) => {
             missed = Some(rate);
+            for _ in 0..MAX_BRACKET_STEPS {
+                rate /= 2.0;
+                match try_rate(rate, &mut evaluations)? {
+                    Some(true) => {
+                        met = Some(rate);
+                        break;
+                    }
+                    Some(false) => missed = Some(rate),
+                    None => break,
+                }
+            }
         }
     }
     if let (Some(mut lo), Some(mut hi)) = (met, missed) {
         while hi - lo > args.tolerance * hi {
             let mid = 0.5 * (lo + hi);
-            if try_rate(mid, &mut evaluations)? {
-                lo = mid;
-            } else {
-                hi = mid;
+            match try_rate(mid, &mut evaluations)? {
+                Some(true) => lo = mid,
+                Some(false) => hi = mid,
+                None => break,
             }
         }
         met = Some(lo);
         missed = Some(hi);
     }
-    Ok((met, missed, evaluations))
+    Ok((met, missed, evaluations, stopped))
 }
 
 pub fn run(args: CapacityArgs) -> ExitCode {
@@ -266,10 +313,12 @@ pub fn run(args: CapacityArgs) -> ExitCode {
             args.scenario.display()
         ));
     }
-    if !(args.tolerance > 0.0 && args.tolerance < 1.0) {
+    if !(MIN_TOLERANCE..1.0).contains(&args.tolerance) {
         return refuse(format!(
-            "--tolerance {}: must be between 0 and 1 (relative)",
-            args.tolerance
+            "--tolerance {:e}: must be from {MIN_TOLERANCE:e} to below 1 (relative; a \
+             bisection halves the bracket {} times to reach the floor)",
+            args.tolerance,
+            (1.0 / MIN_TOLERANCE).log2().ceil()
         ));
     }
     let slo = match parse_slo(&args.slo, &plan) {
@@ -289,6 +338,13 @@ pub fn run(args: CapacityArgs) -> ExitCode {
             ));
         }
     };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| Path::new("results").join(format!("{}-capacity", plan.name)));
+    if let Err(err) = sim::results::check_output_folder(&out, &plan.name) {
+        return refuse(format!("--out {}: {err}; nothing was run", out.display()));
+    }
     let cells = match args.shard {
         Some(shard) => shard.cells(plan.cells.len()),
         None => (0..plan.cells.len()).collect(),
@@ -297,7 +353,8 @@ pub fn run(args: CapacityArgs) -> ExitCode {
     let searched: Vec<Result<CellCapacity, String>> = cells
         .par_iter()
         .map(|&cell| {
-            let (capacity, missed_at, evaluations) = search(&args, key, cell, start, &slo)?;
+            let (capacity, missed_at, evaluations, stopped) =
+                search(&args, key, cell, start, &slo)?;
             // The cell's coordinates other than the searched rate (fixed by --set, if at all).
             let label = plan.cells[cell]
                 .coords
@@ -311,6 +368,7 @@ pub fn run(args: CapacityArgs) -> ExitCode {
                 capacity,
                 missed_at,
                 evaluations,
+                stopped,
             })
         })
         .collect();
@@ -355,8 +413,12 @@ pub fn run(args: CapacityArgs) -> ExitCode {
         let capacity = match (cell.capacity, cell.missed_at) {
             (Some(c), Some(m)) => format!("{c:.4} (missed at {m:.4})"),
             (Some(c), None) => format!("at least {c:.4} (met at every rate tried)"),
-            (None, Some(m)) => format!("none (missed even at {m:.4})"),
-            (None, None) => "none".into(),
+            (None, Some(m)) => format!("none: no rate met the SLO (missed even at {m:.4})"),
+            (None, None) => "none: no rate could be tried".into(),
+        };
+        let capacity = match &cell.stopped {
+            Some(why) => format!("{capacity}; the search stopped: {why}"),
+            None => capacity,
         };
         println!(
             "{:<width$}  {capacity}  [{} evaluations]",
@@ -369,10 +431,6 @@ pub fn run(args: CapacityArgs) -> ExitCode {
         );
     }
     println!("searched in {:.2} s", started.elapsed().as_secs_f64());
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| Path::new("results").join(format!("{}-capacity", plan.name)));
     let name = match args.shard {
         Some(s) => format!("capacity-{}-of-{}.json", s.index, s.count),
         None => "capacity.json".into(),

@@ -3,6 +3,7 @@
 //! (printed, with a warning and the commands to recalibrate when it fails), then the run
 //! (fidelity table printed, `fidelity.json` and figures written only when the run succeeded).
 
+use crate::invocation;
 use clap::{Args, ValueEnum};
 use live::probe::{ProbeOptions, ProbeOutcome, Verdict};
 use live::{BackendKind, BeforeRun, Clock, LiveOptions};
@@ -93,13 +94,26 @@ fn shell_word(word: &str) -> String {
     }
 }
 
-/// The commands that would give a profile describing this device: recalibrate the one the
-/// scenario names (CAPS and GEM: for the scenario's counts), or measure one for a run.
+/// The commands that would give a profile describing this device: measure one for this run
+/// (`--calibrate`), or keep one for later runs (CAPS and GEM: for the scenario's counts),
+/// written to a new file in the run's output folder, never over the profile the scenario names
+/// (a shipped profile stays as committed). After `--calibrate` nothing is advised but a quieter
+/// machine: the profile was measured here moments ago.
 fn recalibrate_commands(
     args: &LiveArgs,
     plan: &sim::scenario::ScenarioPlan,
     profile: &str,
+    out: &Path,
+    just_calibrated: bool,
 ) -> Vec<String> {
+    if just_calibrated {
+        return vec![
+            "the profile was measured on this device moments ago, so the device's speed moved \
+             since (other processes' load; see the timing noise line below): measuring again \
+             here gives the same; rerun when the machine is quiet"
+                .to_string(),
+        ];
+    }
     let backend = match args.backend {
         BackendArg::Cpu => "cpu",
         BackendArg::Cuda => "cuda",
@@ -118,24 +132,55 @@ fn recalibrate_commands(
     if args.decode_context != defaults.decode_context {
         kernel_flags += &format!(" --decode-context {}", args.decode_context);
     }
+    let expertsim = invocation::command("expertsim");
+    let calibrate = invocation::command("expertsim-calibrate");
+    let kept = std::path::absolute(out.join("recalibrated-profile.json"))
+        .unwrap_or_else(|_| out.join("recalibrated-profile.json"));
+    let overwrites_profile = same_path(&kept, Path::new(profile));
     let mut commands = Vec::new();
     if calibrate::scenario_points::for_scenario(&plan.cells[0].scenario).is_ok() {
         commands.push(format!(
-            "recalibrate the scenario's profile: expertsim-calibrate --backend {backend} \
-             --for-scenario {scenario}{sets}{kernel_flags} --output {}",
-            shell_word(profile)
-        ));
-        commands.push(format!(
-            "or measure one for this run: expertsim live {scenario} --backend {backend}{sets}\
+            "measure one for this run: {expertsim} live {scenario} --backend {backend}{sets}\
              {kernel_flags} --calibrate"
         ));
+        if let (false, Some(field)) = (overwrites_profile, plan.family.profile_field()) {
+            let kept = kept.display().to_string();
+            commands.push(format!(
+                "or keep one for later runs: {calibrate} --backend {backend} --for-scenario \
+                 {scenario}{sets}{kernel_flags} --output {}, then run with --set {}",
+                shell_word(&kept),
+                shell_word(&format!("{field}={}", toml::Value::String(kept.clone())))
+            ));
+        }
     } else {
         commands.push(format!(
-            "recalibrate {profile} on this device with expertsim-calibrate --backend {backend} \
-             and the flags it was measured with (docs/calibration.md)"
+            "recalibrate it on this device with {calibrate} --backend {backend} and the flags \
+             it was measured with (docs/calibration.md), written with --output to a new file \
+             (not over {profile}), then point the scenario at that file with --set"
         ));
     }
     commands
+}
+
+/// Whether two paths name the same file (as written, or once both exist).
+fn same_path(a: &Path, b: &Path) -> bool {
+    a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b)
+}
+
+/// `out`, or, when it already holds a live run's `fidelity.json`, the first of `out-2`,
+/// `out-3`, ... that does not: a second run never overwrites the first's report.
+fn unused_out(out: PathBuf) -> PathBuf {
+    if !out.join("fidelity.json").exists() {
+        return out;
+    }
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "live".into());
+    (2..)
+        .map(|i| out.with_file_name(format!("{name}-{i}")))
+        .find(|candidate| !candidate.join("fidelity.json").exists())
+        .expect("some numbered folder is free")
 }
 
 /// `--calibrate`: measures the scenario's profile on `kernels`, writes it, and reloads the
@@ -197,6 +242,7 @@ fn warn_about_the_profile(
     args: &LiveArgs,
     plan: &sim::scenario::ScenarioPlan,
     probe: &live::probe::Probe,
+    out: &Path,
     just_calibrated: bool,
 ) {
     let level = if args.strict_probe {
@@ -214,18 +260,68 @@ fn warn_about_the_profile(
         probe.median_error_pct,
         probe.threshold_pct,
         if just_calibrated {
-            " (it was measured moments ago: the device's speed changed since, e.g. other \
-             processes' load)"
+            " (it was measured moments ago: the device's speed changed since)"
         } else {
             ""
         }
     );
-    for line in recalibrate_commands(args, plan, &probe.profile) {
+    for line in recalibrate_commands(args, plan, &probe.profile, out, just_calibrated) {
         eprintln!("  {line}");
     }
 }
 
+/// The most timed runs per kernel launch `--repetitions` may ask for.
+const MAX_REPETITIONS: usize = 1000;
+/// The longest KV cache per sequence `--decode-context` may ask for (128 Ki tokens, the longest
+/// context of the catalogue's models); the decode kernel allocates it for every row.
+const MAX_DECODE_CONTEXT: usize = 131_072;
+/// The most probe points per step series `--probe-points` may ask for (a series has tens of
+/// sampled counts).
+const MAX_PROBE_POINTS: usize = 1000;
+/// The tile sizes the kernels accept: a multiple of 4 from 4 to 256 (`kernels::moe`).
+const TILE_STEP: usize = 4;
+const MAX_TILE: usize = 256;
+
+/// The command-line numbers, each against its floor and ceiling: one line naming the flag.
+fn check_numbers(args: &LiveArgs) -> Result<(), String> {
+    let within = |flag: &str, value: usize, low: usize, high: usize| {
+        if (low..=high).contains(&value) {
+            Ok(())
+        } else {
+            Err(format!("{flag} {value}: must be from {low} to {high}"))
+        }
+    };
+    if args.tile % TILE_STEP != 0 || !(TILE_STEP..=MAX_TILE).contains(&args.tile) {
+        return Err(format!(
+            "--tile {}: must be a multiple of {TILE_STEP} from {TILE_STEP} to {MAX_TILE}",
+            args.tile
+        ));
+    }
+    within("--repetitions", args.repetitions, 1, MAX_REPETITIONS)?;
+    within(
+        "--decode-context",
+        args.decode_context,
+        1,
+        MAX_DECODE_CONTEXT,
+    )?;
+    if !args.no_probe {
+        within("--probe-points", args.probe_points, 1, MAX_PROBE_POINTS)
+            .map_err(|e| format!("{e} (or --no-probe)"))?;
+    }
+    if !(args.probe_threshold.is_finite() && args.probe_threshold >= 0.0) {
+        return Err(format!(
+            "--probe-threshold {}: must be a non-negative percentage",
+            args.probe_threshold
+        ));
+    }
+    Ok(())
+}
+
 pub fn run(args: LiveArgs) -> ExitCode {
+    if let Err(message) = check_numbers(&args) {
+        eprintln!("error: {message}; nothing was run");
+        return ExitCode::from(2);
+    }
     let plan = match sim::scenario::load(&args.scenario, &args.sets) {
         Ok(plan) => plan,
         Err(err) => {
@@ -233,16 +329,9 @@ pub fn run(args: LiveArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if args.probe_points == 0 {
-        eprintln!("error: --probe-points: must be at least 1 (or --no-probe)");
-        return ExitCode::from(2);
-    }
-    if !(args.probe_threshold.is_finite() && args.probe_threshold >= 0.0) {
-        eprintln!(
-            "error: --probe-threshold: {} is not a non-negative percentage",
-            args.probe_threshold
-        );
-        return ExitCode::from(2);
+    if let Err(err) = live::check_family(&plan) {
+        eprintln!("error: {}: {err}", args.scenario.display());
+        return ExitCode::from(err.exit_code());
     }
     let options = LiveOptions {
         backend: match args.backend {
@@ -259,10 +348,23 @@ pub fn run(args: LiveArgs) -> ExitCode {
         decode_context: args.decode_context,
         repetitions: args.repetitions,
     };
-    let out = args
+    let asked = args
         .out
         .clone()
         .unwrap_or_else(|| Path::new("results").join(format!("{}-live", plan.name)));
+    let out = unused_out(asked.clone());
+    if out != asked {
+        eprintln!(
+            "note: {} holds an earlier live run's fidelity.json; this run writes to {} \
+             (--out chooses the folder)",
+            asked.display(),
+            out.display()
+        );
+    }
+    if let Err(err) = sim::results::check_output_folder(&out, &plan.name) {
+        eprintln!("error: --out {}: {err}; nothing was run", out.display());
+        return ExitCode::from(2);
+    }
     let fail = |err: live::LiveError| {
         eprintln!("error: {}: {err}", args.scenario.display());
         ExitCode::from(err.exit_code())
@@ -305,7 +407,7 @@ pub fn run(args: LiveArgs) -> ExitCode {
     if let ProbeOutcome::Ran(probe) = &before.probe
         && probe.verdict == Verdict::DoesNotDescribe
     {
-        warn_about_the_profile(&args, &plan, probe, before.calibrated.is_some());
+        warn_about_the_profile(&args, &plan, probe, &out, before.calibrated.is_some());
         if args.strict_probe {
             return ExitCode::from(2);
         }
@@ -314,6 +416,13 @@ pub fn run(args: LiveArgs) -> ExitCode {
         Ok(report) => report,
         Err(err) => return fail(err),
     };
+    if let Some(why) = &report.timing_noise.why {
+        eprintln!(
+            "warning: noisy timings ({why}): the step errors below measure this machine's load \
+             as much as the cost model; rerun on a quiet machine before reading the MAPE as \
+             the model's error"
+        );
+    }
     print!("{}", live::report::table(&report));
     let mut written = Vec::new();
     let result = live::report::write_json(&report, &out).map(|p| written.push(p));

@@ -1,7 +1,10 @@
 //! The expertsim command-line interface: parses arguments and calls the libraries.
-//! Exit codes: 0 success, 2 bad input (scenario, override or trace), 1 any other failure.
+//! Exit codes: 0 success, 2 bad input (scenario, override or trace), 3 the sweep ran and its
+//! results were written but some runs failed (out of memory, no placement: named on stderr),
+//! 1 any other failure.
 
 mod capacity_cmd;
+mod invocation;
 mod live_cmd;
 mod merge_cmd;
 mod plots;
@@ -29,7 +32,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a scenario (and its sweep): print a summary, write results JSON and figures.
+    /// Run a scenario (and its sweep): print a summary, write results JSON and figures (its
+    /// [[figure]] tables; without any, its headline metrics over the first sweep key).
     Run {
         /// The scenario TOML file.
         scenario: PathBuf,
@@ -59,19 +63,24 @@ enum Command {
     },
     /// Join the shards of a sweep (`run --shard K/N`) into the results and figures of one run.
     Merge(merge_cmd::MergeArgs),
-    /// Find the highest arrival rate at which a scenario meets a latency SLO (bisection per
-    /// sweep cell; docs/capacity.md).
+    /// Find the highest arrival rate at which a scenario meets an SLO on any of its metrics,
+    /// latency (at most) or throughput (at least) (bisection per sweep cell; docs/capacity.md).
     Capacity(capacity_cmd::CapacityArgs),
     /// Run every family's reproduction scenarios, render their figures and rewrite the paper
     /// claims' tables in docs/reproduction.md (scenarios/<family>/headlines.toml).
     Reproduce(reproduce_cmd::ReproduceArgs),
-    /// Check a scenario without running it.
+    /// Check a scenario without running it: every sweep cell validated (keys, ranges, models,
+    /// GPUs, whether the weights fit), the runs counted, each replayed trace summarized.
     Validate {
+        /// The scenario TOML file.
         scenario: PathBuf,
+        /// Override a scenario value as `run` would, e.g. --set replica.gpus=1.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
     },
-    /// List every policy kind with a one-line description.
+    /// List every option a scenario can name, with a line each: the policies, the families,
+    /// scheduler kinds, routers, predictors, distributions, arrival patterns, figure kinds,
+    /// models and GPUs.
     List,
     /// Run a scenario live: the same scheduler code, every step executed and timed on the
     /// kernels; prints the fidelity table, writes fidelity.json and figures.
@@ -116,6 +125,9 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
                 let out = out.unwrap_or_else(|| Path::new("results").join(&plan.name));
+                if let Err(code) = check_before_running(&plan, &out, !no_figures) {
+                    return code;
+                }
                 if let Err(err) = probe_output_folder(&out) {
                     eprintln!("error: --out {}: {err}; nothing was run", out.display());
                     return ExitCode::from(2);
@@ -130,7 +142,11 @@ fn main() -> ExitCode {
                         || plan.cells.iter().any(|c| c.scenario.trace_events()),
                     sets: &sets,
                 };
-                report_failure(run(&plan, &sweep, no_figures))
+                match run(&plan, &sweep, no_figures) {
+                    Ok(0) => ExitCode::SUCCESS,
+                    Ok(_) => ExitCode::from(RUNS_FAILED),
+                    Err(err) => report_failure(Err(err)),
+                }
             }
             Err(code) => code,
         },
@@ -163,12 +179,64 @@ fn main() -> ExitCode {
         Command::Capacity(args) => capacity_cmd::run(args),
         Command::Reproduce(args) => reproduce_cmd::run(args),
         Command::List => {
-            for info in strategies::catalogue() {
-                println!("{:<10} {:<20} {}", info.family, info.kind, info.description);
-            }
+            print!("{}", list());
             ExitCode::SUCCESS
         }
     }
+}
+
+/// `expertsim list`: every policy kind (`strategies::catalogue`), then every other named option
+/// (`sim::scenario::options`), one per line as `group kind description`, each group headed by a
+/// `#` line naming the key that takes it.
+fn list() -> String {
+    // Where each extension point's kind is named, per family.
+    const POLICY_KEYS: &[(&str, &str)] = &[
+        (
+            "batch",
+            "scheduler.selector.kind (caps), replica.batch_former.kind (serving)",
+        ),
+        (
+            "mapping",
+            "mapper.kind (gem), experts.mapping.kind (serving)",
+        ),
+        ("placement", "placement.kind (mosaic)"),
+        ("gating", "gate.kind (mosaic)"),
+        (
+            "queue",
+            "queue.kind (chimera), replica.queue.kind (serving)",
+        ),
+        (
+            "routing",
+            "routing.kind (chimera; the serving family's routers are listed below)",
+        ),
+        (
+            "memory",
+            "memory.kind (expertweave), adapters.memory.kind (serving)",
+        ),
+    ];
+    let mut out = String::new();
+    let mut heading = "";
+    for info in strategies::catalogue() {
+        if info.family != heading {
+            heading = info.family;
+            let key = POLICY_KEYS
+                .iter()
+                .find(|(group, _)| *group == heading)
+                .map_or("", |(_, key)| key);
+            out += &format!("# {heading} policies: {key}\n");
+        }
+        out += &format!(
+            "{:<16} {:<28} {}\n",
+            info.family, info.kind, info.description
+        );
+    }
+    for group in sim::scenario::options::catalogue() {
+        out += &format!("# {}: {}\n", group.group, group.key);
+        for (kind, description) in &group.kinds {
+            out += &format!("{:<16} {kind:<28} {description}\n", group.group);
+        }
+    }
+    out
 }
 
 /// Loads a scenario; a bad one prints a one-line error and yields exit code 2. What the loader
@@ -184,12 +252,46 @@ fn load(path: &Path, sets: &[String]) -> Result<ScenarioPlan, ExitCode> {
     Ok(plan)
 }
 
+/// What must hold before a scenario runs into `out` (or a merge writes there), each refused
+/// with one line and exit code 2 and nothing written: every figure file name one the file
+/// system takes (when figures are drawn), and an output folder `check_output_folder` accepts.
+fn check_before_running(plan: &ScenarioPlan, out: &Path, figures: bool) -> Result<(), ExitCode> {
+    if figures && let Err((field, message)) = plots::check_file_names(plan) {
+        eprintln!(
+            "error: {}: field `{field}`: {message}; nothing was run",
+            plan.path.display()
+        );
+        return Err(ExitCode::from(2));
+    }
+    sim::results::check_output_folder(out, &plan.name).map_err(|err| {
+        eprintln!("error: --out {}: {err}; nothing was run", out.display());
+        ExitCode::from(2)
+    })
+}
+
 /// Creates the output folder and checks that a file can be written in it, before any cell runs.
 fn probe_output_folder(out: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(out)?;
     let probe = out.join(".expertsim-write-probe");
     std::fs::write(&probe, b"")?;
     std::fs::remove_file(&probe)
+}
+
+/// The exit code of a sweep that ran and wrote its results with some runs failed.
+const RUNS_FAILED: u8 = 3;
+
+/// Prints the failed runs of `document` (if any) on stderr; returns how many failed.
+fn report_failed_runs(document: &sim::results::ResultsDocument) -> usize {
+    let lines = summary::failed_runs(document);
+    for line in &lines {
+        eprintln!("{line}");
+    }
+    document
+        .cells
+        .iter()
+        .flat_map(|c| &c.runs)
+        .filter(|r| r.failure().is_some())
+        .count()
 }
 
 fn report_failure(result: anyhow::Result<()>) -> ExitCode {
@@ -203,8 +305,9 @@ fn report_failure(result: anyhow::Result<()>) -> ExitCode {
 }
 
 /// Runs the cells `sweep` selects that its output directory does not already hold; a whole sweep
-/// then prints its table and writes results and figures, a shard its partial result.
-fn run(plan: &ScenarioPlan, sweep: &SweepOptions, no_figures: bool) -> anyhow::Result<()> {
+/// then prints its table and writes results and figures, a shard its partial result. Returns
+/// how many runs failed (named on stderr).
+fn run(plan: &ScenarioPlan, sweep: &SweepOptions, no_figures: bool) -> anyhow::Result<usize> {
     use anyhow::Context;
     let out = sweep.out;
     let prepared = sim::partial::resume::prepare(plan, sweep);
@@ -238,10 +341,11 @@ fn run(plan: &ScenarioPlan, sweep: &SweepOptions, no_figures: bool) -> anyhow::R
         SweepOutcome::Shard { manifest, cells } => {
             eprintln!("{total} runs in {:.2} s", elapsed.as_secs_f64());
             eprintln!(
-                "wrote {} ({cells} cells); join the shards with `expertsim merge`",
-                manifest.display()
+                "wrote {} ({cells} cells); join the shards with `{} merge`",
+                manifest.display(),
+                invocation::command("expertsim")
             );
-            return Ok(());
+            return Ok(0);
         }
     };
 
@@ -250,7 +354,7 @@ fn run(plan: &ScenarioPlan, sweep: &SweepOptions, no_figures: bool) -> anyhow::R
         .with_context(|| format!("writing {}", out.join("results.json").display()))?;
     let mut written = vec![results_path];
     if !no_figures {
-        written.extend(plots::render_all(plan, &document, &out.join("figures"))?);
+        written.extend(plots::render_run(plan, &document, &out.join("figures"))?);
     }
     if sweep.per_request_csv {
         written.push(out.join("requests"));
@@ -262,5 +366,5 @@ fn run(plan: &ScenarioPlan, sweep: &SweepOptions, no_figures: bool) -> anyhow::R
     for path in written {
         eprintln!("wrote {}", path.display());
     }
-    Ok(())
+    Ok(report_failed_runs(&document))
 }

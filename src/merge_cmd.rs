@@ -40,10 +40,25 @@ pub fn run(args: MergeArgs) -> ExitCode {
             Err(message) => return refuse(message),
         },
     };
-    let out = args
-        .out
-        .unwrap_or_else(|| Path::new("results").join(&merged.document.scenario.name));
-    crate::report_failure(write(&merged, plan.as_ref(), &out))
+    let name = &merged.document.scenario.name;
+    let out = args.out.unwrap_or_else(|| Path::new("results").join(name));
+    if let Some(plan) = &plan
+        && let Err(code) = crate::check_before_running(plan, &out, true)
+    {
+        return code;
+    }
+    if let Err(err) = sim::results::check_output_folder(&out, name) {
+        return refuse(format!(
+            "--out {}: {err}; nothing was written",
+            out.display()
+        ));
+    }
+    match write(&merged, plan.as_ref(), &out) {
+        Ok(()) if crate::report_failed_runs(&merged.document) > 0 => {
+            ExitCode::from(crate::RUNS_FAILED)
+        }
+        result => crate::report_failure(result),
+    }
 }
 
 /// The scenario the shards ran, reloaded to render figures; it must still describe the same sweep.
@@ -70,7 +85,7 @@ fn write(merged: &Merged, plan: Option<&ScenarioPlan>, out: &Path) -> anyhow::Re
         .with_context(|| format!("writing {}", results_path.display()))?;
     let mut written = vec![results_path];
     if let Some(plan) = plan {
-        written.extend(crate::plots::render_all(
+        written.extend(crate::plots::render_run(
             plan,
             document,
             &out.join("figures"),

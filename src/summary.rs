@@ -1,5 +1,7 @@
 //! The summary table `expertsim run` prints: one row per sweep cell, the family's headline
-//! metrics as means across seeds, and their change against the baseline when there is one.
+//! metrics as means across seeds, and their change against the baseline when there is one; and
+//! the lines naming the runs that failed (out of memory, no placement), which make the exit
+//! code 3.
 
 use sim::results::ResultsDocument;
 use std::fmt::Write;
@@ -109,4 +111,59 @@ pub fn table(document: &ResultsDocument) -> String {
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
     }
     out.trim_end().to_string()
+}
+
+/// Cells listed by name before the rest are only counted.
+const FAILED_CELLS_SHOWN: usize = 5;
+
+/// The lines naming every cell with failed runs (its coordinates, how many of its seeds failed
+/// and the first reason), at most `FAILED_CELLS_SHOWN` of them, then the count; empty when no
+/// run failed.
+pub fn failed_runs(document: &ResultsDocument) -> Vec<String> {
+    let total: usize = document.cells.iter().map(|c| c.runs.len()).sum();
+    let mut failed_runs = 0;
+    let mut lines = Vec::new();
+    let mut cells = 0;
+    for cell in &document.cells {
+        let failures: Vec<(u64, &str)> = cell
+            .runs
+            .iter()
+            .filter_map(|r| r.failure().map(|why| (r.seed, why)))
+            .collect();
+        let Some((seed, why)) = failures.first() else {
+            continue;
+        };
+        failed_runs += failures.len();
+        cells += 1;
+        if cells <= FAILED_CELLS_SHOWN {
+            let at = if cell.coords.is_empty() {
+                String::new()
+            } else {
+                let coords: Vec<String> = cell
+                    .coords
+                    .iter()
+                    .map(|(k, v)| format!("{k} = {}", coord_text(v)))
+                    .collect();
+                format!(" [{}]", coords.join(", "))
+            };
+            lines.push(format!(
+                "error: run failed{at}, {} of {} seeds (seed {seed}): {why}",
+                failures.len(),
+                cell.runs.len()
+            ));
+        }
+    }
+    if failed_runs > 0 {
+        if cells > FAILED_CELLS_SHOWN {
+            lines.push(format!(
+                "error: ... and {} more cells with failed runs",
+                cells - FAILED_CELLS_SHOWN
+            ));
+        }
+        lines.push(format!(
+            "error: {failed_runs} of {total} runs failed and report no number (results.json \
+             keeps them, with the reason in details.failed or details.error); exit code 3"
+        ));
+    }
+    lines
 }

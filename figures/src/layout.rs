@@ -444,8 +444,13 @@ struct AxesPlan {
     y_label_area: u32,
 }
 
-/// `zero_based_y`: a linear y axis of non-negative (non-positive) data reaches down (up) to 0;
-/// otherwise it spans the data with 5% padding (scatter charts).
+/// Positive data whose span is under this share of their largest value are "flat": a line
+/// chart's y axis spans them rather than reaching down to 0.
+const FLAT_SHARE: f64 = 0.2;
+
+/// `zero_based_y`: a linear y axis of non-negative (non-positive) data reaches down (up) to 0,
+/// unless positive data are flat (within `FLAT_SHARE` of their largest value), when it spans
+/// them; otherwise it spans the data with 5% padding (scatter charts).
 fn plan_axes(panel: &Panel, zero_based_y: bool) -> Result<AxesPlan, FigureError> {
     let points = || panel.series.iter().flat_map(|s| s.points.iter().copied());
     // (y - err, y + err) for every point; err = 0 without error bars.
@@ -495,6 +500,15 @@ fn plan_axes(panel: &Panel, zero_based_y: bool) -> Result<AxesPlan, FigureError>
         let (lo, hi) = if !zero_based_y && high > low {
             let pad = 0.05 * (high - low);
             (low - pad, high + pad)
+        } else if low > 0.0 && high - low < FLAT_SHARE * high {
+            // Flat positive data: from zero they would draw as one line at the top; the axis
+            // spans them instead (its ticks say where it starts).
+            let pad = if high > low {
+                0.1 * (high - low)
+            } else {
+                0.05 * high
+            };
+            ((low - pad).max(0.0), high + pad)
         } else if low >= 0.0 {
             // All values non-negative: start at zero.
             let hi = if high > 0.0 { high * 1.05 } else { 1.0 };
@@ -830,6 +844,27 @@ mod tests {
         assert!(p.y.hi > 110.0 && p.y.hi < 120.0, "{}", p.y.hi);
         assert!(p.x.lo < 10.0 && p.x.lo >= 0.0 && p.x.hi > 20.0);
         assert_eq!(p.x.fixed.as_deref(), Some(&[10.0, 20.0][..]));
+    }
+
+    #[test]
+    fn flat_positive_data_get_an_axis_that_spans_them_not_zero() {
+        let figure = Figure {
+            title: String::new(),
+            panels: vec![Panel {
+                series: vec![Series {
+                    label: "x".into(),
+                    points: vec![(150.0, 90.6), (300.0, 91.2)],
+                    y_err: Some(vec![0.2, 0.1]),
+                }],
+                ..Panel::default()
+            }],
+            columns: 1,
+        };
+        let view = figure.view();
+        let plan = plan(&view).unwrap();
+        let p = line(&plan.panels[0]);
+        assert!(p.y.lo > 90.0 && p.y.lo < 90.4, "{:?}", p.y);
+        assert!(p.y.hi > 91.3 && p.y.hi < 91.5, "{:?}", p.y);
     }
 
     #[test]

@@ -110,8 +110,9 @@ pub fn compile_kernels(major: i32, minor: i32) -> Result<CompiledPtx, BackendErr
 mod tests {
     use super::*;
 
-    /// True when the NVRTC check must run: CI (`CI=true`) fails without NVRTC; elsewhere the
-    /// test reports itself skipped.
+    /// True when the NVRTC check must run: CI (`CI=true`) fails without NVRTC. Elsewhere a
+    /// build without NVRTC marks these tests ignored (`cfg(nvrtc_missing)`, build.rs); one that
+    /// found it at build time but not at run time reports itself skipped.
     fn nvrtc_or_skip(test: &str) -> bool {
         if nvrtc_present() {
             return true;
@@ -131,6 +132,10 @@ mod tests {
     /// Every kernel compiles to PTX for sm_90 through the cuda backend's code path, with an
     /// empty log (no warnings), and the element-wise kernels move 16-byte vectors.
     #[test]
+    #[cfg_attr(
+        nvrtc_missing,
+        ignore = "needs NVRTC: libnvrtc did not load when this was built (.ci/run installs it; docs/calibration.md)"
+    )]
     fn every_kernel_compiles_for_sm_90_without_warnings() {
         if !nvrtc_or_skip("every_kernel_compiles_for_sm_90_without_warnings") {
             return;
@@ -153,6 +158,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        nvrtc_missing,
+        ignore = "needs NVRTC: libnvrtc did not load when this was built (.ci/run installs it; docs/calibration.md)"
+    )]
     fn a_compile_error_is_a_typed_error_with_the_log() {
         if !nvrtc_or_skip("a_compile_error_is_a_typed_error_with_the_log") {
             return;
@@ -170,6 +179,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        nvrtc_missing,
+        ignore = "needs NVRTC: libnvrtc did not load when this was built (.ci/run installs it; docs/calibration.md)"
+    )]
     fn a_warning_shows_up_in_the_log() {
         if !nvrtc_or_skip("a_warning_shows_up_in_the_log") {
             return;

@@ -52,6 +52,9 @@ pub struct Kernels {
     dense_weights: BTreeMap<DenseKey, kernels::Weights>,
     /// The host bytes model loads copy from, grown to the largest load.
     host_weights: Vec<u8>,
+    /// Per timed launch (at least 3 repetitions): its repetitions' interquartile range over
+    /// their median, the run's own measure of timing noise (`crate::noise`).
+    spreads: Vec<f64>,
 }
 
 /// A decode shape as a map key: (hidden, out_features, n_heads, n_kv_heads, head_dim).
@@ -93,7 +96,14 @@ impl Kernels {
             dense: BTreeMap::new(),
             dense_weights: BTreeMap::new(),
             host_weights: Vec::new(),
+            spreads: Vec::new(),
         })
+    }
+
+    /// Every timed launch's relative spread so far (interquartile range / median of its
+    /// repetitions); empty with fewer than 3 repetitions or `--realtime`.
+    pub fn spreads(&self) -> &[f64] {
+        &self.spreads
     }
 
     /// The device's name, as the driver or /proc/cpuinfo gives it.
@@ -154,7 +164,13 @@ impl Kernels {
         }
         let mut samples = self.backend.time(workload, 0, self.repetitions)?;
         samples.sort_by(f64::total_cmp);
-        Ok(samples[samples.len() / 2])
+        let n = samples.len();
+        let median = samples[n / 2];
+        if n >= 3 && median > 0.0 {
+            self.spreads
+                .push((samples[(3 * n) / 4] - samples[n / 4]) / median);
+        }
+        Ok(median)
     }
 
     /// One MoE layer of layer `layer`'s experts (`counts.len()` of them) on the assignment in

@@ -20,6 +20,7 @@ pub mod expertweave;
 pub mod fidelity;
 pub mod gem;
 pub mod mosaic;
+pub mod noise;
 pub mod probe;
 pub mod report;
 pub mod step;
@@ -153,6 +154,8 @@ pub struct LiveReport {
     pub calibrated: Option<calibration::Calibrated>,
     /// The check of the profile against this device before the run.
     pub probe: probe::ProbeOutcome,
+    /// How noisy the run's own timings were (whether the errors can be read as the model's).
+    pub timing_noise: noise::TimingNoise,
     pub variability: Option<String>,
     pub execution: Option<String>,
     pub errors: ErrorSummary,
@@ -168,28 +171,39 @@ pub struct LiveReport {
 type LiveRunner =
     fn(&Scenario, u64, &dyn Policies, &mut Kernels, Clock) -> Result<FamilyRun, LiveError>;
 
+/// A family's place in live mode: its runner, or why it has none (refused before the device
+/// opens, exit code 2).
+#[derive(Clone, Copy)]
+enum LiveFamily {
+    Runs(LiveRunner),
+    Refused(&'static str),
+}
+
 /// Live mode's runner for each registered family (`sim::family::FAMILIES`), by name. A family's
 /// live module lives here because it launches kernels, which `sim` does not know; a test holds
 /// that every registered family has its line.
-const LIVE_FAMILIES: &[(&str, LiveRunner)] = &[
-    ("caps", |s, seed, p, k, clock| {
-        caps::run(cell(s), seed, p, k, clock)
-    }),
-    ("gem", |s, seed, p, k, clock| {
-        gem::run(cell(s), seed, p, k, clock)
-    }),
-    ("mosaic", |s, seed, p, k, clock| {
-        mosaic::run(cell(s), seed, p, k, clock)
-    }),
-    ("chimera", |s, seed, p, k, clock| {
-        chimera::run(cell(s), seed, p, k, clock)
-    }),
-    ("expertweave", |s, seed, p, k, clock| {
-        expertweave::run(cell(s), seed, p, k, clock)
-    }),
-    ("serving", |_, _, _, _, _| {
-        Err(LiveError::Unsupported(SERVING_NOT_LIVE.into()))
-    }),
+const LIVE_FAMILIES: &[(&str, LiveFamily)] = &[
+    (
+        "caps",
+        LiveFamily::Runs(|s, seed, p, k, clock| caps::run(cell(s), seed, p, k, clock)),
+    ),
+    (
+        "gem",
+        LiveFamily::Runs(|s, seed, p, k, clock| gem::run(cell(s), seed, p, k, clock)),
+    ),
+    (
+        "mosaic",
+        LiveFamily::Runs(|s, seed, p, k, clock| mosaic::run(cell(s), seed, p, k, clock)),
+    ),
+    (
+        "chimera",
+        LiveFamily::Runs(|s, seed, p, k, clock| chimera::run(cell(s), seed, p, k, clock)),
+    ),
+    (
+        "expertweave",
+        LiveFamily::Runs(|s, seed, p, k, clock| expertweave::run(cell(s), seed, p, k, clock)),
+    ),
+    ("serving", LiveFamily::Refused(SERVING_NOT_LIVE)),
 ];
 
 /// Why live mode refuses a serving scenario (exit code 2).
@@ -204,14 +218,16 @@ fn cell<S: 'static>(scenario: &Scenario) -> &S {
         .expect("a live runner gets its own family's cells")
 }
 
-/// The live runner of `scenario`'s family.
+/// The live runner of `scenario`'s family, or why live mode refuses it.
 fn live_runner(scenario: &Scenario) -> Result<LiveRunner, LiveError> {
     let name = scenario.family().name();
-    LIVE_FAMILIES
-        .iter()
-        .find(|(family, _)| *family == name)
-        .map(|(_, runner)| *runner)
-        .ok_or_else(|| LiveError::Unsupported(format!("the {name} family has no live mode")))
+    match LIVE_FAMILIES.iter().find(|(family, _)| *family == name) {
+        Some((_, LiveFamily::Runs(runner))) => Ok(*runner),
+        Some((_, LiveFamily::Refused(reason))) => Err(LiveError::Unsupported(reason.to_string())),
+        None => Err(LiveError::Unsupported(format!(
+            "the {name} family has no live mode"
+        ))),
+    }
 }
 
 /// What happened before the run: the probe and, with `--calibrate`, the profile measured.
@@ -232,8 +248,17 @@ impl Default for BeforeRun {
     }
 }
 
+/// Checks that live mode runs `plan`'s family at all (before anything is printed or measured).
+pub fn check_family(plan: &ScenarioPlan) -> Result<(), LiveError> {
+    match plan.cells.first() {
+        Some(cell) => live_runner(&cell.scenario).map(|_| ()),
+        None => Ok(()),
+    }
+}
+
 /// Checks that `plan` is one sweep cell and one seed, and opens the device for it.
 pub fn open(plan: &ScenarioPlan, options: &LiveOptions) -> Result<Kernels, LiveError> {
+    check_family(plan)?;
     if plan.cells.len() != 1 || plan.seeds.len() != 1 {
         return Err(LiveError::Unsupported(format!(
             "live mode runs one sweep cell and one seed; {} has {} cells x {} seeds (narrow it \
@@ -243,9 +268,7 @@ pub fn open(plan: &ScenarioPlan, options: &LiveOptions) -> Result<Kernels, LiveE
             plan.seeds.len()
         )));
     }
-    let scenario = &plan.cells[0].scenario;
-    live_runner(scenario)?;
-    let shape = scenario.live_description().moe_shape;
+    let shape = plan.cells[0].scenario.live_description().moe_shape;
     Ok(Kernels::open(
         options.backend,
         options.device,
@@ -282,9 +305,15 @@ pub fn run_on(
     let description = scenario.live_description();
     let runner = live_runner(scenario)?;
     let profile = probe::scenario_profile(plan)?.map(|p| p.display().to_string());
+    let cpu = kernels.kind() == BackendKind::Cpu;
+    let load_before = if cpu { noise::load_average() } else { None };
+    let launches_before = kernels.spreads().len();
     let started = Instant::now();
     let family_run = runner(scenario, seed, policies, kernels, options.clock)?;
     let wall_s = started.elapsed().as_secs_f64();
+    let load = load_before.zip(if cpu { noise::load_average() } else { None });
+    let timing_noise =
+        noise::TimingNoise::assess(&kernels.spreads()[launches_before..], load, noise::cores());
     Ok(LiveReport {
         scenario: plan.name.clone(),
         family: scenario.family().name().to_string(),
@@ -299,6 +328,7 @@ pub fn run_on(
         profile,
         calibrated: before.calibrated,
         probe: before.probe,
+        timing_noise,
         variability: family_run.variability,
         execution: family_run.execution,
         errors: ErrorSummary::of(&family_run.steps),

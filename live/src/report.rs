@@ -50,10 +50,22 @@ pub fn table(report: &LiveReport) -> String {
     if let Some(v) = &report.variability {
         let _ = writeln!(out, "GPU variability: {v}");
     }
+    let _ = writeln!(out, "{}", report.timing_noise.line());
     let _ = writeln!(
         out,
-        "step time error over {} steps: MAPE {:.1} %, p50 {:.1} %, p90 {:.1} %, worst {:.1} %, bias {:+.1} %, predicted/measured total {:.3}",
-        e.steps, e.mape_pct, e.p50_pct, e.p90_pct, e.worst_pct, e.bias_pct, e.total_ratio
+        "step time error over {} steps{}: MAPE {:.1} %, p50 {:.1} %, p90 {:.1} %, worst {:.1} %, bias {:+.1} %, predicted/measured total {:.3}",
+        e.steps,
+        if report.timing_noise.noisy {
+            " (noisy timings: not the model's error alone)"
+        } else {
+            ""
+        },
+        e.mape_pct,
+        e.p50_pct,
+        e.p90_pct,
+        e.worst_pct,
+        e.bias_pct,
+        e.total_ratio
     );
     let d = &report.decisions;
     let _ = writeln!(

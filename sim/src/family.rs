@@ -36,6 +36,8 @@ pub trait Family: Sync + 'static {
 
     /// The `family = "..."` value of scenario files and results.
     const NAME: &'static str;
+    /// One line for `expertsim list`: what the family simulates, and its doc.
+    const DESCRIPTION: &'static str;
     /// The scalar metrics a run reports, in the order of `RunOutput::scalars` (docs/metrics.md).
     const METRICS: &'static [MetricInfo];
     /// The metrics `expertsim run` prints per cell.
@@ -123,6 +125,7 @@ pub struct LiveDescription {
 /// `Family` is one (a blanket implementation); nothing else implements it.
 pub trait RegisteredFamily: Sync {
     fn name(&self) -> &'static str;
+    fn description(&self) -> &'static str;
     fn metrics(&self) -> &'static [MetricInfo];
     fn headline(&self) -> &'static [&'static str];
     fn headline_improvements(&self) -> &'static [&'static str];
@@ -168,6 +171,9 @@ pub type ConfigError = serde_path_to_error::Error<toml::de::Error>;
 impl<F: Family> RegisteredFamily for F {
     fn name(&self) -> &'static str {
         F::NAME
+    }
+    fn description(&self) -> &'static str {
+        F::DESCRIPTION
     }
     fn metrics(&self) -> &'static [MetricInfo] {
         F::METRICS
@@ -283,6 +289,10 @@ impl FamilyId {
     }
     pub fn name(self) -> &'static str {
         self.0.name()
+    }
+    /// What the family simulates, in one line (`expertsim list`).
+    pub fn description(self) -> &'static str {
+        self.0.description()
     }
     /// The scalar metrics the family reports.
     pub fn metrics(self) -> &'static [MetricInfo] {
@@ -474,6 +484,46 @@ mod tests {
             });
         }
         out
+    }
+
+    /// The per-request CSV's `family` column of docs/metrics.md names every family that writes
+    /// records, and the text says which has none.
+    #[test]
+    fn docs_metrics_family_column_names_every_family_with_records() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let row = text
+            .lines()
+            .find(|l| l.starts_with("| `family` |"))
+            .expect("docs/metrics.md has the family column's row");
+        for family in FamilyId::all() {
+            let named = row.contains(&format!("`{}`", family.name()));
+            match family.csv_columns() {
+                Some(_) => assert!(named, "{family} missing from: {row}"),
+                None => assert!(!named, "{family} writes no records: {row}"),
+            }
+        }
+    }
+
+    /// docs/capacity.md names every family's arrival-rate key, which `expertsim capacity`
+    /// searches.
+    #[test]
+    fn docs_capacity_names_every_rate_key() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/capacity.md");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let sentence = text
+            .split("\n\n")
+            .find(|p| p.contains("searches the family's arrival-rate key"))
+            .expect("docs/capacity.md says which key each family's search varies");
+        for family in FamilyId::all() {
+            assert!(
+                sentence.to_lowercase().contains(family.name()),
+                "{family} not named in: {sentence}"
+            );
+            if let Some(key) = family.rate_key() {
+                assert!(sentence.contains(&format!("`{key}`")), "{key}: {sentence}");
+            }
+        }
     }
 
     #[test]

@@ -311,6 +311,11 @@ pub struct MetricInfo {
     pub better: Better,
 }
 
+/// The metrics a run may report below zero (a signed change or error); every other metric is a
+/// count, a time, a rate or a share, never negative, which `partial::cell_file` holds a cell
+/// file read back (a resumed or merged sweep) to.
+pub const SIGNED_METRICS: &[&str] = &["accuracy_change_pp", "prediction_error_pct"];
+
 /// One row of a family's metric table: the metric, and how to read its value from the summary
 /// `S` a run of the family produces. A family declares its metrics once as such a table, and
 /// both its `MetricInfo` list (`metric_infos`) and its runs' scalars (`run_output`) come from it,
@@ -386,5 +391,18 @@ impl RunOutput {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| *v)
+    }
+}
+
+#[cfg(test)]
+mod signed_metrics_tests {
+    #[test]
+    fn every_signed_metric_is_a_metric_of_a_family() {
+        for name in super::SIGNED_METRICS {
+            assert!(
+                crate::family::FamilyId::all().any(|f| f.metrics().iter().any(|m| m.name == *name)),
+                "{name} is no family's metric"
+            );
+        }
     }
 }

@@ -6,7 +6,7 @@ use crate::metrics::{AcrossSeeds, Better, MetricInfo, RunOutput};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ResultsDocument {
@@ -114,6 +114,14 @@ fn scalars_reading_null_as_nan<'de, D: serde::Deserializer<'de>>(
 }
 
 impl RunResult {
+    /// Why the run failed (`details.failed`: out of memory, a failed check; `details.error`:
+    /// no placement), when it did: such a run reports no number.
+    pub fn failure(&self) -> Option<&str> {
+        ["failed", "error"]
+            .iter()
+            .find_map(|key| self.details.get(key)?.as_str())
+    }
+
     pub fn new(seed: u64, output: RunOutput) -> Self {
         RunResult {
             seed,
@@ -244,6 +252,119 @@ pub fn write_atomic_unsynced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     write_through_rename(path, bytes, false)
 }
 
+/// What a run, merge, capacity search or live run writes into its output folder; none of these
+/// may already be a symbolic link there (a write would land wherever it points).
+const OUTPUT_ENTRIES: &[&str] = &[
+    "results.json",
+    "cells",
+    "figures",
+    "requests",
+    "trace_events",
+    "capacity.json",
+    "fidelity.json",
+    "calibrated-profile.json",
+];
+
+/// Checks the output folder `out` before anything runs or is written into it: not the root of
+/// the file system, not a file, no symbolic link among the entries a run writes (or its shard
+/// manifests), `results.json` a file if present, and no result of a scenario other than
+/// `scenario` in it (two scenarios sharing one folder would overwrite each other's results).
+pub fn check_output_folder(out: &Path, scenario: &str) -> Result<(), String> {
+    let shown = out.display();
+    if out.parent().is_none() || std::fs::canonicalize(out).is_ok_and(|p| p.parent().is_none()) {
+        return Err(format!(
+            "{shown} is the root of the file system; give a folder of its own"
+        ));
+    }
+    let metadata = match std::fs::metadata(out) {
+        Ok(metadata) => metadata,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("{shown}: {e}")),
+    };
+    if !metadata.is_dir() {
+        return Err(format!("{shown} is a file, not a folder"));
+    }
+    let entries = std::fs::read_dir(out).map_err(|e| format!("{shown}: {e}"))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let written = OUTPUT_ENTRIES.contains(&name.as_str()) || name.starts_with("partial-");
+        let path = entry.path();
+        if !written {
+            continue;
+        }
+        let link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
+        // Inside a folder the run writes to (figures/, cells/, ...), a link is refused too.
+        let inner_link = || -> Option<PathBuf> {
+            std::fs::read_dir(&path)
+                .ok()?
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()))
+        };
+        if let Some(link) = link.then(|| path.clone()).or_else(inner_link) {
+            return Err(format!(
+                "{} is a symbolic link; the run would write through it (remove it)",
+                link.display()
+            ));
+        }
+        let holds = match name.as_str() {
+            "results.json" => {
+                if !path.is_file() {
+                    return Err(format!("{} is not a file", path.display()));
+                }
+                Some(scenario_of(&path, |d: ScenarioNamed| d.scenario.name))
+            }
+            _ if name.starts_with("partial-") && name.ends_with(".json") => {
+                Some(scenario_of(&path, |d: ManifestNamed| {
+                    d.header.scenario.name
+                }))
+            }
+            _ => None,
+        };
+        match holds {
+            Some(Ok(other)) if other != scenario => {
+                return Err(format!(
+                    "{} holds the results of scenario {other:?}, not {scenario:?}; give another \
+                     --out (or remove them)",
+                    path.display()
+                ));
+            }
+            Some(Err(why)) => {
+                return Err(format!(
+                    "{} is not a result of expertsim ({why}); give another --out (or remove it)",
+                    path.display()
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct NameOnly {
+    name: String,
+}
+#[derive(Deserialize)]
+struct ScenarioNamed {
+    scenario: NameOnly,
+}
+#[derive(Deserialize)]
+struct ManifestNamed {
+    header: ScenarioNamed,
+}
+
+/// The scenario name a result file at `path` records, read through `name_of`.
+fn scenario_of<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    name_of: impl Fn(T) -> String,
+) -> Result<String, String> {
+    let file = crate::scenario::validate::open_input(path).map_err(|e| e.to_string())?;
+    let document: T =
+        serde_json::from_reader(std::io::BufReader::new(file)).map_err(|e| e.to_string())?;
+    Ok(name_of(document))
+}
+
 fn write_through_rename(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     let dir = path
         .parent()
@@ -272,6 +393,42 @@ fn write_through_rename(path: &Path, bytes: &[u8], sync: bool) -> std::io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_output_folder_is_checked_before_anything_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(
+            check_output_folder(Path::new("/"), "a")
+                .unwrap_err()
+                .contains("root")
+        );
+        assert!(check_output_folder(&dir.path().join("new"), "a").is_ok());
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(
+            check_output_folder(&file, "a")
+                .unwrap_err()
+                .contains("is a file")
+        );
+        let out = dir.path().join("out");
+        std::fs::create_dir_all(out.join("results.json")).unwrap();
+        assert!(
+            check_output_folder(&out, "a")
+                .unwrap_err()
+                .contains("not a file")
+        );
+        std::fs::remove_dir(out.join("results.json")).unwrap();
+        std::fs::write(out.join("results.json"), br#"{"scenario": {"name": "b"}}"#).unwrap();
+        assert!(check_output_folder(&out, "b").is_ok());
+        let err = check_output_folder(&out, "a").unwrap_err();
+        assert!(err.contains("scenario \"b\""), "{err}");
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(dir.path(), out.join("figures")).unwrap();
+            let err = check_output_folder(&out, "b").unwrap_err();
+            assert!(err.contains("symbolic link"), "{err}");
+        }
+    }
 
     const METRICS: &[MetricInfo] = &[
         MetricInfo {

@@ -28,7 +28,8 @@ pub trait Policies: Sync {
 
 /// Runs one seed of one cell through its registered family; `csv` receives the per-request
 /// records when the family has them (`Family::CSV_COLUMNS`), `trace_events` a Chrome
-/// trace-event file of the steps when the family writes them (`Family::TRACE_EVENTS`).
+/// trace-event file of the steps when the family writes them (`Family::TRACE_EVENTS`). A run
+/// that ran out of simulated time (`engine::guarded`) is an error.
 pub fn run_cell(
     scenario: &Scenario,
     seed: u64,
@@ -40,11 +41,14 @@ pub fn run_cell(
     let csv = csv.filter(|_| family.csv_columns().is_some());
     let columns = family.csv_columns().unwrap_or_default();
     let trace_events = trace_events.filter(|_| family.writes_trace_events());
-    crate::records::with_csv(csv, family.name(), columns, |records| match trace_events {
-        Some(path) => family
-            .registered()
-            .run_traced(scenario, seed, policies, records, path),
-        None => family.registered().run(scenario, seed, policies, records),
+    crate::records::with_csv(csv, family.name(), columns, |records| {
+        crate::engine::guarded(|| match trace_events {
+            Some(path) => family
+                .registered()
+                .run_traced(scenario, seed, policies, records, path),
+            None => family.registered().run(scenario, seed, policies, records),
+        })
+        .unwrap_or_else(|e| Err(format!("seed {seed}: {e}")))
     })?
 }
 

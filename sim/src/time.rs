@@ -1,4 +1,10 @@
 //! Simulated time: integer nanoseconds, so event ordering never depends on float rounding.
+//!
+//! A user-derived span (a configured duration, a load time, a horizon) is converted with
+//! `SimDuration::try_from_secs_f64`, which returns an error instead of panicking when the value
+//! is not a finite non-negative number or does not fit in integer nanoseconds; validation names
+//! the field. Arithmetic saturates at `SimTime::MAX` instead of panicking: a time that reached it
+//! has run out of simulated time, which `crate::engine` reports as an error of the run.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -16,8 +22,36 @@ pub struct SimTime(pub u64);
 )]
 pub struct SimDuration(pub u64);
 
+/// Why a number of seconds is not a simulated duration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TimeError {
+    /// NaN, infinite or negative.
+    NotAFiniteNonNegative(f64),
+    /// Past what integer nanoseconds hold (about 584 years).
+    TooLong(f64),
+}
+
+impl fmt::Display for TimeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TimeError::NotAFiniteNonNegative(s) => {
+                write!(f, "{s} s is not a finite non-negative duration")
+            }
+            TimeError::TooLong(s) => write!(
+                f,
+                "{s:e} s does not fit in simulated time (integer nanoseconds end after {:e} s)",
+                SimTime::MAX.as_secs_f64()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TimeError {}
+
 impl SimTime {
     pub const ZERO: SimTime = SimTime(0);
+    /// The last representable instant: a time that saturated here ran out of simulated time.
+    pub const MAX: SimTime = SimTime(u64::MAX);
 
     pub fn from_secs_f64(seconds: f64) -> SimTime {
         SimTime(secs_to_nanos(seconds))
@@ -44,6 +78,22 @@ impl SimDuration {
     pub fn from_secs_f64(seconds: f64) -> SimDuration {
         SimDuration(secs_to_nanos(seconds))
     }
+    /// `seconds` rounded to the nearest nanosecond, or why it is not a duration.
+    pub fn try_from_secs_f64(seconds: f64) -> Result<SimDuration, TimeError> {
+        if !(seconds.is_finite() && seconds >= 0.0) {
+            return Err(TimeError::NotAFiniteNonNegative(seconds));
+        }
+        let nanos = (seconds * 1e9).round();
+        if nanos >= u64::MAX as f64 {
+            return Err(TimeError::TooLong(seconds));
+        }
+        Ok(SimDuration(nanos as u64))
+    }
+    /// `nanos` divided by `speed` (a GPU's relative speed), rounded to the nearest nanosecond, or
+    /// why the quotient is not a duration.
+    pub fn try_scaled_nanos(nanos: f64, speed: f64) -> Result<SimDuration, TimeError> {
+        SimDuration::try_from_secs_f64(nanos / speed * 1e-9)
+    }
     pub fn from_millis_f64(millis: f64) -> SimDuration {
         SimDuration(secs_to_nanos(millis * 1e-3))
     }
@@ -58,19 +108,22 @@ impl SimDuration {
     }
 }
 
-/// Rounds a non-negative, finite number of seconds to the nearest nanosecond.
+/// Rounds a non-negative number of seconds to the nearest nanosecond, saturating at the last
+/// one. For values validation already bounded; user-derived values go through
+/// `SimDuration::try_from_secs_f64`.
 fn secs_to_nanos(seconds: f64) -> u64 {
     assert!(
-        seconds.is_finite() && seconds >= 0.0,
-        "time must be finite and non-negative, got {seconds} s"
+        !seconds.is_nan() && seconds >= 0.0,
+        "time must be non-negative, got {seconds} s"
     );
     (seconds * 1e9).round() as u64
 }
 
+/// Saturates at `SimTime::MAX` (the engine reports a run whose events reach it).
 impl Add<SimDuration> for SimTime {
     type Output = SimTime;
     fn add(self, rhs: SimDuration) -> SimTime {
-        SimTime(self.0.checked_add(rhs.0).expect("SimTime overflow"))
+        SimTime(self.0.saturating_add(rhs.0))
     }
 }
 impl AddAssign<SimDuration> for SimTime {
@@ -81,12 +134,12 @@ impl AddAssign<SimDuration> for SimTime {
 impl Add for SimDuration {
     type Output = SimDuration;
     fn add(self, rhs: SimDuration) -> SimDuration {
-        SimDuration(self.0 + rhs.0)
+        SimDuration(self.0.saturating_add(rhs.0))
     }
 }
 impl AddAssign for SimDuration {
     fn add_assign(&mut self, rhs: SimDuration) {
-        self.0 += rhs.0;
+        *self = *self + rhs;
     }
 }
 impl Sub for SimTime {
@@ -113,6 +166,40 @@ mod tests {
         assert_eq!(SimDuration::from_micros_f64(2.5).0, 2_500);
         let t = SimTime(10) + SimDuration(5);
         assert_eq!(t - SimTime(3), SimDuration(12));
+    }
+
+    #[test]
+    fn user_derived_durations_are_errors_not_panics() {
+        assert_eq!(
+            SimDuration::try_from_secs_f64(2.5),
+            Ok(SimDuration(2_500_000_000))
+        );
+        for bad in [f64::NAN, -1.0, f64::INFINITY] {
+            assert!(matches!(
+                SimDuration::try_from_secs_f64(bad),
+                Err(TimeError::NotAFiniteNonNegative(_))
+            ));
+        }
+        for huge in [1e308, 9.223372036854775807e18, 1.9e10] {
+            let err = SimDuration::try_from_secs_f64(huge).unwrap_err();
+            assert_eq!(err, TimeError::TooLong(huge));
+            assert!(err.to_string().contains("does not fit"), "{err}");
+        }
+        // A step divided by a speed factor of 1e-300.
+        assert!(SimDuration::try_scaled_nanos(1e6, 1e-300).is_err());
+        assert_eq!(
+            SimDuration::try_scaled_nanos(1e6, 0.5),
+            Ok(SimDuration(2_000_000))
+        );
+    }
+
+    #[test]
+    fn arithmetic_saturates_at_the_last_instant() {
+        assert_eq!(SimTime(u64::MAX - 1) + SimDuration(5), SimTime::MAX);
+        assert_eq!(
+            SimDuration(u64::MAX) + SimDuration(1),
+            SimDuration(u64::MAX)
+        );
     }
 
     #[test]

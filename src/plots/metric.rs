@@ -204,3 +204,103 @@ pub(crate) fn grid(
     }
     ChartFigure::new(String::new(), charts, panels.len())
 }
+
+/// Series whose values coincide in every chart of `figure` (two selectors giving identical
+/// numbers) would hide one line under the other: each later one is relabelled
+/// `label (= earlier label)` in every chart, so the legend says why only one shows.
+pub(crate) fn name_coinciding_series(figure: &mut ChartFigure) {
+    // Each label's values, chart by chart (bit patterns, so equal means identical).
+    type PerChart = Vec<(usize, Vec<u64>)>;
+    let mut values: Vec<(String, PerChart)> = Vec::new();
+    for (c, chart) in figure.charts.iter().enumerate() {
+        let series: Vec<(&String, Vec<u64>)> = match chart {
+            Chart::Line(p) => p
+                .series
+                .iter()
+                .map(|s| {
+                    let bits = s
+                        .points
+                        .iter()
+                        .flat_map(|(x, y)| [x.to_bits(), y.to_bits()])
+                        .collect();
+                    (&s.label, bits)
+                })
+                .collect(),
+            Chart::Bars(p) => p
+                .series
+                .iter()
+                .map(|s| (&s.label, s.values.iter().map(|v| v.to_bits()).collect()))
+                .collect(),
+            _ => continue,
+        };
+        for (label, bits) in series {
+            match values.iter_mut().find(|(l, _)| l == label) {
+                Some((_, charts)) => charts.push((c, bits)),
+                None => values.push((label.clone(), vec![(c, bits)])),
+            }
+        }
+    }
+    let mut renamed: Vec<(String, String)> = Vec::new();
+    for (i, (label, charts)) in values.iter().enumerate() {
+        if let Some((earlier, _)) = values[..i]
+            .iter()
+            .find(|(_, other)| other == charts && !charts.is_empty())
+        {
+            renamed.push((label.clone(), format!("{label} (= {earlier})")));
+        }
+    }
+    if renamed.is_empty() {
+        return;
+    }
+    let rename = |label: &mut String| {
+        if let Some((_, new)) = renamed.iter().find(|(old, _)| old == label) {
+            *label = new.clone();
+        }
+    };
+    for chart in &mut figure.charts {
+        match chart {
+            Chart::Line(p) => p.series.iter_mut().for_each(|s| rename(&mut s.label)),
+            Chart::Bars(p) => p.series.iter_mut().for_each(|s| rename(&mut s.label)),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(label: &str, ys: &[f64]) -> Series {
+        Series {
+            label: label.into(),
+            points: ys.iter().enumerate().map(|(i, y)| (i as f64, *y)).collect(),
+            y_err: None,
+        }
+    }
+
+    #[test]
+    fn a_series_identical_to_an_earlier_one_in_every_chart_says_so() {
+        let chart = |b_last: f64| {
+            Chart::Line(Panel {
+                series: vec![
+                    line("a", &[1.0, 2.0]),
+                    line("b", &[3.0, b_last]),
+                    line("c", &[3.0, 4.0]),
+                ],
+                ..Panel::default()
+            })
+        };
+        let mut figure = ChartFigure::new(String::new(), vec![chart(4.0), chart(4.0)], 2);
+        name_coinciding_series(&mut figure);
+        let labels = |f: &ChartFigure, i: usize| match &f.charts[i] {
+            Chart::Line(p) => p.series.iter().map(|s| s.label.clone()).collect::<Vec<_>>(),
+            _ => unreachable!(),
+        };
+        assert_eq!(labels(&figure, 0), ["a", "b", "c (= b)"]);
+        assert_eq!(labels(&figure, 1), ["a", "b", "c (= b)"]);
+        // Equal in one panel only: different numbers, no note.
+        let mut figure = ChartFigure::new(String::new(), vec![chart(4.0), chart(5.0)], 2);
+        name_coinciding_series(&mut figure);
+        assert_eq!(labels(&figure, 1), ["a", "b", "c"]);
+    }
+}

@@ -16,7 +16,7 @@ mod stacked;
 
 use anyhow::Context;
 use figures::ChartFigure;
-use sim::results::{CellResult, ResultsDocument};
+use sim::results::{CellResult, ResultsDocument, SweepAxisEcho};
 use sim::scenario::ScenarioPlan;
 use sim::scenario::figure::selected_values;
 use sim::scenario::file::{FigureFile, FigureKind};
@@ -155,8 +155,8 @@ fn sanitize(text: &str) -> String {
         .collect()
 }
 
-/// The sweep keys (whole keys, not fields inside them) that `spec` uses.
-fn used_axes<'d>(spec: &FigureFile, document: &'d ResultsDocument) -> Vec<&'d str> {
+/// The sweep keys (whole keys, not fields inside them) that `spec` uses, of the axes `sweep`.
+fn used_axes<'d>(spec: &FigureFile, sweep: &'d [SweepAxisEcho]) -> Vec<&'d str> {
     let named: Vec<&str> = spec
         .x
         .iter()
@@ -167,8 +167,7 @@ fn used_axes<'d>(spec: &FigureFile, document: &'d ResultsDocument) -> Vec<&'d st
         .map(String::as_str)
         .chain(implicit_keys(spec.kind).iter().copied())
         .collect();
-    document
-        .sweep
+    sweep
         .iter()
         .map(|a| a.key.as_str())
         .filter(|axis| {
@@ -187,6 +186,60 @@ fn implicit_keys(kind: FigureKind) -> &'static [&'static str] {
         FigureKind::ExpertweaveMemory => &[expertweave_memory::GROUP_KEY],
         _ => &[],
     }
+}
+
+/// Every combination of the values of the sweep keys (of `sweep`) that `spec` does not use:
+/// one figure file each.
+fn combinations(spec: &FigureFile, sweep: &[SweepAxisEcho]) -> Vec<Vec<(String, Json)>> {
+    let used = used_axes(spec, sweep);
+    let mut combos: Vec<Vec<(String, Json)>> = vec![vec![]];
+    for axis in sweep.iter().filter(|a| !used.contains(&a.key.as_str())) {
+        combos = combos
+            .into_iter()
+            .flat_map(|c| {
+                axis.values
+                    .iter()
+                    .map(move |v| [c.clone(), vec![(axis.key.clone(), v.clone())]].concat())
+            })
+            .collect();
+    }
+    combos
+}
+
+/// The file name (without extension) of `spec`'s figure for one combination of the sweep keys
+/// it does not use.
+fn file_stem(spec: &FigureFile, combo: &[(String, Json)]) -> String {
+    let suffix: String = combo
+        .iter()
+        .map(|(k, v)| format!("_{}-{}", sanitize(short_key(k)), sanitize(&label(v))))
+        .collect();
+    format!("{}{suffix}", spec.name)
+}
+
+/// The longest file name the file system takes (Linux and macOS: 255 bytes).
+const MAX_FILE_NAME_BYTES: usize = 255;
+
+/// Checks, before anything runs, that every figure file `plan` would write has a name the file
+/// system takes (`.png` and `.svg` added); the error names the figure's `name` field.
+pub fn check_file_names(plan: &ScenarioPlan) -> Result<(), (String, String)> {
+    let sweep = sim::partial::SweepHeader::of(plan).sweep;
+    for (i, spec) in plan.figures.iter().enumerate() {
+        for combo in combinations(spec, &sweep) {
+            let name = format!("{}.png", file_stem(spec, &combo));
+            if name.len() > MAX_FILE_NAME_BYTES {
+                return Err((
+                    format!("figure[{i}].name"),
+                    format!(
+                        "its file {}... would have a {}-byte name, over the \
+                         {MAX_FILE_NAME_BYTES} bytes a file name may have; shorten the name",
+                        name.chars().take(40).collect::<String>(),
+                        name.len()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The cells of `document` that pass `spec.select`, grouped into one list per combination of
@@ -214,23 +267,7 @@ pub(crate) fn split_into_files<'d>(
             })
         })
         .collect();
-    let used = used_axes(spec, document);
-    let mut combos: Vec<Vec<(String, Json)>> = vec![vec![]];
-    for axis in document
-        .sweep
-        .iter()
-        .filter(|a| !used.contains(&a.key.as_str()))
-    {
-        combos = combos
-            .into_iter()
-            .flat_map(|c| {
-                axis.values
-                    .iter()
-                    .map(move |v| [c.clone(), vec![(axis.key.clone(), v.clone())]].concat())
-            })
-            .collect();
-    }
-    combos
+    combinations(spec, &document.sweep)
         .into_iter()
         .map(|combo| {
             let cells: Vec<&CellResult> = selected
@@ -269,30 +306,99 @@ pub(crate) fn first_details(cell: &CellResult) -> anyhow::Result<&Json> {
         .with_context(|| format!("cell {} has no runs", cell.id))
 }
 
+/// The figures `run` and `merge` draw: the scenario's `[[figure]]` tables or, without any, its
+/// headline metrics over its sweep ([`default_figure`]); a scenario that sweeps nothing and
+/// names no figure gets none, and a note on stderr says so.
+pub fn render_run(
+    plan: &ScenarioPlan,
+    document: &ResultsDocument,
+    dir: &Path,
+) -> anyhow::Result<Vec<PathBuf>> {
+    if !plan.figures.is_empty() {
+        return render_all(plan, document, dir);
+    }
+    let Some(spec) = default_figure(document) else {
+        eprintln!(
+            "note: no figure: {} has no [[figure]] table and sweeps nothing (the table above and \
+             results.json hold its numbers; add a [sweep] or a [[figure]] for one)",
+            plan.path.display()
+        );
+        return Ok(Vec::new());
+    };
+    let written = render(std::slice::from_ref(&spec), document, dir)?;
+    eprintln!(
+        "note: {} has no [[figure]] table: drew its headline metrics over `{}` ({}*; a \
+         [[figure]] table chooses, docs/serving-family.md)",
+        plan.path.display(),
+        spec.x.as_deref().unwrap_or_default(),
+        dir.join(&spec.name).display()
+    );
+    Ok(written)
+}
+
+/// The figure of a scenario without `[[figure]]` tables: the family's headline metrics (a row
+/// each) over the first sweep key, one line per value of the second, a panel per value of the
+/// third, a file per combination of the rest; `None` when nothing is swept.
+pub fn default_figure(document: &ResultsDocument) -> Option<FigureFile> {
+    let mut keys = document.sweep.iter().map(|a| a.key.clone());
+    let x = keys.next()?;
+    Some(FigureFile {
+        name: "headline".into(),
+        title: format!("{}: headline metrics", document.scenario.name),
+        kind: FigureKind::Metric,
+        metrics: document
+            .scenario
+            .family
+            .headline()
+            .iter()
+            .map(|m| m.to_string())
+            .collect(),
+        x: Some(x),
+        series: keys.next().into_iter().collect(),
+        panels: keys.next(),
+        points: Vec::new(),
+        select: Default::default(),
+        log_y: false,
+        categorical_x: false,
+        x_label: None,
+        y_label: None,
+        with_improvement: false,
+    })
+}
+
 /// Renders every figure of `plan` into `dir`; returns the files written.
 pub fn render_all(
     plan: &ScenarioPlan,
     document: &ResultsDocument,
     dir: &Path,
 ) -> anyhow::Result<Vec<PathBuf>> {
-    if plan.figures.is_empty() {
+    render(&plan.figures, document, dir)
+}
+
+/// Renders the figures `specs` of `document` into `dir`; returns the files written.
+fn render(
+    specs: &[FigureFile],
+    document: &ResultsDocument,
+    dir: &Path,
+) -> anyhow::Result<Vec<PathBuf>> {
+    if specs.is_empty() {
         return Ok(Vec::new());
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut written = Vec::new();
-    for spec in &plan.figures {
+    for spec in specs {
         for (combo, cells) in split_into_files(spec, document) {
-            let suffix: String = combo
-                .iter()
-                .map(|(k, v)| format!("_{}-{}", sanitize(short_key(k)), sanitize(&label(v))))
-                .collect();
+            let stem = file_stem(spec, &combo);
             let selection = Selection {
                 spec,
                 document,
                 cells,
             };
-            let mut figure = build(&selection)
-                .with_context(|| format!("building figure {}{suffix}", spec.name))?;
+            let mut figure =
+                build(&selection).with_context(|| format!("building figure {stem}"))?;
+            if matches!(spec.kind, FigureKind::Metric | FigureKind::Improvement) {
+                metric::name_coinciding_series(&mut figure);
+            }
             figure.title = figure_title(spec, &combo);
             // Where the legend lists the series values (not stack layers or segment kinds),
             // it is titled with what they are.
@@ -304,7 +410,7 @@ pub fn render_all(
                 let keys: Vec<String> = spec.series.iter().map(|k| labels::key_label(k)).collect();
                 figure.legend_title = Some(keys.join(" / "));
             }
-            let stem = dir.join(format!("{}{}", spec.name, suffix));
+            let stem = dir.join(stem);
             let paths = match figures::render(&figure, &stem) {
                 // A sweep narrowed with --set can leave a figure nothing to draw (an improvement
                 // figure of the baseline alone): say so instead of failing the finished run.

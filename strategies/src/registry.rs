@@ -46,3 +46,35 @@ pub fn catalogue() -> Vec<PolicyInfo> {
     all.extend(crate::memory::catalogue());
     all
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sim::scenario::schema::variants;
+
+    /// `expertsim list` shows the catalogue: every kind a policy table accepts is in it, and
+    /// nothing else, for each extension point.
+    #[test]
+    fn the_catalogue_lists_exactly_the_kinds_the_parser_accepts() {
+        let cases = [
+            ("batch", variants::<BatchSelectorConfig>()),
+            ("mapping", variants::<MapperConfig>()),
+            ("placement", variants::<PlacementConfig>()),
+            ("gating", variants::<GateConfig>()),
+            ("queue", variants::<QueuePolicyConfig>()),
+            ("routing", variants::<RouterConfig>()),
+            ("memory", variants::<MemoryConfig>()),
+        ];
+        let catalogue = catalogue();
+        for (family, mut accepted) in cases {
+            let mut listed: Vec<String> = catalogue
+                .iter()
+                .filter(|p| p.family == family)
+                .map(|p| p.kind.to_string())
+                .collect();
+            listed.sort();
+            accepted.sort();
+            assert_eq!(listed, accepted, "{family}");
+        }
+    }
+}

@@ -251,6 +251,119 @@ fn list_names_every_batch_selector() {
 }
 
 #[test]
+fn list_names_every_option_a_scenario_can_name() {
+    let output = expertsim(&["list"]);
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    let listed = |group: &str, kind: &str| {
+        text.lines().any(|l| {
+            let mut words = l.split_whitespace();
+            words.next() == Some(group) && words.next() == Some(kind)
+        })
+    };
+    for (group, kinds) in [
+        ("scheduler", &["vllm", "sarathi", "orca", "static"][..]),
+        (
+            "router",
+            &[
+                "round_robin",
+                "least_outstanding",
+                "least_loaded",
+                "chimera",
+            ],
+        ),
+        ("predictor", &["noisy", "oracle", "input_length", "fcfs"]),
+        ("expert_routing", &["uniform", "zipf"]),
+        (
+            "arrival",
+            &["poisson", "gamma", "bursty", "offline", "trace"],
+        ),
+        (
+            "family",
+            &["caps", "gem", "mosaic", "chimera", "expertweave", "serving"],
+        ),
+        ("model", &["llama-2-7b", "mixtral-8x7b", "esft-vanilla-16b"]),
+        ("gpu", &["H100-SXM", "A100-80GB", "L4", "Ascend-910B"]),
+    ] {
+        for kind in kinds {
+            assert!(listed(group, kind), "{group} {kind} missing from:\n{text}");
+        }
+    }
+    // Every group is headed by the key that names it.
+    assert!(
+        text.contains("# scheduler: replica.scheduler.kind"),
+        "{text}"
+    );
+}
+
+#[test]
+fn weights_that_do_not_fit_are_refused_by_validate_and_run() {
+    // Mixtral-8x7B (93.4 GB of bf16 weights) on one 80 GB H100.
+    let sets = [
+        "--set",
+        "replica.gpus=1",
+        "--set",
+        "replica.expert_parallel=1",
+        "--set",
+        "replica.tensor_parallel=1",
+        "--set",
+        "replica.speed_factors=[1.0]",
+    ];
+    for command in ["validate", "run"] {
+        let mut args = vec![command, "scenarios/serving/mixtral_ep4_variability.toml"];
+        args.extend(sets);
+        let output = expertsim(&args);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{command}: {err}");
+        assert!(
+            err.contains("field `replica.gpus`")
+                && err.contains("out of memory")
+                && err.contains("GB of weights per GPU"),
+            "{command}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_run_that_fails_exits_3_naming_its_cause() {
+    // ExpertWeave's merged manager cannot hold 2 or 3 full copies on one device: those runs
+    // fail (out of memory) and the others report.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let output = expertsim(&[
+        "run",
+        "scenarios/expertweave/memory.toml",
+        "--no-figures",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("error: run failed [adapters.count = 3, memory.kind = merged]")
+            && err.contains("out of memory"),
+        "{err}"
+    );
+    assert!(err.contains("2 of 9 runs failed"), "{err}");
+    // The results are written all the same, the failed cells with their reason.
+    let results = std::fs::read_to_string(out.join("results.json")).unwrap();
+    assert!(results.contains("\"failed\""));
+}
+
+#[test]
+fn a_missing_family_is_refused_with_the_families_and_a_line() {
+    let text = SMALL.replace("family = \"caps\"\n", "");
+    assert_refused(
+        &text,
+        Some(1),
+        &[
+            "field `family`",
+            "caps, gem, mosaic, chimera, expertweave, serving",
+        ],
+    );
+}
+
+#[test]
 fn every_shipped_scenario_validates() {
     let files =
         sim::scenario::scenario_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios"))

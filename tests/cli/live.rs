@@ -42,6 +42,47 @@ fn live_cpu_run_writes_the_fidelity_report() {
     assert_eq!(report["decisions"]["identical"], true);
     assert!(!report["steps"].as_array().unwrap().is_empty());
     assert!(out.join("figures/fidelity.png").is_file());
+    // The run measures its own timing noise (5 repetitions a launch) and prints its verdict.
+    assert!(
+        stdout.contains("timing noise: repetitions spread"),
+        "{stdout}"
+    );
+    assert!(report["timing_noise"]["spread_pct"].as_f64().unwrap() >= 0.0);
+    assert!(report["timing_noise"]["noisy"].is_boolean());
+
+    // A second run into the same folder keeps the first's report and says where it wrote.
+    let first = std::fs::read(out.join("fidelity.json")).unwrap();
+    let again = expertsim()
+        .args(["live", "--backend", "cpu", "--no-figures", "--out"])
+        .arg(&out)
+        .arg(scenario())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("holds an earlier live run's fidelity.json") && stderr.contains("live-2"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(out.join("fidelity.json")).unwrap(), first);
+    assert!(dir.path().join("live-2/fidelity.json").is_file());
+}
+
+#[test]
+fn live_refuses_the_serving_family_before_probing() {
+    let output = expertsim()
+        .args(["live", "--backend", "cpu"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/serving/quick.toml"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("live mode does not run the serving family"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty(), "nothing before the refusal");
 }
 
 #[test]
@@ -247,8 +288,23 @@ fn the_probe_warns_when_the_profile_does_not_describe_the_device() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("expertsim-calibrate --backend cpu --for-scenario")
+        stderr.contains("expertsim-calibrate")
+            && stderr.contains("--backend cpu --for-scenario")
             && stderr.contains("--calibrate"),
+        "{stderr}"
+    );
+    // The profile to keep goes to a new file in the run's folder, never over the one in use.
+    assert!(
+        stderr.contains(&format!(
+            "--output {}",
+            std::path::absolute(out.join("recalibrated-profile.json"))
+                .unwrap()
+                .display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains(&format!("--output {}", profile.display())),
         "{stderr}"
     );
     assert!(
@@ -302,17 +358,23 @@ fn live_calibrate_measures_the_scenario_profile_and_prices_the_run_with_it() {
             "1",
             "--no-figures",
         ])
-        .args(["--calibrate", "--out"])
+        // A zero threshold fails the probe of the profile just measured: the warning then
+        // blames the device's drift and does not advise --calibrate again.
+        .args(["--calibrate", "--probe-threshold", "0", "--out"])
         .arg(&out)
         .arg(caps_scenario())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}{stderr}");
     assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
+        stderr.contains("it was measured moments ago")
+            && stderr.contains("rerun when the machine is quiet"),
+        "{stderr}"
     );
+    let warning = &stderr[stderr.find("warning: profile").unwrap()..];
+    assert!(!warning.contains("--calibrate"), "{warning}");
     let profile_path = out.join("calibrated-profile.json");
     let profile: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&profile_path).unwrap()).unwrap();

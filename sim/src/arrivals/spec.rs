@@ -10,7 +10,10 @@ use super::{
     TraceStats,
 };
 use crate::rng::SimRng;
-use crate::scenario::validate::{FieldError, LoadCache, field_error, positive};
+use crate::scenario::limits::MAX_SIM_SECONDS_CEILING;
+use crate::scenario::validate::{
+    FieldError, LoadCache, MAX_RATE_PER_S, duration, field_error, positive,
+};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
@@ -99,7 +102,7 @@ impl ArrivalTable {
                     format!("is required for pattern \"{pattern}\""),
                 )
             })?;
-            positive("arrival.rate_per_s", rate)
+            crate::scenario::validate::rate("arrival.rate_per_s", rate)
         };
         let unused = |present: bool, field: &str, pattern: &str| -> Result<(), FieldError> {
             if present {
@@ -147,10 +150,13 @@ impl ArrivalTable {
                 params.validate().map_err(|e| {
                     field_error(&format!("arrival.bursty.{}", e.field), e.to_string())
                 })?;
-                ArrivalSpec::Bursty {
-                    rate_per_s: rate("bursty")?,
-                    params,
+                let rate_per_s = rate("bursty")?;
+                check_bursty(&params, rate_per_s)?;
+                let spec = ArrivalSpec::Bursty { rate_per_s, params };
+                if n_requests != usize::MAX {
+                    spec.check_span(n_requests as f64 / rate_per_s)?;
                 }
+                spec
             }
             ArrivalPattern::Offline => {
                 unused(self.rate_per_s.is_some(), "rate_per_s", "offline")?;
@@ -197,7 +203,57 @@ impl ArrivalTable {
     }
 }
 
+/// What the bursty process derives from its parameters, checked against simulated time: each
+/// phase's mean a duration and the rate in a burst at most `MAX_RATE_PER_S`.
+fn check_bursty(params: &BurstyParams, rate_per_s: f64) -> Result<(), FieldError> {
+    duration(
+        "arrival.bursty.mean_burst_s",
+        params.mean_burst_s,
+        MAX_SIM_SECONDS_CEILING,
+    )?;
+    duration(
+        "arrival.bursty.mean_calm_s",
+        params.mean_calm_s,
+        MAX_SIM_SECONDS_CEILING,
+    )?;
+    let burst_rate = params.burst_rate_per_s(rate_per_s);
+    if !(burst_rate <= MAX_RATE_PER_S) {
+        return Err(field_error(
+            "arrival.bursty.burst_rate_multiplier",
+            format!(
+                "= {:e}: a burst's rate of {burst_rate:e} per second (arrival.rate_per_s = \
+                 {rate_per_s} raised by it) puts arrivals less than 1 µs apart; at most \
+                 {MAX_RATE_PER_S:e} (docs/limits.md)",
+                params.burst_rate_multiplier
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The most burst and calm phases a bursty run may step through (the process draws each).
+pub const MAX_PHASES: f64 = 1e8;
+
 impl ArrivalSpec {
+    /// Checks what a run over `span_s` seconds derives from the process: a bursty one steps
+    /// through every burst and calm phase, at most `MAX_PHASES` of them.
+    pub fn check_span(&self, span_s: f64) -> Result<(), FieldError> {
+        if let ArrivalSpec::Bursty { params, .. } = self {
+            let phases = 2.0 * span_s / (params.mean_burst_s + params.mean_calm_s);
+            if phases > MAX_PHASES {
+                return Err(field_error(
+                    "arrival.bursty.mean_burst_s",
+                    format!(
+                        "bursts of {:e} s and calms of {:e} s switch {phases:e} times over the \
+                         run's {span_s:e} s, above {MAX_PHASES:e}: lengthen the phases",
+                        params.mean_burst_s, params.mean_calm_s
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The streaming process of at most `n_requests` arrivals, topics in `0..n_topics`, drawing
     /// from `rng`.
     pub fn process(
@@ -369,5 +425,40 @@ mod tests {
             "arrival.bursty.burst_rate_multiplier"
         );
         assert!(toml::from_str::<ArrivalTable>("pattern = \"offline\"\nrate = 1.0").is_err());
+    }
+
+    #[test]
+    fn derived_rates_and_phases_are_checked_against_simulated_time() {
+        let path = |text: &str| validate(text).unwrap_err().path;
+        // The issue's rate: `validate` passed, `run` panicked building the process.
+        assert_eq!(
+            path("pattern = \"poisson\"\nrate_per_s = 1e308"),
+            "arrival.rate_per_s"
+        );
+        assert_eq!(
+            path("pattern = \"gamma\"\nrate_per_s = 1e9\ncv = 2.0"),
+            "arrival.rate_per_s"
+        );
+        assert_eq!(
+            path(
+                "pattern = \"bursty\"\nrate_per_s = 5e5\nbursty = { burst_rate_multiplier = 1e300 }"
+            ),
+            "arrival.bursty.burst_rate_multiplier"
+        );
+        assert_eq!(
+            path("pattern = \"bursty\"\nrate_per_s = 1.0\nbursty = { mean_burst_s = 1e-300 }"),
+            "arrival.bursty.mean_burst_s"
+        );
+        // 100 requests at 0.001/s span 1e5 s: 1e12 phases of 1e-7 s.
+        assert_eq!(
+            path(
+                "pattern = \"bursty\"\nrate_per_s = 0.001\nbursty = { mean_burst_s = 1e-7, mean_calm_s = 1e-7 }"
+            ),
+            "arrival.bursty.mean_burst_s"
+        );
+        assert_eq!(
+            path("pattern = \"bursty\"\nrate_per_s = 1.0\nbursty = { mean_calm_s = 1e9 }"),
+            "arrival.bursty.mean_calm_s"
+        );
     }
 }

@@ -208,7 +208,10 @@ impl Trace {
     /// What replaying the first `max_requests` rows (all when `None`) at `time_scale` offers.
     pub fn stats(&self, max_requests: Option<usize>, time_scale: f64) -> TraceStats {
         let rows = &self.rows[..max_requests.map_or(self.rows.len(), |n| n.min(self.rows.len()))];
-        let span_s = (rows[rows.len() - 1].timestamp_s - rows[0].timestamp_s) * time_scale;
+        let span_s = match (rows.first(), rows.last()) {
+            (Some(first), Some(last)) => (last.timestamp_s - first.timestamp_s) * time_scale,
+            _ => 0.0,
+        };
         let gaps: Vec<f64> = rows
             .windows(2)
             .map(|w| (w[1].timestamp_s - w[0].timestamp_s) * time_scale)
@@ -281,6 +284,25 @@ impl LengthStats {
             p99: rank(0.99),
             max: values[n - 1],
         })
+    }
+}
+
+impl TraceStats {
+    /// What the replayed requests ask for in tokens per request, for a family that takes its
+    /// lengths from the trace: the longest prompt and output, caused by `arrival.trace.path`.
+    pub fn token_demands(&self) -> Vec<crate::scenario::limits::Demand> {
+        use crate::scenario::limits::{Demand, Quantity};
+        [&self.prompt_tokens, &self.output_tokens]
+            .into_iter()
+            .flatten()
+            .map(|l| {
+                Demand::new(
+                    Quantity::TokensPerRequest,
+                    f64::from(l.max),
+                    "arrival.trace.path",
+                )
+            })
+            .collect()
     }
 }
 

@@ -19,6 +19,7 @@ impl Family for Caps {
     type Config = CapsConfig;
     type Scenario = CapsScenario;
     const NAME: &'static str = "caps";
+    const DESCRIPTION: &'static str = "CAPS: batch selection that balances expert load in static MoE batches (docs/cost-model.md, docs/reproduction.md)";
     const METRICS: &'static [MetricInfo] = super::METRICS;
     const HEADLINE: &'static [&'static str] = super::HEADLINE;
     const HEADLINE_IMPROVEMENTS: &'static [&'static str] = super::HEADLINE_IMPROVEMENTS;

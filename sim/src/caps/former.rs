@@ -227,4 +227,17 @@ impl<D: DryRun> BatchFormer for SelectorFormer<'_, D> {
         self.in_flight.reverse();
         batch.extend(self.in_flight.iter().map(Candidate::queued));
     }
+
+    fn put_back(&mut self, requests: Vec<QueuedRequest>) {
+        for request in requests.iter().rev() {
+            let at = self
+                .in_flight
+                .iter()
+                .position(|r| r.id() == request.id)
+                .expect("the replica puts back only the batch the former formed");
+            // Routed already: it rejoins the routed oldest requests at the front.
+            self.waiting.push_front(self.in_flight.remove(at));
+            self.routed += 1;
+        }
+    }
 }

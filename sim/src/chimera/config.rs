@@ -195,7 +195,7 @@ impl ChimeraConfig {
     ) -> Result<(ArrivalSpec, f64), FieldError> {
         match (&self.arrival, self.workload.rps) {
             (None, Some(rps)) => {
-                let rps = positive("workload.rps", rps)?;
+                let rps = crate::scenario::validate::rate("workload.rps", rps)?;
                 Ok((ArrivalSpec::Poisson { rate_per_s: rps }, rps))
             }
             (None, None) => Err(field_error(
@@ -274,7 +274,9 @@ impl ChimeraConfig {
                 format!("must lie in (0, 1], got {utilization}"),
             ));
         }
-        let overhead = non_negative("cluster.step_overhead_ms", c.step_overhead_ms)?;
+        let overhead =
+            crate::scenario::validate::span("cluster.step_overhead_ms", c.step_overhead_ms / 1e3)?
+                * 1e3;
         let dataset = self.workload.dataset;
         let mut models: Vec<ModelWorkload> = Vec::new();
         let mut engines = Vec::with_capacity(c.models.len());
@@ -316,8 +318,14 @@ impl ChimeraConfig {
             };
             engines.push(EngineSpec { model, cost });
         }
-        let duration_s = positive("workload.duration_s", self.workload.duration_s)?;
+        let duration_s = self.workload.duration_s;
+        crate::scenario::validate::duration(
+            "workload.duration_s",
+            duration_s,
+            crate::scenario::limits::MAX_SIM_SECONDS_CEILING,
+        )?;
         let (arrival, rps) = self.arrival_spec(duration_s, base_dir, cache)?;
+        arrival.check_span(duration_s)?;
         self.predictor.validate("predictor")?;
         self.semantic_router.validate("semantic_router")?;
         self.queue.validate("queue")?;

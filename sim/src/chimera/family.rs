@@ -18,6 +18,7 @@ impl Family for Chimera {
     type Config = ChimeraConfig;
     type Scenario = ChimeraScenario;
     const NAME: &'static str = "chimera";
+    const DESCRIPTION: &'static str = "Chimera: multi-agent workflows over heterogeneous LLM engines, queue policies and semantic routing (docs/chimera.md)";
     const METRICS: &'static [MetricInfo] = super::METRICS;
     const HEADLINE: &'static [&'static str] = super::HEADLINE;
     const HEADLINE_IMPROVEMENTS: &'static [&'static str] = super::HEADLINE_IMPROVEMENTS;
@@ -34,11 +35,15 @@ impl Family for Chimera {
 
     fn demands(s: &ChimeraScenario) -> Vec<Demand> {
         use Quantity::*;
-        vec![
+        let mut d = vec![
             Demand::new(SimSeconds, s.duration_s, "workload.duration_s"),
             Demand::new(Requests, s.rps * s.duration_s, "workload.rps"),
             Demand::new(Gpus, s.engines.len() as f64, "cluster.models"),
-        ]
+        ];
+        if let Some((_, stats)) = Self::trace_replay(s) {
+            d.extend(stats.token_demands());
+        }
+        d
     }
 
     fn run(

@@ -148,6 +148,37 @@ impl CostCurve {
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
     }
+
+    /// Checks a curve read from a measured file: every latency positive (a kernel that ran took
+    /// time; a zero would price steps at nothing) and at most `MAX_MEASURED_NANOS`.
+    pub fn check_measured(&self) -> Result<(), String> {
+        match self
+            .samples()
+            .find(|&(_, ns)| !(ns > 0.0 && ns <= MAX_MEASURED_NANOS))
+        {
+            None => Ok(()),
+            Some((tokens, ns)) => Err(measured_latency_problem(tokens, ns)),
+        }
+    }
+}
+
+/// The longest one measured sample may take: an hour. Anything longer is not a kernel timing,
+/// and divided by a speed factor and summed over a run it would outlast simulated time.
+pub const MAX_MEASURED_NANOS: f64 = 3.6e12;
+
+/// Why the latency `ns` measured at `x` is not usable.
+pub fn measured_latency_problem(x: f64, ns: f64) -> String {
+    if ns > 0.0 {
+        format!(
+            "the sample at {x} takes {ns:e} ns, over the {MAX_MEASURED_NANOS:e} ns (one hour) a \
+             measured kernel may take"
+        )
+    } else {
+        format!(
+            "the sample at {x} takes {ns} ns; a measured latency must be positive (a zero-latency \
+             profile prices every step at nothing)"
+        )
+    }
 }
 
 impl TryFrom<CostCurveRepr> for CostCurve {
@@ -168,6 +199,24 @@ impl From<CostCurve> for CostCurveRepr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn measured_curves_take_positive_plausible_times() {
+        let curve = |ns: f64| CostCurve::new(vec![(1.0, 10.0), (8.0, ns)]).unwrap();
+        assert!(curve(20.0).check_measured().is_ok());
+        assert!(
+            curve(0.0)
+                .check_measured()
+                .unwrap_err()
+                .contains("positive")
+        );
+        assert!(
+            curve(1e300)
+                .check_measured()
+                .unwrap_err()
+                .contains("one hour")
+        );
+    }
 
     fn curve(samples: &[(f64, f64)]) -> CostCurve {
         CostCurve::new(samples.to_vec()).unwrap()

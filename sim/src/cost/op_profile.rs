@@ -291,10 +291,10 @@ fn check_points(points: &[(u64, f64)], field: &str) -> Result<(), (String, Strin
     }
     for (i, pair) in points.iter().enumerate() {
         let (x, y) = *pair;
-        if !(y.is_finite() && y > 0.0) {
+        if !(y > 0.0 && y <= crate::cost::curve::MAX_MEASURED_NANOS) {
             return Err((
                 format!("{field}[{i}]"),
-                format!("time must be finite and positive, got {y}"),
+                crate::cost::curve::measured_latency_problem(x as f64, y),
             ));
         }
         if i > 0 && x <= points[i - 1].0 {
@@ -386,9 +386,11 @@ fn version_check(version: u32, path: &Path) -> Result<(), OpProfileError> {
 impl OpProfile {
     /// Reads and checks the op profile at `path`.
     pub fn load(path: &Path) -> Result<OpProfile, OpProfileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| OpProfileError::Read {
-            path: path.to_path_buf(),
-            source,
+        let text = crate::scenario::validate::read_input_text(path).map_err(|source| {
+            OpProfileError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         OpProfile::from_json(&text, path)
     }
@@ -464,9 +466,11 @@ impl OpProfile {
 impl NetworkProfile {
     /// Reads and checks the network profile at `path`.
     pub fn load(path: &Path) -> Result<NetworkProfile, OpProfileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| OpProfileError::Read {
-            path: path.to_path_buf(),
-            source,
+        let text = crate::scenario::validate::read_input_text(path).map_err(|source| {
+            OpProfileError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         NetworkProfile::from_json(&text, path)
     }

@@ -404,6 +404,12 @@ pub enum ProfileError {
     },
     #[error("profile {}: {problem}", path.display())]
     Calibration { path: PathBuf, problem: String },
+    #[error("profile {}: {curve}: {problem}", path.display())]
+    Latency {
+        path: PathBuf,
+        curve: String,
+        problem: String,
+    },
     #[error("cannot write profile {}: {source}", path.display())]
     Write {
         path: PathBuf,
@@ -624,6 +630,54 @@ fn parse(text: &str, path: &Path) -> Result<(Profile, Option<Calibration>), Prof
             problem: "tensor_parallel = 0: the curves were measured at a degree of at least 1"
                 .into(),
         });
+    }
+    let curves = profile
+        .expert_ffn
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| {
+            let split = c.split.as_ref().map(|s| {
+                (
+                    format!("expert_ffn[{i}].split.expert_gemms"),
+                    &s.expert_gemms,
+                )
+            });
+            [(format!("expert_ffn[{i}]"), &c.curve)]
+                .into_iter()
+                .chain(split)
+        })
+        .chain([
+            (
+                "non_expert_prefill".to_string(),
+                &profile.non_expert_prefill,
+            ),
+            ("non_expert_decode".to_string(), &profile.non_expert_decode),
+            ("head".to_string(), &profile.head),
+            ("decode_step".to_string(), &profile.decode_step),
+        ]);
+    for (curve, samples) in curves {
+        samples
+            .check_measured()
+            .map_err(|problem| ProfileError::Latency {
+                path: path.to_path_buf(),
+                curve,
+                problem,
+            })?;
+    }
+    // A split's fixed part is a difference of two medians, clamped at 0: zero is allowed.
+    for (i, c) in profile.expert_ffn.iter().enumerate() {
+        let Some(split) = &c.split else { continue };
+        if let Some((x, ns)) = split
+            .fixed
+            .samples()
+            .find(|&(_, ns)| !(ns >= 0.0 && ns <= crate::cost::curve::MAX_MEASURED_NANOS))
+        {
+            return Err(ProfileError::Latency {
+                path: path.to_path_buf(),
+                curve: format!("expert_ffn[{i}].split.fixed"),
+                problem: crate::cost::curve::measured_latency_problem(x, ns),
+            });
+        }
     }
     Ok((profile, calibration))
 }

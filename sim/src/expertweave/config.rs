@@ -15,6 +15,7 @@ use crate::cost::gpu::GpuSpec;
 use crate::cost::profile::MeasuredProfile;
 use crate::cost::shape::MlaMoeShape;
 use crate::distributions::{Uniform, Zipf};
+use crate::scenario::limits::{Demand, Limits, Quantity};
 use crate::scenario::validate::{FieldError, LoadCache, at_least_one, field_error, positive};
 use crate::time::SimTime;
 
@@ -270,8 +271,13 @@ pub fn resolve_adapters(
     table: &AdaptersConfig,
     shape: &MlaMoeShape,
     prefix: &str,
+    limits: &Limits,
 ) -> Result<Vec<EsftAdapter>, FieldError> {
     let key = |field: &str| format!("{prefix}.{field}");
+    // The count sizes the adapters built below: held to its ceiling first.
+    if let Some(count) = table.count {
+        limits.check(&[Demand::new(Quantity::Adapters, count as f64, &key("count"))])?;
+    }
     let adapters = match (&table.names[..], table.count) {
         ([], Some(count)) => {
             esft_adapters(count, shape).map_err(|e| field_error(&key("count"), e.to_string()))?
@@ -409,7 +415,7 @@ impl ExpertWeaveConfig {
             kv_block_tokens: d.kv_block_tokens,
             kv_replication: d.tensor_parallel,
         };
-        let adapters = resolve_adapters(&self.adapters, &shape, "adapters")?;
+        let adapters = resolve_adapters(&self.adapters, &shape, "adapters", &cache.limits)?;
         validate_memory(&self.memory, &adapters, "memory")?;
         let w = &self.workload;
         let alpha = positive("workload.alpha", w.alpha)?;
@@ -419,13 +425,12 @@ impl ExpertWeaveConfig {
                 format!("must be in (0, 1] (1 is uniform), got {alpha}"),
             ));
         }
-        let horizon_s = positive("workload.horizon_s", w.horizon_s)?;
-        if horizon_s * 1e9 >= u64::MAX as f64 {
-            return Err(field_error(
-                "workload.horizon_s",
-                format!("{horizon_s} s does not fit in simulated time (about 584 years)"),
-            ));
-        }
+        let horizon_s = w.horizon_s;
+        let horizon = crate::scenario::validate::duration(
+            "workload.horizon_s",
+            horizon_s,
+            crate::scenario::limits::MAX_SIM_SECONDS_CEILING,
+        )?;
         if self.arrival.pattern == crate::arrivals::ArrivalPattern::Offline {
             return Err(field_error(
                 "arrival.pattern",
@@ -434,7 +439,14 @@ impl ExpertWeaveConfig {
             ));
         }
         let arrival = self.arrival.validate(usize::MAX, base_dir, cache)?;
-        let max_arrivals = arrivals_before(&arrival, SimTime::from_secs_f64(horizon_s));
+        arrival.check_span(horizon_s)?;
+        let max_arrivals = arrivals_before(&arrival, SimTime::ZERO + horizon);
+        if max_arrivals == 0 {
+            return Err(field_error(
+                "workload.horizon_s",
+                format!("{horizon_s} s ends before the trace's first request arrives"),
+            ));
+        }
         at_least_one("workload.prompt_tokens", w.prompt_tokens as usize)?;
         at_least_one("workload.output_tokens", w.output_tokens as usize)?;
         if !(w.length_spread.is_finite() && (0.0..1.0).contains(&w.length_spread)) {
@@ -553,6 +565,8 @@ output_tokens = 64
                 "arrival.pattern",
             ),
             ("horizon_s = 10", "horizon_s = 1e300", "workload.horizon_s"),
+            ("horizon_s = 10", "horizon_s = 1e-300", "workload.horizon_s"),
+            ("horizon_s = 10", "horizon_s = 1e9", "workload.horizon_s"),
             (
                 "names = [\"gate-math\", \"gate-intent\"]",
                 "names = [\"nope\"]",

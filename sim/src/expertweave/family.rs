@@ -24,6 +24,7 @@ impl Family for ExpertWeave {
     type Config = ExpertWeaveConfig;
     type Scenario = ExpertWeaveScenario;
     const NAME: &'static str = "expertweave";
+    const DESCRIPTION: &'static str = "ExpertWeave: many ESFT adapters served on one MoE base model, memory managers and rerouting (docs/expertweave.md)";
     const METRICS: &'static [MetricInfo] = super::METRICS;
     const HEADLINE: &'static [&'static str] = super::HEADLINE;
     const HEADLINE_IMPROVEMENTS: &'static [&'static str] = super::HEADLINE_IMPROVEMENTS;
@@ -51,7 +52,11 @@ impl Family for ExpertWeave {
         };
         // Lengths spread up to (1 + length_spread) times their mean.
         let spread = 1.0 + w.length_spread;
-        vec![
+        let trace = s.arrival.trace_stats(s.max_arrivals);
+        let trace_tokens = trace
+            .into_iter()
+            .flat_map(|(_, stats)| stats.token_demands());
+        let mut d = vec![
             Demand::new(SimSeconds, w.horizon_s, "workload.horizon_s"),
             requests,
             Demand::new(
@@ -66,7 +71,9 @@ impl Family for ExpertWeave {
             ),
             Demand::new(Gpus, s.device.n_devices as f64, "device.n_devices"),
             Demand::new(Adapters, s.adapters.len() as f64, "adapters.count"),
-        ]
+        ];
+        d.extend(trace_tokens);
+        d
     }
 
     fn trace_replay(s: &ExpertWeaveScenario) -> Option<(PathBuf, TraceStats)> {

@@ -361,6 +361,12 @@ impl GemConfig {
         if n_gpus == 0 {
             return Err(field("cluster.n_gpus", "must be at least 1, got 0"));
         }
+        // The count sizes the speed factors built below: held to its ceiling first.
+        cache.limits.check(&[crate::scenario::limits::Demand::new(
+            crate::scenario::limits::Quantity::Gpus,
+            n_gpus as f64,
+            "cluster.n_gpus",
+        )])?;
         let serving = self.experiment == Experiment::Serving;
         if serving && shape.n_experts % n_gpus != 0 {
             return Err(field(
@@ -437,15 +443,12 @@ impl GemConfig {
                         format!("has {} factors for {n_gpus} GPUs", factors.len()),
                     ));
                 }
-                if let Some((i, v)) = factors
-                    .iter()
-                    .enumerate()
-                    .find(|(_, v)| !(v.is_finite() && **v > 0.0))
-                {
-                    return Err(field(
-                        "cluster.speed_factors",
-                        format!("factor {i} is {v}; speed factors must be positive"),
-                    ));
+                for (i, &v) in factors.iter().enumerate() {
+                    crate::scenario::validate::speed_factor(
+                        &format!("cluster.speed_factors[{i}]"),
+                        v,
+                        1e3,
+                    )?;
                 }
                 factors.clone()
             }

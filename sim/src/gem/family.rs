@@ -20,6 +20,7 @@ impl Family for Gem {
     type Config = GemConfig;
     type Scenario = GemScenario;
     const NAME: &'static str = "gem";
+    const DESCRIPTION: &'static str = "GEM: expert-to-GPU mapping (linear, EPLB, GEM) for expert-parallel serving on GPUs of uneven speed (docs/gem.md)";
     const METRICS: &'static [MetricInfo] = super::METRICS;
     const HEADLINE: &'static [&'static str] = super::HEADLINE;
     const HEADLINE_IMPROVEMENTS: &'static [&'static str] = super::HEADLINE_IMPROVEMENTS;
@@ -62,6 +63,10 @@ impl Family for Gem {
         d.push(Demand::new(Layers, s.shape.n_layers as f64, "model.name"));
         d.push(Demand::new(Experts, s.shape.n_experts as f64, "model.name"));
         d.push(Demand::new(Gpus, s.n_gpus as f64, "cluster.n_gpus"));
+        d.extend(
+            s.mapper
+                .demands(s.shape.n_layers, s.shape.n_experts, "mapper"),
+        );
         if s.experiment == Experiment::VariabilityAtScale {
             d.push(Demand::new(
                 Samples,

@@ -260,6 +260,39 @@ impl MapperConfig {
         }
     }
 
+    /// What the mapper holds in memory for a model of `layers` x `experts`, as `[limits]`
+    /// demands caused by fields under `prefix`: the window of observed steps (trace steps, and
+    /// routing entries per layer and expert) and GEM's restarts (a utilization vector per
+    /// restart and layer).
+    pub fn demands(
+        &self,
+        layers: usize,
+        experts: usize,
+        prefix: &str,
+    ) -> Vec<crate::scenario::limits::Demand> {
+        use crate::scenario::limits::{Demand, Quantity};
+        let per_step = layers as f64 * experts as f64;
+        let window = self.window() as f64;
+        let mut d = Vec::new();
+        if window > 0.0 {
+            let field = format!("{prefix}.window");
+            d.push(Demand::new(Quantity::TraceSteps, window, &field));
+            d.push(Demand::new(
+                Quantity::RoutingEntries,
+                window * per_step,
+                &field,
+            ));
+        }
+        if let MapperConfig::Gem { restarts, .. } = self {
+            d.push(Demand::new(
+                Quantity::RoutingEntries,
+                *restarts as f64 * per_step,
+                &format!("{prefix}.restarts"),
+            ));
+        }
+        d
+    }
+
     /// Checks the parameters against the deployment; errors are (field under `mapper`, message).
     pub fn check(
         &self,

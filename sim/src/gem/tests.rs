@@ -87,12 +87,12 @@ fn bad_input_gets_field_errors() {
     let e = error(
         "model = { name = \"mixtral-8x7b\" }\ncluster = { variability = \"explicit\", speed_factors = [1.0, 0.0, 1.0, 1.0] }",
     );
-    assert_eq!(e.path, "cluster.speed_factors");
-    assert!(e.message.contains("must be positive"), "{}", e.message);
+    assert_eq!(e.path, "cluster.speed_factors[1]");
+    assert!(e.message.contains("must lie in [0.001"), "{}", e.message);
     let e = error(
         "model = { name = \"mixtral-8x7b\" }\ncluster = { variability = \"explicit\", speed_factors = [1.0, -0.5, 1.0, 1.0] }",
     );
-    assert_eq!(e.path, "cluster.speed_factors");
+    assert_eq!(e.path, "cluster.speed_factors[1]");
     let e = error("model = { name = \"mixtral-8x7b\" }\ncluster = { variability = \"explicit\" }");
     assert_eq!(e.path, "cluster.speed_factors");
     let e = error("model = { name = \"mixtral-8x7b\" }\nmapper = { kind = \"gem\", window = 300 }");

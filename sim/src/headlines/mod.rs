@@ -211,7 +211,11 @@ pub const FILE_NAME: &str = "headlines.toml";
 /// Reads and checks `path`: unique ids, every claim's run defined, every scenario file present,
 /// `aggregate` only with `over`, a non-empty `versus`.
 pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
-    let text = crate::scenario::validate::read_input_text(path).map_err(|e| ScenarioError {
+    let text = crate::scenario::validate::read_input_text_limited(
+        path,
+        crate::scenario::validate::MAX_SCENARIO_FILE_BYTES,
+    )
+    .map_err(|e| ScenarioError {
         file: path.to_path_buf(),
         location: Location::Unknown,
         field: None,
@@ -236,6 +240,14 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
             let message = err.into_inner().message().to_string();
             error(&field, message)
         })?;
+    if file.run.is_empty() {
+        return Err(error(
+            "run",
+            "no [[run]]: a family's headlines name the runs its reproduction needs (an empty \
+             file reproduces nothing)"
+                .into(),
+        ));
+    }
     let base = path.parent().unwrap_or(Path::new(""));
     let mut runs = file.run;
     for (i, run) in runs.iter_mut().enumerate() {

@@ -13,7 +13,7 @@ use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, Gp
 use crate::cost::load::LoadPath;
 use crate::cost::measured_steps::MeasuredSet;
 use crate::cost::shape::DenseModelShape;
-use crate::scenario::validate::{FieldError, LoadCache, measured_on, measured_set};
+use crate::scenario::validate::{FieldError, LoadCache, measured_on, measured_set, span};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -463,7 +463,7 @@ impl MosaicConfig {
             gpu,
             memory_efficiency: fraction("serving.memory_efficiency", s.memory_efficiency)?,
             compute_efficiency: fraction("serving.compute_efficiency", s.compute_efficiency)?,
-            step_overhead_s: non_negative("serving.step_overhead_ms", s.step_overhead_ms)? / 1e3,
+            step_overhead_s: span("serving.step_overhead_ms", s.step_overhead_ms / 1e3)?,
             gpu_memory_utilization: fraction(
                 "serving.gpu_memory_utilization",
                 s.gpu_memory_utilization,
@@ -472,8 +472,8 @@ impl MosaicConfig {
             block_size: s.block_size,
             watermark: s.watermark,
             interconnect: LinkSpec {
-                latency_ns: non_negative("serving.allreduce_latency_us", s.allreduce_latency_us)?
-                    * 1e3,
+                latency_ns: span("serving.allreduce_latency_us", s.allreduce_latency_us / 1e6)?
+                    * 1e9,
                 bandwidth_bytes_per_s: positive("serving.interconnect_gbps", s.interconnect_gbps)?
                     * 1e9,
             },
@@ -546,7 +546,7 @@ impl MosaicConfig {
         for (i, (e, shape)) in files.iter().zip(shapes).enumerate() {
             let at = |f: &str| format!("{prefix}[{i}].{f}");
             let load_s = match e.load_s {
-                Some(v) => non_negative(&at("load_s"), v)?,
+                Some(v) => span(&at("load_s"), v)?,
                 None => load_path.seconds(shape.weight_bytes()),
             };
             let sigma = e.output_sigma.unwrap_or(match e.family {
@@ -587,7 +587,7 @@ impl MosaicConfig {
         let aggregator = Aggregator {
             name: a.name.clone(),
             load_s: match a.load_s {
-                Some(v) => non_negative("aggregator.load_s", v)?,
+                Some(v) => span("aggregator.load_s", v)?,
                 None => load_path.seconds(shape.weight_bytes()),
             },
             output: LengthDist {

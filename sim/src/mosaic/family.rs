@@ -23,6 +23,7 @@ impl Family for Mosaic {
     type Config = MosaicConfig;
     type Scenario = MosaicScenario;
     const NAME: &'static str = "mosaic";
+    const DESCRIPTION: &'static str = "MOSAIC: mixture-of-agents model placement (ILP, round-robin, ...) and the aggregation gate (docs/mosaic.md)";
     const METRICS: &'static [MetricInfo] = super::METRICS;
     const HEADLINE: &'static [&'static str] = super::HEADLINE;
     const HEADLINE_IMPROVEMENTS: &'static [&'static str] = super::HEADLINE_IMPROVEMENTS;

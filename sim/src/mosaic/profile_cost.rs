@@ -143,12 +143,18 @@ impl ModelDecodeCost {
                 .zip(row.iter().copied());
             let curve = CostCurve::new(samples.collect())
                 .map_err(|e| format!("{name}: context {context}: {e}"))?;
+            curve
+                .check_measured()
+                .map_err(|e| format!("{name}: context {context}: {e}"))?;
             by_context.push((context, curve));
         }
         if let Some(ns) = model.load_ns
-            && !(ns.is_finite() && ns >= 0.0)
+            && !(ns.is_finite() && (0.0..=crate::cost::curve::MAX_MEASURED_NANOS).contains(&ns))
         {
-            return Err(format!("{name}: load_ns must be finite and >= 0, got {ns}"));
+            return Err(format!(
+                "{name}: load_ns must be finite, >= 0 and at most {:e} (one hour), got {ns}",
+                crate::cost::curve::MAX_MEASURED_NANOS
+            ));
         }
         Ok(ModelDecodeCost {
             by_context,

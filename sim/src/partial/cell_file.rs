@@ -78,7 +78,10 @@ pub fn read(
     need_csv: bool,
 ) -> Result<CellRuns, Unusable> {
     let path = path(out, index);
-    let bytes = match std::fs::read(&path) {
+    let bytes = match crate::scenario::validate::read_input_bytes(
+        &path,
+        crate::scenario::validate::MAX_INPUT_FILE_BYTES,
+    ) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Unusable::Absent),
         Err(e) => return Err(Unusable::Stale(format!("{}: {e}", path.display()))),
@@ -118,6 +121,18 @@ pub fn read(
         .find(|m| file.runs.iter().any(|r| !r.scalars.contains_key(m.name)))
     {
         return Err(stale(format!("a run lacks metric {}", missing.name)));
+    }
+    // Every number is one a run can report: finite (or `null`, a metric the run could not
+    // measure), and not negative unless the metric is a signed change.
+    for run in &file.runs {
+        if let Some((name, value)) = run.scalars.iter().find(|&(name, &v)| {
+            v.is_infinite() || (v < 0.0 && !crate::metrics::SIGNED_METRICS.contains(&name.as_str()))
+        }) {
+            return Err(stale(format!(
+                "seed {}: {name} = {value} is not a value a run reports",
+                run.seed
+            )));
+        }
     }
     if need_csv && !file.per_request_csv {
         return Err(stale("written without per-request CSVs".into()));

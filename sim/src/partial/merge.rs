@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 
 pub const MANIFEST_FORMAT: &str = "expertsim-shard/1";
 
+/// The largest shard manifest read (a sweep header and a cell list: kilobytes to a few MB).
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+
 /// What a finished shard leaves beside its cell files.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Manifest {
@@ -46,10 +49,29 @@ impl Manifest {
         Ok(path)
     }
 
+    /// Reads and checks the manifest at `path`, trusting nothing in it: a regular file of at
+    /// most `MAX_MANIFEST_BYTES`, the format, a shard `K/N` with `1 <= K <= N`, the fingerprint
+    /// of its header, the cell list of that shard, and a scenario name that is one file-name
+    /// component (it names the default output folder).
     fn read(path: &Path) -> Result<Manifest, String> {
-        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let bytes = crate::scenario::validate::read_input_bytes(path, MAX_MANIFEST_BYTES)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         let manifest: Manifest = serde_json::from_slice(&bytes)
             .map_err(|e| format!("{}: not a shard manifest: {e}", path.display()))?;
+        let shard = manifest.shard;
+        if !(shard.count >= 1 && (1..=shard.count).contains(&shard.index)) {
+            return Err(format!(
+                "{}: shard {}/{} is not K/N with 1 <= K <= N",
+                path.display(),
+                shard.index,
+                shard.count
+            ));
+        }
+        crate::scenario::validate::file_name_component(
+            "header.scenario.name",
+            &manifest.header.scenario.name,
+        )
+        .map_err(|e| format!("{}: {}: {}", path.display(), e.path, e.message))?;
         if manifest.format != MANIFEST_FORMAT {
             return Err(format!(
                 "{}: format {:?}, expected {MANIFEST_FORMAT:?}",

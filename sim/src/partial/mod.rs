@@ -84,11 +84,17 @@ impl SweepHeader {
         }
     }
 
-    /// 16 hex digits identifying the scenario as run (document after overrides, sweep, seeds,
-    /// tool version). Files the scenario reads (traces, profiles) are not part of it.
+    /// The SHA-256 of the header (64 hex digits) identifying the scenario as run (document after
+    /// overrides, sweep, seeds, tool version): two different headers cannot be made to share
+    /// one. Files the scenario reads (traces, profiles) are not part of it. A hash anyone can
+    /// recompute is no signature: `merge` also validates what it uses from a manifest.
     pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
         let bytes = serde_json::to_vec(self).expect("the header serializes");
-        format!("{:016x}", fnv1a64(&bytes))
+        Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     /// The result document from the runs of every cell, in plan order: per-cell summaries, then
@@ -122,24 +128,5 @@ impl SweepHeader {
             baseline: self.baseline.clone(),
             cells,
         }
-    }
-}
-
-/// 64-bit FNV-1a: a stable hash (unlike `std`'s hasher, the same on every platform and release).
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
-        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fnv1a64_matches_the_reference_vectors() {
-        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
     }
 }

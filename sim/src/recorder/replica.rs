@@ -112,6 +112,7 @@ impl ReplicaRecorder {
             batch_sum: stats.batch_sum,
             busy_ns: stats.busy_ns,
             preemptions: stats.preempted_recompute + stats.preempted_swap,
+            refused: 0,
             gpu_busy_share: self.gpu_busy_ns.iter().map(share).collect(),
             gpu_mfu: self
                 .gpu_model_flops
@@ -140,6 +141,9 @@ pub struct ServingSummary {
     /// Time the replicas spent in steps, summed, ns.
     pub busy_ns: u64,
     pub preemptions: u64,
+    /// Requests refused at admission (their prompt past what the replica takes); the family
+    /// that refuses sets it.
+    pub refused: u64,
     /// Each GPU's busy time over the makespan (the replicas' GPUs in order).
     pub gpu_busy_share: Vec<f64>,
     /// Each GPU's model FLOPs over its datasheet peak x the makespan.
@@ -166,6 +170,7 @@ impl ServingSummary {
             all.batch_sum += p.batch_sum;
             all.busy_ns += p.busy_ns;
             all.preemptions += p.preemptions;
+            all.refused += p.refused;
             all.gpu_busy_share.extend(&p.gpu_busy_share);
             all.gpu_mfu.extend(&p.gpu_mfu);
             all.kv_blocks += p.kv_blocks;

@@ -26,25 +26,57 @@ pub struct ScenarioError {
     pub message: String,
 }
 
+impl Location {
+    /// The top of the file, where the top-level keys go.
+    pub fn top() -> Location {
+        Location::File { line: 1, column: 1 }
+    }
+
+    /// This location, or the top of the file when it is unknown.
+    pub fn or_top(self) -> Location {
+        match self {
+            Location::Unknown => Location::top(),
+            known => known,
+        }
+    }
+}
+
 impl fmt::Display for ScenarioError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file.display())?;
+        write!(f, "{}", printable(&self.file.display().to_string()))?;
         match &self.location {
             Location::File { line, column } => write!(f, ":{line}:{column}")?,
             Location::CommandLine => write!(f, " (--set)")?,
             Location::Unknown => {}
         }
         if let Some(field) = &self.field {
-            write!(f, ": field `{field}`")?;
+            write!(f, ": field `{}`", printable(field))?;
         }
-        // Keep the error on one line whatever the underlying message looks like.
-        let message = self
-            .message
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ");
-        write!(f, ": {message}")
+        write!(f, ": {}", one_line(&self.message))
     }
+}
+
+/// `text` on one line (runs of whitespace, line breaks included, become one space) with every
+/// other control character escaped: what a user wrote is echoed, never a terminal escape.
+pub fn one_line(text: &str) -> String {
+    printable(&text.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// `text` with each control character written as an escape (`\u{1b}`), so that bytes from an
+/// input file or the command line never reach the terminal raw.
+pub fn printable(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 impl std::error::Error for ScenarioError {}
@@ -131,6 +163,17 @@ impl SpanIndex {
         Location::File { line, column }
     }
 
+    /// The field whose key or value starts last on the line of byte `offset`, at or before it:
+    /// the field a value error at `offset` belongs to.
+    pub fn field_at(&self, offset: usize) -> Option<String> {
+        let (line, column) = self.position(offset);
+        self.positions
+            .iter()
+            .filter(|&(_, &(l, c))| l == line && c <= column)
+            .max_by_key(|&(path, &(_, c))| (c, path.len()))
+            .map(|(path, _)| path.clone())
+    }
+
     /// The location of `path`, or of its longest written prefix (a missing field is reported at
     /// the table that lacks it).
     pub fn locate(&self, path: &str) -> Location {
@@ -186,6 +229,27 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().starts_with("s.toml:2:"), "{err}");
+    }
+
+    #[test]
+    fn control_bytes_are_escaped_and_value_errors_find_their_field() {
+        let err = ScenarioError {
+            file: "a.toml".into(),
+            location: Location::CommandLine,
+            field: Some("work\u{1b}[31mload".into()),
+            message: "unknown field `work\u{1b}[31mload`".into(),
+        };
+        let shown = err.to_string();
+        assert!(!shown.contains('\u{1b}'), "{shown}");
+        assert!(shown.contains("work\\u{1b}[31mload"), "{shown}");
+        let text = "seeds = [1]\n[workload]\nn_requests = 9223372036854775808\n";
+        let index = SpanIndex::build(Path::new("s.toml"), text).unwrap();
+        let value_at = text.find("9223").unwrap();
+        assert_eq!(
+            index.field_at(value_at).as_deref(),
+            Some("workload.n_requests")
+        );
+        assert_eq!(index.field_at(9).as_deref(), Some("seeds[0]"));
     }
 
     #[test]

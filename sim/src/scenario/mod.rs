@@ -7,7 +7,10 @@
 pub mod error;
 pub mod figure;
 pub mod file;
+pub mod keys;
 pub mod limits;
+pub mod options;
+pub mod schema;
 pub mod sweep;
 pub mod validate;
 
@@ -142,12 +145,14 @@ pub fn load(path: &Path, sets: &[String]) -> Result<ScenarioPlan, ScenarioError>
             ),
         });
     }
-    let text = validate::read_input_text(path).map_err(|e| ScenarioError {
-        file: path.to_path_buf(),
-        location: Location::Unknown,
-        field: None,
-        message: format!("cannot read the scenario file: {e}"),
-    })?;
+    let text = validate::read_input_text_limited(path, validate::MAX_SCENARIO_FILE_BYTES).map_err(
+        |e| ScenarioError {
+            file: path.to_path_buf(),
+            location: Location::Unknown,
+            field: None,
+            message: format!("cannot read the scenario file: {e}"),
+        },
+    )?;
     load_str(path, &text, sets)
 }
 
@@ -163,7 +168,9 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
             .span()
             .map(|s| loader.spans.location_of(s.start))
             .unwrap_or(Location::Unknown);
-        loader.error(location, None, humanize(e.message()))
+        // A value error (an integer past 2^63) names the field it is the value of.
+        let field = e.span().and_then(|s| loader.spans.field_at(s.start));
+        loader.error(location, field.as_deref(), humanize(e.message()))
     })?;
 
     // The sweep axes, in the order written.
@@ -302,7 +309,10 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
     }
 
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let mut cache = validate::LoadCache::default();
+    let mut cache = validate::LoadCache {
+        limits: limits.clone(),
+        ..validate::LoadCache::default()
+    };
     let mut cells = Vec::new();
     let mut first: Option<CommonFile> = None;
     let base = CellBase {
@@ -335,7 +345,7 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
     // (every other axis at its first value), so a typo under a swept key is not silently ignored.
     let mut base_checks: Vec<(usize, Vec<(String, toml::Value)>)> = Vec::new();
     for (axis_idx, axis) in axes.iter().enumerate() {
-        if lookup(&document, &axis.key).is_some() {
+        if written(&document, &axis.key) {
             let coords = axes
                 .iter()
                 .enumerate()
@@ -376,8 +386,18 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
     };
     validate::file_name_component("name", &file.name).map_err(name_error)?;
     for (i, figure) in file.figures.iter().enumerate() {
-        validate::file_name_component(&format!("figure[{i}].name"), &figure.name)
-            .map_err(name_error)?;
+        let field = format!("figure[{i}].name");
+        validate::file_name_component(&field, &figure.name).map_err(name_error)?;
+        if let Some(j) = file.figures[..i].iter().position(|f| f.name == figure.name) {
+            return Err(name_error(validate::field_error(
+                &field,
+                format!(
+                    "{:?} is also the name of figure[{j}]: their files would overwrite each \
+                     other; give each figure a name of its own",
+                    figure.name
+                ),
+            )));
+        }
     }
 
     let axis_keys: Vec<&str> = axes.iter().map(|a| a.key.as_str()).collect();
@@ -481,6 +501,19 @@ impl CellBase<'_> {
         let (common_doc, family_doc): (toml::Table, toml::Table) = cell_doc
             .into_iter()
             .partition(|(key, _)| COMMON_KEYS.contains(&key.as_str()));
+        if !common_doc.contains_key("family") {
+            let families: Vec<&str> = FamilyId::all().map(FamilyId::name).collect();
+            return Err(loader.error(
+                loader.locate("name", &cell_overrides).or_top(),
+                Some("family"),
+                format!(
+                    "is missing: every scenario names the simulator family that reads its \
+                     tables, e.g. `family = \"serving\"` beside `name`; the families: {} \
+                     (`expertsim list` describes them)",
+                    families.join(", ")
+                ),
+            ));
+        }
         let file: CommonFile = deserialize_table(loader, common_doc, &cell_overrides)?;
         if file.seeds.is_empty() {
             return Err(loader.error(
@@ -511,14 +544,23 @@ struct LimitsOnly {
     limits: Limits,
 }
 
-/// The value at dotted `key` of `document`, if there is one.
-fn lookup<'a>(document: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
-    let mut parts = key.split('.');
-    let mut value = document.get(parts.next()?)?;
-    for part in parts {
-        value = value.as_table()?.get(part)?;
+/// Whether dotted `key` is written in `document`, reaching into every table of an array of
+/// tables (`replica.queue` is written when any `[[replica]]` has a `queue`).
+fn written(document: &toml::Table, key: &str) -> bool {
+    fn under(value: &toml::Value, parts: &[&str]) -> bool {
+        match (parts.split_first(), value) {
+            (None, _) => true,
+            (Some((part, rest)), toml::Value::Table(table)) => {
+                table.get(*part).is_some_and(|v| under(v, rest))
+            }
+            (Some(_), toml::Value::Array(items)) => items.iter().any(|item| under(item, parts)),
+            (Some(_), _) => false,
+        }
     }
-    Some(value)
+    let parts: Vec<&str> = key.split('.').collect();
+    document
+        .get(parts[0])
+        .is_some_and(|value| under(value, &parts[1..]))
 }
 
 /// A family's field error as a scenario error, located at the sweep key or `--set` that supplied
@@ -581,7 +623,17 @@ fn schema_error(
     overrides: &[(String, Origin)],
 ) -> ScenarioError {
     let field = err.path().to_string();
-    let field = if field == "." { None } else { Some(field) };
+    let mut field = if field == "." { None } else { Some(field) };
+    // A top-level key left out: name it, at the top of the file.
+    let message = err.inner().message().to_string();
+    if field.is_none()
+        && let Some(missing) = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+    {
+        field = Some(missing.to_string());
+        return loader.error(Location::top(), field.as_deref(), humanize(&message));
+    }
     let location = field
         .as_deref()
         .map(|f| loader.locate(f, overrides))
@@ -614,6 +666,10 @@ fn humanize(message: &str) -> String {
         ("expected u32", "expected a non-negative integer below 2^32"),
         ("expected usize", "expected a non-negative integer"),
         ("expected f64", "expected a number"),
+        (
+            "u64 value was too large",
+            "integer too large: TOML integers run from -2^63 to 2^63-1 (9223372036854775807)",
+        ),
     ] {
         out = out.replace(rust, toml);
     }

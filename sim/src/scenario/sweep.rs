@@ -73,6 +73,18 @@ fn set(
 /// Parses a `--set key=value` argument; the value is read as a TOML value, and as a plain string
 /// when it is not one (so `--set scheduler.selector.kind=fcfs` needs no quotes).
 pub fn parse_set(argument: &str) -> Result<(String, toml::Value), String> {
+    if let Some(c) = argument.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "`{}` holds a {} ({}); give one key=value per --set",
+            super::error::printable(argument),
+            if c == '\n' || c == '\r' {
+                "line break"
+            } else {
+                "control character"
+            },
+            c.escape_unicode()
+        ));
+    }
     let (key, raw) = argument
         .split_once('=')
         .ok_or_else(|| format!("`{argument}` is not of the form key=value"))?;
@@ -82,7 +94,10 @@ pub fn parse_set(argument: &str) -> Result<(String, toml::Value), String> {
     }
     let raw = raw.trim();
     let value = match format!("value = {raw}").parse::<toml::Table>() {
-        Ok(mut table) => table.remove("value").expect("the parsed table has the key"),
+        Ok(mut table) if table.len() == 1 => {
+            table.remove("value").expect("the parsed table has the key")
+        }
+        Ok(_) => return Err(format!("`{key}`: {raw} is more than one value")),
         // An integer TOML cannot hold is a mistake, not a string.
         Err(_) if raw.trim_start_matches(['+', '-']).parse::<u128>().is_ok() => {
             return Err(format!(
@@ -196,5 +211,14 @@ mod tests {
         let err = parse_set("workload.n_requests=18446744073709551615").unwrap_err();
         assert!(err.contains("does not fit a TOML integer"), "{err}");
         assert!(parse_set("=5").is_err());
+        // A second line would be dropped silently, and a raw escape echoed back.
+        let err = parse_set("workload.n_requests=5\narrival.rate_per_s=-1").unwrap_err();
+        assert!(err.contains("line break"), "{err}");
+        assert!(!err.contains('\n'), "{err}");
+        let err = parse_set("work\u{1b}[31mload.x=1").unwrap_err();
+        assert!(
+            err.contains("control character") && !err.contains('\u{1b}'),
+            "{err}"
+        );
     }
 }

@@ -34,9 +34,13 @@ fn load(text: &str, sets: &[&str]) -> Result<ScenarioPlan, String> {
 
 #[test]
 fn a_rate_whose_horizon_passes_the_ceiling_is_refused_at_its_field() {
-    let err = load(QUICK, &["arrival.rate_per_s=1e-9"]).unwrap_err();
+    let err = load(QUICK, &["arrival.rate_per_s=1e-6"]).unwrap_err();
     assert!(err.contains("field `arrival.rate_per_s`"), "{err}");
     assert!(err.contains("limits.max_sim_seconds"), "{err}");
+    // A mean gap past the 1e8 s any duration may have is refused whatever the ceilings.
+    let err = load(QUICK, &["arrival.rate_per_s=1e-9"]).unwrap_err();
+    assert!(err.contains("field `arrival.rate_per_s`"), "{err}");
+    assert!(err.contains("mean gap"), "{err}");
     // Raised on purpose, the same scenario loads.
     assert!(
         load(

@@ -1,6 +1,7 @@
 //! Validation helpers every family uses: the field-level error the loader turns into
 //! file:line:column, number checks, and the cache of files (traces, profiles) a sweep's cells share.
 
+use super::limits::MAX_SIM_SECONDS_CEILING;
 use crate::arrivals::Trace;
 use crate::cost::measured_steps::MeasuredSet;
 use crate::cost::profile::Profile;
@@ -35,7 +36,6 @@ pub fn positive(path: &str, value: f64) -> Result<f64, FieldError> {
     }
 }
 
-/// `value` if it is at least 1.
 /// `value` if finite and at least 0, else a `FieldError` at `path`.
 pub fn non_negative(path: &str, value: f64) -> Result<f64, FieldError> {
     if value.is_finite() && value >= 0.0 {
@@ -48,6 +48,7 @@ pub fn non_negative(path: &str, value: f64) -> Result<f64, FieldError> {
     }
 }
 
+/// `value` if it is at least 1.
 pub fn at_least_one(path: &str, value: usize) -> Result<usize, FieldError> {
     if value >= 1 {
         Ok(value)
@@ -56,9 +57,12 @@ pub fn at_least_one(path: &str, value: usize) -> Result<usize, FieldError> {
     }
 }
 
-/// Files a sweep's cells share, loaded once.
+/// Files a sweep's cells share, loaded once, and the ceilings in force while they are validated.
 #[derive(Default)]
 pub struct LoadCache {
+    /// The scenario's `[limits]`: a count that sizes an allocation during validation is checked
+    /// against them where it is derived, before anything is allocated.
+    pub limits: super::Limits,
     pub traces: HashMap<PathBuf, Arc<Trace>>,
     pub profiles: HashMap<String, Arc<Profile>>,
     /// Measured sets by folder.
@@ -113,15 +117,15 @@ pub fn duration(
     if !(seconds.is_finite() && seconds > 0.0) {
         return Err(field_error(
             path,
-            format!("must be a positive duration, got {seconds}"),
+            format!("must be a positive duration, got {seconds:e}"),
         ));
     }
     if seconds * 1e9 < 0.5 {
         return Err(field_error(
             path,
             format!(
-                "{seconds} s rounds to 0 ns (simulated time is integer nanoseconds; the smallest \
-                 duration is 1 ns)"
+                "{seconds:e} s rounds to 0 ns (simulated time is integer nanoseconds; the \
+                 smallest duration is 1 ns)"
             ),
         ));
     }
@@ -130,19 +134,100 @@ pub fn duration(
             path,
             format!(
                 "{seconds:e} s is past the longest simulated span of {max_seconds:e} s \
-                 (limits.max_sim_seconds; docs/limits.md)"
+                 (docs/limits.md)"
             ),
         ));
     }
-    Ok(crate::time::SimDuration::from_secs_f64(seconds))
+    crate::time::SimDuration::try_from_secs_f64(seconds)
+        .map_err(|e| field_error(path, e.to_string()))
 }
 
-/// The largest input file (scenario, trace, profile) read: inputs are read whole into memory.
+/// A span of `seconds` that may be 0 (a load that takes no time, an overhead turned off):
+/// finite, non-negative and at most `MAX_SIM_SECONDS_CEILING`, the longest duration a scenario
+/// may state (docs/limits.md).
+pub fn span(path: &str, seconds: f64) -> Result<f64, FieldError> {
+    let seconds = non_negative(path, seconds)?;
+    if seconds > MAX_SIM_SECONDS_CEILING {
+        return Err(field_error(
+            path,
+            format!(
+                "{seconds:e} s is past the longest duration a scenario may state, \
+                 {MAX_SIM_SECONDS_CEILING:e} s (docs/limits.md)"
+            ),
+        ));
+    }
+    Ok(seconds)
+}
+
+/// The most arrivals per second a rate may ask for: a mean gap of 1 µs, a thousand times the
+/// 1 ns resolution of simulated time, so that rounding arrival times to nanoseconds leaves the
+/// process what it was asked to be.
+pub const MAX_RATE_PER_S: f64 = 1e6;
+
+/// An arrival rate (requests per second): positive, at most `MAX_RATE_PER_S`, and with a mean
+/// gap no longer than the longest duration a scenario may state.
+pub fn rate(path: &str, per_s: f64) -> Result<f64, FieldError> {
+    let per_s = positive(path, per_s)?;
+    if per_s > MAX_RATE_PER_S {
+        return Err(field_error(
+            path,
+            format!(
+                "{per_s:e} per second puts arrivals less than 1 µs apart; at most \
+                 {MAX_RATE_PER_S:e} (simulated time is integer nanoseconds; docs/limits.md)"
+            ),
+        ));
+    }
+    if 1.0 / per_s > MAX_SIM_SECONDS_CEILING {
+        return Err(field_error(
+            path,
+            format!(
+                "{per_s:e} per second is a mean gap of {:e} s, past the longest duration a \
+                 scenario may state, {MAX_SIM_SECONDS_CEILING:e} s (docs/limits.md)",
+                1.0 / per_s
+            ),
+        ));
+    }
+    Ok(per_s)
+}
+
+/// The slowest a GPU may be relative to its datasheet (a speed factor divides every duration it
+/// prices, so a factor near 0 would push a step past what simulated time holds).
+pub const MIN_SPEED_FACTOR: f64 = 1e-3;
+
+/// A GPU's relative speed: finite, in `[MIN_SPEED_FACTOR, max]`.
+pub fn speed_factor(path: &str, value: f64, max: f64) -> Result<f64, FieldError> {
+    if value.is_finite() && (MIN_SPEED_FACTOR..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(field_error(
+            path,
+            format!(
+                "must lie in [{MIN_SPEED_FACTOR}, {max}] (a GPU at 1/1000 of its datasheet \
+                 speed at the slowest; the factor divides every duration), got {value}"
+            ),
+        ))
+    }
+}
+
+/// The largest input file (trace, profile, cell file) read: inputs are read whole into memory.
 pub const MAX_INPUT_FILE_BYTES: u64 = 1 << 30;
+
+/// The largest scenario, claims or shard-manifest file read: hand-written or small generated
+/// text, parsed into a document whose memory is a multiple of the text's (the 40,000 x 40,000
+/// sweep of docs/limits.md is a 480 KB file).
+pub const MAX_SCENARIO_FILE_BYTES: u64 = 4 << 20;
 
 /// Opens a user-named input file for reading: it must be a regular file (not a device or a
 /// pipe, which could stream forever) of at most `MAX_INPUT_FILE_BYTES`; reads stop there.
 pub fn open_input(path: &std::path::Path) -> std::io::Result<std::io::Take<std::fs::File>> {
+    open_input_limited(path, MAX_INPUT_FILE_BYTES)
+}
+
+/// `open_input` with a ceiling of `max_bytes`.
+pub fn open_input_limited(
+    path: &std::path::Path,
+    max_bytes: u64,
+) -> std::io::Result<std::io::Take<std::fs::File>> {
     use std::io::{Error, ErrorKind, Read};
     let metadata = std::fs::metadata(path)?;
     if !metadata.is_file() {
@@ -151,24 +236,48 @@ pub fn open_input(path: &std::path::Path) -> std::io::Result<std::io::Take<std::
             "not a regular file (a device, pipe or folder is not read)",
         ));
     }
-    if metadata.len() > MAX_INPUT_FILE_BYTES {
+    if metadata.len() > max_bytes {
         return Err(Error::new(
             ErrorKind::InvalidInput,
             format!(
-                "{} bytes, above the {MAX_INPUT_FILE_BYTES}-byte limit on input files",
+                "{} bytes, above the {max_bytes}-byte limit on this kind of input file \
+                 (docs/limits.md)",
                 metadata.len()
             ),
         ));
     }
-    Ok(std::fs::File::open(path)?.take(MAX_INPUT_FILE_BYTES))
+    // Opened without blocking: a path swapped for a pipe after the check above must not hang
+    // the open (reads are bounded by `take` whatever the file turns out to be).
+    #[cfg(unix)]
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)?
+    };
+    #[cfg(not(unix))]
+    let file = std::fs::File::open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "not a regular file (a device, pipe or folder is not read)",
+        ));
+    }
+    Ok(file.take(max_bytes))
 }
 
 /// Reads a user-named input file (`open_input`) as UTF-8 text; a bad byte is reported with its
 /// line.
 pub fn read_input_text(path: &std::path::Path) -> std::io::Result<String> {
+    read_input_text_limited(path, MAX_INPUT_FILE_BYTES)
+}
+
+/// `read_input_text` with a ceiling of `max_bytes`.
+pub fn read_input_text_limited(path: &std::path::Path, max_bytes: u64) -> std::io::Result<String> {
     use std::io::Read;
     let mut bytes = Vec::new();
-    open_input(path)?.read_to_end(&mut bytes)?;
+    open_input_limited(path, max_bytes)?.read_to_end(&mut bytes)?;
     String::from_utf8(bytes).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
         let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
@@ -177,6 +286,14 @@ pub fn read_input_text(path: &std::path::Path) -> std::io::Result<String> {
             format!("line {line}: not UTF-8 text (invalid byte at offset {at})"),
         )
     })
+}
+
+/// Reads a user-named input file of at most `max_bytes` (`open_input_limited`) as bytes.
+pub fn read_input_bytes(path: &std::path::Path, max_bytes: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    open_input_limited(path, max_bytes)?.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// `read_input_text` with the file named in the error.
@@ -266,6 +383,23 @@ mod tests {
     }
 
     #[test]
+    fn spans_rates_and_speed_factors_stay_inside_simulated_time() {
+        assert_eq!(span("s", 0.0), Ok(0.0));
+        for bad in [-1.0, f64::NAN, 1e9, 1e308, 9.223372036854775807e18] {
+            assert!(span("s", bad).is_err(), "{bad}");
+        }
+        assert!(span("s", 1e9).unwrap_err().message.contains("1e8"));
+        assert_eq!(rate("r", 150.0), Ok(150.0));
+        for bad in [0.0, 1e9, 1e308, 1e-9, f64::INFINITY] {
+            assert!(rate("r", bad).is_err(), "{bad}");
+        }
+        assert_eq!(speed_factor("f", 0.8, 10.0), Ok(0.8));
+        for bad in [1e-300, 0.0, 11.0, f64::NAN] {
+            assert_eq!(speed_factor("f", bad, 10.0).unwrap_err().path, "f", "{bad}");
+        }
+    }
+
+    #[test]
     fn only_regular_utf8_files_are_read() {
         let dir = tempfile::tempdir().unwrap();
         let bad = dir.path().join("latin1.csv");
@@ -282,6 +416,25 @@ mod tests {
                 .unwrap_err()
                 .contains("not a regular file")
         );
+        let big = dir.path().join("big.toml");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_SCENARIO_FILE_BYTES + 1)
+            .unwrap();
+        let err = read_input_text_limited(&big, MAX_SCENARIO_FILE_BYTES).unwrap_err();
+        assert!(err.to_string().contains("byte limit"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("partial-1-of-1.json");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let err = read_input_bytes(&fifo, 1024).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
     }
 
     #[test]

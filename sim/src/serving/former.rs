@@ -13,4 +13,7 @@ pub trait BatchFormer: AdmitHook {
     /// the former's candidate window, appended to `batch` in the order they join it (nothing
     /// when no request waits).
     fn form(&mut self, capacity: usize, batch: &mut Vec<QueuedRequest>);
+    /// Takes back `requests` (the tail of the batch just formed, in batch order) that the
+    /// replica's KV cache cannot hold alongside the rest: they wait again, ahead of the others.
+    fn put_back(&mut self, requests: Vec<QueuedRequest>);
 }

@@ -532,6 +532,28 @@ impl Replica {
             formed.len(),
             self.config.max_num_seqs
         );
+        // A finite cache holds the batch at its end (each sequence padded to the longest
+        // output): the formed batch's longest prefix that fits, one request at least, runs;
+        // the rest go back to the former.
+        let (mut fit, mut longest_fit) = (0, 0u32);
+        for (i, request) in formed.iter().enumerate() {
+            let longest = longest_fit.max(former.output_tokens(request).max(1));
+            let blocks: u64 = formed[..=i]
+                .iter()
+                .map(|r| {
+                    self.kv
+                        .blocks_for(u64::from(r.prompt_tokens.max(1)) + u64::from(longest - 1))
+                })
+                .sum();
+            if i > 0 && !self.kv.can_grow(blocks) {
+                break;
+            }
+            fit = i + 1;
+            longest_fit = longest;
+        }
+        if fit < formed.len() {
+            former.put_back(formed.split_off(fit));
+        }
         let mut longest = 0;
         for request in formed.drain(..) {
             let output = former.output_tokens(&request).max(1);

@@ -534,6 +534,11 @@ impl BatchFormer for LongestPromptFirst {
         }
         batch.reverse();
     }
+    fn put_back(&mut self, requests: Vec<QueuedRequest>) {
+        for request in requests.into_iter().rev() {
+            self.waiting.push_front(request);
+        }
+    }
 }
 
 #[test]

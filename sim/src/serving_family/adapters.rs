@@ -82,8 +82,13 @@ pub struct AdapterSpec {
 }
 
 impl AdaptersTable {
-    /// Checks the table for `shape`; errors name `adapters.<field>`.
-    pub fn validate(&self, shape: &MlaMoeShape) -> Result<AdapterSpec, FieldError> {
+    /// Checks the table for `shape` (the adapter count against `limits` before any adapter is
+    /// built); errors name `adapters.<field>`.
+    pub fn validate(
+        &self,
+        shape: &MlaMoeShape,
+        limits: &crate::scenario::Limits,
+    ) -> Result<AdapterSpec, FieldError> {
         let adapters = resolve_adapters(
             &AdaptersConfig {
                 names: self.names.clone(),
@@ -91,6 +96,7 @@ impl AdaptersTable {
             },
             shape,
             "adapters",
+            limits,
         )?;
         if let MemoryConfig::Merged { .. } = self.memory {
             return Err(field_error(
@@ -389,7 +395,10 @@ mod tests {
         );
         toml::from_str::<AdaptersTable>(&text)
             .unwrap()
-            .validate(&MlaMoeShape::esft_vanilla_16b())
+            .validate(
+                &MlaMoeShape::esft_vanilla_16b(),
+                &crate::scenario::Limits::default(),
+            )
             .unwrap()
     }
 

@@ -180,6 +180,11 @@ pub struct ReplicaTable {
     /// page, the KV pool's allocation block (1 by default).
     #[serde(default)]
     pub block_size: Option<u32>,
+    /// vLLM `max_model_len`: the longest sequence (prompt + output) a replica takes; a request
+    /// whose prompt leaves no room for an output token is refused at admission, an output that
+    /// would pass it stops there. Default (and at most): what the replica's KV cache holds.
+    #[serde(default)]
+    pub max_model_len: Option<u32>,
     /// Share of the blocks an admission leaves free (vllm and sarathi; vLLM's 1 %).
     #[serde(default = "d_watermark")]
     pub watermark: f64,
@@ -221,6 +226,10 @@ impl Interconnect {
         }
     }
 }
+
+/// The largest KV block a replica may page in: vLLM's block sizes are 8 to 32 tokens and
+/// Ascend's 128; a block past the cache would leave no block at all.
+const MAX_BLOCK_SIZE: u32 = 1024;
 
 fn d_batched_tokens() -> u64 {
     4096
@@ -485,6 +494,8 @@ pub struct ReplicaSpec {
     /// `replica.block_size` given (default 1): its capacity is whole blocks, each request still
     /// reserving exactly its tokens.
     pub kv_pool_block: u32,
+    /// The longest sequence a replica takes (`replica.max_model_len`); the KV cache caps it too.
+    pub max_model_len: Option<u32>,
     pub watermark: f64,
     /// The model's standalone task score, % (`replica.task_score_pct`).
     pub task_score_pct: Option<f64>,
@@ -775,7 +786,18 @@ impl ServingConfig {
             groups.push(self.group(path, table)?);
         }
         let queue = self.cluster_queue(&tables)?;
-        self.rest(groups, queue, base_dir, cache)
+        let scenario = self.rest(groups, queue, base_dir, cache)?;
+        // Weights that do not fit are known before any run: refused here rather than failing
+        // every run. With adapters the memory manager's plan decides, at run time.
+        for (g, (path, _)) in tables.iter().enumerate() {
+            if g == 0 && scenario.adapters.is_some() {
+                continue;
+            }
+            if let Err(reason) = super::deployment::Deployment::new(&scenario.group(g), None) {
+                return Err(field_error(&format!("{path}.gpus"), reason));
+            }
+        }
+        Ok(scenario)
     }
 
     /// The one queue policy of the cluster: the groups' `queue`, which must agree.
@@ -930,12 +952,11 @@ impl ServingConfig {
                     ));
                 }
                 for (i, &f) in factors.iter().enumerate() {
-                    if !(f.is_finite() && f > 0.0 && f <= 10.0) {
-                        return Err(field_error(
-                            &format!("{p}.speed_factors[{i}]"),
-                            format!("must lie in (0, 10], got {f}"),
-                        ));
-                    }
+                    crate::scenario::validate::speed_factor(
+                        &format!("{p}.speed_factors[{i}]"),
+                        f,
+                        10.0,
+                    )?;
                 }
                 factors.clone()
             }
@@ -992,10 +1013,10 @@ impl ServingConfig {
             ));
         }
         let (block_size, kv_pool_block) = match (&r.scheduler, r.block_size) {
-            (_, Some(0)) => {
+            (_, Some(b)) if !(1..=MAX_BLOCK_SIZE).contains(&b) => {
                 return Err(field_error(
                     &format!("{p}.block_size"),
-                    "must be at least 1",
+                    format!("must be from 1 to {MAX_BLOCK_SIZE} tokens, got {b}"),
                 ));
             }
             // Orca does not page: a block size is the pool's allocation granularity only.
@@ -1004,6 +1025,12 @@ impl ServingConfig {
             (_, Some(b)) => (b, b),
             (_, None) => (16, 16),
         };
+        if r.max_model_len == Some(0) {
+            return Err(field_error(
+                &format!("{p}.max_model_len"),
+                "must be at least 2 (a prompt token and an output token), got 0",
+            ));
+        }
         if !(0.0..1.0).contains(&r.watermark) {
             return Err(field_error(
                 &format!("{p}.watermark"),
@@ -1039,6 +1066,7 @@ impl ServingConfig {
                 max_num_seqs,
                 block_size,
                 kv_pool_block,
+                max_model_len: r.max_model_len,
                 watermark: r.watermark,
                 task_score_pct: r.task_score_pct,
                 batch_former,
@@ -1120,7 +1148,7 @@ impl ServingConfig {
                          the experts); leave n_topics at 1",
                     ));
                 }
-                Some(table.validate(shape)?)
+                Some(table.validate(shape, &cache.limits)?)
             }
         };
         let (expert_routing, expert_mapping) = match &self.experts {

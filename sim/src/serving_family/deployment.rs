@@ -134,6 +134,15 @@ impl Deployment {
             // The pool is allocated in whole blocks of `kv_pool_block` tokens.
             kv_tokens -= kv_tokens % u64::from(r.kv_pool_block);
         }
+        if kv_tokens < u64::from(r.block_size.max(r.kv_pool_block)) {
+            return Err(format!(
+                "out of memory: {}'s weights leave room for {kv_tokens} KV tokens on a {}, not \
+                 one block of {} (replica.block_size, replica.gpu_memory_utilization)",
+                scenario.model.name(),
+                r.gpu.name,
+                r.block_size.max(r.kv_pool_block)
+            ));
+        }
         Ok(Deployment {
             gpus: r.gpus,
             tensor_parallel: tp,

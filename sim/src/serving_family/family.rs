@@ -57,6 +57,7 @@ impl Family for Serving {
     type Config = ServingConfig;
     type Scenario = ServingScenario;
     const NAME: &'static str = "serving";
+    const DESCRIPTION: &'static str = "general serving: replicas of any catalogued dense or MoE model under vllm/sarathi/orca/static schedulers, routers, queue policies, expert mappings, adapters (docs/serving-family.md)";
     const METRICS: &'static [MetricInfo] = super::METRICS;
     const HEADLINE: &'static [&'static str] = super::HEADLINE;
     const HEADLINE_IMPROVEMENTS: &'static [&'static str] = super::HEADLINE_IMPROVEMENTS;
@@ -83,12 +84,30 @@ impl Family for Serving {
             Demand::new(Requests, n as f64, "workload.n_requests"),
             Demand::new(SimSeconds, s.arrival.span_s(n), rate_key),
         ];
-        for (spec, key) in [
-            (&s.prompt_tokens, "workload.prompt_tokens"),
-            (&s.output_tokens, "workload.output_tokens"),
+        let trace = s.arrival.trace_stats(n).map(|(_, stats)| stats);
+        for (spec, key, from_trace) in [
+            (
+                &s.prompt_tokens,
+                "workload.prompt_tokens",
+                trace.as_ref().and_then(|t| t.prompt_tokens.as_ref()),
+            ),
+            (
+                &s.output_tokens,
+                "workload.output_tokens",
+                trace.as_ref().and_then(|t| t.output_tokens.as_ref()),
+            ),
         ] {
-            if let LengthSpec::Distribution(lengths) = spec {
-                d.push(Demand::new(TokensPerRequest, f64::from(lengths.max()), key));
+            match (spec, from_trace) {
+                (LengthSpec::Distribution(lengths), _) => {
+                    d.push(Demand::new(TokensPerRequest, f64::from(lengths.max()), key));
+                }
+                // The trace's longest request, which the replica must hold.
+                (LengthSpec::Trace, Some(lengths)) => d.push(Demand::new(
+                    TokensPerRequest,
+                    f64::from(lengths.max),
+                    "arrival.trace.path",
+                )),
+                (LengthSpec::Trace, None) => {}
             }
         }
         d.push(Demand::new(Gpus, s.gpu_count() as f64, "replica.count"));
@@ -108,6 +127,11 @@ impl Family for Serving {
             if let Some(shape) = model.experts() {
                 d.push(Demand::new(Layers, shape.n_layers as f64, "model.name"));
                 d.push(Demand::new(Experts, shape.n_experts as f64, "model.name"));
+                d.extend(s.expert_mapping.demands(
+                    shape.n_layers,
+                    shape.n_experts,
+                    "experts.mapping",
+                ));
             }
         }
         d

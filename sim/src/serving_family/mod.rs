@@ -13,6 +13,7 @@ pub mod config;
 pub mod deployment;
 pub mod expert_routing;
 mod family;
+pub mod keys;
 pub mod mapping;
 pub mod predictions;
 pub mod scheduler;
@@ -51,7 +52,7 @@ const fn ms(
 
 /// The family's metrics, each computed from a run's (or one replica's) `ServingSummary`
 /// (defined in docs/metrics.md, "serving").
-pub const TABLE: [MetricDef<ServingSummary>; 29] = [
+pub const TABLE: [MetricDef<ServingSummary>; 30] = [
     ms("ttft_mean_ms", "mean time to first token (ms)", |s| {
         s.latencies.ttft.mean_ms()
     }),
@@ -181,6 +182,13 @@ pub const TABLE: [MetricDef<ServingSummary>; 29] = [
         unit: "count",
         better: Better::Lower,
         value: |s| s.preemptions as f64,
+    },
+    MetricDef {
+        name: "refused",
+        label: "requests refused at admission",
+        unit: "count",
+        better: Better::Lower,
+        value: |s| s.refused as f64,
     },
     MetricDef {
         name: "makespan_s",

@@ -89,6 +89,20 @@ struct ReplicaRun<'a> {
     prompt_tokens_in: u64,
     output_tokens_asked: u64,
     arrived: u64,
+    /// The longest sequence (prompt + output) the replica takes: `replica.max_model_len`, and
+    /// never more than its KV cache holds, so a sequence alone always fits (vLLM refuses a
+    /// `max_model_len` past the cache at start-up).
+    max_len: u32,
+    /// Requests refused at admission: a prompt of `max_len` tokens or more.
+    refused: u64,
+}
+
+/// The longest sequence a replica of `spec` with `kv_blocks` cache blocks takes: its
+/// `max_model_len` (unbounded when not given), at most what the cache holds.
+fn max_sequence_len(spec: &super::config::ReplicaSpec, kv_blocks: u64) -> u32 {
+    let cache = kv_blocks.saturating_mul(u64::from(spec.block_size));
+    let cache = u32::try_from(cache).unwrap_or(u32::MAX);
+    spec.max_model_len.map_or(cache, |len| len.min(cache))
 }
 
 /// The replica learns a request's output length and adapter (drawn at arrival) when it admits
@@ -392,6 +406,8 @@ impl<'a> ServingServer<'a> {
                     prompt_tokens_in: 0,
                     output_tokens_asked: 0,
                     arrived: 0,
+                    max_len: max_sequence_len(&group.replica, deployment.kv_blocks),
+                    refused: 0,
                 });
             }
         }
@@ -520,6 +536,14 @@ impl<'a> ServingServer<'a> {
             .adapters
             .as_ref()
             .map(|a| a.draw.sample(&mut self.rng_adapter) as u32);
+        // Admission (vLLM's): a prompt that leaves no room for one output token within the
+        // replica's longest sequence is refused; an output that would pass it stops there.
+        let max_len = self.replicas[r].max_len;
+        if prompt >= max_len {
+            self.replicas[r].refused += 1;
+            return r;
+        }
+        let output = output.min(max_len - prompt);
         if self.topical() {
             self.topics.insert(id, arrival.topic);
         }
@@ -688,7 +712,8 @@ impl<'a> ServingServer<'a> {
                 .expect("the replica's group")
                 .1
                 .gpu;
-            let summary = run.recorder.finish(end, &stats, gpu);
+            let mut summary = run.recorder.finish(end, &stats, gpu);
+            summary.refused = run.refused;
             super::checks::conservation(
                 r,
                 &stats,

@@ -254,9 +254,9 @@ fn a_run_is_deterministic() {
 }
 
 #[test]
-fn weights_that_do_not_fit_report_the_reason_and_no_number() {
+fn weights_that_do_not_fit_are_refused_before_any_run() {
     // Mixtral-8x22B's 141 B bf16 parameters (282 GB) on one 80 GB H100.
-    let s = scenario(
+    let err = scenario(
         r#"
 [model]
 name = "mixtral-8x22b"
@@ -269,11 +269,14 @@ pattern = "poisson"
 rate_per_s = 1.0
 "#,
     )
-    .unwrap();
-    let out = run(&s, 1);
-    assert!(out.scalars.iter().all(|(_, v)| v.is_nan()));
-    let reason = out.details["failed"].as_str().unwrap();
-    assert!(reason.starts_with("out of memory"), "{reason}");
+    .unwrap_err();
+    assert_eq!(err.path, "replica.gpus");
+    assert!(err.message.starts_with("out of memory"), "{}", err.message);
+    assert!(
+        err.message.contains("GB of weights per GPU"),
+        "{}",
+        err.message
+    );
 }
 
 #[test]

@@ -1,0 +1,202 @@
+//! The serving family's documented keys: the rows docs/serving-family.md's key table is
+//! rendered from (after the common keys, `scenario::keys::COMMON`). Tests hold the table in the
+//! doc equal to these rows and every key `ServingConfig` accepts covered by one.
+
+use crate::scenario::keys::KeyDoc;
+
+/// The serving family's own keys, in the order the table lists them.
+pub const KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        key: "model.name",
+        default: "(required unless every group names its own)",
+        meaning: "a preset of the shape catalogue, dense (`llama-2-7b`, `qwen2.5-7b-instruct`, ...), MoE (`mixtral-8x7b`, `qwen3-30b-a3b`, ...) or MLA MoE (`esft-vanilla-16b`, DeepSeek-V2-Lite's shape, ExpertWeave's base; `live-tiny-mla`); an unknown name lists them; the model of every replica group without its own `replica.model`",
+    },
+    KeyDoc {
+        key: "replica",
+        default: "one table",
+        meaning: "one `[replica]` table (every replica alike), or an array of `[[replica]]` tables, one per replica group (below): every `replica.*` key is then per group, its errors named `replica[i].key`",
+    },
+    KeyDoc {
+        key: "replica.model",
+        default: "`model.name`",
+        meaning: "the group's model",
+    },
+    KeyDoc {
+        key: "replica.count",
+        default: "1",
+        meaning: "replicas of the group, all alike",
+    },
+    KeyDoc {
+        key: "replica.gpu",
+        default: "`H100-SXM`",
+        meaning: "GPU catalogue name (`cost::gpu`)",
+    },
+    KeyDoc {
+        key: "replica.gpus",
+        default: "max(TP, EP)",
+        meaning: "GPUs per replica",
+    },
+    KeyDoc {
+        key: "replica.tensor_parallel",
+        default: "1",
+        meaning: "TP degree of the dense part; divides `gpus` and the attention heads. A dense replica is TP over all its GPUs (more copies are more replicas); an MoE replica runs `gpus / TP` data-parallel copies of its dense part",
+    },
+    KeyDoc {
+        key: "replica.expert_parallel",
+        default: "1",
+        meaning: "EP degree of the routed experts (MoE only); divides `gpus` and the experts per layer; the EP group repeats `gpus / EP` times, each expert's tokens split over its copies",
+    },
+    KeyDoc {
+        key: "replica.speed_factors",
+        default: "all 1",
+        meaning: "one per GPU, (0, 10]: each GPU's speed relative to its datasheet",
+    },
+    KeyDoc {
+        key: "replica.bandwidth_share",
+        default: "0",
+        meaning: "share of a GPU's slowdown that reaches its memory bandwidth (`SpeedFactors::split`: 0 = a clock effect only, 1 = uniformly slower)",
+    },
+    KeyDoc {
+        key: "replica.interconnect",
+        default: "`nvlink4`",
+        meaning: "`nvlink4` or `pcie4_x16`: the link of the TP all-reduces and the EP all-to-all",
+    },
+    KeyDoc {
+        key: "replica.gpu_memory_utilization",
+        default: "0.9",
+        meaning: "vLLM's share of each GPU's memory for weights and KV cache",
+    },
+    KeyDoc {
+        key: "replica.step_overhead_ms",
+        default: "2",
+        meaning: "host time per step (scheduling, sampling; CUDA graphs replay the kernels)",
+    },
+    KeyDoc {
+        key: "replica.scheduler",
+        default: "`{ kind = \"vllm\" }`",
+        meaning: "the scheduler kind (`vllm`, `sarathi`, `orca`, `static`; \"Scheduler kinds\" below) and its keys: `max_num_batched_tokens` (vllm: 4096; orca: none), `chunk_size` (sarathi: 512), `window_size` (32), `min_batch_trigger` (16), `scheduling_interval_ms` (100) and `seed_with_oldest` (true) (static)",
+    },
+    KeyDoc {
+        key: "replica.max_num_seqs",
+        default: "256",
+        meaning: "vLLM's `max_num_seqs`",
+    },
+    KeyDoc {
+        key: "replica.block_size",
+        default: "16 (orca: 1)",
+        meaning: "tokens per KV block (vllm, sarathi); for orca, which does not page, the KV pool's allocation block: its capacity in whole blocks, each request still reserving exactly its tokens (ExpertWeave's Ascend pool: 128)",
+    },
+    KeyDoc {
+        key: "replica.max_model_len",
+        default: "what the KV cache holds",
+        meaning: "vLLM's `max_model_len`: the longest sequence (prompt + output) a replica takes; a prompt that leaves no room for an output token is refused at admission (metric `refused`), an output that would pass it stops there; at most what the cache holds",
+    },
+    KeyDoc {
+        key: "replica.watermark",
+        default: "0.01",
+        meaning: "share of the blocks an admission leaves free (vllm, sarathi)",
+    },
+    KeyDoc {
+        key: "replica.queue",
+        default: "`{ kind = \"fcfs\" }`",
+        meaning: "the queue policy of each replica (`strategies::queue`), with Chimera's parameters: `fcfs`; `sjf` (predicted output tokens); `stjf` (`starvation_threshold` 4096, `quantum` 64: predicted total tokens with aging); `mlfq` (`levels` 4, `base_quantum_tokens` 256); `ltr` (`noise` 0.5). One policy serves the cluster: every group names the same",
+    },
+    KeyDoc {
+        key: "replica.task_score_pct",
+        default: "none",
+        meaning: "the model's standalone task score, % in (0, 100): the capability Chimera's semantic router weighs (below); required on every group with `routing.kind = \"chimera\"` where the models differ",
+    },
+    KeyDoc {
+        key: "replica.batch_former",
+        default: "`{ kind = \"fcfs\" }`",
+        meaning: "`static` kind only: any CAPS selector of `strategies::batch` (`fcfs`, `random`, `greedy_variance`, `greedy_dot_product`, `norm_minimizing`, `best_fit`, `power_of_d`, `power_of_d_dot`, `lpt`, `lpt_balanced`, `karmarkar_karp`, `differencing`; the `power_of_d` ones take `samples`, 8), below; on `vllm`, `sarathi` or `orca` it exits 2 naming it and `replica.scheduler.kind`",
+    },
+    KeyDoc {
+        key: "experts.routing",
+        default: "`{ kind = \"uniform\" }`",
+        meaning: "MoE only: `uniform`, or `{ kind = \"zipf\", exponent = s }` (`exponent` in [0, 10]; below)",
+    },
+    KeyDoc {
+        key: "experts.mapping",
+        default: "`{ kind = \"linear\" }`",
+        meaning: "the per-layer expert mapping of each EP group of every MoE replica group, each over its own model and EP degree (`gem::MapperConfig`): `linear`, `round_robin`, `eplb` (`redundant_slots`, `n_groups`, `n_nodes`, `window`), `gem` (`restarts`, `window`, `noise`, `min_relative_drop`, `keep_linear_if_better`), below",
+    },
+    KeyDoc {
+        key: "routing",
+        default: "`{ kind = \"round_robin\" }`",
+        meaning: "the router across replicas, by `kind`: `round_robin`, `least_outstanding` (fewest waiting + running), `least_loaded` (vLLM's `waiting_weight` (4) x waiting + `running_weight` (1) x running), `chimera` (`slack` required, `margin` 0.05, `semantic_router` `{ kind = \"noisy\", noise = 1.0 }` (its `noise`), `\"oracle\"` or `\"static\"`; below)",
+    },
+    KeyDoc {
+        key: "predictor",
+        default: "`{ kind = \"noisy\", noise = 0.6 }`",
+        meaning: "Chimera's length predictor (`chimera::workload::PredictorConfig`): `noisy` (the true output length x `exp(noise x eps)`, `noise` 0.6), `oracle`, `input_length`, `fcfs` (the request id); what the length-aware queues and Chimera's activity monitor read",
+    },
+    KeyDoc {
+        key: "[adapters]",
+        default: "none",
+        meaning: "ExpertWeave's ESFT adapters on an MLA MoE model (below, \"Adapters\"): `names` and/or `count` (Table 1), `alpha` (1), `memory` (required: `{ kind = \"base_only\" }`, `\"padding\"` (`e_max`, `a_max`), `\"virtual_weight_tensor\"` (`page_bytes`, `e_max`, `a_max`); `\"merged\"` (`separate_devices`, `utilization`) is refused, below), `runtime_reserve_gib` (0), `rerouting` (`fused`), `unfused_ops` (5), `expert_zipf_s` (1); refused on a dense model (no experts) and on the other MoE models (no ESFT adapters), and on a `static` replica; one replica group only: beside more than one `[[replica]]` group it is refused naming `adapters` and `replica`",
+    },
+    KeyDoc {
+        key: "workload.n_requests",
+        default: "(required)",
+        meaning: "requests (a trace serves at most its rows)",
+    },
+    KeyDoc {
+        key: "workload.n_topics",
+        default: "1",
+        meaning: "topics the arrival process draws; with Zipf routing each topic ranks the experts its own way",
+    },
+    KeyDoc {
+        key: "workload.prompt_tokens, workload.output_tokens",
+        default: "(required)",
+        meaning: "`{ kind = \"fixed\", value }`, `{ kind = \"uniform\", low, high }`, `{ kind = \"zipf\", min, max, exponent }`, `{ kind = \"log_normal\", mean or median, sigma, max }`, `{ kind = \"trace\" }` (the replayed trace's column; needs `arrival.pattern = \"trace\"`); the keys: `value`, `low`, `high`, `min`, `max`, `exponent`, `mean`, `median`, `sigma`",
+    },
+    KeyDoc {
+        key: "[arrival]",
+        default: "(required)",
+        meaning: "the shared table (with the tables `bursty` and `trace`): `pattern` = `\"poisson\"` or `\"gamma\"` (`cv`) at `rate_per_s` (the key `expertsim capacity` searches), `\"bursty\"` (MMPP, `[arrival.bursty]`: `burst_rate_multiplier` 4, `mean_burst_s` 1, `mean_calm_s` 3, `burst_topic_share` 0.8), `\"offline\"`, `\"trace\"` (`[arrival.trace]`: `path` of the CSV, `time_scale` 1)",
+    },
+    KeyDoc {
+        key: "output.per_request_csv",
+        default: "false",
+        meaning: "as `--per-request-csv`",
+    },
+    KeyDoc {
+        key: "output.trace_events",
+        default: "false",
+        meaning: "as `--trace-events`",
+    },
+    KeyDoc {
+        key: "output.kv_sample_interval_ms",
+        default: "100",
+        meaning: "grid of each replica's KV-use series in the details (0: none)",
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::family::FamilyId;
+    use crate::scenario::{keys, schema};
+
+    /// The generated key table of docs/serving-family.md: the common keys, then the family's.
+    fn table() -> String {
+        let rows: Vec<KeyDoc> = keys::COMMON.iter().chain(KEYS).copied().collect();
+        keys::markdown(&rows)
+    }
+
+    #[test]
+    fn docs_serving_family_key_table_is_generated_from_the_rows() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/serving-family.md");
+        keys::check_generated(&path, "key-table", &table());
+    }
+
+    #[test]
+    fn every_key_the_serving_family_accepts_has_a_row() {
+        let accepted = schema::family_keys(FamilyId::named("serving").unwrap());
+        assert!(accepted.len() > 40, "{accepted:?}");
+        let missing = keys::uncovered(KEYS, &accepted);
+        assert!(missing.is_empty(), "undocumented serving keys: {missing:?}");
+    }
+}
