@@ -19,7 +19,7 @@
 #                                           # no GPU and no build
 #
 # Options:
-#   --budget SECONDS  wall-clock seconds the device half may take (default 480, at least 90): each
+#   --budget SECONDS  wall-clock seconds the device half may take (default 480, at least 100): each
 #                   phase gets a cap (its share of the budget plus what earlier phases left
 #                   unused, keeping every later phase's minimum), each command in a phase the
 #                   phase's time left over the commands left, under `timeout`; a command that
@@ -92,9 +92,11 @@ if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
     echo "--runs must be a positive integer; $usage" >&2
     exit 2
 fi
-# The budget must hold every phase's minimum and the collect reserve (see PHASE_MIN below).
-if ! [[ "$budget" =~ ^[0-9]+$ ]] || ((budget < 90 || budget > 86400)); then
-    echo "--budget must be a whole number of seconds from 90 (every phase's minimum) to 86400; $usage" >&2
+# The budget must hold every phase's minimum and the collect reserve (MIN_BUDGET, checked against
+# PHASE_MIN and COLLECT_RESERVE below).
+MIN_BUDGET=100
+if ! [[ "$budget" =~ ^[0-9]+$ ]] || ((budget < MIN_BUDGET || budget > 86400)); then
+    echo "--budget must be a whole number of seconds from $MIN_BUDGET (every phase's minimum and the collect reserve) to 86400; $usage" >&2
     exit 2
 fi
 if [[ -n "$collect_tar" && -z "$collect" ]]; then
@@ -311,6 +313,9 @@ PHASE_SHARE=(3 14 15 7 37 2 22)
 PHASE_MIN=(10 20 10 10 20 5 15)
 # Seconds kept for copying and packing what was measured.
 COLLECT_RESERVE=10
+min_total=$COLLECT_RESERVE
+for m in "${PHASE_MIN[@]}"; do min_total=$((min_total + m)); done
+((min_total == MIN_BUDGET)) || die "MIN_BUDGET ($MIN_BUDGET) is not the phases' minimums plus the collect reserve ($min_total)"
 
 # Planned seconds of phase $1 at the budget: its share, at least its minimum.
 planned_cap() {
