@@ -349,7 +349,7 @@ fn run_dense(cli: &Cli, shapes: &[DenseModelShape]) -> Result<(), Failure> {
         BackendArg::Cuda => BackendKind::Cuda,
     };
     let mut device = backend::open(kind).map_err(|e| input(e.to_string()))?;
-    let profile = dense::calibrate_dense(device.as_mut(), &shapes, &plan, &mut |line| {
+    let profile = dense::calibrate_dense(device.as_mut(), shapes, &plan, &mut |line| {
         eprintln!("  {line}")
     })?;
     let path = cli.output.clone().unwrap_or_else(|| {

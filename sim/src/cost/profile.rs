@@ -670,7 +670,7 @@ fn parse(text: &str, path: &Path) -> Result<(Profile, Option<Calibration>), Prof
         if let Some((x, ns)) = split
             .fixed
             .samples()
-            .find(|&(_, ns)| !(ns >= 0.0 && ns <= crate::cost::curve::MAX_MEASURED_NANOS))
+            .find(|&(_, ns)| !(0.0..=crate::cost::curve::MAX_MEASURED_NANOS).contains(&ns))
         {
             return Err(ProfileError::Latency {
                 path: path.to_path_buf(),
