@@ -8,6 +8,7 @@ mod invocation;
 mod live_cmd;
 mod merge_cmd;
 mod plots;
+mod price_cmd;
 mod reproduce_cmd;
 mod summary;
 
@@ -85,6 +86,9 @@ enum Command {
     /// Run a scenario live: the same scheduler code, every step executed and timed on the
     /// kernels; prints the fidelity table, writes fidelity.json and figures.
     Live(live_cmd::LiveArgs),
+    /// Price operations (a CSV of GPU, model and op or expert rows) through the simulator's
+    /// cost model: predicted time and its memory, compute, floor and host terms.
+    Price(price_cmd::PriceArgs),
 }
 
 fn main() -> ExitCode {
@@ -175,6 +179,7 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         Command::Live(args) => live_cmd::run(args),
+        Command::Price(args) => price_cmd::run(args),
         Command::Merge(args) => merge_cmd::run(args),
         Command::Capacity(args) => capacity_cmd::run(args),
         Command::Reproduce(args) => reproduce_cmd::run(args),

@@ -6,6 +6,8 @@ pub mod adaptive;
 pub mod analytic;
 pub mod bench;
 pub mod dense;
+pub mod h200;
+pub mod import_table;
 pub mod pipeline;
 pub mod progress;
 pub mod sampler;

@@ -10,7 +10,7 @@
 use calibrate::adaptive::StoppingRule;
 use calibrate::dense::{self, DensePlan};
 use calibrate::pipeline::{self, CalibrateError, Plan};
-use calibrate::{analytic, scenario_points, vidur};
+use calibrate::{analytic, h200, scenario_points, vidur};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kernels::backend::{self, BackendKind};
 use sim::cost::shape::{DenseModelShape, MoeModelShape};
@@ -163,6 +163,65 @@ enum Command {
     /// Convert Vidur's profiling CSVs (its `data/` folder) into op and network profiles:
     /// `<out>/<gpu>/<model>.json` and `<out>/network/<topology>.json` (docs/calibration.md).
     ImportVidur(ImportVidurArgs),
+    /// Convert a kernel-timing folder measured on one GPU (gemm.csv, moe_grouped.csv,
+    /// attention_decode.csv, attention_prefill.csv, device.json; `../shared/data/h200/`) into
+    /// `<out>/kernels.json` (docs/calibration.md).
+    ImportH200(ImportH200Args),
+}
+
+#[derive(Debug, Args)]
+struct ImportH200Args {
+    /// The kernel-timing folder.
+    dir: PathBuf,
+    /// GPU catalogue name of the measured device.
+    #[arg(long, default_value = "H200")]
+    gpu: String,
+    /// Who measured and where the raw files live (recorded in the file).
+    #[arg(
+        long,
+        default_value = "measured for expertsim on one NVIDIA H200 SXM (the team's run; raw files: ../shared/data/h200/)"
+    )]
+    origin: String,
+    /// Date of the measurement (recorded).
+    #[arg(long, default_value = "2026-11-25")]
+    measured: String,
+    /// Licence or terms of the data (recorded).
+    #[arg(
+        long,
+        default_value = "this project's own measurements, under the repository's licence"
+    )]
+    licence: String,
+    /// Folder to write `kernels.json` into.
+    #[arg(long, default_value = "profiles/h200")]
+    out: PathBuf,
+}
+
+fn import_h200(args: &ImportH200Args) -> Result<(), Failure> {
+    let attribution = h200::Attribution {
+        gpu: args.gpu.clone(),
+        origin: args.origin.clone(),
+        measured: args.measured.clone(),
+        licence: args.licence.clone(),
+    };
+    let set = h200::import_dir(&args.dir, &attribution).map_err(|e| input(e.to_string()))?;
+    let target = args.out.join("kernels.json");
+    std::fs::create_dir_all(&args.out).map_err(|e| Failure {
+        code: 1,
+        message: format!("{}: cannot create: {e}", args.out.display()),
+    })?;
+    set.save(&target).map_err(|e| Failure {
+        code: 1,
+        message: e.to_string(),
+    })?;
+    println!(
+        "wrote {} ({} GEMM, {} grouped GEMM, {} decode and {} prefill attention points)",
+        target.display(),
+        set.gemm.len(),
+        set.grouped.len(),
+        set.decode_attention.len(),
+        set.prefill_attention.len()
+    );
+    Ok(())
 }
 
 #[derive(Debug, Args)]
@@ -374,8 +433,10 @@ fn run_dense(cli: &Cli, shapes: &[DenseModelShape]) -> Result<(), Failure> {
 }
 
 fn run(cli: &Cli) -> Result<(), Failure> {
-    if let Some(Command::ImportVidur(args)) = &cli.command {
-        return import_vidur(args);
+    match &cli.command {
+        Some(Command::ImportVidur(args)) => return import_vidur(args),
+        Some(Command::ImportH200(args)) => return import_h200(args),
+        None => {}
     }
     if let Some(names) = &cli.dense_models {
         let shapes = names

@@ -4,6 +4,8 @@
 //! repeated measurements; a (size, degree) measured twice keeps the median of the two medians.
 //! Every error names the file, the 1-based line and the column.
 
+pub use crate::import_table::ImportError;
+use crate::import_table::{Table, file_error};
 use sim::cost::op_profile::{
     Collective, CollectiveSeries, DataSource, MeasuredShape, NetworkProfile,
     OP_PROFILE_FORMAT_VERSION, OpProfile, OpSeries, Operation,
@@ -19,29 +21,6 @@ pub struct Provenance {
     pub licence: String,
 }
 
-/// An import that failed: one line naming the file (and line and column where there is one).
-#[derive(Debug, thiserror::Error)]
-pub enum ImportError {
-    #[error("{}: {message}", path.display())]
-    File { path: PathBuf, message: String },
-    #[error("{}:{line}: column {column:?}: {message}", path.display())]
-    Cell {
-        path: PathBuf,
-        line: u64,
-        column: String,
-        message: String,
-    },
-    #[error("{0}")]
-    Write(#[from] sim::cost::op_profile::OpProfileError),
-}
-
-fn file_error(path: &Path, message: impl Into<String>) -> ImportError {
-    ImportError::File {
-        path: path.to_path_buf(),
-        message: message.into(),
-    }
-}
-
 /// The expertsim catalogue name of one of Vidur's GPU folders.
 pub fn gpu_name(folder: &str) -> Option<&'static str> {
     match folder {
@@ -49,87 +28,6 @@ pub fn gpu_name(folder: &str) -> Option<&'static str> {
         "h100" => Some("H100-SXM"),
         "a40" => Some("A40"),
         _ => None,
-    }
-}
-
-/// A CSV read whole, with its header and each record's line, so a cell error can be located.
-struct Table {
-    path: PathBuf,
-    header: Vec<String>,
-    rows: Vec<(u64, csv::StringRecord)>,
-}
-
-impl Table {
-    fn read(path: &Path) -> Result<Table, ImportError> {
-        let mut reader = csv::ReaderBuilder::new()
-            .has_headers(true)
-            .trim(csv::Trim::All)
-            .from_path(path)
-            .map_err(|e| file_error(path, format!("cannot read: {e}")))?;
-        let header = reader
-            .headers()
-            .map_err(|e| file_error(path, format!("cannot read the header: {e}")))?
-            .iter()
-            .map(str::to_string)
-            .collect();
-        let mut rows = Vec::new();
-        for record in reader.records() {
-            let record = record.map_err(|e| file_error(path, format!("cannot read: {e}")))?;
-            let line = record.position().map_or(0, csv::Position::line);
-            rows.push((line, record));
-        }
-        if rows.is_empty() {
-            return Err(file_error(path, "no rows after the header"));
-        }
-        Ok(Table {
-            path: path.to_path_buf(),
-            header,
-            rows,
-        })
-    }
-
-    fn column(&self, name: &str) -> Result<usize, ImportError> {
-        self.header.iter().position(|h| h == name).ok_or_else(|| {
-            file_error(
-                &self.path,
-                format!(
-                    "no column {name:?} (the header has {} columns)",
-                    self.header.len()
-                ),
-            )
-        })
-    }
-
-    fn cell<T: std::str::FromStr>(
-        &self,
-        row: usize,
-        column: usize,
-        what: &str,
-    ) -> Result<T, ImportError> {
-        let (line, record) = &self.rows[row];
-        let text = record.get(column).unwrap_or("");
-        text.parse().map_err(|_| ImportError::Cell {
-            path: self.path.clone(),
-            line: *line,
-            column: self.header[column].clone(),
-            message: format!("expected {what}, got {text:?}"),
-        })
-    }
-
-    fn millis(&self, row: usize, column: usize) -> Result<f64, ImportError> {
-        let ms: f64 = self.cell(row, column, "a time in milliseconds")?;
-        if !(ms.is_finite() && ms > 0.0) {
-            let (line, _) = &self.rows[row];
-            return Err(ImportError::Cell {
-                path: self.path.clone(),
-                line: *line,
-                column: self.header[column].clone(),
-                message: format!("a time must be finite and positive, got {ms}"),
-            });
-        }
-        // Milliseconds to nanoseconds, rounded to the picosecond so that 0.072 ms is 72000 ns
-        // and not 72000.00000000001.
-        Ok((ms * 1e9).round() / 1e3)
     }
 }
 

@@ -280,8 +280,6 @@ fn a_mosaic_session_is_scheduled_alike() {
     // tokens, so the 400 prompts queue and running sequences get preempted.
     let params = ServingParams {
         gpu: GpuSpec::by_name("A100-80GB").unwrap(),
-        memory_efficiency: 0.8,
-        compute_efficiency: 0.6,
         step_overhead_s: 0.004,
         gpu_memory_utilization: 0.25,
         max_num_seqs: 256,

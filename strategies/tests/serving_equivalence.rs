@@ -196,9 +196,9 @@ fn caps_batches_are_the_same_in_the_serving_family() {
 /// solves per layer (window of tokens per expert per step, per-GPU latency curves, GEM's score),
 /// the per-layer random streams given. Differ: where the loads come from (the gem family's
 /// synthetic or recorded trace; the serving family's observation pass of its own routing model
-/// and arrivals) and the curves (the gem family plans with its profile's expert curve over the
-/// speed factor; the serving family with `cost::moe_layer`'s grouped GEMM at each GPU's
-/// compute and bandwidth factors, `mapping::planning_costs`), and the serving family's stream
+/// and arrivals) and the curves' inputs (both plan with `gem::costs::planning_costs`, the one
+/// MoE entry point at each GPU's compute and bandwidth factors, the gem family on the H200's
+/// measured grouped GEMMs where its expert shape was measured), and the serving family's stream
 /// names (`expert_mapping/replica<r>/copy<c>/layer<l>`).
 #[test]
 fn gem_mapping_is_the_same_in_the_serving_family() {

@@ -10,6 +10,7 @@ mod gpu_script;
 mod hostile;
 mod live;
 mod measured;
+mod price;
 mod readme;
 mod reproduce_claims;
 mod serving;

@@ -13,8 +13,9 @@
 
 use crate::cost::curve::CostCurve;
 use crate::cost::gpu::GpuSpec;
+use crate::cost::kernel::Timing;
 use crate::cost::measured_steps::{OpSources, PricingRecord};
-use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
+use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 use crate::cost::profile::{ExpertExecution, ExpertFfnCurve, Profile, ProfileMismatch, SourceKind};
 use crate::cost::shape::MoeModelShape;
 use crate::serving::{CostSource, ExpectedRouting, StepBreakdown, StepCost, StepTime, StepWork};
@@ -312,8 +313,8 @@ impl StragglerModel {
 }
 
 /// The physical model: on the one GPU that holds every expert, each MoE layer's active experts
-/// run as one grouped GEMM (`cost::moe_layer`): the weights of the distinct active experts over
-/// bandwidth or their tile-padded FLOPs over peak, whichever is longer, plus one launch set.
+/// run as the grouped expert GEMMs of `cost::moe_layer` (the one entry point), launched eagerly
+/// (HF transformers, caps.txt's stack).
 #[derive(Clone, Debug)]
 pub struct GroupedModel {
     tables: CostTables,
@@ -327,7 +328,7 @@ impl GroupedModel {
         gpu: &GpuSpec,
     ) -> Result<GroupedModel, ExecutionModelError> {
         let tables = CostTables::new(profile, shape)?;
-        let layer = MoeLayerCost::new(gpu, shape, MoeLayerParams::default());
+        let layer = MoeLayerCost::new(gpu, shape, Timing::Eager);
         let layer = if tables.source != SourceKind::AnalyticRoofline {
             layer.with_profile(&tables.expert_entry)
         } else {
@@ -341,7 +342,8 @@ impl GroupedModel {
         load.chunks_exact(self.tables.n_experts)
             .map(|layer| {
                 self.layer
-                    .grouped_gemm_expected(layer, SpeedFactors::NOMINAL)
+                    .gpu(ExpertRows::Expected(layer), SpeedFactors::NOMINAL)
+                    .nanos
             })
             .sum()
     }

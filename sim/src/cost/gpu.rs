@@ -1,19 +1,10 @@
 //! The one GPU catalogue: datasheet numbers (dense tensor throughput, memory bandwidth, compute
-//! units, memory, launch cost) of every accelerator a family names, the interconnects between
-//! them, and the achievable-fraction assumptions the roofline applies to the peaks until
-//! calibration replaces them. Each number is cited once, here.
+//! units, boost clock, memory, an assumed launch cost) of every accelerator a family names, and
+//! the interconnects between them. Each number is cited once, here; the achievable rates the
+//! cost model prices with are derived from them and from measurements (`cost::fit`,
+//! `profiles/rates.json`).
 
 use serde::{Deserialize, Serialize};
-
-/// Fraction of the datasheet memory bandwidth a weight-streaming kernel sustains.
-/// Assumption, replaced by calibration: bandwidth tests (STREAM-like copies, large GEMV)
-/// typically reach 80-90 % of the peak on HBM and GDDR6 parts; 0.80 is the low end.
-pub const DEFAULT_MEMORY_EFFICIENCY: f64 = 0.80;
-
-/// Fraction of the datasheet dense bf16 tensor throughput a small MoE GEMM sustains.
-/// Assumption, replaced by calibration: large cuBLAS GEMMs reach 70-80 % of the dense peak;
-/// expert GEMMs are narrow (a 1408-wide intermediate for Qwen1.5-MoE) and short, so 0.60.
-pub const DEFAULT_COMPUTE_EFFICIENCY: f64 = 0.60;
 
 /// Host-side cost of launching one kernel on a CUDA GPU, in nanoseconds. Assumption, replaced
 /// by calibration: CUDA launch latency is commonly measured at 3-10 us per kernel from an eager
@@ -34,8 +25,13 @@ pub struct GpuSpec {
     pub sm_count: u32,
     /// Memory capacity as the datasheet prints it, in GB.
     pub memory_gb: f64,
-    /// Cost of launching one kernel, in nanoseconds (see [`DEFAULT_KERNEL_LAUNCH_OVERHEAD_NS`]).
+    /// Cost of launching one kernel, in nanoseconds (see [`DEFAULT_KERNEL_LAUNCH_OVERHEAD_NS`]):
+    /// the assumption `profiles/rates.json` keeps where no eager launch was measured.
     pub kernel_launch_overhead_ns: f64,
+    /// Boost SM clock, MHz (0: not published); with 16 exponentials per SM per clock (the
+    /// special-function units of compute capability 8.x and 9.x, CUDA C++ Programming Guide,
+    /// "Arithmetic Instructions") it sets the softmax exponential rate.
+    pub boost_clock_mhz: f64,
 }
 
 /// A GPU name that is not in the catalogue.
@@ -76,6 +72,10 @@ impl GpuSpec {
     /// - H200 (SXM; <https://www.nvidia.com/en-us/data-center/h200/>, H200 datasheet): BF16
     ///   1,979 with sparsity -> 989.4 dense, 141 GB HBM3e, 4.8 TB/s; same GH100 configuration
     ///   as H100 SXM, 132 SMs. GEM's serving GPU.
+    ///
+    /// Boost clocks (MHz), from the same datasheets and NVIDIA's product pages: L4 2040, L40
+    /// 2490, A100 1410, H100 SXM and H200 1980 (the H200 of `profiles/h200/` ran at 1980 under
+    /// load), RTX A6000 1800, A40 1740; the Ascend-910B's is not published (0).
     /// - RTX-A6000 (<https://www.nvidia.com/en-us/design-visualization/rtx-a6000/>, NVIDIA RTX
     ///   A6000 datasheet): 48 GB GDDR6 at 768 GB/s, 10,752 CUDA cores = 84 SMs, tensor BF16
     ///   309.7 TFLOPS with sparsity -> 154.8 dense. Chimera's GPU.
@@ -89,28 +89,30 @@ impl GpuSpec {
     ///   AI cores likewise. Launch cost 10 us: an assumption for eager operator dispatch through
     ///   torch_npu (vLLM-Ascend v0.8.4 runs eagerly), slower than a CUDA launch.
     pub fn by_name(name: &str) -> Result<GpuSpec, UnknownGpu> {
-        let spec = |name: &str, tflops: f64, bandwidth: f64, sms: u32, memory: f64| GpuSpec {
-            name: name.to_string(),
-            dense_bf16_tflops: tflops,
-            memory_bandwidth_gbps: bandwidth,
-            sm_count: sms,
-            memory_gb: memory,
-            kernel_launch_overhead_ns: DEFAULT_KERNEL_LAUNCH_OVERHEAD_NS,
-        };
+        let spec =
+            |name: &str, tflops: f64, bandwidth: f64, sms: u32, memory: f64, clock: f64| GpuSpec {
+                name: name.to_string(),
+                dense_bf16_tflops: tflops,
+                memory_bandwidth_gbps: bandwidth,
+                sm_count: sms,
+                memory_gb: memory,
+                kernel_launch_overhead_ns: DEFAULT_KERNEL_LAUNCH_OVERHEAD_NS,
+                boost_clock_mhz: clock,
+            };
         let canonical = GPU_NAMES
             .iter()
             .find(|known| known.eq_ignore_ascii_case(name));
         match canonical.copied() {
-            Some("L4") => Ok(spec("L4", 121.0, 300.0, 58, 24.0)),
-            Some("L40") => Ok(spec("L40", 181.05, 864.0, 142, 48.0)),
-            Some("A100-80GB") => Ok(spec("A100-80GB", 312.0, 2039.0, 108, 80.0)),
-            Some("H100-SXM") => Ok(spec("H100-SXM", 989.4, 3350.0, 132, 80.0)),
-            Some("H200") => Ok(spec("H200", 989.4, 4800.0, 132, 141.0)),
-            Some("RTX-A6000") => Ok(spec("RTX-A6000", 154.8, 768.0, 84, 48.0)),
-            Some("A40") => Ok(spec("A40", 149.7, 696.0, 84, 48.0)),
+            Some("L4") => Ok(spec("L4", 121.0, 300.0, 58, 24.0, 2040.0)),
+            Some("L40") => Ok(spec("L40", 181.05, 864.0, 142, 48.0, 2490.0)),
+            Some("A100-80GB") => Ok(spec("A100-80GB", 312.0, 2039.0, 108, 80.0, 1410.0)),
+            Some("H100-SXM") => Ok(spec("H100-SXM", 989.4, 3350.0, 132, 80.0, 1980.0)),
+            Some("H200") => Ok(spec("H200", 989.4, 4800.0, 132, 141.0, 1980.0)),
+            Some("RTX-A6000") => Ok(spec("RTX-A6000", 154.8, 768.0, 84, 48.0, 1800.0)),
+            Some("A40") => Ok(spec("A40", 149.7, 696.0, 84, 48.0, 1740.0)),
             Some("Ascend-910B") => Ok(GpuSpec {
                 kernel_launch_overhead_ns: 10_000.0,
-                ..spec("Ascend-910B", 280.0, 1600.0, 20, 64.0)
+                ..spec("Ascend-910B", 280.0, 1600.0, 20, 64.0, 0.0)
             }),
             _ => Err(UnknownGpu {
                 name: name.to_string(),
@@ -181,6 +183,24 @@ impl LinkSpec {
         bandwidth_bytes_per_s: 360e9,
         latency_ns: 5_000.0,
     };
+
+    /// NVLink 3 through NVSwitch (A100 SXM servers): 12 links x 25 GB/s = 300 GB/s per
+    /// direction per GPU on paper (A100 datasheet: 600 GB/s bidirectional); 240 GB/s achieved
+    /// (80 %, as `NVLINK4`) and a 5 us collective latency. Assumptions.
+    pub const NVLINK3: LinkSpec = LinkSpec {
+        bandwidth_bytes_per_s: 240e9,
+        latency_ns: 5_000.0,
+    };
+
+    /// The link of the server `gpu` usually comes in: NVLink 4 for the H100 and H200 SXM,
+    /// NVLink 3 for the A100, PCIe 4.0 x16 for the rest.
+    pub fn of_server(gpu: &GpuSpec) -> LinkSpec {
+        match gpu.name.as_str() {
+            "H100-SXM" | "H200" => LinkSpec::NVLINK4,
+            "A100-80GB" => LinkSpec::NVLINK3,
+            _ => LinkSpec::PCIE4_X16,
+        }
+    }
 }
 
 #[cfg(test)]

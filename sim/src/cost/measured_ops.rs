@@ -12,6 +12,7 @@
 //! Derivation: docs/cost-model.md, "Pricing from measured operations".
 
 use crate::cost::gpu::{GpuSpec, LinkSpec};
+use crate::cost::kernel::{KernelRates, KernelTime};
 use crate::cost::op_profile::{
     Collective, CollectiveSeries, NetworkProfile, OpProfile, OpSeries, Operation,
 };
@@ -119,15 +120,6 @@ impl LayerShape {
         }
     }
 
-    /// Bytes one row moves through `class`'s element-wise kernels: each norm reads and writes
-    /// the hidden state, the rotary embedding the query and key heads of this rank, the add
-    /// reads two hidden states and writes one.
-    fn elementwise_bytes_per_row(&self, tp: u32) -> f64 {
-        let heads =
-            ((self.n_heads + self.n_kv_heads) * self.head_dim) as f64 / f64::from(tp.max(1));
-        ACTIVATION_BYTES * (2.0 * 2.0 * self.hidden as f64 + 2.0 * heads + 3.0 * self.hidden as f64)
-    }
-
     /// The size [`nearest`] compares: the class's weights, or the hidden width for the
     /// element-wise kernels.
     fn size(&self, class: OpClass) -> f64 {
@@ -138,9 +130,53 @@ impl LayerShape {
     }
 }
 
-/// The roofline of `class` on `shape` at tensor parallelism `tp` over `tokens` rows: one launch
-/// per operation plus the slower of streaming its weights (and, element-wise, the rows' bytes)
-/// and its FLOPs on tile-padded rows.
+/// The kernels of `class` on `shape` at tensor parallelism `tp` over `tokens` rows, as the
+/// kernel model prices them (GPU side): a gated MLP's up (and gate) GEMM, activation and down
+/// GEMM; the QKV and output projections; the element-wise kernels (two norms, the rotary
+/// embedding, the residual add) each streaming its rows' bytes.
+pub fn class_kernels(
+    rates: &KernelRates,
+    class: OpClass,
+    shape: &LayerShape,
+    tp: u32,
+    tokens: u64,
+) -> Vec<KernelTime> {
+    let t = u64::from(tp.max(1));
+    let rows = tokens as f64;
+    let (h, bpp) = (shape.hidden, shape.bytes_per_param);
+    match class {
+        OpClass::Mlp => {
+            let f = shape.ffn / t;
+            let up = if shape.gated { 2 * f } else { f };
+            vec![
+                rates.gemm(tokens, h, up, bpp),
+                rates.streaming(rows * (up + f) as f64 * ACTIVATION_BYTES),
+                rates.gemm(tokens, f, h, bpp),
+            ]
+        }
+        OpClass::AttentionProjections => {
+            let q = shape.n_heads * shape.head_dim / t;
+            let kv = shape.n_kv_heads * shape.head_dim / t;
+            vec![
+                rates.gemm(tokens, h, q + 2 * kv, bpp),
+                rates.gemm(tokens, q, h, bpp),
+            ]
+        }
+        OpClass::Elementwise => {
+            let heads = ((shape.n_heads + shape.n_kv_heads) * shape.head_dim) as f64 / t as f64;
+            let norm = rows * 2.0 * h as f64 * ACTIVATION_BYTES;
+            vec![
+                rates.streaming(norm),
+                rates.streaming(rows * 2.0 * heads * ACTIVATION_BYTES),
+                rates.streaming(norm),
+                rates.streaming(rows * 3.0 * h as f64 * ACTIVATION_BYTES),
+            ]
+        }
+    }
+}
+
+/// The kernel model's time of `class` on `shape` at tensor parallelism `tp` over `tokens` rows
+/// on `roofline`'s GPU: its kernels' GPU-side times (`class_kernels`).
 pub fn roofline_nanos(
     roofline: &Roofline,
     class: OpClass,
@@ -148,18 +184,13 @@ pub fn roofline_nanos(
     tp: u32,
     tokens: u64,
 ) -> f64 {
-    let kernels = class.operations().len() as u32;
-    let params = shape.params(class, tp);
-    let bytes = params * shape.bytes_per_param
-        + match class {
-            OpClass::Elementwise => shape.elementwise_bytes_per_row(tp) * tokens as f64,
-            _ => 0.0,
-        };
-    roofline.group_nanos(
-        kernels,
-        bytes,
-        2.0 * params * roofline.padded(tokens) as f64,
-    )
+    if tokens == 0 {
+        return 0.0;
+    }
+    class_kernels(&roofline.rates, class, shape, tp, tokens)
+        .iter()
+        .map(|k| k.nanos)
+        .sum()
 }
 
 /// A class of operations resolved against the measured profiles of one GPU, for one shape and
@@ -489,12 +520,14 @@ mod tests {
         }
     }
 
-    /// The roofline of one gated expert FFN on the A100, by hand: 3 launches of 5 us plus the
-    /// slower of 2 x 3 x h x f bytes over 2,039 GB/s x 0.8 and 2 x 3 x h x f x pad(n) FLOPs
-    /// over 312 TFLOP/s x 0.6.
+    /// The kernel model's gated expert FFN on the A100: the up GEMM (h -> 2f), the SwiGLU
+    /// (n rows x 3f x 2 B) and the down GEMM (f -> h), each GPU-side on the A100's rates.
     fn by_hand(h: f64, f: f64, n: u64) -> f64 {
-        let padded = n.div_ceil(64) as f64 * 64.0;
-        15_000.0 + (6.0 * h * f / 1.6312e12).max(6.0 * h * f * padded / 1.872e14) * 1e9
+        let r = crate::cost::kernel::KernelRates::of(&a100());
+        let (h, f) = (h as u64, f as u64);
+        r.gemm(n, h, 2 * f, 2.0).nanos
+            + r.streaming(n as f64 * 3.0 * f as f64 * 2.0).nanos
+            + r.gemm(n, f, h, 2.0).nanos
     }
 
     #[test]
@@ -540,8 +573,10 @@ mod tests {
         assert_eq!(attention.measured_range(), None);
         let (t, source) = attention.price(1);
         assert_eq!(source, CostSource::Analytic);
-        // q 4096 x 4096, k and v 4096 x 1024, o 4096 x 4096: 41,943,040 parameters, memory-bound.
-        assert!((t - (10_000.0 + 2.0 * 41_943_040.0 / 1.6312e12 * 1e9)).abs() < 1e-6);
+        // The QKV GEMM (4096 -> 6144) and the output projection (4096 -> 4096) of one row.
+        let r = crate::cost::kernel::KernelRates::of(&a100());
+        let by_hand = r.gemm(1, 4096, 6144, 2.0).nanos + r.gemm(1, 4096, 4096, 2.0).nanos;
+        assert!((t - by_hand).abs() < 1e-6);
 
         // Another GPU's profile prices nothing here.
         let h100 = MeasuredOps::new(&GpuSpec::by_name("H100-SXM").unwrap(), &[hand_built()]);

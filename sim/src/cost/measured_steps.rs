@@ -425,14 +425,14 @@ pub fn moe(set: &MeasuredSet, shape: &MoeModelShape, tensor_parallel: u32) -> Me
         )
     };
     let kv_split = f64::from(tp).min(shape.n_kv_heads as f64).max(1.0);
-    let attention = |rows: u64, context: u64| {
-        let t: OpTime = non_expert.attention(&StepTokens {
-            rows,
-            sequences: rows,
-            context_tokens: context,
-            prefill_square: 0.0,
-        });
-        roofline.launch_ns + (t.memory_ns / kv_split).max(t.compute_ns / f64::from(tp))
+    let attention = |_rows: u64, context: u64| {
+        let a = &non_expert.attention;
+        let context = context as f64;
+        let t = roofline.op(
+            context * a.kv_bytes_per_token / kv_split,
+            context * a.decode_flops_per_pair / f64::from(tp),
+        );
+        roofline.launch_ns + t.nanos()
     };
     let layer_nanos = |n: u64, context: u64| {
         projections.nanos(n)
@@ -816,10 +816,10 @@ mod tests {
             ],
             64,
         );
-        let router = 10_000.0
-            + (4096.0 * 8.0 * 2.0 / 1.6312e12 * 1e9_f64)
-                .max(2.0 * 4096.0 * 8.0 * 64.0 / 1.872e14 * 1e9);
-        let by_hand = projections + elementwise + router + 5_000.0;
+        let r = set.ops.roofline;
+        let router =
+            2.0 * r.launch_ns + r.op(4096.0 * 8.0 * 2.0, 2.0 * 4096.0 * 8.0 * 64.0).nanos();
+        let by_hand = projections + elementwise + router + r.launch_ns;
         let prefill = built.profile.non_expert_prefill.at(64.0);
         assert!((prefill - by_hand).abs() < 1e-6, "{prefill} vs {by_hand}");
 
@@ -850,8 +850,8 @@ mod tests {
             .map(|&op| llama3.series(op, 1).unwrap().nanos_at(8).unwrap())
             .sum();
         // 8 sequences of 1,000 cached tokens: 8,000 x 2 x 2 B x 8 x 128 = 32.8 MB of KV per
-        // layer against 4 x 4096 x 8,000 FLOPs: memory-bound at 1.6312e12 B/s. The head,
-        // 128,256 x 4096 bf16, is memory-bound too.
+        // layer against 4 x 4096 x 8,000 FLOPs, one kernel group on the A100's rates; the head,
+        // 128,256 x 4096 bf16 against 64 padded rows, another.
         let work = StepTokens {
             rows: 8,
             sequences: 8,
@@ -859,8 +859,11 @@ mod tests {
             prefill_square: 0.0,
         };
         let (price, sources) = step.price(&work);
-        let attention = 8_000.0 * 4096.0 / 1.6312e12 * 1e9;
-        let head = 128_256.0 * 4096.0 * 2.0 / 1.6312e12 * 1e9;
+        let r = set.ops.roofline;
+        let attention = r.op(8_000.0 * 4096.0, 4.0 * 4096.0 * 8_000.0).nanos();
+        let head = r
+            .op(128_256.0 * 4096.0 * 2.0, 2.0 * 128_256.0 * 4096.0 * 64.0)
+            .nanos();
         let expected = 32.0 * (layer_ops + attention) + head + 2e6;
         assert!(
             (price.nanos - expected).abs() < 1e-3,

@@ -9,7 +9,11 @@
 //! docs/cost-model.md.
 
 pub mod curve;
+pub mod fidelity;
+pub mod fit;
 pub mod gpu;
+pub mod kernel;
+pub mod kernel_timings;
 pub mod load;
 pub mod measured_ops;
 pub mod measured_steps;
@@ -17,12 +21,13 @@ pub mod moe_layer;
 #[cfg(test)]
 mod one_model_checks;
 pub mod op_profile;
+pub mod price;
 pub mod profile;
 pub mod roofline;
 pub mod shape;
 
 pub use curve::{CostCurve, CurveError};
 pub use gpu::{GpuSpec, LinkSpec, UnknownGpu};
-pub use moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
+pub use moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 pub use profile::{ExpertExecution, Profile, ProfileError, ProfileMismatch, SourceKind};
 pub use roofline::{RooflineParams, analytic_profile};

@@ -1,37 +1,38 @@
-//! One MoE layer priced from its physics: the experts active on a GPU run as one grouped GEMM
-//! whose time is the roofline of the whole operation, and under expert parallelism a layer
-//! waits for its slowest GPU plus the all-to-all dispatch and combine. See the "MoE layer"
-//! section of docs/cost-model.md for the derivation.
+//! The one entry point that prices an MoE layer, for simulation and planning alike: per GPU,
+//! the rows of each expert it holds run as the grouped expert GEMMs of the kernel model
+//! (`cost::kernel`: gate+up grouped GEMM, SwiGLU, down grouped GEMM, each with its tile choice,
+//! streaming rate and kernel floor); an expert-parallel layer waits for its slowest GPU, plus
+//! the all-to-all dispatch and combine of the most loaded GPU's rows. CAPS (one GPU, expected
+//! loads), GEM (each GPU's mapped slots, and its mapper's planning curves), ExpertWeave (each
+//! device's expected expert reads) and the serving family (each GPU of each EP group) all
+//! price through `MoeLayerCost::gpu` and `MoeLayerCost::layer`. See docs/cost-model.md,
+//! "MoE layer".
 //!
-//! ```text
-//! gpu_layer_ns = launches x launch_ns
-//!              + max(distinct_active_experts x expert_weight_bytes / (bandwidth x b),
-//!                    expert_flops_per_token x sum_e ceil(n_e / tile) x tile / (peak x c))
-//! ep_layer_ns  = max_g gpu_layer_ns(g) + 2 x (max_g incoming_bytes(g) / link_bandwidth + link_latency)
-//! ```
-//!
-//! `b` and `c` are the GPU's bandwidth and compute speed factors ([`SpeedFactors`]); a power
-//! cap or a slower bin lowers the SM clock (`c`) and leaves HBM alone (`b = 1`) unless the part
-//! itself has slower memory.
+//! Two refinements replace the model where measurements exist: a measured profile of the
+//! project's own kernels (`with_profile`: where the profile splits the layer, its measured
+//! fixed part once per layer plus each active expert's measured GEMM pair; else the measured
+//! single-expert layer curves back to back inside one launch set), and the measured grouped GEMMs of the GPU and expert shape
+//! (`with_measured_grouped`: `profiles/h200/kernels.json`, the model's shape between measured
+//! points scaled to them).
 
 use crate::cost::curve::CostCurve;
-use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, GpuSpec, LinkSpec};
+use crate::cost::gpu::{GpuSpec, LinkSpec};
+use crate::cost::kernel::{GroupSums, GroupedShape, KernelRates, KernelTime, Timing};
+use crate::cost::kernel_timings::KernelTimings;
 use crate::cost::profile::ExpertFfnCurve;
-use crate::cost::roofline::Roofline;
 use crate::cost::shape::{MoeModelShape, WeightDtype};
+use std::sync::{Arc, OnceLock};
 
-/// Rows per GEMM tile: 64, the M-tile of vLLM's fused-MoE Triton kernel (`BLOCK_SIZE_M` 64 in
-/// its default config for bf16) and of CUTLASS grouped GEMMs; GEM section 3.3.2 names 32 or 64.
-/// Each expert's token rows are padded up to a multiple of it (vLLM's `moe_align_block_size`).
-pub const DEFAULT_TILE_TOKENS: u32 = 64;
+/// Kernel launches of one MoE layer's experts in an eager engine (gate+up grouped GEMM,
+/// SwiGLU, down grouped GEMM), which a measured single-expert curve includes.
+pub const LAUNCHES_PER_LAYER: u32 = 3;
 
-/// Kernel launches of one grouped MoE layer: the fused gate+up grouped GEMM, the SwiGLU, the
-/// down grouped GEMM. They are launched once per layer, not once per expert.
-pub const DEFAULT_LAUNCHES_PER_LAYER: u32 = 3;
+/// Bytes of one routed activation element on the wire (bf16).
+const ACTIVATION_BYTES: f64 = 2.0;
 
-/// How fast one GPU runs relative to its datasheet: `compute` scales the FLOP term (the SM
-/// clock: a power cap or a slower bin), `bandwidth` the memory term (HBM speed, which a power
-/// cap barely touches). `{1, 1}` is the nominal part.
+/// How fast one GPU runs relative to its nominal part: `compute` scales the FLOP terms (the SM
+/// clock: a power cap or a slower bin), `bandwidth` the streaming terms (HBM speed, which a
+/// power cap barely touches). `{1, 1}` is the nominal part.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SpeedFactors {
     pub compute: f64,
@@ -46,7 +47,7 @@ impl SpeedFactors {
 
     /// The factors of a GPU whose overall speed factor is `speed`, when a fraction
     /// `bandwidth_share` of the slowdown also reaches memory bandwidth (0: a pure clock effect,
-    /// 1: the whole GPU is uniformly slower, the old "divide every cost by the speed" view).
+    /// 1: the whole GPU is uniformly slower).
     pub fn split(speed: f64, bandwidth_share: f64) -> SpeedFactors {
         SpeedFactors {
             compute: speed,
@@ -55,78 +56,208 @@ impl SpeedFactors {
     }
 }
 
-/// The knobs of the grouped-GEMM model.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct MoeLayerParams {
-    pub memory_efficiency: f64,
-    pub compute_efficiency: f64,
-    pub tile_tokens: u32,
-    pub launches_per_layer: u32,
-    /// Bytes per routed activation element on the wire (bf16: 2).
-    pub activation_bytes: f64,
+/// One GPU's experts and the rows each computes.
+#[derive(Clone, Copy, Debug)]
+pub enum ExpertRows<'a> {
+    /// Counted rows of each hosted expert (0: the expert does not run).
+    Counted(&'a [u32]),
+    /// Expected rows (CAPS's per-step loads): an expert expecting `l` rows runs with weight
+    /// `min(l, 1)` and then computes `ceil(max(l, 1))` rows.
+    Expected(&'a [f32]),
+    /// `tokens` rows spread as evenly as whole rows allow over `experts` experts (the first
+    /// `tokens % experts` one more), as a planner assumes.
+    Even { tokens: u64, experts: usize },
+    /// Expected reads: (probability the expert runs, rows it computes when it does).
+    Weighted(&'a [(f64, f64)]),
 }
 
-impl Default for MoeLayerParams {
-    fn default() -> Self {
-        MoeLayerParams {
-            memory_efficiency: DEFAULT_MEMORY_EFFICIENCY,
-            compute_efficiency: DEFAULT_COMPUTE_EFFICIENCY,
-            tile_tokens: DEFAULT_TILE_TOKENS,
-            launches_per_layer: DEFAULT_LAUNCHES_PER_LAYER,
-            activation_bytes: 2.0,
+impl ExpertRows<'_> {
+    /// Calls `f(rows, weight)` for every group that runs (rows at least 1).
+    #[inline]
+    pub fn for_each_group(&self, mut f: impl FnMut(u64, f64)) {
+        match *self {
+            ExpertRows::Counted(rows) => {
+                for &n in rows {
+                    if n > 0 {
+                        f(u64::from(n), 1.0);
+                    }
+                }
+            }
+            ExpertRows::Expected(loads) => {
+                for &l in loads {
+                    if l > 0.0 {
+                        // ceil(max(l, 1)) without a libm call: the truncation, one more if a
+                        // fraction was cut off.
+                        let whole = l as u64;
+                        let rows = (whole + u64::from((whole as f32) < l)).max(1);
+                        f(rows, f64::from(l.min(1.0)));
+                    }
+                }
+            }
+            ExpertRows::Even { tokens, experts } => {
+                let active = (experts as u64).min(tokens);
+                if active > 0 {
+                    let (base, extra) = (tokens / active, tokens % active);
+                    if extra > 0 {
+                        f(base + 1, extra as f64);
+                    }
+                    f(base, (active - extra) as f64);
+                }
+            }
+            ExpertRows::Weighted(weights) => {
+                for &(p, rows) in weights {
+                    if p > 0.0 && rows > 0.0 {
+                        f(rows.max(1.0).ceil() as u64, p);
+                    }
+                }
+            }
         }
+    }
+
+    /// The groups reduced to the sums the grouped GEMM reads.
+    pub fn sums(&self) -> GroupSums {
+        let mut sums = GroupSums::default();
+        self.for_each_group(|rows, p| sums.add(rows, p));
+        sums
     }
 }
 
-/// What one GPU's grouped GEMM costs, with the quantities behind it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct GroupedGemmCost {
-    pub distinct_experts: usize,
-    pub weight_bytes: f64,
-    /// FLOPs of the tile-padded rows.
-    pub padded_flops: f64,
-    pub memory_ns: f64,
-    pub compute_ns: f64,
-    pub launch_ns: f64,
+/// One GPU's experts priced, ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GpuExpertCost {
+    /// GPU-side terms of the gate+up grouped GEMM, the SwiGLU and the down grouped GEMM.
+    pub kernels: [KernelTime; 3],
+    /// The two grouped GEMMs under the layer's timing (what `moe_grouped.csv` measures).
+    pub gemms_ns: f64,
+    /// The whole expert part under the layer's timing.
     pub nanos: f64,
+    /// Rows computed (expected rows for expected loads).
+    pub rows: f64,
+    /// Experts that run (expected for expected loads).
+    pub experts: f64,
 }
 
 /// One expert-parallel layer: the slowest GPU and the all-to-all around it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EpLayerCost {
     pub slowest_gpu: usize,
+    /// The slowest GPU's expert part.
     pub compute_ns: f64,
     /// Dispatch plus combine.
     pub all_to_all_ns: f64,
     pub nanos: f64,
 }
 
-/// The MoE-layer cost model of one model's routed experts on one GPU type.
+/// The measured grouped GEMMs of one expert shape on one GPU: per measured group count, the
+/// ratio of the measured time to the model's at each measured (even) rows per group.
 #[derive(Clone, Debug, PartialEq)]
+pub struct MeasuredGrouped {
+    /// (groups, [(ln rows per group, measured / model)] sorted by rows).
+    levels: Vec<(f64, Vec<(f64, f64)>)>,
+    /// Where the points come from.
+    pub source: String,
+}
+
+impl MeasuredGrouped {
+    /// The ratio at (`groups`, `rows` per group): linear in ln(rows) on each measured group
+    /// count (clamped to its measured range), linear in ln(groups) between two counts.
+    fn ratio(&self, groups: f64, rows: f64) -> f64 {
+        let at = |points: &[(f64, f64)], x: f64| {
+            let i = points.partition_point(|&(lx, _)| lx < x);
+            if i == 0 {
+                points[0].1
+            } else if i == points.len() {
+                points[points.len() - 1].1
+            } else {
+                let (x0, y0) = points[i - 1];
+                let (x1, y1) = points[i];
+                y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+            }
+        };
+        let (g, x) = (groups.max(1.0).ln(), rows.max(1.0).ln());
+        let i = self.levels.partition_point(|(lg, _)| *lg < g);
+        if i == 0 {
+            at(&self.levels[0].1, x)
+        } else if i == self.levels.len() {
+            at(&self.levels[self.levels.len() - 1].1, x)
+        } else {
+            let (g0, p0) = &self.levels[i - 1];
+            let (g1, p1) = &self.levels[i];
+            let (r0, r1) = (at(p0, x), at(p1, x));
+            r0 + (r1 - r0) * (g - g0) / (g1 - g0)
+        }
+    }
+}
+
+/// A measured profile's layer on a device that runs its experts one after another, beside the
+/// entry point (`MoeLayerCost::with_profile` prices the same split on a GPU).
+impl ExpertFfnCurve {
+    /// One MoE layer launch over `assignments` routed rows on a device that runs the layer's
+    /// experts one after another (`ExpertExecution::Serial`): `experts` yields, for every
+    /// expert weight the layer may read, the probability that it is read and the rows it
+    /// computes when it is (whole rows: an expectation below one row is that probability of
+    /// one row). With a split: the fixed part once plus each expert's GEMM pair; without one,
+    /// each expert costs the whole-layer curve, so the layer's fixed kernels are counted once
+    /// per expert (how profiles without the split were read). 0 when no expert is read.
+    pub fn serial_layer_ns(
+        &self,
+        assignments: f64,
+        experts: impl IntoIterator<Item = (f64, f64)>,
+    ) -> f64 {
+        let per_expert = match &self.split {
+            Some(split) => &split.expert_gemms,
+            None => &self.curve,
+        };
+        let mut any = false;
+        let mut gemms = 0.0;
+        for (p, rows) in experts {
+            if p > 0.0 && rows > 0.0 {
+                any = true;
+                gemms += p * per_expert.at(rows.max(1.0));
+            }
+        }
+        match (&self.split, any) {
+            (_, false) => 0.0,
+            (Some(split), true) => split.fixed.at(assignments.max(1.0)) + gemms,
+            (None, true) => gemms,
+        }
+    }
+}
+
+/// The MoE-layer cost of one model's routed experts on one GPU type.
+#[derive(Clone, Debug)]
 pub struct MoeLayerCost {
+    pub hidden: u64,
+    pub expert_ffn: u64,
+    pub bytes_per_param: f64,
+    /// One expert's weight bytes (gate, up and down).
     pub expert_weight_bytes: f64,
+    /// One routed row's FLOPs through one expert.
     pub expert_flops_per_token: f64,
-    pub hidden: usize,
-    /// The GPU's roofline at the params' efficiencies and tile.
-    pub roofline: Roofline,
-    pub params: MoeLayerParams,
-    /// A measured single-expert curve that refines the roofline (see [`Self::with_profile`]):
-    /// the expert's GEMM pair where the profile splits the layer, else the whole layer.
+    pub rates: KernelRates,
+    pub timing: Timing,
+    /// The gate+up and down grouped GEMMs' shapes.
+    shapes: [GroupedShape; 2],
+    /// The host launch cost a measured single-expert curve includes per kernel.
+    launch_ns: f64,
+    /// A measured expert curve (see [`Self::with_profile`]): the expert's GEMM pair where the
+    /// profile splits the layer, else the whole single-expert layer.
     measured_expert: Option<CostCurve>,
     /// The measured fixed part of a layer launch (routed assignments -> ns), where the profile
-    /// splits the layer; it replaces the analytic launch term.
+    /// splits the layer; it replaces the launch term.
     measured_fixed: Option<CostCurve>,
+    measured_grouped: Option<Arc<MeasuredGrouped>>,
 }
 
 impl MoeLayerCost {
-    /// The routed experts of `shape` on `gpu`.
-    pub fn new(gpu: &GpuSpec, shape: &MoeModelShape, params: MoeLayerParams) -> MoeLayerCost {
+    /// The routed experts of `shape` on `gpu`, launched as `timing` says.
+    pub fn new(gpu: &GpuSpec, shape: &MoeModelShape, timing: Timing) -> MoeLayerCost {
         MoeLayerCost::for_experts(
             gpu,
             shape.hidden,
             shape.expert_ffn,
             shape.weight_dtype,
-            params,
+            timing,
         )
     }
 
@@ -136,34 +267,41 @@ impl MoeLayerCost {
         hidden: usize,
         expert_ffn: usize,
         dtype: WeightDtype,
-        params: MoeLayerParams,
+        timing: Timing,
     ) -> MoeLayerCost {
         let expert_params = 3.0 * hidden as f64 * expert_ffn as f64;
         MoeLayerCost {
+            hidden: hidden as u64,
+            expert_ffn: expert_ffn as u64,
+            bytes_per_param: dtype.bytes_per_param(),
             expert_weight_bytes: expert_params * dtype.bytes_per_param(),
             expert_flops_per_token: 2.0 * expert_params,
-            hidden,
-            roofline: Roofline {
-                tile_tokens: params.tile_tokens,
-                ..Roofline::new(gpu, params.memory_efficiency, params.compute_efficiency)
-            },
-            params,
+            rates: KernelRates::of(gpu),
+            timing,
+            shapes: [
+                GroupedShape::new(
+                    hidden as u64,
+                    2 * expert_ffn as u64,
+                    dtype.bytes_per_param(),
+                ),
+                GroupedShape::new(expert_ffn as u64, hidden as u64, dtype.bytes_per_param()),
+            ],
+            launch_ns: gpu.kernel_launch_overhead_ns,
             measured_expert: None,
             measured_fixed: None,
+            measured_grouped: None,
         }
     }
 
-    /// Refines the op with a profile's measured expert entry. With its split (cost/profile.rs
-    /// `MoeLayerSplit`) the grouped op costs `fixed(assignments) + sum_e g(n_e)` at nominal
-    /// speed: the layer's measured kernels around the GEMMs once, then each active expert's
-    /// measured GEMM pair `g`, back to back (what the CUDA backend runs: one cuBLAS GEMM pair
-    /// per expert with rows on one stream). Without a split, from the whole-layer curve `e(n)`
-    /// (which includes one expert's `launches x launch_ns`): `launches x launch_ns + sum_e
-    /// (e(n_e) - launches x launch_ns)`, the analytic launch term standing in for the fixed
-    /// part. Either is what a grouped kernel does once each expert alone saturates the GPU; it
-    /// is an upper bound on the roofline of the whole op (a sum of maxima is at least the
-    /// maximum of the sums). Speed factors scale the experts' work by `1 / compute` where the
-    /// roofline term is compute-bound and `1 / bandwidth` otherwise; the fixed part (a few
+    /// Refines the op with a profile's measured expert entry of the project's own kernels.
+    /// With its split (cost/profile.rs `MoeLayerSplit`) the experts cost `fixed(assignments) +
+    /// sum_e g(n_e)`: the layer's measured kernels around the GEMMs (grouping, gather, SwiGLU,
+    /// combine) once, then each active expert's measured GEMM pair `g` back to back (what the
+    /// CUDA backend runs: one cuBLAS GEMM pair per expert with rows, on one stream). Without a
+    /// split, from the whole-layer curve `e(n)` (each point including `LAUNCHES_PER_LAYER`
+    /// launches): `launches + sum_e (e(n_e) - launches)`, the launch term standing in for the
+    /// fixed part. Speed factors divide the experts' work by the compute factor where the
+    /// model's compute term binds, else by the bandwidth factor; the fixed part (a few
     /// latency-bound launches) is not scaled.
     pub fn with_profile(mut self, expert: &ExpertFfnCurve) -> MoeLayerCost {
         match &expert.split {
@@ -180,7 +318,7 @@ impl MoeLayerCost {
     }
 
     /// The fixed part of one layer launch over `assignments` routed rows: measured, or the
-    /// analytic launch term.
+    /// launch term.
     fn fixed_ns(&self, assignments: f64) -> f64 {
         match &self.measured_fixed {
             Some(fixed) => fixed.at(assignments.max(1.0)),
@@ -188,7 +326,7 @@ impl MoeLayerCost {
         }
     }
 
-    /// One expert's measured work beyond the fixed part at `rows` rows (a measured profile).
+    /// One expert's measured work beyond the fixed part at `rows` rows.
     fn measured_work(&self, curve: &CostCurve, rows: f64) -> f64 {
         match self.measured_fixed {
             Some(_) => curve.at(rows),
@@ -196,174 +334,101 @@ impl MoeLayerCost {
         }
     }
 
-    fn padded(&self, tokens: u64) -> u64 {
-        self.roofline.padded(tokens)
+    /// Scales the model to the measured grouped GEMMs of `gpu` for this expert shape where
+    /// there are any (bf16 experts on the H200 of `profiles/h200/kernels.json`); unchanged
+    /// elsewhere. Returns whether measurements apply.
+    pub fn with_measured_grouped(mut self, gpu: &GpuSpec) -> (MoeLayerCost, bool) {
+        self.measured_grouped =
+            measured_grouped(gpu, self.hidden, self.expert_ffn, self.bytes_per_param);
+        let found = self.measured_grouped.is_some();
+        (self, found)
     }
 
-    /// One GPU's routed experts as one grouped GEMM: `tokens_per_expert[e]` rows for each
-    /// expert hosted there (zeros allowed: an expert without tokens is not read).
-    pub fn grouped_gemm(&self, tokens_per_expert: &[u32], speed: SpeedFactors) -> GroupedGemmCost {
-        let mut distinct = 0usize;
-        let mut padded_rows = 0u64;
-        for &n in tokens_per_expert {
-            if n > 0 {
-                distinct += 1;
-                padded_rows += self.padded(u64::from(n));
-            }
-        }
-        self.priced(distinct, padded_rows, tokens_per_expert, speed)
+    /// Where the grouped GEMMs' measurements come from, if any apply.
+    pub fn measured_source(&self) -> Option<&str> {
+        self.measured_grouped.as_ref().map(|m| m.source.as_str())
     }
 
-    /// The grouped GEMM when `tokens` rows spread as evenly as possible over `active`
-    /// experts (the first `tokens % active` get one row more). Allocation-free: the hot path
-    /// of CAPS and of GEM's step pricing.
-    pub fn grouped_gemm_even(&self, tokens: u64, active: usize, speed: SpeedFactors) -> f64 {
-        let active = (active as u64).min(tokens);
-        if active == 0 {
-            return 0.0;
+    /// What prices the layer, in words (a result's record).
+    pub fn pricing(&self, gpu: &GpuSpec) -> String {
+        if self.measured_fixed.is_some() {
+            "the profile's measured layer split: its fixed part once, each expert's GEMM pair"
+                .into()
+        } else if self.measured_expert.is_some() {
+            "the profile's measured single-expert curve, experts back to back".into()
+        } else if let Some(source) = self.measured_source() {
+            source.into()
+        } else {
+            format!(
+                "the kernel model on the {}'s rates (profiles/rates.json)",
+                gpu.name
+            )
         }
-        let base = tokens / active;
-        let extra = tokens % active;
-        let padded = extra * self.padded(base + 1) + (active - extra) * self.padded(base);
-        if let Some(curve) = &self.measured_expert {
-            let work = extra as f64 * self.measured_work(curve, (base + 1) as f64)
-                + (active - extra) as f64 * self.measured_work(curve, base as f64);
-            return self.fixed_ns(tokens as f64)
-                + work / self.bound_factor(active as usize, padded, speed);
-        }
-        let c = self.roofline(active as usize, padded, speed);
-        c.2 + c.0.max(c.1)
     }
 
-    /// The grouped GEMM over expected loads (CAPS's decode loads are per-step expectations):
-    /// an expert expecting `l` routed rows is active with weight `p = min(l, 1)` and then
-    /// computes `max(l, 1)` rows rounded up to whole rows and tiles. Integer loads give exactly
-    /// [`Self::grouped_gemm`]. Allocation-free.
-    pub fn grouped_gemm_expected(&self, loads: &[f32], speed: SpeedFactors) -> f64 {
-        let mut active = 0.0f64;
-        let mut padded = 0.0f64;
-        let mut measured = 0.0f64;
-        let assignments: f64 = loads.iter().map(|&l| f64::from(l.max(0.0))).sum();
-        // Tiles of `rows` rows: a shift for a power-of-two tile (the hot path: no division).
-        let tile = u64::from(self.params.tile_tokens.max(1));
-        let shift = tile.is_power_of_two().then(|| tile.trailing_zeros());
-        let padded_rows = |rows: u64| match shift {
-            Some(shift) => ((rows + tile - 1) >> shift) << shift,
-            None => self.padded(rows),
+    fn launch_total(&self) -> f64 {
+        f64::from(LAUNCHES_PER_LAYER) * self.launch_ns
+    }
+
+    /// The kernel model's three kernels on `sums` at `rates` (GPU side).
+    fn kernels(&self, rates: &KernelRates, sums: &GroupSums) -> [KernelTime; 3] {
+        [
+            rates.grouped(&self.shapes[0], sums),
+            rates.streaming(sums.rows * 3.0 * self.expert_ffn as f64 * ACTIVATION_BYTES),
+            rates.grouped(&self.shapes[1], sums),
+        ]
+    }
+
+    /// One GPU's experts: `rows` of each expert it holds, at `speed`.
+    pub fn gpu(&self, rows: ExpertRows<'_>, speed: SpeedFactors) -> GpuExpertCost {
+        let sums = rows.sums();
+        if sums.is_empty() {
+            return GpuExpertCost::default();
+        }
+        let rates = if speed == SpeedFactors::NOMINAL {
+            self.rates
+        } else {
+            self.rates.scaled(speed)
         };
-        for &l in loads {
-            if l > 0.0 {
-                let p = f64::from(l.min(1.0));
-                // ceil(max(l, 1)) without a libm call (`ceil` is one on baseline x86-64): the
-                // truncation, one more if a fraction was cut off.
-                let whole = l as u64;
-                let rows = (whole + u64::from((whole as f32) < l)).max(1);
-                active += p;
-                padded += p * padded_rows(rows) as f64;
-                if let Some(curve) = &self.measured_expert {
-                    measured += p * self.measured_work(curve, rows as f64);
-                }
+        let mut kernels = self.kernels(&rates, &sums);
+        if let Some(measured) = &self.measured_grouped {
+            let ratio = measured.ratio(sums.groups, sums.rows / sums.groups);
+            for k in [0, 2] {
+                kernels[k].nanos *= ratio;
             }
         }
-        if active == 0.0 {
-            return 0.0;
-        }
-        let memory = active * self.expert_weight_bytes / self.roofline.bandwidth * 1e9;
-        let compute = self.expert_flops_per_token * padded / self.roofline.compute * 1e9;
-        if self.measured_expert.is_some() {
+        if let Some(curve) = &self.measured_expert {
+            // The project's own measured experts back to back: the fixed part once per layer
+            // (measured, or the launch set), each expert's work beyond it.
+            let mut work = 0.0;
+            rows.for_each_group(|n, p| work += p * self.measured_work(curve, n as f64));
+            let (memory, compute) = (
+                kernels[0].memory_ns + kernels[2].memory_ns,
+                kernels[0].compute_ns + kernels[2].compute_ns,
+            );
             let factor = if compute > memory {
                 speed.compute
             } else {
                 speed.bandwidth
             };
-            return self.fixed_ns(assignments) + measured / factor;
+            let nanos = self.fixed_ns(sums.rows) + work / factor;
+            return GpuExpertCost {
+                kernels,
+                gemms_ns: nanos,
+                nanos,
+                rows: sums.rows,
+                experts: sums.groups,
+            };
         }
-        self.launch_total() + (memory / speed.bandwidth).max(compute / speed.compute)
-    }
-
-    /// The grouped GEMM of an expert-parallel group of `devices` GPUs over expected work, ns:
-    /// `weights` yields, for every expert weight the step may read, the probability that it is
-    /// read and the routed rows it computes when it is. The expected distinct weights and
-    /// tile-padded rows are spread evenly over the devices, each running its share as one
-    /// grouped GEMM (one launch set), and the group takes one device's time: in expectation
-    /// over random routing no device is more loaded than another (a realised step would wait
-    /// for its most loaded device, [`Self::expert_parallel`]). Roofline only.
-    pub fn grouped_gemm_spread(
-        &self,
-        weights: impl IntoIterator<Item = (f64, f64)>,
-        devices: f64,
-        speed: SpeedFactors,
-    ) -> f64 {
-        let (mut active, mut padded) = (0.0f64, 0.0f64);
-        for (p, rows) in weights {
-            if p > 0.0 && rows > 0.0 {
-                active += p;
-                padded += p * self.padded(rows.max(1.0).ceil() as u64) as f64;
-            }
-        }
-        if active == 0.0 {
-            return 0.0;
-        }
-        let devices = devices.max(1.0);
-        let memory = active * self.expert_weight_bytes / devices / self.roofline.bandwidth * 1e9;
-        let compute = self.expert_flops_per_token * padded / devices / self.roofline.compute * 1e9;
-        self.launch_total() + (memory / speed.bandwidth).max(compute / speed.compute)
-    }
-
-    fn launch_total(&self) -> f64 {
-        f64::from(self.params.launches_per_layer) * self.roofline.launch_ns
-    }
-
-    /// (memory_ns, compute_ns, launch_ns) of the roofline.
-    fn roofline(&self, distinct: usize, padded_rows: u64, speed: SpeedFactors) -> (f64, f64, f64) {
-        let bytes = distinct as f64 * self.expert_weight_bytes;
-        let flops = self.expert_flops_per_token * padded_rows as f64;
-        (
-            bytes / (self.roofline.bandwidth * speed.bandwidth) * 1e9,
-            flops / (self.roofline.compute * speed.compute) * 1e9,
-            self.launch_total(),
-        )
-    }
-
-    /// The speed factor of whichever roofline term binds.
-    fn bound_factor(&self, distinct: usize, padded_rows: u64, speed: SpeedFactors) -> f64 {
-        let (m, c, _) = self.roofline(distinct, padded_rows, SpeedFactors::NOMINAL);
-        if c > m {
-            speed.compute
-        } else {
-            speed.bandwidth
-        }
-    }
-
-    fn priced(
-        &self,
-        distinct: usize,
-        padded_rows: u64,
-        tokens_per_expert: &[u32],
-        speed: SpeedFactors,
-    ) -> GroupedGemmCost {
-        let (memory_ns, compute_ns, launch_ns) = self.roofline(distinct, padded_rows, speed);
-        let nanos = if distinct == 0 {
-            0.0
-        } else if let Some(curve) = &self.measured_expert {
-            let work: f64 = tokens_per_expert
-                .iter()
-                .filter(|&&n| n > 0)
-                .map(|&n| self.measured_work(curve, f64::from(n)))
-                .sum();
-            let assignments: f64 = tokens_per_expert.iter().map(|&n| f64::from(n)).sum();
-            self.fixed_ns(assignments) + work / self.bound_factor(distinct, padded_rows, speed)
-        } else {
-            launch_ns + memory_ns.max(compute_ns)
-        };
-        GroupedGemmCost {
-            distinct_experts: distinct,
-            weight_bytes: distinct as f64 * self.expert_weight_bytes,
-            padded_flops: self.expert_flops_per_token * padded_rows as f64,
-            memory_ns,
-            compute_ns,
-            launch_ns: if distinct == 0 { 0.0 } else { launch_ns },
-            nanos,
+        let host = rates.host_launch_ns;
+        let wall = |k: &KernelTime| k.wall(self.timing, host);
+        let gemms_ns = wall(&kernels[0]) + wall(&kernels[2]);
+        GpuExpertCost {
+            kernels,
+            gemms_ns,
+            nanos: gemms_ns + wall(&kernels[1]),
+            rows: sums.rows,
+            experts: sums.groups,
         }
     }
 
@@ -371,190 +436,291 @@ impl MoeLayerCost {
     /// most loaded GPU computes `max_rows` routed rows: `(G - 1) / G` of them arrive over the
     /// link and leave again, each all-to-all as long as that GPU's incoming bytes plus the
     /// link latency; 0 for one GPU.
-    pub fn all_to_all_ns(&self, max_rows: u64, gpus: usize, link: LinkSpec) -> f64 {
+    pub fn all_to_all_ns(&self, max_rows: f64, gpus: usize, link: LinkSpec) -> f64 {
         if gpus <= 1 {
             return 0.0;
         }
-        let incoming = max_rows as f64 * (gpus - 1) as f64 / gpus as f64
-            * self.hidden as f64
-            * self.params.activation_bytes;
+        let incoming =
+            max_rows * (gpus - 1) as f64 / gpus as f64 * self.hidden as f64 * ACTIVATION_BYTES;
         2.0 * (incoming / link.bandwidth_bytes_per_s * 1e9 + link.latency_ns)
     }
 
-    /// One expert-parallel layer: `per_gpu[g]` is GPU `g`'s tokens per hosted expert,
-    /// `speeds[g]` its speed factors. Tokens originate evenly over the group (each GPU holds
-    /// `1 / G` of the batch), so `(G - 1) / G` of the rows a GPU computes arrive over the link
-    /// in the dispatch and leave again in the combine; each all-to-all lasts as long as the
-    /// GPU with the most incoming bytes, plus the link latency. One GPU needs no all-to-all.
-    pub fn expert_parallel(
-        &self,
-        per_gpu: &[&[u32]],
-        speeds: &[SpeedFactors],
-        link: LinkSpec,
-    ) -> EpLayerCost {
-        assert_eq!(per_gpu.len(), speeds.len(), "one speed per GPU");
-        let g = per_gpu.len();
-        let mut slowest = 0;
-        let mut compute_ns = 0.0f64;
-        let mut max_rows = 0u64;
-        for (i, (tokens, &speed)) in per_gpu.iter().zip(speeds).enumerate() {
-            let c = self.grouped_gemm(tokens, speed).nanos;
-            if c > compute_ns {
-                compute_ns = c;
-                slowest = i;
-            }
-            max_rows = max_rows.max(tokens.iter().map(|&n| u64::from(n)).sum());
-        }
-        let all_to_all_ns = self.all_to_all_ns(max_rows, g, link);
-        EpLayerCost {
-            slowest_gpu: slowest,
-            compute_ns,
-            all_to_all_ns,
-            nanos: compute_ns + all_to_all_ns,
+    /// An expert-parallel layer over `gpus` GPUs (`link` carries the all-to-all; `None`: not
+    /// modelled): add each GPU's experts in turn, then `finish`.
+    pub fn layer(&self, gpus: usize, link: Option<LinkSpec>) -> EpLayer<'_> {
+        EpLayer {
+            cost: self,
+            gpus,
+            link,
+            added: 0,
+            slowest: 0,
+            compute_ns: 0.0,
+            max_rows: 0.0,
         }
     }
+}
+
+/// An expert-parallel layer being priced GPU by GPU (`MoeLayerCost::layer`).
+pub struct EpLayer<'a> {
+    cost: &'a MoeLayerCost,
+    gpus: usize,
+    link: Option<LinkSpec>,
+    added: usize,
+    slowest: usize,
+    compute_ns: f64,
+    max_rows: f64,
+}
+
+impl EpLayer<'_> {
+    /// Adds the next GPU's experts; returns that GPU's time (its busy time in the layer).
+    pub fn add(&mut self, rows: ExpertRows<'_>, speed: SpeedFactors) -> f64 {
+        let c = self.cost.gpu(rows, speed);
+        self.add_priced(c.nanos, c.rows)
+    }
+
+    /// Adds the next GPU priced already (`nanos`, `rows`: `MoeLayerCost::gpu`).
+    fn add_priced(&mut self, nanos: f64, rows: f64) -> f64 {
+        if nanos > self.compute_ns {
+            self.compute_ns = nanos;
+            self.slowest = self.added;
+        }
+        self.max_rows = self.max_rows.max(rows);
+        self.added += 1;
+        nanos
+    }
+
+    /// The layer: its slowest GPU plus the all-to-all of its most loaded GPU's rows.
+    pub fn finish(self) -> EpLayerCost {
+        let all_to_all_ns = self.link.map_or(0.0, |link| {
+            self.cost.all_to_all_ns(self.max_rows, self.gpus, link)
+        });
+        EpLayerCost {
+            slowest_gpu: self.slowest,
+            compute_ns: self.compute_ns,
+            all_to_all_ns,
+            nanos: self.compute_ns + all_to_all_ns,
+        }
+    }
+}
+
+/// The measured grouped GEMMs of (`gpu`, `hidden` x `expert_ffn` experts of `bytes_per_param`)
+/// as ratios to the model, built once per shape from the committed kernel timings.
+fn measured_grouped(
+    gpu: &GpuSpec,
+    hidden: u64,
+    expert_ffn: u64,
+    bytes_per_param: f64,
+) -> Option<Arc<MeasuredGrouped>> {
+    type Cache = Vec<((u64, u64), Option<Arc<MeasuredGrouped>>)>;
+    static H200: OnceLock<std::sync::Mutex<Cache>> = OnceLock::new();
+    if gpu.name != "H200" || bytes_per_param != 2.0 {
+        return None;
+    }
+    let cache = H200.get_or_init(Default::default);
+    let mut cache = cache.lock().expect("the cache is not poisoned");
+    if let Some((_, found)) = cache.iter().find(|(k, _)| *k == (hidden, expert_ffn)) {
+        return found.clone();
+    }
+    let set = KernelTimings::h200();
+    let model = MoeLayerCost::for_experts(
+        gpu,
+        hidden as usize,
+        expert_ffn as usize,
+        WeightDtype::Bf16,
+        Timing::Graph,
+    );
+    let mut levels: Vec<(f64, Vec<(f64, f64)>)> = Vec::new();
+    for p in set
+        .grouped
+        .iter()
+        .filter(|p| p.hidden == hidden && p.expert_ffn == expert_ffn && p.kind == "even")
+    {
+        let rows = ExpertRows::Counted(&p.rows_per_expert);
+        let ratio = p.median_us * 1e3 / model.gpu(rows, SpeedFactors::NOMINAL).gemms_ns;
+        let g = (p.rows_per_expert.len() as f64).ln();
+        let mean = p.rows_per_expert.iter().map(|&r| f64::from(r)).sum::<f64>()
+            / p.rows_per_expert.len() as f64;
+        match levels.iter_mut().find(|(lg, _)| *lg == g) {
+            Some((_, points)) => points.push((mean.ln(), ratio)),
+            None => levels.push((g, vec![(mean.ln(), ratio)])),
+        }
+    }
+    let found = (!levels.is_empty()).then(|| {
+        levels.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for (_, points) in &mut levels {
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            points.dedup_by(|a, b| a.0 == b.0);
+        }
+        Arc::new(MeasuredGrouped {
+            levels,
+            source: format!(
+                "measured grouped GEMMs of {hidden} x {expert_ffn} experts on the H200 (profiles/h200/kernels.json), the model's shape between measured points"
+            ),
+        })
+    });
+    cache.push(((hidden, expert_ffn), found.clone()));
+    found
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Qwen1.5-MoE-A2.7B on an L4: expert weights 3 x 2048 x 1408 x 2 B = 17.3 MB,
-    /// 2 x 3 x 2048 x 1408 = 17.3 MFLOP per token; 240 GB/s x 0.8, 121 TFLOP/s x 0.6.
-    fn l4() -> MoeLayerCost {
+    fn h200_mixtral(timing: Timing) -> MoeLayerCost {
         MoeLayerCost::new(
-            &GpuSpec::by_name("L4").unwrap(),
-            &MoeModelShape::qwen1_5_moe_a2_7b(),
-            MoeLayerParams::default(),
+            &GpuSpec::by_name("H200").unwrap(),
+            &MoeModelShape::mixtral_8x7b(),
+            timing,
         )
     }
 
     #[test]
-    fn hand_derived_decode_op_is_weight_streaming() {
-        let m = l4();
-        let c = m.grouped_gemm(&[1, 1, 0, 0], SpeedFactors::NOMINAL);
-        let bytes = 2.0 * 3.0 * 2048.0 * 1408.0 * 2.0;
-        assert_eq!(c.distinct_experts, 2);
-        assert_eq!(c.weight_bytes, bytes);
-        let memory = bytes / m.roofline.bandwidth * 1e9;
-        assert!((c.nanos - (3.0 * m.roofline.launch_ns + memory)).abs() < 1e-6);
-        assert!(c.memory_ns > c.compute_ns);
-    }
-
-    #[test]
-    fn memory_bound_decode_grows_with_distinct_experts() {
-        // 16 tokens, one row per expert each from 1 to 16 distinct experts: each extra expert
-        // adds exactly one expert's weights over bandwidth.
-        let m = l4();
-        let per_expert = m.expert_weight_bytes / m.roofline.bandwidth * 1e9;
-        let mut last = 0.0;
-        for distinct in 1..=16u32 {
-            let mut tokens = vec![0u32; 60];
-            for i in 0..16 {
-                tokens[(i % distinct) as usize] += 1;
-            }
-            let c = m.grouped_gemm(&tokens, SpeedFactors::NOMINAL);
-            assert!(
-                c.memory_ns > c.compute_ns,
-                "decode at 16 tokens is memory-bound"
-            );
-            if distinct > 1 {
-                assert!((c.nanos - last - per_expert).abs() < 1e-6);
-            }
-            last = c.nanos;
-            assert_eq!(
-                m.grouped_gemm_even(16, distinct as usize, SpeedFactors::NOMINAL),
-                c.nanos
-            );
-        }
-    }
-
-    #[test]
-    fn compute_bound_cost_is_invariant_to_spread_up_to_padding() {
-        // 4 experts x 1024 rows: whole tiles, compute-bound. Any spread over the same experts
-        // in multiples of the tile costs the same; moving one row across a tile boundary
-        // costs one extra tile of FLOPs.
-        let m = l4();
-        let even = m.grouped_gemm(&[1024, 1024, 1024, 1024], SpeedFactors::NOMINAL);
-        assert!(even.compute_ns > even.memory_ns);
-        let skewed = m.grouped_gemm(&[2048, 1024, 512, 512], SpeedFactors::NOMINAL);
-        assert_eq!(even.nanos, skewed.nanos);
-        let crossed = m.grouped_gemm(&[1025, 1023, 1024, 1024], SpeedFactors::NOMINAL);
-        let tile_ns = m.expert_flops_per_token * 64.0 / m.roofline.compute * 1e9;
-        assert!((crossed.nanos - even.nanos - tile_ns).abs() < 1e-6);
-    }
-
-    #[test]
-    fn padding_is_a_staircase_at_the_tile_size() {
-        // One expert, compute-bound above ~380 rows on an L4: flat within a tile, one tile's FLOPs per
-        // step at each multiple of 64 rows.
-        let m = l4();
-        let tile_ns = m.expert_flops_per_token * 64.0 / m.roofline.compute * 1e9;
-        let at = |n: u32| m.grouped_gemm(&[n], SpeedFactors::NOMINAL).nanos;
-        for k in 7..14u32 {
-            let lo = at(64 * k + 1);
-            assert_eq!(lo, at(64 * (k + 1)), "flat within a tile");
-            assert!(
-                (lo - at(64 * k) - tile_ns).abs() < 1e-6,
-                "one tile per step"
-            );
-        }
-    }
-
-    #[test]
-    fn expert_parallel_step_follows_the_most_loaded_gpu() {
-        let m = l4();
-        let light: &[u32] = &[512, 512];
-        let heavy: &[u32] = &[2048, 1024];
-        let nominal = [SpeedFactors::NOMINAL; 2];
-        let ep = m.expert_parallel(&[light, heavy], &nominal, LinkSpec::PCIE4_X16);
-        assert_eq!(ep.slowest_gpu, 1);
-        assert_eq!(
-            ep.compute_ns,
-            m.grouped_gemm(heavy, SpeedFactors::NOMINAL).nanos
-        );
-        // All-to-all: 3072 rows x 1/2 x 2048 x 2 B each way over 25 GB/s, plus latency.
-        let one_way = 3072.0 * 0.5 * 2048.0 * 2.0 / 25e9 * 1e9 + 10_000.0;
-        assert!((ep.all_to_all_ns - 2.0 * one_way).abs() < 1e-6);
-        // Lightening the light GPU changes nothing; lightening the heavy one does.
-        let lighter: &[u32] = &[64, 64];
-        let same = m.expert_parallel(&[lighter, heavy], &nominal, LinkSpec::PCIE4_X16);
-        assert_eq!(same.nanos, ep.nanos);
-        let balanced = m.expert_parallel(&[light, light], &nominal, LinkSpec::PCIE4_X16);
-        assert!(balanced.nanos < ep.nanos);
-        // A slow clock on the light GPU can make it the straggler.
-        let slow = [SpeedFactors::split(0.2, 0.0), SpeedFactors::NOMINAL];
-        let ep = m.expert_parallel(&[light, heavy], &slow, LinkSpec::PCIE4_X16);
-        assert_eq!(ep.slowest_gpu, 0);
-    }
-
-    #[test]
-    fn clock_slowdown_spares_memory_bound_ops() {
-        let m = l4();
-        let slow = SpeedFactors::split(0.8, 0.0);
-        let decode = m.grouped_gemm(&[1, 1, 1, 1], SpeedFactors::NOMINAL).nanos;
-        assert_eq!(m.grouped_gemm(&[1, 1, 1, 1], slow).nanos, decode);
-        let prefill = m.grouped_gemm(&[1024; 4], SpeedFactors::NOMINAL);
-        let slowed = m.grouped_gemm(&[1024; 4], slow);
-        let expected = prefill.launch_ns + prefill.compute_ns / 0.8;
-        assert!((slowed.nanos - expected).abs() < 1e-6);
-        // bandwidth_share 1 reproduces the uniform slowdown on memory-bound ops.
-        let uniform = SpeedFactors::split(0.8, 1.0);
-        let d = m.grouped_gemm(&[1, 1, 1, 1], uniform);
+    fn a_gpu_runs_three_kernels_on_its_experts_rows() {
+        // 2 experts of 4 rows: the kernel model's gate+up (4096 -> 28672), SwiGLU
+        // (8 rows x 3 x 14336 x 2 B) and down (14336 -> 4096) kernels.
+        let m = h200_mixtral(Timing::Graph);
+        let c = m.gpu(ExpertRows::Counted(&[4, 0, 4]), SpeedFactors::NOMINAL);
+        let sums = GroupSums::of_counts(&[4, 4]);
+        let r = m.rates;
+        let up = r.grouped_gemm(&sums, 4096, 28672, 2.0);
+        let act = r.streaming(8.0 * 3.0 * 14336.0 * 2.0);
+        let down = r.grouped_gemm(&sums, 14336, 4096, 2.0);
+        assert_eq!(c.kernels, [up, act, down]);
+        assert!((c.gemms_ns - (up.nanos + down.nanos)).abs() < 1e-9);
+        assert!((c.nanos - (up.nanos + act.nanos + down.nanos)).abs() < 1e-9);
+        assert_eq!((c.rows, c.experts), (8.0, 2.0));
+        // Eager: each kernel at least the host launch.
+        let e =
+            h200_mixtral(Timing::Eager).gpu(ExpertRows::Counted(&[4, 4]), SpeedFactors::NOMINAL);
+        let host = r.host_launch_ns;
         assert!(
-            (d.memory_ns
-                - m.grouped_gemm(&[1, 1, 1, 1], SpeedFactors::NOMINAL)
-                    .memory_ns
-                    / 0.8)
+            (e.nanos - (up.nanos.max(host) + act.nanos.max(host) + down.nanos.max(host))).abs()
+                < 1e-9
+        );
+    }
+
+    #[test]
+    fn every_way_of_giving_rows_agrees() {
+        let m = h200_mixtral(Timing::Graph);
+        let counted = m.gpu(ExpertRows::Counted(&[3, 3, 2]), SpeedFactors::NOMINAL);
+        let even = m.gpu(
+            ExpertRows::Even {
+                tokens: 8,
+                experts: 3,
+            },
+            SpeedFactors::NOMINAL,
+        );
+        let expected = m.gpu(
+            ExpertRows::Expected(&[3.0, 3.0, 2.0]),
+            SpeedFactors::NOMINAL,
+        );
+        let weighted = m.gpu(
+            ExpertRows::Weighted(&[(1.0, 3.0), (1.0, 3.0), (1.0, 2.0)]),
+            SpeedFactors::NOMINAL,
+        );
+        for c in [even, expected, weighted] {
+            assert!((c.nanos - counted.nanos).abs() < 1e-6);
+        }
+        // More experts than tokens: only as many run as there are tokens.
+        let few = m.gpu(
+            ExpertRows::Even {
+                tokens: 2,
+                experts: 8,
+            },
+            SpeedFactors::NOMINAL,
+        );
+        assert!(
+            (few.nanos
+                - m.gpu(ExpertRows::Counted(&[1, 1]), SpeedFactors::NOMINAL)
+                    .nanos)
                 .abs()
                 < 1e-6
         );
+        // An expert expecting half a row runs with weight 1/2.
+        let half = m.gpu(ExpertRows::Expected(&[0.5, 0.5]), SpeedFactors::NOMINAL);
+        assert!((half.experts - 1.0).abs() < 1e-12 && (half.rows - 1.0).abs() < 1e-12);
+        assert_eq!(
+            m.gpu(ExpertRows::Counted(&[0, 0]), SpeedFactors::NOMINAL)
+                .nanos,
+            0.0
+        );
     }
 
     #[test]
-    fn measured_profile_sums_expert_costs() {
+    fn decode_cost_grows_with_the_experts_touched() {
+        // 16 rows over 1, 2, 4, 8 experts: each more expert streams its weights.
+        let m = h200_mixtral(Timing::Graph);
+        let mut last = 0.0;
+        for experts in [1usize, 2, 4, 8] {
+            let c = m.gpu(
+                ExpertRows::Even {
+                    tokens: 16,
+                    experts,
+                },
+                SpeedFactors::NOMINAL,
+            );
+            assert!(
+                c.nanos > last * 1.3,
+                "{experts} experts: {} after {last}",
+                c.nanos
+            );
+            last = c.nanos;
+        }
+    }
+
+    #[test]
+    fn an_expert_parallel_layer_waits_for_its_slowest_gpu_and_the_all_to_all() {
+        let m = h200_mixtral(Timing::Graph);
+        let light: &[u32] = &[512, 512];
+        let heavy: &[u32] = &[2048, 1024];
+        let link = LinkSpec::NVLINK4;
+        let price = |a: &[u32], b: &[u32], speeds: [SpeedFactors; 2]| {
+            let mut layer = m.layer(2, Some(link));
+            layer.add(ExpertRows::Counted(a), speeds[0]);
+            layer.add(ExpertRows::Counted(b), speeds[1]);
+            layer.finish()
+        };
+        let nominal = [SpeedFactors::NOMINAL; 2];
+        let ep = price(light, heavy, nominal);
+        assert_eq!(ep.slowest_gpu, 1);
+        assert_eq!(
+            ep.compute_ns,
+            m.gpu(ExpertRows::Counted(heavy), SpeedFactors::NOMINAL)
+                .nanos
+        );
+        // All-to-all: 3072 rows x 1/2 x 4096 x 2 B each way over 360 GB/s, plus 5 us.
+        let one_way = 3072.0 * 0.5 * 4096.0 * 2.0 / 360e9 * 1e9 + 5_000.0;
+        assert!((ep.all_to_all_ns - 2.0 * one_way).abs() < 1e-6);
+        // Lightening the light GPU changes nothing; a slow clock on it can make it the straggler.
+        assert_eq!(price(&[64, 64], heavy, nominal).nanos, ep.nanos);
+        let slow = [SpeedFactors::split(0.2, 0.0), SpeedFactors::NOMINAL];
+        assert_eq!(price(light, heavy, slow).slowest_gpu, 0);
+        // No link: no all-to-all.
+        let mut alone = m.layer(2, None);
+        alone.add(ExpertRows::Counted(light), SpeedFactors::NOMINAL);
+        assert_eq!(alone.finish().all_to_all_ns, 0.0);
+    }
+
+    #[test]
+    fn a_clock_slowdown_spares_memory_bound_decode() {
+        let m = h200_mixtral(Timing::Graph);
+        let slow = SpeedFactors::split(0.8, 0.0);
+        let decode = m
+            .gpu(ExpertRows::Counted(&[1, 1, 1, 1]), SpeedFactors::NOMINAL)
+            .nanos;
+        let slowed = m.gpu(ExpertRows::Counted(&[1, 1, 1, 1]), slow).nanos;
+        assert!(slowed / decode < 1.01, "{slowed} vs {decode}");
+        let prefill = m
+            .gpu(ExpertRows::Counted(&[4096; 4]), SpeedFactors::NOMINAL)
+            .nanos;
+        let slowed = m.gpu(ExpertRows::Counted(&[4096; 4]), slow).nanos;
+        assert!(slowed / prefill > 1.2, "{slowed} vs {prefill}");
+    }
+
+    #[test]
+    fn a_measured_expert_curve_sums_the_experts() {
         // A measured expert: 3 launches of 5 us plus 10 us of work per 64-row tile.
-        let launch = GpuSpec::by_name("L4").unwrap().kernel_launch_overhead_ns;
+        let launch = 5_000.0;
         let curve = CostCurve::new(vec![
             (1.0, 3.0 * launch + 10_000.0),
             (64.0, 3.0 * launch + 10_000.0),
@@ -569,11 +735,22 @@ mod tests {
             curve: curve.clone(),
             split,
         };
-        let m = l4().with_profile(&entry(None));
-        let c = m.grouped_gemm(&[64, 65, 0], SpeedFactors::NOMINAL);
-        let expected = 3.0 * launch + 10_000.0 + 20_000.0;
-        assert!((c.nanos - expected).abs() < 1e-6);
-        assert_eq!(m.grouped_gemm_even(129, 2, SpeedFactors::NOMINAL), c.nanos);
+        let l4 = |split| {
+            MoeLayerCost::new(
+                &GpuSpec::by_name("L4").unwrap(),
+                &MoeModelShape::qwen1_5_moe_a2_7b(),
+                Timing::Eager,
+            )
+            .with_profile(&entry(split))
+        };
+        let even = ExpertRows::Even {
+            tokens: 129,
+            experts: 2,
+        };
+        let m = l4(None);
+        let c = m.gpu(ExpertRows::Counted(&[64, 65, 0]), SpeedFactors::NOMINAL);
+        assert!((c.nanos - (3.0 * launch + 10_000.0 + 20_000.0)).abs() < 1e-6);
+        assert_eq!(m.gpu(even, SpeedFactors::NOMINAL).nanos, c.nanos);
         // Split by mechanism: a fixed part of 4 us + 1 ns per assignment, once per layer; each
         // expert's GEMM pair 9 us per 64-row tile.
         let split = crate::cost::profile::MoeLayerSplit {
@@ -586,40 +763,80 @@ mod tests {
             ])
             .unwrap(),
         };
-        let m = l4().with_profile(&entry(Some(split)));
-        let c = m.grouped_gemm(&[64, 65, 0], SpeedFactors::NOMINAL);
+        let m = l4(Some(split));
+        let c = m.gpu(ExpertRows::Counted(&[64, 65, 0]), SpeedFactors::NOMINAL);
         assert!(
             (c.nanos - (4_129.0 + 9_000.0 + 18_000.0)).abs() < 1e-6,
             "{c:?}"
         );
-        assert_eq!(m.grouped_gemm_even(129, 2, SpeedFactors::NOMINAL), c.nanos);
-        let expected = m.grouped_gemm_expected(&[64.0, 65.0, 0.0], SpeedFactors::NOMINAL);
-        assert!((expected - c.nanos).abs() < 1e-6);
+        assert_eq!(m.gpu(even, SpeedFactors::NOMINAL).nanos, c.nanos);
+        let expected = m.gpu(ExpertRows::Expected(&[64.0, 65.0, 0.0]), SpeedFactors::NOMINAL);
+        assert!((expected.nanos - c.nanos).abs() < 1e-6);
         // Eight experts with one row each: the fixed part once, eight GEMM pairs.
-        let eight = m.grouped_gemm(&[1; 8], SpeedFactors::NOMINAL).nanos;
+        let eight = m.gpu(ExpertRows::Counted(&[1; 8]), SpeedFactors::NOMINAL).nanos;
         assert!((eight - (4_008.0 + 8.0 * 9_000.0)).abs() < 1e-6);
+        // A slower GPU slows only the GEMM pairs, not the fixed part.
+        let slow = m.gpu(ExpertRows::Counted(&[1; 8]), SpeedFactors::split(0.5, 1.0)).nanos;
+        assert!((slow - (4_008.0 + 2.0 * 8.0 * 9_000.0)).abs() < 1e-6, "{slow}");
+    }
+
+    /// A serial layer launch: without a split every expert pays the whole-layer curve; with
+    /// one, the fixed part once (at the layer's assignments) plus each expert's GEMM pair, an
+    /// expected expert weighted by its probability of being read.
+    #[test]
+    fn a_serial_layer_pays_its_fixed_part_once() {
+        use crate::cost::profile::MoeLayerSplit;
+        let curve = |points: &[(f64, f64)]| CostCurve::new(points.to_vec()).unwrap();
+        let mut entry = ExpertFfnCurve {
+            hidden: 64,
+            expert_ffn: 64,
+            dtype: WeightDtype::Bf16,
+            curve: curve(&[(1.0, 10.0), (64.0, 10.0)]),
+            split: None,
+        };
+        let experts = [(1.0, 3.0), (1.0, 1.0), (0.5, 1.0), (0.0, 2.0)];
+        assert_eq!(entry.serial_layer_ns(5.5, experts), 25.0);
+        entry.split = Some(MoeLayerSplit {
+            fixed: curve(&[(1.0, 4.0), (9.0, 6.0)]),
+            expert_gemms: curve(&[(1.0, 6.0), (64.0, 6.0)]),
+        });
+        // fixed(5) = 5, then 1 + 1 + 0.5 GEMM pairs of 6.
+        assert_eq!(entry.serial_layer_ns(5.0, experts), 5.0 + 15.0);
+        assert_eq!(entry.serial_layer_ns(0.0, [(0.0, 1.0)]), 0.0);
     }
 
     #[test]
-    fn expected_work_spread_over_devices() {
-        // Certain weights with whole rows are the grouped GEMM itself.
-        let m = l4();
-        let certain = m.grouped_gemm_spread([(1.0, 1.0), (1.0, 1.0)], 1.0, SpeedFactors::NOMINAL);
-        assert_eq!(
-            certain,
-            m.grouped_gemm(&[1, 1], SpeedFactors::NOMINAL).nanos
-        );
-        // Four weights each read with probability 1/2 stream two experts' weights in
-        // expectation; spread over 2 devices each streams one, launched once per device.
-        let launch = 3.0 * m.roofline.launch_ns;
-        let half = m.grouped_gemm_spread([(0.5, 1.0); 4], 2.0, SpeedFactors::NOMINAL);
-        let one_expert = m.expert_weight_bytes / m.roofline.bandwidth * 1e9;
-        assert!((half - launch - one_expert).abs() < 1e-6);
-        // Rows when read are padded to whole tiles.
-        let compute_bound = m.grouped_gemm_spread([(1.0, 1000.5)], 1.0, SpeedFactors::NOMINAL);
-        let tile_rows = 1024.0; // ceil(1000.5) = 1001 rows, 16 tiles of 64
-        let expected = launch + m.expert_flops_per_token * tile_rows / m.roofline.compute * 1e9;
-        assert!((compute_bound - expected).abs() < 1e-6);
-        assert_eq!(m.grouped_gemm_spread([], 4.0, SpeedFactors::NOMINAL), 0.0);
+    fn measured_grouped_gemms_are_reproduced_where_measured() {
+        // The H200's Mixtral points: the scaled model gives each measured time back, and the
+        // model's shape in between.
+        let gpu = GpuSpec::by_name("H200").unwrap();
+        let (m, found) = h200_mixtral(Timing::Graph).with_measured_grouped(&gpu);
+        assert!(found && m.measured_source().unwrap().contains("H200"));
+        for p in KernelTimings::h200()
+            .grouped
+            .iter()
+            .filter(|p| p.model == "mixtral-8x7b" && p.kind == "even")
+        {
+            let c = m.gpu(
+                ExpertRows::Counted(&p.rows_per_expert),
+                SpeedFactors::NOMINAL,
+            );
+            assert!(
+                (c.gemms_ns / 1e3 / p.median_us - 1.0).abs() < 1e-9,
+                "{:?}",
+                p.rows_per_expert
+            );
+        }
+        // Another GPU or shape: no measurements.
+        let (_, found) = MoeLayerCost::new(
+            &GpuSpec::by_name("H100-SXM").unwrap(),
+            &MoeModelShape::mixtral_8x7b(),
+            Timing::Graph,
+        )
+        .with_measured_grouped(&GpuSpec::by_name("H100-SXM").unwrap());
+        assert!(!found);
+        let (_, found) = MoeLayerCost::new(&gpu, &MoeModelShape::mixtral_8x22b(), Timing::Graph)
+            .with_measured_grouped(&gpu);
+        assert!(!found);
     }
 }

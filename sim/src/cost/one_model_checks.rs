@@ -141,23 +141,57 @@ fn one_model_shape_table() {
     }
 }
 
+/// Whether a code line writes the roofline formula itself: a `max` of a memory term (memory,
+/// bandwidth, bytes) against a compute term (compute, FLOPs). Only `cost::kernel::combine`
+/// (through `KernelRates::combine` and `Roofline::op`) may.
+fn writes_the_roofline_formula(line: &str) -> bool {
+    let lower = line.to_ascii_lowercase();
+    lower.contains("max(")
+        && ["memory", "bandwidth", "bytes"]
+            .iter()
+            .any(|w| lower.contains(w))
+        && ["compute", "flops"].iter().any(|w| lower.contains(w))
+}
+
+/// The one place that combines a memory and a compute term.
+const COMBINE_FILE: &str = "sim/src/cost/kernel.rs";
+
+#[test]
+fn the_formula_check_sees_the_formula() {
+    assert!(writes_the_roofline_formula(
+        "let dense = (prefill / s.compute).max(decode / s.bandwidth);"
+    ));
+    assert!(writes_the_roofline_formula(
+        "launch + (t.memory_ns / kv_split).max(t.compute_ns / tp)"
+    ));
+    assert!(writes_the_roofline_formula(
+        "f64::max(bytes / bw, flops / peak)"
+    ));
+    assert!(!writes_the_roofline_formula("let rows = rows.max(1);"));
+    assert!(!writes_the_roofline_formula(
+        "nanos: self.rates.combine(memory_ns, compute_ns),"
+    ));
+}
+
 #[test]
 fn one_roofline() {
     // Datasheet peaks are turned into rates (and bytes / bandwidth, FLOPs / peak) only inside
-    // the cost model; no family defines its own step formula.
+    // the cost model; no family defines its own step formula; and the max (or any combine) of a
+    // memory and a compute term is written once, in `cost::kernel::combine`.
     let mut hits = Vec::new();
     for (path, text) in sources() {
         let in_cost_model = path.starts_with("sim/src/cost/");
         for (number, line) in code_lines(&text) {
             let peaks = line.contains(".peak_bandwidth()") || line.contains(".peak_flops()");
             let own_formula = line.contains(concat!("fn step", "_seconds"));
-            if (peaks && !in_cost_model) || own_formula {
+            let formula = path != COMBINE_FILE && writes_the_roofline_formula(line);
+            if (peaks && !in_cost_model) || own_formula || formula {
                 hits.push(format!("{path}:{number}: {}", line.trim()));
             }
         }
     }
     assert!(
         hits.is_empty(),
-        "a roofline outside cost::roofline: {hits:#?}"
+        "a roofline outside cost::roofline / cost::kernel::combine: {hits:#?}"
     );
 }

@@ -270,7 +270,10 @@ pub enum OpProfileError {
     },
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(text: &str, path: &Path) -> Result<T, OpProfileError> {
+pub(crate) fn parse<T: for<'de> Deserialize<'de>>(
+    text: &str,
+    path: &Path,
+) -> Result<T, OpProfileError> {
     let mut de = serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let field = e.path().to_string();
@@ -310,7 +313,7 @@ fn check_points(points: &[(u64, f64)], field: &str) -> Result<(), (String, Strin
     Ok(())
 }
 
-fn write_atomically(path: &Path, text: &str) -> Result<(), OpProfileError> {
+pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), OpProfileError> {
     let write = |source| OpProfileError::Write {
         path: path.to_path_buf(),
         source,
@@ -324,7 +327,7 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), OpProfileError> {
 
 /// Indented JSON in which an array of numbers or of number pairs stays on one line, so a
 /// profile of thousands of points reads as one line per series.
-fn layout(value: &serde_json::Value) -> String {
+pub(crate) fn layout(value: &serde_json::Value) -> String {
     fn flat(value: &serde_json::Value) -> bool {
         match value {
             serde_json::Value::Array(items) => items.iter().all(|item| match item {
@@ -659,37 +662,35 @@ mod tests {
 mod against_roofline {
     use super::*;
     use crate::cost::gpu::GpuSpec;
-    use crate::cost::roofline::{ProfileCurves, RooflineParams};
-    use crate::cost::shape::MoeModelShape;
+    use crate::cost::measured_ops::{LayerShape, OpClass, roofline_nanos};
+    use crate::cost::roofline::Roofline;
 
-    /// The analytic routed-expert FFN against measured GPU timings of the same GEMM shapes
-    /// (`cargo run --release -p expertsim-sim --example roofline_vs_vidur` prints the table in
-    /// docs/cost-model.md): within 25% at every point from 1 to 4096 tokens on the A100 and the
-    /// H100, except the H100 at 256 tokens, where the roofline still charges one padded tile-
-    /// row's compute while the measured kernel has left its memory-bound floor (0.68x).
+    /// The kernel model's gated MLP (up GEMM, activation, down GEMM on the GPU's rates) against
+    /// measured GPU timings of the same shapes (`cargo run --release -p expertsim-sim --example
+    /// roofline_vs_vidur` prints the table in docs/cost-model.md): within 20 % at every point
+    /// from 1 to 4096 tokens on the A100 and the H100 (the rates are fitted on these files among
+    /// others, `cost::fit`), except the H100 at 256 tokens (0.73), where the measured kernel has
+    /// already doubled its 128-token time while the model's tiles are still near the ridge.
     #[test]
-    fn roofline_expert_ffn_is_within_a_quarter_of_measured_gemms() {
+    fn kernel_model_mlp_is_within_a_fifth_of_measured_gemms() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles/vidur");
-        let params = RooflineParams::default();
-        for (gpu, file, ffn) in [
-            ("A100-80GB", "a100/Meta-Llama-3-8B.json", 14336),
-            ("H100-SXM", "h100/Llama-2-7b-hf.json", 11008),
+        for (gpu, file) in [
+            ("A100-80GB", "a100/Meta-Llama-3-8B.json"),
+            ("H100-SXM", "h100/Llama-2-7b-hf.json"),
         ] {
             let profile = OpProfile::load(&root.join(file)).unwrap();
-            let spec = GpuSpec::by_name(gpu).unwrap();
-            let mut shape = MoeModelShape::mixtral_8x7b();
-            shape.expert_ffn = ffn;
-            let roofline = ProfileCurves::new(&spec, &shape, &params);
+            let roofline = Roofline::of(&GpuSpec::by_name(gpu).unwrap());
+            let shape = LayerShape::of_profile(&profile);
             for tokens in [1u64, 16, 64, 128, 256, 512, 1024, 2048, 4096] {
                 let measured: f64 = Operation::MLP
                     .iter()
                     .map(|&op| profile.series(op, 1).unwrap().nanos_at(tokens).unwrap())
                     .sum();
-                let ratio = roofline.expert_ffn_nanos(tokens) / measured;
+                let ratio = roofline_nanos(&roofline, OpClass::Mlp, &shape, 1, tokens) / measured;
                 let allowed = if gpu == "H100-SXM" && tokens == 256 {
-                    0.6..1.25
+                    0.7..1.2
                 } else {
-                    0.75..1.25
+                    0.8..1.2
                 };
                 assert!(
                     allowed.contains(&ratio),

@@ -93,39 +93,6 @@ pub struct MoeLayerSplit {
     pub expert_gemms: CostCurve,
 }
 
-impl ExpertFfnCurve {
-    /// One MoE layer launch over `assignments` routed rows on a device that runs the layer's
-    /// experts one after another (`ExpertExecution::Serial`): `experts` yields, for every
-    /// expert weight the layer may read, the probability that it is read and the rows it
-    /// computes when it is (whole rows: an expectation below one row is that probability of
-    /// one row). With a split: the fixed part once plus each expert's GEMM pair; without one,
-    /// each expert costs the whole-layer curve, so the layer's fixed kernels are counted once
-    /// per expert (how profiles without the split were read). 0 when no expert is read.
-    pub fn serial_layer_ns(
-        &self,
-        assignments: f64,
-        experts: impl IntoIterator<Item = (f64, f64)>,
-    ) -> f64 {
-        let per_expert = match &self.split {
-            Some(split) => &split.expert_gemms,
-            None => &self.curve,
-        };
-        let mut any = false;
-        let mut gemms = 0.0;
-        for (p, rows) in experts {
-            if p > 0.0 && rows > 0.0 {
-                any = true;
-                gemms += p * per_expert.at(rows.max(1.0));
-            }
-        }
-        match (&self.split, any) {
-            (_, false) => 0.0,
-            (Some(split), true) => split.fixed.at(assignments.max(1.0)) + gemms,
-            (None, true) => gemms,
-        }
-    }
-}
-
 /// How a device runs the routed experts of one MoE layer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -1001,30 +968,6 @@ mod tests {
         let error = Profile::from_json(&profile.to_json(), Path::new("dup.json")).unwrap_err();
         assert!(matches!(error, ProfileError::DuplicateExpertCurve { .. }));
         assert!(error.to_string().contains("dup.json"));
-    }
-
-    /// A serial layer launch: without a split every expert pays the whole-layer curve; with
-    /// one, the fixed part once (at the layer's assignments) plus each expert's GEMM pair, an
-    /// expected expert weighted by its probability of being read.
-    #[test]
-    fn a_serial_layer_pays_its_fixed_part_once() {
-        let curve = |points: &[(f64, f64)]| CostCurve::new(points.to_vec()).unwrap();
-        let mut entry = ExpertFfnCurve {
-            hidden: 64,
-            expert_ffn: 64,
-            dtype: WeightDtype::Bf16,
-            curve: curve(&[(1.0, 10.0), (64.0, 10.0)]),
-            split: None,
-        };
-        let experts = [(1.0, 3.0), (1.0, 1.0), (0.5, 1.0), (0.0, 2.0)];
-        assert_eq!(entry.serial_layer_ns(5.5, experts), 25.0);
-        entry.split = Some(MoeLayerSplit {
-            fixed: curve(&[(1.0, 4.0), (9.0, 6.0)]),
-            expert_gemms: curve(&[(1.0, 6.0), (64.0, 6.0)]),
-        });
-        // fixed(5) = 5, then 1 + 1 + 0.5 GEMM pairs of 6.
-        assert_eq!(entry.serial_layer_ns(5.0, experts), 5.0 + 15.0);
-        assert_eq!(entry.serial_layer_ns(0.0, [(0.0, 1.0)]), 0.0);
     }
 
     #[test]

@@ -17,8 +17,9 @@
 //! and a memory-bound floor (streaming the weights once) at small counts.
 
 use crate::cost::curve::CostCurve;
-use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, GpuSpec, LinkSpec};
-use crate::cost::moe_layer::{DEFAULT_TILE_TOKENS, MoeLayerCost, MoeLayerParams, SpeedFactors};
+use crate::cost::gpu::{GpuSpec, LinkSpec};
+use crate::cost::kernel::{KernelRates, Timing, dense_tile, padded};
+use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 use crate::cost::profile::{
     ExpertExecution, ExpertFfnCurve, PROFILE_FORMAT_VERSION, Profile, ProfileError, ProfileSource,
     SourceKind,
@@ -27,82 +28,95 @@ use crate::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// One GPU as the roofline sees it: achievable bandwidth and compute (the datasheet peaks
-/// times the efficiency assumptions), the launch cost of one kernel, and the GEMM row tile.
+/// One GPU as the roofline sees it: its achievable rates (`cost::kernel::KernelRates`, from
+/// `profiles/rates.json`) and the host's launch cost of one eager kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Roofline {
-    /// Achievable memory bandwidth, bytes/s.
-    pub bandwidth: f64,
-    /// Achievable dense bf16 throughput, FLOP/s.
-    pub compute: f64,
-    /// One kernel launch, ns (the GPU's [`GpuSpec::kernel_launch_overhead_ns`]).
+    pub rates: KernelRates,
+    /// What each kernel a step counts costs beyond its streaming and math, ns: the host's launch
+    /// (`KernelRates::host_launch_ns`) when launched eagerly, the GPU-side floor
+    /// (`KernelRates::kernel_floor_ns`) in a CUDA graph (`Roofline::timed`).
     pub launch_ns: f64,
-    /// Rows a GEMM processes per tile; row counts are rounded up to a multiple.
-    pub tile_tokens: u32,
 }
 
-/// The memory and compute terms of one kernel group, ns. Its time is the larger.
+/// The memory and compute terms of one kernel group and its time, ns.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct OpTime {
     pub memory_ns: f64,
     pub compute_ns: f64,
+    /// The two combined (`KernelRates::combine`).
+    pub nanos: f64,
 }
 
 impl OpTime {
-    /// The roofline: the slower of streaming and computing.
+    /// The group's time: its memory and compute terms combined.
     pub fn nanos(&self) -> f64 {
-        self.memory_ns.max(self.compute_ns)
+        self.nanos
     }
 }
 
 impl Roofline {
-    /// `gpu` at the given fractions of its peaks, with the default 64-row tile.
-    pub fn new(gpu: &GpuSpec, memory_efficiency: f64, compute_efficiency: f64) -> Roofline {
+    /// `gpu` at its achievable rates, its kernels launched eagerly (each charged the host's
+    /// launch).
+    pub fn of(gpu: &GpuSpec) -> Roofline {
+        Roofline::timed(gpu, Timing::Eager)
+    }
+
+    /// `gpu` at its achievable rates, each kernel a step counts charged the host's launch when
+    /// launched eagerly, its GPU-side floor when replayed in a CUDA graph.
+    pub fn timed(gpu: &GpuSpec, timing: Timing) -> Roofline {
+        let rates = KernelRates::of(gpu);
         Roofline {
-            bandwidth: gpu.peak_bandwidth() * memory_efficiency,
-            compute: gpu.peak_flops() * compute_efficiency,
-            launch_ns: gpu.kernel_launch_overhead_ns,
-            tile_tokens: DEFAULT_TILE_TOKENS,
+            rates,
+            launch_ns: match timing {
+                Timing::Eager => rates.host_launch_ns,
+                Timing::Graph => rates.kernel_floor_ns,
+            },
         }
     }
 
-    /// `gpu` at the default efficiencies ([`DEFAULT_MEMORY_EFFICIENCY`],
-    /// [`DEFAULT_COMPUTE_EFFICIENCY`]).
-    pub fn of(gpu: &GpuSpec) -> Roofline {
-        Roofline::new(gpu, DEFAULT_MEMORY_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY)
+    /// Achievable streaming bandwidth, bytes/s.
+    pub fn bandwidth(&self) -> f64 {
+        self.rates.stream_bytes_per_s
     }
 
-    /// The same GPU slowed by `speed`: its achievable bandwidth times `speed.bandwidth`, its
-    /// compute times `speed.compute` (a power cap or a slower bin lowers the SM clock; see
+    /// Achievable GEMM throughput, FLOP/s.
+    pub fn compute(&self) -> f64 {
+        self.rates.gemm_flops
+    }
+
+    /// The same GPU slowed by `speed`: its streaming rates times `speed.bandwidth`, its math
+    /// times `speed.compute` (a power cap or a slower bin lowers the SM clock; see
     /// [`SpeedFactors`]).
     pub fn scaled(&self, speed: SpeedFactors) -> Roofline {
         Roofline {
-            bandwidth: self.bandwidth * speed.bandwidth,
-            compute: self.compute * speed.compute,
+            rates: self.rates.scaled(speed),
             ..*self
         }
     }
 
-    /// `rows` rounded up to whole tiles.
+    /// `rows` rounded up to whole tiles of the tile a GEMM of that many rows runs with
+    /// (`cost::kernel::dense_tile`).
     pub fn padded(&self, rows: u64) -> u64 {
-        let tile = u64::from(self.tile_tokens.max(1));
-        if tile.is_power_of_two() {
-            // The hot path of MoE step pricing: a mask, no division.
-            (rows + (tile - 1)) & !(tile - 1)
+        if rows == 0 {
+            0
         } else {
-            rows.div_ceil(tile) * tile
+            padded(rows, dense_tile(rows).rows)
         }
     }
 
     /// Streaming `bytes` and computing `flops`.
     pub fn op(&self, bytes: f64, flops: f64) -> OpTime {
+        let memory_ns = bytes / self.rates.stream_bytes_per_s * 1e9;
+        let compute_ns = flops / self.rates.gemm_flops * 1e9;
         OpTime {
-            memory_ns: bytes / self.bandwidth * 1e9,
-            compute_ns: flops / self.compute * 1e9,
+            memory_ns,
+            compute_ns,
+            nanos: self.rates.combine(memory_ns, compute_ns),
         }
     }
 
-    /// `kernels` launches plus the slower of streaming `bytes` and computing `flops`.
+    /// `kernels` launches plus streaming `bytes` and computing `flops`.
     pub fn group_nanos(&self, kernels: u32, bytes: f64, flops: f64) -> f64 {
         f64::from(kernels) * self.launch_ns + self.op(bytes, flops).nanos()
     }
@@ -140,7 +154,7 @@ impl StepPrice {
     fn add(&mut self, op: OpTime, times: f64) {
         self.memory_ns += times * op.memory_ns;
         self.compute_ns += times * op.compute_ns;
-        self.nanos += times * op.nanos();
+        self.nanos += times * op.nanos;
     }
 }
 
@@ -443,15 +457,13 @@ impl StepRoofline {
 /// calibration replaces; each is listed with its reasoning in docs/cost-model.md.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RooflineParams {
-    /// Fraction of peak memory bandwidth achieved ([`DEFAULT_MEMORY_EFFICIENCY`]).
-    pub memory_efficiency: f64,
-    /// Fraction of peak dense bf16 throughput achieved ([`DEFAULT_COMPUTE_EFFICIENCY`]).
-    pub compute_efficiency: f64,
-    /// Rows a GEMM processes per tile; token counts are rounded up to a multiple (64: the
-    /// common M-tile of CUTLASS/Triton MoE kernels; GEM section 3.3.2 names 32 or 64).
+    /// The sampling grid of the token curves (both sides of every multiple of it): 64, the
+    /// smallest GEMM tile (`cost::kernel::dense_tile`), so every step of the staircase lies
+    /// between two samples.
     pub tile_tokens: u32,
-    /// Kernels per routed-expert FFN: fused gate+up GEMM, SwiGLU, down GEMM.
-    pub kernels_per_expert_ffn: u32,
+    /// How the profiled kernels are launched: eagerly (what a calibration run times, the
+    /// default; CAPS's HF transformers) or in a CUDA graph (GEM's vLLM V1).
+    pub timing: Timing,
     /// Kernels per layer outside the routed experts: 2 RMSNorms, QKV GEMM, RoPE, attention,
     /// O GEMM, router GEMM, top-k, shared gate+up GEMM, SwiGLU, shared down GEMM, shared-gate
     /// scale + residual add = 12.
@@ -477,10 +489,8 @@ pub struct RooflineParams {
 impl Default for RooflineParams {
     fn default() -> Self {
         RooflineParams {
-            memory_efficiency: DEFAULT_MEMORY_EFFICIENCY,
-            compute_efficiency: DEFAULT_COMPUTE_EFFICIENCY,
-            tile_tokens: DEFAULT_TILE_TOKENS,
-            kernels_per_expert_ffn: 3,
+            tile_tokens: 64,
+            timing: Timing::Eager,
             kernels_per_non_expert_layer: 12,
             kernels_per_head: 3,
             kv_cache_bytes_per_element: 2.0,
@@ -504,21 +514,8 @@ pub struct ProfileCurves<'a> {
 
 impl<'a> ProfileCurves<'a> {
     pub fn new(gpu: &GpuSpec, shape: &MoeModelShape, params: &'a RooflineParams) -> Self {
-        let roofline = Roofline {
-            tile_tokens: params.tile_tokens,
-            ..Roofline::new(gpu, params.memory_efficiency, params.compute_efficiency)
-        };
-        let expert = MoeLayerCost::new(
-            gpu,
-            shape,
-            MoeLayerParams {
-                memory_efficiency: params.memory_efficiency,
-                compute_efficiency: params.compute_efficiency,
-                tile_tokens: params.tile_tokens,
-                launches_per_layer: params.kernels_per_expert_ffn,
-                ..MoeLayerParams::default()
-            },
-        );
+        let roofline = Roofline::timed(gpu, params.timing);
+        let expert = MoeLayerCost::new(gpu, shape, params.timing);
         ProfileCurves {
             params,
             non_expert: StepRoofline::moe_non_expert(shape, roofline, params),
@@ -535,7 +532,7 @@ impl<'a> ProfileCurves<'a> {
     pub fn expert_ffn_nanos(&self, tokens: u64) -> f64 {
         let tokens = u32::try_from(tokens).unwrap_or(u32::MAX);
         self.expert
-            .grouped_gemm(&[tokens], SpeedFactors::NOMINAL)
+            .gpu(ExpertRows::Counted(&[tokens]), SpeedFactors::NOMINAL)
             .nanos
     }
 
@@ -654,20 +651,26 @@ pub fn analytic_profile_with(
         shape.n_layers as f64 * (non_expert_decode.at(b as f64) + expert.at(even_load))
             + head.at(b as f64)
     });
+    let rates = roofline.non_expert.roofline.rates;
     let notes = format!(
-        "roofline over datasheet peaks: memory efficiency {}, compute efficiency {}, tile {} \
-         tokens, kernel launch {} ns, kernels per expert FFN {} / non-expert layer {} / head {}, \
-         KV cache {} B per element, decode context {} tokens; assumptions until calibration \
-         replaces them (docs/cost-model.md)",
-        params.memory_efficiency,
-        params.compute_efficiency,
-        params.tile_tokens,
-        gpu.kernel_launch_overhead_ns,
-        params.kernels_per_expert_ffn,
+        "the kernel model on {}'s rates (profiles/rates.json): streaming {:.0} GB/s, GEMM \
+         {:.1} TFLOP/s, kernel floor {:.0} ns, host launch {:.0} ns, kernels launched {}, \
+         kernels per non-expert layer {} / head {}, KV cache {} B per element, decode context \
+         {} tokens, samples around every multiple of {} tokens (docs/cost-model.md)",
+        gpu.name,
+        rates.stream_bytes_per_s / 1e9,
+        rates.gemm_flops / 1e12,
+        rates.kernel_floor_ns,
+        rates.host_launch_ns,
+        match params.timing {
+            Timing::Eager => "eagerly",
+            Timing::Graph => "in a CUDA graph",
+        },
         params.kernels_per_non_expert_layer,
         params.kernels_per_head,
         params.kv_cache_bytes_per_element,
         params.decode_context_tokens,
+        params.tile_tokens,
     );
     Profile {
         format_version: PROFILE_FORMAT_VERSION,
@@ -731,37 +734,40 @@ mod tests {
     }
 
     #[test]
-    fn expert_curve_is_a_staircase_with_a_memory_floor() {
-        let (gpu, shape, params) = l4_qwen();
+    fn expert_curve_is_the_entry_points_staircase() {
+        let (gpu, shape, _) = l4_qwen();
         let profile = analytic_profile(&gpu, &shape);
         let curve = profile
             .expert_curve(shape.hidden, shape.expert_ffn, shape.weight_dtype)
             .unwrap();
-        let launch = 3.0 * gpu.kernel_launch_overhead_ns;
-        let floor = launch + shape.expert_weight_bytes() / (300e9 * params.memory_efficiency) * 1e9;
-        // Memory-bound floor: one tile of tokens is cheaper to compute than to stream weights.
-        assert!(
-            (curve.at(1.0) - floor).abs() < 0.1,
-            "{} vs {floor}",
-            curve.at(1.0)
-        );
-        assert_eq!(curve.at(1.0), curve.at(64.0));
+        // Every sample is one expert through the MoE entry point, launched eagerly.
+        let layer = MoeLayerCost::new(&gpu, &shape, Timing::Eager);
+        for (n, ns) in curve.samples() {
+            let expected = layer
+                .gpu(ExpertRows::Counted(&[n as u32]), SpeedFactors::NOMINAL)
+                .nanos;
+            assert!((ns - expected).abs() <= 0.05, "{n}: {ns} vs {expected}");
+        }
         assert_eq!(curve.at(0.0), 0.0);
-        // Compute-bound from the second tile: flat within a tile, a jump at each boundary.
-        let tile_ns =
-            shape.expert_flops_per_token() * 64.0 / (121e12 * params.compute_efficiency) * 1e9;
-        for k in 2..40u32 {
-            let first = curve.at(f64::from((k - 1) * 64 + 1));
-            let last = curve.at(f64::from(k * 64));
-            let next = curve.at(f64::from(k * 64 + 1));
-            assert_eq!(first, last, "tile {k} is not flat");
+        // Compute-bound past a few tiles: within a 128-row tile only the activations grow (and
+        // the SwiGLU between the GEMMs), at each boundary a jump of about one tile's FLOPs.
+        let rates = KernelRates::of(&gpu);
+        let tile_ns = shape.expert_flops_per_token() * 128.0 / rates.grouped_gemm_flops * 1e9;
+        for k in 8..30u32 {
+            let first = curve.at(f64::from((k - 1) * 128 + 1));
+            let last = curve.at(f64::from(k * 128));
+            let next = curve.at(f64::from(k * 128 + 1));
             assert!(
-                (next - last - tile_ns).abs() < 0.2,
+                last - first < 0.5 * tile_ns,
+                "tile {k}: {} within",
+                last - first
+            );
+            assert!(
+                next - last > 0.8 * tile_ns,
                 "tile {k}: jump {}",
                 next - last
             );
         }
-        assert!(curve.at(65.0) > curve.at(64.0) + 1_000.0);
         // Sparse samples at high counts, extrapolated linearly past the last one.
         assert!(curve.len() < 150, "{}", curve.len());
         let slope = (curve.at(16_384.0) - curve.at(15_360.0)) / 1024.0;
@@ -822,8 +828,9 @@ mod tests {
     /// 25,690,112 + 3,670,016 + 203,685,888 = 233,046,016 parameters, 466,092,032 bf16 bytes;
     /// 28 blocks stream 13,050,576,896 bytes. The head: 152,064 x 3584 = 544,997,376
     /// parameters, 1,089,994,752 bytes (the embedding table is a lookup, not streamed). KV:
-    /// 2 x 2 B x 4 x 128 = 2,048 bytes per token per layer. Achievable rates: 2,039 GB/s x 0.8
-    /// = 1.6312e12 B/s and 312 TFLOP/s x 0.6 = 1.872e14 FLOP/s.
+    /// 2 x 2 B x 4 x 128 = 2,048 bytes per token per layer. Achievable rates: the A100's of
+    /// `profiles/rates.json` (fitted on Vidur's A100 kernels); each kernel group's memory and
+    /// compute terms combine as `KernelRates::combine` (the p-norm).
     fn qwen7b_a100(tensor_parallel: u32) -> StepRoofline {
         StepRoofline::dense(
             &DenseModelShape::preset("qwen2.5-7b-instruct").unwrap(),
@@ -839,57 +846,76 @@ mod tests {
         )
     }
 
+    /// The A100's rates and one kernel group's time of `bytes` and `flops`, by hand.
+    fn a100_group(bytes: f64, flops: f64) -> f64 {
+        let r = KernelRates::of(&GpuSpec::by_name("A100-80GB").unwrap());
+        r.combine(
+            bytes / r.stream_bytes_per_s * 1e9,
+            flops / r.gemm_flops * 1e9,
+        )
+    }
+
     #[test]
     fn dense_decode_step_matches_the_closed_form() {
-        // 8 sequences of 1,000 cached tokens: 8,000 x 28 x 2,048 = 458,752,000 KV bytes. Every
-        // kernel group is memory-bound (layers: 64 padded rows x 2 x 233,046,016 x 28 +
-        // 4 x 3584 x 8,000 x 28 = 838.4 GFLOP, 4.48 ms against 8.28 ms of streaming; head:
-        // 2 x 544,997,376 x 64 = 69.8 GFLOP, 0.37 ms against 0.67 ms), so the step is the
-        // bytes over the bandwidth plus the 4 ms host overhead.
+        // 8 sequences of 1,000 cached tokens: 8,000 x 2,048 = 16,384,000 KV bytes per layer.
+        // Each layer streams its 466,092,032 weight bytes and the KV and computes 64 padded
+        // rows x 2 x 233,046,016 + 4 x 3584 x 8,000 FLOPs; the head streams 1,089,994,752
+        // bytes and computes 2 x 544,997,376 x 64; plus the 4 ms host overhead.
         let price = qwen7b_a100(1).price(&StepTokens {
             rows: 8,
             sequences: 8,
             context_tokens: 8_000,
             prefill_square: 0.0,
         });
-        let bytes = 13_050_576_896.0 + 458_752_000.0 + 1_089_994_752.0;
-        let expected = bytes / 1.6312e12 * 1e9 + 4e6;
+        let layer = a100_group(
+            466_092_032.0 + 16_384_000.0,
+            2.0 * 233_046_016.0 * 64.0 + 4.0 * 3584.0 * 8_000.0,
+        );
+        let head = a100_group(1_089_994_752.0, 2.0 * 544_997_376.0 * 64.0);
+        let expected = 28.0 * layer + head + 4e6;
         assert!(
             (price.nanos - expected).abs() < 1.0,
             "{} vs {expected}",
             price.nanos
         );
-        assert!((price.memory_ns - bytes / 1.6312e12 * 1e9).abs() < 1.0);
+        let bandwidth = KernelRates::of(&GpuSpec::by_name("A100-80GB").unwrap()).stream_bytes_per_s;
+        let bytes = 13_050_576_896.0 + 458_752_000.0 + 1_089_994_752.0;
+        assert!((price.memory_ns - bytes / bandwidth * 1e9).abs() < 1.0);
+        // Memory-bound: within 3 % of streaming every byte once.
+        assert!(price.nanos - 4e6 < 1.03 * price.memory_ns);
         assert_eq!(price.communication_ns, 0.0);
     }
 
     #[test]
     fn dense_prefill_step_is_compute_bound_with_causal_attention() {
-        // One 2,048-token prompt: the layers compute 2 x 233,046,016 x 2,048 x 28 GEMM FLOPs
-        // plus 4 x 3584 x (2,048 + 2,048^2 / 2) x 28 attention FLOPs (the emitted row's and the
-        // causal prefill's), over 1.872e14 FLOP/s; the head scores one row (64 padded) and
-        // stays memory-bound: 1,089,994,752 bytes over 1.6312e12 B/s.
+        // One 2,048-token prompt: each layer computes 2 x 233,046,016 x 2,048 GEMM FLOPs (2,048
+        // rows fill 128-row tiles) plus 4 x 3584 x (2,048 + 2,048^2 / 2) attention FLOPs (the
+        // emitted row's and the causal prefill's); the head scores one row (64 padded).
         let price = qwen7b_a100(1).price(&StepTokens {
             rows: 2048,
             sequences: 1,
             context_tokens: 2048,
             prefill_square: 2048.0 * 2048.0,
         });
-        let layers = 2.0 * 233_046_016.0 * 2048.0 * 28.0
-            + 4.0 * 3584.0 * (2048.0 + 2048.0 * 2048.0 / 2.0) * 28.0;
-        let expected = layers / 1.872e14 * 1e9 + 1_089_994_752.0 / 1.6312e12 * 1e9 + 4e6;
+        let layer = a100_group(
+            466_092_032.0 + 2048.0 * 2048.0,
+            2.0 * 233_046_016.0 * 2048.0 + 4.0 * 3584.0 * (2048.0 + 2048.0 * 2048.0 / 2.0),
+        );
+        let head = a100_group(1_089_994_752.0, 2.0 * 544_997_376.0 * 64.0);
+        let expected = 28.0 * layer + head + 4e6;
         assert!(
             (price.nanos - expected).abs() < 1.0,
             "{} vs {expected}",
             price.nanos
         );
+        assert!(price.compute_ns > 10.0 * price.memory_ns, "compute-bound");
     }
 
     #[test]
     fn tensor_parallel_halves_the_streaming_and_adds_all_reduces() {
-        // TP 2: each GPU streams half the weights and half the KV (4 KV heads split in two);
-        // two ring all-reduces per layer of 8 rows x 3584 x 2 B, of which 2 (2 - 1) / 2 = 1
-        // crosses the 300 GB/s link, plus 10 us each.
+        // TP 2: each GPU streams half the weights and half the KV (4 KV heads split in two) and
+        // computes half the FLOPs; two ring all-reduces per layer of 8 rows x 3584 x 2 B, of
+        // which 2 (2 - 1) / 2 = 1 crosses the 300 GB/s link, plus 10 us each.
         let work = StepTokens {
             rows: 8,
             sequences: 8,
@@ -897,11 +923,19 @@ mod tests {
             prefill_square: 0.0,
         };
         let price = qwen7b_a100(2).price(&work);
-        let bytes = (13_050_576_896.0 + 458_752_000.0 + 1_089_994_752.0) / 2.0;
         let all_reduce = 2.0 * 28.0 * (10_000.0 + 8.0 * 3584.0 * 2.0 / 300e9 * 1e9);
         assert!((price.communication_ns - all_reduce).abs() < 1e-6);
-        let expected = bytes / 1.6312e12 * 1e9 + 4e6 + all_reduce;
-        assert!((price.nanos - expected).abs() < 1.0);
+        let layer = a100_group(
+            (466_092_032.0 + 16_384_000.0) / 2.0,
+            (2.0 * 233_046_016.0 * 64.0 + 4.0 * 3584.0 * 8_000.0) / 2.0,
+        );
+        let head = a100_group(1_089_994_752.0 / 2.0, 544_997_376.0 * 64.0);
+        let expected = 28.0 * layer + head + 4e6 + all_reduce;
+        assert!(
+            (price.nanos - expected).abs() < 1.0,
+            "{} vs {expected}",
+            price.nanos
+        );
     }
 
     #[test]
@@ -946,8 +980,8 @@ mod tests {
         assert!((slow_op.compute_ns - 2.0 * fast_op.compute_ns).abs() < 1e-6);
         assert!((slow_op.memory_ns - fast_op.memory_ns / 0.8).abs() < 1e-6);
         assert_eq!(
-            (slow.launch_ns, slow.tile_tokens),
-            (r.launch_ns, r.tile_tokens)
+            (slow.launch_ns, slow.rates.kernel_floor_ns),
+            (r.launch_ns, r.rates.kernel_floor_ns)
         );
     }
 
@@ -1015,8 +1049,8 @@ mod tests {
         };
         let params = shape.layer_non_routed_params(1) as f64;
         let layer = step.layer(1, &work);
-        let bandwidth = 1600e9 * 0.8;
-        let compute = 280e12 * 0.6;
+        let rates = KernelRates::of(&gpu);
+        let (bandwidth, compute) = (rates.stream_bytes_per_s, rates.gemm_flops);
         assert!((layer.memory_ns - (2.0 * params + 115_200_000.0) / bandwidth * 1e9).abs() < 1e-3);
         assert!(
             (layer.compute_ns - (2.0 * params * 128.0 + 34_816.0 * 100_000.0) / compute * 1e9)

@@ -99,6 +99,11 @@ impl Popularity {
         &self.probability[self.row(adapter, layer)]
     }
 
+    /// Routed experts per MoE layer.
+    pub fn n_experts(&self) -> usize {
+        self.n_experts
+    }
+
     /// Whether `adapter` fine-tuned each expert of MoE layer `layer`.
     pub fn tuned(&self, adapter: usize, layer: usize) -> &[bool] {
         &self.tuned[self.row(adapter, layer)]

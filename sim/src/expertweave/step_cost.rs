@@ -2,23 +2,25 @@
 //! (`serving::StepCost`) from the cost model's one roofline: the non-expert part of the MLA-MoE
 //! model (`cost::roofline::StepRoofline::mla_moe_non_expert`: weights, the latent KV cache the
 //! decoding sequences read, attention and GEMM FLOPs on tile-padded rows, launches), each MoE
-//! layer's expected expert reads as one grouped GEMM spread over the instance's devices
-//! (`cost::moe_layer`, base experts and the adapters' copies as distinct weights to stream,
-//! `Popularity`), and, where the instance reroutes, the batched-rerouting operator priced as the
-//! bytes it moves (`cost::roofline::Roofline`).
+//! layer through the one MoE entry point (`cost::moe_layer`): every device's expected expert
+//! reads (its contiguous share of the base experts, each adapter copy beside its base expert,
+//! `Popularity`) as its grouped expert GEMMs, launched eagerly, the layer waiting for its
+//! slowest device (no all-to-all is modelled); and, where the instance reroutes, the
+//! batched-rerouting operator priced as the bytes it moves (`cost::roofline::Roofline`).
 
 use super::config::{ExpertWeaveScenario, Rerouting};
 use super::memory::InstancePlan;
 use super::popularity::Popularity;
-use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
+use crate::cost::kernel::Timing;
+use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 use crate::cost::roofline::{Roofline, StepRoofline, StepTokens};
 use crate::cost::shape::WeightDtype;
 use crate::serving::{CostSource, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
 
 /// Kernels per transformer layer outside the routed experts and rerouting (norms, projections,
-/// attention, router, combine), each paying one launch per step; the routed experts' grouped
-/// GEMM launches its own 3 (`cost::moe_layer`), 8 per MoE layer in all.
+/// attention, router, combine), each paying one launch per step; the routed experts launch
+/// their own 3 (`cost::moe_layer`), 8 per MoE layer in all.
 pub const NON_EXPERT_KERNELS_PER_LAYER: u32 = 5;
 
 /// What a step asks of the model's dense part: its token rows, the sequences the head scores,
@@ -53,6 +55,8 @@ pub struct RooflineStepCost<'a> {
     rerouting: Option<(f64, f64, f64)>,
     /// (probability read, routed rows) of every expert weight of one layer, reused.
     weights: Vec<(f64, f64)>,
+    /// Per device, (probability read, rows when read) of the weights it holds, reused.
+    per_device: Vec<Vec<(f64, f64)>>,
 }
 
 impl<'a> RooflineStepCost<'a> {
@@ -68,7 +72,7 @@ impl<'a> RooflineStepCost<'a> {
             shape.hidden as usize,
             shape.expert_ffn as usize,
             WeightDtype::Bf16,
-            MoeLayerParams::default(),
+            Timing::Eager,
         );
         let non_expert = StepRoofline::mla_moe_non_expert(
             shape,
@@ -97,6 +101,7 @@ impl<'a> RooflineStepCost<'a> {
             non_expert,
             rerouting,
             weights: Vec::new(),
+            per_device: vec![Vec::new(); devices.max(1) as usize],
         }
     }
 }
@@ -107,23 +112,36 @@ impl StepCost for RooflineStepCost<'_> {
         let dense = self.non_expert.price(&tokens);
         let devices = self.instance.n_devices as f64;
         let use_adapters = self.instance.adapter_experts && self.instance.reroutes;
+        let n_experts = self.popularity.n_experts();
+        let n_devices = self.per_device.len();
         let mut moe_ns = 0.0;
         for layer in 0..self.moe_layers as usize {
             self.popularity
                 .expected_reads(layer, work.adapters, use_adapters, &mut self.weights);
-            moe_ns += self.experts.grouped_gemm_spread(
-                self.weights
-                    .iter()
-                    .filter(|(read, _)| *read > 0.0)
-                    .map(|&(read, rows)| (read, rows / read)),
-                devices,
-                SpeedFactors::NOMINAL,
-            );
+            // The device of expert `e`: its contiguous share of the experts (expert parallelism
+            // over the instance's devices); an adapter's copy sits beside its base expert.
+            let device_of = |e: usize| e * n_devices / n_experts;
+            self.per_device.iter_mut().for_each(Vec::clear);
+            let copies = work.adapters.iter().flat_map(|a| {
+                let tuned = self.popularity.tuned(a.adapter as usize, layer);
+                (0..n_experts).filter(move |&e| use_adapters && tuned[e])
+            });
+            let owners = (0..n_experts).chain(copies);
+            for (&(read, rows), owner) in self.weights.iter().zip(owners) {
+                if read > 0.0 {
+                    self.per_device[device_of(owner)].push((read, rows / read));
+                }
+            }
+            let mut moe = self.experts.layer(n_devices, None);
+            for weights in &self.per_device {
+                moe.add(ExpertRows::Weighted(weights), SpeedFactors::NOMINAL);
+            }
+            moe_ns += moe.finish().nanos;
         }
         // Rerouting: per MoE layer its operators, each a launch plus the bytes it moves.
         let (mut reroute_ns, mut reroute_launch_ns) = (0.0, 0.0);
         if let Some((operators, per_token, per_step)) = self.rerouting {
-            let roofline = &self.experts.roofline;
+            let roofline = &self.non_expert.roofline;
             let bytes = tokens.rows as f64 * per_token + per_step;
             let operators = self.moe_layers as f64 * operators;
             reroute_ns = operators * roofline.op(bytes / devices, 0.0).nanos();
@@ -229,11 +247,11 @@ rerouting = "{rerouting}"
     #[test]
     fn unfused_rerouting_costs_its_extra_operators_launches_and_bytes() {
         // Per MoE layer the fused kernel is 1 operator and the unfused chain 5, each a 10 us
-        // launch on the Ascend-910B plus the bytes it moves at 0.8 x 1.6 TB/s: per token its
+        // launch on the Ascend-910B plus the bytes it moves at its streaming rate: per token its
         // adapter id and top-6 ids read and the top-6 ids written (4 + 2 x 4 x 6 = 52 B), per
         // step the expert map's rows of the 3 adapters (3 x 64 x 4 = 768 B). 32 prefill rows:
-        // 32 x 52 + 768 = 2,432 B, 1.9 ns. Over 26 MoE layers the unfused chain adds
-        // 26 x 4 x (10,000 + 1.9) ns; everything else in the step is the same.
+        // 32 x 52 + 768 = 2,432 B. Over 26 MoE layers the unfused chain adds 26 x 4 x (10,000 ns
+        // + 2,432 B at the streaming rate); everything else in the step is the same.
         let instance = InstancePlan {
             adapters: vec![0, 1, 2],
             reroutes: true,
@@ -248,7 +266,8 @@ rerouting = "{rerouting}"
         };
         let fused = price_prefill(&scenario("fused"), &instance);
         let unfused = price_prefill(&scenario("unfused"), &instance);
-        let per_op_ns = 10_000.0 + 2_432.0 / (0.8 * 1.6e12) * 1e9;
+        let rates = crate::cost::kernel::KernelRates::of(&scenario("fused").gpu);
+        let per_op_ns = 10_000.0 + 2_432.0 / rates.stream_bytes_per_s * 1e9;
         let extra = 26.0 * 4.0 * per_op_ns;
         let measured = unfused.duration.0 as f64 - fused.duration.0 as f64;
         assert!((measured - extra).abs() <= 1.0, "{measured} vs {extra}");
@@ -263,11 +282,10 @@ rerouting = "{rerouting}"
 
     #[test]
     fn a_memory_bound_decode_step_reads_its_expected_distinct_experts() {
-        // Base only, one sequence decoding one token of adapter 0: per MoE layer its 6 routing
-        // draws read expert e with probability 1 - (1 - p_e)^6, and the grouped GEMM streams
-        // each read expert's 3 x 2048 x 1408 x 2 B = 17,301,504 B at 0.8 x 1.6 TB/s (13.5 us;
-        // its 64 padded rows compute in 64 x 2 x 3 x 2048 x 1408 / (0.6 x 280 TFLOP/s) = 6.6 us,
-        // so memory binds) after 3 launches of 10 us.
+        // Base only, one sequence decoding one token of adapter 0: per MoE layer it reads its
+        // top-6 distinct experts, expert e with its inclusion probability pi_e, one row when
+        // read; the one device prices those expected reads through the MoE entry point,
+        // launched eagerly, and the step adds every layer's.
         let s = scenario("fused");
         let instance = InstancePlan {
             adapters: vec![0, 1, 2],
@@ -309,13 +327,19 @@ rerouting = "{rerouting}"
             .unwrap();
         assert_eq!((work.decode_tokens, work.prefill_tokens), (1, 0));
         let moe_ns = cost.price(&work).breakdown.moe_ns;
-        let read_ns = 17_301_504.0 / (0.8 * 1.6e12) * 1e9;
-        // One decoding token reads its 6 distinct experts in every layer.
+        let layer = MoeLayerCost::for_experts(&s.gpu, 2048, 1408, WeightDtype::Bf16, Timing::Eager);
+        // One decoding token reads its 6 distinct experts in every layer: expert e with its
+        // inclusion probability, one row when read.
         let expected: f64 = (0..26)
-            .map(|layer| {
-                let distinct: f64 = popularity.inclusion(0, layer).iter().sum();
+            .map(|l| {
+                let reads: Vec<(f64, f64)> =
+                    popularity.inclusion(0, l).iter().map(|&pi| (pi, 1.0)).collect();
+                let distinct: f64 = reads.iter().map(|r| r.0).sum();
                 assert!((distinct - 6.0).abs() < 1e-9, "{distinct}");
-                3.0 * 10_000.0 + distinct * read_ns
+                let c = layer.gpu(ExpertRows::Weighted(&reads), SpeedFactors::NOMINAL);
+                // Memory-bound: the grouped GEMMs stream more than they compute.
+                assert!(c.kernels[0].memory_ns > c.kernels[0].compute_ns);
+                c.nanos
             })
             .sum();
         assert!(

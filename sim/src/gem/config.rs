@@ -3,9 +3,10 @@
 
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
 use crate::cost::gpu::GpuSpec;
+use crate::cost::kernel::Timing;
 use crate::cost::measured_steps::PricingRecord;
 use crate::cost::profile::Profile;
-use crate::cost::roofline::analytic_profile;
+use crate::cost::roofline::{RooflineParams, analytic_profile_with};
 use crate::cost::shape::MoeModelShape;
 use crate::distributions::TokenCount;
 use crate::gem::mapping::MapperConfig;
@@ -570,7 +571,15 @@ impl GemConfig {
                     "names a second cost source beside model.profile; keep one",
                 ));
             }
-            (None, None) => analytic_profile(&gpu, &shape),
+            // vLLM V1 replays its steps as CUDA graphs: each kernel its GPU-side floor.
+            (None, None) => analytic_profile_with(
+                &gpu,
+                &shape,
+                &RooflineParams {
+                    timing: Timing::Graph,
+                    ..RooflineParams::default()
+                },
+            ),
             (None, Some(name)) => {
                 let set = crate::scenario::validate::measured_set(
                     "model.measured",

@@ -1,9 +1,10 @@
 //! Per-GPU MoE-layer cost curves (GEM's "variability profiles", section 3.3.2): for each GPU,
-//! the latency of one MoE layer as a function of the tokens routed to that GPU, a staircase
-//! derived from a profile's expert-FFN curve and scaled by the GPU's speed factor.
+//! the latency of one MoE layer as a function of the tokens routed to that GPU, the staircase
+//! the one MoE entry point gives at that GPU's speed (`planning_costs`), tabulated for the
+//! mapping search.
 
 use crate::cost::curve::CostCurve;
-use crate::cost::profile::ExpertFfnCurve;
+use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 
 /// The per-GPU token-vs-latency curves `C_g(n)` of one deployment, with dense integer lookup
 /// tables (the mapping search evaluates them millions of times).
@@ -14,47 +15,37 @@ pub struct GpuCosts {
     tables: Vec<Vec<f64>>,
 }
 
-/// The MoE-layer curve of one GPU at speed 1 that hosts `experts_per_gpu` experts: `n` routed
-/// tokens spread evenly over `a = min(experts_per_gpu, n)` active experts cost, with the
-/// profile's split of the layer (cost/profile.rs `MoeLayerSplit`), `fixed(n) + a x g(n / a)`
-/// (the layer's kernels around its GEMMs once, each active expert's GEMM pair `g`); without
-/// one, from the expert curve `e(n)`, `launch_ns` of which is kernel-launch overhead:
-/// `launch_ns + a x (e(n / a) - launch_ns)` — a fused MoE kernel launches once per layer for
-/// all its local experts, and an expert that receives no token is not run. Sampled exactly: at
-/// every count up to `experts_per_gpu`, then at `experts_per_gpu` times each sample of the
-/// expert curve, so the tile steps of the expert curve (at multiples of its tile) reappear at
-/// multiples of `experts_per_gpu x tile`, and at the fixed part's own samples.
-pub fn gpu_layer_curve(
-    expert: &ExpertFfnCurve,
+/// The per-GPU latency curves a mapper plans with (GEM's and the serving family's): GPU `g`
+/// runs its MoE layer on `n` tokens spread as evenly as whole tokens allow over its
+/// `experts_per_gpu` experts, at its own compute and bandwidth factors, through the one MoE
+/// entry point (`MoeLayerCost::gpu`), tabulated at every whole token up to `table_limit`.
+pub fn planning_costs(
+    layer: &MoeLayerCost,
     experts_per_gpu: usize,
-    launch_ns: f64,
-) -> CostCurve {
-    let m = experts_per_gpu.max(1) as f64;
-    let cost = |n: f64| {
-        let active = m.min(n.max(1.0));
-        match &expert.split {
-            Some(split) => split.fixed.at(n.max(1.0)) + active * split.expert_gemms.at(n / active),
-            None => launch_ns + active * (expert.curve.at(n / active) - launch_ns).max(0.0),
-        }
-    };
-    let per_expert = match &expert.split {
-        Some(split) => &split.expert_gemms,
-        None => &expert.curve,
-    };
-    let mut points: Vec<f64> = (1..=experts_per_gpu.max(1)).map(|n| n as f64).collect();
-    if let Some(split) = &expert.split {
-        points.extend(split.fixed.samples().map(|(n, _)| n));
-    }
-    for (tokens, _) in per_expert.samples() {
-        let n = tokens * m;
-        if n > m {
-            points.push(n);
-        }
-    }
-    points.sort_by(f64::total_cmp);
-    points.dedup();
-    CostCurve::new(points.into_iter().map(|n| (n, cost(n))).collect())
-        .expect("positive increasing token counts and finite costs")
+    speeds: &[SpeedFactors],
+    table_limit: usize,
+) -> GpuCosts {
+    let limit = table_limit.max(1);
+    GpuCosts::new(
+        speeds
+            .iter()
+            .map(|&speed| {
+                CostCurve::new(
+                    (1..=limit)
+                        .map(|n| {
+                            let rows = ExpertRows::Even {
+                                tokens: n as u64,
+                                experts: experts_per_gpu,
+                            };
+                            (n as f64, layer.gpu(rows, speed).nanos)
+                        })
+                        .collect(),
+                )
+                .expect("positive increasing token counts and finite costs")
+            })
+            .collect(),
+        limit,
+    )
 }
 
 /// `curve` with every latency divided by `speed` (a GPU with speed 0.88 delivers 88 % of the
@@ -121,43 +112,76 @@ mod tests {
     use super::*;
 
     #[test]
-    fn gpu_curve_spreads_tokens_over_active_experts() {
-        // Expert: 10 ns floor up to 4 tokens, +10 ns per further 4-token tile.
-        let curve =
-            CostCurve::new(vec![(1.0, 10.0), (4.0, 10.0), (5.0, 20.0), (8.0, 20.0)]).unwrap();
-        let expert = ExpertFfnCurve {
-            hidden: 64,
-            expert_ffn: 64,
-            dtype: crate::cost::shape::WeightDtype::Bf16,
-            curve: curve.clone(),
-            split: None,
-        };
-        let gpu = gpu_layer_curve(&expert, 2, 0.0);
-        // A launch overhead is paid once per layer, not once per expert.
-        assert_eq!(gpu_layer_curve(&expert, 2, 4.0).at(2.0), 4.0 + 2.0 * 6.0);
-        assert_eq!(gpu.at(1.0), 10.0); // one expert, one token
-        assert_eq!(gpu.at(2.0), 20.0); // two experts, one token each
-        assert_eq!(gpu.at(8.0), 20.0); // two experts, four tokens each
-        assert_eq!(gpu.at(10.0), 40.0); // five each: second tile
-        assert_eq!(gpu.at(16.0), 40.0);
+    fn scaled_curves_and_lookups() {
+        let gpu = CostCurve::new(vec![(1.0, 10.0), (8.0, 20.0), (16.0, 40.0)]).unwrap();
         let slow = scaled_curve(&gpu, 0.5);
         assert_eq!(slow.at(16.0), 80.0);
         let costs = GpuCosts::scaled(&gpu, &[1.0, 0.5], 20);
-        assert_eq!(costs.cost(1, 10.0), 80.0);
-        assert_eq!(costs.table(0)[10], 40.0);
+        assert_eq!(costs.cost(1, 16.0), 80.0);
+        assert_eq!(costs.table(0)[16], 40.0);
         assert_eq!(costs.cost(0, 100.0), gpu.at(100.0));
         assert_eq!(costs.cost(0, 9.5), gpu.at(9.5));
-        // Split by mechanism: the fixed part (3 ns) once, each active expert's GEMM pair.
-        let split = ExpertFfnCurve {
-            split: Some(crate::cost::profile::MoeLayerSplit {
-                fixed: CostCurve::new(vec![(1.0, 3.0), (16.0, 3.0)]).unwrap(),
-                expert_gemms: curve,
+    }
+
+    #[test]
+    fn planning_curves_are_each_gpus_even_spread_at_its_speed() {
+        use crate::cost::gpu::GpuSpec;
+        use crate::cost::kernel::Timing;
+        use crate::cost::shape::MoeModelShape;
+        let layer = MoeLayerCost::new(
+            &GpuSpec::by_name("H200").unwrap(),
+            &MoeModelShape::mixtral_8x7b(),
+            Timing::Graph,
+        );
+        let speeds = [SpeedFactors::split(0.88, 0.0), SpeedFactors::NOMINAL];
+        let costs = planning_costs(&layer, 2, &speeds, 300);
+        for n in [1u64, 3, 64, 129, 300] {
+            for (g, &speed) in speeds.iter().enumerate() {
+                let rows = ExpertRows::Even {
+                    tokens: n,
+                    experts: 2,
+                };
+                assert_eq!(costs.cost(g, n as f64), layer.gpu(rows, speed).nanos);
+            }
+        }
+        // A slower clock costs more once the layer is compute-bound, nothing while it streams.
+        assert!(costs.cost(0, 300.0) > costs.cost(1, 300.0));
+        assert!((costs.cost(0, 2.0) / costs.cost(1, 2.0) - 1.0).abs() < 1e-2);
+    }
+
+    #[test]
+    fn a_measured_split_plans_its_fixed_part_once_per_gpu() {
+        use crate::cost::gpu::GpuSpec;
+        use crate::cost::kernel::Timing;
+        use crate::cost::profile::{ExpertFfnCurve, MoeLayerSplit};
+        use crate::cost::shape::{MoeModelShape, WeightDtype};
+        // Fixed part 3 us; each expert's GEMM pair 10 us up to 4 rows, 20 us up to 8.
+        let pair = CostCurve::new(vec![
+            (1.0, 10_000.0),
+            (4.0, 10_000.0),
+            (5.0, 20_000.0),
+            (8.0, 20_000.0),
+        ])
+        .unwrap();
+        let shape = MoeModelShape::mixtral_8x7b();
+        let entry = ExpertFfnCurve {
+            hidden: shape.hidden,
+            expert_ffn: shape.expert_ffn,
+            dtype: WeightDtype::Bf16,
+            curve: pair.clone(),
+            split: Some(MoeLayerSplit {
+                fixed: CostCurve::new(vec![(1.0, 3_000.0), (16.0, 3_000.0)]).unwrap(),
+                expert_gemms: pair,
             }),
-            ..expert
         };
-        let gpu = gpu_layer_curve(&split, 2, 100.0);
-        assert_eq!(gpu.at(1.0), 3.0 + 10.0);
-        assert_eq!(gpu.at(8.0), 3.0 + 2.0 * 10.0);
-        assert_eq!(gpu.at(10.0), 3.0 + 2.0 * 20.0);
+        let layer = MoeLayerCost::new(&GpuSpec::by_name("H200").unwrap(), &shape, Timing::Graph)
+            .with_profile(&entry);
+        // A GPU at 0.5 of its clock and bandwidth slows its GEMM pairs, not its fixed part.
+        let speeds = [SpeedFactors::NOMINAL, SpeedFactors::split(0.5, 1.0)];
+        let costs = planning_costs(&layer, 2, &speeds, 16);
+        assert_eq!(costs.cost(0, 1.0), 3_000.0 + 10_000.0);
+        assert_eq!(costs.cost(0, 8.0), 3_000.0 + 2.0 * 10_000.0);
+        assert_eq!(costs.cost(0, 10.0), 3_000.0 + 2.0 * 20_000.0);
+        assert_eq!(costs.cost(1, 8.0), 3_000.0 + 2.0 * 2.0 * 10_000.0);
     }
 }

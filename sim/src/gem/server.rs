@@ -12,15 +12,16 @@
 
 use crate::arrivals::{Arrival, ArrivalProcess};
 use crate::cost::curve::CostCurve;
+use crate::cost::gpu::LinkSpec;
+use crate::cost::kernel::Timing;
 use crate::cost::measured_steps::OpSources;
-use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
+use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 use crate::cost::profile::{ExpertFfnCurve, SourceKind};
-use crate::cost::roofline::RooflineParams;
 use crate::distributions::TokenCount;
 use crate::engine::{Model, run};
 use crate::event_queue::EventQueue;
 use crate::gem::config::{Experiment, GemScenario, TraceSpec};
-use crate::gem::costs::{GpuCosts, gpu_layer_curve};
+use crate::gem::costs::{GpuCosts, planning_costs};
 use crate::gem::mapping::{ExpertMapper, LayerMapping, LayerProblem, score};
 use crate::gem::trace::{ExpertTrace, generate};
 use crate::gem::variability::variability_at_scale;
@@ -249,15 +250,15 @@ pub const HEADLINE_IMPROVEMENTS: &[&str] = &["e2e_mean_ms", "tpot_p90_ms"];
 pub struct Deployment {
     pub trace: Arc<ExpertTrace>,
     pub observed_steps: usize,
-    /// The mapper's planning model (the paper's): per-GPU token -> latency tables, the
-    /// speed-1 curve divided by each GPU's speed factor.
+    /// The mapper's planning curves: each GPU's MoE layer on `n` tokens spread evenly over its
+    /// experts at its own speed, through the one MoE entry point (`gem::costs::planning_costs`).
     pub costs: GpuCosts,
-    /// What the simulator charges: each GPU's MoE layer priced by `cost::moe_layer` (one
-    /// grouped GEMM over its active experts, the speed factor split into compute and
-    /// bandwidth factors).
-    pub step_costs: GpuCosts,
-    /// The speed-1 MoE-layer curve of one GPU.
-    pub base_curve: CostCurve,
+    /// What the simulator charges: the one MoE entry point on each GPU's slots
+    /// (`cost::moe_layer`; the measured grouped GEMMs where the GPU and expert shape were
+    /// measured).
+    pub layer: MoeLayerCost,
+    /// The link of the expert-parallel all-to-all (`LinkSpec::of_server`).
+    pub link: LinkSpec,
     /// Each GPU's compute and bandwidth factors.
     pub speeds: Vec<SpeedFactors>,
 }
@@ -287,11 +288,7 @@ impl Deployment {
             .profile
             .expert_entry(shape.hidden, shape.expert_ffn, shape.weight_dtype)
             .expect("the analytic profile has the model's expert curve");
-        let launch = scenario.gpu.kernel_launch_overhead_ns
-            * f64::from(RooflineParams::default().kernels_per_expert_ffn);
-        let base_curve = gpu_layer_curve(expert, shape.n_experts / scenario.n_gpus, launch);
         let limit = (trace.max_step_total().ceil() as usize).min(1 << 22);
-        let costs = GpuCosts::scaled(&base_curve, &scenario.speed_factors, limit);
         let speeds: Vec<SpeedFactors> = scenario
             .speed_factors
             .iter()
@@ -299,32 +296,13 @@ impl Deployment {
             .collect();
         let layer = physical_layer(scenario, expert);
         let experts_per_gpu = shape.n_experts / scenario.n_gpus;
-        let step_costs = GpuCosts::new(
-            speeds
-                .iter()
-                .map(|&sp| {
-                    CostCurve::new(
-                        base_curve
-                            .samples()
-                            .map(|(n, _)| {
-                                (
-                                    n,
-                                    layer.grouped_gemm_even(n.round() as u64, experts_per_gpu, sp),
-                                )
-                            })
-                            .collect(),
-                    )
-                    .expect("positive token counts and finite costs")
-                })
-                .collect(),
-            limit,
-        );
+        let costs = planning_costs(&layer, experts_per_gpu, &speeds, limit);
         Deployment {
             trace,
             observed_steps,
             costs,
-            step_costs,
-            base_curve,
+            layer,
+            link: LinkSpec::of_server(&scenario.gpu),
             speeds,
         }
     }
@@ -438,14 +416,17 @@ fn scale_output(scenario: &GemScenario, seed: u64) -> RunOutput {
     }
 }
 
-/// The grouped-GEMM MoE layer of `scenario`'s model and GPU, refined by the profile's expert
-/// curve when that profile was measured.
+/// The MoE layer of `scenario`'s model and GPU through the one entry point, replayed in CUDA
+/// graphs (vLLM V1): refined by the profile's measured expert entry when that profile was
+/// measured (its fixed part once per layer plus each active expert's GEMM pair, where it splits
+/// the layer), by the GPU's measured grouped GEMMs where the expert shape was measured on it
+/// (Mixtral-8x7B and Qwen1.5-MoE on the H200), the kernel model elsewhere.
 pub fn physical_layer(scenario: &GemScenario, expert: &ExpertFfnCurve) -> MoeLayerCost {
-    let layer = MoeLayerCost::new(&scenario.gpu, &scenario.shape, MoeLayerParams::default());
+    let layer = MoeLayerCost::new(&scenario.gpu, &scenario.shape, Timing::Graph);
     if scenario.profile.source.kind != SourceKind::AnalyticRoofline {
         layer.with_profile(expert)
     } else {
-        layer
+        layer.with_measured_grouped(&scenario.gpu).0
     }
 }
 
@@ -476,7 +457,8 @@ pub fn replica_config(scenario: &GemScenario) -> ReplicaConfig {
 /// and KV streaming) by its bandwidth factor; the slowest GPU sets the pace. The breakdown
 /// carries the MoE time and each GPU's own busy time.
 pub struct CurveStepCost<'a> {
-    costs: &'a GpuCosts,
+    layer: &'a MoeLayerCost,
+    link: LinkSpec,
     non_expert_prefill: &'a CostCurve,
     non_expert_decode: &'a CostCurve,
     head: &'a CostCurve,
@@ -497,7 +479,8 @@ impl<'a> CurveStepCost<'a> {
         let profile = &scenario.profile;
         let op_sources = scenario.pricing.as_ref().map(|p| p.sources());
         CurveStepCost {
-            costs: &deployment.step_costs,
+            layer: &deployment.layer,
+            link: deployment.link,
             non_expert_prefill: &profile.non_expert_prefill,
             non_expert_decode: &profile.non_expert_decode,
             head: &profile.head,
@@ -532,14 +515,17 @@ impl StepCost for CurveStepCost<'_> {
         let head = at(self.head, emitting as u64);
         let mut busy = vec![0.0; n_gpus];
         let mut moe = 0.0;
-        for row in routed.per_gpu.chunks_exact(n_gpus) {
-            let mut slowest = 0.0f64;
-            for (g, &n) in row.iter().enumerate() {
-                let c = self.costs.cost(g, f64::from(n));
-                busy[g] += c;
-                slowest = slowest.max(c);
+        let mut communication = 0.0;
+        let slots = routed.per_slot.len() / (routed.layers * n_gpus).max(1);
+        for layer in 0..routed.layers {
+            let mut ep = self.layer.layer(n_gpus, Some(self.link));
+            for (g, b) in busy.iter_mut().enumerate() {
+                let rows = &routed.per_slot[(layer * n_gpus + g) * slots..][..slots];
+                *b += ep.add(ExpertRows::Counted(rows), self.speeds[g]);
             }
-            moe += slowest;
+            let cost = ep.finish();
+            moe += cost.nanos;
+            communication += cost.all_to_all_ns;
         }
         // Attention, shared experts and the head are tensor-parallel over the G GPUs: each
         // runs 1/G of the work at its own speed (or, priced from operations or a profile
@@ -563,6 +549,7 @@ impl StepCost for CurveStepCost<'_> {
             duration: SimDuration((moe + dense_pace).round().max(1.0) as u64),
             breakdown: StepBreakdown {
                 moe_ns: moe,
+                communication_ns: communication,
                 per_gpu_busy_ns: busy,
                 op_sources: self.op_sources,
                 ..StepBreakdown::default()
@@ -588,9 +575,12 @@ struct StepRouting {
     cumulative: Vec<f64>,
     /// Slots per layer (the stride of `cumulative`).
     slots_per_layer: usize,
-    /// `[layer][expert]` and `[layer][gpu]` of the step being routed.
+    /// `[layer][expert]`, `[layer][gpu]` and `[layer][gpu][slot]` of the step being routed.
     per_expert: Vec<u32>,
     per_gpu: Vec<u32>,
+    per_slot: Vec<u32>,
+    /// Slots per GPU in `per_slot` (the most any layer maps; fewer are padded with zeros).
+    slots_per_gpu: usize,
 }
 
 impl StepRouting {
@@ -642,6 +632,8 @@ impl StepRouting {
             slots_per_layer,
             per_expert: vec![0; n_layers * n_experts],
             per_gpu: vec![0; n_layers * n_gpus],
+            per_slot: vec![0; n_layers * slots_per_layer],
+            slots_per_gpu: slots_per_layer / n_gpus,
         }
     }
 
@@ -660,19 +652,24 @@ impl StepRouting {
                 [..slot_experts.len()];
             let experts = &mut self.per_expert[layer * self.n_experts..][..self.n_experts];
             let gpus = &mut self.per_gpu[layer * self.n_gpus..][..self.n_gpus];
+            let stride = self.slots_per_gpu;
+            let slots = &mut self.per_slot[layer * self.n_gpus * stride..][..self.n_gpus * stride];
             experts.fill(0);
+            slots.fill(0);
             let per_gpu = slot_experts.len() / self.n_gpus;
             let mut given = 0u64;
-            for ((gpu_shares, gpu_experts), on_gpu) in shares
+            for (((gpu_shares, gpu_experts), on_gpu), gpu_slots) in shares
                 .chunks_exact(per_gpu)
                 .zip(slot_experts.chunks_exact(per_gpu))
                 .zip(gpus)
+                .zip(slots.chunks_exact_mut(stride))
             {
                 let before = given;
-                for (&share, &expert) in gpu_shares.iter().zip(gpu_experts) {
+                for ((&share, &expert), slot) in gpu_shares.iter().zip(gpu_experts).zip(gpu_slots) {
                     // Round half up (the shares are non-negative).
                     let upto = (share * assignments + 0.5) as u64;
-                    experts[expert] += (upto - given) as u32;
+                    *slot = (upto - given) as u32;
+                    experts[expert] += *slot;
                     given = upto;
                 }
                 *on_gpu = (given - before) as u32;
@@ -682,6 +679,7 @@ impl StepRouting {
             layers: self.n_layers,
             per_expert: &self.per_expert,
             per_gpu: &self.per_gpu,
+            per_slot: &self.per_slot,
         }
     }
 }
@@ -1013,6 +1011,7 @@ fn details(
         "model": scenario.shape.name,
         "gpu": scenario.gpu.name,
         "cost_source": scenario.profile.source.kind.as_str(),
+        "moe_layer": deployment.layer.pricing(&scenario.gpu),
         "n_gpus": scenario.n_gpus,
         "variability": scenario.variability,
         "speed_factors": scenario.speed_factors,
@@ -1054,6 +1053,7 @@ mod tests {
         assert_eq!(routed.layers, 1);
         assert_eq!(routed.per_gpu, &[4, 4, 2]);
         assert_eq!(routed.per_expert, &[4, 2, 0, 4]);
+        assert_eq!(routed.per_slot, &[2, 2, 2, 2, 0, 2]);
         // The step counter cycles over the one unseen step; a step of 0 tokens routes none.
         assert_eq!(routing.route(7, 5).per_gpu, &[4, 4, 2]);
         assert_eq!(routing.route(1, 0).per_expert, &[0, 0, 0, 0]);

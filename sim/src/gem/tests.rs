@@ -195,9 +195,12 @@ fn a_straggler_gpu_slows_serving_and_a_better_mapping_helps() {
     // Keeping the heavy experts off the slow GPU 0 helps under high variability.
     let high_aware = e2e(&high, &mut HeavyOnFast);
     assert!(high_aware < high_linear, "{high_aware} vs {high_linear}");
+    // A uniformly slower GPU 0 streams its two experts' weights 12 % slower whichever two
+    // they are, and these decode steps are mostly streaming: moving the heavy experts off it
+    // changes little either way.
     let uniform_aware = e2e(&uniform, &mut HeavyOnFast);
     assert!(
-        uniform_aware < uniform_linear,
+        (uniform_aware / uniform_linear - 1.0).abs() < 0.02,
         "{uniform_aware} vs {uniform_linear}"
     );
 }
@@ -263,30 +266,49 @@ fn scenario_files_validate_for_every_sweep_value() {
 }
 
 #[test]
-fn caps_and_gem_price_the_same_moe_layer_identically() {
-    // One GPU holding all 8 Mixtral experts: GEM's per-GPU step table and CAPS's `grouped`
-    // execution model see the same layer (n tokens spread evenly over the experts) and must
-    // charge the same nanoseconds, decode-sized (memory-bound) and prefill-sized alike.
+fn caps_and_gem_price_the_moe_layer_through_the_one_entry_point() {
+    // One GPU holding all 8 Mixtral experts: GEM's planning curve and CAPS's `grouped` model
+    // both price n tokens spread evenly over the experts through `MoeLayerCost::gpu`, GEM in a
+    // CUDA graph, CAPS launched eagerly (never cheaper).
     let gem = config(&format!("{SMALL}\ncluster = {{ n_gpus = 1 }}"))
         .validate(Path::new("."), &mut LoadCache::default())
         .unwrap();
     let deployment = Deployment::new(&gem, 1);
     let caps =
         crate::caps::execution::GroupedModel::new(&gem.profile, &gem.shape, &gem.gpu).unwrap();
+    let graph = crate::cost::moe_layer::MoeLayerCost::new(
+        &gem.gpu,
+        &gem.shape,
+        crate::cost::kernel::Timing::Graph,
+    )
+    .with_measured_grouped(&gem.gpu)
+    .0;
+    let eager = crate::cost::moe_layer::MoeLayerCost::new(
+        &gem.gpu,
+        &gem.shape,
+        crate::cost::kernel::Timing::Eager,
+    );
     let e = gem.shape.n_experts;
     let mut checked = 0;
     for per_expert in [1u32, 3, 64, 65, 200, 1024] {
         let tokens = per_expert as usize * e;
-        if tokens > deployment.step_costs.table_limit() {
+        if tokens > deployment.costs.table_limit() {
             continue;
         }
-        let load = vec![per_expert as f32; e];
-        let gem_ns = deployment.step_costs.cost(0, tokens as f64);
-        let caps_ns = caps.moe_nanos(&load);
-        assert!(
-            (gem_ns - caps_ns).abs() <= 1e-6 * caps_ns,
-            "{per_expert} rows/expert: gem {gem_ns} vs caps {caps_ns}"
+        let rows = crate::cost::moe_layer::ExpertRows::Even {
+            tokens: tokens as u64,
+            experts: e,
+        };
+        let nominal = crate::cost::moe_layer::SpeedFactors::NOMINAL;
+        let gem_ns = deployment.costs.cost(0, tokens as f64);
+        assert_eq!(
+            gem_ns,
+            graph.gpu(rows, nominal).nanos,
+            "{per_expert} rows/expert"
         );
+        let load = vec![per_expert as f32; e];
+        let caps_ns = caps.moe_nanos(&load);
+        assert_eq!(caps_ns, eager.gpu(rows, nominal).nanos);
         checked += 1;
     }
     assert!(checked >= 3, "only {checked} sizes within the GEM table");

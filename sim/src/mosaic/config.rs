@@ -9,7 +9,7 @@ use super::presets::{self, BUCKET_NAMES, DATASET_PRESETS};
 use super::profile_cost::{DenseDecodeProfile, MosaicDecodeProfile};
 use super::session::{ModelServing, ServingParams};
 use crate::apportion::apportion;
-use crate::cost::gpu::{DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, GpuSpec, LinkSpec};
+use crate::cost::gpu::{GpuSpec, LinkSpec};
 use crate::cost::load::LoadPath;
 use crate::cost::measured_steps::MeasuredSet;
 use crate::cost::shape::DenseModelShape;
@@ -91,8 +91,6 @@ pub struct MosaicConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ServingFile {
     pub gpu: String,
-    pub memory_efficiency: f64,
-    pub compute_efficiency: f64,
     pub step_overhead_ms: f64,
     pub gpu_memory_utilization: f64,
     pub max_num_seqs: u32,
@@ -119,8 +117,6 @@ impl Default for ServingFile {
     fn default() -> Self {
         ServingFile {
             gpu: "A100-80GB".into(),
-            memory_efficiency: DEFAULT_MEMORY_EFFICIENCY,
-            compute_efficiency: DEFAULT_COMPUTE_EFFICIENCY,
             step_overhead_ms: 4.0,
             gpu_memory_utilization: 0.9,
             max_num_seqs: 256,
@@ -461,8 +457,6 @@ impl MosaicConfig {
         let measured: Option<&MeasuredSet> = measured.as_deref();
         let serving = ServingParams {
             gpu,
-            memory_efficiency: fraction("serving.memory_efficiency", s.memory_efficiency)?,
-            compute_efficiency: fraction("serving.compute_efficiency", s.compute_efficiency)?,
             step_overhead_s: span("serving.step_overhead_ms", s.step_overhead_ms / 1e3)?,
             gpu_memory_utilization: fraction(
                 "serving.gpu_memory_utilization",

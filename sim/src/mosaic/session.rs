@@ -22,10 +22,6 @@ use std::sync::Arc;
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServingParams {
     pub gpu: GpuSpec,
-    /// Fraction of the datasheet bandwidth reached ([`crate::cost::gpu::DEFAULT_MEMORY_EFFICIENCY`]).
-    pub memory_efficiency: f64,
-    /// Fraction of the datasheet dense bf16 rate reached ([`crate::cost::gpu::DEFAULT_COMPUTE_EFFICIENCY`]).
-    pub compute_efficiency: f64,
     /// Host-side time per engine step (scheduling, sampling, detokenization), seconds.
     pub step_overhead_s: f64,
     /// vLLM `gpu_memory_utilization`: share of GPU memory for weights + KV cache.
@@ -92,16 +88,7 @@ impl ModelServing {
             link: params.interconnect,
         };
         let overhead_ns = params.step_overhead_s * 1e9;
-        let roofline = StepRoofline::dense(
-            shape,
-            Roofline::new(
-                &params.gpu,
-                params.memory_efficiency,
-                params.compute_efficiency,
-            ),
-            parallel,
-            overhead_ns,
-        );
+        let roofline = StepRoofline::dense(shape, Roofline::of(&params.gpu), parallel, overhead_ns);
         let measured =
             measured.map(|set| Arc::new(MeasuredDenseStep::new(set, shape, parallel, overhead_ns)));
         Ok(ModelServing {
@@ -177,8 +164,6 @@ mod tests {
     pub(crate) fn params() -> ServingParams {
         ServingParams {
             gpu: GpuSpec::by_name("A100-80GB").unwrap(),
-            memory_efficiency: 0.8,
-            compute_efficiency: 0.6,
             step_overhead_s: 0.0,
             gpu_memory_utilization: 0.9,
             max_num_seqs: 256,

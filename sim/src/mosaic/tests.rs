@@ -455,8 +455,9 @@ fn a_measured_step_is_the_measured_operations_of_the_same_tokens() {
     assert_eq!(time.source, CostSource::Measured);
 
     // By hand: per layer Meta-Llama-3-8B's measured kernels at 8 tokens; the attention reads
-    // 8,000 x 2 x 2 B x 8 KV heads x 128 = 32.8 MB per layer at 2,039 GB/s x 0.8 (memory-
-    // bound: 4 x 4096 FLOPs per cached token); the head streams 128,256 x 4096 bf16 weights.
+    // 8,000 x 2 x 2 B x 8 KV heads x 128 = 32.8 MB per layer against 4 x 4096 FLOPs per cached
+    // token, one kernel group on the A100's rates; the head streams 128,256 x 4096 bf16
+    // weights against 64 padded rows.
     let set = crate::cost::measured_steps::MeasuredSet::load(
         "vidur/a100",
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles/vidur/a100"),
@@ -472,8 +473,11 @@ fn a_measured_step_is_the_measured_operations_of_the_same_tokens() {
         .iter()
         .map(|&op| llama3.series(op, 1).unwrap().nanos_at(8).unwrap())
         .sum();
-    let attention = 8_000.0 * 4096.0 / 1.6312e12 * 1e9;
-    let head = 128_256.0 * 4096.0 * 2.0 / 1.6312e12 * 1e9;
+    let r = set.ops.roofline;
+    let attention = r.op(8_000.0 * 4096.0, 4.0 * 4096.0 * 8_000.0).nanos();
+    let head = r
+        .op(128_256.0 * 4096.0 * 2.0, 2.0 * 128_256.0 * 4096.0 * 64.0)
+        .nanos();
     let by_hand = 32.0 * (layer_ops + attention) + head + 4e6;
     assert!(
         (price.nanos - by_hand).abs() < 1e-3,

@@ -20,6 +20,10 @@ pub struct RoutedTokens<'a> {
     pub per_expert: &'a [u32],
     /// `layers x gpus`: tokens each GPU computes (after the expert-to-GPU mapping).
     pub per_gpu: &'a [u32],
+    /// `layers x gpus x slots per GPU`: tokens each expert slot of each GPU computes, where the
+    /// family routes slot by slot (GEM); empty where the step cost splits `per_expert` over its
+    /// own layout (the serving family).
+    pub per_slot: &'a [u32],
 }
 
 /// The routing of a step as expected tokens per layer per expert, where a family models routing

@@ -316,6 +316,7 @@ impl AdapterRouter {
                 layers,
                 per_expert: &self.per_expert,
                 per_gpu: &self.per_gpu,
+                per_slot: &[],
             },
             &self.copies,
         )
@@ -494,8 +495,8 @@ mod tests {
     #[test]
     fn rerouting_moves_its_bytes_per_operator() {
         // 32 rows over 8 Ascend-910B NPUs, 2 adapters: per MoE layer and operator 32 x (4 + 2 x
-        // 4 x 6) + 2 x 64 x 4 = 2,176 B, 272 B a NPU at 0.8 x 1.6 TB/s = 0.2125 ns; the
-        // unfused chain is 5 operators over 26 MoE layers.
+        // 4 x 6) + 2 x 64 x 4 = 2,176 B, 272 B a NPU at its streaming rate; the unfused chain
+        // is 5 operators over 26 MoE layers.
         let shape = MlaMoeShape::esft_vanilla_16b();
         let spec = spec(&["gate-math", "token-intent"]);
         let table: super::super::ServingConfig = toml::from_str(
@@ -522,7 +523,8 @@ rate_per_s = 1.0
             .unwrap();
         let cost =
             ReroutingCost::new(&shape, &spec, &instance(true, 2), &scenario.replica).unwrap();
-        let per_op = 272.0 / (0.8 * 1.6e12) * 1e9;
+        let ascend = crate::cost::gpu::GpuSpec::by_name("Ascend-910B").unwrap();
+        let per_op = 272.0 / crate::cost::kernel::KernelRates::of(&ascend).stream_bytes_per_s * 1e9;
         assert!((cost.nanos(32) - 5.0 * 26.0 * per_op).abs() < 1e-9);
         assert!(
             ReroutingCost::new(&shape, &spec, &instance(false, 2), &scenario.replica).is_none()

@@ -245,6 +245,7 @@ impl ExpertRouter {
             layers: self.n_layers,
             per_expert: &self.per_expert,
             per_gpu: &self.per_gpu,
+            per_slot: &[],
         }
     }
 }

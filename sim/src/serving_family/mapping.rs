@@ -11,9 +11,7 @@ use super::deployment::Deployment;
 use super::server::ServingServer;
 use super::step_cost::moe_layer_cost;
 use crate::caps::batch::BatchSelector;
-use crate::cost::curve::CostCurve;
-use crate::cost::moe_layer::{MoeLayerCost, SpeedFactors};
-use crate::gem::costs::GpuCosts;
+use crate::gem::costs::{GpuCosts, planning_costs};
 use crate::gem::{ExpertMapper, LayerMapping, LayerProblem};
 use crate::records::DiscardRecords;
 use crate::rng::{SimRng, stream};
@@ -188,36 +186,6 @@ impl ExpertLayout {
     }
 }
 
-/// The per-GPU latency curves a mapper plans with: GPU `g` of a copy runs its MoE layer on `n`
-/// tokens spread evenly over its `slots_per_gpu` experts as one grouped GEMM at its own speed
-/// (`MoeLayerCost::grouped_gemm_even`, the step cost's pricing of an even spread), tabulated at
-/// every whole token up to `table_limit`.
-pub fn planning_costs(
-    layer: &MoeLayerCost,
-    slots_per_gpu: usize,
-    speeds: &[SpeedFactors],
-    table_limit: usize,
-) -> GpuCosts {
-    let limit = table_limit.max(1);
-    GpuCosts::new(
-        speeds
-            .iter()
-            .map(|&speed| {
-                CostCurve::new(
-                    (1..=limit)
-                        .map(|n| {
-                            let ns = layer.grouped_gemm_even(n as u64, slots_per_gpu, speed);
-                            (n as f64, ns)
-                        })
-                        .collect(),
-                )
-                .expect("positive increasing token counts and finite costs")
-            })
-            .collect(),
-        limit,
-    )
-}
-
 /// Maps every layer of one expert-parallel group with `mapper`: layer `l` sees
 /// `windows[l]` (its observed steps, tokens per expert, step-major) and the group's `costs`,
 /// and draws from `rng_of_layer(l)`.
@@ -384,21 +352,5 @@ mod tests {
         layout.gpu_tokens(1, &per_expert, 0, &mut out);
         assert_eq!(out, [2, 4, 3]);
         assert_eq!(layout.hosted(1, 1), vec![0, 1, 2]);
-    }
-
-    #[test]
-    fn planning_costs_are_each_gpus_grouped_gemm_at_its_speed() {
-        let shape = crate::cost::shape::MoeModelShape::mixtral_8x7b();
-        let gpu = crate::cost::gpu::GpuSpec::by_name("H100-SXM").unwrap();
-        let layer = MoeLayerCost::new(&gpu, &shape, Default::default());
-        let speeds = [SpeedFactors::split(1.0, 1.0), SpeedFactors::split(0.5, 1.0)];
-        let costs = planning_costs(&layer, 2, &speeds, 300);
-        for n in [1u64, 7, 64, 65, 300] {
-            assert_eq!(
-                costs.cost(0, n as f64),
-                layer.grouped_gemm_even(n, 2, speeds[0])
-            );
-            assert!(costs.cost(1, n as f64) > costs.cost(0, n as f64));
-        }
     }
 }

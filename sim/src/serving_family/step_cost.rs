@@ -19,7 +19,8 @@ use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
 use crate::cost::gpu::LinkSpec;
-use crate::cost::moe_layer::{MoeLayerCost, MoeLayerParams, SpeedFactors};
+use crate::cost::kernel::Timing;
+use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 use crate::cost::roofline::{Roofline, StepPrice, StepRoofline, StepTokens, TensorParallel};
 use crate::cost::shape::MoeModelShape;
 use crate::expertweave::memory::InstancePlan;
@@ -57,14 +58,10 @@ pub struct ReplicaStepCost {
 }
 
 /// The routed experts' layer cost of `scenario`'s GPU: CUDA graphs capture the grouped MoE
-/// kernels with the rest of the step, so they launch nothing of their own (the host overhead
-/// covers the graph replay).
+/// kernels with the rest of the step, so each costs its GPU-side time (kernel floor included)
+/// and no host launch (the host overhead covers the graph replay).
 pub fn moe_layer_cost(scenario: &ServingScenario, shape: &MoeModelShape) -> MoeLayerCost {
-    let params = MoeLayerParams {
-        launches_per_layer: 0,
-        ..MoeLayerParams::default()
-    };
-    MoeLayerCost::new(&scenario.replica.gpu, shape, params)
+    MoeLayerCost::new(&scenario.replica.gpu, shape, Timing::Graph)
 }
 
 /// `value / parts`, rounded up.
@@ -261,6 +258,7 @@ impl ReplicaStepCost {
                 layers: *layers,
                 per_expert,
                 per_gpu,
+                per_slot: &[],
             });
         let mut busy = vec![0.0; self.dense_of_gpu.len()];
         let pass = self.pass(&tokens, sequences, routed, &mut busy);
@@ -290,17 +288,15 @@ impl ReplicaStepCost {
         let mut communication_ns = pace.communication_ns;
         if let Some(moe) = &mut self.moe {
             let routed = routed.expect("an MoE step carries its routed tokens per expert and GPU");
-            let (experts, gpus) = (moe.layout.n_experts, moe.layout.gpus());
+            let experts = moe.layout.n_experts;
             let ep = moe.layout.expert_parallel;
             for layer in 0..moe.n_layers {
                 let per_expert = &routed.per_expert[layer * experts..][..experts];
                 let copies = &moe.copies[layer];
-                let per_gpu = &routed.per_gpu[layer * gpus..][..gpus];
                 let mut layer_ns = 0.0f64;
                 let mut layer_a2a = 0.0f64;
                 for copy in 0..moe.layout.copies {
-                    let mut slowest = 0.0f64;
-                    let mut max_rows = 0u64;
+                    let mut group = moe.layer.layer(ep, Some(moe.link));
                     for g in copy * ep..(copy + 1) * ep {
                         moe.gpu_tokens.resize(moe.layout.slots_per_gpu, 0);
                         moe.layout
@@ -309,15 +305,12 @@ impl ReplicaStepCost {
                             moe.gpu_tokens
                                 .extend(moe.layout.expert_shares(layer, g, c.expert, c.tokens));
                         }
-                        let c = moe.layer.grouped_gemm(&moe.gpu_tokens, moe.speeds[g]).nanos;
-                        busy[g] += c;
-                        slowest = slowest.max(c);
-                        max_rows = max_rows.max(u64::from(per_gpu[g]));
+                        busy[g] += group.add(ExpertRows::Counted(&moe.gpu_tokens), moe.speeds[g]);
                     }
-                    let a2a = moe.layer.all_to_all_ns(max_rows, ep, moe.link);
-                    if slowest + a2a > layer_ns {
-                        layer_ns = slowest + a2a;
-                        layer_a2a = a2a;
+                    let cost = group.finish();
+                    if cost.nanos > layer_ns {
+                        layer_ns = cost.nanos;
+                        layer_a2a = cost.all_to_all_ns;
                     }
                 }
                 moe_ns += layer_ns;

@@ -1,0 +1,642 @@
+//! The kernel model: what one kernel costs on one GPU, from a handful of named per-GPU rates
+//! (`KernelRates`, read from `profiles/rates.json`, which `cost::fit` derives from the measured
+//! files under `profiles/`). A kernel streams bytes and computes FLOPs; its GPU-side time is
+//!
+//! ```text
+//! kernel_floor + reduction_latency x K + (memory^p + compute^p)^(1/p)
+//! ```
+//!
+//! where `memory` is its bytes over the rate its parallelism reaches, `compute` its FLOPs on
+//! tile-padded rows over the GEMM rate, and the p-norm (p a power of two, fitted) is how a
+//! kernel's streaming and math overlap: the larger term alone far from the ridge, a little
+//! more than it near the ridge. Which tile a GEMM of M rows runs with is the tile-choice
+//! table (`dense_tile`, `grouped_tile`). A CUDA graph (vLLM's decode) replays kernels without
+//! the host, so a kernel costs its GPU-side time; an eager loop launches each from the host, so
+//! a kernel costs the longer of the host's launch and its GPU-side time. Derivation and every
+//! constant: docs/cost-model.md, "The kernel model".
+
+use crate::cost::gpu::GpuSpec;
+use crate::cost::moe_layer::SpeedFactors;
+use serde::{Deserialize, Serialize};
+use std::sync::OnceLock;
+
+/// How a kernel is launched, and so what its time includes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Timing {
+    /// Replayed in a CUDA graph: the GPU-side time alone (vLLM's decode steps).
+    #[default]
+    Graph,
+    /// Launched from the host one by one: the longer of the host's launch and the GPU-side
+    /// time (eager PyTorch, HF transformers, vLLM-Ascend).
+    Eager,
+}
+
+impl Timing {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Timing::Graph => "graph",
+            Timing::Eager => "eager",
+        }
+    }
+}
+
+/// A GEMM tile: rows (M) and columns (N) of the output one thread block computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tile {
+    pub rows: u64,
+    pub cols: u64,
+}
+
+/// The tile a dense (cuBLAS) GEMM of `rows` rows runs with: 64 rows up to 64, then 128 (the
+/// eager token sweep of gemm.csv steps every 128 rows above 128, e.g. Llama-2-7B's QKV at
+/// 257-384 and 385-512 tokens).
+pub fn dense_tile(rows: u64) -> Tile {
+    if rows <= 64 {
+        Tile {
+            rows: 64,
+            cols: 128,
+        }
+    } else {
+        Tile {
+            rows: 128,
+            cols: 128,
+        }
+    }
+}
+
+/// The tile a grouped expert GEMM runs with, as PyTorch's `_grouped_mm` picks its CUTLASS
+/// kernel on SM90 (aten/src/ATen/native/cuda/GroupMM.cu): 64 x 128 when the groups' mean rows
+/// are at most 128 or the output is at most 128 wide, else 128 x 256. Both run with clusters of
+/// two thread blocks along M that share one weight tile.
+pub fn grouped_tile(mean_rows: f64, n: u64) -> Tile {
+    if mean_rows <= 128.0 || n <= 128 {
+        Tile {
+            rows: 64,
+            cols: 128,
+        }
+    } else {
+        Tile {
+            rows: 128,
+            cols: 256,
+        }
+    }
+}
+
+/// `rows` rounded up to whole tiles of `tile` rows.
+#[inline]
+pub fn padded(rows: u64, tile: u64) -> u64 {
+    rows.div_ceil(tile) * tile
+}
+
+/// The achievable rates of one GPU (docs/cost-model.md, "The kernel model").
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelRates {
+    /// Weight (and KV) streaming of a kernel that keeps every SM busy, bytes/s.
+    pub stream_bytes_per_s: f64,
+    /// Dense bf16 GEMM, FLOP/s.
+    pub gemm_flops: f64,
+    /// A grouped expert GEMM whose groups each hold one M tile: one block of each two-block
+    /// cluster streams, so half the SMs do, bytes/s. A group of two or more M tiles uses both
+    /// blocks; the rate never exceeds `stream_bytes_per_s`.
+    pub grouped_stream_bytes_per_s: f64,
+    /// A grouped expert GEMM's math, FLOP/s.
+    pub grouped_gemm_flops: f64,
+    /// Every group of a grouped GEMM costs this many M tiles more (its tiles' pipeline fill
+    /// and drain).
+    pub group_tail_tiles: f64,
+    /// GPU-side time of any kernel beyond its streaming and math, ns (in a CUDA graph).
+    pub kernel_floor_ns: f64,
+    /// GPU-side latency per element of a GEMM's reduction dimension K, ns.
+    pub reduction_ns_per_element: f64,
+    /// The p of the p-norm that combines a kernel's memory and compute terms (a power of two).
+    pub overlap_norm: u32,
+    /// Host time to launch one eager kernel (framework dispatch included), ns.
+    pub host_launch_ns: f64,
+    /// Softmax exponentials per second (SFU: 16 per SM per clock); 0 where unknown.
+    pub exp_per_s: f64,
+    /// Streaming multiprocessors.
+    pub sms: u32,
+}
+
+/// One kernel's GPU-side time and the terms behind it, ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct KernelTime {
+    pub memory_ns: f64,
+    pub compute_ns: f64,
+    /// The floor and the reduction latency.
+    pub floor_ns: f64,
+    /// GPU-side time: `floor_ns + combine(memory_ns, compute_ns)`.
+    pub nanos: f64,
+}
+
+impl KernelTime {
+    /// What the kernel costs under `timing` on a GPU whose host launches in `host_launch_ns`.
+    pub fn wall(&self, timing: Timing, host_launch_ns: f64) -> f64 {
+        match timing {
+            Timing::Graph => self.nanos,
+            Timing::Eager => self.nanos.max(host_launch_ns),
+        }
+    }
+
+    /// Adds `other`'s terms (a sequence of kernels).
+    pub fn add(&mut self, other: &KernelTime) {
+        self.memory_ns += other.memory_ns;
+        self.compute_ns += other.compute_ns;
+        self.floor_ns += other.floor_ns;
+        self.nanos += other.nanos;
+    }
+}
+
+/// The M tiles of the grouped GEMM's two kernels (`grouped_tile`).
+const TILE_ROWS: [f64; 2] = [64.0, 128.0];
+
+/// The shape-only quantities of a grouped GEMM `rows x k -> n` with `k x n` weights per group,
+/// computed once per MoE layer (`cost::moe_layer`) rather than on every pricing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GroupedShape {
+    pub k: u64,
+    pub n: u64,
+    /// One group's weight bytes.
+    weight_bytes: f64,
+    /// Activation bytes of one row (its input and output).
+    row_bytes: f64,
+    /// Output tiles across N, per tile shape (64 x 128, 128 x 256).
+    n_tiles: [f64; 2],
+    /// FLOPs of one padded row across the padded output, per tile shape.
+    flops_per_row: [f64; 2],
+}
+
+impl GroupedShape {
+    pub fn new(k: u64, n: u64, bytes_per_param: f64) -> GroupedShape {
+        let (kf, nf) = (k as f64, n as f64);
+        let tiles = |cols: u64| n.div_ceil(cols) as f64;
+        let (small, large) = (grouped_tile(0.0, 1024), grouped_tile(1024.0, 1024));
+        GroupedShape {
+            k,
+            n,
+            weight_bytes: kf * nf * bytes_per_param,
+            row_bytes: (kf + nf) * ACTIVATION_BYTES,
+            n_tiles: [tiles(small.cols), tiles(large.cols)],
+            flops_per_row: [
+                2.0 * kf * tiles(small.cols) * small.cols as f64,
+                2.0 * kf * tiles(large.cols) * large.cols as f64,
+            ],
+        }
+    }
+}
+
+/// The groups of a grouped GEMM reduced to the sums its cost reads; each group weighs `p`
+/// (1 for a counted group, the probability that it runs for an expected one).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GroupSums {
+    pub groups: f64,
+    pub rows: f64,
+    /// Per tile height (64, 128): M tiles, padded rows, two-block clusters.
+    tiles: [f64; 2],
+    padded_rows: [f64; 2],
+    clusters: [f64; 2],
+}
+
+impl GroupSums {
+    /// Adds a group of `rows` rows (at least 1) with weight `p`.
+    #[inline]
+    pub fn add(&mut self, rows: u64, p: f64) {
+        let t64 = rows.div_ceil(64);
+        let t128 = rows.div_ceil(128);
+        self.groups += p;
+        self.rows += p * rows as f64;
+        self.tiles[0] += p * t64 as f64;
+        self.tiles[1] += p * t128 as f64;
+        self.padded_rows[0] += p * (t64 * 64) as f64;
+        self.padded_rows[1] += p * (t128 * 128) as f64;
+        self.clusters[0] += p * t64.div_ceil(2) as f64;
+        self.clusters[1] += p * t128.div_ceil(2) as f64;
+    }
+
+    /// Adds `count` groups of `rows` rows each.
+    #[inline]
+    pub fn add_many(&mut self, rows: u64, count: u64) {
+        if count > 0 && rows > 0 {
+            let mut one = GroupSums::default();
+            one.add(rows, 1.0);
+            let c = count as f64;
+            self.groups += c;
+            self.rows += c * one.rows;
+            for i in 0..2 {
+                self.tiles[i] += c * one.tiles[i];
+                self.padded_rows[i] += c * one.padded_rows[i];
+                self.clusters[i] += c * one.clusters[i];
+            }
+        }
+    }
+
+    /// The groups of `rows` (groups of 0 rows do not run).
+    pub fn of_counts(rows: &[u32]) -> GroupSums {
+        let mut sums = GroupSums::default();
+        for &n in rows {
+            if n > 0 {
+                sums.add(u64::from(n), 1.0);
+            }
+        }
+        sums
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.groups <= 0.0
+    }
+}
+
+/// Bytes of one bf16 activation element.
+const ACTIVATION_BYTES: f64 = 2.0;
+
+/// The committed rates file.
+const RATES_JSON: &str = include_str!("../../../profiles/rates.json");
+
+/// `profiles/rates.json`: every catalogue GPU's rates with the source of each.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RatesFile {
+    pub format_version: u32,
+    /// How the file is made.
+    pub note: String,
+    pub gpus: Vec<GpuRatesEntry>,
+}
+
+/// One GPU's rates and where each comes from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuRatesEntry {
+    pub gpu: String,
+    pub rates: KernelRates,
+    /// `measured`, `measured (Vidur)` or `datasheet x efficiency`: the GEMM and streaming rates'.
+    pub source: String,
+    /// One line per constant: where its value comes from.
+    pub derivation: Vec<String>,
+}
+
+impl RatesFile {
+    pub fn committed() -> &'static RatesFile {
+        static RATES: OnceLock<RatesFile> = OnceLock::new();
+        RATES.get_or_init(|| {
+            serde_json::from_str(RATES_JSON).expect("profiles/rates.json is valid (committed)")
+        })
+    }
+
+    pub fn entry(&self, gpu: &str) -> Option<&GpuRatesEntry> {
+        self.gpus.iter().find(|e| e.gpu == gpu)
+    }
+
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).expect("rates serialize");
+        text.push('\n');
+        text
+    }
+}
+
+impl KernelRates {
+    /// The rates of `gpu` (`profiles/rates.json`).
+    pub fn of(gpu: &GpuSpec) -> KernelRates {
+        RatesFile::committed()
+            .entry(&gpu.name)
+            .unwrap_or_else(|| panic!("profiles/rates.json has no entry for {}", gpu.name))
+            .rates
+    }
+
+    /// The same GPU slowed by `speed`: streaming times `speed.bandwidth`, math times
+    /// `speed.compute` (the floors are left alone).
+    pub fn scaled(&self, speed: SpeedFactors) -> KernelRates {
+        KernelRates {
+            stream_bytes_per_s: self.stream_bytes_per_s * speed.bandwidth,
+            grouped_stream_bytes_per_s: self.grouped_stream_bytes_per_s * speed.bandwidth,
+            gemm_flops: self.gemm_flops * speed.compute,
+            grouped_gemm_flops: self.grouped_gemm_flops * speed.compute,
+            exp_per_s: self.exp_per_s * speed.compute,
+            ..*self
+        }
+    }
+
+    /// How a kernel's memory and compute terms combine: their p-norm (the one place of the
+    /// formula; `Roofline::op` and every kernel below call it).
+    #[inline]
+    pub fn combine(&self, memory_ns: f64, compute_ns: f64) -> f64 {
+        combine(self.overlap_norm, memory_ns, compute_ns)
+    }
+
+    /// Per-SM streaming rate of a grouped GEMM (its single-tile rate over half the SMs).
+    fn sm_stream(&self) -> f64 {
+        self.grouped_stream_bytes_per_s / (f64::from(self.sms) / 2.0)
+    }
+
+    fn kernel(&self, floor_ns: f64, memory_ns: f64, compute_ns: f64) -> KernelTime {
+        KernelTime {
+            memory_ns,
+            compute_ns,
+            floor_ns,
+            nanos: floor_ns + self.combine(memory_ns, compute_ns),
+        }
+    }
+
+    /// A dense GEMM `rows x k -> n` with `k x n` weights of `bytes_per_param` bytes.
+    pub fn gemm(&self, rows: u64, k: u64, n: u64, bytes_per_param: f64) -> KernelTime {
+        if rows == 0 {
+            return KernelTime::default();
+        }
+        let (kf, nf) = (k as f64, n as f64);
+        let bytes = kf * nf * bytes_per_param + rows as f64 * (kf + nf) * ACTIVATION_BYTES;
+        let flops = 2.0 * kf * nf * padded(rows, dense_tile(rows).rows) as f64;
+        self.kernel(
+            self.kernel_floor_ns + self.reduction_ns_per_element * kf,
+            bytes / self.stream_bytes_per_s * 1e9,
+            flops / self.gemm_flops * 1e9,
+        )
+    }
+
+    /// A grouped GEMM `rows_g x k -> n` per group, each group its own `k x n` weights.
+    pub fn grouped_gemm(
+        &self,
+        groups: &GroupSums,
+        k: u64,
+        n: u64,
+        bytes_per_param: f64,
+    ) -> KernelTime {
+        self.grouped(&GroupedShape::new(k, n, bytes_per_param), groups)
+    }
+
+    /// A grouped GEMM of `shape` over `groups`: the tile the groups' mean rows choose, the
+    /// streaming rate its working thread blocks reach (two-block clusters along M, half the SMs
+    /// resident at once; a cluster whose group has one M tile streams with one block), its
+    /// weights and activations over that rate, its tile-padded rows (plus each group's tail)
+    /// over the grouped GEMM rate.
+    pub fn grouped(&self, shape: &GroupedShape, groups: &GroupSums) -> KernelTime {
+        if groups.is_empty() {
+            return KernelTime::default();
+        }
+        let mean_rows = groups.rows / groups.groups;
+        let t = usize::from(!(mean_rows <= 128.0 || shape.n <= 128));
+        let n_tiles = shape.n_tiles[t];
+        let half_sms = 0.5 * f64::from(self.sms);
+        let working = groups.tiles[t] * n_tiles;
+        let clusters = groups.clusters[t] * n_tiles;
+        let active = if clusters > half_sms {
+            working * half_sms / clusters
+        } else {
+            working
+        };
+        let rate =
+            (active * (self.grouped_stream_bytes_per_s / half_sms)).min(self.stream_bytes_per_s);
+        let bytes = groups.groups * shape.weight_bytes + groups.rows * shape.row_bytes;
+        let rows = groups.padded_rows[t] + self.group_tail_tiles * TILE_ROWS[t] * groups.groups;
+        self.kernel(
+            self.kernel_floor_ns + self.reduction_ns_per_element * shape.k as f64,
+            bytes / rate * 1e9,
+            shape.flops_per_row[t] * rows / self.grouped_gemm_flops * 1e9,
+        )
+    }
+
+    /// An element-wise kernel moving `bytes` (activation functions, norms, rotary embedding).
+    pub fn streaming(&self, bytes: f64) -> KernelTime {
+        if bytes <= 0.0 {
+            return KernelTime::default();
+        }
+        self.kernel(
+            self.kernel_floor_ns,
+            bytes / self.stream_bytes_per_s * 1e9,
+            0.0,
+        )
+    }
+
+    /// FlashAttention decode: `batch` sequences, one query each over its cached tokens,
+    /// `kv_bytes` of K and V read (the grouped-query heads' re-reads hit L2), `pairs` (query
+    /// head, cached token) products. One thread block per (sequence, query head) streams its
+    /// share, so a small batch reaches only its blocks' per-SM rate.
+    pub fn decode_attention(
+        &self,
+        batch: u64,
+        heads: u64,
+        head_dim: u64,
+        kv_bytes: f64,
+        pairs: f64,
+    ) -> KernelTime {
+        if batch == 0 || kv_bytes <= 0.0 {
+            return KernelTime::default();
+        }
+        let blocks = (batch * heads) as f64;
+        let rate = (blocks * self.sm_stream()).min(self.stream_bytes_per_s);
+        let flops = 4.0 * head_dim as f64 * pairs;
+        self.kernel(
+            self.kernel_floor_ns,
+            kv_bytes / rate * 1e9,
+            flops / self.gemm_flops * 1e9 + self.exp_ns(pairs),
+        )
+    }
+
+    /// FlashAttention causal prefill of one sequence of `length` tokens: 128 x 128 blocks of
+    /// (query, key) pairs on and below the diagonal, 4 x head_dim FLOPs and one softmax
+    /// exponential per pair and head, the exponentials not overlapped with the matmuls.
+    pub fn prefill_attention(&self, length: u64, heads: u64, head_dim: u64) -> KernelTime {
+        if length == 0 {
+            return KernelTime::default();
+        }
+        let blocks = length.div_ceil(128) as f64;
+        let pairs = heads as f64 * blocks * (blocks + 1.0) / 2.0 * 128.0 * 128.0;
+        let bytes = 4.0 * (length * heads * head_dim) as f64 * ACTIVATION_BYTES;
+        let flops = 4.0 * head_dim as f64 * pairs;
+        self.kernel(
+            self.kernel_floor_ns,
+            bytes / self.stream_bytes_per_s * 1e9,
+            flops / self.gemm_flops * 1e9 + self.exp_ns(pairs),
+        )
+    }
+
+    /// Time of `count` softmax exponentials, ns (0 where the rate is unknown).
+    pub fn exp_ns(&self, count: f64) -> f64 {
+        if self.exp_per_s > 0.0 {
+            count / self.exp_per_s * 1e9
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The p-norm of two non-negative terms, p a power of two (1, 2, 4, 8: square roots, no
+/// `powf` on the hot path). Far from the ridge (the smaller term under a tenth of the larger,
+/// p = 4) the root is its series to second order, exact to 1e-13 relative.
+#[inline]
+pub fn combine(p: u32, a: f64, b: f64) -> f64 {
+    let (hi, lo) = if a >= b { (a, b) } else { (b, a) };
+    if lo <= 0.0 {
+        return hi.max(0.0);
+    }
+    let r = lo / hi;
+    match p {
+        0 | 1 => hi + lo,
+        2 => hi * (1.0 + r * r).sqrt(),
+        4 => {
+            let r4 = (r * r) * (r * r);
+            if r4 < 1e-4 {
+                hi * (1.0 + r4 * (0.25 - 0.09375 * r4))
+            } else {
+                hi * (1.0 + r4).sqrt().sqrt()
+            }
+        }
+        8 => {
+            let r4 = (r * r) * (r * r);
+            hi * (1.0 + r4 * r4).sqrt().sqrt().sqrt()
+        }
+        _ => hi * (1.0 + r.powi(p as i32)).powf(1.0 / f64::from(p)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_p_norm_is_the_larger_term_far_from_the_ridge() {
+        assert_eq!(combine(4, 0.0, 0.0), 0.0);
+        assert_eq!(combine(1, 2.0, 3.0), 5.0);
+        // p = 2: a right triangle.
+        assert!((combine(2, 3.0, 4.0) - 5.0).abs() < 1e-12);
+        // p = 4 at the ridge: 2^(1/4) x the term.
+        assert!((combine(4, 10.0, 10.0) - 10.0 * 2f64.powf(0.25)).abs() < 1e-9);
+        // Far from it, the larger term (within 0.1 % at a ratio of 4), and the series branch
+        // agrees with the root.
+        assert!((combine(4, 100.0, 25.0) / 100.0 - 1.0) < 1e-3 + 0.001);
+        for r in [0.01f64, 0.05, 0.09, 0.1, 0.2] {
+            let exact = (1.0f64 + r.powi(4)).powf(0.25);
+            assert!((combine(4, 1.0, r) - exact).abs() < 1e-13, "{r}");
+            assert_eq!(combine(4, r, 1.0), combine(4, 1.0, r));
+        }
+        assert!((combine(8, 1.0, 0.5) - (1.0f64 + 0.5f64.powi(8)).powf(0.125)).abs() < 1e-12);
+        assert_eq!(combine(4, 3.0, 0.0), 3.0);
+    }
+
+    #[test]
+    fn tile_choice_follows_the_kernel_libraries() {
+        assert_eq!(dense_tile(1).rows, 64);
+        assert_eq!(dense_tile(64).rows, 64);
+        assert_eq!(dense_tile(65).rows, 128);
+        assert_eq!(
+            grouped_tile(128.0, 4096),
+            Tile {
+                rows: 64,
+                cols: 128
+            }
+        );
+        assert_eq!(
+            grouped_tile(128.5, 4096),
+            Tile {
+                rows: 128,
+                cols: 256
+            }
+        );
+        assert_eq!(
+            grouped_tile(4096.0, 128),
+            Tile {
+                rows: 64,
+                cols: 128
+            }
+        );
+        assert_eq!(padded(65, 64), 128);
+        assert_eq!(padded(128, 128), 128);
+    }
+
+    fn rates() -> KernelRates {
+        KernelRates {
+            stream_bytes_per_s: 4e12,
+            gemm_flops: 800e12,
+            grouped_stream_bytes_per_s: 2.64e12,
+            grouped_gemm_flops: 640e12,
+            group_tail_tiles: 0.25,
+            kernel_floor_ns: 5_000.0,
+            reduction_ns_per_element: 0.25,
+            overlap_norm: 4,
+            host_launch_ns: 28_000.0,
+            exp_per_s: 4e12,
+            sms: 132,
+        }
+    }
+
+    #[test]
+    fn a_decode_gemm_streams_its_weights_after_its_floor() {
+        // 1 row x 4096 -> 28672 in bf16: 234,881,024 weight bytes + 65,536 activation bytes
+        // over 4 TB/s; 2 x 4096 x 28672 x 64 padded rows over 800 TFLOP/s is far below it.
+        let r = rates();
+        let t = r.gemm(1, 4096, 28672, 2.0);
+        let memory = (234_881_024.0 + 2.0 * (4096.0 + 28672.0)) / 4e12 * 1e9;
+        assert!((t.memory_ns - memory).abs() < 1e-6);
+        assert_eq!(t.floor_ns, 5_000.0 + 0.25 * 4096.0);
+        let compute = 2.0 * 4096.0 * 28672.0 * 64.0 / 800e12 * 1e9;
+        assert!((t.compute_ns - compute).abs() < 1e-6);
+        let expected = t.floor_ns + (memory.powi(4) + compute.powi(4)).powf(0.25);
+        assert!((t.nanos - expected).abs() < 1e-6);
+        // Eager: the host launch when the kernel is shorter, the kernel when longer.
+        assert_eq!(
+            r.gemm(1, 1408, 2048, 2.0).wall(Timing::Eager, 28_000.0),
+            28_000.0
+        );
+        assert_eq!(t.wall(Timing::Eager, 28_000.0), t.nanos);
+        assert_eq!(t.wall(Timing::Graph, 28_000.0), t.nanos);
+    }
+
+    #[test]
+    fn grouped_single_tile_groups_stream_with_half_the_sms() {
+        // One expert of 4 rows, w2 of Mixtral (14336 -> 4096): 64 x 128 tiles, 32 output
+        // tiles, one M tile each: 32 working blocks of 66 resident clusters, each at the
+        // per-SM rate 2.64 TB/s / 66 = 40 GB/s: 1.28 TB/s. Two experts of 64 rows: 64 blocks.
+        let r = rates();
+        let one = r.grouped_gemm(&GroupSums::of_counts(&[4]), 14336, 4096, 2.0);
+        let bytes = 14336.0 * 4096.0 * 2.0 + 4.0 * (14336.0 + 4096.0) * 2.0;
+        assert!((one.memory_ns - bytes / (32.0 * 40e9) * 1e9).abs() < 1e-3);
+        // 128 rows: two M tiles, both blocks of each cluster stream: twice the rate.
+        let two_tiles = r.grouped_gemm(&GroupSums::of_counts(&[128]), 14336, 4096, 2.0);
+        let bytes128 = 14336.0 * 4096.0 * 2.0 + 128.0 * (14336.0 + 4096.0) * 2.0;
+        assert!((two_tiles.memory_ns - bytes128 / (64.0 * 40e9) * 1e9).abs() < 1e-3);
+        // Many groups fill the SMs: the rate caps at the half-SM rate for single tiles ...
+        let many = r.grouped_gemm(&GroupSums::of_counts(&[4; 8]), 4096, 28672, 2.0);
+        let bytes8 = 8.0 * 4096.0 * 28672.0 * 2.0 + 32.0 * (4096.0 + 28672.0) * 2.0;
+        assert!((many.memory_ns - bytes8 / 2.64e12 * 1e9).abs() < 1e-3);
+        // ... and at the streaming rate for pairs of tiles.
+        let full = r.grouped_gemm(&GroupSums::of_counts(&[128; 8]), 4096, 28672, 2.0);
+        let bytes_full = 8.0 * 4096.0 * 28672.0 * 2.0 + 1024.0 * (4096.0 + 28672.0) * 2.0;
+        assert!((full.memory_ns - bytes_full / 4e12 * 1e9).abs() < 1e-3);
+        // Compute: 129 mean rows pick 128 x 256 tiles; each group pads to 256 rows plus a
+        // quarter tile.
+        let big = r.grouped_gemm(&GroupSums::of_counts(&[129, 129]), 2048, 2816, 2.0);
+        let rows = 2.0 * 256.0 + 0.25 * 128.0 * 2.0;
+        let flops = 2.0 * 2048.0 * 11.0 * 256.0 * rows;
+        assert!((big.compute_ns - flops / 640e12 * 1e9).abs() < 1e-6);
+    }
+
+    #[test]
+    fn expected_groups_weigh_their_probability() {
+        let mut half = GroupSums::default();
+        half.add(3, 0.5);
+        half.add(3, 0.5);
+        let one = GroupSums::of_counts(&[3]);
+        assert_eq!(half, one);
+        let mut many = GroupSums::default();
+        many.add_many(70, 3);
+        assert_eq!(many, GroupSums::of_counts(&[70, 70, 70]));
+    }
+
+    #[test]
+    fn attention_kernels_by_hand() {
+        let r = rates();
+        // Decode: 1 sequence, 32 heads: 32 blocks at 40 GB/s = 1.28 TB/s for 64 MiB.
+        let kv = 67_108_864.0;
+        let t = r.decode_attention(1, 32, 128, kv, 32.0 * 16384.0);
+        assert!((t.memory_ns - kv / 1.28e12 * 1e9).abs() < 1e-3);
+        // 256 sequences: 8192 blocks, capped at 4 TB/s.
+        let t = r.decode_attention(256, 32, 128, kv, 0.0);
+        assert!((t.memory_ns - kv / 4e12 * 1e9).abs() < 1e-3);
+        // Prefill of 256 tokens: 2 blocks of 128 -> 3 block pairs of 16384 (query, key) pairs
+        // per head.
+        let t = r.prefill_attention(256, 32, 128);
+        let pairs = 32.0 * 3.0 * 16384.0;
+        let compute = 512.0 * pairs / 800e12 * 1e9 + pairs / 4e12 * 1e9;
+        assert!((t.compute_ns - compute).abs() < 1e-6);
+    }
+}
