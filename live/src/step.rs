@@ -10,7 +10,7 @@ use crate::device::Kernels;
 use crate::fidelity::StepRecord;
 use crate::{Clock, LiveError};
 use kernels::BackendError;
-use sim::serving::step::{StepBreakdown, StepCost, StepTime, StepWork};
+use sim::serving::step::{StepBreakdown, StepCost, StepParts, StepTime, StepWork};
 use sim::time::SimDuration;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -181,6 +181,13 @@ fn scaled(breakdown: &StepBreakdown, factor: f64) -> StepBreakdown {
             .map(|b| b * factor)
             .collect(),
         op_sources: breakdown.op_sources,
+        parts: StepParts {
+            linear_ns: breakdown.parts.linear_ns * factor,
+            elementwise_ns: breakdown.parts.elementwise_ns * factor,
+            attention_ns: breakdown.parts.attention_ns * factor,
+            head_ns: breakdown.parts.head_ns * factor,
+            host_ns: breakdown.parts.host_ns * factor,
+        },
     }
 }
 

@@ -84,14 +84,17 @@ fn study_b_sarathi_trades_first_token_latency_for_steady_decoding() {
 
 /// Study (b)'s variability mechanism, on Sarathi with 256-token chunks (every step at most 256
 /// tokens). A power-capped GPU runs a lower SM clock: at 0.88 of its clock an H100's ridge point
-/// is 0.88 x 989 TFLOP/s / 3.35 TB/s = 260 FLOP per byte, and a bf16 weight GEMM of at most 256
-/// tokens does at most 256 FLOP per weight byte, so each such step stays memory bound and the
-/// straggler costs nothing (`bandwidth_share = 0`: mean TPOT within 1 %). When the slowdown also
-/// reaches the memory (`bandwidth_share = 1`), every step waits for the straggler (the TP
-/// all-reduce and the EP layer both wait for the slowest GPU): the GPU part of a step (about
-/// 10 ms of a 12 ms step at 4 req/s, the rest the fixed 2 ms host overhead) stretches by
-/// 1 / 0.88 = +13.6 %, so mean TPOT rises by about (10 x 1.136 + 2) / 12 = +11 %: between +8 %
-/// and +16 %.
+/// on its fitted rates (profiles/rates.json) is 0.88 x 674 TFLOP/s / 2,957 GB/s = 201 FLOP per
+/// byte for a dense GEMM and 0.88 x 574 / 1,818 = 278 for a grouped expert GEMM at decode sizes;
+/// a bf16 weight GEMM of at most 256 tokens does at most 256 FLOP per weight byte, so the expert
+/// GEMMs, most of a step's bytes, stay memory bound and the straggler costs little
+/// (`bandwidth_share = 0`: mean TPOT within 2 %; since issue 33 each kernel class is its own
+/// kernels, and a prefill chunk's attention, compute bound, and the element-wise kernels' floors
+/// follow the clock: +1.4 %). When the slowdown also reaches the memory (`bandwidth_share = 1`),
+/// every step waits for the straggler (the TP all-reduce and the EP layer both wait for the
+/// slowest GPU): the GPU part of a step stretches by 1 / 0.88 = +13.6 %, the host's part
+/// (measured, about 6.3 ms plus 35 us a sequence) does not, so mean TPOT rises by less: between
+/// +8 % and +16 % (+11.1 %).
 #[test]
 fn study_b_clock_only_straggler_spares_memory_bound_steps() {
     let sets = |share: &str| {
@@ -111,9 +114,14 @@ fn study_b_clock_only_straggler_spares_memory_bound_steps() {
         let straggler = cell(&runs, &["sarathi", "[0.88, 1.0, 1.0, 1.0]"]);
         scalar(straggler, "tpot_mean_ms") / scalar(uniform, "tpot_mean_ms")
     };
+    // Clock only, the 256-token steps' weight GEMMs stay memory bound: mean TPOT moves by
+    // batch-order effects and the clock-bound attention and element-wise floors (-1.2 %, +0.2 %,
+    // -0.9 % over seeds 1-3 on issue 27's kernel model; +1.4 % on seed 1 with issue 33's kernel
+    // classes and measured host time), while a slowdown that reaches memory moves it by about
+    // +10 % on every seed (+11.1 %).
     let clock_only = ratio("0.0");
     assert!(
-        (clock_only - 1.0).abs() < 0.01,
+        (clock_only - 1.0).abs() < 0.02,
         "clock-only straggler moved mean TPOT by {:+.2} %",
         (clock_only - 1.0) * 100.0
     );
@@ -121,6 +129,12 @@ fn study_b_clock_only_straggler_spares_memory_bound_steps() {
     assert!(
         (1.08..1.16).contains(&uniformly_slower),
         "a uniformly slower straggler moved mean TPOT by {:+.2} %",
+        (uniformly_slower - 1.0) * 100.0
+    );
+    assert!(
+        uniformly_slower - 1.0 > 5.0 * (clock_only - 1.0).abs(),
+        "the memory-bound steps were not spared: clock only {:+.2} %, uniformly slower {:+.2} %",
+        (clock_only - 1.0) * 100.0,
         (uniformly_slower - 1.0) * 100.0
     );
 }

@@ -638,49 +638,85 @@ impl MeasuredDenseStep {
         }
     }
 
-    /// The step over `work` and what priced each of its operations. The measured kernels have
-    /// no memory/compute split: `memory_ns` and `compute_ns` hold the roofline-priced parts
-    /// (attention, head) only; `nanos` is the whole step.
-    pub fn price(&self, work: &StepTokens) -> (StepPrice, OpSources) {
+    /// `work` by kernel class (the measured MLP and attention projections as `linear_ns`, the
+    /// measured element-wise kernels, the roofline's attention and head, the all-reduces; no
+    /// host time) and what priced each of its operations.
+    pub fn parts(&self, work: &StepTokens) -> (MeasuredParts, OpSources) {
         let mut sources = OpSources::default();
-        let mut layer = 0.0;
+        let mut parts = MeasuredParts::default();
         for (operation, class) in [
             (StepOperation::Mlp, &self.mlp),
             (StepOperation::AttentionProjections, &self.projections),
             (StepOperation::Elementwise, &self.elementwise),
         ] {
             let (nanos, source) = class.price(work.rows);
-            layer += nanos;
+            if operation == StepOperation::Elementwise {
+                parts.elementwise_ns = self.n_layers * nanos;
+            } else {
+                parts.linear_ns += self.n_layers * nanos;
+            }
             sources.set(operation, source);
         }
         let attention = self.roofline.attention(work);
-        sources.set(StepOperation::Attention, CostSource::Analytic);
-        let head = if work.sequences > 0 {
-            sources.set(StepOperation::Head, CostSource::Analytic);
-            self.roofline.head(work.sequences)
-        } else {
-            OpTime::default()
+        parts.attention = OpTime {
+            memory_ns: self.n_layers * attention.memory_ns,
+            compute_ns: self.n_layers * attention.compute_ns,
+            nanos: self.n_layers * attention.nanos,
         };
-        let communication = if self.degree > 1 {
+        sources.set(StepOperation::Attention, CostSource::Analytic);
+        if work.sequences > 0 {
+            sources.set(StepOperation::Head, CostSource::Analytic);
+            parts.head = self.roofline.head(work.sequences);
+        }
+        if self.degree > 1 {
             let bytes = work.rows as f64 * self.all_reduce_bytes_per_row;
             let (one, source) = self.collectives.all_reduce(bytes, self.degree);
             sources.set(StepOperation::AllReduce, source);
-            2.0 * self.n_layers * one
-        } else {
-            0.0
-        };
+            parts.communication_ns = 2.0 * self.n_layers * one;
+        }
+        (parts, sources)
+    }
+
+    /// The step over `work` and what priced each of its operations. The measured kernels have
+    /// no memory/compute split: `memory_ns` and `compute_ns` hold the roofline-priced parts
+    /// (attention, head) only; `nanos` is the whole step, the host overhead included.
+    pub fn price(&self, work: &StepTokens) -> (StepPrice, OpSources) {
+        let (parts, sources) = self.parts(work);
         let overhead = self.roofline.host_overhead_ns;
         let price = StepPrice {
-            memory_ns: self.n_layers * attention.memory_ns + head.memory_ns,
-            compute_ns: self.n_layers * attention.compute_ns + head.compute_ns,
-            communication_ns: communication,
+            memory_ns: parts.attention.memory_ns + parts.head.memory_ns,
+            compute_ns: parts.attention.compute_ns + parts.head.compute_ns,
+            communication_ns: parts.communication_ns,
             overhead_ns: overhead,
-            nanos: self.n_layers * (layer + attention.nanos())
-                + head.nanos()
-                + communication
-                + overhead,
+            nanos: parts.nanos() + overhead,
         };
         (price, sources)
+    }
+}
+
+/// A step priced from measured operations by kernel class, ns (`MeasuredDenseStep::parts`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MeasuredParts {
+    /// The measured MLP (its activation included) and attention projections.
+    pub linear_ns: f64,
+    /// The measured norms, rotary embedding and residual add.
+    pub elementwise_ns: f64,
+    /// The roofline's attention kernels.
+    pub attention: OpTime,
+    /// The roofline's output head.
+    pub head: OpTime,
+    /// The tensor-parallel all-reduces.
+    pub communication_ns: f64,
+}
+
+impl MeasuredParts {
+    /// The GPU's time: every class one after another.
+    pub fn nanos(&self) -> f64 {
+        self.linear_ns
+            + self.elementwise_ns
+            + self.attention.nanos
+            + self.head.nanos
+            + self.communication_ns
     }
 }
 

@@ -1,4 +1,5 @@
 //! The one cost model: the GPU catalogue (`gpu`), the model-shape catalogue (`shape`), the
+//! host's time per step (`host`), the
 //! roofline every family prices steps with (`roofline`: dense steps, the non-expert part of MoE
 //! models, MLA attention, and the analytic profiles sampled from it), the grouped-GEMM MoE layer
 //! (`moe_layer`), model loads (`load`: weight bytes over the load path), token-vs-latency
@@ -12,6 +13,7 @@ pub mod curve;
 pub mod fidelity;
 pub mod fit;
 pub mod gpu;
+pub mod host;
 pub mod kernel;
 pub mod kernel_timings;
 pub mod load;

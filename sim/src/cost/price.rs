@@ -1,11 +1,16 @@
 //! Named operations of catalogue models, priced through the very entry points the simulator
 //! uses (`expertsim price`, the H200 fidelity check, docs/fidelity.md's H200 section): a dense
 //! op (`op` + `tokens`: a GEMM of the model, its decode or prefill attention) through
-//! `cost::kernel`, one GPU's MoE layer (its experts' rows) through `cost::moe_layer`.
+//! `cost::kernel`, one GPU's MoE layer (its experts' rows) through `cost::moe_layer`, a dense
+//! model's whole decode or prefill step by kernel class as the serving family prices it.
 
 use crate::cost::gpu::GpuSpec;
+use crate::cost::host::HostOverhead;
 use crate::cost::kernel::{KernelRates, KernelTime, Timing};
 use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
+use crate::cost::roofline::{
+    ElementwiseKernels, Roofline, StepRoofline, StepTokens, TensorParallel,
+};
 use crate::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
 use serde::Serialize;
 use std::path::Path;
@@ -110,6 +115,11 @@ pub enum Op {
     DecodeAttention,
     /// Causal prefill attention of one `tokens`-long sequence.
     PrefillAttention,
+    /// A dense model's whole decode step on one GPU as the serving family prices it: `tokens`
+    /// sequences of `context` cached tokens, by kernel class, with the host's time.
+    DecodeStep,
+    /// A dense model's whole prefill step of one `tokens`-long prompt, likewise.
+    PrefillStep,
 }
 
 /// Every op name `Op::parse` takes.
@@ -123,6 +133,8 @@ pub const OP_NAMES: &[&str] = &[
     "lm_head",
     "decode_attention",
     "prefill_attention",
+    "decode_step",
+    "prefill_step",
 ];
 
 impl Op {
@@ -137,6 +149,8 @@ impl Op {
             "lm_head" => Op::LmHead,
             "decode_attention" => Op::DecodeAttention,
             "prefill_attention" => Op::PrefillAttention,
+            "decode_step" => Op::DecodeStep,
+            "prefill_step" => Op::PrefillStep,
             other => {
                 return Err(format!(
                     "unknown op {other:?}; known: {}",
@@ -176,6 +190,7 @@ pub fn gemm_dims(model: &CatalogueModel, op: Op) -> Result<(u64, u64), String> {
         Op::DecodeAttention | Op::PrefillAttention => {
             return Err("an attention op is not a GEMM".into());
         }
+        Op::DecodeStep | Op::PrefillStep => return Err("a step is not a GEMM".into()),
     })
 }
 
@@ -223,6 +238,9 @@ pub fn price_op(
     context: u64,
     timing: Timing,
 ) -> Result<Priced, String> {
+    if matches!(op, Op::DecodeStep | Op::PrefillStep) {
+        return price_step(gpu, model, op, tokens, context).map(|(priced, _)| priced);
+    }
     let rates = KernelRates::of(gpu);
     let (_, heads, kv_heads, head_dim, _, _, bytes_per_param) = model.dims();
     let kernel = match op {
@@ -244,12 +262,85 @@ pub fn price_op(
             let (k, n) = gemm_dims(model, op)?;
             rates.gemm(tokens, k, n, 2.0)
         }
+        Op::DecodeStep | Op::PrefillStep => unreachable!("priced by price_step above"),
         _ => {
             let (k, n) = gemm_dims(model, op)?;
             rates.gemm(tokens, k, n, bytes_per_param)
         }
     };
     Ok(Priced::of(&[kernel], timing, rates.host_launch_ns))
+}
+
+/// A step's time by kernel class, ns (`StepRoofline::parts` and the host's time).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct StepColumns {
+    pub linear_ns: f64,
+    pub elementwise_ns: f64,
+    pub attention_ns: f64,
+    pub head_ns: f64,
+}
+
+/// A dense model's decode step (`tokens` sequences of `context` cached tokens) or prefill step
+/// (one `tokens`-long prompt) on one GPU, as the serving family prices a one-GPU replica's
+/// step: kernel class by kernel class (`StepRoofline::parts`, its element-wise kernels by
+/// their bytes) plus the host's measured time for its sequences (`cost::host`); `host_ns` is
+/// that time, `memory_ns` and `compute_ns` the GEMM, attention and head terms.
+pub fn price_step(
+    gpu: &GpuSpec,
+    model: &CatalogueModel,
+    op: Op,
+    tokens: u64,
+    context: u64,
+) -> Result<(Priced, StepColumns), String> {
+    let CatalogueModel::Dense(shape) = model else {
+        return Err("decode_step and prefill_step price a dense model's step".into());
+    };
+    let parallel = TensorParallel {
+        degree: 1,
+        link: crate::cost::gpu::LinkSpec::NVLINK4,
+    };
+    let roofline = StepRoofline::dense(shape, Roofline::of(gpu), parallel, 0.0);
+    let (work, sequences) = match op {
+        Op::DecodeStep => {
+            if context == 0 {
+                return Err("decode_step needs a positive context".into());
+            }
+            (
+                StepTokens {
+                    rows: tokens,
+                    sequences: tokens,
+                    context_tokens: tokens * context,
+                    prefill_square: 0.0,
+                },
+                tokens,
+            )
+        }
+        _ => (
+            StepTokens {
+                rows: tokens,
+                sequences: 1,
+                context_tokens: tokens,
+                prefill_square: (tokens as f64).powi(2),
+            },
+            1,
+        ),
+    };
+    let parts = roofline.parts(&work, &ElementwiseKernels::dense(shape, 1));
+    let host_ns = HostOverhead::vllm_v0().nanos(sequences);
+    let priced = Priced {
+        predicted_ns: parts.nanos() + host_ns,
+        memory_ns: parts.linear.memory_ns + parts.attention.memory_ns + parts.head.memory_ns,
+        compute_ns: parts.linear.compute_ns + parts.attention.compute_ns + parts.head.compute_ns,
+        floor_ns: 0.0,
+        host_ns,
+    };
+    let columns = StepColumns {
+        linear_ns: parts.linear.nanos,
+        elementwise_ns: parts.elementwise_ns,
+        attention_ns: parts.attention.nanos,
+        head_ns: parts.head.nanos,
+    };
+    Ok((priced, columns))
 }
 
 /// Which part of one GPU's MoE layer to price.
@@ -321,12 +412,16 @@ pub struct PriceOptions {
 }
 
 /// The columns `price_csv` appends.
-pub const PRICE_COLUMNS: [&str; 5] = [
+pub const PRICE_COLUMNS: [&str; 9] = [
     "predicted_us",
     "memory_us",
     "compute_us",
     "floor_us",
     "host_us",
+    "linear_us",
+    "elementwise_us",
+    "attention_us",
+    "head_us",
 ];
 
 /// Reads the CSV at `path` (columns `gpu`, `model`, then per row `op` + `tokens` (+ `context`
@@ -423,6 +518,7 @@ pub fn price_csv(path: &Path, options: PriceOptions) -> Result<String, PriceErro
             )
             .map_err(|e| refuse("model", e))
         };
+        let mut step: Option<StepColumns> = None;
         let priced = if let Some(text) = cell("rows_per_expert") {
             let groups: Vec<u32> = text
                 .split(';')
@@ -453,13 +549,20 @@ pub fn price_csv(path: &Path, options: PriceOptions) -> Result<String, PriceErro
                 op.ok_or_else(|| refuse("op", "missing (a dense row names its op)".into()))?;
             let op = Op::parse(name).map_err(|e| refuse("op", e))?;
             let tokens = count("tokens")?;
-            let context = if op == Op::DecodeAttention {
+            let context = if matches!(op, Op::DecodeAttention | Op::DecodeStep) {
                 count("context")?
             } else {
                 0
             };
-            price_op(&gpu, &model, op, tokens, context, options.timing)
-                .map_err(|e| refuse("op", e))?
+            if matches!(op, Op::DecodeStep | Op::PrefillStep) {
+                let (priced, columns) =
+                    price_step(&gpu, &model, op, tokens, context).map_err(|e| refuse("op", e))?;
+                step = Some(columns);
+                priced
+            } else {
+                price_op(&gpu, &model, op, tokens, context, options.timing)
+                    .map_err(|e| refuse("op", e))?
+            }
         };
         let mut fields: Vec<String> = record.iter().map(str::to_string).collect();
         fields.resize(header.len(), String::new());
@@ -471,6 +574,14 @@ pub fn price_csv(path: &Path, options: PriceOptions) -> Result<String, PriceErro
             priced.host_ns,
         ] {
             fields.push(format!("{:.3}", v / 1e3));
+        }
+        match step {
+            Some(c) => {
+                for v in [c.linear_ns, c.elementwise_ns, c.attention_ns, c.head_ns] {
+                    fields.push(format!("{:.3}", v / 1e3));
+                }
+            }
+            None => fields.extend(std::iter::repeat_n(String::new(), 4)),
         }
         out.write_record(&fields)
             .map_err(|e| file_error(e.to_string()))?;
@@ -520,7 +631,10 @@ mod tests {
         )
         .unwrap();
         let lines: Vec<&str> = out.lines().collect();
-        assert!(lines[0].ends_with("note,predicted_us,memory_us,compute_us,floor_us,host_us"));
+        assert!(lines[0].ends_with(
+            "note,predicted_us,memory_us,compute_us,floor_us,host_us,linear_us,elementwise_us,\
+             attention_us,head_us"
+        ));
         let gpu = GpuSpec::by_name("H200").unwrap();
         let model = CatalogueModel::by_name("mixtral-8x7b").unwrap();
         let us = |ns: f64| format!("{:.3}", ns / 1e3);

@@ -211,6 +211,101 @@ pub struct StepRoofline {
 /// Bytes per element of activations on the wire and of bf16 weights.
 const BF16_BYTES: f64 = 2.0;
 
+/// The element-wise kernels of one layer on one GPU, each as the bytes it moves per token row
+/// (read and written, bf16): what a step priced in parts (`StepRoofline::parts`) streams
+/// through `cost::kernel::KernelRates::streaming`, each kernel with its floor.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ElementwiseKernels {
+    pub bytes_per_row: Vec<f64>,
+}
+
+impl ElementwiseKernels {
+    /// A transformer layer's, as Vidur's profiler runs them: the input and post-attention
+    /// RMSNorms (each reads and writes the hidden row), the rotary embedding (reads and writes
+    /// this GPU's query and key heads), the residual add (two hidden rows in, one out) and,
+    /// with a gated MLP `ffn_per_gpu` wide on this GPU (0: none, e.g. an MoE layer whose
+    /// experts run apart), SiLU-and-multiply (two rows of it in, one out).
+    pub fn layer(hidden: u64, q_width: u64, k_width: u64, ffn_per_gpu: u64) -> Self {
+        let (h, q, k, f) = (
+            hidden as f64,
+            q_width as f64,
+            k_width as f64,
+            ffn_per_gpu as f64,
+        );
+        let mut bytes_per_row = vec![
+            2.0 * h * BF16_BYTES,
+            2.0 * (q + k) * BF16_BYTES,
+            2.0 * h * BF16_BYTES,
+            3.0 * h * BF16_BYTES,
+        ];
+        if ffn_per_gpu > 0 {
+            bytes_per_row.push(3.0 * f * BF16_BYTES);
+        }
+        ElementwiseKernels { bytes_per_row }
+    }
+
+    /// A dense model's layer on one of `tp` tensor-parallel GPUs.
+    pub fn dense(shape: &DenseModelShape, tp: u32) -> Self {
+        let tp = u64::from(tp.max(1));
+        ElementwiseKernels::layer(
+            shape.hidden,
+            shape.n_heads * shape.head_dim / tp,
+            (shape.n_kv_heads * shape.head_dim).div_ceil(tp),
+            shape.intermediate / tp,
+        )
+    }
+
+    /// An MoE model's non-expert layer on one of `tp` tensor-parallel GPUs (the shared
+    /// experts' activation included; the routed experts' is `cost::moe_layer`'s).
+    pub fn moe(shape: &MoeModelShape, tp: u32) -> Self {
+        let tp = tp.max(1) as usize;
+        ElementwiseKernels::layer(
+            shape.hidden as u64,
+            (shape.n_attention_heads * shape.head_dim / tp) as u64,
+            (shape.n_kv_heads * shape.head_dim).div_ceil(tp) as u64,
+            (shape.shared_expert_ffn * shape.n_shared_experts / tp) as u64,
+        )
+    }
+
+    /// One layer's kernels over `rows` token rows, ns (each its floor plus its bytes streamed).
+    pub fn nanos(&self, rates: &KernelRates, rows: u64) -> f64 {
+        if rows == 0 {
+            return 0.0;
+        }
+        self.bytes_per_row
+            .iter()
+            .map(|b| rates.streaming(b * rows as f64).nanos)
+            .sum()
+    }
+}
+
+/// A step priced kernel class by kernel class (`StepRoofline::parts`), ns: each class its
+/// own kernels, so the step is their sum.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DenseParts {
+    /// The layers' weight GEMMs (QKV, attention output, MLP or shared experts, router).
+    pub linear: OpTime,
+    /// Norms, rotary embedding, residual add, activation.
+    pub elementwise_ns: f64,
+    /// The attention kernels (KV read, score and value FLOPs).
+    pub attention: OpTime,
+    /// The output head.
+    pub head: OpTime,
+    /// The tensor-parallel all-reduces.
+    pub communication_ns: f64,
+}
+
+impl DenseParts {
+    /// The GPU's time: every class one after another.
+    pub fn nanos(&self) -> f64 {
+        self.linear.nanos
+            + self.elementwise_ns
+            + self.attention.nanos
+            + self.head.nanos
+            + self.communication_ns
+    }
+}
+
 /// Host time of one engine step (scheduling, sampling, detokenization) under CUDA graphs, ns.
 /// Assumption, not calibrated: vLLM's CPU overhead per step is commonly profiled at 1-3 ms for
 /// small models; 2 ms.
@@ -426,28 +521,59 @@ impl StepRoofline {
         layers + self.head_flops_per_row * work.sequences as f64
     }
 
+    /// The tensor-parallel all-reduces of `work` (0 on one GPU): two per layer, ring algorithm,
+    /// `2 (tp - 1) / tp` of the rows' bytes across each GPU's link.
+    pub fn all_reduce_ns(&self, work: &StepTokens) -> f64 {
+        let Some((bytes_per_row, parallel)) = self.all_reduce else {
+            return 0.0;
+        };
+        let layers: u64 = self.layers.iter().map(|g| g.count).sum();
+        let tp = f64::from(parallel.degree);
+        let wire = work.rows as f64 * bytes_per_row * 2.0 * (tp - 1.0) / tp;
+        2.0 * layers as f64
+            * (parallel.link.latency_ns + wire / parallel.link.bandwidth_bytes_per_s * 1e9)
+    }
+
+    /// `work` kernel class by kernel class, each its own kernel group as the GPU runs them (no
+    /// launches, no host time: CUDA graphs, the host's time is `cost::host`'s): per layer its
+    /// weight GEMMs on tile-padded rows, its `elementwise` kernels, its attention; the head;
+    /// the all-reduces.
+    pub fn parts(&self, work: &StepTokens, elementwise: &ElementwiseKernels) -> DenseParts {
+        let padded = self.roofline.padded(work.rows) as f64;
+        let attention = self.attention(work);
+        let elementwise_layer = elementwise.nanos(&self.roofline.rates, work.rows);
+        let mut parts = DenseParts::default();
+        for g in &self.layers {
+            let count = g.count as f64;
+            let linear = self.roofline.op(g.weight_bytes, g.flops_per_row * padded);
+            parts.linear.memory_ns += count * linear.memory_ns;
+            parts.linear.compute_ns += count * linear.compute_ns;
+            parts.linear.nanos += count * linear.nanos;
+            parts.attention.memory_ns += count * attention.memory_ns;
+            parts.attention.compute_ns += count * attention.compute_ns;
+            parts.attention.nanos += count * attention.nanos;
+            parts.elementwise_ns += count * elementwise_layer;
+        }
+        if work.sequences > 0 {
+            parts.head = self.head(work.sequences);
+        }
+        parts.communication_ns = self.all_reduce_ns(work);
+        parts
+    }
+
     /// Every layer, the head, launches, host overhead and all-reduces for `work`.
     pub fn price(&self, work: &StepTokens) -> StepPrice {
         let mut price = StepPrice::default();
         let mut launches = u64::from(self.kernels_head);
-        let mut layer_count = 0u64;
         for (g, group) in self.layers.iter().enumerate() {
             price.add(self.layer(g, work), group.count as f64);
             launches += group.count * u64::from(self.kernels_per_layer);
-            layer_count += group.count;
         }
         if work.sequences > 0 {
             price.add(self.head(work.sequences), 1.0);
         }
         price.overhead_ns = self.host_overhead_ns + launches as f64 * self.roofline.launch_ns;
-        if let Some((bytes_per_row, parallel)) = self.all_reduce {
-            // Ring all-reduce: 2 (tp - 1) / tp of the bytes cross each GPU's link.
-            let tp = f64::from(parallel.degree);
-            let wire = work.rows as f64 * bytes_per_row * 2.0 * (tp - 1.0) / tp;
-            price.communication_ns = 2.0
-                * layer_count as f64
-                * (parallel.link.latency_ns + wire / parallel.link.bandwidth_bytes_per_s * 1e9);
-        }
+        price.communication_ns = self.all_reduce_ns(work);
         price.nanos += price.overhead_ns + price.communication_ns;
         price
     }

@@ -2,12 +2,13 @@
 //! Event Format: `{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}`, which
 //! Perfetto and chrome://tracing open): one track (thread) per replica, one complete event
 //! (`"ph": "X"`, `ts` and `dur` in microseconds) per step with its sequences and prefill,
-//! decode and context tokens as `args`, and a counter (`"ph": "C"`) of the replica's KV blocks
+//! decode and context tokens and its time by kernel class (linear, element-wise, attention,
+//! routed experts, head, communication, host; microseconds) as `args`, and a counter (`"ph": "C"`) of the replica's KV blocks
 //! in use at each step's start. Events stream to disk as steps start; past `MAX_EVENTS` events
 //! a run writes no more and says how many it left out (`otherData.events_dropped`), so a file
 //! stays under about 40 MB. Written through a temporary file and renamed into place by `finish`.
 
-use crate::serving::StepWork;
+use crate::serving::{StepBreakdown, StepWork};
 use crate::time::{SimDuration, SimTime};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -44,6 +45,11 @@ pub struct TraceEvents {
     written: u64,
     dropped: u64,
     error: Option<String>,
+}
+
+/// A part of a step's time, ns, as microseconds with nanosecond digits (rounded to the ns).
+fn part(nanos: f64) -> String {
+    micros(nanos.max(0.0).round() as u64)
 }
 
 /// Microseconds with nanosecond digits.
@@ -98,8 +104,8 @@ impl TraceEvents {
         }
     }
 
-    /// Replica `replica` runs a step of `work` from `start` for `duration`, with `kv_blocks`
-    /// KV blocks in use once it is scheduled.
+    /// Replica `replica` runs a step of `work` from `start` for `duration` (its time by kernel
+    /// class in `breakdown`), with `kv_blocks` KV blocks in use once it is scheduled.
     pub fn step(
         &mut self,
         replica: usize,
@@ -107,6 +113,7 @@ impl TraceEvents {
         duration: SimDuration,
         work: StepCounts,
         kv_blocks: u64,
+        breakdown: &StepBreakdown,
     ) {
         let kind = match (work.prefill_tokens > 0, work.decode_tokens > 0) {
             (true, true) => "mixed",
@@ -115,13 +122,20 @@ impl TraceEvents {
         };
         if self.admit() {
             self.raw(&format!(
-                ",\n{{\"name\":\"{kind}\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":0,\"tid\":{replica},\"args\":{{\"sequences\":{},\"prefill_tokens\":{},\"decode_tokens\":{},\"context_tokens\":{}}}}}",
+                ",\n{{\"name\":\"{kind}\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":0,\"tid\":{replica},\"args\":{{\"sequences\":{},\"prefill_tokens\":{},\"decode_tokens\":{},\"context_tokens\":{},\"linear_us\":{},\"elementwise_us\":{},\"attention_us\":{},\"experts_us\":{},\"head_us\":{},\"communication_us\":{},\"host_us\":{}}}}}",
                 micros(start.0),
                 micros(duration.0),
                 work.sequences,
                 work.prefill_tokens,
                 work.decode_tokens,
                 work.context_tokens,
+                part(breakdown.parts.linear_ns),
+                part(breakdown.parts.elementwise_ns),
+                part(breakdown.parts.attention_ns),
+                part(breakdown.moe_ns),
+                part(breakdown.parts.head_ns),
+                part(breakdown.communication_ns),
+                part(breakdown.parts.host_ns),
             ));
         }
         if self.admit() {
@@ -168,7 +182,23 @@ mod tests {
             context_tokens: 1500,
             ..StepWork::default()
         });
-        events.step(1, SimTime(1_500), SimDuration(2_000_250), work, 40);
+        let breakdown = StepBreakdown {
+            moe_ns: 250.4,
+            parts: crate::serving::StepParts {
+                linear_ns: 1_000_000.0,
+                host_ns: 1_000_000.0,
+                ..Default::default()
+            },
+            ..StepBreakdown::default()
+        };
+        events.step(
+            1,
+            SimTime(1_500),
+            SimDuration(2_000_250),
+            work,
+            40,
+            &breakdown,
+        );
         events.finish().unwrap();
         assert!(!dir.path().join("t.json.tmp").exists());
         let doc: serde_json::Value =
@@ -186,6 +216,20 @@ mod tests {
         assert_eq!(step["ts"].as_f64().unwrap(), 1.5);
         assert_eq!(step["dur"].as_f64().unwrap(), 2000.25);
         assert_eq!(step["args"]["prefill_tokens"], 512);
+        // The parts, in microseconds, add up to the duration.
+        let parts: f64 = [
+            "linear_us",
+            "elementwise_us",
+            "attention_us",
+            "experts_us",
+            "head_us",
+            "communication_us",
+            "host_us",
+        ]
+        .iter()
+        .map(|k| step["args"][k].as_f64().unwrap())
+        .sum();
+        assert!((parts - 2000.25).abs() < 1e-9, "{parts}");
         assert_eq!(events[4]["ph"], "C");
         assert_eq!(events[4]["args"]["used"], 40);
         assert_eq!(doc["otherData"]["events_dropped"], 0);
@@ -203,7 +247,14 @@ mod tests {
         };
         let steps = MAX_EVENTS / 2 + 10;
         for i in 0..steps {
-            events.step(0, SimTime(i * 10), SimDuration(10), work, 1);
+            events.step(
+                0,
+                SimTime(i * 10),
+                SimDuration(10),
+                work,
+                1,
+                &StepBreakdown::default(),
+            );
         }
         events.finish().unwrap();
         let doc: serde_json::Value =

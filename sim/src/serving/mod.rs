@@ -22,7 +22,7 @@ pub use replica::{AdmitHook, Replica, Seq};
 pub use router::{EngineState, RouteRequest, Router};
 pub use step::{
     AdapterTokens, CostSource, ExpectedRouting, MeasuredStepCost, NotingSource, RooflineStepCost,
-    RoutedTokens, StepBreakdown, StepCost, StepTime, StepWork,
+    RoutedTokens, StepBreakdown, StepCost, StepParts, StepTime, StepWork,
 };
 
 #[cfg(test)]

@@ -176,6 +176,26 @@ pub struct StepBreakdown {
     /// measured, scaled or analytic priced each of its operation classes; `source` is then the
     /// least measured of those the data can hold.
     pub op_sources: Option<crate::cost::measured_steps::OpSources>,
+    /// The step by kernel class, where the cost model prices it so (the serving family).
+    pub parts: StepParts,
+}
+
+/// A step's time by what runs in it, ns; with `StepBreakdown::moe_ns` (routed experts) and
+/// `communication_ns` these add up to the step's duration where a cost model fills them
+/// (the serving family's `--trace-events` slices show them).
+#[derive(Clone, Copy, Debug, PartialEq, Default, Serialize)]
+pub struct StepParts {
+    /// The layers' weight GEMMs (QKV, attention output, MLP or shared experts, router; from
+    /// measured operations also the MLP's activation, which Vidur's MLP class holds).
+    pub linear_ns: f64,
+    /// Norms, rotary embedding, residual add (and, priced by the roofline, the activation).
+    pub elementwise_ns: f64,
+    /// The attention kernels over the KV cache.
+    pub attention_ns: f64,
+    /// The output head.
+    pub head_ns: f64,
+    /// The host's time (`cost::host`).
+    pub host_ns: f64,
 }
 
 /// A priced step.

@@ -11,16 +11,20 @@ use crate::caps::batch::BatchSelectorConfig;
 use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
 use crate::chimera::{QueuePolicyConfig, RouterConfig};
 use crate::cost::gpu::{GpuSpec, LinkSpec};
+use crate::cost::host::HostOverhead;
+use crate::cost::measured_steps::MeasuredDenseStep;
 use crate::cost::moe_layer::SpeedFactors;
-use crate::cost::roofline::DEFAULT_HOST_OVERHEAD_NS;
+use crate::cost::roofline::TensorParallel;
 use crate::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
 use crate::distributions::{TokenCount, TokenLength};
 use crate::gem::MapperConfig;
 use crate::scenario::validate::{
-    FieldError, LoadCache, duration, field_error, non_negative, positive,
+    FieldError, LoadCache, duration, field_error, measured_on, measured_set, non_negative, positive,
 };
+use crate::serving::CostSource;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
+use std::sync::Arc;
 
 /// Every family-specific table of a serving scenario file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -72,9 +76,6 @@ fn d_interconnect() -> Interconnect {
 }
 fn d_memory_utilization() -> f64 {
     0.9
-}
-fn d_step_overhead_ms() -> f64 {
-    DEFAULT_HOST_OVERHEAD_NS / 1e6
 }
 fn d_max_num_seqs() -> usize {
     256
@@ -167,9 +168,16 @@ pub struct ReplicaTable {
     /// vLLM `gpu_memory_utilization`: the share of each GPU's memory for weights and KV cache.
     #[serde(default = "d_memory_utilization")]
     pub gpu_memory_utilization: f64,
-    /// Host time per step (scheduling, sampling), ms.
-    #[serde(default = "d_step_overhead_ms")]
-    pub step_overhead_ms: f64,
+    /// Host time per step (scheduling, input preparation, sampling, detokenization), ms, flat
+    /// whatever the batch; default: the scheduler kind's measured term (`cost::host`,
+    /// docs/cost-model.md "The host's time per step").
+    #[serde(default)]
+    pub step_overhead_ms: Option<f64>,
+    /// A set of measured per-operation profiles of `gpu` (`profiles/<name>/`, e.g.
+    /// `vidur/h100`) the group's steps are priced from (a dense model only), each operation
+    /// measured, scaled or analytic as the run's `pricing` record says.
+    #[serde(default)]
+    pub measured: Option<String>,
     /// The replica scheduler.
     #[serde(default)]
     pub scheduler: SchedulerTable,
@@ -485,7 +493,10 @@ pub struct ReplicaSpec {
     pub speeds: Vec<SpeedFactors>,
     pub link: LinkSpec,
     pub gpu_memory_utilization: f64,
-    pub step_overhead_ns: f64,
+    /// The host's time per step (`replica.step_overhead_ms`, or the scheduler kind's).
+    pub host: HostOverhead,
+    /// With `replica.measured`, the dense step priced from that set's operations.
+    pub measured: Option<Arc<MeasuredDenseStep>>,
     pub scheduler: SchedulerTable,
     pub max_num_seqs: usize,
     /// Tokens per KV block of the replica's cache (1 for orca, which does not page).
@@ -550,6 +561,21 @@ impl ServingScenario {
     pub fn groups(&self) -> impl Iterator<Item = (&ServedModel, &ReplicaSpec)> {
         std::iter::once((&self.model, &self.replica))
             .chain(self.other_groups.iter().map(|g| (&g.model, &g.replica)))
+    }
+
+    /// What priced the run's steps, as results name it (`cells[].cost_model`): the least
+    /// measured of the groups' sources (a group priced from measured operations: its pricing
+    /// record's step source; else the analytic roofline).
+    pub fn cost_model(&self) -> &'static str {
+        self.groups()
+            .map(|(_, r)| {
+                r.measured
+                    .as_ref()
+                    .map_or(CostSource::Analytic, |m| m.record.sources().step_source())
+            })
+            .reduce(CostSource::less_measured)
+            .unwrap_or(CostSource::Analytic)
+            .cost_model_name()
     }
 
     /// Replicas of the whole cluster.
@@ -783,7 +809,7 @@ impl ServingConfig {
         }
         let mut groups = Vec::with_capacity(tables.len());
         for (path, table) in &tables {
-            groups.push(self.group(path, table)?);
+            groups.push(self.group(path, table, base_dir, cache)?);
         }
         let queue = self.cluster_queue(&tables)?;
         let scenario = self.rest(groups, queue, base_dir, cache)?;
@@ -824,7 +850,13 @@ impl ServingConfig {
     }
 
     /// One replica group, its keys under `p` (`replica` or `replica[i]`).
-    fn group(&self, p: &str, r: &ReplicaTable) -> Result<ReplicaGroup, FieldError> {
+    fn group(
+        &self,
+        p: &str,
+        r: &ReplicaTable,
+        base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<ReplicaGroup, FieldError> {
         let model = match (&r.model, &self.model) {
             (Some(name), _) => served_model(&format!("{p}.model"), name)?,
             (None, Some(table)) => served_model("model.name", &table.name)?,
@@ -974,15 +1006,14 @@ impl ServingConfig {
                 format!("must lie in (0, 1], got {}", r.gpu_memory_utilization),
             ));
         }
-        let step_overhead_ns = if r.step_overhead_ms == 0.0 {
-            0.0
-        } else {
-            duration(
-                &format!("{p}.step_overhead_ms"),
-                r.step_overhead_ms / 1e3,
-                3600.0,
-            )?
-            .0 as f64
+        let host = match r.step_overhead_ms {
+            // 0 is allowed: no host time (a duration must be positive).
+            Some(ms) => HostOverhead::flat(if ms == 0.0 {
+                0.0
+            } else {
+                duration(&format!("{p}.step_overhead_ms"), ms / 1e3, 3600.0)?.0 as f64
+            }),
+            None => super::scheduler::host_overhead(&r.scheduler),
         };
         let max_num_seqs =
             crate::scenario::validate::at_least_one(&format!("{p}.max_num_seqs"), r.max_num_seqs)?;
@@ -1049,6 +1080,37 @@ impl ServingConfig {
             .iter()
             .map(|&s| SpeedFactors::split(s, r.bandwidth_share))
             .collect();
+        let measured = match (&r.measured, &model) {
+            (None, _) => None,
+            (Some(name), ServedModel::Dense(shape)) => {
+                let field = format!("{p}.measured");
+                let set = measured_set(&field, name, base_dir, cache)?;
+                measured_on(&field, &set, &format!("{p}.gpu"), &gpu)?;
+                if speed_factors.iter().any(|&f| f != 1.0) {
+                    return Err(field_error(
+                        &format!("{p}.speed_factors"),
+                        "not yet with `measured`: measured operations are priced at the \
+                         measured GPU's speed",
+                    ));
+                }
+                let parallel = TensorParallel {
+                    degree: tp as u32,
+                    link: r.interconnect.link(),
+                };
+                // The host's time is the serving family's own term (`host`), added per step.
+                Some(Arc::new(MeasuredDenseStep::new(&set, shape, parallel, 0.0)))
+            }
+            (Some(_), _) => {
+                return Err(field_error(
+                    &format!("{p}.measured"),
+                    format!(
+                        "not yet for an MoE model ({}): measured pricing of the serving family's \
+                         expert-parallel MoE layer is not built; a dense model only",
+                        model.name()
+                    ),
+                ));
+            }
+        };
         Ok(ReplicaGroup {
             model,
             replica: ReplicaSpec {
@@ -1061,7 +1123,8 @@ impl ServingConfig {
                 speeds,
                 link: r.interconnect.link(),
                 gpu_memory_utilization: r.gpu_memory_utilization,
-                step_overhead_ns,
+                host,
+                measured,
                 scheduler: r.scheduler.clone(),
                 max_num_seqs,
                 block_size,

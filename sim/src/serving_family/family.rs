@@ -14,9 +14,6 @@ use crate::scenario::limits::{Demand, Quantity};
 use crate::scenario::validate::{FieldError, LoadCache};
 use std::path::{Path, PathBuf};
 
-/// Where the family's step costs come from: the cost model's roofline and `moe_layer`.
-const COST_SOURCE: &str = "analytic-roofline";
-
 /// The general serving family (docs/serving-family.md).
 pub struct Serving;
 
@@ -48,7 +45,7 @@ impl Serving {
                 records,
                 trace_events,
             )?,
-            cost_source: COST_SOURCE.to_string(),
+            cost_source: scenario.cost_model().to_string(),
         })
     }
 }
@@ -168,7 +165,7 @@ impl Family for Serving {
         LiveDescription {
             moe_shape: None,
             model: s.model.name().to_string(),
-            cost_source: COST_SOURCE.to_string(),
+            cost_source: s.cost_model().to_string(),
         }
     }
 

@@ -68,8 +68,13 @@ pub const KEYS: &[KeyDoc] = &[
     },
     KeyDoc {
         key: "replica.step_overhead_ms",
-        default: "2",
-        meaning: "host time per step (scheduling, sampling; CUDA graphs replay the kernels)",
+        default: "the scheduler kind's measured term",
+        meaning: "host time per step (scheduling, input preparation, sampling, detokenization; CUDA graphs replay the kernels), flat whatever the batch; left out, every kind uses vLLM's measured line, 6.32 ms + 35.1 µs per sequence in the step (docs/cost-model.md, \"The host's time per step\")",
+    },
+    KeyDoc {
+        key: "replica.measured",
+        default: "none",
+        meaning: "a measured set of the group's GPU (`profiles/<name>/`, e.g. `vidur/h100`): a dense model's steps priced from its measured operations (`cost::measured_steps::MeasuredDenseStep`, as Chimera's `cluster.measured` and MOSAIC's `[serving] measured`); results say `cost_model = \"measured\"` (or `scaled`) and hold each group's `pricing` record in the details. Refused naming the key: another GPU's set, an MoE model (not yet: the expert-parallel MoE layer has no measured pricing here), `speed_factors` other than 1",
     },
     KeyDoc {
         key: "replica.scheduler",

@@ -370,6 +370,17 @@ pub fn serve<'a>(
             "gpu_mfu": overall.gpu_mfu,
             "replicas": replica_details,
             "adapters": adapter_details(scenario, plan),
+            "host_overhead": scenario
+                .groups()
+                .map(|(_, r)| json!({
+                    "fixed_ms": r.host.fixed_ns * 1e-6,
+                    "per_sequence_us": r.host.per_sequence_ns * 1e-3,
+                }))
+                .collect::<Vec<_>>(),
+            "pricing": scenario
+                .groups()
+                .map(|(_, r)| r.measured.as_ref().map(|m| &m.record))
+                .collect::<Vec<_>>(),
         }),
     })
 }

@@ -1,11 +1,26 @@
 //! The replica scheduler kinds as configurations of `serving::Replica` (docs/serving-family.md
 //! has the table): what `vllm`, `sarathi`, `orca` and `static` set (`ReplicaConfig` and `StepOrder`) and
-//! the system behaviour each follows.
+//! the system behaviour each follows, and each kind's host time per step (`host_overhead`).
 
 use super::config::{ReplicaSpec, SchedulerTable};
+use crate::cost::host::HostOverhead;
 use crate::serving::{
     Admission, Batching, KvConfig, Preemption, Replica, ReplicaConfig, StepOrder,
 };
+
+/// The host's time per forward pass of `scheduler` (docs/cost-model.md, "The host's time per
+/// step"): every kind runs vLLM's engine loop as measured (`HostOverhead::vllm_v0`: a fixed
+/// part plus a part per sequence in the pass). Sarathi-Serve is built on vLLM; Orca and the
+/// static batches of CAPS have no published per-iteration host time of their own, so vLLM's
+/// stands in (a static batch pays it on each of its passes).
+pub fn host_overhead(scheduler: &SchedulerTable) -> HostOverhead {
+    match scheduler {
+        SchedulerTable::Vllm { .. }
+        | SchedulerTable::Sarathi { .. }
+        | SchedulerTable::Orca { .. }
+        | SchedulerTable::Static { .. } => HostOverhead::vllm_v0(),
+    }
+}
 
 /// The replica `spec`'s scheduler over a KV cache of `kv_blocks` blocks.
 ///

@@ -41,7 +41,7 @@ use crate::serving::{
     StepCost,
 };
 use crate::time::{SimDuration, SimTime};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::rc::Rc;
 
 /// What happens to the cluster.
@@ -108,7 +108,7 @@ fn max_sequence_len(spec: &super::config::ReplicaSpec, kv_blocks: u64) -> u32 {
 /// The replica learns a request's output length and adapter (drawn at arrival) when it admits
 /// it.
 struct Admit<'x> {
-    outputs: &'x mut HashMap<u64, (u32, Option<u32>)>,
+    outputs: &'x mut FxHashMap<u64, (u32, Option<u32>)>,
 }
 
 impl AdmitHook for Admit<'_> {
@@ -141,9 +141,9 @@ pub struct ServingServer<'a> {
     rng_adapter: SimRng,
     replicas: Vec<ReplicaRun<'a>>,
     /// Output length and adapter of each request waiting for its first admission.
-    outputs: HashMap<u64, (u32, Option<u32>)>,
+    outputs: FxHashMap<u64, (u32, Option<u32>)>,
     /// Topic of each request in flight (only when experts are routed by topic).
-    topics: HashMap<u64, u32>,
+    topics: FxHashMap<u64, u32>,
     engine_states: Vec<EngineState>,
     predictions: Predictions,
     /// The semantic router's confidence and the predicted tokens, per replica (scratch).
@@ -425,8 +425,8 @@ impl<'a> ServingServer<'a> {
             rng_output: stream(streams, "output_tokens"),
             rng_adapter: stream(seed, "expertweave/adapters"),
             replicas,
-            outputs: HashMap::new(),
-            topics: HashMap::new(),
+            outputs: FxHashMap::default(),
+            topics: FxHashMap::default(),
             engine_states: Vec::with_capacity(count),
             solved: predictions.scores_tasks().then_some(0),
             predictions,
@@ -674,7 +674,14 @@ impl<'a> ServingServer<'a> {
             &run.step_flops,
         );
         if let Some(trace) = &mut self.trace {
-            trace.step(r, now, time.duration, counts, run.replica.kv().used());
+            trace.step(
+                r,
+                now,
+                time.duration,
+                counts,
+                run.replica.kv().used(),
+                &time.breakdown,
+            );
         }
         Some(now + time.duration)
     }

@@ -1,9 +1,12 @@
 //! The serving family's step cost, behind the serving layer's `StepCost` seam: the dense part
 //! (a dense model's whole step, an MoE model's attention, shared experts, router and head) on
-//! the cost model's roofline (`StepRoofline::dense` / `moe_non_expert_tensor_parallel`: weights
-//! and KV streamed, GEMM FLOPs on tile-padded rows, attention, the tensor-parallel all-reduces,
-//! the host's per-step overhead), each GPU at its own speed factors and the slowest setting the
-//! pace; then each MoE layer as `cost::moe_layer` prices it on the replica's expert layout
+//! the cost model's roofline kernel class by kernel class (`StepRoofline::parts` of
+//! `StepRoofline::dense` / `moe_non_expert_tensor_parallel`: weight GEMMs on tile-padded rows,
+//! the element-wise kernels by their bytes, attention, head, the tensor-parallel all-reduces),
+//! each GPU at its own speed factors and the slowest setting the pace, or with
+//! `replica.measured` from measured operations (`MeasuredDenseStep::parts`); the host's time per
+//! pass (`cost::host`, the scheduler kind's term) on top, and each step's `StepParts` in its
+//! breakdown; then each MoE layer as `cost::moe_layer` prices it on the replica's expert layout
 //! (`mapping::ExpertLayout`, the layer's own mapping): per expert-parallel group, each GPU's
 //! hosted expert slots as one grouped GEMM at its own speed, the slowest GPU's plus the
 //! all-to-all dispatch and combine, the layer waiting for its slowest group. The step's rows,
@@ -19,14 +22,21 @@ use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
 use crate::cost::gpu::LinkSpec;
+use crate::cost::host::HostOverhead;
 use crate::cost::kernel::Timing;
+use crate::cost::measured_steps::{MeasuredDenseStep, OpSources};
 use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
-use crate::cost::roofline::{Roofline, StepPrice, StepRoofline, StepTokens, TensorParallel};
+use crate::cost::roofline::{
+    ElementwiseKernels, Roofline, StepRoofline, StepTokens, TensorParallel,
+};
 use crate::cost::shape::MoeModelShape;
 use crate::expertweave::memory::InstancePlan;
-use crate::serving::{CostSource, RoutedTokens, StepBreakdown, StepCost, StepTime, StepWork};
+use crate::serving::{
+    CostSource, RoutedTokens, StepBreakdown, StepCost, StepParts, StepTime, StepWork,
+};
 use crate::time::SimDuration;
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// The routed experts of an MoE replica.
 struct MoePart {
@@ -49,6 +59,14 @@ pub struct ReplicaStepCost {
     /// The dense part at each distinct speed of the replica's GPUs (its roofline scaled by the
     /// speed factors), priced once per step each.
     dense: Vec<StepRoofline>,
+    /// The element-wise kernels of one layer of the dense part on one GPU.
+    elementwise: ElementwiseKernels,
+    /// With `replica.measured`, the dense step from measured operations instead of `dense`.
+    measured: Option<Arc<MeasuredDenseStep>>,
+    /// The host's time per step.
+    host: HostOverhead,
+    /// The dense part's price at each distinct speed of the pass being priced (scratch).
+    prices: Vec<PassTime>,
     /// Which of `dense` each GPU runs at.
     dense_of_gpu: Vec<usize>,
     data_parallel: u64,
@@ -102,20 +120,16 @@ impl ReplicaStepCost {
                 let roofline = nominal.scaled(speed);
                 match &scenario.model {
                     ServedModel::Dense(shape) => {
-                        StepRoofline::dense(shape, roofline, parallel, r.step_overhead_ns)
+                        StepRoofline::dense(shape, roofline, parallel, 0.0)
                     }
                     ServedModel::Moe(shape) => StepRoofline::moe_non_expert_tensor_parallel(
-                        shape,
-                        roofline,
-                        parallel,
-                        2.0,
-                        r.step_overhead_ns,
+                        shape, roofline, parallel, 2.0, 0.0,
                     ),
                     // One tensor-parallel group (the rows split over the data-parallel copies
                     // as for the other models), its kernels in the step's CUDA graph.
                     ServedModel::Mla(shape) => StepRoofline {
                         kernels_head: 0,
-                        host_overhead_ns: r.step_overhead_ns,
+                        host_overhead_ns: 0.0,
                         all_reduce: (parallel.degree > 1)
                             .then_some((shape.hidden as f64 * 2.0, parallel)),
                         ..StepRoofline::mla_moe_non_expert(
@@ -156,8 +170,18 @@ impl ReplicaStepCost {
             }
             _ => (None, 0.0),
         };
+        let degree = parallel.degree;
+        let elementwise = match &scenario.model {
+            ServedModel::Dense(shape) => ElementwiseKernels::dense(shape, degree),
+            ServedModel::Moe(shape) => ElementwiseKernels::moe(shape, degree),
+            ServedModel::Mla(shape) => ElementwiseKernels::moe(&shape.moe_geometry(), degree),
+        };
         ReplicaStepCost {
             dense,
+            elementwise,
+            measured: r.measured.clone(),
+            host: r.host,
+            prices: Vec::new(),
             dense_of_gpu,
             data_parallel: deployment.data_parallel as u64,
             moe,
@@ -233,9 +257,28 @@ impl ReplicaStepCost {
             context_tokens: share(sequences * context, dp),
             prefill_square: 0.0,
         };
+        self.evenly_routed(&tokens, sequences, sequences)
+    }
+
+    /// The prefill step of one prompt of `tokens` tokens (its first token scored), routed as
+    /// [`Self::decode_profile`] routes.
+    pub fn prefill_profile(&mut self, tokens: u64) -> StepTime {
+        let dp = self.data_parallel;
+        let work = StepTokens {
+            rows: share(tokens, dp),
+            sequences: 1,
+            context_tokens: share(tokens, dp),
+            prefill_square: (tokens as f64).powi(2) / dp as f64,
+        };
+        self.evenly_routed(&work, tokens, 1)
+    }
+
+    /// One step of `tokens` (`rows` rows in the whole replica, `sequences` sequences), its
+    /// routed tokens spread evenly over the experts.
+    fn evenly_routed(&mut self, tokens: &StepTokens, rows: u64, sequences: u64) -> StepTime {
         let spread = self.moe.as_ref().map(|moe| {
             let (experts, gpus, layers) = (moe.layout.n_experts, moe.layout.gpus(), moe.n_layers);
-            let assignments = sequences * moe.top_k as u64;
+            let assignments = rows * moe.top_k as u64;
             let layer: Vec<u32> = (0..experts as u64)
                 .map(|e| {
                     (assignments / experts as u64 + u64::from(e < assignments % experts as u64))
@@ -261,8 +304,8 @@ impl ReplicaStepCost {
                 per_slot: &[],
             });
         let mut busy = vec![0.0; self.dense_of_gpu.len()];
-        let pass = self.pass(&tokens, sequences, routed, &mut busy);
-        pass.step_time(busy)
+        let pass = self.pass(tokens, rows, routed, &mut busy);
+        pass.with_host(self.host.nanos(sequences)).step_time(busy)
     }
 
     /// One forward pass of `rows` token rows (the whole replica's): the dense part on `tokens`
@@ -275,9 +318,54 @@ impl ReplicaStepCost {
         routed: Option<RoutedTokens<'_>>,
         busy: &mut [f64],
     ) -> PassTime {
-        let prices: Vec<StepPrice> = self.dense.iter().map(|d| d.price(tokens)).collect();
+        let prices = &mut self.prices;
+        prices.clear();
+        match &self.measured {
+            Some(measured) => {
+                let (parts, sources) = measured.parts(tokens);
+                prices.push(PassTime {
+                    nanos: parts.nanos(),
+                    compute_ns: parts.attention.compute_ns + parts.head.compute_ns,
+                    memory_ns: parts.attention.memory_ns + parts.head.memory_ns,
+                    communication_ns: parts.communication_ns,
+                    parts: StepParts {
+                        linear_ns: parts.linear_ns,
+                        elementwise_ns: parts.elementwise_ns,
+                        attention_ns: parts.attention.nanos,
+                        head_ns: parts.head.nanos,
+                        host_ns: 0.0,
+                    },
+                    op_sources: Some(sources),
+                    ..PassTime::default()
+                });
+            }
+            None => {
+                for d in &self.dense {
+                    let parts = d.parts(tokens, &self.elementwise);
+                    prices.push(PassTime {
+                        nanos: parts.nanos(),
+                        compute_ns: parts.linear.compute_ns
+                            + parts.attention.compute_ns
+                            + parts.head.compute_ns,
+                        memory_ns: parts.linear.memory_ns
+                            + parts.attention.memory_ns
+                            + parts.head.memory_ns,
+                        communication_ns: parts.communication_ns,
+                        parts: StepParts {
+                            linear_ns: parts.linear.nanos,
+                            elementwise_ns: parts.elementwise_ns,
+                            attention_ns: parts.attention.nanos,
+                            head_ns: parts.head.nanos,
+                            host_ns: 0.0,
+                        },
+                        ..PassTime::default()
+                    });
+                }
+            }
+        }
         for (b, &d) in busy.iter_mut().zip(&self.dense_of_gpu) {
-            *b += prices[d].nanos - prices[d].overhead_ns - prices[d].communication_ns;
+            let d = d.min(prices.len() - 1);
+            *b += prices[d].nanos - prices[d].communication_ns;
         }
         let pace = prices
             .iter()
@@ -322,11 +410,9 @@ impl ReplicaStepCost {
         }
         PassTime {
             nanos: pace.nanos + moe_ns,
-            compute_ns: pace.compute_ns,
-            memory_ns: pace.memory_ns,
             communication_ns,
-            overhead_ns: pace.overhead_ns,
             moe_ns,
+            ..pace
         }
     }
 
@@ -379,21 +465,25 @@ impl ReplicaStepCost {
                 r.route(routed_tokens)
             });
             self.add_pass_flops(&tokens, routed, flops);
-            total.add(&self.pass(&tokens, routed_tokens, routed, &mut busy));
+            let pass = self.pass(&tokens, routed_tokens, routed, &mut busy);
+            total.add(&pass.with_host(self.host.nanos(requests)));
         }
         total.step_time(busy)
     }
 }
 
-/// What one pass (or a sum of passes) takes, ns.
+/// What one pass (or a sum of passes) takes, ns (with the host's time once `with_host` adds
+/// it).
 #[derive(Clone, Copy, Debug, Default)]
 struct PassTime {
     nanos: f64,
     compute_ns: f64,
     memory_ns: f64,
     communication_ns: f64,
-    overhead_ns: f64,
     moe_ns: f64,
+    parts: StepParts,
+    /// From measured operations: what priced each.
+    op_sources: Option<OpSources>,
 }
 
 impl PassTime {
@@ -402,8 +492,21 @@ impl PassTime {
         self.compute_ns += other.compute_ns;
         self.memory_ns += other.memory_ns;
         self.communication_ns += other.communication_ns;
-        self.overhead_ns += other.overhead_ns;
         self.moe_ns += other.moe_ns;
+        let (p, o) = (&mut self.parts, &other.parts);
+        p.linear_ns += o.linear_ns;
+        p.elementwise_ns += o.elementwise_ns;
+        p.attention_ns += o.attention_ns;
+        p.head_ns += o.head_ns;
+        p.host_ns += o.host_ns;
+        self.op_sources = self.op_sources.or(other.op_sources);
+    }
+
+    /// The passes plus the host's `host_ns`.
+    fn with_host(mut self, host_ns: f64) -> PassTime {
+        self.nanos += host_ns;
+        self.parts.host_ns += host_ns;
+        self
     }
 
     fn step_time(self, per_gpu_busy_ns: Vec<f64>) -> StepTime {
@@ -413,12 +516,15 @@ impl PassTime {
                 compute_ns: self.compute_ns,
                 memory_ns: self.memory_ns,
                 communication_ns: self.communication_ns,
-                overhead_ns: self.overhead_ns,
+                overhead_ns: self.parts.host_ns,
                 moe_ns: self.moe_ns,
                 per_gpu_busy_ns,
-                op_sources: None,
+                op_sources: self.op_sources,
+                parts: self.parts,
             },
-            source: CostSource::Analytic,
+            source: self
+                .op_sources
+                .map_or(CostSource::Analytic, |s| s.step_source()),
         }
     }
 }
@@ -429,6 +535,7 @@ impl StepCost for ReplicaStepCost {
         let mut busy = vec![0.0; self.dense_of_gpu.len()];
         let rows = work.prefill_tokens + work.decode_tokens;
         let pass = self.pass(&tokens, rows, work.routed, &mut busy);
-        pass.step_time(busy)
+        pass.with_host(self.host.nanos(work.requests))
+            .step_time(busy)
     }
 }
