@@ -770,14 +770,24 @@ mod tests {
             "{c:?}"
         );
         assert_eq!(m.gpu(even, SpeedFactors::NOMINAL).nanos, c.nanos);
-        let expected = m.gpu(ExpertRows::Expected(&[64.0, 65.0, 0.0]), SpeedFactors::NOMINAL);
+        let expected = m.gpu(
+            ExpertRows::Expected(&[64.0, 65.0, 0.0]),
+            SpeedFactors::NOMINAL,
+        );
         assert!((expected.nanos - c.nanos).abs() < 1e-6);
         // Eight experts with one row each: the fixed part once, eight GEMM pairs.
-        let eight = m.gpu(ExpertRows::Counted(&[1; 8]), SpeedFactors::NOMINAL).nanos;
+        let eight = m
+            .gpu(ExpertRows::Counted(&[1; 8]), SpeedFactors::NOMINAL)
+            .nanos;
         assert!((eight - (4_008.0 + 8.0 * 9_000.0)).abs() < 1e-6);
         // A slower GPU slows only the GEMM pairs, not the fixed part.
-        let slow = m.gpu(ExpertRows::Counted(&[1; 8]), SpeedFactors::split(0.5, 1.0)).nanos;
-        assert!((slow - (4_008.0 + 2.0 * 8.0 * 9_000.0)).abs() < 1e-6, "{slow}");
+        let slow = m
+            .gpu(ExpertRows::Counted(&[1; 8]), SpeedFactors::split(0.5, 1.0))
+            .nanos;
+        assert!(
+            (slow - (4_008.0 + 2.0 * 8.0 * 9_000.0)).abs() < 1e-6,
+            "{slow}"
+        );
     }
 
     /// A serial layer launch: without a split every expert pays the whole-layer curve; with

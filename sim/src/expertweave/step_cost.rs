@@ -332,8 +332,11 @@ rerouting = "{rerouting}"
         // inclusion probability, one row when read.
         let expected: f64 = (0..26)
             .map(|l| {
-                let reads: Vec<(f64, f64)> =
-                    popularity.inclusion(0, l).iter().map(|&pi| (pi, 1.0)).collect();
+                let reads: Vec<(f64, f64)> = popularity
+                    .inclusion(0, l)
+                    .iter()
+                    .map(|&pi| (pi, 1.0))
+                    .collect();
                 let distinct: f64 = reads.iter().map(|r| r.0).sum();
                 assert!((distinct - 6.0).abs() < 1e-9, "{distinct}");
                 let c = layer.gpu(ExpertRows::Weighted(&reads), SpeedFactors::NOMINAL);
