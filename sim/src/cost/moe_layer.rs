@@ -11,9 +11,9 @@
 //! Two refinements replace the model where measurements exist: a measured profile of the
 //! project's own kernels (`with_profile`: where the profile splits the layer, its measured
 //! fixed part once per layer plus each active expert's measured GEMM pair; else the measured
-//! single-expert layer curves back to back inside one launch set), and the measured grouped GEMMs of the GPU and expert shape
-//! (`with_measured_grouped`: `profiles/h200/kernels.json`, the model's shape between measured
-//! points scaled to them).
+//! single-expert layer curves back to back inside one launch set), and the measured grouped
+//! GEMMs of the GPU and expert shape (`with_measured_grouped`: `profiles/h200/kernels.json`,
+//! the model's shape between measured points scaled to them).
 
 use crate::cost::curve::CostCurve;
 use crate::cost::gpu::{GpuSpec, LinkSpec};
