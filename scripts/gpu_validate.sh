@@ -9,16 +9,17 @@
 #                                           # ordered by value, each capped (--budget): the ignored
 #                                           # GPU tests; `expertsim-calibrate --backend cuda` for
 #                                           # every profile the live scenarios use; the real
-#                                           # Qwen1.5-MoE-A2.7B shape, checked against cuBLAS's own
-#                                           # times (scripts/vendor_check.py); `expertsim live
-#                                           # --backend cuda` on every scenario under
-#                                           # scenarios/live/; the fidelity table in docs/fidelity.md
+#                                           # Qwen1.5-MoE-A2.7B expert, checked against cuBLAS's
+#                                           # own times (scripts/vendor_check.py); `expertsim live
+#                                           # --backend cuda` on every real-shape scenario under
+#                                           # scenarios/live-gpu/; the fidelity table in
+#                                           # docs/fidelity.md; the full Qwen calibration, timed
 #   bash scripts/gpu_validate.sh --dry-run  # print the budgeted plan and every step of both halves
 #                                           # (the exact commands) and exit 0; runs nothing, needs
 #                                           # no GPU and no build
 #
 # Options:
-#   --budget SECONDS  wall-clock seconds the device half may take (default 480, at least 90): each
+#   --budget SECONDS  wall-clock seconds the device half may take (default 480, at least 100): each
 #                   phase gets a cap (its share of the budget plus what earlier phases left
 #                   unused, keeping every later phase's minimum), each command in a phase the
 #                   phase's time left over the commands left, under `timeout`; a command that
@@ -34,8 +35,10 @@
 #                   machine whose files come back from one folder only (the device tool's $OUT)
 #   --collect-tar FILE  also pack that folder into one gzipped tarball FILE (for a folder that
 #                   brings back only a few files); implies --collect (a temporary folder if none)
-#   --backend cpu   rehearse the device half on the CPU reference kernels: no GPU tests and no
-#                   nvidia-smi; profiles go under --out and docs/fidelity.md is left alone
+#   --backend cpu   rehearse the device half on the CPU reference kernels with the scaled-down
+#                   scenarios of scenarios/live/ (the real shapes take the CPU references hours):
+#                   no GPU tests, no real Qwen shape and no nvidia-smi; profiles go under --out
+#                   and docs/fidelity.md is left alone
 #
 # Libraries: the kernels load libnvrtc (libnvrtc.so or .so.12) and libcublas (libcublas.so or
 # .so.12) at run time. The device half looks in $NVRTC_LIB, $CUBLAS_LIB, target/nvrtc (the PyPI
@@ -44,11 +47,12 @@
 # (target/gpu-validate/lib), puts the folders on LD_LIBRARY_PATH and logs what it found
 # (<logs>/libraries.txt); the binaries print the files they loaded.
 #
-# Profiles: each live scenario names a CPU-measured profile (`profile = "../../profiles/measured/
-# amd-epyc_<stem>.json"`); the device half calibrates the same stem on the GPU into
-# profiles/measured/<device>_<stem>.json with the recipe below (the flags the CPU profile was
-# measured with, docs/fidelity.md) and runs the scenario with `--set <table>.profile=...` on it.
-# A scenario naming a stem without a recipe stops the script (and its dry run) with an error.
+# Profiles: every live scenario is run on a profile calibrated on the device for it: its
+# family's profile key (`profile_key_of`) is set with `--set` to
+# <profiles>/<device>_<folder>-<name>.json, measured by `expertsim-calibrate --for-scenario`
+# (only the counts the scenario can ask for; for MOSAIC and Chimera the dense-decode profile of
+# its models, at their real widths with 1/8 of the layers on a GPU: `recipe`). A scenario of a
+# family without a profile key stops the script (and its dry run) with an error.
 # Logs: profiles/measured/logs/<device>/ (nvidia-smi's name, driver and clocks before and after,
 # each test binary's and each calibration's output). The card's settings are only read, never set.
 set -euo pipefail
@@ -88,9 +92,11 @@ if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
     echo "--runs must be a positive integer; $usage" >&2
     exit 2
 fi
-# The budget must hold every phase's minimum and the collect reserve (see PHASE_MIN below).
-if ! [[ "$budget" =~ ^[0-9]+$ ]] || ((budget < 90 || budget > 86400)); then
-    echo "--budget must be a whole number of seconds from 90 (every phase's minimum) to 86400; $usage" >&2
+# The budget must hold every phase's minimum and the collect reserve (MIN_BUDGET, checked against
+# PHASE_MIN and COLLECT_RESERVE below).
+MIN_BUDGET=100
+if ! [[ "$budget" =~ ^[0-9]+$ ]] || ((budget < MIN_BUDGET || budget > 86400)); then
+    echo "--budget must be a whole number of seconds from $MIN_BUDGET (every phase's minimum and the collect reserve) to 86400; $usage" >&2
     exit 2
 fi
 if [[ -n "$collect_tar" && -z "$collect" ]]; then
@@ -151,66 +157,67 @@ gpu_tests_in_sources() {
             }'
 }
 
+# Where the live scenarios of the backend are: the real shapes on a GPU, the scaled-down ones
+# (which the CPU references run in seconds) in a CPU rehearsal.
+live_dir() {
+    if [[ "$backend" == cuda ]]; then echo scenarios/live-gpu; else echo scenarios/live; fi
+}
+
 # The live scenarios, sorted.
 live_scenarios() {
     local f
-    for f in scenarios/live/*.toml; do
+    for f in "$(live_dir)"/*.toml; do
         [[ -e "$f" ]] && printf '%s\n' "$f"
     done | LC_ALL=C sort
 }
 
-# "table path" of the first `profile = "..."` key of a scenario ("-" for a top-level key).
-profile_key() {
-    awk '
-        /^[ \t]*\[/ { table = $0; gsub(/[][ \t]/, "", table); next }
-        /^[ \t]*profile[ \t]*=/ {
-            v = $0; sub(/^[^"]*"/, "", v); sub(/".*$/, "", v)
-            print (table == "" ? "-" : table), v
-            exit
-        }' "$1"
+# The family of a scenario file.
+family_of() {
+    awk -F'"' '/^[ \t]*family[ \t]*=/ { print $2; exit }' "$1"
 }
 
-# The stem of a CPU profile's file name: amd-epyc_live-tiny-moe.json -> live-tiny-moe.
-profile_stem() {
-    local base
-    base=$(basename "$1" .json)
-    printf '%s\n' "${base#*_}"
-}
-
-# The dense model shapes (`shape = "..."`) of the scenarios using a stem, comma-separated.
-dense_models_of() {
-    local stem=$1 f key
-    for f in $(live_scenarios); do
-        key=$(profile_key "$f")
-        [[ -n "$key" && "$(profile_stem "${key#* }")" == "$stem" ]] || continue
-        awk -F'"' '/^[ \t]*shape[ \t]*=/ { print $2 }' "$f"
-    done | awk '!seen[$0]++' | paste -sd, -
-}
-
-# The calibration flags of each profile stem (the ones its CPU profile was measured with).
-recipe() {
-    local stem=$1
-    case "$stem" in
-    live-tiny-moe)
-        RECIPE=(--model live-tiny-moe --dense-limit 512 --sparse-step 0 --sparse-limit 0
-            --max-batch 16 --contexts 1024 --context-batches 1,8 --reroute-tokens 16,64,256
-            --adapters 2) ;;
-    live-tiny-moe-ffn32)
-        RECIPE=(--model live-tiny-moe --expert-ffn 32 --dense-limit 512 --sparse-step 0
-            --sparse-limit 0 --max-batch 16 --contexts 1024 --context-batches 1,8
-            --reroute-tokens 1,16,64,256 --adapters 3) ;;
-    mosaic-live-dense)
-        local models
-        models=$(dense_models_of "$stem")
-        [[ -n "$models" ]] || die "no \`shape = \"...\"\` in the scenarios that use $stem"
-        RECIPE=(--dense-models "$models") ;;
+# The profile key (table.key) a family prices its steps from.
+profile_key_of() {
+    case "$1" in
+    caps) echo execution.profile ;;
+    gem) echo model.profile ;;
+    expertweave) echo cost.profile ;;
+    mosaic) echo serving.profile ;;
+    chimera) echo cluster.profile ;;
     *) return 1 ;;
     esac
-    if [[ "$backend" == cpu ]]; then
+}
+
+# The stem of a scenario's calibrated profile: its folder and name (live-gpu-caps).
+scenario_stem() {
+    printf '%s-%s\n' "$(basename "$(dirname "$1")")" "$(basename "$1" .toml)"
+}
+
+# The calibration flags of a scenario: only what its steps can ask for (--for-scenario); for the
+# families priced by a dense-decode profile, the scaling live mode then runs their models at (on
+# a GPU the real widths with 1/8 of the layers) and a grid of kernel rows and cached tokens per
+# row that covers their steps (docs/fidelity.md).
+recipe() {
+    local scenario=$1 family
+    family=$(family_of "$scenario")
+    profile_key_of "$family" >/dev/null || return 1
+    RECIPE=(--for-scenario "$scenario")
+    case "$family:$backend" in
+    mosaic:cuda)
+        RECIPE+=(--scale-widths 1 --scale-layers 8 --dense-rows 1,2,3,4,6,8,12,16,32,64,128,256
+            --dense-contexts 8,16,32,64,128 --repetitions 5 --warmup 1) ;;
+    chimera:cuda)
+        RECIPE+=(--scale-widths 1 --scale-layers 8 --dense-rows 1,2,3,4,8,16,32,64,128,256,512
+            --dense-contexts 128,256,512,768,1024 --repetitions 5 --warmup 1) ;;
+    chimera:cpu)
+        RECIPE+=(--dense-rows 1,2,3,4,8,16,32,64,128,256,512
+            --dense-contexts 128,256,512,768,1024) ;;
+    mosaic:cpu) ;;
+    *:cpu)
         # The rehearsal: the CPU's own repetition counts (docs/fidelity.md), not the GPU's
         # default (adaptive, 10 to 500 per point; docs/calibration.md).
-        RECIPE+=(--repetitions 15 --warmup 3)
-    fi
+        RECIPE+=(--repetitions 15 --warmup 3) ;;
+    esac
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -297,14 +304,18 @@ PHASE_TITLES=(
     "preflight: the GPU (read-only), the build manifest, the libraries"
     "the GPU tests (every kernel against its CPU reference, calibration and live on CUDA)"
     "calibrate every profile the live scenarios use"
-    "calibrate the real Qwen1.5-MoE-A2.7B shape; its expert against cuBLAS's own times"
+    "calibrate the real Qwen1.5-MoE-A2.7B expert to 2,048 tokens; against cuBLAS's own times"
     "the live runs"
     "the fidelity table"
+    "calibrate the real Qwen1.5-MoE-A2.7B shape with every default, timed"
 )
-PHASE_SHARE=(4 25 15 20 33 3)
-PHASE_MIN=(10 20 10 15 20 5)
+PHASE_SHARE=(3 14 15 7 37 2 22)
+PHASE_MIN=(10 20 10 10 20 5 15)
 # Seconds kept for copying and packing what was measured.
 COLLECT_RESERVE=10
+min_total=$COLLECT_RESERVE
+for m in "${PHASE_MIN[@]}"; do min_total=$((min_total + m)); done
+((min_total == MIN_BUDGET)) || die "MIN_BUDGET ($MIN_BUDGET) is not the phases' minimums plus the collect reserve ($min_total)"
 
 # Planned seconds of phase $1 at the budget: its share, at least its minimum.
 planned_cap() {
@@ -378,9 +389,14 @@ end_phase() {
     printf '  phase %d took %d s; %d s carried to the next\n' "$((phase + 1))" "$used" "$carry"
 }
 
+# The fewest seconds a command of a phase is left for each command after it.
+COMMAND_RESERVE=8
+
 # Runs a command of the current phase under `timeout`, with its output shown and also written to
-# LOG: its cap is the phase's time left over the LEFT commands left (this one included). A
-# failure or a cut (the cap reached) is recorded under NAME and does not stop the script.
+# LOG: its cap is the phase's time left, less COMMAND_RESERVE for each of the LEFT - 1 commands
+# after it (at least an even share of what is left), so a long command may use the time short
+# ones leave. A failure or a cut (the cap reached) is recorded under NAME and does not stop the
+# script.
 run_capped() {
     local name=$1 log=$2 left=$3
     shift 3
@@ -389,7 +405,8 @@ run_capped() {
     ((dry_run)) && return 0
     local t cap rc=0 status
     t=$(now)
-    cap=$(((phase_deadline - t) / left))
+    cap=$((phase_deadline - t - (left - 1) * COMMAND_RESERVE))
+    ((cap < (phase_deadline - t) / left)) && cap=$(((phase_deadline - t) / left))
     if ((cap < 1)); then
         echo "  skipped: the phase's cap is reached"
         summary+=("$name | skipped (phase cap reached) | 0 s | $log")
@@ -571,25 +588,20 @@ device_half() {
         end_phase
     fi
 
-    # Phase 3: calibration of every profile the scenarios use.
-    local scenario key table path stem
-    declare -A calibrated=()
-    local stems=()
+    # Phase 3: a profile of every live scenario, calibrated on the device for it.
+    local scenario stem key
+    local scenarios=()
     for scenario in $(live_scenarios); do
-        key=$(profile_key "$scenario")
-        [[ -n "$key" ]] || continue
-        stem=$(profile_stem "${key#* }")
-        recipe "$stem" || die "$scenario: its profile ${key#* } has no calibration recipe for stem \`$stem\` in scripts/gpu_validate.sh (add one to recipe())"
-        if [[ -z "${calibrated[$stem]:-}" ]]; then
-            calibrated[$stem]=1
-            stems+=("$stem")
-        fi
+        recipe "$scenario" || die "$scenario: family \`$(family_of "$scenario")\` has no profile key in scripts/gpu_validate.sh (add one to profile_key_of)"
+        scenarios+=("$scenario")
     done
+    ((${#scenarios[@]})) || die "no live scenario under $(live_dir)"
     if begin_phase 2; then
-        local left=${#stems[@]}
-        for stem in "${stems[@]}"; do
-            recipe "$stem"
-            echo "  $stem on the $backend backend -> $profiles_dir/${device}_$stem.json"
+        local left=${#scenarios[@]}
+        for scenario in "${scenarios[@]}"; do
+            recipe "$scenario"
+            stem=$(scenario_stem "$scenario")
+            echo "  $scenario on the $backend backend -> $profiles_dir/${device}_$stem.json"
             run_capped "calibrate $stem" "$logs/calibrate-$stem.log" "$left" \
                 "$bin/expertsim-calibrate" --backend "$backend" "${RECIPE[@]}" \
                 --output "$profiles_dir/${device}_$stem.json"
@@ -598,42 +610,38 @@ device_half() {
         end_phase
     fi
 
-    # Phase 4: the real Qwen1.5-MoE-A2.7B shape: the expert and dense curves to 2,048 tokens,
-    # the expert against cuBLAS's own times for its two GEMMs, then every default.
+    # Phase 4: the real Qwen1.5-MoE-A2.7B expert (with its GEMMs alone, which split the layer
+    # into its fixed part and each expert's GEMM pair) and dense curves to 2,048 tokens, then the
+    # expert against cuBLAS's own times for its two GEMMs.
+    local qwen=qwen1.5-moe-a2.7b
     if begin_phase 3; then
-        local qwen=qwen1.5-moe-a2.7b
         if [[ "$backend" == cpu ]]; then
             echo "  (skipped: the real shape is a GPU's work; the CPU references take hours)"
         else
             echo "  the expert and dense curves to 2,048 tokens -> $profiles_dir/${device}_$qwen-to2048.json"
-            run_capped "calibrate $qwen to 2048 tokens" "$logs/calibrate-$qwen-to2048.log" 3 \
+            run_capped "calibrate $qwen to 2048 tokens" "$logs/calibrate-$qwen-to2048.log" 2 \
                 "$bin/expertsim-calibrate" --backend cuda --model "$qwen" --dense-limit 2048 \
                 --sparse-step 0 --sparse-limit 0 --max-batch 8 --contexts 1024 --context-batches 1 \
-                --reroute-tokens 16 --adapters 1 --expert-gemms \
+                --reroute-tokens 16 --adapters 1 \
                 --output "$profiles_dir/${device}_$qwen-to2048.json"
-            echo "  its expert_ffn at 64-2,048 tokens against cuBLAS's w13 + w2 ($QWEN_REFERENCE)"
-            run_capped "vendor check of $qwen" "$logs/vendor-check-$qwen.log" 2 \
+            echo "  its expert at 64-2,048 tokens against cuBLAS's w13 + w2 ($QWEN_REFERENCE)"
+            run_capped "vendor check of $qwen" "$logs/vendor-check-$qwen.log" 1 \
                 python3 scripts/vendor_check.py "$profiles_dir/${device}_$qwen-to2048.json" \
                 "$QWEN_REFERENCE" --tokens 64-2048 --max-ratio 1.5
-            echo "  every default (the full calibration, timed) -> $profiles_dir/${device}_$qwen.json"
-            run_capped "calibrate $qwen (every default)" "$logs/calibrate-$qwen.log" 1 \
-                "$bin/expertsim-calibrate" --backend cuda --model "$qwen" \
-                --output "$profiles_dir/${device}_$qwen.json"
         fi
         end_phase
     fi
 
-    # Phase 5: every live scenario, --runs times.
+    # Phase 5: every live scenario on its profile, --runs rounds (each round runs every
+    # scenario once, so a phase cut short still has a run of each).
     if begin_phase 4; then
-        local i name profile_arg dir_name sets left
-        left=$(($(live_scenarios | wc -l) * runs))
-        for scenario in $(live_scenarios); do
-            name=$(basename "$scenario" .toml)
-            sets=()
-            key=$(profile_key "$scenario")
-            if [[ -n "$key" ]]; then
-                table=${key%% *}
-                stem=$(profile_stem "${key#* }")
+        local i name profile_arg dir_name left
+        left=$((${#scenarios[@]} * runs))
+        for ((i = 1; i <= runs; i++)); do
+            for scenario in "${scenarios[@]}"; do
+                name=$(basename "$scenario" .toml)
+                stem=$(scenario_stem "$scenario")
+                key=$(profile_key_of "$(family_of "$scenario")")
                 if [[ "$backend" == cpu ]]; then
                     # Under --out, which may lie anywhere: an absolute path.
                     profile_arg="$profiles_dir/${device}_$stem.json"
@@ -641,16 +649,9 @@ device_half() {
                 else
                     profile_arg="../../$profiles_dir/${device}_$stem.json"
                 fi
-                if [[ "$table" == "-" ]]; then
-                    sets=(--set "profile=\"$profile_arg\"")
-                else
-                    sets=(--set "$table.profile=\"$profile_arg\"")
-                fi
-            fi
-            echo "  live $scenario on the $backend backend, $runs run(s), profile ${profile_arg:-named by the scenario}"
-            for ((i = 1; i <= runs; i++)); do
+                echo "  live $scenario on the $backend backend, run $i of $runs, $key = $profile_arg"
                 dir_name="$out/live/$name/run-$i"
-                if ((!dry_run)) && [[ -n "${key:-}" && ! -f "$profiles_dir/${device}_$stem.json" ]]; then
+                if ((!dry_run)) && [[ ! -f "$profiles_dir/${device}_$stem.json" ]]; then
                     echo "  skipped: no $profiles_dir/${device}_$stem.json (its calibration did not finish)"
                     summary+=("live $name run $i | skipped (no profile) | 0 s | -")
                     failures+=("live $name run $i (skipped: no profile)")
@@ -658,10 +659,10 @@ device_half() {
                     continue
                 fi
                 run_capped "live $name run $i" "$out/live/$name/run-$i.log" "$left" \
-                    "$bin/expertsim" live "$scenario" --backend "$backend" --out "$dir_name" "${sets[@]}"
+                    "$bin/expertsim" live "$scenario" --backend "$backend" --out "$dir_name" \
+                    --set "$key=\"$profile_arg\""
                 left=$((left - 1))
             done
-            profile_arg=""
         done
         end_phase
     fi
@@ -690,8 +691,8 @@ device_half() {
         else
             shopt -s nullglob
             local reports=("$out"/live/*/run-*/fidelity.json) profile
-            for stem in "${stems[@]}"; do
-                profile="$profiles_dir/${device}_$stem.json"
+            for scenario in "${scenarios[@]}"; do
+                profile="$profiles_dir/${device}_$(scenario_stem "$scenario").json"
                 [[ -f "$profile" ]] && table_cmd+=(--profile "$profile")
             done
             shopt -u nullglob
@@ -701,6 +702,20 @@ device_half() {
                 echo "no fidelity.json was written: no table" >&2
                 failures+=("fidelity table (no live run finished)")
             fi
+        fi
+        end_phase
+    fi
+
+    # Phase 7: the real Qwen1.5-MoE-A2.7B shape with every default (482 points and the expert's
+    # GEMMs alone), timed: what a full calibration of a production shape takes on this card.
+    if begin_phase 6; then
+        if [[ "$backend" == cpu ]]; then
+            echo "  (skipped: the real shape is a GPU's work; the CPU references take hours)"
+        else
+            echo "  every default (the full calibration, timed) -> $profiles_dir/${device}_$qwen.json"
+            run_capped "calibrate $qwen (every default)" "$logs/calibrate-$qwen.log" 1 \
+                "$bin/expertsim-calibrate" --backend cuda --model "$qwen" \
+                --output "$profiles_dir/${device}_$qwen.json"
         fi
         end_phase
     fi

@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
-"""A calibrated profile's MoE expert curve against the vendor's own GEMMs on the same shape.
+"""A calibrated profile's MoE expert against the vendor's own GEMMs on the same shape.
 
-`expertsim-calibrate` measures `expert_ffn`: one whole MoE layer (grouping, gather, the gate/up
-GEMM, SwiGLU, the down GEMM, combine) with every token routed to one expert. Its GEMMs are
-cuBLAS's, so at token counts where the two GEMMs dominate it should cost about what cuBLAS alone
-does for them. This prints, at every reference token count in --tokens (a range, inclusive),
-the profile's median (interpolated linearly between its samples, as the simulator reads it),
-the sum of the reference's w13 and w2 medians, and their ratio; it exits 1 when a ratio lies
-outside [1 / --max-ratio, --max-ratio]. Where the profile also measured the two GEMMs alone
-(`expert_gemm/w13` and `expert_gemm/w2`, `expertsim-calibrate --expert-gemms`), it prints their
-sum and its ratio too, and the difference (what the layer adds around its GEMMs: grouping,
-gather, SwiGLU, combine); those do not decide the exit code. A profile of another device than
-the reference's is compared all the same but cannot fail (the ratios are then informative
-only). Standard library only; run by scripts/gpu_validate.sh.
+`expertsim-calibrate` measures `expert_ffn`, one whole MoE layer (grouping, gather, the gate/up
+GEMM, SwiGLU, the down GEMM, combine) with every token routed to one expert, and the expert's
+two GEMMs alone (`expert_gemm/w13`, `expert_gemm/w2`), which split the layer by mechanism
+(the profile's `expert_ffn[0].split`): its fixed part, launched once per layer, and each
+active expert's GEMM pair, which is what one more expert costs a layer. That per-expert price
+is set against the reference: at every reference token count in --tokens (a range,
+inclusive) this prints the profile's expert GEMM pair (interpolated linearly between its
+samples, as the simulator reads it), the sum of the reference's w13 and w2 medians, their
+ratio, and beside them the whole one-expert layer and what the layer adds around its GEMMs;
+it exits 1 when a ratio of the expert GEMM pair lies outside [1 / --max-ratio, --max-ratio].
+A profile without the split (an older one) is judged on its whole layer. A profile of another
+device than the reference's is compared all the same but cannot fail (the ratios are then
+informative only). Standard library only; run by scripts/gpu_validate.sh.
 """
 
 import argparse
@@ -57,10 +58,6 @@ def main():
         with open(args.profile, encoding="utf-8") as f:
             profile = json.load(f)
         samples = profile["expert_ffn"][0]["curve"]["samples"]
-        measured = {
-            m["name"]: [(p[0], p[1]) for p in m["points"]]
-            for m in profile.get("calibration", {}).get("measurements", [])
-        }
         device = profile.get("gpu", "?")
         model = profile.get("model", {}).get("name", "?")
         sums = reference_sums(args.reference, args.shape, args.timing)
@@ -73,23 +70,22 @@ def main():
         print(f"vendor_check: no reference token count in {lo}-{hi}", file=sys.stderr)
         return 2
     same_device = device == args.reference_device
-    print(f"expert_ffn of {model} on {device} ({args.profile}) against cuBLAS's w13 + w2 on "
+    split = profile["expert_ffn"][0].get("split")
+    expert = split["expert_gemms"]["samples"] if split else samples
+    judged = "the expert's GEMM pair (the profile's split)" if split else "the whole layer"
+    print(f"{judged} of {model} on {device} ({args.profile}) against cuBLAS's w13 + w2 on "
           f"{args.reference_device} ({args.reference}, {args.timing} timing)")
-    gemms = [measured.get("expert_gemm/w13"), measured.get("expert_gemm/w2")]
-    gemms = gemms if all(gemms) else None
-    extra = " our w13 + w2 (us) | ratio | layer - GEMMs (us) |" if gemms else ""
-    print(f"| tokens | profile expert_ffn (us) | cuBLAS w13 + w2 (us) | ratio |{extra}")
-    print("|---|---|---|---|" + ("---|---|---|" if gemms else ""))
+    print("| tokens | profile expert (us) | cuBLAS w13 + w2 (us) | ratio | whole layer (us) "
+          "| layer - expert (us) |")
+    print("|---|---|---|---|---|---|")
     worst = 1.0
     for t in points:
-        ours = curve_at(samples, t) / 1e3
+        ours = curve_at(expert, t) / 1e3
+        layer = curve_at(samples, t) / 1e3
         ratio = ours / sums[t]
         worst = max(worst, ratio, 1.0 / ratio)
-        row = f"| {t} | {ours:.1f} | {sums[t]:.1f} | {ratio:.2f}x |"
-        if gemms:
-            alone = sum(curve_at(g, t) for g in gemms) / 1e3
-            row += f" {alone:.1f} | {alone / sums[t]:.2f}x | {ours - alone:.1f} |"
-        print(row)
+        print(f"| {t} | {ours:.1f} | {sums[t]:.1f} | {ratio:.2f}x | {layer:.1f} | "
+              f"{layer - ours:.1f} |")
     within = worst <= args.max_ratio
     verdict = "within" if within else "NOT within"
     print(f"worst ratio {worst:.2f}x: {verdict} {args.max_ratio}x at {lo}-{hi} tokens")

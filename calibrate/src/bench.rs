@@ -9,14 +9,15 @@
 //! - `non_expert_decode`, `decode_step/context=C`: that GEMM plus attention over the decode
 //!   context (or `C`) cached tokens per sequence, for `x` sequences;
 //! - `head`: the output projection GEMM over `x` sequences;
-//! - `expert_gemm/{w13,w2}` (`--expert-gemms`): one of the expert's two GEMMs alone over `x`
-//!   tokens (gate/up `hidden -> 2 x expert_ffn`, down `expert_ffn -> hidden`), to set the MoE
-//!   layer beside the vendor GEMMs it runs;
+//! - `expert_gemm/{w13,w2}`: one of the expert's two GEMMs alone over `x` tokens (gate/up
+//!   `hidden -> 2 x expert_ffn`, down `expert_ffn -> hidden`): with `expert_ffn`, they split
+//!   the layer into its fixed part and each expert's GEMM pair;
 //! - `reroute/{fused,unfused}/adapters=A`: one layer's batched rerouting of `x` tokens.
 
 use crate::adaptive::{Repeated, Stop, StoppingRule, repeat_until_precise};
 use crate::stats::summarize;
 use kernels::backend::{Backend, BackendError, Workload};
+use kernels::blas::RowMajorGemm;
 use kernels::decode::{DecodeProblem, DecodeShape};
 use kernels::moe::{MoeProblem, MoeShape};
 use kernels::numeric::{random_weights, synthetic_bf16};
@@ -37,6 +38,9 @@ pub enum Series {
     Head,
     /// One of the expert's GEMMs alone (measurements only).
     ExpertGemm(ExpertGemm),
+    /// One GEMM `hidden -> width` alone, vs tokens (measurements only: a scenario's dense
+    /// layers and head at their own widths).
+    DenseGemm(usize),
     Reroute {
         variant: RerouteVariant,
         adapters: usize,
@@ -71,6 +75,7 @@ impl Series {
             Series::DecodeAtContext(c) => format!("decode_step/context={c}"),
             Series::Head => "head".into(),
             Series::ExpertGemm(gemm) => format!("expert_gemm/{}", gemm.as_str()),
+            Series::DenseGemm(width) => format!("dense_gemm/out={width}"),
             Series::Reroute { variant, adapters } => {
                 format!("reroute/{}/adapters={adapters}", variant.as_str())
             }
@@ -91,6 +96,9 @@ impl Series {
         if let Some(c) = name.strip_prefix("decode_step/context=") {
             return c.parse().ok().map(Series::DecodeAtContext);
         }
+        if let Some(w) = name.strip_prefix("dense_gemm/out=") {
+            return w.parse().ok().map(Series::DenseGemm);
+        }
         let rest = name.strip_prefix("reroute/")?;
         let (variant, adapters) = rest.split_once("/adapters=")?;
         let variant = match variant {
@@ -110,6 +118,7 @@ impl Series {
             Series::ExpertFfn
             | Series::NonExpertPrefill
             | Series::ExpertGemm(_)
+            | Series::DenseGemm(_)
             | Series::Reroute { .. } => "tokens",
             _ => "batch",
         }
@@ -130,12 +139,16 @@ pub struct Bench {
     shape: MoeModelShape,
     tile: usize,
     decode_context: usize,
+    /// The dense and head series run one GPU's shard at this tensor-parallel degree.
+    tensor_parallel: usize,
     seed: u64,
     expert: Option<MoeProblem>,
     dense: Option<DecodeProblem>,
     head: Option<DecodeProblem>,
     w13: Option<DecodeProblem>,
     w2: Option<DecodeProblem>,
+    /// The `DenseGemm` problem of the series being measured (one width at a time).
+    gemm: Option<DecodeProblem>,
 }
 
 impl Bench {
@@ -146,17 +159,26 @@ impl Bench {
             shape: shape.clone(),
             tile,
             decode_context,
+            tensor_parallel: 1,
             seed,
             expert: None,
             dense: None,
             head: None,
             w13: None,
             w2: None,
+            gemm: None,
         }
     }
 
+    /// The dense and head series as one GPU's shard at tensor parallelism `g`
+    /// (`DecodeShape::shard`): what a profile with `tensor_parallel = g` holds.
+    pub fn with_tensor_parallel(mut self, g: usize) -> Bench {
+        self.tensor_parallel = g.max(1);
+        self
+    }
+
     /// Output features of the layer's dense part as one GEMM: the layer's matmul parameters
-    /// over `hidden`.
+    /// over `hidden` (the whole layer; a shard runs `DecodeShape::shard` of it).
     pub fn dense_out_features(&self) -> usize {
         (self.shape.dense_matmul_params_per_layer() as usize).div_ceil(self.shape.hidden)
     }
@@ -169,6 +191,7 @@ impl Bench {
             n_kv_heads: self.shape.n_kv_heads,
             head_dim: self.shape.head_dim,
         }
+        .shard(self.tensor_parallel)
     }
 
     /// One expert GEMM as a decode problem without attention (`k -> n`; the heads do not
@@ -197,20 +220,10 @@ impl Bench {
         }
     }
 
-    /// `problem` (weights kept) with fresh inputs for `batch` rows and `context` cached tokens.
-    /// Inputs are a repeated random table ([`synthetic_bf16`]: never zero, cheap for the
-    /// gigabytes of a long KV cache; timing does not depend on the values).
-    fn decode_inputs(&self, mut problem: DecodeProblem, batch: usize, context: usize) -> Workload {
-        let s = problem.shape;
-        let input = |len, name| synthetic_bf16(len, 1.0, self.seed, name);
-        let kv = batch * context * s.n_kv_heads * s.head_dim;
-        problem.batch = batch;
-        problem.context = context;
-        problem.x = input(batch * s.hidden, "bench.x");
-        problem.q = input(batch * s.n_heads * s.head_dim, "bench.q");
-        problem.k_cache = input(kv, "bench.k");
-        problem.v_cache = input(kv, "bench.v");
-        Workload::Decode(problem)
+    /// `problem` (weights kept) with fresh inputs for `batch` rows and `context` cached tokens
+    /// (`DecodeProblem::with_synthetic_inputs`).
+    fn decode_inputs(&self, problem: DecodeProblem, batch: usize, context: usize) -> Workload {
+        Workload::Decode(problem.with_synthetic_inputs(batch, context, self.seed))
     }
 
     /// The workload of `series` at `x`; hand it back with [`Bench::keep`] after timing.
@@ -222,7 +235,7 @@ impl Bench {
                 let mut moe = self
                     .expert
                     .take()
-                    .unwrap_or_else(|| MoeProblem::random(shape, tile, 1, seed));
+                    .unwrap_or_else(|| MoeProblem::synthetic(shape, tile, seed));
                 // Every token to the one expert, inputs as in `decode_inputs`.
                 moe.x = synthetic_bf16(x * shape.hidden, 1.0, seed, "bench.x");
                 moe.topk_ids = vec![0; x];
@@ -260,6 +273,13 @@ impl Bench {
                     kept.unwrap_or_else(|| DecodeProblem::random(shape, tile, 1, 0, seed, true));
                 self.decode_inputs(problem, x, 0)
             }
+            Series::DenseGemm(width) => {
+                let shape = self.decode_shape(width);
+                let kept = self.gemm.take().filter(|p| p.shape == shape);
+                let problem =
+                    kept.unwrap_or_else(|| DecodeProblem::random(shape, tile, 1, 0, seed, true));
+                self.decode_inputs(problem, x, 0)
+            }
             Series::Reroute { variant, adapters } => Workload::Reroute(
                 RerouteProblem::random(
                     x,
@@ -274,6 +294,21 @@ impl Bench {
         }
     }
 
+    /// The GEMMs the workload of `series` at `x` runs, from the same shapes as
+    /// [`Bench::workload`] (without building its inputs): what must fit cuBLAS's arguments.
+    pub fn gemms(&self, series: &Series, x: usize) -> Vec<RowMajorGemm> {
+        match *series {
+            Series::ExpertFfn => self.expert_shape().expert_gemms(x).to_vec(),
+            Series::NonExpertPrefill | Series::NonExpertDecode | Series::DecodeAtContext(_) => {
+                vec![self.decode_shape(self.dense_out_features()).gemm(x)]
+            }
+            Series::Head => vec![self.decode_shape(self.shape.vocab).gemm(x)],
+            Series::ExpertGemm(gemm) => vec![self.gemm_shape(gemm).gemm(x)],
+            Series::DenseGemm(width) => vec![self.decode_shape(width).gemm(x)],
+            Series::Reroute { .. } => vec![],
+        }
+    }
+
     /// Keeps the weights of a workload of `series` for the next point.
     pub fn keep(&mut self, series: &Series, workload: Workload) {
         match (series, workload) {
@@ -281,6 +316,7 @@ impl Bench {
             (Series::Head, Workload::Decode(p)) => self.head = Some(p),
             (Series::ExpertGemm(ExpertGemm::W13), Workload::Decode(p)) => self.w13 = Some(p),
             (Series::ExpertGemm(ExpertGemm::W2), Workload::Decode(p)) => self.w2 = Some(p),
+            (Series::DenseGemm(_), Workload::Decode(p)) => self.gemm = Some(p),
             (_, Workload::Decode(p)) => self.dense = Some(p),
             _ => {}
         }
@@ -332,6 +368,7 @@ impl Bench {
                 Series::DecodeAtContext(c) => gemm(self.dense_out_features()) + attention(c),
                 Series::Head => gemm(s.vocab),
                 Series::ExpertGemm(_) => 1.5 * gemm(s.expert_ffn),
+                Series::DenseGemm(width) => gemm(width),
                 Series::Reroute { adapters, .. } => (x * s.top_k * adapters.max(1)) as f64,
             }
     }
@@ -351,6 +388,7 @@ mod tests {
             Series::Head,
             Series::ExpertGemm(ExpertGemm::W13),
             Series::ExpertGemm(ExpertGemm::W2),
+            Series::DenseGemm(15_189),
             Series::Reroute {
                 variant: RerouteVariant::Unfused,
                 adapters: 3,
@@ -360,6 +398,30 @@ mod tests {
         }
         assert_eq!(Series::parse("decode_step"), None);
         assert_eq!(Series::parse("reroute/other/adapters=1"), None);
+    }
+
+    /// Every GEMM of the full default calibration of Qwen1.5-MoE-A2.7B (every series, every
+    /// count, the output head's 151,936 outputs included) is a valid cuBLAS call. The first
+    /// H200 run stopped at the head with "GEMM size = 23084548096 exceeds cuBLAS's int range":
+    /// this would have caught it on the CPU.
+    #[test]
+    fn every_gemm_of_the_full_qwen_calibration_fits_cublas() {
+        let shape = MoeModelShape::qwen1_5_moe_a2_7b();
+        let plan = crate::pipeline::Plan::full();
+        let bench = Bench::new(&shape, plan.tile, plan.decode_context, plan.seed);
+        let mut checked = 0;
+        for (series, xs) in crate::pipeline::schedule(&plan) {
+            for x in xs {
+                for gemm in bench.gemms(&series, x) {
+                    gemm.column_major()
+                        .unwrap_or_else(|e| panic!("{} at {x}: {gemm:?}: {e}", series.name()));
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 400, "{checked}");
+        let head = bench.gemms(&Series::Head, 256);
+        assert_eq!((head[0].k, head[0].n), (2048, 151_936));
     }
 
     #[test]

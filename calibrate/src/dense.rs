@@ -8,7 +8,7 @@
 use crate::pipeline::CalibrateError;
 use crate::stats::summarize;
 use kernels::backend::{Backend, Workload};
-use kernels::decode::{DecodeProblem, DecodeShape};
+use kernels::decode::DecodeProblem;
 use sim::cost::shape::DenseModelShape;
 use sim::mosaic::live_scale::Scaling;
 use sim::mosaic::profile_cost::{DENSE_PROFILE_FORMAT, DenseDecodeProfile, DenseModelProfile};
@@ -67,23 +67,17 @@ impl DensePlan {
 fn time_decode(
     backend: &mut dyn Backend,
     plan: &DensePlan,
-    shape: DecodeShape,
+    weights: &DecodeProblem,
     rows: u64,
     context: u64,
 ) -> Result<f64, CalibrateError> {
-    let problem = DecodeProblem::random(
-        shape,
-        plan.tile,
-        rows as usize,
-        context as usize,
-        plan.seed,
-        true,
-    );
+    let problem = weights
+        .clone()
+        .with_synthetic_inputs(rows as usize, context as usize, plan.seed);
     let samples = backend.time(&Workload::Decode(problem), plan.warmup, plan.repetitions)?;
     Ok(summarize(rows as f64, &samples)[1])
 }
 
-/// Measures every model of `shapes` (full size; scaled here) and returns the profile.
 pub fn calibrate_dense(
     backend: &mut dyn Backend,
     shapes: &[DenseModelShape],
@@ -96,15 +90,18 @@ pub fn calibrate_dense(
     for full in shapes {
         let shape = plan.scaling.apply(full);
         let (block, head) = dense_decode_shapes(&shape);
+        // Each kernel's weights once (a backend keeps them on the device), inputs per point.
+        let weights = |shape| DecodeProblem::random(shape, plan.tile, 1, 0, plan.seed, true);
+        let (block, head) = (weights(block), weights(head));
         let mut head_ns = Vec::new();
         for &r in &plan.rows {
-            head_ns.push(time_decode(backend, plan, head, r, 0)?);
+            head_ns.push(time_decode(backend, plan, &head, r, 0)?);
         }
         let mut step_ns = Vec::new();
         for &c in &plan.contexts {
             let mut row = Vec::new();
             for (i, &r) in plan.rows.iter().enumerate() {
-                let block_ns = time_decode(backend, plan, block, r, c)?;
+                let block_ns = time_decode(backend, plan, &block, r, c)?;
                 row.push(shape.n_layers as f64 * block_ns + head_ns[i]);
             }
             step_ns.push(row);
@@ -159,8 +156,8 @@ pub fn calibrate_dense(
     })
 }
 
-/// The kernels' decode shapes of a dense model (block, head).
-fn dense_decode_shapes(
+/// The kernels' decode shapes of a dense model (block, head), as live mode runs them too.
+pub fn dense_decode_shapes(
     shape: &sim::cost::shape::DenseModelShape,
 ) -> (kernels::decode::DecodeShape, kernels::decode::DecodeShape) {
     let [

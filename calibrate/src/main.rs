@@ -85,6 +85,7 @@ struct Cli {
     #[arg(long, value_name = "SCENARIO", conflicts_with_all = [
         "n_layers", "n_experts", "top_k", "expert_ffn", "dense_limit", "sparse_step",
         "sparse_limit", "max_batch", "contexts", "context_batches", "reroute_tokens", "adapters",
+        "tensor_parallel", "gemm_widths",
     ])]
     for_scenario: Option<PathBuf>,
     /// With --for-scenario: override a scenario value, as `expertsim run --set`.
@@ -120,10 +121,15 @@ struct Cli {
     /// Adapter counts for the rerouting measurements.
     #[arg(long, value_delimiter = ',')]
     adapters: Option<Vec<usize>>,
-    /// Also measure the expert's two GEMMs alone (gate/up, down) at the expert curve's token
-    /// counts: measurements `expert_gemm/w13` and `expert_gemm/w2` (scripts/vendor_check.py).
+    /// Output widths of further GEMMs over hidden to measure alone at the prefill token counts
+    /// (`dense_gemm/out=W`; ExpertWeave's profile prices its layers and head at these widths).
+    #[arg(long, value_delimiter = ',')]
+    gemm_widths: Option<Vec<usize>>,
+    /// Measure the non-expert and head series as one GPU's shard at this tensor-parallel
+    /// degree (outputs, attention heads and vocabulary divided by it), as a GEM scenario over
+    /// that many GPUs runs them (the profile's `tensor_parallel`).
     #[arg(long)]
-    expert_gemms: bool,
+    tensor_parallel: Option<usize>,
     /// Seed of the synthetic inputs.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -317,10 +323,11 @@ fn plan_of(cli: &Cli) -> Plan {
         contexts,
         context_batches,
         reroute_tokens,
-        adapters
+        adapters,
+        tensor_parallel,
+        gemm_widths
     );
     plan.seed = cli.seed;
-    plan.expert_gemms = cli.expert_gemms;
     if let Some(n) = cli.repetitions {
         plan.stopping = StoppingRule::fixed(n);
     } else if !cli.quick {
@@ -334,11 +341,11 @@ fn plan_of(cli: &Cli) -> Plan {
     plan
 }
 
-/// `--for-scenario`: the scenario's one sweep cell, and what to sample for it.
-fn scenario_sampling(
+/// `--for-scenario`: the scenario's one sweep cell.
+fn scenario_cell(
     path: &std::path::Path,
     sets: &[String],
-) -> Result<(String, scenario_points::ScenarioSampling), Failure> {
+) -> Result<(String, sim::scenario::Scenario), Failure> {
     let plan = sim::scenario::load(path, sets).map_err(|e| input(e.to_string()))?;
     if plan.cells.len() != 1 {
         return Err(input(format!(
@@ -347,9 +354,17 @@ fn scenario_sampling(
             plan.cells.len()
         )));
     }
-    let sampling = scenario_points::for_scenario(&plan.cells[0].scenario)
-        .map_err(|e| input(format!("--for-scenario {}: {e}", path.display())))?;
-    Ok((plan.name, sampling))
+    let cell = plan.cells[0].scenario.clone();
+    Ok((plan.name, cell))
+}
+
+/// `--for-scenario`: what to sample for the scenario's MoE profile.
+fn scenario_sampling(
+    path: &std::path::Path,
+    scenario: &sim::scenario::Scenario,
+) -> Result<scenario_points::ScenarioSampling, Failure> {
+    scenario_points::for_scenario(scenario)
+        .map_err(|e| input(format!("--for-scenario {}: {e}", path.display())))
 }
 
 /// A file-name-safe lowercase slug.
@@ -365,12 +380,9 @@ fn slug(text: &str) -> String {
     out.trim_matches('-').to_string()
 }
 
-/// `--dense-models`: the dense-decode calibration.
-fn run_dense(cli: &Cli, names: &[String]) -> Result<(), Failure> {
-    let shapes = names
-        .iter()
-        .map(|n| DenseModelShape::preset(n).map_err(|e| input(format!("--dense-models: {e}"))))
-        .collect::<Result<Vec<_>, _>>()?;
+/// `--dense-models` (or `--for-scenario` of a family with dense models): the dense-decode
+/// calibration of `shapes`.
+fn run_dense(cli: &Cli, shapes: &[DenseModelShape]) -> Result<(), Failure> {
     let plan = DensePlan {
         scaling: Scaling {
             widths: cli.scale_widths,
@@ -396,7 +408,7 @@ fn run_dense(cli: &Cli, names: &[String]) -> Result<(), Failure> {
         BackendArg::Cuda => BackendKind::Cuda,
     };
     let mut device = backend::open(kind).map_err(|e| input(e.to_string()))?;
-    let profile = dense::calibrate_dense(device.as_mut(), &shapes, &plan, &mut |line| {
+    let profile = dense::calibrate_dense(device.as_mut(), shapes, &plan, &mut |line| {
         eprintln!("  {line}")
     })?;
     let path = cli.output.clone().unwrap_or_else(|| {
@@ -427,10 +439,20 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         None => {}
     }
     if let Some(names) = &cli.dense_models {
-        return run_dense(cli, names);
+        let shapes = names
+            .iter()
+            .map(|n| DenseModelShape::preset(n).map_err(|e| input(format!("--dense-models: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        return run_dense(cli, &shapes);
     }
     let scenario = match &cli.for_scenario {
-        Some(path) => Some(scenario_sampling(path, &cli.sets)?),
+        Some(path) => {
+            let (name, cell) = scenario_cell(path, &cli.sets)?;
+            if let Some(shapes) = scenario_points::dense_models(&cell) {
+                return run_dense(cli, &shapes);
+            }
+            Some((name, scenario_sampling(path, &cell)?))
+        }
         None => None,
     };
     let shape = match &scenario {
@@ -660,6 +682,8 @@ mod tests {
                 "cpu",
                 "--for-scenario",
                 concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/live/mosaic.toml"),
+                "--dense-rows",
+                "3,1",
             ],
             &[
                 "--backend",
@@ -795,16 +819,17 @@ mod tests {
             vec![1.0, 64.0, 65.0, 128.0, 129.0, 192.0, 193.0, 256.0]
         );
         assert_eq!(xs(&measured, "non_expert_decode"), vec![1.0, 2.0, 3.0, 4.0]);
-        assert_eq!(measured.calibration.measurements.len(), 4);
+        assert_eq!(measured.calibration.measurements.len(), 6);
         assert!(measured.calibration.stopping.is_none());
         assert_eq!(measured.calibration.repetitions, 1);
     }
 
-    /// `--expert-gemms` adds the expert's two GEMMs alone, at the expert curve's counts, as
-    /// measurements only (the profile's curves are those of a run without it).
+    /// The expert's two GEMMs are measured alone at the expert curve's counts, and with the
+    /// whole layer they split it: each expert's GEMM pair `w13 + w2`, the fixed part the rest
+    /// (at least 0).
     #[test]
-    fn expert_gemms_are_measured_at_the_expert_counts() {
-        let measured = calibrate_caps_counts(&["--expert-gemms"]);
+    fn the_expert_gemms_split_the_layer() {
+        let measured = calibrate_caps_counts(&[]);
         let names: Vec<&str> = measured
             .calibration
             .measurements
@@ -825,6 +850,26 @@ mod tests {
         let expert = xs(&measured, "expert_ffn");
         assert_eq!(xs(&measured, "expert_gemm/w13"), expert);
         assert_eq!(xs(&measured, "expert_gemm/w2"), expert);
+        let median = |name: &str| -> Vec<f64> {
+            let m = measured.calibration.measurements.iter();
+            let m = m.clone().find(|m| m.name == name).unwrap();
+            m.points.iter().map(|p| p[1]).collect()
+        };
+        let (layer, w13, w2) = (
+            median("expert_ffn"),
+            median("expert_gemm/w13"),
+            median("expert_gemm/w2"),
+        );
+        let entry = &measured.profile.expert_ffn[0];
+        let split = entry
+            .split
+            .as_ref()
+            .expect("a measured profile splits its layer");
+        for (i, &x) in expert.iter().enumerate() {
+            let pair = w13[i] + w2[i];
+            assert_eq!(split.expert_gemms.at(x), pair, "tokens {x}");
+            assert_eq!(split.fixed.at(x), (layer[i] - pair).max(0.0), "tokens {x}");
+        }
     }
 
     #[test]

@@ -6,14 +6,20 @@
 //!
 //! - `expert_ffn`: the whole MoE layer (grouping, gate/up, SiLU x up, down, combine) with all
 //!   tokens routed to one expert of the model's size, at the tile-rule token counts;
+//! - `expert_gemm/{w13,w2}`: the expert's two GEMMs alone at the same counts; with
+//!   `expert_ffn` they split the layer by mechanism (the profile's `expert_ffn[0].split`): its
+//!   fixed part `expert_ffn - (w13 + w2)`, launched once per layer, and each active expert's
+//!   GEMM pair `w13 + w2`;
 //! - `non_expert_prefill`: the layer's dense matmul weights as one GEMM (`hidden` ->
 //!   dense parameters / `hidden`) over the tokens of a pass, at the same counts;
 //! - `non_expert_decode`: that GEMM plus attention over `decode_context` cached tokens, vs batch;
 //! - `head`: the output projection GEMM (`hidden` -> `vocab`), vs batch;
-//! - `decode_step`: derived, as the roofline derives it: `n_layers x (non_expert_decode(b) +
-//!   expert_ffn(b x top_k / n_experts)) + head(b)`;
+//! - `decode_step`: derived: `n_layers x (non_expert_decode(b) + layer(b))` + head(b)`, the
+//!   layer being its fixed part at `b x top_k` assignments plus `min(b x top_k, n_experts)`
+//!   GEMM pairs at the even load `b x top_k / n_experts` (at least one row);
 //! - `decode_step/context=C` (measurements only): the decode kernels at other contexts;
-//! - `expert_gemm/{w13,w2}` (measurements only, `--expert-gemms`): the expert's GEMMs alone;
+//! - `dense_gemm/out=W` (measurements only, `--gemm-widths`): one GEMM `hidden -> W` alone
+//!   at the prefill counts (ExpertWeave's layers and head at their own widths);
 //! - `reroute/{fused,unfused}/adapters=A` (measurements only): batched rerouting vs tokens.
 
 use crate::adaptive::{Stop, StoppingRule};
@@ -26,7 +32,7 @@ use kernels::moe::check_tile_tokens;
 use kernels::reroute::RerouteVariant;
 use sim::cost::curve::{CostCurve, CurveError};
 use sim::cost::profile::{
-    Calibration, ExpertExecution, ExpertFfnCurve, MeasuredProfile, Measurement,
+    Calibration, ExpertExecution, ExpertFfnCurve, MeasuredProfile, Measurement, MoeLayerSplit,
     PROFILE_FORMAT_VERSION, Profile, ProfileSource, SourceKind, StoppingRecord,
 };
 use sim::cost::shape::{MoeModelShape, WeightDtype};
@@ -51,8 +57,11 @@ pub struct Plan {
     pub context_batches: Vec<usize>,
     pub reroute_tokens: Vec<usize>,
     pub adapters: Vec<usize>,
-    /// Also measure the expert's two GEMMs alone at the expert curve's token counts.
-    pub expert_gemms: bool,
+    /// The dense and head series measure one GPU's shard at this tensor-parallel degree.
+    pub tensor_parallel: usize,
+    /// Output widths of further GEMMs over `hidden`, each measured alone at the prefill
+    /// series' token counts (`dense_gemm/out=W`).
+    pub gemm_widths: Vec<usize>,
     pub warmup: usize,
     /// When a point has been repeated enough.
     pub stopping: StoppingRule,
@@ -79,7 +88,8 @@ impl Plan {
             context_batches: vec![1, 8, 32],
             reroute_tokens: vec![1, 16, 64, 256, 1024, 4096, 16_384],
             adapters: vec![1, 5, 10, 20],
-            expert_gemms: false,
+            tensor_parallel: 1,
+            gemm_widths: vec![],
             warmup: 10,
             stopping: StoppingRule::default(),
             seed: 42,
@@ -102,7 +112,8 @@ impl Plan {
             context_batches: vec![],
             reroute_tokens: vec![1, 64, 1024],
             adapters: vec![1, 4],
-            expert_gemms: false,
+            tensor_parallel: 1,
+            gemm_widths: vec![],
             warmup: 0,
             stopping: StoppingRule::fixed(1),
             seed: 42,
@@ -148,10 +159,17 @@ impl Plan {
             ("context-batches", &self.context_batches),
             ("reroute-tokens", &self.reroute_tokens),
             ("adapters", &self.adapters),
+            ("gemm-widths", &self.gemm_widths),
         ] {
             if let Some(v) = list.iter().find(|v| **v == 0 || **v > MAX_COUNT) {
                 return bad(flag, format!("{v} is not in 1..={MAX_COUNT}"));
             }
+        }
+        if self.tensor_parallel == 0 || self.tensor_parallel > 64 {
+            return bad(
+                "tensor-parallel",
+                format!("{} is not in 1..=64", self.tensor_parallel),
+            );
         }
         if !self.contexts.is_empty() && self.context_batches.is_empty() {
             return bad("context-batches", "needed when --contexts is given".into());
@@ -193,12 +211,13 @@ pub fn schedule(plan: &Plan) -> Vec<(Series, Vec<usize>)> {
     );
     let batches = batch_points(plan.tile, plan.max_batch);
     let mut series = vec![(Series::ExpertFfn, tokens.clone())];
-    if plan.expert_gemms {
-        for gemm in [ExpertGemm::W13, ExpertGemm::W2] {
-            series.push((Series::ExpertGemm(gemm), tokens.clone()));
-        }
+    for gemm in [ExpertGemm::W13, ExpertGemm::W2] {
+        series.push((Series::ExpertGemm(gemm), tokens.clone()));
     }
-    series.push((Series::NonExpertPrefill, tokens));
+    series.push((Series::NonExpertPrefill, tokens.clone()));
+    for &width in &sorted(&plan.gemm_widths) {
+        series.push((Series::DenseGemm(width), tokens.clone()));
+    }
     series.push((Series::NonExpertDecode, batches.clone()));
     for &context in &plan.contexts {
         series.push((
@@ -217,6 +236,33 @@ pub fn schedule(plan: &Plan) -> Vec<(Series, Vec<usize>)> {
         }
     }
     series
+}
+
+/// The MoE layer split by mechanism from its three measured series at the same token counts:
+/// each expert's GEMM pair `w13 + w2`, and the fixed part `layer - (w13 + w2)` (at least 0: on a
+/// noisy device the difference of two medians can dip below zero where the fixed part is tiny,
+/// as on the CPU references).
+fn layer_split(
+    layer: &CostCurve,
+    w13: &CostCurve,
+    w2: &CostCurve,
+) -> Result<MoeLayerSplit, CalibrateError> {
+    let (mut fixed, mut gemms) = (Vec::new(), Vec::new());
+    for (x, whole) in layer.samples() {
+        let pair = w13.at(x) + w2.at(x);
+        gemms.push((x, pair));
+        fixed.push((x, (whole - pair).max(0.0)));
+    }
+    let curve = |name: &str, points| {
+        CostCurve::new(points).map_err(|source| CalibrateError::Curve {
+            name: name.into(),
+            source,
+        })
+    };
+    Ok(MoeLayerSplit {
+        fixed: curve("expert_ffn.split.fixed", fixed)?,
+        expert_gemms: curve("expert_ffn.split.expert_gemms", gemms)?,
+    })
 }
 
 /// The layer's dense part as a GEMM: output features so that `hidden x out` covers the
@@ -256,7 +302,8 @@ pub fn calibrate(
             shape.name, shape.weight_dtype, shape.lm_head_dtype
         )));
     }
-    let mut bench = Bench::new(shape, plan.tile, plan.decode_context, plan.seed);
+    let mut bench = Bench::new(shape, plan.tile, plan.decode_context, plan.seed)
+        .with_tensor_parallel(plan.tensor_parallel);
     let schedule = schedule(plan);
     let points_total = schedule.iter().map(|(_, xs)| xs.len()).sum();
     let work_total = schedule
@@ -304,6 +351,11 @@ pub fn calibrate(
         curve_of(&name, &m.points)
     };
     let expert = series_curve(Series::ExpertFfn)?;
+    let split = layer_split(
+        &expert,
+        &series_curve(Series::ExpertGemm(ExpertGemm::W13))?,
+        &series_curve(Series::ExpertGemm(ExpertGemm::W2))?,
+    )?;
     let non_expert_prefill = series_curve(Series::NonExpertPrefill)?;
     let non_expert_decode = series_curve(Series::NonExpertDecode)?;
     let head = series_curve(Series::Head)?;
@@ -318,13 +370,17 @@ pub fn calibrate(
         (plan.dense_limit / plan.tile).saturating_sub(1)
     ));
 
-    // The whole decode step, derived from the measured curves.
+    // The whole decode step, derived from the measured curves: per layer its fixed part once
+    // and the GEMM pairs of the experts an even spread of the batch's assignments reaches.
     let decode_samples = batch_points(plan.tile, plan.max_batch)
         .iter()
         .map(|&b| {
-            let even_load = (b * shape.top_k) as f64 / shape.n_experts as f64;
-            let nanos = shape.n_layers as f64
-                * (non_expert_decode.at(b as f64) + expert.at(even_load))
+            let assignments = b * shape.top_k;
+            let active = assignments.min(shape.n_experts);
+            let even_load = (assignments as f64 / active as f64).max(1.0);
+            let layer = split.fixed.at(assignments as f64)
+                + active as f64 * split.expert_gemms.at(even_load);
+            let nanos = shape.n_layers as f64 * (non_expert_decode.at(b as f64) + layer)
                 + head.at(b as f64);
             (b as f64, nanos)
         })
@@ -345,12 +401,23 @@ pub fn calibrate(
     } else {
         ""
     };
+    let shard = if plan.tensor_parallel > 1 {
+        format!(
+            "; non-expert and head series: one GPU's shard at tensor parallelism {} (outputs, \
+             heads and vocabulary divided by it)",
+            plan.tensor_parallel
+        )
+    } else {
+        String::new()
+    };
     let notes = format!(
         "{mode}measured with the {} backend{libraries} ({}), {}; expert_ffn: the whole MoE layer \
          with every token routed to one expert; non-expert parts: one GEMM of the layer's dense \
          matmul weights ({} x {}) plus attention over {} cached tokens for decode; head: the {} \
-         x {} output GEMM; decode_step derived as n_layers x (non_expert_decode + \
-         expert_ffn(batch x top_k / n_experts)) + head (docs/calibration.md)",
+         x {} output GEMM; expert_ffn's split: its fixed part = expert_ffn - (w13 + w2) once per \
+         layer, each active expert's GEMM pair = w13 + w2; decode_step derived as n_layers x \
+         (non_expert_decode + fixed + active experts x GEMM pair) + head{shard} \
+         (docs/calibration.md)",
         device.backend,
         device.timing,
         plan.stopping.describe(),
@@ -376,6 +443,7 @@ pub fn calibrate(
             expert_ffn: shape.expert_ffn,
             dtype: shape.weight_dtype,
             curve: expert,
+            split: Some(split),
         }],
         non_expert_prefill,
         non_expert_decode,
@@ -386,6 +454,7 @@ pub fn calibrate(
         expert_execution: match device.backend {
             BackendKind::Cpu | BackendKind::Cuda => ExpertExecution::Serial,
         },
+        tensor_parallel: plan.tensor_parallel as u32,
     };
     let rule = &plan.stopping;
     let calibration = Calibration {

@@ -14,11 +14,17 @@
 //!   `min(max_num_seqs, n_requests)` sequences of at most `prompt_tokens.max` tokens each;
 //!   the mapping search also prices the routing trace's steps (`trace.tokens_per_step`
 //!   tokens, or a recorded trace's largest step total over `top_k`); decode and head batches
-//!   hold at most `min(max_num_seqs, n_requests)` sequences.
+//!   hold at most `min(max_num_seqs, n_requests)` sequences. Its dense part and head are
+//!   measured as one GPU's tensor-parallel shard of `n_gpus`.
+//! - ExpertWeave: a step holds at most `serving.max_batch_tokens` tokens and
+//!   `serving.max_num_seqs` sequences (or the arrivals' count) of at most the prompt length's
+//!   upper end; the model is its routed-expert geometry (`MlaMoeShape::moe_geometry`), each
+//!   layer's dense GEMM and the head are measured at their own widths (`--gemm-widths`), and
+//!   the configured rerouting with the scenario's adapter count at the same token counts.
 
 use crate::pipeline::Plan;
 use sim::arrivals::ArrivalSpec;
-use sim::cost::shape::MoeModelShape;
+use sim::cost::shape::{DenseModelShape, MoeModelShape};
 use sim::gem::config::TraceSpec;
 use sim::scenario::Scenario;
 
@@ -31,8 +37,38 @@ pub struct ScenarioSampling {
     pub max_tokens: usize,
     /// The most sequences one decode step or output head holds.
     pub max_batch: usize,
+    /// The tensor-parallel degree of the scenario's dense part (GEM: its GPUs), at which the
+    /// non-expert and head series are measured as one GPU's shard.
+    pub tensor_parallel: usize,
+    /// Output widths of the GEMMs the scenario prices at their own width (ExpertWeave).
+    pub gemm_widths: Vec<usize>,
+    /// The adapter count of the rerouting the scenario prices, at the token counts
+    /// (ExpertWeave).
+    pub reroute_adapters: Option<usize>,
     /// How the two bounds were derived, for the log.
     pub derivation: String,
+}
+
+/// The dense models a scenario's steps are priced by a dense-decode profile of (MOSAIC's
+/// experts, Chimera's engines), in first-use order without repeats; `None` for a family priced
+/// by a MoE profile. `expertsim-calibrate --for-scenario` measures these (`--dense-models`), at
+/// `--scale-widths` / `--scale-layers` and on the `--dense-rows` x `--dense-contexts` grid.
+pub fn dense_models(scenario: &Scenario) -> Option<Vec<DenseModelShape>> {
+    let shapes: Vec<DenseModelShape> =
+        if let Some(s) = scenario.get::<sim::mosaic::MosaicScenario>() {
+            s.experts.iter().map(|e| e.shape.clone()).collect()
+        } else if let Some(s) = scenario.get::<sim::chimera::ChimeraScenario>() {
+            s.engines.iter().map(|e| e.cost.shape.clone()).collect()
+        } else {
+            return None;
+        };
+    let mut distinct: Vec<DenseModelShape> = Vec::new();
+    for shape in shapes {
+        if !distinct.contains(&shape) {
+            distinct.push(shape);
+        }
+    }
+    Some(distinct)
 }
 
 /// The sampling for `scenario`, or why it has none (families whose steps are not priced by a
@@ -54,6 +90,9 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
                 shape: s.shape.clone(),
                 max_tokens: batch * prompt_max,
                 max_batch: batch,
+                tensor_parallel: 1,
+                gemm_widths: vec![],
+                reroute_adapters: None,
                 derivation: format!(
                     "CAPS: {batch} requests per batch (max_batch_size, n_requests) x {prompt_max} \
                      prompt tokens at most"
@@ -77,26 +116,54 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
                 shape: s.shape.clone(),
                 max_tokens: step.max(trace),
                 max_batch: sequences,
+                tensor_parallel: s.n_gpus,
+                gemm_widths: vec![],
+                reroute_adapters: None,
                 derivation: format!(
                     "GEM: engine steps of at most {step} tokens (max_num_batched_tokens, \
                      {sequences} sequences x {} prompt tokens), routing-trace steps of {trace} \
-                     tokens, {sequences} sequences per decode step",
-                    s.prompt_tokens.max
+                     tokens, {sequences} sequences per decode step; the dense part and head as \
+                     one GPU's shard of {} (tensor parallelism)",
+                    s.prompt_tokens.max, s.n_gpus
                 ),
             })
         }
+    } else if let Some(s) = scenario.get::<sim::expertweave::ExpertWeaveScenario>() {
+        let shape = &s.shape;
+        let prompt_max = s.prompt_lengths.high().round().max(1.0) as usize;
+        let sequences = (s.serving.max_num_seqs as usize).min(s.max_arrivals).max(1);
+        let step = (s.serving.max_batch_tokens as usize).min(sequences * prompt_max);
+        let hidden = shape.hidden;
+        let mut gemm_widths: Vec<usize> = (0..shape.n_layers)
+            .map(|layer| shape.layer_non_routed_params(layer).div_ceil(hidden) as usize)
+            .chain([shape.vocab as usize])
+            .collect();
+        gemm_widths.sort_unstable();
+        gemm_widths.dedup();
+        Ok(ScenarioSampling {
+            shape: shape.moe_geometry(),
+            max_tokens: step,
+            max_batch: sequences,
+            tensor_parallel: 1,
+            derivation: format!(
+                "ExpertWeave: steps of at most {step} tokens (serving.max_batch_tokens, \
+                 {sequences} sequences x {prompt_max} prompt tokens), its layers' dense GEMMs and \
+                 head at widths {gemm_widths:?}, {} rerouting with {} adapters",
+                match s.cost.rerouting {
+                    sim::expertweave::config::Rerouting::Fused => "fused",
+                    sim::expertweave::config::Rerouting::Unfused => "unfused",
+                },
+                s.adapters.len()
+            ),
+            gemm_widths,
+            reroute_adapters: Some(s.adapters.len()),
+        })
     } else {
         match scenario.family().name() {
-            "expertweave" => Err("ExpertWeave's profile is measured for its expert width \
-             and rerouting (docs/calibration.md: --expert-ffn, --reroute-tokens, --adapters); \
-             scenario sampling covers CAPS and GEM"
-                .into()),
-            "mosaic" => Err("MOSAIC's steps are priced by a dense-decode profile \
-             (expertsim-calibrate --dense-models), not a MoE profile"
-                .into()),
-            "chimera" => {
-                Err("Chimera's steps are priced by its analytic engine cost, not a profile".into())
-            }
+            family @ ("mosaic" | "chimera") => Err(format!(
+                "the {family} family's steps are priced by a dense-decode profile of its \
+                 models (scenario_points::dense_models, --dense-models), not a MoE profile"
+            )),
             other => Err(format!(
                 "the {other} family's steps are not priced by a MoE profile"
             )),
@@ -114,11 +181,21 @@ impl ScenarioSampling {
         plan.sparse_step = 0;
         plan.sparse_limit = 0;
         plan.max_batch = self.max_batch.max(1);
+        plan.tensor_parallel = self.tensor_parallel.max(1);
         plan.head_batches = None;
         plan.contexts.clear();
         plan.context_batches.clear();
-        plan.reroute_tokens.clear();
-        plan.adapters.clear();
+        plan.gemm_widths = self.gemm_widths.clone();
+        match self.reroute_adapters {
+            Some(adapters) => {
+                plan.reroute_tokens = crate::sampler::token_points(tile, plan.dense_limit, 0, 0);
+                plan.adapters = vec![adapters];
+            }
+            None => {
+                plan.reroute_tokens.clear();
+                plan.adapters.clear();
+            }
+        }
     }
 }
 
@@ -152,11 +229,14 @@ mod tests {
             names,
             [
                 "expert_ffn",
+                "expert_gemm/w13",
+                "expert_gemm/w2",
                 "non_expert_prefill",
                 "non_expert_decode",
                 "head"
             ]
         );
+        assert_eq!(plan.tensor_parallel, 1);
         let xs = |which: Series| series.iter().find(|(s, _)| *s == which).unwrap().1.clone();
         let tokens = vec![1, 64, 65, 128, 129, 192, 193, 256];
         assert_eq!(xs(Series::ExpertFfn), tokens);
@@ -192,13 +272,68 @@ mod tests {
     fn live_gem_covers_its_routing_trace_steps() {
         let sampling = for_scenario(&load("scenarios/live/gem.toml", &[])).unwrap();
         assert_eq!((sampling.max_tokens, sampling.max_batch), (2048, 16));
+        // Its dense part runs as one GPU's shard of 4.
+        assert_eq!(sampling.tensor_parallel, 4);
         let narrow = load("scenarios/live/gem.toml", &["trace.tokens_per_step=100"]);
         assert_eq!(for_scenario(&narrow).unwrap().max_tokens, 1024);
+    }
+
+    /// The live ExpertWeave case: at most 16 sequences (serving.max_num_seqs) of at most 42
+    /// prompt tokens (32 x 1.3) -> 672 tokens; the routed geometry of live-tiny-mla; its dense
+    /// layer's, MoE layers' and head's widths; fused rerouting with its 3 adapters.
+    #[test]
+    fn live_expertweave_measures_its_widths_and_rerouting() {
+        let scenario = load("scenarios/live/expertweave.toml", &[]);
+        let sampling = for_scenario(&scenario).unwrap();
+        let ew = scenario
+            .get::<sim::expertweave::ExpertWeaveScenario>()
+            .unwrap();
+        assert_eq!(sampling.shape, ew.shape.moe_geometry());
+        let widths: Vec<usize> = (0..ew.shape.n_layers)
+            .map(|l| {
+                ew.shape
+                    .layer_non_routed_params(l)
+                    .div_ceil(ew.shape.hidden) as usize
+            })
+            .collect();
+        for w in widths.iter().chain([&(ew.shape.vocab as usize)]) {
+            assert!(sampling.gemm_widths.contains(w), "{w}: {sampling:?}");
+        }
+        assert_eq!(sampling.reroute_adapters, Some(3));
+        let mut plan = Plan::full();
+        sampling.apply(&mut plan);
+        let names: Vec<String> = schedule(&plan).iter().map(|(s, _)| s.name()).collect();
+        assert!(
+            names.contains(&"reroute/fused/adapters=3".to_string()),
+            "{names:?}"
+        );
+        assert!(
+            names.iter().any(|n| n.starts_with("dense_gemm/out=")),
+            "{names:?}"
+        );
     }
 
     #[test]
     fn families_without_a_moe_profile_say_why() {
         let message = for_scenario(&load("scenarios/live/mosaic.toml", &[])).unwrap_err();
         assert!(message.contains("--dense-models"), "{message}");
+    }
+
+    /// MOSAIC's experts and Chimera's engines are the dense models their scenarios calibrate.
+    #[test]
+    fn dense_families_name_their_models() {
+        let names = |path: &str| -> Vec<String> {
+            dense_models(&load(path, &[]))
+                .unwrap()
+                .into_iter()
+                .map(|s| s.name)
+                .collect()
+        };
+        let mosaic = names("scenarios/live/mosaic.toml");
+        assert_eq!(mosaic.len(), 3, "{mosaic:?}");
+        assert!(mosaic[0].contains("Qwen2.5-7B"), "{mosaic:?}");
+        let chimera = names("scenarios/live/chimera.toml");
+        assert_eq!(chimera.len(), 2, "{chimera:?}");
+        assert!(dense_models(&load("scenarios/live/caps.toml", &[])).is_none());
     }
 }

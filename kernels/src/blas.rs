@@ -66,11 +66,17 @@ impl RowMajorGemm {
                 self.rows, self.k, self.n
             )));
         }
-        // Elements of the largest operand, so every pointer offset stays addressable.
-        int(
-            self.rows.max(self.n).saturating_mul(self.k.max(self.n)),
-            "size",
-        )?;
+        // Elements of each operand (`x`: rows x k, `w`: n x k, `y`: rows x n), so every
+        // offset into one stays addressable. (Not the product of the largest two dimensions:
+        // an output head's `n` is the vocabulary, which appears in `w` and `y` but never
+        // squared.)
+        for (operand, elements) in [
+            ("x", self.rows.saturating_mul(self.k)),
+            ("w", self.n.saturating_mul(self.k)),
+            ("y", self.rows.saturating_mul(self.n)),
+        ] {
+            int(elements, &format!("operand {operand} size"))?;
+        }
         Ok(ColumnMajorCall {
             transa: sys::cublasOperation_t::CUBLAS_OP_T,
             transb: sys::cublasOperation_t::CUBLAS_OP_N,
@@ -271,6 +277,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The output head of Qwen1.5-MoE-A2.7B (vocabulary 151,936 over hidden 2,048) at the
+    /// calibration's largest batch: 311 M weights, well inside cuBLAS's int. The first H200 run
+    /// refused it as "GEMM size = 23084548096" (151,936 squared) before every operand was
+    /// counted on its own.
+    #[test]
+    fn an_output_head_gemm_fits_cublas_int() {
+        let head = RowMajorGemm {
+            rows: 256,
+            k: 2048,
+            n: 151_936,
+        };
+        let call = head.column_major().unwrap();
+        assert_eq!((call.m, call.n, call.k), (151_936, 256, 2048));
+        // One operand past i32::MAX is refused, naming it.
+        let huge = RowMajorGemm {
+            rows: 1,
+            k: 1 << 16,
+            n: 1 << 16,
+        };
+        let message = huge.column_major().unwrap_err().to_string();
+        assert!(message.contains("operand w size"), "{message}");
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //! (events around the back-to-back launches) and the device's `timing` says so.
 
 use crate::backend::{Backend, BackendError, BackendKind, DeviceInfo, Output, Workload};
-use crate::blas::{Blas, ColumnMajorCall, RowMajorGemm, cublas_present, loaded_library};
+use crate::blas::{Blas, ColumnMajorCall, cublas_present, loaded_library};
 use crate::decode::{DecodeOutput, DecodeProblem};
 use crate::moe::{ExpertRows, Grouping, MoeOutput, MoeProblem, active_experts, group_tokens};
 use crate::numeric::Weights;
@@ -96,6 +96,21 @@ fn u32_of(n: usize, what: &str) -> Result<u32, BackendError> {
 fn address<T>(slice: &CudaSlice<T>, stream: &CudaStream, elements: usize) -> u64 {
     let (base, _) = slice.device_ptr(stream);
     base + (elements * std::mem::size_of::<T>()) as u64
+}
+
+/// The decode step's attention output of `len` values: without a cache (`context` 0) no
+/// attention kernel runs (`enqueue`) and the output is zero by definition, as the CPU reference
+/// computes it; otherwise what the kernel wrote (`download`).
+fn attention_output(
+    context: u32,
+    len: usize,
+    download: impl FnOnce() -> Result<Vec<f32>, BackendError>,
+) -> Result<Vec<f32>, BackendError> {
+    if context == 0 {
+        Ok(vec![0.0; len])
+    } else {
+        download()
+    }
 }
 
 /// One expert's two GEMMs, with cuBLAS's arguments.
@@ -474,20 +489,11 @@ impl CudaBackend {
         let experts = active_experts(&grouping.offsets)
             .into_iter()
             .map(|rows| {
+                let [gate_up, down] = s.expert_gemms(rows.rows);
                 Ok(ExpertGemms {
                     rows,
-                    gate_up: RowMajorGemm {
-                        rows: rows.rows,
-                        k: s.hidden,
-                        n: 2 * s.expert_ffn,
-                    }
-                    .column_major()?,
-                    down: RowMajorGemm {
-                        rows: rows.rows,
-                        k: s.expert_ffn,
-                        n: s.hidden,
-                    }
-                    .column_major()?,
+                    gate_up: gate_up.column_major()?,
+                    down: down.column_major()?,
                 })
             })
             .collect::<Result<Vec<_>, BackendError>>()?;
@@ -517,12 +523,7 @@ impl CudaBackend {
 
     fn prepare_decode(&mut self, p: &DecodeProblem) -> Result<Prepared, BackendError> {
         let s = p.shape;
-        let gemm = RowMajorGemm {
-            rows: p.batch,
-            k: s.hidden,
-            n: s.out_features,
-        }
-        .column_major()?;
+        let gemm = s.gemm(p.batch).column_major()?;
         Ok(Prepared::Decode {
             batch: p.batch,
             context: u32_of(p.context, "context")?,
@@ -820,17 +821,20 @@ impl CudaBackend {
             Prepared::Reroute { n, out, .. } => Output::Reroute(self.download(out, *n as usize)?),
             Prepared::Decode {
                 batch,
+                context,
                 out_features,
                 n_heads,
                 head_dim,
                 y,
                 attention,
                 ..
-            } => Output::Decode(DecodeOutput {
-                y: bf16s(self.download(y, *batch * *out_features)?),
-                attention: self
-                    .download(attention, *batch * *n_heads as usize * *head_dim as usize)?,
-            }),
+            } => {
+                let len = *batch * *n_heads as usize * *head_dim as usize;
+                Output::Decode(DecodeOutput {
+                    y: bf16s(self.download(y, *batch * *out_features)?),
+                    attention: attention_output(*context, len, || self.download(attention, len))?,
+                })
+            }
         })
     }
 
@@ -1056,6 +1060,38 @@ mod tests {
         assert_eq!(weight_copies(151_936 * 2048 * 2, l2), 1);
         assert_eq!(weight_copies(64 * 64 * 2, l2), MAX_WEIGHT_COPIES);
         assert_eq!(weight_copies(0, l2), 1);
+    }
+
+    /// The first H200 run found a decode step without a cache returning its poisoned attention
+    /// buffer ("attention[0] not written"): no kernel writes it then, so the output is the CPU
+    /// reference's zeros and the device buffer is never read.
+    #[test]
+    fn a_decode_step_without_a_cache_returns_zero_attention_without_reading_the_device() {
+        let zeros = attention_output(0, 6, || panic!("the buffer of a cacheless step was read"));
+        assert_eq!(zeros.unwrap(), vec![0.0; 6]);
+        let read = attention_output(3, 2, || Ok(vec![1.5, -2.0])).unwrap();
+        assert_eq!(read, vec![1.5, -2.0]);
+        let p = DecodeProblem::random(
+            DecodeShape {
+                hidden: 8,
+                out_features: 4,
+                n_heads: 2,
+                n_kv_heads: 1,
+                head_dim: 4,
+            },
+            4,
+            3,
+            0,
+            1,
+            false,
+        );
+        assert!(
+            decode_step_cpu(&p)
+                .unwrap()
+                .attention
+                .iter()
+                .all(|&a| a == 0.0)
+        );
     }
 
     #[test]

@@ -22,6 +22,31 @@ pub struct DecodeShape {
 }
 
 impl DecodeShape {
+    /// The step's GEMM over `batch` rows: `hidden -> out_features` (what cuBLAS runs).
+    pub fn gemm(&self, batch: usize) -> crate::blas::RowMajorGemm {
+        crate::blas::RowMajorGemm {
+            rows: batch,
+            k: self.hidden,
+            n: self.out_features,
+        }
+    }
+
+    /// One GPU's shard of this layer under tensor parallelism over `g` GPUs, as a serving
+    /// stack splits it: `1/g` of the GEMM's outputs (rounded up) and of the attention heads
+    /// (at least one KV head, the query heads a multiple of the KV heads), the head size kept.
+    pub fn shard(&self, g: usize) -> DecodeShape {
+        let g = g.max(1);
+        let n_kv_heads = (self.n_kv_heads / g).max(1);
+        let n_heads = ((self.n_heads / g) / n_kv_heads).max(1) * n_kv_heads;
+        DecodeShape {
+            hidden: self.hidden,
+            out_features: self.out_features.div_ceil(g),
+            n_heads,
+            n_kv_heads,
+            head_dim: self.head_dim,
+        }
+    }
+
     /// The decode-step shapes of a dense model given its dimensions: one transformer block (its
     /// matmuls as one GEMM of `block_out_features` outputs over `dims.hidden`, with attention)
     /// and the output head (`dims.vocab` outputs, no attention).
@@ -152,6 +177,24 @@ impl DecodeProblem {
     }
 }
 
+impl DecodeProblem {
+    /// This problem's weights with fresh inputs for `batch` rows and `context` cached tokens
+    /// per row, from a repeated random table ([`crate::numeric::synthetic_bf16`]: never zero,
+    /// cheap for the gigabytes of a long KV cache; timing does not depend on the values).
+    pub fn with_synthetic_inputs(mut self, batch: usize, context: usize, seed: u64) -> Self {
+        let s = self.shape;
+        let input = |len, name| crate::numeric::synthetic_bf16(len, 1.0, seed, name);
+        let kv = batch * context * s.n_kv_heads * s.head_dim;
+        self.batch = batch;
+        self.context = context;
+        self.x = input(batch * s.hidden, "bench.x");
+        self.q = input(batch * s.n_heads * s.head_dim, "bench.q");
+        self.k_cache = input(kv, "bench.k");
+        self.v_cache = input(kv, "bench.v");
+        self
+    }
+}
+
 /// The CPU reference of the decode step.
 pub fn decode_step_cpu(p: &DecodeProblem) -> Result<DecodeOutput, KernelInputError> {
     p.validate()?;
@@ -224,6 +267,40 @@ pub fn decode_step_cpu(p: &DecodeProblem) -> Result<DecodeOutput, KernelInputErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tensor_parallel_shard_divides_outputs_and_heads() {
+        // Mixtral-8x7B's attention and router over 4 GPUs: 10,248 outputs, 32 query and 8 KV
+        // heads -> 2,562 outputs, 8 and 2 heads.
+        let layer = DecodeShape {
+            hidden: 4096,
+            out_features: 10_248,
+            n_heads: 32,
+            n_kv_heads: 8,
+            head_dim: 128,
+        };
+        let shard = layer.shard(4);
+        assert_eq!(
+            (
+                shard.out_features,
+                shard.n_heads,
+                shard.n_kv_heads,
+                shard.head_dim
+            ),
+            (2_562, 8, 2, 128)
+        );
+        assert_eq!(layer.shard(1), layer);
+        // More GPUs than KV heads: one KV head each, query heads a multiple of it.
+        let tiny = DecodeShape {
+            hidden: 64,
+            out_features: 7,
+            n_heads: 4,
+            n_kv_heads: 4,
+            head_dim: 16,
+        };
+        let s = tiny.shard(8);
+        assert_eq!((s.out_features, s.n_heads, s.n_kv_heads), (1, 1, 1));
+    }
     use crate::moe::tests::relative_error;
 
     /// Plain f64: the GEMM as nested sums, softmax attention straight from its definition.

@@ -47,6 +47,25 @@ pub struct MoeShape {
     pub top_k: usize,
 }
 
+impl MoeShape {
+    /// One expert's two GEMMs over its `rows` grouped rows: gate and up fused (`hidden -> 2 x
+    /// expert_ffn`), then down (`expert_ffn -> hidden`).
+    pub fn expert_gemms(&self, rows: usize) -> [crate::blas::RowMajorGemm; 2] {
+        [
+            crate::blas::RowMajorGemm {
+                rows,
+                k: self.hidden,
+                n: 2 * self.expert_ffn,
+            },
+            crate::blas::RowMajorGemm {
+                rows,
+                k: self.expert_ffn,
+                n: self.hidden,
+            },
+        ]
+    }
+}
+
 /// Inputs of one MoE layer. Weight layouts are PyTorch `Linear` (output-major), the gate and
 /// up projections fused as serving stacks store them: `w13`: `[n_experts][2 x expert_ffn]
 /// [hidden]` (each expert's gate rows, then its up rows); `w2`: `[n_experts][hidden]
@@ -210,6 +229,33 @@ impl MoeProblem {
     }
 }
 
+impl MoeProblem {
+    /// [`MoeProblem::random`] of one token with weights from a repeated random table
+    /// (`numeric::synthetic_bf16`: never zero, cheap for the gigabytes of a real model's
+    /// experts; timing does not depend on the values): for timing, the inputs set per point.
+    pub fn synthetic(shape: MoeShape, tile_tokens: usize, seed: u64) -> MoeProblem {
+        let per_expert = shape.expert_ffn * shape.hidden;
+        let weights = |len, fan_in: usize, name| -> Weights {
+            crate::numeric::synthetic_bf16(len, 1.0 / (fan_in as f32).sqrt(), seed, name).into()
+        };
+        // The token, its experts and combine weights as `random` draws them (its weights of
+        // one-wide experts are dropped).
+        let mut problem = MoeProblem::random(
+            MoeShape {
+                expert_ffn: 1,
+                ..shape
+            },
+            tile_tokens,
+            1,
+            seed,
+        );
+        problem.shape = shape;
+        problem.w13 = weights(shape.n_experts * 2 * per_expert, shape.hidden, "moe.w13");
+        problem.w2 = weights(shape.n_experts * per_expert, shape.expert_ffn, "moe.w2");
+        problem
+    }
+}
+
 /// Histogram, exclusive prefix sum and a stable scatter of the assignments by expert. Ids
 /// must be valid (see [`MoeProblem::validate`]).
 pub fn group_tokens(topk_ids: &[i32], n_experts: usize) -> Grouping {
@@ -359,6 +405,23 @@ pub fn moe_layer_cpu(p: &MoeProblem) -> Result<MoeOutput, KernelInputError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_synthetic_problem_has_the_shape_and_never_zero_weights() {
+        let shape = MoeShape {
+            hidden: 48,
+            expert_ffn: 40,
+            n_experts: 6,
+            top_k: 2,
+        };
+        let p = MoeProblem::synthetic(shape, 16, 3);
+        p.validate().unwrap();
+        assert_eq!((p.shape, p.tokens()), (shape, 1));
+        assert_eq!(p.w13.len(), 6 * 2 * 40 * 48);
+        assert_eq!(p.w2.len(), 6 * 40 * 48);
+        assert!(p.w13.iter().chain(p.w2.iter()).all(|v| v.to_f32() != 0.0));
+        assert!(moe_layer_cpu(&p).is_ok());
+    }
 
     /// The plain f64 MoE layer: no tiles, no grouping, no intermediate rounding.
     #[allow(clippy::needless_range_loop)]

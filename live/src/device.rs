@@ -4,10 +4,17 @@
 //! not include input generation (except with `--realtime`, where all host work counts).
 //!
 //! GPU variability is emulated, not taken from other devices: a virtual GPU with speed factor
-//! `s` runs its share `1 / s` times over (whole passes, then its tokens once more at the
-//! remaining fraction of the expert FFN or output width: GEMM work is tile-quantized in tokens,
-//! not in width), on both backends (cuBLAS's GEMMs cannot be confined to a fraction of the
-//! multiprocessors). Its measured time grows with the work it really had.
+//! `s` does its GEMM-bound work `1 / s` times over, on both backends (cuBLAS's GEMMs cannot be
+//! confined to a fraction of the multiprocessors). A MoE layer runs once, then its experts'
+//! GEMM pairs again as standalone GEMMs for the rest of `1 / s` (whole passes, then one at the
+//! remaining fraction of the expert FFN width: GEMM work is tile-quantized in tokens, not in
+//! width); the layer's routing, gather, SwiGLU and combine kernels run once, as the simulator's
+//! MoE layer (`cost::moe_layer`) slows only its experts' work. A dense launch (GEMM and
+//! attention) runs whole passes, then one at the remaining fraction of its output width and
+//! cached context. Its measured time grows with the work it really had; a fraction of a pass
+//! is proportional where the kernels' time is proportional to their width (the CPU references;
+//! on a GPU, a narrow GEMM still pays its launch floor, so speeds with a whole `1 / s` are the
+//! exact case there).
 
 use kernels::backend::{self, Backend, BackendError, BackendKind, Workload};
 use kernels::decode::{DecodeProblem, DecodeShape};
@@ -18,8 +25,10 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// How the repeated-work emulation works, as reported in the output.
-const REPEATED_WORK: &str = "a virtual GPU with speed factor s runs its share 1/s times over \
-     (whole passes, then its tokens once more at that fraction of the expert FFN / output width)";
+const REPEATED_WORK: &str = "a virtual GPU with speed factor s does its GEMM-bound work 1/s \
+     times over: each MoE layer once, then its experts' GEMM pairs again (whole passes, then \
+     one at that fraction of the expert FFN width); each dense launch in whole passes, then one \
+     at that fraction of its output width and cached context";
 
 /// Inputs of the same seed for every problem, so that runs are repeatable.
 const INPUT_SEED: u64 = 7;
@@ -38,6 +47,9 @@ pub struct Kernels {
     moe: BTreeMap<(usize, usize, usize), MoeProblem>,
     /// Decode-step problems per (shape, batch, context).
     dense: BTreeMap<(DenseKey, usize, usize), DecodeProblem>,
+    /// Decode-step weights per shape, shared by its problems of every batch and context (so a
+    /// backend uploads each shape's weights once).
+    dense_weights: BTreeMap<DenseKey, kernels::Weights>,
     /// The host bytes model loads copy from, grown to the largest load.
     host_weights: Vec<u8>,
     /// Per timed launch (at least 3 repetitions): its repetitions' interquartile range over
@@ -82,6 +94,7 @@ impl Kernels {
             decode_context,
             moe: BTreeMap::new(),
             dense: BTreeMap::new(),
+            dense_weights: BTreeMap::new(),
             host_weights: Vec::new(),
             spreads: Vec::new(),
         })
@@ -195,7 +208,7 @@ impl Kernels {
         let mut problem = self
             .moe
             .remove(&(layer, n_experts, expert_ffn))
-            .unwrap_or_else(|| MoeProblem::random(shape, tile, 1, seed));
+            .unwrap_or_else(|| MoeProblem::synthetic(shape, tile, seed));
         problem.shape = shape;
         problem.x = kernels::numeric::random_bf16(tokens * shape.hidden, 1.0, seed, "live.x");
         problem.topk_weights = kernels::numeric::random_weights(tokens * top_k, seed, "live.w");
@@ -225,10 +238,12 @@ impl Kernels {
         })
     }
 
-    /// `moe` on a virtual GPU of speed `speed`: whole passes, then a pass over the same tokens
-    /// with that fraction of each expert's FFN width (GEMM work is quantized in tiles of
-    /// tokens, so a fraction of the tokens would cost a whole tile; it is not quantized in FFN
-    /// width).
+    /// `moe` on a virtual GPU of speed `speed`: the layer once, then each active expert's
+    /// GEMM pair (gate/up, then down) as standalone GEMMs over its rows for the passes
+    /// `passes(speed)` has beyond the first, a fractional one at that fraction of the expert
+    /// FFN width (GEMM work is quantized in tiles of tokens, so a fraction of the tokens would
+    /// cost a whole tile; it is not quantized in FFN width). The layer's fixed kernels run
+    /// once, as the simulator's MoE layer slows only the experts' work.
     pub fn moe_at_speed(
         &mut self,
         layer: usize,
@@ -236,11 +251,15 @@ impl Kernels {
         top_k: usize,
         speed: f64,
     ) -> Result<f64, BackendError> {
-        let ffn = self.shape().expert_ffn;
-        let mut total = 0.0;
-        for fraction in passes(speed) {
+        let (hidden, ffn) = (self.shape().hidden, self.shape().expert_ffn);
+        let mut total = self.moe(layer, counts, top_k)?;
+        for fraction in passes(speed).into_iter().skip(1) {
             let width = fraction_of(ffn, fraction);
-            total += self.moe_of_width(layer, counts, top_k, width)?;
+            for &rows in counts.iter().filter(|&&c| c > 0) {
+                for (k, n) in [(hidden, 2 * width), (width, hidden)] {
+                    total += self.decode_step(gemm_only(k, n), rows as usize, 0)?;
+                }
+            }
         }
         Ok(total)
     }
@@ -263,14 +282,20 @@ impl Kernels {
         batch: usize,
         context: usize,
     ) -> Result<f64, BackendError> {
-        let shape = DecodeShape {
+        let shape = self.dense_shape(out_features);
+        self.decode_step(shape, batch, context)
+    }
+
+    /// The decode-step shape of a dense launch of `out_features` outputs with the model's
+    /// attention heads.
+    pub fn dense_shape(&self, out_features: usize) -> DecodeShape {
+        DecodeShape {
             hidden: self.shape().hidden,
             out_features,
             n_heads: self.shape().n_attention_heads,
             n_kv_heads: self.shape().n_kv_heads,
             head_dim: self.shape().head_dim,
-        };
-        self.decode_step(shape, batch, context)
+        }
     }
 
     /// The decode-step kernel of `shape` (a GEMM `hidden -> out_features` over `batch` rows,
@@ -296,7 +321,24 @@ impl Kernels {
         let key = (dims, batch, context);
         let problem = match self.dense.remove(&key) {
             Some(p) => p,
-            None => DecodeProblem::random(shape, self.tile, batch, context, INPUT_SEED, true),
+            None => {
+                let tile = self.tile;
+                let weights = self.dense_weights.entry(dims).or_insert_with(|| {
+                    DecodeProblem::random(shape, tile, 1, 0, INPUT_SEED, true).w
+                });
+                DecodeProblem {
+                    shape,
+                    tile_tokens: tile,
+                    batch: 0,
+                    context: 0,
+                    x: Vec::new(),
+                    w: weights.clone(),
+                    q: Vec::new(),
+                    k_cache: Vec::new(),
+                    v_cache: Vec::new(),
+                }
+                .with_synthetic_inputs(batch, context, INPUT_SEED)
+            }
         };
         let workload = Workload::Decode(problem);
         let measured = self.measure(&workload);
@@ -308,18 +350,28 @@ impl Kernels {
         Ok(if self.realtime { host_ns } else { measured })
     }
 
-    /// `dense` on a virtual GPU of speed `speed`: whole passes, then that fraction of the
-    /// output features over the same rows (see [`Kernels::moe_at_speed`] for why not rows).
-    pub fn dense_at_speed(
+    /// The decode-step kernel of `shape` on a virtual GPU of speed `speed`: whole passes, then
+    /// one over the same rows at that fraction of the output features and of the cached
+    /// context (see [`Kernels::moe_at_speed`] for why not rows).
+    pub fn decode_step_at_speed(
         &mut self,
-        out_features: usize,
+        shape: DecodeShape,
         batch: usize,
         context: usize,
         speed: f64,
     ) -> Result<f64, BackendError> {
         let mut total = 0.0;
         for fraction in passes(speed) {
-            total += self.dense(fraction_of(out_features, fraction), batch, context)?;
+            let part = DecodeShape {
+                out_features: fraction_of(shape.out_features, fraction),
+                ..shape
+            };
+            let context = if context > 0 {
+                fraction_of(context, fraction)
+            } else {
+                0
+            };
+            total += self.decode_step(part, batch, context)?;
         }
         Ok(total)
     }
@@ -351,6 +403,18 @@ pub fn passes(speed: f64) -> Vec<f64> {
         fractions.push(rest);
     }
     fractions
+}
+
+/// A GEMM `k -> n` alone, as a decode step without attention (the heads do not matter
+/// without a cache).
+fn gemm_only(k: usize, n: usize) -> DecodeShape {
+    DecodeShape {
+        hidden: k,
+        out_features: n,
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: 1,
+    }
 }
 
 /// `fraction` of `width`, rounded, at least 1.
@@ -446,5 +510,7 @@ mod tests {
         assert!(k.moe(0, &[3, 1, 0, 4], 2).unwrap() > 0.0);
         assert!(k.dense(k.dense_out_features(), 4, 8).unwrap() > 0.0);
         assert!(k.moe_at_speed(1, &[2, 2], 2, 0.7).unwrap() > 0.0);
+        let shard = k.dense_shape(k.dense_out_features()).shard(4);
+        assert!(k.decode_step_at_speed(shard, 3, 8, 0.7).unwrap() > 0.0);
     }
 }

@@ -4,10 +4,12 @@
 //! step on the kernels ([`GemMeasure`]): per MoE layer, every virtual GPU runs one MoE launch on
 //! the routed tokens its mapped experts receive (spread over its experts, as the per-GPU curve
 //! assumes) at its emulated speed, and the layer waits for the slowest (the lock-step barrier is
-//! the maximum); the tensor-parallel dense part and head run as one 1/G-wide GEMM per virtual
-//! GPU, again waiting for the slowest. Under the measured clock the step's duration is the
-//! measurement, and its MoE time and per-GPU busy times are the prediction's shares of it
-//! (`step::LiveStep`).
+//! the maximum); the tensor-parallel dense part and head run as each virtual GPU's shard
+//! (`DecodeShape::shard`: 1/G of the outputs and attention heads): per layer a prefill pass
+//! over the step's prompt tokens and a decode pass (GEMM and attention over the decode context)
+//! over its decoding sequences, whichever it has, as `CurveStepCost` prices them; again the
+//! slowest GPU counts. Under the measured clock the step's duration is the measurement, and its
+//! MoE time and per-GPU busy times are the prediction's shares of it (`step::LiveStep`).
 
 use crate::device::{Kernels, even_counts};
 use crate::step::{LiveSession, LiveStep, Logged, Measure};
@@ -43,17 +45,19 @@ impl Measure for GemMeasure<'_> {
             }
             moe += slowest;
         }
-        let tokens = (work.prefill_tokens + work.decode_tokens) as usize;
+        let (prefill, decode) = (work.prefill_tokens as usize, work.decode_tokens as usize);
         let emitting = work.batch.iter().filter(|s| s.step_emits()).count();
-        let dense_share = k.dense_out_features().div_ceil(g_count);
-        let head_share = k.shape().vocab.div_ceil(g_count);
+        let context = k.decode_context();
+        let block = k.dense_shape(k.dense_out_features()).shard(g_count);
+        let head = k.dense_shape(k.shape().vocab).shard(g_count);
         let mut dense = 0.0f64;
         for &speed in self.speeds {
             let mut t = 0.0;
             for _ in 0..routed.layers {
-                t += k.dense_at_speed(dense_share, tokens, 0, speed)?;
+                t += k.decode_step_at_speed(block, prefill, 0, speed)?;
+                t += k.decode_step_at_speed(block, decode, context, speed)?;
             }
-            t += k.dense_at_speed(head_share, emitting, 0, speed)?;
+            t += k.decode_step_at_speed(head, emitting, 0, speed)?;
             dense = dense.max(t);
         }
         Ok(moe + dense)

@@ -14,6 +14,7 @@
 pub mod calibration;
 pub mod caps;
 pub mod chimera;
+pub mod dense;
 pub mod device;
 pub mod expertweave;
 pub mod fidelity;

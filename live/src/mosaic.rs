@@ -1,79 +1,48 @@
 //! MOSAIC in live mode, through the serving layer's step-cost seam: the workload, the offline
 //! calibration, the placement (ILP or round-robin) and every worker session's replica run
 //! unchanged, each expert session's steps are priced by a [`LiveStep`] (the scenario's step
-//! cost predicts, [`ExpertMeasure`] runs the step on the kernels) and each expert load is a
+//! cost predicts, `dense::DenseStep` runs the step on the kernels) and each expert load is a
 //! real host-to-device copy of the model's bytes. Both are of the model scaled down (see
-//! [`scaled_down`]), so a session runs in milliseconds on the CPU references; the predictions
-//! are the scenario's prices: its full-size models on `serving.gpu`, or, with `[serving]
-//! profile`, the measured profile of the scaled-down models (`expertsim-calibrate
-//! --dense-models`). The aggregator stage is priced by the family's model in both runs.
+//! [`scaling`]: live mode's default scaling, so that a session runs in milliseconds on the CPU
+//! references, or the scaling of the `[serving] profile` that prices the run, e.g. the real
+//! widths with fewer layers on a GPU); the predictions are the scenario's prices: its
+//! full-size models on `serving.gpu`, or, with `[serving] profile`, the measured profile of the
+//! scaled models (`expertsim-calibrate --dense-models`). The aggregator stage is priced by the
+//! family's model in both runs.
 
+use crate::dense::DenseStep;
 use crate::device::Kernels;
-use crate::step::{LiveSession, LiveStep, Logged, Measure};
+use crate::step::{LiveSession, LiveStep, Logged};
 use crate::{Clock, Decisions, FamilyRun, LiveError};
-use kernels::BackendError;
-use kernels::decode::DecodeShape;
-use sim::cost::shape::DenseModelShape;
-use sim::mosaic::live_scale::{LIVE_SCALING, kernel_dims, kernel_rows_and_context};
+use sim::mosaic::live_scale::{LIVE_SCALING, Scaling};
 use sim::mosaic::{MosaicScenario, SessionPricing, SimulatedPricing, try_simulate_on};
 use sim::runner::Policies;
-use sim::serving::step::{StepCost, StepWork};
+use sim::serving::step::StepCost;
 use sim::time::SimDuration;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-/// How a model is scaled down, as reported in the output.
-fn scaling_line() -> String {
-    format!(
-        "each expert runs scaled down: {}; loads copy that model's bf16 bytes",
-        LIVE_SCALING.describe()
-    )
+/// How the scenario's experts are scaled for live execution: as its `[serving] profile` was
+/// measured, else live mode's default.
+pub fn scaling(scenario: &MosaicScenario) -> Scaling {
+    scenario
+        .decode_profile
+        .as_ref()
+        .map_or(LIVE_SCALING, |p| p.scaling)
 }
 
-/// `shape` scaled down for live execution.
-pub fn scaled_down(shape: &DenseModelShape) -> DenseModelShape {
-    LIVE_SCALING.apply(shape)
+/// How a model is scaled down, as reported in the output.
+fn scaling_line(scaling: Scaling) -> String {
+    format!(
+        "each expert runs scaled down: {}; loads copy that model's bf16 bytes",
+        scaling.describe()
+    )
 }
 
 /// How the decision logs name a worker's session of `model` (the worker first, so that the
 /// logs can be read worker by worker).
 fn unit_name(scenario: &MosaicScenario, unit: usize, model: usize) -> String {
     format!("worker {unit} ({})", scenario.experts[model].name)
-}
-
-/// One expert's decode step on the kernels: every (scaled-down) layer over the step's rows,
-/// attention spread evenly over them (`live_scale::kernel_rows_and_context`, as the
-/// dense-decode profile was measured), then the output head.
-pub struct ExpertMeasure {
-    block: DecodeShape,
-    head: DecodeShape,
-    layers: u64,
-}
-
-impl ExpertMeasure {
-    /// The kernels' shapes of `shape` scaled down.
-    pub fn of(shape: &DenseModelShape) -> ExpertMeasure {
-        let small = scaled_down(shape);
-        let (block, head) = dense_decode_shapes(&small);
-        ExpertMeasure {
-            block,
-            head,
-            layers: small.n_layers,
-        }
-    }
-}
-
-impl Measure for ExpertMeasure {
-    fn measure(&mut self, kernels: &mut Kernels, work: &StepWork<'_>) -> Result<f64, BackendError> {
-        let (rows, context) = kernel_rows_and_context(work);
-        let (rows, context) = (rows as usize, context as usize);
-        let mut total = 0.0;
-        for _ in 0..self.layers {
-            total += kernels.decode_step(self.block, rows, context)?;
-        }
-        total += kernels.decode_step(self.head, rows, 0)?;
-        Ok(total)
-    }
 }
 
 /// The simulated prices with the live run's decision log: each expert load and step logged.
@@ -121,7 +90,9 @@ impl<'a: 'x, 'k: 'x, 'x> SessionPricing<'x> for LivePricing<'a, 'k> {
             return predicted;
         }
         let name = unit_name(scenario, unit, model);
-        let bytes = scaled_down(&scenario.experts[model].shape).weight_bytes() as usize;
+        let bytes = scaling(scenario)
+            .apply(&scenario.experts[model].shape)
+            .weight_bytes() as usize;
         let mut session = self.session.borrow_mut();
         let measured =
             session.run_outside_step(format!("{name}: load"), |kernels| kernels.load(bytes));
@@ -144,7 +115,7 @@ impl<'a: 'x, 'k: 'x, 'x> SessionPricing<'x> for LivePricing<'a, 'k> {
         Box::new(LiveStep::new(
             unit_name(scenario, unit, model),
             cost,
-            ExpertMeasure::of(&scenario.experts[model].shape),
+            DenseStep::of(&scenario.experts[model].shape, scaling(scenario)),
             self.session.clone(),
         ))
     }
@@ -238,50 +209,15 @@ pub fn run(
         variability: None,
         execution: Some(format!(
             "{}; measured host-to-device loads: {}",
-            scaling_line(),
+            scaling_line(scaling(scenario)),
             loads.join("; ")
         )),
-    })
-}
-
-/// The kernels' decode shapes of a dense model (block, head).
-fn dense_decode_shapes(shape: &DenseModelShape) -> (DecodeShape, DecodeShape) {
-    let [
-        hidden,
-        block_out_features,
-        n_heads,
-        n_kv_heads,
-        head_dim,
-        vocab,
-    ] = kernel_dims(shape);
-    DecodeShape::of_dense(kernels::decode::DenseDims {
-        hidden,
-        block_out_features,
-        n_heads,
-        n_kv_heads,
-        head_dim,
-        vocab,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_scaled_down_model_keeps_its_heads_and_shrinks_its_bytes() {
-        let full = DenseModelShape::preset("llama-3.1-8b-instruct").unwrap();
-        let small = scaled_down(&full);
-        assert_eq!((small.hidden, small.n_layers, small.n_heads), (64, 4, 32));
-        let ratio = full.weight_bytes() / small.weight_bytes();
-        assert!(ratio > 4096.0, "{ratio}");
-        let (block, head) = dense_decode_shapes(&small);
-        assert_eq!(
-            block.out_features * block.hidden,
-            small.block_params() as usize
-        );
-        assert_eq!(head.out_features, small.vocab as usize);
-    }
 
     #[test]
     fn decision_logs_are_compared_worker_by_worker() {

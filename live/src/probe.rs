@@ -285,7 +285,8 @@ pub fn run(
             c.tile_tokens as usize,
             profile.profile.decode_context_tokens as usize,
             calibrate::pipeline::Plan::full().seed,
-        ),
+        )
+        .with_tensor_parallel(profile.profile.tensor_parallel as usize),
         warmup: c.warmup as usize,
         rule: options.rule,
         kernels,

@@ -155,6 +155,11 @@ impl Uniform {
     pub fn sample(&self, rng: &mut SimRng) -> f64 {
         rng.random_range(self.low..=self.high)
     }
+
+    /// The upper end of the range.
+    pub fn high(&self) -> f64 {
+        self.high
+    }
 }
 
 /// Always `value`; draws nothing from the stream.

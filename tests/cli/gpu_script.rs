@@ -133,40 +133,58 @@ fn dry_run_lists_every_step_scenario_profile_and_gpu_test_and_exits_0() {
     ] {
         assert!(stdout.contains(command), "no `{command}` in:\n{stdout}");
     }
-    // Every live scenario runs on CUDA, on the GPU profile of the CPU profile it names.
-    let mut scenarios: Vec<String> = std::fs::read_dir(root().join("scenarios/live"))
+    // Every real-shape live scenario runs on CUDA, on a profile calibrated on the device for it
+    // (`--for-scenario`) and set as its family's profile key.
+    let mut scenarios: Vec<String> = std::fs::read_dir(root().join("scenarios/live-gpu"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".toml"))
         .collect();
     scenarios.sort();
-    assert!(scenarios.len() >= 4, "{scenarios:?}");
+    assert!(scenarios.len() >= 5, "{scenarios:?}");
     for name in &scenarios {
-        let live = format!("expertsim live scenarios/live/{name} --backend cuda");
+        let path = format!("scenarios/live-gpu/{name}");
+        let live = format!("expertsim live {path} --backend cuda");
         assert!(stdout.contains(&live), "no `{live}` in:\n{stdout}");
-        let text = std::fs::read_to_string(root().join("scenarios/live").join(name)).unwrap();
-        let Some(profile) = text
+        let text = std::fs::read_to_string(root().join(&path)).unwrap();
+        let family = text
             .lines()
-            .find(|l| l.trim_start().starts_with("profile"))
+            .find(|l| l.trim_start().starts_with("family"))
             .and_then(|l| l.split('"').nth(1))
-        else {
-            continue;
+            .unwrap();
+        let key = match family {
+            "caps" => "execution.profile",
+            "gem" => "model.profile",
+            "expertweave" => "cost.profile",
+            "mosaic" => "serving.profile",
+            "chimera" => "cluster.profile",
+            other => panic!("{name}: family {other} has no profile key here"),
         };
-        let file = Path::new(profile).file_stem().unwrap().to_string_lossy();
-        let stem = file.split_once('_').map_or(&*file, |(_, stem)| stem);
-        let calibrated = format!("_{stem}.json");
+        let calibrated = format!("_live-gpu-{}.json", name.trim_end_matches(".toml"));
         assert!(
-            stdout.lines().any(
-                |l| l.contains("expertsim-calibrate --backend cuda") && l.contains(&calibrated)
-            ),
-            "{name}: no calibration writing *{calibrated} in:\n{stdout}"
+            stdout
+                .lines()
+                .any(|l| l.contains("expertsim-calibrate --backend cuda")
+                    && l.contains(&format!("--for-scenario {path}"))
+                    && l.contains(&calibrated)),
+            "{name}: no calibration for the scenario writing *{calibrated} in:\n{stdout}"
         );
         assert!(
             stdout.lines().any(|l| l.contains(&live)
-                && l.contains("profile=\"../../profiles/measured/")
+                && l.contains(&format!("{key}=\"../../profiles/measured/"))
                 && l.contains(&calibrated)),
-            "{name}: not run on *{calibrated} in:\n{stdout}"
+            "{name}: not run on *{calibrated} as {key} in:\n{stdout}"
         );
+    }
+    // The CPU rehearsal runs the scaled-down scenarios the same way.
+    let rehearsal = script(&["--dry-run", "--device", "--backend", "cpu"]);
+    let rehearsal = String::from_utf8_lossy(&rehearsal.stdout);
+    for entry in std::fs::read_dir(root().join("scenarios/live")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".toml") {
+            let path = format!("--for-scenario scenarios/live/{name}");
+            assert!(rehearsal.contains(&path), "no `{path}` in:\n{rehearsal}");
+        }
     }
     let tests = gpu_tests_in_sources();
     assert!(tests.len() >= 5, "{tests:?}");
@@ -217,15 +235,16 @@ fn dry_run_prints_a_budgeted_plan_whose_caps_fit_the_budget_in_order_of_value() 
         );
         let rows = plan_rows(&stdout);
         let titles: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
-        // By value: the tests, the calibrations the live runs need, the real shape against
-        // the vendor, the live runs, then the table.
+        // By value: the tests, the calibrations the live runs need, the real expert against
+        // the vendor, the live runs, the table, then the full calibration of the real shape.
         let order = [
             "preflight",
             "the GPU tests",
             "calibrate every profile",
-            "calibrate the real Qwen1.5-MoE-A2.7B",
+            "calibrate the real Qwen1.5-MoE-A2.7B expert",
             "the live runs",
             "the fidelity table",
+            "calibrate the real Qwen1.5-MoE-A2.7B shape with every default",
         ];
         assert_eq!(rows.len(), order.len(), "{stdout}");
         for ((number, title, ..), (i, want)) in rows.iter().zip(order.iter().enumerate()) {
@@ -240,7 +259,7 @@ fn dry_run_prints_a_budgeted_plan_whose_caps_fit_the_budget_in_order_of_value() 
             );
             // Each phase header repeats its cap in the steps below the table.
             assert!(
-                stdout.contains(&format!("phase {number}/6: {title}\n  (cap {cap} s)")),
+                stdout.contains(&format!("phase {number}/7: {title}\n  (cap {cap} s)")),
                 "{stdout}"
             );
         }
@@ -285,7 +304,8 @@ fn a_bad_option_is_exit_code_2() {
         &["--frobnicate"][..],
         &["--runs", "0", "--dry-run"],
         &["--backend", "rocm", "--dry-run"],
-        &["--budget", "89", "--dry-run"],
+        // Under every phase's minimum plus the collect reserve (100 s).
+        &["--budget", "99", "--dry-run"],
         &["--budget", "5m", "--dry-run"],
     ] {
         let output = script(args);

@@ -398,6 +398,10 @@ fn live_calibrate_measures_the_scenario_profile_and_prices_the_run_with_it() {
         vec![1.0, 64.0, 65.0, 128.0, 129.0, 192.0, 193.0, 256.0]
     );
     assert_eq!(xs("head"), vec![1.0, 2.0, 3.0, 4.0]);
+    // The expert's two GEMMs alone at the expert curve's counts, which split the layer.
+    assert_eq!(xs("expert_gemm/w13"), xs("expert_ffn"));
+    assert_eq!(xs("expert_gemm/w2"), xs("expert_ffn"));
+    assert!(profile["expert_ffn"][0]["split"].is_object());
     assert!(
         profile["calibration"]["stopping"]["total_repetitions"]
             .as_u64()
@@ -418,7 +422,8 @@ fn live_calibrate_measures_the_scenario_profile_and_prices_the_run_with_it() {
         "{}",
         report["profile"]
     );
-    assert_eq!(report["calibrated"]["points"], 24);
+    // 8 expert, 8 prefill, 4 decode and 4 head points, and the 2 x 8 expert GEMMs.
+    assert_eq!(report["calibrated"]["points"], 40);
     assert_eq!(report["probe"]["status"], "ran");
 }
 

@@ -16,7 +16,7 @@ use crate::cost::gpu::GpuSpec;
 use crate::cost::kernel::Timing;
 use crate::cost::measured_steps::{OpSources, PricingRecord};
 use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
-use crate::cost::profile::{ExpertExecution, Profile, ProfileMismatch, SourceKind};
+use crate::cost::profile::{ExpertExecution, ExpertFfnCurve, Profile, ProfileMismatch, SourceKind};
 use crate::cost::shape::MoeModelShape;
 use crate::serving::{CostSource, ExpectedRouting, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
@@ -56,6 +56,8 @@ struct CostTables {
     n_experts: usize,
     top_k: usize,
     expert: CostCurve,
+    /// The profile's expert entry (the curve and, when measured, the layer's split).
+    expert_entry: ExpertFfnCurve,
     expert_execution: ExpertExecution,
     non_expert_prefill: CostCurve,
     non_expert_decode: CostCurve,
@@ -70,16 +72,18 @@ struct CostTables {
 impl CostTables {
     fn new(profile: &Profile, shape: &MoeModelShape) -> Result<CostTables, ProfileMismatch> {
         profile.check_shape(shape)?;
-        let expert = profile
-            .expert_curve(shape.hidden, shape.expert_ffn, shape.weight_dtype)
+        let expert_entry = profile
+            .expert_entry(shape.hidden, shape.expert_ffn, shape.weight_dtype)
             .expect("check_shape found the expert curve")
             .clone();
+        let expert = expert_entry.curve.clone();
         Ok(CostTables {
             source: profile.source.kind,
             n_layers: shape.n_layers,
             n_experts: shape.n_experts,
             top_k: shape.top_k,
             expert,
+            expert_entry,
             expert_execution: profile.expert_execution,
             non_expert_prefill: profile.non_expert_prefill.clone(),
             non_expert_decode: profile.non_expert_decode.clone(),
@@ -276,23 +280,23 @@ impl StragglerModel {
     }
 
     /// Sum over layers of the layer's expert cost, ns: its most loaded expert's curve cost
-    /// when the device runs experts concurrently; with serial execution the sum over its
-    /// experts, an expert expecting `l < 1` routed tokens counted as running one token with
-    /// probability `l` (the expected cost of a layer whose loads are expectations).
+    /// when the device runs experts concurrently; with serial execution the layer launch of
+    /// `ExpertFfnCurve::serial_layer_ns` (with a measured split, the fixed part once plus each
+    /// expert's GEMM pair), an expert expecting `l < 1` routed tokens counted as running one
+    /// token with probability `l` (the expected cost of a layer whose loads are expectations).
     /// Allocation-free.
     fn max_expert_nanos(&self, load: &[f32]) -> f64 {
         let t = &self.tables;
         load.chunks_exact(t.n_experts)
             .map(|layer| match t.expert_execution {
                 ExpertExecution::Concurrent => t.expert.at(f64::from(max_of(layer))),
-                ExpertExecution::Serial => layer
-                    .iter()
-                    .filter(|&&l| l > 0.0)
-                    .map(|&l| {
+                ExpertExecution::Serial => t.expert_entry.serial_layer_ns(
+                    layer.iter().map(|&l| f64::from(l.max(0.0))).sum(),
+                    layer.iter().map(|&l| {
                         let l = f64::from(l);
-                        l.min(1.0) * t.expert.at(l.max(1.0))
-                    })
-                    .sum(),
+                        (l.min(1.0), l.max(1.0))
+                    }),
+                ),
             })
             .sum()
     }
@@ -326,7 +330,7 @@ impl GroupedModel {
         let tables = CostTables::new(profile, shape)?;
         let layer = MoeLayerCost::new(gpu, shape, Timing::Eager);
         let layer = if tables.source != SourceKind::AnalyticRoofline {
-            layer.with_profile(tables.expert.clone())
+            layer.with_profile(&tables.expert_entry)
         } else {
             layer
         };

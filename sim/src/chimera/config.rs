@@ -9,6 +9,7 @@ use super::workload::{
 };
 use crate::arrivals::{ArrivalSpec, ArrivalTable, TraceStats};
 use crate::cost::gpu::GpuSpec;
+use crate::mosaic::profile_cost::DenseDecodeProfile;
 use crate::scenario::validate::{
     FieldError, LoadCache, at_least_one, field_error, measured_on, measured_set, non_negative,
     positive,
@@ -68,6 +69,12 @@ pub struct ClusterFile {
     /// measured, scaled or analytic as the run's `pricing` record says.
     #[serde(default)]
     pub measured: Option<String>,
+    /// A measured dense-decode profile (`expertsim-calibrate --dense-models`, path relative to
+    /// the scenario) to price the engines' steps from instead: each engine's model at the
+    /// profile's scaling, a step's rows and cached tokens looked up in its sampled grid
+    /// (`mosaic::profile_cost`, as live mode executes the step).
+    #[serde(default)]
+    pub profile: Option<String>,
 }
 
 fn default_gpu() -> String {
@@ -135,6 +142,9 @@ impl ChimeraScenario {
             .first()
             .map(|e| e.cost.gpu.as_str())
             .unwrap_or("none");
+        if let Some(profile) = self.engines.first().and_then(|e| e.cost.profile.as_ref()) {
+            return format!("measured ({})", profile.device);
+        }
         match &self.measured {
             Some(name) => format!("measured-operations:{name}:{gpu}"),
             None => format!("analytic-dense-roofline:{gpu}"),
@@ -237,6 +247,22 @@ impl ChimeraConfig {
             }
             None => None,
         };
+        let profile = match &c.profile {
+            Some(_) if measured.is_some() => {
+                return Err(field_error(
+                    "cluster.profile",
+                    "names a second cost source beside cluster.measured; keep one",
+                ));
+            }
+            Some(file) => {
+                let path =
+                    crate::scenario::validate::resolve_profile("cluster.profile", file, base_dir)?;
+                let profile = DenseDecodeProfile::load(&path)
+                    .map_err(|e| field_error("cluster.profile", e))?;
+                Some((path, profile))
+            }
+            None => None,
+        };
         if c.models.is_empty() {
             return Err(field_error("cluster.models", "needs at least one model"));
         }
@@ -281,6 +307,15 @@ impl ChimeraConfig {
                 measured.as_deref(),
             )
             .map_err(|e| field_error(&path, e))?;
+            let cost = match &profile {
+                Some((file, profile)) => {
+                    let priced = profile.model_cost(&shape).map_err(|e| {
+                        field_error("cluster.profile", format!("{}: {e}", file.display()))
+                    })?;
+                    cost.with_profile(priced, &profile.device, profile.scaling)
+                }
+                None => cost,
+            };
             engines.push(EngineSpec { model, cost });
         }
         let duration_s = self.workload.duration_s;

@@ -67,9 +67,39 @@ pub struct EngineCost {
     /// roofline (`cost::measured_steps`), with its pricing record.
     #[serde(skip)]
     pub measured: Option<Arc<MeasuredDenseStep>>,
+    /// With `cluster.profile`: the step priced from a measured dense-decode profile of the
+    /// model at the profile's scaling.
+    #[serde(skip)]
+    pub profile: Option<Arc<EngineProfile>>,
+}
+
+/// An engine's steps as a measured dense-decode profile prices them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineProfile {
+    /// The profile's device, as it names itself.
+    pub device: String,
+    /// How the profile's model is scaled from the engine's (live mode runs it so).
+    pub scaling: crate::mosaic::live_scale::Scaling,
+    pub cost: crate::mosaic::profile_cost::ModelDecodeCost,
 }
 
 impl EngineCost {
+    /// This engine with its steps priced from `cost`, a measured dense-decode profile's
+    /// pricing of its model (`device` measured it, at `scaling`).
+    pub fn with_profile(
+        mut self,
+        cost: crate::mosaic::profile_cost::ModelDecodeCost,
+        device: &str,
+        scaling: crate::mosaic::live_scale::Scaling,
+    ) -> EngineCost {
+        self.profile = Some(Arc::new(EngineProfile {
+            device: device.to_string(),
+            scaling,
+            cost,
+        }));
+        self
+    }
+
     /// The engine of `model` (shape `shape`) on `gpu`, its steps priced by the roofline or,
     /// with `measured`, from that set's measured operations; `Err` when the weights leave no KV
     /// cache.
@@ -121,6 +151,7 @@ impl EngineCost {
             max_batch_size,
             decode_ms_per_token: 0.0,
             measured,
+            profile: None,
         };
         let batch = (max_batch_size as f64)
             .min(cost.kv_capacity_tokens as f64 / PROFILE_CONTEXT_TOKENS)

@@ -68,11 +68,15 @@ pub fn replica_config(cost: &EngineCost) -> ReplicaConfig {
 /// serving layer's dense step over the engine's roofline, or over its measured operations with
 /// `cluster.measured` (`RooflineStepCost`, `MeasuredStepCost`: a step's decoding sequences and
 /// prompt tokens are its rows, its sequences the head's rows, its cached context the attention's,
-/// its prompts the causal prefill's).
+/// its prompts the causal prefill's), or with `cluster.profile` from the measured dense-decode
+/// profile of its model (`mosaic::profile_cost::ProfileStepCost`, as MOSAIC's sessions).
 pub struct EngineStepCost<'a>(pub &'a EngineCost);
 
 impl StepCost for EngineStepCost<'_> {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        if let Some(profile) = &self.0.profile {
+            return crate::mosaic::profile_cost::ProfileStepCost(&profile.cost).price(work);
+        }
         match &self.0.measured {
             Some(measured) => MeasuredStepCost(measured).price(work),
             None => RooflineStepCost(&self.0.roofline).price(work),

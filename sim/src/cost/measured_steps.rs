@@ -520,12 +520,14 @@ pub fn moe(set: &MeasuredSet, shape: &MoeModelShape, tensor_parallel: u32) -> Me
             expert_ffn: shape.expert_ffn,
             dtype: shape.weight_dtype,
             curve: expert_curve,
+            split: None,
         }],
         non_expert_prefill,
         non_expert_decode,
         head,
         decode_step,
         expert_execution: ExpertExecution::Concurrent,
+        tensor_parallel: 1,
     };
     MeasuredMoe {
         profile,

@@ -8,16 +8,18 @@
 //! price through `MoeLayerCost::gpu` and `MoeLayerCost::layer`. See docs/cost-model.md,
 //! "MoE layer".
 //!
-//! Two refinements replace the model where measurements exist: a measured single-expert curve
-//! of the project's own kernels (`with_profile`: the measured experts run back to back inside
-//! one launch set), and the measured grouped GEMMs of the GPU and expert shape
-//! (`with_measured_grouped`: `profiles/h200/kernels.json`, the model's shape between measured
-//! points scaled to them).
+//! Two refinements replace the model where measurements exist: a measured profile of the
+//! project's own kernels (`with_profile`: where the profile splits the layer, its measured
+//! fixed part once per layer plus each active expert's measured GEMM pair; else the measured
+//! single-expert layer curves back to back inside one launch set), and the measured grouped
+//! GEMMs of the GPU and expert shape (`with_measured_grouped`: `profiles/h200/kernels.json`,
+//! the model's shape between measured points scaled to them).
 
 use crate::cost::curve::CostCurve;
 use crate::cost::gpu::{GpuSpec, LinkSpec};
 use crate::cost::kernel::{GroupSums, GroupedShape, KernelRates, KernelTime, Timing};
 use crate::cost::kernel_timings::KernelTimings;
+use crate::cost::profile::ExpertFfnCurve;
 use crate::cost::shape::{MoeModelShape, WeightDtype};
 use std::sync::{Arc, OnceLock};
 
@@ -187,6 +189,41 @@ impl MeasuredGrouped {
     }
 }
 
+/// A measured profile's layer on a device that runs its experts one after another, beside the
+/// entry point (`MoeLayerCost::with_profile` prices the same split on a GPU).
+impl ExpertFfnCurve {
+    /// One MoE layer launch over `assignments` routed rows on a device that runs the layer's
+    /// experts one after another (`ExpertExecution::Serial`): `experts` yields, for every
+    /// expert weight the layer may read, the probability that it is read and the rows it
+    /// computes when it is (whole rows: an expectation below one row is that probability of
+    /// one row). With a split: the fixed part once plus each expert's GEMM pair; without one,
+    /// each expert costs the whole-layer curve, so the layer's fixed kernels are counted once
+    /// per expert (how profiles without the split were read). 0 when no expert is read.
+    pub fn serial_layer_ns(
+        &self,
+        assignments: f64,
+        experts: impl IntoIterator<Item = (f64, f64)>,
+    ) -> f64 {
+        let per_expert = match &self.split {
+            Some(split) => &split.expert_gemms,
+            None => &self.curve,
+        };
+        let mut any = false;
+        let mut gemms = 0.0;
+        for (p, rows) in experts {
+            if p > 0.0 && rows > 0.0 {
+                any = true;
+                gemms += p * per_expert.at(rows.max(1.0));
+            }
+        }
+        match (&self.split, any) {
+            (_, false) => 0.0,
+            (Some(split), true) => split.fixed.at(assignments.max(1.0)) + gemms,
+            (None, true) => gemms,
+        }
+    }
+}
+
 /// The MoE-layer cost of one model's routed experts on one GPU type.
 #[derive(Clone, Debug)]
 pub struct MoeLayerCost {
@@ -203,7 +240,12 @@ pub struct MoeLayerCost {
     shapes: [GroupedShape; 2],
     /// The host launch cost a measured single-expert curve includes per kernel.
     launch_ns: f64,
+    /// A measured expert curve (see [`Self::with_profile`]): the expert's GEMM pair where the
+    /// profile splits the layer, else the whole single-expert layer.
     measured_expert: Option<CostCurve>,
+    /// The measured fixed part of a layer launch (routed assignments -> ns), where the profile
+    /// splits the layer; it replaces the launch term.
+    measured_fixed: Option<CostCurve>,
     measured_grouped: Option<Arc<MeasuredGrouped>>,
 }
 
@@ -246,18 +288,50 @@ impl MoeLayerCost {
             ],
             launch_ns: gpu.kernel_launch_overhead_ns,
             measured_expert: None,
+            measured_fixed: None,
             measured_grouped: None,
         }
     }
 
-    /// Refines the op with a measured single-expert curve `e(n)` of the project's own kernels
-    /// (cost/profile.rs expert curves, each including `LAUNCHES_PER_LAYER` launches): the
-    /// grouped op then costs `launches + sum_e (e(n_e) - launches)`, the measured experts back
-    /// to back inside one launch set. Speed factors divide it by the compute factor where the
-    /// model's compute term binds, else by the bandwidth factor.
-    pub fn with_profile(mut self, expert: CostCurve) -> MoeLayerCost {
-        self.measured_expert = Some(expert);
+    /// Refines the op with a profile's measured expert entry of the project's own kernels.
+    /// With its split (cost/profile.rs `MoeLayerSplit`) the experts cost `fixed(assignments) +
+    /// sum_e g(n_e)`: the layer's measured kernels around the GEMMs (grouping, gather, SwiGLU,
+    /// combine) once, then each active expert's measured GEMM pair `g` back to back (what the
+    /// CUDA backend runs: one cuBLAS GEMM pair per expert with rows, on one stream). Without a
+    /// split, from the whole-layer curve `e(n)` (each point including `LAUNCHES_PER_LAYER`
+    /// launches): `launches + sum_e (e(n_e) - launches)`, the launch term standing in for the
+    /// fixed part. Speed factors divide the experts' work by the compute factor where the
+    /// model's compute term binds, else by the bandwidth factor; the fixed part (a few
+    /// latency-bound launches) is not scaled.
+    pub fn with_profile(mut self, expert: &ExpertFfnCurve) -> MoeLayerCost {
+        match &expert.split {
+            Some(split) => {
+                self.measured_expert = Some(split.expert_gemms.clone());
+                self.measured_fixed = Some(split.fixed.clone());
+            }
+            None => {
+                self.measured_expert = Some(expert.curve.clone());
+                self.measured_fixed = None;
+            }
+        }
         self
+    }
+
+    /// The fixed part of one layer launch over `assignments` routed rows: measured, or the
+    /// launch term.
+    fn fixed_ns(&self, assignments: f64) -> f64 {
+        match &self.measured_fixed {
+            Some(fixed) => fixed.at(assignments.max(1.0)),
+            None => self.launch_total(),
+        }
+    }
+
+    /// One expert's measured work beyond the fixed part at `rows` rows.
+    fn measured_work(&self, curve: &CostCurve, rows: f64) -> f64 {
+        match self.measured_fixed {
+            Some(_) => curve.at(rows),
+            None => (curve.at(rows) - self.launch_total()).max(0.0),
+        }
     }
 
     /// Scales the model to the measured grouped GEMMs of `gpu` for this expert shape where
@@ -277,7 +351,10 @@ impl MoeLayerCost {
 
     /// What prices the layer, in words (a result's record).
     pub fn pricing(&self, gpu: &GpuSpec) -> String {
-        if self.measured_expert.is_some() {
+        if self.measured_fixed.is_some() {
+            "the profile's measured layer split: its fixed part once, each expert's GEMM pair"
+                .into()
+        } else if self.measured_expert.is_some() {
             "the profile's measured single-expert curve, experts back to back".into()
         } else if let Some(source) = self.measured_source() {
             source.into()
@@ -321,10 +398,10 @@ impl MoeLayerCost {
             }
         }
         if let Some(curve) = &self.measured_expert {
-            // The project's own measured expert, back to back in one launch set.
-            let launch = self.launch_total();
+            // The project's own measured experts back to back: the fixed part once per layer
+            // (measured, or the launch set), each expert's work beyond it.
             let mut work = 0.0;
-            rows.for_each_group(|n, p| work += p * (curve.at(n as f64) - launch).max(0.0));
+            rows.for_each_group(|n, p| work += p * self.measured_work(curve, n as f64));
             let (memory, compute) = (
                 kernels[0].memory_ns + kernels[2].memory_ns,
                 kernels[0].compute_ns + kernels[2].compute_ns,
@@ -334,7 +411,7 @@ impl MoeLayerCost {
             } else {
                 speed.bandwidth
             };
-            let nanos = launch + work / factor;
+            let nanos = self.fixed_ns(sums.rows) + work / factor;
             return GpuExpertCost {
                 kernels,
                 gemms_ns: nanos,
@@ -651,22 +728,91 @@ mod tests {
             (128.0, 3.0 * launch + 20_000.0),
         ])
         .unwrap();
-        let m = MoeLayerCost::new(
-            &GpuSpec::by_name("L4").unwrap(),
-            &MoeModelShape::qwen1_5_moe_a2_7b(),
-            Timing::Eager,
-        )
-        .with_profile(curve);
+        let entry = |split| ExpertFfnCurve {
+            hidden: 2048,
+            expert_ffn: 1408,
+            dtype: WeightDtype::Bf16,
+            curve: curve.clone(),
+            split,
+        };
+        let l4 = |split| {
+            MoeLayerCost::new(
+                &GpuSpec::by_name("L4").unwrap(),
+                &MoeModelShape::qwen1_5_moe_a2_7b(),
+                Timing::Eager,
+            )
+            .with_profile(&entry(split))
+        };
+        let even = ExpertRows::Even {
+            tokens: 129,
+            experts: 2,
+        };
+        let m = l4(None);
         let c = m.gpu(ExpertRows::Counted(&[64, 65, 0]), SpeedFactors::NOMINAL);
         assert!((c.nanos - (3.0 * launch + 10_000.0 + 20_000.0)).abs() < 1e-6);
-        let even = m.gpu(
-            ExpertRows::Even {
-                tokens: 129,
-                experts: 2,
-            },
+        assert_eq!(m.gpu(even, SpeedFactors::NOMINAL).nanos, c.nanos);
+        // Split by mechanism: a fixed part of 4 us + 1 ns per assignment, once per layer; each
+        // expert's GEMM pair 9 us per 64-row tile.
+        let split = crate::cost::profile::MoeLayerSplit {
+            fixed: CostCurve::new(vec![(1.0, 4_001.0), (1000.0, 5_000.0)]).unwrap(),
+            expert_gemms: CostCurve::new(vec![
+                (1.0, 9_000.0),
+                (64.0, 9_000.0),
+                (65.0, 18_000.0),
+                (128.0, 18_000.0),
+            ])
+            .unwrap(),
+        };
+        let m = l4(Some(split));
+        let c = m.gpu(ExpertRows::Counted(&[64, 65, 0]), SpeedFactors::NOMINAL);
+        assert!(
+            (c.nanos - (4_129.0 + 9_000.0 + 18_000.0)).abs() < 1e-6,
+            "{c:?}"
+        );
+        assert_eq!(m.gpu(even, SpeedFactors::NOMINAL).nanos, c.nanos);
+        let expected = m.gpu(
+            ExpertRows::Expected(&[64.0, 65.0, 0.0]),
             SpeedFactors::NOMINAL,
         );
-        assert_eq!(even.nanos, c.nanos);
+        assert!((expected.nanos - c.nanos).abs() < 1e-6);
+        // Eight experts with one row each: the fixed part once, eight GEMM pairs.
+        let eight = m
+            .gpu(ExpertRows::Counted(&[1; 8]), SpeedFactors::NOMINAL)
+            .nanos;
+        assert!((eight - (4_008.0 + 8.0 * 9_000.0)).abs() < 1e-6);
+        // A slower GPU slows only the GEMM pairs, not the fixed part.
+        let slow = m
+            .gpu(ExpertRows::Counted(&[1; 8]), SpeedFactors::split(0.5, 1.0))
+            .nanos;
+        assert!(
+            (slow - (4_008.0 + 2.0 * 8.0 * 9_000.0)).abs() < 1e-6,
+            "{slow}"
+        );
+    }
+
+    /// A serial layer launch: without a split every expert pays the whole-layer curve; with
+    /// one, the fixed part once (at the layer's assignments) plus each expert's GEMM pair, an
+    /// expected expert weighted by its probability of being read.
+    #[test]
+    fn a_serial_layer_pays_its_fixed_part_once() {
+        use crate::cost::profile::MoeLayerSplit;
+        let curve = |points: &[(f64, f64)]| CostCurve::new(points.to_vec()).unwrap();
+        let mut entry = ExpertFfnCurve {
+            hidden: 64,
+            expert_ffn: 64,
+            dtype: WeightDtype::Bf16,
+            curve: curve(&[(1.0, 10.0), (64.0, 10.0)]),
+            split: None,
+        };
+        let experts = [(1.0, 3.0), (1.0, 1.0), (0.5, 1.0), (0.0, 2.0)];
+        assert_eq!(entry.serial_layer_ns(5.5, experts), 25.0);
+        entry.split = Some(MoeLayerSplit {
+            fixed: curve(&[(1.0, 4.0), (9.0, 6.0)]),
+            expert_gemms: curve(&[(1.0, 6.0), (64.0, 6.0)]),
+        });
+        // fixed(5) = 5, then 1 + 1 + 0.5 GEMM pairs of 6.
+        assert_eq!(entry.serial_layer_ns(5.0, experts), 5.0 + 15.0);
+        assert_eq!(entry.serial_layer_ns(0.0, [(0.0, 1.0)]), 0.0);
     }
 
     #[test]

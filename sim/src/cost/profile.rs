@@ -69,8 +69,28 @@ pub struct ExpertFfnCurve {
     pub hidden: usize,
     pub expert_ffn: usize,
     pub dtype: WeightDtype,
-    /// Tokens routed to the expert -> nanoseconds for its gated FFN.
+    /// Tokens routed to the expert -> nanoseconds for its gated FFN (a measured profile: the
+    /// whole MoE layer launch with every token on this one expert).
     pub curve: CostCurve,
+    /// The same layer split by mechanism, where the calibration also timed the expert's GEMMs
+    /// alone: a layer launch is its fixed part once plus each active expert's GEMM pair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<MoeLayerSplit>,
+}
+
+/// One MoE layer launch split by mechanism: `fixed(assignments) + sum over active experts of
+/// expert_gemms(rows)`. The fixed part is the layer's kernels around the GEMMs (grouping,
+/// gather, SwiGLU, weighted combine), launched once per layer whatever the number of active
+/// experts; the GEMM pair (gate/up, then down) is launched once per expert with rows. Measured
+/// as `fixed = curve - (w13 + w2)` and `expert_gemms = w13 + w2` at the expert curve's token
+/// counts (`expertsim-calibrate`: every token on one expert, so assignments = tokens there).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MoeLayerSplit {
+    /// Routed assignments of the layer (tokens x top_k) -> ns of its kernels around the GEMMs.
+    pub fixed: CostCurve,
+    /// Rows routed to one expert -> ns of its two GEMMs.
+    pub expert_gemms: CostCurve,
 }
 
 /// How a device runs the routed experts of one MoE layer.
@@ -120,6 +140,19 @@ pub struct Profile {
     /// How the device runs a layer's experts; absent means concurrent (every GPU profile).
     #[serde(default, skip_serializing_if = "ExpertExecution::is_concurrent")]
     pub expert_execution: ExpertExecution,
+    /// The tensor-parallel degree the non-expert and head curves were measured at: each is one
+    /// GPU's shard (the dense GEMM's outputs, the attention heads and the vocabulary divided by
+    /// it, `expertsim-calibrate --tensor-parallel`). Absent means 1: the whole layer and head.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub tensor_parallel: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 /// Columns of one [`Measurement`] point, in order.
@@ -383,10 +416,21 @@ impl Profile {
         expert_ffn: usize,
         dtype: WeightDtype,
     ) -> Option<&CostCurve> {
+        self.expert_entry(hidden, expert_ffn, dtype)
+            .map(|c| &c.curve)
+    }
+
+    /// The expert FFN entry (curve and, when measured, its split) for experts of this size and
+    /// weight format.
+    pub fn expert_entry(
+        &self,
+        hidden: usize,
+        expert_ffn: usize,
+        dtype: WeightDtype,
+    ) -> Option<&ExpertFfnCurve> {
         self.expert_ffn
             .iter()
             .find(|c| c.hidden == hidden && c.expert_ffn == expert_ffn && c.dtype == dtype)
-            .map(|c| &c.curve)
     }
 
     /// Checks that this profile's curves apply to `shape`: the same model in every field
@@ -547,11 +591,28 @@ fn parse(text: &str, path: &Path) -> Result<(Profile, Option<Calibration>), Prof
             });
         }
     }
+    if profile.tensor_parallel == 0 {
+        return Err(ProfileError::Calibration {
+            path: path.to_path_buf(),
+            problem: "tensor_parallel = 0: the curves were measured at a degree of at least 1"
+                .into(),
+        });
+    }
     let curves = profile
         .expert_ffn
         .iter()
         .enumerate()
-        .map(|(i, c)| (format!("expert_ffn[{i}]"), &c.curve))
+        .flat_map(|(i, c)| {
+            let split = c.split.as_ref().map(|s| {
+                (
+                    format!("expert_ffn[{i}].split.expert_gemms"),
+                    &s.expert_gemms,
+                )
+            });
+            [(format!("expert_ffn[{i}]"), &c.curve)]
+                .into_iter()
+                .chain(split)
+        })
         .chain([
             (
                 "non_expert_prefill".to_string(),
@@ -569,6 +630,21 @@ fn parse(text: &str, path: &Path) -> Result<(Profile, Option<Calibration>), Prof
                 curve,
                 problem,
             })?;
+    }
+    // A split's fixed part is a difference of two medians, clamped at 0: zero is allowed.
+    for (i, c) in profile.expert_ffn.iter().enumerate() {
+        let Some(split) = &c.split else { continue };
+        if let Some((x, ns)) = split
+            .fixed
+            .samples()
+            .find(|&(_, ns)| !(0.0..=crate::cost::curve::MAX_MEASURED_NANOS).contains(&ns))
+        {
+            return Err(ProfileError::Latency {
+                path: path.to_path_buf(),
+                curve: format!("expert_ffn[{i}].split.fixed"),
+                problem: crate::cost::curve::measured_latency_problem(x, ns),
+            });
+        }
     }
     Ok((profile, calibration))
 }
@@ -717,6 +793,7 @@ mod tests {
                 expert_ffn: model.expert_ffn,
                 dtype: model.weight_dtype,
                 curve: curve(&[(1.0, 30_000.0), (64.0, 30_000.0), (65.0, 45_000.0)]),
+                split: None,
             }],
             model,
             non_expert_prefill: curve(&[(1.0, 100_000.0), (1024.0, 1_500_000.0)]),
@@ -724,6 +801,7 @@ mod tests {
             head: curve(&[(1.0, 2_600_000.0)]),
             decode_step: curve(&[(1.0, 8_000_000.0), (8.0, 8_800_000.0)]),
             expert_execution: ExpertExecution::Concurrent,
+            tensor_parallel: 1,
         }
     }
 

@@ -814,12 +814,14 @@ pub fn analytic_profile_with(
             expert_ffn: shape.expert_ffn,
             dtype: shape.weight_dtype,
             curve: expert,
+            split: None,
         }],
         non_expert_prefill,
         non_expert_decode,
         head,
         decode_step,
         expert_execution: ExpertExecution::Concurrent,
+        tensor_parallel: 1,
     }
 }
 

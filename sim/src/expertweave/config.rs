@@ -27,6 +27,11 @@ pub struct ExpertWeaveConfig {
     /// (scaled down for live mode on the CPU).
     #[serde(default = "default_model")]
     pub model: String,
+    /// Keep only the model's first `model_layers` layers (its dense ones and at least one MoE
+    /// layer): a model of the preset's widths but fewer layers, as live mode runs real shapes
+    /// on one device. Absent: every layer of the preset.
+    #[serde(default)]
+    pub model_layers: Option<u64>,
     pub device: DeviceConfig,
     pub adapters: AdaptersConfig,
     pub memory: MemoryConfig,
@@ -351,8 +356,27 @@ impl ExpertWeaveConfig {
         base_dir: &Path,
         cache: &mut LoadCache,
     ) -> Result<ExpertWeaveScenario, FieldError> {
-        let shape =
+        let mut shape =
             MlaMoeShape::preset(&self.model).map_err(|e| field_error("model", e.to_string()))?;
+        if let Some(layers) = self.model_layers {
+            if layers <= shape.first_k_dense || layers > shape.n_layers {
+                return Err(field_error(
+                    "model_layers",
+                    format!(
+                        "{layers}: must keep at least one MoE layer after the {} dense one(s) and \
+                         at most the preset's {} layers",
+                        shape.first_k_dense, shape.n_layers
+                    ),
+                ));
+            }
+            if layers < shape.n_layers {
+                shape.name = format!(
+                    "{} (first {layers} of {} layers)",
+                    shape.name, shape.n_layers
+                );
+                shape.n_layers = layers;
+            }
+        }
         let d = &self.device;
         let capacity = positive("device.capacity_gib", d.capacity_gib)?;
         let utilization = positive("device.utilization", d.utilization)?;

@@ -3,12 +3,18 @@
 //! from), and, for a step's tokens per adapter, every weight's probability of being read and the
 //! routed rows it receives (base experts, then the adapters' fine-tuned copies).
 //!
-//! A token draws `top_k` experts, each draw picking expert `e` with probability `p_e`. Over `n`
-//! tokens of one adapter that is `n x top_k` draws, so the expert is missed by all of them with
-//! probability `(1 - p_e)^(n top_k)` and receives `n top_k p_e` rows in expectation. A base expert
-//! is read unless every adapter whose tokens still go to it misses it:
-//! `P(read) = 1 - exp(sum_a n_a top_k ln(1 - p_{a,e}))`, one exponential per expert with the
-//! logarithms tabulated once (the hot path of a run: one call per MoE layer per step).
+//! A token routes to `top_k` distinct experts, drawn one after another with probability
+//! proportional to `p_e` among those not drawn yet (a router's top-k over noisy scores; live
+//! mode draws them so). The probability `pi_e` that expert `e` is among one token's `top_k` is
+//! taken as `1 - exp(-lambda p_e)` with `lambda` solving `sum_e pi_e = top_k` (Rosen's
+//! approximation of successive sampling; exact in the sum: every token fills `top_k` distinct
+//! experts). Over `n` tokens of one adapter the expert is missed with probability
+//! `(1 - pi_e)^n = exp(-n lambda p_e)` and receives `n pi_e` rows in expectation. A base
+//! expert is read unless every adapter whose tokens still go to it misses it:
+//! `P(read) = 1 - exp(sum_a n_a ln(1 - pi_{a,e}))`, one exponential per expert with the
+//! logarithms tabulated once (the hot path of a run: one call per MoE layer per step). (Until
+//! issue 31 the draws were independent, `top_k` per token with replacement: a token that drew
+//! a popular expert twice read fewer experts than its `top_k`, which no router does.)
 
 use super::adapters::{EsftAdapter, domain_ranking};
 use super::config::ExpertWeaveScenario;
@@ -22,7 +28,9 @@ pub struct Popularity {
     n_layers: usize,
     /// `[adapter][layer][expert]`: probability that one routing draw picks the expert.
     probability: Vec<f64>,
-    /// `[adapter][layer][expert]`: `ln(1 - probability)`.
+    /// `[adapter][layer][expert]`: probability that the expert is among one token's `top_k`.
+    inclusion: Vec<f64>,
+    /// `[adapter][layer][expert]`: `ln(1 - inclusion)`.
     log_miss: Vec<f64>,
     /// `[adapter][layer][expert]`: whether the adapter fine-tuned the expert.
     tuned: Vec<bool>,
@@ -59,11 +67,22 @@ impl Popularity {
                 }
             }
         }
-        let log_miss = probability.iter().map(|p| (-p).ln_1p()).collect();
+        let top_k = (shape.top_k as usize).min(n_experts);
+        let mut inclusion = vec![0.0; size];
+        let mut log_miss = vec![0.0; size];
+        for (row, p) in probability.chunks_exact(n_experts).enumerate() {
+            let lambda = inclusion_rate(p, top_k);
+            let at = row * n_experts;
+            for (e, &pe) in p.iter().enumerate() {
+                log_miss[at + e] = -lambda * pe;
+                inclusion[at + e] = -(-lambda * pe).exp_m1();
+            }
+        }
         Popularity {
             n_experts,
             n_layers,
             probability,
+            inclusion,
             log_miss,
             tuned,
         }
@@ -80,44 +99,50 @@ impl Popularity {
         &self.probability[self.row(adapter, layer)]
     }
 
-    /// Whether `adapter` fine-tuned each expert of MoE layer `layer`.
     /// Routed experts per MoE layer.
     pub fn n_experts(&self) -> usize {
         self.n_experts
     }
 
+    /// Whether `adapter` fine-tuned each expert of MoE layer `layer`.
     pub fn tuned(&self, adapter: usize, layer: usize) -> &[bool] {
         &self.tuned[self.row(adapter, layer)]
     }
 
-    /// Every expert weight MoE layer `layer` may read for the step's `adapters` tokens with
-    /// top-`top_k` routing, as (probability it is read, expected routed rows), into `weights`
-    /// (cleared first): the base experts in expert order, then each adapter's fine-tuned copies
-    /// when `use_adapters` (its tokens are rerouted to them). A base expert is read if any
-    /// token not rerouted away from it picks it; a copy if one of its adapter's tokens does.
+    /// Probability that expert `e` of MoE layer `layer` is among one token's top-k, for a
+    /// token of `adapter` (sums to `top_k` over the experts).
+    pub fn inclusion(&self, adapter: usize, layer: usize) -> &[f64] {
+        &self.inclusion[self.row(adapter, layer)]
+    }
+
+    /// Every expert weight MoE layer `layer` may read for the step's `adapters` tokens (each
+    /// routed to the model's `top_k` distinct experts), as (probability it is read, expected
+    /// routed rows), into `weights` (cleared first): the base experts in expert order, then
+    /// each adapter's fine-tuned copies when `use_adapters` (its tokens are rerouted to them).
+    /// A base expert is read if any token not rerouted away from it picks it; a copy if one of
+    /// its adapter's tokens does.
     pub fn expected_reads(
         &self,
         layer: usize,
         adapters: &[AdapterTokens],
-        top_k: u64,
         use_adapters: bool,
         weights: &mut Vec<(f64, f64)>,
     ) {
         let n = self.n_experts;
         weights.clear();
-        // The base experts first accumulate (sum of draws x ln(1 - p), expected rows).
+        // The base experts first accumulate (sum of tokens x ln(1 - pi), expected rows).
         weights.resize(n, (0.0, 0.0));
         for entry in adapters {
-            let draws = (entry.tokens * top_k) as f64;
+            let tokens = entry.tokens as f64;
             let row = self.row(entry.adapter as usize, layer);
-            let (p, log_miss) = (&self.probability[row.clone()], &self.log_miss[row.clone()]);
+            let (pi, log_miss) = (&self.inclusion[row.clone()], &self.log_miss[row.clone()]);
             let tuned = &self.tuned[row];
             for e in 0..n {
                 if use_adapters && tuned[e] {
-                    weights.push((-(draws * log_miss[e]).exp_m1(), draws * p[e]));
+                    weights.push((-(tokens * log_miss[e]).exp_m1(), tokens * pi[e]));
                 } else {
-                    weights[e].0 += draws * log_miss[e];
-                    weights[e].1 += draws * p[e];
+                    weights[e].0 += tokens * log_miss[e];
+                    weights[e].1 += tokens * pi[e];
                 }
             }
         }
@@ -125,6 +150,35 @@ impl Popularity {
             weight.0 = -weight.0.exp_m1();
         }
     }
+}
+
+/// `lambda` with `sum_e (1 - exp(-lambda p_e)) = top_k` (at least one expert with `p_e > 0`
+/// for each of the `top_k`; the sum grows from 0 without bound in `lambda` up to the number of
+/// experts with a positive probability), by bisection on a bracket doubled until it holds.
+fn inclusion_rate(p: &[f64], top_k: usize) -> f64 {
+    let positive = p.iter().filter(|&&x| x > 0.0).count();
+    let k = top_k.min(positive) as f64;
+    if k == 0.0 {
+        return 0.0;
+    }
+    // Just under the number of positive experts when every one is taken (the sum only reaches
+    // it in the limit).
+    let target = if k >= positive as f64 { k - 1e-9 } else { k };
+    let filled = |lambda: f64| p.iter().map(|&x| -(-lambda * x).exp_m1()).sum::<f64>();
+    let mut hi = 1.0;
+    while filled(hi) < target && hi < 1e12 {
+        hi *= 2.0;
+    }
+    let mut lo = 0.0;
+    for _ in 0..200 {
+        let mid = 0.5 * (lo + hi);
+        if filled(mid) < target {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    0.5 * (lo + hi)
 }
 
 #[cfg(test)]
@@ -164,7 +218,7 @@ output_tokens = 4
     }
 
     #[test]
-    fn reads_follow_the_closed_form_of_independent_draws() {
+    fn reads_follow_the_closed_form_of_distinct_top_k_draws() {
         let s = scenario();
         let popularity = Popularity::new(&s);
         // Zipf(1) over 64 ranks: the top-ranked expert has p = 1 / H_64.
@@ -173,34 +227,92 @@ output_tokens = 4
         assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         let top = p.iter().cloned().fold(0.0, f64::max);
         assert!((top - 1.0 / h64).abs() < 1e-12);
-        // Base model only: 3 tokens of adapter 0 and 2 of adapter 2 at top-6 are 18 and 12
-        // draws; expert e is missed with probability (1 - p0)^18 (1 - p2)^12.
-        let (p0, p2) = (
-            popularity.probabilities(0, 3),
-            popularity.probabilities(2, 3),
-        );
+        // Each token fills its 6 distinct experts: the inclusion probabilities sum to 6, each
+        // at most 1, in the order of the draw probabilities.
+        let (pi0, pi2) = (popularity.inclusion(0, 3), popularity.inclusion(2, 3));
+        assert!((pi0.iter().sum::<f64>() - 6.0).abs() < 1e-9);
+        assert!(pi0.iter().all(|&x| (0.0..1.0).contains(&x)));
+        let order = |v: &[f64]| {
+            let mut i: Vec<usize> = (0..v.len()).collect();
+            i.sort_by(|&a, &b| v[b].total_cmp(&v[a]));
+            i
+        };
+        assert_eq!(order(p), order(pi0));
+        // A popular expert is drawn by more than its share of independent draws would, since a
+        // token never draws it twice: pi <= 6 p where p is large, pi > 1 - (1 - p)^6.
+        let e = order(p)[0];
+        assert!(pi0[e] < 6.0 * p[e] && pi0[e] > 1.0 - (1.0 - p[e]).powi(6));
+        // Base model only: 3 tokens of adapter 0 and 2 of adapter 2; expert e is missed by all
+        // with probability (1 - pi0)^3 (1 - pi2)^2.
         let mut weights = vec![];
-        popularity.expected_reads(3, &tokens(&[(0, 3), (2, 2)]), 6, false, &mut weights);
+        popularity.expected_reads(3, &tokens(&[(0, 3), (2, 2)]), false, &mut weights);
         assert_eq!(weights.len(), 64);
         for e in 0..64 {
-            let read = 1.0 - (1.0 - p0[e]).powi(18) * (1.0 - p2[e]).powi(12);
-            let rows = 18.0 * p0[e] + 12.0 * p2[e];
-            assert!((weights[e].0 - read).abs() < 1e-12, "expert {e}");
+            let read = 1.0 - (1.0 - pi0[e]).powi(3) * (1.0 - pi2[e]).powi(2);
+            let rows = 3.0 * pi0[e] + 2.0 * pi2[e];
+            assert!((weights[e].0 - read).abs() < 1e-9, "expert {e}");
             assert!((weights[e].1 - rows).abs() < 1e-9, "expert {e}");
         }
+        // One token reads exactly its 6 experts in expectation.
+        popularity.expected_reads(3, &tokens(&[(0, 1)]), false, &mut weights);
+        let read: f64 = weights.iter().map(|w| w.0).sum();
+        assert!((read - 6.0).abs() < 1e-9, "{read}");
         // Rerouted: adapter 0's fine-tuned experts leave the base and become its copies.
-        popularity.expected_reads(3, &tokens(&[(0, 3), (2, 2)]), 6, true, &mut weights);
+        popularity.expected_reads(3, &tokens(&[(0, 3), (2, 2)]), true, &mut weights);
         let tuned0 = popularity.tuned(0, 3);
         let tuned2 = popularity.tuned(2, 3);
         let copies = tuned0.iter().chain(tuned2).filter(|&&t| t).count();
         assert_eq!(weights.len(), 64 + copies);
         let e = tuned0.iter().position(|&t| t).unwrap();
         let copy = weights[64];
-        assert!((copy.0 - (1.0 - (1.0 - p0[e]).powi(18))).abs() < 1e-12);
-        assert!((copy.1 - 18.0 * p0[e]).abs() < 1e-9);
-        // Every routed row lands somewhere: 30 draws in all.
+        assert!((copy.0 - (1.0 - (1.0 - pi0[e]).powi(3))).abs() < 1e-9);
+        assert!((copy.1 - 3.0 * pi0[e]).abs() < 1e-9);
+        // Every routed row lands somewhere: 5 tokens x 6 experts.
         let rows: f64 = weights.iter().map(|w| w.1).sum();
         assert!((rows - 30.0).abs() < 1e-9, "{rows}");
+    }
+
+    /// The inclusion probabilities against the draws they describe: 200,000 tokens of
+    /// successive draws without replacement (as live mode routes them) hit each expert within
+    /// 0.01 of its inclusion probability (Rosen's approximation; the draws' own standard error
+    /// is under 0.0012).
+    #[test]
+    fn inclusion_probabilities_match_distinct_successive_draws() {
+        use rand::RngExt;
+        let s = scenario();
+        let popularity = Popularity::new(&s);
+        let (p, pi) = (popularity.probabilities(1, 2), popularity.inclusion(1, 2));
+        let mut rng = crate::rng::stream(5, "inclusion-test");
+        let mut hits = vec![0u64; p.len()];
+        let tokens = 200_000;
+        for _ in 0..tokens {
+            let mut chosen: Vec<usize> = Vec::with_capacity(6);
+            while chosen.len() < 6 {
+                let u: f64 = rng.random();
+                let (mut acc, mut pick) = (0.0, p.len() - 1);
+                for (e, &x) in p.iter().enumerate() {
+                    acc += x;
+                    if u < acc {
+                        pick = e;
+                        break;
+                    }
+                }
+                if !chosen.contains(&pick) {
+                    chosen.push(pick);
+                }
+            }
+            for e in chosen {
+                hits[e] += 1;
+            }
+        }
+        for e in 0..p.len() {
+            let observed = hits[e] as f64 / tokens as f64;
+            assert!(
+                (observed - pi[e]).abs() < 0.01,
+                "expert {e}: {observed} vs {}",
+                pi[e]
+            );
+        }
     }
 
     #[test]
@@ -209,7 +321,7 @@ output_tokens = 4
         let popularity = Popularity::new(&s);
         let mut weights = vec![];
         let mut touched = |adapters: &[AdapterTokens], use_adapters: bool| {
-            popularity.expected_reads(0, adapters, 6, use_adapters, &mut weights);
+            popularity.expected_reads(0, adapters, use_adapters, &mut weights);
             weights.iter().map(|w| w.0).sum::<f64>()
         };
         let few = touched(&tokens(&[(0, 4)]), true);

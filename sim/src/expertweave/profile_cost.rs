@@ -6,14 +6,17 @@
 //! (the slowest counts) or one after another (they add up) as the profile's device does
 //! (`expert_execution`).
 //!
-//! The GEMM cost is taken as linear in its output width (what a tiled GEMM does: one pass over
-//! the weights per output tile of columns); that is the one assumption beyond the measurements.
+//! A dense GEMM of a width the profile measured (`dense_gemm/out=W`, `expertsim-calibrate
+//! --gemm-widths`, which `--for-scenario` derives from the scenario's layers and vocabulary) is
+//! priced from that measurement; any other width from the profile's dense GEMM taken as linear
+//! in its output width (what a tiled GEMM does: one pass over the weights per output tile of
+//! columns; a narrow GEMM on a GPU still pays its launch floor, which that assumption misses).
 
 use super::config::{ExpertWeaveScenario, Rerouting};
 use super::memory::InstancePlan;
 use super::popularity::Popularity;
 use crate::cost::curve::CostCurve;
-use crate::cost::profile::{ExpertExecution, MeasuredProfile};
+use crate::cost::profile::{ExpertExecution, ExpertFfnCurve, MeasuredProfile};
 use crate::cost::shape::WeightDtype;
 use crate::serving::{CostSource, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
@@ -23,12 +26,15 @@ use crate::time::SimDuration;
 pub struct EwProfile {
     /// The profile's device, as it names itself.
     pub device: String,
-    /// Routed tokens on one expert -> ns.
-    pub expert: CostCurve,
+    /// Routed tokens on one expert -> ns: the profile's expert entry (the whole-layer curve
+    /// and, when measured, the layer's split into its fixed part and each expert's GEMMs).
+    pub expert: ExpertFfnCurve,
     pub expert_execution: ExpertExecution,
     /// Tokens -> ns of one GEMM of `dense_width` output features over `hidden`.
     pub dense: CostCurve,
     pub dense_width: usize,
+    /// (width, tokens -> ns) of the GEMMs over `hidden` measured at their own output width.
+    pub gemms: Vec<(usize, CostCurve)>,
     /// (adapters, tokens -> ns) of the configured rerouting variant, by adapter count.
     pub reroute: Vec<(usize, CostCurve)>,
 }
@@ -44,7 +50,7 @@ impl EwProfile {
     ) -> Result<EwProfile, String> {
         let profile = &measured.profile;
         let expert = profile
-            .expert_curve(hidden, expert_ffn, WeightDtype::Bf16)
+            .expert_entry(hidden, expert_ffn, WeightDtype::Bf16)
             .ok_or_else(|| {
                 format!(
                     "has no bf16 expert curve for hidden {hidden}, expert_ffn {expert_ffn} \
@@ -64,7 +70,17 @@ impl EwProfile {
         };
         let prefix = format!("reroute/{variant}/adapters=");
         let mut reroute = Vec::new();
+        let mut gemms = Vec::new();
         for m in &measured.calibration.measurements {
+            if let Some(width) = m.name.strip_prefix("dense_gemm/out=") {
+                let width: usize = width
+                    .parse()
+                    .map_err(|_| format!("measurement {:?}: bad width", m.name))?;
+                let curve = CostCurve::new(m.points.iter().map(|p| (p[0], p[1])).collect())
+                    .map_err(|e| format!("measurement {:?}: {e}", m.name))?;
+                gemms.push((width, curve));
+                continue;
+            }
             let Some(adapters) = m.name.strip_prefix(&prefix) else {
                 continue;
             };
@@ -88,13 +104,18 @@ impl EwProfile {
             expert_execution: profile.expert_execution,
             dense: profile.non_expert_prefill.clone(),
             dense_width: (profile.model.dense_matmul_params_per_layer() as usize).div_ceil(hidden),
+            gemms,
             reroute,
         })
     }
 
-    /// One GEMM of `width` output features over `tokens` rows.
+    /// One GEMM of `width` output features over `tokens` rows: measured at that width, else
+    /// the dense GEMM scaled linearly in width.
     fn gemm_ns(&self, width: u64, tokens: u64) -> f64 {
-        self.dense.at(tokens as f64) * width as f64 / self.dense_width as f64
+        match self.gemms.iter().find(|(w, _)| *w as u64 == width) {
+            Some((_, curve)) => curve.at(tokens as f64),
+            None => self.dense.at(tokens as f64) * width as f64 / self.dense_width as f64,
+        }
     }
 
     /// The rerouting series measured with the adapter count nearest to `adapters`.
@@ -107,13 +128,14 @@ impl EwProfile {
         curve.at(tokens as f64)
     }
 
-    /// One expert weight's share of a MoE layer: read with probability `touched`, receiving
-    /// `load` routed tokens in expectation (`load / touched` when it is read).
+    /// One expert weight's share of a MoE layer on a device that runs experts concurrently:
+    /// read with probability `touched`, receiving `load` routed tokens in expectation
+    /// (`load / touched` when it is read).
     fn expert_ns(&self, touched: f64, load: f64) -> f64 {
         if touched <= 0.0 || load <= 0.0 {
             return 0.0;
         }
-        touched * self.expert.at((load / touched).max(1.0))
+        touched * self.expert.curve.at((load / touched).max(1.0))
     }
 }
 
@@ -165,23 +187,22 @@ impl StepCost for ProfileStepCost<'_> {
             if instance.reroutes && !instance.adapters.is_empty() {
                 reroute_ns += p.reroute_ns(instance.adapters.len(), tokens);
             }
-            self.popularity.expected_reads(
-                layer,
-                work.adapters,
-                shape.top_k,
-                use_adapters,
-                &mut self.weights,
-            );
-            // Serial: every weight read costs its tiles; concurrent: the slowest one counts.
-            let (mut sum, mut slowest) = (0.0, 0.0f64);
-            for &(read, rows) in &self.weights {
-                let t = p.expert_ns(read, rows);
-                sum += t;
-                slowest = slowest.max(t);
-            }
+            self.popularity
+                .expected_reads(layer, work.adapters, use_adapters, &mut self.weights);
+            // Serial: one layer launch, every weight read costs its GEMMs (with the profile's
+            // split, the layer's fixed part once); concurrent: the slowest one counts.
             moe_ns += match p.expert_execution {
-                ExpertExecution::Serial => sum,
-                ExpertExecution::Concurrent => slowest,
+                ExpertExecution::Serial => p.expert.serial_layer_ns(
+                    (tokens * shape.top_k) as f64,
+                    self.weights
+                        .iter()
+                        .map(|&(read, rows)| (read, if read > 0.0 { rows / read } else { 0.0 })),
+                ),
+                ExpertExecution::Concurrent => self
+                    .weights
+                    .iter()
+                    .map(|&(read, rows)| p.expert_ns(read, rows))
+                    .fold(0.0, f64::max),
             };
         }
         let nanos = dense_ns + reroute_ns + moe_ns;
@@ -222,7 +243,7 @@ mod tests {
         assert_eq!(p.expert_execution, ExpertExecution::Serial);
         assert!(p.reroute.iter().any(|(a, _)| *a == s.adapters.len()));
         // Read half the time, 10 tokens expected: 20 tokens when read.
-        assert_eq!(p.expert_ns(0.5, 10.0), 0.5 * p.expert.at(20.0));
+        assert_eq!(p.expert_ns(0.5, 10.0), 0.5 * p.expert.curve.at(20.0));
         assert_eq!(p.expert_ns(0.0, 0.0), 0.0);
         assert_eq!(
             p.gemm_ns(2 * p.dense_width as u64, 8),

@@ -47,7 +47,6 @@ pub fn step_tokens(work: &StepWork<'_>) -> StepTokens {
 pub struct RooflineStepCost<'a> {
     instance: &'a InstancePlan,
     popularity: &'a Popularity,
-    top_k: u64,
     moe_layers: u64,
     experts: MoeLayerCost,
     non_expert: StepRoofline,
@@ -97,7 +96,6 @@ impl<'a> RooflineStepCost<'a> {
         RooflineStepCost {
             instance,
             popularity,
-            top_k: shape.top_k,
             moe_layers: shape.n_moe_layers(),
             experts,
             non_expert,
@@ -118,13 +116,8 @@ impl StepCost for RooflineStepCost<'_> {
         let n_devices = self.per_device.len();
         let mut moe_ns = 0.0;
         for layer in 0..self.moe_layers as usize {
-            self.popularity.expected_reads(
-                layer,
-                work.adapters,
-                self.top_k,
-                use_adapters,
-                &mut self.weights,
-            );
+            self.popularity
+                .expected_reads(layer, work.adapters, use_adapters, &mut self.weights);
             // The device of expert `e`: its contiguous share of the experts (expert parallelism
             // over the instance's devices); an adapter's copy sits beside its base expert.
             let device_of = |e: usize| e * n_devices / n_experts;
@@ -289,9 +282,9 @@ rerouting = "{rerouting}"
 
     #[test]
     fn a_memory_bound_decode_step_reads_its_expected_distinct_experts() {
-        // Base only, one sequence decoding one token of adapter 0: per MoE layer its 6 routing
-        // draws read expert e with probability 1 - (1 - p_e)^6 and then compute 6 p_e / that
-        // rows; the one device prices those expected reads through the MoE entry point,
+        // Base only, one sequence decoding one token of adapter 0: per MoE layer it reads its
+        // top-6 distinct experts, expert e with its inclusion probability pi_e, one row when
+        // read; the one device prices those expected reads through the MoE entry point,
         // launched eagerly, and the step adds every layer's.
         let s = scenario("fused");
         let instance = InstancePlan {
@@ -335,18 +328,17 @@ rerouting = "{rerouting}"
         assert_eq!((work.decode_tokens, work.prefill_tokens), (1, 0));
         let moe_ns = cost.price(&work).breakdown.moe_ns;
         let layer = MoeLayerCost::for_experts(&s.gpu, 2048, 1408, WeightDtype::Bf16, Timing::Eager);
+        // One decoding token reads its 6 distinct experts in every layer: expert e with its
+        // inclusion probability, one row when read.
         let expected: f64 = (0..26)
             .map(|l| {
                 let reads: Vec<(f64, f64)> = popularity
-                    .probabilities(0, l)
+                    .inclusion(0, l)
                     .iter()
-                    .map(|p| {
-                        let read = 1.0 - (1.0 - p).powi(6);
-                        (read, 6.0 * p / read)
-                    })
+                    .map(|&pi| (pi, 1.0))
                     .collect();
                 let distinct: f64 = reads.iter().map(|r| r.0).sum();
-                assert!(distinct > 1.0 && distinct < 6.0, "{distinct}");
+                assert!((distinct - 6.0).abs() < 1e-9, "{distinct}");
                 let c = layer.gpu(ExpertRows::Weighted(&reads), SpeedFactors::NOMINAL);
                 // Memory-bound: the grouped GEMMs stream more than they compute.
                 assert!(c.kernels[0].memory_ns > c.kernels[0].compute_ns);

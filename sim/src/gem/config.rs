@@ -81,6 +81,10 @@ pub struct ModelTable {
     /// operation measured, scaled or analytic as the run's `pricing` record says.
     #[serde(default)]
     pub measured: Option<String>,
+    /// Keep only the model's first `n_layers` layers (as live mode runs a real shape on one
+    /// device); absent: every layer of the preset.
+    #[serde(default)]
+    pub n_layers: Option<usize>,
 }
 
 fn d_n_gpus() -> usize {
@@ -340,8 +344,17 @@ impl GemConfig {
         base_dir: &Path,
         cache: &mut LoadCache,
     ) -> Result<GemScenario, FieldError> {
-        let shape = MoeModelShape::preset(&self.model.name)
+        let mut shape = MoeModelShape::preset(&self.model.name)
             .map_err(|e| field("model.name", e.to_string()))?;
+        if let Some(n) = self.model.n_layers {
+            if n == 0 || n > shape.n_layers {
+                return Err(field(
+                    "model.n_layers",
+                    format!("{n}: must be between 1 and the preset's {}", shape.n_layers),
+                ));
+            }
+            shape.n_layers = n;
+        }
         let gpu =
             GpuSpec::by_name(&self.cluster.gpu).map_err(|e| field("cluster.gpu", e.to_string()))?;
         let c = &self.cluster;
@@ -596,6 +609,18 @@ impl GemConfig {
                 profile
                     .check_shape(&shape)
                     .map_err(|e| field("model.profile", format!("{}: {e}", path.display())))?;
+                let tp = profile.tensor_parallel as usize;
+                if tp != 1 && tp != n_gpus {
+                    return Err(field(
+                        "model.profile",
+                        format!(
+                            "{}: its non-expert curves are one GPU's shard at tensor \
+                             parallelism {tp}, but the scenario shards over {n_gpus} GPUs \
+                             (calibrate with --tensor-parallel {n_gpus}, or 1 for the whole layer)",
+                            path.display()
+                        ),
+                    ));
+                }
                 profile
             }
         });

@@ -148,4 +148,40 @@ mod tests {
         assert!(costs.cost(0, 300.0) > costs.cost(1, 300.0));
         assert!((costs.cost(0, 2.0) / costs.cost(1, 2.0) - 1.0).abs() < 1e-2);
     }
+
+    #[test]
+    fn a_measured_split_plans_its_fixed_part_once_per_gpu() {
+        use crate::cost::gpu::GpuSpec;
+        use crate::cost::kernel::Timing;
+        use crate::cost::profile::{ExpertFfnCurve, MoeLayerSplit};
+        use crate::cost::shape::{MoeModelShape, WeightDtype};
+        // Fixed part 3 us; each expert's GEMM pair 10 us up to 4 rows, 20 us up to 8.
+        let pair = CostCurve::new(vec![
+            (1.0, 10_000.0),
+            (4.0, 10_000.0),
+            (5.0, 20_000.0),
+            (8.0, 20_000.0),
+        ])
+        .unwrap();
+        let shape = MoeModelShape::mixtral_8x7b();
+        let entry = ExpertFfnCurve {
+            hidden: shape.hidden,
+            expert_ffn: shape.expert_ffn,
+            dtype: WeightDtype::Bf16,
+            curve: pair.clone(),
+            split: Some(MoeLayerSplit {
+                fixed: CostCurve::new(vec![(1.0, 3_000.0), (16.0, 3_000.0)]).unwrap(),
+                expert_gemms: pair,
+            }),
+        };
+        let layer = MoeLayerCost::new(&GpuSpec::by_name("H200").unwrap(), &shape, Timing::Graph)
+            .with_profile(&entry);
+        // A GPU at 0.5 of its clock and bandwidth slows its GEMM pairs, not its fixed part.
+        let speeds = [SpeedFactors::NOMINAL, SpeedFactors::split(0.5, 1.0)];
+        let costs = planning_costs(&layer, 2, &speeds, 16);
+        assert_eq!(costs.cost(0, 1.0), 3_000.0 + 10_000.0);
+        assert_eq!(costs.cost(0, 8.0), 3_000.0 + 2.0 * 10_000.0);
+        assert_eq!(costs.cost(0, 10.0), 3_000.0 + 2.0 * 20_000.0);
+        assert_eq!(costs.cost(1, 8.0), 3_000.0 + 2.0 * 2.0 * 10_000.0);
+    }
 }

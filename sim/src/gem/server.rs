@@ -13,10 +13,10 @@
 use crate::arrivals::{Arrival, ArrivalProcess};
 use crate::cost::curve::CostCurve;
 use crate::cost::gpu::LinkSpec;
-use crate::cost::kernel::{KernelRates, Timing, combine};
+use crate::cost::kernel::Timing;
 use crate::cost::measured_steps::OpSources;
 use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
-use crate::cost::profile::SourceKind;
+use crate::cost::profile::{ExpertFfnCurve, SourceKind};
 use crate::distributions::TokenCount;
 use crate::engine::{Model, run};
 use crate::event_queue::EventQueue;
@@ -286,7 +286,7 @@ impl Deployment {
         };
         let expert = scenario
             .profile
-            .expert_curve(shape.hidden, shape.expert_ffn, shape.weight_dtype)
+            .expert_entry(shape.hidden, shape.expert_ffn, shape.weight_dtype)
             .expect("the analytic profile has the model's expert curve");
         let limit = (trace.max_step_total().ceil() as usize).min(1 << 22);
         let speeds: Vec<SpeedFactors> = scenario
@@ -417,13 +417,14 @@ fn scale_output(scenario: &GemScenario, seed: u64) -> RunOutput {
 }
 
 /// The MoE layer of `scenario`'s model and GPU through the one entry point, replayed in CUDA
-/// graphs (vLLM V1): refined by the profile's expert curve when that profile was measured, by
-/// the GPU's measured grouped GEMMs where the expert shape was measured on it (Mixtral-8x7B
-/// and Qwen1.5-MoE on the H200), the kernel model elsewhere.
-pub fn physical_layer(scenario: &GemScenario, expert: &CostCurve) -> MoeLayerCost {
+/// graphs (vLLM V1): refined by the profile's measured expert entry when that profile was
+/// measured (its fixed part once per layer plus each active expert's GEMM pair, where it splits
+/// the layer), by the GPU's measured grouped GEMMs where the expert shape was measured on it
+/// (Mixtral-8x7B and Qwen1.5-MoE on the H200), the kernel model elsewhere.
+pub fn physical_layer(scenario: &GemScenario, expert: &ExpertFfnCurve) -> MoeLayerCost {
     let layer = MoeLayerCost::new(&scenario.gpu, &scenario.shape, Timing::Graph);
     if scenario.profile.source.kind != SourceKind::AnalyticRoofline {
-        layer.with_profile(expert.clone())
+        layer.with_profile(expert)
     } else {
         layer.with_measured_grouped(&scenario.gpu).0
     }
@@ -458,15 +459,16 @@ pub fn replica_config(scenario: &GemScenario) -> ReplicaConfig {
 pub struct CurveStepCost<'a> {
     layer: &'a MoeLayerCost,
     link: LinkSpec,
-    /// The p of the GPU's p-norm (`KernelRates::combine`).
-    overlap_norm: u32,
     non_expert_prefill: &'a CostCurve,
     non_expert_decode: &'a CostCurve,
     head: &'a CostCurve,
     speeds: &'a [SpeedFactors],
     /// Whether the non-expert curves are already one GPU's share of the tensor-parallel layer
-    /// (built from operations measured at that degree) rather than the whole layer's.
+    /// (built from operations measured at that degree, or a profile measured as one GPU's
+    /// shard) rather than the whole layer's.
     non_expert_per_gpu: bool,
+    /// Whether the head curve is one GPU's shard too (a profile measured as one).
+    head_per_gpu: bool,
     source: CostSource,
     op_sources: Option<OpSources>,
 }
@@ -479,12 +481,12 @@ impl<'a> CurveStepCost<'a> {
         CurveStepCost {
             layer: &deployment.layer,
             link: deployment.link,
-            overlap_norm: KernelRates::of(&scenario.gpu).overlap_norm,
             non_expert_prefill: &profile.non_expert_prefill,
             non_expert_decode: &profile.non_expert_decode,
             head: &profile.head,
             speeds: &deployment.speeds,
-            non_expert_per_gpu: scenario.pricing.is_some(),
+            non_expert_per_gpu: scenario.pricing.is_some() || profile.tensor_parallel > 1,
+            head_per_gpu: profile.tensor_parallel > 1,
             source: match profile.source.kind {
                 SourceKind::Measured => CostSource::Measured,
                 SourceKind::AnalyticRoofline => CostSource::Analytic,
@@ -503,11 +505,14 @@ impl StepCost for CurveStepCost<'_> {
             .routed
             .expect("a GEM step carries its routed tokens per layer and GPU");
         let n_gpus = self.speeds.len();
-        let tokens = (work.prefill_tokens + work.decode_tokens) as f64;
         let emitting = work.batch.iter().filter(|s| s.step_emits()).count();
-        let prefill = self.non_expert_prefill.at(tokens);
-        let decode = self.non_expert_decode.at(work.decode_tokens as f64);
-        let head = self.head.at(emitting as f64);
+        // A step's dense part: a pass over its prefill tokens (the GEMMs, compute-bound at the
+        // counts that matter) and a decode pass over its decoding sequences (the GEMMs and
+        // attention over their cache, weight- and KV-streaming), whichever it has.
+        let at = |curve: &CostCurve, n: u64| if n > 0 { curve.at(n as f64) } else { 0.0 };
+        let prefill = at(self.non_expert_prefill, work.prefill_tokens);
+        let decode = at(self.non_expert_decode, work.decode_tokens);
+        let head = at(self.head, emitting as u64);
         let mut busy = vec![0.0; n_gpus];
         let mut moe = 0.0;
         let mut communication = 0.0;
@@ -523,19 +528,20 @@ impl StepCost for CurveStepCost<'_> {
             communication += cost.all_to_all_ns;
         }
         // Attention, shared experts and the head are tensor-parallel over the G GPUs: each
-        // runs 1/G of the work at its own speed (or, priced from operations measured at
-        // tensor parallelism G, its measured share) and the slowest sets the pace.
+        // runs 1/G of the work at its own speed (or, priced from operations or a profile
+        // measured at tensor parallelism G, its measured share) and the slowest sets the pace.
         let layers = routed.layers as f64;
+        let g = n_gpus as f64;
         let mut dense_pace = 0.0f64;
         for (b, s) in busy.iter_mut().zip(self.speeds) {
-            // The prefill curve slows with the clock, the decode curve (weight and KV streaming)
-            // with the bandwidth; the two combine as a kernel's memory and compute terms do.
-            let dense = combine(self.overlap_norm, decode / s.bandwidth, prefill / s.compute);
-            let own = if self.non_expert_per_gpu {
-                layers * dense + head / s.bandwidth / n_gpus as f64
+            let dense = prefill / s.compute + decode / s.bandwidth;
+            let dense = if self.non_expert_per_gpu {
+                dense
             } else {
-                (layers * dense + head / s.bandwidth) / n_gpus as f64
+                dense / g
             };
+            let head = head / s.bandwidth;
+            let own = layers * dense + if self.head_per_gpu { head } else { head / g };
             *b += own;
             dense_pace = dense_pace.max(own);
         }

@@ -678,6 +678,7 @@ impl MosaicConfig {
                 Some(MosaicDecodeProfile {
                     device: profile.device,
                     path: file.clone(),
+                    scaling: profile.scaling,
                     experts: costs,
                 })
             }

@@ -199,6 +199,8 @@ impl StepCost for ProfileStepCost<'_> {
 pub struct MosaicDecodeProfile {
     pub device: String,
     pub path: String,
+    /// How the profile's models are scaled down from the experts' (live mode runs them so).
+    pub scaling: Scaling,
     pub experts: Vec<ModelDecodeCost>,
 }
 
