@@ -287,18 +287,7 @@ pub fn vidur_shares(profiles_dir: &Path) -> Vec<VidurShare> {
                 let profile = OpProfile::load(&file).expect("a committed op profile");
                 let shape = LayerShape::of_profile(&profile);
                 for tp in profile.tensor_parallel_degrees() {
-                    let Some(series): Option<Vec<_>> = class
-                        .operations()
-                        .iter()
-                        .map(|&op| profile.series(op, tp))
-                        .collect()
-                    else {
-                        continue;
-                    };
-                    for &(tokens, _) in &series[0].points {
-                        let measured: Option<f64> =
-                            series.iter().map(|s| s.nanos_at(tokens).ok()).sum();
-                        let Some(measured) = measured else { continue };
+                    for (tokens, measured) in class.measured_totals(&profile, tp) {
                         let ratio = roofline_nanos(&roofline, class, &shape, tp, tokens) / measured;
                         n += 1;
                         within += usize::from((0.8..=1.2).contains(&ratio));

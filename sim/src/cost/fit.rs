@@ -245,19 +245,8 @@ fn class_points(profiles: &[OpProfile]) -> Vec<ClassPoint> {
                 OpClass::AttentionProjections,
                 OpClass::Elementwise,
             ] {
-                let Some(series): Option<Vec<_>> = class
-                    .operations()
-                    .iter()
-                    .map(|&op| profile.series(op, tp))
-                    .collect()
-                else {
-                    continue;
-                };
-                for &(tokens, _) in &series[0].points {
-                    let total: Option<f64> = series.iter().map(|s| s.nanos_at(tokens).ok()).sum();
-                    if let Some(ns) = total {
-                        out.push((class, shape, tp, tokens, ns));
-                    }
+                for (tokens, ns) in class.measured_totals(profile, tp) {
+                    out.push((class, shape, tp, tokens, ns));
                 }
             }
         }

@@ -50,6 +50,28 @@ impl OpClass {
             ],
         }
     }
+
+    /// The class's measured time at `tensor_parallel` workers: (tokens, the sum of its
+    /// operations' nanoseconds) at every token count all of them were measured at; empty when
+    /// one of its operations was not profiled at that degree.
+    pub fn measured_totals(self, profile: &OpProfile, tensor_parallel: u32) -> Vec<(u64, f64)> {
+        let Some(series): Option<Vec<_>> = self
+            .operations()
+            .iter()
+            .map(|&op| profile.series(op, tensor_parallel))
+            .collect()
+        else {
+            return Vec::new();
+        };
+        series[0]
+            .points
+            .iter()
+            .filter_map(|&(tokens, _)| {
+                let total: Option<f64> = series.iter().map(|s| s.nanos_at(tokens).ok()).sum();
+                total.map(|ns| (tokens, ns))
+            })
+            .collect()
+    }
 }
 
 /// The dimensions a class of operations depends on: a dense model's layer, or with `ffn` the
