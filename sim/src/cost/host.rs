@@ -1,9 +1,9 @@
 //! The host's time per engine step (scheduling the next batch, building its input tensors,
 //! sampling and detokenizing the outputs of the last one), as a term of its own beside the
-//! GPU's kernels: `fixed_ns + per_sequence_ns x sequences`. The measured term is a straight
-//! line fitted (least squares) through published per-iteration host times of vLLM; where it
-//! comes from and which scheduler uses which term: docs/cost-model.md, "The host's time per
-//! step".
+//! GPU's kernels: `fixed_ns + per_sequence_ns x sequences`. Each measured term is a straight
+//! line fitted (least squares) through measured per-iteration host times of one engine: vLLM's
+//! as published, Sarathi-Serve's as Vidur profiled it; where they come from and which scheduler
+//! uses which term: docs/cost-model.md, "The host's time per step".
 
 use serde::Serialize;
 
@@ -48,6 +48,96 @@ pub const VLLM_V0_HOST_SOURCE: &str = "vLLM 0.5.4 per-iteration schedule time, W
      'Can Scheduling Overhead Dominate LLM Inference Performance?' (2024-09-10), Llama-3-8B on \
      an A6000 with a Xeon Gold 5218: 10.64 / 24.61 / 42.15 ms at 128 / 512 / 1024 requests";
 
+/// Vidur's CPU-overhead profile of the Sarathi-Serve engine on an A100 server
+/// (github.com/microsoft/vidur, commit 6d98aa8, `data/profiling/a100/cpu_overheads.csv`, MIT;
+/// copied unedited to `profiles/vidur/cpu_overheads/a100.csv`): per model, tensor-parallel
+/// degree and batch size, the medians of each host stage of a step, ms.
+pub const SARATHI_A100_CPU_OVERHEADS: &str =
+    include_str!("../../../profiles/vidur/cpu_overheads/a100.csv");
+
+/// Where [`HostOverhead::sarathi_serve`]'s points come from, for docs and results.
+pub const SARATHI_HOST_SOURCE: &str = "Sarathi-Serve per-iteration host time as Vidur profiled \
+     it (microsoft/vidur 6d98aa8, data/profiling/a100/cpu_overheads.csv; Llama-2-7B, TP 1, A100 \
+     server): schedule + sampler + prepare inputs + process outputs medians + Ray residual mean, \
+     batch 8-128";
+
+/// The host stages Vidur adds to a step's execution time (its `cpu_overhead` predictors): the
+/// medians of the four stages and the mean of the residual it calls Ray communication time.
+const VIDUR_HOST_COLUMNS: [&str; 5] = [
+    "schedule_median",
+    "sampler_e2e_median",
+    "prepare_inputs_e2e_median",
+    "process_model_outputs_median",
+    "ray_comm_time_mean",
+];
+
+/// The points of a Vidur `cpu_overheads.csv` for one model at one tensor-parallel degree: the
+/// batch size and the sum of [`VIDUR_HOST_COLUMNS`]. An error names the line and column.
+pub fn vidur_host_points(
+    csv: &str,
+    model: &str,
+    tensor_parallel: u32,
+) -> Result<Vec<HostPoint>, String> {
+    let mut lines = csv.lines().enumerate();
+    let header: Vec<&str> = match lines.next() {
+        Some((_, h)) => h.split(',').map(str::trim).collect(),
+        None => return Err("line 1: the file is empty".to_string()),
+    };
+    let column = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .ok_or_else(|| format!("line 1: no column `{name}`"))
+    };
+    let (model_col, tp_col, batch_col) = (
+        column("model_name")?,
+        column("tensor_parallel_degree")?,
+        column("batch_size")?,
+    );
+    let stage_cols = VIDUR_HOST_COLUMNS
+        .iter()
+        .map(|c| column(c))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut points = Vec::new();
+    for (i, line) in lines {
+        let cells: Vec<&str> = line.split(',').map(str::trim).collect();
+        let cell = |c: usize| -> Result<&str, String> {
+            cells
+                .get(c)
+                .copied()
+                .ok_or_else(|| format!("line {}: no column `{}`", i + 1, header[c]))
+        };
+        let number = |c: usize| -> Result<f64, String> {
+            let text = cell(c)?;
+            match text.parse::<f64>() {
+                Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+                _ => Err(format!(
+                    "line {}, column `{}`: expected a non-negative number, got `{text}`",
+                    i + 1,
+                    header[c]
+                )),
+            }
+        };
+        if cell(model_col)? != model || number(tp_col)? != f64::from(tensor_parallel) {
+            continue;
+        }
+        let mut host_ms = 0.0;
+        for &c in &stage_cols {
+            host_ms += number(c)?;
+        }
+        points.push(HostPoint {
+            sequences: number(batch_col)?,
+            host_ms,
+        });
+    }
+    if points.len() < 2 {
+        return Err(format!(
+            "fewer than two rows for {model} at tensor parallel degree {tensor_parallel}"
+        ));
+    }
+    Ok(points)
+}
+
 impl HostOverhead {
     /// A flat `ns` per step, whatever the batch (a scenario's `step_overhead_ms`).
     pub fn flat(ns: f64) -> HostOverhead {
@@ -77,6 +167,14 @@ impl HostOverhead {
     /// vLLM's engine loop as measured ([`VLLM_V0_HOST_POINTS`]).
     pub fn vllm_v0() -> HostOverhead {
         HostOverhead::fitted(&VLLM_V0_HOST_POINTS)
+    }
+
+    /// Sarathi-Serve's engine loop as Vidur measured it ([`SARATHI_A100_CPU_OVERHEADS`],
+    /// Llama-2-7B at TP 1: the profile's one single-GPU dense model with batches up to 128).
+    pub fn sarathi_serve() -> HostOverhead {
+        let points = vidur_host_points(SARATHI_A100_CPU_OVERHEADS, "meta-llama/Llama-2-7b-hf", 1)
+            .expect("the committed Vidur CPU-overhead profile parses (tested)");
+        HostOverhead::fitted(&points)
     }
 
     /// The host's time of a step of `sequences` sequences, ns.
@@ -109,5 +207,53 @@ mod tests {
             assert!((fit / p.host_ms - 1.0).abs() < 0.03, "{p:?}: {fit} ms");
         }
         assert_eq!(HostOverhead::flat(2e6).nanos(500), 2e6);
+    }
+
+    #[test]
+    fn the_sarathi_line_passes_near_every_profiled_batch() {
+        let points =
+            vidur_host_points(SARATHI_A100_CPU_OVERHEADS, "meta-llama/Llama-2-7b-hf", 1).unwrap();
+        // Batches 8 to 128 in steps of 8 to 64 and of 16 above (64 twice).
+        assert_eq!(points.len(), 13, "{points:?}");
+        let h = HostOverhead::sarathi_serve();
+        // About 1 ms plus 49 us per sequence: a small batch pays far less than vLLM's line
+        // extrapolates below its first point (128 requests).
+        assert!(
+            (0.7e6..1.3e6).contains(&h.fixed_ns),
+            "{} ns fixed",
+            h.fixed_ns
+        );
+        assert!(
+            (40e3..55e3).contains(&h.per_sequence_ns),
+            "{} ns per sequence",
+            h.per_sequence_ns
+        );
+        assert!(h.nanos(8) < 0.3 * HostOverhead::vllm_v0().nanos(8));
+        for p in points {
+            let fit = h.nanos(p.sequences as u64) / 1e6;
+            assert!((fit / p.host_ms - 1.0).abs() < 0.12, "{p:?}: {fit} ms");
+        }
+    }
+
+    #[test]
+    fn a_broken_vidur_profile_names_its_line_and_column() {
+        let csv = "model_name,tensor_parallel_degree,batch_size,schedule_median,\
+                   sampler_e2e_median,prepare_inputs_e2e_median,process_model_outputs_median,\
+                   ray_comm_time_mean\nm,1,8,0.1,0.2,0.3,oops,0.5\n";
+        let err = vidur_host_points(csv, "m", 1).unwrap_err();
+        assert!(
+            err.contains("line 2") && err.contains("process_model_outputs_median"),
+            "{err}"
+        );
+        let err = vidur_host_points("model_name,batch_size\n", "m", 1).unwrap_err();
+        assert!(err.contains("tensor_parallel_degree"), "{err}");
+        let ok = "model_name,tensor_parallel_degree,batch_size,schedule_median,\
+                  sampler_e2e_median,prepare_inputs_e2e_median,process_model_outputs_median,\
+                  ray_comm_time_mean\nm,1,8,1,1,1,1,1\n";
+        assert!(
+            vidur_host_points(ok, "m", 1)
+                .unwrap_err()
+                .contains("fewer than two")
+        );
     }
 }

@@ -173,6 +173,10 @@ pub struct ReplicaTable {
     /// docs/cost-model.md "The host's time per step").
     #[serde(default)]
     pub step_overhead_ms: Option<f64>,
+    /// Whose measured host time per step the replica pays (`vllm` or `sarathi-serve`); default:
+    /// the scheduler kind's own engine (`scheduler::host_overhead`).
+    #[serde(default)]
+    pub host_time: Option<HostTime>,
     /// A set of measured per-operation profiles of `gpu` (`profiles/<name>/`, e.g.
     /// `vidur/h100`) the group's steps are priced from (a dense model only), each operation
     /// measured, scaled or analytic as the run's `pricing` record says.
@@ -215,6 +219,16 @@ impl Default for ReplicaTable {
     fn default() -> Self {
         toml::from_str("").expect("every field has a default")
     }
+}
+
+/// A measured host time per step to pay whatever the scheduler kind (`replica.host_time`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostTime {
+    /// vLLM 0.5.4's engine loop (`HostOverhead::vllm_v0`).
+    Vllm,
+    /// Sarathi-Serve's engine loop as Vidur profiled it (`HostOverhead::sarathi_serve`).
+    SarathiServe,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -1013,8 +1027,20 @@ impl ServingConfig {
             } else {
                 duration(&format!("{p}.step_overhead_ms"), ms / 1e3, 3600.0)?.0 as f64
             }),
-            None => super::scheduler::host_overhead(&r.scheduler),
+            None => match r.host_time {
+                Some(HostTime::Vllm) => HostOverhead::vllm_v0(),
+                Some(HostTime::SarathiServe) => HostOverhead::sarathi_serve(),
+                None => super::scheduler::host_overhead(&r.scheduler),
+            },
         };
+        if r.step_overhead_ms.is_some() && r.host_time.is_some() {
+            return Err(field_error(
+                &format!("{p}.host_time"),
+                "give either `step_overhead_ms` (a flat host time) or `host_time` (a measured \
+                 engine loop), not both"
+                    .to_string(),
+            ));
+        }
         let max_num_seqs =
             crate::scenario::validate::at_least_one(&format!("{p}.max_num_seqs"), r.max_num_seqs)?;
         match &r.scheduler {

@@ -69,7 +69,12 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "replica.step_overhead_ms",
         default: "the scheduler kind's measured term",
-        meaning: "host time per step (scheduling, input preparation, sampling, detokenization; CUDA graphs replay the kernels), flat whatever the batch; left out, every kind uses vLLM's measured line, 6.32 ms + 35.1 µs per sequence in the step (docs/cost-model.md, \"The host's time per step\")",
+        meaning: "host time per step (scheduling, input preparation, sampling, detokenization; CUDA graphs replay the kernels), flat whatever the batch; left out, `sarathi` uses Sarathi-Serve's measured line (0.94 ms + 49.2 µs per sequence in the step) and the other kinds vLLM's (6.32 ms + 35.1 µs per sequence; docs/cost-model.md, \"The host's time per step\")",
+    },
+    KeyDoc {
+        key: "replica.host_time",
+        default: "the scheduler kind's engine",
+        meaning: "whose measured host time per step the replica pays, whatever its scheduler kind: `vllm` (vLLM 0.5.4's loop, 6.32 ms + 35.1 µs per sequence) or `sarathi-serve` (Sarathi-Serve's as Vidur profiled it, 0.94 ms + 49.2 µs per sequence); a study comparing schedulers sets one for all so that the comparison isolates the scheduling. Refused together with `step_overhead_ms`",
     },
     KeyDoc {
         key: "replica.measured",

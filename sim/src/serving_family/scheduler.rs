@@ -9,14 +9,15 @@ use crate::serving::{
 };
 
 /// The host's time per forward pass of `scheduler` (docs/cost-model.md, "The host's time per
-/// step"): every kind runs vLLM's engine loop as measured (`HostOverhead::vllm_v0`: a fixed
-/// part plus a part per sequence in the pass). Sarathi-Serve is built on vLLM; Orca and the
-/// static batches of CAPS have no published per-iteration host time of their own, so vLLM's
-/// stands in (a static batch pays it on each of its passes).
+/// step"), a fixed part plus a part per sequence in the pass: `vllm` runs vLLM's engine loop
+/// as published (`HostOverhead::vllm_v0`), `sarathi` Sarathi-Serve's as Vidur profiled it
+/// (`HostOverhead::sarathi_serve`). Orca and the static batches of CAPS have no measured
+/// per-iteration host time of their own, so vLLM's stands in (a static batch pays it on each of
+/// its passes).
 pub fn host_overhead(scheduler: &SchedulerTable) -> HostOverhead {
     match scheduler {
+        SchedulerTable::Sarathi { .. } => HostOverhead::sarathi_serve(),
         SchedulerTable::Vllm { .. }
-        | SchedulerTable::Sarathi { .. }
         | SchedulerTable::Orca { .. }
         | SchedulerTable::Static { .. } => HostOverhead::vllm_v0(),
     }

@@ -187,6 +187,53 @@ fn a_lone_dense_request_takes_the_closed_form_step_times() {
     assert_eq!(value(&out, "preemptions"), 0.0);
 }
 
+#[test]
+fn each_scheduler_kind_pays_its_own_engines_measured_host_time() {
+    // The lone request of LLAMA_LOW_LOAD under `sarathi` (a 512-token chunk: its prompt in one
+    // step, as `vllm` runs it): the same kernels every step, so each decode step is cheaper by
+    // exactly the two engines' host times for one sequence (vLLM's line about 6.36 ms,
+    // Sarathi-Serve's about 0.99 ms), unless `host_time` names vLLM's loop for it too.
+    let with = |extra: &str| {
+        LLAMA_LOW_LOAD.replace(
+            "[replica]\ngpu = \"H100-SXM\"",
+            &format!("[replica]\ngpu = \"H100-SXM\"\n{extra}"),
+        )
+    };
+    let vllm = run(&scenario(LLAMA_LOW_LOAD).unwrap(), 7);
+    let sarathi = with("scheduler = { kind = \"sarathi\", chunk_size = 512 }");
+    let sarathi_own = run(&scenario(&sarathi).unwrap(), 7);
+    let sarathi_vllm_host = run(
+        &scenario(&format!("{sarathi}").replace(
+            "chunk_size = 512 }",
+            "chunk_size = 512 }\nhost_time = \"vllm\"",
+        ))
+        .unwrap(),
+        7,
+    );
+    let host_gap_ms = (crate::cost::host::HostOverhead::vllm_v0().nanos(1)
+        - crate::cost::host::HostOverhead::sarathi_serve().nanos(1))
+        * 1e-6;
+    assert!((4.5..6.0).contains(&host_gap_ms), "{host_gap_ms} ms");
+    let tpot = |out: &RunOutput| value(out, "tpot_p50_ms");
+    let gap = tpot(&vllm) - tpot(&sarathi_own);
+    assert!(
+        (gap - host_gap_ms).abs() < 0.01 * host_gap_ms,
+        "TPOT {} vs {} ms: gap {gap} ms, host gap {host_gap_ms} ms",
+        tpot(&vllm),
+        tpot(&sarathi_own)
+    );
+    assert!(
+        (tpot(&sarathi_vllm_host) - tpot(&vllm)).abs() < 0.001 * tpot(&vllm),
+        "{} vs {}",
+        tpot(&sarathi_vllm_host),
+        tpot(&vllm)
+    );
+    // A flat host time and a measured loop together are refused, naming the key.
+    let both = with("step_overhead_ms = 2.0\nhost_time = \"sarathi-serve\"");
+    let err = scenario(&both).unwrap_err();
+    assert_eq!(err.path, "replica.host_time", "{}", err.message);
+}
+
 /// An MoE cluster: Mixtral-8x7B on 2 replicas of 4 H100s (EP 4, TP 4, two GPUs slowed), 600
 /// requests of 256-4096 prompt tokens and about 300 output tokens at 30/s. With
 /// `gpu_memory_utilization` 0.35 its 23.4 GB of weights per GPU leave about 4.6 GB of KV cache
