@@ -239,7 +239,8 @@ pub fn price_op(
     timing: Timing,
 ) -> Result<Priced, String> {
     if matches!(op, Op::DecodeStep | Op::PrefillStep) {
-        return price_step(gpu, model, op, tokens, context).map(|(priced, _)| priced);
+        return price_step(gpu, model, op, tokens, context, HostOverhead::vllm_v0())
+            .map(|(priced, _)| priced);
     }
     let rates = KernelRates::of(gpu);
     let (_, heads, kv_heads, head_dim, _, _, bytes_per_param) = model.dims();
@@ -283,7 +284,7 @@ pub struct StepColumns {
 /// A dense model's decode step (`tokens` sequences of `context` cached tokens) or prefill step
 /// (one `tokens`-long prompt) on one GPU, as the serving family prices a one-GPU replica's
 /// step: kernel class by kernel class (`StepRoofline::parts`, its element-wise kernels by
-/// their bytes) plus the host's measured time for its sequences (`cost::host`); `host_ns` is
+/// their bytes) plus `host`'s measured time for its sequences (`cost::host`); `host_ns` is
 /// that time, `memory_ns` and `compute_ns` the GEMM, attention and head terms.
 pub fn price_step(
     gpu: &GpuSpec,
@@ -291,6 +292,7 @@ pub fn price_step(
     op: Op,
     tokens: u64,
     context: u64,
+    host: HostOverhead,
 ) -> Result<(Priced, StepColumns), String> {
     let CatalogueModel::Dense(shape) = model else {
         return Err("decode_step and prefill_step price a dense model's step".into());
@@ -326,7 +328,7 @@ pub fn price_step(
         ),
     };
     let parts = roofline.parts(&work, &ElementwiseKernels::dense(shape, 1));
-    let host_ns = HostOverhead::vllm_v0().nanos(sequences);
+    let host_ns = host.nanos(sequences);
     let priced = Priced {
         predicted_ns: parts.nanos() + host_ns,
         memory_ns: parts.linear.memory_ns + parts.attention.memory_ns + parts.head.memory_ns,
@@ -555,8 +557,18 @@ pub fn price_csv(path: &Path, options: PriceOptions) -> Result<String, PriceErro
                 0
             };
             if matches!(op, Op::DecodeStep | Op::PrefillStep) {
-                let (priced, columns) =
-                    price_step(&gpu, &model, op, tokens, context).map_err(|e| refuse("op", e))?;
+                let host = match cell("host_time") {
+                    None | Some("vllm") => HostOverhead::vllm_v0(),
+                    Some("sarathi-serve") => HostOverhead::sarathi_serve(),
+                    Some(other) => {
+                        return Err(refuse(
+                            "host_time",
+                            format!("unknown engine {other:?} (vllm or sarathi-serve)"),
+                        ));
+                    }
+                };
+                let (priced, columns) = price_step(&gpu, &model, op, tokens, context, host)
+                    .map_err(|e| refuse("op", e))?;
                 step = Some(columns);
                 priced
             } else {
@@ -617,6 +629,35 @@ mod tests {
         let path = dir.path().join("in.csv");
         std::fs::write(&path, text).unwrap();
         price_csv(&path, options).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_step_row_pays_the_host_time_of_the_engine_it_names() {
+        let out = priced(
+            "gpu,model,op,tokens,context,host_time\n\
+             H100-SXM,llama-2-7b,decode_step,8,512,\n\
+             H100-SXM,llama-2-7b,decode_step,8,512,sarathi-serve\n",
+            PriceOptions::default(),
+        )
+        .unwrap();
+        let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split(',').collect()).collect();
+        let at = |row: usize, name: &str| -> f64 {
+            let i = rows[0].iter().position(|h| *h == name).unwrap();
+            rows[row][i].parse().unwrap()
+        };
+        for (row, host) in [
+            (1, HostOverhead::vllm_v0()),
+            (2, HostOverhead::sarathi_serve()),
+        ] {
+            assert!((at(row, "host_us") - host.nanos(8) / 1e3).abs() < 0.01);
+        }
+        // The same kernels: the rows differ by the host's time alone.
+        let gap = at(1, "predicted_us") - at(2, "predicted_us");
+        assert!(
+            (gap - (at(1, "host_us") - at(2, "host_us"))).abs() < 0.01,
+            "{gap}"
+        );
+        assert_eq!(at(1, "linear_us"), at(2, "linear_us"));
     }
 
     #[test]
@@ -684,6 +725,13 @@ mod tests {
     #[test]
     fn refused_rows_name_file_line_and_column() {
         let err = |text: &str| priced(text, PriceOptions::default()).unwrap_err();
+        let e = err(
+            "gpu,model,op,tokens,context,host_time\nH100-SXM,llama-2-7b,decode_step,8,512,tgi\n",
+        );
+        assert!(
+            e.contains(":2: column \"host_time\"") && e.contains("unknown engine"),
+            "{e}"
+        );
         let e = err(
             "gpu,model,op,tokens\nH200,mixtral-8x7b,expert_up,16\nH201,mixtral-8x7b,expert_up,16\n",
         );

@@ -1307,7 +1307,15 @@ fn expertsim_price_steps_are_the_serving_familys_steps() {
     let mut cost = step_cost::ReplicaStepCost::new(&s, &deployment, None, None);
     let model = CatalogueModel::by_name("llama-2-7b").unwrap();
     for (op, tokens, context) in [(Op::DecodeStep, 32, 590), (Op::PrefillStep, 512, 0)] {
-        let (priced, columns) = price_step(&s.replica.gpu, &model, op, tokens, context).unwrap();
+        let (priced, columns) = price_step(
+            &s.replica.gpu,
+            &model,
+            op,
+            tokens,
+            context,
+            crate::cost::host::HostOverhead::vllm_v0(),
+        )
+        .unwrap();
         let time = if op == Op::DecodeStep {
             cost.decode_profile(tokens, context)
         } else {
@@ -1326,5 +1334,15 @@ fn expertsim_price_steps_are_the_serving_familys_steps() {
         }
     }
     let mixtral = CatalogueModel::by_name("mixtral-8x7b").unwrap();
-    assert!(price_step(&s.replica.gpu, &mixtral, Op::DecodeStep, 1, 1).is_err());
+    assert!(
+        price_step(
+            &s.replica.gpu,
+            &mixtral,
+            Op::DecodeStep,
+            1,
+            1,
+            crate::cost::host::HostOverhead::vllm_v0()
+        )
+        .is_err()
+    );
 }
