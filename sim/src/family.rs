@@ -5,8 +5,8 @@
 
 use crate::arrivals::TraceStats;
 use crate::metrics::{MetricInfo, RunOutput};
+use crate::policies::Policies;
 use crate::records::RecordSink;
-use crate::runner::Policies;
 use crate::scenario::file::FigureKind;
 use crate::scenario::limits::Demand;
 use crate::scenario::validate::{FieldError, LoadCache};

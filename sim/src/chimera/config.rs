@@ -3,7 +3,6 @@
 //! runnable `ChimeraScenario`.
 
 use super::models::{DEFAULT_STEP_OVERHEAD_MS, EngineCost, model_names, model_shape};
-use super::policy::{QueuePolicyConfig, RouterConfig};
 use super::workload::{
     Dataset, ModelWorkload, PredictorConfig, SemanticRouterConfig, WorkflowGenerator,
 };
@@ -14,6 +13,7 @@ use crate::scenario::validate::{
     FieldError, LoadCache, at_least_one, field_error, measured_on, measured_set, non_negative,
     positive,
 };
+use crate::serving::{QueuePolicyConfig, RouterConfig};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 

@@ -6,7 +6,6 @@
 pub mod config;
 pub mod family;
 pub mod models;
-pub mod policy;
 pub mod run;
 pub mod server;
 pub mod stats;
@@ -14,9 +13,6 @@ pub mod workload;
 
 pub use config::{ChimeraConfig, ChimeraScenario};
 pub use family::Chimera;
-pub use policy::{
-    EngineState, QueuePolicy, QueuePolicyConfig, QueuedRequest, RouteRequest, Router, RouterConfig,
-};
 pub use server::ChimeraMetrics;
 
 use crate::metrics::{Better, Metric, MetricInfo, RunOutput, metric_infos};

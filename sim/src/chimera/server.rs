@@ -14,7 +14,6 @@
 
 use super::config::ChimeraScenario;
 use super::models::EngineCost;
-use super::policy::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Router};
 use super::stats::{average_precision, kendall_tau_distance};
 use super::workload::{SYSTEM_PROMPT_TOKENS, Workflow};
 use crate::arrivals::ArrivalProcess;
@@ -27,6 +26,7 @@ use crate::serving::{
     Admission, AdmitHook, Batching, KvConfig, MeasuredStepCost, Replica, ReplicaConfig,
     RooflineStepCost, Seq, StepCost, StepTime, StepWork,
 };
+use crate::serving::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Router};
 use crate::time::SimTime;
 use rand_distr::{Distribution, StandardNormal};
 use serde::Serialize;

@@ -7,6 +7,7 @@
 //! the roofline prices them, and the record says so. Derivation: docs/cost-model.md, "Pricing
 //! from measured operations".
 
+use super::source::CostSource;
 use crate::cost::curve::CostCurve;
 use crate::cost::gpu::GpuSpec;
 use crate::cost::measured_ops::{Collectives, LayerShape, MeasuredOps, OpClass, PricedClass};
@@ -18,7 +19,6 @@ use crate::cost::roofline::{
     OpTime, ProfileCurves, RooflineParams, StepPrice, StepRoofline, StepTokens, TensorParallel,
 };
 use crate::cost::shape::{DenseModelShape, MoeModelShape};
-use crate::serving::step::CostSource;
 use serde::{Serialize, Serializer};
 use std::path::{Path, PathBuf};
 

@@ -288,11 +288,9 @@ struct MeasuredRepr<'a> {
 impl MeasuredProfile {
     /// Reads a profile that must have a `calibration` section.
     pub fn load(path: &Path) -> Result<MeasuredProfile, ProfileError> {
-        let text = crate::scenario::validate::read_input_text(path).map_err(|source| {
-            ProfileError::Read {
-                path: path.to_path_buf(),
-                source,
-            }
+        let text = crate::input::read_input_text(path).map_err(|source| ProfileError::Read {
+            path: path.to_path_buf(),
+            source,
         })?;
         let (profile, calibration) = parse(&text, path)?;
         let calibration = calibration.ok_or_else(|| ProfileError::Calibration {
@@ -505,11 +503,9 @@ impl Profile {
     /// Reads and validates a profile: the format version first (so an old or new file gets a
     /// version message, not a field error), then the schema, with the JSON path of any error.
     pub fn load(path: &Path) -> Result<Profile, ProfileError> {
-        let text = crate::scenario::validate::read_input_text(path).map_err(|source| {
-            ProfileError::Read {
-                path: path.to_path_buf(),
-                source,
-            }
+        let text = crate::input::read_input_text(path).map_err(|source| ProfileError::Read {
+            path: path.to_path_buf(),
+            source,
         })?;
         Profile::from_json(&text, path)
     }

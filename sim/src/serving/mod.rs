@@ -8,7 +8,9 @@ pub mod config;
 pub mod former;
 pub mod kv;
 pub mod metrics;
+pub mod latencies;
 pub mod queue;
+pub mod policy;
 pub mod replica;
 pub mod router;
 pub mod step;
@@ -18,7 +20,9 @@ pub use former::BatchFormer;
 pub use kv::BlockManager;
 pub use metrics::ReplicaStats;
 pub use queue::{QueuePolicy, QueuedRequest};
+pub use latencies::{Percentiles, RequestLatencies, RequestSummary};
 pub use replica::{AdmitHook, Replica, Seq};
+pub use policy::{QueuePolicyConfig, RouterConfig};
 pub use router::{EngineState, RouteRequest, Router};
 pub use step::{
     AdapterTokens, CostSource, ExpectedRouting, MeasuredStepCost, NotingSource, RooflineStepCost,
