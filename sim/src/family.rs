@@ -290,6 +290,14 @@ impl FamilyId {
     pub fn name(self) -> &'static str {
         self.0.name()
     }
+    /// The `sim` module (folder under `sim/src/`) that holds the family: its name, but
+    /// `serving_family` for `serving` (`serving` is the shared serving layer).
+    pub fn module(self) -> &'static str {
+        match self.name() {
+            "serving" => "serving_family",
+            name => name,
+        }
+    }
     /// What the family simulates, in one line (`expertsim list`).
     pub fn description(self) -> &'static str {
         self.0.description()

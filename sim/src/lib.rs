@@ -30,6 +30,8 @@ pub mod serving_family;
 pub mod time;
 
 #[cfg(test)]
+mod module_graph_checks;
+#[cfg(test)]
 mod queueing_checks;
 #[cfg(test)]
 mod shipped_scenarios;
