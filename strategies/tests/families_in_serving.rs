@@ -366,7 +366,7 @@ trace = {{ path = "{}", time_scale = 1.0 }}
         let deployment = sim::serving_family::deployment::Deployment::new(&s, None).unwrap();
         assert_eq!(deployment.kv_blocks, serving.kv_blocks(), "{scheduler}");
         assert_eq!(
-            deployment.kv_tokens, serving.kv_capacity_tokens,
+            deployment.kv_tokens, serving.dense.kv_capacity_tokens,
             "{scheduler}"
         );
         let steps = Rc::new(RefCell::new(Vec::new()));

@@ -157,7 +157,7 @@ impl ChimeraScenario {
         self.measured.as_ref()?;
         let mut records = serde_json::Map::new();
         for engine in &self.engines {
-            if let Some(measured) = &engine.cost.measured {
+            if let Some(measured) = &engine.cost.dense.measured {
                 records.insert(
                     engine.cost.model.clone(),
                     serde_json::to_value(&measured.record).expect("records serialize"),

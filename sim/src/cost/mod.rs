@@ -27,11 +27,12 @@ pub mod op_profile;
 pub mod price;
 pub mod profile;
 pub mod roofline;
+pub mod sampling;
 pub mod shape;
-
 pub mod source;
 
 pub use source::CostSource;
+
 pub use curve::{CostCurve, CurveError};
 pub use gpu::{GpuSpec, LinkSpec, UnknownGpu};
 pub use moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};

@@ -406,6 +406,22 @@ pub enum ProfileMismatch {
     },
 }
 
+/// One whole decode step of `batch` sequences, the formula of every profile's `decode_step`
+/// curve (analytic, measured operations, calibrated): each of the model's layers runs its
+/// non-expert part at the batch and its MoE layer on the batch's `batch x top_k` routed tokens
+/// (`moe_layer`, given those assignments), then the head runs once.
+pub fn decode_step_nanos(
+    shape: &MoeModelShape,
+    batch: u64,
+    non_expert_decode: &CostCurve,
+    head: &CostCurve,
+    moe_layer: impl Fn(u64) -> f64,
+) -> f64 {
+    let assignments = batch * shape.top_k as u64;
+    shape.n_layers as f64 * (non_expert_decode.at(batch as f64) + moe_layer(assignments))
+        + head.at(batch as f64)
+}
+
 impl Profile {
     /// The expert FFN curve for experts of this size and weight format, if the profile has one.
     pub fn expert_curve(
