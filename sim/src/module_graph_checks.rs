@@ -7,6 +7,7 @@
 //! each edge and a line that makes it. A reviewer runs it with
 //! `cargo test -p expertsim-sim --lib module_graph_checks`.
 
+use crate::engine::one_engine_checks::rust_files;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -42,21 +43,6 @@ const ALLOWED_BACK_EDGES: &[(&str, &str)] = &[
 
 fn sim_src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// `code` with comments, string literals and character literals replaced by spaces (newlines
