@@ -10,7 +10,6 @@ pub mod h200;
 pub mod import_table;
 pub mod pipeline;
 pub mod progress;
-pub mod sampler;
 pub mod scenario_points;
 pub mod stats;
 pub mod timestamp;

@@ -25,7 +25,6 @@
 use crate::adaptive::{Stop, StoppingRule};
 use crate::bench::{Bench, ExpertGemm, Series};
 use crate::progress::Progress;
-use crate::sampler::{batch_points, steps, token_points};
 use kernels::KernelInputError;
 use kernels::backend::{Backend, BackendError, BackendKind};
 use kernels::moe::check_tile_tokens;
@@ -33,8 +32,9 @@ use kernels::reroute::RerouteVariant;
 use sim::cost::curve::{CostCurve, CurveError};
 use sim::cost::profile::{
     Calibration, ExpertExecution, ExpertFfnCurve, MeasuredProfile, Measurement, MoeLayerSplit,
-    PROFILE_FORMAT_VERSION, Profile, ProfileSource, SourceKind, StoppingRecord,
+    PROFILE_FORMAT_VERSION, Profile, ProfileSource, SourceKind, StoppingRecord, decode_step_nanos,
 };
+use sim::cost::sampling::{batch_points, steps, token_points};
 use sim::cost::shape::{MoeModelShape, WeightDtype};
 use std::time::Instant;
 
@@ -375,13 +375,13 @@ pub fn calibrate(
     let decode_samples = batch_points(plan.tile, plan.max_batch)
         .iter()
         .map(|&b| {
-            let assignments = b * shape.top_k;
-            let active = assignments.min(shape.n_experts);
-            let even_load = (assignments as f64 / active as f64).max(1.0);
-            let layer = split.fixed.at(assignments as f64)
-                + active as f64 * split.expert_gemms.at(even_load);
-            let nanos = shape.n_layers as f64 * (non_expert_decode.at(b as f64) + layer)
-                + head.at(b as f64);
+            let nanos =
+                decode_step_nanos(shape, b as u64, &non_expert_decode, &head, |assignments| {
+                    let active = assignments.min(shape.n_experts as u64);
+                    let even_load = (assignments as f64 / active as f64).max(1.0);
+                    split.fixed.at(assignments as f64)
+                        + active as f64 * split.expert_gemms.at(even_load)
+                });
             (b as f64, nanos)
         })
         .collect();

@@ -1,7 +1,7 @@
 //! The token counts and batch sizes a scenario can ask of its profile, so that a calibration
 //! for that scenario measures only those (`expertsim-calibrate --for-scenario`, `expertsim
 //! live --calibrate`): token counts from 1 to the most tokens one pass can hold, sampled on
-//! both sides of every tile boundary in that range (`sampler::token_points`, up to the range's
+//! both sides of every tile boundary in that range (`sim::cost::sampling::token_points`, up to the range's
 //! end rounded up to a whole tile, so every count in range lies between two samples of the
 //! same staircase step), and batch sizes from 1 to the largest batch. No other context, no
 //! rerouting.
@@ -173,7 +173,7 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
 
 impl ScenarioSampling {
     /// `plan` narrowed to this scenario: the tile rule up to `max_tokens` (rounded up to a
-    /// whole tile), every batch size up to `max_batch` as `sampler::batch_points` takes them,
+    /// whole tile), every batch size up to `max_batch` as `sim::cost::sampling::batch_points` takes them,
     /// no sparse tail, no other context, no rerouting.
     pub fn apply(&self, plan: &mut Plan) {
         let tile = plan.tile.max(1);
@@ -188,7 +188,8 @@ impl ScenarioSampling {
         plan.gemm_widths = self.gemm_widths.clone();
         match self.reroute_adapters {
             Some(adapters) => {
-                plan.reroute_tokens = crate::sampler::token_points(tile, plan.dense_limit, 0, 0);
+                plan.reroute_tokens =
+                    sim::cost::sampling::token_points(tile, plan.dense_limit, 0, 0);
                 plan.adapters = vec![adapters];
             }
             None => {

@@ -56,15 +56,17 @@ mod tests {
 
 #[cfg(test)]
 mod layering {
-    /// The kernels know no model family: they use `sim`'s core (random streams, time) only, so
-    /// a family's shapes reach them as plain dimensions (`decode::DenseDims`).
+    /// The kernels know no model family (every registered family's module, the serving family's
+    /// `serving_family` included) and no serving layer: they use `sim`'s core (random streams,
+    /// time) only, so a family's shapes reach them as plain dimensions (`decode::DenseDims`).
     #[test]
     fn kernels_import_no_family_module() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             let text = std::fs::read_to_string(&path).unwrap();
-            for family in ["caps", "gem", "mosaic", "chimera", "expertweave"] {
+            let families = sim::family::FamilyId::all().map(|f| f.module());
+            for family in families.chain(["serving"]) {
                 let import = format!("sim::{family}");
                 assert!(!text.contains(&import), "{} uses {import}", path.display());
             }

@@ -13,7 +13,7 @@ use kernels::BackendError;
 use sim::caps::CapsScenario;
 use sim::caps::run::{simulate_on, step_executor};
 use sim::caps::server::{RecordSink, RequestRecord};
-use sim::runner::Policies;
+use sim::policies::Policies;
 use sim::serving::StepWork;
 
 /// Runs one CAPS batch on the kernels.

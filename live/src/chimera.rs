@@ -15,7 +15,7 @@ use crate::{Clock, Decisions, FamilyRun, LiveError};
 use sim::chimera::ChimeraScenario;
 use sim::chimera::server::EngineStepCost;
 use sim::mosaic::live_scale::{LIVE_SCALING, Scaling};
-use sim::runner::Policies;
+use sim::policies::Policies;
 use sim::serving::step::StepCost;
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -31,7 +31,7 @@ use kernels::BackendError;
 pub use kernels::BackendKind;
 use serde::Serialize;
 use sim::metrics::RunOutput;
-use sim::runner::Policies;
+use sim::policies::Policies;
 use sim::scenario::{Scenario, ScenarioPlan};
 use std::time::Instant;
 

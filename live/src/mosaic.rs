@@ -16,7 +16,7 @@ use crate::step::{LiveSession, LiveStep, Logged};
 use crate::{Clock, Decisions, FamilyRun, LiveError};
 use sim::mosaic::live_scale::{LIVE_SCALING, Scaling};
 use sim::mosaic::{MosaicScenario, SessionPricing, SimulatedPricing, try_simulate_on};
-use sim::runner::Policies;
+use sim::policies::Policies;
 use sim::serving::step::StepCost;
 use sim::time::SimDuration;
 use std::cell::RefCell;
@@ -154,7 +154,7 @@ pub fn run(
     clock: Clock,
 ) -> Result<FamilyRun, LiveError> {
     let failed = |e: sim::mosaic::SimulateError| LiveError::Unsupported(e.to_string());
-    let fcfs = sim::chimera::QueuePolicyConfig::Fcfs;
+    let fcfs = sim::serving::QueuePolicyConfig::Fcfs;
     let simulated_log = Rc::new(RefCell::new(Vec::new()));
     let simulated = try_simulate_on(
         scenario,

@@ -6,9 +6,8 @@
 //! Run: `cargo bench -p expertsim-sim --bench chimera`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use sim::chimera::{
-    ChimeraConfig, EngineState, QueuePolicy, QueuedRequest, RouteRequest, Router, run,
-};
+use sim::chimera::{ChimeraConfig, run};
+use sim::serving::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Router};
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -1,6 +1,7 @@
 //! One sampler per distribution, for every family: log-normal (from a median or from a mean, with
 //! its log-space sigma), exponential, gamma (from a mean and a coefficient of variation),
-//! uniform, fixed, Zipf and categorical (an index drawn in proportion to given weights);
+//! uniform, fixed, Zipf and categorical (an index drawn in proportion to given weights), and the
+//! expected maximum of n standard normals (CAPS's CV model, GEM's variability at scale);
 //! `TokenCount`, a log-normal rounded and clamped to `[1, max]`; and `TokenLength`, a prompt or
 //! output length drawn from any of fixed, discrete uniform, Zipf or that log-normal. A sampler is
 //! built once, its parameters checked, and draws from the `SimRng` stream the caller passes in.
@@ -346,6 +347,35 @@ impl TokenLength {
     }
 }
 
+/// E[max of `n` iid standard normals], by numerical integration. With F = Phi^n the CDF of
+/// the maximum, E[M] = integral_0^inf (1 - F) - integral_-inf^0 F = L - integral_-L^L F
+/// for a large L (12: the tails beyond are below 1e-30). Phi is accumulated from the normal
+/// density and F integrated, both by the trapezoid rule with step 1e-3 (error below 1e-6).
+pub fn expected_max_standard_normal(n: usize) -> f64 {
+    assert!(n >= 1, "expected_max_standard_normal: n must be at least 1");
+    if n == 1 {
+        return 0.0;
+    }
+    const LIMIT: f64 = 12.0;
+    const STEP: f64 = 1e-3;
+    let steps = (2.0 * LIMIT / STEP).round() as usize;
+    let exponent = i32::try_from(n).unwrap_or(i32::MAX);
+    let density = |x: f64| (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+    let mut cdf = 0.0f64;
+    let mut previous_density = density(-LIMIT);
+    let mut previous_power = 0.0f64;
+    let mut integral = 0.0;
+    for i in 1..=steps {
+        let next_density = density(-LIMIT + i as f64 * STEP);
+        cdf += 0.5 * (previous_density + next_density) * STEP;
+        let next_power = cdf.min(1.0).powi(exponent);
+        integral += 0.5 * (previous_power + next_power) * STEP;
+        previous_density = next_density;
+        previous_power = next_power;
+    }
+    LIMIT - integral
+}
+
 #[cfg(test)]
 mod tests {
     //! Statistical tests at fixed seeds: Kolmogorov-Smirnov against the closed-form CDF (1%
@@ -621,5 +651,18 @@ mod tests {
         assert!(message(Gamma::from_mean_cv(-1.0, 1.0).unwrap_err()).contains("mean"));
         assert!(message(Categorical::new(&[0.0, 0.0]).unwrap_err()).contains("positive"));
         assert!(message(Categorical::new(&[1.0, -1.0]).unwrap_err()).contains("weights"));
+    }
+
+    #[test]
+    fn expected_max_of_normals_matches_closed_forms() {
+        assert_eq!(expected_max_standard_normal(1), 0.0);
+        // n = 2: 1/sqrt(pi); n = 3: 3/(2 sqrt(pi)).
+        let pi_sqrt = std::f64::consts::PI.sqrt();
+        assert!((expected_max_standard_normal(2) - 1.0 / pi_sqrt).abs() < 1e-6);
+        assert!((expected_max_standard_normal(3) - 1.5 / pi_sqrt).abs() < 1e-6);
+        // Tabulated (Tippett 1925; Harter 1961): n = 10 -> 1.538753, n = 60 -> 2.319.
+        assert!((expected_max_standard_normal(10) - 1.538753).abs() < 1e-5);
+        let z60 = expected_max_standard_normal(60);
+        assert!((z60 - 2.3193).abs() < 5e-4, "{z60}");
     }
 }

@@ -80,7 +80,7 @@ pub fn guarded<T>(simulation: impl FnOnce() -> T) -> Result<T, RanOutOfTime> {
 
 #[cfg(test)]
 #[path = "one_engine_checks.rs"]
-mod one_engine_checks;
+pub(crate) mod one_engine_checks;
 
 #[cfg(test)]
 mod tests {

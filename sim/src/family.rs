@@ -5,8 +5,8 @@
 
 use crate::arrivals::TraceStats;
 use crate::metrics::{MetricInfo, RunOutput};
+use crate::policies::Policies;
 use crate::records::RecordSink;
-use crate::runner::Policies;
 use crate::scenario::file::FigureKind;
 use crate::scenario::limits::Demand;
 use crate::scenario::validate::{FieldError, LoadCache};
@@ -289,6 +289,14 @@ impl FamilyId {
     }
     pub fn name(self) -> &'static str {
         self.0.name()
+    }
+    /// The `sim` module (folder under `sim/src/`) that holds the family: its name, but
+    /// `serving_family` for `serving` (`serving` is the shared serving layer).
+    pub fn module(self) -> &'static str {
+        match self.name() {
+            "serving" => "serving_family",
+            name => name,
+        }
     }
     /// What the family simulates, in one line (`expertsim list`).
     pub fn description(self) -> &'static str {

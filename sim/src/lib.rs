@@ -14,9 +14,11 @@ pub mod expertweave;
 pub mod family;
 pub mod gem;
 pub mod headlines;
+pub mod input;
 pub mod metrics;
 pub mod mosaic;
 pub mod partial;
+pub mod policies;
 pub mod recorder;
 pub mod records;
 pub mod results;
@@ -27,6 +29,8 @@ pub mod serving;
 pub mod serving_family;
 pub mod time;
 
+#[cfg(test)]
+mod module_graph_checks;
 #[cfg(test)]
 mod queueing_checks;
 #[cfg(test)]

@@ -343,6 +343,16 @@ impl<S> Metric<S> {
     }
 }
 
+/// A row of a metric table whose lower values are better (a latency, a cost): the families'
+/// latency rows, read off the one recorder's `RequestSummary`.
+pub const fn lower_is_better<S>(
+    name: &'static str,
+    description: &'static str,
+    value: fn(&S) -> f64,
+) -> Metric<S> {
+    Metric::new(name, description, Better::Lower, value)
+}
+
 /// The `MetricInfo` column of a metric table, in order (evaluated at compile time).
 pub const fn metric_infos<S, const N: usize>(table: &[Metric<S>; N]) -> [MetricInfo; N] {
     let mut infos = [MetricInfo {

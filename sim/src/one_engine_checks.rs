@@ -5,16 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-/// The family folders under sim/src: each registered family's folder bears its name, but the
-/// `serving` family's, which is `serving_family` (`serving/` is the shared serving layer).
+/// The family folders under sim/src (`FamilyId::module`: `serving_family` for `serving`).
 fn family_dirs() -> Vec<&'static str> {
-    crate::family::FAMILIES
-        .iter()
-        .map(|f| match f.name() {
-            "serving" => "serving_family",
-            name => name,
-        })
-        .collect()
+    crate::family::FamilyId::all().map(|f| f.module()).collect()
 }
 
 /// Folders of the workspace whose Rust sources are read.
@@ -27,7 +20,8 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// The `.rs` files under `dir`, recursively, in sorted order.
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -71,7 +65,7 @@ fn sources() -> Vec<(String, String)> {
 }
 
 /// The body of the block that opens at the first `{` at or after `from` (braces balanced).
-fn block_at(code: &str, from: usize) -> &str {
+pub(crate) fn block_at(code: &str, from: usize) -> &str {
     let open = from + code[from..].find('{').expect("a block follows");
     let mut depth = 0usize;
     for (i, c) in code[open..].char_indices() {

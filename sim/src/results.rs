@@ -359,7 +359,7 @@ fn scenario_of<T: serde::de::DeserializeOwned>(
     path: &Path,
     name_of: impl Fn(T) -> String,
 ) -> Result<String, String> {
-    let file = crate::scenario::validate::open_input(path).map_err(|e| e.to_string())?;
+    let file = crate::input::open_input(path).map_err(|e| e.to_string())?;
     let document: T =
         serde_json::from_reader(std::io::BufReader::new(file)).map_err(|e| e.to_string())?;
     Ok(name_of(document))

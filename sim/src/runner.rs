@@ -1,30 +1,16 @@
 //! Runs the cells of a loaded scenario plan: every (cell, seed) pair is one independent
 //! simulation, run in parallel with rayon and gathered in plan order, so the result does not
 //! depend on thread timing. Each family's runs go through the same path; policies come from a
-//! `Policies` registry the caller provides (the `strategies` crate), since `sim` knows no policy.
+//! `policies::Policies` registry the caller provides (the `strategies` crate), since `sim` knows
+//! no policy.
 //! `partial` decides which cells to run (shards, resumed sweeps) and assembles the document.
 
-use crate::caps::batch::{BatchSelector, BatchSelectorConfig};
-use crate::chimera::{QueuePolicy, QueuePolicyConfig, Router, RouterConfig};
-use crate::expertweave::{AdapterMemory, MemoryConfig};
 use crate::family::Run;
-use crate::gem::{ExpertMapper, MapperConfig};
-use crate::mosaic::{AggregationGate, GateConfig, Placement, PlacementConfig};
+use crate::policies::Policies;
 use crate::results::{RunResult, write_atomic};
 use crate::scenario::{Scenario, ScenarioPlan};
 use rayon::prelude::*;
 use std::path::Path;
-
-/// Builds the policy objects scenarios name; one method per extension point.
-pub trait Policies: Sync {
-    fn batch_selector(&self, config: &BatchSelectorConfig) -> Box<dyn BatchSelector>;
-    fn expert_mapper(&self, config: &MapperConfig) -> Box<dyn ExpertMapper>;
-    fn placement(&self, config: &PlacementConfig) -> Box<dyn Placement>;
-    fn aggregation_gate(&self, config: &GateConfig) -> Box<dyn AggregationGate>;
-    fn queue_policy(&self, config: &QueuePolicyConfig) -> Box<dyn QueuePolicy>;
-    fn router(&self, config: &RouterConfig) -> Box<dyn Router>;
-    fn adapter_memory(&self, config: &MemoryConfig) -> Box<dyn AdapterMemory>;
-}
 
 /// Runs one seed of one cell through its registered family; `csv` receives the per-request
 /// records when the family has them (`Family::CSV_COLUMNS`), `trace_events` a Chrome

@@ -3,15 +3,15 @@
 
 use crate::batch::{self, PolicyInfo};
 use sim::caps::batch::{BatchSelector, BatchSelectorConfig};
-use sim::chimera::{QueuePolicy, QueuePolicyConfig, Router, RouterConfig};
 use sim::expertweave::{AdapterMemory, MemoryConfig};
 use sim::gem::{ExpertMapper, MapperConfig};
 use sim::mosaic::{AggregationGate, GateConfig, Placement, PlacementConfig};
+use sim::serving::{QueuePolicy, QueuePolicyConfig, Router, RouterConfig};
 
 /// Builds every policy of every family from its scenario config.
 pub struct Registry;
 
-impl sim::runner::Policies for Registry {
+impl sim::policies::Policies for Registry {
     fn batch_selector(&self, config: &BatchSelectorConfig) -> Box<dyn BatchSelector> {
         batch::build(config)
     }

@@ -24,8 +24,8 @@
 //! `a_mosaic_session_is_scheduled_alike` for what differs.
 
 use sim::expertweave::{ExpertWeaveConfig, Popularity, RooflineStepCost};
+use sim::policies::Policies;
 use sim::records::{RecordSink, RequestRecord};
-use sim::runner::Policies;
 use sim::scenario::validate::LoadCache;
 use sim::serving::{StepCost, StepTime, StepWork};
 use sim::serving_family::ServingConfig;
@@ -191,7 +191,7 @@ fn the_serving_family_makes_expertweaves_decisions() {
             seed,
             kind,
             &ew_plan,
-            &mut *Registry.queue_policy(&sim::chimera::QueuePolicyConfig::Fcfs),
+            &mut *Registry.queue_policy(&sim::serving::QueuePolicyConfig::Fcfs),
             &mut ew_costs,
             &mut ew_finished,
         );
@@ -317,7 +317,7 @@ fn a_mosaic_session_is_scheduled_alike() {
         serving: &serving,
         steps: Rc::clone(&mosaic_steps),
     };
-    let fcfs = sim::chimera::QueuePolicyConfig::Fcfs;
+    let fcfs = sim::serving::QueuePolicyConfig::Fcfs;
     let session = sim::mosaic::server::run_session(
         0,
         &serving,
@@ -366,7 +366,7 @@ trace = {{ path = "{}", time_scale = 1.0 }}
         let deployment = sim::serving_family::deployment::Deployment::new(&s, None).unwrap();
         assert_eq!(deployment.kv_blocks, serving.kv_blocks(), "{scheduler}");
         assert_eq!(
-            deployment.kv_tokens, serving.kv_capacity_tokens,
+            deployment.kv_tokens, serving.dense.kv_capacity_tokens,
             "{scheduler}"
         );
         let steps = Rc::new(RefCell::new(Vec::new()));

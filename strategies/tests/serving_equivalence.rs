@@ -7,10 +7,10 @@
 use serde_json::json;
 use sim::caps::former::DryRun;
 use sim::caps::workload::{MoeRequest, RequestModel, RequestStreams};
-use sim::chimera::{QueuePolicyConfig, RouterConfig};
 use sim::records::{RecordSink, RequestRecord};
 use sim::rng::{SimRng, stream};
 use sim::scenario::validate::LoadCache;
+use sim::serving::{QueuePolicyConfig, RouterConfig};
 use sim::serving_family::batch_former::ServingCandidate;
 use sim::serving_family::deployment::Deployment;
 use sim::serving_family::mapping::{self, ExpertLayout};

@@ -3,9 +3,9 @@
 //! which prices each layer by its most loaded GPU, rewards it.
 
 use serde_json::json;
-use sim::chimera::{QueuePolicyConfig, RouterConfig};
 use sim::records::DiscardRecords;
 use sim::scenario::validate::LoadCache;
+use sim::serving::{QueuePolicyConfig, RouterConfig};
 use sim::serving_family::{ServingConfig, run_recorded};
 use std::path::Path;
 

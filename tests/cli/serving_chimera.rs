@@ -17,9 +17,10 @@
 
 use super::common::{expertsim, stderr};
 use sim::chimera::server::ChimeraServer;
-use sim::chimera::{ChimeraConfig, ChimeraScenario, EngineState, QueuePolicy, QueuedRequest};
-use sim::chimera::{RouteRequest, Router};
+use sim::chimera::{ChimeraConfig, ChimeraScenario};
 use sim::scenario::validate::LoadCache;
+use sim::serving::{EngineState, QueuePolicy, QueuedRequest};
+use sim::serving::{RouteRequest, Router};
 use sim::serving_family::{ServingConfig, ServingScenario};
 use std::path::Path;
 

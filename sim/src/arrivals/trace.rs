@@ -92,11 +92,10 @@ impl Trace {
     /// Reads and checks the CSV trace at `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
         let path = path.as_ref();
-        let file =
-            crate::scenario::validate::open_input(path).map_err(|source| TraceError::Open {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let file = crate::input::open_input(path).map_err(|source| TraceError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Trace::from_reader(io::BufReader::new(file), path)
     }
 

@@ -18,6 +18,7 @@ use crate::cost::measured_steps::{OpSources, PricingRecord};
 use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 use crate::cost::profile::{ExpertExecution, ExpertFfnCurve, Profile, ProfileMismatch, SourceKind};
 use crate::cost::shape::MoeModelShape;
+use crate::distributions::expected_max_standard_normal;
 use crate::serving::{CostSource, ExpectedRouting, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
 use std::sync::Arc;
@@ -507,35 +508,6 @@ pub fn imbalance(load: &[f32], n_experts: usize) -> f64 {
     }
 }
 
-/// E[max of `n` iid standard normals], by numerical integration. With F = Phi^n the CDF of
-/// the maximum, E[M] = integral_0^inf (1 - F) - integral_-inf^0 F = L - integral_-L^L F
-/// for a large L (12: the tails beyond are below 1e-30). Phi is accumulated from the normal
-/// density and F integrated, both by the trapezoid rule with step 1e-3 (error below 1e-6).
-pub fn expected_max_standard_normal(n: usize) -> f64 {
-    assert!(n >= 1, "expected_max_standard_normal: n must be at least 1");
-    if n == 1 {
-        return 0.0;
-    }
-    const LIMIT: f64 = 12.0;
-    const STEP: f64 = 1e-3;
-    let steps = (2.0 * LIMIT / STEP).round() as usize;
-    let exponent = i32::try_from(n).unwrap_or(i32::MAX);
-    let density = |x: f64| (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
-    let mut cdf = 0.0f64;
-    let mut previous_density = density(-LIMIT);
-    let mut previous_power = 0.0f64;
-    let mut integral = 0.0;
-    for i in 1..=steps {
-        let next_density = density(-LIMIT + i as f64 * STEP);
-        cdf += 0.5 * (previous_density + next_density) * STEP;
-        let next_power = cdf.min(1.0).powi(exponent);
-        integral += 0.5 * (previous_power + next_power) * STEP;
-        previous_density = next_density;
-        previous_power = next_power;
-    }
-    LIMIT - integral
-}
-
 /// The default CV sensitivity. Under lock step a layer's MoE time is the cost of its most
 /// loaded expert. With a layer's expert loads approximately normal with mean m and standard
 /// deviation CV x m, the most loaded of E experts carries about m (1 + CV x z_E) tokens,
@@ -632,19 +604,6 @@ mod tests {
             }),
             ..StepWork::default()
         }
-    }
-
-    #[test]
-    fn expected_max_of_normals_matches_closed_forms() {
-        assert_eq!(expected_max_standard_normal(1), 0.0);
-        // n = 2: 1/sqrt(pi); n = 3: 3/(2 sqrt(pi)).
-        let pi_sqrt = std::f64::consts::PI.sqrt();
-        assert!((expected_max_standard_normal(2) - 1.0 / pi_sqrt).abs() < 1e-6);
-        assert!((expected_max_standard_normal(3) - 1.5 / pi_sqrt).abs() < 1e-6);
-        // Tabulated (Tippett 1925; Harter 1961): n = 10 -> 1.538753, n = 60 -> 2.319.
-        assert!((expected_max_standard_normal(10) - 1.538753).abs() < 1e-5);
-        let z60 = expected_max_standard_normal(60);
-        assert!((z60 - 2.3193).abs() < 5e-4, "{z60}");
     }
 
     #[test]

@@ -3,7 +3,6 @@
 //! runnable `ChimeraScenario`.
 
 use super::models::{DEFAULT_STEP_OVERHEAD_MS, EngineCost, model_names, model_shape};
-use super::policy::{QueuePolicyConfig, RouterConfig};
 use super::workload::{
     Dataset, ModelWorkload, PredictorConfig, SemanticRouterConfig, WorkflowGenerator,
 };
@@ -14,6 +13,7 @@ use crate::scenario::validate::{
     FieldError, LoadCache, at_least_one, field_error, measured_on, measured_set, non_negative,
     positive,
 };
+use crate::serving::{QueuePolicyConfig, RouterConfig};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -157,7 +157,7 @@ impl ChimeraScenario {
         self.measured.as_ref()?;
         let mut records = serde_json::Map::new();
         for engine in &self.engines {
-            if let Some(measured) = &engine.cost.measured {
+            if let Some(measured) = &engine.cost.dense.measured {
                 records.insert(
                     engine.cost.model.clone(),
                     serde_json::to_value(&measured.record).expect("records serialize"),

@@ -6,7 +6,6 @@
 pub mod config;
 pub mod family;
 pub mod models;
-pub mod policy;
 pub mod run;
 pub mod server;
 pub mod stats;
@@ -14,22 +13,10 @@ pub mod workload;
 
 pub use config::{ChimeraConfig, ChimeraScenario};
 pub use family::Chimera;
-pub use policy::{
-    EngineState, QueuePolicy, QueuePolicyConfig, QueuedRequest, RouteRequest, Router, RouterConfig,
-};
 pub use server::ChimeraMetrics;
 
+use crate::metrics::lower_is_better as lat;
 use crate::metrics::{Better, Metric, MetricInfo, RunOutput, metric_infos};
-
-/// A latency row of the table: the one recorder's value (`recorder::RequestSummary`), lower is
-/// better.
-const fn lat(
-    name: &'static str,
-    label: &'static str,
-    value: fn(&ChimeraMetrics) -> f64,
-) -> Metric<ChimeraMetrics> {
-    Metric::new(name, label, Better::Lower, value)
-}
 
 /// The scalar metrics a Chimera run reports (defined in docs/chimera.md). The per-request rows
 /// (a request is one stage of a workflow) are the one recorder's (docs/metrics.md); the workflow

@@ -1,14 +1,16 @@
 //! The dense LLMs of the Chimera paper (the names a scenario gives, each a preset of the cost
 //! model's shape catalogue), the default step overhead, and each engine's cost: its model on its
-//! GPU priced by the cost model's one roofline (`cost::roofline::StepRoofline`: every block's
-//! weights and the KV cache read once per step, GEMM FLOPs on the step's rows, attention over
-//! the cached context and the prompts' causal prefill, the head over the sequences), and the KV
-//! capacity the memory left by the weights holds.
+//! GPU as the serving layer's `DenseServing` (priced by the cost model's one roofline,
+//! `cost::roofline::StepRoofline`: every block's weights and the KV cache read once per step,
+//! GEMM FLOPs on the step's rows, attention over the cached context and the prompts' causal
+//! prefill, the head over the sequences; or from measured operations), and the KV capacity the
+//! memory left by the weights holds.
 
 use crate::cost::gpu::{GpuSpec, LinkSpec};
-use crate::cost::measured_steps::{MeasuredDenseStep, MeasuredSet, OpSources};
-use crate::cost::roofline::{Roofline, StepPrice, StepRoofline, StepTokens, TensorParallel};
+use crate::cost::measured_steps::MeasuredSet;
+use crate::cost::roofline::{StepPrice, StepTokens, TensorParallel};
 use crate::cost::shape::DenseModelShape;
+use crate::serving::DenseServing;
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -54,19 +56,15 @@ pub struct EngineCost {
     pub model: String,
     pub shape: DenseModelShape,
     pub gpu: String,
-    /// What a step streams and computes (`cost::roofline`).
-    pub roofline: StepRoofline,
-    /// Tokens the KV cache holds (GPU memory x utilization - weights).
-    pub kv_capacity_tokens: u64,
+    /// Its steps (the roofline, or with `cluster.measured` the measured operations) and the
+    /// tokens its KV cache holds (GPU memory x utilization - weights).
+    #[serde(flatten)]
+    pub dense: DenseServing,
     /// vLLM `max_num_seqs`.
     pub max_batch_size: usize,
     /// Step time at the full batch, each sequence holding `PROFILE_CONTEXT_TOKENS`, in ms: the
     /// per-token decode cost Chimera's load estimate divides by the batch size.
     pub decode_ms_per_token: f64,
-    /// With `cluster.measured`: the step priced from measured operations instead of the
-    /// roofline (`cost::measured_steps`), with its pricing record.
-    #[serde(skip)]
-    pub measured: Option<Arc<MeasuredDenseStep>>,
     /// With `cluster.profile`: the step priced from a measured dense-decode profile of the
     /// model at the profile's scaling.
     #[serde(skip)]
@@ -112,49 +110,38 @@ impl EngineCost {
         step_overhead_ms: f64,
         measured: Option<&MeasuredSet>,
     ) -> Result<EngineCost, String> {
-        let weight_bytes = shape.weight_bytes();
-        let kv_capacity_tokens = gpu
-            .kv_capacity_tokens(
-                gpu_memory_utilization,
-                weight_bytes,
-                shape.kv_bytes_per_token(),
-            )
-            .ok_or_else(|| {
-                format!(
-                    "{model} needs {:.1} GB of weights; {} leaves {:.1} GB at this memory \
-                     utilization",
-                    weight_bytes * 1e-9,
-                    gpu.name,
-                    gpu.memory_gb * gpu_memory_utilization
-                )
-            })?;
         let parallel = TensorParallel {
             degree: 1,
             link: LinkSpec::PCIE4_X16,
         };
-        let roofline =
-            StepRoofline::dense(shape, Roofline::of(gpu), parallel, step_overhead_ms * 1e6);
-        let measured = measured.map(|set| {
-            Arc::new(MeasuredDenseStep::new(
-                set,
-                shape,
-                parallel,
-                step_overhead_ms * 1e6,
-            ))
-        });
+        let dense = DenseServing::new(
+            shape,
+            gpu,
+            gpu_memory_utilization,
+            parallel,
+            step_overhead_ms * 1e6,
+            measured,
+        )
+        .ok_or_else(|| {
+            format!(
+                "{model} needs {:.1} GB of weights; {} leaves {:.1} GB at this memory \
+                 utilization",
+                shape.weight_bytes() * 1e-9,
+                gpu.name,
+                gpu.memory_gb * gpu_memory_utilization
+            )
+        })?;
         let mut cost = EngineCost {
             model: model.to_string(),
             shape: shape.clone(),
             gpu: gpu.name.clone(),
-            roofline,
-            kv_capacity_tokens,
+            dense,
             max_batch_size,
             decode_ms_per_token: 0.0,
-            measured,
             profile: None,
         };
         let batch = (max_batch_size as f64)
-            .min(cost.kv_capacity_tokens as f64 / PROFILE_CONTEXT_TOKENS)
+            .min(cost.dense.kv_capacity_tokens as f64 / PROFILE_CONTEXT_TOKENS)
             .max(1.0) as u64;
         cost.decode_ms_per_token = cost
             .step(&StepTokens {
@@ -170,18 +157,7 @@ impl EngineCost {
 
     /// One step's price.
     pub fn step(&self, work: &StepTokens) -> StepPrice {
-        self.step_with_sources(work).0
-    }
-
-    /// One step's price and, when measured operations priced it, what priced each operation.
-    pub fn step_with_sources(&self, work: &StepTokens) -> (StepPrice, Option<OpSources>) {
-        match &self.measured {
-            Some(measured) => {
-                let (price, sources) = measured.price(work);
-                (price, Some(sources))
-            }
-            None => (self.roofline.price(work), None),
-        }
+        self.dense.price(work).0
     }
 }
 
@@ -243,7 +219,7 @@ mod tests {
         // Bigger model, slower step.
         let big = engine("qwen2.5-14b", &gpu).unwrap();
         assert!(big.decode_ms_per_token > e.decode_ms_per_token);
-        assert!(big.kv_capacity_tokens < e.kv_capacity_tokens);
+        assert!(big.dense.kv_capacity_tokens < e.dense.kv_capacity_tokens);
     }
 
     #[test]

@@ -2,11 +2,11 @@
 //! family-independent output.
 
 use super::config::ChimeraScenario;
-use super::policy::{QueuePolicy, Router};
 use super::server::{ChimeraMetrics, ChimeraServer};
 use crate::engine;
 use crate::metrics::RunOutput;
 use crate::records::RecordSink;
+use crate::serving::{QueuePolicy, Router};
 
 /// Simulates one seed of `scenario`. One `QueuePolicy` instance serves every engine (its methods
 /// name the engine); both policies are reset first.

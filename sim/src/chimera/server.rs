@@ -14,7 +14,6 @@
 
 use super::config::ChimeraScenario;
 use super::models::EngineCost;
-use super::policy::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Router};
 use super::stats::{average_precision, kendall_tau_distance};
 use super::workload::{SYSTEM_PROMPT_TOKENS, Workflow};
 use crate::arrivals::ArrivalProcess;
@@ -24,9 +23,10 @@ use crate::metrics::{LatencyRecorder, LatencySummary};
 use crate::recorder::{RequestLatencies, RequestSummary};
 use crate::rng::{SimRng, stream};
 use crate::serving::{
-    Admission, AdmitHook, Batching, KvConfig, MeasuredStepCost, Replica, ReplicaConfig,
-    RooflineStepCost, Seq, StepCost, StepTime, StepWork,
+    Admission, AdmitHook, Batching, KvConfig, Replica, ReplicaConfig, Seq, StepCost, StepTime,
+    StepWork,
 };
+use crate::serving::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Router};
 use crate::time::SimTime;
 use rand_distr::{Distribution, StandardNormal};
 use serde::Serialize;
@@ -56,7 +56,7 @@ pub fn replica_config(cost: &EngineCost) -> ReplicaConfig {
         chunked_prefill: false,
         kv: KvConfig {
             block_size: 1,
-            blocks: cost.kv_capacity_tokens,
+            blocks: cost.dense.kv_capacity_tokens,
             watermark_blocks: 0,
         },
         admission: Admission::PromptOnly,
@@ -66,7 +66,7 @@ pub fn replica_config(cost: &EngineCost) -> ReplicaConfig {
 
 /// Chimera's engine cost (`models::EngineCost`) behind the serving layer's step-cost seam: the
 /// serving layer's dense step over the engine's roofline, or over its measured operations with
-/// `cluster.measured` (`RooflineStepCost`, `MeasuredStepCost`: a step's decoding sequences and
+/// `cluster.measured` (`DenseServing::step_cost`: a step's decoding sequences and
 /// prompt tokens are its rows, its sequences the head's rows, its cached context the attention's,
 /// its prompts the causal prefill's), or with `cluster.profile` from the measured dense-decode
 /// profile of its model (`mosaic::profile_cost::ProfileStepCost`, as MOSAIC's sessions).
@@ -77,10 +77,7 @@ impl StepCost for EngineStepCost<'_> {
         if let Some(profile) = &self.0.profile {
             return crate::mosaic::profile_cost::ProfileStepCost(&profile.cost).price(work);
         }
-        match &self.0.measured {
-            Some(measured) => MeasuredStepCost(measured).price(work),
-            None => RooflineStepCost(&self.0.roofline).price(work),
-        }
+        self.0.dense.step_cost().price(work)
     }
 }
 

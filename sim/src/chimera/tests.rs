@@ -5,6 +5,7 @@ use super::*;
 use crate::chimera::server::ChimeraServer;
 use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
 use crate::scenario::validate::LoadCache;
+use crate::serving::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Router, RouterConfig};
 use std::collections::VecDeque;
 use std::path::Path;
 
@@ -298,7 +299,7 @@ fn every_chimera_scenario_file_validates_in_every_cell() {
             let Some(scenario) = cell.scenario.get::<crate::chimera::ChimeraScenario>() else {
                 panic!("{}: not a Chimera scenario", plan.path.display());
             };
-            if let crate::chimera::policy::QueuePolicyConfig::Stjf {
+            if let crate::serving::policy::QueuePolicyConfig::Stjf {
                 starvation_threshold,
                 ..
             } = &scenario.queue
@@ -307,7 +308,7 @@ fn every_chimera_scenario_file_validates_in_every_cell() {
                 assert!(
                     *starvation_threshold == 0
                         || *starvation_threshold
-                            == crate::chimera::policy::default_starvation_threshold(),
+                            == crate::serving::policy::default_starvation_threshold(),
                     "{}: starvation_threshold {starvation_threshold}",
                     plan.path.display()
                 );

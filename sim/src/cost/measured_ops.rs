@@ -11,13 +11,13 @@
 //! **analytic**. Collectives follow the same rule on a network profile's message sizes.
 //! Derivation: docs/cost-model.md, "Pricing from measured operations".
 
+use super::source::CostSource;
 use crate::cost::gpu::{GpuSpec, LinkSpec};
 use crate::cost::kernel::{KernelRates, KernelTime};
 use crate::cost::op_profile::{
     Collective, CollectiveSeries, NetworkProfile, OpProfile, OpSeries, Operation,
 };
 use crate::cost::roofline::Roofline;
-use crate::serving::step::CostSource;
 use serde::Serialize;
 
 /// Bytes of one activation element (bf16), the unit of every element-wise kernel's traffic.

@@ -7,18 +7,19 @@
 //! the roofline prices them, and the record says so. Derivation: docs/cost-model.md, "Pricing
 //! from measured operations".
 
+use super::source::CostSource;
 use crate::cost::curve::CostCurve;
 use crate::cost::gpu::GpuSpec;
 use crate::cost::measured_ops::{Collectives, LayerShape, MeasuredOps, OpClass, PricedClass};
 use crate::cost::op_profile::{NetworkProfile, OpProfile};
 use crate::cost::profile::{
     ExpertExecution, ExpertFfnCurve, PROFILE_FORMAT_VERSION, Profile, ProfileSource, SourceKind,
+    decode_step_nanos,
 };
 use crate::cost::roofline::{
     OpTime, ProfileCurves, RooflineParams, StepPrice, StepRoofline, StepTokens, TensorParallel,
 };
 use crate::cost::shape::{DenseModelShape, MoeModelShape};
-use crate::serving::step::CostSource;
 use serde::{Serialize, Serializer};
 use std::path::{Path, PathBuf};
 
@@ -474,9 +475,9 @@ pub fn moe(set: &MeasuredSet, shape: &MoeModelShape, tensor_parallel: u32) -> Me
     let non_expert_decode = curve(&decode_batches, |b| layer_nanos(b, b * context));
     let head = curve(&batches, |b| analytic.head_nanos(b));
     let decode_step = curve(&decode_batches, |b| {
-        let even_load = (b * shape.top_k as u64) as f64 / shape.n_experts as f64;
-        shape.n_layers as f64 * (non_expert_decode.at(b as f64) + expert_curve.at(even_load))
-            + head.at(b as f64)
+        decode_step_nanos(shape, b, &non_expert_decode, &head, |assignments| {
+            expert_curve.at(assignments as f64 / shape.n_experts as f64)
+        })
     });
 
     let mut record = set.record(tp);

@@ -6,7 +6,8 @@
 //! staircase curves (`curve`), the versioned calibration profile
 //! that holds them (`profile`), measured per-operation profiles (`op_profile`), operation classes
 //! priced from them where they apply (`measured_ops`: measured, scaled or analytic), and steps and
-//! MoE curves built from those (`measured_steps`, with the record of what priced what). See
+//! MoE curves built from those (`measured_steps`, with the record of what priced what), and where
+//! a step's price came from (`source::CostSource`). See
 //! docs/cost-model.md.
 
 pub mod curve;
@@ -26,7 +27,11 @@ pub mod op_profile;
 pub mod price;
 pub mod profile;
 pub mod roofline;
+pub mod sampling;
 pub mod shape;
+pub mod source;
+
+pub use source::CostSource;
 
 pub use curve::{CostCurve, CurveError};
 pub use gpu::{GpuSpec, LinkSpec, UnknownGpu};

@@ -389,11 +389,9 @@ fn version_check(version: u32, path: &Path) -> Result<(), OpProfileError> {
 impl OpProfile {
     /// Reads and checks the op profile at `path`.
     pub fn load(path: &Path) -> Result<OpProfile, OpProfileError> {
-        let text = crate::scenario::validate::read_input_text(path).map_err(|source| {
-            OpProfileError::Read {
-                path: path.to_path_buf(),
-                source,
-            }
+        let text = crate::input::read_input_text(path).map_err(|source| OpProfileError::Read {
+            path: path.to_path_buf(),
+            source,
         })?;
         OpProfile::from_json(&text, path)
     }
@@ -469,11 +467,9 @@ impl OpProfile {
 impl NetworkProfile {
     /// Reads and checks the network profile at `path`.
     pub fn load(path: &Path) -> Result<NetworkProfile, OpProfileError> {
-        let text = crate::scenario::validate::read_input_text(path).map_err(|source| {
-            OpProfileError::Read {
-                path: path.to_path_buf(),
-                source,
-            }
+        let text = crate::input::read_input_text(path).map_err(|source| OpProfileError::Read {
+            path: path.to_path_buf(),
+            source,
         })?;
         NetworkProfile::from_json(&text, path)
     }

@@ -288,11 +288,9 @@ struct MeasuredRepr<'a> {
 impl MeasuredProfile {
     /// Reads a profile that must have a `calibration` section.
     pub fn load(path: &Path) -> Result<MeasuredProfile, ProfileError> {
-        let text = crate::scenario::validate::read_input_text(path).map_err(|source| {
-            ProfileError::Read {
-                path: path.to_path_buf(),
-                source,
-            }
+        let text = crate::input::read_input_text(path).map_err(|source| ProfileError::Read {
+            path: path.to_path_buf(),
+            source,
         })?;
         let (profile, calibration) = parse(&text, path)?;
         let calibration = calibration.ok_or_else(|| ProfileError::Calibration {
@@ -408,6 +406,22 @@ pub enum ProfileMismatch {
     },
 }
 
+/// One whole decode step of `batch` sequences, the formula of every profile's `decode_step`
+/// curve (analytic, measured operations, calibrated): each of the model's layers runs its
+/// non-expert part at the batch and its MoE layer on the batch's `batch x top_k` routed tokens
+/// (`moe_layer`, given those assignments), then the head runs once.
+pub fn decode_step_nanos(
+    shape: &MoeModelShape,
+    batch: u64,
+    non_expert_decode: &CostCurve,
+    head: &CostCurve,
+    moe_layer: impl Fn(u64) -> f64,
+) -> f64 {
+    let assignments = batch * shape.top_k as u64;
+    shape.n_layers as f64 * (non_expert_decode.at(batch as f64) + moe_layer(assignments))
+        + head.at(batch as f64)
+}
+
 impl Profile {
     /// The expert FFN curve for experts of this size and weight format, if the profile has one.
     pub fn expert_curve(
@@ -505,11 +519,9 @@ impl Profile {
     /// Reads and validates a profile: the format version first (so an old or new file gets a
     /// version message, not a field error), then the schema, with the JSON path of any error.
     pub fn load(path: &Path) -> Result<Profile, ProfileError> {
-        let text = crate::scenario::validate::read_input_text(path).map_err(|source| {
-            ProfileError::Read {
-                path: path.to_path_buf(),
-                source,
-            }
+        let text = crate::input::read_input_text(path).map_err(|source| ProfileError::Read {
+            path: path.to_path_buf(),
+            source,
         })?;
         Profile::from_json(&text, path)
     }

@@ -22,7 +22,7 @@ use crate::cost::kernel::{KernelRates, Timing, dense_tile, padded};
 use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 use crate::cost::profile::{
     ExpertExecution, ExpertFfnCurve, PROFILE_FORMAT_VERSION, Profile, ProfileError, ProfileSource,
-    SourceKind,
+    SourceKind, decode_step_nanos,
 };
 use crate::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
 use serde::Serialize;
@@ -704,41 +704,26 @@ impl<'a> ProfileCurves<'a> {
     /// Token counts at which token curves are sampled: 1, both sides of each tile boundary
     /// up to `dense_sample_limit`, then every `sparse_sample_step` up to `sparse_sample_limit`.
     pub fn token_sample_points(&self) -> Vec<u64> {
-        let tile = u64::from(self.params.tile_tokens.max(1));
-        let dense = u64::from(self.params.dense_sample_limit).max(tile);
-        let mut points = vec![1];
-        let mut boundary = tile;
-        while boundary <= dense {
-            points.push(boundary);
-            if boundary + tile <= dense {
-                points.push(boundary + 1);
-            }
-            boundary += tile;
-        }
-        let step = u64::from(self.params.sparse_sample_step.max(1));
-        let mut sparse = points[points.len() - 1] + step;
-        while sparse <= u64::from(self.params.sparse_sample_limit) {
-            points.push(sparse);
-            sparse += step;
-        }
-        points.dedup();
-        points
+        let p = &self.params;
+        super::sampling::token_points(
+            p.tile_tokens as usize,
+            p.dense_sample_limit as usize,
+            p.sparse_sample_step.max(1) as usize,
+            p.sparse_sample_limit as usize,
+        )
+        .into_iter()
+        .map(|n| n as u64)
+        .collect()
     }
 
     /// Batch sizes at which batch curves are sampled: every size up to one tile, then both
     /// sides of each tile boundary up to `max_decode_batch`.
     pub fn batch_sample_points(&self) -> Vec<u64> {
-        let tile = u64::from(self.params.tile_tokens.max(1));
-        let max = u64::from(self.params.max_decode_batch).max(1);
-        let mut points: Vec<u64> = (1..=tile.min(max)).collect();
-        let mut boundary = tile;
-        while boundary < max {
-            points.push(boundary + 1);
-            points.push((boundary + tile).min(max));
-            boundary += tile;
-        }
-        points.dedup();
-        points
+        let p = &self.params;
+        super::sampling::batch_points(p.tile_tokens as usize, p.max_decode_batch as usize)
+            .into_iter()
+            .map(|n| n as u64)
+            .collect()
     }
 }
 
@@ -773,9 +758,9 @@ pub fn analytic_profile_with(
     let non_expert_decode = sampled(&batches, |b| roofline.non_expert_decode_nanos(b));
     let head = sampled(&batches, |b| roofline.head_nanos(b));
     let decode_step = sampled(&batches, |b| {
-        let even_load = (b * shape.top_k as u64) as f64 / shape.n_experts as f64;
-        shape.n_layers as f64 * (non_expert_decode.at(b as f64) + expert.at(even_load))
-            + head.at(b as f64)
+        decode_step_nanos(shape, b, &non_expert_decode, &head, |assignments| {
+            expert.at(assignments as f64 / shape.n_experts as f64)
+        })
     });
     let rates = roofline.non_expert.roofline.rates;
     let notes = format!(

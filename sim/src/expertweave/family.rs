@@ -4,14 +4,14 @@
 use super::Popularity;
 use super::{ExpertWeaveConfig, ExpertWeaveScenario};
 use crate::arrivals::{ArrivalSpec, TraceStats};
-use crate::chimera::QueuePolicyConfig;
 use crate::family::{Family, LiveDescription, Run};
 use crate::metrics::MetricInfo;
+use crate::policies::Policies;
 use crate::records::RecordSink;
-use crate::runner::Policies;
 use crate::scenario::file::FigureKind;
 use crate::scenario::limits::{Demand, Quantity};
 use crate::scenario::validate::{FieldError, LoadCache};
+use crate::serving::QueuePolicyConfig;
 use crate::serving::{CostSource, NotingSource, StepCost};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};

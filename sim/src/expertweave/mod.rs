@@ -15,6 +15,7 @@ pub mod config;
 pub mod family;
 pub mod popularity;
 pub mod profile_cost;
+pub mod rerouting;
 pub mod run;
 pub mod step_cost;
 
@@ -25,6 +26,7 @@ pub use profile_cost::{EwProfile, ProfileStepCost};
 pub use run::{plan, replica_config, run, run_recorded, serve, simulated_costs};
 pub use step_cost::RooflineStepCost;
 
+use crate::metrics::lower_is_better as lat;
 use crate::metrics::{Better, Metric, MetricInfo, metric_infos};
 use crate::recorder::RequestSummary;
 
@@ -48,16 +50,6 @@ pub struct ExpertWeaveScalars {
     pub utilization: f64,
     pub requests_completed: f64,
     pub requests_rejected: f64,
-}
-
-/// A latency row of the table: the one recorder's value (`recorder::RequestSummary`), lower is
-/// better.
-const fn lat(
-    name: &'static str,
-    label: &'static str,
-    value: fn(&ExpertWeaveScalars) -> f64,
-) -> Metric<ExpertWeaveScalars> {
-    Metric::new(name, label, Better::Lower, value)
 }
 
 /// The scalar metrics an ExpertWeave run reports, in order (docs/expertweave.md defines each).

@@ -8,9 +8,10 @@
 //! slowest device (no all-to-all is modelled); and, where the instance reroutes, the
 //! batched-rerouting operator priced as the bytes it moves (`cost::roofline::Roofline`).
 
-use super::config::{ExpertWeaveScenario, Rerouting};
+use super::config::ExpertWeaveScenario;
 use super::memory::InstancePlan;
 use super::popularity::Popularity;
+use super::rerouting::ReroutingTraffic;
 use crate::cost::kernel::Timing;
 use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 use crate::cost::roofline::{Roofline, StepRoofline, StepTokens};
@@ -50,9 +51,8 @@ pub struct RooflineStepCost<'a> {
     moe_layers: u64,
     experts: MoeLayerCost,
     non_expert: StepRoofline,
-    /// Rerouting per MoE layer: operators, bytes per token, bytes per step (the expert map);
-    /// `None` when the instance does not reroute.
-    rerouting: Option<(f64, f64, f64)>,
+    /// The rerouting's traffic; `None` when the instance does not reroute.
+    rerouting: Option<ReroutingTraffic>,
     /// (probability read, routed rows) of every expert weight of one layer, reused.
     weights: Vec<(f64, f64)>,
     /// Per device, (probability read, rows when read) of the weights it holds, reused.
@@ -81,17 +81,14 @@ impl<'a> RooflineStepCost<'a> {
             devices,
             NON_EXPERT_KERNELS_PER_LAYER,
         );
-        // Per MoE layer and token: read its adapter id and its top-k ids, write the top-k ids
-        // (int32); per step: the expert map's rows of the instance's adapters. The unfused chain
-        // moves its intermediate arrays through memory once per operator.
         let rerouting = instance.reroutes.then(|| {
-            let operators = match scenario.cost.rerouting {
-                Rerouting::Fused => 1.0,
-                Rerouting::Unfused => scenario.cost.unfused_ops as f64,
-            };
-            let per_token = (4 + 2 * 4 * shape.top_k) as f64;
-            let per_step = (instance.adapters.len() as u64 * shape.n_routed_experts * 4) as f64;
-            (operators, per_token, per_step)
+            let cost = &scenario.cost;
+            ReroutingTraffic::new(
+                shape,
+                cost.rerouting,
+                cost.unfused_ops,
+                instance.adapters.len(),
+            )
         });
         RooflineStepCost {
             instance,
@@ -140,10 +137,10 @@ impl StepCost for RooflineStepCost<'_> {
         }
         // Rerouting: per MoE layer its operators, each a launch plus the bytes it moves.
         let (mut reroute_ns, mut reroute_launch_ns) = (0.0, 0.0);
-        if let Some((operators, per_token, per_step)) = self.rerouting {
+        if let Some(traffic) = &self.rerouting {
             let roofline = &self.non_expert.roofline;
-            let bytes = tokens.rows as f64 * per_token + per_step;
-            let operators = self.moe_layers as f64 * operators;
+            let bytes = traffic.bytes(tokens.rows);
+            let operators = traffic.operators_per_step;
             reroute_ns = operators * roofline.op(bytes / devices, 0.0).nanos();
             reroute_launch_ns = operators * roofline.launch_ns;
         }

@@ -3,14 +3,14 @@
 
 use super::config::{Experiment, TraceSpec};
 use super::{GemConfig, GemScenario};
-use crate::chimera::QueuePolicyConfig;
 use crate::family::{Family, LiveDescription, Run};
 use crate::metrics::MetricInfo;
+use crate::policies::Policies;
 use crate::records::RecordSink;
-use crate::runner::Policies;
 use crate::scenario::file::FigureKind;
 use crate::scenario::limits::{Demand, Quantity};
 use crate::scenario::validate::{FieldError, LoadCache};
+use crate::serving::QueuePolicyConfig;
 use std::path::{Path, PathBuf};
 
 /// The GEM family (gem.txt).

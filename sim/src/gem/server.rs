@@ -25,6 +25,7 @@ use crate::gem::costs::{GpuCosts, planning_costs};
 use crate::gem::mapping::{ExpertMapper, LayerMapping, LayerProblem, score};
 use crate::gem::trace::{ExpertTrace, generate};
 use crate::gem::variability::variability_at_scale;
+use crate::metrics::lower_is_better as lat;
 use crate::metrics::{Better, Metric, MetricInfo, RunOutput, metric_infos};
 use crate::recorder::{RequestLatencies, RequestSummary};
 use crate::records::{DiscardRecords, RecordSink, RequestRecord};
@@ -75,15 +76,6 @@ impl GemScalars {
             gap_vs_slowest: f64::NAN,
         }
     }
-}
-
-/// A latency row of the table: its value from the recorder's summary, lower is better.
-const fn lat(
-    name: &'static str,
-    label: &'static str,
-    value: fn(&GemScalars) -> f64,
-) -> Metric<GemScalars> {
-    Metric::new(name, label, Better::Lower, value)
 }
 
 /// The scalar metrics a GEM run reports, in this order (docs/gem.md defines each; the latency

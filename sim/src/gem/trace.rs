@@ -119,11 +119,9 @@ impl ExpertTrace {
     }
 
     pub fn load(path: &Path) -> Result<ExpertTrace, TraceError> {
-        let text = crate::scenario::validate::read_input_text(path).map_err(|source| {
-            TraceError::Read {
-                path: path.to_path_buf(),
-                source,
-            }
+        let text = crate::input::read_input_text(path).map_err(|source| TraceError::Read {
+            path: path.to_path_buf(),
+            source,
         })?;
         ExpertTrace::parse(&text, path)
     }

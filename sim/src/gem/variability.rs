@@ -2,7 +2,7 @@
 //! (gem.txt section 2.4, Figure 5), the three evaluation setups of section 4.2 (low, moderate,
 //! high) plus explicit factors, and the variability-at-scale experiment of section 6.
 
-use crate::caps::execution::expected_max_standard_normal;
+use crate::distributions::expected_max_standard_normal;
 use crate::rng::SimRng;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};

@@ -211,11 +211,8 @@ pub const FILE_NAME: &str = "headlines.toml";
 /// Reads and checks `path`: unique ids, every claim's run defined, every scenario file present,
 /// `aggregate` only with `over`, a non-empty `versus`.
 pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
-    let text = crate::scenario::validate::read_input_text_limited(
-        path,
-        crate::scenario::validate::MAX_SCENARIO_FILE_BYTES,
-    )
-    .map_err(|e| ScenarioError {
+    let text = crate::input::read_input_text_limited(path, crate::input::MAX_SCENARIO_FILE_BYTES)
+        .map_err(|e| ScenarioError {
         file: path.to_path_buf(),
         location: Location::Unknown,
         field: None,

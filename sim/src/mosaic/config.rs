@@ -883,6 +883,7 @@ impl MosaicScenario {
         self.measured.as_ref()?;
         let record = |serving: &ModelServing| {
             serving
+                .dense
                 .measured
                 .as_ref()
                 .map(|m| serde_json::to_value(&m.record).expect("records serialize"))

@@ -2,14 +2,14 @@
 //! policies' placement and aggregation gate, and what live mode reads.
 
 use super::{MosaicConfig, MosaicScenario, SessionPricing, SimulatedPricing};
-use crate::chimera::QueuePolicyConfig;
 use crate::family::{Family, LiveDescription, Run};
 use crate::metrics::MetricInfo;
+use crate::policies::Policies;
 use crate::records::RecordSink;
-use crate::runner::Policies;
 use crate::scenario::file::FigureKind;
 use crate::scenario::limits::{Demand, Quantity};
 use crate::scenario::validate::{FieldError, LoadCache};
+use crate::serving::QueuePolicyConfig;
 use crate::serving::{CostSource, NotingSource, StepCost};
 use crate::time::SimDuration;
 use std::cell::Cell;

@@ -31,6 +31,7 @@ pub use placement::{
 };
 pub use pricing::{ModelStepCost, SessionPricing, SimulatedPricing};
 
+use crate::metrics::lower_is_better as lat;
 use crate::metrics::{Better, Metric, MetricInfo, RunOutput, metric_infos};
 use crate::recorder::RequestSummary;
 use crate::rng::stream;
@@ -65,16 +66,6 @@ pub struct MosaicScalars {
     pub ilp_solve_time_s: f64,
     /// The expert stage's prompts (`server::StagesRun::expert_requests`).
     pub expert_requests: RequestSummary,
-}
-
-/// A latency row of the table: the one recorder's value (`recorder::RequestSummary`), lower is
-/// better.
-const fn lat(
-    name: &'static str,
-    label: &'static str,
-    value: fn(&MosaicScalars) -> f64,
-) -> Metric<MosaicScalars> {
-    Metric::new(name, label, Better::Lower, value)
 }
 
 /// The scalar metrics of a MOSAIC run, in order (defined in docs/mosaic.md; the expert prompts'
@@ -642,7 +633,7 @@ pub fn try_simulate_on<'c>(
                 "params_b": e.shape.params() as f64 / 1e9,
                 "load_s": e.load_s,
                 "prompts": scenario.dataset.slots[m],
-                "kv_capacity_tokens": e.serving.kv_capacity_tokens,
+                "kv_capacity_tokens": e.serving.dense.kv_capacity_tokens,
                 "demand": demand,
                 "regression": regressions[m],
                 "decode_curve": curve,

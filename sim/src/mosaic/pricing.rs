@@ -8,7 +8,7 @@
 use super::config::MosaicScenario;
 use super::profile_cost::ProfileStepCost;
 use super::session::ModelServing;
-use crate::serving::{MeasuredStepCost, RooflineStepCost, StepCost, StepTime, StepWork};
+use crate::serving::{DenseStepCost, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
 
 /// Prices the loads and the steps of a MOSAIC run. `model` is an expert's index into the
@@ -24,8 +24,7 @@ pub trait SessionPricing<'a> {
 /// A model's simulated step cost: the roofline, its measured operations, or the measured
 /// profile of its scaled-down model.
 pub enum ModelStepCost<'a> {
-    Roofline(RooflineStepCost<'a>),
-    Measured(MeasuredStepCost<'a>),
+    Dense(DenseStepCost<'a>),
     Profile(ProfileStepCost<'a>),
 }
 
@@ -33,18 +32,14 @@ impl<'a> ModelStepCost<'a> {
     /// The step cost `serving` was built with: its measured operations when the scenario
     /// names a measured set, else its roofline.
     pub fn of(serving: &'a ModelServing) -> ModelStepCost<'a> {
-        match &serving.measured {
-            Some(measured) => ModelStepCost::Measured(MeasuredStepCost(measured)),
-            None => ModelStepCost::Roofline(RooflineStepCost(&serving.roofline)),
-        }
+        ModelStepCost::Dense(serving.dense.step_cost())
     }
 }
 
 impl StepCost for ModelStepCost<'_> {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime {
         match self {
-            ModelStepCost::Roofline(cost) => cost.price(work),
-            ModelStepCost::Measured(cost) => cost.price(work),
+            ModelStepCost::Dense(cost) => cost.price(work),
             ModelStepCost::Profile(cost) => cost.price(work),
         }
     }

@@ -59,8 +59,8 @@ pub struct DenseModelProfile {
 impl DenseDecodeProfile {
     /// Reads and checks a profile file; the error is one line.
     pub fn load(path: &Path) -> Result<DenseDecodeProfile, String> {
-        let text = crate::scenario::validate::read_input_text(path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let text =
+            crate::input::read_input_text(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let profile: DenseDecodeProfile =
             serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         if profile.format != DENSE_PROFILE_FORMAT {

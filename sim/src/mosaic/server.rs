@@ -554,7 +554,7 @@ mod tests {
     #[test]
     fn a_session_preempts_the_newest_and_recomputes_it_as_worked_by_hand() {
         let mut tiny = serving("qwen2.5-7b-instruct");
-        tiny.kv_capacity_tokens = 20;
+        tiny.dense.kv_capacity_tokens = 20;
         tiny.block_size = 4;
         tiny.watermark = 0.0;
         let prompts = requests(&[(6, 5), (6, 5), (3, 2)]);
@@ -681,7 +681,7 @@ mod tests {
             unreachable!("a resident session loads nothing")
         }
         fn steps(&mut self, _unit: usize, _model: usize) -> Box<dyn StepCost + 'm> {
-            Box::new(crate::serving::RooflineStepCost(&self.0.roofline))
+            Box::new(crate::serving::RooflineStepCost(&self.0.dense.roofline))
         }
     }
 
@@ -724,7 +724,7 @@ mod tests {
     #[test]
     fn every_token_is_generated_once_even_under_preemption() {
         let mut tight = serving("deepseek-r1-distill-llama-8b");
-        tight.kv_capacity_tokens = 5_000;
+        tight.dense.kv_capacity_tokens = 5_000;
         let prompts: Vec<_> = (0..20)
             .map(|i| GenerationRequest {
                 prompt_tokens: 100,

@@ -1,6 +1,7 @@
 //! One model served by a vLLM session (a dense model on one GPU, or tensor-parallel across
-//! several): its step roofline (`cost::roofline::StepRoofline`) or, with a measured set, its
-//! step from measured operations (`cost::measured_steps::MeasuredDenseStep`), its KV cache, and the
+//! several): its steps and KV cache as the serving layer's `DenseServing` (its step roofline,
+//! `cost::roofline::StepRoofline`, or with a measured set its step from measured operations,
+//! `cost::measured_steps::MeasuredDenseStep`), and the
 //! `serving::Replica` configuration its sessions run with: vLLM 0.7.1's V0 scheduler as
 //! MOSAIC ran it, a paged cache of 16-token blocks with a 1 % watermark, admission of a
 //! prompt's blocks, and preemption of the newest sequence by recompute when the cache runs full
@@ -11,12 +12,11 @@
 //! and saturate early.
 
 use crate::cost::gpu::{GpuSpec, LinkSpec};
-use crate::cost::measured_steps::{MeasuredDenseStep, MeasuredSet};
-use crate::cost::roofline::{Roofline, StepRoofline, StepTokens, TensorParallel};
+use crate::cost::measured_steps::MeasuredSet;
+use crate::cost::roofline::{StepTokens, TensorParallel};
 use crate::cost::shape::DenseModelShape;
-use crate::serving::{Admission, Batching, KvConfig, Preemption, ReplicaConfig};
+use crate::serving::{Admission, Batching, DenseServing, KvConfig, Preemption, ReplicaConfig};
 use serde::Serialize;
-use std::sync::Arc;
 
 /// The serving engine's knobs; every default is documented in docs/mosaic.md.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,18 +43,13 @@ pub enum ServingError {
     NoKvCache { weights_gb: f64, usable_gb: f64 },
 }
 
-/// One model served on `tensor_parallel` GPUs: its step roofline (or its step from measured
-/// operations), its KV cache and the replica configuration of its sessions.
+/// One model served on `tensor_parallel` GPUs: its steps and KV cache (`serving::DenseServing`:
+/// the roofline, or with `[serving] measured` that set's measured operations) and the replica
+/// configuration of its sessions.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ModelServing {
-    /// What a step streams and computes per GPU (`cost::roofline`).
-    pub roofline: StepRoofline,
-    /// With `[serving] measured`: the step priced from that set's measured operations instead
-    /// of the roofline, with its pricing record.
-    #[serde(skip)]
-    pub measured: Option<Arc<MeasuredDenseStep>>,
-    /// Tokens the KV cache holds (all GPUs of the group together).
-    pub kv_capacity_tokens: u64,
+    #[serde(flatten)]
+    pub dense: DenseServing,
     pub max_num_seqs: u32,
     pub block_size: u32,
     pub watermark: f64,
@@ -69,32 +64,24 @@ impl ModelServing {
         tensor_parallel: u32,
         measured: Option<&MeasuredSet>,
     ) -> Result<ModelServing, ServingError> {
-        let tp = f64::from(tensor_parallel.max(1));
-        let weight_bytes = shape.weight_bytes() / tp;
-        let kv_bytes_per_token = shape.kv_bytes_per_token() / tp;
-        let kv_capacity_tokens = params
-            .gpu
-            .kv_capacity_tokens(
-                params.gpu_memory_utilization,
-                weight_bytes,
-                kv_bytes_per_token,
-            )
-            .ok_or(ServingError::NoKvCache {
-                weights_gb: weight_bytes / 1e9,
-                usable_gb: params.gpu.memory_gb * params.gpu_memory_utilization,
-            })?;
         let parallel = TensorParallel {
             degree: tensor_parallel.max(1),
             link: params.interconnect,
         };
-        let overhead_ns = params.step_overhead_s * 1e9;
-        let roofline = StepRoofline::dense(shape, Roofline::of(&params.gpu), parallel, overhead_ns);
-        let measured =
-            measured.map(|set| Arc::new(MeasuredDenseStep::new(set, shape, parallel, overhead_ns)));
-        Ok(ModelServing {
-            roofline,
+        let dense = DenseServing::new(
+            shape,
+            &params.gpu,
+            params.gpu_memory_utilization,
+            parallel,
+            params.step_overhead_s * 1e9,
             measured,
-            kv_capacity_tokens,
+        )
+        .ok_or(ServingError::NoKvCache {
+            weights_gb: shape.weight_bytes() / f64::from(parallel.degree) / 1e9,
+            usable_gb: params.gpu.memory_gb * params.gpu_memory_utilization,
+        })?;
+        Ok(ModelServing {
+            dense,
             max_num_seqs: params.max_num_seqs.max(1),
             block_size: params.block_size.max(1),
             watermark: params.watermark,
@@ -103,7 +90,7 @@ impl ModelServing {
 
     /// Blocks of the KV cache (vLLM `num_gpu_blocks`: the tokens it holds in whole blocks).
     pub fn kv_blocks(&self) -> u64 {
-        self.kv_capacity_tokens / u64::from(self.block_size)
+        self.dense.kv_capacity_tokens / u64::from(self.block_size)
     }
 
     /// Whether one sequence of `tokens` tokens fits in the whole cache.
@@ -142,11 +129,7 @@ impl ModelServing {
             context_tokens: batch * context,
             prefill_square: 0.0,
         };
-        let nanos = match &self.measured {
-            Some(measured) => measured.price(&work).0.nanos,
-            None => self.roofline.price(&work).nanos,
-        };
-        batch as f64 / (nanos * 1e-9)
+        batch as f64 / (self.dense.price(&work).0.nanos * 1e-9)
     }
 }
 
@@ -199,7 +182,7 @@ mod tests {
     #[test]
     fn the_replica_is_vllms_paged_cache_with_recompute() {
         let serving = serving("llama-3.1-8b-instruct");
-        assert_eq!(serving.kv_capacity_tokens, 426_788);
+        assert_eq!(serving.dense.kv_capacity_tokens, 426_788);
         let config = serving.replica_config();
         assert_eq!(
             config.kv,

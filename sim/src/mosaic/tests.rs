@@ -443,7 +443,7 @@ fn a_measured_step_is_the_measured_operations_of_the_same_tokens() {
         ..StepWork::default()
     };
     let time = SimulatedPricing::of(&s).steps(0, llama).price(&work);
-    let measured = s.experts[llama].serving.measured.as_ref().unwrap();
+    let measured = s.experts[llama].serving.dense.measured.as_ref().unwrap();
     let (price, sources) = measured.price(&StepTokens {
         rows: 8,
         sequences: 8,
@@ -490,6 +490,7 @@ fn a_measured_step_is_the_measured_operations_of_the_same_tokens() {
     let record = |name: &str| {
         s.experts[index(name)]
             .serving
+            .dense
             .measured
             .as_ref()
             .unwrap()
@@ -508,7 +509,7 @@ fn a_measured_step_is_the_measured_operations_of_the_same_tokens() {
         );
     }
     // The aggregator (QwenR1 over the 4 workers) adds two measured all-reduces per layer.
-    let aggregator = s.aggregator.serving.measured.as_ref().unwrap();
+    let aggregator = s.aggregator.serving.dense.measured.as_ref().unwrap();
     assert_eq!(aggregator.record.tensor_parallel, 4);
     assert_eq!(
         aggregator.record.sources().get(StepOperation::AllReduce),

@@ -78,10 +78,7 @@ pub fn read(
     need_csv: bool,
 ) -> Result<CellRuns, Unusable> {
     let path = path(out, index);
-    let bytes = match crate::scenario::validate::read_input_bytes(
-        &path,
-        crate::scenario::validate::MAX_INPUT_FILE_BYTES,
-    ) {
+    let bytes = match crate::input::read_input_bytes(&path, crate::input::MAX_INPUT_FILE_BYTES) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Unusable::Absent),
         Err(e) => return Err(Unusable::Stale(format!("{}: {e}", path.display()))),

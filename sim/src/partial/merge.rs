@@ -54,7 +54,7 @@ impl Manifest {
     /// of its header, the cell list of that shard, and a scenario name that is one file-name
     /// component (it names the default output folder).
     fn read(path: &Path) -> Result<Manifest, String> {
-        let bytes = crate::scenario::validate::read_input_bytes(path, MAX_MANIFEST_BYTES)
+        let bytes = crate::input::read_input_bytes(path, MAX_MANIFEST_BYTES)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let manifest: Manifest = serde_json::from_slice(&bytes)
             .map_err(|e| format!("{}: not a shard manifest: {e}", path.display()))?;

@@ -8,8 +8,9 @@
 use super::cell_file::{self, Unusable};
 use super::merge::Manifest;
 use super::{Shard, SweepHeader};
+use crate::policies::Policies;
 use crate::results::ResultsDocument;
-use crate::runner::{self, CellRuns, Policies};
+use crate::runner::{self, CellRuns};
 use crate::scenario::ScenarioPlan;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

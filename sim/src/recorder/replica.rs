@@ -6,11 +6,10 @@
 //! where the replica hands them back. `finish` closes it into a `ServingSummary`; the summaries
 //! of a cluster's replicas merge into the overall one.
 
-use super::requests::RequestLatencies;
 use crate::cost::gpu::GpuSpec;
 use crate::metrics::DepthTracker;
 use crate::records::{Extra, RecordSink, RequestRecord};
-use crate::serving::{Replica, ReplicaStats, Seq};
+use crate::serving::{Replica, ReplicaStats, RequestLatencies, Seq};
 use crate::time::SimTime;
 
 /// The family columns of a served request's record (after `records::COMMON_COLUMNS`).

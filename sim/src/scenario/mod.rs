@@ -145,14 +145,13 @@ pub fn load(path: &Path, sets: &[String]) -> Result<ScenarioPlan, ScenarioError>
             ),
         });
     }
-    let text = validate::read_input_text_limited(path, validate::MAX_SCENARIO_FILE_BYTES).map_err(
-        |e| ScenarioError {
-            file: path.to_path_buf(),
-            location: Location::Unknown,
-            field: None,
-            message: format!("cannot read the scenario file: {e}"),
-        },
-    )?;
+    let text = crate::input::read_input_text_limited(path, crate::input::MAX_SCENARIO_FILE_BYTES)
+        .map_err(|e| ScenarioError {
+        file: path.to_path_buf(),
+        location: Location::Unknown,
+        field: None,
+        message: format!("cannot read the scenario file: {e}"),
+    })?;
     load_str(path, &text, sets)
 }
 

@@ -1,10 +1,11 @@
 //! What a replica counts about itself: steps, busy time, batch sizes, tokens, admissions and
 //! preemptions, and the time integral of the requests it holds (waiting or running), so Little's
 //! law can be checked on its own numbers; and the latencies of the requests it finished, recorded
-//! as `complete_step` hands them back (the one recorder's `RequestLatencies`), so every family
+//! as `complete_step` hands them back (`latencies::RequestLatencies`,
+//! which the recorder reports), so every family
 //! serving through a replica has them without recording anything itself.
 
-use crate::recorder::RequestLatencies;
+use super::latencies::RequestLatencies;
 use crate::time::SimTime;
 
 /// A replica's counters.

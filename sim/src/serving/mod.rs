@@ -5,18 +5,24 @@
 //! each step runs (docs/serving.md).
 
 pub mod config;
+pub mod dense;
 pub mod former;
 pub mod kv;
+pub mod latencies;
 pub mod metrics;
+pub mod policy;
 pub mod queue;
 pub mod replica;
 pub mod router;
 pub mod step;
 
 pub use config::{Admission, Batching, KvConfig, Preemption, ReplicaConfig, StepOrder};
+pub use dense::{DenseServing, DenseStepCost};
 pub use former::BatchFormer;
 pub use kv::BlockManager;
+pub use latencies::{Percentiles, RequestLatencies, RequestSummary};
 pub use metrics::ReplicaStats;
+pub use policy::{QueuePolicyConfig, RouterConfig};
 pub use queue::{QueuePolicy, QueuedRequest};
 pub use replica::{AdmitHook, Replica, Seq};
 pub use router::{EngineState, RouteRequest, Router};

@@ -819,7 +819,7 @@ fn the_replica_records_each_finished_request_and_every_token_gap() {
     // Two requests over 50 ns.
     assert!((s.throughput_rps - 2.0 / 50e-9).abs() < 1e-3);
     // Nothing finished: no latency and no throughput, not 0.
-    let none = crate::recorder::RequestLatencies::default().summary();
+    let none = super::RequestLatencies::default().summary();
     for value in [
         none.ttft.mean_ms,
         none.tpot.p50_ms,

@@ -18,6 +18,7 @@ use crate::expertweave::config::{
 };
 use crate::expertweave::memory::InstancePlan;
 use crate::expertweave::model::{DeviceMemory, GIB};
+use crate::expertweave::rerouting::ReroutingTraffic;
 use crate::expertweave::{EsftAdapter, MemoryConfig, Popularity};
 use crate::rng::SimRng;
 use crate::scenario::validate::{FieldError, at_least_one, field_error, positive};
@@ -323,17 +324,13 @@ impl AdapterRouter {
     }
 }
 
-/// The batched-rerouting operator of every MoE layer, priced as the bytes it moves (as the
-/// expertweave family prices it): per token its adapter id and top-k expert ids read and the
-/// rerouted ids written (int32), per step the expert map's rows of the replica's adapters; the
-/// unfused chain moves them once per operator. The bytes split over the replica's GPUs, each at
-/// its own bandwidth, the slowest setting the pace. Its launches are in the step's CUDA graph
+/// The batched-rerouting operator of every MoE layer, priced as the bytes it moves
+/// (`expertweave::rerouting::ReroutingTraffic`, as the expertweave family prices it). The bytes
+/// split over the replica's GPUs, each at its own bandwidth, the slowest setting the pace. Its launches are in the step's CUDA graph
 /// with the MoE kernels (the replica's host overhead covers the replay).
 #[derive(Clone, Debug)]
 pub struct ReroutingCost {
-    operators_per_step: f64,
-    per_token_bytes: f64,
-    per_step_bytes: f64,
+    traffic: ReroutingTraffic,
     gpus: f64,
     /// Each distinct GPU speed's roofline.
     rooflines: Vec<Roofline>,
@@ -350,10 +347,6 @@ impl ReroutingCost {
         if !instance.reroutes {
             return None;
         }
-        let operators = match adapters.rerouting {
-            Rerouting::Fused => 1.0,
-            Rerouting::Unfused => adapters.unfused_ops as f64,
-        };
         let nominal = Roofline::of(&replica.gpu);
         let mut rooflines: Vec<Roofline> = Vec::new();
         for &speed in &replica.speeds {
@@ -363,9 +356,12 @@ impl ReroutingCost {
             }
         }
         Some(ReroutingCost {
-            operators_per_step: operators * shape.n_moe_layers() as f64,
-            per_token_bytes: (4 + 2 * 4 * shape.top_k) as f64,
-            per_step_bytes: (instance.adapters.len() as u64 * shape.n_routed_experts * 4) as f64,
+            traffic: ReroutingTraffic::new(
+                shape,
+                adapters.rerouting,
+                adapters.unfused_ops,
+                instance.adapters.len(),
+            ),
             gpus: replica.gpus as f64,
             rooflines,
         })
@@ -373,13 +369,13 @@ impl ReroutingCost {
 
     /// Nanoseconds the step's rerouting takes over `rows` token rows.
     pub fn nanos(&self, rows: u64) -> f64 {
-        let bytes = rows as f64 * self.per_token_bytes + self.per_step_bytes;
+        let bytes = self.traffic.bytes(rows);
         let slowest = self
             .rooflines
             .iter()
             .map(|r| r.op(bytes / self.gpus, 0.0).nanos())
             .fold(0.0, f64::max);
-        self.operators_per_step * slowest
+        self.traffic.operators_per_step * slowest
     }
 }
 

@@ -9,7 +9,6 @@ use super::adapters::{AdapterSpec, AdaptersTable};
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
 use crate::caps::batch::BatchSelectorConfig;
 use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
-use crate::chimera::{QueuePolicyConfig, RouterConfig};
 use crate::cost::gpu::{GpuSpec, LinkSpec};
 use crate::cost::host::HostOverhead;
 use crate::cost::measured_steps::MeasuredDenseStep;
@@ -22,6 +21,7 @@ use crate::scenario::validate::{
     FieldError, LoadCache, duration, field_error, measured_on, measured_set, non_negative, positive,
 };
 use crate::serving::CostSource;
+use crate::serving::{QueuePolicyConfig, RouterConfig};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
@@ -619,7 +619,7 @@ impl ServingScenario {
     /// continuous kinds), built by `policies`.
     pub fn batch_selectors(
         &self,
-        policies: &dyn crate::runner::Policies,
+        policies: &dyn crate::policies::Policies,
     ) -> Vec<Box<dyn crate::caps::batch::BatchSelector>> {
         self.groups()
             .filter(|(_, r)| matches!(r.scheduler, SchedulerTable::Static { .. }))
@@ -1296,7 +1296,7 @@ impl ServingConfig {
                 let slack = non_negative("routing.slack", *slack)?;
                 let margin = non_negative(
                     "routing.margin",
-                    margin.unwrap_or_else(crate::chimera::policy::default_margin),
+                    margin.unwrap_or_else(crate::serving::policy::default_margin),
                 )?;
                 let models_differ = groups.iter().any(|g| g.model != groups[0].model);
                 if models_differ

@@ -638,7 +638,7 @@ fn the_decode_profile_is_the_replicas_decode_step() {
         )
         .unwrap();
         let deployment = deployment::Deployment::new(&s, None).unwrap();
-        assert_eq!(deployment.kv_tokens, engine.kv_capacity_tokens);
+        assert_eq!(deployment.kv_tokens, engine.dense.kv_capacity_tokens);
         let batch = (256u64)
             .min(deployment.kv_tokens / PROFILE_CONTEXT_TOKENS as u64)
             .max(1);

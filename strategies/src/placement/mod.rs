@@ -206,7 +206,7 @@ mod simulated {
         let s = scenario(dataset, config);
         let mut placement = build(&s.placement);
         let mut gate = crate::gating::build(&s.gate);
-        let mut fcfs = crate::queue::build(&sim::chimera::QueuePolicyConfig::Fcfs);
+        let mut fcfs = crate::queue::build(&sim::serving::QueuePolicyConfig::Fcfs);
         let out = simulate(&s, 0, placement.as_mut(), gate.as_mut(), fcfs.as_mut());
         (out.scalar("expert_makespan_s").unwrap(), out.details)
     }
@@ -258,7 +258,7 @@ mod simulated {
         let run = || {
             let mut placement = build(&s.placement);
             let mut gate = crate::gating::build(&s.gate);
-            let mut fcfs = crate::queue::build(&sim::chimera::QueuePolicyConfig::Fcfs);
+            let mut fcfs = crate::queue::build(&sim::serving::QueuePolicyConfig::Fcfs);
             let out = simulate(&s, 3, placement.as_mut(), gate.as_mut(), fcfs.as_mut());
             serde_json::to_string(&out).unwrap()
         };

@@ -5,7 +5,7 @@
 //! ranker's extra `noise`.
 
 use super::{KeyedQueues, OrderedF64};
-use sim::chimera::{QueuePolicy, QueuedRequest};
+use sim::serving::{QueuePolicy, QueuedRequest};
 
 /// Rank-based shortest job first.
 #[derive(Debug)]

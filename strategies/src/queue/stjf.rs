@@ -13,7 +13,7 @@
 //! change any decision here (docs/chimera.md).
 
 use super::OrderedF64;
-use sim::chimera::{QueuePolicy, QueuedRequest};
+use sim::serving::{QueuePolicy, QueuedRequest};
 use std::collections::BTreeMap;
 
 type PriorityKey = (OrderedF64, u64, u64);

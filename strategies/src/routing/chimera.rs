@@ -5,7 +5,7 @@
 //! L_fast`, switching to it only if its confidence beats the fastest's by at least `margin`. Later
 //! requests of the workflow reuse that engine (execution locality).
 
-use sim::chimera::{EngineState, RouteRequest, Router};
+use sim::serving::{EngineState, RouteRequest, Router};
 use std::collections::HashMap;
 
 /// Slack-bounded, confidence-ranked, sticky dispatcher.

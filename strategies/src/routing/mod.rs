@@ -2,7 +2,7 @@
 //! built from its [`RouterConfig`] variant by [`build`].
 
 use crate::batch::PolicyInfo;
-use sim::chimera::{Router, RouterConfig};
+use sim::serving::{Router, RouterConfig};
 
 pub mod chimera;
 pub mod least_loaded;
@@ -50,7 +50,7 @@ pub fn catalogue() -> Vec<PolicyInfo> {
 
 #[cfg(test)]
 pub(crate) mod testutil {
-    use sim::chimera::EngineState;
+    use sim::serving::EngineState;
 
     /// An engine of model `model` with the given queue, batch and in-flight predicted tokens.
     pub fn engine(model: usize, waiting: usize, running: usize, in_flight: f64) -> EngineState {

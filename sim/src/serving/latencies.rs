@@ -5,8 +5,8 @@
 //! and `RequestSummary`, what every family's metric table reads them from: mean, p50, p90, p99
 //! p95 and max of each, no number (NaN, `null` in the results) where no request was measured.
 
+use super::replica::Seq;
 use crate::metrics::LatencyRecorder;
-use crate::serving::Seq;
 use crate::time::SimTime;
 use serde::{Deserialize, Serialize};
 

@@ -1,10 +1,10 @@
-//! The registry enums of Chimera's two extension points, `QueuePolicyConfig` and `RouterConfig`
-//! (the traits, `QueuePolicy` and `Router`, are the serving layer's: `crate::serving`).
-//! Implementations live in the `strategies` crate (`strategies::queue`, `strategies::routing`).
+//! The registry enums of the serving layer's queue-policy and router extension points,
+//! `QueuePolicyConfig` and `RouterConfig`, which scenarios name (the traits are `queue::QueuePolicy`
+//! and `router::Router`). Chimera brought them; every family that queues requests names one
+//! (FCFS where it has no `[queue]` table). Implementations live in the `strategies` crate
+//! (`strategies::queue`, `strategies::routing`).
 
 use crate::scenario::validate::{FieldError, at_least_one, non_negative};
-pub use crate::serving::queue::{QueuePolicy, QueuedRequest};
-pub use crate::serving::router::{EngineState, RouteRequest, Router};
 use serde::{Deserialize, Serialize};
 
 /// The queue policies a scenario's `[queue]` table can name.

@@ -1,7 +1,9 @@
 //! Where to sample (GEM section 3.3.2): latency only changes where a count crosses a tile
 //! boundary, so counts are sampled just below and at each step (`k x tile` and
 //! `k x tile + 1`) up to a dense limit, then every `sparse_step` up to a sparse limit, and the
-//! simulator interpolates linearly between samples (exact on a staircase).
+//! simulator interpolates linearly between samples (exact on a staircase). The calibration
+//! measures at these counts and the analytic profiles (`roofline::ProfileCurves`) compute at
+//! them, so a measured and an analytic profile sample the same grid.
 
 /// Token counts: 1, both sides of each tile boundary up to `dense_limit` (the last boundary
 /// only from below), then every `sparse_step` past the last dense sample up to `sparse_limit`.
@@ -49,18 +51,6 @@ pub fn batch_points(tile: usize, max_batch: usize) -> Vec<usize> {
     points
 }
 
-#[cfg(test)]
-/// How many samples [`token_points`] takes with no sparse part: 1, then two per tile boundary
-/// below the dense limit and one at it.
-pub fn dense_sample_count(tile: usize, dense_limit: usize) -> usize {
-    let boundaries = dense_limit.max(tile) / tile.max(1);
-    if tile == 1 {
-        boundaries
-    } else {
-        2 * boundaries
-    }
-}
-
 /// The counts after which a sampled curve jumps: for each pair of consecutive samples whose
 /// latency rises by more than `threshold`, the lower count.
 pub fn steps(samples: &[(f64, f64)], threshold: f64) -> Vec<f64> {
@@ -74,7 +64,18 @@ pub fn steps(samples: &[(f64, f64)], threshold: f64) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sim::cost::CostCurve;
+    use crate::cost::CostCurve;
+
+    /// How many samples [`token_points`] takes with no sparse part: 1, then two per tile boundary
+    /// below the dense limit and one at it.
+    fn dense_sample_count(tile: usize, dense_limit: usize) -> usize {
+        let boundaries = dense_limit.max(tile) / tile.max(1);
+        if tile == 1 {
+            boundaries
+        } else {
+            2 * boundaries
+        }
+    }
 
     /// A staircase: flat within each tile, a jump of `step` at every boundary.
     fn staircase(tile: usize, base: f64, step: f64) -> impl Fn(usize) -> f64 {

@@ -1,0 +1,400 @@
+//! The module-dependency rule, checked from the sources: the top-level modules of the `sim`
+//! crate (`cost`, `serving`, `scenario`, each family's folder, ...) import one another without a
+//! cycle. Every non-test source is read, comments and string literals blanked, `#[cfg(test)]`
+//! items and test-only files left out, and each `crate::<module>` path (in `use` lines, grouped
+//! `use crate::{a, b::c}` included, and in code) is an edge from the file's top-level module. The
+//! graph less the edges of `ALLOWED_BACK_EDGES` must be acyclic; a cycle fails the test naming
+//! each edge and a line that makes it. A reviewer runs it with
+//! `cargo test -p expertsim-sim --lib module_graph_checks`.
+
+use crate::engine::one_engine_checks::rust_files;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Edges that still close a cycle, each with why it remains and what removes it. The list only
+/// shrinks: an entry whose edge is gone fails the test until it is deleted here.
+const ALLOWED_BACK_EDGES: &[(&str, &str)] = &[
+    // `family::FAMILIES`, the one registration list, names each family's `impl Family`, and
+    // every family implements the trait `family` defines. A registry module above the families
+    // (the list and `FamilyId`) apart from the trait would remove these six.
+    ("family", "caps"),
+    ("family", "chimera"),
+    ("family", "expertweave"),
+    ("family", "gem"),
+    ("family", "mosaic"),
+    ("family", "serving_family"),
+    // `policies::Policies` builds each extension point's policy objects, and four points'
+    // traits and registry enums still live in a family's folder (`caps::batch`, `gem`'s
+    // mapper, `mosaic`'s placement and gate, `expertweave`'s memory manager); moving each to a
+    // module below the families, as `serving::policy` holds the queue and router ones, removes it.
+    ("policies", "caps"),
+    ("policies", "expertweave"),
+    ("policies", "gem"),
+    ("policies", "mosaic"),
+    // `scenario` holds both the validation vocabulary every module uses (`validate::FieldError`
+    // and the number checks, `error`, `limits`) and what sits above the families: the loader,
+    // which reaches a family's tables through `family::FAMILIES`, the claims files it checks
+    // (`headlines`), and the shared file cache of traces (`arrivals::Trace`). Splitting the
+    // vocabulary into a module of its own removes these three.
+    ("scenario", "family"),
+    ("scenario", "headlines"),
+    ("scenario", "arrivals"),
+];
+
+fn sim_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// `code` with comments, string literals and character literals replaced by spaces (newlines
+/// kept), so braces and paths inside them are not read as code.
+fn blank(code: &str) -> String {
+    let bytes = code.as_bytes();
+    let mut out = bytes.to_vec();
+    let mut i = 0;
+    let identifier = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    while i < bytes.len() {
+        let rest = &code[i..];
+        let end = if rest.starts_with("//") {
+            i + rest.find('\n').unwrap_or(rest.len())
+        } else if rest.starts_with("/*") {
+            i + rest.find("*/").map_or(rest.len(), |e| e + 2)
+        } else if rest.starts_with('r')
+            && (i == 0 || !identifier(bytes[i - 1]))
+            && rest[1..].trim_start_matches('#').starts_with('"')
+        {
+            let hashes = rest[1..].len() - rest[1..].trim_start_matches('#').len();
+            let close = format!("\"{}", "#".repeat(hashes));
+            let open = 2 + hashes;
+            i + open
+                + rest[open..]
+                    .find(&close)
+                    .map_or(rest.len() - open, |e| e + close.len())
+        } else if bytes[i] == b'"' {
+            let mut j = i + 1;
+            while j < bytes.len() && bytes[j] != b'"' {
+                j += if bytes[j] == b'\\' { 2 } else { 1 };
+            }
+            j + 1
+        } else if bytes[i] == b'\'' {
+            // A character literal ('x', '\n', '\u{7f}'); a lifetime ('a) is left alone.
+            let literal = if rest[1..].starts_with('\\') {
+                rest.get(3..).and_then(|r| r.find('\'')).map(|e| e + 4)
+            } else {
+                rest[1..]
+                    .char_indices()
+                    .nth(1)
+                    .filter(|&(_, c)| c == '\'')
+                    .map(|(e, _)| e + 2)
+            };
+            match literal {
+                Some(length) => i + length,
+                None => i + 1,
+            }
+        } else {
+            i += 1;
+            continue;
+        };
+        let end = end.min(bytes.len());
+        for b in &mut out[i..end] {
+            if *b != b'\n' {
+                *b = b' ';
+            }
+        }
+        i = end;
+    }
+    String::from_utf8(out).expect("only ASCII bytes were replaced")
+}
+
+/// The end of the item that starts at `from`: past its `;`, or past the block its first `{`
+/// opens; and the item's head (the text before that `;` or `{`).
+fn item_end(code: &str, from: usize) -> (usize, &str) {
+    let semicolon = code[from..].find(';').map(|e| from + e);
+    let brace = code[from..].find('{').map(|e| from + e);
+    match (semicolon, brace) {
+        (Some(s), Some(b)) if s < b => (s + 1, &code[from..s]),
+        (Some(s), None) => (s + 1, &code[from..s]),
+        (_, Some(open)) => {
+            let block = crate::engine::one_engine_checks::block_at(code, open);
+            (open + block.len(), &code[from..open])
+        }
+        (None, None) => (code.len(), &code[from..]),
+    }
+}
+
+/// The blanked code of `path` without its `#[cfg(test)]` items, and the files those items
+/// declare as test-only modules (`#[cfg(test)] mod tests;`, with or without `#[path]`).
+fn without_test_items(path: &Path, original: &str) -> (String, Vec<PathBuf>) {
+    let code = blank(original);
+    let mut kept = String::new();
+    let mut test_files = Vec::new();
+    let mut at = 0;
+    while let Some(found) = code[at..].find("#[cfg(test)]") {
+        let start = at + found;
+        kept.push_str(&code[at..start]);
+        let mut item = start + "#[cfg(test)]".len();
+        let mut path_attribute = None;
+        loop {
+            let rest = &code[item..];
+            let trimmed = rest.trim_start();
+            if !trimmed.starts_with("#[") {
+                break;
+            }
+            let attribute_start = item + rest.len() - trimmed.len();
+            let attribute_end = attribute_start + trimmed.find(']').unwrap() + 1;
+            let attribute = &original[attribute_start..attribute_end];
+            if let Some(value) = attribute.strip_prefix("#[path = \"") {
+                path_attribute = Some(value.trim_end_matches("\"]").to_string());
+            }
+            item = attribute_end;
+        }
+        let (end, head) = item_end(&code, item);
+        let words: Vec<&str> = head.split_whitespace().collect();
+        let declares_file = code[..end].ends_with(';')
+            && matches!(words.as_slice(), [.., "mod", _])
+            && words.len() <= 3;
+        if declares_file {
+            let name = words.last().unwrap();
+            let dir = path.parent().unwrap();
+            match path_attribute {
+                Some(relative) => test_files.push(dir.join(relative)),
+                None => {
+                    let stem = path.file_stem().unwrap();
+                    let module_dir = if stem == "mod" || stem == "lib" {
+                        dir.to_path_buf()
+                    } else {
+                        dir.join(stem)
+                    };
+                    test_files.push(module_dir.join(format!("{name}.rs")));
+                    test_files.push(module_dir.join(name).join("mod.rs"));
+                }
+            }
+        }
+        kept.extend(
+            code[start..end]
+                .chars()
+                .map(|c| if c == '\n' { c } else { ' ' }),
+        );
+        at = end;
+    }
+    kept.push_str(&code[at..]);
+    (kept, test_files)
+}
+
+/// The top-level modules `code` names through `crate::` paths, with the line of each.
+fn crate_paths(code: &str) -> Vec<(String, usize)> {
+    let mut found = Vec::new();
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+    let first_word = |text: &str| -> String {
+        text.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    for (at, _) in code.match_indices("crate::") {
+        if at > 0 {
+            let before = code.as_bytes()[at - 1];
+            if before.is_ascii_alphanumeric() || before == b'_' || before == b'$' {
+                continue;
+            }
+        }
+        let after = &code[at + "crate::".len()..];
+        if let Some(group) = after.strip_prefix('{') {
+            // `use crate::{a, b::{c, d}, e}`: the names at the group's own depth.
+            let mut depth = 1usize;
+            let mut starts = vec![0];
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    ',' if depth == 1 => starts.push(i + 1),
+                    _ => {}
+                }
+            }
+            for start in starts {
+                found.push((first_word(&group[start..]), line_of(at)));
+            }
+        } else {
+            found.push((first_word(after), line_of(at)));
+        }
+    }
+    found
+}
+
+/// The top-level module graph: module -> the modules it names -> one place that names it.
+fn module_graph() -> BTreeMap<String, BTreeMap<String, String>> {
+    let src = sim_src();
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let modules: BTreeSet<String> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter_map(|p| {
+            let name = p.file_stem()?.to_str()?.to_string();
+            (p.is_dir() || p.extension().is_some_and(|e| e == "rs")).then_some(name)
+        })
+        .filter(|name| name != "lib")
+        .collect();
+    let mut kept = Vec::new();
+    let mut test_files = BTreeSet::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        let (code, tests) = without_test_items(path, &text);
+        test_files.extend(tests);
+        kept.push((path.clone(), code));
+    }
+    let mut graph: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for (path, code) in kept {
+        let relative = path.strip_prefix(&src).unwrap();
+        if test_files.contains(&path) || relative == Path::new("lib.rs") {
+            continue;
+        }
+        let first = relative.components().next().unwrap().as_os_str();
+        let from = Path::new(first).file_stem().unwrap().to_string_lossy();
+        for (to, line) in crate_paths(&code) {
+            if modules.contains(&to) && to != from {
+                graph
+                    .entry(from.to_string())
+                    .or_default()
+                    .entry(to)
+                    .or_insert_with(|| format!("sim/src/{}:{line}", relative.display()));
+            }
+        }
+    }
+    graph
+}
+
+/// A cycle of `graph` as its modules in order (the first repeated at the end), if any.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        done: &mut BTreeSet<String>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, done, path) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut done, &mut Vec::new()))
+}
+
+#[test]
+fn the_check_reads_paths_and_skips_comments_strings_and_tests() {
+    let code = blank(
+        "use crate::{cost::gpu, serving::{A, B}, time};\n\
+         // crate::gem in a comment\n\
+         let s = \"crate::mosaic {\"; let c = '{'; let q = '\\''; let l: &'a str = r#\"crate::caps\"#;\n\
+         crate::rng::stream(1, \"x\");\n",
+    );
+    let modules: Vec<String> = crate_paths(&code).into_iter().map(|(m, _)| m).collect();
+    assert_eq!(modules, ["cost", "serving", "time", "rng"]);
+    let (kept, files) = without_test_items(
+        Path::new("/x/src/family.rs"),
+        "use crate::a;\n#[cfg(test)]\nmod tests {\n use crate::b;\n}\n#[cfg(test)]\n\
+         #[path = \"checks.rs\"]\nmod checks;\n#[cfg(test)]\nmod more;\nuse crate::c;\n",
+    );
+    let modules: Vec<String> = crate_paths(&kept).into_iter().map(|(m, _)| m).collect();
+    assert_eq!(modules, ["a", "c"]);
+    assert_eq!(
+        files,
+        [
+            PathBuf::from("/x/src/checks.rs"),
+            PathBuf::from("/x/src/family/more.rs"),
+            PathBuf::from("/x/src/family/more/mod.rs"),
+        ]
+    );
+    let cyclic: BTreeMap<String, BTreeSet<String>> = [
+        ("a", vec!["b"]),
+        ("b", vec!["c"]),
+        ("c", vec!["a"]),
+        ("d", vec!["a"]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+    .collect();
+    assert_eq!(find_cycle(&cyclic).unwrap(), ["a", "b", "c", "a"]);
+}
+
+#[test]
+fn the_top_level_modules_import_one_another_without_a_cycle() {
+    let graph = module_graph();
+    // The issue's cycles stay broken (each edge is gone, not merely allowed).
+    for (from, to) in [
+        ("cost", "serving"),
+        ("cost", "scenario"),
+        ("serving", "recorder"),
+        ("gem", "caps"),
+        ("gem", "chimera"),
+        ("mosaic", "chimera"),
+        ("expertweave", "chimera"),
+        ("runner", "caps"),
+        ("caps", "runner"),
+    ] {
+        assert!(
+            !graph
+                .get(from)
+                .is_some_and(|to_set| to_set.contains_key(to)),
+            "{from} imports {to} again: {}",
+            graph[from][to]
+        );
+    }
+    let stale: Vec<String> = ALLOWED_BACK_EDGES
+        .iter()
+        .filter(|(from, to)| !graph.get(*from).is_some_and(|t| t.contains_key(*to)))
+        .map(|(from, to)| format!("{from} -> {to}"))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "allowed edges no longer in the code (delete them from ALLOWED_BACK_EDGES): {stale:?}"
+    );
+    let kept: BTreeMap<String, BTreeSet<String>> = graph
+        .iter()
+        .map(|(from, to)| {
+            let to = to
+                .keys()
+                .filter(|to| !ALLOWED_BACK_EDGES.contains(&(from.as_str(), to.as_str())))
+                .cloned()
+                .collect();
+            (from.clone(), to)
+        })
+        .collect();
+    if let Some(cycle) = find_cycle(&kept) {
+        let edges: Vec<String> = cycle
+            .windows(2)
+            .map(|pair| {
+                format!(
+                    "  {} -> {} ({})",
+                    pair[0], pair[1], graph[&pair[0]][&pair[1]]
+                )
+            })
+            .collect();
+        panic!(
+            "a module cycle: {}\n{}\nmove the shared piece below both modules (ARCHITECTURE.md, \
+             \"Module dependencies\")",
+            cycle.join(" -> "),
+            edges.join("\n")
+        );
+    }
+}
