@@ -225,7 +225,9 @@ fn reproduce_rewrites_only_the_generated_sections_and_is_stable() {
     std::fs::write(
         family.join(headlines::FILE_NAME),
         format!(
-            "[[run]]\nid = \"memory\"\nscenario = {:?}\n\n{claim}\n{value}",
+            "[[run]]\nid = \"memory\"\nscenario = {:?}\nsets = [\"seeds=[1, 2, 3, 4, 5]\"]\n\n\
+             [[baseline]]\nname = \"padding\"\npaper = \"padding\"\n\
+             requires = {{ \"memory.kind\" = \"padding\" }}\n\n{claim}\n{value}",
             scenario.display().to_string()
         ),
     )
@@ -325,7 +327,7 @@ fn reproduce_rewrites_only_the_generated_sections_and_is_stable() {
     assert_eq!(lacking.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&lacking.stderr);
     assert!(
-        stderr.contains("claim kv-virtual-vs-padding paper `+22.8% to +63.4%`: 63.4 is not in"),
+        stderr.contains("claim kv-virtual-vs-padding paper `+22.8% to +63.4% over the padding-based configuration`: 63.4 is not in"),
         "{stderr}"
     );
     assert!(
