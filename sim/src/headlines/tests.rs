@@ -123,15 +123,13 @@ fn a_closeness_claim_holds_where_ours_is_within_the_tolerance_of_the_paper() {
         ("gv", 300, 105.0),
     ]);
     let close = |value: &str| {
-        claim(
-            &CLAIM
-                .replace("direction = \"lower\"", "direction = \"close\"")
-                .replace(
-                    "statistic = \"improvement_pct\"",
-                    "statistic = \"change_pct\"",
-                )
-                + &format!("paper_value = {value}\n"),
-        )
+        let text = CLAIM
+            .replace("direction = \"lower\"", "direction = \"close\"")
+            .replace(
+                "statistic = \"improvement_pct\"",
+                "statistic = \"change_pct\"",
+            );
+        claim(&format!("{text}paper_value = {value}\n"))
     };
     let outcome = evaluate(&close("0.0"), &doc).unwrap();
     // +1% is within 2 points of 0, +5% is not: no direction to fall back on.
