@@ -306,7 +306,7 @@ fn reproduce_rewrites_only_the_generated_sections_and_is_stable() {
     assert_eq!(lacking.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&lacking.stderr);
     assert!(
-        stderr.contains("claim kv-virtual-vs-padding paper `+22.8% to +63.4%`: 63.4 is not in"),
+        stderr.contains("claim kv-virtual-vs-padding paper `+22.8% to +63.4% over the padding-based configuration`: 63.4 is not in"),
         "{stderr}"
     );
     assert!(
