@@ -425,7 +425,12 @@ fn per_request_csv_has_one_schema_for_every_family_that_serves_requests() {
         (
             "scenarios/expertweave/serving_overhead.toml",
             "expertweave",
-            vec![],
+            vec![
+                "seeds=[1]",
+                "workload.horizon_s=30",
+                "adapters.count=[5]",
+                "arrival.rate_per_s=[1.0]",
+            ],
         ),
     ] {
         let out = dir.path().join(family);

@@ -197,8 +197,10 @@ struct Served {
     latencies: RequestLatencies,
     requests_per_adapter: Vec<u64>,
     rejected: u64,
-    prompt_tokens: u64,
-    output_tokens: u64,
+    /// Each finished request's phases, summed: prompt tokens and time to first token (arrival
+    /// to first token, queueing included); tokens after the first and the time from the first
+    /// token to the last (`phase_throughput`).
+    phases: PhaseTotals,
     completed: u64,
     /// When the last step ended (0: none ran).
     end: SimTime,
@@ -274,8 +276,7 @@ impl<'a, 'c> Server<'a, 'c> {
                 latencies: RequestLatencies::default(),
                 requests_per_adapter: vec![0; scenario.adapters.len()],
                 rejected: 0,
-                prompt_tokens: 0,
-                output_tokens: 0,
+                phases: PhaseTotals::default(),
                 completed: 0,
                 end: SimTime::ZERO,
                 busy_ns: 0,
@@ -352,6 +353,13 @@ impl<'a, 'c> Server<'a, 'c> {
         for done in finished.drain(..) {
             let first_token = done.first_token();
             let adapter = done.adapter().expect("every request runs with its adapter");
+            self.served.phases.add(
+                done.request.submitted,
+                first_token,
+                now,
+                done.request.prompt_tokens,
+                done.output,
+            );
             self.sink.record(&RequestRecord {
                 id: done.request.id,
                 arrival: done.request.submitted,
@@ -374,8 +382,6 @@ impl<'a, 'c> Server<'a, 'c> {
     fn finish(mut self) -> Served {
         for replica in &self.replicas {
             let stats = replica.stats();
-            self.served.prompt_tokens += stats.prefill_tokens;
-            self.served.output_tokens += stats.tokens;
             self.served.completed += stats.completed;
             self.served.latencies.merge(&stats.latencies);
             self.served.busy_ns += stats.busy_ns;
@@ -441,6 +447,55 @@ impl Model for Server<'_, '_> {
     }
 }
 
+/// The prefill and decode phases of the finished requests, summed over them. The paper reports
+/// "prefill throughput" and "decode throughput" without defining them further; ours are each
+/// phase's tokens over the time requests spend in it: prompt tokens over arrival-to-first-token
+/// time (queueing included, which the paper names as what lowers its merged baseline's
+/// throughput), and the tokens after the first over first-to-last-token time. Below saturation
+/// neither is the offered load, which tokens over the run's length would be.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PhaseTotals {
+    pub prompt_tokens: u64,
+    pub prefill_ns: u64,
+    pub decode_tokens: u64,
+    pub decode_ns: u64,
+}
+
+impl PhaseTotals {
+    /// One finished request: it arrived at `arrival`, emitted its first token at `first` and its
+    /// last at `last`.
+    pub fn add(
+        &mut self,
+        arrival: SimTime,
+        first: SimTime,
+        last: SimTime,
+        prompt: u32,
+        output: u32,
+    ) {
+        self.prompt_tokens += u64::from(prompt);
+        self.prefill_ns += (first - arrival).0;
+        self.decode_tokens += u64::from(output.saturating_sub(1));
+        self.decode_ns += (last - first).0;
+    }
+
+    /// Prompt tokens per second of time to first token (NaN when no request finished).
+    pub fn prefill_throughput(&self) -> f64 {
+        per_second(self.prompt_tokens, self.prefill_ns)
+    }
+
+    /// Tokens after the first per second of decode time (NaN when no request decoded).
+    pub fn decode_throughput(&self) -> f64 {
+        per_second(self.decode_tokens, self.decode_ns)
+    }
+}
+
+fn per_second(tokens: u64, ns: u64) -> f64 {
+    match ns {
+        0 => f64::NAN,
+        ns => tokens as f64 / (ns as f64 * 1e-9),
+    }
+}
+
 fn summarize(
     scenario: &ExpertWeaveScenario,
     kind: &str,
@@ -452,25 +507,15 @@ fn summarize(
     // A run that served nothing (out of memory, or no request completed) has no latency and no
     // throughput: NaN (`null` in results), not 0.
     let (requests, prefill_tps, decode_tps, utilization, completed, rejected) = match served {
-        Some(s) => {
-            let seconds = s.end.as_secs_f64();
-            let per_second = |count: u64| {
-                if s.end == SimTime::ZERO {
-                    f64::NAN
-                } else {
-                    count as f64 / seconds
-                }
-            };
-            (
-                s.latencies.summary(),
-                per_second(s.prompt_tokens),
-                per_second(s.output_tokens),
-                // Busy time over (instances x the run's end): the share of time they step.
-                per_second(s.busy_ns) * 1e-9 / s.replicas.len().max(1) as f64,
-                s.completed as f64,
-                s.rejected as f64,
-            )
-        }
+        Some(s) => (
+            s.latencies.summary(),
+            s.phases.prefill_throughput(),
+            s.phases.decode_throughput(),
+            // Busy time over (instances x the run's end): the share of time they step.
+            per_second(s.busy_ns, s.end.0) * 1e-9 / s.replicas.len().max(1) as f64,
+            s.completed as f64,
+            s.rejected as f64,
+        ),
         None => (
             RequestLatencies::default().summary(),
             f64::NAN,
@@ -774,10 +819,14 @@ output_tokens = 1
         let e2e_ms = output.scalar("e2e_mean_ms").unwrap();
         assert!((e2e_ms - now.as_millis_f64()).abs() < 1e-9 * e2e_ms);
         assert!((output.scalar("utilization").unwrap() - 1.0).abs() < 1e-12);
-        assert_eq!(
-            output.scalar("prefill_throughput_tps"),
-            Some(374.0 / now.as_secs_f64())
-        );
+        // Each phase's tokens over its own time, not over the run: the prompt over the time to
+        // the first token, the 43 tokens after it over the decode steps.
+        let prefill = output.scalar("prefill_throughput_tps").unwrap();
+        assert!((prefill - 374.0 / steps[0].as_secs_f64()).abs() < 1e-9 * prefill);
+        let decode = output.scalar("decode_throughput_tps").unwrap();
+        let decode_s = steps[1..].iter().map(|d| d.as_secs_f64()).sum::<f64>();
+        assert!((decode - 43.0 / decode_s).abs() < 1e-9 * decode);
+        assert!(prefill > 374.0 / now.as_secs_f64() && decode > 43.0 / now.as_secs_f64());
     }
 
     #[test]

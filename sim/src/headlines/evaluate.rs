@@ -61,6 +61,8 @@ pub struct Magnitude {
     pub worst_relative: f64,
     /// Every judged point within the tolerance.
     pub within: bool,
+    /// How many judged points are within the tolerance.
+    pub within_points: usize,
 }
 
 /// Our side of a claim.
@@ -449,26 +451,31 @@ fn judge(
     let shows = |change: f64| match claim.direction {
         Direction::Lower => change < 0.0,
         Direction::Higher => change > 0.0,
+        Direction::Close => true,
     };
-    let (holding, judged) = match claim.aggregate {
-        Aggregate::Every => (
-            points.iter().filter(|p| shows(p.cell - p.versus)).count(),
-            points.len(),
-        ),
-        Aggregate::Mean => {
-            let stats: Vec<f64> = points.iter().map(|p| statistic(claim, better, p)).collect();
-            let mean = stats.iter().sum::<f64>() / stats.len() as f64;
-            (
-                usize::from(shows(raw_change_sign(claim.statistic, better, mean))),
-                1,
-            )
-        }
-    };
-    let holds = holding == judged;
     let magnitude = match &claim.paper_value {
         None => None,
         Some(paper) => Some(magnitude(claim, better, points, paper, document)?),
     };
+    let (holding, judged) = match (claim.direction, &magnitude) {
+        // A closeness claim holds where ours is within the tolerance of the paper's value.
+        (Direction::Close, Some(m)) => (m.within_points, m.ratios.len()),
+        _ => match claim.aggregate {
+            Aggregate::Every => (
+                points.iter().filter(|p| shows(p.cell - p.versus)).count(),
+                points.len(),
+            ),
+            Aggregate::Mean => {
+                let stats: Vec<f64> = points.iter().map(|p| statistic(claim, better, p)).collect();
+                let mean = stats.iter().sum::<f64>() / stats.len() as f64;
+                (
+                    usize::from(shows(raw_change_sign(claim.statistic, better, mean))),
+                    1,
+                )
+            }
+        },
+    };
+    let holds = holding == judged;
     let verdict = match (&claim.by_construction, holds, &magnitude) {
         (Some(_), _, _) => Verdict::Input,
         (None, false, _) => Verdict::NotReproduced,
@@ -537,7 +544,8 @@ fn magnitude(
         Statistic::Ratio => false,
     };
     let mut ratios = Vec::new();
-    let (mut worst_distance, mut worst_relative, mut within) = (0.0f64, 0.0f64, true);
+    let (mut worst_distance, mut worst_relative) = (0.0f64, 0.0f64);
+    let mut within_points = 0;
     for (value, target) in values.iter().zip(&targets) {
         let (low, high) = target.bounds();
         let nearest = value.clamp(low, high);
@@ -548,18 +556,21 @@ fn magnitude(
         };
         let relative = if distance == 0.0 { 0.0 } else { relative };
         ratios.push(value / nearest);
-        within &= relative <= RELATIVE_TOLERANCE
-            || (points_scale && distance <= ABSOLUTE_TOLERANCE_POINTS);
+        within_points += usize::from(
+            relative <= RELATIVE_TOLERANCE
+                || (points_scale && distance <= ABSOLUTE_TOLERANCE_POINTS),
+        );
         if distance > worst_distance {
             worst_distance = distance;
             worst_relative = relative;
         }
     }
     Ok(Magnitude {
+        within: within_points == values.len(),
+        within_points,
         ratios,
         worst_distance,
         worst_relative,
-        within,
     })
 }
 

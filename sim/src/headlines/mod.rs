@@ -79,6 +79,10 @@ pub enum Aggregate {
 pub enum Direction {
     Lower,
     Higher,
+    /// The paper claims the cell is close to `versus` ("negligible", "comparable"): the claim
+    /// holds at a point when ours is within the rule's tolerance of `paper_value` there, and no
+    /// sign is asked for, so its verdict is reproduced or not reproduced.
+    Close,
 }
 
 /// One paper claim about one run's results.
@@ -490,6 +494,12 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
                     ));
                 }
             }
+        }
+        if claim.direction == Direction::Close && claim.paper_value.is_none() {
+            return Err(error(
+                &at("paper_value"),
+                "a `close` claim is judged against the paper's value: give it".into(),
+            ));
         }
         if let Some(PaperValue::PerPoint(_)) = &claim.paper_value {
             if claim.over.is_none() || claim.aggregate == Aggregate::Mean {

@@ -114,6 +114,34 @@ fn a_claim_over_an_axis_holds_only_at_every_point() {
 }
 
 #[test]
+fn a_closeness_claim_holds_where_ours_is_within_the_tolerance_of_the_paper() {
+    // gv's P99 changes by +1% at 150 and +5% at 300: the paper says "negligible" (0).
+    let doc = document(&[
+        ("fcfs", 150, 100.0),
+        ("gv", 150, 101.0),
+        ("fcfs", 300, 100.0),
+        ("gv", 300, 105.0),
+    ]);
+    let close = |value: &str| {
+        let text = CLAIM
+            .replace("direction = \"lower\"", "direction = \"close\"")
+            .replace(
+                "statistic = \"improvement_pct\"",
+                "statistic = \"change_pct\"",
+            );
+        claim(&format!("{text}paper_value = {value}\n"))
+    };
+    let outcome = evaluate(&close("0.0"), &doc).unwrap();
+    // +1% is within 2 points of 0, +5% is not: no direction to fall back on.
+    assert_eq!((outcome.holding, outcome.judged), (1, 2));
+    assert_eq!(outcome.verdict, Verdict::NotReproduced);
+    assert_eq!(
+        evaluate(&close("[0.0, 4.0]"), &doc).unwrap().verdict,
+        Verdict::Reproduced
+    );
+}
+
+#[test]
 fn the_magnitude_decides_between_reproduced_and_direction_only() {
     // gv improves P99 by 20% and 10%.
     let doc = document(&[

@@ -4,8 +4,10 @@ use super::*;
 use sim::expertweave::model::GIB;
 use sim::expertweave::{DeviceMemory, MemoryPlan, MlaMoeShape, esft_adapter};
 
+/// The first `n` of the adapters Section 5.4 names, in its order ("gate-math, token-math and
+/// gate-intent").
 fn paper_adapters(n: usize) -> Vec<sim::expertweave::EsftAdapter> {
-    ["gate-math", "gate-intent", "token-math"][..n]
+    ["gate-math", "token-math", "gate-intent"][..n]
         .iter()
         .map(|name| esft_adapter(name, &MlaMoeShape::esft_vanilla_16b()).unwrap())
         .collect()
@@ -158,9 +160,12 @@ fn catalogue_kinds_round_trip() {
 }
 
 /// The paper's Section 5.4 figures with the reserve the shipped scenarios/expertweave/memory.toml
-/// uses (its one fitted input, rounded to 4.88 GiB): the merged single-adapter anchor (810K
-/// tokens) must come out of that shipped value, and the others are predictions within the
-/// tolerances docs/reproduction.md (ExpertWeave section) reports.
+/// uses (its one fitted input, rounded to 4.88 GiB), the adapters in the paper's order: the
+/// merged single-adapter anchor (810K tokens) must come out of that shipped value, and the others
+/// are predictions, within the tolerances docs/reproduction.md (ExpertWeave section) reports where
+/// they agree. With two adapters the paper's order loads token-math (6.12 experts per layer on
+/// average, 9 at most) where the paper's 28.9% reduction and its KV drop fit gate-intent (9.50,
+/// 12): ours holds more than the paper's "more than 572K tokens" and saves more than 28.9%.
 #[test]
 fn paper_memory_figures_within_tolerance() {
     let scenario = std::fs::read_to_string(concat!(
@@ -185,19 +190,25 @@ fn paper_memory_figures_within_tolerance() {
         );
     };
     near(tokens(&merged(), 1), 810_000.0, 0.001);
-    near(tokens(&vwt(), 2), 572_000.0, 0.01);
+    assert!(tokens(&vwt(), 2) > 572_000);
     near(tokens(&vwt(), 3), 477_000.0, 0.02);
     let padding = MemoryConfig::Padding {
         e_max: None,
         a_max: None,
     };
-    for (n, paper_reduction) in [(1, 0.404), (2, 0.289), (3, 0.373)] {
+    let reduction = |n| {
         let padded = plan(&padding, n, reserve).report.adapter_allocated_bytes as f64;
         let mapped = plan(&vwt(), n, reserve).report.adapter_allocated_bytes as f64;
-        let reduction = 1.0 - mapped / padded;
+        1.0 - mapped / padded
+    };
+    for (n, paper_reduction) in [(1, 0.404), (3, 0.373)] {
         assert!(
-            (reduction - paper_reduction).abs() < 0.02,
-            "{n} adapters: {reduction} vs {paper_reduction}"
+            (reduction(n) - paper_reduction).abs() < 0.02,
+            "{n} adapters: {} vs {paper_reduction}",
+            reduction(n)
         );
     }
+    // Two adapters: padding reserves 2 x 12 slots per layer, the virtual tensor maps gate-math's
+    // and token-math's experts (within a page per adapter and layer of `1 - (7.04 + 6.12) / 24`).
+    assert!((reduction(2) - (1.0 - (7.04 + 6.12) / 24.0)).abs() < 0.01);
 }
