@@ -6,6 +6,7 @@
 //! capacity the memory left by the weights holds.
 
 use crate::cost::gpu::{GpuSpec, LinkSpec};
+use crate::cost::host::HostOverhead;
 use crate::cost::measured_steps::{MeasuredDenseStep, MeasuredSet, OpSources};
 use crate::cost::roofline::{Roofline, StepPrice, StepRoofline, StepTokens, TensorParallel};
 use crate::cost::shape::DenseModelShape;
@@ -39,9 +40,10 @@ pub fn model_names() -> String {
         .join(", ")
 }
 
-/// Host-side time of one engine step (scheduling, sampling, detokenization), ms: the cost
-/// model's `DEFAULT_HOST_OVERHEAD_NS` (2 ms, an assumption stated there).
-pub const DEFAULT_STEP_OVERHEAD_MS: f64 = crate::cost::roofline::DEFAULT_HOST_OVERHEAD_NS / 1e6;
+/// vLLM's token budget per step with chunked prefill (`max_num_batched_tokens`), the default
+/// of vLLM 0.5 with chunked prefill on: the configuration in which the engine's host time
+/// (`cost::host::HostOverhead::vllm_v0`, measured on an RTX A6000, the paper's GPU) was measured.
+pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u64 = 512;
 
 /// Context per sequence at which `decode_ms_per_token` is profiled (the paper profiles it offline;
 /// 1024 tokens is the order of an agent stage's prompt plus output here).
@@ -60,6 +62,11 @@ pub struct EngineCost {
     pub kv_capacity_tokens: u64,
     /// vLLM `max_num_seqs`.
     pub max_batch_size: usize,
+    /// vLLM `max_num_batched_tokens` with chunked prefill (0: no budget, no chunking).
+    pub max_num_batched_tokens: u64,
+    /// The host's time per step (the fixed part is the roofline's `host_overhead_ns`, the part
+    /// per sequence is added by `step`).
+    pub host: HostOverhead,
     /// Step time at the full batch, each sequence holding `PROFILE_CONTEXT_TOKENS`, in ms: the
     /// per-token decode cost Chimera's load estimate divides by the batch size.
     pub decode_ms_per_token: f64,
@@ -109,7 +116,8 @@ impl EngineCost {
         gpu: &GpuSpec,
         max_batch_size: usize,
         gpu_memory_utilization: f64,
-        step_overhead_ms: f64,
+        host: HostOverhead,
+        max_num_batched_tokens: u64,
         measured: Option<&MeasuredSet>,
     ) -> Result<EngineCost, String> {
         let weight_bytes = shape.weight_bytes();
@@ -132,16 +140,9 @@ impl EngineCost {
             degree: 1,
             link: LinkSpec::PCIE4_X16,
         };
-        let roofline =
-            StepRoofline::dense(shape, Roofline::of(gpu), parallel, step_overhead_ms * 1e6);
-        let measured = measured.map(|set| {
-            Arc::new(MeasuredDenseStep::new(
-                set,
-                shape,
-                parallel,
-                step_overhead_ms * 1e6,
-            ))
-        });
+        let roofline = StepRoofline::dense(shape, Roofline::of(gpu), parallel, host.fixed_ns);
+        let measured = measured
+            .map(|set| Arc::new(MeasuredDenseStep::new(set, shape, parallel, host.fixed_ns)));
         let mut cost = EngineCost {
             model: model.to_string(),
             shape: shape.clone(),
@@ -149,6 +150,8 @@ impl EngineCost {
             roofline,
             kv_capacity_tokens,
             max_batch_size,
+            max_num_batched_tokens,
+            host,
             decode_ms_per_token: 0.0,
             measured,
             profile: None,
@@ -175,13 +178,22 @@ impl EngineCost {
 
     /// One step's price and, when measured operations priced it, what priced each operation.
     pub fn step_with_sources(&self, work: &StepTokens) -> (StepPrice, Option<OpSources>) {
-        match &self.measured {
+        let (mut price, sources) = match &self.measured {
             Some(measured) => {
                 let (price, sources) = measured.price(work);
                 (price, Some(sources))
             }
             None => (self.roofline.price(work), None),
-        }
+        };
+        let per_sequence = self.per_sequence_host_ns(work.sequences);
+        price.nanos += per_sequence;
+        price.overhead_ns += per_sequence;
+        (price, sources)
+    }
+
+    /// The host's time per step beyond its fixed part: `sequences` x the per-sequence term.
+    pub fn per_sequence_host_ns(&self, sequences: u64) -> f64 {
+        self.host.nanos(sequences) - self.host.fixed_ns
     }
 }
 
@@ -196,7 +208,8 @@ mod tests {
             gpu,
             256,
             0.9,
-            DEFAULT_STEP_OVERHEAD_MS,
+            HostOverhead::vllm_v0(),
+            DEFAULT_MAX_NUM_BATCHED_TOKENS,
             None,
         )
     }

@@ -27,6 +27,7 @@ use crate::serving::{
     Admission, AdmitHook, Batching, KvConfig, MeasuredStepCost, Replica, ReplicaConfig,
     RooflineStepCost, Seq, StepCost, StepTime, StepWork,
 };
+use crate::time::SimDuration;
 use crate::time::SimTime;
 use rand_distr::{Distribution, StandardNormal};
 use serde::Serialize;
@@ -47,13 +48,15 @@ struct EngineRun {
 }
 
 /// The replica configuration that reproduces Chimera's engine: `max_num_seqs` = the engine's
-/// batch limit, no token budget, no chunked prefill, a cache counted in tokens (block size 1,
-/// no watermark) that admits on the prompt alone and never preempts (docs/serving.md).
+/// batch limit, vLLM's token budget with chunked prefill (`cluster.max_num_batched_tokens`; 0:
+/// no budget, no chunking), a cache counted in tokens (block size 1, no watermark) that admits
+/// on the prompt alone and never preempts (docs/serving.md).
 pub fn replica_config(cost: &EngineCost) -> ReplicaConfig {
     ReplicaConfig {
         max_num_seqs: cost.max_batch_size,
-        max_num_batched_tokens: None,
-        chunked_prefill: false,
+        max_num_batched_tokens: (cost.max_num_batched_tokens > 0)
+            .then_some(cost.max_num_batched_tokens),
+        chunked_prefill: cost.max_num_batched_tokens > 0,
         kv: KvConfig {
             block_size: 1,
             blocks: cost.kv_capacity_tokens,
@@ -77,10 +80,15 @@ impl StepCost for EngineStepCost<'_> {
         if let Some(profile) = &self.0.profile {
             return crate::mosaic::profile_cost::ProfileStepCost(&profile.cost).price(work);
         }
-        match &self.0.measured {
+        let mut time = match &self.0.measured {
             Some(measured) => MeasuredStepCost(measured).price(work),
             None => RooflineStepCost(&self.0.roofline).price(work),
-        }
+        };
+        // The host's part per sequence (the fixed part is in the roofline's overhead).
+        let per_sequence = self.0.per_sequence_host_ns(work.dense_tokens().sequences);
+        time.duration = SimDuration(time.duration.0 + per_sequence.round() as u64);
+        time.breakdown.overhead_ns += per_sequence;
+        time
     }
 }
 
