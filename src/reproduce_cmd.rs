@@ -106,6 +106,10 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
                     verdict_text(claim, outcome)
                 );
             }
+            if let Some(problem) = stability_problem(claim, outcome, args.quick) {
+                unexplained += 1;
+                eprintln!("claim {}/{}: {problem}", family.headlines.family, claim.id);
+            }
         }
         let section = section(family, &documents, &outcomes, &values, args.quick);
         println!("{section}");
@@ -134,6 +138,29 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS
+}
+
+/// Why a claim's seed stability disagrees with what it says: unstable (fewer than 4 of 5 seeds
+/// give the verdict of the means, or fewer than 5 seeds) without `seed_sensitive`, or stable
+/// with it. The quick variant runs one seed and is not judged.
+fn stability_problem(claim: &Claim, outcome: &Outcome, quick: bool) -> Option<String> {
+    if quick {
+        return None;
+    }
+    let (agreeing, seeds) = outcome.seed_agreement();
+    match (outcome.seed_stable(), &claim.seed_sensitive) {
+        (false, None) => Some(format!(
+            "{agreeing} of {seeds} seeds give its verdict ({}), fewer than {} of {}: run more \
+             seeds or say why it is seed-sensitive (`seed_sensitive`)",
+            outcome.verdict.text(),
+            headlines::STABLE_SEEDS,
+            headlines::SEEDS_FOR_STABILITY
+        )),
+        (true, Some(_)) => Some(format!(
+            "{agreeing} of {seeds} seeds give its verdict: it is stable, delete `seed_sensitive`"
+        )),
+        _ => None,
+    }
 }
 
 /// Loads the headlines of the requested families and every run's scenario, and checks each
@@ -180,6 +207,12 @@ fn load_families(args: &ReproduceArgs) -> Result<Vec<Family>, String> {
                     Ok(plan)
                 })
                 .collect::<Result<Vec<_>, String>>()?;
+            headlines
+                .check_baselines(|id| {
+                    let index = headlines.runs.iter().position(|r| r.id == id)?;
+                    plans.get(index)
+                })
+                .map_err(|e| e.to_string())?;
             Ok(Family { headlines, plans })
         })
         .collect()
@@ -257,12 +290,15 @@ fn evaluate_all(
         .claims
         .iter()
         .map(|claim| {
-            let index = headlines
-                .runs
-                .iter()
-                .position(|r| r.id == claim.run)
-                .expect("load checked every claim's run");
-            headlines::evaluate(claim, &documents[index])
+            let index = |id: &str| {
+                headlines
+                    .runs
+                    .iter()
+                    .position(|r| r.id == id)
+                    .expect("load checked every claim's runs")
+            };
+            let versus = index(claim.versus_run.as_deref().unwrap_or(&claim.run));
+            headlines::evaluate_against(claim, &documents[index(&claim.run)], &documents[versus])
                 .map_err(|e| format!("{}: {e}", headlines.path.display()))
         })
         .collect()
@@ -414,32 +450,55 @@ fn section(
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "| claim | run | paper | paper value | ours | ours / paper | off by | verdict |"
+        "| claim | run | baseline | paper | paper value | ours | ours over seeds | ours / paper | \
+         off by | verdict | seeds with the verdict |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
     let mut notes: Vec<(&str, String)> = Vec::new();
     for (claim, outcome) in family.headlines.claims.iter().zip(outcomes) {
         let mut verdict = verdict_text(claim, outcome);
-        let why = match (&claim.by_construction, &claim.known_deviation) {
+        let mut why = match (&claim.by_construction, &claim.known_deviation) {
             (Some(reason), _) => Some(format!("by construction: {}", reason.trim())),
             (None, Some(deviation)) if outcome.verdict != Verdict::Reproduced => {
                 Some(deviation.trim().to_string())
             }
             _ => None,
+        };
+        for (what, reason) in [
+            ("seed-sensitive", &claim.seed_sensitive),
+            ("not yet the paper's baseline", &claim.baseline_mismatch),
+        ] {
+            if let Some(reason) = reason {
+                let line = format!("{what}: {}", reason.trim());
+                why = Some(match why {
+                    Some(why) => format!("{why} ({line})"),
+                    None => line,
+                });
+            }
         }
-        .map(|why| prose::fill_placeholders(&why, values));
+        let why = why.map(|why| prose::fill_placeholders(&why, values));
         if let Some(why) = why {
             notes.push((&claim.id, why));
             verdict = format!("{verdict}, see [{}]", notes.len());
         }
+        let run = match &claim.versus_run {
+            Some(versus) => format!("{} vs {versus}", claim.run),
+            None => claim.run.clone(),
+        };
+        let (agreeing, seeds) = outcome.seed_agreement();
+        let seed_sensitive = match claim.seed_sensitive {
+            Some(_) => " (seed-sensitive)",
+            None => "",
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {run} | {} | {} | {} | {} | {} | {} | {} | {} | {agreeing} of {seeds}{seed_sensitive} |",
             cell_text(&claim.claim),
-            claim.run,
+            claim.baseline,
             cell_text(&claim.paper),
             paper_value_text(claim),
             outcome.ours,
+            outcome.seed_spread_text(claim),
             outcome.ratio_text(),
             outcome.distance_text(claim),
             cell_text(&verdict)
@@ -456,6 +515,18 @@ fn section(
         count(Verdict::Input),
         outcomes.len()
     );
+    if !quick {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "Stable over seeds (at least {} of {} seeds, judged alone, give the verdict of the \
+             seed means): {} of {} claims; the others say why they are seed-sensitive.",
+            headlines::STABLE_SEEDS,
+            headlines::SEEDS_FOR_STABILITY,
+            outcomes.iter().filter(|o| o.seed_stable()).count(),
+            outcomes.len()
+        );
+    }
     if !notes.is_empty() {
         let _ = writeln!(out);
         let _ = writeln!(out, "Why a claim is short of reproduced, or an input:");
@@ -463,6 +534,32 @@ fn section(
         for (i, (id, why)) in notes.iter().enumerate() {
             let _ = writeln!(out, "{}. {id}: {why}", i + 1);
         }
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "#### The paper's baselines");
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "| baseline | the paper's words | its scenario | what the compared cell writes |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|");
+    for baseline in &family.headlines.baselines {
+        let requires = baseline
+            .requires
+            .iter()
+            .map(|(k, v)| format!("`{k} = {}`", cell_text(&v.to_string())))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let scenario = match &baseline.scenario {
+            Some(path) => format!("`{}`", path.display()),
+            None => "the claim's run".into(),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {scenario} | {requires} |",
+            baseline.name,
+            cell_text(&baseline.paper)
+        );
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "#### Inputs we chose or fitted");

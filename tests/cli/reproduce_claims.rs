@@ -77,6 +77,8 @@ fn every_claim_gets_its_expected_verdict_and_every_value_its_text_on_its_quick_r
     let mut prose_families = Vec::new();
     for family in &families {
         let mut quick_values = BTreeMap::new();
+        let mut documents = BTreeMap::new();
+        let mut plans = BTreeMap::new();
         for run in &family.runs {
             let mut sets = run.sets.clone();
             sets.extend(run.quick.iter().cloned());
@@ -98,27 +100,6 @@ fn every_claim_gets_its_expected_verdict_and_every_value_its_text_on_its_quick_r
             )
             .unwrap();
             let document = SweepHeader::of(&plan).assemble(cells);
-            for (_, claim) in family.claims_of(&run.id) {
-                let outcome = headlines::evaluate(claim, &document).unwrap();
-                checked += 1;
-                let at = format!("{}/{} ({})", family.family, claim.id, outcome.ours);
-                let expected = match (claim.by_construction.is_some(), claim.expect_quick) {
-                    (false, Some(quick)) => quick,
-                    _ => outcome.expected,
-                };
-                if outcome.verdict != expected {
-                    problems.push(format!(
-                        "{at}: verdict {} (direction at {} of {} points, ours/paper {}), but \
-                         headlines.toml expects {}; update `expect`/`expect_quick` and \
-                         `known_deviation`",
-                        outcome.verdict.text(),
-                        outcome.holding,
-                        outcome.judged,
-                        outcome.ratio_text(),
-                        expected.text()
-                    ));
-                }
-            }
             for value in family.values.iter().filter(|v| v.run == run.id) {
                 match headlines::render(value, &document) {
                     Ok(rendered) => {
@@ -133,6 +114,35 @@ fn every_claim_gets_its_expected_verdict_and_every_value_its_text_on_its_quick_r
                     }
                     Err(e) => problems.push(format!("{}: {e}", family.family)),
                 }
+            }
+            documents.insert(run.id.clone(), document);
+            plans.insert(run.id.clone(), plan);
+        }
+        if let Err(e) = family.check_baselines(|id| plans.get(id)) {
+            problems.push(e.to_string());
+        }
+        for claim in &family.claims {
+            let versus = claim.versus_run.as_ref().unwrap_or(&claim.run);
+            let outcome =
+                headlines::evaluate_against(claim, &documents[&claim.run], &documents[versus])
+                    .unwrap();
+            checked += 1;
+            let at = format!("{}/{} ({})", family.family, claim.id, outcome.ours);
+            let expected = match (claim.by_construction.is_some(), claim.expect_quick) {
+                (false, Some(quick)) => quick,
+                _ => outcome.expected,
+            };
+            if outcome.verdict != expected {
+                problems.push(format!(
+                    "{at}: verdict {} (direction at {} of {} points, ours/paper {}), but \
+                     headlines.toml expects {}; update `expect`/`expect_quick` and \
+                     `known_deviation`",
+                    outcome.verdict.text(),
+                    outcome.holding,
+                    outcome.judged,
+                    outcome.ratio_text(),
+                    expected.text()
+                ));
             }
         }
         prose_families.push(FamilyProse {

@@ -79,12 +79,68 @@ pub struct Outcome {
     pub magnitude: Option<Magnitude>,
     /// Our value, formatted per the claim's statistic.
     pub ours: String,
+    /// The claim judged on each seed of its run alone, in the run's seed order.
+    pub seeds: Vec<SeedOutcome>,
+}
+
+/// A claim judged on one seed's values alone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeedOutcome {
+    pub seed: u64,
+    pub verdict: Verdict,
+    /// The judged values in the claim's statistic (for `values`: the claimed cell's), one per
+    /// judged point.
+    pub values: Vec<f64>,
 }
 
 impl Outcome {
     /// Whether the verdict is the one the claim expects.
     pub fn as_expected(&self) -> bool {
         self.verdict == self.expected
+    }
+
+    /// How many seeds, judged alone, give the verdict of the seed means, of how many.
+    pub fn seed_agreement(&self) -> (usize, usize) {
+        let agreeing = self
+            .seeds
+            .iter()
+            .filter(|s| s.verdict == self.verdict)
+            .count();
+        (agreeing, self.seeds.len())
+    }
+
+    /// Whether the verdict is stable over seeds: at least `SEEDS_FOR_STABILITY` seeds, of which
+    /// at least `STABLE_SEEDS` in `SEEDS_FOR_STABILITY` give the verdict of the means.
+    pub fn seed_stable(&self) -> bool {
+        let (agreeing, n) = self.seed_agreement();
+        n >= SEEDS_FOR_STABILITY && agreeing * SEEDS_FOR_STABILITY >= STABLE_SEEDS * n
+    }
+
+    /// The spread of our value over seeds: each judged point's lowest to highest value over the
+    /// seeds, in the claim's statistic, points separated by `; `.
+    pub fn seed_spread_text(&self, claim: &Claim) -> String {
+        let Some(first) = self.seeds.first() else {
+            return "n/a".into();
+        };
+        (0..first.values.len())
+            .map(|i| {
+                let values = self.seeds.iter().filter_map(|s| s.values.get(i).copied());
+                let (low, high) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| {
+                    (l.min(v), h.max(v))
+                });
+                if !low.is_finite() || !high.is_finite() {
+                    return "n/a".to_string();
+                }
+                match claim.statistic {
+                    Statistic::Values => match number(low) == number(high) {
+                        true => number(low),
+                        false => format!("{} to {}", number(low), number(high)),
+                    },
+                    statistic => NumberFormat::of_statistic(statistic).range(low, high),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     /// `ours / paper` as text: one ratio or the range of the per-point ratios.
@@ -192,6 +248,9 @@ pub(super) type Coords = Vec<(String, serde_json::Value)>;
 /// Per point, the selected cell's mean and the compared cell's; and every cell read.
 pub(super) type SelectedPoints = (Vec<(f64, Option<f64>)>, Vec<Coords>);
 
+/// Per point, the selected cell and the compared one; and every cell read.
+pub(super) type SelectedCells<'a> = (Vec<(&'a CellResult, Option<&'a CellResult>)>, Vec<Coords>);
+
 /// The selected cell's mean of the metric and, with `versus`, the compared cell's, at every
 /// combination of the `over` axes' values (the first axis varying slowest, each in sweep order);
 /// and the coordinates of every cell read.
@@ -199,6 +258,30 @@ pub(super) fn select_points(
     document: &ResultsDocument,
     selection: &Selection,
 ) -> Result<SelectedPoints, String> {
+    let (pairs, read) = select_cells(document, document, selection)?;
+    let mean = |c: &CellResult| {
+        c.mean(selection.metric).ok_or_else(|| {
+            format!(
+                "{}: cell {} lacks {}",
+                selection.label, c.id, selection.metric
+            )
+        })
+    };
+    let points = pairs
+        .into_iter()
+        .map(|(cell, versus)| Ok((mean(cell)?, versus.map(mean).transpose()?)))
+        .collect::<Result<_, String>>()?;
+    Ok((points, read))
+}
+
+/// The selected cell and, with `versus`, the compared cell of `versus_document` (the same
+/// document, or the run `versus_run` names), at every combination of the `over` axes' values;
+/// and the coordinates of every cell read.
+pub(super) fn select_cells<'a>(
+    document: &'a ResultsDocument,
+    versus_document: &'a ResultsDocument,
+    selection: &Selection,
+) -> Result<SelectedCells<'a>, String> {
     let label = selection.label;
     let mut combinations: Vec<toml::Table> = vec![selection.cell.clone()];
     for key in selection.over {
@@ -219,11 +302,12 @@ pub(super) fn select_points(
             })
             .collect();
     }
-    let mean = |c: &CellResult| {
-        c.mean(selection.metric)
-            .ok_or_else(|| format!("{label}: cell {} lacks {}", c.id, selection.metric))
-    };
-    let mut points = Vec::new();
+    let versus_axes: Vec<&str> = versus_document
+        .sweep
+        .iter()
+        .map(|a| a.key.as_str())
+        .collect();
+    let mut pairs = Vec::new();
     let mut read = Vec::new();
     for wanted in &combinations {
         let cell = find_cell(document, wanted).map_err(|e| format!("{label}: {e}"))?;
@@ -231,24 +315,50 @@ pub(super) fn select_points(
         let versus = match selection.versus {
             None => None,
             Some(versus) => {
-                let compared = replace_coords(document, wanted, versus);
-                let found = find_cell(document, &compared).map_err(|e| format!("{label}: {e}"))?;
+                let compared = replace_coords(&versus_axes, wanted, versus);
+                let found =
+                    find_cell(versus_document, &compared).map_err(|e| format!("{label}: {e}"))?;
                 read.push(found.coords.clone());
-                Some(mean(found)?)
+                Some(found)
             }
         };
-        points.push((mean(cell)?, versus));
+        pairs.push((cell, versus));
     }
-    Ok((points, read))
+    Ok((pairs, read))
 }
 
-/// Evaluates `claim` on `document` (the results of the claim's run).
+/// The seeds of a claim's verdict that must agree with the verdict on the seed means: at least
+/// `STABLE_SEEDS` of `SEEDS_FOR_STABILITY` (the same share of more seeds).
+pub const STABLE_SEEDS: usize = 4;
+/// The fewest seeds a full reproduction run judges a claim's stability on.
+pub const SEEDS_FOR_STABILITY: usize = 5;
+
+/// Evaluates `claim` on `document` (the results of the claim's run); a claim with `versus_run`
+/// needs `evaluate_against`.
 pub fn evaluate(claim: &Claim, document: &ResultsDocument) -> Result<Outcome, String> {
+    if let Some(run) = &claim.versus_run {
+        return Err(format!(
+            "claim {}: its compared cell is in run `{run}`: evaluate it with that run's results",
+            claim.id
+        ));
+    }
+    evaluate_against(claim, document, document)
+}
+
+/// Evaluates `claim` on `document` (the results of the claim's run), its compared cells taken
+/// from `versus_document` (the results of its `versus_run`, or `document` again): on the seed
+/// means, and on each seed of `document` alone.
+pub fn evaluate_against(
+    claim: &Claim,
+    document: &ResultsDocument,
+    versus_document: &ResultsDocument,
+) -> Result<Outcome, String> {
     let label = format!("claim {}", claim.id);
     let better = metric_better(document, &label, &claim.metric)?;
     let over: Vec<String> = claim.over.iter().chain(&claim.pool).cloned().collect();
-    let points = select_points(
+    let (pairs, _) = select_cells(
         document,
+        versus_document,
         &Selection {
             label: &label,
             metric: &claim.metric,
@@ -256,14 +366,86 @@ pub fn evaluate(claim: &Claim, document: &ResultsDocument) -> Result<Outcome, St
             versus: Some(&claim.versus),
             over: &over,
         },
-    )?
-    .0
-    .into_iter()
-    .map(|(cell, versus)| Point {
-        cell,
-        versus: versus.expect("a claim always has `versus`"),
+    )?;
+    let pairs: Vec<(&CellResult, &CellResult)> = pairs
+        .into_iter()
+        .map(|(cell, versus)| (cell, versus.expect("a claim always has `versus`")))
+        .collect();
+    let mean = |c: &CellResult| {
+        c.mean(&claim.metric)
+            .ok_or_else(|| format!("{label}: cell {} lacks {}", c.id, claim.metric))
+    };
+    let points = pairs
+        .iter()
+        .map(|(cell, versus)| {
+            Ok(Point {
+                cell: mean(cell)?,
+                versus: mean(versus)?,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let judgement = judge(claim, better, &points, document)?;
+    let mut seeds = Vec::new();
+    for &seed in &document.seeds {
+        let of_seed = |c: &CellResult| {
+            c.runs
+                .iter()
+                .find(|r| r.seed == seed)
+                .and_then(|r| r.scalars.get(&claim.metric).copied())
+                .ok_or_else(|| {
+                    format!(
+                        "{label}: cell {} has no {} at seed {seed}",
+                        c.id, claim.metric
+                    )
+                })
+        };
+        let seed_points = pairs
+            .iter()
+            .map(|(cell, versus)| {
+                Ok(Point {
+                    cell: of_seed(cell)?,
+                    versus: of_seed(versus)?,
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let seed_judgement = judge(claim, better, &seed_points, document)?;
+        seeds.push(SeedOutcome {
+            seed,
+            verdict: seed_judgement.verdict,
+            values: judged_values(claim, better, &seed_points),
+        });
+    }
+    let expected = match &claim.by_construction {
+        Some(_) => Verdict::Input,
+        None => claim.expect.unwrap_or(Verdict::Reproduced),
+    };
+    let ours = format_ours(claim, better, &points);
+    Ok(Outcome {
+        points,
+        holding: judgement.holding,
+        judged: judgement.judged,
+        verdict: judgement.verdict,
+        expected,
+        magnitude: judgement.magnitude,
+        ours,
+        seeds,
     })
-    .collect::<Vec<_>>();
+}
+
+/// The direction and magnitude of a claim on one set of points, and its verdict.
+struct Judgement {
+    holding: usize,
+    judged: usize,
+    magnitude: Option<Magnitude>,
+    verdict: Verdict,
+}
+
+fn judge(
+    claim: &Claim,
+    better: Better,
+    points: &[Point],
+    document: &ResultsDocument,
+) -> Result<Judgement, String> {
     let shows = |change: f64| match claim.direction {
         Direction::Lower => change < 0.0,
         Direction::Higher => change > 0.0,
@@ -285,7 +467,7 @@ pub fn evaluate(claim: &Claim, document: &ResultsDocument) -> Result<Outcome, St
     let holds = holding == judged;
     let magnitude = match &claim.paper_value {
         None => None,
-        Some(paper) => Some(magnitude(claim, better, &points, paper, document)?),
+        Some(paper) => Some(magnitude(claim, better, points, paper, document)?),
     };
     let verdict = match (&claim.by_construction, holds, &magnitude) {
         (Some(_), _, _) => Verdict::Input,
@@ -293,19 +475,11 @@ pub fn evaluate(claim: &Claim, document: &ResultsDocument) -> Result<Outcome, St
         (None, true, Some(m)) if !m.within => Verdict::DirectionOnly,
         (None, true, _) => Verdict::Reproduced,
     };
-    let expected = match &claim.by_construction {
-        Some(_) => Verdict::Input,
-        None => claim.expect.unwrap_or(Verdict::Reproduced),
-    };
-    let ours = format_ours(claim, better, &points);
-    Ok(Outcome {
-        points,
+    Ok(Judgement {
         holding,
         judged,
-        verdict,
-        expected,
         magnitude,
-        ours,
+        verdict,
     })
 }
 
@@ -410,27 +584,24 @@ fn magnitude(
     })
 }
 
-/// `wanted` with `versus` laid over it: a key of `versus` replaces every key of `wanted` on the
-/// same sweep axis (`routing.kind = "least_loaded"` drops `routing.slack`).
-fn replace_coords(
-    document: &ResultsDocument,
+/// `wanted` with `versus` laid over it, for a document with sweep keys `axes`: a key of
+/// `versus` replaces every key of `wanted` on the same sweep axis (`routing.kind =
+/// "least_loaded"` drops `routing.slack`), and a key of `wanted` on no axis of `axes` is dropped
+/// (the compared run does not sweep it).
+pub(super) fn replace_coords(
+    axes: &[&str],
     wanted: &toml::Table,
     versus: &toml::Table,
 ) -> toml::Table {
     let axis_of = |key: &str| {
-        document
-            .sweep
-            .iter()
-            .find(|a| key_reaches(&a.key, key))
-            .map(|a| a.key.clone())
+        axes.iter()
+            .find(|a| key_reaches(a, key))
+            .map(|a| a.to_string())
     };
     let replaced: Vec<Option<String>> = versus.keys().map(|k| axis_of(k)).collect();
     let mut compared: toml::Table = wanted
         .iter()
-        .filter(|(k, _)| {
-            let axis = axis_of(k);
-            axis.is_none() || !replaced.contains(&axis)
-        })
+        .filter(|(k, _)| axis_of(k).is_some_and(|axis| !replaced.contains(&Some(axis))))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     compared.extend(versus.clone());
@@ -448,7 +619,7 @@ fn find_cell<'a>(
         .filter(|cell| {
             wanted
                 .iter()
-                .all(|(key, value)| coord_matches(cell, key, value))
+                .all(|(key, value)| coord_matches(&cell.coords, key, value))
         })
         .collect();
     match matching.as_slice() {
@@ -476,13 +647,17 @@ fn show(table: &toml::Table) -> String {
         .join(", ")
 }
 
-/// Whether the cell's coordinate `key` (or the part of a table-valued coordinate it reaches
-/// into) equals `value`, numbers compared as numbers.
-fn coord_matches(cell: &CellResult, key: &str, value: &toml::Value) -> bool {
+/// Whether the coordinate `key` of a cell with `coords` (or the part of a table-valued
+/// coordinate it reaches into) equals `value`, numbers compared as numbers.
+pub(super) fn coord_matches(
+    coords: &[(String, serde_json::Value)],
+    key: &str,
+    value: &toml::Value,
+) -> bool {
     let Ok(want) = serde_json::to_value(value) else {
         return false;
     };
-    cell.coords.iter().any(|(axis, actual)| {
+    coords.iter().any(|(axis, actual)| {
         if !key_reaches(axis, key) {
             return false;
         }
@@ -497,7 +672,7 @@ fn coord_matches(cell: &CellResult, key: &str, value: &toml::Value) -> bool {
     })
 }
 
-fn json_equal(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+pub(super) fn json_equal(a: &serde_json::Value, b: &serde_json::Value) -> bool {
     use serde_json::Value;
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),

@@ -16,7 +16,8 @@ pub mod prose;
 mod value;
 
 pub use evaluate::{
-    ABSOLUTE_TOLERANCE_POINTS, Magnitude, Outcome, Point, RELATIVE_TOLERANCE, Verdict, evaluate,
+    ABSOLUTE_TOLERANCE_POINTS, Magnitude, Outcome, Point, RELATIVE_TOLERANCE, SEEDS_FOR_STABILITY,
+    STABLE_SEEDS, SeedOutcome, Verdict, evaluate, evaluate_against,
 };
 pub use value::{Combine, NumberFormat, Rendered, Value, render};
 
@@ -96,6 +97,19 @@ pub struct Claim {
     pub cell: toml::Table,
     /// Coordinates that differ for the compared cell; the others are the cell's.
     pub versus: toml::Table,
+    /// The run whose results hold the compared cell, when it is not `run` (the paper's
+    /// baseline is another scenario, e.g. MOSAIC's round-robin without the gate): its cell is
+    /// `versus` laid over the claimed cell's coordinates on the sweep keys that run has.
+    pub versus_run: Option<String>,
+    /// The `[[baseline]]` the paper compares with: `versus` must select a cell that is that
+    /// baseline, and the `paper` sentence must name it.
+    pub baseline: String,
+    /// Why `versus` is not (yet) the paper's baseline: the baseline check lets this claim
+    /// through, and fails once the claim does compare with its baseline (then delete the key).
+    pub baseline_mismatch: Option<String>,
+    /// Why the claim's verdict is not the same for at least 4 of 5 seeds: the reproduction
+    /// refuses an unstable claim without it, and a stable one with it.
+    pub seed_sensitive: Option<String>,
     /// A sweep key the claim ranges over; each of its values is one point of comparison.
     pub over: Option<String>,
     /// More sweep keys whose values are more points of the claim, pooled with `over`'s (the
@@ -152,6 +166,24 @@ impl PaperNumber {
     }
 }
 
+/// A comparison point a paper reports against (its baseline system or setting), defined once
+/// per headlines file and named by each claim's `baseline`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Baseline {
+    /// The name claims use.
+    pub name: String,
+    /// The paper's words for it: every claim naming this baseline quotes them in its `paper`
+    /// sentence (compared without case).
+    pub paper: String,
+    /// The scenario file (relative to the headlines file) whose run holds the compared cell;
+    /// absent: any run.
+    pub scenario: Option<PathBuf>,
+    /// Dotted keys and the values the compared cell's scenario (its file, `--set`s and sweep
+    /// coordinates) must write.
+    pub requires: toml::Table,
+}
+
 /// An input we chose or fitted (not a result), listed in the family's inputs table; a result of
 /// ours its text mentions (what another choice would give) is a `{value:<id>}` placeholder.
 #[derive(Clone, Debug, Deserialize)]
@@ -187,6 +219,8 @@ struct HeadlinesFile {
     #[serde(default)]
     run: Vec<RunSpec>,
     #[serde(default)]
+    baseline: Vec<Baseline>,
+    #[serde(default)]
     claim: Vec<Claim>,
     #[serde(default)]
     input: Vec<Input>,
@@ -203,6 +237,8 @@ pub struct Headlines {
     /// The folder name under `scenarios/` (the family's name in docs and on the command line).
     pub family: String,
     pub runs: Vec<RunSpec>,
+    /// The paper's baselines the claims name (scenario files resolved).
+    pub baselines: Vec<Baseline>,
     pub claims: Vec<Claim>,
     /// The inputs we chose or fitted, in file order.
     pub inputs: Vec<Input>,
@@ -212,6 +248,8 @@ pub struct Headlines {
     pub prose: ProseDeclarations,
     spans: SpanIndex,
 }
+
+static EMPTY_TABLE: std::sync::LazyLock<toml::Table> = std::sync::LazyLock::new(toml::Table::new);
 
 /// The file name of a family's headlines beside its scenarios.
 pub const FILE_NAME: &str = "headlines.toml";
@@ -300,6 +338,39 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
             ));
         }
     }
+    let mut baselines = file.baseline;
+    let file_names: Vec<String> = baselines.iter().map(|b| b.name.clone()).collect();
+    for (i, baseline) in baselines.iter_mut().enumerate() {
+        let at = |key: &str| format!("baseline[{i}].{key}");
+        if file_names[..i].contains(&baseline.name) {
+            return Err(error(
+                &at("name"),
+                format!("baseline `{}` is defined twice", baseline.name),
+            ));
+        }
+        if baseline.paper.trim().is_empty() {
+            return Err(error(
+                &at("paper"),
+                "is empty: a baseline quotes the paper's words for it".into(),
+            ));
+        }
+        if baseline.requires.is_empty() {
+            return Err(error(
+                &at("requires"),
+                "names no key: a baseline says what the compared cell's scenario writes".into(),
+            ));
+        }
+        if let Some(scenario) = &baseline.scenario {
+            let resolved = base.join(scenario);
+            if !resolved.is_file() {
+                return Err(error(
+                    &at("scenario"),
+                    format!("no scenario file at {}", resolved.display()),
+                ));
+            }
+            baseline.scenario = Some(resolved);
+        }
+    }
     for (i, claim) in file.claim.iter().enumerate() {
         let at = |key: &str| format!("claim[{i}].{key}");
         if file.claim[..i].iter().any(|c| c.id == claim.id) {
@@ -313,6 +384,49 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
                 &at("run"),
                 format!("no [[run]] has id `{}`", claim.run),
             ));
+        }
+        if let Some(versus_run) = &claim.versus_run {
+            if !runs.iter().any(|r| &r.id == versus_run) {
+                return Err(error(
+                    &at("versus_run"),
+                    format!("no [[run]] has id `{versus_run}`"),
+                ));
+            }
+        }
+        match baselines.iter().find(|b| b.name == claim.baseline) {
+            None => {
+                return Err(error(
+                    &at("baseline"),
+                    format!(
+                        "no [[baseline]] is named `{}` (defined: {})",
+                        claim.baseline,
+                        file_names.join(", ")
+                    ),
+                ));
+            }
+            Some(baseline) => {
+                if !claim
+                    .paper
+                    .to_lowercase()
+                    .contains(&baseline.paper.to_lowercase())
+                {
+                    return Err(error(
+                        &at("paper"),
+                        format!(
+                            "does not name its baseline `{}` in the paper's words (\"{}\")",
+                            baseline.name, baseline.paper
+                        ),
+                    ));
+                }
+            }
+        }
+        for (key, reason) in [
+            ("baseline_mismatch", &claim.baseline_mismatch),
+            ("seed_sensitive", &claim.seed_sensitive),
+        ] {
+            if reason.as_ref().is_some_and(|r| r.trim().is_empty()) {
+                return Err(error(&at(key), "needs its reason".into()));
+            }
         }
         if claim.versus.is_empty() {
             return Err(error(
@@ -487,6 +601,7 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
         path: path.to_path_buf(),
         family,
         runs,
+        baselines,
         claims: file.claim,
         inputs: file.input,
         values: file.value,
@@ -519,7 +634,13 @@ impl Headlines {
             message,
         };
         let axes: Vec<&str> = plan.axes.iter().map(|a| a.key.as_str()).collect();
-        let claims = self.claims_of(id).map(|(i, c)| {
+        let claims = self.claims.iter().enumerate().filter_map(|(i, c)| {
+            let versus_run = c.versus_run.as_deref().unwrap_or(&c.run);
+            let own = c.run == id;
+            let compared = versus_run == id;
+            if !own && !compared {
+                return None;
+            }
             let over = c
                 .over
                 .as_slice()
@@ -530,14 +651,16 @@ impl Headlines {
                         .iter()
                         .enumerate()
                         .map(move |(j, k)| (format!("claim[{i}].pool[{j}]"), k)),
-                );
-            (
+                )
+                .filter(|_| own);
+            let empty = &EMPTY_TABLE;
+            Some((
                 format!("claim[{i}]"),
                 &c.metric,
-                &c.cell,
-                Some(&c.versus),
+                if own { &c.cell } else { empty },
+                compared.then_some(&c.versus),
                 over.collect::<Vec<_>>(),
-            )
+            ))
         });
         let values = self
             .values
@@ -589,6 +712,159 @@ impl Headlines {
         }
         Ok(())
     }
+
+    /// Checks that every claim compares with the baseline it names: the compared cells (the
+    /// claimed cells' coordinates with `versus` laid over them, in the `versus_run` or the
+    /// claim's run) come from the baseline's scenario file and their scenario writes every
+    /// value the baseline requires. A claim with `baseline_mismatch` must fail this (it says
+    /// why), every other claim must pass it. `plan_of` gives each run's loaded scenario.
+    pub fn check_baselines<'a>(
+        &self,
+        plan_of: impl Fn(&str) -> Option<&'a ScenarioPlan>,
+    ) -> Result<(), ScenarioError> {
+        let error = |field: String, message: String| ScenarioError {
+            file: self.path.clone(),
+            location: self.spans.locate(&field),
+            field: Some(field),
+            message,
+        };
+        for (i, claim) in self.claims.iter().enumerate() {
+            let baseline = self
+                .baselines
+                .iter()
+                .find(|b| b.name == claim.baseline)
+                .expect("load checked every claim's baseline");
+            let versus_run = claim.versus_run.as_deref().unwrap_or(&claim.run);
+            let (Some(cell_plan), Some(versus_plan)) = (plan_of(&claim.run), plan_of(versus_run))
+            else {
+                return Err(error(
+                    format!("claim[{i}].run"),
+                    format!(
+                        "no loaded scenario for run `{}` or `{versus_run}`",
+                        claim.run
+                    ),
+                ));
+            };
+            let problems =
+                baseline_problems(baseline, &claim.cell, &claim.versus, cell_plan, versus_plan);
+            match (problems.is_empty(), &claim.baseline_mismatch) {
+                (false, None) => {
+                    return Err(error(
+                        format!("claim[{i}].versus"),
+                        format!(
+                            "does not compare with the paper's baseline `{}` (\"{}\"): {}",
+                            baseline.name,
+                            baseline.paper,
+                            problems.join("; ")
+                        ),
+                    ));
+                }
+                (true, Some(_)) => {
+                    return Err(error(
+                        format!("claim[{i}].baseline_mismatch"),
+                        format!(
+                            "the claim compares with its baseline `{}`: delete baseline_mismatch",
+                            baseline.name
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why the cells a claim compares with (`versus` over the claimed `cell`s of `cell_plan`, found
+/// in `versus_plan`) are not `baseline`; empty when they are.
+fn baseline_problems(
+    baseline: &Baseline,
+    cell: &toml::Table,
+    versus: &toml::Table,
+    cell_plan: &ScenarioPlan,
+    versus_plan: &ScenarioPlan,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(scenario) = &baseline.scenario {
+        let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => a == b,
+        };
+        if !same(scenario, &versus_plan.path) {
+            problems.push(format!(
+                "its compared cell is a cell of {}, the baseline's is in {}",
+                versus_plan.path.display(),
+                scenario.display()
+            ));
+        }
+    }
+    let json_coords = |coords: &[(String, toml::Value)]| -> Vec<(String, serde_json::Value)> {
+        coords
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or_default()))
+            .collect()
+    };
+    let versus_axes: Vec<&str> = versus_plan.axes.iter().map(|a| a.key.as_str()).collect();
+    let mut compared = 0;
+    for claimed in cell_plan.cells.iter().filter(|c| {
+        let coords = json_coords(&c.coords);
+        cell.iter()
+            .all(|(k, v)| evaluate::coord_matches(&coords, k, v))
+    }) {
+        let wanted: toml::Table = claimed.coords.iter().cloned().collect();
+        let wanted = evaluate::replace_coords(&versus_axes, &wanted, versus);
+        for found in versus_plan.cells.iter().filter(|c| {
+            let coords = json_coords(&c.coords);
+            wanted
+                .iter()
+                .all(|(k, v)| evaluate::coord_matches(&coords, k, v))
+        }) {
+            compared += 1;
+            let mut document = versus_plan.document.clone();
+            for (key, value) in &found.coords {
+                let _ = crate::scenario::sweep::apply(&mut document, key, value.clone());
+            }
+            for (key, want) in &baseline.requires {
+                let actual = written_value(&document, key);
+                let matches = actual.is_some_and(|actual| {
+                    match (serde_json::to_value(actual), serde_json::to_value(want)) {
+                        (Ok(a), Ok(w)) => evaluate::json_equal(&a, &w),
+                        _ => false,
+                    }
+                });
+                if !matches {
+                    let problem = format!(
+                        "cell {} of {} has {key} = {}, the baseline {want}",
+                        found.id,
+                        versus_plan.path.display(),
+                        actual.map_or("(not written)".to_string(), |v| v.to_string())
+                    );
+                    if !problems.contains(&problem) {
+                        problems.push(problem);
+                    }
+                }
+            }
+        }
+    }
+    if compared == 0 {
+        problems.push(format!(
+            "no cell of {} is compared (versus {})",
+            versus_plan.path.display(),
+            toml::Value::Table(versus.clone())
+        ));
+    }
+    problems.truncate(3);
+    problems
+}
+
+/// The value a scenario document writes at dotted `key`.
+fn written_value<'a>(document: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
+    let mut parts = key.split('.');
+    let mut value = document.get(parts.next()?)?;
+    for part in parts {
+        value = value.as_table()?.get(part)?;
+    }
+    Some(value)
 }
 
 #[cfg(test)]

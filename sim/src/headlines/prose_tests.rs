@@ -84,16 +84,22 @@ fn fixture(dir: &std::path::Path, extra: &str) -> Headlines {
 id = "r"
 scenario = "s.toml"
 
+[[baseline]]
+name = "fcfs"
+paper = "FCFS"
+requires = {{ "scheduler.selector.kind" = "fcfs" }}
+
 [[claim]]
 id = "c"
 run = "r"
+baseline = "fcfs"
 claim = "gv beats fcfs"
 metric = "latency_p99_ms"
 statistic = "improvement_pct"
 cell = {{ "scheduler.selector.kind" = "gv" }}
 versus = {{ "scheduler.selector.kind" = "fcfs" }}
 direction = "lower"
-paper = "+46.9%"
+paper = "+46.9% over FCFS"
 paper_value = 46.9
 expect = "direction_only"
 known_deviation = "ours is {{value:gain}} against the paper's 46.9%."
@@ -337,7 +343,9 @@ fn paper_numbers_must_be_in_the_papers_text() {
         2,
         "the claim's paper text and the prose phrase: {problems:?}"
     );
-    assert!(problems[0].contains("claim c paper `+46.9%`: 46.9 is not in the paper's text"));
+    assert!(
+        problems[0].contains("claim c paper `+46.9% over FCFS`: 46.9 is not in the paper's text")
+    );
 }
 
 #[test]

@@ -1,22 +1,42 @@
 use super::*;
 use crate::metrics::AcrossSeeds;
-use crate::results::{CellResult, ResultsDocument, ScenarioEcho, SweepAxisEcho, ToolInfo};
+use crate::results::{
+    CellResult, ResultsDocument, RunResult, ScenarioEcho, SweepAxisEcho, ToolInfo,
+};
 use serde_json::json;
 
-/// A CAPS-shaped document: selectors x rates, p99 given per cell.
+/// A CAPS-shaped document: selectors x rates, p99 given per cell (one seed).
 fn document(p99: &[(&str, i64, f64)]) -> ResultsDocument {
+    let per_seed: Vec<(&str, i64, Vec<f64>)> = p99
+        .iter()
+        .map(|&(kind, rate, value)| (kind, rate, vec![value]))
+        .collect();
+    seeded_document(&per_seed)
+}
+
+/// A CAPS-shaped document: selectors x rates, p99 given per cell and seed (seeds 1, 2, ...).
+fn seeded_document(p99: &[(&str, i64, Vec<f64>)]) -> ResultsDocument {
+    let n_seeds = p99.first().map_or(1, |(_, _, values)| values.len());
     let cells = p99
         .iter()
-        .map(|&(kind, rate, value)| CellResult {
+        .map(|(kind, rate, values)| CellResult {
             id: format!("{kind}@{rate}"),
             coords: vec![
                 ("arrival.rate_per_s".into(), json!(rate)),
                 ("scheduler.selector".into(), json!({ "kind": kind })),
             ],
             cost_model: "test".into(),
-            runs: Vec::new(),
+            runs: values
+                .iter()
+                .enumerate()
+                .map(|(i, &value)| RunResult {
+                    seed: i as u64 + 1,
+                    scalars: [("latency_p99_ms".to_string(), value)].into(),
+                    details: json!({}),
+                })
+                .collect(),
             trace: None,
-            summary: [("latency_p99_ms".to_string(), AcrossSeeds::of(&[value]))].into(),
+            summary: [("latency_p99_ms".to_string(), AcrossSeeds::of(values))].into(),
             improvement: None,
         })
         .collect();
@@ -31,7 +51,7 @@ fn document(p99: &[(&str, i64, f64)]) -> ResultsDocument {
             family: crate::family::FamilyId::named("caps").unwrap(),
             document: json!({}),
         },
-        seeds: vec![1],
+        seeds: (1..=n_seeds as u64).collect(),
         sweep: vec![
             SweepAxisEcho {
                 key: "arrival.rate_per_s".into(),
@@ -54,6 +74,7 @@ fn claim(text: &str) -> Claim {
 const CLAIM: &str = r#"
 id = "c"
 run = "r"
+baseline = "fcfs"
 claim = "gv beats fcfs"
 metric = "latency_p99_ms"
 statistic = "improvement_pct"
@@ -61,7 +82,15 @@ cell = { "scheduler.selector.kind" = "gv" }
 versus = { "scheduler.selector.kind" = "fcfs" }
 over = "arrival.rate_per_s"
 direction = "lower"
-paper = "+18%"
+paper = "+18% over FCFS"
+"#;
+
+/// The baseline `CLAIM` names.
+const BASELINE: &str = r#"
+[[baseline]]
+name = "fcfs"
+paper = "FCFS"
+requires = { "scheduler.selector.kind" = "fcfs" }
 "#;
 
 #[test]
@@ -176,14 +205,14 @@ fn load_reports_file_line_and_field() {
     std::fs::create_dir(&family).unwrap();
     std::fs::write(family.join("s.toml"), "").unwrap();
     let path = family.join(FILE_NAME);
-    let write = |text: &str| std::fs::write(&path, text).unwrap();
+    let write = |text: &str| std::fs::write(&path, format!("{text}\n{BASELINE}")).unwrap();
 
     write(&format!(
         "[[run]]\nid = \"r\"\nscenario = \"s.toml\"\n\n[[claim]]\n{}",
         CLAIM.replace("direction = \"lower\"", "direction = \"down\"")
     ));
     let err = load(&path).unwrap_err().to_string();
-    assert!(err.contains("headlines.toml:15:"), "{err}");
+    assert!(err.contains("headlines.toml:16:"), "{err}");
     assert!(err.contains("field `claim[0].direction`"), "{err}");
 
     write(&format!(
@@ -356,7 +385,7 @@ fn load_refuses_a_value_declared_twice_or_without_its_statistic() {
     let path = family.join(FILE_NAME);
     let run = "[[run]]\nid = \"r\"\nscenario = \"s.toml\"\n";
     let load_text = |text: &str| {
-        std::fs::write(&path, format!("{run}{text}")).unwrap();
+        std::fs::write(&path, format!("{run}{text}\n{BASELINE}")).unwrap();
         load(&path).map_err(|e| e.to_string())
     };
     let twice = load_text(&format!("\n[[value]]\n{FCFS_P99}\n[[value]]\n{FCFS_P99}")).unwrap_err();
@@ -463,4 +492,200 @@ fn a_pooled_axis_adds_its_values_as_more_points() {
     let every = claim(&format!("{CLAIM}pool = [\"workload.dataset\"]\n"));
     let outcome = evaluate(&every, &doc).unwrap();
     assert_eq!((outcome.holding, outcome.judged), (3, 4));
+fn each_seed_is_judged_alone_and_four_of_five_make_a_verdict_stable() {
+    // gv's P99 against fcfs's 100 at 150 and 300 req/s, per seed: seed 5 alone reverses the
+    // direction at 300 req/s.
+    let doc = |last: f64| {
+        seeded_document(&[
+            ("fcfs", 150, vec![100.0; 5]),
+            ("gv", 150, vec![80.0, 82.0, 84.0, 86.0, 88.0]),
+            ("fcfs", 300, vec![100.0; 5]),
+            ("gv", 300, vec![70.0, 75.0, 80.0, 85.0, last]),
+        ])
+    };
+    let outcome = evaluate(&claim(CLAIM), &doc(110.0)).unwrap();
+    assert_eq!(outcome.verdict, Verdict::Reproduced);
+    let verdicts: Vec<Verdict> = outcome.seeds.iter().map(|s| s.verdict).collect();
+    assert_eq!(verdicts[4], Verdict::NotReproduced);
+    assert_eq!(outcome.seed_agreement(), (4, 5));
+    assert!(outcome.seed_stable());
+    assert_eq!(
+        outcome.seed_spread_text(&claim(CLAIM)),
+        "+12.0% to +20.0%; -10.0% to +30.0%"
+    );
+    // Two seeds reversing: 3 of 5 agree, unstable.
+    let mut unstable = doc(110.0);
+    let gv300 = unstable
+        .cells
+        .iter_mut()
+        .find(|c| c.id == "gv@300")
+        .unwrap();
+    gv300.runs[3].scalars.insert("latency_p99_ms".into(), 120.0);
+    let outcome = evaluate(&claim(CLAIM), &unstable).unwrap();
+    assert_eq!(outcome.seed_agreement(), (3, 5));
+    assert!(!outcome.seed_stable());
+    // Fewer than five seeds are never enough to call a verdict stable.
+    let few = document(&[
+        ("fcfs", 150, 100.0),
+        ("gv", 150, 80.0),
+        ("fcfs", 300, 100.0),
+        ("gv", 300, 80.0),
+    ]);
+    let outcome = evaluate(&claim(CLAIM), &few).unwrap();
+    assert_eq!(outcome.seed_agreement(), (1, 1));
+    assert!(!outcome.seed_stable());
+}
+
+#[test]
+fn a_claim_compared_with_another_run_reads_its_cell_there() {
+    let own = document(&[("gv", 150, 80.0), ("gv", 300, 90.0)]);
+    let other = document(&[("fcfs", 150, 100.0), ("fcfs", 300, 100.0)]);
+    let text = format!("{CLAIM}versus_run = \"other\"\n");
+    let claim = claim(&text);
+    let err = evaluate(&claim, &own).unwrap_err();
+    assert!(err.contains("its compared cell is in run `other`"), "{err}");
+    let outcome = evaluate_against(&claim, &own, &other).unwrap();
+    assert_eq!(outcome.ours, "+10.0% to +20.0%");
+    assert_eq!(outcome.points[0].versus, 100.0);
+}
+
+#[test]
+fn load_refuses_an_undefined_baseline_or_a_paper_sentence_not_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let family = dir.path().join("caps");
+    std::fs::create_dir(&family).unwrap();
+    std::fs::write(family.join("s.toml"), "rate = [150, 300]\n").unwrap();
+    let path = family.join(FILE_NAME);
+    let baseline = "[[baseline]]\nname = \"fcfs\"\npaper = \"FCFS\"\nrequires = { \"scheduler.selector.kind\" = \"fcfs\" }\n";
+    let load_text = |text: &str| {
+        std::fs::write(
+            &path,
+            format!("[[run]]\nid = \"r\"\nscenario = \"s.toml\"\n{text}"),
+        )
+        .unwrap();
+        load(&path).map_err(|e| e.to_string())
+    };
+    let ok = load_text(&format!("{baseline}[[claim]]\n{CLAIM}")).unwrap();
+    assert_eq!(ok.baselines[0].name, "fcfs");
+    let err = load_text(&format!("[[claim]]\n{CLAIM}")).unwrap_err();
+    assert!(
+        err.contains("field `claim[0].baseline`: no [[baseline]] is named `fcfs`"),
+        "{err}"
+    );
+    let unnamed = CLAIM.replace("+18% over FCFS", "+18%");
+    let err = load_text(&format!("{baseline}[[claim]]\n{unnamed}")).unwrap_err();
+    assert!(
+        err.contains("field `claim[0].paper`: does not name its baseline `fcfs`"),
+        "{err}"
+    );
+    let twice = load_text(&format!("{baseline}{baseline}")).unwrap_err();
+    assert!(
+        twice.contains("baseline `fcfs` is defined twice"),
+        "{twice}"
+    );
+    let nothing = baseline.replace(
+        "requires = { \"scheduler.selector.kind\" = \"fcfs\" }",
+        "requires = {}",
+    );
+    let err = load_text(&nothing).unwrap_err();
+    assert!(err.contains("field `baseline[0].requires`"), "{err}");
+}
+
+/// Every family's headlines and the plans of its reproduction runs (full `sets`).
+fn family_plans() -> Vec<(Headlines, Vec<crate::scenario::ScenarioPlan>)> {
+    let scenarios = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    ["caps", "gem", "mosaic", "chimera", "expertweave"]
+        .iter()
+        .map(|family| {
+            let headlines =
+                load(&scenarios.join(family).join(FILE_NAME)).unwrap_or_else(|e| panic!("{e}"));
+            let plans = headlines
+                .runs
+                .iter()
+                .map(|run| {
+                    crate::scenario::load(&run.scenario, &run.sets)
+                        .unwrap_or_else(|e| panic!("{e}"))
+                })
+                .collect();
+            (headlines, plans)
+        })
+        .collect()
+}
+
+fn plan_of<'a>(
+    headlines: &Headlines,
+    plans: &'a [crate::scenario::ScenarioPlan],
+) -> impl Fn(&str) -> Option<&'a crate::scenario::ScenarioPlan> {
+    let ids: Vec<String> = headlines.runs.iter().map(|r| r.id.clone()).collect();
+    move |id| ids.iter().position(|r| r == id).map(|i| &plans[i])
+}
+
+#[test]
+fn every_claim_compares_with_the_baseline_its_paper_sentence_names() {
+    for (headlines, plans) in family_plans() {
+        headlines
+            .check_baselines(plan_of(&headlines, &plans))
+            .unwrap_or_else(|e| panic!("{e}"));
+        for run in &headlines.runs {
+            let seeds = &plans[headlines.runs.iter().position(|r| r.id == run.id).unwrap()].seeds;
+            assert!(
+                seeds.len() >= SEEDS_FOR_STABILITY,
+                "{}/{}: the reproduction runs {} seeds; the stability of a verdict needs {}",
+                headlines.family,
+                run.id,
+                seeds.len(),
+                SEEDS_FOR_STABILITY
+            );
+        }
+    }
+}
+
+#[test]
+fn the_baseline_check_fails_on_a_compared_cell_that_is_not_the_baseline() {
+    let (mut mosaic, plans) = family_plans()
+        .into_iter()
+        .find(|(h, _)| h.family == "mosaic")
+        .unwrap();
+    let index = mosaic
+        .claims
+        .iter()
+        .position(|c| c.id == "mosaic-end-to-end")
+        .unwrap();
+    // The comparison this claim made before issue 29: round-robin with the tau = 1 gate, a
+    // cell of evaluation.toml, which skips the unanimous questions.
+    let claim = &mut mosaic.claims[index];
+    claim.versus_run = None;
+    claim.versus = toml::toml! { "placement.kind" = "round_robin"
+    "gate.tau" = 1.0 };
+    let err = mosaic
+        .check_baselines(plan_of(&mosaic, &plans))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("field `claim[{index}].versus`"))
+            && err.contains("round-robin-full-aggregation")
+            && err.contains("evaluation_no_gate.toml")
+            && err.contains("gate.kind = \"threshold\", the baseline \"none\""),
+        "{err}"
+    );
+    // Marked as a known mismatch it passes; the mark on a claim that does compare with its
+    // baseline fails.
+    mosaic.claims[index].baseline_mismatch = Some("not yet".into());
+    mosaic
+        .check_baselines(plan_of(&mosaic, &plans))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let other = mosaic
+        .claims
+        .iter()
+        .position(|c| c.id == "ilp-expert-stage")
+        .unwrap();
+    mosaic.claims[other].baseline_mismatch = Some("stale".into());
+    let err = mosaic
+        .check_baselines(plan_of(&mosaic, &plans))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("claim[{other}].baseline_mismatch")) && err.contains("delete"),
+        "{err}"
+    );
 }
