@@ -313,12 +313,15 @@ fn render_values(
         .values
         .iter()
         .map(|value| {
-            let index = headlines
-                .runs
-                .iter()
-                .position(|r| r.id == value.run)
-                .expect("load checked every value's run");
-            headlines::render(value, &documents[index])
+            let index = |id: &str| {
+                headlines
+                    .runs
+                    .iter()
+                    .position(|r| r.id == id)
+                    .expect("load checked every value's runs")
+            };
+            let versus = index(value.versus_run.as_deref().unwrap_or(&value.run));
+            headlines::render_against(value, &documents[index(&value.run)], &documents[versus])
                 .map(|rendered| (value.id.clone(), rendered.text))
                 .map_err(|e| format!("{}: {e}", headlines.path.display()))
         })

@@ -256,9 +256,10 @@ pub(super) type SelectedCells<'a> = (Vec<(&'a CellResult, Option<&'a CellResult>
 /// and the coordinates of every cell read.
 pub(super) fn select_points(
     document: &ResultsDocument,
+    versus_document: &ResultsDocument,
     selection: &Selection,
 ) -> Result<SelectedPoints, String> {
-    let (pairs, read) = select_cells(document, document, selection)?;
+    let (pairs, read) = select_cells(document, versus_document, selection)?;
     let mean = |c: &CellResult| {
         c.mean(selection.metric).ok_or_else(|| {
             format!(

@@ -1,15 +1,18 @@
 //! Paper headlines as data: `scenarios/<family>/headlines.toml` names the runs a family's
 //! reproduction needs (a scenario, its `--set` overrides, and the smaller overrides of its quick
-//! variant) and the paper's claims about them (a metric, the cell it refers to, the cell it is
-//! compared with, the claimed direction, the paper's words and its number in the claim's
+//! variant), the paper's baselines (`[[baseline]]`: the paper's words, what the compared cell's
+//! scenario writes) and the paper's claims about the runs (a metric, the cell it refers to, the
+//! cell it is compared with, in its run or `versus_run`, the baseline that cell must be, the
+//! claimed direction, the paper's words and its number in the claim's
 //! statistic, and, where ours falls short, the verdict we expect with its explanation), the
 //! claims whose number is an input rather than a result (`by_construction`), and the inputs we
 //! chose or fitted with the paper's sentence they come from; the numbers of ours that prose
 //! states (`[[value]]`, rendered by `value::render`), and the phrases of the family's prose that
 //! quote the paper or state an input (`[prose]`, checked by `prose`). `load` reads the file with
 //! file:line:field errors, `check_against` checks a claim's or value's keys against the loaded
-//! scenario, and `evaluate` computes our value of a claim, its direction and its magnitude beside
-//! the paper's.
+//! scenario, `check_baselines` each claim's compared cells against its baseline, and `evaluate`
+//! computes our value of a claim, its direction and its magnitude beside the paper's, on the seed
+//! means and on each seed alone.
 
 mod evaluate;
 pub mod prose;
@@ -19,7 +22,7 @@ pub use evaluate::{
     ABSOLUTE_TOLERANCE_POINTS, Magnitude, Outcome, Point, RELATIVE_TOLERANCE, SEEDS_FOR_STABILITY,
     STABLE_SEEDS, SeedOutcome, Verdict, evaluate, evaluate_against,
 };
-pub use value::{Combine, NumberFormat, Rendered, Value, render};
+pub use value::{Combine, NumberFormat, Rendered, Value, render, render_against};
 
 use crate::scenario::ScenarioPlan;
 use crate::scenario::error::{Location, ScenarioError, SpanIndex};
@@ -485,12 +488,18 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
             }
             _ => {}
         }
-        for (id, _) in prose::placeholders(claim.known_deviation.as_deref().unwrap_or("")) {
-            if !file.value.iter().any(|v| v.id == id) {
-                return Err(error(
-                    &at("known_deviation"),
-                    format!("`{{value:{id}}}` names no [[value]]"),
-                ));
+        for (key, text) in [
+            ("known_deviation", &claim.known_deviation),
+            ("seed_sensitive", &claim.seed_sensitive),
+            ("baseline_mismatch", &claim.baseline_mismatch),
+        ] {
+            for (id, _) in prose::placeholders(text.as_deref().unwrap_or("")) {
+                if !file.value.iter().any(|v| v.id == id) {
+                    return Err(error(
+                        &at(key),
+                        format!("`{{value:{id}}}` names no [[value]]"),
+                    ));
+                }
             }
         }
         if let Some(PaperValue::PerPoint(_)) = &claim.paper_value {
@@ -534,6 +543,20 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
                 &at("run"),
                 format!("no [[run]] has id `{}`", value.run),
             ));
+        }
+        if let Some(versus_run) = &value.versus_run {
+            if !runs.iter().any(|r| &r.id == versus_run) {
+                return Err(error(
+                    &at("versus_run"),
+                    format!("no [[run]] has id `{versus_run}`"),
+                ));
+            }
+            if value.versus.is_none() {
+                return Err(error(
+                    &at("versus_run"),
+                    "names the run of a compared cell: the value needs `versus`".into(),
+                ));
+            }
         }
         match (&value.versus, value.statistic) {
             (Some(versus), Some(statistic)) => {
@@ -653,7 +676,7 @@ impl Headlines {
                         .map(move |(j, k)| (format!("claim[{i}].pool[{j}]"), k)),
                 )
                 .filter(|_| own);
-            let empty = &EMPTY_TABLE;
+            let empty: &toml::Table = &EMPTY_TABLE;
             Some((
                 format!("claim[{i}]"),
                 &c.metric,
@@ -662,22 +685,23 @@ impl Headlines {
                 over.collect::<Vec<_>>(),
             ))
         });
-        let values = self
-            .values
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v.run == id)
-            .map(|(i, v)| {
-                let over = v.over.iter().enumerate();
-                (
-                    format!("value[{i}]"),
-                    &v.metric,
-                    &v.cell,
-                    v.versus.as_ref(),
-                    over.map(|(j, k)| (format!("value[{i}].over[{j}]"), k))
-                        .collect::<Vec<_>>(),
-                )
-            });
+        let values = self.values.iter().enumerate().filter_map(|(i, v)| {
+            let own = v.run == id;
+            let compared = v.versus_run.as_deref().unwrap_or(&v.run) == id;
+            if !own && !compared {
+                return None;
+            }
+            let over = v.over.iter().enumerate().filter(|_| own);
+            let empty: &toml::Table = &EMPTY_TABLE;
+            Some((
+                format!("value[{i}]"),
+                &v.metric,
+                if own { &v.cell } else { empty },
+                v.versus.as_ref().filter(|_| compared),
+                over.map(|(j, k)| (format!("value[{i}].over[{j}]"), k))
+                    .collect::<Vec<_>>(),
+            ))
+        });
         for (at, metric, cell, versus, over) in claims.chain(values) {
             if !plan.family.metrics().iter().any(|m| m.name == *metric) {
                 return Err(error(

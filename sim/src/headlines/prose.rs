@@ -499,6 +499,8 @@ pub fn check_document(doc_path: &Path, doc: &str, families: &[FamilyProse]) -> V
             for (key, text) in [
                 ("known_deviation", &claim.known_deviation),
                 ("by_construction", &claim.by_construction),
+                ("seed_sensitive", &claim.seed_sensitive),
+                ("baseline_mismatch", &claim.baseline_mismatch),
             ] {
                 if let Some(text) = text {
                     for (id, _) in placeholders(text) {

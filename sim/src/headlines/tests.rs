@@ -689,3 +689,31 @@ fn the_baseline_check_fails_on_a_compared_cell_that_is_not_the_baseline() {
         "{err}"
     );
 }
+
+#[test]
+fn a_value_over_seeds_spans_each_seed_and_reads_another_run_with_versus_run() {
+    let own = seeded_document(&[
+        ("gv", 150, vec![80.0, 90.0, 95.0]),
+        ("gv", 300, vec![70.0, 60.0, 50.0]),
+    ]);
+    let other = seeded_document(&[
+        ("fcfs", 150, vec![100.0, 100.0, 100.0]),
+        ("fcfs", 300, vec![100.0, 100.0, 100.0]),
+    ]);
+    let text = r#"
+id = "gain"
+run = "r"
+metric = "latency_p99_ms"
+cell = { "scheduler.selector.kind" = "gv", "arrival.rate_per_s" = 150 }
+versus_run = "other"
+versus = { "scheduler.selector.kind" = "fcfs" }
+statistic = "improvement_pct"
+decimals = 0
+unit = "%"
+"#;
+    let err = render(&value(text), &own).unwrap_err();
+    assert!(err.contains("its compared cell is in run `other`"), "{err}");
+    assert_eq!(render_against(&value(text), &own, &other).unwrap().text, "12%");
+    let seeds = value(&format!("{text}over_seeds = true\n"));
+    assert_eq!(render_against(&seeds, &own, &other).unwrap().text, "5-20%");
+}

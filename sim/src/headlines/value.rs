@@ -6,7 +6,9 @@
 //! explanations' `{value:<id>}` placeholders (docs/reproduction.md, "How a claim is judged").
 
 use super::Statistic;
-use super::evaluate::{Selection, metric_better, select_points, statistic_of};
+use super::evaluate::{
+    SelectedPoints, Selection, metric_better, select_cells, select_points, statistic_of,
+};
 use crate::results::ResultsDocument;
 use serde::Deserialize;
 
@@ -24,6 +26,8 @@ pub struct Value {
     pub cell: toml::Table,
     /// Coordinates of the compared cell (laid over `cell`'s, as in a claim); needs `statistic`.
     pub versus: Option<toml::Table>,
+    /// The run whose results hold the compared cell, when it is not `run` (as a claim's).
+    pub versus_run: Option<String>,
     /// The cell against `versus` (`improvement_pct`, `change_pct`, `difference`, `ratio`);
     /// absent: the cell's own mean.
     pub statistic: Option<Statistic>,
@@ -33,6 +37,11 @@ pub struct Value {
     /// How the points become one text.
     #[serde(default)]
     pub combine: Combine,
+    /// Each seed's value alone (the cell's against the compared cell's at the same seed) rather
+    /// than the seed means: the points are every seed at every `over` combination, so `range`
+    /// gives the spread over seeds.
+    #[serde(default)]
+    pub over_seeds: bool,
     /// The number as written: digits after the point, a factor (100 turns a share into a
     /// percentage), a leading `+` on positive numbers, thousands separators, and the unit
     /// appended as is (`"%"`, `" req/s"`, `"x"`).
@@ -167,8 +176,25 @@ impl Value {
     }
 }
 
-/// Computes `value`'s text from `document` (the results of its run).
+/// Computes `value`'s text from `document` (the results of its run); a value with `versus_run`
+/// needs `render_against`.
 pub fn render(value: &Value, document: &ResultsDocument) -> Result<Rendered, String> {
+    if let Some(run) = &value.versus_run {
+        return Err(format!(
+            "value {}: its compared cell is in run `{run}`: render it with that run's results",
+            value.id
+        ));
+    }
+    render_against(value, document, document)
+}
+
+/// Computes `value`'s text from `document` (the results of its run), its compared cells taken
+/// from `versus_document` (the results of its `versus_run`, or `document` again).
+pub fn render_against(
+    value: &Value,
+    document: &ResultsDocument,
+    versus_document: &ResultsDocument,
+) -> Result<Rendered, String> {
     let label = format!("value {}", value.id);
     let better = metric_better(document, &label, &value.metric)?;
     let selection = Selection {
@@ -178,7 +204,10 @@ pub fn render(value: &Value, document: &ResultsDocument) -> Result<Rendered, Str
         versus: value.versus.as_ref(),
         over: &value.over,
     };
-    let (points, cells) = select_points(document, &selection)?;
+    let (points, cells) = match value.over_seeds {
+        false => select_points(document, versus_document, &selection)?,
+        true => seed_points(document, versus_document, &selection)?,
+    };
     let scale = value.scale.unwrap_or(1.0);
     let numbers: Vec<f64> = points
         .iter()
@@ -206,4 +235,33 @@ pub fn render(value: &Value, document: &ResultsDocument) -> Result<Rendered, Str
             .join(", "),
     };
     Ok(Rendered { text, cells })
+}
+
+/// The selected cell's value of the metric at each seed of `document` and, with `versus`, the
+/// compared cell's at the same seed, for every combination of the `over` axes.
+fn seed_points(
+    document: &ResultsDocument,
+    versus_document: &ResultsDocument,
+    selection: &Selection,
+) -> Result<SelectedPoints, String> {
+    let (pairs, read) = select_cells(document, versus_document, selection)?;
+    let mut points = Vec::new();
+    for (cell, versus) in pairs {
+        for &seed in &document.seeds {
+            let at_seed = |c: &crate::results::CellResult| {
+                c.runs
+                    .iter()
+                    .find(|r| r.seed == seed)
+                    .and_then(|r| r.scalars.get(selection.metric).copied())
+                    .ok_or_else(|| {
+                        format!(
+                            "{}: cell {} has no {} at seed {seed}",
+                            selection.label, c.id, selection.metric
+                        )
+                    })
+            };
+            points.push((at_seed(cell)?, versus.map(at_seed).transpose()?));
+        }
+    }
+    Ok((points, read))
 }
