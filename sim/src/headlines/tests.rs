@@ -492,6 +492,9 @@ fn a_pooled_axis_adds_its_values_as_more_points() {
     let every = claim(&format!("{CLAIM}pool = [\"workload.dataset\"]\n"));
     let outcome = evaluate(&every, &doc).unwrap();
     assert_eq!((outcome.holding, outcome.judged), (3, 4));
+}
+
+#[test]
 fn each_seed_is_judged_alone_and_four_of_five_make_a_verdict_stable() {
     // gv's P99 against fcfs's 100 at 150 and 300 req/s, per seed: seed 5 alone reverses the
     // direction at 300 req/s.
@@ -713,7 +716,10 @@ unit = "%"
 "#;
     let err = render(&value(text), &own).unwrap_err();
     assert!(err.contains("its compared cell is in run `other`"), "{err}");
-    assert_eq!(render_against(&value(text), &own, &other).unwrap().text, "12%");
+    assert_eq!(
+        render_against(&value(text), &own, &other).unwrap().text,
+        "12%"
+    );
     let seeds = value(&format!("{text}over_seeds = true\n"));
     assert_eq!(render_against(&seeds, &own, &other).unwrap().text, "5-20%");
 }
