@@ -2,12 +2,13 @@
 //! `[queue]`, `[routing]`, and the shared `[arrival]` table), mirrored with `deny_unknown_fields`, and their validation into a
 //! runnable `ChimeraScenario`.
 
-use super::models::{DEFAULT_STEP_OVERHEAD_MS, EngineCost, model_names, model_shape};
+use super::models::{DEFAULT_MAX_NUM_BATCHED_TOKENS, EngineCost, model_names, model_shape};
 use super::workload::{
     Dataset, ModelWorkload, PredictorConfig, SemanticRouterConfig, WorkflowGenerator,
 };
 use crate::arrivals::{ArrivalSpec, ArrivalTable, TraceStats};
 use crate::cost::gpu::GpuSpec;
+use crate::cost::host::HostOverhead;
 use crate::mosaic::profile_cost::DenseDecodeProfile;
 use crate::scenario::validate::{
     FieldError, LoadCache, at_least_one, field_error, measured_on, measured_set, non_negative,
@@ -62,8 +63,15 @@ pub struct ClusterFile {
     /// vLLM `gpu_memory_utilization` (its default, 0.9).
     #[serde(default = "default_gpu_memory_utilization")]
     pub gpu_memory_utilization: f64,
-    #[serde(default = "default_step_overhead_ms")]
-    pub step_overhead_ms: f64,
+    /// Host time per engine step, flat, ms. Absent: vLLM's engine loop as measured on an RTX
+    /// A6000 (`cost::host::HostOverhead::vllm_v0`: 6.32 ms + 35.1 us per sequence in the step).
+    #[serde(default)]
+    pub step_overhead_ms: Option<f64>,
+    /// vLLM `max_num_batched_tokens` with chunked prefill (the paper's vLLM runs chunked
+    /// prefill; 512 is vLLM 0.5's default budget with it, the configuration the host time was
+    /// measured in). 0: no budget and no chunking.
+    #[serde(default = "default_max_num_batched_tokens")]
+    pub max_num_batched_tokens: u64,
     /// A set of measured per-operation profiles of `gpu` (`profiles/<name>/`, e.g.
     /// `"vidur/a100"`) to price the engines' steps from instead of the roofline: each operation
     /// measured, scaled or analytic as the run's `pricing` record says.
@@ -86,8 +94,8 @@ fn default_max_batch_size() -> usize {
 fn default_gpu_memory_utilization() -> f64 {
     0.9
 }
-fn default_step_overhead_ms() -> f64 {
-    DEFAULT_STEP_OVERHEAD_MS
+fn default_max_num_batched_tokens() -> u64 {
+    DEFAULT_MAX_NUM_BATCHED_TOKENS
 }
 
 /// `[workload]`: the dataset and the workflow arrival window (Poisson at `rps` unless the
@@ -274,9 +282,12 @@ impl ChimeraConfig {
                 format!("must lie in (0, 1], got {utilization}"),
             ));
         }
-        let overhead =
-            crate::scenario::validate::span("cluster.step_overhead_ms", c.step_overhead_ms / 1e3)?
-                * 1e3;
+        let host = match c.step_overhead_ms {
+            Some(ms) => HostOverhead::flat(
+                crate::scenario::validate::span("cluster.step_overhead_ms", ms / 1e3)? * 1e9,
+            ),
+            None => HostOverhead::vllm_v0(),
+        };
         let dataset = self.workload.dataset;
         let mut models: Vec<ModelWorkload> = Vec::new();
         let mut engines = Vec::with_capacity(c.models.len());
@@ -303,7 +314,8 @@ impl ChimeraConfig {
                 &gpu,
                 c.max_batch_size,
                 utilization,
-                overhead,
+                host,
+                c.max_num_batched_tokens,
                 measured.as_deref(),
             )
             .map_err(|e| field_error(&path, e))?;

@@ -7,6 +7,7 @@
 //! memory left by the weights holds.
 
 use crate::cost::gpu::{GpuSpec, LinkSpec};
+use crate::cost::host::HostOverhead;
 use crate::cost::measured_steps::MeasuredSet;
 use crate::cost::roofline::{StepPrice, StepTokens, TensorParallel};
 use crate::cost::shape::DenseModelShape;
@@ -41,9 +42,10 @@ pub fn model_names() -> String {
         .join(", ")
 }
 
-/// Host-side time of one engine step (scheduling, sampling, detokenization), ms: the cost
-/// model's `DEFAULT_HOST_OVERHEAD_NS` (2 ms, an assumption stated there).
-pub const DEFAULT_STEP_OVERHEAD_MS: f64 = crate::cost::roofline::DEFAULT_HOST_OVERHEAD_NS / 1e6;
+/// vLLM's token budget per step with chunked prefill (`max_num_batched_tokens`), the default
+/// of vLLM 0.5 with chunked prefill on: the configuration in which the engine's host time
+/// (`cost::host::HostOverhead::vllm_v0`, measured on an RTX A6000, the paper's GPU) was measured.
+pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u64 = 512;
 
 /// Context per sequence at which `decode_ms_per_token` is profiled (the paper profiles it offline;
 /// 1024 tokens is the order of an agent stage's prompt plus output here).
@@ -62,6 +64,8 @@ pub struct EngineCost {
     pub dense: DenseServing,
     /// vLLM `max_num_seqs`.
     pub max_batch_size: usize,
+    /// vLLM `max_num_batched_tokens` with chunked prefill (0: no budget, no chunking).
+    pub max_num_batched_tokens: u64,
     /// Step time at the full batch, each sequence holding `PROFILE_CONTEXT_TOKENS`, in ms: the
     /// per-token decode cost Chimera's load estimate divides by the batch size.
     pub decode_ms_per_token: f64,
@@ -107,36 +111,31 @@ impl EngineCost {
         gpu: &GpuSpec,
         max_batch_size: usize,
         gpu_memory_utilization: f64,
-        step_overhead_ms: f64,
+        host: HostOverhead,
+        max_num_batched_tokens: u64,
         measured: Option<&MeasuredSet>,
     ) -> Result<EngineCost, String> {
         let parallel = TensorParallel {
             degree: 1,
             link: LinkSpec::PCIE4_X16,
         };
-        let dense = DenseServing::new(
-            shape,
-            gpu,
-            gpu_memory_utilization,
-            parallel,
-            step_overhead_ms * 1e6,
-            measured,
-        )
-        .ok_or_else(|| {
-            format!(
-                "{model} needs {:.1} GB of weights; {} leaves {:.1} GB at this memory \
+        let dense = DenseServing::new(shape, gpu, gpu_memory_utilization, parallel, host, measured)
+            .ok_or_else(|| {
+                format!(
+                    "{model} needs {:.1} GB of weights; {} leaves {:.1} GB at this memory \
                  utilization",
-                shape.weight_bytes() * 1e-9,
-                gpu.name,
-                gpu.memory_gb * gpu_memory_utilization
-            )
-        })?;
+                    shape.weight_bytes() * 1e-9,
+                    gpu.name,
+                    gpu.memory_gb * gpu_memory_utilization
+                )
+            })?;
         let mut cost = EngineCost {
             model: model.to_string(),
             shape: shape.clone(),
             gpu: gpu.name.clone(),
             dense,
             max_batch_size,
+            max_num_batched_tokens,
             decode_ms_per_token: 0.0,
             profile: None,
         };
@@ -172,7 +171,8 @@ mod tests {
             gpu,
             256,
             0.9,
-            DEFAULT_STEP_OVERHEAD_MS,
+            HostOverhead::vllm_v0(),
+            DEFAULT_MAX_NUM_BATCHED_TOKENS,
             None,
         )
     }

@@ -47,13 +47,15 @@ struct EngineRun {
 }
 
 /// The replica configuration that reproduces Chimera's engine: `max_num_seqs` = the engine's
-/// batch limit, no token budget, no chunked prefill, a cache counted in tokens (block size 1,
-/// no watermark) that admits on the prompt alone and never preempts (docs/serving.md).
+/// batch limit, vLLM's token budget with chunked prefill (`cluster.max_num_batched_tokens`; 0:
+/// no budget, no chunking), a cache counted in tokens (block size 1, no watermark) that admits
+/// on the prompt alone and never preempts (docs/serving.md).
 pub fn replica_config(cost: &EngineCost) -> ReplicaConfig {
     ReplicaConfig {
         max_num_seqs: cost.max_batch_size,
-        max_num_batched_tokens: None,
-        chunked_prefill: false,
+        max_num_batched_tokens: (cost.max_num_batched_tokens > 0)
+            .then_some(cost.max_num_batched_tokens),
+        chunked_prefill: cost.max_num_batched_tokens > 0,
         kv: KvConfig {
             block_size: 1,
             blocks: cost.dense.kv_capacity_tokens,

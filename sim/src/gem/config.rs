@@ -126,12 +126,31 @@ pub struct ClusterTable {
     pub moderate_seed: u64,
     #[serde(default)]
     pub distribution: ThroughputDistribution,
-    /// Share of a GPU's slowdown that also reaches its memory bandwidth (0 to 1). A speed
-    /// factor `s` becomes a compute factor `s` (SM clock) and a bandwidth factor
-    /// `1 - (1 - s) x bandwidth_share`. Default 0: power caps and slower bins lower the clock,
-    /// not HBM (docs/cost-model.md, "GPU variability"); 1 is the uniform slowdown.
+    /// Share of a GPU's clock slowdown that also reaches its memory bandwidth (0 to 1): a
+    /// clock factor `c` comes with a bandwidth factor `1 - (1 - c) x bandwidth_share`.
+    /// Default 0: power caps and slower bins lower the SM clock, not HBM (docs/cost-model.md,
+    /// "GPU variability"); 1 is the uniform slowdown.
     #[serde(default)]
     pub bandwidth_share: f64,
+    /// What a speed factor is: `"throughput"` (default; gem.txt section 4.2's definition, the
+    /// share of the nominal throughput the GPU delivers on the workload, its clock solved for)
+    /// or `"clock"` (the SM clock factor itself).
+    #[serde(default)]
+    pub factors: FactorKind,
+}
+
+/// What `[cluster]`'s speed factors mean (docs/cost-model.md, "GPU variability").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FactorKind {
+    /// The GPU's throughput on the workload's MoE layer relative to a nominal GPU: gem.txt
+    /// calibrates per-GPU power caps so each GPU delivers its factor (Figure 14, Table 2). The
+    /// cap lowers the SM clock; the clock factor is solved so the layer takes `1 / s` as long
+    /// (`gem::costs::throughput_speed`).
+    #[default]
+    Throughput,
+    /// The SM clock factor itself (compute factor `s`).
+    Clock,
 }
 
 fn d_variability() -> VariabilitySetup {
@@ -323,6 +342,8 @@ pub struct GemScenario {
     pub speed_factors: Vec<f64>,
     /// See [`ClusterTable::bandwidth_share`].
     pub bandwidth_share: f64,
+    /// See [`ClusterTable::factors`].
+    pub factors: FactorKind,
     pub distribution: ThroughputDistribution,
     pub dataset: Dataset,
     /// Requests served: `workload.n_requests`, or the trace's rows if fewer.
@@ -635,6 +656,7 @@ impl GemConfig {
             variability: c.variability,
             speed_factors,
             bandwidth_share: c.bandwidth_share,
+            factors: c.factors,
             distribution: c.distribution.clone(),
             dataset: w.dataset,
             n_requests: arrival.requests(w.n_requests),

@@ -48,6 +48,51 @@ pub fn planning_costs(
     )
 }
 
+/// The compute and bandwidth factors of a GPU whose throughput factor is `throughput` on the
+/// workload's MoE layer: `tokens` routed rows spread evenly over `experts_per_gpu` experts
+/// (gem.txt section 4.2: per-GPU power caps calibrated so the GPU delivers that share of the
+/// nominal throughput, Figure 14 inverted). A power cap lowers the SM clock `c`; HBM keeps its
+/// own clock, so the bandwidth factor is `1 - (1 - c) x bandwidth_share` (1 by default), and
+/// `c` is solved (bisection) so the layer takes `1 / throughput` as long as at nominal speed:
+/// where the layer is memory-bound the clock falls further than the throughput. A factor of 1
+/// or more is taken as the clock itself (a cap cannot raise the clock). See docs/cost-model.md,
+/// "GPU variability".
+pub fn throughput_speed(
+    layer: &MoeLayerCost,
+    experts_per_gpu: usize,
+    tokens: u64,
+    throughput: f64,
+    bandwidth_share: f64,
+) -> SpeedFactors {
+    if throughput >= 1.0 {
+        return SpeedFactors::split(throughput, bandwidth_share);
+    }
+    let rows = ExpertRows::Even {
+        tokens: tokens.max(1),
+        experts: experts_per_gpu,
+    };
+    let time = |clock: f64| {
+        layer
+            .gpu(rows, SpeedFactors::split(clock, bandwidth_share))
+            .nanos
+    };
+    let target = time(1.0) / throughput;
+    // The layer's time falls as the clock rises: keep `time(low) >= target > time(high)`.
+    let (mut low, mut high) = (1e-3, 1.0);
+    if time(low) < target {
+        return SpeedFactors::split(low, bandwidth_share);
+    }
+    for _ in 0..60 {
+        let mid = 0.5 * (low + high);
+        if time(mid) >= target {
+            low = mid;
+        } else {
+            high = mid;
+        }
+    }
+    SpeedFactors::split(low, bandwidth_share)
+}
+
 /// `curve` with every latency divided by `speed` (a GPU with speed 0.88 delivers 88 % of the
 /// nominal throughput, so each step takes 1 / 0.88 as long).
 pub fn scaled_curve(curve: &CostCurve, speed: f64) -> CostCurve {
@@ -121,6 +166,38 @@ mod tests {
         assert_eq!(costs.table(0)[16], 40.0);
         assert_eq!(costs.cost(0, 100.0), gpu.at(100.0));
         assert_eq!(costs.cost(0, 9.5), gpu.at(9.5));
+    }
+
+    #[test]
+    fn a_throughput_factor_is_met_on_the_workloads_layer_by_the_clock_alone() {
+        use crate::cost::gpu::GpuSpec;
+        use crate::cost::kernel::Timing;
+        use crate::cost::shape::MoeModelShape;
+        let layer = MoeLayerCost::new(
+            &GpuSpec::by_name("H200").unwrap(),
+            &MoeModelShape::mixtral_8x7b(),
+            Timing::Graph,
+        );
+        let time = |tokens: u64, speed: SpeedFactors| {
+            let rows = ExpertRows::Even { tokens, experts: 2 };
+            layer.gpu(rows, speed).nanos
+        };
+        for tokens in [16, 1024, 8192] {
+            let speed = throughput_speed(&layer, 2, tokens, 0.88, 0.0);
+            // HBM untouched; the layer takes 1 / 0.88 as long.
+            assert_eq!(speed.bandwidth, 1.0);
+            let ratio = time(tokens, SpeedFactors::NOMINAL) / time(tokens, speed);
+            assert!((ratio - 0.88).abs() < 1e-6, "{tokens} tokens: {ratio}");
+            assert!(speed.compute <= 0.88 + 1e-9, "{tokens}: {speed:?}");
+        }
+        // A few decode rows per expert are memory-bound: the clock must fall far below 0.88
+        // before the layer slows, unlike a compute-bound prefill-sized layer.
+        let decode = throughput_speed(&layer, 2, 16, 0.88, 0.0).compute;
+        let prefill = throughput_speed(&layer, 2, 8192, 0.88, 0.0).compute;
+        assert!(decode < prefill - 0.1, "{decode} vs {prefill}");
+        // A uniform slowdown reaches the factor at the factor itself, within the unscaled floors.
+        let uniform = throughput_speed(&layer, 2, 8192, 0.88, 1.0);
+        assert!((uniform.compute - 0.88).abs() < 0.02, "{uniform:?}");
     }
 
     #[test]

@@ -20,8 +20,8 @@ use crate::cost::profile::{ExpertFfnCurve, SourceKind};
 use crate::distributions::TokenCount;
 use crate::engine::{Model, run};
 use crate::event_queue::EventQueue;
-use crate::gem::config::{Experiment, GemScenario, TraceSpec};
-use crate::gem::costs::{GpuCosts, planning_costs};
+use crate::gem::config::{Experiment, FactorKind, GemScenario, TraceSpec};
+use crate::gem::costs::{GpuCosts, planning_costs, throughput_speed};
 use crate::gem::mapping::{ExpertMapper, LayerMapping, LayerProblem, score};
 use crate::gem::trace::{ExpertTrace, generate};
 use crate::gem::variability::variability_at_scale;
@@ -281,13 +281,24 @@ impl Deployment {
             .expert_entry(shape.hidden, shape.expert_ffn, shape.weight_dtype)
             .expect("the analytic profile has the model's expert curve");
         let limit = (trace.max_step_total().ceil() as usize).min(1 << 22);
-        let speeds: Vec<SpeedFactors> = scenario
-            .speed_factors
-            .iter()
-            .map(|&s| SpeedFactors::split(s, scenario.bandwidth_share))
-            .collect();
         let layer = physical_layer(scenario, expert);
         let experts_per_gpu = shape.n_experts / scenario.n_gpus;
+        let share = scenario.bandwidth_share;
+        let speeds: Vec<SpeedFactors> = match scenario.factors {
+            FactorKind::Clock => scenario
+                .speed_factors
+                .iter()
+                .map(|&s| SpeedFactors::split(s, share))
+                .collect(),
+            FactorKind::Throughput => {
+                let tokens = workload_tokens_per_gpu(&trace, observed_steps, scenario.n_gpus);
+                scenario
+                    .speed_factors
+                    .iter()
+                    .map(|&s| throughput_speed(&layer, experts_per_gpu, tokens, s, share))
+                    .collect()
+            }
+        };
         let costs = planning_costs(&layer, experts_per_gpu, &speeds, limit);
         Deployment {
             trace,
@@ -406,6 +417,23 @@ fn scale_output(scenario: &GemScenario, seed: u64) -> RunOutput {
             "scale": point,
         }),
     }
+}
+
+/// One GPU's even share of the routed rows of the workload's mean MoE layer step (the observed
+/// trace steps, every layer): the load at which a throughput factor is calibrated.
+fn workload_tokens_per_gpu(trace: &ExpertTrace, observed_steps: usize, n_gpus: usize) -> u64 {
+    let steps = observed_steps.clamp(1, trace.n_steps());
+    let total: f64 = (0..trace.n_layers())
+        .map(|l| {
+            trace
+                .window(l, 0..steps)
+                .iter()
+                .map(|&x| f64::from(x))
+                .sum::<f64>()
+        })
+        .sum();
+    let per_step = total / (steps * trace.n_layers().max(1)) as f64;
+    (per_step / n_gpus.max(1) as f64).round().max(1.0) as u64
 }
 
 /// The MoE layer of `scenario`'s model and GPU through the one entry point, replayed in CUDA
@@ -1007,6 +1035,8 @@ fn details(
         "n_gpus": scenario.n_gpus,
         "variability": scenario.variability,
         "speed_factors": scenario.speed_factors,
+        "factors": scenario.factors,
+        "clock_and_bandwidth": deployment.speeds.iter().map(|s| [s.compute, s.bandwidth]).collect::<Vec<_>>(),
         "mapper": scenario.mapper,
         "window": window,
         "observed_steps": deployment.observed_steps,

@@ -358,6 +358,7 @@ pub fn evaluate_against(
 ) -> Result<Outcome, String> {
     let label = format!("claim {}", claim.id);
     let better = metric_better(document, &label, &claim.metric)?;
+    let over: Vec<String> = claim.over.iter().chain(&claim.pool).cloned().collect();
     let (pairs, _) = select_cells(
         document,
         versus_document,
@@ -366,7 +367,7 @@ pub fn evaluate_against(
             metric: &claim.metric,
             cell: &claim.cell,
             versus: Some(&claim.versus),
-            over: claim.over.as_slice(),
+            over: &over,
         },
     )?;
     let pairs: Vec<(&CellResult, &CellResult)> = pairs
@@ -465,11 +466,11 @@ fn judge(
                 points.iter().filter(|p| shows(p.cell - p.versus)).count(),
                 points.len(),
             ),
-            Aggregate::Mean => {
+            Aggregate::Mean | Aggregate::Best => {
                 let stats: Vec<f64> = points.iter().map(|p| statistic(claim, better, p)).collect();
-                let mean = stats.iter().sum::<f64>() / stats.len() as f64;
+                let combined = combine(claim, &stats);
                 (
-                    usize::from(shows(raw_change_sign(claim.statistic, better, mean))),
+                    usize::from(shows(raw_change_sign(claim.statistic, better, combined))),
                     1,
                 )
             }
@@ -502,7 +503,28 @@ fn judged_values(claim: &Claim, better: Better, points: &[Point]) -> Vec<f64> {
         .collect();
     match claim.aggregate {
         Aggregate::Every => values,
-        Aggregate::Mean => vec![values.iter().sum::<f64>() / values.len() as f64],
+        Aggregate::Mean | Aggregate::Best => vec![combine(claim, &values)],
+    }
+}
+
+/// The mean of `values` (one per point, in the claim's statistic) or, with `Aggregate::Best`,
+/// the one furthest in the claimed direction (improvements and speedups: the largest).
+fn combine(claim: &Claim, values: &[f64]) -> f64 {
+    match claim.aggregate {
+        Aggregate::Best => {
+            let largest = match claim.statistic {
+                Statistic::ImprovementPct | Statistic::Ratio => true,
+                _ => claim.direction == Direction::Higher,
+            };
+            let pick = if largest { f64::max } else { f64::min };
+            let start = if largest {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            };
+            values.iter().copied().fold(start, pick)
+        }
+        _ => values.iter().sum::<f64>() / values.len() as f64,
     }
 }
 
@@ -722,9 +744,14 @@ fn format_ours(claim: &Claim, better: Better, points: &[Point]) -> String {
     let text = |v: f64| format.text(v);
     match (claim.aggregate, values.as_slice()) {
         (_, [one]) => text(*one),
-        (Aggregate::Mean, _) => format!(
-            "{} (mean of {})",
-            text(values.iter().sum::<f64>() / values.len() as f64),
+        (Aggregate::Mean | Aggregate::Best, _) => format!(
+            "{} ({} of {})",
+            text(combine(claim, &values)),
+            if claim.aggregate == Aggregate::Best {
+                "best"
+            } else {
+                "mean"
+            },
             values
                 .iter()
                 .map(|v| text(*v))

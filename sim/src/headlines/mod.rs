@@ -71,6 +71,9 @@ pub enum Aggregate {
     Every,
     /// The claim must hold for the mean relative change over the axis; ours shows the mean.
     Mean,
+    /// The paper's "up to" / "in the best case": the claim is about the best point of the axis
+    /// (the one furthest in the claimed direction); ours shows it.
+    Best,
 }
 
 /// The claimed direction of the cell's metric against `versus`'s.
@@ -116,6 +119,11 @@ pub struct Claim {
     pub seed_sensitive: Option<String>,
     /// A sweep key the claim ranges over; each of its values is one point of comparison.
     pub over: Option<String>,
+    /// More sweep keys whose values are more points of the claim, pooled with `over`'s (the
+    /// paper's mean over models and datasets: `over = "model.name"`, `pool =
+    /// ["workload.dataset"]`); not with a `paper_value` per point.
+    #[serde(default)]
+    pub pool: Vec<String>,
     #[serde(default)]
     pub aggregate: Aggregate,
     pub direction: Direction,
@@ -502,12 +510,19 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
             ));
         }
         if let Some(PaperValue::PerPoint(_)) = &claim.paper_value {
-            if claim.over.is_none() || claim.aggregate == Aggregate::Mean {
+            if claim.over.is_none() || claim.aggregate != Aggregate::Every || !claim.pool.is_empty()
+            {
                 return Err(error(
                     &at("paper_value"),
-                    "a value per point needs `over` (and every point judged)".into(),
+                    "a value per point needs `over`, no `pool` (and every point judged)".into(),
                 ));
             }
+        }
+        if !claim.pool.is_empty() && claim.over.is_none() {
+            return Err(error(
+                &at("pool"),
+                "pools points with `over`: name it".into(),
+            ));
         }
         if claim.over.is_none() && claim.aggregate != Aggregate::Every {
             return Err(error(
@@ -660,8 +675,14 @@ impl Headlines {
                 .over
                 .as_slice()
                 .iter()
-                .filter(|_| own)
-                .map(|k| (format!("claim[{i}].over"), k));
+                .map(|k| (format!("claim[{i}].over"), k))
+                .chain(
+                    c.pool
+                        .iter()
+                        .enumerate()
+                        .map(move |(j, k)| (format!("claim[{i}].pool[{j}]"), k)),
+                )
+                .filter(|_| own);
             let empty: &toml::Table = &EMPTY_TABLE;
             Some((
                 format!("claim[{i}]"),

@@ -464,6 +464,65 @@ fn load_refuses_a_value_declared_twice_or_without_its_statistic() {
 }
 
 #[test]
+fn a_pooled_axis_adds_its_values_as_more_points() {
+    // Two datasets: gv gains 20% and 10% on the first, loses 10% at 300 on the second.
+    let mut doc = document(&[
+        ("fcfs", 150, 100.0),
+        ("gv", 150, 80.0),
+        ("fcfs", 300, 100.0),
+        ("gv", 300, 90.0),
+    ]);
+    let second = document(&[
+        ("fcfs", 150, 100.0),
+        ("gv", 150, 90.0),
+        ("fcfs", 300, 100.0),
+        ("gv", 300, 110.0),
+    ]);
+    for (cell, dataset) in doc.cells.iter_mut().map(|c| (c, "a")) {
+        cell.coords
+            .push(("workload.dataset".into(), json!(dataset)));
+    }
+    doc.cells.extend(second.cells.into_iter().map(|mut c| {
+        c.id.push_str("@b");
+        c.coords.push(("workload.dataset".into(), json!("b")));
+        c
+    }));
+    doc.sweep.push(SweepAxisEcho {
+        key: "workload.dataset".into(),
+        values: vec![json!("a"), json!("b")],
+    });
+    // Without the pool the claim's cells are ambiguous.
+    assert!(evaluate(&claim(CLAIM), &doc).is_err());
+    let pooled = claim(&format!(
+        "{CLAIM}pool = [\"workload.dataset\"]\naggregate = \"mean\"\npaper_value = 7.5\n"
+    ));
+    let outcome = evaluate(&pooled, &doc).unwrap();
+    // The mean of +20, +10, +10 and -10 over both axes.
+    assert_eq!(
+        outcome.ours,
+        "+7.5% (mean of +20.0%, +10.0%, +10.0%, -10.0%)"
+    );
+    assert_eq!(outcome.verdict, Verdict::Reproduced);
+    // The paper's "up to": the best point.
+    let best = claim(&format!(
+        "{CLAIM}pool = [\"workload.dataset\"]\naggregate = \"best\"\npaper_value = 16.5\n"
+    ));
+    let outcome = evaluate(&best, &doc).unwrap();
+    assert_eq!(
+        outcome.ours,
+        "+20.0% (best of +20.0%, +10.0%, +10.0%, -10.0%)"
+    );
+    assert_eq!(
+        outcome.verdict,
+        Verdict::Reproduced,
+        "20 is 3.5 points above 16.5"
+    );
+    let every = claim(&format!("{CLAIM}pool = [\"workload.dataset\"]\n"));
+    let outcome = evaluate(&every, &doc).unwrap();
+    assert_eq!((outcome.holding, outcome.judged), (3, 4));
+}
+
+#[test]
 fn each_seed_is_judged_alone_and_four_of_five_make_a_verdict_stable() {
     // gv's P99 against fcfs's 100 at 150 and 300 req/s, per seed: seed 5 alone reverses the
     // direction at 300 req/s.
@@ -685,7 +744,10 @@ unit = "%"
 "#;
     let err = render(&value(text), &own).unwrap_err();
     assert!(err.contains("its compared cell is in run `other`"), "{err}");
-    assert_eq!(render_against(&value(text), &own, &other).unwrap().text, "12%");
+    assert_eq!(
+        render_against(&value(text), &own, &other).unwrap().text,
+        "12%"
+    );
     let seeds = value(&format!("{text}over_seeds = true\n"));
     assert_eq!(render_against(&seeds, &own, &other).unwrap().text, "5-20%");
 }

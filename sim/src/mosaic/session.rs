@@ -73,7 +73,7 @@ impl ModelServing {
             &params.gpu,
             params.gpu_memory_utilization,
             parallel,
-            params.step_overhead_s * 1e9,
+            crate::cost::host::HostOverhead::flat(params.step_overhead_s * 1e9),
             measured,
         )
         .ok_or(ServingError::NoKvCache {
