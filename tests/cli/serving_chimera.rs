@@ -178,7 +178,7 @@ fn chimeras_headline_decisions_are_the_serving_familys_on_the_same_inputs() {
         // element-wise kernels; both charge the host's measured time (Chimera's since issue
         // 29): the GPU's part of its profile is Chimera's and a little more.
         let ours = (time.duration.0 as f64 - time.breakdown.parts.host_ns) * 1e-6;
-        let chimera = engine.cost.decode_ms_per_token - engine.cost.host.nanos(batch) * 1e-6;
+        let chimera = engine.cost.decode_ms_per_token - engine.cost.dense.host.nanos(batch) * 1e-6;
         assert!(
             ours > chimera && ours < 1.25 * chimera,
             "engine {g}: {ours} ms vs {chimera} ms"

@@ -46,6 +46,12 @@ impl Family for Mosaic {
                 f64::from(s.dataset.questions) * 3.0,
                 "dataset.questions",
             ),
+            // The calibration sweep's largest session (its sizes double up to it).
+            Demand::new(
+                Requests,
+                f64::from(s.calibration.sweep_max_prompts),
+                "calibration.sweep_max_prompts",
+            ),
             Demand::new(Gpus, f64::from(s.n_workers), "cluster.n_workers"),
             Demand::new(
                 TokensPerRequest,
