@@ -78,15 +78,17 @@ pub fn vidur_host_points(
     model: &str,
     tensor_parallel: u32,
 ) -> Result<Vec<HostPoint>, String> {
-    let mut lines = csv.lines().enumerate();
-    let header: Vec<&str> = match lines.next() {
-        Some((_, h)) => h.split(',').map(str::trim).collect(),
-        None => return Err("line 1: the file is empty".to_string()),
-    };
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(csv.as_bytes());
+    let header = reader
+        .headers()
+        .map_err(|e| format!("line 1: cannot read the header: {e}"))?
+        .clone();
     let column = |name: &str| {
         header
             .iter()
-            .position(|h| *h == name)
+            .position(|h| h == name)
             .ok_or_else(|| format!("line 1: no column `{name}`"))
     };
     let (model_col, tp_col, batch_col) = (
@@ -99,26 +101,20 @@ pub fn vidur_host_points(
         .map(|c| column(c))
         .collect::<Result<Vec<_>, _>>()?;
     let mut points = Vec::new();
-    for (i, line) in lines {
-        let cells: Vec<&str> = line.split(',').map(str::trim).collect();
-        let cell = |c: usize| -> Result<&str, String> {
-            cells
-                .get(c)
-                .copied()
-                .ok_or_else(|| format!("line {}: no column `{}`", i + 1, header[c]))
-        };
+    for record in reader.records() {
+        let record = record.map_err(|e| format!("cannot read: {e}"))?;
+        let line = record.position().map_or(0, csv::Position::line);
         let number = |c: usize| -> Result<f64, String> {
-            let text = cell(c)?;
+            let text = record.get(c).unwrap_or("");
             match text.parse::<f64>() {
                 Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
                 _ => Err(format!(
-                    "line {}, column `{}`: expected a non-negative number, got `{text}`",
-                    i + 1,
-                    header[c]
+                    "line {line}, column `{}`: expected a non-negative number, got `{text}`",
+                    &header[c]
                 )),
             }
         };
-        if cell(model_col)? != model || number(tp_col)? != f64::from(tensor_parallel) {
+        if record.get(model_col) != Some(model) || number(tp_col)? != f64::from(tensor_parallel) {
             continue;
         }
         let mut host_ms = 0.0;
@@ -171,10 +167,15 @@ impl HostOverhead {
 
     /// Sarathi-Serve's engine loop as Vidur measured it ([`SARATHI_A100_CPU_OVERHEADS`],
     /// Llama-2-7B at TP 1: the profile's one single-GPU dense model with batches up to 128).
+    /// Fitted once per process: every replica and price row reads the same line.
     pub fn sarathi_serve() -> HostOverhead {
-        let points = vidur_host_points(SARATHI_A100_CPU_OVERHEADS, "meta-llama/Llama-2-7b-hf", 1)
-            .expect("the committed Vidur CPU-overhead profile parses (tested)");
-        HostOverhead::fitted(&points)
+        static LINE: std::sync::LazyLock<HostOverhead> = std::sync::LazyLock::new(|| {
+            let points =
+                vidur_host_points(SARATHI_A100_CPU_OVERHEADS, "meta-llama/Llama-2-7b-hf", 1)
+                    .expect("the committed Vidur CPU-overhead profile parses (tested)");
+            HostOverhead::fitted(&points)
+        });
+        *LINE
     }
 
     /// The host's time of a step of `sequences` sequences, ns.
