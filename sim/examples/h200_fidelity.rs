@@ -489,7 +489,7 @@ fn main() {
          `profiles/h200/kernels.json` ({} points) and `profiles/rates.json`; the bar (median \
          |error| at most {MAX_MEDIAN_ABS_PCT} %, at least {MIN_WITHIN_20_PCT} % of points within \
          +-20 %, per class, CUDA-graph timing where a class has it) is `cargo test --release -p \
-         expertsim-sim fidelity_h200`. Error = predicted / measured - 1; \"fitted\" are the \
+         expertsim-cost fidelity_h200`. Error = predicted / measured - 1; \"fitted\" are the \
          Mixtral-8x7B and Llama-2-7B points the H200's rates were fitted on, \"not fitted\" the \
          Qwen1.5-MoE GEMMs and every attention point, predicted.\n",
         points.len()

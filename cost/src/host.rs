@@ -53,7 +53,7 @@ pub const VLLM_V0_HOST_SOURCE: &str = "vLLM 0.5.4 per-iteration schedule time, W
 /// copied unedited to `profiles/vidur/cpu_overheads/a100.csv`): per model, tensor-parallel
 /// degree and batch size, the medians of each host stage of a step, ms.
 pub const SARATHI_A100_CPU_OVERHEADS: &str =
-    include_str!("../../../profiles/vidur/cpu_overheads/a100.csv");
+    include_str!("../../profiles/vidur/cpu_overheads/a100.csv");
 
 /// Where [`HostOverhead::sarathi_serve`]'s points come from, for docs and results.
 pub const SARATHI_HOST_SOURCE: &str = "Sarathi-Serve per-iteration host time as Vidur profiled \

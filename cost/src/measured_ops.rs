@@ -12,12 +12,12 @@
 //! Derivation: docs/cost-model.md, "Pricing from measured operations".
 
 use super::source::CostSource;
-use crate::cost::gpu::{GpuSpec, LinkSpec};
-use crate::cost::kernel::{KernelRates, KernelTime};
-use crate::cost::op_profile::{
+use crate::gpu::{GpuSpec, LinkSpec};
+use crate::kernel::{KernelRates, KernelTime};
+use crate::op_profile::{
     Collective, CollectiveSeries, NetworkProfile, OpProfile, OpSeries, Operation,
 };
-use crate::cost::roofline::Roofline;
+use crate::roofline::Roofline;
 use serde::Serialize;
 
 /// Bytes of one activation element (bf16), the unit of every element-wise kernel's traffic.
@@ -486,7 +486,7 @@ impl Collectives {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cost::op_profile::{DataSource, MeasuredShape, OP_PROFILE_FORMAT_VERSION};
+    use crate::op_profile::{DataSource, MeasuredShape, OP_PROFILE_FORMAT_VERSION};
     use std::path::Path;
 
     fn vidur(file: &str) -> OpProfile {
@@ -545,7 +545,7 @@ mod tests {
     /// The kernel model's gated expert FFN on the A100: the up GEMM (h -> 2f), the SwiGLU
     /// (n rows x 3f x 2 B) and the down GEMM (f -> h), each GPU-side on the A100's rates.
     fn by_hand(h: f64, f: f64, n: u64) -> f64 {
-        let r = crate::cost::kernel::KernelRates::of(&a100());
+        let r = crate::kernel::KernelRates::of(&a100());
         let (h, f) = (h as u64, f as u64);
         r.gemm(n, h, 2 * f, 2.0).nanos
             + r.streaming(n as f64 * 3.0 * f as f64 * 2.0).nanos
@@ -596,7 +596,7 @@ mod tests {
         let (t, source) = attention.price(1);
         assert_eq!(source, CostSource::Analytic);
         // The QKV GEMM (4096 -> 6144) and the output projection (4096 -> 4096) of one row.
-        let r = crate::cost::kernel::KernelRates::of(&a100());
+        let r = crate::kernel::KernelRates::of(&a100());
         let by_hand = r.gemm(1, 4096, 6144, 2.0).nanos + r.gemm(1, 4096, 4096, 2.0).nanos;
         assert!((t - by_hand).abs() < 1e-6);
 

@@ -16,15 +16,15 @@
 //! the curves staircases: flat within a tile once compute-bound, a jump at each tile boundary,
 //! and a memory-bound floor (streaming the weights once) at small counts.
 
-use crate::cost::curve::CostCurve;
-use crate::cost::gpu::{GpuSpec, LinkSpec};
-use crate::cost::kernel::{KernelRates, Timing, dense_tile, padded};
-use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
-use crate::cost::profile::{
+use crate::curve::CostCurve;
+use crate::gpu::{GpuSpec, LinkSpec};
+use crate::kernel::{KernelRates, Timing, dense_tile, padded};
+use crate::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
+use crate::profile::{
     ExpertExecution, ExpertFfnCurve, PROFILE_FORMAT_VERSION, Profile, ProfileError, ProfileSource,
     SourceKind, decode_step_nanos,
 };
-use crate::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
+use crate::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -834,7 +834,7 @@ pub fn write_reference_profiles(profiles_dir: &Path) -> Result<Vec<PathBuf>, Pro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cost::gpu::LinkSpec;
+    use crate::gpu::LinkSpec;
 
     fn l4_qwen() -> (GpuSpec, MoeModelShape, RooflineParams) {
         (
@@ -914,7 +914,7 @@ mod tests {
     }
 
     /// The committed reference profiles are what the code generates now. Regenerate with
-    /// `EXPERTSIM_UPDATE_PROFILES=1 cargo test -p expertsim-sim committed_reference_profiles`.
+    /// `EXPERTSIM_UPDATE_PROFILES=1 cargo test -p expertsim-cost committed_reference_profiles`.
     #[test]
     fn committed_reference_profiles_match_the_generator() {
         let profiles_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
@@ -927,7 +927,7 @@ mod tests {
             assert!(
                 committed == profile.to_json(),
                 "{} differs from what the roofline generates; regenerate with \
-                 EXPERTSIM_UPDATE_PROFILES=1 cargo test -p expertsim-sim committed_reference_profiles",
+                 EXPERTSIM_UPDATE_PROFILES=1 cargo test -p expertsim-cost committed_reference_profiles",
                 path.display()
             );
             assert_eq!(Profile::load(&path).unwrap(), profile);

@@ -3,7 +3,7 @@
 //! measured profile overrides it with a measured copy where it has one (docs/cost-model.md,
 //! "Model load").
 
-use crate::time::SimDuration;
+use expertsim_core::time::SimDuration;
 use serde::Serialize;
 
 /// The path a model's weights take onto a device, as one effective bandwidth.

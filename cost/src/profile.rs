@@ -7,8 +7,8 @@
 //! [`Calibration`] and [`MeasuredProfile`]. [`Profile::load`] validates that section and keeps
 //! the curves, so a measured file is used exactly like an analytic one.
 
-use crate::cost::curve::CostCurve;
-use crate::cost::shape::{MoeModelShape, WeightDtype};
+use crate::curve::CostCurve;
+use crate::shape::{MoeModelShape, WeightDtype};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::io::Write;
@@ -288,10 +288,11 @@ struct MeasuredRepr<'a> {
 impl MeasuredProfile {
     /// Reads a profile that must have a `calibration` section.
     pub fn load(path: &Path) -> Result<MeasuredProfile, ProfileError> {
-        let text = crate::input::read_input_text(path).map_err(|source| ProfileError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            expertsim_core::input::read_input_text(path).map_err(|source| ProfileError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         let (profile, calibration) = parse(&text, path)?;
         let calibration = calibration.ok_or_else(|| ProfileError::Calibration {
             path: path.to_path_buf(),
@@ -519,10 +520,11 @@ impl Profile {
     /// Reads and validates a profile: the format version first (so an old or new file gets a
     /// version message, not a field error), then the schema, with the JSON path of any error.
     pub fn load(path: &Path) -> Result<Profile, ProfileError> {
-        let text = crate::input::read_input_text(path).map_err(|source| ProfileError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            expertsim_core::input::read_input_text(path).map_err(|source| ProfileError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         Profile::from_json(&text, path)
     }
 
@@ -649,12 +651,12 @@ fn parse(text: &str, path: &Path) -> Result<(Profile, Option<Calibration>), Prof
         if let Some((x, ns)) = split
             .fixed
             .samples()
-            .find(|&(_, ns)| !(0.0..=crate::cost::curve::MAX_MEASURED_NANOS).contains(&ns))
+            .find(|&(_, ns)| !(0.0..=crate::curve::MAX_MEASURED_NANOS).contains(&ns))
         {
             return Err(ProfileError::Latency {
                 path: path.to_path_buf(),
                 curve: format!("expert_ffn[{i}].split.fixed"),
-                problem: crate::cost::curve::measured_latency_problem(x, ns),
+                problem: crate::curve::measured_latency_problem(x, ns),
             });
         }
     }

@@ -8,18 +8,18 @@
 //! from measured operations".
 
 use super::source::CostSource;
-use crate::cost::curve::CostCurve;
-use crate::cost::gpu::GpuSpec;
-use crate::cost::measured_ops::{Collectives, LayerShape, MeasuredOps, OpClass, PricedClass};
-use crate::cost::op_profile::{NetworkProfile, OpProfile};
-use crate::cost::profile::{
+use crate::curve::CostCurve;
+use crate::gpu::GpuSpec;
+use crate::measured_ops::{Collectives, LayerShape, MeasuredOps, OpClass, PricedClass};
+use crate::op_profile::{NetworkProfile, OpProfile};
+use crate::profile::{
     ExpertExecution, ExpertFfnCurve, PROFILE_FORMAT_VERSION, Profile, ProfileSource, SourceKind,
     decode_step_nanos,
 };
-use crate::cost::roofline::{
+use crate::roofline::{
     OpTime, ProfileCurves, RooflineParams, StepPrice, StepRoofline, StepTokens, TensorParallel,
 };
-use crate::cost::shape::{DenseModelShape, MoeModelShape};
+use crate::shape::{DenseModelShape, MoeModelShape};
 use serde::{Serialize, Serializer};
 use std::path::{Path, PathBuf};
 
@@ -599,7 +599,7 @@ impl MeasuredDenseStep {
         if tp > 1 {
             let (source, from) = match &set.network {
                 Some(n)
-                    if n.series(crate::cost::op_profile::Collective::AllReduce, tp, tp)
+                    if n.series(crate::op_profile::Collective::AllReduce, tp, tp)
                         .is_some() =>
                 {
                     (
@@ -724,8 +724,8 @@ impl MeasuredParts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cost::gpu::LinkSpec;
-    use crate::cost::op_profile::Operation;
+    use crate::gpu::LinkSpec;
+    use crate::op_profile::Operation;
 
     fn vidur_dir(set: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -824,7 +824,7 @@ mod tests {
         }
         // Past 32,768 tokens: the last measurement times the roofline's growth.
         let roofline = |n| {
-            crate::cost::measured_ops::roofline_nanos(
+            crate::measured_ops::roofline_nanos(
                 &set.ops.roofline,
                 OpClass::Mlp,
                 &moe_layer_shape(&shape, 14336),
@@ -923,7 +923,7 @@ mod tests {
             .network
             .as_ref()
             .unwrap()
-            .series(crate::cost::op_profile::Collective::AllReduce, 2, 2)
+            .series(crate::op_profile::Collective::AllReduce, 2, 2)
             .unwrap()
             .nanos_at(65_536)
             .unwrap();

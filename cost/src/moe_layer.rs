@@ -15,12 +15,12 @@
 //! GEMMs of the GPU and expert shape (`with_measured_grouped`: `profiles/h200/kernels.json`,
 //! the model's shape between measured points scaled to them).
 
-use crate::cost::curve::CostCurve;
-use crate::cost::gpu::{GpuSpec, LinkSpec};
-use crate::cost::kernel::{GroupSums, GroupedShape, KernelRates, KernelTime, Timing};
-use crate::cost::kernel_timings::KernelTimings;
-use crate::cost::profile::ExpertFfnCurve;
-use crate::cost::shape::{MoeModelShape, WeightDtype};
+use crate::curve::CostCurve;
+use crate::gpu::{GpuSpec, LinkSpec};
+use crate::kernel::{GroupSums, GroupedShape, KernelRates, KernelTime, Timing};
+use crate::kernel_timings::KernelTimings;
+use crate::profile::ExpertFfnCurve;
+use crate::shape::{MoeModelShape, WeightDtype};
 use std::sync::{Arc, OnceLock};
 
 /// Kernel launches of one MoE layer's experts in an eager engine (gate+up grouped GEMM,
@@ -753,7 +753,7 @@ mod tests {
         assert_eq!(m.gpu(even, SpeedFactors::NOMINAL).nanos, c.nanos);
         // Split by mechanism: a fixed part of 4 us + 1 ns per assignment, once per layer; each
         // expert's GEMM pair 9 us per 64-row tile.
-        let split = crate::cost::profile::MoeLayerSplit {
+        let split = crate::profile::MoeLayerSplit {
             fixed: CostCurve::new(vec![(1.0, 4_001.0), (1000.0, 5_000.0)]).unwrap(),
             expert_gemms: CostCurve::new(vec![
                 (1.0, 9_000.0),
@@ -795,7 +795,7 @@ mod tests {
     /// expected expert weighted by its probability of being read.
     #[test]
     fn a_serial_layer_pays_its_fixed_part_once() {
-        use crate::cost::profile::MoeLayerSplit;
+        use crate::profile::MoeLayerSplit;
         let curve = |points: &[(f64, f64)]| CostCurve::new(points.to_vec()).unwrap();
         let mut entry = ExpertFfnCurve {
             hidden: 64,

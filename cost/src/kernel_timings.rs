@@ -5,8 +5,8 @@
 //! are fitted from these points (`cost::fit`), and docs/fidelity.md holds the kernel model
 //! against every one of them. Read back with errors that name the file and the field.
 
-use crate::cost::kernel::Timing;
-use crate::cost::op_profile::{OpProfileError, layout, parse, write_atomically};
+use crate::kernel::Timing;
+use crate::op_profile::{OpProfileError, layout, parse, write_atomically};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -14,7 +14,7 @@ use std::path::Path;
 pub const KERNEL_TIMINGS_FORMAT_VERSION: u32 = 1;
 
 /// The committed H200 set, embedded so that every build prices the H200 from it.
-pub const H200_KERNEL_TIMINGS: &str = include_str!("../../../profiles/h200/kernels.json");
+pub const H200_KERNEL_TIMINGS: &str = include_str!("../../profiles/h200/kernels.json");
 
 /// Where the measurements come from and how they were taken.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

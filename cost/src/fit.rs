@@ -15,15 +15,15 @@
 //!   element-wise kernels; the shape constants (reduction latency, p, grouped ratios) are the
 //!   H200's.
 //!
-//! `EXPERTSIM_UPDATE_PROFILES=1 cargo test -p expertsim-sim committed_rates` rewrites the file;
+//! `EXPERTSIM_UPDATE_PROFILES=1 cargo test -p expertsim-cost committed_rates` rewrites the file;
 //! the test holds the committed file to this derivation.
 
-use crate::cost::gpu::{GPU_NAMES, GpuSpec};
-use crate::cost::kernel::Timing;
-use crate::cost::kernel::{GpuRatesEntry, GroupSums, KernelRates, RatesFile};
-use crate::cost::kernel_timings::KernelTimings;
-use crate::cost::measured_ops::{LayerShape, OpClass, class_kernels};
-use crate::cost::op_profile::OpProfile;
+use crate::gpu::{GPU_NAMES, GpuSpec};
+use crate::kernel::Timing;
+use crate::kernel::{GpuRatesEntry, GroupSums, KernelRates, RatesFile};
+use crate::kernel_timings::KernelTimings;
+use crate::measured_ops::{LayerShape, OpClass, class_kernels};
+use crate::op_profile::OpProfile;
 use std::path::Path;
 
 /// Nelder-Mead on `f` from `x0` with initial steps `step`: reflection 1, expansion 2,
@@ -435,7 +435,7 @@ pub fn derive_rates(profiles_dir: &Path) -> RatesFile {
     entries.sort_by_key(|e| GPU_NAMES.iter().position(|n| *n == e.gpu));
     RatesFile {
         format_version: 1,
-        note: "every catalogue GPU's kernel-model rates, derived by sim::cost::fit from the measured files under profiles/ (docs/cost-model.md, \"The kernel model\"); regenerate with EXPERTSIM_UPDATE_PROFILES=1 cargo test -p expertsim-sim committed_rates".into(),
+        note: "every catalogue GPU's kernel-model rates, derived by sim::cost::fit from the measured files under profiles/ (docs/cost-model.md, \"The kernel model\"); regenerate with EXPERTSIM_UPDATE_PROFILES=1 cargo test -p expertsim-cost committed_rates".into(),
         gpus: entries,
     }
 }
@@ -455,7 +455,7 @@ mod tests {
     }
 
     /// The committed `profiles/rates.json` is what the fit derives from the committed measured
-    /// files. Regenerate with `EXPERTSIM_UPDATE_PROFILES=1 cargo test -p expertsim-sim
+    /// files. Regenerate with `EXPERTSIM_UPDATE_PROFILES=1 cargo test -p expertsim-cost
     /// committed_rates`.
     #[test]
     fn committed_rates_match_the_fit() {
@@ -468,7 +468,7 @@ mod tests {
         let committed = std::fs::read_to_string(&path).unwrap();
         assert!(
             committed == derived.to_json(),
-            "profiles/rates.json differs from the fit; regenerate with EXPERTSIM_UPDATE_PROFILES=1 cargo test -p expertsim-sim committed_rates"
+            "profiles/rates.json differs from the fit; regenerate with EXPERTSIM_UPDATE_PROFILES=1 cargo test -p expertsim-cost committed_rates"
         );
         // Every catalogue GPU has rates, each positive.
         for name in GPU_NAMES {

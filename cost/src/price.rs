@@ -4,14 +4,12 @@
 //! `cost::kernel`, one GPU's MoE layer (its experts' rows) through `cost::moe_layer`, a dense
 //! model's whole decode or prefill step by kernel class as the serving family prices it.
 
-use crate::cost::gpu::GpuSpec;
-use crate::cost::host::HostOverhead;
-use crate::cost::kernel::{KernelRates, KernelTime, Timing};
-use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
-use crate::cost::roofline::{
-    ElementwiseKernels, Roofline, StepRoofline, StepTokens, TensorParallel,
-};
-use crate::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
+use crate::gpu::GpuSpec;
+use crate::host::HostOverhead;
+use crate::kernel::{KernelRates, KernelTime, Timing};
+use crate::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
+use crate::roofline::{ElementwiseKernels, Roofline, StepRoofline, StepTokens, TensorParallel};
+use crate::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
 use serde::Serialize;
 use std::path::Path;
 
@@ -37,10 +35,10 @@ impl CatalogueModel {
         }
         Err(format!(
             "unknown model {name:?}; known: {}",
-            crate::cost::shape::MOE_PRESETS
+            crate::shape::MOE_PRESETS
                 .iter()
-                .chain(crate::cost::shape::DENSE_PRESETS)
-                .chain(crate::cost::shape::MLA_MOE_PRESETS)
+                .chain(crate::shape::DENSE_PRESETS)
+                .chain(crate::shape::MLA_MOE_PRESETS)
                 .copied()
                 .collect::<Vec<_>>()
                 .join(", ")
@@ -299,7 +297,7 @@ pub fn price_step(
     };
     let parallel = TensorParallel {
         degree: 1,
-        link: crate::cost::gpu::LinkSpec::NVLINK4,
+        link: crate::gpu::LinkSpec::NVLINK4,
     };
     let roofline = StepRoofline::dense(shape, Roofline::of(gpu), parallel, 0.0);
     let (work, sequences) = match op {

@@ -4,19 +4,19 @@
 //! grouped expert GEMMs), per operation class, with the points the H200 rates were fitted on
 //! (Mixtral-8x7B and Llama-2-7B) apart from those they were not (Qwen1.5-MoE, attention); and
 //! the share of Vidur's A100, H100 and A40 points the kernel model prices within +-20 %, beside
-//! the share the former roofline reached. `cargo test --release -p expertsim-sim
+//! the share the former roofline reached. `cargo test --release -p expertsim-cost
 //! fidelity_h200` holds both to the bar; docs/fidelity.md's "Against a real H200" is written
 //! from them (`cargo run --release -p expertsim-sim --example h200_fidelity`).
 
-use crate::cost::fit::FITTED_MODELS;
-use crate::cost::gpu::GpuSpec;
-use crate::cost::kernel::Timing;
-use crate::cost::kernel_timings::KernelTimings;
-use crate::cost::measured_ops::{LayerShape, OpClass, roofline_nanos};
-use crate::cost::moe_layer::ExpertRows;
-use crate::cost::op_profile::OpProfile;
-use crate::cost::price::{CatalogueModel, MoePart, Op, Priced, price_moe, price_op};
-use crate::cost::roofline::Roofline;
+use crate::fit::FITTED_MODELS;
+use crate::gpu::GpuSpec;
+use crate::kernel::Timing;
+use crate::kernel_timings::KernelTimings;
+use crate::measured_ops::{LayerShape, OpClass, roofline_nanos};
+use crate::moe_layer::ExpertRows;
+use crate::op_profile::OpProfile;
+use crate::price::{CatalogueModel, MoePart, Op, Priced, price_moe, price_op};
+use crate::roofline::Roofline;
 use std::path::Path;
 
 /// The operation classes of the H200 data.

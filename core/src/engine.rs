@@ -79,10 +79,6 @@ pub fn guarded<T>(simulation: impl FnOnce() -> T) -> Result<T, RanOutOfTime> {
 }
 
 #[cfg(test)]
-#[path = "one_engine_checks.rs"]
-pub(crate) mod one_engine_checks;
-
-#[cfg(test)]
 mod tests {
     use super::*;
     use crate::time::SimDuration;

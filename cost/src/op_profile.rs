@@ -294,10 +294,10 @@ fn check_points(points: &[(u64, f64)], field: &str) -> Result<(), (String, Strin
     }
     for (i, pair) in points.iter().enumerate() {
         let (x, y) = *pair;
-        if !(y > 0.0 && y <= crate::cost::curve::MAX_MEASURED_NANOS) {
+        if !(y > 0.0 && y <= crate::curve::MAX_MEASURED_NANOS) {
             return Err((
                 format!("{field}[{i}]"),
-                crate::cost::curve::measured_latency_problem(x as f64, y),
+                crate::curve::measured_latency_problem(x as f64, y),
             ));
         }
         if i > 0 && x <= points[i - 1].0 {
@@ -389,9 +389,11 @@ fn version_check(version: u32, path: &Path) -> Result<(), OpProfileError> {
 impl OpProfile {
     /// Reads and checks the op profile at `path`.
     pub fn load(path: &Path) -> Result<OpProfile, OpProfileError> {
-        let text = crate::input::read_input_text(path).map_err(|source| OpProfileError::Read {
-            path: path.to_path_buf(),
-            source,
+        let text = expertsim_core::input::read_input_text(path).map_err(|source| {
+            OpProfileError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         OpProfile::from_json(&text, path)
     }
@@ -467,9 +469,11 @@ impl OpProfile {
 impl NetworkProfile {
     /// Reads and checks the network profile at `path`.
     pub fn load(path: &Path) -> Result<NetworkProfile, OpProfileError> {
-        let text = crate::input::read_input_text(path).map_err(|source| OpProfileError::Read {
-            path: path.to_path_buf(),
-            source,
+        let text = expertsim_core::input::read_input_text(path).map_err(|source| {
+            OpProfileError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         NetworkProfile::from_json(&text, path)
     }
@@ -657,9 +661,9 @@ mod tests {
 #[cfg(test)]
 mod against_roofline {
     use super::*;
-    use crate::cost::gpu::GpuSpec;
-    use crate::cost::measured_ops::{LayerShape, OpClass, roofline_nanos};
-    use crate::cost::roofline::Roofline;
+    use crate::gpu::GpuSpec;
+    use crate::measured_ops::{LayerShape, OpClass, roofline_nanos};
+    use crate::roofline::Roofline;
 
     /// The kernel model's gated MLP (up GEMM, activation, down GEMM on the GPU's rates) against
     /// measured GPU timings of the same shapes (`cargo run --release -p expertsim-sim --example

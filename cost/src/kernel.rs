@@ -15,8 +15,8 @@
 //! a kernel costs the longer of the host's launch and its GPU-side time. Derivation and every
 //! constant: docs/cost-model.md, "The kernel model".
 
-use crate::cost::gpu::GpuSpec;
-use crate::cost::moe_layer::SpeedFactors;
+use crate::gpu::GpuSpec;
+use crate::moe_layer::SpeedFactors;
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
 
@@ -252,7 +252,7 @@ impl GroupSums {
 const ACTIVATION_BYTES: f64 = 2.0;
 
 /// The committed rates file.
-const RATES_JSON: &str = include_str!("../../../profiles/rates.json");
+const RATES_JSON: &str = include_str!("../../profiles/rates.json");
 
 /// `profiles/rates.json`: every catalogue GPU's rates with the source of each.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -64,7 +64,7 @@ pub fn steps(samples: &[(f64, f64)], threshold: f64) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cost::CostCurve;
+    use crate::CostCurve;
 
     /// How many samples [`token_points`] takes with no sparse part: 1, then two per tile boundary
     /// below the dense limit and one at it.

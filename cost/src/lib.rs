@@ -1,4 +1,4 @@
-//! The one cost model: the GPU catalogue (`gpu`), the model-shape catalogue (`shape`), the
+//! expertsim's one cost model (crate `expertsim-cost`, re-exported as `sim::cost`): the GPU catalogue (`gpu`), the model-shape catalogue (`shape`), the
 //! host's time per step (`host`), the
 //! roofline every family prices steps with (`roofline`: dense steps, the non-expert part of MoE
 //! models, MLA attention, and the analytic profiles sampled from it), the grouped-GEMM MoE layer
@@ -8,7 +8,8 @@
 //! priced from them where they apply (`measured_ops`: measured, scaled or analytic), and steps and
 //! MoE curves built from those (`measured_steps`, with the record of what priced what), and where
 //! a step's price came from (`source::CostSource`). See
-//! docs/cost-model.md.
+//! docs/cost-model.md. It depends on `expertsim-core` (time, input files) only: it knows no
+//! scheduler, family or scenario loader, which Cargo enforces.
 
 pub mod curve;
 pub mod fidelity;
@@ -21,8 +22,6 @@ pub mod load;
 pub mod measured_ops;
 pub mod measured_steps;
 pub mod moe_layer;
-#[cfg(test)]
-mod one_model_checks;
 pub mod op_profile;
 pub mod price;
 pub mod profile;
