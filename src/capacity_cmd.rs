@@ -296,7 +296,7 @@ pub fn run(args: CapacityArgs) -> ExitCode {
         Err(code) => return code,
     };
     let Some(key) = plan.family.rate_key() else {
-        let searchable: Vec<&str> = sim::family::FamilyId::all()
+        let searchable: Vec<&str> = sim::registry::families()
             .filter(|f| f.rate_key().is_some())
             .map(|f| f.name())
             .collect();

@@ -65,7 +65,7 @@ mod layering {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             let text = std::fs::read_to_string(&path).unwrap();
-            let families = sim::family::FamilyId::all().map(|f| f.module());
+            let families = sim::registry::families().map(|f| f.module());
             for family in families.chain(["serving"]) {
                 let import = format!("sim::{family}");
                 assert!(!text.contains(&import), "{} uses {import}", path.display());

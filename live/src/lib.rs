@@ -179,7 +179,7 @@ enum LiveFamily {
     Refused(&'static str),
 }
 
-/// Live mode's runner for each registered family (`sim::family::FAMILIES`), by name. A family's
+/// Live mode's runner for each registered family (`sim::registry::FAMILIES`), by name. A family's
 /// live module lives here because it launches kernels, which `sim` does not know; a test holds
 /// that every registered family has its line.
 const LIVE_FAMILIES: &[(&str, LiveFamily)] = &[
@@ -345,13 +345,13 @@ mod tests {
 
     #[test]
     fn every_registered_family_has_a_live_runner() {
-        for family in sim::family::FamilyId::all() {
+        for family in sim::registry::families() {
             assert!(
                 LIVE_FAMILIES.iter().any(|(name, _)| *name == family.name()),
                 "{family} has no line in LIVE_FAMILIES"
             );
         }
-        assert_eq!(LIVE_FAMILIES.len(), sim::family::FAMILIES.len());
+        assert_eq!(LIVE_FAMILIES.len(), sim::registry::FAMILIES.len());
     }
 
     #[test]

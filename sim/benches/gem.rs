@@ -7,7 +7,8 @@
 //! Run: `cargo bench -p expertsim-sim --bench gem`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use sim::gem::{ExpertMapper, GemConfig, LayerMapping, LayerProblem, simulate};
+use sim::gem::{GemConfig, simulate};
+use sim::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
 use sim::rng::SimRng;
 use sim::serving::{QueuePolicy, QueuedRequest};
 use std::collections::VecDeque;

@@ -1,7 +1,8 @@
-//! The `Family` trait, everything a family of serving systems plugs into the simulator, and
-//! `FAMILIES`, the one list that registers them. The scenario loader, the runner, the command
-//! line and live mode reach a family only through this list, so a new family is its folder under
-//! `sim/src/` (with its `Family` implementation) and one line in `FAMILIES`.
+//! The `Family` trait, everything a family of serving systems plugs into the simulator, and the
+//! vocabulary every family shares with the layers above it: a run's `Run`, live mode's
+//! `LiveDescription`, the type-erased `RegisteredFamily` each `Family` is, the `FamilyId` that
+//! names one and the `Scenario` cell that carries one. The families sit above this module; the
+//! list that registers them, `registry::FAMILIES`, sits above the families.
 
 use crate::arrivals::TraceStats;
 use crate::metrics::{MetricInfo, RunOutput};
@@ -15,16 +16,6 @@ use std::any::Any;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// Every family the simulator knows, in the order `expertsim` lists them.
-pub static FAMILIES: &[&dyn RegisteredFamily] = &[
-    &crate::caps::Caps,
-    &crate::gem::Gem,
-    &crate::mosaic::Mosaic,
-    &crate::chimera::Chimera,
-    &crate::expertweave::ExpertWeave,
-    &crate::serving_family::Serving,
-];
 
 /// One family of serving systems: its scenario tables, their validation into a runnable cell,
 /// what a cell asks of the simulator, how one seed of it runs, and what the run reports.
@@ -136,9 +127,10 @@ pub trait RegisteredFamily: Sync {
     fn writes_trace_events(&self) -> bool;
     /// Deserializes the family's tables into its `Config` (boxed).
     fn deserialize(&self, tables: toml::Value) -> Result<Box<dyn Any>, ConfigError>;
-    /// Validates a config from `deserialize` into a cell.
+    /// Validates a config from `deserialize` into a cell of this (registered, so `'static`)
+    /// family.
     fn validate(
-        &self,
+        &'static self,
         config: Box<dyn Any>,
         base_dir: &Path,
         cache: &mut LoadCache,
@@ -204,7 +196,7 @@ impl<F: Family> RegisteredFamily for F {
         Ok(Box::new(config))
     }
     fn validate(
-        &self,
+        &'static self,
         config: Box<dyn Any>,
         base_dir: &Path,
         cache: &mut LoadCache,
@@ -213,7 +205,7 @@ impl<F: Family> RegisteredFamily for F {
             .downcast::<F::Config>()
             .expect("a config comes from its own family's `deserialize`");
         Ok(Scenario {
-            family: FamilyId(self_ref::<F>()),
+            family: FamilyId(self),
             cell: Arc::new(F::validate(*config, base_dir, cache)?),
         })
     }
@@ -253,15 +245,6 @@ impl<F: Family> RegisteredFamily for F {
     }
 }
 
-/// The registered entry of family type `F`.
-fn self_ref<F: Family>() -> &'static dyn RegisteredFamily {
-    FAMILIES
-        .iter()
-        .copied()
-        .find(|f| f.name() == F::NAME)
-        .expect("every Family is listed in FAMILIES")
-}
-
 /// The cell of `scenario`, which belongs to family `F` (the erased family dispatched on it).
 fn cell<F: Family>(scenario: &Scenario) -> &F::Scenario {
     scenario
@@ -270,22 +253,15 @@ fn cell<F: Family>(scenario: &Scenario) -> &F::Scenario {
 }
 
 /// A registered family, as scenarios and results name it: compared, printed and serialized by
-/// its name.
+/// its name (read back by name through the registry: `registry`'s `Deserialize`).
 #[derive(Clone, Copy)]
 pub struct FamilyId(&'static dyn RegisteredFamily);
 
 impl FamilyId {
-    /// The registered family called `name`.
-    pub fn named(name: &str) -> Option<FamilyId> {
-        FAMILIES
-            .iter()
-            .copied()
-            .find(|f| f.name() == name)
-            .map(FamilyId)
-    }
-    /// Every registered family, in registration order.
-    pub fn all() -> impl Iterator<Item = FamilyId> {
-        FAMILIES.iter().copied().map(FamilyId)
+    /// The family `registered` (the registry's lookups make one; `RegisteredFamily::validate`
+    /// names its own).
+    pub fn of(registered: &'static dyn RegisteredFamily) -> FamilyId {
+        FamilyId(registered)
     }
     pub fn name(self) -> &'static str {
         self.0.name()
@@ -365,19 +341,6 @@ impl serde::Serialize for FamilyId {
     }
 }
 
-impl<'de> serde::Deserialize<'de> for FamilyId {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(deserializer)?;
-        FamilyId::named(&name).ok_or_else(|| {
-            let names: Vec<&str> = FAMILIES.iter().map(|f| f.name()).collect();
-            serde::de::Error::custom(format!(
-                "unknown family `{name}`, expected one of `{}`",
-                names.join("`, `")
-            ))
-        })
-    }
-}
-
 /// One validated, runnable sweep cell of some registered family.
 #[derive(Clone)]
 pub struct Scenario {
@@ -431,133 +394,5 @@ impl Scenario {
 impl fmt::Debug for Scenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {:?}", self.family.name(), self.cell)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn registered_names_are_distinct_and_found_by_name() {
-        let names: Vec<&str> = FAMILIES.iter().map(|f| f.name()).collect();
-        for (i, name) in names.iter().enumerate() {
-            assert!(!names[..i].contains(name), "{name} registered twice");
-            assert_eq!(FamilyId::named(name).unwrap().name(), *name);
-        }
-        assert!(FamilyId::named("unknown").is_none());
-    }
-
-    #[test]
-    fn every_family_lists_its_headline_metrics_in_its_table() {
-        for family in FamilyId::all() {
-            for name in family
-                .headline()
-                .iter()
-                .chain(family.headline_improvements())
-            {
-                assert!(
-                    family.metrics().iter().any(|m| m.name == *name),
-                    "{family}: headline metric {name} is not in its table"
-                );
-            }
-        }
-    }
-
-    /// The generated part of docs/metrics.md: every registered family's metric table and
-    /// per-request columns, rendered from the registrations.
-    fn metric_tables_markdown() -> String {
-        let mut out = String::new();
-        for family in FamilyId::all() {
-            out.push_str(&format!(
-                "\n### {family}\n\n| metric | better | label |\n|---|---|---|\n"
-            ));
-            for metric in family.metrics() {
-                let better = match metric.better {
-                    crate::metrics::Better::Lower => "lower",
-                    crate::metrics::Better::Higher => "higher",
-                };
-                out.push_str(&format!(
-                    "| `{}` | {better} | {} |\n",
-                    metric.name, metric.description
-                ));
-            }
-            out.push_str(&match family.csv_columns() {
-                None => "\nNo per-request records.\n".to_string(),
-                Some([]) => "\nPer-request CSV: the common columns only.\n".to_string(),
-                Some(columns) => format!(
-                    "\nPer-request CSV: the common columns, then `{}`.\n",
-                    columns.join("`, `")
-                ),
-            });
-        }
-        out
-    }
-
-    /// The per-request CSV's `family` column of docs/metrics.md names every family that writes
-    /// records, and the text says which has none.
-    #[test]
-    fn docs_metrics_family_column_names_every_family_with_records() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
-        let text = std::fs::read_to_string(&path).unwrap();
-        let row = text
-            .lines()
-            .find(|l| l.starts_with("| `family` |"))
-            .expect("docs/metrics.md has the family column's row");
-        for family in FamilyId::all() {
-            let named = row.contains(&format!("`{}`", family.name()));
-            match family.csv_columns() {
-                Some(_) => assert!(named, "{family} missing from: {row}"),
-                None => assert!(!named, "{family} writes no records: {row}"),
-            }
-        }
-    }
-
-    /// docs/capacity.md names every family's arrival-rate key, which `expertsim capacity`
-    /// searches.
-    #[test]
-    fn docs_capacity_names_every_rate_key() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/capacity.md");
-        let text = std::fs::read_to_string(&path).unwrap();
-        let sentence = text
-            .split("\n\n")
-            .find(|p| p.contains("searches the family's arrival-rate key"))
-            .expect("docs/capacity.md says which key each family's search varies");
-        for family in FamilyId::all() {
-            assert!(
-                sentence.to_lowercase().contains(family.name()),
-                "{family} not named in: {sentence}"
-            );
-            if let Some(key) = family.rate_key() {
-                assert!(sentence.contains(&format!("`{key}`")), "{key}: {sentence}");
-            }
-        }
-    }
-
-    #[test]
-    fn docs_metrics_lists_every_family_table() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
-        let text = std::fs::read_to_string(&path).unwrap();
-        let (begin, end) = (
-            "<!-- metric-tables:begin -->\n",
-            "<!-- metric-tables:end -->",
-        );
-        let start = text
-            .find(begin)
-            .expect("docs/metrics.md has the begin marker")
-            + begin.len();
-        let stop = text.find(end).expect("docs/metrics.md has the end marker");
-        let expected = metric_tables_markdown();
-        if std::env::var_os("EXPERTSIM_WRITE_DOCS").is_some() {
-            let rewritten = format!("{}{expected}{}", &text[..start], &text[stop..]);
-            std::fs::write(&path, rewritten).unwrap();
-            return;
-        }
-        assert_eq!(
-            &text[start..stop],
-            expected,
-            "docs/metrics.md is out of date with the families' metric tables; regenerate it \
-             with EXPERTSIM_WRITE_DOCS=1 cargo test -p expertsim-sim family::"
-        );
     }
 }

@@ -17,6 +17,7 @@ pub mod partial;
 pub mod policies;
 pub mod recorder;
 pub mod records;
+pub mod registry;
 pub mod results;
 pub mod runner;
 pub mod scenario;

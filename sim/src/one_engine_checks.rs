@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// The family folders under sim/src (`FamilyId::module`: `serving_family` for `serving`).
 fn family_dirs() -> Vec<&'static str> {
-    crate::family::FamilyId::all().map(|f| f.module()).collect()
+    crate::registry::families().map(|f| f.module()).collect()
 }
 
 /// Folders of the workspace whose Rust sources are read.

@@ -2,10 +2,10 @@
 //! is a single-server queue, so its mean waiting time must match the M/M/1 and M/D/1 closed
 //! forms; and Little's law must hold on a loaded batched run.
 
-use crate::caps::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use crate::caps::metrics::RunMetrics;
 use crate::caps::run::simulate;
 use crate::caps::server::DiscardRecords;
+use crate::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use crate::rng::SimRng;
 use crate::scenario::load_str;
 use std::path::Path;

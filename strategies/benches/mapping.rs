@@ -5,9 +5,10 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use sim::gem::Deployment;
 use sim::gem::config::GemConfig;
 use sim::gem::trace::{TraceParams, generate};
-use sim::gem::{Deployment, LayerProblem};
+use sim::policies::mapping::LayerProblem;
 use strategies::mapping::eplb::Eplb;
 use strategies::mapping::gem::Gem;
 
@@ -42,7 +43,7 @@ fn eplb_deepseek_scale(c: &mut Criterion) {
     };
     let (trace, _) = generate(&params, 58, 256, 8, &mut sim::rng::stream(1, "bench-trace"));
     let curve = sim::cost::curve::CostCurve::new(vec![(1.0, 1.0), (1e6, 1e6)]).unwrap();
-    let costs = sim::gem::costs::GpuCosts::scaled(&curve, &[1.0; 32], 0);
+    let costs = sim::policies::mapping::gpu_costs::GpuCosts::scaled(&curve, &[1.0; 32], 0);
     let mut group = c.benchmark_group("mapping");
     group.bench_function("eplb_58_layers_256_experts_32_gpus", |b| {
         b.iter(|| {
@@ -59,7 +60,7 @@ fn eplb_deepseek_scale(c: &mut Criterion) {
                     window: trace.window(layer, 0..16),
                     costs: &costs,
                 };
-                black_box(sim::gem::ExpertMapper::map_layer(
+                black_box(sim::policies::mapping::ExpertMapper::map_layer(
                     &mut eplb, &problem, &mut rng,
                 ));
             }

@@ -6,7 +6,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use rand::RngExt;
-use sim::caps::batch::{BatchSelection, CandidateWindow};
+use sim::policies::batch::{BatchSelection, CandidateWindow};
 
 const WINDOW: usize = 32;
 const LAYERS: usize = 24;
@@ -67,7 +67,7 @@ fn selectors(c: &mut Criterion) {
     let window = CandidateWindow::new(LAYERS * EXPERTS, &loads);
     let mut group = c.benchmark_group("select_W32_d1440_B8");
     for info in strategies::batch::catalogue() {
-        let config: sim::caps::batch::BatchSelectorConfig =
+        let config: sim::policies::batch::BatchSelectorConfig =
             serde_json::from_value(serde_json::json!({ "kind": info.kind })).unwrap();
         let mut selector = strategies::batch::build(&config);
         let mut rng = sim::rng::stream(7, "bench-selector");

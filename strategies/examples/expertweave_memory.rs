@@ -10,12 +10,13 @@
 //! The serving part runs the family's `run` on the settings of Figures 5 and 6 (scenario files
 //! under scenarios/expertweave/ hold the same tables) and prints the overheads and gains.
 
-use sim::expertweave::adapters::{ESFT_TABLE1, padding_fragmentation_factor};
-use sim::expertweave::model::GIB;
-use sim::expertweave::{
-    DeviceMemory, EsftAdapter, MemoryConfig, MemoryReport, MlaMoeShape, esft_adapter, esft_adapters,
-};
+use sim::expertweave::MlaMoeShape;
 use sim::expertweave::{ExpertWeaveConfig, run};
+use sim::policies::memory::adapters::{ESFT_TABLE1, padding_fragmentation_factor};
+use sim::policies::memory::adapters::{EsftAdapter, esft_adapter, esft_adapters};
+use sim::policies::memory::device::DeviceMemory;
+use sim::policies::memory::device::GIB;
+use sim::policies::memory::{MemoryConfig, MemoryReport};
 use strategies::memory::build;
 use strategies::queue::fcfs::Fcfs;
 

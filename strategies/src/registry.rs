@@ -2,10 +2,11 @@
 //! policy a scenario names; and the catalogue of every policy kind for `expertsim list`.
 
 use crate::batch::{self, PolicyInfo};
-use sim::caps::batch::{BatchSelector, BatchSelectorConfig};
-use sim::expertweave::{AdapterMemory, MemoryConfig};
-use sim::gem::{ExpertMapper, MapperConfig};
-use sim::mosaic::{AggregationGate, GateConfig, Placement, PlacementConfig};
+use sim::policies::batch::{BatchSelector, BatchSelectorConfig};
+use sim::policies::gate::{AggregationGate, GateConfig};
+use sim::policies::mapping::{ExpertMapper, MapperConfig};
+use sim::policies::memory::{AdapterMemory, MemoryConfig};
+use sim::policies::placement::{Placement, PlacementConfig};
 use sim::serving::{QueuePolicy, QueuePolicyConfig, Router, RouterConfig};
 
 /// Builds every policy of every family from its scenario config.

@@ -147,7 +147,7 @@ fn caps_batches_are_the_same_in_the_serving_family() {
     let deployment = Deployment::new(&scenario, None).expect("the model fits an L4");
     let mut queue = strategies::queue::build(&QueuePolicyConfig::Fcfs);
     let mut router = strategies::routing::build(&RouterConfig::RoundRobin);
-    let mut linear = strategies::mapping::build(&sim::gem::MapperConfig::Linear);
+    let mut linear = strategies::mapping::build(&sim::policies::mapping::MapperConfig::Linear);
     let mut selectors = vec![strategies::batch::build(&scenario.replica.batch_former)];
     let layouts = mapping::replica_layouts(
         &scenario,
@@ -196,7 +196,7 @@ fn caps_batches_are_the_same_in_the_serving_family() {
 /// solves per layer (window of tokens per expert per step, per-GPU latency curves, GEM's score),
 /// the per-layer random streams given. Differ: where the loads come from (the gem family's
 /// synthetic or recorded trace; the serving family's observation pass of its own routing model
-/// and arrivals) and the curves' inputs (both plan with `gem::costs::planning_costs`, the one
+/// and arrivals) and the curves' inputs (both plan with `policies::mapping::gpu_costs::planning_costs`, the one
 /// MoE entry point at each GPU's compute and bandwidth factors, the gem family on the H200's
 /// measured grouped GEMMs where its expert shape was measured), and the serving family's stream
 /// names (`expert_mapping/replica<r>/copy<c>/layer<l>`).

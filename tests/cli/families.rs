@@ -1,14 +1,13 @@
-//! Every registered family (`sim::family::FAMILIES`) is reachable: the scenario loader accepts
+//! Every registered family (`sim::registry::FAMILIES`) is reachable: the scenario loader accepts
 //! its `family = "..."`, the runner runs a cell of it through the policy registry, and the
 //! per-request CSV it writes carries exactly the columns the family declares. (Live mode's
 //! coverage of the list is held by `live`'s own unit test.)
 
-use sim::family::FamilyId;
 use std::path::Path;
 
 #[test]
 fn every_registered_family_loads_and_runs() {
-    for family in FamilyId::all() {
+    for family in sim::registry::families() {
         // Each family ships a small live scenario (one without live mode, its
         // `scenarios/<family>/quick.toml`); narrowed to one seed it runs in moments.
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -4,12 +4,12 @@
 
 use super::workload::TokenDistribution;
 use crate::arrivals::spec::{ArrivalSpec, ArrivalTable};
-use crate::caps::batch::BatchSelectorConfig;
 use crate::caps::execution::{CvModel, ExecutionModel, GroupedModel, StragglerModel};
 use crate::caps::server::SchedulerParams;
 use crate::cost::measured_steps::PricingRecord;
 use crate::cost::profile::Profile;
 use crate::cost::shape::MoeModelShape;
+use crate::policies::batch::BatchSelectorConfig;
 use crate::scenario::limits::MAX_SIM_SECONDS_CEILING;
 use crate::scenario::validate::duration;
 use crate::scenario::validate::{FieldError, LoadCache, at_least_one, field_error, positive};

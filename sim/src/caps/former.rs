@@ -7,8 +7,8 @@
 //! The caps family's dry-run is its request model (`CapsDryRun`); the serving family's routes
 //! a request on its replica's expert layout (`serving_family::batch_former`).
 
-use super::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use super::workload::{MoeRequest, RequestModel};
+use crate::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use crate::rng::SimRng;
 use crate::serving::{AdmitHook, BatchFormer, QueuedRequest};
 use crate::time::SimTime;

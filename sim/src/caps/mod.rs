@@ -2,7 +2,6 @@
 //! expert loads; the serving replica runs static batches that a pluggable `BatchSelector` forms,
 //! priced through the serving layer's `StepCost` seam.
 
-pub mod batch;
 pub mod config;
 pub mod execution;
 pub mod family;

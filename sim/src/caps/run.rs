@@ -6,10 +6,10 @@ use super::server::{CapsServer, RecordSink, RequestRecord};
 use super::step_cost::{CapsStepCost, ConstantService, ExponentialService};
 use super::workload::{RequestModel, RequestStreams, TopicAffinities};
 use crate::arrivals::ArrivalProcess;
-use crate::caps::batch::BatchSelector;
 use crate::caps::metrics::RunMetrics;
 use crate::engine;
 use crate::metrics::RunOutput;
+use crate::policies::batch::BatchSelector;
 use crate::rng::stream;
 use crate::serving::StepCost;
 

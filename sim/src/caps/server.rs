@@ -9,12 +9,12 @@
 use super::former::{CapsDryRun, SelectorFormer};
 use super::workload::{RequestModel, RequestStreams};
 use crate::arrivals::{Arrival, ArrivalProcess};
-use crate::caps::batch::BatchSelector;
 use crate::caps::execution::{coefficient_of_variation, imbalance};
 use crate::caps::metrics::RunMetrics;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::metrics::DepthTracker;
+use crate::policies::batch::BatchSelector;
 use crate::rng::SimRng;
 use crate::serving::{
     Admission, Batching, ExpectedRouting, KvConfig, Replica, ReplicaConfig, Seq, StepCost, StepWork,

@@ -6,15 +6,15 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::adapters::{EsftAdapter, esft_adapter, esft_adapters};
-use super::memory::{MemoryConfig, slot_geometry};
-use super::model::{DeviceMemory, GIB};
 use super::profile_cost::EwProfile;
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
 use crate::cost::gpu::GpuSpec;
 use crate::cost::profile::MeasuredProfile;
 use crate::cost::shape::MlaMoeShape;
 use crate::distributions::{Uniform, Zipf};
+use crate::policies::memory::adapters::{EsftAdapter, esft_adapter, esft_adapters};
+use crate::policies::memory::device::{DeviceMemory, GIB};
+use crate::policies::memory::{MemoryConfig, slot_geometry};
 use crate::scenario::limits::{Demand, Limits, Quantity};
 use crate::scenario::validate::{FieldError, LoadCache, at_least_one, field_error, positive};
 use crate::time::SimTime;

@@ -1,16 +1,10 @@
 //! The ExpertWeave family (expertweave.txt): many ESFT expert adapters served over one shared MoE
-//! base model. The device-memory model, the adapters as data, the adapter-memory extension point,
-//! the routing popularity, the step costs and the serving run (each instance a
-//! `serving::Replica`) live here; the memory managers themselves are in `strategies::memory`.
-
-pub mod adapters;
-pub mod memory;
-pub mod model;
+//! base model. The routing popularity, the step costs and the serving run (each instance a
+//! `serving::Replica`) live here; the adapter-memory extension point, with the device-memory
+//! model and the adapters as data it sees, is `policies::memory`, and the memory managers
+//! themselves are in `strategies::memory`.
 
 pub use crate::cost::shape::MlaMoeShape;
-pub use adapters::{EsftAdapter, esft_adapter, esft_adapters};
-pub use memory::{AdapterMemory, AdapterMemoryError, MemoryConfig, MemoryPlan, MemoryReport};
-pub use model::DeviceMemory;
 pub mod config;
 pub mod family;
 pub mod popularity;

@@ -16,10 +16,10 @@
 //! issue 31 the draws were independent, `top_k` per token with replacement: a token that drew
 //! a popular expert twice read fewer experts than its `top_k`, which no router does.)
 
-use super::adapters::{EsftAdapter, domain_ranking};
 use super::config::ExpertWeaveScenario;
 use crate::cost::shape::MlaMoeShape;
 use crate::distributions::Zipf;
+use crate::policies::memory::adapters::{EsftAdapter, domain_ranking};
 use crate::serving::AdapterTokens;
 
 /// The routing popularity of every adapter's domain in every MoE layer.

@@ -13,11 +13,11 @@
 //! columns; a narrow GEMM on a GPU still pays its launch floor, which that assumption misses).
 
 use super::config::{ExpertWeaveScenario, Rerouting};
-use super::memory::InstancePlan;
 use super::popularity::Popularity;
 use crate::cost::curve::CostCurve;
 use crate::cost::profile::{ExpertExecution, ExpertFfnCurve, MeasuredProfile};
 use crate::cost::shape::WeightDtype;
+use crate::policies::memory::InstancePlan;
 use crate::serving::{CostSource, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
 

@@ -13,8 +13,6 @@
 use serde_json::json;
 
 use super::config::ExpertWeaveScenario;
-use super::memory::{AdapterMemory, InstancePlan, MemoryPlan};
-use super::model::GIB;
 use super::popularity::Popularity;
 use super::profile_cost::ProfileStepCost;
 use super::step_cost::RooflineStepCost;
@@ -22,6 +20,8 @@ use crate::arrivals::{Arrival, ArrivalProcess};
 use crate::engine::{self, Model};
 use crate::event_queue::EventQueue;
 use crate::metrics::RunOutput;
+use crate::policies::memory::device::GIB;
+use crate::policies::memory::{AdapterMemory, InstancePlan, MemoryPlan};
 use crate::recorder::RequestLatencies;
 use crate::records::{DiscardRecords, Extra, RecordSink, RequestRecord};
 use crate::rng::{SimRng, stream};
@@ -570,10 +570,10 @@ mod tests {
     use super::*;
     use crate::arrivals::Trace;
     use crate::cost::shape::MlaMoeShape;
-    use crate::expertweave::EsftAdapter;
     use crate::expertweave::config::{ExpertWeaveConfig, Rerouting};
-    use crate::expertweave::memory::{AdapterMemoryError, MemoryReport};
-    use crate::expertweave::model::{DeviceMemory, KvCapacity};
+    use crate::policies::memory::adapters::EsftAdapter;
+    use crate::policies::memory::device::{DeviceMemory, KvCapacity};
+    use crate::policies::memory::{AdapterMemoryError, MemoryReport};
     use crate::scenario::validate::LoadCache;
     use crate::serving::tests::Fifo;
     use std::path::Path;

@@ -9,13 +9,13 @@
 //! batched-rerouting operator priced as the bytes it moves (`cost::roofline::Roofline`).
 
 use super::config::ExpertWeaveScenario;
-use super::memory::InstancePlan;
 use super::popularity::Popularity;
 use super::rerouting::ReroutingTraffic;
 use crate::cost::kernel::Timing;
 use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 use crate::cost::roofline::{Roofline, StepRoofline, StepTokens};
 use crate::cost::shape::WeightDtype;
+use crate::policies::memory::InstancePlan;
 use crate::serving::{CostSource, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
 
@@ -164,8 +164,8 @@ impl StepCost for RooflineStepCost<'_> {
 mod tests {
     use super::*;
     use crate::expertweave::config::ExpertWeaveConfig;
-    use crate::expertweave::model::KvCapacity;
     use crate::expertweave::run::replica_config;
+    use crate::policies::memory::device::KvCapacity;
     use crate::serving::tests::Fifo;
     use crate::serving::{AdmitHook, QueuePolicy, QueuedRequest, Replica};
     use crate::time::SimTime;

@@ -9,9 +9,9 @@ use crate::cost::profile::Profile;
 use crate::cost::roofline::{RooflineParams, analytic_profile_with};
 use crate::cost::shape::MoeModelShape;
 use crate::distributions::TokenCount;
-use crate::gem::mapping::MapperConfig;
 use crate::gem::trace::{ExpertTrace, TraceParams};
 use crate::gem::variability::{ThroughputDistribution, VariabilitySetup, moderate_factors};
+use crate::policies::mapping::MapperConfig;
 use crate::rng::stream;
 use crate::scenario::validate::{FieldError, LoadCache};
 use serde::{Deserialize, Serialize};
@@ -146,7 +146,7 @@ pub enum FactorKind {
     /// The GPU's throughput on the workload's MoE layer relative to a nominal GPU: gem.txt
     /// calibrates per-GPU power caps so each GPU delivers its factor (Figure 14, Table 2). The
     /// cap lowers the SM clock; the clock factor is solved so the layer takes `1 / s` as long
-    /// (`gem::costs::throughput_speed`).
+    /// (`policies::mapping::gpu_costs::throughput_speed`).
     #[default]
     Throughput,
     /// The SM clock factor itself (compute factor `s`).

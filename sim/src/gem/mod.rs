@@ -1,11 +1,9 @@
-//! The GEM family (gem.txt): expert-parallel MoE serving on GPUs of unequal speed, and the
-//! expert-to-GPU mapping extension point (linear, round robin, EPLB, GEM in
-//! `strategies::mapping`). See docs/gem.md for the model and every constant.
+//! The GEM family (gem.txt): expert-parallel MoE serving on GPUs of unequal speed, its experts
+//! placed through the expert-to-GPU mapping extension point (`policies::mapping`; linear, round
+//! robin, EPLB, GEM in `strategies::mapping`). See docs/gem.md for the model and every constant.
 
 pub mod config;
-pub mod costs;
 pub mod family;
-pub mod mapping;
 pub mod server;
 pub mod trace;
 pub mod variability;
@@ -15,7 +13,6 @@ mod tests;
 
 pub use config::{GemConfig, GemScenario};
 pub use family::Gem;
-pub use mapping::{ExpertMapper, LayerMapping, LayerProblem, MapperConfig, score};
 pub use server::{
     CurveStepCost, Deployment, HEADLINE, HEADLINE_IMPROVEMENTS, METRICS, replica_config, serve_on,
     simulate, simulate_recorded,

@@ -21,12 +21,12 @@ use crate::distributions::TokenCount;
 use crate::engine::{Model, run};
 use crate::event_queue::EventQueue;
 use crate::gem::config::{Experiment, FactorKind, GemScenario, TraceSpec};
-use crate::gem::costs::{GpuCosts, planning_costs, throughput_speed};
-use crate::gem::mapping::{ExpertMapper, LayerMapping, LayerProblem, score};
 use crate::gem::trace::{ExpertTrace, generate};
 use crate::gem::variability::variability_at_scale;
 use crate::metrics::lower_is_better as lat;
 use crate::metrics::{Better, Metric, MetricInfo, RunOutput, metric_infos};
+use crate::policies::mapping::gpu_costs::{GpuCosts, planning_costs, throughput_speed};
+use crate::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem, score};
 use crate::recorder::{RequestLatencies, RequestSummary};
 use crate::records::{DiscardRecords, RecordSink, RequestRecord};
 use crate::rng::{SimRng, stream};
@@ -243,7 +243,7 @@ pub struct Deployment {
     pub trace: Arc<ExpertTrace>,
     pub observed_steps: usize,
     /// The mapper's planning curves: each GPU's MoE layer on `n` tokens spread evenly over its
-    /// experts at its own speed, through the one MoE entry point (`gem::costs::planning_costs`).
+    /// experts at its own speed, through the one MoE entry point (`policies::mapping::gpu_costs::planning_costs`).
     pub costs: GpuCosts,
     /// What the simulator charges: the one MoE entry point on each GPU's slots
     /// (`cost::moe_layer`; the measured grouped GEMMs where the GPU and expert shape were

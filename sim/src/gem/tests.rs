@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::cost::moe_layer::SpeedFactors;
+use crate::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
 use crate::rng::SimRng;
 use crate::scenario::validate::LoadCache;
 use crate::serving::{QueuePolicy, QueuedRequest};

@@ -48,7 +48,7 @@ fn seeded_document(p99: &[(&str, i64, Vec<f64>)]) -> ResultsDocument {
         scenario: ScenarioEcho {
             name: "t".into(),
             description: String::new(),
-            family: crate::family::FamilyId::named("caps").unwrap(),
+            family: crate::registry::family("caps").unwrap(),
             document: json!({}),
         },
         seeds: (1..=n_seeds as u64).collect(),

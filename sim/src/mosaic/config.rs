@@ -3,8 +3,6 @@
 //! mirrored one to one with `deny_unknown_fields`, and their validation into a runnable
 //! `MosaicScenario` (every failure a `FieldError` naming the dotted field).
 
-use super::gate::GateConfig;
-use super::placement::{PlacementConfig, PlacementProblem};
 use super::presets::{self, BUCKET_NAMES, DATASET_PRESETS};
 use super::profile_cost::{DenseDecodeProfile, MosaicDecodeProfile};
 use super::session::{ModelServing, ServingParams};
@@ -13,6 +11,8 @@ use crate::cost::gpu::{GpuSpec, LinkSpec};
 use crate::cost::load::LoadPath;
 use crate::cost::measured_steps::MeasuredSet;
 use crate::cost::shape::DenseModelShape;
+use crate::policies::gate::GateConfig;
+use crate::policies::placement::{PlacementConfig, PlacementProblem};
 use crate::scenario::validate::{FieldError, LoadCache, measured_on, measured_set, span};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

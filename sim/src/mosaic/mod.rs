@@ -12,9 +12,7 @@
 
 pub mod config;
 pub mod family;
-pub mod gate;
 pub mod live_scale;
-pub mod placement;
 pub mod presets;
 pub mod pricing;
 pub mod profile_cost;
@@ -24,15 +22,14 @@ pub mod workload;
 
 pub use config::{MosaicConfig, MosaicScenario};
 pub use family::Mosaic;
-pub use gate::{AggregationGate, GateConfig, Votes};
-pub use placement::{
-    ModelDemand, Placement, PlacementConfig, PlacementError, PlacementPlan, PlacementProblem,
-    Session, SolveStatus, SolverReport,
-};
 pub use pricing::{ModelStepCost, SessionPricing, SimulatedPricing};
 
 use crate::metrics::lower_is_better as lat;
 use crate::metrics::{Better, Metric, MetricInfo, RunOutput, metric_infos};
+use crate::policies::gate::{AggregationGate, Votes};
+use crate::policies::placement::{
+    ModelDemand, Placement, PlacementError, PlacementPlan, PlacementProblem, PlanViolation,
+};
 use crate::recorder::RequestSummary;
 use crate::rng::stream;
 use crate::serving::QueuePolicy;
@@ -256,7 +253,7 @@ pub enum SimulateError {
     #[error("placement {policy}: {violation}")]
     Plan {
         policy: &'static str,
-        violation: placement::PlanViolation,
+        violation: PlanViolation,
     },
 }
 

@@ -2,6 +2,8 @@
 //! paper's Table 3, validation errors, the expert and aggregation stages, determinism.
 
 use super::*;
+use crate::policies::gate::GATE_TOLERANCE;
+use crate::policies::placement::Session;
 use crate::scenario::validate::FieldError;
 use crate::serving::QueuedRequest;
 use std::collections::VecDeque;
@@ -113,7 +115,7 @@ impl AggregationGate for Threshold {
         "threshold"
     }
     fn skip(&mut self, votes: &Votes) -> bool {
-        votes.confidence() >= self.0 - gate::GATE_TOLERANCE
+        votes.confidence() >= self.0 - GATE_TOLERANCE
     }
 }
 

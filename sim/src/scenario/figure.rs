@@ -86,7 +86,7 @@ fn check_one(
         )
     };
     // A kind that some family owns (`Family::FIGURE_KINDS`) draws only that family's results.
-    if let Some(owner) = FamilyId::all().find(|f| f.figure_kinds().contains(&kind))
+    if let Some(owner) = crate::registry::families().find(|f| f.figure_kinds().contains(&kind))
         && owner != family
     {
         return Err(field_error(

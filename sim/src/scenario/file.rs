@@ -22,7 +22,7 @@ pub struct CommonFile {
     pub name: String,
     #[serde(default)]
     pub description: String,
-    /// A registered family's name (`family::FAMILIES`).
+    /// A registered family's name (`registry::FAMILIES`).
     pub family: crate::family::FamilyId,
     /// One run per seed in every sweep cell.
     #[serde(default = "default_seeds")]

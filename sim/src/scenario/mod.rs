@@ -501,7 +501,7 @@ impl CellBase<'_> {
             .into_iter()
             .partition(|(key, _)| COMMON_KEYS.contains(&key.as_str()));
         if !common_doc.contains_key("family") {
-            let families: Vec<&str> = FamilyId::all().map(FamilyId::name).collect();
+            let families: Vec<&str> = crate::registry::families().map(FamilyId::name).collect();
             return Err(loader.error(
                 loader.locate("name", &cell_overrides).or_top(),
                 Some("family"),

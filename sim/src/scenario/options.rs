@@ -10,7 +10,6 @@ use crate::cost::gpu::{GPU_NAMES, GpuSpec};
 use crate::cost::shape::{
     DENSE_PRESETS, DenseModelShape, MLA_MOE_PRESETS, MOE_PRESETS, MlaMoeShape, MoeModelShape,
 };
-use crate::family::FamilyId;
 
 /// One group of named options: what they are, the key a scenario names one with, and each kind
 /// with one line.
@@ -40,7 +39,7 @@ pub fn catalogue() -> Vec<OptionGroup> {
         OptionGroup {
             group: "family",
             key: "family (every scenario)",
-            kinds: FamilyId::all()
+            kinds: crate::registry::families()
                 .map(|f| (f.name().to_string(), f.description().to_string()))
                 .collect(),
         },
@@ -385,7 +384,9 @@ mod tests {
         for (group, accepted) in cases {
             assert_eq!(kinds_of(group), accepted, "{group}");
         }
-        let families: Vec<String> = FamilyId::all().map(|f| f.name().to_string()).collect();
+        let families: Vec<String> = crate::registry::families()
+            .map(|f| f.name().to_string())
+            .collect();
         assert_eq!(kinds_of("family"), families);
     }
 

@@ -250,7 +250,7 @@ mod tests {
         ] {
             assert!(common.contains(&key.to_string()), "{key}: {common:?}");
         }
-        let serving = family_keys(crate::family::FamilyId::named("serving").unwrap());
+        let serving = family_keys(crate::registry::family("serving").unwrap());
         for key in [
             "replica.scheduler.kind",
             "replica.scheduler.chunk_size",

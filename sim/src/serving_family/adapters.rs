@@ -1,7 +1,7 @@
 //! ExpertWeave's multi-adapter serving as an option of the serving family (`[adapters]`, docs/
 //! serving-family.md "Adapters"): ESFT expert adapters over an MLA MoE base model, each request
-//! drawing its adapter from ExpertWeave's power-law shares, an adapter-memory manager of the
-//! expertweave family (`expertweave::memory`, built by the `Policies` registry) placing the base
+//! drawing its adapter from ExpertWeave's power-law shares, an adapter-memory manager (the
+//! extension point `policies::memory` ExpertWeave brought, built by the `Policies` registry) placing the base
 //! model and the adapters beside the KV cache of the replica's GPUs, and the two terms a step
 //! touching adapters adds on the replica's own expert layout: the tokens an adapter's fine-tuned
 //! experts take (their copies stream as extra weights on the GPU hosting the base expert) and the
@@ -13,13 +13,15 @@ use super::mapping::ExpertLayout;
 use crate::cost::roofline::Roofline;
 use crate::cost::shape::MlaMoeShape;
 use crate::distributions::Zipf;
+use crate::expertweave::Popularity;
 use crate::expertweave::config::{
     AdaptersConfig, Rerouting, adapter_draw, adapter_shares, resolve_adapters, validate_memory,
 };
-use crate::expertweave::memory::InstancePlan;
-use crate::expertweave::model::{DeviceMemory, GIB};
 use crate::expertweave::rerouting::ReroutingTraffic;
-use crate::expertweave::{EsftAdapter, MemoryConfig, Popularity};
+use crate::policies::memory::InstancePlan;
+use crate::policies::memory::MemoryConfig;
+use crate::policies::memory::adapters::EsftAdapter;
+use crate::policies::memory::device::{DeviceMemory, GIB};
 use crate::rng::SimRng;
 use crate::scenario::validate::{FieldError, at_least_one, field_error, positive};
 use crate::serving::{AdapterTokens, RoutedTokens};
@@ -382,7 +384,7 @@ impl ReroutingCost {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::expertweave::model::KvCapacity;
+    use crate::policies::memory::device::KvCapacity;
     use crate::rng::stream;
 
     fn spec(names: &[&str]) -> AdapterSpec {

@@ -7,7 +7,6 @@
 
 use super::adapters::{AdapterSpec, AdaptersTable};
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
-use crate::caps::batch::BatchSelectorConfig;
 use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
 use crate::cost::gpu::{GpuSpec, LinkSpec};
 use crate::cost::host::HostOverhead;
@@ -16,7 +15,8 @@ use crate::cost::moe_layer::SpeedFactors;
 use crate::cost::roofline::TensorParallel;
 use crate::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
 use crate::distributions::{TokenCount, TokenLength};
-use crate::gem::MapperConfig;
+use crate::policies::batch::BatchSelectorConfig;
+use crate::policies::mapping::MapperConfig;
 use crate::scenario::validate::{
     FieldError, LoadCache, duration, field_error, measured_on, measured_set, non_negative, positive,
 };
@@ -339,7 +339,7 @@ impl SchedulerTable {
 pub struct ExpertsTable {
     #[serde(default)]
     pub routing: ExpertRoutingTable,
-    /// The per-layer expert-to-GPU mapping of each expert-parallel group (`gem::MapperConfig`:
+    /// The per-layer expert-to-GPU mapping of each expert-parallel group (`policies::mapping::MapperConfig`:
     /// linear, round_robin, eplb, gem; `serving_family::mapping`).
     #[serde(default)]
     pub mapping: Option<MapperConfig>,
@@ -620,7 +620,7 @@ impl ServingScenario {
     pub fn batch_selectors(
         &self,
         policies: &dyn crate::policies::Policies,
-    ) -> Vec<Box<dyn crate::caps::batch::BatchSelector>> {
+    ) -> Vec<Box<dyn crate::policies::batch::BatchSelector>> {
         self.groups()
             .filter(|(_, r)| matches!(r.scheduler, SchedulerTable::Static { .. }))
             .flat_map(|(_, r)| (0..r.count).map(|_| policies.batch_selector(&r.batch_former)))

@@ -8,7 +8,7 @@
 //! run fails with that reason.
 
 use super::config::{SchedulerTable, ServedModel, ServingScenario};
-use crate::expertweave::memory::InstancePlan;
+use crate::policies::memory::InstancePlan;
 
 /// Bytes per KV-cache element (a bf16 cache).
 const KV_BYTES_PER_ELEMENT: f64 = 2.0;

@@ -5,10 +5,10 @@
 use super::config::LengthSpec;
 use super::{ServingConfig, ServingScenario};
 use crate::arrivals::{ArrivalSpec, TraceStats};
-use crate::expertweave::AdapterMemory;
 use crate::family::{Family, LiveDescription, Run};
 use crate::metrics::MetricInfo;
 use crate::policies::Policies;
+use crate::policies::memory::AdapterMemory;
 use crate::records::RecordSink;
 use crate::scenario::limits::{Demand, Quantity};
 use crate::scenario::validate::{FieldError, LoadCache};

@@ -129,7 +129,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "experts.mapping",
         default: "`{ kind = \"linear\" }`",
-        meaning: "the per-layer expert mapping of each EP group of every MoE replica group, each over its own model and EP degree (`gem::MapperConfig`): `linear`, `round_robin`, `eplb` (`redundant_slots`, `n_groups`, `n_nodes`, `window`), `gem` (`restarts`, `window`, `noise`, `min_relative_drop`, `keep_linear_if_better`), below",
+        meaning: "the per-layer expert mapping of each EP group of every MoE replica group, each over its own model and EP degree (`policies::mapping::MapperConfig`): `linear`, `round_robin`, `eplb` (`redundant_slots`, `n_groups`, `n_nodes`, `window`), `gem` (`restarts`, `window`, `noise`, `min_relative_drop`, `keep_linear_if_better`), below",
     },
     KeyDoc {
         key: "routing",
@@ -186,7 +186,6 @@ pub const KEYS: &[KeyDoc] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::family::FamilyId;
     use crate::scenario::{keys, schema};
 
     /// The generated key table of docs/serving-family.md: the common keys, then the family's.
@@ -204,7 +203,7 @@ mod tests {
 
     #[test]
     fn every_key_the_serving_family_accepts_has_a_row() {
-        let accepted = schema::family_keys(FamilyId::named("serving").unwrap());
+        let accepted = schema::family_keys(crate::registry::family("serving").unwrap());
         assert!(accepted.len() > 40, "{accepted:?}");
         let missing = keys::uncovered(KEYS, &accepted);
         assert!(missing.is_empty(), "undocumented serving keys: {missing:?}");

@@ -1,6 +1,6 @@
 //! Where an MoE replica's experts live (`experts.mapping`, docs/serving-family.md): per layer and
 //! per copy of the expert-parallel group, the experts each GPU of the group hosts, as any
-//! `gem::ExpertMapper` (linear, round_robin, eplb, gem) maps them. An expert's tokens split
+//! `policies::mapping::ExpertMapper` (linear, round_robin, eplb, gem) maps them. An expert's tokens split
 //! evenly over the group's copies, then over the expert's replicas inside a copy (EPLB's
 //! redundant slots), the first copies and replicas taking the remainder. Mappers that read
 //! observed loads (eplb, gem) are given a window of observed routing steps of the replica and
@@ -10,9 +10,9 @@ use super::config::ServingScenario;
 use super::deployment::Deployment;
 use super::server::ServingServer;
 use super::step_cost::moe_layer_cost;
-use crate::caps::batch::BatchSelector;
-use crate::gem::costs::{GpuCosts, planning_costs};
-use crate::gem::{ExpertMapper, LayerMapping, LayerProblem};
+use crate::policies::batch::BatchSelector;
+use crate::policies::mapping::gpu_costs::{GpuCosts, planning_costs};
+use crate::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
 use crate::records::DiscardRecords;
 use crate::rng::{SimRng, stream};
 use crate::serving::{QueuePolicy, Router};

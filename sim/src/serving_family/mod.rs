@@ -23,11 +23,11 @@ pub mod step_cost;
 pub use config::{ServingConfig, ServingScenario};
 pub use family::Serving;
 
-use crate::caps::batch::BatchSelector;
 use crate::engine;
-use crate::expertweave::memory::{AdapterMemory, MemoryPlan};
-use crate::gem::ExpertMapper;
 use crate::metrics::{Better, MetricInfo, RunOutput};
+use crate::policies::batch::BatchSelector;
+use crate::policies::mapping::ExpertMapper;
+use crate::policies::memory::{AdapterMemory, MemoryPlan};
 use crate::recorder::{MetricDef, ServingSummary, TraceEvents, table};
 use crate::records::RecordSink;
 use crate::serving::{QueuePolicy, Router, StepCost};

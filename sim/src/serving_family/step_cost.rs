@@ -30,7 +30,7 @@ use crate::cost::roofline::{
     ElementwiseKernels, Roofline, StepRoofline, StepTokens, TensorParallel,
 };
 use crate::cost::shape::MoeModelShape;
-use crate::expertweave::memory::InstancePlan;
+use crate::policies::memory::InstancePlan;
 use crate::serving::{
     CostSource, RoutedTokens, StepBreakdown, StepCost, StepParts, StepTime, StepWork,
 };

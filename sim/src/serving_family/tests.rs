@@ -58,14 +58,14 @@ fn scenario(text: &str) -> Result<ServingScenario, crate::scenario::validate::Fi
 /// reach): expert `e` on GPU `e / (experts / GPUs)`.
 struct Linear;
 
-impl crate::gem::ExpertMapper for Linear {
+impl crate::policies::mapping::ExpertMapper for Linear {
     fn map_layer(
         &mut self,
-        problem: &crate::gem::LayerProblem<'_>,
+        problem: &crate::policies::mapping::LayerProblem<'_>,
         _: &mut crate::rng::SimRng,
-    ) -> crate::gem::LayerMapping {
+    ) -> crate::policies::mapping::LayerMapping {
         let per_gpu = problem.n_experts / problem.n_gpus();
-        crate::gem::LayerMapping::from_assignment(
+        crate::policies::mapping::LayerMapping::from_assignment(
             &(0..problem.n_experts)
                 .map(|e| e / per_gpu)
                 .collect::<Vec<_>>(),
@@ -819,11 +819,11 @@ fn a_dense_and_an_moe_group_share_chimeras_router() {
 /// The oldest waiting requests first (CAPS's `fcfs` selector, which this crate cannot reach).
 struct OldestFirst;
 
-impl crate::caps::batch::BatchSelector for OldestFirst {
+impl crate::policies::batch::BatchSelector for OldestFirst {
     fn select(
         &mut self,
-        window: &crate::caps::batch::CandidateWindow<'_>,
-        selection: &mut crate::caps::batch::BatchSelection,
+        window: &crate::policies::batch::CandidateWindow<'_>,
+        selection: &mut crate::policies::batch::BatchSelection,
         _: &mut crate::rng::SimRng,
     ) {
         for i in 0..window.len() {
@@ -867,7 +867,7 @@ rate_per_s = 0.01
         r#"{ kind = "static", window_size = 8, min_batch_trigger = 1 }"#,
     ))
     .unwrap();
-    let mut selectors: Vec<Box<dyn crate::caps::batch::BatchSelector>> =
+    let mut selectors: Vec<Box<dyn crate::policies::batch::BatchSelector>> =
         vec![Box::new(OldestFirst)];
     let fixed = run_recorded(
         &s,
@@ -919,7 +919,7 @@ rate_per_s = 20.0
     )
     .unwrap();
     let go = || {
-        let mut selectors: Vec<Box<dyn crate::caps::batch::BatchSelector>> =
+        let mut selectors: Vec<Box<dyn crate::policies::batch::BatchSelector>> =
             vec![Box::new(OldestFirst)];
         run_recorded(
             &s,
@@ -962,20 +962,21 @@ struct OneInstance {
     adapter_bytes: u64,
 }
 
-impl crate::expertweave::AdapterMemory for OneInstance {
+impl crate::policies::memory::AdapterMemory for OneInstance {
     fn kind(&self) -> &'static str {
         "one_instance"
     }
     fn plan(
         &mut self,
         shape: &crate::cost::shape::MlaMoeShape,
-        device: &crate::expertweave::DeviceMemory,
-        adapters: &[crate::expertweave::EsftAdapter],
-    ) -> Result<crate::expertweave::MemoryPlan, crate::expertweave::AdapterMemoryError> {
+        device: &crate::policies::memory::device::DeviceMemory,
+        adapters: &[crate::policies::memory::adapters::EsftAdapter],
+    ) -> Result<crate::policies::memory::MemoryPlan, crate::policies::memory::AdapterMemoryError>
+    {
         let weight_bytes = shape.weight_bytes() + self.adapter_bytes;
         let kv = device.kv_capacity(weight_bytes, shape.kv_bytes_per_token());
-        Ok(crate::expertweave::MemoryPlan {
-            instances: vec![crate::expertweave::memory::InstancePlan {
+        Ok(crate::policies::memory::MemoryPlan {
+            instances: vec![crate::policies::memory::InstancePlan {
                 adapters: (0..adapters.len()).collect(),
                 reroutes: self.reroutes,
                 adapter_experts: self.reroutes,
@@ -983,7 +984,7 @@ impl crate::expertweave::AdapterMemory for OneInstance {
                 weight_bytes,
                 kv,
             }],
-            report: crate::expertweave::MemoryReport {
+            report: crate::policies::memory::MemoryReport {
                 n_adapters: adapters.len(),
                 weight_bytes,
                 base_weight_bytes: shape.weight_bytes(),

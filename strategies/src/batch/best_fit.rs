@@ -1,7 +1,7 @@
 //! best_fit: vector-bin-packing Best Fit, "Minimize distance to uniform" (caps.txt: "best_fit |
 //! Minimize distance to uniform | VBP Best Fit", "VBP residual minimization").
 
-use sim::caps::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use sim::rng::SimRng;
 
 use super::greedy::{BatchStats, CandidateStats, Greedy, Needs};

@@ -2,7 +2,7 @@
 //! the load vectors themselves (caps.txt: "differencing | Multi-dim Karmarkar-Karp |
 //! O(B×W×d)", listed with the equivalent near-optimal strategies).
 
-use sim::caps::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use sim::rng::SimRng;
 
 use super::ldm::Ldm;

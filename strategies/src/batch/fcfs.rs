@@ -1,7 +1,7 @@
 //! fcfs: first-come-first-served, the CAPS baseline ("fcfs | First-come-first-served | O(B) |
 //! Baseline, no optimization" in caps.txt): the oldest candidates, in arrival order.
 
-use sim::caps::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use sim::rng::SimRng;
 
 /// Fills the batch with the oldest unchosen candidates (indices 0, 1, 2, ... skipping any the

@@ -20,7 +20,7 @@
 //! the selection is still valid, but may differ from the full scan's.)
 
 use rand::RngExt;
-use sim::caps::batch::{BatchSelection, CandidateWindow};
+use sim::policies::batch::{BatchSelection, CandidateWindow};
 use sim::rng::SimRng;
 
 use super::linalg;

@@ -1,7 +1,7 @@
 //! greedy_dot_product: "Minimize v·L (dot product)" (caps.txt: "greedy_dot_product | Minimize
 //! v·L | Panigrahy et al.", the literature-optimal member of the equivalent objectives).
 
-use sim::caps::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use sim::rng::SimRng;
 
 use super::greedy::{BatchStats, CandidateStats, Greedy, Needs};

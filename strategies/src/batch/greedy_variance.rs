@@ -1,7 +1,7 @@
 //! greedy_variance: the original CAPS rule, "Greedily add requests that minimize aggregate load
 //! variance" (caps.txt: `select_batch`, "greedy_variance | Minimize Var(L+v) | Original CAPS").
 
-use sim::caps::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use sim::rng::SimRng;
 
 use super::greedy::{BatchStats, CandidateStats, Greedy, Needs};

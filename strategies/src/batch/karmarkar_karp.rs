@@ -1,7 +1,7 @@
 //! karmarkar_karp: Karmarkar-Karp number partitioning on the requests' scalar total loads
 //! (caps.txt: "karmarkar_karp | Number partitioning | O(W log W) | Suboptimal for vectors").
 
-use sim::caps::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use sim::rng::SimRng;
 
 use super::ldm::Ldm;

@@ -1,7 +1,7 @@
 //! lpt: Longest Processing Time first (caps.txt: "lpt | Longest Processing Time | O(W log W) |
 //! Harmful for load balance").
 
-use sim::caps::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use sim::rng::SimRng;
 
 use super::linalg;

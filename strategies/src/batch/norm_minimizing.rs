@@ -1,7 +1,7 @@
 //! norm_minimizing: "Minimize ||L+v||² directly" (caps.txt strategy list; "Minimize ||L+v||² |
 //! Chakrabarty & Swamy", one of the near-optimal, equivalent objectives).
 
-use sim::caps::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use sim::rng::SimRng;
 
 use super::greedy::{BatchStats, CandidateStats, Greedy, Needs};

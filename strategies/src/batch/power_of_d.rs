@@ -2,7 +2,7 @@
 //! Sample k candidates, min variance | O(B×k×d) | k=8 default"; Mitzenmacher, "The Power of Two
 //! Choices in Randomized Load Balancing").
 
-use sim::caps::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use sim::rng::SimRng;
 
 use super::greedy::{Greedy, Needs};

@@ -1,7 +1,7 @@
 //! power_of_d_dot: power-of-d-choices sampling with the dot-product objective (caps.txt:
 //! "power_of_d_dot | Sample k candidates, min dot product | O(B×k×d) | Literature recommended").
 
-use sim::caps::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use sim::rng::SimRng;
 
 use super::greedy::{Greedy, Needs};

@@ -2,7 +2,7 @@
 //! baseline of caps.txt.
 
 use rand::RngExt;
-use sim::caps::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use sim::rng::SimRng;
 
 /// Fills the batch with a uniformly random subset of the unchosen candidates: a partial

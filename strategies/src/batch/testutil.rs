@@ -1,7 +1,7 @@
 //! Test helpers shared by the selector tests: window builders and a one-decision runner.
 
 use rand::RngExt;
-use sim::caps::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 
 /// A window of `len` candidates with `dims` integer-valued (token-count) loads, clustered by
 /// "topic" so that candidates of one topic load the same entries: `(dims, flattened loads)`.

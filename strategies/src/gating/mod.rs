@@ -3,7 +3,7 @@
 //! [`AggregationGate`] built from its [`GateConfig`] variant by [`build`].
 
 use crate::batch::PolicyInfo;
-use sim::mosaic::{AggregationGate, GateConfig};
+use sim::policies::gate::{AggregationGate, GateConfig};
 
 pub mod none;
 pub mod threshold;

@@ -5,7 +5,7 @@
 //! the nodes; otherwise the global policy (one group, one node) does. Loads are the window's
 //! tokens per expert, summed over its steps.
 
-use sim::gem::{ExpertMapper, LayerMapping, LayerProblem};
+use sim::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
 use sim::rng::SimRng;
 
 /// EPLB with `redundant_slots` extra physical slots.

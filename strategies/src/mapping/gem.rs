@@ -13,8 +13,8 @@
 
 use crate::mapping::linear::linear_assignment;
 use rand::RngExt;
-use sim::gem::costs::GpuCosts;
-use sim::gem::{ExpertMapper, LayerMapping, LayerProblem};
+use sim::policies::mapping::gpu_costs::GpuCosts;
+use sim::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
 use sim::rng::SimRng;
 
 /// GEM with its parameters (defaults: K = 30, 20 % noise, 0.1 % convergence).
@@ -360,8 +360,8 @@ impl ExpertMapper for Gem {
 mod tests {
     use super::*;
     use sim::cost::curve::CostCurve;
-    use sim::gem::score;
     use sim::gem::trace::{TraceParams, generate};
+    use sim::policies::mapping::score;
     use sim::rng::stream;
 
     fn staircase() -> CostCurve {

@@ -1,7 +1,7 @@
 //! vLLM's default expert placement: contiguous blocks of experts by index, the remainder (when
 //! G does not divide E) going one each to the first ranks.
 
-use sim::gem::{ExpertMapper, LayerMapping, LayerProblem};
+use sim::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
 use sim::rng::SimRng;
 
 /// Expert `e` on the rank whose contiguous block holds it.

@@ -2,7 +2,7 @@
 //! file per policy, each an [`ExpertMapper`] built from its [`MapperConfig`] by [`build`].
 
 use crate::batch::PolicyInfo;
-use sim::gem::{ExpertMapper, MapperConfig};
+use sim::policies::mapping::{ExpertMapper, MapperConfig};
 
 pub mod eplb;
 pub mod gem;
@@ -70,8 +70,8 @@ pub fn catalogue() -> Vec<PolicyInfo> {
 mod tests {
     use super::*;
     use sim::cost::curve::CostCurve;
-    use sim::gem::LayerProblem;
-    use sim::gem::costs::GpuCosts;
+    use sim::policies::mapping::LayerProblem;
+    use sim::policies::mapping::gpu_costs::GpuCosts;
     use sim::rng::stream;
 
     #[test]

@@ -1,6 +1,6 @@
 //! Round-robin expert placement: expert `e` on GPU `e mod G`.
 
-use sim::gem::{ExpertMapper, LayerMapping, LayerProblem};
+use sim::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
 use sim::rng::SimRng;
 
 #[derive(Clone, Copy, Debug, Default)]

@@ -1,11 +1,13 @@
 //! vLLM-Ascend (Base-Only): the base model alone on the budget; every request, whatever its
 //! adapter, is answered by the base experts (the latency and throughput reference).
 
-use sim::expertweave::memory::{
+use sim::expertweave::MlaMoeShape;
+use sim::policies::memory::adapters::EsftAdapter;
+use sim::policies::memory::device::DeviceMemory;
+use sim::policies::memory::{
     AdapterMemory, AdapterMemoryError, InstancePlan, MemoryPlan, MemoryReport, check_inputs,
     mean_sparsity,
 };
-use sim::expertweave::{DeviceMemory, EsftAdapter, MlaMoeShape};
 
 /// The base-only manager.
 #[derive(Clone, Debug, Default)]

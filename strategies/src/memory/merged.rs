@@ -2,12 +2,14 @@
 //! its own instance; the copies share one budget (the memory experiment) or each gets its own
 //! devices (the serving baseline, requests sent to their adapter's instance).
 
-use sim::expertweave::memory::{
+use sim::expertweave::MlaMoeShape;
+use sim::policies::memory::adapters::EsftAdapter;
+use sim::policies::memory::device::DeviceMemory;
+use sim::policies::memory::device::KvCapacity;
+use sim::policies::memory::{
     AdapterMemory, AdapterMemoryError, InstancePlan, MemoryPlan, MemoryReport,
     adapter_expert_bytes, check_inputs, mean_sparsity,
 };
-use sim::expertweave::model::KvCapacity;
-use sim::expertweave::{DeviceMemory, EsftAdapter, MlaMoeShape};
 
 /// The merged manager.
 #[derive(Clone, Debug, Default)]

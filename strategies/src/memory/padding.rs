@@ -2,11 +2,13 @@
 //! base + A_max x e_max experts, every adapter padded to e_max slots per layer, all of it
 //! physically allocated.
 
-use sim::expertweave::memory::{
+use sim::expertweave::MlaMoeShape;
+use sim::policies::memory::adapters::EsftAdapter;
+use sim::policies::memory::device::DeviceMemory;
+use sim::policies::memory::{
     AdapterMemory, AdapterMemoryError, InstancePlan, MemoryPlan, MemoryReport,
     adapter_expert_bytes, check_inputs, mean_sparsity, slot_geometry,
 };
-use sim::expertweave::{DeviceMemory, EsftAdapter, MlaMoeShape};
 
 use super::virtual_weight_tensor::expert_map_bytes;
 

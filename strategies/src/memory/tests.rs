@@ -1,12 +1,15 @@
 //! The managers against each other on the paper's memory setup (one 64 GiB device at 90%).
 
 use super::*;
-use sim::expertweave::model::GIB;
-use sim::expertweave::{DeviceMemory, MemoryPlan, MlaMoeShape, esft_adapter};
+use sim::expertweave::MlaMoeShape;
+use sim::policies::memory::MemoryPlan;
+use sim::policies::memory::adapters::esft_adapter;
+use sim::policies::memory::device::DeviceMemory;
+use sim::policies::memory::device::GIB;
 
 /// The first `n` of the adapters Section 5.4 names, in its order ("gate-math, token-math and
 /// gate-intent").
-fn paper_adapters(n: usize) -> Vec<sim::expertweave::EsftAdapter> {
+fn paper_adapters(n: usize) -> Vec<sim::policies::memory::adapters::EsftAdapter> {
     ["gate-math", "token-math", "gate-intent"][..n]
         .iter()
         .map(|name| esft_adapter(name, &MlaMoeShape::esft_vanilla_16b()).unwrap())

@@ -6,11 +6,13 @@
 
 use std::collections::BTreeMap;
 
-use sim::expertweave::memory::{
+use sim::expertweave::MlaMoeShape;
+use sim::policies::memory::adapters::EsftAdapter;
+use sim::policies::memory::device::DeviceMemory;
+use sim::policies::memory::{
     AdapterMemory, AdapterMemoryError, InstancePlan, MemoryPlan, MemoryReport,
     adapter_expert_bytes, check_inputs, mean_sparsity, slot_geometry,
 };
-use sim::expertweave::{DeviceMemory, EsftAdapter, MlaMoeShape};
 
 /// A physical page handed out by the pool (`aclrtMallocPhysical` / `cuMemCreate`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

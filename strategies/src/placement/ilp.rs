@@ -21,7 +21,7 @@ use good_lp::{
     Expression, ProblemVariables, ResolutionError, Solution, SolutionStatus, SolverModel, Variable,
     WithInitialSolution, WithTimeLimit, variable,
 };
-use sim::mosaic::{
+use sim::policies::placement::{
     Placement, PlacementError, PlacementPlan, PlacementProblem, Session, SolveStatus, SolverReport,
 };
 use std::time::Instant;

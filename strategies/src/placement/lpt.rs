@@ -3,7 +3,9 @@
 //! cost-aware greedy baseline that cannot split a model: the ILP must beat it whenever one
 //! reasoning expert outweighs a worker's fair share. Also the ILP's warm start.
 
-use sim::mosaic::{Placement, PlacementError, PlacementPlan, PlacementProblem, Session};
+use sim::policies::placement::{
+    Placement, PlacementError, PlacementPlan, PlacementProblem, Session,
+};
 
 pub struct Lpt;
 

@@ -4,7 +4,7 @@
 //! baselines, its ILP, and an LPT heuristic as the baseline the ILP must beat.
 
 use crate::batch::PolicyInfo;
-use sim::mosaic::{Placement, PlacementConfig};
+use sim::policies::placement::{Placement, PlacementConfig};
 
 pub mod data_parallel;
 pub mod ilp;
@@ -65,7 +65,7 @@ pub fn catalogue() -> Vec<PolicyInfo> {
 
 #[cfg(test)]
 pub(crate) mod testutil {
-    use sim::mosaic::{ModelDemand, PlacementProblem};
+    use sim::policies::placement::{ModelDemand, PlacementProblem};
 
     /// A problem from (prompts, load_s, per_prompt_s, cap) rows.
     pub fn problem(rows: &[(u32, f64, f64, u32)], n: u32, k: u32) -> PlacementProblem {
@@ -166,7 +166,8 @@ mod simulated {
         AggregatorFile, CalibrationFile, ClusterFile, DatasetFile, OutputFile, PoolFile,
         ServingFile,
     };
-    use sim::mosaic::{GateConfig, MosaicConfig, MosaicScenario, simulate};
+    use sim::mosaic::{MosaicConfig, MosaicScenario, simulate};
+    use sim::policies::gate::GateConfig;
     use std::path::Path;
 
     fn scenario(dataset: &str, placement: PlacementConfig) -> MosaicScenario {

@@ -2,7 +2,9 @@
 //! worker i mod N, whole; a worker runs its models one after another. No calibration, exactly
 //! one load per model, and blind to per-model cost.
 
-use sim::mosaic::{Placement, PlacementError, PlacementPlan, PlacementProblem, Session};
+use sim::policies::placement::{
+    Placement, PlacementError, PlacementPlan, PlacementProblem, Session,
+};
 
 pub struct RoundRobin;
 

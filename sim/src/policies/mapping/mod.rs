@@ -1,10 +1,13 @@
 //! The expert-mapping extension point: which GPU hosts which expert of one MoE layer.
 //! `ExpertMapper` is the trait, `MapperConfig` the serde registry of the policies
 //! (implemented in `strategies::mapping`), `LayerMapping` the result, `LayerProblem` what a
-//! mapper sees, and `score` the GEM score S(M) of equation 1.
+//! mapper sees (with the per-GPU cost curves of `gpu_costs`), and `score` the GEM score S(M) of
+//! equation 1. GEM brought the point; the serving family's expert mapping uses it as well.
 
-use crate::gem::costs::GpuCosts;
+pub mod gpu_costs;
+
 use crate::rng::SimRng;
+use gpu_costs::GpuCosts;
 use serde::{Deserialize, Serialize};
 
 /// Where each expert of one layer lives: `slots[g]` lists the experts GPU `g` hosts. An expert

@@ -1,12 +1,16 @@
 //! The adapter-memory extension point: how a manager places the base model and a set of ESFT
 //! adapters in device memory (`AdapterMemory`), what it reports (`MemoryPlan`, `MemoryReport`),
-//! and the registry enum (`MemoryConfig`) scenario files name managers by.
+//! and the registry enum (`MemoryConfig`) scenario files name managers by. What a manager sees
+//! lives here too: the adapters as data (`adapters`) and the device budget (`device`). ExpertWeave
+//! brought the point; the serving family's adapter groups use it as well.
 
-use serde::{Deserialize, Serialize};
+pub mod adapters;
+pub mod device;
 
-use super::adapters::{AdapterError, EsftAdapter};
-use super::model::{DeviceMemory, KvCapacity};
 use crate::cost::shape::MlaMoeShape;
+use adapters::{AdapterError, EsftAdapter};
+use device::{DeviceMemory, KvCapacity};
+use serde::{Deserialize, Serialize};
 
 /// One serving instance a plan creates: the adapters whose requests it takes, whether it runs
 /// their fine-tuned experts, and the KV capacity its memory leaves.
@@ -143,7 +147,7 @@ pub enum MemoryConfig {
 
 /// 2 MiB, the page granularity the paper names.
 pub fn default_page_bytes() -> u64 {
-    2 * super::model::MIB
+    2 * device::MIB
 }
 
 impl MemoryConfig {

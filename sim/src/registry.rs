@@ -1,0 +1,337 @@
+//! The family registry: `FAMILIES`, the one list of every family the simulator knows, and the
+//! lookups by name the scenario loader, the runner, the command line and live mode reach a family
+//! through. It sits above the families (each line names a family's `impl Family`); the `Family`
+//! trait they implement sits below them, in `family`. Adding a family is its folder under
+//! `sim/src/` with its `Family` implementation, its `pub mod` in lib.rs, and one line here
+//! (ARCHITECTURE.md, "Adding a family", lists what else a family ships).
+
+use crate::family::{FamilyId, RegisteredFamily};
+
+/// Every family the simulator knows, in the order `expertsim` lists them.
+pub static FAMILIES: &[&dyn RegisteredFamily] = &[
+    &crate::caps::Caps,
+    &crate::gem::Gem,
+    &crate::mosaic::Mosaic,
+    &crate::chimera::Chimera,
+    &crate::expertweave::ExpertWeave,
+    &crate::serving_family::Serving,
+];
+
+/// The registered family called `name`.
+pub fn family(name: &str) -> Option<FamilyId> {
+    named_in(FAMILIES, name)
+}
+
+/// Every registered family, in registration order.
+pub fn families() -> impl Iterator<Item = FamilyId> {
+    FAMILIES.iter().copied().map(FamilyId::of)
+}
+
+/// The family called `name` in the registration list `list`.
+fn named_in(list: &'static [&'static dyn RegisteredFamily], name: &str) -> Option<FamilyId> {
+    list.iter()
+        .copied()
+        .find(|f| f.name() == name)
+        .map(FamilyId::of)
+}
+
+/// A family is read back from scenario files and results by its registered name.
+impl<'de> serde::Deserialize<'de> for FamilyId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        family(&name).ok_or_else(|| {
+            let names: Vec<&str> = FAMILIES.iter().map(|f| f.name()).collect();
+            serde::de::Error::custom(format!(
+                "unknown family `{name}`, expected one of `{}`",
+                names.join("`, `")
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::family::{Family, LiveDescription, Run};
+    use crate::metrics::{Better, MetricInfo, RunOutput};
+    use crate::policies::Policies;
+    use crate::records::{DiscardRecords, RecordSink};
+    use crate::scenario::limits::{Demand, Quantity};
+    use crate::scenario::validate::{FieldError, LoadCache, positive};
+    use std::path::Path;
+
+    #[test]
+    fn registered_names_are_distinct_and_found_by_name() {
+        let names: Vec<&str> = FAMILIES.iter().map(|f| f.name()).collect();
+        for (i, name) in names.iter().enumerate() {
+            assert!(!names[..i].contains(name), "{name} registered twice");
+            assert_eq!(family(name).unwrap().name(), *name);
+        }
+        assert!(family("unknown").is_none());
+    }
+
+    /// A toy family, standing for a new family's folder: its tables, a validated cell, and a run
+    /// that reports one metric.
+    mod toy {
+        use super::*;
+
+        pub struct Toy;
+
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct ToyConfig {
+            pub requests: f64,
+        }
+
+        #[derive(Clone, Debug)]
+        pub struct ToyCell {
+            pub requests: f64,
+        }
+
+        impl Family for Toy {
+            type Config = ToyConfig;
+            type Scenario = ToyCell;
+            const NAME: &'static str = "toy";
+            const DESCRIPTION: &'static str = "a toy family (a test of the registry)";
+            const METRICS: &'static [MetricInfo] = &[MetricInfo {
+                name: "served",
+                description: "requests served",
+                better: Better::Higher,
+            }];
+            const HEADLINE: &'static [&'static str] = &["served"];
+            const HEADLINE_IMPROVEMENTS: &'static [&'static str] = &[];
+
+            fn validate(
+                config: ToyConfig,
+                _base_dir: &Path,
+                _cache: &mut LoadCache,
+            ) -> Result<ToyCell, FieldError> {
+                Ok(ToyCell {
+                    requests: positive("requests", config.requests)?,
+                })
+            }
+            fn demands(cell: &ToyCell) -> Vec<Demand> {
+                vec![Demand::new(Quantity::Requests, cell.requests, "requests")]
+            }
+            fn run(
+                cell: &ToyCell,
+                seed: u64,
+                _policies: &dyn Policies,
+                _records: &mut dyn RecordSink,
+            ) -> Result<Run, String> {
+                Ok(Run {
+                    output: RunOutput {
+                        scalars: vec![("served".into(), cell.requests + seed as f64)],
+                        details: serde_json::Value::Null,
+                    },
+                    cost_source: "none".into(),
+                })
+            }
+            fn live_description(_cell: &ToyCell) -> LiveDescription {
+                LiveDescription {
+                    moe_shape: None,
+                    model: "toy".into(),
+                    cost_source: "none".into(),
+                }
+            }
+        }
+    }
+
+    /// The toy family names no policy, so its runs never ask for one.
+    struct NoPolicies;
+
+    impl Policies for NoPolicies {
+        fn batch_selector(
+            &self,
+            _: &crate::policies::batch::BatchSelectorConfig,
+        ) -> Box<dyn crate::policies::batch::BatchSelector> {
+            unreachable!("the toy family names no policy")
+        }
+        fn expert_mapper(
+            &self,
+            _: &crate::policies::mapping::MapperConfig,
+        ) -> Box<dyn crate::policies::mapping::ExpertMapper> {
+            unreachable!("the toy family names no policy")
+        }
+        fn placement(
+            &self,
+            _: &crate::policies::placement::PlacementConfig,
+        ) -> Box<dyn crate::policies::placement::Placement> {
+            unreachable!("the toy family names no policy")
+        }
+        fn aggregation_gate(
+            &self,
+            _: &crate::policies::gate::GateConfig,
+        ) -> Box<dyn crate::policies::gate::AggregationGate> {
+            unreachable!("the toy family names no policy")
+        }
+        fn queue_policy(
+            &self,
+            _: &crate::serving::QueuePolicyConfig,
+        ) -> Box<dyn crate::serving::QueuePolicy> {
+            unreachable!("the toy family names no policy")
+        }
+        fn router(&self, _: &crate::serving::RouterConfig) -> Box<dyn crate::serving::Router> {
+            unreachable!("the toy family names no policy")
+        }
+        fn adapter_memory(
+            &self,
+            _: &crate::policies::memory::MemoryConfig,
+        ) -> Box<dyn crate::policies::memory::AdapterMemory> {
+            unreachable!("the toy family names no policy")
+        }
+    }
+
+    /// Adding a family is its folder (here `toy`, a `Family` implementation) and one line in a
+    /// registration list: through that line alone the registry finds it by name and the erased
+    /// `RegisteredFamily` reads its tables, validates a cell, bounds it and runs it, as the
+    /// scenario loader and the runner do for `FAMILIES`.
+    #[test]
+    fn a_toy_family_is_reached_through_one_registration_line() {
+        static WITH_TOY: &[&dyn RegisteredFamily] = &[&crate::caps::Caps, &toy::Toy];
+        assert!(named_in(FAMILIES, "toy").is_none());
+        let family = named_in(WITH_TOY, "toy").expect("the toy is registered");
+        assert_eq!(family.name(), "toy");
+        assert_eq!(family.metrics()[0].name, "served");
+        let erased = family.registered();
+        let tables: toml::Value = toml::from_str("requests = 3.0").unwrap();
+        let config = erased.deserialize(tables).unwrap();
+        let cell = erased
+            .validate(config, Path::new("."), &mut LoadCache::default())
+            .unwrap();
+        assert_eq!(cell.family(), family);
+        assert_eq!(cell.get::<toy::ToyCell>().unwrap().requests, 3.0);
+        assert_eq!(cell.demands()[0].value, 3.0);
+        let run = erased
+            .run(&cell, 7, &NoPolicies, &mut DiscardRecords)
+            .unwrap();
+        assert_eq!(run.output.scalar("served"), Some(10.0));
+        // The toy's own checks and schema reach the loader's error path.
+        let bad = erased
+            .deserialize(toml::from_str("requests = -1.0").unwrap())
+            .unwrap();
+        let error = erased
+            .validate(bad, Path::new("."), &mut LoadCache::default())
+            .err()
+            .unwrap();
+        assert_eq!(error.path, "requests");
+        assert!(
+            erased
+                .deserialize(toml::from_str("request = 3.0").unwrap())
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn every_family_lists_its_headline_metrics_in_its_table() {
+        for family in families() {
+            for name in family
+                .headline()
+                .iter()
+                .chain(family.headline_improvements())
+            {
+                assert!(
+                    family.metrics().iter().any(|m| m.name == *name),
+                    "{family}: headline metric {name} is not in its table"
+                );
+            }
+        }
+    }
+
+    /// The generated part of docs/metrics.md: every registered family's metric table and
+    /// per-request columns, rendered from the registrations.
+    fn metric_tables_markdown() -> String {
+        let mut out = String::new();
+        for family in families() {
+            out.push_str(&format!(
+                "\n### {family}\n\n| metric | better | label |\n|---|---|---|\n"
+            ));
+            for metric in family.metrics() {
+                let better = match metric.better {
+                    crate::metrics::Better::Lower => "lower",
+                    crate::metrics::Better::Higher => "higher",
+                };
+                out.push_str(&format!(
+                    "| `{}` | {better} | {} |\n",
+                    metric.name, metric.description
+                ));
+            }
+            out.push_str(&match family.csv_columns() {
+                None => "\nNo per-request records.\n".to_string(),
+                Some([]) => "\nPer-request CSV: the common columns only.\n".to_string(),
+                Some(columns) => format!(
+                    "\nPer-request CSV: the common columns, then `{}`.\n",
+                    columns.join("`, `")
+                ),
+            });
+        }
+        out
+    }
+
+    /// The per-request CSV's `family` column of docs/metrics.md names every family that writes
+    /// records, and the text says which has none.
+    #[test]
+    fn docs_metrics_family_column_names_every_family_with_records() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let row = text
+            .lines()
+            .find(|l| l.starts_with("| `family` |"))
+            .expect("docs/metrics.md has the family column's row");
+        for family in families() {
+            let named = row.contains(&format!("`{}`", family.name()));
+            match family.csv_columns() {
+                Some(_) => assert!(named, "{family} missing from: {row}"),
+                None => assert!(!named, "{family} writes no records: {row}"),
+            }
+        }
+    }
+
+    /// docs/capacity.md names every family's arrival-rate key, which `expertsim capacity`
+    /// searches.
+    #[test]
+    fn docs_capacity_names_every_rate_key() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/capacity.md");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let sentence = text
+            .split("\n\n")
+            .find(|p| p.contains("searches the family's arrival-rate key"))
+            .expect("docs/capacity.md says which key each family's search varies");
+        for family in families() {
+            assert!(
+                sentence.to_lowercase().contains(family.name()),
+                "{family} not named in: {sentence}"
+            );
+            if let Some(key) = family.rate_key() {
+                assert!(sentence.contains(&format!("`{key}`")), "{key}: {sentence}");
+            }
+        }
+    }
+
+    #[test]
+    fn docs_metrics_lists_every_family_table() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (begin, end) = (
+            "<!-- metric-tables:begin -->\n",
+            "<!-- metric-tables:end -->",
+        );
+        let start = text
+            .find(begin)
+            .expect("docs/metrics.md has the begin marker")
+            + begin.len();
+        let stop = text.find(end).expect("docs/metrics.md has the end marker");
+        let expected = metric_tables_markdown();
+        if std::env::var_os("EXPERTSIM_WRITE_DOCS").is_some() {
+            let rewritten = format!("{}{expected}{}", &text[..start], &text[stop..]);
+            std::fs::write(&path, rewritten).unwrap();
+            return;
+        }
+        assert_eq!(
+            &text[start..stop],
+            expected,
+            "docs/metrics.md is out of date with the families' metric tables; regenerate it \
+             with EXPERTSIM_WRITE_DOCS=1 cargo test -p expertsim-sim registry::"
+        );
+    }
+}
