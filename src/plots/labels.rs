@@ -38,6 +38,7 @@ const KEY_LABELS: &[(&str, &str)] = &[
     ("memory.kind", "adapter memory manager"),
     ("adapters.count", "adapters served"),
     ("workload.prompt_tokens", "prompt length (tokens)"),
+    ("workload.n_requests", "requests (offline: the batch size)"),
     ("cost.rerouting", "batched rerouting"),
     ("predictor.kind", "length predictor"),
     ("semantic_router.kind", "semantic router"),

@@ -528,3 +528,41 @@ fn the_serving_family_holds_its_kv_cache() {
         );
     }
 }
+
+#[test]
+fn an_expertweave_offline_batch_refuses_a_bad_count_by_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = out.to_str().unwrap();
+    let decode = "scenarios/expertweave/rerouting_decode.toml";
+    for (scenario, set, needles) in [
+        (
+            decode,
+            "workload.n_requests=0",
+            &["workload.n_requests", "at least 1"][..],
+        ),
+        (
+            decode,
+            "workload.n_requests=1000001",
+            &["workload.n_requests", "max_requests"][..],
+        ),
+        // Offline has no horizon; the other patterns have no batch.
+        (
+            decode,
+            "workload.horizon_s=10",
+            &["workload.horizon_s", "offline"][..],
+        ),
+        (
+            "scenarios/expertweave/rerouting.toml",
+            "workload.n_requests=8",
+            &["workload.n_requests", "offline"][..],
+        ),
+    ] {
+        refused(&["validate", scenario, "--set", set], None, needles);
+        refused(
+            &["run", scenario, "--out", o, "--set", set],
+            Some(&out),
+            needles,
+        );
+    }
+}

@@ -35,8 +35,9 @@ pub struct ExpertWeaveConfig {
     pub device: DeviceConfig,
     pub adapters: AdaptersConfig,
     pub memory: MemoryConfig,
-    /// `[arrival]`: when requests arrive (`sim::arrivals`: poisson, bursty or a replayed trace),
-    /// cut at `workload.horizon_s`; each request's adapter is drawn from the shares.
+    /// `[arrival]`: when requests arrive (`sim::arrivals`: poisson, bursty or a replayed trace,
+    /// cut at `workload.horizon_s`; or offline, `workload.n_requests` present at t = 0); each
+    /// request's adapter is drawn from the shares.
     pub arrival: ArrivalTable,
     pub workload: WorkloadConfig,
     #[serde(default)]
@@ -91,7 +92,7 @@ pub struct AdaptersConfig {
 }
 
 /// `[workload]`: the adapters' request shares (a power law of shape `alpha`), the arrival
-/// horizon and the length distributions.
+/// horizon (or, offline, the batch) and the length distributions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadConfig {
@@ -99,7 +100,13 @@ pub struct WorkloadConfig {
     #[serde(default = "one_f64")]
     pub alpha: f64,
     /// Requests arriving in [0, horizon_s) are served; the run lasts until every one finishes.
-    pub horizon_s: f64,
+    /// Required for every arrival pattern but `offline`, refused for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub horizon_s: Option<f64>,
+    /// Offline (`arrival.pattern = "offline"`) only, and required there: the requests present
+    /// at t = 0, served together (Section 5.3's decode microbenchmark at batch size B).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_requests: Option<usize>,
     /// Mean prompt length (tokens), where the arrivals carry none.
     pub prompt_tokens: u64,
     /// Mean output length (tokens), where the arrivals carry none.
@@ -208,10 +215,12 @@ pub struct ExpertWeaveScenario {
     pub tensor_parallel: u64,
     pub adapters: Vec<EsftAdapter>,
     pub memory: MemoryConfig,
-    /// When requests arrive (cut at `workload.horizon_s`).
+    /// When requests arrive (cut at `horizon`).
     pub arrival: ArrivalSpec,
-    /// Requests the arrivals offer before the horizon: the trace's rows replayed before it, or
-    /// unbounded (`usize::MAX`) for a rate.
+    /// Arrivals at or after it are not served: `workload.horizon_s`, or `SimTime::MAX` offline.
+    pub horizon: SimTime,
+    /// Requests the arrivals offer before the horizon: the trace's rows replayed before it,
+    /// `workload.n_requests` offline, or unbounded (`usize::MAX`) for a rate.
     pub max_arrivals: usize,
     pub workload: WorkloadConfig,
     pub cost: CostConfig,
@@ -348,6 +357,72 @@ pub fn validate_memory(
     Ok(())
 }
 
+/// Validates `[arrival]` with the workload's horizon or batch: a rate or a trace arrives over
+/// `workload.horizon_s` (`workload.n_requests` refused); offline, `workload.n_requests` requests
+/// are present at t = 0 (`workload.horizon_s` refused). Returns the arrivals, the horizon and the
+/// most requests they offer before it.
+fn validate_arrivals(
+    table: &ArrivalTable,
+    w: &WorkloadConfig,
+    base_dir: &Path,
+    cache: &mut LoadCache,
+) -> Result<(ArrivalSpec, SimTime, usize), FieldError> {
+    if table.pattern == crate::arrivals::ArrivalPattern::Offline {
+        if w.horizon_s.is_some() {
+            return Err(field_error(
+                "workload.horizon_s",
+                "does not apply to arrival.pattern = \"offline\": every request is present at \
+                 t = 0; give workload.n_requests",
+            ));
+        }
+        let n = w.n_requests.ok_or_else(|| {
+            field_error(
+                "workload.n_requests",
+                "is required for arrival.pattern = \"offline\" (the requests present at t = 0)",
+            )
+        })?;
+        at_least_one("workload.n_requests", n)?;
+        // The count sizes the run's request table: held to its ceiling first.
+        cache.limits.check(&[Demand::new(
+            Quantity::Requests,
+            n as f64,
+            "workload.n_requests",
+        )])?;
+        let arrival = table.validate(n, base_dir, cache)?;
+        return Ok((arrival, SimTime::MAX, n));
+    }
+    if w.n_requests.is_some() {
+        return Err(field_error(
+            "workload.n_requests",
+            "applies to arrival.pattern = \"offline\" only: the other patterns serve the \
+             requests arriving before workload.horizon_s",
+        ));
+    }
+    let horizon_s = w.horizon_s.ok_or_else(|| {
+        field_error(
+            "workload.horizon_s",
+            "is required: requests arrive over it (or set arrival.pattern = \"offline\" with \
+             workload.n_requests)",
+        )
+    })?;
+    let horizon = crate::scenario::validate::duration(
+        "workload.horizon_s",
+        horizon_s,
+        crate::scenario::limits::MAX_SIM_SECONDS_CEILING,
+    )?;
+    let arrival = table.validate(usize::MAX, base_dir, cache)?;
+    arrival.check_span(horizon_s)?;
+    let horizon = SimTime::ZERO + horizon;
+    let max_arrivals = arrivals_before(&arrival, horizon);
+    if max_arrivals == 0 {
+        return Err(field_error(
+            "workload.horizon_s",
+            format!("{horizon_s} s ends before the trace's first request arrives"),
+        ));
+    }
+    Ok((arrival, horizon, max_arrivals))
+}
+
 impl ExpertWeaveConfig {
     /// Checks every table and resolves the model, the adapters, the device budget and the
     /// arrivals (a trace path resolves against `base_dir`, loaded once per sweep through `cache`).
@@ -425,28 +500,8 @@ impl ExpertWeaveConfig {
                 format!("must be in (0, 1] (1 is uniform), got {alpha}"),
             ));
         }
-        let horizon_s = w.horizon_s;
-        let horizon = crate::scenario::validate::duration(
-            "workload.horizon_s",
-            horizon_s,
-            crate::scenario::limits::MAX_SIM_SECONDS_CEILING,
-        )?;
-        if self.arrival.pattern == crate::arrivals::ArrivalPattern::Offline {
-            return Err(field_error(
-                "arrival.pattern",
-                "ExpertWeave's requests arrive over workload.horizon_s: give \"poisson\", \
-                 \"bursty\" or \"trace\"",
-            ));
-        }
-        let arrival = self.arrival.validate(usize::MAX, base_dir, cache)?;
-        arrival.check_span(horizon_s)?;
-        let max_arrivals = arrivals_before(&arrival, SimTime::ZERO + horizon);
-        if max_arrivals == 0 {
-            return Err(field_error(
-                "workload.horizon_s",
-                format!("{horizon_s} s ends before the trace's first request arrives"),
-            ));
-        }
+        let (arrival, horizon, max_arrivals) =
+            validate_arrivals(&self.arrival, w, base_dir, cache)?;
         at_least_one("workload.prompt_tokens", w.prompt_tokens as usize)?;
         at_least_one("workload.output_tokens", w.output_tokens as usize)?;
         if !(w.length_spread.is_finite() && (0.0..1.0).contains(&w.length_spread)) {
@@ -488,6 +543,7 @@ impl ExpertWeaveConfig {
             device,
             memory: self.memory.clone(),
             arrival,
+            horizon,
             max_arrivals,
             workload: w.clone(),
             cost: c.clone(),
@@ -559,11 +615,18 @@ output_tokens = 64
                 "rate_per_s = -1.0",
                 "arrival.rate_per_s",
             ),
+            // Offline: a batch at t = 0, not a horizon.
             (
                 "pattern = \"poisson\"\nrate_per_s = 2.0",
                 "pattern = \"offline\"",
-                "arrival.pattern",
+                "workload.horizon_s",
             ),
+            (
+                "horizon_s = 10",
+                "horizon_s = 10\nn_requests = 8",
+                "workload.n_requests",
+            ),
+            ("horizon_s = 10", "", "workload.horizon_s"),
             ("horizon_s = 10", "horizon_s = 1e300", "workload.horizon_s"),
             ("horizon_s = 10", "horizon_s = 1e-300", "workload.horizon_s"),
             ("horizon_s = 10", "horizon_s = 1e9", "workload.horizon_s"),
@@ -590,6 +653,38 @@ output_tokens = 64
             assert_eq!(error.path, path, "{to}: {}", error.message);
         }
         assert!(toml::from_str::<ExpertWeaveConfig>(&format!("{MINIMAL}\nbogus = 1")).is_err());
+    }
+
+    /// Offline: `workload.n_requests` requests at t = 0, no horizon; the count is required,
+    /// at least 1 and within `[limits] max_requests`, each refusal naming it.
+    #[test]
+    fn offline_takes_a_batch_and_refuses_a_bad_count() {
+        let offline = |n_requests: &str| {
+            MINIMAL
+                .replace(
+                    "pattern = \"poisson\"\nrate_per_s = 2.0",
+                    "pattern = \"offline\"",
+                )
+                .replace("horizon_s = 10", n_requests)
+        };
+        let mut cache = LoadCache::default();
+        let scenario = config(&offline("n_requests = 32"))
+            .validate(Path::new("."), &mut cache)
+            .unwrap();
+        assert_eq!(scenario.max_arrivals, 32);
+        assert_eq!(scenario.horizon, SimTime::MAX);
+        assert!(matches!(scenario.arrival, ArrivalSpec::Offline));
+        for (n_requests, message) in [
+            ("", "is required"),
+            ("n_requests = 0", "at least 1"),
+            ("n_requests = 1000001", "max_requests"),
+        ] {
+            let error = config(&offline(n_requests))
+                .validate(Path::new("."), &mut cache)
+                .unwrap_err();
+            assert_eq!(error.path, "workload.n_requests", "{}", error.message);
+            assert!(error.message.contains(message), "{}", error.message);
+        }
     }
 
     /// Every scenario under scenarios/expertweave/ loads through the real loader in every

@@ -44,9 +44,14 @@ impl Family for ExpertWeave {
     fn demands(s: &ExpertWeaveScenario) -> Vec<Demand> {
         use Quantity::*;
         let w = &s.workload;
+        // Offline, the batch; otherwise what arrives over the horizon.
+        let horizon_s = w.horizon_s.unwrap_or(0.0);
         let requests = match &s.arrival {
+            ArrivalSpec::Offline => {
+                Demand::new(Requests, s.max_arrivals as f64, "workload.n_requests")
+            }
             ArrivalSpec::Poisson { rate_per_s } | ArrivalSpec::Bursty { rate_per_s, .. } => {
-                Demand::new(Requests, rate_per_s * w.horizon_s, "arrival.rate_per_s")
+                Demand::new(Requests, rate_per_s * horizon_s, "arrival.rate_per_s")
             }
             _ => Demand::new(Requests, s.max_arrivals as f64, "workload.horizon_s"),
         };
@@ -57,7 +62,7 @@ impl Family for ExpertWeave {
             .into_iter()
             .flat_map(|(_, stats)| stats.token_demands());
         let mut d = vec![
-            Demand::new(SimSeconds, w.horizon_s, "workload.horizon_s"),
+            Demand::new(SimSeconds, horizon_s, "workload.horizon_s"),
             requests,
             Demand::new(
                 TokensPerRequest,

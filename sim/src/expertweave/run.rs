@@ -1,7 +1,7 @@
 //! One ExpertWeave serving run: the memory manager plans the instances, requests stream from the
-//! scenario's arrival process (`sim::arrivals`) until the horizon, each drawing its adapter from
-//! the power-law shares and its lengths where the arrivals carry none, and go to the instance
-//! whose plan serves their adapter. Each instance is one `serving::Replica` with the
+//! scenario's arrival process (`sim::arrivals`) until the horizon (offline: a batch at t = 0),
+//! each drawing its adapter from the power-law shares and its lengths where the arrivals carry
+//! none, and go to the instance whose plan serves their adapter. Each instance is one `serving::Replica` with the
 //! reserve-full admission rule (`replica_config`), and each of its steps is priced through the
 //! serving layer's `StepCost` seam (`RooflineStepCost`, or `ProfileStepCost` when `[cost]
 //! profile` names a measured profile; a live wrapper in live mode).
@@ -257,7 +257,7 @@ impl<'a, 'c> Server<'a, 'c> {
                 1,
                 stream(seed, "expertweave/arrivals"),
             ),
-            horizon: SimTime::from_secs_f64(scenario.workload.horizon_s),
+            horizon: scenario.horizon,
             adapter_rng: stream(seed, "expertweave/adapters"),
             length_rng: stream(seed, "expertweave/lengths"),
             instance_of,
@@ -740,6 +740,53 @@ length_spread = 0.5
         assert!(a.scalar("tpot_mean_ms").unwrap() > 0.0);
         assert_eq!(a.scalars.len(), crate::expertweave::METRICS.len());
         assert_eq!(a.details["cost_source"], "analytic-roofline");
+    }
+
+    #[test]
+    fn an_offline_batch_arrives_at_zero_and_decodes_together() {
+        // Section 5.3's decode benchmark: 8 requests of 1,024 prompt tokens at t = 0, whose 8,192
+        // prompt tokens fill one step: all share one prefill step, so all emit their first token
+        // at the same instant and their last together, 127 decode steps later.
+        let batch = |n: usize| {
+            load(
+                &format!(
+                    r#"
+[device]
+capacity_gib = 64
+utilization = 0.9
+[adapters]
+names = ["gate-math"]
+[memory]
+kind = "virtual_weight_tensor"
+[arrival]
+pattern = "offline"
+[workload]
+n_requests = {n}
+prompt_tokens = 1024
+output_tokens = 128
+"#
+                ),
+                Path::new("."),
+            )
+        };
+        let s = batch(8);
+        let records = served(&s, 1, &mut roomy());
+        assert_eq!(records.0.len(), 8);
+        let (first, last) = (records.0[0].2, records.0[0].3);
+        for r in &records.0 {
+            assert_eq!((r.1, r.2, r.3), (SimTime::ZERO, first, last), "{r:?}");
+            assert_eq!((r.4, r.5), (1024, 128));
+        }
+        let out = run(&s, 1, &mut roomy(), &mut Fifo::default());
+        let tpot = out.scalar("tpot_p50_ms").unwrap();
+        let expected = (last - first).0 as f64 * 1e-6 / 127.0;
+        assert!(
+            (tpot - expected).abs() <= expected * 1e-3,
+            "{tpot} vs {expected}"
+        );
+        // One request alone decodes faster: its steps read fewer distinct experts.
+        let alone = run(&batch(1), 1, &mut roomy(), &mut Fifo::default());
+        assert!(alone.scalar("tpot_p50_ms").unwrap() < tpot);
     }
 
     #[test]
