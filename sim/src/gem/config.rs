@@ -18,6 +18,9 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
 
+/// Token-expert assignments one synthetic trace step may route: its f32 counts are exact to 2^24.
+const MAX_TRACE_ASSIGNMENTS: f64 = 16_777_216.0;
+
 fn field(path: &str, message: impl Into<String>) -> FieldError {
     FieldError {
         path: path.to_string(),
@@ -526,6 +529,18 @@ impl GemConfig {
         params
             .check()
             .map_err(|(f, m)| field(&format!("trace.{f}"), m))?;
+        // The trace holds each step's routed tokens per expert as f32, exact to 2^24: a step
+        // routing more assignments than that cannot be recorded (and would only slow the run).
+        let assignments = params.tokens_per_step as f64 * shape.top_k as f64;
+        if assignments > MAX_TRACE_ASSIGNMENTS {
+            return Err(field(
+                "trace.tokens_per_step",
+                format!(
+                    "= {} routes {assignments} token-expert assignments per step at top-{} of {}, above the {MAX_TRACE_ASSIGNMENTS} a trace step records exactly (f32 counts)",
+                    params.tokens_per_step, shape.top_k, shape.name
+                ),
+            ));
+        }
         let trace = match &self.trace.path {
             None => TraceSpec::Synthetic(TraceParams {
                 path: None,

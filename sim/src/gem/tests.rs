@@ -103,6 +103,18 @@ fn bad_input_gets_field_errors() {
     assert_eq!(e.path, "workload.prompt_tokens");
     let e = error("model = { name = \"mixtral-8x7b\" }\ntrace = { temporal_correlation = 1.5 }");
     assert_eq!(e.path, "trace.temporal_correlation");
+    // 8,388,608 tokens at top-2 are 2^24 assignments, the most an f32 count holds exactly.
+    let at = |tokens: u64| {
+        format!("model = {{ name = \"mixtral-8x7b\" }}\ntrace = {{ tokens_per_step = {tokens} }}")
+    };
+    let e = error(&at(8_388_609));
+    assert_eq!(e.path, "trace.tokens_per_step");
+    assert!(e.message.contains("16777216"), "{}", e.message);
+    assert!(
+        config(&at(8_388_608))
+            .validate(Path::new("."), &mut LoadCache::default())
+            .is_ok()
+    );
     assert!(toml::from_str::<GemConfig>("model = { name = \"x\" }\nclusterr = {}").is_err());
     assert!(toml::from_str::<GemConfig>("model = { name = \"x\", gpu = \"H200\" }").is_err());
 }
