@@ -68,8 +68,8 @@ pub struct ClusterFile {
     #[serde(default)]
     pub step_overhead_ms: Option<f64>,
     /// vLLM `max_num_batched_tokens` with chunked prefill (the paper's vLLM runs chunked
-    /// prefill; 512 is vLLM 0.5's default budget with it, the configuration the host time was
-    /// measured in). 0: no budget and no chunking.
+    /// prefill; 2048 is vLLM V1's default for its OpenAI-compatible server on a GPU under
+    /// 70 GiB, `models::DEFAULT_MAX_NUM_BATCHED_TOKENS`). 0: no budget and no chunking.
     #[serde(default = "default_max_num_batched_tokens")]
     pub max_num_batched_tokens: u64,
     /// A set of measured per-operation profiles of `gpu` (`profiles/<name>/`, e.g.

@@ -42,10 +42,12 @@ pub fn model_names() -> String {
         .join(", ")
 }
 
-/// vLLM's token budget per step with chunked prefill (`max_num_batched_tokens`), the default
-/// of vLLM 0.5 with chunked prefill on: the configuration in which the engine's host time
-/// (`cost::host::HostOverhead::vllm_v0`, measured on an RTX A6000, the paper's GPU) was measured.
-pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u64 = 512;
+/// vLLM's token budget per step with chunked prefill (`max_num_batched_tokens`): the V1
+/// engine's default for its OpenAI-compatible server on a GPU under 70 GiB (the RTX A6000).
+/// The paper's vLLM is a V1 engine: its balancer's weighted sum of waiting and running
+/// requests is V1's data-parallel balancer, and it serves Ministral-3-8B-Instruct-2512
+/// (December 2025), which only V1 releases run (docs/chimera.md, "The engine's speed").
+pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u64 = 2048;
 
 /// Context per sequence at which `decode_ms_per_token` is profiled (the paper profiles it offline;
 /// 1024 tokens is the order of an agent stage's prompt plus output here).

@@ -150,6 +150,29 @@ fn more_load_means_more_queueing() {
     assert!(h.workflow_latency.mean_ms > l.workflow_latency.mean_ms);
 }
 
+/// The default engine is vLLM V1's OpenAI-server configuration on a GPU under 70 GiB (the
+/// paper's vLLM is a V1 engine, docs/chimera.md): 2048 tokens per step with chunked prefill,
+/// 256 sequences. vLLM 0.5's smaller budget (512) chunks the same prompts into more steps, each
+/// paying the host's time.
+#[test]
+fn the_default_engine_is_vllm_v1s_server_budget_and_a_smaller_budget_takes_more_steps() {
+    let s = scenario(&config(&["qwen2.5-1.5b", "qwen2.5-7b"], 10.0, 120.0));
+    for engine in &s.engines {
+        let replica = server::replica_config(&engine.cost);
+        assert_eq!(replica.max_num_batched_tokens, Some(2048));
+        assert!(replica.chunked_prefill);
+        assert_eq!(replica.max_num_seqs, 256);
+    }
+    let mut small = config(&["qwen2.5-1.5b", "qwen2.5-7b"], 10.0, 120.0);
+    small.cluster.max_num_batched_tokens = 512;
+    let small = scenario(&small);
+    let v1 = run::simulate(&s, 1, &mut Fifo::default(), &mut Turns::default());
+    let v0 = run::simulate(&small, 1, &mut Fifo::default(), &mut Turns::default());
+    assert_eq!(v1.n_workflows, v0.n_workflows);
+    let steps = |m: &ChimeraMetrics| m.engines.iter().map(|e| e.steps).sum::<u64>();
+    assert!(steps(&v0) > steps(&v1), "{} vs {}", steps(&v0), steps(&v1));
+}
+
 #[test]
 fn an_oracle_predictor_hands_the_queue_the_true_remaining_total() {
     let mut c = config(&["qwen2.5-1.5b", "qwen2.5-14b"], 4.0, 30.0);
