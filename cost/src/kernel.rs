@@ -133,6 +133,7 @@ pub struct KernelTime {
 
 impl KernelTime {
     /// What the kernel costs under `timing` on a GPU whose host launches in `host_launch_ns`.
+    #[inline]
     pub fn wall(&self, timing: Timing, host_launch_ns: f64) -> f64 {
         match timing {
             Timing::Graph => self.nanos,
@@ -306,6 +307,7 @@ impl KernelRates {
 
     /// The same GPU slowed by `speed`: streaming times `speed.bandwidth`, math times
     /// `speed.compute` (the floors are left alone).
+    #[inline]
     pub fn scaled(&self, speed: SpeedFactors) -> KernelRates {
         KernelRates {
             stream_bytes_per_s: self.stream_bytes_per_s * speed.bandwidth,
@@ -329,6 +331,7 @@ impl KernelRates {
         self.grouped_stream_bytes_per_s / (f64::from(self.sms) / 2.0)
     }
 
+    #[inline]
     fn kernel(&self, floor_ns: f64, memory_ns: f64, compute_ns: f64) -> KernelTime {
         KernelTime {
             memory_ns,
@@ -369,6 +372,7 @@ impl KernelRates {
     /// resident at once; a cluster whose group has one M tile streams with one block), its
     /// weights and activations over that rate, its tile-padded rows (plus each group's tail)
     /// over the grouped GEMM rate.
+    #[inline]
     pub fn grouped(&self, shape: &GroupedShape, groups: &GroupSums) -> KernelTime {
         if groups.is_empty() {
             return KernelTime::default();
@@ -396,6 +400,7 @@ impl KernelRates {
     }
 
     /// An element-wise kernel moving `bytes` (activation functions, norms, rotary embedding).
+    #[inline]
     pub fn streaming(&self, bytes: f64) -> KernelTime {
         if bytes <= 0.0 {
             return KernelTime::default();

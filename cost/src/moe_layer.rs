@@ -115,6 +115,7 @@ impl ExpertRows<'_> {
     }
 
     /// The groups reduced to the sums the grouped GEMM reads.
+    #[inline]
     pub fn sums(&self) -> GroupSums {
         let mut sums = GroupSums::default();
         self.for_each_group(|rows, p| sums.add(rows, p));
@@ -371,6 +372,7 @@ impl MoeLayerCost {
     }
 
     /// The kernel model's three kernels on `sums` at `rates` (GPU side).
+    #[inline]
     fn kernels(&self, rates: &KernelRates, sums: &GroupSums) -> [KernelTime; 3] {
         [
             rates.grouped(&self.shapes[0], sums),
@@ -380,6 +382,7 @@ impl MoeLayerCost {
     }
 
     /// One GPU's experts: `rows` of each expert it holds, at `speed`.
+    #[inline]
     pub fn gpu(&self, rows: ExpertRows<'_>, speed: SpeedFactors) -> GpuExpertCost {
         let sums = rows.sums();
         if sums.is_empty() {
@@ -436,6 +439,7 @@ impl MoeLayerCost {
     /// most loaded GPU computes `max_rows` routed rows: `(G - 1) / G` of them arrive over the
     /// link and leave again, each all-to-all as long as that GPU's incoming bytes plus the
     /// link latency; 0 for one GPU.
+    #[inline]
     pub fn all_to_all_ns(&self, max_rows: f64, gpus: usize, link: LinkSpec) -> f64 {
         if gpus <= 1 {
             return 0.0;
@@ -447,6 +451,7 @@ impl MoeLayerCost {
 
     /// An expert-parallel layer over `gpus` GPUs (`link` carries the all-to-all; `None`: not
     /// modelled): add each GPU's experts in turn, then `finish`.
+    #[inline]
     pub fn layer(&self, gpus: usize, link: Option<LinkSpec>) -> EpLayer<'_> {
         EpLayer {
             cost: self,
@@ -473,12 +478,14 @@ pub struct EpLayer<'a> {
 
 impl EpLayer<'_> {
     /// Adds the next GPU's experts; returns that GPU's time (its busy time in the layer).
+    #[inline]
     pub fn add(&mut self, rows: ExpertRows<'_>, speed: SpeedFactors) -> f64 {
         let c = self.cost.gpu(rows, speed);
         self.add_priced(c.nanos, c.rows)
     }
 
     /// Adds the next GPU priced already (`nanos`, `rows`: `MoeLayerCost::gpu`).
+    #[inline]
     fn add_priced(&mut self, nanos: f64, rows: f64) -> f64 {
         if nanos > self.compute_ns {
             self.compute_ns = nanos;
@@ -490,6 +497,7 @@ impl EpLayer<'_> {
     }
 
     /// The layer: its slowest GPU plus the all-to-all of its most loaded GPU's rows.
+    #[inline]
     pub fn finish(self) -> EpLayerCost {
         let all_to_all_ns = self.link.map_or(0.0, |link| {
             self.cost.all_to_all_ns(self.max_rows, self.gpus, link)
