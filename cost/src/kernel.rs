@@ -19,6 +19,7 @@ use crate::gpu::GpuSpec;
 use crate::moe_layer::SpeedFactors;
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
+use wide::f64x4;
 
 /// How a kernel is launched, and so what its time includes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -249,6 +250,56 @@ impl GroupSums {
     }
 }
 
+/// How many GPUs `KernelRates::grouped_lanes` prices side by side.
+pub const LANES: usize = 4;
+
+/// Up to `LANES` GPUs' group sums side by side (structure of arrays), for `grouped_lanes`.
+#[derive(Clone, Copy, Debug)]
+pub struct LaneSums {
+    groups: f64x4,
+    rows: f64x4,
+    /// `rows / groups`, which picks the tile.
+    mean_rows: f64x4,
+    tiles: [f64x4; 2],
+    padded_rows: [f64x4; 2],
+    clusters: [f64x4; 2],
+    /// Lanes without groups (and lanes past the GPUs given).
+    empty: [bool; LANES],
+}
+
+impl LaneSums {
+    /// The sums of up to `LANES` GPUs, one lane each.
+    #[inline]
+    pub fn of(sums: &[GroupSums]) -> LaneSums {
+        assert!(sums.len() <= LANES, "at most {LANES} lanes");
+        let none = GroupSums::default();
+        let lane = |i: usize| sums.get(i).unwrap_or(&none);
+        let field = |f: &dyn Fn(&GroupSums) -> f64| f64x4::new(std::array::from_fn(|i| f(lane(i))));
+        let groups = field(&|s| s.groups);
+        let rows = field(&|s| s.rows);
+        LaneSums {
+            groups,
+            rows,
+            mean_rows: rows / groups,
+            tiles: [field(&|s| s.tiles[0]), field(&|s| s.tiles[1])],
+            padded_rows: [field(&|s| s.padded_rows[0]), field(&|s| s.padded_rows[1])],
+            clusters: [field(&|s| s.clusters[0]), field(&|s| s.clusters[1])],
+            empty: std::array::from_fn(|i| lane(i).is_empty()),
+        }
+    }
+}
+
+/// The rates that speed factors scale, of up to `LANES` GPUs side by side
+/// (`KernelRates::lanes`).
+#[derive(Clone, Copy, Debug)]
+pub struct LaneRates {
+    stream: f64x4,
+    /// The grouped GEMM's streaming rate per resident thread block (its single-tile rate over
+    /// half the SMs).
+    grouped_stream_per_block: f64x4,
+    grouped_flops: f64x4,
+}
+
 /// Bytes of one bf16 activation element.
 const ACTIVATION_BYTES: f64 = 2.0;
 
@@ -367,36 +418,100 @@ impl KernelRates {
         self.grouped(&GroupedShape::new(k, n, bytes_per_param), groups)
     }
 
-    /// A grouped GEMM of `shape` over `groups`: the tile the groups' mean rows choose, the
-    /// streaming rate its working thread blocks reach (two-block clusters along M, half the SMs
-    /// resident at once; a cluster whose group has one M tile streams with one block), its
-    /// weights and activations over that rate, its tile-padded rows (plus each group's tail)
-    /// over the grouped GEMM rate.
+    /// A grouped GEMM of `shape` over `groups` (`grouped_lanes` with one lane).
     #[inline]
     pub fn grouped(&self, shape: &GroupedShape, groups: &GroupSums) -> KernelTime {
-        if groups.is_empty() {
-            return KernelTime::default();
-        }
-        let mean_rows = groups.rows / groups.groups;
-        let t = usize::from(!(mean_rows <= 128.0 || shape.n <= 128));
-        let n_tiles = shape.n_tiles[t];
+        let lanes = LaneSums::of(std::slice::from_ref(groups));
+        self.grouped_lanes(&self.lanes(&[]), shape, &lanes)[0]
+    }
+
+    /// The rates of up to `LANES` GPUs slowed by `speeds` (each as `scaled`; lanes past
+    /// `speeds` nominal), side by side for `grouped_lanes`.
+    #[inline]
+    pub fn lanes(&self, speeds: &[SpeedFactors]) -> LaneRates {
+        let speed = |i: usize| speeds.get(i).copied().unwrap_or(SpeedFactors::NOMINAL);
         let half_sms = 0.5 * f64::from(self.sms);
-        let working = groups.tiles[t] * n_tiles;
-        let clusters = groups.clusters[t] * n_tiles;
-        let active = if clusters > half_sms {
-            working * half_sms / clusters
-        } else {
-            working
+        // `scaled` multiplies by 1.0 for a nominal GPU, which leaves every bit as it is.
+        LaneRates {
+            stream: f64x4::new(std::array::from_fn(|i| {
+                self.stream_bytes_per_s * speed(i).bandwidth
+            })),
+            grouped_stream_per_block: f64x4::new(std::array::from_fn(|i| {
+                self.grouped_stream_bytes_per_s * speed(i).bandwidth / half_sms
+            })),
+            grouped_flops: f64x4::new(std::array::from_fn(|i| {
+                self.grouped_gemm_flops * speed(i).compute
+            })),
+        }
+    }
+
+    /// A grouped GEMM of `shape` over each lane's `groups` at that lane's `rates` (`lanes`):
+    /// the tile the groups' mean rows choose, the streaming rate its working thread blocks
+    /// reach (two-block clusters along M, half the SMs resident at once; a cluster whose group
+    /// has one M tile streams with one block), its weights and activations over that rate, its
+    /// tile-padded rows (plus each group's tail) over the grouped GEMM rate. Every lane runs
+    /// the same IEEE operations in the same order (a branch becomes a lane select), so a lane's
+    /// result is the bits one GPU priced alone gets; the lanes let the divisions and square
+    /// roots of several GPUs run side by side. An empty lane costs nothing.
+    #[inline]
+    pub fn grouped_lanes(
+        &self,
+        rates: &LaneRates,
+        shape: &GroupedShape,
+        groups: &LaneSums,
+    ) -> [KernelTime; LANES] {
+        let splat = f64x4::splat;
+        // The large tile (128 x 256) where the mean rows exceed 128 and the output is wider
+        // than 128: `pick(small, large)` per lane.
+        let small = groups.mean_rows.simd_le(splat(128.0));
+        let pick = |s: f64x4, l: f64x4| {
+            if shape.n <= 128 {
+                s
+            } else {
+                small.bitselect(s, l)
+            }
         };
-        let rate =
-            (active * (self.grouped_stream_bytes_per_s / half_sms)).min(self.stream_bytes_per_s);
-        let bytes = groups.groups * shape.weight_bytes + groups.rows * shape.row_bytes;
-        let rows = groups.padded_rows[t] + self.group_tail_tiles * TILE_ROWS[t] * groups.groups;
-        self.kernel(
-            self.kernel_floor_ns + self.reduction_ns_per_element * shape.k as f64,
-            bytes / rate * 1e9,
-            shape.flops_per_row[t] * rows / self.grouped_gemm_flops * 1e9,
-        )
+        let n_tiles = pick(splat(shape.n_tiles[0]), splat(shape.n_tiles[1]));
+        let half_sms = splat(0.5 * f64::from(self.sms));
+        let working = pick(groups.tiles[0], groups.tiles[1]) * n_tiles;
+        let clusters = pick(groups.clusters[0], groups.clusters[1]) * n_tiles;
+        let active = clusters
+            .simd_gt(half_sms)
+            .bitselect(working * half_sms / clusters, working);
+        // `min` of the two rates.
+        let reached = active * rates.grouped_stream_per_block;
+        let rate = reached
+            .simd_lt(rates.stream)
+            .bitselect(reached, rates.stream);
+        let bytes =
+            groups.groups * splat(shape.weight_bytes) + groups.rows * splat(shape.row_bytes);
+        let rows = pick(groups.padded_rows[0], groups.padded_rows[1])
+            + splat(self.group_tail_tiles)
+                * pick(splat(TILE_ROWS[0]), splat(TILE_ROWS[1]))
+                * groups.groups;
+        let memory_ns = bytes / rate * splat(1e9);
+        let compute_ns = pick(splat(shape.flops_per_row[0]), splat(shape.flops_per_row[1])) * rows
+            / rates.grouped_flops
+            * splat(1e9);
+        let floor_ns = self.kernel_floor_ns + self.reduction_ns_per_element * shape.k as f64;
+        let nanos = splat(floor_ns) + combine_lanes(self.overlap_norm, memory_ns, compute_ns);
+        let (memory_ns, compute_ns, nanos) = (
+            memory_ns.to_array(),
+            compute_ns.to_array(),
+            nanos.to_array(),
+        );
+        std::array::from_fn(|i| {
+            if groups.empty[i] {
+                KernelTime::default()
+            } else {
+                KernelTime {
+                    memory_ns: memory_ns[i],
+                    compute_ns: compute_ns[i],
+                    floor_ns,
+                    nanos: nanos[i],
+                }
+            }
+        })
     }
 
     /// An element-wise kernel moving `bytes` (activation functions, norms, rotary embedding).
@@ -492,6 +607,42 @@ pub fn combine(p: u32, a: f64, b: f64) -> f64 {
         }
         _ => hi * (1.0 + r.powi(p as i32)).powf(1.0 / f64::from(p)),
     }
+}
+
+/// `combine` of each lane's two terms: the same operations per lane in the same order (each
+/// branch a lane select), so every lane gets the bits `combine` returns for it.
+#[inline]
+pub fn combine_lanes(p: u32, a: f64x4, b: f64x4) -> f64x4 {
+    let splat = f64x4::splat;
+    let a_larger = a.simd_ge(b);
+    let (hi, lo) = (a_larger.bitselect(a, b), a_larger.bitselect(b, a));
+    let r = lo / hi;
+    let one = splat(1.0);
+    let combined = match p {
+        0 | 1 => hi + lo,
+        2 => hi * (one + r * r).sqrt(),
+        4 => {
+            let r4 = (r * r) * (r * r);
+            let far = r4.simd_lt(splat(1e-4));
+            let series = hi * (one + r4 * (splat(0.25) - splat(0.09375) * r4));
+            if far.all() {
+                series
+            } else {
+                far.bitselect(series, hi * (one + r4).sqrt().sqrt())
+            }
+        }
+        8 => {
+            let r4 = (r * r) * (r * r);
+            hi * (one + r4 * r4).sqrt().sqrt().sqrt()
+        }
+        _ => {
+            let (a, b) = (a.to_array(), b.to_array());
+            return f64x4::new(std::array::from_fn(|i| combine(p, a[i], b[i])));
+        }
+    };
+    // `hi.max(0.0)` where the smaller term is not positive.
+    let larger = hi.simd_ge(splat(0.0)).bitselect(hi, splat(0.0));
+    lo.simd_le(splat(0.0)).bitselect(larger, combined)
 }
 
 #[cfg(test)]
@@ -643,5 +794,64 @@ mod tests {
         let pairs = 32.0 * 3.0 * 16384.0;
         let compute = 512.0 * pairs / 800e12 * 1e9 + pairs / 4e12 * 1e9;
         assert!((t.compute_ns - compute).abs() < 1e-6);
+    }
+
+    #[test]
+    fn lanes_give_each_gpu_the_bits_it_gets_alone() {
+        // The p-norm: every lane is `combine` of its pair, bit for bit, on both sides of the
+        // series' threshold, at the ridge, with a zero term, for every p.
+        let pairs = [
+            (1.0, 0.05),
+            (0.1, 1.0),
+            (3.0, 3.0),
+            (7.0, 0.0),
+            (2.5, 0.2813),
+            (1e6, 99_999.7),
+            (0.0, 4.0),
+            (0.3, 0.29),
+        ];
+        for p in [1, 2, 4, 8, 16] {
+            for w in pairs.windows(4) {
+                let a = f64x4::new(std::array::from_fn(|i| w[i].0));
+                let b = f64x4::new(std::array::from_fn(|i| w[i].1));
+                let lanes = combine_lanes(p, a, b).to_array();
+                for (i, &(x, y)) in w.iter().enumerate() {
+                    assert_eq!(
+                        lanes[i].to_bits(),
+                        combine(p, x, y).to_bits(),
+                        "p {p}: {x}, {y}"
+                    );
+                }
+            }
+        }
+        // The grouped GEMM: GPUs of either tile, above and below the cluster limit, slowed or
+        // not, and an empty one, priced together as each alone.
+        let r = rates();
+        let counts: [&[u32]; 4] = [&[3, 0, 1], &[700, 650, 900, 20], &[], &[129, 130, 4000]];
+        let speeds = [
+            SpeedFactors::NOMINAL,
+            SpeedFactors::split(0.8, 0.3),
+            SpeedFactors::NOMINAL,
+            SpeedFactors::split(0.93, 1.0),
+        ];
+        let sums = counts.map(GroupSums::of_counts);
+        for shape in [
+            GroupedShape::new(4096, 28672, 2.0),
+            GroupedShape::new(2048, 128, 2.0),
+        ] {
+            let together = r.grouped_lanes(&r.lanes(&speeds), &shape, &LaneSums::of(&sums));
+            for i in 0..LANES {
+                let alone = r.scaled(speeds[i]).grouped(&shape, &sums[i]);
+                for (x, y) in [
+                    (together[i].nanos, alone.nanos),
+                    (together[i].memory_ns, alone.memory_ns),
+                    (together[i].compute_ns, alone.compute_ns),
+                    (together[i].floor_ns, alone.floor_ns),
+                ] {
+                    assert_eq!(x.to_bits(), y.to_bits(), "lane {i}");
+                }
+            }
+            assert_eq!(together[2], KernelTime::default());
+        }
     }
 }

@@ -17,7 +17,7 @@
 
 use crate::curve::CostCurve;
 use crate::gpu::{GpuSpec, LinkSpec};
-use crate::kernel::{GroupSums, GroupedShape, KernelRates, KernelTime, Timing};
+use crate::kernel::{GroupSums, GroupedShape, KernelRates, KernelTime, LANES, LaneSums, Timing};
 use crate::kernel_timings::KernelTimings;
 use crate::profile::ExpertFfnCurve;
 use crate::shape::{MoeModelShape, WeightDtype};
@@ -371,29 +371,63 @@ impl MoeLayerCost {
         f64::from(LAUNCHES_PER_LAYER) * self.launch_ns
     }
 
-    /// The kernel model's three kernels on `sums` at `rates` (GPU side).
-    #[inline]
-    fn kernels(&self, rates: &KernelRates, sums: &GroupSums) -> [KernelTime; 3] {
-        [
-            rates.grouped(&self.shapes[0], sums),
-            rates.streaming(sums.rows * 3.0 * self.expert_ffn as f64 * ACTIVATION_BYTES),
-            rates.grouped(&self.shapes[1], sums),
-        ]
-    }
-
-    /// One GPU's experts: `rows` of each expert it holds, at `speed`.
+    /// One GPU's experts: `rows` of each expert it holds, at `speed` (`gpus` with one GPU).
     #[inline]
     pub fn gpu(&self, rows: ExpertRows<'_>, speed: SpeedFactors) -> GpuExpertCost {
-        let sums = rows.sums();
-        if sums.is_empty() {
-            return GpuExpertCost::default();
+        self.gpus(&[rows], &[speed])[0]
+    }
+
+    /// Up to `LANES` GPUs' experts, `rows[i]` at `speeds[i]`, each priced on its own; their
+    /// grouped GEMMs are computed side by side (`KernelRates::grouped_lanes`: the same
+    /// operations per GPU, so the same bits as one GPU alone), which lets the divisions and
+    /// square roots of a layer's GPUs overlap. Entries past `rows` are empty.
+    #[inline]
+    pub fn gpus(&self, rows: &[ExpertRows<'_>], speeds: &[SpeedFactors]) -> [GpuExpertCost; LANES] {
+        assert_eq!(rows.len(), speeds.len(), "one speed per GPU");
+        let mut sums = [GroupSums::default(); LANES];
+        for (s, r) in sums.iter_mut().zip(rows) {
+            *s = r.sums();
         }
-        let rates = if speed == SpeedFactors::NOMINAL {
-            self.rates
-        } else {
-            self.rates.scaled(speed)
-        };
-        let mut kernels = self.kernels(&rates, &sums);
+        let mut out = [GpuExpertCost::default(); LANES];
+        if sums.iter().all(GroupSums::is_empty) {
+            return out;
+        }
+        let lane_rates = self.rates.lanes(speeds);
+        let lane_sums = LaneSums::of(&sums[..rows.len()]);
+        let gate_up = self
+            .rates
+            .grouped_lanes(&lane_rates, &self.shapes[0], &lane_sums);
+        let down = self
+            .rates
+            .grouped_lanes(&lane_rates, &self.shapes[1], &lane_sums);
+        for (i, (&rows, &speed)) in rows.iter().zip(speeds).enumerate() {
+            let sums = &sums[i];
+            if sums.is_empty() {
+                continue;
+            }
+            let rates = if speed == SpeedFactors::NOMINAL {
+                self.rates
+            } else {
+                self.rates.scaled(speed)
+            };
+            let swiglu =
+                rates.streaming(sums.rows * 3.0 * self.expert_ffn as f64 * ACTIVATION_BYTES);
+            out[i] = self.priced(rows, speed, &rates, sums, [gate_up[i], swiglu, down[i]]);
+        }
+        out
+    }
+
+    /// One GPU's cost from the kernel model's three kernels on its `sums` (GPU side): scaled
+    /// to the measured grouped GEMMs, or replaced by the measured experts, where those apply.
+    #[inline]
+    fn priced(
+        &self,
+        rows: ExpertRows<'_>,
+        speed: SpeedFactors,
+        rates: &KernelRates,
+        sums: &GroupSums,
+        mut kernels: [KernelTime; 3],
+    ) -> GpuExpertCost {
         if let Some(measured) = &self.measured_grouped {
             let ratio = measured.ratio(sums.groups, sums.rows / sums.groups);
             for k in [0, 2] {
@@ -482,6 +516,18 @@ impl EpLayer<'_> {
     pub fn add(&mut self, rows: ExpertRows<'_>, speed: SpeedFactors) -> f64 {
         let c = self.cost.gpu(rows, speed);
         self.add_priced(c.nanos, c.rows)
+    }
+
+    /// Adds the next GPUs' experts (at most `LANES`), priced together (`MoeLayerCost::gpus`);
+    /// returns each GPU's time (its busy time in the layer), entries past `rows` 0.
+    #[inline]
+    pub fn add_gpus(&mut self, rows: &[ExpertRows<'_>], speeds: &[SpeedFactors]) -> [f64; LANES] {
+        let costs = self.cost.gpus(rows, speeds);
+        let mut times = [0.0; LANES];
+        for (t, c) in times.iter_mut().zip(&costs[..rows.len()]) {
+            *t = self.add_priced(c.nanos, c.rows);
+        }
+        times
     }
 
     /// Adds the next GPU priced already (`nanos`, `rows`: `MoeLayerCost::gpu`).

@@ -23,7 +23,7 @@ use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
 use crate::cost::gpu::LinkSpec;
 use crate::cost::host::HostOverhead;
-use crate::cost::kernel::Timing;
+use crate::cost::kernel::{LANES, Timing};
 use crate::cost::measured_steps::{MeasuredDenseStep, OpSources};
 use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 use crate::cost::roofline::{
@@ -46,8 +46,9 @@ struct MoePart {
     link: LinkSpec,
     n_layers: usize,
     top_k: usize,
-    /// One GPU's tokens per expert slot, then per hosted adapter copy (scratch).
-    gpu_tokens: Vec<u32>,
+    /// Per GPU of a lane group (`LANES` GPUs priced together): its tokens per expert slot,
+    /// then per hosted adapter copy (scratch).
+    gpu_tokens: [Vec<u32>; LANES],
     /// Per MoE layer, the adapter copies' tokens of the step being priced (`set_adapter_copies`).
     copies: Vec<Vec<CopyTokens>>,
     /// The rerouting operators, when the replica reroutes tokens to adapters.
@@ -156,7 +157,7 @@ impl ReplicaStepCost {
                 (
                     Some(MoePart {
                         layer,
-                        gpu_tokens: vec![0; layout.slots_per_gpu],
+                        gpu_tokens: std::array::from_fn(|_| vec![0; layout.slots_per_gpu]),
                         layout,
                         speeds: r.speeds.clone(),
                         link: r.link,
@@ -385,15 +386,24 @@ impl ReplicaStepCost {
                 let mut layer_a2a = 0.0f64;
                 for copy in 0..moe.layout.copies {
                     let mut group = moe.layer.layer(ep, Some(moe.link));
-                    for g in copy * ep..(copy + 1) * ep {
-                        moe.gpu_tokens.resize(moe.layout.slots_per_gpu, 0);
-                        moe.layout
-                            .gpu_tokens(layer, per_expert, g, &mut moe.gpu_tokens);
-                        for c in copies {
-                            moe.gpu_tokens
-                                .extend(moe.layout.expert_shares(layer, g, c.expert, c.tokens));
+                    let gpus = copy * ep..(copy + 1) * ep;
+                    for first in gpus.clone().step_by(LANES) {
+                        let lanes = first..(first + LANES).min(gpus.end);
+                        for (tokens, g) in moe.gpu_tokens.iter_mut().zip(lanes.clone()) {
+                            tokens.resize(moe.layout.slots_per_gpu, 0);
+                            moe.layout.gpu_tokens(layer, per_expert, g, tokens);
+                            for c in copies {
+                                tokens
+                                    .extend(moe.layout.expert_shares(layer, g, c.expert, c.tokens));
+                            }
                         }
-                        busy[g] += group.add(ExpertRows::Counted(&moe.gpu_tokens), moe.speeds[g]);
+                        let rows: [ExpertRows<'_>; LANES] =
+                            std::array::from_fn(|i| ExpertRows::Counted(&moe.gpu_tokens[i]));
+                        let times =
+                            group.add_gpus(&rows[..lanes.len()], &moe.speeds[lanes.clone()]);
+                        for (b, t) in busy[lanes].iter_mut().zip(times) {
+                            *b += t;
+                        }
                     }
                     let cost = group.finish();
                     if cost.nanos > layer_ns {
