@@ -34,6 +34,13 @@ impl LatencyRecorder {
             .expect("auto-resizing histogram accepts any u64");
         self.sum_ns += u128::from(nanos);
     }
+    /// `count` samples of `nanos` (the same as `count` calls of `record`).
+    pub fn record_n(&mut self, nanos: u64, count: u64) {
+        self.histogram
+            .record_n(nanos, count)
+            .expect("auto-resizing histogram accepts any u64");
+        self.sum_ns += u128::from(nanos) * u128::from(count);
+    }
     pub fn count(&self) -> u64 {
         self.histogram.len()
     }
@@ -198,6 +205,26 @@ impl AcrossSeeds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_of_equal_samples_records_as_its_samples_one_by_one() {
+        let (mut one_by_one, mut runs) = (LatencyRecorder::default(), LatencyRecorder::default());
+        for (nanos, count) in [
+            (7_000_000u64, 3u64),
+            (250_000, 1),
+            (7_000_000, 2),
+            (9e12 as u64, 4),
+        ] {
+            for _ in 0..count {
+                one_by_one.record(nanos);
+            }
+            runs.record_n(nanos, count);
+        }
+        assert_eq!(runs.count(), 10);
+        assert_eq!(runs.sum_ns, one_by_one.sum_ns);
+        assert_eq!(runs.histogram, one_by_one.histogram);
+        assert_eq!(runs.summary(), one_by_one.summary());
+    }
 
     /// A two-metric table over a pair, listed in the opposite order of the pair's fields.
     const PAIR_TABLE: [Metric<(f64, f64)>; 2] = [

@@ -624,6 +624,9 @@ impl Replica {
     /// (the batch is compacted by swapping the last sequence into the gap).
     pub fn complete_step(&mut self, now: SimTime, finished: &mut Vec<Seq>) {
         self.iteration += 1;
+        // Token gaps are recorded as runs of equal gaps (most of a step's sequences emitted
+        // their previous token at the previous step's end): one histogram update per run.
+        let (mut gap_ns, mut gaps) = (0u64, 0u64);
         let mut i = 0;
         while i < self.running.len() {
             let s = &mut self.running[i];
@@ -643,7 +646,12 @@ impl Replica {
                     if s.generated == 0 {
                         s.first_token = now;
                     } else {
-                        self.stats.latencies.token_gap((now - s.last_token).0);
+                        let gap = (now - s.last_token).0;
+                        if gap != gap_ns {
+                            self.stats.latencies.token_gaps(gap_ns, gaps);
+                            (gap_ns, gaps) = (gap, 0);
+                        }
+                        gaps += 1;
                     }
                     s.last_token = now;
                 }
@@ -662,5 +670,6 @@ impl Replica {
                 i += 1;
             }
         }
+        self.stats.latencies.token_gaps(gap_ns, gaps);
     }
 }
