@@ -167,6 +167,7 @@ fn queued(request: &MoeRequest) -> QueuedRequest {
         predicted_total_tokens: 0.0,
         attained_service: 0,
         rank_noise: 0.0,
+        topic: 0,
     }
 }
 

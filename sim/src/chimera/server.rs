@@ -465,6 +465,7 @@ impl<'a> ChimeraServer<'a> {
             predicted_total_tokens: predicted_total,
             attained_service: run.generated,
             rank_noise,
+            topic: 0,
         };
         let engine = &mut self.engines[e];
         engine.in_flight_predicted += predicted_total;

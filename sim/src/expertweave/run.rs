@@ -328,6 +328,7 @@ impl<'a, 'c> Server<'a, 'c> {
             predicted_total_tokens: 0.0,
             attained_service: 0,
             rank_noise: 0.0,
+            topic: 0,
         };
         self.replicas[instance].submit(now, request, &mut *self.queue, instance);
         Some(instance)
@@ -839,6 +840,7 @@ output_tokens = 1
             predicted_total_tokens: 0.0,
             attained_service: 0,
             rank_noise: 0.0,
+            topic: 0,
         };
         replica.submit(SimTime::ZERO, request, &mut fifo, 0);
         let mut now = SimTime::ZERO;

@@ -231,6 +231,7 @@ rerouting = "{rerouting}"
                 predicted_total_tokens: 0.0,
                 attained_service: 0,
                 rank_noise: 0.0,
+                topic: 0,
             };
             replica.submit(SimTime::ZERO, request, &mut fifo, 0);
         }
@@ -313,6 +314,7 @@ rerouting = "{rerouting}"
             predicted_total_tokens: 0.0,
             attained_service: 0,
             rank_noise: 0.0,
+            topic: 0,
         };
         replica.submit(SimTime::ZERO, request, &mut fifo, 0);
         let prefill = replica.schedule(SimTime::ZERO, &mut fifo, 0, &mut ByIdHook);

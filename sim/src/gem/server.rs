@@ -772,6 +772,7 @@ impl GemServer<'_> {
             predicted_total_tokens: 0.0,
             attained_service: 0,
             rank_noise: 0.0,
+            topic: 0,
         };
         self.replica.submit(now, request, &mut *self.queue, 0);
     }

@@ -283,6 +283,7 @@ impl<'s, 'c> StagesServer<'s, 'c> {
                 predicted_total_tokens: 0.0,
                 attained_service: 0,
                 rank_noise: 0.0,
+                topic: 0,
             };
             replica.submit(now, request, &mut *self.queue, unit);
         }

@@ -33,6 +33,9 @@ pub struct QueuedRequest {
     /// A standard normal draw private to this request, for policies that model their own
     /// prediction error (LTR's ranking noise). Drawn from the run's `"rank"` stream.
     pub rank_noise: f64,
+    /// The request's topic, which routes its tokens to experts (the serving family's topical
+    /// routing; 0 elsewhere).
+    pub topic: u32,
 }
 
 /// Orders the waiting requests of each engine. One instance serves every engine of a run; each

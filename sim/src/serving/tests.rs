@@ -62,6 +62,7 @@ fn request(id: u64, prompt: u32, submitted: SimTime) -> QueuedRequest {
         predicted_total_tokens: 0.0,
         attained_service: 0,
         rank_noise: 0.0,
+        topic: 0,
     }
 }
 

@@ -43,6 +43,7 @@ impl Candidate for ServingCandidate {
             predicted_total_tokens: f64::from(self.output_tokens),
             attained_service: 0,
             rank_noise: 0.0,
+            topic: self.topic,
         }
     }
     fn id(&self) -> u64 {

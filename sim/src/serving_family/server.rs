@@ -142,8 +142,6 @@ pub struct ServingServer<'a> {
     replicas: Vec<ReplicaRun<'a>>,
     /// Output length and adapter of each request waiting for its first admission.
     outputs: FxHashMap<u64, (u32, Option<u32>)>,
-    /// Topic of each request in flight (only when experts are routed by topic).
-    topics: FxHashMap<u64, u32>,
     engine_states: Vec<EngineState>,
     predictions: Predictions,
     /// The semantic router's confidence and the predicted tokens, per replica (scratch).
@@ -426,7 +424,6 @@ impl<'a> ServingServer<'a> {
             rng_adapter: stream(seed, "expertweave/adapters"),
             replicas,
             outputs: FxHashMap::default(),
-            topics: FxHashMap::default(),
             engine_states: Vec::with_capacity(count),
             solved: predictions.scores_tasks().then_some(0),
             predictions,
@@ -471,14 +468,6 @@ impl<'a> ServingServer<'a> {
     pub fn with_trace_events(mut self, trace: TraceEvents) -> Self {
         self.trace = Some(trace);
         self
-    }
-
-    fn topical(&self) -> bool {
-        self.replicas.iter().any(|run| {
-            run.expert_router
-                .as_ref()
-                .is_some_and(ExpertRouter::topical)
-        })
     }
 
     fn length(spec: &LengthSpec, given: Option<u32>, rng: &mut SimRng) -> u32 {
@@ -544,9 +533,6 @@ impl<'a> ServingServer<'a> {
             return r;
         }
         let output = output.min(max_len - prompt);
-        if self.topical() {
-            self.topics.insert(id, arrival.topic);
-        }
         if let Some(solved) = &mut self.solved {
             *solved += u64::from(self.predictions.solves(r, &draws) == Some(true));
         }
@@ -585,6 +571,7 @@ impl<'a> ServingServer<'a> {
             predicted_total_tokens: draws.predicted_tokens,
             attained_service: 0,
             rank_noise: draws.rank_noise,
+            topic: arrival.topic,
         };
         run.replica.submit(now, request, &mut *self.queue, r);
         r
@@ -625,7 +612,7 @@ impl<'a> ServingServer<'a> {
                 prefill_topics = vec![0u64; router.topic_tokens.len()];
                 decode_topics = prefill_topics.clone();
                 for seq in work.batch.iter().filter(|s| s.scheduled() > 0) {
-                    let topic = self.topics[&seq.request.id] as usize;
+                    let topic = seq.request.topic as usize;
                     prefill_topics[topic] += u64::from(seq.step_prefill());
                     decode_topics[topic] += 1;
                 }
@@ -647,7 +634,7 @@ impl<'a> ServingServer<'a> {
                 if router.topical() {
                     router.topic_tokens.fill(0);
                     for seq in work.batch.iter().filter(|s| s.scheduled() > 0) {
-                        let topic = self.topics[&seq.request.id] as usize;
+                        let topic = seq.request.topic as usize;
                         router.topic_tokens[topic] += u64::from(seq.scheduled());
                     }
                 }
@@ -695,7 +682,6 @@ impl<'a> ServingServer<'a> {
             self.last_finish = now;
         }
         for seq in finished.drain(..) {
-            self.topics.remove(&seq.request.id);
             run.in_flight_predicted -= seq.request.predicted_total_tokens;
             self.router.workflow_done(seq.request.workflow);
         }

@@ -128,6 +128,7 @@ pub(crate) mod testutil {
             predicted_total_tokens: total_tokens,
             attained_service: 0,
             rank_noise: 0.0,
+            topic: 0,
         }
     }
 }
