@@ -840,8 +840,8 @@ mod tests {
             GroupedShape::new(2048, 128, 2.0),
         ] {
             let together = r.grouped_lanes(&r.lanes(&speeds), &shape, &LaneSums::of(&sums));
-            for i in 0..LANES {
-                let alone = r.scaled(speeds[i]).grouped(&shape, &sums[i]);
+            for (i, (&speed, sums)) in speeds.iter().zip(&sums).enumerate() {
+                let alone = r.scaled(speed).grouped(&shape, sums);
                 for (x, y) in [
                     (together[i].nanos, alone.nanos),
                     (together[i].memory_ns, alone.memory_ns),
