@@ -9,7 +9,7 @@
 use super::former::{CapsDryRun, SelectorFormer};
 use super::workload::{RequestModel, RequestStreams};
 use crate::arrivals::{Arrival, ArrivalProcess};
-use crate::caps::execution::{coefficient_of_variation, imbalance};
+use crate::recorder::expert_load::{coefficient_of_variation, imbalance};
 use crate::caps::metrics::RunMetrics;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;

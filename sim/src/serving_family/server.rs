@@ -666,6 +666,10 @@ impl<'a> ServingServer<'a> {
             (work, time)
         };
         let counts = StepCounts::of(&work);
+        if let Some(router) = &mut run.expert_router {
+            let experts = router.n_experts();
+            router.take_step_load(|load| run.recorder.expert_load(load, experts));
+        }
         run.replica.begin_step(time.duration);
         run.recorder.step_started(
             now,
