@@ -96,7 +96,6 @@ pub fn imbalance(load: &[f32], n_experts: usize) -> f64 {
     }
 }
 
-
 /// The expert-load statistics of a replica's MoE steps, summed so that replicas merge.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ExpertLoad {
@@ -172,7 +171,6 @@ mod tests {
         let plain_sum: f64 = values.iter().map(|&x| f64::from(x)).sum();
         assert!((sum_of(&values) - plain_sum).abs() < 1e-9);
     }
-
 
     #[test]
     fn accumulated_statistics_are_means_over_steps_and_merge_by_sums() {
