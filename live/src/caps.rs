@@ -11,9 +11,9 @@ use crate::step::{LiveSession, LiveStep, Measure};
 use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
 use sim::caps::CapsScenario;
-use sim::caps::run::{simulate_on, step_executor};
-use sim::caps::server::{RecordSink, RequestRecord};
+use sim::caps::run::{batch_of, simulate_on, step_executor};
 use sim::policies::Policies;
+use sim::records::{RecordSink, RequestRecord};
 use sim::serving::StepWork;
 
 /// Runs one CAPS batch on the kernels.
@@ -59,8 +59,8 @@ pub struct BatchLog {
 }
 
 impl RecordSink for BatchLog {
-    fn record(&mut self, record: &RequestRecord) {
-        let b = record.batch as usize;
+    fn record(&mut self, record: &RequestRecord<'_>) {
+        let b = batch_of(record) as usize;
         if self.batches.len() <= b {
             self.batches.resize(b + 1, Vec::new());
         }

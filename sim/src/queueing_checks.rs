@@ -4,8 +4,8 @@
 
 use crate::caps::metrics::RunMetrics;
 use crate::caps::run::simulate;
-use crate::caps::server::DiscardRecords;
 use crate::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use crate::records::DiscardRecords;
 use crate::rng::SimRng;
 use crate::scenario::load_str;
 use std::path::Path;

@@ -103,9 +103,9 @@ fn caps_batches_are_the_same_in_the_serving_family() {
 
     #[derive(Default)]
     struct CapsBatches(Vec<(u64, u64)>);
-    impl sim::caps::server::RecordSink for CapsBatches {
-        fn record(&mut self, r: &sim::caps::server::RequestRecord) {
-            self.0.push((r.id, r.batch));
+    impl RecordSink for CapsBatches {
+        fn record(&mut self, r: &RequestRecord<'_>) {
+            self.0.push((r.id, sim::caps::run::batch_of(r)));
         }
     }
     let mut selector = strategies::batch::build(&caps.selector);

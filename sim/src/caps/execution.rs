@@ -19,6 +19,7 @@ use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 use crate::cost::profile::{ExpertExecution, ExpertFfnCurve, Profile, ProfileMismatch, SourceKind};
 use crate::cost::shape::MoeModelShape;
 use crate::distributions::expected_max_standard_normal;
+use crate::recorder::expert_load::{coefficient_of_variation, max_of};
 use crate::serving::{CostSource, ExpectedRouting, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
 use std::sync::Arc;
@@ -416,98 +417,6 @@ impl StepCost for ExecutionModel {
     }
 }
 
-/// Coefficient of variation (population standard deviation / mean) over all entries of
-/// `load`; 0 when it is empty or its mean is not positive. Every layer's entries sum to the
-/// same total (prompt tokens x top_k), so the pooled CV^2 is the mean of the per-layer CV^2.
-pub fn coefficient_of_variation(load: &[f32]) -> f64 {
-    if load.is_empty() {
-        return 0.0;
-    }
-    let n = load.len() as f64;
-    let mean = sum_of(load) / n;
-    if mean <= 0.0 {
-        return 0.0;
-    }
-    let mut lanes = [0.0f64; LANES];
-    let mut chunks = load.chunks_exact(LANES);
-    for chunk in &mut chunks {
-        for (lane, &x) in lanes.iter_mut().zip(chunk) {
-            let d = f64::from(x) - mean;
-            *lane += d * d;
-        }
-    }
-    let mut squares: f64 = lanes.iter().sum();
-    for &x in chunks.remainder() {
-        let d = f64::from(x) - mean;
-        squares += d * d;
-    }
-    (squares / n).sqrt() / mean
-}
-
-// The hot loops below keep LANES independent accumulators, so that they vectorize and do not
-// wait on one long chain of float additions (the compiler may not reorder float sums itself).
-const LANES: usize = 8;
-
-/// Sum of `values` in f64.
-fn sum_of(values: &[f32]) -> f64 {
-    let mut lanes = [0.0f64; LANES];
-    let mut chunks = values.chunks_exact(LANES);
-    for chunk in &mut chunks {
-        for (lane, &x) in lanes.iter_mut().zip(chunk) {
-            *lane += f64::from(x);
-        }
-    }
-    lanes.iter().sum::<f64>()
-        + chunks
-            .remainder()
-            .iter()
-            .map(|&x| f64::from(x))
-            .sum::<f64>()
-}
-
-/// Largest of `values`, and at least 0 (negative entries count as 0; a NaN wins and makes
-/// the curve lookup fail loudly). Compares the bit patterns as i32: for non-negative floats
-/// the order is the same, and an integer max vectorizes where a float max does not.
-fn max_of(values: &[f32]) -> f32 {
-    let mut lanes = [0i32; LANES];
-    let mut chunks = values.chunks_exact(LANES);
-    for chunk in &mut chunks {
-        for (lane, &x) in lanes.iter_mut().zip(chunk) {
-            *lane = (*lane).max(x.to_bits() as i32);
-        }
-    }
-    let mut max = lanes.iter().copied().fold(0, i32::max);
-    for &x in chunks.remainder() {
-        max = max.max(x.to_bits() as i32);
-    }
-    f32::from_bits(max as u32)
-}
-
-/// Mean over layers of (most loaded expert / mean expert load); layers with no load are
-/// skipped, and an all-zero load is 1.0 (nothing waits).
-pub fn imbalance(load: &[f32], n_experts: usize) -> f64 {
-    assert!(
-        n_experts > 0 && load.len() % n_experts == 0,
-        "imbalance: {} entries are not whole layers of {n_experts} experts",
-        load.len()
-    );
-    let mut sum = 0.0;
-    let mut layers = 0usize;
-    for layer in load.chunks_exact(n_experts) {
-        let total = sum_of(layer);
-        if total > 0.0 {
-            let max = max_of(layer);
-            sum += f64::from(max) / (total / n_experts as f64);
-            layers += 1;
-        }
-    }
-    if layers == 0 {
-        1.0
-    } else {
-        sum / layers as f64
-    }
-}
-
 /// The default CV sensitivity. Under lock step a layer's MoE time is the cost of its most
 /// loaded expert. With a layer's expert loads approximately normal with mean m and standard
 /// deviation CV x m, the most loaded of E experts carries about m (1 + CV x z_E) tokens,
@@ -551,6 +460,7 @@ mod tests {
     use super::*;
     use crate::cost::gpu::GpuSpec;
     use crate::cost::roofline::analytic_profile;
+    use crate::recorder::expert_load::imbalance;
 
     fn l4_qwen() -> (Profile, MoeModelShape) {
         let shape = MoeModelShape::qwen1_5_moe_a2_7b_nf4();
@@ -604,31 +514,6 @@ mod tests {
             }),
             ..StepWork::default()
         }
-    }
-
-    #[test]
-    fn coefficient_of_variation_and_imbalance_of_simple_loads() {
-        assert_eq!(coefficient_of_variation(&[]), 0.0);
-        assert_eq!(coefficient_of_variation(&[0.0, 0.0]), 0.0);
-        assert_eq!(coefficient_of_variation(&[3.0; 120]), 0.0);
-        assert!((coefficient_of_variation(&[1.0, 3.0]) - 0.5).abs() < 1e-12);
-        assert_eq!(imbalance(&[5.0; 120], 60), 1.0);
-        assert_eq!(imbalance(&[0.0; 120], 60), 1.0);
-        // Layer 0: [4, 0] -> max/mean 2; layer 1: [1, 1] -> 1.
-        assert_eq!(imbalance(&[4.0, 0.0, 1.0, 1.0], 2), 1.5);
-    }
-
-    #[test]
-    fn lane_reductions_match_plain_loops() {
-        let values: Vec<f32> = (0..61)
-            .map(|i| ((i * 37) % 23) as f32 * 0.75 - 3.0)
-            .collect();
-        let plain_max = values.iter().copied().fold(0.0f32, f32::max);
-        assert_eq!(max_of(&values), plain_max);
-        assert_eq!(max_of(&[-2.0, -1.0]), 0.0);
-        assert_eq!(max_of(&[]), 0.0);
-        let plain_sum: f64 = values.iter().map(|&x| f64::from(x)).sum();
-        assert!((sum_of(&values) - plain_sum).abs() < 1e-9);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! scenario for a seed, the event loop, and the per-request CSV sink.
 
 use super::config::{CapsScenario, ExecutionSpec};
-use super::server::{CapsServer, RecordSink, RequestRecord};
+use super::server::CapsServer;
 use super::step_cost::{CapsStepCost, ConstantService, ExponentialService};
 use super::workload::{RequestModel, RequestStreams, TopicAffinities};
 use crate::arrivals::ArrivalProcess;
@@ -10,6 +10,7 @@ use crate::caps::metrics::RunMetrics;
 use crate::engine;
 use crate::metrics::RunOutput;
 use crate::policies::batch::BatchSelector;
+use crate::records::{Extra, RecordSink, RequestRecord};
 use crate::rng::stream;
 use crate::serving::StepCost;
 
@@ -111,6 +112,14 @@ pub fn simulate_on(
 /// The CAPS columns of the per-request CSV, after the common ones (`sim::records`).
 pub const CSV_COLUMNS: &[&str] = &["topic", "batch", "start_s", "queue_wait_ms"];
 
+/// The batch (numbered from 0 in the order they ran) of a CAPS request's record.
+pub fn batch_of(record: &RequestRecord<'_>) -> u64 {
+    match record.extra.get(1) {
+        Some(Extra::Count(batch)) => *batch,
+        other => panic!("a CAPS record's second column is its batch, not {other:?}"),
+    }
+}
+
 /// The sensitivity of the imbalance factor a run reports: the `cv` model's (derived or given),
 /// 1 for execution models without one.
 pub fn factor_sensitivity(scenario: &CapsScenario) -> f64 {
@@ -123,39 +132,15 @@ pub fn factor_sensitivity(scenario: &CapsScenario) -> f64 {
     }
 }
 
-/// CAPS records in the shared per-request schema: a static batch finishes all its requests at
-/// once, so no first-token time is modelled.
-struct SharedRecords<'a>(&'a mut dyn crate::records::RecordSink);
-
-impl RecordSink for SharedRecords<'_> {
-    fn record(&mut self, r: &RequestRecord) {
-        use crate::records::Extra;
-        self.0.record(&crate::records::RequestRecord {
-            id: r.id,
-            arrival: r.arrival,
-            first_token: None,
-            finish: r.done,
-            prompt_tokens: u64::from(r.prompt_tokens),
-            output_tokens: u64::from(r.output_tokens),
-            extra: &[
-                Extra::Count(u64::from(r.topic)),
-                Extra::Count(r.batch),
-                Extra::Time(r.start),
-                Extra::Millis(r.start.since(r.arrival).as_millis_f64()),
-            ],
-        });
-    }
-}
-
 /// Runs one seed of `scenario` and reports it in the family-independent shape, streaming the
 /// per-request records to `records`. Returns the output and the cost-model source.
 pub fn run(
     scenario: &CapsScenario,
     seed: u64,
     selector: &mut dyn BatchSelector,
-    records: &mut dyn crate::records::RecordSink,
+    records: &mut dyn RecordSink,
 ) -> (RunOutput, String) {
-    let (metrics, source) = simulate(scenario, seed, selector, &mut SharedRecords(records));
+    let (metrics, source) = simulate(scenario, seed, selector, records);
     let mut output = super::run_output(&metrics);
     if let ExecutionSpec::CostModel(model) = &scenario.execution
         && let Some(record) = model.pricing()

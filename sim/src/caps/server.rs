@@ -9,12 +9,13 @@
 use super::former::{CapsDryRun, SelectorFormer};
 use super::workload::{RequestModel, RequestStreams};
 use crate::arrivals::{Arrival, ArrivalProcess};
-use crate::caps::execution::{coefficient_of_variation, imbalance};
 use crate::caps::metrics::RunMetrics;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::metrics::DepthTracker;
 use crate::policies::batch::BatchSelector;
+use crate::recorder::expert_load::{coefficient_of_variation, imbalance};
+use crate::records::{Extra, RecordSink, RequestRecord};
 use crate::rng::SimRng;
 use crate::serving::{
     Admission, Batching, ExpectedRouting, KvConfig, Replica, ReplicaConfig, Seq, StepCost, StepWork,
@@ -48,30 +49,6 @@ pub fn replica_config(params: &SchedulerParams) -> ReplicaConfig {
         admission: Admission::PromptOnly,
         batching: Batching::Static,
     }
-}
-
-/// One served request, as streamed to the per-request CSV.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RequestRecord {
-    pub id: u64,
-    pub topic: u32,
-    pub prompt_tokens: u32,
-    pub output_tokens: u32,
-    pub batch: u64,
-    pub arrival: SimTime,
-    pub start: SimTime,
-    pub done: SimTime,
-}
-
-/// Receives each request as it completes (so records never accumulate in memory).
-pub trait RecordSink {
-    fn record(&mut self, record: &RequestRecord);
-}
-
-/// A sink that drops every record.
-pub struct DiscardRecords;
-impl RecordSink for DiscardRecords {
-    fn record(&mut self, _: &RequestRecord) {}
 }
 
 /// What happens to the CAPS server.
@@ -247,16 +224,21 @@ impl<'a> CapsServer<'a> {
         let batch = self.replica.stats().steps - 1;
         let start = self.batch_start;
         let sink = &mut *self.sink;
+        // A static batch finishes all its requests at once: no first-token time is modelled.
         self.former.finish_batch(|request| {
             sink.record(&RequestRecord {
                 id: request.id,
-                topic: request.topic,
-                prompt_tokens: request.prompt_tokens,
-                output_tokens: request.output_tokens,
-                batch,
                 arrival: request.arrival,
-                start,
-                done: now,
+                first_token: None,
+                finish: now,
+                prompt_tokens: u64::from(request.prompt_tokens),
+                output_tokens: u64::from(request.output_tokens),
+                extra: &[
+                    Extra::Count(u64::from(request.topic)),
+                    Extra::Count(batch),
+                    Extra::Time(start),
+                    Extra::Millis(start.since(request.arrival).as_millis_f64()),
+                ],
             });
         });
         self.last_completion = now;

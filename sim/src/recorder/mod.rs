@@ -9,11 +9,13 @@
 //! no number but its reason (`table::failed`). `trace_events` writes the steps of every replica
 //! as a Chrome trace-event file. Every metric is defined in docs/metrics.md.
 
+pub mod expert_load;
 pub mod replica;
 pub mod table;
 pub mod trace_events;
 
 pub use crate::serving::latencies::{Percentiles, RequestLatencies, RequestSummary};
+pub use expert_load::ExpertLoad;
 pub use replica::{ReplicaRecorder, ServingSummary};
 pub use table::{MetricDef, failed, infos, scalars};
 pub use trace_events::{StepCounts, TraceEvents};

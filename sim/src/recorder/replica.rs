@@ -1,11 +1,13 @@
 //! One replica's recorder: the requests it finished (`RequestLatencies`, which the replica itself
 //! records as it hands them back, `ReplicaStats::latencies`), each of its GPUs' busy time and
 //! model FLOPs, and its KV-cache use over time (the blocks in use, time-averaged, its maximum,
-//! and a series bounded by `metrics::DepthTracker`). `complete_step` wraps
+//! and a series bounded by `metrics::DepthTracker`), and the expert load of its MoE steps
+//! (`expert_load::ExpertLoad`). `complete_step` wraps
 //! `Replica::complete_step`, so the finished requests are streamed to the per-request records
 //! where the replica hands them back. `finish` closes it into a `ServingSummary`; the summaries
 //! of a cluster's replicas merge into the overall one.
 
+use super::expert_load::ExpertLoad;
 use crate::cost::gpu::GpuSpec;
 use crate::metrics::DepthTracker;
 use crate::records::{Extra, RecordSink, RequestRecord};
@@ -21,6 +23,7 @@ pub struct ReplicaRecorder {
     gpu_model_flops: Vec<f64>,
     kv_used: DepthTracker,
     kv_blocks: u64,
+    expert_load: ExpertLoad,
 }
 
 impl ReplicaRecorder {
@@ -32,7 +35,14 @@ impl ReplicaRecorder {
             gpu_model_flops: vec![0.0; n_gpus],
             kv_used: DepthTracker::new(kv_sample_interval_ns),
             kv_blocks,
+            expert_load: ExpertLoad::default(),
         }
+    }
+
+    /// The step just started routed `load` to the experts (`layers x n_experts` tokens,
+    /// layer-major: every pass of the step summed): its expert-load imbalance and CV.
+    pub fn expert_load(&mut self, load: &[f32], n_experts: usize) {
+        self.expert_load.add(load, n_experts);
     }
 
     /// `replica` starts the step it just scheduled at `now`; in it each GPU is busy for
@@ -122,6 +132,7 @@ impl ReplicaRecorder {
             kv_mean_blocks,
             kv_max_blocks,
             kv_series,
+            expert_load: self.expert_load,
         }
     }
 }
@@ -155,6 +166,8 @@ pub struct ServingSummary {
     pub kv_max_blocks: u64,
     /// (seconds, blocks in use) on a grid (one replica's; empty once merged).
     pub kv_series: Vec<(f64, u64)>,
+    /// The expert-load statistics of the MoE steps (`ReplicaRecorder::expert_load`).
+    pub expert_load: ExpertLoad,
 }
 
 impl ServingSummary {
@@ -175,6 +188,7 @@ impl ServingSummary {
             all.kv_blocks += p.kv_blocks;
             all.kv_mean_blocks += p.kv_mean_blocks;
             all.kv_max_blocks = all.kv_max_blocks.max(p.kv_max_blocks);
+            all.expert_load.merge(&p.expert_load);
         }
         all
     }

@@ -7,8 +7,11 @@
 //! experts' copies and replicas by the layout, `ExpertLayout::gpu_expected`). Per GPU rather
 //! than per expert because a layer waits for its most loaded GPU and the mapping decides which
 //! experts share one: balancing experts a mapping puts together anyway gains nothing, and a
-//! selector that sees GPU loads composes with the mapping. A dense replica's vector is one
-//! entry, its prompt tokens (the selectors then see request sizes only).
+//! selector that sees GPU loads composes with the mapping. With `replica.scheduler.loads =
+//! "experts"` the vector is per layer and per expert instead (`ExpertDryRun`, CAPS's load
+//! vector: on one GPU, the per-GPU vector is one entry per layer and shows request sizes only).
+//! A dense replica's vector is one entry, its prompt tokens (the selectors then see request
+//! sizes only).
 
 use super::expert_routing::ExpertPopularity;
 use super::mapping::ExpertLayout;
@@ -113,6 +116,43 @@ impl DryRun for LayoutDryRun {
     }
 }
 
+/// The router dry-run per expert (`replica.scheduler.loads = "experts"`): layers x experts
+/// expected tokens, CAPS's load vector, whatever GPUs the experts share.
+pub struct ExpertDryRun {
+    popularity: ExpertPopularity,
+    /// One layer's expected assignments per expert (scratch).
+    per_expert: Vec<f64>,
+}
+
+impl ExpertDryRun {
+    pub fn new(popularity: ExpertPopularity) -> ExpertDryRun {
+        ExpertDryRun {
+            per_expert: vec![0.0; popularity.n_experts],
+            popularity,
+        }
+    }
+}
+
+impl DryRun for ExpertDryRun {
+    type Request = ServingCandidate;
+    fn dims(&self) -> usize {
+        self.popularity.n_layers * self.popularity.n_experts
+    }
+    fn route(&mut self, request: &mut ServingCandidate, mut buffer: Vec<f32>) {
+        buffer.clear();
+        for layer in 0..self.popularity.n_layers {
+            self.popularity.expected(
+                request.topic,
+                layer,
+                u64::from(request.prompt_tokens),
+                &mut self.per_expert,
+            );
+            buffer.extend(self.per_expert.iter().map(|&x| x as f32));
+        }
+        request.load = buffer;
+    }
+}
+
 /// The dry-run of a dense replica: one entry, the prompt's tokens.
 pub struct PromptDryRun;
 
@@ -166,6 +206,51 @@ mod tests {
             assert_eq!(request.load.len(), 32 * gpus);
             assert!(request.load.iter().all(|&x| (x - 50.0).abs() < 1e-4));
         }
+    }
+
+    #[test]
+    fn the_expert_dry_run_gives_each_experts_expected_tokens_whatever_the_layout() {
+        // Zipf exponent 1 over Mixtral's 8 experts, top-2: a 10-token prompt expects
+        // 20 x p(e) tokens at expert e of every layer, p the topic's popularity of layer and
+        // expert (its hottest 1 / H(8)); 32 x 8 entries, each layer summing to 20. The
+        // per-GPU vector of one GPU would be a single 20 per layer.
+        let shape = MoeModelShape::mixtral_8x7b();
+        let layout = Rc::new(ExpertLayout::linear(32, 8, 1, 1));
+        let router = ExpertRouter::new(
+            &shape,
+            ExpertRoutingTable::Zipf { exponent: 1.0 },
+            2,
+            Rc::clone(&layout),
+            &mut stream(3, "popularity"),
+            stream(3, "offsets"),
+        );
+        let popularity = router.popularity();
+        let mut dry_run = ExpertDryRun::new(popularity.clone());
+        assert_eq!(dry_run.dims(), 32 * 8);
+        let mut request = ServingCandidate {
+            id: 0,
+            arrival: SimTime::ZERO,
+            topic: 1,
+            prompt_tokens: 10,
+            output_tokens: 1,
+            load: Vec::new(),
+        };
+        dry_run.route(&mut request, Vec::new());
+        let h: f64 = (1..=8).map(|r| 1.0 / f64::from(r)).sum();
+        let mut expected = vec![0.0; 8];
+        for (layer, row) in request.load.chunks(8).enumerate() {
+            popularity.expected(1, layer, 10, &mut expected);
+            for (got, want) in row.iter().zip(&expected) {
+                assert!((f64::from(*got) - want).abs() < 1e-4);
+            }
+            assert!((row.iter().sum::<f32>() - 20.0).abs() < 1e-3);
+            let max = row.iter().copied().fold(0.0f32, f32::max);
+            assert!((f64::from(max) - 20.0 / h).abs() < 1e-3, "{max}");
+        }
+        let mut gpus = LayoutDryRun::new(popularity, layout);
+        assert_eq!(gpus.dims(), 32, "one GPU: one entry per layer");
+        gpus.route(&mut request, Vec::new());
+        assert!(request.load.iter().all(|&x| (x - 20.0).abs() < 1e-3));
     }
 
     #[test]

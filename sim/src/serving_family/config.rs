@@ -289,6 +289,7 @@ pub enum SchedulerTable {
     /// `min_batch_trigger` requests wait (or a tick of the `scheduling_interval_ms` grid finds
     /// any), `replica.batch_former` picks at most `max_num_seqs` of the `window_size` oldest
     /// (the oldest first when `seed_with_oldest`), and the batch runs to its longest output.
+    /// The selector sees each candidate's expected load per GPU or per expert (`loads`).
     Static {
         #[serde(default = "d_window_size")]
         window_size: usize,
@@ -298,7 +299,21 @@ pub enum SchedulerTable {
         scheduling_interval_ms: f64,
         #[serde(default = "d_true")]
         seed_with_oldest: bool,
+        #[serde(default)]
+        loads: StaticLoads,
     },
+}
+
+/// What a `static` replica's router dry-run predicts per candidate (`serving_family::batch_former`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StaticLoads {
+    /// Per layer and GPU: the prompt's expected tokens on each GPU of the layout.
+    #[default]
+    Gpus,
+    /// Per layer and expert: the prompt's expected tokens at each expert (CAPS's load vector,
+    /// whatever the layout).
+    Experts,
 }
 
 fn d_window_size() -> usize {

@@ -39,6 +39,9 @@ pub struct ExpertRouter {
     per_expert: Vec<u32>,
     per_gpu: Vec<u32>,
     gpu_tokens: Vec<u32>,
+    /// The tokens per expert of every pass routed since `take_step_load` (a static batch routes
+    /// its prefill and each decode pass): the step's expert load the recorder measures.
+    step_load: Vec<f32>,
     /// When observing: the steps to record, and per layer the tokens per expert of each step
     /// routed so far (step-major).
     observe: Option<(usize, Vec<Vec<f32>>)>,
@@ -126,6 +129,7 @@ impl ExpertRouter {
             rng: offsets,
             topic_tokens: vec![0; n_topics],
             per_expert: vec![0; layers * experts],
+            step_load: vec![0.0; layers * experts],
             observe: None,
         }
     }
@@ -157,6 +161,18 @@ impl ExpertRouter {
             .take()
             .map(|(_, window)| window)
             .unwrap_or_default()
+    }
+
+    /// The experts of each layer.
+    pub fn n_experts(&self) -> usize {
+        self.n_experts
+    }
+
+    /// The tokens per expert (`layers x experts`, layer-major) of every pass routed since the
+    /// last call, which starts the next step's sum.
+    pub fn take_step_load(&mut self, mut out: impl FnMut(&[f32])) {
+        out(&self.step_load);
+        self.step_load.fill(0.0);
     }
 
     /// The routing model's expectations, for the router dry-run of a static replica's batch
@@ -229,6 +245,9 @@ impl ExpertRouter {
                 self.layout.gpu_tokens(layer, row, g, &mut self.gpu_tokens);
                 *on_gpu = self.gpu_tokens.iter().sum();
             }
+        }
+        for (sum, &n) in self.step_load.iter_mut().zip(&self.per_expert) {
+            *sum += n as f32;
         }
         if let Some((steps, window)) = &mut self.observe
             && window[0].len() < *steps * experts

@@ -84,7 +84,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "replica.scheduler",
         default: "`{ kind = \"vllm\" }`",
-        meaning: "the scheduler kind (`vllm`, `sarathi`, `orca`, `static`; \"Scheduler kinds\" below) and its keys: `max_num_batched_tokens` (vllm: 4096; orca: none), `chunk_size` (sarathi: 512), `window_size` (32), `min_batch_trigger` (16), `scheduling_interval_ms` (100) and `seed_with_oldest` (true) (static)",
+        meaning: "the scheduler kind (`vllm`, `sarathi`, `orca`, `static`; \"Scheduler kinds\" below) and its keys: `max_num_batched_tokens` (vllm: 4096; orca: none), `chunk_size` (sarathi: 512), `window_size` (32), `min_batch_trigger` (16), `scheduling_interval_ms` (100), `seed_with_oldest` (true) and `loads` (`gpus`, the default: the batch former sees each candidate's expected tokens per layer and GPU; `experts`: per layer and expert, CAPS's load vector) (static)",
     },
     KeyDoc {
         key: "replica.max_num_seqs",

@@ -52,7 +52,7 @@ const fn ms(
 
 /// The family's metrics, each computed from a run's (or one replica's) `ServingSummary`
 /// (defined in docs/metrics.md, "serving").
-pub const TABLE: [MetricDef<ServingSummary>; 30] = [
+pub const TABLE: [MetricDef<ServingSummary>; 32] = [
     ms("ttft_mean_ms", "mean time to first token (ms)", |s| {
         s.latencies.ttft.mean_ms()
     }),
@@ -189,6 +189,20 @@ pub const TABLE: [MetricDef<ServingSummary>; 30] = [
         unit: "count",
         better: Better::Lower,
         value: |s| s.refused as f64,
+    },
+    MetricDef {
+        name: "imbalance",
+        label: "expert-load imbalance (max/mean per layer, mean over MoE steps)",
+        unit: "ratio",
+        better: Better::Lower,
+        value: |s| s.expert_load.imbalance(),
+    },
+    MetricDef {
+        name: "load_cv",
+        label: "expert-load CV (std/mean, mean over MoE steps)",
+        unit: "ratio",
+        better: Better::Lower,
+        value: |s| s.expert_load.load_cv(),
     },
     MetricDef {
         name: "makespan_s",

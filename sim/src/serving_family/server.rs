@@ -18,8 +18,10 @@
 //! linear layout.
 
 use super::adapters::AdapterRouter;
-use super::batch_former::{BoxedDryRun, LayoutDryRun, PromptDryRun, ServingCandidate};
-use super::config::{LengthSpec, SchedulerTable, ServedModel, ServingScenario};
+use super::batch_former::{
+    BoxedDryRun, ExpertDryRun, LayoutDryRun, PromptDryRun, ServingCandidate,
+};
+use super::config::{LengthSpec, SchedulerTable, ServedModel, ServingScenario, StaticLoads};
 use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
@@ -311,20 +313,22 @@ impl<'a> ServingServer<'a> {
             let group = scenario.group(g);
             // Adapters serve one replica group (config validation): the first.
             let plan = if g == 0 { plan } else { None };
-            let (min_batch_trigger, scheduling_interval, window_size, seed_with_oldest) =
+            let (min_batch_trigger, scheduling_interval, window_size, seed_with_oldest, loads) =
                 match &group.replica.scheduler {
                     SchedulerTable::Static {
                         window_size,
                         min_batch_trigger,
                         scheduling_interval_ms,
                         seed_with_oldest,
+                        loads,
                     } => (
                         *min_batch_trigger,
                         SimDuration::from_secs_f64(scheduling_interval_ms / 1e3),
                         *window_size,
                         *seed_with_oldest,
+                        *loads,
                     ),
-                    _ => (0, SimDuration(1), 0, false),
+                    _ => (0, SimDuration(1), 0, false, StaticLoads::Gpus),
                 };
             let profile_batch = (group.replica.max_num_seqs as u64)
                 .min(deployment.kv_tokens / PROFILE_CONTEXT_TOKENS as u64)
@@ -364,8 +368,11 @@ impl<'a> ServingServer<'a> {
                     _ => None,
                 };
                 let former = (window_size > 0).then(|| {
-                    let dry_run: BoxedDryRun<'a> = match (&expert_router, &layout) {
-                        (Some(router), Some(layout)) => {
+                    let dry_run: BoxedDryRun<'a> = match (&expert_router, &layout, loads) {
+                        (Some(router), _, StaticLoads::Experts) => {
+                            Box::new(ExpertDryRun::new(router.popularity()))
+                        }
+                        (Some(router), Some(layout), StaticLoads::Gpus) => {
                             Box::new(LayoutDryRun::new(router.popularity(), Rc::clone(layout)))
                         }
                         _ => Box::new(PromptDryRun),
@@ -653,6 +660,10 @@ impl<'a> ServingServer<'a> {
             (work, time)
         };
         let counts = StepCounts::of(&work);
+        if let Some(router) = &mut run.expert_router {
+            let experts = router.n_experts();
+            router.take_step_load(|load| run.recorder.expert_load(load, experts));
+        }
         run.replica.begin_step(time.duration);
         run.recorder.step_started(
             now,

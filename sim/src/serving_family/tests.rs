@@ -1350,3 +1350,47 @@ fn expertsim_price_steps_are_the_serving_familys_steps() {
         .is_err()
     );
 }
+
+#[test]
+fn expert_load_imbalance_reads_the_routed_tokens_of_each_step() {
+    // Mixtral (8 experts, top-2) on 4 H100s (EP 4), 1024-token prompts and one output token, so
+    // each step is one prompt's prefill. Uniform routing spreads its 2048 assignments per layer
+    // over 8 experts in whole tokens (systematic sampling: each gets the floor or the ceiling of
+    // its share, 256), so the max/mean is 1. A step of one decode token (2 assignments over 8
+    // experts) would be 4: granularity alone, which is why prefills are measured here. Zipf (exponent 1.2) puts about 40 % of each layer's assignments on its
+    // hottest expert (capped at 1 / top_k = 50 %): max/mean near 8 x 0.4 = 3.2. A dense model
+    // routes no experts: 1 and 0.
+    let text = |model: &str, routing: &str| {
+        format!(
+            r#"
+[model]
+name = "{model}"
+[replica]
+gpu = "H100-SXM"
+{routing}
+[workload]
+n_requests = 20
+prompt_tokens = {{ kind = "fixed", value = 1024 }}
+output_tokens = {{ kind = "fixed", value = 1 }}
+[arrival]
+pattern = "poisson"
+rate_per_s = 1.0
+"#
+        )
+    };
+    let moe = |routing: &str| {
+        let table = format!(
+            "gpus = 4\ntensor_parallel = 4\nexpert_parallel = 4\n[experts]\nrouting = {routing}"
+        );
+        run(&scenario(&text("mixtral-8x7b", &table)).unwrap(), 1)
+    };
+    let uniform = moe("{ kind = \"uniform\" }");
+    let zipf = moe("{ kind = \"zipf\", exponent = 1.2 }");
+    let dense = run(&scenario(&text("llama-2-7b", "")).unwrap(), 1);
+    let (u, z) = (value(&uniform, "imbalance"), value(&zipf, "imbalance"));
+    assert!((u - 1.0).abs() < 1e-9, "uniform imbalance {u}");
+    assert!(z > 2.0 && z < 4.0, "zipf imbalance {z}");
+    assert!(value(&zipf, "load_cv") > 5.0 * value(&uniform, "load_cv"));
+    assert_eq!(value(&dense, "imbalance"), 1.0);
+    assert_eq!(value(&dense, "load_cv"), 0.0);
+}
