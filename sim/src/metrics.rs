@@ -34,6 +34,14 @@ impl LatencyRecorder {
             .expect("auto-resizing histogram accepts any u64");
         self.sum_ns += u128::from(nanos);
     }
+    /// Records `count` samples of `nanos` at once: the same histogram and sum as `count` calls
+    /// of `record`, at the cost of one.
+    pub fn record_n(&mut self, nanos: u64, count: u64) {
+        self.histogram
+            .record_n(nanos, count)
+            .expect("auto-resizing histogram accepts any u64");
+        self.sum_ns += u128::from(nanos) * u128::from(count);
+    }
     pub fn count(&self) -> u64 {
         self.histogram.len()
     }

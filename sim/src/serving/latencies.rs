@@ -52,9 +52,10 @@ impl RequestLatencies {
         self.last_finish = self.last_finish.max(now);
     }
 
-    /// A request emitted its next token `gap_ns` after its previous one.
-    pub fn token_gap(&mut self, gap_ns: u64) {
-        self.itl.record(gap_ns);
+    /// `count` requests each emitted their next token `gap_ns` after their previous one (the
+    /// sequences of one step that decoded in the step before share a gap).
+    pub fn token_gaps(&mut self, gap_ns: u64, count: u64) {
+        self.itl.record_n(gap_ns, count);
     }
 
     /// Adds `other`'s requests.

@@ -624,6 +624,9 @@ impl Replica {
     /// (the batch is compacted by swapping the last sequence into the gap).
     pub fn complete_step(&mut self, now: SimTime, finished: &mut Vec<Seq>) {
         self.iteration += 1;
+        // Token gaps are recorded as runs of equal gaps (most of a batch decoded in the step
+        // before): one histogram update per run instead of one per token.
+        let mut gaps = (0, 0);
         let mut i = 0;
         while i < self.running.len() {
             let s = &mut self.running[i];
@@ -643,7 +646,12 @@ impl Replica {
                     if s.generated == 0 {
                         s.first_token = now;
                     } else {
-                        self.stats.latencies.token_gap((now - s.last_token).0);
+                        let gap = (now - s.last_token).0;
+                        if gap != gaps.0 && gaps.1 > 0 {
+                            self.stats.latencies.token_gaps(gaps.0, gaps.1);
+                            gaps.1 = 0;
+                        }
+                        gaps = (gap, gaps.1 + 1);
                     }
                     s.last_token = now;
                 }
@@ -661,6 +669,9 @@ impl Replica {
             } else {
                 i += 1;
             }
+        }
+        if gaps.1 > 0 {
+            self.stats.latencies.token_gaps(gaps.0, gaps.1);
         }
     }
 }
