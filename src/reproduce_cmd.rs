@@ -269,11 +269,7 @@ fn cell_key(plan: &ScenarioPlan, index: usize) -> String {
 
 /// Runs one scenario into `out` (resuming finished cells, taking those an earlier run of the
 /// family ran from `ran`), writes its results and figures, and adds its cells to `ran`.
-fn run_one(
-    plan: &ScenarioPlan,
-    out: &Path,
-    ran: &mut RanCells,
-) -> anyhow::Result<ResultsDocument> {
+fn run_one(plan: &ScenarioPlan, out: &Path, ran: &mut RanCells) -> anyhow::Result<ResultsDocument> {
     use anyhow::Context;
     let options = SweepOptions {
         out,

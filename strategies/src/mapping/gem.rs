@@ -16,9 +16,9 @@
 
 use crate::mapping::linear::linear_assignment;
 use rand::RngExt;
+use sha2::{Digest, Sha256};
 use sim::policies::mapping::gpu_costs::GpuCosts;
 use sim::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
-use sha2::{Digest, Sha256};
 use sim::rng::SimRng;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -333,7 +333,11 @@ fn search_key(gem: &Gem, problem: &LayerProblem<'_>, inputs: &[Vec<f64>]) -> [u8
     let mut hash = Sha256::new();
     hash.update(gem.min_relative_drop.to_bits().to_le_bytes());
     hash.update([u8::from(gem.keep_linear_if_better)]);
-    for n in [problem.n_experts, problem.window.len(), problem.costs.table_limit()] {
+    for n in [
+        problem.n_experts,
+        problem.window.len(),
+        problem.costs.table_limit(),
+    ] {
         hash.update((n as u64).to_le_bytes());
     }
     for x in problem.window {
@@ -491,10 +495,31 @@ mod tests {
         let mut other_inputs = inputs.clone();
         other_inputs[0][2] *= 1.0 + 1e-12;
         for differing in [
-            search_key(&gem, &LayerProblem { window: &other_window, ..problem }, &inputs),
-            search_key(&gem, &LayerProblem { costs: &slower, ..problem }, &inputs),
+            search_key(
+                &gem,
+                &LayerProblem {
+                    window: &other_window,
+                    ..problem
+                },
+                &inputs,
+            ),
+            search_key(
+                &gem,
+                &LayerProblem {
+                    costs: &slower,
+                    ..problem
+                },
+                &inputs,
+            ),
             search_key(&gem, &problem, &other_inputs),
-            search_key(&Gem { min_relative_drop: 0.01, ..gem }, &problem, &inputs),
+            search_key(
+                &Gem {
+                    min_relative_drop: 0.01,
+                    ..gem
+                },
+                &problem,
+                &inputs,
+            ),
         ] {
             assert_ne!(differing, key);
         }
