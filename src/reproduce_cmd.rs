@@ -1,10 +1,10 @@
 //! `expertsim reproduce`: runs every run the families' `scenarios/<family>/headlines.toml` name
 //! (resuming from cells an interrupted reproduction left, taking a cell an earlier run of the
-//! family already ran), renders their figures, evaluates each
-//! paper claim and computes each declared value on the results, and rewrites docs/reproduction.md
-//! between the family's generated markers and inside its `<!-- value:<family>/<id> -->` spans, so
-//! no number of ours in the document is typed by hand. Wall-clock times go to stderr only: a
-//! second run writes the same bytes.
+//! family already ran), renders their figures, evaluates each paper claim and computes each
+//! declared value on the results, and rewrites docs/reproduction.md between the family's
+//! generated markers and inside its `<!-- value:<family>/<id> -->` spans, so no number of ours
+//! in the document is typed by hand. Wall-clock times go to stderr only: a second run writes
+//! the same bytes.
 
 use clap::Args;
 use sim::headlines::{self, Claim, Headlines, Outcome, RunSpec, Verdict, prose};
