@@ -1,16 +1,18 @@
 //! `expertsim reproduce`: runs every run the families' `scenarios/<family>/headlines.toml` name
-//! (resuming from cells an interrupted reproduction left), renders their figures, evaluates each
-//! paper claim and computes each declared value on the results, and rewrites docs/reproduction.md
-//! between the family's generated markers and inside its `<!-- value:<family>/<id> -->` spans, so
-//! no number of ours in the document is typed by hand. Wall-clock times go to stderr only: a
-//! second run writes the same bytes.
+//! (resuming from cells an interrupted reproduction left, taking a cell an earlier run of the
+//! family already ran), renders their figures, evaluates each paper claim and computes each
+//! declared value on the results, and rewrites docs/reproduction.md between the family's
+//! generated markers and inside its `<!-- value:<family>/<id> -->` spans, so no number of ours
+//! in the document is typed by hand. Wall-clock times go to stderr only: a second run writes
+//! the same bytes.
 
 use clap::Args;
 use sim::headlines::{self, Claim, Headlines, Outcome, RunSpec, Verdict, prose};
 use sim::partial::resume::{SweepOptions, SweepOutcome};
 use sim::results::ResultsDocument;
+use sim::runner::CellRuns;
 use sim::scenario::ScenarioPlan;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -71,9 +73,10 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
     let mut unexplained = 0;
     for family in &families {
         let mut documents = Vec::new();
+        let mut ran = RanCells::new();
         for (spec, plan) in family.headlines.runs.iter().zip(&family.plans) {
             let out = args.out.join(&family.headlines.family).join(&spec.id);
-            match run_one(plan, &out) {
+            match run_one(plan, &out, &mut ran) {
                 Ok(document) => documents.push(document),
                 Err(err) => {
                     eprintln!("error: {}/{}: {err:#}", family.headlines.family, spec.id);
@@ -242,8 +245,32 @@ fn sets_of(spec: &RunSpec, quick: bool) -> Vec<String> {
     sets
 }
 
-/// Runs one scenario into `out` (resuming finished cells), writes its results and figures.
-fn run_one(plan: &ScenarioPlan, out: &Path) -> anyhow::Result<ResultsDocument> {
+/// The cells a family's runs have finished, by `cell_key`: a later run with the same cell (the
+/// same resolved scenario and seeds: CAPS's Poisson runs narrow its grids, Chimera's
+/// `configurations` its `systems` grid) takes their runs instead of simulating them again. A
+/// run depends only on its scenario and seed, so the results are the bytes a second simulation
+/// would write.
+type RanCells = HashMap<String, CellRuns>;
+
+/// What identifies cell `index` of `plan` across runs: the folder its relative paths start
+/// from, its seeds and its whole scenario document (the plan's, with the cell's sweep values).
+fn cell_key(plan: &ScenarioPlan, index: usize) -> String {
+    let mut document = plan.document.clone();
+    for (key, value) in &plan.cells[index].coords {
+        sim::scenario::sweep::apply(&mut document, key, value.clone())
+            .expect("the loader applied every sweep value to this document");
+    }
+    format!(
+        "{}\n{:?}\n{}",
+        plan.path.parent().unwrap_or(Path::new("")).display(),
+        plan.seeds,
+        toml::Value::Table(document)
+    )
+}
+
+/// Runs one scenario into `out` (resuming finished cells, taking those an earlier run of the
+/// family ran from `ran`), writes its results and figures, and adds its cells to `ran`.
+fn run_one(plan: &ScenarioPlan, out: &Path, ran: &mut RanCells) -> anyhow::Result<ResultsDocument> {
     use anyhow::Context;
     let options = SweepOptions {
         out,
@@ -254,8 +281,16 @@ fn run_one(plan: &ScenarioPlan, out: &Path) -> anyhow::Result<ResultsDocument> {
         sets: &[],
     };
     let started = Instant::now();
-    let prepared = sim::partial::resume::prepare(plan, &options);
-    let reused = prepared.reused_cells();
+    let mut prepared = sim::partial::resume::prepare(plan, &options);
+    let resumed = prepared.reused_cells();
+    let keys: Vec<String> = (0..plan.cells.len()).map(|i| cell_key(plan, i)).collect();
+    let mut shared = 0;
+    for (index, key) in keys.iter().enumerate() {
+        if let Some(cell) = ran.get(key).filter(|_| !prepared.is_reused(index)) {
+            prepared.reuse(index, cell.clone());
+            shared += 1;
+        }
+    }
     let outcome = prepared
         .run(plan, &strategies::Registry, &options, &|| {})
         .map_err(anyhow::Error::msg)
@@ -266,14 +301,25 @@ fn run_one(plan: &ScenarioPlan, out: &Path) -> anyhow::Result<ResultsDocument> {
     sim::partial::resume::finish(&document, out)
         .with_context(|| format!("writing {}", out.join("results.json").display()))?;
     let figures = crate::plots::render_all(plan, &document, &out.join("figures"))?;
+    for (key, cell) in keys.into_iter().zip(&document.cells) {
+        ran.entry(key).or_insert_with(|| CellRuns {
+            cost_model: cell.cost_model.clone(),
+            runs: cell.runs.clone(),
+            trace: cell.trace.clone(),
+        });
+    }
     eprintln!(
-        "{}: {} cells x {} seeds{} in {:.1} s, {} figure files -> {}",
+        "{}: {} cells x {} seeds{}{} in {:.1} s, {} figure files -> {}",
         plan.path.display(),
         plan.cells.len(),
         plan.seeds.len(),
-        match reused {
+        match resumed {
             0 => String::new(),
             n => format!(" ({n} cells resumed)"),
+        },
+        match shared {
+            0 => String::new(),
+            n => format!(" ({n} cells as an earlier run ran them)"),
         },
         started.elapsed().as_secs_f64(),
         figures.len(),

@@ -92,6 +92,18 @@ impl PreparedSweep {
         self.reused.len()
     }
 
+    /// Takes `cell` as the finished runs of cell `index`, instead of running it (the same cell
+    /// and seeds, run by another sweep of this process).
+    pub fn reuse(&mut self, index: usize, cell: CellRuns) {
+        assert_eq!(cell.runs.len(), self.header.seeds.len(), "one run per seed");
+        self.reused.insert(index, cell);
+    }
+
+    /// Whether cell `index` is taken from disk (or `reuse`).
+    pub fn is_reused(&self, index: usize) -> bool {
+        self.reused.contains_key(&index)
+    }
+
     /// Simulations left to run.
     pub fn runs_to_do(&self) -> usize {
         (self.selected.len() - self.reused.len()) * self.header.seeds.len()

@@ -9,13 +9,19 @@
 //! plus a lower bound of the remaining steps (the larger cost of the GPUs the swap does not
 //! touch) cannot beat the best swap found so far. Restarts run on scoped threads; their noisy
 //! utilizations are drawn up front from the layer's stream, so the result does not depend on
-//! the thread count.
+//! the thread count. The search is a pure function of the window, the curves and those
+//! utilizations, so its results are kept for the process (`SEARCHED`): cells that differ only
+//! in what the mapping does not see (GEM's sharegpt and codecontests cells share trace and
+//! curves) search once.
 
 use crate::mapping::linear::linear_assignment;
 use rand::RngExt;
+use sha2::{Digest, Sha256};
 use sim::policies::mapping::gpu_costs::GpuCosts;
 use sim::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
 use sim::rng::SimRng;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// GEM with its parameters (defaults: K = 30, 20 % noise, 0.1 % convergence).
 #[derive(Clone, Copy, Debug)]
@@ -291,7 +297,6 @@ impl<'a> Search<'a> {
 /// Algorithm 4 on `problem`: the best of `gem.restarts` restarts (lowest score, earliest
 /// restart on ties), or the linear mapping if it scores lower and `keep_linear_if_better`.
 pub fn gem_place(gem: &Gem, problem: &LayerProblem<'_>, rng: &mut SimRng) -> (Vec<usize>, f64) {
-    let search = Search::new(problem);
     let u = problem.mean_utilization();
     let inputs: Vec<Vec<f64>> = (0..gem.restarts.max(1))
         .map(|i| {
@@ -304,19 +309,76 @@ pub fn gem_place(gem: &Gem, problem: &LayerProblem<'_>, rng: &mut SimRng) -> (Ve
             }
         })
         .collect();
+    let slot = searched(&search_key(gem, problem, &inputs));
+    slot.get_or_init(|| search_restarts(gem, problem, &inputs))
+        .clone()
+}
+
+/// Finished searches by `search_key`; a second caller of a search under way waits for it.
+type Searched = Mutex<HashMap<[u8; 32], Arc<OnceLock<(Vec<usize>, f64)>>>>;
+static SEARCHED: OnceLock<Searched> = OnceLock::new();
+
+/// The slot of the search `key` names (empty until it has run).
+fn searched(key: &[u8; 32]) -> Arc<OnceLock<(Vec<usize>, f64)>> {
+    let mut map = SEARCHED
+        .get_or_init(Searched::default)
+        .lock()
+        .expect("no search panics holding the lock");
+    Arc::clone(map.entry(*key).or_default())
+}
+
+/// The SHA-256 of everything `gem_place`'s search reads: the parameters, the window, every
+/// GPU's curve and table size, and the restarts' utilizations.
+fn search_key(gem: &Gem, problem: &LayerProblem<'_>, inputs: &[Vec<f64>]) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    hash.update(gem.min_relative_drop.to_bits().to_le_bytes());
+    hash.update([u8::from(gem.keep_linear_if_better)]);
+    for n in [
+        problem.n_experts,
+        problem.window.len(),
+        problem.costs.table_limit(),
+    ] {
+        hash.update((n as u64).to_le_bytes());
+    }
+    for x in problem.window {
+        hash.update(x.to_bits().to_le_bytes());
+    }
+    for curve in problem.costs.curves() {
+        hash.update((curve.samples().count() as u64).to_le_bytes());
+        for (tokens, nanos) in curve.samples() {
+            hash.update(tokens.to_bits().to_le_bytes());
+            hash.update(nanos.to_bits().to_le_bytes());
+        }
+    }
+    for input in inputs {
+        hash.update((input.len() as u64).to_le_bytes());
+        for x in input {
+            hash.update(x.to_bits().to_le_bytes());
+        }
+    }
+    hash.finalize().into()
+}
+
+/// The restarts from `inputs` on scoped threads; the best state (or linear, see `gem_place`).
+fn search_restarts(
+    gem: &Gem,
+    problem: &LayerProblem<'_>,
+    inputs: &[Vec<f64>],
+) -> (Vec<usize>, f64) {
+    let search = Search::new(problem);
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(inputs.len());
     let mut results: Vec<Option<State>> = vec![None; inputs.len()];
     if threads <= 1 {
-        for (slot, input) in results.iter_mut().zip(&inputs) {
+        for (slot, input) in results.iter_mut().zip(inputs) {
             *slot = Some(search.restart(input, gem.min_relative_drop));
         }
     } else {
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..threads)
                 .map(|worker| {
-                    let (search, inputs) = (&search, &inputs);
+                    let search = &search;
                     scope.spawn(move || {
                         (worker..inputs.len())
                             .step_by(threads)
@@ -404,6 +466,80 @@ mod tests {
             "{} vs {reference}",
             state.score
         );
+    }
+
+    #[test]
+    fn a_search_is_named_by_everything_it_reads_and_a_repeat_returns_the_first_result() {
+        let speeds = [0.88, 1.0, 1.0, 1.0];
+        let costs = GpuCosts::scaled(&staircase(), &speeds, 40_000);
+        let window = trace(16, 2, 1);
+        let problem = LayerProblem {
+            layer: 0,
+            n_experts: 16,
+            window: &window,
+            costs: &costs,
+        };
+        let gem = Gem::default();
+        let inputs = vec![problem.mean_utilization()];
+        let key = search_key(&gem, &problem, &inputs);
+        let window_copy = window.clone();
+        let same = LayerProblem {
+            layer: 3,
+            window: &window_copy,
+            ..problem
+        };
+        assert_eq!(search_key(&gem, &same, &inputs), key);
+        let mut other_window = window.clone();
+        other_window[5] += 1.0;
+        let slower = GpuCosts::scaled(&staircase(), &[0.87, 1.0, 1.0, 1.0], 40_000);
+        let mut other_inputs = inputs.clone();
+        other_inputs[0][2] *= 1.0 + 1e-12;
+        for differing in [
+            search_key(
+                &gem,
+                &LayerProblem {
+                    window: &other_window,
+                    ..problem
+                },
+                &inputs,
+            ),
+            search_key(
+                &gem,
+                &LayerProblem {
+                    costs: &slower,
+                    ..problem
+                },
+                &inputs,
+            ),
+            search_key(&gem, &problem, &other_inputs),
+            search_key(
+                &Gem {
+                    min_relative_drop: 0.01,
+                    ..gem
+                },
+                &problem,
+                &inputs,
+            ),
+        ] {
+            assert_ne!(differing, key);
+        }
+        // A repeat (same stream) returns what the first search found, and what a search
+        // without the memo finds.
+        let first = gem_place(&gem, &problem, &mut stream(7, "gem"));
+        let again = gem_place(&gem, &problem, &mut stream(7, "gem"));
+        assert_eq!(first, again);
+        let mut rng = stream(7, "gem");
+        let u = problem.mean_utilization();
+        let inputs: Vec<Vec<f64>> = (0..gem.restarts)
+            .map(|i| match i {
+                0 => u.clone(),
+                _ => u
+                    .iter()
+                    .map(|&x| x * (1.0 + gem.noise * (2.0 * rng.random::<f64>() - 1.0)))
+                    .collect(),
+            })
+            .collect();
+        assert_eq!(search_restarts(&gem, &problem, &inputs), first);
     }
 
     #[test]

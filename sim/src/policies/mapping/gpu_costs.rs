@@ -124,6 +124,11 @@ impl GpuCosts {
         self.curves.len()
     }
 
+    /// Each GPU's curve (the tables are read off them).
+    pub fn curves(&self) -> &[CostCurve] {
+        &self.curves
+    }
+
     /// Largest token count served from the lookup tables.
     pub fn table_limit(&self) -> usize {
         self.tables[0].len() - 1
