@@ -273,7 +273,7 @@ mod tests {
         assert_eq!(cache.evicted(), 1);
     }
 
-    use crate::serving::tests::Fifo;
+    use crate::serving::tests::{Fifo, request};
     use crate::serving::{
         Admission, AdmitHook, Batching, KvConfig, QueuePolicy, QueuedRequest, Replica,
         ReplicaConfig,
@@ -334,19 +334,7 @@ mod tests {
         /// Queues request `id`: `prompt` tokens beginning with `segments`, `output` tokens.
         fn submit(&mut self, id: u64, prompt: u32, output: u32, segments: &[PrefixSegment]) {
             self.hook.0.insert(id, (output, segments.to_vec()));
-            let request = QueuedRequest {
-                id,
-                workflow: id,
-                stage: 0,
-                submitted: self.now,
-                workflow_arrival: self.now,
-                enqueued_iteration: 0,
-                prompt_tokens: prompt,
-                predicted_stage_tokens: 0.0,
-                predicted_total_tokens: 0.0,
-                attained_service: 0,
-                rank_noise: 0.0,
-            };
+            let request = request(id, prompt, self.now);
             self.replica.submit(self.now, request, &mut self.policy, 0);
         }
 
