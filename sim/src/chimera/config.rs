@@ -72,6 +72,12 @@ pub struct ClusterFile {
     /// 70 GiB, `models::DEFAULT_MAX_NUM_BATCHED_TOKENS`). 0: no budget and no chunking.
     #[serde(default = "default_max_num_batched_tokens")]
     pub max_num_batched_tokens: u64,
+    /// vLLM V1's automatic prefix caching, on by default as in V1 (the paper's vLLM is a V1
+    /// engine): an engine keeps the KV blocks of prompts it computed and a later prompt that
+    /// begins with them skips their prefill (`serving::prefix`; blocks of
+    /// `models::PREFIX_BLOCK_TOKENS`). `false` turns it off.
+    #[serde(default = "default_prefix_caching")]
+    pub prefix_caching: bool,
     /// A set of measured per-operation profiles of `gpu` (`profiles/<name>/`, e.g.
     /// `"vidur/a100"`) to price the engines' steps from instead of the roofline: each operation
     /// measured, scaled or analytic as the run's `pricing` record says.
@@ -93,6 +99,9 @@ fn default_max_batch_size() -> usize {
 }
 fn default_gpu_memory_utilization() -> f64 {
     0.9
+}
+fn default_prefix_caching() -> bool {
+    true
 }
 fn default_max_num_batched_tokens() -> u64 {
     DEFAULT_MAX_NUM_BATCHED_TOKENS
@@ -318,7 +327,8 @@ impl ChimeraConfig {
                 c.max_num_batched_tokens,
                 measured.as_deref(),
             )
-            .map_err(|e| field_error(&path, e))?;
+            .map_err(|e| field_error(&path, e))?
+            .with_prefix_caching(c.prefix_caching);
             let cost = match &profile {
                 Some((file, profile)) => {
                     let priced = profile.model_cost(&shape).map_err(|e| {

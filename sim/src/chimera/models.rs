@@ -49,6 +49,10 @@ pub fn model_names() -> String {
 /// (December 2025), which only V1 releases run (docs/chimera.md, "The engine's speed").
 pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u64 = 2048;
 
+/// Tokens per KV block when an engine caches prefixes: vLLM's default `block_size` (16 on
+/// CUDA), the granularity at which V1 hashes and reuses a prompt's blocks.
+pub const PREFIX_BLOCK_TOKENS: u32 = 16;
+
 /// Context per sequence at which `decode_ms_per_token` is profiled (the paper profiles it offline;
 /// 1024 tokens is the order of an agent stage's prompt plus output here).
 pub const PROFILE_CONTEXT_TOKENS: f64 = 1024.0;
@@ -68,6 +72,9 @@ pub struct EngineCost {
     pub max_batch_size: usize,
     /// vLLM `max_num_batched_tokens` with chunked prefill (0: no budget, no chunking).
     pub max_num_batched_tokens: u64,
+    /// vLLM V1's automatic prefix caching (`cluster.prefix_caching`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub prefix_caching: bool,
     /// Step time at the full batch, each sequence holding `PROFILE_CONTEXT_TOKENS`, in ms: the
     /// per-token decode cost Chimera's load estimate divides by the batch size.
     pub decode_ms_per_token: f64,
@@ -101,6 +108,12 @@ impl EngineCost {
             scaling,
             cost,
         }));
+        self
+    }
+
+    /// This engine with automatic prefix caching on or off.
+    pub fn with_prefix_caching(mut self, on: bool) -> EngineCost {
+        self.prefix_caching = on;
         self
     }
 
@@ -140,6 +153,7 @@ impl EngineCost {
             max_num_batched_tokens,
             decode_ms_per_token: 0.0,
             profile: None,
+            prefix_caching: false,
         };
         let batch = (max_batch_size as f64)
             .min(cost.dense.kv_capacity_tokens as f64 / PROFILE_CONTEXT_TOKENS)

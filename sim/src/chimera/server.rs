@@ -13,9 +13,9 @@
 //! priced through the serving layer's `StepCost` seam (`EngineStepCost`).
 
 use super::config::ChimeraScenario;
-use super::models::EngineCost;
+use super::models::{EngineCost, PREFIX_BLOCK_TOKENS};
 use super::stats::{average_precision, kendall_tau_distance};
-use super::workload::{SYSTEM_PROMPT_TOKENS, Workflow};
+use super::workload::{ROLE_STREAMS, SYSTEM_PROMPT_TOKENS, Workflow, stage_role};
 use crate::arrivals::ArrivalProcess;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
@@ -26,7 +26,9 @@ use crate::serving::{
     Admission, AdmitHook, Batching, KvConfig, Replica, ReplicaConfig, Seq, StepCost, StepTime,
     StepWork,
 };
-use crate::serving::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Router};
+use crate::serving::{
+    EngineState, PrefixSegment, QueuePolicy, QueuedRequest, RouteRequest, Router,
+};
 use crate::time::SimTime;
 use rand_distr::{Distribution, StandardNormal};
 use serde::Serialize;
@@ -51,18 +53,34 @@ struct EngineRun {
 /// no budget, no chunking), a cache counted in tokens (block size 1, no watermark) that admits
 /// on the prompt alone and never preempts (docs/serving.md).
 pub fn replica_config(cost: &EngineCost) -> ReplicaConfig {
+    // Tokens are counted exactly, except where prefix caching needs vLLM's blocks.
+    let block_size = if cost.prefix_caching {
+        PREFIX_BLOCK_TOKENS
+    } else {
+        1
+    };
     ReplicaConfig {
         max_num_seqs: cost.max_batch_size,
         max_num_batched_tokens: (cost.max_num_batched_tokens > 0)
             .then_some(cost.max_num_batched_tokens),
         chunked_prefill: cost.max_num_batched_tokens > 0,
         kv: KvConfig {
-            block_size: 1,
-            blocks: cost.dense.kv_capacity_tokens,
+            block_size,
+            blocks: cost.dense.kv_capacity_tokens / u64::from(block_size),
             watermark_blocks: 0,
         },
         admission: Admission::PromptOnly,
         batching: Batching::Continuous,
+    }
+}
+
+/// The replica of an engine: `replica_config`, caching prefixes when the engine does.
+pub fn engine_replica(cost: &EngineCost) -> Replica {
+    let replica = Replica::new(replica_config(cost));
+    if cost.prefix_caching {
+        replica.with_prefix_caching()
+    } else {
+        replica
     }
 }
 
@@ -100,6 +118,36 @@ impl AdmitHook for Admit<'_> {
             .expect("queued request's workflow exists")
             .workflow
             .tokens(self.model, request.stage)
+    }
+
+    /// The stage's prompt as the paper's section 3.1 builds it: "the stage-i system prompt, the
+    /// user message, and the accumulated history from prior stages", in that order. The system
+    /// prompt is its role's (the same for every stage of that role of every workflow), the user
+    /// message the workflow's, the history the workflow's earlier outputs in order (so a later
+    /// stage's history extends an earlier one's).
+    fn prefix(&mut self, request: &QueuedRequest, segments: &mut Vec<PrefixSegment>) {
+        let run = self
+            .workflows
+            .get(&request.workflow)
+            .expect("queued request's workflow exists");
+        let user = run.workflow.user_prompt_tokens;
+        let history = request
+            .prompt_tokens
+            .saturating_sub(SYSTEM_PROMPT_TOKENS + user);
+        segments.extend([
+            PrefixSegment {
+                stream: ROLE_STREAMS + u64::from(stage_role(run.workflow.n_stages, request.stage)),
+                tokens: SYSTEM_PROMPT_TOKENS,
+            },
+            PrefixSegment {
+                stream: 2 * request.workflow,
+                tokens: user,
+            },
+            PrefixSegment {
+                stream: 2 * request.workflow + 1,
+                tokens: history,
+            },
+        ]);
     }
 
     fn admitted(&mut self, now: SimTime, request: &QueuedRequest, _output: u32) {
@@ -167,6 +215,9 @@ pub struct EngineReport {
     pub steps: u64,
     pub max_waiting: usize,
     pub decode_ms_per_token: f64,
+    /// With prefix caching: the share of its requests' prompt tokens found cached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix_hit_rate: Option<f64>,
 }
 
 /// Everything one Chimera run reports (scalars and detail).
@@ -279,7 +330,7 @@ impl<'a> ChimeraServer<'a> {
                 .engines
                 .iter()
                 .map(|spec| EngineRun {
-                    replica: Replica::new(replica_config(&spec.cost)),
+                    replica: engine_replica(&spec.cost),
                     in_flight_predicted: 0.0,
                     first_stage_requests: 0,
                     max_waiting: 0,
@@ -592,6 +643,9 @@ impl<'a> ChimeraServer<'a> {
                     steps: stats.steps,
                     max_waiting: run.max_waiting,
                     decode_ms_per_token: spec.cost.decode_ms_per_token,
+                    prefix_hit_rate: spec.cost.prefix_caching.then(|| {
+                        stats.prefix_hit_tokens as f64 / stats.prefix_lookup_tokens.max(1) as f64
+                    }),
                 }
             })
             .collect();

@@ -47,6 +47,22 @@ pub const DISCRIMINATION: f64 = 1.7;
 /// Tokens of each agent's system prompt. Assumption (a ReAct role prompt).
 pub const SYSTEM_PROMPT_TOKENS: u32 = 150;
 
+/// The role of `stage` (0-based) of a workflow of `n_stages` (appendix A.1): 0 the planner, 1
+/// the coder / solver, 2 the QA agent / verifier. The 4-stage workflow is planner, coder, QA,
+/// coder; the 2-stage one planner, coder; the 1-stage one the coder alone.
+pub fn stage_role(n_stages: u32, stage: u32) -> u32 {
+    match (n_stages, stage) {
+        (1, _) => 1,
+        (_, 0) => 0,
+        (_, 2) => 2,
+        _ => 1,
+    }
+}
+
+/// The token streams of the roles' system prompts (`serving::prefix`), apart from the
+/// workflows' streams (2 x workflow id for the user message, + 1 for the history).
+pub const ROLE_STREAMS: u64 = 1 << 63;
+
 /// Where a model's workflow-total output length comes from.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum LengthSource {

@@ -1,8 +1,10 @@
 //! The paged KV-cache block manager: fixed-size blocks, a count of those in use, and the
 //! watermark an admission must leave free (vLLM `BlockSpaceManager`, counting blocks rather than
-//! tracking block tables, which the timing model never reads).
+//! tracking block tables, which the timing model never reads), with automatic prefix caching's
+//! cached blocks and free block queue when the replica runs it (`prefix::PrefixCache`).
 
 use super::config::KvConfig;
+use super::prefix::PrefixCache;
 
 /// Blocks of one replica's KV cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -13,6 +15,9 @@ pub struct BlockManager {
     used: u64,
     /// Most blocks ever in use (above `blocks` when the admission rule overcommits).
     peak: u64,
+    /// With prefix caching: the cached blocks (held ones counted in `used`, free ones not) and
+    /// the order free blocks are reused in.
+    cache: Option<PrefixCache>,
 }
 
 impl BlockManager {
@@ -25,6 +30,47 @@ impl BlockManager {
                 .then(|| config.block_size.trailing_zeros()),
             used: 0,
             peak: 0,
+            cache: None,
+        }
+    }
+
+    /// The same blocks, keeping computed prompt blocks for reuse (automatic prefix caching).
+    pub fn with_prefix_cache(mut self) -> Self {
+        self.cache = Some(PrefixCache::new(self.config.blocks));
+        self
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.config.block_size
+    }
+
+    /// The prefix cache, when the replica runs one.
+    pub fn prefix_cache(&self) -> Option<&PrefixCache> {
+        self.cache.as_ref()
+    }
+
+    /// A sequence takes a reference on the resident cached block `hash` (a prefix hit); a free
+    /// one comes into use.
+    pub fn acquire_cached(&mut self, hash: u64) {
+        let cache = self.cache.as_mut().expect("a prefix cache");
+        if cache.acquire(hash) {
+            self.used += 1;
+            self.peak = self.peak.max(self.used);
+        }
+    }
+
+    /// A sequence's block `hash` (in use, counted in `used`) is computed: cached with the
+    /// sequence's reference, unless an equal block is already resident (false).
+    pub fn register_cached(&mut self, hash: u64) -> bool {
+        self.cache.as_mut().expect("a prefix cache").register(hash)
+    }
+
+    /// A sequence drops its reference on the cached block `hash`; the last one frees it (it
+    /// stays cached until its free block is taken).
+    pub fn release_cached(&mut self, hash: u64) {
+        if self.cache.as_mut().expect("a prefix cache").unref(hash) {
+            debug_assert!(self.used > 0, "released more blocks than in use");
+            self.used -= 1;
         }
     }
 
@@ -63,10 +109,16 @@ impl BlockManager {
     pub fn allocate(&mut self, blocks: u64) {
         self.used += blocks;
         self.peak = self.peak.max(self.used);
+        if let Some(cache) = &mut self.cache {
+            cache.take(blocks);
+        }
     }
 
     pub fn release(&mut self, blocks: u64) {
         debug_assert!(blocks <= self.used, "released more blocks than in use");
         self.used -= blocks;
+        if let Some(cache) = &mut self.cache {
+            cache.give(blocks);
+        }
     }
 }

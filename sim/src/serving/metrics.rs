@@ -22,6 +22,10 @@ pub struct ReplicaStats {
     /// recompute preemptions make sequences prefill again (the prefill lost, and the tokens
     /// generated before the preemption), counted when a sequence is preempted.
     pub recomputed_tokens: u64,
+    /// With prefix caching: the prompt tokens of the first admissions, and those of them found
+    /// cached (not prefilled).
+    pub prefix_lookup_tokens: u64,
+    pub prefix_hit_tokens: u64,
     /// First admissions (a resumed sequence is not counted again).
     pub admitted: u64,
     pub completed: u64,

@@ -13,6 +13,12 @@
 //! run, overcommitting the cache if it must, so a request larger than the cache cannot stall the
 //! replica.
 //!
+//! With prefix caching (`with_prefix_caching`, vLLM V1's automatic prefix caching) a request's
+//! prompt is described by the family's `AdmitHook::prefix`; at admission the prompt's leading
+//! full blocks that are resident are shared instead of prefilled (the request starts with their
+//! tokens computed, at most its prompt less one token, as vLLM recomputes the last), and each
+//! full prompt block a sequence computes stays cached after it leaves (`prefix`).
+//!
 //! A static replica may instead take its batches from a `BatchFormer` (`schedule_static_batch`):
 //! the former picks the whole batch when the replica is empty, and the batch runs as one step,
 //! its prefill pass and then a decode pass per output token of its longest request, every
@@ -22,6 +28,7 @@ use super::config::{Admission, Batching, Preemption, ReplicaConfig, StepOrder};
 use super::former::BatchFormer;
 use super::kv::BlockManager;
 use super::metrics::ReplicaStats;
+use super::prefix::{PrefixSegment, block_hashes};
 use super::queue::{QueuePolicy, QueuedRequest};
 use super::step::{AdapterTokens, StepWork};
 use crate::time::{SimDuration, SimTime};
@@ -38,6 +45,21 @@ pub trait AdmitHook {
     fn adapter(&mut self, _request: &QueuedRequest) -> Option<u32> {
         None
     }
+    /// The segments the request's prompt begins with (`prefix::PrefixSegment`), asked once at
+    /// its first admission by a replica that caches prefixes; none (the default) leaves the
+    /// whole prompt the request's own.
+    fn prefix(&mut self, _request: &QueuedRequest, _segments: &mut Vec<PrefixSegment>) {}
+}
+
+/// A sequence's prompt blocks under prefix caching.
+#[derive(Clone, Debug, Default)]
+struct SeqPrefix {
+    /// Chained hashes of the full prompt blocks its segments cover.
+    hashes: Vec<u64>,
+    /// The cached blocks it holds a reference on.
+    held: Vec<u64>,
+    /// Blocks of `hashes` already hit or offered to the cache.
+    registered: usize,
 }
 
 /// A sequence admitted to the replica.
@@ -66,6 +88,8 @@ pub struct Seq {
     last_token: SimTime,
     /// When it was first admitted (scheduled for the first time).
     admitted: SimTime,
+    /// Its prompt's blocks, when the replica caches prefixes.
+    prefix: Option<Box<SeqPrefix>>,
 }
 
 impl Seq {
@@ -160,6 +184,23 @@ pub struct Replica {
     /// The scheduled step's tokens per adapter, by adapter id.
     step_adapters: Vec<AdapterTokens>,
     order: StepOrder,
+    /// The prompt segments `AdmitHook::prefix` fills, reused.
+    segments: Vec<PrefixSegment>,
+}
+
+/// Frees the blocks of `s`: its own, and its references on cached blocks (the last one
+/// first, as vLLM frees a request's blocks tail first).
+fn free_blocks(kv: &mut BlockManager, s: &mut Seq) {
+    let held = s
+        .prefix
+        .as_deref_mut()
+        .map(|p| std::mem::take(&mut p.held))
+        .unwrap_or_default();
+    kv.release(s.blocks - held.len() as u64);
+    for &hash in held.iter().rev() {
+        kv.release_cached(hash);
+    }
+    s.blocks = 0;
 }
 
 impl Replica {
@@ -183,7 +224,20 @@ impl Replica {
             adapters_seen: false,
             step_adapters: Vec::new(),
             order: StepOrder::DecodeFirst,
+            segments: Vec::new(),
         }
+    }
+
+    /// The replica caching prompt prefixes (vLLM V1's automatic prefix caching) in blocks of
+    /// its `kv.block_size`; continuous batching only.
+    pub fn with_prefix_caching(mut self) -> Self {
+        assert_eq!(
+            self.config.batching,
+            Batching::Continuous,
+            "prefix caching runs on a continuous replica"
+        );
+        self.kv = BlockManager::new(self.config.kv).with_prefix_cache();
+        self
     }
 
     /// The replica scheduling its steps in `order` (`DecodeFirst` by default).
@@ -255,8 +309,7 @@ impl Replica {
 
     fn preempt(&mut self, victim: usize, mode: Preemption) {
         let mut s = self.running.remove(victim);
-        self.kv.release(s.blocks);
-        s.blocks = 0;
+        free_blocks(&mut self.kv, &mut s);
         s.scheduled = 0;
         match mode {
             Preemption::Recompute => {
@@ -267,6 +320,9 @@ impl Replica {
                 self.stats.recomputed_tokens +=
                     u64::from(s.kv.min(before)) + u64::from(s.prefill_len - before);
                 s.kv = 0;
+                if let Some(p) = s.prefix.as_deref_mut() {
+                    p.registered = 0;
+                }
                 self.stats.preempted_recompute += 1;
                 self.resumable.push_front(s);
             }
@@ -460,21 +516,28 @@ impl Replica {
                     first_token: request.submitted,
                     last_token: request.submitted,
                     admitted: now,
+                    prefix: None,
                 };
                 (s, true)
             } else {
                 break;
             };
+            // Its prompt's resident blocks: `hit` of them, `free_hits` of those free now.
+            let (hit, free_hits) = self.lookup_prefix(&mut s, hook);
+            let cached = hit as u32 * self.kv.block_size();
+            s.kv += cached;
             let tokens = self.next_tokens(&s, *budget);
             let reserve = match cfg.admission {
                 Admission::PromptOnly => self.kv.blocks_for(u64::from(s.prefill_len)),
                 Admission::ReserveFull => self
                     .kv
                     .blocks_for(u64::from(s.prefill_len) + u64::from(s.output - s.generated)),
-                Admission::Paged { .. } => self.kv.blocks_for(u64::from(tokens)),
-            };
+                Admission::Paged { .. } => self.kv.blocks_for(u64::from(s.kv + tokens)),
+            } - hit as u64;
             let over_budget = u64::from(tokens) > *budget && *budget < full_budget;
-            if over_budget || (!self.running.is_empty() && !self.kv.can_admit(reserve)) {
+            if over_budget || (!self.running.is_empty() && !self.kv.can_admit(reserve + free_hits))
+            {
+                s.kv -= cached;
                 if fresh {
                     policy.push(index, *s.request);
                 } else {
@@ -482,8 +545,19 @@ impl Replica {
                 }
                 break;
             }
+            if let Some(p) = s.prefix.as_deref_mut() {
+                for &hash in &p.hashes[..hit] {
+                    self.kv.acquire_cached(hash);
+                    p.held.push(hash);
+                }
+                p.registered = hit;
+                if fresh {
+                    self.stats.prefix_lookup_tokens += u64::from(s.request.prompt_tokens);
+                    self.stats.prefix_hit_tokens += u64::from(cached);
+                }
+            }
             self.kv.allocate(reserve);
-            s.blocks = reserve;
+            s.blocks = reserve + hit as u64;
             s.scheduled = tokens;
             *budget = budget.saturating_sub(u64::from(tokens));
             if fresh {
@@ -498,6 +572,28 @@ impl Replica {
             tally.add(&s);
             self.running.push(s);
         }
+    }
+
+    /// How many of the leading full blocks of `s`'s prompt are resident in the prefix cache (at
+    /// most its prefill less one token), and how many of those are free; (0, 0) without a
+    /// cache or for a sequence that holds computed tokens. Asks `hook` for the prompt's
+    /// segments the first time.
+    fn lookup_prefix(&mut self, s: &mut Seq, hook: &mut dyn AdmitHook) -> (usize, u64) {
+        let Some(cache) = self.kv.prefix_cache() else {
+            return (0, 0);
+        };
+        if s.kv > 0 {
+            return (0, 0);
+        }
+        let block_size = self.kv.block_size();
+        let prefix = s.prefix.get_or_insert_with(|| {
+            self.segments.clear();
+            hook.prefix(&s.request, &mut self.segments);
+            let mut p = SeqPrefix::default();
+            block_hashes(&self.segments, block_size, &mut p.hashes);
+            Box::new(p)
+        });
+        cache.lookup(&prefix.hashes, ((s.prefill_len - 1) / block_size) as usize)
     }
 
     /// Decides the next step of a static replica whose batches `former` forms: when the replica
@@ -576,6 +672,7 @@ impl Replica {
                 first_token: request_submitted,
                 last_token: request_submitted,
                 admitted: now,
+                prefix: None,
             });
             self.next_order += 1;
         }
@@ -638,6 +735,19 @@ impl Replica {
             let before = s.kv;
             s.kv += s.scheduled;
             s.scheduled = 0;
+            if let Some(p) = s.prefix.as_deref_mut() {
+                // Its prompt blocks computed in full are cached.
+                let block_size = self.kv.block_size();
+                while p.hashes.get(p.registered).is_some()
+                    && (p.registered as u32 + 1) * block_size <= s.kv
+                {
+                    let hash = p.hashes[p.registered];
+                    if self.kv.register_cached(hash) {
+                        p.held.push(hash);
+                    }
+                    p.registered += 1;
+                }
+            }
             if s.kv >= s.prefill_len {
                 // The pass over the last prompt token emits the first output token.
                 let computed = s.kv - before.max(s.prefill_len - 1);
@@ -659,8 +769,8 @@ impl Replica {
                 self.stats.tokens += u64::from(emitted);
             }
             if s.generated >= s.output {
-                let done = self.running.swap_remove(i);
-                self.kv.release(done.blocks);
+                let mut done = self.running.swap_remove(i);
+                free_blocks(&mut self.kv, &mut done);
                 self.stats.completed += 1;
                 self.stats.sojourn_ns += u128::from((now - done.request.submitted).0);
                 self.stats.latencies.finished(now, &done);

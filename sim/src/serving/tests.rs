@@ -49,7 +49,7 @@ impl AdmitHook for Outputs {
     }
 }
 
-fn request(id: u64, prompt: u32, submitted: SimTime) -> QueuedRequest {
+pub(crate) fn request(id: u64, prompt: u32, submitted: SimTime) -> QueuedRequest {
     QueuedRequest {
         id,
         workflow: id,

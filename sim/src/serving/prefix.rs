@@ -1,0 +1,454 @@
+//! Automatic prefix caching (vLLM V1's default, `enable_prefix_caching`): a prompt's full KV
+//! blocks are identified by a hash chained over the blocks before them, a computed block stays
+//! resident after its request finishes, and a later request whose prompt starts with the same
+//! blocks reuses them instead of prefilling them. Free blocks, cached or not, are reused in the
+//! order they were freed (vLLM's free block queue: the least recently freed first, a request's
+//! blocks freed tail first), so a cached block lives until the blocks freed before it are taken.
+//!
+//! A prompt is described by its segments: a segment `(stream, tokens)` is the first `tokens`
+//! tokens of a token stream named `stream`, so two prompts hold the same tokens where their
+//! segments name the same streams at the same offsets (a shared system prompt, a workflow's
+//! growing history). Tokens past the described segments are the request's own.
+
+use std::collections::{HashMap, VecDeque};
+
+/// The first `tokens` tokens of the token stream `stream`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefixSegment {
+    pub stream: u64,
+    pub tokens: u32,
+}
+
+/// SplitMix64's finalizer: a fixed, well-mixed 64-bit hash step (deterministic across runs).
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The chained hashes of the full blocks of `block_size` tokens that `segments` cover, in
+/// order, into `out` (cleared first). A block partly past the segments holds tokens of the
+/// request's own and ends the chain.
+pub fn block_hashes(segments: &[PrefixSegment], block_size: u32, out: &mut Vec<u64>) {
+    out.clear();
+    let mut hash = 0u64;
+    let (mut segment, mut offset) = (0usize, 0u32);
+    'blocks: loop {
+        let mut need = block_size;
+        let mut block = hash;
+        while need > 0 {
+            let Some(s) = segments.get(segment) else {
+                break 'blocks;
+            };
+            let take = need.min(s.tokens - offset);
+            if take > 0 {
+                block = mix(block.rotate_left(17) ^ mix(s.stream));
+                block = mix(block ^ (u64::from(offset) << 32 | u64::from(take)));
+            }
+            need -= take;
+            offset += take;
+            if offset == s.tokens {
+                segment += 1;
+                offset = 0;
+            }
+        }
+        hash = block;
+        out.push(hash);
+    }
+}
+
+/// One cached block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    /// Running sequences that hold it (0: free, evictable).
+    refs: u32,
+    /// Which free-queue entry stands for it while it is free.
+    stamp: u64,
+}
+
+/// A run of free blocks in the free queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Free {
+    /// Blocks that hold no cached prefix.
+    Plain(u64),
+    /// A cached block, valid while its entry is free with this stamp.
+    Cached { hash: u64, stamp: u64 },
+}
+
+/// The cached blocks of one replica and its free block queue, kept beside the block counts of
+/// `kv::BlockManager` (which calls it on every allocation and release).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrefixCache {
+    entries: HashMap<u64, Entry>,
+    free: VecDeque<Free>,
+    stamp: u64,
+    /// Blocks allocated beyond the cache (an overcommitting admission rule): the next releases
+    /// pay them back before any block rejoins the free queue.
+    overdraft: u64,
+    evicted: u64,
+}
+
+impl PrefixCache {
+    /// An empty cache of `blocks` free blocks.
+    pub fn new(blocks: u64) -> Self {
+        PrefixCache {
+            entries: HashMap::new(),
+            free: VecDeque::from([Free::Plain(blocks)]),
+            stamp: 0,
+            overdraft: 0,
+            evicted: 0,
+        }
+    }
+
+    /// Cached blocks evicted so far.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+
+    /// Blocks resident in the cache (held or free).
+    pub fn resident(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// How many of `hashes` (a prompt's chain), from the first and at most `max`, are resident,
+    /// and how many of those are free (a hit on them takes them out of the free blocks).
+    pub fn lookup(&self, hashes: &[u64], max: usize) -> (usize, u64) {
+        let mut free = 0;
+        for (i, hash) in hashes.iter().take(max).enumerate() {
+            match self.entries.get(hash) {
+                Some(entry) => free += u64::from(entry.refs == 0),
+                None => return (i, free),
+            }
+        }
+        (hashes.len().min(max), free)
+    }
+
+    /// A sequence takes a reference on the resident block `hash`; true when the block was free
+    /// (it leaves the free blocks; its queue entry goes stale).
+    pub fn acquire(&mut self, hash: u64) -> bool {
+        let entry = self
+            .entries
+            .get_mut(&hash)
+            .expect("acquired block is resident");
+        entry.refs += 1;
+        entry.refs == 1
+    }
+
+    /// A sequence has computed the block `hash`: it becomes cached with the sequence's
+    /// reference; false (and nothing changes) when an equal block is already resident.
+    pub fn register(&mut self, hash: u64) -> bool {
+        if self.entries.contains_key(&hash) {
+            return false;
+        }
+        self.entries.insert(hash, Entry { refs: 1, stamp: 0 });
+        true
+    }
+
+    /// A sequence drops its reference on `hash`; true when the block became free (it joins the
+    /// free queue's tail, or is dropped at once to pay back an overdraft).
+    pub fn unref(&mut self, hash: u64) -> bool {
+        let entry = self.entries.get_mut(&hash).expect("held block is resident");
+        entry.refs -= 1;
+        if entry.refs > 0 {
+            return false;
+        }
+        if self.overdraft > 0 {
+            self.overdraft -= 1;
+            self.entries.remove(&hash);
+            self.evicted += 1;
+        } else {
+            self.stamp += 1;
+            entry.stamp = self.stamp;
+            self.free.push_back(Free::Cached {
+                hash,
+                stamp: self.stamp,
+            });
+        }
+        true
+    }
+
+    /// `n` blocks are allocated: taken from the free queue's head, evicting the cached blocks
+    /// among them.
+    pub fn take(&mut self, mut n: u64) {
+        while n > 0 {
+            let Some(front) = self.free.front_mut() else {
+                self.overdraft += n;
+                return;
+            };
+            match *front {
+                Free::Plain(k) => {
+                    let used = k.min(n);
+                    n -= used;
+                    if used == k {
+                        self.free.pop_front();
+                    } else {
+                        *front = Free::Plain(k - used);
+                    }
+                }
+                Free::Cached { hash, stamp } => {
+                    self.free.pop_front();
+                    let live = self
+                        .entries
+                        .get(&hash)
+                        .is_some_and(|e| e.refs == 0 && e.stamp == stamp);
+                    if live {
+                        self.entries.remove(&hash);
+                        self.evicted += 1;
+                        n -= 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// `n` plain blocks are freed (the overdraft paid back first).
+    pub fn give(&mut self, n: u64) {
+        let paid = n.min(self.overdraft);
+        self.overdraft -= paid;
+        let n = n - paid;
+        if n == 0 {
+            return;
+        }
+        match self.free.back_mut() {
+            Some(Free::Plain(k)) => *k += n,
+            _ => self.free.push_back(Free::Plain(n)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(stream: u64, tokens: u32) -> PrefixSegment {
+        PrefixSegment { stream, tokens }
+    }
+
+    #[test]
+    fn equal_streams_give_equal_chains_and_a_different_token_ends_the_match() {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        // 40 tokens of stream 7 then 30 of stream 9: 4 full blocks of 16 (64 tokens).
+        block_hashes(&[seg(7, 40), seg(9, 30)], 16, &mut a);
+        assert_eq!(a.len(), 4);
+        // The same stream 7, then a longer stream 9: its first 4 blocks are the same.
+        block_hashes(&[seg(7, 40), seg(9, 100)], 16, &mut b);
+        assert_eq!(b.len(), 8);
+        assert_eq!(a[..], b[..4]);
+        // Stream 7 shorter by one token: blocks 0 and 1 (tokens 0-31) match, block 2 does not,
+        // nor does any block after it (the chain).
+        block_hashes(&[seg(7, 39), seg(9, 31)], 16, &mut b);
+        assert_eq!(a[..2], b[..2]);
+        assert!(a[2..].iter().zip(&b[2..]).all(|(x, y)| x != y));
+    }
+
+    #[test]
+    fn the_least_recently_freed_cached_block_is_evicted_first() {
+        let mut cache = PrefixCache::new(4);
+        cache.take(4);
+        assert!(cache.register(1) && cache.register(2));
+        cache.give(2);
+        // Block 2 freed before block 1: 2 is the older.
+        assert!(cache.unref(2) && cache.unref(1));
+        assert!(!cache.register(1), "1 is still resident");
+        // Two plain blocks were freed before both: they go first, then block 2.
+        cache.take(3);
+        assert_eq!(cache.lookup(&[2], 1), (0, 0));
+        assert_eq!(cache.lookup(&[1], 1), (1, 1));
+        assert_eq!(cache.evicted(), 1);
+    }
+
+    #[test]
+    fn a_hit_on_a_free_block_keeps_it_from_eviction() {
+        let mut cache = PrefixCache::new(2);
+        cache.take(2);
+        assert!(cache.register(5) && cache.register(6));
+        cache.unref(5);
+        cache.unref(6);
+        assert!(cache.acquire(5), "5 was free");
+        // One block is free (6): taking it evicts 6; the stale queue entry of 5 is skipped.
+        cache.take(1);
+        assert_eq!(cache.lookup(&[5, 6], 2), (1, 0));
+        assert_eq!(cache.evicted(), 1);
+    }
+
+    use crate::serving::tests::{Fifo, request};
+    use crate::serving::{
+        Admission, AdmitHook, Batching, KvConfig, QueuePolicy, QueuedRequest, Replica,
+        ReplicaConfig,
+    };
+    use crate::time::{SimDuration, SimTime};
+    use std::collections::BTreeMap;
+
+    /// Output length and prompt segments by request id.
+    #[derive(Default)]
+    struct Prompts(BTreeMap<u64, (u32, Vec<PrefixSegment>)>);
+    impl AdmitHook for Prompts {
+        fn output_tokens(&mut self, r: &QueuedRequest) -> u32 {
+            self.0[&r.id].0
+        }
+        fn admitted(&mut self, _: SimTime, _: &QueuedRequest, _: u32) {}
+        fn prefix(&mut self, r: &QueuedRequest, segments: &mut Vec<PrefixSegment>) {
+            segments.extend_from_slice(&self.0[&r.id].1);
+        }
+    }
+
+    /// A replica of `blocks` blocks of 16 tokens, no token budget, caching prefixes or not.
+    struct Bench {
+        replica: Replica,
+        policy: Fifo,
+        hook: Prompts,
+        now: SimTime,
+    }
+
+    impl Bench {
+        fn new(blocks: u64, caching: bool) -> Bench {
+            let config = ReplicaConfig {
+                max_num_seqs: 8,
+                max_num_batched_tokens: None,
+                chunked_prefill: false,
+                kv: KvConfig {
+                    block_size: 16,
+                    blocks,
+                    watermark_blocks: 0,
+                },
+                admission: Admission::PromptOnly,
+                batching: Batching::Continuous,
+            };
+            let replica = Replica::new(config);
+            let mut policy = Fifo::default();
+            policy.reset(1);
+            Bench {
+                replica: if caching {
+                    replica.with_prefix_caching()
+                } else {
+                    replica
+                },
+                policy,
+                hook: Prompts::default(),
+                now: SimTime::ZERO,
+            }
+        }
+
+        /// Queues request `id`: `prompt` tokens beginning with `segments`, `output` tokens.
+        fn submit(&mut self, id: u64, prompt: u32, output: u32, segments: &[PrefixSegment]) {
+            self.hook.0.insert(id, (output, segments.to_vec()));
+            let request = request(id, prompt, self.now);
+            self.replica.submit(self.now, request, &mut self.policy, 0);
+        }
+
+        /// Runs one step: its (prefill tokens, the rows and the prefill square the cost model
+        /// prices), or `None` when idle.
+        fn step(&mut self) -> Option<(u64, u64, f64)> {
+            let work = self
+                .replica
+                .schedule(self.now, &mut self.policy, 0, &mut self.hook)?;
+            let priced = work.dense_tokens();
+            let step = (work.prefill_tokens, priced.rows, priced.prefill_square);
+            self.replica.begin_step(SimDuration(10));
+            self.now += SimDuration(10);
+            self.replica.complete_step(self.now, &mut Vec::new());
+            Some(step)
+        }
+
+        /// Runs steps until the replica idles; returns them.
+        fn drain(&mut self) -> Vec<(u64, u64, f64)> {
+            std::iter::from_fn(|| self.step()).collect()
+        }
+    }
+
+    /// A 100-token shared prefix (a system prompt): 6 full blocks of 16 (96 tokens).
+    const SYSTEM: [PrefixSegment; 1] = [PrefixSegment {
+        stream: 7,
+        tokens: 100,
+    }];
+
+    #[test]
+    fn a_resident_prefix_is_not_prefilled_again_and_the_priced_prefill_shrinks() {
+        let mut bench = Bench::new(1000, true);
+        bench.submit(1, 120, 2, &SYSTEM);
+        // Prefill 120 (emits 1), a decode: done.
+        assert_eq!(bench.drain(), [(120, 120, 14_400.0), (0, 1, 0.0)]);
+        bench.submit(2, 120, 1, &SYSTEM);
+        // 96 tokens found cached: 24 prefilled, priced as 24 rows of a 24-token causal prefill.
+        assert_eq!(bench.drain(), [(24, 24, 576.0)]);
+        let stats = bench.replica.stats();
+        assert_eq!(stats.prefix_hit_tokens, 96);
+        assert_eq!(stats.prefix_lookup_tokens, 240);
+        assert_eq!(stats.prefill_tokens, 144);
+
+        // A prompt cached whole still computes its last token (vLLM recomputes it).
+        let mut bench = Bench::new(1000, true);
+        let exact = [PrefixSegment {
+            stream: 7,
+            tokens: 32,
+        }];
+        bench.submit(1, 32, 1, &exact);
+        bench.drain();
+        bench.submit(2, 32, 1, &exact);
+        // Blocks 0-1 are cached, but only block 0 is used: 16 tokens prefilled.
+        assert_eq!(bench.drain(), [(16, 16, 256.0)]);
+    }
+
+    #[test]
+    fn a_prefix_shared_with_a_running_sequence_takes_its_blocks_once() {
+        let mut bench = Bench::new(1000, true);
+        bench.submit(1, 120, 50, &SYSTEM);
+        bench.step();
+        // Request 1 holds 8 blocks (120 tokens); request 2 shares its 6 cached ones and takes
+        // 2 of its own.
+        bench.submit(2, 120, 50, &SYSTEM);
+        assert_eq!(bench.step(), Some((24, 25, 576.0)));
+        assert_eq!(bench.replica.kv().used(), 10);
+        bench.drain();
+        // Both gone: nothing in use, the 6 shared blocks resident.
+        assert_eq!(bench.replica.kv().used(), 0);
+        let cache = bench.replica.kv().prefix_cache().unwrap();
+        assert_eq!(cache.resident(), 6);
+    }
+
+    #[test]
+    fn an_evicted_prefix_is_prefilled_in_full() {
+        // 10 blocks: request 1 leaves 6 cached blocks and 4 plain free ones (freed before them);
+        // request 3's 150 tokens need all 10, evicting the 6.
+        let mut bench = Bench::new(10, true);
+        bench.submit(1, 120, 1, &SYSTEM);
+        bench.drain();
+        let other = [PrefixSegment {
+            stream: 9,
+            tokens: 150,
+        }];
+        bench.submit(3, 150, 1, &other);
+        bench.drain();
+        assert_eq!(bench.replica.kv().prefix_cache().unwrap().evicted(), 6);
+        bench.submit(2, 120, 1, &SYSTEM);
+        assert_eq!(bench.drain(), [(120, 120, 14_400.0)]);
+        assert_eq!(bench.replica.stats().prefix_hit_tokens, 0);
+    }
+
+    #[test]
+    fn caching_with_no_shared_prefix_schedules_as_no_caching() {
+        // Distinct streams: every prompt is its own. The schedule, step by step, is the one of
+        // a replica without a cache (under KV pressure: 40 blocks for 12 requests).
+        let run = |caching: bool| {
+            let mut bench = Bench::new(40, caching);
+            for id in 0..12 {
+                let own = [PrefixSegment {
+                    stream: 100 + id,
+                    tokens: 60 + 7 * id as u32,
+                }];
+                bench.submit(id, 60 + 7 * id as u32, 3 + id as u32, &own);
+            }
+            let steps = bench.drain();
+            (steps, bench.replica.kv().peak())
+        };
+        let (cached, peak) = run(true);
+        assert_eq!(cached, run(false).0);
+        assert!(
+            cached.len() > 12 && peak >= 40,
+            "{} steps, peak {peak}",
+            cached.len()
+        );
+    }
+}
