@@ -10,7 +10,8 @@
 //! segments name the same streams at the same offsets (a shared system prompt, a workflow's
 //! growing history). Tokens past the described segments are the request's own.
 
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 
 /// The first `tokens` tokens of the token stream `stream`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,7 +81,9 @@ enum Free {
 /// `kv::BlockManager` (which calls it on every allocation and release).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrefixCache {
-    entries: HashMap<u64, Entry>,
+    /// Keyed by the chained block hashes (already mixed, so the map's own hash can be cheap;
+    /// the map is never iterated).
+    entries: FxHashMap<u64, Entry>,
     free: VecDeque<Free>,
     stamp: u64,
     /// Blocks allocated beyond the cache (an overcommitting admission rule): the next releases
@@ -93,7 +96,7 @@ impl PrefixCache {
     /// An empty cache of `blocks` free blocks.
     pub fn new(blocks: u64) -> Self {
         PrefixCache {
-            entries: HashMap::new(),
+            entries: FxHashMap::default(),
             free: VecDeque::from([Free::Plain(blocks)]),
             stamp: 0,
             overdraft: 0,
