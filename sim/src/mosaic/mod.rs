@@ -47,6 +47,8 @@ use workload::{Workload, calibrate, draw_length};
 pub struct MosaicScalars {
     pub expert_makespan_s: f64,
     pub gpu_idle_pct: f64,
+    pub fastest_worker_s: f64,
+    pub worker_wall_ratio: f64,
     pub aggregator_s: f64,
     pub end_to_end_s: f64,
     pub skip_pct: f64,
@@ -67,7 +69,7 @@ pub struct MosaicScalars {
 
 /// The scalar metrics of a MOSAIC run, in order (defined in docs/mosaic.md; the expert prompts'
 /// latency rows are the one recorder's, docs/metrics.md).
-pub const METRIC_TABLE: [Metric<MosaicScalars>; 32] = [
+pub const METRIC_TABLE: [Metric<MosaicScalars>; 34] = [
     Metric::new(
         "expert_makespan_s",
         "expert-stage makespan (s)",
@@ -79,6 +81,18 @@ pub const METRIC_TABLE: [Metric<MosaicScalars>; 32] = [
         "expert-stage GPU idle share (%)",
         Better::Lower,
         |s| s.gpu_idle_pct,
+    ),
+    Metric::new(
+        "fastest_worker_s",
+        "expert stage: the earliest-finishing worker's wall (s)",
+        Better::Lower,
+        |s| s.fastest_worker_s,
+    ),
+    Metric::new(
+        "worker_wall_ratio",
+        "expert stage: slowest over fastest worker's wall",
+        Better::Lower,
+        |s| s.worker_wall_ratio,
     ),
     Metric::new("aggregator_s", "aggregator stage (s)", Better::Lower, |s| {
         s.aggregator_s
@@ -290,6 +304,8 @@ pub struct ExpertStage {
     pub loads: u32,
     pub load_time_s: f64,
     pub idle_pct: f64,
+    /// Each worker's wall: when its last session ended (0 for a worker without sessions).
+    pub worker_walls_s: Vec<f64>,
     pub output_tokens: u64,
 }
 
@@ -333,6 +349,7 @@ impl ExpertStage {
         let makespan = run.expert_end;
         let mut timelines: Vec<Vec<Segment>> = vec![Vec::new(); n];
         let mut idle = 0.0;
+        let mut worker_walls_s = vec![0.0; n];
         for (w, sessions) in run.workers.iter().enumerate() {
             let line = &mut timelines[w];
             let mut free = SimTime::ZERO;
@@ -364,6 +381,7 @@ impl ExpertStage {
                 }
                 free = session.end;
             }
+            worker_walls_s[w] = free.as_secs_f64();
             idle_until(line, free, makespan);
             idle += line
                 .iter()
@@ -401,7 +419,31 @@ impl ExpertStage {
             } else {
                 0.0
             },
+            worker_walls_s,
             output_tokens: sessions.iter().map(|s| s.output_tokens).sum(),
+        }
+    }
+
+    /// The wall of the worker that finished first, among the workers that ran a session (0 when
+    /// none did).
+    pub fn fastest_worker_s(&self) -> f64 {
+        self.worker_walls_s
+            .iter()
+            .copied()
+            .filter(|&w| w > 0.0)
+            .min_by(f64::total_cmp)
+            .unwrap_or(0.0)
+    }
+
+    /// The slowest worker's wall over the fastest's (`fastest_worker_s`): how far the workers'
+    /// finishing times spread (1 when they finish together; 0 when no worker ran a session).
+    pub fn worker_wall_ratio(&self) -> f64 {
+        let fastest = self.fastest_worker_s();
+        let slowest = self.worker_walls_s.iter().copied().fold(0.0, f64::max);
+        if fastest > 0.0 {
+            slowest / fastest
+        } else {
+            0.0
         }
     }
 }
@@ -580,6 +622,8 @@ pub fn try_simulate_on<'c>(
         expert_requests: run.expert_requests.clone(),
         expert_makespan_s: stage.makespan_s,
         gpu_idle_pct: stage.idle_pct,
+        fastest_worker_s: stage.fastest_worker_s(),
+        worker_wall_ratio: stage.worker_wall_ratio(),
         aggregator_s,
         end_to_end_s: stage.makespan_s + aggregator_s,
         skip_pct: 100.0 * f64::from(skipped) / n_q,

@@ -550,3 +550,30 @@ fn a_bad_measured_set_names_the_field() {
     assert_eq!(e.path, "serving.measured");
     assert!(e.message.contains("second cost source"), "{}", e.message);
 }
+
+/// The workers' spread: the fastest wall is the earliest-finishing worker that ran a session
+/// (a worker without sessions does not count), the ratio the slowest over it; Figure 2b's
+/// round-robin walls give its 2620 / 165.
+#[test]
+fn the_worker_spread_is_slowest_over_fastest_among_workers_that_ran() {
+    let stage = |walls: Vec<f64>| ExpertStage {
+        makespan_s: walls.iter().copied().fold(0.0, f64::max),
+        timelines: vec![Vec::new(); walls.len()],
+        sessions: Vec::new(),
+        loads: 0,
+        load_time_s: 0.0,
+        idle_pct: 0.0,
+        worker_walls_s: walls,
+        output_tokens: 0,
+    };
+    let figure_2b = stage(vec![430.0, 2620.0, 165.0, 2546.0, 0.0]);
+    assert_eq!(figure_2b.fastest_worker_s(), 165.0);
+    assert_eq!(figure_2b.worker_wall_ratio(), 2620.0 / 165.0);
+    let together = stage(vec![7.0, 7.0]);
+    assert_eq!(together.worker_wall_ratio(), 1.0);
+    let idle = stage(vec![0.0, 0.0]);
+    assert_eq!(
+        (idle.fastest_worker_s(), idle.worker_wall_ratio()),
+        (0.0, 0.0)
+    );
+}
