@@ -16,10 +16,11 @@ mod stacked;
 
 use anyhow::Context;
 use figures::ChartFigure;
+use sim::family::FigureKind;
 use sim::results::{CellResult, ResultsDocument, SweepAxisEcho};
 use sim::scenario::ScenarioPlan;
 use sim::scenario::figure::selected_values;
-use sim::scenario::file::{FigureFile, FigureKind};
+use sim::scenario::file::FigureFile;
 use std::path::{Path, PathBuf};
 
 type Json = serde_json::Value;

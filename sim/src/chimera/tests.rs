@@ -4,7 +4,7 @@
 use super::*;
 use crate::chimera::server::ChimeraServer;
 use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
-use crate::scenario::validate::LoadCache;
+use crate::load_cache::LoadCache;
 use crate::serving::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Router, RouterConfig};
 use std::collections::VecDeque;
 use std::path::Path;

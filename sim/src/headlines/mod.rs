@@ -258,8 +258,9 @@ pub struct Headlines {
 
 static EMPTY_TABLE: std::sync::LazyLock<toml::Table> = std::sync::LazyLock::new(toml::Table::new);
 
-/// The file name of a family's headlines beside its scenarios.
-pub const FILE_NAME: &str = "headlines.toml";
+/// The file name of a family's headlines beside its scenarios (the loader's, which skips and
+/// refuses it as a scenario).
+pub const FILE_NAME: &str = crate::scenario::CLAIMS_FILE_NAME;
 
 /// Reads and checks `path`: unique ids, every claim's run defined, every scenario file present,
 /// `aggregate` only with `over`, a non-empty `versus`.

@@ -2,10 +2,10 @@
 //! kind needs or does not use, that named metrics exist and named keys are swept, and that
 //! `select` values are among the swept ones.
 
-use super::file::{FigureFile, FigureKind, ReportFile};
+use super::file::{FigureFile, ReportFile};
 use super::sweep::{SweepAxis, display_value};
-use super::validate::{FieldError, field_error};
-use crate::family::FamilyId;
+use crate::family::{FamilyId, FigureKind};
+use crate::validate::{FieldError, field_error};
 
 /// Checks every figure; the first problem is returned with its field path (`figure[2].kind`).
 pub fn check(

@@ -6,8 +6,8 @@
 //! reason and no number; a run is deterministic.
 
 use super::*;
+use crate::load_cache::LoadCache;
 use crate::records::DiscardRecords;
-use crate::scenario::validate::LoadCache;
 use crate::serving::{EngineState, QueuedRequest, RouteRequest};
 use std::collections::VecDeque;
 
@@ -49,7 +49,7 @@ impl Router for Turns {
     }
 }
 
-fn scenario(text: &str) -> Result<ServingScenario, crate::scenario::validate::FieldError> {
+fn scenario(text: &str) -> Result<ServingScenario, crate::validate::FieldError> {
     let config: ServingConfig = toml::from_str(text).expect("the test's TOML parses");
     config.validate(std::path::Path::new("."), &mut LoadCache::default())
 }
@@ -1110,7 +1110,7 @@ fn adapters_are_served_and_their_experts_and_rerouting_cost_time() {
 
 /// A scenario validated from the repository's `scenarios/serving/` folder (so a measured set
 /// under `profiles/` is found).
-fn scenario_in_repo(text: &str) -> Result<ServingScenario, crate::scenario::validate::FieldError> {
+fn scenario_in_repo(text: &str) -> Result<ServingScenario, crate::validate::FieldError> {
     let config: ServingConfig = toml::from_str(text).expect("the test's TOML parses");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/serving");
     config.validate(&dir, &mut LoadCache::default())

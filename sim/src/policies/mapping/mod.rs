@@ -272,8 +272,8 @@ impl MapperConfig {
         layers: usize,
         experts: usize,
         prefix: &str,
-    ) -> Vec<crate::scenario::limits::Demand> {
-        use crate::scenario::limits::{Demand, Quantity};
+    ) -> Vec<crate::validate::limits::Demand> {
+        use crate::validate::limits::{Demand, Quantity};
         let per_step = layers as f64 * experts as f64;
         let window = self.window() as f64;
         let mut d = Vec::new();
