@@ -243,12 +243,16 @@ pub fn check_file_names(plan: &ScenarioPlan) -> Result<(), (String, String)> {
     Ok(())
 }
 
+/// One file's cells: the values of the sweep keys the figure does not use, and the cells with
+/// those values.
+pub(crate) type FileCells<'d> = (Vec<(String, Json)>, Vec<&'d CellResult>);
+
 /// The cells of `document` that pass `spec.select`, grouped into one list per combination of
 /// the sweep keys the figure does not use (with that combination), in plan order.
 pub(crate) fn split_into_files<'d>(
     spec: &FigureFile,
     document: &'d ResultsDocument,
-) -> Vec<(Vec<(String, Json)>, Vec<&'d CellResult>)> {
+) -> Vec<FileCells<'d>> {
     let selected: Vec<&CellResult> = document
         .cells
         .iter()

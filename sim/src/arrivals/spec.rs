@@ -217,7 +217,7 @@ fn check_bursty(params: &BurstyParams, rate_per_s: f64) -> Result<(), FieldError
         MAX_SIM_SECONDS_CEILING,
     )?;
     let burst_rate = params.burst_rate_per_s(rate_per_s);
-    if !(burst_rate <= MAX_RATE_PER_S) {
+    if burst_rate.is_nan() || burst_rate > MAX_RATE_PER_S {
         return Err(field_error(
             "arrival.bursty.burst_rate_multiplier",
             format!(

@@ -510,7 +510,8 @@ fn validate_execution(
                 ExecutionModelKind::Grouped => {
                     let gpu = crate::cost::GpuSpec::by_name(&profile.gpu)
                         .map_err(|err| field_error("execution.gpu", err.to_string()))?;
-                    GroupedModel::new(&profile, shape, &gpu).map(ExecutionModel::Grouped)
+                    GroupedModel::new(&profile, shape, &gpu)
+                        .map(|m| ExecutionModel::Grouped(Box::new(m)))
                 }
                 _ => StragglerModel::new(&profile, shape).map(ExecutionModel::Straggler),
             };

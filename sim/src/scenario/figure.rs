@@ -34,9 +34,9 @@ pub fn is_swept(key: &str, axes: &[SweepAxis]) -> bool {
 
 /// The values a `select` entry names: `wanted` itself when it is one of the swept values (a
 /// swept list such as a model combination), else the entries of a list, else `wanted`.
-pub fn selected_values<'w, V: PartialEq>(swept: &[V], wanted: &'w V) -> Vec<&'w V>
+pub fn selected_values<'w, V>(swept: &[V], wanted: &'w V) -> Vec<&'w V>
 where
-    V: AsList,
+    V: PartialEq + AsList,
 {
     if swept.contains(wanted) {
         return vec![wanted];

@@ -203,7 +203,7 @@ fn each_scheduler_kind_pays_its_own_engines_measured_host_time() {
     let sarathi = with("scheduler = { kind = \"sarathi\", chunk_size = 512 }");
     let sarathi_own = run(&scenario(&sarathi).unwrap(), 7);
     let sarathi_vllm_host = run(
-        &scenario(&format!("{sarathi}").replace(
+        &scenario(&sarathi.replace(
             "chunk_size = 512 }",
             "chunk_size = 512 }\nhost_time = \"vllm\"",
         ))
