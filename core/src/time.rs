@@ -180,7 +180,7 @@ mod tests {
                 Err(TimeError::NotAFiniteNonNegative(_))
             ));
         }
-        for huge in [1e308, 9.223372036854775807e18, 1.9e10] {
+        for huge in [1e308, 9.223372036854776e18, 1.9e10] {
             let err = SimDuration::try_from_secs_f64(huge).unwrap_err();
             assert_eq!(err, TimeError::TooLong(huge));
             assert!(err.to_string().contains("does not fit"), "{err}");

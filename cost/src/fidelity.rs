@@ -172,7 +172,7 @@ pub fn price_points(set: &KernelTimings, gpu: &GpuSpec) -> Vec<FidelityPoint> {
 
 /// The points of `class` the bar is held on: CUDA-graph timing where a class has it (dense and
 /// grouped GEMMs), eager where it is all there is (attention).
-pub fn gated<'a>(points: &'a [FidelityPoint], class: KernelClass) -> Vec<&'a FidelityPoint> {
+pub fn gated(points: &[FidelityPoint], class: KernelClass) -> Vec<&FidelityPoint> {
     let graph = points
         .iter()
         .any(|p| p.class == class && p.timing == Timing::Graph);

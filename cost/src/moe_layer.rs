@@ -96,8 +96,8 @@ impl ExpertRows<'_> {
             }
             ExpertRows::Even { tokens, experts } => {
                 let active = (experts as u64).min(tokens);
-                if active > 0 {
-                    let (base, extra) = (tokens / active, tokens % active);
+                if let Some(base) = tokens.checked_div(active) {
+                    let extra = tokens % active;
                     if extra > 0 {
                         f(base + 1, extra as f64);
                     }

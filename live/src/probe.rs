@@ -254,7 +254,7 @@ pub fn scenario_profile(plan: &ScenarioPlan) -> Result<Option<PathBuf>, LiveErro
         return Err(LiveError::Unsupported(format!("{field} is not a string")));
     };
     let base = plan.path.parent().unwrap_or(Path::new("."));
-    sim::scenario::validate::resolve_profile(field, text, base)
+    sim::validate::resolve_profile(field, text, base)
         .map(|p| Some(tidy(&p)))
         .map_err(|e| LiveError::Unsupported(format!("{}: {}", e.path, e.message)))
 }

@@ -300,9 +300,7 @@ fn figures(points: &[FidelityPoint], out: &Path) {
             .collect();
         let mut by_groups: BTreeMap<usize, Vec<&FidelityPoint>> = BTreeMap::new();
         for p in ps.iter().filter(|p| {
-            let even = p.rows_per_expert.iter().max()
-                <= Some(&(p.rows_per_expert.iter().min().unwrap() + 1));
-            even
+            p.rows_per_expert.iter().max() <= Some(&(p.rows_per_expert.iter().min().unwrap() + 1))
         }) {
             by_groups.entry(p.groups).or_default().push(p);
         }

@@ -1,17 +1,19 @@
 //! The `Family` trait, everything a family of serving systems plugs into the simulator, and the
 //! vocabulary every family shares with the layers above it: a run's `Run`, live mode's
 //! `LiveDescription`, the type-erased `RegisteredFamily` each `Family` is, the `FamilyId` that
-//! names one and the `Scenario` cell that carries one. The families sit above this module; the
-//! list that registers them, `registry::FAMILIES`, sits above the families.
+//! names one, the `Scenario` cell that carries one, the `FigureKind`s a family may own and the
+//! `KeyDoc` rows its keys are documented in. The families sit above this module; the list that
+//! registers them, `registry::FAMILIES`, sits above the families.
 
 use crate::arrivals::TraceStats;
+use crate::load_cache::LoadCache;
 use crate::metrics::{MetricInfo, RunOutput};
 use crate::policies::Policies;
 use crate::records::RecordSink;
-use crate::scenario::file::FigureKind;
-use crate::scenario::limits::Demand;
-use crate::scenario::validate::{FieldError, LoadCache};
+use crate::validate::FieldError;
+use crate::validate::limits::Demand;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use std::any::Any;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -395,4 +397,59 @@ impl fmt::Debug for Scenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {:?}", self.family.name(), self.cell)
     }
+}
+
+/// What a `[[figure]]` draws.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FigureKind {
+    /// Metric mean across seeds (95% CI bars) vs a sweep key: lines for a numeric x, bars else.
+    #[default]
+    Metric,
+    /// Change in percent against the `[report]` baseline (positive = better), as bars.
+    Improvement,
+    /// Stacked bars: the metrics as layers, one bar per series value in each x group.
+    Stacked,
+    /// Operating points (metric 0 on x, metric 1 on y) with each series' Pareto frontier.
+    Frontier,
+    /// GEM: tokens per expert and trace step of the detail layer, experts grouped by GPU, one
+    /// panel per mapping.
+    GemExpertLoad,
+    /// GEM: per-GPU MoE-layer latency vs tokens (the cost staircase scaled by speed).
+    GemStaircase,
+    /// MOSAIC: per-worker load / generate / idle timelines, one panel per value of `panels`.
+    MosaicTimeline,
+    /// MOSAIC: decode throughput vs prompts in flight, one line per model.
+    MosaicDecodeCurves,
+    /// ExpertWeave: device memory per adapter count and manager, stacked as base weights,
+    /// adapter experts, allocation overhead and KV cache.
+    ExpertweaveMemory,
+}
+
+impl FigureKind {
+    /// The name used in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            FigureKind::Metric => "metric",
+            FigureKind::Improvement => "improvement",
+            FigureKind::Stacked => "stacked",
+            FigureKind::Frontier => "frontier",
+            FigureKind::GemExpertLoad => "gem_expert_load",
+            FigureKind::GemStaircase => "gem_staircase",
+            FigureKind::MosaicTimeline => "mosaic_timeline",
+            FigureKind::MosaicDecodeCurves => "mosaic_decode_curves",
+            FigureKind::ExpertweaveMemory => "expertweave_memory",
+        }
+    }
+}
+
+/// One documented key (or several, `a, b`): a dotted key or a `[table]`, its default and what
+/// it means (both markdown, as the table shows them). A row covers its key and, for a table or
+/// a key whose value is a table, every key under it whose last part its meaning names in
+/// backticks (a tagged table's `kind` is always covered).
+#[derive(Clone, Copy, Debug)]
+pub struct KeyDoc {
+    pub key: &'static str,
+    pub default: &'static str,
+    pub meaning: &'static str,
 }

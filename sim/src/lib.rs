@@ -11,6 +11,7 @@ pub mod expertweave;
 pub mod family;
 pub mod gem;
 pub mod headlines;
+pub mod load_cache;
 pub mod metrics;
 pub mod mosaic;
 pub mod partial;
@@ -23,6 +24,7 @@ pub mod runner;
 pub mod scenario;
 pub mod serving;
 pub mod serving_family;
+pub mod validate;
 
 #[cfg(test)]
 mod module_graph_checks;

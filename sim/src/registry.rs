@@ -53,11 +53,12 @@ impl<'de> serde::Deserialize<'de> for FamilyId {
 mod tests {
     use super::*;
     use crate::family::{Family, LiveDescription, Run};
+    use crate::load_cache::LoadCache;
     use crate::metrics::{Better, MetricInfo, RunOutput};
     use crate::policies::Policies;
     use crate::records::{DiscardRecords, RecordSink};
-    use crate::scenario::limits::{Demand, Quantity};
-    use crate::scenario::validate::{FieldError, LoadCache, positive};
+    use crate::validate::limits::{Demand, Quantity};
+    use crate::validate::{FieldError, positive};
     use std::path::Path;
 
     #[test]

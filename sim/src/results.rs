@@ -73,7 +73,7 @@ pub struct TraceReplayed {
 
 impl TraceReplayed {
     /// What `scenario` replays, when its arrivals are a trace.
-    pub fn of(scenario: &crate::scenario::Scenario) -> Option<TraceReplayed> {
+    pub fn of(scenario: &crate::family::Scenario) -> Option<TraceReplayed> {
         scenario.trace_replay().map(|(path, stats)| TraceReplayed {
             file: path.file_name().map_or_else(
                 || path.display().to_string(),

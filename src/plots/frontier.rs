@@ -7,6 +7,9 @@ use super::{Json, Selection, label};
 use figures::{Chart, ChartFigure, ScatterPanel, ScatterSeries};
 use sim::metrics::Better;
 
+/// One series: its keys' values and its (x, y) points.
+type KeyedPoints = (Vec<Json>, Vec<(f64, f64)>);
+
 /// Whether `a` dominates `b`: at least as good on both axes and better on one.
 fn dominates(a: (f64, f64), b: (f64, f64), better: (Better, Better)) -> bool {
     let at_least = |a: f64, b: f64, dir: Better| match dir {
@@ -77,7 +80,7 @@ pub(crate) fn build(selection: &Selection<'_>) -> ChartFigure {
         .iter()
         .map(|(panel_value, cells)| {
             // Series in order of first appearance.
-            let mut series: Vec<(Vec<Json>, Vec<(f64, f64)>)> = Vec::new();
+            let mut series: Vec<KeyedPoints> = Vec::new();
             for cell in cells {
                 let key: Vec<Json> = spec
                     .series

@@ -16,10 +16,11 @@ mod stacked;
 
 use anyhow::Context;
 use figures::ChartFigure;
+use sim::family::FigureKind;
 use sim::results::{CellResult, ResultsDocument, SweepAxisEcho};
 use sim::scenario::ScenarioPlan;
 use sim::scenario::figure::selected_values;
-use sim::scenario::file::{FigureFile, FigureKind};
+use sim::scenario::file::FigureFile;
 use std::path::{Path, PathBuf};
 
 type Json = serde_json::Value;
@@ -242,12 +243,16 @@ pub fn check_file_names(plan: &ScenarioPlan) -> Result<(), (String, String)> {
     Ok(())
 }
 
+/// One file's cells: the values of the sweep keys the figure does not use, and the cells with
+/// those values.
+pub(crate) type FileCells<'d> = (Vec<(String, Json)>, Vec<&'d CellResult>);
+
 /// The cells of `document` that pass `spec.select`, grouped into one list per combination of
 /// the sweep keys the figure does not use (with that combination), in plan order.
 pub(crate) fn split_into_files<'d>(
     spec: &FigureFile,
     document: &'d ResultsDocument,
-) -> Vec<(Vec<(String, Json)>, Vec<&'d CellResult>)> {
+) -> Vec<FileCells<'d>> {
     let selected: Vec<&CellResult> = document
         .cells
         .iter()

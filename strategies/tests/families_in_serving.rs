@@ -24,9 +24,9 @@
 //! `a_mosaic_session_is_scheduled_alike` for what differs.
 
 use sim::expertweave::{ExpertWeaveConfig, Popularity, RooflineStepCost};
+use sim::load_cache::LoadCache;
 use sim::policies::Policies;
 use sim::records::{RecordSink, RequestRecord};
-use sim::scenario::validate::LoadCache;
 use sim::serving::{StepCost, StepTime, StepWork};
 use sim::serving_family::ServingConfig;
 use sim::time::{SimDuration, SimTime};

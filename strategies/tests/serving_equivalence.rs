@@ -7,9 +7,9 @@
 use serde_json::json;
 use sim::caps::former::DryRun;
 use sim::caps::workload::{MoeRequest, RequestModel, RequestStreams};
+use sim::load_cache::LoadCache;
 use sim::records::{RecordSink, RequestRecord};
 use sim::rng::{SimRng, stream};
-use sim::scenario::validate::LoadCache;
 use sim::serving::{QueuePolicyConfig, RouterConfig};
 use sim::serving_family::batch_former::ServingCandidate;
 use sim::serving_family::deployment::Deployment;

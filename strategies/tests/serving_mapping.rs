@@ -3,8 +3,8 @@
 //! which prices each layer by its most loaded GPU, rewards it.
 
 use serde_json::json;
+use sim::load_cache::LoadCache;
 use sim::records::DiscardRecords;
-use sim::scenario::validate::LoadCache;
 use sim::serving::{QueuePolicyConfig, RouterConfig};
 use sim::serving_family::{ServingConfig, run_recorded};
 use std::path::Path;

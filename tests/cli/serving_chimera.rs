@@ -18,7 +18,7 @@
 use super::common::{expertsim, stderr};
 use sim::chimera::server::ChimeraServer;
 use sim::chimera::{ChimeraConfig, ChimeraScenario};
-use sim::scenario::validate::LoadCache;
+use sim::load_cache::LoadCache;
 use sim::serving::{EngineState, QueuePolicy, QueuedRequest};
 use sim::serving::{RouteRequest, Router};
 use sim::serving_family::{ServingConfig, ServingScenario};

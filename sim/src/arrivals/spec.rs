@@ -10,12 +10,11 @@ use super::{
     TraceStats,
 };
 use crate::rng::SimRng;
-use crate::scenario::limits::MAX_SIM_SECONDS_CEILING;
-use crate::scenario::validate::{
-    FieldError, LoadCache, MAX_RATE_PER_S, duration, field_error, positive,
-};
+use crate::validate::limits::MAX_SIM_SECONDS_CEILING;
+use crate::validate::{FieldError, MAX_RATE_PER_S, duration, field_error, positive};
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// `[arrival]` as written in the scenario file.
@@ -88,12 +87,13 @@ pub enum ArrivalSpec {
 
 impl ArrivalTable {
     /// Checks the table for a run of (at most) `n_requests` requests; a trace path resolves
-    /// against `base_dir` and is loaded once per sweep through `cache`.
+    /// against `base_dir` and is loaded once per sweep through `traces` (the sweep's
+    /// `LoadCache::traces`).
     pub fn validate(
         &self,
         n_requests: usize,
         base_dir: &Path,
-        cache: &mut LoadCache,
+        traces: &mut HashMap<PathBuf, Arc<Trace>>,
     ) -> Result<ArrivalSpec, FieldError> {
         let rate = |pattern: &str| -> Result<f64, FieldError> {
             let rate = self.rate_per_s.ok_or_else(|| {
@@ -102,7 +102,7 @@ impl ArrivalTable {
                     format!("is required for pattern \"{pattern}\""),
                 )
             })?;
-            crate::scenario::validate::rate("arrival.rate_per_s", rate)
+            crate::validate::rate("arrival.rate_per_s", rate)
         };
         let unused = |present: bool, field: &str, pattern: &str| -> Result<(), FieldError> {
             if present {
@@ -177,14 +177,14 @@ impl ArrivalTable {
                 })?;
                 let time_scale = positive("arrival.trace.time_scale", table.time_scale)?;
                 let path = base_dir.join(&table.path);
-                let trace = match cache.traces.get(&path) {
+                let trace = match traces.get(&path) {
                     Some(trace) => trace.clone(),
                     None => {
                         let trace = Arc::new(
                             Trace::load(&path)
                                 .map_err(|e| field_error("arrival.trace.path", e.to_string()))?,
                         );
-                        cache.traces.insert(path, trace.clone());
+                        traces.insert(path, trace.clone());
                         trace
                     }
                 };
@@ -217,7 +217,7 @@ fn check_bursty(params: &BurstyParams, rate_per_s: f64) -> Result<(), FieldError
         MAX_SIM_SECONDS_CEILING,
     )?;
     let burst_rate = params.burst_rate_per_s(rate_per_s);
-    if !(burst_rate <= MAX_RATE_PER_S) {
+    if burst_rate.is_nan() || burst_rate > MAX_RATE_PER_S {
         return Err(field_error(
             "arrival.bursty.burst_rate_multiplier",
             format!(
@@ -331,7 +331,7 @@ mod tests {
 
     fn validate(text: &str) -> Result<ArrivalSpec, FieldError> {
         let traces = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/traces");
-        table(text).validate(100, &traces, &mut LoadCache::default())
+        table(text).validate(100, &traces, &mut HashMap::new())
     }
 
     #[test]
@@ -358,13 +358,13 @@ mod tests {
     #[test]
     fn a_trace_replays_its_rows_and_is_loaded_once() {
         let traces = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/traces");
-        let mut cache = LoadCache::default();
+        let mut cache = HashMap::new();
         let t = table(
             "pattern = \"trace\"\ntrace = { path = \"azure_conv_2023.csv\", time_scale = 0.5 }",
         );
         let spec = t.validate(3, &traces, &mut cache).unwrap();
         t.validate(3, &traces, &mut cache).unwrap();
-        assert_eq!(cache.traces.len(), 1);
+        assert_eq!(cache.len(), 1);
         // The file's first rows: 0.0,374,44 / 4.314579,396,109 / 4.541877,879,55.
         let rows = collect(spec.process(3, 1, stream(1, "a")).as_mut());
         let got: Vec<(SimTime, Option<u32>, Option<u32>)> = rows

@@ -289,8 +289,8 @@ impl LengthStats {
 impl TraceStats {
     /// What the replayed requests ask for in tokens per request, for a family that takes its
     /// lengths from the trace: the longest prompt and output, caused by `arrival.trace.path`.
-    pub fn token_demands(&self) -> Vec<crate::scenario::limits::Demand> {
-        use crate::scenario::limits::{Demand, Quantity};
+    pub fn token_demands(&self) -> Vec<crate::validate::limits::Demand> {
+        use crate::validate::limits::{Demand, Quantity};
         [&self.prompt_tokens, &self.output_tokens]
             .into_iter()
             .flatten()

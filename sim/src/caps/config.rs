@@ -9,11 +9,12 @@ use crate::caps::server::SchedulerParams;
 use crate::cost::measured_steps::PricingRecord;
 use crate::cost::profile::Profile;
 use crate::cost::shape::MoeModelShape;
+use crate::load_cache::LoadCache;
 use crate::policies::batch::BatchSelectorConfig;
-use crate::scenario::limits::MAX_SIM_SECONDS_CEILING;
-use crate::scenario::validate::duration;
-use crate::scenario::validate::{FieldError, LoadCache, at_least_one, field_error, positive};
 use crate::time::SimDuration;
+use crate::validate::duration;
+use crate::validate::limits::MAX_SIM_SECONDS_CEILING;
+use crate::validate::{FieldError, at_least_one, field_error, positive};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
@@ -374,7 +375,7 @@ fn validate(
     };
 
     let n = usize::try_from(w.n_requests).unwrap_or(usize::MAX);
-    let arrival = file.arrival.validate(n, base_dir, cache)?;
+    let arrival = file.arrival.validate(n, base_dir, &mut cache.traces)?;
 
     let s = &file.scheduler;
     let max_batch_size = at_least_one("scheduler.max_batch_size", s.max_batch_size)?;
@@ -509,7 +510,8 @@ fn validate_execution(
                 ExecutionModelKind::Grouped => {
                     let gpu = crate::cost::GpuSpec::by_name(&profile.gpu)
                         .map_err(|err| field_error("execution.gpu", err.to_string()))?;
-                    GroupedModel::new(&profile, shape, &gpu).map(ExecutionModel::Grouped)
+                    GroupedModel::new(&profile, shape, &gpu)
+                        .map(|m| ExecutionModel::Grouped(Box::new(m)))
                 }
                 _ => StragglerModel::new(&profile, shape).map(ExecutionModel::Straggler),
             };
@@ -543,8 +545,8 @@ fn measured_profile(
 ) -> Result<(Arc<Profile>, Arc<PricingRecord>), FieldError> {
     let spec = crate::cost::gpu::GpuSpec::by_name(gpu)
         .map_err(|e| field_error("execution.gpu", e.to_string()))?;
-    let set = crate::scenario::validate::measured_set("execution.measured", name, base_dir, cache)?;
-    crate::scenario::validate::measured_on("execution.measured", &set, "execution.gpu", &spec)?;
+    let set = crate::load_cache::measured_set("execution.measured", name, base_dir, cache)?;
+    crate::validate::measured_on("execution.measured", &set, "execution.gpu", &spec)?;
     let built = crate::cost::measured_steps::moe(&set, shape, 1);
     Ok((Arc::new(built.profile), Arc::new(built.record)))
 }
@@ -559,7 +561,7 @@ fn load_profile(
     // The whole shape is part of the key: a sweep over layers, experts or dtype needs its own profile.
     let shape_key = serde_json::to_string(shape).expect("shapes serialize");
     let resolved = path
-        .map(|p| crate::scenario::validate::resolve_profile("execution.profile", p, base_dir))
+        .map(|p| crate::validate::resolve_profile("execution.profile", p, base_dir))
         .transpose()?;
     let key = match &resolved {
         Some(p) => format!("file:{}:{shape_key}", p.display()),

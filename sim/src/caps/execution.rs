@@ -361,7 +361,7 @@ impl GroupedModel {
 /// The batch execution model of a scenario.
 #[derive(Clone, Debug)]
 pub enum ExecutionModel {
-    Grouped(GroupedModel),
+    Grouped(Box<GroupedModel>),
     Cv(CvModel),
     Straggler(StragglerModel),
 }

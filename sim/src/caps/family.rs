@@ -5,11 +5,12 @@ use super::config::ExecutionSpec;
 use super::{CapsConfig, CapsScenario};
 use crate::arrivals::ArrivalSpec;
 use crate::family::{Family, LiveDescription, Run};
+use crate::load_cache::LoadCache;
 use crate::metrics::MetricInfo;
 use crate::policies::Policies;
 use crate::records::RecordSink;
-use crate::scenario::limits::{Demand, Quantity};
-use crate::scenario::validate::{FieldError, LoadCache};
+use crate::validate::FieldError;
+use crate::validate::limits::{Demand, Quantity};
 use std::path::{Path, PathBuf};
 
 /// The CAPS family (caps.txt).

@@ -35,10 +35,10 @@ pub fn step_executor(scenario: &CapsScenario, seed: u64) -> (CapsStepCost, Strin
             "reference-constant".into(),
         ),
         ExecutionSpec::Exponential { mean } => (
-            CapsStepCost::Exponential(ExponentialService {
+            CapsStepCost::Exponential(Box::new(ExponentialService {
                 mean: *mean,
                 rng: stream(seed, "service"),
-            }),
+            })),
             "reference-exponential".into(),
         ),
     }

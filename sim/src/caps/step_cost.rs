@@ -47,7 +47,7 @@ pub enum CapsStepCost {
     /// The scenario's execution model, shared by every run of the cell.
     Model(Arc<ExecutionModel>),
     Constant(ConstantService),
-    Exponential(ExponentialService),
+    Exponential(Box<ExponentialService>),
 }
 
 impl StepCost for CapsStepCost {

@@ -9,12 +9,10 @@ use super::workload::{
 use crate::arrivals::{ArrivalSpec, ArrivalTable, TraceStats};
 use crate::cost::gpu::GpuSpec;
 use crate::cost::host::HostOverhead;
+use crate::load_cache::{LoadCache, measured_set};
 use crate::mosaic::profile_cost::DenseDecodeProfile;
-use crate::scenario::validate::{
-    FieldError, LoadCache, at_least_one, field_error, measured_on, measured_set, non_negative,
-    positive,
-};
 use crate::serving::{QueuePolicyConfig, RouterConfig};
+use crate::validate::{FieldError, at_least_one, field_error, measured_on, non_negative, positive};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -212,7 +210,7 @@ impl ChimeraConfig {
     ) -> Result<(ArrivalSpec, f64), FieldError> {
         match (&self.arrival, self.workload.rps) {
             (None, Some(rps)) => {
-                let rps = crate::scenario::validate::rate("workload.rps", rps)?;
+                let rps = crate::validate::rate("workload.rps", rps)?;
                 Ok((ArrivalSpec::Poisson { rate_per_s: rps }, rps))
             }
             (None, None) => Err(field_error(
@@ -224,7 +222,7 @@ impl ChimeraConfig {
                 "does not apply with an [arrival] table: give the rate there (arrival.rate_per_s)",
             )),
             (Some(table), None) => {
-                let spec = table.validate(usize::MAX, base_dir, cache)?;
+                let spec = table.validate(usize::MAX, base_dir, &mut cache.traces)?;
                 let rps = match &spec {
                     ArrivalSpec::Poisson { rate_per_s }
                     | ArrivalSpec::Gamma { rate_per_s, .. }
@@ -272,8 +270,7 @@ impl ChimeraConfig {
                 ));
             }
             Some(file) => {
-                let path =
-                    crate::scenario::validate::resolve_profile("cluster.profile", file, base_dir)?;
+                let path = crate::validate::resolve_profile("cluster.profile", file, base_dir)?;
                 let profile = DenseDecodeProfile::load(&path)
                     .map_err(|e| field_error("cluster.profile", e))?;
                 Some((path, profile))
@@ -293,7 +290,7 @@ impl ChimeraConfig {
         }
         let host = match c.step_overhead_ms {
             Some(ms) => HostOverhead::flat(
-                crate::scenario::validate::span("cluster.step_overhead_ms", ms / 1e3)? * 1e9,
+                crate::validate::span("cluster.step_overhead_ms", ms / 1e3)? * 1e9,
             ),
             None => HostOverhead::vllm_v0(),
         };
@@ -341,10 +338,10 @@ impl ChimeraConfig {
             engines.push(EngineSpec { model, cost });
         }
         let duration_s = self.workload.duration_s;
-        crate::scenario::validate::duration(
+        crate::validate::duration(
             "workload.duration_s",
             duration_s,
-            crate::scenario::limits::MAX_SIM_SECONDS_CEILING,
+            crate::validate::limits::MAX_SIM_SECONDS_CEILING,
         )?;
         let (arrival, rps) = self.arrival_spec(duration_s, base_dir, cache)?;
         arrival.check_span(duration_s)?;

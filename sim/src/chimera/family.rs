@@ -4,11 +4,12 @@
 use super::{ChimeraConfig, ChimeraScenario};
 use crate::arrivals::TraceStats;
 use crate::family::{Family, LiveDescription, Run};
+use crate::load_cache::LoadCache;
 use crate::metrics::MetricInfo;
 use crate::policies::Policies;
 use crate::records::RecordSink;
-use crate::scenario::limits::{Demand, Quantity};
-use crate::scenario::validate::{FieldError, LoadCache};
+use crate::validate::FieldError;
+use crate::validate::limits::{Demand, Quantity};
 use std::path::{Path, PathBuf};
 
 /// The Chimera family (chimera.txt).

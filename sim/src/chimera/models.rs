@@ -120,6 +120,7 @@ impl EngineCost {
     /// The engine of `model` (shape `shape`) on `gpu`, its steps priced by the roofline or,
     /// with `measured`, from that set's measured operations; `Err` when the weights leave no KV
     /// cache.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         model: &str,
         shape: &DenseModelShape,

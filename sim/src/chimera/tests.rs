@@ -4,7 +4,7 @@
 use super::*;
 use crate::chimera::server::ChimeraServer;
 use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
-use crate::scenario::validate::LoadCache;
+use crate::load_cache::LoadCache;
 use crate::serving::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Router, RouterConfig};
 use std::collections::VecDeque;
 use std::path::Path;
@@ -489,9 +489,7 @@ fn stage_roles_follow_appendix_a1() {
 #[test]
 fn a_bad_prefix_caching_value_names_file_line_and_field() {
     let text = "name = \"x\"\nfamily = \"chimera\"\n[cluster]\nmodels = [\"qwen2.5-7b\"]\nprefix_caching = \"yes\"\n[workload]\ndataset = \"apps\"\nrps = 1\nduration_s = 1\n[queue]\nkind = \"fcfs\"\n[routing]\nkind = \"round_robin\"\n";
-    let e = crate::scenario::load_str(Path::new("bad.toml"), text, &[])
-        .err()
-        .expect("refused");
+    let e = crate::scenario::load_str(Path::new("bad.toml"), text, &[]).expect_err("refused");
     let shown = e.to_string();
     assert!(
         shown.contains("bad.toml:5") && shown.contains("cluster.prefix_caching"),

@@ -6,7 +6,7 @@
 //! Every constant here is listed with its source in docs/chimera.md.
 
 use crate::rng::SimRng;
-use crate::scenario::validate::{FieldError, non_negative};
+use crate::validate::{FieldError, non_negative};
 use rand::RngExt;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};

@@ -12,12 +12,13 @@ use crate::cost::gpu::GpuSpec;
 use crate::cost::profile::MeasuredProfile;
 use crate::cost::shape::MlaMoeShape;
 use crate::distributions::{Uniform, Zipf};
+use crate::load_cache::LoadCache;
 use crate::policies::memory::adapters::{EsftAdapter, esft_adapter, esft_adapters};
 use crate::policies::memory::device::{DeviceMemory, GIB};
 use crate::policies::memory::{MemoryConfig, slot_geometry};
-use crate::scenario::limits::{Demand, Limits, Quantity};
-use crate::scenario::validate::{FieldError, LoadCache, at_least_one, field_error, positive};
 use crate::time::SimTime;
+use crate::validate::limits::{Demand, Limits, Quantity};
+use crate::validate::{FieldError, at_least_one, field_error, positive};
 
 /// The family's tables of a scenario file (everything but the common keys).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -388,7 +389,7 @@ fn validate_arrivals(
             n as f64,
             "workload.n_requests",
         )])?;
-        let arrival = table.validate(n, base_dir, cache)?;
+        let arrival = table.validate(n, base_dir, &mut cache.traces)?;
         return Ok((arrival, SimTime::MAX, n));
     }
     if w.n_requests.is_some() {
@@ -405,12 +406,12 @@ fn validate_arrivals(
              workload.n_requests)",
         )
     })?;
-    let horizon = crate::scenario::validate::duration(
+    let horizon = crate::validate::duration(
         "workload.horizon_s",
         horizon_s,
-        crate::scenario::limits::MAX_SIM_SECONDS_CEILING,
+        crate::validate::limits::MAX_SIM_SECONDS_CEILING,
     )?;
-    let arrival = table.validate(usize::MAX, base_dir, cache)?;
+    let arrival = table.validate(usize::MAX, base_dir, &mut cache.traces)?;
     arrival.check_span(horizon_s)?;
     let horizon = SimTime::ZERO + horizon;
     let max_arrivals = arrivals_before(&arrival, horizon);
@@ -522,8 +523,7 @@ impl ExpertWeaveConfig {
         let profile = match &c.profile {
             None => None,
             Some(file) => {
-                let path =
-                    crate::scenario::validate::resolve_profile("cost.profile", file, base_dir)?;
+                let path = crate::validate::resolve_profile("cost.profile", file, base_dir)?;
                 let measured = MeasuredProfile::load(&path)
                     .map_err(|e| field_error("cost.profile", e.to_string()))?;
                 let profile = EwProfile::from_measured(

@@ -572,10 +572,10 @@ mod tests {
     use crate::arrivals::Trace;
     use crate::cost::shape::MlaMoeShape;
     use crate::expertweave::config::{ExpertWeaveConfig, Rerouting};
+    use crate::load_cache::LoadCache;
     use crate::policies::memory::adapters::EsftAdapter;
     use crate::policies::memory::device::{DeviceMemory, KvCapacity};
     use crate::policies::memory::{AdapterMemoryError, MemoryReport};
-    use crate::scenario::validate::LoadCache;
     use crate::serving::tests::Fifo;
     use std::path::Path;
 

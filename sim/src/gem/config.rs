@@ -11,9 +11,10 @@ use crate::cost::shape::MoeModelShape;
 use crate::distributions::TokenCount;
 use crate::gem::trace::{ExpertTrace, TraceParams};
 use crate::gem::variability::{ThroughputDistribution, VariabilitySetup, moderate_factors};
+use crate::load_cache::LoadCache;
 use crate::policies::mapping::MapperConfig;
 use crate::rng::stream;
-use crate::scenario::validate::{FieldError, LoadCache};
+use crate::validate::FieldError;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
@@ -387,8 +388,8 @@ impl GemConfig {
             return Err(field("cluster.n_gpus", "must be at least 1, got 0"));
         }
         // The count sizes the speed factors built below: held to its ceiling first.
-        cache.limits.check(&[crate::scenario::limits::Demand::new(
-            crate::scenario::limits::Quantity::Gpus,
+        cache.limits.check(&[crate::validate::limits::Demand::new(
+            crate::validate::limits::Quantity::Gpus,
             n_gpus as f64,
             "cluster.n_gpus",
         )])?;
@@ -437,14 +438,14 @@ impl GemConfig {
                 }
                 // Drawn here, while validating: bounded before the draws run.
                 let samples = c.moderate_draws as f64 * n_gpus as f64;
-                if samples > crate::scenario::limits::MAX_VALIDATION_SAMPLES {
+                if samples > crate::validate::limits::MAX_VALIDATION_SAMPLES {
                     return Err(field(
                         "cluster.moderate_draws",
                         format!(
                             "{} draws x {n_gpus} GPUs = {samples:e} samples, above the {:e} \
                              drawn while validating (docs/limits.md)",
                             c.moderate_draws,
-                            crate::scenario::limits::MAX_VALIDATION_SAMPLES
+                            crate::validate::limits::MAX_VALIDATION_SAMPLES
                         ),
                     ));
                 }
@@ -469,11 +470,7 @@ impl GemConfig {
                     ));
                 }
                 for (i, &v) in factors.iter().enumerate() {
-                    crate::scenario::validate::speed_factor(
-                        &format!("cluster.speed_factors[{i}]"),
-                        v,
-                        1e3,
-                    )?;
+                    crate::validate::speed_factor(&format!("cluster.speed_factors[{i}]"), v, 1e3)?;
                 }
                 factors.clone()
             }
@@ -500,7 +497,7 @@ impl GemConfig {
         }
         let arrival = match &self.arrival {
             None => ArrivalSpec::Offline,
-            Some(table) => table.validate(w.n_requests, base_dir, cache)?,
+            Some(table) => table.validate(w.n_requests, base_dir, &mut cache.traces)?,
         };
         let s = &self.serving;
         if s.max_num_seqs == 0 {
@@ -617,29 +614,15 @@ impl GemConfig {
                 },
             ),
             (None, Some(name)) => {
-                let set = crate::scenario::validate::measured_set(
-                    "model.measured",
-                    name,
-                    base_dir,
-                    cache,
-                )?;
-                crate::scenario::validate::measured_on(
-                    "model.measured",
-                    &set,
-                    "cluster.gpu",
-                    &gpu,
-                )?;
+                let set = crate::load_cache::measured_set("model.measured", name, base_dir, cache)?;
+                crate::validate::measured_on("model.measured", &set, "cluster.gpu", &gpu)?;
                 // The non-expert part is tensor-parallel over the group's GPUs.
                 let built = crate::cost::measured_steps::moe(&set, &shape, n_gpus as u32);
                 pricing = Some(Arc::new(built.record));
                 built.profile
             }
             (Some(relative), None) => {
-                let path = crate::scenario::validate::resolve_profile(
-                    "model.profile",
-                    relative,
-                    base_dir,
-                )?;
+                let path = crate::validate::resolve_profile("model.profile", relative, base_dir)?;
                 let profile =
                     Profile::load(&path).map_err(|e| field("model.profile", e.to_string()))?;
                 profile

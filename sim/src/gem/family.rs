@@ -3,14 +3,15 @@
 
 use super::config::{Experiment, TraceSpec};
 use super::{GemConfig, GemScenario};
+use crate::family::FigureKind;
 use crate::family::{Family, LiveDescription, Run};
+use crate::load_cache::LoadCache;
 use crate::metrics::MetricInfo;
 use crate::policies::Policies;
 use crate::records::RecordSink;
-use crate::scenario::file::FigureKind;
-use crate::scenario::limits::{Demand, Quantity};
-use crate::scenario::validate::{FieldError, LoadCache};
 use crate::serving::QueuePolicyConfig;
+use crate::validate::FieldError;
+use crate::validate::limits::{Demand, Quantity};
 use std::path::{Path, PathBuf};
 
 /// The GEM family (gem.txt).

@@ -3,9 +3,9 @@
 
 use super::*;
 use crate::cost::moe_layer::SpeedFactors;
+use crate::load_cache::LoadCache;
 use crate::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
 use crate::rng::SimRng;
-use crate::scenario::validate::LoadCache;
 use crate::serving::{QueuePolicy, QueuedRequest};
 use crate::time::SimTime;
 use std::collections::VecDeque;
@@ -62,7 +62,7 @@ fn config(text: &str) -> GemConfig {
     toml::from_str(text).unwrap()
 }
 
-fn error(text: &str) -> crate::scenario::validate::FieldError {
+fn error(text: &str) -> crate::validate::FieldError {
     config(text)
         .validate(Path::new("."), &mut LoadCache::default())
         .unwrap_err()

@@ -230,7 +230,7 @@ impl ExpertTrace {
                 "missing `layers` or `experts` header line".into(),
             ));
         };
-        if rows.is_empty() || rows.len() % layers != 0 {
+        if rows.is_empty() || !rows.len().is_multiple_of(layers) {
             return Err(error(
                 last_line.max(1),
                 format!(
@@ -650,13 +650,12 @@ mod tests {
             (trace.n_layers(), trace.n_experts(), trace.n_steps()),
             (2, 64, 2000)
         );
-        for layer in 0..2 {
+        for (layer, r) in roles.iter().enumerate() {
             let series = |e: usize| -> Vec<f64> {
                 (0..trace.n_steps())
                     .map(|t| f64::from(trace.step(layer, t)[e]))
                     .collect()
             };
-            let r = &roles[layer];
             assert_eq!(r.consistent.len(), 12);
             assert_eq!(r.temporal_groups.iter().map(Vec::len).sum::<usize>(), 12);
             // Members of the pair are correlated near the set value; other experts are not.

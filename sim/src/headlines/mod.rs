@@ -258,8 +258,9 @@ pub struct Headlines {
 
 static EMPTY_TABLE: std::sync::LazyLock<toml::Table> = std::sync::LazyLock::new(toml::Table::new);
 
-/// The file name of a family's headlines beside its scenarios.
-pub const FILE_NAME: &str = "headlines.toml";
+/// The file name of a family's headlines beside its scenarios (the loader's, which skips and
+/// refuses it as a scenario).
+pub const FILE_NAME: &str = crate::scenario::CLAIMS_FILE_NAME;
 
 /// Reads and checks `path`: unique ids, every claim's run defined, every scenario file present,
 /// `aggregate` only with `over`, a non-empty `versus`.
@@ -389,13 +390,13 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
                 format!("no [[run]] has id `{}`", claim.run),
             ));
         }
-        if let Some(versus_run) = &claim.versus_run {
-            if !runs.iter().any(|r| &r.id == versus_run) {
-                return Err(error(
-                    &at("versus_run"),
-                    format!("no [[run]] has id `{versus_run}`"),
-                ));
-            }
+        if let Some(versus_run) = &claim.versus_run
+            && !runs.iter().any(|r| &r.id == versus_run)
+        {
+            return Err(error(
+                &at("versus_run"),
+                format!("no [[run]] has id `{versus_run}`"),
+            ));
         }
         match baselines.iter().find(|b| b.name == claim.baseline) {
             None => {
@@ -509,14 +510,15 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
                 "a `close` claim is judged against the paper's value: give it".into(),
             ));
         }
-        if let Some(PaperValue::PerPoint(_)) = &claim.paper_value {
-            if claim.over.is_none() || claim.aggregate != Aggregate::Every || !claim.pool.is_empty()
-            {
-                return Err(error(
-                    &at("paper_value"),
-                    "a value per point needs `over`, no `pool` (and every point judged)".into(),
-                ));
-            }
+        if let Some(PaperValue::PerPoint(_)) = &claim.paper_value
+            && (claim.over.is_none()
+                || claim.aggregate != Aggregate::Every
+                || !claim.pool.is_empty())
+        {
+            return Err(error(
+                &at("paper_value"),
+                "a value per point needs `over`, no `pool` (and every point judged)".into(),
+            ));
         }
         if !claim.pool.is_empty() && claim.over.is_none() {
             return Err(error(

@@ -11,9 +11,10 @@ use crate::cost::gpu::{GpuSpec, LinkSpec};
 use crate::cost::load::LoadPath;
 use crate::cost::measured_steps::MeasuredSet;
 use crate::cost::shape::DenseModelShape;
+use crate::load_cache::{LoadCache, measured_set};
 use crate::policies::gate::GateConfig;
 use crate::policies::placement::{PlacementConfig, PlacementProblem};
-use crate::scenario::validate::{FieldError, LoadCache, measured_on, measured_set, span};
+use crate::validate::{FieldError, measured_on, span};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -666,8 +667,7 @@ impl MosaicConfig {
         let decode_profile = match &s.profile {
             None => None,
             Some(file) => {
-                let path =
-                    crate::scenario::validate::resolve_profile("serving.profile", file, base_dir)?;
+                let path = crate::validate::resolve_profile("serving.profile", file, base_dir)?;
                 let profile =
                     DenseDecodeProfile::load(&path).map_err(|e| err("serving.profile", e))?;
                 let costs = experts

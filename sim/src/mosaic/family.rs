@@ -2,16 +2,17 @@
 //! policies' placement and aggregation gate, and what live mode reads.
 
 use super::{MosaicConfig, MosaicScenario, SessionPricing, SimulatedPricing};
+use crate::family::FigureKind;
 use crate::family::{Family, LiveDescription, Run};
+use crate::load_cache::LoadCache;
 use crate::metrics::MetricInfo;
 use crate::policies::Policies;
 use crate::records::RecordSink;
-use crate::scenario::file::FigureKind;
-use crate::scenario::limits::{Demand, Quantity};
-use crate::scenario::validate::{FieldError, LoadCache};
 use crate::serving::QueuePolicyConfig;
 use crate::serving::{CostSource, NotingSource, StepCost};
 use crate::time::SimDuration;
+use crate::validate::FieldError;
+use crate::validate::limits::{Demand, Quantity};
 use std::cell::Cell;
 use std::path::Path;
 use std::rc::Rc;

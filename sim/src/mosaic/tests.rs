@@ -4,8 +4,8 @@
 use super::*;
 use crate::policies::gate::GATE_TOLERANCE;
 use crate::policies::placement::Session;
-use crate::scenario::validate::FieldError;
 use crate::serving::QueuedRequest;
+use crate::validate::FieldError;
 use std::collections::VecDeque;
 use std::path::Path;
 

@@ -183,7 +183,7 @@ fn least_squares<const D: usize>(rows: &[([f64; D], f64)]) -> Option<[f64; D]> {
     if svd
         .singular_values
         .iter()
-        .any(|&s| !(s > RANK_TOLERANCE * largest))
+        .any(|&s| s.partial_cmp(&(RANK_TOLERANCE * largest)) != Some(std::cmp::Ordering::Greater))
     {
         return None;
     }

@@ -67,7 +67,7 @@ impl Manifest {
                 shard.count
             ));
         }
-        crate::scenario::validate::file_name_component(
+        crate::validate::file_name_component(
             "header.scenario.name",
             &manifest.header.scenario.name,
         )

@@ -75,7 +75,7 @@ pub(crate) fn max_of(values: &[f32]) -> f32 {
 /// skipped, and an all-zero load is 1.0 (nothing waits).
 pub fn imbalance(load: &[f32], n_experts: usize) -> f64 {
     assert!(
-        n_experts > 0 && load.len() % n_experts == 0,
+        n_experts > 0 && load.len().is_multiple_of(n_experts),
         "imbalance: {} entries are not whole layers of {n_experts} experts",
         load.len()
     );

@@ -2,10 +2,10 @@
 //! kind needs or does not use, that named metrics exist and named keys are swept, and that
 //! `select` values are among the swept ones.
 
-use super::file::{FigureFile, FigureKind, ReportFile};
+use super::file::{FigureFile, ReportFile};
 use super::sweep::{SweepAxis, display_value};
-use super::validate::{FieldError, field_error};
-use crate::family::FamilyId;
+use crate::family::{FamilyId, FigureKind};
+use crate::validate::{FieldError, field_error};
 
 /// Checks every figure; the first problem is returned with its field path (`figure[2].kind`).
 pub fn check(
@@ -34,9 +34,9 @@ pub fn is_swept(key: &str, axes: &[SweepAxis]) -> bool {
 
 /// The values a `select` entry names: `wanted` itself when it is one of the swept values (a
 /// swept list such as a model combination), else the entries of a list, else `wanted`.
-pub fn selected_values<'w, V: PartialEq>(swept: &[V], wanted: &'w V) -> Vec<&'w V>
+pub fn selected_values<'w, V>(swept: &[V], wanted: &'w V) -> Vec<&'w V>
 where
-    V: AsList,
+    V: PartialEq + AsList,
 {
     if swept.contains(wanted) {
         return vec![wanted];

@@ -2,6 +2,7 @@
 //! figures. Everything else in the file belongs to the family (`caps::config::CapsConfig`, ...),
 //! and `[sweep]` is expanded before anything is deserialized.
 
+use crate::family::FigureKind;
 use serde::{Deserialize, Serialize};
 
 /// The top-level keys every family shares; the loader deserializes them into `CommonFile` and
@@ -32,7 +33,7 @@ pub struct CommonFile {
     pub figures: Vec<FigureFile>,
     /// `[limits]`: ceilings on what the scenario may ask for (docs/limits.md).
     #[serde(default)]
-    pub limits: super::limits::Limits,
+    pub limits: crate::validate::limits::Limits,
 }
 
 fn default_seeds() -> Vec<u64> {
@@ -94,50 +95,6 @@ pub struct FigureFile {
     /// baseline in percent (positive = better), for lines too close to tell apart.
     #[serde(default)]
     pub with_improvement: bool,
-}
-
-/// What a `[[figure]]` draws.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FigureKind {
-    /// Metric mean across seeds (95% CI bars) vs a sweep key: lines for a numeric x, bars else.
-    #[default]
-    Metric,
-    /// Change in percent against the `[report]` baseline (positive = better), as bars.
-    Improvement,
-    /// Stacked bars: the metrics as layers, one bar per series value in each x group.
-    Stacked,
-    /// Operating points (metric 0 on x, metric 1 on y) with each series' Pareto frontier.
-    Frontier,
-    /// GEM: tokens per expert and trace step of the detail layer, experts grouped by GPU, one
-    /// panel per mapping.
-    GemExpertLoad,
-    /// GEM: per-GPU MoE-layer latency vs tokens (the cost staircase scaled by speed).
-    GemStaircase,
-    /// MOSAIC: per-worker load / generate / idle timelines, one panel per value of `panels`.
-    MosaicTimeline,
-    /// MOSAIC: decode throughput vs prompts in flight, one line per model.
-    MosaicDecodeCurves,
-    /// ExpertWeave: device memory per adapter count and manager, stacked as base weights,
-    /// adapter experts, allocation overhead and KV cache.
-    ExpertweaveMemory,
-}
-
-impl FigureKind {
-    /// The name used in scenario files.
-    pub fn name(self) -> &'static str {
-        match self {
-            FigureKind::Metric => "metric",
-            FigureKind::Improvement => "improvement",
-            FigureKind::Stacked => "stacked",
-            FigureKind::Frontier => "frontier",
-            FigureKind::GemExpertLoad => "gem_expert_load",
-            FigureKind::GemStaircase => "gem_staircase",
-            FigureKind::MosaicTimeline => "mosaic_timeline",
-            FigureKind::MosaicDecodeCurves => "mosaic_decode_curves",
-            FigureKind::ExpertweaveMemory => "expertweave_memory",
-        }
-    }
 }
 
 /// Accepts `series = "key"` as well as `series = ["key", ...]`.

@@ -4,16 +4,7 @@
 //! markdown in the docs equal to the rows and every key the parser accepts (`schema`) covered
 //! by a row, so the tables cannot go stale.
 
-/// One documented key (or several, `a, b`): a dotted key or a `[table]`, its default and what
-/// it means (both markdown, as the table shows them). A row covers its key and, for a table or
-/// a key whose value is a table, every key under it whose last part its meaning names in
-/// backticks (a tagged table's `kind` is always covered).
-#[derive(Clone, Copy, Debug)]
-pub struct KeyDoc {
-    pub key: &'static str,
-    pub default: &'static str,
-    pub meaning: &'static str,
-}
+use crate::family::KeyDoc;
 
 const fn row(key: &'static str, default: &'static str, meaning: &'static str) -> KeyDoc {
     KeyDoc {

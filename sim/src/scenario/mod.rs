@@ -8,17 +8,17 @@ pub mod error;
 pub mod figure;
 pub mod file;
 pub mod keys;
-pub mod limits;
 pub mod options;
 pub mod schema;
 pub mod sweep;
-pub mod validate;
 
 pub use crate::family::FamilyId;
 pub use error::{Location, ScenarioError};
 pub use file::CommonFile;
-pub use limits::Limits;
 
+use crate::load_cache::LoadCache;
+use crate::validate;
+use crate::validate::limits::Limits;
 use error::SpanIndex;
 use file::{COMMON_KEYS, FigureFile, ReportFile};
 use serde::de::DeserializeOwned;
@@ -107,6 +107,10 @@ impl Loader<'_> {
     }
 }
 
+/// The file name of a family's claims file (`headlines`), which sits beside its scenarios and
+/// is not one: `scenario_files` skips it and `load` refuses it.
+pub const CLAIMS_FILE_NAME: &str = "headlines.toml";
+
 /// Every scenario file under `dir`, recursively, sorted: the `.toml` files other than the
 /// claims files (`headlines.toml`) that sit beside the scenarios.
 pub fn scenario_files(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
@@ -116,9 +120,7 @@ pub fn scenario_files(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
         if path.is_dir() {
             found.extend(scenario_files(&path)?);
         } else if path.extension().is_some_and(|e| e == "toml")
-            && path
-                .file_name()
-                .is_none_or(|n| n != crate::headlines::FILE_NAME)
+            && path.file_name().is_none_or(|n| n != CLAIMS_FILE_NAME)
         {
             found.push(path);
         }
@@ -130,10 +132,7 @@ pub fn scenario_files(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
 /// Loads the scenario at `path`, applies `--set key=value` overrides `sets`, expands the sweep
 /// and validates every cell.
 pub fn load(path: &Path, sets: &[String]) -> Result<ScenarioPlan, ScenarioError> {
-    if path
-        .file_name()
-        .is_some_and(|n| n == crate::headlines::FILE_NAME)
-    {
+    if path.file_name().is_some_and(|n| n == CLAIMS_FILE_NAME) {
         return Err(ScenarioError {
             file: path.to_path_buf(),
             location: Location::Unknown,
@@ -141,7 +140,7 @@ pub fn load(path: &Path, sets: &[String]) -> Result<ScenarioPlan, ScenarioError>
             message: format!(
                 "this is a claims file ({}), read by `expertsim reproduce`, not a scenario; \
                  run one of the scenarios beside it",
-                crate::headlines::FILE_NAME
+                CLAIMS_FILE_NAME
             ),
         });
     }
@@ -308,9 +307,9 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
     }
 
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let mut cache = validate::LoadCache {
+    let mut cache = LoadCache {
         limits: limits.clone(),
-        ..validate::LoadCache::default()
+        ..LoadCache::default()
     };
     let mut cells = Vec::new();
     let mut first: Option<CommonFile> = None;
@@ -477,7 +476,7 @@ impl CellBase<'_> {
     fn load_cell(
         &self,
         coords: &[(String, toml::Value)],
-        cache: &mut validate::LoadCache,
+        cache: &mut LoadCache,
     ) -> Result<(CommonFile, Scenario), ScenarioError> {
         let loader = self.loader;
         let mut cell_doc = self.document.clone();
@@ -592,7 +591,7 @@ fn validate_family(
     family_doc: toml::Table,
     overrides: &[(String, Origin)],
     base_dir: &Path,
-    cache: &mut validate::LoadCache,
+    cache: &mut LoadCache,
     coords: &[(String, toml::Value)],
 ) -> Result<Scenario, ScenarioError> {
     let family = family.registered();

@@ -379,7 +379,7 @@ mod tests {
                 "execution",
                 variants::<crate::caps::config::ExecutionModelKind>(),
             ),
-            ("figure", variants::<crate::scenario::file::FigureKind>()),
+            ("figure", variants::<crate::family::FigureKind>()),
         ];
         for (group, accepted) in cases {
             assert_eq!(kinds_of(group), accepted, "{group}");

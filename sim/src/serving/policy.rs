@@ -4,7 +4,7 @@
 //! (FCFS where it has no `[queue]` table). Implementations live in the `strategies` crate
 //! (`strategies::queue`, `strategies::routing`).
 
-use crate::scenario::validate::{FieldError, at_least_one, non_negative};
+use crate::validate::{FieldError, at_least_one, non_negative};
 use serde::{Deserialize, Serialize};
 
 /// The queue policies a scenario's `[queue]` table can name.

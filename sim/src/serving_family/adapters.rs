@@ -23,8 +23,8 @@ use crate::policies::memory::MemoryConfig;
 use crate::policies::memory::adapters::EsftAdapter;
 use crate::policies::memory::device::{DeviceMemory, GIB};
 use crate::rng::SimRng;
-use crate::scenario::validate::{FieldError, at_least_one, field_error, positive};
 use crate::serving::{AdapterTokens, RoutedTokens};
+use crate::validate::{FieldError, at_least_one, field_error, positive};
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 use std::rc::Rc;
@@ -90,7 +90,7 @@ impl AdaptersTable {
     pub fn validate(
         &self,
         shape: &MlaMoeShape,
-        limits: &crate::scenario::Limits,
+        limits: &crate::validate::limits::Limits,
     ) -> Result<AdapterSpec, FieldError> {
         let adapters = resolve_adapters(
             &AdaptersConfig {
@@ -396,7 +396,7 @@ mod tests {
             .unwrap()
             .validate(
                 &MlaMoeShape::esft_vanilla_16b(),
-                &crate::scenario::Limits::default(),
+                &crate::validate::limits::Limits::default(),
             )
             .unwrap()
     }

@@ -15,13 +15,12 @@ use crate::cost::moe_layer::SpeedFactors;
 use crate::cost::roofline::TensorParallel;
 use crate::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
 use crate::distributions::{TokenCount, TokenLength};
+use crate::load_cache::{LoadCache, measured_set};
 use crate::policies::batch::BatchSelectorConfig;
 use crate::policies::mapping::MapperConfig;
-use crate::scenario::validate::{
-    FieldError, LoadCache, duration, field_error, measured_on, measured_set, non_negative, positive,
-};
 use crate::serving::CostSource;
 use crate::serving::{QueuePolicyConfig, RouterConfig};
+use crate::validate::{FieldError, duration, field_error, measured_on, non_negative, positive};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
@@ -676,7 +675,7 @@ fn static_former(p: &str, r: &ReplicaTable) -> Result<BatchSelectorConfig, Field
                     ),
                 ));
             }
-            crate::scenario::validate::at_least_one(
+            crate::validate::at_least_one(
                 &format!("{p}.scheduler.min_batch_trigger"),
                 *min_batch_trigger,
             )?;
@@ -896,19 +895,13 @@ impl ServingConfig {
                 ));
             }
         };
-        let count = crate::scenario::validate::at_least_one(&format!("{p}.count"), r.count)?;
+        let count = crate::validate::at_least_one(&format!("{p}.count"), r.count)?;
         let gpu = GpuSpec::by_name(&r.gpu)
             .map_err(|e| field_error(&format!("{p}.gpu"), e.to_string()))?;
-        let tp = crate::scenario::validate::at_least_one(
-            &format!("{p}.tensor_parallel"),
-            r.tensor_parallel,
-        )?;
-        let ep = crate::scenario::validate::at_least_one(
-            &format!("{p}.expert_parallel"),
-            r.expert_parallel,
-        )?;
+        let tp = crate::validate::at_least_one(&format!("{p}.tensor_parallel"), r.tensor_parallel)?;
+        let ep = crate::validate::at_least_one(&format!("{p}.expert_parallel"), r.expert_parallel)?;
         let gpus = match r.gpus {
-            Some(g) => crate::scenario::validate::at_least_one(&format!("{p}.gpus"), g)?,
+            Some(g) => crate::validate::at_least_one(&format!("{p}.gpus"), g)?,
             None => tp.max(ep),
         };
         if gpus % tp != 0 {
@@ -1013,11 +1006,7 @@ impl ServingConfig {
                     ));
                 }
                 for (i, &f) in factors.iter().enumerate() {
-                    crate::scenario::validate::speed_factor(
-                        &format!("{p}.speed_factors[{i}]"),
-                        f,
-                        10.0,
-                    )?;
+                    crate::validate::speed_factor(&format!("{p}.speed_factors[{i}]"), f, 10.0)?;
                 }
                 factors.clone()
             }
@@ -1057,7 +1046,7 @@ impl ServingConfig {
             ));
         }
         let max_num_seqs =
-            crate::scenario::validate::at_least_one(&format!("{p}.max_num_seqs"), r.max_num_seqs)?;
+            crate::validate::at_least_one(&format!("{p}.max_num_seqs"), r.max_num_seqs)?;
         match &r.scheduler {
             SchedulerTable::Vllm {
                 max_num_batched_tokens,
@@ -1343,15 +1332,16 @@ impl ServingConfig {
         };
         self.predictor.validate("predictor")?;
         let w = &self.workload;
-        let n_requests =
-            crate::scenario::validate::at_least_one("workload.n_requests", w.n_requests)?;
+        let n_requests = crate::validate::at_least_one("workload.n_requests", w.n_requests)?;
         if w.n_topics == 0 {
             return Err(field_error(
                 "workload.n_topics",
                 "must be at least 1, got 0",
             ));
         }
-        let arrival = self.arrival.validate(n_requests, base_dir, cache)?;
+        let arrival = self
+            .arrival
+            .validate(n_requests, base_dir, &mut cache.traces)?;
         let prompt_tokens = length("workload.prompt_tokens", &w.prompt_tokens, &arrival)?;
         let output_tokens = length("workload.output_tokens", &w.output_tokens, &arrival)?;
         let o = &self.output;

@@ -6,12 +6,13 @@ use super::config::LengthSpec;
 use super::{ServingConfig, ServingScenario};
 use crate::arrivals::{ArrivalSpec, TraceStats};
 use crate::family::{Family, LiveDescription, Run};
+use crate::load_cache::LoadCache;
 use crate::metrics::MetricInfo;
 use crate::policies::Policies;
 use crate::policies::memory::AdapterMemory;
 use crate::records::RecordSink;
-use crate::scenario::limits::{Demand, Quantity};
-use crate::scenario::validate::{FieldError, LoadCache};
+use crate::validate::FieldError;
+use crate::validate::limits::{Demand, Quantity};
 use std::path::{Path, PathBuf};
 
 /// The general serving family (docs/serving-family.md).

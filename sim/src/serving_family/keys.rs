@@ -2,7 +2,7 @@
 //! rendered from (after the common keys, `scenario::keys::COMMON`). Tests hold the table in the
 //! doc equal to these rows and every key `ServingConfig` accepts covered by one.
 
-use crate::scenario::keys::KeyDoc;
+use crate::family::KeyDoc;
 
 /// The serving family's own keys, in the order the table lists them.
 pub const KEYS: &[KeyDoc] = &[

@@ -215,6 +215,7 @@ impl<'a> ServingServer<'a> {
     /// `stream(seed, "expert_observation")` draws), its experts' popularity the run's own; it
     /// records the tokens per expert of each replica's first `steps` steps and then stops
     /// (`observed`).
+    #[allow(clippy::too_many_arguments)]
     pub fn observing(
         scenario: &'a ServingScenario,
         deployments: &[Deployment],

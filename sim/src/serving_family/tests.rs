@@ -6,8 +6,8 @@
 //! reason and no number; a run is deterministic.
 
 use super::*;
+use crate::load_cache::LoadCache;
 use crate::records::DiscardRecords;
-use crate::scenario::validate::LoadCache;
 use crate::serving::{EngineState, QueuedRequest, RouteRequest};
 use std::collections::VecDeque;
 
@@ -49,7 +49,7 @@ impl Router for Turns {
     }
 }
 
-fn scenario(text: &str) -> Result<ServingScenario, crate::scenario::validate::FieldError> {
+fn scenario(text: &str) -> Result<ServingScenario, crate::validate::FieldError> {
     let config: ServingConfig = toml::from_str(text).expect("the test's TOML parses");
     config.validate(std::path::Path::new("."), &mut LoadCache::default())
 }
@@ -203,7 +203,7 @@ fn each_scheduler_kind_pays_its_own_engines_measured_host_time() {
     let sarathi = with("scheduler = { kind = \"sarathi\", chunk_size = 512 }");
     let sarathi_own = run(&scenario(&sarathi).unwrap(), 7);
     let sarathi_vllm_host = run(
-        &scenario(&format!("{sarathi}").replace(
+        &scenario(&sarathi.replace(
             "chunk_size = 512 }",
             "chunk_size = 512 }\nhost_time = \"vllm\"",
         ))
@@ -1110,7 +1110,7 @@ fn adapters_are_served_and_their_experts_and_rerouting_cost_time() {
 
 /// A scenario validated from the repository's `scenarios/serving/` folder (so a measured set
 /// under `profiles/` is found).
-fn scenario_in_repo(text: &str) -> Result<ServingScenario, crate::scenario::validate::FieldError> {
+fn scenario_in_repo(text: &str) -> Result<ServingScenario, crate::validate::FieldError> {
     let config: ServingConfig = toml::from_str(text).expect("the test's TOML parses");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/serving");
     config.validate(&dir, &mut LoadCache::default())

@@ -62,13 +62,13 @@ fn chunk(v: &[f32], j: usize) -> Lanes {
 /// multiply and add, never a fused one).
 #[inline(always)]
 fn mul_add(acc: &mut Lanes, a: Lanes, b: Lanes) {
-    *acc = *acc + a * b;
+    *acc += a * b;
 }
 
 /// `acc += a`, lane-wise.
 #[inline(always)]
 fn add_to(acc: &mut Lanes, a: Lanes) {
-    *acc = *acc + a;
+    *acc += a;
 }
 
 /// `total += f64(acc)`, lane-wise.

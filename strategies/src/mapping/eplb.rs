@@ -28,7 +28,7 @@ fn heaviest_first(weight: &[f64]) -> Vec<usize> {
 pub fn balanced_packing(weight: &[f64], n_packs: usize) -> (Vec<usize>, Vec<usize>) {
     let n = weight.len();
     assert!(
-        n_packs > 0 && n % n_packs == 0,
+        n_packs > 0 && n.is_multiple_of(n_packs),
         "balanced_packing: {n} items do not divide into {n_packs} packs"
     );
     let per_pack = n / n_packs;
@@ -89,8 +89,12 @@ pub fn rebalance_hierarchical(
     n_gpus: usize,
 ) -> Vec<usize> {
     let n_logical = weight.len();
-    assert!(n_logical % n_groups == 0 && n_groups % n_nodes == 0 && n_gpus % n_nodes == 0);
-    assert!(n_physical % n_gpus == 0);
+    assert!(
+        n_logical.is_multiple_of(n_groups)
+            && n_groups.is_multiple_of(n_nodes)
+            && n_gpus.is_multiple_of(n_nodes)
+    );
+    assert!(n_physical.is_multiple_of(n_gpus));
     let group_size = n_logical / n_groups;
     let groups_per_node = n_groups / n_nodes;
     let per_gpu = n_physical / n_gpus;
@@ -138,7 +142,7 @@ pub fn rebalance_experts(
     n_nodes: usize,
     n_gpus: usize,
 ) -> Vec<usize> {
-    if n_groups % n_nodes == 0 {
+    if n_groups.is_multiple_of(n_nodes) {
         rebalance_hierarchical(weight, n_physical, n_groups, n_nodes, n_gpus)
     } else {
         rebalance_hierarchical(weight, n_physical, 1, 1, n_gpus)

@@ -150,8 +150,8 @@ impl<'a> Search<'a> {
         for e in order {
             let counts = self.expert(e);
             let mut best = (f64::INFINITY, usize::MAX);
-            for g in 0..g_count {
-                if hosted[g] >= capacity {
+            for (g, &on_g) in hosted.iter().enumerate() {
+                if on_g >= capacity {
                     continue;
                 }
                 let mut total = 0.0;

@@ -272,8 +272,8 @@ impl MapperConfig {
         layers: usize,
         experts: usize,
         prefix: &str,
-    ) -> Vec<crate::scenario::limits::Demand> {
-        use crate::scenario::limits::{Demand, Quantity};
+    ) -> Vec<crate::validate::limits::Demand> {
+        use crate::validate::limits::{Demand, Quantity};
         let per_step = layers as f64 * experts as f64;
         let window = self.window() as f64;
         let mut d = Vec::new();
@@ -323,7 +323,7 @@ impl MapperConfig {
                 if *window == 0 {
                     return Err(("window", "must be at least 1".into()));
                 }
-                if (n_experts + redundant_slots) % n_gpus != 0 {
+                if !(n_experts + redundant_slots).is_multiple_of(n_gpus) {
                     return Err((
                         "redundant_slots",
                         format!(
@@ -331,7 +331,7 @@ impl MapperConfig {
                         ),
                     ));
                 }
-                if *n_groups == 0 || n_experts % n_groups != 0 {
+                if *n_groups == 0 || !n_experts.is_multiple_of(*n_groups) {
                     return Err((
                         "n_groups",
                         format!(
@@ -339,7 +339,7 @@ impl MapperConfig {
                         ),
                     ));
                 }
-                if *n_nodes == 0 || n_gpus % n_nodes != 0 {
+                if *n_nodes == 0 || !n_gpus.is_multiple_of(*n_nodes) {
                     return Err((
                         "n_nodes",
                         format!("= {n_nodes} must be at least 1 and divide the {n_gpus} GPUs"),

@@ -4,7 +4,7 @@
 //! runs. The defaults are what a laptop runs in minutes; a scenario raises one on purpose with
 //! `[limits] max_requests = ...` or `--set limits.max_requests=...`.
 
-use super::validate::{FieldError, field_error};
+use super::{FieldError, field_error};
 use serde::{Deserialize, Serialize};
 
 /// `[limits]`: the ceilings in force for a scenario. Every key is optional.
