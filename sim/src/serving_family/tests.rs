@@ -954,7 +954,7 @@ fn the_shipped_study_scenario_loads() {
 }
 
 /// A stand-in adapter-memory manager (the real ones are in the `strategies` crate, which `sim`
-/// does not depend on; strategies/tests/families_in_serving.rs runs them): one instance of
+/// does not depend on; strategies/tests/integration/families_in_serving.rs runs them): one instance of
 /// the device's weights plus `adapter_bytes`, KV as the device leaves it, rerouting to the
 /// adapters' experts or not.
 struct OneInstance {
