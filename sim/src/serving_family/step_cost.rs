@@ -23,9 +23,9 @@ use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
 use crate::cost::gpu::LinkSpec;
 use crate::cost::host::HostOverhead;
-use crate::cost::kernel::{LANES, Timing};
+use crate::cost::kernel::{LANES, LaneRates, Timing};
 use crate::cost::measured_steps::{MeasuredDenseStep, OpSources};
-use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
+use crate::cost::moe_layer::{MoeLayerCost, SpeedFactors};
 use crate::cost::roofline::{
     ElementwiseKernels, Roofline, StepRoofline, StepTokens, TensorParallel,
 };
@@ -35,6 +35,7 @@ use crate::serving::{
     CostSource, RoutedTokens, StepBreakdown, StepCost, StepParts, StepTime, StepWork,
 };
 use crate::time::SimDuration;
+use std::ops::Range;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -46,8 +47,11 @@ struct MoePart {
     link: LinkSpec,
     n_layers: usize,
     top_k: usize,
-    /// Per GPU of a lane group (`LANES` GPUs priced together): its tokens per expert slot,
-    /// then per hosted adapter copy (scratch).
+    /// Per copy of the expert-parallel group, its GPUs in lane groups (`LANES` GPUs priced
+    /// together) and the rates of their speeds.
+    lane_groups: Vec<Vec<(Range<usize>, LaneRates)>>,
+    /// Per GPU of a lane group: its tokens per expert slot, then per hosted adapter copy
+    /// (scratch).
     gpu_tokens: [Vec<u32>; LANES],
     /// Per MoE layer, the adapter copies' tokens of the step being priced (`set_adapter_copies`).
     copies: Vec<Vec<CopyTokens>>,
@@ -154,9 +158,24 @@ impl ReplicaStepCost {
                     _ => None,
                 };
                 let flops = layer.expert_flops_per_token;
+                let ep = layout.expert_parallel;
+                let lane_groups = (0..layout.copies)
+                    .map(|copy| {
+                        let gpus = copy * ep..(copy + 1) * ep;
+                        gpus.clone()
+                            .step_by(LANES)
+                            .map(|first| {
+                                let lanes = first..(first + LANES).min(gpus.end);
+                                let rates = layer.rates.lanes(&r.speeds[lanes.clone()]);
+                                (lanes, rates)
+                            })
+                            .collect()
+                    })
+                    .collect();
                 (
                     Some(MoePart {
                         layer,
+                        lane_groups,
                         gpu_tokens: std::array::from_fn(|_| vec![0; layout.slots_per_gpu]),
                         layout,
                         speeds: r.speeds.clone(),
@@ -384,11 +403,9 @@ impl ReplicaStepCost {
                 let copies = &moe.copies[layer];
                 let mut layer_ns = 0.0f64;
                 let mut layer_a2a = 0.0f64;
-                for copy in 0..moe.layout.copies {
+                for lane_groups in &moe.lane_groups {
                     let mut group = moe.layer.layer(ep, Some(moe.link));
-                    let gpus = copy * ep..(copy + 1) * ep;
-                    for first in gpus.clone().step_by(LANES) {
-                        let lanes = first..(first + LANES).min(gpus.end);
+                    for (lanes, rates) in lane_groups {
                         for (tokens, g) in moe.gpu_tokens.iter_mut().zip(lanes.clone()) {
                             tokens.resize(moe.layout.slots_per_gpu, 0);
                             moe.layout.gpu_tokens(layer, per_expert, g, tokens);
@@ -397,11 +414,14 @@ impl ReplicaStepCost {
                                     .extend(moe.layout.expert_shares(layer, g, c.expert, c.tokens));
                             }
                         }
-                        let rows: [ExpertRows<'_>; LANES] =
-                            std::array::from_fn(|i| ExpertRows::Counted(&moe.gpu_tokens[i]));
-                        let times =
-                            group.add_gpus(&rows[..lanes.len()], &moe.speeds[lanes.clone()]);
-                        for (b, t) in busy[lanes].iter_mut().zip(times) {
+                        let counts: [&[u32]; LANES] =
+                            std::array::from_fn(|i| moe.gpu_tokens[i].as_slice());
+                        let times = group.add_counted(
+                            rates,
+                            &counts[..lanes.len()],
+                            &moe.speeds[lanes.clone()],
+                        );
+                        for (b, t) in busy[lanes.clone()].iter_mut().zip(times) {
                             *b += t;
                         }
                     }
