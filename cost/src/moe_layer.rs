@@ -228,6 +228,13 @@ impl ExpertFfnCurve {
     }
 }
 
+/// Up to `LANES` GPUs' times and rows, ns (`MoeLayerCost::lane_times`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LaneTimes {
+    pub nanos: [f64; LANES],
+    pub rows: [f64; LANES],
+}
+
 /// The MoE-layer cost of one model's routed experts on one GPU type.
 #[derive(Clone, Debug)]
 pub struct MoeLayerCost {
@@ -426,23 +433,31 @@ impl MoeLayerCost {
         out
     }
 
-    /// Up to `LANES` GPUs' counted experts (`counts[i]`: GPU `i`'s rows per hosted expert) at
-    /// the lane rates `rates` (`KernelRates::lanes` of their speeds): each GPU's time and rows,
-    /// the `nanos` and `rows` of `gpus`, priced lane by lane throughout (the group sums, both
-    /// grouped GEMMs, the SwiGLU, the wall times): the same operations as `gpus` per GPU, so
-    /// the same bits. `None` where measurements price the layer (then `gpus` does).
+    /// Whether the kernel model alone prices the experts (no measurements), so that
+    /// `lane_times` applies.
     #[inline]
-    pub fn counted_lanes(
-        &self,
-        rates: &LaneRates,
-        counts: &[&[u32]],
-    ) -> Option<([f64; LANES], [f64; LANES])> {
-        if self.measured_grouped.is_some() || self.measured_expert.is_some() {
-            return None;
-        }
-        let sums = LaneSums::of_counts(counts);
-        let gate_up = self.rates.grouped_lanes(rates, &self.shapes[0], &sums);
-        let down = self.rates.grouped_lanes(rates, &self.shapes[1], &sums);
+    pub fn prices_lanes(&self) -> bool {
+        self.measured_grouped.is_none() && self.measured_expert.is_none()
+    }
+
+    /// Up to `LANES` GPUs' counted experts (`counts[i]`: GPU `i`'s rows per hosted expert) at
+    /// the lane rates `rates` (`KernelRates::lanes` of their speeds): `lane_times` of their
+    /// sums, `None` where measurements price the layer (then `gpus` does).
+    #[inline]
+    pub fn counted_lanes(&self, rates: &LaneRates, counts: &[&[u32]]) -> Option<LaneTimes> {
+        self.prices_lanes()
+            .then(|| self.lane_times(rates, &LaneSums::of_counts(counts)))
+    }
+
+    /// The kernel model's price of up to `LANES` GPUs' experts (`sums`, one lane each, at the
+    /// lane rates `rates`): each GPU's time and rows, the `nanos` and `rows` of `gpus`, priced
+    /// lane by lane throughout (both grouped GEMMs, the SwiGLU, the wall times): the same
+    /// operations as `gpus` per GPU, so the same bits (empty lanes 0). Only where
+    /// `prices_lanes`.
+    #[inline]
+    pub fn lane_times(&self, rates: &LaneRates, sums: &LaneSums) -> LaneTimes {
+        let gate_up = self.rates.grouped_lanes(rates, &self.shapes[0], sums);
+        let down = self.rates.grouped_lanes(rates, &self.shapes[1], sums);
         let splat = f64x4::splat;
         let bytes =
             sums.rows() * splat(3.0) * splat(self.expert_ffn as f64) * splat(ACTIVATION_BYTES);
@@ -455,13 +470,13 @@ impl MoeLayerCost {
         };
         let nanos = (wall(gate_up.nanos) + wall(down.nanos) + wall(swiglu)).to_array();
         let rows = sums.rows().to_array();
-        let mut out = ([0.0; LANES], [0.0; LANES]);
-        for i in 0..counts.len() {
+        let mut out = LaneTimes::default();
+        for i in 0..LANES {
             if !gate_up.empty[i] {
-                (out.0[i], out.1[i]) = (nanos[i], rows[i]);
+                (out.nanos[i], out.rows[i]) = (nanos[i], rows[i]);
             }
         }
-        Some(out)
+        out
     }
 
     /// One GPU's cost from the kernel model's three kernels on its `sums` (GPU side): scaled
@@ -588,13 +603,20 @@ impl EpLayer<'_> {
         counts: &[&[u32]],
         speeds: &[SpeedFactors],
     ) -> [f64; LANES] {
-        let Some((nanos, rows)) = self.cost.counted_lanes(rates, counts) else {
+        let Some(priced) = self.cost.counted_lanes(rates, counts) else {
             let rows: Vec<ExpertRows<'_>> = counts.iter().map(|c| ExpertRows::Counted(c)).collect();
             return self.add_gpus(&rows, speeds);
         };
+        self.add_lane_times(&priced, counts.len())
+    }
+
+    /// Adds the next `gpus` GPUs (at most `LANES`) priced already (`MoeLayerCost::lane_times`);
+    /// returns each GPU's time, as `add_gpus` does.
+    #[inline]
+    pub fn add_lane_times(&mut self, priced: &LaneTimes, gpus: usize) -> [f64; LANES] {
         let mut times = [0.0; LANES];
-        for i in 0..counts.len() {
-            times[i] = self.add_priced(nanos[i], rows[i]);
+        for i in 0..gpus {
+            times[i] = self.add_priced(priced.nanos[i], priced.rows[i]);
         }
         times
     }
@@ -744,7 +766,7 @@ mod tests {
                     let sets = crate::kernel::tests::count_sets(seed, n, 1 + seed as usize % 5);
                     let counts: Vec<&[u32]> = sets.iter().map(Vec::as_slice).collect();
                     let rates = m.rates.lanes(&speeds[..n]);
-                    let (nanos, rows) = m.counted_lanes(&rates, &counts).unwrap();
+                    let LaneTimes { nanos, rows } = m.counted_lanes(&rates, &counts).unwrap();
                     let (mut lanes, mut alone) = (m.layer(n, None), m.layer(n, None));
                     let added = lanes.add_counted(&rates, &counts, &speeds[..n]);
                     for i in 0..n {
