@@ -615,8 +615,8 @@ impl EpLayer<'_> {
     #[inline]
     pub fn add_lane_times(&mut self, priced: &LaneTimes, gpus: usize) -> [f64; LANES] {
         let mut times = [0.0; LANES];
-        for i in 0..gpus {
-            times[i] = self.add_priced(priced.nanos[i], priced.rows[i]);
+        for (i, t) in times.iter_mut().enumerate().take(gpus) {
+            *t = self.add_priced(priced.nanos[i], priced.rows[i]);
         }
         times
     }
