@@ -258,8 +258,9 @@ pub const LANES: usize = 4;
 pub struct LaneSums {
     groups: f64x4,
     rows: f64x4,
-    /// `rows / groups`, which picks the tile.
-    mean_rows: f64x4,
+    /// Lanes whose mean rows per group (`rows / groups`) are at most 128: the small tile
+    /// (`grouped_tile`), all bits set.
+    small: f64x4,
     tiles: [f64x4; 2],
     padded_rows: [f64x4; 2],
     clusters: [f64x4; 2],
@@ -280,11 +281,96 @@ impl LaneSums {
         LaneSums {
             groups,
             rows,
-            mean_rows: rows / groups,
+            small: (rows / groups).simd_le(f64x4::splat(128.0)),
             tiles: [field(&|s| s.tiles[0]), field(&|s| s.tiles[1])],
             padded_rows: [field(&|s| s.padded_rows[0]), field(&|s| s.padded_rows[1])],
             clusters: [field(&|s| s.clusters[0]), field(&|s| s.clusters[1])],
             empty: std::array::from_fn(|i| lane(i).is_empty()),
+        }
+    }
+
+    /// The counted groups of up to `LANES` GPUs, one lane each (`counts[i]`: the rows of each
+    /// expert GPU `i` holds, 0 where it does not run): `of` of `GroupSums::of_counts`, summed
+    /// in integers and converted once. Every sum is a whole number far below 2^53, which the
+    /// floating-point sums hold exactly in any order, so each lane has the same bits.
+    #[inline]
+    pub fn of_counts(counts: &[&[u32]]) -> LaneSums {
+        assert!(counts.len() <= LANES, "at most {LANES} lanes");
+        // Per lane: groups, rows, then per tile height (64, 128) M tiles and clusters.
+        let mut sums = [[0i64; 6]; LANES];
+        let add = |lane: &mut [i64; 6], n: u32| {
+            let n = i64::from(n);
+            let (t64, t128) = ((n + 63) >> 6, (n + 127) >> 7);
+            lane[0] += i64::from(n > 0);
+            lane[1] += n;
+            lane[2] += t64;
+            lane[3] += t128;
+            lane[4] += (t64 + 1) >> 1;
+            lane[5] += (t128 + 1) >> 1;
+        };
+        for (lane, rows) in sums.iter_mut().zip(counts) {
+            // Two experts a GPU (8 over 4 GPUs) without a loop: vectorized, the loop costs
+            // more than its work for so few.
+            if let &[a, b] = *rows {
+                add(lane, a);
+                add(lane, b);
+            } else {
+                for &n in rows.iter() {
+                    add(lane, n);
+                }
+            }
+        }
+        let field =
+            |k: usize, scale: i64| f64x4::new(std::array::from_fn(|i| (sums[i][k] * scale) as f64));
+        let (groups, rows) = (field(0, 1), field(1, 1));
+        LaneSums {
+            groups,
+            rows,
+            // `rows / groups <= 128` without the division: exact for whole numbers (a mean
+            // above 128 is at least 128 + 1/groups, far above 128's rounding).
+            small: f64x4::new(std::array::from_fn(|i| {
+                let small = sums[i][1] <= 128 * sums[i][0];
+                f64::from_bits(if small { u64::MAX } else { 0 })
+            })),
+            tiles: [field(2, 1), field(3, 1)],
+            padded_rows: [field(2, 64), field(3, 128)],
+            clusters: [field(4, 1), field(5, 1)],
+            empty: std::array::from_fn(|i| sums[i][0] == 0),
+        }
+    }
+
+    /// Each lane's rows.
+    #[inline]
+    pub fn rows(&self) -> f64x4 {
+        self.rows
+    }
+}
+
+/// A kernel of up to `LANES` GPUs side by side (`KernelRates::grouped_lanes`).
+#[derive(Clone, Copy, Debug)]
+pub struct LaneKernels {
+    pub memory_ns: f64x4,
+    pub compute_ns: f64x4,
+    pub floor_ns: f64,
+    /// GPU-side time; meaningless in empty lanes.
+    pub nanos: f64x4,
+    /// Lanes without groups: they cost nothing.
+    pub empty: [bool; LANES],
+}
+
+impl LaneKernels {
+    /// Lane `i` as one GPU's kernel (zero where empty).
+    #[inline]
+    pub fn get(&self, i: usize) -> KernelTime {
+        if self.empty[i] {
+            KernelTime::default()
+        } else {
+            KernelTime {
+                memory_ns: self.memory_ns.as_array()[i],
+                compute_ns: self.compute_ns.as_array()[i],
+                floor_ns: self.floor_ns,
+                nanos: self.nanos.as_array()[i],
+            }
         }
     }
 }
@@ -422,7 +508,7 @@ impl KernelRates {
     #[inline]
     pub fn grouped(&self, shape: &GroupedShape, groups: &GroupSums) -> KernelTime {
         let lanes = LaneSums::of(std::slice::from_ref(groups));
-        self.grouped_lanes(&self.lanes(&[]), shape, &lanes)[0]
+        self.grouped_lanes(&self.lanes(&[]), shape, &lanes).get(0)
     }
 
     /// The rates of up to `LANES` GPUs slowed by `speeds` (each as `scaled`; lanes past
@@ -459,11 +545,11 @@ impl KernelRates {
         rates: &LaneRates,
         shape: &GroupedShape,
         groups: &LaneSums,
-    ) -> [KernelTime; LANES] {
+    ) -> LaneKernels {
         let splat = f64x4::splat;
         // The large tile (128 x 256) where the mean rows exceed 128 and the output is wider
         // than 128: `pick(small, large)` per lane.
-        let small = groups.mean_rows.simd_le(splat(128.0));
+        let small = groups.small;
         let pick = |s: f64x4, l: f64x4| {
             if shape.n <= 128 {
                 s
@@ -494,24 +580,23 @@ impl KernelRates {
             / rates.grouped_flops
             * splat(1e9);
         let floor_ns = self.kernel_floor_ns + self.reduction_ns_per_element * shape.k as f64;
-        let nanos = splat(floor_ns) + combine_lanes(self.overlap_norm, memory_ns, compute_ns);
-        let (memory_ns, compute_ns, nanos) = (
-            memory_ns.to_array(),
-            compute_ns.to_array(),
-            nanos.to_array(),
-        );
-        std::array::from_fn(|i| {
-            if groups.empty[i] {
-                KernelTime::default()
-            } else {
-                KernelTime {
-                    memory_ns: memory_ns[i],
-                    compute_ns: compute_ns[i],
-                    floor_ns,
-                    nanos: nanos[i],
-                }
-            }
-        })
+        LaneKernels {
+            memory_ns,
+            compute_ns,
+            floor_ns,
+            nanos: splat(floor_ns) + combine_lanes(self.overlap_norm, memory_ns, compute_ns),
+            empty: groups.empty,
+        }
+    }
+
+    /// `streaming` of each lane's `bytes` at that lane's `rates`: its GPU-side time (0 where
+    /// `bytes` is not positive). The same operations as `streaming` (whose p-norm with a zero
+    /// compute term is the memory term), so the same bits.
+    #[inline]
+    pub fn streaming_lanes(&self, rates: &LaneRates, bytes: f64x4) -> f64x4 {
+        let splat = f64x4::splat;
+        let nanos = splat(self.kernel_floor_ns) + bytes / rates.stream * splat(1e9);
+        bytes.simd_gt(splat(0.0)).bitselect(nanos, splat(0.0))
     }
 
     /// An element-wise kernel moving `bytes` (activation functions, norms, rotary embedding).
@@ -646,7 +731,7 @@ pub fn combine_lanes(p: u32, a: f64x4, b: f64x4) -> f64x4 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -843,15 +928,100 @@ mod tests {
             for (i, (&speed, sums)) in speeds.iter().zip(&sums).enumerate() {
                 let alone = r.scaled(speed).grouped(&shape, sums);
                 for (x, y) in [
-                    (together[i].nanos, alone.nanos),
-                    (together[i].memory_ns, alone.memory_ns),
-                    (together[i].compute_ns, alone.compute_ns),
-                    (together[i].floor_ns, alone.floor_ns),
+                    (together.get(i).nanos, alone.nanos),
+                    (together.get(i).memory_ns, alone.memory_ns),
+                    (together.get(i).compute_ns, alone.compute_ns),
+                    (together.get(i).floor_ns, alone.floor_ns),
                 ] {
                     assert_eq!(x.to_bits(), y.to_bits(), "lane {i}");
                 }
             }
-            assert_eq!(together[2], KernelTime::default());
+            assert_eq!(together.get(2), KernelTime::default());
+        }
+    }
+
+    /// Row counts of `gpus` GPUs, `slots` each, from a fixed pseudo-random sequence: every
+    /// tile boundary region, zeros (experts that do not run) and prefill-sized groups.
+    pub(crate) fn count_sets(seed: u64, gpus: usize, slots: usize) -> Vec<Vec<u32>> {
+        let mut x = seed;
+        let mut next = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) as u32
+        };
+        (0..gpus)
+            .map(|_| {
+                (0..slots)
+                    .map(|_| match next() % 4 {
+                        0 => 0,
+                        1 => next() % 140,
+                        2 => 60 + next() % 200,
+                        _ => next() % 5000,
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn counts_summed_in_integers_are_the_group_sums() {
+        // The tile test without the division agrees with it for every whole mean near 128.
+        for groups in 1..=16i64 {
+            for rows in 0..=4 * 128 * groups {
+                let counts: Vec<u32> = (0..groups)
+                    .map(|g| (rows / groups + i64::from(g < rows % groups)) as u32)
+                    .collect();
+                let lanes = LaneSums::of_counts(&[&counts]);
+                let divided = (rows as f64 / groups as f64) <= 128.0;
+                let small = lanes.small.as_array()[0].to_bits() == u64::MAX;
+                assert_eq!(small, divided || rows == 0, "{rows} rows over {groups}");
+            }
+        }
+        // Every field of every lane: the bits of `of` over `GroupSums::of_counts`.
+        for seed in 0..500 {
+            let sets = count_sets(seed, 1 + seed as usize % LANES, 1 + seed as usize % 9);
+            let counts: Vec<&[u32]> = sets.iter().map(Vec::as_slice).collect();
+            let sums: Vec<GroupSums> = counts.iter().map(|c| GroupSums::of_counts(c)).collect();
+            let (ints, floats) = (LaneSums::of_counts(&counts), LaneSums::of(&sums));
+            assert_eq!(ints.empty, floats.empty);
+            let bits = |v: f64x4| v.to_array().map(f64::to_bits);
+            for i in (0..LANES).filter(|&i| !ints.empty[i]) {
+                let pairs = [
+                    (ints.groups, floats.groups),
+                    (ints.rows, floats.rows),
+                    (ints.small, floats.small),
+                    (ints.tiles[0], floats.tiles[0]),
+                    (ints.tiles[1], floats.tiles[1]),
+                    (ints.padded_rows[0], floats.padded_rows[0]),
+                    (ints.padded_rows[1], floats.padded_rows[1]),
+                    (ints.clusters[0], floats.clusters[0]),
+                    (ints.clusters[1], floats.clusters[1]),
+                ];
+                for (k, (a, b)) in pairs.into_iter().enumerate() {
+                    assert_eq!(bits(a)[i], bits(b)[i], "seed {seed}, lane {i}, field {k}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn streaming_lanes_are_streaming_alone() {
+        let r = rates();
+        let speeds = [
+            SpeedFactors::NOMINAL,
+            SpeedFactors::split(0.8, 0.3),
+            SpeedFactors::split(0.93, 1.0),
+            SpeedFactors::NOMINAL,
+        ];
+        for bytes in [[0.0, 1.0, 3.5e6, 1e9], [8.6e5, 0.0, 123_456.7, 2.2e11]] {
+            let lanes = r
+                .streaming_lanes(&r.lanes(&speeds), f64x4::new(bytes))
+                .to_array();
+            for i in 0..LANES {
+                let alone = r.scaled(speeds[i]).streaming(bytes[i]).nanos;
+                assert_eq!(lanes[i].to_bits(), alone.to_bits(), "{} bytes", bytes[i]);
+            }
         }
     }
 }

@@ -17,11 +17,14 @@
 
 use crate::curve::CostCurve;
 use crate::gpu::{GpuSpec, LinkSpec};
-use crate::kernel::{GroupSums, GroupedShape, KernelRates, KernelTime, LANES, LaneSums, Timing};
+use crate::kernel::{
+    GroupSums, GroupedShape, KernelRates, KernelTime, LANES, LaneRates, LaneSums, Timing,
+};
 use crate::kernel_timings::KernelTimings;
 use crate::profile::ExpertFfnCurve;
 use crate::shape::{MoeModelShape, WeightDtype};
 use std::sync::{Arc, OnceLock};
+use wide::f64x4;
 
 /// Kernel launches of one MoE layer's experts in an eager engine (gate+up grouped GEMM,
 /// SwiGLU, down grouped GEMM), which a measured single-expert curve includes.
@@ -225,6 +228,13 @@ impl ExpertFfnCurve {
     }
 }
 
+/// Up to `LANES` GPUs' times and rows, ns (`MoeLayerCost::lane_times`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LaneTimes {
+    pub nanos: [f64; LANES],
+    pub rows: [f64; LANES],
+}
+
 /// The MoE-layer cost of one model's routed experts on one GPU type.
 #[derive(Clone, Debug)]
 pub struct MoeLayerCost {
@@ -412,7 +422,59 @@ impl MoeLayerCost {
             };
             let swiglu =
                 rates.streaming(sums.rows * 3.0 * self.expert_ffn as f64 * ACTIVATION_BYTES);
-            out[i] = self.priced(rows, speed, &rates, sums, [gate_up[i], swiglu, down[i]]);
+            out[i] = self.priced(
+                rows,
+                speed,
+                &rates,
+                sums,
+                [gate_up.get(i), swiglu, down.get(i)],
+            );
+        }
+        out
+    }
+
+    /// Whether the kernel model alone prices the experts (no measurements), so that
+    /// `lane_times` applies.
+    #[inline]
+    pub fn prices_lanes(&self) -> bool {
+        self.measured_grouped.is_none() && self.measured_expert.is_none()
+    }
+
+    /// Up to `LANES` GPUs' counted experts (`counts[i]`: GPU `i`'s rows per hosted expert) at
+    /// the lane rates `rates` (`KernelRates::lanes` of their speeds): `lane_times` of their
+    /// sums, `None` where measurements price the layer (then `gpus` does).
+    #[inline]
+    pub fn counted_lanes(&self, rates: &LaneRates, counts: &[&[u32]]) -> Option<LaneTimes> {
+        self.prices_lanes()
+            .then(|| self.lane_times(rates, &LaneSums::of_counts(counts)))
+    }
+
+    /// The kernel model's price of up to `LANES` GPUs' experts (`sums`, one lane each, at the
+    /// lane rates `rates`): each GPU's time and rows, the `nanos` and `rows` of `gpus`, priced
+    /// lane by lane throughout (both grouped GEMMs, the SwiGLU, the wall times): the same
+    /// operations as `gpus` per GPU, so the same bits (empty lanes 0). Only where
+    /// `prices_lanes`.
+    #[inline]
+    pub fn lane_times(&self, rates: &LaneRates, sums: &LaneSums) -> LaneTimes {
+        let gate_up = self.rates.grouped_lanes(rates, &self.shapes[0], sums);
+        let down = self.rates.grouped_lanes(rates, &self.shapes[1], sums);
+        let splat = f64x4::splat;
+        let bytes =
+            sums.rows() * splat(3.0) * splat(self.expert_ffn as f64) * splat(ACTIVATION_BYTES);
+        let swiglu = self.rates.streaming_lanes(rates, bytes);
+        let host = splat(self.rates.host_launch_ns);
+        // `KernelTime::wall` per lane (`f64::max` of two positive times is the larger).
+        let wall = |nanos: f64x4| match self.timing {
+            Timing::Graph => nanos,
+            Timing::Eager => nanos.simd_ge(host).bitselect(nanos, host),
+        };
+        let nanos = (wall(gate_up.nanos) + wall(down.nanos) + wall(swiglu)).to_array();
+        let rows = sums.rows().to_array();
+        let mut out = LaneTimes::default();
+        for i in 0..LANES {
+            if !gate_up.empty[i] {
+                (out.nanos[i], out.rows[i]) = (nanos[i], rows[i]);
+            }
         }
         out
     }
@@ -526,6 +588,35 @@ impl EpLayer<'_> {
         let mut times = [0.0; LANES];
         for (t, c) in times.iter_mut().zip(&costs[..rows.len()]) {
             *t = self.add_priced(c.nanos, c.rows);
+        }
+        times
+    }
+
+    /// Adds the next GPUs' counted experts (at most `LANES`; `counts[i]` the rows per hosted
+    /// expert of the GPU at `speeds[i]`, `rates` the lane rates of those speeds), priced lane
+    /// by lane (`MoeLayerCost::counted_lanes`, else `add_gpus`); returns each GPU's time, as
+    /// `add_gpus` does.
+    #[inline]
+    pub fn add_counted(
+        &mut self,
+        rates: &LaneRates,
+        counts: &[&[u32]],
+        speeds: &[SpeedFactors],
+    ) -> [f64; LANES] {
+        let Some(priced) = self.cost.counted_lanes(rates, counts) else {
+            let rows: Vec<ExpertRows<'_>> = counts.iter().map(|c| ExpertRows::Counted(c)).collect();
+            return self.add_gpus(&rows, speeds);
+        };
+        self.add_lane_times(&priced, counts.len())
+    }
+
+    /// Adds the next `gpus` GPUs (at most `LANES`) priced already (`MoeLayerCost::lane_times`);
+    /// returns each GPU's time, as `add_gpus` does.
+    #[inline]
+    pub fn add_lane_times(&mut self, priced: &LaneTimes, gpus: usize) -> [f64; LANES] {
+        let mut times = [0.0; LANES];
+        for (i, t) in times.iter_mut().enumerate().take(gpus) {
+            *t = self.add_priced(priced.nanos[i], priced.rows[i]);
         }
         times
     }
@@ -651,6 +742,57 @@ mod tests {
             (e.nanos - (up.nanos.max(host) + act.nanos.max(host) + down.nanos.max(host))).abs()
                 < 1e-9
         );
+    }
+
+    #[test]
+    fn counted_lanes_price_each_gpu_as_gpu_does() {
+        // Every GPU of a lane group gets the bits of `gpu` on its own counted rows, graph and
+        // eager, slowed or not, small and large tiles, and an EP layer adds them as `add` does.
+        let speeds = [
+            SpeedFactors::NOMINAL,
+            SpeedFactors::split(0.85, 0.4),
+            SpeedFactors::NOMINAL,
+            SpeedFactors::split(0.7, 1.0),
+        ];
+        for timing in [Timing::Graph, Timing::Eager] {
+            for (gpu, shape) in [
+                ("H100-SXM", MoeModelShape::mixtral_8x7b()),
+                ("H200", MoeModelShape::mixtral_8x7b()),
+                ("A100-80GB", MoeModelShape::qwen1_5_moe_a2_7b_nf4()),
+            ] {
+                let m = MoeLayerCost::new(&GpuSpec::by_name(gpu).unwrap(), &shape, timing);
+                for seed in 0..300 {
+                    let n = 1 + seed as usize % LANES;
+                    let sets = crate::kernel::tests::count_sets(seed, n, 1 + seed as usize % 5);
+                    let counts: Vec<&[u32]> = sets.iter().map(Vec::as_slice).collect();
+                    let rates = m.rates.lanes(&speeds[..n]);
+                    let LaneTimes { nanos, rows } = m.counted_lanes(&rates, &counts).unwrap();
+                    let (mut lanes, mut alone) = (m.layer(n, None), m.layer(n, None));
+                    let added = lanes.add_counted(&rates, &counts, &speeds[..n]);
+                    for i in 0..n {
+                        let c = m.gpu(ExpertRows::Counted(counts[i]), speeds[i]);
+                        assert_eq!(nanos[i].to_bits(), c.nanos.to_bits(), "{gpu} {seed} {i}");
+                        assert_eq!(rows[i].to_bits(), c.rows.to_bits());
+                        let one = alone.add(ExpertRows::Counted(counts[i]), speeds[i]);
+                        assert_eq!(added[i].to_bits(), one.to_bits());
+                    }
+                    assert_eq!(lanes.finish(), alone.finish());
+                }
+            }
+        }
+        // Measured grouped GEMMs: no lane path; `add_counted` prices as `add_gpus`.
+        let (m, found) =
+            h200_mixtral(Timing::Graph).with_measured_grouped(&GpuSpec::by_name("H200").unwrap());
+        assert!(found);
+        let rates = m.rates.lanes(&speeds);
+        let counts: [&[u32]; 2] = [&[16, 3], &[0, 700]];
+        assert!(m.counted_lanes(&rates, &counts).is_none());
+        let mut layer = m.layer(2, None);
+        let added = layer.add_counted(&rates, &counts, &speeds[..2]);
+        for i in 0..2 {
+            let c = m.gpu(ExpertRows::Counted(counts[i]), speeds[i]);
+            assert_eq!(added[i].to_bits(), c.nanos.to_bits());
+        }
     }
 
     #[test]

@@ -23,9 +23,9 @@ use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
 use crate::cost::gpu::LinkSpec;
 use crate::cost::host::HostOverhead;
-use crate::cost::kernel::{LANES, Timing};
+use crate::cost::kernel::{LANES, LaneRates, LaneSums, Timing};
 use crate::cost::measured_steps::{MeasuredDenseStep, OpSources};
-use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
+use crate::cost::moe_layer::{LaneTimes, MoeLayerCost, SpeedFactors};
 use crate::cost::roofline::{
     ElementwiseKernels, Roofline, StepRoofline, StepTokens, TensorParallel,
 };
@@ -35,6 +35,7 @@ use crate::serving::{
     CostSource, RoutedTokens, StepBreakdown, StepCost, StepParts, StepTime, StepWork,
 };
 use crate::time::SimDuration;
+use std::ops::Range;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -46,13 +47,39 @@ struct MoePart {
     link: LinkSpec,
     n_layers: usize,
     top_k: usize,
-    /// Per GPU of a lane group (`LANES` GPUs priced together): its tokens per expert slot,
-    /// then per hosted adapter copy (scratch).
+    /// Per copy of the expert-parallel group, its GPUs in lane groups (`LANES` GPUs priced
+    /// together) and the rates of their speeds.
+    lane_groups: Vec<Vec<(Range<usize>, LaneRates)>>,
+    /// Per GPU of a lane group: its tokens per expert slot, then per hosted adapter copy
+    /// (scratch).
     gpu_tokens: [Vec<u32>; LANES],
+    /// Per MoE layer and lane group, its GPUs' group sums and then their prices (scratch).
+    lane_sums: Vec<LaneSums>,
+    lane_times: Vec<LaneTimes>,
     /// Per MoE layer, the adapter copies' tokens of the step being priced (`set_adapter_copies`).
     copies: Vec<Vec<CopyTokens>>,
     /// The rerouting operators, when the replica reroutes tokens to adapters.
     rerouting: Option<ReroutingCost>,
+}
+
+/// The tokens of each GPU in `lanes` on `layer` (its expert slots' from `per_expert`, then its
+/// hosted adapter copies' from `copies`), into `tokens`; one slice per GPU.
+fn gpu_counts<'a>(
+    layout: &ExpertLayout,
+    copies: &[CopyTokens],
+    tokens: &'a mut [Vec<u32>; LANES],
+    layer: usize,
+    per_expert: &[u32],
+    lanes: Range<usize>,
+) -> [&'a [u32]; LANES] {
+    for (tokens, g) in tokens.iter_mut().zip(lanes) {
+        tokens.resize(layout.slots_per_gpu, 0);
+        layout.gpu_tokens(layer, per_expert, g, tokens);
+        for c in copies {
+            tokens.extend(layout.expert_shares(layer, g, c.expert, c.tokens));
+        }
+    }
+    std::array::from_fn(|i| tokens[i].as_slice())
 }
 
 /// A replica's step cost.
@@ -154,9 +181,26 @@ impl ReplicaStepCost {
                     _ => None,
                 };
                 let flops = layer.expert_flops_per_token;
+                let ep = layout.expert_parallel;
+                let lane_groups = (0..layout.copies)
+                    .map(|copy| {
+                        let gpus = copy * ep..(copy + 1) * ep;
+                        gpus.clone()
+                            .step_by(LANES)
+                            .map(|first| {
+                                let lanes = first..(first + LANES).min(gpus.end);
+                                let rates = layer.rates.lanes(&r.speeds[lanes.clone()]);
+                                (lanes, rates)
+                            })
+                            .collect()
+                    })
+                    .collect();
                 (
                     Some(MoePart {
                         layer,
+                        lane_groups,
+                        lane_sums: Vec::new(),
+                        lane_times: Vec::new(),
                         gpu_tokens: std::array::from_fn(|_| vec![0; layout.slots_per_gpu]),
                         layout,
                         speeds: r.speeds.clone(),
@@ -379,29 +423,60 @@ impl ReplicaStepCost {
             let routed = routed.expect("an MoE step carries its routed tokens per expert and GPU");
             let experts = moe.layout.n_experts;
             let ep = moe.layout.expert_parallel;
+            // The kernel model alone: every layer's GPUs summed first, then priced lane group by
+            // lane group (independent, so one group's divisions and roots overlap the next's),
+            // then each layer waits for its slowest GPU.
+            let in_lanes = moe.layer.prices_lanes();
+            if in_lanes {
+                moe.lane_sums.clear();
+                for layer in 0..moe.n_layers {
+                    let per_expert = &routed.per_expert[layer * experts..][..experts];
+                    for (lanes, _) in moe.lane_groups.iter().flatten() {
+                        let counts = gpu_counts(
+                            &moe.layout,
+                            &moe.copies[layer],
+                            &mut moe.gpu_tokens,
+                            layer,
+                            per_expert,
+                            lanes.clone(),
+                        );
+                        moe.lane_sums
+                            .push(LaneSums::of_counts(&counts[..lanes.len()]));
+                    }
+                }
+                moe.lane_times.clear();
+                let rates = moe.lane_groups.iter().flatten().map(|(_, r)| r).cycle();
+                for (sums, rates) in moe.lane_sums.iter().zip(rates) {
+                    moe.lane_times.push(moe.layer.lane_times(rates, sums));
+                }
+            }
+            let mut priced = moe.lane_times.iter();
             for layer in 0..moe.n_layers {
                 let per_expert = &routed.per_expert[layer * experts..][..experts];
-                let copies = &moe.copies[layer];
                 let mut layer_ns = 0.0f64;
                 let mut layer_a2a = 0.0f64;
-                for copy in 0..moe.layout.copies {
+                for lane_groups in &moe.lane_groups {
                     let mut group = moe.layer.layer(ep, Some(moe.link));
-                    let gpus = copy * ep..(copy + 1) * ep;
-                    for first in gpus.clone().step_by(LANES) {
-                        let lanes = first..(first + LANES).min(gpus.end);
-                        for (tokens, g) in moe.gpu_tokens.iter_mut().zip(lanes.clone()) {
-                            tokens.resize(moe.layout.slots_per_gpu, 0);
-                            moe.layout.gpu_tokens(layer, per_expert, g, tokens);
-                            for c in copies {
-                                tokens
-                                    .extend(moe.layout.expert_shares(layer, g, c.expert, c.tokens));
-                            }
-                        }
-                        let rows: [ExpertRows<'_>; LANES] =
-                            std::array::from_fn(|i| ExpertRows::Counted(&moe.gpu_tokens[i]));
-                        let times =
-                            group.add_gpus(&rows[..lanes.len()], &moe.speeds[lanes.clone()]);
-                        for (b, t) in busy[lanes].iter_mut().zip(times) {
+                    for (lanes, rates) in lane_groups {
+                        let times = if in_lanes {
+                            let times = priced.next().expect("every lane group priced");
+                            group.add_lane_times(times, lanes.len())
+                        } else {
+                            let counts = gpu_counts(
+                                &moe.layout,
+                                &moe.copies[layer],
+                                &mut moe.gpu_tokens,
+                                layer,
+                                per_expert,
+                                lanes.clone(),
+                            );
+                            group.add_counted(
+                                rates,
+                                &counts[..lanes.len()],
+                                &moe.speeds[lanes.clone()],
+                            )
+                        };
+                        for (b, t) in busy[lanes.clone()].iter_mut().zip(times) {
                             *b += t;
                         }
                     }
