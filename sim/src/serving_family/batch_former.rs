@@ -176,6 +176,30 @@ mod tests {
     use crate::serving_family::config::ExpertRoutingTable;
     use crate::serving_family::expert_routing::ExpertRouter;
 
+    /// Mixtral-8x7B's router, top-2, Zipf exponent 1 over each layer's experts, on `layout`.
+    fn zipf_mixtral(layout: &Rc<ExpertLayout>) -> ExpertRouter {
+        ExpertRouter::new(
+            &MoeModelShape::mixtral_8x7b(),
+            ExpertRoutingTable::Zipf { exponent: 1.0 },
+            2,
+            Rc::clone(layout),
+            &mut stream(3, "popularity"),
+            stream(3, "offsets"),
+        )
+    }
+
+    /// A 10-token prompt of topic 1, one output token, not yet routed.
+    fn ten_token_prompt_of_topic_1() -> ServingCandidate {
+        ServingCandidate {
+            id: 0,
+            arrival: SimTime::ZERO,
+            topic: 1,
+            prompt_tokens: 10,
+            output_tokens: 1,
+            load: Vec::new(),
+        }
+    }
+
     #[test]
     fn load_vector_is_the_prompts_expected_tokens_per_gpu_under_the_layout() {
         // Mixtral (8 experts, top-2), uniform routing, EP 4 on 4 GPUs (two experts per GPU):
@@ -214,27 +238,12 @@ mod tests {
         // 20 x p(e) tokens at expert e of every layer, p the topic's popularity of layer and
         // expert (its hottest 1 / H(8)); 32 x 8 entries, each layer summing to 20. The
         // per-GPU vector of one GPU would be a single 20 per layer.
-        let shape = MoeModelShape::mixtral_8x7b();
         let layout = Rc::new(ExpertLayout::linear(32, 8, 1, 1));
-        let router = ExpertRouter::new(
-            &shape,
-            ExpertRoutingTable::Zipf { exponent: 1.0 },
-            2,
-            Rc::clone(&layout),
-            &mut stream(3, "popularity"),
-            stream(3, "offsets"),
-        );
+        let router = zipf_mixtral(&layout);
         let popularity = router.popularity();
         let mut dry_run = ExpertDryRun::new(popularity.clone());
         assert_eq!(dry_run.dims(), 32 * 8);
-        let mut request = ServingCandidate {
-            id: 0,
-            arrival: SimTime::ZERO,
-            topic: 1,
-            prompt_tokens: 10,
-            output_tokens: 1,
-            load: Vec::new(),
-        };
+        let mut request = ten_token_prompt_of_topic_1();
         dry_run.route(&mut request, Vec::new());
         let h: f64 = (1..=8).map(|r| 1.0 / f64::from(r)).sum();
         let mut expected = vec![0.0; 8];
@@ -259,25 +268,10 @@ mod tests {
         // layer's assignments (below the 1 / top_k = 0.5 cap). With one expert per GPU (EP 8),
         // a 10-token prompt of top-2 puts 20 x 0.368 = 7.36 tokens on that expert's GPU and
         // the layer's 20 in total.
-        let shape = MoeModelShape::mixtral_8x7b();
         let layout = Rc::new(ExpertLayout::linear(32, 8, 8, 8));
-        let router = ExpertRouter::new(
-            &shape,
-            ExpertRoutingTable::Zipf { exponent: 1.0 },
-            2,
-            Rc::clone(&layout),
-            &mut stream(3, "popularity"),
-            stream(3, "offsets"),
-        );
+        let router = zipf_mixtral(&layout);
         let mut dry_run = LayoutDryRun::new(router.popularity(), layout);
-        let mut request = ServingCandidate {
-            id: 0,
-            arrival: SimTime::ZERO,
-            topic: 1,
-            prompt_tokens: 10,
-            output_tokens: 1,
-            load: Vec::new(),
-        };
+        let mut request = ten_token_prompt_of_topic_1();
         dry_run.route(&mut request, Vec::new());
         let h: f64 = (1..=8).map(|r| 1.0 / f64::from(r)).sum();
         for layer in request.load.chunks(8) {
