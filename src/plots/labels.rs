@@ -33,6 +33,7 @@ const KEY_LABELS: &[(&str, &str)] = &[
     ("routing", "router"),
     ("routing.kind", "router"),
     ("replica.scheduler", "scheduler"),
+    ("replica.scheduler.preemption", "preemption"),
     ("routing.slack", "router slack"),
     ("memory", "adapter memory manager"),
     ("memory.kind", "adapter memory manager"),

@@ -50,12 +50,12 @@ pub fn catalogue() -> Vec<OptionGroup> {
                 (
                     "vllm",
                     "vLLM v0's default: prefill-first steps of whole prompts within \
-                     max_num_batched_tokens (4096), paged KV cache, recompute preemption",
+                     max_num_batched_tokens (4096), paged KV cache, recompute (or swap) preemption",
                 ),
                 (
                     "sarathi",
                     "Sarathi-Serve: decodes first, prompts chunked to fill chunk_size (512) \
-                     tokens a step, paged KV cache",
+                     tokens a step, paged KV cache, recompute (or swap) preemption",
                 ),
                 (
                     "orca",

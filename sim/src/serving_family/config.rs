@@ -265,17 +265,22 @@ fn d_chunk_size() -> u64 {
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum SchedulerTable {
     /// vLLM v0's default scheduler: chunked prefill off, prefill-first steps, paged KV cache
-    /// with recompute preemption; `max_num_batched_tokens` (default 4096: vLLM's
+    /// with recompute preemption (or swap, `preemption`); `max_num_batched_tokens` (default 4096: vLLM's
     /// `max(max_model_len, 2048)` at Llama-2's 4096-token context) bounds a prefill step.
     Vllm {
         #[serde(default = "d_batched_tokens")]
         max_num_batched_tokens: u64,
+        #[serde(default)]
+        preemption: PreemptionMode,
     },
     /// Sarathi-Serve: chunked prefill within a `chunk_size` token budget per step, decodes
-    /// first (stall-free batching), paged KV cache with recompute preemption.
+    /// first (stall-free batching), paged KV cache with recompute preemption (or swap,
+    /// `preemption`).
     Sarathi {
         #[serde(default = "d_chunk_size")]
         chunk_size: u64,
+        #[serde(default)]
+        preemption: PreemptionMode,
     },
     /// Orca: iteration-level batching of whole prompts with running decodes, no paging: each
     /// request's prompt + output reserved at admission; no token budget unless
@@ -301,6 +306,20 @@ pub enum SchedulerTable {
         #[serde(default)]
         loads: StaticLoads,
     },
+}
+
+/// What a paged replica (`vllm`, `sarathi`) does with the newest running sequence when a
+/// decode finds no free KV block: vLLM's `preemption_mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PreemptionMode {
+    /// Free its blocks; when resumed it prefills its prompt and generated tokens again (vLLM's
+    /// default for a sequence group of one sequence).
+    #[default]
+    Recompute,
+    /// Copy its blocks to host memory and back when resumed; the steps that move them pay
+    /// the copy over the GPU's host link (`serving_family::swap`).
+    Swap,
 }
 
 /// What a `static` replica's router dry-run predicts per candidate (`serving_family::batch_former`).
@@ -332,6 +351,7 @@ impl Default for SchedulerTable {
     fn default() -> Self {
         SchedulerTable::Vllm {
             max_num_batched_tokens: d_batched_tokens(),
+            preemption: PreemptionMode::Recompute,
         }
     }
 }
@@ -1050,13 +1070,14 @@ impl ServingConfig {
         match &r.scheduler {
             SchedulerTable::Vllm {
                 max_num_batched_tokens,
+                ..
             } if *max_num_batched_tokens == 0 => {
                 return Err(field_error(
                     &format!("{p}.scheduler.max_num_batched_tokens"),
                     "must be at least 1",
                 ));
             }
-            SchedulerTable::Sarathi { chunk_size } if *chunk_size == 0 => {
+            SchedulerTable::Sarathi { chunk_size, .. } if *chunk_size == 0 => {
                 return Err(field_error(
                     &format!("{p}.scheduler.chunk_size"),
                     "must be at least 1",

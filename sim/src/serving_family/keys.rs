@@ -84,7 +84,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "replica.scheduler",
         default: "`{ kind = \"vllm\" }`",
-        meaning: "the scheduler kind (`vllm`, `sarathi`, `orca`, `static`; \"Scheduler kinds\" below) and its keys: `max_num_batched_tokens` (vllm: 4096; orca: none), `chunk_size` (sarathi: 512), `window_size` (32), `min_batch_trigger` (16), `scheduling_interval_ms` (100), `seed_with_oldest` (true) and `loads` (`gpus`, the default: the batch former sees each candidate's expected tokens per layer and GPU; `experts`: per layer and expert, CAPS's load vector) (static)",
+        meaning: "the scheduler kind (`vllm`, `sarathi`, `orca`, `static`; \"Scheduler kinds\" below) and its keys: `max_num_batched_tokens` (vllm: 4096; orca: none), `chunk_size` (sarathi: 512), `preemption` (vllm, sarathi: `recompute`, the default, or `swap`: the newest sequence's KV blocks copied to host memory and back over the GPU's host link, PCIe 5.0 x16 on H100/H200, else PCIe 4.0 x16), `window_size` (32), `min_batch_trigger` (16), `scheduling_interval_ms` (100), `seed_with_oldest` (true) and `loads` (`gpus`, the default: the batch former sees each candidate's expected tokens per layer and GPU; `experts`: per layer and expert, CAPS's load vector) (static)",
     },
     KeyDoc {
         key: "replica.max_num_seqs",

@@ -19,6 +19,7 @@ pub mod predictions;
 pub mod scheduler;
 pub mod server;
 pub mod step_cost;
+pub mod swap;
 
 pub use config::{ServingConfig, ServingScenario};
 pub use family::Serving;

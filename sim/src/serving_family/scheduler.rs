@@ -2,7 +2,7 @@
 //! has the table): what `vllm`, `sarathi`, `orca` and `static` set (`ReplicaConfig` and `StepOrder`) and
 //! the system behaviour each follows, and each kind's host time per step (`host_overhead`).
 
-use super::config::{ReplicaSpec, SchedulerTable};
+use super::config::{PreemptionMode, ReplicaSpec, SchedulerTable};
 use crate::cost::host::HostOverhead;
 use crate::serving::{
     Admission, Batching, KvConfig, Preemption, Replica, ReplicaConfig, StepOrder,
@@ -28,8 +28,8 @@ pub fn host_overhead(scheduler: &SchedulerTable) -> HostOverhead {
 /// - `vllm`: vLLM v0's default scheduler (`Scheduler._schedule_default`, chunked prefill off):
 ///   prefill-first steps (`StepOrder::PrefillFirst`), whole prompts within
 ///   `max_num_batched_tokens`, `max_num_seqs`, a paged cache of `block_size`-token blocks with
-///   vLLM's watermark (`floor(watermark x blocks)` left free at admission) and recompute
-///   preemption of the newest sequence.
+///   vLLM's watermark (`floor(watermark x blocks)` left free at admission) and preemption of
+///   the newest sequence, by recompute or (`preemption = "swap"`) by swapping its blocks out.
 /// - `sarathi`: Sarathi-Serve's stall-free batching: decodes first (`StepOrder::DecodeFirst`),
 ///   then prefill chunks within a `chunk_size` token budget (chunked prefill on), the same
 ///   paged cache and preemption.
@@ -48,30 +48,37 @@ pub fn replica(spec: &ReplicaSpec, kv_blocks: u64) -> Replica {
         blocks: kv_blocks,
         watermark_blocks: (spec.watermark * kv_blocks as f64).floor() as u64,
     };
-    let recompute = Admission::Paged {
-        preemption: Preemption::Recompute,
+    let paged_admission = |mode: &PreemptionMode| Admission::Paged {
+        preemption: match mode {
+            PreemptionMode::Recompute => Preemption::Recompute,
+            PreemptionMode::Swap => Preemption::Swap,
+        },
     };
     let (config, order) = match &spec.scheduler {
         SchedulerTable::Vllm {
             max_num_batched_tokens,
+            preemption,
         } => (
             ReplicaConfig {
                 max_num_seqs: spec.max_num_seqs,
                 max_num_batched_tokens: Some(*max_num_batched_tokens),
                 chunked_prefill: false,
                 kv: paged,
-                admission: recompute,
+                admission: paged_admission(preemption),
                 batching: Batching::Continuous,
             },
             StepOrder::PrefillFirst,
         ),
-        SchedulerTable::Sarathi { chunk_size } => (
+        SchedulerTable::Sarathi {
+            chunk_size,
+            preemption,
+        } => (
             ReplicaConfig {
                 max_num_seqs: spec.max_num_seqs,
                 max_num_batched_tokens: Some(*chunk_size),
                 chunked_prefill: true,
                 kv: paged,
-                admission: recompute,
+                admission: paged_admission(preemption),
                 batching: Batching::Continuous,
             },
             StepOrder::DecodeFirst,

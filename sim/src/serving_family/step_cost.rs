@@ -21,6 +21,7 @@ use super::config::{ServedModel, ServingScenario};
 use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
+use super::swap::SwapTransfer;
 use crate::cost::gpu::LinkSpec;
 use crate::cost::host::HostOverhead;
 use crate::cost::kernel::{LANES, LaneRates, LaneSums, Timing};
@@ -101,6 +102,8 @@ pub struct ReplicaStepCost {
     moe: Option<MoePart>,
     /// FLOPs of one token in one routed expert.
     expert_flops_per_token: f64,
+    /// Swap preemption's copies before a step.
+    swap: SwapTransfer,
 }
 
 /// The routed experts' layer cost of `scenario`'s GPU: CUDA graphs capture the grouped MoE
@@ -231,6 +234,7 @@ impl ReplicaStepCost {
             data_parallel: deployment.data_parallel as u64,
             moe,
             expert_flops_per_token,
+            swap: SwapTransfer::new(&r.gpu, deployment),
         }
     }
 
@@ -594,6 +598,13 @@ impl PassTime {
         self
     }
 
+    /// The passes plus `swap_ns` of KV copies over the host link before them.
+    fn with_swap(mut self, swap_ns: f64) -> PassTime {
+        self.nanos += swap_ns;
+        self.communication_ns += swap_ns;
+        self
+    }
+
     fn step_time(self, per_gpu_busy_ns: Vec<f64>) -> StepTime {
         StepTime {
             duration: SimDuration(self.nanos.round().max(1.0) as u64),
@@ -621,6 +632,7 @@ impl StepCost for ReplicaStepCost {
         let rows = work.prefill_tokens + work.decode_tokens;
         let pass = self.pass(&tokens, rows, work.routed, &mut busy);
         pass.with_host(self.host.nanos(work.requests))
+            .with_swap(self.swap.nanos(work))
             .step_time(busy)
     }
 }

@@ -273,8 +273,10 @@ fn every_scheduler_kind_conserves_requests_and_tokens_under_pressure() {
     // The run itself checks conservation and Little's law per replica (`checks`): a failure
     // would report `details.failed`. Here: every request finishes with its tokens, and only
     // the paged kinds preempt (orca reserves each request whole at admission).
+    let mut e2e_by_kind = Vec::new();
     for kind in [
         r#"{ kind = "vllm" }"#,
+        r#"{ kind = "vllm", preemption = "swap" }"#,
         r#"{ kind = "sarathi", chunk_size = 512 }"#,
         r#"{ kind = "orca" }"#,
     ] {
@@ -299,7 +301,12 @@ fn every_scheduler_kind_conserves_requests_and_tokens_under_pressure() {
         let mfu = value(&out, "mfu_mean");
         assert!(mfu > 0.0 && mfu < 1.0, "{kind}: MFU {mfu}");
         assert_eq!(out.details["replicas"].as_array().unwrap().len(), 2);
+        e2e_by_kind.push((kind, value(&out, "e2e_mean_ms")));
     }
+    // Swapping instead of recomputing changes the run: no prompt is prefilled twice (the run's
+    // conservation check holds prefilled = submitted + recomputed), and the swapping steps
+    // wait for their copies over the host link.
+    assert_ne!(e2e_by_kind[0].1, e2e_by_kind[1].1, "{e2e_by_kind:?}");
 }
 
 #[test]
