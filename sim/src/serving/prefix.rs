@@ -12,6 +12,7 @@
 
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
+use std::collections::hash_map::Entry as MapEntry;
 
 /// The first `tokens` tokens of the token stream `stream`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +36,8 @@ pub fn block_hashes(segments: &[PrefixSegment], block_size: u32, out: &mut Vec<u
     out.clear();
     let mut hash = 0u64;
     let (mut segment, mut offset) = (0usize, 0u32);
+    // The mixed stream name of the segment `segment` (mixed once per segment).
+    let mut stream = (usize::MAX, 0u64);
     'blocks: loop {
         let mut need = block_size;
         let mut block = hash;
@@ -44,7 +47,10 @@ pub fn block_hashes(segments: &[PrefixSegment], block_size: u32, out: &mut Vec<u
             };
             let take = need.min(s.tokens - offset);
             if take > 0 {
-                block = mix(block.rotate_left(17) ^ mix(s.stream));
+                if stream.0 != segment {
+                    stream = (segment, mix(s.stream));
+                }
+                block = mix(block.rotate_left(17) ^ stream.1);
                 block = mix(block ^ (u64::from(offset) << 32 | u64::from(take)));
             }
             need -= take;
@@ -64,16 +70,18 @@ pub fn block_hashes(segments: &[PrefixSegment], block_size: u32, out: &mut Vec<u
 struct Entry {
     /// Running sequences that hold it (0: free, evictable).
     refs: u32,
-    /// Which free-queue entry stands for it while it is free.
+    /// Which free-queue entry stands for it while it is free: the entries pushed onto the queue
+    /// before it (so it sits at `stamp - popped`).
     stamp: u64,
 }
 
 /// A run of free blocks in the free queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Free {
-    /// Blocks that hold no cached prefix.
+    /// Blocks that hold no cached prefix (0: a cached block's entry left stale when a hit
+    /// took the block).
     Plain(u64),
-    /// A cached block, valid while its entry is free with this stamp.
+    /// A cached block, free and resident (its entry's stamp is this).
     Cached { hash: u64, stamp: u64 },
 }
 
@@ -85,7 +93,9 @@ pub struct PrefixCache {
     /// the map is never iterated).
     entries: FxHashMap<u64, Entry>,
     free: VecDeque<Free>,
-    stamp: u64,
+    /// Entries ever pushed onto and popped off `free`.
+    pushed: u64,
+    popped: u64,
     /// Blocks allocated beyond the cache (an overcommitting admission rule): the next releases
     /// pay them back before any block rejoins the free queue.
     overdraft: u64,
@@ -98,7 +108,8 @@ impl PrefixCache {
         PrefixCache {
             entries: FxHashMap::default(),
             free: VecDeque::from([Free::Plain(blocks)]),
-            stamp: 0,
+            pushed: 1,
+            popped: 0,
             overdraft: 0,
             evicted: 0,
         }
@@ -128,45 +139,66 @@ impl PrefixCache {
     }
 
     /// A sequence takes a reference on the resident block `hash`; true when the block was free
-    /// (it leaves the free blocks; its queue entry goes stale).
+    /// (it leaves the free blocks; its queue entry becomes an empty plain run, which `take`
+    /// passes over without looking the block up).
     pub fn acquire(&mut self, hash: u64) -> bool {
         let entry = self
             .entries
             .get_mut(&hash)
             .expect("acquired block is resident");
         entry.refs += 1;
-        entry.refs == 1
+        if entry.refs > 1 {
+            return false;
+        }
+        let at = (entry.stamp - self.popped) as usize;
+        let queued = &mut self.free[at];
+        debug_assert_eq!(
+            *queued,
+            Free::Cached {
+                hash,
+                stamp: entry.stamp
+            },
+            "a free cached block is queued where its stamp says"
+        );
+        *queued = Free::Plain(0);
+        true
     }
 
     /// A sequence has computed the block `hash`: it becomes cached with the sequence's
     /// reference; false (and nothing changes) when an equal block is already resident.
     pub fn register(&mut self, hash: u64) -> bool {
-        if self.entries.contains_key(&hash) {
-            return false;
+        match self.entries.entry(hash) {
+            MapEntry::Occupied(_) => false,
+            MapEntry::Vacant(vacant) => {
+                vacant.insert(Entry { refs: 1, stamp: 0 });
+                true
+            }
         }
-        self.entries.insert(hash, Entry { refs: 1, stamp: 0 });
-        true
     }
 
     /// A sequence drops its reference on `hash`; true when the block became free (it joins the
     /// free queue's tail, or is dropped at once to pay back an overdraft).
     pub fn unref(&mut self, hash: u64) -> bool {
-        let entry = self.entries.get_mut(&hash).expect("held block is resident");
+        let MapEntry::Occupied(mut occupied) = self.entries.entry(hash) else {
+            panic!("held block is resident");
+        };
+        let entry = occupied.get_mut();
         entry.refs -= 1;
         if entry.refs > 0 {
             return false;
         }
         if self.overdraft > 0 {
             self.overdraft -= 1;
-            self.entries.remove(&hash);
+            occupied.remove();
             self.evicted += 1;
         } else {
-            self.stamp += 1;
-            entry.stamp = self.stamp;
+            let entry = occupied.into_mut();
+            entry.stamp = self.pushed;
             self.free.push_back(Free::Cached {
                 hash,
-                stamp: self.stamp,
+                stamp: self.pushed,
             });
+            self.pushed += 1;
         }
         true
     }
@@ -185,18 +217,20 @@ impl PrefixCache {
                     n -= used;
                     if used == k {
                         self.free.pop_front();
+                        self.popped += 1;
                     } else {
                         *front = Free::Plain(k - used);
                     }
                 }
                 Free::Cached { hash, stamp } => {
                     self.free.pop_front();
-                    let live = self
-                        .entries
-                        .get(&hash)
-                        .is_some_and(|e| e.refs == 0 && e.stamp == stamp);
-                    if live {
-                        self.entries.remove(&hash);
+                    self.popped += 1;
+                    // One probe: the entry is evicted where it is found live.
+                    if let MapEntry::Occupied(entry) = self.entries.entry(hash)
+                        && entry.get().refs == 0
+                        && entry.get().stamp == stamp
+                    {
+                        entry.remove();
                         self.evicted += 1;
                         n -= 1;
                     }
@@ -215,7 +249,10 @@ impl PrefixCache {
         }
         match self.free.back_mut() {
             Some(Free::Plain(k)) => *k += n,
-            _ => self.free.push_back(Free::Plain(n)),
+            _ => {
+                self.free.push_back(Free::Plain(n));
+                self.pushed += 1;
+            }
         }
     }
 }
@@ -274,6 +311,140 @@ mod tests {
         cache.take(1);
         assert_eq!(cache.lookup(&[5, 6], 2), (1, 0));
         assert_eq!(cache.evicted(), 1);
+    }
+
+    /// The free block queue written out block by block, as the module doc states it: free
+    /// blocks in the order they were freed (`None` plain, `Some(hash)` cached), a hit taking
+    /// its block out wherever it is, an allocation taking the oldest and evicting it if cached.
+    #[derive(Default)]
+    struct BlockByBlock {
+        refs: BTreeMap<u64, u32>,
+        free: VecDeque<Option<u64>>,
+        overdraft: u64,
+        evicted: u64,
+    }
+
+    impl BlockByBlock {
+        fn acquire(&mut self, hash: u64) -> bool {
+            let refs = self.refs.get_mut(&hash).expect("resident");
+            *refs += 1;
+            if *refs == 1 {
+                let at = self.free.iter().position(|b| *b == Some(hash));
+                self.free.remove(at.expect("a free block is queued"));
+            }
+            *refs == 1
+        }
+        fn register(&mut self, hash: u64) -> bool {
+            if self.refs.contains_key(&hash) {
+                return false;
+            }
+            self.refs.insert(hash, 1);
+            true
+        }
+        fn unref(&mut self, hash: u64) -> bool {
+            let refs = self.refs.get_mut(&hash).expect("held");
+            *refs -= 1;
+            if *refs > 0 {
+                return false;
+            }
+            if self.overdraft > 0 {
+                self.overdraft -= 1;
+                self.refs.remove(&hash);
+                self.evicted += 1;
+            } else {
+                self.free.push_back(Some(hash));
+            }
+            true
+        }
+        fn take(&mut self, n: u64) {
+            for _ in 0..n {
+                match self.free.pop_front() {
+                    Some(Some(hash)) => {
+                        self.refs.remove(&hash);
+                        self.evicted += 1;
+                    }
+                    Some(None) => {}
+                    None => self.overdraft += 1,
+                }
+            }
+        }
+        fn give(&mut self, n: u64) {
+            let paid = n.min(self.overdraft);
+            self.overdraft -= paid;
+            self.free.extend((paid..n).map(|_| None));
+        }
+    }
+
+    #[test]
+    fn the_run_length_free_queue_evicts_as_the_block_by_block_queue_does() {
+        use rand::RngExt;
+        let mut rng = crate::rng::stream(7, "prefix-cache-model");
+        let blocks = 24;
+        let mut cache = PrefixCache::new(blocks);
+        let mut model = BlockByBlock::default();
+        model.free.extend((0..blocks).map(|_| None));
+        // What the simulated sequences hold: plain blocks, and references on cached ones.
+        let (mut plain, mut held) = (0u64, Vec::new());
+        let (mut hits, mut evictions_seen) = (0, 0);
+        for _ in 0..20_000 {
+            match rng.random_range(0..6) {
+                0 => {
+                    // A hit on a resident block (free or held).
+                    let hash = rng.random_range(0..40u64);
+                    if model.refs.contains_key(&hash) {
+                        let was_free = model.acquire(hash);
+                        assert_eq!(cache.acquire(hash), was_free);
+                        hits += u32::from(was_free);
+                        held.push(hash);
+                    }
+                }
+                1 | 2 => {
+                    let n = rng.random_range(1..4);
+                    cache.take(n);
+                    model.take(n);
+                    plain += n;
+                }
+                3 if plain > 0 => {
+                    // A computed block is offered to the cache.
+                    let hash = rng.random_range(0..40u64);
+                    let fresh = model.register(hash);
+                    assert_eq!(cache.register(hash), fresh);
+                    if fresh {
+                        plain -= 1;
+                        held.push(hash);
+                    }
+                }
+                4 if !held.is_empty() => {
+                    let hash = held.swap_remove(rng.random_range(0..held.len()));
+                    assert_eq!(cache.unref(hash), model.unref(hash));
+                }
+                _ if plain > 0 => {
+                    let n = rng.random_range(1..=plain);
+                    cache.give(n);
+                    model.give(n);
+                    plain -= n;
+                }
+                _ => {}
+            }
+            assert_eq!(cache.evicted(), model.evicted);
+            assert_eq!(cache.resident(), model.refs.len());
+            let chain: Vec<u64> = (0..40).collect();
+            for start in [0, 10, 20, 30] {
+                let expected = chain[start..]
+                    .iter()
+                    .take(10)
+                    .take_while(|h| model.refs.contains_key(h))
+                    .fold((0, 0), |(n, free), h| {
+                        (n + 1, free + u64::from(model.refs[h] == 0))
+                    });
+                assert_eq!(cache.lookup(&chain[start..], 10), expected);
+            }
+            evictions_seen = model.evicted;
+        }
+        assert!(
+            hits > 30 && evictions_seen > 100,
+            "{hits} hits, {evictions_seen} evictions"
+        );
     }
 
     use crate::serving::tests::{Fifo, request};

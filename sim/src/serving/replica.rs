@@ -62,6 +62,18 @@ struct SeqPrefix {
     registered: usize,
 }
 
+impl SeqPrefix {
+    /// The context at which the next block of `hashes` is computed in full (`u32::MAX`: none
+    /// left to offer).
+    fn next_register_at(&self, block_size: u32) -> u32 {
+        if self.registered < self.hashes.len() {
+            (self.registered as u32 + 1) * block_size
+        } else {
+            u32::MAX
+        }
+    }
+}
+
 /// A sequence admitted to the replica.
 #[derive(Clone, Debug)]
 pub struct Seq {
@@ -90,6 +102,9 @@ pub struct Seq {
     admitted: SimTime,
     /// Its prompt's blocks, when the replica caches prefixes.
     prefix: Option<Box<SeqPrefix>>,
+    /// `prefix`'s `next_register_at`, kept here so a step's pass over the batch reads the boxed
+    /// prefix only when a prompt block completes (`u32::MAX` without one).
+    register_at: u32,
 }
 
 impl Seq {
@@ -322,6 +337,7 @@ impl Replica {
                 s.kv = 0;
                 if let Some(p) = s.prefix.as_deref_mut() {
                     p.registered = 0;
+                    s.register_at = p.next_register_at(self.kv.block_size());
                 }
                 self.stats.preempted_recompute += 1;
                 self.resumable.push_front(s);
@@ -412,7 +428,9 @@ impl Replica {
                 preempted = true;
                 continue;
             }
-            self.kv.allocate(need);
+            if need > 0 {
+                self.kv.allocate(need);
+            }
             let s = &mut self.running[i];
             s.blocks += need;
             s.scheduled = tokens;
@@ -517,6 +535,7 @@ impl Replica {
                     last_token: request.submitted,
                     admitted: now,
                     prefix: None,
+                    register_at: u32::MAX,
                 };
                 (s, true)
             } else {
@@ -551,6 +570,7 @@ impl Replica {
                     p.held.push(hash);
                 }
                 p.registered = hit;
+                s.register_at = p.next_register_at(self.kv.block_size());
                 if fresh {
                     self.stats.prefix_lookup_tokens += u64::from(s.request.prompt_tokens);
                     self.stats.prefix_hit_tokens += u64::from(cached);
@@ -673,6 +693,7 @@ impl Replica {
                 last_token: request_submitted,
                 admitted: now,
                 prefix: None,
+                register_at: u32::MAX,
             });
             self.next_order += 1;
         }
@@ -735,8 +756,12 @@ impl Replica {
             let before = s.kv;
             s.kv += s.scheduled;
             s.scheduled = 0;
-            if let Some(p) = s.prefix.as_deref_mut() {
+            if s.kv >= s.register_at {
                 // Its prompt blocks computed in full are cached.
+                let p = s
+                    .prefix
+                    .as_deref_mut()
+                    .expect("a block to register has a prefix");
                 let block_size = self.kv.block_size();
                 while p.hashes.get(p.registered).is_some()
                     && (p.registered as u32 + 1) * block_size <= s.kv
@@ -747,6 +772,7 @@ impl Replica {
                     }
                     p.registered += 1;
                 }
+                s.register_at = p.next_register_at(block_size);
             }
             if s.kv >= s.prefill_len {
                 // The pass over the last prompt token emits the first output token.
