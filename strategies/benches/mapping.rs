@@ -1,5 +1,6 @@
 //! The expert-mapping search at the paper's operating points: GEM for all 48 layers of
-//! Qwen3-30B-A3B (128 experts, 4 GPUs, 16-step window, K = 30; goal under 1 s) and EPLB for
+//! Qwen3-30B-A3B (128 experts, 4 GPUs, 16-step window, K = 30; goal under 1 s) and of
+//! Llama-4-Scout (16 experts; the model of GEM's "mapping takes just 8.8 seconds"), and EPLB for
 //! 58 layers x 256 experts x 32 GPUs (DeepSeek-V3's MoE layers; goal under 50 ms).
 
 use std::hint::black_box;
@@ -12,9 +13,10 @@ use sim::policies::mapping::LayerProblem;
 use strategies::mapping::eplb::Eplb;
 use strategies::mapping::gem::Gem;
 
-fn gem_qwen3(c: &mut Criterion) {
+/// GEM's search over every layer of `model` (4 GPUs, high variability, window 16, K = 30).
+fn gem_search(c: &mut Criterion, model: &str, name: &str) {
     let config: GemConfig = serde_json::from_value(serde_json::json!({
-        "model": {"name": "qwen3-30b-a3b"},
+        "model": {"name": model},
         "cluster": {"variability": "high"},
         "mapper": {"kind": "gem"},
     }))
@@ -25,13 +27,21 @@ fn gem_qwen3(c: &mut Criterion) {
     let deployment = Deployment::new(&scenario, 1);
     let mut group = c.benchmark_group("mapping");
     group.sample_size(10);
-    group.bench_function("gem_qwen3_30b_a3b_48_layers_k30_w16", |b| {
+    group.bench_function(name, |b| {
         b.iter(|| {
             let mut gem = Gem::default();
             black_box(deployment.map_layers(&mut gem, 16, 1))
         })
     });
     group.finish();
+}
+
+fn gem_qwen3(c: &mut Criterion) {
+    gem_search(c, "qwen3-30b-a3b", "gem_qwen3_30b_a3b_48_layers_k30_w16");
+}
+
+fn gem_scout(c: &mut Criterion) {
+    gem_search(c, "llama-4-scout", "gem_llama_4_scout_48_layers_k30_w16");
 }
 
 fn eplb_deepseek_scale(c: &mut Criterion) {
@@ -69,5 +79,5 @@ fn eplb_deepseek_scale(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, gem_qwen3, eplb_deepseek_scale);
+criterion_group!(benches, gem_qwen3, gem_scout, eplb_deepseek_scale);
 criterion_main!(benches);

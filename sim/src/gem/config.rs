@@ -22,6 +22,9 @@ use std::sync::Arc;
 /// Token-expert assignments one synthetic trace step may route: its f32 counts are exact to 2^24.
 const MAX_TRACE_ASSIGNMENTS: f64 = 16_777_216.0;
 
+/// The most token counts a full profiling sweep prices (one MoE-layer price each).
+const MAX_SWEEP_TOKENS: usize = 1 << 20;
+
 fn field(path: &str, message: impl Into<String>) -> FieldError {
     FieldError {
         path: path.to_string(),
@@ -52,6 +55,8 @@ pub struct GemConfig {
     pub mapper: MapperConfig,
     #[serde(default)]
     pub scale: ScaleTable,
+    #[serde(default)]
+    pub profiling: ProfilingTable,
 }
 
 fn default_mapper() -> MapperConfig {
@@ -60,13 +65,16 @@ fn default_mapper() -> MapperConfig {
 
 /// `experiment = "serving"` (default) simulates expert-parallel serving under a mapping;
 /// `"variability_at_scale"` runs the Monte-Carlo gap experiment of section 6 for
-/// `cluster.n_gpus` GPUs (its serving metrics are reported as 0).
+/// `cluster.n_gpus` GPUs; `"profiling_cost"` computes the kernel time of building one GPU's
+/// variability profile (section 5.4, `gem::profiling`). Neither serves requests: their serving
+/// metrics are null.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Experiment {
     #[default]
     Serving,
     VariabilityAtScale,
+    ProfilingCost,
 }
 
 /// `[model]`: one of the five models of the evaluation (or a `model_shape` preset such as the
@@ -314,6 +322,49 @@ impl Default for ScaleTable {
     }
 }
 
+/// Which token counts a variability profile measures (`gem::profiling`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProfilingMethod {
+    /// GEM's: the calibration's tile-boundary counts over the model's per-GPU range.
+    #[default]
+    TileBoundaries,
+    /// Every token count from 1 to `sweep_max_tokens`.
+    FullSweep,
+}
+
+fn d_repetitions() -> u32 {
+    500
+}
+fn d_sweep_max_tokens() -> usize {
+    16_384
+}
+
+/// `[profiling]`: the profiling-cost experiment (section 5.4, Figure 18).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfilingTable {
+    #[serde(default)]
+    pub method: ProfilingMethod,
+    /// Kernel launches measured per token count (section 3.3.2: "500 kernel launches per
+    /// count", "62 token counts with 500 measurements each").
+    #[serde(default = "d_repetitions")]
+    pub repetitions: u32,
+    /// The full sweep's last count (section 5.4: "sweeps token counts from 1 to 16K").
+    #[serde(default = "d_sweep_max_tokens")]
+    pub sweep_max_tokens: usize,
+}
+
+impl Default for ProfilingTable {
+    fn default() -> Self {
+        ProfilingTable {
+            method: ProfilingMethod::default(),
+            repetitions: d_repetitions(),
+            sweep_max_tokens: d_sweep_max_tokens(),
+        }
+    }
+}
+
 /// Where the utilization trace comes from.
 #[derive(Clone, Debug)]
 pub enum TraceSpec {
@@ -359,6 +410,7 @@ pub struct GemScenario {
     pub trace: TraceSpec,
     pub mapper: MapperConfig,
     pub scale: ScaleTable,
+    pub profiling: ProfilingTable,
 }
 
 impl GemConfig {
@@ -596,6 +648,18 @@ impl GemConfig {
         if self.scale.draws == 0 {
             return Err(field("scale.draws", "must be at least 1"));
         }
+        if self.profiling.repetitions == 0 {
+            return Err(field("profiling.repetitions", "must be at least 1"));
+        }
+        if !(1..=MAX_SWEEP_TOKENS).contains(&self.profiling.sweep_max_tokens) {
+            return Err(field(
+                "profiling.sweep_max_tokens",
+                format!(
+                    "= {} must be between 1 and {MAX_SWEEP_TOKENS} (one MoE-layer price per count)",
+                    self.profiling.sweep_max_tokens
+                ),
+            ));
+        }
         let mut pricing = None;
         let profile = Arc::new(match (&self.model.profile, &self.model.measured) {
             (Some(_), Some(_)) => {
@@ -665,6 +729,7 @@ impl GemConfig {
             trace,
             mapper: self.mapper.clone(),
             scale: self.scale.clone(),
+            profiling: self.profiling.clone(),
         })
     }
 }

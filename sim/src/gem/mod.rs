@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod family;
+pub mod profiling;
 pub mod server;
 pub mod trace;
 pub mod variability;

@@ -56,6 +56,8 @@ pub struct GemScalars {
     pub unseen_score_ms: f64,
     pub gap_vs_fastest: f64,
     pub gap_vs_slowest: f64,
+    pub profiling_min: f64,
+    pub profiled_counts: f64,
 }
 
 impl GemScalars {
@@ -74,6 +76,8 @@ impl GemScalars {
             unseen_score_ms: f64::NAN,
             gap_vs_fastest: f64::NAN,
             gap_vs_slowest: f64::NAN,
+            profiling_min: f64::NAN,
+            profiled_counts: f64::NAN,
         }
     }
 }
@@ -82,7 +86,7 @@ impl GemScalars {
 /// rows are the one recorder's, docs/metrics.md). GEM's TPOT is the paper's (gem.txt Eq. 3):
 /// quantiles over every gap between consecutive tokens, the recorder's inter-token latency. GEM's TPOT is the paper's (gem.txt Eq. 3):
 /// quantiles over every gap between consecutive tokens, the recorder's inter-token latency.
-pub const METRIC_TABLE: [Metric<GemScalars>; 32] = [
+pub const METRIC_TABLE: [Metric<GemScalars>; 34] = [
     lat("e2e_mean_ms", "mean end-to-end latency (ms)", |s| {
         s.requests.e2e.mean_ms
     }),
@@ -221,6 +225,18 @@ pub const METRIC_TABLE: [Metric<GemScalars>; 32] = [
         "fastest-over-slowest throughput excess",
         Better::Lower,
         |s| s.gap_vs_slowest,
+    ),
+    Metric::new(
+        "profiling_min",
+        "kernel time of one GPU's variability profile (min)",
+        Better::Lower,
+        |s| s.profiling_min,
+    ),
+    Metric::new(
+        "profiled_counts",
+        "token counts a variability profile measures",
+        Better::Lower,
+        |s| s.profiled_counts,
     ),
 ];
 
@@ -379,6 +395,7 @@ pub fn simulate_recorded(
 ) -> RunOutput {
     match scenario.experiment {
         Experiment::VariabilityAtScale => scale_output(scenario, seed),
+        Experiment::ProfilingCost => profiling_output(scenario),
         Experiment::Serving => serve(scenario, seed, mapper, queue, sink),
     }
 }
@@ -415,6 +432,27 @@ fn scale_output(scenario: &GemScenario, seed: u64) -> RunOutput {
             "distribution": scenario.distribution,
             "sigmas": scenario.distribution.sigmas(),
             "scale": point,
+        }),
+    }
+}
+
+fn profiling_output(scenario: &GemScenario) -> RunOutput {
+    let cost = super::profiling::profiling_cost(scenario);
+    let scalars = crate::metrics::scalars(
+        &METRIC_TABLE,
+        &GemScalars {
+            profiling_min: cost.minutes,
+            profiled_counts: cost.counts as f64,
+            ..GemScalars::not_computed()
+        },
+    );
+    RunOutput {
+        scalars,
+        details: json!({
+            "experiment": "profiling_cost",
+            "note": "serving metrics are not computed by this experiment and are null",
+            "repetitions": scenario.profiling.repetitions,
+            "profiling": cost,
         }),
     }
 }
@@ -959,6 +997,8 @@ pub fn serve_on(
         unseen_score_ms: unseen_scores.iter().sum(),
         gap_vs_fastest: gap_fast,
         gap_vs_slowest: gap_slow,
+        profiling_min: f64::NAN,
+        profiled_counts: f64::NAN,
     };
     let scalars = crate::metrics::scalars(&METRIC_TABLE, &values);
     let details = details(scenario, deployment, &mappings, window, &busy_share);

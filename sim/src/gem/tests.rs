@@ -153,12 +153,15 @@ fn serving_reports_every_metric_and_is_deterministic() {
         .unwrap();
     let a = simulate(&scenario, 7, &mut Blocks, &mut Fifo::default());
     let b = simulate(&scenario, 7, &mut Blocks, &mut Fifo::default());
-    assert_eq!(a, b);
+    // Bit for bit (the profiling-cost metrics are NaN here, which `==` never equals).
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
     let names: Vec<&str> = a.scalars.iter().map(|(n, _)| n.as_str()).collect();
     let expected: Vec<&str> = METRICS.iter().map(|m| m.name).collect();
     assert_eq!(names, expected);
+    // Serving computes every metric but the profiling-cost experiment's (null in results).
     for (name, v) in &a.scalars {
-        assert!(v.is_finite(), "{name} = {v}");
+        let profiling = matches!(name.as_str(), "profiling_min" | "profiled_counts");
+        assert_eq!(v.is_finite(), !profiling, "{name} = {v}");
     }
     let get = |n| a.scalar(n).unwrap();
     assert!(get("e2e_p99_ms") >= get("e2e_p90_ms") && get("e2e_p90_ms") > 0.0);
@@ -171,7 +174,7 @@ fn serving_reports_every_metric_and_is_deterministic() {
         32
     );
     let c = simulate(&scenario, 8, &mut Blocks, &mut Fifo::default());
-    assert_ne!(a, c);
+    assert_ne!(format!("{a:?}"), format!("{c:?}"));
 }
 
 #[test]
