@@ -14,9 +14,9 @@
 //! drawn in the same order either way and memory follows the candidate window, not the queue.
 
 use crate::arrivals::Arrival;
+use crate::rng::SimRng;
 pub use crate::serving::topic_affinity::TopicAffinities;
 use crate::serving::topic_affinity::noisy_prediction;
-use crate::rng::SimRng;
 use crate::time::SimTime;
 use rand::RngExt;
 use rand_distr::{Distribution, LogNormal};

@@ -25,8 +25,8 @@ use super::config::{
     ExpertRoutingTable, LengthSpec, SchedulerTable, ServedModel, ServingScenario, StaticLoads,
     StaticPricing,
 };
-use super::expected_pricing::ExpectedRoutingCost;
 use super::deployment::Deployment;
+use super::expected_pricing::ExpectedRoutingCost;
 use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
 use super::predictions::Predictions;

@@ -334,7 +334,10 @@ fn the_caps_evaluation_runs_identically_as_a_serving_family_preset() {
         server.finish().expect("the run's checks pass");
 
         assert_eq!(finishes.0.len(), 300);
-        assert_eq!(finishes.0, caps_runs.1, "seed {seed}, {selector}: same finish times");
+        assert_eq!(
+            finishes.0, caps_runs.1,
+            "seed {seed}, {selector}: same finish times"
+        );
         // Same finish times give the same batches (a batch's requests finish together).
         let by_finish = batches(finishes.0.iter().map(|(&id, &t)| (id, t)));
         let expected = batches(caps_runs.0);
