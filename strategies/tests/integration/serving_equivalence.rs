@@ -346,3 +346,42 @@ fn the_caps_evaluation_runs_identically_as_a_serving_family_preset() {
         assert!(expected.len() > 300 / 8 && expected.len() < 300);
     }
 }
+
+/// `pricing = "expected_routing"` sums per-expert load vectors on one GPU: without
+/// `loads = "experts"`, on a dense model or on two GPUs it is refused naming the key.
+#[test]
+fn expected_routing_pricing_is_refused_where_it_cannot_price() {
+    let refusal = |model: &str, gpus: usize, loads: &str| {
+        let config = serde_json::from_value::<ServingConfig>(json!({
+            "model": {"name": model},
+            "replica": {
+                "gpu": "H100-SXM", "gpus": gpus, "expert_parallel": gpus, "max_num_seqs": 8,
+                "scheduler": {"kind": "static", "loads": loads, "pricing": "expected_routing"},
+            },
+            "workload": {"n_requests": 10,
+                         "prompt_tokens": {"kind": "fixed", "value": 16},
+                         "output_tokens": {"kind": "fixed", "value": 1}},
+            "arrival": {"pattern": "offline"},
+        }))
+        .expect("the scenario parses");
+        config
+            .validate(Path::new("."), &mut LoadCache::default())
+            .err()
+            .map(|e| (e.path, e.message))
+    };
+    let qwen = "qwen1.5-moe-a2.7b";
+    assert_eq!(
+        refusal(qwen, 1, "experts"),
+        None,
+        "the one setting it prices"
+    );
+    for (model, gpus, loads, why) in [
+        (qwen, 1, "gpus", "loads = \"experts\""),
+        (qwen, 2, "experts", "gpus = 1"),
+        ("llama-2-7b", 1, "experts", "an MoE model"),
+    ] {
+        let (field, message) = refusal(model, gpus, loads).expect("refused");
+        assert_eq!(field, "replica.scheduler.pricing", "{message}");
+        assert!(message.contains(why), "{message}");
+    }
+}
