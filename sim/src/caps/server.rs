@@ -17,6 +17,7 @@ use crate::policies::batch::BatchSelector;
 use crate::recorder::expert_load::{coefficient_of_variation, imbalance};
 use crate::records::{Extra, RecordSink, RequestRecord};
 use crate::rng::SimRng;
+use crate::serving::topic_affinity::batch_routing;
 use crate::serving::{
     Admission, Batching, ExpectedRouting, KvConfig, Replica, ReplicaConfig, Seq, StepCost, StepWork,
 };
@@ -182,20 +183,15 @@ impl<'a> CapsServer<'a> {
             .schedule_static_batch(now, &mut self.former)
             .expect("a request waits, so the former forms a batch");
         // A batch without decode passes (one-token outputs) has no decode routing to price.
-        self.batch_load.fill(0.0);
-        self.batch_decode_load.fill(0.0);
-        let decodes = work.decode_iterations > 0;
-        for request in self.former.in_flight() {
-            for (load, value) in self.batch_load.iter_mut().zip(&request.true_load) {
-                *load += *value;
-            }
-            if decodes {
-                let per_token = 1.0 / request.prompt_tokens as f32;
-                for (decode, value) in self.batch_decode_load.iter_mut().zip(&request.true_load) {
-                    *decode += *value * per_token;
-                }
-            }
-        }
+        batch_routing(
+            self.former
+                .in_flight()
+                .iter()
+                .map(|r| (r.true_load.as_slice(), r.prompt_tokens)),
+            work.decode_iterations > 0,
+            &mut self.batch_load,
+            &mut self.batch_decode_load,
+        );
         let work = StepWork {
             expected_routing: Some(ExpectedRouting {
                 layers: self.n_layers,

@@ -2,19 +2,11 @@
 //! request's expert-load vector (the tokens its prompt routes to every expert of every MoE layer),
 //! and the router dry-run's prediction of that vector.
 //!
-//! Model. Topic `t` has, for every MoE layer `l`, a routing distribution `a[t][l]` over the `E`
-//! routed experts drawn from a symmetric Dirichlet(`affinity_concentration`): a small
-//! concentration puts most of a topic's routing mass on a few experts (the semantic hotspot of
-//! caps.txt: "Request 1 (Python) -> Experts [12, 15, 23, 45]"). A request of topic `t` mixes its
-//! topic with one secondary topic `s` drawn uniformly per request (a prompt is never about one
-//! thing only): `p[l] = purity * a[t][l] + (1 - purity) * a[s][l]`. Its prompt of `n` tokens
-//! routes each token to `top_k` distinct experts per layer, so the expected load is
-//! `load[l][e] = min(n, n * top_k * p[l][e])` (an expert sees a token at most once). Loads are
-//! kept as expected counts (f32) rather than sampled per token: sampling every token's routing
-//! would cost `n * top_k * L` draws per request and would add only multinomial noise around the
-//! same expectation. The router dry-run returns the exact vector, or the vector with independent
-//! multiplicative Gaussian noise of relative standard deviation `prediction_noise` per entry
-//! (clamped at zero).
+//! Model: `serving::topic_affinity` (shared with the serving family's `affinity` expert
+//! routing): per (topic, layer) a Dirichlet(`affinity_concentration`) distribution over the
+//! routed experts, a secondary topic per request mixed in with weight `1 - topic_purity`, the
+//! *expected* load `min(n, n x top_k x p)` per (layer, expert), and the dry-run's optional
+//! multiplicative Gaussian noise (`prediction_noise`).
 //!
 //! A request's token counts and secondary topic are drawn when it arrives (`make_request`); its
 //! load vector and the dry-run's prediction are computed when it first becomes a batch
@@ -23,9 +15,11 @@
 
 use crate::arrivals::Arrival;
 use crate::rng::SimRng;
+pub use crate::serving::topic_affinity::TopicAffinities;
+use crate::serving::topic_affinity::noisy_prediction;
 use crate::time::SimTime;
 use rand::RngExt;
-use rand_distr::{Distribution, Gamma, LogNormal, StandardNormal};
+use rand_distr::{Distribution, LogNormal};
 use serde::{Deserialize, Serialize};
 
 /// A token-count distribution: log-normal with the given median and log-space sigma, rounded
@@ -45,58 +39,6 @@ impl TokenDistribution {
             LogNormal::new(self.median.ln(), self.sigma).expect("validated token distribution");
         let value: f64 = dist.sample(rng);
         (value.round() as u32).clamp(1, self.max)
-    }
-}
-
-/// Per-topic, per-layer expert routing distributions.
-#[derive(Clone, Debug)]
-pub struct TopicAffinities {
-    n_layers: usize,
-    n_experts: usize,
-    /// `[topic][layer][expert]`, every (topic, layer) row sums to 1.
-    probs: Vec<f32>,
-}
-
-impl TopicAffinities {
-    /// Draws `n_topics` x `n_layers` Dirichlet(`concentration`) distributions over `n_experts`.
-    pub fn generate(
-        n_topics: usize,
-        n_layers: usize,
-        n_experts: usize,
-        concentration: f64,
-        rng: &mut SimRng,
-    ) -> Self {
-        assert!(n_topics > 0 && n_layers > 0 && n_experts > 0 && concentration > 0.0);
-        let gamma = Gamma::new(concentration, 1.0).expect("positive concentration");
-        let mut probs = Vec::with_capacity(n_topics * n_layers * n_experts);
-        let mut row = vec![0.0f64; n_experts];
-        for _ in 0..n_topics * n_layers {
-            let mut total = 0.0;
-            for value in row.iter_mut() {
-                // Guard against a row of underflowed zeros at tiny concentrations.
-                *value = gamma.sample(rng).max(f64::MIN_POSITIVE);
-                total += *value;
-            }
-            probs.extend(row.iter().map(|v| (v / total) as f32));
-        }
-        TopicAffinities {
-            n_layers,
-            n_experts,
-            probs,
-        }
-    }
-
-    pub fn n_topics(&self) -> usize {
-        self.probs.len() / (self.n_layers * self.n_experts)
-    }
-    /// Entries of one load vector: layers x experts.
-    pub fn dims(&self) -> usize {
-        self.n_layers * self.n_experts
-    }
-    /// The routing distributions of `topic`, layer-major.
-    pub fn topic(&self, topic: usize) -> &[f32] {
-        let dims = self.dims();
-        &self.probs[topic * dims..(topic + 1) * dims]
     }
 }
 
@@ -178,26 +120,15 @@ impl RequestModel {
     /// vector of a served request, which spares an allocation per request), and the noisy
     /// prediction drawn from `prediction` when `prediction_noise > 0`.
     pub fn route(&self, request: &mut MoeRequest, prediction: &mut SimRng, mut buffer: Vec<f32>) {
-        let own = self.affinities.topic(request.topic as usize);
-        let other = self.affinities.topic(request.secondary_topic as usize);
-        let n = request.prompt_tokens as f32;
-        let scale = n * self.top_k as f32;
-        let purity = self.topic_purity as f32;
-        buffer.clear();
-        buffer.extend(
-            own.iter()
-                .zip(other)
-                .map(|(a, b)| (scale * (purity * a + (1.0 - purity) * b)).min(n)),
+        self.affinities.expected_load(
+            request.topic as usize,
+            request.secondary_topic as usize,
+            self.topic_purity,
+            request.prompt_tokens,
+            self.top_k,
+            &mut buffer,
         );
-        request.noisy_prediction = (self.prediction_noise > 0.0).then(|| {
-            buffer
-                .iter()
-                .map(|&value| {
-                    let z: f64 = StandardNormal.sample(prediction);
-                    (value as f64 * (1.0 + self.prediction_noise * z)).max(0.0) as f32
-                })
-                .collect()
-        });
+        request.noisy_prediction = noisy_prediction(&buffer, self.prediction_noise, prediction);
         request.true_load = buffer;
     }
 }
@@ -250,37 +181,6 @@ mod tests {
             prompt_tokens: prompt,
             output_tokens: None,
         }
-    }
-
-    #[test]
-    fn affinity_rows_are_distributions() {
-        let affinities = TopicAffinities::generate(5, 4, 60, 0.3, &mut stream(3, "topics"));
-        for topic in 0..5 {
-            for row in affinities.topic(topic).chunks(60) {
-                let sum: f32 = row.iter().sum();
-                assert!((sum - 1.0).abs() < 1e-4, "row sums to {sum}");
-                assert!(row.iter().all(|p| *p >= 0.0));
-            }
-        }
-    }
-
-    #[test]
-    fn small_concentration_makes_hotspots() {
-        // With concentration 0.3 over 60 experts the top 4 experts of a layer carry far more than
-        // the 4/60 = 6.7% a uniform router gives.
-        let affinities = TopicAffinities::generate(8, 24, 60, 0.3, &mut stream(3, "topics"));
-        let mut top4_share = 0.0;
-        let mut rows = 0;
-        for topic in 0..8 {
-            for row in affinities.topic(topic).chunks(60) {
-                let mut sorted = row.to_vec();
-                sorted.sort_by(|a, b| b.total_cmp(a));
-                top4_share += sorted[..4].iter().sum::<f32>();
-                rows += 1;
-            }
-        }
-        let mean = top4_share / rows as f32;
-        assert!(mean > 0.3, "mean top-4 share {mean}");
     }
 
     #[test]

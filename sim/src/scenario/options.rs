@@ -136,6 +136,27 @@ pub fn catalogue() -> Vec<OptionGroup> {
                     "expert popularity Zipf(exponent), ranked by a random permutation per layer \
                      and topic",
                 ),
+                (
+                    "affinity",
+                    "CAPS's request model: per topic and layer Dirichlet(concentration) over the \
+                     experts, a secondary topic per request mixed in (purity), optional \
+                     prediction_noise on the static dry-run",
+                ),
+            ],
+        ),
+        group(
+            "static_pricing",
+            "replica.scheduler.pricing (serving, static kind)",
+            &[
+                (
+                    "passes",
+                    "pass by pass on whole routed tokens through the replica's step cost",
+                ),
+                (
+                    "expected_routing",
+                    "from the batch's expected routing, each layer one grouped GEMM (CAPS's \
+                     grouped model; loads = \"experts\", one GPU)",
+                ),
             ],
         ),
         group(
@@ -372,6 +393,10 @@ mod tests {
                 variants::<crate::chimera::workload::PredictorConfig>(),
             ),
             ("expert_routing", variants::<ExpertRoutingTable>()),
+            (
+                "static_pricing",
+                variants::<crate::serving_family::config::StaticPricing>(),
+            ),
             ("arrival", variants::<crate::arrivals::ArrivalPattern>()),
             ("length", variants::<LengthTable>()),
             ("interconnect", variants::<Interconnect>()),

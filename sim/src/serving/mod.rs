@@ -16,6 +16,7 @@ pub mod queue;
 pub mod replica;
 pub mod router;
 pub mod step;
+pub mod topic_affinity;
 
 pub use config::{Admission, Batching, KvConfig, Preemption, ReplicaConfig, StepOrder};
 pub use dense::{DenseServing, DenseStepCost};

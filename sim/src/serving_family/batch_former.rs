@@ -16,7 +16,9 @@
 use super::expert_routing::ExpertPopularity;
 use super::mapping::ExpertLayout;
 use crate::caps::former::{Candidate, DryRun};
+use crate::rng::SimRng;
 use crate::serving::QueuedRequest;
+use crate::serving::topic_affinity::{TopicAffinities, noisy_prediction};
 use crate::time::SimTime;
 use std::rc::Rc;
 
@@ -26,10 +28,16 @@ pub struct ServingCandidate {
     pub id: u64,
     pub arrival: SimTime,
     pub topic: u32,
+    /// The topic its prompt mixes in under affinity routing (`serving::topic_affinity`; 0
+    /// otherwise).
+    pub secondary_topic: u32,
     pub prompt_tokens: u32,
     pub output_tokens: u32,
-    /// The dry-run's load vector (empty until it ran).
+    /// The dry-run's load vector (empty until it ran): what the batch's tokens are expected to
+    /// route.
     pub load: Vec<f32>,
+    /// What a noisy dry-run predicts instead (`AffinityDryRun`); `None` when exact.
+    pub prediction: Option<Vec<f32>>,
 }
 
 impl Candidate for ServingCandidate {
@@ -56,7 +64,7 @@ impl Candidate for ServingCandidate {
         self.output_tokens
     }
     fn predicted(&self) -> &[f32] {
-        &self.load
+        self.prediction.as_deref().unwrap_or(&self.load)
     }
     fn take_load(&mut self) -> Vec<f32> {
         std::mem::take(&mut self.load)
@@ -153,6 +161,55 @@ impl DryRun for ExpertDryRun {
     }
 }
 
+/// The router dry-run under affinity routing with `replica.scheduler.loads = "experts"`: CAPS's
+/// load vector (`TopicAffinities::expected_load`: the request's topic mixed with its secondary
+/// topic, `min(n, n x top_k x p)` per layer and expert) and, when `noise > 0`, the noisy
+/// prediction the selectors see instead.
+pub struct AffinityDryRun {
+    affinities: Rc<TopicAffinities>,
+    purity: f64,
+    noise: f64,
+    top_k: usize,
+    prediction: SimRng,
+}
+
+impl AffinityDryRun {
+    pub fn new(
+        affinities: Rc<TopicAffinities>,
+        purity: f64,
+        noise: f64,
+        top_k: usize,
+        prediction: SimRng,
+    ) -> AffinityDryRun {
+        AffinityDryRun {
+            affinities,
+            purity,
+            noise,
+            top_k,
+            prediction,
+        }
+    }
+}
+
+impl DryRun for AffinityDryRun {
+    type Request = ServingCandidate;
+    fn dims(&self) -> usize {
+        self.affinities.dims()
+    }
+    fn route(&mut self, request: &mut ServingCandidate, mut buffer: Vec<f32>) {
+        self.affinities.expected_load(
+            request.topic as usize,
+            request.secondary_topic as usize,
+            self.purity,
+            request.prompt_tokens,
+            self.top_k,
+            &mut buffer,
+        );
+        request.prediction = noisy_prediction(&buffer, self.noise, &mut self.prediction);
+        request.load = buffer;
+    }
+}
+
 /// The dry-run of a dense replica: one entry, the prompt's tokens.
 pub struct PromptDryRun;
 
@@ -194,9 +251,11 @@ mod tests {
             id: 0,
             arrival: SimTime::ZERO,
             topic: 1,
+            secondary_topic: 0,
             prompt_tokens: 10,
             output_tokens: 1,
             load: Vec::new(),
+            prediction: None,
         }
     }
 
@@ -222,9 +281,11 @@ mod tests {
                 id: 0,
                 arrival: SimTime::ZERO,
                 topic: 0,
+                secondary_topic: 0,
                 prompt_tokens: 100,
                 output_tokens: 1,
                 load: Vec::new(),
+                prediction: None,
             };
             dry_run.route(&mut request, Vec::new());
             assert_eq!(request.load.len(), 32 * gpus);

@@ -270,7 +270,8 @@ pub enum SchedulerTable {
     Vllm {
         #[serde(default = "d_batched_tokens")]
         max_num_batched_tokens: u64,
-        #[serde(default)]
+        /// Left out of a written scenario when the default.
+        #[serde(default, skip_serializing_if = "PreemptionMode::is_recompute")]
         preemption: PreemptionMode,
     },
     /// Sarathi-Serve: chunked prefill within a `chunk_size` token budget per step, decodes
@@ -279,7 +280,8 @@ pub enum SchedulerTable {
     Sarathi {
         #[serde(default = "d_chunk_size")]
         chunk_size: u64,
-        #[serde(default)]
+        /// Left out of a written scenario when the default.
+        #[serde(default, skip_serializing_if = "PreemptionMode::is_recompute")]
         preemption: PreemptionMode,
     },
     /// Orca: iteration-level batching of whole prompts with running decodes, no paging: each
@@ -305,6 +307,10 @@ pub enum SchedulerTable {
         seed_with_oldest: bool,
         #[serde(default)]
         loads: StaticLoads,
+        /// How a batch is priced (`StaticPricing`; left out of a written scenario when the
+        /// default).
+        #[serde(default, skip_serializing_if = "StaticPricing::is_passes")]
+        pricing: StaticPricing,
     },
 }
 
@@ -320,6 +326,34 @@ pub enum PreemptionMode {
     /// Copy its blocks to host memory and back when resumed; the steps that move them pay
     /// the copy over the GPU's host link (`serving_family::swap`).
     Swap,
+}
+
+impl PreemptionMode {
+    fn is_recompute(&self) -> bool {
+        *self == PreemptionMode::Recompute
+    }
+}
+
+/// How a `static` replica prices a batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StaticPricing {
+    /// Pass by pass on whole routed tokens through the replica's step cost
+    /// (`ReplicaStepCost::price_static`).
+    #[default]
+    Passes,
+    /// From the batch's expected routing (`serving_family::expected_pricing`, CAPS's `grouped`
+    /// execution model): the prefill's summed per-expert load vectors and each decode pass's
+    /// load / prompt tokens, each layer one grouped GEMM through the one MoE entry point
+    /// (`cost::moe_layer`) on the GPU's analytic profile. Needs `loads = "experts"`, an MoE
+    /// model and one GPU per replica.
+    ExpectedRouting,
+}
+
+impl StaticPricing {
+    fn is_passes(&self) -> bool {
+        *self == StaticPricing::Passes
+    }
 }
 
 /// What a `static` replica's router dry-run predicts per candidate (`serving_family::batch_former`).
@@ -389,6 +423,18 @@ pub enum ExpertRoutingTable {
     /// Expert popularity Zipf with `exponent`, the ranking a random permutation per layer and
     /// per topic (topic affinities: requests of one topic favour the same experts).
     Zipf { exponent: f64 },
+    /// CAPS's request model (`serving::topic_affinity`): per topic and layer a
+    /// Dirichlet(`concentration`) distribution over the experts, each request's own topic mixed
+    /// with a secondary one drawn per request (weight `1 - purity`); a static replica's
+    /// `loads = "experts"` dry-run sees the expected `min(n, n x top_k x p)` per (layer,
+    /// expert), times `1 + prediction_noise x z` when noisy. Continuous batching routes each
+    /// step's tokens by their own topic's distribution (capped at `1 / top_k`).
+    Affinity {
+        concentration: f64,
+        purity: f64,
+        #[serde(default)]
+        prediction_noise: f64,
+    },
 }
 
 /// `[routing]`: which replica a request goes to.
@@ -435,6 +481,10 @@ pub struct WorkloadTable {
     pub n_topics: u32,
     pub prompt_tokens: LengthTable,
     pub output_tokens: LengthTable,
+    /// Draw each request's prompt and output lengths, in that order, from one stream
+    /// (`tokens`, as the caps family draws them) instead of one stream each.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub one_token_stream: bool,
 }
 
 /// A length distribution (`distributions::TokenLength`), or the replayed trace's lengths.
@@ -591,6 +641,8 @@ pub struct ServingScenario {
     pub n_topics: u32,
     pub prompt_tokens: LengthSpec,
     pub output_tokens: LengthSpec,
+    /// Prompt and output lengths from one stream (`workload.one_token_stream`).
+    pub one_token_stream: bool,
     pub arrival: ArrivalSpec,
     pub per_request_csv: bool,
     pub trace_events: bool,
@@ -1014,6 +1066,32 @@ impl ServingConfig {
             }
         }
         let batch_former = static_former(p, r)?;
+        if let SchedulerTable::Static {
+            pricing: StaticPricing::ExpectedRouting,
+            loads,
+            ..
+        } = &r.scheduler
+        {
+            let refuse = |why: &str| {
+                Err(field_error(
+                    &format!("{p}.scheduler.pricing"),
+                    format!("= \"expected_routing\" {why}"),
+                ))
+            };
+            if !matches!(model, ServedModel::Moe(_)) {
+                return refuse("prices a batch's routed experts: it needs an MoE model");
+            }
+            if gpus != 1 {
+                return refuse(&format!(
+                    "runs every expert on one GPU: it needs {p}.gpus = 1, got {gpus}"
+                ));
+            }
+            if *loads != StaticLoads::Experts {
+                return refuse(&format!(
+                    "sums the candidates' per-expert loads: it needs {p}.scheduler.loads = \"experts\""
+                ));
+            }
+        }
         let speed_factors = match &r.speed_factors {
             Some(factors) => {
                 if factors.len() != gpus {
@@ -1286,6 +1364,21 @@ impl ServingConfig {
                         format!("must lie in [0, 10], got {exponent}"),
                     ));
                 }
+                if let ExpertRoutingTable::Affinity {
+                    concentration,
+                    purity,
+                    prediction_noise,
+                } = experts.routing
+                {
+                    positive("experts.routing.concentration", concentration)?;
+                    if !(0.0..=1.0).contains(&purity) {
+                        return Err(field_error(
+                            "experts.routing.purity",
+                            format!("must lie in [0, 1], got {purity}"),
+                        ));
+                    }
+                    non_negative("experts.routing.prediction_noise", prediction_noise)?;
+                }
                 (experts.routing, mapping)
             }
             None => (ExpertRoutingTable::Uniform, MapperConfig::Linear),
@@ -1391,6 +1484,7 @@ impl ServingConfig {
             predictor: self.predictor.clone(),
             n_requests,
             n_topics: w.n_topics,
+            one_token_stream: w.one_token_stream,
             prompt_tokens,
             output_tokens,
             arrival,

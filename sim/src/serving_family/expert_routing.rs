@@ -17,6 +17,7 @@ use crate::cost::shape::MoeModelShape;
 use crate::distributions::Zipf;
 use crate::rng::SimRng;
 use crate::serving::RoutedTokens;
+use crate::serving::topic_affinity::TopicAffinities;
 use rand::RngExt;
 use std::rc::Rc;
 
@@ -29,6 +30,8 @@ pub struct ExpertRouter {
     n_topics: usize,
     /// `[topic][layer][expert]` probabilities; empty under uniform routing.
     probability: Rc<[f64]>,
+    /// Under affinity routing: the topics' drawn distributions (uncapped, for the dry-run).
+    affinities: Option<Rc<TopicAffinities>>,
     /// One layer's expected assignments per expert (scratch).
     expected: Vec<f64>,
     /// The order of the experts in one layer's running sums (scratch, reshuffled per layer).
@@ -86,8 +89,11 @@ impl ExpertRouter {
         };
         let n_topics = match routing {
             ExpertRoutingTable::Uniform => 1,
-            ExpertRoutingTable::Zipf { .. } => n_topics as usize,
+            ExpertRoutingTable::Zipf { .. } | ExpertRoutingTable::Affinity { .. } => {
+                n_topics as usize
+            }
         };
+        let mut affinities = None;
         let probability = match routing {
             ExpertRoutingTable::Uniform => Vec::new(),
             ExpertRoutingTable::Zipf { exponent } => {
@@ -114,6 +120,20 @@ impl ExpertRouter {
                 }
                 table
             }
+            ExpertRoutingTable::Affinity { concentration, .. } => {
+                let drawn =
+                    TopicAffinities::generate(n_topics, layers, experts, concentration, popularity);
+                // A step routes whole tokens: each row capped as the Zipf ranks are.
+                let mut table = Vec::with_capacity(n_topics * layers * experts);
+                for topic in 0..n_topics {
+                    for row in drawn.topic(topic).chunks_exact(experts) {
+                        let row = row.iter().map(|&p| f64::from(p)).collect();
+                        table.extend(capped(row, (1.0 - 1e-9) / k as f64));
+                    }
+                }
+                affinities = Some(Rc::new(drawn));
+                table
+            }
         };
         ExpertRouter {
             n_layers: layers,
@@ -124,6 +144,7 @@ impl ExpertRouter {
             layout,
             n_topics,
             probability: probability.into(),
+            affinities,
             expected: vec![0.0; experts],
             order: (0..experts).collect(),
             rng: offsets,
@@ -184,6 +205,7 @@ impl ExpertRouter {
             top_k: self.top_k,
             n_topics: self.n_topics,
             probability: Rc::clone(&self.probability),
+            affinities: self.affinities.clone(),
         }
     }
 
@@ -277,9 +299,16 @@ pub struct ExpertPopularity {
     top_k: u64,
     n_topics: usize,
     probability: Rc<[f64]>,
+    /// Under affinity routing: the topics' drawn distributions (`serving::topic_affinity`).
+    pub affinities: Option<Rc<TopicAffinities>>,
 }
 
 impl ExpertPopularity {
+    /// Experts each token is routed to, per layer.
+    pub fn top_k(&self) -> usize {
+        self.top_k as usize
+    }
+
     /// The assignments each expert of `layer` expects from `tokens` tokens of `topic`
     /// (`tokens x top_k x p_topic(e)`), into `out` (one per expert).
     pub fn expected(&self, topic: u32, layer: usize, tokens: u64, out: &mut [f64]) {

@@ -84,7 +84,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "replica.scheduler",
         default: "`{ kind = \"vllm\" }`",
-        meaning: "the scheduler kind (`vllm`, `sarathi`, `orca`, `static`; \"Scheduler kinds\" below) and its keys: `max_num_batched_tokens` (vllm: 4096; orca: none), `chunk_size` (sarathi: 512), `preemption` (vllm, sarathi: `recompute`, the default, or `swap`: the newest sequence's KV blocks copied to host memory and back over the GPU's host link, PCIe 5.0 x16 on H100/H200, else PCIe 4.0 x16), `window_size` (32), `min_batch_trigger` (16), `scheduling_interval_ms` (100), `seed_with_oldest` (true) and `loads` (`gpus`, the default: the batch former sees each candidate's expected tokens per layer and GPU; `experts`: per layer and expert, CAPS's load vector) (static)",
+        meaning: "the scheduler kind (`vllm`, `sarathi`, `orca`, `static`; \"Scheduler kinds\" below) and its keys: `max_num_batched_tokens` (vllm: 4096; orca: none), `chunk_size` (sarathi: 512), `preemption` (vllm, sarathi: `recompute`, the default, or `swap`: the newest sequence's KV blocks copied to host memory and back over the GPU's host link, PCIe 5.0 x16 on H100/H200, else PCIe 4.0 x16), `window_size` (32), `min_batch_trigger` (16), `scheduling_interval_ms` (100), `seed_with_oldest` (true) and `loads` (`gpus`, the default: the batch former sees each candidate's expected tokens per layer and GPU; `experts`: per layer and expert, CAPS's load vector) and `pricing` (`passes`, the default: pass by pass on whole routed tokens; `expected_routing`: from the batch's expected routing by CAPS's grouped model, one grouped GEMM per layer through the one MoE entry point; needs `loads = \"experts\"`, an MoE model, one GPU) (static)",
     },
     KeyDoc {
         key: "replica.max_num_seqs",
@@ -124,7 +124,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "experts.routing",
         default: "`{ kind = \"uniform\" }`",
-        meaning: "MoE only: `uniform`, or `{ kind = \"zipf\", exponent = s }` (`exponent` in [0, 10]; below)",
+        meaning: "MoE only: `uniform`, `{ kind = \"zipf\", exponent = s }` (`exponent` in [0, 10]), or `{ kind = \"affinity\", concentration, purity, prediction_noise }` (CAPS's request model: Dirichlet(`concentration` > 0) per topic and layer, `purity` in [0, 1], `prediction_noise` >= 0, default 0; below)",
     },
     KeyDoc {
         key: "experts.mapping",
@@ -155,6 +155,11 @@ pub const KEYS: &[KeyDoc] = &[
         key: "workload.n_topics",
         default: "1",
         meaning: "topics the arrival process draws; with Zipf routing each topic ranks the experts its own way",
+    },
+    KeyDoc {
+        key: "workload.one_token_stream",
+        default: "false",
+        meaning: "draw each request's prompt and then output length from one stream (`tokens`, as the caps family draws them) instead of one stream each",
     },
     KeyDoc {
         key: "workload.prompt_tokens, workload.output_tokens",

@@ -19,10 +19,14 @@
 
 use super::adapters::AdapterRouter;
 use super::batch_former::{
-    BoxedDryRun, ExpertDryRun, LayoutDryRun, PromptDryRun, ServingCandidate,
+    AffinityDryRun, BoxedDryRun, ExpertDryRun, LayoutDryRun, PromptDryRun, ServingCandidate,
 };
-use super::config::{LengthSpec, SchedulerTable, ServedModel, ServingScenario, StaticLoads};
+use super::config::{
+    ExpertRoutingTable, LengthSpec, SchedulerTable, ServedModel, ServingScenario, StaticLoads,
+    StaticPricing,
+};
 use super::deployment::Deployment;
+use super::expected_pricing::ExpectedRoutingCost;
 use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
 use super::predictions::Predictions;
@@ -43,6 +47,7 @@ use crate::serving::{
     StepCost,
 };
 use crate::time::{SimDuration, SimTime};
+use rand::RngExt;
 use rustc_hash::FxHashMap;
 use std::rc::Rc;
 
@@ -78,6 +83,9 @@ struct ReplicaRun<'a> {
     scheduling_interval: SimDuration,
     recorder: ReplicaRecorder,
     step_cost: ReplicaStepCost,
+    /// A static replica's batches priced from their expected routing instead of `step_cost`
+    /// (`replica.scheduler.pricing = "expected_routing"`).
+    expected_cost: Option<ExpectedRoutingCost>,
     /// Prices the steps instead of `step_cost` when given (`ServingServer::with_step_costs`;
     /// `step_cost` still counts their FLOPs).
     priced_by: Option<Box<dyn StepCost + 'a>>,
@@ -138,7 +146,10 @@ pub struct ServingServer<'a> {
     router: &'a mut dyn Router,
     arrivals: Box<dyn ArrivalProcess>,
     rng_prompt: SimRng,
-    rng_output: SimRng,
+    /// `None` with `workload.one_token_stream`: output lengths come from `rng_prompt` too.
+    rng_output: Option<SimRng>,
+    /// Under affinity routing: each request's secondary topic.
+    rng_mixing: Option<SimRng>,
     /// With adapters: each request's adapter draw.
     rng_adapter: SimRng,
     replicas: Vec<ReplicaRun<'a>>,
@@ -314,23 +325,38 @@ impl<'a> ServingServer<'a> {
             let group = scenario.group(g);
             // Adapters serve one replica group (config validation): the first.
             let plan = if g == 0 { plan } else { None };
-            let (min_batch_trigger, scheduling_interval, window_size, seed_with_oldest, loads) =
-                match &group.replica.scheduler {
-                    SchedulerTable::Static {
-                        window_size,
-                        min_batch_trigger,
-                        scheduling_interval_ms,
-                        seed_with_oldest,
-                        loads,
-                    } => (
-                        *min_batch_trigger,
-                        SimDuration::from_secs_f64(scheduling_interval_ms / 1e3),
-                        *window_size,
-                        *seed_with_oldest,
-                        *loads,
-                    ),
-                    _ => (0, SimDuration(1), 0, false, StaticLoads::Gpus),
-                };
+            let (
+                min_batch_trigger,
+                scheduling_interval,
+                window_size,
+                seed_with_oldest,
+                loads,
+                pricing,
+            ) = match &group.replica.scheduler {
+                SchedulerTable::Static {
+                    window_size,
+                    min_batch_trigger,
+                    scheduling_interval_ms,
+                    seed_with_oldest,
+                    loads,
+                    pricing,
+                } => (
+                    *min_batch_trigger,
+                    SimDuration::from_secs_f64(scheduling_interval_ms / 1e3),
+                    *window_size,
+                    *seed_with_oldest,
+                    *loads,
+                    *pricing,
+                ),
+                _ => (
+                    0,
+                    SimDuration(1),
+                    0,
+                    false,
+                    StaticLoads::Gpus,
+                    StaticPricing::Passes,
+                ),
+            };
             let profile_batch = (group.replica.max_num_seqs as u64)
                 .min(deployment.kv_tokens / PROFILE_CONTEXT_TOKENS as u64)
                 .max(1);
@@ -357,21 +383,51 @@ impl<'a> ServingServer<'a> {
                 };
                 let expert_router = match (group.model.experts(), &layout) {
                     (Some(shape), Some(layout)) if adapter_router.is_none() => {
+                        // The topics' affinities are the model's: every replica draws the
+                        // same ones, from the stream the caps family draws them from.
+                        let mut topics = stream(seed, "topics");
+                        let popularity = match scenario.expert_routing {
+                            ExpertRoutingTable::Affinity { .. } => &mut topics,
+                            _ => &mut popularity,
+                        };
                         Some(ExpertRouter::new(
                             &shape,
                             scenario.expert_routing,
                             scenario.n_topics,
                             Rc::clone(layout),
-                            &mut popularity,
+                            popularity,
                             stream(streams, &format!("expert_routing_{r}")),
                         ))
+                    }
+                    _ => None,
+                };
+                let expected_cost = match (pricing, group.model.experts()) {
+                    (StaticPricing::ExpectedRouting, Some(shape)) => {
+                        Some(ExpectedRoutingCost::new(&group.replica.gpu, &shape))
                     }
                     _ => None,
                 };
                 let former = (window_size > 0).then(|| {
                     let dry_run: BoxedDryRun<'a> = match (&expert_router, &layout, loads) {
                         (Some(router), _, StaticLoads::Experts) => {
-                            Box::new(ExpertDryRun::new(router.popularity()))
+                            let popularity = router.popularity();
+                            match (&popularity.affinities, scenario.expert_routing) {
+                                (
+                                    Some(affinities),
+                                    ExpertRoutingTable::Affinity {
+                                        purity,
+                                        prediction_noise,
+                                        ..
+                                    },
+                                ) => Box::new(AffinityDryRun::new(
+                                    Rc::clone(affinities),
+                                    purity,
+                                    prediction_noise,
+                                    popularity.top_k(),
+                                    stream(streams, &format!("prediction_{r}")),
+                                )),
+                                _ => Box::new(ExpertDryRun::new(popularity)),
+                            }
                         }
                         (Some(router), Some(layout), StaticLoads::Gpus) => {
                             Box::new(LayoutDryRun::new(router.popularity(), Rc::clone(layout)))
@@ -405,6 +461,7 @@ impl<'a> ServingServer<'a> {
                         scenario.kv_sample_interval_ns,
                     ),
                     step_cost,
+                    expected_cost,
                     priced_by: None,
                     expert_router,
                     adapter_router,
@@ -427,8 +484,17 @@ impl<'a> ServingServer<'a> {
                 scenario.n_topics,
                 stream(streams, "arrivals"),
             ),
-            rng_prompt: stream(streams, "prompt_tokens"),
-            rng_output: stream(streams, "output_tokens"),
+            rng_prompt: stream(
+                streams,
+                if scenario.one_token_stream {
+                    "tokens"
+                } else {
+                    "prompt_tokens"
+                },
+            ),
+            rng_output: (!scenario.one_token_stream).then(|| stream(streams, "output_tokens")),
+            rng_mixing: matches!(scenario.expert_routing, ExpertRoutingTable::Affinity { .. })
+                .then(|| stream(streams, "mixing")),
             rng_adapter: stream(seed, "expertweave/adapters"),
             replicas,
             outputs: FxHashMap::default(),
@@ -496,9 +562,13 @@ impl<'a> ServingServer<'a> {
         let output = Self::length(
             &s.output_tokens,
             arrival.output_tokens,
-            &mut self.rng_output,
+            self.rng_output.as_mut().unwrap_or(&mut self.rng_prompt),
         )
         .max(1);
+        let secondary_topic = self
+            .rng_mixing
+            .as_mut()
+            .map_or(0, |rng| rng.random_range(0..s.n_topics as usize) as u32);
         let id = self.next_id;
         self.next_id += 1;
         let draws = self.predictions.draw(id, prompt, output);
@@ -559,9 +629,11 @@ impl<'a> ServingServer<'a> {
                 id,
                 arrival: now,
                 topic: arrival.topic,
+                secondary_topic,
                 prompt_tokens: prompt,
                 output_tokens: output,
                 load: Vec::new(),
+                prediction: None,
             });
             run.replica.submitted(now);
             return r;
@@ -625,13 +697,23 @@ impl<'a> ServingServer<'a> {
                     decode_topics[topic] += 1;
                 }
             }
-            let time = run.step_cost.price_static(
-                &work,
-                run.expert_router.as_mut(),
-                &prefill_topics,
-                &decode_topics,
-                &mut run.step_flops,
-            );
+            let time = match &mut run.expected_cost {
+                Some(cost) => {
+                    let time = cost.price(&work, former.in_flight());
+                    if let Some(router) = &run.expert_router {
+                        run.recorder
+                            .expert_load(cost.prefill_load(), router.n_experts());
+                    }
+                    time
+                }
+                None => run.step_cost.price_static(
+                    &work,
+                    run.expert_router.as_mut(),
+                    &prefill_topics,
+                    &decode_topics,
+                    &mut run.step_flops,
+                ),
+            };
             (work, time)
         } else {
             let mut hook = Admit {
@@ -661,7 +743,11 @@ impl<'a> ServingServer<'a> {
             (work, time)
         };
         let counts = StepCounts::of(&work);
-        if let Some(router) = &mut run.expert_router {
+        if let Some(router) = run
+            .expert_router
+            .as_mut()
+            .filter(|_| run.expected_cost.is_none())
+        {
             let experts = router.n_experts();
             router.take_step_load(|load| run.recorder.expert_load(load, experts));
         }

@@ -249,3 +249,139 @@ fn gem_mapping_is_the_same_in_the_serving_family() {
         }
     }
 }
+
+/// The CAPS evaluation as a serving-family preset (scenarios/caps/evaluation_serving.toml):
+/// affinity routing (the caps request model, `serving::topic_affinity`), the per-expert
+/// dry-run, static batches priced from their expected routing by the grouped model
+/// (`replica.scheduler.pricing = "expected_routing"`) and both token lengths from one stream
+/// (`workload.one_token_stream`): with Poisson arrivals, so that the batches depend on how long
+/// each takes, the serving family forms the caps family's batches and finishes every request
+/// at the same nanosecond, for two seeds and two selectors (`greedy_variance` and `fcfs` draw
+/// nothing from their stream, which the families name apart: `selector` vs `selector_0`).
+#[test]
+fn the_caps_evaluation_runs_identically_as_a_serving_family_preset() {
+    for (seed, selector) in [(42, "greedy_variance"), (7, "fcfs")] {
+        let caps = serde_json::from_value::<sim::caps::CapsConfig>(json!({
+            "model": {"preset": "qwen1.5-moe-a2.7b-nf4"},
+            "workload": {"n_requests": 300, "n_topics": 16, "affinity_concentration": 0.3,
+                         "topic_purity": 0.8,
+                         "prompt_tokens": {"median": 128, "sigma": 0.6, "max": 2048},
+                         "output_tokens": {"median": 4, "sigma": 0.5, "max": 16}},
+            "arrival": {"pattern": "poisson", "rate_per_s": 250},
+            "scheduler": {"selector": {"kind": selector}},
+            "execution": {"model": "grouped", "gpu": "L4"},
+        }))
+        .expect("the caps scenario parses")
+        .validate(Path::new("."), &mut LoadCache::default())
+        .expect("the caps scenario is valid");
+        #[derive(Default)]
+        struct CapsRuns(Vec<(u64, u64)>, BTreeMap<u64, u64>);
+        impl RecordSink for CapsRuns {
+            fn record(&mut self, r: &RequestRecord<'_>) {
+                self.0.push((r.id, sim::caps::run::batch_of(r)));
+                self.1.insert(r.id, r.finish.0);
+            }
+        }
+        let mut caps_selector = strategies::batch::build(&caps.selector);
+        let mut caps_runs = CapsRuns::default();
+        sim::caps::run::simulate(&caps, seed, caps_selector.as_mut(), &mut caps_runs);
+
+        let scenario = serving(json!({
+            "model": {"name": "qwen1.5-moe-a2.7b-nf4"},
+            "replica": {
+                "gpu": "L4",
+                "max_num_seqs": 8,
+                "scheduler": {"kind": "static", "window_size": 32, "min_batch_trigger": 16,
+                              "scheduling_interval_ms": 100.0, "seed_with_oldest": true,
+                              "loads": "experts", "pricing": "expected_routing"},
+                "batch_former": {"kind": selector},
+            },
+            "experts": {"routing": {"kind": "affinity", "concentration": 0.3, "purity": 0.8}},
+            "workload": {"n_requests": 300, "n_topics": 16, "one_token_stream": true,
+                         "prompt_tokens": {"kind": "log_normal", "median": 128, "sigma": 0.6,
+                                           "max": 2048},
+                         "output_tokens": {"kind": "log_normal", "median": 4, "sigma": 0.5,
+                                           "max": 16}},
+            "arrival": {"pattern": "poisson", "rate_per_s": 250},
+        }));
+        let deployment = Deployment::new(&scenario, None).expect("the model fits an L4");
+        let mut queue = strategies::queue::build(&QueuePolicyConfig::Fcfs);
+        let mut router = strategies::routing::build(&RouterConfig::RoundRobin);
+        let mut linear = strategies::mapping::build(&sim::policies::mapping::MapperConfig::Linear);
+        let mut selectors = vec![strategies::batch::build(&scenario.replica.batch_former)];
+        let layouts = mapping::replica_layouts(
+            &scenario,
+            std::slice::from_ref(&deployment),
+            seed,
+            linear.as_mut(),
+            &mut selectors,
+            queue.as_mut(),
+            router.as_mut(),
+        );
+        let mut finishes = Finishes::default();
+        let mut server = ServingServer::new(
+            &scenario,
+            std::slice::from_ref(&deployment),
+            None,
+            seed,
+            &layouts,
+            &mut selectors,
+            queue.as_mut(),
+            router.as_mut(),
+            &mut finishes,
+        );
+        sim::engine::run(&mut server);
+        server.finish().expect("the run's checks pass");
+
+        assert_eq!(finishes.0.len(), 300);
+        assert_eq!(
+            finishes.0, caps_runs.1,
+            "seed {seed}, {selector}: same finish times"
+        );
+        // Same finish times give the same batches (a batch's requests finish together).
+        let by_finish = batches(finishes.0.iter().map(|(&id, &t)| (id, t)));
+        let expected = batches(caps_runs.0);
+        assert_eq!(by_finish, expected, "seed {seed}, {selector}: same batches");
+        // Not trivially so: more than one batch ran, and not all of them full.
+        assert!(expected.len() > 300 / 8 && expected.len() < 300);
+    }
+}
+
+/// `pricing = "expected_routing"` sums per-expert load vectors on one GPU: without
+/// `loads = "experts"`, on a dense model or on two GPUs it is refused naming the key.
+#[test]
+fn expected_routing_pricing_is_refused_where_it_cannot_price() {
+    let refusal = |model: &str, gpus: usize, loads: &str| {
+        let config = serde_json::from_value::<ServingConfig>(json!({
+            "model": {"name": model},
+            "replica": {
+                "gpu": "H100-SXM", "gpus": gpus, "expert_parallel": gpus, "max_num_seqs": 8,
+                "scheduler": {"kind": "static", "loads": loads, "pricing": "expected_routing"},
+            },
+            "workload": {"n_requests": 10,
+                         "prompt_tokens": {"kind": "fixed", "value": 16},
+                         "output_tokens": {"kind": "fixed", "value": 1}},
+            "arrival": {"pattern": "offline"},
+        }))
+        .expect("the scenario parses");
+        config
+            .validate(Path::new("."), &mut LoadCache::default())
+            .err()
+            .map(|e| (e.path, e.message))
+    };
+    let qwen = "qwen1.5-moe-a2.7b";
+    assert_eq!(
+        refusal(qwen, 1, "experts"),
+        None,
+        "the one setting it prices"
+    );
+    for (model, gpus, loads, why) in [
+        (qwen, 1, "gpus", "loads = \"experts\""),
+        (qwen, 2, "experts", "gpus = 1"),
+        ("llama-2-7b", 1, "experts", "an MoE model"),
+    ] {
+        let (field, message) = refusal(model, gpus, loads).expect("refused");
+        assert_eq!(field, "replica.scheduler.pricing", "{message}");
+        assert!(message.contains(why), "{message}");
+    }
+}
