@@ -92,11 +92,13 @@ pub struct MetricPair {
     pub error_pct: f64,
 }
 
-/// The listed metrics of both runs, in the family's order.
+/// The listed metrics of both runs, in the family's order; a metric neither run reports (NaN
+/// in both: another experiment's, as GEM's profiling cost on a serving run) is left out.
 pub fn metric_pairs(simulated: &[(String, f64)], live: &[(String, f64)]) -> Vec<MetricPair> {
     simulated
         .iter()
         .zip(live)
+        .filter(|((_, s), (_, l))| !(s.is_nan() && l.is_nan()))
         .map(|((name, s), (_, l))| MetricPair {
             metric: name.clone(),
             simulated: *s,
@@ -160,5 +162,12 @@ mod tests {
         assert_eq!(cdf.last(), Some(&(50.0, 1.0)));
         let pairs = metric_pairs(&[("a".into(), 12.0)], &[("a".into(), 10.0)]);
         assert!((pairs[0].error_pct - 20.0).abs() < 1e-9);
+        // A metric neither run reports is left out; one only the live run lacks is kept.
+        let pairs = metric_pairs(
+            &[("a".into(), f64::NAN), ("b".into(), 1.0)],
+            &[("a".into(), f64::NAN), ("b".into(), f64::NAN)],
+        );
+        assert_eq!(pairs.len(), 1);
+        assert_eq!(pairs[0].metric, "b");
     }
 }

@@ -11,7 +11,7 @@ use sim::load_cache::LoadCache;
 use sim::records::{RecordSink, RequestRecord};
 use sim::rng::{SimRng, stream};
 use sim::serving::{QueuePolicyConfig, RouterConfig};
-use sim::serving_family::batch_former::ServingCandidate;
+use sim::serving_family::batch_former::{BoxedDryRun, ServingCandidate};
 use sim::serving_family::deployment::Deployment;
 use sim::serving_family::mapping::{self, ExpertLayout};
 use sim::serving_family::server::ServingServer;
@@ -50,6 +50,47 @@ impl RecordSink for Finishes {
     fn record(&mut self, r: &RequestRecord<'_>) {
         self.0.insert(r.id, r.finish.0);
     }
+}
+
+/// Serves `scenario` (one replica, linear layout, FCFS queue, round-robin router) at `seed`,
+/// the replica's dry-run replaced by `dry_run` when given; every request's finish time.
+fn serve_on_one_replica(
+    scenario: &ServingScenario,
+    seed: u64,
+    dry_run: Option<BoxedDryRun<'_>>,
+) -> Finishes {
+    let deployment = Deployment::new(scenario, None).expect("the model fits an L4");
+    let mut queue = strategies::queue::build(&QueuePolicyConfig::Fcfs);
+    let mut router = strategies::routing::build(&RouterConfig::RoundRobin);
+    let mut linear = strategies::mapping::build(&sim::policies::mapping::MapperConfig::Linear);
+    let mut selectors = vec![strategies::batch::build(&scenario.replica.batch_former)];
+    let layouts = mapping::replica_layouts(
+        scenario,
+        std::slice::from_ref(&deployment),
+        seed,
+        linear.as_mut(),
+        &mut selectors,
+        queue.as_mut(),
+        router.as_mut(),
+    );
+    let mut finishes = Finishes::default();
+    let mut server = ServingServer::new(
+        scenario,
+        std::slice::from_ref(&deployment),
+        None,
+        seed,
+        &layouts,
+        &mut selectors,
+        queue.as_mut(),
+        router.as_mut(),
+        &mut finishes,
+    );
+    if let Some(dry_run) = dry_run {
+        server = server.with_dry_run(0, dry_run);
+    }
+    sim::engine::run(&mut server);
+    server.finish().expect("the run's checks pass");
+    finishes
 }
 
 /// Request ids batch by batch, batches in the order they ran, from each request's batch key.
@@ -144,35 +185,7 @@ fn caps_batches_are_the_same_in_the_serving_family() {
         prediction: stream(seed, "prediction"),
     };
 
-    let deployment = Deployment::new(&scenario, None).expect("the model fits an L4");
-    let mut queue = strategies::queue::build(&QueuePolicyConfig::Fcfs);
-    let mut router = strategies::routing::build(&RouterConfig::RoundRobin);
-    let mut linear = strategies::mapping::build(&sim::policies::mapping::MapperConfig::Linear);
-    let mut selectors = vec![strategies::batch::build(&scenario.replica.batch_former)];
-    let layouts = mapping::replica_layouts(
-        &scenario,
-        std::slice::from_ref(&deployment),
-        seed,
-        linear.as_mut(),
-        &mut selectors,
-        queue.as_mut(),
-        router.as_mut(),
-    );
-    let mut finishes = Finishes::default();
-    let mut server = ServingServer::new(
-        &scenario,
-        std::slice::from_ref(&deployment),
-        None,
-        seed,
-        &layouts,
-        &mut selectors,
-        queue.as_mut(),
-        router.as_mut(),
-        &mut finishes,
-    )
-    .with_dry_run(0, Box::new(dry_run));
-    sim::engine::run(&mut server);
-    server.finish().expect("the run's checks pass");
+    let finishes = serve_on_one_replica(&scenario, seed, Some(Box::new(dry_run)));
     let got = batches(finishes.0);
 
     assert_eq!(expected.len(), 50, "400 requests in batches of 8");
@@ -304,34 +317,7 @@ fn the_caps_evaluation_runs_identically_as_a_serving_family_preset() {
                                            "max": 16}},
             "arrival": {"pattern": "poisson", "rate_per_s": 250},
         }));
-        let deployment = Deployment::new(&scenario, None).expect("the model fits an L4");
-        let mut queue = strategies::queue::build(&QueuePolicyConfig::Fcfs);
-        let mut router = strategies::routing::build(&RouterConfig::RoundRobin);
-        let mut linear = strategies::mapping::build(&sim::policies::mapping::MapperConfig::Linear);
-        let mut selectors = vec![strategies::batch::build(&scenario.replica.batch_former)];
-        let layouts = mapping::replica_layouts(
-            &scenario,
-            std::slice::from_ref(&deployment),
-            seed,
-            linear.as_mut(),
-            &mut selectors,
-            queue.as_mut(),
-            router.as_mut(),
-        );
-        let mut finishes = Finishes::default();
-        let mut server = ServingServer::new(
-            &scenario,
-            std::slice::from_ref(&deployment),
-            None,
-            seed,
-            &layouts,
-            &mut selectors,
-            queue.as_mut(),
-            router.as_mut(),
-            &mut finishes,
-        );
-        sim::engine::run(&mut server);
-        server.finish().expect("the run's checks pass");
+        let finishes = serve_on_one_replica(&scenario, seed, None);
 
         assert_eq!(finishes.0.len(), 300);
         assert_eq!(
