@@ -29,6 +29,8 @@ fn gem_search(c: &mut Criterion, model: &str, name: &str) {
     group.sample_size(10);
     group.bench_function(name, |b| {
         b.iter(|| {
+            // The search itself, not the process's memo of it (`SEARCHED` in mapping/gem.rs).
+            strategies::mapping::gem::forget_searches();
             let mut gem = Gem::default();
             black_box(deployment.map_layers(&mut gem, 16, 1))
         })

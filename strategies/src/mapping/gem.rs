@@ -318,6 +318,16 @@ pub fn gem_place(gem: &Gem, problem: &LayerProblem<'_>, rng: &mut SimRng) -> (Ve
 type Searched = Mutex<HashMap<[u8; 32], Arc<OnceLock<(Vec<usize>, f64)>>>>;
 static SEARCHED: OnceLock<Searched> = OnceLock::new();
 
+/// Forgets every finished search, so that the next `gem_place` searches again: for a benchmark
+/// that times the search itself rather than the memo.
+pub fn forget_searches() {
+    if let Some(map) = SEARCHED.get() {
+        map.lock()
+            .expect("no search panics holding the lock")
+            .clear();
+    }
+}
+
 /// The slot of the search `key` names (empty until it has run).
 fn searched(key: &[u8; 32]) -> Arc<OnceLock<(Vec<usize>, f64)>> {
     let mut map = SEARCHED
