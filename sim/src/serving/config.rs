@@ -18,15 +18,26 @@ pub enum Admission {
     Paged { preemption: Preemption },
 }
 
-/// What happens to a preempted sequence (vLLM `PreemptionMode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What happens to a preempted sequence (vLLM `PreemptionMode`); a scenario names it as
+/// `replica.scheduler.preemption` (`"recompute"` or `"swap"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Preemption {
     /// Its blocks are freed; it waits at the head of the queue and, when resumed, prefills its
     /// prompt and the tokens generated so far again (vLLM's default for single sequences).
+    #[default]
     Recompute,
     /// Its blocks move to host memory (unbounded swap space) and back when resumed; the step that
-    /// moves them carries the swapped tokens for the cost model to price the transfer.
+    /// moves them carries the swapped tokens for the cost model to price the transfer (the
+    /// serving family: `serving_family::swap`).
     Swap,
+}
+
+impl Preemption {
+    /// Whether this is the default, recompute (a written scenario leaves it out).
+    pub fn is_recompute(&self) -> bool {
+        *self == Preemption::Recompute
+    }
 }
 
 /// Continuous (iteration-level) or static batching.

@@ -19,7 +19,7 @@ use crate::load_cache::{LoadCache, measured_set};
 use crate::policies::batch::BatchSelectorConfig;
 use crate::policies::mapping::MapperConfig;
 use crate::serving::CostSource;
-use crate::serving::{QueuePolicyConfig, RouterConfig};
+use crate::serving::{Preemption, QueuePolicyConfig, RouterConfig};
 use crate::validate::{FieldError, duration, field_error, measured_on, non_negative, positive};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -271,8 +271,8 @@ pub enum SchedulerTable {
         #[serde(default = "d_batched_tokens")]
         max_num_batched_tokens: u64,
         /// Left out of a written scenario when the default.
-        #[serde(default, skip_serializing_if = "PreemptionMode::is_recompute")]
-        preemption: PreemptionMode,
+        #[serde(default, skip_serializing_if = "Preemption::is_recompute")]
+        preemption: Preemption,
     },
     /// Sarathi-Serve: chunked prefill within a `chunk_size` token budget per step, decodes
     /// first (stall-free batching), paged KV cache with recompute preemption (or swap,
@@ -281,8 +281,8 @@ pub enum SchedulerTable {
         #[serde(default = "d_chunk_size")]
         chunk_size: u64,
         /// Left out of a written scenario when the default.
-        #[serde(default, skip_serializing_if = "PreemptionMode::is_recompute")]
-        preemption: PreemptionMode,
+        #[serde(default, skip_serializing_if = "Preemption::is_recompute")]
+        preemption: Preemption,
     },
     /// Orca: iteration-level batching of whole prompts with running decodes, no paging: each
     /// request's prompt + output reserved at admission; no token budget unless
@@ -312,26 +312,6 @@ pub enum SchedulerTable {
         #[serde(default, skip_serializing_if = "StaticPricing::is_passes")]
         pricing: StaticPricing,
     },
-}
-
-/// What a paged replica (`vllm`, `sarathi`) does with the newest running sequence when a
-/// decode finds no free KV block: vLLM's `preemption_mode`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PreemptionMode {
-    /// Free its blocks; when resumed it prefills its prompt and generated tokens again (vLLM's
-    /// default for a sequence group of one sequence).
-    #[default]
-    Recompute,
-    /// Copy its blocks to host memory and back when resumed; the steps that move them pay
-    /// the copy over the GPU's host link (`serving_family::swap`).
-    Swap,
-}
-
-impl PreemptionMode {
-    fn is_recompute(&self) -> bool {
-        *self == PreemptionMode::Recompute
-    }
 }
 
 /// How a `static` replica prices a batch.
@@ -385,7 +365,7 @@ impl Default for SchedulerTable {
     fn default() -> Self {
         SchedulerTable::Vllm {
             max_num_batched_tokens: d_batched_tokens(),
-            preemption: PreemptionMode::Recompute,
+            preemption: Preemption::Recompute,
         }
     }
 }

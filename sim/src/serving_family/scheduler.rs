@@ -2,7 +2,7 @@
 //! has the table): what `vllm`, `sarathi`, `orca` and `static` set (`ReplicaConfig` and `StepOrder`) and
 //! the system behaviour each follows, and each kind's host time per step (`host_overhead`).
 
-use super::config::{PreemptionMode, ReplicaSpec, SchedulerTable};
+use super::config::{ReplicaSpec, SchedulerTable};
 use crate::cost::host::HostOverhead;
 use crate::serving::{
     Admission, Batching, KvConfig, Preemption, Replica, ReplicaConfig, StepOrder,
@@ -48,11 +48,8 @@ pub fn replica(spec: &ReplicaSpec, kv_blocks: u64) -> Replica {
         blocks: kv_blocks,
         watermark_blocks: (spec.watermark * kv_blocks as f64).floor() as u64,
     };
-    let paged_admission = |mode: &PreemptionMode| Admission::Paged {
-        preemption: match mode {
-            PreemptionMode::Recompute => Preemption::Recompute,
-            PreemptionMode::Swap => Preemption::Swap,
-        },
+    let paged_admission = |preemption: &Preemption| Admission::Paged {
+        preemption: *preemption,
     };
     let (config, order) = match &spec.scheduler {
         SchedulerTable::Vllm {
