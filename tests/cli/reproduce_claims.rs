@@ -370,3 +370,66 @@ fn reproduce_refuses_an_unknown_family_with_exit_code_2() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("family no-such-family"));
 }
+
+/// Adding a paper preset is one folder: a scenario of the one (serving) simulator and a
+/// headlines.toml beside it, under the scenarios folder, plus its generated section's markers in
+/// the document. No code names it: `reproduce` finds the folder, runs its run, judges its claim
+/// and writes its section, as it does for the five papers.
+#[test]
+fn a_toy_paper_preset_is_one_folder_that_reproduce_finds() {
+    let dir = tempfile::tempdir().unwrap();
+    let preset = dir.path().join("scenarios/toy");
+    std::fs::create_dir_all(&preset).unwrap();
+    let quick = std::fs::read_to_string("scenarios/serving/quick.toml").unwrap();
+    std::fs::write(
+        preset.join("load.toml"),
+        quick
+            .replace("name = \"serving-quick\"", "name = \"toy-load\"")
+            .replace("seeds = [42]", "seeds = [1, 2, 3, 4, 5]")
+            + "\n[sweep]\n\"arrival.rate_per_s\" = [2.0, 16.0]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        preset.join(headlines::FILE_NAME),
+        "[[run]]\nid = \"load\"\nscenario = \"load.toml\"\n\n\
+         [[baseline]]\nname = \"heavy\"\npaper = \"heavy load\"\n\
+         requires = { \"arrival.rate_per_s\" = 16.0 }\n\n\
+         [[claim]]\nid = \"load-slows\"\nrun = \"load\"\n\
+         claim = \"eight times the load lengthens the p99 end-to-end latency\"\n\
+         metric = \"e2e_p99_ms\"\nstatistic = \"ratio\"\n\
+         cell = { \"arrival.rate_per_s\" = 2.0 }\nversus = { \"arrival.rate_per_s\" = 16.0 }\n\
+         direction = \"lower\"\nbaseline = \"heavy\"\n\
+         paper = \"slower than under heavy load\"\nexpect = \"reproduced\"\n",
+    )
+    .unwrap();
+    let doc = dir.path().join("reproduction.md");
+    std::fs::write(
+        &doc,
+        "# Toy\n\n<!-- generated:toy:begin -->\n<!-- generated:toy:end -->\n",
+    )
+    .unwrap();
+    let scenarios = dir.path().join("scenarios");
+    let out = dir.path().join("results");
+    let output = expertsim(&[
+        "reproduce",
+        "--scenarios",
+        scenarios.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--doc",
+        doc.to_str().unwrap(),
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(&doc).unwrap();
+    assert!(
+        text.contains("eight times the load lengthens the p99 end-to-end latency"),
+        "{text}"
+    );
+    assert!(text.contains("(of 1 claims)"), "{text}");
+    let results = std::fs::read_to_string(out.join("toy/load/results.json")).unwrap();
+    assert!(results.contains("\"family\": \"serving\""), "{results}");
+}
