@@ -49,6 +49,8 @@ pub struct MosaicScalars {
     pub gpu_idle_pct: f64,
     pub fastest_worker_s: f64,
     pub worker_wall_ratio: f64,
+    pub worker_wall_rank2_s: f64,
+    pub worker_wall_rank3_s: f64,
     pub aggregator_s: f64,
     pub end_to_end_s: f64,
     pub skip_pct: f64,
@@ -69,7 +71,7 @@ pub struct MosaicScalars {
 
 /// The scalar metrics of a MOSAIC run, in order (defined in docs/mosaic.md; the expert prompts'
 /// latency rows are the one recorder's, docs/metrics.md).
-pub const METRIC_TABLE: [Metric<MosaicScalars>; 34] = [
+pub const METRIC_TABLE: [Metric<MosaicScalars>; 36] = [
     Metric::new(
         "expert_makespan_s",
         "expert-stage makespan (s)",
@@ -93,6 +95,18 @@ pub const METRIC_TABLE: [Metric<MosaicScalars>; 34] = [
         "expert stage: slowest over fastest worker's wall",
         Better::Lower,
         |s| s.worker_wall_ratio,
+    ),
+    Metric::new(
+        "worker_wall_rank2_s",
+        "expert stage: the second-longest worker's wall (s)",
+        Better::Lower,
+        |s| s.worker_wall_rank2_s,
+    ),
+    Metric::new(
+        "worker_wall_rank3_s",
+        "expert stage: the third-longest worker's wall (s)",
+        Better::Lower,
+        |s| s.worker_wall_rank3_s,
     ),
     Metric::new("aggregator_s", "aggregator stage (s)", Better::Lower, |s| {
         s.aggregator_s
@@ -435,6 +449,21 @@ impl ExpertStage {
             .unwrap_or(0.0)
     }
 
+    /// The `rank`-th longest wall among the workers that ran a session (rank 1 is the slowest,
+    /// the makespan); 0 when fewer workers ran.
+    pub fn worker_wall_ranked_s(&self, rank: usize) -> f64 {
+        let mut walls: Vec<f64> = self
+            .worker_walls_s
+            .iter()
+            .copied()
+            .filter(|&w| w > 0.0)
+            .collect();
+        walls.sort_by(|a, b| b.total_cmp(a));
+        rank.checked_sub(1)
+            .and_then(|i| walls.get(i).copied())
+            .unwrap_or(0.0)
+    }
+
     /// The slowest worker's wall over the fastest's (`fastest_worker_s`): how far the workers'
     /// finishing times spread (1 when they finish together; 0 when no worker ran a session).
     pub fn worker_wall_ratio(&self) -> f64 {
@@ -624,6 +653,8 @@ pub fn try_simulate_on<'c>(
         gpu_idle_pct: stage.idle_pct,
         fastest_worker_s: stage.fastest_worker_s(),
         worker_wall_ratio: stage.worker_wall_ratio(),
+        worker_wall_rank2_s: stage.worker_wall_ranked_s(2),
+        worker_wall_rank3_s: stage.worker_wall_ranked_s(3),
         aggregator_s,
         end_to_end_s: stage.makespan_s + aggregator_s,
         skip_pct: 100.0 * f64::from(skipped) / n_q,

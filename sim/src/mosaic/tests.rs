@@ -553,7 +553,7 @@ fn a_bad_measured_set_names_the_field() {
 
 /// The workers' spread: the fastest wall is the earliest-finishing worker that ran a session
 /// (a worker without sessions does not count), the ratio the slowest over it; Figure 2b's
-/// round-robin walls give its 2620 / 165.
+/// round-robin walls give its 2620 / 165, and ranked longest first 2620 / 2546 / 430 / 165.
 #[test]
 fn the_worker_spread_is_slowest_over_fastest_among_workers_that_ran() {
     let stage = |walls: Vec<f64>| ExpertStage {
@@ -569,6 +569,9 @@ fn the_worker_spread_is_slowest_over_fastest_among_workers_that_ran() {
     let figure_2b = stage(vec![430.0, 2620.0, 165.0, 2546.0, 0.0]);
     assert_eq!(figure_2b.fastest_worker_s(), 165.0);
     assert_eq!(figure_2b.worker_wall_ratio(), 2620.0 / 165.0);
+    let ranked: Vec<f64> = (1..=5).map(|r| figure_2b.worker_wall_ranked_s(r)).collect();
+    assert_eq!(ranked, [2620.0, 2546.0, 430.0, 165.0, 0.0]);
+    assert_eq!(figure_2b.worker_wall_ranked_s(0), 0.0);
     let together = stage(vec![7.0, 7.0]);
     assert_eq!(together.worker_wall_ratio(), 1.0);
     let idle = stage(vec![0.0, 0.0]);
