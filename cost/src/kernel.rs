@@ -296,9 +296,7 @@ impl LaneSums {
         assert!(counts.len() <= LANES, "at most {LANES} lanes");
         let mut sums = LaneCounts::default();
         for (lane, rows) in counts.iter().enumerate() {
-            for &n in rows.iter() {
-                sums.add(lane, n);
-            }
+            sums.add_gpu(lane, rows.iter().copied());
         }
         sums.finish()
     }
@@ -311,7 +309,7 @@ impl LaneSums {
 }
 
 /// Up to `LANES` GPUs' counted groups summed in integers, one lane each (`add` each GPU's rows
-/// per expert), then converted once (`finish`): `LaneSums::of` of `GroupSums::of_counts`.
+/// per expert, `add_gpu`), then converted once (`finish`): `LaneSums::of` of `GroupSums::of_counts`.
 /// Every sum is a whole number far below 2^53, which the floating-point sums hold exactly in
 /// any order, so each lane has the same bits.
 #[derive(Clone, Copy, Debug, Default)]
@@ -324,17 +322,34 @@ pub struct LaneCounts {
 }
 
 impl LaneCounts {
-    /// Adds a group of `n` rows to lane `lane` (a group of 0 rows does not run).
+    /// Adds GPU `lane`'s groups, `rows` per group (a group of 0 rows does not run), summed in
+    /// registers and added to the lane once.
     #[inline(always)]
-    pub fn add(&mut self, lane: usize, n: u32) {
-        let n = i64::from(n);
-        let (t64, t128) = ((n + 63) >> 6, (n + 127) >> 7);
-        self.groups[lane] += i64::from(n > 0);
-        self.rows[lane] += n;
-        self.tiles[0][lane] += t64;
-        self.tiles[1][lane] += t128;
-        self.clusters[0][lane] += (t64 + 1) >> 1;
-        self.clusters[1][lane] += (t128 + 1) >> 1;
+    pub fn add_gpu(&mut self, lane: usize, rows: impl IntoIterator<Item = u32>) {
+        let [
+            mut groups,
+            mut total,
+            mut t64s,
+            mut t128s,
+            mut c64s,
+            mut c128s,
+        ] = [0i64; 6];
+        for n in rows {
+            let n = i64::from(n);
+            let (t64, t128) = ((n + 63) >> 6, (n + 127) >> 7);
+            groups += i64::from(n > 0);
+            total += n;
+            t64s += t64;
+            t128s += t128;
+            c64s += (t64 + 1) >> 1;
+            c128s += (t128 + 1) >> 1;
+        }
+        self.groups[lane] += groups;
+        self.rows[lane] += total;
+        self.tiles[0][lane] += t64s;
+        self.tiles[1][lane] += t128s;
+        self.clusters[0][lane] += c64s;
+        self.clusters[1][lane] += c128s;
     }
 
     /// The lanes' sums.

@@ -493,21 +493,34 @@ impl MoeLayerCost {
         out
     }
 
-    /// `lane_times` of every lane group of `sums` into `out` (cleared first), group `i` at the
-    /// lane rates `rates[i % rates.len()]` (a step's layers one after another, each with the
-    /// same lane groups). Where the CPU has AVX (checked at run time) the lanes are one AVX
-    /// register (`lanes::avx`), else `F64x4`: each lane the same IEEE operations in the same
-    /// order either way, so the same bits.
+    /// `lane_times` of every lane group of `sums` into `out` (`lane_times_with`).
     pub fn lane_times_all(&self, rates: &[LaneRates], sums: &[LaneSums], out: &mut Vec<LaneTimes>) {
+        self.lane_times_with(rates, sums.len(), |i| sums[i], out);
+    }
+
+    /// `lane_times` of `groups` lane groups into `out` (cleared first): group `i`'s sums from
+    /// `sums_of(i)` (called in order), at the lane rates `rates[i % rates.len()]` (a step's
+    /// layers one after another, each with the same lane groups). Where the CPU has AVX
+    /// (checked at run time) the lanes are one AVX register (`lanes::avx`), else `F64x4`: each
+    /// lane the same IEEE operations in the same order either way, so the same bits. A group's
+    /// sums go straight to its pricing, and no group's pricing waits for another's (one
+    /// group's divisions and roots overlap the next's).
+    pub fn lane_times_with(
+        &self,
+        rates: &[LaneRates],
+        groups: usize,
+        mut sums_of: impl FnMut(usize) -> LaneSums,
+        out: &mut Vec<LaneTimes>,
+    ) {
         out.clear();
-        out.resize(sums.len(), LaneTimes::default());
+        out.reserve(groups);
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx") {
             // SAFETY: the CPU has AVX.
-            unsafe { lane_times_avx(self, rates, sums, out) };
+            unsafe { lane_times_avx(self, rates, groups, &mut sums_of, out) };
             return;
         }
-        lane_times_each::<F64x4>(self, rates, sums, out);
+        lane_times_each::<F64x4, _>(self, rates, groups, &mut sums_of, out);
     }
 
     /// One GPU's cost from the kernel model's three kernels on its `sums` (GPU side): scaled
@@ -738,29 +751,32 @@ fn measured_grouped(
     found
 }
 
-/// `MoeLayerCost::lane_times_all`'s loop on the lanes `L`.
+/// `MoeLayerCost::lane_times_with`'s loop on the lanes `L`.
 #[inline(always)]
-fn lane_times_each<L: Lanes>(
+fn lane_times_each<L: Lanes, F: FnMut(usize) -> LaneSums>(
     cost: &MoeLayerCost,
     rates: &[LaneRates],
-    sums: &[LaneSums],
-    out: &mut [LaneTimes],
+    groups: usize,
+    sums_of: &mut F,
+    out: &mut Vec<LaneTimes>,
 ) {
-    for ((sums, rates), out) in sums.iter().zip(rates.iter().cycle()).zip(out) {
-        *out = cost.lane_times_in::<L>(rates, sums);
+    for (i, rates) in (0..groups).zip(rates.iter().cycle()) {
+        let sums = sums_of(i);
+        out.push(cost.lane_times_in::<L>(rates, &sums));
     }
 }
 
 /// `lane_times_each` on AVX lanes, compiled with AVX enabled (call only where the CPU has it).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
-fn lane_times_avx(
+fn lane_times_avx<F: FnMut(usize) -> LaneSums>(
     cost: &MoeLayerCost,
     rates: &[LaneRates],
-    sums: &[LaneSums],
-    out: &mut [LaneTimes],
+    groups: usize,
+    sums_of: &mut F,
+    out: &mut Vec<LaneTimes>,
 ) {
-    lane_times_each::<crate::lanes::avx::Avx>(cost, rates, sums, out);
+    lane_times_each::<crate::lanes::avx::Avx, F>(cost, rates, groups, sums_of, out);
 }
 
 #[cfg(test)]

@@ -142,8 +142,13 @@ impl ExpertLayout {
         per_expert: &'a [u32],
         gpu: usize,
     ) -> impl Iterator<Item = u32> + 'a {
-        let copy = (gpu / self.expert_parallel) as u32;
         let copies = self.copies as u32;
+        // One copy: no division on the way.
+        let copy = if copies == 1 {
+            0
+        } else {
+            (gpu / self.expert_parallel) as u32
+        };
         let first = (layer * self.gpus() + gpu) * self.slots_per_gpu;
         self.slots[first..first + self.slots_per_gpu]
             .iter()

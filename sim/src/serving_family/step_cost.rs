@@ -51,13 +51,13 @@ struct MoePart {
     /// Per copy of the expert-parallel group, its GPUs in lane groups (`LANES` GPUs priced
     /// together) and the rates of their speeds.
     lane_groups: Vec<Vec<(Range<usize>, LaneRates)>>,
-    /// The rates of every lane group of `lane_groups`, in order.
+    /// The GPUs and rates of every lane group of `lane_groups`, in order.
+    lane_ranges: Vec<Range<usize>>,
     lane_rates: Vec<LaneRates>,
     /// Per GPU of a lane group: its tokens per expert slot, then per hosted adapter copy
     /// (scratch).
     gpu_tokens: [Vec<u32>; LANES],
-    /// Per MoE layer and lane group, its GPUs' group sums and then their prices (scratch).
-    lane_sums: Vec<LaneSums>,
+    /// Per MoE layer and lane group, its GPUs' prices (scratch).
     lane_times: Vec<LaneTimes>,
     /// Per MoE layer, the adapter copies' tokens of the step being priced (`set_adapter_copies`).
     copies: Vec<Vec<CopyTokens>>,
@@ -83,6 +83,29 @@ fn gpu_counts<'a>(
         }
     }
     std::array::from_fn(|i| tokens[i].as_slice())
+}
+
+/// The group sums of the GPUs in `lanes` on `layer` (`gpu_counts` summed).
+#[inline(always)]
+fn lane_sums(
+    layout: &ExpertLayout,
+    copies: &[CopyTokens],
+    tokens: &mut [Vec<u32>; LANES],
+    layer: usize,
+    per_expert: &[u32],
+    lanes: Range<usize>,
+) -> LaneSums {
+    if !copies.is_empty() {
+        let gpus = lanes.len();
+        let counts = gpu_counts(layout, copies, tokens, layer, per_expert, lanes);
+        return LaneSums::of_counts(&counts[..gpus]);
+    }
+    // No adapter copies: each GPU's slots straight into the sums.
+    let mut sums = LaneCounts::default();
+    for (lane, g) in lanes.enumerate() {
+        sums.add_gpu(lane, layout.slot_tokens(layer, per_expert, g));
+    }
+    sums.finish()
 }
 
 /// A replica's step cost.
@@ -200,13 +223,18 @@ impl ReplicaStepCost {
                             .collect()
                     })
                     .collect();
+                let lane_ranges = lane_groups
+                    .iter()
+                    .flatten()
+                    .map(|(g, _)| g.clone())
+                    .collect();
                 let lane_rates = lane_groups.iter().flatten().map(|(_, r)| *r).collect();
                 (
                     Some(MoePart {
                         layer,
                         lane_groups,
+                        lane_ranges,
                         lane_rates,
-                        lane_sums: Vec::new(),
                         lane_times: Vec::new(),
                         gpu_tokens: std::array::from_fn(|_| vec![0; layout.slots_per_gpu]),
                         layout,
@@ -457,36 +485,33 @@ impl ReplicaStepCost {
             // then each layer waits for its slowest GPU.
             let in_lanes = moe.layer.prices_lanes();
             if in_lanes {
-                moe.lane_sums.clear();
-                for layer in 0..moe.n_layers {
-                    let per_expert = &routed.per_expert[layer * experts..][..experts];
-                    let copies = &moe.copies[layer];
-                    for (lanes, _) in moe.lane_groups.iter().flatten() {
-                        let sums = if copies.is_empty() {
-                            // No adapter copies: each GPU's slots straight into the sums.
-                            let mut sums = LaneCounts::default();
-                            for (lane, g) in lanes.clone().enumerate() {
-                                for n in moe.layout.slot_tokens(layer, per_expert, g) {
-                                    sums.add(lane, n);
-                                }
-                            }
-                            sums.finish()
-                        } else {
-                            let counts = gpu_counts(
-                                &moe.layout,
-                                copies,
-                                &mut moe.gpu_tokens,
-                                layer,
-                                per_expert,
-                                lanes.clone(),
-                            );
-                            LaneSums::of_counts(&counts[..lanes.len()])
-                        };
-                        moe.lane_sums.push(sums);
-                    }
-                }
-                moe.layer
-                    .lane_times_all(&moe.lane_rates, &moe.lane_sums, &mut moe.lane_times);
+                let n_layers = moe.n_layers;
+                let MoePart {
+                    layer: cost,
+                    layout,
+                    copies,
+                    gpu_tokens,
+                    lane_ranges,
+                    lane_rates,
+                    lane_times,
+                    ..
+                } = &mut *moe;
+                let per_layer = lane_ranges.len();
+                let (mut layer, mut group) = (0, 0);
+                cost.lane_times_with(
+                    lane_rates,
+                    n_layers * per_layer,
+                    |_| {
+                        if group == per_layer {
+                            (layer, group) = (layer + 1, 0);
+                        }
+                        let lanes = lane_ranges[group].clone();
+                        group += 1;
+                        let per_expert = &routed.per_expert[layer * experts..][..experts];
+                        lane_sums(layout, &copies[layer], gpu_tokens, layer, per_expert, lanes)
+                    },
+                    lane_times,
+                );
             }
             let mut priced = moe.lane_times.iter();
             for layer in 0..moe.n_layers {
