@@ -16,10 +16,10 @@
 //! constant: docs/cost-model.md, "The kernel model".
 
 use crate::gpu::GpuSpec;
+use crate::lanes::{F64x4, Lanes};
 use crate::moe_layer::SpeedFactors;
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
-use wide::f64x4;
 
 /// How a kernel is launched, and so what its time includes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -256,14 +256,14 @@ pub const LANES: usize = 4;
 /// Up to `LANES` GPUs' group sums side by side (structure of arrays), for `grouped_lanes`.
 #[derive(Clone, Copy, Debug)]
 pub struct LaneSums {
-    groups: f64x4,
-    rows: f64x4,
+    groups: F64x4,
+    rows: F64x4,
     /// Lanes whose mean rows per group (`rows / groups`) are at most 128: the small tile
     /// (`grouped_tile`), all bits set.
-    small: f64x4,
-    tiles: [f64x4; 2],
-    padded_rows: [f64x4; 2],
-    clusters: [f64x4; 2],
+    small: F64x4,
+    tiles: [F64x4; 2],
+    padded_rows: [F64x4; 2],
+    clusters: [F64x4; 2],
     /// Lanes without groups (and lanes past the GPUs given).
     empty: [bool; LANES],
 }
@@ -275,13 +275,13 @@ impl LaneSums {
         assert!(sums.len() <= LANES, "at most {LANES} lanes");
         let none = GroupSums::default();
         let lane = |i: usize| sums.get(i).unwrap_or(&none);
-        let field = |f: &dyn Fn(&GroupSums) -> f64| f64x4::new(std::array::from_fn(|i| f(lane(i))));
+        let field = |f: &dyn Fn(&GroupSums) -> f64| F64x4::new(std::array::from_fn(|i| f(lane(i))));
         let groups = field(&|s| s.groups);
         let rows = field(&|s| s.rows);
         LaneSums {
             groups,
             rows,
-            small: (rows / groups).simd_le(f64x4::splat(128.0)),
+            small: (rows / groups).simd_le(F64x4::splat(128.0)),
             tiles: [field(&|s| s.tiles[0]), field(&|s| s.tiles[1])],
             padded_rows: [field(&|s| s.padded_rows[0]), field(&|s| s.padded_rows[1])],
             clusters: [field(&|s| s.clusters[0]), field(&|s| s.clusters[1])],
@@ -290,70 +290,97 @@ impl LaneSums {
     }
 
     /// The counted groups of up to `LANES` GPUs, one lane each (`counts[i]`: the rows of each
-    /// expert GPU `i` holds, 0 where it does not run): `of` of `GroupSums::of_counts`, summed
-    /// in integers and converted once. Every sum is a whole number far below 2^53, which the
-    /// floating-point sums hold exactly in any order, so each lane has the same bits.
+    /// expert GPU `i` holds, 0 where it does not run): `LaneCounts` of every count.
     #[inline]
     pub fn of_counts(counts: &[&[u32]]) -> LaneSums {
         assert!(counts.len() <= LANES, "at most {LANES} lanes");
-        // Per lane: groups, rows, then per tile height (64, 128) M tiles and clusters.
-        let mut sums = [[0i64; 6]; LANES];
-        let add = |lane: &mut [i64; 6], n: u32| {
-            let n = i64::from(n);
-            let (t64, t128) = ((n + 63) >> 6, (n + 127) >> 7);
-            lane[0] += i64::from(n > 0);
-            lane[1] += n;
-            lane[2] += t64;
-            lane[3] += t128;
-            lane[4] += (t64 + 1) >> 1;
-            lane[5] += (t128 + 1) >> 1;
-        };
-        for (lane, rows) in sums.iter_mut().zip(counts) {
-            // Two experts a GPU (8 over 4 GPUs) without a loop: vectorized, the loop costs
-            // more than its work for so few.
-            if let &[a, b] = *rows {
-                add(lane, a);
-                add(lane, b);
-            } else {
-                for &n in rows.iter() {
-                    add(lane, n);
-                }
-            }
+        let mut sums = LaneCounts::default();
+        for (lane, rows) in counts.iter().enumerate() {
+            sums.add_gpu(lane, rows.iter().copied());
         }
-        let field =
-            |k: usize, scale: i64| f64x4::new(std::array::from_fn(|i| (sums[i][k] * scale) as f64));
-        let (groups, rows) = (field(0, 1), field(1, 1));
-        LaneSums {
-            groups,
-            rows,
-            // `rows / groups <= 128` without the division: exact for whole numbers (a mean
-            // above 128 is at least 128 + 1/groups, far above 128's rounding).
-            small: f64x4::new(std::array::from_fn(|i| {
-                let small = sums[i][1] <= 128 * sums[i][0];
-                f64::from_bits(if small { u64::MAX } else { 0 })
-            })),
-            tiles: [field(2, 1), field(3, 1)],
-            padded_rows: [field(2, 64), field(3, 128)],
-            clusters: [field(4, 1), field(5, 1)],
-            empty: std::array::from_fn(|i| sums[i][0] == 0),
-        }
+        sums.finish()
     }
 
     /// Each lane's rows.
     #[inline]
-    pub fn rows(&self) -> f64x4 {
+    pub fn rows(&self) -> F64x4 {
         self.rows
+    }
+}
+
+/// Up to `LANES` GPUs' counted groups summed in integers, one lane each (`add` each GPU's rows
+/// per expert, `add_gpu`), then converted once (`finish`): `LaneSums::of` of `GroupSums::of_counts`.
+/// Every sum is a whole number far below 2^53, which the floating-point sums hold exactly in
+/// any order, so each lane has the same bits.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LaneCounts {
+    groups: [i64; LANES],
+    rows: [i64; LANES],
+    /// Per tile height (64, 128): M tiles and two-block clusters.
+    tiles: [[i64; LANES]; 2],
+    clusters: [[i64; LANES]; 2],
+}
+
+impl LaneCounts {
+    /// Adds GPU `lane`'s groups, `rows` per group (a group of 0 rows does not run), summed in
+    /// registers and added to the lane once.
+    #[inline(always)]
+    pub fn add_gpu(&mut self, lane: usize, rows: impl IntoIterator<Item = u32>) {
+        let [
+            mut groups,
+            mut total,
+            mut t64s,
+            mut t128s,
+            mut c64s,
+            mut c128s,
+        ] = [0i64; 6];
+        for n in rows {
+            let n = i64::from(n);
+            let (t64, t128) = ((n + 63) >> 6, (n + 127) >> 7);
+            groups += i64::from(n > 0);
+            total += n;
+            t64s += t64;
+            t128s += t128;
+            c64s += (t64 + 1) >> 1;
+            c128s += (t128 + 1) >> 1;
+        }
+        self.groups[lane] += groups;
+        self.rows[lane] += total;
+        self.tiles[0][lane] += t64s;
+        self.tiles[1][lane] += t128s;
+        self.clusters[0][lane] += c64s;
+        self.clusters[1][lane] += c128s;
+    }
+
+    /// The lanes' sums.
+    #[inline(always)]
+    pub fn finish(&self) -> LaneSums {
+        let field = |sums: &[i64; LANES], scale: i64| F64x4::new(sums.map(|x| (x * scale) as f64));
+        LaneSums {
+            groups: field(&self.groups, 1),
+            rows: field(&self.rows, 1),
+            // `rows / groups <= 128` without the division: exact for whole numbers (a mean
+            // above 128 is at least 128 + 1/groups, far above 128's rounding).
+            small: F64x4::new(std::array::from_fn(|i| {
+                let small = self.rows[i] <= 128 * self.groups[i];
+                f64::from_bits(if small { u64::MAX } else { 0 })
+            })),
+            tiles: [field(&self.tiles[0], 1), field(&self.tiles[1], 1)],
+            padded_rows: [field(&self.tiles[0], 64), field(&self.tiles[1], 128)],
+            clusters: [field(&self.clusters[0], 1), field(&self.clusters[1], 1)],
+            empty: self.groups.map(|g| g == 0),
+        }
     }
 }
 
 /// A kernel of up to `LANES` GPUs side by side (`KernelRates::grouped_lanes`).
 #[derive(Clone, Copy, Debug)]
 pub struct LaneKernels {
-    pub memory_ns: f64x4,
-    pub compute_ns: f64x4,
+    pub memory_ns: F64x4,
+    pub compute_ns: F64x4,
     pub floor_ns: f64,
     /// GPU-side time; meaningless in empty lanes.
-    pub nanos: f64x4,
+    pub nanos: F64x4,
     /// Lanes without groups: they cost nothing.
     pub empty: [bool; LANES],
 }
@@ -379,11 +406,11 @@ impl LaneKernels {
 /// (`KernelRates::lanes`).
 #[derive(Clone, Copy, Debug)]
 pub struct LaneRates {
-    stream: f64x4,
+    stream: F64x4,
     /// The grouped GEMM's streaming rate per resident thread block (its single-tile rate over
     /// half the SMs).
-    grouped_stream_per_block: f64x4,
-    grouped_flops: f64x4,
+    grouped_stream_per_block: F64x4,
+    grouped_flops: F64x4,
 }
 
 /// Bytes of one bf16 activation element.
@@ -519,13 +546,13 @@ impl KernelRates {
         let half_sms = 0.5 * f64::from(self.sms);
         // `scaled` multiplies by 1.0 for a nominal GPU, which leaves every bit as it is.
         LaneRates {
-            stream: f64x4::new(std::array::from_fn(|i| {
+            stream: F64x4::new(std::array::from_fn(|i| {
                 self.stream_bytes_per_s * speed(i).bandwidth
             })),
-            grouped_stream_per_block: f64x4::new(std::array::from_fn(|i| {
+            grouped_stream_per_block: F64x4::new(std::array::from_fn(|i| {
                 self.grouped_stream_bytes_per_s * speed(i).bandwidth / half_sms
             })),
-            grouped_flops: f64x4::new(std::array::from_fn(|i| {
+            grouped_flops: F64x4::new(std::array::from_fn(|i| {
                 self.grouped_gemm_flops * speed(i).compute
             })),
         }
@@ -539,18 +566,30 @@ impl KernelRates {
     /// the same IEEE operations in the same order (a branch becomes a lane select), so a lane's
     /// result is the bits one GPU priced alone gets; the lanes let the divisions and square
     /// roots of several GPUs run side by side. An empty lane costs nothing.
-    #[inline]
+    #[inline(always)]
     pub fn grouped_lanes(
         &self,
         rates: &LaneRates,
         shape: &GroupedShape,
         groups: &LaneSums,
     ) -> LaneKernels {
-        let splat = f64x4::splat;
+        self.grouped_lanes_in::<F64x4>(rates, shape, groups)
+    }
+
+    /// `grouped_lanes` on the lanes `L` (`lanes::Lanes`: the same bits on each).
+    #[inline(always)]
+    pub fn grouped_lanes_in<L: Lanes>(
+        &self,
+        rates: &LaneRates,
+        shape: &GroupedShape,
+        groups: &LaneSums,
+    ) -> LaneKernels {
+        let splat = L::splat;
+        let load = L::load;
         // The large tile (128 x 256) where the mean rows exceed 128 and the output is wider
         // than 128: `pick(small, large)` per lane.
-        let small = groups.small;
-        let pick = |s: f64x4, l: f64x4| {
+        let small = load(groups.small);
+        let pick = |s: L, l: L| {
             if shape.n <= 128 {
                 s
             } else {
@@ -559,32 +598,32 @@ impl KernelRates {
         };
         let n_tiles = pick(splat(shape.n_tiles[0]), splat(shape.n_tiles[1]));
         let half_sms = splat(0.5 * f64::from(self.sms));
-        let working = pick(groups.tiles[0], groups.tiles[1]) * n_tiles;
-        let clusters = pick(groups.clusters[0], groups.clusters[1]) * n_tiles;
+        let working = pick(load(groups.tiles[0]), load(groups.tiles[1])) * n_tiles;
+        let clusters = pick(load(groups.clusters[0]), load(groups.clusters[1])) * n_tiles;
         let active = clusters
             .simd_gt(half_sms)
             .bitselect(working * half_sms / clusters, working);
         // `min` of the two rates.
-        let reached = active * rates.grouped_stream_per_block;
-        let rate = reached
-            .simd_lt(rates.stream)
-            .bitselect(reached, rates.stream);
-        let bytes =
-            groups.groups * splat(shape.weight_bytes) + groups.rows * splat(shape.row_bytes);
-        let rows = pick(groups.padded_rows[0], groups.padded_rows[1])
+        let reached = active * load(rates.grouped_stream_per_block);
+        let stream = load(rates.stream);
+        let rate = reached.simd_lt(stream).bitselect(reached, stream);
+        let (groups_n, rows_n) = (load(groups.groups), load(groups.rows));
+        let bytes = groups_n * splat(shape.weight_bytes) + rows_n * splat(shape.row_bytes);
+        let rows = pick(load(groups.padded_rows[0]), load(groups.padded_rows[1]))
             + splat(self.group_tail_tiles)
                 * pick(splat(TILE_ROWS[0]), splat(TILE_ROWS[1]))
-                * groups.groups;
+                * groups_n;
         let memory_ns = bytes / rate * splat(1e9);
         let compute_ns = pick(splat(shape.flops_per_row[0]), splat(shape.flops_per_row[1])) * rows
-            / rates.grouped_flops
+            / load(rates.grouped_flops)
             * splat(1e9);
         let floor_ns = self.kernel_floor_ns + self.reduction_ns_per_element * shape.k as f64;
         LaneKernels {
-            memory_ns,
-            compute_ns,
+            memory_ns: memory_ns.store(),
+            compute_ns: compute_ns.store(),
             floor_ns,
-            nanos: splat(floor_ns) + combine_lanes(self.overlap_norm, memory_ns, compute_ns),
+            nanos: (splat(floor_ns) + combine_lanes(self.overlap_norm, memory_ns, compute_ns))
+                .store(),
             empty: groups.empty,
         }
     }
@@ -592,10 +631,16 @@ impl KernelRates {
     /// `streaming` of each lane's `bytes` at that lane's `rates`: its GPU-side time (0 where
     /// `bytes` is not positive). The same operations as `streaming` (whose p-norm with a zero
     /// compute term is the memory term), so the same bits.
-    #[inline]
-    pub fn streaming_lanes(&self, rates: &LaneRates, bytes: f64x4) -> f64x4 {
-        let splat = f64x4::splat;
-        let nanos = splat(self.kernel_floor_ns) + bytes / rates.stream * splat(1e9);
+    #[inline(always)]
+    pub fn streaming_lanes(&self, rates: &LaneRates, bytes: F64x4) -> F64x4 {
+        self.streaming_lanes_in::<F64x4>(rates, bytes)
+    }
+
+    /// `streaming_lanes` on the lanes `L`.
+    #[inline(always)]
+    pub fn streaming_lanes_in<L: Lanes>(&self, rates: &LaneRates, bytes: L) -> L {
+        let splat = L::splat;
+        let nanos = splat(self.kernel_floor_ns) + bytes / L::load(rates.stream) * splat(1e9);
         bytes.simd_gt(splat(0.0)).bitselect(nanos, splat(0.0))
     }
 
@@ -696,9 +741,9 @@ pub fn combine(p: u32, a: f64, b: f64) -> f64 {
 
 /// `combine` of each lane's two terms: the same operations per lane in the same order (each
 /// branch a lane select), so every lane gets the bits `combine` returns for it.
-#[inline]
-pub fn combine_lanes(p: u32, a: f64x4, b: f64x4) -> f64x4 {
-    let splat = f64x4::splat;
+#[inline(always)]
+pub fn combine_lanes<L: Lanes>(p: u32, a: L, b: L) -> L {
+    let splat = L::splat;
     let a_larger = a.simd_ge(b);
     let (hi, lo) = (a_larger.bitselect(a, b), a_larger.bitselect(b, a));
     let r = lo / hi;
@@ -721,8 +766,8 @@ pub fn combine_lanes(p: u32, a: f64x4, b: f64x4) -> f64x4 {
             hi * (one + r4 * r4).sqrt().sqrt().sqrt()
         }
         _ => {
-            let (a, b) = (a.to_array(), b.to_array());
-            return f64x4::new(std::array::from_fn(|i| combine(p, a[i], b[i])));
+            let (a, b) = (a.store().to_array(), b.store().to_array());
+            return L::load(F64x4::new(std::array::from_fn(|i| combine(p, a[i], b[i]))));
         }
     };
     // `hi.max(0.0)` where the smaller term is not positive.
@@ -881,6 +926,21 @@ pub(crate) mod tests {
         assert!((t.compute_ns - compute).abs() < 1e-6);
     }
 
+    /// `combine_lanes` on AVX lanes, where the CPU has AVX.
+    fn avx_combine(p: u32, a: F64x4, b: F64x4) -> Option<F64x4> {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx") {
+            #[target_feature(enable = "avx")]
+            fn on_avx(p: u32, a: F64x4, b: F64x4) -> F64x4 {
+                use crate::lanes::avx::Avx;
+                combine_lanes(p, Avx::load(a), Avx::load(b)).store()
+            }
+            // SAFETY: the CPU has AVX.
+            return Some(unsafe { on_avx(p, a, b) });
+        }
+        None
+    }
+
     #[test]
     fn lanes_give_each_gpu_the_bits_it_gets_alone() {
         // The p-norm: every lane is `combine` of its pair, bit for bit, on both sides of the
@@ -897,15 +957,17 @@ pub(crate) mod tests {
         ];
         for p in [1, 2, 4, 8, 16] {
             for w in pairs.windows(4) {
-                let a = f64x4::new(std::array::from_fn(|i| w[i].0));
-                let b = f64x4::new(std::array::from_fn(|i| w[i].1));
+                let a = F64x4::new(std::array::from_fn(|i| w[i].0));
+                let b = F64x4::new(std::array::from_fn(|i| w[i].1));
                 let lanes = combine_lanes(p, a, b).to_array();
+                // The AVX lanes too, where this CPU has AVX.
+                let avx = avx_combine(p, a, b).map(F64x4::to_array);
                 for (i, &(x, y)) in w.iter().enumerate() {
-                    assert_eq!(
-                        lanes[i].to_bits(),
-                        combine(p, x, y).to_bits(),
-                        "p {p}: {x}, {y}"
-                    );
+                    let bits = combine(p, x, y).to_bits();
+                    assert_eq!(lanes[i].to_bits(), bits, "p {p}: {x}, {y}");
+                    if let Some(avx) = avx {
+                        assert_eq!(avx[i].to_bits(), bits, "AVX p {p}: {x}, {y}");
+                    }
                 }
             }
         }
@@ -985,7 +1047,7 @@ pub(crate) mod tests {
             let sums: Vec<GroupSums> = counts.iter().map(|c| GroupSums::of_counts(c)).collect();
             let (ints, floats) = (LaneSums::of_counts(&counts), LaneSums::of(&sums));
             assert_eq!(ints.empty, floats.empty);
-            let bits = |v: f64x4| v.to_array().map(f64::to_bits);
+            let bits = |v: F64x4| v.to_array().map(f64::to_bits);
             for i in (0..LANES).filter(|&i| !ints.empty[i]) {
                 let pairs = [
                     (ints.groups, floats.groups),
@@ -1016,7 +1078,7 @@ pub(crate) mod tests {
         ];
         for bytes in [[0.0, 1.0, 3.5e6, 1e9], [8.6e5, 0.0, 123_456.7, 2.2e11]] {
             let lanes = r
-                .streaming_lanes(&r.lanes(&speeds), f64x4::new(bytes))
+                .streaming_lanes(&r.lanes(&speeds), F64x4::new(bytes))
                 .to_array();
             for i in 0..LANES {
                 let alone = r.scaled(speeds[i]).streaming(bytes[i]).nanos;

@@ -18,6 +18,7 @@ pub mod gpu;
 pub mod host;
 pub mod kernel;
 pub mod kernel_timings;
+pub mod lanes;
 pub mod load;
 pub mod measured_ops;
 pub mod measured_steps;

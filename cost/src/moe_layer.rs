@@ -21,10 +21,10 @@ use crate::kernel::{
     GroupSums, GroupedShape, KernelRates, KernelTime, LANES, LaneRates, LaneSums, Timing,
 };
 use crate::kernel_timings::KernelTimings;
+use crate::lanes::{F64x4, Lanes};
 use crate::profile::ExpertFfnCurve;
 use crate::shape::{MoeModelShape, WeightDtype};
 use std::sync::{Arc, OnceLock};
-use wide::f64x4;
 
 /// Kernel launches of one MoE layer's experts in an eager engine (gate+up grouped GEMM,
 /// SwiGLU, down grouped GEMM), which a measured single-expert curve includes.
@@ -454,21 +454,35 @@ impl MoeLayerCost {
     /// lane by lane throughout (both grouped GEMMs, the SwiGLU, the wall times): the same
     /// operations as `gpus` per GPU, so the same bits (empty lanes 0). Only where
     /// `prices_lanes`.
-    #[inline]
+    #[inline(always)]
     pub fn lane_times(&self, rates: &LaneRates, sums: &LaneSums) -> LaneTimes {
-        let gate_up = self.rates.grouped_lanes(rates, &self.shapes[0], sums);
-        let down = self.rates.grouped_lanes(rates, &self.shapes[1], sums);
-        let splat = f64x4::splat;
-        let bytes =
-            sums.rows() * splat(3.0) * splat(self.expert_ffn as f64) * splat(ACTIVATION_BYTES);
-        let swiglu = self.rates.streaming_lanes(rates, bytes);
+        self.lane_times_in::<F64x4>(rates, sums)
+    }
+
+    /// `lane_times` on the lanes `L` (`lanes::Lanes`: the same bits on each).
+    #[inline(always)]
+    fn lane_times_in<L: Lanes>(&self, rates: &LaneRates, sums: &LaneSums) -> LaneTimes {
+        let gate_up = self
+            .rates
+            .grouped_lanes_in::<L>(rates, &self.shapes[0], sums);
+        let down = self
+            .rates
+            .grouped_lanes_in::<L>(rates, &self.shapes[1], sums);
+        let splat = L::splat;
+        let bytes = L::load(sums.rows())
+            * splat(3.0)
+            * splat(self.expert_ffn as f64)
+            * splat(ACTIVATION_BYTES);
+        let swiglu = self.rates.streaming_lanes_in::<L>(rates, bytes);
         let host = splat(self.rates.host_launch_ns);
         // `KernelTime::wall` per lane (`f64::max` of two positive times is the larger).
-        let wall = |nanos: f64x4| match self.timing {
+        let wall = |nanos: L| match self.timing {
             Timing::Graph => nanos,
             Timing::Eager => nanos.simd_ge(host).bitselect(nanos, host),
         };
-        let nanos = (wall(gate_up.nanos) + wall(down.nanos) + wall(swiglu)).to_array();
+        let nanos = (wall(L::load(gate_up.nanos)) + wall(L::load(down.nanos)) + wall(swiglu))
+            .store()
+            .to_array();
         let rows = sums.rows().to_array();
         let mut out = LaneTimes::default();
         for i in 0..LANES {
@@ -477,6 +491,36 @@ impl MoeLayerCost {
             }
         }
         out
+    }
+
+    /// `lane_times` of every lane group of `sums` into `out` (`lane_times_with`).
+    pub fn lane_times_all(&self, rates: &[LaneRates], sums: &[LaneSums], out: &mut Vec<LaneTimes>) {
+        self.lane_times_with(rates, sums.len(), |i| sums[i], out);
+    }
+
+    /// `lane_times` of `groups` lane groups into `out` (cleared first): group `i`'s sums from
+    /// `sums_of(i)` (called in order), at the lane rates `rates[i % rates.len()]` (a step's
+    /// layers one after another, each with the same lane groups). Where the CPU has AVX
+    /// (checked at run time) the lanes are one AVX register (`lanes::avx`), else `F64x4`: each
+    /// lane the same IEEE operations in the same order either way, so the same bits. A group's
+    /// sums go straight to its pricing, and no group's pricing waits for another's (one
+    /// group's divisions and roots overlap the next's).
+    pub fn lane_times_with(
+        &self,
+        rates: &[LaneRates],
+        groups: usize,
+        mut sums_of: impl FnMut(usize) -> LaneSums,
+        out: &mut Vec<LaneTimes>,
+    ) {
+        out.clear();
+        out.reserve(groups);
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx") {
+            // SAFETY: the CPU has AVX.
+            unsafe { lane_times_avx(self, rates, groups, &mut sums_of, out) };
+            return;
+        }
+        lane_times_each::<F64x4, _>(self, rates, groups, &mut sums_of, out);
     }
 
     /// One GPU's cost from the kernel model's three kernels on its `sums` (GPU side): scaled
@@ -707,6 +751,34 @@ fn measured_grouped(
     found
 }
 
+/// `MoeLayerCost::lane_times_with`'s loop on the lanes `L`.
+#[inline(always)]
+fn lane_times_each<L: Lanes, F: FnMut(usize) -> LaneSums>(
+    cost: &MoeLayerCost,
+    rates: &[LaneRates],
+    groups: usize,
+    sums_of: &mut F,
+    out: &mut Vec<LaneTimes>,
+) {
+    for (i, rates) in (0..groups).zip(rates.iter().cycle()) {
+        let sums = sums_of(i);
+        out.push(cost.lane_times_in::<L>(rates, &sums));
+    }
+}
+
+/// `lane_times_each` on AVX lanes, compiled with AVX enabled (call only where the CPU has it).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+fn lane_times_avx<F: FnMut(usize) -> LaneSums>(
+    cost: &MoeLayerCost,
+    rates: &[LaneRates],
+    groups: usize,
+    sums_of: &mut F,
+    out: &mut Vec<LaneTimes>,
+) {
+    lane_times_each::<crate::lanes::avx::Avx, F>(cost, rates, groups, sums_of, out);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -767,6 +839,15 @@ mod tests {
                     let counts: Vec<&[u32]> = sets.iter().map(Vec::as_slice).collect();
                     let rates = m.rates.lanes(&speeds[..n]);
                     let LaneTimes { nanos, rows } = m.counted_lanes(&rates, &counts).unwrap();
+                    // All lane groups at once: AVX lanes where this CPU has AVX.
+                    let mut all = Vec::new();
+                    let sums = LaneSums::of_counts(&counts);
+                    m.lane_times_all(&[rates], &[sums, sums], &mut all);
+                    let bits =
+                        |t: &LaneTimes| (t.nanos.map(f64::to_bits), t.rows.map(f64::to_bits));
+                    for t in &all {
+                        assert_eq!(bits(t), bits(&LaneTimes { nanos, rows }), "{gpu} {seed}");
+                    }
                     let (mut lanes, mut alone) = (m.layer(n, None), m.layer(n, None));
                     let added = lanes.add_counted(&rates, &counts, &speeds[..n]);
                     for i in 0..n {

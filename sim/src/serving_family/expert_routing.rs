@@ -41,7 +41,6 @@ pub struct ExpertRouter {
     pub topic_tokens: Vec<u64>,
     per_expert: Vec<u32>,
     per_gpu: Vec<u32>,
-    gpu_tokens: Vec<u32>,
     /// The tokens per expert of every pass routed since `take_step_load` (a static batch routes
     /// its prefill and each decode pass): the step's expert load the recorder measures.
     step_load: Vec<f32>,
@@ -140,7 +139,6 @@ impl ExpertRouter {
             n_experts: experts,
             top_k: k as u64,
             per_gpu: vec![0; layers * layout.gpus()],
-            gpu_tokens: vec![0; layout.slots_per_gpu],
             layout,
             n_topics,
             probability: probability.into(),
@@ -264,8 +262,7 @@ impl ExpertRouter {
             }
             let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
             for (g, on_gpu) in on_gpus.iter_mut().enumerate() {
-                self.layout.gpu_tokens(layer, row, g, &mut self.gpu_tokens);
-                *on_gpu = self.gpu_tokens.iter().sum();
+                *on_gpu = self.layout.slot_tokens(layer, row, g).sum();
             }
         }
         for (sum, &n) in self.step_load.iter_mut().zip(&self.per_expert) {

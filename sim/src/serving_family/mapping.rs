@@ -128,16 +128,34 @@ impl ExpertLayout {
     /// GPU `gpu`'s tokens per slot on `layer`, from that layer's tokens per expert, into `out`
     /// (`slots_per_gpu` long).
     pub fn gpu_tokens(&self, layer: usize, per_expert: &[u32], gpu: usize, out: &mut [u32]) {
-        let copy = (gpu / self.expert_parallel) as u32;
-        let copies = self.copies as u32;
-        let first = (layer * self.gpus() + gpu) * self.slots_per_gpu;
-        for (o, slot) in out
-            .iter_mut()
-            .zip(&self.slots[first..first + self.slots_per_gpu])
-        {
-            let in_copy = share(per_expert[slot.expert as usize], copies, copy);
-            *o = share(in_copy, slot.replicas, slot.rank);
+        for (o, n) in out.iter_mut().zip(self.slot_tokens(layer, per_expert, gpu)) {
+            *o = n;
         }
+    }
+
+    /// GPU `gpu`'s tokens per slot on `layer`, from that layer's tokens per expert: an
+    /// expert's tokens split over the copies, then over its replicas in the copy.
+    #[inline]
+    pub fn slot_tokens<'a>(
+        &'a self,
+        layer: usize,
+        per_expert: &'a [u32],
+        gpu: usize,
+    ) -> impl Iterator<Item = u32> + 'a {
+        let copies = self.copies as u32;
+        // One copy: no division on the way.
+        let copy = if copies == 1 {
+            0
+        } else {
+            (gpu / self.expert_parallel) as u32
+        };
+        let first = (layer * self.gpus() + gpu) * self.slots_per_gpu;
+        self.slots[first..first + self.slots_per_gpu]
+            .iter()
+            .map(move |slot| {
+                let in_copy = share(per_expert[slot.expert as usize], copies, copy);
+                share(in_copy, slot.replicas, slot.rank)
+            })
     }
 
     /// The tokens each slot of GPU `gpu` holding `expert` on `layer` computes when the expert

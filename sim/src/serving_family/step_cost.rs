@@ -24,7 +24,7 @@ use super::mapping::ExpertLayout;
 use super::swap::SwapTransfer;
 use crate::cost::gpu::LinkSpec;
 use crate::cost::host::HostOverhead;
-use crate::cost::kernel::{LANES, LaneRates, LaneSums, Timing};
+use crate::cost::kernel::{LANES, LaneCounts, LaneRates, LaneSums, Timing};
 use crate::cost::measured_steps::{MeasuredDenseStep, OpSources};
 use crate::cost::moe_layer::{LaneTimes, MoeLayerCost, SpeedFactors};
 use crate::cost::roofline::{
@@ -51,11 +51,13 @@ struct MoePart {
     /// Per copy of the expert-parallel group, its GPUs in lane groups (`LANES` GPUs priced
     /// together) and the rates of their speeds.
     lane_groups: Vec<Vec<(Range<usize>, LaneRates)>>,
+    /// The GPUs and rates of every lane group of `lane_groups`, in order.
+    lane_ranges: Vec<Range<usize>>,
+    lane_rates: Vec<LaneRates>,
     /// Per GPU of a lane group: its tokens per expert slot, then per hosted adapter copy
     /// (scratch).
     gpu_tokens: [Vec<u32>; LANES],
-    /// Per MoE layer and lane group, its GPUs' group sums and then their prices (scratch).
-    lane_sums: Vec<LaneSums>,
+    /// Per MoE layer and lane group, its GPUs' prices (scratch).
     lane_times: Vec<LaneTimes>,
     /// Per MoE layer, the adapter copies' tokens of the step being priced (`set_adapter_copies`).
     copies: Vec<Vec<CopyTokens>>,
@@ -81,6 +83,29 @@ fn gpu_counts<'a>(
         }
     }
     std::array::from_fn(|i| tokens[i].as_slice())
+}
+
+/// The group sums of the GPUs in `lanes` on `layer` (`gpu_counts` summed).
+#[inline(always)]
+fn lane_sums(
+    layout: &ExpertLayout,
+    copies: &[CopyTokens],
+    tokens: &mut [Vec<u32>; LANES],
+    layer: usize,
+    per_expert: &[u32],
+    lanes: Range<usize>,
+) -> LaneSums {
+    if !copies.is_empty() {
+        let gpus = lanes.len();
+        let counts = gpu_counts(layout, copies, tokens, layer, per_expert, lanes);
+        return LaneSums::of_counts(&counts[..gpus]);
+    }
+    // No adapter copies: each GPU's slots straight into the sums.
+    let mut sums = LaneCounts::default();
+    for (lane, g) in lanes.enumerate() {
+        sums.add_gpu(lane, layout.slot_tokens(layer, per_expert, g));
+    }
+    sums.finish()
 }
 
 /// A replica's step cost.
@@ -185,7 +210,7 @@ impl ReplicaStepCost {
                 };
                 let flops = layer.expert_flops_per_token;
                 let ep = layout.expert_parallel;
-                let lane_groups = (0..layout.copies)
+                let lane_groups: Vec<Vec<_>> = (0..layout.copies)
                     .map(|copy| {
                         let gpus = copy * ep..(copy + 1) * ep;
                         gpus.clone()
@@ -198,11 +223,18 @@ impl ReplicaStepCost {
                             .collect()
                     })
                     .collect();
+                let lane_ranges = lane_groups
+                    .iter()
+                    .flatten()
+                    .map(|(g, _)| g.clone())
+                    .collect();
+                let lane_rates = lane_groups.iter().flatten().map(|(_, r)| *r).collect();
                 (
                     Some(MoePart {
                         layer,
                         lane_groups,
-                        lane_sums: Vec::new(),
+                        lane_ranges,
+                        lane_rates,
                         lane_times: Vec::new(),
                         gpu_tokens: std::array::from_fn(|_| vec![0; layout.slots_per_gpu]),
                         layout,
@@ -299,14 +331,35 @@ impl ReplicaStepCost {
     /// layer's tokens per GPU as the replica's layout places them): the profile whose duration
     /// is Chimera's `decode_ms_per_token` (the router's activity monitor).
     pub fn decode_profile(&mut self, sequences: u64, context: u64) -> StepTime {
+        let tokens = self.decode_tokens(sequences, context);
+        self.evenly_routed(&tokens, sequences, sequences)
+    }
+
+    /// A decode step of `sequences` sequences holding `context` tokens each, its routed tokens
+    /// as `routed` gives them (an `ExpertRouter`'s step): what `price` makes of such a step, for
+    /// the step-pricing bench.
+    pub fn decode_routed(
+        &mut self,
+        sequences: u64,
+        context: u64,
+        routed: RoutedTokens<'_>,
+    ) -> StepTime {
+        let tokens = self.decode_tokens(sequences, context);
+        let mut busy = vec![0.0; self.dense_of_gpu.len()];
+        let pass = self.pass(&tokens, sequences, Some(routed), &mut busy);
+        pass.with_host(self.host.nanos(sequences)).step_time(busy)
+    }
+
+    /// What one data-parallel copy of the dense part computes in a decode step of `sequences`
+    /// sequences holding `context` tokens each.
+    fn decode_tokens(&self, sequences: u64, context: u64) -> StepTokens {
         let dp = self.data_parallel;
-        let tokens = StepTokens {
+        StepTokens {
             rows: share(sequences, dp),
             sequences: share(sequences, dp),
             context_tokens: share(sequences * context, dp),
             prefill_square: 0.0,
-        };
-        self.evenly_routed(&tokens, sequences, sequences)
+        }
     }
 
     /// The prefill step of one prompt of `tokens` tokens (its first token scored), routed as
@@ -432,27 +485,33 @@ impl ReplicaStepCost {
             // then each layer waits for its slowest GPU.
             let in_lanes = moe.layer.prices_lanes();
             if in_lanes {
-                moe.lane_sums.clear();
-                for layer in 0..moe.n_layers {
-                    let per_expert = &routed.per_expert[layer * experts..][..experts];
-                    for (lanes, _) in moe.lane_groups.iter().flatten() {
-                        let counts = gpu_counts(
-                            &moe.layout,
-                            &moe.copies[layer],
-                            &mut moe.gpu_tokens,
-                            layer,
-                            per_expert,
-                            lanes.clone(),
-                        );
-                        moe.lane_sums
-                            .push(LaneSums::of_counts(&counts[..lanes.len()]));
-                    }
-                }
-                moe.lane_times.clear();
-                let rates = moe.lane_groups.iter().flatten().map(|(_, r)| r).cycle();
-                for (sums, rates) in moe.lane_sums.iter().zip(rates) {
-                    moe.lane_times.push(moe.layer.lane_times(rates, sums));
-                }
+                let n_layers = moe.n_layers;
+                let MoePart {
+                    layer: cost,
+                    layout,
+                    copies,
+                    gpu_tokens,
+                    lane_ranges,
+                    lane_rates,
+                    lane_times,
+                    ..
+                } = &mut *moe;
+                let per_layer = lane_ranges.len();
+                let (mut layer, mut group) = (0, 0);
+                cost.lane_times_with(
+                    lane_rates,
+                    n_layers * per_layer,
+                    |_| {
+                        if group == per_layer {
+                            (layer, group) = (layer + 1, 0);
+                        }
+                        let lanes = lane_ranges[group].clone();
+                        group += 1;
+                        let per_expert = &routed.per_expert[layer * experts..][..experts];
+                        lane_sums(layout, &copies[layer], gpu_tokens, layer, per_expert, lanes)
+                    },
+                    lane_times,
+                );
             }
             let mut priced = moe.lane_times.iter();
             for layer in 0..moe.n_layers {
