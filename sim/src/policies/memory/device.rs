@@ -89,7 +89,9 @@ impl DeviceMemory {
     /// the reserve, per device, summed over devices (0 when the reserve exceeds the share).
     pub fn usable_bytes(&self) -> u64 {
         let per_device = (self.capacity_bytes as f64 * self.utilization).floor() as u64;
-        per_device.saturating_sub(self.runtime_reserve_bytes) * self.n_devices
+        per_device
+            .saturating_sub(self.runtime_reserve_bytes)
+            .saturating_mul(self.n_devices)
     }
 
     /// What is left for KV cache once `weight_bytes` are placed.
@@ -120,6 +122,15 @@ impl DeviceMemory {
 mod tests {
     use super::*;
     use crate::cost::shape::MlaMoeShape;
+
+    /// A capacity at the top of the integers (the fuzz test's extreme value) over several
+    /// devices saturates instead of overflowing.
+    #[test]
+    fn an_extreme_capacity_saturates_the_usable_bytes() {
+        let mut memory = DeviceMemory::single(u64::MAX, 1.0, 0);
+        memory.n_devices = 4;
+        assert_eq!(memory.usable_bytes(), u64::MAX);
+    }
 
     #[test]
     fn two_base_copies_are_the_papers_58_6_gb() {
