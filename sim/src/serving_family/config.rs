@@ -322,7 +322,7 @@ pub enum StaticPricing {
     /// (`ReplicaStepCost::price_static`).
     #[default]
     Passes,
-    /// From the batch's expected routing (`serving_family::expected_pricing`, CAPS's `grouped`
+    /// From the batch's expected routing (`serving_family::static_pricing`, CAPS's `grouped`
     /// execution model): the prefill's summed per-expert load vectors and each decode pass's
     /// load / prompt tokens, each layer one grouped GEMM through the one MoE entry point
     /// (`cost::moe_layer`) on the GPU's analytic profile. Needs `loads = "experts"`, an MoE

@@ -11,7 +11,6 @@ pub mod batch_former;
 pub mod checks;
 pub mod config;
 pub mod deployment;
-pub mod expected_pricing;
 pub mod expert_routing;
 mod family;
 pub mod keys;
@@ -19,6 +18,7 @@ pub mod mapping;
 pub mod predictions;
 pub mod scheduler;
 pub mod server;
+pub mod static_pricing;
 pub mod step_cost;
 pub mod swap;
 

@@ -26,7 +26,6 @@ use super::config::{
     StaticPricing,
 };
 use super::deployment::Deployment;
-use super::expected_pricing::ExpectedRoutingCost;
 use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
 use super::predictions::Predictions;
@@ -42,9 +41,10 @@ use crate::policies::memory::InstancePlan;
 use crate::recorder::{ReplicaRecorder, ServingSummary, StepCounts, TraceEvents};
 use crate::records::RecordSink;
 use crate::rng::{SimRng, stream};
+use crate::serving::topic_affinity::BatchRouting;
 use crate::serving::{
     AdmitHook, EngineState, QueuePolicy, QueuedRequest, Replica, RouteRequest, Router, Seq,
-    StepCost,
+    StepCost, StepWork,
 };
 use crate::time::{SimDuration, SimTime};
 use rand::RngExt;
@@ -83,12 +83,13 @@ struct ReplicaRun<'a> {
     scheduling_interval: SimDuration,
     recorder: ReplicaRecorder,
     step_cost: ReplicaStepCost,
-    /// A static replica's batches priced from their expected routing instead of `step_cost`
-    /// (`replica.scheduler.pricing = "expected_routing"`).
-    expected_cost: Option<ExpectedRoutingCost>,
-    /// Prices the steps instead of `step_cost` when given (`ServingServer::with_step_costs`;
-    /// `step_cost` still counts their FLOPs).
+    /// Prices the steps instead of `step_cost` when given: a static replica's
+    /// `replica.scheduler.pricing` other than `passes` (`super::static_pricing`), or
+    /// `ServingServer::with_step_costs` (`step_cost` still counts a continuous step's FLOPs).
     priced_by: Option<Box<dyn StepCost + 'a>>,
+    /// A static replica whose batch former sees per-expert loads (`loads = "experts"`): each
+    /// batch's expected routing, handed to `priced_by` in `StepWork::expected_routing`.
+    expected: Option<BatchRouting>,
     /// MoE only: where each step's tokens go.
     expert_router: Option<ExpertRouter>,
     /// With adapters: where each step's tokens go, adapter copies included.
@@ -113,6 +114,14 @@ fn max_sequence_len(spec: &super::config::ReplicaSpec, kv_blocks: u64) -> u32 {
     let cache = kv_blocks.saturating_mul(u64::from(spec.block_size));
     let cache = u32::try_from(cache).unwrap_or(u32::MAX);
     spec.max_model_len.map_or(cache, |len| len.min(cache))
+}
+
+/// Records the expert load of the step `router` routed (MoE only).
+fn record_routed_load(router: &mut Option<ExpertRouter>, recorder: &mut ReplicaRecorder) {
+    if let Some(router) = router {
+        let experts = router.n_experts();
+        router.take_step_load(|load| recorder.expert_load(load, experts));
+    }
 }
 
 /// The replica learns a request's output length and adapter (drawn at arrival) when it admits
@@ -401,9 +410,10 @@ impl<'a> ServingServer<'a> {
                     }
                     _ => None,
                 };
-                let expected_cost = match (pricing, group.model.experts()) {
-                    (StaticPricing::ExpectedRouting, Some(shape)) => {
-                        Some(ExpectedRoutingCost::new(&group.replica.gpu, &shape))
+                let priced_by = super::static_pricing::step_cost(&pricing, &group);
+                let expected = match (group.model.experts(), loads) {
+                    (Some(shape), StaticLoads::Experts) if window_size > 0 => {
+                        Some(BatchRouting::new(shape.n_layers, shape.n_experts))
                     }
                     _ => None,
                 };
@@ -461,8 +471,8 @@ impl<'a> ServingServer<'a> {
                         scenario.kv_sample_interval_ns,
                     ),
                     step_cost,
-                    expected_cost,
-                    priced_by: None,
+                    priced_by,
+                    expected,
                     expert_router,
                     adapter_router,
                     step_flops: vec![0.0; deployment.gpus],
@@ -529,10 +539,6 @@ impl<'a> ServingServer<'a> {
             "one step cost per replica"
         );
         for (run, cost) in self.replicas.iter_mut().zip(costs) {
-            assert!(
-                run.former.is_none(),
-                "a static replica prices its batches itself (price_static)"
-            );
             run.priced_by = Some(cost);
         }
         self
@@ -687,32 +693,34 @@ impl<'a> ServingServer<'a> {
         let run = &mut self.replicas[r];
         let (work, time) = if let Some(former) = &mut run.former {
             let work = run.replica.schedule_static_batch(now, former)?;
-            let (mut prefill_topics, mut decode_topics) = (Vec::new(), Vec::new());
-            if let Some(router) = run.expert_router.as_ref().filter(|r| r.topical()) {
-                prefill_topics = vec![0u64; router.topic_tokens.len()];
-                decode_topics = prefill_topics.clone();
-                for seq in work.batch.iter().filter(|s| s.scheduled() > 0) {
-                    let topic = seq.request.topic as usize;
-                    prefill_topics[topic] += u64::from(seq.step_prefill());
-                    decode_topics[topic] += 1;
-                }
-            }
-            let time = match &mut run.expected_cost {
+            let time = match &mut run.priced_by {
                 Some(cost) => {
-                    let time = cost.price(&work, former.in_flight());
-                    if let Some(router) = &run.expert_router {
+                    let candidates = former.in_flight().iter();
+                    let expected_routing = run.expected.as_mut().map(|routing| {
+                        let loads = candidates.map(|c| (c.load.as_slice(), c.prompt_tokens));
+                        routing.of(loads, work.decode_iterations > 0)
+                    });
+                    let time = cost.price(&StepWork {
+                        expected_routing,
+                        ..work
+                    });
+                    // Its expert load is the prefill's expected routing (as the caps family
+                    // records it); the router routed nothing.
+                    if let (Some(routing), Some(router)) = (&run.expected, &run.expert_router) {
                         run.recorder
-                            .expert_load(cost.prefill_load(), router.n_experts());
+                            .expert_load(routing.prefill(), router.n_experts());
                     }
                     time
                 }
-                None => run.step_cost.price_static(
-                    &work,
-                    run.expert_router.as_mut(),
-                    &prefill_topics,
-                    &decode_topics,
-                    &mut run.step_flops,
-                ),
+                None => {
+                    let time = run.step_cost.price_static(
+                        &work,
+                        run.expert_router.as_mut(),
+                        &mut run.step_flops,
+                    );
+                    record_routed_load(&mut run.expert_router, &mut run.recorder);
+                    time
+                }
             };
             (work, time)
         } else {
@@ -743,13 +751,8 @@ impl<'a> ServingServer<'a> {
             (work, time)
         };
         let counts = StepCounts::of(&work);
-        if let Some(router) = run
-            .expert_router
-            .as_mut()
-            .filter(|_| run.expected_cost.is_none())
-        {
-            let experts = router.n_experts();
-            router.take_step_load(|load| run.recorder.expert_load(load, experts));
+        if run.former.is_none() {
+            record_routed_load(&mut run.expert_router, &mut run.recorder);
         }
         run.replica.begin_step(time.duration);
         run.recorder.step_started(
