@@ -17,6 +17,7 @@ pub mod keys;
 pub mod mapping;
 pub mod predictions;
 pub mod scheduler;
+pub mod selector_former;
 pub mod server;
 pub mod static_pricing;
 pub mod step_cost;

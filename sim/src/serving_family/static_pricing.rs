@@ -8,8 +8,8 @@
 //! time (CAPS models none).
 
 use super::config::{ServingScenario, StaticPricing};
-use crate::caps::execution::{ExecutionModel, GroupedModel};
 use crate::serving::StepCost;
+use crate::serving::execution::{ExecutionModel, GroupedModel};
 
 /// The step cost `pricing` names for a replica of `group`; `None` for `passes` (the replica's
 /// own `ReplicaStepCost::price_static`).

@@ -5,7 +5,6 @@
 //! selection) and GEM (expert mapping).
 
 use serde_json::json;
-use sim::caps::former::DryRun;
 use sim::caps::workload::{MoeRequest, RequestModel, RequestStreams};
 use sim::load_cache::LoadCache;
 use sim::records::{RecordSink, RequestRecord};
@@ -14,6 +13,7 @@ use sim::serving::{QueuePolicyConfig, RouterConfig};
 use sim::serving_family::batch_former::{BoxedDryRun, ServingCandidate};
 use sim::serving_family::deployment::Deployment;
 use sim::serving_family::mapping::{self, ExpertLayout};
+use sim::serving_family::selector_former::DryRun;
 use sim::serving_family::server::ServingServer;
 use sim::serving_family::{ServingConfig, ServingScenario};
 use std::collections::BTreeMap;
@@ -120,7 +120,7 @@ fn serving(config: serde_json::Value) -> ServingScenario {
 /// 400 requests arriving at once (offline), so that which requests form which batch depends
 /// only on their order and their load vectors, not on how long a batch takes.
 ///
-/// Coincide: the batch former (caps::former::SelectorFormer: window, oldest-first seeding, the
+/// Coincide: the batch former (serving_family::selector_former::SelectorFormer: window, oldest-first seeding, the
 /// selector), the static batch on serving::Replica, the dispatch rule (trigger, tick grid), the
 /// requests (ids in arrival order) and their router dry-run (the caps request model, injected
 /// as the static replica's dry-run). Differ, and do not enter the decisions here: the batch
