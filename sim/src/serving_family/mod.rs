@@ -55,7 +55,7 @@ const fn ms(
 
 /// The family's metrics, each computed from a run's (or one replica's) `ServingSummary`
 /// (defined in docs/metrics.md, "serving").
-pub const TABLE: [MetricDef<ServingSummary>; 32] = [
+pub const TABLE: [MetricDef<ServingSummary>; 35] = [
     ms("ttft_mean_ms", "mean time to first token (ms)", |s| {
         s.latencies.ttft.mean_ms()
     }),
@@ -206,6 +206,27 @@ pub const TABLE: [MetricDef<ServingSummary>; 32] = [
         unit: "ratio",
         better: Better::Lower,
         value: |s| s.expert_load.load_cv(),
+    },
+    MetricDef {
+        name: "imbalance_factor",
+        label: "caps.txt's imbalance factor (1 + CV x sensitivity, mean over MoE steps)",
+        unit: "ratio",
+        better: Better::Lower,
+        value: |s| s.expert_load.imbalance_factor(),
+    },
+    MetricDef {
+        name: "queue_depth_mean",
+        label: "mean queue depth (requests waiting, time-averaged, summed over replicas)",
+        unit: "count",
+        better: Better::Lower,
+        value: |s| s.queue_depth_mean,
+    },
+    MetricDef {
+        name: "queue_depth_max",
+        label: "max queue depth (at one replica)",
+        unit: "count",
+        better: Better::Lower,
+        value: |s| s.queue_depth_max as f64,
     },
     MetricDef {
         name: "makespan_s",

@@ -23,7 +23,7 @@ use super::batch_former::{
 };
 use super::config::{
     ExpertRoutingTable, LengthSpec, SchedulerTable, ServedModel, ServingScenario, StaticLoads,
-    StaticPricing,
+    StaticStreams,
 };
 use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
@@ -340,7 +340,7 @@ impl<'a> ServingServer<'a> {
                 window_size,
                 seed_with_oldest,
                 loads,
-                pricing,
+                names,
             ) = match &group.replica.scheduler {
                 SchedulerTable::Static {
                     window_size,
@@ -348,14 +348,15 @@ impl<'a> ServingServer<'a> {
                     scheduling_interval_ms,
                     seed_with_oldest,
                     loads,
-                    pricing,
+                    streams,
+                    ..
                 } => (
                     *min_batch_trigger,
                     SimDuration::from_secs_f64(scheduling_interval_ms / 1e3),
                     *window_size,
                     *seed_with_oldest,
                     *loads,
-                    *pricing,
+                    *streams,
                 ),
                 _ => (
                     0,
@@ -363,7 +364,7 @@ impl<'a> ServingServer<'a> {
                     0,
                     false,
                     StaticLoads::Gpus,
-                    StaticPricing::Passes,
+                    StaticStreams::PerReplica,
                 ),
             };
             let profile_batch = (group.replica.max_num_seqs as u64)
@@ -410,7 +411,13 @@ impl<'a> ServingServer<'a> {
                     }
                     _ => None,
                 };
-                let priced_by = super::static_pricing::step_cost(&pricing, &group);
+                let (priced_by, imbalance_sensitivity) = match super::static_pricing::step_cost(
+                    &group,
+                    stream(streams, &names.name("service", r)),
+                ) {
+                    Some(pricing) => (Some(pricing.cost), pricing.imbalance_sensitivity),
+                    None => (None, 1.0),
+                };
                 let expected = match (group.model.experts(), loads) {
                     (Some(shape), StaticLoads::Experts) if window_size > 0 => {
                         Some(BatchRouting::new(shape.n_layers, shape.n_experts))
@@ -434,7 +441,7 @@ impl<'a> ServingServer<'a> {
                                     purity,
                                     prediction_noise,
                                     popularity.top_k(),
-                                    stream(streams, &format!("prediction_{r}")),
+                                    stream(streams, &names.name("prediction", r)),
                                 )),
                                 _ => Box::new(ExpertDryRun::new(popularity)),
                             }
@@ -451,7 +458,7 @@ impl<'a> ServingServer<'a> {
                         window_size,
                         seed_with_oldest,
                         selector.as_mut(),
-                        stream(streams, &format!("selector_{r}")),
+                        stream(streams, &names.name("selector", r)),
                         dry_run,
                     )
                 });
@@ -469,7 +476,8 @@ impl<'a> ServingServer<'a> {
                         deployment.gpus,
                         deployment.kv_blocks,
                         scenario.kv_sample_interval_ns,
-                    ),
+                    )
+                    .with_imbalance_sensitivity(imbalance_sensitivity),
                     step_cost,
                     priced_by,
                     expected,
@@ -642,6 +650,7 @@ impl<'a> ServingServer<'a> {
                 prediction: None,
             });
             run.replica.submitted(now);
+            run.recorder.queue_depth(now, former.waiting());
             return r;
         }
         self.outputs.insert(id, (output, adapter));
@@ -660,6 +669,8 @@ impl<'a> ServingServer<'a> {
             topic: arrival.topic,
         };
         run.replica.submit(now, request, &mut *self.queue, r);
+        run.recorder
+            .queue_depth(now, run.replica.waiting(&*self.queue, r));
         r
     }
 
@@ -751,6 +762,11 @@ impl<'a> ServingServer<'a> {
             (work, time)
         };
         let counts = StepCounts::of(&work);
+        let waiting = match &run.former {
+            Some(former) => former.waiting(),
+            None => run.replica.waiting(&*self.queue, r),
+        };
+        run.recorder.queue_depth(now, waiting);
         if run.former.is_none() {
             record_routed_load(&mut run.expert_router, &mut run.recorder);
         }
