@@ -590,7 +590,7 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
     use sim::cost::profile::{MeasuredProfile, Profile, SourceKind};
-    use sim::serving::execution::{CvModel, StragglerModel};
+    use sim::serving_family::execution::{CvModel, StragglerModel};
 
     fn cli(args: &[&str]) -> Cli {
         Cli::try_parse_from(std::iter::once("expertsim-calibrate").chain(args.iter().copied()))

@@ -10,7 +10,7 @@ use crate::cost::profile::Profile;
 use crate::cost::shape::MoeModelShape;
 use crate::load_cache::LoadCache;
 use crate::policies::batch::BatchSelectorConfig;
-use crate::serving::execution::{CvModel, ExecutionModel, GroupedModel, StragglerModel};
+use crate::serving_family::execution::{CvModel, ExecutionModel, GroupedModel, StragglerModel};
 use crate::time::SimDuration;
 use crate::validate::duration;
 use crate::validate::limits::MAX_SIM_SECONDS_CEILING;

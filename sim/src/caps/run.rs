@@ -13,7 +13,7 @@ use crate::policies::batch::BatchSelector;
 use crate::records::{Extra, RecordSink, RequestRecord};
 use crate::rng::stream;
 use crate::serving::StepCost;
-use crate::serving::execution::{ConstantService, ExponentialService};
+use crate::serving_family::execution::{ConstantService, ExponentialService};
 
 /// The arrival process of `scenario` for `seed`.
 pub fn arrival_process(scenario: &CapsScenario, seed: u64) -> Box<dyn ArrivalProcess> {
@@ -126,7 +126,7 @@ pub fn batch_of(record: &RequestRecord<'_>) -> u64 {
 pub fn factor_sensitivity(scenario: &CapsScenario) -> f64 {
     match &scenario.execution {
         ExecutionSpec::CostModel(model) => match model.as_ref() {
-            crate::serving::execution::ExecutionModel::Cv(cv) => cv.sensitivity(),
+            crate::serving_family::execution::ExecutionModel::Cv(cv) => cv.sensitivity(),
             _ => 1.0,
         },
         _ => 1.0,

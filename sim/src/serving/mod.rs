@@ -6,7 +6,6 @@
 
 pub mod config;
 pub mod dense;
-pub mod execution;
 pub mod former;
 pub mod kv;
 pub mod latencies;

@@ -338,12 +338,12 @@ pub enum StaticPricing {
     /// (`cost::moe_layer`) on the GPU's analytic profile. Needs `loads = "experts"`, an MoE
     /// model and one GPU per replica.
     ExpectedRouting,
-    /// caps.txt's own model on the same expected routing (`serving::execution::CvModel`):
+    /// caps.txt's own model on the same expected routing (`serving_family::execution::CvModel`):
     /// base time x (1 + CV(prefill load) x `sensitivity`), the sensitivity derived from the
     /// profile unless given. Same needs as `expected_routing`.
     Cv,
     /// Per layer the most loaded expert on the expert cost curve
-    /// (`serving::execution::StragglerModel`). Same needs as `expected_routing`.
+    /// (`serving_family::execution::StragglerModel`). Same needs as `expected_routing`.
     Straggler,
     /// Every batch takes `service_ms` (queueing-theory reference: M/D/1).
     Constant,

@@ -11,6 +11,7 @@ pub mod batch_former;
 pub mod checks;
 pub mod config;
 pub mod deployment;
+pub mod execution;
 pub mod expert_routing;
 mod family;
 pub mod keys;

@@ -3,7 +3,7 @@
 //! replica's batches go to through the one step-cost seam, each batch's `StepWork` carrying its
 //! expected routing (the prefill's summed per-expert load vectors and each decode pass's
 //! load / prompt tokens, `serving::topic_affinity::BatchRouting`). The expected-routing models
-//! are CAPS's (`serving::execution`) on the replica GPU's analytic profile, no host time (CAPS
+//! are CAPS's (`serving_family::execution`) on the replica GPU's analytic profile, no host time (CAPS
 //! models none): `expected_routing` (`GroupedModel`: per layer the active experts as one grouped
 //! GEMM through the one MoE entry point, `cost::moe_layer`, eager), `cv` (`CvModel`: caps.txt's
 //! base x (1 + CV x sensitivity)) and `straggler` (`StragglerModel`: per layer the most loaded
@@ -13,7 +13,7 @@
 use super::config::{SchedulerTable, ServingScenario, StaticPricing};
 use crate::rng::SimRng;
 use crate::serving::StepCost;
-use crate::serving::execution::{
+use crate::serving_family::execution::{
     ConstantService, CvModel, ExecutionModel, ExponentialService, GroupedModel, StragglerModel,
 };
 use crate::time::SimDuration;

@@ -273,6 +273,60 @@ fn gem_mapping_is_the_same_in_the_serving_family() {
     }
 }
 
+/// The requests of a caps-family run: (id, batch) in finishing order, and each one's finish.
+#[derive(Default)]
+struct CapsRuns(Vec<(u64, u64)>, BTreeMap<u64, u64>);
+
+impl RecordSink for CapsRuns {
+    fn record(&mut self, r: &RequestRecord<'_>) {
+        self.0.push((r.id, sim::caps::run::batch_of(r)));
+        self.1.insert(r.id, r.finish.0);
+    }
+}
+
+/// The caps family's run at `seed` of 300 Poisson requests at 250/s (Qwen1.5-MoE nf4, 16
+/// topics, log-normal prompts and outputs) with `selector` and `[execution]` `execution`.
+fn caps_run(
+    selector: &str,
+    execution: serde_json::Value,
+    seed: u64,
+) -> (sim::caps::metrics::RunMetrics, CapsRuns) {
+    let caps = serde_json::from_value::<sim::caps::CapsConfig>(json!({
+        "model": {"preset": "qwen1.5-moe-a2.7b-nf4"},
+        "workload": {"n_requests": 300, "n_topics": 16, "affinity_concentration": 0.3,
+                     "topic_purity": 0.8,
+                     "prompt_tokens": {"median": 128, "sigma": 0.6, "max": 2048},
+                     "output_tokens": {"median": 4, "sigma": 0.5, "max": 16}},
+        "arrival": {"pattern": "poisson", "rate_per_s": 250},
+        "scheduler": {"selector": {"kind": selector}},
+        "execution": execution,
+    }))
+    .expect("the caps scenario parses")
+    .validate(Path::new("."), &mut LoadCache::default())
+    .expect("the caps scenario is valid");
+    let mut caps_selector = strategies::batch::build(&caps.selector);
+    let mut runs = CapsRuns::default();
+    let (metrics, _) = sim::caps::run::simulate(&caps, seed, caps_selector.as_mut(), &mut runs);
+    (metrics, runs)
+}
+
+/// `caps_run`'s workload as the serving-family preset: affinity routing, one token stream, one
+/// L4 of `max_num_seqs = 8`, its static `scheduler` and `selector` as the batch former.
+fn caps_preset(selector: &str, scheduler: serde_json::Value) -> ServingScenario {
+    serving(json!({
+        "model": {"name": "qwen1.5-moe-a2.7b-nf4"},
+        "replica": {"gpu": "L4", "max_num_seqs": 8, "scheduler": scheduler,
+                    "batch_former": {"kind": selector}},
+        "experts": {"routing": {"kind": "affinity", "concentration": 0.3, "purity": 0.8}},
+        "workload": {"n_requests": 300, "n_topics": 16, "one_token_stream": true,
+                     "prompt_tokens": {"kind": "log_normal", "median": 128, "sigma": 0.6,
+                                       "max": 2048},
+                     "output_tokens": {"kind": "log_normal", "median": 4, "sigma": 0.5,
+                                       "max": 16}},
+        "arrival": {"pattern": "poisson", "rate_per_s": 250},
+    }))
+}
+
 /// The CAPS evaluation as a serving-family preset (scenarios/caps/evaluation_serving.toml):
 /// affinity routing (the caps request model, `serving::topic_affinity`), the per-expert
 /// dry-run, static batches priced from their expected routing by the grouped model
@@ -284,49 +338,13 @@ fn gem_mapping_is_the_same_in_the_serving_family() {
 #[test]
 fn the_caps_evaluation_runs_identically_as_a_serving_family_preset() {
     for (seed, selector) in [(42, "greedy_variance"), (7, "fcfs")] {
-        let caps = serde_json::from_value::<sim::caps::CapsConfig>(json!({
-            "model": {"preset": "qwen1.5-moe-a2.7b-nf4"},
-            "workload": {"n_requests": 300, "n_topics": 16, "affinity_concentration": 0.3,
-                         "topic_purity": 0.8,
-                         "prompt_tokens": {"median": 128, "sigma": 0.6, "max": 2048},
-                         "output_tokens": {"median": 4, "sigma": 0.5, "max": 16}},
-            "arrival": {"pattern": "poisson", "rate_per_s": 250},
-            "scheduler": {"selector": {"kind": selector}},
-            "execution": {"model": "grouped", "gpu": "L4"},
-        }))
-        .expect("the caps scenario parses")
-        .validate(Path::new("."), &mut LoadCache::default())
-        .expect("the caps scenario is valid");
-        #[derive(Default)]
-        struct CapsRuns(Vec<(u64, u64)>, BTreeMap<u64, u64>);
-        impl RecordSink for CapsRuns {
-            fn record(&mut self, r: &RequestRecord<'_>) {
-                self.0.push((r.id, sim::caps::run::batch_of(r)));
-                self.1.insert(r.id, r.finish.0);
-            }
-        }
-        let mut caps_selector = strategies::batch::build(&caps.selector);
-        let mut caps_runs = CapsRuns::default();
-        sim::caps::run::simulate(&caps, seed, caps_selector.as_mut(), &mut caps_runs);
-
-        let scenario = serving(json!({
-            "model": {"name": "qwen1.5-moe-a2.7b-nf4"},
-            "replica": {
-                "gpu": "L4",
-                "max_num_seqs": 8,
-                "scheduler": {"kind": "static", "window_size": 32, "min_batch_trigger": 16,
-                              "scheduling_interval_ms": 100.0, "seed_with_oldest": true,
-                              "loads": "experts", "pricing": "expected_routing"},
-                "batch_former": {"kind": selector},
-            },
-            "experts": {"routing": {"kind": "affinity", "concentration": 0.3, "purity": 0.8}},
-            "workload": {"n_requests": 300, "n_topics": 16, "one_token_stream": true,
-                         "prompt_tokens": {"kind": "log_normal", "median": 128, "sigma": 0.6,
-                                           "max": 2048},
-                         "output_tokens": {"kind": "log_normal", "median": 4, "sigma": 0.5,
-                                           "max": 16}},
-            "arrival": {"pattern": "poisson", "rate_per_s": 250},
-        }));
+        let (_, caps_runs) = caps_run(selector, json!({"model": "grouped", "gpu": "L4"}), seed);
+        let scenario = caps_preset(
+            selector,
+            json!({"kind": "static", "window_size": 32, "min_batch_trigger": 16,
+                   "scheduling_interval_ms": 100.0, "seed_with_oldest": true,
+                   "loads": "experts", "pricing": "expected_routing"}),
+        );
         let finishes = serve_on_one_replica(&scenario, seed, None);
 
         assert_eq!(finishes.0.len(), 300);
@@ -380,49 +398,13 @@ fn the_caps_execution_models_and_metrics_agree_in_the_serving_preset() {
         ),
     ];
     for (seed, (pricing, execution, keys, selector)) in [3u64, 11, 42, 5].into_iter().zip(cases) {
-        let caps = serde_json::from_value::<sim::caps::CapsConfig>(json!({
-            "model": {"preset": "qwen1.5-moe-a2.7b-nf4"},
-            "workload": {"n_requests": 300, "n_topics": 16, "affinity_concentration": 0.3,
-                         "topic_purity": 0.8,
-                         "prompt_tokens": {"median": 128, "sigma": 0.6, "max": 2048},
-                         "output_tokens": {"median": 4, "sigma": 0.5, "max": 16}},
-            "arrival": {"pattern": "poisson", "rate_per_s": 250},
-            "scheduler": {"selector": {"kind": selector}},
-            "execution": execution,
-        }))
-        .expect("the caps scenario parses")
-        .validate(Path::new("."), &mut LoadCache::default())
-        .expect("the caps scenario is valid");
-        #[derive(Default)]
-        struct CapsRuns(Vec<(u64, u64)>, BTreeMap<u64, u64>);
-        impl RecordSink for CapsRuns {
-            fn record(&mut self, r: &RequestRecord<'_>) {
-                self.0.push((r.id, sim::caps::run::batch_of(r)));
-                self.1.insert(r.id, r.finish.0);
-            }
-        }
-        let mut caps_selector = strategies::batch::build(&caps.selector);
-        let mut caps_runs = CapsRuns::default();
-        let (metrics, _) =
-            sim::caps::run::simulate(&caps, seed, caps_selector.as_mut(), &mut caps_runs);
-
+        let (metrics, caps_runs) = caps_run(selector, execution, seed);
         let mut scheduler = json!({"kind": "static", "loads": "experts", "pricing": pricing,
                                    "streams": "shared"});
         for (key, value) in keys.as_object().expect("keys") {
             scheduler[key] = value.clone();
         }
-        let scenario = serving(json!({
-            "model": {"name": "qwen1.5-moe-a2.7b-nf4"},
-            "replica": {"gpu": "L4", "max_num_seqs": 8, "scheduler": scheduler,
-                        "batch_former": {"kind": selector}},
-            "experts": {"routing": {"kind": "affinity", "concentration": 0.3, "purity": 0.8}},
-            "workload": {"n_requests": 300, "n_topics": 16, "one_token_stream": true,
-                         "prompt_tokens": {"kind": "log_normal", "median": 128, "sigma": 0.6,
-                                           "max": 2048},
-                         "output_tokens": {"kind": "log_normal", "median": 4, "sigma": 0.5,
-                                           "max": 16}},
-            "arrival": {"pattern": "poisson", "rate_per_s": 250},
-        }));
+        let scenario = caps_preset(selector, scheduler);
         let (finishes, summary) = serve_and_summarise(&scenario, seed, None);
         let case = format!("{pricing}, {selector}, seed {seed}");
         assert_eq!(finishes.0, caps_runs.1, "{case}: same finish times");
