@@ -589,8 +589,8 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sim::caps::execution::{CvModel, StragglerModel};
     use sim::cost::profile::{MeasuredProfile, Profile, SourceKind};
+    use sim::serving_family::execution::{CvModel, StragglerModel};
 
     fn cli(args: &[&str]) -> Cli {
         Cli::try_parse_from(std::iter::once("expertsim-calibrate").chain(args.iter().copied()))

@@ -4,13 +4,13 @@
 
 use super::workload::TokenDistribution;
 use crate::arrivals::spec::{ArrivalSpec, ArrivalTable};
-use crate::caps::execution::{CvModel, ExecutionModel, GroupedModel, StragglerModel};
 use crate::caps::server::SchedulerParams;
 use crate::cost::measured_steps::PricingRecord;
 use crate::cost::profile::Profile;
 use crate::cost::shape::MoeModelShape;
 use crate::load_cache::LoadCache;
 use crate::policies::batch::BatchSelectorConfig;
+use crate::serving_family::execution::{CvModel, ExecutionModel, GroupedModel, StragglerModel};
 use crate::time::SimDuration;
 use crate::validate::duration;
 use crate::validate::limits::MAX_SIM_SECONDS_CEILING;

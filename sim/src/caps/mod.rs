@@ -3,7 +3,6 @@
 //! priced through the serving layer's `StepCost` seam.
 
 pub mod config;
-pub mod execution;
 pub mod family;
 pub mod former;
 pub mod metrics;

@@ -3,7 +3,7 @@
 
 use super::config::{CapsScenario, ExecutionSpec};
 use super::server::CapsServer;
-use super::step_cost::{CapsStepCost, ConstantService, ExponentialService};
+use super::step_cost::CapsStepCost;
 use super::workload::{RequestModel, RequestStreams, TopicAffinities};
 use crate::arrivals::ArrivalProcess;
 use crate::caps::metrics::RunMetrics;
@@ -13,6 +13,7 @@ use crate::policies::batch::BatchSelector;
 use crate::records::{Extra, RecordSink, RequestRecord};
 use crate::rng::stream;
 use crate::serving::StepCost;
+use crate::serving_family::execution::{ConstantService, ExponentialService};
 
 /// The arrival process of `scenario` for `seed`.
 pub fn arrival_process(scenario: &CapsScenario, seed: u64) -> Box<dyn ArrivalProcess> {
@@ -125,7 +126,7 @@ pub fn batch_of(record: &RequestRecord<'_>) -> u64 {
 pub fn factor_sensitivity(scenario: &CapsScenario) -> f64 {
     match &scenario.execution {
         ExecutionSpec::CostModel(model) => match model.as_ref() {
-            crate::caps::execution::ExecutionModel::Cv(cv) => cv.sensitivity(),
+            crate::serving_family::execution::ExecutionModel::Cv(cv) => cv.sensitivity(),
             _ => 1.0,
         },
         _ => 1.0,

@@ -6,7 +6,7 @@
 //! `window_size` oldest) and runs it as one step priced through the `serving::StepCost` seam.
 //! Every request of a batch completes when the batch does.
 
-use super::former::{CapsDryRun, SelectorFormer};
+use super::former::CapsDryRun;
 use super::workload::{RequestModel, RequestStreams};
 use crate::arrivals::{Arrival, ArrivalProcess};
 use crate::caps::metrics::RunMetrics;
@@ -21,6 +21,7 @@ use crate::serving::topic_affinity::batch_routing;
 use crate::serving::{
     Admission, Batching, ExpectedRouting, KvConfig, Replica, ReplicaConfig, Seq, StepCost, StepWork,
 };
+use crate::serving_family::selector_former::SelectorFormer;
 use crate::time::{SimDuration, SimTime};
 
 /// The scheduler loop's parameters (caps.txt, `scheduler` config; defaults 8 / 32 / 16 / 100 ms).

@@ -309,7 +309,8 @@ fn caps_and_gem_price_the_moe_layer_through_the_one_entry_point() {
         .unwrap();
     let deployment = Deployment::new(&gem, 1);
     let caps =
-        crate::caps::execution::GroupedModel::new(&gem.profile, &gem.shape, &gem.gpu).unwrap();
+        crate::serving_family::execution::GroupedModel::new(&gem.profile, &gem.shape, &gem.gpu)
+            .unwrap();
     let graph = crate::cost::moe_layer::MoeLayerCost::new(
         &gem.gpu,
         &gem.shape,

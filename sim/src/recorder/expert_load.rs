@@ -105,14 +105,20 @@ pub struct ExpertLoad {
     pub imbalance_sum: f64,
     /// Sum over those steps of `coefficient_of_variation`.
     pub cv_sum: f64,
+    /// Sum over those steps of `coefficient_of_variation` x the replica's imbalance
+    /// sensitivity (`ReplicaRecorder::with_imbalance_sensitivity`).
+    pub factor_sum: f64,
 }
 
 impl ExpertLoad {
-    /// Records one step's load (`layers x n_experts` tokens, layer-major).
-    pub fn add(&mut self, load: &[f32], n_experts: usize) {
+    /// Records one step's load (`layers x n_experts` tokens, layer-major), its CV weighted by
+    /// `sensitivity` for the imbalance factor.
+    pub fn add(&mut self, load: &[f32], n_experts: usize, sensitivity: f64) {
         self.steps += 1;
         self.imbalance_sum += imbalance(load, n_experts);
-        self.cv_sum += coefficient_of_variation(load);
+        let cv = coefficient_of_variation(load);
+        self.cv_sum += cv;
+        self.factor_sum += cv * sensitivity;
     }
 
     /// Adds another replica's statistics.
@@ -120,6 +126,18 @@ impl ExpertLoad {
         self.steps += other.steps;
         self.imbalance_sum += other.imbalance_sum;
         self.cv_sum += other.cv_sum;
+        self.factor_sum += other.factor_sum;
+    }
+
+    /// caps.txt's imbalance factor: 1 + the mean over the recorded steps of CV x sensitivity
+    /// (the `cv` execution model's sensitivity where it prices the steps, else 1); 1 when no
+    /// step routed experts.
+    pub fn imbalance_factor(&self) -> f64 {
+        if self.steps == 0 {
+            1.0
+        } else {
+            1.0 + self.factor_sum / self.steps as f64
+        }
     }
 
     /// Mean over the recorded steps of the per-layer max/mean expert load; 1 (balanced) when no
@@ -176,12 +194,12 @@ mod tests {
     fn accumulated_statistics_are_means_over_steps_and_merge_by_sums() {
         let mut a = ExpertLoad::default();
         assert_eq!((a.imbalance(), a.load_cv()), (1.0, 0.0), "no MoE step");
-        a.add(&[4.0, 0.0, 1.0, 1.0], 2); // imbalance 1.5, CV 1.5 / 1.5 = 1
-        a.add(&[2.0, 2.0, 2.0, 2.0], 2); // imbalance 1, CV 0
+        a.add(&[4.0, 0.0, 1.0, 1.0], 2, 1.0); // imbalance 1.5, CV 1.5 / 1.5 = 1
+        a.add(&[2.0, 2.0, 2.0, 2.0], 2, 1.0); // imbalance 1, CV 0
         assert_eq!(a.imbalance(), 1.25);
         assert!((a.load_cv() - 0.5).abs() < 1e-12);
         let mut b = ExpertLoad::default();
-        b.add(&[3.0, 1.0], 2); // imbalance 1.5, CV 0.5
+        b.add(&[3.0, 1.0], 2, 1.0); // imbalance 1.5, CV 0.5
         a.merge(&b);
         assert_eq!(a.steps, 3);
         assert!((a.imbalance() - 4.0 / 3.0).abs() < 1e-12);

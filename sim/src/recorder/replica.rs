@@ -2,7 +2,8 @@
 //! records as it hands them back, `ReplicaStats::latencies`), each of its GPUs' busy time and
 //! model FLOPs, and its KV-cache use over time (the blocks in use, time-averaged, its maximum,
 //! and a series bounded by `metrics::DepthTracker`), and the expert load of its MoE steps
-//! (`expert_load::ExpertLoad`). `complete_step` wraps
+//! (`expert_load::ExpertLoad`), and the requests waiting at it over time (time-averaged and its
+//! maximum, CAPS's queue depth). `complete_step` wraps
 //! `Replica::complete_step`, so the finished requests are streamed to the per-request records
 //! where the replica hands them back. `finish` closes it into a `ServingSummary`; the summaries
 //! of a cluster's replicas merge into the overall one.
@@ -24,6 +25,10 @@ pub struct ReplicaRecorder {
     kv_used: DepthTracker,
     kv_blocks: u64,
     expert_load: ExpertLoad,
+    /// The weight of a step's load CV in the imbalance factor (`ExpertLoad::imbalance_factor`).
+    imbalance_sensitivity: f64,
+    /// Requests waiting at the replica (not yet in a step).
+    queue_depth: DepthTracker,
 }
 
 impl ReplicaRecorder {
@@ -36,13 +41,28 @@ impl ReplicaRecorder {
             kv_used: DepthTracker::new(kv_sample_interval_ns),
             kv_blocks,
             expert_load: ExpertLoad::default(),
+            imbalance_sensitivity: 1.0,
+            queue_depth: DepthTracker::new(0),
         }
+    }
+
+    /// Weighs each step's load CV by `sensitivity` in the imbalance factor (1 unless set: the
+    /// `cv` execution model's, so the factor is the one its batch times use).
+    pub fn with_imbalance_sensitivity(mut self, sensitivity: f64) -> Self {
+        self.imbalance_sensitivity = sensitivity;
+        self
+    }
+
+    /// `waiting` requests wait at the replica from `now` on.
+    pub fn queue_depth(&mut self, now: SimTime, waiting: usize) {
+        self.queue_depth.set(now, waiting as u64);
     }
 
     /// The step just started routed `load` to the experts (`layers x n_experts` tokens,
     /// layer-major: every pass of the step summed): its expert-load imbalance and CV.
     pub fn expert_load(&mut self, load: &[f32], n_experts: usize) {
-        self.expert_load.add(load, n_experts);
+        self.expert_load
+            .add(load, n_experts, self.imbalance_sensitivity);
     }
 
     /// `replica` starts the step it just scheduled at `now`; in it each GPU is busy for
@@ -105,6 +125,7 @@ impl ReplicaRecorder {
     /// datasheet peak (`gpu`, for MFU).
     pub fn finish(self, end: SimTime, stats: &ReplicaStats, gpu: &GpuSpec) -> ServingSummary {
         let (kv_mean_blocks, kv_max_blocks, kv_series) = self.kv_used.finish(end);
+        let (queue_depth_mean, queue_depth_max, _) = self.queue_depth.finish(end);
         let seconds = end.as_secs_f64();
         let share = |busy: &f64| {
             if seconds > 0.0 {
@@ -133,6 +154,8 @@ impl ReplicaRecorder {
             kv_max_blocks,
             kv_series,
             expert_load: self.expert_load,
+            queue_depth_mean,
+            queue_depth_max,
         }
     }
 }
@@ -168,6 +191,11 @@ pub struct ServingSummary {
     pub kv_series: Vec<(f64, u64)>,
     /// The expert-load statistics of the MoE steps (`ReplicaRecorder::expert_load`).
     pub expert_load: ExpertLoad,
+    /// Requests waiting (not yet in a step), time-averaged over [0, makespan] and summed over
+    /// the replicas, where the family records them (`ReplicaRecorder::queue_depth`).
+    pub queue_depth_mean: f64,
+    /// Most requests waiting at once at one replica.
+    pub queue_depth_max: u64,
 }
 
 impl ServingSummary {
@@ -189,6 +217,8 @@ impl ServingSummary {
             all.kv_mean_blocks += p.kv_mean_blocks;
             all.kv_max_blocks = all.kv_max_blocks.max(p.kv_max_blocks);
             all.expert_load.merge(&p.expert_load);
+            all.queue_depth_mean += p.queue_depth_mean;
+            all.queue_depth_max = all.queue_depth_max.max(p.queue_depth_max);
         }
         all
     }

@@ -157,6 +157,25 @@ pub fn catalogue() -> Vec<OptionGroup> {
                     "from the batch's expected routing, each layer one grouped GEMM (CAPS's \
                      grouped model; loads = \"experts\", one GPU)",
                 ),
+                (
+                    "cv",
+                    "caps.txt's model on the expected routing: base x (1 + CV x sensitivity), \
+                     the sensitivity derived from the profile unless given (loads = \"experts\", \
+                     one GPU)",
+                ),
+                (
+                    "straggler",
+                    "per layer the most loaded expected expert on the expert curve (loads = \
+                     \"experts\", one GPU)",
+                ),
+                (
+                    "constant",
+                    "every batch takes service_ms (queueing reference: M/D/1)",
+                ),
+                (
+                    "exponential",
+                    "batch times exponential with mean service_ms (queueing reference: M/M/1)",
+                ),
             ],
         ),
         group(

@@ -2,7 +2,7 @@
 //! requests waiting at it form the next batch. The former holds those requests (a static batch
 //! is chosen as a set, not popped one at a time as a `QueuePolicy` admits), picks the batch from
 //! its candidate window and, as the family's `AdmitHook`, says how long each output is. CAPS's
-//! batch selectors reach the replica through one (`caps::former::SelectorFormer`).
+//! batch selectors reach the replica through one (`serving_family::selector_former::SelectorFormer`).
 
 use super::queue::QueuedRequest;
 use super::replica::AdmitHook;

@@ -134,6 +134,44 @@ pub fn batch_routing<'a>(
     }
 }
 
+/// A static batch's expected routing kept between batches (the buffers `batch_routing` fills,
+/// `layers x experts` each): what a replica priced from expected routing hands its step cost
+/// as `StepWork::expected_routing`.
+pub struct BatchRouting {
+    layers: usize,
+    prefill: Vec<f32>,
+    decode: Vec<f32>,
+}
+
+impl BatchRouting {
+    pub fn new(layers: usize, experts: usize) -> BatchRouting {
+        BatchRouting {
+            layers,
+            prefill: vec![0.0; layers * experts],
+            decode: vec![0.0; layers * experts],
+        }
+    }
+
+    /// The expected routing of the batch of `requests` (`batch_routing`).
+    pub fn of<'a>(
+        &mut self,
+        requests: impl Iterator<Item = (&'a [f32], u32)>,
+        decodes: bool,
+    ) -> super::ExpectedRouting<'_> {
+        batch_routing(requests, decodes, &mut self.prefill, &mut self.decode);
+        super::ExpectedRouting {
+            layers: self.layers,
+            prefill: &self.prefill,
+            decode: &self.decode,
+        }
+    }
+
+    /// The last batch's prefill routing per layer and expert (its expert load).
+    pub fn prefill(&self) -> &[f32] {
+        &self.prefill
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

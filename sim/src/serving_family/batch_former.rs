@@ -1,5 +1,5 @@
 //! The static replica kind's batch former (`replica.batch_former`, docs/serving-family.md):
-//! CAPS's own former (`caps::former::SelectorFormer`: the window of the oldest waiting
+//! CAPS's former (`super::selector_former::SelectorFormer`: the window of the oldest waiting
 //! requests, the batch seeded with the oldest, filled by any CAPS `BatchSelector`) whose router
 //! dry-run predicts each request's load on the replica's real expert layout. A request's load
 //! vector is per layer and per GPU: the tokens its prompt is expected to send to each GPU (the
@@ -15,7 +15,7 @@
 
 use super::expert_routing::ExpertPopularity;
 use super::mapping::ExpertLayout;
-use crate::caps::former::{Candidate, DryRun};
+use super::selector_former::{Candidate, DryRun};
 use crate::rng::SimRng;
 use crate::serving::QueuedRequest;
 use crate::serving::topic_affinity::{TopicAffinities, noisy_prediction};

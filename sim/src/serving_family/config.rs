@@ -311,6 +311,16 @@ pub enum SchedulerTable {
         /// default).
         #[serde(default, skip_serializing_if = "StaticPricing::is_passes")]
         pricing: StaticPricing,
+        /// `pricing = "cv"` only: the CV sensitivity; derived from the profile when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sensitivity: Option<f64>,
+        /// `pricing = "constant"`: every batch's time; `"exponential"`: its mean, ms.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        service_ms: Option<f64>,
+        /// The names of the replica's own random streams (`StaticStreams`; left out of a
+        /// written scenario when the default).
+        #[serde(default, skip_serializing_if = "StaticStreams::is_per_replica")]
+        streams: StaticStreams,
     },
 }
 
@@ -322,17 +332,75 @@ pub enum StaticPricing {
     /// (`ReplicaStepCost::price_static`).
     #[default]
     Passes,
-    /// From the batch's expected routing (`serving_family::expected_pricing`, CAPS's `grouped`
+    /// From the batch's expected routing (`serving_family::static_pricing`, CAPS's `grouped`
     /// execution model): the prefill's summed per-expert load vectors and each decode pass's
     /// load / prompt tokens, each layer one grouped GEMM through the one MoE entry point
     /// (`cost::moe_layer`) on the GPU's analytic profile. Needs `loads = "experts"`, an MoE
     /// model and one GPU per replica.
     ExpectedRouting,
+    /// caps.txt's own model on the same expected routing (`serving_family::execution::CvModel`):
+    /// base time x (1 + CV(prefill load) x `sensitivity`), the sensitivity derived from the
+    /// profile unless given. Same needs as `expected_routing`.
+    Cv,
+    /// Per layer the most loaded expert on the expert cost curve
+    /// (`serving_family::execution::StragglerModel`). Same needs as `expected_routing`.
+    Straggler,
+    /// Every batch takes `service_ms` (queueing-theory reference: M/D/1).
+    Constant,
+    /// Batch times exponential with mean `service_ms` (queueing-theory reference: M/M/1).
+    Exponential,
 }
 
 impl StaticPricing {
     fn is_passes(&self) -> bool {
         *self == StaticPricing::Passes
+    }
+
+    /// The pricings from the batch's expected routing (they need per-expert loads).
+    pub fn reads_expected_routing(self) -> bool {
+        matches!(
+            self,
+            StaticPricing::ExpectedRouting | StaticPricing::Cv | StaticPricing::Straggler
+        )
+    }
+
+    /// The name a scenario gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            StaticPricing::Passes => "passes",
+            StaticPricing::ExpectedRouting => "expected_routing",
+            StaticPricing::Cv => "cv",
+            StaticPricing::Straggler => "straggler",
+            StaticPricing::Constant => "constant",
+            StaticPricing::Exponential => "exponential",
+        }
+    }
+}
+
+/// The names of a `static` replica's own random streams: its batch selector's, its dry-run's
+/// prediction noise and its exponential service times.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StaticStreams {
+    /// `selector_<r>`, `prediction_<r>`, `service_<r>` (replica `r`).
+    #[default]
+    PerReplica,
+    /// `selector`, `prediction`, `service`: the caps family's names, so that a selector that
+    /// draws (random, power-of-d) draws what it draws there. One replica only.
+    Shared,
+}
+
+impl StaticStreams {
+    fn is_per_replica(&self) -> bool {
+        *self == StaticStreams::PerReplica
+    }
+
+    /// The name of stream `name` of replica `r`.
+    pub fn name(self, name: &str, r: usize) -> String {
+        match self {
+            StaticStreams::PerReplica => format!("{name}_{r}"),
+            StaticStreams::Shared => name.to_string(),
+        }
     }
 }
 
@@ -704,6 +772,56 @@ impl ServingScenario {
     }
 }
 
+/// The keys beside `{p}.scheduler.pricing`: `sensitivity` (cv only, finite and >= 0) and
+/// `service_ms` (constant and exponential only, and required there).
+fn static_pricing_keys(
+    p: &str,
+    pricing: StaticPricing,
+    sensitivity: Option<f64>,
+    service_ms: Option<f64>,
+) -> Result<(), FieldError> {
+    let not_for = |key: &str| {
+        Err(field_error(
+            &format!("{p}.scheduler.{key}"),
+            format!("does not apply to pricing = \"{}\"", pricing.name()),
+        ))
+    };
+    let reference = matches!(
+        pricing,
+        StaticPricing::Constant | StaticPricing::Exponential
+    );
+    match (sensitivity, pricing) {
+        (Some(_), StaticPricing::Cv) | (None, _) => {}
+        (Some(_), _) => return not_for("sensitivity"),
+    }
+    if let Some(value) = sensitivity
+        && !(value.is_finite() && value >= 0.0)
+    {
+        return Err(field_error(
+            &format!("{p}.scheduler.sensitivity"),
+            format!("must be finite and >= 0, got {value}"),
+        ));
+    }
+    match (service_ms, reference) {
+        (Some(ms), true) => {
+            duration(
+                &format!("{p}.scheduler.service_ms"),
+                ms * 1e-3,
+                crate::validate::limits::MAX_SIM_SECONDS_CEILING,
+            )?;
+        }
+        (None, true) => {
+            return Err(field_error(
+                &format!("{p}.scheduler.service_ms"),
+                format!("is required for pricing = \"{}\"", pricing.name()),
+            ));
+        }
+        (Some(_), false) => return not_for("service_ms"),
+        (None, false) => {}
+    }
+    Ok(())
+}
+
 /// The batch former of `r`: a CAPS selector needs the `static` kind (the others batch
 /// continuously: no batch is ever formed whole), whose parameters must fit `max_num_seqs`.
 fn static_former(p: &str, r: &ReplicaTable) -> Result<BatchSelectorConfig, FieldError> {
@@ -893,6 +1011,22 @@ impl ServingConfig {
         }
         let queue = self.cluster_queue(&tables)?;
         let scenario = self.rest(groups, queue, base_dir, cache)?;
+        for (path, table) in &tables {
+            if let SchedulerTable::Static {
+                streams: StaticStreams::Shared,
+                ..
+            } = table.scheduler
+                && scenario.replica_count() > 1
+            {
+                return Err(field_error(
+                    &format!("{path}.scheduler.streams"),
+                    format!(
+                        "= \"shared\" names one replica's streams, the cluster has {}",
+                        scenario.replica_count()
+                    ),
+                ));
+            }
+        }
         // Weights that do not fit are known before any run: refused here rather than failing
         // every run. With adapters the memory manager's plan decides, at run time.
         for (g, (path, _)) in tables.iter().enumerate() {
@@ -1047,15 +1181,21 @@ impl ServingConfig {
         }
         let batch_former = static_former(p, r)?;
         if let SchedulerTable::Static {
-            pricing: StaticPricing::ExpectedRouting,
-            loads,
+            pricing,
+            sensitivity,
+            service_ms,
             ..
         } = &r.scheduler
+        {
+            static_pricing_keys(p, *pricing, *sensitivity, *service_ms)?;
+        }
+        if let SchedulerTable::Static { pricing, loads, .. } = &r.scheduler
+            && pricing.reads_expected_routing()
         {
             let refuse = |why: &str| {
                 Err(field_error(
                     &format!("{p}.scheduler.pricing"),
-                    format!("= \"expected_routing\" {why}"),
+                    format!("= \"{}\" {why}", pricing.name()),
                 ))
             };
             if !matches!(model, ServedModel::Moe(_)) {

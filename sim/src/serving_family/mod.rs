@@ -11,14 +11,16 @@ pub mod batch_former;
 pub mod checks;
 pub mod config;
 pub mod deployment;
-pub mod expected_pricing;
+pub mod execution;
 pub mod expert_routing;
 mod family;
 pub mod keys;
 pub mod mapping;
 pub mod predictions;
 pub mod scheduler;
+pub mod selector_former;
 pub mod server;
+pub mod static_pricing;
 pub mod step_cost;
 pub mod swap;
 
@@ -54,7 +56,7 @@ const fn ms(
 
 /// The family's metrics, each computed from a run's (or one replica's) `ServingSummary`
 /// (defined in docs/metrics.md, "serving").
-pub const TABLE: [MetricDef<ServingSummary>; 32] = [
+pub const TABLE: [MetricDef<ServingSummary>; 35] = [
     ms("ttft_mean_ms", "mean time to first token (ms)", |s| {
         s.latencies.ttft.mean_ms()
     }),
@@ -205,6 +207,27 @@ pub const TABLE: [MetricDef<ServingSummary>; 32] = [
         unit: "ratio",
         better: Better::Lower,
         value: |s| s.expert_load.load_cv(),
+    },
+    MetricDef {
+        name: "imbalance_factor",
+        label: "caps.txt's imbalance factor (1 + CV x sensitivity, mean over MoE steps)",
+        unit: "ratio",
+        better: Better::Lower,
+        value: |s| s.expert_load.imbalance_factor(),
+    },
+    MetricDef {
+        name: "queue_depth_mean",
+        label: "mean queue depth (requests waiting, time-averaged, summed over replicas)",
+        unit: "count",
+        better: Better::Lower,
+        value: |s| s.queue_depth_mean,
+    },
+    MetricDef {
+        name: "queue_depth_max",
+        label: "max queue depth (at one replica)",
+        unit: "count",
+        better: Better::Lower,
+        value: |s| s.queue_depth_max as f64,
     },
     MetricDef {
         name: "makespan_s",

@@ -23,17 +23,16 @@ use super::batch_former::{
 };
 use super::config::{
     ExpertRoutingTable, LengthSpec, SchedulerTable, ServedModel, ServingScenario, StaticLoads,
-    StaticPricing,
+    StaticStreams,
 };
 use super::deployment::Deployment;
-use super::expected_pricing::ExpectedRoutingCost;
 use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
 use super::predictions::Predictions;
 use super::scheduler;
+use super::selector_former::SelectorFormer;
 use super::step_cost::ReplicaStepCost;
 use crate::arrivals::{Arrival, ArrivalProcess};
-use crate::caps::former::SelectorFormer;
 use crate::chimera::models::PROFILE_CONTEXT_TOKENS;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
@@ -42,9 +41,10 @@ use crate::policies::memory::InstancePlan;
 use crate::recorder::{ReplicaRecorder, ServingSummary, StepCounts, TraceEvents};
 use crate::records::RecordSink;
 use crate::rng::{SimRng, stream};
+use crate::serving::topic_affinity::BatchRouting;
 use crate::serving::{
     AdmitHook, EngineState, QueuePolicy, QueuedRequest, Replica, RouteRequest, Router, Seq,
-    StepCost,
+    StepCost, StepWork,
 };
 use crate::time::{SimDuration, SimTime};
 use rand::RngExt;
@@ -83,12 +83,13 @@ struct ReplicaRun<'a> {
     scheduling_interval: SimDuration,
     recorder: ReplicaRecorder,
     step_cost: ReplicaStepCost,
-    /// A static replica's batches priced from their expected routing instead of `step_cost`
-    /// (`replica.scheduler.pricing = "expected_routing"`).
-    expected_cost: Option<ExpectedRoutingCost>,
-    /// Prices the steps instead of `step_cost` when given (`ServingServer::with_step_costs`;
-    /// `step_cost` still counts their FLOPs).
+    /// Prices the steps instead of `step_cost` when given: a static replica's
+    /// `replica.scheduler.pricing` other than `passes` (`super::static_pricing`), or
+    /// `ServingServer::with_step_costs` (`step_cost` still counts a continuous step's FLOPs).
     priced_by: Option<Box<dyn StepCost + 'a>>,
+    /// A static replica whose batch former sees per-expert loads (`loads = "experts"`): each
+    /// batch's expected routing, handed to `priced_by` in `StepWork::expected_routing`.
+    expected: Option<BatchRouting>,
     /// MoE only: where each step's tokens go.
     expert_router: Option<ExpertRouter>,
     /// With adapters: where each step's tokens go, adapter copies included.
@@ -113,6 +114,14 @@ fn max_sequence_len(spec: &super::config::ReplicaSpec, kv_blocks: u64) -> u32 {
     let cache = kv_blocks.saturating_mul(u64::from(spec.block_size));
     let cache = u32::try_from(cache).unwrap_or(u32::MAX);
     spec.max_model_len.map_or(cache, |len| len.min(cache))
+}
+
+/// Records the expert load of the step `router` routed (MoE only).
+fn record_routed_load(router: &mut Option<ExpertRouter>, recorder: &mut ReplicaRecorder) {
+    if let Some(router) = router {
+        let experts = router.n_experts();
+        router.take_step_load(|load| recorder.expert_load(load, experts));
+    }
 }
 
 /// The replica learns a request's output length and adapter (drawn at arrival) when it admits
@@ -331,7 +340,7 @@ impl<'a> ServingServer<'a> {
                 window_size,
                 seed_with_oldest,
                 loads,
-                pricing,
+                names,
             ) = match &group.replica.scheduler {
                 SchedulerTable::Static {
                     window_size,
@@ -339,14 +348,15 @@ impl<'a> ServingServer<'a> {
                     scheduling_interval_ms,
                     seed_with_oldest,
                     loads,
-                    pricing,
+                    streams,
+                    ..
                 } => (
                     *min_batch_trigger,
                     SimDuration::from_secs_f64(scheduling_interval_ms / 1e3),
                     *window_size,
                     *seed_with_oldest,
                     *loads,
-                    *pricing,
+                    *streams,
                 ),
                 _ => (
                     0,
@@ -354,7 +364,7 @@ impl<'a> ServingServer<'a> {
                     0,
                     false,
                     StaticLoads::Gpus,
-                    StaticPricing::Passes,
+                    StaticStreams::PerReplica,
                 ),
             };
             let profile_batch = (group.replica.max_num_seqs as u64)
@@ -401,9 +411,16 @@ impl<'a> ServingServer<'a> {
                     }
                     _ => None,
                 };
-                let expected_cost = match (pricing, group.model.experts()) {
-                    (StaticPricing::ExpectedRouting, Some(shape)) => {
-                        Some(ExpectedRoutingCost::new(&group.replica.gpu, &shape))
+                let (priced_by, imbalance_sensitivity) = match super::static_pricing::step_cost(
+                    &group,
+                    stream(streams, &names.name("service", r)),
+                ) {
+                    Some(pricing) => (Some(pricing.cost), pricing.imbalance_sensitivity),
+                    None => (None, 1.0),
+                };
+                let expected = match (group.model.experts(), loads) {
+                    (Some(shape), StaticLoads::Experts) if window_size > 0 => {
+                        Some(BatchRouting::new(shape.n_layers, shape.n_experts))
                     }
                     _ => None,
                 };
@@ -424,7 +441,7 @@ impl<'a> ServingServer<'a> {
                                     purity,
                                     prediction_noise,
                                     popularity.top_k(),
-                                    stream(streams, &format!("prediction_{r}")),
+                                    stream(streams, &names.name("prediction", r)),
                                 )),
                                 _ => Box::new(ExpertDryRun::new(popularity)),
                             }
@@ -441,7 +458,7 @@ impl<'a> ServingServer<'a> {
                         window_size,
                         seed_with_oldest,
                         selector.as_mut(),
-                        stream(streams, &format!("selector_{r}")),
+                        stream(streams, &names.name("selector", r)),
                         dry_run,
                     )
                 });
@@ -459,10 +476,11 @@ impl<'a> ServingServer<'a> {
                         deployment.gpus,
                         deployment.kv_blocks,
                         scenario.kv_sample_interval_ns,
-                    ),
+                    )
+                    .with_imbalance_sensitivity(imbalance_sensitivity),
                     step_cost,
-                    expected_cost,
-                    priced_by: None,
+                    priced_by,
+                    expected,
                     expert_router,
                     adapter_router,
                     step_flops: vec![0.0; deployment.gpus],
@@ -529,10 +547,6 @@ impl<'a> ServingServer<'a> {
             "one step cost per replica"
         );
         for (run, cost) in self.replicas.iter_mut().zip(costs) {
-            assert!(
-                run.former.is_none(),
-                "a static replica prices its batches itself (price_static)"
-            );
             run.priced_by = Some(cost);
         }
         self
@@ -636,6 +650,7 @@ impl<'a> ServingServer<'a> {
                 prediction: None,
             });
             run.replica.submitted(now);
+            run.recorder.queue_depth(now, former.waiting());
             return r;
         }
         self.outputs.insert(id, (output, adapter));
@@ -654,6 +669,8 @@ impl<'a> ServingServer<'a> {
             topic: arrival.topic,
         };
         run.replica.submit(now, request, &mut *self.queue, r);
+        run.recorder
+            .queue_depth(now, run.replica.waiting(&*self.queue, r));
         r
     }
 
@@ -687,32 +704,34 @@ impl<'a> ServingServer<'a> {
         let run = &mut self.replicas[r];
         let (work, time) = if let Some(former) = &mut run.former {
             let work = run.replica.schedule_static_batch(now, former)?;
-            let (mut prefill_topics, mut decode_topics) = (Vec::new(), Vec::new());
-            if let Some(router) = run.expert_router.as_ref().filter(|r| r.topical()) {
-                prefill_topics = vec![0u64; router.topic_tokens.len()];
-                decode_topics = prefill_topics.clone();
-                for seq in work.batch.iter().filter(|s| s.scheduled() > 0) {
-                    let topic = seq.request.topic as usize;
-                    prefill_topics[topic] += u64::from(seq.step_prefill());
-                    decode_topics[topic] += 1;
-                }
-            }
-            let time = match &mut run.expected_cost {
+            let time = match &mut run.priced_by {
                 Some(cost) => {
-                    let time = cost.price(&work, former.in_flight());
-                    if let Some(router) = &run.expert_router {
+                    let candidates = former.in_flight().iter();
+                    let expected_routing = run.expected.as_mut().map(|routing| {
+                        let loads = candidates.map(|c| (c.load.as_slice(), c.prompt_tokens));
+                        routing.of(loads, work.decode_iterations > 0)
+                    });
+                    let time = cost.price(&StepWork {
+                        expected_routing,
+                        ..work
+                    });
+                    // Its expert load is the prefill's expected routing (as the caps family
+                    // records it); the router routed nothing.
+                    if let (Some(routing), Some(router)) = (&run.expected, &run.expert_router) {
                         run.recorder
-                            .expert_load(cost.prefill_load(), router.n_experts());
+                            .expert_load(routing.prefill(), router.n_experts());
                     }
                     time
                 }
-                None => run.step_cost.price_static(
-                    &work,
-                    run.expert_router.as_mut(),
-                    &prefill_topics,
-                    &decode_topics,
-                    &mut run.step_flops,
-                ),
+                None => {
+                    let time = run.step_cost.price_static(
+                        &work,
+                        run.expert_router.as_mut(),
+                        &mut run.step_flops,
+                    );
+                    record_routed_load(&mut run.expert_router, &mut run.recorder);
+                    time
+                }
             };
             (work, time)
         } else {
@@ -743,13 +762,13 @@ impl<'a> ServingServer<'a> {
             (work, time)
         };
         let counts = StepCounts::of(&work);
-        if let Some(router) = run
-            .expert_router
-            .as_mut()
-            .filter(|_| run.expected_cost.is_none())
-        {
-            let experts = router.n_experts();
-            router.take_step_load(|load| run.recorder.expert_load(load, experts));
+        let waiting = match &run.former {
+            Some(former) => former.waiting(),
+            None => run.replica.waiting(&*self.queue, r),
+        };
+        run.recorder.queue_depth(now, waiting);
+        if run.former.is_none() {
+            record_routed_load(&mut run.expert_router, &mut run.recorder);
         }
         run.replica.begin_step(time.duration);
         run.recorder.step_started(

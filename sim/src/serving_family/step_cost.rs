@@ -567,17 +567,25 @@ impl ReplicaStepCost {
     /// A static batch run as one step (`StepWork::decode_iterations` > 0 or not): its prefill
     /// pass over the whole prompts, then one decode pass per iteration, every sequence padded
     /// along (a token each; at iteration `i` a sequence's context is its prompt + `i`). An MoE
-    /// replica's passes are each routed by `router`: the prefill's tokens per topic are
-    /// `prefill_topics`, each decode pass's `decode_topics` (its sequences per topic). Each
-    /// GPU's model FLOPs go into `flops`.
+    /// replica's passes are each routed by `router` (a topical router: the prefill's tokens per
+    /// topic, then each decode pass's sequences per topic). Each GPU's model FLOPs go into
+    /// `flops`.
     pub fn price_static(
         &mut self,
         work: &StepWork<'_>,
         mut router: Option<&mut ExpertRouter>,
-        prefill_topics: &[u64],
-        decode_topics: &[u64],
         flops: &mut [f64],
     ) -> StepTime {
+        let (mut prefill_topics, mut decode_topics) = (Vec::new(), Vec::new());
+        if let Some(router) = router.as_ref().filter(|r| r.topical()) {
+            prefill_topics = vec![0u64; router.topic_tokens.len()];
+            decode_topics = prefill_topics.clone();
+            for seq in work.batch.iter().filter(|s| s.scheduled() > 0) {
+                let topic = seq.request.topic as usize;
+                prefill_topics[topic] += u64::from(seq.step_prefill());
+                decode_topics[topic] += 1;
+            }
+        }
         let dp = self.data_parallel;
         let (mut prompts, mut prefill_square) = (0u64, 0.0f64);
         for s in work.batch.iter().filter(|s| s.scheduled() > 0) {
@@ -596,7 +604,7 @@ impl ReplicaStepCost {
                     context_tokens: share(prompts, dp),
                     prefill_square: prefill_square / dp as f64,
                 };
-                (tokens, prefill_topics, prompts)
+                (tokens, &prefill_topics, prompts)
             } else {
                 let tokens = StepTokens {
                     rows: share(requests, dp),
@@ -604,7 +612,7 @@ impl ReplicaStepCost {
                     context_tokens: share(prompts + requests * iteration, dp),
                     prefill_square: 0.0,
                 };
-                (tokens, decode_topics, requests)
+                (tokens, &decode_topics, requests)
             };
             let routed = router.as_mut().map(|r| {
                 if r.topical() {

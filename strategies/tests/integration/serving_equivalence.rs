@@ -5,15 +5,16 @@
 //! selection) and GEM (expert mapping).
 
 use serde_json::json;
-use sim::caps::former::DryRun;
 use sim::caps::workload::{MoeRequest, RequestModel, RequestStreams};
 use sim::load_cache::LoadCache;
+use sim::recorder::ServingSummary;
 use sim::records::{RecordSink, RequestRecord};
 use sim::rng::{SimRng, stream};
 use sim::serving::{QueuePolicyConfig, RouterConfig};
 use sim::serving_family::batch_former::{BoxedDryRun, ServingCandidate};
 use sim::serving_family::deployment::Deployment;
 use sim::serving_family::mapping::{self, ExpertLayout};
+use sim::serving_family::selector_former::DryRun;
 use sim::serving_family::server::ServingServer;
 use sim::serving_family::{ServingConfig, ServingScenario};
 use std::collections::BTreeMap;
@@ -59,6 +60,15 @@ fn serve_on_one_replica(
     seed: u64,
     dry_run: Option<BoxedDryRun<'_>>,
 ) -> Finishes {
+    serve_and_summarise(scenario, seed, dry_run).0
+}
+
+/// As `serve_on_one_replica`, with the run's summary.
+fn serve_and_summarise(
+    scenario: &ServingScenario,
+    seed: u64,
+    dry_run: Option<BoxedDryRun<'_>>,
+) -> (Finishes, ServingSummary) {
     let deployment = Deployment::new(scenario, None).expect("the model fits an L4");
     let mut queue = strategies::queue::build(&QueuePolicyConfig::Fcfs);
     let mut router = strategies::routing::build(&RouterConfig::RoundRobin);
@@ -89,8 +99,8 @@ fn serve_on_one_replica(
         server = server.with_dry_run(0, dry_run);
     }
     sim::engine::run(&mut server);
-    server.finish().expect("the run's checks pass");
-    finishes
+    let (summary, _) = server.finish().expect("the run's checks pass");
+    (finishes, summary)
 }
 
 /// Request ids batch by batch, batches in the order they ran, from each request's batch key.
@@ -120,7 +130,7 @@ fn serving(config: serde_json::Value) -> ServingScenario {
 /// 400 requests arriving at once (offline), so that which requests form which batch depends
 /// only on their order and their load vectors, not on how long a batch takes.
 ///
-/// Coincide: the batch former (caps::former::SelectorFormer: window, oldest-first seeding, the
+/// Coincide: the batch former (serving_family::selector_former::SelectorFormer: window, oldest-first seeding, the
 /// selector), the static batch on serving::Replica, the dispatch rule (trigger, tick grid), the
 /// requests (ids in arrival order) and their router dry-run (the caps request model, injected
 /// as the static replica's dry-run). Differ, and do not enter the decisions here: the batch
@@ -263,6 +273,60 @@ fn gem_mapping_is_the_same_in_the_serving_family() {
     }
 }
 
+/// The requests of a caps-family run: (id, batch) in finishing order, and each one's finish.
+#[derive(Default)]
+struct CapsRuns(Vec<(u64, u64)>, BTreeMap<u64, u64>);
+
+impl RecordSink for CapsRuns {
+    fn record(&mut self, r: &RequestRecord<'_>) {
+        self.0.push((r.id, sim::caps::run::batch_of(r)));
+        self.1.insert(r.id, r.finish.0);
+    }
+}
+
+/// The caps family's run at `seed` of 300 Poisson requests at 250/s (Qwen1.5-MoE nf4, 16
+/// topics, log-normal prompts and outputs) with `selector` and `[execution]` `execution`.
+fn caps_run(
+    selector: &str,
+    execution: serde_json::Value,
+    seed: u64,
+) -> (sim::caps::metrics::RunMetrics, CapsRuns) {
+    let caps = serde_json::from_value::<sim::caps::CapsConfig>(json!({
+        "model": {"preset": "qwen1.5-moe-a2.7b-nf4"},
+        "workload": {"n_requests": 300, "n_topics": 16, "affinity_concentration": 0.3,
+                     "topic_purity": 0.8,
+                     "prompt_tokens": {"median": 128, "sigma": 0.6, "max": 2048},
+                     "output_tokens": {"median": 4, "sigma": 0.5, "max": 16}},
+        "arrival": {"pattern": "poisson", "rate_per_s": 250},
+        "scheduler": {"selector": {"kind": selector}},
+        "execution": execution,
+    }))
+    .expect("the caps scenario parses")
+    .validate(Path::new("."), &mut LoadCache::default())
+    .expect("the caps scenario is valid");
+    let mut caps_selector = strategies::batch::build(&caps.selector);
+    let mut runs = CapsRuns::default();
+    let (metrics, _) = sim::caps::run::simulate(&caps, seed, caps_selector.as_mut(), &mut runs);
+    (metrics, runs)
+}
+
+/// `caps_run`'s workload as the serving-family preset: affinity routing, one token stream, one
+/// L4 of `max_num_seqs = 8`, its static `scheduler` and `selector` as the batch former.
+fn caps_preset(selector: &str, scheduler: serde_json::Value) -> ServingScenario {
+    serving(json!({
+        "model": {"name": "qwen1.5-moe-a2.7b-nf4"},
+        "replica": {"gpu": "L4", "max_num_seqs": 8, "scheduler": scheduler,
+                    "batch_former": {"kind": selector}},
+        "experts": {"routing": {"kind": "affinity", "concentration": 0.3, "purity": 0.8}},
+        "workload": {"n_requests": 300, "n_topics": 16, "one_token_stream": true,
+                     "prompt_tokens": {"kind": "log_normal", "median": 128, "sigma": 0.6,
+                                       "max": 2048},
+                     "output_tokens": {"kind": "log_normal", "median": 4, "sigma": 0.5,
+                                       "max": 16}},
+        "arrival": {"pattern": "poisson", "rate_per_s": 250},
+    }))
+}
+
 /// The CAPS evaluation as a serving-family preset (scenarios/caps/evaluation_serving.toml):
 /// affinity routing (the caps request model, `serving::topic_affinity`), the per-expert
 /// dry-run, static batches priced from their expected routing by the grouped model
@@ -274,49 +338,13 @@ fn gem_mapping_is_the_same_in_the_serving_family() {
 #[test]
 fn the_caps_evaluation_runs_identically_as_a_serving_family_preset() {
     for (seed, selector) in [(42, "greedy_variance"), (7, "fcfs")] {
-        let caps = serde_json::from_value::<sim::caps::CapsConfig>(json!({
-            "model": {"preset": "qwen1.5-moe-a2.7b-nf4"},
-            "workload": {"n_requests": 300, "n_topics": 16, "affinity_concentration": 0.3,
-                         "topic_purity": 0.8,
-                         "prompt_tokens": {"median": 128, "sigma": 0.6, "max": 2048},
-                         "output_tokens": {"median": 4, "sigma": 0.5, "max": 16}},
-            "arrival": {"pattern": "poisson", "rate_per_s": 250},
-            "scheduler": {"selector": {"kind": selector}},
-            "execution": {"model": "grouped", "gpu": "L4"},
-        }))
-        .expect("the caps scenario parses")
-        .validate(Path::new("."), &mut LoadCache::default())
-        .expect("the caps scenario is valid");
-        #[derive(Default)]
-        struct CapsRuns(Vec<(u64, u64)>, BTreeMap<u64, u64>);
-        impl RecordSink for CapsRuns {
-            fn record(&mut self, r: &RequestRecord<'_>) {
-                self.0.push((r.id, sim::caps::run::batch_of(r)));
-                self.1.insert(r.id, r.finish.0);
-            }
-        }
-        let mut caps_selector = strategies::batch::build(&caps.selector);
-        let mut caps_runs = CapsRuns::default();
-        sim::caps::run::simulate(&caps, seed, caps_selector.as_mut(), &mut caps_runs);
-
-        let scenario = serving(json!({
-            "model": {"name": "qwen1.5-moe-a2.7b-nf4"},
-            "replica": {
-                "gpu": "L4",
-                "max_num_seqs": 8,
-                "scheduler": {"kind": "static", "window_size": 32, "min_batch_trigger": 16,
-                              "scheduling_interval_ms": 100.0, "seed_with_oldest": true,
-                              "loads": "experts", "pricing": "expected_routing"},
-                "batch_former": {"kind": selector},
-            },
-            "experts": {"routing": {"kind": "affinity", "concentration": 0.3, "purity": 0.8}},
-            "workload": {"n_requests": 300, "n_topics": 16, "one_token_stream": true,
-                         "prompt_tokens": {"kind": "log_normal", "median": 128, "sigma": 0.6,
-                                           "max": 2048},
-                         "output_tokens": {"kind": "log_normal", "median": 4, "sigma": 0.5,
-                                           "max": 16}},
-            "arrival": {"pattern": "poisson", "rate_per_s": 250},
-        }));
+        let (_, caps_runs) = caps_run(selector, json!({"model": "grouped", "gpu": "L4"}), seed);
+        let scenario = caps_preset(
+            selector,
+            json!({"kind": "static", "window_size": 32, "min_batch_trigger": 16,
+                   "scheduling_interval_ms": 100.0, "seed_with_oldest": true,
+                   "loads": "experts", "pricing": "expected_routing"}),
+        );
         let finishes = serve_on_one_replica(&scenario, seed, None);
 
         assert_eq!(finishes.0.len(), 300);
@@ -330,6 +358,83 @@ fn the_caps_evaluation_runs_identically_as_a_serving_family_preset() {
         assert_eq!(by_finish, expected, "seed {seed}, {selector}: same batches");
         // Not trivially so: more than one batch ran, and not all of them full.
         assert!(expected.len() > 300 / 8 && expected.len() < 300);
+    }
+}
+
+/// The CAPS preset with caps's other execution models and metrics: for each of `cv`,
+/// `straggler`, `constant` and `exponential` (caps's `[execution].model`, the serving family's
+/// `replica.scheduler.pricing`) and a selector, 300 Poisson requests at 250/s, the serving
+/// family finishes every request at the caps family's nanosecond in the same batches and reports
+/// the same imbalance, load CV, imbalance factor (the `cv` model's sensitivity x CV) and mean
+/// queue depth. With `replica.scheduler.streams = "shared"` the selectors that draw (`random`,
+/// `power_of_d`) and the exponential service draw from the caps family's streams (`selector`,
+/// `service`), so they coincide too.
+#[test]
+fn the_caps_execution_models_and_metrics_agree_in_the_serving_preset() {
+    let cases = [
+        (
+            "cv",
+            json!({"model": "cv", "gpu": "L4"}),
+            json!({}),
+            "greedy_dot_product",
+        ),
+        (
+            "straggler",
+            json!({"model": "straggler", "gpu": "L4"}),
+            json!({}),
+            "power_of_d",
+        ),
+        (
+            "constant",
+            json!({"model": "constant", "service_ms": 30.0}),
+            json!({"service_ms": 30.0}),
+            "random",
+        ),
+        (
+            "exponential",
+            json!({"model": "exponential", "service_ms": 30.0}),
+            json!({"service_ms": 30.0}),
+            "fcfs",
+        ),
+    ];
+    for (seed, (pricing, execution, keys, selector)) in [3u64, 11, 42, 5].into_iter().zip(cases) {
+        let (metrics, caps_runs) = caps_run(selector, execution, seed);
+        let mut scheduler = json!({"kind": "static", "loads": "experts", "pricing": pricing,
+                                   "streams": "shared"});
+        for (key, value) in keys.as_object().expect("keys") {
+            scheduler[key] = value.clone();
+        }
+        let scenario = caps_preset(selector, scheduler);
+        let (finishes, summary) = serve_and_summarise(&scenario, seed, None);
+        let case = format!("{pricing}, {selector}, seed {seed}");
+        assert_eq!(finishes.0, caps_runs.1, "{case}: same finish times");
+        let expected = batches(caps_runs.0);
+        assert_eq!(
+            batches(finishes.0.iter().map(|(&id, &t)| (id, t))),
+            expected,
+            "{case}: same batches"
+        );
+        assert!(expected.len() > 300 / 8 && expected.len() < 300, "{case}");
+        let load = summary.expert_load;
+        assert_eq!(load.imbalance(), metrics.imbalance, "{case}: imbalance");
+        assert_eq!(load.load_cv(), metrics.load_cv, "{case}: load CV");
+        let factor = load.imbalance_factor();
+        assert!(
+            (factor - metrics.imbalance_factor).abs() <= 1e-12 * factor,
+            "{case}: imbalance factor {factor} vs {}",
+            metrics.imbalance_factor
+        );
+        if pricing == "cv" {
+            // The cv model's derived sensitivity weighs the CV (below 1 on the L4).
+            assert!(factor - 1.0 < load.load_cv(), "{case}: {factor}");
+        } else {
+            assert_eq!(factor, 1.0 + load.load_cv(), "{case}");
+        }
+        assert_eq!(
+            summary.queue_depth_mean, metrics.queue_depth_mean,
+            "{case}: mean queue depth"
+        );
+        assert!(metrics.queue_depth_mean > 0.0, "{case}");
     }
 }
 
@@ -369,5 +474,86 @@ fn expected_routing_pricing_is_refused_where_it_cannot_price() {
         let (field, message) = refusal(model, gpus, loads).expect("refused");
         assert_eq!(field, "replica.scheduler.pricing", "{message}");
         assert!(message.contains(why), "{message}");
+    }
+}
+
+/// The keys beside `pricing` are refused where they do not apply or are missing, naming the key:
+/// `sensitivity` belongs to `cv`, `service_ms` to the queueing references (and is required
+/// there), `streams = "shared"` to a cluster of one replica; `cv` and `straggler` need what
+/// `expected_routing` needs.
+#[test]
+fn the_static_pricing_keys_are_refused_where_they_do_not_apply() {
+    let refusal = |scheduler: serde_json::Value, count: usize| {
+        let mut table = json!({"kind": "static", "loads": "experts"});
+        for (key, value) in scheduler.as_object().expect("keys") {
+            table[key] = value.clone();
+        }
+        serde_json::from_value::<ServingConfig>(json!({
+            "model": {"name": "qwen1.5-moe-a2.7b"},
+            "replica": {"gpu": "H100-SXM", "count": count, "max_num_seqs": 8,
+                        "scheduler": table},
+            "workload": {"n_requests": 10,
+                         "prompt_tokens": {"kind": "fixed", "value": 16},
+                         "output_tokens": {"kind": "fixed", "value": 1}},
+            "arrival": {"pattern": "offline"},
+        }))
+        .expect("the scenario parses")
+        .validate(Path::new("."), &mut LoadCache::default())
+        .err()
+        .map(|e| (e.path, e.message))
+    };
+    for accepted in [
+        json!({"pricing": "cv"}),
+        json!({"pricing": "cv", "sensitivity": 0.5}),
+        json!({"pricing": "straggler", "streams": "shared"}),
+        json!({"pricing": "exponential", "service_ms": 20.0}),
+    ] {
+        assert_eq!(refusal(accepted.clone(), 1), None, "{accepted}");
+    }
+    for (scheduler, count, field, why) in [
+        (
+            json!({"pricing": "straggler", "sensitivity": 0.5}),
+            1,
+            "sensitivity",
+            "does not apply",
+        ),
+        (
+            json!({"pricing": "cv", "sensitivity": -1.0}),
+            1,
+            "sensitivity",
+            ">= 0",
+        ),
+        (
+            json!({"pricing": "constant"}),
+            1,
+            "service_ms",
+            "is required",
+        ),
+        (
+            json!({"pricing": "cv", "service_ms": 5.0}),
+            1,
+            "service_ms",
+            "does not apply",
+        ),
+        (
+            json!({"pricing": "cv", "loads": "gpus"}),
+            1,
+            "pricing",
+            "loads = \"experts\"",
+        ),
+        (
+            json!({"streams": "shared"}),
+            2,
+            "streams",
+            "the cluster has 2",
+        ),
+    ] {
+        let (path, message) = refusal(scheduler.clone(), count).expect("refused");
+        assert_eq!(
+            path,
+            format!("replica.scheduler.{field}"),
+            "{scheduler}: {message}"
+        );
+        assert!(message.contains(why), "{scheduler}: {message}");
     }
 }

@@ -1,11 +1,16 @@
-//! The CAPS batch execution models, each a `serving::StepCost` that turns a static batch (one
+//! The expected-routing execution models (CAPS's; the caps family's `[execution]` and the
+//! serving family's `static` replica `pricing`), each a `serving::StepCost` that turns a static
+//! batch (one
 //! step of the replica: the prefill, then `decode_iterations` passes of the whole batch, with
 //! the batch's expected routing) into a batch time: `grouped` (the physical one and the
 //! default: each MoE layer's active experts run as one grouped GEMM priced by
 //! `cost::moe_layer`), `cv` (caps.txt's own assumption: base time x (1 + CV(load) x
 //! sensitivity)) and `straggler` (per MoE layer the experts run in lock step, each with the
 //! whole GPU, so each layer waits for its most loaded expert on the expert cost curve). All
-//! read the same calibration profile; docs/cost-model.md derives them.
+//! read the same calibration profile; docs/cost-model.md derives them. Beside them the two
+//! queueing-theory references (`ConstantService`, `ExponentialService`: constant and
+//! exponential service per batch, whatever it holds) that check the engine against the M/D/1
+//! and M/M/1 closed forms.
 //!
 //! A step's `expected_routing.prefill` is the batch's summed prompt routing (layer-major, each
 //! prompt token adds `top_k` per layer), `expected_routing.decode` the expected routed tokens
@@ -20,8 +25,10 @@ use crate::cost::profile::{ExpertExecution, ExpertFfnCurve, Profile, ProfileMism
 use crate::cost::shape::MoeModelShape;
 use crate::distributions::expected_max_standard_normal;
 use crate::recorder::expert_load::{coefficient_of_variation, max_of};
+use crate::rng::SimRng;
 use crate::serving::{CostSource, ExpectedRouting, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
+use rand::RngExt;
 use std::sync::Arc;
 
 /// The batch the default CV sensitivity is derived at: CAPS's `max_batch_size = 8`
@@ -414,6 +421,38 @@ impl ExecutionModel {
 impl StepCost for ExecutionModel {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime {
         self.step_time(work)
+    }
+}
+
+/// Every batch takes the same time.
+pub struct ConstantService(pub SimDuration);
+
+impl StepCost for ConstantService {
+    fn price(&mut self, _: &StepWork<'_>) -> StepTime {
+        reference(self.0)
+    }
+}
+
+/// Batch times drawn from an exponential distribution with the given mean (inverse CDF).
+pub struct ExponentialService {
+    pub mean: SimDuration,
+    pub rng: SimRng,
+}
+
+impl StepCost for ExponentialService {
+    fn price(&mut self, _: &StepWork<'_>) -> StepTime {
+        let u: f64 = self.rng.random();
+        reference(SimDuration::from_secs_f64(
+            -(-u).ln_1p() * self.mean.as_secs_f64(),
+        ))
+    }
+}
+
+fn reference(duration: SimDuration) -> StepTime {
+    StepTime {
+        duration,
+        breakdown: StepBreakdown::default(),
+        source: CostSource::Reference,
     }
 }
 
