@@ -75,14 +75,22 @@ struct Entry {
     stamp: u64,
 }
 
+impl Entry {
+    /// Whether the block is still resident: held, or free with its queue entry not yet taken
+    /// (a free block whose entry was popped was evicted; `take` leaves its map entry behind).
+    fn live(&self, popped: u64) -> bool {
+        self.refs > 0 || self.stamp >= popped
+    }
+}
+
 /// A run of free blocks in the free queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Free {
     /// Blocks that hold no cached prefix (0: a cached block's entry left stale when a hit
     /// took the block).
     Plain(u64),
-    /// A cached block, free and resident (its entry's stamp is this).
-    Cached { hash: u64, stamp: u64 },
+    /// A cached block, free and resident (its entry's stamp says where it is queued).
+    Cached,
 }
 
 /// The cached blocks of one replica and its free block queue, kept beside the block counts of
@@ -90,8 +98,12 @@ enum Free {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrefixCache {
     /// Keyed by the chained block hashes (already mixed, so the map's own hash can be cheap;
-    /// the map is never iterated).
+    /// the map is never iterated). An eviction does not probe it: the evicted block's entry
+    /// stays, dead (`Entry::live`), until the dead ones outnumber the live ones and are
+    /// removed together.
     entries: FxHashMap<u64, Entry>,
+    /// Dead entries in `entries`.
+    dead: usize,
     free: VecDeque<Free>,
     /// Entries ever pushed onto and popped off `free`.
     pushed: u64,
@@ -107,6 +119,7 @@ impl PrefixCache {
     pub fn new(blocks: u64) -> Self {
         PrefixCache {
             entries: FxHashMap::default(),
+            dead: 0,
             free: VecDeque::from([Free::Plain(blocks)]),
             pushed: 1,
             popped: 0,
@@ -122,7 +135,7 @@ impl PrefixCache {
 
     /// Blocks resident in the cache (held or free).
     pub fn resident(&self) -> usize {
-        self.entries.len()
+        self.entries.len() - self.dead
     }
 
     /// How many of `hashes` (a prompt's chain), from the first and at most `max`, are resident,
@@ -131,8 +144,8 @@ impl PrefixCache {
         let mut free = 0;
         for (i, hash) in hashes.iter().take(max).enumerate() {
             match self.entries.get(hash) {
-                Some(entry) => free += u64::from(entry.refs == 0),
-                None => return (i, free),
+                Some(entry) if entry.live(self.popped) => free += u64::from(entry.refs == 0),
+                _ => return (i, free),
             }
         }
         (hashes.len().min(max), free)
@@ -146,6 +159,7 @@ impl PrefixCache {
             .entries
             .get_mut(&hash)
             .expect("acquired block is resident");
+        debug_assert!(entry.live(self.popped), "acquired block is resident");
         entry.refs += 1;
         if entry.refs > 1 {
             return false;
@@ -154,10 +168,7 @@ impl PrefixCache {
         let queued = &mut self.free[at];
         debug_assert_eq!(
             *queued,
-            Free::Cached {
-                hash,
-                stamp: entry.stamp
-            },
+            Free::Cached,
             "a free cached block is queued where its stamp says"
         );
         *queued = Free::Plain(0);
@@ -167,10 +178,19 @@ impl PrefixCache {
     /// A sequence has computed the block `hash`: it becomes cached with the sequence's
     /// reference; false (and nothing changes) when an equal block is already resident.
     pub fn register(&mut self, hash: u64) -> bool {
+        let held = Entry { refs: 1, stamp: 0 };
         match self.entries.entry(hash) {
-            MapEntry::Occupied(_) => false,
+            MapEntry::Occupied(mut occupied) => {
+                if occupied.get().live(self.popped) {
+                    return false;
+                }
+                // An evicted block computed again.
+                occupied.insert(held);
+                self.dead -= 1;
+                true
+            }
             MapEntry::Vacant(vacant) => {
-                vacant.insert(Entry { refs: 1, stamp: 0 });
+                vacant.insert(held);
                 true
             }
         }
@@ -194,10 +214,7 @@ impl PrefixCache {
         } else {
             let entry = occupied.into_mut();
             entry.stamp = self.pushed;
-            self.free.push_back(Free::Cached {
-                hash,
-                stamp: self.pushed,
-            });
+            self.free.push_back(Free::Cached);
             self.pushed += 1;
         }
         true
@@ -222,20 +239,20 @@ impl PrefixCache {
                         *front = Free::Plain(k - used);
                     }
                 }
-                Free::Cached { hash, stamp } => {
+                Free::Cached => {
+                    // Evicted: its map entry is dead from now on (`Entry::live`).
                     self.free.pop_front();
                     self.popped += 1;
-                    // One probe: the entry is evicted where it is found live.
-                    if let MapEntry::Occupied(entry) = self.entries.entry(hash)
-                        && entry.get().refs == 0
-                        && entry.get().stamp == stamp
-                    {
-                        entry.remove();
-                        self.evicted += 1;
-                        n -= 1;
-                    }
+                    self.evicted += 1;
+                    self.dead += 1;
+                    n -= 1;
                 }
             }
+        }
+        if self.dead > self.entries.len() - self.dead {
+            let popped = self.popped;
+            self.entries.retain(|_, entry| entry.live(popped));
+            self.dead = 0;
         }
     }
 

@@ -51,8 +51,6 @@ pub struct Search<'a> {
     /// `counts[e * n_steps + t]`.
     counts: Vec<f64>,
     costs: &'a GpuCosts,
-    /// Every GPU's lookup table is non-decreasing (enables the tighter pruning bound).
-    monotone: bool,
 }
 
 /// A complete or partial mapping with its per-step bookkeeping.
@@ -76,23 +74,12 @@ impl<'a> Search<'a> {
                 counts[e * n_steps + t] = f64::from(c);
             }
         }
-        let costs = problem.costs;
-        let monotone = (0..costs.n_gpus()).all(|g| {
-            costs.table(g).windows(2).all(|w| w[0] <= w[1])
-                && costs
-                    .curve(g)
-                    .samples()
-                    .collect::<Vec<_>>()
-                    .windows(2)
-                    .all(|w| w[0].1 <= w[1].1)
-        });
         Search {
             n_experts,
             n_gpus: problem.n_gpus(),
             n_steps,
             counts,
-            costs,
-            monotone,
+            costs: problem.costs,
         }
     }
 
@@ -201,12 +188,15 @@ impl<'a> Search<'a> {
                             .map(|(_, &x)| x)
                             .fold(0.0, f64::max);
                         // Whatever a swap does, one of the pair ends with at least half of
-                        // their joint load, so (curves being non-decreasing) the step costs at
-                        // least the cheaper of the two at half the joint load.
-                        let pair_bound = if self.monotone && ga != gb {
+                        // their joint load, so the step costs at least the cheaper of the two
+                        // GPUs' least cost at half the joint load or more (`least_from`: the
+                        // cost at half on non-decreasing curves).
+                        let pair_bound = if ga != gb {
                             let half =
                                 0.5 * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
-                            self.costs.cost(ga, half).min(self.costs.cost(gb, half))
+                            self.costs
+                                .least_from(ga, half)
+                                .min(self.costs.least_from(gb, half))
                         } else {
                             0.0
                         };

@@ -13,6 +13,9 @@ pub struct GpuCosts {
     curves: Vec<CostCurve>,
     /// `tables[g][n] = C_g(n)` for `n = 0..=table_limit`.
     tables: Vec<Vec<f64>>,
+    /// `floors[g][i] = (n_i, least latency among samples i..)` of curve `g`'s samples `n_i`
+    /// (`least_from`).
+    floors: Vec<Vec<(f64, f64)>>,
 }
 
 /// The per-GPU latency curves a mapper plans with (GEM's and the serving family's): GPU `g`
@@ -109,7 +112,21 @@ impl GpuCosts {
             .iter()
             .map(|c| (0..=table_limit).map(|n| c.at(n as f64)).collect())
             .collect();
-        GpuCosts { curves, tables }
+        let floors = curves
+            .iter()
+            .map(|c| {
+                let mut floor: Vec<(f64, f64)> = c.samples().collect();
+                for i in (0..floor.len().saturating_sub(1)).rev() {
+                    floor[i].1 = floor[i].1.min(floor[i + 1].1);
+                }
+                floor
+            })
+            .collect();
+        GpuCosts {
+            curves,
+            tables,
+            floors,
+        }
     }
 
     /// GPU `g` runs `base` at speed `speeds[g]`.
@@ -145,6 +162,19 @@ impl GpuCosts {
         }
     }
 
+    /// The least latency of GPU `gpu` at `tokens` or more: `min C_g(m)` over `m >= tokens` (a
+    /// lower bound that holds where the curve is not monotone, e.g. where a larger tile starts;
+    /// `C_g(tokens)` itself on a non-decreasing curve). The curve interpolates linearly between
+    /// its samples and never falls past the last, so the least is at `tokens` or at a sample.
+    pub fn least_from(&self, gpu: usize, tokens: f64) -> f64 {
+        let floor = &self.floors[gpu];
+        let at = self.cost(gpu, tokens);
+        match floor.get(floor.partition_point(|&(n, _)| n < tokens)) {
+            Some(&(_, least)) if least < at => least,
+            _ => at,
+        }
+    }
+
     /// The lookup table of GPU `gpu`: entry `n` is `C_g(n)`.
     #[inline]
     pub fn table(&self, gpu: usize) -> &[f64] {
@@ -171,6 +201,36 @@ mod tests {
         assert_eq!(costs.table(0)[16], 40.0);
         assert_eq!(costs.cost(0, 100.0), gpu.at(100.0));
         assert_eq!(costs.cost(0, 9.5), gpu.at(9.5));
+    }
+
+    #[test]
+    fn least_from_is_the_curves_least_cost_at_or_above_a_count() {
+        // A staircase that falls where a larger tile starts (at 8 tokens), then rises again.
+        let gpu =
+            CostCurve::new(vec![(1.0, 10.0), (4.0, 40.0), (8.0, 20.0), (16.0, 60.0)]).unwrap();
+        let costs = GpuCosts::new(vec![gpu.clone()], 16);
+        // Below the fall, the least lies at 8 tokens; past it, the cost itself.
+        assert_eq!(costs.least_from(0, 2.0), 20.0);
+        assert_eq!(costs.least_from(0, 5.5), 20.0);
+        assert_eq!(costs.least_from(0, 1.0), 10.0);
+        assert_eq!(costs.least_from(0, 12.0), gpu.at(12.0));
+        assert_eq!(costs.least_from(0, 100.0), gpu.at(100.0));
+        // Never above any cost from there on.
+        for n in 0..=40 {
+            let x = f64::from(n) * 0.5;
+            let least = (0..=200)
+                .map(|m| gpu.at(x + f64::from(m) * 0.1))
+                .fold(f64::INFINITY, f64::min);
+            assert!(costs.least_from(0, x) <= least, "{x}");
+        }
+        // On a non-decreasing curve, the cost itself.
+        let rising = GpuCosts::new(
+            vec![CostCurve::new(vec![(1.0, 3.0), (9.0, 7.0)]).unwrap()],
+            9,
+        );
+        for x in [0.5, 1.0, 2.5, 9.0, 20.0] {
+            assert_eq!(rising.least_from(0, x), rising.cost(0, x));
+        }
     }
 
     #[test]
