@@ -189,14 +189,14 @@ impl<'a> Search<'a> {
                             .fold(0.0, f64::max);
                         // Whatever a swap does, one of the pair ends with at least half of
                         // their joint load, so the step costs at least the cheaper of the two
-                        // GPUs' least cost at half the joint load or more (`least_from`: the
-                        // cost at half on non-decreasing curves).
+                        // GPUs' least cost at half the joint load or more (`least_below`: from
+                        // the whole token at or under half, a table lookup).
                         let pair_bound = if ga != gb {
                             let half =
                                 0.5 * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
                             self.costs
-                                .least_from(ga, half)
-                                .min(self.costs.least_from(gb, half))
+                                .least_below(ga, half)
+                                .min(self.costs.least_below(gb, half))
                         } else {
                             0.0
                         };
