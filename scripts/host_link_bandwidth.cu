@@ -8,7 +8,8 @@
 //   ./host_link_bandwidth > profiles/measured/host-link/<gpu>.csv
 //
 // The CSV's columns: direction (h2d, d2h, both: bytes each way), host (pinned, pageable), bytes
-// (per direction), median_us, min_us, max_us, reps. `expertsim-calibrate import-host-link` reads it.
+// (per direction), median_us, min_us, max_us, reps. `cost::host_link::fit_copy_times` fits
+// latency + bytes / bandwidth to it; a test holds `LinkSpec::PCIE5_X16` to the H200's file.
 #include <cuda_runtime.h>
 
 #include <algorithm>
