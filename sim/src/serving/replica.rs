@@ -204,7 +204,7 @@ pub struct Replica {
     /// The slots of the cached blocks the latest prefix lookup hit, reused.
     hits: Vec<Slot>,
     /// The prompt blocks of finished sequences, reused (cleared) by the next admissions.
-    spare_prefixes: Vec<Box<SeqPrefix>>,
+    spare_prefixes: Vec<SeqPrefix>,
 }
 
 /// Frees the blocks of `s`: its own, and its references on cached blocks (the last one
@@ -619,7 +619,7 @@ impl Replica {
             debug_assert!(p.held.is_empty(), "a finished sequence holds no block");
             p.registered = 0;
             block_hashes(&self.segments, block_size, &mut p.hashes);
-            p
+            Box::new(p)
         });
         let max = ((s.prefill_len - 1) / block_size) as usize;
         cache.lookup(&prefix.hashes, max, &mut self.hits)
@@ -807,7 +807,7 @@ impl Replica {
                 let mut done = self.running.swap_remove(i);
                 free_blocks(&mut self.kv, &mut done);
                 if let Some(prefix) = done.prefix.take() {
-                    self.spare_prefixes.push(prefix);
+                    self.spare_prefixes.push(*prefix);
                 }
                 self.stats.completed += 1;
                 self.stats.sojourn_ns += u128::from((now - done.request.submitted).0);
