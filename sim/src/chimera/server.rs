@@ -31,8 +31,8 @@ use crate::serving::{
 };
 use crate::time::SimTime;
 use rand_distr::{Distribution, StandardNormal};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
-use std::collections::HashMap;
 
 /// Requests whose (prediction, truth) pairs feed the Kendall tau distance (O(n^2) pairs).
 pub const KENDALL_SAMPLE: usize = 2_000;
@@ -105,7 +105,7 @@ impl StepCost for EngineStepCost<'_> {
 /// comes from the workflow; the wait is added to the workflow's (the replica records each
 /// request's own).
 struct Admit<'x> {
-    workflows: &'x mut HashMap<u64, WorkflowRun>,
+    workflows: &'x mut FxHashMap<u64, WorkflowRun>,
     admissions: &'x mut Option<Vec<AdmissionRecord>>,
     engine: usize,
     model: usize,
@@ -276,7 +276,8 @@ pub struct ChimeraServer<'a> {
     /// Step ends (time, engine) decided while handling the current event, handed to the event
     /// queue after it in the order they were decided.
     pending_steps: Vec<(SimTime, usize)>,
-    workflows: HashMap<u64, WorkflowRun>,
+    /// By workflow id (a sequence number, so the map's hash can be cheap; never iterated).
+    workflows: FxHashMap<u64, WorkflowRun>,
     next_workflow: u64,
     next_request: u64,
     finished: Vec<Seq>,
@@ -337,7 +338,7 @@ impl<'a> ChimeraServer<'a> {
                 })
                 .collect(),
             pending_steps: Vec::new(),
-            workflows: HashMap::new(),
+            workflows: FxHashMap::default(),
             next_workflow: 0,
             next_request: 0,
             finished: Vec::new(),

@@ -4,7 +4,7 @@
 //! cached blocks and free block queue when the replica runs it (`prefix::PrefixCache`).
 
 use super::config::KvConfig;
-use super::prefix::PrefixCache;
+use super::prefix::{PrefixCache, Slot};
 
 /// Blocks of one replica's KV cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,26 +49,27 @@ impl BlockManager {
         self.cache.as_ref()
     }
 
-    /// A sequence takes a reference on the resident cached block `hash` (a prefix hit); a free
-    /// one comes into use.
-    pub fn acquire_cached(&mut self, hash: u64) {
+    /// A sequence takes a reference on the resident cached block at `slot` (a prefix hit, from
+    /// `PrefixCache::lookup`); a free one comes into use.
+    pub fn acquire_cached(&mut self, slot: Slot) {
         let cache = self.cache.as_mut().expect("a prefix cache");
-        if cache.acquire(hash) {
+        if cache.acquire(slot) {
             self.used += 1;
             self.peak = self.peak.max(self.used);
         }
     }
 
     /// A sequence's block `hash` (in use, counted in `used`) is computed: cached with the
-    /// sequence's reference, unless an equal block is already resident (false).
-    pub fn register_cached(&mut self, hash: u64) -> bool {
+    /// sequence's reference at the slot returned, unless an equal block is already resident
+    /// (`None`).
+    pub fn register_cached(&mut self, hash: u64) -> Option<Slot> {
         self.cache.as_mut().expect("a prefix cache").register(hash)
     }
 
-    /// A sequence drops its reference on the cached block `hash`; the last one frees it (it
+    /// A sequence drops its reference on the cached block at `slot`; the last one frees it (it
     /// stays cached until its free block is taken).
-    pub fn release_cached(&mut self, hash: u64) {
-        if self.cache.as_mut().expect("a prefix cache").unref(hash) {
+    pub fn release_cached(&mut self, slot: Slot) {
+        if self.cache.as_mut().expect("a prefix cache").unref(slot) {
             debug_assert!(self.used > 0, "released more blocks than in use");
             self.used -= 1;
         }

@@ -65,19 +65,24 @@ pub fn block_hashes(segments: &[PrefixSegment], block_size: u32, out: &mut Vec<u
     }
 }
 
+/// Where a cached block's entry sits in `PrefixCache`'s entries: a sequence holds the slots of
+/// the blocks it references, so dropping or taking a reference reads the entry directly, without
+/// a map probe.
+pub type Slot = u32;
+
 /// One cached block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Entry {
-    /// Running sequences that hold it (0: free, evictable).
-    refs: u32,
     /// Which free-queue entry stands for it while it is free: the entries pushed onto the queue
     /// before it (so it sits at `stamp - popped`).
     stamp: u64,
+    /// Running sequences that hold it (0: free, evictable).
+    refs: u32,
 }
 
 impl Entry {
     /// Whether the block is still resident: held, or free with its queue entry not yet taken
-    /// (a free block whose entry was popped was evicted; `take` leaves its map entry behind).
+    /// (a free block whose entry was popped was evicted; `take` leaves its entry behind).
     fn live(&self, popped: u64) -> bool {
         self.refs > 0 || self.stamp >= popped
     }
@@ -97,13 +102,19 @@ enum Free {
 /// `kv::BlockManager` (which calls it on every allocation and release).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrefixCache {
-    /// Keyed by the chained block hashes (already mixed, so the map's own hash can be cheap;
-    /// the map is never iterated). An eviction does not probe it: the evicted block's entry
-    /// stays, dead (`Entry::live`), until the dead ones outnumber the live ones and are
-    /// removed together.
-    entries: FxHashMap<u64, Entry>,
-    /// Dead entries in `entries`.
+    /// The slot of each cached block, keyed by its chained hash (already mixed, so the map's
+    /// own hash can be cheap; the map is iterated only to drop dead entries). An eviction does
+    /// not probe it: the evicted block's entry stays, dead (`Entry::live`), until the dead ones
+    /// outnumber the live ones and are removed together, their slots kept for reuse.
+    index: FxHashMap<u64, Slot>,
+    /// The blocks' entries, by slot.
+    entries: Vec<Entry>,
+    /// Slots whose block left `index`, reused before `entries` grows.
+    spare: Vec<Slot>,
+    /// Dead entries in `index`.
     dead: usize,
+    /// Whether each slot is dead, while the dead entries are removed (reused).
+    dead_slots: Vec<bool>,
     free: VecDeque<Free>,
     /// Entries ever pushed onto and popped off `free`.
     pushed: u64,
@@ -118,8 +129,11 @@ impl PrefixCache {
     /// An empty cache of `blocks` free blocks.
     pub fn new(blocks: u64) -> Self {
         PrefixCache {
-            entries: FxHashMap::default(),
+            index: FxHashMap::default(),
+            entries: Vec::new(),
+            spare: Vec::new(),
             dead: 0,
+            dead_slots: Vec::new(),
             free: VecDeque::from([Free::Plain(blocks)]),
             pushed: 1,
             popped: 0,
@@ -135,30 +149,32 @@ impl PrefixCache {
 
     /// Blocks resident in the cache (held or free).
     pub fn resident(&self) -> usize {
-        self.entries.len() - self.dead
+        self.index.len() - self.dead
     }
 
     /// How many of `hashes` (a prompt's chain), from the first and at most `max`, are resident,
-    /// and how many of those are free (a hit on them takes them out of the free blocks).
-    pub fn lookup(&self, hashes: &[u64], max: usize) -> (usize, u64) {
+    /// and how many of those are free (a hit on them takes them out of the free blocks); their
+    /// slots go to `hits` (cleared first).
+    pub fn lookup(&self, hashes: &[u64], max: usize, hits: &mut Vec<Slot>) -> (usize, u64) {
+        hits.clear();
         let mut free = 0;
-        for (i, hash) in hashes.iter().take(max).enumerate() {
-            match self.entries.get(hash) {
-                Some(entry) if entry.live(self.popped) => free += u64::from(entry.refs == 0),
-                _ => return (i, free),
+        for hash in hashes.iter().take(max) {
+            match self.index.get(hash) {
+                Some(&slot) if self.entries[slot as usize].live(self.popped) => {
+                    free += u64::from(self.entries[slot as usize].refs == 0);
+                    hits.push(slot);
+                }
+                _ => break,
             }
         }
-        (hashes.len().min(max), free)
+        (hits.len(), free)
     }
 
-    /// A sequence takes a reference on the resident block `hash`; true when the block was free
-    /// (it leaves the free blocks; its queue entry becomes an empty plain run, which `take`
-    /// passes over without looking the block up).
-    pub fn acquire(&mut self, hash: u64) -> bool {
-        let entry = self
-            .entries
-            .get_mut(&hash)
-            .expect("acquired block is resident");
+    /// A sequence takes a reference on the resident block at `slot` (from `lookup`); true when
+    /// the block was free (it leaves the free blocks; its queue entry becomes an empty plain
+    /// run, which `take` passes over without looking the block up).
+    pub fn acquire(&mut self, slot: Slot) -> bool {
+        let entry = &mut self.entries[slot as usize];
         debug_assert!(entry.live(self.popped), "acquired block is resident");
         entry.refs += 1;
         if entry.refs > 1 {
@@ -176,43 +192,56 @@ impl PrefixCache {
     }
 
     /// A sequence has computed the block `hash`: it becomes cached with the sequence's
-    /// reference; false (and nothing changes) when an equal block is already resident.
-    pub fn register(&mut self, hash: u64) -> bool {
-        let held = Entry { refs: 1, stamp: 0 };
-        match self.entries.entry(hash) {
-            MapEntry::Occupied(mut occupied) => {
-                if occupied.get().live(self.popped) {
-                    return false;
+    /// reference, at the slot returned; `None` (and nothing changes) when an equal block is
+    /// already resident.
+    pub fn register(&mut self, hash: u64) -> Option<Slot> {
+        let held = Entry { stamp: 0, refs: 1 };
+        match self.index.entry(hash) {
+            MapEntry::Occupied(occupied) => {
+                let slot = *occupied.get();
+                let entry = &mut self.entries[slot as usize];
+                if entry.live(self.popped) {
+                    return None;
                 }
                 // An evicted block computed again.
-                occupied.insert(held);
+                *entry = held;
                 self.dead -= 1;
-                true
+                Some(slot)
             }
             MapEntry::Vacant(vacant) => {
-                vacant.insert(held);
-                true
+                let slot = match self.spare.pop() {
+                    Some(slot) => {
+                        self.entries[slot as usize] = held;
+                        slot
+                    }
+                    None => {
+                        self.entries.push(held);
+                        Slot::try_from(self.entries.len() - 1).expect("under 2^32 cached blocks")
+                    }
+                };
+                vacant.insert(slot);
+                Some(slot)
             }
         }
     }
 
-    /// A sequence drops its reference on `hash`; true when the block became free (it joins the
-    /// free queue's tail, or is dropped at once to pay back an overdraft).
-    pub fn unref(&mut self, hash: u64) -> bool {
-        let MapEntry::Occupied(mut occupied) = self.entries.entry(hash) else {
-            panic!("held block is resident");
-        };
-        let entry = occupied.get_mut();
+    /// A sequence drops its reference on the block at `slot`; true when the block became free
+    /// (it joins the free queue's tail, or is dropped at once to pay back an overdraft).
+    pub fn unref(&mut self, slot: Slot) -> bool {
+        let entry = &mut self.entries[slot as usize];
         entry.refs -= 1;
         if entry.refs > 0 {
             return false;
         }
         if self.overdraft > 0 {
+            // Dropped: dead from now on (an overdraft means the free queue was emptied, so
+            // `popped` is past stamp 0).
+            debug_assert!(self.popped > 0);
+            entry.stamp = 0;
             self.overdraft -= 1;
-            occupied.remove();
             self.evicted += 1;
+            self.dead += 1;
         } else {
-            let entry = occupied.into_mut();
             entry.stamp = self.pushed;
             self.free.push_back(Free::Cached);
             self.pushed += 1;
@@ -240,7 +269,7 @@ impl PrefixCache {
                     }
                 }
                 Free::Cached => {
-                    // Evicted: its map entry is dead from now on (`Entry::live`).
+                    // Evicted: its entry is dead from now on (`Entry::live`).
                     self.free.pop_front();
                     self.popped += 1;
                     self.evicted += 1;
@@ -249,9 +278,21 @@ impl PrefixCache {
                 }
             }
         }
-        if self.dead > self.entries.len() - self.dead {
+        if self.dead > self.index.len() - self.dead {
+            // Which slots are dead, read in slot order (not in the map's order, a cache miss
+            // each); a spare slot reads as dead too, but no map entry names it.
             let popped = self.popped;
-            self.entries.retain(|_, entry| entry.live(popped));
+            self.dead_slots.clear();
+            self.dead_slots
+                .extend(self.entries.iter().map(|entry| !entry.live(popped)));
+            let (dead_slots, spare) = (&self.dead_slots, &mut self.spare);
+            self.index.retain(|_, &mut slot| {
+                let dead = dead_slots[slot as usize];
+                if dead {
+                    spare.push(slot);
+                }
+                !dead
+            });
             self.dead = 0;
         }
     }
@@ -282,6 +323,18 @@ mod tests {
         PrefixSegment { stream, tokens }
     }
 
+    /// `lookup`'s (hits, free hits) for `hashes`, at most `max`.
+    fn hits(cache: &PrefixCache, hashes: &[u64], max: usize) -> (usize, u64) {
+        cache.lookup(hashes, max, &mut Vec::new())
+    }
+
+    /// The slot of the resident block `hash`.
+    fn slot(cache: &PrefixCache, hash: u64) -> Slot {
+        let mut slots = Vec::new();
+        cache.lookup(&[hash], 1, &mut slots);
+        slots[0]
+    }
+
     #[test]
     fn equal_streams_give_equal_chains_and_a_different_token_ends_the_match() {
         let mut a = Vec::new();
@@ -304,15 +357,15 @@ mod tests {
     fn the_least_recently_freed_cached_block_is_evicted_first() {
         let mut cache = PrefixCache::new(4);
         cache.take(4);
-        assert!(cache.register(1) && cache.register(2));
+        let (one, two) = (cache.register(1).unwrap(), cache.register(2).unwrap());
         cache.give(2);
         // Block 2 freed before block 1: 2 is the older.
-        assert!(cache.unref(2) && cache.unref(1));
-        assert!(!cache.register(1), "1 is still resident");
+        assert!(cache.unref(two) && cache.unref(one));
+        assert_eq!(cache.register(1), None, "1 is still resident");
         // Two plain blocks were freed before both: they go first, then block 2.
         cache.take(3);
-        assert_eq!(cache.lookup(&[2], 1), (0, 0));
-        assert_eq!(cache.lookup(&[1], 1), (1, 1));
+        assert_eq!(hits(&cache, &[2], 1), (0, 0));
+        assert_eq!(hits(&cache, &[1], 1), (1, 1));
         assert_eq!(cache.evicted(), 1);
     }
 
@@ -320,13 +373,13 @@ mod tests {
     fn a_hit_on_a_free_block_keeps_it_from_eviction() {
         let mut cache = PrefixCache::new(2);
         cache.take(2);
-        assert!(cache.register(5) && cache.register(6));
-        cache.unref(5);
-        cache.unref(6);
-        assert!(cache.acquire(5), "5 was free");
+        let (five, six) = (cache.register(5).unwrap(), cache.register(6).unwrap());
+        cache.unref(five);
+        cache.unref(six);
+        assert!(cache.acquire(slot(&cache, 5)), "5 was free");
         // One block is free (6): taking it evicts 6; the stale queue entry of 5 is skipped.
         cache.take(1);
-        assert_eq!(cache.lookup(&[5, 6], 2), (1, 0));
+        assert_eq!(hits(&cache, &[5, 6], 2), (1, 0));
         assert_eq!(cache.evicted(), 1);
     }
 
@@ -402,7 +455,7 @@ mod tests {
         model.free.extend((0..blocks).map(|_| None));
         // What the simulated sequences hold: plain blocks, and references on cached ones.
         let (mut plain, mut held) = (0u64, Vec::new());
-        let (mut hits, mut evictions_seen) = (0, 0);
+        let (mut acquired, mut evictions_seen) = (0, 0);
         for _ in 0..20_000 {
             match rng.random_range(0..6) {
                 0 => {
@@ -410,9 +463,10 @@ mod tests {
                     let hash = rng.random_range(0..40u64);
                     if model.refs.contains_key(&hash) {
                         let was_free = model.acquire(hash);
-                        assert_eq!(cache.acquire(hash), was_free);
-                        hits += u32::from(was_free);
-                        held.push(hash);
+                        let at = slot(&cache, hash);
+                        assert_eq!(cache.acquire(at), was_free);
+                        acquired += u32::from(was_free);
+                        held.push((hash, at));
                     }
                 }
                 1 | 2 => {
@@ -425,15 +479,16 @@ mod tests {
                     // A computed block is offered to the cache.
                     let hash = rng.random_range(0..40u64);
                     let fresh = model.register(hash);
-                    assert_eq!(cache.register(hash), fresh);
-                    if fresh {
+                    let registered = cache.register(hash);
+                    assert_eq!(registered.is_some(), fresh);
+                    if let Some(at) = registered {
                         plain -= 1;
-                        held.push(hash);
+                        held.push((hash, at));
                     }
                 }
                 4 if !held.is_empty() => {
-                    let hash = held.swap_remove(rng.random_range(0..held.len()));
-                    assert_eq!(cache.unref(hash), model.unref(hash));
+                    let (hash, at) = held.swap_remove(rng.random_range(0..held.len()));
+                    assert_eq!(cache.unref(at), model.unref(hash));
                 }
                 _ if plain > 0 => {
                     let n = rng.random_range(1..=plain);
@@ -454,13 +509,13 @@ mod tests {
                     .fold((0, 0), |(n, free), h| {
                         (n + 1, free + u64::from(model.refs[h] == 0))
                     });
-                assert_eq!(cache.lookup(&chain[start..], 10), expected);
+                assert_eq!(hits(&cache, &chain[start..], 10), expected);
             }
             evictions_seen = model.evicted;
         }
         assert!(
-            hits > 30 && evictions_seen > 100,
-            "{hits} hits, {evictions_seen} evictions"
+            acquired > 30 && evictions_seen > 100,
+            "{acquired} hits, {evictions_seen} evictions"
         );
     }
 

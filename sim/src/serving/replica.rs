@@ -28,7 +28,7 @@ use super::config::{Admission, Batching, Preemption, ReplicaConfig, StepOrder};
 use super::former::BatchFormer;
 use super::kv::BlockManager;
 use super::metrics::ReplicaStats;
-use super::prefix::{PrefixSegment, block_hashes};
+use super::prefix::{PrefixSegment, Slot, block_hashes};
 use super::queue::{QueuePolicy, QueuedRequest};
 use super::step::{AdapterTokens, StepWork};
 use crate::time::{SimDuration, SimTime};
@@ -56,8 +56,8 @@ pub trait AdmitHook {
 struct SeqPrefix {
     /// Chained hashes of the full prompt blocks its segments cover.
     hashes: Vec<u64>,
-    /// The cached blocks it holds a reference on.
-    held: Vec<u64>,
+    /// The cached blocks it holds a reference on (their slots in the prefix cache).
+    held: Vec<Slot>,
     /// Blocks of `hashes` already hit or offered to the cache.
     registered: usize,
 }
@@ -201,19 +201,22 @@ pub struct Replica {
     order: StepOrder,
     /// The prompt segments `AdmitHook::prefix` fills, reused.
     segments: Vec<PrefixSegment>,
+    /// The slots of the cached blocks the latest prefix lookup hit, reused.
+    hits: Vec<Slot>,
+    /// The prompt blocks of finished sequences, reused (cleared) by the next admissions.
+    spare_prefixes: Vec<SeqPrefix>,
 }
 
 /// Frees the blocks of `s`: its own, and its references on cached blocks (the last one
 /// first, as vLLM frees a request's blocks tail first).
 fn free_blocks(kv: &mut BlockManager, s: &mut Seq) {
-    let held = s
-        .prefix
-        .as_deref_mut()
-        .map(|p| std::mem::take(&mut p.held))
-        .unwrap_or_default();
-    kv.release(s.blocks - held.len() as u64);
-    for &hash in held.iter().rev() {
-        kv.release_cached(hash);
+    let held = s.prefix.as_deref().map_or(0, |p| p.held.len() as u64);
+    kv.release(s.blocks - held);
+    if let Some(p) = s.prefix.as_deref_mut() {
+        for &slot in p.held.iter().rev() {
+            kv.release_cached(slot);
+        }
+        p.held.clear();
     }
     s.blocks = 0;
 }
@@ -240,6 +243,8 @@ impl Replica {
             step_adapters: Vec::new(),
             order: StepOrder::DecodeFirst,
             segments: Vec::new(),
+            hits: Vec::new(),
+            spare_prefixes: Vec::new(),
         }
     }
 
@@ -565,9 +570,9 @@ impl Replica {
                 break;
             }
             if let Some(p) = s.prefix.as_deref_mut() {
-                for &hash in &p.hashes[..hit] {
-                    self.kv.acquire_cached(hash);
-                    p.held.push(hash);
+                for &slot in &self.hits {
+                    self.kv.acquire_cached(slot);
+                    p.held.push(slot);
                 }
                 p.registered = hit;
                 s.register_at = p.next_register_at(self.kv.block_size());
@@ -603,17 +608,21 @@ impl Replica {
             return (0, 0);
         };
         if s.kv > 0 {
+            self.hits.clear();
             return (0, 0);
         }
         let block_size = self.kv.block_size();
         let prefix = s.prefix.get_or_insert_with(|| {
             self.segments.clear();
             hook.prefix(&s.request, &mut self.segments);
-            let mut p = SeqPrefix::default();
+            let mut p = self.spare_prefixes.pop().unwrap_or_default();
+            debug_assert!(p.held.is_empty(), "a finished sequence holds no block");
+            p.registered = 0;
             block_hashes(&self.segments, block_size, &mut p.hashes);
             Box::new(p)
         });
-        cache.lookup(&prefix.hashes, ((s.prefill_len - 1) / block_size) as usize)
+        let max = ((s.prefill_len - 1) / block_size) as usize;
+        cache.lookup(&prefix.hashes, max, &mut self.hits)
     }
 
     /// Decides the next step of a static replica whose batches `former` forms: when the replica
@@ -767,8 +776,8 @@ impl Replica {
                     && (p.registered as u32 + 1) * block_size <= s.kv
                 {
                     let hash = p.hashes[p.registered];
-                    if self.kv.register_cached(hash) {
-                        p.held.push(hash);
+                    if let Some(slot) = self.kv.register_cached(hash) {
+                        p.held.push(slot);
                     }
                     p.registered += 1;
                 }
@@ -797,6 +806,9 @@ impl Replica {
             if s.generated >= s.output {
                 let mut done = self.running.swap_remove(i);
                 free_blocks(&mut self.kv, &mut done);
+                if let Some(prefix) = done.prefix.take() {
+                    self.spare_prefixes.push(*prefix);
+                }
                 self.stats.completed += 1;
                 self.stats.sojourn_ns += u128::from((now - done.request.submitted).0);
                 self.stats.latencies.finished(now, &done);
