@@ -134,7 +134,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "experts.trace",
         default: "none",
-        meaning: "MoE, continuous batching only: an expert-utilization trace (`serving::expert_trace`, the gem family's `[trace]` table): the synthetic generator's keys (`observed_steps` 256, `unseen_steps` 256, `tokens_per_step` 2048, `popularity_sigma`, `consistent_*`, `temporal_*`, `step_noise`; drawn per seed from `(seed, \"gem/trace\")`) or a recorded file's `path`; each step routes by the next unseen step (in turn), and a mapper's window is the first `window` observed steps instead of an observation pass; refused beside `experts.routing`, `[adapters]` or a `static` replica (below, \"Expert traces\")",
+        meaning: "MoE, continuous batching only: an expert-utilization trace (`serving::expert_trace`, the gem family's `[trace]` table): the synthetic generator's keys (`observed_steps` 256, `unseen_steps` 256, `tokens_per_step` 2048, `popularity_sigma`, `consistent_fraction`, `consistent_activity`, `consistent_boost`, `temporal_fraction`, `temporal_group_size`, `temporal_activity`, `temporal_boost`, `temporal_correlation`, `step_noise`; drawn per seed from `(seed, \"gem/trace\")`) or a recorded file's `path`; each step routes by the next unseen step (in turn), and a mapper's window is the first `window` observed steps instead of an observation pass; refused beside `experts.routing`, `[adapters]` or a `static` replica (below, \"Expert traces\")",
     },
     KeyDoc {
         key: "experts.streams",
