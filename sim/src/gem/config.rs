@@ -9,7 +9,7 @@ use crate::cost::profile::Profile;
 use crate::cost::roofline::{RooflineParams, analytic_profile_with};
 use crate::cost::shape::MoeModelShape;
 use crate::distributions::TokenCount;
-use crate::gem::trace::{ExpertTrace, TraceParams};
+use crate::gem::trace::TraceParams;
 use crate::gem::variability::{ThroughputDistribution, VariabilitySetup, moderate_factors};
 use crate::load_cache::LoadCache;
 use crate::policies::mapping::MapperConfig;
@@ -18,9 +18,6 @@ use crate::validate::FieldError;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
-
-/// Token-expert assignments one synthetic trace step may route: its f32 counts are exact to 2^24.
-const MAX_TRACE_ASSIGNMENTS: f64 = 16_777_216.0;
 
 /// The most token counts a full profiling sweep prices (one MoE-layer price each).
 const MAX_SWEEP_TOKENS: usize = 1 << 20;
@@ -365,17 +362,7 @@ impl Default for ProfilingTable {
     }
 }
 
-/// Where the utilization trace comes from.
-#[derive(Clone, Debug)]
-pub enum TraceSpec {
-    /// Generated per run from the run's seed.
-    Synthetic(TraceParams),
-    /// Loaded once; steps `0..observed_steps` are observable, the rest unseen.
-    Recorded {
-        trace: Arc<ExpertTrace>,
-        observed_steps: usize,
-    },
-}
+pub use crate::serving::expert_trace::TraceSpec;
 
 /// A validated GEM scenario (one sweep cell).
 #[derive(Clone, Debug)]
@@ -575,71 +562,14 @@ impl GemConfig {
         }
 
         let params = &self.trace;
-        params
-            .check()
-            .map_err(|(f, m)| field(&format!("trace.{f}"), m))?;
-        // The trace holds each step's routed tokens per expert as f32, exact to 2^24: a step
-        // routing more assignments than that cannot be recorded (and would only slow the run).
-        let assignments = params.tokens_per_step as f64 * shape.top_k as f64;
-        if assignments > MAX_TRACE_ASSIGNMENTS {
-            return Err(field(
-                "trace.tokens_per_step",
-                format!(
-                    "= {} routes {assignments} token-expert assignments per step at top-{} of {}, above the {MAX_TRACE_ASSIGNMENTS} a trace step records exactly (f32 counts)",
-                    params.tokens_per_step, shape.top_k, shape.name
-                ),
-            ));
-        }
-        let trace = match &self.trace.path {
-            None => TraceSpec::Synthetic(TraceParams {
-                path: None,
-                ..params.clone()
-            }),
-            Some(relative) => {
-                let path = base_dir.join(relative);
-                let trace =
-                    ExpertTrace::load(&path).map_err(|e| field("trace.path", e.to_string()))?;
-                if trace.n_experts() != shape.n_experts {
-                    return Err(field(
-                        "trace.path",
-                        format!(
-                            "{} has {} experts per layer but {} has {}",
-                            path.display(),
-                            trace.n_experts(),
-                            shape.name,
-                            shape.n_experts
-                        ),
-                    ));
-                }
-                if trace.n_layers() != shape.n_layers {
-                    return Err(field(
-                        "trace.path",
-                        format!(
-                            "{} has {} layers but {} has {}",
-                            path.display(),
-                            trace.n_layers(),
-                            shape.name,
-                            shape.n_layers
-                        ),
-                    ));
-                }
-                if params.observed_steps >= trace.n_steps() {
-                    return Err(field(
-                        "trace.observed_steps",
-                        format!(
-                            "= {} leaves no unseen step in {} ({} steps)",
-                            params.observed_steps,
-                            path.display(),
-                            trace.n_steps()
-                        ),
-                    ));
-                }
-                TraceSpec::Recorded {
-                    trace: Arc::new(trace),
-                    observed_steps: params.observed_steps,
-                }
-            }
-        };
+        let trace = TraceSpec::resolve(
+            params,
+            shape.n_layers,
+            shape.n_experts,
+            shape.top_k,
+            base_dir,
+        )
+        .map_err(|(f, m)| field(&format!("trace.{f}"), m))?;
         if serving {
             self.mapper
                 .check(shape.n_experts, n_gpus, params.observed_steps)

@@ -6,8 +6,10 @@ pub mod config;
 pub mod family;
 pub mod profiling;
 pub mod server;
-pub mod trace;
 pub mod variability;
+
+/// The expert-utilization traces, shared with the serving family (`serving::expert_trace`).
+pub use crate::serving::expert_trace as trace;
 
 #[cfg(test)]
 mod tests;

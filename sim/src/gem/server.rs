@@ -20,8 +20,8 @@ use crate::cost::profile::{ExpertFfnCurve, SourceKind};
 use crate::distributions::TokenCount;
 use crate::engine::{Model, run};
 use crate::event_queue::EventQueue;
-use crate::gem::config::{Experiment, FactorKind, GemScenario, TraceSpec};
-use crate::gem::trace::{ExpertTrace, generate};
+use crate::gem::config::{Experiment, FactorKind, GemScenario};
+use crate::gem::trace::ExpertTrace;
 use crate::gem::variability::variability_at_scale;
 use crate::metrics::lower_is_better as lat;
 use crate::metrics::{Better, Metric, MetricInfo, RunOutput, metric_infos};
@@ -276,22 +276,10 @@ impl Deployment {
     /// curves of `scenario`.
     pub fn new(scenario: &GemScenario, seed: u64) -> Deployment {
         let shape = &scenario.shape;
-        let (trace, observed_steps) = match &scenario.trace {
-            TraceSpec::Synthetic(params) => {
-                let (trace, _) = generate(
-                    params,
-                    shape.n_layers,
-                    shape.n_experts,
-                    shape.top_k,
-                    &mut stream(seed, "gem/trace"),
-                );
-                (Arc::new(trace), params.observed_steps)
-            }
-            TraceSpec::Recorded {
-                trace,
-                observed_steps,
-            } => (Arc::clone(trace), *observed_steps),
-        };
+        let (trace, observed_steps) =
+            scenario
+                .trace
+                .build(shape.n_layers, shape.n_experts, shape.top_k, seed);
         let expert = scenario
             .profile
             .expert_entry(shape.hidden, shape.expert_ffn, shape.weight_dtype)

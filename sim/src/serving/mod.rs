@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod dense;
+pub mod expert_trace;
 pub mod former;
 pub mod kv;
 pub mod latencies;

@@ -19,6 +19,7 @@ use crate::load_cache::{LoadCache, measured_set};
 use crate::policies::batch::BatchSelectorConfig;
 use crate::policies::mapping::MapperConfig;
 use crate::serving::CostSource;
+use crate::serving::expert_trace::{TraceParams, TraceSpec};
 use crate::serving::{Preemption, QueuePolicyConfig, RouterConfig};
 use crate::validate::{FieldError, duration, field_error, measured_on, non_negative, positive};
 use serde::{Deserialize, Serialize};
@@ -459,6 +460,27 @@ pub struct ExpertsTable {
     /// linear, round_robin, eplb, gem; `serving_family::mapping`).
     #[serde(default)]
     pub mapping: Option<MapperConfig>,
+    /// An expert-utilization trace (gem's `[trace]` table: the synthetic generator's
+    /// parameters or a recorded file's `path`): each step routes by the trace's next unseen
+    /// step, and a mapper's window is the prefix of its observed steps
+    /// (`serving::expert_trace`; docs/serving-family.md, "Expert traces").
+    #[serde(default)]
+    pub trace: Option<TraceParams>,
+    /// The mapper's random streams (`MappingStreams`).
+    #[serde(default)]
+    pub streams: MappingStreams,
+}
+
+/// Where layer `l`'s mapper draws from (`experts.streams`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MappingStreams {
+    /// `expert_mapping/replica<r>/copy<c>/layer<l>`: each replica and EP copy its own.
+    #[default]
+    PerReplica,
+    /// `gem/mapper/layer<l>`: the gem family's names, so that a mapper that draws (GEM's
+    /// restarts and noise) draws what it draws there. One MoE replica of one EP copy only.
+    Shared,
 }
 
 /// The routing model of an MoE step (docs/serving-family.md).
@@ -678,6 +700,11 @@ pub struct ServingScenario {
     pub expert_routing: ExpertRoutingTable,
     /// The expert mapping of each replica's expert-parallel groups (linear unless given).
     pub expert_mapping: MapperConfig,
+    /// `experts.trace`: the utilization trace every MoE replica routes by, its observed steps
+    /// the mappers' window (instead of an observation pass).
+    pub expert_trace: Option<TraceSpec>,
+    /// `experts.streams`: the mapper's random streams.
+    pub expert_streams: MappingStreams,
     /// The router across replicas, as the `Policies` registry builds it.
     pub router: RouterConfig,
     pub router_kind: &'static str,
@@ -1387,6 +1414,75 @@ impl ServingConfig {
     }
 
     /// The cluster-wide tables over the validated `groups`.
+    /// `experts.trace` validated against the MoE groups: every one of them has the same layers
+    /// and experts (one trace routes them all), continuous batching (a static replica's batch
+    /// former dry-runs the routing table), no adapters, and `experts.routing` left out.
+    fn expert_trace(
+        &self,
+        params: &TraceParams,
+        groups: &[ReplicaGroup],
+        base_dir: &Path,
+    ) -> Result<TraceSpec, FieldError> {
+        if self
+            .experts
+            .as_ref()
+            .is_some_and(|e| e.routing != ExpertRoutingTable::Uniform)
+        {
+            return Err(field_error(
+                "experts.routing",
+                "is replaced by experts.trace (each step routes by the trace); leave one",
+            ));
+        }
+        if self.adapters.is_some() {
+            return Err(field_error(
+                "experts.trace",
+                "is not read with [adapters] (the adapters' router routes every step); leave one",
+            ));
+        }
+        let mut shape: Option<MoeModelShape> = None;
+        for (i, group) in groups.iter().enumerate() {
+            let Some(s) = group.model.experts() else {
+                continue;
+            };
+            if matches!(group.replica.scheduler, SchedulerTable::Static { .. }) {
+                return Err(field_error(
+                    "experts.trace",
+                    format!(
+                        "replica group {i} has the static scheduler kind, whose batch former \
+                         dry-runs the routing table: a trace routes continuous batching only"
+                    ),
+                ));
+            }
+            if let Some(first) = &shape
+                && (first.n_layers, first.n_experts) != (s.n_layers, s.n_experts)
+            {
+                return Err(field_error(
+                    "experts.trace",
+                    format!(
+                        "one trace routes every MoE group, but {} has {} layers of {} experts \
+                         and {} {} of {}",
+                        first.name,
+                        first.n_layers,
+                        first.n_experts,
+                        s.name,
+                        s.n_layers,
+                        s.n_experts
+                    ),
+                ));
+            }
+            shape.get_or_insert(s);
+        }
+        let shape = shape.expect("experts are only read on an MoE model");
+        TraceSpec::resolve(
+            params,
+            shape.n_layers,
+            shape.n_experts,
+            shape.top_k,
+            base_dir,
+        )
+        .map_err(|(f, m)| field_error(&format!("experts.trace.{f}"), m))
+    }
+
     fn rest(
         &self,
         groups: Vec<ReplicaGroup>,
@@ -1463,6 +1559,35 @@ impl ServingConfig {
                 Some(table.validate(shape, &cache.limits)?)
             }
         };
+        let expert_trace = match self.experts.as_ref().and_then(|e| e.trace.as_ref()) {
+            None => None,
+            Some(params) => Some(self.expert_trace(params, &groups, base_dir)?),
+        };
+        let observable = match &expert_trace {
+            Some(TraceSpec::Synthetic(params)) => params.observed_steps,
+            Some(TraceSpec::Recorded { observed_steps, .. }) => *observed_steps,
+            None => usize::MAX,
+        };
+        let expert_streams = self
+            .experts
+            .as_ref()
+            .map_or_else(Default::default, |e| e.streams);
+        if expert_streams == MappingStreams::Shared {
+            let moe: Vec<&ReplicaGroup> = groups
+                .iter()
+                .filter(|g| g.model.experts().is_some())
+                .collect();
+            if moe.len() != 1
+                || moe[0].replica.count != 1
+                || moe[0].replica.gpus != moe[0].replica.expert_parallel
+            {
+                return Err(field_error(
+                    "experts.streams",
+                    "\"shared\" names one stream per layer: one MoE replica of one expert-parallel \
+                     copy only (replica.count = 1, replica.gpus = replica.expert_parallel)",
+                ));
+            }
+        }
         let (expert_routing, expert_mapping) = match &self.experts {
             Some(experts) => {
                 let mapping = experts.mapping.clone().unwrap_or(MapperConfig::Linear);
@@ -1470,7 +1595,7 @@ impl ServingConfig {
                 for group in &groups {
                     if let Some(shape) = group.model.experts() {
                         mapping
-                            .check(shape.n_experts, group.replica.expert_parallel, usize::MAX)
+                            .check(shape.n_experts, group.replica.expert_parallel, observable)
                             .map_err(|(field, message)| {
                                 field_error(&format!("experts.mapping.{field}"), message)
                             })?;
@@ -1597,6 +1722,8 @@ impl ServingConfig {
             other_groups: groups.collect(),
             expert_routing,
             expert_mapping,
+            expert_trace,
+            expert_streams,
             router,
             router_kind,
             semantic_router,

@@ -9,6 +9,8 @@
 
 use super::config::{SchedulerTable, ServedModel, ServingScenario};
 use crate::policies::memory::InstancePlan;
+use crate::serving::expert_trace::ExpertTrace;
+use std::sync::Arc;
 
 /// Bytes per KV-cache element (a bf16 cache).
 const KV_BYTES_PER_ELEMENT: f64 = 2.0;
@@ -31,6 +33,9 @@ pub struct Deployment {
     pub kv_blocks: u64,
     /// MoE only: expert slots on each GPU (`experts.mapping`'s redundant copies included).
     pub expert_slots_per_gpu: Option<usize>,
+    /// MoE with `experts.trace` only: the run's utilization trace and its observed steps
+    /// (`serving::expert_trace::TraceSpec::build` for the run's seed; set by `serving_family::serve`).
+    pub expert_trace: Option<(Arc<ExpertTrace>, usize)>,
 }
 
 impl Deployment {
@@ -102,6 +107,7 @@ impl Deployment {
                 kv_tokens: plan.kv.kv_tokens,
                 kv_blocks: plan.kv.kv_tokens / u64::from(r.block_size),
                 expert_slots_per_gpu: slots,
+                expert_trace: None,
             });
         }
         let kv_bytes_per_token_per_gpu = kv_per_token / (tp as f64).min(kv_heads);
@@ -153,6 +159,7 @@ impl Deployment {
             kv_tokens,
             kv_blocks: kv_tokens / u64::from(r.block_size),
             expert_slots_per_gpu: slots,
+            expert_trace: None,
         })
     }
 }

@@ -10,6 +10,13 @@
 //! token: each probability is capped at `1 / top_k` (the excess spread over the others). The
 //! replica's expert layout (`mapping::ExpertLayout`) sends each expert's tokens to the GPUs
 //! hosting it (`RoutedTokens`: per layer, tokens per expert and per GPU).
+//!
+//! With `experts.trace` (`replay`) a step routes by the trace instead: step `i` of the replica
+//! on unseen trace step `i mod unseen`, each layer's assignments split over the layout's slots
+//! (GPU by GPU, an expert held by `r` slots weighing `1 / r` in each) in proportion to the
+//! trace step's counts, by rounding the cumulative shares half up (the gem family's rule,
+//! `gem::server::StepRouting`): each slot the floor or the ceiling of its share, the layer's
+//! total exact, no draw.
 
 use super::config::ExpertRoutingTable;
 use super::mapping::ExpertLayout;
@@ -17,6 +24,7 @@ use crate::cost::shape::MoeModelShape;
 use crate::distributions::Zipf;
 use crate::rng::SimRng;
 use crate::serving::RoutedTokens;
+use crate::serving::expert_trace::ExpertTrace;
 use crate::serving::topic_affinity::TopicAffinities;
 use rand::RngExt;
 use std::rc::Rc;
@@ -47,6 +55,22 @@ pub struct ExpertRouter {
     /// When observing: the steps to record, and per layer the tokens per expert of each step
     /// routed so far (step-major).
     observe: Option<(usize, Vec<Vec<f32>>)>,
+    /// With a trace: the unseen steps the replica's steps route by, in turn.
+    replay: Option<TraceReplay>,
+}
+
+/// The unseen steps of a trace, as cumulative shares over a layout's slots.
+struct TraceReplay {
+    n_unseen: usize,
+    /// Slots of a layer (all the replica's GPUs).
+    slots_per_layer: usize,
+    /// `[layer][slot]`: the slot's expert.
+    slot_experts: Vec<usize>,
+    /// `[unseen step][layer][slot]`: the share of the layer's assignments that the slots up
+    /// to and including this one receive; the last slot of a layer with tokens is 1.
+    cumulative: Vec<f64>,
+    /// The replica's steps routed so far.
+    next: u64,
 }
 
 /// `weights` (summing to 1) with none above `cap`: the excess of the capped ones spread over the
@@ -150,7 +174,55 @@ impl ExpertRouter {
             per_expert: vec![0; layers * experts],
             step_load: vec![0.0; layers * experts],
             observe: None,
+            replay: None,
         }
+    }
+
+    /// Routes every later step by `trace`'s unseen steps (those after its first
+    /// `observed_steps`), in turn, over this router's layout.
+    pub fn replay(&mut self, trace: &ExpertTrace, observed_steps: usize) {
+        let layout = &self.layout;
+        let slots_per_layer = layout.gpus() * layout.slots_per_gpu;
+        let n_unseen = trace.n_steps() - observed_steps;
+        let mut slot_experts = Vec::with_capacity(self.n_layers * slots_per_layer);
+        let mut holders = Vec::with_capacity(self.n_layers * slots_per_layer);
+        for layer in 0..self.n_layers {
+            for (expert, slots) in layout.layer_slots(layer) {
+                slot_experts.push(expert);
+                holders.push(f64::from(slots));
+            }
+        }
+        let mut cumulative = vec![0.0; n_unseen * self.n_layers * slots_per_layer];
+        for u in 0..n_unseen {
+            for layer in 0..self.n_layers {
+                let counts = trace.step(layer, observed_steps + u);
+                let total: f64 = counts.iter().map(|&c| f64::from(c)).sum();
+                if total <= 0.0 {
+                    continue;
+                }
+                let row = &mut cumulative[(u * self.n_layers + layer) * slots_per_layer..]
+                    [..slots_per_layer];
+                let slots = layer * slots_per_layer..(layer + 1) * slots_per_layer;
+                let mut running = 0.0;
+                for ((out, &e), &r) in row
+                    .iter_mut()
+                    .zip(&slot_experts[slots.clone()])
+                    .zip(&holders[slots])
+                {
+                    running += f64::from(counts[e]) / r;
+                    *out = running / total;
+                }
+                // Every expert is placed, so the slots hold the whole layer; pin the rounding.
+                *row.last_mut().expect("a layer has slots") = 1.0;
+            }
+        }
+        self.replay = Some(TraceReplay {
+            n_unseen,
+            slots_per_layer,
+            slot_experts,
+            cumulative,
+            next: 0,
+        });
     }
 
     /// Whether a step's tokens must be counted per topic (topics route differently).
@@ -216,8 +288,31 @@ impl ExpertRouter {
         let total: u64 = self.topic_tokens.iter().sum();
         let assignments = total * self.top_k;
         let (experts, gpus) = (self.n_experts, self.layout.gpus());
+        let unseen = self.replay.as_mut().map(|replay| {
+            let u = (replay.next % replay.n_unseen as u64) as usize;
+            replay.next += 1;
+            u
+        });
         for layer in 0..self.n_layers {
             let row = &mut self.per_expert[layer * experts..][..experts];
+            if let (Some(replay), Some(u)) = (&self.replay, unseen) {
+                let n = replay.slots_per_layer;
+                let shares = &replay.cumulative[(u * self.n_layers + layer) * n..][..n];
+                let slot_experts = &replay.slot_experts[layer * n..][..n];
+                row.fill(0);
+                let mut given = 0u64;
+                for (&share, &e) in shares.iter().zip(slot_experts) {
+                    // Round half up (the shares are non-negative).
+                    let upto = ((share * assignments as f64 + 0.5) as u64).max(given);
+                    row[e] += (upto - given) as u32;
+                    given = upto;
+                }
+                let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
+                for (g, on_gpu) in on_gpus.iter_mut().enumerate() {
+                    *on_gpu = self.layout.slot_tokens(layer, row, g).sum();
+                }
+                continue;
+            }
             let offset: f64 = if assignments > 0 {
                 self.rng.random()
             } else {
@@ -418,5 +513,54 @@ mod tests {
         let w = capped(vec![0.84, 0.1, 0.06], 0.5);
         assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         assert!((w[0] - 0.5).abs() < 1e-12 && (w[1] / w[2] - 0.1 / 0.06).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_trace_routes_whole_tokens_over_the_slots_by_cumulative_rounding() {
+        // The gem family's case (gem::server's routing test): one layer, 4 experts; observed
+        // step 0 (not routed), unseen step 1 with counts 3, 1, 0, 4. Three GPUs, two slots
+        // each: GPU 0 hosts experts 0 and 3, GPU 1 experts 0 and 1, GPU 2 experts 2 and 3
+        // (experts 0 and 3 in two slots, each weighing half). A step of 5 tokens at top-2 makes
+        // 10 assignments over the total of 8: x 1.25. Slot shares in GPU order 1.5, 2, 1.5, 1,
+        // 0, 2, cumulative x 1.25 = 1.875, 4.375, 6.25, 7.5, 7.5, 10, rounded half up 2, 4, 6,
+        // 8, 8, 10: slots 2, 2, 2, 2, 0, 2; experts 4, 2, 0, 4. Each GPU's tokens are its
+        // slots' shares of its experts' (4 split 2 + 2): 4, 4, 2.
+        let mut shape = MoeModelShape::mixtral_8x7b();
+        (shape.n_layers, shape.n_experts) = (1, 4);
+        let layout = ExpertLayout::new(
+            4,
+            &[vec![crate::policies::mapping::LayerMapping {
+                slots: vec![vec![0, 3], vec![0, 1], vec![2, 3]],
+            }]],
+        );
+        let mut r = ExpertRouter::new(
+            &shape,
+            ExpertRoutingTable::Uniform,
+            1,
+            Rc::new(layout),
+            &mut stream(1, "popularity"),
+            stream(1, "offsets"),
+        );
+        let trace = ExpertTrace::from_counts(1, 4, 2, vec![9.0, 9.0, 9.0, 9.0, 3.0, 1.0, 0.0, 4.0]);
+        r.replay(&trace, 1);
+        let routed = r.route(5);
+        assert_eq!(routed.per_expert, &[4, 2, 0, 4]);
+        assert_eq!(routed.per_gpu, &[4, 4, 2]);
+        // Every step replays the one unseen step (no draw); a step of 0 tokens routes none.
+        for _ in 0..3 {
+            assert_eq!(r.route(5).per_expert, &[4, 2, 0, 4]);
+        }
+        assert_eq!(r.route(0).per_expert, &[0, 0, 0, 0]);
+        // Two unseen steps alternate; a trace step without tokens routes none.
+        let two = ExpertTrace::from_counts(
+            1,
+            4,
+            3,
+            vec![1.0, 1.0, 1.0, 1.0, 8.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        );
+        r.replay(&two, 1);
+        assert_eq!(r.route(3).per_expert, &[6, 0, 0, 0]);
+        assert_eq!(r.route(3).per_expert, &[0, 0, 0, 0]);
+        assert_eq!(r.route(3).per_expert, &[6, 0, 0, 0]);
     }
 }

@@ -132,6 +132,16 @@ pub const KEYS: &[KeyDoc] = &[
         meaning: "the per-layer expert mapping of each EP group of every MoE replica group, each over its own model and EP degree (`policies::mapping::MapperConfig`): `linear`, `round_robin`, `eplb` (`redundant_slots`, `n_groups`, `n_nodes`, `window`), `gem` (`restarts`, `window`, `noise`, `min_relative_drop`, `keep_linear_if_better`), below",
     },
     KeyDoc {
+        key: "experts.trace",
+        default: "none",
+        meaning: "MoE, continuous batching only: an expert-utilization trace (`serving::expert_trace`, the gem family's `[trace]` table): the synthetic generator's keys (`observed_steps` 256, `unseen_steps` 256, `tokens_per_step` 2048, `popularity_sigma`, `consistent_fraction`, `consistent_activity`, `consistent_boost`, `temporal_fraction`, `temporal_group_size`, `temporal_activity`, `temporal_boost`, `temporal_correlation`, `step_noise`; drawn per seed from `(seed, \"gem/trace\")`) or a recorded file's `path`; each step routes by the next unseen step (in turn), and a mapper's window is the first `window` observed steps instead of an observation pass; refused beside `experts.routing`, `[adapters]` or a `static` replica (below, \"Expert traces\")",
+    },
+    KeyDoc {
+        key: "experts.streams",
+        default: "`per_replica`",
+        meaning: "where layer `l`'s mapper draws: `per_replica` (`expert_mapping/replica<r>/copy<c>/layer<l>`) or `shared` (`gem/mapper/layer<l>`, the gem family's names; one MoE replica of one EP copy)",
+    },
+    KeyDoc {
         key: "routing",
         default: "`{ kind = \"round_robin\" }`",
         meaning: "the router across replicas, by `kind`: `round_robin`, `least_outstanding` (fewest waiting + running), `least_loaded` (vLLM's `waiting_weight` (4) x waiting + `running_weight` (1) x running), `chimera` (`slack` required, `margin` 0.05, `semantic_router` `{ kind = \"noisy\", noise = 1.0 }` (its `noise`), `\"oracle\"` or `\"static\"`; below)",

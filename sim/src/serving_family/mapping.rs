@@ -6,7 +6,7 @@
 //! observed loads (eplb, gem) are given a window of observed routing steps of the replica and
 //! each GPU's MoE-layer latency curve at its own speed (`planning_costs`).
 
-use super::config::ServingScenario;
+use super::config::{MappingStreams, ServingScenario};
 use super::deployment::Deployment;
 use super::server::ServingServer;
 use super::step_cost::moe_layer_cost;
@@ -194,6 +194,16 @@ impl ExpertLayout {
         }
     }
 
+    /// Each slot of `layer`, GPU by GPU over every copy: its expert and how many slots of the
+    /// layer hold that expert (copies x its replicas in a copy).
+    pub fn layer_slots(&self, layer: usize) -> impl Iterator<Item = (usize, u32)> + '_ {
+        let per_layer = self.gpus() * self.slots_per_gpu;
+        let copies = self.copies as u32;
+        self.slots[layer * per_layer..][..per_layer]
+            .iter()
+            .map(move |s| (s.expert as usize, copies * s.replicas))
+    }
+
     /// The experts GPU `gpu` hosts on `layer`, slot by slot.
     pub fn hosted(&self, layer: usize, gpu: usize) -> Vec<usize> {
         let first = (layer * self.gpus() + gpu) * self.slots_per_gpu;
@@ -237,7 +247,10 @@ pub fn map_group(
 /// selectors, queue policy and router) and its copy's GPUs' `planning_costs`; each copy sees
 /// its share of the loads (over `copies`). A replica the observation pass gave no step keeps
 /// the linear layout. Layer `l` of copy `c` of replica `r` draws from
-/// `(seed, "expert_mapping/replica<r>/copy<c>/layer<l>")`.
+/// `(seed, "expert_mapping/replica<r>/copy<c>/layer<l>")` (`experts.streams = "shared"`:
+/// `(seed, "gem/mapper/layer<l>")`, the gem family's). With `experts.trace` there is no
+/// observation pass: every mapper is given the first `window` (at least 1) observed steps of
+/// the group's trace (`Deployment::expert_trace`), as the gem family's mapper is.
 pub fn replica_layouts(
     scenario: &ServingScenario,
     deployments: &[Deployment],
@@ -254,7 +267,8 @@ pub fn replica_layouts(
         return vec![None; scenario.replica_count()];
     }
     let window = scenario.expert_mapping.window();
-    let observed = if window > 0 {
+    // A trace's observed steps are the window: no observation pass.
+    let observed = if window > 0 && scenario.expert_trace.is_none() {
         let mut sink = DiscardRecords;
         let mut pass = ServingServer::observing(
             scenario,
@@ -283,36 +297,62 @@ pub fn replica_layouts(
             .expert_slots_per_gpu
             .expect("an MoE deployment has expert slots");
         let copies = r.gpus / ep;
+        // With a trace, every replica of the group maps the same window: its first `window`
+        // observed steps (at least one, as the gem family's mapper reads), and plans up to
+        // its busiest step.
+        let traced = deployment.expert_trace.as_ref().map(|(trace, observed)| {
+            let steps = 0..window.clamp(1, *observed);
+            let windows: Vec<Vec<f32>> = (0..layers)
+                .map(|l| trace.window(l, steps.clone()).to_vec())
+                .collect();
+            (windows, trace.max_step_total())
+        });
         for _ in 0..r.count {
             let replica = layouts.len();
-            if window > 0 && observed[replica].first().is_none_or(Vec::is_empty) {
+            if traced.is_none() && window > 0 && observed[replica].first().is_none_or(Vec::is_empty)
+            {
                 layouts.push(Some(Rc::new(ExpertLayout::linear(
                     layers, experts, ep, r.gpus,
                 ))));
                 continue;
             }
-            let windows: Vec<Vec<f32>> = if window > 0 {
-                observed[replica]
-                    .iter()
-                    .map(|w| w.iter().map(|&n| n / copies as f32).collect())
-                    .collect()
-            } else {
-                vec![Vec::new(); layers]
+            let of_copy = |w: &Vec<f32>| -> Vec<f32> {
+                if copies == 1 {
+                    w.clone()
+                } else {
+                    w.iter().map(|&n| n / copies as f32).collect()
+                }
             };
-            let busiest_step = windows
-                .iter()
-                .flat_map(|w| w.chunks(experts).map(|step| step.iter().sum::<f32>()))
-                .fold(1.0f32, f32::max);
-            let limit = (busiest_step.ceil() as usize).min(1 << 22);
+            let (windows, limit) = match &traced {
+                Some((windows, busiest)) => (
+                    windows.iter().map(of_copy).collect::<Vec<_>>(),
+                    ((busiest / copies as f64).ceil() as usize).min(1 << 22),
+                ),
+                None => {
+                    let windows: Vec<Vec<f32>> = if window > 0 {
+                        observed[replica].iter().map(of_copy).collect()
+                    } else {
+                        vec![Vec::new(); layers]
+                    };
+                    let busiest_step = windows
+                        .iter()
+                        .flat_map(|w| w.chunks(experts).map(|step| step.iter().sum::<f32>()))
+                        .fold(1.0f32, f32::max);
+                    (windows, (busiest_step.ceil() as usize).min(1 << 22))
+                }
+            };
             let mappings: Vec<Vec<LayerMapping>> = (0..copies)
                 .map(|copy| {
                     let costs =
                         planning_costs(&layer_cost, slots, &r.speeds[copy * ep..][..ep], limit);
                     map_group(mapper, experts, &windows, &costs, |layer| {
-                        stream(
-                            seed,
-                            &format!("expert_mapping/replica{replica}/copy{copy}/layer{layer}"),
-                        )
+                        let name = match scenario.expert_streams {
+                            MappingStreams::PerReplica => {
+                                format!("expert_mapping/replica{replica}/copy{copy}/layer{layer}")
+                            }
+                            MappingStreams::Shared => format!("gem/mapper/layer{layer}"),
+                        };
+                        stream(seed, &name)
                     })
                 })
                 .collect();

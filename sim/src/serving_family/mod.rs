@@ -335,7 +335,15 @@ pub fn serve<'a>(
     for g in 0..1 + scenario.other_groups.len() {
         let group_instance = if g == 0 { instance } else { None };
         match Deployment::new(&scenario.group(g), group_instance) {
-            Ok(d) => deployments.push(d),
+            Ok(mut d) => {
+                if let (Some(spec), Some(shape)) =
+                    (&scenario.expert_trace, scenario.group(g).model.experts())
+                {
+                    d.expert_trace =
+                        Some(spec.build(shape.n_layers, shape.n_experts, shape.top_k, seed));
+                }
+                deployments.push(d);
+            }
             Err(reason) => return Ok(table::failed(&TABLE, &reason)),
         }
     }

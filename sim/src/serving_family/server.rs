@@ -400,14 +400,18 @@ impl<'a> ServingServer<'a> {
                             ExpertRoutingTable::Affinity { .. } => &mut topics,
                             _ => &mut popularity,
                         };
-                        Some(ExpertRouter::new(
+                        let mut router = ExpertRouter::new(
                             &shape,
                             scenario.expert_routing,
                             scenario.n_topics,
                             Rc::clone(layout),
                             popularity,
                             stream(streams, &format!("expert_routing_{r}")),
-                        ))
+                        );
+                        if let Some((trace, observed)) = &deployment.expert_trace {
+                            router.replay(trace, *observed);
+                        }
+                        Some(router)
                     }
                     _ => None,
                 };

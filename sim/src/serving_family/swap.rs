@@ -57,6 +57,7 @@ mod tests {
             kv_tokens: 100_000,
             kv_blocks: 6_250,
             expert_slots_per_gpu: None,
+            expert_trace: None,
         };
         let swap = SwapTransfer::new(&GpuSpec::by_name("H100-SXM").unwrap(), &deployment);
         let mut work = StepWork::default();

@@ -1401,3 +1401,117 @@ rate_per_s = 1.0
     assert_eq!(value(&dense, "imbalance"), 1.0);
     assert_eq!(value(&dense, "load_cv"), 0.0);
 }
+
+/// Maps linearly and keeps every window it is given, layer by layer.
+#[derive(Default)]
+struct WindowRecorder(Vec<Vec<f32>>);
+
+impl crate::policies::mapping::ExpertMapper for WindowRecorder {
+    fn map_layer(
+        &mut self,
+        problem: &crate::policies::mapping::LayerProblem<'_>,
+        rng: &mut crate::rng::SimRng,
+    ) -> crate::policies::mapping::LayerMapping {
+        self.0.push(problem.window.to_vec());
+        Linear.map_layer(problem, rng)
+    }
+}
+
+const MIXTRAL_TRACE: &str = r#"
+[model]
+name = "mixtral-8x7b"
+[replica]
+gpu = "H100-SXM"
+gpus = 4
+tensor_parallel = 4
+expert_parallel = 4
+[experts]
+mapping = { kind = "eplb", window = 3 }
+trace = { observed_steps = 5, unseen_steps = 4, tokens_per_step = 256 }
+[workload]
+n_requests = 12
+prompt_tokens = { kind = "fixed", value = 300 }
+output_tokens = { kind = "fixed", value = 4 }
+[arrival]
+pattern = "offline"
+"#;
+
+#[test]
+fn a_trace_is_the_mappers_window_and_routes_the_steps() {
+    // The mapper is given the first `window` (3) observed steps of the run's trace, the one
+    // `(seed, "gem/trace")` draws, layer by layer: no observation pass (whose systematic
+    // sampling of uniform routing would give each expert 64 +- 1 of 512 assignments).
+    let s = scenario(MIXTRAL_TRACE).unwrap();
+    let spec = s.expert_trace.as_ref().expect("experts.trace is read");
+    let (trace, observed) = spec.build(32, 8, 2, 3);
+    assert_eq!((trace.n_steps(), observed), (9, 5));
+    let mut mapper = WindowRecorder::default();
+    let out = run_recorded(
+        &s,
+        3,
+        &mut Fifo::default(),
+        &mut Turns::default(),
+        &mut mapper,
+        &mut [],
+        None,
+        &mut DiscardRecords,
+        None,
+    )
+    .unwrap();
+    assert_eq!(mapper.0.len(), 32);
+    for (layer, window) in mapper.0.iter().enumerate() {
+        assert_eq!(
+            window.as_slice(),
+            trace.window(layer, 0..3),
+            "layer {layer}"
+        );
+    }
+    assert_eq!(value(&out, "completed"), 12.0);
+    // The steps route by the unseen steps' skewed counts (popularity, temporal experts), not
+    // uniformly: each layer's busiest expert is well above the mean.
+    let uniform = run(
+        &scenario(&MIXTRAL_TRACE.replace("trace = {", "# {")).unwrap(),
+        3,
+    );
+    assert!((value(&uniform, "imbalance") - 1.0).abs() < 0.05);
+    assert!(
+        value(&out, "imbalance") > 1.3,
+        "{}",
+        value(&out, "imbalance")
+    );
+    // The same seed gives the same run; another seed another trace.
+    let again = run(&s, 3);
+    assert_eq!(value(&again, "e2e_mean_ms"), value(&out, "e2e_mean_ms"));
+    assert_ne!(spec.build(32, 8, 2, 4).0, trace);
+}
+
+#[test]
+fn a_trace_is_refused_where_it_cannot_route() {
+    let refused = |from: &str, to: &str, key: &str| {
+        let e = scenario(&MIXTRAL_TRACE.replace(from, to)).unwrap_err();
+        assert_eq!(e.path, key, "{e:?}");
+    };
+    refused(
+        "[experts]\n",
+        "[experts]\nrouting = { kind = \"zipf\", exponent = 1.0 }\n",
+        "experts.routing",
+    );
+    refused(
+        "expert_parallel = 4\n",
+        "expert_parallel = 4\nmax_num_seqs = 8\nscheduler = { kind = \"static\" }\n",
+        "experts.trace",
+    );
+    refused(
+        "observed_steps = 5",
+        "observed_steps = 0",
+        "experts.trace.observed_steps",
+    );
+    // The mapper's window is at most the observed steps.
+    refused("window = 3", "window = 6", "experts.mapping.window");
+    // The gem family's stream names are one replica's.
+    let two = MIXTRAL_TRACE
+        .replace("gpus = 4\n", "gpus = 4\ncount = 2\n")
+        .replace("[experts]\n", "[experts]\nstreams = \"shared\"\n");
+    assert_eq!(scenario(&two).unwrap_err().path, "experts.streams");
+    assert!(scenario(&two.replace("count = 2\n", "")).is_ok());
+}

@@ -273,6 +273,84 @@ fn gem_mapping_is_the_same_in_the_serving_family() {
     }
 }
 
+/// GEM's headline cell as a serving preset (scenarios/gem/evaluation_serving.toml: Mixtral-8x22B
+/// on 4 H200s, GPU 0 at 0.88, GEM with 8 restarts here): with `experts.trace` the serving
+/// family's mapper reads the trace's observed steps (no observation pass) and with
+/// `experts.streams = "shared"` draws the gem family's streams, so its layout is the gem
+/// family's mapping, layer by layer, for the gem family's `factors = "clock"` (the serving
+/// family's speed factors are clock factors: gem-preset.md, gap 3). A second seed draws another
+/// trace and another mapping in both.
+#[test]
+fn gem_preset_maps_from_the_trace_as_the_gem_family_does() {
+    let gem_mapping = |seed: u64| {
+        let config: sim::gem::GemConfig = serde_json::from_value(json!({
+            "model": {"name": "mixtral-8x22b"},
+            "cluster": {"variability": "high", "factors": "clock"},
+            "workload": {"n_requests": 300},
+            "mapper": {"kind": "gem", "restarts": 8},
+        }))
+        .expect("the gem scenario parses");
+        let gem = config
+            .validate(Path::new("."), &mut LoadCache::default())
+            .expect("the gem scenario is valid");
+        let deployment = sim::gem::server::Deployment::new(&gem, seed);
+        let mut mapper = strategies::mapping::build(&gem.mapper);
+        deployment.map_layers(mapper.as_mut(), gem.mapper.window(), seed)
+    };
+    let preset = serving(json!({
+        "model": {"name": "mixtral-8x22b"},
+        "replica": {"gpu": "H200", "gpus": 4, "tensor_parallel": 4, "expert_parallel": 4,
+                    "speed_factors": [0.88, 1.0, 1.0, 1.0]},
+        "experts": {"mapping": {"kind": "gem", "restarts": 8}, "streams": "shared",
+                    "trace": {}},
+        "workload": {"n_requests": 300,
+                     "prompt_tokens": {"kind": "fixed", "value": 100},
+                     "output_tokens": {"kind": "fixed", "value": 10}},
+        "arrival": {"pattern": "offline"},
+    }));
+    let preset_layout = |seed: u64| {
+        let mut deployment = Deployment::new(&preset, None).expect("Mixtral-8x22B fits 4 H200s");
+        let shape = preset.model.experts().expect("an MoE model");
+        deployment.expert_trace = preset
+            .expert_trace
+            .as_ref()
+            .map(|t| t.build(shape.n_layers, shape.n_experts, shape.top_k, seed));
+        let mut queue = strategies::queue::build(&QueuePolicyConfig::Fcfs);
+        let mut router = strategies::routing::build(&RouterConfig::RoundRobin);
+        let mut mapper = strategies::mapping::build(&preset.expert_mapping);
+        let layouts = mapping::replica_layouts(
+            &preset,
+            std::slice::from_ref(&deployment),
+            seed,
+            mapper.as_mut(),
+            &mut [],
+            queue.as_mut(),
+            router.as_mut(),
+        );
+        layouts[0].clone().expect("an MoE replica has a layout")
+    };
+    let mut seen = Vec::new();
+    for seed in [1, 2] {
+        let expected = gem_mapping(seed);
+        let layout = preset_layout(seed);
+        for (layer, mapping) in expected.iter().enumerate() {
+            for (gpu, slots) in mapping.slots.iter().enumerate() {
+                assert_eq!(
+                    &layout.hosted(layer, gpu),
+                    slots,
+                    "seed {seed} layer {layer} gpu {gpu}"
+                );
+            }
+        }
+        assert!(
+            expected.iter().any(|m| m.slots[0] != vec![0, 1]),
+            "GEM moved an expert away from the linear layout"
+        );
+        seen.push(expected);
+    }
+    assert_ne!(seen[0], seen[1], "another seed, another trace and mapping");
+}
+
 /// The requests of a caps-family run: (id, batch) in finishing order, and each one's finish.
 #[derive(Default)]
 struct CapsRuns(Vec<(u64, u64)>, BTreeMap<u64, u64>);

@@ -2,7 +2,9 @@
 //! engine step. A synthetic generator (consistent experts, correlated temporal expert groups,
 //! per-layer popularity) and a text file format for recorded traces. A trace is split into the
 //! observed steps a mapper may read (its window is a prefix of them) and the unseen steps the
-//! serving simulation replays.
+//! serving simulation replays. `TraceSpec` is a scenario's trace (generated per seed from
+//! `(seed, "gem/trace")`, or loaded once); the gem family and the serving family's
+//! `experts.trace` route by it (docs/serving-family.md, "Expert traces").
 
 use crate::rng::SimRng;
 use rand::RngExt;
@@ -10,6 +12,7 @@ use rand::seq::SliceRandom;
 use rand_distr::{Distribution, LogNormal, StandardNormal};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Tokens per (step, layer, expert).
 #[derive(Clone, Debug, PartialEq)]
@@ -556,6 +559,115 @@ fn capped_fractions(weights: &[f64], cap: f64, out: &mut [f64]) {
         }
         if !changed {
             return;
+        }
+    }
+}
+
+/// Token-expert assignments one synthetic trace step may route: its f32 counts are exact to 2^24.
+const MAX_TRACE_ASSIGNMENTS: f64 = 16_777_216.0;
+
+/// Where a scenario's utilization trace comes from.
+#[derive(Clone, Debug)]
+pub enum TraceSpec {
+    /// Generated per run from the run's seed.
+    Synthetic(TraceParams),
+    /// Loaded once; steps `0..observed_steps` are observable, the rest unseen.
+    Recorded {
+        trace: Arc<ExpertTrace>,
+        observed_steps: usize,
+    },
+}
+
+impl TraceSpec {
+    /// The trace of `params` for a model of `n_layers` layers of `n_experts` experts, `top_k`
+    /// per token: the generator's (its fields checked), or the recorded file `params.path`
+    /// (relative to `base_dir`), which must have the model's layers and experts and leave an
+    /// unseen step. An error is `(field of the trace table, message)`.
+    pub fn resolve(
+        params: &TraceParams,
+        n_layers: usize,
+        n_experts: usize,
+        top_k: usize,
+        base_dir: &Path,
+    ) -> Result<TraceSpec, (&'static str, String)> {
+        params.check()?;
+        // The trace holds each step's routed tokens per expert as f32, exact to 2^24: a step
+        // routing more assignments than that cannot be recorded (and would only slow the run).
+        let assignments = params.tokens_per_step as f64 * top_k as f64;
+        if assignments > MAX_TRACE_ASSIGNMENTS {
+            return Err((
+                "tokens_per_step",
+                format!(
+                    "= {} routes {assignments} token-expert assignments per step at top-{top_k}, \
+                     above the {MAX_TRACE_ASSIGNMENTS} a trace step records exactly (f32 counts)",
+                    params.tokens_per_step
+                ),
+            ));
+        }
+        let Some(relative) = &params.path else {
+            return Ok(TraceSpec::Synthetic(TraceParams {
+                path: None,
+                ..params.clone()
+            }));
+        };
+        let path = base_dir.join(relative);
+        let trace = ExpertTrace::load(&path).map_err(|e| ("path", e.to_string()))?;
+        for (what, has, needs) in [
+            ("experts per layer", trace.n_experts(), n_experts),
+            ("layers", trace.n_layers(), n_layers),
+        ] {
+            if has != needs {
+                return Err((
+                    "path",
+                    format!(
+                        "{} has {has} {what} but the model has {needs}",
+                        path.display()
+                    ),
+                ));
+            }
+        }
+        if params.observed_steps >= trace.n_steps() {
+            return Err((
+                "observed_steps",
+                format!(
+                    "= {} leaves no unseen step in {} ({} steps)",
+                    params.observed_steps,
+                    path.display(),
+                    trace.n_steps()
+                ),
+            ));
+        }
+        Ok(TraceSpec::Recorded {
+            trace: Arc::new(trace),
+            observed_steps: params.observed_steps,
+        })
+    }
+
+    /// The run's trace and its observed steps: generated from `(seed, "gem/trace")` for a
+    /// model of `n_layers` layers of `n_experts` experts, `top_k` per token, or the recorded
+    /// one.
+    pub fn build(
+        &self,
+        n_layers: usize,
+        n_experts: usize,
+        top_k: usize,
+        seed: u64,
+    ) -> (Arc<ExpertTrace>, usize) {
+        match self {
+            TraceSpec::Synthetic(params) => {
+                let (trace, _) = generate(
+                    params,
+                    n_layers,
+                    n_experts,
+                    top_k,
+                    &mut crate::rng::stream(seed, "gem/trace"),
+                );
+                (Arc::new(trace), params.observed_steps)
+            }
+            TraceSpec::Recorded {
+                trace,
+                observed_steps,
+            } => (Arc::clone(trace), *observed_steps),
         }
     }
 }
