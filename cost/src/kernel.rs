@@ -1036,7 +1036,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn counts_summed_in_integers_are_the_group_sums() {
+    fn counts_tallied_on_the_lanes_are_the_group_sums() {
         // The tile test without the division agrees with it for every whole mean near 128.
         for groups in 1..=16i64 {
             for rows in 0..=4 * 128 * groups {

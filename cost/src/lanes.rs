@@ -277,7 +277,11 @@ pub(crate) mod avx {
         }
         #[inline(always)]
         fn ceil(self) -> Avx {
-            unsafe { Avx(_mm256_round_pd::<{ _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC }>(self.0)) }
+            unsafe {
+                Avx(_mm256_round_pd::<
+                    { _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC },
+                >(self.0))
+            }
         }
         // As signed 32-bit integers after flipping the top bit (exact), plus 2^31 (exact: a
         // whole number under 2^32).
@@ -319,18 +323,31 @@ mod tests {
         );
         assert!(!less.all());
         let whole = F64x4::new([0.0, 0.5, 1.0, 1e15 + 0.25]);
-        assert_eq!(lanes(whole.ceil()), [0.0, 1.0, 1.0, 1e15 + 1.0].map(f64::to_bits));
+        assert_eq!(
+            lanes(whole.ceil()),
+            [0.0, 1.0, 1.0, 1e15 + 1.0].map(f64::to_bits)
+        );
         let counts = [0, 1, u32::MAX, 1 << 31];
-        assert_eq!(lanes(F64x4::from_u32(counts)), counts.map(|c| f64::from(c).to_bits()));
+        assert_eq!(
+            lanes(F64x4::from_u32(counts)),
+            counts.map(|c| f64::from(c).to_bits())
+        );
         // The same on AVX lanes, where the CPU has AVX.
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx") {
             #[target_feature(enable = "avx")]
             fn on_avx(whole: F64x4, counts: [u32; 4]) -> (F64x4, F64x4) {
                 use avx::Avx;
-                (Avx::load(whole).ceil().store(), Avx::from_u32(counts).store())
+                (
+                    Avx::load(whole).ceil().store(),
+                    Avx::from_u32(counts).store(),
+                )
             }
-            for counts in [counts, [7, (1 << 31) - 1, 64, 129], [u32::MAX - 63, 3, 0, 0]] {
+            for counts in [
+                counts,
+                [7, (1 << 31) - 1, 64, 129],
+                [u32::MAX - 63, 3, 0, 0],
+            ] {
                 // SAFETY: the CPU has AVX.
                 let (ceiled, converted) = unsafe { on_avx(whole, counts) };
                 assert_eq!(lanes(ceiled), lanes(whole.ceil()));

@@ -18,8 +18,7 @@
 use crate::curve::CostCurve;
 use crate::gpu::{GpuSpec, LinkSpec};
 use crate::kernel::{
-    GroupSums, GroupedShape, KernelRates, KernelTime, LANES, LaneRates, LaneSums, LaneTally,
-    Timing,
+    GroupSums, GroupedShape, KernelRates, KernelTime, LANES, LaneRates, LaneSums, LaneTally, Timing,
 };
 use crate::kernel_timings::KernelTimings;
 use crate::lanes::{F64x4, Lanes};
@@ -863,9 +862,14 @@ mod tests {
                     let LaneTimes { nanos, rows } = m.counted_lanes(&rates, &counts).unwrap();
                     // All lane groups at once: AVX lanes where this CPU has AVX.
                     let mut all = Vec::new();
-                    let side_by_side: Vec<[u32; LANES]> = (0..counts.iter().map(|c| c.len()).max().unwrap())
-                        .map(|j| std::array::from_fn(|i| counts.get(i).and_then(|c| c.get(j)).copied().unwrap_or(0)))
-                        .collect();
+                    let side_by_side: Vec<[u32; LANES]> =
+                        (0..counts.iter().map(|c| c.len()).max().unwrap())
+                            .map(|j| {
+                                std::array::from_fn(|i| {
+                                    counts.get(i).and_then(|c| c.get(j)).copied().unwrap_or(0)
+                                })
+                            })
+                            .collect();
                     m.lane_times_all(&[rates], &[side_by_side.clone(), side_by_side], &mut all);
                     let bits =
                         |t: &LaneTimes| (t.nanos.map(f64::to_bits), t.rows.map(f64::to_bits));

@@ -39,6 +39,8 @@ pub struct ExpertLayout {
     /// Expert slots on each GPU (experts / EP, plus EPLB's redundant slots / EP).
     pub slots_per_gpu: usize,
     slots: Vec<Slot>,
+    /// One copy and no replicated expert: a slot's tokens are its expert's.
+    plain: bool,
 }
 
 /// `count` split over `parts`: what part `index` takes (the floor or the ceiling of
@@ -99,6 +101,7 @@ impl ExpertLayout {
             expert_parallel,
             copies,
             slots_per_gpu,
+            plain: copies == 1 && slots.iter().all(|s| s.replicas == 1),
             slots,
         }
     }
@@ -172,6 +175,11 @@ impl ExpertLayout {
         let copies = self.copies as u32;
         let (per_layer, start, len) = (self.gpus() * self.slots_per_gpu, gpus.start, gpus.len());
         let first = layer * per_layer + start * self.slots_per_gpu + slot;
+        if self.plain && len == N {
+            return std::array::from_fn(|i| {
+                per_expert[self.slots[first + i * self.slots_per_gpu].expert as usize]
+            });
+        }
         std::array::from_fn(|i| {
             if i >= len {
                 return 0;

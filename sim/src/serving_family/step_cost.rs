@@ -125,11 +125,22 @@ impl LaneRows for StepLaneRows<'_> {
             return;
         }
         let gpus = lanes.len();
-        let counts = gpu_counts(self.layout, copies, self.gpu_tokens, layer, per_expert, lanes);
+        let counts = gpu_counts(
+            self.layout,
+            copies,
+            self.gpu_tokens,
+            layer,
+            per_expert,
+            lanes,
+        );
         let longest = counts[..gpus].iter().map(|c| c.len()).max().unwrap_or(0);
         for j in 0..longest {
             tally.add(std::array::from_fn(|i| {
-                counts[..gpus].get(i).and_then(|c| c.get(j)).copied().unwrap_or(0)
+                counts[..gpus]
+                    .get(i)
+                    .and_then(|c| c.get(j))
+                    .copied()
+                    .unwrap_or(0)
             }));
         }
     }
