@@ -16,6 +16,7 @@ pub mod fidelity;
 pub mod fit;
 pub mod gpu;
 pub mod host;
+pub mod host_link;
 pub mod kernel;
 pub mod kernel_timings;
 pub mod lanes;

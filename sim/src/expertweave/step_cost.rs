@@ -16,7 +16,7 @@ use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 use crate::cost::roofline::{Roofline, StepRoofline, StepTokens};
 use crate::cost::shape::WeightDtype;
 use crate::policies::memory::InstancePlan;
-use crate::serving::{CostSource, StepBreakdown, StepCost, StepTime, StepWork};
+use crate::serving::{AdapterTokens, CostSource, StepBreakdown, StepCost, StepTime, StepWork};
 use crate::time::SimDuration;
 
 /// Kernels per transformer layer outside the routed experts and rerouting (norms, projections,
@@ -57,6 +57,9 @@ pub struct RooflineStepCost<'a> {
     weights: Vec<(f64, f64)>,
     /// Per device, (probability read, rows when read) of the weights it holds, reused.
     per_device: Vec<Vec<(f64, f64)>>,
+    /// The last step's tokens per adapter and its MoE layers' time, which is a function of
+    /// those alone: consecutive decode steps of an unchanged batch reuse it (the same bits).
+    last_moe: Option<(Vec<AdapterTokens>, f64)>,
 }
 
 impl<'a> RooflineStepCost<'a> {
@@ -99,27 +102,24 @@ impl<'a> RooflineStepCost<'a> {
             rerouting,
             weights: Vec::new(),
             per_device: vec![Vec::new(); devices.max(1) as usize],
+            last_moe: None,
         }
     }
-}
 
-impl StepCost for RooflineStepCost<'_> {
-    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
-        let tokens = step_tokens(work);
-        let dense = self.non_expert.price(&tokens);
-        let devices = self.instance.n_devices as f64;
+    /// Every MoE layer's time for a step whose sequences compute `adapters`' tokens.
+    fn moe_layers_ns(&mut self, adapters: &[AdapterTokens]) -> f64 {
         let use_adapters = self.instance.adapter_experts && self.instance.reroutes;
         let n_experts = self.popularity.n_experts();
         let n_devices = self.per_device.len();
         let mut moe_ns = 0.0;
         for layer in 0..self.moe_layers as usize {
             self.popularity
-                .expected_reads(layer, work.adapters, use_adapters, &mut self.weights);
+                .expected_reads(layer, adapters, use_adapters, &mut self.weights);
             // The device of expert `e`: its contiguous share of the experts (expert parallelism
             // over the instance's devices); an adapter's copy sits beside its base expert.
             let device_of = |e: usize| e * n_devices / n_experts;
             self.per_device.iter_mut().for_each(Vec::clear);
-            let copies = work.adapters.iter().flat_map(|a| {
+            let copies = adapters.iter().flat_map(|a| {
                 let tuned = self.popularity.tuned(a.adapter as usize, layer);
                 (0..n_experts).filter(move |&e| use_adapters && tuned[e])
             });
@@ -135,6 +135,23 @@ impl StepCost for RooflineStepCost<'_> {
             }
             moe_ns += moe.finish().nanos;
         }
+        moe_ns
+    }
+}
+
+impl StepCost for RooflineStepCost<'_> {
+    fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        let tokens = step_tokens(work);
+        let dense = self.non_expert.price(&tokens);
+        let devices = self.instance.n_devices as f64;
+        let moe_ns = match &self.last_moe {
+            Some((adapters, nanos)) if adapters.as_slice() == work.adapters => *nanos,
+            _ => {
+                let nanos = self.moe_layers_ns(work.adapters);
+                self.last_moe = Some((work.adapters.to_vec(), nanos));
+                nanos
+            }
+        };
         // Rerouting: per MoE layer its operators, each a launch plus the bytes it moves.
         let (mut reroute_ns, mut reroute_launch_ns) = (0.0, 0.0);
         if let Some(traffic) = &self.rerouting {
@@ -240,6 +257,48 @@ rerouting = "{rerouting}"
             .unwrap();
         assert_eq!((work.prefill_tokens, work.adapters.len()), (32, 3));
         cost.price(&work)
+    }
+
+    #[test]
+    fn a_step_reuses_the_moe_time_of_the_step_before_only_for_the_same_adapter_tokens() {
+        let s = scenario("fused");
+        let instance = InstancePlan {
+            adapters: vec![0, 1, 2],
+            reroutes: true,
+            adapter_experts: true,
+            n_devices: 2,
+            weight_bytes: 0,
+            kv: KvCapacity {
+                kv_bytes: 0,
+                kv_tokens: 1_000_000,
+                out_of_memory: false,
+            },
+        };
+        let popularity = Popularity::new(&s);
+        let tokens = |adapter, tokens| AdapterTokens { adapter, tokens };
+        let a = [tokens(0, 8), tokens(1, 3)];
+        let b = [tokens(0, 8), tokens(2, 3)];
+        let work = |adapters| StepWork {
+            requests: 11,
+            decode_tokens: 11,
+            adapters,
+            ..StepWork::default()
+        };
+        let fresh = |adapters| {
+            let mut cost = RooflineStepCost::new(&s, &instance, &popularity);
+            cost.price(&work(adapters)).breakdown.moe_ns
+        };
+        let mut cost = RooflineStepCost::new(&s, &instance, &popularity);
+        let first_a = cost.price(&work(&a)).breakdown.moe_ns;
+        let again_a = cost.price(&work(&a)).breakdown.moe_ns;
+        let then_b = cost.price(&work(&b)).breakdown.moe_ns;
+        assert_eq!(first_a.to_bits(), again_a.to_bits());
+        assert_ne!(first_a, then_b, "other adapters' copies are read");
+        assert_eq!(then_b.to_bits(), fresh(&b).to_bits());
+        assert_eq!(
+            cost.price(&work(&a)).breakdown.moe_ns.to_bits(),
+            fresh(&a).to_bits()
+        );
     }
 
     #[test]
