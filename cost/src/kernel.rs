@@ -290,15 +290,18 @@ impl LaneSums {
     }
 
     /// The counted groups of up to `LANES` GPUs, one lane each (`counts[i]`: the rows of each
-    /// expert GPU `i` holds, 0 where it does not run): `LaneCounts` of every count.
+    /// expert GPU `i` holds, 0 where it does not run): `LaneTally` of every count.
     #[inline]
     pub fn of_counts(counts: &[&[u32]]) -> LaneSums {
         assert!(counts.len() <= LANES, "at most {LANES} lanes");
-        let mut sums = LaneCounts::default();
-        for (lane, rows) in counts.iter().enumerate() {
-            sums.add_gpu(lane, rows.iter().copied());
+        let mut tally = LaneTally::<F64x4>::new();
+        let longest = counts.iter().map(|c| c.len()).max().unwrap_or(0);
+        for j in 0..longest {
+            tally.add(std::array::from_fn(|i| {
+                counts.get(i).and_then(|c| c.get(j)).copied().unwrap_or(0)
+            }));
         }
-        sums.finish()
+        tally.finish()
     }
 
     /// Each lane's rows.
@@ -308,68 +311,74 @@ impl LaneSums {
     }
 }
 
-/// Up to `LANES` GPUs' counted groups summed in integers, one lane each (`add` each GPU's rows
-/// per expert, `add_gpu`), then converted once (`finish`): `LaneSums::of` of `GroupSums::of_counts`.
-/// Every sum is a whole number far below 2^53, which the floating-point sums hold exactly in
-/// any order, so each lane has the same bits.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LaneCounts {
-    groups: [i64; LANES],
-    rows: [i64; LANES],
+/// Up to `LANES` GPUs' counted groups summed side by side on the lanes `L`, one group of each
+/// GPU at a time (`add`), then `finish`: `LaneSums::of` of each GPU's `GroupSums::of_counts`.
+/// A count is a whole number below 2^32, exact as an f64; a tile count is the ceiling of its
+/// quotient by a power of two (exact), a cluster count the ceiling of half of it; every sum is
+/// a whole number far below 2^53, exact in any order. So each lane has the bits of the scalar
+/// sums.
+#[derive(Clone, Copy)]
+pub struct LaneTally<L> {
+    groups: L,
+    rows: L,
     /// Per tile height (64, 128): M tiles and two-block clusters.
-    tiles: [[i64; LANES]; 2],
-    clusters: [[i64; LANES]; 2],
+    tiles: [L; 2],
+    clusters: [L; 2],
 }
 
-impl LaneCounts {
-    /// Adds GPU `lane`'s groups, `rows` per group (a group of 0 rows does not run), summed in
-    /// registers and added to the lane once.
+impl<L: Lanes> LaneTally<L> {
     #[inline(always)]
-    pub fn add_gpu(&mut self, lane: usize, rows: impl IntoIterator<Item = u32>) {
-        let [
-            mut groups,
-            mut total,
-            mut t64s,
-            mut t128s,
-            mut c64s,
-            mut c128s,
-        ] = [0i64; 6];
-        for n in rows {
-            let n = i64::from(n);
-            let (t64, t128) = ((n + 63) >> 6, (n + 127) >> 7);
-            groups += i64::from(n > 0);
-            total += n;
-            t64s += t64;
-            t128s += t128;
-            c64s += (t64 + 1) >> 1;
-            c128s += (t128 + 1) >> 1;
+    pub fn new() -> LaneTally<L> {
+        let zero = L::splat(0.0);
+        LaneTally {
+            groups: zero,
+            rows: zero,
+            tiles: [zero; 2],
+            clusters: [zero; 2],
         }
-        self.groups[lane] += groups;
-        self.rows[lane] += total;
-        self.tiles[0][lane] += t64s;
-        self.tiles[1][lane] += t128s;
-        self.clusters[0][lane] += c64s;
-        self.clusters[1][lane] += c128s;
+    }
+
+    /// Adds one group of each lane's GPU, `rows[i]` rows in lane `i` (a group of 0 rows does
+    /// not run).
+    #[inline(always)]
+    pub fn add(&mut self, rows: [u32; LANES]) {
+        let splat = L::splat;
+        let n = L::from_u32(rows);
+        let runs = n.simd_gt(splat(0.0)).bitselect(splat(1.0), splat(0.0));
+        self.groups = self.groups + runs;
+        self.rows = self.rows + n;
+        for (t, height) in [64.0, 128.0].into_iter().enumerate() {
+            let tiles = (n * splat(1.0 / height)).ceil();
+            self.tiles[t] = self.tiles[t] + tiles;
+            self.clusters[t] = self.clusters[t] + (tiles * splat(0.5)).ceil();
+        }
     }
 
     /// The lanes' sums.
     #[inline(always)]
-    pub fn finish(&self) -> LaneSums {
-        let field = |sums: &[i64; LANES], scale: i64| F64x4::new(sums.map(|x| (x * scale) as f64));
+    pub fn finish(self) -> LaneSums {
+        let splat = L::splat;
+        let groups = self.groups.store();
         LaneSums {
-            groups: field(&self.groups, 1),
-            rows: field(&self.rows, 1),
+            groups,
+            rows: self.rows.store(),
             // `rows / groups <= 128` without the division: exact for whole numbers (a mean
             // above 128 is at least 128 + 1/groups, far above 128's rounding).
-            small: F64x4::new(std::array::from_fn(|i| {
-                let small = self.rows[i] <= 128 * self.groups[i];
-                f64::from_bits(if small { u64::MAX } else { 0 })
-            })),
-            tiles: [field(&self.tiles[0], 1), field(&self.tiles[1], 1)],
-            padded_rows: [field(&self.tiles[0], 64), field(&self.tiles[1], 128)],
-            clusters: [field(&self.clusters[0], 1), field(&self.clusters[1], 1)],
-            empty: self.groups.map(|g| g == 0),
+            small: self.rows.simd_le(splat(128.0) * self.groups).store(),
+            tiles: self.tiles.map(L::store),
+            padded_rows: [
+                (self.tiles[0] * splat(64.0)).store(),
+                (self.tiles[1] * splat(128.0)).store(),
+            ],
+            clusters: self.clusters.map(L::store),
+            empty: groups.to_array().map(|g| g == 0.0),
         }
+    }
+}
+
+impl<L: Lanes> Default for LaneTally<L> {
+    fn default() -> Self {
+        LaneTally::new()
     }
 }
 
@@ -1027,7 +1036,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn counts_summed_in_integers_are_the_group_sums() {
+    fn counts_tallied_on_the_lanes_are_the_group_sums() {
         // The tile test without the division agrees with it for every whole mean near 128.
         for groups in 1..=16i64 {
             for rows in 0..=4 * 128 * groups {

@@ -83,6 +83,18 @@ impl F64x4 {
         self.map(f64::sqrt)
     }
 
+    /// Each lane rounded up to a whole number.
+    #[inline(always)]
+    pub fn ceil(self) -> F64x4 {
+        self.map(f64::ceil)
+    }
+
+    /// Four whole numbers, each exactly.
+    #[inline(always)]
+    pub fn from_u32(x: [u32; 4]) -> F64x4 {
+        F64x4(x.map(f64::from))
+    }
+
     #[inline(always)]
     pub fn as_array(&self) -> &[f64; 4] {
         &self.0
@@ -127,6 +139,10 @@ pub trait Lanes:
     /// Whether every lane of this mask is set (its sign bit).
     fn all(self) -> bool;
     fn sqrt(self) -> Self;
+    /// Each lane rounded up to a whole number (exact).
+    fn ceil(self) -> Self;
+    /// Four whole numbers, each exactly (`f64::from` per lane).
+    fn from_u32(x: [u32; 4]) -> Self;
 }
 
 impl Lanes for F64x4 {
@@ -169,6 +185,14 @@ impl Lanes for F64x4 {
     #[inline(always)]
     fn sqrt(self) -> F64x4 {
         F64x4::sqrt(self)
+    }
+    #[inline(always)]
+    fn ceil(self) -> F64x4 {
+        F64x4::ceil(self)
+    }
+    #[inline(always)]
+    fn from_u32(x: [u32; 4]) -> F64x4 {
+        F64x4::from_u32(x)
     }
 }
 
@@ -251,6 +275,27 @@ pub(crate) mod avx {
         fn sqrt(self) -> Avx {
             unsafe { Avx(_mm256_sqrt_pd(self.0)) }
         }
+        #[inline(always)]
+        fn ceil(self) -> Avx {
+            unsafe {
+                Avx(_mm256_round_pd::<
+                    { _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC },
+                >(self.0))
+            }
+        }
+        // As signed 32-bit integers after flipping the top bit (exact), plus 2^31 (exact: a
+        // whole number under 2^32).
+        #[inline(always)]
+        fn from_u32(x: [u32; 4]) -> Avx {
+            unsafe {
+                let x = _mm_set_epi32(x[3] as i32, x[2] as i32, x[1] as i32, x[0] as i32);
+                let flipped = _mm_xor_si128(x, _mm_set1_epi32(i32::MIN));
+                Avx(_mm256_add_pd(
+                    _mm256_cvtepi32_pd(flipped),
+                    _mm256_set1_pd(2147483648.0),
+                ))
+            }
+        }
     }
 }
 
@@ -277,6 +322,38 @@ mod tests {
             [1.0, -2.5, 7e-300, 0.1].map(f64::to_bits)
         );
         assert!(!less.all());
+        let whole = F64x4::new([0.0, 0.5, 1.0, 1e15 + 0.25]);
+        assert_eq!(
+            lanes(whole.ceil()),
+            [0.0, 1.0, 1.0, 1e15 + 1.0].map(f64::to_bits)
+        );
+        let counts = [0, 1, u32::MAX, 1 << 31];
+        assert_eq!(
+            lanes(F64x4::from_u32(counts)),
+            counts.map(|c| f64::from(c).to_bits())
+        );
+        // The same on AVX lanes, where the CPU has AVX.
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx") {
+            #[target_feature(enable = "avx")]
+            fn on_avx(whole: F64x4, counts: [u32; 4]) -> (F64x4, F64x4) {
+                use avx::Avx;
+                (
+                    Avx::load(whole).ceil().store(),
+                    Avx::from_u32(counts).store(),
+                )
+            }
+            for counts in [
+                counts,
+                [7, (1 << 31) - 1, 64, 129],
+                [u32::MAX - 63, 3, 0, 0],
+            ] {
+                // SAFETY: the CPU has AVX.
+                let (ceiled, converted) = unsafe { on_avx(whole, counts) };
+                assert_eq!(lanes(ceiled), lanes(whole.ceil()));
+                assert_eq!(lanes(converted), lanes(F64x4::from_u32(counts)));
+            }
+        }
         assert!(a.simd_le(a).all());
         assert!(!a.simd_gt(a).all() && a.simd_ge(a).all());
     }

@@ -18,7 +18,7 @@
 use crate::curve::CostCurve;
 use crate::gpu::{GpuSpec, LinkSpec};
 use crate::kernel::{
-    GroupSums, GroupedShape, KernelRates, KernelTime, LANES, LaneRates, LaneSums, Timing,
+    GroupSums, GroupedShape, KernelRates, KernelTime, LANES, LaneRates, LaneSums, LaneTally, Timing,
 };
 use crate::kernel_timings::KernelTimings;
 use crate::lanes::{F64x4, Lanes};
@@ -493,23 +493,35 @@ impl MoeLayerCost {
         out
     }
 
-    /// `lane_times` of every lane group of `sums` into `out` (`lane_times_with`).
-    pub fn lane_times_all(&self, rates: &[LaneRates], sums: &[LaneSums], out: &mut Vec<LaneTimes>) {
-        self.lane_times_with(rates, sums.len(), |i| sums[i], out);
+    /// `lane_times` of every lane group of `counts` (`counts[i][j]`: the rows of group `j` of
+    /// lane group `i`'s GPUs side by side) into `out` (`lane_times_with`).
+    pub fn lane_times_all(
+        &self,
+        rates: &[LaneRates],
+        counts: &[Vec<[u32; LANES]>],
+        out: &mut Vec<LaneTimes>,
+    ) {
+        struct Given<'a>(&'a [Vec<[u32; LANES]>]);
+        impl LaneRows for Given<'_> {
+            fn tally<L: Lanes>(&mut self, i: usize, tally: &mut LaneTally<L>) {
+                self.0[i].iter().for_each(|&rows| tally.add(rows));
+            }
+        }
+        self.lane_times_with(rates, counts.len(), &mut Given(counts), out);
     }
 
-    /// `lane_times` of `groups` lane groups into `out` (cleared first): group `i`'s sums from
-    /// `sums_of(i)` (called in order), at the lane rates `rates[i % rates.len()]` (a step's
-    /// layers one after another, each with the same lane groups). Where the CPU has AVX
-    /// (checked at run time) the lanes are one AVX register (`lanes::avx`), else `F64x4`: each
-    /// lane the same IEEE operations in the same order either way, so the same bits. A group's
-    /// sums go straight to its pricing, and no group's pricing waits for another's (one
-    /// group's divisions and roots overlap the next's).
-    pub fn lane_times_with(
+    /// `lane_times` of `groups` lane groups into `out` (cleared first): group `i`'s rows from
+    /// `rows.tally(i, ..)` (called in order), summed on the lanes, at the lane rates
+    /// `rates[i % rates.len()]` (a step's layers one after another, each with the same lane
+    /// groups). Where the CPU has AVX (checked at run time) the lanes are one AVX register
+    /// (`lanes::avx`), else `F64x4`: each lane the same IEEE operations in the same order
+    /// either way, so the same bits. A group's sums go straight to its pricing, and no group's
+    /// pricing waits for another's (one group's divisions and roots overlap the next's).
+    pub fn lane_times_with<R: LaneRows>(
         &self,
         rates: &[LaneRates],
         groups: usize,
-        mut sums_of: impl FnMut(usize) -> LaneSums,
+        rows: &mut R,
         out: &mut Vec<LaneTimes>,
     ) {
         out.clear();
@@ -517,10 +529,10 @@ impl MoeLayerCost {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx") {
             // SAFETY: the CPU has AVX.
-            unsafe { lane_times_avx(self, rates, groups, &mut sums_of, out) };
+            unsafe { lane_times_avx(self, rates, groups, rows, out) };
             return;
         }
-        lane_times_each::<F64x4, _>(self, rates, groups, &mut sums_of, out);
+        lane_times_each::<F64x4, _>(self, rates, groups, rows, out);
     }
 
     /// One GPU's cost from the kernel model's three kernels on its `sums` (GPU side): scaled
@@ -751,32 +763,41 @@ fn measured_grouped(
     found
 }
 
+/// The lane groups of a step, each as its GPUs' rows per group side by side, for
+/// `MoeLayerCost::lane_times_with`.
+pub trait LaneRows {
+    /// Adds lane group `i`'s groups to `tally`, one group of each GPU at a time (0 rows where
+    /// a GPU has fewer groups).
+    fn tally<L: Lanes>(&mut self, i: usize, tally: &mut LaneTally<L>);
+}
+
 /// `MoeLayerCost::lane_times_with`'s loop on the lanes `L`.
 #[inline(always)]
-fn lane_times_each<L: Lanes, F: FnMut(usize) -> LaneSums>(
+fn lane_times_each<L: Lanes, R: LaneRows>(
     cost: &MoeLayerCost,
     rates: &[LaneRates],
     groups: usize,
-    sums_of: &mut F,
+    rows: &mut R,
     out: &mut Vec<LaneTimes>,
 ) {
     for (i, rates) in (0..groups).zip(rates.iter().cycle()) {
-        let sums = sums_of(i);
-        out.push(cost.lane_times_in::<L>(rates, &sums));
+        let mut tally = LaneTally::<L>::new();
+        rows.tally(i, &mut tally);
+        out.push(cost.lane_times_in::<L>(rates, &tally.finish()));
     }
 }
 
 /// `lane_times_each` on AVX lanes, compiled with AVX enabled (call only where the CPU has it).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
-fn lane_times_avx<F: FnMut(usize) -> LaneSums>(
+fn lane_times_avx<R: LaneRows>(
     cost: &MoeLayerCost,
     rates: &[LaneRates],
     groups: usize,
-    sums_of: &mut F,
+    rows: &mut R,
     out: &mut Vec<LaneTimes>,
 ) {
-    lane_times_each::<crate::lanes::avx::Avx, F>(cost, rates, groups, sums_of, out);
+    lane_times_each::<crate::lanes::avx::Avx, R>(cost, rates, groups, rows, out);
 }
 
 #[cfg(test)]
@@ -841,8 +862,15 @@ mod tests {
                     let LaneTimes { nanos, rows } = m.counted_lanes(&rates, &counts).unwrap();
                     // All lane groups at once: AVX lanes where this CPU has AVX.
                     let mut all = Vec::new();
-                    let sums = LaneSums::of_counts(&counts);
-                    m.lane_times_all(&[rates], &[sums, sums], &mut all);
+                    let side_by_side: Vec<[u32; LANES]> =
+                        (0..counts.iter().map(|c| c.len()).max().unwrap())
+                            .map(|j| {
+                                std::array::from_fn(|i| {
+                                    counts.get(i).and_then(|c| c.get(j)).copied().unwrap_or(0)
+                                })
+                            })
+                            .collect();
+                    m.lane_times_all(&[rates], &[side_by_side.clone(), side_by_side], &mut all);
                     let bits =
                         |t: &LaneTimes| (t.nanos.map(f64::to_bits), t.rows.map(f64::to_bits));
                     for t in &all {

@@ -16,6 +16,7 @@ use crate::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
 use crate::records::DiscardRecords;
 use crate::rng::{SimRng, stream};
 use crate::serving::{QueuePolicy, Router};
+use std::ops::Range;
 use std::rc::Rc;
 
 /// One expert slot of a GPU: the expert, which of its replicas inside the copy this is and how
@@ -38,6 +39,8 @@ pub struct ExpertLayout {
     /// Expert slots on each GPU (experts / EP, plus EPLB's redundant slots / EP).
     pub slots_per_gpu: usize,
     slots: Vec<Slot>,
+    /// One copy and no replicated expert: a slot's tokens are its expert's.
+    plain: bool,
 }
 
 /// `count` split over `parts`: what part `index` takes (the floor or the ceiling of
@@ -98,6 +101,7 @@ impl ExpertLayout {
             expert_parallel,
             copies,
             slots_per_gpu,
+            plain: copies == 1 && slots.iter().all(|s| s.replicas == 1),
             slots,
         }
     }
@@ -156,6 +160,40 @@ impl ExpertLayout {
                 let in_copy = share(per_expert[slot.expert as usize], copies, copy);
                 share(in_copy, slot.replicas, slot.rank)
             })
+    }
+
+    /// Slot `slot`'s tokens of each GPU in `gpus` (at most `N`) on `layer`, side by side (0
+    /// past `gpus`): `slot_tokens`' entry `slot` of each.
+    #[inline(always)]
+    pub fn slot_tokens_side_by_side<const N: usize>(
+        &self,
+        layer: usize,
+        per_expert: &[u32],
+        gpus: Range<usize>,
+        slot: usize,
+    ) -> [u32; N] {
+        let copies = self.copies as u32;
+        let (per_layer, start, len) = (self.gpus() * self.slots_per_gpu, gpus.start, gpus.len());
+        let first = layer * per_layer + start * self.slots_per_gpu + slot;
+        if self.plain && len == N {
+            return std::array::from_fn(|i| {
+                per_expert[self.slots[first + i * self.slots_per_gpu].expert as usize]
+            });
+        }
+        std::array::from_fn(|i| {
+            if i >= len {
+                return 0;
+            }
+            let gpu = start + i;
+            let copy = if copies == 1 {
+                0
+            } else {
+                (gpu / self.expert_parallel) as u32
+            };
+            let slot = &self.slots[first + i * self.slots_per_gpu];
+            let in_copy = share(per_expert[slot.expert as usize], copies, copy);
+            share(in_copy, slot.replicas, slot.rank)
+        })
     }
 
     /// The tokens each slot of GPU `gpu` holding `expert` on `layer` computes when the expert

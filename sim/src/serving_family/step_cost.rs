@@ -24,9 +24,10 @@ use super::mapping::ExpertLayout;
 use super::swap::SwapTransfer;
 use crate::cost::gpu::LinkSpec;
 use crate::cost::host::HostOverhead;
-use crate::cost::kernel::{LANES, LaneCounts, LaneRates, LaneSums, Timing};
+use crate::cost::kernel::{LANES, LaneRates, LaneTally, Timing};
+use crate::cost::lanes::Lanes;
 use crate::cost::measured_steps::{MeasuredDenseStep, OpSources};
-use crate::cost::moe_layer::{LaneTimes, MoeLayerCost, SpeedFactors};
+use crate::cost::moe_layer::{LaneRows, LaneTimes, MoeLayerCost, SpeedFactors};
 use crate::cost::roofline::{
     ElementwiseKernels, Roofline, StepRoofline, StepTokens, TensorParallel,
 };
@@ -85,27 +86,64 @@ fn gpu_counts<'a>(
     std::array::from_fn(|i| tokens[i].as_slice())
 }
 
-/// The group sums of the GPUs in `lanes` on `layer` (`gpu_counts` summed).
-#[inline(always)]
-fn lane_sums(
-    layout: &ExpertLayout,
-    copies: &[CopyTokens],
-    tokens: &mut [Vec<u32>; LANES],
+/// A step's lane groups for `MoeLayerCost::lane_times_with`: every MoE layer's lane groups in
+/// turn, each GPU's rows per expert slot (then per hosted adapter copy) side by side.
+struct StepLaneRows<'a> {
+    layout: &'a ExpertLayout,
+    /// Per MoE layer, the adapter copies' tokens.
+    copies: &'a [Vec<CopyTokens>],
+    gpu_tokens: &'a mut [Vec<u32>; LANES],
+    lane_ranges: &'a [Range<usize>],
+    /// The step's tokens per expert, `layers x experts`.
+    per_expert: &'a [u32],
+    /// The layer and lane group of the next `tally` (called in order).
     layer: usize,
-    per_expert: &[u32],
-    lanes: Range<usize>,
-) -> LaneSums {
-    if !copies.is_empty() {
+    group: usize,
+}
+
+impl LaneRows for StepLaneRows<'_> {
+    #[inline(always)]
+    fn tally<L: Lanes>(&mut self, _: usize, tally: &mut LaneTally<L>) {
+        if self.group == self.lane_ranges.len() {
+            (self.layer, self.group) = (self.layer + 1, 0);
+        }
+        let (layer, lanes) = (self.layer, self.lane_ranges[self.group].clone());
+        self.group += 1;
+        let experts = self.layout.n_experts;
+        let per_expert = &self.per_expert[layer * experts..][..experts];
+        let copies = &self.copies[layer];
+        if copies.is_empty() {
+            // Each GPU's slots straight into the lanes.
+            for slot in 0..self.layout.slots_per_gpu {
+                tally.add(self.layout.slot_tokens_side_by_side(
+                    layer,
+                    per_expert,
+                    lanes.clone(),
+                    slot,
+                ));
+            }
+            return;
+        }
         let gpus = lanes.len();
-        let counts = gpu_counts(layout, copies, tokens, layer, per_expert, lanes);
-        return LaneSums::of_counts(&counts[..gpus]);
+        let counts = gpu_counts(
+            self.layout,
+            copies,
+            self.gpu_tokens,
+            layer,
+            per_expert,
+            lanes,
+        );
+        let longest = counts[..gpus].iter().map(|c| c.len()).max().unwrap_or(0);
+        for j in 0..longest {
+            tally.add(std::array::from_fn(|i| {
+                counts[..gpus]
+                    .get(i)
+                    .and_then(|c| c.get(j))
+                    .copied()
+                    .unwrap_or(0)
+            }));
+        }
     }
-    // No adapter copies: each GPU's slots straight into the sums.
-    let mut sums = LaneCounts::default();
-    for (lane, g) in lanes.enumerate() {
-        sums.add_gpu(lane, layout.slot_tokens(layer, per_expert, g));
-    }
-    sums.finish()
 }
 
 /// A replica's step cost.
@@ -496,20 +534,19 @@ impl ReplicaStepCost {
                     lane_times,
                     ..
                 } = &mut *moe;
-                let per_layer = lane_ranges.len();
-                let (mut layer, mut group) = (0, 0);
+                let mut rows = StepLaneRows {
+                    layout,
+                    copies,
+                    gpu_tokens,
+                    lane_ranges,
+                    per_expert: routed.per_expert,
+                    layer: 0,
+                    group: 0,
+                };
                 cost.lane_times_with(
                     lane_rates,
-                    n_layers * per_layer,
-                    |_| {
-                        if group == per_layer {
-                            (layer, group) = (layer + 1, 0);
-                        }
-                        let lanes = lane_ranges[group].clone();
-                        group += 1;
-                        let per_expert = &routed.per_expert[layer * experts..][..experts];
-                        lane_sums(layout, &copies[layer], gpu_tokens, layer, per_expert, lanes)
-                    },
+                    n_layers * lane_ranges.len(),
+                    &mut rows,
                     lane_times,
                 );
             }
