@@ -262,7 +262,7 @@ fn profile_scaled_by_1000(dir: &Path) -> std::path::PathBuf {
 fn the_probe_warns_when_the_profile_does_not_describe_the_device() {
     let dir = tempfile::tempdir().unwrap();
     let profile = profile_scaled_by_1000(dir.path());
-    let set = format!("execution.profile=\"{}\"", profile.display());
+    let set = format!("replica.scheduler.profile=\"{}\"", profile.display());
     let out = dir.path().join("warned");
     let output = expertsim()
         .args([
@@ -456,7 +456,7 @@ fn caps_runs_live_through_the_step_cost_seam() {
     );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("fidelity.json")).unwrap()).unwrap();
-    assert_eq!(report["family"], "caps");
+    assert_eq!(report["family"], "serving");
     assert_eq!(report["decisions"]["identical"], true);
     let steps = report["steps"].as_array().unwrap();
     // One step per batch: as many steps as the decision log has batches.

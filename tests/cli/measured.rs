@@ -59,7 +59,7 @@ fn gem_and_caps_price_mixtral_experts_from_the_a100_staircase() {
             &[
                 "workload.n_requests=60",
                 "arrival.rate_per_s=40",
-                "scheduler.selector.kind=fcfs",
+                "replica.batch_former.kind=fcfs",
             ][..],
             1,
         ),
@@ -171,8 +171,8 @@ fn a_bad_measured_set_is_refused_naming_the_field() {
         ),
         (
             "scenarios/caps/measured-a100.toml",
-            "execution.measured=vidur/b200",
-            &["field `execution.measured`", "no measured profile set"][..],
+            "replica.measured=vidur/b200",
+            &["field `replica.measured`", "no measured profile set"][..],
         ),
         (
             "scenarios/chimera/measured-a100.toml",
@@ -194,8 +194,8 @@ fn a_bad_measured_set_is_refused_naming_the_field() {
         ),
         (
             "scenarios/caps/measured-a100.toml",
-            "execution.profile=l4_qwen1.5-moe-a2.7b",
-            &["field `execution.measured`", "second cost source"][..],
+            "replica.scheduler.profile=l4_qwen1.5-moe-a2.7b",
+            &["field `replica.measured`", "second cost source"][..],
         ),
         (
             "scenarios/mosaic/measured-a100.toml",
