@@ -94,7 +94,7 @@ fn littles_law_holds_on_a_loaded_batched_run() {
     let text = r#"name = "little"
 family = "serving"
 [model]
-name = "qwen1.5-moe-a2.7b"
+name = "qwen1.5-moe-a2.7b-nf4"
 [replica]
 gpu = "L4"
 max_num_seqs = 8

@@ -231,12 +231,7 @@ fn quick_caps_run_writes_results_and_figures() {
             "every request is served"
         );
         assert_eq!(cell["cost_model"], "analytic-roofline");
-        assert!(
-            cell["runs"][0]["scalars"]["e2e_p99_ms"]
-                .as_f64()
-                .unwrap()
-                > 0.0
-        );
+        assert!(cell["runs"][0]["scalars"]["e2e_p99_ms"].as_f64().unwrap() > 0.0);
     }
     for name in ["p99_vs_rate.png", "p99_vs_rate.svg"] {
         let bytes = std::fs::read(out.join("figures").join(name)).unwrap();
@@ -419,7 +414,8 @@ fn a_profile_is_found_by_name_and_an_unknown_name_is_refused() {
     assert_eq!(output.status.code(), Some(2));
     let err = stderr(&output);
     assert!(
-        err.contains("replica.scheduler.profile") && err.contains("no profile named `no_such_profile`"),
+        err.contains("replica.scheduler.profile")
+            && err.contains("no profile named `no_such_profile`"),
         "{err}"
     );
 }
