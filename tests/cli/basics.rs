@@ -77,7 +77,7 @@ fn top_k_above_expert_count_is_refused() {
 #[test]
 fn negative_rate_is_refused() {
     let text = SMALL.replace("rate_per_s = 100", "rate_per_s = -5");
-    assert_refused(&text, Some(13), &["arrival.rate_per_s", "positive", "-5"]);
+    assert_refused(&text, Some(15), &["arrival.rate_per_s", "positive", "-5"]);
 }
 
 #[test]
@@ -85,7 +85,7 @@ fn unknown_strategy_kind_lists_the_known_ones() {
     let text = SMALL.replace("kind = \"greedy_variance\"", "kind = \"fastest\"");
     assert_refused(
         &text,
-        Some(16),
+        Some(20),
         &[
             "replica.batch_former",
             "fastest",
@@ -105,7 +105,7 @@ fn missing_trace_file_is_refused() {
     );
     assert_refused(
         &text,
-        Some(13),
+        Some(15),
         &["arrival.trace.path", "no/such/trace.csv"],
     );
 }
@@ -113,7 +113,7 @@ fn missing_trace_file_is_refused() {
 #[test]
 fn bad_swept_value_points_at_the_sweep_key() {
     let text = format!("{SMALL}\n[sweep]\n\"arrival.rate_per_s\" = [100, -1]\n");
-    assert_refused(&text, Some(23), &["arrival.rate_per_s", "sweep cell"]);
+    assert_refused(&text, Some(27), &["arrival.rate_per_s", "sweep cell"]);
 }
 
 #[test]
@@ -211,7 +211,7 @@ fn quick_caps_run_writes_results_and_figures() {
     assert!(output.status.success(), "{}", stderr(&output));
     let table = String::from_utf8_lossy(&output.stdout);
     assert!(
-        table.contains("greedy_variance") && table.contains("e2e_p99_ms_vs_base"),
+        table.contains("greedy_variance") && table.contains("ttft_p99_ms_vs_base"),
         "{table}"
     );
     // One seed gives no confidence interval: the column says "-", not a zero-width interval.
@@ -374,7 +374,7 @@ fn a_missing_family_is_refused_with_the_families_and_a_line() {
         Some(1),
         &[
             "field `family`",
-            "caps, gem, mosaic, chimera, expertweave, serving",
+            "gem, mosaic, chimera, expertweave, serving",
         ],
     );
 }
@@ -399,12 +399,10 @@ fn every_shipped_scenario_validates() {
 #[test]
 fn a_profile_is_found_by_name_and_an_unknown_name_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let named = SMALL
-        .replace(
-            "preset = \"qwen1.5-moe-a2.7b\"",
-            "preset = \"qwen1.5-moe-a2.7b-nf4\"",
-        )
-        .replace("gpu = \"L4\"", "profile = \"l4_qwen1.5-moe-a2.7b\"");
+    let named = SMALL.replace(
+        "pricing = \"cv\" }",
+        "pricing = \"cv\", profile = \"l4_qwen1.5-moe-a2.7b\" }",
+    );
     let path = write_scenario(dir.path(), &named);
     let output = expertsim(&["validate", path.to_str().unwrap()]);
     assert!(output.status.success(), "{}", stderr(&output));

@@ -258,7 +258,7 @@ fn metric_figures_carry_axis_labels_legend_title_and_caption() {
         "no caption"
     );
     assert!(
-        text.contains("P99 latency: change vs fcfs (%)"),
+        text.contains("P99 end-to-end latency: change vs fcfs (%)"),
         "no improvement row"
     );
     assert!(text.contains("improvement over fcfs (%)"));

@@ -79,7 +79,7 @@ fn live_refuses_the_serving_family_before_probing() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("live mode does not run the serving family"),
+        stderr.contains("live mode runs the serving family's CAPS preset only"),
         "{stderr}"
     );
     assert!(output.stdout.is_empty(), "nothing before the refusal");

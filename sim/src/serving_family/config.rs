@@ -779,6 +779,14 @@ impl ServingScenario {
     /// record's step source; a static replica's pricing: its own source; else the analytic
     /// roofline).
     pub fn cost_model(&self) -> &'static str {
+        // One static replica group priced by an execution model: its profile's source, as the
+        // caps family named it (`measured-operations` for a measured set).
+        if let (true, Some(model)) = (
+            self.other_groups.is_empty(),
+            self.replica.static_cost.as_ref().and_then(|c| c.model()),
+        ) {
+            return model.source();
+        }
         self.groups()
             .map(|(_, r)| match (&r.static_cost, &r.measured) {
                 (Some(cost), _) => cost.cost_source(),
