@@ -227,7 +227,7 @@ fn quick_caps_run_writes_results_and_figures() {
     assert_eq!(cells.len(), 16);
     for cell in cells {
         assert_eq!(
-            cell["runs"][0]["details"]["n_requests"], 500,
+            cell["runs"][0]["scalars"]["completed"], 500.0,
             "every request is served"
         );
         assert_eq!(cell["cost_model"], "analytic-roofline");
