@@ -270,7 +270,7 @@ mod tests {
             "scenarios/live/caps.toml",
             &[
                 "workload.n_requests=3",
-                "workload.prompt_tokens={ median = 24, sigma = 0.4, max = 50 }",
+                "workload.prompt_tokens={ kind = \"log_normal\", median = 24, sigma = 0.4, max = 50 }",
             ],
         );
         let sampling = for_scenario(&scenario).unwrap();
