@@ -179,7 +179,7 @@ family_of() {
 # The profile key (table.key) a family prices its steps from.
 profile_key_of() {
     case "$1" in
-    caps) echo execution.profile ;;
+    serving) echo replica.scheduler.profile ;;
     gem) echo model.profile ;;
     expertweave) echo cost.profile ;;
     mosaic) echo serving.profile ;;

@@ -6,7 +6,8 @@
 //! same staircase step), and batch sizes from 1 to the largest batch. No other context, no
 //! rerouting.
 //!
-//! - CAPS: a batch's prefill holds at most `min(max_batch_size, n_requests)` prompts of at
+//! - CAPS (the serving preset's static replica priced from expected routing): a batch's
+//!   prefill holds at most `min(replica.max_num_seqs, n_requests)` prompts of at
 //!   most the prompt distribution's `max` (or the trace's longest prompt) tokens, and every
 //!   expert receives at most every token once; decode and head batches hold at most that
 //!   many requests.
@@ -27,6 +28,7 @@ use sim::arrivals::ArrivalSpec;
 use sim::cost::shape::{DenseModelShape, MoeModelShape};
 use sim::gem::config::TraceSpec;
 use sim::scenario::Scenario;
+use sim::serving_family::config::LengthSpec;
 
 /// What a calibration for one scenario measures.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,31 +76,44 @@ pub fn dense_models(scenario: &Scenario) -> Option<Vec<DenseModelShape>> {
 /// The sampling for `scenario`, or why it has none (families whose steps are not priced by a
 /// MoE profile).
 pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
-    if let Some(s) = scenario.get::<sim::caps::CapsScenario>() {
-        {
-            let prompt_max = match &s.arrival {
-                ArrivalSpec::Trace { trace, .. } => trace
-                    .rows()
-                    .iter()
-                    .map(|r| r.prompt_tokens.unwrap_or(s.workload.prompt_tokens.max))
-                    .max()
-                    .unwrap_or(s.workload.prompt_tokens.max),
-                _ => s.workload.prompt_tokens.max,
-            } as usize;
-            let batch = (s.scheduler.max_batch_size as u64).min(s.workload.n_requests) as usize;
-            Ok(ScenarioSampling {
-                shape: s.shape.clone(),
-                max_tokens: batch * prompt_max,
-                max_batch: batch,
-                tensor_parallel: 1,
-                gemm_widths: vec![],
-                reroute_adapters: None,
-                derivation: format!(
-                    "CAPS: {batch} requests per batch (max_batch_size, n_requests) x {prompt_max} \
-                     prompt tokens at most"
-                ),
-            })
-        }
+    if let Some(s) = scenario.get::<sim::serving_family::ServingScenario>() {
+        // The CAPS preset: one static replica whose batches are priced by an MoE profile.
+        let (Some(shape), Some(_)) = (
+            s.model.experts(),
+            s.replica.static_cost.as_ref().and_then(|c| c.model()),
+        ) else {
+            return Err(
+                "a serving scenario is priced by a MoE profile only on a static replica with \
+                 replica.scheduler.pricing = \"expected_routing\", \"cv\" or \"straggler\""
+                    .into(),
+            );
+        };
+        let dist_max = |spec: &LengthSpec| match spec {
+            LengthSpec::Distribution(lengths) => lengths.max(),
+            LengthSpec::Trace => 1,
+        };
+        let prompt_max = match &s.arrival {
+            ArrivalSpec::Trace { trace, .. } => trace
+                .rows()
+                .iter()
+                .map(|r| r.prompt_tokens.unwrap_or(dist_max(&s.prompt_tokens)))
+                .max()
+                .unwrap_or(dist_max(&s.prompt_tokens)),
+            _ => dist_max(&s.prompt_tokens),
+        } as usize;
+        let batch = s.replica.max_num_seqs.min(s.requests()).max(1);
+        Ok(ScenarioSampling {
+            shape,
+            max_tokens: batch * prompt_max,
+            max_batch: batch,
+            tensor_parallel: 1,
+            gemm_widths: vec![],
+            reroute_adapters: None,
+            derivation: format!(
+                "CAPS preset: {batch} requests per batch (replica.max_num_seqs, n_requests) x \
+                 {prompt_max} prompt tokens at most"
+            ),
+        })
     } else if let Some(s) = scenario.get::<sim::gem::GemScenario>() {
         {
             let sequences = s.serving.max_num_seqs.min(s.n_requests).max(1);
@@ -255,7 +270,7 @@ mod tests {
             "scenarios/live/caps.toml",
             &[
                 "workload.n_requests=3",
-                "workload.prompt_tokens={ median = 24, sigma = 0.4, max = 50 }",
+                "workload.prompt_tokens={ kind = \"log_normal\", median = 24, sigma = 0.4, max = 50 }",
             ],
         );
         let sampling = for_scenario(&scenario).unwrap();

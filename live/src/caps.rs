@@ -1,7 +1,9 @@
-//! CAPS in live mode, through the serving layer's step-cost seam: the CAPS server (queue,
-//! trigger/tick loop, selector as the replica's batch former) runs unchanged, and each static
-//! batch, one step of the replica, is priced by a [`LiveStep`] that predicts with the scenario's
-//! own step cost and measures the batch on the kernels ([`BatchMeasure`]): per layer the dense
+//! CAPS in live mode: the serving simulator's CAPS preset (a `static` replica whose batches are
+//! priced from their expected routing, `replica.scheduler.pricing`) runs unchanged through the
+//! serving layer's step-cost seam (`sim::serving_family::serve` with one step cost for the
+//! replica), and each static batch, one step of the replica, is priced by a [`LiveStep`] that
+//! predicts with the scenario's own pricing and measures the batch on the kernels
+//! ([`BatchMeasure`]): per layer the dense
 //! part over the prompt tokens and the MoE layer on the batch's token-to-expert assignment (its
 //! expected prefill routing rounded to whole tokens), the output head, then every decode pass
 //! the same on the decode routing.
@@ -10,11 +12,13 @@ use crate::device::{Kernels, round_counts};
 use crate::step::{LiveSession, LiveStep, Measure};
 use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
-use sim::caps::CapsScenario;
-use sim::caps::run::{batch_of, simulate_on, step_executor};
+use sim::metrics::RunOutput;
 use sim::policies::Policies;
+use sim::policies::memory::AdapterMemory;
+use sim::recorder::replica::step_of;
 use sim::records::{RecordSink, RequestRecord};
-use sim::serving::StepWork;
+use sim::serving::{StepCost, StepWork};
+use sim::serving_family::ServingScenario;
 
 /// Runs one CAPS batch on the kernels.
 struct BatchMeasure;
@@ -60,7 +64,7 @@ pub struct BatchLog {
 
 impl RecordSink for BatchLog {
     fn record(&mut self, record: &RequestRecord<'_>) {
-        let b = batch_of(record) as usize;
+        let b = step_of(record) as usize;
         if self.batches.len() <= b {
             self.batches.resize(b + 1, Vec::new());
         }
@@ -81,38 +85,96 @@ impl BatchLog {
     }
 }
 
+/// Whether live mode runs `scenario`: one static replica of an MoE model whose batches are
+/// priced from their expected routing (the CAPS preset), or why not.
+pub fn check(scenario: &ServingScenario) -> Result<(), LiveError> {
+    let priced = scenario
+        .replica
+        .static_cost
+        .as_ref()
+        .is_some_and(|c| c.model().is_some());
+    if priced && scenario.replica_count() == 1 && scenario.model.experts().is_some() {
+        Ok(())
+    } else {
+        Err(LiveError::Unsupported(
+            "live mode runs the serving family's CAPS preset only: one static replica \
+             (replica.count = 1) of an MoE model, replica.scheduler.pricing = \
+             \"expected_routing\", \"cv\" or \"straggler\" (scenarios/live/caps.toml); the \
+             continuous kinds' step cost (sim::serving_family::step_cost) has no live wrapper \
+             yet: simulate them with `expertsim run`"
+                .into(),
+        ))
+    }
+}
+
+/// One seed of `scenario` served with its replica's steps priced by `cost` (`None`: its own
+/// pricing), the records to `log`.
+fn serve(
+    scenario: &ServingScenario,
+    seed: u64,
+    policies: &dyn Policies,
+    cost: Option<Box<dyn StepCost + '_>>,
+    log: &mut BatchLog,
+) -> Result<RunOutput, LiveError> {
+    let queue = &mut *policies.queue_policy(&scenario.queue);
+    let router = &mut *policies.router(&scenario.router);
+    let mapper = &mut *policies.expert_mapper(&scenario.expert_mapping);
+    let mut selectors = scenario.batch_selectors(policies);
+    let mut memory = scenario
+        .adapters
+        .as_ref()
+        .map(|a| policies.adapter_memory(&a.memory));
+    let plan = sim::serving_family::plan(
+        scenario,
+        memory.as_mut().map(|m| &mut **m as &mut dyn AdapterMemory),
+    )
+    .map_err(LiveError::Unsupported)?;
+    sim::serving_family::serve(
+        scenario,
+        seed,
+        queue,
+        router,
+        mapper,
+        &mut selectors,
+        plan.as_ref(),
+        log,
+        None,
+        cost.map(|c| vec![c]),
+    )
+    .map_err(LiveError::Unsupported)
+}
+
 /// One seed of `scenario` simulated, then live on `kernels`.
 pub fn run(
-    scenario: &CapsScenario,
+    scenario: &ServingScenario,
     seed: u64,
     policies: &dyn Policies,
     kernels: &mut Kernels,
     clock: Clock,
 ) -> Result<FamilyRun, LiveError> {
+    check(scenario)?;
+    let pricing = scenario
+        .replica
+        .static_cost
+        .as_ref()
+        .expect("check found the replica's pricing");
     let mut simulated_log = BatchLog::default();
-    let simulated = simulate_on(
-        scenario,
-        seed,
-        policies.batch_selector(&scenario.selector).as_mut(),
-        &mut step_executor(scenario, seed).0,
-        &mut simulated_log,
-    );
+    let simulated = serve(scenario, seed, policies, None, &mut simulated_log)?;
     let session = LiveSession::new(kernels, clock);
     let mut live_log = BatchLog::default();
-    let mut live_cost = LiveStep::new(
+    let live_cost = LiveStep::new(
         "batch",
-        step_executor(scenario, seed).0,
+        pricing.step_cost(sim::rng::stream(seed, "service")),
         BatchMeasure,
         session.clone(),
     );
-    let live = simulate_on(
+    let live = serve(
         scenario,
         seed,
-        policies.batch_selector(&scenario.selector).as_mut(),
-        &mut live_cost,
+        policies,
+        Some(Box::new(live_cost)),
         &mut live_log,
-    );
-    drop(live_cost);
+    )?;
     let session = std::rc::Rc::try_unwrap(session)
         .ok()
         .expect("the live run's step cost is dropped")
@@ -120,8 +182,8 @@ pub fn run(
     let (steps, _) = session.finish()?;
     Ok(FamilyRun {
         steps,
-        simulated: sim::caps::run_output(&simulated),
-        live: sim::caps::run_output(&live),
+        simulated,
+        live,
         decisions: Decisions::compare(
             "the requests of every batch, in batch order",
             simulated_log.into_lines(),

@@ -3,7 +3,8 @@
 //! `expertsim run`, while each step is executed on the kernels (CPU references or CUDA) and
 //! timed. The fidelity report sets every step's predicted time beside its measured time.
 //!
-//! Families: Chimera (`chimera`), GEM (`gem`), CAPS (`caps`), MOSAIC (`mosaic`, whose model
+//! Families: Chimera (`chimera`), GEM (`gem`), the serving family's CAPS preset (`serving`, a
+//! static replica priced from expected routing: `caps`), MOSAIC (`mosaic`, whose model
 //! loads are device copies beside the steps) and ExpertWeave (`expertweave`), through the serving
 //! layer's one step-cost seam `sim::serving::step::StepCost`, wrapped once by `step::LiveStep`.
 //!
@@ -171,22 +172,21 @@ pub struct LiveReport {
 type LiveRunner =
     fn(&Scenario, u64, &dyn Policies, &mut Kernels, Clock) -> Result<FamilyRun, LiveError>;
 
-/// A family's place in live mode: its runner, or why it has none (refused before the device
-/// opens, exit code 2).
+/// Whether live mode runs a cell of a family that it runs only in part (refused before the
+/// device opens, exit code 2).
+type LiveCheck = fn(&Scenario) -> Result<(), LiveError>;
+
+/// A family's place in live mode: its runner, for every cell or for the cells its check takes.
 #[derive(Clone, Copy)]
 enum LiveFamily {
     Runs(LiveRunner),
-    Refused(&'static str),
+    RunsChecked(LiveCheck, LiveRunner),
 }
 
 /// Live mode's runner for each registered family (`sim::registry::FAMILIES`), by name. A family's
 /// live module lives here because it launches kernels, which `sim` does not know; a test holds
 /// that every registered family has its line.
 const LIVE_FAMILIES: &[(&str, LiveFamily)] = &[
-    (
-        "caps",
-        LiveFamily::Runs(|s, seed, p, k, clock| caps::run(cell(s), seed, p, k, clock)),
-    ),
     (
         "gem",
         LiveFamily::Runs(|s, seed, p, k, clock| gem::run(cell(s), seed, p, k, clock)),
@@ -203,12 +203,14 @@ const LIVE_FAMILIES: &[(&str, LiveFamily)] = &[
         "expertweave",
         LiveFamily::Runs(|s, seed, p, k, clock| expertweave::run(cell(s), seed, p, k, clock)),
     ),
-    ("serving", LiveFamily::Refused(SERVING_NOT_LIVE)),
+    (
+        "serving",
+        LiveFamily::RunsChecked(
+            |s| caps::check(cell(s)),
+            |s, seed, p, k, clock| caps::run(cell(s), seed, p, k, clock),
+        ),
+    ),
 ];
-
-/// Why live mode refuses a serving scenario (exit code 2).
-const SERVING_NOT_LIVE: &str = "live mode does not run the serving family yet: its step cost \
-     (sim::serving_family::step_cost) has no live wrapper; simulate it with `expertsim run`";
 
 /// The cell of `scenario` as its family's scenario type (the runner is looked up by the
 /// scenario's own family, so the type always matches).
@@ -223,7 +225,7 @@ fn live_runner(scenario: &Scenario) -> Result<LiveRunner, LiveError> {
     let name = scenario.family().name();
     match LIVE_FAMILIES.iter().find(|(family, _)| *family == name) {
         Some((_, LiveFamily::Runs(runner))) => Ok(*runner),
-        Some((_, LiveFamily::Refused(reason))) => Err(LiveError::Unsupported(reason.to_string())),
+        Some((_, LiveFamily::RunsChecked(check, runner))) => check(scenario).map(|_| *runner),
         None => Err(LiveError::Unsupported(format!(
             "the {name} family has no live mode"
         ))),

@@ -244,8 +244,9 @@ pub fn scenario_profile(plan: &ScenarioPlan) -> Result<Option<PathBuf>, LiveErro
         .find(|(key, _)| key == field)
         .map(|(_, value)| value.clone());
     let value = from_cell.or_else(|| {
-        let (table, key) = field.split_once('.')?;
-        plan.document.get(table)?.get(key).cloned()
+        let mut keys = field.split('.');
+        let top = plan.document.get(keys.next()?)?;
+        keys.try_fold(top, |table, key| table.get(key)).cloned()
     });
     let Some(value) = value else {
         return Ok(None);

@@ -5,7 +5,6 @@
 //! defined here.
 
 pub mod arrivals;
-pub mod caps;
 pub mod chimera;
 pub mod expertweave;
 pub mod family;

@@ -1,67 +1,61 @@
-//! Checks of the engine against queueing theory: with batch size 1 and FCFS order the CAPS server
-//! is a single-server queue, so its mean waiting time must match the M/M/1 and M/D/1 closed
-//! forms; and Little's law must hold on a loaded batched run.
+//! Checks of the engine against queueing theory, on the serving simulator's `static` replica
+//! (the CAPS preset's scheduler loop): with batches of one, a window of one and oldest-first
+//! selection it is a single-server FCFS queue, so its mean waiting time must match the M/M/1
+//! and M/D/1 closed forms (`replica.scheduler.pricing = "exponential"` / `"constant"`); and
+//! Little's law must hold on a loaded batched run.
 
-use crate::caps::metrics::RunMetrics;
-use crate::caps::run::simulate;
-use crate::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use crate::metrics::RunOutput;
+use crate::policies::batch::BatchSelector;
 use crate::records::DiscardRecords;
-use crate::rng::SimRng;
 use crate::scenario::load_str;
+use crate::serving_family::ServingScenario;
+use crate::serving_family::tests::{Fifo, Linear, OldestFirst, Turns};
 use std::path::Path;
 
-/// Oldest-first selection, so this module needs nothing from the strategies crate.
-struct OldestFirst;
-impl BatchSelector for OldestFirst {
-    fn select(
-        &mut self,
-        window: &CandidateWindow<'_>,
-        selection: &mut BatchSelection,
-        _: &mut SimRng,
-    ) {
-        for idx in 0..window.len() {
-            if selection.is_full() {
-                break;
-            }
-            if !selection.is_chosen(idx) {
-                selection.add(window, idx);
-            }
-        }
-    }
+fn run(text: &str, seed: u64) -> RunOutput {
+    let plan = load_str(Path::new("queueing.toml"), text, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let Some(scenario) = plan.cells[0].scenario.get::<ServingScenario>() else {
+        panic!("the queueing checks are serving scenarios")
+    };
+    let mut selectors: Vec<Box<dyn BatchSelector>> = vec![Box::new(OldestFirst)];
+    crate::serving_family::run_recorded(
+        scenario,
+        seed,
+        &mut Fifo::default(),
+        &mut Turns::default(),
+        &mut Linear,
+        &mut selectors,
+        None,
+        &mut DiscardRecords,
+        None,
+    )
+    .expect("no file to write")
 }
 
-fn run(text: &str, seed: u64) -> RunMetrics {
-    let plan = load_str(Path::new("queueing.toml"), text, &[]).unwrap_or_else(|e| panic!("{e}"));
-    let Some(scenario) = plan.cells[0].scenario.get::<crate::caps::CapsScenario>() else {
-        panic!("the queueing checks are CAPS scenarios")
-    };
-    simulate(scenario, seed, &mut OldestFirst, &mut DiscardRecords).0
+fn value(out: &RunOutput, name: &str) -> f64 {
+    out.scalar(name)
+        .unwrap_or_else(|| panic!("no metric {name}"))
 }
 
 /// A single-server FCFS queue: Poisson arrivals at `rate`, one request per batch, dispatched the
-/// moment the server is free.
-fn single_server(rate: f64, service_model: &str, service_ms: f64, n: u64) -> String {
+/// moment the server is free, each batch priced by the queueing reference `pricing`.
+fn single_server(rate: f64, pricing: &str, service_ms: f64, n: u64) -> String {
     format!(
         r#"name = "single-server"
-family = "caps"
+family = "serving"
 [model]
-n_layers = 1
-n_experts = 4
-top_k = 1
+name = "qwen1.5-moe-a2.7b-nf4"
+[replica]
+gpu = "L4"
+max_num_seqs = 1
+scheduler = {{ kind = "static", window_size = 1, min_batch_trigger = 1, pricing = "{pricing}", service_ms = {service_ms} }}
 [workload]
 n_requests = {n}
+prompt_tokens = {{ kind = "fixed", value = 16 }}
+output_tokens = {{ kind = "fixed", value = 1 }}
 [arrival]
 pattern = "poisson"
 rate_per_s = {rate}
-[scheduler]
-max_batch_size = 1
-window_size = 1
-min_batch_trigger = 1
-[execution]
-model = "{service_model}"
-service_ms = {service_ms}
-[metrics]
-queue_sample_interval_ms = 0
 "#
     )
 }
@@ -69,64 +63,64 @@ queue_sample_interval_ms = 0
 #[test]
 fn mm1_mean_wait_matches_closed_form() {
     // lambda = 50/s, mu = 100/s, rho = 0.5: Wq = rho / (mu - lambda) = 10 ms.
-    let metrics = run(&single_server(50.0, "exponential", 10.0, 400_000), 11);
+    let out = run(&single_server(50.0, "exponential", 10.0, 400_000), 11);
     let expected_ms = 0.5 / (100.0 - 50.0) * 1e3;
-    let got = metrics.queue_wait.mean_ms;
+    let got = value(&out, "queueing_mean_ms");
     assert!(
         (got - expected_ms).abs() / expected_ms < 0.02,
         "M/M/1 Wq = {got:.4} ms, closed form {expected_ms} ms"
     );
     // Sojourn time W = 1 / (mu - lambda) = 20 ms.
-    assert!(
-        (metrics.latency.mean_ms - 20.0).abs() / 20.0 < 0.02,
-        "M/M/1 W = {}",
-        metrics.latency.mean_ms
-    );
+    let sojourn = value(&out, "e2e_mean_ms");
+    assert!((sojourn - 20.0).abs() / 20.0 < 0.02, "M/M/1 W = {sojourn}");
 }
 
 #[test]
 fn md1_mean_wait_matches_closed_form() {
     // Pollaczek-Khinchine with deterministic service: Wq = rho / (2 mu (1 - rho)) = 5 ms.
-    let metrics = run(&single_server(50.0, "constant", 10.0, 400_000), 12);
+    let out = run(&single_server(50.0, "constant", 10.0, 400_000), 12);
     let expected_ms = 0.5 / (2.0 * 100.0 * 0.5) * 1e3;
-    let got = metrics.queue_wait.mean_ms;
+    let got = value(&out, "queueing_mean_ms");
     assert!(
         (got - expected_ms).abs() / expected_ms < 0.02,
         "M/D/1 Wq = {got:.4} ms, closed form {expected_ms} ms"
     );
     // Deterministic service: every sojourn is the wait plus exactly 10 ms.
-    assert!((metrics.latency.mean_ms - got - 10.0).abs() < 1e-6);
+    assert!((value(&out, "e2e_mean_ms") - got - 10.0).abs() < 1e-6);
 }
 
 #[test]
 fn littles_law_holds_on_a_loaded_batched_run() {
     let text = r#"name = "little"
-family = "caps"
+family = "serving"
+[model]
+name = "qwen1.5-moe-a2.7b-nf4"
+[replica]
+gpu = "L4"
+max_num_seqs = 8
+scheduler = { kind = "static", loads = "experts", pricing = "cv" }
+[experts]
+routing = { kind = "affinity", concentration = 0.3, purity = 0.8 }
 [workload]
 n_requests = 3000
+prompt_tokens = { kind = "log_normal", median = 128, sigma = 0.6, max = 2048 }
+output_tokens = { kind = "log_normal", median = 16, sigma = 0.6, max = 256 }
 [arrival]
 pattern = "bursty"
 rate_per_s = 150
-[execution]
-model = "cv"
-gpu = "L4"
-[metrics]
-queue_sample_interval_ms = 0
 "#;
-    let m = run(text, 5);
-    assert_eq!(m.n_requests, 3000);
-    // L_q = lambda W_q over the whole sample path: the time integral of the queue depth equals the
-    // sum of the waits, so mean depth x makespan = n x mean wait (up to the histogram-free exact
-    // sums both sides use).
-    let lhs = m.queue_depth_mean * m.makespan_s;
-    let rhs = m.n_requests as f64 * m.queue_wait.mean_ms * 1e-3;
+    let out = run(text, 5);
+    let n = value(&out, "completed");
+    assert_eq!(n, 3000.0);
+    // L_q = lambda W_q over the whole sample path: the time integral of the queue depth equals
+    // the sum of the waits, so mean depth x makespan = n x mean wait (up to the histogram-free
+    // exact sums both sides use).
+    let depth = value(&out, "queue_depth_mean");
+    let lhs = depth * value(&out, "makespan_s");
+    let rhs = n * value(&out, "queueing_mean_ms") * 1e-3;
     assert!(
         (lhs - rhs).abs() / rhs < 1e-6,
         "L x T = {lhs}, n x Wq = {rhs}"
     );
-    assert!(
-        m.queue_depth_mean > 1.0,
-        "the run is loaded: mean queue depth {}",
-        m.queue_depth_mean
-    );
+    assert!(depth > 1.0, "the run is loaded: mean queue depth {depth}");
 }

@@ -9,13 +9,36 @@ use crate::family::{FamilyId, RegisteredFamily};
 
 /// Every family the simulator knows, in the order `expertsim` lists them.
 pub static FAMILIES: &[&dyn RegisteredFamily] = &[
-    &crate::caps::Caps,
     &crate::gem::Gem,
     &crate::mosaic::Mosaic,
     &crate::chimera::Chimera,
     &crate::expertweave::ExpertWeave,
     &crate::serving_family::Serving,
 ];
+
+/// Families that became presets of the serving simulator, and what a scenario file of one
+/// writes instead (its error when it still names the old family).
+pub const RETIRED: &[(&str, &str)] = &[("caps", CAPS_MOVED)];
+
+/// The caps family's keys as the serving simulator's CAPS preset spells them
+/// (docs/unified-model-changes/caps-preset.md; scenarios/caps/evaluation_serving.toml).
+pub const CAPS_MOVED: &str = "the caps family is now a preset of the serving simulator: write \
+family = \"serving\" (scenarios/caps/evaluation_serving.toml is the CAPS evaluation). Keys: \
+[model] preset -> [model] name (n_layers, n_experts, top_k as before); [scheduler] \
+max_batch_size -> replica.max_num_seqs, selector -> replica.batch_former, window_size, \
+min_batch_trigger, scheduling_interval_ms, seed_with_oldest -> [replica.scheduler] with kind = \
+\"static\", loads = \"experts\", streams = \"shared\"; [execution] model -> \
+replica.scheduler.pricing (grouped = \"expected_routing\", cv, straggler, constant, \
+exponential), gpu -> replica.gpu, profile -> replica.scheduler.profile, measured -> \
+replica.measured, sensitivity and service_ms -> replica.scheduler.*; [workload] \
+affinity_concentration, topic_purity, prediction_noise -> [experts] routing = { kind = \
+\"affinity\", concentration, purity, prediction_noise }, prompt_tokens and output_tokens -> { \
+kind = \"log_normal\", median, sigma, max } (defaults were median 128 sigma 0.6 max 2048 and \
+median 16 sigma 0.6 max 256), and one_token_stream = true; [metrics] \
+queue_sample_interval_ms -> (none: queue_depth_mean/max are exact); [output] per_request_csv \
+-> [output] per_request_csv. Metrics: latency_* -> e2e_*, queue_wait_* -> queueing_*, \
+mean_batch_time_ms -> mean_step_ms, utilization -> replica_utilization; sweep and figure keys \
+likewise (scheduler.selector.kind -> replica.batch_former.kind)";
 
 /// The registered family called `name`.
 pub fn family(name: &str) -> Option<FamilyId> {
@@ -40,6 +63,9 @@ impl<'de> serde::Deserialize<'de> for FamilyId {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let name = String::deserialize(deserializer)?;
         family(&name).ok_or_else(|| {
+            if let Some((_, moved)) = RETIRED.iter().find(|(retired, _)| *retired == name) {
+                return serde::de::Error::custom(moved);
+            }
             let names: Vec<&str> = FAMILIES.iter().map(|f| f.name()).collect();
             serde::de::Error::custom(format!(
                 "unknown family `{name}`, expected one of `{}`",
@@ -189,7 +215,7 @@ mod tests {
     /// scenario loader and the runner do for `FAMILIES`.
     #[test]
     fn a_toy_family_is_reached_through_one_registration_line() {
-        static WITH_TOY: &[&dyn RegisteredFamily] = &[&crate::caps::Caps, &toy::Toy];
+        static WITH_TOY: &[&dyn RegisteredFamily] = &[&crate::gem::Gem, &toy::Toy];
         assert!(named_in(FAMILIES, "toy").is_none());
         let family = named_in(WITH_TOY, "toy").expect("the toy is registered");
         assert_eq!(family.name(), "toy");

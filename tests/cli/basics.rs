@@ -7,31 +7,52 @@ use std::path::Path;
 
 /// A small valid scenario; `patch` replaces one line of it.
 const SMALL: &str = r#"name = "small"
-family = "caps"
+family = "serving"
 seeds = [7]
 
 [model]
-preset = "qwen1.5-moe-a2.7b"
+name = "qwen1.5-moe-a2.7b-nf4"
 
 [workload]
 n_requests = 200
+prompt_tokens = { kind = "log_normal", median = 128, sigma = 0.6, max = 2048 }
+output_tokens = { kind = "log_normal", median = 16, sigma = 0.6, max = 256 }
 
 [arrival]
 pattern = "bursty"
 rate_per_s = 100
 
-[scheduler]
-selector = { kind = "greedy_variance" }
-
-[execution]
-model = "cv"
+[replica]
 gpu = "L4"
+max_num_seqs = 8
+batch_former = { kind = "greedy_variance" }
+scheduler = { kind = "static", loads = "experts", pricing = "cv" }
+
+[experts]
+routing = { kind = "affinity", concentration = 0.3, purity = 0.8 }
 "#;
 
 #[test]
 fn unknown_field_is_refused_with_its_line() {
     let text = SMALL.replace("n_requests = 200", "n_requests = 200\nn_requestz = 5");
     assert_refused(&text, Some(10), &["n_requestz", "unknown field"]);
+}
+
+/// The caps family became the serving simulator's CAPS preset: a file that still names it is
+/// refused with the keys to write instead.
+#[test]
+fn the_retired_caps_family_is_refused_naming_the_new_keys() {
+    let text = SMALL.replace("family = \"serving\"", "family = \"caps\"");
+    assert_refused(
+        &text,
+        Some(2),
+        &[
+            "preset of the serving simulator",
+            "replica.batch_former",
+            "replica.scheduler.pricing",
+            "e2e_*",
+        ],
+    );
 }
 
 #[test]
@@ -43,8 +64,8 @@ fn wrong_type_is_refused_with_its_line() {
 #[test]
 fn top_k_above_expert_count_is_refused() {
     let text = SMALL.replace(
-        "preset = \"qwen1.5-moe-a2.7b\"",
-        "preset = \"qwen1.5-moe-a2.7b\"\ntop_k = 61",
+        "name = \"qwen1.5-moe-a2.7b-nf4\"",
+        "name = \"qwen1.5-moe-a2.7b-nf4\"\ntop_k = 61",
     );
     assert_refused(
         &text,
@@ -56,7 +77,7 @@ fn top_k_above_expert_count_is_refused() {
 #[test]
 fn negative_rate_is_refused() {
     let text = SMALL.replace("rate_per_s = 100", "rate_per_s = -5");
-    assert_refused(&text, Some(13), &["arrival.rate_per_s", "positive", "-5"]);
+    assert_refused(&text, Some(15), &["arrival.rate_per_s", "positive", "-5"]);
 }
 
 #[test]
@@ -64,9 +85,9 @@ fn unknown_strategy_kind_lists_the_known_ones() {
     let text = SMALL.replace("kind = \"greedy_variance\"", "kind = \"fastest\"");
     assert_refused(
         &text,
-        Some(16),
+        Some(20),
         &[
-            "scheduler.selector",
+            "replica.batch_former",
             "fastest",
             "fcfs",
             "greedy_variance",
@@ -84,7 +105,7 @@ fn missing_trace_file_is_refused() {
     );
     assert_refused(
         &text,
-        Some(13),
+        Some(15),
         &["arrival.trace.path", "no/such/trace.csv"],
     );
 }
@@ -92,7 +113,7 @@ fn missing_trace_file_is_refused() {
 #[test]
 fn bad_swept_value_points_at_the_sweep_key() {
     let text = format!("{SMALL}\n[sweep]\n\"arrival.rate_per_s\" = [100, -1]\n");
-    assert_refused(&text, Some(23), &["arrival.rate_per_s", "sweep cell"]);
+    assert_refused(&text, Some(27), &["arrival.rate_per_s", "sweep cell"]);
 }
 
 #[test]
@@ -125,7 +146,7 @@ fn same_scenario_and_seed_give_identical_result_files() {
     let path = write_scenario(
         dir.path(),
         &format!(
-            "{SMALL}\n[sweep]\n\"scheduler.selector.kind\" = [\"fcfs\", \"random\", \"power_of_d\"]\n"
+            "{SMALL}\n[sweep]\n\"replica.batch_former.kind\" = [\"fcfs\", \"random\", \"power_of_d\"]\n"
         ),
     );
     let mut outputs = Vec::new();
@@ -190,7 +211,7 @@ fn quick_caps_run_writes_results_and_figures() {
     assert!(output.status.success(), "{}", stderr(&output));
     let table = String::from_utf8_lossy(&output.stdout);
     assert!(
-        table.contains("greedy_variance") && table.contains("latency_p99_ms_vs_base"),
+        table.contains("greedy_variance") && table.contains("ttft_p99_ms_vs_base"),
         "{table}"
     );
     // One seed gives no confidence interval: the column says "-", not a zero-width interval.
@@ -206,16 +227,11 @@ fn quick_caps_run_writes_results_and_figures() {
     assert_eq!(cells.len(), 16);
     for cell in cells {
         assert_eq!(
-            cell["runs"][0]["details"]["n_requests"], 500,
+            cell["runs"][0]["scalars"]["completed"], 500.0,
             "every request is served"
         );
         assert_eq!(cell["cost_model"], "analytic-roofline");
-        assert!(
-            cell["runs"][0]["scalars"]["latency_p99_ms"]
-                .as_f64()
-                .unwrap()
-                > 0.0
-        );
+        assert!(cell["runs"][0]["scalars"]["e2e_p99_ms"].as_f64().unwrap() > 0.0);
     }
     for name in ["p99_vs_rate.png", "p99_vs_rate.svg"] {
         let bytes = std::fs::read(out.join("figures").join(name)).unwrap();
@@ -280,7 +296,7 @@ fn list_names_every_option_a_scenario_can_name() {
         ),
         (
             "family",
-            &["caps", "gem", "mosaic", "chimera", "expertweave", "serving"],
+            &["gem", "mosaic", "chimera", "expertweave", "serving"],
         ),
         ("model", &["llama-2-7b", "mixtral-8x7b", "esft-vanilla-16b"]),
         ("gpu", &["H100-SXM", "A100-80GB", "L4", "Ascend-910B"]),
@@ -352,13 +368,13 @@ fn a_run_that_fails_exits_3_naming_its_cause() {
 
 #[test]
 fn a_missing_family_is_refused_with_the_families_and_a_line() {
-    let text = SMALL.replace("family = \"caps\"\n", "");
+    let text = SMALL.replace("family = \"serving\"\n", "");
     assert_refused(
         &text,
         Some(1),
         &[
             "field `family`",
-            "caps, gem, mosaic, chimera, expertweave, serving",
+            "gem, mosaic, chimera, expertweave, serving",
         ],
     );
 }
@@ -383,12 +399,10 @@ fn every_shipped_scenario_validates() {
 #[test]
 fn a_profile_is_found_by_name_and_an_unknown_name_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let named = SMALL
-        .replace(
-            "preset = \"qwen1.5-moe-a2.7b\"",
-            "preset = \"qwen1.5-moe-a2.7b-nf4\"",
-        )
-        .replace("gpu = \"L4\"", "profile = \"l4_qwen1.5-moe-a2.7b\"");
+    let named = SMALL.replace(
+        "pricing = \"cv\" }",
+        "pricing = \"cv\", profile = \"l4_qwen1.5-moe-a2.7b\" }",
+    );
     let path = write_scenario(dir.path(), &named);
     let output = expertsim(&["validate", path.to_str().unwrap()]);
     assert!(output.status.success(), "{}", stderr(&output));
@@ -398,7 +412,8 @@ fn a_profile_is_found_by_name_and_an_unknown_name_is_refused() {
     assert_eq!(output.status.code(), Some(2));
     let err = stderr(&output);
     assert!(
-        err.contains("execution.profile") && err.contains("no profile named `no_such_profile`"),
+        err.contains("replica.scheduler.profile")
+            && err.contains("no profile named `no_such_profile`"),
         "{err}"
     );
 }
@@ -409,7 +424,7 @@ fn per_request_csv_has_one_schema_for_every_family_that_serves_requests() {
     for (scenario, family, sets) in [
         (
             "scenarios/caps/quick.toml",
-            "caps",
+            "serving",
             vec!["arrival.rate_per_s=150"],
         ),
         (
@@ -528,7 +543,7 @@ fn profiles_load_by_name_in_every_family_that_takes_one() {
     for (scenario, field, name) in [
         (
             "scenarios/live/caps.toml",
-            "execution.profile",
+            "replica.scheduler.profile",
             "amd-epyc_live-tiny-moe",
         ),
         (

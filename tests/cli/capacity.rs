@@ -7,24 +7,25 @@ use super::common::{expertsim, stderr};
 const MD1: &str = r#"
 name = "md1-capacity"
 description = "M/D/1 reference for the capacity search"
-family = "caps"
+family = "serving"
 seeds = [1, 2, 3]
+
+[model]
+name = "qwen1.5-moe-a2.7b-nf4"
+
+[replica]
+gpu = "L4"
+max_num_seqs = 1
+scheduler = { kind = "static", window_size = 1, min_batch_trigger = 1, pricing = "constant", service_ms = 10 }
 
 [workload]
 n_requests = 20000
+prompt_tokens = { kind = "fixed", value = 16 }
+output_tokens = { kind = "fixed", value = 1 }
 
 [arrival]
 pattern = "poisson"
 rate_per_s = 10
-
-[scheduler]
-max_batch_size = 1
-window_size = 1
-min_batch_trigger = 1
-
-[execution]
-model = "constant"
-service_ms = 10
 "#;
 
 fn search(dir: &std::path::Path, slo: &str, out: &str) -> (serde_json::Value, Vec<u8>) {
@@ -51,7 +52,7 @@ fn search(dir: &std::path::Path, slo: &str, out: &str) -> (serde_json::Value, Ve
 #[test]
 fn capacity_of_an_md1_queue_matches_its_closed_form() {
     let dir = tempfile::tempdir().unwrap();
-    let (report, bytes) = search(dir.path(), "latency_mean_ms=20", "a");
+    let (report, bytes) = search(dir.path(), "e2e_mean_ms=20", "a");
     let cell = &report["cells"][0];
     let capacity = cell["capacity"].as_f64().unwrap();
     let missed = cell["missed_at"].as_f64().unwrap();
@@ -74,9 +75,9 @@ fn capacity_of_an_md1_queue_matches_its_closed_form() {
     assert_eq!(at(capacity)["met"], true);
     assert_eq!(at(missed)["met"], false);
     // A looser SLO admits a higher rate; the same search writes the same bytes.
-    let (looser, _) = search(dir.path(), "latency_mean_ms=40", "b");
+    let (looser, _) = search(dir.path(), "e2e_mean_ms=40", "b");
     assert!(looser["cells"][0]["capacity"].as_f64().unwrap() > capacity);
-    let (_, again) = search(dir.path(), "latency_mean_ms=20", "c");
+    let (_, again) = search(dir.path(), "e2e_mean_ms=20", "c");
     assert_eq!(bytes, again);
 }
 
@@ -98,7 +99,7 @@ fn capacity_refuses_what_it_cannot_search() {
         "capacity",
         "scenarios/caps/quick.toml",
         "--slo",
-        "latency_p99_ms=100",
+        "e2e_p99_ms=100",
     ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("is swept"), "{}", stderr(&output));

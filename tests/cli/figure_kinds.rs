@@ -242,8 +242,8 @@ fn metric_figures_carry_axis_labels_legend_title_and_caption() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/caps/quick.toml"),
     )
     .unwrap();
-    let figure = "\n[[figure]]\nname = \"p99\"\nmetrics = [\"latency_p99_ms\"]\n\
-                  x = \"arrival.rate_per_s\"\nseries = \"scheduler.selector.kind\"\n\
+    let figure = "\n[[figure]]\nname = \"p99\"\nmetrics = [\"e2e_p99_ms\"]\n\
+                  x = \"arrival.rate_per_s\"\nseries = \"replica.batch_former.kind\"\n\
                   panels = \"arrival.pattern\"\nwith_improvement = true\n";
     // The quick scenario may carry figures of its own; this one is appended.
     std::fs::write(&scenario, format!("{base}{figure}")).unwrap();
@@ -258,7 +258,7 @@ fn metric_figures_carry_axis_labels_legend_title_and_caption() {
         "no caption"
     );
     assert!(
-        text.contains("P99 latency: change vs fcfs (%)"),
+        text.contains("P99 end-to-end latency: change vs fcfs (%)"),
         "no improvement row"
     );
     assert!(text.contains("improvement over fcfs (%)"));

@@ -153,7 +153,7 @@ fn dry_run_lists_every_step_scenario_profile_and_gpu_test_and_exits_0() {
             .and_then(|l| l.split('"').nth(1))
             .unwrap();
         let key = match family {
-            "caps" => "execution.profile",
+            "serving" => "replica.scheduler.profile",
             "gem" => "model.profile",
             "expertweave" => "cost.profile",
             "mosaic" => "serving.profile",

@@ -129,11 +129,11 @@ fn input_files_and_their_values_are_checked_before_they_are_used() {
         scale_samples(&mut profile, factor);
         let path = dir.path().join(format!("{name}.json"));
         std::fs::write(&path, profile.to_string()).unwrap();
-        let set = format!("execution.profile={:?}", path.to_str().unwrap());
+        let set = format!("replica.scheduler.profile={:?}", path.to_str().unwrap());
         refused(
             &["run", "scenarios/live/caps.toml", "--out", o, "--set", &set],
             Some(&out),
-            &["execution.profile", needle],
+            &["replica.scheduler.profile", needle],
         );
     }
     // A scenario file past its ceiling is refused before it is read.
@@ -267,7 +267,7 @@ fn command_line_numbers_and_output_folders_are_refused_before_any_work() {
             "--set",
             "arrival.rate_per_s=150",
             "--slo",
-            "latency_p99_ms=2000",
+            "e2e_p99_ms=2000",
             "--tolerance",
             "1e-300",
             "--out",
@@ -357,7 +357,7 @@ fn command_line_numbers_and_output_folders_are_refused_before_any_work() {
     // A figure name too long for the file system, and two figures of one name.
     let long = "f".repeat(300);
     let set = format!(
-        "figure=[{{name={long:?}, metrics=[\"latency_p99_ms\"], x=\"scheduler.selector.kind\"}}]"
+        "figure=[{{name={long:?}, metrics=[\"e2e_p99_ms\"], x=\"replica.batch_former.kind\"}}]"
     );
     refused(
         &[
@@ -371,8 +371,8 @@ fn command_line_numbers_and_output_folders_are_refused_before_any_work() {
         Some(&out),
         &["figure[0].name", "255 bytes"],
     );
-    let set = "figure=[{name=\"a\", metrics=[\"latency_p99_ms\"], x=\"scheduler.selector.kind\"}, \
-               {name=\"a\", metrics=[\"latency_mean_ms\"], x=\"scheduler.selector.kind\"}]";
+    let set = "figure=[{name=\"a\", metrics=[\"e2e_p99_ms\"], x=\"replica.batch_former.kind\"}, \
+               {name=\"a\", metrics=[\"e2e_mean_ms\"], x=\"replica.batch_former.kind\"}]";
     refused(
         &["run", "scenarios/caps/quick.toml", "--out", o, "--set", set],
         Some(&out),
@@ -429,12 +429,12 @@ fn merge_trusts_nothing_it_reads() {
     let cell = edited.join("cells/0.json");
     let mut value: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&cell).unwrap()).unwrap();
-    value["runs"][0]["scalars"]["latency_mean_ms"] = (-5.0).into();
+    value["runs"][0]["scalars"]["e2e_mean_ms"] = (-5.0).into();
     std::fs::write(&cell, value.to_string()).unwrap();
     refused(
         &["merge", edited.to_str().unwrap(), "--out", o],
         Some(&out),
-        &["latency_mean_ms = -5"],
+        &["e2e_mean_ms = -5"],
     );
     // A FIFO where a manifest should be: refused at once, not read forever.
     #[cfg(unix)]

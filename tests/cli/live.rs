@@ -79,7 +79,7 @@ fn live_refuses_the_serving_family_before_probing() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("live mode does not run the serving family"),
+        stderr.contains("live mode runs the serving family's CAPS preset only"),
         "{stderr}"
     );
     assert!(output.stdout.is_empty(), "nothing before the refusal");
@@ -262,7 +262,7 @@ fn profile_scaled_by_1000(dir: &Path) -> std::path::PathBuf {
 fn the_probe_warns_when_the_profile_does_not_describe_the_device() {
     let dir = tempfile::tempdir().unwrap();
     let profile = profile_scaled_by_1000(dir.path());
-    let set = format!("execution.profile=\"{}\"", profile.display());
+    let set = format!("replica.scheduler.profile=\"{}\"", profile.display());
     let out = dir.path().join("warned");
     let output = expertsim()
         .args([
@@ -456,7 +456,7 @@ fn caps_runs_live_through_the_step_cost_seam() {
     );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("fidelity.json")).unwrap()).unwrap();
-    assert_eq!(report["family"], "caps");
+    assert_eq!(report["family"], "serving");
     assert_eq!(report["decisions"]["identical"], true);
     let steps = report["steps"].as_array().unwrap();
     // One step per batch: as many steps as the decision log has batches.

@@ -94,8 +94,16 @@ fn trace_events_hold_one_track_per_replica_and_a_slice_per_step() {
     let mut lines = csv.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     assert_eq!(
-        &header[header.len() - 4..],
-        ["replica", "queueing_ms", "ttft_ms", "tpot_ms"]
+        &header[header.len() - 7..],
+        [
+            "replica",
+            "queueing_ms",
+            "ttft_ms",
+            "tpot_ms",
+            "topic",
+            "step",
+            "start_s"
+        ]
     );
     let prompt_col = header.iter().position(|&c| c == "prompt_tokens").unwrap();
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
@@ -110,7 +118,7 @@ fn trace_events_hold_one_track_per_replica_and_a_slice_per_step() {
 
 #[test]
 fn trace_events_are_refused_for_a_family_without_replica_steps() {
-    let output = expertsim(&["run", "scenarios/caps/quick.toml", "--trace-events"]);
+    let output = expertsim(&["run", "scenarios/gem/quick.toml", "--trace-events"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("--trace-events"));
 }

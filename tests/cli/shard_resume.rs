@@ -20,39 +20,43 @@ fn read(path: &Path) -> Vec<u8> {
 /// A CAPS sweep of 6 cells x 2 seeds whose baseline (fcfs) cells fall in other shards than the
 /// cells compared with them, with a figure.
 const SWEEP: &str = r#"name = "shards"
-family = "caps"
+family = "serving"
 seeds = [7, 8]
 
 [model]
-preset = "qwen1.5-moe-a2.7b"
+name = "qwen1.5-moe-a2.7b-nf4"
 
 [workload]
 n_requests = 200
+prompt_tokens = { kind = "log_normal", median = 128, sigma = 0.6, max = 2048 }
+output_tokens = { kind = "log_normal", median = 16, sigma = 0.6, max = 256 }
 
 [arrival]
 pattern = "bursty"
 rate_per_s = 100
 
-[scheduler]
-selector = { kind = "greedy_variance" }
-
-[execution]
-model = "cv"
+[replica]
 gpu = "L4"
+max_num_seqs = 8
+batch_former = { kind = "greedy_variance" }
+scheduler = { kind = "static", loads = "experts", pricing = "cv" }
+
+[experts]
+routing = { kind = "affinity", concentration = 0.3, purity = 0.8 }
 
 [report]
-compare = "scheduler.selector.kind"
+compare = "replica.batch_former.kind"
 baseline = "fcfs"
 
 [sweep]
 "arrival.rate_per_s" = [100, 200]
-"scheduler.selector.kind" = ["fcfs", "random", "greedy_variance"]
+"replica.batch_former.kind" = ["fcfs", "random", "greedy_variance"]
 
 [[figure]]
 name = "p99"
-metrics = ["latency_p99_ms"]
+metrics = ["e2e_p99_ms"]
 x = "arrival.rate_per_s"
-series = "scheduler.selector.kind"
+series = "replica.batch_former.kind"
 "#;
 
 struct Sweep {
@@ -199,7 +203,7 @@ fn long_sweep() -> String {
     let body = SWEEP.split("[sweep]").next().unwrap();
     format!(
         "{body}[sweep]\n\"arrival.rate_per_s\" = [100, 150, 200, 250]\n\
-         \"scheduler.selector.kind\" = [\"fcfs\", \"random\", \"greedy_variance\", \
+         \"replica.batch_former.kind\" = [\"fcfs\", \"random\", \"greedy_variance\", \
          \"greedy_dot_product\", \"norm_minimizing\", \"best_fit\", \"power_of_d\", \
          \"power_of_d_dot\", \"lpt\", \"lpt_balanced\", \"karmarkar_karp\", \"differencing\"]\n"
     )

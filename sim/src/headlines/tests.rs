@@ -31,12 +31,12 @@ fn seeded_document(p99: &[(&str, i64, Vec<f64>)]) -> ResultsDocument {
                 .enumerate()
                 .map(|(i, &value)| RunResult {
                     seed: i as u64 + 1,
-                    scalars: [("latency_p99_ms".to_string(), value)].into(),
+                    scalars: [("e2e_p99_ms".to_string(), value)].into(),
                     details: json!({}),
                 })
                 .collect(),
             trace: None,
-            summary: [("latency_p99_ms".to_string(), AcrossSeeds::of(values))].into(),
+            summary: [("e2e_p99_ms".to_string(), AcrossSeeds::of(values))].into(),
             improvement: None,
         })
         .collect();
@@ -48,7 +48,7 @@ fn seeded_document(p99: &[(&str, i64, Vec<f64>)]) -> ResultsDocument {
         scenario: ScenarioEcho {
             name: "t".into(),
             description: String::new(),
-            family: crate::registry::family("caps").unwrap(),
+            family: crate::registry::family("serving").unwrap(),
             document: json!({}),
         },
         seeds: (1..=n_seeds as u64).collect(),
@@ -76,7 +76,7 @@ id = "c"
 run = "r"
 baseline = "fcfs"
 claim = "gv beats fcfs"
-metric = "latency_p99_ms"
+metric = "e2e_p99_ms"
 statistic = "improvement_pct"
 cell = { "scheduler.selector.kind" = "gv" }
 versus = { "scheduler.selector.kind" = "fcfs" }
@@ -318,7 +318,7 @@ fn value(text: &str) -> Value {
 const FCFS_P99: &str = r#"
 id = "fcfs-p99"
 run = "r"
-metric = "latency_p99_ms"
+metric = "e2e_p99_ms"
 cell = { "scheduler.selector.kind" = "fcfs" }
 over = ["arrival.rate_per_s"]
 decimals = 0
@@ -551,7 +551,7 @@ fn each_seed_is_judged_alone_and_four_of_five_make_a_verdict_stable() {
         .iter_mut()
         .find(|c| c.id == "gv@300")
         .unwrap();
-    gv300.runs[3].scalars.insert("latency_p99_ms".into(), 120.0);
+    gv300.runs[3].scalars.insert("e2e_p99_ms".into(), 120.0);
     let outcome = evaluate(&claim(CLAIM), &unstable).unwrap();
     assert_eq!(outcome.seed_agreement(), (3, 5));
     assert!(!outcome.seed_stable());
@@ -734,7 +734,7 @@ fn a_value_over_seeds_spans_each_seed_and_reads_another_run_with_versus_run() {
     let text = r#"
 id = "gain"
 run = "r"
-metric = "latency_p99_ms"
+metric = "e2e_p99_ms"
 cell = { "scheduler.selector.kind" = "gv", "arrival.rate_per_s" = 150 }
 versus_run = "other"
 versus = { "scheduler.selector.kind" = "fcfs" }

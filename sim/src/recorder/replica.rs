@@ -16,7 +16,24 @@ use crate::serving::{Replica, ReplicaStats, RequestLatencies, Seq};
 use crate::time::SimTime;
 
 /// The family columns of a served request's record (after `records::COMMON_COLUMNS`).
-pub const RECORD_COLUMNS: &[&str] = &["replica", "queueing_ms", "ttft_ms", "tpot_ms"];
+pub const RECORD_COLUMNS: &[&str] = &[
+    "replica",
+    "queueing_ms",
+    "ttft_ms",
+    "tpot_ms",
+    "topic",
+    "step",
+    "start_s",
+];
+
+/// The replica's step (numbered from 0; a static replica's batch) a served request's record
+/// finished in (its `step` column).
+pub fn step_of(record: &RequestRecord<'_>) -> u64 {
+    match record.extra.get(5) {
+        Some(Extra::Count(step)) => *step,
+        other => panic!("a served request's sixth column is its step, not {other:?}"),
+    }
+}
 
 /// What one replica records as it runs.
 pub struct ReplicaRecorder {
@@ -95,6 +112,8 @@ impl ReplicaRecorder {
         sink: &mut dyn RecordSink,
     ) {
         let from = finished.len();
+        // The step ending now, numbered from 0 per replica (a static replica's batch).
+        let step = replica.stats().steps.saturating_sub(1);
         replica.complete_step(now, finished);
         for seq in &finished[from..] {
             let submitted = seq.request.submitted;
@@ -115,6 +134,9 @@ impl ReplicaRecorder {
                     Extra::Millis((seq.admitted() - submitted).as_millis_f64()),
                     Extra::Millis((seq.first_token() - submitted).as_millis_f64()),
                     Extra::Millis(tpot_ms),
+                    Extra::Count(u64::from(seq.request.topic)),
+                    Extra::Count(step),
+                    Extra::Time(seq.admitted()),
                 ],
             });
         }

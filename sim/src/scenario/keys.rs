@@ -25,7 +25,7 @@ pub const COMMON: &[KeyDoc] = &[
     row(
         "family",
         "(required)",
-        "which simulator family reads the other tables: `caps`, `gem`, `mosaic`, `chimera`, \
+        "which simulator family reads the other tables: `gem`, `mosaic`, `chimera`, \
          `expertweave` or `serving` (`expertsim list` lists them); a missing or unknown one is \
          refused with the list",
     ),

@@ -1,7 +1,7 @@
 //! The named options of scenario files that are not policies (those are
 //! `strategies::catalogue`): the families, the serving family's scheduler kinds, routers,
 //! expert-routing and length distributions and links, the length predictors and semantic
-//! routers, the arrival patterns, CAPS's execution models, the figure kinds, and the model and
+//! routers, the arrival patterns, the static pricings (CAPS's execution models), the figure kinds, and the model and
 //! GPU catalogues, each with the key that names it and one line. `expertsim list` prints them;
 //! a test holds every group's kinds equal to what the parser accepts (`schema::variants`), and
 //! the models and GPUs are the catalogues the parser looks names up in.
@@ -229,29 +229,6 @@ pub fn catalogue() -> Vec<OptionGroup> {
             ],
         ),
         group(
-            "execution",
-            "execution.model (caps)",
-            &[
-                (
-                    "grouped",
-                    "physical, the default: each MoE layer's active experts as one grouped GEMM",
-                ),
-                (
-                    "cv",
-                    "the CAPS paper's own: base time x (1 + CV(load) x sensitivity)",
-                ),
-                (
-                    "straggler",
-                    "per MoE layer, the most loaded expert on the token-latency staircase",
-                ),
-                ("constant", "every batch takes service_ms (M/D/1 reference)"),
-                (
-                    "exponential",
-                    "batch times exponential with mean service_ms (M/M/1 reference)",
-                ),
-            ],
-        ),
-        group(
             "figure",
             "figure.kind (every family; gem_*, mosaic_*, expertweave_* only their own)",
             &[
@@ -295,7 +272,7 @@ pub fn catalogue() -> Vec<OptionGroup> {
         },
         OptionGroup {
             group: "gpu",
-            key: "replica.gpu (serving), cluster.gpu (gem), execution.gpu (caps), ...",
+            key: "replica.gpu (serving), cluster.gpu (gem), ...",
             kinds: GPU_NAMES
                 .iter()
                 .map(|name| {
@@ -419,10 +396,6 @@ mod tests {
             ("arrival", variants::<crate::arrivals::ArrivalPattern>()),
             ("length", variants::<LengthTable>()),
             ("interconnect", variants::<Interconnect>()),
-            (
-                "execution",
-                variants::<crate::caps::config::ExecutionModelKind>(),
-            ),
             ("figure", variants::<crate::family::FigureKind>()),
         ];
         for (group, accepted) in cases {

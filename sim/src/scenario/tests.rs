@@ -5,26 +5,32 @@ use super::*;
 
 const QUICK: &str = r#"
 name = "t"
-family = "caps"
+family = "serving"
 [model]
-preset = "qwen1.5-moe-a2.7b-nf4"
+name = "qwen1.5-moe-a2.7b-nf4"
 [workload]
 n_requests = 100
-output_tokens = { median = 1, sigma = 0.0, max = 1 }
+prompt_tokens = { kind = "log_normal", median = 128, sigma = 0.6, max = 2048 }
+output_tokens = { kind = "fixed", value = 1 }
 [arrival]
 pattern = "poisson"
 rate_per_s = 150
-[scheduler]
-selector = { kind = "greedy_variance" }
-[execution]
-model = "cv"
+[replica]
 gpu = "L4"
+max_num_seqs = 8
+batch_former = { kind = "greedy_variance" }
+[replica.scheduler]
+kind = "static"
+loads = "experts"
+pricing = "cv"
+[experts]
+routing = { kind = "affinity", concentration = 0.3, purity = 0.8 }
 [report]
-compare = "scheduler.selector.kind"
+compare = "replica.batch_former.kind"
 baseline = "fcfs"
 [sweep]
 "arrival.rate_per_s" = [150, 300]
-"scheduler.selector.kind" = ["fcfs", "random", "greedy_variance"]
+"replica.batch_former.kind" = ["fcfs", "random", "greedy_variance"]
 "#;
 
 fn load(text: &str, sets: &[&str]) -> Result<ScenarioPlan, String> {
@@ -74,26 +80,26 @@ fn a_sweep_is_counted_before_it_is_expanded() {
 fn setting_a_key_inside_a_table_valued_sweep_key_is_an_error_naming_both() {
     let text = QUICK
         .replace(
-            "\"scheduler.selector.kind\" = [\"fcfs\", \"random\", \"greedy_variance\"]",
-            "\"scheduler.selector\" = [{ kind = \"fcfs\" }, { kind = \"power_of_d\", samples = 2 }]",
+            "\"replica.batch_former.kind\" = [\"fcfs\", \"random\", \"greedy_variance\"]",
+            "\"replica.batch_former\" = [{ kind = \"fcfs\" }, { kind = \"power_of_d\", samples = 2 }]",
         )
-        .replace("compare = \"scheduler.selector.kind\"", "compare = \"scheduler.selector\"")
+        .replace("compare = \"replica.batch_former.kind\"", "compare = \"replica.batch_former\"")
         .replace("baseline = \"fcfs\"", "baseline = { kind = \"fcfs\" }");
     assert!(load(&text, &[]).is_ok());
-    let err = load(&text, &["scheduler.selector.samples=4"]).unwrap_err();
-    assert!(err.contains("`scheduler.selector` is swept"), "{err}");
-    assert!(err.contains("scheduler.selector.samples"), "{err}");
+    let err = load(&text, &["replica.batch_former.samples=4"]).unwrap_err();
+    assert!(err.contains("`replica.batch_former` is swept"), "{err}");
+    assert!(err.contains("replica.batch_former.samples"), "{err}");
 }
 
 #[test]
 fn a_bad_base_value_under_a_swept_key_is_not_silently_ignored() {
     let bogus = QUICK.replace(
-        "selector = { kind = \"greedy_variance\" }",
-        "selector = { kind = \"bogus_kind\" }",
+        "batch_former = { kind = \"greedy_variance\" }",
+        "batch_former = { kind = \"bogus_kind\" }",
     );
     let err = load(&bogus, &[]).unwrap_err();
     assert!(
-        err.contains("base value of `scheduler.selector.kind`"),
+        err.contains("base value of `replica.batch_former.kind`"),
         "{err}"
     );
     let nan = QUICK.replace("rate_per_s = 150", "rate_per_s = nan");
@@ -104,11 +110,11 @@ fn a_bad_base_value_under_a_swept_key_is_not_silently_ignored() {
 
 #[test]
 fn narrowing_the_compared_key_keeps_the_baseline_cell() {
-    let plan = load(QUICK, &["scheduler.selector.kind=greedy_variance"]).unwrap();
+    let plan = load(QUICK, &["replica.batch_former.kind=greedy_variance"]).unwrap();
     let axis = plan
         .axes
         .iter()
-        .find(|a| a.key == "scheduler.selector.kind")
+        .find(|a| a.key == "replica.batch_former.kind")
         .unwrap();
     let values: Vec<&str> = axis.values.iter().filter_map(|v| v.as_str()).collect();
     assert_eq!(values, ["fcfs", "greedy_variance"]);
@@ -119,7 +125,7 @@ fn narrowing_the_compared_key_keeps_the_baseline_cell() {
         plan.notes
     );
     // Narrowing to the baseline itself needs no note.
-    let plan = load(QUICK, &["scheduler.selector.kind=fcfs"]).unwrap();
+    let plan = load(QUICK, &["replica.batch_former.kind=fcfs"]).unwrap();
     assert!(plan.notes.is_empty());
 }
 
@@ -131,8 +137,8 @@ fn scenario_and_figure_names_must_be_single_file_name_components() {
         assert!(err.contains("field `name`"), "{bad:?}: {err}");
     }
     let figure = format!(
-        "{QUICK}\n[[figure]]\nname = \"../../x\"\nmetrics = [\"latency_p99_ms\"]\n\
-         x = \"arrival.rate_per_s\"\nseries = \"scheduler.selector.kind\"\n"
+        "{QUICK}\n[[figure]]\nname = \"../../x\"\nmetrics = [\"e2e_p99_ms\"]\n\
+         x = \"arrival.rate_per_s\"\nseries = \"replica.batch_former.kind\"\n"
     );
     let err = load(&figure, &[]).unwrap_err();
     assert!(err.contains("figure[0].name"), "{err}");
@@ -140,8 +146,15 @@ fn scenario_and_figure_names_must_be_single_file_name_components() {
 
 #[test]
 fn intervals_that_round_to_zero_nanoseconds_are_refused() {
-    let err = load(QUICK, &["scheduler.scheduling_interval_ms=0.0000004"]).unwrap_err();
-    assert!(err.contains("scheduler.scheduling_interval_ms"), "{err}");
+    let err = load(
+        QUICK,
+        &["replica.scheduler.scheduling_interval_ms=0.0000004"],
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("replica.scheduler.scheduling_interval_ms"),
+        "{err}"
+    );
     assert!(err.contains("rounds to 0 ns"), "{err}");
 }
 
@@ -149,9 +162,9 @@ fn intervals_that_round_to_zero_nanoseconds_are_refused() {
 fn schema_errors_speak_toml_not_rust_types() {
     let err = load(QUICK, &["model=3"]).unwrap_err();
     assert!(err.ends_with("expected a table"), "{err}");
-    let err = load(QUICK, &["scheduler.selector=3"]).unwrap_err();
+    let err = load(QUICK, &["replica.batch_former=3"]).unwrap_err();
     assert!(!err.contains("Config"), "{err}");
-    let dup = QUICK.replace("family = \"caps\"", "family = \"caps\"\nname = \"u\"");
+    let dup = QUICK.replace("family = \"serving\"", "family = \"serving\"\nname = \"u\"");
     let err = load(&dup, &[]).unwrap_err();
     assert!(err.contains("duplicate key `name`"), "{err}");
 }

@@ -6,6 +6,7 @@
 //! replica group only) is read by `super::adapters`.
 
 use super::adapters::{AdapterSpec, AdaptersTable};
+use super::static_pricing::{ProfileSource, StaticCost};
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
 use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
 use crate::cost::gpu::{GpuSpec, LinkSpec};
@@ -60,6 +61,62 @@ pub struct ServingConfig {
 #[serde(deny_unknown_fields)]
 pub struct ModelTable {
     pub name: String,
+    /// An MoE preset's routing shape overridden (the first `n_layers` layers, `n_experts`
+    /// routed experts per layer, `top_k` per token): a scaled-down model for live runs, or a
+    /// slice of one on a single GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_layers: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_experts: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<usize>,
+}
+
+impl ModelTable {
+    /// The served model, with the routing-shape overrides applied (an MoE preset only).
+    fn served(&self) -> Result<ServedModel, FieldError> {
+        let mut model = served_model("model.name", &self.name)?;
+        let overrides = [
+            ("model.n_layers", self.n_layers),
+            ("model.n_experts", self.n_experts),
+            ("model.top_k", self.top_k),
+        ];
+        let Some((first, _)) = overrides.iter().find(|(_, v)| v.is_some()) else {
+            return Ok(model);
+        };
+        let ServedModel::Moe(shape) = &mut model else {
+            return Err(field_error(
+                first,
+                format!(
+                    "overrides an MoE preset's routing shape; {} is not one",
+                    self.name
+                ),
+            ));
+        };
+        if let Some(n) = self.n_layers {
+            shape.n_layers = crate::validate::at_least_one("model.n_layers", n)?;
+        }
+        if let Some(n) = self.n_experts {
+            shape.n_experts = crate::validate::at_least_one("model.n_experts", n)?;
+        }
+        if let Some(k) = self.top_k {
+            shape.top_k = crate::validate::at_least_one("model.top_k", k)?;
+        }
+        if shape.top_k > shape.n_experts {
+            return Err(field_error(
+                if self.top_k.is_some() {
+                    "model.top_k"
+                } else {
+                    "model.n_experts"
+                },
+                format!(
+                    "top_k = {} exceeds the number of routed experts ({})",
+                    shape.top_k, shape.n_experts
+                ),
+            ));
+        }
+        Ok(model)
+    }
 }
 
 fn d_count() -> usize {
@@ -318,6 +375,10 @@ pub enum SchedulerTable {
         /// `pricing = "constant"`: every batch's time; `"exponential"`: its mean, ms.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         service_ms: Option<f64>,
+        /// `expected_routing`, `cv`, `straggler`: a calibration profile JSON (relative to the
+        /// scenario file) the model's curves come from instead of the GPU's analytic profile.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profile: Option<String>,
         /// The names of the replica's own random streams (`StaticStreams`; left out of a
         /// written scenario when the default).
         #[serde(default, skip_serializing_if = "StaticStreams::is_per_replica")]
@@ -680,6 +741,8 @@ pub struct ReplicaSpec {
     pub task_score_pct: Option<f64>,
     /// The batch former of a `static` replica (fcfs unless `replica.batch_former` names one).
     pub batch_former: BatchSelectorConfig,
+    /// A `static` replica's pricing other than `passes`, built once per cell.
+    pub static_cost: Option<StaticCost>,
 }
 
 /// One group of alike replicas of a heterogeneous cluster.
@@ -740,13 +803,22 @@ impl ServingScenario {
 
     /// What priced the run's steps, as results name it (`cells[].cost_model`): the least
     /// measured of the groups' sources (a group priced from measured operations: its pricing
-    /// record's step source; else the analytic roofline).
+    /// record's step source; a static replica's pricing: its own source; else the analytic
+    /// roofline).
     pub fn cost_model(&self) -> &'static str {
+        // One static replica group priced by an execution model: its profile's source, as the
+        // caps family named it (`measured-operations` for a measured set).
+        if let (true, Some(model)) = (
+            self.other_groups.is_empty(),
+            self.replica.static_cost.as_ref().and_then(|c| c.model()),
+        ) {
+            return model.source();
+        }
         self.groups()
-            .map(|(_, r)| {
-                r.measured
-                    .as_ref()
-                    .map_or(CostSource::Analytic, |m| m.record.sources().step_source())
+            .map(|(_, r)| match (&r.static_cost, &r.measured) {
+                (Some(cost), _) => cost.cost_source(),
+                (None, Some(m)) => m.record.sources().step_source(),
+                (None, None) => CostSource::Analytic,
             })
             .reduce(CostSource::less_measured)
             .unwrap_or(CostSource::Analytic)
@@ -1100,7 +1172,7 @@ impl ServingConfig {
     ) -> Result<ReplicaGroup, FieldError> {
         let model = match (&r.model, &self.model) {
             (Some(name), _) => served_model(&format!("{p}.model"), name)?,
-            (None, Some(table)) => served_model("model.name", &table.name)?,
+            (None, Some(table)) => table.served()?,
             (None, None) => {
                 return Err(field_error(
                     "model.name",
@@ -1356,6 +1428,10 @@ impl ServingConfig {
             .iter()
             .map(|&s| SpeedFactors::split(s, r.bandwidth_share))
             .collect();
+        let expected_routing = matches!(
+            &r.scheduler,
+            SchedulerTable::Static { pricing, .. } if pricing.reads_expected_routing()
+        );
         let measured = match (&r.measured, &model) {
             (None, _) => None,
             (Some(name), ServedModel::Dense(shape)) => {
@@ -1376,16 +1452,51 @@ impl ServingConfig {
                 // The host's time is the serving family's own term (`host`), added per step.
                 Some(Arc::new(MeasuredDenseStep::new(&set, shape, parallel, 0.0)))
             }
+            // A static replica priced from its expected routing builds its curves from the
+            // set (`StaticCost::validate`).
+            (Some(_), ServedModel::Moe(_)) if expected_routing => None,
             (Some(_), _) => {
                 return Err(field_error(
                     &format!("{p}.measured"),
                     format!(
                         "not yet for an MoE model ({}): measured pricing of the serving family's \
-                         expert-parallel MoE layer is not built; a dense model only",
+                         expert-parallel MoE layer is not built; a dense model, or a static \
+                         replica priced from its expected routing, only",
                         model.name()
                     ),
                 ));
             }
+        };
+        let static_cost = match &r.scheduler {
+            SchedulerTable::Static {
+                pricing,
+                sensitivity,
+                service_ms,
+                profile,
+                ..
+            } => {
+                if profile.is_some() && !expected_routing {
+                    return Err(field_error(
+                        &format!("{p}.scheduler.profile"),
+                        format!("does not apply to pricing = \"{}\"", pricing.name()),
+                    ));
+                }
+                StaticCost::validate(
+                    p,
+                    *pricing,
+                    *sensitivity,
+                    *service_ms,
+                    model.experts().as_ref(),
+                    &gpu,
+                    ProfileSource {
+                        file: profile.as_deref(),
+                        measured: r.measured.as_deref(),
+                    },
+                    base_dir,
+                    cache,
+                )?
+            }
+            _ => None,
         };
         Ok(ReplicaGroup {
             model,
@@ -1409,6 +1520,7 @@ impl ServingConfig {
                 watermark: r.watermark,
                 task_score_pct: r.task_score_pct,
                 batch_former,
+                static_cost,
             },
         })
     }

@@ -394,7 +394,7 @@ impl ExecutionModel {
 
     /// "analytic-roofline", "measured" or "measured-operations": where the profile's numbers
     /// come from.
-    pub fn source(&self) -> &str {
+    pub fn source(&self) -> &'static str {
         self.tables().source.as_str()
     }
 

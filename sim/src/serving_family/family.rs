@@ -1,6 +1,6 @@
 //! The serving family as a registered `Family`: its tables, what a cell demands, one seed's run
 //! through the policies' queue policy and router (with or without a trace-event file), and what
-//! live mode reads (it refuses the family: `live::LIVE_FAMILIES`).
+//! live mode reads (it runs the CAPS preset only: `live::caps`).
 
 use super::config::LengthSpec;
 use super::{ServingConfig, ServingScenario};
@@ -62,6 +62,7 @@ impl Family for Serving {
     const RATE_KEY: Option<&'static str> = Some("arrival.rate_per_s");
     const CSV_COLUMNS: Option<&'static [&'static str]> = Some(super::CSV_COLUMNS);
     const TRACE_EVENTS: bool = true;
+    const PROFILE_FIELD: Option<&'static str> = Some("replica.scheduler.profile");
 
     fn validate(
         config: ServingConfig,
@@ -163,8 +164,11 @@ impl Family for Serving {
     }
 
     fn live_description(s: &ServingScenario) -> LiveDescription {
+        // Live mode runs the CAPS preset (a static replica priced from expected routing), whose
+        // batches launch the MoE kernels of the model's shape.
+        let priced = s.replica.static_cost.as_ref().and_then(|c| c.model());
         LiveDescription {
-            moe_shape: None,
+            moe_shape: priced.and(s.model.experts()),
             model: s.model.name().to_string(),
             cost_source: s.cost_model().to_string(),
         }

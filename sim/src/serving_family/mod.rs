@@ -426,7 +426,9 @@ pub fn serve<'a>(
                 .collect::<Vec<_>>(),
             "pricing": scenario
                 .groups()
-                .map(|(_, r)| r.measured.as_ref().map(|m| &m.record))
+                .map(|(_, r)| r.measured.as_ref().map(|m| &m.record).or_else(|| {
+                    r.static_cost.as_ref().and_then(|c| c.pricing())
+                }))
                 .collect::<Vec<_>>(),
         }),
     })
@@ -462,4 +464,4 @@ fn adapter_details(scenario: &ServingScenario, plan: Option<&MemoryPlan>) -> ser
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -4,8 +4,7 @@
 //! enters the window, in arrival order); a batch is seeded with the oldest request
 //! (anti-starvation, caps.txt) and filled by the scenario's `BatchSelector`. The chosen requests
 //! stay here, in queue order, while their batch runs; their load vectors are then reused for the
-//! next requests routed. The serving family's dry-runs are in `super::batch_former`; the caps
-//! family's is its request model (`caps::former::CapsDryRun`).
+//! next requests routed. The dry-runs are in `super::batch_former`.
 
 use crate::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use crate::rng::SimRng;
@@ -72,16 +71,6 @@ impl<'a, D: DryRun> SelectorFormer<'a, D> {
             in_flight: Vec::new(),
             spare_loads: Vec::new(),
         }
-    }
-
-    /// Predicts loads with `dry_run` from now on (no request may have been routed yet).
-    pub fn set_dry_run(&mut self, dry_run: D) {
-        assert_eq!(
-            self.routed, 0,
-            "the dry-run changes before any request is routed"
-        );
-        self.dims = dry_run.dims();
-        self.dry_run = dry_run;
     }
 
     /// Queues an arrived request behind the others.

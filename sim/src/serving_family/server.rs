@@ -214,22 +214,6 @@ impl<'a> ServingServer<'a> {
         )
     }
 
-    /// Replaces static replica `replica`'s router dry-run (the one its batch former predicts
-    /// loads with) by `dry_run`, before the run starts.
-    pub fn with_dry_run(mut self, replica: usize, dry_run: BoxedDryRun<'a>) -> Self {
-        let former = self.replicas[replica]
-            .former
-            .as_mut()
-            .expect("only a static replica has a batch former");
-        assert_eq!(
-            former.waiting(),
-            0,
-            "the dry-run is replaced before the run"
-        );
-        former.set_dry_run(dry_run);
-        self
-    }
-
     /// The observation pass of `scenario` for `seed`: the cluster under the linear layout,
     /// its arrivals, lengths and routing offsets drawn from streams of their own (the seed
     /// `stream(seed, "expert_observation")` draws), its experts' popularity the run's own; it
@@ -415,11 +399,11 @@ impl<'a> ServingServer<'a> {
                     }
                     _ => None,
                 };
-                let (priced_by, imbalance_sensitivity) = match super::static_pricing::step_cost(
-                    &group,
-                    stream(streams, &names.name("service", r)),
-                ) {
-                    Some(pricing) => (Some(pricing.cost), pricing.imbalance_sensitivity),
+                let (priced_by, imbalance_sensitivity) = match &group.replica.static_cost {
+                    Some(cost) => (
+                        Some(cost.step_cost(stream(streams, &names.name("service", r)))),
+                        cost.imbalance_sensitivity(),
+                    ),
                     None => (None, 1.0),
                 };
                 let expected = match (group.model.experts(), loads) {

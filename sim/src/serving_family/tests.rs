@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 
 /// FCFS per replica, as the `strategies` crate's `fcfs` orders (by submission id).
 #[derive(Default)]
-struct Fifo(Vec<VecDeque<QueuedRequest>>);
+pub(crate) struct Fifo(Vec<VecDeque<QueuedRequest>>);
 impl QueuePolicy for Fifo {
     fn name(&self) -> &'static str {
         "fcfs"
@@ -35,7 +35,7 @@ impl QueuePolicy for Fifo {
 
 /// Replicas in turn.
 #[derive(Default)]
-struct Turns(usize);
+pub(crate) struct Turns(usize);
 impl Router for Turns {
     fn name(&self) -> &'static str {
         "round_robin"
@@ -56,7 +56,7 @@ fn scenario(text: &str) -> Result<ServingScenario, crate::validate::FieldError> 
 
 /// vLLM's linear expert mapping (the strategies crate's `linear`, which this crate cannot
 /// reach): expert `e` on GPU `e / (experts / GPUs)`.
-struct Linear;
+pub(crate) struct Linear;
 
 impl crate::policies::mapping::ExpertMapper for Linear {
     fn map_layer(
@@ -824,7 +824,7 @@ fn a_dense_and_an_moe_group_share_chimeras_router() {
 }
 
 /// The oldest waiting requests first (CAPS's `fcfs` selector, which this crate cannot reach).
-struct OldestFirst;
+pub(crate) struct OldestFirst;
 
 impl crate::policies::batch::BatchSelector for OldestFirst {
     fn select(
