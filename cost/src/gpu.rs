@@ -196,8 +196,9 @@ impl LinkSpec {
     /// paper; measured on one H200 (`profiles/measured/host-link/nvidia-h200.csv`, page-locked
     /// `cudaMemcpyAsync` from 64 KiB to 1 GiB, `scripts/host_link_bandwidth.cu`), fitted by
     /// `host_link::fit_copy_times` (a test holds this constant to that fit): 54.25 GB/s (85 % of
-    /// the paper rate) and 3.4 us per copy. The H100's is taken as the H200's (the same board
-    /// link; not measured).
+    /// the paper rate) and 3.4 us per copy. The H100's measured copies
+    /// (`profiles/measured/host-link/nvidia-h100-80gb-hbm3.csv`) fit 54.98 GB/s and 3.45 us,
+    /// within 1.5 % of it (tested), so both boards take this one link.
     pub const PCIE5_X16: LinkSpec = LinkSpec {
         bandwidth_bytes_per_s: 54.25e9,
         latency_ns: 3_403.0,

@@ -141,12 +141,26 @@ fn parse(csv: &str, source: &str) -> Result<Vec<CopyTime>, String> {
 mod tests {
     use super::*;
 
-    fn h200_file() -> String {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../profiles/measured/host-link/nvidia-h200.csv"
+    fn measured_file(gpu: &str) -> String {
+        let path = format!(
+            "{}/../profiles/measured/host-link/{gpu}.csv",
+            env!("CARGO_MANIFEST_DIR")
         );
-        std::fs::read_to_string(path).expect("the committed H200 host-link measurement")
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    fn h200_file() -> String {
+        measured_file("nvidia-h200")
+    }
+
+    #[test]
+    fn the_h100s_measured_copies_fit_the_same_link_within_2_percent() {
+        let fit = fit_copy_times(&measured_file("nvidia-h100-80gb-hbm3"), "h100.csv").unwrap();
+        let constant = LinkSpec::PCIE5_X16;
+        let bandwidth = fit.link.bandwidth_bytes_per_s / constant.bandwidth_bytes_per_s - 1.0;
+        let latency = fit.link.latency_ns / constant.latency_ns - 1.0;
+        assert!(bandwidth.abs() < 0.02, "{bandwidth}");
+        assert!(latency.abs() < 0.02, "{latency}");
     }
 
     #[test]
