@@ -259,21 +259,26 @@ rerouting = "{rerouting}"
         cost.price(&work)
     }
 
-    #[test]
-    fn a_step_reuses_the_moe_time_of_the_step_before_only_for_the_same_adapter_tokens() {
-        let s = scenario("fused");
-        let instance = InstancePlan {
+    /// An instance serving adapters 0-2 with their fine-tuned experts, on `n_devices` devices.
+    fn three_adapters_on(n_devices: u64) -> InstancePlan {
+        InstancePlan {
             adapters: vec![0, 1, 2],
             reroutes: true,
             adapter_experts: true,
-            n_devices: 2,
+            n_devices,
             weight_bytes: 0,
             kv: KvCapacity {
                 kv_bytes: 0,
                 kv_tokens: 1_000_000,
                 out_of_memory: false,
             },
-        };
+        }
+    }
+
+    #[test]
+    fn a_step_reuses_the_moe_time_of_the_step_before_only_for_the_same_adapter_tokens() {
+        let s = scenario("fused");
+        let instance = three_adapters_on(2);
         let popularity = Popularity::new(&s);
         let tokens = |adapter, tokens| AdapterTokens { adapter, tokens };
         let a = [tokens(0, 8), tokens(1, 3)];
@@ -309,18 +314,7 @@ rerouting = "{rerouting}"
         // step the expert map's rows of the 3 adapters (3 x 64 x 4 = 768 B). 32 prefill rows:
         // 32 x 52 + 768 = 2,432 B. Over 26 MoE layers the unfused chain adds 26 x 4 x (10,000 ns
         // + 2,432 B at the streaming rate); everything else in the step is the same.
-        let instance = InstancePlan {
-            adapters: vec![0, 1, 2],
-            reroutes: true,
-            adapter_experts: true,
-            n_devices: 1,
-            weight_bytes: 0,
-            kv: KvCapacity {
-                kv_bytes: 0,
-                kv_tokens: 1_000_000,
-                out_of_memory: false,
-            },
-        };
+        let instance = three_adapters_on(1);
         let fused = price_prefill(&scenario("fused"), &instance);
         let unfused = price_prefill(&scenario("unfused"), &instance);
         let rates = crate::cost::kernel::KernelRates::of(&scenario("fused").gpu);
@@ -345,16 +339,9 @@ rerouting = "{rerouting}"
         // launched eagerly, and the step adds every layer's.
         let s = scenario("fused");
         let instance = InstancePlan {
-            adapters: vec![0, 1, 2],
             reroutes: false,
             adapter_experts: false,
-            n_devices: 1,
-            weight_bytes: 0,
-            kv: KvCapacity {
-                kv_bytes: 0,
-                kv_tokens: 1_000_000,
-                out_of_memory: false,
-            },
+            ..three_adapters_on(1)
         };
         let popularity = Popularity::new(&s);
         let mut cost = RooflineStepCost::new(&s, &instance, &popularity);
