@@ -14,11 +14,10 @@ use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
 use sim::metrics::RunOutput;
 use sim::policies::Policies;
-use sim::policies::memory::AdapterMemory;
 use sim::recorder::replica::step_of;
 use sim::records::{RecordSink, RequestRecord};
 use sim::serving::{StepCost, StepWork};
-use sim::serving_family::ServingScenario;
+use sim::serving_family::{ScenarioPolicies, ServingScenario};
 
 /// Runs one CAPS batch on the kernels.
 struct BatchMeasure;
@@ -116,26 +115,15 @@ fn serve(
     cost: Option<Box<dyn StepCost + '_>>,
     log: &mut BatchLog,
 ) -> Result<RunOutput, LiveError> {
-    let queue = &mut *policies.queue_policy(&scenario.queue);
-    let router = &mut *policies.router(&scenario.router);
-    let mapper = &mut *policies.expert_mapper(&scenario.expert_mapping);
-    let mut selectors = scenario.batch_selectors(policies);
-    let mut memory = scenario
-        .adapters
-        .as_ref()
-        .map(|a| policies.adapter_memory(&a.memory));
-    let plan = sim::serving_family::plan(
-        scenario,
-        memory.as_mut().map(|m| &mut **m as &mut dyn AdapterMemory),
-    )
-    .map_err(LiveError::Unsupported)?;
+    let mut p = ScenarioPolicies::of(scenario, policies);
+    let plan = sim::serving_family::plan(scenario, p.memory()).map_err(LiveError::Unsupported)?;
     sim::serving_family::serve(
         scenario,
         seed,
-        queue,
-        router,
-        mapper,
-        &mut selectors,
+        &mut *p.queue,
+        &mut *p.router,
+        &mut *p.mapper,
+        &mut p.selectors,
         plan.as_ref(),
         log,
         None,

@@ -26,23 +26,18 @@ impl Serving {
         records: &mut dyn RecordSink,
         trace_events: Option<&Path>,
     ) -> Result<Run, String> {
-        let queue = &mut *policies.queue_policy(&scenario.queue);
-        let router = &mut *policies.router(&scenario.router);
-        let mapper = &mut *policies.expert_mapper(&scenario.expert_mapping);
-        let mut selectors = scenario.batch_selectors(policies);
-        let mut memory = scenario
-            .adapters
-            .as_ref()
-            .map(|a| policies.adapter_memory(&a.memory));
+        let mut p = super::ScenarioPolicies::of(scenario, policies);
         Ok(Run {
             output: super::run_recorded(
                 scenario,
                 seed,
-                queue,
-                router,
-                mapper,
-                &mut selectors,
-                memory.as_mut().map(|m| &mut **m as &mut dyn AdapterMemory),
+                &mut *p.queue,
+                &mut *p.router,
+                &mut *p.mapper,
+                &mut p.selectors,
+                p.memory
+                    .as_mut()
+                    .map(|m| &mut **m as &mut dyn AdapterMemory),
                 records,
                 trace_events,
             )?,

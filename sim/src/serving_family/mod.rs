@@ -29,6 +29,7 @@ pub use family::Serving;
 
 use crate::engine;
 use crate::metrics::{Better, MetricInfo, RunOutput};
+use crate::policies::Policies;
 use crate::policies::batch::BatchSelector;
 use crate::policies::mapping::ExpertMapper;
 use crate::policies::memory::{AdapterMemory, MemoryPlan};
@@ -276,6 +277,39 @@ pub fn plan(
         ));
     }
     Ok(Some(plan))
+}
+
+/// The policy objects one run of a scenario uses, built by the registry `policies`: its queue
+/// policy, router, expert mapper, one batch selector per static replica and, with adapters, its
+/// adapter-memory manager (what `Family::run` and live mode both serve with).
+pub struct ScenarioPolicies {
+    pub queue: Box<dyn QueuePolicy>,
+    pub router: Box<dyn Router>,
+    pub mapper: Box<dyn ExpertMapper>,
+    pub selectors: Vec<Box<dyn BatchSelector>>,
+    pub memory: Option<Box<dyn AdapterMemory>>,
+}
+
+impl ScenarioPolicies {
+    pub fn of(scenario: &ServingScenario, policies: &dyn Policies) -> ScenarioPolicies {
+        ScenarioPolicies {
+            queue: policies.queue_policy(&scenario.queue),
+            router: policies.router(&scenario.router),
+            mapper: policies.expert_mapper(&scenario.expert_mapping),
+            selectors: scenario.batch_selectors(policies),
+            memory: scenario
+                .adapters
+                .as_ref()
+                .map(|a| policies.adapter_memory(&a.memory)),
+        }
+    }
+
+    /// The adapter-memory manager, if the scenario has adapters.
+    pub fn memory(&mut self) -> Option<&mut dyn AdapterMemory> {
+        self.memory
+            .as_mut()
+            .map(|m| &mut **m as &mut dyn AdapterMemory)
+    }
 }
 
 /// Runs one seed of `scenario`, its experts (MoE only) mapped by `mapper`, a static replica
