@@ -88,12 +88,8 @@ impl ExpertRows<'_> {
             }
             ExpertRows::Expected(loads) => {
                 for &l in loads {
-                    if l > 0.0 {
-                        // ceil(max(l, 1)) without a libm call: the truncation, one more if a
-                        // fraction was cut off.
-                        let whole = l as u64;
-                        let rows = (whole + u64::from((whole as f32) < l)).max(1);
-                        f(rows, f64::from(l.min(1.0)));
+                    if let Some((rows, p)) = expected_group(l) {
+                        f(rows, p);
                     }
                 }
             }
@@ -120,10 +116,70 @@ impl ExpertRows<'_> {
     /// The groups reduced to the sums the grouped GEMM reads.
     #[inline]
     pub fn sums(&self) -> GroupSums {
+        if let ExpertRows::Expected(loads) = *self {
+            return expected_sums(loads);
+        }
         let mut sums = GroupSums::default();
         self.for_each_group(|rows, p| sums.add(rows, p));
         sums
     }
+}
+
+/// The group of an expert expecting `l` rows: `ceil(max(l, 1))` rows at weight `min(l, 1)`;
+/// `None` when it does not run (`l <= 0`).
+#[inline(always)]
+fn expected_group(l: f32) -> Option<(u64, f64)> {
+    (l > 0.0).then(|| {
+        // ceil(max(l, 1)) without a libm call: the truncation, one more if a fraction was
+        // cut off.
+        let whole = l as u64;
+        let rows = (whole + u64::from((whole as f32) < l)).max(1);
+        (rows, f64::from(l.min(1.0)))
+    })
+}
+
+/// Whole rows up to which `whole_terms` holds a group's terms.
+const WHOLE_TERMS: usize = 4096;
+
+/// Entry `r`: the terms `GroupSums::add_whole(r)` adds (`add_whole` on the empty sums, whose
+/// additions to zero are exact), for `r` up to `WHOLE_TERMS` (256 KiB, built once).
+fn whole_terms() -> &'static [GroupSums] {
+    static TERMS: OnceLock<Vec<GroupSums>> = OnceLock::new();
+    TERMS.get_or_init(|| {
+        (0..=WHOLE_TERMS as u32)
+            .map(|rows| {
+                let mut terms = GroupSums::default();
+                terms.add_whole(rows);
+                terms
+            })
+            .collect()
+    })
+}
+
+/// The sums of an expert's expected loads (`ExpertRows::Expected`): `GroupSums::add` of each
+/// `expected_group` in order, through its exact shortcuts (for a load of one row or more,
+/// whose weight is 1, `add_whole`, its terms looked up below `WHOLE_TERMS` rows; `add_fraction`
+/// for one below a row), so the same bits.
+#[inline]
+fn expected_sums(loads: &[f32]) -> GroupSums {
+    let table = whole_terms();
+    let mut sums = GroupSums::default();
+    for &l in loads {
+        if (1.0..WHOLE_TERMS as f32).contains(&l) {
+            // ceil(l), at most `WHOLE_TERMS`: its terms looked up.
+            let whole = l as u32;
+            sums.add_terms(&table[(whole + u32::from((whole as f32) < l)) as usize]);
+        } else if (1.0..4_294_967_296.0).contains(&l) {
+            // ceil(l) (at least 1) as `expected_group` takes it, in 32 bits.
+            let whole = l as u32;
+            sums.add_whole(whole + u32::from((whole as f32) < l));
+        } else if l > 0.0 && l < 1.0 {
+            sums.add_fraction(f64::from(l));
+        } else if let Some((rows, p)) = expected_group(l) {
+            sums.add(rows, p);
+        }
+    }
+    sums
 }
 
 /// One GPU's experts priced, ns.
@@ -398,6 +454,34 @@ impl MoeLayerCost {
         for (s, r) in sums.iter_mut().zip(rows) {
             *s = r.sums();
         }
+        self.gpus_of(rows, speeds, &sums)
+    }
+
+    /// `gpus` of up to `LANES` GPUs' expected loads at the nominal speed (`loads[i]`: GPU or
+    /// layer `i`, as `ExpertRows::Expected`): `gpus` of them, lane by lane the same bits. CAPS
+    /// prices its layers this way, `LANES` at a time.
+    pub fn expected_lanes(&self, loads: &[&[f32]]) -> [GpuExpertCost; LANES] {
+        assert!(loads.len() <= LANES, "at most {LANES} lanes");
+        let mut sums = [GroupSums::default(); LANES];
+        for (s, load) in sums.iter_mut().zip(loads) {
+            *s = expected_sums(load);
+        }
+        let mut rows = [ExpertRows::Expected(&[]); LANES];
+        for (r, &load) in rows.iter_mut().zip(loads) {
+            *r = ExpertRows::Expected(load);
+        }
+        let n = loads.len();
+        self.gpus_of(&rows[..n], &[SpeedFactors::NOMINAL; LANES][..n], &sums)
+    }
+
+    /// `gpus` from the GPUs' sums (`sums[i]`: `rows[i].sums()`).
+    #[inline]
+    fn gpus_of(
+        &self,
+        rows: &[ExpertRows<'_>],
+        speeds: &[SpeedFactors],
+        sums: &[GroupSums; LANES],
+    ) -> [GpuExpertCost; LANES] {
         let mut out = [GpuExpertCost::default(); LANES];
         if sums.iter().all(GroupSums::is_empty) {
             return out;
@@ -901,6 +985,67 @@ mod tests {
         for i in 0..2 {
             let c = m.gpu(ExpertRows::Counted(counts[i]), speeds[i]);
             assert_eq!(added[i].to_bits(), c.nanos.to_bits());
+        }
+    }
+
+    #[test]
+    fn expected_lanes_price_each_layer_as_gpu_does() {
+        // Layers' expected loads priced `LANES` at a time get the bits of one `gpu` call each:
+        // fractions below one row, zeros, whole rows, small and large tiles, graph and eager,
+        // the kernel model alone and scaled to measured grouped GEMMs.
+        let (measured, found) =
+            h200_mixtral(Timing::Graph).with_measured_grouped(&GpuSpec::by_name("H200").unwrap());
+        assert!(found);
+        let models = [
+            MoeLayerCost::new(
+                &GpuSpec::by_name("L4").unwrap(),
+                &MoeModelShape::qwen1_5_moe_a2_7b_nf4(),
+                Timing::Eager,
+            ),
+            h200_mixtral(Timing::Graph),
+            measured,
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for m in &models {
+            for round in 0..200 {
+                let n = 1 + round % LANES;
+                let layers: Vec<Vec<f32>> = (0..n)
+                    .map(|_| {
+                        (0..60)
+                            .map(|_| match next() % 5 {
+                                0 => 0.0,
+                                1 => (next() % 1000) as f32 / 1000.0,
+                                2 => (next() % 300) as f32,
+                                3 => (next() % 10_000_000) as f32 / 1000.0,
+                                _ => (next() % 300_000) as f32 / 1000.0,
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let loads: Vec<&[f32]> = layers.iter().map(Vec::as_slice).collect();
+                for load in &loads {
+                    // The shortcut sums are `GroupSums::add` of each group in order.
+                    let mut general = GroupSums::default();
+                    ExpertRows::Expected(load).for_each_group(|rows, p| general.add(rows, p));
+                    assert_eq!(ExpertRows::Expected(load).sums(), general);
+                }
+                let lanes = m.expected_lanes(&loads);
+                for (i, load) in loads.iter().enumerate() {
+                    let alone = m.gpu(ExpertRows::Expected(load), SpeedFactors::NOMINAL);
+                    let bits = |c: &GpuExpertCost| {
+                        [c.nanos, c.gemms_ns, c.rows, c.experts].map(f64::to_bits)
+                    };
+                    assert_eq!(bits(&lanes[i]), bits(&alone), "round {round} lane {i}");
+                    assert_eq!(lanes[i], alone);
+                }
+                assert!(lanes[n..].iter().all(|c| *c == GpuExpertCost::default()));
+            }
         }
     }
 

@@ -10,6 +10,7 @@
 //! family's `experts.routing.kind = "affinity"` both compute their load vectors here.
 
 use crate::rng::SimRng;
+use multiversion::multiversion;
 use rand_distr::{Distribution, Gamma, StandardNormal};
 
 /// Per-topic, per-layer expert routing distributions.
@@ -81,18 +82,31 @@ impl TopicAffinities {
         top_k: usize,
         buffer: &mut Vec<f32>,
     ) {
-        let own = self.topic(topic);
-        let other = self.topic(secondary);
         let n = prompt_tokens as f32;
         let scale = n * top_k as f32;
-        let purity = purity as f32;
         buffer.clear();
-        buffer.extend(
-            own.iter()
-                .zip(other)
-                .map(|(a, b)| (scale * (purity * a + (1.0 - purity) * b)).min(n)),
+        mixed_load(
+            self.topic(topic),
+            self.topic(secondary),
+            purity as f32,
+            scale,
+            n,
+            buffer,
         );
     }
+}
+
+/// `min(n, scale x (purity x a + (1 - purity) x b))` of each pair of `own` and `other` into
+/// `buffer`, compiled for baseline x86-64 and for AVX (picked at run time): the same IEEE
+/// operations per entry either way (no fused multiply-add), so the same bits, eight entries
+/// an instruction where the CPU has AVX.
+#[multiversion(targets("x86_64+avx"))]
+fn mixed_load(own: &[f32], other: &[f32], purity: f32, scale: f32, n: f32, buffer: &mut Vec<f32>) {
+    buffer.extend(
+        own.iter()
+            .zip(other)
+            .map(|(a, b)| (scale * (purity * a + (1.0 - purity) * b)).min(n)),
+    );
 }
 
 /// The router dry-run's prediction of `load`: each entry times `1 + noise x z` (`z` standard

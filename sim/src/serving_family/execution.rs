@@ -18,9 +18,9 @@
 
 use crate::cost::curve::CostCurve;
 use crate::cost::gpu::GpuSpec;
-use crate::cost::kernel::Timing;
+use crate::cost::kernel::{LANES, Timing};
 use crate::cost::measured_steps::{OpSources, PricingRecord};
-use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
+use crate::cost::moe_layer::MoeLayerCost;
 use crate::cost::profile::{ExpertExecution, ExpertFfnCurve, Profile, ProfileMismatch, SourceKind};
 use crate::cost::shape::MoeModelShape;
 use crate::distributions::expected_max_standard_normal;
@@ -346,13 +346,21 @@ impl GroupedModel {
         Ok(GroupedModel { tables, layer })
     }
 
-    /// The routed experts of every layer of `load` (layer-major), ns.
+    /// The routed experts of every layer of `load` (layer-major), ns: the layers priced
+    /// `LANES` at a time (`MoeLayerCost::expected_lanes`, each the bits of its own `gpu`
+    /// call), summed in layer order.
     pub fn moe_nanos(&self, load: &[f32]) -> f64 {
-        load.chunks_exact(self.tables.n_experts)
-            .map(|layer| {
-                self.layer
-                    .gpu(ExpertRows::Expected(layer), SpeedFactors::NOMINAL)
-                    .nanos
+        let n = self.tables.n_experts;
+        load.chunks(n * LANES)
+            .flat_map(|group| {
+                let mut layers: [&[f32]; LANES] = [&[]; LANES];
+                let mut count = 0;
+                for (slot, layer) in layers.iter_mut().zip(group.chunks_exact(n)) {
+                    *slot = layer;
+                    count += 1;
+                }
+                let priced = self.layer.expected_lanes(&layers[..count]);
+                priced.into_iter().take(count).map(|cost| cost.nanos)
             })
             .sum()
     }
