@@ -1704,3 +1704,60 @@ fn addressed_calls_are_refused_where_they_cannot_be_routed() {
     .expect_err("no prompt lengths");
     assert_eq!(e.path, "workload.prompt_tokens");
 }
+
+/// The MOSAIC preset (scenarios/mosaic/gpqa_round_robin_serving.toml) deploys each worker as the
+/// mosaic family does on the same cell (quick.toml, GPQA, round-robin): every replica group is
+/// one A100 whose load is the mosaic family's `load_s` of that model (its weights over
+/// `[serving] load_gbps`) and whose KV cache holds the mosaic session's tokens in the same blocks;
+/// its calls are Table 3's GPQA slots per model.
+#[test]
+fn the_mosaic_preset_deploys_each_worker_as_the_mosaic_family() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/mosaic");
+    let load =
+        |file: &str| crate::scenario::load(&dir.join(file), &[]).unwrap_or_else(|e| panic!("{e}"));
+    let preset_plan = load("gpqa_round_robin_serving.toml");
+    let preset = preset_plan.cells[0]
+        .scenario
+        .get::<ServingScenario>()
+        .expect("a serving scenario");
+    let mosaic_plan = load("quick.toml");
+    let mosaic = mosaic_plan.cells[0]
+        .scenario
+        .get::<crate::mosaic::MosaicScenario>()
+        .expect("a mosaic scenario");
+    let mut groups = 0;
+    for (g, (model, replica)) in preset.groups().enumerate() {
+        let expert = mosaic
+            .experts
+            .iter()
+            .position(|e| e.shape.name == model.name())
+            .unwrap_or_else(|| panic!("{} is no hybrid-pool expert", model.name()));
+        let e = &mosaic.experts[expert];
+        let deployment = deployment::Deployment::new(&preset.group(g), None).unwrap();
+        let load = replica.load.expect("the preset loads its models");
+        assert_eq!(
+            load.duration(deployment.weights_per_gpu_bytes),
+            crate::time::SimDuration::from_secs_f64(e.load_s),
+            "{}",
+            e.name
+        );
+        assert_eq!(
+            deployment.kv_tokens, e.serving.dense.kv_capacity_tokens,
+            "{}",
+            e.name
+        );
+        assert_eq!(deployment.kv_blocks, e.serving.kv_blocks(), "{}", e.name);
+        assert_eq!(replica.max_num_seqs, e.serving.max_num_seqs as usize);
+        assert_eq!(
+            preset.calls[g].n_requests, mosaic.dataset.slots[expert] as usize,
+            "{}",
+            e.name
+        );
+        groups += 1;
+    }
+    // Every model GPQA recruits has its worker.
+    assert_eq!(
+        groups,
+        mosaic.dataset.slots.iter().filter(|&&n| n > 0).count()
+    );
+}
