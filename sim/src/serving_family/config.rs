@@ -6,6 +6,7 @@
 //! replica group only) is read by `super::adapters`.
 
 use super::adapters::{AdapterSpec, AdaptersTable};
+use super::load::ModelLoad;
 use super::static_pricing::{ProfileSource, StaticCost};
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
 use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
@@ -270,6 +271,22 @@ pub struct ReplicaTable {
     /// refused on the continuous kinds.
     #[serde(default)]
     pub batch_former: Option<BatchSelectorConfig>,
+    /// The model's load onto the replica's GPUs before it serves (`super::load`); none by
+    /// default (the model is resident).
+    #[serde(default)]
+    pub load: Option<LoadTable>,
+}
+
+/// How a replica's model load is priced (`replica.load`, `super::load::ModelLoad`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LoadTable {
+    /// Each GPU's weights over its host link (`cost::gpu::LinkSpec::host_of`).
+    HostLink,
+    /// Each GPU's weights over an effective load path of `gbps` GB/s (`cost::load::LoadPath`).
+    Path { gbps: f64 },
+    /// A given load time, seconds.
+    Fixed { seconds: f64 },
 }
 
 impl Default for ReplicaTable {
@@ -610,12 +627,40 @@ pub struct WorkloadTable {
     /// routing each topic favours its own experts.
     #[serde(default = "d_topics")]
     pub n_topics: u32,
-    pub prompt_tokens: LengthTable,
-    pub output_tokens: LengthTable,
+    /// Every request's lengths (required unless `calls` gives them per class).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<LengthTable>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<LengthTable>,
     /// Draw each request's prompt and output lengths, in that order, from one stream
     /// (`tokens`, as the caps family draws them) instead of one stream each.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub one_token_stream: bool,
+    /// Calls addressed to one replica group's model each (`[[workload.calls]]`, MOSAIC's
+    /// agent calls): the requests in arrival order, class by class in file order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<CallsTable>,
+}
+
+/// One class of calls addressed to a model (`[[workload.calls]]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallsTable {
+    /// The model the calls are addressed to: one replica group's.
+    pub model: String,
+    pub n_requests: usize,
+    pub prompt_tokens: LengthTable,
+    pub output_tokens: LengthTable,
+}
+
+/// A validated class of addressed calls: the replicas it may be routed to (its group's, a
+/// contiguous range: replicas are numbered group by group), how many, how long.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallClass {
+    pub replicas: std::ops::Range<usize>,
+    pub n_requests: usize,
+    pub prompt_tokens: LengthSpec,
+    pub output_tokens: LengthSpec,
 }
 
 /// A length distribution (`distributions::TokenLength`), or the replayed trace's lengths.
@@ -743,6 +788,8 @@ pub struct ReplicaSpec {
     pub batch_former: BatchSelectorConfig,
     /// A `static` replica's pricing other than `passes`, built once per cell.
     pub static_cost: Option<StaticCost>,
+    /// The model's load before the replica serves (`replica.load`).
+    pub load: Option<ModelLoad>,
 }
 
 /// One group of alike replicas of a heterogeneous cluster.
@@ -777,10 +824,14 @@ pub struct ServingScenario {
     pub predictor: PredictorConfig,
     pub n_requests: usize,
     pub n_topics: u32,
+    /// Every request's lengths; with `calls`, the first class's (each class draws its own).
     pub prompt_tokens: LengthSpec,
     pub output_tokens: LengthSpec,
     /// Prompt and output lengths from one stream (`workload.one_token_stream`).
     pub one_token_stream: bool,
+    /// `[[workload.calls]]`: requests addressed to one group each, class by class in arrival
+    /// order (none: every request may go to any replica).
+    pub calls: Vec<CallClass>,
     pub arrival: ArrivalSpec,
     pub per_request_csv: bool,
     pub trace_events: bool,
@@ -845,7 +896,18 @@ impl ServingScenario {
             one.replica = group.replica.clone();
         }
         one.other_groups.clear();
+        // The calls address the whole cluster's replicas.
+        one.calls.clear();
         one
+    }
+
+    /// The class of addressed calls request `id` (the `id`-th arrival) belongs to, if any.
+    pub fn call_class(&self, id: u64) -> Option<&CallClass> {
+        let mut end = 0;
+        self.calls.iter().find(|c| {
+            end += c.n_requests as u64;
+            id < end
+        })
     }
 
     /// One batch selector per replica of a `static` group, in replica order (none for the
@@ -977,6 +1039,91 @@ fn static_former(p: &str, r: &ReplicaTable) -> Result<BatchSelectorConfig, Field
         )),
         (_, None) => Ok(BatchSelectorConfig::Fcfs),
     }
+}
+
+/// `[[workload.calls]]` validated over the replica `groups`: each class names the model of
+/// exactly one group, at least one request, its lengths; the classes' requests add up to
+/// `workload.n_requests`; no trace replay (its rows carry no model) and no Chimera router (it
+/// chooses among every model by capability).
+fn calls(
+    w: &WorkloadTable,
+    groups: &[ReplicaGroup],
+    n_requests: usize,
+    arrival: &ArrivalSpec,
+    router_kind: &str,
+) -> Result<Vec<CallClass>, FieldError> {
+    if w.calls.is_empty() {
+        return Ok(Vec::new());
+    }
+    if matches!(arrival, ArrivalSpec::Trace { .. }) {
+        return Err(field_error(
+            "workload.calls",
+            "not with arrival.pattern = \"trace\": a trace's rows name no model",
+        ));
+    }
+    if router_kind == "chimera" {
+        return Err(field_error(
+            "workload.calls",
+            "not with routing.kind = \"chimera\": addressed calls go to their model's group",
+        ));
+    }
+    let mut ranges = Vec::with_capacity(groups.len());
+    let mut first = 0;
+    for g in groups {
+        ranges.push((g.model.name(), first..first + g.replica.count));
+        first += g.replica.count;
+    }
+    let mut classes = Vec::with_capacity(w.calls.len());
+    for (i, c) in w.calls.iter().enumerate() {
+        let at = |field: &str| format!("workload.calls[{i}].{field}");
+        // The catalogue's name of the preset the class names, as each group's model gives it.
+        let model = served_model(&at("model"), &c.model)?;
+        let serving: Vec<_> = ranges.iter().filter(|(m, _)| *m == model.name()).collect();
+        let replicas = match serving.as_slice() {
+            [(_, range)] => range.clone(),
+            [] => {
+                return Err(field_error(
+                    &at("model"),
+                    format!(
+                        "no replica group serves {} ({}); the groups serve {}",
+                        c.model,
+                        model.name(),
+                        ranges
+                            .iter()
+                            .map(|(m, _)| *m)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+            _ => {
+                return Err(field_error(
+                    &at("model"),
+                    format!(
+                        "{} replica groups serve {}: a class of calls is addressed to one group",
+                        serving.len(),
+                        c.model
+                    ),
+                ));
+            }
+        };
+        classes.push(CallClass {
+            replicas,
+            n_requests: crate::validate::at_least_one(&at("n_requests"), c.n_requests)?,
+            prompt_tokens: length(&at("prompt_tokens"), &c.prompt_tokens, arrival)?,
+            output_tokens: length(&at("output_tokens"), &c.output_tokens, arrival)?,
+        });
+    }
+    let total: usize = classes.iter().map(|c| c.n_requests).sum();
+    if total != n_requests {
+        return Err(field_error(
+            "workload.calls",
+            format!(
+                "the classes' n_requests add up to {total}; workload.n_requests is {n_requests}"
+            ),
+        ));
+    }
+    Ok(classes)
 }
 
 fn length(
@@ -1467,6 +1614,11 @@ impl ServingConfig {
                 ));
             }
         };
+        let load = r
+            .load
+            .as_ref()
+            .map(|table| ModelLoad::validate(p, table, &gpu))
+            .transpose()?;
         let static_cost = match &r.scheduler {
             SchedulerTable::Static {
                 pricing,
@@ -1521,6 +1673,7 @@ impl ServingConfig {
                 task_score_pct: r.task_score_pct,
                 batch_former,
                 static_cost,
+                load,
             },
         })
     }
@@ -1813,8 +1966,25 @@ impl ServingConfig {
         let arrival = self
             .arrival
             .validate(n_requests, base_dir, &mut cache.traces)?;
-        let prompt_tokens = length("workload.prompt_tokens", &w.prompt_tokens, &arrival)?;
-        let output_tokens = length("workload.output_tokens", &w.output_tokens, &arrival)?;
+        let calls = calls(w, &groups, n_requests, &arrival, router_kind)?;
+        let required = |key: &str, table: &Option<LengthTable>| match (table, calls.first()) {
+            (Some(table), None) => length(key, table, &arrival),
+            (None, Some(first)) => Ok(if key.ends_with("prompt_tokens") {
+                first.prompt_tokens.clone()
+            } else {
+                first.output_tokens.clone()
+            }),
+            (None, None) => Err(field_error(
+                key,
+                "is required (or give each class of calls its lengths in [[workload.calls]])",
+            )),
+            (Some(_), Some(_)) => Err(field_error(
+                key,
+                "is given per class with [[workload.calls]]: give it there, not here",
+            )),
+        };
+        let prompt_tokens = required("workload.prompt_tokens", &w.prompt_tokens)?;
+        let output_tokens = required("workload.output_tokens", &w.output_tokens)?;
         let o = &self.output;
         let kv_sample_interval_ns = if o.kv_sample_interval_ms == 0.0 {
             0
@@ -1846,6 +2016,7 @@ impl ServingConfig {
             one_token_stream: w.one_token_stream,
             prompt_tokens,
             output_tokens,
+            calls,
             arrival,
             per_request_csv: o.per_request_csv,
             trace_events: o.trace_events,

@@ -78,6 +78,20 @@ impl Family for Serving {
             Demand::new(Requests, n as f64, "workload.n_requests"),
             Demand::new(SimSeconds, s.arrival.span_s(n), rate_key),
         ];
+        for (i, c) in s.calls.iter().enumerate() {
+            for (spec, field) in [
+                (&c.prompt_tokens, "prompt_tokens"),
+                (&c.output_tokens, "output_tokens"),
+            ] {
+                if let LengthSpec::Distribution(lengths) = spec {
+                    d.push(Demand::new(
+                        TokensPerRequest,
+                        f64::from(lengths.max()),
+                        &format!("workload.calls[{i}].{field}"),
+                    ));
+                }
+            }
+        }
         let trace = s.arrival.trace_stats(n).map(|(_, stats)| stats);
         for (spec, key, from_trace) in [
             (

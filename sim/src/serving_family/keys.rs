@@ -127,6 +127,11 @@ pub const KEYS: &[KeyDoc] = &[
         meaning: "`static` kind only: any CAPS selector of `strategies::batch` (`fcfs`, `random`, `greedy_variance`, `greedy_dot_product`, `norm_minimizing`, `best_fit`, `power_of_d`, `power_of_d_dot`, `lpt`, `lpt_balanced`, `karmarkar_karp`, `differencing`; the `power_of_d` ones take `samples`, 8), below; on `vllm`, `sarathi` or `orca` it exits 2 naming it and `replica.scheduler.kind`",
     },
     KeyDoc {
+        key: "replica.load",
+        default: "none (resident)",
+        meaning: "the model's load onto the replica's GPUs before it serves (MOSAIC's session load; `serving_family::load`): `{ kind = \"host_link\" }` (each GPU's weights over its host link, the measured PCIe 5.0 x16 on H100/H200, else PCIe 4.0 x16), `{ kind = \"path\", gbps }` (each GPU's weights over an effective load path: storage, host, PCIe and engine start-up as one rate, as the mosaic family's `[serving] load_gbps`, 0.4 there) or `{ kind = \"fixed\", seconds }`; requests queue from time zero and no step starts before the load ends (makespan and latencies include it); `details.deployment[g].load_s` gives it; the keys: `gbps`, `seconds`",
+    },
+    KeyDoc {
         key: "experts.routing",
         default: "`{ kind = \"uniform\" }`",
         meaning: "MoE only: `uniform`, `{ kind = \"zipf\", exponent = s }` (`exponent` in [0, 10]), or `{ kind = \"affinity\", concentration, purity, prediction_noise }` (CAPS's request model: Dirichlet(`concentration` > 0) per topic and layer, `purity` in [0, 1], `prediction_noise` >= 0, default 0; below)",
@@ -178,8 +183,13 @@ pub const KEYS: &[KeyDoc] = &[
     },
     KeyDoc {
         key: "workload.prompt_tokens, workload.output_tokens",
-        default: "(required)",
+        default: "(required unless `[[workload.calls]]`)",
         meaning: "`{ kind = \"fixed\", value }`, `{ kind = \"uniform\", low, high }`, `{ kind = \"zipf\", min, max, exponent }`, `{ kind = \"log_normal\", mean or median, sigma, max }`, `{ kind = \"trace\" }` (the replayed trace's column; needs `arrival.pattern = \"trace\"`); the keys: `value`, `low`, `high`, `min`, `max`, `exponent`, `mean`, `median`, `sigma`",
+    },
+    KeyDoc {
+        key: "workload.calls",
+        default: "none",
+        meaning: "an array of `[[workload.calls]]` tables, classes of calls addressed to one model each (MOSAIC's agent calls): `model` (the model of exactly one replica group), `n_requests` (the class's calls; the classes add up to `workload.n_requests`), `prompt_tokens` and `output_tokens` (as `workload.prompt_tokens`, not `trace`: the keys `value`, `low`, `high`, `min`, `max`, `exponent`, `mean`, `median`, `sigma`), which then replace `workload.prompt_tokens` and `workload.output_tokens`; the run's requests in arrival order are the first class's calls, then the second's, ...; the router chooses among the class's group's replicas only. Refused beside `arrival.pattern = \"trace\"` and `routing.kind = \"chimera\"` (below, \"Model loads and addressed calls\")",
     },
     KeyDoc {
         key: "[arrival]",

@@ -15,6 +15,7 @@ pub mod execution;
 pub mod expert_routing;
 mod family;
 pub mod keys;
+pub mod load;
 pub mod mapping;
 pub mod predictions;
 pub mod scheduler;
@@ -439,7 +440,7 @@ pub fn serve<'a>(
             "deployment": deployments
                 .iter()
                 .zip(scenario.groups())
-                .map(|(d, (model, _))| deployment_details(model.name(), d))
+                .map(|(d, (model, r))| deployment_details(model.name(), d, r))
                 .collect::<Vec<_>>(),
             "metric_units": table::units(&TABLE),
             "scheduler": scenario.replica.scheduler.kind(),
@@ -468,9 +469,14 @@ pub fn serve<'a>(
     })
 }
 
-/// One replica group's deployment, for the details.
-fn deployment_details(model: &str, deployment: &Deployment) -> serde_json::Value {
-    json!({
+/// One replica group's deployment, for the details (with `replica.load`, its load's pricing
+/// and seconds).
+fn deployment_details(
+    model: &str,
+    deployment: &Deployment,
+    replica: &config::ReplicaSpec,
+) -> serde_json::Value {
+    let mut details = json!({
         "model": model,
         "gpus_per_replica": deployment.gpus,
         "tensor_parallel": deployment.tensor_parallel,
@@ -479,7 +485,12 @@ fn deployment_details(model: &str, deployment: &Deployment) -> serde_json::Value
         "weights_per_gpu_gb": deployment.weights_per_gpu_bytes * 1e-9,
         "kv_tokens_per_replica": deployment.kv_tokens,
         "kv_blocks_per_replica": deployment.kv_blocks,
-    })
+    });
+    if let Some(load) = &replica.load {
+        details["load"] = json!(load.kind());
+        details["load_s"] = json!(load.duration(deployment.weights_per_gpu_bytes).0 as f64 / 1e9);
+    }
+    details
 }
 
 /// With adapters: the manager, the adapters and their shares, and the memory plan's breakdown

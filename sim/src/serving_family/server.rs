@@ -60,6 +60,8 @@ pub enum Event {
     StepEnd { replica: usize },
     /// A static replica's scheduler wakes up on its `scheduling_interval_ms` grid.
     SchedulerTick { replica: usize },
+    /// Replica `replica`'s model is loaded (`replica.load`): it starts serving what waits.
+    Loaded { replica: usize },
 }
 
 /// One replica and what runs beside it.
@@ -106,6 +108,8 @@ struct ReplicaRun<'a> {
     max_len: u32,
     /// Requests refused at admission: a prompt of `max_len` tokens or more.
     refused: u64,
+    /// When its model load ends (`replica.load`; time zero without one): no step starts before.
+    ready_at: SimTime,
 }
 
 /// The longest sequence a replica of `spec` with `kv_blocks` cache blocks takes: its
@@ -477,6 +481,10 @@ impl<'a> ServingServer<'a> {
                     arrived: 0,
                     max_len: max_sequence_len(&group.replica, deployment.kv_blocks),
                     refused: 0,
+                    ready_at: SimTime::ZERO
+                        + group.replica.load.map_or(SimDuration::ZERO, |load| {
+                            load.duration(deployment.weights_per_gpu_bytes)
+                        }),
                 });
             }
         }
@@ -556,13 +564,14 @@ impl<'a> ServingServer<'a> {
     /// Routes and queues `arrival` (a static replica's former takes it); returns its replica.
     fn arrive(&mut self, now: SimTime, arrival: Arrival) -> usize {
         let s = self.scenario;
-        let prompt = Self::length(
-            &s.prompt_tokens,
-            arrival.prompt_tokens,
-            &mut self.rng_prompt,
-        );
+        // An addressed call (`workload.calls`) draws its class's lengths and goes to its group.
+        let class = s.call_class(self.next_id);
+        let (prompt_spec, output_spec) = class.map_or((&s.prompt_tokens, &s.output_tokens), |c| {
+            (&c.prompt_tokens, &c.output_tokens)
+        });
+        let prompt = Self::length(prompt_spec, arrival.prompt_tokens, &mut self.rng_prompt);
         let output = Self::length(
-            &s.output_tokens,
+            output_spec,
             arrival.output_tokens,
             self.rng_output.as_mut().unwrap_or(&mut self.rng_prompt),
         )
@@ -590,17 +599,19 @@ impl<'a> ServingServer<'a> {
                 max_batch_size: run.max_num_seqs,
             });
         }
-        let r = self.router.route(
-            &RouteRequest {
-                id,
-                workflow: id,
-                stage: 0,
-                confidence: &self.confidence,
-                predicted_total_tokens: &self.predicted,
-            },
-            &self.engine_states,
-        );
-        assert!(r < self.replicas.len(), "router chose replica {r}");
+        let eligible = class.map_or(0..self.replicas.len(), |c| c.replicas.clone());
+        let r = eligible.start
+            + self.router.route(
+                &RouteRequest {
+                    id,
+                    workflow: id,
+                    stage: 0,
+                    confidence: &self.confidence,
+                    predicted_total_tokens: &self.predicted,
+                },
+                &self.engine_states[eligible.clone()],
+            );
+        assert!(eligible.contains(&r), "router chose replica {r}");
         let adapter = s
             .adapters
             .as_ref()
@@ -668,8 +679,9 @@ impl<'a> ServingServer<'a> {
     fn try_dispatch(&mut self, r: usize, now: SimTime, tick: bool, events: &mut EventQueue<Event>) {
         let run = &mut self.replicas[r];
         let waiting = run.former.as_ref().map_or(0, SelectorFormer::waiting);
-        // A static batch is running while the replica holds sequences (all leave at its end).
-        if !run.replica.running().is_empty() || waiting == 0 {
+        // A static batch is running while the replica holds sequences (all leave at its end);
+        // a replica still loading its model waits for its `Loaded`.
+        if !run.replica.running().is_empty() || waiting == 0 || now < run.ready_at {
             return;
         }
         if tick || waiting >= run.min_batch_trigger {
@@ -839,6 +851,11 @@ impl Model for ServingServer<'_> {
         if let Some(first) = self.arrivals.next_arrival() {
             events.schedule(first.time, Event::Arrival(first));
         }
+        for (replica, run) in self.replicas.iter().enumerate() {
+            if run.ready_at > SimTime::ZERO {
+                events.schedule(run.ready_at, Event::Loaded { replica });
+            }
+        }
     }
 
     fn handle(&mut self, now: SimTime, event: Event, events: &mut EventQueue<Event>) {
@@ -869,7 +886,8 @@ impl Model for ServingServer<'_> {
                     events.schedule(next.time, Event::Arrival(next));
                 }
                 for &replica in &woken {
-                    if self.replicas[replica].replica.is_busy() {
+                    let run = &self.replicas[replica];
+                    if run.replica.is_busy() || now < run.ready_at {
                         continue;
                     }
                     if let Some(end) = self.start_step(replica, now) {
@@ -889,6 +907,15 @@ impl Model for ServingServer<'_> {
             Event::SchedulerTick { replica } => {
                 self.replicas[replica].tick_pending = false;
                 self.try_dispatch(replica, now, true, events);
+            }
+            Event::Loaded { replica } => {
+                if self.replicas[replica].former.is_some() {
+                    self.try_dispatch(replica, now, false, events);
+                } else if !self.replicas[replica].replica.is_busy()
+                    && let Some(end) = self.start_step(replica, now)
+                {
+                    events.schedule(end, Event::StepEnd { replica });
+                }
             }
         }
     }

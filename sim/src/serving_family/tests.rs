@@ -1515,3 +1515,249 @@ fn a_trace_is_refused_where_it_cannot_route() {
     assert_eq!(scenario(&two).unwrap_err().path, "experts.streams");
     assert!(scenario(&two.replace("count = 2\n", "")).is_ok());
 }
+
+/// Every request's finish of a one-replica run (id order).
+fn finishes(s: &ServingScenario, seed: u64) -> Vec<(u64, crate::time::SimTime)> {
+    let mut sink = Finished::default();
+    run_recorded(
+        s,
+        seed,
+        &mut Fifo::default(),
+        &mut Turns::default(),
+        &mut Linear,
+        &mut [],
+        None,
+        &mut sink,
+        None,
+    )
+    .expect("no file to write");
+    let mut done: Vec<_> = sink.0.iter().map(|&(id, _, end, _, _)| (id, end)).collect();
+    done.sort_unstable();
+    done
+}
+
+/// `replica.load` (MOSAIC's session: load the model, then generate a closed batch): an offline
+/// batch on a replica that loads for 30 s is the resident replica's run shifted by 30 s, every
+/// request's finish to the nanosecond; under Poisson arrivals no request finishes before the
+/// load ends, and the host link's load is each GPU's weights over the H100's PCIe 5.
+#[test]
+fn a_replica_serves_nothing_before_its_model_is_loaded() {
+    let offline = |load: &str| {
+        scenario(&format!(
+            r#"
+[model]
+name = "llama-2-7b"
+[replica]
+gpu = "H100-SXM"
+gpu_memory_utilization = 0.3
+scheduler = {{ kind = "sarathi", chunk_size = 100000 }}
+{load}
+[workload]
+n_requests = 300
+prompt_tokens = {{ kind = "log_normal", mean = 300.0, sigma = 0.3, max = 4000 }}
+output_tokens = {{ kind = "log_normal", mean = 800.0, sigma = 0.5, max = 4000 }}
+[arrival]
+pattern = "offline"
+"#
+        ))
+        .unwrap()
+    };
+    let resident = finishes(&offline(""), 4);
+    let loading = offline(r#"load = { kind = "fixed", seconds = 30.0 }"#);
+    let loaded = finishes(&loading, 4);
+    assert_eq!(resident.len(), 300);
+    let shift = crate::time::SimDuration(30_000_000_000);
+    for (a, b) in resident.iter().zip(&loaded) {
+        assert_eq!((a.0, a.1 + shift), *b);
+    }
+    let out = run(&loading, 4);
+    assert!(out.details.get("failed").is_none(), "{}", out.details);
+    assert_eq!(out.details["deployment"][0]["load"], "fixed");
+    assert_eq!(out.details["deployment"][0]["load_s"], 30.0);
+    assert!(
+        run(&offline(""), 4).details["deployment"][0]
+            .get("load")
+            .is_none()
+    );
+    // Requests arriving while the model loads wait for it; the host link's price.
+    let mut text = LLAMA_LOW_LOAD.replace("rate_per_s = 0.01", "rate_per_s = 5.0");
+    text = text.replace(
+        "gpu = \"H100-SXM\"",
+        "gpu = \"H100-SXM\"\nload = { kind = \"host_link\" }",
+    );
+    let s = scenario(&text).unwrap();
+    let out = run(&s, 2);
+    let weights = out.details["deployment"][0]["weights_per_gpu_gb"]
+        .as_f64()
+        .unwrap()
+        * 1e9;
+    let load_s = out.details["deployment"][0]["load_s"].as_f64().unwrap();
+    assert!(
+        (load_s - (weights / 54.25e9 + 3.403e-6)).abs() < 2e-9,
+        "{load_s}"
+    );
+    let first = finishes(&s, 2).iter().map(|f| f.1).min().unwrap();
+    assert!(
+        first.as_secs_f64() > load_s,
+        "{first:?} before the load's {load_s} s"
+    );
+}
+
+const ADDRESSED: &str = r#"
+[model]
+name = "llama-2-7b"
+[[replica]]
+gpu = "H100-SXM"
+[[replica]]
+model = "qwen2.5-7b-instruct"
+count = 2
+gpu = "H100-SXM"
+[workload]
+n_requests = 50
+[[workload.calls]]
+model = "qwen2.5-7b-instruct"
+n_requests = 30
+prompt_tokens = { kind = "fixed", value = 64 }
+output_tokens = { kind = "fixed", value = 7 }
+[[workload.calls]]
+model = "llama-2-7b"
+n_requests = 20
+prompt_tokens = { kind = "uniform", low = 100, high = 200 }
+output_tokens = { kind = "fixed", value = 11 }
+[arrival]
+pattern = "poisson"
+rate_per_s = 20.0
+"#;
+
+/// `[[workload.calls]]`: the first 30 arrivals are the Qwen class's calls (7 output tokens
+/// each), served by the Qwen group's two replicas only, the next 20 the Llama class's (11
+/// tokens), served by replica 0 only; a run is deterministic.
+#[test]
+fn addressed_calls_go_to_their_models_group_with_their_lengths() {
+    let s = scenario(ADDRESSED).unwrap();
+    let mut sink = Finished::default();
+    let out = run_recorded(
+        &s,
+        3,
+        &mut Fifo::default(),
+        &mut Turns::default(),
+        &mut Linear,
+        &mut [],
+        None,
+        &mut sink,
+        None,
+    )
+    .unwrap();
+    assert!(out.details.get("failed").is_none(), "{}", out.details);
+    assert_eq!(sink.0.len(), 50);
+    let mut on_qwen = [0; 3];
+    for &(id, _, _, output, replica) in &sink.0 {
+        if id < 30 {
+            assert_eq!(output, 7, "call {id}");
+            assert!(
+                replica == 1 || replica == 2,
+                "call {id} on replica {replica}"
+            );
+            on_qwen[replica as usize] += 1;
+        } else {
+            assert_eq!(output, 11, "call {id}");
+            assert_eq!(replica, 0, "call {id}");
+        }
+    }
+    // The group's own round robin: 15 calls on each of its replicas.
+    assert_eq!(on_qwen, [0, 15, 15]);
+    let again = run(&s, 3);
+    assert_eq!(format!("{:?}", out.scalars), format!("{:?}", again.scalars));
+}
+
+#[test]
+fn addressed_calls_are_refused_where_they_cannot_be_routed() {
+    let refused = |from: &str, to: &str, field: &str| {
+        let text = ADDRESSED.replacen(from, to, 1);
+        let e = scenario(&text).expect_err(to);
+        assert_eq!(e.path, field, "{to}: {e:?}");
+    };
+    refused(
+        "model = \"llama-2-7b\"\nn_requests",
+        "model = \"mixtral-8x7b\"\nn_requests",
+        "workload.calls[1].model",
+    );
+    refused("n_requests = 50", "n_requests = 51", "workload.calls");
+    refused(
+        "n_requests = 20",
+        "n_requests = 0",
+        "workload.calls[1].n_requests",
+    );
+    refused(
+        "n_requests = 50\n",
+        "n_requests = 50\nprompt_tokens = { kind = \"fixed\", value = 5 }\n",
+        "workload.prompt_tokens",
+    );
+    refused(
+        "count = 2\ngpu = \"H100-SXM\"",
+        "count = 2\ngpu = \"H100-SXM\"\n[[replica]]\nmodel = \"qwen2.5-7b-instruct\"",
+        "workload.calls[0].model",
+    );
+    let e = scenario(
+        &LLAMA_LOW_LOAD.replace("prompt_tokens = { kind = \"fixed\", value = 512 }\n", ""),
+    )
+    .expect_err("no prompt lengths");
+    assert_eq!(e.path, "workload.prompt_tokens");
+}
+
+/// The MOSAIC preset (scenarios/mosaic/gpqa_round_robin_serving.toml) deploys each worker as the
+/// mosaic family does on the same cell (quick.toml, GPQA, round-robin): every replica group is
+/// one A100 whose load is the mosaic family's `load_s` of that model (its weights over
+/// `[serving] load_gbps`) and whose KV cache holds the mosaic session's tokens in the same blocks;
+/// its calls are Table 3's GPQA slots per model.
+#[test]
+fn the_mosaic_preset_deploys_each_worker_as_the_mosaic_family() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/mosaic");
+    let load =
+        |file: &str| crate::scenario::load(&dir.join(file), &[]).unwrap_or_else(|e| panic!("{e}"));
+    let preset_plan = load("gpqa_round_robin_serving.toml");
+    let preset = preset_plan.cells[0]
+        .scenario
+        .get::<ServingScenario>()
+        .expect("a serving scenario");
+    let mosaic_plan = load("quick.toml");
+    let mosaic = mosaic_plan.cells[0]
+        .scenario
+        .get::<crate::mosaic::MosaicScenario>()
+        .expect("a mosaic scenario");
+    let mut groups = 0;
+    for (g, (model, replica)) in preset.groups().enumerate() {
+        let expert = mosaic
+            .experts
+            .iter()
+            .position(|e| e.shape.name == model.name())
+            .unwrap_or_else(|| panic!("{} is no hybrid-pool expert", model.name()));
+        let e = &mosaic.experts[expert];
+        let deployment = deployment::Deployment::new(&preset.group(g), None).unwrap();
+        let load = replica.load.expect("the preset loads its models");
+        assert_eq!(
+            load.duration(deployment.weights_per_gpu_bytes),
+            crate::time::SimDuration::from_secs_f64(e.load_s),
+            "{}",
+            e.name
+        );
+        assert_eq!(
+            deployment.kv_tokens, e.serving.dense.kv_capacity_tokens,
+            "{}",
+            e.name
+        );
+        assert_eq!(deployment.kv_blocks, e.serving.kv_blocks(), "{}", e.name);
+        assert_eq!(replica.max_num_seqs, e.serving.max_num_seqs as usize);
+        assert_eq!(
+            preset.calls[g].n_requests, mosaic.dataset.slots[expert] as usize,
+            "{}",
+            e.name
+        );
+        groups += 1;
+    }
+    // Every model GPQA recruits has its worker.
+    assert_eq!(
+        groups,
+        mosaic.dataset.slots.iter().filter(|&&n| n > 0).count()
+    );
+}
