@@ -23,7 +23,7 @@
 //! (`mosaic::server::run_session`, docs/serving.md's table); see
 //! `a_mosaic_session_is_scheduled_alike` for what differs.
 
-use sim::expertweave::{ExpertWeaveConfig, Popularity, RooflineStepCost};
+use sim::expertweave::{ExpertWeaveConfig, RooflineStepCost};
 use sim::load_cache::LoadCache;
 use sim::policies::Policies;
 use sim::records::{RecordSink, RequestRecord};
