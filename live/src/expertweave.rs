@@ -168,7 +168,7 @@ pub fn run(
         ));
     }
     let kind = policies.adapter_memory(memory).kind();
-    let popularity = Popularity::new(scenario);
+    let popularity = scenario.popularity();
     let simulated_log = Rc::new(RefCell::new(Vec::new()));
     let mut logged: Vec<Box<dyn StepCost + '_>> = simulated_costs(scenario, &plan, &popularity)
         .into_iter()

@@ -13,11 +13,11 @@ use crate::cost::profile::MeasuredProfile;
 use crate::cost::shape::MlaMoeShape;
 use crate::distributions::{Uniform, Zipf};
 use crate::load_cache::LoadCache;
-use crate::policies::memory::adapters::{EsftAdapter, esft_adapter, esft_adapters};
+use crate::policies::memory::MemoryConfig;
+use crate::policies::memory::adapters::EsftAdapter;
 use crate::policies::memory::device::{DeviceMemory, GIB};
-use crate::policies::memory::{MemoryConfig, slot_geometry};
 use crate::time::SimTime;
-use crate::validate::limits::{Demand, Limits, Quantity};
+use crate::validate::limits::{Demand, Quantity};
 use crate::validate::{FieldError, at_least_one, field_error, positive};
 
 /// The family's tables of a scenario file (everything but the common keys).
@@ -81,17 +81,6 @@ fn default_block() -> u64 {
     128
 }
 
-/// `[adapters]`: Table 1 adapters by `names`, the first `count` of Table 1 (cycling with `#2`...
-/// replicas past ten), or the first `count` of `names` (so `adapters.count` can be swept).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AdaptersConfig {
-    #[serde(default)]
-    pub names: Vec<String>,
-    #[serde(default)]
-    pub count: Option<usize>,
-}
-
 /// `[workload]`: the adapters' request shares (a power law of shape `alpha`), the arrival
 /// horizon (or, offline, the batch) and the length distributions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -121,15 +110,10 @@ fn one_f64() -> f64 {
     1.0
 }
 
-/// How batched rerouting is executed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Rerouting {
-    /// One fused kernel per MoE layer (ExpertWeave).
-    Fused,
-    /// A chain of framework operators per layer (ExpertWeave-SingleOp).
-    Unfused,
-}
+pub use crate::serving_family::adapters::{
+    AdaptersConfig, adapter_draw, adapter_shares, resolve_adapters, validate_memory,
+};
+pub use crate::serving_family::rerouting::Rerouting;
 
 /// `[cost]`: the device the roofline prices (a name of the GPU catalogue) and the rerouting and
 /// routing assumptions.
@@ -237,21 +221,6 @@ pub struct ExpertWeaveScenario {
     pub profile: Option<EwProfile>,
 }
 
-/// Per-adapter request shares with power-law shape `alpha` in (0, 1]: share of the adapter of
-/// rank i (0-based) proportional to (i + 1)^-(1/alpha - 1), a Zipf law with exponent
-/// 1/alpha - 1 (the sampler each request's adapter is drawn from). alpha = 1 is uniform; with two
-/// adapters alpha = 0.3 gives 83/17 and alpha = 0.2 gives 94/6, the paper's "approximately 80%"
-/// and "up to 95%" (Section 5.2). `n` at least 1, `alpha` in (0, 1].
-pub fn adapter_draw(n: usize, alpha: f64) -> Zipf {
-    Zipf::new(n, 1.0 / alpha - 1.0).expect("validated: an adapter and alpha in (0, 1]")
-}
-
-/// The probabilities of [`adapter_draw`].
-pub fn adapter_shares(n: usize, alpha: f64) -> Vec<f64> {
-    let draw = adapter_draw(n, alpha);
-    (0..n).map(|i| draw.probability(i)).collect()
-}
-
 /// Uniform lengths on `mean x [1 - spread, 1 + spread]`.
 fn lengths(mean: u64, spread: f64) -> Uniform {
     let mean = mean as f64;
@@ -272,90 +241,6 @@ fn arrivals_before(arrival: &ArrivalSpec, horizon: SimTime) -> usize {
         }
         _ => usize::MAX,
     }
-}
-
-/// The adapters `table` names (`names`, `count`, or the first `count` of `names`) for `shape`;
-/// errors name `<prefix>.names`, `<prefix>.count` or `<prefix>` (the expertweave and serving
-/// families both read an `[adapters]` table this way).
-pub fn resolve_adapters(
-    table: &AdaptersConfig,
-    shape: &MlaMoeShape,
-    prefix: &str,
-    limits: &Limits,
-) -> Result<Vec<EsftAdapter>, FieldError> {
-    let key = |field: &str| format!("{prefix}.{field}");
-    // The count sizes the adapters built below: held to its ceiling first.
-    if let Some(count) = table.count {
-        limits.check(&[Demand::new(Quantity::Adapters, count as f64, &key("count"))])?;
-    }
-    let adapters = match (&table.names[..], table.count) {
-        ([], Some(count)) => {
-            esft_adapters(count, shape).map_err(|e| field_error(&key("count"), e.to_string()))?
-        }
-        ([], None) => {
-            return Err(field_error(
-                prefix,
-                "give `names` (Table 1 adapters), `count` (the first n of Table 1), or both \
-                 (the first `count` of `names`)",
-            ));
-        }
-        (names, count) => {
-            let take = count.unwrap_or(names.len());
-            if take > names.len() {
-                return Err(field_error(
-                    &key("count"),
-                    format!("{take} exceeds the {} names given", names.len()),
-                ));
-            }
-            names[..take]
-                .iter()
-                .map(|name| esft_adapter(name, shape))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| field_error(&key("names"), e.to_string()))?
-        }
-    };
-    if adapters.is_empty() {
-        return Err(field_error(&key("count"), "must be at least 1, got 0"));
-    }
-    Ok(adapters)
-}
-
-/// Checks the manager `memory` (the table at `path`) against `adapters`: its utilization, its
-/// page size, and slot geometry that holds every adapter.
-pub fn validate_memory(
-    memory: &MemoryConfig,
-    adapters: &[EsftAdapter],
-    path: &str,
-) -> Result<(), FieldError> {
-    let key = |field: &str| format!("{path}.{field}");
-    match memory {
-        MemoryConfig::Merged { utilization, .. } => {
-            if let Some(u) = utilization {
-                let u = positive(&key("utilization"), *u)?;
-                if u > 1.0 {
-                    return Err(field_error(
-                        &key("utilization"),
-                        format!("must be at most 1, got {u}"),
-                    ));
-                }
-            }
-        }
-        MemoryConfig::Padding { e_max, a_max } => {
-            slot_geometry("padding", adapters, *a_max, *e_max)
-                .map_err(|e| field_error(path, e.to_string()))?;
-        }
-        MemoryConfig::VirtualWeightTensor {
-            page_bytes,
-            e_max,
-            a_max,
-        } => {
-            at_least_one(&key("page_bytes"), *page_bytes as usize)?;
-            slot_geometry("virtual_weight_tensor", adapters, *a_max, *e_max)
-                .map_err(|e| field_error(path, e.to_string()))?;
-        }
-        MemoryConfig::BaseOnly => {}
-    }
-    Ok(())
 }
 
 /// Validates `[arrival]` with the workload's horizon or batch: a rate or a trace arrives over
@@ -422,6 +307,17 @@ fn validate_arrivals(
         ));
     }
     Ok((arrival, horizon, max_arrivals))
+}
+
+impl ExpertWeaveScenario {
+    /// The routing popularity of the scenario's adapters' domains (`cost.expert_zipf_s`).
+    pub fn popularity(&self) -> crate::serving_family::popularity::Popularity {
+        crate::serving_family::popularity::Popularity::of(
+            &self.shape,
+            &self.adapters,
+            self.cost.expert_zipf_s,
+        )
+    }
 }
 
 impl ExpertWeaveConfig {

@@ -1,7 +1,6 @@
 //! ExpertWeave as a registered `Family`: its tables, what a cell demands, one seed's run through
 //! the policies' adapter-memory manager, and what live mode reads.
 
-use super::Popularity;
 use super::{ExpertWeaveConfig, ExpertWeaveScenario};
 use crate::arrivals::{ArrivalSpec, TraceStats};
 use crate::family::FigureKind;
@@ -107,7 +106,7 @@ impl Family for ExpertWeave {
                 });
             }
         };
-        let popularity = Popularity::new(scenario);
+        let popularity = scenario.popularity();
         let least_measured = Rc::new(Cell::new(None));
         let mut costs: Vec<Box<dyn StepCost + '_>> =
             super::simulated_costs(scenario, &plan, &popularity)

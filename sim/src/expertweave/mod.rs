@@ -7,15 +7,13 @@
 pub use crate::cost::shape::MlaMoeShape;
 pub mod config;
 pub mod family;
-pub mod popularity;
 pub mod profile_cost;
-pub mod rerouting;
 pub mod run;
 pub mod step_cost;
 
+pub use crate::serving_family::popularity::Popularity;
 pub use config::{ExpertWeaveConfig, ExpertWeaveScenario};
 pub use family::ExpertWeave;
-pub use popularity::Popularity;
 pub use profile_cost::{EwProfile, ProfileStepCost};
 pub use run::{plan, replica_config, run, run_recorded, serve, simulated_costs};
 pub use step_cost::RooflineStepCost;

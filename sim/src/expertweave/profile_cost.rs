@@ -13,12 +13,12 @@
 //! columns; a narrow GEMM on a GPU still pays its launch floor, which that assumption misses).
 
 use super::config::{ExpertWeaveScenario, Rerouting};
-use super::popularity::Popularity;
 use crate::cost::curve::CostCurve;
 use crate::cost::profile::{ExpertExecution, ExpertFfnCurve, MeasuredProfile};
 use crate::cost::shape::WeightDtype;
 use crate::policies::memory::InstancePlan;
 use crate::serving::{CostSource, StepBreakdown, StepCost, StepTime, StepWork};
+use crate::serving_family::popularity::Popularity;
 use crate::time::SimDuration;
 
 /// What the step cost needs from a measured profile, checked against the scenario's model.

@@ -13,7 +13,6 @@
 use serde_json::json;
 
 use super::config::ExpertWeaveScenario;
-use super::popularity::Popularity;
 use super::profile_cost::ProfileStepCost;
 use super::step_cost::RooflineStepCost;
 use crate::arrivals::{Arrival, ArrivalProcess};
@@ -29,6 +28,7 @@ use crate::serving::{
     Admission, AdmitHook, Batching, KvConfig, QueuePolicy, QueuedRequest, Replica, ReplicaConfig,
     Seq, StepCost,
 };
+use crate::serving_family::popularity::Popularity;
 use crate::time::SimTime;
 
 /// The replica an ExpertWeave instance is: continuous batching under vLLM's
@@ -87,7 +87,7 @@ pub fn run_recorded(
         Ok(plan) => plan,
         Err(output) => return output,
     };
-    let popularity = Popularity::new(scenario);
+    let popularity = scenario.popularity();
     let mut costs = simulated_costs(scenario, &plan, &popularity);
     serve(
         scenario,
@@ -818,7 +818,7 @@ output_tokens = 1
         assert_eq!(s.max_arrivals, 1);
         let mut memory = roomy();
         let plan = plan(&s, &mut memory).unwrap();
-        let popularity = Popularity::new(&s);
+        let popularity = s.popularity();
         let mut cost = RooflineStepCost::new(&s, &plan.instances[0], &popularity);
         // The same steps priced by hand through a replica of the same configuration.
         let mut replica = Replica::new(replica_config(&s, &plan.instances[0]));

@@ -6,17 +6,17 @@
 //! reads (its contiguous share of the base experts, each adapter copy beside its base expert,
 //! `Popularity`) as its grouped expert GEMMs, launched eagerly, the layer waiting for its
 //! slowest device (no all-to-all is modelled); and, where the instance reroutes, the
-//! batched-rerouting operator priced as the bytes it moves (`cost::roofline::Roofline`).
+//! batched-rerouting operator priced as the serving family prices it (`serving_family::rerouting`).
 
 use super::config::ExpertWeaveScenario;
-use super::popularity::Popularity;
-use super::rerouting::ReroutingTraffic;
 use crate::cost::kernel::Timing;
 use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
 use crate::cost::roofline::{Roofline, StepRoofline, StepTokens};
 use crate::cost::shape::WeightDtype;
 use crate::policies::memory::InstancePlan;
 use crate::serving::{AdapterTokens, CostSource, StepBreakdown, StepCost, StepTime, StepWork};
+use crate::serving_family::popularity::Popularity;
+use crate::serving_family::rerouting::{ReroutingCost, ReroutingTraffic};
 use crate::time::SimDuration;
 
 /// Kernels per transformer layer outside the routed experts and rerouting (norms, projections,
@@ -51,8 +51,8 @@ pub struct RooflineStepCost<'a> {
     moe_layers: u64,
     experts: MoeLayerCost,
     non_expert: StepRoofline,
-    /// The rerouting's traffic; `None` when the instance does not reroute.
-    rerouting: Option<ReroutingTraffic>,
+    /// The rerouting's price (the serving family's); `None` when the instance does not reroute.
+    rerouting: Option<ReroutingCost>,
     /// (probability read, routed rows) of every expert weight of one layer, reused.
     weights: Vec<(f64, f64)>,
     /// Per device, (probability read, rows when read) of the weights it holds, reused.
@@ -86,11 +86,17 @@ impl<'a> RooflineStepCost<'a> {
         );
         let rerouting = instance.reroutes.then(|| {
             let cost = &scenario.cost;
-            ReroutingTraffic::new(
+            let traffic = ReroutingTraffic::new(
                 shape,
                 cost.rerouting,
                 cost.unfused_ops,
                 instance.adapters.len(),
+            );
+            ReroutingCost::new(
+                traffic,
+                Roofline::of(&scenario.gpu),
+                &[SpeedFactors::NOMINAL],
+                devices,
             )
         });
         RooflineStepCost {
@@ -143,7 +149,6 @@ impl StepCost for RooflineStepCost<'_> {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime {
         let tokens = step_tokens(work);
         let dense = self.non_expert.price(&tokens);
-        let devices = self.instance.n_devices as f64;
         let moe_ns = match &self.last_moe {
             Some((adapters, nanos)) if adapters.as_slice() == work.adapters => *nanos,
             _ => {
@@ -152,14 +157,11 @@ impl StepCost for RooflineStepCost<'_> {
                 nanos
             }
         };
-        // Rerouting: per MoE layer its operators, each a launch plus the bytes it moves.
+        // Rerouting: per MoE layer its operators, each an eager launch plus the bytes it moves.
         let (mut reroute_ns, mut reroute_launch_ns) = (0.0, 0.0);
-        if let Some(traffic) = &self.rerouting {
-            let roofline = &self.non_expert.roofline;
-            let bytes = traffic.bytes(tokens.rows);
-            let operators = traffic.operators_per_step;
-            reroute_ns = operators * roofline.op(bytes / devices, 0.0).nanos();
-            reroute_launch_ns = operators * roofline.launch_ns;
+        if let Some(rerouting) = &self.rerouting {
+            reroute_ns = rerouting.memory_ns(tokens.rows);
+            reroute_launch_ns = rerouting.launch_ns(self.non_expert.roofline.launch_ns);
         }
         let nanos = dense.nanos + moe_ns + reroute_ns + reroute_launch_ns;
         StepTime {
@@ -230,7 +232,7 @@ rerouting = "{rerouting}"
     /// The prefill step of 4 requests of 8 prompt tokens (adapters 0, 1, 2, 0) on one device,
     /// priced by the roofline step cost.
     fn price_prefill(s: &ExpertWeaveScenario, instance: &InstancePlan) -> StepTime {
-        let popularity = Popularity::new(s);
+        let popularity = s.popularity();
         let mut cost = RooflineStepCost::new(s, instance, &popularity);
         let mut replica = Replica::new(replica_config(s, instance));
         let mut fifo = Fifo::default();
@@ -279,7 +281,7 @@ rerouting = "{rerouting}"
     fn a_step_reuses_the_moe_time_of_the_step_before_only_for_the_same_adapter_tokens() {
         let s = scenario("fused");
         let instance = three_adapters_on(2);
-        let popularity = Popularity::new(&s);
+        let popularity = s.popularity();
         let tokens = |adapter, tokens| AdapterTokens { adapter, tokens };
         let a = [tokens(0, 8), tokens(1, 3)];
         let b = [tokens(0, 8), tokens(2, 3)];
@@ -343,7 +345,7 @@ rerouting = "{rerouting}"
             adapter_experts: false,
             ..three_adapters_on(1)
         };
-        let popularity = Popularity::new(&s);
+        let popularity = s.popularity();
         let mut cost = RooflineStepCost::new(&s, &instance, &popularity);
         let mut replica = Replica::new(replica_config(&s, &instance));
         let mut fifo = Fifo::default();

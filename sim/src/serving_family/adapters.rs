@@ -10,20 +10,18 @@
 use super::config::ReplicaSpec;
 use super::expert_routing::capped;
 use super::mapping::ExpertLayout;
+use super::popularity::Popularity;
+use super::rerouting::{Rerouting, ReroutingCost, ReroutingTraffic};
 use crate::cost::roofline::Roofline;
 use crate::cost::shape::MlaMoeShape;
 use crate::distributions::Zipf;
-use crate::expertweave::Popularity;
-use crate::expertweave::config::{
-    AdaptersConfig, Rerouting, adapter_draw, adapter_shares, resolve_adapters, validate_memory,
-};
-use crate::expertweave::rerouting::ReroutingTraffic;
 use crate::policies::memory::InstancePlan;
-use crate::policies::memory::MemoryConfig;
-use crate::policies::memory::adapters::EsftAdapter;
+use crate::policies::memory::adapters::{EsftAdapter, esft_adapter, esft_adapters};
 use crate::policies::memory::device::{DeviceMemory, GIB};
+use crate::policies::memory::{MemoryConfig, slot_geometry};
 use crate::rng::SimRng;
 use crate::serving::{AdapterTokens, RoutedTokens};
+use crate::validate::limits::{Demand, Limits, Quantity};
 use crate::validate::{FieldError, at_least_one, field_error, positive};
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
@@ -74,7 +72,7 @@ pub struct AdaptersTable {
 pub struct AdapterSpec {
     pub adapters: Vec<EsftAdapter>,
     /// Each request's adapter: Zipf over the adapters with exponent `1 / alpha - 1`
-    /// (`expertweave::config::adapter_draw`).
+    /// (`adapter_draw`).
     pub draw: Zipf,
     pub shares: Vec<f64>,
     pub memory: MemoryConfig,
@@ -101,13 +99,22 @@ impl AdaptersTable {
             "adapters",
             limits,
         )?;
-        if let MemoryConfig::Merged { .. } = self.memory {
+        if let MemoryConfig::Merged {
+            separate_devices: false,
+            ..
+        } = self.memory
+            && adapters.len() > 1
+        {
             return Err(field_error(
-                "adapters.memory.kind",
-                "merged gives each adapter its own full model copy served by an instance of its \
-                 own; a serving-family replica is one instance sharing the base model: use \
-                 base_only, padding or virtual_weight_tensor (the expertweave family compares \
-                 merged copies)",
+                "adapters.memory.separate_devices",
+                format!(
+                    "{} merged copies sharing one replica's GPUs would be instances \
+                     time-sharing them, which a serving-family replica is not: set \
+                     separate_devices = true (each merged copy a replica of its own, \
+                     replica.count = {}) or use base_only, padding or virtual_weight_tensor",
+                    adapters.len(),
+                    adapters.len()
+                ),
             ));
         }
         validate_memory(&self.memory, &adapters, "adapters.memory")?;
@@ -156,6 +163,116 @@ impl AdaptersTable {
     }
 }
 
+/// `[adapters]`: Table 1 adapters by `names`, the first `count` of Table 1 (cycling with `#2`...
+/// replicas past ten), or the first `count` of `names` (so `adapters.count` can be swept).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptersConfig {
+    #[serde(default)]
+    pub names: Vec<String>,
+    #[serde(default)]
+    pub count: Option<usize>,
+}
+
+/// Per-adapter request shares with power-law shape `alpha` in (0, 1]: share of the adapter of
+/// rank i (0-based) proportional to (i + 1)^-(1/alpha - 1), a Zipf law with exponent
+/// 1/alpha - 1 (the sampler each request's adapter is drawn from). alpha = 1 is uniform; with two
+/// adapters alpha = 0.3 gives 83/17 and alpha = 0.2 gives 94/6, the paper's "approximately 80%"
+/// and "up to 95%" (Section 5.2). `n` at least 1, `alpha` in (0, 1].
+pub fn adapter_draw(n: usize, alpha: f64) -> Zipf {
+    Zipf::new(n, 1.0 / alpha - 1.0).expect("validated: an adapter and alpha in (0, 1]")
+}
+
+/// The probabilities of [`adapter_draw`].
+pub fn adapter_shares(n: usize, alpha: f64) -> Vec<f64> {
+    let draw = adapter_draw(n, alpha);
+    (0..n).map(|i| draw.probability(i)).collect()
+}
+
+/// The adapters `table` names (`names`, `count`, or the first `count` of `names`) for `shape`;
+/// errors name `<prefix>.names`, `<prefix>.count` or `<prefix>` (the serving family's
+/// `[adapters]` and the expertweave family's tables read it).
+pub fn resolve_adapters(
+    table: &AdaptersConfig,
+    shape: &MlaMoeShape,
+    prefix: &str,
+    limits: &Limits,
+) -> Result<Vec<EsftAdapter>, FieldError> {
+    let key = |field: &str| format!("{prefix}.{field}");
+    // The count sizes the adapters built below: held to its ceiling first.
+    if let Some(count) = table.count {
+        limits.check(&[Demand::new(Quantity::Adapters, count as f64, &key("count"))])?;
+    }
+    let adapters = match (&table.names[..], table.count) {
+        ([], Some(count)) => {
+            esft_adapters(count, shape).map_err(|e| field_error(&key("count"), e.to_string()))?
+        }
+        ([], None) => {
+            return Err(field_error(
+                prefix,
+                "give `names` (Table 1 adapters), `count` (the first n of Table 1), or both \
+                 (the first `count` of `names`)",
+            ));
+        }
+        (names, count) => {
+            let take = count.unwrap_or(names.len());
+            if take > names.len() {
+                return Err(field_error(
+                    &key("count"),
+                    format!("{take} exceeds the {} names given", names.len()),
+                ));
+            }
+            names[..take]
+                .iter()
+                .map(|name| esft_adapter(name, shape))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| field_error(&key("names"), e.to_string()))?
+        }
+    };
+    if adapters.is_empty() {
+        return Err(field_error(&key("count"), "must be at least 1, got 0"));
+    }
+    Ok(adapters)
+}
+
+/// Checks the manager `memory` (the table at `path`) against `adapters`: its utilization, its
+/// page size, and slot geometry that holds every adapter.
+pub fn validate_memory(
+    memory: &MemoryConfig,
+    adapters: &[EsftAdapter],
+    path: &str,
+) -> Result<(), FieldError> {
+    let key = |field: &str| format!("{path}.{field}");
+    match memory {
+        MemoryConfig::Merged { utilization, .. } => {
+            if let Some(u) = utilization {
+                let u = positive(&key("utilization"), *u)?;
+                if u > 1.0 {
+                    return Err(field_error(
+                        &key("utilization"),
+                        format!("must be at most 1, got {u}"),
+                    ));
+                }
+            }
+        }
+        MemoryConfig::Padding { e_max, a_max } => {
+            slot_geometry("padding", adapters, *a_max, *e_max)
+                .map_err(|e| field_error(path, e.to_string()))?;
+        }
+        MemoryConfig::VirtualWeightTensor {
+            page_bytes,
+            e_max,
+            a_max,
+        } => {
+            at_least_one(&key("page_bytes"), *page_bytes as usize)?;
+            slot_geometry("virtual_weight_tensor", adapters, *a_max, *e_max)
+                .map_err(|e| field_error(path, e.to_string()))?;
+        }
+        MemoryConfig::BaseOnly => {}
+    }
+    Ok(())
+}
+
 /// One replica's memory as an adapter-memory manager budgets it: each of its GPUs (the
 /// datasheet's bytes) at `gpu_memory_utilization`, less the runtime reserve; KV allocated in
 /// blocks of the replica's block size; MLA's latent cache held whole by every tensor-parallel
@@ -180,7 +297,7 @@ pub struct CopyTokens {
 }
 
 /// Where a step's tokens go when requests carry adapters: each adapter's tokens follow its
-/// domain's popularity (`expertweave::Popularity`, each expert's probability capped at
+/// domain's popularity (`super::popularity::Popularity`, each expert's probability capped at
 /// `1 / top_k` as a token picks an expert once); where the replica reroutes, a token routed to
 /// an expert its adapter fine-tuned goes to the adapter's copy instead. Per MoE layer the
 /// expected assignments of the base experts, then of the copies, are rounded to whole tokens by
@@ -326,59 +443,28 @@ impl AdapterRouter {
     }
 }
 
-/// The batched-rerouting operator of every MoE layer, priced as the bytes it moves
-/// (`expertweave::rerouting::ReroutingTraffic`, as the expertweave family prices it). The bytes
-/// split over the replica's GPUs, each at its own bandwidth, the slowest setting the pace. Its launches are in the step's CUDA graph
-/// with the MoE kernels (the replica's host overhead covers the replay).
-#[derive(Clone, Debug)]
-pub struct ReroutingCost {
-    traffic: ReroutingTraffic,
-    gpus: f64,
-    /// Each distinct GPU speed's roofline.
-    rooflines: Vec<Roofline>,
-}
-
-impl ReroutingCost {
-    /// The rerouting of `instance` (none unless it reroutes) over `shape`'s MoE layers.
-    pub fn new(
-        shape: &MlaMoeShape,
-        adapters: &AdapterSpec,
-        instance: &InstancePlan,
-        replica: &ReplicaSpec,
-    ) -> Option<ReroutingCost> {
-        if !instance.reroutes {
-            return None;
-        }
-        let nominal = Roofline::of(&replica.gpu);
-        let mut rooflines: Vec<Roofline> = Vec::new();
-        for &speed in &replica.speeds {
-            let r = nominal.scaled(speed);
-            if !rooflines.contains(&r) {
-                rooflines.push(r);
-            }
-        }
-        Some(ReroutingCost {
-            traffic: ReroutingTraffic::new(
+/// The rerouting of `instance` over `shape`'s MoE layers on `replica`'s GPUs (none unless the
+/// instance reroutes): the shared price (`super::rerouting::ReroutingCost`), its launches in the
+/// step's CUDA graph with the MoE kernels (the replica's host overhead covers the replay).
+pub fn rerouting_cost(
+    shape: &MlaMoeShape,
+    adapters: &AdapterSpec,
+    instance: &InstancePlan,
+    replica: &ReplicaSpec,
+) -> Option<ReroutingCost> {
+    instance.reroutes.then(|| {
+        ReroutingCost::new(
+            ReroutingTraffic::new(
                 shape,
                 adapters.rerouting,
                 adapters.unfused_ops,
                 instance.adapters.len(),
             ),
-            gpus: replica.gpus as f64,
-            rooflines,
-        })
-    }
-
-    /// Nanoseconds the step's rerouting takes over `rows` token rows.
-    pub fn nanos(&self, rows: u64) -> f64 {
-        let bytes = self.traffic.bytes(rows);
-        let slowest = self
-            .rooflines
-            .iter()
-            .map(|r| r.op(bytes / self.gpus, 0.0).nanos())
-            .fold(0.0, f64::max);
-        self.traffic.operators_per_step * slowest
-    }
+            Roofline::of(&replica.gpu),
+            &replica.speeds,
+            replica.gpus as u64,
+        )
+    })
 }
 
 #[cfg(test)]
@@ -519,13 +605,11 @@ rate_per_s = 1.0
         let scenario = table
             .validate(std::path::Path::new("."), &mut Default::default())
             .unwrap();
-        let cost =
-            ReroutingCost::new(&shape, &spec, &instance(true, 2), &scenario.replica).unwrap();
+        let cost = rerouting_cost(&shape, &spec, &instance(true, 2), &scenario.replica).unwrap();
         let ascend = crate::cost::gpu::GpuSpec::by_name("Ascend-910B").unwrap();
         let per_op = 272.0 / crate::cost::kernel::KernelRates::of(&ascend).stream_bytes_per_s * 1e9;
-        assert!((cost.nanos(32) - 5.0 * 26.0 * per_op).abs() < 1e-9);
-        assert!(
-            ReroutingCost::new(&shape, &spec, &instance(false, 2), &scenario.replica).is_none()
-        );
+        assert!((cost.memory_ns(32) - 5.0 * 26.0 * per_op).abs() < 1e-9);
+        assert_eq!(cost.operators(), 5.0 * 26.0);
+        assert!(rerouting_cost(&shape, &spec, &instance(false, 2), &scenario.replica).is_none());
     }
 }

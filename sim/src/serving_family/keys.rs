@@ -164,7 +164,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "[adapters]",
         default: "none",
-        meaning: "ExpertWeave's ESFT adapters on an MLA MoE model (below, \"Adapters\"): `names` and/or `count` (Table 1), `alpha` (1), `memory` (required: `{ kind = \"base_only\" }`, `\"padding\"` (`e_max`, `a_max`), `\"virtual_weight_tensor\"` (`page_bytes`, `e_max`, `a_max`); `\"merged\"` (`separate_devices`, `utilization`) is refused, below), `runtime_reserve_gib` (0), `rerouting` (`fused`), `unfused_ops` (5), `expert_zipf_s` (1); refused on a dense model (no experts) and on the other MoE models (no ESFT adapters), and on a `static` replica; one replica group only: beside more than one `[[replica]]` group it is refused naming `adapters` and `replica`",
+        meaning: "ExpertWeave's ESFT adapters on an MLA MoE model (below, \"Adapters\"): `names` and/or `count` (Table 1), `alpha` (1), `memory` (required: `{ kind = \"base_only\" }`, `\"padding\"` (`e_max`, `a_max`), `\"virtual_weight_tensor\"` (`page_bytes`, `e_max`, `a_max`); `\"merged\"` (`separate_devices`, `utilization`): with more than one adapter only `separate_devices = true`, each merged copy a replica of its own, `replica.count` = the adapters, below), `runtime_reserve_gib` (0), `rerouting` (`fused`), `unfused_ops` (5), `expert_zipf_s` (1); refused on a dense model (no experts) and on the other MoE models (no ESFT adapters), and on a `static` replica; one replica group only: beside more than one `[[replica]]` group it is refused naming `adapters` and `replica`",
     },
     KeyDoc {
         key: "workload.n_requests",

@@ -17,7 +17,9 @@ mod family;
 pub mod keys;
 pub mod load;
 pub mod mapping;
+pub mod popularity;
 pub mod predictions;
+pub mod rerouting;
 pub mod scheduler;
 pub mod selector_former;
 pub mod server;
@@ -255,8 +257,9 @@ pub const HEADLINE_IMPROVEMENTS: &[&str] = &["ttft_p99_ms", "tpot_p99_ms", "thro
 /// The family columns of the per-request CSV.
 pub use crate::recorder::replica::RECORD_COLUMNS as CSV_COLUMNS;
 
-/// The adapter-memory manager's plan of one replica of `scenario` (`None` without adapters), or
-/// why it cannot be planned. A plan of more than one instance has no serving-family replica.
+/// The adapter-memory manager's plan of `scenario`'s replicas (`None` without adapters), or why
+/// it cannot be planned: one instance, which every replica is, or (merged copies on devices of
+/// their own) one instance per replica, `replica.count` of them.
 pub fn plan(
     scenario: &ServingScenario,
     memory: Option<&mut dyn AdapterMemory>,
@@ -270,11 +273,12 @@ pub fn plan(
     let plan = memory
         .plan(shape, &device, &adapters.adapters)
         .map_err(|e| format!("adapters.memory: {e}"))?;
-    if plan.instances.len() != 1 {
+    let (instances, count) = (plan.instances.len(), scenario.replica.count);
+    if instances != 1 && instances != count {
         return Err(format!(
-            "adapters.memory: {} plans {} instances; a replica is one",
+            "adapters.memory: {} plans {instances} instances (one per adapter), each a replica \
+             of its own: set replica.count = {instances} (got {count})",
             memory.kind(),
-            plan.instances.len()
         ));
     }
     Ok(Some(plan))
@@ -364,8 +368,15 @@ pub fn serve<'a>(
     trace_events: Option<&Path>,
     step_costs: Option<Vec<Box<dyn StepCost + 'a>>>,
 ) -> Result<RunOutput, String> {
-    // Adapters serve one replica group (config validation), the first.
-    let instance = plan.map(|p| &p.instances[0]);
+    // Adapters serve one replica group (config validation), the first. Its replicas are the
+    // plan's instances, of one shape (a merged copy each, or one instance): the deployment is
+    // the first one out of memory, else the first.
+    let instance = plan.and_then(|p| {
+        p.instances
+            .iter()
+            .find(|i| i.kv.out_of_memory)
+            .or(p.instances.first())
+    });
     let mut deployments = Vec::new();
     for g in 0..1 + scenario.other_groups.len() {
         let group_instance = if g == 0 { instance } else { None };
@@ -394,7 +405,7 @@ pub fn serve<'a>(
     let mut server = ServingServer::new(
         scenario,
         &deployments,
-        instance,
+        plan,
         seed,
         &layouts,
         selectors,
@@ -494,16 +505,23 @@ fn deployment_details(
 }
 
 /// With adapters: the manager, the adapters and their shares, and the memory plan's breakdown
-/// and instance (weights, KV capacity, whether it reroutes).
+/// and (first) instance (weights, KV capacity, whether it reroutes); a plan of one instance per
+/// replica lists them all as `instances`.
 fn adapter_details(scenario: &ServingScenario, plan: Option<&MemoryPlan>) -> serde_json::Value {
     match (&scenario.adapters, plan) {
-        (Some(adapters), Some(plan)) => json!({
-            "manager": adapters.memory.kind(),
-            "names": adapters.adapters.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(),
-            "shares": adapters.shares,
-            "memory": plan.report,
-            "instance": plan.instances[0],
-        }),
+        (Some(adapters), Some(plan)) => {
+            let mut details = json!({
+                "manager": adapters.memory.kind(),
+                "names": adapters.adapters.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(),
+                "shares": adapters.shares,
+                "memory": plan.report,
+                "instance": plan.instances[0],
+            });
+            if plan.instances.len() > 1 {
+                details["instances"] = json!(plan.instances);
+            }
+            details
+        }
         _ => serde_json::Value::Null,
     }
 }

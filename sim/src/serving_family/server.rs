@@ -37,7 +37,7 @@ use crate::chimera::models::PROFILE_CONTEXT_TOKENS;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::policies::batch::BatchSelector;
-use crate::policies::memory::InstancePlan;
+use crate::policies::memory::MemoryPlan;
 use crate::recorder::{ReplicaRecorder, ServingSummary, StepCounts, TraceEvents};
 use crate::records::RecordSink;
 use crate::rng::{SimRng, stream};
@@ -165,6 +165,9 @@ pub struct ServingServer<'a> {
     rng_mixing: Option<SimRng>,
     /// With adapters: each request's adapter draw.
     rng_adapter: SimRng,
+    /// With a memory plan of one instance per replica: the replica serving each adapter (the
+    /// router is not asked).
+    replica_of_adapter: Option<Vec<usize>>,
     replicas: Vec<ReplicaRun<'a>>,
     /// Output length and adapter of each request waiting for its first admission.
     outputs: FxHashMap<u64, (u32, Option<u32>)>,
@@ -191,12 +194,14 @@ impl<'a> ServingServer<'a> {
     /// `r`'s experts (MoE only) laid out as `layouts[r]` and the batches of its static replicas
     /// selected by `selectors`, one per static replica in replica order; one queue policy and
     /// one router instance serve every replica (both reset here). With adapters, `plan` is the
-    /// memory manager's plan of a replica (of the one group adapters serve).
+    /// memory manager's plan of the group adapters serve: one instance, which every replica
+    /// is, or one instance per replica (replica `r` is instance `r`; a request goes to the
+    /// replica whose instance serves its adapter).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         scenario: &'a ServingScenario,
         deployments: &[Deployment],
-        plan: Option<&InstancePlan>,
+        plan: Option<&MemoryPlan>,
         seed: u64,
         layouts: &[Option<Rc<ExpertLayout>>],
         selectors: &'a mut [Box<dyn BatchSelector>],
@@ -303,7 +308,7 @@ impl<'a> ServingServer<'a> {
     fn with_streams(
         scenario: &'a ServingScenario,
         deployments: &[Deployment],
-        plan: Option<&InstancePlan>,
+        plan: Option<&MemoryPlan>,
         seed: u64,
         streams: u64,
         layouts: &[Option<Rc<ExpertLayout>>],
@@ -321,7 +326,11 @@ impl<'a> ServingServer<'a> {
         for (g, deployment) in deployments.iter().enumerate() {
             let group = scenario.group(g);
             // Adapters serve one replica group (config validation): the first.
-            let plan = if g == 0 { plan } else { None };
+            let instances = if g == 0 {
+                plan.map_or(&[][..], |p| &p.instances[..])
+            } else {
+                &[]
+            };
             let (
                 min_batch_trigger,
                 scheduling_interval,
@@ -358,8 +367,9 @@ impl<'a> ServingServer<'a> {
             let profile_batch = (group.replica.max_num_seqs as u64)
                 .min(deployment.kv_tokens / PROFILE_CONTEXT_TOKENS as u64)
                 .max(1);
-            for _ in 0..group.replica.count {
+            for i in 0..group.replica.count {
                 let r = replicas.len();
+                let plan = instances.get(i.min(instances.len().saturating_sub(1)));
                 let layout = layouts.get(r).cloned().flatten();
                 let mut step_cost = ReplicaStepCost::new(&group, deployment, layout.clone(), plan);
                 let decode_ms_per_token = step_cost
@@ -510,6 +520,16 @@ impl<'a> ServingServer<'a> {
             rng_mixing: matches!(scenario.expert_routing, ExpertRoutingTable::Affinity { .. })
                 .then(|| stream(streams, "mixing")),
             rng_adapter: stream(seed, "expertweave/adapters"),
+            replica_of_adapter: plan.filter(|p| p.instances.len() > 1).map(|p| {
+                (0..scenario.adapters.as_ref().map_or(0, |a| a.adapters.len()))
+                    .map(|a| {
+                        p.instances
+                            .iter()
+                            .position(|i| i.adapters.contains(&a))
+                            .expect("the memory plan serves every adapter")
+                    })
+                    .collect()
+            }),
             replicas,
             outputs: FxHashMap::default(),
             engine_states: Vec::with_capacity(count),
@@ -599,23 +619,29 @@ impl<'a> ServingServer<'a> {
                 max_batch_size: run.max_num_seqs,
             });
         }
-        let eligible = class.map_or(0..self.replicas.len(), |c| c.replicas.clone());
-        let r = eligible.start
-            + self.router.route(
-                &RouteRequest {
-                    id,
-                    workflow: id,
-                    stage: 0,
-                    confidence: &self.confidence,
-                    predicted_total_tokens: &self.predicted,
-                },
-                &self.engine_states[eligible.clone()],
-            );
-        assert!(eligible.contains(&r), "router chose replica {r}");
+        // The adapter draws from its own stream: drawn before routing or after, the same.
         let adapter = s
             .adapters
             .as_ref()
             .map(|a| a.draw.sample(&mut self.rng_adapter) as u32);
+        let eligible = class.map_or(0..self.replicas.len(), |c| c.replicas.clone());
+        let r = match (&self.replica_of_adapter, adapter) {
+            (Some(replica_of), Some(a)) => replica_of[a as usize],
+            _ => {
+                eligible.start
+                    + self.router.route(
+                        &RouteRequest {
+                            id,
+                            workflow: id,
+                            stage: 0,
+                            confidence: &self.confidence,
+                            predicted_total_tokens: &self.predicted,
+                        },
+                        &self.engine_states[eligible.clone()],
+                    )
+            }
+        };
+        assert!(eligible.contains(&r), "router chose replica {r}");
         // Admission (vLLM's): a prompt that leaves no room for one output token within the
         // replica's longest sequence is refused; an output that would pass it stops there.
         let max_len = self.replicas[r].max_len;

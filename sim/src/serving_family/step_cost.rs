@@ -16,11 +16,12 @@
 //! are more weights in the grouped GEMM of the GPU hosting their base expert, and the rerouting
 //! operator of every MoE layer adds the bytes it moves (`ReroutingCost`).
 
-use super::adapters::{CopyTokens, ReroutingCost};
+use super::adapters::{CopyTokens, rerouting_cost};
 use super::config::{ServedModel, ServingScenario};
 use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
+use super::rerouting::ReroutingCost;
 use super::swap::SwapTransfer;
 use crate::cost::gpu::LinkSpec;
 use crate::cost::host::HostOverhead;
@@ -242,7 +243,7 @@ impl ReplicaStepCost {
                 let layer = moe_layer_cost(scenario, &shape);
                 let rerouting = match (&scenario.model, &scenario.adapters, plan) {
                     (ServedModel::Mla(mla), Some(adapters), Some(plan)) => {
-                        ReroutingCost::new(mla, adapters, plan, r)
+                        rerouting_cost(mla, adapters, plan, r)
                     }
                     _ => None,
                 };
@@ -590,7 +591,7 @@ impl ReplicaStepCost {
                 communication_ns += layer_a2a;
             }
             if let Some(rerouting) = &moe.rerouting {
-                moe_ns += rerouting.nanos(rows);
+                moe_ns += rerouting.memory_ns(rows);
             }
         }
         PassTime {

@@ -408,15 +408,15 @@ rate_per_s = 1.0
             "adapters",
             "esft-vanilla-16b",
         ),
-        // Merged copies are instances of their own, not one replica.
+        // Merged copies sharing one replica's GPUs would time-share them.
         (
             base(
                 "esft-vanilla-16b",
                 "gpus = 8\ntensor_parallel = 8\nexpert_parallel = 8",
                 "[adapters]\ncount = 2\nmemory = { kind = \"merged\" }",
             ),
-            "adapters.memory.kind",
-            "own full model copy",
+            "adapters.memory.separate_devices",
+            "time-sharing",
         ),
         // Adapters route by their domains: [experts] would route twice.
         (
@@ -1113,6 +1113,85 @@ fn adapters_are_served_and_their_experts_and_rerouting_cost_time() {
         base.details["adapters"]["shares"],
         weave.details["adapters"]["shares"]
     );
+}
+
+/// A stand-in for the merged manager with copies on devices of their own: one instance per
+/// adapter, each the base model's weights on the replica's GPUs, serving its adapter alone.
+struct PerAdapter;
+
+impl crate::policies::memory::AdapterMemory for PerAdapter {
+    fn kind(&self) -> &'static str {
+        "per_adapter"
+    }
+    fn plan(
+        &mut self,
+        shape: &crate::cost::shape::MlaMoeShape,
+        device: &crate::policies::memory::device::DeviceMemory,
+        adapters: &[crate::policies::memory::adapters::EsftAdapter],
+    ) -> Result<crate::policies::memory::MemoryPlan, crate::policies::memory::AdapterMemoryError>
+    {
+        let mut plan = OneInstance {
+            reroutes: false,
+            adapter_bytes: 0,
+        }
+        .plan(shape, device, adapters)?;
+        let one = plan.instances.pop().unwrap();
+        plan.instances = (0..adapters.len())
+            .map(|a| crate::policies::memory::InstancePlan {
+                adapters: vec![a],
+                ..one.clone()
+            })
+            .collect();
+        Ok(plan)
+    }
+}
+
+/// The merged baseline of Figure 6: two adapters, each merged copy a replica of its own on two
+/// NPUs. Each request goes to the replica serving its adapter (the router, round robin here,
+/// is not asked), so replica `a` serves exactly the requests that drew adapter `a`.
+#[test]
+fn a_plan_of_one_instance_per_adapter_serves_each_adapter_on_its_replica() {
+    let text = ESFT
+        .replace(
+            "gpus = 8\ntensor_parallel = 8\nexpert_parallel = 8",
+            "gpus = 2\ntensor_parallel = 2\nexpert_parallel = 2\ncount = 2",
+        )
+        .replace(
+            "count = 5\nalpha = 0.3\nmemory = { kind = \"virtual_weight_tensor\" }",
+            "count = 2\nalpha = 0.3\nmemory = { kind = \"merged\", separate_devices = true }",
+        );
+    let s = scenario(&text).unwrap();
+    let out = run_recorded(
+        &s,
+        3,
+        &mut Fifo::default(),
+        &mut Turns::default(),
+        &mut Linear,
+        &mut [],
+        Some(&mut PerAdapter),
+        &mut DiscardRecords,
+        None,
+    )
+    .unwrap();
+    assert!(out.details["failed"].is_null(), "{}", out.details["failed"]);
+    // The adapters the 300 requests draw, on the run's stream.
+    let adapters = s.adapters.as_ref().unwrap();
+    let mut rng = crate::rng::stream(3, "expertweave/adapters");
+    let mut drawn = [0u64; 2];
+    for _ in 0..300 {
+        drawn[adapters.draw.sample(&mut rng)] += 1;
+    }
+    assert!(drawn[0] > 200 && drawn[1] > 20, "{drawn:?}");
+    for (r, expected) in drawn.iter().enumerate() {
+        let completed = out.details["replicas"][r]["metrics"]["completed"].as_f64();
+        assert_eq!(completed, Some(*expected as f64), "replica {r}");
+    }
+    assert_eq!(out.details["adapters"]["instances"][1]["adapters"][0], 1);
+    // Two instances need two replicas: one replica is refused, naming replica.count.
+    let one =
+        scenario(&text.replace("expert_parallel = 2\ncount = 2", "expert_parallel = 2")).unwrap();
+    let err = plan(&one, Some(&mut PerAdapter)).unwrap_err();
+    assert!(err.contains("replica.count = 2"), "{err}");
 }
 
 /// A scenario validated from the repository's `scenarios/serving/` folder (so a measured set

@@ -23,7 +23,7 @@
 //! (`mosaic::server::run_session`, docs/serving.md's table); see
 //! `a_mosaic_session_is_scheduled_alike` for what differs.
 
-use sim::expertweave::{ExpertWeaveConfig, Popularity, RooflineStepCost};
+use sim::expertweave::{ExpertWeaveConfig, RooflineStepCost};
 use sim::load_cache::LoadCache;
 use sim::policies::Policies;
 use sim::records::{RecordSink, RequestRecord};
@@ -177,7 +177,7 @@ fn the_serving_family_makes_expertweaves_decisions() {
         assert!(!ew_plan.report.out_of_memory, "{kind}");
 
         // Both families' steps priced by the expertweave family's step cost of the instance.
-        let popularity = Popularity::new(&ew);
+        let popularity = ew.popularity();
         let instance = &ew_plan.instances[0];
         let seed = 1;
         let ew_steps = Rc::new(RefCell::new(Vec::new()));

@@ -1,4 +1,6 @@
-//! Which expert weights an ExpertWeave step reads: each domain's routing popularity per MoE layer
+//! Which expert weights a step of ExpertWeave's adapters reads (the expertweave family's
+//! expected reads; the serving family's `[adapters]` router routes whole tokens by the same
+//! popularity): each domain's routing popularity per MoE layer
 //! (Zipf over the domain's relevance ranking, the ranking the adapters' fine-tuned experts come
 //! from), and, for a step's tokens per adapter, every weight's probability of being read and the
 //! routed rows it receives (base experts, then the adapters' fine-tuned copies).
@@ -16,7 +18,6 @@
 //! issue 31 the draws were independent, `top_k` per token with replacement: a token that drew
 //! a popular expert twice read fewer experts than its `top_k`, which no router does.)
 
-use super::config::ExpertWeaveScenario;
 use crate::cost::shape::MlaMoeShape;
 use crate::distributions::Zipf;
 use crate::policies::memory::adapters::{EsftAdapter, domain_ranking};
@@ -37,14 +38,6 @@ pub struct Popularity {
 }
 
 impl Popularity {
-    pub fn new(scenario: &ExpertWeaveScenario) -> Self {
-        Popularity::of(
-            &scenario.shape,
-            &scenario.adapters,
-            scenario.cost.expert_zipf_s,
-        )
-    }
-
     /// The popularity of `adapters`' domains over `shape`'s MoE layers, each domain's ranking
     /// drawn with Zipf exponent `expert_zipf_s` (validated: positive and finite).
     pub fn of(shape: &MlaMoeShape, adapters: &[EsftAdapter], expert_zipf_s: f64) -> Self {
@@ -184,30 +177,16 @@ fn inclusion_rate(p: &[f64], top_k: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::expertweave::config::ExpertWeaveConfig;
-    use std::path::Path;
+    use crate::policies::memory::adapters::esft_adapter;
 
-    fn scenario() -> ExpertWeaveScenario {
-        let text = r#"
-[device]
-capacity_gib = 64
-utilization = 0.9
-[adapters]
-names = ["gate-math", "token-math", "gate-intent"]
-[memory]
-kind = "virtual_weight_tensor"
-[arrival]
-pattern = "poisson"
-rate_per_s = 1.0
-[workload]
-horizon_s = 1
-prompt_tokens = 16
-output_tokens = 4
-"#;
-        toml::from_str::<ExpertWeaveConfig>(text)
-            .unwrap()
-            .validate(Path::new("."), &mut Default::default())
-            .unwrap()
+    /// gate-math, token-math and gate-intent on the ESFT base, Zipf(1) over each ranking.
+    fn popularity() -> Popularity {
+        let shape = MlaMoeShape::esft_vanilla_16b();
+        let adapters: Vec<EsftAdapter> = ["gate-math", "token-math", "gate-intent"]
+            .iter()
+            .map(|name| esft_adapter(name, &shape).unwrap())
+            .collect();
+        Popularity::of(&shape, &adapters, 1.0)
     }
 
     fn tokens(pairs: &[(u32, u64)]) -> Vec<AdapterTokens> {
@@ -219,8 +198,7 @@ output_tokens = 4
 
     #[test]
     fn reads_follow_the_closed_form_of_distinct_top_k_draws() {
-        let s = scenario();
-        let popularity = Popularity::new(&s);
+        let popularity = popularity();
         // Zipf(1) over 64 ranks: the top-ranked expert has p = 1 / H_64.
         let h64: f64 = (1..=64).map(|k| 1.0 / k as f64).sum();
         let p = popularity.probabilities(0, 3);
@@ -279,8 +257,7 @@ output_tokens = 4
     #[test]
     fn inclusion_probabilities_match_distinct_successive_draws() {
         use rand::RngExt;
-        let s = scenario();
-        let popularity = Popularity::new(&s);
+        let popularity = popularity();
         let (p, pi) = (popularity.probabilities(1, 2), popularity.inclusion(1, 2));
         let mut rng = crate::rng::stream(5, "inclusion-test");
         let mut hits = vec![0u64; p.len()];
@@ -317,8 +294,7 @@ output_tokens = 4
 
     #[test]
     fn more_tokens_touch_more_experts_and_copies_add_weights() {
-        let s = scenario();
-        let popularity = Popularity::new(&s);
+        let popularity = popularity();
         let mut weights = vec![];
         let mut touched = |adapters: &[AdapterTokens], use_adapters: bool| {
             popularity.expected_reads(0, adapters, use_adapters, &mut weights);
