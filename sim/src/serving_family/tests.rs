@@ -1642,11 +1642,11 @@ fn a_dataset_preset_and_gems_streams_draw_the_gem_familys_lengths() {
     let (prompt, output) = (prompt.sampler(), output.sampler());
     assert_eq!(
         s.prompt_tokens,
-        LengthSpec::Distribution(TokenLength::LogNormal(prompt.clone()))
+        LengthSpec::Distribution(TokenLength::LogNormal(prompt))
     );
     assert_eq!(
         s.output_tokens,
-        LengthSpec::Distribution(TokenLength::LogNormal(output.clone()))
+        LengthSpec::Distribution(TokenLength::LogNormal(output))
     );
     // Prompt then output of each request from one (seed, "gem/lengths") stream, as the gem
     // family's server draws them.
