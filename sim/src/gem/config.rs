@@ -8,12 +8,12 @@ use crate::cost::measured_steps::PricingRecord;
 use crate::cost::profile::Profile;
 use crate::cost::roofline::{RooflineParams, analytic_profile_with};
 use crate::cost::shape::MoeModelShape;
-use crate::distributions::TokenCount;
 use crate::gem::trace::TraceParams;
-use crate::gem::variability::{ThroughputDistribution, VariabilitySetup, moderate_factors};
 use crate::load_cache::LoadCache;
 use crate::policies::mapping::MapperConfig;
-use crate::rng::stream;
+pub use crate::serving::datasets::{Dataset, LengthDistribution};
+pub use crate::serving::variability::FactorKind;
+use crate::serving::variability::{ThroughputDistribution, VariabilitySetup, VariabilityTable};
 use crate::validate::FieldError;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -148,20 +148,6 @@ pub struct ClusterTable {
     pub factors: FactorKind,
 }
 
-/// What `[cluster]`'s speed factors mean (docs/cost-model.md, "GPU variability").
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FactorKind {
-    /// The GPU's throughput on the workload's MoE layer relative to a nominal GPU: gem.txt
-    /// calibrates per-GPU power caps so each GPU delivers its factor (Figure 14, Table 2). The
-    /// cap lowers the SM clock; the clock factor is solved so the layer takes `1 / s` as long
-    /// (`policies::mapping::gpu_costs::throughput_speed`).
-    #[default]
-    Throughput,
-    /// The SM clock factor itself (compute factor `s`).
-    Clock,
-}
-
 fn d_variability() -> VariabilitySetup {
     VariabilitySetup::Low
 }
@@ -169,69 +155,6 @@ fn d_variability() -> VariabilitySetup {
 impl Default for ClusterTable {
     fn default() -> Self {
         toml::from_str("").expect("every field has a default")
-    }
-}
-
-/// A request-length distribution: log-normal with the given mean, rounded and clamped to
-/// [1, max] (`distributions::TokenCount::from_mean`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LengthDistribution {
-    pub mean: f64,
-    pub sigma: f64,
-    pub max: u32,
-}
-
-impl LengthDistribution {
-    fn check(&self, path: &str) -> Result<(), FieldError> {
-        if !(self.mean.is_finite() && self.mean >= 1.0) {
-            return Err(field(
-                &format!("{path}.mean"),
-                format!("must be at least 1, got {}", self.mean),
-            ));
-        }
-        if !(self.sigma.is_finite() && self.sigma >= 0.0) {
-            return Err(field(
-                &format!("{path}.sigma"),
-                format!("must be finite and >= 0, got {}", self.sigma),
-            ));
-        }
-        if self.max == 0 {
-            return Err(field(&format!("{path}.max"), "must be at least 1"));
-        }
-        Ok(())
-    }
-
-    /// The sampler (the distribution is checked by `check` first).
-    pub fn sampler(&self) -> TokenCount {
-        TokenCount::from_mean(self.mean, self.sigma, self.max)
-            .expect("validated length distribution")
-    }
-}
-
-/// The request-length datasets of section 4.4.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Dataset {
-    /// ShareGPT-like: means 161.31 prompt / 337.99 output tokens (Kwon et al., vLLM, SOSP
-    /// 2023, section 6.1 on ShareGPT); log-normal sigma 1.0 and max 2048 are assumptions.
-    #[default]
-    Sharegpt,
-    /// CodeContests-like: problem statements and solutions. Assumed means 450 prompt / 300
-    /// output tokens, sigma 0.5 / 0.8, max 4096 / 2048 (no published token statistics used).
-    Codecontests,
-    /// `prompt_tokens` and `output_tokens` must be given.
-    Custom,
-}
-
-impl Dataset {
-    pub fn lengths(self) -> Option<(LengthDistribution, LengthDistribution)> {
-        let d = |mean, sigma, max| LengthDistribution { mean, sigma, max };
-        match self {
-            Dataset::Sharegpt => Some((d(161.31, 1.0, 2048), d(337.99, 1.0, 2048))),
-            Dataset::Codecontests => Some((d(450.0, 0.5, 4096), d(300.0, 0.8, 2048))),
-            Dataset::Custom => None,
-        }
     }
 }
 
@@ -442,9 +365,6 @@ impl GemConfig {
                 ),
             ));
         }
-        c.distribution
-            .check()
-            .map_err(|(f, m)| field(&format!("cluster.distribution.{f}"), m))?;
         if !(0.0..=1.0).contains(&c.bandwidth_share) {
             return Err(field(
                 "cluster.bandwidth_share",
@@ -457,43 +377,16 @@ impl GemConfig {
                 "is only read with variability = \"explicit\"",
             ));
         }
+        let setup = VariabilityTable {
+            setup: c.variability,
+            straggler_slowdown: c.straggler_slowdown,
+            moderate_draws: c.moderate_draws,
+            moderate_seed: c.moderate_seed,
+            distribution: c.distribution.clone(),
+        };
         let speed_factors = match c.variability {
-            VariabilitySetup::Low => vec![1.0; n_gpus],
-            VariabilitySetup::High => {
-                if !(c.straggler_slowdown.is_finite() && (0.0..1.0).contains(&c.straggler_slowdown))
-                {
-                    return Err(field(
-                        "cluster.straggler_slowdown",
-                        format!("must be in [0, 1), got {}", c.straggler_slowdown),
-                    ));
-                }
-                let mut f = vec![1.0; n_gpus];
-                f[0] = 1.0 - c.straggler_slowdown;
-                f
-            }
-            VariabilitySetup::Moderate => {
-                if c.moderate_draws == 0 {
-                    return Err(field("cluster.moderate_draws", "must be at least 1"));
-                }
-                // Drawn here, while validating: bounded before the draws run.
-                let samples = c.moderate_draws as f64 * n_gpus as f64;
-                if samples > crate::validate::limits::MAX_VALIDATION_SAMPLES {
-                    return Err(field(
-                        "cluster.moderate_draws",
-                        format!(
-                            "{} draws x {n_gpus} GPUs = {samples:e} samples, above the {:e} \
-                             drawn while validating (docs/limits.md)",
-                            c.moderate_draws,
-                            crate::validate::limits::MAX_VALIDATION_SAMPLES
-                        ),
-                    ));
-                }
-                moderate_factors(
-                    &c.distribution,
-                    n_gpus,
-                    c.moderate_draws,
-                    &mut stream(c.moderate_seed, "gem/moderate-variability"),
-                )
+            VariabilitySetup::Low | VariabilitySetup::High | VariabilitySetup::Moderate => {
+                setup.factors(n_gpus, "cluster")?
             }
             VariabilitySetup::Explicit => {
                 let Some(factors) = &c.speed_factors else {

@@ -6,10 +6,11 @@ pub mod config;
 pub mod family;
 pub mod profiling;
 pub mod server;
-pub mod variability;
 
 /// The expert-utilization traces, shared with the serving family (`serving::expert_trace`).
 pub use crate::serving::expert_trace as trace;
+/// GPU variability, shared with the serving family (`serving::variability`).
+pub use crate::serving::variability;
 
 #[cfg(test)]
 mod tests;

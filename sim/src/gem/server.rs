@@ -22,7 +22,6 @@ use crate::engine::{Model, run};
 use crate::event_queue::EventQueue;
 use crate::gem::config::{Experiment, FactorKind, GemScenario};
 use crate::gem::trace::ExpertTrace;
-use crate::gem::variability::variability_at_scale;
 use crate::metrics::lower_is_better as lat;
 use crate::metrics::{Better, Metric, MetricInfo, RunOutput, metric_infos};
 use crate::policies::mapping::gpu_costs::{GpuCosts, planning_costs, throughput_speed};
@@ -30,6 +29,7 @@ use crate::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem, score};
 use crate::recorder::{RequestLatencies, RequestSummary};
 use crate::records::{DiscardRecords, RecordSink, RequestRecord};
 use crate::rng::{SimRng, stream};
+use crate::serving::variability::variability_at_scale;
 use crate::serving::{
     Admission, AdmitHook, Batching, CostSource, KvConfig, QueuePolicy, QueuedRequest, Replica,
     ReplicaConfig, RoutedTokens, Seq, StepBreakdown, StepCost, StepTime, StepWork,
@@ -295,7 +295,7 @@ impl Deployment {
                 .map(|&s| SpeedFactors::split(s, share))
                 .collect(),
             FactorKind::Throughput => {
-                let tokens = workload_tokens_per_gpu(&trace, observed_steps, scenario.n_gpus);
+                let tokens = trace.mean_tokens_per_gpu(observed_steps, scenario.n_gpus);
                 scenario
                     .speed_factors
                     .iter()
@@ -443,23 +443,6 @@ fn profiling_output(scenario: &GemScenario) -> RunOutput {
             "profiling": cost,
         }),
     }
-}
-
-/// One GPU's even share of the routed rows of the workload's mean MoE layer step (the observed
-/// trace steps, every layer): the load at which a throughput factor is calibrated.
-fn workload_tokens_per_gpu(trace: &ExpertTrace, observed_steps: usize, n_gpus: usize) -> u64 {
-    let steps = observed_steps.clamp(1, trace.n_steps());
-    let total: f64 = (0..trace.n_layers())
-        .map(|l| {
-            trace
-                .window(l, 0..steps)
-                .iter()
-                .map(|&x| f64::from(x))
-                .sum::<f64>()
-        })
-        .sum();
-    let per_step = total / (steps * trace.n_layers().max(1)) as f64;
-    (per_step / n_gpus.max(1) as f64).round().max(1.0) as u64
 }
 
 /// The MoE layer of `scenario`'s model and GPU through the one entry point, replayed in CUDA

@@ -38,6 +38,8 @@ pub fn step_of(record: &RequestRecord<'_>) -> u64 {
 /// What one replica records as it runs.
 pub struct ReplicaRecorder {
     gpu_busy_ns: Vec<f64>,
+    /// Time of the steps in the MoE layers' routed experts, summed, ns.
+    moe_ns: f64,
     gpu_model_flops: Vec<f64>,
     kv_used: DepthTracker,
     kv_blocks: u64,
@@ -54,6 +56,7 @@ impl ReplicaRecorder {
     pub fn new(n_gpus: usize, kv_blocks: u64, kv_sample_interval_ns: u64) -> ReplicaRecorder {
         ReplicaRecorder {
             gpu_busy_ns: vec![0.0; n_gpus],
+            moe_ns: 0.0,
             gpu_model_flops: vec![0.0; n_gpus],
             kv_used: DepthTracker::new(kv_sample_interval_ns),
             kv_blocks,
@@ -80,6 +83,12 @@ impl ReplicaRecorder {
     pub fn expert_load(&mut self, load: &[f32], n_experts: usize) {
         self.expert_load
             .add(load, n_experts, self.imbalance_sensitivity);
+    }
+
+    /// The step just started spends `moe_ns` in the MoE layers' routed experts
+    /// (`StepBreakdown::moe_ns`).
+    pub fn moe_time(&mut self, moe_ns: f64) {
+        self.moe_ns += moe_ns;
     }
 
     /// `replica` starts the step it just scheduled at `now`; in it each GPU is busy for
@@ -163,6 +172,7 @@ impl ReplicaRecorder {
             steps: stats.steps,
             batch_sum: stats.batch_sum,
             busy_ns: stats.busy_ns,
+            moe_ns: self.moe_ns,
             preemptions: stats.preempted_recompute + stats.preempted_swap,
             refused: 0,
             gpu_busy_share: self.gpu_busy_ns.iter().map(share).collect(),
@@ -195,6 +205,8 @@ pub struct ServingSummary {
     pub batch_sum: u64,
     /// Time the replicas spent in steps, summed, ns.
     pub busy_ns: u64,
+    /// Of `busy_ns`, the time in the MoE layers' routed experts, ns.
+    pub moe_ns: f64,
     pub preemptions: u64,
     /// Requests refused at admission (their prompt past what the replica takes); the family
     /// that refuses sets it.
@@ -231,6 +243,7 @@ impl ServingSummary {
             all.steps += p.steps;
             all.batch_sum += p.batch_sum;
             all.busy_ns += p.busy_ns;
+            all.moe_ns += p.moe_ns;
             all.preemptions += p.preemptions;
             all.refused += p.refused;
             all.gpu_busy_share.extend(&p.gpu_busy_share);
@@ -253,6 +266,15 @@ impl ServingSummary {
     /// Output tokens per second, first submission to last finish.
     pub fn throughput_tok_s(&self) -> f64 {
         per_second(self.latencies.output_tokens as f64, self.latencies.span_s())
+    }
+
+    /// The share of the steps' time in the MoE layers' routed experts (0 for a dense model).
+    pub fn moe_time_share(&self) -> f64 {
+        if self.busy_ns > 0 {
+            self.moe_ns / self.busy_ns as f64
+        } else {
+            0.0
+        }
     }
 
     /// Mean sequences per step.

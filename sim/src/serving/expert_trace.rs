@@ -95,6 +95,23 @@ impl ExpertTrace {
             .fold(0.0, f64::max)
     }
 
+    /// One GPU's even share of the routed rows of the workload's mean MoE layer step (the
+    /// first `observed_steps` steps, every layer, over `n_gpus` GPUs): the load at which a
+    /// throughput speed factor is calibrated (`gpu_costs::throughput_speed`).
+    pub fn mean_tokens_per_gpu(&self, observed_steps: usize, n_gpus: usize) -> u64 {
+        let steps = observed_steps.clamp(1, self.n_steps());
+        let total: f64 = (0..self.n_layers())
+            .map(|l| {
+                self.window(l, 0..steps)
+                    .iter()
+                    .map(|&x| f64::from(x))
+                    .sum::<f64>()
+            })
+            .sum();
+        let per_step = total / (steps * self.n_layers().max(1)) as f64;
+        (per_step / n_gpus.max(1) as f64).round().max(1.0) as u64
+    }
+
     /// The text form: a header, `layers N`, `experts E`, then one line per (step, layer):
     /// `step layer count_0 ... count_{E-1}`, steps from 0, every layer of a step.
     pub fn to_text(&self) -> String {

@@ -5,6 +5,7 @@
 //! each step runs (docs/serving.md).
 
 pub mod config;
+pub mod datasets;
 pub mod dense;
 pub mod expert_trace;
 pub mod former;
@@ -18,6 +19,7 @@ pub mod replica;
 pub mod router;
 pub mod step;
 pub mod topic_affinity;
+pub mod variability;
 
 pub use config::{Admission, Batching, KvConfig, Preemption, ReplicaConfig, StepOrder};
 pub use dense::{DenseServing, DenseStepCost};

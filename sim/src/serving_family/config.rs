@@ -21,7 +21,9 @@ use crate::load_cache::{LoadCache, measured_set};
 use crate::policies::batch::BatchSelectorConfig;
 use crate::policies::mapping::MapperConfig;
 use crate::serving::CostSource;
+use crate::serving::datasets::{Dataset, LengthDistribution};
 use crate::serving::expert_trace::{TraceParams, TraceSpec};
+use crate::serving::variability::{FactorKind, VariabilityTable};
 use crate::serving::{Preemption, QueuePolicyConfig, RouterConfig};
 use crate::validate::{FieldError, duration, field_error, measured_on, non_negative, positive};
 use serde::{Deserialize, Serialize};
@@ -216,6 +218,16 @@ pub struct ReplicaTable {
     /// Each GPU's speed relative to its datasheet (1 = nominal), one per GPU; default all 1.
     #[serde(default)]
     pub speed_factors: Option<Vec<f64>>,
+    /// What `speed_factors` (or `variability`'s) are: `clock` (default; the SM clock factor) or
+    /// `throughput` (the share of the nominal throughput the GPU delivers on the workload's
+    /// mean MoE layer, its clock solved per seed on `experts.trace`, as the gem family's
+    /// `cluster.factors = "throughput"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed_factors_kind: Option<FactorKind>,
+    /// A variability setup standing for `speed_factors` (`serving::variability`: low, high,
+    /// moderate; gem.txt section 4.2), with its parameters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variability: Option<VariabilityTable>,
     /// Share of a GPU's slowdown that also reaches its memory bandwidth (0: a clock effect
     /// only, 1: uniformly slower; `cost::moe_layer::SpeedFactors::split`).
     #[serde(default)]
@@ -352,12 +364,19 @@ pub enum SchedulerTable {
     /// Sarathi-Serve: chunked prefill within a `chunk_size` token budget per step, decodes
     /// first (stall-free batching), paged KV cache with recompute preemption (or swap,
     /// `preemption`).
+    ///
+    /// With `kv = "unbounded"` it is vLLM V1's scheduler as GEM runs it (the gem family's
+    /// replica): the same decode-first, one-budget schedule with no KV limit (one-token blocks,
+    /// unbounded, no watermark, a request admitted on its prompt, never preempted).
     Sarathi {
         #[serde(default = "d_chunk_size")]
         chunk_size: u64,
         /// Left out of a written scenario when the default.
         #[serde(default, skip_serializing_if = "Preemption::is_recompute")]
         preemption: Preemption,
+        /// The KV cache's limit: `paged` (default) or `unbounded`.
+        #[serde(default, skip_serializing_if = "KvLimit::is_paged")]
+        kv: KvLimit,
     },
     /// Orca: iteration-level batching of whole prompts with running decodes, no paging: each
     /// request's prompt + output reserved at admission; no token budget unless
@@ -585,6 +604,24 @@ pub enum ExpertRoutingTable {
     },
 }
 
+/// `replica.scheduler.kv` (sarathi): whether the KV cache limits the schedule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvLimit {
+    /// The paged cache sized from memory (`replica.gpu_memory_utilization`), vLLM's watermark
+    /// and preemption.
+    #[default]
+    Paged,
+    /// No KV limit (vLLM V1 as the GEM paper's runs treat it: the cache never binds).
+    Unbounded,
+}
+
+impl KvLimit {
+    fn is_paged(&self) -> bool {
+        *self == KvLimit::Paged
+    }
+}
+
 /// `[routing]`: which replica a request goes to.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -627,11 +664,16 @@ pub struct WorkloadTable {
     /// routing each topic favours its own experts.
     #[serde(default = "d_topics")]
     pub n_topics: u32,
-    /// Every request's lengths (required unless `calls` gives them per class).
+    /// Default: `dataset`'s prompt lengths (or, with `calls`, each class's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens: Option<LengthTable>,
+    /// Default: `dataset`'s output lengths.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_tokens: Option<LengthTable>,
+    /// A length preset by mean (`serving::datasets`: `sharegpt`, `codecontests`, GEM's
+    /// section 4.4) for whichever of `prompt_tokens` and `output_tokens` is not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<Dataset>,
     /// Draw each request's prompt and output lengths, in that order, from one stream
     /// (`tokens`, as the caps family draws them) instead of one stream each.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -640,6 +682,11 @@ pub struct WorkloadTable {
     /// agent calls): the requests in arrival order, class by class in file order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<CallsTable>,
+    /// Whose stream names the arrivals and lengths draw from: `own` (default: `arrivals`,
+    /// `prompt_tokens` / `output_tokens` or `tokens`) or `gem` (`gem/arrivals`, and prompt
+    /// then output from one `gem/lengths` stream, as the gem family draws them).
+    #[serde(default, skip_serializing_if = "WorkloadStreams::is_own")]
+    pub streams: WorkloadStreams,
 }
 
 /// One class of calls addressed to a model (`[[workload.calls]]`).
@@ -661,6 +708,21 @@ pub struct CallClass {
     pub n_requests: usize,
     pub prompt_tokens: LengthSpec,
     pub output_tokens: LengthSpec,
+}
+
+/// `workload.streams`: the random streams a request's arrival and lengths are drawn from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkloadStreams {
+    #[default]
+    Own,
+    Gem,
+}
+
+impl WorkloadStreams {
+    fn is_own(&self) -> bool {
+        *self == WorkloadStreams::Own
+    }
 }
 
 /// A length distribution (`distributions::TokenLength`), or the replayed trace's lengths.
@@ -762,9 +824,13 @@ pub struct ReplicaSpec {
     pub gpus: usize,
     pub tensor_parallel: usize,
     pub expert_parallel: usize,
-    /// Each GPU's speed factor as given, and its compute and bandwidth factors.
+    /// Each GPU's speed factor as given (or drawn by `replica.variability`), and its compute
+    /// and bandwidth factors (for throughput factors, solved per seed: `with_seed_speeds`).
     pub speed_factors: Vec<f64>,
     pub speeds: Vec<SpeedFactors>,
+    /// What `speed_factors` are (`replica.speed_factors_kind`).
+    pub speed_factors_kind: FactorKind,
+    pub bandwidth_share: f64,
     pub link: LinkSpec,
     pub gpu_memory_utilization: f64,
     /// The host's time per step (`replica.step_overhead_ms`, or the scheduler kind's).
@@ -832,6 +898,8 @@ pub struct ServingScenario {
     /// `[[workload.calls]]`: requests addressed to one group each, class by class in arrival
     /// order (none: every request may go to any replica).
     pub calls: Vec<CallClass>,
+    /// The stream names of the arrivals and lengths (`workload.streams`).
+    pub workload_streams: WorkloadStreams,
     pub arrival: ArrivalSpec,
     pub per_request_csv: bool,
     pub trace_events: bool,
@@ -1458,8 +1526,15 @@ impl ServingConfig {
                 ));
             }
         }
-        let speed_factors = match &r.speed_factors {
-            Some(factors) => {
+        let speed_factors = match (&r.speed_factors, &r.variability) {
+            (Some(_), Some(_)) => {
+                return Err(field_error(
+                    &format!("{p}.variability"),
+                    "stands for the speed factors: give it or `speed_factors`, not both",
+                ));
+            }
+            (None, Some(setup)) => setup.factors(gpus, &format!("{p}.variability"))?,
+            (Some(factors), None) => {
                 if factors.len() != gpus {
                     return Err(field_error(
                         &format!("{p}.speed_factors"),
@@ -1474,8 +1549,19 @@ impl ServingConfig {
                 }
                 factors.clone()
             }
-            None => vec![1.0; gpus],
+            (None, None) => vec![1.0; gpus],
         };
+        let speed_factors_kind = r.speed_factors_kind.unwrap_or(FactorKind::Clock);
+        if speed_factors_kind == FactorKind::Throughput
+            && (model.experts().is_none()
+                || self.experts.as_ref().is_none_or(|e| e.trace.is_none()))
+        {
+            return Err(field_error(
+                &format!("{p}.speed_factors_kind"),
+                "\"throughput\" solves each GPU's clock on the workload's mean MoE layer: it \
+                 needs an MoE model and `experts.trace`",
+            ));
+        }
         if !(0.0..=1.0).contains(&r.bandwidth_share) {
             return Err(field_error(
                 &format!("{p}.bandwidth_share"),
@@ -1659,6 +1745,8 @@ impl ServingConfig {
                 tensor_parallel: tp,
                 expert_parallel: ep,
                 speed_factors,
+                speed_factors_kind,
+                bandwidth_share: r.bandwidth_share,
                 speeds,
                 link: r.interconnect.link(),
                 gpu_memory_utilization: r.gpu_memory_utilization,
@@ -1967,24 +2055,60 @@ impl ServingConfig {
             .arrival
             .validate(n_requests, base_dir, &mut cache.traces)?;
         let calls = calls(w, &groups, n_requests, &arrival, router_kind)?;
-        let required = |key: &str, table: &Option<LengthTable>| match (table, calls.first()) {
-            (Some(table), None) => length(key, table, &arrival),
-            (None, Some(first)) => Ok(if key.ends_with("prompt_tokens") {
-                first.prompt_tokens.clone()
-            } else {
-                first.output_tokens.clone()
-            }),
-            (None, None) => Err(field_error(
-                key,
-                "is required (or give each class of calls its lengths in [[workload.calls]])",
-            )),
-            (Some(_), Some(_)) => Err(field_error(
-                key,
-                "is given per class with [[workload.calls]]: give it there, not here",
-            )),
+        if w.dataset.is_some() && !calls.is_empty() {
+            return Err(field_error(
+                "workload.dataset",
+                "not with [[workload.calls]]: give each class of calls its lengths there",
+            ));
+        }
+        let (preset_prompt, preset_output) = w.dataset.and_then(Dataset::lengths).unzip();
+        let required = |key: &str,
+                        given: &Option<LengthTable>,
+                        preset: Option<LengthDistribution>,
+                        of_class: fn(&CallClass) -> &LengthSpec| {
+            match (given, preset, calls.first()) {
+                (Some(_), _, Some(_)) => Err(field_error(
+                    key,
+                    "is given per class with [[workload.calls]]: give it there, not here",
+                )),
+                (Some(table), _, None) => length(key, table, &arrival),
+                (None, Some(d), _) => length(
+                    key,
+                    &LengthTable::LogNormal {
+                        mean: Some(d.mean),
+                        median: None,
+                        sigma: d.sigma,
+                        max: d.max,
+                    },
+                    &arrival,
+                ),
+                (None, None, Some(first)) => Ok(of_class(first).clone()),
+                (None, None, None) => Err(field_error(
+                    key,
+                    "missing: give a length distribution or workload.dataset (\"sharegpt\", \
+                     \"codecontests\") (or each class of calls its lengths in [[workload.calls]])",
+                )),
+            }
         };
-        let prompt_tokens = required("workload.prompt_tokens", &w.prompt_tokens)?;
-        let output_tokens = required("workload.output_tokens", &w.output_tokens)?;
+        if w.streams == WorkloadStreams::Gem && w.one_token_stream {
+            return Err(field_error(
+                "workload.one_token_stream",
+                "streams = \"gem\" already draws prompt then output from one stream \
+                 (gem/lengths)",
+            ));
+        }
+        let prompt_tokens = required(
+            "workload.prompt_tokens",
+            &w.prompt_tokens,
+            preset_prompt,
+            |c| &c.prompt_tokens,
+        )?;
+        let output_tokens = required(
+            "workload.output_tokens",
+            &w.output_tokens,
+            preset_output,
+            |c| &c.output_tokens,
+        )?;
         let o = &self.output;
         let kv_sample_interval_ns = if o.kv_sample_interval_ms == 0.0 {
             0
@@ -2014,6 +2138,7 @@ impl ServingConfig {
             n_requests,
             n_topics: w.n_topics,
             one_token_stream: w.one_token_stream,
+            workload_streams: w.streams,
             prompt_tokens,
             output_tokens,
             calls,

@@ -57,6 +57,16 @@ pub const KEYS: &[KeyDoc] = &[
         meaning: "one per GPU, (0, 10]: each GPU's speed relative to its datasheet",
     },
     KeyDoc {
+        key: "replica.speed_factors_kind",
+        default: "`clock`",
+        meaning: "what the speed factors are: `clock` (the SM clock factor) or `throughput` (the share of the nominal throughput the GPU delivers on the workload's mean MoE layer, gem.txt section 4.2: the clock solved per seed so that layer, on one GPU's even share of the trace's mean observed step, takes `1 / s` as long, `gpu_costs::throughput_speed`, as the gem family's `cluster.factors = \"throughput\"`); `throughput` needs an MoE model and `experts.trace`",
+    },
+    KeyDoc {
+        key: "replica.variability",
+        default: "none",
+        meaning: "a variability setup standing for `speed_factors` (refused beside them; `serving::variability`, gem.txt section 4.2), by `setup`: `{ setup = \"low\" }` (all 1), `\"high\"` (GPU 0 slower by `straggler_slowdown`, 0.12), `\"moderate\"` (the sorted means of `moderate_draws` (1000) Monte-Carlo draws of the GPUs' throughputs from `distribution` (`fastest_above_mean` 0.108, `slowest_below_mean` 0.1323, `population` 128), seeded by `moderate_seed` (0), normalized to the fastest)",
+    },
+    KeyDoc {
         key: "replica.bandwidth_share",
         default: "0",
         meaning: "share of a GPU's slowdown that reaches its memory bandwidth (`SpeedFactors::split`: 0 = a clock effect only, 1 = uniformly slower)",
@@ -89,7 +99,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "replica.scheduler",
         default: "`{ kind = \"vllm\" }`",
-        meaning: "the scheduler kind (`vllm`, `sarathi`, `orca`, `static`; \"Scheduler kinds\" below) and its keys: `max_num_batched_tokens` (vllm: 4096; orca: none), `chunk_size` (sarathi: 512), `preemption` (vllm, sarathi: `recompute`, the default, or `swap`: the newest sequence's KV blocks copied to host memory and back over the GPU's host link, PCIe 5.0 x16 on H100/H200, else PCIe 4.0 x16), `window_size` (32), `min_batch_trigger` (16), `scheduling_interval_ms` (100), `seed_with_oldest` (true) and `loads` (`gpus`, the default: the batch former sees each candidate's expected tokens per layer and GPU; `experts`: per layer and expert, CAPS's load vector) and `pricing` (`passes`, the default: pass by pass on whole routed tokens; `expected_routing`: from the batch's expected routing by CAPS's grouped model, one grouped GEMM per layer through the one MoE entry point; `cv`: caps.txt's base x (1 + CV x `sensitivity`), derived from the profile unless given; `straggler`: per layer the most loaded expert; these three need `loads = \"experts\"`, an MoE model, one GPU, and price on the GPU's analytic profile unless `profile` names a calibration profile JSON (relative to the scenario file; live mode's `--calibrate` sets it) or `replica.measured` a measured set; `constant`, `exponential`: the queueing references, every batch `service_ms` or exponential with that mean) and `streams` (`per_replica`, the default: the selector, dry-run noise and service draw from `selector_<r>`, `prediction_<r>`, `service_<r>`; `shared`: from `selector`, `prediction`, `service`, the caps family's names; one replica) (static)",
+        meaning: "the scheduler kind (`vllm`, `sarathi`, `orca`, `static`; \"Scheduler kinds\" below) and its keys: `max_num_batched_tokens` (vllm: 4096; orca: none), `chunk_size` (sarathi: 512), `preemption` (vllm, sarathi: `recompute`, the default, or `swap`: the newest sequence's KV blocks copied to host memory and back over the GPU's host link, PCIe 5.0 x16 on H100/H200, else PCIe 4.0 x16), `kv` (sarathi: `paged`, the default, or `unbounded`: no KV limit, one-token blocks, no watermark, each request admitted on its prompt and never preempted, vLLM V1 as GEM's runs treat it), `window_size` (32), `min_batch_trigger` (16), `scheduling_interval_ms` (100), `seed_with_oldest` (true) and `loads` (`gpus`, the default: the batch former sees each candidate's expected tokens per layer and GPU; `experts`: per layer and expert, CAPS's load vector) and `pricing` (`passes`, the default: pass by pass on whole routed tokens; `expected_routing`: from the batch's expected routing by CAPS's grouped model, one grouped GEMM per layer through the one MoE entry point; `cv`: caps.txt's base x (1 + CV x `sensitivity`), derived from the profile unless given; `straggler`: per layer the most loaded expert; these three need `loads = \"experts\"`, an MoE model, one GPU, and price on the GPU's analytic profile unless `profile` names a calibration profile JSON (relative to the scenario file; live mode's `--calibrate` sets it) or `replica.measured` a measured set; `constant`, `exponential`: the queueing references, every batch `service_ms` or exponential with that mean) and `streams` (`per_replica`, the default: the selector, dry-run noise and service draw from `selector_<r>`, `prediction_<r>`, `service_<r>`; `shared`: from `selector`, `prediction`, `service`, the caps family's names; one replica) (static)",
     },
     KeyDoc {
         key: "replica.max_num_seqs",
@@ -182,8 +192,18 @@ pub const KEYS: &[KeyDoc] = &[
         meaning: "draw each request's prompt and then output length from one stream (`tokens`, as the caps family draws them) instead of one stream each",
     },
     KeyDoc {
+        key: "workload.streams",
+        default: "`own`",
+        meaning: "the random streams of the arrivals and lengths: `own` (`arrivals`; `prompt_tokens` and `output_tokens`, or `tokens`) or `gem` (`gem/arrivals`, and prompt then output from one `gem/lengths` stream, the gem family's; refused beside `one_token_stream`)",
+    },
+    KeyDoc {
+        key: "workload.dataset",
+        default: "none",
+        meaning: "a length preset by mean (`serving::datasets`, GEM's section 4.4) for whichever of `prompt_tokens` and `output_tokens` is not given: `sharegpt` (log-normal means 161.31 / 337.99, sigma 1, max 2048 / 2048), `codecontests` (450 / 300, sigma 0.5 / 0.8, max 4096 / 2048)",
+    },
+    KeyDoc {
         key: "workload.prompt_tokens, workload.output_tokens",
-        default: "(required unless `[[workload.calls]]`)",
+        default: "(required unless `workload.dataset` or `[[workload.calls]]` gives them)",
         meaning: "`{ kind = \"fixed\", value }`, `{ kind = \"uniform\", low, high }`, `{ kind = \"zipf\", min, max, exponent }`, `{ kind = \"log_normal\", mean or median, sigma, max }`, `{ kind = \"trace\" }` (the replayed trace's column; needs `arrival.pattern = \"trace\"`); the keys: `value`, `low`, `high`, `min`, `max`, `exponent`, `mean`, `median`, `sigma`",
     },
     KeyDoc {

@@ -35,9 +35,11 @@ use crate::metrics::{Better, MetricInfo, RunOutput};
 use crate::policies::Policies;
 use crate::policies::batch::BatchSelector;
 use crate::policies::mapping::ExpertMapper;
+use crate::policies::mapping::gpu_costs::throughput_speed;
 use crate::policies::memory::{AdapterMemory, MemoryPlan};
 use crate::recorder::{MetricDef, ServingSummary, TraceEvents, table};
 use crate::records::RecordSink;
+use crate::serving::variability::FactorKind;
 use crate::serving::{QueuePolicy, Router, StepCost};
 use deployment::Deployment;
 use serde_json::json;
@@ -60,7 +62,7 @@ const fn ms(
 
 /// The family's metrics, each computed from a run's (or one replica's) `ServingSummary`
 /// (defined in docs/metrics.md, "serving").
-pub const TABLE: [MetricDef<ServingSummary>; 35] = [
+pub const TABLE: [MetricDef<ServingSummary>; 41] = [
     ms("ttft_mean_ms", "mean time to first token (ms)", |s| {
         s.latencies.ttft.mean_ms()
     }),
@@ -84,6 +86,21 @@ pub const TABLE: [MetricDef<ServingSummary>; 35] = [
     }),
     ms("tpot_p99_ms", "P99 time per output token (ms)", |s| {
         s.latencies.tpot.quantile_ms(0.99)
+    }),
+    ms("itl_mean_ms", "mean inter-token latency (ms)", |s| {
+        s.latencies.itl.mean_ms()
+    }),
+    ms("itl_p50_ms", "P50 inter-token latency (ms)", |s| {
+        s.latencies.itl.quantile_ms(0.5)
+    }),
+    ms("itl_p90_ms", "P90 inter-token latency (ms)", |s| {
+        s.latencies.itl.quantile_ms(0.9)
+    }),
+    ms("itl_p95_ms", "P95 inter-token latency (ms)", |s| {
+        s.latencies.itl.quantile_ms(0.95)
+    }),
+    ms("itl_p99_ms", "P99 inter-token latency (ms)", |s| {
+        s.latencies.itl.quantile_ms(0.99)
     }),
     ms("e2e_mean_ms", "mean end-to-end latency (ms)", |s| {
         s.latencies.e2e.mean_ms()
@@ -142,6 +159,13 @@ pub const TABLE: [MetricDef<ServingSummary>; 35] = [
         "mean step duration (ms)",
         ServingSummary::mean_step_ms,
     ),
+    MetricDef {
+        name: "moe_time_share",
+        label: "share of step time in the MoE layers' routed experts",
+        unit: "fraction",
+        better: Better::Lower,
+        value: ServingSummary::moe_time_share,
+    },
     MetricDef {
         name: "replica_utilization",
         label: "share of time replicas run steps",
@@ -334,6 +358,9 @@ pub fn run_recorded(
     sink: &mut dyn RecordSink,
     trace_events: Option<&Path>,
 ) -> Result<RunOutput, String> {
+    // Throughput speed factors: the clocks solved on this seed's trace.
+    let solved = with_seed_speeds(scenario, seed);
+    let scenario = solved.as_ref().unwrap_or(scenario);
     let plan = match plan(scenario, memory) {
         Ok(plan) => plan,
         Err(reason) => return Ok(table::failed(&TABLE, &reason)),
@@ -463,6 +490,10 @@ pub fn serve<'a>(
             "gpu_mfu": overall.gpu_mfu,
             "replicas": replica_details,
             "adapters": adapter_details(scenario, plan),
+            "speed_factors": scenario
+                .groups()
+                .map(|(_, r)| speed_details(r))
+                .collect::<Vec<_>>(),
             "host_overhead": scenario
                 .groups()
                 .map(|(_, r)| json!({
@@ -477,6 +508,65 @@ pub fn serve<'a>(
                 }))
                 .collect::<Vec<_>>(),
         }),
+    })
+}
+
+/// `scenario` with every throughput-factor group's speeds solved for `seed` (None when no
+/// group reads its factors as throughput): GPU `i` at factor `s` gets the clock at which the
+/// group's MoE layer, on one GPU's even share of the seed's trace's mean step (its observed
+/// steps, every layer), takes `1 / s` as long as at the nominal clock
+/// (`gpu_costs::throughput_speed`, the gem family's `cluster.factors = "throughput"`). The
+/// expert count per GPU is the model's over the expert-parallel degree, whatever the mapping
+/// (the clock is the hardware's).
+pub fn with_seed_speeds(scenario: &ServingScenario, seed: u64) -> Option<ServingScenario> {
+    let spec = scenario.expert_trace.as_ref()?;
+    if scenario
+        .groups()
+        .all(|(_, r)| r.speed_factors_kind != FactorKind::Throughput)
+    {
+        return None;
+    }
+    let mut solved = scenario.clone();
+    for g in 0..1 + scenario.other_groups.len() {
+        let one = scenario.group(g);
+        let r = &one.replica;
+        let Some(shape) = one.model.experts() else {
+            continue;
+        };
+        if r.speed_factors_kind != FactorKind::Throughput {
+            continue;
+        }
+        let (trace, observed) = spec.build(shape.n_layers, shape.n_experts, shape.top_k, seed);
+        let layer = step_cost::moe_layer_cost(&one, &shape);
+        let per_gpu = shape.n_experts / r.expert_parallel;
+        let tokens = trace.mean_tokens_per_gpu(observed, r.gpus);
+        let speeds = r
+            .speed_factors
+            .iter()
+            .map(|&s| throughput_speed(&layer, per_gpu, tokens, s, r.bandwidth_share))
+            .collect();
+        match g {
+            0 => solved.replica.speeds = speeds,
+            _ => solved.other_groups[g - 1].replica.speeds = speeds,
+        }
+    }
+    Some(solved)
+}
+
+/// One replica group's speed factors, for the details: as given (or drawn), what they are, the
+/// clock factor each GPU runs at, and the gap between the slowest and the fastest GPU (as a
+/// share of the fastest, `gap_vs_fastest`, and of the slowest, `gap_vs_slowest`; GEM's section
+/// 6).
+fn speed_details(r: &config::ReplicaSpec) -> serde_json::Value {
+    let f = &r.speed_factors;
+    let min = f.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = f.iter().copied().fold(0.0, f64::max);
+    json!({
+        "factors": f,
+        "kind": r.speed_factors_kind,
+        "clock": r.speeds.iter().map(|s| s.compute).collect::<Vec<_>>(),
+        "gap_vs_fastest": 1.0 - min / max,
+        "gap_vs_slowest": max / min - 1.0,
     })
 }
 

@@ -2,7 +2,8 @@
 //! has the table): what `vllm`, `sarathi`, `orca` and `static` set (`ReplicaConfig` and `StepOrder`) and
 //! the system behaviour each follows, and each kind's host time per step (`host_overhead`).
 
-use super::config::{ReplicaSpec, SchedulerTable};
+use super::config::{KvLimit, ReplicaSpec, SchedulerTable};
+use super::deployment::Deployment;
 use crate::cost::host::HostOverhead;
 use crate::serving::{
     Admission, Batching, KvConfig, Preemption, Replica, ReplicaConfig, StepOrder,
@@ -23,6 +24,20 @@ pub fn host_overhead(scheduler: &SchedulerTable) -> HostOverhead {
     }
 }
 
+/// The blocks the KV-use metrics of a replica of `spec` on `deployment` count against: its
+/// paged cache's, or with `kv = "unbounded"` (one-token blocks) the tokens its memory would hold,
+/// so `kv_used_*` still read as the share of that memory the run's KV takes (above 1: more than
+/// it holds).
+pub fn reported_kv_blocks(spec: &ReplicaSpec, deployment: &Deployment) -> u64 {
+    match spec.scheduler {
+        SchedulerTable::Sarathi {
+            kv: KvLimit::Unbounded,
+            ..
+        } => deployment.kv_tokens,
+        _ => deployment.kv_blocks,
+    }
+}
+
 /// The replica `spec`'s scheduler over a KV cache of `kv_blocks` blocks.
 ///
 /// - `vllm`: vLLM v0's default scheduler (`Scheduler._schedule_default`, chunked prefill off):
@@ -32,7 +47,9 @@ pub fn host_overhead(scheduler: &SchedulerTable) -> HostOverhead {
 ///   the newest sequence, by recompute or (`preemption = "swap"`) by swapping its blocks out.
 /// - `sarathi`: Sarathi-Serve's stall-free batching: decodes first (`StepOrder::DecodeFirst`),
 ///   then prefill chunks within a `chunk_size` token budget (chunked prefill on), the same
-///   paged cache and preemption.
+///   paged cache and preemption; with `kv = "unbounded"`, vLLM V1 as GEM runs it (the gem
+///   family's `replica_config`): no KV limit (one-token blocks, unbounded, no watermark, each
+///   request admitted on its prompt, `Admission::PromptOnly`), never preempted.
 /// - `orca`: Orca's iteration-level scheduling: running sequences first, then whole prompts in
 ///   the same iteration, no token budget unless `max_num_batched_tokens` gives one, no paging
 ///   (the cache counted in tokens) and each request's prompt and output reserved at admission
@@ -69,13 +86,24 @@ pub fn replica(spec: &ReplicaSpec, kv_blocks: u64) -> Replica {
         SchedulerTable::Sarathi {
             chunk_size,
             preemption,
+            kv,
         } => (
             ReplicaConfig {
                 max_num_seqs: spec.max_num_seqs,
                 max_num_batched_tokens: Some(*chunk_size),
                 chunked_prefill: true,
-                kv: paged,
-                admission: paged_admission(preemption),
+                kv: match kv {
+                    KvLimit::Paged => paged,
+                    KvLimit::Unbounded => KvConfig {
+                        block_size: 1,
+                        blocks: u64::MAX,
+                        watermark_blocks: 0,
+                    },
+                },
+                admission: match kv {
+                    KvLimit::Paged => paged_admission(preemption),
+                    KvLimit::Unbounded => Admission::PromptOnly,
+                },
                 batching: Batching::Continuous,
             },
             StepOrder::DecodeFirst,

@@ -23,7 +23,7 @@ use super::batch_former::{
 };
 use super::config::{
     ExpertRoutingTable, LengthSpec, SchedulerTable, ServedModel, ServingScenario, StaticLoads,
-    StaticStreams,
+    StaticStreams, WorkloadStreams,
 };
 use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
@@ -476,7 +476,7 @@ impl<'a> ServingServer<'a> {
                     decode_ms_per_token,
                     recorder: ReplicaRecorder::new(
                         deployment.gpus,
-                        deployment.kv_blocks,
+                        scheduler::reported_kv_blocks(&group.replica, deployment),
                         scenario.kv_sample_interval_ns,
                     )
                     .with_imbalance_sensitivity(imbalance_sensitivity),
@@ -499,6 +499,7 @@ impl<'a> ServingServer<'a> {
             }
         }
         let predictions = Predictions::new(scenario, streams);
+        let gem = scenario.workload_streams == WorkloadStreams::Gem;
         ServingServer {
             scenario,
             queue,
@@ -506,17 +507,20 @@ impl<'a> ServingServer<'a> {
             arrivals: scenario.arrival.process(
                 scenario.requests(),
                 scenario.n_topics,
-                stream(streams, "arrivals"),
+                stream(streams, if gem { "gem/arrivals" } else { "arrivals" }),
             ),
             rng_prompt: stream(
                 streams,
-                if scenario.one_token_stream {
+                if gem {
+                    "gem/lengths"
+                } else if scenario.one_token_stream {
                     "tokens"
                 } else {
                     "prompt_tokens"
                 },
             ),
-            rng_output: (!scenario.one_token_stream).then(|| stream(streams, "output_tokens")),
+            rng_output: (!scenario.one_token_stream && !gem)
+                .then(|| stream(streams, "output_tokens")),
             rng_mixing: matches!(scenario.expert_routing, ExpertRoutingTable::Affinity { .. })
                 .then(|| stream(streams, "mixing")),
             rng_adapter: stream(seed, "expertweave/adapters"),
@@ -797,6 +801,7 @@ impl<'a> ServingServer<'a> {
             record_routed_load(&mut run.expert_router, &mut run.recorder);
         }
         run.replica.begin_step(time.duration);
+        run.recorder.moe_time(time.breakdown.moe_ns);
         run.recorder.step_started(
             now,
             &run.replica,

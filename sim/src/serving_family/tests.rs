@@ -278,6 +278,7 @@ fn every_scheduler_kind_conserves_requests_and_tokens_under_pressure() {
         r#"{ kind = "vllm" }"#,
         r#"{ kind = "vllm", preemption = "swap" }"#,
         r#"{ kind = "sarathi", chunk_size = 512 }"#,
+        r#"{ kind = "sarathi", chunk_size = 512, kv = "unbounded" }"#,
         r#"{ kind = "orca" }"#,
     ] {
         let s = cluster(kind, 0.35);
@@ -289,8 +290,14 @@ fn every_scheduler_kind_conserves_requests_and_tokens_under_pressure() {
         );
         assert_eq!(value(&out, "completed"), 600.0, "{kind}");
         let preempted = value(&out, "preemptions");
-        if kind.contains("orca") {
-            assert_eq!(preempted, 0.0);
+        // Orca reserves whole requests; vLLM V1 as GEM runs it has no KV limit.
+        if kind.contains("orca") || kind.contains("unbounded") {
+            assert_eq!(preempted, 0.0, "{kind}");
+            if kind.contains("unbounded") {
+                // The cache never binds: the run's KV outgrows what the memory would hold
+                // (kv_used counts tokens against those the memory holds).
+                assert!(value(&out, "kv_used_max") > 1.0, "{kind}");
+            }
         } else {
             assert!(preempted > 0.0, "{kind}: no preemption under KV pressure");
         }
@@ -1839,4 +1846,190 @@ fn the_mosaic_preset_deploys_each_worker_as_the_mosaic_family() {
         groups,
         mosaic.dataset.slots.iter().filter(|&&n| n > 0).count()
     );
+}
+
+/// MIXTRAL_TRACE with GPU 0 at 0.88 of the nominal throughput (GEM's high variability).
+fn straggler(kind: &str) -> String {
+    MIXTRAL_TRACE.replace(
+        "expert_parallel = 4\n",
+        &format!(
+            "expert_parallel = 4\nspeed_factors = [0.88, 1.0, 1.0, 1.0]\nspeed_factors_kind = \"{kind}\"\n"
+        ),
+    )
+}
+
+#[test]
+fn throughput_speed_factors_are_solved_on_each_seeds_trace() {
+    use crate::cost::moe_layer::{ExpertRows, SpeedFactors};
+    let s = scenario(&straggler("throughput")).unwrap();
+    let solved = with_seed_speeds(&s, 3).expect("throughput factors are solved per seed");
+    // GPU 0's clock makes the MoE layer, on one GPU's even share of the seed's trace's mean
+    // observed step (2 experts a GPU), take 1 / 0.88 as long as at the nominal clock.
+    let shape = s.model.experts().unwrap();
+    let (trace, observed) = s.expert_trace.as_ref().unwrap().build(32, 8, 2, 3);
+    let tokens = trace.mean_tokens_per_gpu(observed, 4);
+    assert!(tokens > 1);
+    let layer = step_cost::moe_layer_cost(&s, &shape);
+    let rows = ExpertRows::Even { tokens, experts: 2 };
+    let nominal = layer.gpu(rows, SpeedFactors::NOMINAL).nanos;
+    let slow = layer.gpu(rows, solved.replica.speeds[0]).nanos;
+    assert!((nominal / slow - 0.88).abs() < 1e-6, "{nominal} / {slow}");
+    // Part of the layer streams weights at full bandwidth: the clock falls below 0.88.
+    let clock = solved.replica.speeds[0].compute;
+    assert!(clock < 0.88 - 1e-3, "{clock}");
+    assert_eq!(solved.replica.speeds[1..], [SpeedFactors::NOMINAL; 3]);
+    // Solved on the trace's mean step: twice the tokens per step, another clock.
+    let busier = scenario(
+        &straggler("throughput").replace("tokens_per_step = 256", "tokens_per_step = 512"),
+    )
+    .unwrap();
+    let other = with_seed_speeds(&busier, 3).unwrap().replica.speeds[0].compute;
+    assert_ne!(other, clock);
+    // Clock factors are not solved; the run with the solved clock is the slower one.
+    let clock_kind = scenario(&straggler("clock")).unwrap();
+    assert!(with_seed_speeds(&clock_kind, 3).is_none());
+    let (thr, clk) = (run(&s, 3), run(&clock_kind, 3));
+    assert!(value(&thr, "mean_step_ms") > value(&clk, "mean_step_ms"));
+    assert_eq!(thr.details["speed_factors"][0]["clock"][0], clock);
+    assert!(
+        (thr.details["speed_factors"][0]["gap_vs_fastest"]
+            .as_f64()
+            .unwrap()
+            - 0.12)
+            .abs()
+            < 1e-12
+    );
+    // No trace to solve on: refused naming the key.
+    let e = scenario(&straggler("throughput").replace("trace = {", "# {")).unwrap_err();
+    assert_eq!(e.path, "replica.speed_factors_kind", "{e:?}");
+}
+
+#[test]
+fn a_variability_setup_stands_for_the_speed_factors() {
+    use crate::serving::variability::{ThroughputDistribution, moderate_factors};
+    let with = |v: &str| {
+        scenario(&MIXTRAL_TRACE.replace(
+            "expert_parallel = 4\n",
+            &format!("expert_parallel = 4\nvariability = {v}\n"),
+        ))
+    };
+    let factors = |v: &str| with(v).unwrap().replica.speed_factors;
+    assert_eq!(factors(r#"{ setup = "low" }"#), [1.0; 4]);
+    assert_eq!(factors(r#"{ setup = "high" }"#), [0.88, 1.0, 1.0, 1.0]);
+    assert_eq!(
+        factors(r#"{ setup = "high", straggler_slowdown = 0.2 }"#),
+        [0.8, 1.0, 1.0, 1.0]
+    );
+    // Moderate: the gem family's draws (its stream, its distribution), slowest first.
+    let moderate = factors(r#"{ setup = "moderate", moderate_draws = 200 }"#);
+    assert_eq!(
+        moderate,
+        moderate_factors(
+            &ThroughputDistribution::default(),
+            4,
+            200,
+            &mut crate::rng::stream(0, "gem/moderate-variability")
+        )
+    );
+    assert!(moderate.windows(2).all(|w| w[0] < w[1]) && moderate[3] == 1.0);
+    assert_ne!(
+        factors(r#"{ setup = "moderate", moderate_draws = 200, moderate_seed = 1 }"#),
+        moderate
+    );
+    let refused = |v: &str, key: &str| assert_eq!(with(v).unwrap_err().path, key, "{v}");
+    refused(
+        r#"{ setup = "high", straggler_slowdown = 1.5 }"#,
+        "replica.variability.straggler_slowdown",
+    );
+    refused(r#"{ setup = "explicit" }"#, "replica.variability.setup");
+    refused(
+        r#"{ setup = "moderate", moderate_draws = 0 }"#,
+        "replica.variability.moderate_draws",
+    );
+    refused(
+        r#"{ setup = "high" }
+speed_factors = [1.0, 1.0, 1.0, 1.0]"#,
+        "replica.variability",
+    );
+}
+
+#[test]
+fn a_dataset_preset_and_gems_streams_draw_the_gem_familys_lengths() {
+    use crate::distributions::TokenLength;
+    use crate::serving::datasets::Dataset;
+    use crate::serving_family::config::LengthSpec;
+    let text = MIXTRAL_TRACE.replace(
+        "prompt_tokens = { kind = \"fixed\", value = 300 }\noutput_tokens = { kind = \"fixed\", value = 4 }\n",
+        "dataset = \"sharegpt\"\nstreams = \"gem\"\n",
+    );
+    let s = scenario(&text).unwrap();
+    let (prompt, output) = Dataset::Sharegpt.lengths().unwrap();
+    let (prompt, output) = (prompt.sampler(), output.sampler());
+    assert_eq!(
+        s.prompt_tokens,
+        LengthSpec::Distribution(TokenLength::LogNormal(prompt))
+    );
+    assert_eq!(
+        s.output_tokens,
+        LengthSpec::Distribution(TokenLength::LogNormal(output))
+    );
+    // Prompt then output of each request from one (seed, "gem/lengths") stream, as the gem
+    // family's server draws them.
+    let mut rng = crate::rng::stream(3, "gem/lengths");
+    let drawn: Vec<u64> = (0..12)
+        .map(|_| {
+            prompt.sample(&mut rng);
+            u64::from(output.sample(&mut rng))
+        })
+        .collect();
+    let mut finished = Finished::default();
+    run_recorded(
+        &s,
+        3,
+        &mut Fifo::default(),
+        &mut Turns::default(),
+        &mut Linear,
+        &mut [],
+        None,
+        &mut finished,
+        None,
+    )
+    .unwrap();
+    finished.0.sort_by_key(|f| f.0);
+    let served: Vec<u64> = finished.0.iter().map(|f| f.3).collect();
+    assert_eq!(served, drawn);
+    // A given length overrides the preset's; neither is refused naming the key.
+    let fixed = scenario(&text.replace(
+        "dataset = \"sharegpt\"\n",
+        "dataset = \"sharegpt\"\noutput_tokens = { kind = \"fixed\", value = 4 }\n",
+    ))
+    .unwrap();
+    assert_eq!(
+        fixed.output_tokens,
+        LengthSpec::Distribution(TokenLength::fixed(4).unwrap())
+    );
+    let e = scenario(&text.replace("dataset = \"sharegpt\"\n", "")).unwrap_err();
+    assert_eq!(e.path, "workload.prompt_tokens", "{e:?}");
+    let e = scenario(&text.replace(
+        "streams = \"gem\"\n",
+        "streams = \"gem\"\none_token_stream = true\n",
+    ))
+    .unwrap_err();
+    assert_eq!(e.path, "workload.one_token_stream", "{e:?}");
+}
+
+#[test]
+fn itl_is_every_token_gap_and_the_moe_share_is_the_experts_time() {
+    // Two requests of 4 output tokens each: 6 token gaps (ITL samples) against 2 per-request
+    // TPOTs; a dense model spends no time in routed experts.
+    let out = run(&scenario(MIXTRAL_TRACE).unwrap(), 3);
+    let itl = value(&out, "itl_mean_ms");
+    assert!(itl > 0.0 && value(&out, "itl_p99_ms") >= value(&out, "itl_p50_ms"));
+    let share = value(&out, "moe_time_share");
+    assert!(share > 0.0 && share < 1.0, "{share}");
+    let dense = run(&scenario(LLAMA_LOW_LOAD).unwrap(), 3);
+    assert_eq!(value(&dense, "moe_time_share"), 0.0);
+    // At low load one request runs alone: its token gaps are its decode steps, so the mean
+    // gap is the per-request TPOT.
+    assert!((value(&dense, "itl_mean_ms") / value(&dense, "tpot_mean_ms") - 1.0).abs() < 0.01);
 }

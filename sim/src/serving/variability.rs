@@ -1,9 +1,12 @@
-//! GPU performance variability: the throughput distribution of the paper's 128 NVIDIA L40s
-//! (gem.txt section 2.4, Figure 5), the three evaluation setups of section 4.2 (low, moderate,
-//! high) plus explicit factors, and the variability-at-scale experiment of section 6.
+//! GPU performance variability (moved from the gem family, shared by any scenario): the
+//! throughput distribution of GEM's 128 NVIDIA L40s (gem.txt section 2.4, Figure 5), the three
+//! evaluation setups of section 4.2 (low, moderate, high) plus explicit factors, the setups'
+//! keys (`VariabilityTable`: gem's `[cluster]`, the serving family's `replica.variability`) and
+//! the variability-at-scale experiment of section 6.
 
 use crate::distributions::expected_max_standard_normal;
-use crate::rng::SimRng;
+use crate::rng::{SimRng, stream};
+use crate::validate::{FieldError, field_error};
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 
@@ -103,6 +106,103 @@ pub enum VariabilitySetup {
     High,
     /// The factors given in `speed_factors`.
     Explicit,
+}
+
+/// What speed factors mean (gem's `cluster.factors`, the serving family's
+/// `replica.speed_factors_kind`; docs/cost-model.md, "GPU variability").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FactorKind {
+    /// The GPU's throughput on the workload's MoE layer relative to a nominal GPU: gem.txt
+    /// calibrates per-GPU power caps so each GPU delivers its factor (Figure 14, Table 2). The
+    /// cap lowers the SM clock; the clock factor is solved so the layer takes `1 / s` as long
+    /// (`policies::mapping::gpu_costs::throughput_speed`).
+    #[default]
+    Throughput,
+    /// The SM clock factor itself (compute factor `s`).
+    Clock,
+}
+
+fn d_straggler() -> f64 {
+    0.12
+}
+fn d_draws() -> usize {
+    1000
+}
+
+/// A variability setup and its parameters (gem's `[cluster]` keys, the serving family's
+/// `replica.variability` table): the per-GPU speed factors it stands for (`factors`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VariabilityTable {
+    pub setup: VariabilitySetup,
+    /// High variability: GPU 0 is this much slower (section 4.2: 12 %).
+    #[serde(default = "d_straggler")]
+    pub straggler_slowdown: f64,
+    /// Moderate variability: Monte-Carlo draws (section 4.2: 1000).
+    #[serde(default = "d_draws")]
+    pub moderate_draws: usize,
+    /// Moderate variability: seed of its draws (a property of the hardware, not of the run).
+    #[serde(default)]
+    pub moderate_seed: u64,
+    #[serde(default)]
+    pub distribution: ThroughputDistribution,
+}
+
+impl VariabilityTable {
+    /// The speed factors of `n_gpus` GPUs under this setup (GPU 0 the slowest), or the field
+    /// (`prefix.<key>`) that is wrong. `explicit` is the setup's own factors, if it has any.
+    pub fn factors(&self, n_gpus: usize, prefix: &str) -> Result<Vec<f64>, FieldError> {
+        let key = |k: &str| format!("{prefix}.{k}");
+        self.distribution
+            .check()
+            .map_err(|(f, m)| field_error(&key(&format!("distribution.{f}")), m))?;
+        Ok(match self.setup {
+            VariabilitySetup::Low => vec![1.0; n_gpus],
+            VariabilitySetup::High => {
+                let s = self.straggler_slowdown;
+                if !(s.is_finite() && (0.0..1.0).contains(&s)) {
+                    return Err(field_error(
+                        &key("straggler_slowdown"),
+                        format!("must be in [0, 1), got {s}"),
+                    ));
+                }
+                let mut f = vec![1.0; n_gpus];
+                f[0] = 1.0 - s;
+                f
+            }
+            VariabilitySetup::Moderate => {
+                if self.moderate_draws == 0 {
+                    return Err(field_error(&key("moderate_draws"), "must be at least 1"));
+                }
+                // Drawn while validating: bounded before the draws run.
+                let samples = self.moderate_draws as f64 * n_gpus as f64;
+                if samples > crate::validate::limits::MAX_VALIDATION_SAMPLES {
+                    return Err(field_error(
+                        &key("moderate_draws"),
+                        format!(
+                            "{} draws x {n_gpus} GPUs = {samples:e} samples, above the {:e} \
+                             drawn while validating (docs/limits.md)",
+                            self.moderate_draws,
+                            crate::validate::limits::MAX_VALIDATION_SAMPLES
+                        ),
+                    ));
+                }
+                moderate_factors(
+                    &self.distribution,
+                    n_gpus,
+                    self.moderate_draws,
+                    &mut stream(self.moderate_seed, "gem/moderate-variability"),
+                )
+            }
+            VariabilitySetup::Explicit => {
+                return Err(field_error(
+                    &key("setup"),
+                    "\"explicit\" has no drawn factors: give the factors themselves",
+                ));
+            }
+        })
+    }
 }
 
 /// Speed factors for the moderate setup: `draws` Monte-Carlo samples of `n_gpus` throughputs,
