@@ -11,6 +11,7 @@ use crate::metrics::MetricInfo;
 use crate::policies::Policies;
 use crate::policies::memory::AdapterMemory;
 use crate::records::RecordSink;
+use crate::serving::expert_trace::TraceSpec;
 use crate::validate::FieldError;
 use crate::validate::limits::{Demand, Quantity};
 use std::path::{Path, PathBuf};
@@ -140,6 +141,17 @@ impl Family for Serving {
                     shape.n_experts,
                     "experts.mapping",
                 ));
+                // A synthetic trace is generated whole per seed: its steps x layers x experts
+                // counts are held in memory (the gem family's demands).
+                if let Some(TraceSpec::Synthetic(params)) = &s.expert_trace {
+                    let steps = params.observed_steps as f64 + params.unseen_steps as f64;
+                    d.push(Demand::new(TraceSteps, steps, "experts.trace.unseen_steps"));
+                    d.push(Demand::new(
+                        RoutingEntries,
+                        steps * shape.n_layers as f64 * shape.n_experts as f64,
+                        "experts.trace.unseen_steps",
+                    ));
+                }
             }
         }
         d
