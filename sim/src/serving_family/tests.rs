@@ -953,7 +953,8 @@ rate_per_s = 20.0
     assert_eq!(value(&out, "completed"), 200.0);
     let batch = value(&out, "mean_batch_size");
     assert!(batch > 1.0 && batch <= 8.0, "{batch}");
-    assert_eq!(out.scalars, go().scalars);
+    // Same bits (a NaN, e.g. no decode tokens, reads as itself).
+    assert_eq!(format!("{:?}", out.scalars), format!("{:?}", go().scalars));
 }
 
 #[test]
