@@ -197,10 +197,6 @@ struct Served {
     latencies: RequestLatencies,
     requests_per_adapter: Vec<u64>,
     rejected: u64,
-    /// Each finished request's phases, summed: prompt tokens and time to first token (arrival
-    /// to first token, queueing included); tokens after the first and the time from the first
-    /// token to the last (`phase_throughput`).
-    phases: PhaseTotals,
     completed: u64,
     /// When the last step ended (0: none ran).
     end: SimTime,
@@ -276,7 +272,6 @@ impl<'a, 'c> Server<'a, 'c> {
                 latencies: RequestLatencies::default(),
                 requests_per_adapter: vec![0; scenario.adapters.len()],
                 rejected: 0,
-                phases: PhaseTotals::default(),
                 completed: 0,
                 end: SimTime::ZERO,
                 busy_ns: 0,
@@ -354,13 +349,6 @@ impl<'a, 'c> Server<'a, 'c> {
         for done in finished.drain(..) {
             let first_token = done.first_token();
             let adapter = done.adapter().expect("every request runs with its adapter");
-            self.served.phases.add(
-                done.request.submitted,
-                first_token,
-                now,
-                done.request.prompt_tokens,
-                done.output,
-            );
             self.sink.record(&RequestRecord {
                 id: done.request.id,
                 arrival: done.request.submitted,
@@ -448,48 +436,6 @@ impl Model for Server<'_, '_> {
     }
 }
 
-/// The prefill and decode phases of the finished requests, summed over them. The paper reports
-/// "prefill throughput" and "decode throughput" without defining them further; ours are each
-/// phase's tokens over the time requests spend in it: prompt tokens over arrival-to-first-token
-/// time (queueing included, which the paper names as what lowers its merged baseline's
-/// throughput), and the tokens after the first over first-to-last-token time. Below saturation
-/// neither is the offered load, which tokens over the run's length would be.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct PhaseTotals {
-    pub prompt_tokens: u64,
-    pub prefill_ns: u64,
-    pub decode_tokens: u64,
-    pub decode_ns: u64,
-}
-
-impl PhaseTotals {
-    /// One finished request: it arrived at `arrival`, emitted its first token at `first` and its
-    /// last at `last`.
-    pub fn add(
-        &mut self,
-        arrival: SimTime,
-        first: SimTime,
-        last: SimTime,
-        prompt: u32,
-        output: u32,
-    ) {
-        self.prompt_tokens += u64::from(prompt);
-        self.prefill_ns += (first - arrival).0;
-        self.decode_tokens += u64::from(output.saturating_sub(1));
-        self.decode_ns += (last - first).0;
-    }
-
-    /// Prompt tokens per second of time to first token (NaN when no request finished).
-    pub fn prefill_throughput(&self) -> f64 {
-        per_second(self.prompt_tokens, self.prefill_ns)
-    }
-
-    /// Tokens after the first per second of decode time (NaN when no request decoded).
-    pub fn decode_throughput(&self) -> f64 {
-        per_second(self.decode_tokens, self.decode_ns)
-    }
-}
-
 fn per_second(tokens: u64, ns: u64) -> f64 {
     match ns {
         0 => f64::NAN,
@@ -510,8 +456,8 @@ fn summarize(
     let (requests, prefill_tps, decode_tps, utilization, completed, rejected) = match served {
         Some(s) => (
             s.latencies.summary(),
-            s.phases.prefill_throughput(),
-            s.phases.decode_throughput(),
+            s.latencies.prefill_throughput_tps(),
+            s.latencies.decode_throughput_tps(),
             // Busy time over (instances x the run's end): the share of time they step.
             per_second(s.busy_ns, s.end.0) * 1e-9 / s.replicas.len().max(1) as f64,
             s.completed as f64,

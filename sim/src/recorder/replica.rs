@@ -11,6 +11,7 @@
 use super::expert_load::ExpertLoad;
 use crate::cost::gpu::GpuSpec;
 use crate::metrics::DepthTracker;
+use crate::policies::memory::MemoryReport;
 use crate::records::{Extra, RecordSink, RequestRecord};
 use crate::serving::{Replica, ReplicaStats, RequestLatencies, Seq};
 use crate::time::SimTime;
@@ -188,6 +189,7 @@ impl ReplicaRecorder {
             expert_load: self.expert_load,
             queue_depth_mean,
             queue_depth_max,
+            memory: None,
         }
     }
 }
@@ -230,6 +232,9 @@ pub struct ServingSummary {
     pub queue_depth_mean: f64,
     /// Most requests waiting at once at one replica.
     pub queue_depth_max: u64,
+    /// The adapter-memory manager's plan of the run (set on the run's summary by the family
+    /// that plans one; `None` without adapters and on one replica's summary).
+    pub memory: Option<MemoryReport>,
 }
 
 impl ServingSummary {

@@ -32,6 +32,13 @@ pub struct RequestLatencies {
     pub first_arrival: Option<SimTime>,
     /// The latest finish.
     pub last_finish: SimTime,
+    /// Summed over the finished requests: submission to first token (the prefill phase,
+    /// queueing included), ns.
+    pub prefill_ns: u64,
+    /// Summed over the finished requests: the tokens after the first, and first to last token
+    /// (the decode phase), ns.
+    pub decode_tokens: u64,
+    pub decode_ns: u64,
 }
 
 impl RequestLatencies {
@@ -50,6 +57,9 @@ impl RequestLatencies {
         self.output_tokens += u64::from(seq.output);
         self.first_arrival = Some(self.first_arrival.map_or(submitted, |t| t.min(submitted)));
         self.last_finish = self.last_finish.max(now);
+        self.prefill_ns += (seq.first_token() - submitted).0;
+        self.decode_tokens += u64::from(seq.output.saturating_sub(1));
+        self.decode_ns += (now - seq.first_token()).0;
     }
 
     /// `count` requests each emitted their next token `gap_ns` after their previous one.
@@ -74,6 +84,24 @@ impl RequestLatencies {
             (a, b) => a.or(b),
         };
         self.last_finish = self.last_finish.max(other.last_finish);
+        self.prefill_ns += other.prefill_ns;
+        self.decode_tokens += other.decode_tokens;
+        self.decode_ns += other.decode_ns;
+    }
+
+    /// Prefill throughput: prompt tokens per second of the finished requests' summed time to
+    /// first token (NaN when none finished). ExpertWeave reports "prefill throughput" without
+    /// defining it further; this is the prompt phase's tokens over the time requests spend in
+    /// it, queueing included (what the paper names as lowering its merged baseline's), so
+    /// below saturation it is not the offered load (tokens over the run's length would be).
+    pub fn prefill_throughput_tps(&self) -> f64 {
+        per_second(self.prompt_tokens, self.prefill_ns)
+    }
+
+    /// Decode throughput: the tokens after the first per second of the finished requests'
+    /// summed first-to-last-token time (NaN when no request decoded).
+    pub fn decode_throughput_tps(&self) -> f64 {
+        per_second(self.decode_tokens, self.decode_ns)
     }
 
     /// The summary every family's metric table reads.
@@ -97,6 +125,13 @@ impl RequestLatencies {
     pub fn span_s(&self) -> f64 {
         self.first_arrival
             .map_or(0.0, |first| (self.last_finish - first).as_secs_f64())
+    }
+}
+
+fn per_second(tokens: u64, ns: u64) -> f64 {
+    match ns {
+        0 => f64::NAN,
+        ns => tokens as f64 / (ns as f64 * 1e-9),
     }
 }
 

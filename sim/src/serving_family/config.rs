@@ -25,6 +25,7 @@ use crate::serving::datasets::{Dataset, LengthDistribution};
 use crate::serving::expert_trace::{TraceParams, TraceSpec};
 use crate::serving::variability::{FactorKind, VariabilityTable};
 use crate::serving::{Preemption, QueuePolicyConfig, RouterConfig};
+use crate::time::SimTime;
 use crate::validate::{FieldError, duration, field_error, measured_on, non_negative, positive};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -659,7 +660,13 @@ fn d_topics() -> u32 {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadTable {
-    pub n_requests: usize,
+    /// The most requests the run serves; may be left out beside `horizon_s` (unbounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_requests: Option<usize>,
+    /// Requests arriving at or after this many seconds are not served (the run lasts until
+    /// every earlier one finishes), as the expertweave family's runs end their arrivals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub horizon_s: Option<f64>,
     /// Topics the arrival process draws (bursty traffic concentrates on one); with Zipf expert
     /// routing each topic favours its own experts.
     #[serde(default = "d_topics")]
@@ -683,8 +690,9 @@ pub struct WorkloadTable {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<CallsTable>,
     /// Whose stream names the arrivals and lengths draw from: `own` (default: `arrivals`,
-    /// `prompt_tokens` / `output_tokens` or `tokens`) or `gem` (`gem/arrivals`, and prompt
-    /// then output from one `gem/lengths` stream, as the gem family draws them).
+    /// `prompt_tokens` / `output_tokens` or `tokens`), `gem` (`gem/arrivals`, and prompt
+    /// then output from one `gem/lengths` stream, as the gem family draws them) or
+    /// `expertweave` (`expertweave/arrivals` and `expertweave/lengths`, likewise).
     #[serde(default, skip_serializing_if = "WorkloadStreams::is_own")]
     pub streams: WorkloadStreams,
 }
@@ -717,11 +725,21 @@ pub enum WorkloadStreams {
     #[default]
     Own,
     Gem,
+    Expertweave,
 }
 
 impl WorkloadStreams {
     fn is_own(&self) -> bool {
         *self == WorkloadStreams::Own
+    }
+
+    /// The family whose stream names these are (`gem/arrivals`, ...); none for `own`.
+    pub fn family(self) -> Option<&'static str> {
+        match self {
+            WorkloadStreams::Own => None,
+            WorkloadStreams::Gem => Some("gem"),
+            WorkloadStreams::Expertweave => Some("expertweave"),
+        }
     }
 }
 
@@ -888,7 +906,10 @@ pub struct ServingScenario {
     pub semantic_router: Option<SemanticRouterConfig>,
     pub queue: QueuePolicyConfig,
     pub predictor: PredictorConfig,
+    /// The most requests served (`usize::MAX`: unbounded, beside a horizon).
     pub n_requests: usize,
+    /// Arrivals at or after it are not served (`workload.horizon_s`).
+    pub horizon: Option<SimTime>,
     pub n_topics: u32,
     /// Every request's lengths; with `calls`, the first class's (each class draws its own).
     pub prompt_tokens: LengthSpec,
@@ -912,6 +933,21 @@ impl ServingScenario {
     /// Requests a run serves: `n_requests`, or the trace's rows if fewer.
     pub fn requests(&self) -> usize {
         self.arrival.requests(self.n_requests)
+    }
+
+    /// Requests the run is expected to serve, for its demands: `requests`, or with a horizon
+    /// and a rate, at most the rate times the horizon.
+    pub fn expected_requests(&self) -> usize {
+        let n = self.requests();
+        match (self.horizon, &self.arrival) {
+            (
+                Some(horizon),
+                ArrivalSpec::Poisson { rate_per_s }
+                | ArrivalSpec::Gamma { rate_per_s, .. }
+                | ArrivalSpec::Bursty { rate_per_s, .. },
+            ) => n.min((rate_per_s * horizon.as_secs_f64()).ceil() as usize),
+            _ => n,
+        }
     }
 
     /// Every replica group, the first one first.
@@ -2044,7 +2080,36 @@ impl ServingConfig {
         };
         self.predictor.validate("predictor")?;
         let w = &self.workload;
-        let n_requests = crate::validate::at_least_one("workload.n_requests", w.n_requests)?;
+        let n_requests = match (w.n_requests, w.horizon_s) {
+            (Some(n), _) => crate::validate::at_least_one("workload.n_requests", n)?,
+            // Unbounded: the horizon ends the arrivals.
+            (None, Some(_)) => usize::MAX,
+            (None, None) => {
+                return Err(field_error(
+                    "workload.n_requests",
+                    "missing: give the requests to serve, or workload.horizon_s (the requests \
+                     arriving before it)",
+                ));
+            }
+        };
+        let horizon = match w.horizon_s {
+            None => None,
+            Some(_) if self.arrival.pattern == crate::arrivals::ArrivalPattern::Offline => {
+                return Err(field_error(
+                    "workload.horizon_s",
+                    "does not apply to arrival.pattern = \"offline\": every request is present \
+                     at t = 0 (give workload.n_requests)",
+                ));
+            }
+            Some(_) if !w.calls.is_empty() => {
+                return Err(field_error(
+                    "workload.horizon_s",
+                    "does not apply beside [[workload.calls]] (the classes add up to \
+                     workload.n_requests)",
+                ));
+            }
+            Some(h) => Some(SimTime::from_secs_f64(positive("workload.horizon_s", h)?)),
+        };
         if w.n_topics == 0 {
             return Err(field_error(
                 "workload.n_topics",
@@ -2090,11 +2155,13 @@ impl ServingConfig {
                 )),
             }
         };
-        if w.streams == WorkloadStreams::Gem && w.one_token_stream {
+        if let (Some(family), true) = (w.streams.family(), w.one_token_stream) {
             return Err(field_error(
                 "workload.one_token_stream",
-                "streams = \"gem\" already draws prompt then output from one stream \
-                 (gem/lengths)",
+                format!(
+                    "streams = \"{family}\" already draws prompt then output from one stream \
+                     ({family}/lengths)"
+                ),
             ));
         }
         let prompt_tokens = required(
@@ -2136,6 +2203,7 @@ impl ServingConfig {
             queue,
             predictor: self.predictor.clone(),
             n_requests,
+            horizon,
             n_topics: w.n_topics,
             one_token_stream: w.one_token_stream,
             workload_streams: w.streams,

@@ -70,7 +70,7 @@ impl Family for Serving {
 
     fn demands(s: &ServingScenario) -> Vec<Demand> {
         use Quantity::*;
-        let n = s.requests();
+        let n = s.expected_requests();
         let rate_key = match &s.arrival {
             ArrivalSpec::Trace { .. } => "arrival.trace.time_scale",
             _ => "arrival.rate_per_s",

@@ -178,8 +178,13 @@ pub const KEYS: &[KeyDoc] = &[
     },
     KeyDoc {
         key: "workload.n_requests",
-        default: "(required)",
+        default: "(required; unbounded beside `horizon_s`)",
         meaning: "requests (a trace serves at most its rows)",
+    },
+    KeyDoc {
+        key: "workload.horizon_s",
+        default: "none",
+        meaning: "requests arriving at or after this many seconds are not served (the run lasts until the earlier ones finish), as the expertweave family's runs; `n_requests` may then be left out; refused beside `arrival.pattern = \"offline\"` and `[[workload.calls]]`",
     },
     KeyDoc {
         key: "workload.n_topics",
@@ -194,7 +199,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "workload.streams",
         default: "`own`",
-        meaning: "the random streams of the arrivals and lengths: `own` (`arrivals`; `prompt_tokens` and `output_tokens`, or `tokens`) or `gem` (`gem/arrivals`, and prompt then output from one `gem/lengths` stream, the gem family's; refused beside `one_token_stream`)",
+        meaning: "the random streams of the arrivals and lengths: `own` (`arrivals`; `prompt_tokens` and `output_tokens`, or `tokens`) `gem` (`gem/arrivals`, and prompt then output from one `gem/lengths` stream, the gem family's) or `expertweave` (`expertweave/arrivals` and `expertweave/lengths`, likewise, the expertweave family's); the two others refused beside `one_token_stream`",
     },
     KeyDoc {
         key: "workload.dataset",

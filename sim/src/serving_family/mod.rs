@@ -36,7 +36,7 @@ use crate::policies::Policies;
 use crate::policies::batch::BatchSelector;
 use crate::policies::mapping::ExpertMapper;
 use crate::policies::mapping::gpu_costs::throughput_speed;
-use crate::policies::memory::{AdapterMemory, MemoryPlan};
+use crate::policies::memory::{AdapterMemory, MemoryPlan, MemoryReport};
 use crate::recorder::{MetricDef, ServingSummary, TraceEvents, table};
 use crate::records::RecordSink;
 use crate::serving::variability::FactorKind;
@@ -62,7 +62,7 @@ const fn ms(
 
 /// The family's metrics, each computed from a run's (or one replica's) `ServingSummary`
 /// (defined in docs/metrics.md, "serving").
-pub const TABLE: [MetricDef<ServingSummary>; 41] = [
+pub const TABLE: [MetricDef<ServingSummary>; 50] = [
     ms("ttft_mean_ms", "mean time to first token (ms)", |s| {
         s.latencies.ttft.mean_ms()
     }),
@@ -264,7 +264,79 @@ pub const TABLE: [MetricDef<ServingSummary>; 41] = [
         better: Better::Lower,
         value: |s| s.makespan_s,
     },
+    MetricDef {
+        name: "prefill_throughput_tps",
+        label: "prefill throughput (prompt tokens per second of time to first token)",
+        unit: "1/s",
+        better: Better::Higher,
+        value: |s| s.latencies.prefill_throughput_tps(),
+    },
+    MetricDef {
+        name: "decode_throughput_tps",
+        label: "decode throughput (tokens after the first per second of decode time)",
+        unit: "1/s",
+        better: Better::Higher,
+        value: |s| s.latencies.decode_throughput_tps(),
+    },
+    MetricDef {
+        name: "weights_gib",
+        label: "weights on device, all instances (GiB; adapters only)",
+        unit: "GiB",
+        better: Better::Lower,
+        value: |s| plan_number(s, |r| gib(r.weight_bytes)),
+    },
+    MetricDef {
+        name: "adapter_memory_gib",
+        label: "memory allocated for adapters (GiB; adapters only)",
+        unit: "GiB",
+        better: Better::Lower,
+        value: |s| plan_number(s, |r| gib(r.adapter_allocated_bytes)),
+    },
+    MetricDef {
+        name: "padding_waste_gib",
+        label: "allocated adapter memory holding no fine-tuned expert (GiB; adapters only)",
+        unit: "GiB",
+        better: Better::Lower,
+        value: |s| plan_number(s, |r| gib(r.padding_waste_bytes)),
+    },
+    MetricDef {
+        name: "fragmentation_factor",
+        label: "allocated over needed adapter bytes (adapters only)",
+        unit: "ratio",
+        better: Better::Lower,
+        value: |s| plan_number(s, |r| r.fragmentation_factor),
+    },
+    MetricDef {
+        name: "sparsity_factor",
+        label: "mean adapter sparsity factor (adapters only)",
+        unit: "ratio",
+        better: Better::Lower,
+        value: |s| plan_number(s, |r| r.sparsity_factor),
+    },
+    MetricDef {
+        name: "kv_capacity_tokens",
+        label: "KV-cache capacity, all instances (tokens; adapters only)",
+        unit: "count",
+        better: Better::Higher,
+        value: |s| plan_number(s, |r| r.kv_capacity_tokens as f64),
+    },
+    MetricDef {
+        name: "out_of_memory",
+        label: "some instance does not fit (1) or all do (0) (adapters only)",
+        unit: "count",
+        better: Better::Lower,
+        value: |s| plan_number(s, |r| f64::from(u8::from(r.out_of_memory))),
+    },
 ];
+
+/// One number of the run's adapter-memory plan (NaN, `null`, without adapters).
+fn plan_number(s: &ServingSummary, number: fn(&MemoryReport) -> f64) -> f64 {
+    s.memory.as_ref().map_or(f64::NAN, number)
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / crate::policies::memory::device::GIB as f64
+}
 
 /// The scalar metrics a serving run reports, in `TABLE` order.
 pub const METRICS: &[MetricInfo] = &table::infos(&TABLE);
@@ -450,10 +522,11 @@ pub fn serve<'a>(
     }
     let stats = engine::run(&mut server);
     let task_score_pct = server.task_score_pct();
-    let (overall, replicas) = match server.finish() {
+    let (mut overall, replicas) = match server.finish() {
         Ok(parts) => parts,
         Err(reason) => return Ok(table::failed(&TABLE, &reason)),
     };
+    overall.memory = plan.map(|p| p.report.clone());
     let models: Vec<&str> = scenario
         .groups()
         .flat_map(|(model, r)| std::iter::repeat_n(model.name(), r.count))

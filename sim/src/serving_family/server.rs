@@ -23,7 +23,7 @@ use super::batch_former::{
 };
 use super::config::{
     ExpertRoutingTable, LengthSpec, SchedulerTable, ServedModel, ServingScenario, StaticLoads,
-    StaticStreams, WorkloadStreams,
+    StaticStreams,
 };
 use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
@@ -499,7 +499,9 @@ impl<'a> ServingServer<'a> {
             }
         }
         let predictions = Predictions::new(scenario, streams);
-        let gem = scenario.workload_streams == WorkloadStreams::Gem;
+        // Another family's stream names (`workload.streams`): its arrivals, and prompt then
+        // output from its one lengths stream.
+        let family = scenario.workload_streams.family();
         ServingServer {
             scenario,
             queue,
@@ -507,19 +509,20 @@ impl<'a> ServingServer<'a> {
             arrivals: scenario.arrival.process(
                 scenario.requests(),
                 scenario.n_topics,
-                stream(streams, if gem { "gem/arrivals" } else { "arrivals" }),
+                stream(
+                    streams,
+                    &family.map_or("arrivals".to_string(), |f| format!("{f}/arrivals")),
+                ),
             ),
             rng_prompt: stream(
                 streams,
-                if gem {
-                    "gem/lengths"
-                } else if scenario.one_token_stream {
-                    "tokens"
-                } else {
-                    "prompt_tokens"
+                &match family {
+                    Some(f) => format!("{f}/lengths"),
+                    None if scenario.one_token_stream => "tokens".to_string(),
+                    None => "prompt_tokens".to_string(),
                 },
             ),
-            rng_output: (!scenario.one_token_stream && !gem)
+            rng_output: (!scenario.one_token_stream && family.is_none())
                 .then(|| stream(streams, "output_tokens")),
             rng_mixing: matches!(scenario.expert_routing, ExpertRoutingTable::Affinity { .. })
                 .then(|| stream(streams, "mixing")),
@@ -576,6 +579,14 @@ impl<'a> ServingServer<'a> {
     pub fn with_trace_events(mut self, trace: TraceEvents) -> Self {
         self.trace = Some(trace);
         self
+    }
+
+    /// The next arrival before the horizon (`workload.horizon_s`), if any.
+    fn next_arrival(&mut self) -> Option<Arrival> {
+        let horizon = self.scenario.horizon.unwrap_or(SimTime::MAX);
+        self.arrivals
+            .next_arrival()
+            .filter(|arrival| arrival.time < horizon)
     }
 
     fn length(spec: &LengthSpec, given: Option<u32>, rng: &mut SimRng) -> u32 {
@@ -879,7 +890,7 @@ impl Model for ServingServer<'_> {
     type Event = Event;
 
     fn start(&mut self, events: &mut EventQueue<Event>) {
-        if let Some(first) = self.arrivals.next_arrival() {
+        if let Some(first) = self.next_arrival() {
             events.schedule(first.time, Event::Arrival(first));
         }
         for (replica, run) in self.replicas.iter().enumerate() {
@@ -911,7 +922,7 @@ impl Model for ServingServer<'_> {
                     } else if !woken.contains(&r) {
                         woken.push(r);
                     }
-                    next = self.arrivals.next_arrival();
+                    next = self.next_arrival();
                 }
                 if let Some(next) = next {
                     events.schedule(next.time, Event::Arrival(next));

@@ -953,7 +953,8 @@ rate_per_s = 20.0
     assert_eq!(value(&out, "completed"), 200.0);
     let batch = value(&out, "mean_batch_size");
     assert!(batch > 1.0 && batch <= 8.0, "{batch}");
-    assert_eq!(out.scalars, go().scalars);
+    // Same bits (a NaN, e.g. no decode tokens, reads as itself).
+    assert_eq!(format!("{:?}", out.scalars), format!("{:?}", go().scalars));
 }
 
 #[test]
@@ -2032,4 +2033,107 @@ fn itl_is_every_token_gap_and_the_moe_share_is_the_experts_time() {
     // At low load one request runs alone: its token gaps are its decode steps, so the mean
     // gap is the per-request TPOT.
     assert!((value(&dense, "itl_mean_ms") / value(&dense, "tpot_mean_ms") - 1.0).abs() < 0.01);
+}
+
+/// Every finished request: id, arrival, first token, finish, prompt and output tokens.
+#[derive(Default)]
+struct Phases(
+    Vec<(
+        u64,
+        crate::time::SimTime,
+        crate::time::SimTime,
+        crate::time::SimTime,
+        u64,
+        u64,
+    )>,
+);
+impl crate::records::RecordSink for Phases {
+    fn record(&mut self, r: &crate::records::RequestRecord<'_>) {
+        self.0.push((
+            r.id,
+            r.arrival,
+            r.first_token.expect("a served request has its first token"),
+            r.finish,
+            r.prompt_tokens,
+            r.output_tokens,
+        ));
+    }
+}
+
+#[test]
+fn expertweaves_streams_and_horizon_draw_the_expertweave_familys_arrivals_and_phases() {
+    use crate::arrivals::ArrivalSpec;
+    use crate::distributions::TokenLength;
+    // Poisson arrivals cut at a 2 s horizon (no n_requests), on the expertweave family's
+    // streams: its (seed, "expertweave/arrivals") process cut there, and prompt then output
+    // from one (seed, "expertweave/lengths") stream.
+    let text = MIXTRAL_TRACE
+        .replace(
+            "n_requests = 12\nprompt_tokens = { kind = \"fixed\", value = 300 }\noutput_tokens = { kind = \"fixed\", value = 4 }\n",
+            "horizon_s = 2.0\nstreams = \"expertweave\"\n\
+             prompt_tokens = { kind = \"uniform\", low = 100, high = 300 }\n\
+             output_tokens = { kind = \"uniform\", low = 2, high = 8 }\n",
+        )
+        .replace("pattern = \"offline\"", "pattern = \"poisson\"\nrate_per_s = 20.0");
+    let s = scenario(&text).unwrap();
+    let horizon = crate::time::SimTime::from_secs_f64(2.0);
+    let mut arrivals = ArrivalSpec::Poisson { rate_per_s: 20.0 }.process(
+        usize::MAX,
+        1,
+        crate::rng::stream(3, "expertweave/arrivals"),
+    );
+    let (prompt, output) = (
+        TokenLength::uniform(100, 300).unwrap(),
+        TokenLength::uniform(2, 8).unwrap(),
+    );
+    let mut lengths = crate::rng::stream(3, "expertweave/lengths");
+    let mut drawn = Vec::new();
+    while let Some(a) = arrivals.next_arrival().filter(|a| a.time < horizon) {
+        let p = u64::from(prompt.sample(&mut lengths));
+        drawn.push((a.time, p, u64::from(output.sample(&mut lengths))));
+    }
+    assert!(drawn.len() > 20, "{}", drawn.len());
+    let mut phases = Phases::default();
+    let out = run_recorded(
+        &s,
+        3,
+        &mut Fifo::default(),
+        &mut Turns::default(),
+        &mut Linear,
+        &mut [],
+        None,
+        &mut phases,
+        None,
+    )
+    .unwrap();
+    phases.0.sort_by_key(|f| f.0);
+    let served: Vec<_> = phases.0.iter().map(|f| (f.1, f.4, f.5)).collect();
+    assert_eq!(served, drawn);
+    // The phase throughputs, by hand from the records: prompt tokens over summed time to first
+    // token, tokens after the first over summed first-to-last-token time.
+    let sum = |f: &dyn Fn(&(u64, _, _, _, u64, u64)) -> f64| phases.0.iter().map(f).sum::<f64>();
+    let prefill = sum(&|r| r.4 as f64) / sum(&|r| (r.2 - r.1).as_secs_f64());
+    let decode = sum(&|r| (r.5 - 1) as f64) / sum(&|r| (r.3 - r.2).as_secs_f64());
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b;
+    assert!(close(value(&out, "prefill_throughput_tps"), prefill));
+    assert!(close(value(&out, "decode_throughput_tps"), decode));
+    assert!(prefill != decode && decode != value(&out, "throughput_tok_s"));
+    // No adapters: no memory plan to read.
+    assert!(value(&out, "kv_capacity_tokens").is_nan() && value(&out, "weights_gib").is_nan());
+    // A horizon with an offline batch, and neither a count nor a horizon, are refused.
+    let offline = text.replace(
+        "pattern = \"poisson\"\nrate_per_s = 20.0",
+        "pattern = \"offline\"",
+    );
+    assert_eq!(scenario(&offline).unwrap_err().path, "workload.horizon_s");
+    let neither = text.replace("horizon_s = 2.0\n", "");
+    assert_eq!(scenario(&neither).unwrap_err().path, "workload.n_requests");
+    let one_stream = text.replace(
+        "streams = \"expertweave\"\n",
+        "streams = \"expertweave\"\none_token_stream = true\n",
+    );
+    assert_eq!(
+        scenario(&one_stream).unwrap_err().path,
+        "workload.one_token_stream"
+    );
 }
