@@ -40,6 +40,28 @@ queue_sample_interval_ms -> (none: queue_depth_mean/max are exact); [output] per
 mean_batch_time_ms -> mean_step_ms, utilization -> replica_utilization; sweep and figure keys \
 likewise (scheduler.selector.kind -> replica.batch_former.kind)";
 
+/// The refusal of `family = "gem"` once the gem family is deleted (issue 28; not in `RETIRED`
+/// yet: the gem server still runs the files gem-preset.md lists under "What still depends on
+/// sim/src/gem/"). Register it as `("gem", GEM_MOVED)` when `sim/src/gem/` goes.
+pub const GEM_MOVED: &str = "the gem family is now a preset of the serving simulator: write \
+family = \"serving\" (scenarios/gem/evaluation_serving.toml is GEM's headline cell, \
+scenarios/gem/quick.toml the smoke run). Keys: [model] name -> [model] name (n_layers as \
+before); [cluster] n_gpus -> replica.gpus with replica.expert_parallel and \
+replica.tensor_parallel the same G, gpu -> replica.gpu, variability = \"high\" | \"moderate\" | \
+\"low\" -> replica.variability = { setup, straggler_slowdown, moderate_draws, moderate_seed, \
+distribution }, variability = \"explicit\" with speed_factors -> replica.speed_factors, \
+factors -> replica.speed_factors_kind (the gem default was \"throughput\"), bandwidth_share -> \
+replica.bandwidth_share; [serving] max_num_seqs -> replica.max_num_seqs, \
+max_num_batched_tokens -> [replica.scheduler] kind = \"sarathi\", chunk_size, kv = \
+\"unbounded\" (vLLM V1's schedule), plus replica.host_time = \"vllm\" (the engine's host time \
+per step, which the gem family did not pay); detail_layer, detail_steps -> (none: results carry \
+layer 0's first 25 unseen steps in details.deployment[].experts); [trace] -> experts.trace; \
+[mapper] -> experts.mapping with experts.streams = \"shared\"; [workload] dataset, n_requests, \
+prompt_tokens, output_tokens -> workload.* with workload.streams = \"gem\"; no [arrival] -> \
+[arrival] pattern = \"offline\". Metrics: tpot_* (every token gap) -> itl_*, busy_share_min / \
+busy_share_mean -> gpu_busy_min / gpu_busy_mean; sweep and figure keys likewise \
+(mapper.kind -> experts.mapping.kind, cluster.variability -> replica.variability.setup)";
+
 /// The registered family called `name`.
 pub fn family(name: &str) -> Option<FamilyId> {
     named_in(FAMILIES, name)

@@ -1,9 +1,10 @@
 //! `gem_expert_load` figures (like GEM's Figure 17): for the run's detail layer, the tokens each
 //! expert receives at each unseen trace step, experts grouped by the GPU they are mapped to
 //! (slowest GPUs' speed factors in the row labels), one column of panels per mapping; below, the
-//! tokens each GPU receives per step. Data from the run's `details.deployment.detail_layer`.
+//! tokens each GPU receives per step. Data from the run's expert detail
+//! (`plots::expert_details`: `detail_layer`).
 
-use super::{Selection, first_details, label};
+use super::{Selection, expert_details, label};
 use anyhow::{Context, bail};
 use figures::{Chart, ChartFigure, HeatmapPanel};
 
@@ -79,13 +80,16 @@ pub(crate) fn build(selection: &Selection<'_>) -> anyhow::Result<ChartFigure> {
     let mut gpu_panels = Vec::new();
     for (panel_value, cells) in selection.panels() {
         let cell = cells.first().context("a panel without cells")?;
-        let deployment = &first_details(cell)?["deployment"];
+        let deployment = expert_details(cell)?;
         let detail = &deployment["detail_layer"];
         let slots: Vec<Vec<usize>> = serde_json::from_value(detail["slots"].clone())
-            .context("details.deployment.detail_layer.slots")?;
+            .context("the expert detail's detail_layer.slots")?;
         let expert_tokens = matrix(&detail["expert_tokens"], "detail_layer.expert_tokens")?;
         let gpu_tokens = matrix(&detail["gpu_tokens"], "detail_layer.gpu_tokens")?;
-        let speeds = numbers(&deployment["speed_factors"], "deployment.speed_factors")?;
+        let speeds = numbers(
+            &deployment["speed_factors"],
+            "the expert detail's speed_factors",
+        )?;
         let (labels, rows) = slot_rows(&slots, &expert_tokens, &speeds)?;
         let name = panel_value
             .as_ref()

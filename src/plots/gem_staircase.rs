@@ -1,9 +1,9 @@
 //! `gem_staircase` figures: per GPU, the latency of one MoE layer vs the tokens routed to it
 //! (the tile-size staircase of the cost profile in use, scaled by the GPU's speed factor), as
-//! the run's `details.deployment.staircase` carries it; per value of `panels` a row of two
+//! the run's expert detail (`plots::expert_details`: `staircase`) carries it; per value of `panels` a row of two
 //! panels: the whole range and the first 1024 tokens, where the tile steps show.
 
-use super::{Selection, first_details, label};
+use super::{Selection, expert_details, label};
 use anyhow::Context;
 use figures::{Chart, ChartFigure, Panel, Series};
 
@@ -14,7 +14,7 @@ const ZOOM_TOKENS: f64 = 1024.0;
 pub(crate) fn gpu_curves(staircase: &serde_json::Value) -> anyhow::Result<Vec<Series>> {
     staircase
         .as_array()
-        .context("details.deployment.staircase is not a list")?
+        .context("the expert detail's staircase is not a list")?
         .iter()
         .map(|gpu| {
             let index = gpu["gpu"].as_u64().context("staircase entry without gpu")?;
@@ -37,7 +37,7 @@ pub(crate) fn build(selection: &Selection<'_>) -> anyhow::Result<ChartFigure> {
     let mut charts = Vec::new();
     for (panel_value, cells) in &panels {
         let cell = cells.first().context("a panel without cells")?;
-        let deployment = &first_details(cell)?["deployment"];
+        let deployment = expert_details(cell)?;
         let source = label(&deployment["cost_source"]);
         let name = match panel_value {
             Some(v) => label(v),

@@ -429,8 +429,8 @@ fn per_request_csv_has_one_schema_for_every_family_that_serves_requests() {
         ),
         (
             "scenarios/gem/quick.toml",
-            "gem",
-            vec!["mapper.kind=linear"],
+            "serving",
+            vec!["experts.mapping.kind=linear"],
         ),
         (
             "scenarios/chimera/quick.toml",
@@ -448,7 +448,7 @@ fn per_request_csv_has_one_schema_for_every_family_that_serves_requests() {
             ],
         ),
     ] {
-        let out = dir.path().join(family);
+        let out = dir.path().join(scenario.replace('/', "_"));
         let mut args = vec![
             "run",
             scenario,

@@ -85,7 +85,7 @@ fn capacity_of_an_md1_queue_matches_its_closed_form() {
 fn capacity_refuses_what_it_cannot_search() {
     let output = expertsim(&[
         "capacity",
-        "scenarios/gem/quick.toml",
+        "scenarios/mosaic/quick.toml",
         "--slo",
         "e2e_mean_ms=1",
     ]);

@@ -10,23 +10,38 @@ use std::path::Path;
 fn gem_with(figure: &str) -> String {
     format!(
         r#"name = "figure-check"
-family = "gem"
+family = "serving"
 seeds = [1]
 
 [model]
 name = "mixtral-8x7b"
 
+[replica]
+gpu = "H200"
+gpus = 4
+tensor_parallel = 4
+expert_parallel = 4
+
+[replica.scheduler]
+kind = "sarathi"
+kv = "unbounded"
+
+[experts]
+mapping = {{ kind = "linear" }}
+trace = {{ observed_steps = 16, unseen_steps = 16 }}
+
 [workload]
 n_requests = 20
+dataset = "sharegpt"
 
-[mapper]
-kind = "linear"
+[arrival]
+pattern = "offline"
 
 [sweep]
-"mapper.kind" = ["linear", "gem"]
+"experts.mapping.kind" = ["linear", "gem"]
 
 [report]
-compare = "mapper.kind"
+compare = "experts.mapping.kind"
 baseline = "linear"
 
 {figure}"#
@@ -111,11 +126,12 @@ fn a_family_figure_in_another_family_is_refused() {
 
 #[test]
 fn a_key_the_kind_does_not_use_is_refused() {
-    let text =
-        gem_with("[[figure]]\nname = \"f\"\nkind = \"gem_staircase\"\nx = \"mapper.kind\"\n");
+    let text = gem_with(
+        "[[figure]]\nname = \"f\"\nkind = \"gem_staircase\"\nx = \"experts.mapping.kind\"\n",
+    );
     assert_refused(
         &text,
-        line_of(&text, "x = \"mapper.kind\""),
+        line_of(&text, "x = \"experts.mapping.kind\""),
         "figure[0].x",
         "not used by figures of kind `gem_staircase`",
     );
@@ -124,7 +140,7 @@ fn a_key_the_kind_does_not_use_is_refused() {
 #[test]
 fn a_select_value_that_is_not_swept_is_refused() {
     let text = gem_with(
-        "[[figure]]\nname = \"f\"\nkind = \"gem_staircase\"\nselect = { \"mapper.kind\" = \"eplb\" }\n",
+        "[[figure]]\nname = \"f\"\nkind = \"gem_staircase\"\nselect = { \"experts.mapping.kind\" = \"eplb\" }\n",
     );
     let err = {
         let dir = tempfile::tempdir().unwrap();
@@ -134,7 +150,10 @@ fn a_select_value_that_is_not_swept_is_refused() {
         assert_eq!(output.status.code(), Some(2));
         String::from_utf8_lossy(&output.stderr).into_owned()
     };
-    assert!(err.contains("figure[0].select.mapper.kind"), "{err}");
+    assert!(
+        err.contains("figure[0].select.experts.mapping.kind"),
+        "{err}"
+    );
     assert!(
         err.contains("`eplb` is not among the swept values"),
         "{err}"
@@ -191,7 +210,23 @@ fn mosaic_quick_timeline_has_one_row_per_worker_tiling_the_expert_stage() {
 #[test]
 fn gem_quick_renders_reduction_expert_load_and_staircase() {
     let dir = tempfile::tempdir().unwrap();
-    run_quick("scenarios/gem/quick.toml", dir.path());
+    let results = run_quick("scenarios/gem/quick.toml", dir.path());
+    // The serving family's expert detail: what each GPU receives is what its hosted experts
+    // receive, step by step (a 1-slot-per-expert mapping: no replicas to split).
+    for cell in results["cells"].as_array().unwrap() {
+        let experts = &cell["runs"][0]["details"]["deployment"][0]["experts"];
+        let detail = &experts["detail_layer"];
+        let slots: Vec<Vec<usize>> = serde_json::from_value(detail["slots"].clone()).unwrap();
+        let steps = detail["expert_tokens"].as_array().unwrap();
+        assert_eq!(steps.len(), 25, "{}", cell["id"]);
+        for (step, gpus) in steps.iter().zip(detail["gpu_tokens"].as_array().unwrap()) {
+            for (g, hosted) in slots.iter().enumerate() {
+                let want: f64 = hosted.iter().map(|&e| step[e].as_f64().unwrap()).sum();
+                assert!((gpus[g].as_f64().unwrap() - want).abs() < 1e-3);
+            }
+        }
+        assert_eq!(experts["staircase"].as_array().unwrap().len(), 4);
+    }
     let load = svg(dir.path(), "expert_load");
     // One column of panels per selected mapping, GPU 0 the slow one.
     for mapping in ["linear:", "eplb:", "gem:"] {
@@ -221,7 +256,7 @@ fn chimera_quick_renders_the_frontier_per_system() {
 #[test]
 fn with_improvement_is_refused_outside_metric_figures() {
     let text = gem_with(
-        "[[figure]]\nname = \"f\"\nkind = \"improvement\"\nmetrics = [\"e2e_mean_ms\"]\nx = \"mapper.kind\"\nwith_improvement = true\n",
+        "[[figure]]\nname = \"f\"\nkind = \"improvement\"\nmetrics = [\"e2e_mean_ms\"]\nx = \"experts.mapping.kind\"\nwith_improvement = true\n",
     );
     assert_refused(
         &text,

@@ -32,8 +32,8 @@ fn derived_quantities_are_refused_at_the_field_they_come_from() {
     for (scenario, set, field) in [
         (
             "scenarios/gem/explicit-factors.toml",
-            "cluster.speed_factors=[1e-300, 1, 1, 1]",
-            "cluster.speed_factors[0]",
+            "replica.speed_factors=[1e-300, 1, 1, 1]",
+            "replica.speed_factors[0]",
         ),
         (
             "scenarios/live/mosaic.toml",

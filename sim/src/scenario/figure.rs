@@ -85,15 +85,21 @@ fn check_one(
             format!("is not used by figures of kind `{}`", kind.name()),
         )
     };
-    // A kind that some family owns (`Family::FIGURE_KINDS`) draws only that family's results.
-    if let Some(owner) = crate::registry::families().find(|f| f.figure_kinds().contains(&kind))
-        && owner != family
-    {
+    // A kind that some families own (`Family::FIGURE_KINDS`) draws only their results.
+    let owners: Vec<_> = crate::registry::families()
+        .filter(|f| f.figure_kinds().contains(&kind))
+        .collect();
+    if !owners.is_empty() && !owners.contains(&family) {
         return Err(field_error(
             &format!("{at}.kind"),
             format!(
-                "`{}` figures need a {owner} scenario, this one is {family}",
-                kind.name()
+                "`{}` figures need a {} scenario, this one is {family}",
+                kind.name(),
+                owners
+                    .iter()
+                    .map(|f| f.name())
+                    .collect::<Vec<_>>()
+                    .join(" or ")
             ),
         ));
     }

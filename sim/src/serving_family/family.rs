@@ -5,7 +5,7 @@
 use super::config::LengthSpec;
 use super::{ServingConfig, ServingScenario};
 use crate::arrivals::{ArrivalSpec, TraceStats};
-use crate::family::{Family, LiveDescription, Run};
+use crate::family::{Family, FigureKind, LiveDescription, Run};
 use crate::load_cache::LoadCache;
 use crate::metrics::MetricInfo;
 use crate::policies::Policies;
@@ -58,6 +58,10 @@ impl Family for Serving {
     const RATE_KEY: Option<&'static str> = Some("arrival.rate_per_s");
     const CSV_COLUMNS: Option<&'static [&'static str]> = Some(super::CSV_COLUMNS);
     const TRACE_EVENTS: bool = true;
+    /// GEM's figures read the expert detail a traced MoE group records
+    /// (`mapping::expert_detail`).
+    const FIGURE_KINDS: &'static [FigureKind] =
+        &[FigureKind::GemExpertLoad, FigureKind::GemStaircase];
     const PROFILE_FIELD: Option<&'static str> = Some("replica.scheduler.profile");
 
     fn validate(

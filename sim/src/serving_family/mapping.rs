@@ -400,6 +400,78 @@ pub fn replica_layouts(
     layouts
 }
 
+/// Unseen trace steps the expert detail carries (as the gem family's `detail_steps`).
+const DETAIL_STEPS: usize = 25;
+
+/// What a traced MoE group's expert layout does, for figures (`gem_expert_load`,
+/// `gem_staircase`): the group's first replica's layout of layer 0 (`slots`: the experts each
+/// GPU hosts), the tokens each expert receives on the first unseen steps of the trace and what
+/// each GPU receives of them under the layout, and each GPU's MoE-layer latency curve at its
+/// speed (`staircase`: the `planning_costs` the mapper planned with, up to the trace's busiest
+/// step). `None` for a dense group or one without `experts.trace`.
+pub fn expert_detail(
+    scenario: &ServingScenario,
+    group: usize,
+    deployment: &Deployment,
+    layout: Option<&ExpertLayout>,
+) -> Option<serde_json::Value> {
+    let one = scenario.group(group);
+    let shape = one.model.experts()?;
+    let (trace, observed) = deployment.expert_trace.as_ref()?;
+    let layout = layout?;
+    let r = &one.replica;
+    let layer = 0;
+    let steps = DETAIL_STEPS.min(trace.n_steps() - observed);
+    let expert_tokens: Vec<Vec<f32>> = (0..steps)
+        .map(|u| trace.step(layer, observed + u).to_vec())
+        .collect();
+    let gpu_tokens: Vec<Vec<f32>> = expert_tokens
+        .iter()
+        .map(|row| {
+            let per_expert: Vec<f64> = row.iter().map(|&n| f64::from(n)).collect();
+            let mut out = vec![0f32; layout.gpus()];
+            layout.gpu_expected(layer, &per_expert, &mut out);
+            out
+        })
+        .collect();
+    let slots: Vec<Vec<usize>> = (0..layout.gpus())
+        .map(|g| layout.hosted(layer, g))
+        .collect();
+    let limit = (trace.max_step_total().ceil() as usize).min(1 << 22);
+    let per_gpu = deployment
+        .expert_slots_per_gpu
+        .expect("an MoE deployment has expert slots");
+    let costs = planning_costs(&moe_layer_cost(&one, &shape), per_gpu, &r.speeds, limit);
+    let staircase: Vec<serde_json::Value> = (0..r.gpus)
+        .map(|g| {
+            let samples: Vec<(f64, f64)> = costs
+                .curve(g)
+                .samples()
+                .map(|(n, ns)| (n, ns / 1e3))
+                .collect();
+            serde_json::json!({
+                "gpu": g,
+                "speed": r.speed_factors[g],
+                "samples_tokens_us": samples,
+            })
+        })
+        .collect();
+    Some(serde_json::json!({
+        "model": one.model.name(),
+        "gpu": r.gpu.name,
+        "cost_source": one.cost_model(),
+        "speed_factors": r.speed_factors,
+        "mapper": scenario.expert_mapping,
+        "detail_layer": {
+            "layer": layer,
+            "slots": slots,
+            "expert_tokens": expert_tokens,
+            "gpu_tokens": gpu_tokens,
+        },
+        "staircase": staircase,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

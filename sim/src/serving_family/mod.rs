@@ -501,6 +501,17 @@ pub fn serve<'a>(
         queue,
         router,
     );
+    let mut first_replica = 0;
+    let expert_details: Vec<Option<serde_json::Value>> = deployments
+        .iter()
+        .zip(scenario.groups())
+        .enumerate()
+        .map(|(g, (d, (_, r)))| {
+            let layout = layouts[first_replica].as_deref();
+            first_replica += r.count;
+            mapping::expert_detail(scenario, g, d, layout)
+        })
+        .collect();
     let mut server = ServingServer::new(
         scenario,
         &deployments,
@@ -551,7 +562,14 @@ pub fn serve<'a>(
             "deployment": deployments
                 .iter()
                 .zip(scenario.groups())
-                .map(|(d, (model, r))| deployment_details(model.name(), d, r))
+                .zip(expert_details)
+                .map(|((d, (model, r)), experts)| {
+                    let mut details = deployment_details(model.name(), d, r);
+                    if let Some(experts) = experts {
+                        details["experts"] = experts;
+                    }
+                    details
+                })
                 .collect::<Vec<_>>(),
             "metric_units": table::units(&TABLE),
             "scheduler": scenario.replica.scheduler.kind(),
