@@ -190,6 +190,8 @@ impl ReplicaRecorder {
             queue_depth_mean,
             queue_depth_max,
             memory: None,
+            prefix_lookup_tokens: stats.prefix_lookup_tokens,
+            prefix_hit_tokens: stats.prefix_hit_tokens,
         }
     }
 }
@@ -235,6 +237,10 @@ pub struct ServingSummary {
     /// The adapter-memory manager's plan of the run (set on the run's summary by the family
     /// that plans one; `None` without adapters and on one replica's summary).
     pub memory: Option<MemoryReport>,
+    /// With prefix caching: the prompt tokens looked up at first admissions and those found
+    /// cached (`ReplicaStats::prefix_lookup_tokens`, `prefix_hit_tokens`), summed.
+    pub prefix_lookup_tokens: u64,
+    pub prefix_hit_tokens: u64,
 }
 
 impl ServingSummary {
@@ -259,6 +265,8 @@ impl ServingSummary {
             all.expert_load.merge(&p.expert_load);
             all.queue_depth_mean += p.queue_depth_mean;
             all.queue_depth_max = all.queue_depth_max.max(p.queue_depth_max);
+            all.prefix_lookup_tokens += p.prefix_lookup_tokens;
+            all.prefix_hit_tokens += p.prefix_hit_tokens;
         }
         all
     }

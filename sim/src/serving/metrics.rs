@@ -26,6 +26,9 @@ pub struct ReplicaStats {
     /// cached (not prefilled).
     pub prefix_lookup_tokens: u64,
     pub prefix_hit_tokens: u64,
+    /// With prefix caching: tokens found cached when a sequence preempted by recompute is
+    /// admitted again (not prefilled again either).
+    pub prefix_rehit_tokens: u64,
     /// First admissions (a resumed sequence is not counted again).
     pub admitted: u64,
     pub completed: u64,

@@ -579,6 +579,8 @@ impl Replica {
                 if fresh {
                     self.stats.prefix_lookup_tokens += u64::from(s.request.prompt_tokens);
                     self.stats.prefix_hit_tokens += u64::from(cached);
+                } else {
+                    self.stats.prefix_rehit_tokens += u64::from(cached);
                 }
             }
             self.kv.allocate(reserve);

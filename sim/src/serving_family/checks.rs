@@ -16,8 +16,8 @@ pub struct Submitted {
 }
 
 /// Requests submitted = admitted = finished (none left in flight at the end of a run that
-/// drains); prompt tokens in = tokens prefilled less those recomputed after preemptions; output
-/// tokens asked = emitted = recorded.
+/// drains); prompt tokens in = tokens prefilled less those recomputed after preemptions, plus
+/// those found cached (prefix caching); output tokens asked = emitted = recorded.
 pub fn conservation(
     replica: usize,
     stats: &ReplicaStats,
@@ -43,10 +43,11 @@ pub fn conservation(
             stats.completed, summary.latencies.completed
         ));
     }
-    if stats.prefill_tokens != submitted.prompt_tokens + stats.recomputed_tokens {
+    let cached = stats.prefix_hit_tokens + stats.prefix_rehit_tokens;
+    if stats.prefill_tokens + cached != submitted.prompt_tokens + stats.recomputed_tokens {
         return fail(format!(
-            "{} prompt tokens submitted and {} recomputed, {} prefilled",
-            submitted.prompt_tokens, stats.recomputed_tokens, stats.prefill_tokens
+            "{} prompt tokens submitted and {} recomputed, {} prefilled and {} found cached",
+            submitted.prompt_tokens, stats.recomputed_tokens, stats.prefill_tokens, cached
         ));
     }
     if stats.tokens != submitted.output_tokens

@@ -288,6 +288,12 @@ pub struct ReplicaTable {
     /// default (the model is resident).
     #[serde(default)]
     pub load: Option<LoadTable>,
+    /// vLLM V1's automatic prefix caching (`serving::prefix`): a prompt's leading full blocks
+    /// that an earlier request on the replica computed and that are still resident are not
+    /// prefilled again (which prompts share tokens: `workload.shared_prefix_tokens`); `vllm`
+    /// and `sarathi` only. Off by default.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prefix_caching: bool,
 }
 
 /// How a replica's model load is priced (`replica.load`, `super::load::ModelLoad`).
@@ -695,6 +701,15 @@ pub struct WorkloadTable {
     /// `expertweave` (`expertweave/arrivals` and `expertweave/lengths`, likewise).
     #[serde(default, skip_serializing_if = "WorkloadStreams::is_own")]
     pub streams: WorkloadStreams,
+    /// Tokens every request's prompt begins with, the same for all (a shared system prompt, as
+    /// Chimera's agents' role prompts): what `replica.prefix_caching` finds cached. A prompt
+    /// shorter than it is that prefix alone. 0 (default): every prompt is its own.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shared_prefix_tokens: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One class of calls addressed to a model (`[[workload.calls]]`).
@@ -874,6 +889,8 @@ pub struct ReplicaSpec {
     pub static_cost: Option<StaticCost>,
     /// The model's load before the replica serves (`replica.load`).
     pub load: Option<ModelLoad>,
+    /// vLLM V1's automatic prefix caching (`replica.prefix_caching`).
+    pub prefix_caching: bool,
 }
 
 /// One group of alike replicas of a heterogeneous cluster.
@@ -927,6 +944,8 @@ pub struct ServingScenario {
     pub kv_sample_interval_ns: u64,
     /// ExpertWeave adapters served on the replicas (`[adapters]`).
     pub adapters: Option<AdapterSpec>,
+    /// Tokens every prompt begins with, shared by all requests (`workload.shared_prefix_tokens`).
+    pub shared_prefix_tokens: u32,
 }
 
 impl ServingScenario {
@@ -1685,6 +1704,27 @@ impl ServingConfig {
                 format!("must lie in [0, 1), got {}", r.watermark),
             ));
         }
+        // A paged cache only: its blocks are what a prompt finds cached, and an unbounded one
+        // would keep every prompt's blocks resident for the whole run.
+        if r.prefix_caching
+            && !matches!(
+                r.scheduler,
+                SchedulerTable::Vllm { .. }
+                    | SchedulerTable::Sarathi {
+                        kv: KvLimit::Paged,
+                        ..
+                    }
+            )
+        {
+            return Err(field_error(
+                &format!("{p}.prefix_caching"),
+                format!(
+                    "needs a paged KV cache: replica.scheduler.kind = \"vllm\" or \"sarathi\" \
+                     (kv = \"paged\"), not {:?}",
+                    r.scheduler.kind()
+                ),
+            ));
+        }
         if let Some(score) = r.task_score_pct
             && !(score.is_finite() && score > 0.0 && score < 100.0)
         {
@@ -1798,6 +1838,7 @@ impl ServingConfig {
                 batch_former,
                 static_cost,
                 load,
+                prefix_caching: r.prefix_caching,
             },
         })
     }
@@ -2187,6 +2228,20 @@ impl ServingConfig {
             )?
             .0
         };
+        let caching = groups.iter().any(|g| g.replica.prefix_caching);
+        let shared_prefix_tokens = w.shared_prefix_tokens;
+        if shared_prefix_tokens > 0 && !caching {
+            return Err(field_error(
+                "workload.shared_prefix_tokens",
+                "finds nothing cached without replica.prefix_caching = true on some replica group",
+            ));
+        }
+        if caching && adapters.is_some() {
+            return Err(field_error(
+                "replica.prefix_caching",
+                "not beside [adapters]: an adapter's requests hold KV of their own weights",
+            ));
+        }
         let mut groups = groups.into_iter();
         let first = groups.next().expect("at least one group was checked");
         Ok(ServingScenario {
@@ -2215,6 +2270,7 @@ impl ServingConfig {
             trace_events: o.trace_events,
             kv_sample_interval_ns,
             adapters,
+            shared_prefix_tokens,
         })
     }
 }

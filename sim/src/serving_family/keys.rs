@@ -142,6 +142,11 @@ pub const KEYS: &[KeyDoc] = &[
         meaning: "the model's load onto the replica's GPUs before it serves (MOSAIC's session load; `serving_family::load`): `{ kind = \"host_link\" }` (each GPU's weights over its host link, the measured PCIe 5.0 x16 on H100/H200, else PCIe 4.0 x16), `{ kind = \"path\", gbps }` (each GPU's weights over an effective load path: storage, host, PCIe and engine start-up as one rate, as the mosaic family's `[serving] load_gbps`, 0.4 there) or `{ kind = \"fixed\", seconds }`; requests queue from time zero and no step starts before the load ends (makespan and latencies include it); `details.deployment[g].load_s` gives it; the keys: `gbps`, `seconds`",
     },
     KeyDoc {
+        key: "replica.prefix_caching",
+        default: "false",
+        meaning: "vLLM V1's automatic prefix caching (`serving::prefix`, as the chimera family's `cluster.prefix_caching`): a prompt's leading full `block_size` blocks that an earlier request on the replica computed and that are still resident (freed blocks are reused least recently freed first) are not prefilled again; which prompts share tokens: `workload.shared_prefix_tokens`; `details.replicas[r].prefix_hit_rate` is the share of the prompt tokens found cached. Paged caches only: refused on `orca`, `static` and `sarathi` with `kv = \"unbounded\"`, and beside `[adapters]`",
+    },
+    KeyDoc {
         key: "experts.routing",
         default: "`{ kind = \"uniform\" }`",
         meaning: "MoE only: `uniform`, `{ kind = \"zipf\", exponent = s }` (`exponent` in [0, 10]), or `{ kind = \"affinity\", concentration, purity, prediction_noise }` (CAPS's request model: Dirichlet(`concentration` > 0) per topic and layer, `purity` in [0, 1], `prediction_noise` >= 0, default 0; below)",
@@ -200,6 +205,11 @@ pub const KEYS: &[KeyDoc] = &[
         key: "workload.streams",
         default: "`own`",
         meaning: "the random streams of the arrivals and lengths: `own` (`arrivals`; `prompt_tokens` and `output_tokens`, or `tokens`) `gem` (`gem/arrivals`, and prompt then output from one `gem/lengths` stream, the gem family's) or `expertweave` (`expertweave/arrivals` and `expertweave/lengths`, likewise, the expertweave family's); the two others refused beside `one_token_stream`",
+    },
+    KeyDoc {
+        key: "workload.shared_prefix_tokens",
+        default: "0",
+        meaning: "tokens every request's prompt begins with, the same for all (a shared system prompt, as Chimera's agents' role prompts); a shorter prompt is that prefix alone; what `replica.prefix_caching` finds cached; refused unless some replica group caches prefixes",
     },
     KeyDoc {
         key: "workload.dataset",

@@ -542,18 +542,29 @@ pub fn serve<'a>(
         .groups()
         .flat_map(|(model, r)| std::iter::repeat_n(model.name(), r.count))
         .collect();
+    let caching: Vec<bool> = scenario
+        .groups()
+        .flat_map(|(_, r)| std::iter::repeat_n(r.prefix_caching, r.count))
+        .collect();
     let replica_details: Vec<serde_json::Value> = replicas
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            json!({
+            let mut details = json!({
                 "model": models[i],
                 "metrics": table::object(&TABLE, r),
                 "gpu_busy_share": r.gpu_busy_share,
                 "gpu_mfu": r.gpu_mfu,
                 "kv_blocks": r.kv_blocks,
                 "kv_series_s_blocks": r.kv_series,
-            })
+            });
+            // With prefix caching: the share of its first admissions' prompt tokens found
+            // cached (as the chimera family's engines report it).
+            if caching[i] {
+                details["prefix_hit_rate"] =
+                    json!(r.prefix_hit_tokens as f64 / r.prefix_lookup_tokens.max(1) as f64);
+            }
+            details
         })
         .collect();
     Ok(RunOutput {

@@ -56,6 +56,8 @@ pub fn reported_kv_blocks(spec: &ReplicaSpec, deployment: &Deployment) -> u64 {
 ///   (`Admission::ReserveFull`, the vLLM paper's "Orca (Oracle)"), so nothing is preempted.
 ///   With `max_num_batched_tokens` it is the replica the expertweave family models
 ///   (`expertweave::replica_config`).
+/// - with `replica.prefix_caching` (vllm, sarathi): vLLM V1's automatic prefix caching in
+///   blocks of the cache's block size (`Replica::with_prefix_caching`).
 /// - `static`: static batches (`Batching::Static`): the batch former's whole batch when the
 ///   replica is empty, run as one step to its longest output (CAPS); each sequence holds the
 ///   blocks of its final length (`ReserveFull`), never preempted.
@@ -140,5 +142,10 @@ pub fn replica(spec: &ReplicaSpec, kv_blocks: u64) -> Replica {
             StepOrder::DecodeFirst,
         ),
     };
-    Replica::new(config).with_step_order(order)
+    let replica = Replica::new(config).with_step_order(order);
+    if spec.prefix_caching {
+        replica.with_prefix_caching()
+    } else {
+        replica
+    }
 }

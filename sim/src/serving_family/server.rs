@@ -43,8 +43,8 @@ use crate::records::RecordSink;
 use crate::rng::{SimRng, stream};
 use crate::serving::topic_affinity::BatchRouting;
 use crate::serving::{
-    AdmitHook, EngineState, QueuePolicy, QueuedRequest, Replica, RouteRequest, Router, Seq,
-    StepCost, StepWork,
+    AdmitHook, EngineState, PrefixSegment, QueuePolicy, QueuedRequest, Replica, RouteRequest,
+    Router, Seq, StepCost, StepWork,
 };
 use crate::time::{SimDuration, SimTime};
 use rand::RngExt;
@@ -132,6 +132,8 @@ fn record_routed_load(router: &mut Option<ExpertRouter>, recorder: &mut ReplicaR
 /// it.
 struct Admit<'x> {
     outputs: &'x mut FxHashMap<u64, (u32, Option<u32>)>,
+    /// `workload.shared_prefix_tokens`: the leading tokens every prompt shares.
+    shared_prefix: u32,
 }
 
 impl AdmitHook for Admit<'_> {
@@ -149,6 +151,14 @@ impl AdmitHook for Admit<'_> {
     }
     fn admitted(&mut self, _now: SimTime, request: &QueuedRequest, _output: u32) {
         self.outputs.remove(&request.id);
+    }
+    /// A prompt is the shared prefix (one token stream, the same for every request), then
+    /// tokens of its own.
+    fn prefix(&mut self, request: &QueuedRequest, segments: &mut Vec<PrefixSegment>) {
+        let tokens = self.shared_prefix.min(request.prompt_tokens);
+        if tokens > 0 {
+            segments.push(PrefixSegment { stream: 0, tokens });
+        }
     }
 }
 
@@ -778,6 +788,7 @@ impl<'a> ServingServer<'a> {
         } else {
             let mut hook = Admit {
                 outputs: &mut self.outputs,
+                shared_prefix: self.scenario.shared_prefix_tokens,
             };
             let mut work = run.replica.schedule(now, &mut *self.queue, r, &mut hook)?;
             if let Some(router) = &mut run.expert_router {

@@ -2137,3 +2137,99 @@ fn expertweaves_streams_and_horizon_draw_the_expertweave_familys_arrivals_and_ph
         "workload.one_token_stream"
     );
 }
+
+const SHARED_PREFIX: &str = r#"
+[model]
+name = "llama-2-7b"
+[replica]
+gpu = "H100-SXM"
+max_num_seqs = 1
+prefix_caching = true
+[workload]
+n_requests = 3
+shared_prefix_tokens = 40
+prompt_tokens = { kind = "fixed", value = 100 }
+output_tokens = { kind = "fixed", value = 2 }
+[arrival]
+pattern = "offline"
+"#;
+
+/// `replica.prefix_caching` with `workload.shared_prefix_tokens`: one sequence at a time, so
+/// each request is admitted after the one before it finished and left its blocks cached.
+/// Every 100-token prompt begins with the same 40 tokens: two full 16-token blocks (32
+/// tokens; the third block holds tokens of the request's own); the first request finds none
+/// cached, the next two find 32 tokens each: 64 of 300 prompt tokens. The cached tokens are
+/// not prefilled, so the run ends sooner than without caching; a run is deterministic.
+#[test]
+fn a_shared_prefix_is_found_cached_in_whole_blocks() {
+    let s = scenario(SHARED_PREFIX).unwrap();
+    let out = run(&s, 1);
+    assert!(out.details.get("failed").is_none(), "{}", out.details);
+    let rate = out.details["replicas"][0]["prefix_hit_rate"]
+        .as_f64()
+        .expect("a caching replica reports its hit rate");
+    assert!((rate - 64.0 / 300.0).abs() < 1e-12, "{rate}");
+    let plain = scenario(
+        &SHARED_PREFIX
+            .replace("prefix_caching = true\n", "")
+            .replace("shared_prefix_tokens = 40\n", ""),
+    )
+    .unwrap();
+    let uncached = run(&plain, 1);
+    assert!(
+        uncached.details["replicas"][0]
+            .get("prefix_hit_rate")
+            .is_none()
+    );
+    let makespan = |o: &RunOutput| {
+        o.details["replicas"][0]["metrics"]["makespan_s"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(
+        makespan(&out) < makespan(&uncached),
+        "{} vs {}",
+        makespan(&out),
+        makespan(&uncached)
+    );
+    // A prefix shorter than one block is never cached.
+    let short = scenario(&SHARED_PREFIX.replace("= 40", "= 15")).unwrap();
+    assert_eq!(
+        run(&short, 1).details["replicas"][0]["prefix_hit_rate"],
+        0.0
+    );
+    assert_eq!(
+        format!("{:?}", out.scalars),
+        format!("{:?}", run(&s, 1).scalars)
+    );
+}
+
+#[test]
+fn prefix_caching_is_refused_where_nothing_could_be_cached() {
+    let refused = |from: &str, to: &str, field: &str| {
+        let text = SHARED_PREFIX.replacen(from, to, 1);
+        let e = scenario(&text).expect_err(to);
+        assert_eq!(e.path, field, "{to}: {e:?}");
+    };
+    refused(
+        "max_num_seqs = 1\n",
+        "max_num_seqs = 1\nscheduler = { kind = \"orca\" }\n",
+        "replica.prefix_caching",
+    );
+    refused(
+        "max_num_seqs = 1\n",
+        "max_num_seqs = 1\nscheduler = { kind = \"sarathi\", kv = \"unbounded\" }\n",
+        "replica.prefix_caching",
+    );
+    refused(
+        "prefix_caching = true\n",
+        "",
+        "workload.shared_prefix_tokens",
+    );
+    // Sarathi's paged cache caches.
+    let sarathi = SHARED_PREFIX.replace(
+        "max_num_seqs = 1\n",
+        "max_num_seqs = 1\nscheduler = { kind = \"sarathi\" }\n",
+    );
+    assert!(scenario(&sarathi).unwrap().replica.prefix_caching);
+}
