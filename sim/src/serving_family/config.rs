@@ -6,6 +6,7 @@
 //! replica group only) is read by `super::adapters`.
 
 use super::adapters::{AdapterSpec, AdaptersTable};
+use super::experiment::{Experiment, ExperimentTable};
 use super::load::ModelLoad;
 use super::static_pricing::{ProfileSource, StaticCost};
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
@@ -58,6 +59,10 @@ pub struct ServingConfig {
     /// ExpertWeave adapters served on the replicas (an MLA MoE model only).
     #[serde(default)]
     pub adapters: Option<AdaptersTable>,
+    /// What a run computes instead of serving (`super::experiment`: GEM's variability at
+    /// scale and profiling cost); absent: the run serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experiment: Option<ExperimentTable>,
 }
 
 /// `[model]`: a preset of the cost model's shape catalogue, dense or MoE.
@@ -927,6 +932,8 @@ pub struct ServingScenario {
     pub kv_sample_interval_ns: u64,
     /// ExpertWeave adapters served on the replicas (`[adapters]`).
     pub adapters: Option<AdapterSpec>,
+    /// `[experiment]`: what a run computes instead of serving.
+    pub experiment: Option<Experiment>,
 }
 
 impl ServingScenario {
@@ -2189,6 +2196,11 @@ impl ServingConfig {
         };
         let mut groups = groups.into_iter();
         let first = groups.next().expect("at least one group was checked");
+        let experiment = self
+            .experiment
+            .as_ref()
+            .map(|e| e.validate(&first.model, &first.replica, expert_trace.as_ref()))
+            .transpose()?;
         Ok(ServingScenario {
             model: first.model,
             replica: first.replica,
@@ -2215,6 +2227,7 @@ impl ServingConfig {
             trace_events: o.trace_events,
             kv_sample_interval_ns,
             adapters,
+            experiment,
         })
     }
 }
