@@ -58,8 +58,8 @@ pub enum Experiment {
     },
     ProfilingCost {
         profiling: ProfilingTable,
-        gpu: GpuSpec,
-        shape: MoeModelShape,
+        gpu: Box<GpuSpec>,
+        shape: Box<MoeModelShape>,
         /// The expert-parallel GPUs the layer's experts are spread over.
         gpus: usize,
         /// The most routed rows one GPU receives in a step (`per_gpu_token_range`).
@@ -136,8 +136,8 @@ impl ExperimentTable {
                 Ok(Experiment::ProfilingCost {
                     range: profiling::per_gpu_token_range(step_tokens, &shape, gpus),
                     profiling,
-                    gpu: replica.gpu.clone(),
-                    shape,
+                    gpu: Box::new(replica.gpu.clone()),
+                    shape: Box::new(shape),
                     gpus,
                 })
             }
