@@ -19,9 +19,6 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
 
-/// The most token counts a full profiling sweep prices (one MoE-layer price each).
-const MAX_SWEEP_TOKENS: usize = 1 << 20;
-
 fn field(path: &str, message: impl Into<String>) -> FieldError {
     FieldError {
         path: path.to_string(),
@@ -242,48 +239,7 @@ impl Default for ScaleTable {
     }
 }
 
-/// Which token counts a variability profile measures (`gem::profiling`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProfilingMethod {
-    /// GEM's: the calibration's tile-boundary counts over the model's per-GPU range.
-    #[default]
-    TileBoundaries,
-    /// Every token count from 1 to `sweep_max_tokens`.
-    FullSweep,
-}
-
-fn d_repetitions() -> u32 {
-    500
-}
-fn d_sweep_max_tokens() -> usize {
-    16_384
-}
-
-/// `[profiling]`: the profiling-cost experiment (section 5.4, Figure 18).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProfilingTable {
-    #[serde(default)]
-    pub method: ProfilingMethod,
-    /// Kernel launches measured per token count (section 3.3.2: "500 kernel launches per
-    /// count", "62 token counts with 500 measurements each").
-    #[serde(default = "d_repetitions")]
-    pub repetitions: u32,
-    /// The full sweep's last count (section 5.4: "sweeps token counts from 1 to 16K").
-    #[serde(default = "d_sweep_max_tokens")]
-    pub sweep_max_tokens: usize,
-}
-
-impl Default for ProfilingTable {
-    fn default() -> Self {
-        ProfilingTable {
-            method: ProfilingMethod::default(),
-            repetitions: d_repetitions(),
-            sweep_max_tokens: d_sweep_max_tokens(),
-        }
-    }
-}
+pub use crate::serving::profiling::{ProfilingMethod, ProfilingTable};
 
 pub use crate::serving::expert_trace::TraceSpec;
 
@@ -471,18 +427,7 @@ impl GemConfig {
         if self.scale.draws == 0 {
             return Err(field("scale.draws", "must be at least 1"));
         }
-        if self.profiling.repetitions == 0 {
-            return Err(field("profiling.repetitions", "must be at least 1"));
-        }
-        if !(1..=MAX_SWEEP_TOKENS).contains(&self.profiling.sweep_max_tokens) {
-            return Err(field(
-                "profiling.sweep_max_tokens",
-                format!(
-                    "= {} must be between 1 and {MAX_SWEEP_TOKENS} (one MoE-layer price per count)",
-                    self.profiling.sweep_max_tokens
-                ),
-            ));
-        }
+        self.profiling.check("profiling")?;
         let mut pricing = None;
         let profile = Arc::new(match (&self.model.profile, &self.model.measured) {
             (Some(_), Some(_)) => {

@@ -1,95 +1,36 @@
-//! GEM's profiling cost (gem.txt sections 3.3.2 and 5.4, Figure 18): the kernel time a
-//! variability profile takes on one GPU, computed rather than measured. GEM measures the MoE
-//! layer at the calibration's tile-boundary token counts (`cost::sampling::token_points` with
-//! the roofline's sampling parameters, the grid `expertsim-calibrate` measures), over the range
-//! of per-GPU token counts the model's steps can route; the full sweep measures every token
-//! count from 1 to `sweep_max_tokens`. Each count costs `repetitions` launches of one GPU's
-//! share of the layer (its `n_experts / n_gpus` experts, the count spread evenly over them),
-//! each priced by the one MoE-layer entry point (`MoeLayerCost`, launched eagerly from the host
-//! as a microbenchmark does). Host-side set-up between counts is not modelled, so both
-//! methods' times are lower bounds of a wall clock; their ratio is the sampling's saving.
+//! GEM's profiling cost (gem.txt sections 3.3.2 and 5.4, Figure 18) on a gem scenario: the
+//! shared computation (`serving::profiling`, which says what is measured and priced) over the
+//! scenario's model, GPUs and step.
 
-use super::config::{GemScenario, ProfilingMethod};
-use crate::cost::kernel::Timing;
-use crate::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
-use crate::cost::roofline::RooflineParams;
-use crate::cost::sampling::token_points;
-use serde::Serialize;
-
-/// One profiling method's cost for one model.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ProfilingCost {
-    /// The token counts measured, in order.
-    pub counts: usize,
-    /// The largest token count measured.
-    pub max_tokens: usize,
-    /// Kernel time of every measurement, minutes.
-    pub minutes: f64,
-    /// How the counts were chosen, in words.
-    pub sampling: String,
-}
+use super::config::GemScenario;
+use crate::serving::profiling;
+pub use crate::serving::profiling::ProfilingCost;
 
 /// The most routed rows one GPU receives in one step of `scenario`: the larger of an engine
-/// step's token budget and a routing-trace step, times the experts of its top-k one GPU can
-/// hold (each token reaches a GPU at most once per hosted expert it routes to).
+/// step's token budget and a routing-trace step (`serving::profiling::per_gpu_token_range`).
 pub fn per_gpu_token_range(scenario: &GemScenario) -> usize {
     let tokens = match &scenario.trace {
         super::config::TraceSpec::Synthetic(params) => params.tokens_per_step,
         super::config::TraceSpec::Recorded { .. } => 0,
     }
     .max(scenario.serving.max_num_batched_tokens);
-    let experts_per_gpu = (scenario.shape.n_experts / scenario.n_gpus.max(1)).max(1);
-    tokens * scenario.shape.top_k.min(experts_per_gpu).max(1)
+    profiling::per_gpu_token_range(tokens, &scenario.shape, scenario.n_gpus)
 }
 
 /// The token counts `scenario`'s profiling method measures.
 pub fn profiled_counts(scenario: &GemScenario) -> (Vec<usize>, String) {
-    let p = &scenario.profiling;
-    match p.method {
-        ProfilingMethod::FullSweep => (
-            (1..=p.sweep_max_tokens).collect(),
-            format!("every token count from 1 to {}", p.sweep_max_tokens),
-        ),
-        ProfilingMethod::TileBoundaries => {
-            let r = RooflineParams::default();
-            let tile = r.tile_tokens as usize;
-            let range = per_gpu_token_range(scenario).div_ceil(tile) * tile;
-            let dense = (r.dense_sample_limit as usize).min(range);
-            let sparse = r.sparse_sample_step as usize;
-            (
-                token_points(tile, dense, sparse, range),
-                format!(
-                    "both sides of every {tile}-token tile boundary up to {dense}, then every \
-                     {sparse} up to {range} (the per-GPU range of the model's steps)"
-                ),
-            )
-        }
-    }
+    profiling::profiled_counts(&scenario.profiling, per_gpu_token_range(scenario))
 }
 
 /// The kernel time of `scenario`'s profiling method on one nominal GPU of its cluster.
 pub fn profiling_cost(scenario: &GemScenario) -> ProfilingCost {
-    let (counts, sampling) = profiled_counts(scenario);
-    let layer = MoeLayerCost::new(&scenario.gpu, &scenario.shape, Timing::Eager)
-        .with_measured_grouped(&scenario.gpu)
-        .0;
-    let experts = (scenario.shape.n_experts / scenario.n_gpus.max(1)).max(1);
-    let nanos: f64 = counts
-        .iter()
-        .map(|&n| {
-            let rows = ExpertRows::Even {
-                tokens: n as u64,
-                experts,
-            };
-            layer.gpu(rows, SpeedFactors::NOMINAL).nanos
-        })
-        .sum();
-    ProfilingCost {
-        counts: counts.len(),
-        max_tokens: counts.last().copied().unwrap_or(0),
-        minutes: nanos * f64::from(scenario.profiling.repetitions) / 60e9,
-        sampling,
-    }
+    profiling::profiling_cost(
+        &scenario.profiling,
+        &scenario.gpu,
+        &scenario.shape,
+        scenario.n_gpus,
+        per_gpu_token_range(scenario),
+    )
 }
 
 #[cfg(test)]

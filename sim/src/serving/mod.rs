@@ -14,6 +14,7 @@ pub mod latencies;
 pub mod metrics;
 pub mod policy;
 pub mod prefix;
+pub mod profiling;
 pub mod queue;
 pub mod replica;
 pub mod router;

@@ -6,6 +6,7 @@
 //! replica group only) is read by `super::adapters`.
 
 use super::adapters::{AdapterSpec, AdaptersTable};
+use super::experiment::{Experiment, ExperimentTable};
 use super::load::ModelLoad;
 use super::static_pricing::{ProfileSource, StaticCost};
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
@@ -58,6 +59,10 @@ pub struct ServingConfig {
     /// ExpertWeave adapters served on the replicas (an MLA MoE model only).
     #[serde(default)]
     pub adapters: Option<AdaptersTable>,
+    /// What a run computes instead of serving (`super::experiment`: GEM's variability at
+    /// scale and profiling cost); absent: the run serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experiment: Option<ExperimentTable>,
 }
 
 /// `[model]`: a preset of the cost model's shape catalogue, dense or MoE.
@@ -946,6 +951,8 @@ pub struct ServingScenario {
     pub adapters: Option<AdapterSpec>,
     /// Tokens every prompt begins with, shared by all requests (`workload.shared_prefix_tokens`).
     pub shared_prefix_tokens: u32,
+    /// `[experiment]`: what a run computes instead of serving.
+    pub experiment: Option<Experiment>,
 }
 
 impl ServingScenario {
@@ -2244,6 +2251,11 @@ impl ServingConfig {
         }
         let mut groups = groups.into_iter();
         let first = groups.next().expect("at least one group was checked");
+        let experiment = self
+            .experiment
+            .as_ref()
+            .map(|e| e.validate(&first.model, &first.replica, expert_trace.as_ref()))
+            .transpose()?;
         Ok(ServingScenario {
             model: first.model,
             replica: first.replica,
@@ -2271,6 +2283,7 @@ impl ServingConfig {
             kv_sample_interval_ns,
             adapters,
             shared_prefix_tokens,
+            experiment,
         })
     }
 }

@@ -27,6 +27,12 @@ impl Serving {
         records: &mut dyn RecordSink,
         trace_events: Option<&Path>,
     ) -> Result<Run, String> {
+        if let Some(experiment) = &scenario.experiment {
+            return Ok(Run {
+                output: experiment.run(seed),
+                cost_source: scenario.cost_model().to_string(),
+            });
+        }
         let mut p = super::ScenarioPolicies::of(scenario, policies);
         Ok(Run {
             output: super::run_recorded(
@@ -157,6 +163,10 @@ impl Family for Serving {
                     ));
                 }
             }
+        }
+        if let Some((samples, gpus)) = s.experiment.as_ref().and_then(|e| e.samples()) {
+            d.push(Demand::new(Gpus, gpus, "experiment.gpus"));
+            d.push(Demand::new(Samples, samples, "experiment.draws"));
         }
         d
     }

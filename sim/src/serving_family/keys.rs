@@ -182,6 +182,11 @@ pub const KEYS: &[KeyDoc] = &[
         meaning: "ExpertWeave's ESFT adapters on an MLA MoE model (below, \"Adapters\"): `names` and/or `count` (Table 1), `alpha` (1), `memory` (required: `{ kind = \"base_only\" }`, `\"padding\"` (`e_max`, `a_max`), `\"virtual_weight_tensor\"` (`page_bytes`, `e_max`, `a_max`); `\"merged\"` (`separate_devices`, `utilization`): with more than one adapter only `separate_devices = true`, each merged copy a replica of its own, `replica.count` = the adapters, below), `runtime_reserve_gib` (0), `rerouting` (`fused`), `unfused_ops` (5), `expert_zipf_s` (1); refused on a dense model (no experts) and on the other MoE models (no ESFT adapters), and on a `static` replica; one replica group only: beside more than one `[[replica]]` group it is refused naming `adapters` and `replica`",
     },
     KeyDoc {
+        key: "[experiment]",
+        default: "none (the run serves)",
+        meaning: "what a run computes instead of serving (`serving_family::experiment`; every serving metric null): `kind = \"variability_at_scale\"` (GEM's Figure 19: the expected slowest-to-fastest gap among `gpus` GPUs drawn from `distribution` (`fastest_above_mean` 0.108, `slowest_below_mean` 0.1323, `population` 128), `draws` 10000 from `(seed, \"gem/scale\")`: `gap_vs_fastest`, `gap_vs_slowest`) or `\"profiling_cost\"` (GEM's Figure 18: the kernel time of profiling one GPU of the replica's MoE layer over its expert parallelism, `method` `tile_boundaries` or `full_sweep` to `sweep_max_tokens` 16384, `repetitions` 500 launches per count, over the per-GPU range of the replica's step budget or `experts.trace`'s step: `profiling_min`, `profiled_counts`; refused on a dense model)",
+    },
+    KeyDoc {
         key: "workload.n_requests",
         default: "(required; unbounded beside `horizon_s`)",
         meaning: "requests (a trace serves at most its rows)",

@@ -12,6 +12,7 @@ pub mod checks;
 pub mod config;
 pub mod deployment;
 pub mod execution;
+pub mod experiment;
 pub mod expert_routing;
 mod family;
 pub mod keys;
@@ -62,7 +63,7 @@ const fn ms(
 
 /// The family's metrics, each computed from a run's (or one replica's) `ServingSummary`
 /// (defined in docs/metrics.md, "serving").
-pub const TABLE: [MetricDef<ServingSummary>; 50] = [
+pub const TABLE: [MetricDef<ServingSummary>; 54] = [
     ms("ttft_mean_ms", "mean time to first token (ms)", |s| {
         s.latencies.ttft.mean_ms()
     }),
@@ -326,6 +327,35 @@ pub const TABLE: [MetricDef<ServingSummary>; 50] = [
         unit: "count",
         better: Better::Lower,
         value: |s| plan_number(s, |r| f64::from(u8::from(r.out_of_memory))),
+    },
+    // Computed by an `[experiment]` run only (`experiment`), null in a serving run.
+    MetricDef {
+        name: "gap_vs_fastest",
+        label: "slowest-to-fastest throughput gap, fraction of the fastest (experiment variability_at_scale only)",
+        unit: "fraction",
+        better: Better::Lower,
+        value: |_| f64::NAN,
+    },
+    MetricDef {
+        name: "gap_vs_slowest",
+        label: "fastest-over-slowest throughput excess (experiment variability_at_scale only)",
+        unit: "fraction",
+        better: Better::Lower,
+        value: |_| f64::NAN,
+    },
+    MetricDef {
+        name: "profiling_min",
+        label: "kernel time of one GPU's variability profile, min (experiment profiling_cost only)",
+        unit: "min",
+        better: Better::Lower,
+        value: |_| f64::NAN,
+    },
+    MetricDef {
+        name: "profiled_counts",
+        label: "token counts a variability profile measures (experiment profiling_cost only)",
+        unit: "count",
+        better: Better::Lower,
+        value: |_| f64::NAN,
     },
 ];
 
