@@ -85,9 +85,9 @@ fn check_one(
             format!("is not used by figures of kind `{}`", kind.name()),
         )
     };
-    // A kind that some family owns (`Family::FIGURE_KINDS`) draws only that family's results.
+    // A kind that some families own (`Family::FIGURE_KINDS`) draws only those families' results.
     if let Some(owner) = crate::registry::families().find(|f| f.figure_kinds().contains(&kind))
-        && owner != family
+        && !family.figure_kinds().contains(&kind)
     {
         return Err(field_error(
             &format!("{at}.kind"),

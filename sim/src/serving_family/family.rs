@@ -59,6 +59,8 @@ impl Family for Serving {
     const CSV_COLUMNS: Option<&'static [&'static str]> = Some(super::CSV_COLUMNS);
     const TRACE_EVENTS: bool = true;
     const PROFILE_FIELD: Option<&'static str> = Some("replica.scheduler.profile");
+    const FIGURE_KINDS: &'static [crate::family::FigureKind] =
+        &[crate::family::FigureKind::ExpertweaveMemory];
 
     fn validate(
         config: ServingConfig,
