@@ -40,7 +40,7 @@ pub trait Family: Sync + 'static {
     /// The scenario key holding the arrival rate that `expertsim capacity` searches; `None` for
     /// a family without one.
     const RATE_KEY: Option<&'static str> = None;
-    /// The figure kinds only this family draws (`[[figure]] kind`).
+    /// The figure kinds only this family (and the other families listing them) draws.(`[[figure]] kind`).
     const FIGURE_KINDS: &'static [FigureKind] = &[];
     /// The family's own per-request CSV columns after `records::COMMON_COLUMNS`; `None` when the
     /// family has no per-request records.
@@ -296,7 +296,7 @@ impl FamilyId {
     pub fn rate_key(self) -> Option<&'static str> {
         self.0.rate_key()
     }
-    /// The figure kinds only this family draws.
+    /// The figure kinds only this family (and the other families listing them) draws.
     pub fn figure_kinds(self) -> &'static [FigureKind] {
         self.0.figure_kinds()
     }

@@ -1,8 +1,10 @@
 //! `expertweave_memory` figures (like ExpertWeave's Figure 9): the device memory of one device
 //! per adapter count (groups) and memory manager (bars), stacked as base weights, adapter
 //! experts, allocation overhead (padding waste and partly filled pages) and the KV cache the
-//! rest leaves; a manager that runs out of memory gets an empty bar labelled OOM. From
-//! `details.memory` of the first run of each cell.
+//! rest leaves; a manager that runs out of memory gets an empty bar labelled OOM. From the
+//! memory plan in the details of the first run of each cell: a serving-family run's
+//! `details.adapters.memory` (a plan-only run's included), the expertweave family's
+//! `details.memory`.
 
 use super::{Json, Selection, first_details, label, short_key};
 use anyhow::Context;
@@ -82,7 +84,12 @@ pub(crate) fn build(selection: &Selection<'_>) -> anyhow::Result<ChartFigure> {
                 else {
                     continue;
                 };
-                let (stack, oom) = memory_stack(&first_details(cell)?["memory"])?;
+                let details = first_details(cell)?;
+                let plan = match &details["adapters"]["memory"] {
+                    serde_json::Value::Null => &details["memory"],
+                    serving => serving,
+                };
+                let (stack, oom) = memory_stack(plan)?;
                 if oom {
                     oom_note.push(format!("{} @ {}", abbreviate(bar), label(group)));
                 }

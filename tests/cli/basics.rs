@@ -342,25 +342,35 @@ fn weights_that_do_not_fit_are_refused_by_validate_and_run() {
 
 #[test]
 fn a_run_that_fails_exits_3_naming_its_cause() {
-    // ExpertWeave's merged manager cannot hold 2 or 3 full copies on one device: those runs
-    // fail (out of memory) and the others report.
+    // ExpertWeave's decode microbenchmark on a 38 GiB device: one merged copy fits (29.26 GiB of
+    // weights and the 4.88 GiB reserve in 0.9 x 38 GiB), a copy with an adapter's experts beside
+    // it does not, so the padding and virtual-weight-tensor runs fail (out of memory) and the
+    // merged ones report.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let output = expertsim(&[
         "run",
-        "scenarios/expertweave/memory.toml",
+        "scenarios/expertweave/rerouting_decode.toml",
         "--no-figures",
         "--out",
         out.to_str().unwrap(),
+        "--set",
+        "replica.gpu_memory_gib=38",
+        "--set",
+        "workload.n_requests=[1]",
+        "--set",
+        "seeds=[1]",
     ]);
     let err = stderr(&output);
     assert_eq!(output.status.code(), Some(3), "{err}");
     assert!(
-        err.contains("error: run failed [adapters.count = 3, memory.kind = merged]")
-            && err.contains("out of memory"),
+        err.contains(
+            "error: run failed [adapters.memory.kind = padding, adapters.rerouting = fused, \
+             workload.n_requests = 1]"
+        ) && err.contains("out of memory"),
         "{err}"
     );
-    assert!(err.contains("2 of 9 runs failed"), "{err}");
+    assert!(err.contains("4 of 6 runs failed"), "{err}");
     // The results are written all the same, the failed cells with their reason.
     let results = std::fs::read_to_string(out.join("results.json")).unwrap();
     assert!(results.contains("\"failed\""));
@@ -438,8 +448,9 @@ fn per_request_csv_has_one_schema_for_every_family_that_serves_requests() {
             vec!["workload.duration_s=10"],
         ),
         (
+            // ExpertWeave's preset of the serving family.
             "scenarios/expertweave/serving_overhead.toml",
-            "expertweave",
+            "serving",
             vec![
                 "seeds=[1]",
                 "workload.horizon_s=30",

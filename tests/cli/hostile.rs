@@ -546,16 +546,11 @@ fn an_expertweave_offline_batch_refuses_a_bad_count_by_its_key() {
             "workload.n_requests=1000001",
             &["workload.n_requests", "max_requests"][..],
         ),
-        // Offline has no horizon; the other patterns have no batch.
+        // Offline has no horizon (a rate may have both: at most n_requests before the horizon).
         (
             decode,
             "workload.horizon_s=10",
             &["workload.horizon_s", "offline"][..],
-        ),
-        (
-            "scenarios/expertweave/rerouting.toml",
-            "workload.n_requests=8",
-            &["workload.n_requests", "offline"][..],
         ),
     ] {
         refused(&["validate", scenario, "--set", set], None, needles);

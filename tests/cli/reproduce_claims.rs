@@ -222,7 +222,7 @@ fn reproduce_rewrites_only_the_generated_sections_and_is_stable() {
     let value = format!(
         "{quoted}\n[[value]]\nid = \"kv-virtual-3\"\nrun = \"memory\"\n\
          metric = \"kv_capacity_tokens\"\n\
-         cell = {{ \"memory.kind\" = \"virtual_weight_tensor\", \"adapters.count\" = 3 }}\n\
+         cell = {{ \"adapters.memory.kind\" = \"virtual_weight_tensor\", \"adapters.count\" = 3 }}\n\
          decimals = 0\ngrouping = true\nunit = \" tokens\"\n"
     );
     std::fs::write(

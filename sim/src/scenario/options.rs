@@ -206,6 +206,10 @@ pub fn catalogue() -> Vec<OptionGroup> {
             &[
                 ("fixed", "every request the same value"),
                 ("uniform", "uniform integers in [low, high]"),
+                (
+                    "rounded_uniform",
+                    "a continuous uniform on mean x [1 - spread, 1 + spread], rounded, at least 1",
+                ),
                 ("zipf", "Zipf(exponent) over [min, max]"),
                 (
                     "log_normal",

@@ -56,6 +56,10 @@ pub struct AdaptersTable {
     /// Memory per GPU that is neither weights nor KV cache, in GiB (the managers leave it aside).
     #[serde(default)]
     pub runtime_reserve_gib: f64,
+    /// Evaluate the memory plan without serving a request (ExpertWeave's Figure 9: each
+    /// manager's weights, adapter memory and KV capacity on one device budget).
+    #[serde(default)]
+    pub plan_only: bool,
     /// `fused` (one rerouting kernel per MoE layer) or `unfused` (a chain of operators).
     #[serde(default = "d_rerouting")]
     pub rerouting: Rerouting,
@@ -76,6 +80,8 @@ pub struct AdapterSpec {
     pub draw: Zipf,
     pub shares: Vec<f64>,
     pub memory: MemoryConfig,
+    /// The run is the memory plan alone (`plan_only`): nothing is served.
+    pub plan_only: bool,
     pub runtime_reserve_bytes: u64,
     pub rerouting: Rerouting,
     pub unfused_ops: u64,
@@ -104,6 +110,7 @@ impl AdaptersTable {
             ..
         } = self.memory
             && adapters.len() > 1
+            && !self.plan_only
         {
             return Err(field_error(
                 "adapters.memory.separate_devices",
@@ -111,7 +118,8 @@ impl AdaptersTable {
                     "{} merged copies sharing one replica's GPUs would be instances \
                      time-sharing them, which a serving-family replica is not: set \
                      separate_devices = true (each merged copy a replica of its own, \
-                     replica.count = {}) or use base_only, padding or virtual_weight_tensor",
+                     replica.count = {}), use base_only, padding or virtual_weight_tensor, or \
+                     plan the copies in one budget without serving (plan_only = true)",
                     adapters.len(),
                     adapters.len()
                 ),
@@ -155,6 +163,7 @@ impl AdaptersTable {
             shares: adapter_shares(adapters.len(), alpha),
             adapters,
             memory: self.memory.clone(),
+            plan_only: self.plan_only,
             runtime_reserve_bytes: (self.runtime_reserve_gib * GIB as f64).round() as u64,
             rerouting: self.rerouting,
             unfused_ops: self.unfused_ops,

@@ -241,6 +241,10 @@ pub struct ReplicaTable {
     /// The link of the tensor-parallel all-reduces and the expert-parallel all-to-all.
     #[serde(default = "d_interconnect")]
     pub interconnect: Interconnect,
+    /// Each GPU's memory in GiB where the deployment's differs from the catalogue's (the
+    /// catalogue counts decimal GB; ExpertWeave's NPUs have 64 GiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_gib: Option<f64>,
     /// vLLM `gpu_memory_utilization`: the share of each GPU's memory for weights and KV cache.
     #[serde(default = "d_memory_utilization")]
     pub gpu_memory_utilization: f64,
@@ -774,6 +778,12 @@ pub enum LengthTable {
         low: u32,
         high: u32,
     },
+    /// A continuous uniform on `mean x [1 - spread, 1 + spread]`, rounded, at least 1
+    /// (ExpertWeave's request lengths).
+    RoundedUniform {
+        mean: f64,
+        spread: f64,
+    },
     Zipf {
         min: u32,
         max: u32,
@@ -1269,6 +1279,14 @@ fn length(
         LengthTable::Uniform { low, high } => {
             TokenLength::uniform(*low, *high).map_err(|e| err("low", e))?
         }
+        LengthTable::RoundedUniform { mean, spread } => {
+            let field = if mean.is_finite() && *mean >= 1.0 {
+                "spread"
+            } else {
+                "mean"
+            };
+            TokenLength::rounded_uniform(*mean, *spread).map_err(|e| err(field, e))?
+        }
         LengthTable::Zipf { min, max, exponent } => {
             TokenLength::zipf(*min, *max, *exponent).map_err(|e| err("exponent", e))?
         }
@@ -1458,8 +1476,17 @@ impl ServingConfig {
             }
         };
         let count = crate::validate::at_least_one(&format!("{p}.count"), r.count)?;
-        let gpu = GpuSpec::by_name(&r.gpu)
+        let mut gpu = GpuSpec::by_name(&r.gpu)
             .map_err(|e| field_error(&format!("{p}.gpu"), e.to_string()))?;
+        if let Some(gib) = r.gpu_memory_gib {
+            if !(gib.is_finite() && gib > 0.0 && gib <= 1e4) {
+                return Err(field_error(
+                    &format!("{p}.gpu_memory_gib"),
+                    format!("must be a number of GiB in (0, 10000], got {gib}"),
+                ));
+            }
+            gpu.memory_gb = gib * crate::policies::memory::device::GIB as f64 / 1e9;
+        }
         let tp = crate::validate::at_least_one(&format!("{p}.tensor_parallel"), r.tensor_parallel)?;
         let ep = crate::validate::at_least_one(&format!("{p}.expert_parallel"), r.expert_parallel)?;
         let gpus = match r.gpus {
@@ -1922,7 +1949,7 @@ impl ServingConfig {
 
     fn rest(
         &self,
-        groups: Vec<ReplicaGroup>,
+        mut groups: Vec<ReplicaGroup>,
         queue: QueuePolicyConfig,
         base_dir: &Path,
         cache: &mut LoadCache,
@@ -1996,6 +2023,18 @@ impl ServingConfig {
                 Some(table.validate(shape, &cache.limits)?)
             }
         };
+        // Merged copies on devices of their own are a replica each: a `replica.count` left at 1
+        // becomes the number of copies (another count is refused when the plan is made).
+        if let Some(spec) = &adapters
+            && let crate::policies::memory::MemoryConfig::Merged {
+                separate_devices: true,
+                ..
+            } = spec.memory
+            && !spec.plan_only
+            && groups[0].replica.count == 1
+        {
+            groups[0].replica.count = spec.adapters.len();
+        }
         let expert_trace = match self.experts.as_ref().and_then(|e| e.trace.as_ref()) {
             None => None,
             Some(params) => Some(self.expert_trace(params, &groups, base_dir)?),
@@ -2156,7 +2195,15 @@ impl ServingConfig {
                      workload.n_requests)",
                 ));
             }
-            Some(h) => Some(SimTime::from_secs_f64(positive("workload.horizon_s", h)?)),
+            Some(h) => {
+                // Finite, positive and at least one nanosecond once rounded.
+                crate::validate::duration(
+                    "workload.horizon_s",
+                    h,
+                    crate::validate::limits::MAX_SIM_SECONDS_CEILING,
+                )?;
+                Some(SimTime::from_secs_f64(h))
+            }
         };
         if w.n_topics == 0 {
             return Err(field_error(

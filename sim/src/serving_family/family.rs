@@ -69,6 +69,8 @@ impl Family for Serving {
     const FIGURE_KINDS: &'static [FigureKind] =
         &[FigureKind::GemExpertLoad, FigureKind::GemStaircase];
     const PROFILE_FIELD: Option<&'static str> = Some("replica.scheduler.profile");
+    const FIGURE_KINDS: &'static [crate::family::FigureKind] =
+        &[crate::family::FigureKind::ExpertweaveMemory];
 
     fn validate(
         config: ServingConfig,

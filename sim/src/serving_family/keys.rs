@@ -77,6 +77,11 @@ pub const KEYS: &[KeyDoc] = &[
         meaning: "`nvlink4` or `pcie4_x16`: the link of the TP all-reduces and the EP all-to-all",
     },
     KeyDoc {
+        key: "replica.gpu_memory_gib",
+        default: "the catalogue's",
+        meaning: "each GPU's memory in GiB where the deployment's differs from the catalogue's decimal GB (`expertsim list`): ExpertWeave's 64 GiB NPUs against the catalogue's 64 GB Ascend-910B",
+    },
+    KeyDoc {
         key: "replica.gpu_memory_utilization",
         default: "0.9",
         meaning: "vLLM's share of each GPU's memory for weights and KV cache",
@@ -179,7 +184,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "[adapters]",
         default: "none",
-        meaning: "ExpertWeave's ESFT adapters on an MLA MoE model (below, \"Adapters\"): `names` and/or `count` (Table 1), `alpha` (1), `memory` (required: `{ kind = \"base_only\" }`, `\"padding\"` (`e_max`, `a_max`), `\"virtual_weight_tensor\"` (`page_bytes`, `e_max`, `a_max`); `\"merged\"` (`separate_devices`, `utilization`): with more than one adapter only `separate_devices = true`, each merged copy a replica of its own, `replica.count` = the adapters, below), `runtime_reserve_gib` (0), `rerouting` (`fused`), `unfused_ops` (5), `expert_zipf_s` (1); refused on a dense model (no experts) and on the other MoE models (no ESFT adapters), and on a `static` replica; one replica group only: beside more than one `[[replica]]` group it is refused naming `adapters` and `replica`",
+        meaning: "ExpertWeave's ESFT adapters on an MLA MoE model (below, \"Adapters\"): `names` and/or `count` (Table 1), `alpha` (1), `memory` (required: `{ kind = \"base_only\" }`, `\"padding\"` (`e_max`, `a_max`), `\"virtual_weight_tensor\"` (`page_bytes`, `e_max`, `a_max`); `\"merged\"` (`separate_devices`, `utilization`): with more than one adapter only `separate_devices = true`, each merged copy a replica of its own, `replica.count` = the adapters (a count left at 1 becomes it), below, unless `plan_only`), `plan_only` (false: true evaluates the memory plan without serving, every instance in one replica's budget, merged copies sharing it, and reports only the plan's metrics, an out-of-memory plan's included), `runtime_reserve_gib` (0), `rerouting` (`fused`), `unfused_ops` (5), `expert_zipf_s` (1); refused on a dense model (no experts) and on the other MoE models (no ESFT adapters), and on a `static` replica; one replica group only: beside more than one `[[replica]]` group it is refused naming `adapters` and `replica`",
     },
     KeyDoc {
         key: "[experiment]",
@@ -224,12 +229,12 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "workload.prompt_tokens, workload.output_tokens",
         default: "(required unless `workload.dataset` or `[[workload.calls]]` gives them)",
-        meaning: "`{ kind = \"fixed\", value }`, `{ kind = \"uniform\", low, high }`, `{ kind = \"zipf\", min, max, exponent }`, `{ kind = \"log_normal\", mean or median, sigma, max }`, `{ kind = \"trace\" }` (the replayed trace's column; needs `arrival.pattern = \"trace\"`); the keys: `value`, `low`, `high`, `min`, `max`, `exponent`, `mean`, `median`, `sigma`",
+        meaning: "`{ kind = \"fixed\", value }`, `{ kind = \"uniform\", low, high }` (integers), `{ kind = \"rounded_uniform\", mean, spread }` (a continuous uniform on `mean x [1 - spread, 1 + spread]` rounded, at least 1: its end points half as likely; `spread` in [0, 1); ExpertWeave's lengths), `{ kind = \"zipf\", min, max, exponent }`, `{ kind = \"log_normal\", mean or median, sigma, max }`, `{ kind = \"trace\" }` (the replayed trace's column; needs `arrival.pattern = \"trace\"`); the keys: `value`, `low`, `high`, `spread`, `min`, `max`, `exponent`, `mean`, `median`, `sigma`",
     },
     KeyDoc {
         key: "workload.calls",
         default: "none",
-        meaning: "an array of `[[workload.calls]]` tables, classes of calls addressed to one model each (MOSAIC's agent calls): `model` (the model of exactly one replica group), `n_requests` (the class's calls; the classes add up to `workload.n_requests`), `prompt_tokens` and `output_tokens` (as `workload.prompt_tokens`, not `trace`: the keys `value`, `low`, `high`, `min`, `max`, `exponent`, `mean`, `median`, `sigma`), which then replace `workload.prompt_tokens` and `workload.output_tokens`; the run's requests in arrival order are the first class's calls, then the second's, ...; the router chooses among the class's group's replicas only. Refused beside `arrival.pattern = \"trace\"` and `routing.kind = \"chimera\"` (below, \"Model loads and addressed calls\")",
+        meaning: "an array of `[[workload.calls]]` tables, classes of calls addressed to one model each (MOSAIC's agent calls): `model` (the model of exactly one replica group), `n_requests` (the class's calls; the classes add up to `workload.n_requests`), `prompt_tokens` and `output_tokens` (as `workload.prompt_tokens`, not `trace`: the keys `value`, `low`, `high`, `spread`, `min`, `max`, `exponent`, `mean`, `median`, `sigma`), which then replace `workload.prompt_tokens` and `workload.output_tokens`; the run's requests in arrival order are the first class's calls, then the second's, ...; the router chooses among the class's group's replicas only. Refused beside `arrival.pattern = \"trace\"` and `routing.kind = \"chimera\"` (below, \"Model loads and addressed calls\")",
     },
     KeyDoc {
         key: "[arrival]",

@@ -385,7 +385,8 @@ pub use crate::recorder::replica::RECORD_COLUMNS as CSV_COLUMNS;
 
 /// The adapter-memory manager's plan of `scenario`'s replicas (`None` without adapters), or why
 /// it cannot be planned: one instance, which every replica is, or (merged copies on devices of
-/// their own) one instance per replica, `replica.count` of them.
+/// their own) one instance per replica, `replica.count` of them; a plan-only run
+/// (`adapters.plan_only`) serves none, so any number of instances.
 pub fn plan(
     scenario: &ServingScenario,
     memory: Option<&mut dyn AdapterMemory>,
@@ -400,7 +401,7 @@ pub fn plan(
         .plan(shape, &device, &adapters.adapters)
         .map_err(|e| format!("adapters.memory: {e}"))?;
     let (instances, count) = (plan.instances.len(), scenario.replica.count);
-    if instances != 1 && instances != count {
+    if instances != 1 && instances != count && !adapters.plan_only {
         return Err(format!(
             "adapters.memory: {} plans {instances} instances (one per adapter), each a replica \
              of its own: set replica.count = {instances} (got {count})",
@@ -467,6 +468,11 @@ pub fn run_recorded(
         Ok(plan) => plan,
         Err(reason) => return Ok(table::failed(&TABLE, &reason)),
     };
+    if let (Some(plan), Some(adapters)) = (&plan, &scenario.adapters)
+        && adapters.plan_only
+    {
+        return Ok(plan_only(scenario, plan));
+    }
     serve(
         scenario,
         seed,
@@ -641,6 +647,45 @@ pub fn serve<'a>(
                 .collect::<Vec<_>>(),
         }),
     })
+}
+
+/// The metrics a plan-only run reports: the memory plan's numbers.
+const PLAN_METRICS: &[&str] = &[
+    "weights_gib",
+    "adapter_memory_gib",
+    "padding_waste_gib",
+    "fragmentation_factor",
+    "sparsity_factor",
+    "kv_capacity_tokens",
+    "out_of_memory",
+];
+
+/// A plan-only run (`adapters.plan_only`): the memory plan's numbers (an out-of-memory plan's
+/// included: a plan that does not fit is its result, not a failed run), every serving metric
+/// `null`, and the adapters' details; nothing is served and no stream is drawn.
+fn plan_only(scenario: &ServingScenario, plan: &MemoryPlan) -> RunOutput {
+    let summary = ServingSummary {
+        memory: Some(plan.report.clone()),
+        ..ServingSummary::default()
+    };
+    RunOutput {
+        scalars: TABLE
+            .iter()
+            .map(|m| {
+                let value = if PLAN_METRICS.contains(&m.name) {
+                    (m.value)(&summary)
+                } else {
+                    f64::NAN
+                };
+                (m.name.to_string(), value)
+            })
+            .collect(),
+        details: json!({
+            "plan_only": true,
+            "metric_units": table::units(&TABLE),
+            "adapters": adapter_details(scenario, Some(plan)),
+        }),
+    }
 }
 
 /// `scenario` with every throughput-factor group's speeds solved for `seed` (None when no

@@ -1195,11 +1195,146 @@ fn a_plan_of_one_instance_per_adapter_serves_each_adapter_on_its_replica() {
         assert_eq!(completed, Some(*expected as f64), "replica {r}");
     }
     assert_eq!(out.details["adapters"]["instances"][1]["adapters"][0], 1);
-    // Two instances need two replicas: one replica is refused, naming replica.count.
+    // A count left at 1 becomes the two copies; two instances on three replicas are refused,
+    // naming replica.count.
     let one =
         scenario(&text.replace("expert_parallel = 2\ncount = 2", "expert_parallel = 2")).unwrap();
-    let err = plan(&one, Some(&mut PerAdapter)).unwrap_err();
+    assert_eq!(one.replica.count, 2);
+    let three = scenario(&text.replace(
+        "expert_parallel = 2\ncount = 2",
+        "expert_parallel = 2\ncount = 3",
+    ))
+    .unwrap();
+    let err = plan(&three, Some(&mut PerAdapter)).unwrap_err();
     assert!(err.contains("replica.count = 2"), "{err}");
+}
+
+/// Figure 9's memory cells: a plan-only run reports the manager's plan (every instance in one
+/// budget, however many) and no serving metric, draws nothing, and accepts merged copies sharing
+/// one replica's budget, which a served run refuses.
+#[test]
+fn a_plan_only_run_reports_the_memory_plan_without_serving() {
+    let text = ESFT.replace(
+        "memory = { kind = \"virtual_weight_tensor\" }",
+        "memory = { kind = \"virtual_weight_tensor\" }\nplan_only = true",
+    );
+    let s = scenario(&text).unwrap();
+    let mut records = Phases::default();
+    // Five instances on one replica: a served run refuses that plan (replica.count = 5).
+    let out = run_recorded(
+        &s,
+        3,
+        &mut Fifo::default(),
+        &mut Turns::default(),
+        &mut Linear,
+        &mut [],
+        Some(&mut PerAdapter),
+        &mut records,
+        None,
+    )
+    .unwrap();
+    assert!(out.details["failed"].is_null(), "{}", out.details["failed"]);
+    assert_eq!(out.details["plan_only"], true);
+    assert!(records.0.is_empty(), "a plan-only run serves no request");
+    let planned = PerAdapter
+        .plan(
+            &crate::cost::shape::MlaMoeShape::esft_vanilla_16b(),
+            &adapters::device_memory(&s.replica, s.adapters.as_ref().unwrap()),
+            &s.adapters.as_ref().unwrap().adapters,
+        )
+        .unwrap()
+        .report;
+    let gib = crate::policies::memory::device::GIB as f64;
+    assert_eq!(
+        value(&out, "weights_gib"),
+        planned.weight_bytes as f64 / gib
+    );
+    assert_eq!(
+        value(&out, "kv_capacity_tokens"),
+        planned.kv_capacity_tokens as f64
+    );
+    assert_eq!(
+        value(&out, "out_of_memory"),
+        f64::from(u8::from(planned.out_of_memory))
+    );
+    assert_eq!(
+        out.details["adapters"]["instances"]
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
+    for serving in [
+        "completed",
+        "ttft_mean_ms",
+        "throughput_rps",
+        "prefill_throughput_tps",
+    ] {
+        assert!(value(&out, serving).is_nan(), "{serving}");
+    }
+    // Merged copies sharing one budget: refused for a served run, accepted for a plan-only one.
+    let merged = |plan_only: &str| {
+        ESFT.replace(
+            "count = 5\nalpha = 0.3\nmemory = { kind = \"virtual_weight_tensor\" }",
+            &format!("count = 3\nmemory = {{ kind = \"merged\" }}{plan_only}"),
+        )
+    };
+    let served = scenario(&merged("")).unwrap_err();
+    assert_eq!(served.path, "adapters.memory.separate_devices");
+    assert!(served.message.contains("plan_only"), "{}", served.message);
+    assert!(scenario(&merged("\nplan_only = true")).is_ok());
+}
+
+/// `rounded_uniform` lengths: the expertweave family's draws (a continuous uniform on
+/// `mean x [1 - spread, 1 + spread]`, rounded), and a bad mean or spread refused naming it.
+#[test]
+fn rounded_uniform_lengths_draw_the_expertweave_familys_lengths() {
+    use crate::distributions::Uniform;
+    let text = ESFT
+        .replace(
+            "prompt_tokens = { kind = \"uniform\", low = 128, high = 384 }\noutput_tokens = { kind = \"uniform\", low = 32, high = 96 }",
+            "streams = \"expertweave\"\nprompt_tokens = { kind = \"rounded_uniform\", mean = 256, spread = 0.5 }\noutput_tokens = { kind = \"rounded_uniform\", mean = 64, spread = 0.5 }",
+        )
+        .replace("memory = { kind = \"virtual_weight_tensor\" }", "memory = { kind = \"base_only\" }");
+    let s = scenario(&text).unwrap();
+    let mut records = Phases::default();
+    run_recorded(
+        &s,
+        3,
+        &mut Fifo::default(),
+        &mut Turns::default(),
+        &mut Linear,
+        &mut [],
+        Some(&mut OneInstance {
+            reroutes: false,
+            adapter_bytes: 0,
+        }),
+        &mut records,
+        None,
+    )
+    .unwrap();
+    assert_eq!(records.0.len(), 300);
+    // The lengths by hand: prompt then output per request from (seed, "expertweave/lengths"),
+    // each the continuous uniform's draw rounded (requests in arrival order are ids 0..300).
+    let (prompt, output) = (
+        Uniform::new(128.0, 384.0).unwrap(),
+        Uniform::new(32.0, 96.0).unwrap(),
+    );
+    let mut rng = crate::rng::stream(3, "expertweave/lengths");
+    records.0.sort_by_key(|r| r.0);
+    for r in &records.0 {
+        let p = prompt.sample(&mut rng).round() as u64;
+        let o = output.sample(&mut rng).round() as u64;
+        assert_eq!((r.4, r.5), (p, o), "request {}", r.0);
+    }
+    for (bad, field) in [
+        ("mean = 0.5, spread = 0.5", "workload.prompt_tokens.mean"),
+        ("mean = 256, spread = 1.0", "workload.prompt_tokens.spread"),
+        ("mean = 256, spread = -0.5", "workload.prompt_tokens.spread"),
+    ] {
+        let err = scenario(&text.replace("mean = 256, spread = 0.5", bad)).unwrap_err();
+        assert_eq!(err.path, field, "{bad}: {}", err.message);
+    }
 }
 
 /// A scenario validated from the repository's `scenarios/serving/` folder (so a measured set
