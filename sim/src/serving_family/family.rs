@@ -65,12 +65,13 @@ impl Family for Serving {
     const CSV_COLUMNS: Option<&'static [&'static str]> = Some(super::CSV_COLUMNS);
     const TRACE_EVENTS: bool = true;
     /// GEM's figures read the expert detail a traced MoE group records
-    /// (`mapping::expert_detail`).
-    const FIGURE_KINDS: &'static [FigureKind] =
-        &[FigureKind::GemExpertLoad, FigureKind::GemStaircase];
+    /// (`mapping::expert_detail`); ExpertWeave's memory figure the adapters' memory plan.
+    const FIGURE_KINDS: &'static [FigureKind] = &[
+        FigureKind::GemExpertLoad,
+        FigureKind::GemStaircase,
+        FigureKind::ExpertweaveMemory,
+    ];
     const PROFILE_FIELD: Option<&'static str> = Some("replica.scheduler.profile");
-    const FIGURE_KINDS: &'static [crate::family::FigureKind] =
-        &[crate::family::FigureKind::ExpertweaveMemory];
 
     fn validate(
         config: ServingConfig,
