@@ -68,7 +68,8 @@ enum Command {
     /// latency (at most) or throughput (at least) (bisection per sweep cell; docs/capacity.md).
     Capacity(capacity_cmd::CapacityArgs),
     /// Run every family's reproduction scenarios, render their figures and rewrite the paper
-    /// claims' tables in docs/reproduction.md (scenarios/<family>/headlines.toml).
+    /// claims' tables and value spans in docs/reproduction.md, or in the document a family's
+    /// headlines name (`doc`: the studies' docs/studies.md) (scenarios/<family>/headlines.toml).
     Reproduce(reproduce_cmd::ReproduceArgs),
     /// Check a scenario without running it: every sweep cell validated (keys, ranges, models,
     /// GPUs, whether the weights fit), the runs counted, each replayed trace summarized.

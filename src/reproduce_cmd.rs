@@ -1,9 +1,10 @@
 //! `expertsim reproduce`: runs every run the families' `scenarios/<family>/headlines.toml` name
 //! (resuming from cells an interrupted reproduction left, taking a cell an earlier run of the
 //! family already ran), renders their figures, evaluates each paper claim and computes each
-//! declared value on the results, and rewrites docs/reproduction.md between the family's
-//! generated markers and inside its `<!-- value:<family>/<id> -->` spans, so no number of ours
-//! in the document is typed by hand. Wall-clock times go to stderr only: a second run writes
+//! declared value on the results, and rewrites the family's document (docs/reproduction.md, or
+//! the one its headlines name with `doc`) between the family's generated markers (a family with
+//! claims) and inside its `<!-- value:<family>/<id> -->` spans, so no number of ours in the
+//! document is typed by hand. Wall-clock times go to stderr only: a second run writes
 //! the same bytes.
 
 use clap::Args;
@@ -32,7 +33,8 @@ pub struct ReproduceArgs {
     /// The folder of per-family scenario folders.
     #[arg(long, default_value = "scenarios")]
     scenarios: PathBuf,
-    /// The document whose generated sections are rewritten.
+    /// The document whose generated sections and value spans are rewritten, for the families
+    /// whose headlines name no document of their own (`doc`).
     #[arg(long, default_value = "docs/reproduction.md")]
     doc: PathBuf,
     /// A folder of the papers' text (`<family>.txt`, not in the repository): before running,
@@ -61,13 +63,17 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
             return refuse(message);
         }
     }
-    let doc_text = match args.quick {
-        true => None,
-        false => match read_doc(&args.doc, &families) {
-            Ok(text) => Some(text),
-            Err(message) => return refuse(message),
-        },
-    };
+    // Each document the families write: its path, its text and its families' names.
+    let mut docs: Vec<(PathBuf, String, Vec<String>)> = Vec::new();
+    if !args.quick {
+        for (path, members) in documents_of(&args.doc, &families) {
+            let names = members.iter().map(|f| f.headlines.family.clone()).collect();
+            match read_doc(&path, &members) {
+                Ok(text) => docs.push((path, text, names)),
+                Err(message) => return refuse(message),
+            }
+        }
+    }
     let mut sections = Vec::new();
     let mut rendered_values = BTreeMap::new();
     let mut unexplained = 0;
@@ -114,24 +120,37 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
                 eprintln!("claim {}/{}: {problem}", family.headlines.family, claim.id);
             }
         }
-        let section = section(family, &documents, &outcomes, &values, args.quick);
-        println!("{section}");
-        sections.push((family.headlines.family.clone(), section));
-        rendered_values.insert(family.headlines.family.clone(), values);
+        let name = family.headlines.family.clone();
+        if family.headlines.claims.is_empty() {
+            // A file of runs and values alone (a study's): no claims table, its values listed.
+            for (id, text) in &values {
+                println!("{name}/{id}: {text}");
+            }
+        } else {
+            let section = section(family, &documents, &outcomes, &values, args.quick);
+            println!("{section}");
+            sections.push((name.clone(), section));
+        }
+        rendered_values.insert(name, values);
     }
-    if let Some(text) = doc_text {
-        let updated = replace_sections(&text, &sections);
+    for (path, text, names) in docs {
+        let own: Vec<(String, String)> = sections
+            .iter()
+            .filter(|(family, _)| names.contains(family))
+            .cloned()
+            .collect();
+        let updated = replace_sections(&text, &own);
         let updated = match prose::rewrite_spans(&updated, &rendered_values) {
             Ok(updated) => updated,
-            Err(message) => return refuse(format!("{}: {message}", args.doc.display())),
+            Err(message) => return refuse(format!("{}: {message}", path.display())),
         };
         if updated != text {
-            if let Err(e) = sim::results::write_atomic(&args.doc, updated.as_bytes()) {
-                eprintln!("error: writing {}: {e}", args.doc.display());
+            if let Err(e) = sim::results::write_atomic(&path, updated.as_bytes()) {
+                eprintln!("error: writing {}: {e}", path.display());
                 return ExitCode::from(1);
             }
         }
-        eprintln!("wrote {}", args.doc.display());
+        eprintln!("wrote {}", path.display());
     }
     if unexplained > 0 {
         eprintln!(
@@ -221,10 +240,11 @@ fn load_families(args: &ReproduceArgs) -> Result<Vec<Family>, String> {
         .collect()
 }
 
-/// Checks every number the families quote as the paper's against `<folder>/<family>.txt`.
+/// Checks every number the families quote as the paper's against `<folder>/<family>.txt`; a
+/// family that quotes no paper (a study's runs and values) is skipped.
 fn check_papers(folder: &Path, families: &[Family]) -> Result<(), String> {
     let mut problems = Vec::new();
-    for family in families {
+    for family in families.iter().filter(|f| f.headlines.quotes_paper()) {
         let path = folder.join(format!("{}.txt", family.headlines.family));
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read the paper {}: {e}", path.display()))?;
@@ -401,9 +421,23 @@ fn end_marker(family: &str) -> String {
     format!("<!-- generated:{family}:end -->")
 }
 
-/// Reads the document and checks that every family has its pair of markers and that each of
-/// its value spans names a value the family declares.
-fn read_doc(path: &Path, families: &[Family]) -> Result<String, String> {
+/// The documents the families write, each with its families: a family's own `doc`, else
+/// `default` (the `--doc` argument), in the order first named.
+fn documents_of<'a>(default: &Path, families: &'a [Family]) -> Vec<(PathBuf, Vec<&'a Family>)> {
+    let mut documents: Vec<(PathBuf, Vec<&Family>)> = Vec::new();
+    for family in families {
+        let path = family.headlines.doc.as_deref().unwrap_or(default);
+        match documents.iter_mut().find(|(p, _)| p == path) {
+            Some((_, members)) => members.push(family),
+            None => documents.push((path.to_path_buf(), vec![family])),
+        }
+    }
+    documents
+}
+
+/// Reads the document and checks that every family with claims has its pair of markers and
+/// that each value span of its families names a value the family declares.
+fn read_doc(path: &Path, families: &[&Family]) -> Result<String, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let spans = prose::spans(&text).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -422,7 +456,7 @@ fn read_doc(path: &Path, families: &[Family]) -> Result<String, String> {
             ));
         }
     }
-    for family in families {
+    for family in families.iter().filter(|f| !f.headlines.claims.is_empty()) {
         let name = &family.headlines.family;
         let (begin, end) = (begin_marker(name), end_marker(name));
         match (text.find(&begin), text.find(&end)) {

@@ -75,7 +75,23 @@ fn every_claim_gets_its_expected_verdict_and_every_value_its_text_on_its_quick_r
     let mut problems = Vec::new();
     let mut checked = 0;
     let mut prose_families = Vec::new();
+    let mut own_documents = Vec::new();
     for family in &families {
+        if let (true, Some(doc)) = (family.claims.is_empty(), &family.doc) {
+            // A study's runs and values (scenarios/studies): its runs take minutes, so here its
+            // scenarios are loaded and its values checked against them, and its document's
+            // spans for declaration and use; their texts are what `expertsim reproduce
+            // <family>` writes.
+            for run in &family.runs {
+                let plan =
+                    sim::scenario::load(&run.scenario, &run.sets).unwrap_or_else(|e| panic!("{e}"));
+                family
+                    .check_against(&run.id, &plan)
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+            own_documents.push((doc, family));
+            continue;
+        }
         let mut quick_values = BTreeMap::new();
         let mut documents = BTreeMap::new();
         let mut plans = BTreeMap::new();
@@ -176,6 +192,14 @@ fn every_claim_gets_its_expected_verdict_and_every_value_its_text_on_its_quick_r
     let doc_path = Path::new("docs/reproduction.md");
     let doc = std::fs::read_to_string(doc_path).unwrap();
     problems.extend(prose::check_document(doc_path, &doc, &prose_families));
+    for (doc_path, family) in own_documents {
+        let doc = std::fs::read_to_string(doc_path).unwrap();
+        let families = [FamilyProse {
+            headlines: family,
+            quick: BTreeMap::new(),
+        }];
+        problems.extend(prose::check_document(doc_path, &doc, &families));
+    }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     let claims: usize = families.iter().map(|f| f.claims.len()).sum();
     assert_eq!(
@@ -196,6 +220,83 @@ fn the_documented_verdict_rule_uses_the_codes_tolerances() {
     for text in [relative, absolute] {
         assert!(doc.contains(&text), "docs/reproduction.md lacks `{text}`");
     }
+}
+
+/// A headlines file of runs and values alone (a study's) names its own document with `doc`:
+/// `reproduce` writes that document's spans, asks it for no generated section, leaves the
+/// default document alone, and `--papers` skips the file, which quotes no paper.
+#[test]
+fn reproduce_writes_a_study_file_into_the_document_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let family = dir.path().join("scenarios/studies");
+    std::fs::create_dir_all(&family).unwrap();
+    std::fs::create_dir_all(dir.path().join("docs")).unwrap();
+    let scenario = std::fs::canonicalize("scenarios/expertweave/memory.toml").unwrap();
+    std::fs::write(
+        family.join(headlines::FILE_NAME),
+        format!(
+            "doc = \"../../docs/studies.md\"\n\n[[run]]\nid = \"memory\"\nscenario = {:?}\n\
+             sets = [\"seeds=[1]\"]\n\n[[value]]\nid = \"kv-virtual-3\"\nrun = \"memory\"\n\
+             metric = \"kv_capacity_tokens\"\n\
+             cell = {{ \"adapters.memory.kind\" = \"virtual_weight_tensor\", \"adapters.count\" = 3 }}\n\
+             decimals = 0\ngrouping = true\nunit = \" tokens\"\n",
+            scenario.display().to_string()
+        ),
+    )
+    .unwrap();
+    let study = dir.path().join("docs/studies.md");
+    let prose = "# Studies\n\nKV: <!-- value:studies/kv-virtual-3 -->stale<!-- /value -->.\n";
+    std::fs::write(&study, prose).unwrap();
+    let default_doc = dir.path().join("reproduction.md");
+    std::fs::write(&default_doc, "untouched\n").unwrap();
+    let papers = dir.path().join("papers");
+    std::fs::create_dir_all(&papers).unwrap();
+    let scenarios = dir.path().join("scenarios").display().to_string();
+    let out = dir.path().join("results").display().to_string();
+    let papers = papers.display().to_string();
+    let doc = default_doc.display().to_string();
+    let args = [
+        "reproduce",
+        "studies",
+        "--scenarios",
+        &scenarios,
+        "--out",
+        &out,
+        "--doc",
+        &doc,
+        "--papers",
+        &papers,
+    ];
+    let output = expertsim(&args);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(&study).unwrap();
+    let written = text
+        .strip_prefix("# Studies\n\nKV: <!-- value:studies/kv-virtual-3 -->")
+        .and_then(|rest| rest.strip_suffix(" tokens<!-- /value -->.\n"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        written.len() >= 5 && written.chars().all(|c| c.is_ascii_digit() || c == ','),
+        "{written}"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains(&format!("studies/kv-virtual-3: {written} tokens")),
+        "{stdout}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&default_doc).unwrap(),
+        "untouched\n"
+    );
+    assert_eq!(expertsim(&args).status.code(), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(&study).unwrap(),
+        text,
+        "a second run changes no byte"
+    );
 }
 
 #[test]

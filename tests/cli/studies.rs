@@ -118,7 +118,7 @@ fn study_b_clock_only_straggler_spares_memory_bound_steps() {
     // batch-order effects and the clock-bound attention and element-wise floors (+1.4 %, +0.4 %,
     // +0.7 % over seeds 1-3 with issue 33's kernel classes and measured host time; -1.2 %,
     // +0.2 %, -0.9 % on issue 27's kernel model), while a slowdown that reaches memory moves it
-    // by +11.1 % on seed 1 (+8.6 % and +6.8 % on seeds 2 and 3: the 8-16 % band below holds
+    // by +11.1 % on seed 1 (+8.6 % and +6.7 % on seeds 2 and 3: the 8-16 % band below holds
     // for seed 1, the seed this test runs).
     let clock_only = ratio("0.0");
     assert!(

@@ -226,6 +226,9 @@ pub(super) struct Selection<'a> {
     pub cell: &'a toml::Table,
     pub versus: Option<&'a toml::Table>,
     pub over: &'a [String],
+    /// The values of an `over` axis the selection keeps (a value's `within`); an axis not named
+    /// keeps all its values.
+    pub within: Option<&'a toml::Table>,
 }
 
 /// Whether lower or higher is better for `metric`, one of the document's family's metrics.
@@ -288,9 +291,27 @@ pub(super) fn select_cells<'a>(
     let label = selection.label;
     let mut combinations: Vec<toml::Table> = vec![selection.cell.clone()];
     for key in selection.over {
-        let values = sweep_axis(document, label, key)?
-            .values
-            .iter()
+        let axis = &sweep_axis(document, label, key)?.values;
+        let kept: Vec<&serde_json::Value> = match selection.within.and_then(|w| w.get(key)) {
+            None => axis.iter().collect(),
+            Some(wanted) => {
+                let wanted = wanted.as_array().map(Vec::as_slice).unwrap_or_default();
+                let mut kept = Vec::new();
+                for want in wanted {
+                    let want = serde_json::to_value(want).map_err(|e| format!("{label}: {e}"))?;
+                    let found = axis.iter().find(|v| json_equal(v, &want)).ok_or_else(|| {
+                        format!("{label}: within `{key}`: {want} is not a value of the axis")
+                    })?;
+                    kept.push(found);
+                }
+                // In the axis's order, whatever order `within` lists them in.
+                axis.iter()
+                    .filter(|v| kept.iter().any(|k| std::ptr::eq(*k, *v)))
+                    .collect()
+            }
+        };
+        let values = kept
+            .into_iter()
             .map(json_to_toml)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("{label}: {e}"))?;
@@ -368,6 +389,7 @@ pub fn evaluate_against(
             cell: &claim.cell,
             versus: Some(&claim.versus),
             over: &over,
+            within: None,
         },
     )?;
     let pairs: Vec<(&CellResult, &CellResult)> = pairs

@@ -223,6 +223,9 @@ pub struct ProseDeclarations {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct HeadlinesFile {
+    /// The document whose value spans (and generated section, if the file has claims) the
+    /// reproduction rewrites, relative to the headlines file; absent: docs/reproduction.md.
+    doc: Option<PathBuf>,
     #[serde(default)]
     run: Vec<RunSpec>,
     #[serde(default)]
@@ -243,6 +246,9 @@ pub struct Headlines {
     pub path: PathBuf,
     /// The folder name under `scenarios/` (the family's name in docs and on the command line).
     pub family: String,
+    /// The document its values (and claims' section) go to, when it names its own (`doc`,
+    /// resolved); `None`: the reproduction's default document, docs/reproduction.md.
+    pub doc: Option<PathBuf>,
     pub runs: Vec<RunSpec>,
     /// The paper's baselines the claims name (scenario files resolved).
     pub baselines: Vec<Baseline>,
@@ -300,6 +306,22 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
         ));
     }
     let base = path.parent().unwrap_or(Path::new(""));
+    let doc = match file.doc {
+        None => None,
+        Some(doc) => {
+            let resolved = base.join(&doc);
+            if !resolved.is_file() {
+                return Err(error(
+                    "doc",
+                    format!(
+                        "no document at {} (a path relative to the headlines file)",
+                        resolved.display()
+                    ),
+                ));
+            }
+            Some(resolved)
+        }
+    };
     let mut runs = file.run;
     for (i, run) in runs.iter_mut().enumerate() {
         let resolved = base.join(&run.scenario);
@@ -598,6 +620,20 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
                 ));
             }
         }
+        for (key, kept) in &value.within {
+            if !value.over.contains(key) {
+                return Err(error(
+                    &at(&format!("within.{key}")),
+                    format!("`{key}` is not one of the value's `over` keys"),
+                ));
+            }
+            if !kept.as_array().is_some_and(|a| !a.is_empty()) {
+                return Err(error(
+                    &at(&format!("within.{key}")),
+                    "lists the axis values to keep: a non-empty array".into(),
+                ));
+            }
+        }
         if value.decimals > 6 {
             return Err(error(&at("decimals"), "at most 6".into()));
         }
@@ -632,6 +668,7 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
     Ok(Headlines {
         path: path.to_path_buf(),
         family,
+        doc,
         runs,
         baselines,
         claims: file.claim,
@@ -646,6 +683,12 @@ impl Headlines {
     /// The run named `id`.
     pub fn run(&self, id: &str) -> Option<&RunSpec> {
         self.runs.iter().find(|r| r.id == id)
+    }
+
+    /// Whether the file quotes a paper: it has claims or `[prose]` phrases of the paper's (a
+    /// file of runs and values alone, a study's, quotes none).
+    pub fn quotes_paper(&self) -> bool {
+        !self.claims.is_empty() || !self.prose.paper.is_empty()
     }
 
     /// The claims about run `id`, with their index in the file.

@@ -371,3 +371,50 @@ fn a_marker_in_code_is_text_and_a_stray_close_anywhere_is_refused() {
     let stray = format!("{doc}and 3<!-- /value --> after it\n");
     assert!(spans(&stray).unwrap_err().starts_with("line 6: "));
 }
+
+/// A study's headlines (runs and values, no claims, no paper) in a document without a generated
+/// section: its spans are checked (declared, used, as the run gives them), no section is asked
+/// for, and the document's other numbers are its own prose.
+#[test]
+fn a_document_of_values_alone_needs_no_generated_section() {
+    let dir = tempfile::tempdir().unwrap();
+    let family = dir.path().join("studies");
+    std::fs::create_dir_all(&family).unwrap();
+    std::fs::write(family.join("s.toml"), "rate_per_s = [150, 300]\n").unwrap();
+    let path = family.join(FILE_NAME);
+    std::fs::write(
+        &path,
+        "[[run]]\nid = \"r\"\nscenario = \"s.toml\"\n\n[[value]]\nid = \"p99\"\nrun = \"r\"\n\
+         metric = \"latency_p99_ms\"\ndecimals = 0\nunit = \" ms\"\n",
+    )
+    .unwrap();
+    let headlines = load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let doc = "# Studies\n\n## Study (a)\n\n1,500 requests; P99 \
+               <!-- value:studies/p99 -->100 ms<!-- /value -->.\n";
+    let quick = |text: &str| -> BTreeMap<String, QuickRendering> {
+        [(
+            "p99".to_string(),
+            QuickRendering {
+                text: text.into(),
+                same_cells_as_full: true,
+            },
+        )]
+        .into()
+    };
+    let families = [FamilyProse {
+        headlines: &headlines,
+        quick: quick("100 ms"),
+    }];
+    let path = std::path::Path::new("studies.md");
+    assert_eq!(check_document(path, doc, &families), Vec::<String>::new());
+    let families = [FamilyProse {
+        headlines: &headlines,
+        quick: quick("104 ms"),
+    }];
+    let problems = check_document(path, doc, &families);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("says `100 ms`, but its run gives `104 ms`"));
+    let unused = check_document(path, "# Studies\n\nNo spans.\n", &families);
+    assert_eq!(unused.len(), 1, "{unused:?}");
+    assert!(unused[0].contains("value `p99` is used by no span of studies.md"));
+}

@@ -380,6 +380,60 @@ fn a_value_renders_its_cells_in_its_format() {
     assert!(err.starts_with("value fcfs-p99: no cell of t has"), "{err}");
 }
 
+/// `within` keeps some values of an `over` axis: the range over the rates it lists only, in the
+/// axis's order; a value the axis lacks is an error naming it.
+#[test]
+fn a_value_within_some_axis_values_reads_only_those() {
+    let doc = document(&[
+        ("fcfs", 150, 100.0),
+        ("gv", 150, 80.0),
+        ("fcfs", 300, 110.4),
+        ("gv", 300, 121.44),
+    ]);
+    let within = |kept: &str| {
+        let text = format!(
+            "{FCFS_P99}within = {{ \"arrival.rate_per_s\" = {kept} }}\ncombine = \"each\"\n"
+        );
+        render(&value(&text), &doc)
+    };
+    let only = within("[300]").unwrap();
+    assert_eq!(only.text, "110 ms");
+    assert_eq!(only.cells.len(), 1, "one rate read");
+    assert_eq!(within("[300, 150]").unwrap().text, "100 ms, 110 ms");
+    let err = within("[200]").unwrap_err();
+    assert!(
+        err.contains("value fcfs-p99: within `arrival.rate_per_s`: 200 is not a value of the axis"),
+        "{err}"
+    );
+}
+
+#[test]
+fn load_refuses_within_off_the_over_keys_or_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let family = dir.path().join("caps");
+    std::fs::create_dir(&family).unwrap();
+    std::fs::write(family.join("s.toml"), "rate = [150, 300]\n").unwrap();
+    let path = family.join(FILE_NAME);
+    let load_text = |extra: &str| {
+        let text =
+            format!("[[run]]\nid = \"r\"\nscenario = \"s.toml\"\n\n[[value]]\n{FCFS_P99}{extra}");
+        std::fs::write(&path, text).unwrap();
+        load(&path).map_err(|e| e.to_string())
+    };
+    let err = load_text("within = { \"scheduler.selector\" = [{ kind = \"gv\" }] }\n").unwrap_err();
+    assert!(
+        err.contains("field `value[0].within.scheduler.selector`: `scheduler.selector` is not one of the value's `over` keys"),
+        "{err}"
+    );
+    let err = load_text("within = { \"arrival.rate_per_s\" = [] }\n").unwrap_err();
+    assert!(
+        err.contains("field `value[0].within.arrival.rate_per_s`"),
+        "{err}"
+    );
+    assert!(err.contains("a non-empty array"), "{err}");
+    assert!(load_text("within = { \"arrival.rate_per_s\" = [150] }\n").is_ok());
+}
+
 #[test]
 fn a_number_format_writes_ranges_signs_and_no_negative_zero() {
     let format = |decimals, sign, unit: &str| NumberFormat {
@@ -402,6 +456,53 @@ fn a_number_format_writes_ranges_signs_and_no_negative_zero() {
         .text(-1234567.89),
         "-1,234,567.9"
     );
+}
+
+/// A study's headlines: runs and values without claims, baselines or a paper, writing their
+/// spans into a document of their own named by `doc` (relative to the headlines file).
+#[test]
+fn load_takes_a_file_of_runs_and_values_naming_its_own_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let family = dir.path().join("studies");
+    std::fs::create_dir(&family).unwrap();
+    std::fs::write(family.join("s.toml"), "rate = [150, 300]\n").unwrap();
+    std::fs::create_dir(dir.path().join("docs")).unwrap();
+    std::fs::write(dir.path().join("docs/studies.md"), "# Studies\n").unwrap();
+    let path = family.join(FILE_NAME);
+    let load_text = |text: &str| {
+        std::fs::write(&path, text).unwrap();
+        load(&path).map_err(|e| e.to_string())
+    };
+    let run = "[[run]]\nid = \"r\"\nscenario = \"s.toml\"\n";
+    let loaded = load_text(&format!(
+        "doc = \"../docs/studies.md\"\n{run}\n[[value]]\n{FCFS_P99}"
+    ))
+    .unwrap();
+    assert_eq!(
+        loaded.doc.as_deref(),
+        Some(family.join("../docs/studies.md").as_path())
+    );
+    assert!(loaded.claims.is_empty() && loaded.baselines.is_empty());
+    assert!(!loaded.quotes_paper());
+    assert_eq!(loaded.values.len(), 1);
+    let err = load_text(&format!(
+        "doc = \"../docs/missing.md\"\n{run}\n[[value]]\n{FCFS_P99}"
+    ))
+    .unwrap_err();
+    assert!(
+        err.contains("headlines.toml:1:1: field `doc`: no document at"),
+        "{err}"
+    );
+    assert!(err.contains("missing.md"), "{err}");
+    let err = load_text(&format!("doc = 3\n{run}")).unwrap_err();
+    assert!(err.contains("field `doc`"), "{err}");
+    let default_doc = load_text(&format!("{run}\n[[value]]\n{FCFS_P99}")).unwrap();
+    assert_eq!(default_doc.doc, None);
+    let quoting = load_text(&format!(
+        "{run}\n[[value]]\n{FCFS_P99}\n[prose]\npaper = [\"up to 16.5%\"]\n"
+    ))
+    .unwrap();
+    assert!(quoting.quotes_paper());
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Numbers of ours that prose states, as data: a `[[value]]` of a headlines file names a run, a
-//! metric, the cells it reads (with the claim's selection: `cell`, `versus`, `over`), the
+//! metric, the cells it reads (with the claim's selection: `cell`, `versus`, `over`, and the
+//! values of an `over` axis it keeps, `within`), the
 //! statistic and how its points combine (one, a range, a mean, each), and how the number is
 //! written. `render` computes its text from a result document; `expertsim reproduce` writes it
 //! into docs/reproduction.md's `<!-- value:<family>/<id> -->` spans and the claims'
@@ -34,6 +35,10 @@ pub struct Value {
     /// Sweep keys it ranges over: one point per combination of their values.
     #[serde(default)]
     pub over: Vec<String>,
+    /// The values an `over` axis keeps, by key (`{ "arrival.rate_per_s" = [2.0, 4.0] }`: the
+    /// points at those rates only); an `over` axis not named keeps all its values.
+    #[serde(default)]
+    pub within: toml::Table,
     /// How the points become one text.
     #[serde(default)]
     pub combine: Combine,
@@ -203,6 +208,7 @@ pub fn render_against(
         cell: &value.cell,
         versus: value.versus.as_ref(),
         over: &value.over,
+        within: Some(&value.within),
     };
     let (points, cells) = match value.over_seeds {
         false => select_points(document, versus_document, &selection)?,
