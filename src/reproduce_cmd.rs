@@ -422,12 +422,17 @@ fn end_marker(family: &str) -> String {
 }
 
 /// The documents the families write, each with its families: a family's own `doc`, else
-/// `default` (the `--doc` argument), in the order first named.
+/// `default` (the `--doc` argument), in the order first named; two paths to one file are one
+/// document (so that one write does not undo the other's).
 fn documents_of<'a>(default: &Path, families: &'a [Family]) -> Vec<(PathBuf, Vec<&'a Family>)> {
+    let same_file = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    };
     let mut documents: Vec<(PathBuf, Vec<&Family>)> = Vec::new();
     for family in families {
         let path = family.headlines.doc.as_deref().unwrap_or(default);
-        match documents.iter_mut().find(|(p, _)| p == path) {
+        match documents.iter_mut().find(|(p, _)| same_file(p, path)) {
             Some((_, members)) => members.push(family),
             None => documents.push((path.to_path_buf(), vec![family])),
         }
