@@ -627,7 +627,7 @@ pub fn load(path: &Path) -> Result<Headlines, ScenarioError> {
                     format!("`{key}` is not one of the value's `over` keys"),
                 ));
             }
-            if !kept.as_array().is_some_and(|a| !a.is_empty()) {
+            if kept.as_array().is_none_or(|a| a.is_empty()) {
                 return Err(error(
                     &at(&format!("within.{key}")),
                     "lists the axis values to keep: a non-empty array".into(),
