@@ -191,7 +191,9 @@ const FAMILY_HISTOGRAMS: &[&str] = &["sim/src/chimera/server.rs"];
 fn no_family_computes_its_own_request_percentiles() {
     // The replica records every request (`serving::ReplicaStats::latencies`); a family reads
     // percentiles off the recorder's summary, or off the recorder's own histograms
-    // (`latencies.<ttft|tpot|itl|e2e|queueing>.quantile_ms`), and keeps no histogram of its own.
+    // (`latencies.<ttft|tpot|itl|e2e|queueing>.quantile_ms`, and a workflow workload's
+    // `workflows.<e2e|queueing>.quantile_ms`, `recorder::WorkflowSummary`), and keeps no
+    // histogram of its own.
     let mut offenders = Vec::new();
     let families: Vec<String> = family_dirs()
         .iter()
@@ -211,6 +213,9 @@ fn no_family_computes_its_own_request_percentiles() {
                 !["ttft", "tpot", "itl", "e2e", "queueing"]
                     .iter()
                     .any(|h| line[..at].ends_with(&format!("latencies.{h}.")))
+                    && !["e2e", "queueing"]
+                        .iter()
+                        .any(|h| line[..at].ends_with(&format!("workflows.{h}.")))
             });
             if own_histogram || raw_quantile || off_recorder {
                 offenders.push(format!("{path}:{}: {}", number + 1, line.trim()));

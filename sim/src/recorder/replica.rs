@@ -192,6 +192,7 @@ impl ReplicaRecorder {
             memory: None,
             prefix_lookup_tokens: stats.prefix_lookup_tokens,
             prefix_hit_tokens: stats.prefix_hit_tokens,
+            workflows: None,
         }
     }
 }
@@ -241,6 +242,39 @@ pub struct ServingSummary {
     /// cached (`ReplicaStats::prefix_lookup_tokens`, `prefix_hit_tokens`), summed.
     pub prefix_lookup_tokens: u64,
     pub prefix_hit_tokens: u64,
+    /// With a workflow workload: its finished workflows (set on the run's summary by the
+    /// family that serves workflows; `None` otherwise and on one replica's summary).
+    pub workflows: Option<WorkflowSummary>,
+}
+
+/// The finished workflows of a run (`serving_family::workflows`).
+#[derive(Clone, Debug, Default)]
+pub struct WorkflowSummary {
+    pub completed: u64,
+    /// Workflows dropped because a stage's prompt was past what its replica takes.
+    pub abandoned: u64,
+    /// Arrival to the finish of the workflow's last stage.
+    pub e2e: crate::metrics::LatencyRecorder,
+    /// Per workflow, its stages' queueing (submission to first admission) summed.
+    pub queueing: crate::metrics::LatencyRecorder,
+    /// Mean over workflows of end-to-end latency over output tokens, ms per token.
+    pub latency_per_token_ms: f64,
+    /// Workflows solved, % of the finished ones.
+    pub score_pct: f64,
+    /// The last workflow's finish.
+    pub last_finish: SimTime,
+}
+
+impl WorkflowSummary {
+    /// Finished workflows per second of the run (time 0 to the last finish).
+    pub fn throughput_wps(&self) -> f64 {
+        let span = self.last_finish.as_secs_f64();
+        if span > 0.0 {
+            self.completed as f64 / span
+        } else {
+            0.0
+        }
+    }
 }
 
 impl ServingSummary {

@@ -715,6 +715,20 @@ pub struct WorkloadTable {
     /// shorter than it is that prefix alone. 0 (default): every prompt is its own.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub shared_prefix_tokens: u32,
+    /// Each arrival a multi-stage agent workflow (`[workload.workflow]`, Chimera's), its
+    /// stages' prompts and outputs drawn by the dataset's workflow model
+    /// (`serving_family::workflows`) instead of `prompt_tokens` / `output_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<WorkflowTable>,
+}
+
+/// `[workload.workflow]`: every arrival is a workflow of agent stages.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowTable {
+    /// The task suite (`apps`, `math`): the stage mix, user prompts, each model's output
+    /// lengths and standalone task score (`chimera::workload`).
+    pub dataset: crate::chimera::workload::Dataset,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -961,6 +975,9 @@ pub struct ServingScenario {
     pub adapters: Option<AdapterSpec>,
     /// Tokens every prompt begins with, shared by all requests (`workload.shared_prefix_tokens`).
     pub shared_prefix_tokens: u32,
+    /// `[workload.workflow]`: the workflows' draws, one `ModelWorkload` per replica group in
+    /// group order.
+    pub workflow: Option<crate::chimera::workload::WorkflowGenerator>,
     /// `[experiment]`: what a run computes instead of serving.
     pub experiment: Option<Experiment>,
 }
@@ -1403,8 +1420,16 @@ impl ServingConfig {
         for (path, table) in &tables {
             groups.push(self.group(path, table, base_dir, cache)?);
         }
+        let workflow = match &self.workload.workflow {
+            Some(table) => Some(self.workflow(table, &tables, &mut groups)?),
+            None => None,
+        };
         let queue = self.cluster_queue(&tables)?;
-        let scenario = self.rest(groups, queue, base_dir, cache)?;
+        let mut scenario = self.rest(groups, queue, base_dir, cache)?;
+        if workflow.is_some() {
+            self.check_workflow(&tables, &scenario)?;
+        }
+        scenario.workflow = workflow;
         for (path, table) in &tables {
             if let SchedulerTable::Static {
                 streams: StaticStreams::Shared,
@@ -1432,6 +1457,109 @@ impl ServingConfig {
             }
         }
         Ok(scenario)
+    }
+
+    /// The workflows' draws (`[workload.workflow]`): each group's model must be one the
+    /// dataset's workflow model knows; its standalone task score becomes the group's
+    /// `task_score_pct` (what the semantic router and the outcomes read).
+    fn workflow(
+        &self,
+        table: &WorkflowTable,
+        tables: &[(String, &ReplicaTable)],
+        groups: &mut [ReplicaGroup],
+    ) -> Result<crate::chimera::workload::WorkflowGenerator, FieldError> {
+        use crate::chimera::{models::MODELS, workload::ModelWorkload};
+        let mut models = Vec::with_capacity(groups.len());
+        for ((path, t), group) in tables.iter().zip(groups.iter_mut()) {
+            let (key, name) = match (&t.model, &self.model) {
+                (Some(name), _) => (format!("{path}.model"), name.as_str()),
+                (None, Some(m)) => ("model.name".to_string(), m.name.as_str()),
+                (None, None) => unreachable!("a group without a model was refused"),
+            };
+            let workload = MODELS
+                .iter()
+                .find(|(_, preset)| *preset == name)
+                .and_then(|(chimera_name, _)| ModelWorkload::new(table.dataset, chimera_name))
+                .ok_or_else(|| {
+                    field_error(
+                        &key,
+                        format!(
+                            "\"{name}\" has no workflow lengths or task score for \
+                             workload.workflow.dataset (Chimera's models: {})",
+                            MODELS
+                                .iter()
+                                .map(|(_, preset)| *preset)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    )
+                })?;
+            if group.replica.task_score_pct.is_some() {
+                return Err(field_error(
+                    &format!("{path}.task_score_pct"),
+                    "is the model's standalone score on workload.workflow.dataset with \
+                     workflows: leave it out",
+                ));
+            }
+            group.replica.task_score_pct = Some(workload.standalone_score);
+            models.push(workload);
+        }
+        Ok(crate::chimera::workload::WorkflowGenerator {
+            dataset: table.dataset,
+            models,
+        })
+    }
+
+    /// What a workflow workload does not combine with, refused naming the key.
+    fn check_workflow(
+        &self,
+        tables: &[(String, &ReplicaTable)],
+        scenario: &ServingScenario,
+    ) -> Result<(), FieldError> {
+        let w = &self.workload;
+        let drawn = "is drawn by workload.workflow (the dataset's user prompts and the \
+                     stages' outputs and history): leave it out";
+        if w.prompt_tokens.is_some() {
+            return Err(field_error("workload.prompt_tokens", drawn));
+        }
+        if w.output_tokens.is_some() {
+            return Err(field_error("workload.output_tokens", drawn));
+        }
+        if w.dataset.is_some() {
+            return Err(field_error("workload.dataset", drawn));
+        }
+        if w.one_token_stream {
+            return Err(field_error("workload.one_token_stream", drawn));
+        }
+        if !w.calls.is_empty() {
+            return Err(field_error(
+                "workload.calls",
+                "not with workload.workflow: a workflow's stages go where the router sends them",
+            ));
+        }
+        if w.shared_prefix_tokens > 0 {
+            return Err(field_error(
+                "workload.shared_prefix_tokens",
+                "not with workload.workflow: each stage's prompt begins with its role's \
+                 system prompt, the workflows' shared prefix",
+            ));
+        }
+        if scenario.adapters.is_some() {
+            return Err(field_error(
+                "adapters",
+                "not with workload.workflow (the workflow model draws no adapter)",
+            ));
+        }
+        for ((path, _), (_, r)) in tables.iter().zip(scenario.groups()) {
+            if matches!(r.scheduler, SchedulerTable::Static { .. }) {
+                return Err(field_error(
+                    &format!("{path}.scheduler"),
+                    "the static kind forms batches from requests present at once; a \
+                     workflow's stages need a continuous kind (vllm, sarathi, orca)",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The one queue policy of the cluster: the groups' `queue`, which must agree.
@@ -2243,6 +2371,10 @@ impl ServingConfig {
                     &arrival,
                 ),
                 (None, None, Some(first)) => Ok(of_class(first).clone()),
+                // Not read: a workflow's stages draw their own (`workflows`).
+                (None, None, None) if w.workflow.is_some() => Ok(LengthSpec::Distribution(
+                    TokenLength::fixed(1).expect("one token is a length"),
+                )),
                 (None, None, None) => Err(field_error(
                     key,
                     "missing: give a length distribution or workload.dataset (\"sharegpt\", \
@@ -2330,6 +2462,7 @@ impl ServingConfig {
             kv_sample_interval_ns,
             adapters,
             shared_prefix_tokens,
+            workflow: None,
             experiment,
         })
     }

@@ -222,6 +222,11 @@ pub const KEYS: &[KeyDoc] = &[
         meaning: "tokens every request's prompt begins with, the same for all (a shared system prompt, as Chimera's agents' role prompts); a shorter prompt is that prefix alone; what `replica.prefix_caching` finds cached; refused unless some replica group caches prefixes",
     },
     KeyDoc {
+        key: "workload.workflow.dataset",
+        default: "none (each arrival one request)",
+        meaning: "each arrival a multi-stage agent workflow (Chimera's, `serving_family::workflows`): 4, 2 or 1 stages in equal shares (planner, coder/solver, QA/verifier, coder/solver), stage `i + 1` submitted the instant stage `i` finishes, its prompt the 150-token role prompt, the workflow's user message and every earlier stage's output (three prefix streams a `replica.prefix_caching` replica finds cached), its output the workflow's for the model of the replica it is routed to; `apps` or `math` gives the user prompts, each model's output lengths and standalone task score (`chimera::workload`; every group's model one of Chimera's: Qwen2.5 1.5B / 3B / 7B / 14B Instruct, Llama-3.2-3B-Instruct, Ministral-8B-Instruct-2410); `workload.n_requests` and `arrival.rate_per_s` count workflows; a trace's prompt replaces the user message; the `workflow_*` metrics; refused beside `workload.prompt_tokens`, `output_tokens`, `dataset`, `one_token_stream`, `calls`, `shared_prefix_tokens`, `replica.task_score_pct`, `[adapters]` and the `static` scheduler kind",
+    },
+    KeyDoc {
         key: "workload.dataset",
         default: "none",
         meaning: "a length preset by mean (`serving::datasets`, GEM's section 4.4) for whichever of `prompt_tokens` and `output_tokens` is not given: `sharegpt` (log-normal means 161.31 / 337.99, sigma 1, max 2048 / 2048), `codecontests` (450 / 300, sigma 0.5 / 0.8, max 4096 / 2048)",

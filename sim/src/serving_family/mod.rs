@@ -27,6 +27,7 @@ pub mod server;
 pub mod static_pricing;
 pub mod step_cost;
 pub mod swap;
+pub mod workflows;
 
 pub use config::{ServingConfig, ServingScenario};
 pub use family::Serving;
@@ -38,7 +39,7 @@ use crate::policies::batch::BatchSelector;
 use crate::policies::mapping::ExpertMapper;
 use crate::policies::mapping::gpu_costs::throughput_speed;
 use crate::policies::memory::{AdapterMemory, MemoryPlan, MemoryReport};
-use crate::recorder::{MetricDef, ServingSummary, TraceEvents, table};
+use crate::recorder::{MetricDef, ServingSummary, TraceEvents, WorkflowSummary, table};
 use crate::records::RecordSink;
 use crate::serving::variability::FactorKind;
 use crate::serving::{QueuePolicy, Router, StepCost};
@@ -63,7 +64,7 @@ const fn ms(
 
 /// The family's metrics, each computed from a run's (or one replica's) `ServingSummary`
 /// (defined in docs/metrics.md, "serving").
-pub const TABLE: [MetricDef<ServingSummary>; 54] = [
+pub const TABLE: [MetricDef<ServingSummary>; 61] = [
     ms("ttft_mean_ms", "mean time to first token (ms)", |s| {
         s.latencies.ttft.mean_ms()
     }),
@@ -328,6 +329,46 @@ pub const TABLE: [MetricDef<ServingSummary>; 54] = [
         better: Better::Lower,
         value: |s| plan_number(s, |r| f64::from(u8::from(r.out_of_memory))),
     },
+    // With `[workload.workflow]` only (`workflows`), null otherwise.
+    ms(
+        "workflow_e2e_mean_ms",
+        "mean workflow end-to-end latency (ms; workflows only)",
+        |s| workflow_number(s, |w| w.e2e.mean_ms()),
+    ),
+    ms(
+        "workflow_e2e_p50_ms",
+        "P50 workflow end-to-end latency (ms; workflows only)",
+        |s| workflow_number(s, |workflows| workflows.e2e.quantile_ms(0.5)),
+    ),
+    ms(
+        "workflow_e2e_p99_ms",
+        "P99 workflow end-to-end latency (ms; workflows only)",
+        |s| workflow_number(s, |workflows| workflows.e2e.quantile_ms(0.99)),
+    ),
+    ms(
+        "workflow_queueing_mean_ms",
+        "mean over workflows of their stages' queueing summed (ms; workflows only)",
+        |s| workflow_number(s, |w| w.queueing.mean_ms()),
+    ),
+    ms(
+        "workflow_latency_per_token_ms",
+        "mean over workflows of end-to-end latency per output token (ms; workflows only)",
+        |s| workflow_number(s, |w| w.latency_per_token_ms),
+    ),
+    MetricDef {
+        name: "workflow_score_pct",
+        label: "workflows solved (%; workflows only)",
+        unit: "%",
+        better: Better::Higher,
+        value: |s| workflow_number(s, |w| w.score_pct),
+    },
+    MetricDef {
+        name: "workflow_throughput_wps",
+        label: "finished workflows per second, time 0 to the last finish (1/s; workflows only)",
+        unit: "1/s",
+        better: Better::Higher,
+        value: |s| workflow_number(s, WorkflowSummary::throughput_wps),
+    },
     // Computed by an `[experiment]` run only (`experiment`), null in a serving run.
     MetricDef {
         name: "gap_vs_fastest",
@@ -358,6 +399,11 @@ pub const TABLE: [MetricDef<ServingSummary>; 54] = [
         value: |_| f64::NAN,
     },
 ];
+
+/// One number of the run's workflows (NaN, `null`, without a workflow workload).
+fn workflow_number(s: &ServingSummary, number: fn(&WorkflowSummary) -> f64) -> f64 {
+    s.workflows.as_ref().map_or(f64::NAN, number)
+}
 
 /// One number of the run's adapter-memory plan (NaN, `null`, without adapters).
 fn plan_number(s: &ServingSummary, number: fn(&MemoryReport) -> f64) -> f64 {

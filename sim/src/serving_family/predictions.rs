@@ -8,7 +8,10 @@
 //! task score `s_m` (capability `c_m`, `chimera::workload::capability_for_score`) solves it when
 //! `u < sigmoid(a (c_m - d))`, and the semantic router's confidence in each group comes from
 //! `SemanticRouterConfig::confidences_of`. Each kind of draw has its own stream, so adding one
-//! never moves another.
+//! never moves another. A workflow stage (`workflows`) draws instead as the chimera family's
+//! stages do: one prediction per replica of its workflow's remaining tokens on that replica's
+//! model, one of its own tokens on the chosen replica's, one ranking noise, and the semantic
+//! router's confidences once per workflow.
 
 use super::config::ServingScenario;
 use crate::chimera::workload::{
@@ -112,6 +115,37 @@ impl Predictions {
             }
             None => out.resize(self.group_of_replica.len(), 0.0),
         }
+    }
+
+    /// The predictor's estimate for a request (`id`, `prompt_tokens` input tokens) whose truth
+    /// is `truth` tokens, from the predictor's stream: a workflow stage asks it for its
+    /// workflow's remaining tokens on each replica's model and then for its own tokens on the
+    /// chosen one (`workflows`), as the chimera family does.
+    pub fn predict(&mut self, truth: u64, prompt_tokens: u32, id: u64) -> f64 {
+        self.predictor
+            .predict(truth, prompt_tokens, id, &mut self.rng_predictor)
+    }
+
+    /// LTR's ranking noise of a workflow stage, from the ranking stream.
+    pub fn rank_noise(&mut self) -> f64 {
+        StandardNormal.sample(&mut self.rng_rank)
+    }
+
+    /// The semantic router's confidence in each replica group's model for a workflow of
+    /// `difficulty` whose outcome draw is `outcome_draw`, into `out` (one per group); empty
+    /// without Chimera routing.
+    pub fn group_confidences(&mut self, difficulty: f64, outcome_draw: f64, out: &mut Vec<f64>) {
+        out.clear();
+        let (Some(router), Some(groups)) = (&self.semantic_router, &self.groups) else {
+            return;
+        };
+        router.confidences_of(
+            difficulty,
+            outcome_draw,
+            groups.iter().copied(),
+            &mut self.rng_router,
+            out,
+        );
     }
 
     /// Whether every replica group has a task score (`solves` answers).

@@ -32,6 +32,7 @@ use super::predictions::Predictions;
 use super::scheduler;
 use super::selector_former::SelectorFormer;
 use super::step_cost::ReplicaStepCost;
+use super::workflows::Workflows;
 use crate::arrivals::{Arrival, ArrivalProcess};
 use crate::chimera::models::PROFILE_CONTEXT_TOKENS;
 use crate::engine::Model;
@@ -130,13 +131,15 @@ fn record_routed_load(router: &mut Option<ExpertRouter>, recorder: &mut ReplicaR
 
 /// The replica learns a request's output length and adapter (drawn at arrival) when it admits
 /// it.
-struct Admit<'x> {
+struct Admit<'x, 'a> {
     outputs: &'x mut FxHashMap<u64, (u32, Option<u32>)>,
     /// `workload.shared_prefix_tokens`: the leading tokens every prompt shares.
     shared_prefix: u32,
+    /// With a workflow workload: the workflows (a stage's prompt segments, its wait).
+    workflows: Option<&'x mut Workflows<'a>>,
 }
 
-impl AdmitHook for Admit<'_> {
+impl AdmitHook for Admit<'_, '_> {
     fn output_tokens(&mut self, request: &QueuedRequest) -> u32 {
         self.outputs
             .get(&request.id)
@@ -149,16 +152,42 @@ impl AdmitHook for Admit<'_> {
             .expect("an arriving request's adapter is kept until admission")
             .1
     }
-    fn admitted(&mut self, _now: SimTime, request: &QueuedRequest, _output: u32) {
+    fn admitted(&mut self, now: SimTime, request: &QueuedRequest, _output: u32) {
         self.outputs.remove(&request.id);
+        if let Some(workflows) = &mut self.workflows {
+            workflows.admitted(now, request);
+        }
     }
     /// A prompt is the shared prefix (one token stream, the same for every request), then
-    /// tokens of its own.
+    /// tokens of its own; a workflow stage's is its role prompt, user message and history
+    /// (`Workflows::prefix`).
     fn prefix(&mut self, request: &QueuedRequest, segments: &mut Vec<PrefixSegment>) {
+        if let Some(workflows) = &self.workflows {
+            workflows.prefix(request, segments);
+            return;
+        }
         let tokens = self.shared_prefix.min(request.prompt_tokens);
         if tokens > 0 {
             segments.push(PrefixSegment { stream: 0, tokens });
         }
+    }
+}
+
+/// Each replica's state as the router sees it (Chimera's activity monitor), into `out`.
+fn engine_states(replicas: &[ReplicaRun<'_>], queue: &dyn QueuePolicy, out: &mut Vec<EngineState>) {
+    out.clear();
+    for (r, run) in replicas.iter().enumerate() {
+        out.push(EngineState {
+            model: run.group,
+            waiting: match &run.former {
+                Some(former) => former.waiting(),
+                None => run.replica.waiting(queue, r),
+            },
+            running: run.replica.running().len(),
+            in_flight_predicted_tokens: run.in_flight_predicted.max(0.0),
+            decode_ms_per_token: run.decode_ms_per_token,
+            max_batch_size: run.max_num_seqs,
+        });
     }
 }
 
@@ -190,6 +219,10 @@ pub struct ServingServer<'a> {
     solved: Option<u64>,
     /// Replicas that received a request at the current instant (reused).
     woken: Vec<usize>,
+    /// With `[workload.workflow]`: each arrival is a workflow, its stages submitted in turn.
+    workflows: Option<Workflows<'a>>,
+    /// Workflows whose next stage is submitted at the current step end (reused).
+    next_stages: Vec<u64>,
     next_id: u64,
     finished: Vec<Seq>,
     sink: &'a mut dyn RecordSink,
@@ -550,11 +583,17 @@ impl<'a> ServingServer<'a> {
             replicas,
             outputs: FxHashMap::default(),
             engine_states: Vec::with_capacity(count),
-            solved: predictions.scores_tasks().then_some(0),
+            // A workflow is scored as a whole (`Workflows`), not request by request.
+            solved: (predictions.scores_tasks() && scenario.workflow.is_none()).then_some(0),
             predictions,
             confidence: Vec::with_capacity(count),
             predicted: vec![0.0; count],
             woken: Vec::new(),
+            workflows: scenario
+                .workflow
+                .as_ref()
+                .map(|generator| Workflows::new(generator, stream(streams, "workflows"))),
+            next_stages: Vec::new(),
             next_id: 0,
             finished: Vec::new(),
             sink,
@@ -567,6 +606,9 @@ impl<'a> ServingServer<'a> {
     /// The share of requests whose replica's model solves them (Chimera's task score), %, when
     /// every replica group has a task score.
     pub fn task_score_pct(&self) -> Option<f64> {
+        if let Some(workflows) = &self.workflows {
+            return Some(workflows.summary().score_pct);
+        }
         self.solved
             .map(|solved| 100.0 * solved as f64 / self.next_id.max(1) as f64)
     }
@@ -608,6 +650,20 @@ impl<'a> ServingServer<'a> {
 
     /// Routes and queues `arrival` (a static replica's former takes it); returns its replica.
     fn arrive(&mut self, now: SimTime, arrival: Arrival) -> usize {
+        if let Some(workflows) = &mut self.workflows {
+            // A workflow arrives: drawn, the semantic router's confidences drawn for it (as
+            // the chimera family does, once per workflow), its first stage submitted.
+            let id = workflows.arrive(now, arrival.prompt_tokens);
+            let run = workflows.run_mut(id);
+            let mut confidence = std::mem::take(&mut run.confidence);
+            self.predictions.group_confidences(
+                run.workflow.difficulty,
+                run.workflow.outcome_draw,
+                &mut confidence,
+            );
+            run.confidence = confidence;
+            return self.submit_stage(id, now, arrival.topic);
+        }
         let s = self.scenario;
         // An addressed call (`workload.calls`) draws its class's lengths and goes to its group.
         let class = s.call_class(self.next_id);
@@ -630,20 +686,7 @@ impl<'a> ServingServer<'a> {
         let draws = self.predictions.draw(id, prompt, output);
         self.predictions.confidences(&draws, &mut self.confidence);
         self.predicted.fill(draws.predicted_tokens);
-        self.engine_states.clear();
-        for (r, run) in self.replicas.iter().enumerate() {
-            self.engine_states.push(EngineState {
-                model: run.group,
-                waiting: match &run.former {
-                    Some(former) => former.waiting(),
-                    None => run.replica.waiting(&*self.queue, r),
-                },
-                running: run.replica.running().len(),
-                in_flight_predicted_tokens: run.in_flight_predicted.max(0.0),
-                decode_ms_per_token: run.decode_ms_per_token,
-                max_batch_size: run.max_num_seqs,
-            });
-        }
+        engine_states(&self.replicas, &*self.queue, &mut self.engine_states);
         // The adapter draws from its own stream: drawn before routing or after, the same.
         let adapter = s
             .adapters
@@ -724,6 +767,80 @@ impl<'a> ServingServer<'a> {
         r
     }
 
+    /// Routes and queues the next stage of workflow `id` at `now` (Chimera's submission): the
+    /// predictor's estimate of the workflow's remaining tokens on each replica's model (the
+    /// truth on that model), the router's choice, then the estimate of the stage's own tokens
+    /// on the chosen model, each from the predictor's stream; the stage's true output is the
+    /// workflow's on that model. A prompt past what the replica takes ends the workflow there
+    /// (abandoned). Returns the replica.
+    fn submit_stage(&mut self, id: u64, now: SimTime, topic: u32) -> usize {
+        let workflows = self.workflows.as_mut().expect("a workflow workload");
+        let run = workflows.run(id);
+        let stage = run.next_stage;
+        let prompt = run.prompt_tokens();
+        let request_id = self.next_id;
+        self.next_id += 1;
+        engine_states(&self.replicas, &*self.queue, &mut self.engine_states);
+        self.confidence.clear();
+        for (r, replica) in self.replicas.iter().enumerate() {
+            if let Some(&c) = run.confidence.get(replica.group) {
+                self.confidence.push(c);
+            }
+            let truth = run.workflow.remaining_total(replica.group, stage);
+            self.predicted[r] = self.predictions.predict(truth, prompt, request_id);
+        }
+        let r = self.router.route(
+            &RouteRequest {
+                id: request_id,
+                workflow: id,
+                stage,
+                confidence: &self.confidence,
+                predicted_total_tokens: &self.predicted,
+            },
+            &self.engine_states,
+        );
+        assert!(r < self.replicas.len(), "router chose replica {r}");
+        let group = self.replicas[r].group;
+        let predicted_total = self.predicted[r];
+        let output = run.workflow.tokens(group, stage).max(1);
+        let predicted_stage = self
+            .predictions
+            .predict(u64::from(output), prompt, request_id);
+        let rank_noise = self.predictions.rank_noise();
+        let (arrival, attained) = (run.arrival, run.generated);
+        let run = &mut self.replicas[r];
+        if prompt >= run.max_len {
+            run.refused += 1;
+            workflows.abandon(id);
+            self.router.workflow_done(id);
+            return r;
+        }
+        let output = output.min(run.max_len - prompt);
+        run.in_flight_predicted += predicted_total;
+        run.prompt_tokens_in += u64::from(prompt);
+        run.output_tokens_asked += u64::from(output);
+        run.arrived += 1;
+        self.outputs.insert(request_id, (output, None));
+        let request = QueuedRequest {
+            id: request_id,
+            workflow: id,
+            stage,
+            submitted: now,
+            workflow_arrival: arrival,
+            enqueued_iteration: run.replica.iteration(),
+            prompt_tokens: prompt,
+            predicted_stage_tokens: predicted_stage,
+            predicted_total_tokens: predicted_total,
+            attained_service: attained,
+            rank_noise,
+            topic,
+        };
+        run.replica.submit(now, request, &mut *self.queue, r);
+        run.recorder
+            .queue_depth(now, run.replica.waiting(&*self.queue, r));
+        r
+    }
+
     /// A static replica `r` at `now` (on a tick of its grid, or not): when it is idle, it runs
     /// the former's batch if `min_batch_trigger` requests wait or this is a tick, else waits
     /// for the next tick (CAPS's scheduler loop).
@@ -789,6 +906,7 @@ impl<'a> ServingServer<'a> {
             let mut hook = Admit {
                 outputs: &mut self.outputs,
                 shared_prefix: self.scenario.shared_prefix_tokens,
+                workflows: self.workflows.as_mut(),
             };
             let mut work = run.replica.schedule(now, &mut *self.queue, r, &mut hook)?;
             if let Some(router) = &mut run.expert_router {
@@ -853,18 +971,48 @@ impl<'a> ServingServer<'a> {
         }
         for seq in finished.drain(..) {
             run.in_flight_predicted -= seq.request.predicted_total_tokens;
-            self.router.workflow_done(seq.request.workflow);
+            let workflow = seq.request.workflow;
+            match &mut self.workflows {
+                Some(workflows) => {
+                    let capability = workflows.capability(run.group);
+                    if workflows.stage_done(workflow, seq.output, capability, now) {
+                        self.next_stages.push(workflow);
+                    } else {
+                        self.router.workflow_done(workflow);
+                    }
+                }
+                None => self.router.workflow_done(workflow),
+            }
         }
         self.finished = finished;
         if let Some(former) = &mut run.former {
             former.finish_batch(|_| {});
         }
+        // The next stages, in the order their predecessors finished, each routed and queued
+        // at this instant (the replicas they wake start their steps once all are queued).
+        let mut next = std::mem::take(&mut self.next_stages);
+        self.woken.clear();
+        for id in next.drain(..) {
+            let woke = self.submit_stage(id, now, 0);
+            if !self.woken.contains(&woke) {
+                self.woken.push(woke);
+            }
+        }
+        self.next_stages = next;
     }
 
     /// The run's summaries (overall, then per replica) once every request has finished, after
     /// checking conservation and Little's law on each replica; `Err` names what failed.
     pub fn finish(self) -> Result<(ServingSummary, Vec<ServingSummary>), String> {
         let end = self.last_finish;
+        if let Some(workflows) = &self.workflows
+            && workflows.in_flight() > 0
+        {
+            return Err(format!(
+                "the run ended with {} workflows unfinished",
+                workflows.in_flight()
+            ));
+        }
         let mut parts = Vec::with_capacity(self.replicas.len());
         for (r, run) in self.replicas.into_iter().enumerate() {
             let stats = run.replica.stats().clone();
@@ -893,7 +1041,9 @@ impl<'a> ServingServer<'a> {
         if let Some(trace) = self.trace {
             trace.finish()?;
         }
-        Ok((ServingSummary::merge(&parts), parts))
+        let mut overall = ServingSummary::merge(&parts);
+        overall.workflows = self.workflows.as_ref().map(Workflows::summary);
+        Ok((overall, parts))
     }
 }
 
@@ -951,6 +1101,18 @@ impl Model for ServingServer<'_> {
             }
             Event::StepEnd { replica } => {
                 self.step_end(replica, now);
+                // Replicas a workflow's next stage woke (the finishing one starts below).
+                let woken = std::mem::take(&mut self.woken);
+                for &r in woken.iter().filter(|&&r| r != replica) {
+                    let run = &self.replicas[r];
+                    if run.replica.is_busy() || now < run.ready_at {
+                        continue;
+                    }
+                    if let Some(end) = self.start_step(r, now) {
+                        events.schedule(end, Event::StepEnd { replica: r });
+                    }
+                }
+                self.woken = woken;
                 if self.replicas[replica].former.is_some() {
                     self.try_dispatch(replica, now, false, events);
                 } else if let Some(end) = self.start_step(replica, now) {

@@ -2368,3 +2368,221 @@ fn prefix_caching_is_refused_where_nothing_could_be_cached() {
     );
     assert!(scenario(&sarathi).unwrap().replica.prefix_caching);
 }
+
+const WORKFLOWS: &str = r#"
+[replica]
+model = "qwen2.5-1.5b-instruct"
+gpu = "RTX-A6000"
+scheduler = { kind = "sarathi", chunk_size = 2048 }
+prefix_caching = true
+[workload]
+n_requests = 1
+[workload.workflow]
+dataset = "apps"
+[arrival]
+pattern = "poisson"
+rate_per_s = 1.0
+"#;
+
+/// (submission, finish, prompt tokens, output tokens) of every finished request, by id.
+#[derive(Default)]
+struct Stages(Vec<(u64, crate::time::SimTime, crate::time::SimTime, u64, u64)>);
+impl crate::records::RecordSink for Stages {
+    fn record(&mut self, r: &crate::records::RequestRecord<'_>) {
+        self.0
+            .push((r.id, r.arrival, r.finish, r.prompt_tokens, r.output_tokens));
+    }
+}
+
+/// One workflow alone on one replica, seed by seed: its stages are its requests; stage `i + 1`
+/// is submitted exactly at stage `i`'s finish, its prompt stage `i`'s plus stage `i`'s output
+/// (the history), stage 0's the 150-token role prompt plus the user message; the workflow's
+/// end-to-end latency is the first submission to the last finish, its latency per token that
+/// over the stages' outputs. A 4-stage workflow's last stage (the coder again) finds its
+/// second stage's prompt cached.
+#[test]
+fn a_workflows_next_stage_is_submitted_at_its_predecessors_finish_with_its_history() {
+    let s = scenario(WORKFLOWS).unwrap();
+    let mut stage_counts = Vec::new();
+    for seed in 1..=12 {
+        let mut stages = Stages::default();
+        let out = run_recorded(
+            &s,
+            seed,
+            &mut Fifo::default(),
+            &mut Turns::default(),
+            &mut Linear,
+            &mut [],
+            None,
+            &mut stages,
+            None,
+        )
+        .unwrap();
+        assert!(out.details.get("failed").is_none(), "{}", out.details);
+        let mut st = stages.0;
+        st.sort_by_key(|r| r.0);
+        assert!((1..=4).contains(&st.len()) && st.len() != 3, "{st:?}");
+        assert!(st[0].3 > 150, "{st:?}");
+        for pair in st.windows(2) {
+            assert_eq!(pair[1].1, pair[0].2, "submitted at the previous finish");
+            assert_eq!(
+                pair[1].3,
+                pair[0].3 + pair[0].4,
+                "the history is the output"
+            );
+        }
+        let e2e_ms = (st[st.len() - 1].2 - st[0].1).0 as f64 * 1e-6;
+        let tokens: u64 = st.iter().map(|r| r.4).sum();
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs();
+        assert!(close(value(&out, "workflow_e2e_mean_ms"), e2e_ms), "{seed}");
+        assert!(close(
+            value(&out, "workflow_latency_per_token_ms"),
+            e2e_ms / tokens as f64
+        ));
+        assert_eq!(value(&out, "completed"), st.len() as f64);
+        let hits = out.details["replicas"][0]["prefix_hit_rate"]
+            .as_f64()
+            .unwrap();
+        if st.len() == 4 {
+            assert!(
+                hits > 0.0,
+                "seed {seed}: the coder's second prompt is cached"
+            );
+        }
+        stage_counts.push(st.len());
+    }
+    assert!(
+        stage_counts.contains(&4) && stage_counts.contains(&2),
+        "{stage_counts:?}"
+    );
+    // Deterministic.
+    let again = |seed| format!("{:?}", run(&s, seed).scalars);
+    assert_eq!(again(3), again(3));
+}
+
+/// What a workflow workload does not combine with is refused naming the key; a model without
+/// the dataset's workflow lengths names the group's model.
+#[test]
+fn a_workflow_workload_refuses_what_it_draws_itself() {
+    for (add, path) in [
+        (
+            "prompt_tokens = { kind = \"fixed\", value = 10 }\n",
+            "workload.prompt_tokens",
+        ),
+        (
+            "output_tokens = { kind = \"fixed\", value = 10 }\n",
+            "workload.output_tokens",
+        ),
+        (
+            "shared_prefix_tokens = 150\n",
+            "workload.shared_prefix_tokens",
+        ),
+        ("dataset = \"sharegpt\"\n", "workload.dataset"),
+    ] {
+        let text = WORKFLOWS.replace("n_requests = 1\n", &format!("n_requests = 1\n{add}"));
+        let err = scenario(&text).unwrap_err();
+        assert_eq!(err.path, path, "{}", err.message);
+    }
+    let err =
+        scenario(&WORKFLOWS.replace("prefix_caching = true", "task_score_pct = 20")).unwrap_err();
+    assert_eq!(err.path, "replica.task_score_pct", "{}", err.message);
+    let err = scenario(&WORKFLOWS.replace("qwen2.5-1.5b-instruct", "llama-2-7b")).unwrap_err();
+    assert_eq!(err.path, "replica.model", "{}", err.message);
+    assert!(
+        err.message.contains("qwen2.5-7b-instruct"),
+        "{}",
+        err.message
+    );
+    // Without workflows the metrics are null.
+    let plain = scenario(SHARED_PREFIX).unwrap();
+    assert!(value(&run(&plain, 1), "workflow_e2e_mean_ms").is_nan());
+}
+
+/// Every route call (request id, workflow, stage, predicted totals per replica) and every
+/// `workflow_done`, in order; stages go to replica `(workflow + stage) % 2`.
+#[derive(Default)]
+struct WorkflowLog {
+    routes: Vec<(u64, u64, u32, Vec<f64>)>,
+    done: Vec<(u64, usize)>,
+}
+impl Router for WorkflowLog {
+    fn name(&self) -> &'static str {
+        "workflow_log"
+    }
+    fn reset(&mut self, _: usize) {}
+    fn route(&mut self, request: &RouteRequest<'_>, engines: &[EngineState]) -> usize {
+        self.routes.push((
+            request.id,
+            request.workflow,
+            request.stage,
+            request.predicted_total_tokens.to_vec(),
+        ));
+        (request.workflow + u64::from(request.stage)) as usize % engines.len()
+    }
+    fn workflow_done(&mut self, workflow: u64) {
+        self.done.push((workflow, self.routes.len()));
+    }
+}
+
+/// What the router sees of a workflow on two replicas of different models (oracle predictor):
+/// its stages in order, each with its workflow's id; the predicted remaining tokens on each
+/// replica's model fall, stage to stage, by that model's tokens for the stage, which on the
+/// chosen replica are the tokens the stage generated (the output depends on the model: the two
+/// models' totals differ); `workflow_done` once per workflow, after its last stage is routed.
+#[test]
+fn the_router_sees_each_workflows_stages_and_its_end() {
+    let text = WORKFLOWS
+        .replace(
+            "[replica]\nmodel = \"qwen2.5-1.5b-instruct\"",
+            "[[replica]]\nmodel = \"qwen2.5-1.5b-instruct\"",
+        )
+        .replace(
+            "prefix_caching = true\n",
+            "prefix_caching = true\n[[replica]]\nmodel = \"qwen2.5-7b-instruct\"\n\
+             gpu = \"RTX-A6000\"\n[predictor]\nkind = \"oracle\"\n",
+        )
+        .replace("n_requests = 1", "n_requests = 30")
+        .replace("rate_per_s = 1.0", "rate_per_s = 4.0");
+    let s = scenario(&text).unwrap();
+    let mut log = WorkflowLog::default();
+    let mut stages = Stages::default();
+    let out = run_recorded(
+        &s,
+        1,
+        &mut Fifo::default(),
+        &mut log,
+        &mut Linear,
+        &mut [],
+        None,
+        &mut stages,
+        None,
+    )
+    .unwrap();
+    assert!(out.details.get("failed").is_none(), "{}", out.details);
+    assert_eq!(value(&out, "completed"), log.routes.len() as f64);
+    let output: std::collections::HashMap<u64, u64> = stages.0.iter().map(|r| (r.0, r.4)).collect();
+    let mut models_differ = false;
+    for w in 0..30u64 {
+        let routes: Vec<_> = log.routes.iter().filter(|r| r.1 == w).collect();
+        assert!(!routes.is_empty(), "workflow {w} routed");
+        let done: Vec<_> = log.done.iter().filter(|d| d.0 == w).collect();
+        assert_eq!(done.len(), 1, "workflow {w} ends once");
+        let last = log.routes.iter().rposition(|r| r.1 == w).unwrap();
+        assert!(done[0].1 > last, "workflow {w} ends after its last stage");
+        models_differ |= routes[0].3[0] != routes[0].3[1];
+        for (k, route) in routes.iter().enumerate() {
+            assert_eq!(route.2, k as u32, "stages in order");
+            let chosen = (w as usize + k) % 2;
+            let stage_tokens = match routes.get(k + 1) {
+                Some(next) => route.3[chosen] - next.3[chosen],
+                None => route.3[chosen],
+            };
+            assert_eq!(
+                stage_tokens, output[&route.0] as f64,
+                "workflow {w} stage {k}"
+            );
+        }
+    }
+    assert!(models_differ);
+    assert_eq!(log.done.len(), 30);
+}
