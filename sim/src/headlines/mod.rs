@@ -889,6 +889,7 @@ fn baseline_problems(
     }) {
         let wanted: toml::Table = claimed.coords.iter().cloned().collect();
         let wanted = evaluate::replace_coords(&versus_axes, &wanted, versus);
+        let claimed_document = cell_document(cell_plan, &claimed.coords);
         for found in versus_plan.cells.iter().filter(|c| {
             let coords = json_coords(&c.coords);
             wanted
@@ -896,9 +897,27 @@ fn baseline_problems(
                 .all(|(k, v)| evaluate::coord_matches(&coords, k, v))
         }) {
             compared += 1;
-            let mut document = versus_plan.document.clone();
-            for (key, value) in &found.coords {
-                let _ = crate::scenario::sweep::apply(&mut document, key, value.clone());
+            let document = cell_document(versus_plan, &found.coords);
+            for key in confounds(&claimed_document, &document, baseline, cell, versus) {
+                let said = format!(" differ in {key} (");
+                if problems.iter().any(|p| p.contains(&said)) {
+                    continue;
+                }
+                let problem = format!(
+                    "cell {} of {} and the compared cell {} of {} differ in {key} ({} vs {}), \
+                     which neither the claim's cell and versus nor the baseline names",
+                    claimed.id,
+                    cell_plan.path.display(),
+                    found.id,
+                    versus_plan.path.display(),
+                    written_value(&claimed_document, &key)
+                        .map_or("(not written)".to_string(), |v| v.to_string()),
+                    written_value(&document, &key)
+                        .map_or("(not written)".to_string(), |v| v.to_string()),
+                );
+                if !problems.contains(&problem) {
+                    problems.push(problem);
+                }
             }
             for (key, want) in &baseline.requires {
                 let actual = written_value(&document, key);
@@ -931,6 +950,97 @@ fn baseline_problems(
     }
     problems.truncate(3);
     problems
+}
+
+/// A cell's scenario document: the plan's document (after `--set`) with the cell's sweep
+/// coordinates applied.
+fn cell_document(plan: &ScenarioPlan, coords: &[(String, toml::Value)]) -> toml::Table {
+    let mut document = plan.document.clone();
+    for (key, value) in coords {
+        let _ = crate::scenario::sweep::apply(&mut document, key, value.clone());
+    }
+    document
+}
+
+/// Top-level keys of a scenario that name, seed, sweep or report a run but do not change the
+/// system it simulates: two compared cells may differ in them.
+const NOT_THE_SYSTEM: &[&str] = &[
+    "name",
+    "description",
+    "seeds",
+    "sweep",
+    "report",
+    "figure",
+    "output",
+    "limits",
+];
+
+/// The dotted keys in which the claimed cell's document and the compared cell's differ (one
+/// writes a value the other does not, or both write different values), other than those the
+/// claim may vary: its `cell` and `versus` keys, the baseline's `requires`, and every key of a
+/// table whose `kind` one of those names (another kind reads other keys). A key written in one
+/// document only counts: the comparison would then rest on a default.
+fn confounds(
+    claimed: &toml::Table,
+    compared: &toml::Table,
+    baseline: &Baseline,
+    cell: &toml::Table,
+    versus: &toml::Table,
+) -> Vec<String> {
+    let named: Vec<&str> = cell
+        .keys()
+        .chain(versus.keys())
+        .chain(baseline.requires.keys())
+        .map(String::as_str)
+        .collect();
+    let free = |key: &str| {
+        NOT_THE_SYSTEM.contains(&key.split('.').next().unwrap_or(key))
+            || named.iter().any(|n| {
+                let reaches = |a: &str, b: &str| a == b || b.starts_with(&format!("{a}."));
+                reaches(n, key)
+                    || reaches(key, n)
+                    || n.strip_suffix(".kind")
+                        .is_some_and(|table| key.starts_with(&format!("{table}.")))
+            })
+    };
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    flatten(claimed, "", &mut a);
+    flatten(compared, "", &mut b);
+    let mut keys: Vec<&String> = a.iter().chain(&b).map(|(k, _)| k).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|key| !free(key))
+        .filter(|key| {
+            let of = |leaves: &[(String, serde_json::Value)]| {
+                leaves
+                    .iter()
+                    .find(|(k, _)| k == *key)
+                    .map(|(_, v)| v.clone())
+            };
+            match (of(&a), of(&b)) {
+                (Some(x), Some(y)) => !evaluate::json_equal(&x, &y),
+                _ => true,
+            }
+        })
+        .cloned()
+        .collect()
+}
+
+/// The leaves of a scenario document as dotted keys (tables recursed; arrays, arrays of tables
+/// included, are leaves).
+fn flatten(table: &toml::Table, prefix: &str, out: &mut Vec<(String, serde_json::Value)>) {
+    for (key, value) in table {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        match value {
+            toml::Value::Table(inner) => flatten(inner, &path, out),
+            other => out.push((path, serde_json::to_value(other).unwrap_or_default())),
+        }
+    }
 }
 
 /// The value a scenario document writes at dotted `key`.

@@ -823,6 +823,59 @@ fn the_baseline_check_fails_on_a_compared_cell_that_is_not_the_baseline() {
 }
 
 #[test]
+fn the_baseline_check_fails_on_a_compared_cell_of_another_system() {
+    let (mosaic, mut plans) = family_plans()
+        .into_iter()
+        .find(|(h, _)| h.family == "mosaic")
+        .unwrap();
+    let index = mosaic
+        .claims
+        .iter()
+        .position(|c| c.id == "mosaic-end-to-end")
+        .unwrap();
+    let no_gate = mosaic
+        .runs
+        .iter()
+        .position(|r| r.id == "evaluation-no-gate")
+        .unwrap();
+    // The baseline run on other GPUs: its cells are still round-robin without the gate, but
+    // the claim would compare two systems. A key the claimed cell's scenario leaves to its
+    // default counts as a difference too (the comparison would rest on that default).
+    for (edit, key) in [
+        ("gpu = \"H100-SXM\"", "serving.gpu"),
+        ("step_overhead_ms = 4.0", "serving.step_overhead_ms"),
+    ] {
+        let mut changed = plans.clone();
+        let serving = changed[no_gate]
+            .document
+            .entry("serving")
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let (k, v) = edit.split_once(" = ").unwrap();
+        serving
+            .as_table_mut()
+            .unwrap()
+            .insert(k.into(), v.parse::<toml::Value>().unwrap());
+        let err = mosaic
+            .check_baselines(plan_of(&mosaic, &changed))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("field `claim[{index}].versus`"))
+                && err.contains(&format!("differ in {key}"))
+                && err.contains("evaluation_no_gate.toml"),
+            "{edit}: {err}"
+        );
+    }
+    // Seeds, names and figures are not the system: the check lets them differ.
+    plans[no_gate]
+        .document
+        .insert("name".into(), "renamed".into());
+    mosaic
+        .check_baselines(plan_of(&mosaic, &plans))
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
 fn a_value_over_seeds_spans_each_seed_and_reads_another_run_with_versus_run() {
     let own = seeded_document(&[
         ("gv", 150, vec![80.0, 90.0, 95.0]),
