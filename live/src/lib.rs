@@ -3,9 +3,9 @@
 //! `expertsim run`, while each step is executed on the kernels (CPU references or CUDA) and
 //! timed. The fidelity report sets every step's predicted time beside its measured time.
 //!
-//! Families: Chimera (`chimera`), GEM (`gem`), the serving family (`serving`: the CAPS preset, a
-//! static replica priced from expected routing, `caps`; a continuous MoE replica such as the GEM
-//! preset, `continuous`), MOSAIC (`mosaic`, whose model
+//! Families: Chimera (`chimera`), the serving family (`serving`: the CAPS preset, a static
+//! replica priced from expected routing, `caps`; a continuous MoE replica such as the GEM preset,
+//! `continuous`), MOSAIC (`mosaic`, whose model
 //! loads are device copies beside the steps) and ExpertWeave (`expertweave`), through the serving
 //! layer's one step-cost seam `sim::serving::step::StepCost`, wrapped once by `step::LiveStep`.
 //!
@@ -21,7 +21,6 @@ pub mod dense;
 pub mod device;
 pub mod expertweave;
 pub mod fidelity;
-pub mod gem;
 pub mod mosaic;
 pub mod noise;
 pub mod probe;
@@ -189,10 +188,6 @@ enum LiveFamily {
 /// live module lives here because it launches kernels, which `sim` does not know; a test holds
 /// that every registered family has its line.
 const LIVE_FAMILIES: &[(&str, LiveFamily)] = &[
-    (
-        "gem",
-        LiveFamily::Runs(|s, seed, p, k, clock| gem::run(cell(s), seed, p, k, clock)),
-    ),
     (
         "mosaic",
         LiveFamily::Runs(|s, seed, p, k, clock| mosaic::run(cell(s), seed, p, k, clock)),

@@ -2391,6 +2391,8 @@ profile = "../../profiles/measured/amd-epyc_live-tiny-moe.json"
 n_requests = 16
 prompt_tokens = { kind = "log_normal", mean = 24, sigma = 0.4, max = 64 }
 output_tokens = { kind = "log_normal", mean = 8, sigma = 0.5, max = 16 }
+[arrival]
+pattern = "offline"
 "#;
 
 #[test]
@@ -2446,8 +2448,10 @@ fn a_continuous_moe_replica_is_priced_from_its_profiles_curves() {
     // profile of another model.
     for (from, to, key, words) in [
         (
-            "name = \"live-tiny-moe\"",
-            "name = \"llama-2-7b\"",
+            "name = \"live-tiny-moe\"\n[replica]\ngpu = \"H200\"\ngpus = 4\ntensor_parallel = 4\n\
+             expert_parallel = 4",
+            "name = \"llama-2-7b\"\n[replica]\ngpu = \"H200\"\ngpus = 4\ntensor_parallel = 4\n\
+             expert_parallel = 1",
             "replica.scheduler.profile",
             "not an MoE model",
         ),
@@ -2493,6 +2497,8 @@ kv = "unbounded"
 n_requests = 16
 prompt_tokens = { kind = "fixed", value = 100 }
 output_tokens = { kind = "fixed", value = 8 }
+[arrival]
+pattern = "offline"
 "#;
     let s = scenario_in_repo(text).unwrap();
     let curves = s
