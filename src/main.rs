@@ -197,14 +197,8 @@ fn main() -> ExitCode {
 fn list() -> String {
     // Where each extension point's kind is named, per family.
     const POLICY_KEYS: &[(&str, &str)] = &[
-        (
-            "batch",
-            "scheduler.selector.kind (caps), replica.batch_former.kind (serving)",
-        ),
-        (
-            "mapping",
-            "mapper.kind (gem), experts.mapping.kind (serving)",
-        ),
+        ("batch", "replica.batch_former.kind (serving)"),
+        ("mapping", "experts.mapping.kind (serving)"),
         ("placement", "placement.kind (mosaic)"),
         ("gating", "gate.kind (mosaic)"),
         (

@@ -11,12 +11,14 @@
 //!   most the prompt distribution's `max` (or the trace's longest prompt) tokens, and every
 //!   expert receives at most every token once; decode and head batches hold at most that
 //!   many requests.
-//! - GEM: an engine step holds at most `max_num_batched_tokens` tokens and at most
-//!   `min(max_num_seqs, n_requests)` sequences of at most `prompt_tokens.max` tokens each;
-//!   the mapping search also prices the routing trace's steps (`trace.tokens_per_step`
-//!   tokens, or a recorded trace's largest step total over `top_k`); decode and head batches
-//!   hold at most `min(max_num_seqs, n_requests)` sequences. Its dense part and head are
-//!   measured as one GPU's tensor-parallel shard of `n_gpus`.
+//! - A continuous MoE replica of the serving family (the GEM preset): an engine step holds at
+//!   most the scheduler's token budget (`replica.scheduler.chunk_size`, or
+//!   `max_num_batched_tokens`) and at most `min(replica.max_num_seqs, n_requests)` sequences of
+//!   at most the prompt distribution's `max` tokens each; the mapping search also prices the
+//!   routing trace's steps (`experts.trace.tokens_per_step` tokens, or a recorded trace's
+//!   largest step total over `top_k`); decode and head batches hold at most
+//!   `min(max_num_seqs, n_requests)` sequences. Its dense part and head are measured as one
+//!   GPU's tensor-parallel shard of `replica.tensor_parallel`.
 //! - ExpertWeave: a step holds at most `serving.max_batch_tokens` tokens and
 //!   `serving.max_num_seqs` sequences (or the arrivals' count) of at most the prompt length's
 //!   upper end; the model is its routed-expert geometry (`MlaMoeShape::moe_geometry`), each
@@ -26,9 +28,9 @@
 use crate::pipeline::Plan;
 use sim::arrivals::ArrivalSpec;
 use sim::cost::shape::{DenseModelShape, MoeModelShape};
-use sim::gem::config::TraceSpec;
 use sim::scenario::Scenario;
-use sim::serving_family::config::LengthSpec;
+use sim::serving::expert_trace::TraceSpec;
+use sim::serving_family::config::{LengthSpec, SchedulerTable, ServedModel};
 
 /// What a calibration for one scenario measures.
 #[derive(Clone, Debug, PartialEq)]
@@ -77,17 +79,6 @@ pub fn dense_models(scenario: &Scenario) -> Option<Vec<DenseModelShape>> {
 /// MoE profile).
 pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
     if let Some(s) = scenario.get::<sim::serving_family::ServingScenario>() {
-        // The CAPS preset: one static replica whose batches are priced by an MoE profile.
-        let (Some(shape), Some(_)) = (
-            s.model.experts(),
-            s.replica.static_cost.as_ref().and_then(|c| c.model()),
-        ) else {
-            return Err(
-                "a serving scenario is priced by a MoE profile only on a static replica with \
-                 replica.scheduler.pricing = \"expected_routing\", \"cv\" or \"straggler\""
-                    .into(),
-            );
-        };
         let dist_max = |spec: &LengthSpec| match spec {
             LengthSpec::Distribution(lengths) => lengths.max(),
             LengthSpec::Trace => 1,
@@ -102,6 +93,65 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
             _ => dist_max(&s.prompt_tokens),
         } as usize;
         let batch = s.replica.max_num_seqs.min(s.requests()).max(1);
+        let static_priced = s.replica.static_cost.as_ref().and_then(|c| c.model());
+        let budget = match &s.replica.scheduler {
+            SchedulerTable::Sarathi { chunk_size, .. } => Some(*chunk_size as usize),
+            SchedulerTable::Vllm {
+                max_num_batched_tokens,
+                ..
+            } => Some(*max_num_batched_tokens as usize),
+            SchedulerTable::Orca {
+                max_num_batched_tokens,
+                ..
+            } => max_num_batched_tokens.map(|b| b as usize),
+            SchedulerTable::Static { .. } => None,
+        };
+        let (shape, budget) = match (&s.model, static_priced, &s.replica.scheduler) {
+            // The CAPS preset: one static replica whose batches are priced by an MoE profile.
+            (_, Some(_), _) => (
+                s.model.experts().expect("a priced static replica is MoE"),
+                None,
+            ),
+            (ServedModel::Moe(shape), None, scheduler)
+                if !matches!(scheduler, SchedulerTable::Static { .. }) =>
+            {
+                (shape.clone(), Some(budget))
+            }
+            _ => {
+                return Err(
+                    "a serving scenario is priced by a MoE profile only on a continuous replica \
+                     of an MoE model or a static replica with replica.scheduler.pricing = \
+                     \"expected_routing\", \"cv\" or \"straggler\""
+                        .into(),
+                );
+            }
+        };
+        if let Some(budget) = budget {
+            // A continuous MoE replica (the GEM preset).
+            let step = budget.unwrap_or(usize::MAX).min(batch * prompt_max);
+            let trace = match &s.expert_trace {
+                Some(TraceSpec::Synthetic(params)) => params.tokens_per_step,
+                Some(TraceSpec::Recorded { trace, .. }) => {
+                    (trace.max_step_total() / shape.top_k as f64).ceil() as usize
+                }
+                None => 0,
+            };
+            let tp = s.replica.tensor_parallel;
+            return Ok(ScenarioSampling {
+                shape,
+                max_tokens: step.max(trace),
+                max_batch: batch,
+                tensor_parallel: tp,
+                gemm_widths: vec![],
+                reroute_adapters: None,
+                derivation: format!(
+                    "continuous MoE replica: engine steps of at most {step} tokens (the \
+                     scheduler's token budget, {batch} sequences x {prompt_max} prompt tokens), \
+                     routing-trace steps of {trace} tokens, {batch} sequences per decode step; \
+                     the dense part and head as one GPU's shard of {tp} (tensor parallelism)"
+                ),
+            });
+        }
         Ok(ScenarioSampling {
             shape,
             max_tokens: batch * prompt_max,
@@ -114,35 +164,6 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
                  {prompt_max} prompt tokens at most"
             ),
         })
-    } else if let Some(s) = scenario.get::<sim::gem::GemScenario>() {
-        {
-            let sequences = s.serving.max_num_seqs.min(s.n_requests).max(1);
-            let step = s
-                .serving
-                .max_num_batched_tokens
-                .min(sequences * s.prompt_tokens.max as usize);
-            let trace = match &s.trace {
-                TraceSpec::Synthetic(params) => params.tokens_per_step,
-                TraceSpec::Recorded { trace, .. } => {
-                    (trace.max_step_total() / s.shape.top_k as f64).ceil() as usize
-                }
-            };
-            Ok(ScenarioSampling {
-                shape: s.shape.clone(),
-                max_tokens: step.max(trace),
-                max_batch: sequences,
-                tensor_parallel: s.n_gpus,
-                gemm_widths: vec![],
-                reroute_adapters: None,
-                derivation: format!(
-                    "GEM: engine steps of at most {step} tokens (max_num_batched_tokens, \
-                     {sequences} sequences x {} prompt tokens), routing-trace steps of {trace} \
-                     tokens, {sequences} sequences per decode step; the dense part and head as \
-                     one GPU's shard of {} (tensor parallelism)",
-                    s.prompt_tokens.max, s.n_gpus
-                ),
-            })
-        }
     } else if let Some(s) = scenario.get::<sim::expertweave::ExpertWeaveScenario>() {
         let shape = &s.shape;
         let prompt_max = s.prompt_lengths.high().round().max(1.0) as usize;
@@ -281,17 +302,30 @@ mod tests {
         assert_eq!(tokens, &vec![1, 64, 65, 128, 129, 192]);
     }
 
-    /// The live GEM case: 16 requests of at most 64 prompt tokens (steps of at most 1024
-    /// tokens, under max_num_batched_tokens 8192), but the synthetic routing trace's steps hold
-    /// 2048 tokens (the default tokens_per_step), so tokens go to 2048; 16 sequences at most.
+    /// The live GEM case (a continuous MoE replica): 16 requests of at most 64 prompt tokens
+    /// (steps of at most 1024 tokens, under the 8192-token chunk), but the synthetic routing
+    /// trace's steps hold 2048 tokens (experts.trace.tokens_per_step), so tokens go to 2048; 16
+    /// sequences at most. A smaller chunk bounds the step.
     #[test]
     fn live_gem_covers_its_routing_trace_steps() {
         let sampling = for_scenario(&load("scenarios/live/gem.toml", &[])).unwrap();
         assert_eq!((sampling.max_tokens, sampling.max_batch), (2048, 16));
+        assert_eq!(sampling.shape, MoeModelShape::live_tiny_moe());
         // Its dense part runs as one GPU's shard of 4.
         assert_eq!(sampling.tensor_parallel, 4);
-        let narrow = load("scenarios/live/gem.toml", &["trace.tokens_per_step=100"]);
+        let narrow = load(
+            "scenarios/live/gem.toml",
+            &["experts.trace.tokens_per_step=100"],
+        );
         assert_eq!(for_scenario(&narrow).unwrap().max_tokens, 1024);
+        let chunked = load(
+            "scenarios/live/gem.toml",
+            &[
+                "experts.trace.tokens_per_step=100",
+                "replica.scheduler.chunk_size=300",
+            ],
+        );
+        assert_eq!(for_scenario(&chunked).unwrap().max_tokens, 300);
     }
 
     /// The live ExpertWeave case: at most 16 sequences (serving.max_num_seqs) of at most 42

@@ -98,9 +98,8 @@ pub fn check(scenario: &ServingScenario) -> Result<(), LiveError> {
         Err(LiveError::Unsupported(
             "live mode runs the serving family's CAPS preset only: one static replica \
              (replica.count = 1) of an MoE model, replica.scheduler.pricing = \
-             \"expected_routing\", \"cv\" or \"straggler\" (scenarios/live/caps.toml); the \
-             continuous kinds' step cost (sim::serving_family::step_cost) has no live wrapper \
-             yet: simulate them with `expertsim run`"
+             \"expected_routing\", \"cv\" or \"straggler\" (scenarios/live/caps.toml); a \
+             continuous MoE replica runs through `continuous`"
                 .into(),
         ))
     }
@@ -127,7 +126,7 @@ fn serve(
         plan.as_ref(),
         log,
         None,
-        cost.map(|c| vec![c]),
+        cost.map(|c| sim::serving_family::StepCosts::Given(vec![c])),
     )
     .map_err(LiveError::Unsupported)
 }

@@ -3,8 +3,9 @@
 //! `expertsim run`, while each step is executed on the kernels (CPU references or CUDA) and
 //! timed. The fidelity report sets every step's predicted time beside its measured time.
 //!
-//! Families: Chimera (`chimera`), GEM (`gem`), the serving family's CAPS preset (`serving`, a
-//! static replica priced from expected routing: `caps`), MOSAIC (`mosaic`, whose model
+//! Families: Chimera (`chimera`), the serving family (`serving`: the CAPS preset, a static
+//! replica priced from expected routing, `caps`; a continuous MoE replica such as the GEM preset,
+//! `continuous`), MOSAIC (`mosaic`, whose model
 //! loads are device copies beside the steps) and ExpertWeave (`expertweave`), through the serving
 //! layer's one step-cost seam `sim::serving::step::StepCost`, wrapped once by `step::LiveStep`.
 //!
@@ -15,11 +16,11 @@
 pub mod calibration;
 pub mod caps;
 pub mod chimera;
+pub mod continuous;
 pub mod dense;
 pub mod device;
 pub mod expertweave;
 pub mod fidelity;
-pub mod gem;
 pub mod mosaic;
 pub mod noise;
 pub mod probe;
@@ -188,10 +189,6 @@ enum LiveFamily {
 /// that every registered family has its line.
 const LIVE_FAMILIES: &[(&str, LiveFamily)] = &[
     (
-        "gem",
-        LiveFamily::Runs(|s, seed, p, k, clock| gem::run(cell(s), seed, p, k, clock)),
-    ),
-    (
         "mosaic",
         LiveFamily::Runs(|s, seed, p, k, clock| mosaic::run(cell(s), seed, p, k, clock)),
     ),
@@ -206,8 +203,14 @@ const LIVE_FAMILIES: &[(&str, LiveFamily)] = &[
     (
         "serving",
         LiveFamily::RunsChecked(
-            |s| caps::check(cell(s)),
-            |s, seed, p, k, clock| caps::run(cell(s), seed, p, k, clock),
+            |s| {
+                let s = cell(s);
+                caps::check(s).or_else(|_| continuous::check(s))
+            },
+            |s, seed, p, k, clock| match caps::check(cell(s)) {
+                Ok(()) => caps::run(cell(s), seed, p, k, clock),
+                Err(_) => continuous::run(cell(s), seed, p, k, clock),
+            },
         ),
     ),
 ];

@@ -1,65 +1,39 @@
-//! Criterion benchmark of GEM's serving model on the shared replica: 4000 offline ShareGPT-like
+//! Criterion benchmark of the serving simulator's GEM preset: 4000 offline ShareGPT-like
 //! requests on Qwen3-30B-A3B (48 layers x 128 experts, the most routing work per step of the
-//! five models) over four H200s with one straggler, under the linear mapping. Measures the
-//! engine loop, the replica, the per-step routing of every expert and GPU, and the step cost;
-//! the mapping search has its own bench (`strategies`, `--bench mapping`). The mapper and the
-//! FCFS queue are minimal stand-ins, so that the bench times the serving model alone.
+//! five models) over four H200s with one straggler, under the linear mapping
+//! (`scenarios/gem/quick.toml` with that model and request count, its first cell). Measures the
+//! engine loop, the replica, the per-step trace routing of every expert and GPU, and the step
+//! cost, as `expertsim run` runs a cell (the `strategies` crate's policies, no records); the
+//! mapping search has its own bench (`strategies`, `--bench mapping`).
 //! Run: `cargo bench -p expertsim-sim --bench gem`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use sim::gem::{GemConfig, simulate};
-use sim::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
-use sim::rng::SimRng;
-use sim::serving::{QueuePolicy, QueuedRequest};
-use std::collections::VecDeque;
 use std::path::Path;
 
-/// vLLM's contiguous blocks of experts.
-struct Linear;
-impl ExpertMapper for Linear {
-    fn map_layer(&mut self, problem: &LayerProblem<'_>, _: &mut SimRng) -> LayerMapping {
-        let per = problem.n_experts / problem.n_gpus();
-        let gpus: Vec<usize> = (0..problem.n_experts).map(|e| e / per).collect();
-        LayerMapping::from_assignment(&gpus, problem.n_gpus())
-    }
-}
-
-#[derive(Default)]
-struct Fifo(VecDeque<QueuedRequest>);
-impl QueuePolicy for Fifo {
-    fn name(&self) -> &'static str {
-        "fcfs"
-    }
-    fn reset(&mut self, _: usize) {
-        self.0.clear();
-    }
-    fn push(&mut self, _: usize, r: QueuedRequest) {
-        self.0.push_back(r);
-    }
-    fn pop(&mut self, _: usize, _: u64) -> Option<QueuedRequest> {
-        self.0.pop_front()
-    }
-    fn len(&self, _: usize) -> usize {
-        self.0.len()
-    }
-}
-
-const SCENARIO: &str = r#"
-model = { name = "qwen3-30b-a3b" }
-cluster = { variability = "high" }
-workload = { n_requests = 4000 }
-mapper = { kind = "linear" }
-"#;
-
 fn gem_serving(c: &mut Criterion) {
-    let config: GemConfig = toml::from_str(SCENARIO).unwrap();
-    let scenario = config
-        .validate(Path::new("."), &mut Default::default())
-        .unwrap();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/gem/quick.toml");
+    let sets = [
+        "model.name=qwen3-30b-a3b".to_string(),
+        "workload.n_requests=4000".to_string(),
+    ];
+    let plan = sim::scenario::load(&path, &sets).expect("the GEM preset loads");
+    let cell = &plan.cells[0];
+    assert_eq!(cell.id, "experts.mapping.kind=linear");
     let mut group = c.benchmark_group("gem");
     group.sample_size(10);
     group.bench_function("serve_qwen3_30b_a3b_4000_offline_requests", |b| {
-        b.iter(|| simulate(&scenario, 1, &mut Linear, &mut Fifo::default()))
+        b.iter(|| {
+            let run = sim::runner::run_cell(
+                &cell.scenario,
+                plan.seeds[0],
+                &strategies::Registry,
+                None,
+                None,
+            )
+            .expect("the preset runs");
+            assert_eq!(run.output.scalar("completed"), Some(4000.0));
+            run
+        })
     });
     group.finish();
 }

@@ -8,7 +8,6 @@ pub mod arrivals;
 pub mod chimera;
 pub mod expertweave;
 pub mod family;
-pub mod gem;
 pub mod headlines;
 pub mod load_cache;
 pub mod metrics;

@@ -9,7 +9,6 @@ use crate::family::{FamilyId, RegisteredFamily};
 
 /// Every family the simulator knows, in the order `expertsim` lists them.
 pub static FAMILIES: &[&dyn RegisteredFamily] = &[
-    &crate::gem::Gem,
     &crate::mosaic::Mosaic,
     &crate::chimera::Chimera,
     &crate::expertweave::ExpertWeave,
@@ -18,7 +17,7 @@ pub static FAMILIES: &[&dyn RegisteredFamily] = &[
 
 /// Families that became presets of the serving simulator, and what a scenario file of one
 /// writes instead (its error when it still names the old family).
-pub const RETIRED: &[(&str, &str)] = &[("caps", CAPS_MOVED)];
+pub const RETIRED: &[(&str, &str)] = &[("caps", CAPS_MOVED), ("gem", GEM_MOVED)];
 
 /// The caps family's keys as the serving simulator's CAPS preset spells them
 /// (docs/unified-model-changes/caps-preset.md; scenarios/caps/evaluation_serving.toml).
@@ -40,9 +39,8 @@ queue_sample_interval_ms -> (none: queue_depth_mean/max are exact); [output] per
 mean_batch_time_ms -> mean_step_ms, utilization -> replica_utilization; sweep and figure keys \
 likewise (scheduler.selector.kind -> replica.batch_former.kind)";
 
-/// The refusal of `family = "gem"` once the gem family is deleted (issue 28; not in `RETIRED`
-/// yet: the gem server still runs the files gem-preset.md lists under "What still depends on
-/// sim/src/gem/"). Register it as `("gem", GEM_MOVED)` when `sim/src/gem/` goes.
+/// The gem family's keys as the serving simulator's GEM preset spells them
+/// (docs/unified-model-changes/gem-preset.md; docs/gem.md).
 pub const GEM_MOVED: &str = "the gem family is now a preset of the serving simulator: write \
 family = \"serving\" (scenarios/gem/evaluation_serving.toml is GEM's headline cell, \
 scenarios/gem/quick.toml the smoke run). Keys: [model] name -> [model] name (n_layers as \
@@ -51,14 +49,19 @@ replica.tensor_parallel the same G, gpu -> replica.gpu, variability = \"high\" |
 \"low\" -> replica.variability = { setup, straggler_slowdown, moderate_draws, moderate_seed, \
 distribution }, variability = \"explicit\" with speed_factors -> replica.speed_factors, \
 factors -> replica.speed_factors_kind (the gem default was \"throughput\"), bandwidth_share -> \
-replica.bandwidth_share; [serving] max_num_seqs -> replica.max_num_seqs, \
+replica.bandwidth_share; [model] profile -> replica.scheduler.profile (a calibration profile \
+pricing the dense part and head from its curves), measured -> replica.measured; [serving] \
+max_num_seqs -> replica.max_num_seqs, \
 max_num_batched_tokens -> [replica.scheduler] kind = \"sarathi\", chunk_size, kv = \
 \"unbounded\" (vLLM V1's schedule), plus replica.host_time = \"vllm\" (the engine's host time \
 per step, which the gem family did not pay); detail_layer, detail_steps -> (none: results carry \
 layer 0's first 25 unseen steps in details.deployment[].experts); [trace] -> experts.trace; \
 [mapper] -> experts.mapping with experts.streams = \"shared\"; [workload] dataset, n_requests, \
 prompt_tokens, output_tokens -> workload.* with workload.streams = \"gem\"; no [arrival] -> \
-[arrival] pattern = \"offline\". Metrics: tpot_* (every token gap) -> itl_*, busy_share_min / \
+[arrival] pattern = \"offline\"; experiment = \"variability_at_scale\" | \"profiling_cost\" with \
+[scale] draws, distribution and [profiling] method, repetitions, sweep_max_tokens -> [experiment] \
+kind, gpus (for cluster.n_gpus), draws, distribution, method, repetitions, sweep_max_tokens. \
+Metrics: tpot_* (every token gap) -> itl_*, busy_share_min / \
 busy_share_mean -> gpu_busy_min / gpu_busy_mean; sweep and figure keys likewise \
 (mapper.kind -> experts.mapping.kind, cluster.variability -> replica.variability.setup)";
 
@@ -108,6 +111,27 @@ mod tests {
     use crate::validate::limits::{Demand, Quantity};
     use crate::validate::{FieldError, positive};
     use std::path::Path;
+
+    /// A retired family's name is refused with the keys its preset writes instead.
+    #[test]
+    fn a_retired_family_is_refused_with_its_key_mapping() {
+        for (name, needle) in [
+            ("gem", "experts.trace"),
+            ("gem", "replica.scheduler.profile"),
+            ("caps", "replica.batch_former"),
+        ] {
+            assert!(family(name).is_none(), "{name} is not registered");
+            let err = serde_json::from_value::<FamilyId>(serde_json::json!(name))
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                err.contains("now a preset of the serving simulator"),
+                "{err}"
+            );
+            assert!(err.contains(needle), "{name}: {err}");
+        }
+    }
 
     #[test]
     fn registered_names_are_distinct_and_found_by_name() {
@@ -237,7 +261,7 @@ mod tests {
     /// scenario loader and the runner do for `FAMILIES`.
     #[test]
     fn a_toy_family_is_reached_through_one_registration_line() {
-        static WITH_TOY: &[&dyn RegisteredFamily] = &[&crate::gem::Gem, &toy::Toy];
+        static WITH_TOY: &[&dyn RegisteredFamily] = &[&crate::mosaic::Mosaic, &toy::Toy];
         assert!(named_in(FAMILIES, "toy").is_none());
         let family = named_in(WITH_TOY, "toy").expect("the toy is registered");
         assert_eq!(family.name(), "toy");

@@ -313,23 +313,21 @@ pub(crate) fn first_details(cell: &CellResult) -> anyhow::Result<&Json> {
 
 /// The expert layout detail of a cell's first run that the `gem_*` figure kinds draw: the
 /// first replica group's `details.deployment[].experts` (a serving run with `experts.trace`,
-/// `serving_family::mapping::expert_detail`), or the gem family's `details.deployment`.
+/// `serving_family::mapping::expert_detail`).
 pub(crate) fn expert_details(cell: &CellResult) -> anyhow::Result<&Json> {
-    let deployment = &first_details(cell)?["deployment"];
-    match deployment.as_array() {
-        Some(groups) => groups
-            .iter()
-            .map(|g| &g["experts"])
-            .find(|e| e.is_object())
-            .with_context(|| {
-                format!(
-                    "cell {}: no replica group records its expert layout (an MoE model with \
-                     `experts.trace` does)",
-                    cell.id
-                )
-            }),
-        None => Ok(deployment),
-    }
+    first_details(cell)?["deployment"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| &g["experts"])
+        .find(|e| e.is_object())
+        .with_context(|| {
+            format!(
+                "cell {}: no replica group records its expert layout (an MoE model with \
+                 `experts.trace` does)",
+                cell.id
+            )
+        })
 }
 
 /// The figures `run` and `merge` draw: the scenario's `[[figure]]` tables or, without any, its

@@ -6,25 +6,35 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use sim::gem::Deployment;
-use sim::gem::config::GemConfig;
-use sim::gem::trace::{TraceParams, generate};
+use sim::cost::gpu::GpuSpec;
+use sim::cost::kernel::Timing;
+use sim::cost::moe_layer::{MoeLayerCost, SpeedFactors};
+use sim::cost::shape::MoeModelShape;
 use sim::policies::mapping::LayerProblem;
+use sim::policies::mapping::gpu_costs::planning_costs;
+use sim::serving::expert_trace::{TraceParams, generate};
 use strategies::mapping::eplb::Eplb;
 use strategies::mapping::gem::Gem;
 
-/// GEM's search over every layer of `model` (4 GPUs, high variability, window 16, K = 30).
+/// GEM's search over every layer of `model` (4 H200s, GPU 0 at 0.88 of the clock, the default
+/// synthetic trace from `(1, "gem/trace")`, window 16, K = 30): the GEM preset's mapping.
 fn gem_search(c: &mut Criterion, model: &str, name: &str) {
-    let config: GemConfig = serde_json::from_value(serde_json::json!({
-        "model": {"name": model},
-        "cluster": {"variability": "high"},
-        "mapper": {"kind": "gem"},
-    }))
-    .unwrap();
-    let scenario = config
-        .validate(std::path::Path::new("."), &mut Default::default())
-        .unwrap();
-    let deployment = Deployment::new(&scenario, 1);
+    let shape = MoeModelShape::preset(model).unwrap();
+    let params = TraceParams::default();
+    let (trace, _) = generate(
+        &params,
+        shape.n_layers,
+        shape.n_experts,
+        shape.top_k,
+        &mut sim::rng::stream(1, "gem/trace"),
+    );
+    let layer = MoeLayerCost::new(&GpuSpec::by_name("H200").unwrap(), &shape, Timing::Graph);
+    let speeds: Vec<SpeedFactors> = [0.88, 1.0, 1.0, 1.0]
+        .iter()
+        .map(|&s| SpeedFactors::split(s, 0.0))
+        .collect();
+    let limit = (trace.max_step_total().ceil() as usize).min(1 << 22);
+    let costs = planning_costs(&layer, shape.n_experts / 4, &speeds, limit);
     let mut group = c.benchmark_group("mapping");
     group.sample_size(10);
     group.bench_function(name, |b| {
@@ -32,7 +42,22 @@ fn gem_search(c: &mut Criterion, model: &str, name: &str) {
             // The search itself, not the process's memo of it (`SEARCHED` in mapping/gem.rs).
             strategies::mapping::gem::forget_searches();
             let mut gem = Gem::default();
-            black_box(deployment.map_layers(&mut gem, 16, 1))
+            let mappings: Vec<_> = (0..shape.n_layers)
+                .map(|l| {
+                    let problem = LayerProblem {
+                        layer: l,
+                        n_experts: shape.n_experts,
+                        window: trace.window(l, 0..16),
+                        costs: &costs,
+                    };
+                    sim::policies::mapping::ExpertMapper::map_layer(
+                        &mut gem,
+                        &problem,
+                        &mut sim::rng::stream(1, &format!("gem/mapper/layer{l}")),
+                    )
+                })
+                .collect();
+            black_box(mappings)
         })
     });
     group.finish();

@@ -55,6 +55,23 @@ fn the_retired_caps_family_is_refused_naming_the_new_keys() {
     );
 }
 
+/// The gem family became the serving simulator's GEM preset: a file that still names it is
+/// refused with the keys to write instead.
+#[test]
+fn the_retired_gem_family_is_refused_naming_the_new_keys() {
+    let text = SMALL.replace("family = \"serving\"", "family = \"gem\"");
+    assert_refused(
+        &text,
+        Some(2),
+        &[
+            "the gem family is now a preset of the serving simulator",
+            "experts.trace",
+            "replica.scheduler.profile",
+            "itl_*",
+        ],
+    );
+}
+
 #[test]
 fn wrong_type_is_refused_with_its_line() {
     let text = SMALL.replace("n_requests = 200", "n_requests = \"many\"");
@@ -294,10 +311,7 @@ fn list_names_every_option_a_scenario_can_name() {
             "arrival",
             &["poisson", "gamma", "bursty", "offline", "trace"],
         ),
-        (
-            "family",
-            &["gem", "mosaic", "chimera", "expertweave", "serving"],
-        ),
+        ("family", &["mosaic", "chimera", "expertweave", "serving"]),
         ("model", &["llama-2-7b", "mixtral-8x7b", "esft-vanilla-16b"]),
         ("gpu", &["H100-SXM", "A100-80GB", "L4", "Ascend-910B"]),
     ] {
@@ -382,10 +396,7 @@ fn a_missing_family_is_refused_with_the_families_and_a_line() {
     assert_refused(
         &text,
         Some(1),
-        &[
-            "field `family`",
-            "gem, mosaic, chimera, expertweave, serving",
-        ],
+        &["field `family`", "mosaic, chimera, expertweave, serving"],
     );
 }
 
@@ -559,7 +570,7 @@ fn profiles_load_by_name_in_every_family_that_takes_one() {
         ),
         (
             "scenarios/live/gem.toml",
-            "model.profile",
+            "replica.scheduler.profile",
             "amd-epyc_live-tiny-moe",
         ),
         (

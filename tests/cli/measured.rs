@@ -50,7 +50,7 @@ fn gem_and_caps_price_mixtral_experts_from_the_a100_staircase() {
         (
             "scenarios/gem/measured-a100.toml",
             "scenarios/gem/measured-a100-analytic.toml",
-            &["workload.n_requests=60", "mapper.kind=gem"][..],
+            &["workload.n_requests=60", "experts.mapping.kind=gem"][..],
             4,
         ),
         (
@@ -173,9 +173,9 @@ fn a_bad_measured_set_is_refused_naming_the_field() {
     for (scenario, set, needles) in [
         (
             "scenarios/gem/measured-a100.toml",
-            "model.measured=vidur/b200",
+            "replica.measured=vidur/b200",
             &[
-                "field `model.measured`",
+                "field `replica.measured`",
                 "no measured profile set `vidur/b200`",
             ][..],
         ),
@@ -196,11 +196,16 @@ fn a_bad_measured_set_is_refused_naming_the_field() {
         ),
         (
             "scenarios/gem/measured-a100.toml",
-            "cluster.gpu=H100-SXM",
+            "replica.gpu=H100-SXM",
             &[
-                "measured-a100.toml:15:1: field `model.measured`",
-                "measured on A100-80GB, but cluster.gpu is H100-SXM",
+                "measured-a100.toml:23:1: field `replica.measured`",
+                "measured on A100-80GB, but replica.gpu is H100-SXM",
             ][..],
+        ),
+        (
+            "scenarios/gem/measured-a100.toml",
+            "replica.scheduler.profile=profile.json",
+            &["field `replica.measured`", "second cost source"][..],
         ),
         (
             "scenarios/caps/measured-a100.toml",

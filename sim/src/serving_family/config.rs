@@ -6,6 +6,7 @@
 //! replica group only) is read by `super::adapters`.
 
 use super::adapters::{AdapterSpec, AdaptersTable};
+use super::curve_pricing::CurvePricing;
 use super::experiment::{Experiment, ExperimentTable};
 use super::load::ModelLoad;
 use super::static_pricing::{ProfileSource, StaticCost};
@@ -376,6 +377,10 @@ pub enum SchedulerTable {
         /// Left out of a written scenario when the default.
         #[serde(default, skip_serializing_if = "Preemption::is_recompute")]
         preemption: Preemption,
+        /// An MoE model: a calibration profile JSON (relative to the scenario file) whose
+        /// curves price the dense part and head (`serving_family::curve_pricing`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profile: Option<String>,
     },
     /// Sarathi-Serve: chunked prefill within a `chunk_size` token budget per step, decodes
     /// first (stall-free batching), paged KV cache with recompute preemption (or swap,
@@ -393,6 +398,10 @@ pub enum SchedulerTable {
         /// The KV cache's limit: `paged` (default) or `unbounded`.
         #[serde(default, skip_serializing_if = "KvLimit::is_paged")]
         kv: KvLimit,
+        /// An MoE model: a calibration profile JSON (relative to the scenario file) whose
+        /// curves price the dense part and head (`serving_family::curve_pricing`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profile: Option<String>,
     },
     /// Orca: iteration-level batching of whole prompts with running decodes, no paging: each
     /// request's prompt + output reserved at admission; no token budget unless
@@ -400,6 +409,10 @@ pub enum SchedulerTable {
     Orca {
         #[serde(default)]
         max_num_batched_tokens: Option<u64>,
+        /// An MoE model: a calibration profile JSON (relative to the scenario file) whose
+        /// curves price the dense part and head (`serving_family::curve_pricing`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profile: Option<String>,
     },
     /// Static batches (CAPS, FasterTransformer-style serving): when the replica is empty and
     /// `min_batch_trigger` requests wait (or a tick of the `scheduling_interval_ms` grid finds
@@ -548,6 +561,7 @@ impl Default for SchedulerTable {
         SchedulerTable::Vllm {
             max_num_batched_tokens: d_batched_tokens(),
             preemption: Preemption::Recompute,
+            profile: None,
         }
     }
 }
@@ -559,6 +573,16 @@ impl SchedulerTable {
             SchedulerTable::Sarathi { .. } => "sarathi",
             SchedulerTable::Orca { .. } => "orca",
             SchedulerTable::Static { .. } => "static",
+        }
+    }
+
+    /// A continuous kind's `profile` (a static replica's is its pricing's).
+    pub fn continuous_profile(&self) -> Option<&str> {
+        match self {
+            SchedulerTable::Vllm { profile, .. }
+            | SchedulerTable::Sarathi { profile, .. }
+            | SchedulerTable::Orca { profile, .. } => profile.as_deref(),
+            SchedulerTable::Static { .. } => None,
         }
     }
 }
@@ -899,6 +923,9 @@ pub struct ReplicaSpec {
     pub host: HostOverhead,
     /// With `replica.measured`, the dense step priced from that set's operations.
     pub measured: Option<Arc<MeasuredDenseStep>>,
+    /// A continuous MoE replica priced from a profile's curves (`replica.scheduler.profile`
+    /// or `replica.measured`), built once per cell.
+    pub curves: Option<Arc<CurvePricing>>,
     pub scheduler: SchedulerTable,
     pub max_num_seqs: usize,
     /// Tokens per KV block of the replica's cache (1 for orca, which does not page).
@@ -1022,11 +1049,17 @@ impl ServingScenario {
         ) {
             return model.source();
         }
+        // One continuous MoE replica group priced from a profile: its source kind, as the gem
+        // family named it (`measured-operations` for a measured set).
+        if let (true, Some(curves)) = (self.other_groups.is_empty(), &self.replica.curves) {
+            return curves.profile.source.kind.as_str();
+        }
         self.groups()
-            .map(|(_, r)| match (&r.static_cost, &r.measured) {
-                (Some(cost), _) => cost.cost_source(),
-                (None, Some(m)) => m.record.sources().step_source(),
-                (None, None) => CostSource::Analytic,
+            .map(|(_, r)| match (&r.static_cost, &r.measured, &r.curves) {
+                (Some(cost), _, _) => cost.cost_source(),
+                (None, Some(m), _) => m.record.sources().step_source(),
+                (None, None, Some(c)) => c.source(),
+                (None, None, None) => CostSource::Analytic,
             })
             .reduce(CostSource::less_measured)
             .unwrap_or(CostSource::Analytic)
@@ -1834,6 +1867,7 @@ impl ServingConfig {
         }
         if let SchedulerTable::Orca {
             max_num_batched_tokens: Some(0),
+            ..
         } = &r.scheduler
         {
             return Err(field_error(
@@ -1903,6 +1937,7 @@ impl ServingConfig {
             &r.scheduler,
             SchedulerTable::Static { pricing, .. } if pricing.reads_expected_routing()
         );
+        let continuous = !matches!(r.scheduler, SchedulerTable::Static { .. });
         let measured = match (&r.measured, &model) {
             (None, _) => None,
             (Some(name), ServedModel::Dense(shape)) => {
@@ -1924,20 +1959,32 @@ impl ServingConfig {
                 Some(Arc::new(MeasuredDenseStep::new(&set, shape, parallel, 0.0)))
             }
             // A static replica priced from its expected routing builds its curves from the
-            // set (`StaticCost::validate`).
-            (Some(_), ServedModel::Moe(_)) if expected_routing => None,
+            // set (`StaticCost::validate`), a continuous one its profile (`CurvePricing`).
+            (Some(_), ServedModel::Moe(_)) if expected_routing || continuous => None,
+            (Some(_), ServedModel::Mla(_)) if continuous => None,
             (Some(_), _) => {
                 return Err(field_error(
                     &format!("{p}.measured"),
                     format!(
-                        "not yet for an MoE model ({}): measured pricing of the serving family's \
-                         expert-parallel MoE layer is not built; a dense model, or a static \
-                         replica priced from its expected routing, only",
+                        "not yet for an MoE model ({}) on a static replica priced pass by \
+                         pass: a dense model, a continuous MoE replica, or a static replica \
+                         priced from its expected routing, only",
                         model.name()
                     ),
                 ));
             }
         };
+        let curves = CurvePricing::validate(
+            p,
+            &model,
+            &r.scheduler,
+            r.measured.as_deref(),
+            &gpu,
+            tp,
+            base_dir,
+            cache,
+        )?
+        .map(Arc::new);
         let load = r
             .load
             .as_ref()
@@ -1990,6 +2037,7 @@ impl ServingConfig {
                 gpu_memory_utilization: r.gpu_memory_utilization,
                 host,
                 measured,
+                curves,
                 scheduler: r.scheduler.clone(),
                 max_num_seqs,
                 block_size,

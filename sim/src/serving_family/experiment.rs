@@ -116,6 +116,7 @@ impl ExperimentTable {
                     } => *max_num_batched_tokens as usize,
                     SchedulerTable::Orca {
                         max_num_batched_tokens,
+                        ..
                     } => max_num_batched_tokens.unwrap_or(0) as usize,
                     SchedulerTable::Static { .. } => 0,
                 };

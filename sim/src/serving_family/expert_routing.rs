@@ -14,8 +14,8 @@
 //! With `experts.trace` (`replay`) a step routes by the trace instead: step `i` of the replica
 //! on unseen trace step `i mod unseen`, each layer's assignments split over the layout's slots
 //! (GPU by GPU, an expert held by `r` slots weighing `1 / r` in each) in proportion to the
-//! trace step's counts, by rounding the cumulative shares half up (the gem family's rule,
-//! `gem::server::StepRouting`): each slot the floor or the ceiling of its share, the layer's
+//! trace step's counts, by rounding the cumulative shares half up (the deleted gem family's
+//! rule): each slot the floor or the ceiling of its share, the layer's
 //! total exact, no draw.
 
 use super::config::ExpertRoutingTable;
@@ -517,7 +517,7 @@ mod tests {
 
     #[test]
     fn a_trace_routes_whole_tokens_over_the_slots_by_cumulative_rounding() {
-        // The gem family's case (gem::server's routing test): one layer, 4 experts; observed
+        // The deleted gem family's case (its server's routing test): one layer, 4 experts; observed
         // step 0 (not routed), unseen step 1 with counts 3, 1, 0, 4. Three GPUs, two slots
         // each: GPU 0 hosts experts 0 and 3, GPU 1 experts 0 and 1, GPU 2 experts 2 and 3
         // (experts 0 and 3 in two slots, each weighing half). A step of 5 tokens at top-2 makes

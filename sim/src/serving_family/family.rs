@@ -2,7 +2,7 @@
 //! through the policies' queue policy and router (with or without a trace-event file), and what
 //! live mode reads (it runs the CAPS preset only: `live::caps`).
 
-use super::config::LengthSpec;
+use super::config::{LengthSpec, SchedulerTable};
 use super::{ServingConfig, ServingScenario};
 use crate::arrivals::{ArrivalSpec, TraceStats};
 use crate::family::{Family, FigureKind, LiveDescription, Run};
@@ -202,11 +202,15 @@ impl Family for Serving {
     }
 
     fn live_description(s: &ServingScenario) -> LiveDescription {
-        // Live mode runs the CAPS preset (a static replica priced from expected routing), whose
-        // batches launch the MoE kernels of the model's shape.
+        // Live mode runs the CAPS preset (a static replica priced from expected routing) and a
+        // continuous MoE replica, whose steps launch the MoE kernels of the model's shape.
         let priced = s.replica.static_cost.as_ref().and_then(|c| c.model());
+        let continuous = !matches!(s.replica.scheduler, SchedulerTable::Static { .. });
+        let moe = matches!(s.model, super::config::ServedModel::Moe(_));
         LiveDescription {
-            moe_shape: priced.and(s.model.experts()),
+            moe_shape: (priced.is_some() || (continuous && moe))
+                .then(|| s.model.experts())
+                .flatten(),
             model: s.model.name().to_string(),
             cost_source: s.cost_model().to_string(),
         }

@@ -10,6 +10,7 @@ pub mod adapters;
 pub mod batch_former;
 pub mod checks;
 pub mod config;
+pub mod curve_pricing;
 pub mod deployment;
 pub mod execution;
 pub mod experiment;
@@ -47,6 +48,7 @@ use deployment::Deployment;
 use serde_json::json;
 use server::ServingServer;
 use std::path::Path;
+pub use step_cost::ReplicaStepCost;
 
 const fn ms(
     name: &'static str,
@@ -533,8 +535,18 @@ pub fn run_recorded(
     )
 }
 
+/// How `serve` prices the replicas' steps other than by their own `ReplicaStepCost`: the seam
+/// live mode and tests price through.
+pub enum StepCosts<'a> {
+    /// Replica `r`'s steps by `costs[r]` (one per replica).
+    Given(Vec<Box<dyn StepCost + 'a>>),
+    /// Replica `r`'s steps by `wrap(r, a copy of its own step cost)`: a wrapper (live mode's)
+    /// that predicts with the serving family's own pricing, layout and all.
+    Wrapped(Box<dyn FnMut(usize, ReplicaStepCost) -> Box<dyn StepCost + 'a> + 'a>),
+}
+
 /// Serves one seed of `scenario` on replicas laid out by `plan` (with adapters) and by `mapper`
-/// (experts; `run_recorded` says the rest), each replica's steps priced by `step_costs[replica]`
+/// (experts; `run_recorded` says the rest), each replica's steps priced as `step_costs` says
 /// when given, by its own `ReplicaStepCost` otherwise.
 #[allow(clippy::too_many_arguments)]
 pub fn serve<'a>(
@@ -547,7 +559,7 @@ pub fn serve<'a>(
     plan: Option<&MemoryPlan>,
     sink: &'a mut dyn RecordSink,
     trace_events: Option<&Path>,
-    step_costs: Option<Vec<Box<dyn StepCost + 'a>>>,
+    step_costs: Option<StepCosts<'a>>,
 ) -> Result<RunOutput, String> {
     // Adapters serve one replica group (config validation), the first. Its replicas are the
     // plan's instances, of one shape (a merged copy each, or one instance): the deployment is
@@ -605,8 +617,10 @@ pub fn serve<'a>(
         router,
         sink,
     );
-    if let Some(costs) = step_costs {
-        server = server.with_step_costs(costs);
+    match step_costs {
+        Some(StepCosts::Given(costs)) => server = server.with_step_costs(costs),
+        Some(StepCosts::Wrapped(wrap)) => server = server.with_wrapped_step_costs(wrap),
+        None => {}
     }
     if let Some(path) = trace_events {
         let label = format!("{} seed {seed}", scenario.model.name());
@@ -687,9 +701,13 @@ pub fn serve<'a>(
                 .collect::<Vec<_>>(),
             "pricing": scenario
                 .groups()
-                .map(|(_, r)| r.measured.as_ref().map(|m| &m.record).or_else(|| {
-                    r.static_cost.as_ref().and_then(|c| c.pricing())
-                }))
+                .map(|(_, r)| {
+                    r.measured
+                        .as_ref()
+                        .map(|m| &m.record)
+                        .or_else(|| r.static_cost.as_ref().and_then(|c| c.pricing()))
+                        .or_else(|| r.curves.as_ref().and_then(|c| c.record.as_deref()))
+                })
                 .collect::<Vec<_>>(),
         }),
     })

@@ -74,6 +74,7 @@ pub fn replica(spec: &ReplicaSpec, kv_blocks: u64) -> Replica {
         SchedulerTable::Vllm {
             max_num_batched_tokens,
             preemption,
+            ..
         } => (
             ReplicaConfig {
                 max_num_seqs: spec.max_num_seqs,
@@ -89,6 +90,7 @@ pub fn replica(spec: &ReplicaSpec, kv_blocks: u64) -> Replica {
             chunk_size,
             preemption,
             kv,
+            ..
         } => (
             ReplicaConfig {
                 max_num_seqs: spec.max_num_seqs,
@@ -112,6 +114,7 @@ pub fn replica(spec: &ReplicaSpec, kv_blocks: u64) -> Replica {
         ),
         SchedulerTable::Orca {
             max_num_batched_tokens,
+            ..
         } => (
             ReplicaConfig {
                 max_num_seqs: spec.max_num_seqs,

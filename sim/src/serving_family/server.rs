@@ -627,6 +627,17 @@ impl<'a> ServingServer<'a> {
         self
     }
 
+    /// Prices replica `r`'s steps by `wrap(r, a copy of its own ReplicaStepCost)`.
+    pub fn with_wrapped_step_costs(
+        mut self,
+        mut wrap: Box<dyn FnMut(usize, ReplicaStepCost) -> Box<dyn StepCost + 'a> + 'a>,
+    ) -> Self {
+        for (r, run) in self.replicas.iter_mut().enumerate() {
+            run.priced_by = Some(wrap(r, run.step_cost.clone()));
+        }
+        self
+    }
+
     /// Writes every step as a trace-event slice to `trace`.
     pub fn with_trace_events(mut self, trace: TraceEvents) -> Self {
         self.trace = Some(trace);

@@ -105,7 +105,8 @@ impl StaticCost {
                 (profile, None, Some(field))
             }
             (None, Some(name)) => {
-                let (profile, record) = measured_profile(p, name, gpu, shape, base_dir, cache)?;
+                // One GPU: tensor parallelism 1.
+                let (profile, record) = measured_profile(p, name, gpu, shape, 1, base_dir, cache)?;
                 (profile, Some(record), Some(format!("{p}.measured")))
             }
             (None, None) => (analytic_profile(gpu, shape, cache), None, None),
@@ -207,7 +208,7 @@ fn analytic_profile(gpu: &GpuSpec, shape: &MoeModelShape, cache: &mut LoadCache)
 }
 
 /// The profile file `path` (relative to `base_dir`), checked against `shape`.
-fn file_profile(
+pub(super) fn file_profile(
     field: &str,
     path: &str,
     shape: &MoeModelShape,
@@ -233,18 +234,20 @@ fn file_profile(
 }
 
 /// The curves of `shape` on `gpu` built from the measured set `name`
-/// (`cost::measured_steps::moe`, one GPU: tensor parallelism 1), with their pricing record.
-fn measured_profile(
+/// (`cost::measured_steps::moe`, the non-expert part at `tensor_parallel`), with their pricing
+/// record.
+pub(super) fn measured_profile(
     p: &str,
     name: &str,
     gpu: &GpuSpec,
     shape: &MoeModelShape,
+    tensor_parallel: u32,
     base_dir: &Path,
     cache: &mut LoadCache,
 ) -> Result<(Arc<Profile>, Arc<PricingRecord>), FieldError> {
     let field = format!("{p}.measured");
     let set = crate::load_cache::measured_set(&field, name, base_dir, cache)?;
     crate::validate::measured_on(&field, &set, &format!("{p}.gpu"), gpu)?;
-    let built = crate::cost::measured_steps::moe(&set, shape, 1);
+    let built = crate::cost::measured_steps::moe(&set, shape, tensor_parallel);
     Ok((Arc::new(built.profile), Arc::new(built.record)))
 }

@@ -4,7 +4,9 @@
 //! `StepRoofline::dense` / `moe_non_expert_tensor_parallel`: weight GEMMs on tile-padded rows,
 //! the element-wise kernels by their bytes, attention, head, the tensor-parallel all-reduces),
 //! each GPU at its own speed factors and the slowest setting the pace, or with
-//! `replica.measured` from measured operations (`MeasuredDenseStep::parts`); the host's time per
+//! `replica.measured` from measured operations (`MeasuredDenseStep::parts`), or (a continuous MoE
+//! replica with `replica.scheduler.profile` or `replica.measured`) from a profile's per-layer
+//! and head curves (`curve_pricing::CurvePricing`); the host's time per
 //! pass (`cost::host`, the scheduler kind's term) on top, and each step's `StepParts` in its
 //! breakdown; then each MoE layer as `cost::moe_layer` prices it on the replica's expert layout
 //! (`mapping::ExpertLayout`, the layer's own mapping): per expert-parallel group, each GPU's
@@ -18,6 +20,7 @@
 
 use super::adapters::{CopyTokens, rerouting_cost};
 use super::config::{ServedModel, ServingScenario};
+use super::curve_pricing::CurvePricing;
 use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
@@ -43,6 +46,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 /// The routed experts of an MoE replica.
+#[derive(Clone)]
 struct MoePart {
     layer: MoeLayerCost,
     layout: Rc<ExpertLayout>,
@@ -148,6 +152,7 @@ impl LaneRows for StepLaneRows<'_> {
 }
 
 /// A replica's step cost.
+#[derive(Clone)]
 pub struct ReplicaStepCost {
     /// The dense part at each distinct speed of the replica's GPUs (its roofline scaled by the
     /// speed factors), priced once per step each.
@@ -156,6 +161,14 @@ pub struct ReplicaStepCost {
     elementwise: ElementwiseKernels,
     /// With `replica.measured`, the dense step from measured operations instead of `dense`.
     measured: Option<Arc<MeasuredDenseStep>>,
+    /// A continuous MoE replica priced from a profile's curves instead of `dense`
+    /// (`curve_pricing`), at each distinct speed of `dense_speeds`.
+    curves: Option<Arc<CurvePricing>>,
+    /// The distinct speeds of the replica's GPUs, in the order of `dense`.
+    dense_speeds: Vec<SpeedFactors>,
+    /// The MoE layers the curves price (the model's layers).
+    curve_layers: usize,
+    tensor_parallel: usize,
     /// The host's time per step.
     host: HostOverhead,
     /// The dense part's price at each distinct speed of the pass being priced (scratch).
@@ -173,8 +186,14 @@ pub struct ReplicaStepCost {
 /// The routed experts' layer cost of `scenario`'s GPU: CUDA graphs capture the grouped MoE
 /// kernels with the rest of the step, so each costs its GPU-side time (kernel floor included)
 /// and no host launch (the host overhead covers the graph replay).
+/// A replica priced from a measured profile takes its expert entry instead
+/// (`CurvePricing::expert_layer`).
 pub fn moe_layer_cost(scenario: &ServingScenario, shape: &MoeModelShape) -> MoeLayerCost {
-    MoeLayerCost::new(&scenario.replica.gpu, shape, Timing::Graph)
+    let layer = MoeLayerCost::new(&scenario.replica.gpu, shape, Timing::Graph);
+    match &scenario.replica.curves {
+        Some(curves) => curves.expert_layer(layer, shape),
+        None => layer,
+    }
 }
 
 /// `value / parts`, rounded up.
@@ -299,6 +318,10 @@ impl ReplicaStepCost {
             dense,
             elementwise,
             measured: r.measured.clone(),
+            curves: r.curves.clone(),
+            dense_speeds: distinct,
+            curve_layers: scenario.model.experts().map_or(0, |s| s.n_layers),
+            tensor_parallel: r.tensor_parallel,
             host: r.host,
             prices: Vec::new(),
             dense_of_gpu,
@@ -371,7 +394,7 @@ impl ReplicaStepCost {
     /// is Chimera's `decode_ms_per_token` (the router's activity monitor).
     pub fn decode_profile(&mut self, sequences: u64, context: u64) -> StepTime {
         let tokens = self.decode_tokens(sequences, context);
-        self.evenly_routed(&tokens, sequences, sequences)
+        self.evenly_routed(&tokens, 0, sequences, sequences)
     }
 
     /// A decode step of `sequences` sequences holding `context` tokens each, its routed tokens
@@ -385,7 +408,7 @@ impl ReplicaStepCost {
     ) -> StepTime {
         let tokens = self.decode_tokens(sequences, context);
         let mut busy = vec![0.0; self.dense_of_gpu.len()];
-        let pass = self.pass(&tokens, sequences, Some(routed), &mut busy);
+        let pass = self.pass(&tokens, 0, sequences, Some(routed), &mut busy);
         pass.with_host(self.host.nanos(sequences)).step_time(busy)
     }
 
@@ -411,12 +434,18 @@ impl ReplicaStepCost {
             context_tokens: share(tokens, dp),
             prefill_square: (tokens as f64).powi(2) / dp as f64,
         };
-        self.evenly_routed(&work, tokens, 1)
+        self.evenly_routed(&work, tokens, tokens, 1)
     }
 
-    /// One step of `tokens` (`rows` rows in the whole replica, `sequences` sequences), its
-    /// routed tokens spread evenly over the experts.
-    fn evenly_routed(&mut self, tokens: &StepTokens, rows: u64, sequences: u64) -> StepTime {
+    /// One step of `tokens` (`rows` rows in the whole replica, `prefill_rows` of them prompt
+    /// rows, `sequences` sequences), its routed tokens spread evenly over the experts.
+    fn evenly_routed(
+        &mut self,
+        tokens: &StepTokens,
+        prefill_rows: u64,
+        rows: u64,
+        sequences: u64,
+    ) -> StepTime {
         let spread = self.moe.as_ref().map(|moe| {
             let (experts, gpus, layers) = (moe.layout.n_experts, moe.layout.gpus(), moe.n_layers);
             let assignments = rows * moe.top_k as u64;
@@ -445,24 +474,53 @@ impl ReplicaStepCost {
                 per_slot: &[],
             });
         let mut busy = vec![0.0; self.dense_of_gpu.len()];
-        let pass = self.pass(tokens, rows, routed, &mut busy);
+        let pass = self.pass(tokens, prefill_rows, rows, routed, &mut busy);
         pass.with_host(self.host.nanos(sequences)).step_time(busy)
     }
 
-    /// One forward pass of `rows` token rows (the whole replica's): the dense part on `tokens`
-    /// (the slowest GPU's pace), then each MoE layer on `routed` (and, with adapters, the
-    /// rerouting of the rows); adds each GPU's busy time into `busy`.
+    /// One forward pass of `rows` token rows (the whole replica's, `prefill_rows` of them
+    /// prompt rows): the dense part on `tokens` (the slowest GPU's pace), then each MoE layer on
+    /// `routed` (and, with adapters, the rerouting of the rows); adds each GPU's busy time into
+    /// `busy`.
     fn pass(
         &mut self,
         tokens: &StepTokens,
+        prefill_rows: u64,
         rows: u64,
         routed: Option<RoutedTokens<'_>>,
         busy: &mut [f64],
     ) -> PassTime {
         let prices = &mut self.prices;
         prices.clear();
-        match &self.measured {
-            Some(measured) => {
+        match (&self.measured, &self.curves) {
+            (_, Some(curves)) => {
+                // One data-parallel copy's prompt and decoding rows, each GPU its share.
+                let dp = self.data_parallel;
+                let prefill = share(prefill_rows, dp);
+                let decode = share(rows - prefill_rows, dp);
+                for &speed in &self.dense_speeds {
+                    let own = curves.gpu_nanos(
+                        prefill,
+                        decode,
+                        tokens.sequences,
+                        self.curve_layers,
+                        self.tensor_parallel,
+                        speed,
+                    );
+                    prices.push(PassTime {
+                        nanos: own.nanos(),
+                        parts: StepParts {
+                            linear_ns: own.layers_ns,
+                            head_ns: own.head_ns,
+                            ..StepParts::default()
+                        },
+                        op_sources: curves.op_sources(),
+                        source: Some(curves.source()),
+                        ..PassTime::default()
+                    });
+                }
+            }
+            (Some(measured), None) => {
                 let (parts, sources) = measured.parts(tokens);
                 prices.push(PassTime {
                     nanos: parts.nanos(),
@@ -480,7 +538,7 @@ impl ReplicaStepCost {
                     ..PassTime::default()
                 });
             }
-            None => {
+            (None, None) => {
                 for d in &self.dense {
                     let parts = d.parts(tokens, &self.elementwise);
                     prices.push(PassTime {
@@ -635,14 +693,14 @@ impl ReplicaStepCost {
         flops.fill(0.0);
         let mut total = PassTime::default();
         for iteration in 0..=u64::from(work.decode_iterations) {
-            let (tokens, topics, routed_tokens) = if iteration == 0 {
+            let (tokens, topics, routed_tokens, prefill_rows) = if iteration == 0 {
                 let tokens = StepTokens {
                     rows: share(prompts, dp),
                     sequences: share(requests, dp),
                     context_tokens: share(prompts, dp),
                     prefill_square: prefill_square / dp as f64,
                 };
-                (tokens, &prefill_topics, prompts)
+                (tokens, &prefill_topics, prompts, prompts)
             } else {
                 let tokens = StepTokens {
                     rows: share(requests, dp),
@@ -650,7 +708,7 @@ impl ReplicaStepCost {
                     context_tokens: share(prompts + requests * iteration, dp),
                     prefill_square: 0.0,
                 };
-                (tokens, &decode_topics, requests)
+                (tokens, &decode_topics, requests, 0)
             };
             let routed = router.as_mut().map(|r| {
                 if r.topical() {
@@ -659,7 +717,7 @@ impl ReplicaStepCost {
                 r.route(routed_tokens)
             });
             self.add_pass_flops(&tokens, routed, flops);
-            let pass = self.pass(&tokens, routed_tokens, routed, &mut busy);
+            let pass = self.pass(&tokens, prefill_rows, routed_tokens, routed, &mut busy);
             total.add(&pass.with_host(self.host.nanos(requests)));
         }
         total.step_time(busy)
@@ -678,6 +736,8 @@ struct PassTime {
     parts: StepParts,
     /// From measured operations: what priced each.
     op_sources: Option<OpSources>,
+    /// What priced the pass when not `op_sources` alone (a profile's curves).
+    source: Option<CostSource>,
 }
 
 impl PassTime {
@@ -694,6 +754,7 @@ impl PassTime {
         p.head_ns += o.head_ns;
         p.host_ns += o.host_ns;
         self.op_sources = self.op_sources.or(other.op_sources);
+        self.source = self.source.or(other.source);
     }
 
     /// The passes plus the host's `host_ns`.
@@ -723,9 +784,10 @@ impl PassTime {
                 op_sources: self.op_sources,
                 parts: self.parts,
             },
-            source: self
-                .op_sources
-                .map_or(CostSource::Analytic, |s| s.step_source()),
+            source: self.source.unwrap_or_else(|| {
+                self.op_sources
+                    .map_or(CostSource::Analytic, |s| s.step_source())
+            }),
         }
     }
 }
@@ -735,7 +797,7 @@ impl StepCost for ReplicaStepCost {
         let tokens = self.dense_tokens(work);
         let mut busy = vec![0.0; self.dense_of_gpu.len()];
         let rows = work.prefill_tokens + work.decode_tokens;
-        let pass = self.pass(&tokens, rows, work.routed, &mut busy);
+        let pass = self.pass(&tokens, work.prefill_tokens, rows, work.routed, &mut busy);
         pass.with_host(self.host.nanos(work.requests))
             .with_swap(self.swap.nanos(work))
             .step_time(busy)

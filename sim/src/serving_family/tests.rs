@@ -1394,9 +1394,9 @@ fn a_scenario_priced_from_vidurs_h100_runs_and_says_so() {
         ),
         (
             "llama-2-7b",
-            "mixtral-8x7b",
+            "esft-vanilla-16b",
             "replica.measured",
-            "not yet for an MoE",
+            "latent-attention",
         ),
         (
             "measured = ",
@@ -2585,4 +2585,174 @@ fn the_router_sees_each_workflows_stages_and_its_end() {
     }
     assert!(models_differ);
     assert_eq!(log.done.len(), 30);
+/// A continuous MoE replica of the scaled-down live shape over 4 GPUs (one at 0.8, its
+/// bandwidth slowed alike), priced from the CPU-measured profile: what live mode's GEM case runs.
+const TINY_PROFILED: &str = r#"
+[model]
+name = "live-tiny-moe"
+[replica]
+gpu = "H200"
+gpus = 4
+tensor_parallel = 4
+expert_parallel = 4
+speed_factors = [1.0, 1.0, 1.0, 0.8]
+bandwidth_share = 1.0
+step_overhead_ms = 0.0
+[replica.scheduler]
+kind = "sarathi"
+chunk_size = 8192
+kv = "unbounded"
+profile = "../../profiles/measured/amd-epyc_live-tiny-moe.json"
+[workload]
+n_requests = 16
+prompt_tokens = { kind = "log_normal", mean = 24, sigma = 0.4, max = 64 }
+output_tokens = { kind = "log_normal", mean = 8, sigma = 0.5, max = 16 }
+[arrival]
+pattern = "offline"
+"#;
+
+#[test]
+fn a_continuous_moe_replica_is_priced_from_its_profiles_curves() {
+    let s = scenario_in_repo(TINY_PROFILED).unwrap();
+    assert_eq!(s.cost_model(), "measured");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../profiles/measured/amd-epyc_live-tiny-moe.json");
+    let profile = crate::cost::profile::Profile::load(&path).unwrap();
+    assert_eq!(
+        profile.tensor_parallel, 1,
+        "whole-layer curves: each GPU runs 1/4"
+    );
+    let layers = profile.model.n_layers as f64;
+    let deployment = deployment::Deployment::new(&s, None).unwrap();
+    let mut cost = step_cost::ReplicaStepCost::new(&s, &deployment, None, None);
+    // The slowest GPU (0.8 on both terms) sets the pace; each GPU runs a quarter of the
+    // layer's curve (prefill at its compute factor, decode and head at its bandwidth factor).
+    // No host time, no MoE part without a layout: the step is the dense part alone.
+    let slow = crate::cost::moe_layer::SpeedFactors::split(0.8, 1.0);
+    for n in [1u64, 3, 16] {
+        let want = layers * (profile.non_expert_decode.at(n as f64) / slow.bandwidth / 4.0)
+            + profile.head.at(n as f64) / slow.bandwidth / 4.0;
+        let got = cost.decode_profile(n, 40);
+        assert_eq!(got.duration.0, want.round() as u64, "decode of {n}");
+        assert_eq!(got.source, crate::serving::CostSource::Measured);
+        let busy = &got.breakdown.per_gpu_busy_ns;
+        assert!((busy[3] * 0.8 - busy[0]).abs() < 1e-6 * busy[0], "{busy:?}");
+    }
+    for t in [7u64, 64, 300] {
+        let want = layers * (profile.non_expert_prefill.at(t as f64) / slow.compute / 4.0)
+            + profile.head.at(1.0) / slow.bandwidth / 4.0;
+        assert_eq!(
+            cost.prefill_profile(t).duration.0,
+            want.round() as u64,
+            "prefill of {t}"
+        );
+    }
+    // The routed experts: the profile's measured expert entry, not the kernel model.
+    let shape = s.model.experts().unwrap();
+    assert!(!step_cost::moe_layer_cost(&s, &shape).prices_lanes());
+    let roofline = scenario_in_repo(&TINY_PROFILED.replace("profile = ", "# profile = ")).unwrap();
+    assert!(step_cost::moe_layer_cost(&roofline, &shape).prices_lanes());
+    assert_eq!(roofline.cost_model(), "analytic-roofline");
+    // A run serves every request, priced otherwise than by the kernel classes.
+    let out = run(&s, 1);
+    assert_eq!(value(&out, "completed"), 16.0);
+    assert_ne!(
+        value(&out, "mean_step_ms"),
+        value(&run(&roofline, 1), "mean_step_ms")
+    );
+    // Refusals name the key: a profile on a dense model, a profile beside a measured set, a
+    // profile of another model.
+    for (from, to, key, words) in [
+        (
+            "name = \"live-tiny-moe\"\n[replica]\ngpu = \"H200\"\ngpus = 4\ntensor_parallel = 4\n\
+             expert_parallel = 4",
+            "name = \"llama-2-7b\"\n[replica]\ngpu = \"H200\"\ngpus = 4\ntensor_parallel = 4\n\
+             expert_parallel = 1",
+            "replica.scheduler.profile",
+            "not an MoE model",
+        ),
+        (
+            "step_overhead_ms = 0.0",
+            "step_overhead_ms = 0.0\nmeasured = \"vidur/h100\"",
+            "replica.measured",
+            "second cost source",
+        ),
+        (
+            "amd-epyc_live-tiny-moe.json",
+            "nvidia-h200_live-gpu-gem.json",
+            "replica.scheduler.profile",
+            "live-gpu-gem.json",
+        ),
+    ] {
+        let e = scenario_in_repo(&TINY_PROFILED.replace(from, to)).unwrap_err();
+        assert_eq!(e.path, key, "{e:?}");
+        assert!(e.message.contains(words), "{}", e.message);
+    }
+}
+
+/// Mixtral-8x7B on four A100s, its dense part and experts priced from Vidur's measured A100
+/// operations at tensor parallelism 4 (`replica.measured` on a continuous MoE replica).
+#[test]
+fn a_measured_set_prices_a_continuous_moe_replica_from_its_operations() {
+    let text = r#"
+[model]
+name = "mixtral-8x7b"
+[replica]
+gpu = "A100-80GB"
+gpus = 4
+tensor_parallel = 4
+expert_parallel = 4
+speed_factors = [0.88, 1.0, 1.0, 1.0]
+bandwidth_share = 0.0
+measured = "vidur/a100"
+[replica.scheduler]
+kind = "sarathi"
+chunk_size = 8192
+kv = "unbounded"
+[workload]
+n_requests = 16
+prompt_tokens = { kind = "fixed", value = 100 }
+output_tokens = { kind = "fixed", value = 8 }
+[arrival]
+pattern = "offline"
+"#;
+    let s = scenario_in_repo(text).unwrap();
+    let curves = s
+        .replica
+        .curves
+        .as_ref()
+        .expect("priced from the set's curves");
+    assert!(curves.non_expert_per_gpu, "built at tensor parallelism 4");
+    assert_eq!(
+        curves.record.as_ref().unwrap().measured,
+        "vidur/a100",
+        "the record names the set"
+    );
+    assert_eq!(s.cost_model(), "measured-operations");
+    let shape = s.model.experts().unwrap();
+    let built = crate::cost::measured_steps::moe(
+        &crate::load_cache::measured_set(
+            "replica.measured",
+            "vidur/a100",
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../scenarios/serving")
+                .as_path(),
+            &mut LoadCache::default(),
+        )
+        .unwrap(),
+        &shape,
+        4,
+    );
+    let deployment = deployment::Deployment::new(&s, None).unwrap();
+    let mut cost = step_cost::ReplicaStepCost::new(&s, &deployment, None, None);
+    // Decode at 0.88 compute and full bandwidth: the non-expert curve is each GPU's own share
+    // (no division), the head a quarter; the host's time (vLLM's line) on top.
+    let n = 12u64;
+    let want = 32.0 * built.profile.non_expert_decode.at(n as f64)
+        + built.profile.head.at(n as f64) / 4.0
+        + s.replica.host.nanos(n);
+    assert_eq!(cost.decode_profile(n, 100).duration.0, want.round() as u64);
+    let out = run(&s, 1);
+    assert_eq!(value(&out, "completed"), 16.0);
+    assert_eq!(out.details["pricing"][0]["measured"], "vidur/a100");
 }

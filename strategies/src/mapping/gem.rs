@@ -422,9 +422,9 @@ impl ExpertMapper for Gem {
 mod tests {
     use super::*;
     use sim::cost::curve::CostCurve;
-    use sim::gem::trace::{TraceParams, generate};
     use sim::policies::mapping::score;
     use sim::rng::stream;
+    use sim::serving::expert_trace::{TraceParams, generate};
 
     fn staircase() -> CostCurve {
         // 10 us floor, +5 us per 64-token tile.

@@ -102,25 +102,42 @@ mod tests {
     }
 
     /// The paper's expected shape on its most favourable model: under one straggler GPU, GEM
-    /// serves faster than EPLB, which serves faster than linear (Mixtral-8x22B, 300 requests).
+    /// serves faster than EPLB, which serves faster than linear (Mixtral-8x22B, 300 requests,
+    /// the serving simulator's GEM preset).
     #[test]
     fn gem_beats_eplb_beats_linear_on_mixtral_with_a_straggler() {
         let e2e = |mapper: serde_json::Value| {
-            let config: sim::gem::GemConfig = serde_json::from_value(serde_json::json!({
-                "model": {"name": "mixtral-8x22b"},
-                "cluster": {"variability": "high"},
-                "workload": {"n_requests": 300},
-                "mapper": mapper,
-            }))
-            .unwrap();
-            let scenario = config
+            let scenario =
+                serde_json::from_value::<sim::serving_family::ServingConfig>(serde_json::json!({
+                    "model": {"name": "mixtral-8x22b"},
+                    "replica": {
+                        "gpu": "H200", "gpus": 4, "tensor_parallel": 4, "expert_parallel": 4,
+                        "variability": {"setup": "high"}, "speed_factors_kind": "throughput",
+                        "bandwidth_share": 0.0, "max_num_seqs": 1024,
+                        "scheduler": {"kind": "sarathi", "chunk_size": 8192, "kv": "unbounded"},
+                    },
+                    "experts": {"mapping": mapper, "streams": "shared", "trace": {}},
+                    "workload": {"n_requests": 300, "dataset": "sharegpt", "streams": "gem"},
+                    "arrival": {"pattern": "offline"},
+                }))
+                .unwrap()
                 .validate(std::path::Path::new("."), &mut Default::default())
                 .unwrap();
-            let mut mapper = build(&scenario.mapper);
-            let mut queue = crate::queue::fcfs::Fcfs::default();
-            sim::gem::simulate(&scenario, 5, mapper.as_mut(), &mut queue)
-                .scalar("e2e_mean_ms")
-                .unwrap()
+            let mut mapper = build(&scenario.expert_mapping);
+            sim::serving_family::run_recorded(
+                &scenario,
+                5,
+                crate::queue::build(&sim::serving::QueuePolicyConfig::Fcfs).as_mut(),
+                crate::routing::build(&sim::serving::RouterConfig::RoundRobin).as_mut(),
+                mapper.as_mut(),
+                &mut [],
+                None,
+                &mut sim::records::DiscardRecords,
+                None,
+            )
+            .unwrap()
+            .scalar("e2e_mean_ms")
+            .unwrap()
         };
         let linear = e2e(serde_json::json!({"kind": "linear"}));
         let eplb = e2e(serde_json::json!({"kind": "eplb"}));

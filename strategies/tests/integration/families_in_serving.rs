@@ -214,7 +214,7 @@ fn the_serving_family_makes_expertweaves_decisions() {
             Some(&s_plan),
             &mut s_finished,
             None,
-            Some(s_costs),
+            Some(sim::serving_family::StepCosts::Given(s_costs)),
         )
         .unwrap();
 
@@ -387,7 +387,7 @@ trace = {{ path = "{}", time_scale = 1.0 }}
             None,
             &mut sim::records::DiscardRecords,
             None,
-            Some(costs),
+            Some(sim::serving_family::StepCosts::Given(costs)),
         )
         .unwrap();
         assert_eq!(out.scalar("completed"), Some(400.0), "{scheduler}");

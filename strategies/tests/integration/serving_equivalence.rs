@@ -1,17 +1,16 @@
-//! The general `serving` family is the paper families' superset, not a fork: GEM's headline
-//! scenario re-expressed in the serving family gives the same expert mapping (issue 19;
-//! docs/serving-family.md, "Equivalence with the paper families"), and CAPS, whose own server
-//! is gone, runs as the serving family's preset (its pricings, metrics and refusals here).
+//! The general `serving` family is the paper families' superset, not a fork: CAPS, whose own
+//! server is gone, runs as the serving family's preset (its pricings, metrics and refusals
+//! here). GEM's server is gone too (docs/unified-model-changes/gem-preset.md); its mapping's
+//! equivalence was checked against it while both existed.
 
 use serde_json::json;
 use sim::load_cache::LoadCache;
 use sim::recorder::ServingSummary;
 use sim::recorder::replica::step_of;
 use sim::records::{RecordSink, RequestRecord};
-use sim::rng::stream;
 use sim::serving::{QueuePolicyConfig, RouterConfig};
 use sim::serving_family::deployment::Deployment;
-use sim::serving_family::mapping::{self, ExpertLayout};
+use sim::serving_family::mapping;
 use sim::serving_family::server::ServingServer;
 use sim::serving_family::{ServingConfig, ServingScenario};
 use std::collections::BTreeMap;
@@ -83,71 +82,6 @@ fn serving(config: serde_json::Value) -> ServingScenario {
         .expect("the test's serving scenario parses")
         .validate(Path::new("."), &mut LoadCache::default())
         .expect("the test's serving scenario is valid")
-}
-
-/// GEM's headline setting (scenarios/gem/headlines.toml: Mixtral-8x22B on 4 GPUs, one 12 %
-/// straggler, GEM with 8 restarts) : the serving family maps each layer of an expert-parallel
-/// group with `serving_family::mapping::map_group`, and given the gem family's observed loads
-/// (the window of its trace) and its per-GPU cost curves, it returns the gem family's mapping,
-/// layer by layer; the layout the serving family's step cost prices then sends each GPU the
-/// tokens GEM's score counts.
-///
-/// Coincide: the mapper (strategies::mapping::gem, the same `ExpertMapper`), the problem it
-/// solves per layer (window of tokens per expert per step, per-GPU latency curves, GEM's score),
-/// the per-layer random streams given. Differ: where the loads come from (the gem family's
-/// synthetic or recorded trace; the serving family's observation pass of its own routing model
-/// and arrivals) and the curves' inputs (both plan with `policies::mapping::gpu_costs::planning_costs`, the one
-/// MoE entry point at each GPU's compute and bandwidth factors, the gem family on the H200's
-/// measured grouped GEMMs where its expert shape was measured), and the serving family's stream
-/// names (`expert_mapping/replica<r>/copy<c>/layer<l>`).
-#[test]
-fn gem_mapping_is_the_same_in_the_serving_family() {
-    let seed = 7;
-    let config: sim::gem::GemConfig = serde_json::from_value(json!({
-        "model": {"name": "mixtral-8x22b"},
-        "cluster": {"variability": "high"},
-        "workload": {"n_requests": 300},
-        "mapper": {"kind": "gem", "restarts": 8},
-    }))
-    .expect("the gem scenario parses");
-    let gem = config
-        .validate(Path::new("."), &mut LoadCache::default())
-        .expect("the gem scenario is valid");
-    let window = gem.mapper.window();
-    let deployment = sim::gem::server::Deployment::new(&gem, seed);
-    let mut mapper = strategies::mapping::build(&gem.mapper);
-    let expected = deployment.map_layers(mapper.as_mut(), window, seed);
-
-    let n_experts = gem.shape.n_experts;
-    let windows: Vec<Vec<f32>> = (0..gem.shape.n_layers)
-        .map(|layer| deployment.problem(layer, window).window.to_vec())
-        .collect();
-    let mut mapper = strategies::mapping::build(&gem.mapper);
-    let got = mapping::map_group(
-        mapper.as_mut(),
-        n_experts,
-        &windows,
-        &deployment.costs,
-        |layer| stream(seed, &format!("gem/mapper/layer{layer}")),
-    );
-    assert_eq!(got, expected, "same mapping, layer by layer");
-    assert!(
-        expected.iter().any(|m| m.slots[0] != vec![0, 1]),
-        "GEM moved an expert away from the linear layout"
-    );
-
-    let layout = ExpertLayout::new(n_experts, &[got]);
-    let mut out = vec![0u32; layout.slots_per_gpu];
-    for (layer, window) in windows.iter().enumerate() {
-        for step in window.chunks(n_experts) {
-            let counts: Vec<u32> = step.iter().map(|&n| n as u32).collect();
-            let scored = expected[layer].gpu_tokens(step);
-            for (gpu, &tokens) in scored.iter().enumerate() {
-                layout.gpu_tokens(layer, &counts, gpu, &mut out);
-                assert_eq!(f64::from(out.iter().sum::<u32>()), tokens);
-            }
-        }
-    }
 }
 
 /// The CAPS preset at 300 Poisson requests at 250/s (Qwen1.5-MoE nf4, 16 topics, log-normal
@@ -337,82 +271,4 @@ fn the_static_pricing_keys_are_refused_where_they_do_not_apply() {
         );
         assert!(message.contains(why), "{scheduler}: {message}");
     }
-}
-
-/// GEM's headline cell as a serving preset (scenarios/gem/evaluation_serving.toml: Mixtral-8x22B
-/// on 4 H200s, GPU 0 at 0.88, GEM with 8 restarts here): with `experts.trace` the serving
-/// family's mapper reads the trace's observed steps (no observation pass) and with
-/// `experts.streams = "shared"` draws the gem family's streams, so its layout is the gem
-/// family's mapping, layer by layer, for the gem family's `factors = "clock"` (the serving
-/// family's speed factors are clock factors: gem-preset.md, gap 3). A second seed draws another
-/// trace and another mapping in both.
-#[test]
-fn gem_preset_maps_from_the_trace_as_the_gem_family_does() {
-    let gem_mapping = |seed: u64| {
-        let config: sim::gem::GemConfig = serde_json::from_value(json!({
-            "model": {"name": "mixtral-8x22b"},
-            "cluster": {"variability": "high", "factors": "clock"},
-            "workload": {"n_requests": 300},
-            "mapper": {"kind": "gem", "restarts": 8},
-        }))
-        .expect("the gem scenario parses");
-        let gem = config
-            .validate(Path::new("."), &mut LoadCache::default())
-            .expect("the gem scenario is valid");
-        let deployment = sim::gem::server::Deployment::new(&gem, seed);
-        let mut mapper = strategies::mapping::build(&gem.mapper);
-        deployment.map_layers(mapper.as_mut(), gem.mapper.window(), seed)
-    };
-    let preset = serving(json!({
-        "model": {"name": "mixtral-8x22b"},
-        "replica": {"gpu": "H200", "gpus": 4, "tensor_parallel": 4, "expert_parallel": 4,
-                    "speed_factors": [0.88, 1.0, 1.0, 1.0]},
-        "experts": {"mapping": {"kind": "gem", "restarts": 8}, "streams": "shared",
-                    "trace": {}},
-        "workload": {"n_requests": 300,
-                     "prompt_tokens": {"kind": "fixed", "value": 100},
-                     "output_tokens": {"kind": "fixed", "value": 10}},
-        "arrival": {"pattern": "offline"},
-    }));
-    let preset_layout = |seed: u64| {
-        let mut deployment = Deployment::new(&preset, None).expect("Mixtral-8x22B fits 4 H200s");
-        let shape = preset.model.experts().expect("an MoE model");
-        deployment.expert_trace = preset
-            .expert_trace
-            .as_ref()
-            .map(|t| t.build(shape.n_layers, shape.n_experts, shape.top_k, seed));
-        let mut queue = strategies::queue::build(&QueuePolicyConfig::Fcfs);
-        let mut router = strategies::routing::build(&RouterConfig::RoundRobin);
-        let mut mapper = strategies::mapping::build(&preset.expert_mapping);
-        let layouts = mapping::replica_layouts(
-            &preset,
-            std::slice::from_ref(&deployment),
-            seed,
-            mapper.as_mut(),
-            &mut [],
-            queue.as_mut(),
-            router.as_mut(),
-        );
-        layouts[0].clone().expect("an MoE replica has a layout")
-    };
-    let mut seen = Vec::new();
-    for seed in [1, 2] {
-        let expected = gem_mapping(seed);
-        let layout = preset_layout(seed);
-        for (layer, mapping) in expected.iter().enumerate() {
-            for (gpu, slots) in mapping.slots.iter().enumerate() {
-                assert_eq!(
-                    &layout.hosted(layer, gpu),
-                    slots,
-                    "seed {seed} layer {layer} gpu {gpu}"
-                );
-            }
-        }
-        assert!(
-            expected.iter().any(|m| m.slots[0] != vec![0, 1]),
-            "GEM moved an expert away from the linear layout"
-        );
-        seen.push(expected);
-    }
-    assert_ne!(seen[0], seen[1], "another seed, another trace and mapping");
 }
