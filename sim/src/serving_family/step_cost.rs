@@ -77,11 +77,16 @@ fn gpu_counts<'a>(
     per_expert: &[u32],
     lanes: Range<usize>,
 ) -> [&'a [u32]; LANES] {
-    for (tokens, g) in tokens.iter_mut().zip(lanes) {
+    for (tokens, g) in tokens.iter_mut().zip(lanes.clone()) {
         tokens.resize(layout.slots_per_gpu, 0);
         layout.gpu_tokens(layer, per_expert, g, tokens);
-        for c in copies {
-            tokens.extend(layout.expert_shares(layer, g, c.expert, c.tokens));
+    }
+    // Each copy's slots in turn, so that a GPU's copies keep their order.
+    for c in copies {
+        for (g, n) in layout.expert_hosts(layer, c.expert, c.tokens) {
+            if lanes.contains(&g) {
+                tokens[g - lanes.start].push(n);
+            }
         }
     }
     std::array::from_fn(|i| tokens[i].as_slice())
