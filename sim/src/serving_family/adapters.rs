@@ -669,6 +669,10 @@ rate_per_s = 1.0
         let per_op = 272.0 / crate::cost::kernel::KernelRates::of(&ascend).stream_bytes_per_s * 1e9;
         assert!((cost.memory_ns(32) - 5.0 * 26.0 * per_op).abs() < 1e-9);
         assert_eq!(cost.operators(), 5.0 * 26.0);
+        // Launched eagerly each operator waits for its 10 us launch (its 272 B take far less);
+        // with no launch cost the eager price is the bytes' alone.
+        assert_eq!(cost.eager_ns(32, 10_000.0), 5.0 * 26.0 * 10_000.0);
+        assert_eq!(cost.eager_ns(32, 0.0), cost.memory_ns(32));
         assert!(rerouting_cost(&shape, &spec, &instance(false, 2), &scenario.replica).is_none());
     }
 }
