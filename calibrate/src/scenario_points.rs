@@ -19,18 +19,23 @@
 //!   largest step total over `top_k`); decode and head batches hold at most
 //!   `min(max_num_seqs, n_requests)` sequences. Its dense part and head are measured as one
 //!   GPU's tensor-parallel shard of `replica.tensor_parallel`.
-//! - ExpertWeave: a step holds at most `serving.max_batch_tokens` tokens and
-//!   `serving.max_num_seqs` sequences (or the arrivals' count) of at most the prompt length's
-//!   upper end; the model is its routed-expert geometry (`MlaMoeShape::moe_geometry`), each
-//!   layer's dense GEMM and the head are measured at their own widths (`--gemm-widths`), and
-//!   the configured rerouting with the scenario's adapter count at the same token counts.
+//! - ExpertWeave (the expertweave family's file, or the serving preset's: an MLA model with
+//!   `[adapters]`): a step holds at most the token budget (`serving.max_batch_tokens`, or the
+//!   replica scheduler's `max_num_batched_tokens` / `chunk_size`) and `max_num_seqs` sequences
+//!   (or the arrivals' count) of at most the prompt length's upper end; the model is its
+//!   routed-expert geometry (`MlaMoeShape::moe_geometry`), each layer's dense GEMM and the
+//!   head are measured at their own widths (`--gemm-widths`), and the configured rerouting
+//!   (`adapters.rerouting`) with the scenario's adapter count at the same token counts.
 
 use crate::pipeline::Plan;
 use sim::arrivals::ArrivalSpec;
-use sim::cost::shape::{DenseModelShape, MoeModelShape};
+use sim::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
 use sim::scenario::Scenario;
 use sim::serving::expert_trace::TraceSpec;
+use sim::serving_family::ServingScenario;
+use sim::serving_family::adapters::AdapterSpec;
 use sim::serving_family::config::{LengthSpec, SchedulerTable, ServedModel};
+use sim::serving_family::rerouting::Rerouting;
 
 /// What a calibration for one scenario measures.
 #[derive(Clone, Debug, PartialEq)]
@@ -75,23 +80,84 @@ pub fn dense_models(scenario: &Scenario) -> Option<Vec<DenseModelShape>> {
     Some(distinct)
 }
 
+/// The most prompt tokens one request of `s` holds: its prompt distribution's `max`, or a
+/// trace's longest prompt.
+fn serving_prompt_max(s: &ServingScenario) -> usize {
+    let dist_max = |spec: &LengthSpec| match spec {
+        LengthSpec::Distribution(lengths) => lengths.max(),
+        LengthSpec::Trace => 1,
+    };
+    let longest = match &s.arrival {
+        ArrivalSpec::Trace { trace, .. } => trace
+            .rows()
+            .iter()
+            .map(|r| r.prompt_tokens.unwrap_or(dist_max(&s.prompt_tokens)))
+            .max()
+            .unwrap_or(dist_max(&s.prompt_tokens)),
+        _ => dist_max(&s.prompt_tokens),
+    };
+    longest as usize
+}
+
+/// The ExpertWeave preset (a serving scenario of an MLA model with `[adapters]`): a step holds
+/// at most the scheduler's token budget and `min(replica.max_num_seqs, requests)` sequences of
+/// at most the longest prompt; the routed-expert geometry, each layer's dense GEMM and the head
+/// at their own widths, and `adapters.rerouting` with the adapter count.
+fn adapter_sampling(
+    s: &ServingScenario,
+    shape: &MlaMoeShape,
+    adapters: &AdapterSpec,
+) -> ScenarioSampling {
+    let prompt_max = serving_prompt_max(s);
+    let sequences = s.replica.max_num_seqs.min(s.requests()).max(1);
+    let budget = match &s.replica.scheduler {
+        SchedulerTable::Vllm {
+            max_num_batched_tokens,
+            ..
+        } => Some(*max_num_batched_tokens),
+        SchedulerTable::Sarathi { chunk_size, .. } => Some(*chunk_size),
+        SchedulerTable::Orca {
+            max_num_batched_tokens,
+        } => *max_num_batched_tokens,
+        SchedulerTable::Static { .. } => None,
+    };
+    let whole = sequences.saturating_mul(prompt_max);
+    let step = budget.map_or(whole, |b| whole.min(b as usize));
+    let hidden = shape.hidden;
+    let mut gemm_widths: Vec<usize> = (0..shape.n_layers)
+        .map(|layer| shape.layer_non_routed_params(layer).div_ceil(hidden) as usize)
+        .chain([shape.vocab as usize])
+        .collect();
+    gemm_widths.sort_unstable();
+    gemm_widths.dedup();
+    ScenarioSampling {
+        shape: shape.moe_geometry(),
+        max_tokens: step,
+        max_batch: sequences,
+        tensor_parallel: 1,
+        derivation: format!(
+            "ExpertWeave: steps of at most {step} tokens (the scheduler's budget, {sequences} \
+             sequences x {prompt_max} prompt tokens), its layers' dense GEMMs and head at \
+             widths {gemm_widths:?}, {} rerouting with {} adapters",
+            match adapters.rerouting {
+                Rerouting::Fused => "fused",
+                Rerouting::Unfused => "unfused",
+            },
+            adapters.adapters.len()
+        ),
+        gemm_widths,
+        reroute_adapters: Some(adapters.adapters.len()),
+    }
+}
+
 /// The sampling for `scenario`, or why it has none (families whose steps are not priced by a
 /// MoE profile).
 pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
     if let Some(s) = scenario.get::<sim::serving_family::ServingScenario>() {
-        let dist_max = |spec: &LengthSpec| match spec {
-            LengthSpec::Distribution(lengths) => lengths.max(),
-            LengthSpec::Trace => 1,
-        };
-        let prompt_max = match &s.arrival {
-            ArrivalSpec::Trace { trace, .. } => trace
-                .rows()
-                .iter()
-                .map(|r| r.prompt_tokens.unwrap_or(dist_max(&s.prompt_tokens)))
-                .max()
-                .unwrap_or(dist_max(&s.prompt_tokens)),
-            _ => dist_max(&s.prompt_tokens),
-        } as usize;
+        if let (ServedModel::Mla(shape), Some(adapters)) = (&s.model, &s.adapters) {
+            return Ok(adapter_sampling(s, shape, adapters));
+        }
+        let prompt_max = serving_prompt_max(s);
         let batch = s.replica.max_num_seqs.min(s.requests()).max(1);
         let static_priced = s.replica.static_cost.as_ref().and_then(|c| c.model());
         let budget = match &s.replica.scheduler {
@@ -361,6 +427,39 @@ mod tests {
             names.iter().any(|n| n.starts_with("dense_gemm/out=")),
             "{names:?}"
         );
+    }
+
+    /// The ExpertWeave preset's Figure 7 file narrowed to its unfused 2048-token cell: one
+    /// adapter (gate-math), at most 256 sequences (`replica.max_num_seqs`; the horizon bounds
+    /// no count), steps of at most the orca budget's 8192 tokens (256 x 2048 above it), or
+    /// 1000 when the budget says so; the routed geometry and widths of esft-vanilla-16b.
+    #[test]
+    fn the_expertweave_preset_reads_its_adapters_and_budget() {
+        let sets = [
+            "workload.prompt_tokens.value=2048",
+            "adapters.rerouting=\"unfused\"",
+            "adapters.memory.kind=\"virtual_weight_tensor\"",
+        ];
+        let sampling = for_scenario(&load("scenarios/expertweave/rerouting.toml", &sets)).unwrap();
+        let shape = MlaMoeShape::esft_vanilla_16b();
+        assert_eq!(sampling.shape, shape.moe_geometry());
+        assert_eq!((sampling.max_tokens, sampling.max_batch), (8192, 256));
+        assert_eq!(sampling.reroute_adapters, Some(1));
+        assert!(sampling.gemm_widths.contains(&(shape.vocab as usize)));
+        let mut plan = Plan::full();
+        sampling.apply(&mut plan);
+        let names: Vec<String> = schedule(&plan).iter().map(|(s, _)| s.name()).collect();
+        assert!(
+            names.contains(&"reroute/unfused/adapters=1".to_string()),
+            "{names:?}"
+        );
+        let budget = [
+            &sets[..],
+            &["replica.scheduler.max_num_batched_tokens=1000"],
+        ]
+        .concat();
+        let narrow = for_scenario(&load("scenarios/expertweave/rerouting.toml", &budget)).unwrap();
+        assert_eq!(narrow.max_tokens, 1000);
     }
 
     #[test]

@@ -561,6 +561,38 @@ impl StepRoofline {
         parts
     }
 
+    /// What launching `work`'s kernels one by one from the host (`Timing::Eager`) adds to
+    /// `parts`' GPU time, with `host_launch_ns` a launch: a layer's `kernels_per_layer` launches
+    /// follow one another, so the layer takes the longer of those launches and its kernels' GPU
+    /// time (`KernelTime::wall`'s `max(host_launch, t_gpu)` taken over the layer, whose kernel
+    /// classes are priced together); the head likewise with `kernels_head`.
+    pub fn eager_wait_ns(
+        &self,
+        work: &StepTokens,
+        elementwise: &ElementwiseKernels,
+        host_launch_ns: f64,
+    ) -> f64 {
+        let padded = self.roofline.padded(work.rows) as f64;
+        let attention = self.attention(work).nanos;
+        let elementwise_layer = elementwise.nanos(&self.roofline.rates, work.rows);
+        let launches = f64::from(self.kernels_per_layer) * host_launch_ns;
+        let mut wait = 0.0;
+        for g in &self.layers {
+            let gpu = self
+                .roofline
+                .op(g.weight_bytes, g.flops_per_row * padded)
+                .nanos
+                + attention
+                + elementwise_layer;
+            wait += g.count as f64 * (launches - gpu).max(0.0);
+        }
+        if work.sequences > 0 {
+            let head = self.head(work.sequences).nanos;
+            wait += (f64::from(self.kernels_head) * host_launch_ns - head).max(0.0);
+        }
+        wait
+    }
+
     /// Every layer, the head, launches, host overhead and all-reduces for `work`.
     pub fn price(&self, work: &StepTokens) -> StepPrice {
         let mut price = StepPrice::default();

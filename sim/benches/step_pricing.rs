@@ -16,6 +16,12 @@
 //!   experts, every layer alike (`decode_profile`, what `price_decode_step` measured before).
 //! - `moe_run_20k_requests`: the scenario cut to its first 20,000 requests, run as `expertsim
 //!   run` runs a cell (routing, scheduling and pricing every step); its throughput is in steps.
+//! - `expertweave_adapter_run`: scenarios/expertweave/serving_overhead.toml's heaviest cell (20
+//!   adapters on a virtual weight tensor, 5 req/s) cut to 20 s of arrivals, run as a cell: each
+//!   step's tokens routed per adapter by `AdapterRouter` (the fine-tuned experts' tokens to the
+//!   adapters' copies) and priced with the copies beside the base experts, 8 GPUs. The adapter
+//!   routing and the copies' rows were two thirds of `reproduce expertweave` before the layout
+//!   indexed each expert's slots (docs/performance.md).
 //!
 //! Run: `cargo bench -p expertsim-sim --bench step_pricing`.
 
@@ -112,6 +118,28 @@ fn step_pricing(c: &mut Criterion) {
     group.throughput(Throughput::Elements(events - REQUESTS));
     group.sample_size(10);
     group.bench_function("moe_run_20k_requests", |b| b.iter(run));
+
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/expertweave/serving_overhead.toml");
+    let sets = [
+        "adapters.count=20",
+        "arrival.rate_per_s=5",
+        "adapters.memory.kind=virtual_weight_tensor",
+        "workload.horizon_s=20",
+    ]
+    .map(String::from);
+    let plan = sim::scenario::load(&path, &sets).expect("the ExpertWeave scenario loads");
+    assert_eq!(plan.cells.len(), 1, "the sets narrow the sweep to one cell");
+    let scenario = &plan.cells[0].scenario;
+    let run = || {
+        sim::runner::run_cell(scenario, plan.seeds[0], &strategies::Registry, None, None)
+            .expect("the ExpertWeave scenario runs")
+    };
+    let events = run().output.details["events"]
+        .as_u64()
+        .expect("the run counts its events");
+    group.throughput(Throughput::Elements(events));
+    group.bench_function("expertweave_adapter_run", |b| b.iter(run));
     group.finish();
 }
 

@@ -3,8 +3,7 @@
 //! experts, allocation overhead (padding waste and partly filled pages) and the KV cache the
 //! rest leaves; a manager that runs out of memory gets an empty bar labelled OOM. From the
 //! memory plan in the details of the first run of each cell: a serving-family run's
-//! `details.adapters.memory` (a plan-only run's included), the expertweave family's
-//! `details.memory`.
+//! `details.adapters.memory` (a plan-only run's included).
 
 use super::{Json, Selection, first_details, label, short_key};
 use anyhow::Context;
@@ -23,7 +22,7 @@ pub(crate) const LAYERS: [&str; 4] = [
     "KV cache",
 ];
 
-/// The stack of one run's `details.memory` in GiB (see [`LAYERS`]), adding up to the device's
+/// The stack of one run's memory plan (`details.adapters.memory`) in GiB (see [`LAYERS`]), adding up to the device's
 /// weights plus KV cache, and whether it ran out of memory (then the KV part is 0 and the
 /// weights show what would not fit). A merged copy holds the adapter's experts inside a whole
 /// model, so its copies count as overhead beyond those experts.
@@ -31,7 +30,7 @@ pub(crate) fn memory_stack(memory: &Json) -> anyhow::Result<([f64; 4], bool)> {
     let bytes = |key: &str| {
         memory[key]
             .as_f64()
-            .with_context(|| format!("details.memory.{key} missing"))
+            .with_context(|| format!("details.adapters.memory.{key} missing"))
     };
     let oom = memory["out_of_memory"].as_bool().unwrap_or(false);
     let weights = bytes("weight_bytes")?;
@@ -56,7 +55,7 @@ pub(crate) fn build(selection: &Selection<'_>) -> anyhow::Result<ChartFigure> {
         .series
         .first()
         .map(String::as_str)
-        .unwrap_or("memory.kind");
+        .unwrap_or("adapters.memory.kind");
     let panels = selection.panels();
     let mut charts = Vec::new();
     for (panel_value, cells) in &panels {
@@ -85,10 +84,12 @@ pub(crate) fn build(selection: &Selection<'_>) -> anyhow::Result<ChartFigure> {
                     continue;
                 };
                 let details = first_details(cell)?;
-                let plan = match &details["adapters"]["memory"] {
-                    serde_json::Value::Null => &details["memory"],
-                    serving => serving,
-                };
+                let plan = &details["adapters"]["memory"];
+                anyhow::ensure!(
+                    !plan.is_null(),
+                    "an expertweave_memory figure reads a serving run's details.adapters.memory, \
+                     which this run lacks (no [adapters])"
+                );
                 let (stack, oom) = memory_stack(plan)?;
                 if oom {
                     oom_note.push(format!("{} @ {}", abbreviate(bar), label(group)));

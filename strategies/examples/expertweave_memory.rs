@@ -7,18 +7,17 @@
 //! fitted to one anchor, the merged single-adapter KV capacity (810K tokens), and printed; every
 //! other number below is then a prediction. A second table repeats everything with no reserve.
 //!
-//! The serving part runs the family's `run` on the settings of Figures 5 and 6 (scenario files
-//! under scenarios/expertweave/ hold the same tables) and prints the overheads and gains.
+//! The serving part runs the cells of Figures 5, 6 and 7 of the shipped serving-family files
+//! (scenarios/expertweave/{serving_scale, merged_skew, rerouting}.toml) and prints the overheads
+//! and gains.
 
-use sim::expertweave::MlaMoeShape;
-use sim::expertweave::{ExpertWeaveConfig, run};
+use sim::cost::shape::MlaMoeShape;
 use sim::policies::memory::adapters::{ESFT_TABLE1, padding_fragmentation_factor};
 use sim::policies::memory::adapters::{EsftAdapter, esft_adapter, esft_adapters};
 use sim::policies::memory::device::DeviceMemory;
 use sim::policies::memory::device::GIB;
 use sim::policies::memory::{MemoryConfig, MemoryReport};
 use strategies::memory::build;
-use strategies::queue::fcfs::Fcfs;
 
 const CAPACITY: u64 = 64 * GIB;
 const UTILIZATION: f64 = 0.9;
@@ -193,72 +192,93 @@ fn main() {
 
 const SEEDS: [u64; 3] = [1, 2, 3];
 
-/// Mean over `SEEDS` of the named scalars of one configuration (the family's tables as JSON,
-/// the same shape the scenario TOML deserializes into).
-fn serve(tables: serde_json::Value, names: &[&str]) -> Vec<f64> {
-    let config: ExpertWeaveConfig = serde_json::from_value(tables).expect("valid tables");
-    let scenario = config
-        .validate(std::path::Path::new("."), &mut Default::default())
-        .expect("valid scenario");
+/// Mean over `SEEDS` of the named scalars of the cell of scenarios/expertweave/`file`.toml that
+/// `sets` (as `expertsim run --set`) narrow it to, run on the serving family as `expertsim run`
+/// runs it.
+fn serve(file: &str, sets: &[(&str, &str)], names: &[&str]) -> Vec<f64> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../scenarios/expertweave/{file}.toml"));
+    let arguments: Vec<String> = sets.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let plan = sim::scenario::load(&path, &arguments).expect("a shipped scenario loads");
+    let value = |v: &str| -> toml::Value {
+        toml::from_str::<toml::Table>(&format!("v = {v}"))
+            .expect("a TOML value")
+            .get("v")
+            .cloned()
+            .expect("the value")
+    };
+    // Narrowing the compared key keeps its baseline cell: take the cell the sets name.
+    let cell = plan
+        .cells
+        .iter()
+        .find(|cell| {
+            sets.iter().all(|(k, v)| {
+                cell.coords
+                    .iter()
+                    .all(|(key, given)| key != k || *given == value(v))
+            })
+        })
+        .expect("the sets name a cell");
     let mut sums = vec![0.0; names.len()];
     for seed in SEEDS {
-        let mut manager = build(&scenario.memory);
-        let mut queue = Fcfs::default();
-        let output = run(&scenario, seed, manager.as_mut(), &mut queue);
+        let run = sim::runner::run_cell(&cell.scenario, seed, &strategies::Registry, None, None)
+            .expect("the cell runs");
         for (sum, name) in sums.iter_mut().zip(names) {
-            *sum += output.scalar(name).expect("a metric");
+            *sum += run.output.scalar(name).expect("a metric");
         }
     }
     sums.iter().map(|s| s / SEEDS.len() as f64).collect()
 }
 
-fn workload(alpha: f64, horizon_s: f64) -> serde_json::Value {
-    serde_json::json!({
-        "alpha": alpha, "horizon_s": horizon_s,
-        "prompt_tokens": 256, "output_tokens": 128, "length_spread": 0.5
-    })
+/// Figure 7's cell of rerouting.toml: one request at a time on one device.
+fn figure7(prompt: u64, memory: &str, rerouting: &str, names: &[&str]) -> Vec<f64> {
+    let (prompt, memory, rerouting) = (
+        prompt.to_string(),
+        format!("\"{memory}\""),
+        format!("\"{rerouting}\""),
+    );
+    serve(
+        "rerouting",
+        &[
+            ("workload.prompt_tokens.value", prompt.as_str()),
+            ("adapters.memory.kind", memory.as_str()),
+            ("adapters.rerouting", rerouting.as_str()),
+        ],
+        names,
+    )
 }
 
-/// Poisson arrivals at `rate` requests per second.
-fn poisson(rate: f64) -> serde_json::Value {
-    serde_json::json!({ "pattern": "poisson", "rate_per_s": rate })
+/// Figure 5's cell of serving_scale.toml (uniform shares).
+fn figure5(adapters: usize, rate: f64, memory: &str, names: &[&str]) -> Vec<f64> {
+    let (adapters, rate, memory) = (
+        adapters.to_string(),
+        format!("{rate:?}"),
+        format!("\"{memory}\""),
+    );
+    serve(
+        "serving_scale",
+        &[
+            ("adapters.count", adapters.as_str()),
+            ("adapters.alpha", "1.0"),
+            ("arrival.rate_per_s", rate.as_str()),
+            ("adapters.memory.kind", memory.as_str()),
+        ],
+        names,
+    )
 }
 
-fn figure5_config(adapters: usize, rate: f64, memory: &str) -> serde_json::Value {
-    serde_json::json!({
-        "device": {
-            "capacity_gib": 64.0, "utilization": 0.9, "runtime_reserve_gib": 4.88,
-            "n_devices": 8, "tensor_parallel": 8
-        },
-        "adapters": { "count": adapters },
-        "memory": { "kind": memory },
-        "arrival": poisson(rate),
-        "workload": workload(1.0, 100.0),
-    })
-}
-
-fn figure6_config(rate: f64, alpha: f64, memory: serde_json::Value) -> serde_json::Value {
-    serde_json::json!({
-        "device": {
-            "capacity_gib": 64.0, "utilization": 0.9, "runtime_reserve_gib": 4.88,
-            "n_devices": 2, "tensor_parallel": 2
-        },
-        "adapters": { "names": ["gate-math", "gate-intent"] },
-        "memory": memory,
-        "arrival": poisson(rate),
-        "workload": workload(alpha, 30.0),
-    })
-}
-
-fn figure7_config(prompt: u64, memory: &str, rerouting: &str) -> serde_json::Value {
-    serde_json::json!({
-        "device": { "capacity_gib": 64.0, "utilization": 0.9, "runtime_reserve_gib": 4.88 },
-        "adapters": { "names": ["gate-math"] },
-        "memory": { "kind": memory },
-        "arrival": poisson(0.05),
-        "workload": { "horizon_s": 400.0, "prompt_tokens": prompt, "output_tokens": 128 },
-        "cost": { "rerouting": rerouting },
-    })
+/// Figure 6's cell of merged_skew.toml (`memory` an inline table, as the file sweeps it).
+fn figure6(rate: f64, alpha: f64, memory: &str, names: &[&str]) -> Vec<f64> {
+    let (rate, alpha) = (format!("{rate:?}"), format!("{alpha:?}"));
+    serve(
+        "merged_skew",
+        &[
+            ("arrival.rate_per_s", rate.as_str()),
+            ("adapters.alpha", alpha.as_str()),
+            ("adapters.memory", memory),
+        ],
+        names,
+    )
 }
 
 fn rerouting_microbenchmark() {
@@ -275,15 +295,9 @@ fn rerouting_microbenchmark() {
         "unfused +% TTFT/TPOT"
     );
     for prompt in [128, 512, 1024, 2048] {
-        let merged = serve(figure7_config(prompt, "merged", "fused"), &names);
-        let fused = serve(
-            figure7_config(prompt, "virtual_weight_tensor", "fused"),
-            &names,
-        );
-        let unfused = serve(
-            figure7_config(prompt, "virtual_weight_tensor", "unfused"),
-            &names,
-        );
+        let merged = figure7(prompt, "merged", "fused", &names);
+        let fused = figure7(prompt, "virtual_weight_tensor", "fused", &names);
+        let unfused = figure7(prompt, "virtual_weight_tensor", "unfused", &names);
         println!(
             "{:>7} {:>10.2} /{:>8.2} /{:>8.2} {:>10.3} /{:>8.3} /{:>8.3} {:>9.1} /{:>8.1}",
             prompt,
@@ -316,11 +330,8 @@ fn serving_figures() {
     );
     for adapters in [5, 10, 20] {
         for rate in [1.0, 2.0, 3.0, 4.0, 5.0] {
-            let base = serve(figure5_config(adapters, rate, "base_only"), &names);
-            let weave = serve(
-                figure5_config(adapters, rate, "virtual_weight_tensor"),
-                &names,
-            );
+            let base = figure5(adapters, rate, "base_only", &names);
+            let weave = figure5(adapters, rate, "virtual_weight_tensor", &names);
             println!(
                 "{:>8} {:>5.1} {:>10.2} / {:>9.2} {:>10.3} / {:>9.3} {:>10.1} {:>10.1}",
                 adapters,
@@ -335,8 +346,8 @@ fn serving_figures() {
         }
     }
     println!(
-        "\n--- Figure 6 setting: gate-math + gate-intent (30 s horizon); ExpertWeave on 2 devices at \
-         90%, merged on 2 x 2 devices at 45% ---"
+        "\n--- Figure 6 setting: gate-math + gate-intent (100 s horizon); ExpertWeave on 2 devices \
+         at 90%, merged on 2 x 2 devices at 45% ---"
     );
     println!(
         "{:>5} {:>6} {:>9} {:>26} {:>26} {:>10} {:>10}",
@@ -352,25 +363,14 @@ fn serving_figures() {
         .into_iter()
         .flat_map(|rate| [1.0, 0.5, 0.3, 0.2].map(|alpha| (rate, alpha)))
     {
-        let merged = serve(
-            figure6_config(
-                rate,
-                alpha,
-                serde_json::json!({
-                    "kind": "merged", "separate_devices": true, "utilization": 0.45
-                }),
-            ),
+        let merged = figure6(
+            rate,
+            alpha,
+            "{ kind = \"merged\", separate_devices = true, utilization = 0.45 }",
             &names,
         );
-        let weave = serve(
-            figure6_config(
-                rate,
-                alpha,
-                serde_json::json!({ "kind": "virtual_weight_tensor" }),
-            ),
-            &names,
-        );
-        let share = sim::expertweave::config::adapter_shares(2, alpha)[0];
+        let weave = figure6(rate, alpha, "{ kind = \"virtual_weight_tensor\" }", &names);
+        let share = sim::serving_family::adapters::adapter_shares(2, alpha)[0];
         println!(
             "{:>5.0} {:>6.1} {:>9.1} {:>12.0} / {:>11.0} {:>12.0} / {:>11.0} {:>10.1} {:>10.1}",
             rate,

@@ -3,7 +3,6 @@
 
 use super::{ExpertWeaveConfig, ExpertWeaveScenario};
 use crate::arrivals::{ArrivalSpec, TraceStats};
-use crate::family::FigureKind;
 use crate::family::{Family, LiveDescription, Run};
 use crate::load_cache::LoadCache;
 use crate::metrics::MetricInfo;
@@ -29,7 +28,6 @@ impl Family for ExpertWeave {
     const HEADLINE: &'static [&'static str] = super::HEADLINE;
     const HEADLINE_IMPROVEMENTS: &'static [&'static str] = super::HEADLINE_IMPROVEMENTS;
     const RATE_KEY: Option<&'static str> = Some("arrival.rate_per_s");
-    const FIGURE_KINDS: &'static [FigureKind] = &[FigureKind::ExpertweaveMemory];
     const CSV_COLUMNS: Option<&'static [&'static str]> = Some(super::run::CSV_COLUMNS);
     const PROFILE_FIELD: Option<&'static str> = Some("cost.profile");
 

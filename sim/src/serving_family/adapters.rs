@@ -319,15 +319,24 @@ pub struct AdapterRouter {
     layout: Rc<ExpertLayout>,
     /// `[adapter][layer][expert]`: capped probability of one draw.
     probability: Vec<f64>,
-    /// `[adapter][layer][expert]`: whether the adapter fine-tuned the expert.
-    tuned: Vec<bool>,
-    /// Tokens of tuned experts go to the adapters' copies (the instance reroutes to them).
-    to_copies: bool,
+    /// `probability` with 0 where the draw goes to the adapter's copy instead of the base
+    /// expert (the instance reroutes to the experts the adapter fine-tuned).
+    to_base: Vec<f64>,
+    /// Per `[adapter][layer]`, the experts whose draws go to the adapter's copies (ascending),
+    /// `copy_experts[copy_start[i]..copy_start[i + 1]]`.
+    copy_start: Vec<u32>,
+    copy_experts: Vec<u32>,
     rng: SimRng,
-    /// Expected assignments of the base experts, then the copies (scratch).
+    /// The tokens per adapter `cumulative` and `copy_expert` were computed for (consecutive
+    /// decode steps of an unchanged batch route the same).
+    routed_for: Option<Vec<AdapterTokens>>,
+    /// Per layer, the running sums of the expected assignments of the base experts, then of
+    /// the copies.
+    cumulative: Vec<Vec<f64>>,
+    /// Per layer, the base expert of each copy slot.
+    copy_expert: Vec<Vec<u32>>,
+    /// Expected assignments of one layer's base experts, then its copies (scratch).
     expected: Vec<f64>,
-    /// The base expert of each copy slot of the layer being routed (scratch).
-    copy_expert: Vec<u32>,
     per_expert: Vec<u32>,
     per_gpu: Vec<u32>,
     copies: Vec<Vec<CopyTokens>>,
@@ -350,15 +359,27 @@ impl AdapterRouter {
             shape.n_routed_experts as usize,
             shape.top_k,
         );
+        let to_copies = instance.reroutes && instance.adapter_experts;
         let mut probability = Vec::with_capacity(adapters.adapters.len() * layers * experts);
-        let mut tuned = Vec::with_capacity(probability.capacity());
+        let mut to_base = Vec::with_capacity(probability.capacity());
+        let (mut copy_start, mut copy_experts) = (vec![0u32], Vec::new());
         for a in 0..adapters.adapters.len() {
             for layer in 0..layers {
                 let p = popularity.probabilities(a, layer).to_vec();
                 // A hair below 1 / k, so that rounding never gives an expert more assignments
                 // than tokens.
-                probability.extend(capped(p, (1.0 - 1e-9) / k as f64));
-                tuned.extend_from_slice(popularity.tuned(a, layer));
+                let p = capped(p, (1.0 - 1e-9) / k as f64);
+                let tuned = popularity.tuned(a, layer);
+                for (e, &x) in p.iter().enumerate() {
+                    if to_copies && tuned[e] {
+                        to_base.push(0.0);
+                        copy_experts.push(e as u32);
+                    } else {
+                        to_base.push(x);
+                    }
+                }
+                copy_start.push(copy_experts.len() as u32);
+                probability.extend(p);
             }
         }
         AdapterRouter {
@@ -369,11 +390,14 @@ impl AdapterRouter {
             gpu_tokens: vec![0; layout.slots_per_gpu],
             layout,
             probability,
-            tuned,
-            to_copies: instance.reroutes && instance.adapter_experts,
+            to_base,
+            copy_start,
+            copy_experts,
             rng: offsets,
+            routed_for: None,
+            cumulative: vec![Vec::new(); layers],
+            copy_expert: vec![Vec::new(); layers],
             expected: Vec::new(),
-            copy_expert: Vec::new(),
             per_expert: vec![0; layers * experts],
             copies: vec![Vec::new(); layers],
         }
@@ -385,23 +409,10 @@ impl AdapterRouter {
         let total: u64 = adapters.iter().map(|a| a.tokens).sum();
         let assignments = total * self.top_k;
         let (experts, gpus, layers) = (self.n_experts, self.layout.gpus(), self.n_layers);
+        if self.routed_for.as_deref() != Some(adapters) {
+            self.expect(adapters);
+        }
         for layer in 0..layers {
-            self.expected.clear();
-            self.expected.resize(experts, 0.0);
-            self.copy_expert.clear();
-            for entry in adapters {
-                let weight = (entry.tokens * self.top_k) as f64;
-                let row = (entry.adapter as usize * layers + layer) * experts;
-                for e in 0..experts {
-                    let x = weight * self.probability[row + e];
-                    if self.to_copies && self.tuned[row + e] {
-                        self.expected.push(x);
-                        self.copy_expert.push(e as u32);
-                    } else {
-                        self.expected[e] += x;
-                    }
-                }
-            }
             let offset: f64 = if assignments > 0 {
                 self.rng.random()
             } else {
@@ -410,10 +421,10 @@ impl AdapterRouter {
             let row = &mut self.per_expert[layer * experts..][..experts];
             let copies = &mut self.copies[layer];
             copies.clear();
-            let slots = self.expected.len();
-            let (mut running, mut given) = (0.0f64, 0u64);
-            for (slot, &x) in self.expected.iter().enumerate() {
-                running += x;
+            let cumulative = &self.cumulative[layer];
+            let slots = cumulative.len();
+            let mut given = 0u64;
+            for (slot, &running) in cumulative.iter().enumerate() {
                 let upto = if slot + 1 == slots {
                     assignments
                 } else {
@@ -425,7 +436,7 @@ impl AdapterRouter {
                     row[slot] = count;
                 } else if count > 0 {
                     copies.push(CopyTokens {
-                        expert: self.copy_expert[slot - experts],
+                        expert: self.copy_expert[layer][slot - experts],
                         tokens: count,
                     });
                 }
@@ -433,11 +444,12 @@ impl AdapterRouter {
             let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
             for (g, on_gpu) in on_gpus.iter_mut().enumerate() {
                 self.layout.gpu_tokens(layer, row, g, &mut self.gpu_tokens);
-                let copy_rows: u32 = copies
-                    .iter()
-                    .flat_map(|c| self.layout.expert_shares(layer, g, c.expert, c.tokens))
-                    .sum();
-                *on_gpu = self.gpu_tokens.iter().sum::<u32>() + copy_rows;
+                *on_gpu = self.gpu_tokens.iter().sum::<u32>();
+            }
+            for c in copies.iter() {
+                for (g, n) in self.layout.expert_hosts(layer, c.expert, c.tokens) {
+                    on_gpus[g] += n;
+                }
             }
         }
         (
@@ -449,6 +461,44 @@ impl AdapterRouter {
             },
             &self.copies,
         )
+    }
+
+    /// Each layer's expected assignments for `adapters`' tokens (the base experts', then the
+    /// copies'), as running sums, and the copies' base experts.
+    fn expect(&mut self, adapters: &[AdapterTokens]) {
+        let (experts, layers) = (self.n_experts, self.n_layers);
+        for layer in 0..layers {
+            self.expected.clear();
+            self.expected.resize(experts, 0.0);
+            let copy_expert = &mut self.copy_expert[layer];
+            copy_expert.clear();
+            for entry in adapters {
+                let weight = (entry.tokens * self.top_k) as f64;
+                let list = entry.adapter as usize * layers + layer;
+                let row = list * experts;
+                // A copy's expert adds `weight x 0`, which leaves its (non-negative) sum as is.
+                for (x, &p) in self.expected[..experts]
+                    .iter_mut()
+                    .zip(&self.to_base[row..][..experts])
+                {
+                    *x += weight * p;
+                }
+                let to_copies = self.copy_start[list] as usize..self.copy_start[list + 1] as usize;
+                for &e in &self.copy_experts[to_copies] {
+                    self.expected
+                        .push(weight * self.probability[row + e as usize]);
+                    copy_expert.push(e);
+                }
+            }
+            let cumulative = &mut self.cumulative[layer];
+            cumulative.clear();
+            let mut running = 0.0f64;
+            cumulative.extend(self.expected.iter().map(|&x| {
+                running += x;
+                running
+            }));
+        }
+        self.routed_for = Some(adapters.to_vec());
     }
 }
 
@@ -619,6 +669,10 @@ rate_per_s = 1.0
         let per_op = 272.0 / crate::cost::kernel::KernelRates::of(&ascend).stream_bytes_per_s * 1e9;
         assert!((cost.memory_ns(32) - 5.0 * 26.0 * per_op).abs() < 1e-9);
         assert_eq!(cost.operators(), 5.0 * 26.0);
+        // Launched eagerly each operator waits for its 10 us launch (its 272 B take far less);
+        // with no launch cost the eager price is the bytes' alone.
+        assert_eq!(cost.eager_ns(32, 10_000.0), 5.0 * 26.0 * 10_000.0);
+        assert_eq!(cost.eager_ns(32, 0.0), cost.memory_ns(32));
         assert!(rerouting_cost(&shape, &spec, &instance(false, 2), &scenario.replica).is_none());
     }
 }

@@ -14,6 +14,7 @@ use crate::arrivals::{ArrivalSpec, ArrivalTable};
 use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
 use crate::cost::gpu::{GpuSpec, LinkSpec};
 use crate::cost::host::HostOverhead;
+use crate::cost::kernel::Timing;
 use crate::cost::measured_steps::MeasuredDenseStep;
 use crate::cost::moe_layer::SpeedFactors;
 use crate::cost::roofline::TensorParallel;
@@ -254,6 +255,11 @@ pub struct ReplicaTable {
     /// docs/cost-model.md "The host's time per step").
     #[serde(default)]
     pub step_overhead_ms: Option<f64>,
+    /// How the step's kernels are launched: `graph` (default: replayed in a CUDA graph, each
+    /// kernel its GPU-side time) or `eager` (launched one by one from the host, each kernel
+    /// the longer of the host's launch and its GPU-side time; the host time per step kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<Timing>,
     /// Whose measured host time per step the replica pays (`vllm` or `sarathi-serve`); default:
     /// the scheduler kind's own engine (`scheduler::host_overhead`).
     #[serde(default)]
@@ -921,6 +927,8 @@ pub struct ReplicaSpec {
     pub gpu_memory_utilization: f64,
     /// The host's time per step (`replica.step_overhead_ms`, or the scheduler kind's).
     pub host: HostOverhead,
+    /// How the step's kernels are launched (`replica.timing`).
+    pub timing: Timing,
     /// With `replica.measured`, the dense step priced from that set's operations.
     pub measured: Option<Arc<MeasuredDenseStep>>,
     /// A continuous MoE replica priced from a profile's curves (`replica.scheduler.profile`
@@ -1985,6 +1993,23 @@ impl ServingConfig {
             cache,
         )?
         .map(Arc::new);
+        let timing = r.timing.unwrap_or_default();
+        if timing == Timing::Eager {
+            let refusal = if matches!(model, ServedModel::Dense(_)) {
+                Some("not for a dense model: no kernel count per layer of one is stated")
+            } else if measured.is_some() {
+                Some("not beside `measured`: measured operations carry their own launches")
+            } else if curves.is_some() {
+                Some("not beside a profile's curves: measured kernels carry their own launches")
+            } else if matches!(r.scheduler, SchedulerTable::Static { .. }) {
+                Some("not for a `static` replica: its batches are priced as a whole")
+            } else {
+                None
+            };
+            if let Some(why) = refusal {
+                return Err(field_error(&format!("{p}.timing"), why.to_string()));
+            }
+        }
         let load = r
             .load
             .as_ref()
@@ -2036,6 +2061,7 @@ impl ServingConfig {
                 link: r.interconnect.link(),
                 gpu_memory_utilization: r.gpu_memory_utilization,
                 host,
+                timing,
                 measured,
                 curves,
                 scheduler: r.scheduler.clone(),

@@ -92,6 +92,11 @@ pub const KEYS: &[KeyDoc] = &[
         meaning: "host time per step (scheduling, input preparation, sampling, detokenization; CUDA graphs replay the kernels), flat whatever the batch; left out, `sarathi` uses Sarathi-Serve's measured line (0.94 ms + 49.2 µs per sequence in the step) and the other kinds vLLM's (6.32 ms + 35.1 µs per sequence; docs/cost-model.md, \"The host's time per step\")",
     },
     KeyDoc {
+        key: "replica.timing",
+        default: "`graph`",
+        meaning: "how a step's kernels are launched: `graph` (replayed in a CUDA graph, each kernel its GPU-side time, the launches covered by the host time per step) or `eager` (launched one by one from the host, as vLLM-Ascend runs: each layer takes the longer of its kernels' launches at the GPU's host launch cost, `docs/cost-model.md`, and its GPU time, each grouped MoE kernel and each rerouting operator the longer of its launch and its time; the host time per step kept). An MoE or MLA model's continuous replica only",
+    },
+    KeyDoc {
         key: "replica.host_time",
         default: "the scheduler kind's engine",
         meaning: "whose measured host time per step the replica pays, whatever its scheduler kind: `vllm` (vLLM 0.5.4's loop, 6.32 ms + 35.1 µs per sequence) or `sarathi-serve` (Sarathi-Serve's as Vidur profiled it, 0.94 ms + 49.2 µs per sequence); a study comparing schedulers sets one for all so that the comparison isolates the scheduling. Refused together with `step_overhead_ms`",

@@ -39,6 +39,11 @@ pub struct ExpertLayout {
     /// Expert slots on each GPU (experts / EP, plus EPLB's redundant slots / EP).
     pub slots_per_gpu: usize,
     slots: Vec<Slot>,
+    /// Every slot of each layer's experts, `layer x experts + expert` ranging over
+    /// `hosts[host_start[i]..host_start[i + 1]]`, GPU by GPU then slot by slot (what
+    /// `expert_hosts` walks instead of scanning every GPU's slots).
+    host_start: Vec<u32>,
+    hosts: Vec<(u32, Slot)>,
     /// One copy and no replicated expert: a slot's tokens are its expert's.
     plain: bool,
 }
@@ -95,6 +100,23 @@ impl ExpertLayout {
                 }
             }
         }
+        // Bucket the slots by (layer, expert), keeping their order (GPU, then slot).
+        let mut host_start = vec![0u32; n_layers * n_experts + 1];
+        for (i, s) in slots.iter().enumerate() {
+            let layer = i / (gpus * slots_per_gpu);
+            host_start[layer * n_experts + s.expert as usize + 1] += 1;
+        }
+        for i in 1..host_start.len() {
+            host_start[i] += host_start[i - 1];
+        }
+        let mut next = host_start.clone();
+        let mut hosts = vec![(0u32, slots[0]); slots.len()];
+        for (i, &s) in slots.iter().enumerate() {
+            let (layer, gpu) = (i / (gpus * slots_per_gpu), i / slots_per_gpu % gpus);
+            let bucket = &mut next[layer * n_experts + s.expert as usize];
+            hosts[*bucket as usize] = (gpu as u32, s);
+            *bucket += 1;
+        }
         ExpertLayout {
             n_experts,
             n_layers,
@@ -103,6 +125,8 @@ impl ExpertLayout {
             slots_per_gpu,
             plain: copies == 1 && slots.iter().all(|s| s.replicas == 1),
             slots,
+            host_start,
+            hosts,
         }
     }
 
@@ -196,22 +220,24 @@ impl ExpertLayout {
         })
     }
 
-    /// The tokens each slot of GPU `gpu` holding `expert` on `layer` computes when the expert
-    /// receives `count` (nothing when the GPU does not host it).
-    pub fn expert_shares(
+    /// The tokens each slot holding `expert` on `layer` computes when the expert receives
+    /// `count`, as `(gpu, tokens)`, GPU by GPU and on a GPU slot by slot (a GPU that does not
+    /// host the expert has none).
+    #[inline]
+    pub fn expert_hosts(
         &self,
         layer: usize,
-        gpu: usize,
         expert: u32,
         count: u32,
-    ) -> impl Iterator<Item = u32> + '_ {
-        let copy = (gpu / self.expert_parallel) as u32;
-        let in_copy = share(count, self.copies as u32, copy);
-        let first = (layer * self.gpus() + gpu) * self.slots_per_gpu;
-        self.slots[first..first + self.slots_per_gpu]
-            .iter()
-            .filter(move |s| s.expert == expert)
-            .map(move |s| share(in_copy, s.replicas, s.rank))
+    ) -> impl Iterator<Item = (usize, u32)> + '_ {
+        let bucket = layer * self.n_experts + expert as usize;
+        let range = self.host_start[bucket] as usize..self.host_start[bucket + 1] as usize;
+        let copies = self.copies as u32;
+        self.hosts[range].iter().map(move |&(gpu, s)| {
+            let copy = gpu / self.expert_parallel as u32;
+            let in_copy = share(count, copies, copy);
+            (gpu as usize, share(in_copy, s.replicas, s.rank))
+        })
     }
 
     /// Each GPU's expected tokens on `layer` when expert `e` expects `per_expert[e]`: an

@@ -97,13 +97,22 @@ impl ReroutingCost {
 
     /// Nanoseconds the step's operators spend moving their bytes over `rows` token rows.
     pub fn memory_ns(&self, rows: u64) -> f64 {
+        self.traffic.operators_per_step * self.operator_ns(rows)
+    }
+
+    /// One operator's bytes over `rows` token rows, on the slowest device.
+    fn operator_ns(&self, rows: u64) -> f64 {
         let bytes = self.traffic.bytes(rows);
-        let slowest = self
-            .rooflines
+        self.rooflines
             .iter()
             .map(|r| r.op(bytes / self.devices, 0.0).nanos())
-            .fold(0.0, f64::max);
-        self.traffic.operators_per_step * slowest
+            .fold(0.0, f64::max)
+    }
+
+    /// Nanoseconds the step's operators take launched one by one from the host, each the
+    /// longer of its launch (`host_launch_ns`) and its bytes' time (`Timing::Eager`).
+    pub fn eager_ns(&self, rows: u64, host_launch_ns: f64) -> f64 {
+        self.traffic.operators_per_step * self.operator_ns(rows).max(host_launch_ns)
     }
 
     /// Nanoseconds the step's operators spend in launches, each `launch_ns` (eager launches;

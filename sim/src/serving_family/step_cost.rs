@@ -33,7 +33,7 @@ use crate::cost::lanes::Lanes;
 use crate::cost::measured_steps::{MeasuredDenseStep, OpSources};
 use crate::cost::moe_layer::{LaneRows, LaneTimes, MoeLayerCost, SpeedFactors};
 use crate::cost::roofline::{
-    ElementwiseKernels, Roofline, StepRoofline, StepTokens, TensorParallel,
+    ElementwiseKernels, Roofline, RooflineParams, StepRoofline, StepTokens, TensorParallel,
 };
 use crate::cost::shape::MoeModelShape;
 use crate::policies::memory::InstancePlan;
@@ -81,11 +81,16 @@ fn gpu_counts<'a>(
     per_expert: &[u32],
     lanes: Range<usize>,
 ) -> [&'a [u32]; LANES] {
-    for (tokens, g) in tokens.iter_mut().zip(lanes) {
+    for (tokens, g) in tokens.iter_mut().zip(lanes.clone()) {
         tokens.resize(layout.slots_per_gpu, 0);
         layout.gpu_tokens(layer, per_expert, g, tokens);
-        for c in copies {
-            tokens.extend(layout.expert_shares(layer, g, c.expert, c.tokens));
+    }
+    // Each copy's slots in turn, so that a GPU's copies keep their order.
+    for c in copies {
+        for (g, n) in layout.expert_hosts(layer, c.expert, c.tokens) {
+            if lanes.contains(&g) {
+                tokens[g - lanes.start].push(n);
+            }
         }
     }
     std::array::from_fn(|i| tokens[i].as_slice())
@@ -171,6 +176,8 @@ pub struct ReplicaStepCost {
     tensor_parallel: usize,
     /// The host's time per step.
     host: HostOverhead,
+    /// With `replica.timing = "eager"`, the host's launch of one kernel, ns.
+    eager_launch_ns: Option<f64>,
     /// The dense part's price at each distinct speed of the pass being priced (scratch).
     prices: Vec<PassTime>,
     /// Which of `dense` each GPU runs at.
@@ -183,18 +190,23 @@ pub struct ReplicaStepCost {
     swap: SwapTransfer,
 }
 
-/// The routed experts' layer cost of `scenario`'s GPU: CUDA graphs capture the grouped MoE
-/// kernels with the rest of the step, so each costs its GPU-side time (kernel floor included)
-/// and no host launch (the host overhead covers the graph replay).
-/// A replica priced from a measured profile takes its expert entry instead
+/// The routed experts' layer cost of `scenario`'s GPU: by default CUDA graphs capture the
+/// grouped MoE kernels with the rest of the step, so each costs its GPU-side time (kernel floor
+/// included) and no host launch (the host overhead covers the graph replay); with
+/// `replica.timing = "eager"` each costs the longer of the host's launch and that time. A
+/// replica priced from a measured profile takes its expert entry instead
 /// (`CurvePricing::expert_layer`).
 pub fn moe_layer_cost(scenario: &ServingScenario, shape: &MoeModelShape) -> MoeLayerCost {
-    let layer = MoeLayerCost::new(&scenario.replica.gpu, shape, Timing::Graph);
+    let layer = MoeLayerCost::new(&scenario.replica.gpu, shape, scenario.replica.timing);
     match &scenario.replica.curves {
         Some(curves) => curves.expert_layer(layer, shape),
         None => layer,
     }
 }
+
+/// Kernels per layer of an MLA model outside its routed experts launched eagerly, each one
+/// launch (docs/cost-model.md, the MLA-MoE model's "5 launches per layer and 3 for the head").
+const MLA_KERNELS_PER_LAYER: u32 = 5;
 
 /// `value / parts`, rounded up.
 fn share(value: u64, parts: u64) -> u64 {
@@ -217,6 +229,8 @@ impl ReplicaStepCost {
             link: r.link,
         };
         let nominal = Roofline::of(&r.gpu);
+        let eager = r.timing == Timing::Eager;
+        let eager_counts = RooflineParams::default();
         let mut distinct: Vec<SpeedFactors> = Vec::new();
         let dense_of_gpu = r
             .speeds
@@ -236,13 +250,20 @@ impl ReplicaStepCost {
                     ServedModel::Dense(shape) => {
                         StepRoofline::dense(shape, roofline, parallel, 0.0)
                     }
+                    ServedModel::Moe(shape) if eager => StepRoofline {
+                        kernels_per_layer: eager_counts.kernels_per_non_expert_layer,
+                        kernels_head: eager_counts.kernels_per_head,
+                        ..StepRoofline::moe_non_expert_tensor_parallel(
+                            shape, roofline, parallel, 2.0, 0.0,
+                        )
+                    },
                     ServedModel::Moe(shape) => StepRoofline::moe_non_expert_tensor_parallel(
                         shape, roofline, parallel, 2.0, 0.0,
                     ),
                     // One tensor-parallel group (the rows split over the data-parallel copies
                     // as for the other models), its kernels in the step's CUDA graph.
                     ServedModel::Mla(shape) => StepRoofline {
-                        kernels_head: 0,
+                        kernels_head: if eager { 3 } else { 0 },
                         host_overhead_ns: 0.0,
                         all_reduce: (parallel.degree > 1)
                             .then_some((shape.hidden as f64 * 2.0, parallel)),
@@ -251,7 +272,7 @@ impl ReplicaStepCost {
                             roofline,
                             parallel.degree.into(),
                             parallel.degree.into(),
-                            0,
+                            if eager { MLA_KERNELS_PER_LAYER } else { 0 },
                         )
                     },
                 }
@@ -323,6 +344,7 @@ impl ReplicaStepCost {
             curve_layers: scenario.model.experts().map_or(0, |s| s.n_layers),
             tensor_parallel: r.tensor_parallel,
             host: r.host,
+            eager_launch_ns: eager.then_some(nominal.launch_ns),
             prices: Vec::new(),
             dense_of_gpu,
             data_parallel: deployment.data_parallel as u64,
@@ -541,8 +563,12 @@ impl ReplicaStepCost {
             (None, None) => {
                 for d in &self.dense {
                     let parts = d.parts(tokens, &self.elementwise);
+                    // Eager launches: what the host's launches keep the GPU waiting.
+                    let wait = self.eager_launch_ns.map_or(0.0, |launch| {
+                        d.eager_wait_ns(tokens, &self.elementwise, launch)
+                    });
                     prices.push(PassTime {
-                        nanos: parts.nanos(),
+                        nanos: parts.nanos() + wait,
                         compute_ns: parts.linear.compute_ns
                             + parts.attention.compute_ns
                             + parts.head.compute_ns,
@@ -555,16 +581,17 @@ impl ReplicaStepCost {
                             elementwise_ns: parts.elementwise_ns,
                             attention_ns: parts.attention.nanos,
                             head_ns: parts.head.nanos,
-                            host_ns: 0.0,
+                            host_ns: wait,
                         },
                         ..PassTime::default()
                     });
                 }
             }
         }
+        // The GPU is busy for the pass but its communication and its wait for launches.
         for (b, &d) in busy.iter_mut().zip(&self.dense_of_gpu) {
             let d = d.min(prices.len() - 1);
-            *b += prices[d].nanos - prices[d].communication_ns;
+            *b += prices[d].nanos - prices[d].communication_ns - prices[d].parts.host_ns;
         }
         let pace = prices
             .iter()
@@ -649,7 +676,10 @@ impl ReplicaStepCost {
                 communication_ns += layer_a2a;
             }
             if let Some(rerouting) = &moe.rerouting {
-                moe_ns += rerouting.memory_ns(rows);
+                moe_ns += match self.eager_launch_ns {
+                    Some(launch) => rerouting.eager_ns(rows, launch),
+                    None => rerouting.memory_ns(rows),
+                };
             }
         }
         PassTime {

@@ -1077,6 +1077,51 @@ fn the_mla_base_models_kv_cache_is_its_latent_on_every_rank() {
 }
 
 #[test]
+fn eager_timing_charges_each_layers_launches_and_keeps_the_host_time() {
+    // A one-sequence decode of the base esft-vanilla-16b over 8 Ascend-910B NPUs, its dense
+    // part alone (no expert layout): launched eagerly, each of the 27 layers takes at least its
+    // 5 launches and the head its 3, 10 us each on the Ascend (1.38 ms); a launch never adds
+    // more than itself. The host's time per step is the same in both.
+    let base = ESFT.replace(
+        "[adapters]\ncount = 5\nalpha = 0.3\nmemory = { kind = \"virtual_weight_tensor\" }\n",
+        "",
+    );
+    let graph = scenario(&base).unwrap();
+    let eager = scenario(&base.replace("block_size = 128", "block_size = 128\ntiming = \"eager\""))
+        .unwrap();
+    assert_eq!(eager.replica.timing, crate::cost::kernel::Timing::Eager);
+    let d = deployment::Deployment::new(&graph, None).unwrap();
+    let price = |s: &ServingScenario| {
+        step_cost::ReplicaStepCost::new(s, &d, None, None).decode_profile(1, 256)
+    };
+    let (g, e) = (price(&graph), price(&eager));
+    let launches_ns = (27.0 * 5.0 + 3.0) * 10_000.0;
+    let gpu_ns = {
+        let p = &g.breakdown.parts;
+        p.linear_ns + p.elementwise_ns + p.attention_ns + p.head_ns
+    };
+    let added = (e.duration.0 - g.duration.0) as f64;
+    assert!(
+        added >= launches_ns - gpu_ns - 1.0 && added <= launches_ns + 1.0,
+        "eager adds {added} ns: launches {launches_ns}, graph's GPU time {gpu_ns}"
+    );
+    assert!(added > 0.0);
+    let host = |t: &crate::serving::StepTime| t.breakdown.parts.host_ns;
+    assert!(
+        (host(&e) - host(&g) - added).abs() <= 1.0,
+        "the wait is the host's share"
+    );
+    // Refused where no launch count is stated, naming the key.
+    let dense = "[model]\nname = \"qwen2.5-7b-instruct\"\n[replica]\ngpu = \"RTX-A6000\"\n\
+                 timing = \"eager\"\n[workload]\nn_requests = 1\n\
+                 prompt_tokens = { kind = \"fixed\", value = 1 }\n\
+                 output_tokens = { kind = \"fixed\", value = 1 }\n\
+                 [arrival]\npattern = \"poisson\"\nrate_per_s = 1.0\n";
+    let err = scenario(dense).unwrap_err();
+    assert_eq!(err.path, "replica.timing", "{err:?}");
+}
+
+#[test]
 fn adapters_are_served_and_their_experts_and_rerouting_cost_time() {
     let s = scenario(ESFT).unwrap();
     let adapters = s.adapters.as_ref().unwrap();

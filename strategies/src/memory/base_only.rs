@@ -1,7 +1,7 @@
 //! vLLM-Ascend (Base-Only): the base model alone on the budget; every request, whatever its
 //! adapter, is answered by the base experts (the latency and throughput reference).
 
-use sim::expertweave::MlaMoeShape;
+use sim::cost::shape::MlaMoeShape;
 use sim::policies::memory::adapters::EsftAdapter;
 use sim::policies::memory::device::DeviceMemory;
 use sim::policies::memory::{

@@ -2,7 +2,7 @@
 //! its own instance; the copies share one budget (the memory experiment) or each gets its own
 //! devices (the serving baseline, requests sent to their adapter's instance).
 
-use sim::expertweave::MlaMoeShape;
+use sim::cost::shape::MlaMoeShape;
 use sim::policies::memory::adapters::EsftAdapter;
 use sim::policies::memory::device::DeviceMemory;
 use sim::policies::memory::device::KvCapacity;

@@ -2,7 +2,7 @@
 //! base + A_max x e_max experts, every adapter padded to e_max slots per layer, all of it
 //! physically allocated.
 
-use sim::expertweave::MlaMoeShape;
+use sim::cost::shape::MlaMoeShape;
 use sim::policies::memory::adapters::EsftAdapter;
 use sim::policies::memory::device::DeviceMemory;
 use sim::policies::memory::{

@@ -1,7 +1,7 @@
 //! The managers against each other on the paper's memory setup (one 64 GiB device at 90%).
 
 use super::*;
-use sim::expertweave::MlaMoeShape;
+use sim::cost::shape::MlaMoeShape;
 use sim::policies::memory::MemoryPlan;
 use sim::policies::memory::adapters::esft_adapter;
 use sim::policies::memory::device::DeviceMemory;

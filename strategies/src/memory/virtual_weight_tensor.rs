@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use sim::expertweave::MlaMoeShape;
+use sim::cost::shape::MlaMoeShape;
 use sim::policies::memory::adapters::EsftAdapter;
 use sim::policies::memory::device::DeviceMemory;
 use sim::policies::memory::{
