@@ -99,6 +99,24 @@ fn serving_prompt_max(s: &ServingScenario) -> usize {
     longest as usize
 }
 
+/// The most tokens one engine step of `s`'s replica holds: its scheduler's token budget
+/// (`max_num_batched_tokens`, or Sarathi's `chunk_size`); none for orca without a budget or a
+/// static replica.
+fn token_budget(s: &ServingScenario) -> Option<usize> {
+    match &s.replica.scheduler {
+        SchedulerTable::Sarathi { chunk_size, .. } => Some(*chunk_size as usize),
+        SchedulerTable::Vllm {
+            max_num_batched_tokens,
+            ..
+        } => Some(*max_num_batched_tokens as usize),
+        SchedulerTable::Orca {
+            max_num_batched_tokens,
+            ..
+        } => max_num_batched_tokens.map(|b| b as usize),
+        SchedulerTable::Static { .. } => None,
+    }
+}
+
 /// The ExpertWeave preset (a serving scenario of an MLA model with `[adapters]`): a step holds
 /// at most the scheduler's token budget and `min(replica.max_num_seqs, requests)` sequences of
 /// at most the longest prompt; the routed-expert geometry, each layer's dense GEMM and the head
@@ -110,19 +128,8 @@ fn adapter_sampling(
 ) -> ScenarioSampling {
     let prompt_max = serving_prompt_max(s);
     let sequences = s.replica.max_num_seqs.min(s.requests()).max(1);
-    let budget = match &s.replica.scheduler {
-        SchedulerTable::Vllm {
-            max_num_batched_tokens,
-            ..
-        } => Some(*max_num_batched_tokens),
-        SchedulerTable::Sarathi { chunk_size, .. } => Some(*chunk_size),
-        SchedulerTable::Orca {
-            max_num_batched_tokens,
-        } => *max_num_batched_tokens,
-        SchedulerTable::Static { .. } => None,
-    };
     let whole = sequences.saturating_mul(prompt_max);
-    let step = budget.map_or(whole, |b| whole.min(b as usize));
+    let step = token_budget(s).map_or(whole, |b| whole.min(b));
     let hidden = shape.hidden;
     let mut gemm_widths: Vec<usize> = (0..shape.n_layers)
         .map(|layer| shape.layer_non_routed_params(layer).div_ceil(hidden) as usize)
@@ -160,18 +167,7 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
         let prompt_max = serving_prompt_max(s);
         let batch = s.replica.max_num_seqs.min(s.requests()).max(1);
         let static_priced = s.replica.static_cost.as_ref().and_then(|c| c.model());
-        let budget = match &s.replica.scheduler {
-            SchedulerTable::Sarathi { chunk_size, .. } => Some(*chunk_size as usize),
-            SchedulerTable::Vllm {
-                max_num_batched_tokens,
-                ..
-            } => Some(*max_num_batched_tokens as usize),
-            SchedulerTable::Orca {
-                max_num_batched_tokens,
-                ..
-            } => max_num_batched_tokens.map(|b| b as usize),
-            SchedulerTable::Static { .. } => None,
-        };
+        let budget = token_budget(s);
         let (shape, budget) = match (&s.model, static_priced, &s.replica.scheduler) {
             // The CAPS preset: one static replica whose batches are priced by an MoE profile.
             (_, Some(_), _) => (
