@@ -2630,6 +2630,8 @@ fn the_router_sees_each_workflows_stages_and_its_end() {
     }
     assert!(models_differ);
     assert_eq!(log.done.len(), 30);
+}
+
 /// A continuous MoE replica of the scaled-down live shape over 4 GPUs (one at 0.8, its
 /// bandwidth slowed alike), priced from the CPU-measured profile: what live mode's GEM case runs.
 const TINY_PROFILED: &str = r#"
