@@ -69,7 +69,7 @@ fn live_cpu_run_writes_the_fidelity_report() {
 }
 
 #[test]
-fn live_refuses_the_serving_family_before_probing() {
+fn live_refuses_a_serving_scenario_it_cannot_run_before_probing() {
     let output = expertsim()
         .args(["live", "--backend", "cpu"])
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/serving/quick.toml"))
@@ -79,7 +79,8 @@ fn live_refuses_the_serving_family_before_probing() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("live mode runs the serving family's CAPS preset only"),
+        stderr.contains("live mode runs a continuous MoE replica of the serving family")
+            && stderr.contains("model.name"),
         "{stderr}"
     );
     assert!(output.stdout.is_empty(), "nothing before the refusal");
