@@ -117,6 +117,18 @@ fn token_budget(s: &ServingScenario) -> Option<usize> {
     }
 }
 
+/// The output widths of an MLA model's GEMMs priced at their own width: each layer's dense
+/// part (its non-routed parameters over the hidden size) and the head, sorted, without repeats.
+fn own_width_gemms(shape: &MlaMoeShape) -> Vec<usize> {
+    let mut widths: Vec<usize> = (0..shape.n_layers)
+        .map(|layer| shape.layer_non_routed_params(layer).div_ceil(shape.hidden) as usize)
+        .chain([shape.vocab as usize])
+        .collect();
+    widths.sort_unstable();
+    widths.dedup();
+    widths
+}
+
 /// The ExpertWeave preset (a serving scenario of an MLA model with `[adapters]`): a step holds
 /// at most the scheduler's token budget and `min(replica.max_num_seqs, requests)` sequences of
 /// at most the longest prompt; the routed-expert geometry, each layer's dense GEMM and the head
@@ -130,13 +142,7 @@ fn adapter_sampling(
     let sequences = s.replica.max_num_seqs.min(s.requests()).max(1);
     let whole = sequences.saturating_mul(prompt_max);
     let step = token_budget(s).map_or(whole, |b| whole.min(b));
-    let hidden = shape.hidden;
-    let mut gemm_widths: Vec<usize> = (0..shape.n_layers)
-        .map(|layer| shape.layer_non_routed_params(layer).div_ceil(hidden) as usize)
-        .chain([shape.vocab as usize])
-        .collect();
-    gemm_widths.sort_unstable();
-    gemm_widths.dedup();
+    let gemm_widths = own_width_gemms(shape);
     ScenarioSampling {
         shape: shape.moe_geometry(),
         max_tokens: step,
@@ -231,13 +237,7 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
         let prompt_max = s.prompt_lengths.high().round().max(1.0) as usize;
         let sequences = (s.serving.max_num_seqs as usize).min(s.max_arrivals).max(1);
         let step = (s.serving.max_batch_tokens as usize).min(sequences * prompt_max);
-        let hidden = shape.hidden;
-        let mut gemm_widths: Vec<usize> = (0..shape.n_layers)
-            .map(|layer| shape.layer_non_routed_params(layer).div_ceil(hidden) as usize)
-            .chain([shape.vocab as usize])
-            .collect();
-        gemm_widths.sort_unstable();
-        gemm_widths.dedup();
+        let gemm_widths = own_width_gemms(shape);
         Ok(ScenarioSampling {
             shape: shape.moe_geometry(),
             max_tokens: step,
