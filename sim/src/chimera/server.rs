@@ -15,7 +15,7 @@
 use super::config::ChimeraScenario;
 use super::models::{EngineCost, PREFIX_BLOCK_TOKENS};
 use super::stats::{average_precision, kendall_tau_distance};
-use super::workload::{ROLE_STREAMS, SYSTEM_PROMPT_TOKENS, Workflow, stage_role};
+use super::workload::{SYSTEM_PROMPT_TOKENS, Workflow};
 use crate::arrivals::ArrivalProcess;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
@@ -130,24 +130,7 @@ impl AdmitHook for Admit<'_> {
             .workflows
             .get(&request.workflow)
             .expect("queued request's workflow exists");
-        let user = run.workflow.user_prompt_tokens;
-        let history = request
-            .prompt_tokens
-            .saturating_sub(SYSTEM_PROMPT_TOKENS + user);
-        segments.extend([
-            PrefixSegment {
-                stream: ROLE_STREAMS + u64::from(stage_role(run.workflow.n_stages, request.stage)),
-                tokens: SYSTEM_PROMPT_TOKENS,
-            },
-            PrefixSegment {
-                stream: 2 * request.workflow,
-                tokens: user,
-            },
-            PrefixSegment {
-                stream: 2 * request.workflow + 1,
-                tokens: history,
-            },
-        ]);
+        segments.extend(run.workflow.prompt_segments(request));
     }
 
     fn admitted(&mut self, now: SimTime, request: &QueuedRequest, _output: u32) {

@@ -6,6 +6,7 @@
 //! Every constant here is listed with its source in docs/chimera.md.
 
 use crate::rng::SimRng;
+use crate::serving::{PrefixSegment, QueuedRequest};
 use crate::validate::{FieldError, non_negative};
 use rand::RngExt;
 use rand_distr::{Distribution, StandardNormal};
@@ -242,6 +243,33 @@ pub struct Workflow {
 }
 
 impl Workflow {
+    /// The segments of the prompt of `request` (one of this workflow's stages) as the paper's
+    /// section 3.1 builds it: "the stage-i system prompt, the user message, and the accumulated
+    /// history from prior stages", in that order: its role's system prompt (stream
+    /// `ROLE_STREAMS + role`, the same for every stage of that role of every workflow), the
+    /// workflow's user message (stream `2 x workflow`) and its history (stream
+    /// `2 x workflow + 1`; a later stage's history extends an earlier one's).
+    pub fn prompt_segments(&self, request: &QueuedRequest) -> [PrefixSegment; 3] {
+        let user = self.user_prompt_tokens;
+        let history = request
+            .prompt_tokens
+            .saturating_sub(SYSTEM_PROMPT_TOKENS + user);
+        [
+            PrefixSegment {
+                stream: ROLE_STREAMS + u64::from(stage_role(self.n_stages, request.stage)),
+                tokens: SYSTEM_PROMPT_TOKENS,
+            },
+            PrefixSegment {
+                stream: 2 * request.workflow,
+                tokens: user,
+            },
+            PrefixSegment {
+                stream: 2 * request.workflow + 1,
+                tokens: history,
+            },
+        ]
+    }
+
     /// Output tokens of `stage` were it served by model `model`.
     pub fn tokens(&self, model: usize, stage: u32) -> u32 {
         self.stage_tokens[model * self.n_stages as usize + stage as usize]

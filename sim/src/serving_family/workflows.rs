@@ -12,9 +12,7 @@
 //! of its stages summed, its latency per output token and its outcome (`u < sigmoid(1.7 (c̄ -
 //! d))`, `c̄` the mean capability of the models that served its stages): `WorkflowSummary`.
 
-use crate::chimera::workload::{
-    ROLE_STREAMS, SYSTEM_PROMPT_TOKENS, Workflow, WorkflowGenerator, stage_role,
-};
+use crate::chimera::workload::{SYSTEM_PROMPT_TOKENS, Workflow, WorkflowGenerator};
 use crate::recorder::WorkflowSummary;
 use crate::rng::SimRng;
 use crate::serving::{PrefixSegment, QueuedRequest};
@@ -117,30 +115,11 @@ impl<'a> Workflows<'a> {
         self.generator.models[group].capability
     }
 
-    /// The segments `request`'s prompt is made of (`AdmitHook::prefix`): its role's system
-    /// prompt (stream `ROLE_STREAMS + role`), the workflow's user message (stream
-    /// `2 x workflow`) and its history (stream `2 x workflow + 1`; a later stage's history
-    /// extends an earlier one's).
+    /// The segments `request`'s prompt is made of (`AdmitHook::prefix`): its workflow's
+    /// `Workflow::prompt_segments`, as the chimera family's server builds them.
     pub fn prefix(&self, request: &QueuedRequest, segments: &mut Vec<PrefixSegment>) {
         let run = self.run(request.workflow);
-        let user = run.workflow.user_prompt_tokens;
-        let history = request
-            .prompt_tokens
-            .saturating_sub(SYSTEM_PROMPT_TOKENS + user);
-        segments.extend([
-            PrefixSegment {
-                stream: ROLE_STREAMS + u64::from(stage_role(run.workflow.n_stages, request.stage)),
-                tokens: SYSTEM_PROMPT_TOKENS,
-            },
-            PrefixSegment {
-                stream: 2 * request.workflow,
-                tokens: user,
-            },
-            PrefixSegment {
-                stream: 2 * request.workflow + 1,
-                tokens: history,
-            },
-        ]);
+        segments.extend(run.workflow.prompt_segments(request));
     }
 
     /// `request` entered a step for the first time at `now`: its wait joins its workflow's.
@@ -199,7 +178,7 @@ impl<'a> Workflows<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chimera::workload::{Dataset, ModelWorkload};
+    use crate::chimera::workload::{Dataset, ModelWorkload, ROLE_STREAMS};
     use crate::rng::stream;
 
     fn request(workflow: u64, stage: u32, prompt_tokens: u32, submitted: SimTime) -> QueuedRequest {
