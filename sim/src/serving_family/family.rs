@@ -1,6 +1,7 @@
 //! The serving family as a registered `Family`: its tables, what a cell demands, one seed's run
 //! through the policies' queue policy and router (with or without a trace-event file), and what
-//! live mode reads (it runs the CAPS preset only: `live::caps`).
+//! live mode reads (it runs the CAPS preset, `live::caps`, and one continuous MoE replica,
+//! `live::continuous`).
 
 use super::config::{LengthSpec, SchedulerTable};
 use super::{ServingConfig, ServingScenario};
