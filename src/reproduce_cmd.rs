@@ -162,26 +162,13 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Why a claim's seed stability disagrees with what it says: unstable (fewer than 4 of 5 seeds
-/// give the verdict of the means, or fewer than 5 seeds) without `seed_sensitive`, or stable
-/// with it. The quick variant runs one seed and is not judged.
+/// Why a claim's seed stability disagrees with what it says (`Outcome::stability_problem`);
+/// the quick variant runs fewer seeds and is not judged.
 fn stability_problem(claim: &Claim, outcome: &Outcome, quick: bool) -> Option<String> {
     if quick {
-        return None;
-    }
-    let (agreeing, seeds) = outcome.seed_agreement();
-    match (outcome.seed_stable(), &claim.seed_sensitive) {
-        (false, None) => Some(format!(
-            "{agreeing} of {seeds} seeds give its verdict ({}), fewer than {} of {}: run more \
-             seeds or say why it is seed-sensitive (`seed_sensitive`)",
-            outcome.verdict.text(),
-            headlines::STABLE_SEEDS,
-            headlines::SEEDS_FOR_STABILITY
-        )),
-        (true, Some(_)) => Some(format!(
-            "{agreeing} of {seeds} seeds give its verdict: it is stable, delete `seed_sensitive`"
-        )),
-        _ => None,
+        None
+    } else {
+        outcome.stability_problem(claim)
     }
 }
 

@@ -118,6 +118,25 @@ impl Outcome {
         n >= SEEDS_FOR_STABILITY && agreeing * SEEDS_FOR_STABILITY >= STABLE_SEEDS * n
     }
 
+    /// Why `claim`'s word on its seed stability disagrees with this outcome, for every family
+    /// alike: unstable (`seed_stable` false) without a `seed_sensitive` reason, or stable with
+    /// one. `None` when the two agree.
+    pub fn stability_problem(&self, claim: &Claim) -> Option<String> {
+        let (agreeing, seeds) = self.seed_agreement();
+        match (self.seed_stable(), &claim.seed_sensitive) {
+            (false, None) => Some(format!(
+                "{agreeing} of {seeds} seeds give its verdict ({}), fewer than {STABLE_SEEDS} of \
+                 {SEEDS_FOR_STABILITY}: run more seeds or say why it is seed-sensitive \
+                 (`seed_sensitive`)",
+                self.verdict.text(),
+            )),
+            (true, Some(_)) => Some(format!(
+                "{agreeing} of {seeds} seeds give its verdict: it is stable, delete `seed_sensitive`"
+            )),
+            _ => None,
+        }
+    }
+
     /// The spread of our value over seeds: each judged point's lowest to highest value over the
     /// seeds, in the claim's statistic, points separated by `; `.
     pub fn seed_spread_text(&self, claim: &Claim) -> String {

@@ -669,6 +669,38 @@ fn each_seed_is_judged_alone_and_four_of_five_make_a_verdict_stable() {
 }
 
 #[test]
+fn a_claim_says_seed_sensitive_exactly_when_its_verdict_is_unstable() {
+    // The rule `reproduce` applies to every family's claims: seed 5 alone reverses the
+    // direction at 300 req/s (4 of 5 agree, stable); seeds 4 and 5 do (3 of 5, unstable).
+    let doc = |fourth: f64| {
+        seeded_document(&[
+            ("fcfs", 150, vec![100.0; 5]),
+            ("gv", 150, vec![80.0; 5]),
+            ("fcfs", 300, vec![100.0; 5]),
+            ("gv", 300, vec![70.0, 75.0, 80.0, fourth, 110.0]),
+        ])
+    };
+    let plain = claim(CLAIM);
+    let said = claim(&format!("{CLAIM}seed_sensitive = \"one seed's draw\"\n"));
+    let stable = evaluate(&plain, &doc(85.0)).unwrap();
+    let unstable = evaluate(&plain, &doc(120.0)).unwrap();
+    assert!(stable.seed_stable() && !unstable.seed_stable());
+    assert_eq!(stable.stability_problem(&plain), None);
+    assert_eq!(unstable.stability_problem(&said), None);
+    let missing = unstable.stability_problem(&plain).unwrap();
+    assert!(
+        missing.contains("3 of 5 seeds give its verdict (reproduced), fewer than 4 of 5")
+            && missing.contains("`seed_sensitive`"),
+        "{missing}"
+    );
+    let stale = stable.stability_problem(&said).unwrap();
+    assert!(
+        stale.contains("4 of 5 seeds") && stale.contains("delete `seed_sensitive`"),
+        "{stale}"
+    );
+}
+
+#[test]
 fn a_claim_compared_with_another_run_reads_its_cell_there() {
     let own = document(&[("gv", 150, 80.0), ("gv", 300, 90.0)]);
     let other = document(&[("fcfs", 150, 100.0), ("fcfs", 300, 100.0)]);
