@@ -34,7 +34,6 @@ use super::selector_former::SelectorFormer;
 use super::step_cost::ReplicaStepCost;
 use super::workflows::Workflows;
 use crate::arrivals::{Arrival, ArrivalProcess};
-use crate::chimera::models::PROFILE_CONTEXT_TOKENS;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::policies::batch::BatchSelector;
@@ -42,6 +41,7 @@ use crate::policies::memory::MemoryPlan;
 use crate::recorder::{ReplicaRecorder, ServingSummary, StepCounts, TraceEvents};
 use crate::records::RecordSink;
 use crate::rng::{SimRng, stream};
+use crate::serving::router::PROFILE_CONTEXT_TOKENS;
 use crate::serving::topic_affinity::BatchRouting;
 use crate::serving::{
     AdmitHook, EngineState, PrefixSegment, QueuePolicy, QueuedRequest, Replica, RouteRequest,

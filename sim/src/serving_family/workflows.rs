@@ -1,6 +1,6 @@
 //! Multi-stage agent workflows as the serving family's workload (`[workload.workflow]`,
 //! Chimera's section 3.1 and appendix A.1): each arrival is a workflow of 4, 2 or 1 stages drawn
-//! by `chimera::workload::WorkflowGenerator` (one `ModelWorkload` per replica group: the
+//! by `serving::agent_workflows::WorkflowGenerator` (one `ModelWorkload` per replica group: the
 //! group's model's output lengths and task score on the dataset). A stage's request is submitted
 //! the instant the previous stage finishes (a closed loop: later stages enter only as fast as
 //! the replicas finish earlier ones); its prompt is its role's system prompt, the workflow's user
@@ -12,9 +12,9 @@
 //! of its stages summed, its latency per output token and its outcome (`u < sigmoid(1.7 (c̄ -
 //! d))`, `c̄` the mean capability of the models that served its stages): `WorkflowSummary`.
 
-use crate::chimera::workload::{SYSTEM_PROMPT_TOKENS, Workflow, WorkflowGenerator};
 use crate::recorder::WorkflowSummary;
 use crate::rng::SimRng;
+use crate::serving::agent_workflows::{SYSTEM_PROMPT_TOKENS, Workflow, WorkflowGenerator};
 use crate::serving::{PrefixSegment, QueuedRequest};
 use crate::time::SimTime;
 use rustc_hash::FxHashMap;
@@ -178,8 +178,8 @@ impl<'a> Workflows<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chimera::workload::{Dataset, ModelWorkload, ROLE_STREAMS};
     use crate::rng::stream;
+    use crate::serving::agent_workflows::{Dataset, ModelWorkload, ROLE_STREAMS};
 
     fn request(workflow: u64, stage: u32, prompt_tokens: u32, submitted: SimTime) -> QueuedRequest {
         QueuedRequest {

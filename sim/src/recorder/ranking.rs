@@ -1,4 +1,4 @@
-//! The two quality measures the Chimera paper reports for its learned components: the Kendall tau
+//! The two ranking-quality measures Chimera (chimera.txt) reports for its learned components: the Kendall tau
 //! distance between a predicted and the true ranking (length predictor, Table 3) and the macro
 //! mean average precision of per-model confidence scores (semantic router, Table 2).
 
