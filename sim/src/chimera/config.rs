@@ -2,15 +2,18 @@
 //! `[queue]`, `[routing]`, and the shared `[arrival]` table), mirrored with `deny_unknown_fields`, and their validation into a
 //! runnable `ChimeraScenario`.
 
-use super::models::{DEFAULT_MAX_NUM_BATCHED_TOKENS, EngineCost, model_names, model_shape};
-use super::workload::{
-    Dataset, ModelWorkload, PredictorConfig, SemanticRouterConfig, WorkflowGenerator,
-};
+use super::models::{DEFAULT_MAX_NUM_BATCHED_TOKENS, EngineCost};
 use crate::arrivals::{ArrivalSpec, ArrivalTable, TraceStats};
 use crate::cost::gpu::GpuSpec;
 use crate::cost::host::HostOverhead;
 use crate::load_cache::{LoadCache, measured_set};
 use crate::mosaic::profile_cost::DenseDecodeProfile;
+use crate::serving::agent_workflows::{
+    Dataset, ModelWorkload, WorkflowGenerator, model_names, model_shape,
+};
+use crate::serving::predictors::{
+    PredictorConfig, SemanticRouterConfig, default_predictor, default_semantic_router,
+};
 use crate::serving::{QueuePolicyConfig, RouterConfig};
 use crate::validate::{FieldError, at_least_one, field_error, measured_on, non_negative, positive};
 use serde::{Deserialize, Serialize};
@@ -32,19 +35,6 @@ pub struct ChimeraConfig {
     /// (poisson, bursty or trace; `workload.rps` is then left out).
     #[serde(default)]
     pub arrival: Option<ArrivalTable>,
-}
-
-/// The length predictor's default log-normal noise: the level whose Kendall tau distance on this
-/// workload lands in the range of the paper's QRF (0.12-0.27, Table 3); the run reports the
-/// distance it achieves.
-pub fn default_predictor() -> PredictorConfig {
-    PredictorConfig::Noisy { noise: 0.6 }
-}
-
-/// The semantic router's default difficulty-estimate noise (the run reports the mean average
-/// precision it achieves; the paper's ModernBERT-large reaches 0.52 on APPS, 0.74 on MATH).
-pub fn default_semantic_router() -> SemanticRouterConfig {
-    SemanticRouterConfig::Noisy { noise: 1.0 }
 }
 
 /// `[cluster]`: one engine per entry of `models`, all on the same GPU type.

@@ -8,8 +8,6 @@ pub mod family;
 pub mod models;
 pub mod run;
 pub mod server;
-pub mod stats;
-pub mod workload;
 
 pub use config::{ChimeraConfig, ChimeraScenario};
 pub use family::Chimera;

@@ -12,35 +12,9 @@ use crate::cost::measured_steps::MeasuredSet;
 use crate::cost::roofline::{StepPrice, StepTokens, TensorParallel};
 use crate::cost::shape::DenseModelShape;
 use crate::serving::DenseServing;
+use crate::serving::router::PROFILE_CONTEXT_TOKENS;
 use serde::Serialize;
 use std::sync::Arc;
-
-/// The models a Chimera scenario may name, with the catalogue preset each one is. The paper
-/// serves Ministral-3-8B-Instruct-2512; the catalogue's Ministral-8B-Instruct-2410, the text
-/// model of the same size class, stands in for it.
-pub const MODELS: &[(&str, &str)] = &[
-    ("qwen2.5-1.5b", "qwen2.5-1.5b-instruct"),
-    ("qwen2.5-3b", "qwen2.5-3b-instruct"),
-    ("qwen2.5-7b", "qwen2.5-7b-instruct"),
-    ("qwen2.5-14b", "qwen2.5-14b-instruct"),
-    ("llama3.2-3b", "llama-3.2-3b-instruct"),
-    ("ministral-8b", "ministral-8b-instruct-2410"),
-];
-
-/// The shape of the Chimera model called `name` (one of [`MODELS`]), or `None`.
-pub fn model_shape(name: &str) -> Option<DenseModelShape> {
-    let (_, preset) = MODELS.iter().find(|(known, _)| *known == name)?;
-    Some(DenseModelShape::preset(preset).expect("every Chimera model is a catalogue preset"))
-}
-
-/// The names of [`MODELS`], for error messages.
-pub fn model_names() -> String {
-    MODELS
-        .iter()
-        .map(|(name, _)| *name)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 /// vLLM's token budget per step with chunked prefill (`max_num_batched_tokens`): the V1
 /// engine's default for its OpenAI-compatible server on a GPU under 70 GiB (the RTX A6000).
@@ -53,14 +27,10 @@ pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u64 = 2048;
 /// CUDA), the granularity at which V1 hashes and reuses a prompt's blocks.
 pub const PREFIX_BLOCK_TOKENS: u32 = 16;
 
-/// Context per sequence at which `decode_ms_per_token` is profiled (the paper profiles it offline;
-/// 1024 tokens is the order of an agent stage's prompt plus output here).
-pub const PROFILE_CONTEXT_TOKENS: f64 = 1024.0;
-
 /// The serving engine of one model on one GPU.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EngineCost {
-    /// The scenario's name of the model (one of [`MODELS`]).
+    /// The scenario's name of the model (one of `serving::agent_workflows::MODELS`).
     pub model: String,
     pub shape: DenseModelShape,
     pub gpu: String,
@@ -180,6 +150,7 @@ impl EngineCost {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::serving::agent_workflows::{MODELS, model_shape};
 
     fn engine(model: &str, gpu: &GpuSpec) -> Result<EngineCost, String> {
         EngineCost::new(

@@ -14,14 +14,14 @@
 
 use super::config::ChimeraScenario;
 use super::models::{EngineCost, PREFIX_BLOCK_TOKENS};
-use super::stats::{average_precision, kendall_tau_distance};
-use super::workload::{SYSTEM_PROMPT_TOKENS, Workflow};
 use crate::arrivals::ArrivalProcess;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::metrics::{LatencyRecorder, LatencySummary};
+use crate::recorder::ranking::{average_precision, kendall_tau_distance};
 use crate::recorder::{RequestLatencies, RequestSummary};
 use crate::rng::{SimRng, stream};
+use crate::serving::agent_workflows::{SYSTEM_PROMPT_TOKENS, Workflow};
 use crate::serving::{
     Admission, AdmitHook, Batching, KvConfig, Replica, ReplicaConfig, Seq, StepCost, StepTime,
     StepWork,

@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::chimera::server::ChimeraServer;
-use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
 use crate::load_cache::LoadCache;
+use crate::serving::predictors::{PredictorConfig, SemanticRouterConfig};
 use crate::serving::{EngineState, QueuePolicy, QueuedRequest, RouteRequest, Router, RouterConfig};
 use std::collections::VecDeque;
 use std::path::Path;
@@ -403,7 +403,7 @@ fn a_trace_replays_its_arrival_times_and_prompts_within_the_window() {
         assert_eq!(times, expected_times_s);
         let prompts: Vec<u32> = first_stages
             .iter()
-            .map(|a| a.prompt_tokens - crate::chimera::workload::SYSTEM_PROMPT_TOKENS)
+            .map(|a| a.prompt_tokens - crate::serving::agent_workflows::SYSTEM_PROMPT_TOKENS)
             .collect();
         assert_eq!(prompts, [100, 2000, 30, 400][..expected_times_s.len()]);
     }
@@ -478,7 +478,7 @@ fn prefix_caching_is_on_by_default_and_stages_reuse_the_cached_prompts() {
 
 #[test]
 fn stage_roles_follow_appendix_a1() {
-    use crate::chimera::workload::stage_role;
+    use crate::serving::agent_workflows::stage_role;
     let roles = |n: u32| (0..n).map(|s| stage_role(n, s)).collect::<Vec<_>>();
     // Planner 0, coder / solver 1, QA / verifier 2.
     assert_eq!(roles(4), [0, 1, 2, 1]);

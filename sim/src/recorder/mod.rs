@@ -10,6 +10,7 @@
 //! as a Chrome trace-event file. Every metric is defined in docs/metrics.md.
 
 pub mod expert_load;
+pub mod ranking;
 pub mod replica;
 pub mod table;
 pub mod trace_events;

@@ -192,6 +192,7 @@ impl ReplicaRecorder {
             memory: None,
             prefix_lookup_tokens: stats.prefix_lookup_tokens,
             prefix_hit_tokens: stats.prefix_hit_tokens,
+            replica_output_tokens: vec![stats.tokens],
             workflows: None,
         }
     }
@@ -242,6 +243,8 @@ pub struct ServingSummary {
     /// cached (`ReplicaStats::prefix_lookup_tokens`, `prefix_hit_tokens`), summed.
     pub prefix_lookup_tokens: u64,
     pub prefix_hit_tokens: u64,
+    /// Each replica's output tokens (the replicas in order).
+    pub replica_output_tokens: Vec<u64>,
     /// With a workflow workload: its finished workflows (set on the run's summary by the
     /// family that serves workflows; `None` otherwise and on one replica's summary).
     pub workflows: Option<WorkflowSummary>,
@@ -259,6 +262,14 @@ pub struct WorkflowSummary {
     pub queueing: crate::metrics::LatencyRecorder,
     /// Mean over workflows of end-to-end latency over output tokens, ms per token.
     pub latency_per_token_ms: f64,
+    /// The semantic router's macro mean average precision over the replica groups' models
+    /// (`recorder::ranking::average_precision` of each model's confidences against whether it
+    /// solves the workflow, the first `MAP_SAMPLE` workflows); NaN without a semantic router.
+    pub router_map: f64,
+    /// The Kendall tau distance between the length predictor's estimates of a stage's
+    /// remaining workflow tokens on its replica's model and the truth, over the first
+    /// `KENDALL_SAMPLE` stages; NaN without an untied pair.
+    pub predictor_kendall_distance: f64,
     /// Workflows solved, % of the finished ones.
     pub score_pct: f64,
     /// The last workflow's finish.
@@ -292,6 +303,7 @@ impl ServingSummary {
             all.preemptions += p.preemptions;
             all.refused += p.refused;
             all.gpu_busy_share.extend(&p.gpu_busy_share);
+            all.replica_output_tokens.extend(&p.replica_output_tokens);
             all.gpu_mfu.extend(&p.gpu_mfu);
             all.kv_blocks += p.kv_blocks;
             all.kv_mean_blocks += p.kv_mean_blocks;
@@ -344,6 +356,18 @@ impl ServingSummary {
         }
     }
 
+    /// The most output tokens of one replica over the replicas' mean (1: balanced; 0 before
+    /// any token).
+    pub fn token_imbalance(&self) -> f64 {
+        let tokens = &self.replica_output_tokens;
+        let total: u64 = tokens.iter().sum();
+        if total == 0 {
+            return 0.0;
+        }
+        let max = tokens.iter().copied().max().unwrap_or(0);
+        max as f64 * tokens.len() as f64 / total as f64
+    }
+
     pub fn gpu_busy_share_mean(&self) -> f64 {
         mean(&self.gpu_busy_share)
     }
@@ -382,5 +406,29 @@ fn mean(values: &[f64]) -> f64 {
         0.0
     } else {
         values.iter().sum::<f64>() / values.len() as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The token imbalance is the busiest replica's output tokens over the mean: 300 and 100
+    /// tokens give 1.5, equal counts 1, no token 0.
+    #[test]
+    fn the_token_imbalance_is_the_busiest_replica_over_the_mean() {
+        let of = |tokens: &[u64]| {
+            let parts: Vec<ServingSummary> = tokens
+                .iter()
+                .map(|&t| ServingSummary {
+                    replica_output_tokens: vec![t],
+                    ..ServingSummary::default()
+                })
+                .collect();
+            ServingSummary::merge(&parts).token_imbalance()
+        };
+        assert_eq!(of(&[300, 100]), 1.5);
+        assert_eq!(of(&[200, 200, 200]), 1.0);
+        assert_eq!(of(&[0, 0]), 0.0);
     }
 }

@@ -386,11 +386,11 @@ mod tests {
             ("router", variants::<RoutingTable>()),
             (
                 "semantic_router",
-                variants::<crate::chimera::workload::SemanticRouterConfig>(),
+                variants::<crate::serving::predictors::SemanticRouterConfig>(),
             ),
             (
                 "predictor",
-                variants::<crate::chimera::workload::PredictorConfig>(),
+                variants::<crate::serving::predictors::PredictorConfig>(),
             ),
             ("expert_routing", variants::<ExpertRoutingTable>()),
             (

@@ -4,6 +4,7 @@
 //! family's engine `Model`: the family schedules the step-end event, the replica decides what
 //! each step runs (docs/serving.md).
 
+pub mod agent_workflows;
 pub mod config;
 pub mod datasets;
 pub mod dense;
@@ -13,6 +14,7 @@ pub mod kv;
 pub mod latencies;
 pub mod metrics;
 pub mod policy;
+pub mod predictors;
 pub mod prefix;
 pub mod profiling;
 pub mod queue;

@@ -2,6 +2,10 @@
 //! state at dispatch time. Implementations live in `strategies::routing` (least loaded, round
 //! robin, Chimera's dispatcher).
 
+/// Context per sequence at which `decode_ms_per_token` is profiled (the paper profiles it offline;
+/// 1024 tokens is the order of an agent stage's prompt plus output here).
+pub const PROFILE_CONTEXT_TOKENS: f64 = 1024.0;
+
 /// One engine's state as a router sees it at dispatch time.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EngineState {
@@ -14,7 +18,8 @@ pub struct EngineState {
     /// Activity monitor: sum of the predicted total remaining tokens of the requests dispatched
     /// to this engine and not yet completed (Chimera's `P_m`).
     pub in_flight_predicted_tokens: f64,
-    /// Profiled decode time per step at the engine's full batch, in ms (`decode_ms_per_token`).
+    /// Profiled decode time per step at the engine's full batch, each sequence holding
+    /// `PROFILE_CONTEXT_TOKENS`, in ms (`decode_ms_per_token`).
     pub decode_ms_per_token: f64,
     /// The engine's batch size limit (`max_batch_size`).
     pub max_batch_size: usize,

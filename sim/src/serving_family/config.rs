@@ -11,7 +11,6 @@ use super::experiment::{Experiment, ExperimentTable};
 use super::load::ModelLoad;
 use super::static_pricing::{ProfileSource, StaticCost};
 use crate::arrivals::{ArrivalSpec, ArrivalTable};
-use crate::chimera::workload::{PredictorConfig, SemanticRouterConfig};
 use crate::cost::gpu::{GpuSpec, LinkSpec};
 use crate::cost::host::HostOverhead;
 use crate::cost::kernel::Timing;
@@ -26,6 +25,7 @@ use crate::policies::mapping::MapperConfig;
 use crate::serving::CostSource;
 use crate::serving::datasets::{Dataset, LengthDistribution};
 use crate::serving::expert_trace::{TraceParams, TraceSpec};
+use crate::serving::predictors::{PredictorConfig, SemanticRouterConfig};
 use crate::serving::variability::{FactorKind, VariabilityTable};
 use crate::serving::{Preemption, QueuePolicyConfig, RouterConfig};
 use crate::time::SimTime;
@@ -50,10 +50,10 @@ pub struct ServingConfig {
     #[serde(default)]
     pub routing: RoutingTable,
     pub workload: WorkloadTable,
-    /// Chimera's length predictor (`chimera::workload::PredictorConfig`): how each request's
+    /// Chimera's length predictor (`serving::predictors::PredictorConfig`): how each request's
     /// predicted output tokens, which the length-aware queue policies and Chimera's activity
     /// monitor read, are drawn from its true output length (default: Chimera's, noisy 0.6).
-    #[serde(default = "crate::chimera::config::default_predictor")]
+    #[serde(default = "crate::serving::predictors::default_predictor")]
     pub predictor: PredictorConfig,
     pub arrival: ArrivalTable,
     #[serde(default)]
@@ -757,8 +757,8 @@ pub struct WorkloadTable {
 #[serde(deny_unknown_fields)]
 pub struct WorkflowTable {
     /// The task suite (`apps`, `math`): the stage mix, user prompts, each model's output
-    /// lengths and standalone task score (`chimera::workload`).
-    pub dataset: crate::chimera::workload::Dataset,
+    /// lengths and standalone task score (`serving::agent_workflows`).
+    pub dataset: crate::serving::agent_workflows::Dataset,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -1012,7 +1012,7 @@ pub struct ServingScenario {
     pub shared_prefix_tokens: u32,
     /// `[workload.workflow]`: the workflows' draws, one `ModelWorkload` per replica group in
     /// group order.
-    pub workflow: Option<crate::chimera::workload::WorkflowGenerator>,
+    pub workflow: Option<crate::serving::agent_workflows::WorkflowGenerator>,
     /// `[experiment]`: what a run computes instead of serving.
     pub experiment: Option<Experiment>,
 }
@@ -1508,8 +1508,8 @@ impl ServingConfig {
         table: &WorkflowTable,
         tables: &[(String, &ReplicaTable)],
         groups: &mut [ReplicaGroup],
-    ) -> Result<crate::chimera::workload::WorkflowGenerator, FieldError> {
-        use crate::chimera::{models::MODELS, workload::ModelWorkload};
+    ) -> Result<crate::serving::agent_workflows::WorkflowGenerator, FieldError> {
+        use crate::serving::agent_workflows::{MODELS, ModelWorkload};
         let mut models = Vec::with_capacity(groups.len());
         for ((path, t), group) in tables.iter().zip(groups.iter_mut()) {
             let (key, name) = match (&t.model, &self.model) {
@@ -1545,7 +1545,7 @@ impl ServingConfig {
             group.replica.task_score_pct = Some(workload.standalone_score);
             models.push(workload);
         }
-        Ok(crate::chimera::workload::WorkflowGenerator {
+        Ok(crate::serving::agent_workflows::WorkflowGenerator {
             dataset: table.dataset,
             models,
         })
@@ -2361,7 +2361,7 @@ impl ServingConfig {
             } => {
                 let router = semantic_router
                     .clone()
-                    .unwrap_or_else(crate::chimera::config::default_semantic_router);
+                    .unwrap_or_else(crate::serving::predictors::default_semantic_router);
                 router.validate("routing.semantic_router")?;
                 Some(router)
             }

@@ -184,7 +184,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "predictor",
         default: "`{ kind = \"noisy\", noise = 0.6 }`",
-        meaning: "Chimera's length predictor (`chimera::workload::PredictorConfig`): `noisy` (the true output length x `exp(noise x eps)`, `noise` 0.6), `oracle`, `input_length`, `fcfs` (the request id); what the length-aware queues and Chimera's activity monitor read",
+        meaning: "Chimera's length predictor (`serving::predictors::PredictorConfig`): `noisy` (the true output length x `exp(noise x eps)`, `noise` 0.6), `oracle`, `input_length`, `fcfs` (the request id); what the length-aware queues and Chimera's activity monitor read",
     },
     KeyDoc {
         key: "[adapters]",
@@ -229,7 +229,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "workload.workflow.dataset",
         default: "none (each arrival one request)",
-        meaning: "each arrival a multi-stage agent workflow (Chimera's, `serving_family::workflows`): 4, 2 or 1 stages in equal shares (planner, coder/solver, QA/verifier, coder/solver), stage `i + 1` submitted the instant stage `i` finishes, its prompt the 150-token role prompt, the workflow's user message and every earlier stage's output (three prefix streams a `replica.prefix_caching` replica finds cached), its output the workflow's for the model of the replica it is routed to; `apps` or `math` gives the user prompts, each model's output lengths and standalone task score (`chimera::workload`; every group's model one of Chimera's: Qwen2.5 1.5B / 3B / 7B / 14B Instruct, Llama-3.2-3B-Instruct, Ministral-8B-Instruct-2410); `workload.n_requests` and `arrival.rate_per_s` count workflows; a trace's prompt replaces the user message; the `workflow_*` metrics; refused beside `workload.prompt_tokens`, `output_tokens`, `dataset`, `one_token_stream`, `calls`, `shared_prefix_tokens`, `replica.task_score_pct`, `[adapters]` and the `static` scheduler kind",
+        meaning: "each arrival a multi-stage agent workflow (Chimera's, `serving_family::workflows`): 4, 2 or 1 stages in equal shares (planner, coder/solver, QA/verifier, coder/solver), stage `i + 1` submitted the instant stage `i` finishes, its prompt the 150-token role prompt, the workflow's user message and every earlier stage's output (three prefix streams a `replica.prefix_caching` replica finds cached), its output the workflow's for the model of the replica it is routed to; `apps` or `math` gives the user prompts, each model's output lengths and standalone task score (`serving::agent_workflows`; every group's model one of Chimera's: Qwen2.5 1.5B / 3B / 7B / 14B Instruct, Llama-3.2-3B-Instruct, Ministral-8B-Instruct-2410); `workload.n_requests` and `arrival.rate_per_s` count workflows; a trace's prompt replaces the user message; the `workflow_*` metrics; refused beside `workload.prompt_tokens`, `output_tokens`, `dataset`, `one_token_stream`, `calls`, `shared_prefix_tokens`, `replica.task_score_pct`, `[adapters]` and the `static` scheduler kind",
     },
     KeyDoc {
         key: "workload.dataset",

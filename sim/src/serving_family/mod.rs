@@ -66,7 +66,7 @@ const fn ms(
 
 /// The family's metrics, each computed from a run's (or one replica's) `ServingSummary`
 /// (defined in docs/metrics.md, "serving").
-pub const TABLE: [MetricDef<ServingSummary>; 61] = [
+pub const TABLE: [MetricDef<ServingSummary>; 64] = [
     ms("ttft_mean_ms", "mean time to first token (ms)", |s| {
         s.latencies.ttft.mean_ms()
     }),
@@ -176,6 +176,13 @@ pub const TABLE: [MetricDef<ServingSummary>; 61] = [
         unit: "fraction",
         better: Better::Higher,
         value: ServingSummary::replica_utilization,
+    },
+    MetricDef {
+        name: "replica_token_imbalance",
+        label: "most output tokens of one replica over the replicas' mean",
+        unit: "ratio",
+        better: Better::Lower,
+        value: ServingSummary::token_imbalance,
     },
     MetricDef {
         name: "gpu_busy_mean",
@@ -370,6 +377,20 @@ pub const TABLE: [MetricDef<ServingSummary>; 61] = [
         unit: "1/s",
         better: Better::Higher,
         value: |s| workflow_number(s, WorkflowSummary::throughput_wps),
+    },
+    MetricDef {
+        name: "router_map",
+        label: "semantic router's macro mean average precision, first 20,000 workflows (workflows with a semantic router only)",
+        unit: "ratio",
+        better: Better::Higher,
+        value: |s| workflow_number(s, |w| w.router_map),
+    },
+    MetricDef {
+        name: "predictor_kendall_distance",
+        label: "length predictor's Kendall tau distance to the true remaining tokens, first 2,000 stages (workflows only)",
+        unit: "ratio",
+        better: Better::Lower,
+        value: |s| workflow_number(s, |w| w.predictor_kendall_distance),
     },
     // Computed by an `[experiment]` run only (`experiment`), null in a serving run.
     MetricDef {

@@ -1,11 +1,11 @@
-//! What Chimera's length predictor and semantic router (`chimera::workload`) say about each
+//! What Chimera's length predictor and semantic router (`serving::predictors`) say about each
 //! request of the serving family. A serving request is a one-stage workflow: its predicted
 //! stage tokens and its predicted total remaining tokens are one prediction of its output length
 //! (`PredictorConfig::predict` on the true length drawn at arrival), the attained service of its
 //! workflow is 0 (so `mlfq` keeps every request in its top level: FCFS), and LTR's ranking noise
 //! is a standard normal draw of its own. Each request also draws a difficulty `d ~ N(0, 1)` and an
 //! outcome `u ~ U(0, 1)`, Chimera's workflow model: a replica group whose model has the standalone
-//! task score `s_m` (capability `c_m`, `chimera::workload::capability_for_score`) solves it when
+//! task score `s_m` (capability `c_m`, `serving::agent_workflows::capability_for_score`) solves it when
 //! `u < sigmoid(a (c_m - d))`, and the semantic router's confidence in each group comes from
 //! `SemanticRouterConfig::confidences_of`. Each kind of draw has its own stream, so adding one
 //! never moves another. A workflow stage (`workflows`) draws instead as the chimera family's
@@ -14,10 +14,9 @@
 //! router's confidences once per workflow.
 
 use super::config::ServingScenario;
-use crate::chimera::workload::{
-    PredictorConfig, SemanticRouterConfig, capability_for_score, success_probability,
-};
 use crate::rng::{SimRng, stream};
+use crate::serving::agent_workflows::{capability_for_score, success_probability};
+use crate::serving::predictors::{PredictorConfig, SemanticRouterConfig};
 use rand::RngExt;
 use rand_distr::{Distribution, StandardNormal};
 

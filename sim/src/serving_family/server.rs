@@ -34,7 +34,6 @@ use super::selector_former::SelectorFormer;
 use super::step_cost::ReplicaStepCost;
 use super::workflows::Workflows;
 use crate::arrivals::{Arrival, ArrivalProcess};
-use crate::chimera::models::PROFILE_CONTEXT_TOKENS;
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::policies::batch::BatchSelector;
@@ -42,6 +41,7 @@ use crate::policies::memory::MemoryPlan;
 use crate::recorder::{ReplicaRecorder, ServingSummary, StepCounts, TraceEvents};
 use crate::records::RecordSink;
 use crate::rng::{SimRng, stream};
+use crate::serving::router::PROFILE_CONTEXT_TOKENS;
 use crate::serving::topic_affinity::BatchRouting;
 use crate::serving::{
     AdmitHook, EngineState, PrefixSegment, QueuePolicy, QueuedRequest, Replica, RouteRequest,
@@ -673,6 +673,7 @@ impl<'a> ServingServer<'a> {
                 &mut confidence,
             );
             run.confidence = confidence;
+            workflows.confidences_drawn(id);
             return self.submit_stage(id, now, arrival.topic);
         }
         let s = self.scenario;
@@ -813,12 +814,14 @@ impl<'a> ServingServer<'a> {
         assert!(r < self.replicas.len(), "router chose replica {r}");
         let group = self.replicas[r].group;
         let predicted_total = self.predicted[r];
+        let truth_total = run.workflow.remaining_total(group, stage);
         let output = run.workflow.tokens(group, stage).max(1);
         let predicted_stage = self
             .predictions
             .predict(u64::from(output), prompt, request_id);
         let rank_noise = self.predictions.rank_noise();
         let (arrival, attained) = (run.arrival, run.generated);
+        workflows.predicted(predicted_total, truth_total);
         let run = &mut self.replicas[r];
         if prompt >= run.max_len {
             run.refused += 1;

@@ -628,7 +628,9 @@ fn a_group_array_names_the_group_of_a_bad_key() {
 /// layer rounds a step to.
 #[test]
 fn the_decode_profile_is_the_replicas_decode_step() {
-    use crate::chimera::models::{EngineCost, PROFILE_CONTEXT_TOKENS, model_shape};
+    use crate::chimera::models::EngineCost;
+    use crate::serving::agent_workflows::model_shape;
+    use crate::serving::router::PROFILE_CONTEXT_TOKENS;
     for (chimera_name, preset) in [
         ("qwen2.5-1.5b", "qwen2.5-1.5b-instruct"),
         ("qwen2.5-7b", "qwen2.5-7b-instruct"),

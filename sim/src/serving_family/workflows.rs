@@ -1,6 +1,6 @@
 //! Multi-stage agent workflows as the serving family's workload (`[workload.workflow]`,
 //! Chimera's section 3.1 and appendix A.1): each arrival is a workflow of 4, 2 or 1 stages drawn
-//! by `chimera::workload::WorkflowGenerator` (one `ModelWorkload` per replica group: the
+//! by `serving::agent_workflows::WorkflowGenerator` (one `ModelWorkload` per replica group: the
 //! group's model's output lengths and task score on the dataset). A stage's request is submitted
 //! the instant the previous stage finishes (a closed loop: later stages enter only as fast as
 //! the replicas finish earlier ones); its prompt is its role's system prompt, the workflow's user
@@ -11,13 +11,24 @@
 //! workflow records its end-to-end latency (arrival to its last stage's finish), the queueing
 //! of its stages summed, its latency per output token and its outcome (`u < sigmoid(1.7 (c̄ -
 //! d))`, `c̄` the mean capability of the models that served its stages): `WorkflowSummary`.
+//! The quality of the learned components is measured as the chimera family measures it: the
+//! length predictor's Kendall tau distance over the first `KENDALL_SAMPLE` stages, the semantic
+//! router's macro mean average precision over the first `MAP_SAMPLE` workflows.
 
-use crate::chimera::workload::{SYSTEM_PROMPT_TOKENS, Workflow, WorkflowGenerator};
 use crate::recorder::WorkflowSummary;
+use crate::recorder::ranking::{average_precision, kendall_tau_distance};
 use crate::rng::SimRng;
+use crate::serving::agent_workflows::{SYSTEM_PROMPT_TOKENS, Workflow, WorkflowGenerator};
 use crate::serving::{PrefixSegment, QueuedRequest};
 use crate::time::SimTime;
 use rustc_hash::FxHashMap;
+
+/// Stages whose predicted remaining tokens the predictor's Kendall tau distance is measured on
+/// (the first ones: the measure is exact, O(n^2)).
+pub const KENDALL_SAMPLE: usize = 2_000;
+
+/// Workflows whose confidences the semantic router's mean average precision is measured on.
+pub const MAP_SAMPLE: usize = 20_000;
 
 /// One workflow in flight.
 #[derive(Clone, Debug)]
@@ -54,6 +65,12 @@ pub struct Workflows<'a> {
     summary: WorkflowSummary,
     per_token_sum_ms: f64,
     successes: u64,
+    /// The predictor's estimates and the truths of the first `KENDALL_SAMPLE` stages.
+    kendall_predicted: Vec<f64>,
+    kendall_truth: Vec<f64>,
+    /// Per replica group, the confidences and outcomes of the first `MAP_SAMPLE` workflows.
+    map_scores: Vec<Vec<f64>>,
+    map_labels: Vec<Vec<bool>>,
 }
 
 impl<'a> Workflows<'a> {
@@ -68,6 +85,10 @@ impl<'a> Workflows<'a> {
             summary: WorkflowSummary::default(),
             per_token_sum_ms: 0.0,
             successes: 0,
+            kendall_predicted: Vec::new(),
+            kendall_truth: Vec::new(),
+            map_scores: vec![Vec::new(); generator.models.len()],
+            map_labels: vec![Vec::new(); generator.models.len()],
         }
     }
 
@@ -108,6 +129,29 @@ impl<'a> Workflows<'a> {
 
     pub fn run_mut(&mut self, id: u64) -> &mut WorkflowRun {
         self.runs.get_mut(&id).expect("a workflow in flight")
+    }
+
+    /// Workflow `id`'s semantic-router confidences were drawn (`WorkflowRun::confidence`): the
+    /// first `MAP_SAMPLE` workflows' join the router's precision sample, each group's against
+    /// whether its model solves the workflow.
+    pub fn confidences_drawn(&mut self, id: u64) {
+        if id as usize >= MAP_SAMPLE {
+            return;
+        }
+        let run = self.runs.get(&id).expect("a workflow in flight");
+        for (g, &confidence) in run.confidence.iter().enumerate() {
+            self.map_scores[g].push(confidence);
+            self.map_labels[g].push(run.workflow.succeeds(self.generator.models[g].capability));
+        }
+    }
+
+    /// A stage was routed with `predicted` remaining workflow tokens on its replica's model,
+    /// whose truth is `truth`: the first `KENDALL_SAMPLE` join the predictor's ranking sample.
+    pub fn predicted(&mut self, predicted: f64, truth: u64) {
+        if self.kendall_predicted.len() < KENDALL_SAMPLE {
+            self.kendall_predicted.push(predicted);
+            self.kendall_truth.push(truth as f64);
+        }
     }
 
     /// The capability `c_m` of replica group `group`'s model.
@@ -167,9 +211,25 @@ impl<'a> Workflows<'a> {
     /// The finished workflows' figures.
     pub fn summary(&self) -> WorkflowSummary {
         let n = self.summary.completed.max(1) as f64;
+        let precisions: Vec<f64> = self
+            .map_scores
+            .iter()
+            .zip(&self.map_labels)
+            .filter_map(|(scores, labels)| average_precision(scores, labels))
+            .collect();
         WorkflowSummary {
             latency_per_token_ms: self.per_token_sum_ms / n,
             score_pct: 100.0 * self.successes as f64 / n,
+            router_map: if precisions.is_empty() {
+                f64::NAN
+            } else {
+                precisions.iter().sum::<f64>() / precisions.len() as f64
+            },
+            predictor_kendall_distance: kendall_tau_distance(
+                &self.kendall_predicted,
+                &self.kendall_truth,
+            )
+            .unwrap_or(f64::NAN),
             ..self.summary.clone()
         }
     }
@@ -178,8 +238,8 @@ impl<'a> Workflows<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chimera::workload::{Dataset, ModelWorkload, ROLE_STREAMS};
     use crate::rng::stream;
+    use crate::serving::agent_workflows::{Dataset, ModelWorkload, ROLE_STREAMS};
 
     fn request(workflow: u64, stage: u32, prompt_tokens: u32, submitted: SimTime) -> QueuedRequest {
         QueuedRequest {
@@ -196,6 +256,49 @@ mod tests {
             rank_noise: 0.0,
             topic: 0,
         }
+    }
+
+    /// The semantic router's precision and the predictor's ranking distance by hand: two groups,
+    /// a workflow every model solves (confidences 0.9 / 0.2) and one none does (0.1 / 0.8):
+    /// average precision 1 on the first group, 1/2 on the second, mean 0.75; predictions 10,
+    /// 20, 30 against truths 100, 200, 50: two of three pairs discordant. Neither without its
+    /// samples.
+    #[test]
+    fn the_router_precision_and_the_predictor_distance_are_measured_on_their_samples() {
+        let generator = WorkflowGenerator {
+            dataset: Dataset::Apps,
+            models: vec![
+                ModelWorkload::new(Dataset::Apps, "qwen2.5-1.5b").unwrap(),
+                ModelWorkload::new(Dataset::Apps, "qwen2.5-14b").unwrap(),
+            ],
+        };
+        let mut workflows = Workflows::new(&generator, stream(1, "workflows"));
+        let empty = workflows.summary();
+        assert!(empty.router_map.is_nan() && empty.predictor_kendall_distance.is_nan());
+        for (difficulty, confidence) in [(-10.0, [0.9, 0.2]), (10.0, [0.1, 0.8])] {
+            let id = workflows.insert(
+                SimTime::ZERO,
+                Workflow {
+                    n_stages: 1,
+                    user_prompt_tokens: 100,
+                    difficulty,
+                    outcome_draw: 0.5,
+                    stage_tokens: vec![10, 10],
+                },
+            );
+            workflows.run_mut(id).confidence = confidence.to_vec();
+            workflows.confidences_drawn(id);
+        }
+        for (predicted, truth) in [(10.0, 100), (20.0, 200), (30.0, 50)] {
+            workflows.predicted(predicted, truth);
+        }
+        let summary = workflows.summary();
+        assert!(
+            (summary.router_map - 0.75).abs() < 1e-12,
+            "{}",
+            summary.router_map
+        );
+        assert!((summary.predictor_kendall_distance - 2.0 / 3.0).abs() < 1e-12);
     }
 
     /// A two-stage workflow by hand (user message 100 tokens, stages of 30 and 50 tokens):

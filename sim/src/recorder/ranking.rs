@@ -1,6 +1,7 @@
-//! The two quality measures the Chimera paper reports for its learned components: the Kendall tau
-//! distance between a predicted and the true ranking (length predictor, Table 3) and the macro
-//! mean average precision of per-model confidence scores (semantic router, Table 2).
+//! The two ranking-quality measures Chimera (chimera.txt) reports for its learned components:
+//! the Kendall tau distance between a predicted and the true ranking (length predictor, Table 3)
+//! and the macro mean average precision of per-model confidence scores (semantic router, Table
+//! 2). Both families measure with them (`serving_family::workflows`, the chimera family).
 
 /// Fraction of discordant pairs between `predicted` and `truth` (0 = same order, 0.5 = unrelated,
 /// 1 = reversed). Pairs tied in `truth` are skipped; pairs tied only in `predicted` count one half.

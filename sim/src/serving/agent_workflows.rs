@@ -1,16 +1,44 @@
-//! The Chimera workload: APPS-like and MATH-like multi-agent workflows (1, 2 or 4 agent stages),
-//! per-model workflow output lengths (heavy-tailed, with the paper's means and standard deviations
-//! where it gives them), the task-performance model (workflow difficulty vs model capability), the
-//! semantic router's noisy confidences and the length predictor's noisy totals.
+//! Chimera's agent workload (chimera.txt): APPS-like and MATH-like multi-agent workflows (1, 2
+//! or 4 agent stages), per-model workflow output lengths (heavy-tailed, with the paper's means and
+//! standard deviations where it gives them), the models they are given for (`MODELS`) and the
+//! task-performance model (workflow difficulty vs model capability). The serving family's
+//! `[workload.workflow]` draws its workflows here (`serving_family::workflows`).
 //!
 //! Every constant here is listed with its source in docs/chimera.md.
 
+use crate::cost::shape::DenseModelShape;
 use crate::rng::SimRng;
 use crate::serving::{PrefixSegment, QueuedRequest};
-use crate::validate::{FieldError, non_negative};
 use rand::RngExt;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
+
+/// The models a Chimera workflow has lengths and task scores for, with the catalogue preset each
+/// one is. The paper serves Ministral-3-8B-Instruct-2512; the catalogue's
+/// Ministral-8B-Instruct-2410, the text model of the same size class, stands in for it.
+pub const MODELS: &[(&str, &str)] = &[
+    ("qwen2.5-1.5b", "qwen2.5-1.5b-instruct"),
+    ("qwen2.5-3b", "qwen2.5-3b-instruct"),
+    ("qwen2.5-7b", "qwen2.5-7b-instruct"),
+    ("qwen2.5-14b", "qwen2.5-14b-instruct"),
+    ("llama3.2-3b", "llama-3.2-3b-instruct"),
+    ("ministral-8b", "ministral-8b-instruct-2410"),
+];
+
+/// The shape of the Chimera model called `name` (one of [`MODELS`]), or `None`.
+pub fn model_shape(name: &str) -> Option<DenseModelShape> {
+    let (_, preset) = MODELS.iter().find(|(known, _)| *known == name)?;
+    Some(DenseModelShape::preset(preset).expect("every Chimera model is a catalogue preset"))
+}
+
+/// The names of [`MODELS`], for error messages.
+pub fn model_names() -> String {
+    MODELS
+        .iter()
+        .map(|(name, _)| *name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// The two task suites of the paper.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,8 +163,8 @@ fn total_moments(dataset: Dataset, model: &str, params: f64) -> Option<(f64, f64
         LengthSource::QwenInterpolated => {
             let (m0, s0) = given("qwen2.5-1.5b");
             let (m1, s1) = given("qwen2.5-14b");
-            let p0 = super::models::model_shape("qwen2.5-1.5b")?.params() as f64;
-            let p1 = super::models::model_shape("qwen2.5-14b")?.params() as f64;
+            let p0 = model_shape("qwen2.5-1.5b")?.params() as f64;
+            let p1 = model_shape("qwen2.5-14b")?.params() as f64;
             let t = (params / p0).ln() / (p1 / p0).ln();
             (m0 + t * (m1 - m0), s0 + t * (s1 - s0))
         }
@@ -148,9 +176,9 @@ fn total_moments(dataset: Dataset, model: &str, params: f64) -> Option<(f64, f64
 }
 
 impl ModelWorkload {
-    /// The parameters of `model` (a `models::MODELS` name) on `dataset`.
+    /// The parameters of `model` (one of the `MODELS` names) on `dataset`.
     pub fn new(dataset: Dataset, model: &str) -> Option<ModelWorkload> {
-        let params = super::models::model_shape(model)?.params() as f64;
+        let params = model_shape(model)?.params() as f64;
         let (total_mean, total_std) = total_moments(dataset, model, params)?;
         let score = model_inputs(dataset, model)?.1;
         Some(ModelWorkload {
@@ -334,115 +362,6 @@ impl WorkflowGenerator {
             difficulty,
             outcome_draw,
             stage_tokens,
-        }
-    }
-}
-
-/// How the semantic router's confidence `q[m]` is produced.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum SemanticRouterConfig {
-    /// A learned router: `q[m] = sigmoid(a (c_m - d_hat))` with the difficulty estimate
-    /// `d_hat = d + noise * eps` (`eps ~ N(0, 1)` per workflow); quality falls as `noise` grows.
-    Noisy { noise: f64 },
-    /// Ground truth: `q[m]` is 1 when model m solves the workflow, else 0.
-    Oracle,
-    /// No router: every request gets each model's standalone score (no per-query information).
-    Static,
-}
-
-impl SemanticRouterConfig {
-    /// The noise's range; the error names `path.noise`.
-    pub fn validate(&self, path: &str) -> Result<(), FieldError> {
-        if let SemanticRouterConfig::Noisy { noise } = self {
-            non_negative(&format!("{path}.noise"), *noise)?;
-        }
-        Ok(())
-    }
-
-    /// The confidence of each model (index into `models`) for `workflow`.
-    pub fn confidences(
-        &self,
-        workflow: &Workflow,
-        models: &[ModelWorkload],
-        rng: &mut SimRng,
-        out: &mut Vec<f64>,
-    ) {
-        self.confidences_of(
-            workflow.difficulty,
-            workflow.outcome_draw,
-            models.iter().map(|m| (m.capability, m.standalone_score)),
-            rng,
-            out,
-        );
-    }
-
-    /// The confidence of each model, given as (capability `c_m`, standalone score in %), for a
-    /// query of `difficulty` whose outcome draw is `outcome_draw` (a model succeeds when the
-    /// draw falls below its success probability): one difficulty estimate drawn from `rng` per
-    /// query for `Noisy`, no draw otherwise.
-    pub fn confidences_of(
-        &self,
-        difficulty: f64,
-        outcome_draw: f64,
-        models: impl Iterator<Item = (f64, f64)>,
-        rng: &mut SimRng,
-        out: &mut Vec<f64>,
-    ) {
-        out.clear();
-        match self {
-            SemanticRouterConfig::Noisy { noise } => {
-                let eps: f64 = StandardNormal.sample(rng);
-                let estimate = difficulty + noise * eps;
-                out.extend(models.map(|(c, _)| success_probability(c, estimate)));
-            }
-            SemanticRouterConfig::Oracle => out.extend(models.map(|(c, _)| {
-                if outcome_draw < success_probability(c, difficulty) {
-                    1.0
-                } else {
-                    0.0
-                }
-            })),
-            SemanticRouterConfig::Static => out.extend(models.map(|(_, score)| score / 100.0)),
-        }
-    }
-}
-
-/// How the length predictor's estimate `y_hat` of a request's remaining workflow tokens (and of
-/// its own stage's tokens) is produced.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum PredictorConfig {
-    /// A learned regressor: the truth times `exp(noise * eps)`, `eps ~ N(0, 1)` per prediction.
-    Noisy { noise: f64 },
-    /// The true remaining tokens.
-    Oracle,
-    /// Proxy: the request's input length.
-    InputLength,
-    /// Proxy: the submission order (turns every length-based policy into FCFS).
-    Fcfs,
-}
-
-impl PredictorConfig {
-    /// The noise's range; the error names `path.noise`.
-    pub fn validate(&self, path: &str) -> Result<(), FieldError> {
-        if let PredictorConfig::Noisy { noise } = self {
-            non_negative(&format!("{path}.noise"), *noise)?;
-        }
-        Ok(())
-    }
-
-    /// The prediction for a request whose truth is `truth` tokens, with `prompt_tokens` input
-    /// tokens, submitted as the `sequence`-th request.
-    pub fn predict(&self, truth: u64, prompt_tokens: u32, sequence: u64, rng: &mut SimRng) -> f64 {
-        match self {
-            PredictorConfig::Noisy { noise } => {
-                let eps: f64 = StandardNormal.sample(rng);
-                truth as f64 * (noise * eps).exp()
-            }
-            PredictorConfig::Oracle => truth as f64,
-            PredictorConfig::InputLength => f64::from(prompt_tokens),
-            PredictorConfig::Fcfs => sequence as f64,
         }
     }
 }
