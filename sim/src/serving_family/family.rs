@@ -34,6 +34,22 @@ impl Serving {
                 cost_source: scenario.cost_model().to_string(),
             });
         }
+        // `[placement]`: the workers' sessions planned before the run.
+        let planned = match &scenario.placement {
+            None => None,
+            Some(spec) => {
+                match super::placement::planned(scenario, &mut *policies.placement(&spec.policy)) {
+                    Ok(planned) => Some(planned),
+                    Err(reason) => {
+                        return Ok(Run {
+                            output: super::failed(&reason),
+                            cost_source: scenario.cost_model().to_string(),
+                        });
+                    }
+                }
+            }
+        };
+        let scenario = planned.as_ref().unwrap_or(scenario);
         let mut p = super::ScenarioPolicies::of(scenario, policies);
         Ok(Run {
             output: super::run_recorded(
