@@ -150,6 +150,15 @@ impl Family for Serving {
             }
         }
         d.push(Demand::new(Gpus, s.gpu_count() as f64, "replica.count"));
+        // Placed sessions: each worker is one replica's GPUs (the largest group's).
+        if let Some(placement) = &s.placement {
+            let gpus = s.groups().map(|(_, r)| r.gpus).max().unwrap_or(1);
+            d.push(Demand::new(
+                Gpus,
+                f64::from(placement.workers) * gpus as f64,
+                "placement.workers",
+            ));
+        }
         d.push(Demand::new(
             Topics,
             f64::from(s.n_topics),

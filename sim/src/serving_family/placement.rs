@@ -154,7 +154,27 @@ impl PlacementTable {
                 .iter()
                 .position(|&c| c == Some(i))
                 .expect("every class is a group's");
-            predicted[g] = positive(&path, seconds)?;
+            // Finite, positive, within the simulated-time ceiling (what the ILP's numbers hold).
+            crate::validate::duration(
+                &path,
+                seconds,
+                crate::validate::limits::MAX_SIM_SECONDS_CEILING,
+            )?;
+            predicted[g] = seconds;
+        }
+        match self.policy {
+            PlacementConfig::Ilp {
+                time_limit_s,
+                max_models_per_worker: k,
+                ..
+            } => {
+                positive("placement.policy.time_limit_s", time_limit_s)?;
+                check_k(k, self.workers, groups.len())?;
+            }
+            PlacementConfig::Lpt {
+                max_models_per_worker: k,
+            } => check_k(k, self.workers, groups.len())?,
+            _ => {}
         }
         if reads_predictions {
             for (i, name) in call_models.iter().enumerate() {
@@ -177,6 +197,22 @@ impl PlacementTable {
             predicted_session_s: predicted,
         })
     }
+}
+
+/// K models per worker over `workers` workers must host every one of the `models`.
+fn check_k(k: u32, workers: u32, models: usize) -> Result<(), FieldError> {
+    let models = models as u64;
+    if u64::from(k) * u64::from(workers) < models {
+        return Err(field_error(
+            "placement.policy.max_models_per_worker",
+            format!(
+                "infeasible: {models} models on {workers} workers need K >= ceil({models}/{workers}) \
+                 = {}, got {k}",
+                models.div_ceil(u64::from(workers))
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The placement problem of `scenario` (its groups as written, one replica each): per group

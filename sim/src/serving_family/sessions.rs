@@ -545,6 +545,16 @@ policy = { kind = "round_robin" }
             "policy = { kind = \"round_robin\" }\npredicted_session_s = { \"llama-2-7b\" = 0.0 }",
             "placement.predicted_session_s.llama-2-7b",
         );
+        refused(
+            "policy = { kind = \"round_robin\" }",
+            "policy = { kind = \"lpt\", max_models_per_worker = 0 }",
+            "placement.policy.max_models_per_worker",
+        );
+        refused(
+            "policy = { kind = \"round_robin\" }",
+            "policy = { kind = \"round_robin\" }\npredicted_session_s = { \"llama-2-7b\" = 1e300 }",
+            "placement.predicted_session_s.llama-2-7b",
+        );
         // A group no class addresses.
         refused(
             "[workload]",
