@@ -65,6 +65,10 @@ pub struct ServingConfig {
     /// scale and profiling cost); absent: the run serves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub experiment: Option<ExperimentTable>,
+    /// MOSAIC's expert placement: workers running sessions one after another
+    /// (`super::placement`); absent: every replica serves from time zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<super::placement::PlacementTable>,
 }
 
 /// `[model]`: a preset of the cost model's shape catalogue, dense or MoE.
@@ -1015,6 +1019,11 @@ pub struct ServingScenario {
     pub workflow: Option<crate::serving::agent_workflows::WorkflowGenerator>,
     /// `[experiment]`: what a run computes instead of serving.
     pub experiment: Option<Experiment>,
+    /// `[placement]`: the policy that plans the workers' sessions before the run.
+    pub placement: Option<super::placement::PlacementSpec>,
+    /// The sessions `placement` planned (`super::placement::planned`, set per run before it
+    /// serves): each replica is one session of a worker.
+    pub sessions: Option<Arc<super::sessions::WorkerSessions>>,
 }
 
 impl ServingScenario {
@@ -2417,6 +2426,26 @@ impl ServingConfig {
             .arrival
             .validate(n_requests, base_dir, &mut cache.traces)?;
         let calls = calls(w, &groups, n_requests, &arrival, router_kind)?;
+        let placement = match &self.placement {
+            None => None,
+            Some(table) => {
+                let paths: Vec<String> = match &self.replica {
+                    ReplicaTables::One(_) => vec!["replica".to_string()],
+                    ReplicaTables::Groups(tables) => {
+                        (0..tables.len()).map(|i| format!("replica[{i}]")).collect()
+                    }
+                };
+                let call_models: Vec<String> = w.calls.iter().map(|c| c.model.clone()).collect();
+                Some(table.validate(
+                    &groups,
+                    &paths,
+                    &calls,
+                    &call_models,
+                    &arrival,
+                    adapters.is_some(),
+                )?)
+            }
+        };
         if w.dataset.is_some() && !calls.is_empty() {
             return Err(field_error(
                 "workload.dataset",
@@ -2538,6 +2567,8 @@ impl ServingConfig {
             shared_prefix_tokens,
             workflow: None,
             experiment,
+            placement,
+            sessions: None,
         })
     }
 }

@@ -34,6 +34,22 @@ impl Serving {
                 cost_source: scenario.cost_model().to_string(),
             });
         }
+        // `[placement]`: the workers' sessions planned before the run.
+        let planned = match &scenario.placement {
+            None => None,
+            Some(spec) => {
+                match super::placement::planned(scenario, &mut *policies.placement(&spec.policy)) {
+                    Ok(planned) => Some(planned),
+                    Err(reason) => {
+                        return Ok(Run {
+                            output: super::failed(&reason),
+                            cost_source: scenario.cost_model().to_string(),
+                        });
+                    }
+                }
+            }
+        };
+        let scenario = planned.as_ref().unwrap_or(scenario);
         let mut p = super::ScenarioPolicies::of(scenario, policies);
         Ok(Run {
             output: super::run_recorded(
@@ -134,6 +150,15 @@ impl Family for Serving {
             }
         }
         d.push(Demand::new(Gpus, s.gpu_count() as f64, "replica.count"));
+        // Placed sessions: each worker is one replica's GPUs (the largest group's).
+        if let Some(placement) = &s.placement {
+            let gpus = s.groups().map(|(_, r)| r.gpus).max().unwrap_or(1);
+            d.push(Demand::new(
+                Gpus,
+                f64::from(placement.workers) * gpus as f64,
+                "placement.workers",
+            ));
+        }
         d.push(Demand::new(
             Topics,
             f64::from(s.n_topics),

@@ -247,6 +247,21 @@ pub const KEYS: &[KeyDoc] = &[
         meaning: "an array of `[[workload.calls]]` tables, classes of calls addressed to one model each (MOSAIC's agent calls): `model` (the model of exactly one replica group), `n_requests` (the class's calls; the classes add up to `workload.n_requests`), `prompt_tokens` and `output_tokens` (as `workload.prompt_tokens`, not `trace`: the keys `value`, `low`, `high`, `spread`, `min`, `max`, `exponent`, `mean`, `median`, `sigma`), which then replace `workload.prompt_tokens` and `workload.output_tokens`; the run's requests in arrival order are the first class's calls, then the second's, ...; the router chooses among the class's group's replicas only. Refused beside `arrival.pattern = \"trace\"` and `routing.kind = \"chimera\"` (below, \"Model loads and addressed calls\")",
     },
     KeyDoc {
+        key: "placement.workers",
+        default: "(required with `[placement]`)",
+        meaning: "MOSAIC's expert placement (`serving_family::placement`, below, \"Placed sessions\"): the workers, one GPU set each, that run sessions one after another; each session is one replica of a group's model that loads it (`replica.load`, once per session) and then generates the calls the plan gives it, released to it when its load ends (timed from there); the plan is made before the run, each group's replicas being its model's sessions; needs `arrival.pattern = \"offline\"` and `[[workload.calls]]` with one class per group and every group addressed, each group `count` left at 1 (the plan sets it), a continuous scheduler kind, no `[adapters]`; `details.placement` (the problem, plan, predicted makespan, solver) and `details.sessions` (`worker_walls_s`, `worker_idle_s`, `idle_pct`, `loads`, `load_time_s`, `barriers_s`, per worker its sessions' times)",
+    },
+    KeyDoc {
+        key: "placement.policy",
+        default: "(required with `[placement]`)",
+        meaning: "the placement policy (`strategies::placement`) by `kind`: `round_robin` (model m to worker m mod N, groups in file order), `data_parallel` (every model on every worker, calls split evenly, a barrier per model: round r + 1 starts on every worker once all finished round r, a worker without calls of a model still loads it), `ilp` (MOSAIC's MILP: `time_limit_s` 10, `max_models_per_worker` 2, `valid_bound` true, `warm_start` true), `lpt` (`max_models_per_worker` 2)",
+    },
+    KeyDoc {
+        key: "placement.predicted_session_s",
+        default: "none",
+        meaning: "per model (as `[[workload.calls]]` names it), its predicted session time for all its calls, seconds: what `ilp` and `lpt` read (required for them; the serving family has no calibration pass yet), with the load it gives each model's replica cap clamp(1, floor(T / load), workers)",
+    },
+    KeyDoc {
         key: "[arrival]",
         default: "(required)",
         meaning: "the shared table (with the tables `bursty` and `trace`): `pattern` = `\"poisson\"` or `\"gamma\"` (`cv`) at `rate_per_s` (the key `expertsim capacity` searches), `\"bursty\"` (MMPP, `[arrival.bursty]`: `burst_rate_multiplier` 4, `mean_burst_s` 1, `mean_calm_s` 3, `burst_topic_share` 0.8), `\"offline\"`, `\"trace\"` (`[arrival.trace]`: `path` of the CSV, `time_scale` 1)",

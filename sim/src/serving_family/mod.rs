@@ -19,12 +19,14 @@ mod family;
 pub mod keys;
 pub mod load;
 pub mod mapping;
+pub mod placement;
 pub mod popularity;
 pub mod predictions;
 pub mod rerouting;
 pub mod scheduler;
 pub mod selector_former;
 pub mod server;
+pub mod sessions;
 pub mod static_pricing;
 pub mod step_cost;
 pub mod swap;
@@ -650,6 +652,7 @@ pub fn serve<'a>(
     }
     let stats = engine::run(&mut server);
     let task_score_pct = server.task_score_pct();
+    let sessions = server.sessions_detail();
     let (mut overall, replicas) = match server.finish() {
         Ok(parts) => parts,
         Err(reason) => return Ok(table::failed(&TABLE, &reason)),
@@ -684,9 +687,7 @@ pub fn serve<'a>(
             details
         })
         .collect();
-    Ok(RunOutput {
-        scalars: table::scalars(&TABLE, &overall),
-        details: json!({
+    let mut details = json!({
             "deployment": deployments
                 .iter()
                 .zip(scenario.groups())
@@ -730,8 +731,21 @@ pub fn serve<'a>(
                         .or_else(|| r.curves.as_ref().and_then(|c| c.record.as_deref()))
                 })
                 .collect::<Vec<_>>(),
-        }),
+    });
+    // With `[placement]`: its plan and what the workers did.
+    if let (Some(plan), Some(sessions)) = (&scenario.sessions, sessions) {
+        details["placement"] = plan.detail.clone();
+        details["sessions"] = sessions;
+    }
+    Ok(RunOutput {
+        scalars: table::scalars(&TABLE, &overall),
+        details,
     })
+}
+
+/// A run that serves nothing and reports `reason` (`details.failed`), every metric `null`.
+pub fn failed(reason: &str) -> RunOutput {
+    table::failed(&TABLE, reason)
 }
 
 /// The metrics a plan-only run reports: the memory plan's numbers.

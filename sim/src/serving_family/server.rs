@@ -31,6 +31,7 @@ use super::mapping::ExpertLayout;
 use super::predictions::Predictions;
 use super::scheduler;
 use super::selector_former::SelectorFormer;
+use super::sessions::{Sessions, SessionsSummary};
 use super::step_cost::ReplicaStepCost;
 use super::workflows::Workflows;
 use crate::arrivals::{Arrival, ArrivalProcess};
@@ -110,7 +111,10 @@ struct ReplicaRun<'a> {
     /// Requests refused at admission: a prompt of `max_len` tokens or more.
     refused: u64,
     /// When its model load ends (`replica.load`; time zero without one): no step starts before.
+    /// A placed session's (`Sessions`): unknown (`SimTime::MAX`) until its load has ended.
     ready_at: SimTime,
+    /// Its model load (`replica.load`; zero without one).
+    load: SimDuration,
 }
 
 /// The longest sequence a replica of `spec` with `kv_blocks` cache blocks takes: its
@@ -230,6 +234,10 @@ pub struct ServingServer<'a> {
     last_finish: SimTime,
     /// The observation pass only: it stops once every replica's router observed its window.
     observing: bool,
+    /// With `[placement]`: the workers' sessions (each replica one session).
+    sessions: Option<Sessions>,
+    /// Sessions whose load started, with its end, to be scheduled (reused).
+    session_starts: Vec<(usize, SimTime)>,
 }
 
 impl<'a> ServingServer<'a> {
@@ -415,6 +423,9 @@ impl<'a> ServingServer<'a> {
                 let plan = instances.get(i.min(instances.len().saturating_sub(1)));
                 let layout = layouts.get(r).cloned().flatten();
                 let mut step_cost = ReplicaStepCost::new(&group, deployment, layout.clone(), plan);
+                let load = group.replica.load.map_or(SimDuration::ZERO, |load| {
+                    load.duration(deployment.weights_per_gpu_bytes)
+                });
                 let decode_ms_per_token = step_cost
                     .decode_profile(profile_batch, PROFILE_CONTEXT_TOKENS as u64)
                     .duration
@@ -534,13 +545,21 @@ impl<'a> ServingServer<'a> {
                     arrived: 0,
                     max_len: max_sequence_len(&group.replica, deployment.kv_blocks),
                     refused: 0,
-                    ready_at: SimTime::ZERO
-                        + group.replica.load.map_or(SimDuration::ZERO, |load| {
-                            load.duration(deployment.weights_per_gpu_bytes)
-                        }),
+                    ready_at: SimTime::ZERO + load,
+                    load,
                 });
             }
         }
+        // Placed sessions start when their worker gets to them (`Sessions`).
+        let sessions = scenario.sessions.as_ref().map(|plan| {
+            for run in &mut replicas {
+                run.ready_at = SimTime::MAX;
+            }
+            Sessions::new(
+                std::sync::Arc::clone(plan),
+                replicas.iter().map(|run| run.load).collect(),
+            )
+        });
         let predictions = Predictions::new(scenario, streams);
         // Another family's stream names (`workload.streams`): its arrivals, and prompt then
         // output from its one lengths stream.
@@ -600,7 +619,43 @@ impl<'a> ServingServer<'a> {
             trace: None,
             last_finish: SimTime::ZERO,
             observing: false,
+            sessions,
+            session_starts: Vec::new(),
         }
+    }
+
+    /// With `[placement]`: what the workers did (`details.sessions`).
+    pub fn sessions_detail(&self) -> Option<serde_json::Value> {
+        self.sessions.as_ref().map(|s| s.detail(self.scenario))
+    }
+
+    /// With `[placement]`: each worker's wall and idle time, the loads.
+    pub fn sessions_summary(&self) -> Option<SessionsSummary> {
+        self.sessions.as_ref().map(Sessions::summary)
+    }
+
+    /// Schedules the end of each load of a session that started (`Event::Loaded`).
+    fn schedule_session_starts(&mut self, events: &mut EventQueue<Event>) {
+        for (replica, loaded) in self.session_starts.drain(..) {
+            events.schedule(loaded, Event::Loaded { replica });
+        }
+    }
+
+    /// Replica `r`'s session's load ended at `now`: the calls held for it are submitted now
+    /// (each timed from here), and it may step.
+    fn release(&mut self, r: usize, now: SimTime) {
+        let sessions = self.sessions.as_mut().expect("placed sessions");
+        let held = sessions.released(r, now, &mut self.session_starts);
+        let run = &mut self.replicas[r];
+        run.ready_at = now;
+        for mut request in held {
+            request.submitted = now;
+            request.workflow_arrival = now;
+            request.enqueued_iteration = run.replica.iteration();
+            run.replica.submit(now, request, &mut *self.queue, r);
+        }
+        run.recorder
+            .queue_depth(now, run.replica.waiting(&*self.queue, r));
     }
 
     /// The share of requests whose replica's model solves them (Chimera's task score), %, when
@@ -705,8 +760,18 @@ impl<'a> ServingServer<'a> {
             .as_ref()
             .map(|a| a.draw.sample(&mut self.rng_adapter) as u32);
         let eligible = class.map_or(0..self.replicas.len(), |c| c.replicas.clone());
-        let r = match (&self.replica_of_adapter, adapter) {
-            (Some(replica_of), Some(a)) => replica_of[a as usize],
+        let r = match (&self.replica_of_adapter, adapter, &s.sessions, class) {
+            (Some(replica_of), Some(a), _, _) => replica_of[a as usize],
+            // A placed call goes to its model's sessions in order, each the plan's count.
+            (_, _, Some(plan), Some(c)) => {
+                let start: u64 = s
+                    .calls
+                    .iter()
+                    .take_while(|other| !std::ptr::eq(*other, c))
+                    .map(|other| other.n_requests as u64)
+                    .sum();
+                plan.replica_of(c.replicas.clone(), id - start)
+            }
             _ => {
                 eligible.start
                     + self.router.route(
@@ -727,6 +792,9 @@ impl<'a> ServingServer<'a> {
         let max_len = self.replicas[r].max_len;
         if prompt >= max_len {
             self.replicas[r].refused += 1;
+            if let Some(sessions) = &mut self.sessions {
+                sessions.call_done(r, now, &mut self.session_starts);
+            }
             return r;
         }
         let output = output.min(max_len - prompt);
@@ -773,6 +841,13 @@ impl<'a> ServingServer<'a> {
             rank_noise: draws.rank_noise,
             topic: arrival.topic,
         };
+        // A placed session's calls wait until its load ends (`release`).
+        if let Some(sessions) = &mut self.sessions
+            && sessions.holds(r)
+        {
+            sessions.hold(r, request);
+            return r;
+        }
         run.replica.submit(now, request, &mut *self.queue, r);
         run.recorder
             .queue_depth(now, run.replica.waiting(&*self.queue, r));
@@ -984,6 +1059,9 @@ impl<'a> ServingServer<'a> {
             self.last_finish = now;
         }
         for seq in finished.drain(..) {
+            if let Some(sessions) = &mut self.sessions {
+                sessions.call_done(r, now, &mut self.session_starts);
+            }
             run.in_flight_predicted -= seq.request.predicted_total_tokens;
             let workflow = seq.request.workflow;
             match &mut self.workflows {
@@ -1069,9 +1147,13 @@ impl Model for ServingServer<'_> {
             events.schedule(first.time, Event::Arrival(first));
         }
         for (replica, run) in self.replicas.iter().enumerate() {
-            if run.ready_at > SimTime::ZERO {
+            if run.ready_at > SimTime::ZERO && run.ready_at < SimTime::MAX {
                 events.schedule(run.ready_at, Event::Loaded { replica });
             }
+        }
+        if let Some(sessions) = &mut self.sessions {
+            sessions.start(&mut self.session_starts);
+            self.schedule_session_starts(events);
         }
     }
 
@@ -1102,6 +1184,7 @@ impl Model for ServingServer<'_> {
                 if let Some(next) = next {
                     events.schedule(next.time, Event::Arrival(next));
                 }
+                self.schedule_session_starts(events);
                 for &replica in &woken {
                     let run = &self.replicas[replica];
                     if run.replica.is_busy() || now < run.ready_at {
@@ -1115,6 +1198,7 @@ impl Model for ServingServer<'_> {
             }
             Event::StepEnd { replica } => {
                 self.step_end(replica, now);
+                self.schedule_session_starts(events);
                 // Replicas a workflow's next stage woke (the finishing one starts below).
                 let woken = std::mem::take(&mut self.woken);
                 for &r in woken.iter().filter(|&&r| r != replica) {
@@ -1138,6 +1222,10 @@ impl Model for ServingServer<'_> {
                 self.try_dispatch(replica, now, true, events);
             }
             Event::Loaded { replica } => {
+                if self.sessions.is_some() {
+                    self.release(replica, now);
+                    self.schedule_session_starts(events);
+                }
                 if self.replicas[replica].former.is_some() {
                     self.try_dispatch(replica, now, false, events);
                 } else if !self.replicas[replica].replica.is_busy()

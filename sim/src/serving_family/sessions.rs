@@ -1,0 +1,580 @@
+//! Workers that run sessions one after another (MOSAIC's expert stage, `[placement]`): each
+//! worker is one GPU set that runs its planned sessions in order, a session being one replica of
+//! the serving family (its group's model, scheduler and KV cache) that first loads its model
+//! (`replica.load`, priced once per session) and then generates the calls the plan gives it,
+//! released to it when its load ends. A session ends when its last call finishes; the worker's
+//! next session then starts loading. Under data parallelism's barriers
+//! (`PlacementPlan::barrier_per_round`) round `r + 1` starts on every worker only once every
+//! worker has finished round `r`, and a session without calls still loads its model; without
+//! barriers a session without calls is skipped. `Sessions` is the bookkeeping the serving
+//! server (`server::ServingServer`) consults: which replica a call goes to, whether it is held,
+//! and when each session's load ends; `SessionsSummary` what the run did (each worker's wall and
+//! idle time), which `details.sessions` reports.
+
+use super::config::ServingScenario;
+use crate::serving::QueuedRequest;
+use crate::time::{SimDuration, SimTime};
+use serde::Serialize;
+use serde_json::json;
+
+/// The session plan a placement made, in replica terms (`placement::planned`): replicas are
+/// numbered group by group as always, a group's replicas being its model's sessions in
+/// worker-major order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkerSessions {
+    /// Per worker, the replicas of its sessions in the order it runs them.
+    pub workers: Vec<Vec<usize>>,
+    /// Per replica (session), the calls the plan gives it.
+    pub calls: Vec<u64>,
+    /// Whether round `r + 1` starts only once every worker finished round `r`.
+    pub barrier_per_round: bool,
+    /// What `details.placement` reports: the policy, the problem it saw, its plan, its solver.
+    pub detail: serde_json::Value,
+}
+
+impl WorkerSessions {
+    /// The replica the `k`-th call addressed to the group whose replicas are `replicas` goes
+    /// to: the group's sessions take the calls in order, each as many as the plan gives it.
+    pub fn replica_of(&self, replicas: std::ops::Range<usize>, k: u64) -> usize {
+        let mut end = 0;
+        let last = replicas.end - 1;
+        replicas
+            .into_iter()
+            .find(|&r| {
+                end += self.calls[r];
+                k < end
+            })
+            .unwrap_or(last)
+    }
+}
+
+/// When one session loaded, generated and ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct SessionTimes {
+    pub load_start: SimTime,
+    pub generate_start: SimTime,
+    pub end: SimTime,
+}
+
+/// What the workers did: each one's wall (the end of its last session) and its idle time
+/// within the expert stage (barrier waits and the tail after its last session, until the last
+/// worker is done), MOSAIC's `gpu_idle_pct` over every worker.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SessionsSummary {
+    /// When the last worker finished its last session, seconds.
+    pub makespan_s: f64,
+    pub worker_walls_s: Vec<f64>,
+    pub worker_idle_s: Vec<f64>,
+    /// The workers' idle time over workers x makespan, %.
+    pub idle_pct: f64,
+    /// Sessions that loaded their model, and their loads' total time, seconds.
+    pub loads: u32,
+    pub load_time_s: f64,
+    /// When each barrier released the workers (rounds 1, 2, ...), seconds.
+    pub barriers_s: Vec<f64>,
+}
+
+/// The sessions of a run in progress.
+pub struct Sessions {
+    plan: std::sync::Arc<WorkerSessions>,
+    /// Per replica, its model load.
+    load: Vec<SimDuration>,
+    /// Per replica, calls not finished (or refused) yet.
+    remaining: Vec<u64>,
+    /// Per replica, the calls routed to it before its session started generating.
+    held: Vec<Vec<QueuedRequest>>,
+    /// Per replica, whether its session has started generating, and its times once started.
+    generating: Vec<bool>,
+    times: Vec<Option<SessionTimes>>,
+    /// Per worker, the position of its current (or next) session in its plan.
+    next: Vec<usize>,
+    /// Per worker, when its last session so far ended (its wall once the run is over).
+    worker_end: Vec<SimTime>,
+    /// Under barriers: workers done with the current round, the round, the rounds.
+    arrived: usize,
+    round: usize,
+    rounds: usize,
+    barriers: Vec<SimTime>,
+}
+
+impl Sessions {
+    /// The bookkeeping of `plan`, replica `r` loading for `load[r]`.
+    pub fn new(plan: std::sync::Arc<WorkerSessions>, load: Vec<SimDuration>) -> Sessions {
+        let replicas = plan.calls.len();
+        let workers = plan.workers.len();
+        Sessions {
+            remaining: plan.calls.clone(),
+            held: vec![Vec::new(); replicas],
+            generating: vec![false; replicas],
+            times: vec![None; replicas],
+            next: vec![0; workers],
+            worker_end: vec![SimTime::ZERO; workers],
+            arrived: 0,
+            round: 0,
+            rounds: plan.workers.iter().map(Vec::len).max().unwrap_or(0),
+            barriers: Vec::new(),
+            load,
+            plan,
+        }
+    }
+
+    /// Replica `r`'s session has not started generating: a call routed to it waits.
+    pub fn holds(&self, r: usize) -> bool {
+        !self.generating[r]
+    }
+
+    /// Holds `request` for replica `r` until its session starts generating.
+    pub fn hold(&mut self, r: usize, request: QueuedRequest) {
+        self.held[r].push(request);
+    }
+
+    /// Every worker starts its first session at time zero; `starts` gets each (replica, end
+    /// of its load).
+    pub fn start(&mut self, starts: &mut Vec<(usize, SimTime)>) {
+        for w in 0..self.plan.workers.len() {
+            if self.plan.barrier_per_round {
+                self.start_round(w, SimTime::ZERO, starts);
+            } else {
+                self.worker_free(w, SimTime::ZERO, starts);
+            }
+        }
+    }
+
+    /// Replica `r`'s load ended at `now`: its held calls, to be submitted now; when it has
+    /// none left to serve its session ends here (`starts` gets what starts next).
+    pub fn released(
+        &mut self,
+        r: usize,
+        now: SimTime,
+        starts: &mut Vec<(usize, SimTime)>,
+    ) -> Vec<QueuedRequest> {
+        self.generating[r] = true;
+        if let Some(t) = &mut self.times[r] {
+            t.generate_start = now;
+        }
+        let held = std::mem::take(&mut self.held[r]);
+        if self.remaining[r] == 0 && held.is_empty() {
+            self.session_end(r, now, starts);
+        }
+        held
+    }
+
+    /// One of replica `r`'s calls finished (or was refused) at `now`: when it was the session's
+    /// last and the session is generating, the session ends (`starts` gets what starts next).
+    pub fn call_done(&mut self, r: usize, now: SimTime, starts: &mut Vec<(usize, SimTime)>) {
+        self.remaining[r] = self.remaining[r].saturating_sub(1);
+        if self.remaining[r] == 0 && self.generating[r] {
+            self.session_end(r, now, starts);
+        }
+    }
+
+    fn worker_of(&self, r: usize) -> usize {
+        self.plan
+            .workers
+            .iter()
+            .position(|w| w.contains(&r))
+            .expect("every session is on a worker")
+    }
+
+    fn session_end(&mut self, r: usize, now: SimTime, starts: &mut Vec<(usize, SimTime)>) {
+        if let Some(t) = &mut self.times[r] {
+            t.end = now;
+        }
+        let w = self.worker_of(r);
+        self.worker_end[w] = now;
+        self.next[w] += 1;
+        self.worker_free(w, now, starts);
+    }
+
+    /// Worker `w` is free at `now`: it starts its next session (without barriers, skipping
+    /// those without calls), waits at the barrier, or is done.
+    fn worker_free(&mut self, w: usize, now: SimTime, starts: &mut Vec<(usize, SimTime)>) {
+        if self.plan.barrier_per_round {
+            self.arrived += 1;
+            if self.arrived == self.plan.workers.len() {
+                self.arrived = 0;
+                self.round += 1;
+                if self.round < self.rounds {
+                    self.barriers.push(now);
+                    for w in 0..self.plan.workers.len() {
+                        self.start_round(w, now, starts);
+                    }
+                }
+            }
+            return;
+        }
+        let sessions = &self.plan.workers[w];
+        while self.next[w] < sessions.len() && self.plan.calls[sessions[self.next[w]]] == 0 {
+            self.next[w] += 1;
+        }
+        if let Some(&r) = sessions.get(self.next[w]) {
+            self.start_session(r, now, starts);
+        }
+    }
+
+    /// Under barriers, worker `w` starts its session of the current round at `now`, or (with
+    /// none) goes straight to the next barrier.
+    fn start_round(&mut self, w: usize, now: SimTime, starts: &mut Vec<(usize, SimTime)>) {
+        match self.plan.workers[w].get(self.next[w]) {
+            Some(&r) => self.start_session(r, now, starts),
+            None => self.worker_free(w, now, starts),
+        }
+    }
+
+    fn start_session(&mut self, r: usize, now: SimTime, starts: &mut Vec<(usize, SimTime)>) {
+        let loaded = now + self.load[r];
+        self.times[r] = Some(SessionTimes {
+            load_start: now,
+            generate_start: loaded,
+            end: loaded,
+        });
+        starts.push((r, loaded));
+    }
+
+    /// What the workers did, once the run is over.
+    pub fn summary(&self) -> SessionsSummary {
+        let walls: Vec<f64> = self.worker_end.iter().map(|t| t.as_secs_f64()).collect();
+        let makespan_s = walls.iter().copied().fold(0.0, f64::max);
+        let mut loads = 0;
+        let mut load_time_s = 0.0;
+        let idle: Vec<f64> = self
+            .plan
+            .workers
+            .iter()
+            .map(|sessions| {
+                let busy: f64 = sessions
+                    .iter()
+                    .filter_map(|&r| self.times[r])
+                    .map(|t| (t.end - t.load_start).as_secs_f64())
+                    .sum();
+                makespan_s - busy
+            })
+            .collect();
+        for t in self.times.iter().flatten() {
+            loads += 1;
+            load_time_s += (t.generate_start - t.load_start).as_secs_f64();
+        }
+        let workers = self.plan.workers.len() as f64;
+        SessionsSummary {
+            makespan_s,
+            idle_pct: if makespan_s > 0.0 {
+                100.0 * idle.iter().sum::<f64>() / (workers * makespan_s)
+            } else {
+                0.0
+            },
+            worker_walls_s: walls,
+            worker_idle_s: idle,
+            loads,
+            load_time_s,
+            barriers_s: self.barriers.iter().map(|t| t.as_secs_f64()).collect(),
+        }
+    }
+
+    /// `details.sessions`: the summary, and per worker its sessions (replica, model, calls,
+    /// load start, generation start, end; seconds) in the order it ran them.
+    pub fn detail(&self, scenario: &ServingScenario) -> serde_json::Value {
+        let models: Vec<&str> = scenario
+            .groups()
+            .flat_map(|(model, r)| std::iter::repeat_n(model.name(), r.count))
+            .collect();
+        let workers: Vec<serde_json::Value> = self
+            .plan
+            .workers
+            .iter()
+            .map(|sessions| {
+                sessions
+                    .iter()
+                    .filter_map(|&r| self.times[r].map(|t| (r, t)))
+                    .map(|(r, t)| {
+                        json!({
+                            "replica": r,
+                            "model": models[r],
+                            "calls": self.plan.calls[r],
+                            "load_start_s": t.load_start.as_secs_f64(),
+                            "generate_start_s": t.generate_start.as_secs_f64(),
+                            "end_s": t.end.as_secs_f64(),
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut detail = serde_json::to_value(self.summary()).expect("serializable");
+        detail["workers"] = json!(workers);
+        detail
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Sessions against schedules worked out by hand: on one worker the second session starts
+    //! at the first's last finish and generates after its own load, each session's generation
+    //! exactly a resident replica's run of the same calls; a barrier holds a fast worker, and a
+    //! worker without calls of a model still loads it; a bad `[placement]` is refused naming
+    //! its file, line and field.
+
+    use super::super::placement::planned;
+    use super::super::tests::{Fifo, Linear, Turns};
+    use super::super::{ServingConfig, ServingScenario, run_recorded};
+    use crate::load_cache::LoadCache;
+    use crate::metrics::RunOutput;
+    use crate::policies::placement::{
+        Placement, PlacementError, PlacementPlan, PlacementProblem, Session,
+    };
+    use crate::records::DiscardRecords;
+
+    /// A placement that returns the plan it was given (the `strategies` crate's policies are
+    /// out of this crate's reach).
+    struct Given(PlacementPlan);
+    impl Placement for Given {
+        fn name(&self) -> &'static str {
+            "given"
+        }
+        fn respects_limits(&self) -> bool {
+            false
+        }
+        fn place(&mut self, _: &PlacementProblem) -> Result<PlacementPlan, PlacementError> {
+            Ok(self.0.clone())
+        }
+    }
+
+    /// Llama-2-7B (load 10 s) and Qwen2.5-7B (load 5 s) on H100s, 4 Llama calls then 3 Qwen
+    /// calls of fixed lengths, offline, on two workers.
+    const PLACED: &str = r#"
+[[replica]]
+model = "llama-2-7b"
+gpu = "H100-SXM"
+load = { kind = "fixed", seconds = 10.0 }
+[[replica]]
+model = "qwen2.5-7b-instruct"
+gpu = "H100-SXM"
+load = { kind = "fixed", seconds = 5.0 }
+[workload]
+n_requests = 7
+[[workload.calls]]
+model = "llama-2-7b"
+n_requests = 4
+prompt_tokens = { kind = "fixed", value = 300 }
+output_tokens = { kind = "fixed", value = 40 }
+[[workload.calls]]
+model = "qwen2.5-7b-instruct"
+n_requests = 3
+prompt_tokens = { kind = "fixed", value = 200 }
+output_tokens = { kind = "fixed", value = 60 }
+[arrival]
+pattern = "offline"
+[placement]
+workers = 2
+policy = { kind = "round_robin" }
+"#;
+
+    fn scenario(text: &str) -> Result<ServingScenario, crate::validate::FieldError> {
+        let config: ServingConfig = toml::from_str(text).expect("the test's TOML parses");
+        config.validate(std::path::Path::new("."), &mut LoadCache::default())
+    }
+
+    fn run(s: &ServingScenario) -> RunOutput {
+        run_recorded(
+            s,
+            0,
+            &mut Fifo::default(),
+            &mut Turns::default(),
+            &mut Linear,
+            &mut [],
+            None,
+            &mut DiscardRecords,
+            None,
+        )
+        .expect("no file to write")
+    }
+
+    fn placed(plan: Vec<Vec<(usize, u32)>>, barrier: bool) -> RunOutput {
+        let plan = PlacementPlan {
+            workers: plan
+                .into_iter()
+                .map(|w| {
+                    w.into_iter()
+                        .map(|(model, prompts)| Session { model, prompts })
+                        .collect()
+                })
+                .collect(),
+            barrier_per_round: barrier,
+            solver: None,
+        };
+        let s = planned(&scenario(PLACED).unwrap(), &mut Given(plan)).expect("a valid plan");
+        run(&s)
+    }
+
+    /// The makespan of `calls` calls of `model` (the lengths of `PLACED`'s class) on one
+    /// resident replica: what a session's generation must take.
+    fn resident_s(model: &str, calls: u32, prompt: u32, output: u32) -> f64 {
+        let text = format!(
+            "[model]\nname = \"{model}\"\n[replica]\ngpu = \"H100-SXM\"\n[workload]\n\
+             n_requests = {calls}\nprompt_tokens = {{ kind = \"fixed\", value = {prompt} }}\n\
+             output_tokens = {{ kind = \"fixed\", value = {output} }}\n[arrival]\n\
+             pattern = \"offline\"\n"
+        );
+        run(&scenario(&text).unwrap())
+            .scalar("makespan_s")
+            .expect("a makespan")
+    }
+
+    fn session(out: &RunOutput, w: usize, i: usize) -> (f64, f64, f64, u64) {
+        let s = &out.details["sessions"]["workers"][w][i];
+        (
+            s["load_start_s"].as_f64().unwrap(),
+            s["generate_start_s"].as_f64().unwrap(),
+            s["end_s"].as_f64().unwrap(),
+            s["calls"].as_u64().unwrap(),
+        )
+    }
+
+    fn close(a: f64, b: f64) {
+        assert!((a - b).abs() < 2e-9, "{a} != {b}");
+    }
+
+    #[test]
+    fn a_workers_sessions_run_one_after_another_each_loading_its_model() {
+        // Worker 0: 3 Llama calls; worker 1: the 4th Llama call, then the 3 Qwen calls.
+        let out = placed(vec![vec![(0, 3)], vec![(0, 1), (1, 3)]], false);
+        let llama3 = resident_s("llama-2-7b", 3, 300, 40);
+        let llama1 = resident_s("llama-2-7b", 1, 300, 40);
+        let qwen3 = resident_s("qwen2.5-7b-instruct", 3, 200, 60);
+        let (l0, g0, e0, c0) = session(&out, 0, 0);
+        assert_eq!((l0, g0, c0), (0.0, 10.0, 3));
+        close(e0, 10.0 + llama3);
+        let (l1, g1, e1, c1) = session(&out, 1, 0);
+        assert_eq!((l1, g1, c1), (0.0, 10.0, 1));
+        close(e1, 10.0 + llama1);
+        // The second session loads from the first's last finish, then generates its calls.
+        let (l2, g2, e2, c2) = session(&out, 1, 1);
+        assert_eq!((l2, c2), (e1, 3));
+        close(g2, e1 + 5.0);
+        close(e2, g2 + qwen3);
+        let summary = &out.details["sessions"];
+        close(summary["worker_walls_s"][0].as_f64().unwrap(), e0);
+        close(summary["worker_walls_s"][1].as_f64().unwrap(), e2);
+        assert_eq!(summary["loads"], 3);
+        close(summary["load_time_s"].as_f64().unwrap(), 25.0);
+        // Each session is a replica serving exactly the plan's calls, timed from its release.
+        let completed = |r: usize| out.details["replicas"][r]["metrics"]["completed"].as_f64();
+        assert_eq!(
+            [completed(0), completed(1), completed(2)],
+            [Some(3.0), Some(1.0), Some(3.0)]
+        );
+        let makespan = out.scalar("makespan_s").unwrap();
+        close(makespan, e0.max(e2));
+        let idle: f64 = (0..2)
+            .map(|w| summary["worker_idle_s"][w].as_f64().unwrap())
+            .sum();
+        close(
+            summary["idle_pct"].as_f64().unwrap(),
+            100.0 * idle / (2.0 * makespan),
+        );
+    }
+
+    #[test]
+    fn a_barrier_holds_a_fast_worker_and_an_idle_one_still_loads() {
+        // Data parallelism: Llama's 4 calls 3 / 1, then Qwen's 3 calls 3 / 0.
+        let out = placed(vec![vec![(0, 3), (1, 3)], vec![(0, 1), (1, 0)]], true);
+        let (_, _, slow_end, _) = session(&out, 0, 0);
+        let (_, _, fast_end, _) = session(&out, 1, 0);
+        assert!(fast_end < slow_end, "worker 1 has fewer calls");
+        // Round 1 starts on both workers at the slow worker's end: the barrier.
+        for w in 0..2 {
+            let (load, generate, _, _) = session(&out, w, 1);
+            assert_eq!(load, slow_end);
+            close(generate, slow_end + 5.0);
+        }
+        close(
+            out.details["sessions"]["barriers_s"][0].as_f64().unwrap(),
+            slow_end,
+        );
+        // Worker 1's Qwen session has no call, and loads all the same.
+        let (_, generate, end, calls) = session(&out, 1, 1);
+        assert_eq!((calls, end), (0, generate));
+        assert_eq!(out.details["sessions"]["loads"], 4);
+        // Its idle time: the wait at the barrier and the tail after its empty session.
+        let (_, _, last, _) = session(&out, 0, 1);
+        close(
+            out.details["sessions"]["worker_idle_s"][1]
+                .as_f64()
+                .unwrap(),
+            (slow_end - fast_end) + (last - end),
+        );
+        // Without the barrier the empty session is skipped and the fast worker goes on.
+        let free = placed(vec![vec![(0, 3), (1, 3)], vec![(0, 1), (1, 0)]], false);
+        assert_eq!(
+            free.details["sessions"]["workers"][1]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+        assert_eq!(session(&free, 0, 1).0, slow_end);
+    }
+
+    #[test]
+    fn a_bad_placement_is_refused_naming_its_field() {
+        let refused = |from: &str, to: &str, field: &str| {
+            let e = scenario(&PLACED.replacen(from, to, 1)).expect_err(to);
+            assert_eq!(e.path, field, "{to}: {e:?}");
+        };
+        refused("workers = 2", "workers = 0", "placement.workers");
+        refused(
+            "pattern = \"offline\"",
+            "pattern = \"poisson\"\nrate_per_s = 1.0",
+            "placement",
+        );
+        refused(
+            "gpu = \"H100-SXM\"\nload = { kind = \"fixed\", seconds = 5.0 }",
+            "gpu = \"H100-SXM\"\ncount = 2\nload = { kind = \"fixed\", seconds = 5.0 }",
+            "replica[1].count",
+        );
+        refused(
+            "policy = { kind = \"round_robin\" }",
+            "policy = { kind = \"ilp\" }",
+            "placement.predicted_session_s",
+        );
+        refused(
+            "policy = { kind = \"round_robin\" }",
+            "policy = { kind = \"round_robin\" }\npredicted_session_s = { \"mixtral\" = 1.0 }",
+            "placement.predicted_session_s.mixtral",
+        );
+        refused(
+            "policy = { kind = \"round_robin\" }",
+            "policy = { kind = \"round_robin\" }\npredicted_session_s = { \"llama-2-7b\" = 0.0 }",
+            "placement.predicted_session_s.llama-2-7b",
+        );
+        refused(
+            "policy = { kind = \"round_robin\" }",
+            "policy = { kind = \"lpt\", max_models_per_worker = 0 }",
+            "placement.policy.max_models_per_worker",
+        );
+        refused(
+            "policy = { kind = \"round_robin\" }",
+            "policy = { kind = \"round_robin\" }\npredicted_session_s = { \"llama-2-7b\" = 1e300 }",
+            "placement.predicted_session_s.llama-2-7b",
+        );
+        // A group no class addresses.
+        refused(
+            "[workload]",
+            "[[replica]]\nmodel = \"glm-4-9b\"\ngpu = \"H100-SXM\"\n[workload]",
+            "replica[2].model",
+        );
+        // Through the loader: the file, the line and the field.
+        let text = format!("name = \"t\"\nfamily = \"serving\"\n{}", PLACED).replacen(
+            "workers = 2",
+            "workers = 0",
+            1,
+        );
+        let path = std::path::Path::new("placed.toml");
+        let e = crate::scenario::load_str(path, &text, &[]).expect_err("workers = 0");
+        let line = text.lines().position(|l| l == "workers = 0").unwrap() + 1;
+        let message = e.to_string();
+        assert!(
+            message.contains(&format!("placed.toml:{line}:"))
+                && message.contains("placement.workers"),
+            "{message}"
+        );
+    }
+}
