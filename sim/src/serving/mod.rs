@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod policy;
 pub mod prefix;
 pub mod profiling;
+pub mod questions;
 pub mod queue;
 pub mod replica;
 pub mod router;
