@@ -870,8 +870,8 @@ pattern = "offline"
 
     /// The run by hand: the 594 expert calls are requests 0-593, question q's three calls
     /// 3q..3q+2 with its prompt and its drawn outputs, each on its expert's replica; each
-    /// aggregator call arrives at its question's last expert finish with the question's prompt
-    /// + 100 + the three outputs as its prompt, on the aggregator's replica; the unanimous
+    /// aggregator call arrives at its question's last expert finish with its prompt the
+    /// question's plus 100 plus the three outputs, on the aggregator's replica; the unanimous
     /// questions (tau = 1) make none. The metrics follow from the records; with the stage
     /// barrier every aggregator call arrives at the last expert call's finish.
     #[test]
