@@ -555,7 +555,9 @@ impl<'a> Questions<'a> {
             s.skipped += 1;
             row.skipped += 1;
             self.answered += 1;
-        } else if self.spec.release == Release::AfterExperts && self.expert_calls_left > 0 {
+        } else if self.spec.release == Release::AfterExperts {
+            // Released with the rest once the run's last expert call has finished (maybe
+            // this one: `call_done` releases after the fan-in).
             self.held.push(q);
         } else {
             let call = self.aggregator_call(q);
@@ -723,6 +725,30 @@ mod tests {
             aggregated,
             "the same questions aggregate"
         );
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+        // The last aggregated question fans in after every other expert call: released with
+        // the others, in its place.
+        let mut questions = Questions::new(&spec, 3);
+        let last = (0..198)
+            .rev()
+            .find(|&q| questions.questions[q].bucket != 0)
+            .expect("an aggregated question");
+        let mut calls: Vec<Call> = (0..198).flat_map(|_| questions.arrive()).collect();
+        let tail: Vec<Call> = calls
+            .iter()
+            .filter(|c| c.question == last)
+            .cloned()
+            .collect();
+        calls.retain(|c| c.question != last);
+        for (i, call) in calls.iter().chain(&tail).enumerate() {
+            questions.submitted(i as u64, call);
+            questions.call_done(i as u64, 1, t(1.0), &mut Unanimous);
+        }
+        let order: Vec<usize> = std::iter::from_fn(|| questions.pop_ready())
+            .map(|c| c.question)
+            .collect();
+        assert_eq!(order.len() as u64, aggregated);
+        assert_eq!(order.last(), Some(&last), "in its place, not first");
         assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
     }
 
