@@ -3,10 +3,8 @@
 //! mirrored one to one with `deny_unknown_fields`, and their validation into a runnable
 //! `MosaicScenario` (every failure a `FieldError` naming the dotted field).
 
-use super::presets::{self, BUCKET_NAMES, DATASET_PRESETS};
 use super::profile_cost::{DenseDecodeProfile, MosaicDecodeProfile};
 use super::session::{ModelServing, ServingParams};
-use crate::apportion::apportion;
 use crate::cost::gpu::{GpuSpec, LinkSpec};
 use crate::cost::load::LoadPath;
 use crate::cost::measured_steps::MeasuredSet;
@@ -14,13 +12,15 @@ use crate::cost::shape::DenseModelShape;
 use crate::load_cache::{LoadCache, measured_set};
 use crate::policies::gate::GateConfig;
 use crate::policies::placement::{PlacementConfig, PlacementProblem};
+use crate::serving::questions::{self as presets, BUCKET_NAMES, DATASET_PRESETS};
+pub use crate::serving::questions::{Bucket, BucketFile, LengthDist};
 use crate::validate::{FieldError, measured_on, span};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Experts recruited per question (k of the paper; its buckets 3:0, 2:1, 1:1:1 assume 3).
-pub const EXPERTS_PER_QUESTION: u32 = 3;
+pub const EXPERTS_PER_QUESTION: u32 = presets::EXPERTS_PER_QUESTION as u32;
 
 fn err(path: &str, message: impl Into<String>) -> FieldError {
     FieldError {
@@ -215,20 +215,6 @@ impl Default for AggregatorFile {
     }
 }
 
-/// One vote-agreement bucket of `[dataset.buckets]`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BucketFile {
-    /// Share of questions, percent.
-    pub share_pct: f64,
-    /// Relative expert output length (normalised so the share-weighted mean is 1).
-    pub length_weight: f64,
-    /// Accuracy of the majority (plurality) answer, percent.
-    pub majority_accuracy_pct: f64,
-    /// Accuracy of the aggregator's answer, percent.
-    pub aggregator_accuracy_pct: f64,
-}
-
 /// `[dataset.buckets]`: 3:0, 2:1 and 1:1:1.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -296,14 +282,6 @@ pub struct OutputFile {
     pub record_solve_time: bool,
 }
 
-/// A lognormal length distribution given by its mean, clipped to `[1, max]`.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct LengthDist {
-    pub mean: f64,
-    pub sigma: f64,
-    pub max: u32,
-}
-
 /// A validated expert.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Expert {
@@ -326,19 +304,6 @@ pub struct Aggregator {
     pub template_tokens: u32,
     pub tensor_parallel: u32,
     pub serving: ModelServing,
-}
-
-/// A validated bucket (shares normalised, counts exact).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Bucket {
-    pub name: &'static str,
-    /// Plurality of the k = 3 votes: 3, 2, 1.
-    pub plurality: u32,
-    pub share_pct: f64,
-    pub questions: u32,
-    pub length_factor: f64,
-    pub majority_accuracy: f64,
-    pub aggregator_accuracy: f64,
 }
 
 /// A validated benchmark.
@@ -788,17 +753,7 @@ impl MosaicConfig {
         let prompt_sigma = non_negative("dataset.prompt_tokens_sigma", d.prompt_tokens_sigma)?;
         let files: [BucketFile; 3] = match (&d.buckets, &preset) {
             (Some(b), _) => [b.unanimous.clone(), b.majority.clone(), b.split.clone()],
-            (None, Some(p)) => {
-                let shares = p.bucket_shares_pct();
-                let acc = p.bucket_accuracy_pct();
-                let weights = presets::default_length_weights();
-                std::array::from_fn(|i| BucketFile {
-                    share_pct: shares[i],
-                    length_weight: weights[i],
-                    majority_accuracy_pct: acc[i].0,
-                    aggregator_accuracy_pct: acc[i].1,
-                })
-            }
+            (None, Some(p)) => p.bucket_files(),
             (None, None) => return Err(missing("buckets")),
         };
         for (i, b) in files.iter().enumerate() {
@@ -824,31 +779,13 @@ impl MosaicConfig {
                 format!("bucket shares sum to {share_sum} %, expected 100"),
             ));
         }
-        let counts = apportion(questions, &files.each_ref().map(|b| b.share_pct));
-        let mean_weight: f64 = files
-            .iter()
-            .map(|b| b.share_pct / share_sum * b.length_weight)
-            .sum();
-        let buckets = std::array::from_fn(|i| Bucket {
-            name: BUCKET_NAMES[i],
-            plurality: 3 - i as u32,
-            share_pct: files[i].share_pct / share_sum * 100.0,
-            questions: counts[i],
-            length_factor: files[i].length_weight / mean_weight,
-            majority_accuracy: files[i].majority_accuracy_pct / 100.0,
-            aggregator_accuracy: files[i].aggregator_accuracy_pct / 100.0,
-        });
+        let buckets = presets::buckets(questions, &files);
         Ok(Dataset {
             name,
             questions,
             slots,
             calibration_questions,
-            prompt: LengthDist {
-                mean: prompt_mean,
-                sigma: prompt_sigma,
-                // Prompts are capped at 4 mean lengths (the lognormal's far tail).
-                max: (4.0 * prompt_mean).ceil() as u32,
-            },
+            prompt: presets::prompt_lengths(prompt_mean, prompt_sigma),
             buckets,
             reasoning_output_scale: positive(
                 "dataset.reasoning_output_scale",

@@ -13,7 +13,6 @@
 pub mod config;
 pub mod family;
 pub mod live_scale;
-pub mod presets;
 pub mod pricing;
 pub mod profile_cost;
 pub mod server;

@@ -5,6 +5,7 @@ use super::*;
 use crate::policies::gate::GATE_TOLERANCE;
 use crate::policies::placement::Session;
 use crate::serving::QueuedRequest;
+use crate::serving::questions as presets;
 use crate::validate::FieldError;
 use std::collections::VecDeque;
 use std::path::Path;

@@ -1,47 +1,23 @@
-//! The MoA workload: questions recruited to k = 3 experts with per-expert slot totals matching
-//! the benchmark exactly, vote-agreement buckets with exact counts, prompt and per-expert output
-//! lengths (lognormal, reasoning experts' long tail, longer on disagreement questions); and the
+//! The MoA workload: the test set of `crate::serving::questions` (questions recruited to k = 3
+//! experts with per-expert slot totals matching the benchmark exactly, vote-agreement buckets
+//! with exact counts, prompt and per-expert output lengths: log-normal, reasoning experts' long
+//! tail, longer on disagreement questions) laid out as each expert's prompts; and the
 //! calibration subset with the per-model regression of session time that placement uses. Every
 //! draw goes through `sim::distributions` (lengths: `TokenCount`; recruitment and buckets of
 //! the calibration questions: `Categorical`).
 
-use super::config::{EXPERTS_PER_QUESTION, ExpertFamily, LengthDist, MosaicScenario};
+use super::config::{EXPERTS_PER_QUESTION, ExpertFamily, MosaicScenario};
 use super::pricing::SimulatedPricing;
 use super::server::run_session;
 use super::session::GenerationRequest;
-use crate::distributions::{Categorical, TokenCount};
+use crate::distributions::Categorical;
 use crate::rng::{SimRng, stream};
 use crate::serving::QueuePolicy;
+use crate::serving::questions;
+pub use crate::serving::questions::{Question, draw_length};
 use nalgebra::{DMatrix, DVector};
 use rand::RngExt;
 use serde::Serialize;
-
-/// One draw of a [`LengthDist`] scaled by `scale`: a `TokenCount` (lognormal with mean
-/// `mean x scale`, rounded and clipped to `[1, max]`).
-pub fn draw_length(dist: &LengthDist, scale: f64, rng: &mut SimRng) -> u32 {
-    TokenCount::from_mean(dist.mean * scale, dist.sigma, dist.max)
-        .expect("validated: finite mean > 0, sigma >= 0, max >= 1")
-        .sample(rng)
-}
-
-fn shuffle<T>(items: &mut [T], rng: &mut SimRng) {
-    for i in (1..items.len()).rev() {
-        let j = rng.random_range(0..=i);
-        items.swap(i, j);
-    }
-}
-
-/// One benchmark question of the test set.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Question {
-    /// The recruited experts (indices into `MosaicScenario::experts`; with replacement).
-    pub experts: [usize; EXPERTS_PER_QUESTION as usize],
-    /// Output tokens of each recruited expert.
-    pub output_tokens: [u32; EXPERTS_PER_QUESTION as usize],
-    pub prompt_tokens: u32,
-    /// Index of its vote-agreement bucket (0 = 3:0, 1 = 2:1, 2 = 1:1:1).
-    pub bucket: usize,
-}
 
 /// The synthesized test set.
 #[derive(Clone, Debug, PartialEq)]
@@ -61,57 +37,32 @@ fn family_scale(scenario: &MosaicScenario, expert: usize) -> f64 {
 }
 
 impl Workload {
-    /// Recruitment: the multiset of slots (expert m repeated P_m times) is shuffled and cut
-    /// into questions of three, so every expert's slot total is exactly the benchmark's (Table 3
-    /// needs recruitment with replacement: GPQA sends 429 slots to LlamaR1 over 198 questions).
-    /// Buckets: exact counts, assigned by a shuffle. Streams: "recruit", "votes", "prompts",
-    /// "outputs".
+    /// The scenario's test set (`questions::synthesize` over its dataset's slots and buckets,
+    /// each expert's outputs scaled by its family's `*_output_scale`), each expert's prompts in
+    /// question order. Streams: "recruit", "votes", "prompts", "outputs".
     pub fn synthesize(scenario: &MosaicScenario, seed: u64) -> Workload {
         let data = &scenario.dataset;
-        let k = EXPERTS_PER_QUESTION as usize;
-        let mut slots: Vec<usize> = data
-            .slots
-            .iter()
-            .enumerate()
-            .flat_map(|(m, &count)| std::iter::repeat_n(m, count as usize))
-            .collect();
-        shuffle(&mut slots, &mut stream(seed, "recruit"));
-        let mut buckets: Vec<usize> = data
-            .buckets
-            .iter()
-            .enumerate()
-            .flat_map(|(b, bucket)| std::iter::repeat_n(b, bucket.questions as usize))
-            .collect();
-        shuffle(&mut buckets, &mut stream(seed, "votes"));
-        let mut prompt_rng = stream(seed, "prompts");
-        let mut output_rng = stream(seed, "outputs");
+        let outputs: Vec<_> = scenario.experts.iter().map(|e| e.output).collect();
+        let questions = questions::synthesize(
+            &data.slots,
+            &data.buckets,
+            &data.prompt,
+            &outputs,
+            |m| family_scale(scenario, m),
+            seed,
+        );
         let mut prompts = vec![Vec::new(); scenario.experts.len()];
         let mut first_seen = Vec::new();
-        let mut questions = Vec::with_capacity(data.questions as usize);
-        for (q, chunk) in slots.chunks_exact(k).enumerate() {
-            let bucket = buckets[q];
-            let prompt_tokens = draw_length(&data.prompt, 1.0, &mut prompt_rng);
-            let mut experts = [0; EXPERTS_PER_QUESTION as usize];
-            let mut output_tokens = [0; EXPERTS_PER_QUESTION as usize];
-            for (i, &m) in chunk.iter().enumerate() {
-                let scale = family_scale(scenario, m) * data.buckets[bucket].length_factor;
-                let out = draw_length(&scenario.experts[m].output, scale, &mut output_rng);
-                experts[i] = m;
-                output_tokens[i] = out;
+        for q in &questions {
+            for (&m, &output_tokens) in q.experts.iter().zip(&q.output_tokens) {
                 if !first_seen.contains(&m) {
                     first_seen.push(m);
                 }
                 prompts[m].push(GenerationRequest {
-                    prompt_tokens,
-                    output_tokens: out,
+                    prompt_tokens: q.prompt_tokens,
+                    output_tokens,
                 });
             }
-            questions.push(Question {
-                experts,
-                output_tokens,
-                prompt_tokens,
-                bucket,
-            });
         }
         Workload {
             questions,
@@ -390,25 +341,5 @@ mod tests {
             None => {}
             Some(wrong) => assert!(error(wrong) > 1e-2, "{wrong:?}"),
         }
-    }
-
-    #[test]
-    fn lengths_have_the_requested_mean_and_clip() {
-        let dist = LengthDist {
-            mean: 3000.0,
-            sigma: 0.45,
-            max: 32_768,
-        };
-        let mut rng = stream(1, "t");
-        let n = 20_000;
-        let sum: u64 = (0..n)
-            .map(|_| u64::from(draw_length(&dist, 1.0, &mut rng)))
-            .sum();
-        let mean = sum as f64 / f64::from(n);
-        // Standard error of the mean: 3000 x sqrt(e^0.2025 - 1) / sqrt(20000) = 10.3 tokens;
-        // 5 standard errors = 52.
-        assert!((mean - 3000.0).abs() < 52.0, "{mean}");
-        let capped = LengthDist { max: 100, ..dist };
-        assert!((0..100).all(|_| draw_length(&capped, 1.0, &mut rng) <= 100));
     }
 }

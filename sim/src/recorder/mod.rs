@@ -17,6 +17,6 @@ pub mod trace_events;
 
 pub use crate::serving::latencies::{Percentiles, RequestLatencies, RequestSummary};
 pub use expert_load::ExpertLoad;
-pub use replica::{ReplicaRecorder, ServingSummary, WorkflowSummary};
+pub use replica::{QuestionSummary, ReplicaRecorder, ServingSummary, WorkflowSummary};
 pub use table::{MetricDef, failed, infos, scalars};
 pub use trace_events::{StepCounts, TraceEvents};

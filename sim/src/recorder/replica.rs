@@ -194,6 +194,7 @@ impl ReplicaRecorder {
             prefix_hit_tokens: stats.prefix_hit_tokens,
             replica_output_tokens: vec![stats.tokens],
             workflows: None,
+            questions: None,
         }
     }
 }
@@ -248,6 +249,70 @@ pub struct ServingSummary {
     /// With a workflow workload: its finished workflows (set on the run's summary by the
     /// family that serves workflows; `None` otherwise and on one replica's summary).
     pub workflows: Option<WorkflowSummary>,
+    /// With a question workload: its questions (set on the run's summary by the family that
+    /// serves them; `None` otherwise and on one replica's summary).
+    pub questions: Option<QuestionSummary>,
+}
+
+/// The questions of a run (`serving_family::questions`, MOSAIC's).
+#[derive(Clone, Debug, Default)]
+pub struct QuestionSummary {
+    pub questions: u64,
+    /// Questions the gate let skip the aggregator.
+    pub skipped: u64,
+    /// Aggregator calls made.
+    pub aggregated: u64,
+    /// Questions answered right (the majority's answer where skipped, else the aggregator's).
+    pub correct: u64,
+    /// Questions the aggregator answers right (every question aggregated).
+    pub baseline_correct: u64,
+    /// Per vote-agreement bucket, its plurality and counts.
+    pub buckets: [(u32, BucketCount); 3],
+    /// The last expert call's finish.
+    pub expert_end: SimTime,
+    /// The last call's finish, expert or aggregator.
+    pub last_finish: SimTime,
+}
+
+/// One vote-agreement bucket's questions.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct BucketCount {
+    pub questions: u64,
+    pub skipped: u64,
+    pub majority_correct: u64,
+    pub aggregator_correct: u64,
+}
+
+impl QuestionSummary {
+    fn share_pct(&self, count: u64) -> f64 {
+        100.0 * count as f64 / self.questions.max(1) as f64
+    }
+
+    pub fn skip_pct(&self) -> f64 {
+        self.share_pct(self.skipped)
+    }
+
+    pub fn accuracy_pct(&self) -> f64 {
+        self.share_pct(self.correct)
+    }
+
+    /// Accuracy against aggregating every question, percentage points.
+    pub fn accuracy_change_pp(&self) -> f64 {
+        self.share_pct(self.correct) - self.share_pct(self.baseline_correct)
+    }
+
+    pub fn expert_makespan_s(&self) -> f64 {
+        self.expert_end.as_secs_f64()
+    }
+
+    pub fn end_to_end_s(&self) -> f64 {
+        self.last_finish.as_secs_f64()
+    }
+
+    /// What the aggregator stage adds past the expert stage.
+    pub fn aggregator_s(&self) -> f64 {
+        (self.last_finish - self.expert_end.min(self.last_finish)).as_secs_f64()
+    }
 }
 
 /// The finished workflows of a run (`serving_family::workflows`).

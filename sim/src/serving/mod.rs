@@ -17,6 +17,7 @@ pub mod policy;
 pub mod predictors;
 pub mod prefix;
 pub mod profiling;
+pub mod questions;
 pub mod queue;
 pub mod replica;
 pub mod router;

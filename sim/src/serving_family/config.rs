@@ -754,6 +754,11 @@ pub struct WorkloadTable {
     /// (`serving_family::workflows`) instead of `prompt_tokens` / `output_tokens`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<WorkflowTable>,
+    /// Each arrival a benchmark question whose three calls go to its experts' groups, then
+    /// (gated) one to the aggregator's (`[workload.questions]`, MOSAIC's;
+    /// `serving_family::questions`) instead of `prompt_tokens` / `output_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub questions: Option<super::questions::QuestionsTable>,
 }
 
 /// `[workload.workflow]`: every arrival is a workflow of agent stages.
@@ -1017,6 +1022,8 @@ pub struct ServingScenario {
     /// `[workload.workflow]`: the workflows' draws, one `ModelWorkload` per replica group in
     /// group order.
     pub workflow: Option<crate::serving::agent_workflows::WorkflowGenerator>,
+    /// `[workload.questions]`: the question workload, validated.
+    pub questions: Option<super::questions::QuestionSpec>,
     /// `[experiment]`: what a run computes instead of serving.
     pub experiment: Option<Experiment>,
     /// `[placement]`: the policy that plans the workers' sessions before the run.
@@ -1416,7 +1423,7 @@ fn length(
 }
 
 /// The served model called `name` (a dense, MoE or MLA MoE preset), its error at `path`.
-fn served_model(path: &str, name: &str) -> Result<ServedModel, FieldError> {
+pub(super) fn served_model(path: &str, name: &str) -> Result<ServedModel, FieldError> {
     if let Ok(shape) = DenseModelShape::preset(name) {
         Ok(ServedModel::Dense(shape))
     } else if let Ok(shape) = MoeModelShape::preset(name) {
@@ -1480,6 +1487,14 @@ impl ServingConfig {
             self.check_workflow(&tables, &scenario)?;
         }
         scenario.workflow = workflow;
+        if let Some(table) = &self.workload.questions {
+            scenario.questions = Some(super::questions::validate(
+                table,
+                &self.workload,
+                &tables,
+                &scenario,
+            )?);
+        }
         for (path, table) in &tables {
             if let SchedulerTable::Static {
                 streams: StaticStreams::Shared,
@@ -2474,10 +2489,11 @@ impl ServingConfig {
                     &arrival,
                 ),
                 (None, None, Some(first)) => Ok(of_class(first).clone()),
-                // Not read: a workflow's stages draw their own (`workflows`).
-                (None, None, None) if w.workflow.is_some() => Ok(LengthSpec::Distribution(
-                    TokenLength::fixed(1).expect("one token is a length"),
-                )),
+                // Not read: a workflow's stages and the questions' calls draw their own
+                // (`workflows`, `questions`).
+                (None, None, None) if w.workflow.is_some() || w.questions.is_some() => Ok(
+                    LengthSpec::Distribution(TokenLength::fixed(1).expect("one token is a length")),
+                ),
                 (None, None, None) => Err(field_error(
                     key,
                     "missing: give a length distribution or workload.dataset (\"sharegpt\", \
@@ -2566,6 +2582,7 @@ impl ServingConfig {
             adapters,
             shared_prefix_tokens,
             workflow: None,
+            questions: None,
             experiment,
             placement,
             sessions: None,

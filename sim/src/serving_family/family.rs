@@ -10,7 +10,6 @@ use crate::family::{Family, FigureKind, LiveDescription, Run};
 use crate::load_cache::LoadCache;
 use crate::metrics::MetricInfo;
 use crate::policies::Policies;
-use crate::policies::memory::AdapterMemory;
 use crate::records::RecordSink;
 use crate::serving::expert_trace::TraceSpec;
 use crate::validate::FieldError;
@@ -52,19 +51,7 @@ impl Serving {
         let scenario = planned.as_ref().unwrap_or(scenario);
         let mut p = super::ScenarioPolicies::of(scenario, policies);
         Ok(Run {
-            output: super::run_recorded(
-                scenario,
-                seed,
-                &mut *p.queue,
-                &mut *p.router,
-                &mut *p.mapper,
-                &mut p.selectors,
-                p.memory
-                    .as_mut()
-                    .map(|m| &mut **m as &mut dyn AdapterMemory),
-                records,
-                trace_events,
-            )?,
+            output: super::run_policies(scenario, seed, &mut p, records, trace_events)?,
             cost_source: scenario.cost_model().to_string(),
         })
     }

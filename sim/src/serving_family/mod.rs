@@ -22,6 +22,7 @@ pub mod mapping;
 pub mod placement;
 pub mod popularity;
 pub mod predictions;
+pub mod questions;
 pub mod rerouting;
 pub mod scheduler;
 pub mod selector_former;
@@ -39,10 +40,13 @@ use crate::engine;
 use crate::metrics::{Better, MetricInfo, RunOutput};
 use crate::policies::Policies;
 use crate::policies::batch::BatchSelector;
+use crate::policies::gate::AggregationGate;
 use crate::policies::mapping::ExpertMapper;
 use crate::policies::mapping::gpu_costs::throughput_speed;
 use crate::policies::memory::{AdapterMemory, MemoryPlan, MemoryReport};
-use crate::recorder::{MetricDef, ServingSummary, TraceEvents, WorkflowSummary, table};
+use crate::recorder::{
+    MetricDef, QuestionSummary, ServingSummary, TraceEvents, WorkflowSummary, table,
+};
 use crate::records::RecordSink;
 use crate::serving::variability::FactorKind;
 use crate::serving::{QueuePolicy, Router, StepCost};
@@ -68,7 +72,7 @@ const fn ms(
 
 /// The family's metrics, each computed from a run's (or one replica's) `ServingSummary`
 /// (defined in docs/metrics.md, "serving").
-pub const TABLE: [MetricDef<ServingSummary>; 64] = [
+pub const TABLE: [MetricDef<ServingSummary>; 70] = [
     ms("ttft_mean_ms", "mean time to first token (ms)", |s| {
         s.latencies.ttft.mean_ms()
     }),
@@ -394,6 +398,49 @@ pub const TABLE: [MetricDef<ServingSummary>; 64] = [
         better: Better::Lower,
         value: |s| workflow_number(s, |w| w.predictor_kendall_distance),
     },
+    // With `[workload.questions]` only (`questions`, MOSAIC's), null otherwise.
+    MetricDef {
+        name: "expert_makespan_s",
+        label: "the last expert call's finish (s; questions only)",
+        unit: "s",
+        better: Better::Lower,
+        value: |s| question_number(s, QuestionSummary::expert_makespan_s),
+    },
+    MetricDef {
+        name: "aggregator_s",
+        label: "the last call's finish past the last expert call's (s; questions only)",
+        unit: "s",
+        better: Better::Lower,
+        value: |s| question_number(s, QuestionSummary::aggregator_s),
+    },
+    MetricDef {
+        name: "end_to_end_s",
+        label: "the last call's finish, expert or aggregator (s; questions only)",
+        unit: "s",
+        better: Better::Lower,
+        value: |s| question_number(s, QuestionSummary::end_to_end_s),
+    },
+    MetricDef {
+        name: "skip_pct",
+        label: "questions skipping the aggregator (%; questions only)",
+        unit: "%",
+        better: Better::Higher,
+        value: |s| question_number(s, QuestionSummary::skip_pct),
+    },
+    MetricDef {
+        name: "accuracy_pct",
+        label: "questions answered right (%; questions only)",
+        unit: "%",
+        better: Better::Higher,
+        value: |s| question_number(s, QuestionSummary::accuracy_pct),
+    },
+    MetricDef {
+        name: "accuracy_change_pp",
+        label: "accuracy change vs aggregating every question (pp; questions only)",
+        unit: "pp",
+        better: Better::Higher,
+        value: |s| question_number(s, QuestionSummary::accuracy_change_pp),
+    },
     // Computed by an `[experiment]` run only (`experiment`), null in a serving run.
     MetricDef {
         name: "gap_vs_fastest",
@@ -428,6 +475,11 @@ pub const TABLE: [MetricDef<ServingSummary>; 64] = [
 /// One number of the run's workflows (NaN, `null`, without a workflow workload).
 fn workflow_number(s: &ServingSummary, number: fn(&WorkflowSummary) -> f64) -> f64 {
     s.workflows.as_ref().map_or(f64::NAN, number)
+}
+
+/// One number of the run's questions (NaN, `null`, without a question workload).
+fn question_number(s: &ServingSummary, number: fn(&QuestionSummary) -> f64) -> f64 {
+    s.questions.as_ref().map_or(f64::NAN, number)
 }
 
 /// One number of the run's adapter-memory plan (NaN, `null`, without adapters).
@@ -491,6 +543,8 @@ pub struct ScenarioPolicies {
     pub mapper: Box<dyn ExpertMapper>,
     pub selectors: Vec<Box<dyn BatchSelector>>,
     pub memory: Option<Box<dyn AdapterMemory>>,
+    /// With `[workload.questions]`: its aggregation gate.
+    pub gate: Option<Box<dyn AggregationGate>>,
 }
 
 impl ScenarioPolicies {
@@ -504,6 +558,10 @@ impl ScenarioPolicies {
                 .adapters
                 .as_ref()
                 .map(|a| policies.adapter_memory(&a.memory)),
+            gate: scenario
+                .questions
+                .as_ref()
+                .map(|q| policies.aggregation_gate(&q.gate)),
         }
     }
 
@@ -532,6 +590,58 @@ pub fn run_recorded(
     sink: &mut dyn RecordSink,
     trace_events: Option<&Path>,
 ) -> Result<RunOutput, String> {
+    run_gated(
+        scenario,
+        seed,
+        queue,
+        router,
+        mapper,
+        selectors,
+        memory,
+        None,
+        sink,
+        trace_events,
+    )
+}
+
+/// [`run_recorded`] with every policy of `p`, a question workload's gate included (what
+/// `Family::run` serves with).
+pub fn run_policies(
+    scenario: &ServingScenario,
+    seed: u64,
+    p: &mut ScenarioPolicies,
+    sink: &mut dyn RecordSink,
+    trace_events: Option<&Path>,
+) -> Result<RunOutput, String> {
+    run_gated(
+        scenario,
+        seed,
+        &mut *p.queue,
+        &mut *p.router,
+        &mut *p.mapper,
+        &mut p.selectors,
+        p.memory
+            .as_mut()
+            .map(|m| &mut **m as &mut dyn AdapterMemory),
+        p.gate.take(),
+        sink,
+        trace_events,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_gated(
+    scenario: &ServingScenario,
+    seed: u64,
+    queue: &mut dyn QueuePolicy,
+    router: &mut dyn Router,
+    mapper: &mut dyn ExpertMapper,
+    selectors: &mut [Box<dyn BatchSelector>],
+    memory: Option<&mut dyn AdapterMemory>,
+    gate: Option<Box<dyn AggregationGate>>,
+    sink: &mut dyn RecordSink,
+    trace_events: Option<&Path>,
+) -> Result<RunOutput, String> {
     // Throughput speed factors: the clocks solved on this seed's trace.
     let solved = with_seed_speeds(scenario, seed);
     let scenario = solved.as_ref().unwrap_or(scenario);
@@ -544,7 +654,7 @@ pub fn run_recorded(
     {
         return Ok(plan_only(scenario, plan));
     }
-    serve(
+    serve_gated(
         scenario,
         seed,
         queue,
@@ -552,6 +662,7 @@ pub fn run_recorded(
         mapper,
         selectors,
         plan.as_ref(),
+        gate,
         sink,
         trace_events,
         None,
@@ -584,6 +695,42 @@ pub fn serve<'a>(
     trace_events: Option<&Path>,
     step_costs: Option<StepCosts<'a>>,
 ) -> Result<RunOutput, String> {
+    serve_gated(
+        scenario,
+        seed,
+        queue,
+        router,
+        mapper,
+        selectors,
+        plan,
+        None,
+        sink,
+        trace_events,
+        step_costs,
+    )
+}
+
+/// [`serve`] with a question workload's aggregation gate (`[workload.questions]` needs one).
+#[allow(clippy::too_many_arguments)]
+fn serve_gated<'a>(
+    scenario: &'a ServingScenario,
+    seed: u64,
+    queue: &'a mut dyn QueuePolicy,
+    router: &'a mut dyn Router,
+    mapper: &mut dyn ExpertMapper,
+    selectors: &'a mut [Box<dyn BatchSelector>],
+    plan: Option<&MemoryPlan>,
+    gate: Option<Box<dyn AggregationGate>>,
+    sink: &'a mut dyn RecordSink,
+    trace_events: Option<&Path>,
+    step_costs: Option<StepCosts<'a>>,
+) -> Result<RunOutput, String> {
+    if scenario.questions.is_some() && gate.is_none() {
+        return Ok(table::failed(
+            &TABLE,
+            "a question workload is served with its aggregation gate (serving_family::run_policies)",
+        ));
+    }
     // Adapters serve one replica group (config validation), the first. Its replicas are the
     // plan's instances, of one shape (a merged copy each, or one instance): the deployment is
     // the first one out of memory, else the first.
@@ -640,6 +787,9 @@ pub fn serve<'a>(
         router,
         sink,
     );
+    if let Some(gate) = gate {
+        server = server.with_gate(gate);
+    }
     match step_costs {
         Some(StepCosts::Given(costs)) => server = server.with_step_costs(costs),
         Some(StepCosts::Wrapped(wrap)) => server = server.with_wrapped_step_costs(wrap),
@@ -687,6 +837,28 @@ pub fn serve<'a>(
             details
         })
         .collect();
+    let questions = overall.questions.as_ref().map(|q| {
+        json!({
+            "questions": q.questions,
+            "skipped": q.skipped,
+            "aggregated": q.aggregated,
+            "correct": q.correct,
+            "baseline_correct": q.baseline_correct,
+            "buckets": q
+                .buckets
+                .iter()
+                .map(|(plurality, row)| {
+                    let mut row = json!(row);
+                    row["bucket"] = json!(crate::policies::gate::Votes {
+                        k: 3,
+                        plurality: *plurality,
+                    }
+                    .bucket_label());
+                    row
+                })
+                .collect::<Vec<_>>(),
+        })
+    });
     let mut details = json!({
             "deployment": deployments
                 .iter()
@@ -736,6 +908,10 @@ pub fn serve<'a>(
     if let (Some(plan), Some(sessions)) = (&scenario.sessions, sessions) {
         details["placement"] = plan.detail.clone();
         details["sessions"] = sessions;
+    }
+    // Only with a question workload, so no other run's details change.
+    if let Some(questions) = questions {
+        details["questions"] = questions;
     }
     Ok(RunOutput {
         scalars: table::scalars(&TABLE, &overall),

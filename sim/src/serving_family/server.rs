@@ -29,6 +29,7 @@ use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
 use super::predictions::Predictions;
+use super::questions::{Call, Questions};
 use super::scheduler;
 use super::selector_former::SelectorFormer;
 use super::sessions::{Sessions, SessionsSummary};
@@ -38,6 +39,7 @@ use crate::arrivals::{Arrival, ArrivalProcess};
 use crate::engine::Model;
 use crate::event_queue::EventQueue;
 use crate::policies::batch::BatchSelector;
+use crate::policies::gate::AggregationGate;
 use crate::policies::memory::MemoryPlan;
 use crate::recorder::{ReplicaRecorder, ServingSummary, StepCounts, TraceEvents};
 use crate::records::RecordSink;
@@ -227,6 +229,10 @@ pub struct ServingServer<'a> {
     workflows: Option<Workflows<'a>>,
     /// Workflows whose next stage is submitted at the current step end (reused).
     next_stages: Vec<u64>,
+    /// With `[workload.questions]`: each arrival a question, its calls addressed to groups.
+    questions: Option<Questions<'a>>,
+    /// The questions' aggregation gate (`with_gate`; a question workload has one).
+    gate: Option<Box<dyn AggregationGate>>,
     next_id: u64,
     finished: Vec<Seq>,
     sink: &'a mut dyn RecordSink,
@@ -613,6 +619,11 @@ impl<'a> ServingServer<'a> {
                 .as_ref()
                 .map(|generator| Workflows::new(generator, stream(streams, "workflows"))),
             next_stages: Vec::new(),
+            questions: scenario
+                .questions
+                .as_ref()
+                .map(|spec| Questions::new(spec, streams)),
+            gate: None,
             next_id: 0,
             finished: Vec::new(),
             sink,
@@ -690,6 +701,12 @@ impl<'a> ServingServer<'a> {
         for (r, run) in self.replicas.iter_mut().enumerate() {
             run.priced_by = Some(wrap(r, run.step_cost.clone()));
         }
+        self
+    }
+
+    /// Gates the questions' aggregator calls by `gate` (`[workload.questions]`).
+    pub fn with_gate(mut self, gate: Box<dyn AggregationGate>) -> Self {
+        self.gate = Some(gate);
         self
     }
 
@@ -848,6 +865,98 @@ impl<'a> ServingServer<'a> {
             sessions.hold(r, request);
             return r;
         }
+        run.replica.submit(now, request, &mut *self.queue, r);
+        run.recorder
+            .queue_depth(now, run.replica.waiting(&*self.queue, r));
+        r
+    }
+
+    /// A question arrives at `now`: its three expert calls routed and queued, each to its
+    /// expert's group (with the aggregator calls a refusal makes ready); the replicas they go
+    /// to join `woken`.
+    fn arrive_question(&mut self, now: SimTime, woken: &mut Vec<usize>) {
+        let calls = self
+            .questions
+            .as_mut()
+            .expect("a question workload")
+            .arrive();
+        for call in calls {
+            let r = self.submit_call(now, call);
+            if !woken.contains(&r) {
+                woken.push(r);
+            }
+        }
+        self.submit_ready(now, woken);
+    }
+
+    /// The questions' aggregator calls ready at `now`, each routed and queued; the replicas
+    /// they go to join `woken`.
+    fn submit_ready(&mut self, now: SimTime, woken: &mut Vec<usize>) {
+        while let Some(call) = self.questions.as_mut().and_then(Questions::pop_ready) {
+            let r = self.submit_call(now, call);
+            if !woken.contains(&r) {
+                woken.push(r);
+            }
+        }
+    }
+
+    /// Routes and queues a question's `call` at `now` among its group's replicas (the
+    /// predictor's draws as an addressed call's); a prompt past what the replica takes is
+    /// refused, and the call counts as finished with no output. Returns the replica.
+    fn submit_call(&mut self, now: SimTime, call: Call) -> usize {
+        let id = self.next_id;
+        self.next_id += 1;
+        let questions = self.questions.as_mut().expect("a question workload");
+        questions.submitted(id, &call);
+        let (prompt, output) = (call.prompt_tokens, call.output_tokens.max(1));
+        let draws = self.predictions.draw(id, prompt, output);
+        self.predictions.confidences(&draws, &mut self.confidence);
+        self.predicted.fill(draws.predicted_tokens);
+        engine_states(&self.replicas, &*self.queue, &mut self.engine_states);
+        let eligible = call.replicas;
+        let r = eligible.start
+            + self.router.route(
+                &RouteRequest {
+                    id,
+                    workflow: id,
+                    stage: 0,
+                    confidence: &self.confidence,
+                    predicted_total_tokens: &self.predicted,
+                },
+                &self.engine_states[eligible.clone()],
+            );
+        assert!(eligible.contains(&r), "router chose replica {r}");
+        let max_len = self.replicas[r].max_len;
+        if prompt >= max_len {
+            self.replicas[r].refused += 1;
+            let gate = self
+                .gate
+                .as_deref_mut()
+                .expect("a question workload has its gate");
+            questions.call_done(id, 0, now, gate);
+            return r;
+        }
+        let output = output.min(max_len - prompt);
+        let run = &mut self.replicas[r];
+        run.in_flight_predicted += draws.predicted_tokens;
+        run.prompt_tokens_in += u64::from(prompt);
+        run.output_tokens_asked += u64::from(output);
+        run.arrived += 1;
+        self.outputs.insert(id, (output, None));
+        let request = QueuedRequest {
+            id,
+            workflow: id,
+            stage: 0,
+            submitted: now,
+            workflow_arrival: now,
+            enqueued_iteration: run.replica.iteration(),
+            prompt_tokens: prompt,
+            predicted_stage_tokens: draws.predicted_tokens,
+            predicted_total_tokens: draws.predicted_tokens,
+            attained_service: 0,
+            rank_noise: draws.rank_noise,
+            topic: 0,
+        };
         run.replica.submit(now, request, &mut *self.queue, r);
         run.recorder
             .queue_depth(now, run.replica.waiting(&*self.queue, r));
@@ -1075,6 +1184,13 @@ impl<'a> ServingServer<'a> {
                 }
                 None => self.router.workflow_done(workflow),
             }
+            if let Some(questions) = &mut self.questions {
+                let gate = self
+                    .gate
+                    .as_deref_mut()
+                    .expect("a question workload has its gate");
+                questions.call_done(seq.request.id, seq.output, now, gate);
+            }
         }
         self.finished = finished;
         if let Some(former) = &mut run.former {
@@ -1091,6 +1207,10 @@ impl<'a> ServingServer<'a> {
             }
         }
         self.next_stages = next;
+        // The questions' aggregator calls this step's finishes made ready.
+        let mut woken = std::mem::take(&mut self.woken);
+        self.submit_ready(now, &mut woken);
+        self.woken = woken;
     }
 
     /// The run's summaries (overall, then per replica) once every request has finished, after
@@ -1103,6 +1223,14 @@ impl<'a> ServingServer<'a> {
             return Err(format!(
                 "the run ended with {} workflows unfinished",
                 workflows.in_flight()
+            ));
+        }
+        if let Some(questions) = &self.questions
+            && questions.in_flight() > 0
+        {
+            return Err(format!(
+                "the run ended with {} questions unanswered",
+                questions.in_flight()
             ));
         }
         let mut parts = Vec::with_capacity(self.replicas.len());
@@ -1135,6 +1263,7 @@ impl<'a> ServingServer<'a> {
         }
         let mut overall = ServingSummary::merge(&parts);
         overall.workflows = self.workflows.as_ref().map(Workflows::summary);
+        overall.questions = self.questions.as_ref().map(Questions::summary);
         Ok((overall, parts))
     }
 }
@@ -1171,6 +1300,11 @@ impl Model for ServingServer<'_> {
                 woken.clear();
                 let mut next = Some(arrival);
                 while let Some(arrival) = next.take_if(|a| a.time <= now) {
+                    if self.questions.is_some() {
+                        self.arrive_question(now, &mut woken);
+                        next = self.next_arrival();
+                        continue;
+                    }
                     let r = self.arrive(now, arrival);
                     if self.replicas[r].former.is_some() {
                         // A static replica checks its trigger at each arrival, as CAPS's
