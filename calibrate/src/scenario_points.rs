@@ -390,25 +390,21 @@ mod tests {
         assert_eq!(for_scenario(&chunked).unwrap().max_tokens, 300);
     }
 
-    /// The live ExpertWeave case: at most 16 sequences (serving.max_num_seqs) of at most 42
-    /// prompt tokens (32 x 1.3) -> 672 tokens; the routed geometry of live-tiny-mla; its dense
-    /// layer's, MoE layers' and head's widths; fused rerouting with its 3 adapters.
+    /// The live ExpertWeave case (the serving family's preset): at most 16 sequences
+    /// (replica.max_num_seqs) of at most 42 prompt tokens (32 x 1.3); the routed geometry of
+    /// live-tiny-mla; its dense layer's, MoE layers' and head's widths; fused rerouting with its
+    /// 3 adapters.
     #[test]
     fn live_expertweave_measures_its_widths_and_rerouting() {
         let scenario = load("scenarios/live/expertweave.toml", &[]);
         let sampling = for_scenario(&scenario).unwrap();
-        let ew = scenario
-            .get::<sim::expertweave::ExpertWeaveScenario>()
-            .unwrap();
-        assert_eq!(sampling.shape, ew.shape.moe_geometry());
-        let widths: Vec<usize> = (0..ew.shape.n_layers)
-            .map(|l| {
-                ew.shape
-                    .layer_non_routed_params(l)
-                    .div_ceil(ew.shape.hidden) as usize
-            })
+        let shape = MlaMoeShape::live_tiny_mla();
+        assert_eq!(sampling.shape, shape.moe_geometry());
+        assert_eq!(sampling.max_batch, 16);
+        let widths: Vec<usize> = (0..shape.n_layers)
+            .map(|l| shape.layer_non_routed_params(l).div_ceil(shape.hidden) as usize)
             .collect();
-        for w in widths.iter().chain([&(ew.shape.vocab as usize)]) {
+        for w in widths.iter().chain([&(shape.vocab as usize)]) {
             assert!(sampling.gemm_widths.contains(w), "{w}: {sampling:?}");
         }
         assert_eq!(sampling.reroute_adapters, Some(3));

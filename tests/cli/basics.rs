@@ -580,7 +580,7 @@ fn profiles_load_by_name_in_every_family_that_takes_one() {
         ),
         (
             "scenarios/live/expertweave.toml",
-            "cost.profile",
+            "replica.scheduler.profile",
             "amd-epyc_live-tiny-moe-ffn32",
         ),
     ] {

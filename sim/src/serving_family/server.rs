@@ -931,9 +931,7 @@ impl<'a> ServingServer<'a> {
                 work.routed = Some(router.route(work.prefill_tokens + work.decode_tokens));
             }
             if let Some(router) = &mut run.adapter_router {
-                let (routed, copies) = router.route(work.adapters);
-                run.step_cost.set_adapter_copies(copies);
-                work.routed = Some(routed);
+                work.routed = Some(router.route(work.adapters));
             }
             let time = match &mut run.priced_by {
                 Some(cost) => cost.price(&work),
