@@ -19,9 +19,9 @@
 //!   largest step total over `top_k`); decode and head batches hold at most
 //!   `min(max_num_seqs, n_requests)` sequences. Its dense part and head are measured as one
 //!   GPU's tensor-parallel shard of `replica.tensor_parallel`.
-//! - ExpertWeave (the expertweave family's file, or the serving preset's: an MLA model with
-//!   `[adapters]`): a step holds at most the token budget (`serving.max_batch_tokens`, or the
-//!   replica scheduler's `max_num_batched_tokens` / `chunk_size`) and `max_num_seqs` sequences
+//! - ExpertWeave (the serving preset: an MLA model with `[adapters]`): a step holds at most the
+//!   token budget (the replica scheduler's `max_num_batched_tokens` / `chunk_size`) and
+//!   `max_num_seqs` sequences
 //!   (or the arrivals' count) of at most the prompt length's upper end; the model is its
 //!   routed-expert geometry (`MlaMoeShape::moe_geometry`), each layer's dense GEMM and the
 //!   head are measured at their own widths (`--gemm-widths`), and the configured rerouting
@@ -231,30 +231,6 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
                 "CAPS preset: {batch} requests per batch (replica.max_num_seqs, n_requests) x \
                  {prompt_max} prompt tokens at most"
             ),
-        })
-    } else if let Some(s) = scenario.get::<sim::expertweave::ExpertWeaveScenario>() {
-        let shape = &s.shape;
-        let prompt_max = s.prompt_lengths.high().round().max(1.0) as usize;
-        let sequences = (s.serving.max_num_seqs as usize).min(s.max_arrivals).max(1);
-        let step = (s.serving.max_batch_tokens as usize).min(sequences * prompt_max);
-        let gemm_widths = own_width_gemms(shape);
-        Ok(ScenarioSampling {
-            shape: shape.moe_geometry(),
-            max_tokens: step,
-            max_batch: sequences,
-            tensor_parallel: 1,
-            derivation: format!(
-                "ExpertWeave: steps of at most {step} tokens (serving.max_batch_tokens, \
-                 {sequences} sequences x {prompt_max} prompt tokens), its layers' dense GEMMs and \
-                 head at widths {gemm_widths:?}, {} rerouting with {} adapters",
-                match s.cost.rerouting {
-                    sim::expertweave::config::Rerouting::Fused => "fused",
-                    sim::expertweave::config::Rerouting::Unfused => "unfused",
-                },
-                s.adapters.len()
-            ),
-            gemm_widths,
-            reroute_adapters: Some(s.adapters.len()),
         })
     } else {
         match scenario.family().name() {

@@ -200,7 +200,7 @@ pub fn adapter_shares(n: usize, alpha: f64) -> Vec<f64> {
 
 /// The adapters `table` names (`names`, `count`, or the first `count` of `names`) for `shape`;
 /// errors name `<prefix>.names`, `<prefix>.count` or `<prefix>` (the serving family's
-/// `[adapters]` and the expertweave family's tables read it).
+/// `[adapters]` reads it).
 pub fn resolve_adapters(
     table: &AdaptersConfig,
     shape: &MlaMoeShape,

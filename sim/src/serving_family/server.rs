@@ -12,8 +12,8 @@
 //! observation pass (`ServingServer::observing`) is the same cluster under the linear layout,
 //! from its own random streams, that records the tokens per expert of each replica's first
 //! steps and stops there: the window EPLB and GEM map from. With adapters each request draws
-//! its adapter at arrival (ExpertWeave's draw, on the expertweave family's stream, so a trace
-//! replayed in both families gives every request the same adapter), the replica counts each
+//! its adapter at arrival (ExpertWeave's draw, on its stream `expertweave/adapters`), the
+//! replica counts each
 //! step's tokens per adapter, and the `AdapterRouter` routes them (copies included) on the
 //! linear layout.
 
