@@ -180,7 +180,6 @@ family_of() {
 profile_key_of() {
     case "$1" in
     serving) echo replica.scheduler.profile ;;
-    expertweave) echo cost.profile ;;
     mosaic) echo serving.profile ;;
     chimera) echo cluster.profile ;;
     *) return 1 ;;

@@ -209,10 +209,7 @@ fn list() -> String {
             "routing",
             "routing.kind (chimera; the serving family's routers are listed below)",
         ),
-        (
-            "memory",
-            "memory.kind (expertweave), adapters.memory.kind (serving)",
-        ),
+        ("memory", "adapters.memory.kind (serving)"),
     ];
     let mut out = String::new();
     let mut heading = "";

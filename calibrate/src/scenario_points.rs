@@ -19,9 +19,9 @@
 //!   largest step total over `top_k`); decode and head batches hold at most
 //!   `min(max_num_seqs, n_requests)` sequences. Its dense part and head are measured as one
 //!   GPU's tensor-parallel shard of `replica.tensor_parallel`.
-//! - ExpertWeave (the expertweave family's file, or the serving preset's: an MLA model with
-//!   `[adapters]`): a step holds at most the token budget (`serving.max_batch_tokens`, or the
-//!   replica scheduler's `max_num_batched_tokens` / `chunk_size`) and `max_num_seqs` sequences
+//! - ExpertWeave (the serving preset: an MLA model with `[adapters]`): a step holds at most the
+//!   token budget (the replica scheduler's `max_num_batched_tokens` / `chunk_size`) and
+//!   `max_num_seqs` sequences
 //!   (or the arrivals' count) of at most the prompt length's upper end; the model is its
 //!   routed-expert geometry (`MlaMoeShape::moe_geometry`), each layer's dense GEMM and the
 //!   head are measured at their own widths (`--gemm-widths`), and the configured rerouting
@@ -232,30 +232,6 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
                  {prompt_max} prompt tokens at most"
             ),
         })
-    } else if let Some(s) = scenario.get::<sim::expertweave::ExpertWeaveScenario>() {
-        let shape = &s.shape;
-        let prompt_max = s.prompt_lengths.high().round().max(1.0) as usize;
-        let sequences = (s.serving.max_num_seqs as usize).min(s.max_arrivals).max(1);
-        let step = (s.serving.max_batch_tokens as usize).min(sequences * prompt_max);
-        let gemm_widths = own_width_gemms(shape);
-        Ok(ScenarioSampling {
-            shape: shape.moe_geometry(),
-            max_tokens: step,
-            max_batch: sequences,
-            tensor_parallel: 1,
-            derivation: format!(
-                "ExpertWeave: steps of at most {step} tokens (serving.max_batch_tokens, \
-                 {sequences} sequences x {prompt_max} prompt tokens), its layers' dense GEMMs and \
-                 head at widths {gemm_widths:?}, {} rerouting with {} adapters",
-                match s.cost.rerouting {
-                    sim::expertweave::config::Rerouting::Fused => "fused",
-                    sim::expertweave::config::Rerouting::Unfused => "unfused",
-                },
-                s.adapters.len()
-            ),
-            gemm_widths,
-            reroute_adapters: Some(s.adapters.len()),
-        })
     } else {
         match scenario.family().name() {
             family @ ("mosaic" | "chimera") => Err(format!(
@@ -390,25 +366,21 @@ mod tests {
         assert_eq!(for_scenario(&chunked).unwrap().max_tokens, 300);
     }
 
-    /// The live ExpertWeave case: at most 16 sequences (serving.max_num_seqs) of at most 42
-    /// prompt tokens (32 x 1.3) -> 672 tokens; the routed geometry of live-tiny-mla; its dense
-    /// layer's, MoE layers' and head's widths; fused rerouting with its 3 adapters.
+    /// The live ExpertWeave case (the serving family's preset): at most 16 sequences
+    /// (replica.max_num_seqs) of at most 42 prompt tokens (32 x 1.3); the routed geometry of
+    /// live-tiny-mla; its dense layer's, MoE layers' and head's widths; fused rerouting with its
+    /// 3 adapters.
     #[test]
     fn live_expertweave_measures_its_widths_and_rerouting() {
         let scenario = load("scenarios/live/expertweave.toml", &[]);
         let sampling = for_scenario(&scenario).unwrap();
-        let ew = scenario
-            .get::<sim::expertweave::ExpertWeaveScenario>()
-            .unwrap();
-        assert_eq!(sampling.shape, ew.shape.moe_geometry());
-        let widths: Vec<usize> = (0..ew.shape.n_layers)
-            .map(|l| {
-                ew.shape
-                    .layer_non_routed_params(l)
-                    .div_ceil(ew.shape.hidden) as usize
-            })
+        let shape = MlaMoeShape::live_tiny_mla();
+        assert_eq!(sampling.shape, shape.moe_geometry());
+        assert_eq!(sampling.max_batch, 16);
+        let widths: Vec<usize> = (0..shape.n_layers)
+            .map(|l| shape.layer_non_routed_params(l).div_ceil(shape.hidden) as usize)
             .collect();
-        for w in widths.iter().chain([&(ew.shape.vocab as usize)]) {
+        for w in widths.iter().chain([&(shape.vocab as usize)]) {
             assert!(sampling.gemm_widths.contains(w), "{w}: {sampling:?}");
         }
         assert_eq!(sampling.reroute_adapters, Some(3));

@@ -5,8 +5,8 @@
 //!
 //! Families: Chimera (`chimera`), the serving family (`serving`: the CAPS preset, a static
 //! replica priced from expected routing, `caps`; a continuous MoE replica such as the GEM preset,
-//! `continuous`), MOSAIC (`mosaic`, whose model
-//! loads are device copies beside the steps) and ExpertWeave (`expertweave`), through the serving
+//! `continuous`, and the ExpertWeave preset, a continuous MLA replica with adapters), MOSAIC
+//! (`mosaic`, whose model loads are device copies beside the steps), through the serving
 //! layer's one step-cost seam `sim::serving::step::StepCost`, wrapped once by `step::LiveStep`.
 //!
 //! Before the run, `probe` checks that the scenario's measured profile describes the device
@@ -19,7 +19,6 @@ pub mod chimera;
 pub mod continuous;
 pub mod dense;
 pub mod device;
-pub mod expertweave;
 pub mod fidelity;
 pub mod mosaic;
 pub mod noise;
@@ -195,10 +194,6 @@ const LIVE_FAMILIES: &[(&str, LiveFamily)] = &[
     (
         "chimera",
         LiveFamily::Runs(|s, seed, p, k, clock| chimera::run(cell(s), seed, p, k, clock)),
-    ),
-    (
-        "expertweave",
-        LiveFamily::Runs(|s, seed, p, k, clock| expertweave::run(cell(s), seed, p, k, clock)),
     ),
     (
         "serving",

@@ -95,6 +95,7 @@ fn step_pricing(c: &mut Criterion) {
                     per_expert: &step.per_expert,
                     per_gpu: &step.per_gpu,
                     per_slot: &[],
+                    copies: &[],
                 };
                 cost.decode_routed(std::hint::black_box(sequences), 600, routed)
             })

@@ -6,7 +6,6 @@
 
 pub mod arrivals;
 pub mod chimera;
-pub mod expertweave;
 pub mod family;
 pub mod headlines;
 pub mod load_cache;

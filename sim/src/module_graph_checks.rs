@@ -349,10 +349,6 @@ fn the_top_level_modules_import_one_another_without_a_cycle() {
         ("gem", "caps"),
         ("gem", "chimera"),
         ("mosaic", "chimera"),
-        ("expertweave", "chimera"),
-        // ExpertWeave's shared pieces (adapters, popularity, rerouting) are the serving
-        // family's; the expertweave family builds on them, never the other way.
-        ("serving_family", "expertweave"),
         ("runner", "caps"),
         ("caps", "runner"),
         // The trait is below the families, the registration list above them (`registry`).
@@ -363,7 +359,6 @@ fn the_top_level_modules_import_one_another_without_a_cycle() {
         ("policies", "caps"),
         ("policies", "gem"),
         ("policies", "mosaic"),
-        ("policies", "expertweave"),
         // The validation vocabulary (`validate`, with `[limits]`) and the shared file cache
         // (`load_cache`) are below the families, the loader (`scenario`) above the registry, and
         // the claims file's name is the loader's.

@@ -11,13 +11,16 @@ use crate::family::{FamilyId, RegisteredFamily};
 pub static FAMILIES: &[&dyn RegisteredFamily] = &[
     &crate::mosaic::Mosaic,
     &crate::chimera::Chimera,
-    &crate::expertweave::ExpertWeave,
     &crate::serving_family::Serving,
 ];
 
 /// Families that became presets of the serving simulator, and what a scenario file of one
 /// writes instead (its error when it still names the old family).
-pub const RETIRED: &[(&str, &str)] = &[("caps", CAPS_MOVED), ("gem", GEM_MOVED)];
+pub const RETIRED: &[(&str, &str)] = &[
+    ("caps", CAPS_MOVED),
+    ("gem", GEM_MOVED),
+    ("expertweave", EW_MOVED),
+];
 
 /// The caps family's keys as the serving simulator's CAPS preset spells them
 /// (docs/unified-model-changes/caps-preset.md; scenarios/caps/evaluation_serving.toml).
@@ -64,6 +67,29 @@ kind, gpus (for cluster.n_gpus), draws, distribution, method, repetitions, sweep
 Metrics: tpot_* (every token gap) -> itl_*, busy_share_min / \
 busy_share_mean -> gpu_busy_min / gpu_busy_mean; sweep and figure keys likewise \
 (mapper.kind -> experts.mapping.kind, cluster.variability -> replica.variability.setup)";
+
+/// The expertweave family's keys as the serving simulator's ExpertWeave preset spells them
+/// (docs/unified-model-changes/expertweave-preset.md, gap 8; docs/expertweave.md).
+pub const EW_MOVED: &str = "the expertweave family is now a preset of the serving simulator: \
+write family = \"serving\" with an [adapters] table (scenarios/expertweave/*.toml are the \
+paper's experiments, scenarios/live/expertweave.toml the live case). Keys: model -> [model] name; \
+model_layers -> model.n_layers; [device] capacity_gib -> replica.gpu_memory_gib (the device \
+itself replica.gpu), utilization -> replica.gpu_memory_utilization, runtime_reserve_gib -> \
+adapters.runtime_reserve_gib, n_devices -> replica.gpus with replica.expert_parallel the same, \
+tensor_parallel -> replica.tensor_parallel, kv_block_tokens -> replica.block_size (default was \
+128); [adapters] count, names -> [adapters] count, names; [memory] -> adapters.memory; \
+[workload] alpha -> adapters.alpha, horizon_s -> workload.horizon_s, n_requests -> \
+workload.n_requests, prompt_tokens and output_tokens with length_spread -> { kind = \
+\"rounded_uniform\", mean, spread }, plus workload.streams = \"expertweave\" (its arrivals, \
+lengths and adapter draws); [arrival] -> [arrival]; [serving] max_batch_tokens -> \
+[replica.scheduler] kind = \"orca\", max_num_batched_tokens (default was 8192), max_num_seqs -> \
+replica.max_num_seqs; [cost] gpu -> replica.gpu (default was Ascend-910B), rerouting, \
+unfused_ops, expert_zipf_s -> adapters.*, profile -> replica.scheduler.profile (a profile \
+measured for the model's widths), and replica.step_overhead_ms = 0 for the family's steps \
+without host time (replica.timing = \"eager\" for its eager launches). Metrics: \
+requests_completed -> completed, requests_rejected -> refused, utilization -> \
+replica_utilization; sweep and figure keys likewise (memory.kind -> adapters.memory.kind, \
+cost.rerouting -> adapters.rerouting, workload.alpha -> adapters.alpha)";
 
 /// The registered family called `name`.
 pub fn family(name: &str) -> Option<FamilyId> {
@@ -119,6 +145,9 @@ mod tests {
             ("gem", "experts.trace"),
             ("gem", "replica.scheduler.profile"),
             ("caps", "replica.batch_former"),
+            ("expertweave", "adapters.memory"),
+            ("expertweave", "replica.gpu_memory_gib"),
+            ("expertweave", "replica.scheduler.profile"),
         ] {
             assert!(family(name).is_none(), "{name} is not registered");
             let err = serde_json::from_value::<FamilyId>(serde_json::json!(name))

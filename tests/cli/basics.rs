@@ -72,6 +72,24 @@ fn the_retired_gem_family_is_refused_naming_the_new_keys() {
     );
 }
 
+/// The expertweave family became the serving simulator's ExpertWeave preset: a file that still
+/// names it is refused (exit 2, the `family` line) with the keys to write instead.
+#[test]
+fn the_retired_expertweave_family_is_refused_naming_the_new_keys() {
+    let text = SMALL.replace("family = \"serving\"", "family = \"expertweave\"");
+    assert_refused(
+        &text,
+        Some(2),
+        &[
+            "the expertweave family is now a preset of the serving simulator",
+            "adapters.memory",
+            "replica.gpu_memory_gib",
+            "rounded_uniform",
+            "replica.scheduler.profile",
+        ],
+    );
+}
+
 #[test]
 fn wrong_type_is_refused_with_its_line() {
     let text = SMALL.replace("n_requests = 200", "n_requests = \"many\"");
@@ -311,7 +329,7 @@ fn list_names_every_option_a_scenario_can_name() {
             "arrival",
             &["poisson", "gamma", "bursty", "offline", "trace"],
         ),
-        ("family", &["mosaic", "chimera", "expertweave", "serving"]),
+        ("family", &["mosaic", "chimera", "serving"]),
         ("model", &["llama-2-7b", "mixtral-8x7b", "esft-vanilla-16b"]),
         ("gpu", &["H100-SXM", "A100-80GB", "L4", "Ascend-910B"]),
     ] {
@@ -396,7 +414,7 @@ fn a_missing_family_is_refused_with_the_families_and_a_line() {
     assert_refused(
         &text,
         Some(1),
-        &["field `family`", "mosaic, chimera, expertweave, serving"],
+        &["field `family`", "mosaic, chimera, serving"],
     );
 }
 
@@ -580,7 +598,7 @@ fn profiles_load_by_name_in_every_family_that_takes_one() {
         ),
         (
             "scenarios/live/expertweave.toml",
-            "cost.profile",
+            "replica.scheduler.profile",
             "amd-epyc_live-tiny-moe-ffn32",
         ),
     ] {

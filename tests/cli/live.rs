@@ -476,10 +476,11 @@ fn caps_runs_live_through_the_step_cost_seam() {
     }
 }
 
-/// ExpertWeave runs live through the same wrapper: every instance is a serving replica whose
-/// steps are predicted by the scenario's step cost and measured on the kernels (routing from the
-/// adapters' popularity, rerouting, the MoE layer on base experts and adapter copies); with the
-/// predicted clock the live run makes the simulated run's decisions and reports its metrics.
+/// The ExpertWeave preset runs live on the serving family's continuous replica: its steps are
+/// predicted by the replica's step cost (the profile's GEMMs, expert entry and rerouting series)
+/// and measured on the kernels (each layer's GEMM, the rerouting kernel, the MoE layer on the base
+/// experts and adapter copies the simulator routed to); with the predicted clock the live run
+/// makes the simulated run's decisions and reports its metrics.
 #[test]
 fn expertweave_runs_live_through_the_step_cost_seam() {
     let dir = tempfile::tempdir().unwrap();
@@ -506,12 +507,17 @@ fn expertweave_runs_live_through_the_step_cost_seam() {
     );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("fidelity.json")).unwrap()).unwrap();
-    assert_eq!(report["family"], "expertweave");
+    assert_eq!(report["family"], "serving");
+    assert!(
+        report["model"].as_str().unwrap().contains("live-tiny-mla"),
+        "{}",
+        report["model"]
+    );
     assert_eq!(report["decisions"]["identical"], true);
     let steps = report["steps"].as_array().unwrap();
-    // The decision log holds the memory plan's line, then one line per step.
+    // One decision line per step.
     assert_eq!(
-        steps.len() as u64 + 1,
+        steps.len() as u64,
         report["decisions"]["simulated_count"].as_u64().unwrap()
     );
     assert!(
@@ -519,7 +525,7 @@ fn expertweave_runs_live_through_the_step_cost_seam() {
             .iter()
             .all(|s| s["measured_ns"].as_f64().unwrap() > 0.0
                 && s["predicted_ns"].as_f64().unwrap() > 0.0
-                && s["what"].as_str().unwrap().contains("tokens per adapter"))
+                && s["what"].as_str().unwrap().contains("routed per"))
     );
     let metrics = report["metrics"].as_array().unwrap();
     for pair in metrics {

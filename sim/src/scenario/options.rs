@@ -234,7 +234,7 @@ pub fn catalogue() -> Vec<OptionGroup> {
         ),
         group(
             "figure",
-            "figure.kind (every family; gem_*, mosaic_*, expertweave_* only their own)",
+            "figure.kind (every family; mosaic_* only mosaic's, gem_* and expertweave_* the serving family's)",
             &[
                 (
                     "metric",

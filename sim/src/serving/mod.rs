@@ -37,8 +37,8 @@ pub use queue::{QueuePolicy, QueuedRequest};
 pub use replica::{AdmitHook, Replica, Seq};
 pub use router::{EngineState, RouteRequest, Router};
 pub use step::{
-    AdapterTokens, CostSource, ExpectedRouting, MeasuredStepCost, NotingSource, RooflineStepCost,
-    RoutedTokens, StepBreakdown, StepCost, StepParts, StepTime, StepWork,
+    AdapterTokens, CopyTokens, CostSource, ExpectedRouting, MeasuredStepCost, NotingSource,
+    RooflineStepCost, RoutedTokens, StepBreakdown, StepCost, StepParts, StepTime, StepWork,
 };
 
 #[cfg(test)]

@@ -25,6 +25,17 @@ pub struct RoutedTokens<'a> {
     /// family routes slot by slot (GEM); empty where the step cost splits `per_expert` over its
     /// own layout (the serving family).
     pub per_slot: &'a [u32],
+    /// Per MoE layer, the tokens of the adapters' fine-tuned expert copies (already counted in
+    /// `per_gpu`, not in `per_expert`); empty without adapters.
+    pub copies: &'a [Vec<CopyTokens>],
+}
+
+/// Tokens an adapter's fine-tuned copy of an expert computes in one MoE layer of a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyTokens {
+    /// The base expert it is a copy of (its GPU hosts the copy).
+    pub expert: u32,
+    pub tokens: u32,
 }
 
 /// The routing of a step as expected tokens per layer per expert, where a family models routing

@@ -200,7 +200,7 @@ pub fn adapter_shares(n: usize, alpha: f64) -> Vec<f64> {
 
 /// The adapters `table` names (`names`, `count`, or the first `count` of `names`) for `shape`;
 /// errors name `<prefix>.names`, `<prefix>.count` or `<prefix>` (the serving family's
-/// `[adapters]` and the expertweave family's tables read it).
+/// `[adapters]` reads it).
 pub fn resolve_adapters(
     table: &AdaptersConfig,
     shape: &MlaMoeShape,
@@ -297,13 +297,7 @@ pub fn device_memory(replica: &ReplicaSpec, adapters: &AdapterSpec) -> DeviceMem
     }
 }
 
-/// Tokens an adapter's fine-tuned copy of an expert computes in one MoE layer of a step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CopyTokens {
-    /// The base expert it is a copy of (its GPU hosts the copy).
-    pub expert: u32,
-    pub tokens: u32,
-}
+pub use crate::serving::step::CopyTokens;
 
 /// Where a step's tokens go when requests carry adapters: each adapter's tokens follow its
 /// domain's popularity (`super::popularity::Popularity`, each expert's probability capped at
@@ -405,7 +399,7 @@ impl AdapterRouter {
 
     /// Routes a step whose tokens per adapter are `adapters`: per layer, tokens per base expert
     /// and per GPU (copies included), and the copies' tokens.
-    pub fn route(&mut self, adapters: &[AdapterTokens]) -> (RoutedTokens<'_>, &[Vec<CopyTokens>]) {
+    pub fn route(&mut self, adapters: &[AdapterTokens]) -> RoutedTokens<'_> {
         let total: u64 = adapters.iter().map(|a| a.tokens).sum();
         let assignments = total * self.top_k;
         let (experts, gpus, layers) = (self.n_experts, self.layout.gpus(), self.n_layers);
@@ -452,15 +446,13 @@ impl AdapterRouter {
                 }
             }
         }
-        (
-            RoutedTokens {
-                layers,
-                per_expert: &self.per_expert,
-                per_gpu: &self.per_gpu,
-                per_slot: &[],
-            },
-            &self.copies,
-        )
+        RoutedTokens {
+            layers,
+            per_expert: &self.per_expert,
+            per_gpu: &self.per_gpu,
+            per_slot: &[],
+            copies: &self.copies,
+        }
     }
 
     /// Each layer's expected assignments for `adapters`' tokens (the base experts', then the
@@ -585,9 +577,9 @@ mod tests {
                 tokens: 300,
             },
         ];
-        let (routed, copies) = router.route(&step);
+        let routed = router.route(&step);
         let (routed_expert, routed_gpu) = (routed.per_expert.to_vec(), routed.per_gpu.to_vec());
-        let copies = copies.to_vec();
+        let copies = routed.copies.to_vec();
         for layer in 0..26 {
             // Expected draws x per weight: by hand from each domain's capped Zipf popularity.
             let cap = |p: &[f64]| capped(p.to_vec(), (1.0 - 1e-9) / 6.0);
@@ -631,8 +623,7 @@ mod tests {
         // Without rerouting (base only) no token reaches a copy.
         let mut base =
             AdapterRouter::new(&shape, &spec, &instance(false, 2), layout, stream(1, "r"));
-        let (_, copies) = base.route(&step);
-        assert!(copies.iter().all(Vec::is_empty));
+        assert!(base.route(&step).copies.iter().all(Vec::is_empty));
     }
 
     #[test]

@@ -99,6 +99,39 @@ impl ModelTable {
         let Some((first, _)) = overrides.iter().find(|(_, v)| v.is_some()) else {
             return Ok(model);
         };
+        if let ServedModel::Mla(shape) = &mut model {
+            // An MLA model keeps its first `n_layers` layers (its dense ones and at least one MoE
+            // layer); its routing shape is the adapters' (their Table 1 counts), not overridden.
+            if let Some((key, _)) = overrides[1..].iter().find(|(_, v)| v.is_some()) {
+                return Err(field_error(
+                    key,
+                    format!(
+                        "not for {}, an MLA model: its adapters fine-tune its experts as given \
+                         (model.n_layers cuts its layers)",
+                        self.name
+                    ),
+                ));
+            }
+            let layers = self.n_layers.expect("the only override left") as u64;
+            if layers <= shape.first_k_dense || layers > shape.n_layers {
+                return Err(field_error(
+                    "model.n_layers",
+                    format!(
+                        "{layers}: must keep at least one MoE layer after the {} dense one(s) \
+                         and at most the preset's {} layers",
+                        shape.first_k_dense, shape.n_layers
+                    ),
+                ));
+            }
+            if layers < shape.n_layers {
+                shape.name = format!(
+                    "{} (first {layers} of {} layers)",
+                    shape.name, shape.n_layers
+                );
+                shape.n_layers = layers;
+            }
+            return Ok(model);
+        }
         let ServedModel::Moe(shape) = &mut model else {
             return Err(field_error(
                 first,
@@ -2246,7 +2279,27 @@ impl ServingConfig {
                          the experts); leave n_topics at 1",
                     ));
                 }
-                Some(table.validate(shape, &cache.limits)?)
+                let spec = table.validate(shape, &cache.limits)?;
+                // A profile of the MLA model's widths prices the rerouting from its own series.
+                let mla = groups[0]
+                    .replica
+                    .curves
+                    .as_ref()
+                    .and_then(|c| c.mla.as_ref());
+                if let Some(mla) = mla
+                    && mla.reroute(spec.rerouting, spec.adapters.len()).is_none()
+                {
+                    let variant = serde_json::to_value(spec.rerouting).expect("serializes");
+                    return Err(field_error(
+                        "replica.scheduler.profile",
+                        format!(
+                            "has no {} rerouting measurement for adapters.rerouting (calibrate \
+                             with --for-scenario, which measures it)",
+                            variant.as_str().unwrap_or("?")
+                        ),
+                    ));
+                }
+                Some(spec)
             }
         };
         // Merged copies on devices of their own are a replica each: a `replica.count` left at 1

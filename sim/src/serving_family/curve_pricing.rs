@@ -9,13 +9,24 @@
 //! head: weight and KV streaming), and the slowest GPU sets the pace. A measured profile's
 //! expert entry prices the routed experts (`MoeLayerCost::with_profile`), else the kernel model
 //! does. `ReplicaStepCost` calls this in place of the roofline's kernel classes.
+//!
+//! An MLA MoE model (ExpertWeave's base) is priced from a measured profile of its own widths
+//! ([`MlaGemms`], `expertsim-calibrate --for-scenario`): its layers' attention and FFN
+//! projections are not the per-layer curves' GQA layer, so each layer's dense part is one GEMM
+//! of the layer's non-routed parameters over the step's rows (measured at that width,
+//! `dense_gemm/out=W`, else the profile's dense GEMM scaled linearly in width), the head one GEMM
+//! of the vocabulary over the emitting sequences, each GPU its 1 / TP share of the outputs; and
+//! with adapters the rerouting kernel is the profile's own measured series
+//! (`reroute/<variant>/adapters=N`, the count nearest the instance's), per MoE layer.
 
 use super::config::{SchedulerTable, ServedModel};
+use super::rerouting::Rerouting;
 use super::static_pricing::{file_profile, measured_profile};
+use crate::cost::curve::CostCurve;
 use crate::cost::measured_steps::{OpSources, PricingRecord};
 use crate::cost::moe_layer::{MoeLayerCost, SpeedFactors};
-use crate::cost::profile::{Profile, SourceKind};
-use crate::cost::shape::MoeModelShape;
+use crate::cost::profile::{MeasuredProfile, Profile, SourceKind};
+use crate::cost::shape::{MlaMoeShape, MoeModelShape, WeightDtype};
 use crate::load_cache::LoadCache;
 use crate::serving::CostSource;
 use crate::validate::{FieldError, field_error};
@@ -34,6 +45,118 @@ pub struct CurvePricing {
     pub non_expert_per_gpu: bool,
     /// Whether the head curve is one GPU's shard too (a profile measured as one).
     pub head_per_gpu: bool,
+    /// An MLA model's dense part and rerouting from the profile's measured rows, in place of
+    /// the per-layer curves.
+    pub mla: Option<MlaGemms>,
+}
+
+/// An MLA MoE model's steps from a profile measured for its widths: GEMMs over the hidden
+/// size measured at their own output width (or the dense GEMM scaled linearly in width: one
+/// pass over the weights per tile of output columns) and the rerouting kernel's series.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MlaGemms {
+    /// Tokens -> ns of one GEMM of `dense_width` output features (the profile's dense layer).
+    dense: CostCurve,
+    dense_width: u64,
+    /// (width, tokens -> ns) of GEMMs measured at their own output width.
+    gemms: Vec<(u64, CostCurve)>,
+    /// Each layer's non-routed output width (its non-routed parameters over the hidden size).
+    layer_widths: Vec<u64>,
+    vocab: u64,
+    /// (variant, adapters, tokens -> ns) of the measured rerouting series.
+    reroute: Vec<(Rerouting, usize, CostCurve)>,
+}
+
+impl MlaGemms {
+    /// The GEMMs of `shape` in `measured`; the error says what the profile lacks.
+    pub fn of(measured: &MeasuredProfile, shape: &MlaMoeShape) -> Result<MlaGemms, String> {
+        let profile = &measured.profile;
+        let (hidden, ffn) = (shape.hidden as usize, shape.expert_ffn as usize);
+        if profile.model.hidden != hidden {
+            return Err(format!(
+                "its dense GEMM is over hidden {}, the model's is {hidden}",
+                profile.model.hidden
+            ));
+        }
+        if profile
+            .expert_entry(hidden, ffn, WeightDtype::Bf16)
+            .is_none()
+        {
+            return Err(format!(
+                "has no bf16 expert curve for hidden {hidden}, expert_ffn {ffn} (calibrate with \
+                 --expert-ffn {ffn})"
+            ));
+        }
+        let curve = |name: &str, points: &[[f64; 6]]| {
+            CostCurve::new(points.iter().map(|p| (p[0], p[1])).collect())
+                .map_err(|e| format!("measurement {name:?}: {e}"))
+        };
+        let (mut gemms, mut reroute) = (Vec::new(), Vec::new());
+        for m in &measured.calibration.measurements {
+            let bad = |what: &str| format!("measurement {:?}: bad {what}", m.name);
+            if let Some(width) = m.name.strip_prefix("dense_gemm/out=") {
+                let width = width.parse().map_err(|_| bad("width"))?;
+                gemms.push((width, curve(&m.name, &m.points)?));
+            } else if let Some(rest) = m.name.strip_prefix("reroute/") {
+                let (variant, count) = match rest.split_once("/adapters=") {
+                    Some(("fused", n)) => (Rerouting::Fused, n),
+                    Some(("unfused", n)) => (Rerouting::Unfused, n),
+                    _ => return Err(bad("rerouting series")),
+                };
+                let count = count.parse().map_err(|_| bad("adapter count"))?;
+                reroute.push((variant, count, curve(&m.name, &m.points)?));
+            }
+        }
+        Ok(MlaGemms {
+            dense: profile.non_expert_prefill.clone(),
+            dense_width: profile
+                .model
+                .dense_matmul_params_per_layer()
+                .div_ceil(hidden as u64),
+            gemms,
+            layer_widths: (0..shape.n_layers)
+                .map(|l| shape.layer_non_routed_params(l).div_ceil(shape.hidden))
+                .collect(),
+            vocab: shape.vocab,
+            reroute,
+        })
+    }
+
+    /// One GEMM of `width` output features over `tokens` rows: measured at that width, else
+    /// the dense GEMM scaled linearly in width.
+    pub fn gemm_ns(&self, width: u64, tokens: u64) -> f64 {
+        if tokens == 0 {
+            return 0.0;
+        }
+        match self.gemms.iter().find(|(w, _)| *w == width) {
+            Some((_, curve)) => curve.at(tokens as f64),
+            None => self.dense.at(tokens as f64) * width as f64 / self.dense_width as f64,
+        }
+    }
+
+    /// The measured rerouting series of `variant` with the adapter count nearest `adapters`,
+    /// `None` when the profile has none of that variant.
+    pub fn reroute(&self, variant: Rerouting, adapters: usize) -> Option<&CostCurve> {
+        self.reroute
+            .iter()
+            .filter(|(v, _, _)| *v == variant)
+            .min_by_key(|(_, a, _)| a.abs_diff(adapters))
+            .map(|(_, _, curve)| curve)
+    }
+
+    /// One GPU's dense part of a step of `rows` token rows, `emitting` of them scored by the
+    /// head, its 1 / `tensor_parallel` share of each GEMM's outputs.
+    fn gpu_nanos(&self, rows: u64, emitting: u64, tensor_parallel: u64) -> DenseNanos {
+        let shard = |width: u64| width.div_ceil(tensor_parallel.max(1));
+        DenseNanos {
+            layers_ns: self
+                .layer_widths
+                .iter()
+                .map(|&w| self.gemm_ns(shard(w), rows))
+                .sum(),
+            head_ns: self.gemm_ns(shard(self.vocab), emitting),
+        }
+    }
 }
 
 /// Cells are equal when they share the one pricing built for them.
@@ -79,6 +202,9 @@ impl CurvePricing {
         let file = scheduler.continuous_profile();
         let shape = match (model, file, measured) {
             (_, None, None) => return Ok(None),
+            (ServedModel::Mla(mla), Some(file), None) => {
+                return mla_pricing(p, file, mla, base_dir).map(Some);
+            }
             (ServedModel::Moe(shape), _, _) => shape,
             // A dense model's measured set prices it by `MeasuredDenseStep` (config.rs).
             (ServedModel::Dense(_), None, Some(_)) => return Ok(None),
@@ -117,6 +243,7 @@ impl CurvePricing {
                     profile,
                     record: Some(record),
                     non_expert_per_gpu: true,
+                    mla: None,
                 }))
             }
             (Some(file), None) => {
@@ -139,6 +266,7 @@ impl CurvePricing {
                     head_per_gpu: tp > 1,
                     profile,
                     record: None,
+                    mla: None,
                 }))
             }
             (None, None) => unreachable!("returned above"),
@@ -189,6 +317,13 @@ impl CurvePricing {
         tensor_parallel: usize,
         speed: SpeedFactors,
     ) -> DenseNanos {
+        if let Some(mla) = &self.mla {
+            let own = mla.gpu_nanos(prefill + decode, emitting, tensor_parallel as u64);
+            return DenseNanos {
+                layers_ns: own.layers_ns / speed.compute,
+                head_ns: own.head_ns / speed.compute,
+            };
+        }
         let p = &self.profile;
         let at = |curve: &crate::cost::curve::CostCurve, n: u64| {
             if n > 0 { curve.at(n as f64) } else { 0.0 }
@@ -207,4 +342,26 @@ impl CurvePricing {
             head_ns: if self.head_per_gpu { head } else { head / g },
         }
     }
+}
+
+/// The pricing of an MLA model `shape` from the measured profile `file` (`{p}.scheduler.profile`,
+/// relative to `base_dir`): its expert entry for the routed experts, [`MlaGemms`] for the rest.
+fn mla_pricing(
+    p: &str,
+    file: &str,
+    shape: &MlaMoeShape,
+    base_dir: &Path,
+) -> Result<CurvePricing, FieldError> {
+    let field = format!("{p}.scheduler.profile");
+    let path = crate::validate::resolve_profile(&field, file, base_dir)?;
+    let measured = MeasuredProfile::load(&path).map_err(|e| field_error(&field, e.to_string()))?;
+    let mla = MlaGemms::of(&measured, shape)
+        .map_err(|e| field_error(&field, format!("{}: {e}", path.display())))?;
+    Ok(CurvePricing {
+        profile: Arc::new(measured.profile),
+        record: None,
+        non_expert_per_gpu: true,
+        head_per_gpu: true,
+        mla: Some(mla),
+    })
 }

@@ -379,6 +379,7 @@ impl ExpertRouter {
             per_expert: &self.per_expert,
             per_gpu: &self.per_gpu,
             per_slot: &[],
+            copies: &[],
         }
     }
 }

@@ -216,10 +216,11 @@ impl Family for Serving {
 
     fn live_description(s: &ServingScenario) -> LiveDescription {
         // Live mode runs the CAPS preset (a static replica priced from expected routing) and a
-        // continuous MoE replica, whose steps launch the MoE kernels of the model's shape.
+        // continuous MoE replica (an MLA one with adapters: the ExpertWeave preset), whose steps
+        // launch the MoE kernels of the model's routed geometry.
         let priced = s.replica.static_cost.as_ref().and_then(|c| c.model());
         let continuous = !matches!(s.replica.scheduler, SchedulerTable::Static { .. });
-        let moe = matches!(s.model, super::config::ServedModel::Moe(_));
+        let moe = !matches!(s.model, super::config::ServedModel::Dense(_));
         LiveDescription {
             moe_shape: (priced.is_some() || (continuous && moe))
                 .then(|| s.model.experts())

@@ -1,8 +1,8 @@
 //! ExpertWeave's batched-rerouting operator of every MoE layer (the fused kernel, or
 //! ExpertWeave-SingleOp's chain of framework operators) and its one price: the bytes it moves
 //! split over an instance's devices, streamed at the slowest one's bandwidth, plus a launch per
-//! operator. The serving family's `[adapters]` step cost and the expertweave family's both
-//! price rerouting here.
+//! operator. The serving family's `[adapters]` step cost prices rerouting here (or, on a replica
+//! priced from a measured profile, from its measured series: `curve_pricing::MlaGemms`).
 
 use crate::cost::moe_layer::SpeedFactors;
 use crate::cost::roofline::Roofline;

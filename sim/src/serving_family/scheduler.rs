@@ -54,8 +54,7 @@ pub fn reported_kv_blocks(spec: &ReplicaSpec, deployment: &Deployment) -> u64 {
 ///   the same iteration, no token budget unless `max_num_batched_tokens` gives one, no paging
 ///   (the cache counted in tokens) and each request's prompt and output reserved at admission
 ///   (`Admission::ReserveFull`, the vLLM paper's "Orca (Oracle)"), so nothing is preempted.
-///   With `max_num_batched_tokens` it is the replica the expertweave family models
-///   (`expertweave::replica_config`).
+///   With `max_num_batched_tokens` it is the ExpertWeave preset's replica (scenarios/expertweave/).
 /// - with `replica.prefix_caching` (vllm, sarathi): vLLM V1's automatic prefix caching in
 ///   blocks of the cache's block size (`Replica::with_prefix_caching`).
 /// - `static`: static batches (`Batching::Static`): the batch former's whole batch when the

@@ -12,8 +12,8 @@
 //! observation pass (`ServingServer::observing`) is the same cluster under the linear layout,
 //! from its own random streams, that records the tokens per expert of each replica's first
 //! steps and stops there: the window EPLB and GEM map from. With adapters each request draws
-//! its adapter at arrival (ExpertWeave's draw, on the expertweave family's stream, so a trace
-//! replayed in both families gives every request the same adapter), the replica counts each
+//! its adapter at arrival (ExpertWeave's draw, on its stream `expertweave/adapters`), the
+//! replica counts each
 //! step's tokens per adapter, and the `AdapterRouter` routes them (copies included) on the
 //! linear layout.
 
@@ -1118,9 +1118,7 @@ impl<'a> ServingServer<'a> {
                 work.routed = Some(router.route(work.prefill_tokens + work.decode_tokens));
             }
             if let Some(router) = &mut run.adapter_router {
-                let (routed, copies) = router.route(work.adapters);
-                run.step_cost.set_adapter_copies(copies);
-                work.routed = Some(routed);
+                work.routed = Some(router.route(work.adapters));
             }
             let time = match &mut run.priced_by {
                 Some(cost) => cost.price(&work),

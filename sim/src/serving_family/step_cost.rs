@@ -16,9 +16,11 @@
 //! model's dense part is `StepRoofline::mla_moe_non_expert` (latent cache held whole by every
 //! rank). With adapters (`super::adapters`), the adapters' expert copies a step routes tokens to
 //! are more weights in the grouped GEMM of the GPU hosting their base expert, and the rerouting
-//! operator of every MoE layer adds the bytes it moves (`ReroutingCost`).
+//! operator of every MoE layer adds the bytes it moves (`ReroutingCost`), or, on an MLA replica
+//! priced from a measured profile, the profile's measured rerouting series
+//! (`curve_pricing::MlaGemms::reroute`).
 
-use super::adapters::{CopyTokens, rerouting_cost};
+use super::adapters::rerouting_cost;
 use super::config::{ServedModel, ServingScenario};
 use super::curve_pricing::CurvePricing;
 use super::deployment::Deployment;
@@ -26,6 +28,7 @@ use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
 use super::rerouting::ReroutingCost;
 use super::swap::SwapTransfer;
+use crate::cost::curve::CostCurve;
 use crate::cost::gpu::LinkSpec;
 use crate::cost::host::HostOverhead;
 use crate::cost::kernel::{LANES, LaneRates, LaneTally, Timing};
@@ -38,7 +41,7 @@ use crate::cost::roofline::{
 use crate::cost::shape::MoeModelShape;
 use crate::policies::memory::InstancePlan;
 use crate::serving::{
-    CostSource, RoutedTokens, StepBreakdown, StepCost, StepParts, StepTime, StepWork,
+    CopyTokens, CostSource, RoutedTokens, StepBreakdown, StepCost, StepParts, StepTime, StepWork,
 };
 use crate::time::SimDuration;
 use std::ops::Range;
@@ -69,6 +72,9 @@ struct MoePart {
     copies: Vec<Vec<CopyTokens>>,
     /// The rerouting operators, when the replica reroutes tokens to adapters.
     rerouting: Option<ReroutingCost>,
+    /// With `rerouting`, one MoE layer's rerouting kernel as the replica's measured profile
+    /// times it (rows -> ns), in place of `rerouting`'s bytes.
+    measured_rerouting: Option<CostCurve>,
 }
 
 /// The tokens of each GPU in `lanes` on `layer` (its expert slots' from `per_expert`, then its
@@ -281,12 +287,21 @@ impl ReplicaStepCost {
         let (moe, expert_flops_per_token) = match (scenario.model.experts(), layout) {
             (Some(shape), Some(layout)) => {
                 let layer = moe_layer_cost(scenario, &shape);
-                let rerouting = match (&scenario.model, &scenario.adapters, plan) {
-                    (ServedModel::Mla(mla), Some(adapters), Some(plan)) => {
-                        rerouting_cost(mla, adapters, plan, r)
-                    }
-                    _ => None,
-                };
+                let (rerouting, measured_rerouting) =
+                    match (&scenario.model, &scenario.adapters, plan) {
+                        (ServedModel::Mla(mla), Some(adapters), Some(plan)) => {
+                            let cost = rerouting_cost(mla, adapters, plan, r);
+                            let measured = r
+                                .curves
+                                .as_ref()
+                                .and_then(|c| c.mla.as_ref())
+                                .filter(|_| cost.is_some())
+                                .and_then(|m| m.reroute(adapters.rerouting, plan.adapters.len()))
+                                .cloned();
+                            (cost, measured)
+                        }
+                        _ => (None, None),
+                    };
                 let flops = layer.expert_flops_per_token;
                 let ep = layout.expert_parallel;
                 let lane_groups: Vec<Vec<_>> = (0..layout.copies)
@@ -323,6 +338,7 @@ impl ReplicaStepCost {
                         top_k: shape.top_k,
                         copies: vec![Vec::new(); shape.n_layers],
                         rerouting,
+                        measured_rerouting,
                     }),
                     flops,
                 )
@@ -354,9 +370,9 @@ impl ReplicaStepCost {
         }
     }
 
-    /// Hands over the adapter copies' tokens of the step about to be priced (per MoE layer,
-    /// from `AdapterRouter::route`).
-    pub fn set_adapter_copies(&mut self, copies: &[Vec<CopyTokens>]) {
+    /// Takes the adapter copies' tokens of the step about to be priced (per MoE layer, from
+    /// `AdapterRouter::route`, carried by the step's `RoutedTokens::copies`).
+    fn set_adapter_copies(&mut self, copies: &[Vec<CopyTokens>]) {
         if let Some(moe) = &mut self.moe {
             for (mine, given) in moe.copies.iter_mut().zip(copies) {
                 mine.clear();
@@ -494,6 +510,7 @@ impl ReplicaStepCost {
                 per_expert,
                 per_gpu,
                 per_slot: &[],
+                copies: &[],
             });
         let mut busy = vec![0.0; self.dense_of_gpu.len()];
         let pass = self.pass(tokens, prefill_rows, rows, routed, &mut busy);
@@ -676,9 +693,13 @@ impl ReplicaStepCost {
                 communication_ns += layer_a2a;
             }
             if let Some(rerouting) = &moe.rerouting {
-                moe_ns += match self.eager_launch_ns {
-                    Some(launch) => rerouting.eager_ns(rows, launch),
-                    None => rerouting.memory_ns(rows),
+                moe_ns += match (&moe.measured_rerouting, self.eager_launch_ns) {
+                    (Some(measured), _) if rows > 0 => {
+                        moe.n_layers as f64 * measured.at(rows as f64)
+                    }
+                    (Some(_), _) => 0.0,
+                    (None, Some(launch)) => rerouting.eager_ns(rows, launch),
+                    (None, None) => rerouting.memory_ns(rows),
                 };
             }
         }
@@ -824,6 +845,9 @@ impl PassTime {
 
 impl StepCost for ReplicaStepCost {
     fn price(&mut self, work: &StepWork<'_>) -> StepTime {
+        if let Some(routed) = work.routed {
+            self.set_adapter_copies(routed.copies);
+        }
         let tokens = self.dense_tokens(work);
         let mut busy = vec![0.0; self.dense_of_gpu.len()];
         let rows = work.prefill_tokens + work.decode_tokens;

@@ -2805,3 +2805,101 @@ pattern = "offline"
     assert_eq!(value(&out, "completed"), 16.0);
     assert_eq!(out.details["pricing"][0]["measured"], "vidur/a100");
 }
+
+/// scenarios/live/expertweave.toml (the ExpertWeave preset's live file) with `edit` applied.
+fn live_expertweave(edit: &[(&str, &str)]) -> Result<ServingScenario, String> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/live/expertweave.toml");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    for (from, to) in edit {
+        assert!(text.contains(from), "{from}");
+        text = text.replace(from, to);
+    }
+    let plan = crate::scenario::load_str(&path, &text, &[]).map_err(|e| e.to_string())?;
+    Ok(plan.cells[0]
+        .scenario
+        .get::<ServingScenario>()
+        .unwrap()
+        .clone())
+}
+
+#[test]
+fn an_mla_adapter_replica_is_priced_from_its_profiles_widths_and_rerouting_series() {
+    // profiles/measured/amd-epyc_live-tiny-moe-ffn32.json measured live-tiny-mla's GEMMs at
+    // their own widths: 651 outputs (the dense layer: attention + 3 x 64 x 128 FFN over hidden
+    // 64), 427 (a MoE layer's attention, shared expert and router) and 512 (the head); at 1 row
+    // 775,094, 511,281 and 625,972 ns, at 64 rows 816,325, 548,326 and 666,693 ns; its fused
+    // rerouting of 3 adapters 140 ns at 1 row and 1,432 ns at 64, the unfused chain 150 ns at 1.
+    let s = live_expertweave(&[]).unwrap();
+    let curves = s.replica.curves.as_ref().expect("priced from the profile");
+    let mla = curves.mla.as_ref().expect("an MLA model's GEMMs");
+    let one = crate::cost::moe_layer::SpeedFactors {
+        compute: 1.0,
+        bandwidth: 1.0,
+    };
+    // A decode step of one sequence: every layer's GEMM at 1 row, the head at 1.
+    let decode = curves.gpu_nanos(0, 1, 1, 2, 1, one);
+    assert_eq!(decode.layers_ns, 775_094.0 + 2.0 * 511_281.0);
+    assert_eq!(decode.head_ns, 625_972.0);
+    // A 64-token prompt: the layers at 64 rows, the head on the one sequence that emits.
+    let prefill = curves.gpu_nanos(64, 0, 1, 2, 1, one);
+    assert_eq!(prefill.layers_ns, 816_325.0 + 2.0 * 548_326.0);
+    assert_eq!(prefill.head_ns, 625_972.0);
+    // Twice as fast a GPU halves it.
+    let fast = crate::cost::moe_layer::SpeedFactors {
+        compute: 2.0,
+        bandwidth: 2.0,
+    };
+    assert_eq!(
+        curves.gpu_nanos(64, 0, 1, 2, 1, fast).nanos(),
+        prefill.nanos() / 2.0
+    );
+    // The series the profile has, by variant and nearest adapter count.
+    use super::rerouting::Rerouting;
+    assert_eq!(mla.reroute(Rerouting::Fused, 3).unwrap().at(64.0), 1_432.0);
+    assert_eq!(mla.reroute(Rerouting::Fused, 7).unwrap().at(1.0), 140.0);
+    assert_eq!(mla.reroute(Rerouting::Unfused, 3).unwrap().at(1.0), 150.0);
+    // In the step: the replica that reroutes adds each MoE layer's measured kernel, 2 x 140 ns
+    // for a one-token decode, on the same routed tokens (six experts, no copy).
+    let d = deployment::Deployment::new(&s, None).unwrap();
+    let layout = std::rc::Rc::new(super::mapping::ExpertLayout::linear(2, 64, 1, 1));
+    let instance = |reroutes: bool| crate::policies::memory::InstancePlan {
+        adapters: vec![0, 1, 2],
+        reroutes,
+        adapter_experts: reroutes,
+        n_devices: 1,
+        weight_bytes: 0,
+        kv: crate::policies::memory::device::KvCapacity {
+            kv_bytes: 1 << 30,
+            kv_tokens: 1 << 20,
+            out_of_memory: false,
+        },
+    };
+    let mut per_expert = vec![0u32; 128];
+    for layer in 0..2 {
+        per_expert[layer * 64..][..6].fill(1);
+    }
+    let routed = crate::serving::RoutedTokens {
+        layers: 2,
+        per_expert: &per_expert,
+        per_gpu: &[6, 6],
+        per_slot: &[],
+        copies: &[],
+    };
+    let price = |reroutes: bool| {
+        let plan = instance(reroutes);
+        let mut cost = step_cost::ReplicaStepCost::new(&s, &d, Some(layout.clone()), Some(&plan));
+        cost.decode_routed(1, 40, routed).duration.0
+    };
+    assert_eq!(price(true) - price(false), 280);
+    // A profile measured for another expert width (live-tiny-moe's) is refused by its key.
+    let err = live_expertweave(&[(
+        "amd-epyc_live-tiny-moe-ffn32.json",
+        "amd-epyc_live-tiny-moe.json",
+    )])
+    .unwrap_err();
+    assert!(
+        err.contains("replica.scheduler.profile") && err.contains("expert_ffn 32"),
+        "{err}"
+    );
+}

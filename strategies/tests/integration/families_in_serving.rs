@@ -1,116 +1,21 @@
 //! The paper families' scenarios re-expressed in the serving family make the same decisions
 //! where the mechanisms coincide (issue 19: the serving family is their superset, not a fork).
-//!
-//! ExpertWeave: its Azure-trace scenario (scenarios/expertweave/azure_trace.toml: the
-//! conversation trace, 5 ESFT adapters at alpha 0.3, 8 Ascend-910B NPUs at TP 8) re-expressed in
-//! the serving family (scenarios/serving/esft_adapters.toml).
-//!
-//! What coincides: the requests (the trace's times and lengths, each request's adapter drawn
-//! by the same power-law sampler on the same stream), the memory manager's plan (the same
-//! `AdapterMemory` on the same device budget: adapters resident, weights, KV capacity), the
-//! replica (reserve-full admission counted in tokens, decode-first steps, the 8192-token budget,
-//! 256 sequences) and so every step's admissions and tokens per adapter. Priced by one step
-//! cost, every request's first token and finish coincide to the nanosecond.
-//!
-//! What differs, and is not compared: the step costs. The expertweave family prices a step's
-//! experts as the expected distinct weights its tokens read, spread over the devices, with a
-//! launch per operator (eager vLLM-Ascend); the serving family routes whole tokens to the
-//! experts of each GPU of its expert-parallel layout, adapter copies beside their base expert,
-//! its kernels in one CUDA graph. The two families' own runs therefore differ in time, and in
-//! the decisions that timing drives.
+//! (ExpertWeave's equivalence test went with the expertweave family, issue 28: its files are
+//! the serving family's now.)
 //!
 //! MOSAIC: what coincides is one session, one agent model generating its prompts on its replica
 //! (`mosaic::server::run_session`, docs/serving.md's table); see
 //! `a_mosaic_session_is_scheduled_alike` for what differs.
 
-use sim::expertweave::{ExpertWeaveConfig, RooflineStepCost};
 use sim::load_cache::LoadCache;
 use sim::policies::Policies;
-use sim::records::{RecordSink, RequestRecord};
 use sim::serving::{StepCost, StepTime, StepWork};
 use sim::serving_family::ServingConfig;
-use sim::time::{SimDuration, SimTime};
+use sim::time::SimDuration;
 use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
 use strategies::Registry;
-
-/// The horizon of the cut: the conversation trace's first 120 s.
-const HORIZON_S: f64 = 120.0;
-
-/// The expertweave scenario: azure_trace.toml's conversation cell with `kind` as the manager,
-/// cut at `HORIZON_S`. The device's 64 GB are the GPU catalogue's (64e9 bytes, as the serving
-/// family budgets a GPU), where the expertweave family reads the paper's "64GB" as GiB.
-fn expertweave(kind: &str) -> sim::expertweave::ExpertWeaveScenario {
-    let text = format!(
-        r#"
-[device]
-capacity_gib = {capacity}
-utilization = 0.9
-runtime_reserve_gib = 4.88
-n_devices = 8
-tensor_parallel = 8
-[adapters]
-count = 5
-[memory]
-kind = "{kind}"
-[arrival]
-pattern = "trace"
-trace = {{ path = "azure_conv_2023.csv", time_scale = 1.0 }}
-[workload]
-alpha = 0.3
-horizon_s = {HORIZON_S}
-prompt_tokens = 256
-output_tokens = 128
-[cost]
-rerouting = "fused"
-"#,
-        capacity = 64e9 / (1u64 << 30) as f64,
-    );
-    toml::from_str::<ExpertWeaveConfig>(&text)
-        .unwrap()
-        .validate(&traces(), &mut LoadCache::default())
-        .unwrap()
-}
-
-/// The same in the serving family: esft_adapters.toml's cell with `kind` as the manager and as
-/// many requests as the expertweave cut offers.
-fn serving(kind: &str, n_requests: usize) -> sim::serving_family::ServingScenario {
-    let text = format!(
-        r#"
-[model]
-name = "esft-vanilla-16b"
-[replica]
-gpu = "Ascend-910B"
-gpus = 8
-tensor_parallel = 8
-expert_parallel = 8
-gpu_memory_utilization = 0.9
-scheduler = {{ kind = "orca", max_num_batched_tokens = 8192 }}
-block_size = 128
-[adapters]
-count = 5
-alpha = 0.3
-memory = {{ kind = "{kind}" }}
-runtime_reserve_gib = 4.88
-[workload]
-n_requests = {n_requests}
-prompt_tokens = {{ kind = "trace" }}
-output_tokens = {{ kind = "trace" }}
-[arrival]
-pattern = "trace"
-trace = {{ path = "azure_conv_2023.csv", time_scale = 1.0 }}
-"#
-    );
-    toml::from_str::<ServingConfig>(&text)
-        .unwrap()
-        .validate(&traces(), &mut LoadCache::default())
-        .unwrap()
-}
-
-fn traces() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/traces")
-}
 
 /// One priced step: sequences, prefill, decode and context tokens, tokens per adapter, and the
 /// price.
@@ -140,135 +45,6 @@ impl StepCost for Noting<'_> {
     }
 }
 
-/// Every finished request's (id, arrival, first token, finish, prompt, output), by id.
-#[derive(Default)]
-struct Finished(Vec<(u64, SimTime, Option<SimTime>, SimTime, u64, u64)>);
-
-impl RecordSink for Finished {
-    fn record(&mut self, r: &RequestRecord<'_>) {
-        self.0.push((
-            r.id,
-            r.arrival,
-            r.first_token,
-            r.finish,
-            r.prompt_tokens,
-            r.output_tokens,
-        ));
-    }
-}
-
-#[test]
-fn the_serving_family_makes_expertweaves_decisions() {
-    for kind in ["virtual_weight_tensor", "padding", "base_only"] {
-        let ew = expertweave(kind);
-        let s = serving(kind, ew.max_arrivals);
-        // The trace's first 120 s hold a few dozen requests.
-        assert!(ew.max_arrivals > 20, "{}", ew.max_arrivals);
-        assert_eq!(s.requests(), ew.max_arrivals);
-
-        // Adapters resident, weights and KV capacity: one manager, one budget, one plan.
-        let config = &ew.memory;
-        let ew_plan = sim::expertweave::plan(&ew, &mut *Registry.adapter_memory(config))
-            .unwrap_or_else(|_| panic!("{kind}: expertweave plan"));
-        let s_plan = sim::serving_family::plan(&s, Some(&mut *Registry.adapter_memory(config)))
-            .unwrap()
-            .unwrap();
-        assert_eq!(s_plan, ew_plan, "{kind}");
-        assert!(!ew_plan.report.out_of_memory, "{kind}");
-
-        // Both families' steps priced by the expertweave family's step cost of the instance.
-        let popularity = ew.popularity();
-        let instance = &ew_plan.instances[0];
-        let seed = 1;
-        let ew_steps = Rc::new(RefCell::new(Vec::new()));
-        let mut ew_costs: Vec<Box<dyn StepCost + '_>> = vec![Box::new(Noting {
-            inner: Box::new(RooflineStepCost::new(&ew, instance, &popularity)),
-            steps: Rc::clone(&ew_steps),
-        })];
-        let mut ew_finished = Finished::default();
-        let ew_out = sim::expertweave::serve(
-            &ew,
-            seed,
-            kind,
-            &ew_plan,
-            &mut *Registry.queue_policy(&sim::serving::QueuePolicyConfig::Fcfs),
-            &mut ew_costs,
-            &mut ew_finished,
-        );
-        let s_steps = Rc::new(RefCell::new(Vec::new()));
-        let s_costs: Vec<Box<dyn StepCost + '_>> = vec![Box::new(Noting {
-            inner: Box::new(RooflineStepCost::new(&ew, instance, &popularity)),
-            steps: Rc::clone(&s_steps),
-        })];
-        let mut s_finished = Finished::default();
-        let mut queue = Registry.queue_policy(&s.queue);
-        let mut router = Registry.router(&s.router);
-        let mut mapper = Registry.expert_mapper(&s.expert_mapping);
-        let s_out = sim::serving_family::serve(
-            &s,
-            seed,
-            &mut *queue,
-            &mut *router,
-            &mut *mapper,
-            &mut [],
-            Some(&s_plan),
-            &mut s_finished,
-            None,
-            Some(sim::serving_family::StepCosts::Given(s_costs)),
-        )
-        .unwrap();
-
-        // Every request served, none rejected.
-        assert_eq!(ew_out.scalar("requests_rejected"), Some(0.0), "{kind}");
-        assert_eq!(
-            s_out.scalar("completed"),
-            Some(ew.max_arrivals as f64),
-            "{kind}"
-        );
-        // The same steps: admissions, tokens, context and tokens per adapter, step by step.
-        let (ew_steps, s_steps) = (ew_steps.borrow(), s_steps.borrow());
-        assert!(ew_steps.len() > 100, "{kind}: {} steps", ew_steps.len());
-        assert_eq!(ew_steps.len(), s_steps.len(), "{kind}");
-        for (i, (a, b)) in ew_steps.iter().zip(s_steps.iter()).enumerate() {
-            assert_eq!(a, b, "{kind}: step {i}");
-        }
-        // Steps touch several adapters at once (the draw is shared, the shares skewed).
-        assert!(ew_steps.iter().any(|s| s.4.len() >= 2), "{kind}");
-        // The same requests, timed alike to the nanosecond.
-        ew_finished.0.sort_unstable_by_key(|r| r.0);
-        s_finished.0.sort_unstable_by_key(|r| r.0);
-        assert_eq!(ew_finished.0, s_finished.0, "{kind}");
-        let relative = |a: f64, b: f64| ((a - b) / b).abs();
-        for (ew_metric, s_metric) in [
-            ("ttft_mean_ms", "ttft_mean_ms"),
-            ("tpot_mean_ms", "tpot_mean_ms"),
-        ] {
-            let (a, b) = (
-                ew_out.scalar(ew_metric).unwrap(),
-                s_out.scalar(s_metric).unwrap(),
-            );
-            assert!(relative(a, b) < 1e-9, "{kind}: {ew_metric} {a} vs {b}");
-        }
-    }
-}
-
-/// MOSAIC's session replica against the serving family's, on one dense agent model
-/// (Llama-3.1-8B on an A100-80GB), the same prompts all queued at once, and one step cost
-/// (MOSAIC's roofline of the model).
-///
-/// What coincides: the KV cache (the same formula: memory x utilization less the weights, over
-/// the KV bytes per token, in 16-token blocks, vLLM's 1 % watermark), `max_num_seqs`, whole
-/// prompts with no token budget, paged admission and recompute preemption of the newest
-/// sequence; MOSAIC's replica schedules decode-first (the running sequences, then admissions in
-/// the same step), which is the serving family's `sarathi` kind with a chunk no prompt reaches:
-/// the same steps and the same preemptions, step by step.
-///
-/// What differs: docs/serving.md names MOSAIC's replica vLLM 0.7.1's V0 default scheduler, and
-/// that scheduler is prefill-first with chunked prefill off (a step of admitted prompts alone,
-/// the serving family's `vllm` kind): on a queue longer than the batch, the `vllm` kind's
-/// steps are not MOSAIC's (asserted below, so that the day MOSAIC's replica is made prefill-first
-/// this test says so). MOSAIC's placement ILP, its aggregation gate, model loads and the
-/// aggregator stage have no serving-family equivalent and are not compared.
 #[test]
 fn a_mosaic_session_is_scheduled_alike() {
     use sim::cost::gpu::{GpuSpec, LinkSpec};
