@@ -175,9 +175,9 @@ fn expected_sums_in<L: Lanes>(loads: &[&[f32]]) -> [GroupSums; LANES] {
     let common = lanes.iter().map(|lane| lane.len()).min().unwrap_or(0);
     let longest = lanes.iter().map(|lane| lane.len()).max().unwrap_or(0);
     let mut sums = [L::splat(0.0); 8];
-    let prefix = lanes.map(|lane| &lane[..common]);
-    for j in 0..common {
-        let l = F64x4::new(std::array::from_fn(|k| f64::from(prefix[k][j])));
+    let [a, b, c, d] = lanes.map(|lane| &lane[..common]);
+    for (((&a, &b), &c), &d) in a.iter().zip(b).zip(c).zip(d) {
+        let l = F64x4::new([a, b, c, d].map(f64::from));
         add_expected(&mut sums, L::load(l));
     }
     for j in common..longest {
