@@ -217,51 +217,6 @@ impl GroupSums {
         self.clusters[1] += p * t128.div_ceil(2) as f64;
     }
 
-    /// `add(rows, 1.0)` for a group of `rows` rows below 2^32: the same sums (a product by 1
-    /// is exact, and every term a whole number converted exactly), from 32-bit integers, which
-    /// x86-64 converts in one instruction (64-bit unsigned ones take several).
-    #[inline(always)]
-    pub fn add_whole(&mut self, rows: u32) {
-        let t64 = rows.div_ceil(64);
-        let t128 = rows.div_ceil(128);
-        let (t64f, t128f) = (f64::from(t64), f64::from(t128));
-        self.groups += 1.0;
-        self.rows += f64::from(rows);
-        self.tiles[0] += t64f;
-        self.tiles[1] += t128f;
-        // t x 64 converted, as a power-of-two multiple of t (exact below 2^53).
-        self.padded_rows[0] += t64f * 64.0;
-        self.padded_rows[1] += t128f * 128.0;
-        self.clusters[0] += f64::from(t64.div_ceil(2));
-        self.clusters[1] += f64::from(t128.div_ceil(2));
-    }
-
-    /// Adds each of `terms`' sums to these (the terms of one group: `add` from the empty sums,
-    /// which adds the same numbers a group's `add` would).
-    #[inline(always)]
-    pub fn add_terms(&mut self, terms: &GroupSums) {
-        self.groups += terms.groups;
-        self.rows += terms.rows;
-        for i in 0..2 {
-            self.tiles[i] += terms.tiles[i];
-            self.padded_rows[i] += terms.padded_rows[i];
-            self.clusters[i] += terms.clusters[i];
-        }
-    }
-
-    /// `add(1, p)`: one row with weight `p` (the same sums: a product by 1 is exact).
-    #[inline(always)]
-    pub fn add_fraction(&mut self, p: f64) {
-        self.groups += p;
-        self.rows += p;
-        self.tiles[0] += p;
-        self.tiles[1] += p;
-        self.padded_rows[0] += p * 64.0;
-        self.padded_rows[1] += p * 128.0;
-        self.clusters[0] += p;
-        self.clusters[1] += p;
-    }
-
     /// Adds `count` groups of `rows` rows each.
     #[inline]
     pub fn add_many(&mut self, rows: u64, count: u64) {
@@ -292,6 +247,28 @@ impl GroupSums {
 
     pub fn is_empty(&self) -> bool {
         self.groups <= 0.0
+    }
+
+    /// The eight sums in one array: groups, rows, tiles (64, 128), padded rows (64, 128),
+    /// clusters (64, 128).
+    #[cfg(test)]
+    pub(crate) fn to_terms(self) -> [f64; 8] {
+        let [t64, t128] = self.tiles;
+        let [p64, p128] = self.padded_rows;
+        let [c64, c128] = self.clusters;
+        [self.groups, self.rows, t64, t128, p64, p128, c64, c128]
+    }
+
+    /// The sums of `to_terms`' array.
+    #[inline(always)]
+    pub(crate) fn from_terms(t: [f64; 8]) -> GroupSums {
+        GroupSums {
+            groups: t[0],
+            rows: t[1],
+            tiles: [t[2], t[3]],
+            padded_rows: [t[4], t[5]],
+            clusters: [t[6], t[7]],
+        }
     }
 }
 
@@ -832,34 +809,6 @@ pub fn combine_lanes<L: Lanes>(p: u32, a: L, b: L) -> L {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-
-    #[test]
-    fn whole_and_fractional_groups_add_as_add_does() {
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let (mut fast, mut general) = (GroupSums::default(), GroupSums::default());
-        for i in 0..5000u32 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            if i % 3 == 0 {
-                let p = f64::from((state % 1_000_000) as f32 / 1_000_000.0);
-                fast.add_fraction(p);
-                general.add(1, p);
-            } else {
-                let rows = [1, 63, 64, 65, 127, 128, 129, u32::MAX][i as usize % 8]
-                    .min((state % 5000) as u32 + 1);
-                let rows = if i % 97 == 0 { u32::MAX } else { rows };
-                fast.add_whole(rows);
-                general.add(u64::from(rows), 1.0);
-            }
-            let bits = |s: &GroupSums| {
-                let mut all = vec![s.groups, s.rows];
-                all.extend(s.tiles.iter().chain(&s.padded_rows).chain(&s.clusters));
-                all.into_iter().map(f64::to_bits).collect::<Vec<_>>()
-            };
-            assert_eq!(bits(&fast), bits(&general), "after group {i}");
-        }
-    }
 
     #[test]
     fn the_p_norm_is_the_larger_term_far_from_the_ridge() {

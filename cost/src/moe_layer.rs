@@ -138,48 +138,91 @@ fn expected_group(l: f32) -> Option<(u64, f64)> {
     })
 }
 
-/// Whole rows up to which `whole_terms` holds a group's terms.
-const WHOLE_TERMS: usize = 4096;
-
-/// Entry `r`: the terms `GroupSums::add_whole(r)` adds (`add_whole` on the empty sums, whose
-/// additions to zero are exact), for `r` up to `WHOLE_TERMS` (256 KiB, built once).
-fn whole_terms() -> &'static [GroupSums] {
-    static TERMS: OnceLock<Vec<GroupSums>> = OnceLock::new();
-    TERMS.get_or_init(|| {
-        (0..=WHOLE_TERMS as u32)
-            .map(|rows| {
-                let mut terms = GroupSums::default();
-                terms.add_whole(rows);
-                terms
-            })
-            .collect()
-    })
-}
-
-/// The sums of an expert's expected loads (`ExpertRows::Expected`): `GroupSums::add` of each
-/// `expected_group` in order, through its exact shortcuts (for a load of one row or more,
-/// whose weight is 1, `add_whole`, its terms looked up below `WHOLE_TERMS` rows; `add_fraction`
-/// for one below a row), so the same bits.
+/// The sums of an expert's expected loads (`ExpertRows::Expected`): `expected_sums_lanes` of
+/// one lane.
 #[inline]
 fn expected_sums(loads: &[f32]) -> GroupSums {
-    let table = whole_terms();
-    let mut sums = GroupSums::default();
-    for &l in loads {
-        if (1.0..WHOLE_TERMS as f32).contains(&l) {
-            // ceil(l), at most `WHOLE_TERMS`: its terms looked up.
-            let whole = l as u32;
-            sums.add_terms(&table[(whole + u32::from((whole as f32) < l)) as usize]);
-        } else if (1.0..4_294_967_296.0).contains(&l) {
-            // ceil(l) (at least 1) as `expected_group` takes it, in 32 bits.
-            let whole = l as u32;
-            sums.add_whole(whole + u32::from((whole as f32) < l));
-        } else if l > 0.0 && l < 1.0 {
-            sums.add_fraction(f64::from(l));
-        } else if let Some((rows, p)) = expected_group(l) {
-            sums.add(rows, p);
+    expected_sums_lanes(&[loads])[0]
+}
+
+/// The sums of up to `LANES` GPUs' or layers' expected loads (`loads[i]`: lane `i`; lanes past
+/// them empty): per lane `GroupSums::add` of each `expected_group` in order, so the same bits
+/// (`add_expected`). The lanes go side by side, one load of each at a time, in the lanes of a
+/// vector (each lane its own chain of additions); where the CPU has AVX (checked at run time)
+/// the vector is one AVX register (`lanes::avx`), else `F64x4`: the same IEEE operations
+/// either way.
+#[inline]
+fn expected_sums_lanes(loads: &[&[f32]]) -> [GroupSums; LANES] {
+    assert!(loads.len() <= LANES, "at most {LANES} lanes");
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        /// `expected_sums_in` on AVX lanes, compiled with AVX enabled.
+        #[target_feature(enable = "avx")]
+        fn on_avx(loads: &[&[f32]]) -> [GroupSums; LANES] {
+            expected_sums_in::<crate::lanes::avx::Avx>(loads)
         }
+        // SAFETY: the CPU has AVX.
+        return unsafe { on_avx(loads) };
     }
-    sums
+    expected_sums_in::<F64x4>(loads)
+}
+
+/// `expected_sums_lanes` on the lanes `L`: the eight sums (`GroupSums::to_terms` order) each
+/// one `L` across the lanes; a lane past its loads' end reads no load (0, which adds +0).
+#[inline(always)]
+fn expected_sums_in<L: Lanes>(loads: &[&[f32]]) -> [GroupSums; LANES] {
+    let lanes: [&[f32]; LANES] = std::array::from_fn(|k| loads.get(k).copied().unwrap_or(&[]));
+    let common = lanes.iter().map(|lane| lane.len()).min().unwrap_or(0);
+    let longest = lanes.iter().map(|lane| lane.len()).max().unwrap_or(0);
+    let mut sums = [L::splat(0.0); 8];
+    let [a, b, c, d] = lanes.map(|lane| &lane[..common]);
+    for (((&a, &b), &c), &d) in a.iter().zip(b).zip(c).zip(d) {
+        let l = F64x4::new([a, b, c, d].map(f64::from));
+        add_expected(&mut sums, L::load(l));
+    }
+    for j in common..longest {
+        let l = F64x4::new(std::array::from_fn(|k| {
+            lanes[k].get(j).map_or(0.0, |&l| f64::from(l))
+        }));
+        add_expected(&mut sums, L::load(l));
+    }
+    let terms = sums.map(|sum| sum.store().to_array());
+    std::array::from_fn(|k| GroupSums::from_terms(terms.map(|field| field[k])))
+}
+
+/// Adds each lane's group of its expected load `l` to its eight sums (`GroupSums::to_terms`
+/// order) as `GroupSums::add` of `expected_group(l)` does, without a branch: `w` times the
+/// terms of `rows` = `max(ceil(l), 1)` rows, with `w` = `min(l, 1)` where `l` > 0, else 0 (no
+/// group: its terms, 1 row's, times 0 add +0, which leaves a sum of +0 or more as it is).
+/// The terms are `add`'s: tiles `ceil(rows / 64)` and `ceil(rows / 128)` (a division by a
+/// power of two is exact, so the integer `div_ceil`), padded rows the tiles x 64 and x 128,
+/// clusters `ceil(tiles / 2)`, each a whole number below 2^64 held exactly; a product by
+/// `w` = 1 is exact, so a load of one row or more adds `add(rows, 1)`'s numbers.
+#[inline(always)]
+fn add_expected<L: Lanes>(sums: &mut [L; 8], l: L) {
+    let (zero, one) = (L::splat(0.0), L::splat(1.0));
+    let up = l.ceil();
+    let rows = up.simd_ge(one).bitselect(up, one);
+    let w = l
+        .simd_gt(zero)
+        .bitselect(l.simd_lt(one).bitselect(l, one), zero);
+    let t64 = (rows * L::splat(1.0 / 64.0)).ceil();
+    let t128 = (rows * L::splat(1.0 / 128.0)).ceil();
+    let half = L::splat(0.5);
+    let terms = [
+        rows,
+        t64,
+        t128,
+        t64 * L::splat(64.0),
+        t128 * L::splat(128.0),
+        (t64 * half).ceil(),
+        (t128 * half).ceil(),
+    ];
+    // groups += w (`add`'s p x 1).
+    sums[0] = sums[0] + w;
+    for (sum, term) in sums[1..].iter_mut().zip(terms) {
+        *sum = *sum + w * term;
+    }
 }
 
 /// One GPU's experts priced, ns.
@@ -462,10 +505,7 @@ impl MoeLayerCost {
     /// prices its layers this way, `LANES` at a time.
     pub fn expected_lanes(&self, loads: &[&[f32]]) -> [GpuExpertCost; LANES] {
         assert!(loads.len() <= LANES, "at most {LANES} lanes");
-        let mut sums = [GroupSums::default(); LANES];
-        for (s, load) in sums.iter_mut().zip(loads) {
-            *s = expected_sums(load);
-        }
+        let sums = expected_sums_lanes(loads);
         let mut rows = [ExpertRows::Expected(&[]); LANES];
         for (r, &load) in rows.iter_mut().zip(loads) {
             *r = ExpertRows::Expected(load);
@@ -985,6 +1025,83 @@ mod tests {
         for i in 0..2 {
             let c = m.gpu(ExpertRows::Counted(counts[i]), speeds[i]);
             assert_eq!(added[i].to_bits(), c.nanos.to_bits());
+        }
+    }
+
+    #[test]
+    fn expected_sums_are_add_of_each_group_bit_for_bit() {
+        // Lanes of different lengths (side by side over the common length, then the longer
+        // ones with the ended ones reading no load), one to `LANES` of them, with every kind
+        // of load: none, negative, NaN, fractions, whole and fractional rows around the tile
+        // heights, and beyond 2^32 rows.
+        let special = [
+            0.0,
+            -0.0,
+            -3.5,
+            f32::NAN,
+            1e-30,
+            0.25,
+            1.0,
+            1.5,
+            64.0,
+            64.5,
+            127.5,
+            128.0,
+            128.5,
+            129.0,
+            256.5,
+            4095.5,
+            4096.0,
+            4096.5,
+            1e6 + 0.5,
+            4_294_967_296.0,
+            1e19,
+        ];
+        let reference = |load: &[f32]| {
+            let mut sums = GroupSums::default();
+            for &l in load {
+                if let Some((rows, p)) = expected_group(l) {
+                    sums.add(rows, p);
+                }
+            }
+            sums.to_terms().map(f64::to_bits)
+        };
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..300 {
+            let n = 1 + round % LANES;
+            let layers: Vec<Vec<f32>> = (0..n)
+                .map(|_| {
+                    let len = (next() % 70) as usize;
+                    (0..len)
+                        .map(|_| match next() % 4 {
+                            0 => special[(next() % special.len() as u64) as usize],
+                            1 => (next() % 1000) as f32 / 1000.0,
+                            2 => (next() % 5_000_000) as f32 / 1000.0,
+                            _ => (next() % 300) as f32,
+                        })
+                        .collect()
+                })
+                .collect();
+            let loads: Vec<&[f32]> = layers.iter().map(Vec::as_slice).collect();
+            let lanes = expected_sums_lanes(&loads);
+            for (i, load) in loads.iter().enumerate() {
+                let want = reference(load);
+                assert_eq!(lanes[i].to_terms().map(f64::to_bits), want, "round {round}");
+                assert_eq!(expected_sums(load).to_terms().map(f64::to_bits), want);
+                let portable = expected_sums_in::<F64x4>(&loads);
+                assert_eq!(portable[i].to_terms().map(f64::to_bits), want);
+            }
+            assert!(
+                lanes[n..]
+                    .iter()
+                    .all(|s| s.to_terms().map(f64::to_bits) == [0; 8])
+            );
         }
     }
 
