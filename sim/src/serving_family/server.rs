@@ -767,10 +767,7 @@ impl<'a> ServingServer<'a> {
             .map_or(0, |rng| rng.random_range(0..s.n_topics as usize) as u32);
         let id = self.next_id;
         self.next_id += 1;
-        let draws = self.predictions.draw(id, prompt, output);
-        self.predictions.confidences(&draws, &mut self.confidence);
-        self.predicted.fill(draws.predicted_tokens);
-        engine_states(&self.replicas, &*self.queue, &mut self.engine_states);
+        let draws = self.observe_for_routing(id, prompt, output);
         // The adapter draws from its own stream: drawn before routing or after, the same.
         let adapter = s
             .adapters
@@ -789,19 +786,7 @@ impl<'a> ServingServer<'a> {
                     .sum();
                 plan.replica_of(c.replicas.clone(), id - start)
             }
-            _ => {
-                eligible.start
-                    + self.router.route(
-                        &RouteRequest {
-                            id,
-                            workflow: id,
-                            stage: 0,
-                            confidence: &self.confidence,
-                            predicted_total_tokens: &self.predicted,
-                        },
-                        &self.engine_states[eligible.clone()],
-                    )
-            }
+            _ => self.route_one_stage(id, eligible.clone()),
         };
         assert!(eligible.contains(&r), "router chose replica {r}");
         // Admission (vLLM's): a prompt that leaves no room for one output token within the
@@ -900,21 +885,25 @@ impl<'a> ServingServer<'a> {
         }
     }
 
-    /// Routes and queues a question's `call` at `now` among its group's replicas (the
-    /// predictor's draws as an addressed call's); a prompt past what the replica takes is
-    /// refused, and the call counts as finished with no output. Returns the replica.
-    fn submit_call(&mut self, now: SimTime, call: Call) -> usize {
-        let id = self.next_id;
-        self.next_id += 1;
-        let questions = self.questions.as_mut().expect("a question workload");
-        questions.submitted(id, &call);
-        let (prompt, output) = (call.prompt_tokens, call.output_tokens.max(1));
+    /// The predictor's draws for one-stage request `id`, its confidences and predicted tokens
+    /// set where the router reads them, and the engines' states now.
+    fn observe_for_routing(
+        &mut self,
+        id: u64,
+        prompt: u32,
+        output: u32,
+    ) -> super::predictions::RequestDraws {
         let draws = self.predictions.draw(id, prompt, output);
         self.predictions.confidences(&draws, &mut self.confidence);
         self.predicted.fill(draws.predicted_tokens);
         engine_states(&self.replicas, &*self.queue, &mut self.engine_states);
-        let eligible = call.replicas;
-        let r = eligible.start
+        draws
+    }
+
+    /// The router's replica for one-stage request `id` among `eligible` (after
+    /// [`Self::observe_for_routing`]).
+    fn route_one_stage(&mut self, id: u64, eligible: std::ops::Range<usize>) -> usize {
+        eligible.start
             + self.router.route(
                 &RouteRequest {
                     id,
@@ -923,8 +912,24 @@ impl<'a> ServingServer<'a> {
                     confidence: &self.confidence,
                     predicted_total_tokens: &self.predicted,
                 },
-                &self.engine_states[eligible.clone()],
-            );
+                &self.engine_states[eligible],
+            )
+    }
+
+    /// Routes and queues a question's `call` at `now` among its group's replicas (the
+    /// predictor's draws as an addressed call's); a prompt past what the replica takes is
+    /// refused, and the call counts as finished with no output. Returns the replica.
+    fn submit_call(&mut self, now: SimTime, call: Call) -> usize {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.questions
+            .as_mut()
+            .expect("a question workload")
+            .submitted(id, &call);
+        let (prompt, output) = (call.prompt_tokens, call.output_tokens.max(1));
+        let draws = self.observe_for_routing(id, prompt, output);
+        let eligible = call.replicas;
+        let r = self.route_one_stage(id, eligible.clone());
         assert!(eligible.contains(&r), "router chose replica {r}");
         let max_len = self.replicas[r].max_len;
         if prompt >= max_len {
@@ -933,6 +938,7 @@ impl<'a> ServingServer<'a> {
                 .gate
                 .as_deref_mut()
                 .expect("a question workload has its gate");
+            let questions = self.questions.as_mut().expect("a question workload");
             questions.call_done(id, 0, now, gate);
             return r;
         }
