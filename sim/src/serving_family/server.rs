@@ -829,20 +829,14 @@ impl<'a> ServingServer<'a> {
             return r;
         }
         self.outputs.insert(id, (output, adapter));
-        let request = QueuedRequest {
+        let request = one_stage_request(
             id,
-            workflow: id,
-            stage: 0,
-            submitted: now,
-            workflow_arrival: now,
-            enqueued_iteration: run.replica.iteration(),
-            prompt_tokens: prompt,
-            predicted_stage_tokens: draws.predicted_tokens,
-            predicted_total_tokens: draws.predicted_tokens,
-            attained_service: 0,
-            rank_noise: draws.rank_noise,
-            topic: arrival.topic,
-        };
+            now,
+            run.replica.iteration(),
+            prompt,
+            &draws,
+            arrival.topic,
+        );
         // A placed session's calls wait until its load ends (`release`).
         if let Some(sessions) = &mut self.sessions
             && sessions.holds(r)
@@ -949,20 +943,7 @@ impl<'a> ServingServer<'a> {
         run.output_tokens_asked += u64::from(output);
         run.arrived += 1;
         self.outputs.insert(id, (output, None));
-        let request = QueuedRequest {
-            id,
-            workflow: id,
-            stage: 0,
-            submitted: now,
-            workflow_arrival: now,
-            enqueued_iteration: run.replica.iteration(),
-            prompt_tokens: prompt,
-            predicted_stage_tokens: draws.predicted_tokens,
-            predicted_total_tokens: draws.predicted_tokens,
-            attained_service: 0,
-            rank_noise: draws.rank_noise,
-            topic: 0,
-        };
+        let request = one_stage_request(id, now, run.replica.iteration(), prompt, &draws, 0);
         run.replica.submit(now, request, &mut *self.queue, r);
         run.recorder
             .queue_depth(now, run.replica.waiting(&*self.queue, r));
@@ -1373,5 +1354,31 @@ impl Model for ServingServer<'_> {
                 }
             }
         }
+    }
+}
+
+/// A one-stage request `id` (an arrival or an addressed call) queued at `now`, the replica at
+/// `iteration`, with its predictor draws: its own workflow, nothing served yet.
+fn one_stage_request(
+    id: u64,
+    now: SimTime,
+    iteration: u64,
+    prompt: u32,
+    draws: &super::predictions::RequestDraws,
+    topic: u32,
+) -> QueuedRequest {
+    QueuedRequest {
+        id,
+        workflow: id,
+        stage: 0,
+        submitted: now,
+        workflow_arrival: now,
+        enqueued_iteration: iteration,
+        prompt_tokens: prompt,
+        predicted_stage_tokens: draws.predicted_tokens,
+        predicted_total_tokens: draws.predicted_tokens,
+        attained_service: 0,
+        rank_noise: draws.rank_noise,
+        topic,
     }
 }
