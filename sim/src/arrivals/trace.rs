@@ -179,6 +179,22 @@ impl Trace {
         Ok(Trace { path, rows })
     }
 
+    /// A trace of `rows` made in memory, `name` standing for its file in messages (the serving
+    /// family's calibration sessions replay their drawn calls so). `None` when `rows` is empty
+    /// or its timestamps are not finite, non-negative and non-decreasing.
+    pub fn of_rows(name: impl Into<PathBuf>, rows: Vec<TraceRow>) -> Option<Trace> {
+        let ordered = rows
+            .windows(2)
+            .all(|w| w[0].timestamp_s <= w[1].timestamp_s);
+        let valid = rows
+            .iter()
+            .all(|r| r.timestamp_s.is_finite() && r.timestamp_s >= 0.0);
+        (!rows.is_empty() && ordered && valid).then(|| Trace {
+            path: name.into(),
+            rows,
+        })
+    }
+
     /// The file the trace was read from (or the name given to [`Trace::from_reader`]).
     pub fn path(&self) -> &Path {
         &self.path

@@ -12,11 +12,13 @@
 pub mod expert_load;
 pub mod ranking;
 pub mod replica;
+pub mod sessions;
 pub mod table;
 pub mod trace_events;
 
 pub use crate::serving::latencies::{Percentiles, RequestLatencies, RequestSummary};
 pub use expert_load::ExpertLoad;
 pub use replica::{QuestionSummary, ReplicaRecorder, ServingSummary, WorkflowSummary};
+pub use sessions::SessionSummary;
 pub use table::{MetricDef, failed, infos, scalars};
 pub use trace_events::{StepCounts, TraceEvents};

@@ -195,6 +195,7 @@ impl ReplicaRecorder {
             replica_output_tokens: vec![stats.tokens],
             workflows: None,
             questions: None,
+            sessions: None,
         }
     }
 }
@@ -252,6 +253,9 @@ pub struct ServingSummary {
     /// With a question workload: its questions (set on the run's summary by the family that
     /// serves them; `None` otherwise and on one replica's summary).
     pub questions: Option<QuestionSummary>,
+    /// With placed sessions: what the workers did (set on the run's summary by the family that
+    /// places them; `None` otherwise and on one replica's summary).
+    pub sessions: Option<super::SessionSummary>,
 }
 
 /// The questions of a run (`serving_family::questions`, MOSAIC's).

@@ -21,6 +21,7 @@ pub mod questions;
 pub mod queue;
 pub mod replica;
 pub mod router;
+pub mod session_regression;
 pub mod step;
 pub mod topic_affinity;
 pub mod variability;

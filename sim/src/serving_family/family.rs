@@ -33,6 +33,24 @@ impl Serving {
                 cost_source: scenario.cost_model().to_string(),
             });
         }
+        // `[placement.calibration]`: each model's predicted session time computed first.
+        let calibrated = match scenario
+            .placement
+            .as_ref()
+            .and_then(|p| p.calibration.as_ref())
+        {
+            None => None,
+            Some(_) => match super::session_calibration::calibrated(scenario, seed, policies) {
+                Ok(calibrated) => Some(calibrated),
+                Err(reason) => {
+                    return Ok(Run {
+                        output: super::failed(&reason),
+                        cost_source: scenario.cost_model().to_string(),
+                    });
+                }
+            },
+        };
+        let scenario = calibrated.as_ref().unwrap_or(scenario);
         // `[placement]`: the workers' sessions planned before the run.
         let planned = match &scenario.placement {
             None => None,
@@ -145,6 +163,19 @@ impl Family for Serving {
                 f64::from(placement.workers) * gpus as f64,
                 "placement.workers",
             ));
+            // The calibration pass: its subset's draws and its sweep's largest session.
+            if let Some(c) = &placement.calibration {
+                d.push(Demand::new(
+                    Requests,
+                    f64::from(c.calls) + f64::from(c.min_calls_per_model) * s.calls.len() as f64,
+                    "placement.calibration.calls",
+                ));
+                d.push(Demand::new(
+                    Requests,
+                    f64::from(c.sweep_max_calls),
+                    "placement.calibration.sweep_max_calls",
+                ));
+            }
         }
         d.push(Demand::new(
             Topics,

@@ -264,7 +264,17 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "placement.predicted_session_s",
         default: "none",
-        meaning: "per model (as `[[workload.calls]]` names it), its predicted session time for all its calls, seconds: what `ilp` and `lpt` read (required for them; the serving family has no calibration pass yet), with the load it gives each model's replica cap clamp(1, floor(T / load), workers)",
+        meaning: "per model (as `[[workload.calls]]` names it), its predicted session time for all its calls, seconds: what `ilp` and `lpt` read (required for them unless `[placement.calibration]` computes them; not beside it), with the load it gives each model's replica cap clamp(1, floor(T / load), workers)",
+    },
+    KeyDoc {
+        key: "placement.calibration.calls",
+        default: "(required with `[placement.calibration]`)",
+        meaning: "MOSAIC's calibration pass (`serving_family::session_calibration`, below, \"Placed sessions\"): before each run, per seed, each placed model's predicted session time is computed instead of given: `calls` calibration calls drawn over the models in proportion to their classes' `n_requests`, each with its class's lengths (stream `calibration`; MOSAIC's calibration questions x 3), a sweep of resident sessions of one replica of the group (no load, every call at t = 0, this family's server) resampling the model's subset (stream `calibration-sweep`), T = b0 + b1 P O_mean + b2 O_max fitted by least squares, evaluated at the class's `n_requests` with the subset's mean and longest output; `details.placement.calibration` gives per model the subset, the sweep, the coefficients and the prediction",
+    },
+    KeyDoc {
+        key: "placement.calibration.min_calls_per_model, placement.calibration.sweep_min_calls, placement.calibration.sweep_max_calls",
+        default: "8, 8, 2048",
+        meaning: "every model's subset topped up to `min_calls_per_model`; the sweep's sessions have `sweep_min_calls`, twice that, ... up to `sweep_max_calls` calls",
     },
     KeyDoc {
         key: "[arrival]",

@@ -27,6 +27,7 @@ pub mod rerouting;
 pub mod scheduler;
 pub mod selector_former;
 pub mod server;
+pub mod session_calibration;
 pub mod sessions;
 pub mod static_pricing;
 pub mod step_cost;
@@ -45,7 +46,7 @@ use crate::policies::mapping::ExpertMapper;
 use crate::policies::mapping::gpu_costs::throughput_speed;
 use crate::policies::memory::{AdapterMemory, MemoryPlan, MemoryReport};
 use crate::recorder::{
-    MetricDef, QuestionSummary, ServingSummary, TraceEvents, WorkflowSummary, table,
+    MetricDef, QuestionSummary, ServingSummary, SessionSummary, TraceEvents, WorkflowSummary, table,
 };
 use crate::records::RecordSink;
 use crate::serving::variability::FactorKind;
@@ -72,7 +73,7 @@ const fn ms(
 
 /// The family's metrics, each computed from a run's (or one replica's) `ServingSummary`
 /// (defined in docs/metrics.md, "serving").
-pub const TABLE: [MetricDef<ServingSummary>; 70] = [
+pub const TABLE: [MetricDef<ServingSummary>; 83] = [
     ms("ttft_mean_ms", "mean time to first token (ms)", |s| {
         s.latencies.ttft.mean_ms()
     }),
@@ -441,6 +442,98 @@ pub const TABLE: [MetricDef<ServingSummary>; 70] = [
         better: Better::Higher,
         value: |s| question_number(s, QuestionSummary::accuracy_change_pp),
     },
+    // With `[placement]` only (`sessions`, MOSAIC's workers), null otherwise.
+    MetricDef {
+        name: "gpu_idle_pct",
+        label: "workers' idle share of workers x the last worker's end: barrier waits and the tail (%; placement only)",
+        unit: "%",
+        better: Better::Lower,
+        value: |s| session_number(s, |w| w.idle_pct),
+    },
+    MetricDef {
+        name: "fastest_worker_s",
+        label: "the earliest-finishing worker's wall, among workers that ran a session (s; placement only)",
+        unit: "s",
+        better: Better::Lower,
+        value: |s| session_number(s, SessionSummary::fastest_worker_s),
+    },
+    MetricDef {
+        name: "worker_wall_ratio",
+        label: "slowest over fastest worker's wall (ratio; placement only)",
+        unit: "ratio",
+        better: Better::Lower,
+        value: |s| session_number(s, SessionSummary::worker_wall_ratio),
+    },
+    MetricDef {
+        name: "worker_wall_rank2_s",
+        label: "the second-longest worker's wall (s; placement only)",
+        unit: "s",
+        better: Better::Lower,
+        value: |s| session_number(s, |w| w.worker_wall_ranked_s(2)),
+    },
+    MetricDef {
+        name: "worker_wall_rank3_s",
+        label: "the third-longest worker's wall (s; placement only)",
+        unit: "s",
+        better: Better::Lower,
+        value: |s| session_number(s, |w| w.worker_wall_ranked_s(3)),
+    },
+    MetricDef {
+        name: "model_loads",
+        label: "sessions that loaded their model (placement only)",
+        unit: "count",
+        better: Better::Lower,
+        value: |s| session_number(s, |w| f64::from(w.loads)),
+    },
+    MetricDef {
+        name: "load_time_s",
+        label: "the sessions' load time summed over workers (s; placement only)",
+        unit: "s",
+        better: Better::Lower,
+        value: |s| session_number(s, |w| w.load_time_s),
+    },
+    MetricDef {
+        name: "expert_tokens_per_s",
+        label: "the sessions' output tokens per second of the last worker's end (tok/s; placement only)",
+        unit: "tok/s",
+        better: Better::Higher,
+        value: |s| session_number(s, SessionSummary::expert_tokens_per_s),
+    },
+    MetricDef {
+        name: "predicted_makespan_s",
+        label: "the makespan the plan predicts from the predicted session times (s; placement with a prediction per model only)",
+        unit: "s",
+        better: Better::Lower,
+        value: |s| session_number(s, SessionSummary::predicted_makespan_s),
+    },
+    MetricDef {
+        name: "prediction_error_pct",
+        label: "the last worker's end against the predicted makespan (% of the prediction; placement with a prediction per model only)",
+        unit: "%",
+        better: Better::Lower,
+        value: |s| session_number(s, SessionSummary::prediction_error_pct),
+    },
+    MetricDef {
+        name: "ilp_status",
+        label: "placement MILP status (0 no MILP, 1 optimal, 2 time limit, 3 gap, 4 no incumbent; placement only)",
+        unit: "code",
+        better: Better::Lower,
+        value: |s| session_number(s, SessionSummary::ilp_status),
+    },
+    MetricDef {
+        name: "ilp_gap",
+        label: "placement MILP relative gap (0 without a MILP; placement only)",
+        unit: "fraction",
+        better: Better::Lower,
+        value: |s| session_number(s, SessionSummary::ilp_gap),
+    },
+    MetricDef {
+        name: "ilp_nodes",
+        label: "placement MILP branch-and-bound nodes (0 without a MILP; placement only)",
+        unit: "count",
+        better: Better::Lower,
+        value: |s| session_number(s, SessionSummary::ilp_nodes),
+    },
     // Computed by an `[experiment]` run only (`experiment`), null in a serving run.
     MetricDef {
         name: "gap_vs_fastest",
@@ -480,6 +573,33 @@ fn workflow_number(s: &ServingSummary, number: fn(&WorkflowSummary) -> f64) -> f
 /// One number of the run's questions (NaN, `null`, without a question workload).
 fn question_number(s: &ServingSummary, number: fn(&QuestionSummary) -> f64) -> f64 {
     s.questions.as_ref().map_or(f64::NAN, number)
+}
+
+/// One number of the run's placed sessions (NaN, `null`, without `[placement]`).
+fn session_number(s: &ServingSummary, number: fn(&SessionSummary) -> f64) -> f64 {
+    s.sessions.as_ref().map_or(f64::NAN, number)
+}
+
+/// The session rows' summary of a placed run: what its workers did (`workers`), what its plan
+/// predicted and its solver reported (`plan`), and the tokens its sessions generated.
+fn session_summary(
+    workers: &sessions::SessionsSummary,
+    plan: &sessions::WorkerSessions,
+    overall: &ServingSummary,
+) -> SessionSummary {
+    SessionSummary {
+        makespan_s: workers.makespan_s,
+        worker_walls_s: workers.worker_walls_s.clone(),
+        idle_pct: workers.idle_pct,
+        loads: workers.loads,
+        load_time_s: workers.load_time_s,
+        output_tokens: overall.replica_output_tokens.iter().sum(),
+        predicted_makespan_s: plan.predicted_makespan_s,
+        solver: plan
+            .solver
+            .as_ref()
+            .map(|s| (s.status.code(), s.gap, s.nodes)),
+    }
 }
 
 /// One number of the run's adapter-memory plan (NaN, `null`, without adapters).
@@ -803,11 +923,15 @@ fn serve_gated<'a>(
     let stats = engine::run(&mut server);
     let task_score_pct = server.task_score_pct();
     let sessions = server.sessions_detail();
+    let workers = server.sessions_summary();
     let (mut overall, replicas) = match server.finish() {
         Ok(parts) => parts,
         Err(reason) => return Ok(table::failed(&TABLE, &reason)),
     };
     overall.memory = plan.map(|p| p.report.clone());
+    if let (Some(workers), Some(plan)) = (workers, &scenario.sessions) {
+        overall.sessions = Some(session_summary(&workers, plan, &overall));
+    }
     let models: Vec<&str> = scenario
         .groups()
         .flat_map(|(model, r)| std::iter::repeat_n(model.name(), r.count))

@@ -9,13 +9,13 @@
 //! calls (in arrival order), and `sessions::Sessions` runs each worker's sessions one after
 //! another with a load each (and data parallelism's barriers).
 //!
-//! The predicted session time is given, not calibrated: the mosaic family fits it per model on
-//! a dry run of sessions (`mosaic::workload::calibrate`, gap 3 of
-//! docs/unified-model-changes/mosaic-preset.md), which the serving family does not run yet. The
-//! round-robin and data-parallel policies do not read it.
+//! The predicted session time is given (`placement.predicted_session_s`) or computed per seed
+//! by MOSAIC's calibration pass on this family's server (`[placement.calibration]`,
+//! `super::session_calibration`). The round-robin and data-parallel policies do not read it.
 
 use super::config::{CallClass, ReplicaGroup, SchedulerTable, ServingScenario};
 use super::deployment::Deployment;
+use super::session_calibration::CalibrationTable;
 use super::sessions::WorkerSessions;
 use crate::arrivals::ArrivalSpec;
 use crate::policies::placement::{ModelDemand, Placement, PlacementConfig, PlacementProblem};
@@ -37,6 +37,9 @@ pub struct PlacementTable {
     /// calls, seconds: what the ILP and LPT read.
     #[serde(default)]
     pub predicted_session_s: BTreeMap<String, f64>,
+    /// MOSAIC's calibration pass, computing the predicted session times per seed instead.
+    #[serde(default)]
+    pub calibration: Option<CalibrationTable>,
 }
 
 /// `[placement]` validated: per replica group, its predicted session time (0 when not given).
@@ -45,6 +48,10 @@ pub struct PlacementSpec {
     pub workers: u32,
     pub policy: PlacementConfig,
     pub predicted_session_s: Vec<f64>,
+    /// `[placement.calibration]`: the pass that sets `predicted_session_s` before each run.
+    pub calibration: Option<CalibrationTable>,
+    /// What that pass measured for the run (`details.placement.calibration`).
+    pub calibration_detail: Option<serde_json::Value>,
 }
 
 impl PlacementTable {
@@ -134,10 +141,23 @@ impl PlacementTable {
             }
             first += group.replica.count;
         }
-        let reads_predictions = matches!(
-            self.policy,
-            PlacementConfig::Ilp { .. } | PlacementConfig::Lpt { .. }
-        );
+        let calibration = self
+            .calibration
+            .as_ref()
+            .map(CalibrationTable::validate)
+            .transpose()?;
+        if calibration.is_some() && !self.predicted_session_s.is_empty() {
+            return Err(field_error(
+                "placement.predicted_session_s",
+                "not beside [placement.calibration], which computes each model's predicted \
+                 session time: give one or the other",
+            ));
+        }
+        let reads_predictions = calibration.is_none()
+            && matches!(
+                self.policy,
+                PlacementConfig::Ilp { .. } | PlacementConfig::Lpt { .. }
+            );
         let mut predicted = vec![0.0; groups.len()];
         for (name, &seconds) in &self.predicted_session_s {
             let path = format!("placement.predicted_session_s.{name}");
@@ -183,8 +203,8 @@ impl PlacementTable {
                         "placement.predicted_session_s",
                         format!(
                             "missing {name} (workload.calls[{i}]): the {} policy reads each \
-                             model's predicted session time (the serving family has no \
-                             calibration pass yet)",
+                             model's predicted session time (or give [placement.calibration] \
+                             to compute them)",
                             self.policy.kind()
                         ),
                     ));
@@ -195,6 +215,8 @@ impl PlacementTable {
             workers: self.workers,
             policy: self.policy.clone(),
             predicted_session_s: predicted,
+            calibration,
+            calibration_detail: None,
         })
     }
 }
@@ -303,7 +325,7 @@ pub fn planned(
             w.into_iter().map(|(_, r)| r).collect()
         })
         .collect();
-    let detail = json!({
+    let mut detail = json!({
         "policy": placement.name(),
         "workers": spec.workers,
         "models": problem.models,
@@ -321,11 +343,22 @@ pub fn planned(
             "nodes": s.nodes,
         })),
     });
+    if let Some(calibration) = &spec.calibration_detail {
+        detail["calibration"] = calibration.clone();
+    }
+    // The plan's prediction where every model has one (given or calibrated).
+    let predicted_makespan_s = problem
+        .models
+        .iter()
+        .all(|m| m.predicted_session_s > 0.0)
+        .then(|| problem.predicted_makespan_s(&plan));
     planned.sessions = Some(Arc::new(WorkerSessions {
         workers,
         calls,
         barrier_per_round: plan.barrier_per_round,
         detail,
+        predicted_makespan_s,
+        solver: plan.solver.clone(),
     }));
     Ok(planned)
 }

@@ -30,6 +30,10 @@ pub struct WorkerSessions {
     pub barrier_per_round: bool,
     /// What `details.placement` reports: the policy, the problem it saw, its plan, its solver.
     pub detail: serde_json::Value,
+    /// The makespan the plan predicts, where every model has a predicted session time.
+    pub predicted_makespan_s: Option<f64>,
+    /// The MILP solver's report, where the policy solved one.
+    pub solver: Option<crate::policies::placement::SolverReport>,
 }
 
 impl WorkerSessions {

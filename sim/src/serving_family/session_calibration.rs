@@ -1,0 +1,556 @@
+//! `[placement.calibration]`: MOSAIC's calibration pass (mosaic.txt section 4.1.2) on the
+//! serving simulator itself. Before a placed run, each placed model is profiled on a
+//! calibration subset of calls drawn from its own class of `[[workload.calls]]` (never the
+//! run's calls: its own streams), by a sweep of resident sessions of doubling size on one
+//! replica of its group (no load, every call at t = 0; each a run of this family's server,
+//! with the group's scheduler, KV cache and step cost); the regression
+//! `T = b0 + b1 P O_mean + b2 O_max` fitted to the sweep (`serving::session_regression`)
+//! then predicts the session time of all the model's calls from the subset's mean and longest
+//! output. Those predictions are `placement.predicted_session_s` for the run, per seed: what the
+//! ILP and LPT read.
+//!
+//! The subset is drawn as the mosaic family draws its calibration questions' slots: `calls`
+//! draws of a model with probability proportional to its class's `n_requests` (the run's
+//! skill mix), each draw a prompt and an output from that class's lengths (stream
+//! "calibration"), then every model topped up to `min_calls_per_model`; each sweep session
+//! resamples its model's subset with replacement (stream "calibration-sweep").
+
+use super::config::{LengthSpec, ServingScenario};
+use super::{ScenarioPolicies, run_policies};
+use crate::arrivals::{ArrivalSpec, Trace, TraceRow};
+use crate::distributions::Categorical;
+use crate::policies::Policies;
+use crate::records::DiscardRecords;
+use crate::rng::{SimRng, stream};
+use crate::serving::session_regression::{SessionRegression, SweepPoint, fit_regression};
+use crate::validate::{FieldError, field_error};
+use rand::RngExt;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::sync::Arc;
+
+/// `[placement.calibration]` as written.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CalibrationTable {
+    /// Calibration calls drawn over the models in proportion to their classes' `n_requests`
+    /// (MOSAIC's calibration questions x 3: 300 for GPQA's 100).
+    pub calls: u32,
+    /// Every placed model is profiled on at least this many calls.
+    #[serde(default = "eight")]
+    pub min_calls_per_model: u32,
+    /// The sweep's sessions have `sweep_min_calls`, twice that, ... up to `sweep_max_calls`.
+    #[serde(default = "eight")]
+    pub sweep_min_calls: u32,
+    #[serde(default = "default_sweep_max")]
+    pub sweep_max_calls: u32,
+}
+
+fn eight() -> u32 {
+    8
+}
+
+fn default_sweep_max() -> u32 {
+    2048
+}
+
+impl CalibrationTable {
+    /// Checks the counts: each at least 1, the sweep's smallest session no larger than its
+    /// largest.
+    pub fn validate(&self) -> Result<CalibrationTable, FieldError> {
+        for (key, value) in [
+            ("calls", self.calls),
+            ("min_calls_per_model", self.min_calls_per_model),
+            ("sweep_min_calls", self.sweep_min_calls),
+        ] {
+            if value == 0 {
+                return Err(field_error(
+                    &format!("placement.calibration.{key}"),
+                    "must be at least 1, got 0",
+                ));
+            }
+        }
+        if self.sweep_min_calls > self.sweep_max_calls {
+            return Err(field_error(
+                "placement.calibration.sweep_min_calls",
+                format!(
+                    "must not exceed sweep_max_calls = {}, got {}",
+                    self.sweep_max_calls, self.sweep_min_calls
+                ),
+            ));
+        }
+        Ok(self.clone())
+    }
+}
+
+/// One drawn calibration call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Call {
+    prompt_tokens: u32,
+    output_tokens: u32,
+}
+
+/// `scenario` (placed, not yet planned) with each group's predicted session time computed by
+/// the calibration pass of seed `seed`, and what the pass measured (`details.placement.
+/// calibration`: per model its subset's size, mean and longest output, the sweep, the fitted
+/// coefficients and the prediction). A scenario without `[placement.calibration]` is returned
+/// as it is; `Err` names the model whose calibration session failed and why.
+pub fn calibrated(
+    scenario: &ServingScenario,
+    seed: u64,
+    policies: &dyn Policies,
+) -> Result<ServingScenario, String> {
+    let mut out = scenario.clone();
+    let Some(spec) = &scenario.placement else {
+        return Ok(out);
+    };
+    let Some(table) = &spec.calibration else {
+        return Ok(out);
+    };
+    // Each group's class of calls (with [placement], one per group, at its one replica).
+    let classes: Vec<_> = (0..1 + scenario.other_groups.len())
+        .map(|g| {
+            scenario
+                .calls
+                .iter()
+                .find(|c| c.replicas.start == g)
+                .expect("validated: every placed group has its class")
+        })
+        .collect();
+    let draw = |g: usize, rng: &mut SimRng, subset: &mut Vec<Vec<Call>>| {
+        let length = |spec: &LengthSpec, rng: &mut SimRng| match spec {
+            LengthSpec::Distribution(d) => d.sample(rng),
+            LengthSpec::Trace => unreachable!("validated: addressed calls draw their lengths"),
+        };
+        let prompt_tokens = length(&classes[g].prompt_tokens, rng);
+        let output_tokens = length(&classes[g].output_tokens, rng);
+        subset[g].push(Call {
+            prompt_tokens,
+            output_tokens,
+        });
+    };
+    let mut rng = stream(seed, "calibration");
+    let shares: Vec<f64> = classes.iter().map(|c| c.n_requests as f64).collect();
+    let models = Categorical::new(&shares).expect("validated: the classes have calls");
+    let mut subset: Vec<Vec<Call>> = vec![Vec::new(); classes.len()];
+    for _ in 0..table.calls {
+        let g = models.sample(&mut rng);
+        draw(g, &mut rng, &mut subset);
+    }
+    for g in 0..classes.len() {
+        while subset[g].len() < table.min_calls_per_model as usize {
+            draw(g, &mut rng, &mut subset);
+        }
+    }
+    let mut sweep_rng = stream(seed, "calibration-sweep");
+    let mut predicted = Vec::with_capacity(classes.len());
+    let mut detail = Vec::with_capacity(classes.len());
+    for (g, calls) in subset.iter().enumerate() {
+        let name = scenario.group(g).model.name().to_string();
+        let mut sweep = Vec::new();
+        let mut size = table.sweep_min_calls;
+        while size <= table.sweep_max_calls {
+            let sample: Vec<Call> = (0..size)
+                .map(|_| calls[sweep_rng.random_range(0..calls.len())])
+                .collect();
+            let session_s = session_s(scenario, g, &sample, seed, policies)
+                .map_err(|reason| format!("calibration of {name}: {reason}"))?;
+            let tokens: u64 = sample.iter().map(|c| u64::from(c.output_tokens)).sum();
+            sweep.push(SweepPoint {
+                prompts: size,
+                mean_output: tokens as f64 / f64::from(size),
+                max_output: sample.iter().map(|c| c.output_tokens).max().unwrap_or(0),
+                session_s,
+                tokens_per_s: tokens as f64 / session_s,
+            });
+            match size.checked_mul(2) {
+                Some(next) => size = next,
+                None => break,
+            }
+        }
+        let tokens: u64 = calls.iter().map(|c| u64::from(c.output_tokens)).sum();
+        let regression = SessionRegression {
+            coefficients: fit_regression(&sweep),
+            mean_output: tokens as f64 / calls.len() as f64,
+            max_output: calls.iter().map(|c| c.output_tokens).max().unwrap_or(0),
+            calibration_prompts: calls.len() as u32,
+            sweep,
+        };
+        let seconds = regression.predict_s(classes[g].n_requests as u32);
+        detail.push(json!({
+            "model": name,
+            "calls": regression.calibration_prompts,
+            "mean_output": regression.mean_output,
+            "max_output": regression.max_output,
+            "coefficients": regression.coefficients,
+            "sweep": regression.sweep,
+            "predicted_session_s": seconds,
+        }));
+        predicted.push(seconds);
+    }
+    let spec = out.placement.as_mut().expect("placed");
+    spec.predicted_session_s = predicted;
+    spec.calibration_detail = Some(json!(detail));
+    Ok(out)
+}
+
+/// The generation time of `calls` as one resident session of group `g`: one replica of the
+/// group, its model already loaded, every call submitted at t = 0 in order (an offline trace
+/// of them), served by this family's server with the scenario's policies; the last finish.
+fn session_s(
+    scenario: &ServingScenario,
+    g: usize,
+    calls: &[Call],
+    seed: u64,
+    policies: &dyn Policies,
+) -> Result<f64, String> {
+    let mut one = scenario.group(g);
+    one.placement = None;
+    one.sessions = None;
+    one.questions = None;
+    one.workflow = None;
+    one.experiment = None;
+    one.adapters = None;
+    one.horizon = None;
+    one.per_request_csv = false;
+    one.trace_events = false;
+    one.replica.count = 1;
+    one.replica.load = None;
+    one.n_requests = calls.len();
+    one.prompt_tokens = LengthSpec::Trace;
+    one.output_tokens = LengthSpec::Trace;
+    let rows = calls
+        .iter()
+        .map(|c| TraceRow {
+            timestamp_s: 0.0,
+            prompt_tokens: Some(c.prompt_tokens),
+            output_tokens: Some(c.output_tokens),
+        })
+        .collect();
+    let trace = Trace::of_rows("calibration session", rows).ok_or("an empty session")?;
+    one.arrival = ArrivalSpec::Trace {
+        trace: Arc::new(trace),
+        time_scale: 1.0,
+    };
+    let mut p = ScenarioPolicies::of(&one, policies);
+    let run = run_policies(&one, seed, &mut p, &mut DiscardRecords, None)?;
+    match run.scalar("makespan_s") {
+        Some(s) if s.is_finite() && s > 0.0 => Ok(s),
+        _ => Err(run.details["failed"]
+            .as_str()
+            .unwrap_or("the session reported no makespan")
+            .to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The calibration pass against numbers worked out from independent runs: each sweep point
+    //! is exactly a resident replica's offline run of its calls, two points give the line the
+    //! regression must pass through, the plan reads the prediction, and the session rows of
+    //! the placed run follow from its workers' record; a bad `[placement.calibration]` is
+    //! refused naming its field, file and line.
+
+    use super::super::tests::{Fifo, Linear, Turns};
+    use super::super::{Serving, ServingConfig, ServingScenario, TABLE, run_recorded};
+    use crate::family::Family;
+    use crate::load_cache::LoadCache;
+    use crate::metrics::RunOutput;
+    use crate::policies::Policies;
+    use crate::policies::placement::{
+        Placement, PlacementError, PlacementPlan, PlacementProblem, Session,
+    };
+    use crate::recorder::ServingSummary;
+    use crate::records::DiscardRecords;
+
+    /// Each model on its own worker (the plan round robin makes of two models on two workers).
+    struct OneEach;
+    impl Placement for OneEach {
+        fn name(&self) -> &'static str {
+            "one_each"
+        }
+        fn respects_limits(&self) -> bool {
+            false
+        }
+        fn place(&mut self, p: &PlacementProblem) -> Result<PlacementPlan, PlacementError> {
+            Ok(PlacementPlan {
+                workers: p
+                    .models
+                    .iter()
+                    .enumerate()
+                    .map(|(model, m)| {
+                        vec![Session {
+                            model,
+                            prompts: m.prompts,
+                        }]
+                    })
+                    .collect(),
+                barrier_per_round: false,
+                solver: None,
+            })
+        }
+    }
+
+    /// The test's policies (the `strategies` crate is out of this crate's reach): FCFS, replicas
+    /// in turn, the linear mapping, `OneEach`.
+    struct TestPolicies;
+    impl Policies for TestPolicies {
+        fn batch_selector(
+            &self,
+            _: &crate::policies::batch::BatchSelectorConfig,
+        ) -> Box<dyn crate::policies::batch::BatchSelector> {
+            unreachable!("continuous replicas only")
+        }
+        fn expert_mapper(
+            &self,
+            _: &crate::policies::mapping::MapperConfig,
+        ) -> Box<dyn crate::policies::mapping::ExpertMapper> {
+            Box::new(Linear)
+        }
+        fn placement(&self, _: &crate::policies::placement::PlacementConfig) -> Box<dyn Placement> {
+            Box::new(OneEach)
+        }
+        fn aggregation_gate(
+            &self,
+            _: &crate::policies::gate::GateConfig,
+        ) -> Box<dyn crate::policies::gate::AggregationGate> {
+            unreachable!("no questions")
+        }
+        fn queue_policy(
+            &self,
+            _: &crate::serving::QueuePolicyConfig,
+        ) -> Box<dyn crate::serving::QueuePolicy> {
+            Box::new(Fifo::default())
+        }
+        fn router(&self, _: &crate::serving::RouterConfig) -> Box<dyn crate::serving::Router> {
+            Box::new(Turns::default())
+        }
+        fn adapter_memory(
+            &self,
+            _: &crate::policies::memory::MemoryConfig,
+        ) -> Box<dyn crate::policies::memory::AdapterMemory> {
+            unreachable!("no adapters")
+        }
+    }
+
+    /// Llama-2-7B (load 10 s, 16 calls of 300 + 40 tokens) and Qwen2.5-7B (load 5 s, 3 calls
+    /// of 200 + 60) on H100 workers, calibrated by sessions of 4 and 8 calls.
+    const CALIBRATED: &str = r#"
+[[replica]]
+model = "llama-2-7b"
+gpu = "H100-SXM"
+load = { kind = "fixed", seconds = 10.0 }
+[[replica]]
+model = "qwen2.5-7b-instruct"
+gpu = "H100-SXM"
+load = { kind = "fixed", seconds = 5.0 }
+[workload]
+n_requests = 19
+[[workload.calls]]
+model = "llama-2-7b"
+n_requests = 16
+prompt_tokens = { kind = "fixed", value = 300 }
+output_tokens = { kind = "fixed", value = 40 }
+[[workload.calls]]
+model = "qwen2.5-7b-instruct"
+n_requests = 3
+prompt_tokens = { kind = "fixed", value = 200 }
+output_tokens = { kind = "fixed", value = 60 }
+[arrival]
+pattern = "offline"
+[placement]
+workers = 2
+policy = { kind = "ilp" }
+[placement.calibration]
+calls = 20
+sweep_min_calls = 4
+sweep_max_calls = 8
+"#;
+
+    fn scenario(text: &str) -> Result<ServingScenario, crate::validate::FieldError> {
+        let config: ServingConfig = toml::from_str(text).expect("the test's TOML parses");
+        config.validate(std::path::Path::new("."), &mut LoadCache::default())
+    }
+
+    /// The makespan of `calls` offline calls of `model` with these lengths on one resident
+    /// H100 replica (arrivals drawn by the offline pattern, not a trace).
+    fn resident_s(model: &str, calls: u32, prompt: u32, output: u32) -> f64 {
+        let text = format!(
+            "[model]\nname = \"{model}\"\n[replica]\ngpu = \"H100-SXM\"\n[workload]\n\
+             n_requests = {calls}\nprompt_tokens = {{ kind = \"fixed\", value = {prompt} }}\n\
+             output_tokens = {{ kind = \"fixed\", value = {output} }}\n[arrival]\n\
+             pattern = \"offline\"\n"
+        );
+        let out: RunOutput = run_recorded(
+            &scenario(&text).unwrap(),
+            0,
+            &mut Fifo::default(),
+            &mut Turns::default(),
+            &mut Linear,
+            &mut [],
+            None,
+            &mut DiscardRecords,
+            None,
+        )
+        .unwrap();
+        out.scalar("makespan_s").unwrap()
+    }
+
+    fn close(a: f64, b: f64) {
+        assert!((a - b).abs() < 1e-6 * b.abs().max(1.0), "{a} != {b}");
+    }
+
+    #[test]
+    fn the_sweep_is_resident_sessions_and_the_fit_predicts_through_them() {
+        let s = scenario(CALIBRATED).unwrap();
+        let run = Serving::run(&s, 0, &TestPolicies, &mut DiscardRecords)
+            .unwrap()
+            .output;
+        let cal = &run.details["placement"]["calibration"];
+        let models = &run.details["placement"]["models"];
+        for (g, model, calls, prompt, output) in [
+            (0, "llama-2-7b", 16.0, 300, 40),
+            (1, "qwen2.5-7b-instruct", 3.0, 200, 60),
+        ] {
+            let c = &cal[g];
+            assert_eq!(c["model"], s.group(g).model.name());
+            // 20 draws over 16 : 3, each model topped up to 8.
+            assert!(c["calls"].as_u64().unwrap() >= 8, "{c}");
+            assert_eq!(c["mean_output"].as_f64(), Some(f64::from(output)));
+            assert_eq!(c["max_output"].as_u64(), Some(u64::from(output)));
+            // Each sweep point is a resident replica's offline run of its calls.
+            let t4 = resident_s(model, 4, prompt, output);
+            let t8 = resident_s(model, 8, prompt, output);
+            let sweep = c["sweep"].as_array().unwrap();
+            assert_eq!(sweep.len(), 2);
+            close(sweep[0]["session_s"].as_f64().unwrap(), t4);
+            close(sweep[1]["session_s"].as_f64().unwrap(), t8);
+            assert_eq!(sweep[1]["prompts"], 8);
+            // Equal lengths: O_max cannot be told from the intercept, b2 = 0, and the line
+            // through the two points gives P calls: t4 + (P - 4) / 4 x (t8 - t4).
+            assert_eq!(c["coefficients"][2].as_f64(), Some(0.0));
+            let predicted = t4 + (calls - 4.0) / 4.0 * (t8 - t4);
+            close(c["predicted_session_s"].as_f64().unwrap(), predicted);
+            // The plan's problem reads it.
+            close(
+                models[g]["predicted_session_s"].as_f64().unwrap(),
+                predicted,
+            );
+        }
+        assert!(run.details["placement"]["solver"].is_null());
+    }
+
+    #[test]
+    fn the_session_rows_follow_the_workers_record() {
+        let s = scenario(CALIBRATED).unwrap();
+        let run = Serving::run(&s, 0, &TestPolicies, &mut DiscardRecords)
+            .unwrap()
+            .output;
+        let sessions = &run.details["sessions"];
+        let walls: Vec<f64> = sessions["worker_walls_s"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_f64().unwrap())
+            .collect();
+        let (slow, fast) = (walls[0].max(walls[1]), walls[0].min(walls[1]));
+        let row = |name: &str| run.scalar(name).unwrap();
+        close(row("gpu_idle_pct"), sessions["idle_pct"].as_f64().unwrap());
+        // Two workers, one session each: the faster idles until the slower is done.
+        close(row("gpu_idle_pct"), 100.0 * (slow - fast) / (2.0 * slow));
+        close(row("fastest_worker_s"), fast);
+        close(row("worker_wall_ratio"), slow / fast);
+        close(row("worker_wall_rank2_s"), fast);
+        assert_eq!(row("worker_wall_rank3_s"), 0.0);
+        assert_eq!(row("model_loads"), 2.0);
+        close(row("load_time_s"), 15.0);
+        close(
+            row("expert_tokens_per_s"),
+            f64::from(16 * 40 + 3 * 60) / slow,
+        );
+        // Each worker's predicted time is its load plus its model's predicted session.
+        let cal = &run.details["placement"]["calibration"];
+        let predicted = (10.0 + cal[0]["predicted_session_s"].as_f64().unwrap())
+            .max(5.0 + cal[1]["predicted_session_s"].as_f64().unwrap());
+        close(row("predicted_makespan_s"), predicted);
+        close(
+            row("prediction_error_pct"),
+            100.0 * (slow - predicted) / predicted,
+        );
+        assert_eq!(
+            (row("ilp_status"), row("ilp_gap"), row("ilp_nodes")),
+            (0.0, 0.0, 0.0)
+        );
+        // Without [placement] every session row is null.
+        let plain = ServingSummary::default();
+        for name in [
+            "gpu_idle_pct",
+            "fastest_worker_s",
+            "worker_wall_ratio",
+            "worker_wall_rank2_s",
+            "worker_wall_rank3_s",
+            "model_loads",
+            "load_time_s",
+            "expert_tokens_per_s",
+            "predicted_makespan_s",
+            "prediction_error_pct",
+            "ilp_status",
+            "ilp_gap",
+            "ilp_nodes",
+        ] {
+            let m = TABLE.iter().find(|m| m.name == name).expect(name);
+            assert!((m.value)(&plain).is_nan(), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_calibration_run_is_the_same_run_to_run() {
+        let s = scenario(CALIBRATED).unwrap();
+        let once = Serving::run(&s, 3, &TestPolicies, &mut DiscardRecords).unwrap();
+        let again = Serving::run(&s, 3, &TestPolicies, &mut DiscardRecords).unwrap();
+        assert_eq!(once.output.details, again.output.details);
+    }
+
+    #[test]
+    fn a_bad_calibration_is_refused_naming_its_field() {
+        let refused = |from: &str, to: &str, field: &str| {
+            let e = scenario(&CALIBRATED.replacen(from, to, 1)).expect_err(to);
+            assert_eq!(e.path, field, "{to}: {e:?}");
+        };
+        refused("calls = 20", "calls = 0", "placement.calibration.calls");
+        refused(
+            "sweep_min_calls = 4",
+            "sweep_min_calls = 0",
+            "placement.calibration.sweep_min_calls",
+        );
+        refused(
+            "sweep_min_calls = 4",
+            "sweep_min_calls = 16",
+            "placement.calibration.sweep_min_calls",
+        );
+        refused(
+            "calls = 20",
+            "calls = 20\nmin_calls_per_model = 0",
+            "placement.calibration.min_calls_per_model",
+        );
+        refused(
+            "policy = { kind = \"ilp\" }",
+            "policy = { kind = \"ilp\" }\npredicted_session_s = { \"llama-2-7b\" = 1.0 }",
+            "placement.predicted_session_s",
+        );
+        // Through the loader: the file, the line and the field.
+        let text = format!("name = \"t\"\nfamily = \"serving\"\n{CALIBRATED}").replacen(
+            "calls = 20",
+            "calls = 20\nsweep_max = 8",
+            1,
+        );
+        let path = std::path::Path::new("calibrated.toml");
+        let e = crate::scenario::load_str(path, &text, &[]).expect_err("an unknown key");
+        let line = text.lines().position(|l| l == "sweep_max = 8").unwrap() + 1;
+        let message = e.to_string();
+        assert!(
+            message.contains(&format!("calibrated.toml:{line}:")) && message.contains("sweep_max"),
+            "{message}"
+        );
+    }
+}
