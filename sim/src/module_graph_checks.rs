@@ -1,13 +1,18 @@
-//! The module-dependency rule, checked from the sources: the top-level modules of the `sim`
-//! crate (`serving`, `scenario`, each family's folder, ...), and those of `expertsim-core`
-//! (`time`, `engine`, ...), import one another without a cycle. Between crates Cargo forbids
-//! cycles itself: `cost` and `core` cannot name `sim`'s modules at all. `expertsim-cost` is one
+//! The dependency rules, checked from the sources. Between crates: each workspace crate's
+//! `[dependencies]` name only the expertsim crates its row of `CRATE_LAYERS` allows (the layering
+//! of ARCHITECTURE.md's "Crates"), and those rows form no cycle; Cargo refuses a cycle of normal
+//! dependencies itself, the rows also hold the direction (`sim` names no policy or plotting
+//! crate, `core` no other expertsim crate). Inside a crate: the top-level modules of `sim`
+//! (`serving`, `scenario`, each family's folder, ...) and of `expertsim-core` (`time`, `engine`,
+//! `arrivals`, `validate`, ...) import one another without a cycle. `expertsim-cost` is one
 //! node here as it was one module of `sim` before: its own modules are not held to the rule
-//! (`kernel` and `moe_layer` name each other). Every non-test source is read, comments and string literals blanked, `#[cfg(test)]`
-//! items and test-only files left out, and each `crate::<module>` path (in `use` lines, grouped
-//! `use crate::{a, b::c}` included, and in code) is an edge from the file's top-level module. The
-//! graph must be acyclic, with no exception; a cycle fails the test naming each edge and a line
-//! that makes it. A reviewer runs it with
+//! (`kernel` and `moe_layer` name each other). Every non-test source is read, comments and string
+//! literals blanked, `#[cfg(test)]` items and test-only files left out, and each
+//! `crate::<module>` path (in `use` lines, grouped `use crate::{a, b::c}` included, and in code)
+//! is an edge from the file's top-level module; a path to a module of a crate below (`sim`'s
+//! `crate::arrivals`, a re-export of `expertsim_core::arrivals`) is no edge of `sim`'s graph.
+//! Each graph must be acyclic, with no exception; a cycle fails the test naming each edge and a
+//! line that makes it. A reviewer runs it with
 //! `cargo test -p expertsim-sim --lib module_graph_checks`.
 
 use crate::one_engine_checks::rust_files;
@@ -359,13 +364,11 @@ fn the_top_level_modules_import_one_another_without_a_cycle() {
         ("policies", "caps"),
         ("policies", "gem"),
         ("policies", "mosaic"),
-        // The validation vocabulary (`validate`, with `[limits]`) and the shared file cache
-        // (`load_cache`) are below the families, the loader (`scenario`) above the registry, and
-        // the claims file's name is the loader's.
-        ("arrivals", "scenario"),
+        // The shared file cache (`load_cache`) is below the families, the loader (`scenario`)
+        // above the registry, and the claims file's name is the loader's. The validation
+        // vocabulary and the arrivals are `expertsim-core`'s: Cargo refuses their naming
+        // `scenario` or `load_cache`.
         ("family", "scenario"),
-        ("arrivals", "load_cache"),
-        ("validate", "arrivals"),
         ("scenario", "headlines"),
     ] {
         assert!(
@@ -385,5 +388,133 @@ fn the_modules_of_the_crates_below_sim_import_one_another_without_a_cycle() {
         let graph = module_graph(crate_src);
         assert!(!graph.is_empty(), "no module of {crate_src} names another");
         assert_acyclic(&graph);
+    }
+    // In `expertsim-core` the validation vocabulary is below the arrivals (which validate the
+    // `[arrival]` table with it), and the recording vocabulary below nothing it records.
+    let core = module_graph("core/src");
+    for (from, to) in [
+        ("validate", "arrivals"),
+        ("metrics", "arrivals"),
+        ("records", "metrics"),
+        ("recorder", "arrivals"),
+    ] {
+        assert!(
+            !core.get(from).is_some_and(|to_set| to_set.contains_key(to)),
+            "core's {from} imports {to}: {}",
+            core[from][to]
+        );
+    }
+}
+
+/// The expertsim crates each workspace crate's `[dependencies]` may name (ARCHITECTURE.md,
+/// "Crates"), by package name; a crate's row lists every crate it may import, so a new
+/// dependency that breaks the layering fails here even where Cargo sees no cycle.
+const CRATE_LAYERS: &[(&str, &[&str])] = &[
+    ("expertsim-core", &[]),
+    ("expertsim-cost", &["expertsim-core"]),
+    ("expertsim-figures", &[]),
+    ("expertsim-sim", &["expertsim-core", "expertsim-cost"]),
+    (
+        "expertsim-strategies",
+        &["expertsim-core", "expertsim-cost", "expertsim-sim"],
+    ),
+    (
+        "expertsim-kernels",
+        &["expertsim-core", "expertsim-cost", "expertsim-sim"],
+    ),
+    (
+        "expertsim-calibrate",
+        &[
+            "expertsim-core",
+            "expertsim-cost",
+            "expertsim-sim",
+            "expertsim-kernels",
+        ],
+    ),
+    (
+        "expertsim-live",
+        &[
+            "expertsim-core",
+            "expertsim-cost",
+            "expertsim-sim",
+            "expertsim-kernels",
+            "expertsim-calibrate",
+            "expertsim-figures",
+        ],
+    ),
+    (
+        "expertsim",
+        &[
+            "expertsim-sim",
+            "expertsim-strategies",
+            "expertsim-figures",
+            "expertsim-live",
+            "expertsim-calibrate",
+        ],
+    ),
+];
+
+/// The crate graph as the manifests state it: each workspace crate's package name -> the
+/// expertsim crates its `[dependencies]` name (dev-dependencies left out: Cargo allows a bench
+/// or test to link a crate above), with the manifest that names each.
+fn crate_graph() -> BTreeMap<String, BTreeMap<String, String>> {
+    let read = |path: &Path| -> toml::Table {
+        let text = std::fs::read_to_string(path).unwrap();
+        toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let workspace = read(&root().join("Cargo.toml"));
+    let aliases = workspace["workspace"]["dependencies"].as_table().unwrap();
+    let package_of = |key: &str| -> String {
+        aliases
+            .get(key)
+            .and_then(|spec| spec.get("package"))
+            .and_then(|p| p.as_str())
+            .unwrap_or(key)
+            .to_string()
+    };
+    let members = workspace["workspace"]["members"].as_array().unwrap();
+    let folders = members
+        .iter()
+        .map(|m| m.as_str().unwrap().to_string())
+        .chain(["".to_string()]);
+    let mut graph = BTreeMap::new();
+    for folder in folders {
+        let manifest = root().join(&folder).join("Cargo.toml");
+        let table = read(&manifest);
+        let name = table["package"]["name"].as_str().unwrap().to_string();
+        let mut names = BTreeMap::new();
+        if let Some(dependencies) = table.get("dependencies").and_then(|d| d.as_table()) {
+            for key in dependencies.keys() {
+                let package = package_of(key);
+                if package.starts_with("expertsim") {
+                    let manifest = manifest.strip_prefix(root()).unwrap_or(&manifest);
+                    names.insert(package, manifest.display().to_string());
+                }
+            }
+        }
+        graph.insert(name, names);
+    }
+    graph
+}
+
+#[test]
+fn each_crate_depends_only_on_the_crates_below_it() {
+    let layers: BTreeMap<&str, &[&str]> = CRATE_LAYERS.iter().copied().collect();
+    let declared: BTreeMap<String, BTreeSet<String>> = CRATE_LAYERS
+        .iter()
+        .map(|(from, to)| (from.to_string(), to.iter().map(|t| t.to_string()).collect()))
+        .collect();
+    assert_eq!(find_cycle(&declared), None, "CRATE_LAYERS has a cycle");
+    for (name, dependencies) in crate_graph() {
+        let Some(allowed) = layers.get(name.as_str()) else {
+            panic!("{name} has no row in CRATE_LAYERS: add one (and ARCHITECTURE.md's)");
+        };
+        for (dependency, manifest) in dependencies {
+            assert!(
+                allowed.contains(&dependency.as_str()),
+                "{name} depends on {dependency} ({manifest}), which its row of CRATE_LAYERS \
+                 does not allow (ARCHITECTURE.md, \"Crates\")"
+            );
+        }
     }
 }
