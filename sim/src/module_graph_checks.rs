@@ -1,6 +1,6 @@
 //! The dependency rules, checked from the sources. Between crates: each workspace crate's
-//! `[dependencies]` name only the expertsim crates its row of `CRATE_LAYERS` allows (the layering
-//! of ARCHITECTURE.md's "Crates"), and those rows form no cycle; Cargo refuses a cycle of normal
+//! `[dependencies]` name only the expertsim crates its row of `CRATE_LAYERS` allows (ARCHITECTURE.md's
+//! table of what each crate may depend on), and those rows form no cycle; Cargo refuses a cycle of normal
 //! dependencies itself, the rows also hold the direction (`sim` names no policy or plotting
 //! crate, `core` no other expertsim crate). Inside a crate: the top-level modules of `sim`
 //! (`serving`, `scenario`, each family's folder, ...) and of `expertsim-core` (`time`, `engine`,
@@ -406,8 +406,8 @@ fn the_modules_of_the_crates_below_sim_import_one_another_without_a_cycle() {
     }
 }
 
-/// The expertsim crates each workspace crate's `[dependencies]` may name (ARCHITECTURE.md,
-/// "Crates"), by package name; a crate's row lists every crate it may import, so a new
+/// The expertsim crates each workspace crate's `[dependencies]` may name (ARCHITECTURE.md's
+/// table at the top), by package name; a crate's row lists every crate it may import, so a new
 /// dependency that breaks the layering fails here even where Cargo sees no cycle.
 const CRATE_LAYERS: &[(&str, &[&str])] = &[
     ("expertsim-core", &[]),
@@ -497,24 +497,80 @@ fn crate_graph() -> BTreeMap<String, BTreeMap<String, String>> {
     graph
 }
 
-#[test]
-fn each_crate_depends_only_on_the_crates_below_it() {
-    let layers: BTreeMap<&str, &[&str]> = CRATE_LAYERS.iter().copied().collect();
-    let declared: BTreeMap<String, BTreeSet<String>> = CRATE_LAYERS
+/// What breaks the layering in `graph` (a crate -> the crates it depends on -> the manifest
+/// that says so) against `layers`: a cycle among the rows, a crate without a row, a dependency
+/// its row does not allow. Empty when the manifests keep the layering.
+fn layering_problems(
+    graph: &BTreeMap<String, BTreeMap<String, String>>,
+    layers: &[(&str, &[&str])],
+) -> Vec<String> {
+    let rows: BTreeMap<&str, &[&str]> = layers.iter().copied().collect();
+    let declared: BTreeMap<String, BTreeSet<String>> = layers
         .iter()
         .map(|(from, to)| (from.to_string(), to.iter().map(|t| t.to_string()).collect()))
         .collect();
-    assert_eq!(find_cycle(&declared), None, "CRATE_LAYERS has a cycle");
-    for (name, dependencies) in crate_graph() {
-        let Some(allowed) = layers.get(name.as_str()) else {
-            panic!("{name} has no row in CRATE_LAYERS: add one (and ARCHITECTURE.md's)");
+    let mut problems = Vec::new();
+    if let Some(cycle) = find_cycle(&declared) {
+        problems.push(format!("the rows have a cycle: {}", cycle.join(" -> ")));
+    }
+    for (name, dependencies) in graph {
+        let Some(allowed) = rows.get(name.as_str()) else {
+            problems.push(format!(
+                "{name} has no row: add one (and ARCHITECTURE.md's)"
+            ));
+            continue;
         };
         for (dependency, manifest) in dependencies {
-            assert!(
-                allowed.contains(&dependency.as_str()),
-                "{name} depends on {dependency} ({manifest}), which its row of CRATE_LAYERS \
-                 does not allow (ARCHITECTURE.md, \"Crates\")"
-            );
+            if !allowed.contains(&dependency.as_str()) {
+                problems.push(format!(
+                    "{name} depends on {dependency} ({manifest}), which its row does not allow"
+                ));
+            }
         }
     }
+    problems
+}
+
+#[test]
+fn each_crate_depends_only_on_the_crates_below_it() {
+    let problems = layering_problems(&crate_graph(), CRATE_LAYERS);
+    assert!(
+        problems.is_empty(),
+        "the crates break CRATE_LAYERS (ARCHITECTURE.md's table of what each crate may depend \
+         on):\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_layering_check_names_a_dependency_upwards_a_missing_row_and_a_cycle() {
+    let graph = |edges: &[(&str, &str)]| -> BTreeMap<String, BTreeMap<String, String>> {
+        let mut graph: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for (from, to) in edges {
+            graph.entry(from.to_string()).or_default();
+            if !to.is_empty() {
+                let manifest = format!("{from}/Cargo.toml");
+                graph
+                    .get_mut(*from)
+                    .unwrap()
+                    .insert(to.to_string(), manifest);
+            }
+        }
+        graph
+    };
+    let layers: &[(&str, &[&str])] = &[("core", &[]), ("sim", &["core"])];
+    assert!(layering_problems(&graph(&[("core", ""), ("sim", "core")]), layers).is_empty());
+    assert_eq!(
+        layering_problems(&graph(&[("core", "sim"), ("sim", "core")]), layers),
+        ["core depends on sim (core/Cargo.toml), which its row does not allow"]
+    );
+    assert_eq!(
+        layering_problems(&graph(&[("core", ""), ("live", "core")]), layers),
+        ["live has no row: add one (and ARCHITECTURE.md's)"]
+    );
+    let cyclic: &[(&str, &[&str])] = &[("core", &["sim"]), ("sim", &["core"])];
+    assert_eq!(
+        layering_problems(&graph(&[("core", "")]), cyclic),
+        ["the rows have a cycle: core -> sim -> core"]
+    );
 }
