@@ -7,9 +7,9 @@
 //! that holds them (`profile`), measured per-operation profiles (`op_profile`), operation classes
 //! priced from them where they apply (`measured_ops`: measured, scaled or analytic), and steps and
 //! MoE curves built from those (`measured_steps`, with the record of what priced what), and where
-//! a step's price came from (`source::CostSource`). See
-//! docs/cost-model.md. It depends on `expertsim-core` (time, input files) only: it knows no
-//! scheduler, family or scenario loader, which Cargo enforces.
+//! a step's price came from (`source::CostSource`). See docs/cost-model.md. It depends on
+//! `expertsim-core` (time, input files, the validation vocabulary) only: it knows no scheduler,
+//! family or scenario loader, which Cargo enforces.
 
 pub mod curve;
 pub mod fidelity;

@@ -20,6 +20,7 @@ use crate::roofline::{
     OpTime, ProfileCurves, RooflineParams, StepPrice, StepRoofline, StepTokens, TensorParallel,
 };
 use crate::shape::{DenseModelShape, MoeModelShape};
+use expertsim_core::validate::{FieldError, field_error};
 use serde::{Serialize, Serializer};
 use std::path::{Path, PathBuf};
 
@@ -351,6 +352,26 @@ impl MeasuredSet {
             operations: Vec::new(),
         }
     }
+}
+
+/// Checks that the measured set `set` (named by `field`) was measured on `gpu`, the GPU the
+/// scenario's `gpu_field` names: a measured set prices only its own GPU.
+pub fn measured_on(
+    field: &str,
+    set: &MeasuredSet,
+    gpu_field: &str,
+    gpu: &GpuSpec,
+) -> Result<(), FieldError> {
+    if set.ops.gpu.name == gpu.name {
+        return Ok(());
+    }
+    Err(field_error(
+        field,
+        format!(
+            "`{}` was measured on {}, but {gpu_field} is {}; name that GPU or another set",
+            set.name, set.ops.gpu.name, gpu.name
+        ),
+    ))
 }
 
 /// An MoE model's cost curves built from measured operations, and how each was priced.

@@ -1,13 +1,18 @@
-//! The module-dependency rule, checked from the sources: the top-level modules of the `sim`
-//! crate (`serving`, `scenario`, each family's folder, ...), and those of `expertsim-core`
-//! (`time`, `engine`, ...), import one another without a cycle. Between crates Cargo forbids
-//! cycles itself: `cost` and `core` cannot name `sim`'s modules at all. `expertsim-cost` is one
+//! The dependency rules, checked from the sources. Between crates: each workspace crate's
+//! `[dependencies]` name only the expertsim crates its row of `CRATE_LAYERS` allows (ARCHITECTURE.md's
+//! table of what each crate may depend on), and those rows form no cycle; Cargo refuses a cycle of normal
+//! dependencies itself, the rows also hold the direction (`sim` names no policy or plotting
+//! crate, `core` no other expertsim crate). Inside a crate: the top-level modules of `sim`
+//! (`serving`, `scenario`, each family's folder, ...) and of `expertsim-core` (`time`, `engine`,
+//! `arrivals`, `validate`, ...) import one another without a cycle. `expertsim-cost` is one
 //! node here as it was one module of `sim` before: its own modules are not held to the rule
-//! (`kernel` and `moe_layer` name each other). Every non-test source is read, comments and string literals blanked, `#[cfg(test)]`
-//! items and test-only files left out, and each `crate::<module>` path (in `use` lines, grouped
-//! `use crate::{a, b::c}` included, and in code) is an edge from the file's top-level module. The
-//! graph must be acyclic, with no exception; a cycle fails the test naming each edge and a line
-//! that makes it. A reviewer runs it with
+//! (`kernel` and `moe_layer` name each other). Every non-test source is read, comments and string
+//! literals blanked, `#[cfg(test)]` items and test-only files left out, and each
+//! `crate::<module>` path (in `use` lines, grouped `use crate::{a, b::c}` included, and in code)
+//! is an edge from the file's top-level module; a path to a module of a crate below (`sim`'s
+//! `crate::arrivals`, a re-export of `expertsim_core::arrivals`) is no edge of `sim`'s graph.
+//! Each graph must be acyclic, with no exception; a cycle fails the test naming each edge and a
+//! line that makes it. A reviewer runs it with
 //! `cargo test -p expertsim-sim --lib module_graph_checks`.
 
 use crate::one_engine_checks::rust_files;
@@ -359,13 +364,11 @@ fn the_top_level_modules_import_one_another_without_a_cycle() {
         ("policies", "caps"),
         ("policies", "gem"),
         ("policies", "mosaic"),
-        // The validation vocabulary (`validate`, with `[limits]`) and the shared file cache
-        // (`load_cache`) are below the families, the loader (`scenario`) above the registry, and
-        // the claims file's name is the loader's.
-        ("arrivals", "scenario"),
+        // The shared file cache (`load_cache`) is below the families, the loader (`scenario`)
+        // above the registry, and the claims file's name is the loader's. The validation
+        // vocabulary and the arrivals are `expertsim-core`'s: Cargo refuses their naming
+        // `scenario` or `load_cache`.
         ("family", "scenario"),
-        ("arrivals", "load_cache"),
-        ("validate", "arrivals"),
         ("scenario", "headlines"),
     ] {
         assert!(
@@ -386,4 +389,188 @@ fn the_modules_of_the_crates_below_sim_import_one_another_without_a_cycle() {
         assert!(!graph.is_empty(), "no module of {crate_src} names another");
         assert_acyclic(&graph);
     }
+    // In `expertsim-core` the validation vocabulary is below the arrivals (which validate the
+    // `[arrival]` table with it), and the recording vocabulary below nothing it records.
+    let core = module_graph("core/src");
+    for (from, to) in [
+        ("validate", "arrivals"),
+        ("metrics", "arrivals"),
+        ("records", "metrics"),
+        ("recorder", "arrivals"),
+    ] {
+        assert!(
+            !core.get(from).is_some_and(|to_set| to_set.contains_key(to)),
+            "core's {from} imports {to}: {}",
+            core[from][to]
+        );
+    }
+}
+
+/// The expertsim crates each workspace crate's `[dependencies]` may name (ARCHITECTURE.md's
+/// table at the top), by package name; a crate's row lists every crate it may import, so a new
+/// dependency that breaks the layering fails here even where Cargo sees no cycle.
+const CRATE_LAYERS: &[(&str, &[&str])] = &[
+    ("expertsim-core", &[]),
+    ("expertsim-cost", &["expertsim-core"]),
+    ("expertsim-figures", &[]),
+    ("expertsim-sim", &["expertsim-core", "expertsim-cost"]),
+    (
+        "expertsim-strategies",
+        &["expertsim-core", "expertsim-cost", "expertsim-sim"],
+    ),
+    (
+        "expertsim-kernels",
+        &["expertsim-core", "expertsim-cost", "expertsim-sim"],
+    ),
+    (
+        "expertsim-calibrate",
+        &[
+            "expertsim-core",
+            "expertsim-cost",
+            "expertsim-sim",
+            "expertsim-kernels",
+        ],
+    ),
+    (
+        "expertsim-live",
+        &[
+            "expertsim-core",
+            "expertsim-cost",
+            "expertsim-sim",
+            "expertsim-kernels",
+            "expertsim-calibrate",
+            "expertsim-figures",
+        ],
+    ),
+    (
+        "expertsim",
+        &[
+            "expertsim-sim",
+            "expertsim-strategies",
+            "expertsim-figures",
+            "expertsim-live",
+            "expertsim-calibrate",
+        ],
+    ),
+];
+
+/// The crate graph as the manifests state it: each workspace crate's package name -> the
+/// expertsim crates its `[dependencies]` name (dev-dependencies left out: Cargo allows a bench
+/// or test to link a crate above), with the manifest that names each.
+fn crate_graph() -> BTreeMap<String, BTreeMap<String, String>> {
+    let read = |path: &Path| -> toml::Table {
+        let text = std::fs::read_to_string(path).unwrap();
+        toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let workspace = read(&root().join("Cargo.toml"));
+    let aliases = workspace["workspace"]["dependencies"].as_table().unwrap();
+    let package_of = |key: &str| -> String {
+        aliases
+            .get(key)
+            .and_then(|spec| spec.get("package"))
+            .and_then(|p| p.as_str())
+            .unwrap_or(key)
+            .to_string()
+    };
+    let members = workspace["workspace"]["members"].as_array().unwrap();
+    let folders = members
+        .iter()
+        .map(|m| m.as_str().unwrap().to_string())
+        .chain(["".to_string()]);
+    let mut graph = BTreeMap::new();
+    for folder in folders {
+        let manifest = root().join(&folder).join("Cargo.toml");
+        let table = read(&manifest);
+        let name = table["package"]["name"].as_str().unwrap().to_string();
+        let mut names = BTreeMap::new();
+        if let Some(dependencies) = table.get("dependencies").and_then(|d| d.as_table()) {
+            for key in dependencies.keys() {
+                let package = package_of(key);
+                if package.starts_with("expertsim") {
+                    let manifest = manifest.strip_prefix(root()).unwrap_or(&manifest);
+                    names.insert(package, manifest.display().to_string());
+                }
+            }
+        }
+        graph.insert(name, names);
+    }
+    graph
+}
+
+/// What breaks the layering in `graph` (a crate -> the crates it depends on -> the manifest
+/// that says so) against `layers`: a cycle among the rows, a crate without a row, a dependency
+/// its row does not allow. Empty when the manifests keep the layering.
+fn layering_problems(
+    graph: &BTreeMap<String, BTreeMap<String, String>>,
+    layers: &[(&str, &[&str])],
+) -> Vec<String> {
+    let rows: BTreeMap<&str, &[&str]> = layers.iter().copied().collect();
+    let declared: BTreeMap<String, BTreeSet<String>> = layers
+        .iter()
+        .map(|(from, to)| (from.to_string(), to.iter().map(|t| t.to_string()).collect()))
+        .collect();
+    let mut problems = Vec::new();
+    if let Some(cycle) = find_cycle(&declared) {
+        problems.push(format!("the rows have a cycle: {}", cycle.join(" -> ")));
+    }
+    for (name, dependencies) in graph {
+        let Some(allowed) = rows.get(name.as_str()) else {
+            problems.push(format!(
+                "{name} has no row: add one (and ARCHITECTURE.md's)"
+            ));
+            continue;
+        };
+        for (dependency, manifest) in dependencies {
+            if !allowed.contains(&dependency.as_str()) {
+                problems.push(format!(
+                    "{name} depends on {dependency} ({manifest}), which its row does not allow"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn each_crate_depends_only_on_the_crates_below_it() {
+    let problems = layering_problems(&crate_graph(), CRATE_LAYERS);
+    assert!(
+        problems.is_empty(),
+        "the crates break CRATE_LAYERS (ARCHITECTURE.md's table of what each crate may depend \
+         on):\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_layering_check_names_a_dependency_upwards_a_missing_row_and_a_cycle() {
+    let graph = |edges: &[(&str, &str)]| -> BTreeMap<String, BTreeMap<String, String>> {
+        let mut graph: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for (from, to) in edges {
+            graph.entry(from.to_string()).or_default();
+            if !to.is_empty() {
+                let manifest = format!("{from}/Cargo.toml");
+                graph
+                    .get_mut(*from)
+                    .unwrap()
+                    .insert(to.to_string(), manifest);
+            }
+        }
+        graph
+    };
+    let layers: &[(&str, &[&str])] = &[("core", &[]), ("sim", &["core"])];
+    assert!(layering_problems(&graph(&[("core", ""), ("sim", "core")]), layers).is_empty());
+    assert_eq!(
+        layering_problems(&graph(&[("core", "sim"), ("sim", "core")]), layers),
+        ["core depends on sim (core/Cargo.toml), which its row does not allow"]
+    );
+    assert_eq!(
+        layering_problems(&graph(&[("core", ""), ("live", "core")]), layers),
+        ["live has no row: add one (and ARCHITECTURE.md's)"]
+    );
+    let cyclic: &[(&str, &[&str])] = &[("core", &["sim"]), ("sim", &["core"])];
+    assert_eq!(
+        layering_problems(&graph(&[("core", "")]), cyclic),
+        ["the rows have a cycle: core -> sim -> core"]
+    );
 }

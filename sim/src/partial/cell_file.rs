@@ -140,3 +140,18 @@ pub fn read(
         trace: file.trace,
     })
 }
+
+#[cfg(test)]
+mod signed_metrics_tests {
+    // `metrics::SIGNED_METRICS` is `expertsim-core`'s, which knows no family: held here, where
+    // the registry is reachable.
+    #[test]
+    fn every_signed_metric_is_a_metric_of_a_family() {
+        for name in crate::metrics::SIGNED_METRICS {
+            assert!(
+                crate::registry::families().any(|f| f.metrics().iter().any(|m| m.name == *name)),
+                "{name} is no family's metric"
+            );
+        }
+    }
+}

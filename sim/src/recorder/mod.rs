@@ -6,19 +6,19 @@
 //! MFU), KV-cache use over time (a bounded series) and preemptions; the overall figures merged
 //! from the replicas'. A family declares its metrics once as a table (`table::MetricDef`: name,
 //! unit, better direction, how to compute) and turns it into `RunOutput`; a failed run reports
-//! no number but its reason (`table::failed`). `trace_events` writes the steps of every replica
-//! as a Chrome trace-event file. Every metric is defined in docs/metrics.md.
+//! no number but its reason (`table::failed`); the table, the expert-load and ranking statistics
+//! are `expertsim-core`'s (`expertsim_core::recorder`), re-exported here. `trace_events` writes
+//! the steps of every replica as a Chrome trace-event file. Every metric is defined in docs/metrics.md.
 
-pub mod expert_load;
-pub mod ranking;
 pub mod replica;
 pub mod sessions;
-pub mod table;
 pub mod trace_events;
 
+// The parts below the serving layer are `expertsim-core`'s (`expertsim_core::recorder`), under
+// their old paths (`crate::recorder::table::MetricDef`, ...).
 pub use crate::serving::latencies::{Percentiles, RequestLatencies, RequestSummary};
-pub use expert_load::ExpertLoad;
+pub use expertsim_core::recorder::{ExpertLoad, MetricDef, expert_load, failed, infos, ranking};
+pub use expertsim_core::recorder::{scalars, table};
 pub use replica::{QuestionSummary, ReplicaRecorder, ServingSummary, WorkflowSummary};
 pub use sessions::SessionSummary;
-pub use table::{MetricDef, failed, infos, scalars};
 pub use trace_events::{StepCounts, TraceEvents};

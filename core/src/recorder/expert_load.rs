@@ -56,7 +56,7 @@ pub(crate) fn sum_of(values: &[f32]) -> f64 {
 /// Largest of `values`, and at least 0 (negative entries count as 0; a NaN wins and makes
 /// the curve lookup fail loudly). Compares the bit patterns as i32: for non-negative floats
 /// the order is the same, and an integer max vectorizes where a float max does not.
-pub(crate) fn max_of(values: &[f32]) -> f32 {
+pub fn max_of(values: &[f32]) -> f32 {
     let mut lanes = [0i32; LANES];
     let mut chunks = values.chunks_exact(LANES);
     for chunk in &mut chunks {

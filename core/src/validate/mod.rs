@@ -1,12 +1,12 @@
 //! The validation vocabulary every module checks scenario values with, below everything that
 //! reads a scenario table: the field-level error the loader turns into file:line:column, number
 //! and duration checks, profile names, file-name components, and the ceilings of `[limits]`
-//! (`limits`). The loader (`scenario`) and the cache of files a sweep's cells share
-//! (`load_cache`) sit above.
+//! (`limits`). It names no cost model (the one check that reads one, a measured set's GPU, is
+//! `expertsim_cost::measured_steps::measured_on`); the loader (`sim::scenario`) and the cache of
+//! files a sweep's cells share (`sim::load_cache`) sit above.
 
 pub mod limits;
 
-use crate::cost::measured_steps::MeasuredSet;
 use limits::MAX_SIM_SECONDS_CEILING;
 use std::path::PathBuf;
 
@@ -56,26 +56,6 @@ pub fn at_least_one(path: &str, value: usize) -> Result<usize, FieldError> {
     } else {
         Err(field_error(path, "must be at least 1, got 0"))
     }
-}
-
-/// Checks that the measured set `set` (named by `field`) was measured on `gpu`, the GPU the
-/// scenario's `gpu_field` names: a measured set prices only its own GPU.
-pub fn measured_on(
-    field: &str,
-    set: &MeasuredSet,
-    gpu_field: &str,
-    gpu: &crate::cost::GpuSpec,
-) -> Result<(), FieldError> {
-    if set.ops.gpu.name == gpu.name {
-        return Ok(());
-    }
-    Err(field_error(
-        field,
-        format!(
-            "`{}` was measured on {}, but {gpu_field} is {}; name that GPU or another set",
-            set.name, set.ops.gpu.name, gpu.name
-        ),
-    ))
 }
 
 /// A duration of `seconds` as simulated time: finite, positive, at least one nanosecond once
