@@ -51,12 +51,8 @@ impl Workload {
             seed,
         );
         let mut prompts = vec![Vec::new(); scenario.experts.len()];
-        let mut first_seen = Vec::new();
         for q in &questions {
             for (&m, &output_tokens) in q.experts.iter().zip(&q.output_tokens) {
-                if !first_seen.contains(&m) {
-                    first_seen.push(m);
-                }
                 prompts[m].push(GenerationRequest {
                     prompt_tokens: q.prompt_tokens,
                     output_tokens,
@@ -64,8 +60,8 @@ impl Workload {
             }
         }
         Workload {
+            first_seen: questions::first_seen(&questions),
             questions,
-            first_seen,
             prompts,
         }
     }

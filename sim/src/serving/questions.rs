@@ -322,6 +322,22 @@ pub fn synthesize(
         .collect()
 }
 
+/// The experts in the order they are first recruited, question by question and within a
+/// question in recruitment order: MOSAIC's "first-seen order of queries", the order round-robin
+/// placement deals the models to workers in (mosaic.txt section 5.1). Experts never recruited
+/// are absent.
+pub fn first_seen(questions: &[Question]) -> Vec<usize> {
+    let mut seen = Vec::new();
+    for q in questions {
+        for &m in &q.experts {
+            if !seen.contains(&m) {
+                seen.push(m);
+            }
+        }
+    }
+    seen
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1521,12 +1521,14 @@ impl ServingConfig {
         }
         scenario.workflow = workflow;
         if let Some(table) = &self.workload.questions {
-            scenario.questions = Some(super::questions::validate(
-                table,
-                &self.workload,
-                &tables,
-                &scenario,
-            )?);
+            let questions = super::questions::validate(table, &self.workload, &tables, &scenario)?;
+            if let Some(placement) = &self.placement {
+                let paths: Vec<String> = tables.iter().map(|(path, _)| path.clone()).collect();
+                let names: Vec<String> = table.experts.iter().map(|e| e.model.clone()).collect();
+                scenario.placement =
+                    Some(placement.validate_questions(&scenario, &paths, &questions, &names)?);
+            }
+            scenario.questions = Some(questions);
         }
         for (path, table) in &tables {
             if let SchedulerTable::Static {
@@ -2495,7 +2497,9 @@ impl ServingConfig {
             .validate(n_requests, base_dir, &mut cache.traces)?;
         let calls = calls(w, &groups, n_requests, &arrival, router_kind)?;
         let placement = match &self.placement {
+            // Checked against the questions once they are (`validate`).
             None => None,
+            Some(_) if w.questions.is_some() => None,
             Some(table) => {
                 let paths: Vec<String> = match &self.replica {
                     ReplicaTables::One(_) => vec!["replica".to_string()],

@@ -55,7 +55,11 @@ impl Serving {
         let planned = match &scenario.placement {
             None => None,
             Some(spec) => {
-                match super::placement::planned(scenario, &mut *policies.placement(&spec.policy)) {
+                match super::placement::planned(
+                    scenario,
+                    &mut *policies.placement(&spec.policy),
+                    seed,
+                ) {
                     Ok(planned) => Some(planned),
                     Err(reason) => {
                         return Ok(Run {
@@ -155,9 +159,16 @@ impl Family for Serving {
             }
         }
         d.push(Demand::new(Gpus, s.gpu_count() as f64, "replica.count"));
-        // Placed sessions: each worker is one replica's GPUs (the largest group's).
+        // Placed sessions: each worker is one replica's GPUs (the largest placed group's; the
+        // aggregator runs on the workers' GPUs).
         if let Some(placement) = &s.placement {
-            let gpus = s.groups().map(|(_, r)| r.gpus).max().unwrap_or(1);
+            let gpus = s
+                .groups()
+                .enumerate()
+                .filter(|&(g, _)| placement.aggregator != Some(g))
+                .map(|(_, (_, r))| r.gpus)
+                .max()
+                .unwrap_or(1);
             d.push(Demand::new(
                 Gpus,
                 f64::from(placement.workers) * gpus as f64,

@@ -254,7 +254,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "placement.workers",
         default: "(required with `[placement]`)",
-        meaning: "MOSAIC's expert placement (`serving_family::placement`, below, \"Placed sessions\"): the workers, one GPU set each, that run sessions one after another; each session is one replica of a group's model that loads it (`replica.load`, once per session) and then generates the calls the plan gives it, released to it when its load ends (timed from there); the plan is made before the run, each group's replicas being its model's sessions; needs `arrival.pattern = \"offline\"` and `[[workload.calls]]` with one class per group and every group addressed, each group `count` left at 1 (the plan sets it), a continuous scheduler kind, no `[adapters]`; `details.placement` (the problem, plan, predicted makespan, solver) and `details.sessions` (`worker_walls_s`, `worker_idle_s`, `idle_pct`, `loads`, `load_time_s`, `barriers_s`, per worker its sessions' times)",
+        meaning: "MOSAIC's expert placement (`serving_family::placement`, below, \"Placed sessions\"): the workers, one GPU set each, that run sessions one after another; each session is one replica of a group's model that loads it (`replica.load`, once per session) and then generates the calls the plan gives it, released to it when its load ends (timed from there); the plan is made before the run, each group's replicas being its model's sessions; needs `arrival.pattern = \"offline\"` and `[[workload.calls]]` with one class per group and every group addressed, or `[workload.questions]` with each expert a group of its own with slots (given to the policy in the order the seed's questions first recruit them, MOSAIC's first-seen order, each expert's calls taken by its sessions in question order) and the aggregator a group of its own of at most the workers' GPUs, run on the workers once every worker is done, loading its model first, when the gate left it calls (`details.sessions.aggregator`; `expert_makespan_s` the last worker's end, `aggregator_s` its load and generation), each group `count` left at 1 (the plan sets it), a continuous scheduler kind, no `[adapters]`; `details.placement` (the problem, plan, predicted makespan, solver) and `details.sessions` (`worker_walls_s`, `worker_idle_s`, `idle_pct`, `loads`, `load_time_s`, `barriers_s`, per worker its sessions' times)",
     },
     KeyDoc {
         key: "placement.policy",
@@ -264,7 +264,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "placement.predicted_session_s",
         default: "none",
-        meaning: "per model (as `[[workload.calls]]` names it), its predicted session time for all its calls, seconds: what `ilp` and `lpt` read (required for them unless `[placement.calibration]` computes them; not beside it), with the load it gives each model's replica cap clamp(1, floor(T / load), workers)",
+        meaning: "per placed model (as `[[workload.calls]]` or `[[workload.questions.experts]]` names it), its predicted session time for all its calls, seconds: what `ilp` and `lpt` read (required for them unless `[placement.calibration]` computes them; not beside it), with the load it gives each model's replica cap clamp(1, floor(T / load), workers)",
     },
     KeyDoc {
         key: "placement.calibration.calls",

@@ -397,6 +397,21 @@ pub fn validate(
     })
 }
 
+/// The questions of `spec` for `seed` (`crate::serving::questions::synthesize`, as the mosaic
+/// family draws them: the experts' outputs unscaled, the mosaic family's `*_output_scale` of 1).
+fn synthesize(spec: &QuestionSpec, seed: u64) -> Vec<Question> {
+    let slots: Vec<u32> = spec.experts.iter().map(|e| e.slots).collect();
+    let outputs: Vec<LengthDist> = spec.experts.iter().map(|e| e.output).collect();
+    questions::synthesize(&slots, &spec.buckets, &spec.prompt, &outputs, |_| 1.0, seed)
+}
+
+/// The experts (indices into `spec.experts`) in the order the questions of `seed` first
+/// recruit them (`crate::serving::questions::first_seen`): the order `[placement]` gives the
+/// models to its policy, so that round robin deals them as MOSAIC's baseline does.
+pub fn first_seen(spec: &QuestionSpec, seed: u64) -> Vec<usize> {
+    questions::first_seen(&synthesize(spec, seed))
+}
+
 /// A call to submit: the replicas it may go to (one group's), its lengths.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Call {
@@ -436,10 +451,7 @@ impl<'a> Questions<'a> {
     /// family draws them), then per question its aggregator output and accuracy draw (streams
     /// "aggregator", "accuracy", the mosaic family's).
     pub fn new(spec: &'a QuestionSpec, seed: u64) -> Questions<'a> {
-        let slots: Vec<u32> = spec.experts.iter().map(|e| e.slots).collect();
-        let outputs: Vec<LengthDist> = spec.experts.iter().map(|e| e.output).collect();
-        let questions =
-            questions::synthesize(&slots, &spec.buckets, &spec.prompt, &outputs, |_| 1.0, seed);
+        let questions = synthesize(spec, seed);
         let mut aggregator_rng = stream(seed, "aggregator");
         let mut accuracy_rng = stream(seed, "accuracy");
         let mut aggregator_outputs = Vec::with_capacity(questions.len());

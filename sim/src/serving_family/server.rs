@@ -645,8 +645,12 @@ impl<'a> ServingServer<'a> {
         self.sessions.as_ref().map(Sessions::summary)
     }
 
-    /// Schedules the end of each load of a session that started (`Event::Loaded`).
+    /// Schedules the end of each load of a session that started (`Event::Loaded`), the
+    /// aggregator's once the expert stage is over (after this event's submissions).
     fn schedule_session_starts(&mut self, events: &mut EventQueue<Event>) {
+        if let Some(sessions) = &mut self.sessions {
+            sessions.start_aggregator(&mut self.session_starts);
+        }
         for (replica, loaded) in self.session_starts.drain(..) {
             events.schedule(loaded, Event::Loaded { replica });
         }
@@ -911,8 +915,9 @@ impl<'a> ServingServer<'a> {
     }
 
     /// Routes and queues a question's `call` at `now` among its group's replicas (the
-    /// predictor's draws as an addressed call's); a prompt past what the replica takes is
-    /// refused, and the call counts as finished with no output. Returns the replica.
+    /// predictor's draws as an addressed call's; placed, to its model's sessions in order, and
+    /// held until its session generates); a prompt past what the replica takes is refused, and
+    /// the call counts as finished with no output. Returns the replica.
     fn submit_call(&mut self, now: SimTime, call: Call) -> usize {
         let id = self.next_id;
         self.next_id += 1;
@@ -923,11 +928,20 @@ impl<'a> ServingServer<'a> {
         let (prompt, output) = (call.prompt_tokens, call.output_tokens.max(1));
         let draws = self.observe_for_routing(id, prompt, output);
         let eligible = call.replicas;
-        let r = self.route_one_stage(id, eligible.clone());
+        let r = match &mut self.sessions {
+            Some(sessions) => sessions.route(eligible.clone()),
+            None => self.route_one_stage(id, eligible.clone()),
+        };
         assert!(eligible.contains(&r), "router chose replica {r}");
         let max_len = self.replicas[r].max_len;
         if prompt >= max_len {
             self.replicas[r].refused += 1;
+            // A planned expert call counts as its session's (the aggregator's were not held).
+            if let Some(sessions) = &mut self.sessions
+                && !sessions.is_aggregator(r)
+            {
+                sessions.call_done(r, now, &mut self.session_starts);
+            }
             let gate = self
                 .gate
                 .as_deref_mut()
@@ -944,6 +958,12 @@ impl<'a> ServingServer<'a> {
         run.arrived += 1;
         self.outputs.insert(id, (output, None));
         let request = one_stage_request(id, now, run.replica.iteration(), prompt, &draws, 0);
+        if let Some(sessions) = &mut self.sessions
+            && sessions.holds(r)
+        {
+            sessions.hold(r, request);
+            return r;
+        }
         run.replica.submit(now, request, &mut *self.queue, r);
         run.recorder
             .queue_depth(now, run.replica.waiting(&*self.queue, r));
@@ -1249,6 +1269,15 @@ impl<'a> ServingServer<'a> {
         let mut overall = ServingSummary::merge(&parts);
         overall.workflows = self.workflows.as_ref().map(Workflows::summary);
         overall.questions = self.questions.as_ref().map(Questions::summary);
+        // Placed, the expert stage ends with its last worker (an empty data-parallel session
+        // loads past the last call), where the aggregator's session starts: MOSAIC's stages.
+        if let (Some(q), Some(end)) = (
+            &mut overall.questions,
+            self.sessions.as_ref().and_then(Sessions::expert_end),
+        ) {
+            q.expert_end = q.expert_end.max(end);
+            q.last_finish = q.last_finish.max(end);
+        }
         Ok((overall, parts))
     }
 }

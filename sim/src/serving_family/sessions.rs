@@ -6,7 +6,11 @@
 //! next session then starts loading. Under data parallelism's barriers
 //! (`PlacementPlan::barrier_per_round`) round `r + 1` starts on every worker only once every
 //! worker has finished round `r`, and a session without calls still loads its model; without
-//! barriers a session without calls is skipped. `Sessions` is the bookkeeping the serving
+//! barriers a session without calls is skipped. With a question workload's aggregator
+//! (`WorkerSessions::aggregator`), once every worker is done the aggregator's replica (its GPUs
+//! the workers') loads its model and generates the calls the gate released, as MOSAIC's
+//! aggregator stage does; it does not run when the gate skipped every question. `Sessions` is
+//! the bookkeeping the serving
 //! server (`server::ServingServer`) consults: which replica a call goes to, whether it is held,
 //! and when each session's load ends; `SessionsSummary` what the run did (each worker's wall and
 //! idle time), which `details.sessions` reports.
@@ -28,6 +32,9 @@ pub struct WorkerSessions {
     pub calls: Vec<u64>,
     /// Whether round `r + 1` starts only once every worker finished round `r`.
     pub barrier_per_round: bool,
+    /// The aggregator's replica, run on the workers after the expert stage (its calls not
+    /// planned: `calls` has 0 for it, and it takes those the gate releases).
+    pub aggregator: Option<usize>,
     /// What `details.placement` reports: the policy, the problem it saw, its plan, its solver.
     pub detail: serde_json::Value,
     /// The makespan the plan predicts, where every model has a predicted session time.
@@ -83,8 +90,10 @@ pub struct Sessions {
     plan: std::sync::Arc<WorkerSessions>,
     /// Per replica, its model load.
     load: Vec<SimDuration>,
-    /// Per replica, calls not finished (or refused) yet.
+    /// Per replica, calls not finished (or refused) yet (the aggregator's: those held for it).
     remaining: Vec<u64>,
+    /// Per replica, calls routed to it so far (`route`).
+    routed: Vec<u64>,
     /// Per replica, the calls routed to it before its session started generating.
     held: Vec<Vec<QueuedRequest>>,
     /// Per replica, whether its session has started generating, and its times once started.
@@ -99,6 +108,11 @@ pub struct Sessions {
     round: usize,
     rounds: usize,
     barriers: Vec<SimTime>,
+    /// Workers done with every session (without barriers), and when the last was.
+    done: usize,
+    expert_end: Option<SimTime>,
+    /// Whether the aggregator's start was decided (`start_aggregator`).
+    aggregator_decided: bool,
 }
 
 impl Sessions {
@@ -108,6 +122,7 @@ impl Sessions {
         let workers = plan.workers.len();
         Sessions {
             remaining: plan.calls.clone(),
+            routed: vec![0; replicas],
             held: vec![Vec::new(); replicas],
             generating: vec![false; replicas],
             times: vec![None; replicas],
@@ -117,8 +132,48 @@ impl Sessions {
             round: 0,
             rounds: plan.workers.iter().map(Vec::len).max().unwrap_or(0),
             barriers: Vec::new(),
+            done: 0,
+            expert_end: None,
+            aggregator_decided: false,
             load,
             plan,
+        }
+    }
+
+    /// The replica the next call addressed to the group whose replicas are `replicas` goes to
+    /// (`WorkerSessions::replica_of` with the group's count of calls so far): a question
+    /// workload's calls, whose groups interleave.
+    pub fn route(&mut self, replicas: std::ops::Range<usize>) -> usize {
+        let k = self.routed[replicas.start];
+        self.routed[replicas.start] += 1;
+        self.plan.replica_of(replicas, k)
+    }
+
+    /// Whether replica `r` is the aggregator's.
+    pub fn is_aggregator(&self, r: usize) -> bool {
+        self.plan.aggregator == Some(r)
+    }
+
+    /// When the expert stage ended (the last worker done with its sessions), once it has.
+    pub fn expert_end(&self) -> Option<SimTime> {
+        self.expert_end
+    }
+
+    /// Once the expert stage is over (and every call the gate released by then is held for
+    /// the aggregator, so the server calls this after each event's submissions): the
+    /// aggregator's session starts loading at the stage's end, if it has calls; `starts` gets
+    /// the end of its load.
+    pub fn start_aggregator(&mut self, starts: &mut Vec<(usize, SimTime)>) {
+        let (Some(r), Some(end), false) = (
+            self.plan.aggregator,
+            self.expert_end,
+            self.aggregator_decided,
+        ) else {
+            return;
+        };
+        self.aggregator_decided = true;
+        if !self.held[r].is_empty() {
+            self.start_session(r, end, starts);
         }
     }
 
@@ -127,8 +182,12 @@ impl Sessions {
         !self.generating[r]
     }
 
-    /// Holds `request` for replica `r` until its session starts generating.
+    /// Holds `request` for replica `r` until its session starts generating (the aggregator
+    /// counts it as one more call to serve).
     pub fn hold(&mut self, r: usize, request: QueuedRequest) {
+        if self.is_aggregator(r) {
+            self.remaining[r] += 1;
+        }
         self.held[r].push(request);
     }
 
@@ -184,6 +243,9 @@ impl Sessions {
         if let Some(t) = &mut self.times[r] {
             t.end = now;
         }
+        if self.is_aggregator(r) {
+            return;
+        }
         let w = self.worker_of(r);
         self.worker_end[w] = now;
         self.next[w] += 1;
@@ -203,6 +265,8 @@ impl Sessions {
                     for w in 0..self.plan.workers.len() {
                         self.start_round(w, now, starts);
                     }
+                } else {
+                    self.expert_end = Some(now);
                 }
             }
             return;
@@ -213,6 +277,11 @@ impl Sessions {
         }
         if let Some(&r) = sessions.get(self.next[w]) {
             self.start_session(r, now, starts);
+        } else {
+            self.done += 1;
+            if self.done == self.plan.workers.len() {
+                self.expert_end = Some(now);
+            }
         }
     }
 
@@ -254,9 +323,14 @@ impl Sessions {
                 makespan_s - busy
             })
             .collect();
-        for t in self.times.iter().flatten() {
-            loads += 1;
-            load_time_s += (t.generate_start - t.load_start).as_secs_f64();
+        // The expert stage's loads (the aggregator's is its stage's).
+        for (r, t) in self.times.iter().enumerate() {
+            if let Some(t) = t
+                && !self.is_aggregator(r)
+            {
+                loads += 1;
+                load_time_s += (t.generate_start - t.load_start).as_secs_f64();
+            }
         }
         let workers = self.plan.workers.len() as f64;
         SessionsSummary {
@@ -304,6 +378,19 @@ impl Sessions {
             .collect();
         let mut detail = serde_json::to_value(self.summary()).expect("serializable");
         detail["workers"] = json!(workers);
+        // The aggregator's session on the workers, when it ran.
+        if let Some(r) = self.plan.aggregator
+            && let Some(t) = self.times[r]
+        {
+            detail["aggregator"] = json!({
+                "replica": r,
+                "model": models[r],
+                "calls": self.routed[r],
+                "load_start_s": t.load_start.as_secs_f64(),
+                "generate_start_s": t.generate_start.as_secs_f64(),
+                "end_s": t.end.as_secs_f64(),
+            });
+        }
         detail
     }
 }
@@ -325,6 +412,7 @@ mod tests {
         Placement, PlacementError, PlacementPlan, PlacementProblem, Session,
     };
     use crate::records::DiscardRecords;
+    use crate::time::SimTime;
 
     /// A placement that returns the plan it was given (the `strategies` crate's policies are
     /// out of this crate's reach).
@@ -404,7 +492,7 @@ policy = { kind = "round_robin" }
             barrier_per_round: barrier,
             solver: None,
         };
-        let s = planned(&scenario(PLACED).unwrap(), &mut Given(plan)).expect("a valid plan");
+        let s = planned(&scenario(PLACED).unwrap(), &mut Given(plan), 0).expect("a valid plan");
         run(&s)
     }
 
@@ -515,6 +603,243 @@ policy = { kind = "round_robin" }
             1
         );
         assert_eq!(session(&free, 0, 1).0, slow_end);
+    }
+
+    /// GPQA's 198 questions recruited to two experts (Llama-2-7B, 300 slots, loading 10 s;
+    /// Qwen2.5-7B, 294 slots, 5 s; short outputs so the run is cheap) on two H100 workers, the
+    /// aggregator DeepSeek-R1-Distill-Qwen-7B at TP = 2 (the two workers' GPUs, loading 7 s),
+    /// released after the expert stage.
+    const QUESTIONS: &str = r#"
+[[replica]]
+model = "llama-2-7b"
+gpu = "H100-SXM"
+load = { kind = "fixed", seconds = 10.0 }
+[[replica]]
+model = "qwen2.5-7b-instruct"
+gpu = "H100-SXM"
+load = { kind = "fixed", seconds = 5.0 }
+[[replica]]
+model = "deepseek-r1-distill-qwen-7b"
+gpu = "H100-SXM"
+gpus = 2
+tensor_parallel = 2
+load = { kind = "fixed", seconds = 7.0 }
+[workload]
+n_requests = 198
+[workload.questions]
+dataset = "gpqa"
+release = "after_experts"
+gate = { kind = "threshold", tau = 1.0 }
+[[workload.questions.experts]]
+model = "llama-2-7b"
+slots = 300
+output_tokens = { mean = 20.0, sigma = 0.5, max = 200 }
+[[workload.questions.experts]]
+model = "qwen2.5-7b-instruct"
+slots = 294
+output_tokens = { mean = 20.0, sigma = 0.5, max = 200 }
+[workload.questions.aggregator]
+model = "deepseek-r1-distill-qwen-7b"
+output_tokens = { mean = 15.0, sigma = 0.6, max = 200 }
+[arrival]
+pattern = "offline"
+[placement]
+workers = 2
+policy = { kind = "round_robin" }
+"#;
+
+    /// Each finished request: its replica and when it was submitted.
+    #[derive(Default)]
+    struct Submitted(Vec<(u64, SimTime)>);
+    impl crate::records::RecordSink for Submitted {
+        fn record(&mut self, r: &crate::records::RequestRecord<'_>) {
+            let crate::records::Extra::Count(replica) = r.extra[0] else {
+                panic!("the first column is the replica");
+            };
+            self.0.push((replica, r.arrival));
+        }
+    }
+
+    /// A gate by plurality: skips a question whose plurality (of k = 3 votes) is at least the
+    /// given one (3: tau = 1; 1: every question).
+    struct AtLeast(u32);
+    impl crate::policies::gate::AggregationGate for AtLeast {
+        fn name(&self) -> &'static str {
+            "at_least"
+        }
+        fn skip(&mut self, votes: &crate::policies::gate::Votes) -> bool {
+            votes.plurality >= self.0
+        }
+    }
+
+    /// Round robin (each worker all the calls of the model it is dealt, in the order the
+    /// problem lists them) planned and served for `seed` under `gate`.
+    fn served_questions(seed: u64, gate: u32) -> (Vec<usize>, Submitted, RunOutput) {
+        use super::super::tests::{Fifo, Linear, Turns};
+        let s = scenario(QUESTIONS).unwrap();
+        let order = super::super::questions::first_seen(s.questions.as_ref().unwrap(), seed);
+        let slots = [300, 294];
+        let plan = PlacementPlan {
+            workers: (0..2)
+                .map(|w| {
+                    vec![Session {
+                        model: w,
+                        prompts: slots[order[w]],
+                    }]
+                })
+                .collect(),
+            barrier_per_round: false,
+            solver: None,
+        };
+        let planned = planned(&s, &mut Given(plan), seed).expect("a valid plan");
+        let mut p = super::super::ScenarioPolicies {
+            queue: Box::new(Fifo::default()),
+            router: Box::new(Turns::default()),
+            mapper: Box::new(Linear),
+            selectors: Vec::new(),
+            memory: None,
+            gate: Some(Box::new(AtLeast(gate))),
+        };
+        let mut records = Submitted::default();
+        let out = super::super::run_policies(&planned, seed, &mut p, &mut records, None).unwrap();
+        assert!(out.details.get("failed").is_none(), "{}", out.details);
+        (order, records, out)
+    }
+
+    #[test]
+    fn questions_run_on_the_workers_then_the_aggregator_reloads_on_them() {
+        // Seeds whose questions first recruit Qwen (expert 1) and Llama: the problem lists the
+        // models in that order, so round robin deals Qwen to worker 0 there.
+        let order_of = |seed| {
+            let s = scenario(QUESTIONS).unwrap();
+            super::super::questions::first_seen(s.questions.as_ref().unwrap(), seed)
+        };
+        let qwen_first = (0..64).find(|&seed| order_of(seed) == [1, 0]).unwrap();
+        assert!((0..64).any(|seed| order_of(seed) == [0, 1]));
+        let (order, records, out) = served_questions(qwen_first, 3);
+        assert_eq!(order, [1, 0]);
+        let written = scenario(QUESTIONS).unwrap();
+        let names: Vec<&str> = written.groups().map(|(m, _)| m.name()).collect();
+        let loads = [10.0, 5.0];
+        assert_eq!(out.details["placement"]["models"][0]["name"], names[1]);
+        // Each worker: one session of the model it was dealt, loading from 0, all its calls.
+        let sessions = &out.details["sessions"];
+        let mut expert_end: f64 = 0.0;
+        for (w, &e) in order.iter().enumerate() {
+            let (load, generate, end, calls) = session(&out, w, 0);
+            assert_eq!(sessions["workers"][w][0]["model"], names[e]);
+            assert_eq!((load, generate), (0.0, loads[e]));
+            assert_eq!(calls, [300, 294][e]);
+            expert_end = expert_end.max(end);
+        }
+        close(out.scalar("expert_makespan_s").unwrap(), expert_end);
+        // The expert stage's loads only: two, 15 s.
+        assert_eq!(sessions["loads"], 2);
+        close(sessions["load_time_s"].as_f64().unwrap(), 15.0);
+        // The aggregator: loads on the workers from the stage's end, generates 7 s later the
+        // 124 questions tau = 1 does not skip (GPQA's 74 of 198 unanimous), all submitted
+        // then; its last finish ends the run.
+        let agg = &sessions["aggregator"];
+        assert_eq!(agg["replica"], 2);
+        assert_eq!(agg["calls"], 124);
+        close(agg["load_start_s"].as_f64().unwrap(), expert_end);
+        let generate = agg["generate_start_s"].as_f64().unwrap();
+        close(generate, expert_end + 7.0);
+        let end = agg["end_s"].as_f64().unwrap();
+        close(out.scalar("end_to_end_s").unwrap(), end);
+        close(out.scalar("aggregator_s").unwrap(), 7.0 + (end - generate));
+        let t = SimTime::from_secs_f64;
+        let on = |r: u64| records.0.iter().filter(move |c| c.0 == r);
+        assert_eq!(on(2).count(), 124);
+        assert!(on(2).all(|c| c.1 == t(generate)));
+        // Each expert call is submitted when its session (expert e's group, replica e) starts
+        // generating.
+        for (e, (&load, slots)) in loads.iter().zip([300, 294]).enumerate() {
+            assert_eq!(on(e as u64).count(), slots);
+            assert!(on(e as u64).all(|c| c.1 == t(load)));
+        }
+        // A gate that skips every question: the aggregator never loads.
+        let (_, records, out) = served_questions(qwen_first, 1);
+        assert!(out.details["sessions"].get("aggregator").is_none());
+        assert_eq!(records.0.len(), 594);
+        assert_eq!(out.scalar("aggregator_s"), Some(0.0));
+        close(
+            out.scalar("end_to_end_s").unwrap(),
+            out.scalar("expert_makespan_s").unwrap(),
+        );
+    }
+
+    #[test]
+    fn placed_questions_are_refused_naming_the_field() {
+        let refused = |from: &str, to: &str, field: &str| {
+            let text = QUESTIONS.replacen(from, to, 1);
+            assert_ne!(text, QUESTIONS, "{from}");
+            let e = scenario(&text).expect_err(to);
+            assert_eq!(e.path, field, "{to}: {e:?}");
+        };
+        // The aggregator on an expert's group.
+        refused(
+            "model = \"deepseek-r1-distill-qwen-7b\"\noutput_tokens",
+            "model = \"qwen2.5-7b-instruct\"\noutput_tokens",
+            "workload.questions.aggregator.group",
+        );
+        // Wider than the two workers.
+        refused(
+            "gpus = 2\ntensor_parallel = 2",
+            "gpus = 4\ntensor_parallel = 4",
+            "replica[2].gpus",
+        );
+        // A group neither an expert nor the aggregator.
+        refused(
+            "[workload]",
+            "[[replica]]\nmodel = \"glm-4-9b\"\ngpu = \"H100-SXM\"\n[workload]",
+            "replica[3].model",
+        );
+        // An expert the benchmark never recruits.
+        let glm = "[[workload.questions.experts]]\nmodel = \"glm-4-9b\"\nslots = 0\n\
+                   output_tokens = { mean = 20.0, sigma = 0.5, max = 200 }\n\
+                   [workload.questions.aggregator]";
+        refused(
+            "[workload.questions.aggregator]",
+            glm,
+            "workload.questions.experts[2].model",
+        );
+        let with_glm = QUESTIONS.replacen(
+            "[workload]",
+            "[[replica]]\nmodel = \"glm-4-9b\"\ngpu = \"H100-SXM\"\n[workload]",
+            1,
+        );
+        let e = scenario(&with_glm.replacen("[workload.questions.aggregator]", glm, 1))
+            .expect_err("no slots");
+        assert_eq!(e.path, "workload.questions.experts[2].slots", "{e:?}");
+        refused("gpus = 2\n", "gpus = 2\ncount = 2\n", "replica[2].count");
+        // A prediction for the aggregator, which the policy does not place.
+        refused(
+            "policy = { kind = \"round_robin\" }",
+            "policy = { kind = \"round_robin\" }\n\
+             predicted_session_s = { \"deepseek-r1-distill-qwen-7b\" = 10.0 }",
+            "placement.predicted_session_s.deepseek-r1-distill-qwen-7b",
+        );
+        refused(
+            "policy = { kind = \"round_robin\" }",
+            "policy = { kind = \"ilp\" }\npredicted_session_s = { \"llama-2-7b\" = 10.0 }",
+            "placement.predicted_session_s",
+        );
+        // Through the loader: the file, the line and the field.
+        let text = format!("name = \"t\"\nfamily = \"serving\"\n{QUESTIONS}").replacen(
+            "gpus = 2\ntensor_parallel = 2",
+            "gpus = 4\ntensor_parallel = 4",
+            1,
+        );
+        let path = std::path::Path::new("questions.toml");
+        let e = crate::scenario::load_str(path, &text, &[]).expect_err("gpus = 4");
+        let line = text.lines().position(|l| l == "gpus = 4").unwrap() + 1;
+        let message = e.to_string();
+        assert!(
+            message.contains(&format!("questions.toml:{line}:"))
+                && message.contains("replica[2].gpus"),
+            "{message}"
+        );
     }
 
     #[test]
