@@ -66,6 +66,21 @@ impl BlockManager {
         self.cache.as_mut().expect("a prefix cache").register(hash)
     }
 
+    /// Reads the cached blocks' map where `hashes` sit before they are registered
+    /// (`PrefixCache::warm`); without a cache, nothing.
+    pub fn warm_cached(&self, hashes: &[u64]) {
+        if let Some(cache) = &self.cache {
+            cache.warm(hashes);
+        }
+    }
+
+    /// Reads the cached blocks at `slots` before they are released (`PrefixCache::warm_slots`).
+    pub fn warm_slots(&self, slots: &[Slot]) {
+        if let Some(cache) = &self.cache {
+            cache.warm_slots(slots);
+        }
+    }
+
     /// A sequence drops its reference on the cached block at `slot`; the last one frees it (it
     /// stays cached until its free block is taken).
     pub fn release_cached(&mut self, slot: Slot) {

@@ -170,6 +170,24 @@ impl PrefixCache {
         (hits.len(), free)
     }
 
+    /// Reads the block map where each of `hashes` sits (or would be inserted), so that the
+    /// registrations of a chunk's computed blocks that follow find it in the processor's cache:
+    /// these reads do not depend on each other, so their cache misses overlap, where each
+    /// registration would wait for its own before the next one begins. Changes nothing.
+    pub fn warm(&self, hashes: &[u64]) {
+        for hash in hashes {
+            std::hint::black_box(self.index.get(hash));
+        }
+    }
+
+    /// Reads the entries at `slots` (a finishing sequence's held blocks) before they are
+    /// released, for the same reason as `warm`. Changes nothing.
+    pub fn warm_slots(&self, slots: &[Slot]) {
+        for &slot in slots {
+            std::hint::black_box(self.entries[slot as usize].refs);
+        }
+    }
+
     /// A sequence takes a reference on the resident block at `slot` (from `lookup`); true when
     /// the block was free (it leaves the free blocks; its queue entry becomes an empty plain
     /// run, which `take` passes over without looking the block up).
@@ -367,6 +385,20 @@ mod tests {
         assert_eq!(hits(&cache, &[2], 1), (0, 0));
         assert_eq!(hits(&cache, &[1], 1), (1, 1));
         assert_eq!(cache.evicted(), 1);
+    }
+
+    #[test]
+    fn warming_the_map_and_the_entries_changes_nothing() {
+        let mut cache = PrefixCache::new(8);
+        cache.take(6);
+        let slots: Vec<Slot> = (1..=4).map(|h| cache.register(h).unwrap()).collect();
+        cache.unref(slots[1]);
+        let before = cache.clone();
+        cache.warm(&[1, 2, 3, 4, 5, 99]);
+        cache.warm_slots(&slots);
+        assert_eq!(cache, before);
+        assert!(cache.register(5).is_some());
+        assert_eq!(hits(&cache, &[1, 2, 3, 4, 5], 5), (5, 1));
     }
 
     #[test]

@@ -190,6 +190,8 @@ pub struct Replica {
     next_order: u64,
     stats: ReplicaStats,
     step_requests: u64,
+    /// Prompt tokens the scheduled step prefills (its `Tally::prefill`).
+    step_prefill: u64,
     swapped_out: u64,
     swapped_in: u64,
     /// The batch a `BatchFormer` hands over, reused.
@@ -213,6 +215,9 @@ fn free_blocks(kv: &mut BlockManager, s: &mut Seq) {
     let held = s.prefix.as_deref().map_or(0, |p| p.held.len() as u64);
     kv.release(s.blocks - held);
     if let Some(p) = s.prefix.as_deref_mut() {
+        if p.held.len() > 1 {
+            kv.warm_slots(&p.held);
+        }
         for &slot in p.held.iter().rev() {
             kv.release_cached(slot);
         }
@@ -236,6 +241,7 @@ impl Replica {
             next_order: 0,
             stats: ReplicaStats::default(),
             step_requests: 0,
+            step_prefill: 0,
             swapped_out: 0,
             swapped_in: 0,
             formed: Vec::new(),
@@ -480,6 +486,7 @@ impl Replica {
         // 4. The step's work.
         if tally.requests == 0 {
             self.step_requests = 0;
+            self.step_prefill = 0;
             self.busy = false;
             return None;
         }
@@ -489,6 +496,7 @@ impl Replica {
     /// The continuous step `tally` counted.
     fn step_work(&mut self, tally: Tally) -> StepWork<'_> {
         self.step_requests = tally.requests;
+        self.step_prefill = tally.prefill;
         self.count_adapter_tokens();
         StepWork {
             requests: self.step_requests,
@@ -718,6 +726,7 @@ impl Replica {
             tally.add(s);
         }
         self.step_requests = tally.requests;
+        self.step_prefill = tally.prefill;
         if self.step_requests == 0 {
             self.busy = false;
             return None;
@@ -753,6 +762,8 @@ impl Replica {
     /// (the batch is compacted by swapping the last sequence into the gap).
     pub fn complete_step(&mut self, now: SimTime, finished: &mut Vec<Seq>) {
         self.iteration += 1;
+        // The step's prompt tokens, as `schedule` counted them over the same sequences.
+        self.stats.prefill_tokens += std::mem::take(&mut self.step_prefill);
         // Token gaps are recorded as runs of equal gaps (most of a step's sequences emitted
         // their previous token at the previous step's end): one histogram update per run.
         let (mut gap_ns, mut gaps) = (0u64, 0u64);
@@ -763,7 +774,6 @@ impl Replica {
                 i += 1;
                 continue;
             }
-            self.stats.prefill_tokens += u64::from(s.step_prefill());
             let before = s.kv;
             s.kv += s.scheduled;
             s.scheduled = 0;
@@ -774,6 +784,10 @@ impl Replica {
                     .as_deref_mut()
                     .expect("a block to register has a prefix");
                 let block_size = self.kv.block_size();
+                let computed = p.hashes.len().min((s.kv / block_size) as usize);
+                if computed > p.registered + 1 {
+                    self.kv.warm_cached(&p.hashes[p.registered..computed]);
+                }
                 while p.hashes.get(p.registered).is_some()
                     && (p.registered as u32 + 1) * block_size <= s.kv
                 {

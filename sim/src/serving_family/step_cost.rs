@@ -387,9 +387,20 @@ impl ReplicaStepCost {
     fn dense_tokens(&self, work: &StepWork<'_>) -> StepTokens {
         let mut emitting = 0u64;
         let mut prefill_square = 0.0;
-        for s in work.batch.iter().filter(|s| s.scheduled() > 0) {
-            emitting += u64::from(s.step_emits());
-            prefill_square += f64::from(s.step_prefill()).powi(2);
+        if work.prefill_tokens == 0 {
+            // A decode step: every sequence in it emits, none prefills.
+            emitting = work.batch.iter().filter(|s| s.scheduled() > 0).count() as u64;
+            debug_assert!(
+                work.batch
+                    .iter()
+                    .filter(|s| s.scheduled() > 0)
+                    .all(|s| s.step_emits() && s.step_prefill() == 0)
+            );
+        } else {
+            for s in work.batch.iter().filter(|s| s.scheduled() > 0) {
+                emitting += u64::from(s.step_emits());
+                prefill_square += f64::from(s.step_prefill()).powi(2);
+            }
         }
         let dp = self.data_parallel;
         StepTokens {
