@@ -473,8 +473,8 @@ fn per_request_csv_has_one_schema_for_every_family_that_serves_requests() {
         ),
         (
             "scenarios/chimera/quick.toml",
-            "chimera",
-            vec!["workload.duration_s=10"],
+            "serving",
+            vec!["workload.horizon_s=10"],
         ),
         (
             // ExpertWeave's preset of the serving family.

@@ -107,7 +107,8 @@ fn capacity_refuses_what_it_cannot_search() {
     assert_eq!(output.status.code(), Some(2));
     let err = stderr(&output);
     assert!(
-        err.contains("\"p99\" is not a chimera metric") && err.contains("latency_per_token_ms"),
+        err.contains("\"p99\" is not a serving metric")
+            && err.contains("workflow_latency_per_token_ms"),
         "{err}"
     );
 }

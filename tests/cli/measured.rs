@@ -108,27 +108,39 @@ fn gem_and_caps_price_mixtral_experts_from_the_a100_staircase() {
 #[test]
 fn chimera_prices_each_model_from_the_shapes_that_fit() {
     let sets = [
-        "workload.duration_s=20",
+        "workload.horizon_s=20",
         "routing={ kind = \"least_loaded\" }",
     ];
     let (cost_model, details) = first_run("scenarios/chimera/measured-a100.toml", &sets);
-    assert_eq!(cost_model, "measured-operations:vidur/a100:A100-80GB");
-    let pricing = &details["pricing"];
+    // The least measured group's source: no Chimera model's MLP is a measured shape.
+    assert_eq!(cost_model, "scaled");
+    // One record per replica group, in the order `replica.models` names them.
+    let pricing = details["pricing"].as_array().unwrap();
+    assert_eq!(pricing.len(), 3);
+    for group in pricing {
+        assert_eq!(group["measured"], "vidur/a100");
+        assert_eq!(group["gpu"], "A100-80GB");
+    }
     // Ministral-8B has Llama-3-8B's attention but an MLP no profile holds.
-    let ministral = &pricing["ministral-8b"];
+    let ministral = &pricing[1];
     assert_eq!(source_of(ministral, "attention_projections"), "measured");
     assert_eq!(source_of(ministral, "elementwise"), "measured");
     assert_eq!(source_of(ministral, "mlp"), "scaled");
-    // Qwen2.5-7B (hidden 3584) and Llama-3.2-3B (hidden 3072) fit no measured shape.
-    for model in ["qwen2.5-7b", "llama3.2-3b"] {
+    // Llama-3.2-3B (hidden 3072) and Qwen2.5-7B (hidden 3584) fit no measured shape.
+    for (group, model) in [(0, "llama-3.2-3b"), (2, "qwen2.5-7b")] {
         for operation in ["mlp", "attention_projections", "elementwise"] {
-            assert_eq!(source_of(&pricing[model], operation), "scaled", "{model}");
+            assert_eq!(source_of(&pricing[group], operation), "scaled", "{model}");
         }
-        assert_eq!(source_of(&pricing[model], "attention"), "analytic");
+        assert_eq!(
+            source_of(&pricing[group], "attention"),
+            "analytic",
+            "{model}"
+        );
     }
     let (cost_model, details) = first_run("scenarios/chimera/measured-a100-analytic.toml", &sets);
-    assert_eq!(cost_model, "analytic-dense-roofline:A100-80GB");
-    assert!(details.get("pricing").is_none());
+    assert_eq!(cost_model, "analytic-roofline");
+    let groups = details["pricing"].as_array().unwrap();
+    assert!(groups.iter().all(|g| g.is_null()), "{groups:?}");
 }
 
 #[test]
@@ -186,13 +198,13 @@ fn a_bad_measured_set_is_refused_naming_the_field() {
         ),
         (
             "scenarios/chimera/measured-a100.toml",
-            "cluster.measured=vidur/b200",
-            &["field `cluster.measured`", "no measured profile set"][..],
+            "replica.measured=vidur/b200",
+            &["field `replica.measured`", "no measured profile set"][..],
         ),
         (
             "scenarios/chimera/measured-a100.toml",
-            "cluster.measured=../vidur",
-            &["field `cluster.measured`", "not a measured set's name"][..],
+            "replica.measured=../vidur",
+            &["field `replica.measured`", "not a measured set's name"][..],
         ),
         (
             "scenarios/gem/measured-a100.toml",

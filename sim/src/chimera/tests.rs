@@ -313,37 +313,6 @@ fn bad_input_is_a_field_error() {
     assert!(toml::from_str::<ChimeraConfig>(text).is_err());
 }
 
-/// Every scenario under scenarios/chimera/ loads through the real loader in every sweep cell,
-/// and every aging STJF queue in them uses the documented default starvation threshold (a
-/// scenario without aging, threshold 0, is the vLLM(STJF) reference).
-#[test]
-fn every_chimera_scenario_file_validates_in_every_cell() {
-    let plans = crate::shipped_scenarios::load_all("chimera", 10);
-    let mut stjf = 0;
-    for plan in &plans {
-        for cell in &plan.cells {
-            let Some(scenario) = cell.scenario.get::<crate::chimera::ChimeraScenario>() else {
-                panic!("{}: not a Chimera scenario", plan.path.display());
-            };
-            if let crate::serving::policy::QueuePolicyConfig::Stjf {
-                starvation_threshold,
-                ..
-            } = &scenario.queue
-            {
-                stjf += 1;
-                assert!(
-                    *starvation_threshold == 0
-                        || *starvation_threshold
-                            == crate::serving::policy::default_starvation_threshold(),
-                    "{}: starvation_threshold {starvation_threshold}",
-                    plan.path.display()
-                );
-            }
-        }
-    }
-    assert!(stjf > 0);
-}
-
 /// A config whose workflows arrive from the trace at `trace_path` (replayed at `time_scale`).
 fn trace_config(trace_path: &Path, time_scale: f64, duration_s: f64) -> ChimeraConfig {
     let text = format!(

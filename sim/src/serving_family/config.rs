@@ -243,6 +243,12 @@ pub struct ReplicaTable {
     /// The group's model (a preset name, as `model.name`); default `[model]`'s.
     #[serde(default)]
     pub model: Option<String>,
+    /// The cluster's models from this one table (a `[replica]` table only, without `model` or
+    /// `count`): one group per distinct model, in the order first named, each this table with
+    /// its `model`, as many replicas as the list names it (`models_groups`). One key, so a
+    /// sweep can range over model combinations and a claim can key on one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub models: Option<Vec<String>>,
     /// Replicas of the group.
     #[serde(default = "d_count")]
     pub count: usize,
@@ -365,6 +371,41 @@ impl Default for ReplicaTable {
     fn default() -> Self {
         toml::from_str("").expect("every field has a default")
     }
+}
+
+/// The groups `replica.models` names on `template` (the `[replica]` table carrying it): one per
+/// distinct model in the order first named, its `count` the times the list names it.
+pub fn models_groups(template: &ReplicaTable) -> Result<Vec<ReplicaTable>, FieldError> {
+    let Some(models) = &template.models else {
+        return Ok(vec![template.clone()]);
+    };
+    if models.is_empty() {
+        return Err(field_error("replica.models", "needs at least one model"));
+    }
+    if template.model.is_some() {
+        return Err(field_error(
+            "replica.model",
+            "not beside replica.models, which names every group's model",
+        ));
+    }
+    if template.count != 1 {
+        return Err(field_error(
+            "replica.count",
+            "not beside replica.models: name a model as many times as it has replicas",
+        ));
+    }
+    let mut groups: Vec<ReplicaTable> = Vec::new();
+    for name in models {
+        match groups.iter_mut().find(|g| g.model.as_ref() == Some(name)) {
+            Some(group) => group.count += 1,
+            None => groups.push(ReplicaTable {
+                model: Some(name.clone()),
+                models: None,
+                ..template.clone()
+            }),
+        }
+    }
+    Ok(groups)
 }
 
 /// A measured host time per step to pay whatever the scheduler kind (`replica.host_time`).
@@ -1485,6 +1526,37 @@ impl ServingConfig {
         base_dir: &Path,
         cache: &mut LoadCache,
     ) -> Result<ServingScenario, FieldError> {
+        let ReplicaTables::One(template) = &self.replica else {
+            return self.validate_groups(base_dir, cache);
+        };
+        if template.models.is_none() {
+            return self.validate_groups(base_dir, cache);
+        }
+        // `replica.models` stands for an array of groups; a group's `replica.model`, which is
+        // not written, is reported at the list that named it.
+        let expanded = ServingConfig {
+            replica: ReplicaTables::Groups(models_groups(template)?),
+            ..self.clone()
+        };
+        expanded.validate_groups(base_dir, cache).map_err(|mut e| {
+            if let Some(rest) = e.path.strip_prefix("replica[") {
+                let field = rest.split_once("].").map_or("", |(_, f)| f);
+                e.path = if field == "model" {
+                    "replica.models".to_string()
+                } else {
+                    format!("replica.{field}").trim_end_matches('.').to_string()
+                };
+            }
+            e
+        })
+    }
+
+    /// `validate` on the replica tables as written (`replica.models` expanded).
+    fn validate_groups(
+        &self,
+        base_dir: &Path,
+        cache: &mut LoadCache,
+    ) -> Result<ServingScenario, FieldError> {
         let tables: Vec<(String, &ReplicaTable)> = match &self.replica {
             ReplicaTables::One(table) => vec![("replica".to_string(), &**table)],
             ReplicaTables::Groups(tables) if tables.is_empty() => {
@@ -1493,11 +1565,19 @@ impl ServingConfig {
                     "needs at least one [[replica]] group",
                 ));
             }
-            ReplicaTables::Groups(tables) => tables
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (format!("replica[{i}]"), t))
-                .collect(),
+            ReplicaTables::Groups(tables) => {
+                if let Some(i) = tables.iter().position(|t| t.models.is_some()) {
+                    return Err(field_error(
+                        &format!("replica[{i}].models"),
+                        "only on a single [replica] table, the template of every group",
+                    ));
+                }
+                tables
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| (format!("replica[{i}]"), t))
+                    .collect()
+            }
         };
         if self.model.is_some() && tables.iter().all(|(_, t)| t.model.is_some()) {
             return Err(field_error(
@@ -2644,5 +2724,88 @@ impl ServingConfig {
             placement,
             sessions: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod models_tests {
+    use super::ServingScenario;
+    use crate::scenario::{Location, load_str};
+    use std::path::Path;
+
+    const FILE: &str = r#"name = "models"
+family = "serving"
+[replica]
+models = ["qwen2.5-7b-instruct", "qwen2.5-1.5b-instruct", "qwen2.5-7b-instruct"]
+gpu = "RTX-A6000"
+[workload]
+n_requests = 10
+prompt_tokens = { kind = "fixed", value = 64 }
+output_tokens = { kind = "fixed", value = 8 }
+[arrival]
+pattern = "poisson"
+rate_per_s = 1.0
+[sweep]
+"replica.models" = [["qwen2.5-7b-instruct", "qwen2.5-1.5b-instruct", "qwen2.5-7b-instruct"], ["llama-3.2-3b-instruct"]]
+"#;
+
+    /// Each cell's groups: (model, replicas, GPU) in replica order.
+    fn groups(s: &ServingScenario) -> Vec<(String, usize, String)> {
+        s.groups()
+            .map(|(m, r)| (m.name().to_lowercase(), r.count, r.gpu.name.clone()))
+            .collect()
+    }
+
+    /// `replica.models` = [7B, 1.5B, 7B] is two groups, the 7B's of two replicas first (the
+    /// order first named), each the template's GPU; a sweep over it is one cell per combination.
+    #[test]
+    fn replica_models_names_one_group_per_distinct_model() {
+        let plan = load_str(Path::new("m.toml"), FILE, &[]).unwrap();
+        assert_eq!(plan.cells.len(), 2);
+        let cell = |i: usize| plan.cells[i].scenario.get::<ServingScenario>().unwrap();
+        let first = groups(cell(0));
+        assert_eq!(first.len(), 2, "{first:?}");
+        assert!(first[0].0.contains("qwen2.5-7b"), "{first:?}");
+        assert_eq!((first[0].1, first[1].1), (2, 1));
+        assert!(first[1].0.contains("qwen2.5-1.5b"), "{first:?}");
+        assert!(first.iter().all(|g| g.2 == "RTX-A6000"), "{first:?}");
+        assert_eq!(cell(0).replica_count(), 3);
+        let second = groups(cell(1));
+        assert_eq!(second.len(), 1);
+        assert!(second[0].0.contains("llama-3.2-3b"), "{second:?}");
+        assert_eq!(second[0].1, 1);
+        assert_eq!(plan.cells[1].coords[0].0, "replica.models");
+    }
+
+    /// Errors name the key as written: an unknown model the list (or the sweep that set it), a
+    /// group's own field `replica.<field>`, `count` and `model` beside the list are refused, and
+    /// the list only on a single `[replica]` table.
+    #[test]
+    fn replica_models_errors_name_the_key_and_line() {
+        let one = FILE.split("[sweep]").next().unwrap();
+        let err = |text: &str| load_str(Path::new("m.toml"), text, &[]).unwrap_err();
+        let e = err(&one.replace("\"qwen2.5-1.5b-instruct\"", "\"qwen9-1b\""));
+        assert_eq!(e.field.as_deref(), Some("replica.models"), "{e}");
+        assert_eq!(e.location, Location::File { line: 4, column: 1 }, "{e}");
+        let e = err(&FILE.replace("[\"llama-3.2-3b-instruct\"]", "[\"qwen9-1b\"]"));
+        assert_eq!(e.field.as_deref(), Some("replica.models"), "{e}");
+        assert!(matches!(e.location, Location::File { line: 14, .. }), "{e}");
+        let e = err(&one.replace(
+            "gpu = \"RTX-A6000\"",
+            "gpu = \"RTX-A6000\"\nwatermark = 2.0",
+        ));
+        assert_eq!(e.field.as_deref(), Some("replica.watermark"), "{e}");
+        assert_eq!(e.location, Location::File { line: 6, column: 1 }, "{e}");
+        let e = err(&one.replace("gpu = \"RTX-A6000\"", "count = 2"));
+        assert_eq!(e.field.as_deref(), Some("replica.count"), "{e}");
+        let e = err(&one.replace("gpu = \"RTX-A6000\"", "model = \"llama-2-7b\""));
+        assert_eq!(e.field.as_deref(), Some("replica.model"), "{e}");
+        let e = err(&one.replace("[replica]", "[[replica]]"));
+        assert_eq!(e.field.as_deref(), Some("replica[0].models"), "{e}");
+        let e = err(&one.replace(
+            "models = [\"qwen2.5-7b-instruct\", \"qwen2.5-1.5b-instruct\", \"qwen2.5-7b-instruct\"]",
+            "models = []",
+        ));
+        assert_eq!(e.field.as_deref(), Some("replica.models"), "{e}");
     }
 }

@@ -32,6 +32,11 @@ pub const KEYS: &[KeyDoc] = &[
         meaning: "replicas of the group, all alike",
     },
     KeyDoc {
+        key: "replica.models",
+        default: "none",
+        meaning: "the cluster's models from one `[replica]` table (not beside `replica.model`, `replica.count` or `[[replica]]` groups): one group per distinct model in the order first named, each the table with its `model`, a model named `n` times a group of `n` replicas (`[\"qwen2.5-1.5b-instruct\", \"qwen2.5-7b-instruct\"]`: two groups of one); a sweep can range over it (`\"replica.models\" = [[...], [...]]`) and a claim key on it; an error in a group's own field names `replica.<field>`, an unknown model `replica.models`",
+    },
+    KeyDoc {
         key: "replica.gpu",
         default: "`H100-SXM`",
         meaning: "GPU catalogue name (`cost::gpu`)",
