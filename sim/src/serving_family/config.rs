@@ -2054,6 +2054,8 @@ impl ServingConfig {
                         ),
                     ));
                 }
+                let profile =
+                    super::dense_profile::DenseProfile::validate(p, file, shape, base_dir)?;
                 if gpus != 1 {
                     return Err(field_error(
                         &format!("{p}.gpus"),
@@ -2061,9 +2063,7 @@ impl ServingConfig {
                          profile times one device's whole step",
                     ));
                 }
-                Some(Arc::new(super::dense_profile::DenseProfile::validate(
-                    p, file, shape, base_dir,
-                )?))
+                Some(Arc::new(profile))
             }
             _ => None,
         };

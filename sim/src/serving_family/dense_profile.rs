@@ -37,7 +37,15 @@ impl DenseProfile {
     ) -> Result<DenseProfile, FieldError> {
         let field = format!("{p}.scheduler.profile");
         let path = crate::validate::resolve_profile(&field, file, base_dir)?;
-        let profile = DenseDecodeProfile::load(&path).map_err(|e| field_error(&field, e))?;
+        let profile = DenseDecodeProfile::load(&path).map_err(|e| {
+            field_error(
+                &field,
+                format!(
+                    "a dense model is priced from a dense-decode profile (expertsim-calibrate \
+                     --dense-models): {e}"
+                ),
+            )
+        })?;
         let cost = profile
             .model_cost(shape)
             .map_err(|e| field_error(&field, format!("{}: {e}", path.display())))?;

@@ -2769,8 +2769,9 @@ fn a_continuous_moe_replica_is_priced_from_its_profiles_curves() {
         value(&out, "mean_step_ms"),
         value(&run(&roofline, 1), "mean_step_ms")
     );
-    // Refusals name the key: a profile on a dense model, a profile beside a measured set, a
-    // profile of another model.
+    // Refusals name the key: a MoE model's profile on a dense model (whose profile is a
+    // dense-decode profile, `dense_profile`), a profile beside a measured set, a profile of
+    // another model.
     for (from, to, key, words) in [
         (
             "name = \"live-tiny-moe\"\n[replica]\ngpu = \"H200\"\ngpus = 4\ntensor_parallel = 4\n\
@@ -2778,7 +2779,7 @@ fn a_continuous_moe_replica_is_priced_from_its_profiles_curves() {
             "name = \"llama-2-7b\"\n[replica]\ngpu = \"H200\"\ngpus = 4\ntensor_parallel = 4\n\
              expert_parallel = 1",
             "replica.scheduler.profile",
-            "not an MoE model",
+            "dense-decode profile",
         ),
         (
             "step_overhead_ms = 0.0",
