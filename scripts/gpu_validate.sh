@@ -181,7 +181,6 @@ profile_key_of() {
     case "$1" in
     serving) echo replica.scheduler.profile ;;
     mosaic) echo serving.profile ;;
-    chimera) echo cluster.profile ;;
     *) return 1 ;;
     esac
 }
@@ -196,11 +195,15 @@ scenario_stem() {
 # a GPU the real widths with 1/8 of the layers) and a grid of kernel rows and cached tokens per
 # row that covers their steps (docs/fidelity.md).
 recipe() {
-    local scenario=$1 family
+    local scenario=$1 family kind
     family=$(family_of "$scenario")
     profile_key_of "$family" >/dev/null || return 1
     RECIPE=(--for-scenario "$scenario")
-    case "$family:$backend" in
+    # The Chimera preset (a serving scenario of dense replica groups) is priced, as MOSAIC is,
+    # by a dense-decode profile of its models.
+    kind=$family
+    if [[ "$(basename "$scenario" .toml)" == chimera ]]; then kind=chimera; fi
+    case "$kind:$backend" in
     mosaic:cuda)
         RECIPE+=(--scale-widths 1 --scale-layers 8 --dense-rows 1,2,3,4,6,8,12,16,32,64,128,256
             --dense-contexts 8,16,32,64,128 --repetitions 5 --warmup 1) ;;

@@ -59,15 +59,24 @@ pub struct ScenarioSampling {
 }
 
 /// The dense models a scenario's steps are priced by a dense-decode profile of (MOSAIC's
-/// experts, Chimera's engines), in first-use order without repeats; `None` for a family priced
-/// by a MoE profile. `expertsim-calibrate --for-scenario` measures these (`--dense-models`), at
+/// experts; a serving scenario's replica groups when every one serves a dense model, as the
+/// Chimera preset's engines do), in first-use order without repeats; `None` for a scenario
+/// priced by a MoE profile. `expertsim-calibrate --for-scenario` measures these (`--dense-models`), at
 /// `--scale-widths` / `--scale-layers` and on the `--dense-rows` x `--dense-contexts` grid.
 pub fn dense_models(scenario: &Scenario) -> Option<Vec<DenseModelShape>> {
     let shapes: Vec<DenseModelShape> =
         if let Some(s) = scenario.get::<sim::mosaic::MosaicScenario>() {
             s.experts.iter().map(|e| e.shape.clone()).collect()
-        } else if let Some(s) = scenario.get::<sim::chimera::ChimeraScenario>() {
-            s.engines.iter().map(|e| e.cost.shape.clone()).collect()
+        } else if let Some(s) = scenario.get::<ServingScenario>()
+            && s.groups()
+                .all(|(model, _)| matches!(model, ServedModel::Dense(_)))
+        {
+            s.groups()
+                .filter_map(|(model, _)| match model {
+                    ServedModel::Dense(shape) => Some(shape.clone()),
+                    _ => None,
+                })
+                .collect()
         } else {
             return None;
         };
@@ -234,7 +243,7 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
         })
     } else {
         match scenario.family().name() {
-            family @ ("mosaic" | "chimera") => Err(format!(
+            family @ "mosaic" => Err(format!(
                 "the {family} family's steps are priced by a dense-decode profile of its \
                  models (scenario_points::dense_models, --dense-models), not a MoE profile"
             )),
@@ -449,8 +458,11 @@ mod tests {
         let mosaic = names("scenarios/live/mosaic.toml");
         assert_eq!(mosaic.len(), 3, "{mosaic:?}");
         assert!(mosaic[0].contains("Qwen2.5-7B"), "{mosaic:?}");
+        // The Chimera preset's two replica groups (serving family), in group order.
         let chimera = names("scenarios/live/chimera.toml");
         assert_eq!(chimera.len(), 2, "{chimera:?}");
+        assert!(chimera[0].contains("Qwen2.5-1.5B"), "{chimera:?}");
+        assert!(chimera[1].contains("Qwen2.5-7B"), "{chimera:?}");
         assert!(dense_models(&load("scenarios/live/caps.toml", &[])).is_none());
     }
 }

@@ -14,6 +14,12 @@
 //! step's duration is the measurement, and its MoE time and per-GPU busy times are the
 //! prediction's shares of it (`step::LiveStep`).
 //!
+//! Dense replicas (the Chimera preset, scenarios/live/chimera.toml: a replica group per model,
+//! each replica one GPU) run each engine step as its model's decode step on the kernels
+//! ([`DenseStep`]): the model scaled down as the dense-decode profile that prices it was
+//! measured (`replica.scheduler.profile`; live mode's default scaling without one), every layer
+//! one GEMM over the step's rows with attention over their cached tokens, then the head.
+//!
 //! An MLA replica with adapters (the ExpertWeave preset, scenarios/live/expertweave.toml, one
 //! GPU) measures what its prediction prices (`curve_pricing::MlaGemms`): per layer one GEMM of
 //! the layer's non-routed width over the step's rows, the head's over the emitting sequences;
@@ -22,12 +28,15 @@
 //! then the MoE layer on the routed tokens of every base expert and adapter copy
 //! (`RoutedTokens::copies`) as the simulator routed them.
 
+use crate::dense::DenseStep;
 use crate::device::{Kernels, even_counts, slot_major_ids};
 use crate::step::{LiveSession, LiveStep, Logged, Measure};
 use crate::{Clock, Decisions, FamilyRun, LiveError};
 use kernels::BackendError;
 use kernels::reroute::{BASE_MODEL, RerouteProblem, RerouteVariant};
+use sim::cost::shape::DenseModelShape;
 use sim::metrics::RunOutput;
+use sim::mosaic::live_scale::{LIVE_SCALING, Scaling};
 use sim::policies::Policies;
 use sim::policies::memory::{InstancePlan, MemoryPlan};
 use sim::records::DiscardRecords;
@@ -203,6 +212,9 @@ impl Measure for ExpertParallelMeasure<'_> {
 /// scheduler kind, clock speed factors (live mode emulates a slow GPU by repeating its work),
 /// adapters only on an MLA model on one GPU and served (not a plan-only run); or why not.
 pub fn check(scenario: &ServingScenario) -> Result<(), LiveError> {
+    if dense(scenario) {
+        return check_dense(scenario);
+    }
     let r = &scenario.replica;
     let mla = matches!(scenario.model, ServedModel::Mla(_));
     let why = if scenario.replica_count() != 1 {
@@ -232,6 +244,36 @@ pub fn check(scenario: &ServingScenario) -> Result<(), LiveError> {
              (scenarios/live/caps.toml)"
         ))),
     }
+}
+
+/// Whether every replica group of `scenario` serves a dense model.
+fn dense(scenario: &ServingScenario) -> bool {
+    scenario
+        .groups()
+        .all(|(model, _)| matches!(model, ServedModel::Dense(_)))
+}
+
+/// Whether live mode runs `scenario`'s dense replicas: each on one GPU at full speed, with a
+/// continuous scheduler kind; or why not.
+fn check_dense(scenario: &ServingScenario) -> Result<(), LiveError> {
+    for (_, r) in scenario.groups() {
+        let why = if r.gpus != 1 {
+            Some("one GPU per replica (replica.gpus = 1)")
+        } else if matches!(r.scheduler, SchedulerTable::Static { .. }) {
+            Some("a continuous scheduler kind (replica.scheduler.kind)")
+        } else if r.speed_factors.iter().any(|&f| f != 1.0) {
+            Some("GPUs at full speed (no replica.speed_factors)")
+        } else {
+            None
+        };
+        if let Some(needs) = why {
+            return Err(LiveError::Unsupported(format!(
+                "live mode runs dense replicas of the serving family with {needs} \
+                 (scenarios/live/chimera.toml)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// One seed of `scenario` served (its adapters placed as `plan` says) with its replica's steps
@@ -284,6 +326,85 @@ fn adapter_kernels<'a>(
     })
 }
 
+/// One engine of a dense cluster as live mode runs it: its name in the decision log, its
+/// model and the scaling it runs at.
+struct DenseEngine {
+    name: String,
+    shape: DenseModelShape,
+    scaling: Scaling,
+}
+
+/// Every replica of `scenario`'s dense groups, numbered as the serving family numbers them
+/// (group by group).
+fn dense_engines(scenario: &ServingScenario) -> Vec<DenseEngine> {
+    let mut engines = Vec::new();
+    for (model, r) in scenario.groups() {
+        let ServedModel::Dense(shape) = model else {
+            continue;
+        };
+        let scaling = r.dense_profile.as_ref().map_or(LIVE_SCALING, |p| p.scaling);
+        for _ in 0..r.count {
+            engines.push(DenseEngine {
+                name: format!("engine {} ({})", engines.len(), model.name()),
+                shape: shape.clone(),
+                scaling,
+            });
+        }
+    }
+    engines
+}
+
+/// One seed of dense `scenario` simulated, then live on `kernels`: every replica's steps
+/// predicted by its own step cost and measured as its scaled-down model's decode step.
+fn run_dense(
+    scenario: &ServingScenario,
+    seed: u64,
+    policies: &dyn Policies,
+    kernels: &mut Kernels,
+    clock: Clock,
+) -> Result<FamilyRun, LiveError> {
+    let engines = Rc::new(dense_engines(scenario));
+    let simulated_log = Rc::new(RefCell::new(Vec::new()));
+    let (log, names) = (simulated_log.clone(), engines.clone());
+    let simulated = serve(scenario, seed, policies, None, move |r, own| {
+        Box::new(Logged::new(names[r].name.clone(), own, log.clone()))
+    })?;
+    let session = LiveSession::new(kernels, clock);
+    let (live_session, live_engines) = (session.clone(), engines.clone());
+    let live = serve(scenario, seed, policies, None, move |r, own| {
+        let e = &live_engines[r];
+        Box::new(LiveStep::new(
+            e.name.clone(),
+            own,
+            DenseStep::of(&e.shape, e.scaling),
+            live_session.clone(),
+        ))
+    })?;
+    let session = Rc::try_unwrap(session)
+        .ok()
+        .expect("the live run's step costs are dropped")
+        .into_inner();
+    let (steps, live_log) = session.finish()?;
+    let simulated_lines = std::mem::take(&mut *simulated_log.borrow_mut());
+    Ok(FamilyRun {
+        steps,
+        simulated,
+        live,
+        decisions: Decisions::compare(
+            "every engine step in the order the engines started them: the engine, its \
+             sequences, prefill tokens, decoding sequences and cached tokens",
+            simulated_lines,
+            live_log,
+        ),
+        variability: None,
+        execution: Some(format!(
+            "each engine's model runs scaled down: {}; a layer is one GEMM over hidden with \
+             attention over the step's cached tokens spread evenly over its rows",
+            engines[0].scaling.describe()
+        )),
+    })
+}
+
 /// One seed of `scenario` simulated, then live on `kernels`.
 pub fn run(
     scenario: &ServingScenario,
@@ -293,6 +414,9 @@ pub fn run(
     clock: Clock,
 ) -> Result<FamilyRun, LiveError> {
     check(scenario)?;
+    if dense(scenario) {
+        return run_dense(scenario, seed, policies, kernels, clock);
+    }
     let r = &scenario.replica;
     let plan = {
         let mut planner = ScenarioPolicies::of(scenario, policies);

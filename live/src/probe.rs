@@ -246,7 +246,12 @@ pub fn scenario_profile(plan: &ScenarioPlan) -> Result<Option<PathBuf>, LiveErro
     let value = from_cell.or_else(|| {
         let mut keys = field.split('.');
         let top = plan.document.get(keys.next()?)?;
-        keys.try_fold(top, |table, key| table.get(key)).cloned()
+        // Through an array of replica groups, the first group's (`--set` sets every group's).
+        keys.try_fold(top, |table, key| {
+            let table = table.as_array().and_then(|a| a.first()).unwrap_or(table);
+            table.get(key)
+        })
+        .cloned()
     });
     let Some(value) = value else {
         return Ok(None);

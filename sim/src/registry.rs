@@ -91,6 +91,35 @@ requests_completed -> completed, requests_rejected -> refused, utilization -> \
 replica_utilization; sweep and figure keys likewise (memory.kind -> adapters.memory.kind, \
 cost.rerouting -> adapters.rerouting, workload.alpha -> adapters.alpha)";
 
+/// The chimera family's keys as the serving simulator's Chimera preset spells them
+/// (docs/unified-model-changes/chimera-preset.md, key mapping; scenarios/live/chimera.toml).
+/// Ready for the family's deletion: then `("chimera", CHIMERA_MOVED)` joins [`RETIRED`].
+pub const CHIMERA_MOVED: &str = "the chimera family is now a preset of the serving simulator: \
+write family = \"serving\" with one [[replica]] group per model and [workload.workflow] \
+(scenarios/chimera/*.toml are the paper's experiments, scenarios/live/chimera.toml the live \
+case). Keys: [cluster] models = [a, b, ...] -> one [[replica]] group per model, replica.model \
+its catalogue preset (qwen2.5-1.5b -> qwen2.5-1.5b-instruct, qwen2.5-3b -> \
+qwen2.5-3b-instruct, qwen2.5-7b -> qwen2.5-7b-instruct, qwen2.5-14b -> qwen2.5-14b-instruct, \
+llama3.2-3b -> llama-3.2-3b-instruct, ministral-8b -> ministral-8b-instruct-2410), a repeated \
+model -> replica.count; gpu -> replica.gpu (default was RTX-A6000), max_batch_size -> \
+replica.max_num_seqs, gpu_memory_utilization -> replica.gpu_memory_utilization, \
+step_overhead_ms -> replica.step_overhead_ms (absent: replica.host_time = \"vllm\", the \
+family's host time), max_num_batched_tokens (default was 2048) -> replica.scheduler = { kind = \
+\"sarathi\", chunk_size } with replica.watermark = 0, prefix_caching (default was true) -> \
+replica.prefix_caching, measured -> replica.measured, profile -> replica.scheduler.profile (the \
+same dense-decode profile, in every group); [workload] dataset -> workload.workflow.dataset, rps \
+-> arrival.rate_per_s (workflows per second, [arrival] pattern = \"poisson\"), duration_s -> \
+workload.horizon_s; [predictor] -> [predictor]; [semantic_router] -> routing.semantic_router \
+(read by routing.kind = \"chimera\" only); [queue] -> replica.queue (every group); [routing] \
+and [arrival] as before. Metrics: latency_per_token_ms -> workflow_latency_per_token_ms, \
+score_pct -> workflow_score_pct, workflow_latency_{mean,p50,p99}_ms -> \
+workflow_e2e_{mean,p50,p99}_ms, workflow_queue_time_mean_ms -> workflow_queueing_mean_ms, \
+throughput_wps -> workflow_throughput_wps, queue_time_* -> queueing_*, \
+engine_utilization_mean -> replica_utilization, engine_token_imbalance -> \
+replica_token_imbalance (router_map and predictor_kendall_distance as before); sweep and \
+figure keys likewise (queue.kind -> replica.queue.kind, workload.rps -> arrival.rate_per_s, \
+cluster.models -> the groups' replica.model)";
+
 /// The registered family called `name`.
 pub fn family(name: &str) -> Option<FamilyId> {
     named_in(FAMILIES, name)
@@ -160,6 +189,57 @@ mod tests {
             );
             assert!(err.contains(needle), "{name}: {err}");
         }
+    }
+
+    /// The chimera family's refusal, ready for its deletion: every key of its tables and
+    /// every headline metric it reported has its serving spelling in the text.
+    #[test]
+    fn the_chimera_key_mapping_names_every_key() {
+        for (chimera, serving) in [
+            (
+                "[cluster] models = [a, b, ...]",
+                "[[replica]] group per model",
+            ),
+            ("qwen2.5-7b", "qwen2.5-7b-instruct"),
+            ("ministral-8b", "ministral-8b-instruct-2410"),
+            ("max_batch_size", "replica.max_num_seqs"),
+            ("gpu_memory_utilization", "replica.gpu_memory_utilization"),
+            ("step_overhead_ms", "replica.host_time = \"vllm\""),
+            (
+                "max_num_batched_tokens (default was 2048)",
+                "kind = \"sarathi\", chunk_size }",
+            ),
+            (
+                "max_num_batched_tokens (default was 2048)",
+                "replica.watermark = 0",
+            ),
+            (
+                "prefix_caching (default was true)",
+                "replica.prefix_caching",
+            ),
+            ("measured", "replica.measured"),
+            ("profile", "replica.scheduler.profile"),
+            ("dataset", "workload.workflow.dataset"),
+            ("rps", "arrival.rate_per_s"),
+            ("duration_s", "workload.horizon_s"),
+            ("[semantic_router]", "routing.semantic_router"),
+            ("[queue]", "replica.queue"),
+            ("latency_per_token_ms", "workflow_latency_per_token_ms"),
+            ("score_pct", "workflow_score_pct"),
+            ("workflow_queue_time_mean_ms", "workflow_queueing_mean_ms"),
+            ("engine_token_imbalance", "replica_token_imbalance"),
+        ] {
+            // The serving spelling follows the chimera key's arrow.
+            let arrow = CHIMERA_MOVED.find(&format!("{chimera} ->"));
+            assert!(
+                arrow.is_some_and(|a| CHIMERA_MOVED[a..].contains(serving)),
+                "{chimera} -> {serving}"
+            );
+        }
+        assert!(CHIMERA_MOVED.starts_with("the chimera family is now a preset"));
+        // Still registered until scenarios/chimera/ are serving files (then it joins RETIRED).
+        assert!(family("chimera").is_some());
+        assert!(RETIRED.iter().all(|(name, _)| *name != "chimera"));
     }
 
     #[test]

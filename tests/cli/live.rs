@@ -116,8 +116,10 @@ fn kernels_present() -> bool {
         .any(|p| Path::new(p).exists())
 }
 
-/// Chimera runs live through the serving layer's step-cost seam: with the predicted clock the
-/// live run's engine steps are the simulated run's, step for step, and every step was measured.
+/// Chimera (the serving family's preset: two dense replica groups serving APPS workflows) runs
+/// live through the serving layer's step-cost seam: with the predicted clock the live run's
+/// engine steps are the simulated run's, step for step, every step was measured, and both
+/// engines ran.
 #[test]
 fn chimera_runs_live_through_the_step_cost_seam() {
     let dir = tempfile::tempdir().unwrap();
@@ -144,10 +146,18 @@ fn chimera_runs_live_through_the_step_cost_seam() {
     );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("fidelity.json")).unwrap()).unwrap();
-    assert_eq!(report["family"], "chimera");
+    assert_eq!(report["family"], "serving");
     assert_eq!(report["decisions"]["identical"], true);
     let steps = report["steps"].as_array().unwrap();
     assert!(steps.len() > 100, "{}", steps.len());
+    for engine in ["engine 0 (", "engine 1 ("] {
+        assert!(
+            steps
+                .iter()
+                .any(|s| s["what"].as_str().is_some_and(|n| n.starts_with(engine))),
+            "no step of {engine}"
+        );
+    }
     assert!(
         steps
             .iter()

@@ -1,24 +1,22 @@
 //! Chimera's headline system in the serving family (issue 19: the general family is the papers'
-//! superset, not a fork). Whole-run equality is impossible: a Chimera workflow has up to four
-//! stages, each submitted when the previous one ends, on engines that admit on the prompt alone,
-//! while a serving request is one stage on an `orca` replica that reserves prompt and output.
-//! So the decisions are compared on the same inputs at the policy boundary: the chimera
-//! family's run of `scenarios/chimera/chimera.toml` (60 s of it) is recorded call by call at its
-//! queue policy and router, and every call is replayed on the queue policy and router that
-//! `scenarios/serving/chimera_two_models.toml` builds, which must admit the same request at every
-//! pop and send every request to the same engine, and the serving example's run is replayed on
-//! chimera.toml's policies the same way. The inputs where the mechanisms coincide are
-//! checked equal too: the models' task scores (the semantic router's capabilities), the length
-//! predictor and semantic router settings; each engine's profiled `decode_ms_per_token` (the
-//! activity monitor's load estimate) differs since issue 33 by the element-wise kernels, and its
-//! GPU part is checked against Chimera's. The serving example itself runs through the binary, an
-//! oracle SJF queue is checked against its definition, every queue policy runs on every
-//! scheduler kind, and a bad key of a `[[replica]]` group is refused naming it.
+//! superset, not a fork; issue 28: the chimera family's own server is going). The decisions are
+//! checked at the policy boundary: a run of `scenarios/serving/chimera_two_models.toml` (one
+//! request per arrival) and of the same two groups serving Chimera's APPS workflows
+//! (`[workload.workflow]`, 60 s at 8 workflows per second: stages submitted as earlier ones
+//! finish, later stages pinned to their workflow's engine) are recorded call by call at their
+//! queue policy and router, and every call is replayed on freshly built policies of the same
+//! configuration, which must admit the same request at every pop and send every request to the
+//! same engine (the policies are functions of what the serving family hands them, and the STJF
+//! queue and Chimera router are exercised: out-of-order admissions, routes past the fastest
+//! engine, both engines serving). The workflow preset's inputs are checked against Chimera's
+//! values by hand: the models' standalone APPS scores, the length predictor and the semantic
+//! router. The serving example itself runs through the binary, an oracle SJF queue is checked
+//! against its definition, every queue policy runs on every scheduler kind, and a bad key of a
+//! `[[replica]]` group is refused naming it.
 
 use super::common::{expertsim, stderr};
-use sim::chimera::server::ChimeraServer;
-use sim::chimera::{ChimeraConfig, ChimeraScenario};
 use sim::load_cache::LoadCache;
+use sim::serving::predictors::{PredictorConfig, SemanticRouterConfig};
 use sim::serving::{EngineState, QueuePolicy, QueuedRequest};
 use sim::serving::{RouteRequest, Router};
 use sim::serving_family::{ServingConfig, ServingScenario};
@@ -35,23 +33,37 @@ fn family_tables(path: &str) -> toml::Table {
     table
 }
 
-fn chimera_headline() -> ChimeraScenario {
-    let mut table = family_tables("scenarios/chimera/chimera.toml");
-    table["workload"]["duration_s"] = toml::Value::Float(60.0);
-    let config: ChimeraConfig = toml::Value::Table(table).try_into().unwrap();
+fn validated(table: toml::Table) -> ServingScenario {
+    let config: ServingConfig = toml::Value::Table(table).try_into().unwrap();
     config
-        .validate(Path::new("scenarios/chimera"), &mut LoadCache::default())
+        .validate(Path::new("scenarios/serving"), &mut LoadCache::default())
         .unwrap()
 }
 
 fn serving_example() -> ServingScenario {
-    let config: ServingConfig =
-        toml::Value::Table(family_tables("scenarios/serving/chimera_two_models.toml"))
-            .try_into()
-            .unwrap();
-    config
-        .validate(Path::new("scenarios/serving"), &mut LoadCache::default())
-        .unwrap()
+    validated(family_tables("scenarios/serving/chimera_two_models.toml"))
+}
+
+/// The example's two groups serving Chimera's engines' workload: APPS workflows at 8 per second
+/// for 60 s, each group vLLM's chunked-prefill engine with prefix caching (the key mapping of
+/// docs/unified-model-changes/chimera-preset.md), the task scores the workflow model's.
+fn workflow_preset() -> ServingScenario {
+    let mut table = family_tables("scenarios/serving/chimera_two_models.toml");
+    let engine: toml::Table = toml::from_str(
+        "scheduler = { kind = \"sarathi\", chunk_size = 2048 }\nwatermark = 0.0\n\
+         prefix_caching = true\nhost_time = \"vllm\"\n",
+    )
+    .unwrap();
+    for group in table["replica"].as_array_mut().unwrap() {
+        let group = group.as_table_mut().unwrap();
+        group.remove("task_score_pct");
+        group.extend(engine.clone());
+    }
+    table["workload"] = toml::Value::Table(
+        toml::from_str("horizon_s = 60.0\nworkflow = { dataset = \"apps\" }\n").unwrap(),
+    );
+    table["arrival"]["rate_per_s"] = toml::Value::Float(8.0);
+    validated(table)
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -145,97 +157,23 @@ impl Router for RecordingRouter {
     }
 }
 
-#[test]
-fn chimeras_headline_decisions_are_the_serving_familys_on_the_same_inputs() {
-    let chimera = chimera_headline();
-    let serving = serving_example();
-
-    // The inputs where the mechanisms coincide.
-    let groups: Vec<_> = serving.groups().collect();
-    assert_eq!(groups.len(), chimera.engines.len());
-    for ((model, replica), engine) in groups.iter().zip(&chimera.engines) {
-        let workload = &chimera.generator.models[engine.model];
-        assert_eq!(replica.task_score_pct, Some(workload.standalone_score));
-        assert_eq!(replica.gpu.name, engine.cost.gpu);
-        assert_eq!(replica.max_num_seqs, engine.cost.max_batch_size);
-        assert_eq!(model.name(), engine.cost.shape.name);
-    }
-    assert_eq!(serving.predictor, chimera.predictor);
-    assert_eq!(
-        serving.semantic_router.as_ref(),
-        Some(&chimera.semantic_router)
-    );
-    for (g, engine) in chimera.engines.iter().enumerate() {
-        let group = serving.group(g);
-        let deployment = sim::serving_family::deployment::Deployment::new(&group, None).unwrap();
-        let batch = (group.replica.max_num_seqs as u64)
-            .min(deployment.kv_tokens / 1024)
-            .max(1);
-        let time =
-            sim::serving_family::step_cost::ReplicaStepCost::new(&group, &deployment, None, None)
-                .decode_profile(batch, 1024);
-        // Since issue 33 the serving family prices each kernel class apart, with the
-        // element-wise kernels; both charge the host's measured time (Chimera's since issue
-        // 29): the GPU's part of its profile is Chimera's and a little more.
-        let ours = (time.duration.0 as f64 - time.breakdown.parts.host_ns) * 1e-6;
-        let chimera = engine.cost.decode_ms_per_token - engine.cost.dense.host.nanos(batch) * 1e-6;
-        assert!(
-            ours > chimera && ours < 1.25 * chimera,
-            "engine {g}: {ours} ms vs {chimera} ms"
-        );
-    }
-
-    // The chimera family's run, recorded at the policy boundary.
+/// The serving run of `scenario` (seed 1), recorded at its queue policy and router, replayed
+/// on freshly built policies of the same configuration.
+fn replayed_run(scenario: &ServingScenario) -> Replayed {
     let mut queue = RecordingQueue {
-        inner: strategies::queue::build(&chimera.queue),
+        inner: strategies::queue::build(&scenario.queue),
         calls: Vec::new(),
     };
     let mut router = RecordingRouter {
-        inner: strategies::routing::build(&chimera.routing),
-        calls: Vec::new(),
-    };
-    let mut server = ChimeraServer::new(&chimera, 1, &mut queue, &mut router);
-    sim::engine::run(&mut server);
-    let metrics = server.finish();
-    assert!(metrics.n_workflows > 300, "{}", metrics.n_workflows);
-
-    // Replayed on the serving family's policies.
-    let replayed = replay(
-        &queue.calls,
-        &router.calls,
-        &mut *strategies::queue::build(&serving.queue),
-        &mut *strategies::routing::build(&serving.router),
-    );
-    // The STJF queue reordered: some request was admitted after a later-submitted one; both
-    // engines serve, and the confidence sent some workflows past the fastest engine.
-    assert!(
-        replayed.pops > 1_000 && replayed.out_of_order > 0,
-        "{replayed:?}"
-    );
-    assert!(replayed.routes > 1_000 && replayed.per_engine.iter().all(|&n| n > 100));
-    assert!(replayed.not_fastest > 0, "{replayed:?}");
-}
-
-/// The other way round: the serving example's run, recorded at its queue policy and router,
-/// replayed on the policies chimera.toml builds.
-#[test]
-fn the_serving_examples_decisions_are_chimeras_on_the_same_inputs() {
-    let chimera = chimera_headline();
-    let serving = serving_example();
-    let mut queue = RecordingQueue {
-        inner: strategies::queue::build(&serving.queue),
-        calls: Vec::new(),
-    };
-    let mut router = RecordingRouter {
-        inner: strategies::routing::build(&serving.router),
+        inner: strategies::routing::build(&scenario.router),
         calls: Vec::new(),
     };
     let out = sim::serving_family::run_recorded(
-        &serving,
+        scenario,
         1,
         &mut queue,
         &mut router,
-        strategies::mapping::build(&serving.expert_mapping).as_mut(),
+        strategies::mapping::build(&scenario.expert_mapping).as_mut(),
         &mut [],
         None,
         &mut sim::records::DiscardRecords,
@@ -243,12 +181,48 @@ fn the_serving_examples_decisions_are_chimeras_on_the_same_inputs() {
     )
     .unwrap();
     assert!(out.details.get("failed").is_none(), "{}", out.details);
-    let replayed = replay(
+    replay(
         &queue.calls,
         &router.calls,
-        &mut *strategies::queue::build(&chimera.queue),
-        &mut *strategies::routing::build(&chimera.routing),
+        &mut *strategies::queue::build(&scenario.queue),
+        &mut *strategies::routing::build(&scenario.router),
+    )
+}
+
+#[test]
+fn the_workflow_presets_decisions_replay_on_its_policies() {
+    let preset = workflow_preset();
+
+    // Chimera's inputs, by hand: the standalone APPS scores (15 % and 30 %), the noisy length
+    // predictor (noise 0.6) and semantic router (noise 1.0), each group a model of its own.
+    let groups: Vec<_> = preset.groups().collect();
+    assert_eq!(groups.len(), 2);
+    let scores: Vec<_> = groups.iter().map(|(_, r)| r.task_score_pct).collect();
+    assert_eq!(scores, [Some(15.0), Some(30.0)]);
+    assert!(groups[0].0.name().contains("1.5B") && groups[1].0.name().contains("7B"));
+    assert_eq!(preset.predictor, PredictorConfig::Noisy { noise: 0.6 });
+    assert_eq!(
+        preset.semantic_router,
+        Some(SemanticRouterConfig::Noisy { noise: 1.0 })
     );
+
+    let replayed = replayed_run(&preset);
+    // About 480 workflows of 4, 2 or 1 stages: over a thousand stages. The STJF queue reordered
+    // (some request admitted after a later-submitted one); both engines serve; the confidence
+    // sent some workflows past the fastest engine; later stages were routed (pinned).
+    assert!(
+        replayed.pops > 1_000 && replayed.out_of_order > 0,
+        "{replayed:?}"
+    );
+    assert!(replayed.routes > 1_000 && replayed.per_engine.iter().all(|&n| n > 100));
+    assert!(replayed.not_fastest > 0, "{replayed:?}");
+    assert!(replayed.later_stages > 300, "{replayed:?}");
+}
+
+/// The serving example (one-stage requests), recorded and replayed the same way.
+#[test]
+fn the_serving_examples_decisions_replay_on_its_policies() {
+    let replayed = replayed_run(&serving_example());
     assert!(
         replayed.pops >= 4_000 && replayed.out_of_order > 0,
         "{replayed:?}"
@@ -257,6 +231,7 @@ fn the_serving_examples_decisions_are_chimeras_on_the_same_inputs() {
         replayed.routes == 4_000 && replayed.not_fastest > 0,
         "{replayed:?}"
     );
+    assert_eq!(replayed.later_stages, 0, "{replayed:?}");
 }
 
 /// What a replay saw.
@@ -269,6 +244,8 @@ struct Replayed {
     per_engine: [usize; 2],
     /// First requests of a workflow sent to the engine of longer estimated delay.
     not_fastest: usize,
+    /// Routes of a workflow's later stages.
+    later_stages: usize,
 }
 
 /// Replays the recorded calls on `queue` and `router`, asserting every answer is the recorded
@@ -325,6 +302,7 @@ fn replay(
                 seen.per_engine[*chosen] += 1;
                 let delay = |e: usize| engines[e].estimated_delay_ms();
                 seen.not_fastest += usize::from(*stage == 0 && delay(*chosen) > delay(1 - *chosen));
+                seen.later_stages += usize::from(*stage > 0);
             }
         }
     }

@@ -1017,6 +1017,9 @@ pub struct ReplicaSpec {
     /// A continuous MoE replica priced from a profile's curves (`replica.scheduler.profile`
     /// or `replica.measured`), built once per cell.
     pub curves: Option<Arc<CurvePricing>>,
+    /// A dense replica priced from a measured dense-decode profile
+    /// (`replica.scheduler.profile` on a dense model), built once per cell.
+    pub dense_profile: Option<Arc<super::dense_profile::DenseProfile>>,
     pub scheduler: SchedulerTable,
     pub max_num_seqs: usize,
     /// Tokens per KV block of the replica's cache (1 for orca, which does not page).
@@ -1154,6 +1157,7 @@ impl ServingScenario {
         }
         self.groups()
             .map(|(_, r)| match (&r.static_cost, &r.measured, &r.curves) {
+                _ if r.dense_profile.is_some() => CostSource::Measured,
                 (Some(cost), _, _) => cost.cost_source(),
                 (None, Some(m), _) => m.record.sources().step_source(),
                 (None, None, Some(c)) => c.source(),
@@ -2121,6 +2125,30 @@ impl ServingConfig {
                 ));
             }
         };
+        // A dense model's `scheduler.profile` is a measured dense-decode profile of it.
+        let dense_profile = match (&model, r.scheduler.continuous_profile()) {
+            (ServedModel::Dense(shape), Some(file)) => {
+                if r.measured.is_some() {
+                    return Err(field_error(
+                        &format!("{p}.measured"),
+                        format!(
+                            "names a second cost source beside {p}.scheduler.profile; keep one"
+                        ),
+                    ));
+                }
+                let profile =
+                    super::dense_profile::DenseProfile::validate(p, file, shape, base_dir)?;
+                if gpus != 1 {
+                    return Err(field_error(
+                        &format!("{p}.gpus"),
+                        "must be 1 beside scheduler.profile on a dense model: a dense-decode \
+                         profile times one device's whole step",
+                    ));
+                }
+                Some(Arc::new(profile))
+            }
+            _ => None,
+        };
         let curves = CurvePricing::validate(
             p,
             &model,
@@ -2203,6 +2231,7 @@ impl ServingConfig {
                 timing,
                 measured,
                 curves,
+                dense_profile,
                 scheduler: r.scheduler.clone(),
                 max_num_seqs,
                 block_size,

@@ -206,8 +206,9 @@ impl CurvePricing {
                 return mla_pricing(p, file, mla, base_dir).map(Some);
             }
             (ServedModel::Moe(shape), _, _) => shape,
-            // A dense model's measured set prices it by `MeasuredDenseStep` (config.rs).
-            (ServedModel::Dense(_), None, Some(_)) => return Ok(None),
+            // A dense model's measured set prices it by `MeasuredDenseStep`, its profile is a
+            // dense-decode profile (`dense_profile`; config.rs validates both).
+            (ServedModel::Dense(_), _, _) => return Ok(None),
             (_, Some(_), _) => {
                 return Err(field_error(
                     &format!("{p}.scheduler.profile"),

@@ -267,7 +267,12 @@ impl Family for Serving {
             moe_shape: (priced.is_some() || (continuous && moe))
                 .then(|| s.model.experts())
                 .flatten(),
-            model: s.model.name().to_string(),
+            // Every group's model, as the chimera family named its engines'.
+            model: s
+                .groups()
+                .map(|(model, _)| model.name())
+                .collect::<Vec<_>>()
+                .join(", "),
             cost_source: s.cost_model().to_string(),
         }
     }

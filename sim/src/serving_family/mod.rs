@@ -11,6 +11,7 @@ pub mod batch_former;
 pub mod checks;
 pub mod config;
 pub mod curve_pricing;
+pub mod dense_profile;
 pub mod deployment;
 pub mod execution;
 pub mod experiment;

@@ -23,6 +23,7 @@
 use super::adapters::rerouting_cost;
 use super::config::{ServedModel, ServingScenario};
 use super::curve_pricing::CurvePricing;
+use super::dense_profile::DenseProfile;
 use super::deployment::Deployment;
 use super::expert_routing::ExpertRouter;
 use super::mapping::ExpertLayout;
@@ -175,6 +176,8 @@ pub struct ReplicaStepCost {
     /// A continuous MoE replica priced from a profile's curves instead of `dense`
     /// (`curve_pricing`), at each distinct speed of `dense_speeds`.
     curves: Option<Arc<CurvePricing>>,
+    /// A dense replica priced from a measured dense-decode profile instead of `dense`.
+    dense_profile: Option<Arc<DenseProfile>>,
     /// The distinct speeds of the replica's GPUs, in the order of `dense`.
     dense_speeds: Vec<SpeedFactors>,
     /// The MoE layers the curves price (the model's layers).
@@ -356,6 +359,7 @@ impl ReplicaStepCost {
             elementwise,
             measured: r.measured.clone(),
             curves: r.curves.clone(),
+            dense_profile: r.dense_profile.clone(),
             dense_speeds: distinct,
             curve_layers: scenario.model.experts().map_or(0, |s| s.n_layers),
             tensor_parallel: r.tensor_parallel,
@@ -542,8 +546,15 @@ impl ReplicaStepCost {
     ) -> PassTime {
         let prices = &mut self.prices;
         prices.clear();
-        match (&self.measured, &self.curves) {
-            (_, Some(curves)) => {
+        match (&self.dense_profile, &self.measured, &self.curves) {
+            (Some(profile), _, _) => {
+                prices.push(PassTime {
+                    nanos: profile.pass_ns(tokens),
+                    source: Some(CostSource::Measured),
+                    ..PassTime::default()
+                });
+            }
+            (None, _, Some(curves)) => {
                 // One data-parallel copy's prompt and decoding rows, each GPU its share.
                 let dp = self.data_parallel;
                 let prefill = share(prefill_rows, dp);
@@ -570,7 +581,7 @@ impl ReplicaStepCost {
                     });
                 }
             }
-            (Some(measured), None) => {
+            (None, Some(measured), None) => {
                 let (parts, sources) = measured.parts(tokens);
                 prices.push(PassTime {
                     nanos: parts.nanos(),
@@ -588,7 +599,7 @@ impl ReplicaStepCost {
                     ..PassTime::default()
                 });
             }
-            (None, None) => {
+            (None, None, None) => {
                 for d in &self.dense {
                     let parts = d.parts(tokens, &self.elementwise);
                     // Eager launches: what the host's launches keep the GPU waiting.

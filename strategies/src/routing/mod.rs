@@ -1,5 +1,7 @@
-//! Chimera-family routers: which engine serves a request. One file per router, each a [`Router`]
-//! built from its [`RouterConfig`] variant by [`build`].
+//! The serving family's routers (`[routing]`): which replica serves a request (and, with
+//! `[workload.workflow]`, each stage of a workflow). One file per router, each a [`Router`]
+//! built from its [`RouterConfig`] variant by [`build`]; `chimera` is the Chimera paper's load
+//! balancer (a policy of this crate, not the chimera family's code).
 
 use crate::batch::PolicyInfo;
 use sim::serving::{Router, RouterConfig};
