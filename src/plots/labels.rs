@@ -14,6 +14,7 @@ const KEY_LABELS: &[(&str, &str)] = &[
     ("cluster.variability", "GPU variability"),
     ("cluster.n_gpus", "GPUs"),
     ("cluster.models", "models served"),
+    ("replica.models", "models served"),
     ("mapper.kind", "expert mapping"),
     ("mapper.window", "mapping window (steps)"),
     ("experts.mapping.kind", "expert mapping"),
@@ -24,6 +25,7 @@ const KEY_LABELS: &[(&str, &str)] = &[
     ("replica.speed_factors", "GPU speed factors"),
     ("workload.rps", "workflow arrival rate (workflows/s)"),
     ("workload.dataset", "dataset"),
+    ("workload.workflow.dataset", "dataset"),
     (
         "adapters.alpha",
         "adapter popularity shape (power-law alpha)",
@@ -33,6 +35,8 @@ const KEY_LABELS: &[(&str, &str)] = &[
     ("gate.tau", "gate threshold (tau)"),
     ("queue", "queue policy"),
     ("queue.kind", "queue policy"),
+    ("replica.queue", "queue policy"),
+    ("replica.queue.kind", "queue policy"),
     ("routing", "router"),
     ("routing.kind", "router"),
     ("replica.scheduler", "scheduler"),
@@ -46,6 +50,8 @@ const KEY_LABELS: &[(&str, &str)] = &[
     ("adapters.rerouting", "batched rerouting"),
     ("predictor.kind", "length predictor"),
     ("semantic_router.kind", "semantic router"),
+    ("routing.semantic_router", "semantic router"),
+    ("routing.semantic_router.kind", "semantic router"),
 ];
 
 /// The label of `key`: from the table, else its last meaningful part.
