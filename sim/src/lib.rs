@@ -4,7 +4,6 @@
 //! cost model), which it re-exports under their old module names. It knows no policy, no CUDA
 //! and no plotting; policies plug in through the traits defined here.
 
-pub mod chimera;
 pub mod family;
 pub mod headlines;
 pub mod load_cache;

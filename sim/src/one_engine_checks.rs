@@ -183,10 +183,6 @@ fn no_model_handles_an_event_it_never_schedules() {
     assert!(offenders.is_empty(), "{}", offenders.join("\n"));
 }
 
-/// Per-request latency histograms a family may keep itself: Chimera's workflow latency and
-/// workflow queueing time (a workflow spans several requests, which the recorder times each).
-const FAMILY_HISTOGRAMS: &[&str] = &["sim/src/chimera/server.rs"];
-
 #[test]
 fn no_family_computes_its_own_request_percentiles() {
     // The replica records every request (`serving::ReplicaStats::latencies`); a family reads
@@ -204,8 +200,7 @@ fn no_family_computes_its_own_request_percentiles() {
             continue;
         }
         for (number, line) in code.lines().enumerate() {
-            let own_histogram =
-                line.contains("LatencyRecorder") && !FAMILY_HISTOGRAMS.contains(&path.as_str());
+            let own_histogram = line.contains("LatencyRecorder");
             let raw_quantile = ["value_at_quantile", "Histogram<", "percentile("]
                 .iter()
                 .any(|word| line.contains(word));

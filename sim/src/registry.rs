@@ -10,7 +10,6 @@ use crate::family::{FamilyId, RegisteredFamily};
 /// Every family the simulator knows, in the order `expertsim` lists them.
 pub static FAMILIES: &[&dyn RegisteredFamily] = &[
     &crate::mosaic::Mosaic,
-    &crate::chimera::Chimera,
     &crate::serving_family::Serving,
 ];
 
@@ -20,6 +19,7 @@ pub const RETIRED: &[(&str, &str)] = &[
     ("caps", CAPS_MOVED),
     ("gem", GEM_MOVED),
     ("expertweave", EW_MOVED),
+    ("chimera", CHIMERA_MOVED),
 ];
 
 /// The caps family's keys as the serving simulator's CAPS preset spells them
@@ -93,11 +93,11 @@ cost.rerouting -> adapters.rerouting, workload.alpha -> adapters.alpha)";
 
 /// The chimera family's keys as the serving simulator's Chimera preset spells them
 /// (docs/unified-model-changes/chimera-preset.md, key mapping; scenarios/live/chimera.toml).
-/// Ready for the family's deletion: then `("chimera", CHIMERA_MOVED)` joins [`RETIRED`].
 pub const CHIMERA_MOVED: &str = "the chimera family is now a preset of the serving simulator: \
 write family = \"serving\" with one [[replica]] group per model and [workload.workflow] \
 (scenarios/chimera/*.toml are the paper's experiments, scenarios/live/chimera.toml the live \
-case). Keys: [cluster] models = [a, b, ...] -> one [[replica]] group per model, replica.model \
+case). Keys: [cluster] models = [a, b, ...] -> one [[replica]] group per model (replica.models = [a, b, \
+...] in one [replica] table, sweepable), replica.model \
 its catalogue preset (qwen2.5-1.5b -> qwen2.5-1.5b-instruct, qwen2.5-3b -> \
 qwen2.5-3b-instruct, qwen2.5-7b -> qwen2.5-7b-instruct, qwen2.5-14b -> qwen2.5-14b-instruct, \
 llama3.2-3b -> llama-3.2-3b-instruct, ministral-8b -> ministral-8b-instruct-2410), a repeated \
@@ -191,7 +191,7 @@ mod tests {
         }
     }
 
-    /// The chimera family's refusal, ready for its deletion: every key of its tables and
+    /// The chimera family's refusal: every key of its tables and
     /// every headline metric it reported has its serving spelling in the text.
     #[test]
     fn the_chimera_key_mapping_names_every_key() {
@@ -237,9 +237,9 @@ mod tests {
             );
         }
         assert!(CHIMERA_MOVED.starts_with("the chimera family is now a preset"));
-        // Still registered until scenarios/chimera/ are serving files (then it joins RETIRED).
-        assert!(family("chimera").is_some());
-        assert!(RETIRED.iter().all(|(name, _)| *name != "chimera"));
+        // Retired: refused with this text, no longer registered.
+        assert!(family("chimera").is_none());
+        assert!(RETIRED.contains(&("chimera", CHIMERA_MOVED)));
     }
 
     #[test]

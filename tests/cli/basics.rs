@@ -72,6 +72,23 @@ fn the_retired_gem_family_is_refused_naming_the_new_keys() {
     );
 }
 
+/// The chimera family became the serving simulator's Chimera preset: a file that still names it
+/// is refused (exit 2) with the keys to write instead.
+#[test]
+fn the_retired_chimera_family_is_refused_naming_the_new_keys() {
+    let text = SMALL.replace("family = \"serving\"", "family = \"chimera\"");
+    assert_refused(
+        &text,
+        Some(2),
+        &[
+            "the chimera family is now a preset of the serving simulator",
+            "replica.models",
+            "workload.workflow.dataset",
+            "workflow_latency_per_token_ms",
+        ],
+    );
+}
+
 /// The expertweave family became the serving simulator's ExpertWeave preset: a file that still
 /// names it is refused (exit 2, the `family` line) with the keys to write instead.
 #[test]
@@ -329,7 +346,7 @@ fn list_names_every_option_a_scenario_can_name() {
             "arrival",
             &["poisson", "gamma", "bursty", "offline", "trace"],
         ),
-        ("family", &["mosaic", "chimera", "serving"]),
+        ("family", &["mosaic", "serving"]),
         ("model", &["llama-2-7b", "mixtral-8x7b", "esft-vanilla-16b"]),
         ("gpu", &["H100-SXM", "A100-80GB", "L4", "Ascend-910B"]),
     ] {
@@ -414,7 +431,7 @@ fn a_missing_family_is_refused_with_the_families_and_a_line() {
     assert_refused(
         &text,
         Some(1),
-        &["field `family`", "mosaic, chimera, serving"],
+        &["field `family`", "mosaic, serving"],
     );
 }
 

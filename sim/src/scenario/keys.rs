@@ -25,9 +25,8 @@ pub const COMMON: &[KeyDoc] = &[
     row(
         "family",
         "(required)",
-        "which simulator family reads the other tables: `mosaic`, `chimera` or \
-         `serving` (`expertsim list` lists them); a missing or unknown one is refused with the \
-         list, a retired one (`caps`, `gem`, `expertweave`, now presets of `serving`) with the \
+        "which simulator family reads the other tables: `mosaic` or `serving` (`expertsim list` lists them); a missing or unknown one is refused with the \
+         list, a retired one (`caps`, `gem`, `expertweave`, `chimera`, now presets of `serving`) with the \
          keys its preset writes",
     ),
     row(

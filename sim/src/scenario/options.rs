@@ -71,7 +71,7 @@ pub fn catalogue() -> Vec<OptionGroup> {
         ),
         group(
             "router",
-            "routing.kind (serving; chimera's are the routing policies above)",
+            "routing.kind (serving)",
             &[
                 ("round_robin", "replicas in turn"),
                 (
@@ -92,7 +92,7 @@ pub fn catalogue() -> Vec<OptionGroup> {
         ),
         group(
             "semantic_router",
-            "routing.semantic_router.kind (serving), semantic_router.kind (chimera)",
+            "routing.semantic_router.kind (serving)",
             &[
                 (
                     "noisy",
@@ -111,7 +111,7 @@ pub fn catalogue() -> Vec<OptionGroup> {
         ),
         group(
             "predictor",
-            "predictor.kind (serving, chimera)",
+            "predictor.kind (serving)",
             &[
                 (
                     "noisy",
