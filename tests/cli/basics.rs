@@ -428,11 +428,7 @@ fn a_run_that_fails_exits_3_naming_its_cause() {
 #[test]
 fn a_missing_family_is_refused_with_the_families_and_a_line() {
     let text = SMALL.replace("family = \"serving\"\n", "");
-    assert_refused(
-        &text,
-        Some(1),
-        &["field `family`", "mosaic, serving"],
-    );
+    assert_refused(&text, Some(1), &["field `family`", "mosaic, serving"]);
 }
 
 #[test]

@@ -70,17 +70,27 @@ fn live_cpu_run_writes_the_fidelity_report() {
 
 #[test]
 fn live_refuses_a_serving_scenario_it_cannot_run_before_probing() {
+    // A dense model on a tensor-parallel pair: live mode runs dense replicas one GPU each.
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/serving/quick.toml"),
+    )
+    .unwrap()
+    .replace("tensor_parallel = 1", "tensor_parallel = 2");
+    assert!(text.contains("tensor_parallel = 2"));
+    let file = dir.path().join("tp2.toml");
+    std::fs::write(&file, text).unwrap();
     let output = expertsim()
         .args(["live", "--backend", "cpu"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/serving/quick.toml"))
+        .arg(&file)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("live mode runs a continuous MoE replica of the serving family")
-            && stderr.contains("model.name"),
+        stderr.contains("live mode runs dense replicas of the serving family")
+            && stderr.contains("replica.gpus = 1"),
         "{stderr}"
     );
     assert!(output.stdout.is_empty(), "nothing before the refusal");
