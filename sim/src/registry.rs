@@ -8,10 +8,8 @@
 use crate::family::{FamilyId, RegisteredFamily};
 
 /// Every family the simulator knows, in the order `expertsim` lists them.
-pub static FAMILIES: &[&dyn RegisteredFamily] = &[
-    &crate::mosaic::Mosaic,
-    &crate::serving_family::Serving,
-];
+pub static FAMILIES: &[&dyn RegisteredFamily] =
+    &[&crate::mosaic::Mosaic, &crate::serving_family::Serving];
 
 /// Families that became presets of the serving simulator, and what a scenario file of one
 /// writes instead (its error when it still names the old family).
