@@ -593,7 +593,7 @@ fn profiles_load_by_name_in_every_family_that_takes_one() {
         ),
         (
             "scenarios/live/mosaic.toml",
-            "serving.profile",
+            "replica.scheduler.profile",
             "amd-epyc_mosaic-live-dense",
         ),
         (
