@@ -180,7 +180,6 @@ family_of() {
 profile_key_of() {
     case "$1" in
     serving) echo replica.scheduler.profile ;;
-    mosaic) echo serving.profile ;;
     *) return 1 ;;
     esac
 }
@@ -199,10 +198,12 @@ recipe() {
     family=$(family_of "$scenario")
     profile_key_of "$family" >/dev/null || return 1
     RECIPE=(--for-scenario "$scenario")
-    # The Chimera preset (a serving scenario of dense replica groups) is priced, as MOSAIC is,
-    # by a dense-decode profile of its models.
+    # The Chimera and MOSAIC presets (serving scenarios of dense replica groups) are priced by a
+    # dense-decode profile of their models.
     kind=$family
-    if [[ "$(basename "$scenario" .toml)" == chimera ]]; then kind=chimera; fi
+    case "$(basename "$scenario" .toml)" in
+    chimera | mosaic) kind=$(basename "$scenario" .toml) ;;
+    esac
     case "$kind:$backend" in
     mosaic:cuda)
         RECIPE+=(--scale-widths 1 --scale-layers 8 --dense-rows 1,2,3,4,6,8,12,16,32,64,128,256

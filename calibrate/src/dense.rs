@@ -1,7 +1,7 @@
 //! The dense-decode calibration (`--dense-models`): for each named dense model scaled down as
-//! live MOSAIC runs it ([`sim::mosaic::live_scale`]), the kernels of one decode step (one
-//! block GEMM with attention per layer, then the output head; the shapes of
-//! `expertsim_live`'s MOSAIC executor) timed on a grid of rows x cached tokens per row, and
+//! live mode runs a dense replica ([`sim::serving_family::live_scale`]), the kernels of one
+//! decode step (one block GEMM with attention per layer, then the output head; the shapes of
+//! `expertsim_live::dense::DenseStep`) timed on a grid of rows x cached tokens per row, and
 //! the host-to-device copy of the model's bf16 bytes. The profile holds each grid point's
 //! whole step, `n_layers x block + head` of the medians.
 
@@ -10,8 +10,10 @@ use crate::stats::summarize;
 use kernels::backend::{Backend, Workload};
 use kernels::decode::DecodeProblem;
 use sim::cost::shape::DenseModelShape;
-use sim::mosaic::live_scale::Scaling;
-use sim::mosaic::profile_cost::{DENSE_PROFILE_FORMAT, DenseDecodeProfile, DenseModelProfile};
+use sim::serving_family::dense_profile::{
+    DENSE_PROFILE_FORMAT, DenseDecodeProfile, DenseModelProfile,
+};
+use sim::serving_family::live_scale::Scaling;
 
 /// What the dense-decode calibration measures and how often.
 #[derive(Clone, Debug, PartialEq)]
@@ -167,7 +169,7 @@ pub fn dense_decode_shapes(
         n_kv_heads,
         head_dim,
         vocab,
-    ] = sim::mosaic::live_scale::kernel_dims(shape);
+    ] = sim::serving_family::live_scale::kernel_dims(shape);
     kernels::decode::DecodeShape::of_dense(kernels::decode::DenseDims {
         hidden,
         block_out_features,

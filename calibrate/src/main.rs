@@ -14,7 +14,7 @@ use calibrate::{analytic, h200, scenario_points, vidur};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kernels::backend::{self, BackendKind};
 use sim::cost::shape::{DenseModelShape, MoeModelShape};
-use sim::mosaic::live_scale::{LIVE_SCALING, Scaling};
+use sim::serving_family::live_scale::{LIVE_SCALING, Scaling};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -892,7 +892,7 @@ mod tests {
     /// sampled step with that sample, and bad grids or names are a one-line exit 2.
     #[test]
     fn dense_calibration_writes_a_profile_of_the_live_scaled_model() {
-        use sim::mosaic::profile_cost::DenseDecodeProfile;
+        use sim::serving_family::dense_profile::DenseDecodeProfile;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dense.json");
         let out = path.to_str().unwrap();

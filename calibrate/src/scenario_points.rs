@@ -58,28 +58,23 @@ pub struct ScenarioSampling {
     pub derivation: String,
 }
 
-/// The dense models a scenario's steps are priced by a dense-decode profile of (MOSAIC's
-/// experts; a serving scenario's replica groups when every one serves a dense model, as the
-/// Chimera preset's engines do), in first-use order without repeats; `None` for a scenario
+/// The dense models a scenario's steps are priced by a dense-decode profile of (a serving
+/// scenario's replica groups when every one serves a dense model, as the Chimera preset's
+/// engines and the MOSAIC preset's experts do), in first-use order without repeats; `None` for a scenario
 /// priced by a MoE profile. `expertsim-calibrate --for-scenario` measures these (`--dense-models`), at
 /// `--scale-widths` / `--scale-layers` and on the `--dense-rows` x `--dense-contexts` grid.
 pub fn dense_models(scenario: &Scenario) -> Option<Vec<DenseModelShape>> {
-    let shapes: Vec<DenseModelShape> =
-        if let Some(s) = scenario.get::<sim::mosaic::MosaicScenario>() {
-            s.experts.iter().map(|e| e.shape.clone()).collect()
-        } else if let Some(s) = scenario.get::<ServingScenario>()
-            && s.groups()
-                .all(|(model, _)| matches!(model, ServedModel::Dense(_)))
-        {
-            s.groups()
-                .filter_map(|(model, _)| match model {
-                    ServedModel::Dense(shape) => Some(shape.clone()),
-                    _ => None,
-                })
-                .collect()
-        } else {
-            return None;
-        };
+    let s = scenario.get::<ServingScenario>()?;
+    if !s
+        .groups()
+        .all(|(model, _)| matches!(model, ServedModel::Dense(_)))
+    {
+        return None;
+    }
+    let shapes = s.groups().filter_map(|(model, _)| match model {
+        ServedModel::Dense(shape) => Some(shape.clone()),
+        _ => None,
+    });
     let mut distinct: Vec<DenseModelShape> = Vec::new();
     for shape in shapes {
         if !distinct.contains(&shape) {
@@ -193,6 +188,14 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
                 if !matches!(scheduler, SchedulerTable::Static { .. }) =>
             {
                 (shape.clone(), Some(budget))
+            }
+            _ if dense_models(scenario).is_some() => {
+                return Err(
+                    "a serving scenario whose replica groups all serve dense models is priced by \
+                     a dense-decode profile of its models (scenario_points::dense_models, \
+                     --dense-models), not a MoE profile"
+                        .into(),
+                );
             }
             _ => {
                 return Err(
@@ -445,7 +448,8 @@ mod tests {
         assert!(message.contains("--dense-models"), "{message}");
     }
 
-    /// MOSAIC's experts and Chimera's engines are the dense models their scenarios calibrate.
+    /// MOSAIC's experts and Chimera's engines (serving replica groups) are the dense models
+    /// their scenarios calibrate, in group order.
     #[test]
     fn dense_families_name_their_models() {
         let names = |path: &str| -> Vec<String> {
@@ -458,6 +462,11 @@ mod tests {
         let mosaic = names("scenarios/live/mosaic.toml");
         assert_eq!(mosaic.len(), 3, "{mosaic:?}");
         assert!(mosaic[0].contains("Qwen2.5-7B"), "{mosaic:?}");
+        assert!(
+            mosaic[1].to_lowercase().contains("llama-3.1-8b"),
+            "{mosaic:?}"
+        );
+        assert!(mosaic[2].to_lowercase().contains("granite"), "{mosaic:?}");
         // The Chimera preset's two replica groups (serving family), in group order.
         let chimera = names("scenarios/live/chimera.toml");
         assert_eq!(chimera.len(), 2, "{chimera:?}");

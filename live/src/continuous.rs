@@ -15,7 +15,9 @@
 //! prediction's shares of it (`step::LiveStep`).
 //!
 //! Dense replicas (the Chimera preset, scenarios/live/chimera.toml: a replica group per model,
-//! each replica one GPU) run each engine step as its model's decode step on the kernels
+//! each replica one GPU; the MOSAIC preset, scenarios/live/mosaic.toml: workers that run their
+//! placed sessions one after another, each session a replica, planned first as `expertsim run`
+//! plans them, `serving_family::prepared`) run each engine step as its model's decode step on the kernels
 //! ([`DenseStep`]): the model scaled down as the dense-decode profile that prices it was
 //! measured (`replica.scheduler.profile`; live mode's default scaling without one), every layer
 //! one GEMM over the step's rows with attention over their cached tokens, then the head.
@@ -36,7 +38,6 @@ use kernels::BackendError;
 use kernels::reroute::{BASE_MODEL, RerouteProblem, RerouteVariant};
 use sim::cost::shape::DenseModelShape;
 use sim::metrics::RunOutput;
-use sim::mosaic::live_scale::{LIVE_SCALING, Scaling};
 use sim::policies::Policies;
 use sim::policies::memory::{InstancePlan, MemoryPlan};
 use sim::records::DiscardRecords;
@@ -44,6 +45,7 @@ use sim::serving::variability::FactorKind;
 use sim::serving::{AdapterTokens, StepCost, StepWork};
 use sim::serving_family::adapters::AdapterSpec;
 use sim::serving_family::config::{SchedulerTable, ServedModel};
+use sim::serving_family::live_scale::{LIVE_SCALING, Scaling};
 use sim::serving_family::popularity::Popularity;
 use sim::serving_family::rerouting::Rerouting;
 use sim::serving_family::{ReplicaStepCost, ScenarioPolicies, ServingScenario, StepCosts};
@@ -269,15 +271,16 @@ fn check_dense(scenario: &ServingScenario) -> Result<(), LiveError> {
         if let Some(needs) = why {
             return Err(LiveError::Unsupported(format!(
                 "live mode runs dense replicas of the serving family with {needs} \
-                 (scenarios/live/chimera.toml)"
+                 (scenarios/live/chimera.toml, scenarios/live/mosaic.toml)"
             )));
         }
     }
     Ok(())
 }
 
-/// One seed of `scenario` served (its adapters placed as `plan` says) with its replica's steps
-/// priced by `wrap` around its own step cost.
+/// One seed of `scenario` served (its adapters placed as `plan` says, a question workload's
+/// calls gated by the policies' gate) with its replica's steps priced by `wrap` around its own
+/// step cost.
 fn serve<'w>(
     scenario: &'w ServingScenario,
     seed: u64,
@@ -287,7 +290,7 @@ fn serve<'w>(
 ) -> Result<RunOutput, LiveError> {
     let mut p = ScenarioPolicies::of(scenario, policies);
     let mut sink = DiscardRecords;
-    sim::serving_family::serve(
+    sim::serving_family::serve_gated(
         scenario,
         seed,
         &mut *p.queue,
@@ -295,6 +298,7 @@ fn serve<'w>(
         &mut *p.mapper,
         &mut p.selectors,
         plan,
+        p.gate.take(),
         &mut sink,
         None,
         Some(StepCosts::Wrapped(Box::new(move |r, own| wrap(r, own)))),
@@ -335,7 +339,7 @@ struct DenseEngine {
 }
 
 /// Every replica of `scenario`'s dense groups, numbered as the serving family numbers them
-/// (group by group).
+/// (group by group; placed, a group's replicas are its model's sessions).
 fn dense_engines(scenario: &ServingScenario) -> Vec<DenseEngine> {
     let mut engines = Vec::new();
     for (model, r) in scenario.groups() {
@@ -399,8 +403,13 @@ fn run_dense(
         variability: None,
         execution: Some(format!(
             "each engine's model runs scaled down: {}; a layer is one GEMM over hidden with \
-             attention over the step's cached tokens spread evenly over its rows",
-            engines[0].scaling.describe()
+             attention over the step's cached tokens spread evenly over its rows{}",
+            engines[0].scaling.describe(),
+            if scenario.sessions.is_some() {
+                "; each placed session's model load is priced (replica.load), not copied"
+            } else {
+                ""
+            }
         )),
     })
 }
@@ -414,6 +423,11 @@ pub fn run(
     clock: Clock,
 ) -> Result<FamilyRun, LiveError> {
     check(scenario)?;
+    // `[placement]` (MOSAIC's workers): the sessions calibrated and planned as `expertsim run`
+    // plans them.
+    let prepared =
+        sim::serving_family::prepared(scenario, seed, policies).map_err(LiveError::Unsupported)?;
+    let scenario = prepared.as_ref().unwrap_or(scenario);
     if dense(scenario) {
         return run_dense(scenario, seed, policies, kernels, clock);
     }

@@ -1,5 +1,5 @@
-//! A dense model's decode step on the kernels, shared by live MOSAIC (each expert's session
-//! steps) and live Chimera (each engine's steps): the model scaled by a [`Scaling`] (live
+//! A dense model's decode step on the kernels, shared by the serving family's dense replicas in
+//! live mode (live Chimera's engines, live MOSAIC's placed sessions): the model scaled by a [`Scaling`] (live
 //! mode's default `LIVE_SCALING`, or the scaling of the dense-decode profile that prices the
 //! run, so that a profile of the real widths runs the real widths), every layer one GEMM over
 //! `hidden` of the block's parameters with attention, over the step's kernel rows and cached
@@ -12,8 +12,8 @@ use calibrate::dense::dense_decode_shapes;
 use kernels::BackendError;
 use kernels::decode::DecodeShape;
 use sim::cost::shape::DenseModelShape;
-use sim::mosaic::live_scale::{Scaling, kernel_rows_and_context};
 use sim::serving::step::StepWork;
+use sim::serving_family::live_scale::{Scaling, kernel_rows_and_context};
 
 /// One dense model's decode step on the kernels.
 pub struct DenseStep {
@@ -51,7 +51,7 @@ impl Measure for DenseStep {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sim::mosaic::live_scale::LIVE_SCALING;
+    use sim::serving_family::live_scale::LIVE_SCALING;
 
     #[test]
     fn a_scaled_down_model_keeps_its_heads_and_shrinks_its_bytes() {

@@ -6,8 +6,7 @@
 //! Families: the serving family (`serving`: the CAPS preset, a static replica priced from
 //! expected routing, `caps`; `continuous`: a continuous MoE replica such as the GEM preset, the
 //! ExpertWeave preset, a continuous MLA replica with adapters, and dense replicas such as the
-//! Chimera preset's engines), MOSAIC
-//! (`mosaic`, whose model loads are device copies beside the steps), through the serving
+//! Chimera preset's engines and the MOSAIC preset's placed sessions), through the serving
 //! layer's one step-cost seam `sim::serving::step::StepCost`, wrapped once by `step::LiveStep`.
 //!
 //! Before the run, `probe` checks that the scenario's measured profile describes the device
@@ -20,7 +19,6 @@ pub mod continuous;
 pub mod dense;
 pub mod device;
 pub mod fidelity;
-pub mod mosaic;
 pub mod noise;
 pub mod probe;
 pub mod report;
@@ -176,41 +174,40 @@ type LiveRunner =
 /// device opens, exit code 2).
 type LiveCheck = fn(&Scenario) -> Result<(), LiveError>;
 
-/// A family's place in live mode: its runner, for every cell or for the cells its check takes.
+/// A family's place in live mode: its runner, for the cells its check takes.
 #[derive(Clone, Copy)]
 enum LiveFamily {
-    Runs(LiveRunner),
     RunsChecked(LiveCheck, LiveRunner),
 }
 
 /// Live mode's runner for each registered family (`sim::registry::FAMILIES`), by name. A family's
 /// live module lives here because it launches kernels, which `sim` does not know; a test holds
 /// that every registered family has its line.
-const LIVE_FAMILIES: &[(&str, LiveFamily)] = &[
-    (
-        "mosaic",
-        LiveFamily::Runs(|s, seed, p, k, clock| mosaic::run(cell(s), seed, p, k, clock)),
+const LIVE_FAMILIES: &[(&str, LiveFamily)] = &[(
+    "serving",
+    LiveFamily::RunsChecked(
+        |s| {
+            let s = cell(s);
+            caps::check(s).or_else(|_| continuous::check(s))
+        },
+        |s, seed, p, k, clock| match caps::check(cell(s)) {
+            Ok(()) => caps::run(cell(s), seed, p, k, clock),
+            Err(_) => continuous::run(cell(s), seed, p, k, clock),
+        },
     ),
-    (
-        "serving",
-        LiveFamily::RunsChecked(
-            |s| {
-                let s = cell(s);
-                caps::check(s).or_else(|_| continuous::check(s))
-            },
-            |s, seed, p, k, clock| match caps::check(cell(s)) {
-                Ok(()) => caps::run(cell(s), seed, p, k, clock),
-                Err(_) => continuous::run(cell(s), seed, p, k, clock),
-            },
-        ),
-    ),
-];
+)];
 
 /// Registered families live mode does not run, and what runs their cases instead.
-const NOT_LIVE: &[(&str, &str)] = &[(
-    "chimera",
-    "live Chimera is a serving scenario now: scenarios/live/chimera.toml (issue 28)",
-)];
+const NOT_LIVE: &[(&str, &str)] = &[
+    (
+        "chimera",
+        "live Chimera is a serving scenario now: scenarios/live/chimera.toml (issue 28)",
+    ),
+    (
+        "mosaic",
+        "live MOSAIC is a serving scenario now: scenarios/live/mosaic.toml (issue 28)",
+    ),
+];
 
 /// The cell of `scenario` as its family's scenario type (the runner is looked up by the
 /// scenario's own family, so the type always matches).
@@ -224,7 +221,6 @@ fn cell<S: 'static>(scenario: &Scenario) -> &S {
 fn live_runner(scenario: &Scenario) -> Result<LiveRunner, LiveError> {
     let name = scenario.family().name();
     match LIVE_FAMILIES.iter().find(|(family, _)| *family == name) {
-        Some((_, LiveFamily::Runs(runner))) => Ok(*runner),
         Some((_, LiveFamily::RunsChecked(check, runner))) => check(scenario).map(|_| *runner),
         None => Err(LiveError::Unsupported(
             match NOT_LIVE.iter().find(|(family, _)| *family == name) {

@@ -118,6 +118,49 @@ replica_token_imbalance (router_map and predictor_kendall_distance as before); s
 figure keys likewise (queue.kind -> replica.queue.kind, workload.rps -> arrival.rate_per_s, \
 cluster.models -> the groups' replica.model)";
 
+/// The mosaic family's keys as the serving simulator's MOSAIC preset spells them
+/// (docs/unified-model-changes/mosaic-preset.md; scenarios/mosaic/evaluation_serving_*.toml,
+/// scenarios/live/mosaic.toml). Ready for the family's deletion: then `("mosaic", MOSAIC_MOVED)`
+/// joins [`RETIRED`].
+pub const MOSAIC_MOVED: &str = "the mosaic family is now a preset of the serving simulator: \
+write family = \"serving\" with one [[replica]] group per expert model and one for the \
+aggregator, [placement] and [workload.questions] with [arrival] pattern = \"offline\" \
+(scenarios/mosaic/*.toml are the paper's experiments, scenarios/live/mosaic.toml the live case). \
+Keys: [cluster] n_workers -> placement.workers; [pool] preset -> the pool's models as groups and \
+workload.questions.experts (as scenarios/mosaic/evaluation_serving_*.toml spell the hybrid \
+pool); [[experts]] shape -> replica.model (a group each) and workload.questions.experts[].model, \
+name -> none (the model names it), load_s -> replica.load = { kind = \"fixed\", seconds }, \
+mean_output_tokens, output_sigma, max_output_tokens -> \
+workload.questions.experts[].output_tokens = { mean, sigma, max } (sigma was 0.45 for family = \
+\"reasoning\", 0.5 for \"instruction\"); [aggregator] shape -> \
+workload.questions.aggregator.model (a group of its own), tensor_parallel -> that group's \
+replica.gpus and replica.tensor_parallel, load_s -> its replica.load, mean_output_tokens, \
+output_sigma, max_output_tokens -> workload.questions.aggregator.output_tokens, template_tokens \
+-> workload.questions.aggregator.template_tokens, max_prompt_tokens -> \
+workload.questions.aggregator.max_prompt_tokens; [dataset] preset -> \
+workload.questions.dataset, questions -> workload.n_requests, slots -> \
+workload.questions.experts[].slots, prompt_tokens_sigma -> \
+workload.questions.prompt_tokens_sigma, calibration_questions -> placement.calibration.calls \
+(3 calls a question), name, prompt_tokens_mean, buckets -> none (the dataset presets'), \
+reasoning_output_scale, instruction_output_scale -> the experts' output_tokens.mean scaled; \
+[calibration] min_prompts_per_model -> placement.calibration.min_calls_per_model, \
+sweep_min_prompts -> placement.calibration.sweep_min_calls, sweep_max_prompts -> \
+placement.calibration.sweep_max_calls (without [placement.calibration]: \
+placement.predicted_session_s per model); [placement] kind -> placement.policy = { kind, ... } \
+with the same policy keys; [gate] -> workload.questions.gate, the aggregator after the whole \
+expert stage -> workload.questions.release = \"after_experts\"; [serving] gpu -> replica.gpu \
+(default was A100-80GB), step_overhead_ms -> replica.step_overhead_ms (default was 4), \
+gpu_memory_utilization -> replica.gpu_memory_utilization, max_num_seqs -> \
+replica.max_num_seqs, block_size -> replica.block_size, watermark -> replica.watermark, \
+allreduce_latency_us, interconnect_gbps -> replica.interconnect, load_gbps -> replica.load = { \
+kind = \"path\", gbps }, profile -> replica.scheduler.profile (the same dense-decode profile, \
+in every group), measured -> replica.measured, and every group's replica.scheduler = { kind = \
+\"sarathi\", chunk_size = 1_000_000_000 } (MOSAIC's sessions: decodes first, whole prompts); \
+[output] record_solve_time -> none (ilp_solve_time_s is not reported: a run's results are \
+deterministic). Metrics keep their names; sweep and figure keys likewise (placement.kind -> \
+placement.policy.kind, gate.tau -> workload.questions.gate.tau, cluster.n_workers -> \
+placement.workers)";
+
 /// The registered family called `name`.
 pub fn family(name: &str) -> Option<FamilyId> {
     named_in(FAMILIES, name)
@@ -191,6 +234,63 @@ mod tests {
 
     /// The chimera family's refusal: every key of its tables and
     /// every headline metric it reported has its serving spelling in the text.
+    /// The mosaic family's refusal, ready for its deletion: every key of its tables has its
+    /// serving spelling in the text.
+    #[test]
+    fn the_mosaic_key_mapping_names_every_key() {
+        for (mosaic, serving) in [
+            ("n_workers", "placement.workers"),
+            ("[pool] preset", "workload.questions.experts"),
+            ("[[experts]] shape", "replica.model"),
+            ("load_s", "replica.load = { kind = \"fixed\", seconds }"),
+            ("max_output_tokens", "output_tokens = { mean, sigma, max }"),
+            ("[aggregator] shape", "workload.questions.aggregator.model"),
+            ("tensor_parallel", "replica.tensor_parallel"),
+            ("template_tokens", "aggregator.template_tokens"),
+            ("max_prompt_tokens", "aggregator.max_prompt_tokens"),
+            ("[dataset] preset", "workload.questions.dataset"),
+            ("questions", "workload.n_requests"),
+            ("slots", "workload.questions.experts[].slots"),
+            (
+                "prompt_tokens_sigma",
+                "workload.questions.prompt_tokens_sigma",
+            ),
+            ("calibration_questions", "placement.calibration.calls"),
+            (
+                "min_prompts_per_model",
+                "placement.calibration.min_calls_per_model",
+            ),
+            ("sweep_min_prompts", "placement.calibration.sweep_min_calls"),
+            ("sweep_max_prompts", "placement.calibration.sweep_max_calls"),
+            ("[placement] kind", "placement.policy = { kind, ... }"),
+            ("[gate]", "workload.questions.gate"),
+            ("[serving] gpu", "replica.gpu"),
+            ("step_overhead_ms", "replica.step_overhead_ms"),
+            ("gpu_memory_utilization", "replica.gpu_memory_utilization"),
+            ("max_num_seqs", "replica.max_num_seqs"),
+            ("block_size", "replica.block_size"),
+            ("watermark", "replica.watermark"),
+            ("interconnect_gbps", "replica.interconnect"),
+            ("load_gbps", "kind = \"path\", gbps }"),
+            ("profile", "replica.scheduler.profile"),
+            ("measured", "replica.measured"),
+            ("record_solve_time", "none"),
+            ("placement.kind", "placement.policy.kind"),
+            ("gate.tau", "workload.questions.gate.tau"),
+        ] {
+            // The serving spelling follows the mosaic key's arrow.
+            let arrow = MOSAIC_MOVED.find(&format!("{mosaic} ->"));
+            assert!(
+                arrow.is_some_and(|a| MOSAIC_MOVED[a..].contains(serving)),
+                "{mosaic} -> {serving}"
+            );
+        }
+        assert!(MOSAIC_MOVED.starts_with("the mosaic family is now a preset"));
+        // Still registered until scenarios/mosaic/ are serving files (then it joins RETIRED).
+        assert!(family("mosaic").is_some());
+        assert!(RETIRED.iter().all(|(name, _)| *name != "mosaic"));
+    }
+
     #[test]
     fn the_chimera_key_mapping_names_every_key() {
         for (chimera, serving) in [

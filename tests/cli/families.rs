@@ -55,7 +55,8 @@ fn every_registered_family_loads_and_runs() {
 }
 
 /// A MOSAIC cell records the source its expert steps reported: the live scenario names a
-/// measured dense-decode profile (`[serving] profile`), the quick one none (the roofline).
+/// measured dense-decode profile (`replica.scheduler.profile`), the quick one none (the
+/// roofline).
 #[test]
 fn mosaic_records_the_source_its_expert_steps_reported() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -154,7 +154,6 @@ fn dry_run_lists_every_step_scenario_profile_and_gpu_test_and_exits_0() {
             .unwrap();
         let key = match family {
             "serving" => "replica.scheduler.profile",
-            "mosaic" => "serving.profile",
             other => panic!("{name}: family {other} has no profile key here"),
         };
         let calibrated = format!("_live-gpu-{}.json", name.trim_end_matches(".toml"));

@@ -37,18 +37,18 @@ fn derived_quantities_are_refused_at_the_field_they_come_from() {
         ),
         (
             "scenarios/live/mosaic.toml",
-            "aggregator.load_s=1e308",
-            "aggregator.load_s",
+            "replica.load={kind=\"fixed\", seconds=1e308}",
+            "load.seconds",
         ),
         (
             "scenarios/live/mosaic.toml",
-            "aggregator.load_s=9223372036854775807",
-            "aggregator.load_s",
+            "replica.load={kind=\"fixed\", seconds=9223372036854775807}",
+            "load.seconds",
         ),
         (
             "scenarios/live/mosaic.toml",
-            "aggregator.load_s=1e9",
-            "aggregator.load_s",
+            "replica.load={kind=\"fixed\", seconds=1e9}",
+            "load.seconds",
         ),
         (
             "scenarios/caps/evaluation.toml",

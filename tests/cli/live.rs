@@ -180,9 +180,10 @@ fn chimera_runs_live_through_the_step_cost_seam() {
     }
 }
 
-/// MOSAIC runs live through `LiveStep`: every session's load is a measured copy and every
-/// continuous-batching step of the expert stage a measured decode; with the predicted clock the
-/// live run's placement, loads and steps are the simulated run's and so are its metrics.
+/// MOSAIC (the serving family's preset: placed sessions of dense replica groups) runs live
+/// through `LiveStep`: every continuous-batching step of every session a measured decode of its
+/// model; with the predicted clock the live run's placement, loads and steps are the simulated
+/// run's and so are its metrics.
 #[test]
 fn mosaic_runs_live_through_the_step_cost_seam() {
     let dir = tempfile::tempdir().unwrap();
@@ -210,7 +211,7 @@ fn mosaic_runs_live_through_the_step_cost_seam() {
     );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("fidelity.json")).unwrap()).unwrap();
-    assert_eq!(report["family"], "mosaic");
+    assert_eq!(report["family"], "serving");
     assert_eq!(report["decisions"]["identical"], true);
     let steps = report["steps"].as_array().unwrap();
     assert!(!steps.is_empty());
@@ -220,7 +221,18 @@ fn mosaic_runs_live_through_the_step_cost_seam() {
             .all(|s| s["measured_ns"].as_f64().unwrap() > 0.0
                 && s["predicted_ns"].as_f64().unwrap() > 0.0)
     );
-    // One measured host-to-device copy per model load the run counts.
+    // Every expert's sessions ran steps.
+    for model in ["Qwen2.5-7B", "Llama-3.1-8B", "granite-3.1-8b"] {
+        assert!(
+            steps.iter().any(|s| s["what"]
+                .as_str()
+                .unwrap()
+                .to_lowercase()
+                .contains(&model.to_lowercase())),
+            "no step of {model}"
+        );
+    }
+    // The workers ran their planned sessions, each loading its model once.
     let metrics = report["metrics"].as_array().unwrap();
     let loads = metrics
         .iter()
@@ -228,12 +240,7 @@ fn mosaic_runs_live_through_the_step_cost_seam() {
         .unwrap()["simulated"]
         .as_f64()
         .unwrap();
-    let execution = report["execution"].as_str().unwrap();
-    assert_eq!(
-        execution.matches(" bytes in ").count() as f64,
-        loads,
-        "{execution}"
-    );
+    assert!(loads >= 3.0, "{loads}");
     for pair in metrics {
         assert_eq!(pair["simulated"], pair["live"], "{pair}");
     }

@@ -12,13 +12,13 @@
 
 pub mod config;
 pub mod family;
-pub mod live_scale;
 pub mod pricing;
 pub mod profile_cost;
 pub mod server;
 pub mod session;
 pub mod workload;
 
+pub use crate::serving_family::live_scale;
 pub use config::{MosaicConfig, MosaicScenario};
 pub use family::Mosaic;
 pub use pricing::{ModelStepCost, SessionPricing, SimulatedPricing};

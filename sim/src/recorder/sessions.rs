@@ -1,8 +1,7 @@
 //! The placed sessions of a run as its metric rows read them (MOSAIC's expert stage:
 //! `serving_family::sessions` runs the workers, `serving_family::placement` plans them): the
 //! workers' walls and their spread, the idle share, the loads, the expert tokens' rate, the
-//! plan's prediction and its error, the MILP solver's report. The mosaic family defines the
-//! same numbers on its own server (`mosaic::ExpertStage`, docs/mosaic.md).
+//! plan's prediction and its error, the MILP solver's report (docs/mosaic.md defines them).
 
 /// What a placed run's workers did and what its plan predicted.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -2,9 +2,8 @@
 //! the points of a profiling sweep (sessions of growing size on one resident replica, each its
 //! calls' mean and longest output and its wall), `T = b0 + b1 P O_mean + b2 O_max` fitted to
 //! them by least squares, and the prediction for a session of `P` calls from the calibration
-//! set's mean and longest output. Shared by the mosaic family's calibration
-//! (`mosaic::workload::calibrate`) and the serving family's
-//! (`serving_family::session_calibration`).
+//! set's mean and longest output: the serving family's calibration pass
+//! (`serving_family::session_calibration`; the mosaic family's own, until its deletion).
 
 use nalgebra::{DMatrix, DVector};
 use serde::Serialize;

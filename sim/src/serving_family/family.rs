@@ -33,44 +33,17 @@ impl Serving {
                 cost_source: scenario.cost_model().to_string(),
             });
         }
-        // `[placement.calibration]`: each model's predicted session time computed first.
-        let calibrated = match scenario
-            .placement
-            .as_ref()
-            .and_then(|p| p.calibration.as_ref())
-        {
-            None => None,
-            Some(_) => match super::session_calibration::calibrated(scenario, seed, policies) {
-                Ok(calibrated) => Some(calibrated),
-                Err(reason) => {
-                    return Ok(Run {
-                        output: super::failed(&reason),
-                        cost_source: scenario.cost_model().to_string(),
-                    });
-                }
-            },
-        };
-        let scenario = calibrated.as_ref().unwrap_or(scenario);
-        // `[placement]`: the workers' sessions planned before the run.
-        let planned = match &scenario.placement {
-            None => None,
-            Some(spec) => {
-                match super::placement::planned(
-                    scenario,
-                    &mut *policies.placement(&spec.policy),
-                    seed,
-                ) {
-                    Ok(planned) => Some(planned),
-                    Err(reason) => {
-                        return Ok(Run {
-                            output: super::failed(&reason),
-                            cost_source: scenario.cost_model().to_string(),
-                        });
-                    }
-                }
+        // `[placement.calibration]` and `[placement]`: the workers' sessions planned first.
+        let prepared = match super::prepared(scenario, seed, policies) {
+            Ok(prepared) => prepared,
+            Err(reason) => {
+                return Ok(Run {
+                    output: super::failed(&reason),
+                    cost_source: scenario.cost_model().to_string(),
+                });
             }
         };
-        let scenario = planned.as_ref().unwrap_or(scenario);
+        let scenario = prepared.as_ref().unwrap_or(scenario);
         let mut p = super::ScenarioPolicies::of(scenario, policies);
         Ok(Run {
             output: super::run_policies(scenario, seed, &mut p, records, trace_events)?,

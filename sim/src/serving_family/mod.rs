@@ -18,6 +18,7 @@ pub mod experiment;
 pub mod expert_routing;
 mod family;
 pub mod keys;
+pub mod live_scale;
 pub mod load;
 pub mod mapping;
 pub mod placement;
@@ -790,6 +791,31 @@ fn run_gated(
     )
 }
 
+/// `scenario` as one seed of it is served: with `[placement.calibration]`, each model's
+/// predicted session time computed first (`session_calibration::calibrated`); with
+/// `[placement]`, the workers' sessions planned by the policies' placement
+/// (`placement::planned`). `None`: neither, the scenario is served as written; `Err`: why the
+/// calibration or the placement failed.
+pub fn prepared(
+    scenario: &ServingScenario,
+    seed: u64,
+    policies: &dyn Policies,
+) -> Result<Option<ServingScenario>, String> {
+    let Some(spec) = &scenario.placement else {
+        return Ok(None);
+    };
+    let calibrated = match spec.calibration {
+        None => None,
+        Some(_) => Some(session_calibration::calibrated(scenario, seed, policies)?),
+    };
+    let scenario = calibrated.as_ref().unwrap_or(scenario);
+    let spec = scenario
+        .placement
+        .as_ref()
+        .expect("calibrated keeps the placement");
+    placement::planned(scenario, &mut *policies.placement(&spec.policy), seed).map(Some)
+}
+
 /// How `serve` prices the replicas' steps other than by their own `ReplicaStepCost`: the seam
 /// live mode and tests price through.
 pub enum StepCosts<'a> {
@@ -833,7 +859,7 @@ pub fn serve<'a>(
 
 /// [`serve`] with a question workload's aggregation gate (`[workload.questions]` needs one).
 #[allow(clippy::too_many_arguments)]
-fn serve_gated<'a>(
+pub fn serve_gated<'a>(
     scenario: &'a ServingScenario,
     seed: u64,
     queue: &'a mut dyn QueuePolicy,

@@ -705,7 +705,7 @@ fn a_dense_replica_is_priced_from_its_dense_decode_profile() {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/live/chimera.toml");
     let plan = crate::scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
     let s: &ServingScenario = plan.cells[0].scenario.get().unwrap();
-    let file = crate::mosaic::profile_cost::DenseDecodeProfile::load(
+    let file = super::dense_profile::DenseDecodeProfile::load(
         &path
             .parent()
             .unwrap()
@@ -2034,61 +2034,68 @@ fn addressed_calls_are_refused_where_they_cannot_be_routed() {
     assert_eq!(e.path, "workload.prompt_tokens");
 }
 
-/// The MOSAIC preset (scenarios/mosaic/gpqa_round_robin_serving.toml) deploys each worker as the
-/// mosaic family does on the same cell (quick.toml, GPQA, round-robin): every replica group is
-/// one A100 whose load is the mosaic family's `load_s` of that model (its weights over
-/// `[serving] load_gbps`) and whose KV cache holds the mosaic session's tokens in the same blocks;
-/// its calls are Table 3's GPQA slots per model.
+/// The MOSAIC preset (scenarios/mosaic/gpqa_round_robin_serving.toml) deploys each worker as
+/// MOSAIC's worker by hand: every replica group is one A100 that loads its model's bf16 weights
+/// over the 0.4 GB/s path (`load = { kind = "path", gbps = 0.4 }`: weights / 0.4e9 seconds), whose
+/// KV cache holds 90-100 % of what the card's memory at `gpu_memory_utilization` leaves beside
+/// the weights (whole blocks), and whose calls are Table 3's GPQA slots of its model.
 #[test]
-fn the_mosaic_preset_deploys_each_worker_as_the_mosaic_family() {
+fn the_mosaic_preset_deploys_each_worker_by_hand() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/mosaic");
-    let load =
-        |file: &str| crate::scenario::load(&dir.join(file), &[]).unwrap_or_else(|e| panic!("{e}"));
-    let preset_plan = load("gpqa_round_robin_serving.toml");
-    let preset = preset_plan.cells[0]
+    let plan = crate::scenario::load(&dir.join("gpqa_round_robin_serving.toml"), &[])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let preset = plan.cells[0]
         .scenario
         .get::<ServingScenario>()
         .expect("a serving scenario");
-    let mosaic_plan = load("quick.toml");
-    let mosaic = mosaic_plan.cells[0]
-        .scenario
-        .get::<crate::mosaic::MosaicScenario>()
-        .expect("a mosaic scenario");
+    // Table 3's GPQA slots of the hybrid pool's models.
+    let slots = [
+        ("r1-distill-llama-8b", 429),
+        ("r1-distill-qwen-7b", 158),
+        ("gemma-2-9b", 4),
+        ("exaone-3.5-7.8b", 3),
+    ];
     let mut groups = 0;
     for (g, (model, replica)) in preset.groups().enumerate() {
-        let expert = mosaic
-            .experts
-            .iter()
-            .position(|e| e.shape.name == model.name())
-            .unwrap_or_else(|| panic!("{} is no hybrid-pool expert", model.name()));
-        let e = &mosaic.experts[expert];
+        let config::ServedModel::Dense(shape) = model else {
+            panic!("{} is not dense", model.name());
+        };
         let deployment = deployment::Deployment::new(&preset.group(g), None).unwrap();
+        let weights = shape.weight_bytes();
+        assert_eq!(
+            deployment.weights_per_gpu_bytes,
+            weights,
+            "{}",
+            model.name()
+        );
         let load = replica.load.expect("the preset loads its models");
         assert_eq!(
-            load.duration(deployment.weights_per_gpu_bytes),
-            crate::time::SimDuration::from_secs_f64(e.load_s),
+            load.duration(weights),
+            crate::time::SimDuration::from_secs_f64(weights / 0.4e9),
             "{}",
-            e.name
+            model.name()
+        );
+        let room = replica.gpu.memory_gb * 1e9 * replica.gpu_memory_utilization - weights;
+        let by_hand = room / shape.kv_bytes_per_token();
+        let tokens = deployment.kv_tokens as f64;
+        assert!(
+            (0.9 * by_hand..=by_hand).contains(&tokens),
+            "{}: {tokens} KV tokens, {by_hand} by hand",
+            model.name()
         );
         assert_eq!(
-            deployment.kv_tokens, e.serving.dense.kv_capacity_tokens,
-            "{}",
-            e.name
+            deployment.kv_blocks,
+            deployment.kv_tokens / u64::from(replica.block_size)
         );
-        assert_eq!(deployment.kv_blocks, e.serving.kv_blocks(), "{}", e.name);
-        assert_eq!(replica.max_num_seqs, e.serving.max_num_seqs as usize);
-        assert_eq!(
-            preset.calls[g].n_requests, mosaic.dataset.slots[expert] as usize,
-            "{}",
-            e.name
-        );
+        let (_, n) = slots
+            .iter()
+            .find(|(key, _)| model.name().to_lowercase().contains(key))
+            .unwrap_or_else(|| panic!("{} is no hybrid-pool model", model.name()));
+        assert_eq!(preset.calls[g].n_requests, *n as usize, "{}", model.name());
         groups += 1;
     }
     // Every model GPQA recruits has its worker.
-    assert_eq!(
-        groups,
-        mosaic.dataset.slots.iter().filter(|&&n| n > 0).count()
-    );
+    assert_eq!(groups, slots.len());
 }
 
 /// MIXTRAL_TRACE with GPU 0 at 0.88 of the nominal throughput (GEM's high variability).

@@ -1,7 +1,8 @@
-//! How live mode runs a MOSAIC expert, shared by the live executor, the calibration binary
-//! and the profile-priced session cost: the dense model scaled down by [`Scaling`], one
-//! transformer block as one GEMM over `hidden` with attention, and a serving replica's step
-//! (`serving::StepWork`) as that kernel's rows and cached tokens per row.
+//! How live mode runs a dense model (the Chimera and MOSAIC live cases' replicas), shared by the
+//! live executor, the calibration binary and the profile-priced dense replica
+//! (`dense_profile`): the model scaled down by [`Scaling`], one transformer block as one GEMM
+//! over `hidden` with attention, and a serving replica's step (`serving::StepWork`) as that
+//! kernel's rows and cached tokens per row.
 
 use crate::cost::shape::DenseModelShape;
 use crate::serving::StepWork;
@@ -16,7 +17,7 @@ pub struct Scaling {
     pub layers: u64,
 }
 
-/// The scaling live mode runs every MOSAIC expert at.
+/// The scaling live mode runs a dense model at when no dense-decode profile prices it.
 pub const LIVE_SCALING: Scaling = Scaling {
     widths: 64,
     layers: 8,
