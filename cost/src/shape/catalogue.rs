@@ -21,6 +21,7 @@ pub const DENSE_PRESETS: &[&str] = &[
     "qwen2.5-14b-instruct",
     "llama-3.2-3b-instruct",
     "ministral-8b-instruct-2410",
+    "ministral-3-8b-instruct-2512",
     "llama-2-7b",
 ];
 
@@ -81,6 +82,11 @@ impl DenseModelShape {
     ///   8 KV heads, head_dim 128, vocab 128256, tied.
     /// - mistralai/Ministral-8B-Instruct-2410: 36 layers, hidden 4096, intermediate 12288,
     ///   32 heads, 8 KV heads, head_dim 128, vocab 131072, untied.
+    /// - mistralai/Ministral-3-8B-Instruct-2512 (its text model; Chimera's "Minis8B"): 34
+    ///   layers, hidden 4096, 32 heads, 8 KV heads, head_dim 128 (the checkpoint's
+    ///   `text_config`); intermediate 14336, vocab 131072, untied (transformers'
+    ///   `Ministral3Config`, whose defaults are documented as this checkpoint's). Its 0.4B vision
+    ///   encoder is not part of the shape.
     /// - meta-llama/Llama-2-7b-hf: 32 layers, hidden 4096, intermediate 11008, 32 heads,
     ///   32 KV heads (no GQA), head_dim 128, vocab 32000, untied (the shape Vidur's GPU profiles
     ///   measured, `profiles/vidur/`; the serving family's reference dense replica).
@@ -220,6 +226,17 @@ impl DenseModelShape {
                 128,
                 128_256,
                 true,
+            ),
+            "ministral-3-8b-instruct-2512" => shape(
+                "mistralai/Ministral-3-8B-Instruct-2512",
+                34,
+                4096,
+                14336,
+                32,
+                8,
+                128,
+                131_072,
+                false,
             ),
             _ => shape(
                 "mistralai/Ministral-8B-Instruct-2410",
@@ -600,10 +617,18 @@ mod tests {
         {
             let checked = PUBLISHED.iter().any(|(p, _)| p == name);
             assert!(
-                checked || name.starts_with("live-") || name.ends_with("-nf4"),
+                checked
+                    || name.starts_with("live-")
+                    || name.ends_with("-nf4")
+                    || *name == "ministral-3-8b-instruct-2512",
                 "{name}"
             );
         }
+        // Ministral-3-8B's card prints its language model as "8.4B" (one decimal, not rounded
+        // to the nearest: the shape's count is 8.49B); a wrong layer count or MLP width (36 x
+        // 12288 is the 2410 model's 8.02B) leaves [8.4, 8.5).
+        let (ministral3, _) = derived_billions("ministral-3-8b-instruct-2512");
+        assert!((8.4..8.5).contains(&ministral3), "{ministral3}");
         // One count per model, exact where the card prints more digits.
         assert_eq!(
             MoeModelShape::qwen1_5_moe_a2_7b().total_params(),
