@@ -98,7 +98,7 @@ case). Keys: [cluster] models = [a, b, ...] -> one [[replica]] group per model (
 ...] in one [replica] table, sweepable), replica.model \
 its catalogue preset (qwen2.5-1.5b -> qwen2.5-1.5b-instruct, qwen2.5-3b -> \
 qwen2.5-3b-instruct, qwen2.5-7b -> qwen2.5-7b-instruct, qwen2.5-14b -> qwen2.5-14b-instruct, \
-llama3.2-3b -> llama-3.2-3b-instruct, ministral-8b -> ministral-8b-instruct-2410), a repeated \
+llama3.2-3b -> llama-3.2-3b-instruct, ministral-8b -> ministral-3-8b-instruct-2512, the paper's Ministral3-8B), a repeated \
 model -> replica.count; gpu -> replica.gpu (default was RTX-A6000), max_batch_size -> \
 replica.max_num_seqs, gpu_memory_utilization -> replica.gpu_memory_utilization, \
 step_overhead_ms -> replica.step_overhead_ms (absent: replica.host_time = \"vllm\", the \
@@ -299,7 +299,7 @@ mod tests {
                 "[[replica]] group per model",
             ),
             ("qwen2.5-7b", "qwen2.5-7b-instruct"),
-            ("ministral-8b", "ministral-8b-instruct-2410"),
+            ("ministral-8b", "ministral-3-8b-instruct-2512"),
             ("max_batch_size", "replica.max_num_seqs"),
             ("gpu_memory_utilization", "replica.gpu_memory_utilization"),
             ("step_overhead_ms", "replica.host_time = \"vllm\""),
