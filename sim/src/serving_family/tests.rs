@@ -2035,7 +2035,7 @@ fn addressed_calls_are_refused_where_they_cannot_be_routed() {
 }
 
 /// The MOSAIC preset (scenarios/mosaic/gpqa_round_robin_serving.toml) deploys each worker as the
-/// mosaic family does on the same cell (quick.toml, GPQA, round-robin): every replica group is
+/// mosaic family does on the same cell (its GPQA quick cell, round-robin): every replica group is
 /// one A100 whose load is the mosaic family's `load_s` of that model (its weights over
 /// `[serving] load_gbps`) and whose KV cache holds the mosaic session's tokens in the same blocks;
 /// its calls are Table 3's GPQA slots per model.
@@ -2049,7 +2049,15 @@ fn the_mosaic_preset_deploys_each_worker_as_the_mosaic_family() {
         .scenario
         .get::<ServingScenario>()
         .expect("a serving scenario");
-    let mosaic_plan = load("quick.toml");
+    // The mosaic family's GPQA cell as its quick.toml wrote it before the switch (stage 5).
+    let mosaic_plan = crate::scenario::load_str(
+        &dir.join("mosaic_quick.toml"),
+        "name = \"q\"\nfamily = \"mosaic\"\nseeds = [0]\n[pool]\npreset = \"hybrid\"\n\
+         [dataset]\npreset = \"gpqa\"\n[calibration]\nsweep_max_prompts = 256\n\
+         [placement]\nkind = \"round_robin\"\n[gate]\nkind = \"threshold\"\ntau = 0.6667\n",
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let mosaic = mosaic_plan.cells[0]
         .scenario
         .get::<crate::mosaic::MosaicScenario>()
