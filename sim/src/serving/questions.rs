@@ -54,7 +54,28 @@ pub struct DatasetPreset {
     pub delta_tau23_pp: f64,
 }
 
+/// The hybrid pool's experts (appendix A.2), Table 3's names beside the catalogue models
+/// (`DenseModelShape::preset`) that serve them.
+pub const HYBRID_MODELS: [(&str, &str); 6] = [
+    ("LlamaR1", "deepseek-r1-distill-llama-8b"),
+    ("QwenR1", "deepseek-r1-distill-qwen-7b"),
+    ("Gemma", "gemma-2-9b-it"),
+    ("Exaone", "exaone-3.5-7.8b-instruct"),
+    ("GLM", "glm-4-9b"),
+    ("Qwen", "qwen2.5-7b-instruct"),
+];
+
 impl DatasetPreset {
+    /// Table 3's slots of the hybrid pool's expert served by the catalogue model `model`; `None`
+    /// for a model outside the pool.
+    pub fn slots_of(&self, model: &str) -> Option<u32> {
+        let (short, _) = HYBRID_MODELS.iter().find(|(_, m)| *m == model)?;
+        self.slots
+            .iter()
+            .find(|(name, _)| name == short)
+            .map(|&(_, slots)| slots)
+    }
+
     /// Bucket shares in percent (3:0, 2:1, 1:1:1).
     pub fn bucket_shares_pct(&self) -> [f64; 3] {
         [

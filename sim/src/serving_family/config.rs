@@ -2561,6 +2561,13 @@ impl ServingConfig {
             (Some(n), _) => crate::validate::at_least_one("workload.n_requests", n)?,
             // Unbounded: the horizon ends the arrivals.
             (None, Some(_)) => usize::MAX,
+            // A question workload: its benchmark's questions (an unknown benchmark is reported
+            // at its name by the questions' own validation).
+            (None, None) if w.questions.is_some() => w
+                .questions
+                .as_ref()
+                .and_then(|q| crate::serving::questions::dataset(&q.dataset))
+                .map_or(1, |d| d.questions as usize),
             (None, None) => {
                 return Err(field_error(
                     "workload.n_requests",

@@ -151,7 +151,9 @@ impl Family for Serving {
             if let Some(c) = &placement.calibration {
                 d.push(Demand::new(
                     Requests,
-                    f64::from(c.calls) + f64::from(c.min_calls_per_model) * s.calls.len() as f64,
+                    f64::from(c.calls())
+                        + f64::from(c.min_calls_per_model)
+                            * placement.predicted_session_s.len() as f64,
                     "placement.calibration.calls",
                 ));
                 d.push(Demand::new(

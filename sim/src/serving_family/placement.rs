@@ -27,6 +27,7 @@ use super::session_calibration::CalibrationTable;
 use super::sessions::WorkerSessions;
 use crate::arrivals::ArrivalSpec;
 use crate::policies::placement::{ModelDemand, Placement, PlacementConfig, PlacementProblem};
+use crate::serving::questions::EXPERTS_PER_QUESTION;
 use crate::validate::{FieldError, field_error, positive};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -175,7 +176,7 @@ impl PlacementTable {
                 origin: format!("workload.calls[{i}]"),
             })
             .collect();
-        self.spec(&placed, groups.len(), None, "[[workload.calls]]")
+        self.spec(&placed, groups.len(), None, "[[workload.calls]]", None)
     }
 
     /// Checks the table against a question workload (`[workload.questions]`, validated as
@@ -218,6 +219,11 @@ impl PlacementTable {
                          is a replica group of its own (its sessions)"
                     ),
                 ));
+            }
+            if e.slots == 0 && e.slots_from_dataset {
+                // The benchmark never recruits it (Table 3): its group gets no session.
+                role[g] = Some(at);
+                continue;
             }
             if e.slots == 0 {
                 return Err(field_error(
@@ -284,23 +290,26 @@ impl PlacementTable {
             groups.len(),
             aggregator,
             "[[workload.questions.experts]]",
+            Some(questions.calibration_questions * EXPERTS_PER_QUESTION as u32),
         )
     }
 
     /// The spec of `placed` models among `groups` groups: the predicted times (each named by
     /// one placed model, finite, positive; every model's where the policy reads them), the
-    /// policy's K and time limit.
+    /// policy's K and time limit, the calibration pass (its calls `calibration_calls` unless
+    /// written).
     fn spec(
         &self,
         placed: &[Placed],
         groups: usize,
         aggregator: Option<usize>,
         listed_in: &str,
+        calibration_calls: Option<u32>,
     ) -> Result<PlacementSpec, FieldError> {
         let calibration = self
             .calibration
             .as_ref()
-            .map(CalibrationTable::validate)
+            .map(|c| c.validate(calibration_calls))
             .transpose()?;
         if calibration.is_some() && !self.predicted_session_s.is_empty() {
             return Err(field_error(

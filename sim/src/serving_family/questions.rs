@@ -82,8 +82,11 @@ pub struct ExpertTable {
     /// The `[[replica]]` index of its group, where several groups serve the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<usize>,
-    /// Table 3's prompt slots (the calls addressed to it over the benchmark).
-    pub slots: u32,
+    /// Table 3's prompt slots (the calls addressed to it over the benchmark); left out, the
+    /// dataset's for the hybrid pool's expert that the model serves (0 where the benchmark
+    /// never recruits it), so that one file sweeps `workload.questions.dataset`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<u32>,
     /// Its outputs before the bucket's length factor.
     pub output_tokens: MeanLength,
 }
@@ -122,6 +125,9 @@ pub enum Release {
 pub struct ExpertCalls {
     pub replicas: Range<usize>,
     pub slots: u32,
+    /// Whether `slots` came from the dataset (not written): 0 then means a benchmark that does
+    /// not recruit the expert, whose group a placement leaves without sessions.
+    pub slots_from_dataset: bool,
     pub output: LengthDist,
 }
 
@@ -139,6 +145,8 @@ pub struct AggregatorCalls {
 pub struct QuestionSpec {
     pub dataset: &'static str,
     pub questions: u32,
+    /// The benchmark's calibration questions (MOSAIC's profiling subset, Table 3).
+    pub calibration_questions: u32,
     pub prompt: LengthDist,
     pub buckets: [Bucket; 3],
     pub experts: Vec<ExpertCalls>,
@@ -325,9 +333,56 @@ pub fn validate(
     let mut experts = Vec::with_capacity(table.experts.len());
     for (i, e) in table.experts.iter().enumerate() {
         let at = format!("{at}.experts[{i}]");
+        let replicas = group_of(&at, &e.model, e.group, scenario)?;
+        let slots = match e.slots {
+            Some(slots) => slots,
+            None => {
+                let model = served_model(&format!("{at}.model"), &e.model)?;
+                let name = model.name();
+                let listed = table
+                    .experts
+                    .iter()
+                    .filter(|o| served_model(&at, &o.model).is_ok_and(|m| m.name() == name))
+                    .count();
+                // The hybrid pool's catalogue key of the model, as the file may name it otherwise.
+                let key = questions::HYBRID_MODELS
+                    .iter()
+                    .map(|(_, m)| *m)
+                    .find(|m| served_model(&at, m).is_ok_and(|s| s.name() == name));
+                match key.and_then(|k| preset.slots_of(k)) {
+                    Some(slots) if listed == 1 => slots,
+                    Some(_) => {
+                        return Err(field_error(
+                            &format!("{at}.slots"),
+                            format!(
+                                "missing: {listed} experts are served by {name}, so {}'s \
+                                 Table 3 slots name none of them; give each its slots",
+                                preset.name
+                            ),
+                        ));
+                    }
+                    None => {
+                        return Err(field_error(
+                            &format!("{at}.slots"),
+                            format!(
+                                "missing: {name} serves none of the hybrid pool's experts \
+                                 whose slots {} gives (Table 3: {}); give its slots",
+                                preset.name,
+                                questions::HYBRID_MODELS
+                                    .iter()
+                                    .map(|(_, m)| *m)
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        ));
+                    }
+                }
+            }
+        };
         experts.push(ExpertCalls {
-            replicas: group_of(&at, &e.model, e.group, scenario)?,
-            slots: e.slots,
+            replicas,
+            slots,
+            slots_from_dataset: e.slots.is_none(),
             output: mean_length(&format!("{at}.output_tokens"), &e.output_tokens)?,
         });
     }
@@ -388,6 +443,7 @@ pub fn validate(
     Ok(QuestionSpec {
         dataset: preset.name,
         questions: preset.questions,
+        calibration_questions: preset.calibration_questions,
         prompt: preset.prompt(table.prompt_tokens_sigma),
         buckets: questions::buckets(preset.questions, &preset.bucket_files()),
         experts,
@@ -635,6 +691,7 @@ mod tests {
         QuestionSpec {
             dataset: "gpqa",
             questions: preset.questions,
+            calibration_questions: preset.calibration_questions,
             prompt: preset.prompt(0.3),
             buckets: questions::buckets(preset.questions, &preset.bucket_files()),
             experts: [(0..1, 429), (1..2, 158), (2..3, 4), (3..4, 3)]
@@ -642,6 +699,7 @@ mod tests {
                 .map(|(replicas, slots)| ExpertCalls {
                     replicas,
                     slots,
+                    slots_from_dataset: false,
                     output: length(1000.0),
                 })
                 .collect(),

@@ -1,9 +1,10 @@
 //! `[placement.calibration]`: MOSAIC's calibration pass (mosaic.txt section 4.1.2) on the
 //! serving simulator itself. Before a placed run, each placed model is profiled on a
-//! calibration subset of calls drawn from its own class of `[[workload.calls]]` (never the
-//! run's calls: its own streams), by a sweep of resident sessions of doubling size on one
-//! replica of its group (no load, every call at t = 0; each a run of this family's server,
-//! with the group's scheduler, KV cache and step cost); the regression
+//! calibration subset of calls drawn from its own class of `[[workload.calls]]` or from the
+//! question generator (never the run's calls: its own streams), by a sweep of resident
+//! sessions of doubling size on one replica of its group (no load, every call at t = 0; each a
+//! run of this family's server, with the group's scheduler, KV cache and step cost); the
+//! regression
 //! `T = b0 + b1 P O_mean + b2 O_max` fitted to the sweep (`serving::session_regression`)
 //! then predicts the session time of all the model's calls from the subset's mean and longest
 //! output. Those predictions are `placement.predicted_session_s` for the run, per seed: what the
@@ -13,15 +14,22 @@
 //! draws of a model with probability proportional to its class's `n_requests` (the run's
 //! skill mix), each draw a prompt and an output from that class's lengths (stream
 //! "calibration"), then every model topped up to `min_calls_per_model`; each sweep session
-//! resamples its model's subset with replacement (stream "calibration-sweep").
+//! resamples its model's subset with replacement (stream "calibration-sweep"). With
+//! `[workload.questions]` the subset comes from the question generator instead, draw for draw
+//! the mosaic family's: `calls` (default the benchmark's calibration questions x 3) slots, each
+//! an expert drawn by Table 3's slots, a vote-agreement bucket by its share, the benchmark's
+//! prompt and the expert's output times the bucket's length factor; each expert is then
+//! predicted at its slots.
 
 use super::config::{LengthSpec, ServingScenario};
+use super::questions::QuestionSpec;
 use super::{ScenarioPolicies, run_policies};
 use crate::arrivals::{ArrivalSpec, Trace, TraceRow};
 use crate::distributions::Categorical;
 use crate::policies::Policies;
 use crate::records::DiscardRecords;
 use crate::rng::{SimRng, stream};
+use crate::serving::questions::draw_length;
 use crate::serving::session_regression::{SessionRegression, SweepPoint, fit_regression};
 use crate::validate::{FieldError, field_error};
 use rand::RngExt;
@@ -34,8 +42,11 @@ use std::sync::Arc;
 #[serde(deny_unknown_fields)]
 pub struct CalibrationTable {
     /// Calibration calls drawn over the models in proportion to their classes' `n_requests`
-    /// (MOSAIC's calibration questions x 3: 300 for GPQA's 100).
-    pub calls: u32,
+    /// (MOSAIC's calibration questions x 3: 300 for GPQA's 100). With `[workload.questions]`
+    /// the default is the benchmark's calibration questions x 3, each call drawn over the
+    /// experts by their slots; without, it must be given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calls: Option<u32>,
     /// Every placed model is profiled on at least this many calls.
     #[serde(default = "eight")]
     pub min_calls_per_model: u32,
@@ -56,10 +67,17 @@ fn default_sweep_max() -> u32 {
 
 impl CalibrationTable {
     /// Checks the counts: each at least 1, the sweep's smallest session no larger than its
-    /// largest.
-    pub fn validate(&self) -> Result<CalibrationTable, FieldError> {
+    /// largest; `calls` defaults to `default_calls` (a question workload's calibration
+    /// questions x 3) and is required where there is none.
+    pub fn validate(&self, default_calls: Option<u32>) -> Result<CalibrationTable, FieldError> {
+        let calls = self.calls.or(default_calls).ok_or_else(|| {
+            field_error(
+                "placement.calibration.calls",
+                "missing: give the calibration calls to draw over [[workload.calls]]",
+            )
+        })?;
         for (key, value) in [
-            ("calls", self.calls),
+            ("calls", calls),
             ("min_calls_per_model", self.min_calls_per_model),
             ("sweep_min_calls", self.sweep_min_calls),
         ] {
@@ -79,7 +97,15 @@ impl CalibrationTable {
                 ),
             ));
         }
-        Ok(self.clone())
+        Ok(CalibrationTable {
+            calls: Some(calls),
+            ..self.clone()
+        })
+    }
+
+    /// The calibration calls to draw (validated: set).
+    pub fn calls(&self) -> u32 {
+        self.calls.expect("validated: calls resolved")
     }
 }
 
@@ -107,45 +133,14 @@ pub fn calibrated(
     let Some(table) = &spec.calibration else {
         return Ok(out);
     };
-    // Each group's class of calls (with [placement], one per group, at its one replica).
-    let classes: Vec<_> = (0..1 + scenario.other_groups.len())
-        .map(|g| {
-            scenario
-                .calls
-                .iter()
-                .find(|c| c.replicas.start == g)
-                .expect("validated: every placed group has its class")
-        })
-        .collect();
-    let draw = |g: usize, rng: &mut SimRng, subset: &mut Vec<Vec<Call>>| {
-        let length = |spec: &LengthSpec, rng: &mut SimRng| match spec {
-            LengthSpec::Distribution(d) => d.sample(rng),
-            LengthSpec::Trace => unreachable!("validated: addressed calls draw their lengths"),
-        };
-        let prompt_tokens = length(&classes[g].prompt_tokens, rng);
-        let output_tokens = length(&classes[g].output_tokens, rng);
-        subset[g].push(Call {
-            prompt_tokens,
-            output_tokens,
-        });
+    let (groups, subset) = match &scenario.questions {
+        Some(questions) => question_subset(questions, table, seed),
+        None => class_subset(scenario, table, seed),
     };
-    let mut rng = stream(seed, "calibration");
-    let shares: Vec<f64> = classes.iter().map(|c| c.n_requests as f64).collect();
-    let models = Categorical::new(&shares).expect("validated: the classes have calls");
-    let mut subset: Vec<Vec<Call>> = vec![Vec::new(); classes.len()];
-    for _ in 0..table.calls {
-        let g = models.sample(&mut rng);
-        draw(g, &mut rng, &mut subset);
-    }
-    for g in 0..classes.len() {
-        while subset[g].len() < table.min_calls_per_model as usize {
-            draw(g, &mut rng, &mut subset);
-        }
-    }
     let mut sweep_rng = stream(seed, "calibration-sweep");
-    let mut predicted = Vec::with_capacity(classes.len());
-    let mut detail = Vec::with_capacity(classes.len());
-    for (g, calls) in subset.iter().enumerate() {
+    let mut predicted = vec![0.0; 1 + scenario.other_groups.len()];
+    let mut detail = Vec::with_capacity(groups.len());
+    for (&(g, prompts), calls) in groups.iter().zip(&subset) {
         let name = scenario.group(g).model.name().to_string();
         let mut sweep = Vec::new();
         let mut size = table.sweep_min_calls;
@@ -176,7 +171,7 @@ pub fn calibrated(
             calibration_prompts: calls.len() as u32,
             sweep,
         };
-        let seconds = regression.predict_s(classes[g].n_requests as u32);
+        let seconds = regression.predict_s(prompts);
         detail.push(json!({
             "model": name,
             "calls": regression.calibration_prompts,
@@ -186,12 +181,114 @@ pub fn calibrated(
             "sweep": regression.sweep,
             "predicted_session_s": seconds,
         }));
-        predicted.push(seconds);
+        predicted[g] = seconds;
     }
     let spec = out.placement.as_mut().expect("placed");
     spec.predicted_session_s = predicted;
     spec.calibration_detail = Some(json!(detail));
     Ok(out)
+}
+
+/// The placed models, each `(its group, the calls the run gives it)`, and their calibration
+/// subsets, for a file of `[[workload.calls]]`: `calls` draws of a group with probability
+/// proportional to its class's `n_requests`, each a prompt and an output from the class's
+/// lengths, then every group topped up to `min_calls_per_model` (stream "calibration").
+fn class_subset(
+    scenario: &ServingScenario,
+    table: &CalibrationTable,
+    seed: u64,
+) -> (Vec<(usize, u32)>, Vec<Vec<Call>>) {
+    // Each group's class of calls (with [placement], one per group, at its one replica).
+    let classes: Vec<_> = (0..1 + scenario.other_groups.len())
+        .map(|g| {
+            scenario
+                .calls
+                .iter()
+                .find(|c| c.replicas.start == g)
+                .expect("validated: every placed group has its class")
+        })
+        .collect();
+    let draw = |g: usize, rng: &mut SimRng, subset: &mut Vec<Vec<Call>>| {
+        let length = |spec: &LengthSpec, rng: &mut SimRng| match spec {
+            LengthSpec::Distribution(d) => d.sample(rng),
+            LengthSpec::Trace => unreachable!("validated: addressed calls draw their lengths"),
+        };
+        let prompt_tokens = length(&classes[g].prompt_tokens, rng);
+        let output_tokens = length(&classes[g].output_tokens, rng);
+        subset[g].push(Call {
+            prompt_tokens,
+            output_tokens,
+        });
+    };
+    let mut rng = stream(seed, "calibration");
+    let shares: Vec<f64> = classes.iter().map(|c| c.n_requests as f64).collect();
+    let models = Categorical::new(&shares).expect("validated: the classes have calls");
+    let mut subset: Vec<Vec<Call>> = vec![Vec::new(); classes.len()];
+    for _ in 0..table.calls() {
+        let g = models.sample(&mut rng);
+        draw(g, &mut rng, &mut subset);
+    }
+    for g in 0..classes.len() {
+        while subset[g].len() < table.min_calls_per_model as usize {
+            draw(g, &mut rng, &mut subset);
+        }
+    }
+    let groups = classes
+        .iter()
+        .enumerate()
+        .map(|(g, c)| (g, c.n_requests as u32))
+        .collect();
+    (groups, subset)
+}
+
+/// The same for a question workload, as the mosaic family draws MOSAIC's calibration
+/// questions: `calls` slots (the benchmark's calibration questions x 3), each an expert drawn
+/// by Table 3's slots, a vote-agreement bucket drawn by its share, a prompt from the
+/// benchmark's prompts and an output from the expert's lengths times the bucket's length
+/// factor; then every expert topped up to `min_calls_per_model` (stream "calibration"). The
+/// placed models are the experts in the file's order, each predicted at its slots.
+fn question_subset(
+    questions: &QuestionSpec,
+    table: &CalibrationTable,
+    seed: u64,
+) -> (Vec<(usize, u32)>, Vec<Vec<Call>>) {
+    let slots: Vec<f64> = questions
+        .experts
+        .iter()
+        .map(|e| f64::from(e.slots))
+        .collect();
+    let experts = Categorical::new(&slots).expect("validated: the slots add up to 3 x questions");
+    let buckets = Categorical::new(&questions.buckets.each_ref().map(|b| b.share_pct))
+        .expect("validated: the bucket shares add up to 100");
+    let draw = |m: usize, rng: &mut SimRng, subset: &mut Vec<Vec<Call>>| {
+        let bucket = buckets.sample(rng);
+        let prompt_tokens = draw_length(&questions.prompt, 1.0, rng);
+        let factor = questions.buckets[bucket].length_factor;
+        let output_tokens = draw_length(&questions.experts[m].output, factor, rng);
+        subset[m].push(Call {
+            prompt_tokens,
+            output_tokens,
+        });
+    };
+    let mut rng = stream(seed, "calibration");
+    let mut subset: Vec<Vec<Call>> = vec![Vec::new(); questions.experts.len()];
+    for _ in 0..table.calls() {
+        let m = experts.sample(&mut rng);
+        draw(m, &mut rng, &mut subset);
+    }
+    for (m, e) in questions.experts.iter().enumerate() {
+        while e.slots > 0 && subset[m].len() < table.min_calls_per_model as usize {
+            draw(m, &mut rng, &mut subset);
+        }
+    }
+    // The experts the benchmark recruits (an expert without slots has no session to predict).
+    questions
+        .experts
+        .iter()
+        .zip(subset)
+        .filter(|(e, _)| e.slots > 0)
+        .map(|(e, calls)| ((e.replicas.start, e.slots), calls))
+        .unzip()
 }
 
 /// The generation time of `calls` as one resident session of group `g`: one replica of the
@@ -262,6 +359,7 @@ mod tests {
     };
     use crate::recorder::ServingSummary;
     use crate::records::DiscardRecords;
+    use crate::serving::questions::draw_length;
 
     /// Each model on its own worker (the plan round robin makes of two models on two workers).
     struct OneEach;
@@ -503,6 +601,100 @@ sweep_max_calls = 8
         }
     }
 
+    /// GPQA's questions on two experts, each a placed group: outputs of one length before the
+    /// bucket's factor, so every calibration output is that length times one bucket's factor.
+    const QUESTIONS_CALIBRATED: &str = r#"
+[[replica]]
+model = "llama-2-7b"
+gpu = "H100-SXM"
+load = { kind = "fixed", seconds = 10.0 }
+[[replica]]
+model = "qwen2.5-7b-instruct"
+gpu = "H100-SXM"
+load = { kind = "fixed", seconds = 5.0 }
+[workload]
+n_requests = 198
+[workload.questions]
+dataset = "gpqa"
+[[workload.questions.experts]]
+model = "llama-2-7b"
+slots = 300
+output_tokens = { mean = 1000.0, sigma = 0.0, max = 100000 }
+[[workload.questions.experts]]
+model = "qwen2.5-7b-instruct"
+slots = 294
+output_tokens = { mean = 20.0, sigma = 0.0, max = 100000 }
+[arrival]
+pattern = "offline"
+[placement]
+workers = 2
+policy = { kind = "round_robin" }
+[placement.calibration]
+sweep_max_calls = 16
+"#;
+
+    #[test]
+    fn placed_questions_calibrate_on_calls_drawn_from_the_question_generator() {
+        let s = scenario(QUESTIONS_CALIBRATED).unwrap();
+        let questions = s.questions.as_ref().unwrap();
+        let out = super::calibrated(&s, 0, &TestPolicies).unwrap();
+        let spec = out.placement.as_ref().unwrap();
+        let detail = spec.calibration_detail.as_ref().unwrap();
+        // GPQA's 100 calibration questions x 3 calls, drawn over the experts by their slots
+        // (300 : 294, so neither needs the top-up to 8).
+        let calls: Vec<u64> = (0..2)
+            .map(|e| detail[e]["calls"].as_u64().unwrap())
+            .collect();
+        assert_eq!(calls.iter().sum::<u64>(), 300, "{detail}");
+        assert!(calls.iter().all(|&n| n > 100), "{calls:?}");
+        // Each output is the expert's length times a drawn bucket's factor: the longest is the
+        // 1:1:1 bucket's, the mean lies strictly between the shortest and the longest (a mix of
+        // buckets, not the expert's length alone).
+        let factors: Vec<f64> = questions.buckets.iter().map(|b| b.length_factor).collect();
+        let (low, high) = factors
+            .iter()
+            .fold((f64::MAX, 0.0_f64), |(l, h), &f| (l.min(f), h.max(f)));
+        assert!(high > low, "{factors:?}");
+        let mut rng = crate::rng::stream(0, "unused");
+        for (e, mean) in [(0, 1000.0), (1, 20.0)] {
+            let dist = crate::serving::questions::LengthDist {
+                mean,
+                sigma: 0.0,
+                max: 100_000,
+            };
+            let mut at = |f: f64| f64::from(draw_length(&dist, f, &mut rng));
+            assert_eq!(detail[e]["max_output"].as_f64(), Some(at(high)), "{e}");
+            let mean_output = detail[e]["mean_output"].as_f64().unwrap();
+            assert!(
+                mean_output > at(low) && mean_output < at(high),
+                "{e}: {mean_output}"
+            );
+            // The prediction is the fit evaluated at the expert's slots, and the plan reads it.
+            let c: Vec<f64> = (0..3)
+                .map(|i| detail[e]["coefficients"][i].as_f64().unwrap())
+                .collect();
+            let slots = [300.0, 294.0][e];
+            let predicted = detail[e]["predicted_session_s"].as_f64().unwrap();
+            let line = c[0] + c[1] * slots * mean_output + c[2] * at(high);
+            if line > 0.0 {
+                close(predicted, line);
+            }
+            close(spec.predicted_session_s[e], predicted);
+            assert!(predicted > 0.0);
+        }
+        // Another seed draws another subset.
+        let other = super::calibrated(&s, 1, &TestPolicies).unwrap();
+        assert_ne!(
+            other
+                .placement
+                .as_ref()
+                .unwrap()
+                .calibration_detail
+                .as_ref(),
+            Some(detail)
+        );
+    }
+
     #[test]
     fn a_calibration_run_is_the_same_run_to_run() {
         let s = scenario(CALIBRATED).unwrap();
@@ -518,6 +710,8 @@ sweep_max_calls = 8
             assert_eq!(e.path, field, "{to}: {e:?}");
         };
         refused("calls = 20", "calls = 0", "placement.calibration.calls");
+        // Without a question workload the calls are not defaulted.
+        refused("calls = 20\n", "", "placement.calibration.calls");
         refused(
             "sweep_min_calls = 4",
             "sweep_min_calls = 0",

@@ -769,6 +769,88 @@ policy = { kind = "round_robin" }
         );
     }
 
+    /// The hybrid pool's six experts without slots or a question count, the aggregator beside:
+    /// the benchmark's Table 3 gives both, so one file sweeps `workload.questions.dataset`.
+    fn hybrid(dataset: &str) -> String {
+        let mut text = String::new();
+        let models = crate::serving::questions::HYBRID_MODELS.map(|(_, m)| m);
+        for model in models.iter().chain(["deepseek-r1-distill-qwen-7b"].iter()) {
+            text += &format!(
+                "[[replica]]\nmodel = \"{model}\"\ngpu = \"H100-SXM\"\n\
+                 load = {{ kind = \"fixed\", seconds = 1.0 }}\n"
+            );
+        }
+        text += &format!(
+            "[workload]\n[workload.questions]\ndataset = \"{dataset}\"\n\
+             release = \"after_experts\"\ngate = {{ kind = \"none\" }}\n"
+        );
+        for (g, model) in models.iter().enumerate() {
+            text += &format!(
+                "[[workload.questions.experts]]\nmodel = \"{model}\"\ngroup = {g}\n\
+                 output_tokens = {{ mean = 10.0, sigma = 0.5, max = 100 }}\n"
+            );
+        }
+        text + "[workload.questions.aggregator]\nmodel = \"deepseek-r1-distill-qwen-7b\"\n\
+                group = 6\noutput_tokens = { mean = 10.0, sigma = 0.5, max = 100 }\n\
+                [arrival]\npattern = \"offline\"\n[placement]\nworkers = 4\n\
+                policy = { kind = \"round_robin\" }\n"
+    }
+
+    #[test]
+    fn a_benchmark_gives_its_slots_and_questions_and_an_unrecruited_expert_no_session() {
+        for (dataset, questions, slots) in [
+            ("mmlu_pro", 2100, [1070, 1428, 1632, 547, 667, 956]),
+            ("gpqa", 198, [429, 158, 4, 3, 0, 0]),
+        ] {
+            let s = scenario(&hybrid(dataset)).unwrap();
+            assert_eq!(s.n_requests, questions, "{dataset}");
+            let q = s.questions.as_ref().unwrap();
+            let got: Vec<u32> = q.experts.iter().map(|e| e.slots).collect();
+            assert_eq!(got, slots, "{dataset}");
+        }
+        // GPQA on four workers: the four recruited experts one session each, GLM's and Qwen's
+        // groups none; every question's three calls served, then 198 aggregator calls.
+        let s = scenario(&hybrid("gpqa")).unwrap();
+        let order = super::super::questions::first_seen(s.questions.as_ref().unwrap(), 0);
+        assert_eq!(order.len(), 4);
+        let slots = [429, 158, 4, 3];
+        let plan = PlacementPlan {
+            workers: (0..4)
+                .map(|w| {
+                    vec![Session {
+                        model: w,
+                        prompts: slots[order[w]],
+                    }]
+                })
+                .collect(),
+            barrier_per_round: false,
+            solver: None,
+        };
+        let planned = planned(&s, &mut Given(plan), 0).expect("a valid plan");
+        let counts: Vec<usize> = planned.groups().map(|(_, r)| r.count).collect();
+        assert_eq!(counts, [1, 1, 1, 1, 0, 0, 1]);
+        let mut p = super::super::ScenarioPolicies {
+            queue: Box::new(Fifo::default()),
+            router: Box::new(Turns::default()),
+            mapper: Box::new(Linear),
+            selectors: Vec::new(),
+            memory: None,
+            gate: Some(Box::new(AtLeast(4))),
+        };
+        let mut records = Submitted::default();
+        let out = super::super::run_policies(&planned, 0, &mut p, &mut records, None).unwrap();
+        assert!(out.details.get("failed").is_none(), "{}", out.details);
+        assert_eq!(records.0.len(), 594 + 198);
+        assert_eq!(out.details["sessions"]["loads"], 4);
+        // Written as 0, an expert is still refused (leave it out).
+        let e = scenario(&hybrid("gpqa").replacen("group = 4\n", "group = 4\nslots = 0\n", 1))
+            .expect_err("written 0");
+        assert_eq!(e.path, "workload.questions.experts[4].slots", "{e:?}");
+        // A model outside the hybrid pool needs its slots.
+        let e = scenario(&hybrid("gpqa").replace("glm-4-9b", "llama-2-7b")).expect_err("no slots");
+        assert_eq!(e.path, "workload.questions.experts[4].slots", "{e:?}");
+    }
+
     #[test]
     fn placed_questions_are_refused_naming_the_field() {
         let refused = |from: &str, to: &str, field: &str| {
