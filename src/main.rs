@@ -199,15 +199,15 @@ fn list() -> String {
     const POLICY_KEYS: &[(&str, &str)] = &[
         ("batch", "replica.batch_former.kind (serving)"),
         ("mapping", "experts.mapping.kind (serving)"),
-        ("placement", "placement.kind (mosaic)"),
-        ("gating", "gate.kind (mosaic)"),
+        ("placement", "placement.policy.kind (serving)"),
         (
-            "queue",
-            "queue.kind (chimera), replica.queue.kind (serving)",
+            "gating",
+            "workload.questions.aggregator.gate.kind (serving)",
         ),
+        ("queue", "replica.queue.kind (serving)"),
         (
             "routing",
-            "routing.kind (chimera; the serving family's routers are listed below)",
+            "routing.kind (serving; its other routers are listed below)",
         ),
         ("memory", "adapters.memory.kind (serving)"),
     ];

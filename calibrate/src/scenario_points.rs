@@ -245,15 +245,10 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
             ),
         })
     } else {
-        match scenario.family().name() {
-            family @ "mosaic" => Err(format!(
-                "the {family} family's steps are priced by a dense-decode profile of its \
-                 models (scenario_points::dense_models, --dense-models), not a MoE profile"
-            )),
-            other => Err(format!(
-                "the {other} family's steps are not priced by a MoE profile"
-            )),
-        }
+        Err(format!(
+            "the {} family's steps are not priced by a MoE profile",
+            scenario.family().name()
+        ))
     }
 }
 

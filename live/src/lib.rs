@@ -197,18 +197,6 @@ const LIVE_FAMILIES: &[(&str, LiveFamily)] = &[(
     ),
 )];
 
-/// Registered families live mode does not run, and what runs their cases instead.
-const NOT_LIVE: &[(&str, &str)] = &[
-    (
-        "chimera",
-        "live Chimera is a serving scenario now: scenarios/live/chimera.toml (issue 28)",
-    ),
-    (
-        "mosaic",
-        "live MOSAIC is a serving scenario now: scenarios/live/mosaic.toml (issue 28)",
-    ),
-];
-
 /// The cell of `scenario` as its family's scenario type (the runner is looked up by the
 /// scenario's own family, so the type always matches).
 fn cell<S: 'static>(scenario: &Scenario) -> &S {
@@ -222,12 +210,9 @@ fn live_runner(scenario: &Scenario) -> Result<LiveRunner, LiveError> {
     let name = scenario.family().name();
     match LIVE_FAMILIES.iter().find(|(family, _)| *family == name) {
         Some((_, LiveFamily::RunsChecked(check, runner))) => check(scenario).map(|_| *runner),
-        None => Err(LiveError::Unsupported(
-            match NOT_LIVE.iter().find(|(family, _)| *family == name) {
-                Some((_, instead)) => format!("the {name} family has no live mode: {instead}"),
-                None => format!("the {name} family has no live mode"),
-            },
-        )),
+        None => Err(LiveError::Unsupported(format!(
+            "the {name} family has no live mode"
+        ))),
     }
 }
 
@@ -349,9 +334,8 @@ mod tests {
         for family in sim::registry::families() {
             let named = |name: &&str| *name == family.name();
             assert!(
-                LIVE_FAMILIES.iter().any(|(name, _)| named(name))
-                    || NOT_LIVE.iter().any(|(name, _)| named(name)),
-                "{family} has no line in LIVE_FAMILIES (or NOT_LIVE)"
+                LIVE_FAMILIES.iter().any(|(name, _)| named(name)),
+                "{family} has no line in LIVE_FAMILIES"
             );
         }
         // Every line names a registered family (a deleted family's line goes with it).

@@ -417,10 +417,6 @@ pub enum FigureKind {
     GemExpertLoad,
     /// GEM: per-GPU MoE-layer latency vs tokens (the cost staircase scaled by speed).
     GemStaircase,
-    /// MOSAIC: per-worker load / generate / idle timelines, one panel per value of `panels`.
-    MosaicTimeline,
-    /// MOSAIC: decode throughput vs prompts in flight, one line per model.
-    MosaicDecodeCurves,
     /// ExpertWeave: device memory per adapter count and manager, stacked as base weights,
     /// adapter experts, allocation overhead and KV cache.
     ExpertweaveMemory,
@@ -436,8 +432,6 @@ impl FigureKind {
             FigureKind::Frontier => "frontier",
             FigureKind::GemExpertLoad => "gem_expert_load",
             FigureKind::GemStaircase => "gem_staircase",
-            FigureKind::MosaicTimeline => "mosaic_timeline",
-            FigureKind::MosaicDecodeCurves => "mosaic_decode_curves",
             FigureKind::ExpertweaveMemory => "expertweave_memory",
         }
     }

@@ -7,7 +7,6 @@
 pub mod family;
 pub mod headlines;
 pub mod load_cache;
-pub mod mosaic;
 pub mod partial;
 pub mod policies;
 pub mod recorder;

@@ -8,8 +8,7 @@
 use crate::family::{FamilyId, RegisteredFamily};
 
 /// Every family the simulator knows, in the order `expertsim` lists them.
-pub static FAMILIES: &[&dyn RegisteredFamily] =
-    &[&crate::mosaic::Mosaic, &crate::serving_family::Serving];
+pub static FAMILIES: &[&dyn RegisteredFamily] = &[&crate::serving_family::Serving];
 
 /// Families that became presets of the serving simulator, and what a scenario file of one
 /// writes instead (its error when it still names the old family).
@@ -18,6 +17,7 @@ pub const RETIRED: &[(&str, &str)] = &[
     ("gem", GEM_MOVED),
     ("expertweave", EW_MOVED),
     ("chimera", CHIMERA_MOVED),
+    ("mosaic", MOSAIC_MOVED),
 ];
 
 /// The caps family's keys as the serving simulator's CAPS preset spells them
@@ -119,15 +119,14 @@ figure keys likewise (queue.kind -> replica.queue.kind, workload.rps -> arrival.
 cluster.models -> the groups' replica.model)";
 
 /// The mosaic family's keys as the serving simulator's MOSAIC preset spells them
-/// (docs/unified-model-changes/mosaic-preset.md; scenarios/mosaic/evaluation_serving_*.toml,
-/// scenarios/live/mosaic.toml). Ready for the family's deletion: then `("mosaic", MOSAIC_MOVED)`
-/// joins [`RETIRED`].
+/// (docs/unified-model-changes/mosaic-preset.md; scenarios/mosaic/evaluation.toml,
+/// scenarios/live/mosaic.toml); the refusal of `family = "mosaic"` since the family's deletion.
 pub const MOSAIC_MOVED: &str = "the mosaic family is now a preset of the serving simulator: \
 write family = \"serving\" with one [[replica]] group per expert model and one for the \
 aggregator, [placement] and [workload.questions] with [arrival] pattern = \"offline\" \
 (scenarios/mosaic/*.toml are the paper's experiments, scenarios/live/mosaic.toml the live case). \
 Keys: [cluster] n_workers -> placement.workers; [pool] preset -> the pool's models as groups and \
-workload.questions.experts (as scenarios/mosaic/evaluation_serving_*.toml spell the hybrid \
+workload.questions.experts (as scenarios/mosaic/evaluation.toml spells the hybrid \
 pool); [[experts]] shape -> replica.model (a group each) and workload.questions.experts[].model, \
 name -> none (the model names it), load_s -> replica.load = { kind = \"fixed\", seconds }, \
 mean_output_tokens, output_sigma, max_output_tokens -> \
@@ -218,6 +217,7 @@ mod tests {
             ("expertweave", "adapters.memory"),
             ("expertweave", "replica.gpu_memory_gib"),
             ("expertweave", "replica.scheduler.profile"),
+            ("mosaic", "placement.workers"),
         ] {
             assert!(family(name).is_none(), "{name} is not registered");
             let err = serde_json::from_value::<FamilyId>(serde_json::json!(name))
@@ -286,9 +286,9 @@ mod tests {
             );
         }
         assert!(MOSAIC_MOVED.starts_with("the mosaic family is now a preset"));
-        // Still registered until scenarios/mosaic/ are serving files (then it joins RETIRED).
-        assert!(family("mosaic").is_some());
-        assert!(RETIRED.iter().all(|(name, _)| *name != "mosaic"));
+        // Deleted: no longer registered, refused with this text.
+        assert!(family("mosaic").is_none());
+        assert!(RETIRED.contains(&("mosaic", MOSAIC_MOVED)));
     }
 
     #[test]
@@ -468,7 +468,7 @@ mod tests {
     /// scenario loader and the runner do for `FAMILIES`.
     #[test]
     fn a_toy_family_is_reached_through_one_registration_line() {
-        static WITH_TOY: &[&dyn RegisteredFamily] = &[&crate::mosaic::Mosaic, &toy::Toy];
+        static WITH_TOY: &[&dyn RegisteredFamily] = &[&crate::serving_family::Serving, &toy::Toy];
         assert!(named_in(FAMILIES, "toy").is_none());
         let family = named_in(WITH_TOY, "toy").expect("the toy is registered");
         assert_eq!(family.name(), "toy");

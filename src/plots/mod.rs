@@ -10,8 +10,6 @@ mod gem_staircase;
 mod improvement;
 mod labels;
 mod metric;
-mod mosaic_decode_curves;
-mod mosaic_timeline;
 mod stacked;
 
 use anyhow::Context;
@@ -461,8 +459,6 @@ fn build(selection: &Selection<'_>) -> anyhow::Result<ChartFigure> {
         FigureKind::Frontier => Ok(frontier::build(selection)),
         FigureKind::GemExpertLoad => gem_expert_load::build(selection),
         FigureKind::GemStaircase => gem_staircase::build(selection),
-        FigureKind::MosaicTimeline => mosaic_timeline::build(selection),
-        FigureKind::MosaicDecodeCurves => mosaic_decode_curves::build(selection),
         FigureKind::ExpertweaveMemory => expertweave_memory::build(selection),
     }
 }

@@ -346,7 +346,7 @@ fn list_names_every_option_a_scenario_can_name() {
             "arrival",
             &["poisson", "gamma", "bursty", "offline", "trace"],
         ),
-        ("family", &["mosaic", "serving"]),
+        ("family", &["serving"]),
         ("model", &["llama-2-7b", "mixtral-8x7b", "esft-vanilla-16b"]),
         ("gpu", &["H100-SXM", "A100-80GB", "L4", "Ascend-910B"]),
     ] {
@@ -428,7 +428,7 @@ fn a_run_that_fails_exits_3_naming_its_cause() {
 #[test]
 fn a_missing_family_is_refused_with_the_families_and_a_line() {
     let text = SMALL.replace("family = \"serving\"\n", "");
-    assert_refused(&text, Some(1), &["field `family`", "mosaic, serving"]);
+    assert_refused(&text, Some(1), &["field `family`", "serving"]);
 }
 
 #[test]
@@ -545,18 +545,6 @@ fn per_request_csv_has_one_schema_for_every_family_that_serves_requests() {
             }
         }
     }
-    // MOSAIC has no per-request records: refused before anything runs.
-    let out = dir.path().join("mosaic");
-    let output = expertsim(&[
-        "run",
-        "scenarios/mosaic/quick.toml",
-        "--out",
-        out.to_str().unwrap(),
-        "--per-request-csv",
-    ]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("no per-request records"));
-    assert!(!out.exists());
 }
 
 #[test]

@@ -91,7 +91,7 @@ fn capacity_refuses_what_it_cannot_search() {
     ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(
-        stderr(&output).contains("no arrival rate"),
+        stderr(&output).contains("no arrival.rate_per_s to start from"),
         "{}",
         stderr(&output)
     );

@@ -114,17 +114,6 @@ fn a_frontier_needs_exactly_two_metrics() {
 }
 
 #[test]
-fn a_family_figure_in_another_family_is_refused() {
-    let text = gem_with("[[figure]]\nname = \"f\"\nkind = \"mosaic_timeline\"\n");
-    assert_refused(
-        &text,
-        line_of(&text, "kind = \"mosaic_timeline\""),
-        "figure[0].kind",
-        "need a mosaic scenario",
-    );
-}
-
-#[test]
 fn a_key_the_kind_does_not_use_is_refused() {
     let text = gem_with(
         "[[figure]]\nname = \"f\"\nkind = \"gem_staircase\"\nx = \"experts.mapping.kind\"\n",
@@ -174,37 +163,6 @@ fn run_quick(scenario: &str, out: &Path) -> serde_json::Value {
 fn svg(out: &Path, name: &str) -> String {
     std::fs::read_to_string(out.join("figures").join(format!("{name}.svg")))
         .unwrap_or_else(|e| panic!("{name}.svg: {e}"))
-}
-
-#[test]
-fn mosaic_quick_timeline_has_one_row_per_worker_tiling_the_expert_stage() {
-    let dir = tempfile::tempdir().unwrap();
-    let results = run_quick("scenarios/mosaic/quick.toml", dir.path());
-    let timeline = svg(dir.path(), "timeline");
-    for cell in results["cells"].as_array().unwrap() {
-        let makespan = cell["summary"]["expert_makespan_s"]["mean"]
-            .as_f64()
-            .unwrap();
-        let workers = cell["runs"][0]["details"]["timelines"].as_array().unwrap();
-        assert_eq!(workers.len(), 4, "N = 4 workers");
-        for worker in workers {
-            // Segments follow each other without gaps from 0 to the makespan.
-            let mut at = 0.0;
-            for segment in worker.as_array().unwrap() {
-                let start = segment["start_s"].as_f64().unwrap();
-                assert!((start - at).abs() < 1e-6, "gap at {at} in {worker}");
-                at = segment["end_s"].as_f64().unwrap();
-            }
-            assert!((at - makespan).abs() < 1e-6, "{at} vs makespan {makespan}");
-        }
-    }
-    for w in 0..4 {
-        assert!(timeline.contains(&format!("worker {w}")), "row worker {w}");
-    }
-    assert!(!timeline.contains("worker 4"));
-    for name in ["end_to_end_stacked", "decode_curves"] {
-        assert!(svg(dir.path(), name).contains("</svg>"));
-    }
 }
 
 #[test]

@@ -146,39 +146,45 @@ fn chimera_prices_each_model_from_the_shapes_that_fit() {
 
 #[test]
 fn mosaic_prices_each_expert_and_the_aggregator_from_the_shapes_that_fit() {
-    let sets = ["placement.kind=round_robin"];
+    let sets = ["placement.policy.kind=round_robin"];
     let (cost_model, details) = first_run("scenarios/mosaic/measured-a100.toml", &sets);
-    assert_eq!(cost_model, "measured-operations:vidur/a100:A100-80GB");
-    let pricing = &details["pricing"];
-    let experts = &pricing["experts"];
+    // The least measured group's source: QwenR1's and Gemma's shapes fit no measured one.
+    assert_eq!(cost_model, "scaled");
+    // One record per replica group, in file order: LlamaR1, QwenR1, Gemma, Exaone, aggregator.
+    let pricing = details["pricing"].as_array().unwrap();
+    assert_eq!(pricing.len(), 5);
+    for group in pricing {
+        assert_eq!(group["measured"], "vidur/a100");
+        assert_eq!(group["gpu"], "A100-80GB");
+    }
     // LlamaR1 and Exaone have Meta-Llama-3-8B's layer: every class is measured.
-    for expert in ["LlamaR1", "Exaone"] {
+    for (group, expert) in [(0, "LlamaR1"), (3, "Exaone")] {
         for operation in ["mlp", "attention_projections", "elementwise"] {
             assert_eq!(
-                source_of(&experts[expert], operation),
+                source_of(&pricing[group], operation),
                 "measured",
                 "{expert}"
             );
         }
-        assert_eq!(experts[expert]["measured"], "vidur/a100");
-        assert_eq!(experts[expert]["tensor_parallel"], 1);
+        assert_eq!(pricing[group]["tensor_parallel"], 1);
     }
-    // Qwen2.5-7B's shape (QwenR1, Qwen) and Gemma-2-9B's (hidden 3584) fit no measured shape.
-    for expert in ["QwenR1", "Qwen", "Gemma"] {
+    // Qwen2.5-7B's shape (QwenR1) and Gemma-2-9B's (hidden 3584) fit no measured shape.
+    for (group, expert) in [(1, "QwenR1"), (2, "Gemma")] {
         for operation in ["mlp", "attention_projections", "elementwise"] {
-            assert_eq!(source_of(&experts[expert], operation), "scaled", "{expert}");
+            assert_eq!(source_of(&pricing[group], operation), "scaled", "{expert}");
         }
-        assert_eq!(source_of(&experts[expert], "attention"), "analytic");
-        assert_eq!(source_of(&experts[expert], "head"), "analytic");
+        assert_eq!(source_of(&pricing[group], "attention"), "analytic");
+        assert_eq!(source_of(&pricing[group], "head"), "analytic");
     }
     // The aggregator is tensor-parallel over the 4 workers: TP-4 rows, measured all-reduces.
-    let aggregator = &pricing["aggregator"];
+    let aggregator = &pricing[4];
     assert_eq!(aggregator["tensor_parallel"], 4);
     assert_eq!(source_of(aggregator, "all_reduce"), "measured");
     assert_eq!(source_of(aggregator, "mlp"), "scaled");
     let (cost_model, details) = first_run("scenarios/mosaic/measured-a100-analytic.toml", &sets);
     assert_eq!(cost_model, "analytic-roofline");
-    assert!(details.get("pricing").is_none());
+    let groups = details["pricing"].as_array().unwrap();
+    assert!(groups.iter().all(|g| g.is_null()), "{groups:?}");
 }
 
 #[test]
@@ -224,24 +230,6 @@ fn a_bad_measured_set_is_refused_naming_the_field() {
             "scenarios/caps/measured-a100.toml",
             "replica.scheduler.profile=l4_qwen1.5-moe-a2.7b",
             &["field `replica.measured`", "second cost source"][..],
-        ),
-        (
-            "scenarios/mosaic/measured-a100.toml",
-            "serving.measured=vidur/b200",
-            &["field `serving.measured`", "no measured profile set"][..],
-        ),
-        (
-            "scenarios/mosaic/measured-a100.toml",
-            "serving.gpu=H100-SXM",
-            &[
-                "measured-a100.toml:24:1: field `serving.measured`",
-                "measured on A100-80GB, but serving.gpu is H100-SXM",
-            ][..],
-        ),
-        (
-            "scenarios/mosaic/measured-a100.toml",
-            "serving.profile=decode.json",
-            &["field `serving.measured`", "second cost source"][..],
         ),
     ] {
         let dir = tempfile::tempdir().unwrap();

@@ -117,13 +117,6 @@ fn trace_events_hold_one_track_per_replica_and_a_slice_per_step() {
 }
 
 #[test]
-fn trace_events_are_refused_for_a_family_without_replica_steps() {
-    let output = expertsim(&["run", "scenarios/mosaic/quick.toml", "--trace-events"]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("--trace-events"));
-}
-
-#[test]
 fn capacity_searches_the_arrival_rate() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("two.toml");

@@ -819,8 +819,8 @@ fn the_baseline_check_fails_on_a_compared_cell_that_is_not_the_baseline() {
     // cell of evaluation.toml, which skips the unanimous questions.
     let claim = &mut mosaic.claims[index];
     claim.versus_run = None;
-    claim.versus = toml::toml! { "placement.kind" = "round_robin"
-    "gate.tau" = 1.0 };
+    claim.versus = toml::toml! { "placement.policy.kind" = "round_robin"
+    "workload.questions.gate.tau" = 1.0 };
     let err = mosaic
         .check_baselines(plan_of(&mosaic, &plans))
         .unwrap_err()

@@ -256,14 +256,6 @@ pub fn catalogue() -> Vec<OptionGroup> {
                 ),
                 ("gem_staircase", "per-GPU MoE-layer latency vs tokens"),
                 (
-                    "mosaic_timeline",
-                    "per-worker load / generate / idle timeline",
-                ),
-                (
-                    "mosaic_decode_curves",
-                    "decode tokens/s vs prompts in flight per model",
-                ),
-                (
                     "expertweave_memory",
                     "device memory per adapter count and manager, stacked",
                 ),

@@ -159,7 +159,7 @@ mod tests {
 }
 
 /// Whole runs of MOSAIC's evaluation cells on the serving simulator
-/// (scenarios/mosaic/evaluation_serving_*.toml) with the real policies.
+/// (scenarios/mosaic/evaluation.toml) with the real policies.
 #[cfg(test)]
 mod simulated {
     use sim::metrics::RunOutput;
@@ -168,9 +168,8 @@ mod simulated {
     /// Seed `seed` of the cell of `dataset`'s evaluation file under placement policy `kind`
     /// (the gate's tau at 1: the expert stage does not depend on it).
     fn run(dataset: &str, kind: &str, seed: u64) -> RunOutput {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
-            "../scenarios/mosaic/evaluation_serving_{dataset}.toml"
-        ));
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/mosaic/evaluation.toml");
         let plan = sim::scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
         let at = |cell: &sim::scenario::Cell, key: &str| {
             cell.coords
@@ -182,8 +181,10 @@ mod simulated {
             .cells
             .iter()
             .find(|c| {
-                at(c, "placement.policy.kind").and_then(|v| v.as_str().map(String::from))
-                    == Some(kind.to_string())
+                at(c, "workload.questions.dataset").and_then(|v| v.as_str().map(String::from))
+                    == Some(dataset.to_string())
+                    && at(c, "placement.policy.kind").and_then(|v| v.as_str().map(String::from))
+                        == Some(kind.to_string())
                     && at(c, "workload.questions.gate.tau").and_then(|v| v.as_float()) == Some(1.0)
             })
             .unwrap_or_else(|| panic!("{dataset}: no {kind} cell at tau 1"));
