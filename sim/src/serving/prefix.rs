@@ -65,6 +65,10 @@ pub fn block_hashes(segments: &[PrefixSegment], block_size: u32, out: &mut Vec<u
     }
 }
 
+/// How many of a prompt's block hashes `PrefixCache::lookup` probes together (a run past the
+/// first miss is probed for nothing, so the runs are short).
+const LOOKUP_RUN: usize = 8;
+
 /// Where a cached block's entry sits in `PrefixCache`'s entries: a sequence holds the slots of
 /// the blocks it references, so dropping or taking a reference reads the entry directly, without
 /// a map probe.
@@ -109,7 +113,8 @@ pub struct PrefixCache {
     index: FxHashMap<u64, Slot>,
     /// The blocks' entries, by slot.
     entries: Vec<Entry>,
-    /// Slots whose block left `index`, reused before `entries` grows.
+    /// Slots whose block left `index`, reused before `entries` grows, the lowest first (kept
+    /// in descending order).
     spare: Vec<Slot>,
     /// Dead entries in `index`.
     dead: usize,
@@ -158,13 +163,26 @@ impl PrefixCache {
     pub fn lookup(&self, hashes: &[u64], max: usize, hits: &mut Vec<Slot>) -> (usize, u64) {
         hits.clear();
         let mut free = 0;
-        for hash in hashes.iter().take(max) {
-            match self.index.get(hash) {
-                Some(&slot) if self.entries[slot as usize].live(self.popped) => {
-                    free += u64::from(self.entries[slot as usize].refs == 0);
-                    hits.push(slot);
+        let hashes = &hashes[..max.min(hashes.len())];
+        // In runs of `LOOKUP_RUN`: each run's map probes and entry reads are issued together
+        // first (as `warm` does), so their cache misses overlap instead of each probe waiting
+        // on the one before it; then the run is read in order, stopping at the first miss.
+        for run in hashes.chunks(LOOKUP_RUN) {
+            if run.len() > 1 {
+                for hash in run {
+                    if let Some(&slot) = self.index.get(hash) {
+                        std::hint::black_box(self.entries[slot as usize].refs);
+                    }
                 }
-                _ => break,
+            }
+            for hash in run {
+                match self.index.get(hash) {
+                    Some(&slot) if self.entries[slot as usize].live(self.popped) => {
+                        free += u64::from(self.entries[slot as usize].refs == 0);
+                        hits.push(slot);
+                    }
+                    _ => return (hits.len(), free),
+                }
             }
         }
         (hits.len(), free)
@@ -303,14 +321,19 @@ impl PrefixCache {
             self.dead_slots.clear();
             self.dead_slots
                 .extend(self.entries.iter().map(|entry| !entry.live(popped)));
-            let (dead_slots, spare) = (&self.dead_slots, &mut self.spare);
-            self.index.retain(|_, &mut slot| {
-                let dead = dead_slots[slot as usize];
-                if dead {
-                    spare.push(slot);
-                }
-                !dead
-            });
+            let dead_slots = &self.dead_slots;
+            self.index.retain(|_, &mut slot| !dead_slots[slot as usize]);
+            // The spare slots are now the dead ones (those just removed and those spare
+            // before), listed from the highest so that `register` pops the lowest first: the
+            // registrations that follow write neighbouring entries, not entries scattered in
+            // the map's order.
+            self.spare.clear();
+            self.spare.extend(
+                (0..dead_slots.len())
+                    .rev()
+                    .filter(|&slot| dead_slots[slot])
+                    .map(|slot| slot as Slot),
+            );
             self.dead = 0;
         }
     }
@@ -399,6 +422,40 @@ mod tests {
         assert_eq!(cache, before);
         assert!(cache.register(5).is_some());
         assert_eq!(hits(&cache, &[1, 2, 3, 4, 5], 5), (5, 1));
+    }
+
+    #[test]
+    fn slots_freed_by_a_compaction_are_reused_lowest_first() {
+        let mut cache = PrefixCache::new(8);
+        cache.take(8);
+        let slots: Vec<Slot> = (1..=8).map(|h| cache.register(h).unwrap()).collect();
+        assert_eq!(slots, (0..8).collect::<Vec<Slot>>());
+        for i in [5, 2, 7, 0, 3, 6, 1, 4] {
+            cache.unref(slots[i]);
+        }
+        // All eight evicted: the dead entries outnumber the live ones and are removed.
+        cache.take(8);
+        assert_eq!(cache.resident(), 0);
+        let reused: Vec<Slot> = (11..=14).map(|h| cache.register(h).unwrap()).collect();
+        assert_eq!(reused, [0, 1, 2, 3]);
+        assert_eq!(hits(&cache, &[11, 12, 13, 14, 1], 5), (4, 0));
+    }
+
+    #[test]
+    fn a_lookup_longer_than_a_run_stops_at_the_first_miss() {
+        let mut cache = PrefixCache::new(24);
+        cache.take(24);
+        for hash in 1..=20 {
+            cache.register(hash).unwrap();
+        }
+        let chain: Vec<u64> = (1..=20).collect();
+        assert_eq!(hits(&cache, &chain, 20), (20, 0));
+        assert_eq!(hits(&cache, &chain, 17), (17, 0));
+        // A miss in the second run (block 12 never computed) ends the match there.
+        let broken: Vec<u64> = (1..=11).chain([99]).chain(12..=20).collect();
+        let mut slots = Vec::new();
+        assert_eq!(cache.lookup(&broken, 21, &mut slots), (11, 0));
+        assert_eq!(slots, (0..11).collect::<Vec<Slot>>());
     }
 
     #[test]
