@@ -16,7 +16,6 @@ pub mod registry;
 pub mod results;
 pub mod runner;
 pub mod scenario;
-pub mod serving;
 pub mod serving_family;
 
 #[cfg(test)]
@@ -36,6 +35,7 @@ pub use expertsim_core::{
     apportion, arrivals, distributions, engine, event_queue, input, metrics, records, rng, time,
 };
 pub use expertsim_cost as cost;
+pub use expertsim_serving::serving;
 
 /// The validation vocabulary (`expertsim_core::validate`, `[limits]` included) under its old
 /// path, with the one check that reads the cost model, a measured set's GPU

@@ -413,20 +413,35 @@ const CRATE_LAYERS: &[(&str, &[&str])] = &[
     ("expertsim-core", &[]),
     ("expertsim-cost", &["expertsim-core"]),
     ("expertsim-figures", &[]),
-    ("expertsim-sim", &["expertsim-core", "expertsim-cost"]),
+    ("expertsim-serving", &["expertsim-core", "expertsim-cost"]),
+    (
+        "expertsim-sim",
+        &["expertsim-core", "expertsim-cost", "expertsim-serving"],
+    ),
     (
         "expertsim-strategies",
-        &["expertsim-core", "expertsim-cost", "expertsim-sim"],
+        &[
+            "expertsim-core",
+            "expertsim-cost",
+            "expertsim-serving",
+            "expertsim-sim",
+        ],
     ),
     (
         "expertsim-kernels",
-        &["expertsim-core", "expertsim-cost", "expertsim-sim"],
+        &[
+            "expertsim-core",
+            "expertsim-cost",
+            "expertsim-serving",
+            "expertsim-sim",
+        ],
     ),
     (
         "expertsim-calibrate",
         &[
             "expertsim-core",
             "expertsim-cost",
+            "expertsim-serving",
             "expertsim-sim",
             "expertsim-kernels",
         ],
@@ -436,6 +451,7 @@ const CRATE_LAYERS: &[(&str, &[&str])] = &[
         &[
             "expertsim-core",
             "expertsim-cost",
+            "expertsim-serving",
             "expertsim-sim",
             "expertsim-kernels",
             "expertsim-calibrate",
