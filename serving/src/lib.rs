@@ -1,11 +1,15 @@
 //! expertsim's serving layer (crate `expertsim-serving`, re-exported by `sim` under the same module
 //! names): one continuous-batching replica, the queue-policy, batch-former and router extension
 //! points, the step-cost seam, per-request latencies and a dense model's serving cost
-//! (`serving`, docs/serving.md). It sits above `expertsim-core` (time, events, random streams,
+//! (`serving`, docs/serving.md); the other extension points' traits and registry enums
+//! (`policies`: batch, mapping, placement, gate, adapter memory, and the `Policies` registry
+//! trait); the recorder of replicas above both (`recorder`). It sits above `expertsim-core` (time, events, random streams,
 //! arrivals, the validation vocabulary, metrics) and `expertsim-cost` (the cost model), which it
 //! re-exports under the module names the moved files use (`crate::time`, `crate::cost`, ...);
 //! it knows no family, scenario loader or policy implementation, which Cargo enforces.
 
+pub mod policies;
+pub mod recorder;
 pub mod serving;
 
 // The crates below this one, under the module names every path already uses.

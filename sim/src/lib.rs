@@ -10,8 +10,6 @@ pub mod headlines;
 pub mod load_cache;
 pub mod mosaic;
 pub mod partial;
-pub mod policies;
-pub mod recorder;
 pub mod registry;
 pub mod results;
 pub mod runner;
@@ -35,7 +33,7 @@ pub use expertsim_core::{
     apportion, arrivals, distributions, engine, event_queue, input, metrics, records, rng, time,
 };
 pub use expertsim_cost as cost;
-pub use expertsim_serving::serving;
+pub use expertsim_serving::{policies, recorder, serving};
 
 /// The validation vocabulary (`expertsim_core::validate`, `[limits]` included) under its old
 /// path, with the one check that reads the cost model, a measured set's GPU
