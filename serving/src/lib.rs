@@ -3,11 +3,15 @@
 //! points, the step-cost seam, per-request latencies and a dense model's serving cost
 //! (`serving`, docs/serving.md); the other extension points' traits and registry enums
 //! (`policies`: batch, mapping, placement, gate, adapter memory, and the `Policies` registry
-//! trait); the recorder of replicas above both (`recorder`). It sits above `expertsim-core` (time, events, random streams,
+//! trait); the recorder of replicas above both (`recorder`); the files a sweep's cells share
+//! (`load_cache`) and the `Family` trait with what families share with the layers above
+//! (`family`; the registration list and the loader stay in `sim`). It sits above `expertsim-core` (time, events, random streams,
 //! arrivals, the validation vocabulary, metrics) and `expertsim-cost` (the cost model), which it
 //! re-exports under the module names the moved files use (`crate::time`, `crate::cost`, ...);
 //! it knows no family, scenario loader or policy implementation, which Cargo enforces.
 
+pub mod family;
+pub mod load_cache;
 pub mod policies;
 pub mod recorder;
 pub mod serving;

@@ -5,9 +5,7 @@
 //! and no plotting; policies plug in through the traits defined here.
 
 pub mod chimera;
-pub mod family;
 pub mod headlines;
-pub mod load_cache;
 pub mod mosaic;
 pub mod partial;
 pub mod registry;
@@ -33,7 +31,7 @@ pub use expertsim_core::{
     apportion, arrivals, distributions, engine, event_queue, input, metrics, records, rng, time,
 };
 pub use expertsim_cost as cost;
-pub use expertsim_serving::{policies, recorder, serving};
+pub use expertsim_serving::{family, load_cache, policies, recorder, serving};
 
 /// The validation vocabulary (`expertsim_core::validate`, `[limits]` included) under its old
 /// path, with the one check that reads the cost model, a measured set's GPU
