@@ -4,17 +4,12 @@
 //! cost model), which it re-exports under their old module names. It knows no policy, no CUDA
 //! and no plotting; policies plug in through the traits defined here.
 
-pub mod family;
 pub mod headlines;
-pub mod load_cache;
 pub mod partial;
-pub mod policies;
-pub mod recorder;
 pub mod registry;
 pub mod results;
 pub mod runner;
 pub mod scenario;
-pub mod serving;
 pub mod serving_family;
 
 #[cfg(test)]
@@ -34,6 +29,7 @@ pub use expertsim_core::{
     apportion, arrivals, distributions, engine, event_queue, input, metrics, records, rng, time,
 };
 pub use expertsim_cost as cost;
+pub use expertsim_serving::{family, load_cache, policies, recorder, serving};
 
 /// The validation vocabulary (`expertsim_core::validate`, `[limits]` included) under its old
 /// path, with the one check that reads the cost model, a measured set's GPU

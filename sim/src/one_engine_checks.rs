@@ -14,6 +14,7 @@ fn family_dirs() -> Vec<&'static str> {
 const SOURCE_DIRS: &[&str] = &[
     "core/src",
     "cost/src",
+    "serving/src",
     "sim/src",
     "live/src",
     "strategies/src",

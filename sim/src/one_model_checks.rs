@@ -9,6 +9,7 @@ const SOURCE_DIRS: &[&str] = &[
     "src",
     "core/src",
     "cost/src",
+    "serving/src",
     "sim/src",
     "sim/examples",
     "sim/benches",

@@ -178,21 +178,23 @@ fn named_in(list: &'static [&'static dyn RegisteredFamily], name: &str) -> Optio
         .map(FamilyId::of)
 }
 
-/// A family is read back from scenario files and results by its registered name.
-impl<'de> serde::Deserialize<'de> for FamilyId {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(deserializer)?;
-        family(&name).ok_or_else(|| {
-            if let Some((_, moved)) = RETIRED.iter().find(|(retired, _)| *retired == name) {
-                return serde::de::Error::custom(moved);
-            }
-            let names: Vec<&str> = FAMILIES.iter().map(|f| f.name()).collect();
-            serde::de::Error::custom(format!(
-                "unknown family `{name}`, expected one of `{}`",
-                names.join("`, `")
-            ))
-        })
-    }
+/// A family is read back from scenario files and results by its registered name (the
+/// `deserialize_with` of every `FamilyId` field: the type is `expertsim-serving`'s, the list
+/// this crate's).
+pub fn deserialize_family<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<FamilyId, D::Error> {
+    let name = <String as serde::Deserialize>::deserialize(deserializer)?;
+    family(&name).ok_or_else(|| {
+        if let Some((_, moved)) = RETIRED.iter().find(|(retired, _)| *retired == name) {
+            return serde::de::Error::custom(moved);
+        }
+        let names: Vec<&str> = FAMILIES.iter().map(|f| f.name()).collect();
+        serde::de::Error::custom(format!(
+            "unknown family `{name}`, expected one of `{}`",
+            names.join("`, `")
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -220,7 +222,7 @@ mod tests {
             ("mosaic", "placement.workers"),
         ] {
             assert!(family(name).is_none(), "{name} is not registered");
-            let err = serde_json::from_value::<FamilyId>(serde_json::json!(name))
+            let err = deserialize_family(serde_json::json!(name))
                 .err()
                 .unwrap()
                 .to_string();

@@ -28,6 +28,7 @@ pub struct ToolInfo {
 pub struct ScenarioEcho {
     pub name: String,
     pub description: String,
+    #[serde(deserialize_with = "crate::registry::deserialize_family")]
     pub family: crate::family::FamilyId,
     /// The scenario document after `--set` overrides, without its `[sweep]` table.
     pub document: serde_json::Value,

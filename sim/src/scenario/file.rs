@@ -24,6 +24,7 @@ pub struct CommonFile {
     #[serde(default)]
     pub description: String,
     /// A registered family's name (`registry::FAMILIES`).
+    #[serde(deserialize_with = "crate::registry::deserialize_family")]
     pub family: crate::family::FamilyId,
     /// One run per seed in every sweep cell.
     #[serde(default = "default_seeds")]

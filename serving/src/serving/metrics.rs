@@ -47,7 +47,7 @@ pub struct ReplicaStats {
 
 impl ReplicaStats {
     /// `in_system` changes by `delta` at `now`.
-    pub(crate) fn population(&mut self, now: SimTime, delta: i64) {
+    pub fn population(&mut self, now: SimTime, delta: i64) {
         self.in_system_area += u128::from(self.in_system) * u128::from((now - self.last_change).0);
         self.last_change = now;
         self.in_system = self

@@ -255,7 +255,7 @@ fn cell<F: Family>(scenario: &Scenario) -> &F::Scenario {
 }
 
 /// A registered family, as scenarios and results name it: compared, printed and serialized by
-/// its name (read back by name through the registry: `registry`'s `Deserialize`).
+/// its name (read back by name through the registry: `registry::deserialize_family`).
 #[derive(Clone, Copy)]
 pub struct FamilyId(&'static dyn RegisteredFamily);
 
@@ -312,7 +312,7 @@ impl FamilyId {
     pub fn writes_trace_events(self) -> bool {
         self.0.writes_trace_events()
     }
-    pub(crate) fn registered(self) -> &'static dyn RegisteredFamily {
+    pub fn registered(self) -> &'static dyn RegisteredFamily {
         self.0
     }
 }
