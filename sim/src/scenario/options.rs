@@ -180,7 +180,7 @@ pub fn catalogue() -> Vec<OptionGroup> {
         ),
         group(
             "arrival",
-            "arrival.pattern (every family with an [arrival] table)",
+            "arrival.pattern (serving)",
             &[
                 ("poisson", "Poisson arrivals at rate_per_s"),
                 (
@@ -234,7 +234,7 @@ pub fn catalogue() -> Vec<OptionGroup> {
         ),
         group(
             "figure",
-            "figure.kind (every family; mosaic_* only mosaic's, gem_* and expertweave_* the serving family's)",
+            "figure.kind (every scenario; gem_* and expertweave_* the serving family's)",
             &[
                 (
                     "metric",
@@ -263,12 +263,12 @@ pub fn catalogue() -> Vec<OptionGroup> {
         ),
         OptionGroup {
             group: "model",
-            key: "model.name / replica.model (serving; each family names the ones it takes)",
+            key: "model.name / replica.model (serving)",
             kinds: models(),
         },
         OptionGroup {
             group: "gpu",
-            key: "replica.gpu (serving), cluster.gpu (gem), ...",
+            key: "replica.gpu (serving)",
             kinds: GPU_NAMES
                 .iter()
                 .map(|name| {
@@ -401,6 +401,30 @@ mod tests {
             .map(|f| f.name().to_string())
             .collect();
         assert_eq!(kinds_of("family"), families);
+    }
+
+    /// A group's key names where a scenario writes it and which families take it: never a
+    /// family that became a preset of the serving simulator (`registry::RETIRED`), whose keys
+    /// a scenario can no longer write.
+    #[test]
+    fn no_key_names_a_retired_family() {
+        for group in catalogue() {
+            for (retired, _) in crate::registry::RETIRED {
+                for stale in [
+                    format!("({retired})"),
+                    format!("({retired},"),
+                    format!(" {retired})"),
+                    format!("{retired}'s"),
+                ] {
+                    assert!(
+                        !group.key.contains(&stale),
+                        "group {}: key {:?} names the retired family {retired}",
+                        group.group,
+                        group.key
+                    );
+                }
+            }
+        }
     }
 
     #[test]
