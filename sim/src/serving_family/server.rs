@@ -256,8 +256,10 @@ pub struct ServingServer<'a> {
 thread_local! {
     /// Test-only: whether servers built on this thread handle every step end as an event.
     pub(crate) static STEP_BY_STEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// Test-only: the `inlined_steps` read last on this thread.
+    /// Test-only: the `inlined_steps` read last on this thread, and the replicas' steps run as
+    /// counts then (`Replica::decode_run_steps`).
     pub(crate) static INLINED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    pub(crate) static RUN_STEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Whether a new server fast-forwards its steps (always, outside the tests that compare).
@@ -548,7 +550,8 @@ impl<'a> ServingServer<'a> {
                     )
                 });
                 replicas.push(ReplicaRun {
-                    replica: scheduler::replica(&group.replica, deployment.kv_blocks),
+                    replica: scheduler::replica(&group.replica, deployment.kv_blocks)
+                        .with_decode_runs(fast_forward_on()),
                     former,
                     tick_pending: false,
                     min_batch_trigger,
@@ -664,7 +667,15 @@ impl<'a> ServingServer<'a> {
     /// not pop, so a run's events are the engine's count plus these.
     pub fn inlined_steps(&self) -> u64 {
         #[cfg(test)]
-        INLINED.set(self.inlined);
+        {
+            INLINED.set(self.inlined);
+            RUN_STEPS.set(
+                self.replicas
+                    .iter()
+                    .map(|r| r.replica.decode_run_steps())
+                    .sum(),
+            );
+        }
         self.inlined
     }
 

@@ -2982,14 +2982,16 @@ impl crate::records::RecordSink for AllRecords {
 }
 
 /// A run of `s` for `seed` with the decode fast-forward on or off (`step_by_step`): its
-/// details, scalars and records as text, and the step ends it handled without an event.
+/// details, scalars and records as text, the step ends it handled without an event, and the
+/// steps its replicas ran as counts.
 fn run_step_ends(
     s: &ServingScenario,
     seed: u64,
     step_by_step: bool,
-) -> (String, String, Vec<String>, u64) {
+) -> (String, String, Vec<String>, u64, u64) {
     super::server::STEP_BY_STEP.set(step_by_step);
     super::server::INLINED.set(u64::MAX);
+    super::server::RUN_STEPS.set(u64::MAX);
     let mut records = AllRecords::default();
     let out = run_recorded(
         s,
@@ -3010,32 +3012,34 @@ fn run_step_ends(
         format!("{:?}", out.scalars),
         records.0,
         super::server::INLINED.get(),
+        super::server::RUN_STEPS.get(),
     )
 }
 
 /// The run of `s` for `seed` fast-forwarded and step by step: every detail (the event count
-/// included), scalar and record equal; returns the fast run's records, inlined step ends and
-/// events.
+/// included), scalar and record equal; returns the fast run's records, inlined step ends,
+/// events and steps run as counts.
 fn fast_forward_changes_nothing(
     s: &ServingScenario,
     seed: u64,
     what: &str,
-) -> (Vec<String>, u64, u64) {
+) -> (Vec<String>, u64, u64, u64) {
     let fast = run_step_ends(s, seed, false);
     let slow = run_step_ends(s, seed, true);
     assert_eq!(
         slow.3, 0,
         "{what}: the step-by-step path inlined a step end"
     );
+    assert_eq!(
+        slow.4, 0,
+        "{what}: the step-by-step path ran steps as counts"
+    );
     assert_eq!(fast.0, slow.0, "{what}: details differ");
     assert_eq!(fast.1, slow.1, "{what}: scalars differ");
     assert_eq!(fast.2, slow.2, "{what}: records differ");
     let details: serde_json::Value = serde_json::from_str(&fast.0).unwrap();
-    (
-        fast.2,
-        fast.3,
-        details["events"].as_u64().expect("the run's events"),
-    )
+    let events = details["events"].as_u64().expect("the run's events");
+    (fast.2, fast.3, events, fast.4)
 }
 
 /// The decode fast-forward (a step ending strictly before every pending event handled at
@@ -3052,10 +3056,15 @@ fn the_decode_fast_forward_changes_no_result() {
             .replace("rate_per_s = 0.01", "rate_per_s = 0.5"),
     )
     .unwrap();
-    let (records, inlined, events) = fast_forward_changes_nothing(&lone, 7, "lone replica");
+    let (records, inlined, events, counted) =
+        fast_forward_changes_nothing(&lone, 7, "lone replica");
     // Most events are step ends handled at once (a request decodes for seconds between
-    // arrivals)...
+    // arrivals), and most of those steps ran as counts...
     assert!(2 * inlined > events, "{inlined} of {events} events inlined");
+    assert!(
+        2 * counted > inlined,
+        "{counted} of {inlined} steps counted"
+    );
     // ...and some request arrived while another was decoding (its arrival strictly between the
     // other's first token and finish), so a run stopped for it and resumed.
     let spans: Vec<(u64, u64, u64)> = records
@@ -3085,11 +3094,18 @@ fn the_decode_fast_forward_changes_no_result() {
         r#"{ kind = "sarathi", chunk_size = 512 }"#,
         r#"{ kind = "orca" }"#,
     ] {
-        let (_, inlined, _) = fast_forward_changes_nothing(&cluster(kind, 0.35), 3, kind);
+        let (_, inlined, _, counted) = fast_forward_changes_nothing(&cluster(kind, 0.35), 3, kind);
         assert!(inlined > 0, "{kind}: nothing inlined");
+        // Orca reserves each request's blocks whole: its steps are not run as counts.
+        assert_eq!(
+            counted > 0,
+            !kind.contains("orca"),
+            "{kind}: {counted} steps counted"
+        );
     }
     let workflows = scenario(&WORKFLOWS.replace("n_requests = 1", "n_requests = 20")).unwrap();
     for seed in 1..=3 {
-        fast_forward_changes_nothing(&workflows, seed, "workflows");
+        let (_, _, _, counted) = fast_forward_changes_nothing(&workflows, seed, "workflows");
+        assert!(counted > 0, "workflows: no step counted");
     }
 }
