@@ -75,6 +75,11 @@ impl<E> EventQueue<E> {
         Some((entry.time, entry.event))
     }
 
+    /// The time of the earliest pending event, if any (the clock does not move).
+    pub fn peek_time(&self) -> Option<SimTime> {
+        self.heap.peek().map(|entry| entry.time)
+    }
+
     pub fn len(&self) -> usize {
         self.heap.len()
     }
@@ -98,6 +103,20 @@ mod tests {
         let order: Vec<_> = std::iter::from_fn(|| q.pop().map(|(_, e)| e)).collect();
         assert_eq!(order, ["a1", "a2", "a3", "b", "c"]);
         assert_eq!(q.now(), SimTime(30));
+    }
+
+    #[test]
+    fn peek_time_is_the_next_pop_without_moving_the_clock() {
+        let mut q = EventQueue::new();
+        assert_eq!(q.peek_time(), None);
+        q.schedule(SimTime(20), "b");
+        q.schedule(SimTime(10), "a");
+        assert_eq!(q.peek_time(), Some(SimTime(10)));
+        assert_eq!(q.now(), SimTime::ZERO);
+        assert_eq!(q.pop(), Some((SimTime(10), "a")));
+        assert_eq!(q.peek_time(), Some(SimTime(20)));
+        q.pop();
+        assert_eq!(q.peek_time(), None);
     }
 
     #[test]

@@ -176,6 +176,33 @@ impl Tally {
     }
 }
 
+/// A run of pure decode steps kept as counts (the decode fast-forward, `with_decode_runs`):
+/// while the batch cannot change (every sequence decodes one token a step, none finishes, none
+/// waits to be admitted, every block it needs is free) each step adds one token to every
+/// sequence's `kv` and `generated` and moves its `last_token`, so the steps are counted here and
+/// written to the sequences only when the run ends (`settle`). The batch's fields read by the
+/// step's pricing (`scheduled`, the prefill, the topic and adapter) do not change in the run.
+#[derive(Default)]
+struct DecodeRun {
+    active: bool,
+    /// Steps completed and scheduled in the run (completed is scheduled, or one more between
+    /// a step's end and the next step's scheduling).
+    completed: u32,
+    scheduled: u32,
+    /// The end of the step before the run's first (the latest token of every sequence then),
+    /// then of the run's latest completed step.
+    last: SimTime,
+    /// The fewest output tokens any sequence had left when the run began: the run completes
+    /// fewer steps than that (the step in which one finishes is completed one by one).
+    room: u32,
+    /// The run's first step's context (every sequence's `kv + 1`) and sequences.
+    context: u64,
+    sequences: u64,
+    /// By the run's scheduled step `s` modulo the block size: the sequences that need a new
+    /// block at `s` (their context then a multiple of the block size).
+    due: Vec<u64>,
+}
+
 /// One replica's scheduler state.
 pub struct Replica {
     config: ReplicaConfig,
@@ -207,6 +234,11 @@ pub struct Replica {
     hits: Vec<Slot>,
     /// The prompt blocks of finished sequences, reused (cleared) by the next admissions.
     spare_prefixes: Vec<SeqPrefix>,
+    /// Whether pure decode steps may run as counts (`with_decode_runs`), the run if one is,
+    /// and the steps completed in runs.
+    decode_runs: bool,
+    run: DecodeRun,
+    run_steps: u64,
 }
 
 /// Frees the blocks of `s`: its own, and its references on cached blocks (the last one
@@ -251,7 +283,92 @@ impl Replica {
             segments: Vec::new(),
             hits: Vec::new(),
             spare_prefixes: Vec::new(),
+            decode_runs: false,
+            run: DecodeRun::default(),
+            run_steps: 0,
         }
+    }
+
+    /// The replica running its pure decode steps as counts (`DecodeRun`) when `on`, on a
+    /// continuous replica: every result as step by step, the two passes over the batch a step
+    /// skipped while the run lasts. Between steps the batch's sequences then hold stale
+    /// counters (`running` is for its length); the replica's own methods settle them first.
+    pub fn with_decode_runs(mut self, on: bool) -> Self {
+        self.decode_runs = on && self.config.batching == Batching::Continuous;
+        self
+    }
+
+    /// The steps completed in decode runs (as counts) so far.
+    pub fn decode_run_steps(&self) -> u64 {
+        self.run_steps
+    }
+
+    /// Writes the decode run's steps to its sequences and ends it.
+    fn settle(&mut self) {
+        if !self.run.active {
+            return;
+        }
+        self.run.active = false;
+        let (completed, scheduled, last) = (self.run.completed, self.run.scheduled, self.run.last);
+        for s in &mut self.running {
+            // Its blocks: those its last scheduled step's context needs (it held exactly those
+            // of the run's first step's when the run began).
+            s.blocks = self.kv.blocks_for(u64::from(s.kv + scheduled + 1));
+            s.kv += completed;
+            s.generated += completed;
+            if completed > 0 {
+                s.last_token = last;
+            }
+            if completed > scheduled {
+                s.scheduled = 0;
+            }
+        }
+    }
+
+    /// Begins a decode run after `schedule` set up a step at `now` counted in `tally`, if the
+    /// step is a pure decode step of the whole batch, each sequence emitted its latest token at
+    /// `now` and holds the blocks of its context, none registers a prompt block, and nothing
+    /// waits to be admitted.
+    fn begin_decode_run(&mut self, now: SimTime, tally: &Tally, waiting: usize) {
+        if !self.decode_runs
+            || waiting > 0
+            || !self.resumable.is_empty()
+            || !self.swapped.is_empty()
+            || tally.prefill > 0
+            || tally.requests != self.running.len() as u64
+            || self.swapped_in > 0
+        {
+            return;
+        }
+        let block_size = self.kv.block_size();
+        let mut room = u32::MAX;
+        self.run.due.clear();
+        self.run.due.resize(block_size as usize, 0);
+        for s in &self.running {
+            if s.scheduled != 1
+                || s.kv < s.prefill_len
+                || s.generated == 0
+                || s.last_token != now
+                || s.register_at != u32::MAX
+                || s.blocks != self.kv.blocks_for(u64::from(s.kv + 1))
+            {
+                return;
+            }
+            room = room.min(s.output - s.generated);
+            // It needs a block at the run's scheduled step `k` where `kv + k` is a multiple of
+            // the block size.
+            self.run.due[((block_size - s.kv % block_size) % block_size) as usize] += 1;
+        }
+        if room < 2 {
+            return;
+        }
+        self.run.active = true;
+        self.run.completed = 0;
+        self.run.scheduled = 0;
+        self.run.last = now;
+        self.run.room = room;
+        self.run.context = tally.context;
+        self.run.sequences = tally.requests;
     }
 
     /// The replica caching prompt prefixes (vLLM V1's automatic prefix caching) in blocks of
@@ -397,6 +514,35 @@ impl Replica {
         self.swapped_out = 0;
         self.swapped_in = 0;
 
+        if self.run.active {
+            // The decode run's next step, while nothing could join the batch, every sequence
+            // gets its token and the blocks due now are free (else step by step from here).
+            let run = &self.run;
+            let step = run.scheduled + 1;
+            let due = run.due[(step % self.kv.block_size()) as usize];
+            if run.completed == step
+                && policy.len(index) == 0
+                && self.resumable.is_empty()
+                && self.swapped.is_empty()
+                && budget >= run.sequences
+                && self.kv.can_grow(due)
+            {
+                let tally = Tally {
+                    requests: run.sequences,
+                    prefill: 0,
+                    decode: run.sequences,
+                    context: run.context + u64::from(step) * run.sequences,
+                };
+                // One block at a time, each sequence's, as the pass below allocates them.
+                for _ in 0..due {
+                    self.kv.allocate(1);
+                }
+                self.run.scheduled = step;
+                return Some(self.step_work(tally));
+            }
+            self.settle();
+        }
+
         let mut tally = Tally::default();
         // 0. Prefill-first: a step of admissions alone while any can be admitted.
         if self.order == StepOrder::PrefillFirst && self.swapped.is_empty() {
@@ -489,6 +635,9 @@ impl Replica {
             self.step_prefill = 0;
             self.busy = false;
             return None;
+        }
+        if !preempted {
+            self.begin_decode_run(now, &tally, policy.len(index));
         }
         Some(self.step_work(tally))
     }
@@ -648,6 +797,7 @@ impl Replica {
         now: SimTime,
         former: &mut dyn BatchFormer,
     ) -> Option<StepWork<'_>> {
+        self.settle();
         assert_eq!(
             self.config.batching,
             Batching::Static,
@@ -764,6 +914,21 @@ impl Replica {
         self.iteration += 1;
         // The step's prompt tokens, as `schedule` counted them over the same sequences.
         self.stats.prefill_tokens += std::mem::take(&mut self.step_prefill);
+        if self.run.active {
+            let run = &mut self.run;
+            if run.completed == run.scheduled && run.completed + 1 < run.room {
+                // A step of the decode run: every sequence emits a token, its gap the step's
+                // (one run of equal gaps, as the pass below records them), and none finishes.
+                run.completed += 1;
+                self.run_steps += 1;
+                let gap = (now - run.last).0;
+                run.last = now;
+                self.stats.latencies.token_gaps(gap, run.sequences);
+                self.stats.tokens += run.sequences;
+                return;
+            }
+            self.settle();
+        }
         // Token gaps are recorded as runs of equal gaps (most of a step's sequences emitted
         // their previous token at the previous step's end): one histogram update per run.
         let (mut gap_ns, mut gaps) = (0u64, 0u64);

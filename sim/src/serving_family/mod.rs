@@ -948,6 +948,8 @@ pub fn serve_gated<'a>(
             server.with_trace_events(TraceEvents::create(path, &label, scenario.replica_count())?);
     }
     let stats = engine::run(&mut server);
+    // Every step end is counted as an event, those the server handled at once included.
+    let handled_events = stats.events + server.inlined_steps();
     let task_score_pct = server.task_score_pct();
     let sessions = server.sessions_detail();
     let workers = server.sessions_summary();
@@ -1028,7 +1030,7 @@ pub fn serve_gated<'a>(
             "router": scenario.router_kind,
             "queue": scenario.queue.kind(),
             "task_score_pct": task_score_pct,
-            "events": stats.events,
+            "events": handled_events,
             "gpu_busy_share": overall.gpu_busy_share,
             "gpu_mfu": overall.gpu_mfu,
             "replicas": replica_details,

@@ -244,6 +244,31 @@ pub struct ServingServer<'a> {
     sessions: Option<Sessions>,
     /// Sessions whose load started, with its end, to be scheduled (reused).
     session_starts: Vec<(usize, SimTime)>,
+    /// Whether a continuous replica's next step, ending strictly before every pending event,
+    /// is handled at once instead of as its own `StepEnd` (the decode fast-forward; off only
+    /// in tests, to compare with the step-by-step path).
+    fast_forward: bool,
+    /// The step ends handled that way (`inlined_steps`).
+    inlined: u64,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test-only: whether servers built on this thread handle every step end as an event.
+    pub(crate) static STEP_BY_STEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Test-only: the `inlined_steps` read last on this thread, and the replicas' steps run as
+    /// counts then (`Replica::decode_run_steps`).
+    pub(crate) static INLINED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    pub(crate) static RUN_STEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether a new server fast-forwards its steps (always, outside the tests that compare).
+fn fast_forward_on() -> bool {
+    #[cfg(test)]
+    let on = !STEP_BY_STEP.get();
+    #[cfg(not(test))]
+    let on = true;
+    on
 }
 
 impl<'a> ServingServer<'a> {
@@ -525,7 +550,8 @@ impl<'a> ServingServer<'a> {
                     )
                 });
                 replicas.push(ReplicaRun {
-                    replica: scheduler::replica(&group.replica, deployment.kv_blocks),
+                    replica: scheduler::replica(&group.replica, deployment.kv_blocks)
+                        .with_decode_runs(fast_forward_on()),
                     former,
                     tick_pending: false,
                     min_batch_trigger,
@@ -632,7 +658,25 @@ impl<'a> ServingServer<'a> {
             observing: false,
             sessions,
             session_starts: Vec::new(),
+            fast_forward: fast_forward_on(),
+            inlined: 0,
         }
+    }
+
+    /// The step ends handled without an event of their own: each is an event the engine did
+    /// not pop, so a run's events are the engine's count plus these.
+    pub fn inlined_steps(&self) -> u64 {
+        #[cfg(test)]
+        {
+            INLINED.set(self.inlined);
+            RUN_STEPS.set(
+                self.replicas
+                    .iter()
+                    .map(|r| r.replica.decode_run_steps())
+                    .sum(),
+            );
+        }
+        self.inlined
     }
 
     /// With `[placement]`: what the workers did (`details.sessions`).
@@ -1345,24 +1389,41 @@ impl Model for ServingServer<'_> {
                 self.woken = woken;
             }
             Event::StepEnd { replica } => {
-                self.step_end(replica, now);
-                self.schedule_session_starts(events);
-                // Replicas a workflow's next stage woke (the finishing one starts below).
-                let woken = std::mem::take(&mut self.woken);
-                for &r in woken.iter().filter(|&&r| r != replica) {
-                    let run = &self.replicas[r];
-                    if run.replica.is_busy() || now < run.ready_at {
-                        continue;
+                // The decode fast-forward: a continuous replica's next step that ends strictly
+                // before every pending event is the event the engine would pop next (a tie
+                // pops the event scheduled first), so it is handled here at once; a step
+                // ending at `SimTime::MAX` goes through the engine, which notices it.
+                let mut now = now;
+                loop {
+                    self.step_end(replica, now);
+                    self.schedule_session_starts(events);
+                    // Replicas a workflow's next stage woke (the finishing one starts below).
+                    let woken = std::mem::take(&mut self.woken);
+                    for &r in woken.iter().filter(|&&r| r != replica) {
+                        let run = &self.replicas[r];
+                        if run.replica.is_busy() || now < run.ready_at {
+                            continue;
+                        }
+                        if let Some(end) = self.start_step(r, now) {
+                            events.schedule(end, Event::StepEnd { replica: r });
+                        }
                     }
-                    if let Some(end) = self.start_step(r, now) {
-                        events.schedule(end, Event::StepEnd { replica: r });
+                    self.woken = woken;
+                    if self.replicas[replica].former.is_some() {
+                        self.try_dispatch(replica, now, false, events);
+                    } else if let Some(end) = self.start_step(replica, now) {
+                        if self.fast_forward
+                            && end < SimTime::MAX
+                            && events.peek_time().is_none_or(|next| end < next)
+                            && !self.observed_enough()
+                        {
+                            self.inlined += 1;
+                            now = end;
+                            continue;
+                        }
+                        events.schedule(end, Event::StepEnd { replica });
                     }
-                }
-                self.woken = woken;
-                if self.replicas[replica].former.is_some() {
-                    self.try_dispatch(replica, now, false, events);
-                } else if let Some(end) = self.start_step(replica, now) {
-                    events.schedule(end, Event::StepEnd { replica });
+                    break;
                 }
             }
             Event::SchedulerTick { replica } => {

@@ -392,8 +392,13 @@ impl ReplicaStepCost {
         let mut emitting = 0u64;
         let mut prefill_square = 0.0;
         if work.prefill_tokens == 0 {
-            // A decode step: every sequence in it emits, none prefills.
-            emitting = work.batch.iter().filter(|s| s.scheduled() > 0).count() as u64;
+            // A decode step: every sequence in it emits, none prefills (its requests are the
+            // sequences scheduled in it).
+            emitting = work.requests;
+            debug_assert_eq!(
+                emitting,
+                work.batch.iter().filter(|s| s.scheduled() > 0).count() as u64
+            );
             debug_assert!(
                 work.batch
                     .iter()

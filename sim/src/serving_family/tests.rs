@@ -2971,3 +2971,141 @@ fn an_mla_adapter_replica_is_priced_from_its_profiles_widths_and_rerouting_serie
         "{err}"
     );
 }
+
+/// Every finished request's record, as text (`{:?}`, so a NaN compares equal to itself).
+#[derive(Default)]
+struct AllRecords(Vec<String>);
+impl crate::records::RecordSink for AllRecords {
+    fn record(&mut self, r: &crate::records::RequestRecord<'_>) {
+        self.0.push(format!("{r:?}"));
+    }
+}
+
+/// A run of `s` for `seed` with the decode fast-forward on or off (`step_by_step`): its
+/// details, scalars and records as text, the step ends it handled without an event, and the
+/// steps its replicas ran as counts.
+fn run_step_ends(
+    s: &ServingScenario,
+    seed: u64,
+    step_by_step: bool,
+) -> (String, String, Vec<String>, u64, u64) {
+    super::server::STEP_BY_STEP.set(step_by_step);
+    super::server::INLINED.set(u64::MAX);
+    super::server::RUN_STEPS.set(u64::MAX);
+    let mut records = AllRecords::default();
+    let out = run_recorded(
+        s,
+        seed,
+        &mut Fifo::default(),
+        &mut Turns::default(),
+        &mut Linear,
+        &mut [],
+        None,
+        &mut records,
+        None,
+    )
+    .expect("no file to write");
+    super::server::STEP_BY_STEP.set(false);
+    assert!(out.details.get("failed").is_none(), "{}", out.details);
+    (
+        serde_json::to_string(&out.details).unwrap(),
+        format!("{:?}", out.scalars),
+        records.0,
+        super::server::INLINED.get(),
+        super::server::RUN_STEPS.get(),
+    )
+}
+
+/// The run of `s` for `seed` fast-forwarded and step by step: every detail (the event count
+/// included), scalar and record equal; returns the fast run's records, inlined step ends,
+/// events and steps run as counts.
+fn fast_forward_changes_nothing(
+    s: &ServingScenario,
+    seed: u64,
+    what: &str,
+) -> (Vec<String>, u64, u64, u64) {
+    let fast = run_step_ends(s, seed, false);
+    let slow = run_step_ends(s, seed, true);
+    assert_eq!(
+        slow.3, 0,
+        "{what}: the step-by-step path inlined a step end"
+    );
+    assert_eq!(
+        slow.4, 0,
+        "{what}: the step-by-step path ran steps as counts"
+    );
+    assert_eq!(fast.0, slow.0, "{what}: details differ");
+    assert_eq!(fast.1, slow.1, "{what}: scalars differ");
+    assert_eq!(fast.2, slow.2, "{what}: records differ");
+    let details: serde_json::Value = serde_json::from_str(&fast.0).unwrap();
+    let events = details["events"].as_u64().expect("the run's events");
+    (fast.2, fast.3, events, fast.4)
+}
+
+/// The decode fast-forward (a step ending strictly before every pending event handled at
+/// once, `ServingServer::handle`) changes no result: a lone replica whose 600-token decodes run
+/// across KV block boundaries (16-token blocks) while Poisson arrivals land in the middle of
+/// them; the scheduler kinds under KV pressure (preemptions at block boundaries, two replicas
+/// whose step ends interleave, MoE routing drawn per step); and workflows with prefix caching.
+#[test]
+fn the_decode_fast_forward_changes_no_result() {
+    let lone = scenario(
+        &LLAMA_LOW_LOAD
+            .replace("value = 128", "value = 600")
+            .replace("n_requests = 100", "n_requests = 40")
+            .replace("rate_per_s = 0.01", "rate_per_s = 0.5"),
+    )
+    .unwrap();
+    let (records, inlined, events, counted) =
+        fast_forward_changes_nothing(&lone, 7, "lone replica");
+    // Most events are step ends handled at once (a request decodes for seconds between
+    // arrivals), and most of those steps ran as counts...
+    assert!(2 * inlined > events, "{inlined} of {events} events inlined");
+    assert!(
+        2 * counted > inlined,
+        "{counted} of {inlined} steps counted"
+    );
+    // ...and some request arrived while another was decoding (its arrival strictly between the
+    // other's first token and finish), so a run stopped for it and resumed.
+    let spans: Vec<(u64, u64, u64)> = records
+        .iter()
+        .map(|r| {
+            let time = |field: &str| -> u64 {
+                let at = r.find(field).expect("the record's field") + field.len();
+                let digits: String = r[at..].chars().take_while(char::is_ascii_digit).collect();
+                digits.parse().unwrap()
+            };
+            (
+                time("arrival: SimTime("),
+                time("first_token: Some(SimTime("),
+                time("finish: SimTime("),
+            )
+        })
+        .collect();
+    assert!(
+        spans
+            .iter()
+            .any(|a| spans.iter().any(|b| b.1 < a.0 && a.0 < b.2)),
+        "no arrival landed inside another request's decode"
+    );
+    for kind in [
+        r#"{ kind = "vllm" }"#,
+        r#"{ kind = "vllm", preemption = "swap" }"#,
+        r#"{ kind = "sarathi", chunk_size = 512 }"#,
+        r#"{ kind = "orca" }"#,
+    ] {
+        let (_, inlined, _, counted) = fast_forward_changes_nothing(&cluster(kind, 0.35), 3, kind);
+        assert!(inlined > 0, "{kind}: nothing inlined");
+        // Orca reserves each request's blocks whole: its steps are not run as counts.
+        assert_eq!(
+            counted > 0,
+            !kind.contains("orca"),
+            "{kind}: {counted} steps counted"
+        );
+    }
+    let workflows = scenario(&WORKFLOWS.replace("n_requests = 1", "n_requests = 20")).unwrap();
+    for seed in 1..=3 {
+        let (_, _, _, counted) = fast_forward_changes_nothing(&workflows, seed, "workflows");
+        assert!(counted > 0, "workflows: no step counted");
+    }
+}
