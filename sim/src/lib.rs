@@ -21,6 +21,8 @@ mod one_model_checks;
 #[cfg(test)]
 mod queueing_checks;
 #[cfg(test)]
+mod serving_family_files;
+#[cfg(test)]
 mod shipped_scenarios;
 
 // The crates below this one, under the module names every path already uses (`crate::time`,

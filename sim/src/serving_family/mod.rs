@@ -17,6 +17,7 @@ pub mod execution;
 pub mod experiment;
 pub mod expert_routing;
 mod family;
+pub mod fixtures;
 pub mod keys;
 pub mod live_scale;
 pub mod load;
