@@ -410,6 +410,16 @@ fn the_modules_of_the_crates_below_sim_import_one_another_without_a_cycle() {
         "serving imports recorder: {}",
         serving["serving"]["recorder"]
     );
+    // The serving family is the crate's top: the layers it is built from name none of it.
+    for (from, to_set) in &serving {
+        assert!(
+            from == "serving_family" || !to_set.contains_key("serving_family"),
+            "serving's {from} imports serving_family: {}",
+            to_set
+                .get("serving_family")
+                .map_or("", |line| line.as_str())
+        );
+    }
 }
 
 /// The expertsim crates each workspace crate's `[dependencies]` may name (ARCHITECTURE.md's

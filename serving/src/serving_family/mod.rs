@@ -1221,4 +1221,6 @@ fn adapter_details(scenario: &ServingScenario, plan: Option<&MemoryPlan>) -> ser
 }
 
 #[cfg(test)]
+mod queueing_checks;
+#[cfg(test)]
 pub(crate) mod tests;
