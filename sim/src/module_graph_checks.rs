@@ -15,7 +15,7 @@
 //! `crate::arrivals`, a re-export of `expertsim_core::arrivals`) is no edge of `sim`'s graph.
 //! Each graph must be acyclic, with no exception; a cycle fails the test naming each edge and a
 //! line that makes it. A reviewer runs it with
-//! `cargo test -p expertsim-sim --lib module_graph_checks`.
+//! `cargo test -p expertsim-scenario --lib module_graph_checks`.
 
 use crate::one_engine_checks::rust_files;
 use std::collections::{BTreeMap, BTreeSet};
@@ -431,17 +431,12 @@ const CRATE_LAYERS: &[(&str, &[&str])] = &[
     ("expertsim-figures", &[]),
     ("expertsim-serving", &["expertsim-core", "expertsim-cost"]),
     (
-        "expertsim-sim",
+        "expertsim-scenario",
         &["expertsim-core", "expertsim-cost", "expertsim-serving"],
     ),
     (
         "expertsim-strategies",
-        &[
-            "expertsim-core",
-            "expertsim-cost",
-            "expertsim-serving",
-            "expertsim-sim",
-        ],
+        &["expertsim-core", "expertsim-cost", "expertsim-serving"],
     ),
     (
         "expertsim-kernels",
@@ -449,7 +444,7 @@ const CRATE_LAYERS: &[(&str, &[&str])] = &[
             "expertsim-core",
             "expertsim-cost",
             "expertsim-serving",
-            "expertsim-sim",
+            "expertsim-scenario",
         ],
     ),
     (
@@ -458,7 +453,7 @@ const CRATE_LAYERS: &[(&str, &[&str])] = &[
             "expertsim-core",
             "expertsim-cost",
             "expertsim-serving",
-            "expertsim-sim",
+            "expertsim-scenario",
             "expertsim-kernels",
         ],
     ),
@@ -468,7 +463,7 @@ const CRATE_LAYERS: &[(&str, &[&str])] = &[
             "expertsim-core",
             "expertsim-cost",
             "expertsim-serving",
-            "expertsim-sim",
+            "expertsim-scenario",
             "expertsim-kernels",
             "expertsim-calibrate",
             "expertsim-figures",
@@ -477,7 +472,7 @@ const CRATE_LAYERS: &[(&str, &[&str])] = &[
     (
         "expertsim",
         &[
-            "expertsim-sim",
+            "expertsim-scenario",
             "expertsim-strategies",
             "expertsim-figures",
             "expertsim-live",

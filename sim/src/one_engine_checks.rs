@@ -1,7 +1,7 @@
 //! Grep-level checks that the engine is one: every family folder holds an engine `Model` and runs
 //! it through `engine::run`, no source keeps an event queue of its own beside the engine's, and no
 //! model's event handler has an arm for an event it never schedules (`unreachable!`, `panic!`).
-//! A reviewer runs them with `cargo test -p expertsim-sim --lib one_engine_checks`.
+//! A reviewer runs them with `cargo test -p expertsim-scenario --lib one_engine_checks`.
 
 use std::path::{Path, PathBuf};
 

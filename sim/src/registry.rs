@@ -614,7 +614,7 @@ mod tests {
             &text[start..stop],
             expected,
             "docs/metrics.md is out of date with the families' metric tables; regenerate it \
-             with EXPERTSIM_WRITE_DOCS=1 cargo test -p expertsim-sim registry::"
+             with EXPERTSIM_WRITE_DOCS=1 cargo test -p expertsim-scenario registry::"
         );
     }
 }
