@@ -6,7 +6,7 @@
 //! the share of Vidur's A100, H100 and A40 points the kernel model prices within +-20 %, beside
 //! the share the former roofline reached. `cargo test --release -p expertsim-cost
 //! fidelity_h200` holds both to the bar; docs/fidelity.md's "Against a real H200" is written
-//! from them (`cargo run --release -p expertsim-sim --example h200_fidelity`).
+//! from them (`cargo run --release -p expertsim-scenario --example h200_fidelity`).
 
 use crate::fit::FITTED_MODELS;
 use crate::gpu::GpuSpec;

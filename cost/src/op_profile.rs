@@ -666,7 +666,7 @@ mod against_roofline {
     use crate::roofline::Roofline;
 
     /// The kernel model's gated MLP (up GEMM, activation, down GEMM on the GPU's rates) against
-    /// measured GPU timings of the same shapes (`cargo run --release -p expertsim-sim --example
+    /// measured GPU timings of the same shapes (`cargo run --release -p expertsim-scenario --example
     /// roofline_vs_vidur` prints the table in docs/cost-model.md): within 20 % at every point
     /// from 1 to 4096 tokens on the A100 and the H100 (the rates are fitted on these files among
     /// others, `cost::fit`), except the H100 at 256 tokens (0.73), where the measured kernel has

@@ -268,8 +268,9 @@ impl FamilyId {
     pub fn name(self) -> &'static str {
         self.0.name()
     }
-    /// The `sim` module (folder under `sim/src/`) that holds the family: its name, but
-    /// `serving_family` for `serving` (`serving` is the shared serving layer).
+    /// The module of `expertsim-serving` (folder under `serving/src/`, re-exported by `sim`
+    /// under the same name) that holds the family: its name, but `serving_family` for `serving`
+    /// (`serving` is the shared serving layer).
     pub fn module(self) -> &'static str {
         match self.name() {
             "serving" => "serving_family",

@@ -5,16 +5,19 @@
 //! (`policies`: batch, mapping, placement, gate, adapter memory, and the `Policies` registry
 //! trait); the recorder of replicas above both (`recorder`); the files a sweep's cells share
 //! (`load_cache`) and the `Family` trait with what families share with the layers above
-//! (`family`; the registration list and the loader stay in `sim`). It sits above `expertsim-core` (time, events, random streams,
+//! (`family`; the registration list and the loader stay in `sim`), and the serving family, the
+//! one simulator every paper is a preset of, above all of them (`serving_family`,
+//! docs/serving-family.md). It sits above `expertsim-core` (time, events, random streams,
 //! arrivals, the validation vocabulary, metrics) and `expertsim-cost` (the cost model), which it
 //! re-exports under the module names the moved files use (`crate::time`, `crate::cost`, ...);
-//! it knows no family, scenario loader or policy implementation, which Cargo enforces.
+//! it knows no scenario loader, family registry or policy implementation, which Cargo enforces.
 
 pub mod family;
 pub mod load_cache;
 pub mod policies;
 pub mod recorder;
 pub mod serving;
+pub mod serving_family;
 
 // The crates below this one, under the module names every path already uses.
 pub use expertsim_core::{

@@ -11,7 +11,7 @@
 //! - `caps_run_20k_requests`: `scenarios/smoke/million_requests.toml` cut to its first
 //!   20,000 requests, run as `expertsim run` runs a cell.
 //!
-//! Run: `cargo bench -p expertsim-sim --bench caps`.
+//! Run: `cargo bench -p expertsim-scenario --bench caps`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use sim::cost::gpu::GpuSpec;

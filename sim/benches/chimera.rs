@@ -4,7 +4,7 @@
 //! caching, STJF queues, the Chimera router), in under one second, run as `expertsim run` runs a
 //! cell of the serving family (`[workload.workflow]`; the Chimera family's own loop is gone from
 //! this bench, issue 28).
-//! Run: `cargo bench -p expertsim-sim --bench chimera`.
+//! Run: `cargo bench -p expertsim-scenario --bench chimera`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::path::Path;

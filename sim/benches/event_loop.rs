@@ -1,6 +1,6 @@
 //! Criterion benchmark of the bare engine loop: a model that keeps a fixed population of pending
 //! events (each handled event schedules one successor at a pseudo-random later time), so the
-//! measurement is heap push + pop + dispatch. Run: `cargo bench -p expertsim-sim --bench event_loop`.
+//! measurement is heap push + pop + dispatch. Run: `cargo bench -p expertsim-scenario --bench event_loop`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use sim::engine::{Model, run};

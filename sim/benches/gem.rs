@@ -5,7 +5,7 @@
 //! engine loop, the replica, the per-step trace routing of every expert and GPU, and the step
 //! cost, as `expertsim run` runs a cell (the `strategies` crate's policies, no records); the
 //! mapping search has its own bench (`strategies`, `--bench mapping`).
-//! Run: `cargo bench -p expertsim-sim --bench gem`.
+//! Run: `cargo bench -p expertsim-scenario --bench gem`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! `vllm` scheduler, in under 0.3 s (docs/performance.md): the shipped
 //! `scenarios/serving/speed_dense.toml`, run as `expertsim run` runs a cell (the `strategies`
 //! crate's policies, no records written).
-//! Run: `cargo bench -p expertsim-sim --bench serving`.
+//! Run: `cargo bench -p expertsim-scenario --bench serving`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::path::Path;

@@ -23,7 +23,7 @@
 //!   routing and the copies' rows were two thirds of `reproduce expertweave` before the layout
 //!   indexed each expert's slots (docs/performance.md).
 //!
-//! Run: `cargo bench -p expertsim-sim --bench step_pricing`.
+//! Run: `cargo bench -p expertsim-scenario --bench step_pricing`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use sim::rng::stream;

@@ -6,7 +6,7 @@
 //! roofline's step of the same model. Prints markdown tables and writes two figures through the
 //! `figures` crate (PNG + SVG): `vidur_kernels` (measured staircase, the profile's
 //! interpolation carried past the last measurement, the roofline) and `vidur_roofline_error`.
-//! Run: `cargo run --release -p expertsim-sim --example measured_kernels [-- OUT_DIR]`
+//! Run: `cargo run --release -p expertsim-scenario --example measured_kernels [-- OUT_DIR]`
 //! (default OUT_DIR: docs/figures).
 
 use figures::{Figure, Panel, Series};

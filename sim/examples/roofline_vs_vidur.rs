@@ -4,7 +4,7 @@
 //! H100 (intermediate 11008), tensor parallelism 1, up + activation + down; and, beside it, the
 //! same expert as one group of the grouped expert GEMM (the MoE entry point, CUDA graph).
 //! Prints a markdown table (docs/cost-model.md, "Against Vidur's MLPs").
-//! Run: `cargo run --release -p expertsim-sim --example roofline_vs_vidur`.
+//! Run: `cargo run --release -p expertsim-scenario --example roofline_vs_vidur`.
 
 use sim::cost::gpu::GpuSpec;
 use sim::cost::kernel::Timing;

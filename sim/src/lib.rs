@@ -10,7 +10,6 @@ pub mod registry;
 pub mod results;
 pub mod runner;
 pub mod scenario;
-pub mod serving_family;
 
 #[cfg(test)]
 mod module_graph_checks;
@@ -19,7 +18,7 @@ mod one_engine_checks;
 #[cfg(test)]
 mod one_model_checks;
 #[cfg(test)]
-mod queueing_checks;
+mod serving_family_files;
 #[cfg(test)]
 mod shipped_scenarios;
 
@@ -29,7 +28,7 @@ pub use expertsim_core::{
     apportion, arrivals, distributions, engine, event_queue, input, metrics, records, rng, time,
 };
 pub use expertsim_cost as cost;
-pub use expertsim_serving::{family, load_cache, policies, recorder, serving};
+pub use expertsim_serving::{family, load_cache, policies, recorder, serving, serving_family};
 
 /// The validation vocabulary (`expertsim_core::validate`, `[limits]` included) under its old
 /// path, with the one check that reads the cost model, a measured set's GPU

@@ -15,7 +15,7 @@
 //! `crate::arrivals`, a re-export of `expertsim_core::arrivals`) is no edge of `sim`'s graph.
 //! Each graph must be acyclic, with no exception; a cycle fails the test naming each edge and a
 //! line that makes it. A reviewer runs it with
-//! `cargo test -p expertsim-sim --lib module_graph_checks`.
+//! `cargo test -p expertsim-scenario --lib module_graph_checks`.
 
 use crate::one_engine_checks::rust_files;
 use std::collections::{BTreeMap, BTreeSet};
@@ -410,6 +410,16 @@ fn the_modules_of_the_crates_below_sim_import_one_another_without_a_cycle() {
         "serving imports recorder: {}",
         serving["serving"]["recorder"]
     );
+    // The serving family is the crate's top: the layers it is built from name none of it.
+    for (from, to_set) in &serving {
+        assert!(
+            from == "serving_family" || !to_set.contains_key("serving_family"),
+            "serving's {from} imports serving_family: {}",
+            to_set
+                .get("serving_family")
+                .map_or("", |line| line.as_str())
+        );
+    }
 }
 
 /// The expertsim crates each workspace crate's `[dependencies]` may name (ARCHITECTURE.md's
@@ -421,17 +431,12 @@ const CRATE_LAYERS: &[(&str, &[&str])] = &[
     ("expertsim-figures", &[]),
     ("expertsim-serving", &["expertsim-core", "expertsim-cost"]),
     (
-        "expertsim-sim",
+        "expertsim-scenario",
         &["expertsim-core", "expertsim-cost", "expertsim-serving"],
     ),
     (
         "expertsim-strategies",
-        &[
-            "expertsim-core",
-            "expertsim-cost",
-            "expertsim-serving",
-            "expertsim-sim",
-        ],
+        &["expertsim-core", "expertsim-cost", "expertsim-serving"],
     ),
     (
         "expertsim-kernels",
@@ -439,7 +444,7 @@ const CRATE_LAYERS: &[(&str, &[&str])] = &[
             "expertsim-core",
             "expertsim-cost",
             "expertsim-serving",
-            "expertsim-sim",
+            "expertsim-scenario",
         ],
     ),
     (
@@ -448,7 +453,7 @@ const CRATE_LAYERS: &[(&str, &[&str])] = &[
             "expertsim-core",
             "expertsim-cost",
             "expertsim-serving",
-            "expertsim-sim",
+            "expertsim-scenario",
             "expertsim-kernels",
         ],
     ),
@@ -458,7 +463,7 @@ const CRATE_LAYERS: &[(&str, &[&str])] = &[
             "expertsim-core",
             "expertsim-cost",
             "expertsim-serving",
-            "expertsim-sim",
+            "expertsim-scenario",
             "expertsim-kernels",
             "expertsim-calibrate",
             "expertsim-figures",
@@ -467,7 +472,7 @@ const CRATE_LAYERS: &[(&str, &[&str])] = &[
     (
         "expertsim",
         &[
-            "expertsim-sim",
+            "expertsim-scenario",
             "expertsim-strategies",
             "expertsim-figures",
             "expertsim-live",

@@ -1,13 +1,16 @@
 //! Grep-level checks that the engine is one: every family folder holds an engine `Model` and runs
 //! it through `engine::run`, no source keeps an event queue of its own beside the engine's, and no
 //! model's event handler has an arm for an event it never schedules (`unreachable!`, `panic!`).
-//! A reviewer runs them with `cargo test -p expertsim-sim --lib one_engine_checks`.
+//! A reviewer runs them with `cargo test -p expertsim-scenario --lib one_engine_checks`.
 
 use std::path::{Path, PathBuf};
 
-/// The family folders under sim/src (`FamilyId::module`: `serving_family` for `serving`).
-fn family_dirs() -> Vec<&'static str> {
-    crate::registry::families().map(|f| f.module()).collect()
+/// The family folders, each a module of `expertsim-serving` (`FamilyId::module`:
+/// `serving_family` for `serving`), as prefixes of the paths `sources` gives.
+fn family_dirs() -> Vec<String> {
+    crate::registry::families()
+        .map(|f| format!("serving/src/{}/", f.module()))
+        .collect()
 }
 
 /// Folders of the workspace whose Rust sources are read.
@@ -122,8 +125,7 @@ fn calls_engine_run(code: &str) -> bool {
 #[test]
 fn every_family_runs_an_engine_model_through_engine_run() {
     let sources = sources();
-    for family in family_dirs() {
-        let prefix = format!("sim/src/{family}/");
+    for prefix in family_dirs() {
         let in_family: Vec<&(String, String)> = sources
             .iter()
             .filter(|(p, _)| p.starts_with(&prefix))
@@ -192,10 +194,7 @@ fn no_family_computes_its_own_request_percentiles() {
     // `workflows.<e2e|queueing>.quantile_ms`, `recorder::WorkflowSummary`), and keeps no
     // histogram of its own.
     let mut offenders = Vec::new();
-    let families: Vec<String> = family_dirs()
-        .iter()
-        .map(|f| format!("sim/src/{f}/"))
-        .collect();
+    let families = family_dirs();
     for (path, code) in sources() {
         if !families.iter().any(|prefix| path.starts_with(prefix)) {
             continue;

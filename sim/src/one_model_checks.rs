@@ -1,6 +1,6 @@
 //! Grep-level checks that the cost model is one: every Rust source of the workspace (and every
 //! scenario file) is read as text and held to one GPU table, one model-shape table and one
-//! roofline. A reviewer runs them with `cargo test -p expertsim-sim --lib one_model_checks`.
+//! roofline. A reviewer runs them with `cargo test -p expertsim-scenario --lib one_model_checks`.
 
 use std::path::{Path, PathBuf};
 

@@ -2,7 +2,8 @@
 //! lookups by name the scenario loader, the runner, the command line and live mode reach a family
 //! through. It sits above the families (each line names a family's `impl Family`); the `Family`
 //! trait they implement sits below them, in `family`. Adding a family is its folder under
-//! `sim/src/` with its `Family` implementation, its `pub mod` in lib.rs, and one line here
+//! `serving/src/` with its `Family` implementation, its `pub mod` in that crate's lib.rs (and
+//! its re-export in `sim`'s), and one line here
 //! (ARCHITECTURE.md, "Adding a family", lists what else a family ships).
 
 use crate::family::{FamilyId, RegisteredFamily};
@@ -613,7 +614,7 @@ mod tests {
             &text[start..stop],
             expected,
             "docs/metrics.md is out of date with the families' metric tables; regenerate it \
-             with EXPERTSIM_WRITE_DOCS=1 cargo test -p expertsim-sim registry::"
+             with EXPERTSIM_WRITE_DOCS=1 cargo test -p expertsim-scenario registry::"
         );
     }
 }

@@ -6,13 +6,13 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use sim::cost::gpu::GpuSpec;
-use sim::cost::kernel::Timing;
-use sim::cost::moe_layer::{MoeLayerCost, SpeedFactors};
-use sim::cost::shape::MoeModelShape;
-use sim::policies::mapping::LayerProblem;
-use sim::policies::mapping::gpu_costs::planning_costs;
-use sim::serving::expert_trace::{TraceParams, generate};
+use expertsim_serving::cost::gpu::GpuSpec;
+use expertsim_serving::cost::kernel::Timing;
+use expertsim_serving::cost::moe_layer::{MoeLayerCost, SpeedFactors};
+use expertsim_serving::cost::shape::MoeModelShape;
+use expertsim_serving::policies::mapping::LayerProblem;
+use expertsim_serving::policies::mapping::gpu_costs::planning_costs;
+use expertsim_serving::serving::expert_trace::{TraceParams, generate};
 use strategies::mapping::eplb::Eplb;
 use strategies::mapping::gem::Gem;
 
@@ -26,7 +26,7 @@ fn gem_search(c: &mut Criterion, model: &str, name: &str) {
         shape.n_layers,
         shape.n_experts,
         shape.top_k,
-        &mut sim::rng::stream(1, "gem/trace"),
+        &mut expertsim_serving::rng::stream(1, "gem/trace"),
     );
     let layer = MoeLayerCost::new(&GpuSpec::by_name("H200").unwrap(), &shape, Timing::Graph);
     let speeds: Vec<SpeedFactors> = [0.88, 1.0, 1.0, 1.0]
@@ -50,10 +50,10 @@ fn gem_search(c: &mut Criterion, model: &str, name: &str) {
                         window: trace.window(l, 0..16),
                         costs: &costs,
                     };
-                    sim::policies::mapping::ExpertMapper::map_layer(
+                    expertsim_serving::policies::mapping::ExpertMapper::map_layer(
                         &mut gem,
                         &problem,
-                        &mut sim::rng::stream(1, &format!("gem/mapper/layer{l}")),
+                        &mut expertsim_serving::rng::stream(1, &format!("gem/mapper/layer{l}")),
                     )
                 })
                 .collect();
@@ -78,9 +78,17 @@ fn eplb_deepseek_scale(c: &mut Criterion) {
         unseen_steps: 1,
         ..TraceParams::default()
     };
-    let (trace, _) = generate(&params, 58, 256, 8, &mut sim::rng::stream(1, "bench-trace"));
-    let curve = sim::cost::curve::CostCurve::new(vec![(1.0, 1.0), (1e6, 1e6)]).unwrap();
-    let costs = sim::policies::mapping::gpu_costs::GpuCosts::scaled(&curve, &[1.0; 32], 0);
+    let (trace, _) = generate(
+        &params,
+        58,
+        256,
+        8,
+        &mut expertsim_serving::rng::stream(1, "bench-trace"),
+    );
+    let curve =
+        expertsim_serving::cost::curve::CostCurve::new(vec![(1.0, 1.0), (1e6, 1e6)]).unwrap();
+    let costs =
+        expertsim_serving::policies::mapping::gpu_costs::GpuCosts::scaled(&curve, &[1.0; 32], 0);
     let mut group = c.benchmark_group("mapping");
     group.bench_function("eplb_58_layers_256_experts_32_gpus", |b| {
         b.iter(|| {
@@ -89,7 +97,7 @@ fn eplb_deepseek_scale(c: &mut Criterion) {
                 n_groups: 8,
                 n_nodes: 4,
             };
-            let mut rng = sim::rng::stream(1, "eplb");
+            let mut rng = expertsim_serving::rng::stream(1, "eplb");
             for layer in 0..58 {
                 let problem = LayerProblem {
                     layer,
@@ -97,9 +105,11 @@ fn eplb_deepseek_scale(c: &mut Criterion) {
                     window: trace.window(layer, 0..16),
                     costs: &costs,
                 };
-                black_box(sim::policies::mapping::ExpertMapper::map_layer(
-                    &mut eplb, &problem, &mut rng,
-                ));
+                black_box(
+                    expertsim_serving::policies::mapping::ExpertMapper::map_layer(
+                        &mut eplb, &problem, &mut rng,
+                    ),
+                );
             }
         })
     });

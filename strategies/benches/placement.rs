@@ -4,7 +4,7 @@
 //! samples would take minutes).
 
 use criterion::Criterion;
-use sim::policies::placement::{ModelDemand, Placement, PlacementProblem};
+use expertsim_serving::policies::placement::{ModelDemand, Placement, PlacementProblem};
 use std::hint::black_box;
 use std::time::Instant;
 use strategies::placement::ilp::Ilp;
@@ -90,7 +90,7 @@ fn main() {
             let plan = Ilp::default().place(black_box(&paper)).expect("feasible");
             assert_eq!(
                 plan.solver.as_ref().map(|s| s.status),
-                Some(sim::policies::placement::SolveStatus::Optimal)
+                Some(expertsim_serving::policies::placement::SolveStatus::Optimal)
             );
             plan
         })

@@ -5,8 +5,8 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use expertsim_serving::policies::batch::{BatchSelection, CandidateWindow};
 use rand::RngExt;
-use sim::policies::batch::{BatchSelection, CandidateWindow};
 
 const WINDOW: usize = 32;
 const LAYERS: usize = 24;
@@ -17,7 +17,7 @@ const BATCH: usize = 8;
 /// Token-count load vectors of a bursty window: requests of a few topics, each topic
 /// favouring its own experts, each token routed to `TOP_K` experts per layer.
 fn window_loads() -> Vec<f32> {
-    let mut rng = sim::rng::stream(42, "bench-window");
+    let mut rng = expertsim_serving::rng::stream(42, "bench-window");
     let topics: Vec<Vec<f32>> = (0..4)
         .map(|_| {
             (0..LAYERS * EXPERTS)
@@ -67,10 +67,10 @@ fn selectors(c: &mut Criterion) {
     let window = CandidateWindow::new(LAYERS * EXPERTS, &loads);
     let mut group = c.benchmark_group("select_W32_d1440_B8");
     for info in strategies::batch::catalogue() {
-        let config: sim::policies::batch::BatchSelectorConfig =
+        let config: expertsim_serving::policies::batch::BatchSelectorConfig =
             serde_json::from_value(serde_json::json!({ "kind": info.kind })).unwrap();
         let mut selector = strategies::batch::build(&config);
-        let mut rng = sim::rng::stream(7, "bench-selector");
+        let mut rng = expertsim_serving::rng::stream(7, "bench-selector");
         group.bench_function(info.kind, |b| {
             b.iter(|| {
                 let mut selection = BatchSelection::new(&window, BATCH);

@@ -2,17 +2,17 @@
 //! policy a scenario names; and the catalogue of every policy kind for `expertsim list`.
 
 use crate::batch::{self, PolicyInfo};
-use sim::policies::batch::{BatchSelector, BatchSelectorConfig};
-use sim::policies::gate::{AggregationGate, GateConfig};
-use sim::policies::mapping::{ExpertMapper, MapperConfig};
-use sim::policies::memory::{AdapterMemory, MemoryConfig};
-use sim::policies::placement::{Placement, PlacementConfig};
-use sim::serving::{QueuePolicy, QueuePolicyConfig, Router, RouterConfig};
+use expertsim_serving::policies::batch::{BatchSelector, BatchSelectorConfig};
+use expertsim_serving::policies::gate::{AggregationGate, GateConfig};
+use expertsim_serving::policies::mapping::{ExpertMapper, MapperConfig};
+use expertsim_serving::policies::memory::{AdapterMemory, MemoryConfig};
+use expertsim_serving::policies::placement::{Placement, PlacementConfig};
+use expertsim_serving::serving::{QueuePolicy, QueuePolicyConfig, Router, RouterConfig};
 
 /// Builds every policy of every family from its scenario config.
 pub struct Registry;
 
-impl sim::policies::Policies for Registry {
+impl expertsim_serving::policies::Policies for Registry {
     fn batch_selector(&self, config: &BatchSelectorConfig) -> Box<dyn BatchSelector> {
         batch::build(config)
     }

@@ -139,7 +139,7 @@ pub(crate) fn check_generated(path: &std::path::Path, marker: &str, generated: &
         &text[start..stop],
         generated,
         "{} is out of date with its key rows; regenerate it with EXPERTSIM_WRITE_DOCS=1 cargo \
-         test -p expertsim-sim keys",
+         test -p expertsim-scenario keys",
         path.display()
     );
 }

@@ -1,8 +1,8 @@
 //! best_fit: vector-bin-packing Best Fit, "Minimize distance to uniform" (caps.txt: "best_fit |
 //! Minimize distance to uniform | VBP Best Fit", "VBP residual minimization").
 
-use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use sim::rng::SimRng;
+use expertsim_serving::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use expertsim_serving::rng::SimRng;
 
 use super::greedy::{BatchStats, CandidateStats, Greedy, Needs};
 

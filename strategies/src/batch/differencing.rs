@@ -2,8 +2,8 @@
 //! the load vectors themselves (caps.txt: "differencing | Multi-dim Karmarkar-Karp |
 //! O(B×W×d)", listed with the equivalent near-optimal strategies).
 
-use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use sim::rng::SimRng;
+use expertsim_serving::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use expertsim_serving::rng::SimRng;
 
 use super::ldm::Ldm;
 use super::linalg;

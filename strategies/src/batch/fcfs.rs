@@ -1,8 +1,8 @@
 //! fcfs: first-come-first-served, the CAPS baseline ("fcfs | First-come-first-served | O(B) |
 //! Baseline, no optimization" in caps.txt): the oldest candidates, in arrival order.
 
-use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use sim::rng::SimRng;
+use expertsim_serving::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use expertsim_serving::rng::SimRng;
 
 /// Fills the batch with the oldest unchosen candidates (indices 0, 1, 2, ... skipping any the
 /// scheduler pre-seeded). Ignores the load vectors and the RNG.

@@ -19,9 +19,9 @@
 //! (This relies on the window's contract that loads are non-negative; with negative loads
 //! the selection is still valid, but may differ from the full scan's.)
 
+use expertsim_serving::policies::batch::{BatchSelection, CandidateWindow};
+use expertsim_serving::rng::SimRng;
 use rand::RngExt;
-use sim::policies::batch::{BatchSelection, CandidateWindow};
-use sim::rng::SimRng;
 
 use super::linalg;
 

@@ -1,8 +1,8 @@
 //! greedy_dot_product: "Minimize v·L (dot product)" (caps.txt: "greedy_dot_product | Minimize
 //! v·L | Panigrahy et al.", the literature-optimal member of the equivalent objectives).
 
-use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use sim::rng::SimRng;
+use expertsim_serving::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use expertsim_serving::rng::SimRng;
 
 use super::greedy::{BatchStats, CandidateStats, Greedy, Needs};
 
@@ -64,7 +64,7 @@ mod tests {
         let dims = 240;
         let base: Vec<f32> = (0..dims).map(|j| ((j * 7) % 13) as f32).collect();
         for seed in 0..8 {
-            let mut rng = sim::rng::stream(seed, "equal-totals");
+            let mut rng = expertsim_serving::rng::stream(seed, "equal-totals");
             let mut loads = Vec::new();
             for _ in 0..32 {
                 let mut v = base.clone();

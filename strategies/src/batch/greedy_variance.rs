@@ -1,8 +1,8 @@
 //! greedy_variance: the original CAPS rule, "Greedily add requests that minimize aggregate load
 //! variance" (caps.txt: `select_batch`, "greedy_variance | Minimize Var(L+v) | Original CAPS").
 
-use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use sim::rng::SimRng;
+use expertsim_serving::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use expertsim_serving::rng::SimRng;
 
 use super::greedy::{BatchStats, CandidateStats, Greedy, Needs};
 

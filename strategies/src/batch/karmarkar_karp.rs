@@ -1,8 +1,8 @@
 //! karmarkar_karp: Karmarkar-Karp number partitioning on the requests' scalar total loads
 //! (caps.txt: "karmarkar_karp | Number partitioning | O(W log W) | Suboptimal for vectors").
 
-use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use sim::rng::SimRng;
+use expertsim_serving::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use expertsim_serving::rng::SimRng;
 
 use super::ldm::Ldm;
 
@@ -103,7 +103,7 @@ mod tests {
         // BLDM guarantee for two parts: |part - other| <= max over rows of the pair
         // difference.
         for seed in 0..20 {
-            let mut rng = sim::rng::stream(seed, "kk");
+            let mut rng = expertsim_serving::rng::stream(seed, "kk");
             let totals: Vec<f32> = (0..16)
                 .map(|_| rng.random_range(1..200u32) as f32)
                 .collect();

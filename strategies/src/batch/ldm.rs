@@ -17,7 +17,7 @@
 //! Members of a part are kept as linked lists of slots (slot = position in the sorted list),
 //! so combining is O(k) and nothing is allocated once the buffers have grown.
 
-use sim::policies::batch::{BatchSelection, CandidateWindow};
+use expertsim_serving::policies::batch::{BatchSelection, CandidateWindow};
 
 use super::linalg;
 

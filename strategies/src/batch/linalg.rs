@@ -472,7 +472,7 @@ pub(crate) fn dot(l: &[f32], v: &[f32]) -> f64 {
 
 /// `out[i] = l · load(i)` for every candidate `i` in `indices`.
 pub(crate) fn dots_into(
-    window: &sim::policies::batch::CandidateWindow<'_>,
+    window: &expertsim_serving::policies::batch::CandidateWindow<'_>,
     l: &[f32],
     indices: &[usize],
     out: &mut [f64],
@@ -488,7 +488,7 @@ pub(crate) fn dots_into(
 /// `dots[i] = l · load(i)`, `totals[i] = sum(load(i))` and `squares[i] = |load(i)|²` for
 /// every candidate `i` in `indices`, in one pass over each load.
 pub(crate) fn dot_stats_into(
-    window: &sim::policies::batch::CandidateWindow<'_>,
+    window: &expertsim_serving::policies::batch::CandidateWindow<'_>,
     l: &[f32],
     indices: &[usize],
     dots: &mut [f64],
@@ -510,7 +510,7 @@ pub(crate) fn dot_stats_into(
 /// `totals[i] = sum(load(i))` and `squares[i] = |load(i)|²` for every candidate `i` in
 /// `indices`.
 pub(crate) fn stats_into(
-    window: &sim::policies::batch::CandidateWindow<'_>,
+    window: &expertsim_serving::policies::batch::CandidateWindow<'_>,
     indices: &[usize],
     totals: &mut [f64],
     squares: &mut [f64],
@@ -527,7 +527,7 @@ pub(crate) fn stats_into(
 
 /// `totals[i] = sum(load(i))` for every candidate `i` in `indices`.
 pub(crate) fn totals_into(
-    window: &sim::policies::batch::CandidateWindow<'_>,
+    window: &expertsim_serving::policies::batch::CandidateWindow<'_>,
     indices: &[usize],
     totals: &mut [f64],
 ) {
@@ -540,7 +540,7 @@ pub(crate) fn totals_into(
 
 /// `out[i] = max(l + load(i))` for every candidate `i` in `indices`.
 pub(crate) fn peaks_into(
-    window: &sim::policies::batch::CandidateWindow<'_>,
+    window: &expertsim_serving::policies::batch::CandidateWindow<'_>,
     l: &[f32],
     indices: &[usize],
     out: &mut [f32],

@@ -1,8 +1,8 @@
 //! lpt: Longest Processing Time first (caps.txt: "lpt | Longest Processing Time | O(W log W) |
 //! Harmful for load balance").
 
-use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use sim::rng::SimRng;
+use expertsim_serving::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use expertsim_serving::rng::SimRng;
 
 use super::linalg;
 

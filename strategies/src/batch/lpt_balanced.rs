@@ -1,8 +1,8 @@
 //! lpt_balanced: LPT order combined with load balancing (caps.txt: "lpt_balanced | LPT with
 //! load balancing | Good for heavy requests", one of the six near-identical top strategies).
 
-use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use sim::rng::SimRng;
+use expertsim_serving::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use expertsim_serving::rng::SimRng;
 
 use super::linalg;
 use super::lpt::lpt_order;
@@ -175,7 +175,7 @@ mod tests {
 
     /// The plain rule: every step computes every peak.
     fn full_scan(window: &CandidateWindow<'_>, seeded: &[usize]) -> Vec<usize> {
-        let mut selection = sim::policies::batch::BatchSelection::new(window, 8);
+        let mut selection = expertsim_serving::policies::batch::BatchSelection::new(window, 8);
         let mut totals = Vec::new();
         let mut order = Vec::new();
         for &i in seeded {

@@ -6,7 +6,7 @@
 //! capacity from the unchosen candidates, are deterministic given the RNG, and break ties in
 //! favour of the oldest (lowest-index) candidate.
 
-use sim::policies::batch::{BatchSelector, BatchSelectorConfig};
+use expertsim_serving::policies::batch::{BatchSelector, BatchSelectorConfig};
 
 pub mod best_fit;
 pub mod differencing;
@@ -124,7 +124,7 @@ pub fn catalogue() -> Vec<PolicyInfo> {
 mod tests {
     use super::*;
     use crate::batch::testutil::{random_window, run};
-    use sim::policies::batch::CandidateWindow;
+    use expertsim_serving::policies::batch::CandidateWindow;
 
     fn all_configs() -> Vec<BatchSelectorConfig> {
         catalogue()

@@ -1,8 +1,8 @@
 //! norm_minimizing: "Minimize ||L+v||² directly" (caps.txt strategy list; "Minimize ||L+v||² |
 //! Chakrabarty & Swamy", one of the near-optimal, equivalent objectives).
 
-use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use sim::rng::SimRng;
+use expertsim_serving::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use expertsim_serving::rng::SimRng;
 
 use super::greedy::{BatchStats, CandidateStats, Greedy, Needs};
 

@@ -2,8 +2,8 @@
 //! Sample k candidates, min variance | O(B×k×d) | k=8 default"; Mitzenmacher, "The Power of Two
 //! Choices in Randomized Load Balancing").
 
-use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use sim::rng::SimRng;
+use expertsim_serving::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use expertsim_serving::rng::SimRng;
 
 use super::greedy::{Greedy, Needs};
 use super::greedy_variance;

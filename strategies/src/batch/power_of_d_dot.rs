@@ -1,8 +1,8 @@
 //! power_of_d_dot: power-of-d-choices sampling with the dot-product objective (caps.txt:
 //! "power_of_d_dot | Sample k candidates, min dot product | O(B×k×d) | Literature recommended").
 
-use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use sim::rng::SimRng;
+use expertsim_serving::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use expertsim_serving::rng::SimRng;
 
 use super::greedy::{Greedy, Needs};
 use super::greedy_dot_product;

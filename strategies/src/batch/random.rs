@@ -1,9 +1,9 @@
 //! random: uniform random selection, the "Random selection | O(B) | Lower bound on benefits"
 //! baseline of caps.txt.
 
+use expertsim_serving::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
+use expertsim_serving::rng::SimRng;
 use rand::RngExt;
-use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
-use sim::rng::SimRng;
 
 /// Fills the batch with a uniformly random subset of the unchosen candidates: a partial
 /// Fisher-Yates shuffle of the remaining indices (in index order), one `random_range` draw per

@@ -1,12 +1,12 @@
 //! Test helpers shared by the selector tests: window builders and a one-decision runner.
 
+use expertsim_serving::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use rand::RngExt;
-use sim::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 
 /// A window of `len` candidates with `dims` integer-valued (token-count) loads, clustered by
 /// "topic" so that candidates of one topic load the same entries: `(dims, flattened loads)`.
 pub(crate) fn random_window(seed: u64, len: usize, dims: usize) -> (usize, Vec<f32>) {
-    let mut rng = sim::rng::stream(seed, "strategies-test-window");
+    let mut rng = expertsim_serving::rng::stream(seed, "strategies-test-window");
     let mut loads = Vec::with_capacity(len * dims);
     for _ in 0..len {
         let topic = rng.random_range(0..4usize);
@@ -45,7 +45,7 @@ pub(crate) fn run(
     for &i in seeded {
         selection.add(window, i);
     }
-    let mut rng = sim::rng::stream(seed, "strategies-test-selector");
+    let mut rng = expertsim_serving::rng::stream(seed, "strategies-test-selector");
     selector.select(window, &mut selection, &mut rng);
     selection.chosen().to_vec()
 }

@@ -3,7 +3,7 @@
 //! [`AggregationGate`] built from its [`GateConfig`] variant by [`build`].
 
 use crate::batch::PolicyInfo;
-use sim::policies::gate::{AggregationGate, GateConfig};
+use expertsim_serving::policies::gate::{AggregationGate, GateConfig};
 
 pub mod none;
 pub mod threshold;

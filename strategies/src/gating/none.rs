@@ -1,6 +1,6 @@
 //! The no-gate baseline: every question goes to the aggregator.
 
-use sim::policies::gate::{AggregationGate, Votes};
+use expertsim_serving::policies::gate::{AggregationGate, Votes};
 
 pub struct NoGate;
 

@@ -2,8 +2,8 @@
 //! skip the aggregator when C_vote >= tau. With k = 3, tau = 1 skips the unanimous (3:0)
 //! questions only, tau = 2/3 also the 2:1 ones, tau <= 1/3 every question.
 
-use sim::policies::gate::GATE_TOLERANCE;
-use sim::policies::gate::{AggregationGate, Votes};
+use expertsim_serving::policies::gate::GATE_TOLERANCE;
+use expertsim_serving::policies::gate::{AggregationGate, Votes};
 
 pub struct Threshold {
     tau: f64,

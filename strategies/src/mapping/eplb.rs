@@ -5,8 +5,8 @@
 //! the nodes; otherwise the global policy (one group, one node) does. Loads are the window's
 //! tokens per expert, summed over its steps.
 
-use sim::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
-use sim::rng::SimRng;
+use expertsim_serving::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
+use expertsim_serving::rng::SimRng;
 
 /// EPLB with `redundant_slots` extra physical slots.
 #[derive(Clone, Copy, Debug)]

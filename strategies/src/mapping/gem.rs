@@ -15,11 +15,11 @@
 //! curves) search once.
 
 use crate::mapping::linear::linear_assignment;
+use expertsim_serving::policies::mapping::gpu_costs::GpuCosts;
+use expertsim_serving::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
+use expertsim_serving::rng::SimRng;
 use rand::RngExt;
 use sha2::{Digest, Sha256};
-use sim::policies::mapping::gpu_costs::GpuCosts;
-use sim::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
-use sim::rng::SimRng;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -421,10 +421,10 @@ impl ExpertMapper for Gem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sim::cost::curve::CostCurve;
-    use sim::policies::mapping::score;
-    use sim::rng::stream;
-    use sim::serving::expert_trace::{TraceParams, generate};
+    use expertsim_serving::cost::curve::CostCurve;
+    use expertsim_serving::policies::mapping::score;
+    use expertsim_serving::rng::stream;
+    use expertsim_serving::serving::expert_trace::{TraceParams, generate};
 
     fn staircase() -> CostCurve {
         // 10 us floor, +5 us per 64-token tile.

@@ -1,8 +1,8 @@
 //! vLLM's default expert placement: contiguous blocks of experts by index, the remainder (when
 //! G does not divide E) going one each to the first ranks.
 
-use sim::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
-use sim::rng::SimRng;
+use expertsim_serving::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
+use expertsim_serving::rng::SimRng;
 
 /// Expert `e` on the rank whose contiguous block holds it.
 #[derive(Clone, Copy, Debug, Default)]

@@ -2,7 +2,7 @@
 //! file per policy, each an [`ExpertMapper`] built from its [`MapperConfig`] by [`build`].
 
 use crate::batch::PolicyInfo;
-use sim::policies::mapping::{ExpertMapper, MapperConfig};
+use expertsim_serving::policies::mapping::{ExpertMapper, MapperConfig};
 
 pub mod eplb;
 pub mod gem;
@@ -69,10 +69,10 @@ pub fn catalogue() -> Vec<PolicyInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sim::cost::curve::CostCurve;
-    use sim::policies::mapping::LayerProblem;
-    use sim::policies::mapping::gpu_costs::GpuCosts;
-    use sim::rng::stream;
+    use expertsim_serving::cost::curve::CostCurve;
+    use expertsim_serving::policies::mapping::LayerProblem;
+    use expertsim_serving::policies::mapping::gpu_costs::GpuCosts;
+    use expertsim_serving::rng::stream;
 
     #[test]
     fn every_catalogued_kind_builds_and_keeps_equal_experts_per_gpu() {
@@ -108,31 +108,34 @@ mod tests {
     fn gem_beats_eplb_beats_linear_on_mixtral_with_a_straggler() {
         let e2e = |mapper: serde_json::Value| {
             let scenario =
-                serde_json::from_value::<sim::serving_family::ServingConfig>(serde_json::json!({
-                    "model": {"name": "mixtral-8x22b"},
-                    "replica": {
-                        "gpu": "H200", "gpus": 4, "tensor_parallel": 4, "expert_parallel": 4,
-                        "variability": {"setup": "high"}, "speed_factors_kind": "throughput",
-                        "bandwidth_share": 0.0, "max_num_seqs": 1024,
-                        "scheduler": {"kind": "sarathi", "chunk_size": 8192, "kv": "unbounded"},
-                    },
-                    "experts": {"mapping": mapper, "streams": "shared", "trace": {}},
-                    "workload": {"n_requests": 300, "dataset": "sharegpt", "streams": "gem"},
-                    "arrival": {"pattern": "offline"},
-                }))
+                serde_json::from_value::<expertsim_serving::serving_family::ServingConfig>(
+                    serde_json::json!({
+                        "model": {"name": "mixtral-8x22b"},
+                        "replica": {
+                            "gpu": "H200", "gpus": 4, "tensor_parallel": 4, "expert_parallel": 4,
+                            "variability": {"setup": "high"}, "speed_factors_kind": "throughput",
+                            "bandwidth_share": 0.0, "max_num_seqs": 1024,
+                            "scheduler": {"kind": "sarathi", "chunk_size": 8192, "kv": "unbounded"},
+                        },
+                        "experts": {"mapping": mapper, "streams": "shared", "trace": {}},
+                        "workload": {"n_requests": 300, "dataset": "sharegpt", "streams": "gem"},
+                        "arrival": {"pattern": "offline"},
+                    }),
+                )
                 .unwrap()
                 .validate(std::path::Path::new("."), &mut Default::default())
                 .unwrap();
             let mut mapper = build(&scenario.expert_mapping);
-            sim::serving_family::run_recorded(
+            expertsim_serving::serving_family::run_recorded(
                 &scenario,
                 5,
-                crate::queue::build(&sim::serving::QueuePolicyConfig::Fcfs).as_mut(),
-                crate::routing::build(&sim::serving::RouterConfig::RoundRobin).as_mut(),
+                crate::queue::build(&expertsim_serving::serving::QueuePolicyConfig::Fcfs).as_mut(),
+                crate::routing::build(&expertsim_serving::serving::RouterConfig::RoundRobin)
+                    .as_mut(),
                 mapper.as_mut(),
                 &mut [],
                 None,
-                &mut sim::records::DiscardRecords,
+                &mut expertsim_serving::records::DiscardRecords,
                 None,
             )
             .unwrap()

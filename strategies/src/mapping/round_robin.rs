@@ -1,7 +1,7 @@
 //! Round-robin expert placement: expert `e` on GPU `e mod G`.
 
-use sim::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
-use sim::rng::SimRng;
+use expertsim_serving::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
+use expertsim_serving::rng::SimRng;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RoundRobin;

@@ -1,10 +1,10 @@
 //! vLLM-Ascend (Base-Only): the base model alone on the budget; every request, whatever its
 //! adapter, is answered by the base experts (the latency and throughput reference).
 
-use sim::cost::shape::MlaMoeShape;
-use sim::policies::memory::adapters::EsftAdapter;
-use sim::policies::memory::device::DeviceMemory;
-use sim::policies::memory::{
+use expertsim_serving::cost::shape::MlaMoeShape;
+use expertsim_serving::policies::memory::adapters::EsftAdapter;
+use expertsim_serving::policies::memory::device::DeviceMemory;
+use expertsim_serving::policies::memory::{
     AdapterMemory, AdapterMemoryError, InstancePlan, MemoryPlan, MemoryReport, check_inputs,
     mean_sparsity,
 };

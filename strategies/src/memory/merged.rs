@@ -2,11 +2,11 @@
 //! its own instance; the copies share one budget (the memory experiment) or each gets its own
 //! devices (the serving baseline, requests sent to their adapter's instance).
 
-use sim::cost::shape::MlaMoeShape;
-use sim::policies::memory::adapters::EsftAdapter;
-use sim::policies::memory::device::DeviceMemory;
-use sim::policies::memory::device::KvCapacity;
-use sim::policies::memory::{
+use expertsim_serving::cost::shape::MlaMoeShape;
+use expertsim_serving::policies::memory::adapters::EsftAdapter;
+use expertsim_serving::policies::memory::device::DeviceMemory;
+use expertsim_serving::policies::memory::device::KvCapacity;
+use expertsim_serving::policies::memory::{
     AdapterMemory, AdapterMemoryError, InstancePlan, MemoryPlan, MemoryReport,
     adapter_expert_bytes, check_inputs, mean_sparsity,
 };

@@ -1,7 +1,7 @@
 //! ExpertWeave adapter-memory managers: how the base model and ESFT adapters share device
 //! memory. One file per manager, each an `AdapterMemory` built from its `MemoryConfig` variant.
 
-use sim::policies::memory::{AdapterMemory, MemoryConfig};
+use expertsim_serving::policies::memory::{AdapterMemory, MemoryConfig};
 
 use crate::batch::PolicyInfo;
 

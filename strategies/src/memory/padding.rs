@@ -2,10 +2,10 @@
 //! base + A_max x e_max experts, every adapter padded to e_max slots per layer, all of it
 //! physically allocated.
 
-use sim::cost::shape::MlaMoeShape;
-use sim::policies::memory::adapters::EsftAdapter;
-use sim::policies::memory::device::DeviceMemory;
-use sim::policies::memory::{
+use expertsim_serving::cost::shape::MlaMoeShape;
+use expertsim_serving::policies::memory::adapters::EsftAdapter;
+use expertsim_serving::policies::memory::device::DeviceMemory;
+use expertsim_serving::policies::memory::{
     AdapterMemory, AdapterMemoryError, InstancePlan, MemoryPlan, MemoryReport,
     adapter_expert_bytes, check_inputs, mean_sparsity, slot_geometry,
 };

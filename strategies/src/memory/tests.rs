@@ -1,15 +1,15 @@
 //! The managers against each other on the paper's memory setup (one 64 GiB device at 90%).
 
 use super::*;
-use sim::cost::shape::MlaMoeShape;
-use sim::policies::memory::MemoryPlan;
-use sim::policies::memory::adapters::esft_adapter;
-use sim::policies::memory::device::DeviceMemory;
-use sim::policies::memory::device::GIB;
+use expertsim_serving::cost::shape::MlaMoeShape;
+use expertsim_serving::policies::memory::MemoryPlan;
+use expertsim_serving::policies::memory::adapters::esft_adapter;
+use expertsim_serving::policies::memory::device::DeviceMemory;
+use expertsim_serving::policies::memory::device::GIB;
 
 /// The first `n` of the adapters Section 5.4 names, in its order ("gate-math, token-math and
 /// gate-intent").
-fn paper_adapters(n: usize) -> Vec<sim::policies::memory::adapters::EsftAdapter> {
+fn paper_adapters(n: usize) -> Vec<expertsim_serving::policies::memory::adapters::EsftAdapter> {
     ["gate-math", "token-math", "gate-intent"][..n]
         .iter()
         .map(|name| esft_adapter(name, &MlaMoeShape::esft_vanilla_16b()).unwrap())

@@ -6,10 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use sim::cost::shape::MlaMoeShape;
-use sim::policies::memory::adapters::EsftAdapter;
-use sim::policies::memory::device::DeviceMemory;
-use sim::policies::memory::{
+use expertsim_serving::cost::shape::MlaMoeShape;
+use expertsim_serving::policies::memory::adapters::EsftAdapter;
+use expertsim_serving::policies::memory::device::DeviceMemory;
+use expertsim_serving::policies::memory::{
     AdapterMemory, AdapterMemoryError, InstancePlan, MemoryPlan, MemoryReport,
     adapter_expert_bytes, check_inputs, mean_sparsity, slot_geometry,
 };
@@ -566,7 +566,7 @@ mod tests {
             (2 * MIB, MIB / 2, 5, 8, 3),
         ];
         for (case, &(page, expert, n_base, a_max, e_max)) in geometries.iter().enumerate() {
-            let mut rng = sim::rng::stream(case as u64, "vwt-property");
+            let mut rng = expertsim_serving::rng::stream(case as u64, "vwt-property");
             let mut tensor =
                 VirtualWeightTensor::reserve(page, expert, n_base, a_max, e_max).unwrap();
             let mut pool = PhysicalPagePool::new(page, 1000);

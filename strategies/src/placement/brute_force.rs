@@ -2,7 +2,7 @@
 //! model's prompts over the workers (a worker loads a model iff it gets a prompt of it: loading
 //! without prompts only adds time), filtered by the replica caps and K.
 
-use sim::policies::placement::PlacementProblem;
+use expertsim_serving::policies::placement::PlacementProblem;
 
 fn compositions(total: u32, parts: usize) -> Vec<Vec<u32>> {
     if parts == 1 {

@@ -3,7 +3,9 @@
 //! order with a barrier after each, so the stage costs the sum over models of the slowest
 //! shard: straggler idle time traded for N loads per model and smaller per-shard batches.
 
-use sim::policies::placement::{Placement, PlacementError, PlacementPlan, PlacementProblem};
+use expertsim_serving::policies::placement::{
+    Placement, PlacementError, PlacementPlan, PlacementProblem,
+};
 
 pub struct DataParallel;
 

@@ -17,12 +17,12 @@
 //! the solve time. An infeasible K is reported as `PlacementError::Infeasible` with the reason.
 
 use super::lpt::lpt_plan;
+use expertsim_serving::policies::placement::{
+    Placement, PlacementError, PlacementPlan, PlacementProblem, Session, SolveStatus, SolverReport,
+};
 use good_lp::{
     Expression, ProblemVariables, ResolutionError, Solution, SolutionStatus, SolverModel, Variable,
     WithInitialSolution, WithTimeLimit, variable,
-};
-use sim::policies::placement::{
-    Placement, PlacementError, PlacementPlan, PlacementProblem, Session, SolveStatus, SolverReport,
 };
 use std::time::Instant;
 
@@ -335,7 +335,7 @@ mod tests {
 
     #[test]
     fn matches_brute_force_on_small_instances() {
-        let mut rng = sim::rng::stream(11, "ilp-brute-force");
+        let mut rng = expertsim_serving::rng::stream(11, "ilp-brute-force");
         let mut checked = 0;
         for case in 0..40 {
             let m = rng.random_range(1..=4usize);

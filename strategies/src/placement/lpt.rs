@@ -3,7 +3,7 @@
 //! cost-aware greedy baseline that cannot split a model: the ILP must beat it whenever one
 //! reasoning expert outweighs a worker's fair share. Also the ILP's warm start.
 
-use sim::policies::placement::{
+use expertsim_serving::policies::placement::{
     Placement, PlacementError, PlacementPlan, PlacementProblem, Session,
 };
 

@@ -4,7 +4,7 @@
 //! baselines, its ILP, and an LPT heuristic as the baseline the ILP must beat.
 
 use crate::batch::PolicyInfo;
-use sim::policies::placement::{Placement, PlacementConfig};
+use expertsim_serving::policies::placement::{Placement, PlacementConfig};
 
 pub mod data_parallel;
 pub mod ilp;
@@ -65,7 +65,7 @@ pub fn catalogue() -> Vec<PolicyInfo> {
 
 #[cfg(test)]
 pub(crate) mod testutil {
-    use sim::policies::placement::{ModelDemand, PlacementProblem};
+    use expertsim_serving::policies::placement::{ModelDemand, PlacementProblem};
 
     /// A problem from (prompts, load_s, per_prompt_s, cap) rows.
     pub fn problem(rows: &[(u32, f64, f64, u32)], n: u32, k: u32) -> PlacementProblem {
@@ -162,7 +162,7 @@ mod tests {
 /// (scenarios/mosaic/evaluation.toml) with the real policies.
 #[cfg(test)]
 mod simulated {
-    use sim::metrics::RunOutput;
+    use expertsim_serving::metrics::RunOutput;
     use std::path::Path;
 
     /// Seed `seed` of the cell of `dataset`'s evaluation file under placement policy `kind`

@@ -2,7 +2,7 @@
 //! worker i mod N, whole; a worker runs its models one after another. No calibration, exactly
 //! one load per model, and blind to per-model cost.
 
-use sim::policies::placement::{
+use expertsim_serving::policies::placement::{
     Placement, PlacementError, PlacementPlan, PlacementProblem, Session,
 };
 

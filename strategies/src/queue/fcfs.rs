@@ -1,7 +1,7 @@
 //! fcfs: first-come first-served by submission time, vLLM's default scheduling policy.
 
 use super::KeyedQueues;
-use sim::serving::{QueuePolicy, QueuedRequest};
+use expertsim_serving::serving::{QueuePolicy, QueuedRequest};
 
 /// Admits the earliest-submitted request (ties: lower id).
 #[derive(Debug, Default)]

@@ -5,7 +5,7 @@
 //! ranker's extra `noise`.
 
 use super::{KeyedQueues, OrderedF64};
-use sim::serving::{QueuePolicy, QueuedRequest};
+use expertsim_serving::serving::{QueuePolicy, QueuedRequest};
 
 /// Rank-based shortest job first.
 #[derive(Debug)]

@@ -6,7 +6,7 @@
 //! stage boundaries: the simulated engines do not preempt a running stage.
 
 use super::KeyedQueues;
-use sim::serving::{QueuePolicy, QueuedRequest};
+use expertsim_serving::serving::{QueuePolicy, QueuedRequest};
 
 /// Multi-level feedback queue on attained service.
 #[derive(Debug)]

@@ -3,7 +3,7 @@
 //! keep one ordered map per engine keyed by the policy's priority with the submission time and the
 //! request id breaking ties, so every order is total and deterministic.
 
-use sim::serving::{QueuePolicy, QueuePolicyConfig, QueuedRequest};
+use expertsim_serving::serving::{QueuePolicy, QueuePolicyConfig, QueuedRequest};
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
@@ -111,8 +111,8 @@ impl<K: Ord> KeyedQueues<K> {
 
 #[cfg(test)]
 pub(crate) mod testutil {
-    use sim::SimTime;
-    use sim::serving::QueuedRequest;
+    use expertsim_serving::SimTime;
+    use expertsim_serving::serving::QueuedRequest;
 
     /// A request with the given id, submission time (ns), predicted totals and stage tokens.
     pub fn request(id: u64, submitted: u64, stage_tokens: f64, total_tokens: f64) -> QueuedRequest {

@@ -2,7 +2,7 @@
 //! without workflow awareness: the "SJF" of Chimera's queueing study (Figure 3).
 
 use super::{KeyedQueues, OrderedF64};
-use sim::serving::{QueuePolicy, QueuedRequest};
+use expertsim_serving::serving::{QueuePolicy, QueuedRequest};
 
 /// Admits the request with the fewest predicted stage output tokens (ties: earlier, lower id).
 #[derive(Debug, Default)]

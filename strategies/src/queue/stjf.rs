@@ -13,7 +13,7 @@
 //! change any decision here (docs/chimera.md).
 
 use super::OrderedF64;
-use sim::serving::{QueuePolicy, QueuedRequest};
+use expertsim_serving::serving::{QueuePolicy, QueuedRequest};
 use std::collections::BTreeMap;
 
 type PriorityKey = (OrderedF64, u64, u64);
@@ -119,7 +119,7 @@ mod tests {
     /// exactly the order of the true remaining totals.
     #[test]
     fn oracle_stjf_orders_exactly_by_true_remaining_total() {
-        let mut rng = sim::rng::stream(1, "test");
+        let mut rng = expertsim_serving::rng::stream(1, "test");
         let mut q = Stjf::new(0, 64);
         q.reset(1);
         let mut truths = vec![];

@@ -5,7 +5,7 @@
 //! L_fast`, switching to it only if its confidence beats the fastest's by at least `margin`. Later
 //! requests of the workflow reuse that engine (execution locality).
 
-use sim::serving::{EngineState, RouteRequest, Router};
+use expertsim_serving::serving::{EngineState, RouteRequest, Router};
 use std::collections::HashMap;
 
 /// Slack-bounded, confidence-ranked, sticky dispatcher.
@@ -97,7 +97,7 @@ mod tests {
     /// margin, and otherwise the fastest.
     #[test]
     fn never_picks_an_engine_outside_the_slack() {
-        let mut rng = sim::rng::stream(3, "test");
+        let mut rng = expertsim_serving::rng::stream(3, "test");
         for slack in [0.0, 0.1, 0.5, 2.0] {
             let mut d = ChimeraDispatcher::new(slack, 0.05);
             for workflow in 0..2_000 {

@@ -2,7 +2,7 @@
 //! waiting and running requests (vLLM v1 weighs a waiting request 4x a running one). Requests are
 //! routed one by one, without workflow stickiness or model awareness.
 
-use sim::serving::{EngineState, RouteRequest, Router};
+use expertsim_serving::serving::{EngineState, RouteRequest, Router};
 
 /// Lowest `waiting_weight * waiting + running_weight * running`; ties to the lower index.
 #[derive(Debug)]

@@ -4,7 +4,7 @@
 //! balancer (a policy of this crate, not the chimera family's code).
 
 use crate::batch::PolicyInfo;
-use sim::serving::{Router, RouterConfig};
+use expertsim_serving::serving::{Router, RouterConfig};
 
 pub mod chimera;
 pub mod least_loaded;
@@ -52,7 +52,7 @@ pub fn catalogue() -> Vec<PolicyInfo> {
 
 #[cfg(test)]
 pub(crate) mod testutil {
-    use sim::serving::EngineState;
+    use expertsim_serving::serving::EngineState;
 
     /// An engine of model `model` with the given queue, batch and in-flight predicted tokens.
     pub fn engine(model: usize, waiting: usize, running: usize, in_flight: f64) -> EngineState {

@@ -1,6 +1,6 @@
 //! round_robin: engines in turn, ignoring load and confidence.
 
-use sim::serving::{EngineState, RouteRequest, Router};
+use expertsim_serving::serving::{EngineState, RouteRequest, Router};
 
 /// Engine 0, 1, ..., n-1, 0, ...
 #[derive(Debug, Default)]

@@ -7,11 +7,11 @@
 //! table), checked by hand on the serving family alone (`a_mosaic_session_is_scheduled_decode_first`;
 //! the comparison with the mosaic family's own session went with that family, issue 28).
 
-use sim::load_cache::LoadCache;
-use sim::policies::Policies;
-use sim::serving::{StepCost, StepTime, StepWork};
-use sim::serving_family::ServingConfig;
-use sim::time::SimDuration;
+use expertsim_serving::load_cache::LoadCache;
+use expertsim_serving::policies::Policies;
+use expertsim_serving::serving::{StepCost, StepTime, StepWork};
+use expertsim_serving::serving_family::ServingConfig;
+use expertsim_serving::time::SimDuration;
 use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
@@ -88,8 +88,11 @@ trace = {{ path = "{}", time_scale = 1.0 }}
             .unwrap()
             .validate(Path::new("."), &mut LoadCache::default())
             .unwrap();
-        let deployment = sim::serving_family::deployment::Deployment::new(&s, None).unwrap();
-        let shape = sim::cost::shape::DenseModelShape::preset("llama-3.1-8b-instruct").unwrap();
+        let deployment =
+            expertsim_serving::serving_family::deployment::Deployment::new(&s, None).unwrap();
+        let shape =
+            expertsim_serving::cost::shape::DenseModelShape::preset("llama-3.1-8b-instruct")
+                .unwrap();
         let room = 0.25 * 80e9 - shape.weight_bytes();
         let by_hand = room / shape.kv_bytes_per_token();
         let tokens = deployment.kv_tokens as f64;
@@ -103,7 +106,7 @@ trace = {{ path = "{}", time_scale = 1.0 }}
         let mut queue = Registry.queue_policy(&s.queue);
         let mut router = Registry.router(&s.router);
         let mut mapper = Registry.expert_mapper(&s.expert_mapping);
-        let out = sim::serving_family::serve(
+        let out = expertsim_serving::serving_family::serve(
             &s,
             1,
             &mut *queue,
@@ -111,16 +114,16 @@ trace = {{ path = "{}", time_scale = 1.0 }}
             &mut *mapper,
             &mut [],
             None,
-            &mut sim::records::DiscardRecords,
+            &mut expertsim_serving::records::DiscardRecords,
             None,
-            Some(sim::serving_family::StepCosts::Wrapped(Box::new(
-                move |_, own| {
+            Some(expertsim_serving::serving_family::StepCosts::Wrapped(
+                Box::new(move |_, own| {
                     Box::new(Noting {
                         inner: Box::new(own),
                         steps: Rc::clone(&noted),
                     })
-                },
-            ))),
+                }),
+            )),
         )
         .unwrap();
         assert_eq!(out.scalar("completed"), Some(400.0), "{scheduler}");

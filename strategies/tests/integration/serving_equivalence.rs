@@ -3,16 +3,16 @@
 //! here). GEM's server is gone too (docs/unified-model-changes/gem-preset.md); its mapping's
 //! equivalence was checked against it while both existed.
 
+use expertsim_serving::load_cache::LoadCache;
+use expertsim_serving::recorder::ServingSummary;
+use expertsim_serving::recorder::replica::step_of;
+use expertsim_serving::records::{RecordSink, RequestRecord};
+use expertsim_serving::serving::{QueuePolicyConfig, RouterConfig};
+use expertsim_serving::serving_family::deployment::Deployment;
+use expertsim_serving::serving_family::mapping;
+use expertsim_serving::serving_family::server::ServingServer;
+use expertsim_serving::serving_family::{ServingConfig, ServingScenario};
 use serde_json::json;
-use sim::load_cache::LoadCache;
-use sim::recorder::ServingSummary;
-use sim::recorder::replica::step_of;
-use sim::records::{RecordSink, RequestRecord};
-use sim::serving::{QueuePolicyConfig, RouterConfig};
-use sim::serving_family::deployment::Deployment;
-use sim::serving_family::mapping;
-use sim::serving_family::server::ServingServer;
-use sim::serving_family::{ServingConfig, ServingScenario};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -34,7 +34,8 @@ fn serve_and_summarise(scenario: &ServingScenario, seed: u64) -> (Finishes, Serv
     let deployment = Deployment::new(scenario, None).expect("the model fits an L4");
     let mut queue = strategies::queue::build(&QueuePolicyConfig::Fcfs);
     let mut router = strategies::routing::build(&RouterConfig::RoundRobin);
-    let mut linear = strategies::mapping::build(&sim::policies::mapping::MapperConfig::Linear);
+    let mut linear =
+        strategies::mapping::build(&expertsim_serving::policies::mapping::MapperConfig::Linear);
     let mut selectors = vec![strategies::batch::build(&scenario.replica.batch_former)];
     let layouts = mapping::replica_layouts(
         scenario,
@@ -57,7 +58,7 @@ fn serve_and_summarise(scenario: &ServingScenario, seed: u64) -> (Finishes, Serv
         router.as_mut(),
         &mut finishes,
     );
-    sim::engine::run(&mut server);
+    expertsim_serving::engine::run(&mut server);
     let (summary, _) = server.finish().expect("the run's checks pass");
     (finishes, summary)
 }

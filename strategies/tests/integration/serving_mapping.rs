@@ -2,11 +2,11 @@
 //! a mapper that reads the observed loads places the hot experts apart, and the step cost,
 //! which prices each layer by its most loaded GPU, rewards it.
 
+use expertsim_serving::load_cache::LoadCache;
+use expertsim_serving::records::DiscardRecords;
+use expertsim_serving::serving::{QueuePolicyConfig, RouterConfig};
+use expertsim_serving::serving_family::{ServingConfig, run_recorded};
 use serde_json::json;
-use sim::load_cache::LoadCache;
-use sim::records::DiscardRecords;
-use sim::serving::{QueuePolicyConfig, RouterConfig};
-use sim::serving_family::{ServingConfig, run_recorded};
 use std::path::Path;
 
 /// Mean step time of Mixtral-8x7B on 4 H100s (EP 4: two experts per GPU), one topic whose
@@ -91,7 +91,8 @@ fn batch_imbalance(selector: &str, loads: &str) -> f64 {
         5,
         strategies::queue::build(&QueuePolicyConfig::Fcfs).as_mut(),
         strategies::routing::build(&RouterConfig::RoundRobin).as_mut(),
-        strategies::mapping::build(&sim::policies::mapping::MapperConfig::Linear).as_mut(),
+        strategies::mapping::build(&expertsim_serving::policies::mapping::MapperConfig::Linear)
+            .as_mut(),
         &mut selectors,
         None,
         &mut DiscardRecords,

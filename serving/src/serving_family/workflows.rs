@@ -361,40 +361,4 @@ mod tests {
         );
         assert_eq!(s.score_pct, 100.0, "difficulty -10 is solved by any model");
     }
-
-    /// Every scenario under scenarios/chimera/ (the Chimera preset) loads through the real
-    /// loader in every sweep cell as a serving scenario with workflows, and every aging STJF
-    /// queue in them uses the documented default starvation threshold (a scenario without
-    /// aging, threshold 0, is the vLLM(STJF) reference).
-    #[test]
-    fn shipped_chimera_scenarios_validate_in_every_cell() {
-        let plans = crate::shipped_scenarios::load_all("chimera", 10);
-        let mut stjf = 0;
-        for plan in &plans {
-            for cell in &plan.cells {
-                let Some(scenario) = cell
-                    .scenario
-                    .get::<crate::serving_family::ServingScenario>()
-                else {
-                    panic!("{}: not a serving scenario", plan.path.display());
-                };
-                assert!(scenario.workflow.is_some(), "{}", plan.path.display());
-                if let crate::serving::policy::QueuePolicyConfig::Stjf {
-                    starvation_threshold,
-                    ..
-                } = &scenario.queue
-                {
-                    stjf += 1;
-                    assert!(
-                        *starvation_threshold == 0
-                            || *starvation_threshold
-                                == crate::serving::policy::default_starvation_threshold(),
-                        "{}: starvation_threshold {starvation_threshold}",
-                        plan.path.display()
-                    );
-                }
-            }
-        }
-        assert!(stjf > 0);
-    }
 }

@@ -17,6 +17,7 @@ pub mod execution;
 pub mod experiment;
 pub mod expert_routing;
 mod family;
+pub mod fixtures;
 pub mod keys;
 pub mod live_scale;
 pub mod load;
@@ -1221,5 +1222,7 @@ fn adapter_details(scenario: &ServingScenario, plan: Option<&MemoryPlan>) -> ser
     }
 }
 
+#[cfg(test)]
+mod queueing_checks;
 #[cfg(test)]
 pub(crate) mod tests;

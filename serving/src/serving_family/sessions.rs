@@ -401,17 +401,14 @@ mod tests {
     //! at the first's last finish and generates after its own load, each session's generation
     //! exactly a resident replica's run of the same calls; a barrier holds a fast worker, and a
     //! worker without calls of a model still loads it; a bad `[placement]` is refused naming
-    //! its file, line and field.
+    //! its field (its file and line: `sim`'s loader checks).
 
     use super::super::placement::planned;
-    use super::super::tests::{Fifo, Linear, Turns};
-    use super::super::{ServingConfig, ServingScenario, run_recorded};
-    use crate::load_cache::LoadCache;
+    use super::super::tests::{Fifo, Linear, Turns, resident_makespan_s, run, scenario};
     use crate::metrics::RunOutput;
     use crate::policies::placement::{
         Placement, PlacementError, PlacementPlan, PlacementProblem, Session,
     };
-    use crate::records::DiscardRecords;
     use crate::time::SimTime;
 
     /// A placement that returns the plan it was given (the `strategies` crate's policies are
@@ -431,52 +428,8 @@ mod tests {
 
     /// Llama-2-7B (load 10 s) and Qwen2.5-7B (load 5 s) on H100s, 4 Llama calls then 3 Qwen
     /// calls of fixed lengths, offline, on two workers.
-    const PLACED: &str = r#"
-[[replica]]
-model = "llama-2-7b"
-gpu = "H100-SXM"
-load = { kind = "fixed", seconds = 10.0 }
-[[replica]]
-model = "qwen2.5-7b-instruct"
-gpu = "H100-SXM"
-load = { kind = "fixed", seconds = 5.0 }
-[workload]
-n_requests = 7
-[[workload.calls]]
-model = "llama-2-7b"
-n_requests = 4
-prompt_tokens = { kind = "fixed", value = 300 }
-output_tokens = { kind = "fixed", value = 40 }
-[[workload.calls]]
-model = "qwen2.5-7b-instruct"
-n_requests = 3
-prompt_tokens = { kind = "fixed", value = 200 }
-output_tokens = { kind = "fixed", value = 60 }
-[arrival]
-pattern = "offline"
-[placement]
-workers = 2
-policy = { kind = "round_robin" }
-"#;
-
-    fn scenario(text: &str) -> Result<ServingScenario, crate::validate::FieldError> {
-        let config: ServingConfig = toml::from_str(text).expect("the test's TOML parses");
-        config.validate(std::path::Path::new("."), &mut LoadCache::default())
-    }
-
-    fn run(s: &ServingScenario) -> RunOutput {
-        run_recorded(
-            s,
-            0,
-            &mut Fifo::default(),
-            &mut Turns::default(),
-            &mut Linear,
-            &mut [],
-            None,
-            &mut DiscardRecords,
-            None,
-        )
-        .expect("no file to write")
+    fn placed_text() -> String {
+        super::super::fixtures::placed()
     }
 
     fn placed(plan: Vec<Vec<(usize, u32)>>, barrier: bool) -> RunOutput {
@@ -492,22 +445,9 @@ policy = { kind = "round_robin" }
             barrier_per_round: barrier,
             solver: None,
         };
-        let s = planned(&scenario(PLACED).unwrap(), &mut Given(plan), 0).expect("a valid plan");
-        run(&s)
-    }
-
-    /// The makespan of `calls` calls of `model` (the lengths of `PLACED`'s class) on one
-    /// resident replica: what a session's generation must take.
-    fn resident_s(model: &str, calls: u32, prompt: u32, output: u32) -> f64 {
-        let text = format!(
-            "[model]\nname = \"{model}\"\n[replica]\ngpu = \"H100-SXM\"\n[workload]\n\
-             n_requests = {calls}\nprompt_tokens = {{ kind = \"fixed\", value = {prompt} }}\n\
-             output_tokens = {{ kind = \"fixed\", value = {output} }}\n[arrival]\n\
-             pattern = \"offline\"\n"
-        );
-        run(&scenario(&text).unwrap())
-            .scalar("makespan_s")
-            .expect("a makespan")
+        let s =
+            planned(&scenario(&placed_text()).unwrap(), &mut Given(plan), 0).expect("a valid plan");
+        run(&s, 0)
     }
 
     fn session(out: &RunOutput, w: usize, i: usize) -> (f64, f64, f64, u64) {
@@ -528,9 +468,9 @@ policy = { kind = "round_robin" }
     fn a_workers_sessions_run_one_after_another_each_loading_its_model() {
         // Worker 0: 3 Llama calls; worker 1: the 4th Llama call, then the 3 Qwen calls.
         let out = placed(vec![vec![(0, 3)], vec![(0, 1), (1, 3)]], false);
-        let llama3 = resident_s("llama-2-7b", 3, 300, 40);
-        let llama1 = resident_s("llama-2-7b", 1, 300, 40);
-        let qwen3 = resident_s("qwen2.5-7b-instruct", 3, 200, 60);
+        let llama3 = resident_makespan_s("llama-2-7b", 3, 300, 40);
+        let llama1 = resident_makespan_s("llama-2-7b", 1, 300, 40);
+        let qwen3 = resident_makespan_s("qwen2.5-7b-instruct", 3, 200, 60);
         let (l0, g0, e0, c0) = session(&out, 0, 0);
         assert_eq!((l0, g0, c0), (0.0, 10.0, 3));
         close(e0, 10.0 + llama3);
@@ -609,44 +549,9 @@ policy = { kind = "round_robin" }
     /// Qwen2.5-7B, 294 slots, 5 s; short outputs so the run is cheap) on two H100 workers, the
     /// aggregator DeepSeek-R1-Distill-Qwen-7B at TP = 2 (the two workers' GPUs, loading 7 s),
     /// released after the expert stage.
-    const QUESTIONS: &str = r#"
-[[replica]]
-model = "llama-2-7b"
-gpu = "H100-SXM"
-load = { kind = "fixed", seconds = 10.0 }
-[[replica]]
-model = "qwen2.5-7b-instruct"
-gpu = "H100-SXM"
-load = { kind = "fixed", seconds = 5.0 }
-[[replica]]
-model = "deepseek-r1-distill-qwen-7b"
-gpu = "H100-SXM"
-gpus = 2
-tensor_parallel = 2
-load = { kind = "fixed", seconds = 7.0 }
-[workload]
-n_requests = 198
-[workload.questions]
-dataset = "gpqa"
-release = "after_experts"
-gate = { kind = "threshold", tau = 1.0 }
-[[workload.questions.experts]]
-model = "llama-2-7b"
-slots = 300
-output_tokens = { mean = 20.0, sigma = 0.5, max = 200 }
-[[workload.questions.experts]]
-model = "qwen2.5-7b-instruct"
-slots = 294
-output_tokens = { mean = 20.0, sigma = 0.5, max = 200 }
-[workload.questions.aggregator]
-model = "deepseek-r1-distill-qwen-7b"
-output_tokens = { mean = 15.0, sigma = 0.6, max = 200 }
-[arrival]
-pattern = "offline"
-[placement]
-workers = 2
-policy = { kind = "round_robin" }
-"#;
+    fn questions() -> String {
+        super::super::fixtures::placed_questions()
+    }
 
     /// Each finished request: its replica and when it was submitted.
     #[derive(Default)]
@@ -675,8 +580,7 @@ policy = { kind = "round_robin" }
     /// Round robin (each worker all the calls of the model it is dealt, in the order the
     /// problem lists them) planned and served for `seed` under `gate`.
     fn served_questions(seed: u64, gate: u32) -> (Vec<usize>, Submitted, RunOutput) {
-        use super::super::tests::{Fifo, Linear, Turns};
-        let s = scenario(QUESTIONS).unwrap();
+        let s = scenario(&questions()).unwrap();
         let order = super::super::questions::first_seen(s.questions.as_ref().unwrap(), seed);
         let slots = [300, 294];
         let plan = PlacementPlan {
@@ -711,14 +615,14 @@ policy = { kind = "round_robin" }
         // Seeds whose questions first recruit Qwen (expert 1) and Llama: the problem lists the
         // models in that order, so round robin deals Qwen to worker 0 there.
         let order_of = |seed| {
-            let s = scenario(QUESTIONS).unwrap();
+            let s = scenario(&questions()).unwrap();
             super::super::questions::first_seen(s.questions.as_ref().unwrap(), seed)
         };
         let qwen_first = (0..64).find(|&seed| order_of(seed) == [1, 0]).unwrap();
         assert!((0..64).any(|seed| order_of(seed) == [0, 1]));
         let (order, records, out) = served_questions(qwen_first, 3);
         assert_eq!(order, [1, 0]);
-        let written = scenario(QUESTIONS).unwrap();
+        let written = scenario(&questions()).unwrap();
         let names: Vec<&str> = written.groups().map(|(m, _)| m.name()).collect();
         let loads = [10.0, 5.0];
         assert_eq!(out.details["placement"]["models"][0]["name"], names[1]);
@@ -854,8 +758,8 @@ policy = { kind = "round_robin" }
     #[test]
     fn placed_questions_are_refused_naming_the_field() {
         let refused = |from: &str, to: &str, field: &str| {
-            let text = QUESTIONS.replacen(from, to, 1);
-            assert_ne!(text, QUESTIONS, "{from}");
+            let text = questions().replacen(from, to, 1);
+            assert_ne!(text, questions(), "{from}");
             let e = scenario(&text).expect_err(to);
             assert_eq!(e.path, field, "{to}: {e:?}");
         };
@@ -886,7 +790,7 @@ policy = { kind = "round_robin" }
             glm,
             "workload.questions.experts[2].model",
         );
-        let with_glm = QUESTIONS.replacen(
+        let with_glm = questions().replacen(
             "[workload]",
             "[[replica]]\nmodel = \"glm-4-9b\"\ngpu = \"H100-SXM\"\n[workload]",
             1,
@@ -907,27 +811,12 @@ policy = { kind = "round_robin" }
             "policy = { kind = \"ilp\" }\npredicted_session_s = { \"llama-2-7b\" = 10.0 }",
             "placement.predicted_session_s",
         );
-        // Through the loader: the file, the line and the field.
-        let text = format!("name = \"t\"\nfamily = \"serving\"\n{QUESTIONS}").replacen(
-            "gpus = 2\ntensor_parallel = 2",
-            "gpus = 4\ntensor_parallel = 4",
-            1,
-        );
-        let path = std::path::Path::new("questions.toml");
-        let e = crate::scenario::load_str(path, &text, &[]).expect_err("gpus = 4");
-        let line = text.lines().position(|l| l == "gpus = 4").unwrap() + 1;
-        let message = e.to_string();
-        assert!(
-            message.contains(&format!("questions.toml:{line}:"))
-                && message.contains("replica[2].gpus"),
-            "{message}"
-        );
     }
 
     #[test]
     fn a_bad_placement_is_refused_naming_its_field() {
         let refused = |from: &str, to: &str, field: &str| {
-            let e = scenario(&PLACED.replacen(from, to, 1)).expect_err(to);
+            let e = scenario(&placed_text().replacen(from, to, 1)).expect_err(to);
             assert_eq!(e.path, field, "{to}: {e:?}");
         };
         refused("workers = 2", "workers = 0", "placement.workers");
@@ -971,21 +860,6 @@ policy = { kind = "round_robin" }
             "[workload]",
             "[[replica]]\nmodel = \"glm-4-9b\"\ngpu = \"H100-SXM\"\n[workload]",
             "replica[2].model",
-        );
-        // Through the loader: the file, the line and the field.
-        let text = format!("name = \"t\"\nfamily = \"serving\"\n{}", PLACED).replacen(
-            "workers = 2",
-            "workers = 0",
-            1,
-        );
-        let path = std::path::Path::new("placed.toml");
-        let e = crate::scenario::load_str(path, &text, &[]).expect_err("workers = 0");
-        let line = text.lines().position(|l| l == "workers = 0").unwrap() + 1;
-        let message = e.to_string();
-        assert!(
-            message.contains(&format!("placed.toml:{line}:"))
-                && message.contains("placement.workers"),
-            "{message}"
         );
     }
 }

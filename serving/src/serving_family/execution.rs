@@ -723,7 +723,7 @@ mod tests {
     }
 
     /// Prints the numbers docs/cost-model.md quotes:
-    /// `cargo test -p expertsim-sim --lib reference_numbers -- --nocapture`.
+    /// `cargo test -p expertsim-serving --lib reference_numbers -- --nocapture`.
     #[test]
     fn reference_numbers() {
         let (profile, shape) = l4_qwen();

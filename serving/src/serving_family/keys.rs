@@ -302,30 +302,3 @@ pub const KEYS: &[KeyDoc] = &[
         meaning: "grid of each replica's KV-use series in the details (0: none)",
     },
 ];
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::scenario::{keys, schema};
-
-    /// The generated key table of docs/serving-family.md: the common keys, then the family's.
-    fn table() -> String {
-        let rows: Vec<KeyDoc> = keys::COMMON.iter().chain(KEYS).copied().collect();
-        keys::markdown(&rows)
-    }
-
-    #[test]
-    fn docs_serving_family_key_table_is_generated_from_the_rows() {
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/serving-family.md");
-        keys::check_generated(&path, "key-table", &table());
-    }
-
-    #[test]
-    fn every_key_the_serving_family_accepts_has_a_row() {
-        let accepted = schema::family_keys(crate::registry::family("serving").unwrap());
-        assert!(accepted.len() > 40, "{accepted:?}");
-        let missing = keys::uncovered(KEYS, &accepted);
-        assert!(missing.is_empty(), "undocumented serving keys: {missing:?}");
-    }
-}

@@ -49,7 +49,7 @@ impl Router for Turns {
     }
 }
 
-fn scenario(text: &str) -> Result<ServingScenario, crate::validate::FieldError> {
+pub(crate) fn scenario(text: &str) -> Result<ServingScenario, crate::validate::FieldError> {
     let config: ServingConfig = toml::from_str(text).expect("the test's TOML parses");
     config.validate(std::path::Path::new("."), &mut LoadCache::default())
 }
@@ -74,7 +74,7 @@ impl crate::policies::mapping::ExpertMapper for Linear {
     }
 }
 
-fn run(s: &ServingScenario, seed: u64) -> RunOutput {
+pub(crate) fn run(s: &ServingScenario, seed: u64) -> RunOutput {
     run_recorded(
         s,
         seed,
@@ -87,6 +87,15 @@ fn run(s: &ServingScenario, seed: u64) -> RunOutput {
         None,
     )
     .expect("no file to write")
+}
+
+/// The makespan of `super::fixtures::resident`'s calls on its one resident replica, seed 0:
+/// what a session of those calls takes to generate once its model is loaded.
+pub(crate) fn resident_makespan_s(model: &str, calls: u32, prompt: u32, output: u32) -> f64 {
+    let text = super::fixtures::resident(model, calls, prompt, output);
+    run(&scenario(&text).unwrap(), 0)
+        .scalar("makespan_s")
+        .expect("a makespan")
 }
 
 fn value(out: &RunOutput, name: &str) -> f64 {
@@ -694,61 +703,6 @@ fn the_decode_profile_is_the_replicas_decode_step() {
     }
 }
 
-/// A dense replica priced from a measured dense-decode profile (`replica.scheduler.profile`,
-/// scenarios/live/chimera.toml's two groups): a decode step at a sampled (rows, context) point
-/// costs the profile's sample of the group's scaled-down model, with no host time beside
-/// `step_overhead_ms = 0`, and reports a measured source; the run's cost model is measured; a
-/// profile without the group's model is refused naming the field.
-#[test]
-fn a_dense_replica_is_priced_from_its_dense_decode_profile() {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/live/chimera.toml");
-    let plan = crate::scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
-    let s: &ServingScenario = plan.cells[0].scenario.get().unwrap();
-    let file = super::dense_profile::DenseDecodeProfile::load(
-        &path
-            .parent()
-            .unwrap()
-            .join("../../profiles/measured/amd-epyc_chimera-live-dense.json"),
-    )
-    .unwrap();
-    assert_eq!(
-        s.cost_model(),
-        crate::serving::CostSource::Measured.cost_model_name()
-    );
-    for g in 0..2 {
-        let group = s.group(g);
-        let config::ServedModel::Dense(shape) = &group.model else {
-            panic!("group {g} is dense");
-        };
-        let model = file
-            .models
-            .iter()
-            .find(|m| m.shape == file.scaling.apply(shape))
-            .unwrap();
-        let (ci, ri) = (2, 3);
-        let (context, rows) = (model.contexts[ci], model.rows[ri]);
-        let deployment = deployment::Deployment::new(&group, None).unwrap();
-        let time = step_cost::ReplicaStepCost::new(&group, &deployment, None, None)
-            .decode_profile(rows, context);
-        assert_eq!(
-            time.duration.0,
-            model.step_ns[ci][ri].round() as u64,
-            "group {g}"
-        );
-        assert_eq!(time.source, crate::serving::CostSource::Measured);
-        assert_eq!(time.breakdown.parts.host_ns, 0.0);
-    }
-    let text = std::fs::read_to_string(&path).unwrap();
-    let other = ["replica.model=\"qwen2.5-3b-instruct\"".to_string()];
-    let err = crate::scenario::load_str(&path, &text, &other).unwrap_err();
-    let message = err.to_string();
-    assert!(
-        message.contains("scheduler.profile") && message.contains("has no decode samples"),
-        "{message}"
-    );
-}
-
 /// Records what the router sees at each request, and routes in turn.
 #[derive(Default)]
 struct SeenByRouter {
@@ -1017,17 +971,6 @@ rate_per_s = 20.0
     assert!(batch > 1.0 && batch <= 8.0, "{batch}");
     // Same bits (a NaN, e.g. no decode tokens, reads as itself).
     assert_eq!(format!("{:?}", out.scalars), format!("{:?}", go().scalars));
-}
-
-#[test]
-fn the_shipped_study_scenario_loads() {
-    // scenarios/studies/caps_x_mapping.toml (study (a), docs/studies.md): 3 selectors x 3
-    // mappings x 2 GPU setups.
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../scenarios/studies/caps_x_mapping.toml");
-    let plan = crate::scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(plan.family.name(), "serving");
-    assert_eq!(plan.cells.len(), 18);
 }
 
 /// A stand-in adapter-memory manager (the real ones are in the `strategies` crate, which `sim`
@@ -2034,70 +1977,6 @@ fn addressed_calls_are_refused_where_they_cannot_be_routed() {
     assert_eq!(e.path, "workload.prompt_tokens");
 }
 
-/// The MOSAIC preset (scenarios/mosaic/gpqa_round_robin_serving.toml) deploys each worker as
-/// MOSAIC's worker by hand: every replica group is one A100 that loads its model's bf16 weights
-/// over the 0.4 GB/s path (`load = { kind = "path", gbps = 0.4 }`: weights / 0.4e9 seconds), whose
-/// KV cache holds 90-100 % of what the card's memory at `gpu_memory_utilization` leaves beside
-/// the weights (whole blocks), and whose calls are Table 3's GPQA slots of its model.
-#[test]
-fn the_mosaic_preset_deploys_each_worker_by_hand() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/mosaic");
-    let plan = crate::scenario::load(&dir.join("gpqa_round_robin_serving.toml"), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
-    let preset = plan.cells[0]
-        .scenario
-        .get::<ServingScenario>()
-        .expect("a serving scenario");
-    // Table 3's GPQA slots of the hybrid pool's models.
-    let slots = [
-        ("r1-distill-llama-8b", 429),
-        ("r1-distill-qwen-7b", 158),
-        ("gemma-2-9b", 4),
-        ("exaone-3.5-7.8b", 3),
-    ];
-    let mut groups = 0;
-    for (g, (model, replica)) in preset.groups().enumerate() {
-        let config::ServedModel::Dense(shape) = model else {
-            panic!("{} is not dense", model.name());
-        };
-        let deployment = deployment::Deployment::new(&preset.group(g), None).unwrap();
-        let weights = shape.weight_bytes();
-        assert_eq!(
-            deployment.weights_per_gpu_bytes,
-            weights,
-            "{}",
-            model.name()
-        );
-        let load = replica.load.expect("the preset loads its models");
-        assert_eq!(
-            load.duration(weights),
-            crate::time::SimDuration::from_secs_f64(weights / 0.4e9),
-            "{}",
-            model.name()
-        );
-        let room = replica.gpu.memory_gb * 1e9 * replica.gpu_memory_utilization - weights;
-        let by_hand = room / shape.kv_bytes_per_token();
-        let tokens = deployment.kv_tokens as f64;
-        assert!(
-            (0.9 * by_hand..=by_hand).contains(&tokens),
-            "{}: {tokens} KV tokens, {by_hand} by hand",
-            model.name()
-        );
-        assert_eq!(
-            deployment.kv_blocks,
-            deployment.kv_tokens / u64::from(replica.block_size)
-        );
-        let (_, n) = slots
-            .iter()
-            .find(|(key, _)| model.name().to_lowercase().contains(key))
-            .unwrap_or_else(|| panic!("{} is no hybrid-pool model", model.name()));
-        assert_eq!(preset.calls[g].n_requests, *n as usize, "{}", model.name());
-        groups += 1;
-    }
-    // Every model GPQA recruits has its worker.
-    assert_eq!(groups, slots.len());
-}
-
 /// MIXTRAL_TRACE with GPU 0 at 0.88 of the nominal throughput (GEM's high variability).
 fn straggler(kind: &str) -> String {
     MIXTRAL_TRACE.replace(
@@ -2872,104 +2751,6 @@ pattern = "offline"
     let out = run(&s, 1);
     assert_eq!(value(&out, "completed"), 16.0);
     assert_eq!(out.details["pricing"][0]["measured"], "vidur/a100");
-}
-
-/// scenarios/live/expertweave.toml (the ExpertWeave preset's live file) with `edit` applied.
-fn live_expertweave(edit: &[(&str, &str)]) -> Result<ServingScenario, String> {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/live/expertweave.toml");
-    let mut text = std::fs::read_to_string(&path).unwrap();
-    for (from, to) in edit {
-        assert!(text.contains(from), "{from}");
-        text = text.replace(from, to);
-    }
-    let plan = crate::scenario::load_str(&path, &text, &[]).map_err(|e| e.to_string())?;
-    Ok(plan.cells[0]
-        .scenario
-        .get::<ServingScenario>()
-        .unwrap()
-        .clone())
-}
-
-#[test]
-fn an_mla_adapter_replica_is_priced_from_its_profiles_widths_and_rerouting_series() {
-    // profiles/measured/amd-epyc_live-tiny-moe-ffn32.json measured live-tiny-mla's GEMMs at
-    // their own widths: 651 outputs (the dense layer: attention + 3 x 64 x 128 FFN over hidden
-    // 64), 427 (a MoE layer's attention, shared expert and router) and 512 (the head); at 1 row
-    // 775,094, 511,281 and 625,972 ns, at 64 rows 816,325, 548,326 and 666,693 ns; its fused
-    // rerouting of 3 adapters 140 ns at 1 row and 1,432 ns at 64, the unfused chain 150 ns at 1.
-    let s = live_expertweave(&[]).unwrap();
-    let curves = s.replica.curves.as_ref().expect("priced from the profile");
-    let mla = curves.mla.as_ref().expect("an MLA model's GEMMs");
-    let one = crate::cost::moe_layer::SpeedFactors {
-        compute: 1.0,
-        bandwidth: 1.0,
-    };
-    // A decode step of one sequence: every layer's GEMM at 1 row, the head at 1.
-    let decode = curves.gpu_nanos(0, 1, 1, 2, 1, one);
-    assert_eq!(decode.layers_ns, 775_094.0 + 2.0 * 511_281.0);
-    assert_eq!(decode.head_ns, 625_972.0);
-    // A 64-token prompt: the layers at 64 rows, the head on the one sequence that emits.
-    let prefill = curves.gpu_nanos(64, 0, 1, 2, 1, one);
-    assert_eq!(prefill.layers_ns, 816_325.0 + 2.0 * 548_326.0);
-    assert_eq!(prefill.head_ns, 625_972.0);
-    // Twice as fast a GPU halves it.
-    let fast = crate::cost::moe_layer::SpeedFactors {
-        compute: 2.0,
-        bandwidth: 2.0,
-    };
-    assert_eq!(
-        curves.gpu_nanos(64, 0, 1, 2, 1, fast).nanos(),
-        prefill.nanos() / 2.0
-    );
-    // The series the profile has, by variant and nearest adapter count.
-    use super::rerouting::Rerouting;
-    assert_eq!(mla.reroute(Rerouting::Fused, 3).unwrap().at(64.0), 1_432.0);
-    assert_eq!(mla.reroute(Rerouting::Fused, 7).unwrap().at(1.0), 140.0);
-    assert_eq!(mla.reroute(Rerouting::Unfused, 3).unwrap().at(1.0), 150.0);
-    // In the step: the replica that reroutes adds each MoE layer's measured kernel, 2 x 140 ns
-    // for a one-token decode, on the same routed tokens (six experts, no copy).
-    let d = deployment::Deployment::new(&s, None).unwrap();
-    let layout = std::rc::Rc::new(super::mapping::ExpertLayout::linear(2, 64, 1, 1));
-    let instance = |reroutes: bool| crate::policies::memory::InstancePlan {
-        adapters: vec![0, 1, 2],
-        reroutes,
-        adapter_experts: reroutes,
-        n_devices: 1,
-        weight_bytes: 0,
-        kv: crate::policies::memory::device::KvCapacity {
-            kv_bytes: 1 << 30,
-            kv_tokens: 1 << 20,
-            out_of_memory: false,
-        },
-    };
-    let mut per_expert = vec![0u32; 128];
-    for layer in 0..2 {
-        per_expert[layer * 64..][..6].fill(1);
-    }
-    let routed = crate::serving::RoutedTokens {
-        layers: 2,
-        per_expert: &per_expert,
-        per_gpu: &[6, 6],
-        per_slot: &[],
-        copies: &[],
-    };
-    let price = |reroutes: bool| {
-        let plan = instance(reroutes);
-        let mut cost = step_cost::ReplicaStepCost::new(&s, &d, Some(layout.clone()), Some(&plan));
-        cost.decode_routed(1, 40, routed).duration.0
-    };
-    assert_eq!(price(true) - price(false), 280);
-    // A profile measured for another expert width (live-tiny-moe's) is refused by its key.
-    let err = live_expertweave(&[(
-        "amd-epyc_live-tiny-moe-ffn32.json",
-        "amd-epyc_live-tiny-moe.json",
-    )])
-    .unwrap_err();
-    assert!(
-        err.contains("replica.scheduler.profile") && err.contains("expert_ffn 32"),
-        "{err}"
-    );
 }
 
 /// Every finished request's record, as text (`{:?}`, so a NaN compares equal to itself).

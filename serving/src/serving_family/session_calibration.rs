@@ -346,13 +346,11 @@ mod tests {
     //! is exactly a resident replica's offline run of its calls, two points give the line the
     //! regression must pass through, the plan reads the prediction, and the session rows of
     //! the placed run follow from its workers' record; a bad `[placement.calibration]` is
-    //! refused naming its field, file and line.
+    //! refused naming its field (its file and line: `sim`'s loader checks).
 
-    use super::super::tests::{Fifo, Linear, Turns};
-    use super::super::{Serving, ServingConfig, ServingScenario, TABLE, run_recorded};
+    use super::super::tests::{Fifo, Linear, Turns, resident_makespan_s, scenario};
+    use super::super::{Serving, TABLE};
     use crate::family::Family;
-    use crate::load_cache::LoadCache;
-    use crate::metrics::RunOutput;
     use crate::policies::Policies;
     use crate::policies::placement::{
         Placement, PlacementError, PlacementPlan, PlacementProblem, Session,
@@ -433,65 +431,8 @@ mod tests {
 
     /// Llama-2-7B (load 10 s, 16 calls of 300 + 40 tokens) and Qwen2.5-7B (load 5 s, 3 calls
     /// of 200 + 60) on H100 workers, calibrated by sessions of 4 and 8 calls.
-    const CALIBRATED: &str = r#"
-[[replica]]
-model = "llama-2-7b"
-gpu = "H100-SXM"
-load = { kind = "fixed", seconds = 10.0 }
-[[replica]]
-model = "qwen2.5-7b-instruct"
-gpu = "H100-SXM"
-load = { kind = "fixed", seconds = 5.0 }
-[workload]
-n_requests = 19
-[[workload.calls]]
-model = "llama-2-7b"
-n_requests = 16
-prompt_tokens = { kind = "fixed", value = 300 }
-output_tokens = { kind = "fixed", value = 40 }
-[[workload.calls]]
-model = "qwen2.5-7b-instruct"
-n_requests = 3
-prompt_tokens = { kind = "fixed", value = 200 }
-output_tokens = { kind = "fixed", value = 60 }
-[arrival]
-pattern = "offline"
-[placement]
-workers = 2
-policy = { kind = "ilp" }
-[placement.calibration]
-calls = 20
-sweep_min_calls = 4
-sweep_max_calls = 8
-"#;
-
-    fn scenario(text: &str) -> Result<ServingScenario, crate::validate::FieldError> {
-        let config: ServingConfig = toml::from_str(text).expect("the test's TOML parses");
-        config.validate(std::path::Path::new("."), &mut LoadCache::default())
-    }
-
-    /// The makespan of `calls` offline calls of `model` with these lengths on one resident
-    /// H100 replica (arrivals drawn by the offline pattern, not a trace).
-    fn resident_s(model: &str, calls: u32, prompt: u32, output: u32) -> f64 {
-        let text = format!(
-            "[model]\nname = \"{model}\"\n[replica]\ngpu = \"H100-SXM\"\n[workload]\n\
-             n_requests = {calls}\nprompt_tokens = {{ kind = \"fixed\", value = {prompt} }}\n\
-             output_tokens = {{ kind = \"fixed\", value = {output} }}\n[arrival]\n\
-             pattern = \"offline\"\n"
-        );
-        let out: RunOutput = run_recorded(
-            &scenario(&text).unwrap(),
-            0,
-            &mut Fifo::default(),
-            &mut Turns::default(),
-            &mut Linear,
-            &mut [],
-            None,
-            &mut DiscardRecords,
-            None,
-        )
-        .unwrap();
-        out.scalar("makespan_s").unwrap()
+    fn calibrated_text() -> String {
+        super::super::fixtures::calibrated()
     }
 
     fn close(a: f64, b: f64) {
@@ -500,7 +441,7 @@ sweep_max_calls = 8
 
     #[test]
     fn the_sweep_is_resident_sessions_and_the_fit_predicts_through_them() {
-        let s = scenario(CALIBRATED).unwrap();
+        let s = scenario(&calibrated_text()).unwrap();
         let run = Serving::run(&s, 0, &TestPolicies, &mut DiscardRecords)
             .unwrap()
             .output;
@@ -517,8 +458,8 @@ sweep_max_calls = 8
             assert_eq!(c["mean_output"].as_f64(), Some(f64::from(output)));
             assert_eq!(c["max_output"].as_u64(), Some(u64::from(output)));
             // Each sweep point is a resident replica's offline run of its calls.
-            let t4 = resident_s(model, 4, prompt, output);
-            let t8 = resident_s(model, 8, prompt, output);
+            let t4 = resident_makespan_s(model, 4, prompt, output);
+            let t8 = resident_makespan_s(model, 8, prompt, output);
             let sweep = c["sweep"].as_array().unwrap();
             assert_eq!(sweep.len(), 2);
             close(sweep[0]["session_s"].as_f64().unwrap(), t4);
@@ -540,7 +481,7 @@ sweep_max_calls = 8
 
     #[test]
     fn the_session_rows_follow_the_workers_record() {
-        let s = scenario(CALIBRATED).unwrap();
+        let s = scenario(&calibrated_text()).unwrap();
         let run = Serving::run(&s, 0, &TestPolicies, &mut DiscardRecords)
             .unwrap()
             .output;
@@ -603,39 +544,19 @@ sweep_max_calls = 8
 
     /// GPQA's questions on two experts, each a placed group: outputs of one length before the
     /// bucket's factor, so every calibration output is that length times one bucket's factor.
-    const QUESTIONS_CALIBRATED: &str = r#"
-[[replica]]
-model = "llama-2-7b"
-gpu = "H100-SXM"
-load = { kind = "fixed", seconds = 10.0 }
-[[replica]]
-model = "qwen2.5-7b-instruct"
-gpu = "H100-SXM"
-load = { kind = "fixed", seconds = 5.0 }
-[workload]
-n_requests = 198
-[workload.questions]
-dataset = "gpqa"
-[[workload.questions.experts]]
-model = "llama-2-7b"
-slots = 300
-output_tokens = { mean = 1000.0, sigma = 0.0, max = 100000 }
-[[workload.questions.experts]]
-model = "qwen2.5-7b-instruct"
-slots = 294
-output_tokens = { mean = 20.0, sigma = 0.0, max = 100000 }
-[arrival]
-pattern = "offline"
-[placement]
-workers = 2
-policy = { kind = "round_robin" }
-[placement.calibration]
-sweep_max_calls = 16
-"#;
+    fn questions_calibrated() -> String {
+        use super::super::fixtures::{TWO_LOADING_MODELS, gpqa, offline_on_two_workers};
+        let length = |mean: f64| format!("{{ mean = {mean:.1}, sigma = 0.0, max = 100000 }}");
+        format!(
+            "{TWO_LOADING_MODELS}{}{}[placement.calibration]\nsweep_max_calls = 16\n",
+            gpqa("", &length(1000.0), &length(20.0)),
+            offline_on_two_workers("round_robin")
+        )
+    }
 
     #[test]
     fn placed_questions_calibrate_on_calls_drawn_from_the_question_generator() {
-        let s = scenario(QUESTIONS_CALIBRATED).unwrap();
+        let s = scenario(&questions_calibrated()).unwrap();
         let questions = s.questions.as_ref().unwrap();
         let out = super::calibrated(&s, 0, &TestPolicies).unwrap();
         let spec = out.placement.as_ref().unwrap();
@@ -697,7 +618,7 @@ sweep_max_calls = 16
 
     #[test]
     fn a_calibration_run_is_the_same_run_to_run() {
-        let s = scenario(CALIBRATED).unwrap();
+        let s = scenario(&calibrated_text()).unwrap();
         let once = Serving::run(&s, 3, &TestPolicies, &mut DiscardRecords).unwrap();
         let again = Serving::run(&s, 3, &TestPolicies, &mut DiscardRecords).unwrap();
         assert_eq!(once.output.details, again.output.details);
@@ -706,7 +627,7 @@ sweep_max_calls = 16
     #[test]
     fn a_bad_calibration_is_refused_naming_its_field() {
         let refused = |from: &str, to: &str, field: &str| {
-            let e = scenario(&CALIBRATED.replacen(from, to, 1)).expect_err(to);
+            let e = scenario(&calibrated_text().replacen(from, to, 1)).expect_err(to);
             assert_eq!(e.path, field, "{to}: {e:?}");
         };
         refused("calls = 20", "calls = 0", "placement.calibration.calls");
@@ -731,20 +652,6 @@ sweep_max_calls = 16
             "policy = { kind = \"ilp\" }",
             "policy = { kind = \"ilp\" }\npredicted_session_s = { \"llama-2-7b\" = 1.0 }",
             "placement.predicted_session_s",
-        );
-        // Through the loader: the file, the line and the field.
-        let text = format!("name = \"t\"\nfamily = \"serving\"\n{CALIBRATED}").replacen(
-            "calls = 20",
-            "calls = 20\nsweep_max = 8",
-            1,
-        );
-        let path = std::path::Path::new("calibrated.toml");
-        let e = crate::scenario::load_str(path, &text, &[]).expect_err("an unknown key");
-        let line = text.lines().position(|l| l == "sweep_max = 8").unwrap() + 1;
-        let message = e.to_string();
-        assert!(
-            message.contains(&format!("calibrated.toml:{line}:")) && message.contains("sweep_max"),
-            "{message}"
         );
     }
 }

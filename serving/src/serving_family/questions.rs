@@ -668,6 +668,7 @@ impl<'a> Questions<'a> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::scenario;
     use super::*;
 
     /// A gate that skips the unanimous questions only (tau = 1).
@@ -906,14 +907,6 @@ output_tokens = { mean = 15.0, sigma = 0.6, max = 200 }
 [arrival]
 pattern = "offline"
 "#;
-
-    fn scenario(text: &str) -> Result<ServingScenario, FieldError> {
-        let config: super::super::ServingConfig = toml::from_str(text).expect("TOML");
-        config.validate(
-            std::path::Path::new("."),
-            &mut crate::load_cache::LoadCache::default(),
-        )
-    }
 
     /// Each finished request: id, submission, finish, prompt and output tokens, replica.
     #[derive(Default)]

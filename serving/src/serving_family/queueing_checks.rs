@@ -7,19 +7,13 @@
 use crate::metrics::RunOutput;
 use crate::policies::batch::BatchSelector;
 use crate::records::DiscardRecords;
-use crate::scenario::load_str;
-use crate::serving_family::ServingScenario;
-use crate::serving_family::tests::{Fifo, Linear, OldestFirst, Turns};
-use std::path::Path;
+use crate::serving_family::tests::{Fifo, Linear, OldestFirst, Turns, scenario};
 
 fn run(text: &str, seed: u64) -> RunOutput {
-    let plan = load_str(Path::new("queueing.toml"), text, &[]).unwrap_or_else(|e| panic!("{e}"));
-    let Some(scenario) = plan.cells[0].scenario.get::<ServingScenario>() else {
-        panic!("the queueing checks are serving scenarios")
-    };
+    let scenario = scenario(text).unwrap_or_else(|e| panic!("{e:?}"));
     let mut selectors: Vec<Box<dyn BatchSelector>> = vec![Box::new(OldestFirst)];
     crate::serving_family::run_recorded(
-        scenario,
+        &scenario,
         seed,
         &mut Fifo::default(),
         &mut Turns::default(),
@@ -41,9 +35,7 @@ fn value(out: &RunOutput, name: &str) -> f64 {
 /// moment the server is free, each batch priced by the queueing reference `pricing`.
 fn single_server(rate: f64, pricing: &str, service_ms: f64, n: u64) -> String {
     format!(
-        r#"name = "single-server"
-family = "serving"
-[model]
+        r#"[model]
 name = "qwen1.5-moe-a2.7b-nf4"
 [replica]
 gpu = "L4"
@@ -91,9 +83,7 @@ fn md1_mean_wait_matches_closed_form() {
 
 #[test]
 fn littles_law_holds_on_a_loaded_batched_run() {
-    let text = r#"name = "little"
-family = "serving"
-[model]
+    let text = r#"[model]
 name = "qwen1.5-moe-a2.7b-nf4"
 [replica]
 gpu = "L4"
