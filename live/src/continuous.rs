@@ -384,23 +384,14 @@ fn run_dense(
             live_session.clone(),
         ))
     })?;
-    let session = Rc::try_unwrap(session)
-        .ok()
-        .expect("the live run's step costs are dropped")
-        .into_inner();
-    let (steps, live_log) = session.finish()?;
-    let simulated_lines = std::mem::take(&mut *simulated_log.borrow_mut());
+    let run = finished(
+        session,
+        &simulated_log,
+        (simulated, live),
+        "every engine step in the order the engines started them: the engine, its sequences, \
+         prefill tokens, decoding sequences and cached tokens",
+    )?;
     Ok(FamilyRun {
-        steps,
-        simulated,
-        live,
-        decisions: Decisions::compare(
-            "every engine step in the order the engines started them: the engine, its \
-             sequences, prefill tokens, decoding sequences and cached tokens",
-            simulated_lines,
-            live_log,
-        ),
-        variability: None,
         execution: Some(format!(
             "each engine's model runs scaled down: {}; a layer is one GEMM over hidden with \
              attention over the step's cached tokens spread evenly over its rows{}",
@@ -411,6 +402,7 @@ fn run_dense(
                 ""
             }
         )),
+        ..run
     })
 }
 
@@ -481,9 +473,30 @@ pub fn run(
             live_session.clone(),
         ))
     })?;
+    let run = finished(
+        session,
+        &simulated_log,
+        (simulated, live),
+        "every engine step's sequences, prefill tokens, decoding sequences, cached tokens and \
+         routed tokens per (layer, GPU)",
+    )?;
+    Ok(FamilyRun {
+        variability: Some(variability),
+        ..run
+    })
+}
+
+/// Where both paths end: the live session's steps and log, its log compared with the simulated
+/// run's (`compared` says what a line holds), beside the two runs' outputs.
+fn finished(
+    session: Rc<RefCell<LiveSession<'_>>>,
+    simulated_log: &RefCell<Vec<String>>,
+    (simulated, live): (RunOutput, RunOutput),
+    compared: &str,
+) -> Result<FamilyRun, LiveError> {
     let session = Rc::try_unwrap(session)
         .ok()
-        .expect("the live run's step cost is dropped")
+        .expect("the live run's step costs are dropped")
         .into_inner();
     let (steps, live_log) = session.finish()?;
     let simulated_lines = std::mem::take(&mut *simulated_log.borrow_mut());
@@ -491,13 +504,8 @@ pub fn run(
         steps,
         simulated,
         live,
-        decisions: Decisions::compare(
-            "every engine step's sequences, prefill tokens, decoding sequences, cached tokens \
-             and routed tokens per (layer, GPU)",
-            simulated_lines,
-            live_log,
-        ),
-        variability: Some(variability),
+        decisions: Decisions::compare(compared, simulated_lines, live_log),
+        variability: None,
         execution: None,
     })
 }

@@ -421,6 +421,10 @@ pub enum FigureKind {
     /// ExpertWeave: device memory per adapter count and manager, stacked as base weights,
     /// adapter experts, allocation overhead and KV cache.
     ExpertweaveMemory,
+    /// Per replica (placed, per worker), the intervals its model loads, runs steps and idles
+    /// over simulated time (`details.timeline`, `[output] timeline`), one panel per value of
+    /// `panels` stacked on a shared time axis (MOSAIC's Figure 5).
+    Timeline,
 }
 
 impl FigureKind {
@@ -434,6 +438,7 @@ impl FigureKind {
             FigureKind::GemExpertLoad => "gem_expert_load",
             FigureKind::GemStaircase => "gem_staircase",
             FigureKind::ExpertweaveMemory => "expertweave_memory",
+            FigureKind::Timeline => "timeline",
         }
     }
 }

@@ -11,6 +11,7 @@ mod improvement;
 mod labels;
 mod metric;
 mod stacked;
+mod timeline;
 
 use anyhow::Context;
 use figures::ChartFigure;
@@ -460,5 +461,6 @@ fn build(selection: &Selection<'_>) -> anyhow::Result<ChartFigure> {
         FigureKind::GemExpertLoad => gem_expert_load::build(selection),
         FigureKind::GemStaircase => gem_staircase::build(selection),
         FigureKind::ExpertweaveMemory => expertweave_memory::build(selection),
+        FigureKind::Timeline => timeline::build(selection),
     }
 }

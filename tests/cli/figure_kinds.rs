@@ -1,7 +1,7 @@
 //! Integration tests of the `[[figure]]` kinds: a bad kind or a missing or misplaced figure key is
 //! refused at load time with file, line and field (exit 2); the quick GEM, MOSAIC and Chimera
 //! scenarios render their paper-specific figures, and the MOSAIC timeline has one row per worker
-//! with segments that tile the expert stage.
+//! with segments that tile the run.
 
 use crate::common::expertsim;
 use std::path::Path;
@@ -194,6 +194,56 @@ fn gem_quick_renders_reduction_expert_load_and_staircase() {
     assert!(load.contains("GPU0 (0.88x)"));
     assert!(svg(dir.path(), "staircase").contains("GPU3 (speed 1.00)"));
     assert!(svg(dir.path(), "e2e_reduction").contains("improvement over linear"));
+}
+
+#[test]
+fn mosaic_quick_timeline_has_one_row_per_worker_tiling_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let results = run_quick("scenarios/mosaic/quick.toml", dir.path());
+    for cell in results["cells"].as_array().unwrap() {
+        let run = &cell["runs"][0];
+        let end = run["scalars"]["makespan_s"].as_f64().unwrap();
+        let expert_end = run["scalars"]["expert_makespan_s"].as_f64().unwrap();
+        let rows = run["details"]["timeline"]["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 4, "N = 4 workers");
+        let sessions = run["details"]["sessions"]["workers"].as_array().unwrap();
+        for (row, worker) in rows.iter().zip(sessions) {
+            // Segments follow each other without gaps from 0 to the run's end.
+            let mut at = 0.0;
+            let mut loads = 0;
+            for segment in row["segments"].as_array().unwrap() {
+                let start = segment["start_s"].as_f64().unwrap();
+                assert!((start - at).abs() < 1e-9, "gap at {at} in {row}");
+                at = segment["end_s"].as_f64().unwrap();
+                if segment["kind"] == "load" && start < expert_end {
+                    loads += 1;
+                }
+            }
+            assert!((at - end).abs() < 1e-9, "{at} vs the run's end {end}");
+            // One load per session the worker ran in the expert stage.
+            assert_eq!(loads, worker.as_array().unwrap().len(), "{row}");
+        }
+    }
+    let timeline = svg(dir.path(), "timeline");
+    for w in 0..4 {
+        assert!(timeline.contains(&format!("worker {w}")), "row worker {w}");
+    }
+    assert!(!timeline.contains("worker 4"));
+    for panel in ["round_robin: expert stage", "ilp: expert stage"] {
+        assert!(timeline.contains(panel), "{panel}");
+    }
+    assert!(timeline.contains("DeepSeek-R1-Distill-Llama-8B"));
+}
+
+#[test]
+fn a_timeline_figure_without_the_recorded_timeline_is_refused() {
+    let text = gem_with("[[figure]]\nname = \"t\"\nkind = \"timeline\"\n");
+    assert_refused(
+        &text,
+        line_of(&text, "kind = \"timeline\""),
+        "figure[0].kind",
+        "[output] timeline = true",
+    );
 }
 
 #[test]

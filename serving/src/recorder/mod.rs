@@ -8,10 +8,12 @@
 //! unit, better direction, how to compute) and turns it into `RunOutput`; a failed run reports
 //! no number but its reason (`table::failed`); the table, the expert-load and ranking statistics
 //! are `expertsim-core`'s (`expertsim_core::recorder`), re-exported here. `trace_events` writes
-//! the steps of every replica as a Chrome trace-event file. Every metric is defined in docs/metrics.md.
+//! the steps of every replica as a Chrome trace-event file; `timeline` the intervals each replica
+//! loads, runs steps and idles (`[output] timeline`). Every metric is defined in docs/metrics.md.
 
 pub mod replica;
 pub mod sessions;
+pub mod timeline;
 pub mod trace_events;
 
 // The parts below the serving layer are `expertsim-core`'s (`expertsim_core::recorder`), under

@@ -3,12 +3,14 @@
 //! model FLOPs, and its KV-cache use over time (the blocks in use, time-averaged, its maximum,
 //! and a series bounded by `metrics::DepthTracker`), and the expert load of its MoE steps
 //! (`expert_load::ExpertLoad`), and the requests waiting at it over time (time-averaged and its
-//! maximum, CAPS's queue depth). `complete_step` wraps
+//! maximum, CAPS's queue depth), and, when asked, the intervals its steps cover
+//! (`timeline::BusyIntervals`). `complete_step` wraps
 //! `Replica::complete_step`, so the finished requests are streamed to the per-request records
 //! where the replica hands them back. `finish` closes it into a `ServingSummary`; the summaries
 //! of a cluster's replicas merge into the overall one.
 
 use super::expert_load::ExpertLoad;
+use super::timeline::BusyIntervals;
 use crate::cost::gpu::GpuSpec;
 use crate::metrics::DepthTracker;
 use crate::policies::memory::MemoryReport;
@@ -49,6 +51,8 @@ pub struct ReplicaRecorder {
     imbalance_sensitivity: f64,
     /// Requests waiting at the replica (not yet in a step).
     queue_depth: DepthTracker,
+    /// The intervals its steps cover, when the run records its timeline.
+    timeline: Option<BusyIntervals>,
 }
 
 impl ReplicaRecorder {
@@ -64,7 +68,19 @@ impl ReplicaRecorder {
             expert_load: ExpertLoad::default(),
             imbalance_sensitivity: 1.0,
             queue_depth: DepthTracker::new(0),
+            timeline: None,
         }
+    }
+
+    /// Records the intervals the replica's steps cover when `record` (`[output] timeline`).
+    pub fn with_timeline(mut self, record: bool) -> Self {
+        self.timeline = record.then(BusyIntervals::default);
+        self
+    }
+
+    /// The intervals the replica's steps covered so far, when it records them.
+    pub fn busy(&self) -> Option<&BusyIntervals> {
+        self.timeline.as_ref()
     }
 
     /// Weighs each step's load CV by `sensitivity` in the imbalance factor (1 unless set: the
@@ -104,6 +120,9 @@ impl ReplicaRecorder {
         for (total, step) in self.gpu_busy_ns.iter_mut().zip(gpu_busy_ns) {
             *total += step;
         }
+        if let Some(timeline) = &mut self.timeline {
+            timeline.step_started(now);
+        }
         for (total, step) in self.gpu_model_flops.iter_mut().zip(gpu_model_flops) {
             *total += step;
         }
@@ -125,6 +144,9 @@ impl ReplicaRecorder {
         // The step ending now, numbered from 0 per replica (a static replica's batch).
         let step = replica.stats().steps.saturating_sub(1);
         replica.complete_step(now, finished);
+        if let Some(timeline) = &mut self.timeline {
+            timeline.step_ended(now);
+        }
         for seq in &finished[from..] {
             let submitted = seq.request.submitted;
             let tpot_ms = if seq.output > 1 {

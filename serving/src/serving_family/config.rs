@@ -947,6 +947,9 @@ pub struct OutputTable {
     /// Grid of the KV-use series in the details, ms (0: none).
     #[serde(default = "d_kv_interval_ms")]
     pub kv_sample_interval_ms: f64,
+    /// The run's timeline in the details (`details.timeline`, the `timeline` figure).
+    #[serde(default)]
+    pub timeline: bool,
 }
 
 impl Default for OutputTable {
@@ -1092,6 +1095,9 @@ pub struct ServingScenario {
     pub per_request_csv: bool,
     pub trace_events: bool,
     pub kv_sample_interval_ns: u64,
+    /// `[output] timeline`: each replica's (placed, each worker's) loads, steps and idle time in
+    /// `details.timeline`.
+    pub timeline: bool,
     /// ExpertWeave adapters served on the replicas (`[adapters]`).
     pub adapters: Option<AdapterSpec>,
     /// Tokens every prompt begins with, shared by all requests (`workload.shared_prefix_tokens`).
@@ -2751,6 +2757,7 @@ impl ServingConfig {
             arrival,
             per_request_csv: o.per_request_csv,
             trace_events: o.trace_events,
+            timeline: o.timeline,
             kv_sample_interval_ns,
             adapters,
             shared_prefix_tokens,

@@ -64,11 +64,13 @@ impl Family for Serving {
     const CSV_COLUMNS: Option<&'static [&'static str]> = Some(super::CSV_COLUMNS);
     const TRACE_EVENTS: bool = true;
     /// GEM's figures read the expert detail a traced MoE group records
-    /// (`mapping::expert_detail`); ExpertWeave's memory figure the adapters' memory plan.
+    /// (`mapping::expert_detail`); ExpertWeave's memory figure the adapters' memory plan; the
+    /// timeline what `[output] timeline` records.
     const FIGURE_KINDS: &'static [FigureKind] = &[
         FigureKind::GemExpertLoad,
         FigureKind::GemStaircase,
         FigureKind::ExpertweaveMemory,
+        FigureKind::Timeline,
     ];
     const PROFILE_FIELD: Option<&'static str> = Some("replica.scheduler.profile");
 

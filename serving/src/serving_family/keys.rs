@@ -301,4 +301,9 @@ pub const KEYS: &[KeyDoc] = &[
         default: "100",
         meaning: "grid of each replica's KV-use series in the details (0: none)",
     },
+    KeyDoc {
+        key: "output.timeline",
+        default: "false",
+        meaning: "`details.timeline`: per replica (placed, per worker) the intervals its model loads, runs steps and idles, what `timeline` figures draw",
+    },
 ];

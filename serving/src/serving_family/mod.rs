@@ -952,6 +952,7 @@ pub fn serve_gated<'a>(
     // Every step end is counted as an event, those the server handled at once included.
     let handled_events = stats.events + server.inlined_steps();
     let task_score_pct = server.task_score_pct();
+    let timeline = server.timeline_detail();
     let sessions = server.sessions_detail();
     let workers = server.sessions_summary();
     let (mut overall, replicas) = match server.finish() {
@@ -1062,6 +1063,10 @@ pub fn serve_gated<'a>(
     if let (Some(plan), Some(sessions)) = (&scenario.sessions, sessions) {
         details["placement"] = plan.detail.clone();
         details["sessions"] = sessions;
+    }
+    // Only with `[output] timeline`, so no other run's details change.
+    if let Some(timeline) = timeline {
+        details["timeline"] = timeline;
     }
     // Only with a question workload, so no other run's details change.
     if let Some(questions) = questions {

@@ -565,7 +565,8 @@ impl<'a> ServingServer<'a> {
                         scheduler::reported_kv_blocks(&group.replica, deployment),
                         scenario.kv_sample_interval_ns,
                     )
-                    .with_imbalance_sensitivity(imbalance_sensitivity),
+                    .with_imbalance_sensitivity(imbalance_sensitivity)
+                    .with_timeline(scenario.timeline),
                     step_cost,
                     priced_by,
                     expected,
@@ -677,6 +678,56 @@ impl<'a> ServingServer<'a> {
             );
         }
         self.inlined
+    }
+
+    /// With `[output] timeline`: `details.timeline`, per replica (placed, per worker) the
+    /// intervals its model loaded, ran steps and idled up to the run's end
+    /// (`recorder::timeline::rows`).
+    pub fn timeline_detail(&self) -> Option<serde_json::Value> {
+        use crate::recorder::timeline::{BusyIntervals, ReplicaTimeline, rows};
+        if !self.scenario.timeline {
+            return None;
+        }
+        let (labels, places) = match &self.sessions {
+            Some(sessions) => sessions.timeline_places(),
+            None => (
+                (0..self.replicas.len())
+                    .map(|r| format!("replica {r}"))
+                    .collect(),
+                self.replicas
+                    .iter()
+                    .enumerate()
+                    .map(|(r, run)| (vec![r], Some((SimTime::ZERO, SimTime::ZERO + run.load))))
+                    .collect(),
+            ),
+        };
+        let models: Vec<&str> = self
+            .scenario
+            .groups()
+            .flat_map(|(model, r)| std::iter::repeat_n(model.name(), r.count))
+            .collect();
+        let none = BusyIntervals::default();
+        let replicas: Vec<ReplicaTimeline<'_>> = self
+            .replicas
+            .iter()
+            .zip(places)
+            .zip(models)
+            .map(|((run, (rows, load)), model)| ReplicaTimeline {
+                model,
+                rows,
+                load,
+                busy: run.recorder.busy().unwrap_or(&none),
+            })
+            .collect();
+        let resolution = replicas
+            .iter()
+            .map(|r| r.busy.resolution())
+            .max()
+            .unwrap_or_default();
+        Some(serde_json::json!({
+            "resolution_s": resolution.as_secs_f64(),
+            "rows": rows(labels, &replicas, self.last_finish),
+        }))
     }
 
     /// With `[placement]`: what the workers did (`details.sessions`).

@@ -59,6 +59,10 @@ impl WorkerSessions {
     }
 }
 
+/// A replica's rows on the timeline and its model load, where it loaded
+/// (`Sessions::timeline_places`).
+pub type TimelinePlace = (Vec<usize>, Option<(SimTime, SimTime)>);
+
 /// When one session loaded, generated and ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct SessionTimes {
@@ -348,6 +352,31 @@ impl Sessions {
         }
     }
 
+    /// The timeline's rows (`worker w`) and each replica's place on them: a session on its
+    /// worker's row with its load as it ran (none when it did not run), the aggregator's on
+    /// every worker's.
+    pub fn timeline_places(&self) -> (Vec<String>, Vec<TimelinePlace>) {
+        let workers = self.plan.workers.len();
+        let places = (0..self.plan.calls.len())
+            .map(|r| {
+                let rows = if self.is_aggregator(r) {
+                    (0..workers).collect()
+                } else {
+                    let on = |w: &Vec<usize>| w.contains(&r);
+                    self.plan.workers.iter().position(on).into_iter().collect()
+                };
+                (
+                    rows,
+                    self.times[r].map(|t| (t.load_start, t.generate_start)),
+                )
+            })
+            .collect();
+        (
+            (0..workers).map(|w| format!("worker {w}")).collect(),
+            places,
+        )
+    }
+
     /// `details.sessions`: the summary, and per worker its sessions (replica, model, calls,
     /// load start, generation start, end; seconds) in the order it ran them.
     pub fn detail(&self, scenario: &ServingScenario) -> serde_json::Value {
@@ -543,6 +572,164 @@ mod tests {
             1
         );
         assert_eq!(session(&free, 0, 1).0, slow_end);
+    }
+
+    /// `details.timeline`'s rows as (kind, model, start, end), checking that they tile
+    /// [0, `end`] without a gap.
+    fn timeline_rows(out: &RunOutput, end: f64) -> Vec<Vec<(String, String, f64, f64)>> {
+        let rows = out.details["timeline"]["rows"]
+            .as_array()
+            .expect("a timeline");
+        rows.iter()
+            .map(|row| {
+                let segments: Vec<(String, String, f64, f64)> = row["segments"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| {
+                        (
+                            s["kind"].as_str().unwrap().to_string(),
+                            s["model"].as_str().unwrap_or("").to_string(),
+                            s["start_s"].as_f64().unwrap(),
+                            s["end_s"].as_f64().unwrap(),
+                        )
+                    })
+                    .collect();
+                let mut at = 0.0;
+                for (_, _, start, stop) in &segments {
+                    close(*start, at);
+                    assert!(stop > start, "an empty segment in {row}");
+                    at = *stop;
+                }
+                close(at, end);
+                segments
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_timeline_has_each_workers_loads_runs_and_idle_time_as_its_sessions_ran() {
+        // Data parallelism as in the barrier test: worker 1 waits at the barrier, then loads
+        // Qwen for no call and idles to the end.
+        let plan = vec![vec![(0, 3), (1, 3)], vec![(0, 1), (1, 0)]];
+        let given = PlacementPlan {
+            workers: plan
+                .iter()
+                .map(|w| {
+                    w.iter()
+                        .map(|&(model, prompts)| Session { model, prompts })
+                        .collect()
+                })
+                .collect(),
+            barrier_per_round: true,
+            solver: None,
+        };
+        let text = format!("{PLACED}[output]\ntimeline = true\n");
+        let s = planned(&scenario(&text).unwrap(), &mut Given(given), 0).unwrap();
+        let out = run(&s);
+        let end = out.scalar("makespan_s").unwrap();
+        let rows = timeline_rows(&out, end);
+        let labels: Vec<&str> = out.details["timeline"]["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["label"].as_str().unwrap())
+            .collect();
+        assert_eq!(labels, ["worker 0", "worker 1"]);
+        assert_eq!(out.details["timeline"]["resolution_s"], 0.0);
+        let model = |i: usize| {
+            out.details["sessions"]["workers"][0][i]["model"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let (llama, qwen) = (&model(0), &model(1));
+        let shape = |row: &[(String, String, f64, f64)]| -> Vec<(String, String)> {
+            row.iter()
+                .map(|(k, m, _, _)| (k.clone(), m.clone()))
+                .collect()
+        };
+        let pair = |k: &str, m: &str| (k.to_string(), m.to_string());
+        assert_eq!(
+            shape(&rows[0]),
+            [
+                pair("load", llama),
+                pair("run", llama),
+                pair("load", qwen),
+                pair("run", qwen)
+            ]
+        );
+        assert_eq!(
+            shape(&rows[1]),
+            [
+                pair("load", llama),
+                pair("run", llama),
+                pair("idle", ""),
+                pair("load", qwen),
+                pair("idle", "")
+            ]
+        );
+        // Every load and run is its session's, to the nanosecond.
+        for (w, i, load, run) in [(0, 0, 0, 1), (0, 1, 2, 3), (1, 0, 0, 1)] {
+            let (load_start, generate_start, session_end, _) = session(&out, w, i);
+            assert_eq!(
+                (rows[w][load].2, rows[w][load].3),
+                (load_start, generate_start)
+            );
+            assert_eq!(
+                (rows[w][run].2, rows[w][run].3),
+                (generate_start, session_end)
+            );
+        }
+        // The empty session's load after the barrier, and the idle time before and after it.
+        let (load_start, generate_start, _, calls) = session(&out, 1, 1);
+        assert_eq!(calls, 0);
+        assert_eq!((rows[1][3].2, rows[1][3].3), (load_start, generate_start));
+        // Without the key the run is the same and its details have no timeline.
+        let plain = placed(plan, true);
+        assert!(plain.details.get("timeline").is_none());
+        let bits = |o: &RunOutput| -> Vec<(String, u64)> {
+            o.scalars
+                .iter()
+                .map(|(n, v)| (n.clone(), v.to_bits()))
+                .collect()
+        };
+        assert_eq!(bits(&plain), bits(&out));
+        let mut details = out.details.clone();
+        details.as_object_mut().unwrap().remove("timeline");
+        assert_eq!(plain.details, details);
+    }
+
+    #[test]
+    fn a_resident_replicas_timeline_is_its_load_then_its_busy_steps_and_idle_gaps() {
+        // One H100 loading Llama-2-7B for 10 s, 40 Poisson arrivals at 0.2 a second: the
+        // replica runs, empties, idles until the next arrival, and so on.
+        let text = "[model]\nname = \"llama-2-7b\"\n[replica]\ngpu = \"H100-SXM\"\n\
+                    load = { kind = \"fixed\", seconds = 10.0 }\n[workload]\nn_requests = 40\n\
+                    prompt_tokens = { kind = \"fixed\", value = 100 }\n\
+                    output_tokens = { kind = \"fixed\", value = 20 }\n[arrival]\n\
+                    pattern = \"poisson\"\nrate_per_s = 0.2\n[output]\ntimeline = true\n";
+        let out = run(&scenario(text).unwrap());
+        let end = out.scalar("makespan_s").unwrap();
+        let rows = timeline_rows(&out, end);
+        assert_eq!(out.details["timeline"]["rows"][0]["label"], "replica 0");
+        let row = &rows[0];
+        assert_eq!((row[0].0.as_str(), row[0].2, row[0].3), ("load", 0.0, 10.0));
+        let runs = row.iter().filter(|s| s.0 == "run").count();
+        let idles = row.iter().filter(|s| s.0 == "idle").count();
+        assert!(
+            runs > 5 && idles + 1 >= runs,
+            "{runs} runs, {idles} idle gaps"
+        );
+        // Runs and idle gaps alternate after the load (steps back to back are one run).
+        for pair in row[1..].windows(2) {
+            assert_ne!(pair[0].0, pair[1].0, "{row:?}");
+        }
+        assert_eq!(
+            row.last().unwrap().0,
+            "run",
+            "the run ends with its last step"
+        );
     }
 
     /// GPQA's 198 questions recruited to two experts (Llama-2-7B, 300 slots, loading 10 s;

@@ -442,6 +442,24 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
         file.report.as_ref(),
     )
     .map_err(|e| loader.error(loader.spans.locate(&e.path), Some(&e.path), e.message))?;
+    // A timeline figure draws what the runs record only when the file asks for it.
+    let timeline = crate::family::FigureKind::Timeline;
+    if let Some(i) = file.figures.iter().position(|f| f.kind == timeline)
+        && document
+            .get("output")
+            .and_then(|o| o.get("timeline"))
+            .and_then(toml::Value::as_bool)
+            != Some(true)
+    {
+        let field = format!("figure[{i}].kind");
+        return Err(loader.error(
+            loader.spans.locate(&field),
+            Some(&field),
+            "`timeline` figures draw the runs' `details.timeline`, which a run records only \
+             with `[output] timeline = true`; set it"
+                .to_string(),
+        ));
+    }
 
     Ok(ScenarioPlan {
         path: path.to_path_buf(),

@@ -259,6 +259,10 @@ pub fn catalogue() -> Vec<OptionGroup> {
                     "expertweave_memory",
                     "device memory per adapter count and manager, stacked",
                 ),
+                (
+                    "timeline",
+                    "per replica or worker: load / run / idle intervals over time",
+                ),
             ],
         ),
         OptionGroup {
