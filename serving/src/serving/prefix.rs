@@ -374,20 +374,22 @@ impl PrefixCache {
     /// map); their slots become spare.
     fn remove_dead(&mut self) {
         // Which slots are dead, read in slot order; a spare slot reads as dead too, but no run
-        // names it.
+        // names it. One more, past the last slot, stands for `NO_SLOT`, so that the pass over
+        // the runs reads each place the same way, without a branch.
         let popped = self.popped;
         self.dead_slots.clear();
         self.dead_slots
             .extend(self.entries.iter().map(|entry| !entry.live(popped)));
+        self.dead_slots.push(true);
         let dead_slots = &self.dead_slots;
+        let none = self.entries.len();
         for (index, run) in self.run_list.iter_mut().enumerate() {
             if run.slots.is_empty() {
                 continue;
             }
             for slot in &mut run.slots {
-                if *slot != NO_SLOT && dead_slots[*slot as usize] {
-                    *slot = NO_SLOT;
-                }
+                let dead = dead_slots[(*slot as usize).min(none)];
+                *slot = if dead { NO_SLOT } else { *slot };
             }
             while run.slots.last() == Some(&NO_SLOT) {
                 run.slots.pop();
@@ -403,7 +405,7 @@ impl PrefixCache {
         // that follow write neighbouring entries.
         self.spare.clear();
         self.spare.extend(
-            (0..dead_slots.len())
+            (0..none)
                 .rev()
                 .filter(|&slot| dead_slots[slot])
                 .map(|slot| slot as Slot),
