@@ -764,15 +764,13 @@ mod tests {
         for _ in 0..20_000 {
             let (block, hash) = pool[rng.random_range(0..pool.len())];
             match rng.random_range(0..6) {
-                0 => {
-                    // A hit on a resident block (free or held).
-                    if model.refs.contains_key(&hash) {
-                        let was_free = model.acquire(hash);
-                        let at = slot(&cache, block);
-                        assert_eq!(cache.acquire(at), was_free);
-                        acquired += u32::from(was_free);
-                        held.push((hash, at));
-                    }
+                // A hit on a resident block (free or held).
+                0 if model.refs.contains_key(&hash) => {
+                    let was_free = model.acquire(hash);
+                    let at = slot(&cache, block);
+                    assert_eq!(cache.acquire(at), was_free);
+                    acquired += u32::from(was_free);
+                    held.push((hash, at));
                 }
                 1 | 2 => {
                     let n = rng.random_range(1..4);
