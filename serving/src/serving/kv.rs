@@ -4,7 +4,7 @@
 //! cached blocks and free block queue when the replica runs it (`prefix::PrefixCache`).
 
 use super::config::KvConfig;
-use super::prefix::{PrefixCache, Slot};
+use super::prefix::{BlockHash, PrefixCache, Slot};
 
 /// Blocks of one replica's KV cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,16 +62,8 @@ impl BlockManager {
     /// A sequence's block `hash` (in use, counted in `used`) is computed: cached with the
     /// sequence's reference at the slot returned, unless an equal block is already resident
     /// (`None`).
-    pub fn register_cached(&mut self, hash: u64) -> Option<Slot> {
+    pub fn register_cached(&mut self, hash: BlockHash) -> Option<Slot> {
         self.cache.as_mut().expect("a prefix cache").register(hash)
-    }
-
-    /// Reads the cached blocks' map where `hashes` sit before they are registered
-    /// (`PrefixCache::warm`); without a cache, nothing.
-    pub fn warm_cached(&self, hashes: &[u64]) {
-        if let Some(cache) = &self.cache {
-            cache.warm(hashes);
-        }
     }
 
     /// Reads the cached blocks at `slots` before they are released (`PrefixCache::warm_slots`).

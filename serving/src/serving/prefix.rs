@@ -9,6 +9,14 @@
 //! tokens of a token stream named `stream`, so two prompts hold the same tokens where their
 //! segments name the same streams at the same offsets (a shared system prompt, a workflow's
 //! growing history). Tokens past the described segments are the request's own.
+//!
+//! The cache keeps its blocks by run: the full blocks whose last token lies in one segment of
+//! a prompt form a run, named by a hash of the segments before it and of its own stream
+//! (`BlockHash`). A block is still cached, hit, freed and evicted on its own, as vLLM does; what
+//! the runs change is the bookkeeping: a run's blocks sit side by side, and a prompt's lookup or
+//! a chunk's registration finds them with one map probe a run instead of one a block. Two
+//! blocks have equal `BlockHash`es exactly when vLLM's chained hashes of them would be equal:
+//! when the tokens up to their ends are the same.
 
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -29,50 +37,46 @@ fn mix(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The chained hashes of the full blocks of `block_size` tokens that `segments` cover, in
-/// order, into `out` (cleared first). A block partly past the segments holds tokens of the
-/// request's own and ends the chain.
-pub fn block_hashes(segments: &[PrefixSegment], block_size: u32, out: &mut Vec<u64>) {
-    out.clear();
-    let mut hash = 0u64;
-    let (mut segment, mut offset) = (0usize, 0u32);
-    // The mixed stream name of the segment `segment` (mixed once per segment).
-    let mut stream = (usize::MAX, 0u64);
-    'blocks: loop {
-        let mut need = block_size;
-        let mut block = hash;
-        while need > 0 {
-            let Some(s) = segments.get(segment) else {
-                break 'blocks;
-            };
-            let take = need.min(s.tokens - offset);
-            if take > 0 {
-                if stream.0 != segment {
-                    stream = (segment, mix(s.stream));
-                }
-                block = mix(block.rotate_left(17) ^ stream.1);
-                block = mix(block ^ (u64::from(offset) << 32 | u64::from(take)));
-            }
-            need -= take;
-            offset += take;
-            if offset == s.tokens {
-                segment += 1;
-                offset = 0;
-            }
-        }
-        hash = block;
-        out.push(hash);
-    }
+/// A full prompt block's identity: the run it lies in and its place in the run. The run's hash
+/// covers the segments before the run's own (their streams and lengths) and that segment's
+/// stream, which fixes where the run starts; the place then fixes which of the segment's tokens
+/// the block ends at. So two blocks are equal exactly when the tokens up to their ends are:
+/// what vLLM's hash chained over a prompt's blocks identifies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockHash {
+    pub run: u64,
+    pub at: u32,
 }
 
-/// How many of a prompt's block hashes `PrefixCache::lookup` probes together (a run past the
-/// first miss is probed for nothing, so the runs are short).
-const LOOKUP_RUN: usize = 8;
+/// The identities of the full blocks of `block_size` tokens that `segments` cover, in order,
+/// into `out` (cleared first). A block partly past the segments holds tokens of the request's
+/// own and ends the chain.
+pub fn block_hashes(segments: &[PrefixSegment], block_size: u32, out: &mut Vec<BlockHash>) {
+    out.clear();
+    let block_size = u64::from(block_size);
+    // `before` hashes the segments before the current one; `start` is where it begins.
+    let (mut before, mut start) = (0u64, 0u64);
+    for s in segments.iter().filter(|s| s.tokens > 0) {
+        let run = mix(before.rotate_left(17) ^ mix(s.stream));
+        let end = start + u64::from(s.tokens);
+        // The blocks whose last token lies in [start, end): block k ends at (k + 1) x size - 1.
+        let first = start / block_size;
+        out.extend((first..end / block_size).map(|k| BlockHash {
+            run,
+            at: (k - first) as u32,
+        }));
+        before = mix(run ^ u64::from(s.tokens));
+        start = end;
+    }
+}
 
 /// Where a cached block's entry sits in `PrefixCache`'s entries: a sequence holds the slots of
 /// the blocks it references, so dropping or taking a reference reads the entry directly, without
 /// a map probe.
 pub type Slot = u32;
+
+/// A place in a run that names no entry.
+const NO_SLOT: Slot = Slot::MAX;
 
 /// One cached block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,6 +96,17 @@ impl Entry {
     }
 }
 
+/// The cached blocks of one run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Run {
+    /// The run's hash (`BlockHash::run`), its key in `PrefixCache::runs`.
+    hash: u64,
+    /// The slot of each of its blocks, by place (`NO_SLOT` where none was computed, or one
+    /// was and its dead entry was removed); empty for a run out of the map, and otherwise
+    /// ending with a slot.
+    slots: Vec<Slot>,
+}
+
 /// A run of free blocks in the free queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Free {
@@ -106,17 +121,26 @@ enum Free {
 /// `kv::BlockManager` (which calls it on every allocation and release).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrefixCache {
-    /// The slot of each cached block, keyed by its chained hash (already mixed, so the map's
-    /// own hash can be cheap; the map is iterated only to drop dead entries). An eviction does
-    /// not probe it: the evicted block's entry stays, dead (`Entry::live`), until the dead ones
-    /// outnumber the live ones and are removed together, their slots kept for reuse.
-    index: FxHashMap<u64, Slot>,
-    /// The blocks' entries, by slot.
+    /// The index in `run_list` of each run that names a slot, keyed by the run's hash (already
+    /// mixed, so the map's own hash can be cheap).
+    runs: FxHashMap<u64, u32>,
+    /// The runs, by index; those out of `runs` (their slots empty, kept for reuse) are listed
+    /// in `spare_runs`.
+    run_list: Vec<Run>,
+    spare_runs: Vec<u32>,
+    /// The run `register` found last (its hash and index): a chunk registers its blocks in
+    /// order, so consecutive registrations mostly fall in one run.
+    last_run: Option<(u64, u32)>,
+    /// The blocks' entries, by slot. An eviction does not touch the runs: the evicted block's
+    /// entry stays named, dead (`Entry::live`), until the dead ones outnumber the live ones and
+    /// are removed together, their slots kept for reuse.
     entries: Vec<Entry>,
-    /// Slots whose block left `index`, reused before `entries` grows, the lowest first (kept
-    /// in descending order).
+    /// Slots no run names, reused before `entries` grows, the lowest first (kept in descending
+    /// order).
     spare: Vec<Slot>,
-    /// Dead entries in `index`.
+    /// Slots the runs name (live or dead).
+    named: usize,
+    /// Dead entries the runs name.
     dead: usize,
     /// Whether each slot is dead, while the dead entries are removed (reused).
     dead_slots: Vec<bool>,
@@ -134,9 +158,13 @@ impl PrefixCache {
     /// An empty cache of `blocks` free blocks.
     pub fn new(blocks: u64) -> Self {
         PrefixCache {
-            index: FxHashMap::default(),
+            runs: FxHashMap::default(),
+            run_list: Vec::new(),
+            spare_runs: Vec::new(),
+            last_run: None,
             entries: Vec::new(),
             spare: Vec::new(),
+            named: 0,
             dead: 0,
             dead_slots: Vec::new(),
             free: VecDeque::from([Free::Plain(blocks)]),
@@ -154,52 +182,42 @@ impl PrefixCache {
 
     /// Blocks resident in the cache (held or free).
     pub fn resident(&self) -> usize {
-        self.index.len() - self.dead
+        self.named - self.dead
     }
 
-    /// How many of `hashes` (a prompt's chain), from the first and at most `max`, are resident,
-    /// and how many of those are free (a hit on them takes them out of the free blocks); their
-    /// slots go to `hits` (cleared first).
-    pub fn lookup(&self, hashes: &[u64], max: usize, hits: &mut Vec<Slot>) -> (usize, u64) {
+    /// How many of `hashes` (a prompt's blocks), from the first and at most `max`, are
+    /// resident, and how many of those are free (a hit on them takes them out of the free
+    /// blocks); their slots go to `hits` (cleared first). The map of runs is probed once a run.
+    pub fn lookup(&self, hashes: &[BlockHash], max: usize, hits: &mut Vec<Slot>) -> (usize, u64) {
         hits.clear();
         let mut free = 0;
-        let hashes = &hashes[..max.min(hashes.len())];
-        // In runs of `LOOKUP_RUN`: each run's map probes and entry reads are issued together
-        // first (as `warm` does), so their cache misses overlap instead of each probe waiting
-        // on the one before it; then the run is read in order, stopping at the first miss.
-        for run in hashes.chunks(LOOKUP_RUN) {
-            if run.len() > 1 {
-                for hash in run {
-                    if let Some(&slot) = self.index.get(hash) {
-                        std::hint::black_box(self.entries[slot as usize].refs);
+        let mut run: Option<(u64, &[Slot])> = None;
+        for hash in &hashes[..max.min(hashes.len())] {
+            let slots = match run {
+                Some((at, slots)) if at == hash.run => slots,
+                _ => match self.runs.get(&hash.run) {
+                    Some(&index) => {
+                        let slots = &self.run_list[index as usize].slots[..];
+                        run = Some((hash.run, slots));
+                        slots
                     }
+                    None => break,
+                },
+            };
+            match slots.get(hash.at as usize) {
+                Some(&slot) if slot != NO_SLOT && self.entries[slot as usize].live(self.popped) => {
+                    free += u64::from(self.entries[slot as usize].refs == 0);
+                    hits.push(slot);
                 }
-            }
-            for hash in run {
-                match self.index.get(hash) {
-                    Some(&slot) if self.entries[slot as usize].live(self.popped) => {
-                        free += u64::from(self.entries[slot as usize].refs == 0);
-                        hits.push(slot);
-                    }
-                    _ => return (hits.len(), free),
-                }
+                _ => break,
             }
         }
         (hits.len(), free)
     }
 
-    /// Reads the block map where each of `hashes` sits (or would be inserted), so that the
-    /// registrations of a chunk's computed blocks that follow find it in the processor's cache:
-    /// these reads do not depend on each other, so their cache misses overlap, where each
-    /// registration would wait for its own before the next one begins. Changes nothing.
-    pub fn warm(&self, hashes: &[u64]) {
-        for hash in hashes {
-            std::hint::black_box(self.index.get(hash));
-        }
-    }
-
     /// Reads the entries at `slots` (a finishing sequence's held blocks) before they are
-    /// released, for the same reason as `warm`. Changes nothing.
+    /// released: these reads do not depend on each other, so their cache misses overlap, where
+    /// each release would wait for its own before the next one begins. Changes nothing.
     pub fn warm_slots(&self, slots: &[Slot]) {
         for &slot in slots {
             std::hint::black_box(self.entries[slot as usize].refs);
@@ -227,38 +245,71 @@ impl PrefixCache {
         true
     }
 
+    /// The index in `run_list` of the run `hash`, added to the map if it is not there.
+    fn run_index(&mut self, hash: u64) -> usize {
+        if let Some((last, index)) = self.last_run
+            && last == hash
+        {
+            return index as usize;
+        }
+        let index = match self.runs.entry(hash) {
+            MapEntry::Occupied(occupied) => *occupied.get(),
+            MapEntry::Vacant(vacant) => {
+                let index = match self.spare_runs.pop() {
+                    Some(index) => {
+                        self.run_list[index as usize].hash = hash;
+                        index
+                    }
+                    None => {
+                        self.run_list.push(Run {
+                            hash,
+                            slots: Vec::new(),
+                        });
+                        u32::try_from(self.run_list.len() - 1).expect("under 2^32 runs")
+                    }
+                };
+                *vacant.insert(index)
+            }
+        };
+        self.last_run = Some((hash, index));
+        index as usize
+    }
+
     /// A sequence has computed the block `hash`: it becomes cached with the sequence's
     /// reference, at the slot returned; `None` (and nothing changes) when an equal block is
     /// already resident.
-    pub fn register(&mut self, hash: u64) -> Option<Slot> {
+    pub fn register(&mut self, hash: BlockHash) -> Option<Slot> {
         let held = Entry { stamp: 0, refs: 1 };
-        match self.index.entry(hash) {
-            MapEntry::Occupied(occupied) => {
-                let slot = *occupied.get();
-                let entry = &mut self.entries[slot as usize];
-                if entry.live(self.popped) {
-                    return None;
-                }
-                // An evicted block computed again.
-                *entry = held;
-                self.dead -= 1;
-                Some(slot)
+        let run = self.run_index(hash.run);
+        let at = hash.at as usize;
+        let named = self.run_list[run].slots.get(at).copied().unwrap_or(NO_SLOT);
+        if named != NO_SLOT {
+            let entry = &mut self.entries[named as usize];
+            if entry.live(self.popped) {
+                return None;
             }
-            MapEntry::Vacant(vacant) => {
-                let slot = match self.spare.pop() {
-                    Some(slot) => {
-                        self.entries[slot as usize] = held;
-                        slot
-                    }
-                    None => {
-                        self.entries.push(held);
-                        Slot::try_from(self.entries.len() - 1).expect("under 2^32 cached blocks")
-                    }
-                };
-                vacant.insert(slot);
-                Some(slot)
-            }
+            // An evicted block computed again.
+            *entry = held;
+            self.dead -= 1;
+            return Some(named);
         }
+        let slot = match self.spare.pop() {
+            Some(slot) => {
+                self.entries[slot as usize] = held;
+                slot
+            }
+            None => {
+                self.entries.push(held);
+                Slot::try_from(self.entries.len() - 1).expect("under 2^32 cached blocks")
+            }
+        };
+        let slots = &mut self.run_list[run].slots;
+        if slots.len() <= at {
+            slots.resize(at + 1, NO_SLOT);
+        }
+        slots[at] = slot;
+        self.named += 1;
+        Some(slot)
     }
 
     /// A sequence drops its reference on the block at `slot`; true when the block became free
@@ -314,28 +365,53 @@ impl PrefixCache {
                 }
             }
         }
-        if self.dead > self.index.len() - self.dead {
-            // Which slots are dead, read in slot order (not in the map's order, a cache miss
-            // each); a spare slot reads as dead too, but no map entry names it.
-            let popped = self.popped;
-            self.dead_slots.clear();
-            self.dead_slots
-                .extend(self.entries.iter().map(|entry| !entry.live(popped)));
-            let dead_slots = &self.dead_slots;
-            self.index.retain(|_, &mut slot| !dead_slots[slot as usize]);
-            // The spare slots are now the dead ones (those just removed and those spare
-            // before), listed from the highest so that `register` pops the lowest first: the
-            // registrations that follow write neighbouring entries, not entries scattered in
-            // the map's order.
-            self.spare.clear();
-            self.spare.extend(
-                (0..dead_slots.len())
-                    .rev()
-                    .filter(|&slot| dead_slots[slot])
-                    .map(|slot| slot as Slot),
-            );
-            self.dead = 0;
+        if self.dead > self.named - self.dead {
+            self.remove_dead();
         }
+    }
+
+    /// Removes the dead entries from their runs (and the runs left without a slot from the
+    /// map); their slots become spare.
+    fn remove_dead(&mut self) {
+        // Which slots are dead, read in slot order; a spare slot reads as dead too, but no run
+        // names it. One more, past the last slot, stands for `NO_SLOT`, so that the pass over
+        // the runs reads each place the same way, without a branch.
+        let popped = self.popped;
+        self.dead_slots.clear();
+        self.dead_slots
+            .extend(self.entries.iter().map(|entry| !entry.live(popped)));
+        self.dead_slots.push(true);
+        let dead_slots = &self.dead_slots;
+        let none = self.entries.len();
+        for (index, run) in self.run_list.iter_mut().enumerate() {
+            if run.slots.is_empty() {
+                continue;
+            }
+            for slot in &mut run.slots {
+                let dead = dead_slots[(*slot as usize).min(none)];
+                *slot = if dead { NO_SLOT } else { *slot };
+            }
+            while run.slots.last() == Some(&NO_SLOT) {
+                run.slots.pop();
+            }
+            if run.slots.is_empty() {
+                self.runs.remove(&run.hash);
+                self.spare_runs.push(index as u32);
+            }
+        }
+        self.last_run = None;
+        // The spare slots are now the dead ones (those just removed and those spare before),
+        // listed from the highest so that `register` pops the lowest first: the registrations
+        // that follow write neighbouring entries.
+        self.spare.clear();
+        self.spare.extend(
+            (0..none)
+                .rev()
+                .filter(|&slot| dead_slots[slot])
+                .map(|slot| slot as Slot),
+        );
+        self.named -= self.dead;
+        self.dead = 0;
     }
 
     /// `n` plain blocks are freed (the overdraft paid back first).
@@ -364,16 +440,55 @@ mod tests {
         PrefixSegment { stream, tokens }
     }
 
+    /// A block named by a number: three places to a run, so a chain of numbers crosses runs.
+    fn h(n: u64) -> BlockHash {
+        BlockHash {
+            run: n / 3,
+            at: (n % 3) as u32,
+        }
+    }
+
+    fn chain(numbers: impl IntoIterator<Item = u64>) -> Vec<BlockHash> {
+        numbers.into_iter().map(h).collect()
+    }
+
     /// `lookup`'s (hits, free hits) for `hashes`, at most `max`.
-    fn hits(cache: &PrefixCache, hashes: &[u64], max: usize) -> (usize, u64) {
+    fn hits(cache: &PrefixCache, hashes: &[BlockHash], max: usize) -> (usize, u64) {
         cache.lookup(hashes, max, &mut Vec::new())
     }
 
     /// The slot of the resident block `hash`.
-    fn slot(cache: &PrefixCache, hash: u64) -> Slot {
+    fn slot(cache: &PrefixCache, hash: BlockHash) -> Slot {
         let mut slots = Vec::new();
         cache.lookup(&[hash], 1, &mut slots);
         slots[0]
+    }
+
+    /// vLLM's identity of a prompt's full blocks written out as it defines it: a hash chained
+    /// block by block over what each block holds (for each segment it touches: the stream, the
+    /// offset and the tokens taken), the reference `block_hashes` must agree with.
+    fn chained_hashes(segments: &[PrefixSegment], block_size: u32) -> Vec<u64> {
+        let mut tokens: Vec<(u64, u32)> = Vec::new();
+        for s in segments {
+            tokens.extend((0..s.tokens).map(|offset| (s.stream, offset)));
+        }
+        let mut out = Vec::new();
+        let mut hash = 0u64;
+        for block in tokens.chunks_exact(block_size as usize) {
+            let mut pieces: Vec<(u64, u32, u32)> = Vec::new();
+            for &(stream, offset) in block {
+                match pieces.last_mut() {
+                    Some((s, start, n)) if *s == stream && *start + *n == offset => *n += 1,
+                    _ => pieces.push((stream, offset, 1)),
+                }
+            }
+            for (stream, offset, n) in pieces {
+                hash = mix(hash.rotate_left(17) ^ mix(stream));
+                hash = mix(hash ^ (u64::from(offset) << 32 | u64::from(n)));
+            }
+            out.push(hash);
+        }
+        out
     }
 
     #[test]
@@ -395,86 +510,167 @@ mod tests {
     }
 
     #[test]
+    fn blocks_are_equal_exactly_where_the_chained_hashes_are() {
+        use rand::RngExt;
+        let mut rng = crate::rng::stream(3, "prefix-block-identity");
+        // Few streams and lengths, so that prompts often share segments, offsets and runs.
+        let lengths = [0, 3, 8, 13, 16, 21, 40];
+        let prompts: Vec<Vec<PrefixSegment>> = (0..300)
+            .map(|_| {
+                (0..rng.random_range(0..5))
+                    .map(|_| {
+                        let tokens = lengths[rng.random_range(0..lengths.len())];
+                        seg(rng.random_range(0..3), tokens)
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut shared = 0;
+        for block_size in [1, 4, 8] {
+            let blocks: Vec<(Vec<BlockHash>, Vec<u64>)> = prompts
+                .iter()
+                .map(|segments| {
+                    let mut ours = Vec::new();
+                    block_hashes(segments, block_size, &mut ours);
+                    (ours, chained_hashes(segments, block_size))
+                })
+                .collect();
+            for (ours, reference) in &blocks {
+                assert_eq!(ours.len(), reference.len());
+            }
+            for (i, (a, ra)) in blocks.iter().enumerate() {
+                for (b, rb) in &blocks[i + 1..] {
+                    for k in 0..a.len().min(b.len()) {
+                        assert_eq!(a[k] == b[k], ra[k] == rb[k]);
+                        shared += usize::from(k > 0 && ra[k] == rb[k]);
+                    }
+                }
+            }
+        }
+        assert!(shared > 10_000, "{shared} shared blocks");
+    }
+
+    #[test]
     fn the_least_recently_freed_cached_block_is_evicted_first() {
         let mut cache = PrefixCache::new(4);
         cache.take(4);
-        let (one, two) = (cache.register(1).unwrap(), cache.register(2).unwrap());
+        let (one, two) = (cache.register(h(1)).unwrap(), cache.register(h(2)).unwrap());
         cache.give(2);
         // Block 2 freed before block 1: 2 is the older.
         assert!(cache.unref(two) && cache.unref(one));
-        assert_eq!(cache.register(1), None, "1 is still resident");
+        assert_eq!(cache.register(h(1)), None, "1 is still resident");
         // Two plain blocks were freed before both: they go first, then block 2.
         cache.take(3);
-        assert_eq!(hits(&cache, &[2], 1), (0, 0));
-        assert_eq!(hits(&cache, &[1], 1), (1, 1));
+        assert_eq!(hits(&cache, &[h(2)], 1), (0, 0));
+        assert_eq!(hits(&cache, &[h(1)], 1), (1, 1));
         assert_eq!(cache.evicted(), 1);
     }
 
     #[test]
-    fn warming_the_map_and_the_entries_changes_nothing() {
+    fn warming_the_entries_changes_nothing() {
         let mut cache = PrefixCache::new(8);
         cache.take(6);
-        let slots: Vec<Slot> = (1..=4).map(|h| cache.register(h).unwrap()).collect();
+        let slots: Vec<Slot> = (1..=4).map(|n| cache.register(h(n)).unwrap()).collect();
         cache.unref(slots[1]);
         let before = cache.clone();
-        cache.warm(&[1, 2, 3, 4, 5, 99]);
         cache.warm_slots(&slots);
         assert_eq!(cache, before);
-        assert!(cache.register(5).is_some());
-        assert_eq!(hits(&cache, &[1, 2, 3, 4, 5], 5), (5, 1));
+        assert!(cache.register(h(5)).is_some());
+        assert_eq!(hits(&cache, &chain(1..=5), 5), (5, 1));
     }
 
     #[test]
     fn slots_freed_by_a_compaction_are_reused_lowest_first() {
         let mut cache = PrefixCache::new(8);
         cache.take(8);
-        let slots: Vec<Slot> = (1..=8).map(|h| cache.register(h).unwrap()).collect();
+        let slots: Vec<Slot> = (1..=8).map(|n| cache.register(h(n)).unwrap()).collect();
         assert_eq!(slots, (0..8).collect::<Vec<Slot>>());
         for i in [5, 2, 7, 0, 3, 6, 1, 4] {
             cache.unref(slots[i]);
         }
-        // All eight evicted: the dead entries outnumber the live ones and are removed.
+        // All eight evicted: the dead entries outnumber the live ones and are removed, and
+        // their runs with them.
         cache.take(8);
         assert_eq!(cache.resident(), 0);
-        let reused: Vec<Slot> = (11..=14).map(|h| cache.register(h).unwrap()).collect();
+        assert!(cache.runs.is_empty());
+        let reused: Vec<Slot> = (11..=14).map(|n| cache.register(h(n)).unwrap()).collect();
         assert_eq!(reused, [0, 1, 2, 3]);
-        assert_eq!(hits(&cache, &[11, 12, 13, 14, 1], 5), (4, 0));
+        assert_eq!(hits(&cache, &chain([11, 12, 13, 14, 1]), 5), (4, 0));
+        // The runs 3 and 4 (blocks 11 to 14) took the indices the removed runs left.
+        assert_eq!(cache.run_list.len(), 3);
     }
 
     #[test]
-    fn a_lookup_longer_than_a_run_stops_at_the_first_miss() {
+    fn a_lookup_stops_at_the_first_miss() {
         let mut cache = PrefixCache::new(24);
         cache.take(24);
-        for hash in 1..=20 {
-            cache.register(hash).unwrap();
+        for n in 1..=20 {
+            cache.register(h(n)).unwrap();
         }
-        let chain: Vec<u64> = (1..=20).collect();
-        assert_eq!(hits(&cache, &chain, 20), (20, 0));
-        assert_eq!(hits(&cache, &chain, 17), (17, 0));
-        // A miss in the second run (block 12 never computed) ends the match there.
-        let broken: Vec<u64> = (1..=11).chain([99]).chain(12..=20).collect();
+        let blocks = chain(1..=20);
+        assert_eq!(hits(&cache, &blocks, 20), (20, 0));
+        assert_eq!(hits(&cache, &blocks, 17), (17, 0));
+        // A miss (block 99 never computed, in a run that does not exist) ends the match there.
+        let broken = chain((1..=11).chain([99]).chain(12..=20));
         let mut slots = Vec::new();
         assert_eq!(cache.lookup(&broken, 21, &mut slots), (11, 0));
         assert_eq!(slots, (0..11).collect::<Vec<Slot>>());
+        // So does a place never computed in a run that has others: block 21 is run 7's place
+        // 0, where only place 2 (block 23) is cached.
+        cache.register(h(23)).unwrap();
+        assert_eq!(hits(&cache, &chain(18..=23), 6), (3, 0));
+        assert_eq!(hits(&cache, &[h(23)], 1), (1, 0));
+    }
+
+    #[test]
+    fn a_run_keeps_the_blocks_after_an_evicted_one() {
+        // Run 0's places 0 to 2 (blocks 0, 1, 2): place 1 is freed and evicted alone.
+        let mut cache = PrefixCache::new(3);
+        cache.take(3);
+        let slots: Vec<Slot> = (0..3).map(|n| cache.register(h(n)).unwrap()).collect();
+        cache.unref(slots[1]);
+        cache.take(1);
+        assert_eq!(cache.evicted(), 1);
+        // A lookup stops at the dead place 1 (its entry stays named: 1 dead, 2 live); the
+        // block is then computed again.
+        assert_eq!(hits(&cache, &chain(0..3), 3), (1, 0));
+        assert_eq!(hits(&cache, &[h(2)], 1), (1, 0));
+        cache.give(1);
+        assert_eq!(
+            cache.register(h(1)),
+            Some(slots[1]),
+            "the dead entry is revived"
+        );
+        assert_eq!(hits(&cache, &chain(0..3), 3), (3, 0));
+        // Places 0 and 2 evicted: the dead outnumber the live and are removed; the run stays
+        // (place 1), with a gap before it.
+        cache.unref(slots[0]);
+        cache.unref(slots[2]);
+        cache.take(3);
+        assert_eq!(cache.resident(), 1);
+        assert_eq!(cache.run_list[0].slots, [NO_SLOT, slots[1]]);
+        assert_eq!(hits(&cache, &chain(0..3), 3), (0, 0));
+        assert_eq!(hits(&cache, &[h(1)], 1), (1, 0));
     }
 
     #[test]
     fn a_hit_on_a_free_block_keeps_it_from_eviction() {
         let mut cache = PrefixCache::new(2);
         cache.take(2);
-        let (five, six) = (cache.register(5).unwrap(), cache.register(6).unwrap());
+        let (five, six) = (cache.register(h(5)).unwrap(), cache.register(h(6)).unwrap());
         cache.unref(five);
         cache.unref(six);
-        assert!(cache.acquire(slot(&cache, 5)), "5 was free");
+        assert!(cache.acquire(slot(&cache, h(5))), "5 was free");
         // One block is free (6): taking it evicts 6; the stale queue entry of 5 is skipped.
         cache.take(1);
-        assert_eq!(hits(&cache, &[5, 6], 2), (1, 0));
+        assert_eq!(hits(&cache, &chain([5, 6]), 2), (1, 0));
         assert_eq!(cache.evicted(), 1);
     }
 
-    /// The free block queue written out block by block, as the module doc states it: free
-    /// blocks in the order they were freed (`None` plain, `Some(hash)` cached), a hit taking
-    /// its block out wherever it is, an allocation taking the oldest and evicting it if cached.
+    /// The cache written out block by block, as the module doc states it: blocks keyed by
+    /// their chained hashes (`chained_hashes`), free blocks in the order they were freed
+    /// (`None` plain, `Some(hash)` cached), a hit taking its block out wherever it is, an
+    /// allocation taking the oldest and evicting it if cached.
     #[derive(Default)]
     struct BlockByBlock {
         refs: BTreeMap<u64, u32>,
@@ -535,9 +731,29 @@ mod tests {
     }
 
     #[test]
-    fn the_run_length_free_queue_evicts_as_the_block_by_block_queue_does() {
+    fn the_run_cache_caches_hits_and_evicts_as_the_block_by_block_cache_does() {
         use rand::RngExt;
         let mut rng = crate::rng::stream(7, "prefix-cache-model");
+        // Prompts of blocks of 8 tokens: a shared first segment or not, then a few more.
+        let lengths = [5, 8, 12, 16, 29, 40];
+        let prompts: Vec<(Vec<BlockHash>, Vec<u64>)> = (0..16)
+            .map(|_| {
+                let segments: Vec<PrefixSegment> = (0..rng.random_range(1..4))
+                    .map(|_| {
+                        let tokens = lengths[rng.random_range(0..lengths.len())];
+                        seg(rng.random_range(0..4), tokens)
+                    })
+                    .collect();
+                let mut ours = Vec::new();
+                block_hashes(&segments, 8, &mut ours);
+                (ours, chained_hashes(&segments, 8))
+            })
+            .collect();
+        // Every prompt block: (its identity, its chained hash).
+        let pool: Vec<(BlockHash, u64)> = prompts
+            .iter()
+            .flat_map(|(ours, reference)| ours.iter().copied().zip(reference.iter().copied()))
+            .collect();
         let blocks = 24;
         let mut cache = PrefixCache::new(blocks);
         let mut model = BlockByBlock::default();
@@ -546,17 +762,15 @@ mod tests {
         let (mut plain, mut held) = (0u64, Vec::new());
         let (mut acquired, mut evictions_seen) = (0, 0);
         for _ in 0..20_000 {
+            let (block, hash) = pool[rng.random_range(0..pool.len())];
             match rng.random_range(0..6) {
-                0 => {
-                    // A hit on a resident block (free or held).
-                    let hash = rng.random_range(0..40u64);
-                    if model.refs.contains_key(&hash) {
-                        let was_free = model.acquire(hash);
-                        let at = slot(&cache, hash);
-                        assert_eq!(cache.acquire(at), was_free);
-                        acquired += u32::from(was_free);
-                        held.push((hash, at));
-                    }
+                // A hit on a resident block (free or held).
+                0 if model.refs.contains_key(&hash) => {
+                    let was_free = model.acquire(hash);
+                    let at = slot(&cache, block);
+                    assert_eq!(cache.acquire(at), was_free);
+                    acquired += u32::from(was_free);
+                    held.push((hash, at));
                 }
                 1 | 2 => {
                     let n = rng.random_range(1..4);
@@ -566,9 +780,8 @@ mod tests {
                 }
                 3 if plain > 0 => {
                     // A computed block is offered to the cache.
-                    let hash = rng.random_range(0..40u64);
                     let fresh = model.register(hash);
-                    let registered = cache.register(hash);
+                    let registered = cache.register(block);
                     assert_eq!(registered.is_some(), fresh);
                     if let Some(at) = registered {
                         plain -= 1;
@@ -589,16 +802,14 @@ mod tests {
             }
             assert_eq!(cache.evicted(), model.evicted);
             assert_eq!(cache.resident(), model.refs.len());
-            let chain: Vec<u64> = (0..40).collect();
-            for start in [0, 10, 20, 30] {
-                let expected = chain[start..]
+            for (ours, reference) in &prompts {
+                let expected = reference
                     .iter()
-                    .take(10)
                     .take_while(|h| model.refs.contains_key(h))
                     .fold((0, 0), |(n, free), h| {
                         (n + 1, free + u64::from(model.refs[h] == 0))
                     });
-                assert_eq!(hits(&cache, &chain[start..], 10), expected);
+                assert_eq!(hits(&cache, ours, ours.len()), expected);
             }
             evictions_seen = model.evicted;
         }

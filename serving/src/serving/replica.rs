@@ -28,7 +28,7 @@ use super::config::{Admission, Batching, Preemption, ReplicaConfig, StepOrder};
 use super::former::BatchFormer;
 use super::kv::BlockManager;
 use super::metrics::ReplicaStats;
-use super::prefix::{PrefixSegment, Slot, block_hashes};
+use super::prefix::{BlockHash, PrefixSegment, Slot, block_hashes};
 use super::queue::{QueuePolicy, QueuedRequest};
 use super::step::{AdapterTokens, StepWork};
 use crate::time::{SimDuration, SimTime};
@@ -54,8 +54,8 @@ pub trait AdmitHook {
 /// A sequence's prompt blocks under prefix caching.
 #[derive(Clone, Debug, Default)]
 struct SeqPrefix {
-    /// Chained hashes of the full prompt blocks its segments cover.
-    hashes: Vec<u64>,
+    /// The identities of the full prompt blocks its segments cover.
+    hashes: Vec<BlockHash>,
     /// The cached blocks it holds a reference on (their slots in the prefix cache).
     held: Vec<Slot>,
     /// Blocks of `hashes` already hit or offered to the cache.
@@ -949,10 +949,6 @@ impl Replica {
                     .as_deref_mut()
                     .expect("a block to register has a prefix");
                 let block_size = self.kv.block_size();
-                let computed = p.hashes.len().min((s.kv / block_size) as usize);
-                if computed > p.registered + 1 {
-                    self.kv.warm_cached(&p.hashes[p.registered..computed]);
-                }
                 while p.hashes.get(p.registered).is_some()
                     && (p.registered as u32 + 1) * block_size <= s.kv
                 {
