@@ -624,9 +624,9 @@ mod tests {
             barrier_per_round: true,
             solver: None,
         };
-        let text = format!("{PLACED}[output]\ntimeline = true\n");
+        let text = format!("{}[output]\ntimeline = true\n", placed_text());
         let s = planned(&scenario(&text).unwrap(), &mut Given(given), 0).unwrap();
-        let out = run(&s);
+        let out = run(&s, 0);
         let end = out.scalar("makespan_s").unwrap();
         let rows = timeline_rows(&out, end);
         let labels: Vec<&str> = out.details["timeline"]["rows"]
@@ -709,7 +709,7 @@ mod tests {
                     prompt_tokens = { kind = \"fixed\", value = 100 }\n\
                     output_tokens = { kind = \"fixed\", value = 20 }\n[arrival]\n\
                     pattern = \"poisson\"\nrate_per_s = 0.2\n[output]\ntimeline = true\n";
-        let out = run(&scenario(text).unwrap());
+        let out = run(&scenario(text).unwrap(), 0);
         let end = out.scalar("makespan_s").unwrap();
         let rows = timeline_rows(&out, end);
         assert_eq!(out.details["timeline"]["rows"][0]["label"], "replica 0");
