@@ -3,9 +3,9 @@
 //! table of what each crate may depend on), and those rows form no cycle; Cargo refuses a cycle of normal
 //! dependencies itself, the rows also hold the direction (`sim` names no policy or plotting
 //! crate, `core` no other expertsim crate). Inside a crate: the top-level modules of `sim`
-//! (`scenario`, each family's folder, ...), of `expertsim-core` (`time`, `engine`,
+//! (`scenario`, `registry`, `runner`, ...), of `expertsim-core` (`time`, `engine`,
 //! `arrivals`, `validate`, ...) and of `expertsim-serving` (`serving`, `policies`, `recorder`,
-//! `load_cache`, `family`)
+//! `load_cache`, `family`, `serving_family`)
 //! import one another without a cycle. `expertsim-cost` is one
 //! node here as it was one module of `sim` before: its own modules are not held to the rule
 //! (`kernel` and `moe_layer` name each other). Every non-test source is read, comments and string
