@@ -247,13 +247,17 @@ fn dots_with<C: Chunk, const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f64; N] {
             even[n].add(odd[n]).widen_add(&mut total[n]);
         }
     }
-    std::array::from_fn(|n| {
+    // Plain loops, not `array::from_fn`, for the finish: its closure is not inlined into
+    // the AVX entry, and would take the lanes across a call compiled without AVX.
+    let mut out = [0.0; N];
+    for n in 0..N {
         let mut s = lane_sum::<C>(total[n]);
         for (x, y) in l[full..].iter().zip(&vs[n][full..]) {
             s += f64::from(x * y);
         }
-        s
-    })
+        out[n] = s;
+    }
+    out
 }
 
 /// `max_j (l_j + v_j)` for each of the `N` vectors `vs` (each at least as long as `l`).
@@ -271,7 +275,8 @@ fn peaks_with<C: Chunk, const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f32; N] 
         }
         j += LANES;
     }
-    std::array::from_fn(|n| {
+    let mut out = [0.0; N];
+    for n in 0..N {
         let mut m = f32::NEG_INFINITY;
         let tail = l[full..].iter().zip(&vs[n][full..]).map(|(x, y)| x + y);
         for x in hi[n].to_array().into_iter().chain(tail) {
@@ -279,8 +284,9 @@ fn peaks_with<C: Chunk, const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f32; N] 
                 m = x;
             }
         }
-        m
-    })
+        out[n] = m;
+    }
+    out
 }
 
 /// `(sum(v), |v|²)` for each of the `N` vectors `vs`, over their first `d` entries.
@@ -308,15 +314,17 @@ fn stats_with<C: Chunk, const N: usize>(d: usize, vs: [&[f32]; N]) -> [(f64, f64
             q[n].widen_add(&mut squares[n]);
         }
     }
-    std::array::from_fn(|n| {
+    let mut out = [(0.0, 0.0); N];
+    for n in 0..N {
         let mut s = lane_sum::<C>(sums[n]);
         let mut q = lane_sum::<C>(squares[n]);
         for x in &vs[n][full..] {
             s += f64::from(*x);
             q += f64::from(x * x);
         }
-        (s, q)
-    })
+        out[n] = (s, q);
+    }
+    out
 }
 
 /// `(l · v, sum(v), |v|²)` for each of the `N` vectors `vs` in one pass; each part is
@@ -365,7 +373,8 @@ fn dot_stats_with<C: Chunk, const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [(f64
             q[n].widen_add(&mut squares[n]);
         }
     }
-    std::array::from_fn(|n| {
+    let mut out = [(0.0, 0.0, 0.0); N];
+    for n in 0..N {
         let mut dot = lane_sum::<C>(dots[n]);
         let mut s = lane_sum::<C>(sums[n]);
         let mut q = lane_sum::<C>(squares[n]);
@@ -376,8 +385,9 @@ fn dot_stats_with<C: Chunk, const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [(f64
             s += f64::from(*x);
             q += f64::from(x * x);
         }
-        (dot, s, q)
-    })
+        out[n] = (dot, s, q);
+    }
+    out
 }
 
 /// The sum formed entrywise in f32 in the order of `vs`, then squared and accumulated like
