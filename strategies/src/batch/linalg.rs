@@ -1,6 +1,6 @@
 //! Numeric kernels shared by the batch selectors: dot products, sums and peaks over f32
-//! expert-load vectors, as plain chunked loops over fixed-width lane arrays that the compiler
-//! vectorises, in safe code only, with one fixed accumulation order.
+//! expert-load vectors, as chunked loops over eight-lane f32 chunks (trait [`Chunk`]) with one
+//! fixed accumulation order.
 //!
 //! Semantics, bit for bit: a vector is read in chunks of `LANES` = 8 entries; entry `j` of a
 //! chunk goes to lane `j mod 8`. Within blocks of `BLOCK` = 128 entries each lane accumulates
@@ -18,19 +18,22 @@
 //! - for token-count loads every f32 partial sum holds at most 16 products, so it is exact
 //!   while those stay below 2^24, and the f64 totals are exact far beyond realistic batches.
 //!
-//! The lane arrays are written so that LLVM's vectoriser turns each lane operation into
-//! packed instructions; `multiversion` compiles the entry kernels once for baseline x86-64
-//! (two SSE2 registers per chunk) and once with AVX (one register), and picks one at run time.
-//! Neither changes a bit: both run the same additions in the same order. The tests hold the
-//! kernels to a scalar reference written entry by entry in the documented order.
+//! A chunk has two implementations: `wide`'s portable `f32x8` (two SSE2 registers on
+//! baseline x86-64, packed instructions elsewhere), and on x86-64 `avx::Avx8`, one 256-bit
+//! AVX register whose f64 totals are two more, used only where the CPU has AVX (each entry
+//! point checks at run time and then runs its kernel inside a function compiled with AVX).
+//! The lanes are the lanes of the order above, each operation one IEEE operation per lane
+//! (no FMA), so neither changes a bit: both run the same additions in the same order. The
+//! tests hold the kernels, on both chunks, to a scalar reference written entry by entry in
+//! the documented order.
 
 /// Entries per chunk: the lane width of the accumulators.
 const LANES: usize = 8;
 /// Entries accumulated in f32 before the lanes are flushed into their f64 totals.
 const BLOCK: usize = 128;
 /// Candidates evaluated in one pass over the batch vector (they share its reads): what fits
-/// the 16 vector registers when a chunk takes two (wide's f32x8 is two 128-bit halves unless
-/// the whole build targets AVX); measured faster than 4 with the criterion selector benches.
+/// the 16 vector registers when a chunk takes two (the portable chunk on baseline x86-64);
+/// measured faster than 4 with the criterion selector benches.
 const GROUP: usize = 2;
 /// The same for the fused dot + stats kernel, which keeps four accumulators per candidate.
 const FUSED_GROUP: usize = 1;
@@ -38,11 +41,144 @@ const FUSED_GROUP: usize = 1;
 use multiversion::multiversion;
 use wide::f32x8;
 
-/// One chunk of eight f32 lanes (`wide`'s portable SIMD vector: packed instructions on every
-/// target, each lane an ordinary IEEE f32 operation).
-type Lanes = f32x8;
-/// Eight f64 lane totals.
-type Wide = [f64; LANES];
+/// Eight f32 lanes and their eight f64 totals: the operations the kernels run on, each one
+/// IEEE operation per lane (see the module's comment).
+trait Chunk: Copy {
+    /// The eight f64 lane totals.
+    type Total: Copy;
+    fn zero() -> Self;
+    fn splat(x: f32) -> Self;
+    fn load(v: &[f32; LANES]) -> Self;
+    fn add(self, other: Self) -> Self;
+    fn mul(self, other: Self) -> Self;
+    /// Lane-wise `if self > other { self } else { other }` (x86's `maxps`).
+    fn max(self, other: Self) -> Self;
+    fn to_array(self) -> [f32; LANES];
+    fn total_zero() -> Self::Total;
+    /// `total += f64(self)`, lane-wise (the widening is exact).
+    fn widen_add(self, total: &mut Self::Total);
+    fn total_array(total: Self::Total) -> [f64; LANES];
+}
+
+impl Chunk for f32x8 {
+    type Total = [f64; LANES];
+    #[inline(always)]
+    fn zero() -> f32x8 {
+        f32x8::ZERO
+    }
+    #[inline(always)]
+    fn splat(x: f32) -> f32x8 {
+        f32x8::splat(x)
+    }
+    #[inline(always)]
+    fn load(v: &[f32; LANES]) -> f32x8 {
+        f32x8::from(*v)
+    }
+    #[inline(always)]
+    fn add(self, other: f32x8) -> f32x8 {
+        self + other
+    }
+    #[inline(always)]
+    fn mul(self, other: f32x8) -> f32x8 {
+        self * other
+    }
+    #[inline(always)]
+    fn max(self, other: f32x8) -> f32x8 {
+        // `fast_max` is x86's `maxps` (the portable fallback is the same up to NaN and signed
+        // zeros, which sums of loads never produce).
+        self.fast_max(other)
+    }
+    #[inline(always)]
+    fn to_array(self) -> [f32; LANES] {
+        f32x8::to_array(self)
+    }
+    #[inline(always)]
+    fn total_zero() -> [f64; LANES] {
+        [0.0; LANES]
+    }
+    #[inline(always)]
+    fn widen_add(self, total: &mut [f64; LANES]) {
+        let acc = f32x8::to_array(self);
+        for k in 0..LANES {
+            total[k] += f64::from(acc[k]);
+        }
+    }
+    #[inline(always)]
+    fn total_array(total: [f64; LANES]) -> [f64; LANES] {
+        total
+    }
+}
+
+/// Eight f32 lanes in one AVX register, their f64 totals in two. Only to be used where the
+/// CPU has AVX: the entry points check `is_x86_feature_detected!("avx")` first and run it
+/// inside a function compiled with AVX enabled.
+#[cfg(target_arch = "x86_64")]
+mod avx {
+    use super::{Chunk, LANES};
+    use std::arch::x86_64::*;
+
+    #[derive(Clone, Copy)]
+    pub(super) struct Avx8(__m256);
+
+    // SAFETY (every `unsafe` below): an `Avx8` exists only inside the AVX-compiled entry
+    // points, entered after the run-time check that the CPU has AVX; loads and stores are
+    // unaligned ones through references to eight f32s / f64s.
+    impl Chunk for Avx8 {
+        type Total = [__m256d; 2];
+        #[inline(always)]
+        fn zero() -> Avx8 {
+            unsafe { Avx8(_mm256_setzero_ps()) }
+        }
+        #[inline(always)]
+        fn splat(x: f32) -> Avx8 {
+            unsafe { Avx8(_mm256_set1_ps(x)) }
+        }
+        #[inline(always)]
+        fn load(v: &[f32; LANES]) -> Avx8 {
+            unsafe { Avx8(_mm256_loadu_ps(v.as_ptr())) }
+        }
+        #[inline(always)]
+        fn add(self, other: Avx8) -> Avx8 {
+            unsafe { Avx8(_mm256_add_ps(self.0, other.0)) }
+        }
+        #[inline(always)]
+        fn mul(self, other: Avx8) -> Avx8 {
+            unsafe { Avx8(_mm256_mul_ps(self.0, other.0)) }
+        }
+        #[inline(always)]
+        fn max(self, other: Avx8) -> Avx8 {
+            unsafe { Avx8(_mm256_max_ps(self.0, other.0)) }
+        }
+        #[inline(always)]
+        fn to_array(self) -> [f32; LANES] {
+            let mut out = [0.0; LANES];
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), self.0) };
+            out
+        }
+        #[inline(always)]
+        fn total_zero() -> [__m256d; 2] {
+            unsafe { [_mm256_setzero_pd(); 2] }
+        }
+        #[inline(always)]
+        fn widen_add(self, total: &mut [__m256d; 2]) {
+            unsafe {
+                let low = _mm256_cvtps_pd(_mm256_castps256_ps128(self.0));
+                let high = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(self.0));
+                total[0] = _mm256_add_pd(total[0], low);
+                total[1] = _mm256_add_pd(total[1], high);
+            }
+        }
+        #[inline(always)]
+        fn total_array(total: [__m256d; 2]) -> [f64; LANES] {
+            let mut out = [0.0; LANES];
+            unsafe {
+                _mm256_storeu_pd(out.as_mut_ptr(), total[0]);
+                _mm256_storeu_pd(out.as_mut_ptr().add(4), total[1]);
+            }
+            out
+        }
+    }
+}
 
 /// The chunk of `v` starting at `j` (which holds `LANES` entries), as an array.
 #[inline(always)]
@@ -54,53 +190,46 @@ fn chunk_array(v: &[f32], j: usize) -> &[f32; LANES] {
 
 /// The chunk of `v` starting at `j`, as lanes.
 #[inline(always)]
-fn chunk(v: &[f32], j: usize) -> Lanes {
-    f32x8::from(*chunk_array(v, j))
+fn chunk<C: Chunk>(v: &[f32], j: usize) -> C {
+    C::load(chunk_array(v, j))
 }
 
 /// `acc += a * b`, lane-wise, the product rounded to f32 before the addition (a separate
 /// multiply and add, never a fused one).
 #[inline(always)]
-fn mul_add(acc: &mut Lanes, a: Lanes, b: Lanes) {
-    *acc += a * b;
+fn mul_add<C: Chunk>(acc: &mut C, a: C, b: C) {
+    *acc = acc.add(a.mul(b));
 }
 
 /// `acc += a`, lane-wise.
 #[inline(always)]
-fn add_to(acc: &mut Lanes, a: Lanes) {
-    *acc += a;
+fn add_to<C: Chunk>(acc: &mut C, a: C) {
+    *acc = acc.add(a);
 }
 
-/// `total += f64(acc)`, lane-wise.
+/// The pairwise sum of the eight lane totals.
 #[inline(always)]
-fn widen_add(total: &mut Wide, acc: Lanes) {
-    let acc = acc.to_array();
-    for k in 0..LANES {
-        total[k] += f64::from(acc[k]);
-    }
-}
-
-#[inline(always)]
-fn lane_sum(t: &Wide) -> f64 {
+fn lane_sum<C: Chunk>(t: C::Total) -> f64 {
+    let t = C::total_array(t);
     ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]))
 }
 
 /// `l · v` for each of the `N` vectors `vs` (each at least as long as `l`).
 #[inline(always)]
-fn dots_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f64; N] {
+fn dots_with<C: Chunk, const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f64; N] {
     let d = l.len();
     let vs = vs.map(|v| &v[..d]);
     let full = d / LANES * LANES;
-    let mut total = [[0.0f64; LANES]; N];
+    let mut total = [C::total_zero(); N];
     let mut j = 0;
     while j < full {
         let end = (j + BLOCK).min(full);
         // Even and odd chunks of the block in separate accumulators: twice the independent
         // dependency chains.
-        let mut even = [f32x8::ZERO; N];
-        let mut odd = [f32x8::ZERO; N];
+        let mut even = [C::zero(); N];
+        let mut odd = [C::zero(); N];
         while j + 2 * LANES <= end {
-            let (l0, l1) = (chunk(l, j), chunk(l, j + LANES));
+            let (l0, l1) = (chunk::<C>(l, j), chunk::<C>(l, j + LANES));
             for n in 0..N {
                 mul_add(&mut even[n], l0, chunk(vs[n], j));
                 mul_add(&mut odd[n], l1, chunk(vs[n], j + LANES));
@@ -108,45 +237,46 @@ fn dots_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f64; N] {
             j += 2 * LANES;
         }
         if j < end {
-            let l0 = chunk(l, j);
+            let l0 = chunk::<C>(l, j);
             for n in 0..N {
                 mul_add(&mut even[n], l0, chunk(vs[n], j));
             }
             j += LANES;
         }
         for n in 0..N {
-            let block = even[n] + odd[n];
-            widen_add(&mut total[n], block);
+            even[n].add(odd[n]).widen_add(&mut total[n]);
         }
     }
-    std::array::from_fn(|n| {
-        let mut s = lane_sum(&total[n]);
+    // Plain loops, not `array::from_fn`, for the finish: its closure is not inlined into
+    // the AVX entry, and would take the lanes across a call compiled without AVX.
+    let mut out = [0.0; N];
+    for n in 0..N {
+        let mut s = lane_sum::<C>(total[n]);
         for (x, y) in l[full..].iter().zip(&vs[n][full..]) {
             s += f64::from(x * y);
         }
-        s
-    })
+        out[n] = s;
+    }
+    out
 }
 
 /// `max_j (l_j + v_j)` for each of the `N` vectors `vs` (each at least as long as `l`).
 #[inline(always)]
-fn peaks_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f32; N] {
+fn peaks_with<C: Chunk, const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f32; N] {
     let d = l.len();
     let vs = vs.map(|v| &v[..d]);
     let full = d / LANES * LANES;
-    let mut hi = [f32x8::splat(f32::NEG_INFINITY); N];
+    let mut hi = [C::splat(f32::NEG_INFINITY); N];
     let mut j = 0;
     while j < full {
-        let lc = chunk(l, j);
+        let lc = chunk::<C>(l, j);
         for n in 0..N {
-            // `fast_max(x, hi)` is x86's `maxps`: `if x > hi { x } else { hi }`, lane-wise
-            // (the portable fallback is the same up to NaN and signed zeros, which sums of
-            // loads never produce).
-            hi[n] = (lc + chunk(vs[n], j)).fast_max(hi[n]);
+            hi[n] = lc.add(chunk(vs[n], j)).max(hi[n]);
         }
         j += LANES;
     }
-    std::array::from_fn(|n| {
+    let mut out = [0.0; N];
+    for n in 0..N {
         let mut m = f32::NEG_INFINITY;
         let tail = l[full..].iter().zip(&vs[n][full..]).map(|(x, y)| x + y);
         for x in hi[n].to_array().into_iter().chain(tail) {
@@ -154,67 +284,70 @@ fn peaks_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [f32; N] {
                 m = x;
             }
         }
-        m
-    })
+        out[n] = m;
+    }
+    out
 }
 
 /// `(sum(v), |v|²)` for each of the `N` vectors `vs`, over their first `d` entries.
 #[inline(always)]
-fn stats_with<const N: usize>(d: usize, vs: [&[f32]; N]) -> [(f64, f64); N] {
+fn stats_with<C: Chunk, const N: usize>(d: usize, vs: [&[f32]; N]) -> [(f64, f64); N] {
     let vs = vs.map(|v| &v[..d]);
     let full = d / LANES * LANES;
-    let mut sums = [[0.0f64; LANES]; N];
-    let mut squares = [[0.0f64; LANES]; N];
+    let mut sums = [C::total_zero(); N];
+    let mut squares = [C::total_zero(); N];
     let mut j = 0;
     while j < full {
         let end = (j + BLOCK).min(full);
-        let mut s = [f32x8::ZERO; N];
-        let mut q = [f32x8::ZERO; N];
+        let mut s = [C::zero(); N];
+        let mut q = [C::zero(); N];
         while j < end {
             for n in 0..N {
-                let x = chunk(vs[n], j);
+                let x = chunk::<C>(vs[n], j);
                 add_to(&mut s[n], x);
                 mul_add(&mut q[n], x, x);
             }
             j += LANES;
         }
         for n in 0..N {
-            widen_add(&mut sums[n], s[n]);
-            widen_add(&mut squares[n], q[n]);
+            s[n].widen_add(&mut sums[n]);
+            q[n].widen_add(&mut squares[n]);
         }
     }
-    std::array::from_fn(|n| {
-        let mut s = lane_sum(&sums[n]);
-        let mut q = lane_sum(&squares[n]);
+    let mut out = [(0.0, 0.0); N];
+    for n in 0..N {
+        let mut s = lane_sum::<C>(sums[n]);
+        let mut q = lane_sum::<C>(squares[n]);
         for x in &vs[n][full..] {
             s += f64::from(*x);
             q += f64::from(x * x);
         }
-        (s, q)
-    })
+        out[n] = (s, q);
+    }
+    out
 }
 
 /// `(l · v, sum(v), |v|²)` for each of the `N` vectors `vs` in one pass; each part is
 /// bit-identical to what [`dots_with`] and [`stats_with`] give.
 #[inline(always)]
-fn dot_stats_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [(f64, f64, f64); N] {
+fn dot_stats_with<C: Chunk, const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [(f64, f64, f64); N] {
     let d = l.len();
     let vs = vs.map(|v| &v[..d]);
     let full = d / LANES * LANES;
-    let mut dots = [[0.0f64; LANES]; N];
-    let mut sums = [[0.0f64; LANES]; N];
-    let mut squares = [[0.0f64; LANES]; N];
+    let mut dots = [C::total_zero(); N];
+    let mut sums = [C::total_zero(); N];
+    let mut squares = [C::total_zero(); N];
     let mut j = 0;
     while j < full {
         let end = (j + BLOCK).min(full);
-        let mut even = [f32x8::ZERO; N];
-        let mut odd = [f32x8::ZERO; N];
-        let mut s = [f32x8::ZERO; N];
-        let mut q = [f32x8::ZERO; N];
+        let mut even = [C::zero(); N];
+        let mut odd = [C::zero(); N];
+        let mut s = [C::zero(); N];
+        let mut q = [C::zero(); N];
         while j + 2 * LANES <= end {
-            let (l0, l1) = (chunk(l, j), chunk(l, j + LANES));
+            let (l0, l1) = (chunk::<C>(l, j), chunk::<C>(l, j + LANES));
             for n in 0..N {
-                let (x0, x1) = (chunk(vs[n], j), chunk(vs[n], j + LANES));
+                let (x0, x1) = (chunk::<C>(vs[n], j), chunk::<C>(vs[n], j + LANES));
                 mul_add(&mut even[n], l0, x0);
                 mul_add(&mut odd[n], l1, x1);
                 add_to(&mut s[n], x0);
@@ -225,9 +358,9 @@ fn dot_stats_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [(f64, f64, f64
             j += 2 * LANES;
         }
         if j < end {
-            let l0 = chunk(l, j);
+            let l0 = chunk::<C>(l, j);
             for n in 0..N {
-                let x0 = chunk(vs[n], j);
+                let x0 = chunk::<C>(vs[n], j);
                 mul_add(&mut even[n], l0, x0);
                 add_to(&mut s[n], x0);
                 mul_add(&mut q[n], x0, x0);
@@ -235,15 +368,16 @@ fn dot_stats_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [(f64, f64, f64
             j += LANES;
         }
         for n in 0..N {
-            widen_add(&mut dots[n], even[n] + odd[n]);
-            widen_add(&mut sums[n], s[n]);
-            widen_add(&mut squares[n], q[n]);
+            even[n].add(odd[n]).widen_add(&mut dots[n]);
+            s[n].widen_add(&mut sums[n]);
+            q[n].widen_add(&mut squares[n]);
         }
     }
-    std::array::from_fn(|n| {
-        let mut dot = lane_sum(&dots[n]);
-        let mut s = lane_sum(&sums[n]);
-        let mut q = lane_sum(&squares[n]);
+    let mut out = [(0.0, 0.0, 0.0); N];
+    for n in 0..N {
+        let mut dot = lane_sum::<C>(dots[n]);
+        let mut s = lane_sum::<C>(sums[n]);
+        let mut q = lane_sum::<C>(squares[n]);
         for (x, y) in l[full..].iter().zip(&vs[n][full..]) {
             dot += f64::from(x * y);
         }
@@ -251,55 +385,82 @@ fn dot_stats_with<const N: usize>(l: &[f32], vs: [&[f32]; N]) -> [(f64, f64, f64
             s += f64::from(*x);
             q += f64::from(x * x);
         }
-        (dot, s, q)
-    })
+        out[n] = (dot, s, q);
+    }
+    out
 }
 
-/// The kernels at the group sizes the entry points use, compiled for baseline x86-64 and for
-/// AVX (dispatched at run time by `multiversion`). Generic `#[inline(always)]` kernels inline
-/// into each clone and take its target features.
+/// The sum formed entrywise in f32 in the order of `vs`, then squared and accumulated like
+/// [`stats_with`]'s `|v|²`.
+#[inline(always)]
+fn square_of_sum_with<C: Chunk>(vs: &[&[f32]]) -> f64 {
+    let d = vs[0].len();
+    let full = d / LANES * LANES;
+    let mut squares = C::total_zero();
+    let mut j = 0;
+    while j < full {
+        let end = (j + BLOCK).min(full);
+        let mut q = C::zero();
+        while j < end {
+            let mut x = chunk::<C>(vs[0], j);
+            for v in &vs[1..] {
+                add_to(&mut x, chunk(&v[..d], j));
+            }
+            mul_add(&mut q, x, x);
+            j += LANES;
+        }
+        q.widen_add(&mut squares);
+    }
+    let mut total = lane_sum::<C>(squares);
+    for j in full..d {
+        let mut x = vs[0][j];
+        for v in &vs[1..] {
+            x += v[j];
+        }
+        total += f64::from(x * x);
+    }
+    total
+}
+
+/// An entry point that runs `$body` with the chunk type `$c`: `avx::Avx8` inside a function
+/// compiled with AVX where the CPU has it (checked at run time; the check is one load of
+/// std's cached feature bits), else the portable `f32x8`.
+macro_rules! entry {
+    ($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty = <$c:ident> $body:expr) => {
+        pub(super) fn $name($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx") {
+                #[target_feature(enable = "avx")]
+                fn on_avx($($arg: $ty),*) -> $ret {
+                    type $c = super::avx::Avx8;
+                    $body
+                }
+                // SAFETY: the CPU has AVX.
+                return unsafe { on_avx($($arg),*) };
+            }
+            type $c = f32x8;
+            $body
+        }
+    };
+}
+
+/// The kernels at the group sizes the entry points use, each dispatched to the AVX chunk
+/// where the CPU has AVX. Generic `#[inline(always)]` kernels inline into each entry and
+/// take its target features.
 mod dispatch {
     use super::*;
 
-    #[multiversion(targets("x86_64+avx"))]
-    pub(super) fn dots(l: &[f32], vs: [&[f32]; GROUP]) -> [f64; GROUP] {
-        dots_with(l, vs)
-    }
-    #[multiversion(targets("x86_64+avx"))]
-    pub(super) fn dot(l: &[f32], v: &[f32]) -> f64 {
-        dots_with(l, [v])[0]
-    }
-    #[multiversion(targets("x86_64+avx"))]
-    pub(super) fn peaks(l: &[f32], vs: [&[f32]; GROUP]) -> [f32; GROUP] {
-        peaks_with(l, vs)
-    }
-    #[multiversion(targets("x86_64+avx"))]
-    pub(super) fn peak(l: &[f32], v: &[f32]) -> f32 {
-        peaks_with(l, [v])[0]
-    }
-    #[multiversion(targets("x86_64+avx"))]
-    pub(super) fn stats(d: usize, vs: [&[f32]; GROUP]) -> [(f64, f64); GROUP] {
-        stats_with(d, vs)
-    }
-    #[multiversion(targets("x86_64+avx"))]
-    pub(super) fn stat(d: usize, v: &[f32]) -> (f64, f64) {
-        stats_with(d, [v])[0]
-    }
-    #[multiversion(targets("x86_64+avx"))]
-    pub(super) fn dot_stats(
-        l: &[f32],
-        vs: [&[f32]; FUSED_GROUP],
-    ) -> [(f64, f64, f64); FUSED_GROUP] {
-        dot_stats_with(l, vs)
-    }
-    #[multiversion(targets("x86_64+avx"))]
-    pub(super) fn dot_stat(l: &[f32], v: &[f32]) -> (f64, f64, f64) {
-        dot_stats_with(l, [v])[0]
-    }
-    #[multiversion(targets("x86_64+avx"))]
-    pub(super) fn square_of_sum(vs: &[&[f32]]) -> f64 {
-        square_of_sum_with(vs)
-    }
+    entry!(dots(l: &[f32], vs: [&[f32]; GROUP]) -> [f64; GROUP] = <C> dots_with::<C, GROUP>(l, vs));
+    entry!(dot(l: &[f32], v: &[f32]) -> f64 = <C> dots_with::<C, 1>(l, [v])[0]);
+    entry!(peaks(l: &[f32], vs: [&[f32]; GROUP]) -> [f32; GROUP] = <C> peaks_with::<C, GROUP>(l, vs));
+    entry!(peak(l: &[f32], v: &[f32]) -> f32 = <C> peaks_with::<C, 1>(l, [v])[0]);
+    entry!(stats(d: usize, vs: [&[f32]; GROUP]) -> [(f64, f64); GROUP] = <C> stats_with::<C, GROUP>(d, vs));
+    entry!(stat(d: usize, v: &[f32]) -> (f64, f64) = <C> stats_with::<C, 1>(d, [v])[0]);
+    entry!(dot_stats(l: &[f32], vs: [&[f32]; FUSED_GROUP]) -> [(f64, f64, f64); FUSED_GROUP]
+        = <C> dot_stats_with::<C, FUSED_GROUP>(l, vs));
+    entry!(dot_stat(l: &[f32], v: &[f32]) -> (f64, f64, f64) = <C> dot_stats_with::<C, 1>(l, [v])[0]);
+    entry!(square_of_sum(vs: &[&[f32]]) -> f64 = <C> square_of_sum_with::<C>(vs));
+
     #[multiversion(targets("x86_64+avx"))]
     pub(super) fn add(out: &mut [f32], a: &[f32], b: &[f32]) {
         let d = out.len();
@@ -411,38 +572,6 @@ pub(crate) fn stats_each<'a>(
 /// sum in memory.
 pub(crate) fn square_of_sum(vs: &[&[f32]]) -> f64 {
     dispatch::square_of_sum(vs)
-}
-
-/// The sum formed entrywise in f32 in the order of `vs`, then squared and accumulated like
-/// [`stats_with`]'s `|v|²`.
-#[inline(always)]
-fn square_of_sum_with(vs: &[&[f32]]) -> f64 {
-    let d = vs[0].len();
-    let full = d / LANES * LANES;
-    let mut squares = [0.0f64; LANES];
-    let mut j = 0;
-    while j < full {
-        let end = (j + BLOCK).min(full);
-        let mut q = f32x8::ZERO;
-        while j < end {
-            let mut x = chunk(vs[0], j);
-            for v in &vs[1..] {
-                add_to(&mut x, chunk(&v[..d], j));
-            }
-            mul_add(&mut q, x, x);
-            j += LANES;
-        }
-        widen_add(&mut squares, q);
-    }
-    let mut total = lane_sum(&squares);
-    for j in full..d {
-        let mut x = vs[0][j];
-        for v in &vs[1..] {
-            x += v[j];
-        }
-        total += f64::from(x * x);
-    }
-    total
 }
 
 /// `out = a + b`, entrywise (`a` and `b` at least as long as `out`; plain f32 additions).
@@ -706,8 +835,8 @@ mod tests {
     }
 
     /// A candidate's result does not depend on which others share its pass, nor on the
-    /// target features its kernel was compiled for (`alone` runs the generic kernel at the
-    /// baseline, the entry points run the AVX clone where the CPU has AVX).
+    /// chunk its kernel ran on (`alone` runs the portable chunk at the baseline, the entry
+    /// points the AVX chunk where the CPU has AVX).
     #[test]
     fn groupings_are_bit_identical() {
         for d in [5, 64, 100, 1440] {
@@ -716,7 +845,7 @@ mod tests {
             let alone: Vec<_> = vs
                 .iter()
                 .map(|v| {
-                    let [(a, b, c)] = dot_stats_with(&l, [v]);
+                    let [(a, b, c)] = dot_stats_with::<f32x8, 1>(&l, [v]);
                     (a.to_bits(), b.to_bits(), c.to_bits())
                 })
                 .collect();
@@ -742,9 +871,83 @@ mod tests {
                 assert_eq!(fused, alone[..count]);
             }
             // Three at once (a group size the entry points do not use) agrees too.
-            let three = dots_with(&l, [&vs[0], &vs[1], &vs[2]]);
+            let three = dots_with::<f32x8, 3>(&l, [&vs[0], &vs[1], &vs[2]]);
             for (n, x) in three.iter().enumerate() {
                 assert_eq!(x.to_bits(), alone[n].0);
+            }
+        }
+    }
+
+    /// Every kernel's results on chunk `C`, as bits in one list.
+    fn kernel_bits_on<C: Chunk>(l: &[f32], vs: &[Vec<f32>]) -> Vec<u64> {
+        let d = l.len();
+        let mut out = Vec::new();
+        for pair in vs.chunks_exact(2) {
+            let two = [pair[0].as_slice(), &pair[1]];
+            out.extend(dots_with::<C, 2>(l, two).map(f64::to_bits));
+            out.extend(peaks_with::<C, 2>(l, two).map(|x| u64::from(x.to_bits())));
+            for (s, q) in stats_with::<C, 2>(d, two) {
+                out.extend([s.to_bits(), q.to_bits()]);
+            }
+        }
+        for v in vs {
+            let [(a, s, q)] = dot_stats_with::<C, 1>(l, [v]);
+            out.extend([a.to_bits(), s.to_bits(), q.to_bits()]);
+        }
+        if d > 0 {
+            let three: Vec<&[f32]> = vs.iter().take(3).map(Vec::as_slice).collect();
+            out.push(square_of_sum_with::<C>(&three).to_bits());
+        }
+        out
+    }
+
+    /// The AVX chunk gives the portable chunk's bits, and both the scalar reference's, on
+    /// random vectors of random lengths (odd ones and ragged blocks included) with values of
+    /// mixed sign and magnitude, so that the f32 sums round.
+    #[test]
+    fn the_avx_chunk_equals_the_portable_one_bit_for_bit() {
+        let mut seed = 0x9e37_79b9u32;
+        let mut next = || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            seed
+        };
+        for round in 0..300 {
+            let d = if round < 140 {
+                round
+            } else {
+                (next() % 3000) as usize | 1
+            };
+            let mut random = |_: usize| {
+                let x = (next() >> 8) as f32 / (1 << 24) as f32;
+                let scale = [1.0, 1e3, 1e-3, 37.0][(next() % 4) as usize];
+                if next() % 3 == 0 {
+                    -x * scale
+                } else {
+                    x * scale
+                }
+            };
+            let l: Vec<f32> = (0..d).map(&mut random).collect();
+            let vs: Vec<Vec<f32>> = (0..4).map(|_| (0..d).map(&mut random).collect()).collect();
+            let portable = kernel_bits_on::<f32x8>(&l, &vs);
+            for (n, v) in vs.iter().enumerate() {
+                let dot = reference(d, |j| l[j] * v[j], true).to_bits();
+                let [(a, _, q)] = dot_stats_with::<f32x8, 1>(&l, [v]);
+                let square = reference(d, |j| v[j] * v[j], false).to_bits();
+                assert_eq!(
+                    (a.to_bits(), q.to_bits()),
+                    (dot, square),
+                    "d = {d}, n = {n}"
+                );
+            }
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx") {
+                #[target_feature(enable = "avx")]
+                fn on_avx(l: &[f32], vs: &[Vec<f32>]) -> Vec<u64> {
+                    kernel_bits_on::<avx::Avx8>(l, vs)
+                }
+                // SAFETY: the CPU has AVX.
+                let avx = unsafe { on_avx(&l, &vs) };
+                assert_eq!(avx, portable, "d = {d}");
             }
         }
     }
