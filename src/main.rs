@@ -193,7 +193,8 @@ fn main() -> ExitCode {
 
 /// `expertsim list`: every policy kind (`strategies::catalogue`), then every other named option
 /// (`sim::scenario::options`), one per line as `group kind description`, each group headed by a
-/// `#` line naming the key that takes it.
+/// `#` line naming the key that takes it, each key in one group: the routers are the options'
+/// `routing` group (every kind `routing.kind` takes, the policies' among them).
 fn list() -> String {
     // Where each extension point's kind is named, per family.
     const POLICY_KEYS: &[(&str, &str)] = &[
@@ -205,15 +206,14 @@ fn list() -> String {
             "workload.questions.aggregator.gate.kind (serving)",
         ),
         ("queue", "replica.queue.kind (serving)"),
-        (
-            "routing",
-            "routing.kind (serving; its other routers are listed below)",
-        ),
         ("memory", "adapters.memory.kind (serving)"),
     ];
     let mut out = String::new();
     let mut heading = "";
     for info in strategies::catalogue() {
+        if info.family == "routing" {
+            continue;
+        }
         if info.family != heading {
             heading = info.family;
             let key = POLICY_KEYS

@@ -526,7 +526,7 @@ pub fn moe(set: &MeasuredSet, shape: &MoeModelShape, tensor_parallel: u32) -> Me
         gpu: ops.gpu.name.clone(),
         source: ProfileSource {
             kind: SourceKind::MeasuredOperations,
-            tool_version: format!("expertsim-sim {}", env!("CARGO_PKG_VERSION")),
+            tool_version: crate::profile::TOOL_VERSION.to_string(),
             date: None,
             notes: format!(
                 "built from the measured operations of {} at tensor parallelism {tp}; each \

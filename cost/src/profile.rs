@@ -48,12 +48,19 @@ impl fmt::Display for SourceKind {
     }
 }
 
+/// The `tool_version` of the profiles this crate writes itself (the analytic roofline's and
+/// those built from measured operations): the package that writes them and its version, e.g.
+/// "expertsim-cost 0.1.0". A label, never read back, so a profile written under an older name
+/// ("expertsim-sim 0.1.0", before the crate split) loads as before.
+pub const TOOL_VERSION: &str = concat!(env!("CARGO_PKG_NAME"), " ", env!("CARGO_PKG_VERSION"));
+
 /// Provenance of a profile.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileSource {
     pub kind: SourceKind,
-    /// The tool that wrote it, with its version (e.g. "expertsim-sim 0.1.0").
+    /// The tool that wrote it, with its version (e.g. "expertsim-calibrate 0.1.0";
+    /// [`TOOL_VERSION`] for this crate's own profiles).
     pub tool_version: String,
     /// When it was measured (ISO 8601); absent for analytic profiles, so that regenerating
     /// one gives the same bytes.

@@ -820,7 +820,7 @@ pub fn analytic_profile_with(
         gpu: gpu.name.clone(),
         source: ProfileSource {
             kind: SourceKind::AnalyticRoofline,
-            tool_version: format!("expertsim-sim {}", env!("CARGO_PKG_VERSION")),
+            tool_version: crate::profile::TOOL_VERSION.to_string(),
             date: None,
             notes,
         },
@@ -943,6 +943,26 @@ mod tests {
         assert_eq!(&batches[..3], &[1, 2, 3]);
         assert_eq!(&batches[batches.len() - 3..], &[192, 193, 256]);
         assert_eq!(*batches.last().unwrap(), 256);
+    }
+
+    /// The profiles the roofline writes name the package that writes them, `expertsim-cost`,
+    /// and its version; a committed profile from before the crate split, labelled
+    /// `expertsim-sim`, still loads (the label is never read back).
+    #[test]
+    fn analytic_profiles_name_the_package_that_writes_them() {
+        let (gpu, shape, _) = l4_qwen();
+        let profile = analytic_profile(&gpu, &shape);
+        assert_eq!(
+            profile.source.tool_version,
+            format!("expertsim-cost {}", env!("CARGO_PKG_VERSION"))
+        );
+        let current = format!("\"tool_version\": \"{}\"", crate::profile::TOOL_VERSION);
+        let json = profile.to_json();
+        assert!(json.contains(&current), "{json}");
+        let old = json.replace(&current, "\"tool_version\": \"expertsim-sim 0.1.0\"");
+        let loaded = Profile::from_json(&old, Path::new("old.json")).unwrap();
+        assert_eq!(loaded.source.tool_version, "expertsim-sim 0.1.0");
+        assert_eq!(loaded.expert_ffn, profile.expert_ffn);
     }
 
     /// The committed reference profiles are what the code generates now. Regenerate with

@@ -180,9 +180,10 @@ enum LiveFamily {
     RunsChecked(LiveCheck, LiveRunner),
 }
 
-/// Live mode's runner for each registered family (`sim::registry::FAMILIES`), by name. A family's
-/// live module lives here because it launches kernels, which `sim` does not know; a test holds
-/// that every registered family has its line.
+/// Live mode's runner for each registered family with a live path (`Family::LIVE`, read from
+/// the registry), by name. A family's live module lives here because it launches kernels, which
+/// `sim` does not know; a family without one needs no line (live mode refuses it by name), and
+/// a test holds the lines and the registry's `LIVE` flags to one another.
 const LIVE_FAMILIES: &[(&str, LiveFamily)] = &[(
     "serving",
     LiveFamily::RunsChecked(
@@ -329,20 +330,22 @@ pub fn run_on(
 mod tests {
     use super::*;
 
+    /// The registry says which families live mode runs (`Family::LIVE`): each has a line here,
+    /// and each line names one of them (a deleted family's line goes with it).
     #[test]
     fn every_registered_family_has_a_live_runner() {
         for family in sim::registry::families() {
             let named = |name: &&str| *name == family.name();
-            assert!(
+            assert_eq!(
                 LIVE_FAMILIES.iter().any(|(name, _)| named(name)),
-                "{family} has no line in LIVE_FAMILIES"
+                family.live(),
+                "{family}: its LIVE flag and its line in LIVE_FAMILIES disagree"
             );
         }
-        // Every line names a registered family (a deleted family's line goes with it).
         for (name, _) in LIVE_FAMILIES {
             assert!(
-                sim::registry::family(name).is_some(),
-                "{name} is not registered"
+                sim::registry::family(name).is_some_and(|f| f.live()),
+                "{name} is not a registered family with a live path"
             );
         }
     }

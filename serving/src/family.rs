@@ -3,7 +3,7 @@
 //! `LiveDescription`, the type-erased `RegisteredFamily` each `Family` is, the `FamilyId` that
 //! names one, the `Scenario` cell that carries one, the `FigureKind`s a family may own and the
 //! `KeyDoc` rows its keys are documented in. The families sit above this module; the list that
-//! registers them, `registry::FAMILIES`, sits above the families.
+//! declares and registers them, `families!` in lib.rs (`FAMILIES`), sits above the families.
 
 use crate::arrivals::TraceStats;
 use crate::load_cache::LoadCache;
@@ -49,6 +49,13 @@ pub trait Family: Sync + 'static {
     const PROFILE_FIELD: Option<&'static str> = None;
     /// Whether a run can write a Chrome trace-event file of its steps (`--trace-events`).
     const TRACE_EVENTS: bool = false;
+    /// A small scenario of the family, relative to the repository root, that runs in moments:
+    /// the one `tests/cli/families.rs` loads and runs for every registered family.
+    const QUICK_SCENARIO: &'static str;
+    /// Whether `expertsim live` runs the family's cells (its runner a line of
+    /// `live::LIVE_FAMILIES`, which launches kernels and so lives in `live`); without, live mode
+    /// refuses the family by name.
+    const LIVE: bool = false;
 
     /// Checks a cell's tables and builds the runnable scenario; `base_dir` anchors relative
     /// paths, `cache` shares traces and profiles between cells.
@@ -127,6 +134,8 @@ pub trait RegisteredFamily: Sync {
     fn csv_columns(&self) -> Option<&'static [&'static str]>;
     fn profile_field(&self) -> Option<&'static str>;
     fn writes_trace_events(&self) -> bool;
+    fn quick_scenario(&self) -> &'static str;
+    fn live(&self) -> bool;
     /// Deserializes the family's tables into its `Config` (boxed).
     fn deserialize(&self, tables: toml::Value) -> Result<Box<dyn Any>, ConfigError>;
     /// Validates a config from `deserialize` into a cell of this (registered, so `'static`)
@@ -192,6 +201,12 @@ impl<F: Family> RegisteredFamily for F {
     }
     fn writes_trace_events(&self) -> bool {
         F::TRACE_EVENTS
+    }
+    fn quick_scenario(&self) -> &'static str {
+        F::QUICK_SCENARIO
+    }
+    fn live(&self) -> bool {
+        F::LIVE
     }
     fn deserialize(&self, tables: toml::Value) -> Result<Box<dyn Any>, ConfigError> {
         let config: F::Config = serde_path_to_error::deserialize(tables)?;
@@ -312,6 +327,14 @@ impl FamilyId {
     /// Whether the family's runs can write a trace-event file of their steps.
     pub fn writes_trace_events(self) -> bool {
         self.0.writes_trace_events()
+    }
+    /// The family's small scenario (relative to the repository root) the families test runs.
+    pub fn quick_scenario(self) -> &'static str {
+        self.0.quick_scenario()
+    }
+    /// Whether `expertsim live` runs the family's cells.
+    pub fn live(self) -> bool {
+        self.0.live()
     }
     pub fn registered(self) -> &'static dyn RegisteredFamily {
         self.0

@@ -5,9 +5,9 @@
 //! (`policies`: batch, mapping, placement, gate, adapter memory, and the `Policies` registry
 //! trait); the recorder of replicas above both (`recorder`); the files a sweep's cells share
 //! (`load_cache`) and the `Family` trait with what families share with the layers above
-//! (`family`; the registration list and the loader stay in `sim`), and the serving family, the
-//! one simulator every paper is a preset of, above all of them (`serving_family`,
-//! docs/serving-family.md). It sits above `expertsim-core` (time, events, random streams,
+//! (`family`; the loader and the lookups by name stay in `sim`), and the families above all of
+//! them, declared and registered in one list, `families!` below: today the serving family, the
+//! one simulator every paper is a preset of (`serving_family`, docs/serving-family.md). It sits above `expertsim-core` (time, events, random streams,
 //! arrivals, the validation vocabulary, metrics) and `expertsim-cost` (the cost model), which it
 //! re-exports under the module names the moved files use (`crate::time`, `crate::cost`, ...);
 //! it knows no scenario loader, family registry or policy implementation, which Cargo enforces.
@@ -17,7 +17,31 @@ pub mod load_cache;
 pub mod policies;
 pub mod recorder;
 pub mod serving;
-pub mod serving_family;
+
+/// Declares each family's module and registers its `Family` implementation, from one line per
+/// family, `<module>::<type>,`: `pub mod <module>;` (its folder beside the invocation),
+/// `FAMILIES` (every family, in the order `expertsim` lists them; `sim::registry` finds them by
+/// name) and `family_modules` (each module once more, which `sim` re-exports under its root).
+#[macro_export]
+macro_rules! families {
+    ($($module:ident :: $family:ident),* $(,)?) => {
+        $(pub mod $module;)*
+
+        /// Every family the simulator knows, in the order `expertsim` lists them.
+        pub static FAMILIES: &[&dyn $crate::family::RegisteredFamily] = &[$(&$module::$family),*];
+
+        /// Every family's module, for a crate above to re-export (`sim`: `sim::serving_family`).
+        pub mod family_modules {
+            $(pub use super::$module;)*
+        }
+    };
+}
+
+// The registration list: adding a family is its folder under `serving/src/` and its line here
+// (ARCHITECTURE.md, "Adding a family").
+families! {
+    serving_family::Serving,
+}
 
 // The crates below this one, under the module names every path already uses.
 pub use expertsim_core::{

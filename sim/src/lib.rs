@@ -21,6 +21,8 @@ mod one_model_checks;
 mod serving_family_files;
 #[cfg(test)]
 mod shipped_scenarios;
+#[cfg(test)]
+mod toy_family_checks;
 
 // The crates below this one, under the module names every path already uses (`crate::time`,
 // `sim::cost::gpu`, ...).
@@ -28,7 +30,9 @@ pub use expertsim_core::{
     apportion, arrivals, distributions, engine, event_queue, input, metrics, records, rng, time,
 };
 pub use expertsim_cost as cost;
-pub use expertsim_serving::{family, load_cache, policies, recorder, serving, serving_family};
+pub use expertsim_serving::{family, load_cache, policies, recorder, serving};
+// Every registered family's module (`expertsim_serving::families!`), under the same name.
+pub use expertsim_serving::family_modules::*;
 
 /// The validation vocabulary (`expertsim_core::validate`, `[limits]` included) under its old
 /// path, with the one check that reads the cost model, a measured set's GPU

@@ -1,15 +1,16 @@
-//! The family registry: `FAMILIES`, the one list of every family the simulator knows, and the
-//! lookups by name the scenario loader, the runner, the command line and live mode reach a family
-//! through. It sits above the families (each line names a family's `impl Family`); the `Family`
-//! trait they implement sits below them, in `family`. Adding a family is its folder under
-//! `serving/src/` with its `Family` implementation, its `pub mod` in that crate's lib.rs (and
-//! its re-export in `sim`'s), and one line here
-//! (ARCHITECTURE.md, "Adding a family", lists what else a family ships).
+//! The family registry: the lookups by name the scenario loader, the runner, the command line
+//! and live mode reach a family through, over `FAMILIES`, the one list of every family the
+//! simulator knows. That list is declared in `expertsim-serving`'s lib.rs, where the families'
+//! modules are (`families!`: one line per family declares its module and registers its
+//! `impl Family`); the `Family` trait they implement sits below them, in `family`. Adding a
+//! family is its folder under `serving/src/` and its line in `families!`; everything else that
+//! lists families reads this registry (ARCHITECTURE.md, "Adding a family").
 
 use crate::family::{FamilyId, RegisteredFamily};
 
-/// Every family the simulator knows, in the order `expertsim` lists them.
-pub static FAMILIES: &[&dyn RegisteredFamily] = &[&crate::serving_family::Serving];
+/// Every family the simulator knows, in the order `expertsim` lists them (declared by
+/// `expertsim_serving::families!`).
+pub use expertsim_serving::FAMILIES;
 
 /// Families that became presets of the serving simulator, and what a scenario file of one
 /// writes instead (its error when it still names the old family).
@@ -168,11 +169,18 @@ pub fn family(name: &str) -> Option<FamilyId> {
 
 /// Every registered family, in registration order.
 pub fn families() -> impl Iterator<Item = FamilyId> {
-    FAMILIES.iter().copied().map(FamilyId::of)
+    families_in(FAMILIES)
+}
+
+/// Every family of the registration list `list`, in its order.
+pub fn families_in(
+    list: &'static [&'static dyn RegisteredFamily],
+) -> impl Iterator<Item = FamilyId> {
+    list.iter().copied().map(FamilyId::of)
 }
 
 /// The family called `name` in the registration list `list`.
-fn named_in(list: &'static [&'static dyn RegisteredFamily], name: &str) -> Option<FamilyId> {
+pub fn named_in(list: &'static [&'static dyn RegisteredFamily], name: &str) -> Option<FamilyId> {
     list.iter()
         .copied()
         .find(|f| f.name() == name)
@@ -199,15 +207,8 @@ pub fn deserialize_family<'de, D: serde::Deserializer<'de>>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::family::{Family, LiveDescription, Run};
-    use crate::load_cache::LoadCache;
-    use crate::metrics::{Better, MetricInfo, RunOutput};
-    use crate::policies::Policies;
-    use crate::records::{DiscardRecords, RecordSink};
-    use crate::validate::limits::{Demand, Quantity};
-    use crate::validate::{FieldError, positive};
     use std::path::Path;
 
     /// A retired family's name is refused with the keys its preset writes instead.
@@ -353,158 +354,6 @@ mod tests {
         assert!(family("unknown").is_none());
     }
 
-    /// A toy family, standing for a new family's folder: its tables, a validated cell, and a run
-    /// that reports one metric.
-    mod toy {
-        use super::*;
-
-        pub struct Toy;
-
-        #[derive(serde::Deserialize)]
-        #[serde(deny_unknown_fields)]
-        pub struct ToyConfig {
-            pub requests: f64,
-        }
-
-        #[derive(Clone, Debug)]
-        pub struct ToyCell {
-            pub requests: f64,
-        }
-
-        impl Family for Toy {
-            type Config = ToyConfig;
-            type Scenario = ToyCell;
-            const NAME: &'static str = "toy";
-            const DESCRIPTION: &'static str = "a toy family (a test of the registry)";
-            const METRICS: &'static [MetricInfo] = &[MetricInfo {
-                name: "served",
-                description: "requests served",
-                better: Better::Higher,
-            }];
-            const HEADLINE: &'static [&'static str] = &["served"];
-            const HEADLINE_IMPROVEMENTS: &'static [&'static str] = &[];
-
-            fn validate(
-                config: ToyConfig,
-                _base_dir: &Path,
-                _cache: &mut LoadCache,
-            ) -> Result<ToyCell, FieldError> {
-                Ok(ToyCell {
-                    requests: positive("requests", config.requests)?,
-                })
-            }
-            fn demands(cell: &ToyCell) -> Vec<Demand> {
-                vec![Demand::new(Quantity::Requests, cell.requests, "requests")]
-            }
-            fn run(
-                cell: &ToyCell,
-                seed: u64,
-                _policies: &dyn Policies,
-                _records: &mut dyn RecordSink,
-            ) -> Result<Run, String> {
-                Ok(Run {
-                    output: RunOutput {
-                        scalars: vec![("served".into(), cell.requests + seed as f64)],
-                        details: serde_json::Value::Null,
-                    },
-                    cost_source: "none".into(),
-                })
-            }
-            fn live_description(_cell: &ToyCell) -> LiveDescription {
-                LiveDescription {
-                    moe_shape: None,
-                    model: "toy".into(),
-                    cost_source: "none".into(),
-                }
-            }
-        }
-    }
-
-    /// The toy family names no policy, so its runs never ask for one.
-    struct NoPolicies;
-
-    impl Policies for NoPolicies {
-        fn batch_selector(
-            &self,
-            _: &crate::policies::batch::BatchSelectorConfig,
-        ) -> Box<dyn crate::policies::batch::BatchSelector> {
-            unreachable!("the toy family names no policy")
-        }
-        fn expert_mapper(
-            &self,
-            _: &crate::policies::mapping::MapperConfig,
-        ) -> Box<dyn crate::policies::mapping::ExpertMapper> {
-            unreachable!("the toy family names no policy")
-        }
-        fn placement(
-            &self,
-            _: &crate::policies::placement::PlacementConfig,
-        ) -> Box<dyn crate::policies::placement::Placement> {
-            unreachable!("the toy family names no policy")
-        }
-        fn aggregation_gate(
-            &self,
-            _: &crate::policies::gate::GateConfig,
-        ) -> Box<dyn crate::policies::gate::AggregationGate> {
-            unreachable!("the toy family names no policy")
-        }
-        fn queue_policy(
-            &self,
-            _: &crate::serving::QueuePolicyConfig,
-        ) -> Box<dyn crate::serving::QueuePolicy> {
-            unreachable!("the toy family names no policy")
-        }
-        fn router(&self, _: &crate::serving::RouterConfig) -> Box<dyn crate::serving::Router> {
-            unreachable!("the toy family names no policy")
-        }
-        fn adapter_memory(
-            &self,
-            _: &crate::policies::memory::MemoryConfig,
-        ) -> Box<dyn crate::policies::memory::AdapterMemory> {
-            unreachable!("the toy family names no policy")
-        }
-    }
-
-    /// Adding a family is its folder (here `toy`, a `Family` implementation) and one line in a
-    /// registration list: through that line alone the registry finds it by name and the erased
-    /// `RegisteredFamily` reads its tables, validates a cell, bounds it and runs it, as the
-    /// scenario loader and the runner do for `FAMILIES`.
-    #[test]
-    fn a_toy_family_is_reached_through_one_registration_line() {
-        static WITH_TOY: &[&dyn RegisteredFamily] = &[&crate::serving_family::Serving, &toy::Toy];
-        assert!(named_in(FAMILIES, "toy").is_none());
-        let family = named_in(WITH_TOY, "toy").expect("the toy is registered");
-        assert_eq!(family.name(), "toy");
-        assert_eq!(family.metrics()[0].name, "served");
-        let erased = family.registered();
-        let tables: toml::Value = toml::from_str("requests = 3.0").unwrap();
-        let config = erased.deserialize(tables).unwrap();
-        let cell = erased
-            .validate(config, Path::new("."), &mut LoadCache::default())
-            .unwrap();
-        assert_eq!(cell.family(), family);
-        assert_eq!(cell.get::<toy::ToyCell>().unwrap().requests, 3.0);
-        assert_eq!(cell.demands()[0].value, 3.0);
-        let run = erased
-            .run(&cell, 7, &NoPolicies, &mut DiscardRecords)
-            .unwrap();
-        assert_eq!(run.output.scalar("served"), Some(10.0));
-        // The toy's own checks and schema reach the loader's error path.
-        let bad = erased
-            .deserialize(toml::from_str("requests = -1.0").unwrap())
-            .unwrap();
-        let error = erased
-            .validate(bad, Path::new("."), &mut LoadCache::default())
-            .err()
-            .unwrap();
-        assert_eq!(error.path, "requests");
-        assert!(
-            erased
-                .deserialize(toml::from_str("request = 3.0").unwrap())
-                .is_err()
-        );
-    }
-
     #[test]
     fn every_family_lists_its_headline_metrics_in_its_table() {
         for family in families() {
@@ -521,11 +370,11 @@ mod tests {
         }
     }
 
-    /// The generated part of docs/metrics.md: every registered family's metric table and
-    /// per-request columns, rendered from the registrations.
-    fn metric_tables_markdown() -> String {
+    /// The generated part of docs/metrics.md: each family's metric table and per-request
+    /// columns, rendered from its registration (`families()` for the file).
+    pub(crate) fn metric_tables_markdown(families: impl Iterator<Item = FamilyId>) -> String {
         let mut out = String::new();
-        for family in families() {
+        for family in families {
             out.push_str(&format!(
                 "\n### {family}\n\n| metric | better | label |\n|---|---|---|\n"
             ));
@@ -551,60 +400,30 @@ mod tests {
         out
     }
 
-    /// The per-request CSV's `family` column of docs/metrics.md names every family that writes
-    /// records, and the text says which has none.
-    #[test]
-    fn docs_metrics_family_column_names_every_family_with_records() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
-        let text = std::fs::read_to_string(&path).unwrap();
-        let row = text
-            .lines()
-            .find(|l| l.starts_with("| `family` |"))
-            .expect("docs/metrics.md has the family column's row");
-        for family in families() {
-            let named = row.contains(&format!("`{}`", family.name()));
-            match family.csv_columns() {
-                Some(_) => assert!(named, "{family} missing from: {row}"),
-                None => assert!(!named, "{family} writes no records: {row}"),
-            }
-        }
+    /// The generated part of docs/capacity.md: the arrival-rate key `expertsim capacity`
+    /// searches in each family, or that it has none.
+    pub(crate) fn rate_keys_markdown(families: impl Iterator<Item = FamilyId>) -> String {
+        families
+            .map(|family| match family.rate_key() {
+                Some(key) => format!("`{key}` for {family}"),
+                None => format!("none for {family}"),
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
-    /// docs/capacity.md names every family's arrival-rate key, which `expertsim capacity`
-    /// searches.
-    #[test]
-    fn docs_capacity_names_every_rate_key() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/capacity.md");
+    /// Checks that the span of `doc` (under the repository root) between `begin` and `end` is
+    /// `expected`; with `EXPERTSIM_WRITE_DOCS` set, writes it there instead.
+    fn check_generated(doc: &str, begin: &str, end: &str, expected: &str) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(doc);
         let text = std::fs::read_to_string(&path).unwrap();
-        let sentence = text
-            .split("\n\n")
-            .find(|p| p.contains("searches the family's arrival-rate key"))
-            .expect("docs/capacity.md says which key each family's search varies");
-        for family in families() {
-            assert!(
-                sentence.to_lowercase().contains(family.name()),
-                "{family} not named in: {sentence}"
-            );
-            if let Some(key) = family.rate_key() {
-                assert!(sentence.contains(&format!("`{key}`")), "{key}: {sentence}");
-            }
-        }
-    }
-
-    #[test]
-    fn docs_metrics_lists_every_family_table() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
-        let text = std::fs::read_to_string(&path).unwrap();
-        let (begin, end) = (
-            "<!-- metric-tables:begin -->\n",
-            "<!-- metric-tables:end -->",
-        );
         let start = text
             .find(begin)
-            .expect("docs/metrics.md has the begin marker")
+            .unwrap_or_else(|| panic!("{doc} has the marker {begin}"))
             + begin.len();
-        let stop = text.find(end).expect("docs/metrics.md has the end marker");
-        let expected = metric_tables_markdown();
+        let stop = text
+            .find(end)
+            .unwrap_or_else(|| panic!("{doc} has the marker {end}"));
         if std::env::var_os("EXPERTSIM_WRITE_DOCS").is_some() {
             let rewritten = format!("{}{expected}{}", &text[..start], &text[stop..]);
             std::fs::write(&path, rewritten).unwrap();
@@ -613,8 +432,31 @@ mod tests {
         assert_eq!(
             &text[start..stop],
             expected,
-            "docs/metrics.md is out of date with the families' metric tables; regenerate it \
-             with EXPERTSIM_WRITE_DOCS=1 cargo test -p expertsim-scenario registry::"
+            "{doc} is out of date with the registered families; regenerate it with \
+             EXPERTSIM_WRITE_DOCS=1 cargo test -p expertsim-scenario --lib docs_"
+        );
+    }
+
+    /// docs/capacity.md names every family's arrival-rate key, which `expertsim capacity`
+    /// searches (generated).
+    #[test]
+    fn docs_capacity_names_every_rate_key() {
+        check_generated(
+            "docs/capacity.md",
+            "<!-- rate-keys:begin -->",
+            "<!-- rate-keys:end -->",
+            &rate_keys_markdown(families()),
+        );
+    }
+
+    /// docs/metrics.md's metric tables, one per family (generated).
+    #[test]
+    fn docs_metrics_lists_every_family_table() {
+        check_generated(
+            "docs/metrics.md",
+            "<!-- metric-tables:begin -->\n",
+            "<!-- metric-tables:end -->",
+            &metric_tables_markdown(families()),
         );
     }
 }

@@ -332,7 +332,7 @@ fn list_names_every_option_a_scenario_can_name() {
     for (group, kinds) in [
         ("scheduler", &["vllm", "sarathi", "orca", "static"][..]),
         (
-            "router",
+            "routing",
             &[
                 "round_robin",
                 "least_outstanding",
@@ -358,6 +358,46 @@ fn list_names_every_option_a_scenario_can_name() {
     assert!(
         text.contains("# scheduler: replica.scheduler.kind"),
         "{text}"
+    );
+}
+
+/// Each key a group heading names (`# group: key (families)`, several keys split by `, ` or
+/// ` / `) heads one group only: the routers, policies and built-in alike, are one `routing`
+/// group.
+#[test]
+fn list_names_each_key_in_one_group() {
+    let output = expertsim(&["list"]);
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for heading in text.lines().filter_map(|l| l.strip_prefix("# ")) {
+        let (group, keys) = heading.split_once(": ").expect("`# group: key`");
+        let keys = keys.split(" (").next().unwrap();
+        for key in keys.split(", ").flat_map(|k| k.split(" / ")) {
+            if let Some((other, _)) = seen.iter().find(|(_, k)| k == key) {
+                panic!("{key} heads both `{other}` and `{group}`:\n{text}");
+            }
+            seen.push((group.to_string(), key.to_string()));
+        }
+    }
+    assert!(
+        seen.iter()
+            .any(|(g, k)| g == "routing" && k == "routing.kind"),
+        "{seen:?}"
+    );
+    let routers: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("routing "))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(
+        routers,
+        [
+            "round_robin",
+            "least_outstanding",
+            "least_loaded",
+            "chimera"
+        ]
     );
 }
 

@@ -1,26 +1,15 @@
 //! Every registered family (`sim::registry::FAMILIES`) is reachable: the scenario loader accepts
 //! its `family = "..."`, the runner runs a cell of it through the policy registry, and the
 //! per-request CSV it writes carries exactly the columns the family declares. (Live mode's
-//! coverage of the list is held by `live`'s own unit test.)
+//! coverage of the list is held by `live`'s own unit test, from the families' `LIVE` flags.)
 
 use std::path::Path;
 
 #[test]
 fn every_registered_family_loads_and_runs() {
     for family in sim::registry::families() {
-        // Each family ships a small live scenario (one without live mode, its
-        // `scenarios/<family>/quick.toml`); narrowed to one seed it runs in moments.
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let live = root
-            .join("scenarios/live")
-            .join(format!("{}.toml", family.name()));
-        let path = if live.exists() {
-            live
-        } else {
-            root.join("scenarios")
-                .join(family.name())
-                .join("quick.toml")
-        };
+        // Each family names its small scenario (`Family::QUICK_SCENARIO`), which runs in moments.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(family.quick_scenario());
         let plan = sim::scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{family}: {e}"));
         assert_eq!(plan.family, family);
         assert_eq!(plan.cells[0].scenario.family(), family);

@@ -63,6 +63,8 @@ impl Family for Serving {
     const RATE_KEY: Option<&'static str> = Some("arrival.rate_per_s");
     const CSV_COLUMNS: Option<&'static [&'static str]> = Some(super::CSV_COLUMNS);
     const TRACE_EVENTS: bool = true;
+    const QUICK_SCENARIO: &'static str = "scenarios/serving/quick.toml";
+    const LIVE: bool = true;
     /// GEM's figures read the expert detail a traced MoE group records
     /// (`mapping::expert_detail`); ExpertWeave's memory figure the adapters' memory plan; the
     /// timeline what `[output] timeline` records.

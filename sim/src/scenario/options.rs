@@ -1,5 +1,7 @@
 //! The named options of scenario files that are not policies (those are
-//! `strategies::catalogue`): the families, the serving family's scheduler kinds, routers,
+//! `strategies::catalogue`, but the routers: every `routing.kind` is listed here, the serving
+//! layer's own `least_outstanding` with the policies): the families, the serving family's
+//! scheduler kinds, routers,
 //! expert-routing and length distributions and links, the length predictors and semantic
 //! routers, the arrival patterns, the static pricings (CAPS's execution models), the figure kinds, and the model and
 //! GPU catalogues, each with the key that names it and one line. `expertsim list` prints them;
@@ -33,16 +35,23 @@ fn group(group: &'static str, key: &'static str, kinds: &[(&str, &str)]) -> Opti
     }
 }
 
-/// Every group, in the order `expertsim list` prints them.
+/// The `family` group: each of `families` (the registry's for `expertsim list`) with its line.
+pub fn family_group(families: impl Iterator<Item = crate::family::FamilyId>) -> OptionGroup {
+    OptionGroup {
+        group: "family",
+        key: "family (every scenario)",
+        kinds: families
+            .map(|f| (f.name().to_string(), f.description().to_string()))
+            .collect(),
+    }
+}
+
+/// Every group, in the order `expertsim list` prints them. The routers are the `routing` group
+/// here, every kind `routing.kind` takes (`strategies::catalogue`'s `routing` policies among
+/// them), so that the key is listed once.
 pub fn catalogue() -> Vec<OptionGroup> {
     vec![
-        OptionGroup {
-            group: "family",
-            key: "family (every scenario)",
-            kinds: crate::registry::families()
-                .map(|f| (f.name().to_string(), f.description().to_string()))
-                .collect(),
-        },
+        family_group(crate::registry::families()),
         group(
             "scheduler",
             "replica.scheduler.kind (serving)",
@@ -70,7 +79,7 @@ pub fn catalogue() -> Vec<OptionGroup> {
             ],
         ),
         group(
-            "router",
+            "routing",
             "routing.kind (serving)",
             &[
                 ("round_robin", "replicas in turn"),
@@ -379,7 +388,7 @@ mod tests {
         };
         let cases = [
             ("scheduler", variants::<SchedulerTable>()),
-            ("router", variants::<RoutingTable>()),
+            ("routing", variants::<RoutingTable>()),
             (
                 "semantic_router",
                 variants::<crate::serving::predictors::SemanticRouterConfig>(),
