@@ -226,25 +226,6 @@ mod tests {
         assert_eq!(runs.summary(), one_by_one.summary());
     }
 
-    /// A two-metric table over a pair, listed in the opposite order of the pair's fields.
-    const PAIR_TABLE: [Metric<(f64, f64)>; 2] = [
-        Metric::new("second", "the second field", Better::Higher, |p| p.1),
-        Metric::new("first", "the first field", Better::Lower, |p| p.0),
-    ];
-
-    #[test]
-    fn a_metric_table_gives_names_and_values_in_its_own_order() {
-        let infos = metric_infos(&PAIR_TABLE);
-        assert_eq!(infos.map(|m| m.name), ["second", "first"]);
-        assert_eq!(infos[0].better, Better::Higher);
-        let output = run_output(&PAIR_TABLE, &(1.5, -2.0));
-        assert_eq!(
-            output.scalars,
-            vec![("second".to_string(), -2.0), ("first".to_string(), 1.5)]
-        );
-        assert_eq!(output.details, serde_json::json!([1.5, -2.0]));
-    }
-
     #[test]
     fn latency_quantiles_within_a_tenth_of_a_percent() {
         let mut recorder = LatencyRecorder::default();
@@ -343,76 +324,6 @@ pub struct MetricInfo {
 /// cell file read back (a resumed or merged sweep) to (its test holds every name here to a
 /// registered family's metric).
 pub const SIGNED_METRICS: &[&str] = &["accuracy_change_pp", "prediction_error_pct"];
-
-/// One row of a family's metric table: the metric, and how to read its value from the summary
-/// `S` a run of the family produces. A family declares its metrics once as such a table, and
-/// both its `MetricInfo` list (`metric_infos`) and its runs' scalars (`run_output`) come from it,
-/// so names and values cannot drift apart.
-pub struct Metric<S> {
-    pub info: MetricInfo,
-    pub value: fn(&S) -> f64,
-}
-
-impl<S> Metric<S> {
-    pub const fn new(
-        name: &'static str,
-        description: &'static str,
-        better: Better,
-        value: fn(&S) -> f64,
-    ) -> Metric<S> {
-        Metric {
-            info: MetricInfo {
-                name,
-                description,
-                better,
-            },
-            value,
-        }
-    }
-}
-
-/// A row of a metric table whose lower values are better (a latency, a cost): the families'
-/// latency rows, read off the one recorder's `RequestSummary`.
-pub const fn lower_is_better<S>(
-    name: &'static str,
-    description: &'static str,
-    value: fn(&S) -> f64,
-) -> Metric<S> {
-    Metric::new(name, description, Better::Lower, value)
-}
-
-/// The `MetricInfo` column of a metric table, in order (evaluated at compile time).
-pub const fn metric_infos<S, const N: usize>(table: &[Metric<S>; N]) -> [MetricInfo; N] {
-    let mut infos = [MetricInfo {
-        name: "",
-        description: "",
-        better: Better::Lower,
-    }; N];
-    let mut i = 0;
-    while i < N {
-        infos[i] = table[i].info;
-        i += 1;
-    }
-    infos
-}
-
-/// A run's output from its family's metric table: every metric's value read from `summary`, in
-/// table order, and the summary itself as the details.
-pub fn run_output<S: Serialize>(table: &[Metric<S>], summary: &S) -> RunOutput {
-    RunOutput {
-        scalars: scalars(table, summary),
-        details: serde_json::to_value(summary).expect("a run summary serializes"),
-    }
-}
-
-/// Every metric of `table` read from `summary`, in table order, for a family whose details are
-/// not the summary itself.
-pub fn scalars<S>(table: &[Metric<S>], summary: &S) -> Vec<(String, f64)> {
-    table
-        .iter()
-        .map(|metric| (metric.info.name.to_string(), (metric.value)(summary)))
-        .collect()
-}
 
 /// What one simulation run of any family reports: its scalar metrics (every name listed in the
 /// family's `MetricInfo` table, in that order) and family-specific detail (time series, mappings,

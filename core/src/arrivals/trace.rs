@@ -302,25 +302,6 @@ impl LengthStats {
     }
 }
 
-impl TraceStats {
-    /// What the replayed requests ask for in tokens per request, for a family that takes its
-    /// lengths from the trace: the longest prompt and output, caused by `arrival.trace.path`.
-    pub fn token_demands(&self) -> Vec<crate::validate::limits::Demand> {
-        use crate::validate::limits::{Demand, Quantity};
-        [&self.prompt_tokens, &self.output_tokens]
-            .into_iter()
-            .flatten()
-            .map(|l| {
-                Demand::new(
-                    Quantity::TokensPerRequest,
-                    f64::from(l.max),
-                    "arrival.trace.path",
-                )
-            })
-            .collect()
-    }
-}
-
 impl std::fmt::Display for TraceStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} requests over {:.1} s", self.requests, self.span_s)?;

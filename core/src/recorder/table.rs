@@ -28,8 +28,6 @@ impl<S> MetricDef<S> {
 }
 
 /// The `MetricInfo` of every metric of `table`, in order (a constant, for `Family::METRICS`).
-/// `MetricDef` is `metrics::Metric` with the unit alone beside the label, which the results'
-/// details list (`units`).
 pub const fn infos<S, const N: usize>(table: &[MetricDef<S>; N]) -> [MetricInfo; N] {
     let mut infos = [MetricInfo {
         name: "",

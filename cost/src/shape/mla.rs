@@ -167,11 +167,6 @@ impl MlaMoeShape {
         self.non_routed_params() * self.bytes_per_param
     }
 
-    /// Bytes of the base model's routed experts in one MoE layer.
-    pub fn routed_bytes_per_layer(&self) -> u64 {
-        self.n_routed_experts * self.expert_bytes()
-    }
-
     /// KV-cache bytes per token: MLA caches the compressed latent (`kv_lora_rank`) and the
     /// decoupled rotary key (`qk_rope_head_dim`) per layer, (512 + 64) x 27 x 2 = 31,104 bytes,
     /// as vLLM's MLA backends do.

@@ -167,9 +167,6 @@ impl ModelTable {
     }
 }
 
-fn d_count() -> usize {
-    1
-}
 fn d_gpu() -> String {
     "H100-SXM".into()
 }
@@ -250,7 +247,7 @@ pub struct ReplicaTable {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub models: Option<Vec<String>>,
     /// Replicas of the group.
-    #[serde(default = "d_count")]
+    #[serde(default = "d_one")]
     pub count: usize,
     /// GPU catalogue name (`sim::cost::gpu`).
     #[serde(default = "d_gpu")]
@@ -1817,7 +1814,8 @@ impl ServingConfig {
                 format!("{tp} does not divide the replica's {gpus} GPUs ({p}.gpus)"),
             ));
         }
-        match &model {
+        // The routed experts an expert-parallel group spreads, and the heads TP splits.
+        let (experts, heads) = match &model {
             ServedModel::Dense(shape) => {
                 if ep != 1 {
                     return Err(field_error(
@@ -1835,70 +1833,43 @@ impl ServingConfig {
                         ),
                     ));
                 }
-                if shape.n_heads % tp as u64 != 0 {
-                    return Err(field_error(
-                        &format!("{p}.tensor_parallel"),
-                        format!(
-                            "{tp} does not divide {}'s {} attention heads",
-                            shape.name, shape.n_heads
-                        ),
-                    ));
-                }
+                (None, shape.n_heads)
             }
-            ServedModel::Moe(shape) => {
-                if gpus % ep != 0 {
-                    return Err(field_error(
-                        &format!("{p}.expert_parallel"),
-                        format!("{ep} does not divide the replica's {gpus} GPUs ({p}.gpus)"),
-                    ));
-                }
-                if shape.n_experts % ep != 0 {
-                    return Err(field_error(
-                        &format!("{p}.expert_parallel"),
-                        format!(
-                            "{ep} does not divide {}'s {} experts per layer (the linear mapping \
-                             puts as many on every GPU)",
-                            shape.name, shape.n_experts
-                        ),
-                    ));
-                }
-                if shape.n_attention_heads % tp != 0 {
-                    return Err(field_error(
-                        &format!("{p}.tensor_parallel"),
-                        format!(
-                            "{tp} does not divide {}'s {} attention heads",
-                            shape.name, shape.n_attention_heads
-                        ),
-                    ));
-                }
+            ServedModel::Moe(shape) => (
+                Some((shape.n_experts as u64, "experts")),
+                shape.n_attention_heads as u64,
+            ),
+            ServedModel::Mla(shape) => (
+                Some((shape.n_routed_experts, "routed experts")),
+                shape.n_heads,
+            ),
+        };
+        if let Some((n_experts, what)) = experts {
+            if gpus % ep != 0 {
+                return Err(field_error(
+                    &format!("{p}.expert_parallel"),
+                    format!("{ep} does not divide the replica's {gpus} GPUs ({p}.gpus)"),
+                ));
             }
-            ServedModel::Mla(shape) => {
-                if gpus % ep != 0 {
-                    return Err(field_error(
-                        &format!("{p}.expert_parallel"),
-                        format!("{ep} does not divide the replica's {gpus} GPUs ({p}.gpus)"),
-                    ));
-                }
-                if shape.n_routed_experts % ep as u64 != 0 {
-                    return Err(field_error(
-                        &format!("{p}.expert_parallel"),
-                        format!(
-                            "{ep} does not divide {}'s {} routed experts per layer (the linear \
-                             mapping puts as many on every GPU)",
-                            shape.name, shape.n_routed_experts
-                        ),
-                    ));
-                }
-                if shape.n_heads % tp as u64 != 0 {
-                    return Err(field_error(
-                        &format!("{p}.tensor_parallel"),
-                        format!(
-                            "{tp} does not divide {}'s {} attention heads",
-                            shape.name, shape.n_heads
-                        ),
-                    ));
-                }
+            if n_experts % ep as u64 != 0 {
+                return Err(field_error(
+                    &format!("{p}.expert_parallel"),
+                    format!(
+                        "{ep} does not divide {}'s {n_experts} {what} per layer (the linear \
+                         mapping puts as many on every GPU)",
+                        model.name()
+                    ),
+                ));
             }
+        }
+        if heads % tp as u64 != 0 {
+            return Err(field_error(
+                &format!("{p}.tensor_parallel"),
+                format!(
+                    "{tp} does not divide {}'s {heads} attention heads",
+                    model.name()
+                ),
+            ));
         }
         let batch_former = static_former(p, r)?;
         if let SchedulerTable::Static {
@@ -2004,31 +1975,21 @@ impl ServingConfig {
         }
         let max_num_seqs =
             crate::validate::at_least_one(&format!("{p}.max_num_seqs"), r.max_num_seqs)?;
-        match &r.scheduler {
+        let budget = match &r.scheduler {
             SchedulerTable::Vllm {
-                max_num_batched_tokens,
+                max_num_batched_tokens: n,
                 ..
-            } if *max_num_batched_tokens == 0 => {
-                return Err(field_error(
-                    &format!("{p}.scheduler.max_num_batched_tokens"),
-                    "must be at least 1",
-                ));
             }
-            SchedulerTable::Sarathi { chunk_size, .. } if *chunk_size == 0 => {
-                return Err(field_error(
-                    &format!("{p}.scheduler.chunk_size"),
-                    "must be at least 1",
-                ));
-            }
-            _ => {}
-        }
-        if let SchedulerTable::Orca {
-            max_num_batched_tokens: Some(0),
-            ..
-        } = &r.scheduler
-        {
+            | SchedulerTable::Orca {
+                max_num_batched_tokens: Some(n),
+                ..
+            } => Some(("max_num_batched_tokens", *n)),
+            SchedulerTable::Sarathi { chunk_size, .. } => Some(("chunk_size", *chunk_size)),
+            _ => None,
+        };
+        if let Some((key, 0)) = budget {
             return Err(field_error(
-                &format!("{p}.scheduler.max_num_batched_tokens"),
+                &format!("{p}.scheduler.{key}"),
                 "must be at least 1",
             ));
         }

@@ -1044,19 +1044,7 @@ pattern = "offline"
         assert_eq!(out.scalar("accuracy_pct"), fan_in.scalar("accuracy_pct"));
 
         // Run without its gate (`run_recorded`), a question workload reports why, no number.
-        use super::super::tests::{Fifo, Linear, Turns};
-        let ungated = super::super::run_recorded(
-            &s,
-            5,
-            &mut Fifo::default(),
-            &mut Turns::default(),
-            &mut Linear,
-            &mut [],
-            None,
-            &mut crate::records::DiscardRecords,
-            None,
-        )
-        .unwrap();
+        let ungated = super::super::tests::run(&s, 5);
         assert!(
             ungated.details.get("failed").is_some(),
             "{}",

@@ -6,29 +6,12 @@
 
 use crate::metrics::RunOutput;
 use crate::policies::batch::BatchSelector;
-use crate::records::DiscardRecords;
-use crate::serving_family::tests::{Fifo, Linear, OldestFirst, Turns, scenario};
+use crate::serving_family::tests::{OldestFirst, run_selected, scenario, value};
 
 fn run(text: &str, seed: u64) -> RunOutput {
     let scenario = scenario(text).unwrap_or_else(|e| panic!("{e:?}"));
     let mut selectors: Vec<Box<dyn BatchSelector>> = vec![Box::new(OldestFirst)];
-    crate::serving_family::run_recorded(
-        &scenario,
-        seed,
-        &mut Fifo::default(),
-        &mut Turns::default(),
-        &mut Linear,
-        &mut selectors,
-        None,
-        &mut DiscardRecords,
-        None,
-    )
-    .expect("no file to write")
-}
-
-fn value(out: &RunOutput, name: &str) -> f64 {
-    out.scalar(name)
-        .unwrap_or_else(|| panic!("no metric {name}"))
+    run_selected(&scenario, seed, &mut selectors)
 }
 
 /// A single-server FCFS queue: Poisson arrivals at `rate`, one request per batch, dispatched the

@@ -8,30 +8,10 @@
 use super::*;
 use crate::load_cache::LoadCache;
 use crate::records::DiscardRecords;
-use crate::serving::{EngineState, QueuedRequest, RouteRequest};
-use std::collections::VecDeque;
+use crate::serving::{EngineState, RouteRequest};
 
 /// FCFS per replica, as the `strategies` crate's `fcfs` orders (by submission id).
-#[derive(Default)]
-pub(crate) struct Fifo(Vec<VecDeque<QueuedRequest>>);
-impl QueuePolicy for Fifo {
-    fn name(&self) -> &'static str {
-        "fcfs"
-    }
-    fn reset(&mut self, n: usize) {
-        self.0 = vec![VecDeque::new(); n];
-    }
-    fn push(&mut self, e: usize, r: QueuedRequest) {
-        let at = self.0[e].partition_point(|q| q.id < r.id);
-        self.0[e].insert(at, r);
-    }
-    fn pop(&mut self, e: usize, _: u64) -> Option<QueuedRequest> {
-        self.0[e].pop_front()
-    }
-    fn len(&self, e: usize) -> usize {
-        self.0[e].len()
-    }
-}
+pub(crate) use crate::serving::tests::Fifo;
 
 /// Replicas in turn.
 #[derive(Default)]
@@ -74,19 +54,77 @@ impl crate::policies::mapping::ExpertMapper for Linear {
     }
 }
 
-pub(crate) fn run(s: &ServingScenario, seed: u64) -> RunOutput {
+/// Runs seed `seed` of `s`: each replica's queue first come first served, requests routed by
+/// `router`, experts mapped by `mapper`, a static replica's batches selected by `selectors`,
+/// adapters placed by `memory`, each finished request streamed to `sink`.
+pub(crate) fn run_with(
+    s: &ServingScenario,
+    seed: u64,
+    router: &mut dyn Router,
+    mapper: &mut dyn ExpertMapper,
+    selectors: &mut [Box<dyn BatchSelector>],
+    memory: Option<&mut dyn AdapterMemory>,
+    sink: &mut dyn RecordSink,
+) -> RunOutput {
+    let queue = &mut Fifo::default();
     run_recorded(
+        s, seed, queue, router, mapper, selectors, memory, sink, None,
+    )
+    .expect("no file to write")
+}
+
+/// `run_with` routing in turns, the `Linear` mapping, no selectors and no adapters.
+pub(crate) fn run_into(s: &ServingScenario, seed: u64, sink: &mut dyn RecordSink) -> RunOutput {
+    run_routed(s, seed, &mut Turns::default(), sink)
+}
+
+/// `run_into` with `router`.
+fn run_routed(
+    s: &ServingScenario,
+    seed: u64,
+    router: &mut dyn Router,
+    sink: &mut dyn RecordSink,
+) -> RunOutput {
+    run_with(s, seed, router, &mut Linear, &mut [], None, sink)
+}
+
+/// `run_into` with a static replica's `selectors`, the records discarded.
+pub(crate) fn run_selected(
+    s: &ServingScenario,
+    seed: u64,
+    selectors: &mut [Box<dyn BatchSelector>],
+) -> RunOutput {
+    run_with(
         s,
         seed,
-        &mut Fifo::default(),
+        &mut Turns::default(),
+        &mut Linear,
+        selectors,
+        None,
+        &mut DiscardRecords,
+    )
+}
+
+/// `run_into` with the adapters placed by `memory`.
+fn run_adapted(
+    s: &ServingScenario,
+    seed: u64,
+    memory: &mut dyn AdapterMemory,
+    sink: &mut dyn RecordSink,
+) -> RunOutput {
+    run_with(
+        s,
+        seed,
         &mut Turns::default(),
         &mut Linear,
         &mut [],
-        None,
-        &mut DiscardRecords,
-        None,
+        Some(memory),
+        sink,
     )
-    .expect("no file to write")
+}
+
+pub(crate) fn run(s: &ServingScenario, seed: u64) -> RunOutput {
+    run_into(s, seed, &mut DiscardRecords)
 }
 
 /// The makespan of `super::fixtures::resident`'s calls on its one resident replica, seed 0:
@@ -98,7 +136,7 @@ pub(crate) fn resident_makespan_s(model: &str, calls: u32, prompt: u32, output: 
         .expect("a makespan")
 }
 
-fn value(out: &RunOutput, name: &str) -> f64 {
+pub(crate) fn value(out: &RunOutput, name: &str) -> f64 {
     out.scalar(name)
         .unwrap_or_else(|| panic!("no metric {name}"))
 }
@@ -757,18 +795,7 @@ fn the_router_sees_chimeras_activity_monitor_and_confidences() {
     let s = scenario(&text).unwrap();
     let mut router = SeenByRouter::default();
     let mut finished = Finished::default();
-    let out = run_recorded(
-        &s,
-        3,
-        &mut Fifo::default(),
-        &mut router,
-        &mut Linear,
-        &mut [],
-        None,
-        &mut finished,
-        None,
-    )
-    .unwrap();
+    let out = run_routed(&s, 3, &mut router, &mut finished);
     assert!(out.details.get("failed").is_none(), "{}", out.details);
     let mut requests = finished.0;
     requests.sort_unstable_by_key(|r| r.0);
@@ -814,18 +841,7 @@ fn a_dense_and_an_moe_group_share_chimeras_router() {
     let s = scenario(&text).unwrap();
     assert_eq!((s.replica_count(), s.gpu_count()), (2, 3));
     let mut router = SeenByRouter::default();
-    let out = run_recorded(
-        &s,
-        2,
-        &mut Fifo::default(),
-        &mut router,
-        &mut Linear,
-        &mut [],
-        None,
-        &mut DiscardRecords,
-        None,
-    )
-    .unwrap();
+    let out = run_routed(&s, 2, &mut router, &mut DiscardRecords);
     assert!(out.details.get("failed").is_none(), "{}", out.details);
     assert_eq!(value(&out, "completed"), 200.0);
     let engines = &router.calls[0].2;
@@ -899,18 +915,7 @@ rate_per_s = 0.01
     .unwrap();
     let mut selectors: Vec<Box<dyn crate::policies::batch::BatchSelector>> =
         vec![Box::new(OldestFirst)];
-    let fixed = run_recorded(
-        &s,
-        1,
-        &mut Fifo::default(),
-        &mut Turns::default(),
-        &mut Linear,
-        &mut selectors,
-        None,
-        &mut DiscardRecords,
-        None,
-    )
-    .unwrap();
+    let fixed = run_selected(&s, 1, &mut selectors);
     assert_eq!(value(&fixed, "completed"), 20.0);
     let (a, b) = (
         value(&fixed, "e2e_mean_ms"),
@@ -951,18 +956,7 @@ rate_per_s = 20.0
     let go = || {
         let mut selectors: Vec<Box<dyn crate::policies::batch::BatchSelector>> =
             vec![Box::new(OldestFirst)];
-        run_recorded(
-            &s,
-            3,
-            &mut Fifo::default(),
-            &mut Turns::default(),
-            &mut Linear,
-            &mut selectors,
-            None,
-            &mut DiscardRecords,
-            None,
-        )
-        .unwrap()
+        run_selected(&s, 3, &mut selectors)
     };
     let out = go();
     assert!(out.details.get("failed").is_none(), "{}", out.details);
@@ -1047,18 +1041,7 @@ rate_per_s = 5.0
 "#;
 
 fn run_adapters(s: &ServingScenario, memory: &mut OneInstance) -> RunOutput {
-    run_recorded(
-        s,
-        3,
-        &mut Fifo::default(),
-        &mut Turns::default(),
-        &mut Linear,
-        &mut [],
-        Some(memory),
-        &mut DiscardRecords,
-        None,
-    )
-    .expect("no file to write")
+    run_adapted(s, 3, memory, &mut DiscardRecords)
 }
 
 #[test]
@@ -1219,18 +1202,7 @@ fn a_plan_of_one_instance_per_adapter_serves_each_adapter_on_its_replica() {
             "count = 2\nalpha = 0.3\nmemory = { kind = \"merged\", separate_devices = true }",
         );
     let s = scenario(&text).unwrap();
-    let out = run_recorded(
-        &s,
-        3,
-        &mut Fifo::default(),
-        &mut Turns::default(),
-        &mut Linear,
-        &mut [],
-        Some(&mut PerAdapter),
-        &mut DiscardRecords,
-        None,
-    )
-    .unwrap();
+    let out = run_adapted(&s, 3, &mut PerAdapter, &mut DiscardRecords);
     assert!(out.details["failed"].is_null(), "{}", out.details["failed"]);
     // The adapters the 300 requests draw, on the run's stream.
     let adapters = s.adapters.as_ref().unwrap();
@@ -1271,18 +1243,7 @@ fn a_plan_only_run_reports_the_memory_plan_without_serving() {
     let s = scenario(&text).unwrap();
     let mut records = Phases::default();
     // Five instances on one replica: a served run refuses that plan (replica.count = 5).
-    let out = run_recorded(
-        &s,
-        3,
-        &mut Fifo::default(),
-        &mut Turns::default(),
-        &mut Linear,
-        &mut [],
-        Some(&mut PerAdapter),
-        &mut records,
-        None,
-    )
-    .unwrap();
+    let out = run_adapted(&s, 3, &mut PerAdapter, &mut records);
     assert!(out.details["failed"].is_null(), "{}", out.details["failed"]);
     assert_eq!(out.details["plan_only"], true);
     assert!(records.0.is_empty(), "a plan-only run serves no request");
@@ -1348,21 +1309,15 @@ fn rounded_uniform_lengths_draw_the_expertweave_familys_lengths() {
         .replace("memory = { kind = \"virtual_weight_tensor\" }", "memory = { kind = \"base_only\" }");
     let s = scenario(&text).unwrap();
     let mut records = Phases::default();
-    run_recorded(
+    run_adapted(
         &s,
         3,
-        &mut Fifo::default(),
-        &mut Turns::default(),
-        &mut Linear,
-        &mut [],
-        Some(&mut OneInstance {
+        &mut OneInstance {
             reroutes: false,
             adapter_bytes: 0,
-        }),
+        },
         &mut records,
-        None,
-    )
-    .unwrap();
+    );
     assert_eq!(records.0.len(), 300);
     // The lengths by hand: prompt then output per request from (seed, "expertweave/lengths"),
     // each the continuous uniform's draw rounded (requests in arrival order are ids 0..300).
@@ -1718,18 +1673,15 @@ fn a_trace_is_the_mappers_window_and_routes_the_steps() {
     let (trace, observed) = spec.build(32, 8, 2, 3);
     assert_eq!((trace.n_steps(), observed), (9, 5));
     let mut mapper = WindowRecorder::default();
-    let out = run_recorded(
+    let out = run_with(
         &s,
         3,
-        &mut Fifo::default(),
         &mut Turns::default(),
         &mut mapper,
         &mut [],
         None,
         &mut DiscardRecords,
-        None,
-    )
-    .unwrap();
+    );
     assert_eq!(mapper.0.len(), 32);
     for (layer, window) in mapper.0.iter().enumerate() {
         assert_eq!(
@@ -1791,18 +1743,7 @@ fn a_trace_is_refused_where_it_cannot_route() {
 /// Every request's finish of a one-replica run (id order).
 fn finishes(s: &ServingScenario, seed: u64) -> Vec<(u64, crate::time::SimTime)> {
     let mut sink = Finished::default();
-    run_recorded(
-        s,
-        seed,
-        &mut Fifo::default(),
-        &mut Turns::default(),
-        &mut Linear,
-        &mut [],
-        None,
-        &mut sink,
-        None,
-    )
-    .expect("no file to write");
+    run_into(s, seed, &mut sink);
     let mut done: Vec<_> = sink.0.iter().map(|&(id, _, end, _, _)| (id, end)).collect();
     done.sort_unstable();
     done
@@ -1908,18 +1849,7 @@ rate_per_s = 20.0
 fn addressed_calls_go_to_their_models_group_with_their_lengths() {
     let s = scenario(ADDRESSED).unwrap();
     let mut sink = Finished::default();
-    let out = run_recorded(
-        &s,
-        3,
-        &mut Fifo::default(),
-        &mut Turns::default(),
-        &mut Linear,
-        &mut [],
-        None,
-        &mut sink,
-        None,
-    )
-    .unwrap();
+    let out = run_into(&s, 3, &mut sink);
     assert!(out.details.get("failed").is_none(), "{}", out.details);
     assert_eq!(sink.0.len(), 50);
     let mut on_qwen = [0; 3];
@@ -2112,18 +2042,7 @@ fn a_dataset_preset_and_gems_streams_draw_the_gem_familys_lengths() {
         })
         .collect();
     let mut finished = Finished::default();
-    run_recorded(
-        &s,
-        3,
-        &mut Fifo::default(),
-        &mut Turns::default(),
-        &mut Linear,
-        &mut [],
-        None,
-        &mut finished,
-        None,
-    )
-    .unwrap();
+    run_into(&s, 3, &mut finished);
     finished.0.sort_by_key(|f| f.0);
     let served: Vec<u64> = finished.0.iter().map(|f| f.3).collect();
     assert_eq!(served, drawn);
@@ -2222,18 +2141,7 @@ fn expertweaves_streams_and_horizon_draw_the_expertweave_familys_arrivals_and_ph
     }
     assert!(drawn.len() > 20, "{}", drawn.len());
     let mut phases = Phases::default();
-    let out = run_recorded(
-        &s,
-        3,
-        &mut Fifo::default(),
-        &mut Turns::default(),
-        &mut Linear,
-        &mut [],
-        None,
-        &mut phases,
-        None,
-    )
-    .unwrap();
+    let out = run_into(&s, 3, &mut phases);
     phases.0.sort_by_key(|f| f.0);
     let served: Vec<_> = phases.0.iter().map(|f| (f.1, f.4, f.5)).collect();
     assert_eq!(served, drawn);
@@ -2399,18 +2307,7 @@ fn a_workflows_next_stage_is_submitted_at_its_predecessors_finish_with_its_histo
     let mut stage_counts = Vec::new();
     for seed in 1..=12 {
         let mut stages = Stages::default();
-        let out = run_recorded(
-            &s,
-            seed,
-            &mut Fifo::default(),
-            &mut Turns::default(),
-            &mut Linear,
-            &mut [],
-            None,
-            &mut stages,
-            None,
-        )
-        .unwrap();
+        let out = run_into(&s, seed, &mut stages);
         assert!(out.details.get("failed").is_none(), "{}", out.details);
         let mut st = stages.0;
         st.sort_by_key(|r| r.0);
@@ -2539,18 +2436,7 @@ fn the_router_sees_each_workflows_stages_and_its_end() {
     let s = scenario(&text).unwrap();
     let mut log = WorkflowLog::default();
     let mut stages = Stages::default();
-    let out = run_recorded(
-        &s,
-        1,
-        &mut Fifo::default(),
-        &mut log,
-        &mut Linear,
-        &mut [],
-        None,
-        &mut stages,
-        None,
-    )
-    .unwrap();
+    let out = run_routed(&s, 1, &mut log, &mut stages);
     assert!(out.details.get("failed").is_none(), "{}", out.details);
     assert_eq!(value(&out, "completed"), log.routes.len() as f64);
     let output: std::collections::HashMap<u64, u64> = stages.0.iter().map(|r| (r.0, r.4)).collect();
@@ -2774,18 +2660,7 @@ fn run_step_ends(
     super::server::INLINED.set(u64::MAX);
     super::server::RUN_STEPS.set(u64::MAX);
     let mut records = AllRecords::default();
-    let out = run_recorded(
-        s,
-        seed,
-        &mut Fifo::default(),
-        &mut Turns::default(),
-        &mut Linear,
-        &mut [],
-        None,
-        &mut records,
-        None,
-    )
-    .expect("no file to write");
+    let out = run_into(s, seed, &mut records);
     super::server::STEP_BY_STEP.set(false);
     assert!(out.details.get("failed").is_none(), "{}", out.details);
     (
