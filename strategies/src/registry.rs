@@ -34,6 +34,9 @@ impl expertsim_serving::policies::Policies for Registry {
     fn adapter_memory(&self, config: &MemoryConfig) -> Box<dyn AdapterMemory> {
         crate::memory::build(config)
     }
+    fn memo_name(&self) -> Option<&'static str> {
+        Some("strategies::Registry")
+    }
 }
 
 /// Every policy kind of every family, with a one-line description.

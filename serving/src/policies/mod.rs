@@ -30,4 +30,11 @@ pub trait Policies: Sync {
     fn queue_policy(&self, config: &QueuePolicyConfig) -> Box<dyn QueuePolicy>;
     fn router(&self, config: &RouterConfig) -> Box<dyn Router>;
     fn adapter_memory(&self, config: &MemoryConfig) -> Box<dyn AdapterMemory>;
+    /// The registry's name where every policy it builds is a function of its config alone, so
+    /// that a result computed with it may be reused by another cell of the process that uses
+    /// a registry of the same name (the calibration pass's memo); `None`, the default: never
+    /// reused.
+    fn memo_name(&self) -> Option<&'static str> {
+        None
+    }
 }

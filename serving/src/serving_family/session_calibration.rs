@@ -20,6 +20,11 @@
 //! an expert drawn by Table 3's slots, a vote-agreement bucket by its share, the benchmark's
 //! prompt and the expert's output times the bucket's length factor; each expert is then
 //! predicted at its slots.
+//!
+//! A pass reads the recruited groups, the subset's draws and the seed, never the placement
+//! policy or the gate: the cells of a sweep over those (MOSAIC's four placements x two gates)
+//! run the same pass. Each finished pass is kept by a key written from everything it reads
+//! (`pass_key`), so that the other cells of the process reuse it (`PASSES`).
 
 use super::config::{LengthSpec, ServingScenario};
 use super::questions::QuestionSpec;
@@ -35,7 +40,9 @@ use crate::validate::{FieldError, field_error};
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// `[placement.calibration]` as written.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -120,7 +127,9 @@ struct Call {
 /// the calibration pass of seed `seed`, and what the pass measured (`details.placement.
 /// calibration`: per model its subset's size, mean and longest output, the sweep, the fitted
 /// coefficients and the prediction). A scenario without `[placement.calibration]` is returned
-/// as it is; `Err` names the model whose calibration session failed and why.
+/// as it is; `Err` names the model whose calibration session failed and why. A pass another
+/// cell of the process already ran with the same inputs is reused (`PASSES`), unless
+/// `policies` has no `memo_name`.
 pub fn calibrated(
     scenario: &ServingScenario,
     seed: u64,
@@ -133,6 +142,71 @@ pub fn calibrated(
     let Some(table) = &spec.calibration else {
         return Ok(out);
     };
+    let pass = match pass_key(scenario, table, seed, policies) {
+        Some(key) => memo(key)
+            .get_or_init(|| pass(scenario, table, seed, policies))
+            .clone()?,
+        None => pass(scenario, table, seed, policies)?,
+    };
+    let spec = out.placement.as_mut().expect("placed");
+    spec.predicted_session_s = pass.predicted;
+    spec.calibration_detail = Some(pass.detail);
+    Ok(out)
+}
+
+/// What a calibration pass computes: each group's predicted session time (0 for a group not
+/// placed) and the pass's record (`details.placement.calibration`).
+#[derive(Clone, Debug, PartialEq)]
+struct Pass {
+    predicted: Vec<f64>,
+    detail: serde_json::Value,
+}
+
+/// Finished passes by `pass_key`; a second caller of a pass under way waits for it.
+type Passes = Mutex<HashMap<String, Arc<OnceLock<Result<Pass, String>>>>>;
+static PASSES: OnceLock<Passes> = OnceLock::new();
+
+/// The slot of the pass `key` names (empty until it has run).
+fn memo(key: String) -> Arc<OnceLock<Result<Pass, String>>> {
+    let mut map = PASSES
+        .get_or_init(Passes::default)
+        .lock()
+        .expect("no pass panics holding the lock");
+    Arc::clone(map.entry(key).or_default())
+}
+
+/// Everything `pass` reads, written out (`Debug` writes every field, floats to the bit): the
+/// policies' registry (`None` when it has no `memo_name`: never reused), the seed, the table,
+/// the subset's inputs (the question generator's experts, buckets and prompt lengths, or the
+/// call classes) and each group's resident session scenario (`session_template`, which has
+/// no placement, questions, gate or sessions).
+fn pass_key(
+    scenario: &ServingScenario,
+    table: &CalibrationTable,
+    seed: u64,
+    policies: &dyn Policies,
+) -> Option<String> {
+    let registry = policies.memo_name()?;
+    let mut key = format!("{registry}\n{seed}\n{table:?}\n");
+    let written = match &scenario.questions {
+        Some(q) => writeln!(key, "{:?}\n{:?}\n{:?}", q.experts, q.buckets, q.prompt),
+        None => writeln!(key, "{:?}", scenario.calls),
+    };
+    written.expect("a String takes every write");
+    for g in 0..1 + scenario.other_groups.len() {
+        writeln!(key, "{:?}", session_template(scenario, g)).expect("a String takes every write");
+    }
+    Some(key)
+}
+
+/// The calibration pass itself: the subset, each placed group's sweep of resident sessions,
+/// the fit and its prediction.
+fn pass(
+    scenario: &ServingScenario,
+    table: &CalibrationTable,
+    seed: u64,
+    policies: &dyn Policies,
+) -> Result<Pass, String> {
     let (groups, subset) = match &scenario.questions {
         Some(questions) => question_subset(questions, table, seed),
         None => class_subset(scenario, table, seed),
@@ -142,13 +216,14 @@ pub fn calibrated(
     let mut detail = Vec::with_capacity(groups.len());
     for (&(g, prompts), calls) in groups.iter().zip(&subset) {
         let name = scenario.group(g).model.name().to_string();
+        let template = session_template(scenario, g);
         let mut sweep = Vec::new();
         let mut size = table.sweep_min_calls;
         while size <= table.sweep_max_calls {
             let sample: Vec<Call> = (0..size)
                 .map(|_| calls[sweep_rng.random_range(0..calls.len())])
                 .collect();
-            let session_s = session_s(scenario, g, &sample, seed, policies)
+            let session_s = session_s(&template, &sample, seed, policies)
                 .map_err(|reason| format!("calibration of {name}: {reason}"))?;
             let tokens: u64 = sample.iter().map(|c| u64::from(c.output_tokens)).sum();
             sweep.push(SweepPoint {
@@ -183,10 +258,10 @@ pub fn calibrated(
         }));
         predicted[g] = seconds;
     }
-    let spec = out.placement.as_mut().expect("placed");
-    spec.predicted_session_s = predicted;
-    spec.calibration_detail = Some(json!(detail));
-    Ok(out)
+    Ok(Pass {
+        predicted,
+        detail: json!(detail),
+    })
 }
 
 /// The placed models, each `(its group, the calls the run gives it)`, and their calibration
@@ -291,16 +366,10 @@ fn question_subset(
         .unzip()
 }
 
-/// The generation time of `calls` as one resident session of group `g`: one replica of the
-/// group, its model already loaded, every call submitted at t = 0 in order (an offline trace
-/// of them), served by this family's server with the scenario's policies; the last finish.
-fn session_s(
-    scenario: &ServingScenario,
-    g: usize,
-    calls: &[Call],
-    seed: u64,
-    policies: &dyn Policies,
-) -> Result<f64, String> {
+/// Group `g` alone as a resident calibration session runs it: one replica, its model already
+/// loaded, no placement, sessions, questions, workflow, experiment, adapters or horizon, no
+/// record files; its calls come from a trace (`session_s` sets it).
+fn session_template(scenario: &ServingScenario, g: usize) -> ServingScenario {
     let mut one = scenario.group(g);
     one.placement = None;
     one.sessions = None;
@@ -311,11 +380,25 @@ fn session_s(
     one.horizon = None;
     one.per_request_csv = false;
     one.trace_events = false;
+    one.timeline = false;
     one.replica.count = 1;
     one.replica.load = None;
-    one.n_requests = calls.len();
     one.prompt_tokens = LengthSpec::Trace;
     one.output_tokens = LengthSpec::Trace;
+    one
+}
+
+/// The generation time of `calls` as one resident session (`template`, `session_template`'s):
+/// every call submitted at t = 0 in order (an offline trace of them), served by this family's
+/// server with the scenario's policies; the last finish.
+fn session_s(
+    template: &ServingScenario,
+    calls: &[Call],
+    seed: u64,
+    policies: &dyn Policies,
+) -> Result<f64, String> {
+    let mut one = template.clone();
+    one.n_requests = calls.len();
     let rows = calls
         .iter()
         .map(|c| TraceRow {
@@ -426,6 +509,50 @@ mod tests {
             _: &crate::policies::memory::MemoryConfig,
         ) -> Box<dyn crate::policies::memory::AdapterMemory> {
             unreachable!("no adapters")
+        }
+    }
+
+    /// `TestPolicies` under a registry name: the passes it runs are kept and reused.
+    struct NamedPolicies;
+    impl Policies for NamedPolicies {
+        fn batch_selector(
+            &self,
+            c: &crate::policies::batch::BatchSelectorConfig,
+        ) -> Box<dyn crate::policies::batch::BatchSelector> {
+            TestPolicies.batch_selector(c)
+        }
+        fn expert_mapper(
+            &self,
+            c: &crate::policies::mapping::MapperConfig,
+        ) -> Box<dyn crate::policies::mapping::ExpertMapper> {
+            TestPolicies.expert_mapper(c)
+        }
+        fn placement(&self, c: &crate::policies::placement::PlacementConfig) -> Box<dyn Placement> {
+            TestPolicies.placement(c)
+        }
+        fn aggregation_gate(
+            &self,
+            c: &crate::policies::gate::GateConfig,
+        ) -> Box<dyn crate::policies::gate::AggregationGate> {
+            TestPolicies.aggregation_gate(c)
+        }
+        fn queue_policy(
+            &self,
+            c: &crate::serving::QueuePolicyConfig,
+        ) -> Box<dyn crate::serving::QueuePolicy> {
+            TestPolicies.queue_policy(c)
+        }
+        fn router(&self, c: &crate::serving::RouterConfig) -> Box<dyn crate::serving::Router> {
+            TestPolicies.router(c)
+        }
+        fn adapter_memory(
+            &self,
+            c: &crate::policies::memory::MemoryConfig,
+        ) -> Box<dyn crate::policies::memory::AdapterMemory> {
+            TestPolicies.adapter_memory(c)
+        }
+        fn memo_name(&self) -> Option<&'static str> {
+            Some("session_calibration::tests::NamedPolicies")
         }
     }
 
@@ -614,6 +741,62 @@ mod tests {
                 .as_ref(),
             Some(detail)
         );
+    }
+
+    #[test]
+    fn a_kept_pass_is_the_pass_run_afresh() {
+        let s = scenario(&questions_calibrated()).unwrap();
+        let table = s.placement.as_ref().unwrap().calibration.clone().unwrap();
+        // Seed 7: no other test keeps a pass of this scenario.
+        let key = super::pass_key(&s, &table, 7, &NamedPolicies).unwrap();
+        assert!(super::memo(key.clone()).get().is_none());
+        let fresh = super::calibrated(&s, 7, &TestPolicies).unwrap();
+        assert!(
+            super::memo(key.clone()).get().is_none(),
+            "unnamed: not kept"
+        );
+        let kept = super::calibrated(&s, 7, &NamedPolicies).unwrap();
+        assert!(super::memo(key).get().is_some(), "named: kept");
+        let reused = super::calibrated(&s, 7, &NamedPolicies).unwrap();
+        for out in [&kept, &reused] {
+            let (a, b) = (fresh.placement.as_ref(), out.placement.as_ref());
+            assert_eq!(a.unwrap().calibration_detail, b.unwrap().calibration_detail);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&a.unwrap().predicted_session_s),
+                bits(&b.unwrap().predicted_session_s)
+            );
+        }
+    }
+
+    #[test]
+    fn the_pass_key_changes_with_what_the_pass_reads_and_with_nothing_else() {
+        use crate::policies::gate::GateConfig;
+        use crate::policies::placement::PlacementConfig;
+        let s = scenario(&questions_calibrated()).unwrap();
+        let table = s.placement.as_ref().unwrap().calibration.clone().unwrap();
+        let key = |s: &super::ServingScenario, table: &super::CalibrationTable, seed: u64| {
+            super::pass_key(s, table, seed, &NamedPolicies).unwrap()
+        };
+        let base = key(&s, &table, 0);
+        // Policies without a registry name are never reused.
+        assert_eq!(super::pass_key(&s, &table, 0, &TestPolicies), None);
+        // The placement policy and the gate: not read, so the same pass.
+        let mut other = s.clone();
+        other.placement.as_mut().unwrap().policy = PlacementConfig::DataParallel;
+        other.questions.as_mut().unwrap().gate = GateConfig::Threshold { tau: 0.6667 };
+        assert_eq!(key(&other, &table, 0), base);
+        // The seed, the table, an expert's lengths, a group's replica: another pass.
+        assert_ne!(key(&s, &table, 1), base);
+        let mut wider = table.clone();
+        wider.sweep_max_calls *= 2;
+        assert_ne!(key(&s, &wider, 0), base);
+        let mut longer = s.clone();
+        longer.questions.as_mut().unwrap().experts[1].output.mean += 1.0;
+        assert_ne!(key(&longer, &table, 0), base);
+        let mut narrower = s.clone();
+        narrower.other_groups[0].replica.max_num_seqs /= 2;
+        assert_ne!(key(&narrower, &table, 0), base);
     }
 
     #[test]
