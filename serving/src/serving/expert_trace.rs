@@ -12,7 +12,7 @@ use rand::seq::SliceRandom;
 use rand_distr::{Distribution, LogNormal, StandardNormal};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Tokens per (step, layer, expert).
 #[derive(Clone, Debug, PartialEq)]
@@ -595,6 +595,16 @@ pub enum TraceSpec {
     },
 }
 
+/// The last synthetic traces `TraceSpec::build` generated, by the `Debug` text of everything the
+/// generator reads (its parameters, the model's shape, the seed; `Debug` writes each float
+/// exactly), newest last: the runs of one model and seed (GEM's cells of every variability,
+/// mapper and request length) replay one trace, generated once.
+static GENERATED: Mutex<Vec<(String, Arc<ExpertTrace>)>> = Mutex::new(Vec::new());
+
+/// `GENERATED` keeps this many (a Qwen3-30B-A3B trace of 512 steps is about 13 MB): two threads
+/// each running a cell's five seeds.
+const GENERATED_KEPT: usize = 12;
+
 impl TraceSpec {
     /// The trace of `params` for a model of `n_layers` layers of `n_experts` experts, `top_k`
     /// per token: the generator's (its fields checked), or the recorded file `params.path`
@@ -672,6 +682,17 @@ impl TraceSpec {
     ) -> (Arc<ExpertTrace>, usize) {
         match self {
             TraceSpec::Synthetic(params) => {
+                let key = format!("{params:?} {n_layers} {n_experts} {top_k} {seed}");
+                let kept = |map: &mut Vec<(String, Arc<ExpertTrace>)>| {
+                    let i = map.iter().position(|(k, _)| *k == key)?;
+                    let entry = map.remove(i);
+                    let trace = Arc::clone(&entry.1);
+                    map.push(entry);
+                    Some(trace)
+                };
+                if let Some(trace) = kept(&mut GENERATED.lock().expect("no panic holding it")) {
+                    return (trace, params.observed_steps);
+                }
                 let (trace, _) = generate(
                     params,
                     n_layers,
@@ -679,7 +700,15 @@ impl TraceSpec {
                     top_k,
                     &mut crate::rng::stream(seed, "gem/trace"),
                 );
-                (Arc::new(trace), params.observed_steps)
+                let trace = Arc::new(trace);
+                let mut map = GENERATED.lock().expect("no panic holding it");
+                if kept(&mut map).is_none() {
+                    if map.len() >= GENERATED_KEPT {
+                        map.remove(0);
+                    }
+                    map.push((key.clone(), Arc::clone(&trace)));
+                }
+                (trace, params.observed_steps)
             }
             TraceSpec::Recorded {
                 trace,
@@ -718,6 +747,23 @@ pub fn standard_normal(rng: &mut SimRng) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_synthetic_trace_is_generated_once_per_seed_and_shape() {
+        let params = TraceParams {
+            observed_steps: 4,
+            unseen_steps: 4,
+            ..TraceParams::default()
+        };
+        let spec = TraceSpec::Synthetic(params.clone());
+        let (first, observed) = spec.build(2, 16, 2, 11);
+        assert_eq!(observed, 4);
+        assert!(Arc::ptr_eq(&first, &spec.build(2, 16, 2, 11).0));
+        let (fresh, _) = generate(&params, 2, 16, 2, &mut crate::rng::stream(11, "gem/trace"));
+        assert_eq!(*first, fresh);
+        assert_ne!(*spec.build(2, 16, 2, 12).0, fresh);
+        assert_ne!(*spec.build(2, 16, 1, 11).0, fresh);
+    }
     use crate::rng::stream;
 
     #[test]

@@ -10,6 +10,7 @@ use super::config::{MappingStreams, ServingScenario};
 use super::deployment::Deployment;
 use super::server::ServingServer;
 use super::step_cost::moe_layer_cost;
+use crate::cost::moe_layer::{MoeLayerCost, SpeedFactors};
 use crate::policies::batch::BatchSelector;
 use crate::policies::mapping::gpu_costs::{GpuCosts, planning_costs};
 use crate::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
@@ -18,6 +19,7 @@ use crate::rng::{SimRng, stream};
 use crate::serving::{QueuePolicy, Router};
 use std::ops::Range;
 use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 /// One expert slot of a GPU: the expert, which of its replicas inside the copy this is and how
 /// many the copy holds.
@@ -407,8 +409,7 @@ pub fn replica_layouts(
             };
             let mappings: Vec<Vec<LayerMapping>> = (0..copies)
                 .map(|copy| {
-                    let costs =
-                        planning_costs(&layer_cost, slots, &r.speeds[copy * ep..][..ep], limit);
+                    let costs = planned(&layer_cost, slots, &r.speeds[copy * ep..][..ep], limit);
                     map_group(mapper, experts, &windows, &costs, |layer| {
                         let name = match scenario.expert_streams {
                             MappingStreams::PerReplica => {
@@ -424,6 +425,47 @@ pub fn replica_layouts(
         }
     }
     layouts
+}
+
+/// The last `planning_costs` built, by the `Debug` text of everything they read (every field of
+/// the layer cost, the slots per GPU, every speed factor, the table limit; `Debug` writes each
+/// float exactly), newest last.
+type Planned = Mutex<Vec<(String, Arc<GpuCosts>)>>;
+static PLANNED: Planned = Mutex::new(Vec::new());
+
+/// `PLANNED` keeps this many (a Qwen3-30B-A3B table of 4 GPUs is about 3 MB).
+const PLANNED_KEPT: usize = 16;
+
+/// `planning_costs(layer, slots, speeds, limit)`, built once for the cells that plan alike: the
+/// runs of one model, variability and seed (whatever their mapper, request lengths or policies)
+/// and their expert details plan with the same curves. A pure function of its inputs, so a kept
+/// one is what a new build would give.
+fn planned(
+    layer: &MoeLayerCost,
+    slots: usize,
+    speeds: &[SpeedFactors],
+    limit: usize,
+) -> Arc<GpuCosts> {
+    let key = format!("{layer:?} {slots} {speeds:?} {limit}");
+    let kept = |map: &mut Vec<(String, Arc<GpuCosts>)>| {
+        let i = map.iter().position(|(k, _)| *k == key)?;
+        let entry = map.remove(i);
+        let costs = Arc::clone(&entry.1);
+        map.push(entry);
+        Some(costs)
+    };
+    if let Some(costs) = kept(&mut PLANNED.lock().expect("no panic holding the lock")) {
+        return costs;
+    }
+    let costs = Arc::new(planning_costs(layer, slots, speeds, limit));
+    let mut map = PLANNED.lock().expect("no panic holding the lock");
+    if kept(&mut map).is_none() {
+        if map.len() >= PLANNED_KEPT {
+            map.remove(0);
+        }
+        map.push((key.clone(), Arc::clone(&costs)));
+    }
+    costs
 }
 
 /// Unseen trace steps the expert detail carries (as the gem family's `detail_steps`).
@@ -467,7 +509,7 @@ pub fn expert_detail(
     let per_gpu = deployment
         .expert_slots_per_gpu
         .expect("an MoE deployment has expert slots");
-    let costs = planning_costs(&moe_layer_cost(&one, &shape), per_gpu, &r.speeds, limit);
+    let costs = planned(&moe_layer_cost(&one, &shape), per_gpu, &r.speeds, limit);
     let staircase: Vec<serde_json::Value> = (0..r.gpus)
         .map(|g| {
             let samples: Vec<(f64, f64)> = costs
@@ -501,6 +543,31 @@ pub fn expert_detail(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn planning_costs_are_built_once_for_the_same_inputs() {
+        let shape = crate::cost::shape::MoeModelShape::preset("qwen3-30b-a3b").unwrap();
+        let layer = MoeLayerCost::new(
+            &crate::cost::gpu::GpuSpec::by_name("H200").unwrap(),
+            &shape,
+            crate::cost::kernel::Timing::Graph,
+        );
+        let speeds = [
+            SpeedFactors::split(0.88, 0.0),
+            SpeedFactors::split(1.0, 0.0),
+        ];
+        let first = planned(&layer, 64, &speeds, 300);
+        assert!(Arc::ptr_eq(&first, &planned(&layer, 64, &speeds, 300)));
+        assert_eq!(*first, planning_costs(&layer, 64, &speeds, 300));
+        let slower = [
+            SpeedFactors::split(0.87, 0.0),
+            SpeedFactors::split(1.0, 0.0),
+        ];
+        let other = planned(&layer, 64, &slower, 300);
+        assert_eq!(*other, planning_costs(&layer, 64, &slower, 300));
+        assert_ne!(*other, *first);
+        assert_ne!(*planned(&layer, 64, &speeds, 301), *first);
+    }
 
     #[test]
     fn linear_layout_splits_each_expert_over_its_copies() {

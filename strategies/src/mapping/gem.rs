@@ -7,7 +7,10 @@
 //! The search keeps, per window step, every GPU's token count and cost, so a candidate swap
 //! costs two curve lookups per step; a candidate is abandoned as soon as its partial score
 //! plus a lower bound of the remaining steps (the larger cost of the GPUs the swap does not
-//! touch) cannot beat the best swap found so far. Restarts run on scoped threads; their noisy
+//! touch) cannot beat the best swap found so far, or the cheapest of the last rounds' leading
+//! swaps priced first on the new mapping (`Search::refine`). On whole token counts within the
+//! lookup tables (GEM's traces) a candidate reads the tables by integer load, the same values
+//! `GpuCosts::cost` returns. Restarts run on scoped threads; their noisy
 //! utilizations are drawn up front from the layer's stream, so the result does not depend on
 //! the thread count. The search is a pure function of the window, the curves and those
 //! utilizations, so its results are kept for the process (`SEARCHED`): cells that differ only
@@ -22,6 +25,9 @@ use rand::RngExt;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+
+/// Leading candidates of a refinement round kept as the next round's hints (`Search::refine`).
+const HINTS: usize = 8;
 
 /// GEM with its parameters (defaults: K = 30, 20 % noise, 0.1 % convergence).
 #[derive(Clone, Copy, Debug)]
@@ -50,6 +56,10 @@ pub struct Search<'a> {
     n_steps: usize,
     /// `counts[e * n_steps + t]`.
     counts: Vec<f64>,
+    /// The counts as whole tokens (`whole[e * n_steps + t]`) when every count is a whole number
+    /// and every step's total is in the lookup tables: then every GPU's load at every step, under
+    /// any mapping, is a table index, and a candidate swap reads the tables directly.
+    whole: Option<Vec<u32>>,
     costs: &'a GpuCosts,
 }
 
@@ -74,11 +84,19 @@ impl<'a> Search<'a> {
                 counts[e * n_steps + t] = f64::from(c);
             }
         }
+        let limit = problem.costs.table_limit() as f64;
+        let whole_steps = (0..n_steps).all(|t| {
+            let step = problem.step(t);
+            step.iter().all(|&c| c >= 0.0 && c.fract() == 0.0)
+                && step.iter().map(|&c| f64::from(c)).sum::<f64>() <= limit
+        });
+        let whole = whole_steps.then(|| counts.iter().map(|&c| c as u32).collect());
         Search {
             n_experts,
             n_gpus: problem.n_gpus(),
             n_steps,
             counts,
+            whole,
             costs: problem.costs,
         }
     }
@@ -165,6 +183,13 @@ impl<'a> Search<'a> {
     /// Algorithm 3: commits the best cross-GPU swap while one lowers the score, stopping after
     /// a swap that lowers it by less than `min_relative_drop` of the score before it. Returns
     /// the number of swaps.
+    ///
+    /// The best swap is the first, in expert order, with the largest drop. Each round first
+    /// prices the last rounds' leading candidates (`hints`: the last `HINTS` that led a scan
+    /// when they were priced) on the new mapping: no swap that
+    /// costs more than the cheapest of them can be the best, so the scan abandons a candidate
+    /// once its partial score plus the remaining bound reaches that price (with a margin far
+    /// above rounding); the scan itself is unchanged, so it picks the same swap.
     pub fn refine(&self, state: &mut State, min_relative_drop: f64) -> usize {
         let (g_count, n_steps) = (self.n_gpus, self.n_steps);
         let n_pairs = g_count * g_count;
@@ -174,6 +199,16 @@ impl<'a> Search<'a> {
         let mut other = vec![0.0; n_pairs * n_steps];
         let mut bound = vec![0.0; n_pairs * n_steps];
         let mut suffix = vec![0.0; n_pairs * (n_steps + 1)];
+        // loads[g * T + t]: GPU g's whole tokens at step t (with `whole` counts).
+        let mut loads = vec![
+            0u32;
+            if self.whole.is_some() {
+                g_count * n_steps
+            } else {
+                0
+            }
+        ];
+        let mut hints: Vec<(usize, usize)> = Vec::new();
         let mut swaps = 0;
         loop {
             for ga in 0..g_count {
@@ -209,42 +244,43 @@ impl<'a> Search<'a> {
                     }
                 }
             }
+            if self.whole.is_some() {
+                for (t, row) in state.load.chunks_exact(g_count).enumerate() {
+                    for (g, &x) in row.iter().enumerate() {
+                        loads[g * n_steps + t] = x as u32;
+                    }
+                }
+            }
+            let priced = |a: usize, b: usize, threshold: f64| -> Option<f64> {
+                let (ga, gb) = (state.gpu_of[a], state.gpu_of[b]);
+                let p = ga * g_count + gb;
+                let others = &other[p * n_steps..(p + 1) * n_steps];
+                let remaining = &suffix[p * (n_steps + 1) + 1..(p + 1) * (n_steps + 1)];
+                self.swap_total(state, &loads, others, remaining, a, b, threshold)
+            };
+            // The cheapest of the last round's leading candidates, as a ceiling (see above).
+            let ceiling = hints
+                .iter()
+                .filter(|&&(a, b)| state.gpu_of[a] != state.gpu_of[b])
+                .filter_map(|&(a, b)| priced(a, b, f64::INFINITY))
+                .fold(f64::INFINITY, f64::min)
+                * (1.0 + 1e-9);
             let previous = state.score;
             let mut best_drop = 0.0;
             let mut best = None;
             for a in 0..self.n_experts {
                 let ga = state.gpu_of[a];
-                let ca = self.expert(a);
                 for b in a + 1..self.n_experts {
-                    let gb = state.gpu_of[b];
-                    if ga == gb {
+                    if ga == state.gpu_of[b] {
                         continue;
                     }
-                    let cb = self.expert(b);
-                    let p = ga * g_count + gb;
-                    let others = &other[p * n_steps..(p + 1) * n_steps];
-                    let remaining = &suffix[p * (n_steps + 1)..(p + 1) * (n_steps + 1)];
-                    let threshold = previous - best_drop;
-                    let mut total = 0.0;
-                    let mut complete = true;
-                    for t in 0..n_steps {
-                        let d = cb[t] - ca[t];
-                        let na = state.load[t * g_count + ga] + d;
-                        let nb = state.load[t * g_count + gb] - d;
-                        let m = others[t]
-                            .max(self.costs.cost(ga, na))
-                            .max(self.costs.cost(gb, nb));
-                        total += m;
-                        if total + remaining[t + 1] >= threshold {
-                            complete = false;
-                            break;
-                        }
-                    }
-                    if complete {
+                    let threshold = (previous - best_drop).min(ceiling);
+                    if let Some(total) = priced(a, b, threshold) {
                         let drop = previous - total;
                         if drop > best_drop {
                             best_drop = drop;
                             best = Some((a, b));
+                            hints.push((a, b));
                         }
                     }
                 }
@@ -252,6 +288,8 @@ impl<'a> Search<'a> {
             let Some((a, b)) = best else {
                 break;
             };
+            let keep = hints.len().saturating_sub(HINTS);
+            hints.drain(..keep);
             self.swap(state, a, b);
             swaps += 1;
             if best_drop / previous < min_relative_drop {
@@ -259,6 +297,66 @@ impl<'a> Search<'a> {
             }
         }
         swaps
+    }
+
+    /// The score after swapping experts `a` and `b` (on different GPUs), step by step, or
+    /// `None` as soon as the partial score plus `remaining[t]` (a lower bound of the steps after
+    /// `t`) reaches `threshold`. `others[t]`: the largest cost at step `t` of the GPUs the swap
+    /// does not touch; `loads`: the whole-token loads by GPU (with `whole` counts).
+    #[allow(clippy::too_many_arguments)]
+    fn swap_total(
+        &self,
+        state: &State,
+        loads: &[u32],
+        others: &[f64],
+        remaining: &[f64],
+        a: usize,
+        b: usize,
+        threshold: f64,
+    ) -> Option<f64> {
+        let (ga, gb) = (state.gpu_of[a], state.gpu_of[b]);
+        let n_steps = self.n_steps;
+        let mut total = 0.0;
+        if let Some(whole) = &self.whole {
+            // The same sums as below on whole tokens: `cost` of a whole count in the tables is
+            // the table's entry.
+            let (ca, cb) = (
+                &whole[a * n_steps..(a + 1) * n_steps],
+                &whole[b * n_steps..(b + 1) * n_steps],
+            );
+            let (la, lb) = (
+                &loads[ga * n_steps..(ga + 1) * n_steps],
+                &loads[gb * n_steps..(gb + 1) * n_steps],
+            );
+            let (table_a, table_b) = (self.costs.table(ga), self.costs.table(gb));
+            for t in 0..n_steps {
+                let na = la[t] + cb[t] - ca[t];
+                let nb = lb[t] + ca[t] - cb[t];
+                let m = others[t]
+                    .max(table_a[na as usize])
+                    .max(table_b[nb as usize]);
+                total += m;
+                if total + remaining[t] >= threshold {
+                    return None;
+                }
+            }
+        } else {
+            let g_count = self.n_gpus;
+            let (ca, cb) = (self.expert(a), self.expert(b));
+            for t in 0..n_steps {
+                let d = cb[t] - ca[t];
+                let na = state.load[t * g_count + ga] + d;
+                let nb = state.load[t * g_count + gb] - d;
+                let m = others[t]
+                    .max(self.costs.cost(ga, na))
+                    .max(self.costs.cost(gb, nb));
+                total += m;
+                if total + remaining[t] >= threshold {
+                    return None;
+                }
+            }
+        }
+        Some(total)
     }
 
     fn swap(&self, state: &mut State, a: usize, b: usize) {
@@ -540,6 +638,76 @@ mod tests {
             })
             .collect();
         assert_eq!(search_restarts(&gem, &problem, &inputs), first);
+    }
+
+    /// Algorithm 3 without shortcuts: every cross-GPU swap scored from scratch, the first with
+    /// the largest drop committed.
+    fn exhaustive_refine(search: &Search, state: &mut State, min_relative_drop: f64) -> usize {
+        let mut swaps = 0;
+        loop {
+            let previous = state.score;
+            let (mut best_drop, mut best) = (0.0, None);
+            for a in 0..search.n_experts {
+                for b in a + 1..search.n_experts {
+                    if state.gpu_of[a] == state.gpu_of[b] {
+                        continue;
+                    }
+                    let mut gpu_of = state.gpu_of.clone();
+                    gpu_of.swap(a, b);
+                    let drop = previous - search.state_of(&gpu_of).score;
+                    if drop > best_drop {
+                        best_drop = drop;
+                        best = Some((a, b));
+                    }
+                }
+            }
+            let Some((a, b)) = best else {
+                break;
+            };
+            search.swap(state, a, b);
+            swaps += 1;
+            if best_drop / previous < min_relative_drop {
+                break;
+            }
+        }
+        swaps
+    }
+
+    #[test]
+    fn refine_commits_the_swaps_an_exhaustive_scan_commits_on_whole_and_fractional_loads() {
+        for (n_experts, top_k, speeds) in [
+            (16, 1, vec![0.88, 1.0, 1.0, 1.0]),
+            (32, 4, vec![0.7, 0.9, 1.0, 1.0]),
+        ] {
+            for seed in 0..3 {
+                let window = trace(n_experts, top_k, seed);
+                // A table past every step's total reads whole tokens from the tables; one
+                // below it takes the fractional path (the curve itself).
+                for limit in [40_000, 64] {
+                    let costs = GpuCosts::scaled(&staircase(), &speeds, limit);
+                    let problem = LayerProblem {
+                        layer: 0,
+                        n_experts,
+                        window: &window,
+                        costs: &costs,
+                    };
+                    let search = Search::new(&problem);
+                    assert_eq!(search.whole.is_some(), limit == 40_000);
+                    for min_relative_drop in [0.001, 0.0] {
+                        let initial = search.initial(&problem.mean_utilization());
+                        let (mut fast, mut slow) = (initial.clone(), initial);
+                        let swaps = search.refine(&mut fast, min_relative_drop);
+                        assert_eq!(
+                            swaps,
+                            exhaustive_refine(&search, &mut slow, min_relative_drop)
+                        );
+                        assert!(swaps > 0);
+                        assert_eq!(fast.gpu_of, slow.gpu_of);
+                        assert_eq!(fast.score.to_bits(), slow.score.to_bits());
+                    }
+                }
+            }
+        }
     }
 
     #[test]
