@@ -33,8 +33,7 @@ use super::queue::{QueuePolicy, QueuedRequest};
 use super::step::{AdapterTokens, StepWork};
 use crate::time::{SimDuration, SimTime};
 use rustc_hash::FxHashMap;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 /// What the family decides when the replica admits a request.
 pub trait AdmitHook {
@@ -207,8 +206,9 @@ struct DecodeGroup {
     /// scheduled at `iteration` when `(kv - base + iteration)` is a multiple of it.
     due: Vec<u64>,
     /// (the `iteration` its last token's step ends at, its `order`) of each member, earliest
-    /// first; an entry whose sequence left since is stale (`Replica::finishing_now`).
-    finishing: BinaryHeap<Reverse<(u64, u64)>>,
+    /// first (ordered, not a heap: the engine's event queue is the only one); an entry whose
+    /// sequence left the group since is stale (`Replica::complete_step` skips it).
+    finishing: BTreeSet<(u64, u64)>,
     /// Each member's place in `running`, by `order`.
     position: FxHashMap<u64, usize>,
 }
@@ -345,10 +345,8 @@ impl Replica {
         g.kv_sum += u64::from(s.kv);
         g.base_sum += iteration;
         g.due[DecodeGroup::phase(s.kv, iteration, block_size)] += 1;
-        g.finishing.push(Reverse((
-            iteration + u64::from(s.output - s.generated),
-            s.order,
-        )));
+        g.finishing
+            .insert((iteration + u64::from(s.output - s.generated), s.order));
         g.position.insert(s.order, i);
     }
 
@@ -1075,11 +1073,11 @@ impl Replica {
         // The members whose last token this step emits leave the group, completed one by one
         // in their places below; the others each emit a token (one run of equal gaps, as the
         // pass records them).
-        while let Some(&Reverse((at, order))) = self.group.finishing.peek() {
+        while let Some(&(at, order)) = self.group.finishing.first() {
             if at > self.iteration {
                 break;
             }
-            self.group.finishing.pop();
+            self.group.finishing.pop_first();
             let Some(&i) = self.group.position.get(&order) else {
                 continue;
             };
