@@ -32,7 +32,8 @@ use super::prefix::{BlockHash, PrefixSegment, Slot, block_hashes};
 use super::queue::{QueuePolicy, QueuedRequest};
 use super::step::{AdapterTokens, StepWork};
 use crate::time::{SimDuration, SimTime};
-use std::collections::VecDeque;
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeSet, VecDeque};
 
 /// What the family decides when the replica admits a request.
 pub trait AdmitHook {
@@ -105,6 +106,10 @@ pub struct Seq {
     /// `prefix`'s `next_register_at`, kept here so a step's pass over the batch reads the boxed
     /// prefix only when a prompt block completes (`u32::MAX` without one).
     register_at: u32,
+    /// In the replica's decode group (`DecodeGroup`): its `kv`, `generated`, `last_token` and
+    /// `blocks` are those of the step it joined at, `base` that step's `iteration`.
+    lazy: bool,
+    base: u64,
 }
 
 impl Seq {
@@ -162,6 +167,8 @@ struct Tally {
     prefill: u64,
     decode: u64,
     context: u64,
+    emitting: u64,
+    prefill_square: f64,
 }
 
 impl Tally {
@@ -173,34 +180,45 @@ impl Tally {
         self.prefill += u64::from(prefill);
         self.decode += u64::from(s.scheduled - prefill);
         self.context += u64::from(s.kv + s.scheduled);
+        self.emitting += u64::from(s.step_emits());
+        self.prefill_square += f64::from(prefill).powi(2);
     }
 }
 
-/// A run of pure decode steps kept as counts (the decode fast-forward, `with_decode_runs`):
-/// while the batch cannot change (every sequence decodes one token a step, none finishes, none
-/// waits to be admitted, every block it needs is free) each step adds one token to every
-/// sequence's `kv` and `generated` and moves its `last_token`, so the steps are counted here and
-/// written to the sequences only when the run ends (`settle`). The batch's fields read by the
-/// step's pricing (`scheduled`, the prefill, the topic and adapter) do not change in the run.
+/// The decode group (`with_decode_runs`): the sequences that decode one token in every step,
+/// kept as counts. A sequence joins when a step it emitted in ends (its prompt computed and
+/// registered, holding exactly its context's blocks, two tokens or more left); from then on
+/// every step schedules it for one token, takes a block for it when its context crosses a block
+/// boundary and emits its token, so none of that is written to it: its counters stay those of
+/// the step it joined at (`Seq::base`), and each step adds the group's sums instead of passing
+/// over it. It leaves (its counters written, `Replica::leave`) in the step it finishes in, or
+/// when a step cannot give it its token (`settle`). The other sequences, `Replica::eager`, are
+/// scheduled and completed one by one in their places in the batch, as all were before.
 #[derive(Default)]
-struct DecodeRun {
-    active: bool,
-    /// Steps completed and scheduled in the run (completed is scheduled, or one more between
-    /// a step's end and the next step's scheduling).
-    completed: u32,
-    scheduled: u32,
-    /// The end of the step before the run's first (the latest token of every sequence then),
-    /// then of the run's latest completed step.
+struct DecodeGroup {
+    /// The sequences in it, and the sums of their `kv` and `base`.
+    members: u64,
+    kv_sum: u64,
+    base_sum: u64,
+    /// The end of the latest step (each member's latest token).
     last: SimTime,
-    /// The fewest output tokens any sequence had left when the run began: the run completes
-    /// fewer steps than that (the step in which one finishes is completed one by one).
-    room: u32,
-    /// The run's first step's context (every sequence's `kv + 1`) and sequences.
-    context: u64,
-    sequences: u64,
-    /// By the run's scheduled step `s` modulo the block size: the sequences that need a new
-    /// block at `s` (their context then a multiple of the block size).
+    /// By `(kv - base)` modulo the block size: the members that need a block in the step
+    /// scheduled at `iteration` when `(kv - base + iteration)` is a multiple of it.
     due: Vec<u64>,
+    /// (the `iteration` its last token's step ends at, its `order`) of each member, earliest
+    /// first (ordered, not a heap: the engine's event queue is the only one); an entry whose
+    /// sequence left the group since is stale (`Replica::complete_step` skips it).
+    finishing: BTreeSet<(u64, u64)>,
+    /// Each member's place in `running`, by `order`.
+    position: FxHashMap<u64, usize>,
+}
+
+impl DecodeGroup {
+    /// The due bucket of a member whose `kv` and `base` are these.
+    fn phase(kv: u32, base: u64, block_size: u32) -> usize {
+        let bs = u64::from(block_size);
+        ((u64::from(kv) % bs + bs - base % bs) % bs) as usize
+    }
 }
 
 /// One replica's scheduler state.
@@ -234,10 +252,13 @@ pub struct Replica {
     hits: Vec<Slot>,
     /// The prompt blocks of finished sequences, reused (cleared) by the next admissions.
     spare_prefixes: Vec<SeqPrefix>,
-    /// Whether pure decode steps may run as counts (`with_decode_runs`), the run if one is,
-    /// and the steps completed in runs.
+    /// Whether decoding sequences may join the decode group (`with_decode_runs`), the group,
+    /// the places in `running` of the sequences outside it, ascending (kept while the group has
+    /// members; rebuilt by `complete_step` when it has none), and the steps completed with
+    /// members.
     decode_runs: bool,
-    run: DecodeRun,
+    group: DecodeGroup,
+    eager: Vec<u32>,
     run_steps: u64,
 }
 
@@ -284,91 +305,231 @@ impl Replica {
             hits: Vec::new(),
             spare_prefixes: Vec::new(),
             decode_runs: false,
-            run: DecodeRun::default(),
+            group: DecodeGroup::default(),
+            eager: Vec::new(),
             run_steps: 0,
         }
     }
 
-    /// The replica running its pure decode steps as counts (`DecodeRun`) when `on`, on a
-    /// continuous replica: every result as step by step, the two passes over the batch a step
-    /// skipped while the run lasts. Between steps the batch's sequences then hold stale
-    /// counters (`running` is for its length); the replica's own methods settle them first.
+    /// The replica keeping its decoding sequences in a decode group (`DecodeGroup`) when `on`,
+    /// on a continuous replica that grows a sequence's blocks as it decodes (not `ReserveFull`,
+    /// which holds them whole from admission):
+    /// every result as step by step, the passes over the group skipped. Between steps the
+    /// group's sequences then hold stale counters (`running` is for its length and each
+    /// sequence's `scheduled`, prefill, topic and adapter); the replica's own methods settle
+    /// them first.
     pub fn with_decode_runs(mut self, on: bool) -> Self {
-        self.decode_runs = on && self.config.batching == Batching::Continuous;
+        self.decode_runs = on
+            && self.config.batching == Batching::Continuous
+            && self.config.admission != Admission::ReserveFull;
+        self.group.due = vec![0; self.kv.block_size() as usize];
         self
     }
 
-    /// The steps completed in decode runs (as counts) so far.
+    /// The steps completed while the decode group had members (their tokens counted, not
+    /// passed over).
     pub fn decode_run_steps(&self) -> u64 {
         self.run_steps
     }
 
-    /// Writes the decode run's steps to its sequences and ends it.
-    fn settle(&mut self) {
-        if !self.run.active {
-            return;
-        }
-        self.run.active = false;
-        let (completed, scheduled, last) = (self.run.completed, self.run.scheduled, self.run.last);
-        for s in &mut self.running {
-            // Its blocks: those its last scheduled step's context needs (it held exactly those
-            // of the run's first step's when the run began).
-            s.blocks = self.kv.blocks_for(u64::from(s.kv + scheduled + 1));
-            s.kv += completed;
-            s.generated += completed;
-            if completed > 0 {
-                s.last_token = last;
-            }
-            if completed > scheduled {
-                s.scheduled = 0;
-            }
-        }
+    /// Sequence `i` (out of the group) joins the decode group after the step ending now.
+    fn join(&mut self, i: usize) {
+        let block_size = self.kv.block_size();
+        let iteration = self.iteration;
+        let g = &mut self.group;
+        let s = &mut self.running[i];
+        s.lazy = true;
+        s.base = iteration;
+        s.scheduled = 1;
+        g.members += 1;
+        g.kv_sum += u64::from(s.kv);
+        g.base_sum += iteration;
+        g.due[DecodeGroup::phase(s.kv, iteration, block_size)] += 1;
+        g.finishing
+            .insert((iteration + u64::from(s.output - s.generated), s.order));
+        g.position.insert(s.order, i);
     }
 
-    /// Begins a decode run after `schedule` set up a step at `now` counted in `tally`, if the
-    /// step is a pure decode step of the whole batch, each sequence emitted its latest token at
-    /// `now` and holds the blocks of its context, none registers a prompt block, and nothing
-    /// waits to be admitted.
-    fn begin_decode_run(&mut self, now: SimTime, tally: &Tally, waiting: usize) {
-        if !self.decode_runs
-            || waiting > 0
-            || !self.resumable.is_empty()
-            || !self.swapped.is_empty()
-            || tally.prefill > 0
-            || tally.requests != self.running.len() as u64
-            || self.swapped_in > 0
-        {
-            return;
-        }
+    /// Member `i` leaves the decode group, its counters written: those of the step being
+    /// completed, as scheduled for it, when `in_step`, else those after the latest step. The
+    /// caller removes it from `group.position`.
+    fn leave(&mut self, i: usize, in_step: bool) {
         let block_size = self.kv.block_size();
-        let mut room = u32::MAX;
-        self.run.due.clear();
-        self.run.due.resize(block_size as usize, 0);
-        for s in &self.running {
-            if s.scheduled != 1
-                || s.kv < s.prefill_len
-                || s.generated == 0
-                || s.last_token != now
-                || s.register_at != u32::MAX
-                || s.blocks != self.kv.blocks_for(u64::from(s.kv + 1))
-            {
-                return;
-            }
-            room = room.min(s.output - s.generated);
-            // It needs a block at the run's scheduled step `k` where `kv + k` is a multiple of
-            // the block size.
-            self.run.due[((block_size - s.kv % block_size) % block_size) as usize] += 1;
+        let steps = self.iteration - u64::from(in_step);
+        let g = &mut self.group;
+        let s = &mut self.running[i];
+        debug_assert!(s.lazy);
+        g.members -= 1;
+        g.kv_sum -= u64::from(s.kv);
+        g.base_sum -= s.base;
+        g.due[DecodeGroup::phase(s.kv, s.base, block_size)] -= 1;
+        s.lazy = false;
+        let d = u32::try_from(steps - s.base).expect("a member's steps fit its counters");
+        s.kv += d;
+        s.generated += d;
+        if d > 0 {
+            s.last_token = g.last;
         }
-        if room < 2 {
+        s.scheduled = u32::from(in_step);
+        s.blocks = self.kv.blocks_for(u64::from(s.kv + s.scheduled));
+    }
+
+    /// Writes every member's counters (after the latest step) and empties the decode group.
+    fn settle(&mut self) {
+        if self.group.members == 0 {
             return;
         }
-        self.run.active = true;
-        self.run.completed = 0;
-        self.run.scheduled = 0;
-        self.run.last = now;
-        self.run.room = room;
-        self.run.context = tally.context;
-        self.run.sequences = tally.requests;
+        let (iteration, last) = (self.iteration, self.group.last);
+        for s in self.running.iter_mut().filter(|s| s.lazy) {
+            s.lazy = false;
+            let d = u32::try_from(iteration - s.base).expect("a member's steps fit its counters");
+            s.kv += d;
+            s.generated += d;
+            if d > 0 {
+                s.last_token = last;
+            }
+            s.scheduled = 0;
+            s.blocks = self.kv.blocks_for(u64::from(s.kv));
+        }
+        let g = &mut self.group;
+        g.members = 0;
+        g.kv_sum = 0;
+        g.base_sum = 0;
+        g.due.fill(0);
+        g.finishing.clear();
+        g.position.clear();
+    }
+
+    /// Whether sequence `i`, just completed at `now` and not finished, may join the decode
+    /// group: it decoded or finished its prefill in the step (its token emitted now), its
+    /// prompt blocks are all offered to the cache, it holds exactly its context's blocks, and
+    /// it has two tokens or more left.
+    fn may_join(&self, i: usize, now: SimTime) -> bool {
+        let s = &self.running[i];
+        self.decode_runs
+            && s.kv >= s.prefill_len
+            && s.generated > 0
+            && s.last_token == now
+            && s.register_at == u32::MAX
+            && s.output - s.generated >= 2
+            && s.blocks == self.kv.blocks_for(u64::from(s.kv))
+    }
+
+    /// Schedules the running sequences with the decode group's members in it: each sequence
+    /// out of it in its place, the members a token each in bulk. Budget: in order, each takes
+    /// its tokens while any is left; the members after the place where it runs out leave the
+    /// group unscheduled. Returns false (nothing changed) when it cannot be done that way: the
+    /// budget runs out among members, or the blocks the step takes might not fit (a preemption
+    /// then, under the paged rule).
+    fn schedule_with_group(&mut self, budget: &mut u64, tally: &mut Tally) -> bool {
+        let block_size = u64::from(self.kv.block_size());
+        let due =
+            self.group.due[((block_size - self.iteration % block_size) % block_size) as usize];
+        // First the plan: each sequence's tokens and blocks, and where the budget runs out.
+        let (mut used, mut blocks) = (0u64, due);
+        let mut cut = None;
+        for (k, &p) in self.eager.iter().enumerate() {
+            // The members before place `p` took a token each.
+            let Some(avail) = budget.checked_sub(used + (p as u64 - k as u64)) else {
+                return false;
+            };
+            if avail == 0 {
+                return false;
+            }
+            let s = &self.running[p as usize];
+            let tokens = self.next_tokens(s, avail);
+            used += u64::from(tokens);
+            blocks += self
+                .kv
+                .blocks_for(u64::from(s.kv + tokens))
+                .saturating_sub(s.blocks);
+            if u64::from(tokens) == avail {
+                cut = Some(k);
+                break;
+            }
+        }
+        let starved = match cut {
+            // Members after the cut get no token: they are not in the step.
+            Some(k) => {
+                let p = self.eager[k] as usize;
+                let before = p as u64 - k as u64;
+                self.group.members - before
+            }
+            None => {
+                if used + self.group.members > *budget {
+                    return false;
+                }
+                0
+            }
+        };
+        if starved > 0 {
+            // The due blocks counted members that are not in the step; plan again without them
+            // (rare: their blocks are counted one by one below).
+            blocks = blocks.saturating_sub(due);
+        }
+        let paged = matches!(self.config.admission, Admission::Paged { .. });
+        if paged && starved == 0 && !self.kv.can_grow(blocks) {
+            return false;
+        }
+        if let Some(k) = cut.filter(|_| starved > 0) {
+            // The members after the cut leave the group unscheduled, as the places after it do.
+            let p = self.eager[k] as usize;
+            for i in p + 1..self.running.len() {
+                if self.running[i].lazy {
+                    self.leave(i, false);
+                    let order = self.running[i].order;
+                    self.group.position.remove(&order);
+                }
+            }
+            // Their due blocks, now that the members left are known.
+            let due =
+                self.group.due[((block_size - self.iteration % block_size) % block_size) as usize];
+            if paged && !self.kv.can_grow(blocks + due) {
+                // Cannot happen without a preemption: undo nothing, settle all instead.
+                self.settle();
+                self.eager.clear();
+                return false;
+            }
+            self.eager.truncate(k + 1);
+            self.eager.extend(p as u32 + 1..self.running.len() as u32);
+        }
+        // Then the step: the sequences out of the group in order, the members in bulk.
+        let due =
+            self.group.due[((block_size - self.iteration % block_size) % block_size) as usize];
+        for k in 0..self.eager.len() {
+            let i = self.eager[k] as usize;
+            // What the members before place `i` left of the budget (none after a cut).
+            let avail = budget.saturating_sub(i as u64 - k as u64);
+            if avail == 0 {
+                self.running[i].scheduled = 0;
+                continue;
+            }
+            let s = &self.running[i];
+            let tokens = self.next_tokens(s, avail);
+            let need = self
+                .kv
+                .blocks_for(u64::from(s.kv + tokens))
+                .saturating_sub(s.blocks);
+            if need > 0 {
+                self.kv.allocate(need);
+            }
+            let s = &mut self.running[i];
+            s.blocks += need;
+            s.scheduled = tokens;
+            *budget -= u64::from(tokens);
+            tally.add(s);
+        }
+        // One block at a time, each member's, as the pass allocates them.
+        for _ in 0..due {
+            self.kv.allocate(1);
+        }
+        let g = &self.group;
+        tally.requests += g.members;
+        tally.decode += g.members;
+        tally.emitting += g.members;
+        tally.context += g.kv_sum + g.members * (self.iteration + 1) - g.base_sum;
+        *budget -= g.members;
+        true
     }
 
     /// The replica caching prompt prefixes (vLLM V1's automatic prefix caching) in blocks of
@@ -514,38 +675,13 @@ impl Replica {
         self.swapped_out = 0;
         self.swapped_in = 0;
 
-        if self.run.active {
-            // The decode run's next step, while nothing could join the batch, every sequence
-            // gets its token and the blocks due now are free (else step by step from here).
-            let run = &self.run;
-            let step = run.scheduled + 1;
-            let due = run.due[(step % self.kv.block_size()) as usize];
-            if run.completed == step
-                && policy.len(index) == 0
-                && self.resumable.is_empty()
-                && self.swapped.is_empty()
-                && budget >= run.sequences
-                && self.kv.can_grow(due)
-            {
-                let tally = Tally {
-                    requests: run.sequences,
-                    prefill: 0,
-                    decode: run.sequences,
-                    context: run.context + u64::from(step) * run.sequences,
-                };
-                // One block at a time, each sequence's, as the pass below allocates them.
-                for _ in 0..due {
-                    self.kv.allocate(1);
-                }
-                self.run.scheduled = step;
-                return Some(self.step_work(tally));
-            }
-            self.settle();
-        }
-
         let mut tally = Tally::default();
         // 0. Prefill-first: a step of admissions alone while any can be admitted.
         if self.order == StepOrder::PrefillFirst && self.swapped.is_empty() {
+            if policy.len(index) > 0 || !self.resumable.is_empty() {
+                // An admission makes a step of its own: the group's members are not in it.
+                self.settle();
+            }
             self.admit(now, policy, index, hook, &mut budget, &mut tally);
             if tally.requests > 0 {
                 return Some(self.step_work(tally));
@@ -557,8 +693,14 @@ impl Replica {
         };
         let mut preempted = false;
 
-        // 1. The running sequences, growing their KV (preempting under the paged rule).
-        let mut i = 0;
+        // 1. The running sequences, growing their KV (preempting under the paged rule): with
+        // the decode group's members in bulk when that can be done, else one by one.
+        let grouped = self.group.members > 0 && self.schedule_with_group(&mut budget, &mut tally);
+        if !grouped {
+            self.settle();
+        }
+        let scheduled_running = self.running.len();
+        let mut i = if grouped { self.running.len() } else { 0 };
         while i < self.running.len() {
             if budget == 0 {
                 self.running[i].scheduled = 0;
@@ -629,15 +771,16 @@ impl Replica {
             self.admit(now, policy, index, hook, &mut budget, &mut tally);
         }
 
-        // 4. The step's work.
+        // 4. The step's work (the sequences that joined the batch are out of the group).
+        if self.group.members > 0 {
+            self.eager
+                .extend(scheduled_running as u32..self.running.len() as u32);
+        }
         if tally.requests == 0 {
             self.step_requests = 0;
             self.step_prefill = 0;
             self.busy = false;
             return None;
-        }
-        if !preempted {
-            self.begin_decode_run(now, &tally, policy.len(index));
         }
         Some(self.step_work(tally))
     }
@@ -652,6 +795,8 @@ impl Replica {
             prefill_tokens: tally.prefill,
             decode_tokens: tally.decode,
             context_tokens: tally.context,
+            emitting: tally.emitting,
+            prefill_square: tally.prefill_square,
             batch: &self.running,
             decode_iterations: 0,
             routed: None,
@@ -698,6 +843,8 @@ impl Replica {
                     admitted: now,
                     prefix: None,
                     register_at: u32::MAX,
+                    lazy: false,
+                    base: 0,
                 };
                 (s, true)
             } else {
@@ -863,6 +1010,8 @@ impl Replica {
                 admitted: now,
                 prefix: None,
                 register_at: u32::MAX,
+                lazy: false,
+                base: 0,
             });
             self.next_order += 1;
         }
@@ -887,6 +1036,8 @@ impl Replica {
             prefill_tokens: tally.prefill,
             decode_tokens: tally.decode,
             context_tokens: tally.context,
+            emitting: tally.emitting,
+            prefill_square: tally.prefill_square,
             decode_iterations,
             batch: &self.running,
             routed: None,
@@ -914,29 +1065,50 @@ impl Replica {
         self.iteration += 1;
         // The step's prompt tokens, as `schedule` counted them over the same sequences.
         self.stats.prefill_tokens += std::mem::take(&mut self.step_prefill);
-        if self.run.active {
-            let run = &mut self.run;
-            if run.completed == run.scheduled && run.completed + 1 < run.room {
-                // A step of the decode run: every sequence emits a token, its gap the step's
-                // (one run of equal gaps, as the pass below records them), and none finishes.
-                run.completed += 1;
-                self.run_steps += 1;
-                let gap = (now - run.last).0;
-                run.last = now;
-                self.stats.latencies.token_gaps(gap, run.sequences);
-                self.stats.tokens += run.sequences;
-                return;
-            }
-            self.settle();
+        let mut eager = std::mem::take(&mut self.eager);
+        if self.group.members == 0 {
+            eager.clear();
+            eager.extend(0..self.running.len() as u32);
         }
-        // Token gaps are recorded as runs of equal gaps (most of a step's sequences emitted
-        // their previous token at the previous step's end): one histogram update per run.
+        // The members whose last token this step emits leave the group, completed one by one
+        // in their places below; the others each emit a token (one run of equal gaps, as the
+        // pass records them).
+        while let Some(&(at, order)) = self.group.finishing.first() {
+            if at > self.iteration {
+                break;
+            }
+            self.group.finishing.pop_first();
+            let Some(&i) = self.group.position.get(&order) else {
+                continue;
+            };
+            let s = &self.running[i];
+            if at != self.iteration || s.base + u64::from(s.output - s.generated) != at {
+                // Stale: it left the group since (and may have joined again).
+                continue;
+            }
+            self.group.position.remove(&order);
+            self.leave(i, true);
+            let k = eager.partition_point(|&p| p < i as u32);
+            eager.insert(k, i as u32);
+        }
+        let g = &mut self.group;
+        if g.members > 0 {
+            self.stats.latencies.token_gaps((now - g.last).0, g.members);
+            self.stats.tokens += g.members;
+            self.run_steps += 1;
+        }
+        g.last = now;
+        // The sequences out of the group, in their places. Token gaps are recorded as runs of
+        // equal gaps (most of a step's sequences emitted their previous token at the previous
+        // step's end): one histogram update per run.
         let (mut gap_ns, mut gaps) = (0u64, 0u64);
-        let mut i = 0;
-        while i < self.running.len() {
+        let (mut read, mut write) = (0, 0);
+        while read < eager.len() {
+            let i = eager[read] as usize;
             let s = &mut self.running[i];
             if s.scheduled == 0 {
-                i += 1;
+                eager[write] = i as u32;
+                (read, write) = (read + 1, write + 1);
                 continue;
             }
             let before = s.kv;
@@ -981,6 +1153,9 @@ impl Replica {
                 self.stats.tokens += u64::from(emitted);
             }
             if s.generated >= s.output {
+                // It leaves; the batch's last sequence takes its place (and is completed next
+                // there, unless it is a member of the group).
+                let last = self.running.len() - 1;
                 let mut done = self.running.swap_remove(i);
                 free_blocks(&mut self.kv, &mut done);
                 if let Some(prefix) = done.prefix.take() {
@@ -991,10 +1166,28 @@ impl Replica {
                 self.stats.latencies.finished(now, &done);
                 self.stats.population(now, -1);
                 finished.push(done);
+                if i == last {
+                    read += 1;
+                } else if self.running[i].lazy {
+                    self.group.position.insert(self.running[i].order, i);
+                    read += 1;
+                } else {
+                    // Out of the group, so the last of `eager`: now at `i`, completed next.
+                    debug_assert_eq!(eager.last(), Some(&(last as u32)));
+                    eager.pop();
+                }
             } else {
-                i += 1;
+                if self.may_join(i, now) {
+                    self.join(i);
+                } else {
+                    eager[write] = i as u32;
+                    write += 1;
+                }
+                read += 1;
             }
         }
+        eager.truncate(write);
+        self.eager = eager;
         self.stats.latencies.token_gaps(gap_ns, gaps);
     }
 }

@@ -76,6 +76,12 @@ pub struct StepWork<'a> {
     pub decode_iterations: u32,
     /// KV tokens the step's sequences hold once it runs (the attention context), summed.
     pub context_tokens: u64,
+    /// Sequences in the step that emit a token (`Seq::step_emits`: a decode, or the chunk that
+    /// completes a prompt), and the squares of the prompt tokens each prefills in it
+    /// (`Seq::step_prefill`) summed: the batch's, counted as the replica scheduled it (0 for a
+    /// step built without a batch).
+    pub emitting: u64,
+    pub prefill_square: f64,
     /// The replica's running sequences; those with `scheduled() > 0` are in the step, each with
     /// its context once the step runs (`step_context`) and the prompt tokens it prefills in it
     /// (`step_prefill`). A slice of the batch rather than copied lengths: a cost model that
@@ -193,19 +199,18 @@ impl StepWork<'_> {
     /// attention's reads, and the squared prompt chunks of the sequences that prefill in it the
     /// causal prefill's (summed only when the step prefills).
     pub fn dense_tokens(&self) -> StepTokens {
-        let prefill_square = if self.prefill_tokens > 0 {
+        debug_assert_eq!(
+            self.prefill_square,
             self.batch
                 .iter()
                 .map(|seq| f64::from(seq.step_prefill()).powi(2))
-                .sum()
-        } else {
-            0.0
-        };
+                .sum::<f64>()
+        );
         StepTokens {
             rows: self.decode_tokens + self.prefill_tokens,
             sequences: self.requests,
             context_tokens: self.context_tokens,
-            prefill_square,
+            prefill_square: self.prefill_square,
         }
     }
 }

@@ -832,3 +832,128 @@ fn the_replica_records_each_finished_request_and_every_token_gap() {
         assert!(value.is_nan());
     }
 }
+
+/// One replica's step as the caller sees it: (requests, prefill, decode, context, the ids in
+/// the step sorted, the batch's ids in its order, blocks in use).
+type Seen = (u64, u64, u64, u64, Vec<u64>, Vec<u64>, u64);
+
+/// The decode group (`Replica::with_decode_runs`) changes nothing a caller sees: a replica with
+/// it and one without, fed the same random arrivals (prompts of 1-70 tokens, outputs of 1-40)
+/// and run with the same random step durations, agree after every step on the step's counts,
+/// its sequences, the batch's order, the blocks in use and the finished sequences (in order,
+/// with their times), and at the end on every statistic; under a token budget small enough to
+/// cut the batch, with a cache small enough to preempt (recompute and swap), and in vLLM v0's
+/// prefill-first order.
+#[test]
+fn the_decode_group_schedules_and_completes_as_the_pass_does() {
+    use StepOrder::{DecodeFirst, PrefillFirst};
+    for (case, preemption, budget, blocks, order) in [
+        (0, Preemption::Recompute, Some(256), 100_000, DecodeFirst),
+        (1, Preemption::Recompute, Some(48), 100_000, DecodeFirst),
+        (2, Preemption::Recompute, Some(96), 120, DecodeFirst),
+        (3, Preemption::Swap, Some(96), 120, DecodeFirst),
+        (4, Preemption::Recompute, None, 160, DecodeFirst),
+        (5, Preemption::Recompute, Some(256), 160, PrefillFirst),
+    ] {
+        let config = ReplicaConfig {
+            max_num_seqs: 24,
+            max_num_batched_tokens: budget,
+            chunked_prefill: budget.is_some(),
+            kv: KvConfig {
+                block_size: 4,
+                blocks,
+                watermark_blocks: 0,
+            },
+            admission: Admission::Paged { preemption },
+            batching: Batching::Continuous,
+        };
+        let mut replicas = [
+            Replica::new(config)
+                .with_step_order(order)
+                .with_decode_runs(true),
+            Replica::new(config).with_step_order(order),
+        ];
+        let mut policies = [Fifo::default(), Fifo::default()];
+        policies.iter_mut().for_each(|p| p.reset(1));
+        let mut hooks = [Outputs::default(), Outputs::default()];
+        let mut rng = stream(case, "decode group");
+        let (mut now, mut next_id) = (SimTime::ZERO, 0u64);
+        let mut finished_any = 0;
+        while next_id < 400 || replicas[1].is_busy() || policies[1].len(0) > 0 {
+            // Arrivals: none, one or a few at this step's start.
+            let arriving = if next_id < 400 {
+                rng.random_range(0..3u64)
+            } else {
+                0
+            };
+            for _ in 0..arriving.min(400 - next_id) {
+                let (prompt, output) = (rng.random_range(1..=70u32), rng.random_range(1..=40u32));
+                for k in 0..2 {
+                    hooks[k].output.insert(next_id, output);
+                    replicas[k].submit(now, request(next_id, prompt, now), &mut policies[k], 0);
+                }
+                next_id += 1;
+            }
+            let mut seen: Vec<Option<Seen>> = Vec::new();
+            for k in 0..2 {
+                let work = replicas[k].schedule(now, &mut policies[k], 0, &mut hooks[k]);
+                seen.push(work.map(|w| {
+                    let mut ids: Vec<u64> = w
+                        .batch
+                        .iter()
+                        .filter(|s| s.scheduled() > 0)
+                        .map(|s| s.request.id)
+                        .collect();
+                    ids.sort_unstable();
+                    let order = w.batch.iter().map(|s| s.request.id).collect();
+                    let steps = (w.requests, w.prefill_tokens, w.decode_tokens);
+                    (steps.0, steps.1, steps.2, w.context_tokens, ids, order, 0)
+                }));
+                if let Some(step) = seen[k].as_mut() {
+                    step.6 = replicas[k].kv().used();
+                }
+            }
+            assert_eq!(seen[0], seen[1], "case {case}: the step at {now:?}");
+            let duration = SimDuration(rng.random_range(5..15u64));
+            if seen[0].is_none() {
+                now += duration;
+                continue;
+            }
+            now += duration;
+            let mut done = [Vec::new(), Vec::new()];
+            for k in 0..2 {
+                replicas[k].begin_step(duration);
+                replicas[k].complete_step(now, &mut done[k]);
+            }
+            let moments = |d: &[Seq]| -> Vec<_> {
+                d.iter()
+                    .map(|s| (s.request.id, s.generated, s.first_token(), s.last_token()))
+                    .collect()
+            };
+            assert_eq!(
+                moments(&done[0]),
+                moments(&done[1]),
+                "case {case}: finished at {now:?}"
+            );
+            finished_any += done[0].len();
+        }
+        assert_eq!(finished_any, 400, "case {case}");
+        assert_eq!(
+            format!("{:?}", replicas[0].stats()),
+            format!("{:?}", replicas[1].stats()),
+            "case {case}"
+        );
+        let preempted =
+            replicas[1].stats().preempted_recompute + replicas[1].stats().preempted_swap;
+        assert_eq!(
+            preempted > 0,
+            blocks < 1000,
+            "case {case}: {preempted} preemptions"
+        );
+        assert!(
+            replicas[0].decode_run_steps() > 0,
+            "case {case}: the group never ran"
+        );
+        assert_eq!(replicas[1].decode_run_steps(), 0);
+    }
+}

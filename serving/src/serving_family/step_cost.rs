@@ -389,28 +389,20 @@ impl ReplicaStepCost {
     /// of the sequences the head scores (those emitting a token), of the context and of the
     /// prompts' causal attention.
     fn dense_tokens(&self, work: &StepWork<'_>) -> StepTokens {
-        let mut emitting = 0u64;
-        let mut prefill_square = 0.0;
-        if work.prefill_tokens == 0 {
-            // A decode step: every sequence in it emits, none prefills (its requests are the
-            // sequences scheduled in it).
-            emitting = work.requests;
-            debug_assert_eq!(
-                emitting,
-                work.batch.iter().filter(|s| s.scheduled() > 0).count() as u64
-            );
-            debug_assert!(
-                work.batch
-                    .iter()
-                    .filter(|s| s.scheduled() > 0)
-                    .all(|s| s.step_emits() && s.step_prefill() == 0)
-            );
-        } else {
-            for s in work.batch.iter().filter(|s| s.scheduled() > 0) {
-                emitting += u64::from(s.step_emits());
-                prefill_square += f64::from(s.step_prefill()).powi(2);
-            }
-        }
+        // Counted as the replica scheduled the batch (the sum of integer squares is exact in
+        // any order).
+        let (emitting, prefill_square) = (work.emitting, work.prefill_square);
+        debug_assert_eq!(
+            emitting,
+            work.batch.iter().filter(|s| s.step_emits()).count() as u64
+        );
+        debug_assert_eq!(
+            prefill_square,
+            work.batch
+                .iter()
+                .map(|s| f64::from(s.step_prefill()).powi(2))
+                .sum::<f64>()
+        );
         let dp = self.data_parallel;
         StepTokens {
             rows: share(work.prefill_tokens + work.decode_tokens, dp),
