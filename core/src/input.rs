@@ -90,11 +90,6 @@ pub fn read_input_bytes(path: &std::path::Path, max_bytes: u64) -> std::io::Resu
     Ok(bytes)
 }
 
-/// `read_input_text` with the file named in the error.
-pub fn read_input_file(path: &std::path::Path) -> Result<String, String> {
-    read_input_text(path).map_err(|e| format!("{}: {e}", path.display()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,16 +99,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let bad = dir.path().join("latin1.csv");
         std::fs::write(&bad, b"a,b\n1,\xe9\n").unwrap();
-        let err = read_input_file(&bad).unwrap_err();
-        assert!(err.contains("latin1.csv: line 2: not UTF-8"), "{err}");
+        let err = read_input_text(&bad).unwrap_err().to_string();
+        assert!(err.contains("line 2: not UTF-8"), "{err}");
         assert!(
-            read_input_file(dir.path())
+            read_input_text(dir.path())
                 .unwrap_err()
+                .to_string()
                 .contains("not a regular file")
         );
         assert!(
-            read_input_file(std::path::Path::new("/dev/zero"))
+            read_input_text(std::path::Path::new("/dev/zero"))
                 .unwrap_err()
+                .to_string()
                 .contains("not a regular file")
         );
         let big = dir.path().join("big.toml");

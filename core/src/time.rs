@@ -90,17 +90,6 @@ impl SimDuration {
         }
         Ok(SimDuration(nanos as u64))
     }
-    /// `nanos` divided by `speed` (a GPU's relative speed), rounded to the nearest nanosecond, or
-    /// why the quotient is not a duration.
-    pub fn try_scaled_nanos(nanos: f64, speed: f64) -> Result<SimDuration, TimeError> {
-        SimDuration::try_from_secs_f64(nanos / speed * 1e-9)
-    }
-    pub fn from_millis_f64(millis: f64) -> SimDuration {
-        SimDuration(secs_to_nanos(millis * 1e-3))
-    }
-    pub fn from_micros_f64(micros: f64) -> SimDuration {
-        SimDuration(secs_to_nanos(micros * 1e-6))
-    }
     pub fn as_secs_f64(self) -> f64 {
         self.0 as f64 * 1e-9
     }
@@ -167,9 +156,8 @@ mod tests {
     #[test]
     fn conversions_round_to_nearest_nanosecond() {
         assert_eq!(SimTime::from_secs_f64(1.5).0, 1_500_000_000);
-        assert_eq!(SimDuration::from_millis_f64(0.0000004).0, 0);
-        assert_eq!(SimDuration::from_millis_f64(0.0000006).0, 1);
-        assert_eq!(SimDuration::from_micros_f64(2.5).0, 2_500);
+        assert_eq!(SimDuration::from_secs_f64(0.0000000004).0, 0);
+        assert_eq!(SimDuration::from_secs_f64(0.0000000006).0, 1);
         let t = SimTime(10) + SimDuration(5);
         assert_eq!(t - SimTime(3), SimDuration(12));
     }
@@ -191,12 +179,6 @@ mod tests {
             assert_eq!(err, TimeError::TooLong(huge));
             assert!(err.to_string().contains("does not fit"), "{err}");
         }
-        // A step divided by a speed factor of 1e-300.
-        assert!(SimDuration::try_scaled_nanos(1e6, 1e-300).is_err());
-        assert_eq!(
-            SimDuration::try_scaled_nanos(1e6, 0.5),
-            Ok(SimDuration(2_000_000))
-        );
     }
 
     #[test]

@@ -184,14 +184,6 @@ impl LinkSpec {
         latency_ns: 5_000.0,
     };
 
-    /// NVLink 3 through NVSwitch (A100 SXM servers): 12 links x 25 GB/s = 300 GB/s per
-    /// direction per GPU on paper (A100 datasheet: 600 GB/s bidirectional); 240 GB/s achieved
-    /// (80 %, as `NVLINK4`) and a 5 us collective latency. Assumptions.
-    pub const NVLINK3: LinkSpec = LinkSpec {
-        bandwidth_bytes_per_s: 240e9,
-        latency_ns: 5_000.0,
-    };
-
     /// PCIe 5.0 x16 (the host link of the H100 and H200 SXM boards): 64 GB/s per direction on
     /// paper; measured on one H200 (`profiles/measured/host-link/nvidia-h200.csv`, page-locked
     /// `cudaMemcpyAsync` from 64 KiB to 1 GiB, `scripts/host_link_bandwidth.cu`), fitted by
@@ -221,16 +213,6 @@ impl LinkSpec {
             self.latency_ns + bytes / self.bandwidth_bytes_per_s * 1e9
         } else {
             0.0
-        }
-    }
-
-    /// The link of the server `gpu` usually comes in: NVLink 4 for the H100 and H200 SXM,
-    /// NVLink 3 for the A100, PCIe 4.0 x16 for the rest.
-    pub fn of_server(gpu: &GpuSpec) -> LinkSpec {
-        match gpu.name.as_str() {
-            "H100-SXM" | "H200" => LinkSpec::NVLINK4,
-            "A100-80GB" => LinkSpec::NVLINK3,
-            _ => LinkSpec::PCIE4_X16,
         }
     }
 }

@@ -43,23 +43,12 @@ pub const VLLM_V0_HOST_POINTS: [HostPoint; 3] = [
     },
 ];
 
-/// Where [`VLLM_V0_HOST_POINTS`] come from, for docs and results.
-pub const VLLM_V0_HOST_SOURCE: &str = "vLLM 0.5.4 per-iteration schedule time, WukLab \
-     'Can Scheduling Overhead Dominate LLM Inference Performance?' (2024-09-10), Llama-3-8B on \
-     an A6000 with a Xeon Gold 5218: 10.64 / 24.61 / 42.15 ms at 128 / 512 / 1024 requests";
-
 /// Vidur's CPU-overhead profile of the Sarathi-Serve engine on an A100 server
 /// (github.com/microsoft/vidur, commit 6d98aa8, `data/profiling/a100/cpu_overheads.csv`, MIT;
 /// copied unedited to `profiles/vidur/cpu_overheads/a100.csv`): per model, tensor-parallel
 /// degree and batch size, the medians of each host stage of a step, ms.
 pub const SARATHI_A100_CPU_OVERHEADS: &str =
     include_str!("../../profiles/vidur/cpu_overheads/a100.csv");
-
-/// Where [`HostOverhead::sarathi_serve`]'s points come from, for docs and results.
-pub const SARATHI_HOST_SOURCE: &str = "Sarathi-Serve per-iteration host time as Vidur profiled \
-     it (microsoft/vidur 6d98aa8, data/profiling/a100/cpu_overheads.csv; Llama-2-7B, TP 1, A100 \
-     server): schedule + sampler + prepare inputs + process outputs medians + Ray residual mean, \
-     batch 8-128";
 
 /// The host stages Vidur adds to a step's execution time (its `cpu_overhead` predictors): the
 /// medians of the four stages and the mean of the residual it calls Ray communication time.

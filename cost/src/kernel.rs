@@ -217,23 +217,6 @@ impl GroupSums {
         self.clusters[1] += p * t128.div_ceil(2) as f64;
     }
 
-    /// Adds `count` groups of `rows` rows each.
-    #[inline]
-    pub fn add_many(&mut self, rows: u64, count: u64) {
-        if count > 0 && rows > 0 {
-            let mut one = GroupSums::default();
-            one.add(rows, 1.0);
-            let c = count as f64;
-            self.groups += c;
-            self.rows += c * one.rows;
-            for i in 0..2 {
-                self.tiles[i] += c * one.tiles[i];
-                self.padded_rows[i] += c * one.padded_rows[i];
-                self.clusters[i] += c * one.clusters[i];
-            }
-        }
-    }
-
     /// The groups of `rows` (groups of 0 rows do not run).
     pub fn of_counts(rows: &[u32]) -> GroupSums {
         let mut sums = GroupSums::default();
@@ -934,9 +917,6 @@ pub(crate) mod tests {
         half.add(3, 0.5);
         let one = GroupSums::of_counts(&[3]);
         assert_eq!(half, one);
-        let mut many = GroupSums::default();
-        many.add_many(70, 3);
-        assert_eq!(many, GroupSums::of_counts(&[70, 70, 70]));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! (`kernel::KernelRates::grouped_lanes_in`, `moe_layer::MoeLayerCost::lane_times_in`), behind
 //! one trait (`Lanes`) with two implementations: `F64x4`, four f64s that LLVM vectorises for
 //! the build's target (two SSE2 registers on baseline x86-64), and on x86-64 `Avx`, one AVX
-//! register, used only where the CPU has AVX (`MoeLayerCost::lane_times_all` checks at run
+//! register, used only where the CPU has AVX (`MoeLayerCost::lane_times_with` checks at run
 //! time). Every operation is one IEEE operation per lane (division and square root correctly
 //! rounded, nothing contracted to FMA), so a lane's bits are the scalar operation's on either.
 //! A comparison gives a mask lane of all bits set (true) or none (false), for `bitselect`.

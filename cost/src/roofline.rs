@@ -306,11 +306,6 @@ impl DenseParts {
     }
 }
 
-/// Host time of one engine step (scheduling, sampling, detokenization) under CUDA graphs, ns.
-/// Assumption, not calibrated: vLLM's CPU overhead per step is commonly profiled at 1-3 ms for
-/// small models; 2 ms.
-pub const DEFAULT_HOST_OVERHEAD_NS: f64 = 2e6;
-
 impl StepRoofline {
     /// A dense model served on `parallel.degree` GPUs (1: no all-reduce) through vLLM with CUDA
     /// graphs (no per-kernel launch; `host_overhead_ns` per step). Streamed per step: every
@@ -1157,13 +1152,14 @@ mod tests {
         let shape = MoeModelShape::mixtral_8x7b();
         let link = LinkSpec::NVLINK4;
         let h100 = Roofline::of(&GpuSpec::by_name("H100-SXM").unwrap());
+        const HOST_NS: f64 = 2e6;
         let tp = |degree| {
             StepRoofline::moe_non_expert_tensor_parallel(
                 &shape,
                 h100,
                 TensorParallel { degree, link },
                 2.0,
-                DEFAULT_HOST_OVERHEAD_NS,
+                HOST_NS,
             )
         };
         let (one, four) = (tp(1), tp(4));
@@ -1187,7 +1183,7 @@ mod tests {
         let wire = 4.0 * 4096.0 * 2.0 * 2.0 * 3.0 / 4.0;
         let all_reduce = 2.0 * 32.0 * (5_000.0 + wire / 360e9 * 1e9);
         assert!((four.price(&work).communication_ns - all_reduce).abs() < 1e-6);
-        assert_eq!(four.price(&work).overhead_ns, DEFAULT_HOST_OVERHEAD_NS);
+        assert_eq!(four.price(&work).overhead_ns, HOST_NS);
     }
 
     #[test]

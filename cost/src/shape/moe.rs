@@ -225,17 +225,6 @@ impl MoeModelShape {
             + self.hidden as u64
     }
 
-    /// FLOPs of one token's forward pass through the weight matrices: 2 x (every layer's dense
-    /// matmul parameters + `top_k` experts' parameters + the output projection). Left out:
-    /// the embedding lookup (no arithmetic), norms and activations (elementwise), and the
-    /// attention score and value products, which grow with the context (2 x 2 x context x
-    /// n_attention_heads x head_dim per token and layer).
-    pub fn flops_per_token(&self) -> f64 {
-        let per_layer =
-            self.dense_matmul_params_per_layer() + self.top_k as u64 * self.expert_params();
-        2.0 * (self.n_layers as u64 * per_layer + self.lm_head_params()) as f64
-    }
-
     /// KV-cache bytes one token adds to one layer: keys and values of every KV head.
     pub fn kv_cache_bytes_per_token_per_layer(&self, bytes_per_element: f64) -> f64 {
         2.0 * (self.n_kv_heads * self.head_dim) as f64 * bytes_per_element
@@ -255,8 +244,6 @@ mod tests {
         assert_eq!(shape.active_params_per_token(), 2_689_173_504);
         assert_eq!(shape.expert_params(), 8_650_752);
         assert_eq!(shape.dense_params_per_layer(), 51_515_392);
-        let flops = shape.flops_per_token();
-        assert!((flops - 2.0 * 2_377_908_224.0).abs() < 1.0, "{flops}");
     }
 
     #[test]

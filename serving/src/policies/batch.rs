@@ -53,10 +53,6 @@ impl<'a> CandidateWindow<'a> {
     pub fn load(&self, idx: usize) -> &'a [f32] {
         self.rows[idx]
     }
-    /// The total predicted load of candidate `idx`: its processing-time proxy for LPT-style rules.
-    pub fn total_load(&self, idx: usize) -> f32 {
-        self.load(idx).iter().sum()
-    }
 }
 
 /// The batch being formed: which candidates are chosen (in the order chosen) and their summed
@@ -209,7 +205,7 @@ mod tests {
         let loads = [1.0, 0.0, 0.0, 2.0, 3.0, 3.0];
         let window = CandidateWindow::new(2, &loads);
         assert_eq!(window.len(), 3);
-        assert_eq!(window.total_load(2), 6.0);
+        assert_eq!(window.load(2), &[3.0, 3.0]);
         let mut selection = BatchSelection::new(&window, 2);
         selection.add(&window, 2);
         selection.add(&window, 0);

@@ -31,15 +31,6 @@ pub fn model_shape(name: &str) -> Option<DenseModelShape> {
     Some(DenseModelShape::preset(preset).expect("every Chimera model is a catalogue preset"))
 }
 
-/// The names of [`MODELS`], for error messages.
-pub fn model_names() -> String {
-    MODELS
-        .iter()
-        .map(|(name, _)| *name)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The two task suites of the paper.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -9,7 +9,7 @@
 use crate::rng::SimRng;
 use rand::RngExt;
 use rand::seq::SliceRandom;
-use rand_distr::{Distribution, LogNormal, StandardNormal};
+use rand_distr::{Distribution, LogNormal};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -737,11 +737,6 @@ pub fn pearson(a: &[f64], b: &[f64]) -> f64 {
     } else {
         cov / (va * vb).sqrt()
     }
-}
-
-/// One draw of a standard normal (used by tests of the generator's statistics).
-pub fn standard_normal(rng: &mut SimRng) -> f64 {
-    StandardNormal.sample(rng)
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 
 use super::expert_routing::ExpertPopularity;
 use super::mapping::ExpertLayout;
-use super::selector_former::{Candidate, DryRun};
+use super::selector_former::DryRun;
 use crate::rng::SimRng;
 use crate::serving::QueuedRequest;
 use crate::serving::topic_affinity::{TopicAffinities, noisy_prediction};
@@ -40,8 +40,9 @@ pub struct ServingCandidate {
     pub prediction: Option<Vec<f32>>,
 }
 
-impl Candidate for ServingCandidate {
-    fn queued(&self) -> QueuedRequest {
+impl ServingCandidate {
+    /// The request as the serving replica queues it.
+    pub fn queued(&self) -> QueuedRequest {
         QueuedRequest {
             id: self.id,
             workflow: self.id,
@@ -57,32 +58,15 @@ impl Candidate for ServingCandidate {
             topic: self.topic,
         }
     }
-    fn id(&self) -> u64 {
-        self.id
-    }
-    fn output_tokens(&self) -> u32 {
-        self.output_tokens
-    }
-    fn predicted(&self) -> &[f32] {
+    /// The dry-run's load vector (empty before it ran), or its noisy prediction: what the
+    /// selectors see.
+    pub fn predicted(&self) -> &[f32] {
         self.prediction.as_deref().unwrap_or(&self.load)
-    }
-    fn take_load(&mut self) -> Vec<f32> {
-        std::mem::take(&mut self.load)
     }
 }
 
 /// The dry-run of a static serving replica.
-pub type BoxedDryRun<'a> = Box<dyn DryRun<Request = ServingCandidate> + 'a>;
-
-impl DryRun for BoxedDryRun<'_> {
-    type Request = ServingCandidate;
-    fn dims(&self) -> usize {
-        self.as_ref().dims()
-    }
-    fn route(&mut self, request: &mut ServingCandidate, buffer: Vec<f32>) {
-        self.as_mut().route(request, buffer);
-    }
-}
+pub type BoxedDryRun<'a> = Box<dyn DryRun + 'a>;
 
 /// The router dry-run on a replica's expert layout: layers x GPUs expected tokens.
 pub struct LayoutDryRun {
@@ -103,7 +87,6 @@ impl LayoutDryRun {
 }
 
 impl DryRun for LayoutDryRun {
-    type Request = ServingCandidate;
     fn dims(&self) -> usize {
         self.popularity.n_layers * self.layout.gpus()
     }
@@ -142,7 +125,6 @@ impl ExpertDryRun {
 }
 
 impl DryRun for ExpertDryRun {
-    type Request = ServingCandidate;
     fn dims(&self) -> usize {
         self.popularity.n_layers * self.popularity.n_experts
     }
@@ -192,7 +174,6 @@ impl AffinityDryRun {
 }
 
 impl DryRun for AffinityDryRun {
-    type Request = ServingCandidate;
     fn dims(&self) -> usize {
         self.affinities.dims()
     }
@@ -214,7 +195,6 @@ impl DryRun for AffinityDryRun {
 pub struct PromptDryRun;
 
 impl DryRun for PromptDryRun {
-    type Request = ServingCandidate;
     fn dims(&self) -> usize {
         1
     }

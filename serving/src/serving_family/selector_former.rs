@@ -6,50 +6,38 @@
 //! stay here, in queue order, while their batch runs; their load vectors are then reused for the
 //! next requests routed. The dry-runs are in `super::batch_former`.
 
+use super::batch_former::ServingCandidate;
 use crate::policies::batch::{BatchSelection, BatchSelector, CandidateWindow};
 use crate::rng::SimRng;
 use crate::serving::{AdmitHook, BatchFormer, QueuedRequest};
 use crate::time::SimTime;
 use std::collections::VecDeque;
 
-/// A request waiting for a batch, as the former needs it.
-pub trait Candidate {
-    /// The request as the serving replica queues it.
-    fn queued(&self) -> QueuedRequest;
-    fn id(&self) -> u64;
-    fn output_tokens(&self) -> u32;
-    /// The dry-run's load vector (empty before it ran): what the selectors see.
-    fn predicted(&self) -> &[f32];
-    /// Gives up the request's load vectors once it is served (for reuse).
-    fn take_load(&mut self) -> Vec<f32>;
-}
-
 /// The router dry-run: a waiting request's predicted load vector.
 pub trait DryRun {
-    type Request: Candidate;
     /// Entries of a load vector.
     fn dims(&self) -> usize;
     /// Predicts `request`'s load vector, written into `buffer` (a served request's vector).
-    fn route(&mut self, request: &mut Self::Request, buffer: Vec<f32>);
+    fn route(&mut self, request: &mut ServingCandidate, buffer: Vec<f32>);
 }
 
 /// The waiting requests and the batch in execution of one static replica.
-pub struct SelectorFormer<'a, D: DryRun> {
+pub struct SelectorFormer<'a> {
     dims: usize,
     window_size: usize,
     seed_with_oldest: bool,
     selector: &'a mut dyn BatchSelector,
     rng: SimRng,
-    dry_run: D,
-    waiting: VecDeque<D::Request>,
+    dry_run: Box<dyn DryRun + 'a>,
+    waiting: VecDeque<ServingCandidate>,
     /// The waiting requests whose dry-run has run: always the oldest ones.
     routed: usize,
-    in_flight: Vec<D::Request>,
+    in_flight: Vec<ServingCandidate>,
     /// Load vectors of served requests, for the next ones routed.
     spare_loads: Vec<Vec<f32>>,
 }
 
-impl<'a, D: DryRun> SelectorFormer<'a, D> {
+impl<'a> SelectorFormer<'a> {
     /// A former choosing from the `window_size` oldest requests with `selector` (drawing from
     /// `rng`), predicting their loads with `dry_run`.
     pub fn new(
@@ -57,7 +45,7 @@ impl<'a, D: DryRun> SelectorFormer<'a, D> {
         seed_with_oldest: bool,
         selector: &'a mut dyn BatchSelector,
         rng: SimRng,
-        dry_run: D,
+        dry_run: Box<dyn DryRun + 'a>,
     ) -> Self {
         SelectorFormer {
             dims: dry_run.dims(),
@@ -74,7 +62,7 @@ impl<'a, D: DryRun> SelectorFormer<'a, D> {
     }
 
     /// Queues an arrived request behind the others.
-    pub fn push(&mut self, request: D::Request) {
+    pub fn push(&mut self, request: ServingCandidate) {
         self.waiting.push_back(request);
     }
 
@@ -84,35 +72,35 @@ impl<'a, D: DryRun> SelectorFormer<'a, D> {
     }
 
     /// The batch in execution, in queue order.
-    pub fn in_flight(&self) -> &[D::Request] {
+    pub fn in_flight(&self) -> &[ServingCandidate] {
         &self.in_flight
     }
 
     /// The batch has finished: `served` sees each of its requests, in queue order, and their
     /// load vectors are kept for reuse.
-    pub fn finish_batch(&mut self, mut served: impl FnMut(&D::Request)) {
-        for mut request in self.in_flight.drain(..) {
+    pub fn finish_batch(&mut self, mut served: impl FnMut(&ServingCandidate)) {
+        for request in self.in_flight.drain(..) {
             served(&request);
-            self.spare_loads.push(request.take_load());
+            self.spare_loads.push(request.load);
         }
     }
 
-    fn request(&self, id: u64) -> &D::Request {
+    fn request(&self, id: u64) -> &ServingCandidate {
         self.in_flight
             .iter()
-            .find(|r| r.id() == id)
+            .find(|r| r.id == id)
             .expect("the replica admits only the batch the former formed")
     }
 }
 
-impl<D: DryRun> AdmitHook for SelectorFormer<'_, D> {
+impl AdmitHook for SelectorFormer<'_> {
     fn output_tokens(&mut self, request: &QueuedRequest) -> u32 {
-        self.request(request.id).output_tokens()
+        self.request(request.id).output_tokens
     }
     fn admitted(&mut self, _: SimTime, _: &QueuedRequest, _: u32) {}
 }
 
-impl<D: DryRun> BatchFormer for SelectorFormer<'_, D> {
+impl BatchFormer for SelectorFormer<'_> {
     fn form(&mut self, capacity: usize, batch: &mut Vec<QueuedRequest>) {
         assert!(self.in_flight.is_empty(), "a CAPS batch is still running");
         let window_len = self.window_size.min(self.waiting.len());
@@ -129,7 +117,7 @@ impl<D: DryRun> BatchFormer for SelectorFormer<'_, D> {
                 .waiting
                 .iter()
                 .take(window_len)
-                .map(Candidate::predicted)
+                .map(ServingCandidate::predicted)
                 .collect();
             let window = CandidateWindow::from_rows(self.dims, rows);
             let mut selection = BatchSelection::new(&window, capacity);
@@ -160,7 +148,7 @@ impl<D: DryRun> BatchFormer for SelectorFormer<'_, D> {
         }
         self.routed -= chosen.len();
         self.in_flight.reverse();
-        batch.extend(self.in_flight.iter().map(Candidate::queued));
+        batch.extend(self.in_flight.iter().map(ServingCandidate::queued));
     }
 
     fn put_back(&mut self, requests: Vec<QueuedRequest>) {
@@ -168,7 +156,7 @@ impl<D: DryRun> BatchFormer for SelectorFormer<'_, D> {
             let at = self
                 .in_flight
                 .iter()
-                .position(|r| r.id() == request.id)
+                .position(|r| r.id == request.id)
                 .expect("the replica puts back only the batch the former formed");
             // Routed already: it rejoins the routed oldest requests at the front.
             self.waiting.push_front(self.in_flight.remove(at));

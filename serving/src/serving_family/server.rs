@@ -82,7 +82,7 @@ struct ReplicaRun<'a> {
     /// context if fewer), ms: Chimera's `decode_ms_per_token`.
     decode_ms_per_token: f64,
     /// A static replica's batch former (its waiting requests) and whether a tick is pending.
-    former: Option<SelectorFormer<'a, BoxedDryRun<'a>>>,
+    former: Option<SelectorFormer<'a>>,
     tick_pending: bool,
     /// A static replica's batch trigger and tick grid (its group's `replica.scheduler`).
     min_batch_trigger: usize,

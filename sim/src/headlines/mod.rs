@@ -691,14 +691,6 @@ impl Headlines {
         !self.claims.is_empty() || !self.prose.paper.is_empty()
     }
 
-    /// The claims about run `id`, with their index in the file.
-    pub fn claims_of<'a>(&'a self, id: &'a str) -> impl Iterator<Item = (usize, &'a Claim)> + 'a {
-        self.claims
-            .iter()
-            .enumerate()
-            .filter(move |(_, c)| c.run == id)
-    }
-
     /// Checks the claims and values about run `id` against its loaded scenario: the metric is
     /// one of the family's, and every coordinate key (and `over`) is a sweep key of the run.
     pub fn check_against(&self, id: &str, plan: &ScenarioPlan) -> Result<(), ScenarioError> {

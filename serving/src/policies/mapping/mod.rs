@@ -93,21 +93,6 @@ impl LayerMapping {
         Ok(())
     }
 
-    /// `weights[g][e]`: the fraction of expert `e`'s tokens GPU `g` processes.
-    pub fn gpu_weights(&self, n_experts: usize) -> Vec<Vec<f64>> {
-        let replicas = self.replica_counts(n_experts);
-        self.slots
-            .iter()
-            .map(|slots| {
-                let mut w = vec![0.0; n_experts];
-                for &e in slots {
-                    w[e] += 1.0 / replicas[e] as f64;
-                }
-                w
-            })
-            .collect()
-    }
-
     /// Tokens each GPU receives when expert `e` receives `loads[e]`.
     pub fn gpu_tokens(&self, loads: &[f32]) -> Vec<f64> {
         let replicas = self.replica_counts(loads.len());
@@ -441,7 +426,7 @@ mod tests {
             slots: vec![vec![0, 0], vec![1, 2]],
         };
         assert_eq!(twice.check(3, 2), Ok(()));
-        assert_eq!(twice.gpu_weights(3)[0], vec![1.0, 0.0, 0.0]);
+        assert_eq!(twice.gpu_tokens(&[4.0, 2.0, 2.0])[0], 4.0);
         let replicated = LayerMapping {
             slots: vec![vec![0, 1], vec![0, 2]],
         };
