@@ -1335,7 +1335,7 @@ impl<'a> ServingServer<'a> {
         }
         let mut parts = Vec::with_capacity(self.replicas.len());
         for (r, run) in self.replicas.into_iter().enumerate() {
-            let stats = run.replica.stats().clone();
+            let stats = run.replica.stats();
             let gpu = &self
                 .scenario
                 .groups()
@@ -1343,11 +1343,11 @@ impl<'a> ServingServer<'a> {
                 .expect("the replica's group")
                 .1
                 .gpu;
-            let mut summary = run.recorder.finish(end, &stats, gpu);
+            let mut summary = run.recorder.finish(end, stats, gpu);
             summary.refused = run.refused;
             super::checks::conservation(
                 r,
-                &stats,
+                stats,
                 &summary,
                 super::checks::Submitted {
                     requests: run.arrived,
@@ -1355,7 +1355,7 @@ impl<'a> ServingServer<'a> {
                     output_tokens: run.output_tokens_asked,
                 },
             )?;
-            super::checks::littles_law(r, &stats, &summary, end)?;
+            super::checks::littles_law(r, stats, &summary, end)?;
             parts.push(summary);
         }
         if let Some(trace) = self.trace {

@@ -79,6 +79,17 @@ pub(crate) struct Greedy {
     pub(crate) dot_products: usize,
 }
 
+/// `x`'s bits as an unsigned integer in the order of `x` (-0 just below +0; NaNs at the ends):
+/// for comparing bounds without branches.
+fn order_key(x: f64) -> u64 {
+    let bits = x.to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | 1 << 63
+    }
+}
+
 /// Whether `(score, index)` loses to `best` (lower score wins, then lower index).
 fn loses(score: f64, index: usize, best: Option<(f64, usize, usize)>) -> bool {
     best.is_some_and(|(b, bi, _)| score > b || (score == b && index > bi))
@@ -208,30 +219,28 @@ impl Greedy {
         F: Fn(&BatchStats, &CandidateStats) -> f64,
     {
         let mut best = None;
-        // First the GROUP candidates with the lowest bounds (ties: lowest index), so that the
-        // best exact score is low early.
-        let before = |a: (f64, usize), b: (f64, usize)| a.0 < b.0 || (a.0 == b.0 && a.1 < b.1);
+        // First the GROUP candidates with the lowest bounds, so that the best exact score is
+        // low early. Only a guess of where to start: the pass below compares every candidate
+        // exactly, so ties here may go either way, and the bounds are compared as integers
+        // (`order_key`), without branches to mispredict.
         self.bounds.clear();
         for pos in 0..count {
             let b = self.bound(self.pool[pos], &batch, score);
             self.bounds.push(b);
         }
-        let mut lowest = [(f64::INFINITY, usize::MAX, 0); GROUP];
-        for pos in 0..count {
-            let i = self.pool[pos];
-            let key = (self.bounds[pos], i, pos);
-            if before((key.0, key.1), (lowest[GROUP - 1].0, lowest[GROUP - 1].1)) {
-                let mut k = GROUP - 1;
-                while k > 0 && before((key.0, key.1), (lowest[k - 1].0, lowest[k - 1].1)) {
-                    lowest[k] = lowest[k - 1];
-                    k -= 1;
-                }
-                lowest[k] = key;
+        let mut lowest = [(u64::MAX, usize::MAX); GROUP];
+        for (pos, &b) in self.bounds.iter().enumerate() {
+            let mut key = (order_key(b), pos);
+            for slot in &mut lowest {
+                let lower = key.0 < slot.0;
+                let (kept, passed) = if lower { (key, *slot) } else { (*slot, key) };
+                *slot = kept;
+                key = passed;
             }
         }
         self.group.clear();
         self.group
-            .extend(lowest.iter().filter(|k| k.1 != usize::MAX).map(|k| k.2));
+            .extend(lowest.iter().filter(|k| k.1 != usize::MAX).map(|k| k.1));
         self.score_group(window, selection, step, (&batch, score), &mut best);
         // Then, in pool order, every other candidate whose bound does not already lose.
         let mut pos = 0;
@@ -391,6 +400,26 @@ mod tests {
         }
         greedy.fill(window, &mut selection, needs, score);
         selection.chosen().to_vec()
+    }
+
+    #[test]
+    fn order_keys_sort_as_the_numbers_do() {
+        let xs = [
+            f64::NEG_INFINITY,
+            -1e300,
+            -2.5,
+            -f64::MIN_POSITIVE,
+            -0.0,
+            0.0,
+            f64::MIN_POSITIVE,
+            1.0,
+            1.0 + f64::EPSILON,
+            1e300,
+            f64::INFINITY,
+        ];
+        for w in xs.windows(2) {
+            assert!(order_key(w[0]) < order_key(w[1]), "{} {}", w[0], w[1]);
+        }
     }
 
     #[test]

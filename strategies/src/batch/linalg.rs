@@ -35,8 +35,11 @@ const BLOCK: usize = 128;
 /// the 16 vector registers when a chunk takes two (the portable chunk on baseline x86-64);
 /// measured faster than 4 with the criterion selector benches.
 const GROUP: usize = 2;
-/// The same for the fused dot + stats kernel, which keeps four accumulators per candidate.
-const FUSED_GROUP: usize = 1;
+/// The same for the fused dot + stats kernel, which keeps four accumulators per candidate:
+/// two, now that the AVX chunk takes one register (one pass cost 176 ns a candidate alone,
+/// 153 ns two at a time, on the 2-core machine's EPYC with 32 vectors of 1440 entries in L2;
+/// docs/performance.md, "CAPS, i35caps").
+const FUSED_GROUP: usize = 2;
 
 use multiversion::multiversion;
 use wide::f32x8;
@@ -888,6 +891,9 @@ mod tests {
             out.extend(peaks_with::<C, 2>(l, two).map(|x| u64::from(x.to_bits())));
             for (s, q) in stats_with::<C, 2>(d, two) {
                 out.extend([s.to_bits(), q.to_bits()]);
+            }
+            for (a, s, q) in dot_stats_with::<C, 2>(l, two) {
+                out.extend([a.to_bits(), s.to_bits(), q.to_bits()]);
             }
         }
         for v in vs {
