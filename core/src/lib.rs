@@ -3,11 +3,11 @@
 //! the samplers drawn from them, largest-remainder rounding, the safe reading of user-named
 //! input files, the arrival processes (`arrivals`, with the `[arrival]` table), the validation
 //! vocabulary every scenario table is checked with (`validate`, with the ceilings of
-//! `[limits]`), and the recording vocabulary below the replicas' recorder: bounded-memory
-//! latency histograms and run summaries (`metrics`), per-request records streamed to disk
-//! (`records`), metric tables, expert-load and ranking statistics (`recorder`). It depends on
-//! no other expertsim crate: it knows no cost model, serving layer, family, policy or scenario
-//! loader, which Cargo enforces.
+//! `[limits]`), the bounded per-process memo of pure computations (`memo`), and the recording
+//! vocabulary below the replicas' recorder: bounded-memory latency histograms and run summaries
+//! (`metrics`), per-request records streamed to disk (`records`), metric tables, expert-load and
+//! ranking statistics (`recorder`). It depends on no other expertsim crate: it knows no cost
+//! model, serving layer, family, policy or scenario loader, which Cargo enforces.
 
 pub mod apportion;
 pub mod arrivals;
@@ -15,6 +15,7 @@ pub mod distributions;
 pub mod engine;
 pub mod event_queue;
 pub mod input;
+pub mod memo;
 pub mod metrics;
 pub mod recorder;
 pub mod records;

@@ -45,7 +45,8 @@ families! {
 
 // The crates below this one, under the module names every path already uses.
 pub use expertsim_core::{
-    apportion, arrivals, distributions, engine, event_queue, input, metrics, records, rng, time,
+    apportion, arrivals, distributions, engine, event_queue, input, memo, metrics, records, rng,
+    time,
 };
 pub use expertsim_cost as cost;
 

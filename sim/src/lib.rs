@@ -27,7 +27,8 @@ mod toy_family_checks;
 // The crates below this one, under the module names every path already uses (`crate::time`,
 // `sim::cost::gpu`, ...).
 pub use expertsim_core::{
-    apportion, arrivals, distributions, engine, event_queue, input, metrics, records, rng, time,
+    apportion, arrivals, distributions, engine, event_queue, input, memo, metrics, records, rng,
+    time,
 };
 pub use expertsim_cost as cost;
 pub use expertsim_serving::{family, load_cache, policies, recorder, serving};

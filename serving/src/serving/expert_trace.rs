@@ -6,13 +6,14 @@
 //! `(seed, "gem/trace")`, or loaded once); the gem family and the serving family's
 //! `experts.trace` route by it (docs/serving-family.md, "Expert traces").
 
+use crate::memo::{ExactKey, Memo};
 use crate::rng::SimRng;
 use rand::RngExt;
 use rand::seq::SliceRandom;
 use rand_distr::{Distribution, LogNormal};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Tokens per (step, layer, expert).
 #[derive(Clone, Debug, PartialEq)]
@@ -595,15 +596,68 @@ pub enum TraceSpec {
     },
 }
 
-/// The last synthetic traces `TraceSpec::build` generated, by the `Debug` text of everything the
-/// generator reads (its parameters, the model's shape, the seed; `Debug` writes each float
-/// exactly), newest last: the runs of one model and seed (GEM's cells of every variability,
-/// mapper and request length) replay one trace, generated once.
-static GENERATED: Mutex<Vec<(String, Arc<ExpertTrace>)>> = Mutex::new(Vec::new());
+/// The synthetic traces `TraceSpec::build` generated, by `trace_key` (everything the generator
+/// reads): the runs of one model and seed (GEM's cells of every variability, mapper and
+/// request length) replay one trace, generated once. It keeps the 12 most recently used (a
+/// Qwen3-30B-A3B trace of 512 steps is about 13 MB, so about 160 MB at most): two threads each
+/// running a cell's five seeds.
+static GENERATED: Memo<ExactKey, ExpertTrace> = Memo::new(12);
 
-/// `GENERATED` keeps this many (a Qwen3-30B-A3B trace of 512 steps is about 13 MB): two threads
-/// each running a cell's five seeds.
-const GENERATED_KEPT: usize = 12;
+/// Everything `generate` reads for `TraceSpec::build`: every generator parameter (each float by
+/// its bits), the model's shape and the seed. The destructuring names every field, so a new
+/// parameter does not compile until it is keyed.
+fn trace_key(
+    params: &TraceParams,
+    n_layers: usize,
+    n_experts: usize,
+    top_k: usize,
+    seed: u64,
+) -> ExactKey {
+    let TraceParams {
+        path,
+        observed_steps,
+        unseen_steps,
+        tokens_per_step,
+        popularity_sigma,
+        consistent_fraction,
+        consistent_activity,
+        consistent_boost,
+        temporal_fraction,
+        temporal_group_size,
+        temporal_activity,
+        temporal_boost,
+        temporal_correlation,
+        step_noise,
+    } = params;
+    let mut key = ExactKey::new();
+    key.str(path.as_deref().unwrap_or(""));
+    for n in [
+        *observed_steps,
+        *unseen_steps,
+        *tokens_per_step,
+        *temporal_group_size,
+        n_layers,
+        n_experts,
+        top_k,
+    ] {
+        key.usize(n);
+    }
+    for x in [
+        *popularity_sigma,
+        *consistent_fraction,
+        *consistent_activity,
+        *consistent_boost,
+        *temporal_fraction,
+        *temporal_activity,
+        *temporal_boost,
+        *temporal_correlation,
+        *step_noise,
+    ] {
+        key.f64(x);
+    }
+    key.u64(seed);
+    key
+}
 
 impl TraceSpec {
     /// The trace of `params` for a model of `n_layers` layers of `n_experts` experts, `top_k`
@@ -682,32 +736,17 @@ impl TraceSpec {
     ) -> (Arc<ExpertTrace>, usize) {
         match self {
             TraceSpec::Synthetic(params) => {
-                let key = format!("{params:?} {n_layers} {n_experts} {top_k} {seed}");
-                let kept = |map: &mut Vec<(String, Arc<ExpertTrace>)>| {
-                    let i = map.iter().position(|(k, _)| *k == key)?;
-                    let entry = map.remove(i);
-                    let trace = Arc::clone(&entry.1);
-                    map.push(entry);
-                    Some(trace)
-                };
-                if let Some(trace) = kept(&mut GENERATED.lock().expect("no panic holding it")) {
-                    return (trace, params.observed_steps);
-                }
-                let (trace, _) = generate(
-                    params,
-                    n_layers,
-                    n_experts,
-                    top_k,
-                    &mut crate::rng::stream(seed, "gem/trace"),
-                );
-                let trace = Arc::new(trace);
-                let mut map = GENERATED.lock().expect("no panic holding it");
-                if kept(&mut map).is_none() {
-                    if map.len() >= GENERATED_KEPT {
-                        map.remove(0);
-                    }
-                    map.push((key.clone(), Arc::clone(&trace)));
-                }
+                let key = trace_key(params, n_layers, n_experts, top_k, seed);
+                let trace = GENERATED.get_or_compute(&key, || {
+                    generate(
+                        params,
+                        n_layers,
+                        n_experts,
+                        top_k,
+                        &mut crate::rng::stream(seed, "gem/trace"),
+                    )
+                    .0
+                });
                 (trace, params.observed_steps)
             }
             TraceSpec::Recorded {

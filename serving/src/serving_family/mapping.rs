@@ -11,6 +11,7 @@ use super::deployment::Deployment;
 use super::server::ServingServer;
 use super::step_cost::moe_layer_cost;
 use crate::cost::moe_layer::{MoeLayerCost, SpeedFactors};
+use crate::memo::{ExactKey, Memo};
 use crate::policies::batch::BatchSelector;
 use crate::policies::mapping::gpu_costs::{GpuCosts, planning_costs};
 use crate::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
@@ -19,7 +20,7 @@ use crate::rng::{SimRng, stream};
 use crate::serving::{QueuePolicy, Router};
 use std::ops::Range;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// One expert slot of a GPU: the expert, which of its replicas inside the copy this is and how
 /// many the copy holds.
@@ -427,45 +428,28 @@ pub fn replica_layouts(
     layouts
 }
 
-/// The last `planning_costs` built, by the `Debug` text of everything they read (every field of
-/// the layer cost, the slots per GPU, every speed factor, the table limit; `Debug` writes each
-/// float exactly), newest last.
-type Planned = Mutex<Vec<(String, Arc<GpuCosts>)>>;
-static PLANNED: Planned = Mutex::new(Vec::new());
-
-/// `PLANNED` keeps this many (a Qwen3-30B-A3B table of 4 GPUs is about 3 MB).
-const PLANNED_KEPT: usize = 16;
+/// The `planning_costs` built, by `planned`'s key. It keeps the 16 most recently used (a
+/// Qwen3-30B-A3B table of 4 GPUs is about 3 MB, so about 50 MB at most).
+static PLANNED: Memo<ExactKey, GpuCosts> = Memo::new(16);
 
 /// `planning_costs(layer, slots, speeds, limit)`, built once for the cells that plan alike: the
 /// runs of one model, variability and seed (whatever their mapper, request lengths or policies)
-/// and their expert details plan with the same curves. A pure function of its inputs, so a kept
-/// one is what a new build would give.
+/// and their expert details plan with the same curves. Keyed by everything it reads: the layer
+/// cost's `Debug` text (derived through every type it holds: each field, each float exactly),
+/// the slots per GPU, each speed factor's bits and the table limit.
 fn planned(
     layer: &MoeLayerCost,
     slots: usize,
     speeds: &[SpeedFactors],
     limit: usize,
 ) -> Arc<GpuCosts> {
-    let key = format!("{layer:?} {slots} {speeds:?} {limit}");
-    let kept = |map: &mut Vec<(String, Arc<GpuCosts>)>| {
-        let i = map.iter().position(|(k, _)| *k == key)?;
-        let entry = map.remove(i);
-        let costs = Arc::clone(&entry.1);
-        map.push(entry);
-        Some(costs)
-    };
-    if let Some(costs) = kept(&mut PLANNED.lock().expect("no panic holding the lock")) {
-        return costs;
+    let mut key = ExactKey::new();
+    key.debug(layer).usize(slots).usize(speeds.len());
+    for SpeedFactors { compute, bandwidth } in speeds {
+        key.f64(*compute).f64(*bandwidth);
     }
-    let costs = Arc::new(planning_costs(layer, slots, speeds, limit));
-    let mut map = PLANNED.lock().expect("no panic holding the lock");
-    if kept(&mut map).is_none() {
-        if map.len() >= PLANNED_KEPT {
-            map.remove(0);
-        }
-        map.push((key.clone(), Arc::clone(&costs)));
-    }
-    costs
+    key.usize(limit);
+    PLANNED.get_or_compute(&key, || planning_costs(layer, slots, speeds, limit))
 }
 
 /// Unseen trace steps the expert detail carries (as the gem family's `detail_steps`).

@@ -23,8 +23,8 @@
 //!
 //! A pass reads the recruited groups, the subset's draws and the seed, never the placement
 //! policy or the gate: the cells of a sweep over those (MOSAIC's four placements x two gates)
-//! run the same pass. Each finished pass is kept by a key written from everything it reads
-//! (`pass_key`), so that the other cells of the process reuse it (`PASSES`).
+//! run the same pass. Each pass is kept by a key written from everything it reads (`pass_key`),
+//! so that the other cells of the process reuse it (`PASSES`).
 
 use super::config::{LengthSpec, ServingScenario};
 use super::questions::QuestionSpec;
@@ -40,9 +40,8 @@ use crate::validate::{FieldError, field_error};
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::collections::HashMap;
-use std::fmt::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use crate::memo::{ExactKey, Memo};
+use std::sync::Arc;
 
 /// `[placement.calibration]` as written.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -143,8 +142,9 @@ pub fn calibrated(
         return Ok(out);
     };
     let pass = match pass_key(scenario, table, seed, policies) {
-        Some(key) => memo(key)
-            .get_or_init(|| pass(scenario, table, seed, policies))
+        Some(key) => PASSES
+            .get_or_compute(&key, || pass(scenario, table, seed, policies))
+            .as_ref()
             .clone()?,
         None => pass(scenario, table, seed, policies)?,
     };
@@ -162,39 +162,42 @@ struct Pass {
     detail: serde_json::Value,
 }
 
-/// Finished passes by `pass_key`; a second caller of a pass under way waits for it.
-type Passes = Mutex<HashMap<String, Arc<OnceLock<Result<Pass, String>>>>>;
-static PASSES: OnceLock<Passes> = OnceLock::new();
+/// The passes by `pass_key`; a second caller of a pass under way waits for it. It keeps the 64
+/// most recently used: a pass's record is a few kB and its key about the size of its groups'
+/// scenarios' text (tens of kB), so a few MB at most.
+static PASSES: Memo<ExactKey, Result<Pass, String>> = Memo::new(64);
 
-/// The slot of the pass `key` names (empty until it has run).
-fn memo(key: String) -> Arc<OnceLock<Result<Pass, String>>> {
-    let mut map = PASSES
-        .get_or_init(Passes::default)
-        .lock()
-        .expect("no pass panics holding the lock");
-    Arc::clone(map.entry(key).or_default())
-}
-
-/// Everything `pass` reads, written out (`Debug` writes every field, floats to the bit): the
-/// policies' registry (`None` when it has no `memo_name`: never reused), the seed, the table,
-/// the subset's inputs (the question generator's experts, buckets and prompt lengths, or the
-/// call classes) and each group's resident session scenario (`session_template`, which has
-/// no placement, questions, gate or sessions).
+/// Everything `pass` reads: the policies' registry (`None` when it has no `memo_name`: never
+/// reused), the seed, the table, the subset's inputs (the question generator's experts, buckets
+/// and prompt lengths, or the call classes) and each group's resident session scenario
+/// (`session_template`, which has no placement, questions, gate or sessions). The composite
+/// parts are their `Debug` text, derived through every type they hold (each field, each float
+/// exactly).
 fn pass_key(
     scenario: &ServingScenario,
     table: &CalibrationTable,
     seed: u64,
     policies: &dyn Policies,
-) -> Option<String> {
+) -> Option<ExactKey> {
     let registry = policies.memo_name()?;
-    let mut key = format!("{registry}\n{seed}\n{table:?}\n");
-    let written = match &scenario.questions {
-        Some(q) => writeln!(key, "{:?}\n{:?}\n{:?}", q.experts, q.buckets, q.prompt),
-        None => writeln!(key, "{:?}", scenario.calls),
+    let CalibrationTable {
+        calls,
+        min_calls_per_model,
+        sweep_min_calls,
+        sweep_max_calls,
+    } = table;
+    let mut key = ExactKey::new();
+    key.str(registry).u64(seed).debug(calls);
+    for n in [min_calls_per_model, sweep_min_calls, sweep_max_calls] {
+        key.u64(u64::from(*n));
+    }
+    match &scenario.questions {
+        Some(q) => key.debug(&q.experts).debug(&q.buckets).debug(&q.prompt),
+        None => key.debug(&scenario.calls),
     };
-    written.expect("a String takes every write");
+    key.usize(1 + scenario.other_groups.len());
     for g in 0..1 + scenario.other_groups.len() {
-        writeln!(key, "{:?}", session_template(scenario, g)).expect("a String takes every write");
+        key.debug(&session_template(scenario, g));
     }
     Some(key)
 }
@@ -749,14 +752,11 @@ mod tests {
         let table = s.placement.as_ref().unwrap().calibration.clone().unwrap();
         // Seed 7: no other test keeps a pass of this scenario.
         let key = super::pass_key(&s, &table, 7, &NamedPolicies).unwrap();
-        assert!(super::memo(key.clone()).get().is_none());
+        assert!(super::PASSES.get(&key).is_none());
         let fresh = super::calibrated(&s, 7, &TestPolicies).unwrap();
-        assert!(
-            super::memo(key.clone()).get().is_none(),
-            "unnamed: not kept"
-        );
+        assert!(super::PASSES.get(&key).is_none(), "unnamed: not kept");
         let kept = super::calibrated(&s, 7, &NamedPolicies).unwrap();
-        assert!(super::memo(key).get().is_some(), "named: kept");
+        assert!(super::PASSES.get(&key).is_some(), "named: kept");
         let reused = super::calibrated(&s, 7, &NamedPolicies).unwrap();
         for out in [&kept, &reused] {
             let (a, b) = (fresh.placement.as_ref(), out.placement.as_ref());

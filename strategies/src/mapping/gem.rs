@@ -18,13 +18,12 @@
 //! curves) search once.
 
 use crate::mapping::linear::linear_assignment;
+use expertsim_serving::memo::Memo;
 use expertsim_serving::policies::mapping::gpu_costs::GpuCosts;
 use expertsim_serving::policies::mapping::{ExpertMapper, LayerMapping, LayerProblem};
 use expertsim_serving::rng::SimRng;
 use rand::RngExt;
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
 
 /// Leading candidates of a refinement round kept as the next round's hints (`Search::refine`).
 const HINTS: usize = 8;
@@ -397,36 +396,29 @@ pub fn gem_place(gem: &Gem, problem: &LayerProblem<'_>, rng: &mut SimRng) -> (Ve
             }
         })
         .collect();
-    let slot = searched(&search_key(gem, problem, &inputs));
-    slot.get_or_init(|| search_restarts(gem, problem, &inputs))
+    SEARCHED
+        .get_or_compute(&search_key(gem, problem, &inputs), || {
+            search_restarts(gem, problem, &inputs)
+        })
+        .as_ref()
         .clone()
 }
 
-/// Finished searches by `search_key`; a second caller of a search under way waits for it.
-type Searched = Mutex<HashMap<[u8; 32], Arc<OnceLock<(Vec<usize>, f64)>>>>;
-static SEARCHED: OnceLock<Searched> = OnceLock::new();
+/// The searches by `search_key`; a second caller of a search under way waits for it. It keeps
+/// the 8192 most recently used: a search's result is its mapping (a word per expert: 1 kB for
+/// 128 experts) and its key 32 bytes, so about 10 MB at most.
+static SEARCHED: Memo<[u8; 32], (Vec<usize>, f64)> = Memo::new(8192);
 
-/// Forgets every finished search, so that the next `gem_place` searches again: for a benchmark
-/// that times the search itself rather than the memo.
+/// Forgets every search, so that the next `gem_place` searches again: for a benchmark that
+/// times the search itself rather than the memo.
 pub fn forget_searches() {
-    if let Some(map) = SEARCHED.get() {
-        map.lock()
-            .expect("no search panics holding the lock")
-            .clear();
-    }
+    SEARCHED.clear();
 }
 
-/// The slot of the search `key` names (empty until it has run).
-fn searched(key: &[u8; 32]) -> Arc<OnceLock<(Vec<usize>, f64)>> {
-    let mut map = SEARCHED
-        .get_or_init(Searched::default)
-        .lock()
-        .expect("no search panics holding the lock");
-    Arc::clone(map.entry(*key).or_default())
-}
-
-/// The SHA-256 of everything `gem_place`'s search reads: the parameters, the window, every
-/// GPU's curve and table size, and the restarts' utilizations.
+/// The SHA-256 of everything `gem_place`'s search reads, each number by its bits and each list
+/// behind its length: the parameters, the window, every GPU's curve and table size, and the
+/// restarts' utilizations. A digest rather than the exact bytes, which would keep the window
+/// and the curves (megabytes) per search; two inputs share a key with odds of 2^-128.
 fn search_key(gem: &Gem, problem: &LayerProblem<'_>, inputs: &[Vec<f64>]) -> [u8; 32] {
     let mut hash = Sha256::new();
     hash.update(gem.min_relative_drop.to_bits().to_le_bytes());
