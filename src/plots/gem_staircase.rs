@@ -1,7 +1,8 @@
 //! `gem_staircase` figures: per GPU, the latency of one MoE layer vs the tokens routed to it
 //! (the tile-size staircase of the cost profile in use, scaled by the GPU's speed factor), as
-//! the run's expert detail (`plots::expert_details`: `staircase`) carries it; per value of `panels` a row of two
-//! panels: the whole range and the first 1024 tokens, where the tile steps show.
+//! the run's expert detail (`plots::expert_details`: `staircase`, recorded with `[output]
+//! staircase = true`) carries it; per value of `panels` a row of two panels: the whole range
+//! and the first 1024 tokens, where the tile steps show.
 
 use super::{Selection, expert_details, label};
 use anyhow::Context;
@@ -47,7 +48,14 @@ pub(crate) fn build(selection: &Selection<'_>) -> anyhow::Result<ChartFigure> {
                 label(&deployment["gpu"])
             ),
         };
-        let curves = gpu_curves(&deployment["staircase"])?;
+        let staircase = deployment.get("staircase").with_context(|| {
+            format!(
+                "cell {}: the expert detail has no staircase (a `gem_staircase` figure needs \
+                 `[output] staircase = true` in its scenario)",
+                cell.id
+            )
+        })?;
+        let curves = gpu_curves(staircase)?;
         let zoomed = curves
             .iter()
             .map(|s| Series {

@@ -191,6 +191,24 @@ fn stale_cells_are_rerun_and_fresh_ignores_finished_ones() {
         !sweep.path("out/cells").exists(),
         "a finished sweep removes its cells"
     );
+    // A cell file of an earlier format (`expertsim-cell/1`: every traced MoE run's details with
+    // its per-GPU staircase) is stale, naming both formats: its cell reruns.
+    sweep.run("out", &["--shard", "2/2"]);
+    let cell = sweep.path("out/cells/1.json");
+    let text = String::from_utf8(read(&cell)).unwrap();
+    let old = text.replace("\"expertsim-cell/2\"", "\"expertsim-cell/1\"");
+    assert_ne!(old, text);
+    std::fs::write(&cell, old).unwrap();
+    let stderr = sweep.run("out", &["--no-figures"]);
+    assert!(stderr.contains("rerunning 1 cells"), "{stderr}");
+    assert!(
+        stderr.contains("format \"expertsim-cell/1\", expected \"expertsim-cell/2\""),
+        "{stderr}"
+    );
+    assert_eq!(
+        read(&sweep.path("reference/results.json")),
+        read(&sweep.path("out/results.json"))
+    );
     // Cells of this very scenario are reused, unless --fresh.
     sweep.run("out", &["--shard", "2/2"]);
     let stderr = sweep.run("out", &["--no-figures", "--fresh"]);

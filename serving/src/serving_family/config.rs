@@ -947,6 +947,10 @@ pub struct OutputTable {
     /// The run's timeline in the details (`details.timeline`, the `timeline` figure).
     #[serde(default)]
     pub timeline: bool,
+    /// Each GPU's planning curve in a traced MoE group's expert detail
+    /// (`details.deployment[].experts.staircase`, the `gem_staircase` figure).
+    #[serde(default)]
+    pub staircase: bool,
 }
 
 impl Default for OutputTable {
@@ -1095,6 +1099,9 @@ pub struct ServingScenario {
     /// `[output] timeline`: each replica's (placed, each worker's) loads, steps and idle time in
     /// `details.timeline`.
     pub timeline: bool,
+    /// `[output] staircase`: each GPU's planning curve, point by point, in a traced MoE group's
+    /// expert detail (`details.deployment[].experts.staircase`).
+    pub staircase: bool,
     /// ExpertWeave adapters served on the replicas (`[adapters]`).
     pub adapters: Option<AdapterSpec>,
     /// Tokens every prompt begins with, shared by all requests (`workload.shared_prefix_tokens`).
@@ -2719,6 +2726,7 @@ impl ServingConfig {
             per_request_csv: o.per_request_csv,
             trace_events: o.trace_events,
             timeline: o.timeline,
+            staircase: o.staircase,
             kv_sample_interval_ns,
             adapters,
             shared_prefix_tokens,

@@ -306,4 +306,9 @@ pub const KEYS: &[KeyDoc] = &[
         default: "false",
         meaning: "`details.timeline`: per replica (placed, per worker) the intervals its model loads, runs steps and idles, what `timeline` figures draw",
     },
+    KeyDoc {
+        key: "output.staircase",
+        default: "false",
+        meaning: "`details.deployment[].experts.staircase` (an MoE group with `experts.trace`): each GPU's MoE-layer latency at every whole token up to the trace's busiest step, the curve its mapper planned with, what `gem_staircase` figures draw (tens of thousands of numbers a run: off unless a figure draws it)",
+    },
 ];

@@ -458,9 +458,14 @@ const DETAIL_STEPS: usize = 25;
 /// What a traced MoE group's expert layout does, for figures (`gem_expert_load`,
 /// `gem_staircase`): the group's first replica's layout of layer 0 (`slots`: the experts each
 /// GPU hosts), the tokens each expert receives on the first unseen steps of the trace and what
-/// each GPU receives of them under the layout, and each GPU's MoE-layer latency curve at its
-/// speed (`staircase`: the `planning_costs` the mapper planned with, up to the trace's busiest
-/// step). `None` for a dense group or one without `experts.trace`.
+/// each GPU receives of them under the layout, and, with `[output] staircase`, each GPU's
+/// MoE-layer latency curve at its speed (`staircase`: the `planning_costs` the mapper planned
+/// with, at every whole token up to the trace's busiest step). Not stored by its steps: the
+/// curve also rises a little with every token between the tile steps, so no two tokens share a
+/// latency and only the whole table gives the figure its points; nor once for all GPUs, scaled
+/// by speed: a throughput cap slows the clock more than the memory, so a slower GPU's curve is
+/// not the nominal one scaled (docs/performance.md, "GEM results, i35gemout"). `None` for a
+/// dense group or one without `experts.trace`.
 pub fn expert_detail(
     scenario: &ServingScenario,
     group: usize,
@@ -493,6 +498,22 @@ pub fn expert_detail(
     let per_gpu = deployment
         .expert_slots_per_gpu
         .expect("an MoE deployment has expert slots");
+    let mut detail = serde_json::json!({
+        "model": one.model.name(),
+        "gpu": r.gpu.name,
+        "cost_source": one.cost_model(),
+        "speed_factors": r.speed_factors,
+        "mapper": scenario.expert_mapping,
+        "detail_layer": {
+            "layer": layer,
+            "slots": slots,
+            "expert_tokens": expert_tokens,
+            "gpu_tokens": gpu_tokens,
+        },
+    });
+    if !scenario.staircase {
+        return Some(detail);
+    }
     let costs = planned(&moe_layer_cost(&one, &shape), per_gpu, &r.speeds, limit);
     let staircase: Vec<serde_json::Value> = (0..r.gpus)
         .map(|g| {
@@ -508,20 +529,8 @@ pub fn expert_detail(
             })
         })
         .collect();
-    Some(serde_json::json!({
-        "model": one.model.name(),
-        "gpu": r.gpu.name,
-        "cost_source": one.cost_model(),
-        "speed_factors": r.speed_factors,
-        "mapper": scenario.expert_mapping,
-        "detail_layer": {
-            "layer": layer,
-            "slots": slots,
-            "expert_tokens": expert_tokens,
-            "gpu_tokens": gpu_tokens,
-        },
-        "staircase": staircase,
-    }))
+    detail["staircase"] = serde_json::Value::Array(staircase);
+    Some(detail)
 }
 
 #[cfg(test)]

@@ -1710,6 +1710,34 @@ fn a_trace_is_the_mappers_window_and_routes_the_steps() {
 }
 
 #[test]
+fn the_expert_detail_carries_the_staircase_only_when_asked() {
+    // Without `[output] staircase` a traced MoE run's expert detail has its layout and tokens but
+    // no curves, and the run is the same; with it, each GPU's planning curve at every whole token
+    // from 1 (what `gem_staircase` figures draw).
+    let plain = run(&scenario(MIXTRAL_TRACE).unwrap(), 3);
+    let text = format!("{MIXTRAL_TRACE}[output]\nstaircase = true\n");
+    let asked = run(&scenario(&text).unwrap(), 3);
+    assert_eq!(format!("{:?}", plain.scalars), format!("{:?}", asked.scalars));
+    let detail = |out: &RunOutput| out.details["deployment"][0]["experts"].clone();
+    let (mut with, without) = (detail(&asked), detail(&plain));
+    assert!(without.is_object(), "{without}");
+    assert!(without.get("staircase").is_none());
+    let curves = with.as_object_mut().unwrap().remove("staircase").unwrap();
+    assert_eq!(with, without);
+    let curves = curves.as_array().unwrap();
+    assert_eq!(curves.len(), 4);
+    for (g, curve) in curves.iter().enumerate() {
+        assert_eq!(curve["gpu"], g);
+        let samples = curve["samples_tokens_us"].as_array().unwrap();
+        assert!(samples.len() > 1);
+        for (i, sample) in samples.iter().enumerate() {
+            assert_eq!(sample[0].as_f64(), Some((i + 1) as f64));
+            assert!(sample[1].as_f64().unwrap() > 0.0);
+        }
+    }
+}
+
+#[test]
 fn a_trace_is_refused_where_it_cannot_route() {
     let refused = |from: &str, to: &str, key: &str| {
         let e = scenario(&MIXTRAL_TRACE.replace(from, to)).unwrap_err();

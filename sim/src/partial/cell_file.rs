@@ -10,7 +10,10 @@ use crate::runner::CellRuns;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-const FORMAT: &str = "expertsim-cell/1";
+/// The cell file's layout and what its runs' details hold. 2: the serving family's expert detail
+/// carries its per-GPU `staircase` only with `[output] staircase` (a `/1` file has it in every
+/// traced MoE run, so resuming from one would mix the two in one `results.json`: it reruns).
+const FORMAT: &str = "expertsim-cell/2";
 
 #[derive(Debug, Serialize, Deserialize)]
 struct CellFile {
