@@ -25,6 +25,7 @@ pub mod session_regression;
 pub mod step;
 pub mod topic_affinity;
 pub mod variability;
+mod wheel;
 
 pub use config::{Admission, Batching, KvConfig, Preemption, ReplicaConfig, StepOrder};
 pub use dense::{DenseServing, DenseStepCost};

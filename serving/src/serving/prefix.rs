@@ -132,8 +132,8 @@ pub struct PrefixCache {
     /// order, so consecutive registrations mostly fall in one run.
     last_run: Option<(u64, u32)>,
     /// The blocks' entries, by slot. An eviction does not touch the runs: the evicted block's
-    /// entry stays named, dead (`Entry::live`), until the dead ones outnumber the live ones and
-    /// are removed together, their slots kept for reuse.
+    /// entry stays named, dead (`Entry::live`), until the dead ones outnumber the live ones
+    /// `DEAD_PER_LIVE` times and are removed together, their slots kept for reuse.
     entries: Vec<Entry>,
     /// Slots no run names, reused before `entries` grows, the lowest first (kept in descending
     /// order).
@@ -155,6 +155,11 @@ pub struct PrefixCache {
 }
 
 impl PrefixCache {
+    /// How many times the live entries the dead ones outnumber before they are removed: the
+    /// removal passes over every entry and run, so the more dead it removes at once, the less
+    /// it costs an eviction (at the price of the dead entries' memory meanwhile).
+    const DEAD_PER_LIVE: usize = 3;
+
     /// An empty cache of `blocks` free blocks.
     pub fn new(blocks: u64) -> Self {
         PrefixCache {
@@ -365,7 +370,7 @@ impl PrefixCache {
                 }
             }
         }
-        if self.dead > self.named - self.dead {
+        if self.dead > Self::DEAD_PER_LIVE * (self.named - self.dead) {
             self.remove_dead();
         }
     }
@@ -642,12 +647,24 @@ mod tests {
             "the dead entry is revived"
         );
         assert_eq!(hits(&cache, &chain(0..3), 3), (3, 0));
-        // Places 0 and 2 evicted: the dead outnumber the live and are removed; the run stays
-        // (place 1), with a gap before it.
+        // Places 0 and 2 evicted, then the three blocks of run 1 computed and evicted: the
+        // dead (5) outnumber the live (place 1) more than `DEAD_PER_LIVE` times and are
+        // removed; run 0 stays (place 1), with a gap before it, run 1 leaves the map.
         cache.unref(slots[0]);
         cache.unref(slots[2]);
         cache.take(3);
         assert_eq!(cache.resident(), 1);
+        assert_eq!(cache.run_list[0].slots, slots, "2 dead, 1 live: kept");
+        cache.give(3);
+        cache.take(3);
+        let run1: Vec<Slot> = (3..6).map(|n| cache.register(h(n)).unwrap()).collect();
+        for &slot in run1.iter().rev() {
+            cache.unref(slot);
+        }
+        cache.take(3);
+        assert_eq!(cache.resident(), 1);
+        assert_eq!(cache.run_list.len(), 2);
+        assert!(!cache.runs.contains_key(&1) && cache.run_list[1].slots.is_empty());
         assert_eq!(cache.run_list[0].slots, [NO_SLOT, slots[1]]);
         assert_eq!(hits(&cache, &chain(0..3), 3), (0, 0));
         assert_eq!(hits(&cache, &[h(1)], 1), (1, 0));

@@ -46,10 +46,17 @@ pub trait QueuePolicy: Send {
     fn name(&self) -> &'static str;
     /// Forgets every queued request and prepares `n_engines` empty queues.
     fn reset(&mut self, n_engines: usize);
-    /// Adds a request to `engine`'s queue.
+    /// Adds a request to `engine`'s queue. Pushing back a request `pop` returned leaves the
+    /// queue as it was before the pop (a replica pushes back a request it cannot admit).
     fn push(&mut self, engine: usize, request: QueuedRequest);
     /// Removes and returns the request `engine` admits next at `iteration`, if any waits.
     fn pop(&mut self, engine: usize, iteration: u64) -> Option<QueuedRequest>;
+    /// The request `pop` would return at `iteration`, left queued; `None` when none waits or
+    /// the policy does not say (the default). A replica reads the request it may admit here and
+    /// pops it once admitted, instead of popping it and pushing it back every step it cannot.
+    fn peek(&mut self, _engine: usize, _iteration: u64) -> Option<QueuedRequest> {
+        None
+    }
     /// Requests waiting at `engine`.
     fn len(&self, engine: usize) -> usize;
     fn is_empty(&self, engine: usize) -> bool {

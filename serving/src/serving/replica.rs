@@ -31,9 +31,9 @@ use super::metrics::ReplicaStats;
 use super::prefix::{BlockHash, PrefixSegment, Slot, block_hashes};
 use super::queue::{QueuePolicy, QueuedRequest};
 use super::step::{AdapterTokens, StepWork};
+use super::wheel::{FinishWheel, Finishing};
 use crate::time::{SimDuration, SimTime};
-use rustc_hash::FxHashMap;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
 /// What the family decides when the replica admits a request.
 pub trait AdmitHook {
@@ -47,8 +47,9 @@ pub trait AdmitHook {
         None
     }
     /// The segments the request's prompt begins with (`prefix::PrefixSegment`), asked once at
-    /// its first admission by a replica that caches prefixes; none (the default) leaves the
-    /// whole prompt the request's own.
+    /// its first admission by a replica that caches prefixes (a function of the request: a try
+    /// that fails keeps them for the next); none (the default) leaves the whole prompt the
+    /// request's own.
     fn prefix(&mut self, _request: &QueuedRequest, _segments: &mut Vec<PrefixSegment>) {}
 }
 
@@ -110,7 +111,14 @@ pub struct Seq {
     /// `blocks` are those of the step it joined at, `base` that step's `iteration`.
     lazy: bool,
     base: u64,
+    /// (step, place) of its latest entry in the decode group's `finishing` (`NO_PENDING`: none
+    /// that can still be due): a member settled and joining again with the same finishing step
+    /// in the same place finds its entry still there, and pushes none.
+    pending: (u64, u32),
 }
+
+/// No entry in `DecodeGroup::finishing`: every entry's step is 2 or later.
+const NO_PENDING: (u64, u32) = (0, u32::MAX);
 
 impl Seq {
     fn prefilling(&self) -> bool {
@@ -205,12 +213,13 @@ struct DecodeGroup {
     /// By `(kv - base)` modulo the block size: the members that need a block in the step
     /// scheduled at `iteration` when `(kv - base + iteration)` is a multiple of it.
     due: Vec<u64>,
-    /// (the `iteration` its last token's step ends at, its `order`) of each member, earliest
-    /// first (ordered, not a heap: the engine's event queue is the only one); an entry whose
-    /// sequence left the group since is stale (`Replica::complete_step` skips it).
-    finishing: BTreeSet<(u64, u64)>,
-    /// Each member's place in `running`, by `order`.
-    position: FxHashMap<u64, usize>,
+    /// (the `iteration` its last token's step ends at, its `order`, its place in `running`)
+    /// of each member, by step (a timing wheel, not a heap: the engine's event queue is the
+    /// only one); an entry whose sequence left the group since is stale
+    /// (`Replica::complete_step` skips it), so leaving the group touches no entry.
+    finishing: FinishWheel,
+    /// The entries due in the step being completed, reused.
+    ending: Vec<Finishing>,
 }
 
 impl DecodeGroup {
@@ -252,6 +261,10 @@ pub struct Replica {
     hits: Vec<Slot>,
     /// The prompt blocks of finished sequences, reused (cleared) by the next admissions.
     spare_prefixes: Vec<SeqPrefix>,
+    /// The prompt blocks of the latest new request that could not be admitted (pushed back to
+    /// its queue), by its id: the next try, most often of the same request while the cache is
+    /// full, reads them instead of asking `AdmitHook::prefix` and hashing the prompt again.
+    retry_prefix: Option<(u64, Box<SeqPrefix>)>,
     /// Whether decoding sequences may join the decode group (`with_decode_runs`), the group,
     /// the places in `running` of the sequences outside it, ascending (kept while the group has
     /// members; rebuilt by `complete_step` when it has none), and the steps completed with
@@ -304,6 +317,7 @@ impl Replica {
             segments: Vec::new(),
             hits: Vec::new(),
             spare_prefixes: Vec::new(),
+            retry_prefix: None,
             decode_runs: false,
             group: DecodeGroup::default(),
             eager: Vec::new(),
@@ -345,14 +359,20 @@ impl Replica {
         g.kv_sum += u64::from(s.kv);
         g.base_sum += iteration;
         g.due[DecodeGroup::phase(s.kv, iteration, block_size)] += 1;
-        g.finishing
-            .insert((iteration + u64::from(s.output - s.generated), s.order));
-        g.position.insert(s.order, i);
+        let at = iteration + u64::from(s.output - s.generated);
+        if s.pending != (at, i as u32) {
+            s.pending = (at, i as u32);
+            g.finishing.push(Finishing {
+                at,
+                order: s.order,
+                place: i as u32,
+            });
+        }
     }
 
     /// Member `i` leaves the decode group, its counters written: those of the step being
-    /// completed, as scheduled for it, when `in_step`, else those after the latest step. The
-    /// caller removes it from `group.position`.
+    /// completed, as scheduled for it, when `in_step`, else those after the latest step (its
+    /// entry in `group.finishing` goes stale).
     fn leave(&mut self, i: usize, in_step: bool) {
         let block_size = self.kv.block_size();
         let steps = self.iteration - u64::from(in_step);
@@ -396,8 +416,6 @@ impl Replica {
         g.kv_sum = 0;
         g.base_sum = 0;
         g.due.fill(0);
-        g.finishing.clear();
-        g.position.clear();
     }
 
     /// Whether sequence `i`, just completed at `now` and not finished, may join the decode
@@ -477,8 +495,6 @@ impl Replica {
             for i in p + 1..self.running.len() {
                 if self.running[i].lazy {
                     self.leave(i, false);
-                    let order = self.running[i].order;
-                    self.group.position.remove(&order);
                 }
             }
             // Their due blocks, now that the members left are known.
@@ -615,6 +631,7 @@ impl Replica {
         let mut s = self.running.remove(victim);
         free_blocks(&mut self.kv, &mut s);
         s.scheduled = 0;
+        s.pending = NO_PENDING;
         match mode {
             Preemption::Recompute => {
                 // Prefill beyond the prompt: the prefill computed so far is lost, and the
@@ -823,9 +840,21 @@ impl Replica {
         let may_admit = self.swapped.is_empty()
             && (cfg.batching == Batching::Continuous || self.running.is_empty());
         while may_admit && self.running.len() < cfg.max_num_seqs && *budget > 0 {
+            if !self.running.is_empty() && !self.kv.can_admit(1) {
+                // Every admission takes a block at least (its first tokens past its cached
+                // blocks, a prompt's last token never cached): with none to give, none is
+                // tried (the try would pop the policy's head and push it back unchanged).
+                break;
+            }
+            // A new request is read where the policy can (`QueuePolicy::peek`) and popped once
+            // admitted; else popped now, and pushed back if it cannot be admitted.
+            let mut popped = false;
             let (mut s, fresh) = if let Some(s) = self.resumable.pop_front() {
                 (s, false)
-            } else if let Some(request) = policy.pop(index, self.iteration) {
+            } else if let Some(request) = policy.peek(index, self.iteration).or_else(|| {
+                popped = true;
+                policy.pop(index, self.iteration)
+            }) {
                 let output = hook.output_tokens(&request).max(1);
                 let adapter = hook.adapter(&request);
                 let s = Seq {
@@ -841,10 +870,14 @@ impl Replica {
                     first_token: request.submitted,
                     last_token: request.submitted,
                     admitted: now,
-                    prefix: None,
+                    prefix: self
+                        .retry_prefix
+                        .take_if(|(id, _)| *id == request.id)
+                        .map(|(_, prefix)| prefix),
                     register_at: u32::MAX,
                     lazy: false,
                     base: 0,
+                    pending: NO_PENDING,
                 };
                 (s, true)
             } else {
@@ -867,7 +900,14 @@ impl Replica {
             {
                 s.kv -= cached;
                 if fresh {
-                    policy.push(index, *s.request);
+                    // Its prompt's blocks are kept for the next try, most often its own.
+                    if let Some(prefix) = s.prefix.take() {
+                        let old = self.retry_prefix.replace((s.request.id, prefix));
+                        self.spare_prefixes.extend(old.map(|(_, prefix)| *prefix));
+                    }
+                    if popped {
+                        policy.push(index, *s.request);
+                    }
                 } else {
                     self.resumable.push_front(s);
                 }
@@ -886,6 +926,10 @@ impl Replica {
                 } else {
                     self.stats.prefix_rehit_tokens += u64::from(cached);
                 }
+            }
+            if fresh && !popped {
+                let taken = policy.pop(index, self.iteration);
+                debug_assert_eq!(taken.map(|r| r.id), Some(s.request.id), "peek is pop's");
             }
             self.kv.allocate(reserve);
             s.blocks = reserve + hit as u64;
@@ -1012,6 +1056,7 @@ impl Replica {
                 register_at: u32::MAX,
                 lazy: false,
                 base: 0,
+                pending: NO_PENDING,
             });
             self.next_order += 1;
         }
@@ -1073,24 +1118,26 @@ impl Replica {
         // The members whose last token this step emits leave the group, completed one by one
         // in their places below; the others each emit a token (one run of equal gaps, as the
         // pass records them).
-        while let Some(&(at, order)) = self.group.finishing.first() {
-            if at > self.iteration {
-                break;
-            }
-            self.group.finishing.pop_first();
-            let Some(&i) = self.group.position.get(&order) else {
+        let mut ending = std::mem::take(&mut self.group.ending);
+        self.group.finishing.take(self.iteration, &mut ending);
+        for entry in ending.drain(..) {
+            let i = entry.place as usize;
+            let Some(s) = self.running.get(i) else {
                 continue;
             };
-            let s = &self.running[i];
-            if at != self.iteration || s.base + u64::from(s.output - s.generated) != at {
+            if !s.lazy
+                || s.order != entry.order
+                || entry.at != self.iteration
+                || s.base + u64::from(s.output - s.generated) != entry.at
+            {
                 // Stale: it left the group since (and may have joined again).
                 continue;
             }
-            self.group.position.remove(&order);
             self.leave(i, true);
             let k = eager.partition_point(|&p| p < i as u32);
             eager.insert(k, i as u32);
         }
+        self.group.ending = ending;
         let g = &mut self.group;
         if g.members > 0 {
             self.stats.latencies.token_gaps((now - g.last).0, g.members);
@@ -1169,7 +1216,10 @@ impl Replica {
                 if i == last {
                     read += 1;
                 } else if self.running[i].lazy {
-                    self.group.position.insert(self.running[i].order, i);
+                    let s = &mut self.running[i];
+                    let at = s.base + u64::from(s.output - s.generated);
+                    s.pending = (at, i as u32);
+                    self.group.finishing.moved(at, s.order, i as u32);
                     read += 1;
                 } else {
                     // Out of the group, so the last of `eager`: now at `i`, completed next.

@@ -22,6 +22,9 @@ impl QueuePolicy for Fcfs {
     fn pop(&mut self, engine: usize, _iteration: u64) -> Option<QueuedRequest> {
         self.queues.pop(engine)
     }
+    fn peek(&mut self, engine: usize, _iteration: u64) -> Option<QueuedRequest> {
+        self.queues.peek(engine)
+    }
     fn len(&self, engine: usize) -> usize {
         self.queues.len(engine)
     }

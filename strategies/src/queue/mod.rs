@@ -104,6 +104,10 @@ impl<K: Ord> KeyedQueues<K> {
     pub fn pop(&mut self, engine: usize) -> Option<QueuedRequest> {
         self.queues[engine].pop_first().map(|(_, r)| r)
     }
+    /// The request `pop` would return, left queued.
+    pub fn peek(&self, engine: usize) -> Option<QueuedRequest> {
+        self.queues[engine].first_key_value().map(|(_, r)| *r)
+    }
     pub fn len(&self, engine: usize) -> usize {
         self.queues[engine].len()
     }

@@ -14,7 +14,7 @@
 
 use super::OrderedF64;
 use expertsim_serving::serving::{QueuePolicy, QueuedRequest};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 type PriorityKey = (OrderedF64, u64, u64);
 
@@ -24,6 +24,11 @@ struct EngineQueue {
     by_priority: BTreeMap<PriorityKey, QueuedRequest>,
     /// The same requests by (enqueued iteration, id) -> their priority key.
     by_age: BTreeMap<(u64, u64), PriorityKey>,
+    /// The same requests' priority keys by block of enqueued iterations (`Stjf::block`
+    /// iterations a block; no empty block kept): the most promoted level is a prefix of
+    /// `by_age`, so its best is the least of the first keys of the blocks wholly in it and of
+    /// the keys of the block it ends in, instead of a search of every request in it.
+    by_block: BTreeMap<u64, BTreeSet<PriorityKey>>,
 }
 
 /// Shortest total job first with Chimera's aging.
@@ -33,6 +38,9 @@ pub struct Stjf {
     starvation_threshold: u64,
     /// Q, in engine iterations (see the module note).
     quantum: u64,
+    /// Enqueued iterations a block of `EngineQueue::by_block` spans: a 64th of S, so that the
+    /// most promoted level (less than S iterations of requests) spans 65 blocks at most.
+    block: u64,
     queues: Vec<EngineQueue>,
 }
 
@@ -41,6 +49,7 @@ impl Stjf {
         Stjf {
             starvation_threshold,
             quantum,
+            block: (starvation_threshold / 64).max(1),
             queues: Vec::new(),
         }
     }
@@ -77,35 +86,65 @@ impl QueuePolicy for Stjf {
     fn push(&mut self, engine: usize, request: QueuedRequest) {
         let q = &mut self.queues[engine];
         let k = key(&request);
+        q.by_block
+            .entry(request.enqueued_iteration / self.block)
+            .or_default()
+            .insert(k);
         q.by_age.insert((request.enqueued_iteration, request.id), k);
         q.by_priority.insert(k, request);
     }
     fn pop(&mut self, engine: usize, iteration: u64) -> Option<QueuedRequest> {
+        let chosen = self.choose(engine, iteration)?;
+        let q = &mut self.queues[engine];
+        let request = q.by_priority.remove(&chosen).expect("chosen key is queued");
+        q.by_age.remove(&(request.enqueued_iteration, request.id));
+        let block = request.enqueued_iteration / self.block;
+        let keys = q
+            .by_block
+            .get_mut(&block)
+            .expect("a queued request's block");
+        keys.remove(&chosen);
+        if keys.is_empty() {
+            q.by_block.remove(&block);
+        }
+        Some(request)
+    }
+    fn peek(&mut self, engine: usize, iteration: u64) -> Option<QueuedRequest> {
+        let chosen = self.choose(engine, iteration)?;
+        self.queues[engine].by_priority.get(&chosen).copied()
+    }
+    fn len(&self, engine: usize) -> usize {
+        self.queues[engine].by_priority.len()
+    }
+}
+
+impl Stjf {
+    /// The key of the request `engine` admits next at `iteration`, if any waits.
+    fn choose(&mut self, engine: usize, iteration: u64) -> Option<PriorityKey> {
         let (&(oldest, _), _) = self.queues[engine].by_age.first_key_value()?;
         let top_level = self.promotions(oldest, iteration);
         let q = &mut self.queues[engine];
         let chosen = if top_level == 0 {
             *q.by_priority.first_key_value()?.0
         } else {
-            // The most promoted requests are the oldest ones: a prefix of `by_age`.
-            let threshold = self.starvation_threshold;
-            let mut best: Option<PriorityKey> = None;
-            for (&(enqueued, _), k) in &q.by_age {
-                if iteration.saturating_sub(enqueued) / threshold < top_level {
-                    break;
-                }
-                if best.is_none_or(|b| *k < b) {
-                    best = Some(*k);
-                }
+            // The most promoted requests are the oldest ones: a prefix of `by_age`, those
+            // enqueued at or before `last = iteration - top_level x S`; the blocks before
+            // `whole` lie in it entirely, the requests from `whole`'s first iteration to `last`
+            // are read one by one.
+            let last = iteration - top_level * self.starvation_threshold;
+            let whole = (last + 1) / self.block;
+            let blocks = q
+                .by_block
+                .range(..whole)
+                .filter_map(|(_, keys)| keys.first());
+            let mut best = blocks.min().copied();
+            if whole * self.block <= last {
+                let rest = q.by_age.range((whole * self.block, 0)..=(last, u64::MAX));
+                best = best.into_iter().chain(rest.map(|(_, k)| *k)).min();
             }
             best.expect("the oldest request is at the top level")
         };
-        let request = q.by_priority.remove(&chosen).expect("chosen key is queued");
-        q.by_age.remove(&(request.enqueued_iteration, request.id));
-        Some(request)
-    }
-    fn len(&self, engine: usize) -> usize {
-        self.queues[engine].by_priority.len()
+        Some(chosen)
     }
 }
 
@@ -180,6 +219,54 @@ mod tests {
             "long request waited {long_wait}"
         );
         assert!(max_short_wait <= threshold + 1, "{max_short_wait}");
+    }
+
+    /// Against a search of every waiting request (the most promoted level, then the least
+    /// priority key: the pop's definition): random pushes, pops pushed back (as a replica does
+    /// with a request it cannot admit) and pops at random iterations, some enqueued out of
+    /// order, give the same request every time, and `peek` gives it too. S = 200: blocks of 3
+    /// iterations, so a level's prefix ends inside a block as often as not.
+    #[test]
+    fn the_blocks_pop_what_a_search_of_the_queue_does() {
+        let threshold = 200;
+        let mut rng = expertsim_serving::rng::stream(5, "stjf-blocks");
+        let mut q = Stjf::new(threshold, 4);
+        q.reset(2);
+        let mut waiting: Vec<QueuedRequest> = Vec::new();
+        let (mut iteration, mut promoted) = (0u64, 0);
+        for id in 0..6_000u64 {
+            iteration += rng.random_range(0..3);
+            let mut r = request(id, id * 7, 1.0, rng.random_range(1..400u64) as f64);
+            r.enqueued_iteration = iteration.saturating_sub(rng.random_range(0..3));
+            q.push(0, r);
+            waiting.push(r);
+            for _ in 0..rng.random_range(0..3) {
+                let level = |r: &QueuedRequest| {
+                    (iteration.saturating_sub(r.enqueued_iteration)) / threshold
+                };
+                let top = waiting.iter().map(level).max();
+                let expected = waiting
+                    .iter()
+                    .filter(|r| Some(level(r)) == top)
+                    .min_by_key(|r| key(r))
+                    .map(|r| r.id);
+                promoted += usize::from(top > Some(0));
+                assert_eq!(q.peek(0, iteration).map(|r| r.id), expected);
+                let popped = q.pop(0, iteration);
+                assert_eq!(popped.map(|r| r.id), expected, "iteration {iteration}");
+                let Some(popped) = popped else { break };
+                if rng.random_bool(0.3) {
+                    q.push(0, popped);
+                } else {
+                    waiting.retain(|r| r.id != popped.id);
+                }
+            }
+            assert_eq!(q.len(0), waiting.len());
+        }
+        assert!(
+            promoted > 1_000 && waiting.len() > 50,
+            "{promoted} promoted pops"
+        );
     }
 
     #[test]
