@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lines of the successors of `sim` (core, cost, serving, sim), by crate, module and origin.
+"""Lines of the successors of `sim` (core, cost, serving, scenario), by crate, module and origin.
 
 Issue 28 asks where the lines come from. Each `.rs` file's lines are split into code and tests:
 a whole file is tests when it is a test module (`tests.rs`, `*_tests.rs`, `*_checks.rs`,
@@ -10,7 +10,8 @@ attribute to the closing brace at the item's indent (rustfmt's layout). A module
 `recorder`. Each module then has one origin (`ORIGIN`): the paper whose capability it is (it
 came out of that paper's family folder, or was built for that paper's preset), the cost model
 (issue 27's), or the base every preset shares. At a commit before the crate split (6623201)
-the five family folders and `sim/src/cost` are told apart too.
+the five family folders and `sim/src/cost` are told apart too. The folder `sim/` (renamed
+`scenario/` in issue 28's step 7) is counted as `scenario/` at every revision.
 
     python3 scripts/lines_by_module.py [REV] [--modules]
 
@@ -65,21 +66,21 @@ PAPER = {module: paper for paper, modules in ORIGIN.items() for module in module
 
 def origin(module):
     # Before the crate split the serving modules were `sim`'s.
-    for before in ("sim/src/serving/", "sim/src/serving_family/"):
+    for before in ("scenario/src/serving/", "scenario/src/serving_family/"):
         if module.startswith(before):
-            module = "serving/src/" + module.removeprefix("sim/src/")
+            module = "serving/src/" + module.removeprefix("scenario/src/")
     if module in PAPER:
         return f"capability a paper needed, now shared: {PAPER[module]}"
-    family = module.removeprefix("sim/src/")
+    family = module.removeprefix("scenario/src/")
     if family in ("caps", "gem", "expertweave", "chimera", "mosaic"):
         return f"a family's own folder (deleted since): {family}"
-    if module.startswith(("cost/", "sim/src/cost")):
+    if module.startswith(("cost/", "scenario/src/cost")):
         return "the cost model (issue 27's kernel model, timings, fits)"
     if module.startswith("core/"):
         return "base: core (engine, arrivals, metrics, validation)"
-    if module.startswith(("serving/", "sim/src/serving/", "sim/src/serving_family/")):
+    if module.startswith(("serving/", "scenario/src/serving/", "scenario/src/serving_family/")):
         return "base: serving (replica loop, serving family's server, config, metrics)"
-    return "base: sim (scenario files, runner, claims, results)"
+    return "base: scenario (scenario files, runner, claims, results)"
 
 
 def split(lines, path):
@@ -110,6 +111,8 @@ def split(lines, path):
 
 
 def module_of(path):
+    if path.startswith("sim/"):
+        path = "scenario/" + path.removeprefix("sim/")
     parts = path.split("/")
     deeper = ("serving_family", "serving", "policies", "recorder")
     if len(parts) > 3 and parts[1] == "src" and parts[2] in deeper:
@@ -122,7 +125,7 @@ def module_of(path):
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     rev = args[0] if args else None
-    folders = ["core", "cost", "serving", "sim"]
+    folders = ["core", "cost", "serving", "scenario", "sim"]
     if rev:
         listing = ["git", "ls-tree", "-r", "--name-only", rev, *folders]
     else:

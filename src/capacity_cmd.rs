@@ -8,10 +8,10 @@
 //! no better as the rate rises; every evaluation is written out, so a non-monotone case shows.
 
 use clap::Args;
+use expertsim_scenario::metrics::Better;
+use expertsim_scenario::partial::Shard;
+use expertsim_scenario::scenario::ScenarioPlan;
 use serde::Serialize;
-use sim::metrics::Better;
-use sim::partial::Shard;
-use sim::scenario::ScenarioPlan;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -173,15 +173,17 @@ fn evaluate(
 ) -> Result<Tried, String> {
     let mut sets = args.sets.clone();
     sets.push(format!("{key}={rate:?}"));
-    let plan = match sim::scenario::load(&args.scenario, &sets) {
+    let plan = match expertsim_scenario::scenario::load(&args.scenario, &sets) {
         Ok(plan) => plan,
         // The rate itself, or what it derives (requests, simulated seconds), is refused.
         Err(e) if e.field.as_deref() == Some(key) => {
-            return Ok(Tried::Refused(sim::scenario::error::one_line(&e.message)));
+            return Ok(Tried::Refused(
+                expertsim_scenario::scenario::error::one_line(&e.message),
+            ));
         }
         Err(e) => return Err(e.to_string()),
     };
-    let runs = sim::runner::run_cells(
+    let runs = expertsim_scenario::runner::run_cells(
         &plan,
         &strategies::Registry,
         &[cell],
@@ -296,7 +298,7 @@ pub fn run(args: CapacityArgs) -> ExitCode {
         Err(code) => return code,
     };
     let Some(key) = plan.family.rate_key() else {
-        let searchable: Vec<&str> = sim::registry::families()
+        let searchable: Vec<&str> = expertsim_scenario::registry::families()
             .filter(|f| f.rate_key().is_some())
             .map(|f| f.name())
             .collect();
@@ -342,7 +344,7 @@ pub fn run(args: CapacityArgs) -> ExitCode {
         .out
         .clone()
         .unwrap_or_else(|| Path::new("results").join(format!("{}-capacity", plan.name)));
-    if let Err(err) = sim::results::check_output_folder(&out, &plan.name) {
+    if let Err(err) = expertsim_scenario::results::check_output_folder(&out, &plan.name) {
         return refuse(format!("--out {}: {err}; nothing was run", out.display()));
     }
     let cells = match args.shard {
@@ -438,7 +440,7 @@ pub fn run(args: CapacityArgs) -> ExitCode {
     let mut bytes = serde_json::to_vec_pretty(&report).expect("the report serializes");
     bytes.push(b'\n');
     let written = std::fs::create_dir_all(&out)
-        .and_then(|()| sim::results::write_atomic(&out.join(&name), &bytes));
+        .and_then(|()| expertsim_scenario::results::write_atomic(&out.join(&name), &bytes));
     match written {
         Ok(()) => {
             println!("wrote {}", out.join(&name).display());

@@ -101,7 +101,7 @@ fn shell_word(word: &str) -> String {
 /// machine: the profile was measured here moments ago.
 fn recalibrate_commands(
     args: &LiveArgs,
-    plan: &sim::scenario::ScenarioPlan,
+    plan: &expertsim_scenario::scenario::ScenarioPlan,
     profile: &str,
     out: &Path,
     just_calibrated: bool,
@@ -187,10 +187,16 @@ fn unused_out(out: PathBuf) -> PathBuf {
 /// scenario priced by it. On failure, the message is printed and the exit code returned.
 fn calibrate_first(
     args: &LiveArgs,
-    plan: &sim::scenario::ScenarioPlan,
+    plan: &expertsim_scenario::scenario::ScenarioPlan,
     out: &Path,
     kernels: &mut live::device::Kernels,
-) -> Result<(sim::scenario::ScenarioPlan, live::calibration::Calibrated), ExitCode> {
+) -> Result<
+    (
+        expertsim_scenario::scenario::ScenarioPlan,
+        live::calibration::Calibrated,
+    ),
+    ExitCode,
+> {
     let path = args
         .calibrate_output
         .clone()
@@ -228,7 +234,7 @@ fn calibrate_first(
         "{field}={}",
         toml::Value::String(absolute.display().to_string())
     ));
-    match sim::scenario::load(&args.scenario, &sets) {
+    match expertsim_scenario::scenario::load(&args.scenario, &sets) {
         Ok(plan) => Ok((plan, calibrated)),
         Err(err) => {
             eprintln!("error: {err}");
@@ -240,7 +246,7 @@ fn calibrate_first(
 /// The failed probe's warning (or, with `--strict-probe`, error) and the commands to fix it.
 fn warn_about_the_profile(
     args: &LiveArgs,
-    plan: &sim::scenario::ScenarioPlan,
+    plan: &expertsim_scenario::scenario::ScenarioPlan,
     probe: &live::probe::Probe,
     out: &Path,
     just_calibrated: bool,
@@ -322,7 +328,7 @@ pub fn run(args: LiveArgs) -> ExitCode {
         eprintln!("error: {message}; nothing was run");
         return ExitCode::from(2);
     }
-    let plan = match sim::scenario::load(&args.scenario, &args.sets) {
+    let plan = match expertsim_scenario::scenario::load(&args.scenario, &args.sets) {
         Ok(plan) => plan,
         Err(err) => {
             eprintln!("error: {err}");
@@ -361,7 +367,7 @@ pub fn run(args: LiveArgs) -> ExitCode {
             out.display()
         );
     }
-    if let Err(err) = sim::results::check_output_folder(&out, &plan.name) {
+    if let Err(err) = expertsim_scenario::results::check_output_folder(&out, &plan.name) {
         eprintln!("error: --out {}: {err}; nothing was run", out.display());
         return ExitCode::from(2);
     }

@@ -13,9 +13,9 @@ mod reproduce_cmd;
 mod summary;
 
 use clap::{Parser, Subcommand};
+use expertsim_scenario::partial::resume::{SweepOptions, SweepOutcome};
+use expertsim_scenario::scenario::{self, ScenarioError, ScenarioPlan};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sim::partial::resume::{SweepOptions, SweepOutcome};
-use sim::scenario::{self, ScenarioError, ScenarioPlan};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -57,7 +57,7 @@ enum Command {
         /// Run only the K-th of N disjoint slices of the sweep's cells (K from 1, as with
         /// `sbatch --array=1-N`) and write a partial result for `merge` (docs/cluster.md).
         #[arg(long, value_name = "K/N")]
-        shard: Option<sim::partial::Shard>,
+        shard: Option<expertsim_scenario::partial::Shard>,
         /// Rerun every cell, ignoring those an interrupted run left in the output directory.
         #[arg(long)]
         fresh: bool,
@@ -192,7 +192,7 @@ fn main() -> ExitCode {
 }
 
 /// `expertsim list`: every policy kind (`strategies::catalogue`), then every other named option
-/// (`sim::scenario::options`), one per line as `group kind description`, each group headed by a
+/// (`expertsim_scenario::scenario::options`), one per line as `group kind description`, each group headed by a
 /// `#` line naming the key that takes it, each key in one group: the routers are the options'
 /// `routing` group (every kind `routing.kind` takes, the policies' among them).
 fn list() -> String {
@@ -227,7 +227,7 @@ fn list() -> String {
             info.family, info.kind, info.description
         );
     }
-    for group in sim::scenario::options::catalogue() {
+    for group in expertsim_scenario::scenario::options::catalogue() {
         out += &format!("# {}: {}\n", group.group, group.key);
         for (kind, description) in &group.kinds {
             out += &format!("{:<16} {kind:<28} {description}\n", group.group);
@@ -260,7 +260,7 @@ fn check_before_running(plan: &ScenarioPlan, out: &Path, figures: bool) -> Resul
         );
         return Err(ExitCode::from(2));
     }
-    sim::results::check_output_folder(out, &plan.name).map_err(|err| {
+    expertsim_scenario::results::check_output_folder(out, &plan.name).map_err(|err| {
         eprintln!("error: --out {}: {err}; nothing was run", out.display());
         ExitCode::from(2)
     })
@@ -278,7 +278,7 @@ fn probe_output_folder(out: &Path) -> std::io::Result<()> {
 const RUNS_FAILED: u8 = 3;
 
 /// Prints the failed runs of `document` (if any) on stderr; returns how many failed.
-fn report_failed_runs(document: &sim::results::ResultsDocument) -> usize {
+fn report_failed_runs(document: &expertsim_scenario::results::ResultsDocument) -> usize {
     let lines = summary::failed_runs(document);
     for line in &lines {
         eprintln!("{line}");
@@ -307,7 +307,7 @@ fn report_failure(result: anyhow::Result<()>) -> ExitCode {
 fn run(plan: &ScenarioPlan, sweep: &SweepOptions, no_figures: bool) -> anyhow::Result<usize> {
     use anyhow::Context;
     let out = sweep.out;
-    let prepared = sim::partial::resume::prepare(plan, sweep);
+    let prepared = expertsim_scenario::partial::resume::prepare(plan, sweep);
     if let Some(first) = prepared.stale.first() {
         let n = prepared.stale.len();
         eprintln!("rerunning {n} cells whose files are stale, e.g. {first}");
@@ -347,7 +347,7 @@ fn run(plan: &ScenarioPlan, sweep: &SweepOptions, no_figures: bool) -> anyhow::R
     };
 
     println!("{}", summary::table(&document));
-    let results_path = sim::partial::resume::finish(&document, out)
+    let results_path = expertsim_scenario::partial::resume::finish(&document, out)
         .with_context(|| format!("writing {}", out.join("results.json").display()))?;
     let mut written = vec![results_path];
     if !no_figures {

@@ -4,9 +4,9 @@
 //! 2, before anything is written.
 
 use clap::Args;
-use sim::partial::SweepHeader;
-use sim::partial::merge::Merged;
-use sim::scenario::ScenarioPlan;
+use expertsim_scenario::partial::SweepHeader;
+use expertsim_scenario::partial::merge::Merged;
+use expertsim_scenario::scenario::ScenarioPlan;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -29,7 +29,7 @@ pub fn run(args: MergeArgs) -> ExitCode {
         eprintln!("error: {message}");
         ExitCode::from(2)
     };
-    let merged = match sim::partial::merge::merge(&args.dirs) {
+    let merged = match expertsim_scenario::partial::merge::merge(&args.dirs) {
         Ok(merged) => merged,
         Err(message) => return refuse(message),
     };
@@ -47,7 +47,7 @@ pub fn run(args: MergeArgs) -> ExitCode {
     {
         return code;
     }
-    if let Err(err) = sim::results::check_output_folder(&out, name) {
+    if let Err(err) = expertsim_scenario::results::check_output_folder(&out, name) {
         return refuse(format!(
             "--out {}: {err}; nothing was written",
             out.display()
@@ -65,7 +65,7 @@ pub fn run(args: MergeArgs) -> ExitCode {
 fn plan_for_figures(merged: &Merged) -> Result<ScenarioPlan, String> {
     let path = &merged.scenario_path;
     let hint = "(merge --no-figures writes results.json without them)";
-    let plan = sim::scenario::load(path, &merged.sets)
+    let plan = expertsim_scenario::scenario::load(path, &merged.sets)
         .map_err(|e| format!("cannot render the figures: {e} {hint}"))?;
     if SweepHeader::of(&plan).fingerprint() != merged.fingerprint {
         return Err(format!(
@@ -81,7 +81,7 @@ fn write(merged: &Merged, plan: Option<&ScenarioPlan>, out: &Path) -> anyhow::Re
     let document = &merged.document;
     println!("{}", crate::summary::table(document));
     let results_path = out.join("results.json");
-    sim::runner::write_results(document, &results_path)
+    expertsim_scenario::runner::write_results(document, &results_path)
         .with_context(|| format!("writing {}", results_path.display()))?;
     let mut written = vec![results_path];
     if let Some(plan) = plan {

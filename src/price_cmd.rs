@@ -1,13 +1,13 @@
 //! `expertsim price`: prices the operations of a CSV (`gpu`, `model` as the catalogues name
 //! them, then per row `op` + `tokens`, or `experts_on_gpu` + `tokens_on_gpu`, or
-//! `rows_per_expert`) through the very entry points the simulator uses (`sim::cost::price`),
+//! `rows_per_expert`) through the very entry points the simulator uses (`expertsim_scenario::cost::price`),
 //! and writes the same rows with `predicted_us` and the memory, compute, floor and host terms
 //! (docs/cost-model.md, "Pricing operations: expertsim price"). A refused row is named with the
 //! file, line and column, exit code 2, and nothing is written.
 
 use clap::{Args, ValueEnum};
-use sim::cost::kernel::Timing;
-use sim::cost::price::{PriceOptions, price_csv};
+use expertsim_scenario::cost::kernel::Timing;
+use expertsim_scenario::cost::price::{PriceOptions, price_csv};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -56,7 +56,7 @@ pub fn run(args: PriceArgs) -> ExitCode {
             print!("{priced}");
             ExitCode::SUCCESS
         }
-        Some(path) => match sim::results::write_atomic(path, priced.as_bytes()) {
+        Some(path) => match expertsim_scenario::results::write_atomic(path, priced.as_bytes()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: --out {}: {e}", path.display());

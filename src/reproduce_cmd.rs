@@ -8,11 +8,11 @@
 //! the same bytes.
 
 use clap::Args;
-use sim::headlines::{self, Claim, Headlines, Outcome, RunSpec, Verdict, prose};
-use sim::partial::resume::{SweepOptions, SweepOutcome};
-use sim::results::ResultsDocument;
-use sim::runner::CellRuns;
-use sim::scenario::ScenarioPlan;
+use expertsim_scenario::headlines::{self, Claim, Headlines, Outcome, RunSpec, Verdict, prose};
+use expertsim_scenario::partial::resume::{SweepOptions, SweepOutcome};
+use expertsim_scenario::results::ResultsDocument;
+use expertsim_scenario::runner::CellRuns;
+use expertsim_scenario::scenario::ScenarioPlan;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -145,7 +145,7 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
             Err(message) => return refuse(format!("{}: {message}", path.display())),
         };
         if updated != text {
-            if let Err(e) = sim::results::write_atomic(&path, updated.as_bytes()) {
+            if let Err(e) = expertsim_scenario::results::write_atomic(&path, updated.as_bytes()) {
                 eprintln!("error: writing {}: {e}", path.display());
                 return ExitCode::from(1);
             }
@@ -208,8 +208,11 @@ fn load_families(args: &ReproduceArgs) -> Result<Vec<Family>, String> {
                 .runs
                 .iter()
                 .map(|spec| {
-                    let plan = sim::scenario::load(&spec.scenario, &sets_of(spec, args.quick))
-                        .map_err(|e| e.to_string())?;
+                    let plan = expertsim_scenario::scenario::load(
+                        &spec.scenario,
+                        &sets_of(spec, args.quick),
+                    )
+                    .map_err(|e| e.to_string())?;
                     headlines
                         .check_against(&spec.id, &plan)
                         .map_err(|e| e.to_string())?;
@@ -264,7 +267,7 @@ type RanCells = HashMap<String, CellRuns>;
 fn cell_key(plan: &ScenarioPlan, index: usize) -> String {
     let mut document = plan.document.clone();
     for (key, value) in &plan.cells[index].coords {
-        sim::scenario::sweep::apply(&mut document, key, value.clone())
+        expertsim_scenario::scenario::sweep::apply(&mut document, key, value.clone())
             .expect("the loader applied every sweep value to this document");
     }
     format!(
@@ -288,7 +291,7 @@ fn run_one(plan: &ScenarioPlan, out: &Path, ran: &mut RanCells) -> anyhow::Resul
         sets: &[],
     };
     let started = Instant::now();
-    let mut prepared = sim::partial::resume::prepare(plan, &options);
+    let mut prepared = expertsim_scenario::partial::resume::prepare(plan, &options);
     let resumed = prepared.reused_cells();
     let keys: Vec<String> = (0..plan.cells.len()).map(|i| cell_key(plan, i)).collect();
     let mut shared = 0;
@@ -305,7 +308,7 @@ fn run_one(plan: &ScenarioPlan, out: &Path, ran: &mut RanCells) -> anyhow::Resul
     let SweepOutcome::Complete(document) = outcome else {
         anyhow::bail!("a whole sweep ran as a shard");
     };
-    sim::partial::resume::finish(&document, out)
+    expertsim_scenario::partial::resume::finish(&document, out)
         .with_context(|| format!("writing {}", out.join("results.json").display()))?;
     let figures = crate::plots::render_all(plan, &document, &out.join("figures"))?;
     for (key, cell) in keys.into_iter().zip(&document.cells) {
@@ -661,7 +664,7 @@ fn section(
 
 /// The paper's number as the table shows it.
 fn paper_value_text(claim: &Claim) -> String {
-    use sim::headlines::{PaperNumber, PaperValue};
+    use expertsim_scenario::headlines::{PaperNumber, PaperValue};
     let number = |n: &PaperNumber| {
         let unit = match claim.statistic {
             headlines::Statistic::Ratio => "x",

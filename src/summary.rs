@@ -3,7 +3,7 @@
 //! the lines naming the runs that failed (out of memory, no placement), which make the exit
 //! code 3.
 
-use sim::results::ResultsDocument;
+use expertsim_scenario::results::ResultsDocument;
 use std::fmt::Write;
 
 fn coord_text(value: &serde_json::Value) -> String {

@@ -1,11 +1,11 @@
 //! The analytic (roofline) reference profiles committed under `profiles/analytic/`: the bf16
 //! Qwen1.5-MoE-A2.7B on H200, A100-80GB, L40 and L4, labelled `analytic-roofline`, used until
-//! a measured profile replaces them. (sim's own generator keeps the L4 nf4 one.)
+//! a measured profile replaces them. (the simulator's own generator keeps the L4 nf4 one.)
 
-use sim::cost::gpu::GpuSpec;
-use sim::cost::profile::{Profile, ProfileError};
-use sim::cost::roofline::analytic_profile;
-use sim::cost::shape::MoeModelShape;
+use expertsim_scenario::cost::gpu::GpuSpec;
+use expertsim_scenario::cost::profile::{Profile, ProfileError};
+use expertsim_scenario::cost::roofline::analytic_profile;
+use expertsim_scenario::cost::shape::MoeModelShape;
 use std::path::{Path, PathBuf};
 
 /// (GPU catalogue name, model preset, file under `profiles/`).
@@ -61,7 +61,7 @@ pub fn write_reference_profiles(profiles_dir: &Path) -> Result<Vec<PathBuf>, Pro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sim::cost::profile::SourceKind;
+    use expertsim_scenario::cost::profile::SourceKind;
 
     /// The committed files are what the roofline generates now. Regenerate with
     /// `EXPERTSIM_UPDATE_PROFILES=1 cargo test -p expertsim-calibrate committed_analytic`.

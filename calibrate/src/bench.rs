@@ -16,13 +16,13 @@
 
 use crate::adaptive::{Repeated, Stop, StoppingRule, repeat_until_precise};
 use crate::stats::summarize;
+use expertsim_scenario::cost::shape::MoeModelShape;
 use kernels::backend::{Backend, BackendError, Workload};
 use kernels::blas::RowMajorGemm;
 use kernels::decode::{DecodeProblem, DecodeShape};
 use kernels::moe::{MoeProblem, MoeShape};
 use kernels::numeric::{random_weights, synthetic_bf16};
 use kernels::reroute::{RerouteProblem, RerouteVariant};
-use sim::cost::shape::MoeModelShape;
 
 /// Experts each adapter fine-tuned, in the rerouting measurements.
 pub const TUNED_EXPERTS_PER_ADAPTER: usize = 8;

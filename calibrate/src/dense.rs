@@ -1,5 +1,5 @@
 //! The dense-decode calibration (`--dense-models`): for each named dense model scaled down as
-//! live mode runs a dense replica ([`sim::serving_family::live_scale`]), the kernels of one
+//! live mode runs a dense replica ([`expertsim_scenario::serving_family::live_scale`]), the kernels of one
 //! decode step (one block GEMM with attention per layer, then the output head; the shapes of
 //! `expertsim_live::dense::DenseStep`) timed on a grid of rows x cached tokens per row, and
 //! the host-to-device copy of the model's bf16 bytes. The profile holds each grid point's
@@ -7,13 +7,13 @@
 
 use crate::pipeline::CalibrateError;
 use crate::stats::summarize;
-use kernels::backend::{Backend, Workload};
-use kernels::decode::DecodeProblem;
-use sim::cost::shape::DenseModelShape;
-use sim::serving_family::dense_profile::{
+use expertsim_scenario::cost::shape::DenseModelShape;
+use expertsim_scenario::serving_family::dense_profile::{
     DENSE_PROFILE_FORMAT, DenseDecodeProfile, DenseModelProfile,
 };
-use sim::serving_family::live_scale::Scaling;
+use expertsim_scenario::serving_family::live_scale::Scaling;
+use kernels::backend::{Backend, Workload};
+use kernels::decode::DecodeProblem;
 
 /// What the dense-decode calibration measures and how often.
 #[derive(Clone, Debug, PartialEq)]
@@ -160,7 +160,7 @@ pub fn calibrate_dense(
 
 /// The kernels' decode shapes of a dense model (block, head), as live mode runs them too.
 pub fn dense_decode_shapes(
-    shape: &sim::cost::shape::DenseModelShape,
+    shape: &expertsim_scenario::cost::shape::DenseModelShape,
 ) -> (kernels::decode::DecodeShape, kernels::decode::DecodeShape) {
     let [
         hidden,
@@ -169,7 +169,7 @@ pub fn dense_decode_shapes(
         n_kv_heads,
         head_dim,
         vocab,
-    ] = sim::serving_family::live_scale::kernel_dims(shape);
+    ] = expertsim_scenario::serving_family::live_scale::kernel_dims(shape);
     kernels::decode::DecodeShape::of_dense(kernels::decode::DenseDims {
         hidden,
         block_out_features,

@@ -1,17 +1,17 @@
 //! `import-h200`: converts a kernel-timing folder measured on one GPU (`gemm.csv`,
 //! `moe_grouped.csv`, `attention_decode.csv`, `attention_prefill.csv`, `device.json`; the
-//! layout of `../shared/data/h200/`) into one `sim::cost::kernel_timings::KernelTimings` file.
+//! layout of `../shared/data/h200/`) into one `expertsim_scenario::cost::kernel_timings::KernelTimings` file.
 //! Every point is tied to the catalogue model and operation it measures and checked against
 //! that model's shape, so a row of another shape is refused; every error names the file, the
 //! 1-based line and the column.
 
 use crate::import_table::{ImportError, Table, file_error};
-use sim::cost::kernel::Timing;
-use sim::cost::kernel_timings::{
+use expertsim_scenario::cost::kernel::Timing;
+use expertsim_scenario::cost::kernel_timings::{
     DecodeAttentionTiming, DeviceFacts, GemmTiming, GroupedTiming, KERNEL_TIMINGS_FORMAT_VERSION,
     KernelTimings, PrefillAttentionTiming, TimingSource,
 };
-use sim::cost::price::{CatalogueModel, Op, attention_dims, gemm_dims};
+use expertsim_scenario::cost::price::{CatalogueModel, Op, attention_dims, gemm_dims};
 use std::path::Path;
 
 /// The folder's GEMM shape labels: (label, catalogue model, operation).
@@ -455,7 +455,7 @@ pub fn import_dir(dir: &Path, attribution: &Attribution) -> Result<KernelTimings
     if !dir.is_dir() {
         return Err(file_error(dir, "not a folder"));
     }
-    sim::cost::gpu::GpuSpec::by_name(&attribution.gpu)
+    expertsim_scenario::cost::gpu::GpuSpec::by_name(&attribution.gpu)
         .map_err(|e| file_error(dir, format!("--gpu: {e}")))?;
     let files = [
         "gemm.csv",

@@ -17,7 +17,7 @@ pub enum ImportError {
         message: String,
     },
     #[error("{0}")]
-    Write(#[from] sim::cost::op_profile::OpProfileError),
+    Write(#[from] expertsim_scenario::cost::op_profile::OpProfileError),
 }
 
 pub fn file_error(path: &Path, message: impl Into<String>) -> ImportError {

@@ -12,9 +12,9 @@ use calibrate::dense::{self, DensePlan};
 use calibrate::pipeline::{self, CalibrateError, Plan};
 use calibrate::{analytic, h200, scenario_points, vidur};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use expertsim_scenario::cost::shape::{DenseModelShape, MoeModelShape};
+use expertsim_scenario::serving_family::live_scale::{LIVE_SCALING, Scaling};
 use kernels::backend::{self, BackendKind};
-use sim::cost::shape::{DenseModelShape, MoeModelShape};
-use sim::serving_family::live_scale::{LIVE_SCALING, Scaling};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -345,8 +345,8 @@ fn plan_of(cli: &Cli) -> Plan {
 fn scenario_cell(
     path: &std::path::Path,
     sets: &[String],
-) -> Result<(String, sim::scenario::Scenario), Failure> {
-    let plan = sim::scenario::load(path, sets).map_err(|e| input(e.to_string()))?;
+) -> Result<(String, expertsim_scenario::scenario::Scenario), Failure> {
+    let plan = expertsim_scenario::scenario::load(path, sets).map_err(|e| input(e.to_string()))?;
     if plan.cells.len() != 1 {
         return Err(input(format!(
             "--for-scenario: {} has {} sweep cells; narrow it to one with --set",
@@ -361,7 +361,7 @@ fn scenario_cell(
 /// `--for-scenario`: what to sample for the scenario's MoE profile.
 fn scenario_sampling(
     path: &std::path::Path,
-    scenario: &sim::scenario::Scenario,
+    scenario: &expertsim_scenario::scenario::Scenario,
 ) -> Result<scenario_points::ScenarioSampling, Failure> {
     scenario_points::for_scenario(scenario)
         .map_err(|e| input(format!("--for-scenario {}: {e}", path.display())))
@@ -589,15 +589,15 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sim::cost::profile::{MeasuredProfile, Profile, SourceKind};
-    use sim::serving_family::execution::{CvModel, StragglerModel};
+    use expertsim_scenario::cost::profile::{MeasuredProfile, Profile, SourceKind};
+    use expertsim_scenario::serving_family::execution::{CvModel, StragglerModel};
 
     fn cli(args: &[&str]) -> Cli {
         Cli::try_parse_from(std::iter::once("expertsim-calibrate").chain(args.iter().copied()))
             .unwrap()
     }
 
-    /// `--backend cpu --quick` writes a profile that sim loads and builds both execution
+    /// `--backend cpu --quick` writes a profile that the simulator loads and builds both execution
     /// models from, for the preset's shape (what `expertsim run` does with it).
     #[test]
     fn quick_cpu_calibration_writes_a_profile_sim_accepts() {
@@ -730,7 +730,7 @@ mod tests {
 
     /// On a GPU, `--backend cuda --quick` writes a measured profile labelled with the device
     /// (name, compute capability, driver, the cuBLAS it used) and timed with device events,
-    /// which sim accepts.
+    /// which the simulator accepts.
     #[test]
     #[ignore = "needs a GPU: scripts/gpu_validate.sh"]
     fn gpu_quick_calibration_writes_a_device_profile() {
@@ -892,7 +892,7 @@ mod tests {
     /// sampled step with that sample, and bad grids or names are a one-line exit 2.
     #[test]
     fn dense_calibration_writes_a_profile_of_the_live_scaled_model() {
-        use sim::serving_family::dense_profile::DenseDecodeProfile;
+        use expertsim_scenario::serving_family::dense_profile::DenseDecodeProfile;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dense.json");
         let out = path.to_str().unwrap();

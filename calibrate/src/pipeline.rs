@@ -25,17 +25,17 @@
 use crate::adaptive::{Stop, StoppingRule};
 use crate::bench::{Bench, ExpertGemm, Series};
 use crate::progress::Progress;
+use expertsim_scenario::cost::curve::{CostCurve, CurveError};
+use expertsim_scenario::cost::profile::{
+    Calibration, ExpertExecution, ExpertFfnCurve, MeasuredProfile, Measurement, MoeLayerSplit,
+    PROFILE_FORMAT_VERSION, Profile, ProfileSource, SourceKind, StoppingRecord, decode_step_nanos,
+};
+use expertsim_scenario::cost::sampling::{batch_points, steps, token_points};
+use expertsim_scenario::cost::shape::{MoeModelShape, WeightDtype};
 use kernels::KernelInputError;
 use kernels::backend::{Backend, BackendError, BackendKind};
 use kernels::moe::check_tile_tokens;
 use kernels::reroute::RerouteVariant;
-use sim::cost::curve::{CostCurve, CurveError};
-use sim::cost::profile::{
-    Calibration, ExpertExecution, ExpertFfnCurve, MeasuredProfile, Measurement, MoeLayerSplit,
-    PROFILE_FORMAT_VERSION, Profile, ProfileSource, SourceKind, StoppingRecord, decode_step_nanos,
-};
-use sim::cost::sampling::{batch_points, steps, token_points};
-use sim::cost::shape::{MoeModelShape, WeightDtype};
 use std::time::Instant;
 
 /// Limits on every count, so that a typo cannot ask for terabytes.

@@ -1,7 +1,7 @@
 //! The token counts and batch sizes a scenario can ask of its profile, so that a calibration
 //! for that scenario measures only those (`expertsim-calibrate --for-scenario`, `expertsim
 //! live --calibrate`): token counts from 1 to the most tokens one pass can hold, sampled on
-//! both sides of every tile boundary in that range (`sim::cost::sampling::token_points`, up to the range's
+//! both sides of every tile boundary in that range (`expertsim_scenario::cost::sampling::token_points`, up to the range's
 //! end rounded up to a whole tile, so every count in range lies between two samples of the
 //! same staircase step), and batch sizes from 1 to the largest batch. No other context, no
 //! rerouting.
@@ -28,14 +28,14 @@
 //!   (`adapters.rerouting`) with the scenario's adapter count at the same token counts.
 
 use crate::pipeline::Plan;
-use sim::arrivals::ArrivalSpec;
-use sim::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
-use sim::scenario::Scenario;
-use sim::serving::expert_trace::TraceSpec;
-use sim::serving_family::ServingScenario;
-use sim::serving_family::adapters::AdapterSpec;
-use sim::serving_family::config::{LengthSpec, SchedulerTable, ServedModel};
-use sim::serving_family::rerouting::Rerouting;
+use expertsim_scenario::arrivals::ArrivalSpec;
+use expertsim_scenario::cost::shape::{DenseModelShape, MlaMoeShape, MoeModelShape};
+use expertsim_scenario::scenario::Scenario;
+use expertsim_scenario::serving::expert_trace::TraceSpec;
+use expertsim_scenario::serving_family::ServingScenario;
+use expertsim_scenario::serving_family::adapters::AdapterSpec;
+use expertsim_scenario::serving_family::config::{LengthSpec, SchedulerTable, ServedModel};
+use expertsim_scenario::serving_family::rerouting::Rerouting;
 
 /// What a calibration for one scenario measures.
 #[derive(Clone, Debug, PartialEq)]
@@ -170,7 +170,7 @@ fn adapter_sampling(
 /// The sampling for `scenario`, or why it has none (families whose steps are not priced by a
 /// MoE profile).
 pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
-    if let Some(s) = scenario.get::<sim::serving_family::ServingScenario>() {
+    if let Some(s) = scenario.get::<expertsim_scenario::serving_family::ServingScenario>() {
         if let (ServedModel::Mla(shape), Some(adapters)) = (&s.model, &s.adapters) {
             return Ok(adapter_sampling(s, shape, adapters));
         }
@@ -254,7 +254,7 @@ pub fn for_scenario(scenario: &Scenario) -> Result<ScenarioSampling, String> {
 
 impl ScenarioSampling {
     /// `plan` narrowed to this scenario: the tile rule up to `max_tokens` (rounded up to a
-    /// whole tile), every batch size up to `max_batch` as `sim::cost::sampling::batch_points` takes them,
+    /// whole tile), every batch size up to `max_batch` as `expertsim_scenario::cost::sampling::batch_points` takes them,
     /// no sparse tail, no other context, no rerouting.
     pub fn apply(&self, plan: &mut Plan) {
         let tile = plan.tile.max(1);
@@ -270,7 +270,7 @@ impl ScenarioSampling {
         match self.reroute_adapters {
             Some(adapters) => {
                 plan.reroute_tokens =
-                    sim::cost::sampling::token_points(tile, plan.dense_limit, 0, 0);
+                    expertsim_scenario::cost::sampling::token_points(tile, plan.dense_limit, 0, 0);
                 plan.adapters = vec![adapters];
             }
             None => {
@@ -291,7 +291,7 @@ mod tests {
     fn load(path: &str, sets: &[&str]) -> Scenario {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-        let plan = sim::scenario::load(&root.join(path), &sets).unwrap();
+        let plan = expertsim_scenario::scenario::load(&root.join(path), &sets).unwrap();
         plan.cells[0].scenario.clone()
     }
 

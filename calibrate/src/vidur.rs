@@ -1,12 +1,12 @@
 //! `import-vidur`: converts Vidur's public profiling CSVs (per-operation CUDA kernel times of
 //! dense transformer layers on A100, H100 and A40, and measured collectives) into expertsim op
-//! and network profiles (`sim::cost::op_profile`). Each point is the median of the source's
+//! and network profiles (`expertsim_scenario::cost::op_profile`). Each point is the median of the source's
 //! repeated measurements; a (size, degree) measured twice keeps the median of the two medians.
 //! Every error names the file, the 1-based line and the column.
 
 pub use crate::import_table::ImportError;
 use crate::import_table::{Table, file_error};
-use sim::cost::op_profile::{
+use expertsim_scenario::cost::op_profile::{
     Collective, CollectiveSeries, DataSource, MeasuredShape, NetworkProfile,
     OP_PROFILE_FORMAT_VERSION, OpProfile, OpSeries, Operation,
 };

@@ -3,7 +3,7 @@
 //! profiles under `profiles/vidur/` (imported from the whole files), and a malformed CSV exits
 //! with code 2 and one line naming the file, the row and the column.
 
-use sim::cost::op_profile::{NetworkProfile, OpProfile};
+use expertsim_scenario::cost::op_profile::{NetworkProfile, OpProfile};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

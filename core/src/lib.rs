@@ -1,4 +1,4 @@
-//! expertsim's simulation core (crate `expertsim-core`, re-exported by `sim` under the same module
+//! expertsim's simulation core (crate `expertsim-core`, re-exported by `expertsim-scenario` under the same module
 //! names): simulated time, the future-event list and the engine loop, seeded random streams and
 //! the samplers drawn from them, largest-remainder rounding, the safe reading of user-named
 //! input files, the arrival processes (`arrivals`, with the `[arrival]` table), the validation

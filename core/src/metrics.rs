@@ -320,7 +320,7 @@ pub struct MetricInfo {
 }
 
 /// The metrics a run may report below zero (a signed change or error); every other metric is a
-/// count, a time, a rate or a share, never negative, which `sim::partial::cell_file` holds a
+/// count, a time, a rate or a share, never negative, which `expertsim_scenario::partial::cell_file` holds a
 /// cell file read back (a resumed or merged sweep) to (its test holds every name here to a
 /// registered family's metric).
 pub const SIGNED_METRICS: &[&str] = &["accuracy_change_pp", "prediction_error_pct"];

@@ -244,7 +244,7 @@ pub struct VidurShare {
 }
 
 /// The former roofline's count within +-20 % per (GPU folder, class), over every measured
-/// point at every degree (`sim/examples/measured_kernels.rs` at 6623201).
+/// point at every degree (`scenario/examples/measured_kernels.rs` at 6623201).
 pub const VIDUR_BEFORE: [(&str, &str, OpClass, usize, usize); 9] = [
     ("vidur/a100", "A100-80GB", OpClass::Mlp, 2468, 2840),
     (

@@ -1,4 +1,4 @@
-//! expertsim's one cost model (crate `expertsim-cost`, re-exported as `sim::cost`): the GPU catalogue (`gpu`), the model-shape catalogue (`shape`), the
+//! expertsim's one cost model (crate `expertsim-cost`, re-exported as `expertsim_scenario::cost`): the GPU catalogue (`gpu`), the model-shape catalogue (`shape`), the
 //! host's time per step (`host`), the
 //! roofline every family prices steps with (`roofline`: dense steps, the non-expert part of MoE
 //! models, MLA attention, and the analytic profiles sampled from it), the grouped-GEMM MoE layer

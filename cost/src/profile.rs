@@ -278,7 +278,7 @@ impl Calibration {
     }
 }
 
-/// A measured profile: the curves sim uses plus how they were measured.
+/// A measured profile: the curves the simulator uses plus how they were measured.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MeasuredProfile {
     pub profile: Profile,

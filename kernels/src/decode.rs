@@ -67,7 +67,7 @@ impl DecodeShape {
 }
 
 /// What the kernels need of a dense model to run its decode step (the model catalogue and its
-/// scaling live in `sim`; the kernels know no model family).
+/// scaling live in `expertsim-scenario`; the kernels know no model family).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DenseDims {
     pub hidden: usize,

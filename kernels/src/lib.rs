@@ -19,10 +19,10 @@ pub mod reroute;
 pub mod source;
 
 pub use backend::{Backend, BackendError, BackendKind, DeviceInfo, Output, Workload};
+/// The simulator crate this one builds on; kernels report timings in its time units.
+pub use expertsim_scenario::SimDuration;
 pub use half::bf16;
 pub use numeric::Weights;
-/// The simulator crate this one builds on; kernels report timings in its time units.
-pub use sim::SimDuration;
 
 /// Inputs a kernel cannot run on (wrong lengths, ids out of range, a bad tile size).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -57,7 +57,7 @@ mod tests {
 #[cfg(test)]
 mod layering {
     /// The kernels know no model family (every registered family's module, the serving family's
-    /// `serving_family` included) and no serving layer: they use `sim`'s core (random streams,
+    /// `serving_family` included) and no serving layer: they use `expertsim-scenario`'s core (random streams,
     /// time) only, so a family's shapes reach them as plain dimensions (`decode::DenseDims`).
     #[test]
     fn kernels_import_no_family_module() {
@@ -65,9 +65,9 @@ mod layering {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             let text = std::fs::read_to_string(&path).unwrap();
-            let families = sim::registry::families().map(|f| f.module());
+            let families = expertsim_scenario::registry::families().map(|f| f.module());
             for family in families.chain(["serving"]) {
-                let import = format!("sim::{family}");
+                let import = format!("expertsim_scenario::{family}");
                 assert!(!text.contains(&import), "{} uses {import}", path.display());
             }
         }

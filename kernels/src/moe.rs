@@ -202,7 +202,7 @@ impl MoeProblem {
     /// A random problem (never zero inputs): `tokens` tokens routed to distinct random
     /// experts, activations in [0.1, 1] with random signs, weights scaled by 1/sqrt(fan-in).
     pub fn random(shape: MoeShape, tile_tokens: usize, tokens: usize, seed: u64) -> MoeProblem {
-        let mut rng = sim::rng::stream(seed, "moe.topk");
+        let mut rng = expertsim_scenario::rng::stream(seed, "moe.topk");
         let mut topk_ids = Vec::with_capacity(tokens * shape.top_k);
         for _ in 0..tokens {
             let start = topk_ids.len();

@@ -52,7 +52,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// `len` bf16 values with magnitudes in [0.1, 1] x `scale` and random signs (never zero),
 /// drawn from the stream `(seed, name)`.
 pub fn random_bf16(len: usize, scale: f32, seed: u64, name: &str) -> Vec<bf16> {
-    let mut rng = sim::rng::stream(seed, name);
+    let mut rng = expertsim_scenario::rng::stream(seed, name);
     (0..len)
         .map(|_| {
             let magnitude: f32 = rng.random_range(0.1f32..=1.0);
@@ -71,7 +71,7 @@ pub fn synthetic_bf16(len: usize, scale: f32, seed: u64, name: &str) -> Vec<bf16
 
 /// `len` positive f32 weights in [0.1, 1] from the stream `(seed, name)`.
 pub fn random_weights(len: usize, seed: u64, name: &str) -> Vec<f32> {
-    let mut rng = sim::rng::stream(seed, name);
+    let mut rng = expertsim_scenario::rng::stream(seed, name);
     (0..len).map(|_| rng.random_range(0.1f32..=1.0)).collect()
 }
 

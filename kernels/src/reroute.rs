@@ -124,7 +124,7 @@ impl RerouteProblem {
         tuned_per_adapter: usize,
         seed: u64,
     ) -> RerouteProblem {
-        let mut rng = sim::rng::stream(seed, "reroute");
+        let mut rng = expertsim_scenario::rng::stream(seed, "reroute");
         let max_adapters = n_adapters.max(1);
         let tuned = tuned_per_adapter.min(n_experts);
         let mut expert_map = Vec::with_capacity(max_adapters * n_experts);

@@ -8,8 +8,8 @@ use crate::LiveError;
 use crate::device::Kernels;
 use calibrate::adaptive::StoppingRule;
 use calibrate::pipeline::{CalibrateError, Plan};
+use expertsim_scenario::scenario::ScenarioPlan;
 use serde::Serialize;
-use sim::scenario::ScenarioPlan;
 use std::path::Path;
 use std::time::Instant;
 

@@ -1,6 +1,6 @@
 //! CAPS in live mode: the serving simulator's CAPS preset (a `static` replica whose batches are
 //! priced from their expected routing, `replica.scheduler.pricing`) runs unchanged through the
-//! serving layer's step-cost seam (`sim::serving_family::serve` with one step cost for the
+//! serving layer's step-cost seam (`expertsim_scenario::serving_family::serve` with one step cost for the
 //! replica), and each static batch, one step of the replica, is priced by a [`LiveStep`] that
 //! predicts with the scenario's own pricing and measures the batch on the kernels
 //! ([`BatchMeasure`]): per layer the dense
@@ -11,13 +11,13 @@
 use crate::device::{Kernels, round_counts};
 use crate::step::{LiveSession, LiveStep, Measure};
 use crate::{Clock, Decisions, FamilyRun, LiveError};
+use expertsim_scenario::metrics::RunOutput;
+use expertsim_scenario::policies::Policies;
+use expertsim_scenario::recorder::replica::step_of;
+use expertsim_scenario::records::{RecordSink, RequestRecord};
+use expertsim_scenario::serving::{StepCost, StepWork};
+use expertsim_scenario::serving_family::{ScenarioPolicies, ServingScenario};
 use kernels::BackendError;
-use sim::metrics::RunOutput;
-use sim::policies::Policies;
-use sim::recorder::replica::step_of;
-use sim::records::{RecordSink, RequestRecord};
-use sim::serving::{StepCost, StepWork};
-use sim::serving_family::{ScenarioPolicies, ServingScenario};
 
 /// Runs one CAPS batch on the kernels.
 struct BatchMeasure;
@@ -115,8 +115,9 @@ fn serve(
     log: &mut BatchLog,
 ) -> Result<RunOutput, LiveError> {
     let mut p = ScenarioPolicies::of(scenario, policies);
-    let plan = sim::serving_family::plan(scenario, p.memory()).map_err(LiveError::Unsupported)?;
-    sim::serving_family::serve(
+    let plan = expertsim_scenario::serving_family::plan(scenario, p.memory())
+        .map_err(LiveError::Unsupported)?;
+    expertsim_scenario::serving_family::serve(
         scenario,
         seed,
         &mut *p.queue,
@@ -126,7 +127,7 @@ fn serve(
         plan.as_ref(),
         log,
         None,
-        cost.map(|c| sim::serving_family::StepCosts::Given(vec![c])),
+        cost.map(|c| expertsim_scenario::serving_family::StepCosts::Given(vec![c])),
     )
     .map_err(LiveError::Unsupported)
 }
@@ -151,7 +152,7 @@ pub fn run(
     let mut live_log = BatchLog::default();
     let live_cost = LiveStep::new(
         "batch",
-        pricing.step_cost(sim::rng::stream(seed, "service")),
+        pricing.step_cost(expertsim_scenario::rng::stream(seed, "service")),
         BatchMeasure,
         session.clone(),
     );

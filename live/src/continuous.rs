@@ -1,5 +1,5 @@
 //! A continuous MoE replica of the serving family in live mode (the GEM preset,
-//! scenarios/live/gem.toml): the serving simulator runs unchanged (`sim::serving_family::serve`:
+//! scenarios/live/gem.toml): the serving simulator runs unchanged (`expertsim_scenario::serving_family::serve`:
 //! the expert mapping, the continuous-batching replica, the trace routing) and each engine step
 //! is priced by a [`LiveStep`] that predicts with the replica's own step cost
 //! (`ReplicaStepCost`, handed over through `serve`'s `StepCosts::Wrapped`) and measures the step
@@ -34,21 +34,23 @@ use crate::dense::DenseStep;
 use crate::device::{Kernels, even_counts, slot_major_ids};
 use crate::step::{LiveSession, LiveStep, Logged, Measure};
 use crate::{Clock, Decisions, FamilyRun, LiveError};
+use expertsim_scenario::cost::shape::DenseModelShape;
+use expertsim_scenario::metrics::RunOutput;
+use expertsim_scenario::policies::Policies;
+use expertsim_scenario::policies::memory::{InstancePlan, MemoryPlan};
+use expertsim_scenario::records::DiscardRecords;
+use expertsim_scenario::serving::variability::FactorKind;
+use expertsim_scenario::serving::{AdapterTokens, StepCost, StepWork};
+use expertsim_scenario::serving_family::adapters::AdapterSpec;
+use expertsim_scenario::serving_family::config::{SchedulerTable, ServedModel};
+use expertsim_scenario::serving_family::live_scale::{LIVE_SCALING, Scaling};
+use expertsim_scenario::serving_family::popularity::Popularity;
+use expertsim_scenario::serving_family::rerouting::Rerouting;
+use expertsim_scenario::serving_family::{
+    ReplicaStepCost, ScenarioPolicies, ServingScenario, StepCosts,
+};
 use kernels::BackendError;
 use kernels::reroute::{BASE_MODEL, RerouteProblem, RerouteVariant};
-use sim::cost::shape::DenseModelShape;
-use sim::metrics::RunOutput;
-use sim::policies::Policies;
-use sim::policies::memory::{InstancePlan, MemoryPlan};
-use sim::records::DiscardRecords;
-use sim::serving::variability::FactorKind;
-use sim::serving::{AdapterTokens, StepCost, StepWork};
-use sim::serving_family::adapters::AdapterSpec;
-use sim::serving_family::config::{SchedulerTable, ServedModel};
-use sim::serving_family::live_scale::{LIVE_SCALING, Scaling};
-use sim::serving_family::popularity::Popularity;
-use sim::serving_family::rerouting::Rerouting;
-use sim::serving_family::{ReplicaStepCost, ScenarioPolicies, ServingScenario, StepCosts};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -290,7 +292,7 @@ fn serve<'w>(
 ) -> Result<RunOutput, LiveError> {
     let mut p = ScenarioPolicies::of(scenario, policies);
     let mut sink = DiscardRecords;
-    sim::serving_family::serve_gated(
+    expertsim_scenario::serving_family::serve_gated(
         scenario,
         seed,
         &mut *p.queue,
@@ -310,7 +312,7 @@ const ENGINE: &str = "engine";
 
 /// The rerouting inputs of an adapter replica serving `instance` of `spec`'s adapters.
 fn adapter_kernels<'a>(
-    shape: &sim::cost::shape::MlaMoeShape,
+    shape: &expertsim_scenario::cost::shape::MlaMoeShape,
     spec: &AdapterSpec,
     instance: &'a InstancePlan,
 ) -> Result<AdapterKernels<'a>, LiveError> {
@@ -417,8 +419,8 @@ pub fn run(
     check(scenario)?;
     // `[placement]` (MOSAIC's workers): the sessions calibrated and planned as `expertsim run`
     // plans them.
-    let prepared =
-        sim::serving_family::prepared(scenario, seed, policies).map_err(LiveError::Unsupported)?;
+    let prepared = expertsim_scenario::serving_family::prepared(scenario, seed, policies)
+        .map_err(LiveError::Unsupported)?;
     let scenario = prepared.as_ref().unwrap_or(scenario);
     if dense(scenario) {
         return run_dense(scenario, seed, policies, kernels, clock);
@@ -426,7 +428,8 @@ pub fn run(
     let r = &scenario.replica;
     let plan = {
         let mut planner = ScenarioPolicies::of(scenario, policies);
-        sim::serving_family::plan(scenario, planner.memory()).map_err(LiveError::Unsupported)?
+        expertsim_scenario::serving_family::plan(scenario, planner.memory())
+            .map_err(LiveError::Unsupported)?
     };
     if plan.as_ref().is_some_and(|p| p.report.out_of_memory) {
         return Err(LiveError::Unsupported(
@@ -513,18 +516,19 @@ fn finished(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sim::cost::shape::MlaMoeShape;
-    use sim::policies::memory::device::KvCapacity;
+    use expertsim_scenario::cost::shape::MlaMoeShape;
+    use expertsim_scenario::policies::memory::device::KvCapacity;
 
     #[test]
     fn the_rerouting_problem_follows_the_steps_adapters_and_the_instances_copies() {
         // live-tiny-mla with 3 adapters; a step of 2 tokens of adapter 2 and 1 of adapter 0,
         // each choosing 6 of 64 experts: 18 choices, 6 on each of experts 0, 1 and 2.
         let shape = MlaMoeShape::preset("live-tiny-mla").unwrap();
-        let spec: sim::serving_family::adapters::AdaptersTable = serde_json::from_value(
-            serde_json::json!({ "count": 3, "memory": { "kind": "virtual_weight_tensor" } }),
-        )
-        .unwrap();
+        let spec: expertsim_scenario::serving_family::adapters::AdaptersTable =
+            serde_json::from_value(
+                serde_json::json!({ "count": 3, "memory": { "kind": "virtual_weight_tensor" } }),
+            )
+            .unwrap();
         let spec = spec.validate(&shape, &Default::default()).unwrap();
         let instance = |reroutes: bool| InstancePlan {
             adapters: vec![0, 1, 2],

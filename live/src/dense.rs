@@ -9,11 +9,11 @@
 use crate::device::Kernels;
 use crate::step::Measure;
 use calibrate::dense::dense_decode_shapes;
+use expertsim_scenario::cost::shape::DenseModelShape;
+use expertsim_scenario::serving::step::StepWork;
+use expertsim_scenario::serving_family::live_scale::{Scaling, kernel_rows_and_context};
 use kernels::BackendError;
 use kernels::decode::DecodeShape;
-use sim::cost::shape::DenseModelShape;
-use sim::serving::step::StepWork;
-use sim::serving_family::live_scale::{Scaling, kernel_rows_and_context};
 
 /// One dense model's decode step on the kernels.
 pub struct DenseStep {
@@ -51,7 +51,7 @@ impl Measure for DenseStep {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sim::serving_family::live_scale::LIVE_SCALING;
+    use expertsim_scenario::serving_family::live_scale::LIVE_SCALING;
 
     #[test]
     fn a_scaled_down_model_keeps_its_heads_and_shrinks_its_bytes() {

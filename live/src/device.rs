@@ -16,11 +16,11 @@
 //! on a GPU, a narrow GEMM still pays its launch floor, so speeds with a whole `1 / s` are the
 //! exact case there).
 
+use expertsim_scenario::cost::shape::MoeModelShape;
 use kernels::backend::{self, Backend, BackendError, BackendKind, Workload};
 use kernels::decode::{DecodeProblem, DecodeShape};
 use kernels::moe::{MoeProblem, MoeShape};
 use kernels::reroute::{RerouteProblem, RerouteVariant};
-use sim::cost::shape::MoeModelShape;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -444,7 +444,7 @@ pub fn slot_major_ids(counts: &[u32], tokens: usize, top_k: usize) -> Vec<i32> {
 /// lower index): the routed tokens each expert receives, from expected counts.
 pub fn round_counts(load: &[f32], total: u32) -> Vec<u32> {
     let shares: Vec<f64> = load.iter().map(|&v| f64::from(v)).collect();
-    sim::apportion::apportion(total, &shares)
+    expertsim_scenario::apportion::apportion(total, &shares)
 }
 
 /// `total` routed tokens spread as evenly as possible over `n` experts (the first ones get the

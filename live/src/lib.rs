@@ -7,7 +7,7 @@
 //! expected routing, `caps`; `continuous`: a continuous MoE replica such as the GEM preset, the
 //! ExpertWeave preset, a continuous MLA replica with adapters, and dense replicas such as the
 //! Chimera preset's engines and the MOSAIC preset's placed sessions), through the serving
-//! layer's one step-cost seam `sim::serving::step::StepCost`, wrapped once by `step::LiveStep`.
+//! layer's one step-cost seam `expertsim_scenario::serving::step::StepCost`, wrapped once by `step::LiveStep`.
 //!
 //! Before the run, `probe` checks that the scenario's measured profile describes the device
 //! (a few of its points timed again), and `calibration` can measure a profile for the scenario
@@ -25,13 +25,13 @@ pub mod report;
 pub mod step;
 
 use device::Kernels;
+use expertsim_scenario::metrics::RunOutput;
+use expertsim_scenario::policies::Policies;
+use expertsim_scenario::scenario::{Scenario, ScenarioPlan};
 use fidelity::{ErrorSummary, MetricPair, StepRecord, metric_pairs};
 use kernels::BackendError;
 pub use kernels::BackendKind;
 use serde::Serialize;
-use sim::metrics::RunOutput;
-use sim::policies::Policies;
-use sim::scenario::{Scenario, ScenarioPlan};
 use std::time::Instant;
 
 /// What advances simulated time after a step.
@@ -182,7 +182,7 @@ enum LiveFamily {
 
 /// Live mode's runner for each registered family with a live path (`Family::LIVE`, read from
 /// the registry), by name. A family's live module lives here because it launches kernels, which
-/// `sim` does not know; a family without one needs no line (live mode refuses it by name), and
+/// `expertsim-scenario` does not know; a family without one needs no line (live mode refuses it by name), and
 /// a test holds the lines and the registry's `LIVE` flags to one another.
 const LIVE_FAMILIES: &[(&str, LiveFamily)] = &[(
     "serving",
@@ -334,7 +334,7 @@ mod tests {
     /// and each line names one of them (a deleted family's line goes with it).
     #[test]
     fn every_registered_family_has_a_live_runner() {
-        for family in sim::registry::families() {
+        for family in expertsim_scenario::registry::families() {
             let named = |name: &&str| *name == family.name();
             assert_eq!(
                 LIVE_FAMILIES.iter().any(|(name, _)| named(name)),
@@ -344,7 +344,7 @@ mod tests {
         }
         for (name, _) in LIVE_FAMILIES {
             assert!(
-                sim::registry::family(name).is_some_and(|f| f.live()),
+                expertsim_scenario::registry::family(name).is_some_and(|f| f.live()),
                 "{name} is not a registered family with a live path"
             );
         }

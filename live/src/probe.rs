@@ -16,10 +16,10 @@ use crate::LiveError;
 use crate::device::Kernels;
 use calibrate::adaptive::StoppingRule;
 use calibrate::bench::{Bench, Series};
+use expertsim_scenario::cost::profile::MeasuredProfile;
+use expertsim_scenario::scenario::ScenarioPlan;
 use kernels::BackendError;
 use serde::Serialize;
-use sim::cost::profile::MeasuredProfile;
-use sim::scenario::ScenarioPlan;
 use std::path::{Component, Path, PathBuf};
 use std::time::Instant;
 
@@ -260,7 +260,7 @@ pub fn scenario_profile(plan: &ScenarioPlan) -> Result<Option<PathBuf>, LiveErro
         return Err(LiveError::Unsupported(format!("{field} is not a string")));
     };
     let base = plan.path.parent().unwrap_or(Path::new("."));
-    sim::validate::resolve_profile(field, text, base)
+    expertsim_scenario::validate::resolve_profile(field, text, base)
         .map(|p| Some(tidy(&p)))
         .map_err(|e| LiveError::Unsupported(format!("{}: {}", e.path, e.message)))
 }
@@ -310,12 +310,12 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sim::cost::profile::{Calibration, Measurement};
+    use expertsim_scenario::cost::profile::{Calibration, Measurement};
 
     /// A profile whose four step series hold `n` points each, median `ns(x)`.
     fn profile(n: usize, ns: impl Fn(f64) -> f64) -> MeasuredProfile {
-        let shape = sim::cost::shape::MoeModelShape::live_tiny_moe();
-        let gpu = sim::cost::GpuSpec::by_name("H200").unwrap();
+        let shape = expertsim_scenario::cost::shape::MoeModelShape::live_tiny_moe();
+        let gpu = expertsim_scenario::cost::GpuSpec::by_name("H200").unwrap();
         let measurements = STEP_SERIES
             .iter()
             .map(|s| Measurement {
@@ -331,7 +331,7 @@ mod tests {
             })
             .collect();
         MeasuredProfile {
-            profile: sim::cost::roofline::analytic_profile(&gpu, &shape),
+            profile: expertsim_scenario::cost::roofline::analytic_profile(&gpu, &shape),
             calibration: Calibration {
                 backend: "cpu".into(),
                 device_name: "the machine the profile was measured on".into(),

@@ -1,4 +1,4 @@
-//! Live mode over the serving layer's one step-cost seam (`sim::serving::step::StepCost`),
+//! Live mode over the serving layer's one step-cost seam (`expertsim_scenario::serving::step::StepCost`),
 //! written once: [`LiveStep`] wraps any simulated step cost, predicts each step with it, runs
 //! the step on the kernels through a family's [`Measure`], records predicted beside measured,
 //! logs what the scheduler put into the step, and hands back the duration the chosen clock
@@ -9,9 +9,9 @@
 use crate::device::Kernels;
 use crate::fidelity::StepRecord;
 use crate::{Clock, LiveError};
+use expertsim_scenario::serving::step::{StepBreakdown, StepCost, StepParts, StepTime, StepWork};
+use expertsim_scenario::time::SimDuration;
 use kernels::BackendError;
-use sim::serving::step::{StepBreakdown, StepCost, StepParts, StepTime, StepWork};
-use sim::time::SimDuration;
 use std::cell::RefCell;
 use std::rc::Rc;
 

@@ -29,7 +29,8 @@ fn cpu(clock: Clock) -> LiveOptions {
 
 fn live(name: &str, sets: &[&str], options: &LiveOptions) -> LiveReport {
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-    let plan = sim::scenario::load(&scenario(name), &sets).unwrap_or_else(|e| panic!("{e}"));
+    let plan = expertsim_scenario::scenario::load(&scenario(name), &sets)
+        .unwrap_or_else(|e| panic!("{e}"));
     live::run(&plan, &strategies::Registry, options).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
@@ -86,7 +87,7 @@ fn offline_workloads_decide_the_same_on_the_measured_clock() {
         "caps.toml no longer has the Poisson arrivals this replaces"
     );
     let offline = text.replace(poisson, "pattern = \"offline\"\n");
-    let plan = sim::scenario::load_str(&path, &offline, &[]).unwrap();
+    let plan = expertsim_scenario::scenario::load_str(&path, &offline, &[]).unwrap();
     let caps = live::run(&plan, &strategies::Registry, &cpu(Clock::Measured)).unwrap();
     check_measured(&caps);
     assert!(caps.decisions.identical, "{:?}", caps.decisions);
@@ -98,7 +99,9 @@ fn offline_workloads_decide_the_same_on_the_measured_clock() {
 
 #[test]
 fn a_run_of_several_cells_is_refused() {
-    let plan = sim::scenario::load(&scenario("caps.toml"), &["seeds=[1, 2]".to_string()]).unwrap();
+    let plan =
+        expertsim_scenario::scenario::load(&scenario("caps.toml"), &["seeds=[1, 2]".to_string()])
+            .unwrap();
     let error = live::run(&plan, &strategies::Registry, &cpu(Clock::Measured)).unwrap_err();
     assert_eq!(error.exit_code(), 2, "{error}");
 }

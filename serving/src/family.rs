@@ -283,7 +283,7 @@ impl FamilyId {
     pub fn name(self) -> &'static str {
         self.0.name()
     }
-    /// The module of `expertsim-serving` (folder under `serving/src/`, re-exported by `sim`
+    /// The module of `expertsim-serving` (folder under `serving/src/`, re-exported by `expertsim-scenario`
     /// under the same name) that holds the family: its name, but `serving_family` for `serving`
     /// (`serving` is the shared serving layer).
     pub fn module(self) -> &'static str {

@@ -1,11 +1,11 @@
-//! expertsim's serving layer (crate `expertsim-serving`, re-exported by `sim` under the same module
+//! expertsim's serving layer (crate `expertsim-serving`, re-exported by `expertsim-scenario` under the same module
 //! names): one continuous-batching replica, the queue-policy, batch-former and router extension
 //! points, the step-cost seam, per-request latencies and a dense model's serving cost
 //! (`serving`, docs/serving.md); the other extension points' traits and registry enums
 //! (`policies`: batch, mapping, placement, gate, adapter memory, and the `Policies` registry
 //! trait); the recorder of replicas above both (`recorder`); the files a sweep's cells share
 //! (`load_cache`) and the `Family` trait with what families share with the layers above
-//! (`family`; the loader and the lookups by name stay in `sim`), and the families above all of
+//! (`family`; the loader and the lookups by name stay in `expertsim-scenario`), and the families above all of
 //! them, declared and registered in one list, `families!` below: today the serving family, the
 //! one simulator every paper is a preset of (`serving_family`, docs/serving-family.md). It sits above `expertsim-core` (time, events, random streams,
 //! arrivals, the validation vocabulary, metrics) and `expertsim-cost` (the cost model), which it
@@ -20,8 +20,8 @@ pub mod serving;
 
 /// Declares each family's module and registers its `Family` implementation, from one line per
 /// family, `<module>::<type>,`: `pub mod <module>;` (its folder beside the invocation),
-/// `FAMILIES` (every family, in the order `expertsim` lists them; `sim::registry` finds them by
-/// name) and `family_modules` (each module once more, which `sim` re-exports under its root).
+/// `FAMILIES` (every family, in the order `expertsim` lists them; `expertsim_scenario::registry` finds them by
+/// name) and `family_modules` (each module once more, which `expertsim-scenario` re-exports under its root).
 #[macro_export]
 macro_rules! families {
     ($($module:ident :: $family:ident),* $(,)?) => {
@@ -30,7 +30,7 @@ macro_rules! families {
         /// Every family the simulator knows, in the order `expertsim` lists them.
         pub static FAMILIES: &[&dyn $crate::family::RegisteredFamily] = &[$(&$module::$family),*];
 
-        /// Every family's module, for a crate above to re-export (`sim`: `sim::serving_family`).
+        /// Every family's module, for a crate above to re-export (`expertsim-scenario`: `expertsim_scenario::serving_family`).
         pub mod family_modules {
             $(pub use super::$module;)*
         }
@@ -52,7 +52,7 @@ pub use expertsim_cost as cost;
 
 /// The validation vocabulary (`expertsim_core::validate`, `[limits]` included) with the one
 /// check that reads the cost model, a measured set's GPU (`cost::measured_steps::measured_on`),
-/// as `sim::validate` has it.
+/// as `expertsim_scenario::validate` has it.
 pub mod validate {
     pub use expertsim_core::validate::*;
     pub use expertsim_cost::measured_steps::measured_on;

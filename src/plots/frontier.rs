@@ -4,8 +4,8 @@
 //! better direction) is joined by a line, like Chimera's latency-vs-score Figures 5-7.
 
 use super::{Json, Selection, label};
+use expertsim_scenario::metrics::Better;
 use figures::{Chart, ChartFigure, ScatterPanel, ScatterSeries};
-use sim::metrics::Better;
 
 /// One series: its keys' values and its (x, y) points.
 type KeyedPoints = (Vec<Json>, Vec<(f64, f64)>);

@@ -4,8 +4,8 @@
 
 use super::{Selection, metric};
 use anyhow::Context;
+use expertsim_scenario::results::CellResult;
 use figures::ChartFigure;
-use sim::results::CellResult;
 
 pub(crate) fn build(selection: &Selection<'_>) -> anyhow::Result<ChartFigure> {
     let baseline = selection

@@ -4,9 +4,9 @@
 
 use super::labels::key_label;
 use super::{Json, Selection, label};
+use expertsim_scenario::results::CellResult;
+use expertsim_scenario::scenario::file::FigureFile;
 use figures::{BarPanel, BarSeries, Chart, ChartFigure, Panel, Series};
-use sim::results::CellResult;
-use sim::scenario::file::FigureFile;
 
 /// One y value of a cell for a metric, with its error-bar half-width; `None` leaves it out.
 pub(crate) type ValueOf<'f> = dyn Fn(&CellResult, &str) -> Option<(f64, f64)> + 'f;

@@ -14,12 +14,12 @@ mod stacked;
 mod timeline;
 
 use anyhow::Context;
+use expertsim_scenario::family::FigureKind;
+use expertsim_scenario::results::{CellResult, ResultsDocument, SweepAxisEcho};
+use expertsim_scenario::scenario::ScenarioPlan;
+use expertsim_scenario::scenario::figure::selected_values;
+use expertsim_scenario::scenario::file::FigureFile;
 use figures::ChartFigure;
-use sim::family::FigureKind;
-use sim::results::{CellResult, ResultsDocument, SweepAxisEcho};
-use sim::scenario::ScenarioPlan;
-use sim::scenario::figure::selected_values;
-use sim::scenario::file::FigureFile;
 use std::path::{Path, PathBuf};
 
 type Json = serde_json::Value;
@@ -222,7 +222,7 @@ const MAX_FILE_NAME_BYTES: usize = 255;
 /// Checks, before anything runs, that every figure file `plan` would write has a name the file
 /// system takes (`.png` and `.svg` added); the error names the figure's `name` field.
 pub fn check_file_names(plan: &ScenarioPlan) -> Result<(), (String, String)> {
-    let sweep = sim::partial::SweepHeader::of(plan).sweep;
+    let sweep = expertsim_scenario::partial::SweepHeader::of(plan).sweep;
     for (i, spec) in plan.figures.iter().enumerate() {
         for combo in combinations(spec, &sweep) {
             let name = format!("{}.png", file_stem(spec, &combo));

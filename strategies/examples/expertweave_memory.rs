@@ -11,12 +11,12 @@
 //! (scenarios/expertweave/{serving_scale, merged_skew, rerouting}.toml) and prints the overheads
 //! and gains.
 
-use sim::cost::shape::MlaMoeShape;
-use sim::policies::memory::adapters::{ESFT_TABLE1, padding_fragmentation_factor};
-use sim::policies::memory::adapters::{EsftAdapter, esft_adapter, esft_adapters};
-use sim::policies::memory::device::DeviceMemory;
-use sim::policies::memory::device::GIB;
-use sim::policies::memory::{MemoryConfig, MemoryReport};
+use expertsim_scenario::cost::shape::MlaMoeShape;
+use expertsim_scenario::policies::memory::adapters::{ESFT_TABLE1, padding_fragmentation_factor};
+use expertsim_scenario::policies::memory::adapters::{EsftAdapter, esft_adapter, esft_adapters};
+use expertsim_scenario::policies::memory::device::DeviceMemory;
+use expertsim_scenario::policies::memory::device::GIB;
+use expertsim_scenario::policies::memory::{MemoryConfig, MemoryReport};
 use strategies::memory::build;
 
 const CAPACITY: u64 = 64 * GIB;
@@ -199,7 +199,8 @@ fn serve(file: &str, sets: &[(&str, &str)], names: &[&str]) -> Vec<f64> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join(format!("../scenarios/expertweave/{file}.toml"));
     let arguments: Vec<String> = sets.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let plan = sim::scenario::load(&path, &arguments).expect("a shipped scenario loads");
+    let plan =
+        expertsim_scenario::scenario::load(&path, &arguments).expect("a shipped scenario loads");
     let value = |v: &str| -> toml::Value {
         toml::from_str::<toml::Table>(&format!("v = {v}"))
             .expect("a TOML value")
@@ -221,8 +222,14 @@ fn serve(file: &str, sets: &[(&str, &str)], names: &[&str]) -> Vec<f64> {
         .expect("the sets name a cell");
     let mut sums = vec![0.0; names.len()];
     for seed in SEEDS {
-        let run = sim::runner::run_cell(&cell.scenario, seed, &strategies::Registry, None, None)
-            .expect("the cell runs");
+        let run = expertsim_scenario::runner::run_cell(
+            &cell.scenario,
+            seed,
+            &strategies::Registry,
+            None,
+            None,
+        )
+        .expect("the cell runs");
         for (sum, name) in sums.iter_mut().zip(names) {
             *sum += run.output.scalar(name).expect("a metric");
         }
@@ -370,7 +377,7 @@ fn serving_figures() {
             &names,
         );
         let weave = figure6(rate, alpha, "{ kind = \"virtual_weight_tensor\" }", &names);
-        let share = sim::serving_family::adapters::adapter_shares(2, alpha)[0];
+        let share = expertsim_scenario::serving_family::adapters::adapter_shares(2, alpha)[0];
         println!(
             "{:>5.0} {:>6.1} {:>9.1} {:>12.0} / {:>11.0} {:>12.0} / {:>11.0} {:>10.1} {:>10.1}",
             rate,

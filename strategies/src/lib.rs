@@ -1,6 +1,6 @@
 //! expertsim's pluggable policies, one file per policy, grouped by extension point folder, above
 //! `expertsim-serving` (the extension points' traits, `policies` and `serving`), which Cargo holds
-//! it to: it knows no scenario loader (`sim` is only its tests' and examples').
+//! it to: it knows no scenario loader (`expertsim-scenario` is only its tests' and examples').
 
 pub mod batch;
 pub mod gating;

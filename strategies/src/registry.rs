@@ -54,7 +54,7 @@ pub fn catalogue() -> Vec<PolicyInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sim::scenario::schema::variants;
+    use expertsim_scenario::scenario::schema::variants;
 
     /// `expertsim list` shows the catalogue: every kind a policy table accepts is in it, and
     /// nothing else, for each extension point.

@@ -473,9 +473,10 @@ fn a_missing_family_is_refused_with_the_families_and_a_line() {
 
 #[test]
 fn every_shipped_scenario_validates() {
-    let files =
-        sim::scenario::scenario_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios"))
-            .unwrap();
+    let files = expertsim_scenario::scenario::scenario_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios"),
+    )
+    .unwrap();
     assert!(files.len() >= 5, "found only {files:?}");
     for path in files {
         let output = expertsim(&["validate", path.to_str().unwrap()]);

@@ -1,4 +1,4 @@
-//! Every registered family (`sim::registry::FAMILIES`) is reachable: the scenario loader accepts
+//! Every registered family (`expertsim_scenario::registry::FAMILIES`) is reachable: the scenario loader accepts
 //! its `family = "..."`, the runner runs a cell of it through the policy registry, and the
 //! per-request CSV it writes carries exactly the columns the family declares. (Live mode's
 //! coverage of the list is held by `live`'s own unit test, from the families' `LIVE` flags.)
@@ -7,15 +7,16 @@ use std::path::Path;
 
 #[test]
 fn every_registered_family_loads_and_runs() {
-    for family in sim::registry::families() {
+    for family in expertsim_scenario::registry::families() {
         // Each family names its small scenario (`Family::QUICK_SCENARIO`), which runs in moments.
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(family.quick_scenario());
-        let plan = sim::scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{family}: {e}"));
+        let plan = expertsim_scenario::scenario::load(&path, &[])
+            .unwrap_or_else(|e| panic!("{family}: {e}"));
         assert_eq!(plan.family, family);
         assert_eq!(plan.cells[0].scenario.family(), family);
         let dir = tempfile::tempdir().unwrap();
         let csv = dir.path().join("requests.csv");
-        let run = sim::runner::run_cell(
+        let run = expertsim_scenario::runner::run_cell(
             &plan.cells[0].scenario,
             plan.seeds[0],
             &strategies::Registry,
@@ -31,7 +32,7 @@ fn every_registered_family_loads_and_runs() {
             Some(columns) => {
                 let text = std::fs::read_to_string(&csv).unwrap();
                 let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
-                let expected: Vec<&str> = sim::records::COMMON_COLUMNS
+                let expected: Vec<&str> = expertsim_scenario::records::COMMON_COLUMNS
                     .iter()
                     .chain(columns)
                     .copied()
@@ -53,8 +54,8 @@ fn mosaic_records_the_source_its_expert_steps_reported() {
         ("scenarios/live/mosaic.toml", "measured"),
         ("scenarios/mosaic/quick.toml", "analytic-roofline"),
     ] {
-        let plan = sim::scenario::load(&root.join(scenario), &[]).unwrap();
-        let run = sim::runner::run_cell(
+        let plan = expertsim_scenario::scenario::load(&root.join(scenario), &[]).unwrap();
+        let run = expertsim_scenario::runner::run_cell(
             &plan.cells[0].scenario,
             plan.seeds[0],
             &strategies::Registry,
@@ -73,14 +74,15 @@ fn mosaic_records_the_source_its_expert_steps_reported() {
 #[test]
 fn the_serving_adapters_example_runs() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let plan = sim::scenario::load(&root.join("scenarios/serving/esft_adapters.toml"), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
+    let plan =
+        expertsim_scenario::scenario::load(&root.join("scenarios/serving/esft_adapters.toml"), &[])
+            .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(plan.cells.len(), 2);
-    let runs: Vec<sim::metrics::RunOutput> = plan
+    let runs: Vec<expertsim_scenario::metrics::RunOutput> = plan
         .cells
         .iter()
         .map(|cell| {
-            sim::runner::run_cell(
+            expertsim_scenario::runner::run_cell(
                 &cell.scenario,
                 plan.seeds[0],
                 &strategies::Registry,
@@ -103,7 +105,7 @@ fn the_serving_adapters_example_runs() {
     let memory = &weave.details["adapters"]["memory"];
     let mapped = memory["adapter_allocated_bytes"].as_f64().unwrap();
     assert!(mapped > 0.0);
-    let kv = |run: &sim::metrics::RunOutput| {
+    let kv = |run: &expertsim_scenario::metrics::RunOutput| {
         run.details["deployment"][0]["kv_tokens_per_replica"]
             .as_f64()
             .unwrap()

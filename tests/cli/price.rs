@@ -1,13 +1,13 @@
 //! `expertsim price`: the committed H200 price inputs (`profiles/h200/price_{graph,eager}.csv`,
 //! every point of `profiles/h200/kernels.json`) come back with the very predictions the H200
-//! fidelity check holds to the bar (`sim::cost::fidelity`), and a refused row is named with the
+//! fidelity check holds to the bar (`expertsim_scenario::cost::fidelity`), and a refused row is named with the
 //! file, line and column, exit code 2, nothing written.
 
 use crate::common::{expertsim, stderr};
-use sim::cost::fidelity::price_points;
-use sim::cost::gpu::GpuSpec;
-use sim::cost::kernel::Timing;
-use sim::cost::kernel_timings::KernelTimings;
+use expertsim_scenario::cost::fidelity::price_points;
+use expertsim_scenario::cost::gpu::GpuSpec;
+use expertsim_scenario::cost::kernel::Timing;
+use expertsim_scenario::cost::kernel_timings::KernelTimings;
 
 /// The `predicted_us` column of `expertsim price <input> --timing <timing>`.
 fn predicted(input: &str, timing: &str) -> Vec<f64> {

@@ -4,16 +4,16 @@
 //! fails until `expect` and `known_deviation` are updated. On the same runs, every declared value
 //! of docs/reproduction.md's prose: a span must say what the run gives (or, where the quick run
 //! reads other cells than the full one, the value's `quick` text must), and every other number of
-//! a family's prose must be declared as the paper's or an input (`sim::headlines::prose`). Also
+//! a family's prose must be declared as the paper's or an input (`expertsim_scenario::headlines::prose`). Also
 //! the `reproduce` command's document handling: generated sections and value spans replaced,
 //! prose kept, a second run byte-identical, missing markers, unknown values and (given the
 //! papers' text) a number quoted as the paper's that its paper lacks refused.
 
 use crate::common::expertsim;
-use sim::headlines::prose::{self, FamilyProse, QuickRendering};
-use sim::headlines::{self, Headlines};
-use sim::partial::SweepHeader;
-use sim::scenario::ScenarioPlan;
+use expertsim_scenario::headlines::prose::{self, FamilyProse, QuickRendering};
+use expertsim_scenario::headlines::{self, Headlines};
+use expertsim_scenario::partial::SweepHeader;
+use expertsim_scenario::scenario::ScenarioPlan;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -83,8 +83,8 @@ fn every_claim_gets_its_expected_verdict_and_every_value_its_text_on_its_quick_r
             // spans for declaration and use; their texts are what `expertsim reproduce
             // <family>` writes.
             for run in &family.runs {
-                let plan =
-                    sim::scenario::load(&run.scenario, &run.sets).unwrap_or_else(|e| panic!("{e}"));
+                let plan = expertsim_scenario::scenario::load(&run.scenario, &run.sets)
+                    .unwrap_or_else(|e| panic!("{e}"));
                 family
                     .check_against(&run.id, &plan)
                     .unwrap_or_else(|e| panic!("{e}"));
@@ -99,14 +99,15 @@ fn every_claim_gets_its_expected_verdict_and_every_value_its_text_on_its_quick_r
         for run in &family.runs {
             let mut sets = run.sets.clone();
             sets.extend(run.quick.iter().cloned());
-            let plan = sim::scenario::load(&run.scenario, &sets).unwrap_or_else(|e| panic!("{e}"));
-            let full_plan =
-                sim::scenario::load(&run.scenario, &run.sets).unwrap_or_else(|e| panic!("{e}"));
+            let plan = expertsim_scenario::scenario::load(&run.scenario, &sets)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let full_plan = expertsim_scenario::scenario::load(&run.scenario, &run.sets)
+                .unwrap_or_else(|e| panic!("{e}"));
             family
                 .check_against(&run.id, &plan)
                 .unwrap_or_else(|e| panic!("{e}"));
             let all: Vec<usize> = (0..plan.cells.len()).collect();
-            let cells = sim::runner::run_cells(
+            let cells = expertsim_scenario::runner::run_cells(
                 &plan,
                 &strategies::Registry,
                 &all,
@@ -212,10 +213,13 @@ fn every_claim_gets_its_expected_verdict_and_every_value_its_text_on_its_quick_r
 #[test]
 fn the_documented_verdict_rule_uses_the_codes_tolerances() {
     let doc = std::fs::read_to_string("docs/reproduction.md").unwrap();
-    let relative = format!("within {}%", sim::headlines::RELATIVE_TOLERANCE * 100.0);
+    let relative = format!(
+        "within {}%",
+        expertsim_scenario::headlines::RELATIVE_TOLERANCE * 100.0
+    );
     let absolute = format!(
         "within {} points",
-        sim::headlines::ABSOLUTE_TOLERANCE_POINTS
+        expertsim_scenario::headlines::ABSOLUTE_TOLERANCE_POINTS
     );
     for text in [relative, absolute] {
         assert!(doc.contains(&text), "docs/reproduction.md lacks `{text}`");

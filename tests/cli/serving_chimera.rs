@@ -15,11 +15,11 @@
 //! `[[replica]]` group is refused naming it.
 
 use super::common::{expertsim, stderr};
-use sim::load_cache::LoadCache;
-use sim::serving::predictors::{PredictorConfig, SemanticRouterConfig};
-use sim::serving::{EngineState, QueuePolicy, QueuedRequest};
-use sim::serving::{RouteRequest, Router};
-use sim::serving_family::{ServingConfig, ServingScenario};
+use expertsim_scenario::load_cache::LoadCache;
+use expertsim_scenario::serving::predictors::{PredictorConfig, SemanticRouterConfig};
+use expertsim_scenario::serving::{EngineState, QueuePolicy, QueuedRequest};
+use expertsim_scenario::serving::{RouteRequest, Router};
+use expertsim_scenario::serving_family::{ServingConfig, ServingScenario};
 use std::path::Path;
 
 /// A scenario file's family tables (the common keys removed).
@@ -168,7 +168,7 @@ fn replayed_run(scenario: &ServingScenario) -> Replayed {
         inner: strategies::routing::build(&scenario.router),
         calls: Vec::new(),
     };
-    let out = sim::serving_family::run_recorded(
+    let out = expertsim_scenario::serving_family::run_recorded(
         scenario,
         1,
         &mut queue,
@@ -176,7 +176,7 @@ fn replayed_run(scenario: &ServingScenario) -> Replayed {
         strategies::mapping::build(&scenario.expert_mapping).as_mut(),
         &mut [],
         None,
-        &mut sim::records::DiscardRecords,
+        &mut expertsim_scenario::records::DiscardRecords,
         None,
     )
     .unwrap();

@@ -1,7 +1,7 @@
 //! The studies of docs/studies.md state mechanisms; these tests hold the mechanisms on smaller
 //! runs of the same scenario files, each against a bound derived by hand from the cost model.
 
-use sim::metrics::RunOutput;
+use expertsim_scenario::metrics::RunOutput;
 use std::path::Path;
 
 /// Runs every cell of a study scenario under `sets` (one seed) and returns each cell's sweep
@@ -9,7 +9,7 @@ use std::path::Path;
 fn run_study(file: &str, sets: &[&str]) -> Vec<(Vec<String>, RunOutput)> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-    let plan = sim::scenario::load(&path, &sets).unwrap_or_else(|e| panic!("{e}"));
+    let plan = expertsim_scenario::scenario::load(&path, &sets).unwrap_or_else(|e| panic!("{e}"));
     plan.cells
         .iter()
         .map(|cell| {
@@ -18,7 +18,7 @@ fn run_study(file: &str, sets: &[&str]) -> Vec<(Vec<String>, RunOutput)> {
                 .iter()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
-            let run = sim::runner::run_cell(
+            let run = expertsim_scenario::runner::run_cell(
                 &cell.scenario,
                 plan.seeds[0],
                 &strategies::Registry,

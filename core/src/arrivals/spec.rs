@@ -46,7 +46,7 @@ pub enum ArrivalPattern {
     Trace,
 }
 
-/// `arrival.trace`: a CSV trace (`sim::arrivals::Trace`'s columns) and its replay speed.
+/// `arrival.trace`: a CSV trace (`expertsim_scenario::arrivals::Trace`'s columns) and its replay speed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TraceReplayTable {

@@ -2,7 +2,7 @@
 //! (`table::MetricDef`: name, unit, better direction, how to compute; a failed run's reason,
 //! `table::failed`), a step's expert-load statistics accumulated over a replica's steps
 //! (`expert_load::ExpertLoad`), and the ranking-quality measures of predictors and routers
-//! (`ranking`). The recorder of replicas (`sim::recorder`: `ReplicaRecorder`, `TraceEvents`)
+//! (`ranking`). The recorder of replicas (`expertsim_scenario::recorder`: `ReplicaRecorder`, `TraceEvents`)
 //! reads the serving layer and re-exports these under its own path.
 
 pub mod expert_load;

@@ -2,8 +2,8 @@
 //! reads a scenario table: the field-level error the loader turns into file:line:column, number
 //! and duration checks, profile names, file-name components, and the ceilings of `[limits]`
 //! (`limits`). It names no cost model (the one check that reads one, a measured set's GPU, is
-//! `expertsim_cost::measured_steps::measured_on`); the loader (`sim::scenario`) and the cache of
-//! files a sweep's cells share (`sim::load_cache`) sit above.
+//! `expertsim_cost::measured_steps::measured_on`); the loader (`expertsim_scenario::scenario`) and the cache of
+//! files a sweep's cells share (`expertsim_scenario::load_cache`) sit above.
 
 pub mod limits;
 

@@ -4,7 +4,7 @@
 //! (`AggregationGate`), `memory` (`AdapterMemory`); the queue-policy and router points are the
 //! serving layer's (`serving::queue`, `serving::router`, their enums in `serving::policy`). And
 //! `Policies`, the registry trait that builds a policy object per point from its enum. The module
-//! sits below every family and names none. `sim` knows no policy; the `strategies` crate
+//! sits below every family and names none. `expertsim-scenario` knows no policy; the `strategies` crate
 //! implements every one and `Policies` (`strategies::Registry`), and the caller hands it to the
 //! runner, which hands it to each family's run.
 

@@ -249,7 +249,7 @@ pub struct ReplicaTable {
     /// Replicas of the group.
     #[serde(default = "d_one")]
     pub count: usize,
-    /// GPU catalogue name (`sim::cost::gpu`).
+    /// GPU catalogue name (`expertsim_scenario::cost::gpu`).
     #[serde(default = "d_gpu")]
     pub gpu: String,
     /// GPUs per replica (default: the larger of the two parallel degrees).

@@ -1,5 +1,5 @@
 //! The serving-family documents the tests share, this crate's and the loader's above it
-//! (`sim`'s file, line and field checks): two models whose replicas load their weights, their
+//! (`expertsim-scenario`'s file, line and field checks): two models whose replicas load their weights, their
 //! fixed-length calls or GPQA's questions, offline on two placed workers, and one model's calls
 //! on one resident replica. Built here once so that a test's edit (`replacen` of a line) means
 //! the same document wherever it is made.

@@ -432,7 +432,7 @@ mod tests {
     //! is exactly a resident replica's offline run of its calls, two points give the line the
     //! regression must pass through, the plan reads the prediction, and the session rows of
     //! the placed run follow from its workers' record; a bad `[placement.calibration]` is
-    //! refused naming its field (its file and line: `sim`'s loader checks).
+    //! refused naming its field (its file and line: `expertsim-scenario`'s loader checks).
 
     use super::super::tests::{Fifo, Linear, Turns, resident_makespan_s, scenario};
     use super::super::{Serving, TABLE};

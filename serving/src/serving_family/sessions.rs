@@ -430,7 +430,7 @@ mod tests {
     //! at the first's last finish and generates after its own load, each session's generation
     //! exactly a resident replica's run of the same calls; a barrier holds a fast worker, and a
     //! worker without calls of a model still loads it; a bad `[placement]` is refused naming
-    //! its field (its file and line: `sim`'s loader checks).
+    //! its field (its file and line: `expertsim-scenario`'s loader checks).
 
     use super::super::placement::planned;
     use super::super::tests::{Fifo, Linear, Turns, resident_makespan_s, run, scenario};

@@ -967,7 +967,7 @@ rate_per_s = 20.0
     assert_eq!(format!("{:?}", out.scalars), format!("{:?}", go().scalars));
 }
 
-/// A stand-in adapter-memory manager (the real ones are in the `strategies` crate, which `sim`
+/// A stand-in adapter-memory manager (the real ones are in the `strategies` crate, which `expertsim-scenario`
 /// does not depend on; strategies/tests/integration/families_in_serving.rs runs them): one instance of
 /// the device's weights plus `adapter_bytes`, KV as the device leaves it, rerouting to the
 /// adapters' experts or not.

@@ -170,8 +170,8 @@ mod simulated {
     fn run(dataset: &str, kind: &str, seed: u64) -> RunOutput {
         let path =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/mosaic/evaluation.toml");
-        let plan = sim::scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
-        let at = |cell: &sim::scenario::Cell, key: &str| {
+        let plan = expertsim_scenario::scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let at = |cell: &expertsim_scenario::scenario::Cell, key: &str| {
             cell.coords
                 .iter()
                 .find(|(k, _)| k == key)
@@ -188,7 +188,7 @@ mod simulated {
                     && at(c, "workload.questions.gate.tau").and_then(|v| v.as_float()) == Some(1.0)
             })
             .unwrap_or_else(|| panic!("{dataset}: no {kind} cell at tau 1"));
-        sim::runner::run_cell(&cell.scenario, seed, &crate::Registry, None, None)
+        expertsim_scenario::runner::run_cell(&cell.scenario, seed, &crate::Registry, None, None)
             .unwrap_or_else(|e| panic!("{e}"))
             .output
     }

@@ -18,14 +18,14 @@ const SOURCE_DIRS: &[&str] = &[
     "core/src",
     "cost/src",
     "serving/src",
-    "sim/src",
+    "scenario/src",
     "live/src",
     "strategies/src",
     "src",
 ];
 
 /// This file, which names what it looks for.
-const THIS_FILE: &str = "sim/src/one_engine_checks.rs";
+const THIS_FILE: &str = "scenario/src/one_engine_checks.rs";
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -1,18 +1,18 @@
 //! The dependency rules, checked from the sources. Between crates: each workspace crate's
 //! `[dependencies]` name only the expertsim crates its row of `CRATE_LAYERS` allows (ARCHITECTURE.md's
 //! table of what each crate may depend on), and those rows form no cycle; Cargo refuses a cycle of normal
-//! dependencies itself, the rows also hold the direction (`sim` names no policy or plotting
-//! crate, `core` no other expertsim crate). Inside a crate: the top-level modules of `sim`
+//! dependencies itself, the rows also hold the direction (`expertsim-scenario` names no policy or plotting
+//! crate, `core` no other expertsim crate). Inside a crate: the top-level modules of `expertsim-scenario`
 //! (`scenario`, `registry`, `runner`, ...), of `expertsim-core` (`time`, `engine`,
 //! `arrivals`, `validate`, ...) and of `expertsim-serving` (`serving`, `policies`, `recorder`,
 //! `load_cache`, `family`, `serving_family`)
 //! import one another without a cycle. `expertsim-cost` is one
-//! node here as it was one module of `sim` before: its own modules are not held to the rule
+//! node here as it was one module of `expertsim-scenario` before: its own modules are not held to the rule
 //! (`kernel` and `moe_layer` name each other). Every non-test source is read, comments and string
 //! literals blanked, `#[cfg(test)]` items and test-only files left out, and each
 //! `crate::<module>` path (in `use` lines, grouped `use crate::{a, b::c}` included, and in code)
-//! is an edge from the file's top-level module; a path to a module of a crate below (`sim`'s
-//! `crate::arrivals`, a re-export of `expertsim_core::arrivals`) is no edge of `sim`'s graph.
+//! is an edge from the file's top-level module; a path to a module of a crate below (`expertsim-scenario`'s
+//! `crate::arrivals`, a re-export of `expertsim_core::arrivals`) is no edge of `expertsim-scenario`'s graph.
 //! Each graph must be acyclic, with no exception; a cycle fails the test naming each edge and a
 //! line that makes it. A reviewer runs it with
 //! `cargo test -p expertsim-scenario --lib module_graph_checks`.
@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
-const SIM_SRC: &str = "sim/src";
+const SIM_SRC: &str = "scenario/src";
 const CRATES_BELOW_SIM: &[&str] = &["core/src", "serving/src"];
 
 /// `code` with comments, string literals and character literals replaced by spaces (newlines
@@ -350,7 +350,7 @@ fn the_check_reads_paths_and_skips_comments_strings_and_tests() {
 fn the_top_level_modules_import_one_another_without_a_cycle() {
     let graph = module_graph(SIM_SRC);
     // The cycles stay broken (each edge is gone, not merely allowed). `cost -> serving`
-    // and `cost -> scenario` are now Cargo's to refuse: `expertsim-cost` does not depend on `sim`;
+    // and `cost -> scenario` are now Cargo's to refuse: `expertsim-cost` does not depend on `expertsim-scenario`;
     // so are `policies -> <family>`, `family -> <family>`, `family -> scenario` and
     // `serving -> <family>`: `expertsim-serving` (the `Family` trait below the families, the
     // registration list above them in `registry`) does not either (`serving -> recorder` is held

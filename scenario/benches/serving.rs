@@ -10,15 +10,20 @@ use std::path::Path;
 
 fn ten_thousand_dense(c: &mut Criterion) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/serving/speed_dense.toml");
-    let plan = sim::scenario::load(&path, &[]).expect("the speed scenario loads");
+    let plan = expertsim_scenario::scenario::load(&path, &[]).expect("the speed scenario loads");
     let scenario = &plan.cells[0].scenario;
     let mut group = c.benchmark_group("serving");
     group.sample_size(20);
     group.bench_function("ten_thousand_requests_one_dense_replica", |b| {
         b.iter(|| {
-            let run =
-                sim::runner::run_cell(scenario, plan.seeds[0], &strategies::Registry, None, None)
-                    .expect("the speed scenario runs");
+            let run = expertsim_scenario::runner::run_cell(
+                scenario,
+                plan.seeds[0],
+                &strategies::Registry,
+                None,
+                None,
+            )
+            .expect("the speed scenario runs");
             assert_eq!(run.output.scalar("completed"), Some(10_000.0));
             run
         })

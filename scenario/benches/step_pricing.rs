@@ -26,13 +26,13 @@
 //! Run: `cargo bench -p expertsim-scenario --bench step_pricing`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use sim::rng::stream;
-use sim::serving::RoutedTokens;
-use sim::serving_family::config::ServingScenario;
-use sim::serving_family::deployment::Deployment;
-use sim::serving_family::expert_routing::ExpertRouter;
-use sim::serving_family::mapping::ExpertLayout;
-use sim::serving_family::step_cost::ReplicaStepCost;
+use expertsim_scenario::rng::stream;
+use expertsim_scenario::serving::RoutedTokens;
+use expertsim_scenario::serving_family::config::ServingScenario;
+use expertsim_scenario::serving_family::deployment::Deployment;
+use expertsim_scenario::serving_family::expert_routing::ExpertRouter;
+use expertsim_scenario::serving_family::mapping::ExpertLayout;
+use expertsim_scenario::serving_family::step_cost::ReplicaStepCost;
 use std::path::Path;
 use std::rc::Rc;
 
@@ -53,7 +53,7 @@ fn step_pricing(c: &mut Criterion) {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/serving/speed_moe_million.toml");
     let mut group = c.benchmark_group("step_pricing");
 
-    let plan = sim::scenario::load(&path, &[]).expect("the speed scenario loads");
+    let plan = expertsim_scenario::scenario::load(&path, &[]).expect("the speed scenario loads");
     let scenario: &ServingScenario = plan.cells[0].scenario.get().expect("a serving scenario");
     let shape = scenario.model.experts().expect("an MoE model");
     let r = &scenario.replica;
@@ -106,11 +106,17 @@ fn step_pricing(c: &mut Criterion) {
     });
 
     let sets = [format!("workload.n_requests={REQUESTS}")];
-    let plan = sim::scenario::load(&path, &sets).expect("the speed scenario loads");
+    let plan = expertsim_scenario::scenario::load(&path, &sets).expect("the speed scenario loads");
     let scenario = &plan.cells[0].scenario;
     let run = || {
-        sim::runner::run_cell(scenario, plan.seeds[0], &strategies::Registry, None, None)
-            .expect("the speed scenario runs")
+        expertsim_scenario::runner::run_cell(
+            scenario,
+            plan.seeds[0],
+            &strategies::Registry,
+            None,
+            None,
+        )
+        .expect("the speed scenario runs")
     };
     // Every event after the arrivals is a step's end.
     let events = run().output.details["events"]
@@ -129,12 +135,19 @@ fn step_pricing(c: &mut Criterion) {
         "workload.horizon_s=20",
     ]
     .map(String::from);
-    let plan = sim::scenario::load(&path, &sets).expect("the ExpertWeave scenario loads");
+    let plan =
+        expertsim_scenario::scenario::load(&path, &sets).expect("the ExpertWeave scenario loads");
     assert_eq!(plan.cells.len(), 1, "the sets narrow the sweep to one cell");
     let scenario = &plan.cells[0].scenario;
     let run = || {
-        sim::runner::run_cell(scenario, plan.seeds[0], &strategies::Registry, None, None)
-            .expect("the ExpertWeave scenario runs")
+        expertsim_scenario::runner::run_cell(
+            scenario,
+            plan.seeds[0],
+            &strategies::Registry,
+            None,
+            None,
+        )
+        .expect("the ExpertWeave scenario runs")
     };
     let events = run().output.details["events"]
         .as_u64()

@@ -36,14 +36,16 @@ fn scenario() -> String {
 
 fn one_hour_rps16(c: &mut Criterion) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench-chimera-hour.toml");
-    let plan = sim::scenario::load_str(&path, &scenario(), &[]).expect("bench scenario is valid");
+    let plan = expertsim_scenario::scenario::load_str(&path, &scenario(), &[])
+        .expect("bench scenario is valid");
     let cell = &plan.cells[0].scenario;
     let mut group = c.benchmark_group("chimera");
     group.sample_size(10);
     group.bench_function("one_hour_rps16_four_engines", |b| {
         b.iter(|| {
-            let out = sim::runner::run_cell(cell, 1, &strategies::Registry, None, None)
-                .expect("the bench scenario runs");
+            let out =
+                expertsim_scenario::runner::run_cell(cell, 1, &strategies::Registry, None, None)
+                    .expect("the bench scenario runs");
             let completed = out
                 .output
                 .scalars

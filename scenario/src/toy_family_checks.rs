@@ -64,7 +64,7 @@ impl Policies for NoPolicies {
     }
 }
 
-/// The macro's line declared the toy's module (`family_modules` re-exports it, as `sim`'s root
+/// The macro's line declared the toy's module (`family_modules` re-exports it, as `expertsim-scenario`'s root
 /// re-exports the real ones) and registered it; the registry finds it by name there and not in
 /// the real list, and the erased family reads its tables, validates a cell, bounds it and runs
 /// it, as the scenario loader and the runner do.

@@ -10,9 +10,9 @@ const SOURCE_DIRS: &[&str] = &[
     "core/src",
     "cost/src",
     "serving/src",
-    "sim/src",
-    "sim/examples",
-    "sim/benches",
+    "scenario/src",
+    "scenario/examples",
+    "scenario/benches",
     "strategies/src",
     "strategies/examples",
     "strategies/benches",
@@ -24,7 +24,7 @@ const SOURCE_DIRS: &[&str] = &[
 ];
 
 /// This file, which names what it looks for.
-const THIS_FILE: &str = "sim/src/one_model_checks.rs";
+const THIS_FILE: &str = "scenario/src/one_model_checks.rs";
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -36,7 +36,7 @@ impl Family for Toy {
     const HEADLINE: &'static [&'static str] = &["served"];
     const HEADLINE_IMPROVEMENTS: &'static [&'static str] = &[];
     const RATE_KEY: Option<&'static str> = Some("requests");
-    const QUICK_SCENARIO: &'static str = "sim/src/toy_family_checks/toy/quick.toml";
+    const QUICK_SCENARIO: &'static str = "scenario/src/toy_family_checks/toy/quick.toml";
 
     fn validate(
         config: ToyConfig,

@@ -16,14 +16,14 @@ fn gem_serving(c: &mut Criterion) {
         "model.name=qwen3-30b-a3b".to_string(),
         "workload.n_requests=4000".to_string(),
     ];
-    let plan = sim::scenario::load(&path, &sets).expect("the GEM preset loads");
+    let plan = expertsim_scenario::scenario::load(&path, &sets).expect("the GEM preset loads");
     let cell = &plan.cells[0];
     assert_eq!(cell.id, "experts.mapping.kind=linear");
     let mut group = c.benchmark_group("gem");
     group.sample_size(10);
     group.bench_function("serve_qwen3_30b_a3b_4000_offline_requests", |b| {
         b.iter(|| {
-            let run = sim::runner::run_cell(
+            let run = expertsim_scenario::runner::run_cell(
                 &cell.scenario,
                 plan.seeds[0],
                 &strategies::Registry,

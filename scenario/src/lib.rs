@@ -25,7 +25,7 @@ mod shipped_scenarios;
 mod toy_family_checks;
 
 // The crates below this one, under the module names every path already uses (`crate::time`,
-// `sim::cost::gpu`, ...).
+// `expertsim_scenario::cost::gpu`, ...).
 pub use expertsim_core::{
     apportion, arrivals, distributions, engine, event_queue, input, memo, metrics, records, rng,
     time,

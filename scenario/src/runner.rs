@@ -1,7 +1,7 @@
 //! Runs the cells of a loaded scenario plan: every (cell, seed) pair is one independent
 //! simulation, run in parallel with rayon and gathered in plan order, so the result does not
 //! depend on thread timing. Each family's runs go through the same path; policies come from a
-//! `policies::Policies` registry the caller provides (the `strategies` crate), since `sim` knows
+//! `policies::Policies` registry the caller provides (the `strategies` crate), since `expertsim-scenario` knows
 //! no policy.
 //! `partial` decides which cells to run (shards, resumed sweeps) and assembles the document.
 

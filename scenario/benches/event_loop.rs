@@ -3,9 +3,9 @@
 //! measurement is heap push + pop + dispatch. Run: `cargo bench -p expertsim-scenario --bench event_loop`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use sim::engine::{Model, run};
-use sim::event_queue::EventQueue;
-use sim::time::{SimDuration, SimTime};
+use expertsim_scenario::engine::{Model, run};
+use expertsim_scenario::event_queue::EventQueue;
+use expertsim_scenario::time::{SimDuration, SimTime};
 use std::hint::black_box;
 
 const EVENTS: u64 = 1_000_000;

@@ -7,15 +7,15 @@
 //! prediction through `expertsim price` (`profiles/h200/price_{graph,eager}.csv`).
 //! Run: `cargo run --release -p expertsim-scenario --example h200_fidelity`.
 
-use figures::{Figure, Panel, Series};
-use sim::cost::fidelity::{
+use expertsim_scenario::cost::fidelity::{
     FidelityPoint, KernelClass, MAX_MEDIAN_ABS_PCT, MIN_WITHIN_20_PCT, gated, price_points, spread,
     vidur_shares,
 };
-use sim::cost::gpu::GpuSpec;
-use sim::cost::kernel::{RatesFile, Timing};
-use sim::cost::kernel_timings::KernelTimings;
-use sim::cost::measured_ops::OpClass;
+use expertsim_scenario::cost::gpu::GpuSpec;
+use expertsim_scenario::cost::kernel::{RatesFile, Timing};
+use expertsim_scenario::cost::kernel_timings::KernelTimings;
+use expertsim_scenario::cost::measured_ops::OpClass;
+use figures::{Figure, Panel, Series};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
@@ -27,7 +27,7 @@ fn root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
-fn row(label: &str, s: Option<sim::cost::fidelity::Spread>) -> String {
+fn row(label: &str, s: Option<expertsim_scenario::cost::fidelity::Spread>) -> String {
     match s {
         Some(s) => format!(
             "| {label} | {} | {:.1} % | {:.0} % | {:.2} / {:.2} / {:.2} |",
@@ -77,8 +77,9 @@ fn class_table(points: &[FidelityPoint]) -> String {
         .collect();
     let s = spread(eager.iter().copied()).unwrap();
     let part = |fitted: bool| {
-        let fitted_model =
-            |p: &&FidelityPoint| sim::cost::fit::FITTED_MODELS.contains(&p.model.as_str());
+        let fitted_model = |p: &&FidelityPoint| {
+            expertsim_scenario::cost::fit::FITTED_MODELS.contains(&p.model.as_str())
+        };
         spread(eager.iter().copied().filter(|p| fitted_model(p) == fitted))
             .map(|s| {
                 format!(
@@ -243,8 +244,8 @@ fn figures(points: &[FidelityPoint], out: &Path) {
                 .collect()
         };
         let (eager, graph) = (of(Timing::Eager), of(Timing::Graph));
-        let m = sim::cost::price::CatalogueModel::by_name(model).unwrap();
-        let o = sim::cost::price::Op::parse(op).unwrap();
+        let m = expertsim_scenario::cost::price::CatalogueModel::by_name(model).unwrap();
+        let o = expertsim_scenario::cost::price::Op::parse(op).unwrap();
         // The model on a dense token grid (every 8 tokens to 512, then a geometric grid).
         let grid: Vec<u64> = (0..=64u64)
             .map(|i| (i * 8).max(1))
@@ -254,7 +255,8 @@ fn figures(points: &[FidelityPoint], out: &Path) {
         let model_line = |timing: Timing| {
             grid.iter()
                 .map(|&t| {
-                    let p = sim::cost::price::price_op(&gpu, &m, o, t, 0, timing).unwrap();
+                    let p = expertsim_scenario::cost::price::price_op(&gpu, &m, o, t, 0, timing)
+                        .unwrap();
                     (log2(t as f64), p.predicted_ns / 1e3)
                 })
                 .collect()
@@ -323,7 +325,7 @@ fn figures(points: &[FidelityPoint], out: &Path) {
             ));
             errors.push(series(&format!("{g} experts"), pts(&|p| p.ratio())));
         }
-        let fitted = if sim::cost::fit::FITTED_MODELS.contains(&model) {
+        let fitted = if expertsim_scenario::cost::fit::FITTED_MODELS.contains(&model) {
             "fitted"
         } else {
             "not fitted"

@@ -9,13 +9,15 @@
 //! Run: `cargo run --release -p expertsim-scenario --example measured_kernels [-- OUT_DIR]`
 //! (default OUT_DIR: docs/figures).
 
+use expertsim_scenario::cost::measured_ops::{LayerShape, OpClass, roofline_nanos};
+use expertsim_scenario::cost::measured_steps::{MeasuredDenseStep, MeasuredSet, moe};
+use expertsim_scenario::cost::op_profile::OpProfile;
+use expertsim_scenario::cost::roofline::{
+    StepRoofline, StepTokens, TensorParallel, analytic_profile,
+};
+use expertsim_scenario::cost::shape::{DenseModelShape, MoeModelShape};
+use expertsim_scenario::cost::{GpuSpec, LinkSpec};
 use figures::{Figure, Panel, Series};
-use sim::cost::measured_ops::{LayerShape, OpClass, roofline_nanos};
-use sim::cost::measured_steps::{MeasuredDenseStep, MeasuredSet, moe};
-use sim::cost::op_profile::OpProfile;
-use sim::cost::roofline::{StepRoofline, StepTokens, TensorParallel, analytic_profile};
-use sim::cost::shape::{DenseModelShape, MoeModelShape};
-use sim::cost::{GpuSpec, LinkSpec};
 use std::path::{Path, PathBuf};
 
 /// The measured sets, one per GPU.
@@ -283,7 +285,7 @@ fn whole_steps(sets: &[MeasuredSet]) {
         // A step of `rows` rows routed evenly: the `rows x top_k` routed rows spread over
         // min(E, rows x top_k) active experts, run one after another; plus the non-expert part
         // (decode: each sequence over the profile's decode context, 256 cached tokens), times the layers, plus the head.
-        let step = |p: &sim::cost::profile::Profile, rows: u64, decode: bool| {
+        let step = |p: &expertsim_scenario::cost::profile::Profile, rows: u64, decode: bool| {
             let expert = &p.expert_ffn[0].curve;
             let routed = (rows * shape.top_k as u64) as f64;
             let active = routed.min(shape.n_experts as f64);

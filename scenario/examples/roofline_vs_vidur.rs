@@ -6,13 +6,13 @@
 //! Prints a markdown table (docs/cost-model.md, "Against Vidur's MLPs").
 //! Run: `cargo run --release -p expertsim-scenario --example roofline_vs_vidur`.
 
-use sim::cost::gpu::GpuSpec;
-use sim::cost::kernel::Timing;
-use sim::cost::measured_ops::{LayerShape, OpClass, roofline_nanos};
-use sim::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
-use sim::cost::op_profile::{OpProfile, Operation};
-use sim::cost::roofline::Roofline;
-use sim::cost::shape::WeightDtype;
+use expertsim_scenario::cost::gpu::GpuSpec;
+use expertsim_scenario::cost::kernel::Timing;
+use expertsim_scenario::cost::measured_ops::{LayerShape, OpClass, roofline_nanos};
+use expertsim_scenario::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
+use expertsim_scenario::cost::op_profile::{OpProfile, Operation};
+use expertsim_scenario::cost::roofline::Roofline;
+use expertsim_scenario::cost::shape::WeightDtype;
 use std::path::Path;
 
 fn main() {

@@ -14,10 +14,10 @@
 //! Run: `cargo bench -p expertsim-scenario --bench caps`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use sim::cost::gpu::GpuSpec;
-use sim::cost::kernel::Timing;
-use sim::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
-use sim::serving_family::config::ServingScenario;
+use expertsim_scenario::cost::gpu::GpuSpec;
+use expertsim_scenario::cost::kernel::Timing;
+use expertsim_scenario::cost::moe_layer::{ExpertRows, MoeLayerCost, SpeedFactors};
+use expertsim_scenario::serving_family::config::ServingScenario;
 use std::hint::black_box;
 use std::path::Path;
 
@@ -28,7 +28,7 @@ fn caps(c: &mut Criterion) {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/smoke/million_requests.toml");
     let mut group = c.benchmark_group("caps");
 
-    let plan = sim::scenario::load(&path, &[]).expect("the 1M scenario loads");
+    let plan = expertsim_scenario::scenario::load(&path, &[]).expect("the 1M scenario loads");
     let scenario: &ServingScenario = plan.cells[0].scenario.get().expect("a serving scenario");
     let shape = scenario.model.experts().expect("an MoE model");
     let gpu = GpuSpec::by_name("L4").expect("the L4 is known");
@@ -47,7 +47,7 @@ fn caps(c: &mut Criterion) {
     group.bench_function(format!("price_expected_layers/{layers}"), |b| {
         b.iter(|| {
             black_box(&loads)
-                .chunks(n * sim::cost::kernel::LANES)
+                .chunks(n * expertsim_scenario::cost::kernel::LANES)
                 .flat_map(|group| {
                     let layers: Vec<&[f32]> = group.chunks_exact(n).collect();
                     let priced = layer.expected_lanes(&layers);
@@ -70,11 +70,17 @@ fn caps(c: &mut Criterion) {
     });
 
     let sets = [format!("workload.n_requests={REQUESTS}")];
-    let plan = sim::scenario::load(&path, &sets).expect("the 1M scenario loads");
+    let plan = expertsim_scenario::scenario::load(&path, &sets).expect("the 1M scenario loads");
     let scenario = &plan.cells[0].scenario;
     let run = || {
-        sim::runner::run_cell(scenario, plan.seeds[0], &strategies::Registry, None, None)
-            .expect("the CAPS scenario runs")
+        expertsim_scenario::runner::run_cell(
+            scenario,
+            plan.seeds[0],
+            &strategies::Registry,
+            None,
+            None,
+        )
+        .expect("the CAPS scenario runs")
     };
     group.throughput(Throughput::Elements(REQUESTS));
     group.sample_size(10);
