@@ -37,6 +37,7 @@ use crate::{Clock, Decisions, FamilyRun, LiveError};
 use expertsim_scenario::cost::shape::DenseModelShape;
 use expertsim_scenario::metrics::RunOutput;
 use expertsim_scenario::policies::Policies;
+use expertsim_scenario::policies::gate::{AggregationGate, Votes};
 use expertsim_scenario::policies::memory::{InstancePlan, MemoryPlan};
 use expertsim_scenario::records::DiscardRecords;
 use expertsim_scenario::serving::variability::FactorKind;
@@ -53,6 +54,7 @@ use kernels::BackendError;
 use kernels::reroute::{BASE_MODEL, RerouteProblem, RerouteVariant};
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 /// Runs one engine step of an expert-parallel replica on the kernels: the MoE layers per
 /// virtual GPU, then the dense part.
@@ -280,19 +282,54 @@ fn check_dense(scenario: &ServingScenario) -> Result<(), LiveError> {
     Ok(())
 }
 
+/// A question workload's aggregation gate with each decision logged, in the order the
+/// questions fan in: its votes and whether the question skipped the aggregator.
+struct LoggedGate {
+    inner: Box<dyn AggregationGate>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl AggregationGate for LoggedGate {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn skip(&mut self, votes: &Votes) -> bool {
+        let skip = self.inner.skip(votes);
+        let mut log = self.log.lock().expect("the gate's log is not poisoned");
+        let line = format!(
+            "gate: question {} to fan in, {} of {} votes agree: {}",
+            log.len(),
+            votes.plurality,
+            votes.k,
+            if skip { "skipped" } else { "aggregated" }
+        );
+        log.push(line);
+        skip
+    }
+}
+
 /// One seed of `scenario` served (its adapters placed as `plan` says, a question workload's
 /// calls gated by the policies' gate) with its replica's steps priced by `wrap` around its own
-/// step cost.
+/// step cost; beside the run, the gate's decisions in order (`LoggedGate`; none without a
+/// question workload).
 fn serve<'w>(
     scenario: &'w ServingScenario,
     seed: u64,
     policies: &dyn Policies,
     plan: Option<&MemoryPlan>,
     mut wrap: impl FnMut(usize, ReplicaStepCost) -> Box<dyn StepCost + 'w> + 'w,
-) -> Result<RunOutput, LiveError> {
+) -> Result<(RunOutput, Vec<String>), LiveError> {
     let mut p = ScenarioPolicies::of(scenario, policies);
     let mut sink = DiscardRecords;
-    expertsim_scenario::serving_family::serve_gated(
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let gate = p.gate.take().map(|inner| {
+        Box::new(LoggedGate {
+            inner,
+            log: Arc::clone(&log),
+        }) as Box<dyn AggregationGate>
+    });
+    let out = expertsim_scenario::serving_family::serve_gated(
         scenario,
         seed,
         &mut *p.queue,
@@ -300,12 +337,14 @@ fn serve<'w>(
         &mut *p.mapper,
         &mut p.selectors,
         plan,
-        p.gate.take(),
+        gate,
         &mut sink,
         None,
         Some(StepCosts::Wrapped(Box::new(move |r, own| wrap(r, own)))),
     )
-    .map_err(LiveError::Unsupported)
+    .map_err(LiveError::Unsupported)?;
+    let decisions = std::mem::take(&mut *log.lock().expect("the gate's log is not poisoned"));
+    Ok((out, decisions))
 }
 
 const ENGINE: &str = "engine";
@@ -372,12 +411,13 @@ fn run_dense(
     let engines = Rc::new(dense_engines(scenario));
     let simulated_log = Rc::new(RefCell::new(Vec::new()));
     let (log, names) = (simulated_log.clone(), engines.clone());
-    let simulated = serve(scenario, seed, policies, None, move |r, own| {
+    let (simulated, simulated_gate) = serve(scenario, seed, policies, None, move |r, own| {
         Box::new(Logged::new(names[r].name.clone(), own, log.clone()))
     })?;
+    simulated_log.borrow_mut().extend(simulated_gate);
     let session = LiveSession::new(kernels, clock);
     let (live_session, live_engines) = (session.clone(), engines.clone());
-    let live = serve(scenario, seed, policies, None, move |r, own| {
+    let (live, live_gate) = serve(scenario, seed, policies, None, move |r, own| {
         let e = &live_engines[r];
         Box::new(LiveStep::new(
             e.name.clone(),
@@ -390,9 +430,18 @@ fn run_dense(
         session,
         &simulated_log,
         (simulated, live),
-        "every engine step in the order the engines started them: the engine, its sequences, \
-         prefill tokens, decoding sequences and cached tokens",
+        live_gate,
+        if scenario.questions.is_some() {
+            "every engine step in the order the engines started them (the engine, its \
+             sequences, prefill tokens, decoding sequences and cached tokens; the aggregator's \
+             group among them), then every decision of the aggregation gate in the order the \
+             questions fanned in"
+        } else {
+            "every engine step in the order the engines started them: the engine, its \
+             sequences, prefill tokens, decoding sequences and cached tokens"
+        },
     )?;
+
     Ok(FamilyRun {
         execution: Some(format!(
             "each engine's model runs scaled down: {}; a layer is one GEMM over hidden with \
@@ -438,7 +487,7 @@ pub fn run(
     }
     let simulated_log = Rc::new(RefCell::new(Vec::new()));
     let log = simulated_log.clone();
-    let simulated = serve(scenario, seed, policies, plan.as_ref(), move |_, own| {
+    let (simulated, _) = serve(scenario, seed, policies, plan.as_ref(), move |_, own| {
         Box::new(Logged::new(ENGINE, own, log.clone()))
     })?;
     let variability = kernels.variability_emulation(&r.speed_factors);
@@ -462,7 +511,7 @@ pub fn run(
     let live_session = session.clone();
     let mut adapters = Some(adapters);
     let mut mla = Some(mla);
-    let live = serve(scenario, seed, policies, plan.as_ref(), move |_, own| {
+    let (live, _) = serve(scenario, seed, policies, plan.as_ref(), move |_, own| {
         Box::new(LiveStep::new(
             ENGINE,
             own,
@@ -480,6 +529,7 @@ pub fn run(
         session,
         &simulated_log,
         (simulated, live),
+        Vec::new(),
         "every engine step's sequences, prefill tokens, decoding sequences, cached tokens and \
          routed tokens per (layer, GPU)",
     )?;
@@ -489,19 +539,22 @@ pub fn run(
     })
 }
 
-/// Where both paths end: the live session's steps and log, its log compared with the simulated
-/// run's (`compared` says what a line holds), beside the two runs' outputs.
+/// Where both paths end: the live session's steps and log (then `live_gate`, the live run's
+/// gate decisions), compared with the simulated run's log (`compared` says what a line holds),
+/// beside the two runs' outputs.
 fn finished(
     session: Rc<RefCell<LiveSession<'_>>>,
     simulated_log: &RefCell<Vec<String>>,
     (simulated, live): (RunOutput, RunOutput),
+    live_gate: Vec<String>,
     compared: &str,
 ) -> Result<FamilyRun, LiveError> {
     let session = Rc::try_unwrap(session)
         .ok()
         .expect("the live run's step costs are dropped")
         .into_inner();
-    let (steps, live_log) = session.finish()?;
+    let (steps, mut live_log) = session.finish()?;
+    live_log.extend(live_gate);
     let simulated_lines = std::mem::take(&mut *simulated_log.borrow_mut());
     Ok(FamilyRun {
         steps,

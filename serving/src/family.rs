@@ -448,6 +448,10 @@ pub enum FigureKind {
     /// over simulated time (`details.timeline`, `[output] timeline`), one panel per value of
     /// `panels` stacked on a shared time axis (MOSAIC's Figure 5).
     Timeline,
+    /// Per replica group, its decode step latency and the tokens per second it emits against
+    /// the batch, as its own step cost prices them (`details.decode_curves`, `[output]
+    /// decode_curves`; MOSAIC's Figure 3b).
+    DecodeCurve,
 }
 
 impl FigureKind {
@@ -462,6 +466,7 @@ impl FigureKind {
             FigureKind::GemStaircase => "gem_staircase",
             FigureKind::ExpertweaveMemory => "expertweave_memory",
             FigureKind::Timeline => "timeline",
+            FigureKind::DecodeCurve => "decode_curve",
         }
     }
 }

@@ -3,6 +3,7 @@
 //! combination of the sweep keys the figure does not use (`x`, `series`, `panels`, `points`,
 //! `select`), each file named `<name>_<key>-<value>...`. One file per kind builds the chart data.
 
+mod decode_curve;
 mod expertweave_memory;
 mod frontier;
 mod gem_expert_load;
@@ -462,5 +463,6 @@ fn build(selection: &Selection<'_>) -> anyhow::Result<ChartFigure> {
         FigureKind::GemStaircase => gem_staircase::build(selection),
         FigureKind::ExpertweaveMemory => expertweave_memory::build(selection),
         FigureKind::Timeline => timeline::build(selection),
+        FigureKind::DecodeCurve => decode_curve::build(selection),
     }
 }

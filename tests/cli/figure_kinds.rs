@@ -247,6 +247,72 @@ fn a_timeline_figure_without_the_recorded_timeline_is_refused() {
 }
 
 #[test]
+fn a_decode_curve_figure_without_the_recorded_curves_is_refused() {
+    let text = gem_with("[[figure]]\nname = \"d\"\nkind = \"decode_curve\"\n");
+    assert_refused(
+        &text,
+        line_of(&text, "kind = \"decode_curve\""),
+        "figure[0].kind",
+        "[output] decode_curves = true",
+    );
+}
+
+/// MOSAIC's Figure 3b from scenarios/mosaic/decode_curves.toml: one curve per expert of the
+/// default pool, the batch doubling from 1 to the group's cap; the step grows with the batch
+/// while the tokens per second rise less than in proportion (a step of one sequence is the
+/// weights' read and the host time, which a larger batch shares); the figure has both panels
+/// and a line per model.
+#[test]
+fn mosaic_decode_curves_draw_each_experts_step_and_throughput_against_the_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let results = run_quick("scenarios/mosaic/decode_curves.toml", dir.path());
+    let curves = results["cells"][0]["runs"][0]["details"]["decode_curves"]
+        .as_array()
+        .unwrap();
+    assert_eq!(curves.len(), 6);
+    for curve in curves {
+        assert_eq!(curve["gpu"], "A100-80GB");
+        assert_eq!(curve["context_tokens"], 1024);
+        let points = curve["points"].as_array().unwrap();
+        assert_eq!(points[0]["batch"], 1);
+        // The step never shortens; over the doubling batches the tokens per second rise (the
+        // cap's point need not: Gemma's, 151 sequences, emits fewer than 128 do).
+        let (mut ms, mut tps) = (0.0, 0.0);
+        for (i, p) in points.iter().enumerate() {
+            let (m, t) = (
+                p["step_ms"].as_f64().unwrap(),
+                p["tokens_per_s"].as_f64().unwrap(),
+            );
+            assert!(m >= ms, "{curve}");
+            if i + 1 < points.len() {
+                assert!(t > tps, "{curve}");
+            }
+            (ms, tps) = (m, t);
+        }
+        // The one-sequence step: more than the 4 ms host time, and a batch of b sequences
+        // emits fewer than b times its tokens per second.
+        let one = &points[0];
+        assert!(one["step_ms"].as_f64().unwrap() > 4.0);
+        let last = points.last().unwrap();
+        assert!(
+            last["tokens_per_s"].as_f64().unwrap()
+                < last["batch"].as_f64().unwrap() * one["tokens_per_s"].as_f64().unwrap()
+        );
+    }
+    let figure = svg(dir.path(), "decode_curves");
+    for text in [
+        "decode step latency (ms)",
+        "decode throughput (tokens/s)",
+        "Qwen2.5-7B-Instruct",
+        "gemma-2-9b-it",
+        "DeepSeek-R1-Distill-Llama-8B",
+    ] {
+        assert!(figure.contains(text), "{text}");
+    }
+    assert!(dir.path().join("figures/decode_curves.png").is_file());
+}
+
+#[test]
 fn chimera_quick_renders_the_frontier_per_system() {
     let dir = tempfile::tempdir().unwrap();
     run_quick("scenarios/chimera/quick.toml", dir.path());

@@ -180,14 +180,16 @@ fn chimera_runs_live_through_the_step_cost_seam() {
     }
 }
 
-/// MOSAIC (the serving family's preset: placed sessions of dense replica groups) runs live
-/// through `LiveStep`: every continuous-batching step of every session a measured decode of its
-/// model; with the predicted clock the live run's placement, loads and steps are the simulated
-/// run's and so are its metrics.
+/// MOSAIC (the serving family's preset: placed sessions of dense replica groups, a question
+/// workload with its gated aggregator) runs live through `LiveStep`: every continuous-batching
+/// step of every session a measured decode of its model; with the predicted clock the live
+/// run's placement, loads, steps (the aggregator's among them) and gate decisions are the
+/// simulated run's, in the same order, and so are its metrics, which are `expertsim run`'s.
 #[test]
 fn mosaic_runs_live_through_the_step_cost_seam() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("live");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/live/mosaic.toml");
     let output = expertsim()
         .args([
             "live",
@@ -195,12 +197,13 @@ fn mosaic_runs_live_through_the_step_cost_seam() {
             "cpu",
             "--clock",
             "predicted",
+            "--no-probe",
             "--repetitions",
             "1",
             "--out",
         ])
         .arg(&out)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/live/mosaic.toml"))
+        .arg(&file)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -244,6 +247,60 @@ fn mosaic_runs_live_through_the_step_cost_seam() {
     for pair in metrics {
         assert_eq!(pair["simulated"], pair["live"], "{pair}");
     }
+    // The decision log is every step, then one gate decision per question (6), compared line
+    // by line: the same questions skipped, in the same order.
+    let decisions = &report["decisions"];
+    assert_eq!(decisions["simulated_count"], steps.len() + 6, "{decisions}");
+    assert_eq!(decisions["live_count"], decisions["simulated_count"]);
+    assert!(
+        decisions["compared"]
+            .as_str()
+            .unwrap()
+            .contains("aggregation gate"),
+        "{decisions}"
+    );
+    // The question metrics are `expertsim run`'s for the same seed, and both gate outcomes
+    // occur: some questions skipped, some aggregated (the aggregator's session loaded and ran).
+    let ran = dir.path().join("run");
+    let output = expertsim()
+        .args(["run", "--no-figures", "--out"])
+        .arg(&ran)
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ran.join("results.json")).unwrap()).unwrap();
+    let run = &results["cells"][0]["runs"][0];
+    assert_eq!(run["seed"], 5);
+    for name in [
+        "skip_pct",
+        "aggregator_s",
+        "expert_makespan_s",
+        "end_to_end_s",
+        "accuracy_pct",
+        "model_loads",
+    ] {
+        let live = metrics
+            .iter()
+            .find(|m| m["metric"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {metrics:?}"));
+        let simulated = run["scalars"][name].as_f64().unwrap();
+        assert!(
+            (live["live"].as_f64().unwrap() - simulated).abs() <= 1e-9 * simulated.abs().max(1.0),
+            "{name}: live {live} against expertsim run's {simulated}"
+        );
+    }
+    let skip = run["scalars"]["skip_pct"].as_f64().unwrap();
+    assert!(skip > 0.0 && skip < 100.0, "skip_pct {skip}");
+    assert!(run["scalars"]["aggregator_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(run["details"]["questions"]["questions"], 6);
+    let aggregator = &run["details"]["sessions"]["aggregator"];
+    assert!(!aggregator.is_null(), "{}", run["details"]["sessions"]);
 }
 
 fn caps_scenario() -> std::path::PathBuf {

@@ -442,23 +442,30 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
         file.report.as_ref(),
     )
     .map_err(|e| loader.error(loader.spans.locate(&e.path), Some(&e.path), e.message))?;
-    // A timeline figure draws what the runs record only when the file asks for it.
-    let timeline = crate::family::FigureKind::Timeline;
-    if let Some(i) = file.figures.iter().position(|f| f.kind == timeline)
-        && document
-            .get("output")
-            .and_then(|o| o.get("timeline"))
-            .and_then(toml::Value::as_bool)
-            != Some(true)
-    {
-        let field = format!("figure[{i}].kind");
-        return Err(loader.error(
-            loader.spans.locate(&field),
-            Some(&field),
-            "`timeline` figures draw the runs' `details.timeline`, which a run records only \
-             with `[output] timeline = true`; set it"
-                .to_string(),
-        ));
+    // A timeline or decode-curve figure draws what the runs record only when the file asks
+    // for it.
+    for (kind, key) in [
+        (crate::family::FigureKind::Timeline, "timeline"),
+        (crate::family::FigureKind::DecodeCurve, "decode_curves"),
+    ] {
+        if let Some(i) = file.figures.iter().position(|f| f.kind == kind)
+            && document
+                .get("output")
+                .and_then(|o| o.get(key))
+                .and_then(toml::Value::as_bool)
+                != Some(true)
+        {
+            let field = format!("figure[{i}].kind");
+            return Err(loader.error(
+                loader.spans.locate(&field),
+                Some(&field),
+                format!(
+                    "`{}` figures draw the runs' `details.{key}`, which a run records only \
+                     with `[output] {key} = true`; set it",
+                    kind.name()
+                ),
+            ));
+        }
     }
 
     Ok(ScenarioPlan {

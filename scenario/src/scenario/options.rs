@@ -272,6 +272,10 @@ pub fn catalogue() -> Vec<OptionGroup> {
                     "timeline",
                     "per replica or worker: load / run / idle intervals over time",
                 ),
+                (
+                    "decode_curve",
+                    "per replica group: decode step latency and tokens/s vs batch",
+                ),
             ],
         ),
         OptionGroup {

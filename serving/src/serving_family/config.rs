@@ -951,6 +951,10 @@ pub struct OutputTable {
     /// (`details.deployment[].experts.staircase`, the `gem_staircase` figure).
     #[serde(default)]
     pub staircase: bool,
+    /// Each group's decode step against its batch in the details (`details.decode_curves`, the
+    /// `decode_curve` figure).
+    #[serde(default)]
+    pub decode_curves: bool,
 }
 
 impl Default for OutputTable {
@@ -1102,6 +1106,9 @@ pub struct ServingScenario {
     /// `[output] staircase`: each GPU's planning curve, point by point, in a traced MoE group's
     /// expert detail (`details.deployment[].experts.staircase`).
     pub staircase: bool,
+    /// `[output] decode_curves`: each replica group's decode step priced at batch sizes up to
+    /// its cap in `details.decode_curves` (`decode_curves`).
+    pub decode_curves: bool,
     /// ExpertWeave adapters served on the replicas (`[adapters]`).
     pub adapters: Option<AdapterSpec>,
     /// Tokens every prompt begins with, shared by all requests (`workload.shared_prefix_tokens`).
@@ -2535,13 +2542,16 @@ impl ServingConfig {
             (Some(n), _) => crate::validate::at_least_one("workload.n_requests", n)?,
             // Unbounded: the horizon ends the arrivals.
             (None, Some(_)) => usize::MAX,
-            // A question workload: its benchmark's questions (an unknown benchmark is reported
-            // at its name by the questions' own validation).
-            (None, None) if w.questions.is_some() => w
-                .questions
-                .as_ref()
-                .and_then(|q| crate::serving::questions::dataset(&q.dataset))
-                .map_or(1, |d| d.questions as usize),
+            // A question workload: its question count, or its benchmark's (an unknown
+            // benchmark and a count of 0 are reported at their keys by the questions' own
+            // validation).
+            (None, None) if w.questions.is_some() => w.questions.as_ref().map_or(1, |q| {
+                let benchmark = crate::serving::questions::dataset(&q.dataset)
+                    .map_or(1, |d| d.questions as usize);
+                q.questions
+                    .filter(|&n| n > 0)
+                    .map_or(benchmark, |n| n as usize)
+            }),
             (None, None) => {
                 return Err(field_error(
                     "workload.n_requests",
@@ -2727,6 +2737,7 @@ impl ServingConfig {
             trace_events: o.trace_events,
             timeline: o.timeline,
             staircase: o.staircase,
+            decode_curves: o.decode_curves,
             kv_sample_interval_ns,
             adapters,
             shared_prefix_tokens,

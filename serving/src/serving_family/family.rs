@@ -67,12 +67,14 @@ impl Family for Serving {
     const LIVE: bool = true;
     /// GEM's figures read the expert detail a traced MoE group records
     /// (`mapping::expert_detail`); ExpertWeave's memory figure the adapters' memory plan; the
-    /// timeline what `[output] timeline` records.
+    /// timeline what `[output] timeline` records, the decode curves what `[output]
+    /// decode_curves` records.
     const FIGURE_KINDS: &'static [FigureKind] = &[
         FigureKind::GemExpertLoad,
         FigureKind::GemStaircase,
         FigureKind::ExpertweaveMemory,
         FigureKind::Timeline,
+        FigureKind::DecodeCurve,
     ];
     const PROFILE_FIELD: Option<&'static str> = Some("replica.scheduler.profile");
 

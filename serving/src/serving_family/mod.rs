@@ -11,6 +11,7 @@ pub mod batch_former;
 pub mod checks;
 pub mod config;
 pub mod curve_pricing;
+pub mod decode_curves;
 pub mod dense_profile;
 pub mod deployment;
 pub mod execution;
@@ -1067,6 +1068,19 @@ pub fn serve_gated<'a>(
     // Only with `[output] timeline`, so no other run's details change.
     if let Some(timeline) = timeline {
         details["timeline"] = timeline;
+    }
+    // Only with `[output] decode_curves`, so no other run's details change.
+    if scenario.decode_curves {
+        let mut first = 0;
+        let group_layouts: Vec<_> = scenario
+            .groups()
+            .map(|(_, r)| {
+                let layout = layouts.get(first).cloned().flatten();
+                first += r.count;
+                layout
+            })
+            .collect();
+        details["decode_curves"] = decode_curves::detail(scenario, &deployments, &group_layouts);
     }
     // Only with a question workload, so no other run's details change.
     if let Some(questions) = questions {

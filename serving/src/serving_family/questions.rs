@@ -39,6 +39,17 @@ pub struct QuestionsTable {
     /// Log-space sigma of the prompt lengths.
     #[serde(default = "d_prompt_sigma")]
     pub prompt_tokens_sigma: f64,
+    /// Mean prompt tokens; left out, the benchmark's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_mean: Option<f64>,
+    /// Questions served (each arrival one); left out, the benchmark's. A count of its own (a
+    /// small live run) needs every expert's `slots`, adding up to 3 x it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub questions: Option<u32>,
+    /// Calibration questions (MOSAIC's profiling subset: `[placement.calibration]`'s default
+    /// calls are 3 x it); left out, the benchmark's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration_questions: Option<u32>,
     /// The experts, each the model of one replica group, with its slots and outputs.
     pub experts: Vec<ExpertTable>,
     /// The aggregator; none: no aggregation stage (every question's answer is the majority's).
@@ -309,12 +320,40 @@ pub fn validate(
             ));
         }
     }
-    if scenario.n_requests != preset.questions as usize {
+    let positive = |key: &str, value: Option<u32>, benchmark: u32| match value {
+        Some(0) => Err(field_error(
+            &format!("{at}.{key}"),
+            "must be a positive number, got 0",
+        )),
+        Some(n) => Ok(n),
+        None => Ok(benchmark),
+    };
+    let count = positive("questions", table.questions, preset.questions)?;
+    let calibration_questions = positive(
+        "calibration_questions",
+        table.calibration_questions,
+        preset.calibration_questions,
+    )?;
+    let prompt_mean = match table.prompt_tokens_mean {
+        Some(mean) if !(mean.is_finite() && mean > 0.0) => {
+            return Err(field_error(
+                &format!("{at}.prompt_tokens_mean"),
+                format!("must be a positive number, got {mean}"),
+            ));
+        }
+        Some(mean) => mean,
+        None => preset.prompt_tokens_mean,
+    };
+    if scenario.n_requests != count as usize {
+        let whose = match table.questions {
+            Some(_) => format!("{at}.questions is {count}"),
+            None => format!("{} has {count} questions", preset.name),
+        };
         return Err(field_error(
             "workload.n_requests",
             format!(
-                "is {}; {} has {} questions (each arrival is one)",
-                scenario.n_requests, preset.name, preset.questions
+                "is {}; {whose} (each arrival is one)",
+                scenario.n_requests
             ),
         ));
     }
@@ -387,13 +426,12 @@ pub fn validate(
         });
     }
     let slots: u64 = experts.iter().map(|e| u64::from(e.slots)).sum();
-    let needed = EXPERTS_PER_QUESTION as u64 * u64::from(preset.questions);
+    let needed = EXPERTS_PER_QUESTION as u64 * u64::from(count);
     if slots != needed {
         return Err(field_error(
             &format!("{at}.experts"),
             format!(
-                "the slots add up to {slots}; {} questions x {EXPERTS_PER_QUESTION} calls = {needed}",
-                preset.questions
+                "the slots add up to {slots}; {count} questions x {EXPERTS_PER_QUESTION} calls = {needed}"
             ),
         ));
     }
@@ -442,10 +480,10 @@ pub fn validate(
     }
     Ok(QuestionSpec {
         dataset: preset.name,
-        questions: preset.questions,
-        calibration_questions: preset.calibration_questions,
-        prompt: preset.prompt(table.prompt_tokens_sigma),
-        buckets: questions::buckets(preset.questions, &preset.bucket_files()),
+        questions: count,
+        calibration_questions,
+        prompt: questions::prompt_lengths(prompt_mean, table.prompt_tokens_sigma),
+        buckets: questions::buckets(count, &preset.bucket_files()),
         experts,
         aggregator,
         gate: table.gate.clone(),
@@ -1111,5 +1149,89 @@ pattern = "offline"
         let text = text.replacen("[unused]\n", "", 1);
         let e = scenario(&text).expect_err("a gate without an aggregator");
         assert_eq!(e.path, "workload.questions.gate");
+        // A question count, calibration questions and a prompt mean of the file's own: each
+        // refused unless a positive number.
+        let own = "dataset = \"gpqa\"\n";
+        for (to, field) in [
+            ("questions = 0\n", "workload.questions.questions"),
+            (
+                "calibration_questions = 0\n",
+                "workload.questions.calibration_questions",
+            ),
+            (
+                "prompt_tokens_mean = 0.0\n",
+                "workload.questions.prompt_tokens_mean",
+            ),
+            (
+                "prompt_tokens_mean = -24.0\n",
+                "workload.questions.prompt_tokens_mean",
+            ),
+            (
+                "prompt_tokens_mean = nan\n",
+                "workload.questions.prompt_tokens_mean",
+            ),
+            (
+                "prompt_tokens_mean = inf\n",
+                "workload.questions.prompt_tokens_mean",
+            ),
+            // Its own count: workload.n_requests (198 here) must be it.
+            ("questions = 6\n", "workload.n_requests"),
+        ] {
+            refused(own, &format!("{own}{to}"), field);
+        }
+        // With the count matched, the slots must cut into that many questions.
+        let six = GPQA
+            .replacen("n_requests = 198", "n_requests = 6", 1)
+            .replacen(own, &format!("{own}questions = 6\n"), 1);
+        let e = scenario(&six).expect_err("the benchmark's slots for 6 questions");
+        assert_eq!(e.path, "workload.questions.experts", "{e:?}");
+        assert!(e.message.contains("6 questions x 3 calls = 18"), "{e:?}");
+    }
+
+    /// GPQA's experts with slots for `questions` questions (6 / 6 / 3 / 3 x questions / 6).
+    fn own_questions(text: &str, questions: u32) -> String {
+        let part = |n: u32| questions * n / 6;
+        text.replacen("slots = 429", &format!("slots = {}", part(6)), 1)
+            .replacen("slots = 158", &format!("slots = {}", part(6)), 1)
+            .replacen("slots = 4\n", &format!("slots = {}\n", part(3)), 1)
+            .replacen("slots = 3\n", &format!("slots = {}\n", part(3)), 1)
+    }
+
+    /// `questions`, `calibration_questions` and `prompt_tokens_mean` of the file's own replace
+    /// the benchmark's: the spec's count, calibration questions (the calibration pass's default
+    /// calls are 3 x them) and prompt mean; the buckets cut that many questions; a run serves
+    /// that many questions of three calls; `workload.n_requests` defaults to the count.
+    #[test]
+    fn a_question_workload_takes_its_own_count_calibration_questions_and_prompt_mean() {
+        let text = own_questions(
+            &GPQA.replacen("n_requests = 198\n", "", 1).replacen(
+                "dataset = \"gpqa\"\n",
+                "dataset = \"gpqa\"\nquestions = 12\ncalibration_questions = 5\n\
+                 prompt_tokens_mean = 24.0\n",
+                1,
+            ),
+            12,
+        );
+        let s = scenario(&text).unwrap();
+        assert_eq!(s.n_requests, 12);
+        let spec = s.questions.as_ref().unwrap();
+        assert_eq!((spec.questions, spec.calibration_questions), (12, 5));
+        assert_eq!(spec.prompt.mean, 24.0);
+        assert_eq!(spec.prompt.max, 96);
+        assert_eq!(spec.buckets.iter().map(|b| b.questions).sum::<u32>(), 12);
+        let drawn = synthesize(spec, 5);
+        assert_eq!(drawn.len(), 12);
+        let mean =
+            drawn.iter().map(|q| f64::from(q.prompt_tokens)).sum::<f64>() / drawn.len() as f64;
+        assert!((12.0..48.0).contains(&mean), "prompt mean {mean}");
+        let (calls, out) = serve(&s, Box::new(Unanimous));
+        let experts = calls.0.iter().filter(|c| c.0 < 36).count();
+        assert_eq!(experts, 36);
+        assert_eq!(out.details["questions"]["questions"], 12);
+        // Left out, the benchmark's.
+        let benchmark = scenario(GPQA).unwrap();
+        let spec = benchmark.questions.as_ref().unwrap();
+        assert_eq!((spec.questions, spec.calibration_questions), (198, 100));
+        assert_eq!(spec.prompt.mean, 300.0);
     }
 }
