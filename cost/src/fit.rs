@@ -435,7 +435,7 @@ pub fn derive_rates(profiles_dir: &Path) -> RatesFile {
     entries.sort_by_key(|e| GPU_NAMES.iter().position(|n| *n == e.gpu));
     RatesFile {
         format_version: 1,
-        note: "every catalogue GPU's kernel-model rates, derived by expertsim_scenario::cost::fit from the measured files under profiles/ (docs/cost-model.md, \"The kernel model\"); regenerate with EXPERTSIM_UPDATE_PROFILES=1 cargo test -p expertsim-cost committed_rates".into(),
+        note: "every catalogue GPU's kernel-model rates, derived by expertsim_cost::fit from the measured files under profiles/ (docs/cost-model.md, \"The kernel model\"); regenerate with EXPERTSIM_UPDATE_PROFILES=1 cargo test -p expertsim-cost committed_rates".into(),
         gpus: entries,
     }
 }
