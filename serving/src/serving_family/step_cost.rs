@@ -390,18 +390,21 @@ impl ReplicaStepCost {
     /// prompts' causal attention.
     fn dense_tokens(&self, work: &StepWork<'_>) -> StepTokens {
         // Counted as the replica scheduled the batch (the sum of integer squares is exact in
-        // any order).
+        // any order). Work given by its counts alone (no batch: a curve's or a planner's step)
+        // is taken at those counts.
         let (emitting, prefill_square) = (work.emitting, work.prefill_square);
-        debug_assert_eq!(
-            emitting,
-            work.batch.iter().filter(|s| s.step_emits()).count() as u64
+        debug_assert!(
+            work.batch.is_empty()
+                || emitting == work.batch.iter().filter(|s| s.step_emits()).count() as u64
         );
-        debug_assert_eq!(
-            prefill_square,
-            work.batch
-                .iter()
-                .map(|s| f64::from(s.step_prefill()).powi(2))
-                .sum::<f64>()
+        debug_assert!(
+            work.batch.is_empty()
+                || prefill_square
+                    == work
+                        .batch
+                        .iter()
+                        .map(|s| f64::from(s.step_prefill()).powi(2))
+                        .sum::<f64>()
         );
         let dp = self.data_parallel;
         StepTokens {
