@@ -42,9 +42,7 @@ pub fn detail(
         .map(|(g, (deployment, layout))| {
             let group = scenario.group(g);
             let mut cost = ReplicaStepCost::new(&group, deployment, layout.clone(), None);
-            let cap = (group.replica.max_num_seqs as u64)
-                .min(deployment.kv_tokens / context)
-                .max(1);
+            let cap = deployment.profile_batch(group.replica.max_num_seqs);
             let points: Vec<Value> = batches(cap)
                 .into_iter()
                 .map(|batch| {

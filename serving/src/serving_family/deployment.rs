@@ -39,6 +39,15 @@ pub struct Deployment {
 }
 
 impl Deployment {
+    /// The decode batch a replica's profile is priced at: `max_num_seqs` sequences, or as many
+    /// of `PROFILE_CONTEXT_TOKENS` cached tokens each as its KV cache holds, whichever is
+    /// smaller (at least one). The server's activity monitor and `details.decode_curves`' cap.
+    pub fn profile_batch(&self, max_num_seqs: usize) -> u64 {
+        (max_num_seqs as u64)
+            .min(self.kv_tokens / crate::serving::router::PROFILE_CONTEXT_TOKENS as u64)
+            .max(1)
+    }
+
     /// The replica of `scenario`, or why its weights do not fit; with adapters, `plan` is the
     /// memory manager's plan of the replica (its weights and KV capacity).
     pub fn new(

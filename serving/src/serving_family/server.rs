@@ -446,9 +446,7 @@ impl<'a> ServingServer<'a> {
                     StaticStreams::PerReplica,
                 ),
             };
-            let profile_batch = (group.replica.max_num_seqs as u64)
-                .min(deployment.kv_tokens / PROFILE_CONTEXT_TOKENS as u64)
-                .max(1);
+            let profile_batch = deployment.profile_batch(group.replica.max_num_seqs);
             for i in 0..group.replica.count {
                 let r = replicas.len();
                 let plan = instances.get(i.min(instances.len().saturating_sub(1)));
