@@ -328,14 +328,14 @@ impl<'a> Search<'a> {
                 &loads[gb * n_steps..(gb + 1) * n_steps],
             );
             let (table_a, table_b) = (self.costs.table(ga), self.costs.table(gb));
-            for t in 0..n_steps {
-                let na = la[t] + cb[t] - ca[t];
-                let nb = lb[t] + ca[t] - cb[t];
-                let m = others[t]
-                    .max(table_a[na as usize])
-                    .max(table_b[nb as usize]);
-                total += m;
-                if total + remaining[t] >= threshold {
+            let steps = ca.iter().zip(cb).zip(la.iter().zip(lb));
+            for (((&ea, &eb), (&load_a, &load_b)), (&other, &rest)) in
+                steps.zip(others.iter().zip(remaining))
+            {
+                let na = load_a + eb - ea;
+                let nb = load_b + ea - eb;
+                total += larger(larger(other, table_a[na as usize]), table_b[nb as usize]);
+                if total + rest >= threshold {
                     return None;
                 }
             }
@@ -346,10 +346,10 @@ impl<'a> Search<'a> {
                 let d = cb[t] - ca[t];
                 let na = state.load[t * g_count + ga] + d;
                 let nb = state.load[t * g_count + gb] - d;
-                let m = others[t]
-                    .max(self.costs.cost(ga, na))
-                    .max(self.costs.cost(gb, nb));
-                total += m;
+                total += larger(
+                    larger(others[t], self.costs.cost(ga, na)),
+                    self.costs.cost(gb, nb),
+                );
                 if total + remaining[t] >= threshold {
                     return None;
                 }
@@ -379,6 +379,13 @@ impl<'a> Search<'a> {
         self.refine(&mut state, min_relative_drop);
         state
     }
+}
+
+/// The larger of two latencies: `f64::max` without its NaN handling (a latency is never NaN),
+/// so the same value, in fewer instructions on the scan's path.
+#[inline]
+fn larger(x: f64, y: f64) -> f64 {
+    if y > x { y } else { x }
 }
 
 /// Algorithm 4 on `problem`: the best of `gem.restarts` restarts (lowest score, earliest
