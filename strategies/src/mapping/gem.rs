@@ -270,10 +270,17 @@ impl<'a> Search<'a> {
             for a in 0..self.n_experts {
                 let ga = state.gpu_of[a];
                 for b in a + 1..self.n_experts {
-                    if ga == state.gpu_of[b] {
+                    let gb = state.gpu_of[b];
+                    if ga == gb {
                         continue;
                     }
                     let threshold = (previous - best_drop).min(ceiling);
+                    // Any swap between ga and gb costs its first step, at least that step's
+                    // bound, plus `remaining[0]`: where the bounds' sum already reaches the
+                    // threshold, `swap_total` would stop at the first step, so it is not called.
+                    if suffix[(ga * g_count + gb) * (n_steps + 1)] >= threshold {
+                        continue;
+                    }
                     if let Some(total) = priced(a, b, threshold) {
                         let drop = previous - total;
                         if drop > best_drop {
