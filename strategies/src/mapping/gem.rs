@@ -207,6 +207,7 @@ impl<'a> Search<'a> {
                 0
             }
         ];
+        let mut alone = vec![0.0; self.n_experts * g_count * 2];
         let mut hints: Vec<(usize, usize)> = Vec::new();
         let mut swaps = 0;
         loop {
@@ -250,6 +251,27 @@ impl<'a> Search<'a> {
                     }
                 }
             }
+            // alone[(e * G + g) * 2 + side]: a lower bound of any swap of expert e with an expert
+            // on GPU g, e first (side 0) or second (side 1) in the pair: each step's bound or
+            // e's GPU's least cost without e (it keeps at least its load less e's), whichever is
+            // larger, summed in step order. Each term is at most the step's cost after the swap
+            // and rounding is monotone, so where this reaches the threshold so does the swap's
+            // total, which `swap_total` would reject at its last step: the swap is not priced.
+            for e in 0..self.n_experts {
+                let ge = state.gpu_of[e];
+                let counts = self.expert(e);
+                for g in (0..g_count).filter(|&g| g != ge) {
+                    for (side, p) in [(0, ge * g_count + g), (1, g * g_count + ge)] {
+                        let mut sum = 0.0;
+                        for (t, &c) in counts.iter().enumerate() {
+                            let without =
+                                self.costs.least_below(ge, state.load[t * g_count + ge] - c);
+                            sum += larger(bound[p * n_steps + t], without);
+                        }
+                        alone[(e * g_count + g) * 2 + side] = sum;
+                    }
+                }
+            }
             let priced = |a: usize, b: usize, threshold: f64| -> Option<f64> {
                 let (ga, gb) = (state.gpu_of[a], state.gpu_of[b]);
                 let p = ga * g_count + gb;
@@ -278,7 +300,10 @@ impl<'a> Search<'a> {
                     // Any swap between ga and gb costs its first step, at least that step's
                     // bound, plus `remaining[0]`: where the bounds' sum already reaches the
                     // threshold, `swap_total` would stop at the first step, so it is not called.
-                    if suffix[(ga * g_count + gb) * (n_steps + 1)] >= threshold {
+                    if suffix[(ga * g_count + gb) * (n_steps + 1)] >= threshold
+                        || alone[(a * g_count + gb) * 2] >= threshold
+                        || alone[(b * g_count + ga) * 2 + 1] >= threshold
+                    {
                         continue;
                     }
                     if let Some(total) = priced(a, b, threshold) {
