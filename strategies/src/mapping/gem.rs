@@ -8,7 +8,8 @@
 //! costs two curve lookups per step; a candidate is abandoned as soon as its partial score
 //! plus a lower bound of the remaining steps (the larger cost of the GPUs the swap does not
 //! touch) cannot beat the best swap found so far, or the cheapest of the last rounds' leading
-//! swaps priced first on the new mapping (`Search::refine`). On whole token counts within the
+//! swaps priced first on the new mapping (`Search::refine`); a swap whose GPU pair's bounds, or
+//! either expert's bound alone (its GPU's least cost without it), already reach that is not priced. On whole token counts within the
 //! lookup tables (GEM's traces) a candidate reads the tables by integer load, the same values
 //! `GpuCosts::cost` returns. Restarts run on scoped threads; their noisy
 //! utilizations are drawn up front from the layer's stream, so the result does not depend on
