@@ -1244,3 +1244,32 @@ impl Replica {
         self.stats.latencies.token_gaps(gap_ns, gaps);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::DecodeGroup;
+    use rand::RngExt;
+
+    #[test]
+    fn the_phase_is_the_difference_modulo_the_block_size() {
+        let mut rng = crate::rng::stream(5, "decode-group-phase");
+        for block_size in [1u32, 2, 3, 7, 16, 32, 48, 64, 128] {
+            let bs = i128::from(block_size);
+            for _ in 0..2_000 {
+                let kv: u32 = rng.random();
+                // Bases beyond u32 too: the wrapped difference must still give the residue.
+                let base: u64 = if rng.random::<bool>() {
+                    rng.random_range(0..1 << 20)
+                } else {
+                    rng.random()
+                };
+                let expected = (i128::from(kv) - i128::from(base)).rem_euclid(bs) as usize;
+                assert_eq!(
+                    DecodeGroup::phase(kv, base, block_size),
+                    expected,
+                    "kv {kv} base {base} block size {block_size}"
+                );
+            }
+        }
+    }
+}
