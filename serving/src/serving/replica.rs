@@ -224,9 +224,15 @@ struct DecodeGroup {
 
 impl DecodeGroup {
     /// The due bucket of a member whose `kv` and `base` are these.
+    /// That is `(kv - base) mod block_size`: a mask of the wrapped difference when the block
+    /// size is a power of two (it divides 2^64), three divisions otherwise.
     fn phase(kv: u32, base: u64, block_size: u32) -> usize {
         let bs = u64::from(block_size);
-        ((u64::from(kv) % bs + bs - base % bs) % bs) as usize
+        if block_size.is_power_of_two() {
+            (u64::from(kv).wrapping_sub(base) & (bs - 1)) as usize
+        } else {
+            ((u64::from(kv) % bs + bs - base % bs) % bs) as usize
+        }
     }
 }
 
@@ -440,9 +446,8 @@ impl Replica {
     /// budget runs out among members, or the blocks the step takes might not fit (a preemption
     /// then, under the paged rule).
     fn schedule_with_group(&mut self, budget: &mut u64, tally: &mut Tally) -> bool {
-        let block_size = u64::from(self.kv.block_size());
-        let due =
-            self.group.due[((block_size - self.iteration % block_size) % block_size) as usize];
+        let block_size = self.kv.block_size();
+        let due = self.group.due[DecodeGroup::phase(0, self.iteration, block_size)];
         // First the plan: each sequence's tokens and blocks, and where the budget runs out.
         let (mut used, mut blocks) = (0u64, due);
         let mut cut = None;
@@ -498,8 +503,7 @@ impl Replica {
                 }
             }
             // Their due blocks, now that the members left are known.
-            let due =
-                self.group.due[((block_size - self.iteration % block_size) % block_size) as usize];
+            let due = self.group.due[DecodeGroup::phase(0, self.iteration, block_size)];
             if paged && !self.kv.can_grow(blocks + due) {
                 // Cannot happen without a preemption: undo nothing, settle all instead.
                 self.settle();
@@ -510,8 +514,7 @@ impl Replica {
             self.eager.extend(p as u32 + 1..self.running.len() as u32);
         }
         // Then the step: the sequences out of the group in order, the members in bulk.
-        let due =
-            self.group.due[((block_size - self.iteration % block_size) % block_size) as usize];
+        let due = self.group.due[DecodeGroup::phase(0, self.iteration, block_size)];
         for k in 0..self.eager.len() {
             let i = self.eager[k] as usize;
             // What the members before place `i` left of the budget (none after a cut).
@@ -1239,5 +1242,34 @@ impl Replica {
         eager.truncate(write);
         self.eager = eager;
         self.stats.latencies.token_gaps(gap_ns, gaps);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DecodeGroup;
+    use rand::RngExt;
+
+    #[test]
+    fn the_phase_is_the_difference_modulo_the_block_size() {
+        let mut rng = crate::rng::stream(5, "decode-group-phase");
+        for block_size in [1u32, 2, 3, 7, 16, 32, 48, 64, 128] {
+            let bs = i128::from(block_size);
+            for _ in 0..2_000 {
+                let kv: u32 = rng.random();
+                // Bases beyond u32 too: the wrapped difference must still give the residue.
+                let base: u64 = if rng.random::<bool>() {
+                    rng.random_range(0..1 << 20)
+                } else {
+                    rng.random()
+                };
+                let expected = (i128::from(kv) - i128::from(base)).rem_euclid(bs) as usize;
+                assert_eq!(
+                    DecodeGroup::phase(kv, base, block_size),
+                    expected,
+                    "kv {kv} base {base} block size {block_size}"
+                );
+            }
+        }
     }
 }
