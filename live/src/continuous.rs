@@ -283,7 +283,8 @@ fn check_dense(scenario: &ServingScenario) -> Result<(), LiveError> {
 }
 
 /// A question workload's aggregation gate with each decision logged, in the order the
-/// questions fan in: its votes and whether the question skipped the aggregator.
+/// questions fan in: the fan-in's place, the question it decides, its votes and whether the
+/// question skipped the aggregator.
 struct LoggedGate {
     inner: Box<dyn AggregationGate>,
     log: Arc<Mutex<Vec<String>>>,
@@ -295,10 +296,14 @@ impl AggregationGate for LoggedGate {
     }
 
     fn skip(&mut self, votes: &Votes) -> bool {
-        let skip = self.inner.skip(votes);
+        self.inner.skip(votes)
+    }
+
+    fn decide(&mut self, question: usize, votes: &Votes) -> bool {
+        let skip = self.inner.decide(question, votes);
         let mut log = self.log.lock().expect("the gate's log is not poisoned");
         let line = format!(
-            "gate: question {} to fan in, {} of {} votes agree: {}",
+            "gate: fan-in {}, question {question}, {} of {} votes agree: {}",
             log.len(),
             votes.plurality,
             votes.k,
@@ -435,7 +440,7 @@ fn run_dense(
             "every engine step in the order the engines started them (the engine, its \
              sequences, prefill tokens, decoding sequences and cached tokens; the aggregator's \
              group among them), then every decision of the aggregation gate in the order the \
-             questions fanned in"
+             questions fanned in, each naming its question"
         } else {
             "every engine step in the order the engines started them: the engine, its \
              sequences, prefill tokens, decoding sequences and cached tokens"
@@ -642,6 +647,35 @@ mod tests {
                 .iter()
                 .enumerate()
                 .all(|(i, &e)| e == (i % 64) as i32)
+        );
+    }
+
+    struct Unanimous;
+
+    impl AggregationGate for Unanimous {
+        fn name(&self) -> &'static str {
+            "unanimous"
+        }
+        fn skip(&mut self, votes: &Votes) -> bool {
+            votes.plurality == votes.k
+        }
+    }
+
+    #[test]
+    fn the_gate_log_names_each_decided_question() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut gate = LoggedGate {
+            inner: Box::new(Unanimous),
+            log: Arc::clone(&log),
+        };
+        assert!(gate.decide(4, &Votes { k: 3, plurality: 3 }));
+        assert!(!gate.decide(1, &Votes { k: 3, plurality: 2 }));
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "gate: fan-in 0, question 4, 3 of 3 votes agree: skipped",
+                "gate: fan-in 1, question 1, 2 of 3 votes agree: aggregated",
+            ]
         );
     }
 }

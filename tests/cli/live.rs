@@ -247,16 +247,15 @@ fn mosaic_runs_live_through_the_step_cost_seam() {
     for pair in metrics {
         assert_eq!(pair["simulated"], pair["live"], "{pair}");
     }
-    // The decision log is every step, then one gate decision per question (6), compared line
-    // by line: the same questions skipped, in the same order.
+    // The decision log is every step, then one gate decision per question (6), each naming
+    // the question it decides, compared line by line: the same questions skipped, in the same
+    // order.
     let decisions = &report["decisions"];
     assert_eq!(decisions["simulated_count"], steps.len() + 6, "{decisions}");
     assert_eq!(decisions["live_count"], decisions["simulated_count"]);
+    let compared = decisions["compared"].as_str().unwrap();
     assert!(
-        decisions["compared"]
-            .as_str()
-            .unwrap()
-            .contains("aggregation gate"),
+        compared.contains("aggregation gate") && compared.contains("naming its question"),
         "{decisions}"
     );
     // The question metrics are `expertsim run`'s for the same seed, and both gate outcomes

@@ -37,6 +37,13 @@ pub trait AggregationGate: Send {
     fn name(&self) -> &'static str;
     /// `true`: skip the aggregator and return the majority answer.
     fn skip(&mut self, votes: &Votes) -> bool;
+    /// `skip` for question `question` (its index in the workload): what the simulator asks, so
+    /// that a wrapper (live's decision log) can name the question; a gate decides by the votes
+    /// alone.
+    fn decide(&mut self, question: usize, votes: &Votes) -> bool {
+        let _ = question;
+        self.skip(votes)
+    }
 }
 
 /// `[gate]`: the gate registry; `strategies::gating::build` turns it into a trait object.

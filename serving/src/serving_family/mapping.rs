@@ -563,6 +563,24 @@ mod tests {
     }
 
     #[test]
+    fn a_layer_one_bit_apart_plans_anew() {
+        // The layer is keyed by its derived `Debug` text, which writes each float in its
+        // shortest exact form: a weight one ulp heavier is another key, not a cache hit.
+        let shape = crate::cost::shape::MoeModelShape::preset("qwen3-30b-a3b").unwrap();
+        let layer = MoeLayerCost::new(
+            &crate::cost::gpu::GpuSpec::by_name("H200").unwrap(),
+            &shape,
+            crate::cost::kernel::Timing::Graph,
+        );
+        let mut heavier = layer.clone();
+        heavier.expert_weight_bytes = f64::from_bits(layer.expert_weight_bytes.to_bits() + 1);
+        let speeds = [SpeedFactors::split(0.91, 0.0)];
+        let first = planned(&layer, 16, &speeds, 40);
+        assert!(Arc::ptr_eq(&first, &planned(&layer.clone(), 16, &speeds, 40)));
+        assert!(!Arc::ptr_eq(&first, &planned(&heavier, 16, &speeds, 40)));
+    }
+
+    #[test]
     fn linear_layout_splits_each_expert_over_its_copies() {
         // 8 experts, EP 2 over 4 GPUs: GPUs 0 and 2 host experts 0-3, GPUs 1 and 3 experts 4-7;
         // copy 0 (GPUs 0, 1) takes the ceiling of an odd count.

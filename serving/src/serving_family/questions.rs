@@ -646,10 +646,13 @@ impl<'a> Questions<'a> {
         let aggregator_ok = u < bucket.aggregator_accuracy;
         // Without an aggregator every answer is the majority's.
         let skip = self.spec.aggregator.is_none()
-            || gate.skip(&Votes {
-                k: EXPERTS_PER_QUESTION as u32,
-                plurality: bucket.plurality,
-            });
+            || gate.decide(
+                q,
+                &Votes {
+                    k: EXPERTS_PER_QUESTION as u32,
+                    plurality: bucket.plurality,
+                },
+            );
         let s = &mut self.summary;
         let row = &mut s.buckets[b].1;
         row.questions += 1;
