@@ -13,10 +13,10 @@
 //! priced. On whole token counts within the lookup tables (GEM's traces) a candidate reads the
 //! tables by integer load, the same values `GpuCosts::cost` returns. Restarts run on scoped
 //! threads; their noisy utilizations are drawn up front from the layer's stream, so the result
-//! does not depend on the thread count. The search is a pure function of the window, the curves and those
-//! utilizations, so its results are kept for the process (`SEARCHED`): cells that differ only
-//! in what the mapping does not see (GEM's sharegpt and codecontests cells share trace and
-//! curves) search once.
+//! does not depend on the thread count. The search is a pure function of the window, the
+//! curves and those utilizations, so its results are kept for the process (`SEARCHED`): cells
+//! that differ only in what the mapping does not see (GEM's sharegpt and codecontests cells
+//! share trace and curves) search once.
 
 use crate::mapping::linear::linear_assignment;
 use expertsim_serving::memo::Memo;
