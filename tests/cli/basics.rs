@@ -2,35 +2,8 @@
 //! file, line and field (exit 2, nothing written); runs are byte-for-byte deterministic; `run`
 //! writes results, figures and per-request CSV; `list` and `validate` work.
 
-use crate::common::{assert_refused, expertsim, stderr, write_scenario};
+use crate::common::{SMALL, assert_refused, expertsim, stderr, write_scenario};
 use std::path::Path;
-
-/// A small valid scenario; `patch` replaces one line of it.
-const SMALL: &str = r#"name = "small"
-family = "serving"
-seeds = [7]
-
-[model]
-name = "qwen1.5-moe-a2.7b-nf4"
-
-[workload]
-n_requests = 200
-prompt_tokens = { kind = "log_normal", median = 128, sigma = 0.6, max = 2048 }
-output_tokens = { kind = "log_normal", median = 16, sigma = 0.6, max = 256 }
-
-[arrival]
-pattern = "bursty"
-rate_per_s = 100
-
-[replica]
-gpu = "L4"
-max_num_seqs = 8
-batch_former = { kind = "greedy_variance" }
-scheduler = { kind = "static", loads = "experts", pricing = "cv" }
-
-[experts]
-routing = { kind = "affinity", concentration = 0.3, purity = 0.8 }
-"#;
 
 #[test]
 fn unknown_field_is_refused_with_its_line() {

@@ -1,8 +1,36 @@
 //! Helpers shared by the integration tests: run the `expertsim` binary from the workspace root,
-//! write a scenario, check a refusal.
+//! write a scenario, check a refusal; `SMALL`, the scenario that tests patch line by line.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+/// A small valid scenario (CAPS on one L4, 200 requests, one seed) that tests patch by replacing
+/// its lines.
+pub const SMALL: &str = r#"name = "small"
+family = "serving"
+seeds = [7]
+
+[model]
+name = "qwen1.5-moe-a2.7b-nf4"
+
+[workload]
+n_requests = 200
+prompt_tokens = { kind = "log_normal", median = 128, sigma = 0.6, max = 2048 }
+output_tokens = { kind = "log_normal", median = 16, sigma = 0.6, max = 256 }
+
+[arrival]
+pattern = "bursty"
+rate_per_s = 100
+
+[replica]
+gpu = "L4"
+max_num_seqs = 8
+batch_former = { kind = "greedy_variance" }
+scheduler = { kind = "static", loads = "experts", pricing = "cv" }
+
+[experts]
+routing = { kind = "affinity", concentration = 0.3, purity = 0.8 }
+"#;
 
 /// Runs `expertsim args...` in the workspace root and waits for it.
 pub fn expertsim(args: &[&str]) -> Output {

@@ -3,7 +3,7 @@
 //! (exit 2, nothing written); a sweep killed midway resumes from its finished cells and ends with
 //! the bytes of an uninterrupted run; stale cell files are rerun, not reused.
 
-use crate::common::{expertsim, stderr};
+use crate::common::{SMALL, expertsim, stderr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -17,33 +17,14 @@ fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// A CAPS sweep of 6 cells x 2 seeds whose baseline (fcfs) cells fall in other shards than the
-/// cells compared with them, with a figure.
-const SWEEP: &str = r#"name = "shards"
-family = "serving"
-seeds = [7, 8]
-
-[model]
-name = "qwen1.5-moe-a2.7b-nf4"
-
-[workload]
-n_requests = 200
-prompt_tokens = { kind = "log_normal", median = 128, sigma = 0.6, max = 2048 }
-output_tokens = { kind = "log_normal", median = 16, sigma = 0.6, max = 256 }
-
-[arrival]
-pattern = "bursty"
-rate_per_s = 100
-
-[replica]
-gpu = "L4"
-max_num_seqs = 8
-batch_former = { kind = "greedy_variance" }
-scheduler = { kind = "static", loads = "experts", pricing = "cv" }
-
-[experts]
-routing = { kind = "affinity", concentration = 0.3, purity = 0.8 }
-
+/// `SMALL` with two seeds as a CAPS sweep of 6 cells x 2 seeds whose baseline (fcfs) cells fall in
+/// other shards than the cells compared with them, with a figure.
+fn sweep() -> String {
+    let seeds = SMALL.replacen("seeds = [7]", "seeds = [7, 8]", 1);
+    assert_ne!(seeds, SMALL);
+    format!(
+        "{seeds}{}",
+        r#"
 [report]
 compare = "replica.batch_former.kind"
 baseline = "fcfs"
@@ -57,7 +38,9 @@ name = "p99"
 metrics = ["e2e_p99_ms"]
 x = "arrival.rate_per_s"
 series = "replica.batch_former.kind"
-"#;
+"#
+    )
+}
 
 struct Sweep {
     dir: tempfile::TempDir,
@@ -102,7 +85,7 @@ impl Sweep {
 
 #[test]
 fn three_merged_shards_give_the_bytes_of_one_run() {
-    let sweep = Sweep::new(SWEEP);
+    let sweep = Sweep::new(&sweep());
     sweep.run("whole", &["--no-figures"]);
     for k in 1..=3 {
         let stderr = sweep.run(&format!("shard{k}"), &["--shard", &format!("{k}/3")]);
@@ -146,7 +129,7 @@ fn assert_merge_refused(sweep: &Sweep, dirs: &[&str], needles: &[&str]) {
 
 #[test]
 fn merge_refuses_shards_that_do_not_fit_together() {
-    let sweep = Sweep::new(SWEEP);
+    let sweep = Sweep::new(&sweep());
     sweep.run("a1", &["--shard", "1/2"]);
     sweep.run("a2", &["--shard", "2/2"]);
     sweep.run("b1", &["--shard", "1/3"]);
@@ -173,7 +156,7 @@ fn merge_refuses_shards_that_do_not_fit_together() {
 
 #[test]
 fn stale_cells_are_rerun_and_fresh_ignores_finished_ones() {
-    let sweep = Sweep::new(SWEEP);
+    let sweep = Sweep::new(&sweep());
     sweep.run("reference", &["--no-figures"]);
     // Half the cells, of the same scenario with another request count: not reused.
     sweep.run(
@@ -218,7 +201,8 @@ fn stale_cells_are_rerun_and_fresh_ignores_finished_ones() {
 
 /// 48 cells x 2 seeds: long enough that a cell file appears well before the sweep ends.
 fn long_sweep() -> String {
-    let body = SWEEP.split("[sweep]").next().unwrap();
+    let sweep = sweep();
+    let body = sweep.split("[sweep]").next().unwrap();
     format!(
         "{body}[sweep]\n\"arrival.rate_per_s\" = [100, 150, 200, 250]\n\
          \"replica.batch_former.kind\" = [\"fcfs\", \"random\", \"greedy_variance\", \
