@@ -1,11 +1,11 @@
 //! Criterion benchmark of the bare engine loop: a model that keeps a fixed population of pending
 //! events (each handled event schedules one successor at a pseudo-random later time), so the
-//! measurement is heap push + pop + dispatch. Run: `cargo bench -p expertsim-scenario --bench event_loop`.
+//! measurement is heap push + pop + dispatch. Run: `cargo bench -p expertsim-core --bench event_loop`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use expertsim_scenario::engine::{Model, run};
-use expertsim_scenario::event_queue::EventQueue;
-use expertsim_scenario::time::{SimDuration, SimTime};
+use expertsim_core::engine::{Model, run};
+use expertsim_core::event_queue::EventQueue;
+use expertsim_core::time::{SimDuration, SimTime};
 use std::hint::black_box;
 
 const EVENTS: u64 = 1_000_000;
