@@ -1051,6 +1051,7 @@ mod tests {
     /// put off as `SeqPrefix::deferred` does (true); and the blocks evicted.
     fn staged_workflows(
         seed: u64,
+        blocks: u64,
         preemption: crate::serving::Preemption,
         declare: bool,
     ) -> (Vec<String>, u64) {
@@ -1062,7 +1063,7 @@ mod tests {
             chunked_prefill: true,
             kv: KvConfig {
                 block_size: 16,
-                blocks: 70,
+                blocks,
                 watermark_blocks: 0,
             },
             admission: Admission::Paged { preemption },
@@ -1083,7 +1084,7 @@ mod tests {
         let mut next_id = 0u64;
         // Request id -> (workflow, stage).
         let mut stage_of = BTreeMap::new();
-        let mut submit = |bench: &mut Bench, w: usize, stage: usize, next_id: &mut u64| {
+        let submit = |bench: &mut Bench, w: usize, stage: usize, next_id: &mut u64| {
             let (roles, user, outputs, tails) = &workflows[w];
             let history: u32 = outputs[..stage].iter().sum();
             let segments = [
@@ -1149,25 +1150,36 @@ mod tests {
     #[test]
     fn putting_off_a_stage_s_own_blocks_changes_no_step() {
         use crate::serving::Preemption;
-        let mut put_off = 0;
+        let (mut put_off, mut rehit, mut preempted) = (0, 0, 0);
         for seed in 1..=6 {
-            for preemption in [Preemption::Recompute, Preemption::Swap] {
-                let (eager, eager_evicted) = staged_workflows(seed, preemption, false);
-                let (deferred, deferred_evicted) = staged_workflows(seed, preemption, true);
-                assert_eq!(eager, deferred, "seed {seed}, {preemption:?}");
-                // The stats line: hits, rehits and preemptions happened.
-                let stats: Vec<u64> = eager
-                    .last()
-                    .unwrap()
-                    .split(' ')
-                    .map(|n| n.parse().unwrap())
-                    .collect();
-                assert!(stats[2] > 0 && stats[6] + stats[7] > 0, "{stats:?}");
-                // The blocks put off never entered the cache, so fewer were evicted from it.
-                assert!(deferred_evicted <= eager_evicted);
-                put_off += eager_evicted - deferred_evicted;
+            // From a cache that preempts often to one that keeps an earlier stage's blocks for
+            // the later stage of its role.
+            for blocks in [32, 48, 96] {
+                for preemption in [Preemption::Recompute, Preemption::Swap] {
+                    let (eager, eager_evicted) =
+                        staged_workflows(seed, blocks, preemption, false);
+                    let (deferred, deferred_evicted) =
+                        staged_workflows(seed, blocks, preemption, true);
+                    assert_eq!(eager, deferred, "seed {seed}, {blocks} blocks, {preemption:?}");
+                    // The stats line: hits happened (a preempted sequence's own, too).
+                    let stats: Vec<u64> = eager
+                        .last()
+                        .unwrap()
+                        .split(' ')
+                        .map(|n| n.parse().unwrap())
+                        .collect();
+                    assert!(stats[2] > 0, "{stats:?}");
+                    rehit += stats[3];
+                    preempted += stats[6] + stats[7];
+                    // The blocks put off never entered the cache, so fewer were evicted.
+                    assert!(deferred_evicted <= eager_evicted);
+                    put_off += eager_evicted - deferred_evicted;
+                }
             }
         }
-        assert!(put_off > 0);
+        assert!(
+            put_off > 0 && rehit > 0 && preempted > 0,
+            "{put_off} {rehit} {preempted}"
+        );
     }
 }
