@@ -296,7 +296,8 @@ impl Workflow {
     /// after another, and another role's prompt differs from the system prompt on).
     pub fn shared_segments(&self, request: &QueuedRequest) -> usize {
         let role = stage_role(self.n_stages, request.stage);
-        if (request.stage + 1..self.n_stages).any(|later| stage_role(self.n_stages, later) == role) {
+        if (request.stage + 1..self.n_stages).any(|later| stage_role(self.n_stages, later) == role)
+        {
             3
         } else {
             1

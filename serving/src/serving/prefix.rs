@@ -866,7 +866,10 @@ mod tests {
     /// Output length and prompt segments by request id, and how many of them a later request
     /// may share where that is not all of them.
     #[derive(Default)]
-    struct Prompts(BTreeMap<u64, (u32, Vec<PrefixSegment>)>, BTreeMap<u64, usize>);
+    struct Prompts(
+        BTreeMap<u64, (u32, Vec<PrefixSegment>)>,
+        BTreeMap<u64, usize>,
+    );
     impl AdmitHook for Prompts {
         fn output_tokens(&mut self, r: &QueuedRequest) -> u32 {
             self.0[&r.id].0
@@ -1107,9 +1110,10 @@ mod tests {
         }
         let mut seen = Vec::new();
         let mut finished = Vec::new();
-        while let Some(work) = bench
-            .replica
-            .schedule(bench.now, &mut bench.policy, 0, &mut bench.hook)
+        while let Some(work) =
+            bench
+                .replica
+                .schedule(bench.now, &mut bench.policy, 0, &mut bench.hook)
         {
             let priced = work.dense_tokens();
             let line = format!(
@@ -1156,11 +1160,13 @@ mod tests {
             // the later stage of its role.
             for blocks in [32, 48, 96] {
                 for preemption in [Preemption::Recompute, Preemption::Swap] {
-                    let (eager, eager_evicted) =
-                        staged_workflows(seed, blocks, preemption, false);
+                    let (eager, eager_evicted) = staged_workflows(seed, blocks, preemption, false);
                     let (deferred, deferred_evicted) =
                         staged_workflows(seed, blocks, preemption, true);
-                    assert_eq!(eager, deferred, "seed {seed}, {blocks} blocks, {preemption:?}");
+                    assert_eq!(
+                        eager, deferred,
+                        "seed {seed}, {blocks} blocks, {preemption:?}"
+                    );
                     // The stats line: hits happened (a preempted sequence's own, too).
                     let stats: Vec<u64> = eager
                         .last()

@@ -85,7 +85,11 @@ impl SeqPrefix {
     /// releases its blocks while it may still read them again); from then on every block is
     /// registered when computed.
     fn offer_deferred(&mut self, kv: &mut BlockManager) {
-        for &hash in self.hashes.get(self.deferred..self.registered).unwrap_or(&[]) {
+        for &hash in self
+            .hashes
+            .get(self.deferred..self.registered)
+            .unwrap_or(&[])
+        {
             if let Some(slot) = kv.register_cached(hash) {
                 self.held.push(slot);
             }
