@@ -1074,7 +1074,8 @@ mod tests {
         };
         let mut bench = Bench::with(config, true);
         // Per workflow: roles, user tokens, outputs per stage, own tail per stage.
-        let workflows: Vec<(Vec<u64>, u32, Vec<u32>, Vec<u32>)> = (0..40)
+        type Workflow = (Vec<u64>, u32, Vec<u32>, Vec<u32>);
+        let workflows: Vec<Workflow> = (0..40)
             .map(|_| {
                 let n = rng.random_range(1..=4usize);
                 let roles = (0..n).map(|_| rng.random_range(0..3u64)).collect();
