@@ -290,6 +290,20 @@ impl Workflow {
         ]
     }
 
+    /// How many of `prompt_segments(request)`, from the first, a later request may share
+    /// (`AdmitHook::prefix`): all three when a later stage has the same role (its prompt
+    /// extends this one's), else the role's system prompt alone (the workflow's stages run one
+    /// after another, and another role's prompt differs from the system prompt on).
+    pub fn shared_segments(&self, request: &QueuedRequest) -> usize {
+        let role = stage_role(self.n_stages, request.stage);
+        if (request.stage + 1..self.n_stages).any(|later| stage_role(self.n_stages, later) == role)
+        {
+            3
+        } else {
+            1
+        }
+    }
+
     /// Output tokens of `stage` were it served by model `model`.
     pub fn tokens(&self, model: usize, stage: u32) -> u32 {
         self.stage_tokens[model * self.n_stages as usize + stage as usize]

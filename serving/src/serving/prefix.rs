@@ -220,6 +220,25 @@ impl PrefixCache {
         (hits.len(), free)
     }
 
+    /// Whether the cache names no entry, live or dead, at any of `hashes` (the blocks of a
+    /// prompt from some block on, by run and in order within a run): one map probe a run.
+    pub fn names_none(&self, hashes: &[BlockHash]) -> bool {
+        let mut last = None;
+        for hash in hashes {
+            if last == Some(hash.run) {
+                continue;
+            }
+            last = Some(hash.run);
+            // A run's slots end with one: any named at this place or past it lengthens them.
+            if let Some(&index) = self.runs.get(&hash.run)
+                && self.run_list[index as usize].slots.len() > hash.at as usize
+            {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Reads the entries at `slots` (a finishing sequence's held blocks) before they are
     /// released: these reads do not depend on each other, so their cache misses overlap, where
     /// each release would wait for its own before the next one begins. Changes nothing.
@@ -844,16 +863,21 @@ mod tests {
     use crate::time::{SimDuration, SimTime};
     use std::collections::BTreeMap;
 
-    /// Output length and prompt segments by request id.
+    /// Output length and prompt segments by request id, and how many of them a later request
+    /// may share where that is not all of them.
     #[derive(Default)]
-    struct Prompts(BTreeMap<u64, (u32, Vec<PrefixSegment>)>);
+    struct Prompts(
+        BTreeMap<u64, (u32, Vec<PrefixSegment>)>,
+        BTreeMap<u64, usize>,
+    );
     impl AdmitHook for Prompts {
         fn output_tokens(&mut self, r: &QueuedRequest) -> u32 {
             self.0[&r.id].0
         }
         fn admitted(&mut self, _: SimTime, _: &QueuedRequest, _: u32) {}
-        fn prefix(&mut self, r: &QueuedRequest, segments: &mut Vec<PrefixSegment>) {
+        fn prefix(&mut self, r: &QueuedRequest, segments: &mut Vec<PrefixSegment>) -> usize {
             segments.extend_from_slice(&self.0[&r.id].1);
+            self.1.get(&r.id).copied().unwrap_or(segments.len())
         }
     }
 
@@ -867,18 +891,24 @@ mod tests {
 
     impl Bench {
         fn new(blocks: u64, caching: bool) -> Bench {
-            let config = ReplicaConfig {
-                max_num_seqs: 8,
-                max_num_batched_tokens: None,
-                chunked_prefill: false,
-                kv: KvConfig {
-                    block_size: 16,
-                    blocks,
-                    watermark_blocks: 0,
+            Bench::with(
+                ReplicaConfig {
+                    max_num_seqs: 8,
+                    max_num_batched_tokens: None,
+                    chunked_prefill: false,
+                    kv: KvConfig {
+                        block_size: 16,
+                        blocks,
+                        watermark_blocks: 0,
+                    },
+                    admission: Admission::PromptOnly,
+                    batching: Batching::Continuous,
                 },
-                admission: Admission::PromptOnly,
-                batching: Batching::Continuous,
-            };
+                caching,
+            )
+        }
+
+        fn with(config: ReplicaConfig, caching: bool) -> Bench {
             let replica = Replica::new(config);
             let mut policy = Fifo::default();
             policy.reset(1);
@@ -1012,6 +1042,151 @@ mod tests {
             cached.len() > 12 && peak >= 40,
             "{} steps, peak {peak}",
             cached.len()
+        );
+    }
+
+    /// Workflows of one to four stages, each stage's prompt its role's system prompt (one of
+    /// three), the workflow's user message and its history (the earlier stages' outputs), a
+    /// stage submitted when the one before it finishes, as Chimera's are; a stage shares all
+    /// three segments with later requests when a later stage has its role, else the system
+    /// prompt alone. Returns every step's work, blocks in use and finished requests, and the
+    /// statistics, with the stages' own blocks registered when computed (`declare` false) or
+    /// put off as `SeqPrefix::deferred` does (true); and the blocks evicted.
+    fn staged_workflows(
+        seed: u64,
+        blocks: u64,
+        preemption: crate::serving::Preemption,
+        declare: bool,
+    ) -> (Vec<String>, u64) {
+        use rand::RngExt;
+        let mut rng = crate::rng::stream(seed, "prefix-deferred");
+        let config = ReplicaConfig {
+            max_num_seqs: 6,
+            max_num_batched_tokens: Some(96),
+            chunked_prefill: true,
+            kv: KvConfig {
+                block_size: 16,
+                blocks,
+                watermark_blocks: 0,
+            },
+            admission: Admission::Paged { preemption },
+            batching: Batching::Continuous,
+        };
+        let mut bench = Bench::with(config, true);
+        // Per workflow: roles, user tokens, outputs per stage, own tail per stage.
+        type Workflow = (Vec<u64>, u32, Vec<u32>, Vec<u32>);
+        let workflows: Vec<Workflow> = (0..40)
+            .map(|_| {
+                let n = rng.random_range(1..=4usize);
+                let roles = (0..n).map(|_| rng.random_range(0..3u64)).collect();
+                let user = rng.random_range(10..60u32);
+                let outputs = (0..n).map(|_| rng.random_range(3..60u32)).collect();
+                let tails = (0..n).map(|_| rng.random_range(0..20u32)).collect();
+                (roles, user, outputs, tails)
+            })
+            .collect();
+        let mut next_id = 0u64;
+        // Request id -> (workflow, stage).
+        let mut stage_of = BTreeMap::new();
+        let submit = |bench: &mut Bench, w: usize, stage: usize, next_id: &mut u64| {
+            let (roles, user, outputs, tails) = &workflows[w];
+            let history: u32 = outputs[..stage].iter().sum();
+            let segments = [
+                seg(1000 + roles[stage], 40),
+                seg(2 * w as u64, *user),
+                seg(2 * w as u64 + 1, history),
+            ];
+            let prompt = 40 + user + history + tails[stage];
+            let id = *next_id;
+            *next_id += 1;
+            if declare && !roles[stage + 1..].contains(&roles[stage]) {
+                bench.hook.1.insert(id, 1);
+            }
+            bench.submit(id, prompt, outputs[stage], &segments);
+            (id, (w, stage))
+        };
+        for w in 0..workflows.len() {
+            let (id, at) = submit(&mut bench, w, 0, &mut next_id);
+            stage_of.insert(id, at);
+        }
+        let mut seen = Vec::new();
+        let mut finished = Vec::new();
+        while let Some(work) =
+            bench
+                .replica
+                .schedule(bench.now, &mut bench.policy, 0, &mut bench.hook)
+        {
+            let priced = work.dense_tokens();
+            let line = format!(
+                "{} {} {} {:?}",
+                work.prefill_tokens, priced.rows, priced.prefill_square, bench.now
+            );
+            bench.replica.begin_step(SimDuration(10));
+            bench.now += SimDuration(10);
+            finished.clear();
+            bench.replica.complete_step(bench.now, &mut finished);
+            let done: Vec<u64> = finished.iter().map(|s| s.request.id).collect();
+            seen.push(format!("{line} {} {done:?}", bench.replica.kv().used()));
+            for id in done {
+                let (w, stage) = stage_of[&id];
+                if stage + 1 < workflows[w].0.len() {
+                    let (id, at) = submit(&mut bench, w, stage + 1, &mut next_id);
+                    stage_of.insert(id, at);
+                }
+            }
+        }
+        let stats = bench.replica.stats();
+        seen.push(format!(
+            "{} {} {} {} {} {} {} {}",
+            stats.completed,
+            stats.prefill_tokens,
+            stats.prefix_hit_tokens,
+            stats.prefix_rehit_tokens,
+            stats.prefix_lookup_tokens,
+            stats.recomputed_tokens,
+            stats.preempted_recompute,
+            stats.preempted_swap
+        ));
+        assert_eq!(stats.completed, next_id, "every stage ran");
+        let evicted = bench.replica.kv().prefix_cache().unwrap().evicted();
+        (seen, evicted)
+    }
+
+    #[test]
+    fn putting_off_a_stage_s_own_blocks_changes_no_step() {
+        use crate::serving::Preemption;
+        let (mut put_off, mut rehit, mut preempted) = (0, 0, 0);
+        for seed in 1..=6 {
+            // From a cache that preempts often to one that keeps an earlier stage's blocks for
+            // the later stage of its role.
+            for blocks in [32, 48, 96] {
+                for preemption in [Preemption::Recompute, Preemption::Swap] {
+                    let (eager, eager_evicted) = staged_workflows(seed, blocks, preemption, false);
+                    let (deferred, deferred_evicted) =
+                        staged_workflows(seed, blocks, preemption, true);
+                    assert_eq!(
+                        eager, deferred,
+                        "seed {seed}, {blocks} blocks, {preemption:?}"
+                    );
+                    // The stats line: hits happened (a preempted sequence's own, too).
+                    let stats: Vec<u64> = eager
+                        .last()
+                        .unwrap()
+                        .split(' ')
+                        .map(|n| n.parse().unwrap())
+                        .collect();
+                    assert!(stats[2] > 0, "{stats:?}");
+                    rehit += stats[3];
+                    preempted += stats[6] + stats[7];
+                    // The blocks put off never entered the cache, so fewer were evicted.
+                    assert!(deferred_evicted <= eager_evicted);
+                    put_off += eager_evicted - deferred_evicted;
+                }
+            }
+        }
+        assert!(
+            put_off > 0 && rehit > 0 && preempted > 0,
+            "{put_off} {rehit} {preempted}"
         );
     }
 }

@@ -49,8 +49,13 @@ pub trait AdmitHook {
     /// The segments the request's prompt begins with (`prefix::PrefixSegment`), asked once at
     /// its first admission by a replica that caches prefixes (a function of the request: a try
     /// that fails keeps them for the next); none (the default) leaves the whole prompt the
-    /// request's own.
-    fn prefix(&mut self, _request: &QueuedRequest, _segments: &mut Vec<PrefixSegment>) {}
+    /// request's own. Returns how many of them, from the first, a later request may share:
+    /// the blocks that end in the segments after those are in the prompt of no request
+    /// submitted after this one or in flight beside it (so the cache keeps them only while this
+    /// request may read them again, `SeqPrefix::deferred`).
+    fn prefix(&mut self, _request: &QueuedRequest, _segments: &mut Vec<PrefixSegment>) -> usize {
+        0
+    }
 }
 
 /// A sequence's prompt blocks under prefix caching.
@@ -62,9 +67,36 @@ struct SeqPrefix {
     held: Vec<Slot>,
     /// Blocks of `hashes` already hit or offered to the cache.
     registered: usize,
+    /// The first of `hashes` that no later request's prompt holds (`AdmitHook::prefix`).
+    own: usize,
+    /// From which of `hashes` the blocks computed are not registered (`usize::MAX`: none). Set
+    /// at admission where the cache names none of the blocks from the first own one not hit
+    /// on: only this sequence could then register or read them, and only once it has released
+    /// them (a preemption), so they are registered then (`offer_deferred`), and never when it
+    /// finishes. The cache's answers are the same as with every block registered when
+    /// computed: those registrations would all have made new entries, held by this sequence
+    /// alone and released last-registered first right after its plain blocks, so as plain
+    /// blocks they take the same places in the free queue.
+    deferred: usize,
 }
 
 impl SeqPrefix {
+    /// Registers the blocks computed whose registration was put off (before the sequence
+    /// releases its blocks while it may still read them again); from then on every block is
+    /// registered when computed.
+    fn offer_deferred(&mut self, kv: &mut BlockManager) {
+        for &hash in self
+            .hashes
+            .get(self.deferred..self.registered)
+            .unwrap_or(&[])
+        {
+            if let Some(slot) = kv.register_cached(hash) {
+                self.held.push(slot);
+            }
+        }
+        self.deferred = usize::MAX;
+    }
+
     /// The context at which the next block of `hashes` is computed in full (`u32::MAX`: none
     /// left to offer).
     fn next_register_at(&self, block_size: u32) -> u32 {
@@ -632,6 +664,9 @@ impl Replica {
 
     fn preempt(&mut self, victim: usize, mode: Preemption) {
         let mut s = self.running.remove(victim);
+        if let Some(p) = s.prefix.as_deref_mut() {
+            p.offer_deferred(&mut self.kv);
+        }
         free_blocks(&mut self.kv, &mut s);
         s.scheduled = 0;
         s.pending = NO_PENDING;
@@ -922,6 +957,17 @@ impl Replica {
                     p.held.push(slot);
                 }
                 p.registered = hit;
+                let from = hit.max(p.own);
+                p.deferred = if from < p.hashes.len()
+                    && self
+                        .kv
+                        .prefix_cache()
+                        .is_some_and(|cache| cache.names_none(&p.hashes[from..]))
+                {
+                    from
+                } else {
+                    usize::MAX
+                };
                 s.register_at = p.next_register_at(self.kv.block_size());
                 if fresh {
                     self.stats.prefix_lookup_tokens += u64::from(s.request.prompt_tokens);
@@ -967,11 +1013,24 @@ impl Replica {
         let block_size = self.kv.block_size();
         let prefix = s.prefix.get_or_insert_with(|| {
             self.segments.clear();
-            hook.prefix(&s.request, &mut self.segments);
+            let shared = hook.prefix(&s.request, &mut self.segments);
             let mut p = self.spare_prefixes.pop().unwrap_or_default();
             debug_assert!(p.held.is_empty(), "a finished sequence holds no block");
             p.registered = 0;
+            p.deferred = usize::MAX;
             block_hashes(&self.segments, block_size, &mut p.hashes);
+            // The blocks that end in the segments past the shared ones: from the one holding
+            // their first token.
+            let start: u64 = self.segments[..shared.min(self.segments.len())]
+                .iter()
+                .map(|segment| u64::from(segment.tokens))
+                .sum();
+            p.own = if shared >= self.segments.len() {
+                p.hashes.len()
+            } else {
+                usize::try_from(start / u64::from(block_size))
+                    .map_or(p.hashes.len(), |first| first.min(p.hashes.len()))
+            };
             Box::new(p)
         });
         let max = ((s.prefill_len - 1) / block_size) as usize;
@@ -1175,7 +1234,9 @@ impl Replica {
                     && (p.registered as u32 + 1) * block_size <= s.kv
                 {
                     let hash = p.hashes[p.registered];
-                    if let Some(slot) = self.kv.register_cached(hash) {
+                    if p.registered < p.deferred
+                        && let Some(slot) = self.kv.register_cached(hash)
+                    {
                         p.held.push(slot);
                     }
                     p.registered += 1;

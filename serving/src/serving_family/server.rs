@@ -167,15 +167,15 @@ impl AdmitHook for Admit<'_, '_> {
     /// A prompt is the shared prefix (one token stream, the same for every request), then
     /// tokens of its own; a workflow stage's is its role prompt, user message and history
     /// (`Workflows::prefix`).
-    fn prefix(&mut self, request: &QueuedRequest, segments: &mut Vec<PrefixSegment>) {
+    fn prefix(&mut self, request: &QueuedRequest, segments: &mut Vec<PrefixSegment>) -> usize {
         if let Some(workflows) = &self.workflows {
-            workflows.prefix(request, segments);
-            return;
+            return workflows.prefix(request, segments);
         }
         let tokens = self.shared_prefix.min(request.prompt_tokens);
         if tokens > 0 {
             segments.push(PrefixSegment { stream: 0, tokens });
         }
+        segments.len()
     }
 }
 

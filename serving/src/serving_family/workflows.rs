@@ -161,9 +161,10 @@ impl<'a> Workflows<'a> {
 
     /// The segments `request`'s prompt is made of (`AdmitHook::prefix`): its workflow's
     /// `Workflow::prompt_segments`, as the chimera family's server builds them.
-    pub fn prefix(&self, request: &QueuedRequest, segments: &mut Vec<PrefixSegment>) {
+    pub fn prefix(&self, request: &QueuedRequest, segments: &mut Vec<PrefixSegment>) -> usize {
         let run = self.run(request.workflow);
         segments.extend(run.workflow.prompt_segments(request));
+        run.workflow.shared_segments(request)
     }
 
     /// `request` entered a step for the first time at `now`: its wait joins its workflow's.
