@@ -242,7 +242,8 @@ mod tests {
             assert_eq!(seeded.chosen(), added.chosen());
             assert_eq!(seeded.capacity(), added.capacity());
             assert!((0..2).all(|i| seeded.is_chosen(i) == added.is_chosen(i)));
-            let bits = |s: &BatchSelection| s.load().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let bits =
+                |s: &BatchSelection| s.load().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&seeded), bits(&added));
         }
     }
