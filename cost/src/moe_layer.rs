@@ -167,14 +167,15 @@ fn expected_sums_lanes(loads: &[&[f32]]) -> [GroupSums; LANES] {
     expected_sums_in::<F64x4>(loads)
 }
 
-/// `expected_sums_lanes` on the lanes `L`: the eight sums (`GroupSums::to_terms` order) each
-/// one `L` across the lanes; a lane past its loads' end reads no load (0, which adds +0).
+/// `expected_sums_lanes` on the lanes `L`: six of the eight sums accumulated, each one `L`
+/// across the lanes, and the padded rows' two from the tiles' (`add_expected`); a lane past
+/// its loads' end reads no load (0, which adds +0).
 #[inline(always)]
 fn expected_sums_in<L: Lanes>(loads: &[&[f32]]) -> [GroupSums; LANES] {
     let lanes: [&[f32]; LANES] = std::array::from_fn(|k| loads.get(k).copied().unwrap_or(&[]));
     let common = lanes.iter().map(|lane| lane.len()).min().unwrap_or(0);
     let longest = lanes.iter().map(|lane| lane.len()).max().unwrap_or(0);
-    let mut sums = [L::splat(0.0); 8];
+    let mut sums = [L::splat(0.0); 6];
     let [a, b, c, d] = lanes.map(|lane| &lane[..common]);
     for (((&a, &b), &c), &d) in a.iter().zip(b).zip(c).zip(d) {
         let l = F64x4::new([a, b, c, d].map(f64::from));
@@ -186,20 +187,28 @@ fn expected_sums_in<L: Lanes>(loads: &[&[f32]]) -> [GroupSums; LANES] {
         }));
         add_expected(&mut sums, L::load(l));
     }
-    let terms = sums.map(|sum| sum.store().to_array());
+    // The padded rows' sums are the tiles' times 64 and 128 (`add_expected`).
+    let [groups, rows, t64, t128, c64, c128] = sums;
+    let padded = [t64 * L::splat(64.0), t128 * L::splat(128.0)];
+    let terms = [groups, rows, t64, t128, padded[0], padded[1], c64, c128]
+        .map(|sum| sum.store().to_array());
     std::array::from_fn(|k| GroupSums::from_terms(terms.map(|field| field[k])))
 }
 
-/// Adds each lane's group of its expected load `l` to its eight sums (`GroupSums::to_terms`
-/// order) as `GroupSums::add` of `expected_group(l)` does, without a branch: `w` times the
-/// terms of `rows` = `max(ceil(l), 1)` rows, with `w` = `min(l, 1)` where `l` > 0, else 0 (no
-/// group: its terms, 1 row's, times 0 add +0, which leaves a sum of +0 or more as it is).
-/// The terms are `add`'s: tiles `ceil(rows / 64)` and `ceil(rows / 128)` (a division by a
-/// power of two is exact, so the integer `div_ceil`), padded rows the tiles x 64 and x 128,
+/// Adds each lane's group of its expected load `l` to six of its eight sums (groups, rows,
+/// tiles (64, 128), clusters (64, 128)) as `GroupSums::add` of `expected_group(l)` does,
+/// without a branch: `w` times the terms of `rows` = `max(ceil(l), 1)` rows, with `w` =
+/// `min(l, 1)` where `l` > 0, else 0 (no group: its terms, 1 row's, times 0 add +0, which
+/// leaves a sum of +0 or more as it is). The terms are `add`'s: tiles `ceil(rows / 64)` and
+/// `ceil(rows / 128)` (a division by a power of two is exact, so the integer `div_ceil`),
 /// clusters `ceil(tiles / 2)`, each a whole number below 2^64 held exactly; a product by
-/// `w` = 1 is exact, so a load of one row or more adds `add(rows, 1)`'s numbers.
+/// `w` = 1 is exact, so a load of one row or more adds `add(rows, 1)`'s numbers. `add`'s
+/// padded rows, `w` x (tiles x 64) summed, are the tiles' sum times 64 (and 128), bit for
+/// bit: a product by a power of two is exact and commutes with every rounding here (`w` is
+/// 0 or at least the smallest f32, so no product or sum nears f64's subnormals or overflow),
+/// so each partial sum is 64 times the tiles' one.
 #[inline(always)]
-fn add_expected<L: Lanes>(sums: &mut [L; 8], l: L) {
+fn add_expected<L: Lanes>(sums: &mut [L; 6], l: L) {
     let (zero, one) = (L::splat(0.0), L::splat(1.0));
     let up = l.ceil();
     let rows = up.simd_ge(one).bitselect(up, one);
@@ -209,15 +218,7 @@ fn add_expected<L: Lanes>(sums: &mut [L; 8], l: L) {
     let t64 = (rows * L::splat(1.0 / 64.0)).ceil();
     let t128 = (rows * L::splat(1.0 / 128.0)).ceil();
     let half = L::splat(0.5);
-    let terms = [
-        rows,
-        t64,
-        t128,
-        t64 * L::splat(64.0),
-        t128 * L::splat(128.0),
-        (t64 * half).ceil(),
-        (t128 * half).ceil(),
-    ];
+    let terms = [rows, t64, t128, (t64 * half).ceil(), (t128 * half).ceil()];
     // groups += w (`add`'s p x 1).
     sums[0] = sums[0] + w;
     for (sum, term) in sums[1..].iter_mut().zip(terms) {

@@ -76,6 +76,22 @@ impl BatchSelection {
             max_size: max_size.min(window.len()),
         }
     }
+    /// A selection for `window` of at most `max_size` requests holding candidate `idx`: `new`
+    /// and then `add(window, idx)`, the same load bits (`0 + v` per entry), without zeroing
+    /// the load first.
+    pub fn seeded(window: &CandidateWindow<'_>, max_size: usize, idx: usize) -> Self {
+        assert!(max_size > 0, "BatchSelection: max_size must be positive");
+        let mut chosen = Vec::with_capacity(max_size);
+        chosen.push(idx);
+        let mut is_chosen = vec![false; window.len()];
+        is_chosen[idx] = true;
+        BatchSelection {
+            chosen,
+            is_chosen,
+            load: window.load(idx).iter().map(|&x| 0.0 + x).collect(),
+            max_size: max_size.min(window.len()),
+        }
+    }
     /// Adds candidate `idx`; it must not already be chosen and the batch must not be full.
     pub fn add(&mut self, window: &CandidateWindow<'_>, idx: usize) {
         assert!(!self.is_full(), "BatchSelection::add on a full batch");
@@ -213,6 +229,23 @@ mod tests {
         assert_eq!(selection.load(), &[4.0, 3.0]);
         assert!(selection.is_full());
         assert_eq!(selection.remaining().collect::<Vec<_>>(), vec![1]);
+    }
+
+    #[test]
+    fn a_seeded_selection_is_a_new_one_with_the_seed_added() {
+        let loads = [-0.0, 1.5, 1e-40, 2.0, 3.0, -0.0];
+        let window = CandidateWindow::new(3, &loads);
+        for idx in 0..2 {
+            let seeded = BatchSelection::seeded(&window, 2, idx);
+            let mut added = BatchSelection::new(&window, 2);
+            added.add(&window, idx);
+            assert_eq!(seeded.chosen(), added.chosen());
+            assert_eq!(seeded.capacity(), added.capacity());
+            assert!((0..2).all(|i| seeded.is_chosen(i) == added.is_chosen(i)));
+            let bits =
+                |s: &BatchSelection| s.load().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&seeded), bits(&added));
+        }
     }
 
     #[test]

@@ -123,52 +123,46 @@ pub fn noisy_prediction(load: &[f32], noise: f64, rng: &mut SimRng) -> Option<Ve
     })
 }
 
-/// A static batch's expected routing from its requests' load vectors and prompt tokens: into
-/// `prefill` their sum (the prefill's routed tokens per layer and expert), into `decode`, when
-/// the batch has decode passes, the sum of each load / its prompt tokens (one decode pass routes
-/// one token per request as its prompt did on average). Both are zeroed first.
-pub fn batch_routing<'a>(
-    requests: impl Iterator<Item = (&'a [f32], u32)>,
-    decodes: bool,
-    prefill: &mut [f32],
-    decode: &mut [f32],
-) {
-    prefill.fill(0.0);
-    decode.fill(0.0);
-    for (load, prompt_tokens) in requests {
-        add_scaled(prefill, load, None);
-        if decodes {
-            add_scaled(decode, load, Some(1.0 / prompt_tokens as f32));
-        }
-    }
-}
-
-/// `sum += value` (`scale` None) or `sum += value x scale` entry by entry, compiled for
-/// baseline x86-64 and for AVX (picked at run time): the same IEEE operations per entry either
-/// way (no fused multiply-add), so the same bits, eight entries an instruction with AVX.
+/// `sum = 0 + value` (`first`) or `sum += value`, each optionally times `scale`, entry by
+/// entry, compiled for baseline x86-64 and for AVX (picked at run time): the same IEEE
+/// operations per entry either way (no fused multiply-add), so the same bits, eight entries an
+/// instruction with AVX. `first` gives the bits of a zeroed `sums` plus `values` (the addition
+/// onto +0 is kept: it turns -0 into +0) without zeroing it first.
 #[multiversion(targets("x86_64+avx"))]
-fn add_scaled(sums: &mut [f32], values: &[f32], scale: Option<f32>) {
-    match scale {
-        None => {
+fn add_scaled(sums: &mut [f32], values: &[f32], scale: Option<f32>, first: bool) {
+    match (scale, first) {
+        (None, false) => {
             for (sum, value) in sums.iter_mut().zip(values) {
                 *sum += *value;
             }
         }
-        Some(scale) => {
+        (None, true) => {
+            for (sum, value) in sums.iter_mut().zip(values) {
+                *sum = 0.0 + *value;
+            }
+        }
+        (Some(scale), false) => {
             for (sum, value) in sums.iter_mut().zip(values) {
                 *sum += *value * scale;
+            }
+        }
+        (Some(scale), true) => {
+            for (sum, value) in sums.iter_mut().zip(values) {
+                *sum = 0.0 + *value * scale;
             }
         }
     }
 }
 
-/// A static batch's expected routing kept between batches (the buffers `batch_routing` fills,
-/// `layers x experts` each): what a replica priced from expected routing hands its step cost
-/// as `StepWork::expected_routing`.
+/// A static batch's expected routing kept between batches (`layers x experts` each): what a
+/// replica priced from expected routing hands its step cost as
+/// `StepWork::expected_routing`.
 pub struct BatchRouting {
     layers: usize,
     prefill: Vec<f32>,
     decode: Vec<f32>,
+    /// Whether `decode` holds only zeros (it is not rewritten for batches without decodes).
+    decode_zero: bool,
 }
 
 impl BatchRouting {
@@ -177,16 +171,38 @@ impl BatchRouting {
             layers,
             prefill: vec![0.0; layers * experts],
             decode: vec![0.0; layers * experts],
+            decode_zero: true,
         }
     }
 
-    /// The expected routing of the batch of `requests` (`batch_routing`).
+    /// The expected routing of the batch of `requests` (load vector, prompt tokens): the
+    /// prefill is the sum of their loads (the prefill's routed tokens per layer and expert),
+    /// in order onto zero; the decode, when the batch has decode passes (`decodes`), the sum
+    /// of each load / its prompt tokens (one decode pass routes one token per request as its
+    /// prompt did on average), else zero.
     pub fn of<'a>(
         &mut self,
         requests: impl Iterator<Item = (&'a [f32], u32)>,
         decodes: bool,
     ) -> super::ExpectedRouting<'_> {
-        batch_routing(requests, decodes, &mut self.prefill, &mut self.decode);
+        let mut first = true;
+        for (load, prompt_tokens) in requests {
+            add_scaled(&mut self.prefill, load, None, first);
+            if decodes {
+                let scale = 1.0 / prompt_tokens as f32;
+                add_scaled(&mut self.decode, load, Some(scale), first);
+            }
+            first = false;
+        }
+        if first {
+            self.prefill.fill(0.0);
+        }
+        if decodes && !first {
+            self.decode_zero = false;
+        } else if !self.decode_zero {
+            self.decode.fill(0.0);
+            self.decode_zero = true;
+        }
         super::ExpectedRouting {
             layers: self.layers,
             prefill: &self.prefill,
@@ -204,6 +220,41 @@ impl BatchRouting {
 mod tests {
     use super::*;
     use crate::rng::stream;
+
+    #[test]
+    fn batch_routing_is_the_sum_onto_zeros_bit_for_bit() {
+        // Loads with -0, tiny and large entries; batches with and without decodes, in turn,
+        // so that a batch without decodes follows one with them.
+        let loads: Vec<Vec<f32>> = (0..5)
+            .map(|r| {
+                (0..37)
+                    .map(|j| match (r * 37 + j) % 6 {
+                        0 => -0.0,
+                        1 => 1e-30 * j as f32,
+                        2 => 0.1 * (r + 1) as f32,
+                        _ => (j * j) as f32 / 3.0 + r as f32,
+                    })
+                    .collect()
+            })
+            .collect();
+        let prompts = [3u32, 17, 1, 128, 7];
+        let mut routing = BatchRouting::new(1, 37);
+        for (batch, decodes) in [(0..3, true), (1..5, false), (2..3, true), (0..0, false)] {
+            let (mut prefill, mut decode) = (vec![0.0f32; 37], vec![0.0f32; 37]);
+            for r in batch.clone() {
+                for j in 0..37 {
+                    prefill[j] += loads[r][j];
+                    if decodes {
+                        decode[j] += loads[r][j] * (1.0 / prompts[r] as f32);
+                    }
+                }
+            }
+            let got = routing.of(batch.map(|r| (&loads[r][..], prompts[r])), decodes);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(got.prefill), bits(&prefill));
+            assert_eq!(bits(got.decode), bits(&decode));
+        }
+    }
 
     #[test]
     fn affinity_rows_are_distributions() {

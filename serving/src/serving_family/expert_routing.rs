@@ -22,12 +22,14 @@ use super::config::ExpertRoutingTable;
 use super::mapping::ExpertLayout;
 use crate::cost::shape::MoeModelShape;
 use crate::distributions::Zipf;
+use crate::memo::{ExactKey, Memo};
 use crate::rng::SimRng;
 use crate::serving::RoutedTokens;
 use crate::serving::expert_trace::ExpertTrace;
 use crate::serving::topic_affinity::TopicAffinities;
 use rand::RngExt;
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// Routes the steps of one replica.
 pub struct ExpertRouter {
@@ -71,6 +73,62 @@ struct TraceReplay {
     cumulative: Vec<f64>,
     /// The replica's steps routed so far.
     next: u64,
+}
+
+/// The topics' affinities an `Affinity` router draws, and its table of them capped.
+struct AffinityTables {
+    affinities: TopicAffinities,
+    /// `[topic][layer][expert]`: each row capped as the Zipf ranks are.
+    table: Vec<f64>,
+    /// The drawing stream's word position after the draws.
+    word_pos: u128,
+}
+
+/// The tables `affinity_tables` drew, by everything the drawing reads: the stream's state
+/// (seed, stream, word position), the shape, `top_k` and the concentration. The runs of one
+/// seed (a CAPS grid's strategies and rates) draw the same topics: drawn once, not per run.
+/// 16 kept: a Qwen1.5-MoE table is about 280 KB.
+static AFFINITY_TABLES: Memo<ExactKey, AffinityTables> = Memo::new(16);
+
+/// `TopicAffinities::generate` of `n_topics` x `layers` x `experts` from `rng` and the table of
+/// its rows each capped a hair below `1 / k` (a step routes whole tokens), looked up in
+/// `AFFINITY_TABLES`; `rng` ends where the draws leave it either way.
+fn affinity_tables(
+    n_topics: usize,
+    layers: usize,
+    experts: usize,
+    k: usize,
+    concentration: f64,
+    rng: &mut SimRng,
+) -> Arc<AffinityTables> {
+    let mut key = ExactKey::new();
+    key.bytes(&rng.get_seed())
+        .u64(rng.get_stream())
+        .bytes(&rng.get_word_pos().to_le_bytes())
+        .usize(n_topics)
+        .usize(layers)
+        .usize(experts)
+        .usize(k)
+        .f64(concentration);
+    let drawn = AFFINITY_TABLES.get_or_compute(&key, || {
+        let mut rng = rng.clone();
+        let affinities =
+            TopicAffinities::generate(n_topics, layers, experts, concentration, &mut rng);
+        let mut table = Vec::with_capacity(n_topics * layers * experts);
+        for topic in 0..n_topics {
+            for row in affinities.topic(topic).chunks_exact(experts) {
+                let row = row.iter().map(|&p| f64::from(p)).collect();
+                table.extend(capped(row, (1.0 - 1e-9) / k as f64));
+            }
+        }
+        AffinityTables {
+            affinities,
+            table,
+            word_pos: rng.get_word_pos(),
+        }
+    });
+    rng.set_word_pos(drawn.word_pos);
+    drawn
 }
 
 /// `weights` (summing to 1) with none above `cap`: the excess of the capped ones spread over the
@@ -144,18 +202,9 @@ impl ExpertRouter {
                 table
             }
             ExpertRoutingTable::Affinity { concentration, .. } => {
-                let drawn =
-                    TopicAffinities::generate(n_topics, layers, experts, concentration, popularity);
-                // A step routes whole tokens: each row capped as the Zipf ranks are.
-                let mut table = Vec::with_capacity(n_topics * layers * experts);
-                for topic in 0..n_topics {
-                    for row in drawn.topic(topic).chunks_exact(experts) {
-                        let row = row.iter().map(|&p| f64::from(p)).collect();
-                        table.extend(capped(row, (1.0 - 1e-9) / k as f64));
-                    }
-                }
-                affinities = Some(Rc::new(drawn));
-                table
+                let drawn = affinity_tables(n_topics, layers, experts, k, concentration, popularity);
+                affinities = Some(Rc::new(drawn.affinities.clone()));
+                drawn.table.clone()
             }
         };
         ExpertRouter {

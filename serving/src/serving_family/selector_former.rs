@@ -120,10 +120,11 @@ impl BatchFormer for SelectorFormer<'_> {
                 .map(ServingCandidate::predicted)
                 .collect();
             let window = CandidateWindow::from_rows(self.dims, rows);
-            let mut selection = BatchSelection::new(&window, capacity);
-            if self.seed_with_oldest {
-                selection.add(&window, 0);
-            }
+            let mut selection = if self.seed_with_oldest {
+                BatchSelection::seeded(&window, capacity, 0)
+            } else {
+                BatchSelection::new(&window, capacity)
+            };
             self.selector.select(&window, &mut selection, &mut self.rng);
             assert!(
                 selection.is_full(),
