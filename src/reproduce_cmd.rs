@@ -7,13 +7,13 @@
 //! document is typed by hand. Wall-clock times go to stderr only: a second run writes
 //! the same bytes.
 
+use crate::reproduce_runs;
 use clap::Args;
 use expertsim_scenario::headlines::{self, Claim, Headlines, Outcome, RunSpec, Verdict, prose};
 use expertsim_scenario::results::ResultsDocument;
 use expertsim_scenario::scenario::ScenarioPlan;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use crate::reproduce_runs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -79,20 +79,26 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
         .enumerate()
         .flat_map(|(f, family)| {
             let name = &family.headlines.family;
-            family.headlines.runs.iter().zip(&family.plans).map(move |(spec, plan)| {
-                reproduce_runs::RunSlot {
+            family
+                .headlines
+                .runs
+                .iter()
+                .zip(&family.plans)
+                .map(move |(spec, plan)| reproduce_runs::RunSlot {
                     family: f,
                     plan,
                     out: root.join(name).join(&spec.id),
-                }
-            })
+                })
         })
         .collect();
     let mut documents = match reproduce_runs::run_all(&slots) {
         Ok(documents) => documents.into_iter(),
         Err((s, err)) => {
             let family = &families[slots[s].family].headlines;
-            let run = &family.runs[s - slots.iter().position(|x| x.family == slots[s].family).expect("its own slot")];
+            let run = &family.runs[s - slots
+                .iter()
+                .position(|x| x.family == slots[s].family)
+                .expect("its own slot")];
             eprintln!("error: {}/{}: {err:#}", family.family, run.id);
             return ExitCode::from(1);
         }
@@ -101,8 +107,10 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
     let mut rendered_values = BTreeMap::new();
     let mut unexplained = 0;
     for family in &families {
-        let documents: Vec<ResultsDocument> =
-            documents.by_ref().take(family.headlines.runs.len()).collect();
+        let documents: Vec<ResultsDocument> = documents
+            .by_ref()
+            .take(family.headlines.runs.len())
+            .collect();
         let mut outcomes = match evaluate_all(&family.headlines, &documents) {
             Ok(outcomes) => outcomes,
             Err(message) => return refuse(message),

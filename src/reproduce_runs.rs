@@ -163,7 +163,11 @@ pub fn run_all(slots: &[RunSlot]) -> Result<Vec<ResultsDocument>, (usize, anyhow
     let finish = |s: usize| -> bool {
         let slot = &slots[s];
         let state = &states[s];
-        let sweep = state.prepared.lock().expect("no job panics holding it").take();
+        let sweep = state
+            .prepared
+            .lock()
+            .expect("no job panics holding it")
+            .take();
         let sweep = sweep.expect("a run finishes once");
         let ran = state.takes.iter().map(|&(i, u)| {
             let unit = &units[u];
@@ -172,12 +176,17 @@ pub fn run_all(slots: &[RunSlot]) -> Result<Vec<ResultsDocument>, (usize, anyhow
                 1 => cell.take(),
                 _ => cell.clone(),
             };
-            (i, cell.expect("a finished unit holds its cell until its last reader"))
+            (
+                i,
+                cell.expect("a finished unit holds its cell until its last reader"),
+            )
         });
         let document = sweep.assemble(ran);
         let written = resume::finish(&document, &slot.out)
             .with_context(|| format!("writing {}", slot.out.join("results.json").display()))
-            .and_then(|_| crate::plots::render_all(slot.plan, &document, &slot.out.join("figures")));
+            .and_then(|_| {
+                crate::plots::render_all(slot.plan, &document, &slot.out.join("figures"))
+            });
         let figures = match written {
             Ok(figures) => figures,
             Err(error) => return fail(s, error),

@@ -74,7 +74,10 @@ pub fn run_cells(
         .collect();
     // Job `j` is seed `j % seeds` of the cell at position `j / seeds` of `cell_indices`.
     let runs: Vec<Mutex<Option<Run>>> = costs.iter().map(|_| Mutex::new(None)).collect();
-    let waiting: Vec<AtomicUsize> = cell_indices.iter().map(|_| AtomicUsize::new(seeds)).collect();
+    let waiting: Vec<AtomicUsize> = cell_indices
+        .iter()
+        .map(|_| AtomicUsize::new(seeds))
+        .collect();
     let cells: Vec<OnceLock<CellRuns>> = cell_indices.iter().map(|_| OnceLock::new()).collect();
     let failure: Mutex<Option<(usize, String)>> = Mutex::new(None);
     let fail = |position: usize, message: String| {
@@ -91,7 +94,13 @@ pub fn run_cells(
         let seed_value = plan.seeds[seed];
         let csv = csv_dir.map(|dir| dir.join(format!("{cell_idx:04}_seed{seed_value}.csv")));
         let trace = trace_dir.map(|dir| dir.join(format!("{cell_idx:04}_seed{seed_value}.json")));
-        let outcome = run_cell(scenario, seed_value, policies, csv.as_deref(), trace.as_deref());
+        let outcome = run_cell(
+            scenario,
+            seed_value,
+            policies,
+            csv.as_deref(),
+            trace.as_deref(),
+        );
         on_run_done();
         match outcome {
             Ok(run) => *runs[job].lock().expect("no job panics holding it") = Some(run),
@@ -125,7 +134,11 @@ pub fn run_cells(
 }
 
 /// Cell `cell_idx` of `plan` from its runs, one per seed in the plan's seed order.
-pub fn cell_runs(plan: &ScenarioPlan, cell_idx: usize, runs: impl Iterator<Item = Run>) -> CellRuns {
+pub fn cell_runs(
+    plan: &ScenarioPlan,
+    cell_idx: usize,
+    runs: impl Iterator<Item = Run>,
+) -> CellRuns {
     let scenario = &plan.cells[cell_idx].scenario;
     let mut results = Vec::with_capacity(plan.seeds.len());
     let mut cost_model = String::new();
@@ -187,4 +200,45 @@ pub fn write_results(
     let mut bytes = serde_json::to_vec_pretty(document).expect("results serialize");
     bytes.push(b'\n');
     write_atomic(path, &bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::longest_first;
+    use std::sync::Mutex;
+
+    fn order_on(threads: usize, costs: &[f64], stop_at: Option<usize>) -> Vec<usize> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let started = Mutex::new(Vec::new());
+        pool.install(|| {
+            longest_first(costs, &|job| {
+                started.lock().unwrap().push(job);
+                Some(job) != stop_at
+            })
+        });
+        started.into_inner().unwrap()
+    }
+
+    #[test]
+    fn one_worker_takes_the_costliest_job_first_and_equal_costs_in_index_order() {
+        let costs = [1.0, 5.0, 2.0, 5.0, 0.5, 2.0];
+        assert_eq!(order_on(1, &costs, None), vec![1, 3, 2, 5, 0, 4]);
+    }
+
+    #[test]
+    fn several_workers_run_every_job_once() {
+        let costs: Vec<f64> = (0..200).map(|i| f64::from(i % 7)).collect();
+        let mut started = order_on(4, &costs, None);
+        started.sort_unstable();
+        assert_eq!(started, (0..200).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_failed_job_stops_the_jobs_not_yet_started() {
+        let costs = [3.0, 2.0, 1.0, 0.0];
+        assert_eq!(order_on(1, &costs, Some(1)), vec![0, 1]);
+    }
 }

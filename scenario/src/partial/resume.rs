@@ -124,7 +124,12 @@ impl PreparedSweep {
     }
 
     /// Writes finished cell `index` to `<out>/cells/`, for a later run to resume from.
-    pub fn save(&self, options: &SweepOptions, index: usize, cell: &CellRuns) -> Result<(), String> {
+    pub fn save(
+        &self,
+        options: &SweepOptions,
+        index: usize,
+        cell: &CellRuns,
+    ) -> Result<(), String> {
         let out = options.out;
         cell_file::write(
             out,
@@ -140,7 +145,10 @@ impl PreparedSweep {
     /// The whole sweep's document, from the cells `pending` named (`ran`, in any order) and the
     /// cells taken from disk or `reuse`.
     pub fn assemble(self, ran: impl IntoIterator<Item = (usize, CellRuns)>) -> ResultsDocument {
-        assert!(self.selected.len() == self.header.cells.len(), "a whole sweep");
+        assert!(
+            self.selected.len() == self.header.cells.len(),
+            "a whole sweep"
+        );
         let mut done = self.reused;
         done.extend(ran);
         assert_eq!(done.len(), self.selected.len(), "every cell ran");
