@@ -10,6 +10,7 @@ mod merge_cmd;
 mod plots;
 mod price_cmd;
 mod reproduce_cmd;
+mod reproduce_runs;
 mod summary;
 
 use clap::{Parser, Subcommand};

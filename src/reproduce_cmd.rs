@@ -7,17 +7,15 @@
 //! document is typed by hand. Wall-clock times go to stderr only: a second run writes
 //! the same bytes.
 
+use crate::reproduce_runs;
 use clap::Args;
 use expertsim_scenario::headlines::{self, Claim, Headlines, Outcome, RunSpec, Verdict, prose};
-use expertsim_scenario::partial::resume::{SweepOptions, SweepOutcome};
 use expertsim_scenario::results::ResultsDocument;
-use expertsim_scenario::runner::CellRuns;
 use expertsim_scenario::scenario::ScenarioPlan;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
 
 /// Regenerate the reproduction tables and figures of the named families (all by default).
 #[derive(Args)]
@@ -74,22 +72,45 @@ pub fn run(args: ReproduceArgs) -> ExitCode {
             }
         }
     }
+    // Every run of every family on one pool; each family's documents, in its runs' order.
+    let root = &args.out;
+    let slots: Vec<reproduce_runs::RunSlot> = families
+        .iter()
+        .enumerate()
+        .flat_map(|(f, family)| {
+            let name = &family.headlines.family;
+            family
+                .headlines
+                .runs
+                .iter()
+                .zip(&family.plans)
+                .map(move |(spec, plan)| reproduce_runs::RunSlot {
+                    family: f,
+                    plan,
+                    out: root.join(name).join(&spec.id),
+                })
+        })
+        .collect();
+    let mut documents = match reproduce_runs::run_all(&slots) {
+        Ok(documents) => documents.into_iter(),
+        Err((s, err)) => {
+            let family = &families[slots[s].family].headlines;
+            let run = &family.runs[s - slots
+                .iter()
+                .position(|x| x.family == slots[s].family)
+                .expect("its own slot")];
+            eprintln!("error: {}/{}: {err:#}", family.family, run.id);
+            return ExitCode::from(1);
+        }
+    };
     let mut sections = Vec::new();
     let mut rendered_values = BTreeMap::new();
     let mut unexplained = 0;
     for family in &families {
-        let mut documents = Vec::new();
-        let mut ran = RanCells::new();
-        for (spec, plan) in family.headlines.runs.iter().zip(&family.plans) {
-            let out = args.out.join(&family.headlines.family).join(&spec.id);
-            match run_one(plan, &out, &mut ran) {
-                Ok(document) => documents.push(document),
-                Err(err) => {
-                    eprintln!("error: {}/{}: {err:#}", family.headlines.family, spec.id);
-                    return ExitCode::from(1);
-                }
-            }
-        }
+        let documents: Vec<ResultsDocument> = documents
+            .by_ref()
+            .take(family.headlines.runs.len())
+            .collect();
         let mut outcomes = match evaluate_all(&family.headlines, &documents) {
             Ok(outcomes) => outcomes,
             Err(message) => return refuse(message),
@@ -253,89 +274,6 @@ fn sets_of(spec: &RunSpec, quick: bool) -> Vec<String> {
         sets.extend(spec.quick.iter().cloned());
     }
     sets
-}
-
-/// The cells a family's runs have finished, by `cell_key`: a later run with the same cell (the
-/// same resolved scenario and seeds: CAPS's Poisson runs narrow its grids, Chimera's
-/// `configurations` its `systems` grid) takes their runs instead of simulating them again. A
-/// run depends only on its scenario and seed, so the results are the bytes a second simulation
-/// would write.
-type RanCells = HashMap<String, CellRuns>;
-
-/// What identifies cell `index` of `plan` across runs: the folder its relative paths start
-/// from, its seeds and its whole scenario document (the plan's, with the cell's sweep values).
-fn cell_key(plan: &ScenarioPlan, index: usize) -> String {
-    let mut document = plan.document.clone();
-    for (key, value) in &plan.cells[index].coords {
-        expertsim_scenario::scenario::sweep::apply(&mut document, key, value.clone())
-            .expect("the loader applied every sweep value to this document");
-    }
-    format!(
-        "{}\n{:?}\n{}",
-        plan.path.parent().unwrap_or(Path::new("")).display(),
-        plan.seeds,
-        toml::Value::Table(document)
-    )
-}
-
-/// Runs one scenario into `out` (resuming finished cells, taking those an earlier run of the
-/// family ran from `ran`), writes its results and figures, and adds its cells to `ran`.
-fn run_one(plan: &ScenarioPlan, out: &Path, ran: &mut RanCells) -> anyhow::Result<ResultsDocument> {
-    use anyhow::Context;
-    let options = SweepOptions {
-        out,
-        shard: None,
-        fresh: false,
-        per_request_csv: false,
-        trace_events: false,
-        sets: &[],
-    };
-    let started = Instant::now();
-    let mut prepared = expertsim_scenario::partial::resume::prepare(plan, &options);
-    let resumed = prepared.reused_cells();
-    let keys: Vec<String> = (0..plan.cells.len()).map(|i| cell_key(plan, i)).collect();
-    let mut shared = 0;
-    for (index, key) in keys.iter().enumerate() {
-        if let Some(cell) = ran.get(key).filter(|_| !prepared.is_reused(index)) {
-            prepared.reuse(index, cell.clone());
-            shared += 1;
-        }
-    }
-    let outcome = prepared
-        .run(plan, &strategies::Registry, &options, &|| {})
-        .map_err(anyhow::Error::msg)
-        .context("running the sweep")?;
-    let SweepOutcome::Complete(document) = outcome else {
-        anyhow::bail!("a whole sweep ran as a shard");
-    };
-    expertsim_scenario::partial::resume::finish(&document, out)
-        .with_context(|| format!("writing {}", out.join("results.json").display()))?;
-    let figures = crate::plots::render_all(plan, &document, &out.join("figures"))?;
-    for (key, cell) in keys.into_iter().zip(&document.cells) {
-        ran.entry(key).or_insert_with(|| CellRuns {
-            cost_model: cell.cost_model.clone(),
-            runs: cell.runs.clone(),
-            trace: cell.trace.clone(),
-        });
-    }
-    eprintln!(
-        "{}: {} cells x {} seeds{}{} in {:.1} s, {} figure files -> {}",
-        plan.path.display(),
-        plan.cells.len(),
-        plan.seeds.len(),
-        match resumed {
-            0 => String::new(),
-            n => format!(" ({n} cells resumed)"),
-        },
-        match shared {
-            0 => String::new(),
-            n => format!(" ({n} cells as an earlier run ran them)"),
-        },
-        started.elapsed().as_secs_f64(),
-        figures.len(),
-        out.display()
-    );
-    Ok(*document)
 }
 
 fn evaluate_all(

@@ -99,6 +99,11 @@ impl PreparedSweep {
         self.reused.insert(index, cell);
     }
 
+    /// Cell `index`'s runs, when taken from disk (or `reuse`).
+    pub fn reused_cell(&self, index: usize) -> Option<&CellRuns> {
+        self.reused.get(&index)
+    }
+
     /// Whether cell `index` is taken from disk (or `reuse`).
     pub fn is_reused(&self, index: usize) -> bool {
         self.reused.contains_key(&index)
@@ -107,6 +112,47 @@ impl PreparedSweep {
     /// Simulations left to run.
     pub fn runs_to_do(&self) -> usize {
         (self.selected.len() - self.reused.len()) * self.header.seeds.len()
+    }
+
+    /// The cells left to run (selected, neither on disk nor taken with `reuse`), in plan order.
+    pub fn pending(&self) -> Vec<usize> {
+        self.selected
+            .iter()
+            .copied()
+            .filter(|i| !self.reused.contains_key(i))
+            .collect()
+    }
+
+    /// Writes finished cell `index` to `<out>/cells/`, for a later run to resume from.
+    pub fn save(
+        &self,
+        options: &SweepOptions,
+        index: usize,
+        cell: &CellRuns,
+    ) -> Result<(), String> {
+        let out = options.out;
+        cell_file::write(
+            out,
+            &self.header,
+            &self.fingerprint,
+            index,
+            options.per_request_csv,
+            cell,
+        )
+        .map_err(|e| format!("writing {}: {e}", cell_file::path(out, index).display()))
+    }
+
+    /// The whole sweep's document, from the cells `pending` named (`ran`, in any order) and the
+    /// cells taken from disk or `reuse`.
+    pub fn assemble(self, ran: impl IntoIterator<Item = (usize, CellRuns)>) -> ResultsDocument {
+        assert!(
+            self.selected.len() == self.header.cells.len(),
+            "a whole sweep"
+        );
+        let mut done = self.reused;
+        done.extend(ran);
+        assert_eq!(done.len(), self.selected.len(), "every cell ran");
+        self.header.assemble(done.into_values().collect())
     }
 
     /// Runs the remaining cells, writing each to `<out>/cells/` as it finishes.
@@ -118,25 +164,10 @@ impl PreparedSweep {
         on_run_done: &(dyn Fn() + Sync),
     ) -> Result<SweepOutcome, String> {
         let out = options.out;
-        let to_run: Vec<usize> = self
-            .selected
-            .iter()
-            .copied()
-            .filter(|i| !self.reused.contains_key(i))
-            .collect();
+        let to_run = self.pending();
         let requests_dir = out.join("requests");
         let csv_dir = options.per_request_csv.then_some(requests_dir.as_path());
-        let save = |index: usize, cell: &CellRuns| -> Result<(), String> {
-            cell_file::write(
-                out,
-                &self.header,
-                &self.fingerprint,
-                index,
-                options.per_request_csv,
-                cell,
-            )
-            .map_err(|e| format!("writing {}: {e}", cell_file::path(out, index).display()))
-        };
+        let save = |index: usize, cell: &CellRuns| self.save(options, index, cell);
         let trace_dir = out.join("trace_events");
         let trace_dir = options.trace_events.then_some(trace_dir.as_path());
         let ran = runner::run_cells(
@@ -148,12 +179,9 @@ impl PreparedSweep {
             on_run_done,
             &save,
         )?;
-        let mut done = self.reused;
-        done.extend(to_run.into_iter().zip(ran));
+        let ran = to_run.into_iter().zip(ran);
         match options.shard {
-            None => Ok(SweepOutcome::Complete(Box::new(
-                self.header.assemble(done.into_values().collect()),
-            ))),
+            None => Ok(SweepOutcome::Complete(Box::new(self.assemble(ran)))),
             Some(shard) => {
                 let manifest = Manifest {
                     format: super::merge::MANIFEST_FORMAT.into(),
