@@ -209,6 +209,7 @@ impl<'a> Search<'a> {
             }
         ];
         let mut alone = vec![0.0; self.n_experts * g_count * 2];
+        let mut without = vec![0.0; n_steps];
         let mut hints: Vec<(usize, usize)> = Vec::new();
         let mut swaps = 0;
         loop {
@@ -258,16 +259,19 @@ impl<'a> Search<'a> {
             // larger, summed in step order. Each term is at most the step's cost after the swap
             // and rounding is monotone, so where this reaches the threshold so does the swap's
             // total, which `swap_total` would reject at its last step: the swap is not priced.
+            // e's GPU's least cost without e does not depend on the other GPU or the side, so
+            // it is looked up once per step (`without`) for all of them.
             for e in 0..self.n_experts {
                 let ge = state.gpu_of[e];
-                let counts = self.expert(e);
+                for (t, (w, &c)) in without.iter_mut().zip(self.expert(e)).enumerate() {
+                    *w = self.costs.least_below(ge, state.load[t * g_count + ge] - c);
+                }
                 for g in (0..g_count).filter(|&g| g != ge) {
                     for (side, p) in [(0, ge * g_count + g), (1, g * g_count + ge)] {
+                        let bounds = &bound[p * n_steps..(p + 1) * n_steps];
                         let mut sum = 0.0;
-                        for (t, &c) in counts.iter().enumerate() {
-                            let without =
-                                self.costs.least_below(ge, state.load[t * g_count + ge] - c);
-                            sum += larger(bound[p * n_steps + t], without);
+                        for (&b, &w) in bounds.iter().zip(&without) {
+                            sum += larger(b, w);
                         }
                         alone[(e * g_count + g) * 2 + side] = sum;
                     }
