@@ -71,6 +71,16 @@ struct TraceReplay {
     cumulative: Vec<f64>,
     /// The replica's steps routed so far.
     next: u64,
+    /// Whether the layout has one copy and every expert in one slot (`ExpertLayout::plain`):
+    /// then a GPU's tokens are the sum of its slots' (no expert split between slots).
+    one_slot_each: bool,
+}
+
+/// A cumulative share of `assignments`, rounded half up to a whole token (the shares are
+/// non-negative).
+#[inline]
+fn whole_share(share: f64, assignments: u64) -> u64 {
+    (share * assignments as f64 + 0.5) as u64
 }
 
 /// `weights` (summing to 1) with none above `cap`: the excess of the capped ones spread over the
@@ -222,6 +232,7 @@ impl ExpertRouter {
             slot_experts,
             cumulative,
             next: 0,
+            one_slot_each: layout.plain(),
         });
     }
 
@@ -300,14 +311,31 @@ impl ExpertRouter {
                 let shares = &replay.cumulative[(u * self.n_layers + layer) * n..][..n];
                 let slot_experts = &replay.slot_experts[layer * n..][..n];
                 row.fill(0);
+                let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
                 let mut given = 0u64;
+                if replay.one_slot_each {
+                    // Each expert in one slot, GPU by GPU: a GPU's tokens are what its slots
+                    // were given, the growth of `given` over them (`slot_tokens`' sum).
+                    for ((shares, experts), on_gpu) in shares
+                        .chunks_exact(n / gpus)
+                        .zip(slot_experts.chunks_exact(n / gpus))
+                        .zip(on_gpus.iter_mut())
+                    {
+                        let start = given;
+                        for (&share, &e) in shares.iter().zip(experts) {
+                            let upto = whole_share(share, assignments).max(given);
+                            row[e] += (upto - given) as u32;
+                            given = upto;
+                        }
+                        *on_gpu = (given - start) as u32;
+                    }
+                    continue;
+                }
                 for (&share, &e) in shares.iter().zip(slot_experts) {
-                    // Round half up (the shares are non-negative).
-                    let upto = ((share * assignments as f64 + 0.5) as u64).max(given);
+                    let upto = whole_share(share, assignments).max(given);
                     row[e] += (upto - given) as u32;
                     given = upto;
                 }
-                let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
                 for (g, on_gpu) in on_gpus.iter_mut().enumerate() {
                     *on_gpu = self.layout.slot_tokens(layer, row, g).sum();
                 }
