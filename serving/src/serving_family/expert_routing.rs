@@ -57,6 +57,8 @@ pub struct ExpertRouter {
     observe: Option<(usize, Vec<Vec<f32>>)>,
     /// With a trace: the unseen steps the replica's steps route by, in turn.
     replay: Option<TraceReplay>,
+    /// With a trace: the step's slots' rounded cumulative shares, `[layer][slot]` (scratch).
+    uptos: Vec<u64>,
 }
 
 /// The unseen steps of a trace, as cumulative shares over a layout's slots.
@@ -185,6 +187,7 @@ impl ExpertRouter {
             step_load: vec![0.0; layers * experts],
             observe: None,
             replay: None,
+            uptos: Vec::new(),
         }
     }
 
@@ -304,11 +307,29 @@ impl ExpertRouter {
             replay.next += 1;
             u
         });
+        if let (Some(replay), Some(u)) = (&self.replay, unseen) {
+            // Every slot's rounded cumulative share of the step, all layers in one pass (the
+            // unseen step's shares are contiguous): below 2^30 assignments every value is under
+            // 2^31, where converting through `i32` (which vectorizes) truncates as `u64` does.
+            let n = replay.slots_per_layer * self.n_layers;
+            let shares = &replay.cumulative[u * n..][..n];
+            self.uptos.resize(n, 0);
+            if assignments < 1 << 30 {
+                let a = assignments as f64;
+                for (upto, &share) in self.uptos.iter_mut().zip(shares) {
+                    *upto = (share * a + 0.5) as i32 as u64;
+                }
+            } else {
+                for (upto, &share) in self.uptos.iter_mut().zip(shares) {
+                    *upto = whole_share(share, assignments);
+                }
+            }
+        }
         for layer in 0..self.n_layers {
             let row = &mut self.per_expert[layer * experts..][..experts];
-            if let (Some(replay), Some(u)) = (&self.replay, unseen) {
+            if let (Some(replay), Some(_)) = (&self.replay, unseen) {
                 let n = replay.slots_per_layer;
-                let shares = &replay.cumulative[(u * self.n_layers + layer) * n..][..n];
+                let shares = &self.uptos[layer * n..][..n];
                 let slot_experts = &replay.slot_experts[layer * n..][..n];
                 row.fill(0);
                 let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
@@ -322,8 +343,8 @@ impl ExpertRouter {
                         .zip(on_gpus.iter_mut())
                     {
                         let start = given;
-                        for (&share, &e) in shares.iter().zip(experts) {
-                            let upto = whole_share(share, assignments).max(given);
+                        for (&upto, &e) in shares.iter().zip(experts) {
+                            let upto = upto.max(given);
                             row[e] += (upto - given) as u32;
                             given = upto;
                         }
@@ -331,8 +352,8 @@ impl ExpertRouter {
                     }
                     continue;
                 }
-                for (&share, &e) in shares.iter().zip(slot_experts) {
-                    let upto = whole_share(share, assignments).max(given);
+                for (&upto, &e) in shares.iter().zip(slot_experts) {
+                    let upto = upto.max(given);
                     row[e] += (upto - given) as u32;
                     given = upto;
                 }

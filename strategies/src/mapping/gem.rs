@@ -157,6 +157,7 @@ impl<'a> Search<'a> {
         // largest of the other GPUs': the largest cost of the GPUs other than `g` is the second
         // where `g` is the first, else the first (the same maximum as a scan without `g`).
         let mut top = vec![(f64::NEG_INFINITY, usize::MAX, f64::NEG_INFINITY); self.n_steps];
+        let mut totals = vec![0.0; g_count];
         for e in order {
             let counts = self.expert(e);
             for (t, top) in top.iter_mut().enumerate() {
@@ -172,15 +173,20 @@ impl<'a> Search<'a> {
                 }
                 *top = (first, at, second);
             }
+            // Every GPU's total at once, step by step (each GPU's sum in step order, as one
+            // GPU at a time would add it; independent sums overlap).
+            totals.fill(0.0);
+            for (t, (&c, &(first, at, second))) in counts.iter().zip(&top).enumerate() {
+                let loads = &state.load[t * g_count..(t + 1) * g_count];
+                for (g, (total, &load)) in totals.iter_mut().zip(loads).enumerate() {
+                    let own = self.costs.cost(g, load + c);
+                    *total += larger(own, if at == g { second } else { first });
+                }
+            }
             let mut best = (f64::INFINITY, usize::MAX);
-            for (g, &on_g) in hosted.iter().enumerate() {
+            for (g, (&on_g, &total)) in hosted.iter().zip(&totals).enumerate() {
                 if on_g >= capacity {
                     continue;
-                }
-                let mut total = 0.0;
-                for (t, (&c, &(first, at, second))) in counts.iter().zip(&top).enumerate() {
-                    let own = self.costs.cost(g, state.load[t * g_count + g] + c);
-                    total += larger(own, if at == g { second } else { first });
                 }
                 if total < best.0 {
                     best = (total, g);
