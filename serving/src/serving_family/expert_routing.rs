@@ -59,6 +59,8 @@ pub struct ExpertRouter {
     observe: Option<(usize, Vec<Vec<f32>>)>,
     /// With a trace: the unseen steps the replica's steps route by, in turn.
     replay: Option<TraceReplay>,
+    /// With a trace: the step's slots' rounded cumulative shares, `[layer][slot]` (scratch).
+    uptos: Vec<u64>,
 }
 
 /// The unseen steps of a trace, as cumulative shares over a layout's slots.
@@ -73,6 +75,16 @@ struct TraceReplay {
     cumulative: Vec<f64>,
     /// The replica's steps routed so far.
     next: u64,
+    /// Whether the layout has one copy and every expert in one slot (`ExpertLayout::plain`):
+    /// then a GPU's tokens are the sum of its slots' (no expert split between slots).
+    one_slot_each: bool,
+}
+
+/// A cumulative share of `assignments`, rounded half up to a whole token (the shares are
+/// non-negative).
+#[inline]
+fn whole_share(share: f64, assignments: u64) -> u64 {
+    (share * assignments as f64 + 0.5) as u64
 }
 
 /// The topics' affinities an `Affinity` router draws, and its table of them capped.
@@ -224,6 +236,7 @@ impl ExpertRouter {
             step_load: vec![0.0; layers * experts],
             observe: None,
             replay: None,
+            uptos: Vec::new(),
         }
     }
 
@@ -271,6 +284,7 @@ impl ExpertRouter {
             slot_experts,
             cumulative,
             next: 0,
+            one_slot_each: layout.plain(),
         });
     }
 
@@ -342,21 +356,56 @@ impl ExpertRouter {
             replay.next += 1;
             u
         });
+        if let (Some(replay), Some(u)) = (&self.replay, unseen) {
+            // Every slot's rounded cumulative share of the step, all layers in one pass (the
+            // unseen step's shares are contiguous): below 2^30 assignments every value is under
+            // 2^31, where converting through `i32` (which vectorizes) truncates as `u64` does.
+            let n = replay.slots_per_layer * self.n_layers;
+            let shares = &replay.cumulative[u * n..][..n];
+            self.uptos.resize(n, 0);
+            if assignments < 1 << 30 {
+                let a = assignments as f64;
+                for (upto, &share) in self.uptos.iter_mut().zip(shares) {
+                    *upto = (share * a + 0.5) as i32 as u64;
+                }
+            } else {
+                for (upto, &share) in self.uptos.iter_mut().zip(shares) {
+                    *upto = whole_share(share, assignments);
+                }
+            }
+        }
         for layer in 0..self.n_layers {
             let row = &mut self.per_expert[layer * experts..][..experts];
-            if let (Some(replay), Some(u)) = (&self.replay, unseen) {
+            if let (Some(replay), Some(_)) = (&self.replay, unseen) {
                 let n = replay.slots_per_layer;
-                let shares = &replay.cumulative[(u * self.n_layers + layer) * n..][..n];
+                let shares = &self.uptos[layer * n..][..n];
                 let slot_experts = &replay.slot_experts[layer * n..][..n];
                 row.fill(0);
+                let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
                 let mut given = 0u64;
-                for (&share, &e) in shares.iter().zip(slot_experts) {
-                    // Round half up (the shares are non-negative).
-                    let upto = ((share * assignments as f64 + 0.5) as u64).max(given);
+                if replay.one_slot_each {
+                    // Each expert in one slot, GPU by GPU: a GPU's tokens are what its slots
+                    // were given, the growth of `given` over them (`slot_tokens`' sum).
+                    for ((shares, experts), on_gpu) in shares
+                        .chunks_exact(n / gpus)
+                        .zip(slot_experts.chunks_exact(n / gpus))
+                        .zip(on_gpus.iter_mut())
+                    {
+                        let start = given;
+                        for (&upto, &e) in shares.iter().zip(experts) {
+                            let upto = upto.max(given);
+                            row[e] += (upto - given) as u32;
+                            given = upto;
+                        }
+                        *on_gpu = (given - start) as u32;
+                    }
+                    continue;
+                }
+                for (&upto, &e) in shares.iter().zip(slot_experts) {
+                    let upto = upto.max(given);
                     row[e] += (upto - given) as u32;
                     given = upto;
                 }
-                let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
                 for (g, on_gpu) in on_gpus.iter_mut().enumerate() {
                     *on_gpu = self.layout.slot_tokens(layer, row, g).sum();
                 }

@@ -152,6 +152,12 @@ impl ExpertLayout {
         )
     }
 
+    /// Whether the layout has one copy and no expert held by more than one slot (each slot's
+    /// tokens are its expert's).
+    pub fn plain(&self) -> bool {
+        self.plain
+    }
+
     pub fn gpus(&self) -> usize {
         self.expert_parallel * self.copies
     }

@@ -25,6 +25,7 @@ use expertsim_serving::policies::mapping::{ExpertMapper, LayerMapping, LayerProb
 use expertsim_serving::rng::SimRng;
 use rand::RngExt;
 use sha2::{Digest, Sha256};
+use std::cell::RefCell;
 
 /// Leading candidates of a refinement round kept as the next round's hints (`Search::refine`).
 const HINTS: usize = 8;
@@ -152,23 +153,40 @@ impl<'a> Search<'a> {
         let mut hosted = vec![0usize; self.n_gpus];
         let mut state = self.empty();
         let g_count = self.n_gpus;
+        // Per step, the largest cost of the partial mapping, the first GPU with it and the
+        // largest of the other GPUs': the largest cost of the GPUs other than `g` is the second
+        // where `g` is the first, else the first (the same maximum as a scan without `g`).
+        let mut top = vec![(f64::NEG_INFINITY, usize::MAX, f64::NEG_INFINITY); self.n_steps];
+        let mut totals = vec![0.0; g_count];
         for e in order {
             let counts = self.expert(e);
+            for (t, top) in top.iter_mut().enumerate() {
+                let row = &state.cost[t * g_count..(t + 1) * g_count];
+                let (mut first, mut at, mut second) =
+                    (f64::NEG_INFINITY, usize::MAX, f64::NEG_INFINITY);
+                for (h, &x) in row.iter().enumerate() {
+                    if x > first {
+                        (second, first, at) = (first, x, h);
+                    } else if x > second {
+                        second = x;
+                    }
+                }
+                *top = (first, at, second);
+            }
+            // Every GPU's total at once, step by step (each GPU's sum in step order, as one
+            // GPU at a time would add it; independent sums overlap).
+            totals.fill(0.0);
+            for (t, (&c, &(first, at, second))) in counts.iter().zip(&top).enumerate() {
+                let loads = &state.load[t * g_count..(t + 1) * g_count];
+                for (g, (total, &load)) in totals.iter_mut().zip(loads).enumerate() {
+                    let own = self.costs.cost(g, load + c);
+                    *total += larger(own, if at == g { second } else { first });
+                }
+            }
             let mut best = (f64::INFINITY, usize::MAX);
-            for (g, &on_g) in hosted.iter().enumerate() {
+            for (g, (&on_g, &total)) in hosted.iter().zip(&totals).enumerate() {
                 if on_g >= capacity {
                     continue;
-                }
-                let mut total = 0.0;
-                for (t, &c) in counts.iter().enumerate() {
-                    let row = &state.cost[t * g_count..(t + 1) * g_count];
-                    let mut m = self.costs.cost(g, state.load[t * g_count + g] + c);
-                    for (h, &x) in row.iter().enumerate() {
-                        if h != g && x > m {
-                            m = x;
-                        }
-                    }
-                    total += m;
                 }
                 if total < best.0 {
                     best = (total, g);
@@ -209,6 +227,7 @@ impl<'a> Search<'a> {
             }
         ];
         let mut alone = vec![0.0; self.n_experts * g_count * 2];
+        let mut without = vec![0.0; n_steps];
         let mut hints: Vec<(usize, usize)> = Vec::new();
         let mut swaps = 0;
         loop {
@@ -258,16 +277,19 @@ impl<'a> Search<'a> {
             // larger, summed in step order. Each term is at most the step's cost after the swap
             // and rounding is monotone, so where this reaches the threshold so does the swap's
             // total, which `swap_total` would reject at its last step: the swap is not priced.
+            // e's GPU's least cost without e does not depend on the other GPU or the side, so
+            // it is looked up once per step (`without`) for all of them.
             for e in 0..self.n_experts {
                 let ge = state.gpu_of[e];
-                let counts = self.expert(e);
+                for (t, (w, &c)) in without.iter_mut().zip(self.expert(e)).enumerate() {
+                    *w = self.costs.least_below(ge, state.load[t * g_count + ge] - c);
+                }
                 for g in (0..g_count).filter(|&g| g != ge) {
                     for (side, p) in [(0, ge * g_count + g), (1, g * g_count + ge)] {
+                        let bounds = &bound[p * n_steps..(p + 1) * n_steps];
                         let mut sum = 0.0;
-                        for (t, &c) in counts.iter().enumerate() {
-                            let without =
-                                self.costs.least_below(ge, state.load[t * g_count + ge] - c);
-                            sum += larger(bound[p * n_steps + t], without);
+                        for (&b, &w) in bounds.iter().zip(&without) {
+                            sum += larger(b, w);
                         }
                         alone[(e * g_count + g) * 2 + side] = sum;
                     }
@@ -292,6 +314,15 @@ impl<'a> Search<'a> {
             let mut best = None;
             for a in 0..self.n_experts {
                 let ga = state.gpu_of[a];
+                // The threshold only falls during the scan, so where every other GPU's pair
+                // check (below) already holds, it holds for every `b` of this row: skip it.
+                let threshold = (previous - best_drop).min(ceiling);
+                if (0..g_count).filter(|&g| g != ga).all(|g| {
+                    suffix[(ga * g_count + g) * (n_steps + 1)] >= threshold
+                        || alone[(a * g_count + g) * 2] >= threshold
+                }) {
+                    continue;
+                }
                 for b in a + 1..self.n_experts {
                     let gb = state.gpu_of[b];
                     if ga == gb {
@@ -473,13 +504,7 @@ fn search_key(gem: &Gem, problem: &LayerProblem<'_>, inputs: &[Vec<f64>]) -> [u8
     for x in problem.window {
         hash.update(x.to_bits().to_le_bytes());
     }
-    for curve in problem.costs.curves() {
-        hash.update((curve.samples().count() as u64).to_le_bytes());
-        for (tokens, nanos) in curve.samples() {
-            hash.update(tokens.to_bits().to_le_bytes());
-            hash.update(nanos.to_bits().to_le_bytes());
-        }
-    }
+    hash.update(curves_digest(problem.costs));
     for input in inputs {
         hash.update((input.len() as u64).to_le_bytes());
         for x in input {
@@ -487,6 +512,34 @@ fn search_key(gem: &Gem, problem: &LayerProblem<'_>, inputs: &[Vec<f64>]) -> [u8
         }
     }
     hash.finalize().into()
+}
+
+/// The SHA-256 of every GPU's curve, each behind its sample count, each sample's tokens and
+/// latency by their bits. The layers of one deployment plan on the same curves (a megabyte for
+/// Qwen3-30B-A3B), so each thread keeps the last curves' encoding and digest and hashes again
+/// only when the encoding differs (compared word for word, cheaper than the hash).
+fn curves_digest(costs: &GpuCosts) -> [u8; 32] {
+    thread_local! {
+        static LAST: RefCell<(Vec<u64>, [u8; 32])> = const { RefCell::new((Vec::new(), [0; 32])) };
+    }
+    let mut words = Vec::new();
+    for curve in costs.curves() {
+        words.push(curve.samples().count() as u64);
+        for (tokens, nanos) in curve.samples() {
+            words.extend([tokens.to_bits(), nanos.to_bits()]);
+        }
+    }
+    LAST.with_borrow_mut(|(last, digest)| {
+        if *last != words {
+            let mut hash = Sha256::new();
+            for w in &words {
+                hash.update(w.to_le_bytes());
+            }
+            *digest = hash.finalize().into();
+            *last = words;
+        }
+        *digest
+    })
 }
 
 /// The restarts from `inputs` on scoped threads; the best state (or linear, see `gem_place`).
