@@ -152,8 +152,13 @@ impl<'a> Search<'a> {
         let mut hosted = vec![0usize; self.n_gpus];
         let mut state = self.empty();
         let g_count = self.n_gpus;
+        // top[t]: the largest costs of step t with their GPUs, refreshed per expert placed.
+        let mut top = vec![[(0.0f64, usize::MAX); 3]; self.n_steps];
         for e in order {
             let counts = self.expert(e);
+            for (t, row) in state.cost.chunks_exact(g_count).enumerate() {
+                top[t] = largest_three(row);
+            }
             let mut best = (f64::INFINITY, usize::MAX);
             for (g, &on_g) in hosted.iter().enumerate() {
                 if on_g >= capacity {
@@ -161,14 +166,15 @@ impl<'a> Search<'a> {
                 }
                 let mut total = 0.0;
                 for (t, &c) in counts.iter().enumerate() {
-                    let row = &state.cost[t * g_count..(t + 1) * g_count];
-                    let mut m = self.costs.cost(g, state.load[t * g_count + g] + c);
-                    for (h, &x) in row.iter().enumerate() {
-                        if h != g && x > m {
-                            m = x;
-                        }
-                    }
-                    total += m;
+                    // The step's cost with e on g: the larger of g's cost with e and the
+                    // largest of the other GPUs' (costs are never negative: 0 where none).
+                    let m = self.costs.cost(g, state.load[t * g_count + g] + c);
+                    let rest = if top[t][0].1 != g {
+                        top[t][0].0
+                    } else {
+                        top[t][1].0
+                    };
+                    total += larger(m, rest);
                 }
                 if total < best.0 {
                     best = (total, g);
@@ -211,31 +217,38 @@ impl<'a> Search<'a> {
         let mut alone = vec![0.0; self.n_experts * g_count * 2];
         let mut hints: Vec<(usize, usize)> = Vec::new();
         let mut swaps = 0;
+        // top[t]: the three largest costs of step t with their GPUs (`usize::MAX` where the step
+        // has fewer GPUs), so that the largest cost of the GPUs a pair does not touch is a
+        // lookup rather than a scan of the row.
+        let mut top = vec![[(0.0f64, usize::MAX); 3]; n_steps];
+        // without[t]: an expert's GPU's least cost at its step-t load less the expert's.
+        let mut without = vec![0.0; n_steps];
         loop {
+            for (t, row) in state.cost.chunks_exact(g_count).enumerate() {
+                top[t] = largest_three(row);
+            }
+            // Every pair of distinct GPUs; a pair's arrays hold for either order (the GPUs it
+            // leaves untouched and its half load are the same), so (gb, ga) copies (ga, gb).
             for ga in 0..g_count {
-                for gb in 0..g_count {
+                for gb in ga + 1..g_count {
                     let p = ga * g_count + gb;
                     for t in 0..n_steps {
-                        let row = &state.cost[t * g_count..(t + 1) * g_count];
-                        let untouched = row
+                        // The largest cost of the GPUs other than ga and gb, 0 if none (the
+                        // fold from 0 over the row's other costs, which are never negative).
+                        let untouched = top[t]
                             .iter()
-                            .enumerate()
-                            .filter(|&(h, _)| h != ga && h != gb)
-                            .map(|(_, &x)| x)
-                            .fold(0.0, f64::max);
+                            .find(|&&(_, h)| h != ga && h != gb)
+                            .map_or(0.0, |&(x, _)| x);
                         // Whatever a swap does, one of the pair ends with at least half of
                         // their joint load, so the step costs at least the cheaper of the two
                         // GPUs' least cost at half the joint load or more (`least_below`: from
                         // the whole token at or under half, a table lookup).
-                        let pair_bound = if ga != gb {
-                            let half =
-                                0.5 * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
-                            self.costs
-                                .least_below(ga, half)
-                                .min(self.costs.least_below(gb, half))
-                        } else {
-                            0.0
-                        };
+                        let half =
+                            0.5 * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
+                        let pair_bound = self
+                            .costs
+                            .least_below(ga, half)
+                            .min(self.costs.least_below(gb, half));
                         other[p * n_steps + t] = untouched;
                         bound[p * n_steps + t] = untouched.max(pair_bound);
                     }
@@ -243,6 +256,13 @@ impl<'a> Search<'a> {
                         suffix[p * (n_steps + 1) + t] =
                             suffix[p * (n_steps + 1) + t + 1] + bound[p * n_steps + t];
                     }
+                    let q = gb * g_count + ga;
+                    other.copy_within(p * n_steps..(p + 1) * n_steps, q * n_steps);
+                    bound.copy_within(p * n_steps..(p + 1) * n_steps, q * n_steps);
+                    suffix.copy_within(
+                        p * (n_steps + 1)..(p + 1) * (n_steps + 1),
+                        q * (n_steps + 1),
+                    );
                 }
             }
             if self.whole.is_some() {
@@ -260,14 +280,14 @@ impl<'a> Search<'a> {
             // total, which `swap_total` would reject at its last step: the swap is not priced.
             for e in 0..self.n_experts {
                 let ge = state.gpu_of[e];
-                let counts = self.expert(e);
+                for ((t, &c), w) in self.expert(e).iter().enumerate().zip(&mut without) {
+                    *w = self.costs.least_below(ge, state.load[t * g_count + ge] - c);
+                }
                 for g in (0..g_count).filter(|&g| g != ge) {
                     for (side, p) in [(0, ge * g_count + g), (1, g * g_count + ge)] {
                         let mut sum = 0.0;
-                        for (t, &c) in counts.iter().enumerate() {
-                            let without =
-                                self.costs.least_below(ge, state.load[t * g_count + ge] - c);
-                            sum += larger(bound[p * n_steps + t], without);
+                        for (&b, &w) in bound[p * n_steps..(p + 1) * n_steps].iter().zip(&without) {
+                            sum += larger(b, w);
                         }
                         alone[(e * g_count + g) * 2 + side] = sum;
                     }
@@ -412,6 +432,25 @@ impl<'a> Search<'a> {
         self.refine(&mut state, min_relative_drop);
         state
     }
+}
+
+/// The three largest entries of `row` with their indices, largest first (ties to the lower
+/// index), `(0.0, usize::MAX)` past the row's length.
+fn largest_three(row: &[f64]) -> [(f64, usize); 3] {
+    let mut top = [(0.0, usize::MAX); 3];
+    let mut filled = 0;
+    for (h, &x) in row.iter().enumerate() {
+        let mut i = filled.min(3);
+        while i > 0 && x > top[i - 1].0 {
+            i -= 1;
+        }
+        if i < 3 {
+            top.copy_within(i..2, i + 1);
+            top[i] = (x, h);
+            filled += 1;
+        }
+    }
+    top
 }
 
 /// The larger of two latencies: `f64::max` without its NaN handling (a latency is never NaN),
