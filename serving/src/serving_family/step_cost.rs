@@ -69,6 +69,8 @@ struct MoePart {
     gpu_tokens: [Vec<u32>; LANES],
     /// Per MoE layer and lane group, its GPUs' prices (scratch).
     lane_times: Vec<LaneTimes>,
+    /// The lane groups' prices already computed, by their rows per slot (`LaneMemo`).
+    lane_memo: LaneMemo,
     /// Per MoE layer, the adapter copies' tokens of the step being priced (`set_adapter_copies`).
     copies: Vec<Vec<CopyTokens>>,
     /// The rerouting operators, when the replica reroutes tokens to adapters.
@@ -159,6 +161,158 @@ impl LaneRows for StepLaneRows<'_> {
                     .copied()
                     .unwrap_or(0)
             }));
+        }
+    }
+}
+
+/// A replica's lane groups' prices by their rows: a direct-mapped table from (lane group, each
+/// GPU's rows per expert slot) to the group's `LaneTimes`. A group's price is a function of
+/// exactly those (its rates are the group's, its sums tallied from its rows slot by slot), so a
+/// hit is the bits `lane_times_with` would compute. Small steps repeat their rows often (a
+/// static batch's decode passes route a few tokens per layer); where the hits stay rare (large
+/// continuous batches) the table turns itself off after a trial, so it costs little there.
+#[derive(Clone)]
+struct LaneMemo {
+    slots: usize,
+    /// `ENTRIES` entries: the lane group + 1 (0: empty), its rows (`MEMO_SLOTS x LANES`, slot
+    /// major), its price.
+    entries: Vec<(u32, [u32; MEMO_ROWS], LaneTimes)>,
+    /// Lookups and hits so far; the trial ends after `TRIAL` lookups.
+    lookups: u64,
+    hits: u64,
+    off: bool,
+    /// Per lane group of the step: its rows and table entry (scratch), and the misses' groups,
+    /// rates and prices (scratch).
+    keys: Vec<[u32; MEMO_ROWS]>,
+    misses: Vec<usize>,
+    miss_rates: Vec<LaneRates>,
+    miss_times: Vec<LaneTimes>,
+}
+
+/// Expert slots per GPU the memo covers (`MEMO_ROWS` rows per lane group).
+const MEMO_SLOTS: usize = 2;
+const MEMO_ROWS: usize = MEMO_SLOTS * LANES;
+/// Entries of the table (a power of two; 104 bytes each).
+const ENTRIES: usize = 4096;
+/// Lookups before the memo decides whether it pays: a lookup costs about half a lane group's
+/// pricing, so it stays on with at least two thirds hits.
+const TRIAL: u64 = 20_000;
+
+impl LaneMemo {
+    fn new(slots: usize) -> LaneMemo {
+        LaneMemo {
+            slots,
+            entries: Vec::new(),
+            lookups: 0,
+            hits: 0,
+            off: slots > MEMO_SLOTS,
+            keys: Vec::new(),
+            misses: Vec::new(),
+            miss_rates: Vec::new(),
+            miss_times: Vec::new(),
+        }
+    }
+
+    fn applies(&self) -> bool {
+        !self.off
+    }
+
+    /// `lane_times_with` of every MoE layer's lane groups in turn (the step's `per_expert`
+    /// rows over `layout`) into `out`, from the table where it holds the group's rows.
+    #[allow(clippy::too_many_arguments)]
+    fn price(
+        &mut self,
+        cost: &MoeLayerCost,
+        layout: &ExpertLayout,
+        lane_ranges: &[Range<usize>],
+        lane_rates: &[LaneRates],
+        n_layers: usize,
+        per_expert: &[u32],
+        out: &mut Vec<LaneTimes>,
+    ) {
+        if self.entries.is_empty() {
+            self.entries = vec![(0, [0; MEMO_ROWS], LaneTimes::default()); ENTRIES];
+        }
+        let experts = layout.n_experts;
+        out.clear();
+        self.keys.clear();
+        self.misses.clear();
+        self.miss_rates.clear();
+        for layer in 0..n_layers {
+            let row = &per_expert[layer * experts..][..experts];
+            for (g, lanes) in lane_ranges.iter().enumerate() {
+                let mut key = [0u32; MEMO_ROWS];
+                for slot in 0..self.slots {
+                    let side: [u32; LANES] =
+                        layout.slot_tokens_side_by_side(layer, row, lanes.clone(), slot);
+                    key[slot * LANES..][..LANES].copy_from_slice(&side);
+                }
+                let entry = &self.entries[slot_of(g, &key)];
+                if entry.0 == g as u32 + 1 && entry.1 == key {
+                    out.push(entry.2);
+                    self.hits += 1;
+                } else {
+                    out.push(LaneTimes::default());
+                    self.misses.push(out.len() - 1);
+                    self.miss_rates.push(lane_rates[g]);
+                }
+                self.keys.push(key);
+            }
+        }
+        self.lookups += out.len() as u64;
+        if !self.misses.is_empty() {
+            let groups = lane_ranges.len();
+            let mut rows = MissRows {
+                slots: self.slots,
+                keys: &self.keys,
+                misses: &self.misses,
+            };
+            cost.lane_times_with(
+                &self.miss_rates,
+                self.misses.len(),
+                &mut rows,
+                &mut self.miss_times,
+            );
+            for (&i, &times) in self.misses.iter().zip(&self.miss_times) {
+                out[i] = times;
+                let g = i % groups;
+                self.entries[slot_of(g, &self.keys[i])] = (g as u32 + 1, self.keys[i], times);
+            }
+        }
+        if self.lookups >= TRIAL && self.lookups - (out.len() as u64) < TRIAL {
+            // The trial just ended: keep the table only where it hits often enough.
+            if self.hits * 3 < self.lookups * 2 {
+                self.off = true;
+                self.entries = Vec::new();
+            }
+        }
+    }
+}
+
+/// The table entry of lane group `g`'s rows `key`.
+#[inline]
+fn slot_of(g: usize, key: &[u32; MEMO_ROWS]) -> usize {
+    let mut h = (g as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for pair in key.chunks_exact(2) {
+        let word = u64::from(pair[0]) | (u64::from(pair[1]) << 32);
+        h = (h.rotate_left(5) ^ word).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    (h >> 32) as usize & (ENTRIES - 1)
+}
+
+/// The missed lane groups' rows for `lane_times_with`, slot by slot as `StepLaneRows` adds them.
+struct MissRows<'a> {
+    slots: usize,
+    keys: &'a [[u32; MEMO_ROWS]],
+    misses: &'a [usize],
+}
+
+impl LaneRows for MissRows<'_> {
+    #[inline(always)]
+    fn tally<L: Lanes>(&mut self, i: usize, tally: &mut LaneTally<L>) {
+        let key = &self.keys[self.misses[i]];
+        for slot in 0..self.slots {
+            tally.add(std::array::from_fn(|lane| key[slot * LANES + lane]));
         }
     }
 }
@@ -333,6 +487,7 @@ impl ReplicaStepCost {
                         lane_ranges,
                         lane_rates,
                         lane_times: Vec::new(),
+                        lane_memo: LaneMemo::new(layout.slots_per_gpu),
                         gpu_tokens: std::array::from_fn(|_| vec![0; layout.slots_per_gpu]),
                         layout,
                         speeds: r.speeds.clone(),
@@ -657,8 +812,20 @@ impl ReplicaStepCost {
                     lane_ranges,
                     lane_rates,
                     lane_times,
+                    lane_memo,
                     ..
                 } = &mut *moe;
+                if lane_memo.applies() && copies.iter().all(Vec::is_empty) {
+                    lane_memo.price(
+                        cost,
+                        layout,
+                        lane_ranges,
+                        lane_rates,
+                        n_layers,
+                        routed.per_expert,
+                        lane_times,
+                    );
+                } else {
                 let mut rows = StepLaneRows {
                     layout,
                     copies,
@@ -674,6 +841,7 @@ impl ReplicaStepCost {
                     &mut rows,
                     lane_times,
                 );
+                }
             }
             let mut priced = moe.lane_times.iter();
             for layer in 0..moe.n_layers {
