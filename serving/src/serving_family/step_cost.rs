@@ -826,21 +826,21 @@ impl ReplicaStepCost {
                         lane_times,
                     );
                 } else {
-                let mut rows = StepLaneRows {
-                    layout,
-                    copies,
-                    gpu_tokens,
-                    lane_ranges,
-                    per_expert: routed.per_expert,
-                    layer: 0,
-                    group: 0,
-                };
-                cost.lane_times_with(
-                    lane_rates,
-                    n_layers * lane_ranges.len(),
-                    &mut rows,
-                    lane_times,
-                );
+                    let mut rows = StepLaneRows {
+                        layout,
+                        copies,
+                        gpu_tokens,
+                        lane_ranges,
+                        per_expert: routed.per_expert,
+                        layer: 0,
+                        group: 0,
+                    };
+                    cost.lane_times_with(
+                        lane_rates,
+                        n_layers * lane_ranges.len(),
+                        &mut rows,
+                        lane_times,
+                    );
                 }
             }
             let mut priced = moe.lane_times.iter();
