@@ -277,7 +277,7 @@ impl Family for Serving {
                     })
                 })
         };
-        let mut drop_share = |table: &mut toml::Table| {
+        let drop_share = |table: &mut toml::Table| {
             if nominal(table) {
                 table.remove("bandwidth_share");
             }
