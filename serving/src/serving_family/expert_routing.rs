@@ -613,6 +613,50 @@ mod tests {
     }
 
     #[test]
+    fn each_step_routes_by_its_own_tokens_per_topic() {
+        // Steps whose tokens per topic repeat, change, and come back: every expert's count is
+        // the floor or the ceiling of what that step's own mix expects of it, and a GPU's
+        // tokens are its two experts'.
+        let mut r = mixtral_router(ExpertRoutingTable::Zipf { exponent: 1.2 }, 3);
+        let popularity = r.popularity();
+        let steps: [[u64; 3]; 7] = [
+            [5, 3, 0],
+            [5, 3, 0],
+            [0, 8, 0],
+            [5, 3, 0],
+            [0, 0, 9],
+            [0, 0, 9],
+            [1, 1, 1],
+        ];
+        let mut one = [0.0; 8];
+        for (step, mix) in steps.iter().enumerate() {
+            r.topic_tokens.copy_from_slice(mix);
+            let routed = r.route(mix.iter().sum());
+            for layer in 0..32 {
+                let mut expected = [0.0; 8];
+                for (topic, &tokens) in mix.iter().enumerate() {
+                    popularity.expected(topic as u32, layer, tokens, &mut one);
+                    for (x, o) in expected.iter_mut().zip(one) {
+                        *x += o;
+                    }
+                }
+                let experts = &routed.per_expert[layer * 8..][..8];
+                for (e, (&n, &x)) in experts.iter().zip(&expected).enumerate() {
+                    let n = f64::from(n);
+                    assert!(
+                        n >= (x - 1e-9).floor() && n <= (x + 1e-9).ceil(),
+                        "step {step}, layer {layer}, expert {e}: {n} for {x}"
+                    );
+                }
+                let gpus = &routed.per_gpu[layer * 4..][..4];
+                for (g, &n) in gpus.iter().enumerate() {
+                    assert_eq!(n, experts[2 * g] + experts[2 * g + 1]);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn systematic_sampling_is_unbiased_for_a_single_token() {
         // One token, top-2 of 8 uniform experts: each expert's expected count is 2/8 = 1/4.
         // Over 4,000 steps x 32 layers (128,000 draws of 0 or 1, standard error 0.0012 per
