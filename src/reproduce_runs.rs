@@ -2,8 +2,9 @@
 //! simulation of every run is one job, the costliest first (`runner::longest_first`), and a run
 //! writes its results and figures as soon as its last cell is done, while the other core goes on
 //! simulating. A cell an earlier run of the same family also has (the same resolved scenario,
-//! folder and seeds: CAPS's Poisson runs narrow its grids, Chimera's `configurations` its
-//! `systems` grid) is simulated once and taken by both; cells an interrupted reproduction left
+//! less the keys that cannot change a run, folder and seeds: CAPS's Poisson runs narrow its
+//! grids, Chimera's `configurations` its `systems` grid, study (b)'s uniform GPUs ignore the
+//! bandwidth share) is simulated once and taken by both; cells an interrupted reproduction left
 //! on disk are resumed. Results are gathered by index, so every file is the bytes a run after
 //! run reproduction writes.
 
@@ -288,13 +289,15 @@ pub fn run_all(slots: &[RunSlot]) -> Result<Vec<ResultsDocument>, (usize, anyhow
 }
 
 /// What identifies cell `index` of `plan` across runs: the folder its relative paths start
-/// from, its seeds and its whole scenario document (the plan's, with the cell's sweep values).
+/// from, its seeds and its whole scenario document (the plan's, with the cell's sweep values),
+/// less the keys its family says cannot change a run (`Family::drop_inert_keys`).
 fn cell_key(plan: &ScenarioPlan, index: usize) -> String {
     let mut document = plan.document.clone();
     for (key, value) in &plan.cells[index].coords {
         expertsim_scenario::scenario::sweep::apply(&mut document, key, value.clone())
             .expect("the loader applied every sweep value to this document");
     }
+    plan.family.drop_inert_keys(&mut document);
     format!(
         "{}\n{:?}\n{}",
         plan.path.parent().unwrap_or(Path::new("")).display(),

@@ -102,6 +102,10 @@ pub trait Family: Sync + 'static {
     fn trace_replay(_scenario: &Self::Scenario) -> Option<(PathBuf, TraceStats)> {
         None
     }
+    /// Removes from a cell's scenario document (overrides and sweep values applied) the keys
+    /// whose values cannot change any run of it, so that two cells differing only there read
+    /// as equal (`reproduce` simulates equal cells once). Removing nothing is always correct.
+    fn drop_inert_keys(_document: &mut toml::Table) {}
 }
 
 /// What one seed of one cell produced: the output and where its step costs really came from
@@ -166,6 +170,7 @@ pub trait RegisteredFamily: Sync {
     fn live_description(&self, scenario: &Scenario) -> LiveDescription;
     fn per_request_csv(&self, scenario: &Scenario) -> bool;
     fn trace_replay(&self, scenario: &Scenario) -> Option<(PathBuf, TraceStats)>;
+    fn drop_inert_keys(&self, document: &mut toml::Table);
 }
 
 /// A schema error in a family's tables, with the path of the field.
@@ -260,6 +265,9 @@ impl<F: Family> RegisteredFamily for F {
     fn trace_replay(&self, scenario: &Scenario) -> Option<(PathBuf, TraceStats)> {
         F::trace_replay(cell::<F>(scenario))
     }
+    fn drop_inert_keys(&self, document: &mut toml::Table) {
+        F::drop_inert_keys(document)
+    }
 }
 
 /// The cell of `scenario`, which belongs to family `F` (the erased family dispatched on it).
@@ -335,6 +343,11 @@ impl FamilyId {
     /// Whether `expertsim live` runs the family's cells.
     pub fn live(self) -> bool {
         self.0.live()
+    }
+    /// A cell's scenario document without the keys that cannot change its runs
+    /// (`Family::drop_inert_keys`).
+    pub fn drop_inert_keys(self, document: &mut toml::Table) {
+        self.0.drop_inert_keys(document)
     }
     pub fn registered(self) -> &'static dyn RegisteredFamily {
         self.0

@@ -43,8 +43,11 @@ pub struct ExpertRouter {
     probability: Rc<[f64]>,
     /// Under affinity routing: the topics' drawn distributions (uncapped, for the dry-run).
     affinities: Option<Rc<TopicAffinities>>,
-    /// One layer's expected assignments per expert (scratch).
+    /// Every layer's expected assignments per expert (`[layer][expert]`), for the tokens per
+    /// topic in `expected_for`: a step with the last one's tokens per topic (a decode step of
+    /// an unchanged batch) reuses them.
     expected: Vec<f64>,
+    expected_for: Vec<u64>,
     /// The order of the experts in one layer's running sums (scratch, reshuffled per layer).
     order: Vec<usize>,
     rng: SimRng,
@@ -144,6 +147,30 @@ fn affinity_tables(
     drawn
 }
 
+/// Each expert's whole assignments in `row`: `floor(c_e + offset) - floor(c_{e-1} + offset)`
+/// over the running sums `c_e` of `expected` taken in `order`, every sum cut to `assignments`
+/// and the last expert ending at it exactly; `whole` truncates a non-negative sum.
+#[inline(always)]
+fn spread(
+    order: &[usize],
+    expected: &[f64],
+    offset: f64,
+    assignments: u64,
+    row: &mut [u32],
+    whole: impl Fn(f64) -> u64,
+) {
+    let (mut running, mut given) = (0.0f64, 0u64);
+    let (last, rest) = order.split_last().expect("a layer has experts");
+    for &e in rest {
+        running += expected[e];
+        let upto = whole(running + offset).min(assignments).max(given);
+        row[e] = (upto - given) as u32;
+        given = upto;
+    }
+    // The last expert ends at the exact total, whatever the rounding of the sums.
+    row[*last] = (assignments.max(given) - given) as u32;
+}
+
 /// `rng.random_range(0..=i)`, the same draws: rand's `usize` sampler takes its `u32` one for a
 /// bound within `u32` (every expert index), and this calls that one inline (`random_range` is
 /// an out-of-line call, a fifth of a static batch's routing).
@@ -238,7 +265,8 @@ impl ExpertRouter {
             n_topics,
             probability: probability.into(),
             affinities,
-            expected: vec![0.0; experts],
+            expected: vec![0.0; layers * experts],
+            expected_for: Vec::new(),
             order: (0..experts).collect(),
             rng: offsets,
             topic_tokens: vec![0; n_topics],
@@ -352,6 +380,32 @@ impl ExpertRouter {
         }
     }
 
+    /// Each layer's expected assignments per expert for the tokens per topic in
+    /// `topic_tokens`: `top_k x tokens x p`, summed over the topics in order.
+    fn expect(&mut self) {
+        let experts = self.n_experts;
+        self.expected_for.clone_from(&self.topic_tokens);
+        if self.probability.is_empty() {
+            let total: u64 = self.topic_tokens.iter().sum();
+            let each = (total * self.top_k) as f64 / experts as f64;
+            self.expected.fill(each);
+            return;
+        }
+        self.expected.fill(0.0);
+        for (layer, expected) in self.expected.chunks_exact_mut(experts).enumerate() {
+            for (topic, &tokens) in self.topic_tokens.iter().enumerate() {
+                if tokens == 0 {
+                    continue;
+                }
+                let weight = (tokens * self.top_k) as f64;
+                let p = &self.probability[(topic * self.n_layers + layer) * experts..][..experts];
+                for (x, &p) in expected.iter_mut().zip(p) {
+                    *x += weight * p;
+                }
+            }
+        }
+    }
+
     /// Routes the step whose tokens per topic are in `topic_tokens` (one entry unless
     /// `topical`), drawing one offset per layer.
     pub fn route(&mut self, total_tokens: u64) -> RoutedTokens<'_> {
@@ -383,6 +437,9 @@ impl ExpertRouter {
                     *upto = whole_share(share, assignments);
                 }
             }
+        }
+        if unseen.is_none() && self.expected_for != self.topic_tokens {
+            self.expect();
         }
         for layer in 0..self.n_layers {
             let row = &mut self.per_expert[layer * experts..][..experts];
@@ -426,23 +483,6 @@ impl ExpertRouter {
             } else {
                 0.0
             };
-            if self.probability.is_empty() {
-                let each = assignments as f64 / experts as f64;
-                self.expected.fill(each);
-            } else {
-                self.expected.fill(0.0);
-                for (topic, &tokens) in self.topic_tokens.iter().enumerate() {
-                    if tokens == 0 {
-                        continue;
-                    }
-                    let weight = (tokens * self.top_k) as f64;
-                    let p =
-                        &self.probability[(topic * self.n_layers + layer) * experts..][..experts];
-                    for (x, &p) in self.expected.iter_mut().zip(p) {
-                        *x += weight * p;
-                    }
-                }
-            }
             // The running sums follow a fresh random order of the experts: systematic sampling
             // makes neighbours in its order share the assignments (two experts expecting half
             // a token each rarely both get one), which must not favour any expert layout.
@@ -451,22 +491,17 @@ impl ExpertRouter {
                     self.order.swap(i, index_up_to(&mut self.rng, i));
                 }
             }
-            let (mut running, mut given) = (0.0f64, 0u64);
-            for (i, &e) in self.order.iter().enumerate() {
-                running += self.expected[e];
-                // The last expert ends at the exact total, whatever the rounding of the sums.
-                let upto = if i + 1 == experts {
-                    assignments
-                } else {
-                    ((running + offset) as u64).min(assignments)
-                };
-                row[e] = (upto.max(given) - given) as u32;
-                given = upto.max(given);
+            // The running sums are non-negative (so is the offset): below 2^62 assignments a
+            // sum not cut to `assignments` is under 2^63, where converting through `i64`
+            // truncates as `u64` does, in fewer instructions.
+            let (order, expected) = (&self.order, &self.expected[layer * experts..][..experts]);
+            if assignments < 1 << 62 {
+                spread(order, expected, offset, assignments, row, |sum| sum as i64 as u64);
+            } else {
+                spread(order, expected, offset, assignments, row, |sum| sum as u64);
             }
             let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
-            for (g, on_gpu) in on_gpus.iter_mut().enumerate() {
-                *on_gpu = self.layout.slot_tokens(layer, row, g).sum();
-            }
+            self.layout.gpu_sums(layer, row, on_gpus);
         }
         for (sum, &n) in self.step_load.iter_mut().zip(&self.per_expert) {
             *sum += n as f32;
@@ -570,6 +605,50 @@ mod tests {
                 assert!(experts.iter().all(|&n| n == 3 || n == 4), "{experts:?}");
                 let gpus = &routed.per_gpu[layer * 4..][..4];
                 assert_eq!(gpus.iter().sum::<u32>(), 26);
+                for (g, &n) in gpus.iter().enumerate() {
+                    assert_eq!(n, experts[2 * g] + experts[2 * g + 1]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn each_step_routes_by_its_own_tokens_per_topic() {
+        // Steps whose tokens per topic repeat, change, and come back: every expert's count is
+        // the floor or the ceiling of what that step's own mix expects of it, and a GPU's
+        // tokens are its two experts'.
+        let mut r = mixtral_router(ExpertRoutingTable::Zipf { exponent: 1.2 }, 3);
+        let popularity = r.popularity();
+        let steps: [[u64; 3]; 7] = [
+            [5, 3, 0],
+            [5, 3, 0],
+            [0, 8, 0],
+            [5, 3, 0],
+            [0, 0, 9],
+            [0, 0, 9],
+            [1, 1, 1],
+        ];
+        let mut one = [0.0; 8];
+        for (step, mix) in steps.iter().enumerate() {
+            r.topic_tokens.copy_from_slice(mix);
+            let routed = r.route(mix.iter().sum());
+            for layer in 0..32 {
+                let mut expected = [0.0; 8];
+                for (topic, &tokens) in mix.iter().enumerate() {
+                    popularity.expected(topic as u32, layer, tokens, &mut one);
+                    for (x, o) in expected.iter_mut().zip(one) {
+                        *x += o;
+                    }
+                }
+                let experts = &routed.per_expert[layer * 8..][..8];
+                for (e, (&n, &x)) in experts.iter().zip(&expected).enumerate() {
+                    let n = f64::from(n);
+                    assert!(
+                        n >= (x - 1e-9).floor() && n <= (x + 1e-9).ceil(),
+                        "step {step}, layer {layer}, expert {e}: {n} for {x}"
+                    );
+                }
+                let gpus = &routed.per_gpu[layer * 4..][..4];
                 for (g, &n) in gpus.iter().enumerate() {
                     assert_eq!(n, experts[2 * g] + experts[2 * g + 1]);
                 }

@@ -261,4 +261,37 @@ impl Family for Serving {
     fn trace_replay(s: &ServingScenario) -> Option<(PathBuf, TraceStats)> {
         s.arrival.trace_stats(s.n_requests)
     }
+
+    /// `bandwidth_share` of a replica table whose GPUs all run at speed 1 (`speed_factors`
+    /// absent or every entry 1, no `variability`): the share of no slowdown is no slowdown
+    /// (`SpeedFactors::split(1, share)` is `(1, 1)` for every share, the only place it is
+    /// read), so study (b)'s uniform cells are the same runs with either share.
+    fn drop_inert_keys(document: &mut toml::Table) {
+        let nominal = |table: &toml::Table| {
+            !table.contains_key("variability")
+                && table.get("speed_factors").is_none_or(|factors| {
+                    factors.as_array().is_some_and(|factors| {
+                        factors.iter().all(|f| {
+                            f.as_float() == Some(1.0) || f.as_integer() == Some(1)
+                        })
+                    })
+                })
+        };
+        let drop_share = |table: &mut toml::Table| {
+            if nominal(table) {
+                table.remove("bandwidth_share");
+            }
+        };
+        match document.get_mut("replica") {
+            Some(toml::Value::Table(table)) => drop_share(table),
+            Some(toml::Value::Array(groups)) => {
+                for group in groups {
+                    if let toml::Value::Table(table) = group {
+                        drop_share(table);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }

@@ -170,6 +170,24 @@ impl ExpertLayout {
         }
     }
 
+    /// Each GPU's tokens on `layer` (the sum of its `slot_tokens`), from that layer's tokens
+    /// per expert, into `out` (one per GPU). A plain layout's slots take their experts' tokens
+    /// whole, so a GPU's are its slots' experts' sum (no split to compute).
+    #[inline]
+    pub fn gpu_sums(&self, layer: usize, per_expert: &[u32], out: &mut [u32]) {
+        if self.plain {
+            let slots = &self.slots[layer * self.gpus() * self.slots_per_gpu..]
+                [..out.len() * self.slots_per_gpu];
+            for (on_gpu, slots) in out.iter_mut().zip(slots.chunks_exact(self.slots_per_gpu)) {
+                *on_gpu = slots.iter().map(|s| per_expert[s.expert as usize]).sum();
+            }
+            return;
+        }
+        for (g, on_gpu) in out.iter_mut().enumerate() {
+            *on_gpu = self.slot_tokens(layer, per_expert, g).sum();
+        }
+    }
+
     /// GPU `gpu`'s tokens per slot on `layer`, from that layer's tokens per expert: an
     /// expert's tokens split over the copies, then over its replicas in the copy.
     #[inline]

@@ -2793,3 +2793,77 @@ fn the_decode_fast_forward_changes_no_result() {
         assert!(counted > 0, "workflows: no step counted");
     }
 }
+
+/// Study (b)'s replica (4 GPUs, EP 4) with `speed_factors` and `bandwidth_share` as given.
+fn speeds_and_share(factors: &str, share: &str) -> String {
+    format!(
+        r#"
+[model]
+name = "mixtral-8x7b"
+[replica]
+gpu = "H100-SXM"
+gpus = 4
+tensor_parallel = 4
+expert_parallel = 4
+speed_factors = {factors}
+bandwidth_share = {share}
+[experts]
+routing = {{ kind = "zipf", exponent = 1.0 }}
+[workload]
+n_requests = 24
+n_topics = 4
+prompt_tokens = {{ kind = "log_normal", median = 512.0, sigma = 0.8, max = 4096 }}
+output_tokens = {{ kind = "log_normal", median = 32.0, sigma = 0.8, max = 256 }}
+[arrival]
+pattern = "poisson"
+rate_per_s = 20.0
+"#
+    )
+}
+
+#[test]
+fn the_bandwidth_share_of_nominal_gpus_is_inert() {
+    use crate::family::Family;
+    // Runs compared by their printed form (a NaN metric is unequal to itself).
+    let ran = |text: &str| format!("{:?}", run(&scenario(text).unwrap(), 3));
+    let key = |text: &str| {
+        let mut document: toml::Table = toml::from_str(text).unwrap();
+        family::Serving::drop_inert_keys(&mut document);
+        document
+    };
+    // Nominal GPUs: one key and one run for either share.
+    let (a, b) = (
+        speeds_and_share("[1.0, 1, 1.0, 1.0]", "0.0"),
+        speeds_and_share("[1.0, 1, 1.0, 1.0]", "1.0"),
+    );
+    assert_eq!(key(&a), key(&b));
+    assert!(!key(&a)["replica"].as_table().unwrap().contains_key("bandwidth_share"));
+    assert_eq!(ran(&a), ran(&b));
+    // One GPU slowed: the share is read, so it stays in the key, and the runs differ.
+    let (c, d) = (
+        speeds_and_share("[0.88, 1.0, 1.0, 1.0]", "0.0"),
+        speeds_and_share("[0.88, 1.0, 1.0, 1.0]", "1.0"),
+    );
+    assert_ne!(key(&c), key(&d));
+    assert_ne!(ran(&c), ran(&d));
+    // A variability setup stands for factors not all 1; every group of a `[[replica]]` array
+    // is read on its own.
+    let mut varied: toml::Table = toml::from_str(&a).unwrap();
+    let replica = varied["replica"].as_table_mut().unwrap();
+    replica.remove("speed_factors");
+    replica.insert("variability".into(), toml::Value::String("high".into()));
+    let kept = key(&toml::to_string(&varied).unwrap());
+    assert!(kept["replica"].as_table().unwrap().contains_key("bandwidth_share"));
+    let mut groups: toml::Table = toml::from_str(&a).unwrap();
+    let nominal = groups.remove("replica").unwrap();
+    let slowed = toml::from_str::<toml::Table>(&c).unwrap()["replica"].clone();
+    groups.insert("replica".into(), toml::Value::Array(vec![nominal, slowed]));
+    let keyed = key(&toml::to_string(&groups).unwrap());
+    let shares: Vec<bool> = keyed["replica"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_table().unwrap().contains_key("bandwidth_share"))
+        .collect();
+    assert_eq!(shares, [false, true]);
+}
