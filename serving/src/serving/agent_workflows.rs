@@ -8,7 +8,7 @@
 
 use crate::cost::shape::DenseModelShape;
 use crate::rng::SimRng;
-use crate::serving::{PrefixSegment, QueuedRequest};
+use crate::serving::{PrefixSegment, QueuedRequest, SharedSegments};
 use rand::RngExt;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
@@ -290,17 +290,19 @@ impl Workflow {
         ]
     }
 
-    /// How many of `prompt_segments(request)`, from the first, a later request may share
-    /// (`AdmitHook::prefix`): all three when a later stage has the same role (its prompt
-    /// extends this one's), else the role's system prompt alone (the workflow's stages run one
-    /// after another, and another role's prompt differs from the system prompt on).
-    pub fn shared_segments(&self, request: &QueuedRequest) -> usize {
+    /// How many of `prompt_segments(request)`, from the first, other requests may share
+    /// (`AdmitHook::prefix`). In flight beside it, the role's system prompt alone: the
+    /// workflow's stages run one after another (the next submitted once this one has
+    /// finished), and another workflow's prompt differs from the system prompt on. Later, all
+    /// three when a later stage has the same role (its prompt extends this one's), else the
+    /// system prompt alone.
+    pub fn shared_segments(&self, request: &QueuedRequest) -> SharedSegments {
         let role = stage_role(self.n_stages, request.stage);
-        if (request.stage + 1..self.n_stages).any(|later| stage_role(self.n_stages, later) == role)
-        {
-            3
-        } else {
-            1
+        let recurs = (request.stage + 1..self.n_stages)
+            .any(|later| stage_role(self.n_stages, later) == role);
+        SharedSegments {
+            later: if recurs { 3 } else { 1 },
+            beside: 1,
         }
     }
 
