@@ -7,6 +7,7 @@
 //! Every constant here is listed with its source in docs/chimera.md.
 
 use crate::cost::shape::DenseModelShape;
+use crate::memo::Memo;
 use crate::rng::SimRng;
 use crate::serving::{PrefixSegment, QueuedRequest, SharedSegments};
 use rand::RngExt;
@@ -179,7 +180,8 @@ impl ModelWorkload {
             total_std,
             sigma: mixture_sigma(total_mean, total_std),
             standalone_score: score,
-            capability: capability_for_score(score / 100.0),
+            capability: *CAPABILITIES
+                .get_or_compute(&score.to_bits(), || capability_for_score(score / 100.0)),
         })
     }
 }
@@ -227,6 +229,11 @@ pub fn expected_success(capability: f64) -> f64 {
     }
     sum * h / 3.0
 }
+
+/// `capability_for_score(score / 100)` by the bits of `score` (a model's standalone score):
+/// each takes a bisection of 100 numerical integrals, and every cell of a workflow scenario
+/// validates its groups' models.
+static CAPABILITIES: Memo<u64, f64> = Memo::new(64);
 
 /// The capability whose expected success over the difficulty distribution is `score` (in (0, 1)),
 /// by bisection.
