@@ -7,8 +7,9 @@
 //! Every constant here is listed with its source in docs/chimera.md.
 
 use crate::cost::shape::DenseModelShape;
+use crate::memo::Memo;
 use crate::rng::SimRng;
-use crate::serving::{PrefixSegment, QueuedRequest};
+use crate::serving::{PrefixSegment, QueuedRequest, SharedSegments};
 use rand::RngExt;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
@@ -179,7 +180,8 @@ impl ModelWorkload {
             total_std,
             sigma: mixture_sigma(total_mean, total_std),
             standalone_score: score,
-            capability: capability_for_score(score / 100.0),
+            capability: *CAPABILITIES
+                .get_or_compute(&score.to_bits(), || capability_for_score(score / 100.0)),
         })
     }
 }
@@ -227,6 +229,11 @@ pub fn expected_success(capability: f64) -> f64 {
     }
     sum * h / 3.0
 }
+
+/// `capability_for_score(score / 100)` by the bits of `score` (a model's standalone score):
+/// each takes a bisection of 100 numerical integrals, and every cell of a workflow scenario
+/// validates its groups' models.
+static CAPABILITIES: Memo<u64, f64> = Memo::new(64);
 
 /// The capability whose expected success over the difficulty distribution is `score` (in (0, 1)),
 /// by bisection.
@@ -290,17 +297,19 @@ impl Workflow {
         ]
     }
 
-    /// How many of `prompt_segments(request)`, from the first, a later request may share
-    /// (`AdmitHook::prefix`): all three when a later stage has the same role (its prompt
-    /// extends this one's), else the role's system prompt alone (the workflow's stages run one
-    /// after another, and another role's prompt differs from the system prompt on).
-    pub fn shared_segments(&self, request: &QueuedRequest) -> usize {
+    /// How many of `prompt_segments(request)`, from the first, other requests may share
+    /// (`AdmitHook::prefix`). In flight beside it, the role's system prompt alone: the
+    /// workflow's stages run one after another (the next submitted once this one has
+    /// finished), and another workflow's prompt differs from the system prompt on. Later, all
+    /// three when a later stage has the same role (its prompt extends this one's), else the
+    /// system prompt alone.
+    pub fn shared_segments(&self, request: &QueuedRequest) -> SharedSegments {
         let role = stage_role(self.n_stages, request.stage);
-        if (request.stage + 1..self.n_stages).any(|later| stage_role(self.n_stages, later) == role)
-        {
-            3
-        } else {
-            1
+        let recurs = (request.stage + 1..self.n_stages)
+            .any(|later| stage_role(self.n_stages, later) == role);
+        SharedSegments {
+            later: if recurs { 3 } else { 1 },
+            beside: 1,
         }
     }
 

@@ -34,7 +34,7 @@ pub use kv::BlockManager;
 pub use latencies::{Percentiles, RequestLatencies, RequestSummary};
 pub use metrics::ReplicaStats;
 pub use policy::{QueuePolicyConfig, RouterConfig};
-pub use prefix::{PrefixCache, PrefixSegment};
+pub use prefix::{PrefixCache, PrefixSegment, SharedSegments};
 pub use queue::{QueuePolicy, QueuedRequest};
 pub use replica::{AdmitHook, Replica, Seq};
 pub use router::{EngineState, RouteRequest, Router};

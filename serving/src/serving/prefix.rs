@@ -29,6 +29,31 @@ pub struct PrefixSegment {
     pub tokens: u32,
 }
 
+/// How many of a prompt's segments, from the first, other requests' prompts may hold
+/// (`AdmitHook::prefix`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SharedSegments {
+    /// Those a request submitted after this one or in flight beside it may hold: the blocks
+    /// ending past them are read by this request alone (`SeqPrefix::deferred` keeps them out
+    /// of the cache while nothing else could read them).
+    pub later: usize,
+    /// Those a request in flight beside this one may hold: the blocks ending past them are
+    /// held by no other sequence while this one waits, so an admission is known not to fit
+    /// when it would not even with every block before them hit and held by others
+    /// (`Replica::fewest_blocks`).
+    pub beside: usize,
+}
+
+impl SharedSegments {
+    /// Every one of `segments` shared, later and beside (no claim about the prompt).
+    pub fn all(segments: usize) -> Self {
+        SharedSegments {
+            later: segments,
+            beside: segments,
+        }
+    }
+}
+
 /// SplitMix64's finalizer: a fixed, well-mixed 64-bit hash step (deterministic across runs).
 fn mix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -863,21 +888,28 @@ mod tests {
     use crate::time::{SimDuration, SimTime};
     use std::collections::BTreeMap;
 
-    /// Output length and prompt segments by request id, and how many of them a later request
+    /// Output length and prompt segments by request id, and how many of them other requests
     /// may share where that is not all of them.
     #[derive(Default)]
     struct Prompts(
         BTreeMap<u64, (u32, Vec<PrefixSegment>)>,
-        BTreeMap<u64, usize>,
+        BTreeMap<u64, SharedSegments>,
     );
     impl AdmitHook for Prompts {
         fn output_tokens(&mut self, r: &QueuedRequest) -> u32 {
             self.0[&r.id].0
         }
         fn admitted(&mut self, _: SimTime, _: &QueuedRequest, _: u32) {}
-        fn prefix(&mut self, r: &QueuedRequest, segments: &mut Vec<PrefixSegment>) -> usize {
+        fn prefix(
+            &mut self,
+            r: &QueuedRequest,
+            segments: &mut Vec<PrefixSegment>,
+        ) -> SharedSegments {
             segments.extend_from_slice(&self.0[&r.id].1);
-            self.1.get(&r.id).copied().unwrap_or(segments.len())
+            self.1
+                .get(&r.id)
+                .copied()
+                .unwrap_or(SharedSegments::all(segments.len()))
         }
     }
 
@@ -1049,15 +1081,20 @@ mod tests {
     /// three), the workflow's user message and its history (the earlier stages' outputs), a
     /// stage submitted when the one before it finishes, as Chimera's are; a stage shares all
     /// three segments with later requests when a later stage has its role, else the system
-    /// prompt alone. Returns every step's work, blocks in use and finished requests, and the
-    /// statistics, with the stages' own blocks registered when computed (`declare` false) or
-    /// put off as `SeqPrefix::deferred` does (true); and the blocks evicted.
+    /// prompt alone, and with requests in flight beside it the system prompt alone. Returns
+    /// every step's work, blocks in use and finished requests, and the statistics, with the
+    /// stages' own blocks registered when computed (`later` false: every segment declared
+    /// shared with later requests) or put off as `SeqPrefix::deferred` does (true), and the
+    /// admissions that cannot fit found by a lookup (`beside` false: every segment declared
+    /// shared beside) or by `Replica::fewest_blocks` where it can (true); the blocks evicted
+    /// and the lookups made.
     fn staged_workflows(
         seed: u64,
         blocks: u64,
         preemption: crate::serving::Preemption,
-        declare: bool,
-    ) -> (Vec<String>, u64) {
+        later: bool,
+        beside: bool,
+    ) -> (Vec<String>, u64, u64) {
         use rand::RngExt;
         let mut rng = crate::rng::stream(seed, "prefix-deferred");
         let config = ReplicaConfig {
@@ -1099,9 +1136,12 @@ mod tests {
             let prompt = 40 + user + history + tails[stage];
             let id = *next_id;
             *next_id += 1;
-            if declare && !roles[stage + 1..].contains(&roles[stage]) {
-                bench.hook.1.insert(id, 1);
-            }
+            let recurs = roles[stage + 1..].contains(&roles[stage]);
+            let shared = SharedSegments {
+                later: if later && !recurs { 1 } else { 3 },
+                beside: if beside { 1 } else { 3 },
+            };
+            bench.hook.1.insert(id, shared);
             bench.submit(id, prompt, outputs[stage], &segments);
             (id, (w, stage))
         };
@@ -1149,7 +1189,7 @@ mod tests {
         ));
         assert_eq!(stats.completed, next_id, "every stage ran");
         let evicted = bench.replica.kv().prefix_cache().unwrap().evicted();
-        (seen, evicted)
+        (seen, evicted, bench.replica.lookups())
     }
 
     #[test]
@@ -1161,9 +1201,10 @@ mod tests {
             // the later stage of its role.
             for blocks in [32, 48, 96] {
                 for preemption in [Preemption::Recompute, Preemption::Swap] {
-                    let (eager, eager_evicted) = staged_workflows(seed, blocks, preemption, false);
-                    let (deferred, deferred_evicted) =
-                        staged_workflows(seed, blocks, preemption, true);
+                    let (eager, eager_evicted, _) =
+                        staged_workflows(seed, blocks, preemption, false, false);
+                    let (deferred, deferred_evicted, _) =
+                        staged_workflows(seed, blocks, preemption, true, false);
                     assert_eq!(
                         eager, deferred,
                         "seed {seed}, {blocks} blocks, {preemption:?}"
@@ -1188,5 +1229,30 @@ mod tests {
             put_off > 0 && rehit > 0 && preempted > 0,
             "{put_off} {rehit} {preempted}"
         );
+    }
+
+    #[test]
+    fn an_admission_that_cannot_fit_is_refused_without_a_lookup_as_with_one() {
+        use crate::serving::Preemption;
+        let (mut spared, mut made) = (0, 0);
+        for seed in 1..=6 {
+            for blocks in [32, 48, 96] {
+                for preemption in [Preemption::Recompute, Preemption::Swap] {
+                    let (looked, _, lookups) =
+                        staged_workflows(seed, blocks, preemption, true, false);
+                    let (bounded, _, fewer) =
+                        staged_workflows(seed, blocks, preemption, true, true);
+                    assert_eq!(
+                        looked, bounded,
+                        "seed {seed}, {blocks} blocks, {preemption:?}"
+                    );
+                    assert!(fewer <= lookups);
+                    spared += lookups - fewer;
+                    made += lookups;
+                }
+            }
+        }
+        // The claim spares lookups: admissions the bound alone refused.
+        assert!(spared > 0, "{spared} of {made}");
     }
 }

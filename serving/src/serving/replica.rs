@@ -28,7 +28,7 @@ use super::config::{Admission, Batching, Preemption, ReplicaConfig, StepOrder};
 use super::former::BatchFormer;
 use super::kv::BlockManager;
 use super::metrics::ReplicaStats;
-use super::prefix::{BlockHash, PrefixSegment, Slot, block_hashes};
+use super::prefix::{BlockHash, PrefixSegment, SharedSegments, Slot, block_hashes};
 use super::queue::{QueuePolicy, QueuedRequest};
 use super::step::{AdapterTokens, StepWork};
 use super::wheel::{FinishWheel, Finishing};
@@ -49,12 +49,14 @@ pub trait AdmitHook {
     /// The segments the request's prompt begins with (`prefix::PrefixSegment`), asked once at
     /// its first admission by a replica that caches prefixes (a function of the request: a try
     /// that fails keeps them for the next); none (the default) leaves the whole prompt the
-    /// request's own. Returns how many of them, from the first, a later request may share:
-    /// the blocks that end in the segments after those are in the prompt of no request
-    /// submitted after this one or in flight beside it (so the cache keeps them only while this
-    /// request may read them again, `SeqPrefix::deferred`).
-    fn prefix(&mut self, _request: &QueuedRequest, _segments: &mut Vec<PrefixSegment>) -> usize {
-        0
+    /// request's own. Returns how many of them, from the first, other requests may share
+    /// (`SharedSegments`: the blocks that end past those are in no other request's prompt).
+    fn prefix(
+        &mut self,
+        _request: &QueuedRequest,
+        _segments: &mut Vec<PrefixSegment>,
+    ) -> SharedSegments {
+        SharedSegments::default()
     }
 }
 
@@ -67,8 +69,11 @@ struct SeqPrefix {
     held: Vec<Slot>,
     /// Blocks of `hashes` already hit or offered to the cache.
     registered: usize,
-    /// The first of `hashes` that no later request's prompt holds (`AdmitHook::prefix`).
+    /// The first of `hashes` that no later request's prompt holds (`SharedSegments::later`).
     own: usize,
+    /// The first of `hashes` that no request in flight beside it holds
+    /// (`SharedSegments::beside`): no other sequence holds a reference on it or past it.
+    solo: usize,
     /// From which of `hashes` the blocks computed are not registered (`usize::MAX`: none). Set
     /// at admission where the cache names none of the blocks from the first own one not hit
     /// on: only this sequence could then register or read them, and only once it has released
@@ -303,6 +308,9 @@ pub struct Replica {
     /// its queue), by its id: the next try, most often of the same request while the cache is
     /// full, reads them instead of asking `AdmitHook::prefix` and hashing the prompt again.
     retry_prefix: Option<(u64, Box<SeqPrefix>)>,
+    /// Prefix lookups made (a test checks that `fewest_blocks` spares some).
+    #[cfg(test)]
+    lookups: u64,
     /// Whether decoding sequences may join the decode group (`with_decode_runs`), the group,
     /// the places in `running` of the sequences outside it, ascending (kept while the group has
     /// members; rebuilt by `complete_step` when it has none), and the steps completed with
@@ -356,6 +364,8 @@ impl Replica {
             hits: Vec::new(),
             spare_prefixes: Vec::new(),
             retry_prefix: None,
+            #[cfg(test)]
+            lookups: 0,
             decode_runs: false,
             group: DecodeGroup::default(),
             eager: Vec::new(),
@@ -921,20 +931,34 @@ impl Replica {
             } else {
                 break;
             };
-            // Its prompt's resident blocks: `hit` of them, `free_hits` of those free now.
-            let (hit, free_hits) = self.lookup_prefix(&mut s, hook);
+            // Its prompt's resident blocks (a cache's, for a sequence that holds nothing):
+            // `hit` of them, `free_hits` of those free now; not looked up (none counted) when
+            // it cannot fit whatever they are.
+            let caching = s.kv == 0 && self.kv.prefix_cache().is_some();
+            if caching {
+                self.prompt_blocks(&mut s, hook);
+            }
+            let fewest = caching.then(|| self.fewest_blocks(&s, *budget));
+            let cannot_fit =
+                !self.running.is_empty() && fewest.is_some_and(|n| !self.kv.can_admit(n));
+            let (hit, free_hits) = if caching && !cannot_fit {
+                self.lookup_prefix(&s)
+            } else {
+                self.hits.clear();
+                (0, 0)
+            };
             let cached = hit as u32 * self.kv.block_size();
             s.kv += cached;
             let tokens = self.next_tokens(&s, *budget);
-            let reserve = match cfg.admission {
-                Admission::PromptOnly => self.kv.blocks_for(u64::from(s.prefill_len)),
-                Admission::ReserveFull => self
-                    .kv
-                    .blocks_for(u64::from(s.prefill_len) + u64::from(s.output - s.generated)),
-                Admission::Paged { .. } => self.kv.blocks_for(u64::from(s.kv + tokens)),
-            } - hit as u64;
+            let reserve = self.blocks_to_hold(&s, s.kv + tokens) - hit as u64;
+            debug_assert!(
+                cannot_fit || fewest.is_none_or(|n| reserve + free_hits >= n),
+                "an admission needs the fewest blocks it could at least"
+            );
             let over_budget = u64::from(tokens) > *budget && *budget < full_budget;
-            if over_budget || (!self.running.is_empty() && !self.kv.can_admit(reserve + free_hits))
+            if cannot_fit
+                || over_budget
+                || (!self.running.is_empty() && !self.kv.can_admit(reserve + free_hits))
             {
                 s.kv -= cached;
                 if fresh {
@@ -998,20 +1022,49 @@ impl Replica {
         }
     }
 
-    /// How many of the leading full blocks of `s`'s prompt are resident in the prefix cache (at
-    /// most its prefill less one token), and how many of those are free; (0, 0) without a
-    /// cache or for a sequence that holds computed tokens. Asks `hook` for the prompt's
-    /// segments the first time.
-    fn lookup_prefix(&mut self, s: &mut Seq, hook: &mut dyn AdmitHook) -> (usize, u64) {
-        let Some(cache) = self.kv.prefix_cache() else {
-            return (0, 0);
-        };
-        if s.kv > 0 {
-            self.hits.clear();
-            return (0, 0);
+    /// The blocks the admission rule has `s` hold (its cached ones included) once it holds the
+    /// KV of `kv` tokens.
+    fn blocks_to_hold(&self, s: &Seq, kv: u32) -> u64 {
+        match self.config.admission {
+            Admission::PromptOnly => self.kv.blocks_for(u64::from(s.prefill_len)),
+            Admission::ReserveFull => self
+                .kv
+                .blocks_for(u64::from(s.prefill_len) + u64::from(s.output - s.generated)),
+            Admission::Paged { .. } => self.kv.blocks_for(u64::from(kv)),
         }
+    }
+
+    /// The fewest blocks the admission of `s` (holding nothing, its prompt's blocks known)
+    /// could need within `budget`, whatever the cache holds: as many as with its first `m`
+    /// prompt blocks hit and held by other sequences, `m` the fewer of `SeqPrefix::solo` and
+    /// the most `lookup_prefix` may hit. Why: with `h` hits, `k` of them held by others, it
+    /// needs `hold(h) - k` (`hold`: the blocks the rule has it hold, hits included; a free hit
+    /// leaves the free blocks); `hold(h)` never shrinks as `h` grows and `hold(h) - h` never
+    /// grows, and `k` is at most `h` and at most `solo` (no other sequence holds a block past
+    /// it), so no `h` needs fewer than `hold(m) - m`. When those do not fit, neither does the
+    /// admission, and its lookup is skipped.
+    fn fewest_blocks(&self, s: &Seq, budget: u64) -> u64 {
+        let p = s.prefix.as_deref().expect("a prompt's blocks");
         let block_size = self.kv.block_size();
-        let prefix = s.prefix.get_or_insert_with(|| {
+        // The blocks `lookup_prefix` may hit are at most its prefill less one token.
+        let max = ((s.prefill_len - 1) / block_size) as usize;
+        let held = p.solo.min(max) as u32;
+        let kv = held * block_size;
+        // As `next_tokens` counts the prefill from there (`kv` < `prefill_len`).
+        let rest = s.prefill_len - kv;
+        let tokens = if self.config.chunked_prefill {
+            rest.min(u32::try_from(budget).unwrap_or(u32::MAX))
+        } else {
+            rest
+        };
+        self.blocks_to_hold(s, kv + tokens) - u64::from(held)
+    }
+
+    /// Fills `s`'s prompt blocks (`Seq::prefix`) if it has none yet, asking `hook` for its
+    /// prompt's segments (the replica caches prefixes).
+    fn prompt_blocks(&mut self, s: &mut Seq, hook: &mut dyn AdmitHook) {
+        let block_size = self.kv.block_size();
+        s.prefix.get_or_insert_with(|| {
             self.segments.clear();
             let shared = hook.prefix(&s.request, &mut self.segments);
             let mut p = self.spare_prefixes.pop().unwrap_or_default();
@@ -1019,22 +1072,44 @@ impl Replica {
             p.registered = 0;
             p.deferred = usize::MAX;
             block_hashes(&self.segments, block_size, &mut p.hashes);
-            // The blocks that end in the segments past the shared ones: from the one holding
+            // The blocks that end in the segments past the first `n`: from the one holding
             // their first token.
-            let start: u64 = self.segments[..shared.min(self.segments.len())]
-                .iter()
-                .map(|segment| u64::from(segment.tokens))
-                .sum();
-            p.own = if shared >= self.segments.len() {
-                p.hashes.len()
-            } else {
+            let segments = &self.segments;
+            let blocks = p.hashes.len();
+            let first_past = |n: usize| {
+                if n >= segments.len() {
+                    return blocks;
+                }
+                let start: u64 = segments[..n]
+                    .iter()
+                    .map(|segment| u64::from(segment.tokens))
+                    .sum();
                 usize::try_from(start / u64::from(block_size))
-                    .map_or(p.hashes.len(), |first| first.min(p.hashes.len()))
+                    .map_or(blocks, |first| first.min(blocks))
             };
+            p.own = first_past(shared.later);
+            p.solo = first_past(shared.beside);
             Box::new(p)
         });
-        let max = ((s.prefill_len - 1) / block_size) as usize;
+    }
+
+    /// How many of the leading full blocks of `s`'s prompt (`prompt_blocks`) are resident in
+    /// the prefix cache (at most its prefill less one token), and how many of those are free.
+    fn lookup_prefix(&mut self, s: &Seq) -> (usize, u64) {
+        let cache = self.kv.prefix_cache().expect("a prefix cache");
+        let prefix = s.prefix.as_deref().expect("a prompt's blocks");
+        let max = ((s.prefill_len - 1) / self.kv.block_size()) as usize;
+        #[cfg(test)]
+        {
+            self.lookups += 1;
+        }
         cache.lookup(&prefix.hashes, max, &mut self.hits)
+    }
+
+    /// Prefix lookups made so far.
+    #[cfg(test)]
+    pub(crate) fn lookups(&self) -> u64 {
+        self.lookups
     }
 
     /// Decides the next step of a static replica whose batches `former` forms: when the replica

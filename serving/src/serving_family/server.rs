@@ -48,7 +48,7 @@ use crate::serving::router::PROFILE_CONTEXT_TOKENS;
 use crate::serving::topic_affinity::BatchRouting;
 use crate::serving::{
     AdmitHook, EngineState, PrefixSegment, QueuePolicy, QueuedRequest, Replica, RouteRequest,
-    Router, Seq, StepCost, StepWork,
+    Router, Seq, SharedSegments, StepCost, StepWork,
 };
 use crate::time::{SimDuration, SimTime};
 use rand::RngExt;
@@ -167,7 +167,11 @@ impl AdmitHook for Admit<'_, '_> {
     /// A prompt is the shared prefix (one token stream, the same for every request), then
     /// tokens of its own; a workflow stage's is its role prompt, user message and history
     /// (`Workflows::prefix`).
-    fn prefix(&mut self, request: &QueuedRequest, segments: &mut Vec<PrefixSegment>) -> usize {
+    fn prefix(
+        &mut self,
+        request: &QueuedRequest,
+        segments: &mut Vec<PrefixSegment>,
+    ) -> SharedSegments {
         if let Some(workflows) = &self.workflows {
             return workflows.prefix(request, segments);
         }
@@ -175,7 +179,7 @@ impl AdmitHook for Admit<'_, '_> {
         if tokens > 0 {
             segments.push(PrefixSegment { stream: 0, tokens });
         }
-        segments.len()
+        SharedSegments::all(segments.len())
     }
 }
 

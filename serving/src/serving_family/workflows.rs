@@ -19,7 +19,7 @@ use crate::recorder::WorkflowSummary;
 use crate::recorder::ranking::{average_precision, kendall_tau_distance};
 use crate::rng::SimRng;
 use crate::serving::agent_workflows::{SYSTEM_PROMPT_TOKENS, Workflow, WorkflowGenerator};
-use crate::serving::{PrefixSegment, QueuedRequest};
+use crate::serving::{PrefixSegment, QueuedRequest, SharedSegments};
 use crate::time::SimTime;
 use rustc_hash::FxHashMap;
 
@@ -161,7 +161,11 @@ impl<'a> Workflows<'a> {
 
     /// The segments `request`'s prompt is made of (`AdmitHook::prefix`): its workflow's
     /// `Workflow::prompt_segments`, as the chimera family's server builds them.
-    pub fn prefix(&self, request: &QueuedRequest, segments: &mut Vec<PrefixSegment>) -> usize {
+    pub fn prefix(
+        &self,
+        request: &QueuedRequest,
+        segments: &mut Vec<PrefixSegment>,
+    ) -> SharedSegments {
         let run = self.run(request.workflow);
         segments.extend(run.workflow.prompt_segments(request));
         run.workflow.shared_segments(request)
