@@ -323,6 +323,9 @@ impl<'a> Search<'a> {
             // pair's bounds and the expert's bound below the threshold); recomputed whenever
             // the threshold falls, so a GPU's experts are skipped by one lookup each.
             let mut live = vec![false; g_count];
+            // With whole counts, the scan prices a swap by `whole_total` from slices taken once
+            // per row (the row's expert and GPU) and once per row and other GPU (`pairs`).
+            let mut pairs: Vec<Option<WholePair<'_>>> = vec![None; g_count];
             let live_at = |live: &mut [bool], a: usize, threshold: f64| -> bool {
                 let ga = state.gpu_of[a];
                 for (g, live) in live.iter_mut().enumerate() {
@@ -338,6 +341,23 @@ impl<'a> Search<'a> {
                 if !live_at(&mut live, a, threshold) {
                     continue;
                 }
+                let row = self.whole.as_ref().map(|whole| {
+                    for (g, pair) in pairs.iter_mut().enumerate() {
+                        let p = ga * g_count + g;
+                        *pair = (g != ga).then(|| WholePair {
+                            others: &other[p * n_steps..][..n_steps],
+                            remaining: &suffix[p * (n_steps + 1) + 1..][..n_steps],
+                            load_b: &loads[g * n_steps..][..n_steps],
+                            table_b: self.costs.table(g),
+                        });
+                    }
+                    (
+                        whole,
+                        &whole[a * n_steps..][..n_steps],
+                        &loads[ga * n_steps..][..n_steps],
+                        self.costs.table(ga),
+                    )
+                });
                 for b in a + 1..self.n_experts {
                     let gb = state.gpu_of[b];
                     // Any swap between ga and gb costs its first step, at least that step's
@@ -347,7 +367,14 @@ impl<'a> Search<'a> {
                     if !live[gb] || alone[b * g_count + ga] >= threshold {
                         continue;
                     }
-                    if let Some(total) = priced(a, b, threshold) {
+                    let total = match (row, &pairs[gb]) {
+                        (Some((whole, ca, la, table_a)), Some(pair)) => {
+                            let cb = &whole[b * n_steps..][..n_steps];
+                            whole_total(ca, la, table_a, pair, cb, threshold)
+                        }
+                        _ => priced(a, b, threshold),
+                    };
+                    if let Some(total) = total {
                         let drop = previous - total;
                         if drop > best_drop {
                             best_drop = drop;
@@ -403,17 +430,13 @@ impl<'a> Search<'a> {
                 &loads[gb * n_steps..(gb + 1) * n_steps],
             );
             let (table_a, table_b) = (self.costs.table(ga), self.costs.table(gb));
-            let steps = ca.iter().zip(cb).zip(la.iter().zip(lb));
-            for (((&ea, &eb), (&load_a, &load_b)), (&other, &rest)) in
-                steps.zip(others.iter().zip(remaining))
-            {
-                let na = load_a + eb - ea;
-                let nb = load_b + ea - eb;
-                total += larger(larger(other, table_a[na as usize]), table_b[nb as usize]);
-                if total + rest >= threshold {
-                    return None;
-                }
-            }
+            let pair = WholePair {
+                others,
+                remaining,
+                load_b: lb,
+                table_b,
+            };
+            return whole_total(ca, la, table_a, &pair, cb, threshold);
         } else {
             let g_count = self.n_gpus;
             let (ca, cb) = (self.expert(a), self.expert(b));
@@ -454,6 +477,46 @@ impl<'a> Search<'a> {
         self.refine(&mut state, min_relative_drop);
         state
     }
+}
+
+/// What a swap between a GPU pair reads of the other GPU (`b`'s): the largest cost of the GPUs
+/// the swap leaves untouched per step, the pair's bounds of the steps after each step, the
+/// GPU's whole-token loads and its table.
+#[derive(Clone, Copy)]
+struct WholePair<'s> {
+    others: &'s [f64],
+    remaining: &'s [f64],
+    load_b: &'s [u32],
+    table_b: &'s [f64],
+}
+
+/// `Search::swap_total` on whole tokens: the score after swapping expert `a` (tokens `ca`, on
+/// the GPU of loads `la` and table `table_a`) with expert `b` (tokens `cb`, on `pair`'s GPU),
+/// step by step, or `None` as soon as the partial score plus the remaining bound reaches
+/// `threshold`. `cost` of a whole count in the tables is the table's entry.
+#[inline(always)]
+fn whole_total(
+    ca: &[u32],
+    la: &[u32],
+    table_a: &[f64],
+    pair: &WholePair<'_>,
+    cb: &[u32],
+    threshold: f64,
+) -> Option<f64> {
+    let n = ca.len();
+    let (la, cb) = (&la[..n], &cb[..n]);
+    let (others, remaining, lb) = (&pair.others[..n], &pair.remaining[..n], &pair.load_b[..n]);
+    let table_b = pair.table_b;
+    let mut total = 0.0;
+    for t in 0..n {
+        let na = la[t] + cb[t] - ca[t];
+        let nb = lb[t] + ca[t] - cb[t];
+        total += larger(larger(others[t], table_a[na as usize]), table_b[nb as usize]);
+        if total + remaining[t] >= threshold {
+            return None;
+        }
+    }
+    Some(total)
 }
 
 /// The larger of two latencies: `f64::max` without its NaN handling (a latency is never NaN),
