@@ -115,6 +115,8 @@ impl<'a> Search<'a> {
         }
     }
 
+    /// Puts expert `e` on GPU `g`, its loads and costs; the score is left to the caller, once
+    /// every expert is placed (`score_of`).
     fn place(&self, state: &mut State, e: usize, g: usize) {
         state.gpu_of[e] = g;
         let g_count = self.n_gpus;
@@ -123,7 +125,6 @@ impl<'a> Search<'a> {
             state.load[i] += c;
             state.cost[i] = self.costs.cost(g, state.load[i]);
         }
-        state.score = self.score_of(state);
     }
 
     fn score_of(&self, state: &State) -> f64 {
@@ -140,6 +141,7 @@ impl<'a> Search<'a> {
         for (e, &g) in gpu_of.iter().enumerate() {
             self.place(&mut state, e, g);
         }
+        state.score = self.score_of(&state);
         state
     }
 
@@ -175,11 +177,17 @@ impl<'a> Search<'a> {
             }
             // Every GPU's total at once, step by step (each GPU's sum in step order, as one
             // GPU at a time would add it; independent sums overlap).
+            // With whole counts every partial load is a whole token within the tables, where
+            // `cost` is the table's entry: read it directly.
             totals.fill(0.0);
             for (t, (&c, &(first, at, second))) in counts.iter().zip(&top).enumerate() {
                 let loads = &state.load[t * g_count..(t + 1) * g_count];
                 for (g, (total, &load)) in totals.iter_mut().zip(loads).enumerate() {
-                    let own = self.costs.cost(g, load + c);
+                    let own = if self.whole.is_some() {
+                        self.costs.table(g)[(load + c) as usize]
+                    } else {
+                        self.costs.cost(g, load + c)
+                    };
                     *total += larger(own, if at == g { second } else { first });
                 }
             }
@@ -195,6 +203,7 @@ impl<'a> Search<'a> {
             hosted[best.1] += 1;
             self.place(&mut state, e, best.1);
         }
+        state.score = self.score_of(&state);
         state
     }
 
