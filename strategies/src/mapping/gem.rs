@@ -520,7 +520,10 @@ fn whole_total(
     for t in 0..n {
         let na = la[t] + cb[t] - ca[t];
         let nb = lb[t] + ca[t] - cb[t];
-        total += larger(larger(others[t], table_a[na as usize]), table_b[nb as usize]);
+        total += larger(
+            larger(others[t], table_a[na as usize]),
+            table_b[nb as usize],
+        );
         if total + remaining[t] >= threshold {
             return None;
         }
