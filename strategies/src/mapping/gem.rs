@@ -115,6 +115,8 @@ impl<'a> Search<'a> {
         }
     }
 
+    /// Puts expert `e` on GPU `g`, its loads and costs; the score is left to the caller, once
+    /// every expert is placed (`score_of`).
     fn place(&self, state: &mut State, e: usize, g: usize) {
         state.gpu_of[e] = g;
         let g_count = self.n_gpus;
@@ -123,7 +125,6 @@ impl<'a> Search<'a> {
             state.load[i] += c;
             state.cost[i] = self.costs.cost(g, state.load[i]);
         }
-        state.score = self.score_of(state);
     }
 
     fn score_of(&self, state: &State) -> f64 {
@@ -140,6 +141,7 @@ impl<'a> Search<'a> {
         for (e, &g) in gpu_of.iter().enumerate() {
             self.place(&mut state, e, g);
         }
+        state.score = self.score_of(&state);
         state
     }
 
@@ -175,11 +177,17 @@ impl<'a> Search<'a> {
             }
             // Every GPU's total at once, step by step (each GPU's sum in step order, as one
             // GPU at a time would add it; independent sums overlap).
+            // With whole counts every partial load is a whole token within the tables, where
+            // `cost` is the table's entry: read it directly.
             totals.fill(0.0);
             for (t, (&c, &(first, at, second))) in counts.iter().zip(&top).enumerate() {
                 let loads = &state.load[t * g_count..(t + 1) * g_count];
                 for (g, (total, &load)) in totals.iter_mut().zip(loads).enumerate() {
-                    let own = self.costs.cost(g, load + c);
+                    let own = if self.whole.is_some() {
+                        self.costs.table(g)[(load + c) as usize]
+                    } else {
+                        self.costs.cost(g, load + c)
+                    };
                     *total += larger(own, if at == g { second } else { first });
                 }
             }
@@ -195,6 +203,7 @@ impl<'a> Search<'a> {
             hosted[best.1] += 1;
             self.place(&mut state, e, best.1);
         }
+        state.score = self.score_of(&state);
         state
     }
 
@@ -226,13 +235,16 @@ impl<'a> Search<'a> {
                 0
             }
         ];
-        let mut alone = vec![0.0; self.n_experts * g_count * 2];
+        let mut alone = vec![0.0; self.n_experts * g_count];
         let mut without = vec![0.0; n_steps];
         let mut hints: Vec<(usize, usize)> = Vec::new();
         let mut swaps = 0;
         loop {
+            // A pair's entries hold for either order (the same GPUs untouched, the same half
+            // load, the smaller of the two least costs), so each unordered pair of different
+            // GPUs is computed once and copied to its mirror; a GPU with itself is never read.
             for ga in 0..g_count {
-                for gb in 0..g_count {
+                for gb in ga + 1..g_count {
                     let p = ga * g_count + gb;
                     for t in 0..n_steps {
                         let row = &state.cost[t * g_count..(t + 1) * g_count];
@@ -246,15 +258,12 @@ impl<'a> Search<'a> {
                         // their joint load, so the step costs at least the cheaper of the two
                         // GPUs' least cost at half the joint load or more (`least_below`: from
                         // the whole token at or under half, a table lookup).
-                        let pair_bound = if ga != gb {
-                            let half =
-                                0.5 * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
-                            self.costs
-                                .least_below(ga, half)
-                                .min(self.costs.least_below(gb, half))
-                        } else {
-                            0.0
-                        };
+                        let half =
+                            0.5 * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
+                        let pair_bound = self
+                            .costs
+                            .least_below(ga, half)
+                            .min(self.costs.least_below(gb, half));
                         other[p * n_steps + t] = untouched;
                         bound[p * n_steps + t] = untouched.max(pair_bound);
                     }
@@ -262,6 +271,13 @@ impl<'a> Search<'a> {
                         suffix[p * (n_steps + 1) + t] =
                             suffix[p * (n_steps + 1) + t + 1] + bound[p * n_steps + t];
                     }
+                    let mirror = gb * g_count + ga;
+                    other.copy_within(p * n_steps..(p + 1) * n_steps, mirror * n_steps);
+                    bound.copy_within(p * n_steps..(p + 1) * n_steps, mirror * n_steps);
+                    suffix.copy_within(
+                        p * (n_steps + 1)..(p + 1) * (n_steps + 1),
+                        mirror * (n_steps + 1),
+                    );
                 }
             }
             if self.whole.is_some() {
@@ -271,13 +287,13 @@ impl<'a> Search<'a> {
                     }
                 }
             }
-            // alone[(e * G + g) * 2 + side]: a lower bound of any swap of expert e with an expert
-            // on GPU g, e first (side 0) or second (side 1) in the pair: each step's bound or
-            // e's GPU's least cost without e (it keeps at least its load less e's), whichever is
-            // larger, summed in step order. Each term is at most the step's cost after the swap
-            // and rounding is monotone, so where this reaches the threshold so does the swap's
-            // total, which `swap_total` would reject at its last step: the swap is not priced.
-            // e's GPU's least cost without e does not depend on the other GPU or the side, so
+            // alone[e * G + g]: a lower bound of any swap of expert e with an expert on GPU g
+            // (either first in the pair: the pair's bounds hold for either order): each step's
+            // bound or e's GPU's least cost without e (it keeps at least its load less e's),
+            // whichever is larger, summed in step order. Each term is at most the step's cost
+            // after the swap and rounding is monotone, so where this reaches the threshold so
+            // does the swap's total, which `swap_total` would reject at its last step: the swap
+            // is not priced. e's GPU's least cost without e does not depend on the other GPU, so
             // it is looked up once per step (`without`) for all of them.
             for e in 0..self.n_experts {
                 let ge = state.gpu_of[e];
@@ -285,14 +301,13 @@ impl<'a> Search<'a> {
                     *w = self.costs.least_below(ge, state.load[t * g_count + ge] - c);
                 }
                 for g in (0..g_count).filter(|&g| g != ge) {
-                    for (side, p) in [(0, ge * g_count + g), (1, g * g_count + ge)] {
-                        let bounds = &bound[p * n_steps..(p + 1) * n_steps];
-                        let mut sum = 0.0;
-                        for (&b, &w) in bounds.iter().zip(&without) {
-                            sum += larger(b, w);
-                        }
-                        alone[(e * g_count + g) * 2 + side] = sum;
+                    let p = ge * g_count + g;
+                    let bounds = &bound[p * n_steps..(p + 1) * n_steps];
+                    let mut sum = 0.0;
+                    for (&b, &w) in bounds.iter().zip(&without) {
+                        sum += larger(b, w);
                     }
+                    alone[e * g_count + g] = sum;
                 }
             }
             let priced = |a: usize, b: usize, threshold: f64| -> Option<f64> {
@@ -312,38 +327,70 @@ impl<'a> Search<'a> {
             let previous = state.score;
             let mut best_drop = 0.0;
             let mut best = None;
+            // live[g]: whether a swap of the row's expert with one on GPU g may still beat the
+            // threshold by the checks that read the row's expert and g alone (another GPU, its
+            // pair's bounds and the expert's bound below the threshold); recomputed whenever
+            // the threshold falls, so a GPU's experts are skipped by one lookup each.
+            let mut live = vec![false; g_count];
+            // With whole counts, the scan prices a swap by `whole_total` from slices taken once
+            // per row (the row's expert and GPU) and once per row and other GPU (`pairs`).
+            let mut pairs: Vec<Option<WholePair<'_>>> = vec![None; g_count];
+            let live_at = |live: &mut [bool], a: usize, threshold: f64| -> bool {
+                let ga = state.gpu_of[a];
+                for (g, live) in live.iter_mut().enumerate() {
+                    *live = g != ga
+                        && suffix[(ga * g_count + g) * (n_steps + 1)] < threshold
+                        && alone[a * g_count + g] < threshold;
+                }
+                live.contains(&true)
+            };
             for a in 0..self.n_experts {
                 let ga = state.gpu_of[a];
-                // The threshold only falls during the scan, so where every other GPU's pair
-                // check (below) already holds, it holds for every `b` of this row: skip it.
-                let threshold = (previous - best_drop).min(ceiling);
-                if (0..g_count).filter(|&g| g != ga).all(|g| {
-                    suffix[(ga * g_count + g) * (n_steps + 1)] >= threshold
-                        || alone[(a * g_count + g) * 2] >= threshold
-                }) {
+                let mut threshold = (previous - best_drop).min(ceiling);
+                if !live_at(&mut live, a, threshold) {
                     continue;
                 }
+                let row = self.whole.as_ref().map(|whole| {
+                    for (g, pair) in pairs.iter_mut().enumerate() {
+                        let p = ga * g_count + g;
+                        *pair = (g != ga).then(|| WholePair {
+                            others: &other[p * n_steps..][..n_steps],
+                            remaining: &suffix[p * (n_steps + 1) + 1..][..n_steps],
+                            load_b: &loads[g * n_steps..][..n_steps],
+                            table_b: self.costs.table(g),
+                        });
+                    }
+                    (
+                        whole,
+                        &whole[a * n_steps..][..n_steps],
+                        &loads[ga * n_steps..][..n_steps],
+                        self.costs.table(ga),
+                    )
+                });
                 for b in a + 1..self.n_experts {
                     let gb = state.gpu_of[b];
-                    if ga == gb {
-                        continue;
-                    }
-                    let threshold = (previous - best_drop).min(ceiling);
                     // Any swap between ga and gb costs its first step, at least that step's
                     // bound, plus `remaining[0]`: where the bounds' sum already reaches the
-                    // threshold, `swap_total` would stop at the first step, so it is not called.
-                    if suffix[(ga * g_count + gb) * (n_steps + 1)] >= threshold
-                        || alone[(a * g_count + gb) * 2] >= threshold
-                        || alone[(b * g_count + ga) * 2 + 1] >= threshold
-                    {
+                    // threshold, `swap_total` would stop at the first step, so it is not called;
+                    // nor where either expert's bound reaches it (`alone`).
+                    if !live[gb] || alone[b * g_count + ga] >= threshold {
                         continue;
                     }
-                    if let Some(total) = priced(a, b, threshold) {
+                    let total = match (row, &pairs[gb]) {
+                        (Some((whole, ca, la, table_a)), Some(pair)) => {
+                            let cb = &whole[b * n_steps..][..n_steps];
+                            whole_total(ca, la, table_a, pair, cb, threshold)
+                        }
+                        _ => priced(a, b, threshold),
+                    };
+                    if let Some(total) = total {
                         let drop = previous - total;
                         if drop > best_drop {
                             best_drop = drop;
                             best = Some((a, b));
                             hints.push((a, b));
+                            threshold = (previous - best_drop).min(ceiling);
+                            live_at(&mut live, a, threshold);
                         }
                     }
                 }
@@ -392,17 +439,13 @@ impl<'a> Search<'a> {
                 &loads[gb * n_steps..(gb + 1) * n_steps],
             );
             let (table_a, table_b) = (self.costs.table(ga), self.costs.table(gb));
-            let steps = ca.iter().zip(cb).zip(la.iter().zip(lb));
-            for (((&ea, &eb), (&load_a, &load_b)), (&other, &rest)) in
-                steps.zip(others.iter().zip(remaining))
-            {
-                let na = load_a + eb - ea;
-                let nb = load_b + ea - eb;
-                total += larger(larger(other, table_a[na as usize]), table_b[nb as usize]);
-                if total + rest >= threshold {
-                    return None;
-                }
-            }
+            let pair = WholePair {
+                others,
+                remaining,
+                load_b: lb,
+                table_b,
+            };
+            return whole_total(ca, la, table_a, &pair, cb, threshold);
         } else {
             let g_count = self.n_gpus;
             let (ca, cb) = (self.expert(a), self.expert(b));
@@ -443,6 +486,49 @@ impl<'a> Search<'a> {
         self.refine(&mut state, min_relative_drop);
         state
     }
+}
+
+/// What a swap between a GPU pair reads of the other GPU (`b`'s): the largest cost of the GPUs
+/// the swap leaves untouched per step, the pair's bounds of the steps after each step, the
+/// GPU's whole-token loads and its table.
+#[derive(Clone, Copy)]
+struct WholePair<'s> {
+    others: &'s [f64],
+    remaining: &'s [f64],
+    load_b: &'s [u32],
+    table_b: &'s [f64],
+}
+
+/// `Search::swap_total` on whole tokens: the score after swapping expert `a` (tokens `ca`, on
+/// the GPU of loads `la` and table `table_a`) with expert `b` (tokens `cb`, on `pair`'s GPU),
+/// step by step, or `None` as soon as the partial score plus the remaining bound reaches
+/// `threshold`. `cost` of a whole count in the tables is the table's entry.
+#[inline(always)]
+fn whole_total(
+    ca: &[u32],
+    la: &[u32],
+    table_a: &[f64],
+    pair: &WholePair<'_>,
+    cb: &[u32],
+    threshold: f64,
+) -> Option<f64> {
+    let n = ca.len();
+    let (la, cb) = (&la[..n], &cb[..n]);
+    let (others, remaining, lb) = (&pair.others[..n], &pair.remaining[..n], &pair.load_b[..n]);
+    let table_b = pair.table_b;
+    let mut total = 0.0;
+    for t in 0..n {
+        let na = la[t] + cb[t] - ca[t];
+        let nb = lb[t] + ca[t] - cb[t];
+        total += larger(
+            larger(others[t], table_a[na as usize]),
+            table_b[nb as usize],
+        );
+        if total + remaining[t] >= threshold {
+            return None;
+        }
+    }
+    Some(total)
 }
 
 /// The larger of two latencies: `f64::max` without its NaN handling (a latency is never NaN),
