@@ -7,6 +7,7 @@
 //! Every constant here is listed with its source in docs/chimera.md.
 
 use crate::cost::shape::DenseModelShape;
+use crate::memo::Memo;
 use crate::rng::SimRng;
 use crate::serving::{PrefixSegment, QueuedRequest};
 use rand::RngExt;
@@ -228,9 +229,19 @@ pub fn expected_success(capability: f64) -> f64 {
     sum * h / 3.0
 }
 
+/// The capabilities `capability_for_score` found, by the score's bits: a bisection costs 160,000
+/// exponentials, and every Chimera cell (its validation, then each seed's predictions) asks it
+/// for the same few task scores.
+static CAPABILITIES: Memo<u64, f64> = Memo::new(64);
+
 /// The capability whose expected success over the difficulty distribution is `score` (in (0, 1)),
-/// by bisection.
+/// by bisection (`CAPABILITIES` keeps each score's).
 pub fn capability_for_score(score: f64) -> f64 {
+    *CAPABILITIES.get_or_compute(&score.to_bits(), || bisect_capability(score))
+}
+
+/// `capability_for_score` computed.
+fn bisect_capability(score: f64) -> f64 {
     let (mut lo, mut hi) = (-20.0, 20.0);
     for _ in 0..100 {
         let mid = 0.5 * (lo + hi);
