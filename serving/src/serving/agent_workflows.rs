@@ -180,8 +180,7 @@ impl ModelWorkload {
             total_std,
             sigma: mixture_sigma(total_mean, total_std),
             standalone_score: score,
-            capability: *CAPABILITIES
-                .get_or_compute(&score.to_bits(), || capability_for_score(score / 100.0)),
+            capability: capability_for_score(score / 100.0),
         })
     }
 }
@@ -230,14 +229,19 @@ pub fn expected_success(capability: f64) -> f64 {
     sum * h / 3.0
 }
 
-/// `capability_for_score(score / 100)` by the bits of `score` (a model's standalone score):
-/// each takes a bisection of 100 numerical integrals, and every cell of a workflow scenario
-/// validates its groups' models.
+/// The capabilities `capability_for_score` found, by the score's bits: a bisection costs 160,000
+/// exponentials, and every Chimera cell (its validation, then each seed's predictions) asks it
+/// for the same few task scores.
 static CAPABILITIES: Memo<u64, f64> = Memo::new(64);
 
 /// The capability whose expected success over the difficulty distribution is `score` (in (0, 1)),
-/// by bisection.
+/// by bisection (`CAPABILITIES` keeps each score's).
 pub fn capability_for_score(score: f64) -> f64 {
+    *CAPABILITIES.get_or_compute(&score.to_bits(), || bisect_capability(score))
+}
+
+/// `capability_for_score` computed.
+fn bisect_capability(score: f64) -> f64 {
     let (mut lo, mut hi) = (-20.0, 20.0);
     for _ in 0..100 {
         let mid = 0.5 * (lo + hi);

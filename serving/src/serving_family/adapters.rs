@@ -334,7 +334,8 @@ pub struct AdapterRouter {
     per_expert: Vec<u32>,
     per_gpu: Vec<u32>,
     copies: Vec<Vec<CopyTokens>>,
-    gpu_tokens: Vec<u32>,
+    /// One layer's rounded running sums (scratch).
+    uptos: Vec<u64>,
 }
 
 impl AdapterRouter {
@@ -381,7 +382,7 @@ impl AdapterRouter {
             n_experts: experts,
             top_k: k,
             per_gpu: vec![0; layers * layout.gpus()],
-            gpu_tokens: vec![0; layout.slots_per_gpu],
+            uptos: Vec::new(),
             layout,
             probability,
             to_base,
@@ -417,12 +418,23 @@ impl AdapterRouter {
             copies.clear();
             let cumulative = &self.cumulative[layer];
             let slots = cumulative.len();
+            // Every slot's rounded running sum first: below 2^30 assignments each value is
+            // under 2^31, where converting through `i32` (which vectorizes) truncates as `u64`
+            // does.
+            self.uptos.clear();
+            if assignments < 1 << 30 {
+                self.uptos
+                    .extend(cumulative.iter().map(|&running| (running + offset) as i32 as u64));
+            } else {
+                self.uptos
+                    .extend(cumulative.iter().map(|&running| (running + offset) as u64));
+            }
             let mut given = 0u64;
-            for (slot, &running) in cumulative.iter().enumerate() {
+            for (slot, &rounded) in self.uptos.iter().enumerate() {
                 let upto = if slot + 1 == slots {
                     assignments
                 } else {
-                    ((running + offset) as u64).min(assignments)
+                    rounded.min(assignments)
                 };
                 let count = (upto.max(given) - given) as u32;
                 given = upto.max(given);
@@ -437,8 +449,7 @@ impl AdapterRouter {
             }
             let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
             for (g, on_gpu) in on_gpus.iter_mut().enumerate() {
-                self.layout.gpu_tokens(layer, row, g, &mut self.gpu_tokens);
-                *on_gpu = self.gpu_tokens.iter().sum::<u32>();
+                *on_gpu = self.layout.slot_tokens(layer, row, g).sum();
             }
             for c in copies.iter() {
                 for (g, n) in self.layout.expert_hosts(layer, c.expert, c.tokens) {
