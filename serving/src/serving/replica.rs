@@ -231,9 +231,11 @@ impl Tally {
 /// every step schedules it for one token, takes a block for it when its context crosses a block
 /// boundary and emits its token, so none of that is written to it: its counters stay those of
 /// the step it joined at (`Seq::base`), and each step adds the group's sums instead of passing
-/// over it. It leaves (its counters written, `Replica::leave`) in the step it finishes in, or
-/// when a step cannot give it its token (`settle`). The other sequences, `Replica::eager`, are
-/// scheduled and completed one by one in their places in the batch, as all were before.
+/// over it. It leaves (its counters written, `Replica::leave`) in the step it finishes in, when
+/// a step cannot give it its token, when it is preempted (a step that preempts schedules the
+/// batch in place, the other members kept: `Replica::schedule_in_place`), or when a
+/// prefill-first step admits (`settle`). The other sequences, `Replica::eager`, are scheduled
+/// and completed one by one in their places in the batch, as all were before.
 #[derive(Default)]
 struct DecodeGroup {
     /// The sequences in it, and the sums of their `kv` and `base`.
@@ -311,6 +313,8 @@ pub struct Replica {
     group: DecodeGroup,
     eager: Vec<u32>,
     run_steps: u64,
+    /// Preemptions while the decode group had members (the group kept: `schedule_in_place`).
+    group_preemptions: u64,
 }
 
 /// Frees the blocks of `s`: its own, and its references on cached blocks (the last one
@@ -360,6 +364,7 @@ impl Replica {
             group: DecodeGroup::default(),
             eager: Vec::new(),
             run_steps: 0,
+            group_preemptions: 0,
         }
     }
 
@@ -382,6 +387,11 @@ impl Replica {
     /// passed over).
     pub fn decode_run_steps(&self) -> u64 {
         self.run_steps
+    }
+
+    /// The preemptions made while the decode group had members, which stayed in it.
+    pub fn group_preemptions(&self) -> u64 {
+        self.group_preemptions
     }
 
     /// Sequence `i` (out of the group) joins the decode group after the step ending now.
@@ -825,7 +835,10 @@ impl Replica {
             }
             let s = &self.running[i];
             let (tokens, need) = if s.lazy {
-                (1, u64::from(DecodeGroup::phase(s.kv, s.base, block_size) == due))
+                (
+                    1,
+                    u64::from(DecodeGroup::phase(s.kv, s.base, block_size) == due),
+                )
             } else {
                 let tokens = self.next_tokens(s, *budget);
                 let need = self
@@ -893,6 +906,7 @@ impl Replica {
                 s.blocks = self.kv.blocks_for(u64::from(s.kv + 1));
             }
         }
+        self.group_preemptions += u64::from(self.group.members > 0);
         let before = victim < i;
         if before {
             *budget += u64::from(self.running[victim].scheduled);
