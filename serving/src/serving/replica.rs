@@ -236,9 +236,11 @@ impl Tally {
 /// every step schedules it for one token, takes a block for it when its context crosses a block
 /// boundary and emits its token, so none of that is written to it: its counters stay those of
 /// the step it joined at (`Seq::base`), and each step adds the group's sums instead of passing
-/// over it. It leaves (its counters written, `Replica::leave`) in the step it finishes in, or
-/// when a step cannot give it its token (`settle`). The other sequences, `Replica::eager`, are
-/// scheduled and completed one by one in their places in the batch, as all were before.
+/// over it. It leaves (its counters written, `Replica::leave`) in the step it finishes in, when
+/// a step cannot give it its token, when it is preempted (a step that preempts schedules the
+/// batch in place, the other members kept: `Replica::schedule_in_place`), or when a
+/// prefill-first step admits (`settle`). The other sequences, `Replica::eager`, are scheduled
+/// and completed one by one in their places in the batch, as all were before.
 #[derive(Default)]
 struct DecodeGroup {
     /// The sequences in it, and the sums of their `kv` and `base`.
@@ -319,6 +321,8 @@ pub struct Replica {
     group: DecodeGroup,
     eager: Vec<u32>,
     run_steps: u64,
+    /// Preemptions while the decode group had members (the group kept: `schedule_in_place`).
+    group_preemptions: u64,
 }
 
 /// Frees the blocks of `s`: its own, and its references on cached blocks (the last one
@@ -370,6 +374,7 @@ impl Replica {
             group: DecodeGroup::default(),
             eager: Vec::new(),
             run_steps: 0,
+            group_preemptions: 0,
         }
     }
 
@@ -392,6 +397,11 @@ impl Replica {
     /// passed over).
     pub fn decode_run_steps(&self) -> u64 {
         self.run_steps
+    }
+
+    /// The preemptions made while the decode group had members, which stayed in it.
+    pub fn group_preemptions(&self) -> u64 {
+        self.group_preemptions
     }
 
     /// Sequence `i` (out of the group) joins the decode group after the step ending now.
@@ -756,59 +766,15 @@ impl Replica {
             Admission::Paged { preemption } => Some(preemption),
             _ => None,
         };
-        let mut preempted = false;
 
         // 1. The running sequences, growing their KV (preempting under the paged rule): with
-        // the decode group's members in bulk when that can be done, else one by one.
+        // the decode group's members in bulk when that can be done, else one by one in their
+        // places, the members kept in the group (`schedule_in_place`).
         let grouped = self.group.members > 0 && self.schedule_with_group(&mut budget, &mut tally);
         if !grouped {
-            self.settle();
+            self.schedule_in_place(&mut budget, &mut tally, preemption);
         }
         let scheduled_running = self.running.len();
-        let mut i = if grouped { self.running.len() } else { 0 };
-        while i < self.running.len() {
-            if budget == 0 {
-                self.running[i].scheduled = 0;
-                i += 1;
-                continue;
-            }
-            let tokens = self.next_tokens(&self.running[i], budget);
-            let s = &self.running[i];
-            let need = self
-                .kv
-                .blocks_for(u64::from(s.kv + tokens))
-                .saturating_sub(s.blocks);
-            if let Some(preemption) =
-                preemption.filter(|_| !self.kv.can_grow(need) && self.running.len() > 1)
-            {
-                let victim = (0..self.running.len())
-                    .max_by_key(|&j| self.running[j].order)
-                    .expect("running is not empty");
-                if victim < i {
-                    budget += u64::from(self.running[victim].scheduled);
-                    i -= 1;
-                }
-                self.preempt(victim, preemption);
-                preempted = true;
-                continue;
-            }
-            if need > 0 {
-                self.kv.allocate(need);
-            }
-            let s = &mut self.running[i];
-            s.blocks += need;
-            s.scheduled = tokens;
-            budget -= u64::from(tokens);
-            tally.add(s);
-            i += 1;
-        }
-        if preempted {
-            // A victim may have been counted before it was preempted: count the batch again.
-            tally = Tally::default();
-            for s in self.running.iter().filter(|s| s.scheduled > 0) {
-                tally.add(s);
-            }
-        }
 
         // 2. Swapped-out sequences come back while they fit.
         while let Some(s) = self.swapped.front() {
@@ -848,6 +814,125 @@ impl Replica {
             return None;
         }
         Some(self.step_work(tally))
+    }
+
+    /// Schedules the running sequences one by one in their places (vLLM's pass): each takes its
+    /// tokens while budget is left, and a sequence whose blocks do not fit under the paged rule
+    /// preempts the latest admitted one first (`preempt_latest`). The decode group's members
+    /// stay in it: each takes its token and, when its context reaches a block boundary, its
+    /// block in its place (what the pass would give it), and is counted in bulk at the end; one
+    /// left without budget leaves the group unscheduled. So a step that preempts costs a pass
+    /// that reads the members, not a settlement of the group and its rebuilding a step later.
+    fn schedule_in_place(
+        &mut self,
+        budget: &mut u64,
+        tally: &mut Tally,
+        preemption: Option<Preemption>,
+    ) {
+        let block_size = self.kv.block_size();
+        // A member needs a block when its context is a multiple of the block size.
+        let due = DecodeGroup::phase(0, self.iteration, block_size);
+        let mut preempted = false;
+        let mut i = 0;
+        while i < self.running.len() {
+            if *budget == 0 {
+                if self.running[i].lazy {
+                    self.leave(i, false);
+                }
+                self.running[i].scheduled = 0;
+                i += 1;
+                continue;
+            }
+            let s = &self.running[i];
+            let (tokens, need) = if s.lazy {
+                (
+                    1,
+                    u64::from(DecodeGroup::phase(s.kv, s.base, block_size) == due),
+                )
+            } else {
+                let tokens = self.next_tokens(s, *budget);
+                let need = self
+                    .kv
+                    .blocks_for(u64::from(s.kv + tokens))
+                    .saturating_sub(s.blocks);
+                (tokens, need)
+            };
+            if let Some(mode) =
+                preemption.filter(|_| !self.kv.can_grow(need) && self.running.len() > 1)
+            {
+                if self.preempt_latest(i, mode, budget) {
+                    i -= 1;
+                }
+                preempted = true;
+                continue;
+            }
+            if need > 0 {
+                self.kv.allocate(need);
+            }
+            *budget -= u64::from(tokens);
+            let s = &mut self.running[i];
+            if !s.lazy {
+                s.blocks += need;
+                s.scheduled = tokens;
+                if !preempted {
+                    tally.add(s);
+                }
+            }
+            i += 1;
+        }
+        if preempted {
+            // A victim may have been counted before it was preempted: count the batch again.
+            *tally = Tally::default();
+            for s in self.running.iter().filter(|s| !s.lazy && s.scheduled > 0) {
+                tally.add(s);
+            }
+        }
+        let g = &self.group;
+        if g.members > 0 {
+            tally.requests += g.members;
+            tally.decode += g.members;
+            tally.emitting += g.members;
+            tally.context += g.kv_sum + g.members * (self.iteration + 1) - g.base_sum;
+            // The places out of the group, for `complete_step` (preemptions moved them).
+            self.eager.clear();
+            let places = self.running.iter().enumerate().filter(|(_, s)| !s.lazy);
+            self.eager.extend(places.map(|(i, _)| i as u32));
+        }
+    }
+
+    /// Preempts the latest admitted sequence while place `i` is scheduled (`schedule_in_place`);
+    /// returns whether the victim was before `i`, its tokens given back to `budget`. A member
+    /// victim leaves the group first (with this step's token and block when before `i`); the
+    /// members after it move down a place, and their finishing entries with them.
+    fn preempt_latest(&mut self, i: usize, mode: Preemption, budget: &mut u64) -> bool {
+        let victim = (0..self.running.len())
+            .max_by_key(|&j| self.running[j].order)
+            .expect("running is not empty");
+        if self.running[victim].lazy {
+            self.leave(victim, false);
+            if victim < i {
+                let s = &mut self.running[victim];
+                s.scheduled = 1;
+                s.blocks = self.kv.blocks_for(u64::from(s.kv + 1));
+            }
+        }
+        self.group_preemptions += u64::from(self.group.members > 0);
+        let before = victim < i;
+        if before {
+            *budget += u64::from(self.running[victim].scheduled);
+        }
+        self.preempt(victim, mode);
+        if self.group.members > 0 {
+            for j in victim..self.running.len() {
+                let s = &mut self.running[j];
+                if s.lazy {
+                    let at = s.base + u64::from(s.output - s.generated);
+                    s.pending = (at, j as u32);
+                    self.group.finishing.moved(at, s.order, j as u32);
+                }
+            }
+        }
+        before
     }
 
     /// The continuous step `tally` counted.

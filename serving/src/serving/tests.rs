@@ -955,5 +955,11 @@ fn the_decode_group_schedules_and_completes_as_the_pass_does() {
             "case {case}: the group never ran"
         );
         assert_eq!(replicas[1].decode_run_steps(), 0);
+        // The steps that preempt keep the group (`schedule_in_place`) under decode-first order.
+        let in_group = replicas[0].group_preemptions();
+        assert!(
+            in_group > 0 || blocks >= 1000 || order == PrefillFirst,
+            "case {case}: no preemption kept the group"
+        );
     }
 }
