@@ -359,6 +359,25 @@ impl<L: Lanes> LaneTally<L> {
         }
     }
 
+    /// Adds every group of each lane's GPU at once, from their sums in whole numbers
+    /// (`WholeTally`): the same whole-number sums as `add` of each group, so the same bits.
+    #[inline(always)]
+    pub fn add_whole(&mut self, whole: &[WholeTally; LANES]) {
+        let lane = |f: &dyn Fn(&WholeTally) -> u64| {
+            L::load(F64x4::new(std::array::from_fn(|i| f(&whole[i]) as f64)))
+        };
+        self.groups = self.groups + lane(&|w| w.groups);
+        self.rows = self.rows + lane(&|w| w.rows);
+        // A cluster is two tiles: ceil(ceil(n / 64) / 2) = ceil(n / 128), and so on.
+        let (by_64, by_128, by_256) = (
+            lane(&|w| w.tiles[0]),
+            lane(&|w| w.tiles[1]),
+            lane(&|w| w.tiles[2]),
+        );
+        self.tiles = [self.tiles[0] + by_64, self.tiles[1] + by_128];
+        self.clusters = [self.clusters[0] + by_128, self.clusters[1] + by_256];
+    }
+
     /// The lanes' sums.
     #[inline(always)]
     pub fn finish(self) -> LaneSums {
@@ -378,6 +397,35 @@ impl<L: Lanes> LaneTally<L> {
             clusters: self.clusters.map(L::store),
             empty: groups.to_array().map(|g| g == 0.0),
         }
+    }
+}
+
+/// One GPU's counted groups summed in whole numbers, for `LaneTally::add_whole`: the groups
+/// that run (more than 0 rows), the rows, and the ceilings of each count over 64, 128 and 256
+/// rows (the tiles of either height; a two-tile cluster of 64-row tiles is a 128-row tile, of
+/// 128-row tiles a 256-row one). Integer sums in place of `add`'s float operations per group:
+/// a GPU's slots are summed in a few vector instructions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WholeTally {
+    groups: u64,
+    rows: u64,
+    tiles: [u64; 3],
+}
+
+impl WholeTally {
+    /// The sums of `counts` (one group each).
+    #[inline]
+    pub fn of(counts: &[u32]) -> WholeTally {
+        let mut sums = WholeTally::default();
+        for &n in counts {
+            let n = u64::from(n);
+            sums.groups += u64::from(n > 0);
+            sums.rows += n;
+            sums.tiles[0] += n.div_ceil(64);
+            sums.tiles[1] += n.div_ceil(128);
+            sums.tiles[2] += n.div_ceil(256);
+        }
+        sums
     }
 }
 
@@ -1075,6 +1123,50 @@ pub(crate) mod tests {
                     assert_eq!(bits(a)[i], bits(b)[i], "seed {seed}, lane {i}, field {k}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn whole_tallies_add_what_the_groups_add_one_by_one() {
+        // Counts around every tile edge and large ones, on lanes of unequal lengths.
+        let edges = [
+            0u32, 1, 63, 64, 65, 127, 128, 129, 255, 256, 257, 8191, 70_000,
+        ];
+        for seed in 0..300usize {
+            let sets: Vec<Vec<u32>> = (0..LANES)
+                .map(|i| {
+                    (0..(seed + 3 * i) % 11)
+                        .map(|j| edges[(seed * 7 + i * 5 + j * 3) % edges.len()])
+                        .collect()
+                })
+                .collect();
+            let mut each = LaneTally::<F64x4>::new();
+            let longest = sets.iter().map(Vec::len).max().unwrap_or(0);
+            for j in 0..longest {
+                each.add(std::array::from_fn(|i| {
+                    sets[i].get(j).copied().unwrap_or(0)
+                }));
+            }
+            let mut whole = LaneTally::<F64x4>::new();
+            whole.add_whole(&std::array::from_fn(|i| WholeTally::of(&sets[i])));
+            let (a, b) = (each.finish(), whole.finish());
+            let bits = |v: F64x4| v.to_array().map(f64::to_bits);
+            assert_eq!(a.empty, b.empty, "seed {seed}");
+            let fields = |s: &LaneSums| {
+                [
+                    s.groups,
+                    s.rows,
+                    s.small,
+                    s.tiles[0],
+                    s.tiles[1],
+                    s.padded_rows[0],
+                    s.padded_rows[1],
+                    s.clusters[0],
+                    s.clusters[1],
+                ]
+                .map(bits)
+            };
+            assert_eq!(fields(&a), fields(&b), "seed {seed}");
         }
     }
 

@@ -65,6 +65,11 @@ pub struct ExpertRouter {
     replay: Option<TraceReplay>,
     /// With a trace: the step's slots' rounded cumulative shares, `[layer][slot]` (scratch).
     uptos: Vec<u64>,
+    /// With a trace over a plain layout whose shares never fall (`TraceReplay::rising`): the
+    /// step's tokens per slot, `[layer][slot]`, handed to the step cost (`RoutedTokens::per_slot`).
+    per_slot: Vec<u32>,
+    /// With `per_slot`: the step's slots' rounded cumulative shares (scratch).
+    rounded: Vec<u32>,
 }
 
 /// The unseen steps of a trace, as cumulative shares over a layout's slots.
@@ -82,6 +87,11 @@ struct TraceReplay {
     /// Whether the layout has one copy and every expert in one slot (`ExpertLayout::plain`):
     /// then a GPU's tokens are the sum of its slots' (no expert split between slots).
     one_slot_each: bool,
+    /// Whether, besides `one_slot_each`, every layer's cumulative shares never fall from one
+    /// slot to the next (so are the rounded ones: rounding half up is monotone), as on a
+    /// trace of whole counts: then a slot receives its rounded share less the one before it,
+    /// with no running maximum to carry.
+    rising: bool,
 }
 
 /// A cumulative share of `assignments`, rounded half up to a whole token (the shares are
@@ -275,6 +285,8 @@ impl ExpertRouter {
             observe: None,
             replay: None,
             uptos: Vec::new(),
+            per_slot: Vec::new(),
+            rounded: Vec::new(),
         }
     }
 
@@ -316,13 +328,24 @@ impl ExpertRouter {
                 *row.last_mut().expect("a layer has slots") = 1.0;
             }
         }
+        let one_slot_each = layout.plain();
+        let rising = one_slot_each
+            && cumulative.chunks_exact(slots_per_layer).all(|row| {
+                row[0] >= 0.0 && row.windows(2).all(|pair| pair[0] <= pair[1])
+            });
+        self.per_slot = if rising {
+            vec![0; self.n_layers * slots_per_layer]
+        } else {
+            Vec::new()
+        };
         self.replay = Some(TraceReplay {
             n_unseen,
             slots_per_layer,
             slot_experts,
             cumulative,
             next: 0,
-            one_slot_each: layout.plain(),
+            one_slot_each,
+            rising,
         });
     }
 
@@ -420,7 +443,11 @@ impl ExpertRouter {
             replay.next += 1;
             u
         });
-        if let (Some(replay), Some(u)) = (&self.replay, unseen) {
+        // Below 2^30 assignments (see below) on a rising replay: slot by slot, every layer.
+        let by_slot = self.replay.as_ref().is_some_and(|r| r.rising) && assignments < 1 << 30;
+        if let (true, Some(u)) = (by_slot, unseen) {
+            self.route_rising(u, assignments);
+        } else if let (Some(replay), Some(u)) = (&self.replay, unseen) {
             // Every slot's rounded cumulative share of the step, all layers in one pass (the
             // unseen step's shares are contiguous): below 2^30 assignments every value is under
             // 2^31, where converting through `i32` (which vectorizes) truncates as `u64` does.
@@ -441,7 +468,7 @@ impl ExpertRouter {
         if unseen.is_none() && self.expected_for != self.topic_tokens {
             self.expect();
         }
-        for layer in 0..self.n_layers {
+        for layer in (0..self.n_layers).filter(|_| !by_slot) {
             let row = &mut self.per_expert[layer * experts..][..experts];
             if let (Some(replay), Some(_)) = (&self.replay, unseen) {
                 let n = replay.slots_per_layer;
@@ -521,10 +548,62 @@ impl ExpertRouter {
             layers: self.n_layers,
             per_expert: &self.per_expert,
             per_gpu: &self.per_gpu,
-            per_slot: &[],
+            per_slot: if by_slot { &self.per_slot } else { &[] },
             copies: &[],
         }
     }
+
+    /// `route`'s replay of unseen step `u` on a rising replay (`TraceReplay::rising`) with
+    /// fewer than 2^30 `assignments`: each slot's rounded cumulative share less the one before
+    /// it (the running maximum of `route`'s general replay is the share itself where the shares
+    /// never fall), into `per_slot`, its expert's entry of `per_expert` and its GPU's of
+    /// `per_gpu`. The rounding of a share `s` is `(s * a + 0.5) as u64`, which for values in
+    /// `[0, 2^31)` is their floor, computed here in vector-friendly steps (`floor_below_2_31`).
+    fn route_rising(&mut self, u: usize, assignments: u64) {
+        let replay = self.replay.as_ref().expect("a replay");
+        let (experts, gpus, n) = (self.n_experts, self.layout.gpus(), replay.slots_per_layer);
+        let all = n * self.n_layers;
+        let shares = &replay.cumulative[u * all..][..all];
+        let a = assignments as f64;
+        self.rounded.resize(all, 0);
+        for (upto, &share) in self.rounded.iter_mut().zip(shares) {
+            *upto = floor_below_2_31(share * a + 0.5);
+        }
+        for (layer, (slots, uptos)) in self
+            .per_slot
+            .chunks_exact_mut(n)
+            .zip(self.rounded.chunks_exact(n))
+            .enumerate()
+        {
+            slots[0] = uptos[0];
+            for ((tokens, &upto), &before) in slots[1..].iter_mut().zip(&uptos[1..]).zip(uptos) {
+                *tokens = upto - before;
+            }
+            // Each expert in one slot: its tokens are the slot's.
+            let row = &mut self.per_expert[layer * experts..][..experts];
+            row.fill(0);
+            let slot_experts = &replay.slot_experts[layer * n..][..n];
+            for (&tokens, &e) in slots.iter().zip(slot_experts) {
+                row[e] = tokens;
+            }
+            let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
+            for (on_gpu, slots) in on_gpus.iter_mut().zip(slots.chunks_exact(n / gpus)) {
+                *on_gpu = slots.iter().sum();
+            }
+        }
+    }
+}
+
+/// `x as u32` for `x` in `[0, 2^31)`: its floor, from the nearest whole number (adding and
+/// taking away 2^52 rounds to it exactly), less one where that is above `x`; the whole number
+/// is the low bits of its sum with 2^52. Plain float operations, without the saturating
+/// conversion's checks, so a loop of them vectorizes.
+#[inline(always)]
+fn floor_below_2_31(x: f64) -> u32 {
+    const TWO_52: f64 = 4_503_599_627_370_496.0;
+    let nearest = (x + TWO_52) - TWO_52;
+    let floor = if nearest > x { nearest - 1.0 } else { nearest };
+    (floor + TWO_52).to_bits() as u32
 }
 
 /// A replica's routing model as expectations (shared with its `ExpertRouter`).

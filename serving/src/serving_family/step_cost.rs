@@ -32,7 +32,7 @@ use super::swap::SwapTransfer;
 use crate::cost::curve::CostCurve;
 use crate::cost::gpu::LinkSpec;
 use crate::cost::host::HostOverhead;
-use crate::cost::kernel::{LANES, LaneRates, LaneTally, Timing};
+use crate::cost::kernel::{LANES, LaneRates, LaneTally, Timing, WholeTally};
 use crate::cost::lanes::Lanes;
 use crate::cost::measured_steps::{MeasuredDenseStep, OpSources};
 use crate::cost::moe_layer::{LaneRows, LaneTimes, MoeLayerCost, SpeedFactors};
@@ -115,6 +115,9 @@ struct StepLaneRows<'a> {
     lane_ranges: &'a [Range<usize>],
     /// The step's tokens per expert, `layers x experts`.
     per_expert: &'a [u32],
+    /// The step's tokens per slot of the layout, `layers x gpus x slots per GPU`, where the
+    /// router gave them (`RoutedTokens::per_slot`), else empty.
+    per_slot: &'a [u32],
     /// The layer and lane group of the next `tally` (called in order).
     layer: usize,
     group: usize,
@@ -131,6 +134,18 @@ impl LaneRows for StepLaneRows<'_> {
         let experts = self.layout.n_experts;
         let per_expert = &self.per_expert[layer * experts..][..experts];
         let copies = &self.copies[layer];
+        if copies.is_empty() && !self.per_slot.is_empty() {
+            // Each GPU's slots side by side in `per_slot`: summed GPU by GPU in whole numbers.
+            let slots = self.layout.slots_per_gpu;
+            let first = layer * self.layout.gpus() + lanes.start;
+            let gpus = &self.per_slot[first * slots..][..lanes.len() * slots];
+            let mut whole = [WholeTally::default(); LANES];
+            for (sums, counts) in whole.iter_mut().zip(gpus.chunks_exact(slots)) {
+                *sums = WholeTally::of(counts);
+            }
+            tally.add_whole(&whole);
+            return;
+        }
         if copies.is_empty() {
             // Each GPU's slots straight into the lanes.
             for slot in 0..self.layout.slots_per_gpu {
@@ -832,6 +847,7 @@ impl ReplicaStepCost {
                         gpu_tokens,
                         lane_ranges,
                         per_expert: routed.per_expert,
+                        per_slot: routed.per_slot,
                         layer: 0,
                         group: 0,
                     };
