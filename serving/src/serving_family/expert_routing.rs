@@ -795,6 +795,105 @@ mod tests {
     }
 
     #[test]
+    fn the_floor_below_2_31_is_the_saturating_conversion() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut values = vec![0.0, 0.5, 0.999_999_999, 1.0, 1.5, 2.5, 3.0, 2_147_483_647.5];
+        values.extend([(1u64 << 31) as f64 - 1e-6, 1_073_741_824.5, 4_503_599.5]);
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let scale = [1.0, 100.0, 65_536.0, 2_147_483_647.0][(x % 4) as usize];
+            values.push((x >> 11) as f64 / (1u64 << 53) as f64 * scale);
+        }
+        for v in values {
+            assert_eq!(floor_below_2_31(v), v as u32, "{v}");
+        }
+    }
+
+    #[test]
+    fn a_plain_layout_replays_each_slot_its_rounded_share_less_the_one_before() {
+        // Three layers of 8 experts on 4 GPUs, two slots each (each expert in one slot), a
+        // trace of whole counts: the general rule (running maximum of the rounded cumulative
+        // shares, in u64) gives each slot, expert and GPU what `route` gives.
+        let mut shape = MoeModelShape::mixtral_8x7b();
+        (shape.n_layers, shape.n_experts, shape.top_k) = (3, 8, 2);
+        // Layer l: GPU g holds experts 2g + l and 2g + 1 + l (mod 8).
+        let mappings: Vec<_> = (0..3)
+            .map(|l| crate::policies::mapping::LayerMapping {
+                slots: (0..4)
+                    .map(|g| vec![(2 * g + l) % 8, (2 * g + 1 + l) % 8])
+                    .collect(),
+            })
+            .collect();
+        let layout = Rc::new(ExpertLayout::new(8, &[mappings]));
+        assert!(layout.plain());
+        let mut r = ExpertRouter::new(
+            &shape,
+            ExpertRoutingTable::Uniform,
+            1,
+            layout.clone(),
+            &mut stream(1, "popularity"),
+            stream(1, "offsets"),
+        );
+        // One observed step, three unseen; layer 1 of unseen step 1 has no tokens.
+        let (steps, layers, experts) = (4, 3, 8);
+        let mut counts = Vec::new();
+        for layer in 0..layers {
+            for step in 0..steps {
+                for e in 0..experts {
+                    let c = if layer == 1 && step == 2 {
+                        0.0
+                    } else {
+                        ((e * 7 + step * 3 + layer * 5) % 11) as f32
+                    };
+                    counts.push(c);
+                }
+            }
+        }
+        let trace = ExpertTrace::from_counts(layers, experts, steps, counts);
+        r.replay(&trace, 1);
+        for (i, tokens) in [5u64, 0, 1, 37, 1000, 3, 8191].into_iter().enumerate() {
+            let u = 1 + i % 3;
+            let a = tokens * 2;
+            let mut per_expert = vec![0u32; layers * experts];
+            let mut per_slot = Vec::new();
+            for layer in 0..layers {
+                let step = trace.step(layer, u);
+                let total: f64 = step.iter().map(|&c| f64::from(c)).sum();
+                let (mut running, mut given) = (0.0, 0u64);
+                let slots: Vec<(usize, u32)> = layout.layer_slots(layer).collect();
+                for (s, &(e, _)) in slots.iter().enumerate() {
+                    running += f64::from(step[e]);
+                    let share = if total <= 0.0 {
+                        0.0
+                    } else if s + 1 == slots.len() {
+                        1.0
+                    } else {
+                        running / total
+                    };
+                    let upto = whole_share(share, a).max(given);
+                    per_slot.push((upto - given) as u32);
+                    per_expert[layer * experts + e] += (upto - given) as u32;
+                    given = upto;
+                }
+            }
+            let routed = r.route(tokens);
+            assert_eq!(routed.per_expert, per_expert.as_slice(), "step {i}");
+            assert_eq!(routed.per_slot, per_slot.as_slice(), "step {i}");
+            for layer in 0..layers {
+                let row = &routed.per_expert[layer * experts..][..experts];
+                for g in 0..4 {
+                    let on_gpu: u32 = layout.slot_tokens(layer, row, g).sum();
+                    assert_eq!(routed.per_gpu[layer * 4 + g], on_gpu, "step {i}");
+                    let slots: Vec<u32> = layout.slot_tokens(layer, row, g).collect();
+                    assert_eq!(&routed.per_slot[(layer * 4 + g) * 2..][..2], slots.as_slice());
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_trace_routes_whole_tokens_over_the_slots_by_cumulative_rounding() {
         // The deleted gem family's case (its server's routing test): one layer, 4 experts; observed
         // step 0 (not routed), unseen step 1 with counts 3, 1, 0, 4. Three GPUs, two slots
@@ -825,6 +924,8 @@ mod tests {
         let routed = r.route(5);
         assert_eq!(routed.per_expert, &[4, 2, 0, 4]);
         assert_eq!(routed.per_gpu, &[4, 4, 2]);
+        // Experts in two slots: no tokens per slot handed on.
+        assert!(routed.per_slot.is_empty());
         // Every step replays the one unseen step (no draw); a step of 0 tokens routes none.
         for _ in 0..3 {
             assert_eq!(r.route(5).per_expert, &[4, 2, 0, 4]);
