@@ -362,18 +362,11 @@ impl<L: Lanes> LaneTally<L> {
     /// Adds every group of each lane's GPU at once, from their sums in whole numbers
     /// (`WholeTally`): the same whole-number sums as `add` of each group, so the same bits.
     #[inline(always)]
-    pub fn add_whole(&mut self, whole: &[WholeTally; LANES]) {
-        let lane = |f: &dyn Fn(&WholeTally) -> u64| {
-            L::load(F64x4::new(std::array::from_fn(|i| f(&whole[i]) as f64)))
-        };
-        self.groups = self.groups + lane(&|w| w.groups);
-        self.rows = self.rows + lane(&|w| w.rows);
+    pub fn add_whole(&mut self, whole: &WholeTally) {
+        self.groups = self.groups + L::from_u32(whole.groups);
+        self.rows = self.rows + L::from_u32(whole.rows);
         // A cluster is two tiles: ceil(ceil(n / 64) / 2) = ceil(n / 128), and so on.
-        let (by_64, by_128, by_256) = (
-            lane(&|w| w.tiles[0]),
-            lane(&|w| w.tiles[1]),
-            lane(&|w| w.tiles[2]),
-        );
+        let [by_64, by_128, by_256] = whole.tiles.map(L::from_u32);
         self.tiles = [self.tiles[0] + by_64, self.tiles[1] + by_128];
         self.clusters = [self.clusters[0] + by_128, self.clusters[1] + by_256];
     }
@@ -400,32 +393,30 @@ impl<L: Lanes> LaneTally<L> {
     }
 }
 
-/// One GPU's counted groups summed in whole numbers, for `LaneTally::add_whole`: the groups
-/// that run (more than 0 rows), the rows, and the ceilings of each count over 64, 128 and 256
-/// rows (the tiles of either height; a two-tile cluster of 64-row tiles is a 128-row tile, of
-/// 128-row tiles a 256-row one). Integer sums in place of `add`'s float operations per group:
-/// a GPU's slots are summed in a few vector instructions.
+/// Up to `LANES` GPUs' counted groups summed side by side in whole numbers, one group of each
+/// GPU at a time (`add`), for `LaneTally::add_whole`: per lane the groups that run (more than
+/// 0 rows), the rows, and the ceilings of each count over 64, 128 and 256 rows (the tiles of
+/// either height; a two-tile cluster of 64-row tiles is a 128-row tile, of 128-row tiles a
+/// 256-row one). Integer operations in place of `LaneTally::add`'s float ones. Each lane's
+/// counts must sum below 2^32 (a layer's tokens do).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WholeTally {
-    groups: u64,
-    rows: u64,
-    tiles: [u64; 3],
+    groups: [u32; LANES],
+    rows: [u32; LANES],
+    tiles: [[u32; LANES]; 3],
 }
 
 impl WholeTally {
-    /// The sums of `counts` (one group each).
-    #[inline]
-    pub fn of(counts: &[u32]) -> WholeTally {
-        let mut sums = WholeTally::default();
-        for &n in counts {
-            let n = u64::from(n);
-            sums.groups += u64::from(n > 0);
-            sums.rows += n;
-            sums.tiles[0] += n.div_ceil(64);
-            sums.tiles[1] += n.div_ceil(128);
-            sums.tiles[2] += n.div_ceil(256);
+    /// Adds one group of each lane's GPU, `rows[i]` rows in lane `i`.
+    #[inline(always)]
+    pub fn add(&mut self, rows: [u32; LANES]) {
+        for (i, &n) in rows.iter().enumerate() {
+            self.groups[i] += u32::from(n > 0);
+            self.rows[i] += n;
+            self.tiles[0][i] += n.div_ceil(64);
+            self.tiles[1][i] += n.div_ceil(128);
+            self.tiles[2][i] += n.div_ceil(256);
         }
-        sums
     }
 }
 
@@ -1147,8 +1138,14 @@ pub(crate) mod tests {
                     sets[i].get(j).copied().unwrap_or(0)
                 }));
             }
+            let mut sums = WholeTally::default();
+            for j in 0..longest {
+                sums.add(std::array::from_fn(|i| {
+                    sets[i].get(j).copied().unwrap_or(0)
+                }));
+            }
             let mut whole = LaneTally::<F64x4>::new();
-            whole.add_whole(&std::array::from_fn(|i| WholeTally::of(&sets[i])));
+            whole.add_whole(&sums);
             let (a, b) = (each.finish(), whole.finish());
             let bits = |v: F64x4| v.to_array().map(f64::to_bits);
             assert_eq!(a.empty, b.empty, "seed {seed}");

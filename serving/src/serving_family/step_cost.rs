@@ -135,13 +135,23 @@ impl LaneRows for StepLaneRows<'_> {
         let per_expert = &self.per_expert[layer * experts..][..experts];
         let copies = &self.copies[layer];
         if copies.is_empty() && !self.per_slot.is_empty() {
-            // Each GPU's slots side by side in `per_slot`: summed GPU by GPU in whole numbers.
+            // Each GPU's slots side by side in `per_slot`, summed in whole numbers (a layer's
+            // slots sum to its assignments, below 2^30 where the router hands them on).
             let slots = self.layout.slots_per_gpu;
-            let first = layer * self.layout.gpus() + lanes.start;
-            let gpus = &self.per_slot[first * slots..][..lanes.len() * slots];
-            let mut whole = [WholeTally::default(); LANES];
-            for (sums, counts) in whole.iter_mut().zip(gpus.chunks_exact(slots)) {
-                *sums = WholeTally::of(counts);
+            let first = (layer * self.layout.gpus() + lanes.start) * slots;
+            let gpus = lanes.len();
+            let per_slot = &self.per_slot[first..][..gpus * slots];
+            let mut whole = WholeTally::default();
+            if gpus == LANES {
+                for j in 0..slots {
+                    whole.add(std::array::from_fn(|i| per_slot[i * slots + j]));
+                }
+            } else {
+                for j in 0..slots {
+                    whole.add(std::array::from_fn(|i| {
+                        per_slot.get(i * slots + j).copied().unwrap_or(0)
+                    }));
+                }
             }
             tally.add_whole(&whole);
             return;
