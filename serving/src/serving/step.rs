@@ -22,8 +22,9 @@ pub struct RoutedTokens<'a> {
     /// `layers x gpus`: tokens each GPU computes (after the expert-to-GPU mapping).
     pub per_gpu: &'a [u32],
     /// `layers x gpus x slots per GPU`: tokens each expert slot of each GPU computes, where the
-    /// family routes slot by slot (GEM); empty where the step cost splits `per_expert` over its
-    /// own layout (the serving family).
+    /// router gives them (the serving family's trace replay on a plain layout, each layer's
+    /// slots summing to its assignments below 2^30); empty where the step cost splits
+    /// `per_expert` over its own layout.
     pub per_slot: &'a [u32],
     /// Per MoE layer, the tokens of the adapters' fine-tuned expert copies (already counted in
     /// `per_gpu`, not in `per_expert`); empty without adapters.
