@@ -256,7 +256,7 @@ mod tests {
                 }
                 let window = CandidateWindow::new(dims, &loads);
                 for seeded in [&[][..], &[0][..], &[3, 9][..]] {
-                    let mut choose = |selector: &mut dyn BatchSelector, rng| {
+                    let choose = |selector: &mut dyn BatchSelector, rng| {
                         let mut selection = BatchSelection::new(&window, 8);
                         for &i in seeded {
                             selection.add(&window, i);
