@@ -1,6 +1,6 @@
 //! `expertsim reproduce`: runs every run the families' `scenarios/<family>/headlines.toml` name
 //! (resuming from cells an interrupted reproduction left, taking a cell an earlier run of the
-//! family already ran), renders their figures, evaluates each paper claim and computes each
+//! family, or an earlier cell of the run, already ran), renders their figures, evaluates each paper claim and computes each
 //! declared value on the results, and rewrites the family's document (docs/reproduction.md, or
 //! the one its headlines name with `doc`) between the family's generated markers (a family with
 //! claims) and inside its `<!-- value:<family>/<id> -->` spans, so no number of ours in the

@@ -1,11 +1,12 @@
 //! `expertsim reproduce`'s runs, all families' at once on one pool: every (cell, seed)
 //! simulation of every run is one job, the costliest first (`runner::longest_first`), and a run
 //! writes its results and figures as soon as its last cell is done, while the other core goes on
-//! simulating. A cell an earlier run of the same family also has (the same resolved scenario,
-//! less the keys that cannot change a run, folder and seeds: CAPS's Poisson runs narrow its
-//! grids, Chimera's `configurations` its `systems` grid, study (b)'s uniform GPUs ignore the
-//! bandwidth share) is simulated once and taken by both; cells an interrupted reproduction left
-//! on disk are resumed. Results are gathered by index, so every file is the bytes a run after
+//! simulating. A cell an earlier run of the same family, or an earlier cell of the same run,
+//! also has (the same resolved scenario, less the keys that cannot change a run, folder and
+//! seeds: CAPS's Poisson runs narrow its grids, Chimera's `configurations` its `systems` grid,
+//! study (b)'s uniform GPUs ignore the bandwidth share, CAPS's best_fit is greedy_variance) is
+//! simulated once and taken by both; cells an interrupted reproduction left on disk are
+//! resumed. Results are gathered by index, so every file is the bytes a run after
 //! run reproduction writes.
 
 use anyhow::Context;
@@ -77,7 +78,8 @@ pub fn run_all(slots: &[RunSlot]) -> Result<Vec<ResultsDocument>, (usize, anyhow
             (resume::prepare(slot.plan, &options(&slot.out)), keys)
         })
         .collect();
-    // Which run simulates each cell: the first run of the family that has it.
+    // Which run simulates each cell: the first run of the family that has it, and there its
+    // first cell of that key (a grid may name one policy twice: best_fit is greedy_variance).
     enum Source {
         /// A cell a run took from disk: the run and the cell's index there.
         Disk(usize, usize),
@@ -95,12 +97,18 @@ pub fn run_all(slots: &[RunSlot]) -> Result<Vec<ResultsDocument>, (usize, anyhow
         let mut shared = 0;
         for (i, key) in keys.iter().enumerate() {
             if sweep.is_reused(i) {
+                seen.entry((slot.family, key.clone()))
+                    .or_insert(Source::Disk(s, i));
                 continue;
             }
             match seen.get(&(slot.family, key.clone())) {
                 Some(&Source::Disk(s2, i2)) => {
-                    let cell = before[s2].0.reused_cell(i2);
-                    sweep.reuse(i, cell.expect("a cell on disk stays").clone());
+                    let cell = match s2 == s {
+                        true => sweep.reused_cell(i2),
+                        false => before[s2].0.reused_cell(i2),
+                    };
+                    let cell = cell.expect("a cell on disk stays").clone();
+                    sweep.reuse(i, cell);
                     shared += 1;
                 }
                 Some(&Source::Unit(u)) => {
@@ -121,16 +129,9 @@ pub fn run_all(slots: &[RunSlot]) -> Result<Vec<ResultsDocument>, (usize, anyhow
                         readers: vec![s],
                     });
                     own.push((i, u));
+                    seen.insert((slot.family, key.clone()), Source::Unit(u));
                 }
             }
-        }
-        // A later run takes this run's cells (not its own duplicates: they ran before).
-        for (i, key) in keys.iter().enumerate() {
-            let source = match own.iter().find(|&&(cell, _)| cell == i) {
-                Some(&(_, u)) => Source::Unit(u),
-                None => Source::Disk(s, i),
-            };
-            seen.entry((slot.family, key.clone())).or_insert(source);
         }
         takes.push(own);
         counts.push((resumed, shared));
@@ -203,7 +204,7 @@ pub fn run_all(slots: &[RunSlot]) -> Result<Vec<ResultsDocument>, (usize, anyhow
             },
             match state.shared {
                 0 => String::new(),
-                n => format!(" ({n} cells as an earlier run ran them)"),
+                n => format!(" ({n} cells as an equal cell ran them)"),
             },
             started.elapsed().as_secs_f64(),
             figures.len(),
@@ -297,7 +298,8 @@ fn cell_key(plan: &ScenarioPlan, index: usize) -> String {
         expertsim_scenario::scenario::sweep::apply(&mut document, key, value.clone())
             .expect("the loader applied every sweep value to this document");
     }
-    plan.family.drop_inert_keys(&mut document);
+    plan.family
+        .drop_inert_keys(&mut document, &strategies::Registry);
     format!(
         "{}\n{:?}\n{}",
         plan.path.parent().unwrap_or(Path::new("")).display(),

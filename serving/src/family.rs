@@ -103,9 +103,10 @@ pub trait Family: Sync + 'static {
         None
     }
     /// Removes from a cell's scenario document (overrides and sweep values applied) the keys
-    /// whose values cannot change any run of it, so that two cells differing only there read
-    /// as equal (`reproduce` simulates equal cells once). Removing nothing is always correct.
-    fn drop_inert_keys(_document: &mut toml::Table) {}
+    /// whose values cannot change any run of it, and names a policy `policies` builds under two
+    /// names by one of them, so that two cells differing only there read as equal
+    /// (`reproduce` simulates equal cells once). Changing nothing is always correct.
+    fn drop_inert_keys(_document: &mut toml::Table, _policies: &dyn Policies) {}
 }
 
 /// What one seed of one cell produced: the output and where its step costs really came from
@@ -170,7 +171,7 @@ pub trait RegisteredFamily: Sync {
     fn live_description(&self, scenario: &Scenario) -> LiveDescription;
     fn per_request_csv(&self, scenario: &Scenario) -> bool;
     fn trace_replay(&self, scenario: &Scenario) -> Option<(PathBuf, TraceStats)>;
-    fn drop_inert_keys(&self, document: &mut toml::Table);
+    fn drop_inert_keys(&self, document: &mut toml::Table, policies: &dyn Policies);
 }
 
 /// A schema error in a family's tables, with the path of the field.
@@ -265,8 +266,8 @@ impl<F: Family> RegisteredFamily for F {
     fn trace_replay(&self, scenario: &Scenario) -> Option<(PathBuf, TraceStats)> {
         F::trace_replay(cell::<F>(scenario))
     }
-    fn drop_inert_keys(&self, document: &mut toml::Table) {
-        F::drop_inert_keys(document)
+    fn drop_inert_keys(&self, document: &mut toml::Table, policies: &dyn Policies) {
+        F::drop_inert_keys(document, policies)
     }
 }
 
@@ -346,8 +347,8 @@ impl FamilyId {
     }
     /// A cell's scenario document without the keys that cannot change its runs
     /// (`Family::drop_inert_keys`).
-    pub fn drop_inert_keys(self, document: &mut toml::Table) {
-        self.0.drop_inert_keys(document)
+    pub fn drop_inert_keys(self, document: &mut toml::Table, policies: &dyn Policies) {
+        self.0.drop_inert_keys(document, policies)
     }
     pub fn registered(self) -> &'static dyn RegisteredFamily {
         self.0

@@ -16,6 +16,9 @@ impl expertsim_serving::policies::Policies for Registry {
     fn batch_selector(&self, config: &BatchSelectorConfig) -> Box<dyn BatchSelector> {
         batch::build(config)
     }
+    fn same_batch_selector(&self, config: &BatchSelectorConfig) -> Option<BatchSelectorConfig> {
+        batch::same_selector(config)
+    }
     fn expert_mapper(&self, config: &MapperConfig) -> Box<dyn ExpertMapper> {
         crate::mapping::build(config)
     }

@@ -30,6 +30,12 @@ pub trait Policies: Sync {
     fn queue_policy(&self, config: &QueuePolicyConfig) -> Box<dyn QueuePolicy>;
     fn router(&self, config: &RouterConfig) -> Box<dyn Router>;
     fn adapter_memory(&self, config: &MemoryConfig) -> Box<dyn AdapterMemory>;
+    /// Another config of a batch selector that selects exactly what `config`'s does (the same
+    /// batches, the same draws), where the registry builds one algorithm under two names, so
+    /// that `reproduce` can simulate such cells once; `None`, the default: none.
+    fn same_batch_selector(&self, _config: &BatchSelectorConfig) -> Option<BatchSelectorConfig> {
+        None
+    }
     /// The registry's name where every policy it builds is a function of its config alone, so
     /// that a result computed with it may be reused by another cell of the process that uses
     /// a registry of the same name (the calibration pass's memo); `None`, the default: never

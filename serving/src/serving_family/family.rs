@@ -265,8 +265,11 @@ impl Family for Serving {
     /// `bandwidth_share` of a replica table whose GPUs all run at speed 1 (`speed_factors`
     /// absent or every entry 1, no `variability`): the share of no slowdown is no slowdown
     /// (`SpeedFactors::split(1, share)` is `(1, 1)` for every share, the only place it is
-    /// read), so study (b)'s uniform cells are the same runs with either share.
-    fn drop_inert_keys(document: &mut toml::Table) {
+    /// read), so study (b)'s uniform cells are the same runs with either share. And a replica's
+    /// `batch_former` the registry builds under another name (`Policies::same_batch_selector`:
+    /// best_fit is greedy_variance) is written by that name: the former is read only to build
+    /// the selector.
+    fn drop_inert_keys(document: &mut toml::Table, policies: &dyn Policies) {
         let nominal = |table: &toml::Table| {
             !table.contains_key("variability")
                 && table.get("speed_factors").is_none_or(|factors| {
@@ -280,6 +283,14 @@ impl Family for Serving {
         let drop_share = |table: &mut toml::Table| {
             if nominal(table) {
                 table.remove("bandwidth_share");
+            }
+            let former = table.get_mut("batch_former");
+            let config = former.as_ref().and_then(|f| (*f).clone().try_into().ok());
+            if let (Some(former), Some(other)) =
+                (former, config.and_then(|c| policies.same_batch_selector(&c)))
+                && let Ok(other) = toml::Value::try_from(other)
+            {
+                *former = other;
             }
         };
         match document.get_mut("replica") {

@@ -190,24 +190,27 @@ impl LaneRows for StepLaneRows<'_> {
     }
 }
 
-/// A replica's lane groups' prices by their rows: a direct-mapped table from (lane group, each
-/// GPU's rows per expert slot) to the group's `LaneTimes`. A group's price is a function of
-/// exactly those (its rates are the group's, its sums tallied from its rows slot by slot), so a
-/// hit is the bits `lane_times_with` would compute. Small steps repeat their rows often (a
-/// static batch's decode passes route a few tokens per layer); where the hits stay rare (large
-/// continuous batches) the table turns itself off after a trial, so it costs little there.
+/// A replica's lane prices by GPU: a table from (lane group, lane, the GPU's rows in each of its
+/// expert slots) to that GPU's time and rows. The lanes of a group are priced independently:
+/// each lane runs the same IEEE operations on its own rows at its own rates (`lane_times_with`
+/// gives every GPU the bits `MoeLayerCost::gpu` gives it alone), so a group whose every lane is
+/// in the table gets the bits `lane_times_with` would compute; a group with a lane missing is
+/// priced whole and its lanes stored. One GPU's rows repeat far more often than a whole group's
+/// (a decode step routes a few tokens per layer), so this hits where a table of whole groups
+/// missed. Rows under `CAP` per slot only; where the hits stay rare (large prefills) the table
+/// turns itself off after a trial, so it costs little there.
 #[derive(Clone)]
 struct LaneMemo {
     slots: usize,
-    /// `ENTRIES` entries: the lane group + 1 (0: empty), its rows (`MEMO_SLOTS x LANES`, slot
-    /// major), its price.
-    entries: Vec<(u32, [u32; MEMO_ROWS], LaneTimes)>,
+    /// Per (lane group, lane, rows of slot 0, rows of slot 1): the GPU's time and rows, `EMPTY`
+    /// as the time where not priced yet.
+    entries: Vec<[f64; 2]>,
     /// Lookups and hits so far; the trial ends after `TRIAL` lookups.
     lookups: u64,
     hits: u64,
     off: bool,
-    /// Per lane group of the step: its rows and table entry (scratch), and the misses' groups,
-    /// rates and prices (scratch).
+    /// Per lane group of the step: its rows (scratch), and the misses' groups, rates and prices
+    /// (scratch).
     keys: Vec<[u32; MEMO_ROWS]>,
     misses: Vec<usize>,
     miss_rates: Vec<LaneRates>,
@@ -217,10 +220,13 @@ struct LaneMemo {
 /// Expert slots per GPU the memo covers (`MEMO_ROWS` rows per lane group).
 const MEMO_SLOTS: usize = 2;
 const MEMO_ROWS: usize = MEMO_SLOTS * LANES;
-/// Entries of the table (a power of two; 104 bytes each).
-const ENTRIES: usize = 4096;
-/// Lookups before the memo decides whether it pays: a lookup costs about half a lane group's
-/// pricing, so it stays on with at least two thirds hits.
+/// Rows per slot the table holds (below); lane groups it holds.
+const CAP: usize = 64;
+const MEMO_GROUPS: usize = 4;
+/// A NaN no pricing returns (theirs would carry the default payload): an entry not priced yet.
+const EMPTY: u64 = 0x7FF8_0000_DEAD_BEEF;
+/// Lookups before the memo decides whether it pays: it stays on with at least two thirds of
+/// the lane groups found whole.
 const TRIAL: u64 = 20_000;
 
 impl LaneMemo {
@@ -238,12 +244,12 @@ impl LaneMemo {
         }
     }
 
-    fn applies(&self) -> bool {
-        !self.off
+    fn applies(&self, groups: usize) -> bool {
+        !self.off && groups <= MEMO_GROUPS
     }
 
     /// `lane_times_with` of every MoE layer's lane groups in turn (the step's `per_expert`
-    /// rows over `layout`) into `out`, from the table where it holds the group's rows.
+    /// rows over `layout`) into `out`, from the table where it holds the group's lanes.
     #[allow(clippy::too_many_arguments)]
     fn price(
         &mut self,
@@ -255,38 +261,70 @@ impl LaneMemo {
         per_expert: &[u32],
         out: &mut Vec<LaneTimes>,
     ) {
-        if self.entries.is_empty() {
-            self.entries = vec![(0, [0; MEMO_ROWS], LaneTimes::default()); ENTRIES];
-        }
         let experts = layout.n_experts;
-        out.clear();
         self.keys.clear();
-        self.misses.clear();
-        self.miss_rates.clear();
         for layer in 0..n_layers {
             let row = &per_expert[layer * experts..][..experts];
-            for (g, lanes) in lane_ranges.iter().enumerate() {
+            for lanes in lane_ranges {
                 let mut key = [0u32; MEMO_ROWS];
                 for slot in 0..self.slots {
                     let side: [u32; LANES] =
                         layout.slot_tokens_side_by_side(layer, row, lanes.clone(), slot);
                     key[slot * LANES..][..LANES].copy_from_slice(&side);
                 }
-                let entry = &self.entries[slot_of(g, &key)];
-                if entry.0 == g as u32 + 1 && entry.1 == key {
-                    out.push(entry.2);
-                    self.hits += 1;
-                } else {
-                    out.push(LaneTimes::default());
-                    self.misses.push(out.len() - 1);
-                    self.miss_rates.push(lane_rates[g]);
-                }
                 self.keys.push(key);
+            }
+        }
+        self.price_keys(cost, lane_rates, out);
+    }
+
+    /// The table index of lane `lane` of group `g` with rows `key`, if the table holds them.
+    #[inline]
+    fn index(g: usize, lane: usize, key: &[u32; MEMO_ROWS]) -> Option<usize> {
+        let (first, second) = (key[lane] as usize, key[LANES + lane] as usize);
+        (first < CAP && second < CAP).then(|| ((g * LANES + lane) * CAP + first) * CAP + second)
+    }
+
+    /// Prices the lane groups of `self.keys` (group `i % lane_rates.len()` of each) into `out`,
+    /// from the table where it holds every lane of the group.
+    fn price_keys(
+        &mut self,
+        cost: &MoeLayerCost,
+        lane_rates: &[LaneRates],
+        out: &mut Vec<LaneTimes>,
+    ) {
+        let groups = lane_rates.len();
+        if self.entries.is_empty() {
+            self.entries = vec![[f64::from_bits(EMPTY), 0.0]; groups * LANES * CAP * CAP];
+        }
+        out.clear();
+        self.misses.clear();
+        self.miss_rates.clear();
+        for (i, key) in self.keys.iter().enumerate() {
+            let g = i % groups;
+            let mut times = LaneTimes::default();
+            let mut whole = true;
+            for lane in 0..LANES {
+                let found = Self::index(g, lane, key)
+                    .map(|at| self.entries[at])
+                    .filter(|entry| entry[0].to_bits() != EMPTY);
+                let Some([nanos, rows]) = found else {
+                    whole = false;
+                    break;
+                };
+                (times.nanos[lane], times.rows[lane]) = (nanos, rows);
+            }
+            if whole {
+                out.push(times);
+                self.hits += 1;
+            } else {
+                out.push(LaneTimes::default());
+                self.misses.push(i);
+                self.miss_rates.push(lane_rates[g]);
             }
         }
         self.lookups += out.len() as u64;
         if !self.misses.is_empty() {
-            let groups = lane_ranges.len();
             let mut rows = MissRows {
                 slots: self.slots,
                 keys: &self.keys,
@@ -298,10 +336,16 @@ impl LaneMemo {
                 &mut rows,
                 &mut self.miss_times,
             );
-            for (&i, &times) in self.misses.iter().zip(&self.miss_times) {
-                out[i] = times;
-                let g = i % groups;
-                self.entries[slot_of(g, &self.keys[i])] = (g as u32 + 1, self.keys[i], times);
+            for (&i, times) in self.misses.iter().zip(&self.miss_times) {
+                out[i] = *times;
+                let (g, key) = (i % groups, &self.keys[i]);
+                for lane in 0..LANES {
+                    if let Some(at) = Self::index(g, lane, key)
+                        && times.nanos[lane].to_bits() != EMPTY
+                    {
+                        self.entries[at] = [times.nanos[lane], times.rows[lane]];
+                    }
+                }
             }
         }
         if self.lookups >= TRIAL && self.lookups - (out.len() as u64) < TRIAL {
@@ -312,17 +356,6 @@ impl LaneMemo {
             }
         }
     }
-}
-
-/// The table entry of lane group `g`'s rows `key`.
-#[inline]
-fn slot_of(g: usize, key: &[u32; MEMO_ROWS]) -> usize {
-    let mut h = (g as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    for pair in key.chunks_exact(2) {
-        let word = u64::from(pair[0]) | (u64::from(pair[1]) << 32);
-        h = (h.rotate_left(5) ^ word).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-    (h >> 32) as usize & (ENTRIES - 1)
 }
 
 /// The missed lane groups' rows for `lane_times_with`, slot by slot as `StepLaneRows` adds them.
@@ -840,7 +873,7 @@ impl ReplicaStepCost {
                     lane_memo,
                     ..
                 } = &mut *moe;
-                if lane_memo.applies() && copies.iter().all(Vec::is_empty) {
+                if lane_memo.applies(lane_ranges.len()) && copies.iter().all(Vec::is_empty) {
                     lane_memo.price(
                         cost,
                         layout,
@@ -1071,5 +1104,74 @@ impl StepCost for ReplicaStepCost {
         pass.with_host(self.host.nanos(work.requests))
             .with_swap(self.swap.nanos(work))
             .step_time(busy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::gpu::GpuSpec;
+    use rand::RngExt;
+
+    /// The memo returns the bits `lane_times_with` computes for every lane group, whether
+    /// found whole, found in part or not at all: one slot or two per GPU, two lane groups (the
+    /// second with a slowed GPU and a lane past its GPUs), graph and eager timing, rows small
+    /// (repeating), at the table's edge and beyond it.
+    #[test]
+    fn the_lane_memo_returns_what_pricing_computes() {
+        let speeds = [
+            SpeedFactors::NOMINAL,
+            SpeedFactors::split(0.88, 0.0),
+            SpeedFactors::NOMINAL,
+        ];
+        let mut rng = crate::rng::stream(5, "lane-memo");
+        for timing in [Timing::Graph, Timing::Eager] {
+            let cost = MoeLayerCost::new(
+                &GpuSpec::by_name("H100-SXM").unwrap(),
+                &MoeModelShape::mixtral_8x7b(),
+                timing,
+            );
+            let rates = [
+                cost.rates.lanes(&[SpeedFactors::NOMINAL; LANES]),
+                cost.rates.lanes(&speeds),
+            ];
+            for slots in [1, 2] {
+                let mut memo = LaneMemo::new(slots);
+                let mut out = Vec::new();
+                let mut expected = Vec::new();
+                for _ in 0..200 {
+                    memo.keys.clear();
+                    for _ in 0..2 * 8 {
+                        let mut key = [0u32; MEMO_ROWS];
+                        for rows in &mut key[..slots * LANES] {
+                            *rows = match rng.random_range(0..20u32) {
+                                0 => CAP as u32 - 1,
+                                1 => CAP as u32,
+                                2 => rng.random_range(0..3000),
+                                _ => rng.random_range(0..4),
+                            };
+                        }
+                        memo.keys.push(key);
+                    }
+                    memo.price_keys(&cost, &rates, &mut out);
+                    let counts: Vec<Vec<[u32; LANES]>> = memo
+                        .keys
+                        .iter()
+                        .map(|key| {
+                            (0..slots)
+                                .map(|s| std::array::from_fn(|l| key[s * LANES + l]))
+                                .collect()
+                        })
+                        .collect();
+                    cost.lane_times_all(&rates, &counts, &mut expected);
+                    let bits = |t: &LaneTimes| (t.nanos.map(f64::to_bits), t.rows.map(f64::to_bits));
+                    assert_eq!(out.len(), expected.len());
+                    for (got, want) in out.iter().zip(&expected) {
+                        assert_eq!(bits(got), bits(want), "{timing:?}, {slots} slots");
+                    }
+                }
+                assert!(memo.hits > 0 && memo.hits < memo.lookups, "{}", memo.hits);
+            }
+        }
     }
 }

@@ -2821,6 +2821,79 @@ rate_per_s = 20.0
     )
 }
 
+/// A registry that only names selectors: `random` is built as `fcfs` (a stand-in for the
+/// `strategies` crate's pairs, out of this crate's reach).
+struct Renaming;
+use crate::policies::batch::BatchSelectorConfig;
+impl crate::policies::Policies for Renaming {
+    fn batch_selector(&self, _: &BatchSelectorConfig) -> Box<dyn BatchSelector> {
+        unreachable!("keys only")
+    }
+    fn same_batch_selector(&self, config: &BatchSelectorConfig) -> Option<BatchSelectorConfig> {
+        (*config == BatchSelectorConfig::Random).then_some(BatchSelectorConfig::Fcfs)
+    }
+    fn expert_mapper(
+        &self,
+        _: &crate::policies::mapping::MapperConfig,
+    ) -> Box<dyn crate::policies::mapping::ExpertMapper> {
+        unreachable!("keys only")
+    }
+    fn placement(
+        &self,
+        _: &crate::policies::placement::PlacementConfig,
+    ) -> Box<dyn crate::policies::placement::Placement> {
+        unreachable!("keys only")
+    }
+    fn aggregation_gate(
+        &self,
+        _: &crate::policies::gate::GateConfig,
+    ) -> Box<dyn crate::policies::gate::AggregationGate> {
+        unreachable!("keys only")
+    }
+    fn queue_policy(
+        &self,
+        _: &crate::serving::QueuePolicyConfig,
+    ) -> Box<dyn crate::serving::QueuePolicy> {
+        unreachable!("keys only")
+    }
+    fn router(&self, _: &crate::serving::RouterConfig) -> Box<dyn crate::serving::Router> {
+        unreachable!("keys only")
+    }
+    fn adapter_memory(
+        &self,
+        _: &crate::policies::memory::MemoryConfig,
+    ) -> Box<dyn crate::policies::memory::AdapterMemory> {
+        unreachable!("keys only")
+    }
+}
+
+#[test]
+fn a_batch_former_the_registry_builds_under_another_name_is_keyed_by_it() {
+    use crate::family::Family;
+    let key = |replica: &str| {
+        let mut document: toml::Table = toml::from_str(replica).unwrap();
+        family::Serving::drop_inert_keys(&mut document, &Renaming);
+        document
+    };
+    let one = |kind: &str| format!("[replica]\nbatch_former = {{ kind = \"{kind}\" }}\n");
+    assert_eq!(key(&one("random")), key(&one("fcfs")));
+    assert_ne!(key(&one("best_fit")), key(&one("fcfs")));
+    assert_eq!(key(&one("best_fit")), toml::from_str(&one("best_fit")).unwrap());
+    // Each group of a `[[replica]]` array on its own; a malformed former left as written.
+    let groups = |kinds: [&str; 3]| {
+        let [a, b, c] = kinds;
+        format!(
+            "[[replica]]\nbatch_former = {{ kind = \"{a}\" }}\n\
+             [[replica]]\nbatch_former = {{ kind = \"{b}\" }}\n\
+             [[replica]]\nbatch_former = {{ kind = \"{c}\", samples = 3 }}\n"
+        )
+    };
+    assert_eq!(
+        key(&groups(["random", "lpt", "random"])),
+        key(&groups(["fcfs", "lpt", "random"]))
+    );
+}
+
 #[test]
 fn the_bandwidth_share_of_nominal_gpus_is_inert() {
     use crate::family::Family;
@@ -2828,7 +2901,7 @@ fn the_bandwidth_share_of_nominal_gpus_is_inert() {
     let ran = |text: &str| format!("{:?}", run(&scenario(text).unwrap(), 3));
     let key = |text: &str| {
         let mut document: toml::Table = toml::from_str(text).unwrap();
-        family::Serving::drop_inert_keys(&mut document);
+        family::Serving::drop_inert_keys(&mut document, &Renaming);
         document
     };
     // Nominal GPUs: one key and one run for either share.

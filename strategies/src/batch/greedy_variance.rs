@@ -17,7 +17,8 @@ pub struct GreedyVariance {
     greedy: Greedy,
 }
 
-/// The `greedy_variance` objective (shared with `power_of_d`).
+/// The `greedy_variance` objective (shared with `best_fit`, whose distance to uniform it is, and
+/// `power_of_d`).
 pub(crate) fn score(batch: &BatchStats, c: &CandidateStats) -> f64 {
     let total = batch.total + c.total;
     2.0 * c.dot + c.square - total * total * batch.inv_dims

@@ -49,6 +49,17 @@ pub fn build(config: &BatchSelectorConfig) -> Box<dyn BatchSelector> {
     }
 }
 
+/// The other name of the selector `config` builds, where [`build`] builds one algorithm under
+/// two: best_fit's distance to uniform is greedy_variance's `d · Var(L+v)` and scored by its
+/// very function (best_fit.rs), so the two select the same batches with the same draws (none).
+/// `None` for every other config. `reproduce` keys its cells by it, simulating such cells once.
+pub fn same_selector(config: &BatchSelectorConfig) -> Option<BatchSelectorConfig> {
+    match config {
+        BatchSelectorConfig::BestFit => Some(BatchSelectorConfig::GreedyVariance),
+        _ => None,
+    }
+}
+
 /// One line of `expertsim list`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PolicyInfo {
@@ -216,6 +227,48 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// `same_selector`'s pairs select alike: decision after decision on one selector each
+    /// (integer loads with many ties, fractional loads, seeded or not), the same batches in the
+    /// same order and the RNG left in the same state.
+    #[test]
+    fn a_selector_and_its_other_name_select_alike() {
+        use expertsim_serving::policies::batch::BatchSelection;
+        use rand::Rng;
+        let pairs: Vec<_> = all_configs()
+            .into_iter()
+            .filter_map(|config| same_selector(&config).map(|other| (config, other)))
+            .collect();
+        assert_eq!(pairs.len(), 1, "best_fit alone has another name");
+        for (config, other) in pairs {
+            assert_eq!(same_selector(&other), None, "names do not chain");
+            let (mut a, mut b) = (build(&config), build(&other));
+            let mut rng_a = expertsim_serving::rng::stream(7, "same-selector");
+            let mut rng_b = expertsim_serving::rng::stream(7, "same-selector");
+            for seed in 0..60u64 {
+                let (dims, mut loads) = random_window(seed, 32, 16 + (seed as usize % 7) * 61);
+                if seed % 2 == 1 {
+                    for (j, x) in loads.iter_mut().enumerate() {
+                        *x *= 1.0 + (j % 11) as f32 * 0.0137;
+                    }
+                }
+                let window = CandidateWindow::new(dims, &loads);
+                for seeded in [&[][..], &[0][..], &[3, 9][..]] {
+                    let choose = |selector: &mut dyn BatchSelector, rng| {
+                        let mut selection = BatchSelection::new(&window, 8);
+                        for &i in seeded {
+                            selection.add(&window, i);
+                        }
+                        selector.select(&window, &mut selection, rng);
+                        selection.chosen().to_vec()
+                    };
+                    let chosen = choose(a.as_mut(), &mut rng_a);
+                    assert_eq!(chosen, choose(b.as_mut(), &mut rng_b), "seed {seed}");
+                }
+            }
+            assert_eq!(rng_a.next_u64(), rng_b.next_u64(), "{}", config.kind());
         }
     }
 
