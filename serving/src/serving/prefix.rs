@@ -173,12 +173,17 @@ impl FreeQueue {
     }
 
     /// Room for places up to `last` (the ring doubles, its words keeping their places).
+    #[inline]
     fn reserve(&mut self, last: u64) {
-        let span = (last / 64 - self.head / 64 + 1) as usize;
-        if span <= self.words.len() {
-            return;
+        if (last / 64 - self.head / 64) as usize >= self.words.len() {
+            self.grow(last);
         }
-        let len = span.next_power_of_two();
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, last: u64) {
+        let len = ((last / 64 - self.head / 64 + 1) as usize).next_power_of_two();
         let old = std::mem::replace(&mut self.words, vec![Word::default(); len]);
         let old_mask = old.len() - 1;
         // The words of the places queued, [head, tail) (every other bit is clear).
@@ -204,6 +209,7 @@ impl FreeQueue {
     }
 
     /// A cached block joins the tail: its place.
+    #[inline]
     fn push_cached(&mut self) -> u64 {
         let at = self.tail;
         self.reserve(at);
@@ -233,27 +239,25 @@ impl FreeQueue {
             let head = self.head;
             let bit = head % 64;
             let word = self.word(head);
-            // The free blocks at or past the head in its word (none lies at or past the tail).
-            let ahead = word.free >> bit << bit;
-            let count = u64::from(ahead.count_ones());
-            if count <= n {
-                n -= count;
-                evicted += u64::from((ahead & word.cached).count_ones());
+            // The free blocks at or past the head in its word (none lies at or past the tail),
+            // taken lowest first.
+            let mut ahead = word.free >> bit << bit;
+            while n > 0 && ahead != 0 {
+                let lowest = ahead & ahead.wrapping_neg();
+                evicted += u64::from(word.cached & lowest != 0);
+                ahead ^= lowest;
+                n -= 1;
+            }
+            if ahead == 0 {
                 *word = Word::default();
                 self.head = ((head | 63) + 1).min(self.tail);
             } else {
-                // The head stops at the (n + 1)-th free block of the word.
-                let mut rest = ahead;
-                for _ in 0..n {
-                    rest &= rest - 1;
-                }
-                let stop = rest.trailing_zeros();
-                let passed = !(u64::MAX << stop);
-                evicted += u64::from((ahead & word.cached & passed).count_ones());
-                word.free &= !passed;
-                word.cached &= !passed;
+                // The head stops at the next free block; the places before it are cleared.
+                let stop = ahead.trailing_zeros();
+                let kept = u64::MAX << stop;
+                word.free &= kept;
+                word.cached &= kept;
                 self.head = head - bit + u64::from(stop);
-                n = 0;
             }
         }
         (evicted, n)
@@ -387,8 +391,9 @@ impl PrefixCache {
     }
 
     /// A sequence takes a reference on the resident block at `slot` (from `lookup`); true when
-    /// the block was free (it leaves the free blocks; its queue entry becomes an empty plain
-    /// run, which `take` passes over without looking the block up).
+    /// the block was free (it leaves the free blocks: its place in the free queue is emptied,
+    /// and `take` passes over it).
+    #[inline]
     pub fn acquire(&mut self, slot: Slot) -> bool {
         let entry = &mut self.entries[slot as usize];
         debug_assert!(entry.live(self.free.head), "acquired block is resident");
@@ -434,6 +439,7 @@ impl PrefixCache {
     /// A sequence has computed the block `hash`: it becomes cached with the sequence's
     /// reference, at the slot returned; `None` (and nothing changes) when an equal block is
     /// already resident.
+    #[inline]
     pub fn register(&mut self, hash: BlockHash) -> Option<Slot> {
         let held = Entry { stamp: 0, refs: 1 };
         let run = self.run_index(hash.run);
@@ -470,6 +476,7 @@ impl PrefixCache {
 
     /// A sequence drops its reference on the block at `slot`; true when the block became free
     /// (it joins the free queue's tail, or is dropped at once to pay back an overdraft).
+    #[inline]
     pub fn unref(&mut self, slot: Slot) -> bool {
         let entry = &mut self.entries[slot as usize];
         entry.refs -= 1;
