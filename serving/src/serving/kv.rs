@@ -53,8 +53,7 @@ impl BlockManager {
     /// from `PrefixCache::lookup`); the free ones come into use.
     pub fn acquire_cached(&mut self, slots: &[Slot]) {
         let cache = self.cache.as_mut().expect("a prefix cache");
-        let taken = slots.iter().filter(|&&slot| cache.acquire(slot)).count();
-        self.used += taken as u64;
+        self.used += cache.acquire_all(slots);
         self.peak = self.peak.max(self.used);
     }
 
@@ -63,7 +62,7 @@ impl BlockManager {
     /// already resident.
     pub fn register_cached(&mut self, hashes: &[BlockHash], held: &mut Vec<Slot>) {
         let cache = self.cache.as_mut().expect("a prefix cache");
-        held.extend(hashes.iter().filter_map(|&hash| cache.register(hash)));
+        cache.register_all(hashes, held);
     }
 
     /// Reads the cached blocks at `slots` before they are released (`PrefixCache::warm_slots`).
@@ -78,7 +77,7 @@ impl BlockManager {
     /// stays cached until its free block is taken).
     pub fn release_cached(&mut self, slots: &[Slot]) {
         let cache = self.cache.as_mut().expect("a prefix cache");
-        let freed = slots.iter().rev().filter(|&&slot| cache.unref(slot)).count() as u64;
+        let freed = cache.unref_all(slots);
         debug_assert!(freed <= self.used, "released more blocks than in use");
         self.used -= freed;
     }

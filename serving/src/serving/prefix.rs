@@ -390,6 +390,36 @@ impl PrefixCache {
         }
     }
 
+    /// A sequence takes a reference on each resident block at `slots` (`acquire`): how many
+    /// of them were free.
+    pub fn acquire_all(&mut self, slots: &[Slot]) -> u64 {
+        let mut taken = 0;
+        for &slot in slots {
+            taken += u64::from(self.acquire(slot));
+        }
+        taken
+    }
+
+    /// A sequence has computed the blocks `hashes`, in order (`register`): the slots of those
+    /// cached with its reference are pushed onto `held`.
+    pub fn register_all(&mut self, hashes: &[BlockHash], held: &mut Vec<Slot>) {
+        for &hash in hashes {
+            if let Some(slot) = self.register(hash) {
+                held.push(slot);
+            }
+        }
+    }
+
+    /// A sequence drops its references on the blocks at `slots`, the last first (`unref`): how
+    /// many of them became free.
+    pub fn unref_all(&mut self, slots: &[Slot]) -> u64 {
+        let mut freed = 0;
+        for &slot in slots.iter().rev() {
+            freed += u64::from(self.unref(slot));
+        }
+        freed
+    }
+
     /// A sequence takes a reference on the resident block at `slot` (from `lookup`); true when
     /// the block was free (it leaves the free blocks: its place in the free queue is emptied,
     /// and `take` passes over it).
@@ -407,12 +437,17 @@ impl PrefixCache {
     }
 
     /// The index in `run_list` of the run `hash`, added to the map if it is not there.
+    #[inline]
     fn run_index(&mut self, hash: u64) -> usize {
-        if let Some((last, index)) = self.last_run
-            && last == hash
-        {
-            return index as usize;
+        match self.last_run {
+            Some((last, index)) if last == hash => index as usize,
+            _ => self.find_run(hash),
         }
+    }
+
+    /// `run_index` past the run found last.
+    #[inline(never)]
+    fn find_run(&mut self, hash: u64) -> usize {
         let index = match self.runs.entry(hash) {
             MapEntry::Occupied(occupied) => *occupied.get(),
             MapEntry::Vacant(vacant) => {
