@@ -19,6 +19,7 @@
 //! when the tokens up to their ends are the same.
 
 use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 use std::collections::hash_map::Entry as MapEntry;
 
 /// The first `tokens` tokens of the token stream `stream`.
@@ -105,18 +106,18 @@ const NO_SLOT: Slot = Slot::MAX;
 /// One cached block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Entry {
-    /// Its place in the free queue (`FreeQueue`) while it is free; 0 (before every place) once
-    /// dropped.
+    /// Which free-queue entry stands for it while it is free: the entries pushed onto the queue
+    /// before it (so it sits at `stamp - popped`).
     stamp: u64,
     /// Running sequences that hold it (0: free, evictable).
     refs: u32,
 }
 
 impl Entry {
-    /// Whether the block is still resident: held, or free at a place the queue's head has not
-    /// passed (a free block the head passed was evicted; `take` leaves its entry behind).
-    fn live(&self, head: u64) -> bool {
-        self.refs > 0 || self.stamp >= head
+    /// Whether the block is still resident: held, or free with its queue entry not yet taken
+    /// (a free block whose entry was popped was evicted; `take` leaves its entry behind).
+    fn live(&self, popped: u64) -> bool {
+        self.refs > 0 || self.stamp >= popped
     }
 }
 
@@ -131,137 +132,14 @@ struct Run {
     slots: Vec<Slot>,
 }
 
-/// Sixty-four places of the free queue: which hold a free block, and which of those a cached
-/// one.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Word {
-    free: u64,
-    cached: u64,
-}
-
-/// vLLM's free block queue as numbered places: every block freed takes the next place at the
-/// tail (a plain block or a cached one), a hit on a free cached block empties its place, and an
-/// allocation takes the blocks at the first places from the head, passing over the empty ones.
-/// The places are bits (`Word`, in a ring of words), so an allocation passes 64 places a step
-/// and evicts the cached blocks among them by a count, without touching their entries: an
-/// entry whose place the head has passed is dead (`Entry::live`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct FreeQueue {
-    /// The ring: place `p` is bit `p % 64` of word `(p / 64) % words.len()` (a power of two).
-    words: Vec<Word>,
-    /// The first place not yet passed, and the next place to fill (places start at 1, so that
-    /// stamp 0 lies before the head).
-    head: u64,
-    tail: u64,
-}
-
-impl FreeQueue {
-    fn new(blocks: u64) -> Self {
-        let mut queue = FreeQueue {
-            words: vec![Word::default(); 4],
-            head: 1,
-            tail: 1,
-        };
-        queue.push_plain(blocks);
-        queue
-    }
-
-    /// The word holding place `at`.
-    fn word(&mut self, at: u64) -> &mut Word {
-        let mask = self.words.len() - 1;
-        &mut self.words[(at / 64) as usize & mask]
-    }
-
-    /// Room for places up to `last` (the ring doubles, its words keeping their places).
-    #[inline]
-    fn reserve(&mut self, last: u64) {
-        if (last / 64 - self.head / 64) as usize >= self.words.len() {
-            self.grow(last);
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn grow(&mut self, last: u64) {
-        let len = ((last / 64 - self.head / 64 + 1) as usize).next_power_of_two();
-        let old = std::mem::replace(&mut self.words, vec![Word::default(); len]);
-        let old_mask = old.len() - 1;
-        // The words of the places queued, [head, tail) (every other bit is clear).
-        for w in self.head / 64..self.tail.div_ceil(64) {
-            self.words[w as usize & (len - 1)] = old[w as usize & old_mask];
-        }
-    }
-
-    /// `n` plain blocks join the tail.
-    fn push_plain(&mut self, n: u64) {
-        if n == 0 {
-            return;
-        }
-        self.reserve(self.tail + n - 1);
-        let end = self.tail + n;
-        while self.tail < end {
-            let bit = self.tail % 64;
-            let count = (64 - bit).min(end - self.tail);
-            let bits = (u64::MAX >> (64 - count)) << bit;
-            self.word(self.tail).free |= bits;
-            self.tail += count;
-        }
-    }
-
-    /// A cached block joins the tail: its place.
-    #[inline]
-    fn push_cached(&mut self) -> u64 {
-        let at = self.tail;
-        self.reserve(at);
-        let bit = 1u64 << (at % 64);
-        let word = self.word(at);
-        word.free |= bit;
-        word.cached |= bit;
-        self.tail += 1;
-        at
-    }
-
-    /// The free block at place `at` leaves the queue (a hit took it).
-    fn remove(&mut self, at: u64) {
-        debug_assert!(self.head <= at && at < self.tail, "a queued place");
-        let bit = 1u64 << (at % 64);
-        let word = self.word(at);
-        debug_assert!(word.free & word.cached & bit != 0, "a free cached block is queued");
-        word.free &= !bit;
-        word.cached &= !bit;
-    }
-
-    /// Takes the first `n` free blocks from the head: how many of them were cached, and how
-    /// many of `n` the queue could not give.
-    fn take(&mut self, mut n: u64) -> (u64, u64) {
-        let mut evicted = 0;
-        while n > 0 && self.head < self.tail {
-            let head = self.head;
-            let bit = head % 64;
-            let word = self.word(head);
-            // The free blocks at or past the head in its word (none lies at or past the tail),
-            // taken lowest first.
-            let mut ahead = word.free >> bit << bit;
-            while n > 0 && ahead != 0 {
-                let lowest = ahead & ahead.wrapping_neg();
-                evicted += u64::from(word.cached & lowest != 0);
-                ahead ^= lowest;
-                n -= 1;
-            }
-            if ahead == 0 {
-                *word = Word::default();
-                self.head = ((head | 63) + 1).min(self.tail);
-            } else {
-                // The head stops at the next free block; the places before it are cleared.
-                let stop = ahead.trailing_zeros();
-                let kept = u64::MAX << stop;
-                word.free &= kept;
-                word.cached &= kept;
-                self.head = head - bit + u64::from(stop);
-            }
-        }
-        (evicted, n)
-    }
+/// A run of free blocks in the free queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Free {
+    /// Blocks that hold no cached prefix (0: a cached block's entry left stale when a hit
+    /// took the block).
+    Plain(u64),
+    /// A cached block, free and resident (its entry's stamp says where it is queued).
+    Cached,
 }
 
 /// The cached blocks of one replica and its free block queue, kept beside the block counts of
@@ -291,7 +169,10 @@ pub struct PrefixCache {
     dead: usize,
     /// Whether each slot is dead, while the dead entries are removed (reused).
     dead_slots: Vec<bool>,
-    free: FreeQueue,
+    free: VecDeque<Free>,
+    /// Entries ever pushed onto and popped off `free`.
+    pushed: u64,
+    popped: u64,
     /// Blocks allocated beyond the cache (an overcommitting admission rule): the next releases
     /// pay them back before any block rejoins the free queue.
     overdraft: u64,
@@ -316,7 +197,9 @@ impl PrefixCache {
             named: 0,
             dead: 0,
             dead_slots: Vec::new(),
-            free: FreeQueue::new(blocks),
+            free: VecDeque::from([Free::Plain(blocks)]),
+            pushed: 1,
+            popped: 0,
             overdraft: 0,
             evicted: 0,
         }
@@ -352,7 +235,7 @@ impl PrefixCache {
                 },
             };
             match slots.get(hash.at as usize) {
-                Some(&slot) if slot != NO_SLOT && self.entries[slot as usize].live(self.free.head) => {
+                Some(&slot) if slot != NO_SLOT && self.entries[slot as usize].live(self.popped) => {
                     free += u64::from(self.entries[slot as usize].refs == 0);
                     hits.push(slot);
                 }
@@ -421,18 +304,24 @@ impl PrefixCache {
     }
 
     /// A sequence takes a reference on the resident block at `slot` (from `lookup`); true when
-    /// the block was free (it leaves the free blocks: its place in the free queue is emptied,
-    /// and `take` passes over it).
+    /// the block was free (it leaves the free blocks; its queue entry becomes an empty plain
+    /// run, which `take` passes over without looking the block up).
     #[inline]
     pub fn acquire(&mut self, slot: Slot) -> bool {
         let entry = &mut self.entries[slot as usize];
-        debug_assert!(entry.live(self.free.head), "acquired block is resident");
+        debug_assert!(entry.live(self.popped), "acquired block is resident");
         entry.refs += 1;
         if entry.refs > 1 {
             return false;
         }
-        let at = entry.stamp;
-        self.free.remove(at);
+        let at = (entry.stamp - self.popped) as usize;
+        let queued = &mut self.free[at];
+        debug_assert_eq!(
+            *queued,
+            Free::Cached,
+            "a free cached block is queued where its stamp says"
+        );
+        *queued = Free::Plain(0);
         true
     }
 
@@ -482,7 +371,7 @@ impl PrefixCache {
         let named = self.run_list[run].slots.get(at).copied().unwrap_or(NO_SLOT);
         if named != NO_SLOT {
             let entry = &mut self.entries[named as usize];
-            if entry.live(self.free.head) {
+            if entry.live(self.popped) {
                 return None;
             }
             // An evicted block computed again.
@@ -519,24 +408,50 @@ impl PrefixCache {
             return false;
         }
         if self.overdraft > 0 {
-            // Dropped: dead from now on (stamp 0 lies before the queue's head).
+            // Dropped: dead from now on (an overdraft means the free queue was emptied, so
+            // `popped` is past stamp 0).
+            debug_assert!(self.popped > 0);
             entry.stamp = 0;
             self.overdraft -= 1;
             self.evicted += 1;
             self.dead += 1;
         } else {
-            entry.stamp = self.free.push_cached();
+            entry.stamp = self.pushed;
+            self.free.push_back(Free::Cached);
+            self.pushed += 1;
         }
         true
     }
 
     /// `n` blocks are allocated: taken from the free queue's head, evicting the cached blocks
     /// among them.
-    pub fn take(&mut self, n: u64) {
-        let (evicted, short) = self.free.take(n);
-        self.overdraft += short;
-        self.evicted += evicted;
-        self.dead += evicted as usize;
+    pub fn take(&mut self, mut n: u64) {
+        while n > 0 {
+            let Some(front) = self.free.front_mut() else {
+                self.overdraft += n;
+                return;
+            };
+            match *front {
+                Free::Plain(k) => {
+                    let used = k.min(n);
+                    n -= used;
+                    if used == k {
+                        self.free.pop_front();
+                        self.popped += 1;
+                    } else {
+                        *front = Free::Plain(k - used);
+                    }
+                }
+                Free::Cached => {
+                    // Evicted: its entry is dead from now on (`Entry::live`).
+                    self.free.pop_front();
+                    self.popped += 1;
+                    self.evicted += 1;
+                    self.dead += 1;
+                    n -= 1;
+                }
+            }
+        }
         if self.dead > Self::DEAD_PER_LIVE * (self.named - self.dead) {
             self.remove_dead();
         }
@@ -548,10 +463,10 @@ impl PrefixCache {
         // Which slots are dead, read in slot order; a spare slot reads as dead too, but no run
         // names it. One more, past the last slot, stands for `NO_SLOT`, so that the pass over
         // the runs reads each place the same way, without a branch.
-        let head = self.free.head;
+        let popped = self.popped;
         self.dead_slots.clear();
         self.dead_slots
-            .extend(self.entries.iter().map(|entry| !entry.live(head)));
+            .extend(self.entries.iter().map(|entry| !entry.live(popped)));
         self.dead_slots.push(true);
         let dead_slots = &self.dead_slots;
         let none = self.entries.len();
@@ -590,14 +505,23 @@ impl PrefixCache {
     pub fn give(&mut self, n: u64) {
         let paid = n.min(self.overdraft);
         self.overdraft -= paid;
-        self.free.push_plain(n - paid);
+        let n = n - paid;
+        if n == 0 {
+            return;
+        }
+        match self.free.back_mut() {
+            Some(Free::Plain(k)) => *k += n,
+            _ => {
+                self.free.push_back(Free::Plain(n));
+                self.pushed += 1;
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::VecDeque;
 
     fn seg(stream: u64, tokens: u32) -> PrefixSegment {
         PrefixSegment { stream, tokens }
@@ -711,66 +635,6 @@ mod tests {
             }
         }
         assert!(shared > 10_000, "{shared} shared blocks");
-    }
-
-    #[test]
-    fn the_queue_of_places_takes_and_evicts_as_a_queue_of_blocks_does() {
-        use rand::RngExt;
-        let mut rng = crate::rng::stream(11, "prefix-free-queue");
-        // The queue written out: one entry a place, `Some(cached)` while it holds a free block.
-        let mut model: VecDeque<(u64, Option<bool>)> = VecDeque::new();
-        let mut queue = FreeQueue::new(100);
-        model.extend((1..101).map(|at| (at, Some(false))));
-        let (mut cached, mut words_seen, mut evictions) = (Vec::new(), 0, 0);
-        for _ in 0..20_000 {
-            match rng.random_range(0..5) {
-                0 => {
-                    let n = rng.random_range(0..150);
-                    let tail = queue.tail;
-                    queue.push_plain(n);
-                    model.extend((tail..tail + n).map(|at| (at, Some(false))));
-                }
-                1 => {
-                    let at = queue.push_cached();
-                    model.push_back((at, Some(true)));
-                    cached.push(at);
-                }
-                2 if !cached.is_empty() => {
-                    // A hit on a free cached block still queued.
-                    let at = cached.swap_remove(rng.random_range(0..cached.len()));
-                    if at >= queue.head {
-                        queue.remove(at);
-                        let place = model.iter_mut().find(|(p, _)| *p == at).unwrap();
-                        place.1 = None;
-                    }
-                }
-                _ => {
-                    let n = rng.random_range(1..200);
-                    let (evicted, short) = queue.take(n);
-                    let (mut taken, mut expected) = (0, 0);
-                    while taken < n {
-                        let Some((_, block)) = model.pop_front() else {
-                            break;
-                        };
-                        if let Some(was_cached) = block {
-                            taken += 1;
-                            expected += u64::from(was_cached);
-                        }
-                    }
-                    assert_eq!((evicted, short), (expected, n - taken));
-                    evictions += evicted;
-                    // The head stops at the next free block, or before it where no free
-                    // block lies between.
-                    while model.front().is_some_and(|&(_, block)| block.is_none()) {
-                        model.pop_front();
-                    }
-                    let next = model.front().map_or(queue.tail, |&(at, _)| at);
-                    assert!(queue.head <= next && (short == 0 || queue.head == queue.tail));
-                }
-            }
-            words_seen = words_seen.max(queue.words.len());
-        }
-        assert!(words_seen >= 16 && evictions > 1000, "{words_seen} {evictions}");
     }
 
     #[test]
