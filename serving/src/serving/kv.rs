@@ -49,21 +49,20 @@ impl BlockManager {
         self.cache.as_ref()
     }
 
-    /// A sequence takes a reference on the resident cached block at `slot` (a prefix hit, from
-    /// `PrefixCache::lookup`); a free one comes into use.
-    pub fn acquire_cached(&mut self, slot: Slot) {
+    /// A sequence takes a reference on each resident cached block at `slots` (prefix hits,
+    /// from `PrefixCache::lookup`); the free ones come into use.
+    pub fn acquire_cached(&mut self, slots: &[Slot]) {
         let cache = self.cache.as_mut().expect("a prefix cache");
-        if cache.acquire(slot) {
-            self.used += 1;
-            self.peak = self.peak.max(self.used);
-        }
+        self.used += cache.acquire_all(slots);
+        self.peak = self.peak.max(self.used);
     }
 
-    /// A sequence's block `hash` (in use, counted in `used`) is computed: cached with the
-    /// sequence's reference at the slot returned, unless an equal block is already resident
-    /// (`None`).
-    pub fn register_cached(&mut self, hash: BlockHash) -> Option<Slot> {
-        self.cache.as_mut().expect("a prefix cache").register(hash)
+    /// A sequence's blocks `hashes` (in use, counted in `used`) are computed: each is cached
+    /// with the sequence's reference, its slot pushed onto `held`, unless an equal block is
+    /// already resident.
+    pub fn register_cached(&mut self, hashes: &[BlockHash], held: &mut Vec<Slot>) {
+        let cache = self.cache.as_mut().expect("a prefix cache");
+        cache.register_all(hashes, held);
     }
 
     /// Reads the cached blocks at `slots` before they are released (`PrefixCache::warm_slots`).
@@ -73,13 +72,14 @@ impl BlockManager {
         }
     }
 
-    /// A sequence drops its reference on the cached block at `slot`; the last one frees it (it
+    /// A sequence drops its references on the cached blocks at `slots`, the last one first
+    /// (as vLLM frees a request's blocks tail first); a last reference frees its block (it
     /// stays cached until its free block is taken).
-    pub fn release_cached(&mut self, slot: Slot) {
-        if self.cache.as_mut().expect("a prefix cache").unref(slot) {
-            debug_assert!(self.used > 0, "released more blocks than in use");
-            self.used -= 1;
-        }
+    pub fn release_cached(&mut self, slots: &[Slot]) {
+        let cache = self.cache.as_mut().expect("a prefix cache");
+        let freed = cache.unref_all(slots);
+        debug_assert!(freed <= self.used, "released more blocks than in use");
+        self.used -= freed;
     }
 
     /// Blocks that hold `tokens` tokens.

@@ -273,9 +273,40 @@ impl PrefixCache {
         }
     }
 
+    /// A sequence takes a reference on each resident block at `slots` (`acquire`): how many
+    /// of them were free.
+    pub fn acquire_all(&mut self, slots: &[Slot]) -> u64 {
+        let mut taken = 0;
+        for &slot in slots {
+            taken += u64::from(self.acquire(slot));
+        }
+        taken
+    }
+
+    /// A sequence has computed the blocks `hashes`, in order (`register`): the slots of those
+    /// cached with its reference are pushed onto `held`.
+    pub fn register_all(&mut self, hashes: &[BlockHash], held: &mut Vec<Slot>) {
+        for &hash in hashes {
+            if let Some(slot) = self.register(hash) {
+                held.push(slot);
+            }
+        }
+    }
+
+    /// A sequence drops its references on the blocks at `slots`, the last first (`unref`): how
+    /// many of them became free.
+    pub fn unref_all(&mut self, slots: &[Slot]) -> u64 {
+        let mut freed = 0;
+        for &slot in slots.iter().rev() {
+            freed += u64::from(self.unref(slot));
+        }
+        freed
+    }
+
     /// A sequence takes a reference on the resident block at `slot` (from `lookup`); true when
     /// the block was free (it leaves the free blocks; its queue entry becomes an empty plain
     /// run, which `take` passes over without looking the block up).
+    #[inline]
     pub fn acquire(&mut self, slot: Slot) -> bool {
         let entry = &mut self.entries[slot as usize];
         debug_assert!(entry.live(self.popped), "acquired block is resident");
@@ -295,12 +326,17 @@ impl PrefixCache {
     }
 
     /// The index in `run_list` of the run `hash`, added to the map if it is not there.
+    #[inline]
     fn run_index(&mut self, hash: u64) -> usize {
-        if let Some((last, index)) = self.last_run
-            && last == hash
-        {
-            return index as usize;
+        match self.last_run {
+            Some((last, index)) if last == hash => index as usize,
+            _ => self.find_run(hash),
         }
+    }
+
+    /// `run_index` past the run found last.
+    #[inline(never)]
+    fn find_run(&mut self, hash: u64) -> usize {
         let index = match self.runs.entry(hash) {
             MapEntry::Occupied(occupied) => *occupied.get(),
             MapEntry::Vacant(vacant) => {
@@ -327,6 +363,7 @@ impl PrefixCache {
     /// A sequence has computed the block `hash`: it becomes cached with the sequence's
     /// reference, at the slot returned; `None` (and nothing changes) when an equal block is
     /// already resident.
+    #[inline]
     pub fn register(&mut self, hash: BlockHash) -> Option<Slot> {
         let held = Entry { stamp: 0, refs: 1 };
         let run = self.run_index(hash.run);
@@ -363,6 +400,7 @@ impl PrefixCache {
 
     /// A sequence drops its reference on the block at `slot`; true when the block became free
     /// (it joins the free queue's tail, or is dropped at once to pay back an overdraft).
+    #[inline]
     pub fn unref(&mut self, slot: Slot) -> bool {
         let entry = &mut self.entries[slot as usize];
         entry.refs -= 1;

@@ -90,15 +90,8 @@ impl SeqPrefix {
     /// releases its blocks while it may still read them again); from then on every block is
     /// registered when computed.
     fn offer_deferred(&mut self, kv: &mut BlockManager) {
-        for &hash in self
-            .hashes
-            .get(self.deferred..self.registered)
-            .unwrap_or(&[])
-        {
-            if let Some(slot) = kv.register_cached(hash) {
-                self.held.push(slot);
-            }
-        }
+        let computed = self.hashes.get(self.deferred..self.registered);
+        kv.register_cached(computed.unwrap_or(&[]), &mut self.held);
         self.deferred = usize::MAX;
     }
 
@@ -334,9 +327,7 @@ fn free_blocks(kv: &mut BlockManager, s: &mut Seq) {
         if p.held.len() > 1 {
             kv.warm_slots(&p.held);
         }
-        for &slot in p.held.iter().rev() {
-            kv.release_cached(slot);
-        }
+        kv.release_cached(&p.held);
         p.held.clear();
     }
     s.blocks = 0;
@@ -1061,10 +1052,8 @@ impl Replica {
                 break;
             }
             if let Some(p) = s.prefix.as_deref_mut() {
-                for &slot in &self.hits {
-                    self.kv.acquire_cached(slot);
-                    p.held.push(slot);
-                }
+                self.kv.acquire_cached(&self.hits);
+                p.held.extend_from_slice(&self.hits);
                 p.registered = hit;
                 let from = hit.max(p.own);
                 p.deferred = if from < p.hashes.len()
@@ -1390,17 +1379,12 @@ impl Replica {
                     .as_deref_mut()
                     .expect("a block to register has a prefix");
                 let block_size = self.kv.block_size();
-                while p.hashes.get(p.registered).is_some()
-                    && (p.registered as u32 + 1) * block_size <= s.kv
-                {
-                    let hash = p.hashes[p.registered];
-                    if p.registered < p.deferred
-                        && let Some(slot) = self.kv.register_cached(hash)
-                    {
-                        p.held.push(slot);
-                    }
-                    p.registered += 1;
-                }
+                // Those before `deferred` (`SeqPrefix::deferred`).
+                let full = p.hashes.len().min((s.kv / block_size) as usize);
+                let from = p.registered;
+                let to = full.min(p.deferred).max(from);
+                self.kv.register_cached(&p.hashes[from..to], &mut p.held);
+                p.registered = full.max(from);
                 s.register_at = p.next_register_at(block_size);
             }
             if s.kv >= s.prefill_len {
