@@ -29,6 +29,9 @@ struct EngineQueue {
     /// `by_age`, so its best is the least of the first keys of the blocks wholly in it and of
     /// the keys of the block it ends in, instead of a search of every request in it.
     by_block: BTreeMap<u64, BTreeSet<PriorityKey>>,
+    /// The key last chosen and the iteration it was chosen at, until the queue next changes: a
+    /// `pop` after a `peek` at the same iteration takes it without choosing again.
+    choice: Option<(u64, PriorityKey)>,
 }
 
 /// Shortest total job first with Chimera's aging.
@@ -85,6 +88,7 @@ impl QueuePolicy for Stjf {
     }
     fn push(&mut self, engine: usize, request: QueuedRequest) {
         let q = &mut self.queues[engine];
+        q.choice = None;
         let k = key(&request);
         q.by_block
             .entry(request.enqueued_iteration / self.block)
@@ -94,8 +98,9 @@ impl QueuePolicy for Stjf {
         q.by_priority.insert(k, request);
     }
     fn pop(&mut self, engine: usize, iteration: u64) -> Option<QueuedRequest> {
-        let chosen = self.choose(engine, iteration)?;
+        let chosen = self.chosen(engine, iteration)?;
         let q = &mut self.queues[engine];
+        q.choice = None;
         let request = q.by_priority.remove(&chosen).expect("chosen key is queued");
         q.by_age.remove(&(request.enqueued_iteration, request.id));
         let block = request.enqueued_iteration / self.block;
@@ -110,7 +115,7 @@ impl QueuePolicy for Stjf {
         Some(request)
     }
     fn peek(&mut self, engine: usize, iteration: u64) -> Option<QueuedRequest> {
-        let chosen = self.choose(engine, iteration)?;
+        let chosen = self.chosen(engine, iteration)?;
         self.queues[engine].by_priority.get(&chosen).copied()
     }
     fn len(&self, engine: usize) -> usize {
@@ -119,6 +124,19 @@ impl QueuePolicy for Stjf {
 }
 
 impl Stjf {
+    /// `choose`'s answer, kept until the queue changes: only `push` and `pop` change a queue,
+    /// so a key chosen at the same iteration since is the one `choose` would return again.
+    fn chosen(&mut self, engine: usize, iteration: u64) -> Option<PriorityKey> {
+        match self.queues[engine].choice {
+            Some((at, chosen)) if at == iteration => Some(chosen),
+            _ => {
+                let chosen = self.choose(engine, iteration)?;
+                self.queues[engine].choice = Some((iteration, chosen));
+                Some(chosen)
+            }
+        }
+    }
+
     /// The key of the request `engine` admits next at `iteration`, if any waits.
     fn choose(&mut self, engine: usize, iteration: u64) -> Option<PriorityKey> {
         let (&(oldest, _), _) = self.queues[engine].by_age.first_key_value()?;
@@ -267,6 +285,42 @@ mod tests {
             promoted > 1_000 && waiting.len() > 50,
             "{promoted} promoted pops"
         );
+    }
+
+    /// A push between a peek and a pop at the same iteration: the pop returns the pushed
+    /// request when it is better, not the one peeked.
+    #[test]
+    fn a_push_after_a_peek_is_seen_by_the_pop() {
+        let mut q = Stjf::new(10, 4);
+        q.reset(1);
+        q.push(0, request(0, 0, 1.0, 50.0));
+        assert_eq!(q.peek(0, 3).unwrap().id, 0);
+        q.push(0, request(1, 1, 1.0, 5.0));
+        assert_eq!(q.pop(0, 3).unwrap().id, 1);
+        assert_eq!(q.pop(0, 3).unwrap().id, 0);
+        assert!(q.pop(0, 3).is_none());
+    }
+
+    /// A peek on one engine is not taken by a pop on another, nor by a pop on the same engine
+    /// at a later iteration, when a promotion has changed the choice.
+    #[test]
+    fn a_peek_is_reused_only_by_its_engine_at_its_iteration() {
+        let mut q = Stjf::new(10, 4);
+        q.reset(2);
+        let mut old_long = request(0, 0, 1.0, 1e9);
+        old_long.enqueued_iteration = 0;
+        let mut new_short = request(1, 5, 1.0, 1.0);
+        new_short.enqueued_iteration = 5;
+        q.push(0, old_long);
+        q.push(0, new_short);
+        q.push(1, request(2, 0, 1.0, 7.0));
+        assert_eq!(q.peek(0, 9).unwrap().id, 1);
+        assert_eq!(q.pop(1, 9).unwrap().id, 2);
+        assert!(q.pop(1, 9).is_none());
+        // At iteration 12 the old request is promoted: the peek at 9 no longer holds.
+        assert_eq!(q.pop(0, 12).unwrap().id, 0);
+        assert_eq!(q.peek(0, 12).unwrap().id, 1);
+        assert_eq!(q.pop(0, 12).unwrap().id, 1);
     }
 
     #[test]
