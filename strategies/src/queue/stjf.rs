@@ -170,7 +170,11 @@ impl Stjf {
             }
         }
         let p = q.promoted.last().expect("kept above");
-        Some(*p.keys.first().expect("the oldest request is at the top level"))
+        Some(
+            *p.keys
+                .first()
+                .expect("the oldest request is at the top level"),
+        )
     }
 }
 
