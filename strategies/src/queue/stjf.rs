@@ -24,11 +24,24 @@ struct EngineQueue {
     by_priority: BTreeMap<PriorityKey, QueuedRequest>,
     /// The same requests by (enqueued iteration, id) -> their priority key.
     by_age: BTreeMap<(u64, u64), PriorityKey>,
-    /// The same requests' priority keys by block of enqueued iterations (`Stjf::block`
-    /// iterations a block; no empty block kept): the most promoted level is a prefix of
-    /// `by_age`, so its best is the least of the first keys of the blocks wholly in it and of
-    /// the keys of the block it ends in, instead of a search of every request in it.
-    by_block: BTreeMap<u64, BTreeSet<PriorityKey>>,
+    /// While some request is promoted: the promoted levels' keys, a `Promoted` for each level
+    /// chosen at since the last that ended (`last` decreasing: the most promoted level last).
+    promoted: Vec<Promoted>,
+    /// The key last chosen and the iteration it was chosen at, until the queue next changes: a
+    /// `pop` after a `peek` at the same iteration takes it without choosing again.
+    choice: Option<(u64, PriorityKey)>,
+}
+
+/// The keys of the requests enqueued at or before `last`: a promoted level's prefix of
+/// `by_age` as it was at the iteration it was last chosen at. As the iterations pass a level's
+/// prefix only grows, so the requests that join it are added once each instead of the level
+/// being searched at every choice; a level kept below the most promoted one (a larger prefix)
+/// is kept up to date by `push` and `pop`, and is extended again once the levels above it
+/// have been admitted, instead of built again.
+#[derive(Clone, Debug)]
+struct Promoted {
+    last: u64,
+    keys: BTreeSet<PriorityKey>,
 }
 
 /// Shortest total job first with Chimera's aging.
@@ -38,9 +51,6 @@ pub struct Stjf {
     starvation_threshold: u64,
     /// Q, in engine iterations (see the module note).
     quantum: u64,
-    /// Enqueued iterations a block of `EngineQueue::by_block` spans: a 64th of S, so that the
-    /// most promoted level (less than S iterations of requests) spans 65 blocks at most.
-    block: u64,
     queues: Vec<EngineQueue>,
 }
 
@@ -49,7 +59,6 @@ impl Stjf {
         Stjf {
             starvation_threshold,
             quantum,
-            block: (starvation_threshold / 64).max(1),
             queues: Vec::new(),
         }
     }
@@ -85,32 +94,29 @@ impl QueuePolicy for Stjf {
     }
     fn push(&mut self, engine: usize, request: QueuedRequest) {
         let q = &mut self.queues[engine];
+        q.choice = None;
         let k = key(&request);
-        q.by_block
-            .entry(request.enqueued_iteration / self.block)
-            .or_default()
-            .insert(k);
+        let joins = |p: &&mut Promoted| request.enqueued_iteration <= p.last;
+        for p in q.promoted.iter_mut().take_while(joins) {
+            p.keys.insert(k);
+        }
         q.by_age.insert((request.enqueued_iteration, request.id), k);
         q.by_priority.insert(k, request);
     }
     fn pop(&mut self, engine: usize, iteration: u64) -> Option<QueuedRequest> {
-        let chosen = self.choose(engine, iteration)?;
+        let chosen = self.chosen(engine, iteration)?;
         let q = &mut self.queues[engine];
+        q.choice = None;
         let request = q.by_priority.remove(&chosen).expect("chosen key is queued");
         q.by_age.remove(&(request.enqueued_iteration, request.id));
-        let block = request.enqueued_iteration / self.block;
-        let keys = q
-            .by_block
-            .get_mut(&block)
-            .expect("a queued request's block");
-        keys.remove(&chosen);
-        if keys.is_empty() {
-            q.by_block.remove(&block);
+        let held = |p: &&mut Promoted| request.enqueued_iteration <= p.last;
+        for p in q.promoted.iter_mut().take_while(held) {
+            p.keys.remove(&chosen);
         }
         Some(request)
     }
     fn peek(&mut self, engine: usize, iteration: u64) -> Option<QueuedRequest> {
-        let chosen = self.choose(engine, iteration)?;
+        let chosen = self.chosen(engine, iteration)?;
         self.queues[engine].by_priority.get(&chosen).copied()
     }
     fn len(&self, engine: usize) -> usize {
@@ -119,32 +125,56 @@ impl QueuePolicy for Stjf {
 }
 
 impl Stjf {
+    /// `choose`'s answer, kept until the queue changes: only `push` and `pop` change a queue,
+    /// so a key chosen at the same iteration since is the one `choose` would return again.
+    fn chosen(&mut self, engine: usize, iteration: u64) -> Option<PriorityKey> {
+        match self.queues[engine].choice {
+            Some((at, chosen)) if at == iteration => Some(chosen),
+            _ => {
+                let chosen = self.choose(engine, iteration)?;
+                self.queues[engine].choice = Some((iteration, chosen));
+                Some(chosen)
+            }
+        }
+    }
+
     /// The key of the request `engine` admits next at `iteration`, if any waits.
     fn choose(&mut self, engine: usize, iteration: u64) -> Option<PriorityKey> {
         let (&(oldest, _), _) = self.queues[engine].by_age.first_key_value()?;
         let top_level = self.promotions(oldest, iteration);
         let q = &mut self.queues[engine];
-        let chosen = if top_level == 0 {
-            *q.by_priority.first_key_value()?.0
-        } else {
-            // The most promoted requests are the oldest ones: a prefix of `by_age`, those
-            // enqueued at or before `last = iteration - top_level x S`; the blocks before
-            // `whole` lie in it entirely, the requests from `whole`'s first iteration to `last`
-            // are read one by one.
-            let last = iteration - top_level * self.starvation_threshold;
-            let whole = (last + 1) / self.block;
-            let blocks = q
-                .by_block
-                .range(..whole)
-                .filter_map(|(_, keys)| keys.first());
-            let mut best = blocks.min().copied();
-            if whole * self.block <= last {
-                let rest = q.by_age.range((whole * self.block, 0)..=(last, u64::MAX));
-                best = best.into_iter().chain(rest.map(|(_, k)| *k)).min();
+        if top_level == 0 {
+            q.promoted.clear();
+            return Some(*q.by_priority.first_key_value()?.0);
+        }
+        // The most promoted requests are the oldest ones: a prefix of `by_age`, those enqueued
+        // at or before `last`. The kept level with the longest prefix not past `last` is
+        // extended by the requests enqueued since its own `last` (the levels kept above it are
+        // shorter prefixes of it: dropped); with none, the level's oldest requests were just
+        // promoted once more, and its prefix is read whole.
+        let last = iteration - top_level * self.starvation_threshold;
+        let by_age = &q.by_age;
+        match q.promoted.iter().position(|p| p.last <= last) {
+            Some(j) => {
+                q.promoted.truncate(j + 1);
+                let p = &mut q.promoted[j];
+                if p.last < last {
+                    let joined = by_age.range((p.last + 1, 0)..=(last, u64::MAX));
+                    p.keys.extend(joined.map(|(_, k)| *k));
+                    p.last = last;
+                }
             }
-            best.expect("the oldest request is at the top level")
-        };
-        Some(chosen)
+            None => {
+                let keys = by_age.range(..=(last, u64::MAX)).map(|(_, k)| *k).collect();
+                q.promoted.push(Promoted { last, keys });
+            }
+        }
+        let p = q.promoted.last().expect("kept above");
+        Some(
+            *p.keys
+                .first()
+                .expect("the oldest request is at the top level"),
+        )
     }
 }
 
@@ -224,16 +254,17 @@ mod tests {
     /// Against a search of every waiting request (the most promoted level, then the least
     /// priority key: the pop's definition): random pushes, pops pushed back (as a replica does
     /// with a request it cannot admit) and pops at random iterations, some enqueued out of
-    /// order, give the same request every time, and `peek` gives it too. S = 200: blocks of 3
-    /// iterations, so a level's prefix ends inside a block as often as not.
+    /// order, give the same request every time, and `peek` gives it too. S = 200: the top level
+    /// is 0, 1 and 2 in turn, so the kept level is dropped, extended, built again, and pushed
+    /// back requests join it.
     #[test]
-    fn the_blocks_pop_what_a_search_of_the_queue_does() {
+    fn the_kept_level_pops_what_a_search_of_the_queue_does() {
         let threshold = 200;
         let mut rng = expertsim_serving::rng::stream(5, "stjf-blocks");
         let mut q = Stjf::new(threshold, 4);
         q.reset(2);
         let mut waiting: Vec<QueuedRequest> = Vec::new();
-        let (mut iteration, mut promoted) = (0u64, 0);
+        let (mut iteration, mut promoted, mut twice) = (0u64, 0, 0);
         for id in 0..6_000u64 {
             iteration += rng.random_range(0..3);
             let mut r = request(id, id * 7, 1.0, rng.random_range(1..400u64) as f64);
@@ -251,6 +282,7 @@ mod tests {
                     .min_by_key(|r| key(r))
                     .map(|r| r.id);
                 promoted += usize::from(top > Some(0));
+                twice += usize::from(top > Some(1));
                 assert_eq!(q.peek(0, iteration).map(|r| r.id), expected);
                 let popped = q.pop(0, iteration);
                 assert_eq!(popped.map(|r| r.id), expected, "iteration {iteration}");
@@ -264,9 +296,45 @@ mod tests {
             assert_eq!(q.len(0), waiting.len());
         }
         assert!(
-            promoted > 1_000 && waiting.len() > 50,
-            "{promoted} promoted pops"
+            promoted > 1_000 && twice > 10 && waiting.len() > 50,
+            "{promoted} promoted pops, {twice} twice"
         );
+    }
+
+    /// A push between a peek and a pop at the same iteration: the pop returns the pushed
+    /// request when it is better, not the one peeked.
+    #[test]
+    fn a_push_after_a_peek_is_seen_by_the_pop() {
+        let mut q = Stjf::new(10, 4);
+        q.reset(1);
+        q.push(0, request(0, 0, 1.0, 50.0));
+        assert_eq!(q.peek(0, 3).unwrap().id, 0);
+        q.push(0, request(1, 1, 1.0, 5.0));
+        assert_eq!(q.pop(0, 3).unwrap().id, 1);
+        assert_eq!(q.pop(0, 3).unwrap().id, 0);
+        assert!(q.pop(0, 3).is_none());
+    }
+
+    /// A peek on one engine is not taken by a pop on another, nor by a pop on the same engine
+    /// at a later iteration, when a promotion has changed the choice.
+    #[test]
+    fn a_peek_is_reused_only_by_its_engine_at_its_iteration() {
+        let mut q = Stjf::new(10, 4);
+        q.reset(2);
+        let mut old_long = request(0, 0, 1.0, 1e9);
+        old_long.enqueued_iteration = 0;
+        let mut new_short = request(1, 5, 1.0, 1.0);
+        new_short.enqueued_iteration = 5;
+        q.push(0, old_long);
+        q.push(0, new_short);
+        q.push(1, request(2, 0, 1.0, 7.0));
+        assert_eq!(q.peek(0, 9).unwrap().id, 1);
+        assert_eq!(q.pop(1, 9).unwrap().id, 2);
+        assert!(q.pop(1, 9).is_none());
+        // At iteration 12 the old request is promoted: the peek at 9 no longer holds.
+        assert_eq!(q.pop(0, 12).unwrap().id, 0);
+        assert_eq!(q.peek(0, 12).unwrap().id, 1);
+        assert_eq!(q.pop(0, 12).unwrap().id, 1);
     }
 
     #[test]
