@@ -1258,7 +1258,11 @@ impl<'a> ServingServer<'a> {
                 &time.breakdown,
             );
         }
-        Some(now + time.duration)
+        let end = now + time.duration;
+        if run.priced_by.is_none() {
+            run.step_cost.reuse(time.breakdown.per_gpu_busy_ns);
+        }
+        Some(end)
     }
 
     fn step_end(&mut self, r: usize, now: SimTime) {

@@ -394,6 +394,8 @@ pub struct ReplicaStepCost {
     expert_flops_per_token: f64,
     /// Swap preemption's copies before a step.
     swap: SwapTransfer,
+    /// A step's busy times given back (`reuse`), for the next step (scratch).
+    spare_busy: Vec<f64>,
 }
 
 /// The routed experts' layer cost of `scenario`'s GPU: by default CUDA graphs capture the
@@ -570,7 +572,13 @@ impl ReplicaStepCost {
             moe,
             expert_flops_per_token,
             swap: SwapTransfer::new(&r.gpu, deployment),
+            spare_busy: Vec::new(),
         }
+    }
+
+    /// Takes back a priced step's `per_gpu_busy_ns` once read, for the next `price` to fill.
+    pub fn reuse(&mut self, busy: Vec<f64>) {
+        self.spare_busy = busy;
     }
 
     /// Takes the adapter copies' tokens of the step about to be priced (per MoE layer, from
@@ -1083,9 +1091,9 @@ impl StepCost for ReplicaStepCost {
             self.set_adapter_copies(routed.copies);
         }
         let tokens = self.dense_tokens(work);
-        // `resize`, not `vec![0.0; n]`: a zeroed allocation is `calloc`, which skips the
-        // allocator's per-thread cache (a step's vector is freed before the next).
-        let mut busy = Vec::with_capacity(self.dense_of_gpu.len());
+        // The vector `reuse` gave back, if any (one allocation a run, not one a step).
+        let mut busy = std::mem::take(&mut self.spare_busy);
+        busy.clear();
         busy.resize(self.dense_of_gpu.len(), 0.0);
         let rows = work.prefill_tokens + work.decode_tokens;
         let pass = self.pass(&tokens, work.prefill_tokens, rows, work.routed, &mut busy);
