@@ -38,8 +38,7 @@ use crate::cost::measured_steps::{MeasuredDenseStep, OpSources};
 use crate::cost::moe_layer::{LaneRows, LaneTimes, MoeLayerCost, SpeedFactors};
 use crate::cost::roofline::{
     DenseParts, ElementwiseKernels, OpTime, Roofline, RooflineParams, RowParts, StepRoofline,
-    StepTokens,
-    TensorParallel,
+    StepTokens, TensorParallel,
 };
 use crate::cost::shape::MoeModelShape;
 use crate::policies::memory::InstancePlan;
