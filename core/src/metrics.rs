@@ -121,6 +121,12 @@ impl DepthTracker {
     }
     /// The count changes to `value` at `now`.
     pub fn set(&mut self, now: SimTime, value: u64) {
+        if value == self.value {
+            // Nothing to close: the next change (or `finish`) advances over this instant with
+            // the same value, pushing the same samples and adding the same area (exact integers).
+            assert!(now >= self.since, "DepthTracker: time went backwards");
+            return;
+        }
         self.advance(now);
         self.value = value;
         self.max = self.max.max(value);
@@ -272,6 +278,32 @@ mod tests {
             assert_eq!((seconds * 1e9).round() as u64, at);
             assert_eq!(value, at, "point {i}");
         }
+    }
+
+    /// Setting the value it already holds changes nothing: a tracker told every value, repeats
+    /// included, ends as one told only the changes (samples across several halvings, mean,
+    /// max), and its mean is the hand-summed time average.
+    #[test]
+    fn repeating_the_value_changes_no_record() {
+        use rand::RngExt;
+        let mut rng = crate::rng::stream(3, "depth-repeats");
+        let (mut every, mut changes) = (DepthTracker::new(10), DepthTracker::new(10));
+        let (mut t, mut last, mut area) = (0u64, 0u64, 0u128);
+        for _ in 0..20_000 {
+            let value = rng.random_range(0..3u64);
+            every.set(SimTime(t), value);
+            if value != last {
+                changes.set(SimTime(t), value);
+            }
+            let gap = rng.random_range(0..40u64);
+            area += u128::from(gap) * u128::from(value);
+            (t, last) = (t + gap, value);
+        }
+        let (mean, max, samples) = every.finish(SimTime(t));
+        assert_eq!((mean, max, samples.clone()), changes.finish(SimTime(t)));
+        assert_eq!(mean, area as f64 / t as f64);
+        assert_eq!(max, 2);
+        assert!(samples.len() > MAX_SERIES_POINTS / 2, "{}", samples.len());
     }
 
     #[test]

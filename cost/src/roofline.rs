@@ -295,6 +295,14 @@ pub struct DenseParts {
     pub communication_ns: f64,
 }
 
+/// The part of a step's `DenseParts` set by its rows alone (`StepRoofline::row_parts`): what
+/// a step cost may keep by rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RowParts {
+    pub linear: OpTime,
+    pub elementwise_ns: f64,
+}
+
 impl DenseParts {
     /// The GPU's time: every class one after another.
     pub fn nanos(&self) -> f64 {
@@ -534,23 +542,55 @@ impl StepRoofline {
     /// weight GEMMs on tile-padded rows, its `elementwise` kernels, its attention; the head;
     /// the all-reduces.
     pub fn parts(&self, work: &StepTokens, elementwise: &ElementwiseKernels) -> DenseParts {
-        let padded = self.roofline.padded(work.rows) as f64;
-        let attention = self.attention(work);
-        let elementwise_layer = elementwise.nanos(&self.roofline.rates, work.rows);
-        let mut parts = DenseParts::default();
+        self.parts_with(
+            work,
+            &self.row_parts(work.rows, elementwise),
+            self.head_of(work.sequences),
+        )
+    }
+
+    /// The part of `parts` that depends on the step's rows alone: every layer's weight GEMMs on
+    /// `rows` tile-padded and its `elementwise` kernels, summed over the layers.
+    pub fn row_parts(&self, rows: u64, elementwise: &ElementwiseKernels) -> RowParts {
+        let padded = self.roofline.padded(rows) as f64;
+        let elementwise_layer = elementwise.nanos(&self.roofline.rates, rows);
+        let mut parts = RowParts::default();
         for g in &self.layers {
             let count = g.count as f64;
             let linear = self.roofline.op(g.weight_bytes, g.flops_per_row * padded);
             parts.linear.memory_ns += count * linear.memory_ns;
             parts.linear.compute_ns += count * linear.compute_ns;
             parts.linear.nanos += count * linear.nanos;
+            parts.elementwise_ns += count * elementwise_layer;
+        }
+        parts
+    }
+
+    /// The head's part of `parts` for `sequences` scored (none for none).
+    pub fn head_of(&self, sequences: u64) -> OpTime {
+        if sequences > 0 {
+            self.head(sequences)
+        } else {
+            OpTime::default()
+        }
+    }
+
+    /// `parts` with its rows' part `rows` (`row_parts` of `work.rows`) and head `head`
+    /// (`head_of` of `work.sequences`) given: the same sums in the same order, so the same
+    /// bits, whoever kept them.
+    pub fn parts_with(&self, work: &StepTokens, rows: &RowParts, head: OpTime) -> DenseParts {
+        let attention = self.attention(work);
+        let mut parts = DenseParts {
+            linear: rows.linear,
+            elementwise_ns: rows.elementwise_ns,
+            head,
+            ..DenseParts::default()
+        };
+        for g in &self.layers {
+            let count = g.count as f64;
             parts.attention.memory_ns += count * attention.memory_ns;
             parts.attention.compute_ns += count * attention.compute_ns;
             parts.attention.nanos += count * attention.nanos;
-            parts.elementwise_ns += count * elementwise_layer;
-        }
-        if work.sequences > 0 {
-            parts.head = self.head(work.sequences);
         }
         parts.communication_ns = self.all_reduce_ns(work);
         parts

@@ -774,7 +774,7 @@ impl<'a> ServingServer<'a> {
     /// every replica group has a task score.
     pub fn task_score_pct(&self) -> Option<f64> {
         if let Some(workflows) = &self.workflows {
-            return Some(workflows.summary().score_pct);
+            return Some(workflows.score_pct());
         }
         self.solved
             .map(|solved| 100.0 * solved as f64 / self.next_id.max(1) as f64)
@@ -1258,7 +1258,11 @@ impl<'a> ServingServer<'a> {
                 &time.breakdown,
             );
         }
-        Some(now + time.duration)
+        let end = now + time.duration;
+        if run.priced_by.is_none() {
+            run.step_cost.reuse(time.breakdown.per_gpu_busy_ns);
+        }
+        Some(end)
     }
 
     fn step_end(&mut self, r: usize, now: SimTime) {

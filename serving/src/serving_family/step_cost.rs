@@ -37,7 +37,8 @@ use crate::cost::lanes::Lanes;
 use crate::cost::measured_steps::{MeasuredDenseStep, OpSources};
 use crate::cost::moe_layer::{LaneRows, LaneTimes, MoeLayerCost, SpeedFactors};
 use crate::cost::roofline::{
-    ElementwiseKernels, Roofline, RooflineParams, StepRoofline, StepTokens, TensorParallel,
+    DenseParts, ElementwiseKernels, OpTime, Roofline, RooflineParams, RowParts, StepRoofline,
+    StepTokens, TensorParallel,
 };
 use crate::cost::shape::MoeModelShape;
 use crate::policies::memory::InstancePlan;
@@ -375,12 +376,53 @@ impl LaneRows for MissRows<'_> {
     }
 }
 
+/// One `StepRoofline`'s row and head parts (`row_parts`, `head_of`) already computed, by the
+/// step's rows and by its sequences scored: a function of those counts alone, so a kept part
+/// is the bits a new computation would give. A continuous batch's steps repeat their counts
+/// (a decode step's rows are its sequences), while the context, which moves every step, is
+/// priced afresh (`parts_with`).
+#[derive(Clone, Default)]
+struct PartsMemo {
+    rows: Vec<Option<RowParts>>,
+    heads: Vec<Option<OpTime>>,
+}
+
+/// Counts past which `PartsMemo` computes instead of keeping (a table of 40 bytes a count).
+const MEMO_COUNTS: u64 = 1 << 16;
+
+impl PartsMemo {
+    fn parts(
+        &mut self,
+        dense: &StepRoofline,
+        work: &StepTokens,
+        elementwise: &ElementwiseKernels,
+    ) -> DenseParts {
+        let rows = kept(&mut self.rows, work.rows, |n| dense.row_parts(n, elementwise));
+        let head = kept(&mut self.heads, work.sequences, |n| dense.head_of(n));
+        dense.parts_with(work, &rows, head)
+    }
+}
+
+/// `table[n]`, computed by `compute` the first time (`n` past `MEMO_COUNTS`: every time).
+fn kept<T: Copy>(table: &mut Vec<Option<T>>, n: u64, compute: impl FnOnce(u64) -> T) -> T {
+    if n >= MEMO_COUNTS {
+        return compute(n);
+    }
+    let i = n as usize;
+    if i >= table.len() {
+        table.resize(i + 1, None);
+    }
+    *table[i].get_or_insert_with(|| compute(n))
+}
+
 /// A replica's step cost.
 #[derive(Clone)]
 pub struct ReplicaStepCost {
     /// The dense part at each distinct speed of the replica's GPUs (its roofline scaled by the
     /// speed factors), priced once per step each.
     dense: Vec<StepRoofline>,
+    /// Per entry of `dense`, its parts kept by rows and sequences.
+    parts_memo: Vec<PartsMemo>,
     /// The element-wise kernels of one layer of the dense part on one GPU.
     elementwise: ElementwiseKernels,
     /// With `replica.measured`, the dense step from measured operations instead of `dense`.
@@ -409,6 +451,8 @@ pub struct ReplicaStepCost {
     expert_flops_per_token: f64,
     /// Swap preemption's copies before a step.
     swap: SwapTransfer,
+    /// A step's busy times given back (`reuse`), for the next step (scratch).
+    spare_busy: Vec<f64>,
 }
 
 /// The routed experts' layer cost of `scenario`'s GPU: by default CUDA graphs capture the
@@ -463,7 +507,7 @@ impl ReplicaStepCost {
                 })
             })
             .collect();
-        let dense = distinct
+        let dense: Vec<StepRoofline> = distinct
             .iter()
             .map(|&speed| {
                 let roofline = nominal.scaled(speed);
@@ -568,6 +612,7 @@ impl ReplicaStepCost {
             ServedModel::Mla(shape) => ElementwiseKernels::moe(&shape.moe_geometry(), degree),
         };
         ReplicaStepCost {
+            parts_memo: vec![PartsMemo::default(); dense.len()],
             dense,
             elementwise,
             measured: r.measured.clone(),
@@ -584,7 +629,13 @@ impl ReplicaStepCost {
             moe,
             expert_flops_per_token,
             swap: SwapTransfer::new(&r.gpu, deployment),
+            spare_busy: Vec::new(),
         }
+    }
+
+    /// Takes back a priced step's `per_gpu_busy_ns` once read, for the next `price` to fill.
+    pub fn reuse(&mut self, busy: Vec<f64>) {
+        self.spare_busy = busy;
     }
 
     /// Takes the adapter copies' tokens of the step about to be priced (per MoE layer, from
@@ -813,8 +864,8 @@ impl ReplicaStepCost {
                 });
             }
             (None, None, None) => {
-                for d in &self.dense {
-                    let parts = d.parts(tokens, &self.elementwise);
+                for (d, memo) in self.dense.iter().zip(&mut self.parts_memo) {
+                    let parts = memo.parts(d, tokens, &self.elementwise);
                     // Eager launches: what the host's launches keep the GPU waiting.
                     let wait = self.eager_launch_ns.map_or(0.0, |launch| {
                         d.eager_wait_ns(tokens, &self.elementwise, launch)
@@ -1098,7 +1149,10 @@ impl StepCost for ReplicaStepCost {
             self.set_adapter_copies(routed.copies);
         }
         let tokens = self.dense_tokens(work);
-        let mut busy = vec![0.0; self.dense_of_gpu.len()];
+        // The vector `reuse` gave back, if any (one allocation a run, not one a step).
+        let mut busy = std::mem::take(&mut self.spare_busy);
+        busy.clear();
+        busy.resize(self.dense_of_gpu.len(), 0.0);
         let rows = work.prefill_tokens + work.decode_tokens;
         let pass = self.pass(&tokens, work.prefill_tokens, rows, work.routed, &mut busy);
         pass.with_host(self.host.nanos(work.requests))

@@ -213,6 +213,12 @@ impl<'a> Workflows<'a> {
         self.runs.len()
     }
 
+    /// The share of finished workflows that succeeded, % (`summary`'s `score_pct` without the
+    /// ranking measures).
+    pub fn score_pct(&self) -> f64 {
+        100.0 * self.successes as f64 / self.summary.completed.max(1) as f64
+    }
+
     /// The finished workflows' figures.
     pub fn summary(&self) -> WorkflowSummary {
         let n = self.summary.completed.max(1) as f64;
@@ -224,7 +230,7 @@ impl<'a> Workflows<'a> {
             .collect();
         WorkflowSummary {
             latency_per_token_ms: self.per_token_sum_ms / n,
-            score_pct: 100.0 * self.successes as f64 / n,
+            score_pct: self.score_pct(),
             router_map: if precisions.is_empty() {
                 f64::NAN
             } else {
