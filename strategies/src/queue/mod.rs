@@ -1,12 +1,11 @@
 //! Chimera-family queue policies: which waiting request an engine admits next. One file per
 //! policy, each a [`QueuePolicy`] built from its [`QueuePolicyConfig`] variant by [`build`]. All
-//! keep one ordered map or heap per engine keyed by the policy's priority with the submission
-//! time and the request id breaking ties, so every order is total and deterministic.
+//! keep one ordered map per engine keyed by the policy's priority with the submission time and the
+//! request id breaking ties, so every order is total and deterministic.
 
 use expertsim_serving::serving::{QueuePolicy, QueuePolicyConfig, QueuedRequest};
 use std::cmp::Ordering;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::BTreeMap;
 
 pub mod fcfs;
 pub mod ltr;
@@ -82,36 +81,11 @@ impl Ord for OrderedF64 {
     }
 }
 
-/// One heap of waiting requests per engine, least key `(K, submission time, id)` on top: the
-/// shared machinery of the static-priority policies. The key is unique (the id), so the order is
-/// total; a heap pushes a later request in a step or two, where an ordered map moved every
-/// request of a node.
+/// One ordered map of waiting requests per engine, keyed `(K, submission time, id)`: the shared
+/// machinery of the static-priority policies.
 #[derive(Clone, Debug)]
 pub struct KeyedQueues<K: Ord> {
-    queues: Vec<BinaryHeap<Reverse<Keyed<K>>>>,
-}
-
-/// A waiting request under its key, ordered by the key alone.
-#[derive(Clone, Debug)]
-struct Keyed<K> {
-    key: (K, u64, u64),
-    request: QueuedRequest,
-}
-impl<K: Ord> PartialEq for Keyed<K> {
-    fn eq(&self, other: &Self) -> bool {
-        self.key == other.key
-    }
-}
-impl<K: Ord> Eq for Keyed<K> {}
-impl<K: Ord> PartialOrd for Keyed<K> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl<K: Ord> Ord for Keyed<K> {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.key.cmp(&other.key)
-    }
+    queues: Vec<BTreeMap<(K, u64, u64), QueuedRequest>>,
 }
 
 impl<K: Ord> Default for KeyedQueues<K> {
@@ -122,18 +96,17 @@ impl<K: Ord> Default for KeyedQueues<K> {
 
 impl<K: Ord> KeyedQueues<K> {
     pub fn reset(&mut self, n_engines: usize) {
-        self.queues = (0..n_engines).map(|_| BinaryHeap::new()).collect();
+        self.queues = (0..n_engines).map(|_| BTreeMap::new()).collect();
     }
     pub fn push(&mut self, engine: usize, key: K, request: QueuedRequest) {
-        let key = (key, request.submitted.0, request.id);
-        self.queues[engine].push(Reverse(Keyed { key, request }));
+        self.queues[engine].insert((key, request.submitted.0, request.id), request);
     }
     pub fn pop(&mut self, engine: usize) -> Option<QueuedRequest> {
-        self.queues[engine].pop().map(|Reverse(k)| k.request)
+        self.queues[engine].pop_first().map(|(_, r)| r)
     }
     /// The request `pop` would return, left queued.
     pub fn peek(&self, engine: usize) -> Option<QueuedRequest> {
-        self.queues[engine].peek().map(|Reverse(k)| k.request)
+        self.queues[engine].first_key_value().map(|(_, r)| *r)
     }
     pub fn len(&self, engine: usize) -> usize {
         self.queues[engine].len()
@@ -167,7 +140,6 @@ pub(crate) mod testutil {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     #[test]
     fn catalogue_kinds_deserialize_build_and_round_trip() {
@@ -190,30 +162,6 @@ mod tests {
             serde_json::from_value::<QueuePolicyConfig>(serde_json::json!({"kind": "lifo"}))
                 .is_err()
         );
-    }
-
-    /// The heaps pop in key order, as an ordered map of the same keys does: random pushes
-    /// (keys with many ties on the priority and on the submission time) between pops.
-    #[test]
-    fn keyed_queues_pop_in_key_order() {
-        use rand::RngExt;
-        let mut rng = expertsim_serving::rng::stream(3, "keyed-queues");
-        let mut heap = KeyedQueues::<u32>::default();
-        heap.reset(1);
-        let mut map = BTreeMap::new();
-        for id in 0..5_000u64 {
-            let level = rng.random_range(0..4u32);
-            let r = testutil::request(id, rng.random_range(0..50), 1.0, 1.0);
-            heap.push(0, level, r);
-            map.insert((level, r.submitted.0, r.id), r);
-            for _ in 0..rng.random_range(0..2) {
-                let expected = map.pop_first().map(|(_, r)| r.id);
-                assert_eq!(heap.peek(0).map(|r| r.id), expected);
-                assert_eq!(heap.pop(0).map(|r| r.id), expected);
-            }
-            assert_eq!(heap.len(0), map.len());
-        }
-        assert!(map.len() > 100);
     }
 
     /// Every policy hands back each pushed request exactly once, per engine.
