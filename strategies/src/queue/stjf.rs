@@ -315,16 +315,22 @@ mod tests {
         assert!(q.pop(0, 3).is_none());
     }
 
+    /// Request 0, long and enqueued at iteration 0, and request 1, short and enqueued at 5.
+    fn old_long_and_new_short() -> (QueuedRequest, QueuedRequest) {
+        let mut old_long = request(0, 0, 1.0, 1e9);
+        old_long.enqueued_iteration = 0;
+        let mut new_short = request(1, 5, 1.0, 1.0);
+        new_short.enqueued_iteration = 5;
+        (old_long, new_short)
+    }
+
     /// A peek on one engine is not taken by a pop on another, nor by a pop on the same engine
     /// at a later iteration, when a promotion has changed the choice.
     #[test]
     fn a_peek_is_reused_only_by_its_engine_at_its_iteration() {
         let mut q = Stjf::new(10, 4);
         q.reset(2);
-        let mut old_long = request(0, 0, 1.0, 1e9);
-        old_long.enqueued_iteration = 0;
-        let mut new_short = request(1, 5, 1.0, 1.0);
-        new_short.enqueued_iteration = 5;
+        let (old_long, new_short) = old_long_and_new_short();
         q.push(0, old_long);
         q.push(0, new_short);
         q.push(1, request(2, 0, 1.0, 7.0));
@@ -341,10 +347,7 @@ mod tests {
     fn older_by_a_threshold_beats_any_priority() {
         let mut q = Stjf::new(10, 4);
         q.reset(1);
-        let mut old_long = request(0, 0, 1.0, 1e9);
-        old_long.enqueued_iteration = 0;
-        let mut new_short = request(1, 5, 1.0, 1.0);
-        new_short.enqueued_iteration = 5;
+        let (old_long, new_short) = old_long_and_new_short();
         q.push(0, old_long);
         q.push(0, new_short);
         // At iteration 9 nobody is promoted: priority wins.
