@@ -111,14 +111,10 @@ struct Entry {
     stamp: u64,
     /// Running sequences that hold it (0: free, evictable).
     refs: u32,
-}
-
-impl Entry {
-    /// Whether the block is still resident: held, or free with its queue entry not yet taken
-    /// (a free block whose entry was popped was evicted; `take` leaves its entry behind).
-    fn live(&self, popped: u64) -> bool {
-        self.refs > 0 || self.stamp >= popped
-    }
+    /// Where its run names it (`Run::slots`): the run's index in `PrefixCache::run_list` and
+    /// the block's place in it, so that its eviction clears its place without a map probe.
+    run: u32,
+    at: u32,
 }
 
 /// The cached blocks of one run.
@@ -126,9 +122,8 @@ impl Entry {
 struct Run {
     /// The run's hash (`BlockHash::run`), its key in `PrefixCache::runs`.
     hash: u64,
-    /// The slot of each of its blocks, by place (`NO_SLOT` where none was computed, or one
-    /// was and its dead entry was removed); empty for a run out of the map, and otherwise
-    /// ending with a slot.
+    /// The slot of each of its resident blocks, by place (`NO_SLOT` where none is); empty for
+    /// a run out of the map, and otherwise ending with a slot.
     slots: Vec<Slot>,
 }
 
@@ -138,8 +133,10 @@ enum Free {
     /// Blocks that hold no cached prefix (0: a cached block's entry left stale when a hit
     /// took the block).
     Plain(u64),
-    /// A cached block, free and resident (its entry's stamp says where it is queued).
-    Cached,
+    /// A cached block, free and resident: its slot (its entry's stamp says where it is
+    /// queued), and its run and place (`Entry::run`, `Entry::at`), read here when it is
+    /// evicted rather than from its entry.
+    Cached { slot: Slot, run: u32, at: u32 },
 }
 
 /// The cached blocks of one replica and its free block queue, kept beside the block counts of
@@ -156,19 +153,14 @@ pub struct PrefixCache {
     /// The run `register` found last (its hash and index): a chunk registers its blocks in
     /// order, so consecutive registrations mostly fall in one run.
     last_run: Option<(u64, u32)>,
-    /// The blocks' entries, by slot. An eviction does not touch the runs: the evicted block's
-    /// entry stays named, dead (`Entry::live`), until the dead ones outnumber the live ones
-    /// `DEAD_PER_LIVE` times and are removed together, their slots kept for reuse.
+    /// The resident blocks' entries, by slot. An evicted block leaves its run at once (its
+    /// place cleared, a run left without a slot out of the map) and its slot becomes spare,
+    /// so every slot a run names is resident.
     entries: Vec<Entry>,
-    /// Slots no run names, reused before `entries` grows, the lowest first (kept in descending
-    /// order).
+    /// Slots no run names, reused (the latest freed first) before `entries` grows.
     spare: Vec<Slot>,
-    /// Slots the runs name (live or dead).
-    named: usize,
-    /// Dead entries the runs name.
-    dead: usize,
-    /// Whether each slot is dead, while the dead entries are removed (reused).
-    dead_slots: Vec<bool>,
+    /// Slots the runs name: the resident blocks.
+    resident: usize,
     free: VecDeque<Free>,
     /// Entries ever pushed onto and popped off `free`.
     pushed: u64,
@@ -180,11 +172,6 @@ pub struct PrefixCache {
 }
 
 impl PrefixCache {
-    /// How many times the live entries the dead ones outnumber before they are removed: the
-    /// removal passes over every entry and run, so the more dead it removes at once, the less
-    /// it costs an eviction (at the price of the dead entries' memory meanwhile).
-    const DEAD_PER_LIVE: usize = 3;
-
     /// An empty cache of `blocks` free blocks.
     pub fn new(blocks: u64) -> Self {
         PrefixCache {
@@ -194,9 +181,7 @@ impl PrefixCache {
             last_run: None,
             entries: Vec::new(),
             spare: Vec::new(),
-            named: 0,
-            dead: 0,
-            dead_slots: Vec::new(),
+            resident: 0,
             free: VecDeque::from([Free::Plain(blocks)]),
             pushed: 1,
             popped: 0,
@@ -212,7 +197,7 @@ impl PrefixCache {
 
     /// Blocks resident in the cache (held or free).
     pub fn resident(&self) -> usize {
-        self.named - self.dead
+        self.resident
     }
 
     /// How many of `hashes` (a prompt's blocks), from the first and at most `max`, are
@@ -235,7 +220,7 @@ impl PrefixCache {
                 },
             };
             match slots.get(hash.at as usize) {
-                Some(&slot) if slot != NO_SLOT && self.entries[slot as usize].live(self.popped) => {
+                Some(&slot) if slot != NO_SLOT => {
                     free += u64::from(self.entries[slot as usize].refs == 0);
                     hits.push(slot);
                 }
@@ -245,8 +230,9 @@ impl PrefixCache {
         (hits.len(), free)
     }
 
-    /// Whether the cache names no entry, live or dead, at any of `hashes` (the blocks of a
-    /// prompt from some block on, by run and in order within a run): one map probe a run.
+    /// Whether the cache holds none of `hashes` (the blocks of a prompt from some block on, by
+    /// run and in order within a run): one map probe a run. (It answers no, conservatively,
+    /// where a run names a block past one of them but none of them.)
     pub fn names_none(&self, hashes: &[BlockHash]) -> bool {
         let mut last = None;
         for hash in hashes {
@@ -286,6 +272,7 @@ impl PrefixCache {
     /// A sequence has computed the blocks `hashes`, in order (`register`): the slots of those
     /// cached with its reference are pushed onto `held`.
     pub fn register_all(&mut self, hashes: &[BlockHash], held: &mut Vec<Slot>) {
+        held.reserve(hashes.len());
         for &hash in hashes {
             if let Some(slot) = self.register(hash) {
                 held.push(slot);
@@ -309,16 +296,19 @@ impl PrefixCache {
     #[inline]
     pub fn acquire(&mut self, slot: Slot) -> bool {
         let entry = &mut self.entries[slot as usize];
-        debug_assert!(entry.live(self.popped), "acquired block is resident");
+        debug_assert_eq!(
+            self.run_list[entry.run as usize].slots.get(entry.at as usize),
+            Some(&slot),
+            "acquired block is resident"
+        );
         entry.refs += 1;
         if entry.refs > 1 {
             return false;
         }
         let at = (entry.stamp - self.popped) as usize;
         let queued = &mut self.free[at];
-        debug_assert_eq!(
-            *queued,
-            Free::Cached,
+        debug_assert!(
+            matches!(*queued, Free::Cached { slot: s, .. } if s == slot),
             "a free cached block is queued where its stamp says"
         );
         *queued = Free::Plain(0);
@@ -365,20 +355,21 @@ impl PrefixCache {
     /// already resident.
     #[inline]
     pub fn register(&mut self, hash: BlockHash) -> Option<Slot> {
-        let held = Entry { stamp: 0, refs: 1 };
         let run = self.run_index(hash.run);
         let at = hash.at as usize;
-        let named = self.run_list[run].slots.get(at).copied().unwrap_or(NO_SLOT);
-        if named != NO_SLOT {
-            let entry = &mut self.entries[named as usize];
-            if entry.live(self.popped) {
-                return None;
-            }
-            // An evicted block computed again.
-            *entry = held;
-            self.dead -= 1;
-            return Some(named);
+        let slots = &mut self.run_list[run].slots;
+        match slots.len() {
+            len if len > at && slots[at] != NO_SLOT => return None,
+            len if len == at => slots.push(NO_SLOT),
+            len if len < at => slots.resize(at + 1, NO_SLOT),
+            _ => {}
         }
+        let held = Entry {
+            stamp: 0,
+            refs: 1,
+            run: run as u32,
+            at: hash.at,
+        };
         let slot = match self.spare.pop() {
             Some(slot) => {
                 self.entries[slot as usize] = held;
@@ -389,17 +380,13 @@ impl PrefixCache {
                 Slot::try_from(self.entries.len() - 1).expect("under 2^32 cached blocks")
             }
         };
-        let slots = &mut self.run_list[run].slots;
-        if slots.len() <= at {
-            slots.resize(at + 1, NO_SLOT);
-        }
-        slots[at] = slot;
-        self.named += 1;
+        self.run_list[run].slots[at] = slot;
+        self.resident += 1;
         Some(slot)
     }
 
     /// A sequence drops its reference on the block at `slot`; true when the block became free
-    /// (it joins the free queue's tail, or is dropped at once to pay back an overdraft).
+    /// (it joins the free queue's tail, or is evicted at once to pay back an overdraft).
     #[inline]
     pub fn unref(&mut self, slot: Slot) -> bool {
         let entry = &mut self.entries[slot as usize];
@@ -407,20 +394,47 @@ impl PrefixCache {
         if entry.refs > 0 {
             return false;
         }
+        let (run, at) = (entry.run, entry.at);
         if self.overdraft > 0 {
-            // Dropped: dead from now on (an overdraft means the free queue was emptied, so
-            // `popped` is past stamp 0).
-            debug_assert!(self.popped > 0);
-            entry.stamp = 0;
             self.overdraft -= 1;
-            self.evicted += 1;
-            self.dead += 1;
+            self.evict(slot, run, at);
         } else {
             entry.stamp = self.pushed;
-            self.free.push_back(Free::Cached);
+            self.free.push_back(Free::Cached { slot, run, at });
             self.pushed += 1;
         }
         true
+    }
+
+    /// The free block at `slot` (place `at` of the run at index `run`) is evicted: its place
+    /// is cleared, its run leaves the map if it names no slot any more, and the slot becomes
+    /// spare.
+    #[inline]
+    fn evict(&mut self, slot: Slot, run: u32, at: u32) {
+        let slots = &mut self.run_list[run as usize].slots;
+        slots[at as usize] = NO_SLOT;
+        if at as usize + 1 == slots.len() {
+            while slots.last() == Some(&NO_SLOT) {
+                slots.pop();
+            }
+            if slots.is_empty() {
+                self.drop_run(run);
+            }
+        }
+        self.spare.push(slot);
+        self.resident -= 1;
+        self.evicted += 1;
+    }
+
+    /// The run at index `run`, left without a slot, leaves the map (its index kept for reuse).
+    #[inline(never)]
+    fn drop_run(&mut self, run: u32) {
+        let hash = self.run_list[run as usize].hash;
+        self.runs.remove(&hash);
+        self.spare_runs.push(run);
+        if self.last_run.is_some_and(|(_, index)| index == run) {
+            self.last_run = None;
+        }
     }
 
     /// `n` blocks are allocated: taken from the free queue's head, evicting the cached blocks
@@ -442,63 +456,14 @@ impl PrefixCache {
                         *front = Free::Plain(k - used);
                     }
                 }
-                Free::Cached => {
-                    // Evicted: its entry is dead from now on (`Entry::live`).
+                Free::Cached { slot, run, at } => {
                     self.free.pop_front();
                     self.popped += 1;
-                    self.evicted += 1;
-                    self.dead += 1;
+                    self.evict(slot, run, at);
                     n -= 1;
                 }
             }
         }
-        if self.dead > Self::DEAD_PER_LIVE * (self.named - self.dead) {
-            self.remove_dead();
-        }
-    }
-
-    /// Removes the dead entries from their runs (and the runs left without a slot from the
-    /// map); their slots become spare.
-    fn remove_dead(&mut self) {
-        // Which slots are dead, read in slot order; a spare slot reads as dead too, but no run
-        // names it. One more, past the last slot, stands for `NO_SLOT`, so that the pass over
-        // the runs reads each place the same way, without a branch.
-        let popped = self.popped;
-        self.dead_slots.clear();
-        self.dead_slots
-            .extend(self.entries.iter().map(|entry| !entry.live(popped)));
-        self.dead_slots.push(true);
-        let dead_slots = &self.dead_slots;
-        let none = self.entries.len();
-        for (index, run) in self.run_list.iter_mut().enumerate() {
-            if run.slots.is_empty() {
-                continue;
-            }
-            for slot in &mut run.slots {
-                let dead = dead_slots[(*slot as usize).min(none)];
-                *slot = if dead { NO_SLOT } else { *slot };
-            }
-            while run.slots.last() == Some(&NO_SLOT) {
-                run.slots.pop();
-            }
-            if run.slots.is_empty() {
-                self.runs.remove(&run.hash);
-                self.spare_runs.push(index as u32);
-            }
-        }
-        self.last_run = None;
-        // The spare slots are now the dead ones (those just removed and those spare before),
-        // listed from the highest so that `register` pops the lowest first: the registrations
-        // that follow write neighbouring entries.
-        self.spare.clear();
-        self.spare.extend(
-            (0..none)
-                .rev()
-                .filter(|&slot| dead_slots[slot])
-                .map(|slot| slot as Slot),
-        );
-        self.named -= self.dead;
-        self.dead = 0;
     }
 
     /// `n` plain blocks are freed (the overdraft paid back first).
@@ -667,7 +632,7 @@ mod tests {
     }
 
     #[test]
-    fn slots_freed_by_a_compaction_are_reused_lowest_first() {
+    fn an_evicted_block_s_slot_is_reused_and_an_emptied_run_leaves_the_map() {
         let mut cache = PrefixCache::new(8);
         cache.take(8);
         let slots: Vec<Slot> = (1..=8).map(|n| cache.register(h(n)).unwrap()).collect();
@@ -675,13 +640,14 @@ mod tests {
         for i in [5, 2, 7, 0, 3, 6, 1, 4] {
             cache.unref(slots[i]);
         }
-        // All eight evicted: the dead entries outnumber the live ones and are removed, and
-        // their runs with them.
+        // All eight evicted, in the order they were freed: their runs leave the map at once.
         cache.take(8);
         assert_eq!(cache.resident(), 0);
         assert!(cache.runs.is_empty());
+        assert!(cache.run_list.iter().all(|run| run.slots.is_empty()));
+        // The slots are reused, the latest evicted first.
         let reused: Vec<Slot> = (11..=14).map(|n| cache.register(h(n)).unwrap()).collect();
-        assert_eq!(reused, [0, 1, 2, 3]);
+        assert_eq!(reused, [slots[4], slots[1], slots[6], slots[3]]);
         assert_eq!(hits(&cache, &chain([11, 12, 13, 14, 1]), 5), (4, 0));
         // The runs 3 and 4 (blocks 11 to 14) took the indices the removed runs left.
         assert_eq!(cache.run_list.len(), 3);
@@ -718,25 +684,23 @@ mod tests {
         cache.unref(slots[1]);
         cache.take(1);
         assert_eq!(cache.evicted(), 1);
-        // A lookup stops at the dead place 1 (its entry stays named: 1 dead, 2 live); the
-        // block is then computed again.
+        // Place 1 is cleared at once; a lookup stops there. The block is then computed again,
+        // into the slot its eviction left.
+        assert_eq!(cache.run_list[0].slots, [slots[0], NO_SLOT, slots[2]]);
         assert_eq!(hits(&cache, &chain(0..3), 3), (1, 0));
         assert_eq!(hits(&cache, &[h(2)], 1), (1, 0));
         cache.give(1);
-        assert_eq!(
-            cache.register(h(1)),
-            Some(slots[1]),
-            "the dead entry is revived"
-        );
+        assert_eq!(cache.register(h(1)), Some(slots[1]), "the spare slot is reused");
         assert_eq!(hits(&cache, &chain(0..3), 3), (3, 0));
-        // Places 0 and 2 evicted, then the three blocks of run 1 computed and evicted: the
-        // dead (5) outnumber the live (place 1) more than `DEAD_PER_LIVE` times and are
-        // removed; run 0 stays (place 1), with a gap before it, run 1 leaves the map.
+        // Places 0 and 2 evicted: run 0 keeps place 1 (a gap before it, the place after it
+        // cut off).
         cache.unref(slots[0]);
         cache.unref(slots[2]);
         cache.take(3);
         assert_eq!(cache.resident(), 1);
-        assert_eq!(cache.run_list[0].slots, slots, "2 dead, 1 live: kept");
+        assert_eq!(cache.run_list[0].slots, [NO_SLOT, slots[1]]);
+        assert!(!cache.names_none(&[h(1)]) && cache.names_none(&[h(2)]));
+        // Run 1's three blocks computed and evicted: it leaves the map.
         cache.give(3);
         cache.take(3);
         let run1: Vec<Slot> = (3..6).map(|n| cache.register(h(n)).unwrap()).collect();
@@ -747,7 +711,6 @@ mod tests {
         assert_eq!(cache.resident(), 1);
         assert_eq!(cache.run_list.len(), 2);
         assert!(!cache.runs.contains_key(&1) && cache.run_list[1].slots.is_empty());
-        assert_eq!(cache.run_list[0].slots, [NO_SLOT, slots[1]]);
         assert_eq!(hits(&cache, &chain(0..3), 3), (0, 0));
         assert_eq!(hits(&cache, &[h(1)], 1), (1, 0));
     }
