@@ -19,7 +19,6 @@
 //! when the tokens up to their ends are the same.
 
 use rustc_hash::FxHashMap;
-use std::collections::VecDeque;
 use std::collections::hash_map::Entry as MapEntry;
 
 /// The first `tokens` tokens of the token stream `stream`.
@@ -139,6 +138,53 @@ enum Free {
     Cached { slot: Slot, run: u32, at: u32 },
 }
 
+/// The free block queue: a vector read from `head` (the items before it were popped), moved
+/// down once the popped items are half of it, so that a pop is one increment and an item's
+/// place is a plain index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FreeQueue {
+    items: Vec<Free>,
+    head: usize,
+}
+
+impl FreeQueue {
+    #[inline]
+    fn front_mut(&mut self) -> Option<&mut Free> {
+        self.items.get_mut(self.head)
+    }
+
+    /// Drops the front item (there is one).
+    #[inline]
+    fn pop_front(&mut self) {
+        self.head += 1;
+        if self.head >= 64 && self.head * 2 >= self.items.len() {
+            self.compact();
+        }
+    }
+
+    #[inline(never)]
+    fn compact(&mut self) {
+        self.items.drain(..self.head);
+        self.head = 0;
+    }
+
+    /// The item `at` places from the front.
+    #[inline]
+    fn get_mut(&mut self, at: usize) -> &mut Free {
+        &mut self.items[self.head + at]
+    }
+
+    #[inline]
+    fn back_mut(&mut self) -> Option<&mut Free> {
+        self.items[self.head..].last_mut()
+    }
+
+    #[inline]
+    fn push_back(&mut self, item: Free) {
+        self.items.push(item);
+    }
+}
+
 /// The cached blocks of one replica and its free block queue, kept beside the block counts of
 /// `kv::BlockManager` (which calls it on every allocation and release).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,7 +207,7 @@ pub struct PrefixCache {
     spare: Vec<Slot>,
     /// Slots the runs name: the resident blocks.
     resident: usize,
-    free: VecDeque<Free>,
+    free: FreeQueue,
     /// Entries ever pushed onto and popped off `free`.
     pushed: u64,
     popped: u64,
@@ -182,7 +228,10 @@ impl PrefixCache {
             entries: Vec::new(),
             spare: Vec::new(),
             resident: 0,
-            free: VecDeque::from([Free::Plain(blocks)]),
+            free: FreeQueue {
+                items: vec![Free::Plain(blocks)],
+                head: 0,
+            },
             pushed: 1,
             popped: 0,
             overdraft: 0,
@@ -306,7 +355,7 @@ impl PrefixCache {
             return false;
         }
         let at = (entry.stamp - self.popped) as usize;
-        let queued = &mut self.free[at];
+        let queued = self.free.get_mut(at);
         debug_assert!(
             matches!(*queued, Free::Cached { slot: s, .. } if s == slot),
             "a free cached block is queued where its stamp says"
@@ -487,6 +536,7 @@ impl PrefixCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::VecDeque;
 
     fn seg(stream: u64, tokens: u32) -> PrefixSegment {
         PrefixSegment { stream, tokens }
