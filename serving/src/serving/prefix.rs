@@ -931,6 +931,160 @@ mod tests {
         );
     }
 
+    /// The free blocks the queue holds, and checks that every place a run names is a
+    /// resident entry that names it back, that the map lists exactly the runs with a slot,
+    /// and that `resident` counts the named slots.
+    fn free_and_check(cache: &PrefixCache) -> u64 {
+        let mut named = 0;
+        for (index, run) in cache.run_list.iter().enumerate() {
+            assert_eq!(
+                cache.runs.get(&run.hash) == Some(&(index as u32)),
+                !run.slots.is_empty()
+            );
+            assert!(run.slots.last() != Some(&NO_SLOT), "a run ends with a slot");
+            for (at, &slot) in run.slots.iter().enumerate() {
+                if slot != NO_SLOT {
+                    let entry = cache.entries[slot as usize];
+                    assert_eq!((entry.run as usize, entry.at as usize), (index, at));
+                    named += 1;
+                }
+            }
+        }
+        assert_eq!(named, cache.resident());
+        assert_eq!(cache.runs.len(), cache.run_list.len() - cache.spare_runs.len());
+        cache.free.items[cache.free.head..]
+            .iter()
+            .map(|item| match *item {
+                Free::Plain(k) => k,
+                Free::Cached { .. } => 1,
+            })
+            .sum()
+    }
+
+    #[test]
+    fn sequences_that_compute_release_and_resume_see_the_block_by_block_cache() {
+        use rand::RngExt;
+        let mut rng = crate::rng::stream(11, "prefix-cache-sequences");
+        // Prompts of blocks of 4 tokens, a shared first segment or not, as in the test above.
+        let lengths = [3, 4, 9, 16, 22, 40];
+        let prompts: Vec<(Vec<BlockHash>, Vec<u64>)> = (0..12)
+            .map(|_| {
+                let segments: Vec<PrefixSegment> = (0..rng.random_range(1..4))
+                    .map(|_| {
+                        let tokens = lengths[rng.random_range(0..lengths.len())];
+                        seg(rng.random_range(0..3), tokens)
+                    })
+                    .collect();
+                let mut ours = Vec::new();
+                block_hashes(&segments, 4, &mut ours);
+                (ours, chained_hashes(&segments, 4))
+            })
+            .collect();
+        let blocks = 40;
+        let mut cache = PrefixCache::new(blocks);
+        let mut model = BlockByBlock::default();
+        model.free.extend((0..blocks).map(|_| None));
+        // A sequence: its prompt, the blocks it has gone through (hit or computed), its plain
+        // blocks and its references (hash, slot), in prompt order.
+        struct Sequence {
+            prompt: usize,
+            done: usize,
+            plain: u64,
+            held: Vec<(u64, Slot)>,
+        }
+        let mut running: Vec<Sequence> = Vec::new();
+        let mut preempted: Vec<usize> = Vec::new();
+        let (mut tail_hits, mut overdrafts) = (0, 0);
+        for _ in 0..6_000 {
+            match rng.random_range(0..8) {
+                // Admission (new or resumed): its prompt's resident blocks hit, in order.
+                0 | 1 if running.len() < 6 => {
+                    let prompt = match preempted.pop() {
+                        Some(prompt) if rng.random_bool(0.7) => prompt,
+                        _ => rng.random_range(0..prompts.len()),
+                    };
+                    let (ours, reference) = &prompts[prompt];
+                    let mut slots = Vec::new();
+                    let (hit, _) = cache.lookup(ours, ours.len(), &mut slots);
+                    let mut held = Vec::new();
+                    for (k, &slot) in slots.iter().enumerate() {
+                        let at_back = cache.free.items.len() > cache.free.head
+                            && cache.free.items.last()
+                                == Some(&Free::Cached {
+                                    slot,
+                                    run: cache.entries[slot as usize].run,
+                                    at: cache.entries[slot as usize].at,
+                                });
+                        tail_hits += u32::from(at_back);
+                        assert_eq!(cache.acquire(slot), model.acquire(reference[k]));
+                        held.push((reference[k], slot));
+                    }
+                    running.push(Sequence {
+                        prompt,
+                        done: hit,
+                        plain: 0,
+                        held,
+                    });
+                }
+                // A step: a sequence computes its next prompt blocks (a block each, taken
+                // from the free queue, possibly past the free blocks), registered in order.
+                2..=4 if !running.is_empty() => {
+                    let i = rng.random_range(0..running.len());
+                    let s = &mut running[i];
+                    let (ours, reference) = &prompts[s.prompt];
+                    let n = rng.random_range(1..4).min(ours.len() - s.done) as u64;
+                    overdrafts += u32::from(n > model.free.len() as u64);
+                    cache.take(n);
+                    model.take(n);
+                    for k in s.done..s.done + n as usize {
+                        let fresh = model.register(reference[k]);
+                        match cache.register(ours[k]) {
+                            Some(slot) => {
+                                assert!(fresh);
+                                s.held.push((reference[k], slot));
+                            }
+                            None => {
+                                assert!(!fresh);
+                                s.plain += 1;
+                            }
+                        }
+                    }
+                    s.done += n as usize;
+                }
+                // A sequence leaves (finished or preempted): plain blocks first, then its
+                // references, the last first.
+                5 | 6 if !running.is_empty() => {
+                    let s = running.swap_remove(rng.random_range(0..running.len()));
+                    cache.give(s.plain);
+                    model.give(s.plain);
+                    for &(hash, slot) in s.held.iter().rev() {
+                        assert_eq!(cache.unref(slot), model.unref(hash));
+                    }
+                    preempted.push(s.prompt);
+                }
+                _ => {}
+            }
+            assert_eq!(cache.evicted(), model.evicted);
+            assert_eq!(cache.resident(), model.refs.len());
+            let queued = model.free.len() as u64;
+            assert_eq!(free_and_check(&cache), queued);
+            for (ours, reference) in &prompts {
+                let expected = reference
+                    .iter()
+                    .take_while(|h| model.refs.contains_key(h))
+                    .fold((0, 0), |(n, free), h| {
+                        (n + 1, free + u64::from(model.refs[h] == 0))
+                    });
+                assert_eq!(hits(&cache, ours, ours.len()), expected);
+            }
+        }
+        assert!(
+            tail_hits > 50 && overdrafts > 5 && model.evicted > 200,
+            "{tail_hits} hits at the back, {overdrafts} overdrafts, {} evictions",
+            model.evicted
+        );
+    }
+
     use crate::serving::tests::{Fifo, request};
     use crate::serving::{
         Admission, AdmitHook, Batching, KvConfig, QueuePolicy, QueuedRequest, Replica,
