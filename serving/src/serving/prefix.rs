@@ -346,7 +346,9 @@ impl PrefixCache {
     pub fn acquire(&mut self, slot: Slot) -> bool {
         let entry = &mut self.entries[slot as usize];
         debug_assert_eq!(
-            self.run_list[entry.run as usize].slots.get(entry.at as usize),
+            self.run_list[entry.run as usize]
+                .slots
+                .get(entry.at as usize),
             Some(&slot),
             "acquired block is resident"
         );
@@ -740,7 +742,11 @@ mod tests {
         assert_eq!(hits(&cache, &chain(0..3), 3), (1, 0));
         assert_eq!(hits(&cache, &[h(2)], 1), (1, 0));
         cache.give(1);
-        assert_eq!(cache.register(h(1)), Some(slots[1]), "the spare slot is reused");
+        assert_eq!(
+            cache.register(h(1)),
+            Some(slots[1]),
+            "the spare slot is reused"
+        );
         assert_eq!(hits(&cache, &chain(0..3), 3), (3, 0));
         // Places 0 and 2 evicted: run 0 keeps place 1 (a gap before it, the place after it
         // cut off).
@@ -951,7 +957,10 @@ mod tests {
             }
         }
         assert_eq!(named, cache.resident());
-        assert_eq!(cache.runs.len(), cache.run_list.len() - cache.spare_runs.len());
+        assert_eq!(
+            cache.runs.len(),
+            cache.run_list.len() - cache.spare_runs.len()
+        );
         cache.free.items[cache.free.head..]
             .iter()
             .map(|item| match *item {
