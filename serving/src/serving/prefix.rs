@@ -85,10 +85,8 @@ pub fn block_hashes(segments: &[PrefixSegment], block_size: u32, out: &mut Vec<B
         let end = start + u64::from(s.tokens);
         // The blocks whose last token lies in [start, end): block k ends at (k + 1) x size - 1.
         let first = start / block_size;
-        out.extend((first..end / block_size).map(|k| BlockHash {
-            run,
-            at: (k - first) as u32,
-        }));
+        let count = (end / block_size - first) as u32;
+        out.extend((0..count).map(|at| BlockHash { run, at }));
         before = mix(run ^ u64::from(s.tokens));
         start = end;
     }
@@ -408,12 +406,12 @@ impl PrefixCache {
     pub fn register(&mut self, hash: BlockHash) -> Option<Slot> {
         let run = self.run_index(hash.run);
         let at = hash.at as usize;
-        let slots = &mut self.run_list[run].slots;
-        match slots.len() {
-            len if len > at && slots[at] != NO_SLOT => return None,
-            len if len == at => slots.push(NO_SLOT),
-            len if len < at => slots.resize(at + 1, NO_SLOT),
-            _ => {}
+        if self.run_list[run]
+            .slots
+            .get(at)
+            .is_some_and(|&slot| slot != NO_SLOT)
+        {
+            return None;
         }
         let held = Entry {
             stamp: 0,
@@ -431,7 +429,15 @@ impl PrefixCache {
                 Slot::try_from(self.entries.len() - 1).expect("under 2^32 cached blocks")
             }
         };
-        self.run_list[run].slots[at] = slot;
+        let slots = &mut self.run_list[run].slots;
+        if at < slots.len() {
+            slots[at] = slot;
+        } else {
+            if at > slots.len() {
+                slots.resize(at, NO_SLOT);
+            }
+            slots.push(slot);
+        }
         self.resident += 1;
         Some(slot)
     }
