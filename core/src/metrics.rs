@@ -34,8 +34,12 @@ impl LatencyRecorder {
             .expect("auto-resizing histogram accepts any u64");
         self.sum_ns += u128::from(nanos);
     }
-    /// `count` samples of `nanos` (the same as `count` calls of `record`).
+    /// `count` samples of `nanos` (the same as `count` calls of `record`). A count of 0 records
+    /// nothing: not even the histogram's running maximum moves, which `quantile_ms(1.0)` relies on.
     pub fn record_n(&mut self, nanos: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
         self.histogram
             .record_n(nanos, count)
             .expect("auto-resizing histogram accepts any u64");
@@ -60,9 +64,17 @@ impl LatencyRecorder {
         }
     }
     /// The `q`-quantile (0..=1) in milliseconds, within 0.1% (0 when empty).
+    ///
+    /// The maximum (`q >= 1`) is the histogram's running maximum rounded up to its bucket's
+    /// highest value: the same number as `value_at_quantile(1.0)` (whose scan stops at the last
+    /// non-zero count, the maximum's bucket, and answers that bucket's highest value), without
+    /// scanning the whole counts array. Every recorded sample has a count of at least 1 (see
+    /// `record_n`), so the running maximum is always a sample's value.
     pub fn quantile_ms(&self, q: f64) -> f64 {
         if self.count() == 0 {
             0.0
+        } else if q >= 1.0 {
+            self.histogram.max() as f64 * 1e-6
         } else {
             self.histogram.value_at_quantile(q) as f64 * 1e-6
         }
@@ -230,6 +242,37 @@ mod tests {
         assert_eq!(runs.sum_ns, one_by_one.sum_ns);
         assert_eq!(runs.histogram, one_by_one.histogram);
         assert_eq!(runs.summary(), one_by_one.summary());
+    }
+
+    #[test]
+    fn the_maximum_is_the_crates_hundredth_percentile() {
+        // Random recorders (wide value ranges that resize the histogram, zero counts, merges):
+        // `quantile_ms(1.0)` must equal the crate's own full scan.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut merged = LatencyRecorder::default();
+        for _ in 0..200 {
+            let mut recorder = LatencyRecorder::default();
+            for _ in 0..(next() % 50) {
+                let nanos = next() >> (next() % 64);
+                recorder.record_n(nanos, next() % 4);
+            }
+            let expected = |r: &LatencyRecorder| {
+                if r.count() == 0 {
+                    0.0
+                } else {
+                    r.histogram.value_at_quantile(1.0) as f64 * 1e-6
+                }
+            };
+            assert_eq!(recorder.quantile_ms(1.0), expected(&recorder));
+            merged.merge(&recorder);
+            assert_eq!(merged.quantile_ms(1.0), expected(&merged));
+        }
     }
 
     #[test]
