@@ -1,7 +1,8 @@
 //! Chimera-family queue policies: which waiting request an engine admits next. One file per
 //! policy, each a [`QueuePolicy`] built from its [`QueuePolicyConfig`] variant by [`build`]. All
 //! keep one ordered map per engine keyed by the policy's priority with the submission time and the
-//! request id breaking ties, so every order is total and deterministic.
+//! request id breaking ties, so every order is total and deterministic. The maps hold keys and
+//! small handles only; the requests themselves wait in a [`Slab`], stored once.
 
 use expertsim_serving::serving::{QueuePolicy, QueuePolicyConfig, QueuedRequest};
 use std::cmp::Ordering;
@@ -81,32 +82,79 @@ impl Ord for OrderedF64 {
     }
 }
 
-/// One ordered map of waiting requests per engine, keyed `(K, submission time, id)`: the shared
-/// machinery of the static-priority policies.
+/// Waiting requests stored once, each at a small handle that stays put while it waits, so the
+/// ordered maps move keys and handles instead of 96-byte requests. Freed handles are reused.
+#[derive(Clone, Debug, Default)]
+pub struct Slab {
+    slots: Vec<QueuedRequest>,
+    free: Vec<u32>,
+}
+
+impl Slab {
+    /// Stores `request` and returns its handle.
+    pub fn insert(&mut self, request: QueuedRequest) -> u32 {
+        match self.free.pop() {
+            Some(handle) => {
+                self.slots[handle as usize] = request;
+                handle
+            }
+            None => {
+                self.slots.push(request);
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 waiting requests")
+            }
+        }
+    }
+    /// The request at `handle` (a handle `insert` returned and `take` has not freed).
+    pub fn get(&self, handle: u32) -> &QueuedRequest {
+        &self.slots[handle as usize]
+    }
+    /// The request at `handle`, whose handle is freed.
+    pub fn take(&mut self, handle: u32) -> QueuedRequest {
+        self.free.push(handle);
+        self.slots[handle as usize]
+    }
+    /// Forgets every request.
+    pub fn clear(&mut self) {
+        self.slots.clear();
+        self.free.clear();
+    }
+}
+
+/// One ordered map of waiting requests per engine, keyed `(K, submission time, id)` with the
+/// requests in one [`Slab`]: the shared machinery of the static-priority policies.
 #[derive(Clone, Debug)]
 pub struct KeyedQueues<K: Ord> {
-    queues: Vec<BTreeMap<(K, u64, u64), QueuedRequest>>,
+    queues: Vec<BTreeMap<(K, u64, u64), u32>>,
+    requests: Slab,
 }
 
 impl<K: Ord> Default for KeyedQueues<K> {
     fn default() -> Self {
-        KeyedQueues { queues: Vec::new() }
+        KeyedQueues {
+            queues: Vec::new(),
+            requests: Slab::default(),
+        }
     }
 }
 
 impl<K: Ord> KeyedQueues<K> {
     pub fn reset(&mut self, n_engines: usize) {
         self.queues = (0..n_engines).map(|_| BTreeMap::new()).collect();
+        self.requests.clear();
     }
     pub fn push(&mut self, engine: usize, key: K, request: QueuedRequest) {
-        self.queues[engine].insert((key, request.submitted.0, request.id), request);
+        let key = (key, request.submitted.0, request.id);
+        let handle = self.requests.insert(request);
+        self.queues[engine].insert(key, handle);
     }
     pub fn pop(&mut self, engine: usize) -> Option<QueuedRequest> {
-        self.queues[engine].pop_first().map(|(_, r)| r)
+        let (_, handle) = self.queues[engine].pop_first()?;
+        Some(self.requests.take(handle))
     }
     /// The request `pop` would return, left queued.
     pub fn peek(&self, engine: usize) -> Option<QueuedRequest> {
-        self.queues[engine].first_key_value().map(|(_, r)| *r)
+        let (_, &handle) = self.queues[engine].first_key_value()?;
+        Some(*self.requests.get(handle))
     }
     pub fn len(&self, engine: usize) -> usize {
         self.queues[engine].len()
