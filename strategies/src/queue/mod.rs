@@ -212,6 +212,49 @@ mod tests {
         );
     }
 
+    /// A long random run of pushes (ties in the key, pops pushed back), pops and peeks on two
+    /// engines against a plain list searched for its least `(key, submission time, id)`: the
+    /// same request every time, and freed handles are reused without mixing requests up.
+    #[test]
+    fn keyed_queues_pop_and_peek_what_a_search_of_a_list_does() {
+        use rand::RngExt;
+        let mut rng = expertsim_serving::rng::stream(7, "keyed-queues");
+        let mut queues = KeyedQueues::<u32>::default();
+        queues.reset(2);
+        let mut lists: [Vec<(u32, QueuedRequest)>; 2] = [Vec::new(), Vec::new()];
+        let least = |list: &Vec<(u32, QueuedRequest)>| {
+            (0..list.len()).min_by_key(|&i| (list[i].0, list[i].1.submitted.0, list[i].1.id))
+        };
+        let (mut pops, mut pushed_back) = (0, 0);
+        for id in 0..20_000u64 {
+            let engine = rng.random_range(0..2usize);
+            let key = rng.random_range(0..8u32);
+            let r = testutil::request(id, rng.random_range(0..500), 1.0, id as f64);
+            queues.push(engine, key, r);
+            lists[engine].push((key, r));
+            for _ in 0..rng.random_range(0..3) {
+                let engine = rng.random_range(0..2usize);
+                let expected = least(&lists[engine]).map(|i| lists[engine][i].1);
+                assert_eq!(queues.peek(engine), expected);
+                let popped = queues.pop(engine);
+                assert_eq!(popped, expected, "request {id}");
+                let Some(i) = least(&lists[engine]) else { continue };
+                pops += 1;
+                let (key, r) = lists[engine].swap_remove(i);
+                if rng.random_bool(0.2) {
+                    pushed_back += 1;
+                    queues.push(engine, key, r);
+                    lists[engine].push((key, r));
+                }
+            }
+            for (engine, list) in lists.iter().enumerate() {
+                assert_eq!(queues.len(engine), list.len());
+            }
+        }
+        assert!(pops > 15_000 && pushed_back > 2_000, "{pops} pops");
+        assert!(lists.iter().all(|list| list.len() > 100));
+    }
+
     /// Every policy hands back each pushed request exactly once, per engine.
     #[test]
     fn every_policy_conserves_requests() {
