@@ -238,7 +238,9 @@ mod tests {
                 assert_eq!(queues.peek(engine), expected);
                 let popped = queues.pop(engine);
                 assert_eq!(popped, expected, "request {id}");
-                let Some(i) = least(&lists[engine]) else { continue };
+                let Some(i) = least(&lists[engine]) else {
+                    continue;
+                };
                 pops += 1;
                 let (key, r) = lists[engine].swap_remove(i);
                 if rng.random_bool(0.2) {
