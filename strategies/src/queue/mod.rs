@@ -1,7 +1,8 @@
 //! Chimera-family queue policies: which waiting request an engine admits next. One file per
 //! policy, each a [`QueuePolicy`] built from its [`QueuePolicyConfig`] variant by [`build`]. All
 //! keep one ordered map per engine keyed by the policy's priority with the submission time and the
-//! request id breaking ties, so every order is total and deterministic.
+//! request id breaking ties, so every order is total and deterministic. The maps hold keys and
+//! small handles only; the requests themselves wait in a [`Slab`], stored once.
 
 use expertsim_serving::serving::{QueuePolicy, QueuePolicyConfig, QueuedRequest};
 use std::cmp::Ordering;
@@ -81,32 +82,79 @@ impl Ord for OrderedF64 {
     }
 }
 
-/// One ordered map of waiting requests per engine, keyed `(K, submission time, id)`: the shared
-/// machinery of the static-priority policies.
+/// Waiting requests stored once, each at a small handle that stays put while it waits, so the
+/// ordered maps move keys and handles instead of 96-byte requests. Freed handles are reused.
+#[derive(Clone, Debug, Default)]
+pub struct Slab {
+    slots: Vec<QueuedRequest>,
+    free: Vec<u32>,
+}
+
+impl Slab {
+    /// Stores `request` and returns its handle.
+    pub fn insert(&mut self, request: QueuedRequest) -> u32 {
+        match self.free.pop() {
+            Some(handle) => {
+                self.slots[handle as usize] = request;
+                handle
+            }
+            None => {
+                self.slots.push(request);
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 waiting requests")
+            }
+        }
+    }
+    /// The request at `handle` (a handle `insert` returned and `take` has not freed).
+    pub fn get(&self, handle: u32) -> &QueuedRequest {
+        &self.slots[handle as usize]
+    }
+    /// The request at `handle`, whose handle is freed.
+    pub fn take(&mut self, handle: u32) -> QueuedRequest {
+        self.free.push(handle);
+        self.slots[handle as usize]
+    }
+    /// Forgets every request.
+    pub fn clear(&mut self) {
+        self.slots.clear();
+        self.free.clear();
+    }
+}
+
+/// One ordered map of waiting requests per engine, keyed `(K, submission time, id)` with the
+/// requests in one [`Slab`]: the shared machinery of the static-priority policies.
 #[derive(Clone, Debug)]
 pub struct KeyedQueues<K: Ord> {
-    queues: Vec<BTreeMap<(K, u64, u64), QueuedRequest>>,
+    queues: Vec<BTreeMap<(K, u64, u64), u32>>,
+    requests: Slab,
 }
 
 impl<K: Ord> Default for KeyedQueues<K> {
     fn default() -> Self {
-        KeyedQueues { queues: Vec::new() }
+        KeyedQueues {
+            queues: Vec::new(),
+            requests: Slab::default(),
+        }
     }
 }
 
 impl<K: Ord> KeyedQueues<K> {
     pub fn reset(&mut self, n_engines: usize) {
         self.queues = (0..n_engines).map(|_| BTreeMap::new()).collect();
+        self.requests.clear();
     }
     pub fn push(&mut self, engine: usize, key: K, request: QueuedRequest) {
-        self.queues[engine].insert((key, request.submitted.0, request.id), request);
+        let key = (key, request.submitted.0, request.id);
+        let handle = self.requests.insert(request);
+        self.queues[engine].insert(key, handle);
     }
     pub fn pop(&mut self, engine: usize) -> Option<QueuedRequest> {
-        self.queues[engine].pop_first().map(|(_, r)| r)
+        let (_, handle) = self.queues[engine].pop_first()?;
+        Some(self.requests.take(handle))
     }
     /// The request `pop` would return, left queued.
     pub fn peek(&self, engine: usize) -> Option<QueuedRequest> {
-        self.queues[engine].first_key_value().map(|(_, r)| *r)
+        let (_, &handle) = self.queues[engine].first_key_value()?;
+        Some(*self.requests.get(handle))
     }
     pub fn len(&self, engine: usize) -> usize {
         self.queues[engine].len()
@@ -162,6 +210,51 @@ mod tests {
             serde_json::from_value::<QueuePolicyConfig>(serde_json::json!({"kind": "lifo"}))
                 .is_err()
         );
+    }
+
+    /// A long random run of pushes (ties in the key, pops pushed back), pops and peeks on two
+    /// engines against a plain list searched for its least `(key, submission time, id)`: the
+    /// same request every time, and freed handles are reused without mixing requests up.
+    #[test]
+    fn keyed_queues_pop_and_peek_what_a_search_of_a_list_does() {
+        use rand::RngExt;
+        let mut rng = expertsim_serving::rng::stream(7, "keyed-queues");
+        let mut queues = KeyedQueues::<u32>::default();
+        queues.reset(2);
+        let mut lists: [Vec<(u32, QueuedRequest)>; 2] = [Vec::new(), Vec::new()];
+        let least = |list: &Vec<(u32, QueuedRequest)>| {
+            (0..list.len()).min_by_key(|&i| (list[i].0, list[i].1.submitted.0, list[i].1.id))
+        };
+        let (mut pops, mut pushed_back) = (0, 0);
+        for id in 0..20_000u64 {
+            let engine = rng.random_range(0..2usize);
+            let key = rng.random_range(0..8u32);
+            let r = testutil::request(id, rng.random_range(0..500), 1.0, id as f64);
+            queues.push(engine, key, r);
+            lists[engine].push((key, r));
+            for _ in 0..rng.random_range(0..3) {
+                let engine = rng.random_range(0..2usize);
+                let expected = least(&lists[engine]).map(|i| lists[engine][i].1);
+                assert_eq!(queues.peek(engine), expected);
+                let popped = queues.pop(engine);
+                assert_eq!(popped, expected, "request {id}");
+                let Some(i) = least(&lists[engine]) else {
+                    continue;
+                };
+                pops += 1;
+                let (key, r) = lists[engine].swap_remove(i);
+                if rng.random_bool(0.2) {
+                    pushed_back += 1;
+                    queues.push(engine, key, r);
+                    lists[engine].push((key, r));
+                }
+            }
+            for (engine, list) in lists.iter().enumerate() {
+                assert_eq!(queues.len(engine), list.len());
+            }
+        }
+        assert!(pops > 15_000 && pushed_back > 2_000, "{pops} pops");
+        assert!(lists.iter().all(|list| list.len() > 100));
     }
 
     /// Every policy hands back each pushed request exactly once, per engine.

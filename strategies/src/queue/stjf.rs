@@ -12,24 +12,24 @@
 //! request to completion, so Q is kept (and validated) for the scenario's fidelity but does not
 //! change any decision here (docs/chimera.md).
 
-use super::OrderedF64;
+use super::{OrderedF64, Slab};
 use expertsim_serving::serving::{QueuePolicy, QueuedRequest};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 type PriorityKey = (OrderedF64, u64, u64);
 
 #[derive(Clone, Debug, Default)]
 struct EngineQueue {
-    /// Every waiting request by (priority, submission ns, id).
-    by_priority: BTreeMap<PriorityKey, QueuedRequest>,
-    /// The same requests by (enqueued iteration, id) -> their priority key.
-    by_age: BTreeMap<(u64, u64), PriorityKey>,
+    /// Every waiting request by (priority, submission ns, id) -> its handle in `Stjf::requests`.
+    by_priority: BTreeMap<PriorityKey, u32>,
+    /// The same requests by (enqueued iteration, id) -> their handle.
+    by_age: BTreeMap<(u64, u64), u32>,
     /// While some request is promoted: the promoted levels' keys, a `Promoted` for each level
     /// chosen at since the last that ended (`last` decreasing: the most promoted level last).
     promoted: Vec<Promoted>,
-    /// The key last chosen and the iteration it was chosen at, until the queue next changes: a
+    /// The iteration of the last choice, its key and handle, until the queue next changes: a
     /// `pop` after a `peek` at the same iteration takes it without choosing again.
-    choice: Option<(u64, PriorityKey)>,
+    choice: Option<(u64, PriorityKey, u32)>,
 }
 
 /// The keys of the requests enqueued at or before `last`: a promoted level's prefix of
@@ -41,7 +41,8 @@ struct EngineQueue {
 #[derive(Clone, Debug)]
 struct Promoted {
     last: u64,
-    keys: BTreeSet<PriorityKey>,
+    /// The level's keys -> their handles.
+    keys: BTreeMap<PriorityKey, u32>,
 }
 
 /// Shortest total job first with Chimera's aging.
@@ -52,6 +53,8 @@ pub struct Stjf {
     /// Q, in engine iterations (see the module note).
     quantum: u64,
     queues: Vec<EngineQueue>,
+    /// Every engine's waiting requests, stored once; the queues hold their handles.
+    requests: Slab,
 }
 
 impl Stjf {
@@ -60,6 +63,7 @@ impl Stjf {
             starvation_threshold,
             quantum,
             queues: Vec::new(),
+            requests: Slab::default(),
         }
     }
 
@@ -91,23 +95,27 @@ impl QueuePolicy for Stjf {
     }
     fn reset(&mut self, n_engines: usize) {
         self.queues = vec![EngineQueue::default(); n_engines];
+        self.requests.clear();
     }
     fn push(&mut self, engine: usize, request: QueuedRequest) {
         let q = &mut self.queues[engine];
         q.choice = None;
         let k = key(&request);
         let joins = |p: &&mut Promoted| request.enqueued_iteration <= p.last;
+        let handle = self.requests.insert(request);
         for p in q.promoted.iter_mut().take_while(joins) {
-            p.keys.insert(k);
+            p.keys.insert(k, handle);
         }
-        q.by_age.insert((request.enqueued_iteration, request.id), k);
-        q.by_priority.insert(k, request);
+        q.by_age
+            .insert((request.enqueued_iteration, request.id), handle);
+        q.by_priority.insert(k, handle);
     }
     fn pop(&mut self, engine: usize, iteration: u64) -> Option<QueuedRequest> {
-        let chosen = self.chosen(engine, iteration)?;
+        let (chosen, handle) = self.chosen(engine, iteration)?;
         let q = &mut self.queues[engine];
         q.choice = None;
-        let request = q.by_priority.remove(&chosen).expect("chosen key is queued");
+        q.by_priority.remove(&chosen);
+        let request = self.requests.take(handle);
         q.by_age.remove(&(request.enqueued_iteration, request.id));
         let held = |p: &&mut Promoted| request.enqueued_iteration <= p.last;
         for p in q.promoted.iter_mut().take_while(held) {
@@ -116,8 +124,8 @@ impl QueuePolicy for Stjf {
         Some(request)
     }
     fn peek(&mut self, engine: usize, iteration: u64) -> Option<QueuedRequest> {
-        let chosen = self.chosen(engine, iteration)?;
-        self.queues[engine].by_priority.get(&chosen).copied()
+        let (_, handle) = self.chosen(engine, iteration)?;
+        Some(*self.requests.get(handle))
     }
     fn len(&self, engine: usize) -> usize {
         self.queues[engine].by_priority.len()
@@ -127,25 +135,25 @@ impl QueuePolicy for Stjf {
 impl Stjf {
     /// `choose`'s answer, kept until the queue changes: only `push` and `pop` change a queue,
     /// so a key chosen at the same iteration since is the one `choose` would return again.
-    fn chosen(&mut self, engine: usize, iteration: u64) -> Option<PriorityKey> {
+    fn chosen(&mut self, engine: usize, iteration: u64) -> Option<(PriorityKey, u32)> {
         match self.queues[engine].choice {
-            Some((at, chosen)) if at == iteration => Some(chosen),
+            Some((at, chosen, handle)) if at == iteration => Some((chosen, handle)),
             _ => {
-                let chosen = self.choose(engine, iteration)?;
-                self.queues[engine].choice = Some((iteration, chosen));
-                Some(chosen)
+                let (chosen, handle) = self.choose(engine, iteration)?;
+                self.queues[engine].choice = Some((iteration, chosen, handle));
+                Some((chosen, handle))
             }
         }
     }
 
-    /// The key of the request `engine` admits next at `iteration`, if any waits.
-    fn choose(&mut self, engine: usize, iteration: u64) -> Option<PriorityKey> {
+    /// The key and handle of the request `engine` admits next at `iteration`, if any waits.
+    fn choose(&mut self, engine: usize, iteration: u64) -> Option<(PriorityKey, u32)> {
         let (&(oldest, _), _) = self.queues[engine].by_age.first_key_value()?;
         let top_level = self.promotions(oldest, iteration);
         let q = &mut self.queues[engine];
         if top_level == 0 {
             q.promoted.clear();
-            return Some(*q.by_priority.first_key_value()?.0);
+            return q.by_priority.first_key_value().map(|(k, h)| (*k, *h));
         }
         // The most promoted requests are the oldest ones: a prefix of `by_age`, those enqueued
         // at or before `last`. The kept level with the longest prefix not past `last` is
@@ -154,27 +162,29 @@ impl Stjf {
         // promoted once more, and its prefix is read whole.
         let last = iteration - top_level * self.starvation_threshold;
         let by_age = &q.by_age;
+        let requests = &self.requests;
+        let key_of = |(_, &handle): (_, &u32)| (key(requests.get(handle)), handle);
         match q.promoted.iter().position(|p| p.last <= last) {
             Some(j) => {
                 q.promoted.truncate(j + 1);
                 let p = &mut q.promoted[j];
                 if p.last < last {
                     let joined = by_age.range((p.last + 1, 0)..=(last, u64::MAX));
-                    p.keys.extend(joined.map(|(_, k)| *k));
+                    p.keys.extend(joined.map(key_of));
                     p.last = last;
                 }
             }
             None => {
-                let keys = by_age.range(..=(last, u64::MAX)).map(|(_, k)| *k).collect();
+                let keys = by_age.range(..=(last, u64::MAX)).map(key_of).collect();
                 q.promoted.push(Promoted { last, keys });
             }
         }
         let p = q.promoted.last().expect("kept above");
-        Some(
-            *p.keys
-                .first()
-                .expect("the oldest request is at the top level"),
-        )
+        let (&chosen, &handle) = p
+            .keys
+            .first_key_value()
+            .expect("the oldest request is at the top level");
+        Some((chosen, handle))
     }
 }
 
