@@ -297,8 +297,9 @@ pub struct Replica {
     segments: Vec<PrefixSegment>,
     /// The slots of the cached blocks the latest prefix lookup hit, reused.
     hits: Vec<Slot>,
-    /// The prompt blocks of finished sequences, reused (cleared) by the next admissions.
-    spare_prefixes: Vec<SeqPrefix>,
+    /// The prompt blocks of finished sequences, reused (cleared) by the next admissions, boxes
+    /// and all (no allocation per stage).
+    spare_prefixes: Vec<Box<SeqPrefix>>,
     /// The prompt blocks of the latest new request that could not be admitted (pushed back to
     /// its queue), by its id: the next try, most often of the same request while the cache is
     /// full, reads them instead of asking `AdmitHook::prefix` and hashing the prompt again.
@@ -1041,7 +1042,7 @@ impl Replica {
                     // Its prompt's blocks are kept for the next try, most often its own.
                     if let Some(prefix) = s.prefix.take() {
                         let old = self.retry_prefix.replace((s.request.id, prefix));
-                        self.spare_prefixes.extend(old.map(|(_, prefix)| *prefix));
+                        self.spare_prefixes.extend(old.map(|(_, prefix)| prefix));
                     }
                     if popped {
                         policy.push(index, *s.request);
@@ -1163,7 +1164,7 @@ impl Replica {
             };
             p.own = first_past(shared.later);
             p.solo = first_past(shared.beside);
-            Box::new(p)
+            p
         });
     }
 
@@ -1414,7 +1415,7 @@ impl Replica {
                 let mut done = self.running.swap_remove(i);
                 free_blocks(&mut self.kv, &mut done);
                 if let Some(prefix) = done.prefix.take() {
-                    self.spare_prefixes.push(*prefix);
+                    self.spare_prefixes.push(prefix);
                 }
                 self.stats.completed += 1;
                 self.stats.sojourn_ns += u128::from((now - done.request.submitted).0);
