@@ -298,7 +298,8 @@ pub struct Replica {
     /// The slots of the cached blocks the latest prefix lookup hit, reused.
     hits: Vec<Slot>,
     /// The prompt blocks of finished sequences, reused (cleared) by the next admissions, boxes
-    /// and all (no allocation per stage).
+    /// and all (no allocation per stage): the boxes are what is reused, as `Seq::prefix` holds one.
+    #[allow(clippy::vec_box)]
     spare_prefixes: Vec<Box<SeqPrefix>>,
     /// The prompt blocks of the latest new request that could not be admitted (pushed back to
     /// its queue), by its id: the next try, most often of the same request while the cache is
