@@ -574,6 +574,30 @@ mod tests {
         slots[0]
     }
 
+    /// `count` random prompts of one to three segments, each of one of `lengths` tokens from one
+    /// of `streams` streams: each prompt's block identities (ours) and chained hashes (vLLM's).
+    fn random_prompts(
+        rng: &mut impl rand::RngExt,
+        count: usize,
+        lengths: &[u32],
+        streams: u64,
+        block_size: u32,
+    ) -> Vec<(Vec<BlockHash>, Vec<u64>)> {
+        (0..count)
+            .map(|_| {
+                let segments: Vec<PrefixSegment> = (0..rng.random_range(1..4))
+                    .map(|_| {
+                        let tokens = lengths[rng.random_range(0..lengths.len())];
+                        seg(rng.random_range(0..streams), tokens)
+                    })
+                    .collect();
+                let mut ours = Vec::new();
+                block_hashes(&segments, block_size, &mut ours);
+                (ours, chained_hashes(&segments, block_size))
+            })
+            .collect()
+    }
+
     /// vLLM's identity of a prompt's full blocks written out as it defines it: a hash chained
     /// block by block over what each block holds (for each segment it touches: the stream, the
     /// offset and the tokens taken), the reference `block_hashes` must agree with.
@@ -804,6 +828,20 @@ mod tests {
     }
 
     impl BlockByBlock {
+        /// Every prompt's leading resident blocks, and how many of them are free, are the same
+        /// in `cache` as in the model.
+        fn assert_hits_alike(&self, cache: &PrefixCache, prompts: &[(Vec<BlockHash>, Vec<u64>)]) {
+            for (ours, reference) in prompts {
+                let expected = reference
+                    .iter()
+                    .take_while(|h| self.refs.contains_key(h))
+                    .fold((0, 0), |(n, free), h| {
+                        (n + 1, free + u64::from(self.refs[h] == 0))
+                    });
+                assert_eq!(hits(cache, ours, ours.len()), expected);
+            }
+        }
+
         fn acquire(&mut self, hash: u64) -> bool {
             let refs = self.refs.get_mut(&hash).expect("resident");
             *refs += 1;
@@ -859,20 +897,7 @@ mod tests {
         use rand::RngExt;
         let mut rng = crate::rng::stream(7, "prefix-cache-model");
         // Prompts of blocks of 8 tokens: a shared first segment or not, then a few more.
-        let lengths = [5, 8, 12, 16, 29, 40];
-        let prompts: Vec<(Vec<BlockHash>, Vec<u64>)> = (0..16)
-            .map(|_| {
-                let segments: Vec<PrefixSegment> = (0..rng.random_range(1..4))
-                    .map(|_| {
-                        let tokens = lengths[rng.random_range(0..lengths.len())];
-                        seg(rng.random_range(0..4), tokens)
-                    })
-                    .collect();
-                let mut ours = Vec::new();
-                block_hashes(&segments, 8, &mut ours);
-                (ours, chained_hashes(&segments, 8))
-            })
-            .collect();
+        let prompts = random_prompts(&mut rng, 16, &[5, 8, 12, 16, 29, 40], 4, 8);
         // Every prompt block: (its identity, its chained hash).
         let pool: Vec<(BlockHash, u64)> = prompts
             .iter()
@@ -926,15 +951,7 @@ mod tests {
             }
             assert_eq!(cache.evicted(), model.evicted);
             assert_eq!(cache.resident(), model.refs.len());
-            for (ours, reference) in &prompts {
-                let expected = reference
-                    .iter()
-                    .take_while(|h| model.refs.contains_key(h))
-                    .fold((0, 0), |(n, free), h| {
-                        (n + 1, free + u64::from(model.refs[h] == 0))
-                    });
-                assert_eq!(hits(&cache, ours, ours.len()), expected);
-            }
+            model.assert_hits_alike(&cache, &prompts);
             evictions_seen = model.evicted;
         }
         assert!(
@@ -981,20 +998,7 @@ mod tests {
         use rand::RngExt;
         let mut rng = crate::rng::stream(11, "prefix-cache-sequences");
         // Prompts of blocks of 4 tokens, a shared first segment or not, as in the test above.
-        let lengths = [3, 4, 9, 16, 22, 40];
-        let prompts: Vec<(Vec<BlockHash>, Vec<u64>)> = (0..12)
-            .map(|_| {
-                let segments: Vec<PrefixSegment> = (0..rng.random_range(1..4))
-                    .map(|_| {
-                        let tokens = lengths[rng.random_range(0..lengths.len())];
-                        seg(rng.random_range(0..3), tokens)
-                    })
-                    .collect();
-                let mut ours = Vec::new();
-                block_hashes(&segments, 4, &mut ours);
-                (ours, chained_hashes(&segments, 4))
-            })
-            .collect();
+        let prompts = random_prompts(&mut rng, 12, &[3, 4, 9, 16, 22, 40], 3, 4);
         let blocks = 40;
         let mut cache = PrefixCache::new(blocks);
         let mut model = BlockByBlock::default();
@@ -1083,15 +1087,7 @@ mod tests {
             assert_eq!(cache.resident(), model.refs.len());
             let queued = model.free.len() as u64;
             assert_eq!(free_and_check(&cache), queued);
-            for (ours, reference) in &prompts {
-                let expected = reference
-                    .iter()
-                    .take_while(|h| model.refs.contains_key(h))
-                    .fold((0, 0), |(n, free), h| {
-                        (n + 1, free + u64::from(model.refs[h] == 0))
-                    });
-                assert_eq!(hits(&cache, ours, ours.len()), expected);
-            }
+            model.assert_hits_alike(&cache, &prompts);
         }
         assert!(
             tail_hits > 50 && overdrafts > 5 && model.evicted > 200,
