@@ -248,19 +248,14 @@ mod tests {
     fn the_maximum_is_the_crates_hundredth_percentile() {
         // Random recorders (wide value ranges that resize the histogram, zero counts, merges):
         // `quantile_ms(1.0)` must equal the crate's own full scan.
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        use rand::RngExt;
+        let mut rng = crate::rng::stream(5, "recorder-maximum");
         let mut merged = LatencyRecorder::default();
         for _ in 0..200 {
             let mut recorder = LatencyRecorder::default();
-            for _ in 0..(next() % 50) {
-                let nanos = next() >> (next() % 64);
-                recorder.record_n(nanos, next() % 4);
+            for _ in 0..rng.random_range(0..50) {
+                let nanos = rng.random::<u64>() >> rng.random_range(0..64);
+                recorder.record_n(nanos, rng.random_range(0..4));
             }
             let expected = |r: &LatencyRecorder| {
                 if r.count() == 0 {
