@@ -17,7 +17,7 @@ use expertsim_scenario::scenario::ScenarioPlan;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -50,6 +50,9 @@ struct Slot {
     units_left: AtomicUsize,
     resumed: usize,
     shared: usize,
+    /// The time its own jobs took, summed over the threads that ran them (nanoseconds): with
+    /// one pool thread per core, about the CPU time the run cost.
+    busy_ns: AtomicU64,
     document: OnceLock<ResultsDocument>,
 }
 
@@ -149,6 +152,7 @@ pub fn run_all(slots: &[RunSlot]) -> Result<Vec<ResultsDocument>, (usize, anyhow
             takes,
             resumed,
             shared,
+            busy_ns: AtomicU64::new(0),
             document: OnceLock::new(),
         })
         .collect();
@@ -194,7 +198,7 @@ pub fn run_all(slots: &[RunSlot]) -> Result<Vec<ResultsDocument>, (usize, anyhow
             Err(error) => return fail(s, error),
         };
         eprintln!(
-            "{}: {} cells x {} seeds{}{}, done at {:.1} s, {} figure files -> {}",
+            "{}: {} cells x {} seeds{}{}, done at {:.1} s, its jobs {:.1} s, {} figure files -> {}",
             slot.plan.path.display(),
             slot.plan.cells.len(),
             slot.plan.seeds.len(),
@@ -207,6 +211,7 @@ pub fn run_all(slots: &[RunSlot]) -> Result<Vec<ResultsDocument>, (usize, anyhow
                 n => format!(" ({n} cells as an equal cell ran them)"),
             },
             started.elapsed().as_secs_f64(),
+            state.busy_ns.load(Ordering::Acquire) as f64 * 1e-9,
             figures.len(),
             slot.out.display()
         );
@@ -237,6 +242,7 @@ pub fn run_all(slots: &[RunSlot]) -> Result<Vec<ResultsDocument>, (usize, anyhow
         let (u, seed) = jobs[j];
         let unit = &units[u];
         let plan = slots[unit.slot].plan;
+        let job_started = Instant::now();
         let outcome = runner::run_cell(
             &plan.cells[unit.cell].scenario,
             plan.seeds[seed],
@@ -244,6 +250,8 @@ pub fn run_all(slots: &[RunSlot]) -> Result<Vec<ResultsDocument>, (usize, anyhow
             None,
             None,
         );
+        let took = u64::try_from(job_started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        states[unit.slot].busy_ns.fetch_add(took, Ordering::AcqRel);
         let run = match outcome {
             Ok(run) => run,
             Err(message) => {

@@ -15,7 +15,7 @@ pub(crate) fn build(selection: &Selection<'_>) -> ChartFigure {
     let spec = selection.spec;
     if !spec.with_improvement {
         let mut figure = absolute(selection);
-        figure.caption = Some(whisker_caption(selection));
+        figure.caption = Some(caption(selection, ""));
         return figure;
     }
     // One row of absolute values and one of the change against the baseline per metric.
@@ -39,9 +39,9 @@ pub(crate) fn build(selection: &Selection<'_>) -> ChartFigure {
         }
     }
     let mut figure = ChartFigure::new(String::new(), charts, columns);
-    figure.caption = Some(format!(
-        "{}; change: against the baseline's seed mean, positive = better",
-        whisker_caption(selection)
+    figure.caption = Some(caption(
+        selection,
+        "; change: against the baseline's seed mean, positive = better",
     ));
     figure
 }
@@ -71,9 +71,14 @@ fn absolute(selection: &Selection<'_>) -> ChartFigure {
         Some(label) => label.clone(),
         None => selection.metric_label(metric),
     };
-    let mut figure = grid(selection, &mean, &y_label, &|metric| {
+    grid(selection, &mean, &y_label, &|metric| {
         selection.metric_label(metric)
-    });
+    })
+}
+
+/// The figure's caption: what the whiskers are, `more` after it, and the cells left out because
+/// they ran out of memory (once for the figure, not in each panel's title, where it would not fit).
+fn caption(selection: &Selection<'_>, more: &str) -> String {
     let left_out: Vec<String> = selection
         .cells
         .iter()
@@ -86,17 +91,15 @@ fn absolute(selection: &Selection<'_>) -> ChartFigure {
                 .join(" ")
         })
         .collect();
+    let mut caption = whisker_caption(selection);
+    caption.push_str(more);
     if !left_out.is_empty() {
-        let note = format!("OOM, left out: {}", left_out.join(", "));
-        for chart in &mut figure.charts {
-            match chart {
-                Chart::Line(p) => p.title = format!("{} ({note})", p.title),
-                Chart::Bars(p) => p.title = format!("{} ({note})", p.title),
-                _ => {}
-            }
-        }
+        caption.push_str(&format!(
+            "; out of memory, left out: {}",
+            left_out.join(", ")
+        ));
     }
-    figure
+    caption
 }
 
 /// Whether every run of the cell reports `out_of_memory` (ExpertWeave): it served nothing, so

@@ -372,3 +372,21 @@ fn metric_figures_carry_axis_labels_legend_title_and_caption() {
     );
     assert!(text.contains("improvement over fcfs (%)"));
 }
+
+/// ExpertWeave's memory scenario has cells that run out of memory (merged weights at 2 and 3
+/// adapters): the figure names them once, in its caption, and no panel title carries the note
+/// (a long title overflowed its panel's left edge).
+#[test]
+fn cells_out_of_memory_are_named_once_in_the_caption() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/expertweave/memory.toml");
+    let out = dir.path().join("out");
+    run_quick(scenario.to_str().unwrap(), &out);
+    let text = svg(&out, "memory_vs_adapters");
+    let note = "out of memory, left out: 2 merged, 3 merged";
+    assert_eq!(text.matches(note).count(), 1, "{text}");
+    assert!(
+        !text.contains("OOM, left out"),
+        "a panel title still carries the note"
+    );
+}
