@@ -12,7 +12,7 @@
 //! either expert's bound alone (its GPU's least cost without it), already reach that is not
 //! priced. On whole token counts within the lookup tables (GEM's traces) a candidate reads the
 //! tables by integer load, the same values `GpuCosts::cost` returns. Restarts run on scoped
-//! threads; their noisy utilizations are drawn up front from the layer's stream, so the result
+//! threads, each taking the next restart left; their noisy utilizations are drawn up front from the layer's stream, so the result
 //! does not depend on the thread count. The search is a pure function of the window, the
 //! curves and those utilizations, so its results are kept for the process (`SEARCHED`): cells
 //! that differ only in what the mapping does not see (GEM's sharegpt and codecontests cells
@@ -26,6 +26,7 @@ use expertsim_serving::rng::SimRng;
 use rand::RngExt;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Leading candidates of a refinement round kept as the next round's hints (`Search::refine`).
 const HINTS: usize = 8;
@@ -628,7 +629,8 @@ fn curves_digest(costs: &GpuCosts) -> [u8; 32] {
     })
 }
 
-/// The restarts from `inputs` on scoped threads; the best state (or linear, see `gem_place`).
+/// The restarts from `inputs` on scoped threads, each taking the next restart left; the best
+/// state (or linear, see `gem_place`).
 fn search_restarts(
     gem: &Gem,
     problem: &LayerProblem<'_>,
@@ -644,15 +646,22 @@ fn search_restarts(
             *slot = Some(search.restart(input, gem.min_relative_drop));
         }
     } else {
+        // Each thread takes the next restart not yet taken, so the threads finish together
+        // whatever the restarts cost (a fixed split left one thread idle while the other ran
+        // its share's long restarts); each result goes to its restart's place, so the best is
+        // the same whichever thread ran what.
+        let next = AtomicUsize::new(0);
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..threads)
-                .map(|worker| {
-                    let search = &search;
+                .map(|_| {
+                    let (search, next) = (&search, &next);
                     scope.spawn(move || {
-                        (worker..inputs.len())
-                            .step_by(threads)
-                            .map(|i| (i, search.restart(&inputs[i], gem.min_relative_drop)))
-                            .collect::<Vec<_>>()
+                        std::iter::from_fn(|| {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            (i < inputs.len())
+                                .then(|| (i, search.restart(&inputs[i], gem.min_relative_drop)))
+                        })
+                        .collect::<Vec<_>>()
                     })
                 })
                 .collect();
