@@ -1172,9 +1172,13 @@ impl<'a> ServingServer<'a> {
     /// the replica goes idle.
     fn start_step(&mut self, r: usize, now: SimTime) -> Option<SimTime> {
         let run = &mut self.replicas[r];
-        let (work, time) = if let Some(former) = &mut run.former {
+        // Each branch prices its `StepWork` where it was built and sets the step's counts and
+        // time in place: neither the work nor the time is moved through a pair (two copies of
+        // each a step).
+        let (counts, time);
+        if let Some(former) = &mut run.former {
             let work = run.replica.schedule_static_batch(now, former)?;
-            let time = match &mut run.priced_by {
+            time = match &mut run.priced_by {
                 Some(cost) => {
                     let candidates = former.in_flight().iter();
                     let expected_routing = run.expected.as_mut().map(|routing| {
@@ -1203,7 +1207,7 @@ impl<'a> ServingServer<'a> {
                     time
                 }
             };
-            (work, time)
+            counts = StepCounts::of(&work);
         } else {
             let mut hook = Admit {
                 outputs: &mut self.outputs,
@@ -1224,14 +1228,15 @@ impl<'a> ServingServer<'a> {
             if let Some(router) = &mut run.adapter_router {
                 work.routed = Some(router.route(work.adapters));
             }
-            let time = match &mut run.priced_by {
-                Some(cost) => cost.price(&work),
-                None => run.step_cost.price(&work),
-            };
+            // Each call writes its result straight into `time` (a `match` yielding it copied it).
+            if let Some(cost) = &mut run.priced_by {
+                time = cost.price(&work);
+            } else {
+                time = run.step_cost.price(&work);
+            }
             run.step_cost.model_flops(&work, &mut run.step_flops);
-            (work, time)
-        };
-        let counts = StepCounts::of(&work);
+            counts = StepCounts::of(&work);
+        }
         let waiting = match &run.former {
             Some(former) => former.waiting(),
             None => run.replica.waiting(&*self.queue, r),
