@@ -672,6 +672,58 @@ mod tests {
     }
 
     #[test]
+    fn a_small_step_bisects_to_the_counts_of_the_slot_by_slot_rounding() {
+        let shape = MlaMoeShape::esft_vanilla_16b();
+        let spec = spec(&["gate-math", "token-intent"]);
+        let layout = Rc::new(ExpertLayout::linear(26, 64, 4, 8));
+        let mut router =
+            AdapterRouter::new(&shape, &spec, &instance(true, 2), layout, stream(1, "r"));
+        let mut offsets = stream(1, "r");
+        let mut bisected = 0;
+        for (first, second) in [(1, 0), (0, 1), (1, 1), (2, 1), (0, 3), (1, 0), (40, 30)] {
+            let step = [
+                AdapterTokens {
+                    adapter: 0,
+                    tokens: first,
+                },
+                AdapterTokens {
+                    adapter: 1,
+                    tokens: second,
+                },
+            ];
+            let assignments = (first + second) * 6;
+            let routed = router.route(&step);
+            let (per_expert, copies) = (routed.per_expert.to_vec(), routed.copies.to_vec());
+            for layer in 0..26 {
+                let offset: f64 = offsets.random();
+                let cumulative = &router.cumulative[layer];
+                let slots = cumulative.len();
+                bisected += usize::from(assignments * SPARSE_RATIO < slots as u64);
+                // The rule slot by slot: each slot's rounded running sum less the one before.
+                let mut given = 0u64;
+                let mut want_copies = Vec::new();
+                for (slot, &running) in cumulative.iter().enumerate() {
+                    let upto = if slot + 1 == slots {
+                        assignments
+                    } else {
+                        ((running + offset).floor() as u64).min(assignments)
+                    };
+                    let count = (upto.max(given) - given) as u32;
+                    given = upto.max(given);
+                    if slot < 64 {
+                        assert_eq!(per_expert[layer * 64 + slot], count, "layer {layer} slot {slot}");
+                    } else if count > 0 {
+                        want_copies.push((router.copy_expert[layer][slot - 64], count));
+                    }
+                }
+                let got: Vec<_> = copies[layer].iter().map(|c| (c.expert, c.tokens)).collect();
+                assert_eq!(got, want_copies, "layer {layer}");
+            }
+        }
+        assert!(bisected > 26 * 4, "the small steps took the bisection");
+    }
+
+    #[test]
     fn rerouting_moves_its_bytes_per_operator() {
         // 32 rows over 8 Ascend-910B NPUs, 2 adapters: per MoE layer and operator 32 x (4 + 2 x
         // 4 x 6) + 2 x 64 x 4 = 2,176 B, 272 B a NPU at its streaming rate; the unfused chain
