@@ -299,6 +299,10 @@ pub fn device_memory(replica: &ReplicaSpec, adapters: &AdapterSpec) -> DeviceMem
 
 pub use crate::serving::step::CopyTokens;
 
+/// `AdapterRouter::route` bisects for each assignment where a layer has more than this many
+/// slots per assignment, and rounds slot by slot otherwise.
+const SPARSE_RATIO: u64 = 4;
+
 /// Where a step's tokens go when requests carry adapters: each adapter's tokens follow its
 /// domain's popularity (`super::popularity::Popularity`, each expert's probability capped at
 /// `1 / top_k` as a token picks an expert once); where the replica reroutes, a token routed to
@@ -416,41 +420,71 @@ impl AdapterRouter {
             let row = &mut self.per_expert[layer * experts..][..experts];
             let copies = &mut self.copies[layer];
             copies.clear();
+            let mut copies_slot = usize::MAX;
             let cumulative = &self.cumulative[layer];
             let slots = cumulative.len();
-            // Every slot's rounded running sum first: below 2^30 assignments each value is
-            // under 2^31, where converting through `i32` (which vectorizes) truncates as `u64`
-            // does.
-            self.uptos.clear();
-            if assignments < 1 << 30 {
-                self.uptos
-                    .extend(cumulative.iter().map(|&running| (running + offset) as i32 as u64));
+            if assignments * SPARSE_RATIO < slots as u64 {
+                // Few assignments among many slots (a decode step of a small batch): the
+                // rounded running sum `min(floor(running + offset), assignments)` (the last
+                // slot's `assignments`) never falls, so the `j`-th assignment goes to the
+                // first slot whose sum reaches `j`, found by bisection; the same counts as
+                // the slot-by-slot pass below.
+                row.fill(0);
+                let below_last = &cumulative[..slots - 1];
+                let mut from = 0;
+                for j in 1..=assignments {
+                    let reach = j as f64;
+                    let slot =
+                        from + below_last[from..].partition_point(|&running| running + offset < reach);
+                    from = slot;
+                    if slot < experts {
+                        row[slot] += 1;
+                    } else {
+                        let expert = self.copy_expert[layer][slot - experts];
+                        match copies.last_mut() {
+                            Some(last) if last.expert == expert && copies_slot == slot => {
+                                last.tokens += 1
+                            }
+                            _ => {
+                                copies.push(CopyTokens { expert, tokens: 1 });
+                                copies_slot = slot;
+                            }
+                        }
+                    }
+                }
             } else {
-                self.uptos
-                    .extend(cumulative.iter().map(|&running| (running + offset) as u64));
-            }
-            let mut given = 0u64;
-            for (slot, &rounded) in self.uptos.iter().enumerate() {
-                let upto = if slot + 1 == slots {
-                    assignments
+                // Every slot's rounded running sum first: below 2^30 assignments each value is
+                // under 2^31, where converting through `i32` (which vectorizes) truncates as `u64`
+                // does.
+                self.uptos.clear();
+                if assignments < 1 << 30 {
+                    self.uptos
+                        .extend(cumulative.iter().map(|&running| (running + offset) as i32 as u64));
                 } else {
-                    rounded.min(assignments)
-                };
-                let count = (upto.max(given) - given) as u32;
-                given = upto.max(given);
-                if slot < experts {
-                    row[slot] = count;
-                } else if count > 0 {
-                    copies.push(CopyTokens {
-                        expert: self.copy_expert[layer][slot - experts],
-                        tokens: count,
-                    });
+                    self.uptos
+                        .extend(cumulative.iter().map(|&running| (running + offset) as u64));
+                }
+                let mut given = 0u64;
+                for (slot, &rounded) in self.uptos.iter().enumerate() {
+                    let upto = if slot + 1 == slots {
+                        assignments
+                    } else {
+                        rounded.min(assignments)
+                    };
+                    let count = (upto.max(given) - given) as u32;
+                    given = upto.max(given);
+                    if slot < experts {
+                        row[slot] = count;
+                    } else if count > 0 {
+                        copies.push(CopyTokens {
+                            expert: self.copy_expert[layer][slot - experts],
+                            tokens: count,
+                        });
+                    }
                 }
             }
             let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
-            for (g, on_gpu) in on_gpus.iter_mut().enumerate() {
-                *on_gpu = self.layout.slot_tokens(layer, row, g).sum();
-            }
+            self.layout.gpu_sums(layer, row, on_gpus);
             for c in copies.iter() {
                 for (g, n) in self.layout.expert_hosts(layer, c.expert, c.tokens) {
                     on_gpus[g] += n;
@@ -635,6 +669,58 @@ mod tests {
         let mut base =
             AdapterRouter::new(&shape, &spec, &instance(false, 2), layout, stream(1, "r"));
         assert!(base.route(&step).copies.iter().all(Vec::is_empty));
+    }
+
+    #[test]
+    fn a_small_step_bisects_to_the_counts_of_the_slot_by_slot_rounding() {
+        let shape = MlaMoeShape::esft_vanilla_16b();
+        let spec = spec(&["gate-math", "token-intent"]);
+        let layout = Rc::new(ExpertLayout::linear(26, 64, 4, 8));
+        let mut router =
+            AdapterRouter::new(&shape, &spec, &instance(true, 2), layout, stream(1, "r"));
+        let mut offsets = stream(1, "r");
+        let mut bisected = 0;
+        for (first, second) in [(1, 0), (0, 1), (1, 1), (2, 1), (0, 3), (1, 0), (40, 30)] {
+            let step = [
+                AdapterTokens {
+                    adapter: 0,
+                    tokens: first,
+                },
+                AdapterTokens {
+                    adapter: 1,
+                    tokens: second,
+                },
+            ];
+            let assignments = (first + second) * 6;
+            let routed = router.route(&step);
+            let (per_expert, copies) = (routed.per_expert.to_vec(), routed.copies.to_vec());
+            for layer in 0..26 {
+                let offset: f64 = offsets.random();
+                let cumulative = &router.cumulative[layer];
+                let slots = cumulative.len();
+                bisected += usize::from(assignments * SPARSE_RATIO < slots as u64);
+                // The rule slot by slot: each slot's rounded running sum less the one before.
+                let mut given = 0u64;
+                let mut want_copies = Vec::new();
+                for (slot, &running) in cumulative.iter().enumerate() {
+                    let upto = if slot + 1 == slots {
+                        assignments
+                    } else {
+                        ((running + offset).floor() as u64).min(assignments)
+                    };
+                    let count = (upto.max(given) - given) as u32;
+                    given = upto.max(given);
+                    if slot < 64 {
+                        assert_eq!(per_expert[layer * 64 + slot], count, "layer {layer} slot {slot}");
+                    } else if count > 0 {
+                        want_copies.push((router.copy_expert[layer][slot - 64], count));
+                    }
+                }
+                let got: Vec<_> = copies[layer].iter().map(|c| (c.expert, c.tokens)).collect();
+                assert_eq!(got, want_copies, "layer {layer}");
+            }
+        }
+        assert!(bisected > 26 * 4, "the small steps took the bisection");
     }
 
     #[test]
