@@ -160,6 +160,10 @@ fn affinity_tables(
 /// Each expert's whole assignments in `row`: `floor(c_e + offset) - floor(c_{e-1} + offset)`
 /// over the running sums `c_e` of `expected` taken in `order`, every sum cut to `assignments`
 /// and the last expert ending at it exactly; `whole` truncates a non-negative sum.
+///
+/// No clamp from below is needed: the terms are non-negative, so each rounded sum is at least
+/// the one before (adding a non-negative float never lowers a sum, `whole` and the cut are
+/// non-decreasing), and `given` never passes `assignments`.
 #[inline(always)]
 fn spread(
     order: &[usize],
@@ -173,12 +177,13 @@ fn spread(
     let (last, rest) = order.split_last().expect("a layer has experts");
     for &e in rest {
         running += expected[e];
-        let upto = whole(running + offset).min(assignments).max(given);
+        let upto = whole(running + offset).min(assignments);
+        debug_assert!(upto >= given);
         row[e] = (upto - given) as u32;
         given = upto;
     }
     // The last expert ends at the exact total, whatever the rounding of the sums.
-    row[*last] = (assignments.max(given) - given) as u32;
+    row[*last] = (assignments - given) as u32;
 }
 
 /// `rng.random_range(0..=i)`, the same draws: rand's `usize` sampler takes its `u32` one for a
