@@ -329,10 +329,12 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
     Ok(Plan {
         caption_band,
         caption: figure.caption,
+        // The caption starts `2 * PANEL_MARGIN` from the left edge (`draw_figure`) and keeps as
+        // much from the right one.
         caption_font: fitted_size(
             figure.caption.unwrap_or(""),
             CAPTION_FONT,
-            width - 2 * PANEL_MARGIN,
+            width - 4 * PANEL_MARGIN,
         )?,
         width,
         height,
@@ -789,6 +791,34 @@ mod tests {
             points: vec![(1.0, 2.0), (2.0, 3.0)],
             y_err: None,
         }
+    }
+
+    #[test]
+    fn a_long_caption_ends_a_margin_before_the_right_edge() {
+        let mut figure = crate::ChartFigure::new(
+            String::new(),
+            vec![crate::Chart::Line(Panel {
+                series: vec![s("a")],
+                ..Panel::default()
+            })],
+            1,
+        );
+        let caption = "whiskers: 95% confidence interval of the mean over 5 seeds (Student t); \
+                       out of memory, left out: 2 merged, 3 merged";
+        figure.caption = Some(caption.to_string());
+        let view = figure.view();
+        let plan = plan(&view).unwrap();
+        assert!(
+            plan.caption_font < CAPTION_FONT,
+            "the caption is long enough to be fitted"
+        );
+        let width = text_size(caption, plan.caption_font).unwrap().0;
+        assert!(
+            2 * PANEL_MARGIN + width <= plan.width - 2 * PANEL_MARGIN,
+            "caption {width} px from x = {} in a {} px figure",
+            2 * PANEL_MARGIN,
+            plan.width
+        );
     }
 
     #[test]
