@@ -32,6 +32,10 @@ pub(crate) const LEGEND_FONT: f64 = 21.0;
 pub(crate) const PANEL_MARGIN: u32 = 10;
 /// Extra right margin so the last x tick label is not clipped.
 pub(crate) const PANEL_MARGIN_RIGHT: u32 = 26;
+/// The width a panel's title is fitted to: plotters centres it between the chart's left and
+/// right margins, so a title as wide as the panel less two left margins ran to the panel's
+/// left edge (in the first column, the figure's).
+pub(crate) const PANEL_TITLE_ROOM: u32 = PANEL_WIDTH - PANEL_MARGIN - PANEL_MARGIN_RIGHT;
 /// Height of the area below the plot: tick marks, tick labels, axis description.
 pub(crate) const X_LABEL_AREA: u32 = 56;
 /// Gap between tick marks and tick labels (plotters' default is 5 px + tick).
@@ -535,11 +539,7 @@ fn plan_axes(panel: &Panel, zero_based_y: bool) -> Result<AxesPlan, FigureError>
         widest = widest.max(text_size(&format_tick(t), TICK_FONT)?.0);
     }
     // Long texts are set smaller rather than clipped or spilling into neighbours.
-    let title_font = fitted_size(
-        &panel.title,
-        PANEL_TITLE_FONT,
-        PANEL_WIDTH - 2 * PANEL_MARGIN,
-    )?;
+    let title_font = fitted_size(&panel.title, PANEL_TITLE_FONT, PANEL_TITLE_ROOM)?;
     let desc_font = fitted_size(&panel.x_label, AXIS_DESC_FONT, PANEL_WIDTH * 3 / 4)?.min(
         fitted_size(&panel.y_label, AXIS_DESC_FONT, PANEL_HEIGHT * 3 / 4)?,
     );
@@ -603,7 +603,7 @@ pub(crate) fn panel_fonts(
     x_label: &str,
     y_label: &str,
 ) -> Result<(f64, f64), FigureError> {
-    let title_font = fitted_size(title, PANEL_TITLE_FONT, PANEL_WIDTH - 2 * PANEL_MARGIN)?;
+    let title_font = fitted_size(title, PANEL_TITLE_FONT, PANEL_TITLE_ROOM)?;
     let desc_font = fitted_size(x_label, AXIS_DESC_FONT, PANEL_WIDTH * 3 / 4)?.min(fitted_size(
         y_label,
         AXIS_DESC_FONT,
@@ -791,6 +791,33 @@ mod tests {
             points: vec![(1.0, 2.0), (2.0, 3.0)],
             y_err: None,
         }
+    }
+
+    #[test]
+    fn a_long_panel_title_fits_between_the_charts_margins() {
+        // CAPS's imbalance panel: the metric's label and the panel value.
+        let title = "expert-load imbalance (max/mean per layer, mean over MoE steps) — bursty";
+        let figure = Figure {
+            title: String::new(),
+            panels: vec![Panel {
+                title: title.to_string(),
+                series: vec![s("a")],
+                ..Panel::default()
+            }],
+            columns: 1,
+        };
+        let view = figure.view();
+        let plan = plan(&view).unwrap();
+        let font = line(&plan.panels[0]).title_font;
+        assert!(
+            font < PANEL_TITLE_FONT,
+            "the title is long enough to be fitted"
+        );
+        let width = text_size(title, font).unwrap().0;
+        assert!(
+            width <= PANEL_WIDTH - PANEL_MARGIN - PANEL_MARGIN_RIGHT,
+            "title {width} px in a {PANEL_WIDTH} px panel"
+        );
     }
 
     #[test]
