@@ -14,6 +14,9 @@ pub struct ResultsDocument {
     pub scenario: ScenarioEcho,
     pub seeds: Vec<u64>,
     pub sweep: Vec<SweepAxisEcho>,
+    /// `sweep_only`: which cells of the sweep's product were kept (absent: every cell).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sweep_only: Vec<serde_json::Value>,
     pub baseline: Option<BaselineEcho>,
     pub cells: Vec<CellResult>,
 }

@@ -315,6 +315,52 @@ fn shipped_chimera_scenarios_validate_in_every_cell() {
     assert!(stjf > 0);
 }
 
+/// Chimera's `systems` grid runs the paper's systems of Figure 5 and no other queue x router
+/// pair: every queue (vLLM's FCFS, MLFQ, LTR, STJF) with least-loaded routing, and STJF with
+/// Chimera's router at each slack, in every model x dataset x rate cell.
+#[test]
+fn the_chimera_systems_grid_keeps_the_papers_systems() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/chimera/systems.toml");
+    let pairs = |sets: &[String]| {
+        let plan = crate::scenario::load(&path, sets).unwrap_or_else(|e| panic!("{e}"));
+        let mut count = std::collections::BTreeMap::<String, usize>::new();
+        for cell in &plan.cells {
+            let coord = |key: &str| &cell.coords.iter().find(|(k, _)| k == key).expect(key).1;
+            let routing = coord("routing");
+            let name = format!(
+                "{}+{}{}",
+                coord("replica.queue")["kind"].as_str().unwrap(),
+                routing["kind"].as_str().unwrap(),
+                routing
+                    .get("slack")
+                    .map(|s| format!("@{s}"))
+                    .unwrap_or_default()
+            );
+            *count.entry(name).or_default() += 1;
+        }
+        count
+    };
+    let kept = pairs(&[]);
+    assert_eq!(
+        kept.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "fcfs+least_loaded",
+            "ltr+least_loaded",
+            "mlfq+least_loaded",
+            "stjf+chimera@0.0",
+            "stjf+chimera@0.5",
+            "stjf+chimera@1.0",
+            "stjf+chimera@2.0",
+            "stjf+least_loaded",
+        ]
+    );
+    // 4 model combinations x 2 datasets x 3 rates each.
+    assert!(kept.values().all(|&n| n == 24), "{kept:?}");
+    // Lifting the filter gives the whole 4 x 5 cross product.
+    assert_eq!(pairs(&["sweep_only=[]".to_string()]).len(), 20);
+}
+
 /// `replica.models` through the loader: its groups per cell and its errors' lines.
 mod replica_models {
     use crate::scenario::{Location, load_str};

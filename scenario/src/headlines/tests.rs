@@ -62,6 +62,7 @@ fn seeded_document(p99: &[(&str, i64, Vec<f64>)]) -> ResultsDocument {
                 values: vec![json!({ "kind": "fcfs" }), json!({ "kind": "gv" })],
             },
         ],
+        sweep_only: Vec::new(),
         baseline: None,
         cells,
     }

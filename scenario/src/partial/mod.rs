@@ -35,6 +35,9 @@ pub struct SweepHeader {
     pub scenario: ScenarioEcho,
     pub seeds: Vec<u64>,
     pub sweep: Vec<SweepAxisEcho>,
+    /// `sweep_only`'s entries (absent: every cell of the product).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sweep_only: Vec<serde_json::Value>,
     pub baseline: Option<BaselineEcho>,
     pub cells: Vec<CellKey>,
 }
@@ -64,6 +67,11 @@ impl SweepHeader {
                     key: a.key.clone(),
                     values: a.values.iter().map(toml_to_json).collect(),
                 })
+                .collect(),
+            sweep_only: plan
+                .only
+                .iter()
+                .map(|entry| toml_to_json(&toml::Value::Table(entry.clone())))
                 .collect(),
             baseline: plan.report.as_ref().map(|r| BaselineEcho {
                 compare: r.compare.clone(),
@@ -125,6 +133,7 @@ impl SweepHeader {
             scenario: self.scenario.clone(),
             seeds: self.seeds.clone(),
             sweep: self.sweep.clone(),
+            sweep_only: self.sweep_only.clone(),
             baseline: self.baseline.clone(),
             cells,
         }

@@ -3,7 +3,7 @@
 //! `select` values are among the swept ones.
 
 use super::file::{FigureFile, ReportFile};
-use super::sweep::{SweepAxis, display_value};
+use super::sweep::{SweepAxis, display_value, lookup};
 use crate::family::{FamilyId, FigureKind};
 use crate::validate::{FieldError, field_error};
 
@@ -62,13 +62,6 @@ impl AsList for serde_json::Value {
     fn as_list(&self) -> Option<&[Self]> {
         self.as_array().map(Vec::as_slice)
     }
-}
-
-/// The value at the dotted path `inner` inside a TOML table value.
-fn lookup<'v>(value: &'v toml::Value, inner: &str) -> Option<&'v toml::Value> {
-    inner
-        .split('.')
-        .try_fold(value, |v, part| v.as_table().and_then(|t| t.get(part)))
 }
 
 fn check_one(

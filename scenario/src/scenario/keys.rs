@@ -43,6 +43,14 @@ pub const COMMON: &[KeyDoc] = &[
          narrows it",
     ),
     row(
+        "sweep_only",
+        "none (every cell)",
+        "a list of tables of sweep keys (or fields of table-valued ones, e.g. `routing.kind`) to \
+         one value each: only the cells that match one table are run, e.g. `[{ \"routing.kind\" = \
+         \"least_loaded\" }, { \"replica.queue.kind\" = \"stjf\" }]`; `--set 'sweep_only=[]'` runs \
+         every cell",
+    ),
+    row(
         "[report]",
         "none",
         "`compare` (a sweep key) and `baseline` (one of its values): the summary table and \

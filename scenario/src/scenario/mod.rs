@@ -36,10 +36,13 @@ pub struct ScenarioPlan {
     pub description: String,
     pub seeds: Vec<u64>,
     pub axes: Vec<SweepAxis>,
+    /// `sweep_only`'s entries: the cells of the product the plan keeps (none: every cell).
+    pub only: Vec<toml::Table>,
     pub cells: Vec<Cell>,
     pub report: Option<ReportFile>,
     pub figures: Vec<FigureFile>,
-    /// The scenario document after `--set` overrides and without `[sweep]`, for the result echo.
+    /// The scenario document after `--set` overrides and without `[sweep]` and `sweep_only`, for
+    /// the result echo.
     pub document: toml::Table,
     /// The ceilings in force (`[limits]`).
     pub limits: Limits,
@@ -268,6 +271,15 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
         }
     }
 
+    // `sweep_only`, after --set (which may replace it: `--set 'sweep_only=[]'` keeps every
+    // cell), checked against the sweep as written, like the figures.
+    let only = match document.remove("sweep_only") {
+        None => Vec::new(),
+        Some(value) => sweep::parse_only(value, &written_axes).map_err(|(path, message)| {
+            loader.error(loader.locate(&path, &overrides), Some(&path), message)
+        })?,
+    };
+
     // The ceilings, read before anything is expanded; they cannot be swept.
     if let Some(axis) = axes
         .iter()
@@ -321,7 +333,20 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
         base_dir: &base_dir,
         limits: &limits,
     };
-    for coords in sweep::cartesian(&axes) {
+    let product = sweep::cartesian(&axes);
+    let product_len = product.len();
+    let kept: Vec<_> = product
+        .into_iter()
+        .filter(|coords| sweep::keeps(&only, coords))
+        .collect();
+    if kept.is_empty() {
+        return Err(loader.error(
+            loader.locate("sweep_only", &overrides),
+            Some("sweep_only"),
+            format!("keeps none of the sweep's {product_len} cells"),
+        ));
+    }
+    for coords in kept {
         let (file, scenario) = base.load_cell(&coords, &mut cache)?;
         if let Some(first) = &first
             && first.family != file.family
@@ -478,6 +503,7 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
         cells,
         report: file.report.clone(),
         figures: file.figures.clone(),
+        only,
         document,
         limits,
         notes,

@@ -181,8 +181,8 @@ fn walk(parse: &dyn Fn(toml::Value) -> Result<(), String>, path: &[Step], found:
     }
 }
 
-/// Every key of the common part of a scenario file (`scenario::file::CommonFile`) and `sweep`,
-/// which the loader expands before anything is deserialized.
+/// Every key of the common part of a scenario file (`scenario::file::CommonFile`), `sweep` and
+/// `sweep_only`, which the loader expands before anything is deserialized.
 pub fn common_keys() -> Vec<String> {
     let mut found = keys(&|value| {
         serde_path_to_error::deserialize::<_, super::CommonFile>(value)
@@ -190,6 +190,7 @@ pub fn common_keys() -> Vec<String> {
             .map_err(|e| e.inner().message().to_string())
     });
     found.insert(0, "sweep".into());
+    found.insert(1, "sweep_only".into());
     found
 }
 

@@ -1,7 +1,8 @@
 //! Sweeps and overrides: a `[sweep]` table of dotted keys to value lists, expanded into the
-//! cartesian product of cells (first key outermost), and `--set key=value` overrides. Both are
-//! applied to the TOML document before it is deserialized, so a swept value goes through exactly
-//! the same schema and validation as a written one.
+//! cartesian product of cells (first key outermost), `sweep_only` to keep some cells of that
+//! product, and `--set key=value` overrides. All are applied to the TOML document before it is
+//! deserialized, so a swept value goes through exactly the same schema and validation as a
+//! written one.
 
 /// One axis of a sweep: a dotted key and the values it takes.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,6 +27,126 @@ pub fn cartesian(axes: &[SweepAxis]) -> Vec<Vec<(String, toml::Value)>> {
             .collect();
     }
     cells
+}
+
+/// Reads `sweep_only`: a list of tables, each of sweep keys (or fields inside a table-valued
+/// sweep key, such as `routing.kind`) to one value. Every key must be swept and every value among
+/// the values `axes` give it, so a typo is refused rather than silently dropping cells. On error:
+/// the field's path (`sweep_only[1].routing.kind`) and the message.
+pub fn parse_only(
+    value: toml::Value,
+    axes: &[SweepAxis],
+) -> Result<Vec<toml::Table>, (String, String)> {
+    let toml::Value::Array(entries) = value else {
+        return Err((
+            "sweep_only".into(),
+            "must be a list of tables of sweep keys to values, e.g. [{ \"routing.kind\" = \
+             \"least_loaded\" }]"
+                .into(),
+        ));
+    };
+    let mut only = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.into_iter().enumerate() {
+        let toml::Value::Table(entry) = entry else {
+            return Err((
+                format!("sweep_only[{i}]"),
+                "must be a table of sweep keys to values".into(),
+            ));
+        };
+        if entry.is_empty() {
+            return Err((
+                format!("sweep_only[{i}]"),
+                "names no sweep key, so it would keep every cell".into(),
+            ));
+        }
+        for (key, wanted) in &entry {
+            let at = format!("sweep_only[{i}].{key}");
+            let Some(values) = swept_values(key, axes) else {
+                let keys: Vec<&str> = axes.iter().map(|a| a.key.as_str()).collect();
+                return Err((
+                    at,
+                    format!(
+                        "`{key}` is not a sweep key or a field of one (sweep keys: {})",
+                        if keys.is_empty() {
+                            "none".to_string()
+                        } else {
+                            keys.join(", ")
+                        }
+                    ),
+                ));
+            };
+            if !values.iter().any(|v| same_value(v, wanted)) {
+                let mut listed: Vec<String> = values.iter().map(|v| display_value(v)).collect();
+                listed.dedup();
+                return Err((
+                    at,
+                    format!(
+                        "{} is not among the swept values of `{key}` ({})",
+                        display_value(wanted),
+                        listed.join(", ")
+                    ),
+                ));
+            }
+        }
+        only.push(entry);
+    }
+    Ok(only)
+}
+
+/// Whether the cell at `coords` is kept by `only` (`sweep_only`): it matches one of the entries,
+/// each key of which has the entry's value in the cell. No entries keep every cell.
+pub fn keeps(only: &[toml::Table], coords: &[(String, toml::Value)]) -> bool {
+    only.is_empty()
+        || only.iter().any(|entry| {
+            entry.iter().all(|(key, wanted)| {
+                coord_field(coords, key).is_some_and(|value| same_value(value, wanted))
+            })
+        })
+}
+
+/// The cell's value of `key`: a sweep key's coordinate, or a field inside a table-valued one.
+fn coord_field<'c>(coords: &'c [(String, toml::Value)], key: &str) -> Option<&'c toml::Value> {
+    coords.iter().find_map(|(axis, value)| {
+        if axis == key {
+            Some(value)
+        } else {
+            let inner = key.strip_prefix(axis.as_str())?.strip_prefix('.')?;
+            lookup(value, inner)
+        }
+    })
+}
+
+/// The values `key` takes over the sweep: a sweep key's values, or the field inside a
+/// table-valued sweep key's values that have it; `None` when it is neither.
+fn swept_values<'a>(key: &str, axes: &'a [SweepAxis]) -> Option<Vec<&'a toml::Value>> {
+    axes.iter().find_map(|axis| {
+        if axis.key == key {
+            return Some(axis.values.iter().collect());
+        }
+        let inner = key.strip_prefix(axis.key.as_str())?.strip_prefix('.')?;
+        let values: Vec<&toml::Value> = axis
+            .values
+            .iter()
+            .filter_map(|v| lookup(v, inner))
+            .collect();
+        (!values.is_empty()).then_some(values)
+    })
+}
+
+/// The field at dotted `inner` inside a table value.
+pub(super) fn lookup<'v>(value: &'v toml::Value, inner: &str) -> Option<&'v toml::Value> {
+    inner
+        .split('.')
+        .try_fold(value, |v, part| v.as_table().and_then(|t| t.get(part)))
+}
+
+/// Equal values, an integer equal to a float of the same number (`8` and `8.0`).
+fn same_value(a: &toml::Value, b: &toml::Value) -> bool {
+    match (a, b) {
+        (toml::Value::Integer(i), toml::Value::Float(f))
+        | (toml::Value::Float(f), toml::Value::Integer(i)) => *i as f64 == *f,
+        _ => a == b,
+    }
 }
 
 /// Sets the dotted `key` of `doc` to `value`, creating missing tables on the way. A part of the
@@ -147,6 +268,90 @@ mod tests {
         assert_eq!(ids[2], "a=1,b=30");
         assert_eq!(ids[3], "a=2,b=10");
         assert_eq!(cartesian(&[]), vec![Vec::new()]);
+    }
+
+    fn table_axis(key: &str, kinds: &[&str]) -> SweepAxis {
+        SweepAxis {
+            key: key.into(),
+            values: kinds
+                .iter()
+                .map(|k| {
+                    let mut table = toml::Table::new();
+                    table.insert("kind".into(), toml::Value::String(k.to_string()));
+                    toml::Value::Table(table)
+                })
+                .collect(),
+        }
+    }
+
+    fn only(text: &str) -> toml::Value {
+        text.parse::<toml::Table>().unwrap().remove("only").unwrap()
+    }
+
+    #[test]
+    fn sweep_only_keeps_the_cells_that_match_one_entry() {
+        let axes = [
+            table_axis("queue", &["fcfs", "stjf"]),
+            table_axis("routing", &["least_loaded", "chimera"]),
+            axis("rate", &[8, 16]),
+        ];
+        let entries = parse_only(
+            only(r#"only = [{ "routing.kind" = "least_loaded" }, { "queue.kind" = "stjf", rate = 16.0 }]"#),
+            &axes,
+        )
+        .unwrap();
+        let kept: Vec<String> = cartesian(&axes)
+            .into_iter()
+            .filter(|c| keeps(&entries, c))
+            .map(|c| {
+                let kind = |i: usize| c[i].1["kind"].as_str().unwrap().to_string();
+                format!("{}+{}@{}", kind(0), kind(1), c[2].1)
+            })
+            .collect();
+        // Every queue with least-loaded routing; STJF with every router at rate 16 (an integer
+        // coordinate matches the float 16.0).
+        assert_eq!(
+            kept,
+            [
+                "fcfs+least_loaded@8",
+                "fcfs+least_loaded@16",
+                "stjf+least_loaded@8",
+                "stjf+least_loaded@16",
+                "stjf+chimera@16"
+            ]
+        );
+        assert!(cartesian(&axes).iter().all(|c| keeps(&[], c)));
+    }
+
+    #[test]
+    fn sweep_only_refuses_keys_not_swept_and_values_not_swept() {
+        let axes = [
+            table_axis("routing", &["least_loaded", "chimera"]),
+            axis("rate", &[8]),
+        ];
+        let (at, message) = parse_only(
+            only(r#"only = [{ rate = 8 }, { "routing.kid" = "chimera" }]"#),
+            &axes,
+        )
+        .unwrap_err();
+        assert_eq!(at, "sweep_only[1].routing.kid");
+        assert!(message.contains("not a sweep key"), "{message}");
+        let (at, message) = parse_only(
+            only(r#"only = [{ "routing.kind" = "least-loaded" }]"#),
+            &axes,
+        )
+        .unwrap_err();
+        assert_eq!(at, "sweep_only[0].routing.kind");
+        assert!(
+            message.contains("least-loaded is not among the swept values of `routing.kind` (least_loaded, chimera)"),
+            "{message}"
+        );
+        let (at, _) = parse_only(only("only = [{}]"), &axes).unwrap_err();
+        assert_eq!(at, "sweep_only[0]");
+        let (at, _) = parse_only(only("only = [1]"), &axes).unwrap_err();
+        assert_eq!(at, "sweep_only[0]");
+        let (at, _) = parse_only(only(r#"only = "x""#), &axes).unwrap_err();
+        assert_eq!(at, "sweep_only");
     }
 
     #[test]

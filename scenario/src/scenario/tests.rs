@@ -168,3 +168,46 @@ fn schema_errors_speak_toml_not_rust_types() {
     let err = load(&dup, &[]).unwrap_err();
     assert!(err.contains("duplicate key `name`"), "{err}");
 }
+
+#[test]
+fn sweep_only_drops_cells_and_names_its_file_line_and_field() {
+    let filtered = QUICK.replace(
+        "[model]",
+        "sweep_only = [{ \"replica.batch_former.kind\" = \"fcfs\" }, { \"arrival.rate_per_s\" = 300 }]\n[model]",
+    );
+    let plan = load(&filtered, &[]).unwrap();
+    let ids: Vec<&str> = plan.cells.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "arrival.rate_per_s=150,replica.batch_former.kind=fcfs",
+            "arrival.rate_per_s=300,replica.batch_former.kind=fcfs",
+            "arrival.rate_per_s=300,replica.batch_former.kind=random",
+            "arrival.rate_per_s=300,replica.batch_former.kind=greedy_variance",
+        ]
+    );
+    // The filter is not part of the document the cells are built from.
+    assert!(!plan.document.contains_key("sweep_only"));
+    // `--set 'sweep_only=[]'` keeps every cell.
+    assert_eq!(load(&filtered, &["sweep_only=[]"]).unwrap().cells.len(), 6);
+    // Narrowing the sweep so that no kept cell remains is refused.
+    let err = load(
+        &filtered,
+        &[
+            "arrival.rate_per_s=150",
+            "sweep_only=[{ \"arrival.rate_per_s\" = 300 }]",
+        ],
+    )
+    .unwrap_err();
+    assert!(err.contains("keeps none of the sweep's 3 cells"), "{err}");
+    assert!(err.contains("(--set)"), "{err}");
+    // A typo names the file, its line and the field.
+    let typo = filtered.replace("= \"fcfs\" }, {", "= \"fcsf\" }, {");
+    let err = load(&typo, &[]).unwrap_err();
+    assert!(err.contains("t.toml:4:"), "{err}");
+    assert!(
+        err.contains("sweep_only[0].replica.batch_former.kind"),
+        "{err}"
+    );
+    assert!(err.contains("fcsf is not among the swept values"), "{err}");
+}
