@@ -3,7 +3,7 @@
 //! `select` values are among the swept ones.
 
 use super::file::{FigureFile, ReportFile};
-use super::sweep::{SweepAxis, display_value, lookup};
+use super::sweep::{SweepAxis, display_value, listed_keys, lookup};
 use crate::family::{FamilyId, FigureKind};
 use crate::validate::{FieldError, field_error};
 
@@ -100,16 +100,11 @@ fn check_one(
         if is_swept(key, axes) {
             Ok(())
         } else {
-            let keys: Vec<&str> = axes.iter().map(|a| a.key.as_str()).collect();
             Err(field_error(
                 &format!("{at}.{field}"),
                 format!(
                     "`{key}` is not a sweep key (sweep keys: {})",
-                    if keys.is_empty() {
-                        "none".to_string()
-                    } else {
-                        keys.join(", ")
-                    }
+                    listed_keys(axes)
                 ),
             ))
         }
@@ -232,16 +227,11 @@ fn check_one(
     for (key, wanted) in &figure.select {
         let field = format!("select.{key}");
         let Some(axis) = axes.iter().find(|a| &a.key == key) else {
-            let keys: Vec<&str> = axes.iter().map(|a| a.key.as_str()).collect();
             return Err(field_error(
                 &format!("{at}.{field}"),
                 format!(
                     "`{key}` is not a sweep key (sweep keys: {})",
-                    if keys.is_empty() {
-                        "none".to_string()
-                    } else {
-                        keys.join(", ")
-                    }
+                    listed_keys(axes)
                 ),
             ));
         };

@@ -433,11 +433,7 @@ pub fn load_str(path: &Path, text: &str, sets: &[String]) -> Result<ScenarioPlan
                 Some(field),
                 format!(
                     "`{key}` is not a sweep key (sweep keys: {})",
-                    if axis_keys.is_empty() {
-                        "none".to_string()
-                    } else {
-                        axis_keys.join(", ")
-                    }
+                    sweep::listed_keys(&axes)
                 ),
             ))
         }

@@ -62,16 +62,11 @@ pub fn parse_only(
         for (key, wanted) in &entry {
             let at = format!("sweep_only[{i}].{key}");
             let Some(values) = swept_values(key, axes) else {
-                let keys: Vec<&str> = axes.iter().map(|a| a.key.as_str()).collect();
                 return Err((
                     at,
                     format!(
                         "`{key}` is not a sweep key or a field of one (sweep keys: {})",
-                        if keys.is_empty() {
-                            "none".to_string()
-                        } else {
-                            keys.join(", ")
-                        }
+                        listed_keys(axes)
                     ),
                 ));
             };
@@ -91,6 +86,17 @@ pub fn parse_only(
         only.push(entry);
     }
     Ok(only)
+}
+
+/// The sweep's keys as an error lists them: `a, b`, or `none`.
+pub fn listed_keys(axes: &[SweepAxis]) -> String {
+    if axes.is_empty() {
+        return "none".to_string();
+    }
+    axes.iter()
+        .map(|a| a.key.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Whether the cell at `coords` is kept by `only` (`sweep_only`): it matches one of the entries,
