@@ -51,6 +51,15 @@ pub struct ExpertRouter {
     /// The order of the experts in one layer's running sums (scratch, reshuffled per layer).
     order: Vec<usize>,
     rng: SimRng,
+    /// A step's words of `rng`, drawn at once (`draw_words`): per layer two for the offset and
+    /// one per index of the shuffle (scratch).
+    words: Vec<u32>,
+    /// Per word of `words`, the bound of its index (`experts` down to 2 per layer; 1 for the
+    /// offset's words, which no bound concerns): `one_word`'s second operand.
+    bounds: Vec<u32>,
+    /// Whether a step may draw its words at once (always, but in the test that holds the two
+    /// ways equal).
+    bulk: bool,
     /// Tokens of the step per topic (filled by the caller before `route`).
     pub topic_tokens: Vec<u64>,
     per_expert: Vec<u32>,
@@ -190,9 +199,39 @@ fn spread(
 /// bound within `u32` (every expert index), and this calls that one inline (`random_range` is
 /// an out-of-line call, a fifth of a static batch's routing).
 #[inline(always)]
-fn index_up_to(rng: &mut SimRng, i: usize) -> usize {
+fn index_up_to<R: rand::Rng + ?Sized>(rng: &mut R, i: usize) -> usize {
     debug_assert!(i <= u32::MAX as usize);
     UniformInt::<u32>::sample_single_inclusive(0, i as u32, rng).expect("0 <= i") as usize
+}
+
+/// The unit float `rng.random::<f64>()` makes of the two words `lo` and `hi` (its `u64`, low
+/// word first): the 53 high bits times 2^-53.
+#[inline(always)]
+fn unit_f64(lo: u32, hi: u32) -> f64 {
+    let value = (u64::from(hi) << 32) | u64::from(lo);
+    (value >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+/// Fisher-Yates over `order` with one word per index, from the last position down:
+/// `index_up_to(i)`'s index where it takes one word (`one_word`), the high half of the word
+/// times `i + 1`.
+#[inline(always)]
+fn shuffle(order: &mut [usize], words: &[u32]) {
+    for (i, &word) in (1..order.len()).rev().zip(words) {
+        let j = (u64::from(word) * (i as u64 + 1)) >> 32;
+        order.swap(i, j as usize);
+    }
+}
+
+/// Whether `index_up_to` takes one word for each index drawn from `words` with its bound
+/// in `bounds` (`index_up_to(bound - 1)`): rand's sampler draws a second word only where the
+/// first's product with the bound has a low half above `2^32 - bound`. A bound of 1 always
+/// passes.
+#[inline(always)]
+fn one_word(words: &[u32], bounds: &[u32]) -> bool {
+    words.iter().zip(bounds).fold(true, |all, (&word, &bound)| {
+        all & (word.wrapping_mul(bound) <= bound.wrapping_neg())
+    })
 }
 
 /// `weights` (summing to 1) with none above `cap`: the excess of the capped ones spread over the
@@ -284,6 +323,9 @@ impl ExpertRouter {
             expected_for: Vec::new(),
             order: (0..experts).collect(),
             rng: offsets,
+            words: Vec::new(),
+            bounds: Vec::new(),
+            bulk: true,
             topic_tokens: vec![0; n_topics],
             per_expert: vec![0; layers * experts],
             step_load: vec![0.0; layers * experts],
@@ -473,6 +515,9 @@ impl ExpertRouter {
         if unseen.is_none() && self.expected_for != self.topic_tokens {
             self.expect();
         }
+        // The step's offsets and shuffles drawn as one run of words (the words its layers
+        // would draw one by one, in the same order), where no index needs a second word.
+        let drawn = unseen.is_none() && assignments > 0 && self.bulk && self.draw_words();
         for layer in (0..self.n_layers).filter(|_| !by_slot) {
             let row = &mut self.per_expert[layer * experts..][..experts];
             if let (Some(replay), Some(_)) = (&self.replay, unseen) {
@@ -510,19 +555,22 @@ impl ExpertRouter {
                 }
                 continue;
             }
-            let offset: f64 = if assignments > 0 {
-                self.rng.random()
-            } else {
-                0.0
-            };
             // The running sums follow a fresh random order of the experts: systematic sampling
             // makes neighbours in its order share the assignments (two experts expecting half
             // a token each rarely both get one), which must not favour any expert layout.
-            if assignments > 0 {
+            let offset: f64 = if assignments == 0 {
+                0.0
+            } else if drawn {
+                let words = &self.words[layer * (experts + 1)..][..experts + 1];
+                shuffle(&mut self.order, &words[2..]);
+                unit_f64(words[0], words[1])
+            } else {
+                let offset = self.rng.random();
                 for i in (1..experts).rev() {
                     self.order.swap(i, index_up_to(&mut self.rng, i));
                 }
-            }
+                offset
+            };
             // The running sums are non-negative (so is the offset): below 2^62 assignments a
             // sum not cut to `assignments` is under 2^63, where converting through `i64`
             // truncates as `u64` does, in fewer instructions.
@@ -556,6 +604,33 @@ impl ExpertRouter {
             per_slot: if by_slot { &self.per_slot } else { &[] },
             copies: &[],
         }
+    }
+
+    /// Draws the step's words into `words`: per layer the offset's two (`unit_f64`) and one
+    /// per index of the shuffle (`shuffle`), the words `rng.random()` and `index_up_to` would
+    /// take one at a time. Rand's index sampler takes a second word where the first's low
+    /// product passes `2^32 - bound` (`one_word`, about once in 10^8 for 16 experts); if any
+    /// index would, the stream is put back where it was and `false` returned (the layers then
+    /// draw one by one).
+    fn draw_words(&mut self) -> bool {
+        let experts = self.n_experts;
+        if experts > u32::MAX as usize {
+            return false;
+        }
+        let per_layer = experts + 1;
+        if self.words.is_empty() {
+            self.words = vec![0; per_layer * self.n_layers];
+            self.bounds = (0..self.n_layers)
+                .flat_map(|_| [1, 1].into_iter().chain((2..=experts as u32).rev()))
+                .collect();
+        }
+        self.rng.fill(&mut self.words[..]);
+        let single = one_word(&self.words, &self.bounds);
+        if !single {
+            let end = self.rng.get_word_pos();
+            self.rng.set_word_pos(end - self.words.len() as u128);
+        }
+        single
     }
 
     /// `route`'s replay of unseen step `u` on a rising replay (`TraceReplay::rising`) with
@@ -650,6 +725,7 @@ impl ExpertPopularity {
 mod tests {
     use super::*;
     use crate::rng::stream;
+    use rand::Rng;
 
     fn mixtral_router(routing: ExpertRoutingTable, topics: u32) -> ExpertRouter {
         let shape = MoeModelShape::mixtral_8x7b();
@@ -673,6 +749,128 @@ mod tests {
             assert_eq!(index_up_to(&mut a, i), b.random_range(0..=i), "round {round}");
         }
         assert_eq!(a.random::<u64>(), b.random::<u64>());
+    }
+
+    #[test]
+    fn a_step_drawn_at_once_routes_as_one_drawn_word_by_word() {
+        // Twin routers, one drawing each step's words at once and one word by word: the same
+        // counts per expert and GPU at every step (one token, a decode batch, prefills, none)
+        // and the streams in step after each, on Mixtral (8 experts, top-2) and Scout (16,
+        // top-1, 2 per GPU).
+        let scout = MoeModelShape::llama_4_scout();
+        let shapes = [
+            (MoeModelShape::mixtral_8x7b(), ExpertLayout::linear(32, 8, 4, 4)),
+            (scout.clone(), ExpertLayout::linear(scout.n_layers, 16, 8, 8)),
+        ];
+        for (shape, layout) in shapes {
+            let layout = Rc::new(layout);
+            let new = || {
+                ExpertRouter::new(
+                    &shape,
+                    ExpertRoutingTable::Zipf { exponent: 1.0 },
+                    3,
+                    Rc::clone(&layout),
+                    &mut stream(5, "popularity"),
+                    stream(5, "offsets"),
+                )
+            };
+            let (mut bulk, mut each) = (new(), new());
+            each.bulk = false;
+            let mixes: [[u64; 3]; 8] = [
+                [1, 0, 0],
+                [3, 2, 3],
+                [3, 2, 3],
+                [0, 0, 0],
+                [700, 20, 1500],
+                [0, 1, 1],
+                [40_000, 0, 1],
+                [2, 2, 2],
+            ];
+            for step in 0..400 {
+                let mix = mixes[step % mixes.len()];
+                bulk.topic_tokens.copy_from_slice(&mix);
+                each.topic_tokens.copy_from_slice(&mix);
+                let a = bulk.route(mix.iter().sum());
+                let (a_experts, a_gpus) = (a.per_expert.to_vec(), a.per_gpu.to_vec());
+                let b = each.route(mix.iter().sum());
+                assert_eq!(a_experts, b.per_expert, "step {step}");
+                assert_eq!(a_gpus, b.per_gpu, "step {step}");
+                assert_eq!(bulk.rng.get_word_pos(), each.rng.get_word_pos(), "step {step}");
+            }
+            assert_eq!(bulk.order, each.order);
+        }
+    }
+
+    /// Words handed out in a given order, for rand's samplers.
+    struct Words(std::vec::IntoIter<u32>);
+
+    impl rand::TryRng for Words {
+        type Error = std::convert::Infallible;
+        fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
+            Ok(self.0.next().expect("a word left"))
+        }
+        fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
+            let lo = u64::from(self.0.next().expect("a word left"));
+            Ok((u64::from(self.0.next().expect("a word left")) << 32) | lo)
+        }
+        fn try_fill_bytes(&mut self, _: &mut [u8]) -> Result<(), Self::Error> {
+            unreachable!("the samplers here take words")
+        }
+    }
+
+    #[test]
+    fn one_word_is_where_rands_index_sampler_takes_one_word() {
+        // Words whose low product with the bound is at, just past and far below the sampler's
+        // threshold (3 x 0x5555_5555 = 2^32 - 1, past 2^32 - 3), on bounds 2 to 16: `one_word`
+        // says whether `index_up_to` took a second word, and `shuffle`'s index is its index
+        // wherever it took one.
+        let mut words = vec![0, 1, u32::MAX, 0x5555_5555, 0x5555_5554, 0x8000_0000];
+        words.extend((0..200u32).map(|i| i.wrapping_mul(0x9E37_79B9)));
+        let mut seconds = 0;
+        for bound in 2..=16u32 {
+            for &word in &words {
+                let mut source = Words(vec![word, 0xFFFF_FFFF].into_iter());
+                let index = index_up_to(&mut source, bound as usize - 1);
+                let took_one = source.0.len() == 1;
+                let pair = [word, 0, word];
+                let bounds = [bound, bound, 1];
+                assert_eq!(one_word(&pair, &bounds), took_one, "word {word:#x}, bound {bound}");
+                seconds += usize::from(!took_one);
+                if took_one {
+                    let mut order: Vec<usize> = (0..bound as usize).collect();
+                    shuffle(&mut order, &[word]);
+                    let last = bound as usize - 1;
+                    assert_eq!(order[last], index, "word {word:#x}, bound {bound}");
+                }
+            }
+        }
+        assert!(seconds > 0, "some word takes a second one");
+    }
+
+    #[test]
+    fn unit_f64_is_the_float_random_draws() {
+        let (mut a, mut b) = (stream(9, "offsets"), stream(9, "offsets"));
+        for _ in 0..10_000 {
+            let (lo, hi) = (a.next_u32(), a.next_u32());
+            assert_eq!(unit_f64(lo, hi).to_bits(), b.random::<f64>().to_bits());
+        }
+    }
+
+    #[test]
+    fn a_stream_put_back_draws_the_same_words_again() {
+        // `draw_words`' way back: the word position less the words drawn at once.
+        let (mut a, mut b) = (stream(4, "offsets"), stream(4, "offsets"));
+        let _: u32 = a.next_u32();
+        let _: u32 = b.next_u32();
+        let mut words = vec![0u32; 17 * 48];
+        a.fill(&mut words[..]);
+        let end = a.get_word_pos();
+        a.set_word_pos(end - words.len() as u128);
+        for &word in &words {
+            assert_eq!(a.next_u32(), word);
+            assert_eq!(b.next_u32(), word);
+        }
+        assert_eq!(a.next_u32(), b.next_u32());
     }
 
     #[test]

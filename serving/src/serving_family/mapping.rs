@@ -178,6 +178,16 @@ impl ExpertLayout {
         if self.plain {
             let slots = &self.slots[layer * self.gpus() * self.slots_per_gpu..]
                 [..out.len() * self.slots_per_gpu];
+            if self.slots_per_gpu == 2 {
+                // Two experts per GPU (a study's EP layouts): the pair's sum, in the same order.
+                for (on_gpu, pair) in out.iter_mut().zip(slots.chunks_exact(2)) {
+                    *on_gpu = [pair[0], pair[1]]
+                        .iter()
+                        .map(|s| per_expert[s.expert as usize])
+                        .sum();
+                }
+                return;
+            }
             for (on_gpu, slots) in out.iter_mut().zip(slots.chunks_exact(self.slots_per_gpu)) {
                 *on_gpu = slots.iter().map(|s| per_expert[s.expert as usize]).sum();
             }

@@ -210,8 +210,8 @@ struct LaneMemo {
     lookups: u64,
     hits: u64,
     off: bool,
-    /// Per lane group of the step: its rows (scratch), and the misses' groups, rates and prices
-    /// (scratch).
+    /// Per lane group of the step the table misses: its rows, its place in the step's groups,
+    /// its rates and its prices (scratch).
     keys: Vec<[u32; MEMO_ROWS]>,
     misses: Vec<usize>,
     miss_rates: Vec<LaneRates>,
@@ -250,7 +250,8 @@ impl LaneMemo {
     }
 
     /// `lane_times_with` of every MoE layer's lane groups in turn (the step's `per_expert`
-    /// rows over `layout`) into `out`, from the table where it holds the group's lanes.
+    /// rows over `layout`) into `out`, from the table where it holds the group's lanes: each
+    /// group looked up as its rows are gathered, only a missed group's rows kept.
     #[allow(clippy::too_many_arguments)]
     fn price(
         &mut self,
@@ -262,21 +263,22 @@ impl LaneMemo {
         per_expert: &[u32],
         out: &mut Vec<LaneTimes>,
     ) {
+        debug_assert_eq!(lane_ranges.len(), lane_rates.len());
+        self.begin(lane_rates.len(), out);
         let experts = layout.n_experts;
-        self.keys.clear();
         for layer in 0..n_layers {
             let row = &per_expert[layer * experts..][..experts];
-            for lanes in lane_ranges {
+            for (g, lanes) in lane_ranges.iter().enumerate() {
                 let mut key = [0u32; MEMO_ROWS];
                 for slot in 0..self.slots {
                     let side: [u32; LANES] =
                         layout.slot_tokens_side_by_side(layer, row, lanes.clone(), slot);
                     key[slot * LANES..][..LANES].copy_from_slice(&side);
                 }
-                self.keys.push(key);
+                self.look_up(g, key, lane_rates, out);
             }
         }
-        self.price_keys(cost, lane_rates, out);
+        self.price_misses(cost, lane_rates.len(), out);
     }
 
     /// The table index of lane `lane` of group `g` with rows `key`, if the table holds them.
@@ -286,50 +288,76 @@ impl LaneMemo {
         (first < CAP && second < CAP).then(|| ((g * LANES + lane) * CAP + first) * CAP + second)
     }
 
-    /// Prices the lane groups of `self.keys` (group `i % lane_rates.len()` of each) into `out`,
-    /// from the table where it holds every lane of the group.
+    /// Prices the lane groups with rows `keys` (group `i % lane_rates.len()` of each) into
+    /// `out`, from the table where it holds every lane of the group.
+    #[cfg(test)]
     fn price_keys(
         &mut self,
         cost: &MoeLayerCost,
         lane_rates: &[LaneRates],
+        keys: &[[u32; MEMO_ROWS]],
         out: &mut Vec<LaneTimes>,
     ) {
         let groups = lane_rates.len();
+        self.begin(groups, out);
+        for (i, key) in keys.iter().enumerate() {
+            self.look_up(i % groups, *key, lane_rates, out);
+        }
+        self.price_misses(cost, groups, out);
+    }
+
+    /// Starts a step's lookups of `groups` lane groups per layer into `out`.
+    fn begin(&mut self, groups: usize, out: &mut Vec<LaneTimes>) {
         if self.entries.is_empty() {
             self.entries = vec![[f64::from_bits(EMPTY), 0.0]; groups * LANES * CAP * CAP];
         }
         out.clear();
+        self.keys.clear();
         self.misses.clear();
         self.miss_rates.clear();
-        for (i, key) in self.keys.iter().enumerate() {
-            let g = i % groups;
-            let mut times = LaneTimes::default();
-            let mut whole = true;
-            for lane in 0..LANES {
-                let found = Self::index(g, lane, key)
-                    .map(|at| self.entries[at])
-                    .filter(|entry| entry[0].to_bits() != EMPTY);
-                let Some([nanos, rows]) = found else {
-                    whole = false;
-                    break;
-                };
-                (times.nanos[lane], times.rows[lane]) = (nanos, rows);
-            }
-            if whole {
-                out.push(times);
-                self.hits += 1;
-            } else {
-                out.push(LaneTimes::default());
-                self.misses.push(i);
-                self.miss_rates.push(lane_rates[g]);
-            }
+    }
+
+    /// The next lane group, group `g` of its layer with rows `key`: its times from the table
+    /// if it holds every lane, else a place in `out` and the rows kept for `price_misses`.
+    #[inline(always)]
+    fn look_up(
+        &mut self,
+        g: usize,
+        key: [u32; MEMO_ROWS],
+        lane_rates: &[LaneRates],
+        out: &mut Vec<LaneTimes>,
+    ) {
+        let mut times = LaneTimes::default();
+        let mut whole = true;
+        for lane in 0..LANES {
+            let found = Self::index(g, lane, &key)
+                .map(|at| self.entries[at])
+                .filter(|entry| entry[0].to_bits() != EMPTY);
+            let Some([nanos, rows]) = found else {
+                whole = false;
+                break;
+            };
+            (times.nanos[lane], times.rows[lane]) = (nanos, rows);
         }
+        if whole {
+            out.push(times);
+            self.hits += 1;
+        } else {
+            self.misses.push(out.len());
+            out.push(LaneTimes::default());
+            self.miss_rates.push(lane_rates[g]);
+            self.keys.push(key);
+        }
+    }
+
+    /// Prices the step's missed lane groups (`out`'s entry `i` is group `i % groups` of its
+    /// layer), stores their lanes, and ends the trial when it is due.
+    fn price_misses(&mut self, cost: &MoeLayerCost, groups: usize, out: &mut [LaneTimes]) {
         self.lookups += out.len() as u64;
         if !self.misses.is_empty() {
             let mut rows = MissRows {
                 slots: self.slots,
                 keys: &self.keys,
-                misses: &self.misses,
             };
             cost.lane_times_with(
                 &self.miss_rates,
@@ -337,9 +365,9 @@ impl LaneMemo {
                 &mut rows,
                 &mut self.miss_times,
             );
-            for (&i, times) in self.misses.iter().zip(&self.miss_times) {
+            for ((&i, times), key) in self.misses.iter().zip(&self.miss_times).zip(&self.keys) {
                 out[i] = *times;
-                let (g, key) = (i % groups, &self.keys[i]);
+                let g = i % groups;
                 for lane in 0..LANES {
                     if let Some(at) = Self::index(g, lane, key)
                         && times.nanos[lane].to_bits() != EMPTY
@@ -362,14 +390,14 @@ impl LaneMemo {
 /// The missed lane groups' rows for `lane_times_with`, slot by slot as `StepLaneRows` adds them.
 struct MissRows<'a> {
     slots: usize,
+    /// The missed groups' rows, in the order of the misses.
     keys: &'a [[u32; MEMO_ROWS]],
-    misses: &'a [usize],
 }
 
 impl LaneRows for MissRows<'_> {
     #[inline(always)]
     fn tally<L: Lanes>(&mut self, i: usize, tally: &mut LaneTally<L>) {
-        let key = &self.keys[self.misses[i]];
+        let key = &self.keys[i];
         for slot in 0..self.slots {
             tally.add(std::array::from_fn(|lane| key[slot * LANES + lane]));
         }
@@ -1193,8 +1221,9 @@ mod tests {
                 let mut memo = LaneMemo::new(slots);
                 let mut out = Vec::new();
                 let mut expected = Vec::new();
+                let mut keys = Vec::new();
                 for _ in 0..200 {
-                    memo.keys.clear();
+                    keys.clear();
                     for _ in 0..2 * 8 {
                         let mut key = [0u32; MEMO_ROWS];
                         for rows in &mut key[..slots * LANES] {
@@ -1205,11 +1234,10 @@ mod tests {
                                 _ => rng.random_range(0..4),
                             };
                         }
-                        memo.keys.push(key);
+                        keys.push(key);
                     }
-                    memo.price_keys(&cost, &rates, &mut out);
-                    let counts: Vec<Vec<[u32; LANES]>> = memo
-                        .keys
+                    memo.price_keys(&cost, &rates, &keys, &mut out);
+                    let counts: Vec<Vec<[u32; LANES]>> = keys
                         .iter()
                         .map(|key| {
                             (0..slots)
