@@ -979,6 +979,100 @@ mod tests {
         }
     }
 
+    /// Algorithm 2 without shortcuts: each expert tried on every GPU with room, the partial
+    /// mapping scored in full each time, the lowest (first on ties) kept.
+    fn reference_initial(search: &Search, utilization: &[f64]) -> State {
+        let mut order: Vec<usize> = (0..search.n_experts).collect();
+        order.sort_by(|&a, &b| utilization[b].total_cmp(&utilization[a]).then(a.cmp(&b)));
+        let capacity = search.n_experts / search.n_gpus;
+        let mut state = search.empty();
+        for e in order {
+            let mut best = (f64::INFINITY, usize::MAX);
+            for g in 0..search.n_gpus {
+                if state.gpu_of.iter().filter(|&&h| h == g).count() >= capacity {
+                    continue;
+                }
+                let mut tried = state.clone();
+                search.place(&mut tried, e, g);
+                let score = search.score_of(&tried);
+                if score < best.0 {
+                    best = (score, g);
+                }
+            }
+            search.place(&mut state, e, best.1);
+        }
+        state.score = search.score_of(&state);
+        state
+    }
+
+    #[test]
+    fn initial_places_each_expert_where_a_full_rescore_places_it() {
+        for (n_experts, top_k, speeds) in [
+            (16, 1, vec![0.88, 1.0, 1.0, 1.0]),
+            (32, 4, vec![0.7, 0.9, 1.0, 1.0]),
+            (64, 8, vec![0.88, 1.0, 0.95, 1.0]),
+        ] {
+            for seed in 0..4 {
+                let window = trace(n_experts, top_k, seed);
+                // Whole tokens within the tables, and the fractional path below them.
+                for limit in [40_000, 64] {
+                    let costs = GpuCosts::scaled(&staircase(), &speeds, limit);
+                    let problem = LayerProblem {
+                        layer: 0,
+                        n_experts,
+                        window: &window,
+                        costs: &costs,
+                    };
+                    let search = Search::new(&problem);
+                    assert_eq!(search.whole.is_some(), limit == 40_000);
+                    let mut rng = stream(seed, "noise");
+                    let u = problem.mean_utilization();
+                    for restart in 0..4 {
+                        let noisy: Vec<f64> = u
+                            .iter()
+                            .map(|&x| match restart {
+                                0 => x,
+                                _ => x * (1.0 + 0.2 * (2.0 * rng.random::<f64>() - 1.0)),
+                            })
+                            .collect();
+                        let fast = search.initial(&noisy);
+                        let slow = reference_initial(&search, &noisy);
+                        assert_eq!(fast.gpu_of, slow.gpu_of);
+                        assert_eq!(fast.score.to_bits(), slow.score.to_bits());
+                        assert_eq!(fast.cost, slow.cost);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn least_split_is_the_least_over_every_split() {
+        let mut rng = stream(3, "splits");
+        for _ in 0..500 {
+            let len = rng.random_range(1..40);
+            // Two tables that never fall, with runs of equal entries.
+            let mut rising = || {
+                let mut x = 0.0;
+                (0..len)
+                    .map(|_| {
+                        if rng.random::<f64>() < 0.6 {
+                            x += f64::from(rng.random_range(0..5u32));
+                        }
+                        x
+                    })
+                    .collect::<Vec<f64>>()
+            };
+            let (a, b) = (rising(), rising());
+            for joint in 0..len {
+                let brute = (0..=joint)
+                    .map(|x| a[x].max(b[joint - x]))
+                    .fold(f64::INFINITY, f64::min);
+                assert_eq!(least_split(&a, &b, joint), brute, "{a:?} {b:?} {joint}");
+            }
+        }
+    }
+
     #[test]
     fn never_worse_than_initial_or_linear_and_equal_experts_per_gpu() {
         for (n_experts, top_k, speeds) in [

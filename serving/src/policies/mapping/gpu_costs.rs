@@ -277,6 +277,15 @@ mod tests {
             }
         }
         assert_eq!(costs.least_below(0, 100.0), costs.least_from(0, 100.0));
+        // The whole-token table's least from each count on: the least of the entries.
+        let least = costs.least_whole_from(0);
+        assert_eq!(least.len(), 17);
+        for n in 0..=16 {
+            let brute = costs.table(0)[n..].iter().copied().fold(f64::INFINITY, f64::min);
+            assert_eq!(least[n], brute, "{n}");
+        }
+        assert_eq!(least[2], 20.0);
+        assert_eq!(least[12], gpu.at(12.0));
         // On a non-decreasing curve, the cost itself.
         let rising = GpuCosts::new(
             vec![CostCurve::new(vec![(1.0, 3.0), (9.0, 7.0)]).unwrap()],
