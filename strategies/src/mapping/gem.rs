@@ -315,8 +315,8 @@ impl<'a> Search<'a> {
                                 joint as usize,
                             )
                         } else {
-                            let half = 0.5
-                                * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
+                            let half =
+                                0.5 * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
                             self.costs
                                 .least_below(ga, half)
                                 .min(self.costs.least_below(gb, half))

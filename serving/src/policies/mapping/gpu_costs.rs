@@ -281,7 +281,10 @@ mod tests {
         let least = costs.least_whole_from(0);
         assert_eq!(least.len(), 17);
         for n in 0..=16 {
-            let brute = costs.table(0)[n..].iter().copied().fold(f64::INFINITY, f64::min);
+            let brute = costs.table(0)[n..]
+                .iter()
+                .copied()
+                .fold(f64::INFINITY, f64::min);
             assert_eq!(least[n], brute, "{n}");
         }
         assert_eq!(least[2], 20.0);
