@@ -161,6 +161,12 @@ impl<'a> Search<'a> {
         // where `g` is the first, else the first (the same maximum as a scan without `g`).
         let mut top = vec![(f64::NEG_INFINITY, usize::MAX, f64::NEG_INFINITY); self.n_steps];
         let mut totals = vec![0.0; g_count];
+        // owns[t * G + g]: GPU g's cost at step t with the expert being placed (what `place`
+        // would compute: `cost` of the same load, or its table entry); `loads` the partial
+        // loads in whole tokens (with `whole` counts), each GPU's tokens an index in its table.
+        let mut owns = vec![0.0; self.n_steps * g_count];
+        let mut loads = vec![0u32; if self.whole.is_some() { owns.len() } else { 0 }];
+        let tables: Vec<&[f64]> = (0..g_count).map(|g| self.costs.table(g)).collect();
         for e in order {
             let counts = self.expert(e);
             for (t, top) in top.iter_mut().enumerate() {
@@ -177,19 +183,39 @@ impl<'a> Search<'a> {
                 *top = (first, at, second);
             }
             // Every GPU's total at once, step by step (each GPU's sum in step order, as one
-            // GPU at a time would add it; independent sums overlap).
+            // GPU at a time would add it; independent sums overlap). A GPU without room is
+            // skipped: its total is never read.
             // With whole counts every partial load is a whole token within the tables, where
             // `cost` is the table's entry: read it directly.
             totals.fill(0.0);
-            for (t, (&c, &(first, at, second))) in counts.iter().zip(&top).enumerate() {
-                let loads = &state.load[t * g_count..(t + 1) * g_count];
-                for (g, (total, &load)) in totals.iter_mut().zip(loads).enumerate() {
-                    let own = if self.whole.is_some() {
-                        self.costs.table(g)[(load + c) as usize]
-                    } else {
-                        self.costs.cost(g, load + c)
-                    };
-                    *total += larger(own, if at == g { second } else { first });
+            if let Some(whole) = &self.whole {
+                let whole = &whole[e * self.n_steps..][..self.n_steps];
+                for (t, (&c, &(first, at, second))) in whole.iter().zip(&top).enumerate() {
+                    let row = t * g_count..(t + 1) * g_count;
+                    let (loads, owns) = (&loads[row.clone()], &mut owns[row]);
+                    for (g, ((total, own), &load)) in
+                        totals.iter_mut().zip(owns).zip(loads).enumerate()
+                    {
+                        if hosted[g] >= capacity {
+                            continue;
+                        }
+                        *own = tables[g][(load + c) as usize];
+                        *total += larger(*own, if at == g { second } else { first });
+                    }
+                }
+            } else {
+                for (t, (&c, &(first, at, second))) in counts.iter().zip(&top).enumerate() {
+                    let row = t * g_count..(t + 1) * g_count;
+                    let (loads, owns) = (&state.load[row.clone()], &mut owns[row]);
+                    for (g, ((total, own), &load)) in
+                        totals.iter_mut().zip(owns).zip(loads).enumerate()
+                    {
+                        if hosted[g] >= capacity {
+                            continue;
+                        }
+                        *own = self.costs.cost(g, load + c);
+                        *total += larger(*own, if at == g { second } else { first });
+                    }
                 }
             }
             let mut best = (f64::INFINITY, usize::MAX);
@@ -201,8 +227,20 @@ impl<'a> Search<'a> {
                     best = (total, g);
                 }
             }
-            hosted[best.1] += 1;
-            self.place(&mut state, e, best.1);
+            let g = best.1;
+            hosted[g] += 1;
+            // `place`, with the costs just computed.
+            state.gpu_of[e] = g;
+            for (t, &c) in counts.iter().enumerate() {
+                let i = t * g_count + g;
+                state.load[i] += c;
+                state.cost[i] = owns[i];
+            }
+            if let Some(whole) = &self.whole {
+                for (t, &c) in whole[e * self.n_steps..][..self.n_steps].iter().enumerate() {
+                    loads[t * g_count + g] += c;
+                }
+            }
         }
         state.score = self.score_of(&state);
         state
@@ -241,6 +279,13 @@ impl<'a> Search<'a> {
         let mut hints: Vec<(usize, usize)> = Vec::new();
         let mut swaps = 0;
         loop {
+            if self.whole.is_some() {
+                for (t, row) in state.load.chunks_exact(g_count).enumerate() {
+                    for (g, &x) in row.iter().enumerate() {
+                        loads[g * n_steps + t] = x as u32;
+                    }
+                }
+            }
             // A pair's entries hold for either order (the same GPUs untouched, the same half
             // load, the smaller of the two least costs), so each unordered pair of different
             // GPUs is computed once and copied to its mirror; a GPU with itself is never read.
@@ -255,16 +300,27 @@ impl<'a> Search<'a> {
                             .filter(|&(h, _)| h != ga && h != gb)
                             .map(|(_, &x)| x)
                             .fold(0.0, f64::max);
-                        // Whatever a swap does, one of the pair ends with at least half of
-                        // their joint load, so the step costs at least the cheaper of the two
-                        // GPUs' least cost at half the joint load or more (`least_below`: from
-                        // the whole token at or under half, a table lookup).
-                        let half =
-                            0.5 * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
-                        let pair_bound = self
-                            .costs
-                            .least_below(ga, half)
-                            .min(self.costs.least_below(gb, half));
+                        // Whatever a swap does, the pair keeps its joint load. On whole
+                        // tokens a swap splits it into two whole loads, so the step costs at
+                        // least the least over every whole split of the larger of the two
+                        // GPUs' `least_whole_from` bounds (`least_split`). Otherwise one of the pair ends
+                        // with at least half of it, so the step costs at least the cheaper of
+                        // the two GPUs' least cost at half the joint load or more
+                        // (`least_below`: from the whole token at or under half, a lookup).
+                        let pair_bound = if self.whole.is_some() {
+                            let joint = loads[ga * n_steps + t] + loads[gb * n_steps + t];
+                            least_split(
+                                self.costs.least_whole_from(ga),
+                                self.costs.least_whole_from(gb),
+                                joint as usize,
+                            )
+                        } else {
+                            let half =
+                                0.5 * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
+                            self.costs
+                                .least_below(ga, half)
+                                .min(self.costs.least_below(gb, half))
+                        };
                         other[p * n_steps + t] = untouched;
                         bound[p * n_steps + t] = untouched.max(pair_bound);
                     }
@@ -281,13 +337,6 @@ impl<'a> Search<'a> {
                     );
                 }
             }
-            if self.whole.is_some() {
-                for (t, row) in state.load.chunks_exact(g_count).enumerate() {
-                    for (g, &x) in row.iter().enumerate() {
-                        loads[g * n_steps + t] = x as u32;
-                    }
-                }
-            }
             // alone[e * G + g]: a lower bound of any swap of expert e with an expert on GPU g
             // (either first in the pair: the pair's bounds hold for either order): each step's
             // bound or e's GPU's least cost without e (it keeps at least its load less e's),
@@ -298,8 +347,17 @@ impl<'a> Search<'a> {
             // it is looked up once per step (`without`) for all of them.
             for e in 0..self.n_experts {
                 let ge = state.gpu_of[e];
-                for (t, (w, &c)) in without.iter_mut().zip(self.expert(e)).enumerate() {
-                    *w = self.costs.least_below(ge, state.load[t * g_count + ge] - c);
+                if let Some(whole) = &self.whole {
+                    // On whole tokens e's GPU keeps a whole load of its load less e's or more.
+                    let rising = self.costs.least_whole_from(ge);
+                    let own = &loads[ge * n_steps..][..n_steps];
+                    for ((w, &l), &c) in without.iter_mut().zip(own).zip(&whole[e * n_steps..]) {
+                        *w = rising[(l - c) as usize];
+                    }
+                } else {
+                    for (t, (w, &c)) in without.iter_mut().zip(self.expert(e)).enumerate() {
+                        *w = self.costs.least_below(ge, state.load[t * g_count + ge] - c);
+                    }
                 }
                 for g in (0..g_count).filter(|&g| g != ge) {
                     let p = ge * g_count + g;
@@ -532,6 +590,30 @@ fn whole_total(
     Some(total)
 }
 
+/// The least over every whole split `x + (joint - x)` of `max(a[x], b[joint - x])`, where `a`
+/// and `b` never fall (`GpuCosts::least_whole_from`): the first `x` where `a`'s side reaches `b`'s is found
+/// by bisection; from there on `a[x]` rules and only grows, before it `b`'s side rules and only
+/// grows towards lower `x`, so the least is `a` at that `x` or `b` one token before it. Only
+/// comparisons, so the value is one of the splits' exactly.
+fn least_split(a: &[f64], b: &[f64], joint: usize) -> f64 {
+    let (mut low, mut high) = (0, joint + 1);
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if a[mid] >= b[joint - mid] {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    let at = if low <= joint { a[low] } else { f64::INFINITY };
+    let before = if low > 0 {
+        b[joint + 1 - low]
+    } else {
+        f64::INFINITY
+    };
+    at.min(before)
+}
+
 /// The larger of two latencies: `f64::max` without its NaN handling (a latency is never NaN),
 /// so the same value, in fewer instructions on the scan's path.
 #[inline]
@@ -588,16 +670,23 @@ fn search_key(gem: &Gem, problem: &LayerProblem<'_>, inputs: &[Vec<f64>]) -> [u8
     ] {
         hash.update((n as u64).to_le_bytes());
     }
-    for x in problem.window {
-        hash.update(x.to_bits().to_le_bytes());
-    }
+    // The numbers' bytes are gathered and hashed in one call each (the same bytes in the same
+    // order, so the same digest; a call per number cost more than the hashing itself).
+    let bytes: Vec<u8> = problem
+        .window
+        .iter()
+        .flat_map(|x| x.to_bits().to_le_bytes())
+        .collect();
+    hash.update(&bytes);
     hash.update(curves_digest(problem.costs));
+    let mut bytes = Vec::with_capacity(inputs.iter().map(|i| 8 + 8 * i.len()).sum());
     for input in inputs {
-        hash.update((input.len() as u64).to_le_bytes());
+        bytes.extend((input.len() as u64).to_le_bytes());
         for x in input {
-            hash.update(x.to_bits().to_le_bytes());
+            bytes.extend(x.to_bits().to_le_bytes());
         }
     }
+    hash.update(&bytes);
     hash.finalize().into()
 }
 
@@ -886,6 +975,100 @@ mod tests {
                         assert_eq!(fast.score.to_bits(), slow.score.to_bits());
                     }
                 }
+            }
+        }
+    }
+
+    /// Algorithm 2 without shortcuts: each expert tried on every GPU with room, the partial
+    /// mapping scored in full each time, the lowest (first on ties) kept.
+    fn reference_initial(search: &Search, utilization: &[f64]) -> State {
+        let mut order: Vec<usize> = (0..search.n_experts).collect();
+        order.sort_by(|&a, &b| utilization[b].total_cmp(&utilization[a]).then(a.cmp(&b)));
+        let capacity = search.n_experts / search.n_gpus;
+        let mut state = search.empty();
+        for e in order {
+            let mut best = (f64::INFINITY, usize::MAX);
+            for g in 0..search.n_gpus {
+                if state.gpu_of.iter().filter(|&&h| h == g).count() >= capacity {
+                    continue;
+                }
+                let mut tried = state.clone();
+                search.place(&mut tried, e, g);
+                let score = search.score_of(&tried);
+                if score < best.0 {
+                    best = (score, g);
+                }
+            }
+            search.place(&mut state, e, best.1);
+        }
+        state.score = search.score_of(&state);
+        state
+    }
+
+    #[test]
+    fn initial_places_each_expert_where_a_full_rescore_places_it() {
+        for (n_experts, top_k, speeds) in [
+            (16, 1, vec![0.88, 1.0, 1.0, 1.0]),
+            (32, 4, vec![0.7, 0.9, 1.0, 1.0]),
+            (64, 8, vec![0.88, 1.0, 0.95, 1.0]),
+        ] {
+            for seed in 0..4 {
+                let window = trace(n_experts, top_k, seed);
+                // Whole tokens within the tables, and the fractional path below them.
+                for limit in [40_000, 64] {
+                    let costs = GpuCosts::scaled(&staircase(), &speeds, limit);
+                    let problem = LayerProblem {
+                        layer: 0,
+                        n_experts,
+                        window: &window,
+                        costs: &costs,
+                    };
+                    let search = Search::new(&problem);
+                    assert_eq!(search.whole.is_some(), limit == 40_000);
+                    let mut rng = stream(seed, "noise");
+                    let u = problem.mean_utilization();
+                    for restart in 0..4 {
+                        let noisy: Vec<f64> = u
+                            .iter()
+                            .map(|&x| match restart {
+                                0 => x,
+                                _ => x * (1.0 + 0.2 * (2.0 * rng.random::<f64>() - 1.0)),
+                            })
+                            .collect();
+                        let fast = search.initial(&noisy);
+                        let slow = reference_initial(&search, &noisy);
+                        assert_eq!(fast.gpu_of, slow.gpu_of);
+                        assert_eq!(fast.score.to_bits(), slow.score.to_bits());
+                        assert_eq!(fast.cost, slow.cost);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn least_split_is_the_least_over_every_split() {
+        let mut rng = stream(3, "splits");
+        for _ in 0..500 {
+            let len = rng.random_range(1..40);
+            // Two tables that never fall, with runs of equal entries.
+            let mut rising = || {
+                let mut x = 0.0;
+                (0..len)
+                    .map(|_| {
+                        if rng.random::<f64>() < 0.6 {
+                            x += f64::from(rng.random_range(0..5u32));
+                        }
+                        x
+                    })
+                    .collect::<Vec<f64>>()
+            };
+            let (a, b) = (rising(), rising());
+            for joint in 0..len {
+                let brute = (0..=joint)
+                    .map(|x| a[x].max(b[joint - x]))
+                    .fold(f64::INFINITY, f64::min);
+                assert_eq!(least_split(&a, &b, joint), brute, "{a:?} {b:?} {joint}");
             }
         }
     }

@@ -18,6 +18,8 @@ pub struct GpuCosts {
     floors: Vec<Vec<(f64, f64)>>,
     /// `least_tables[g][n] = least_from(g, n)` for `n = 0..=table_limit` (`least_below`).
     least_tables: Vec<Vec<f64>>,
+    /// `rising_tables[g][n]`: the least of `tables[g][n..]` (`least_whole_from`).
+    rising_tables: Vec<Vec<f64>>,
 }
 
 /// The per-GPU latency curves a mapper plans with (GEM's and the serving family's): GPU `g`
@@ -129,7 +131,19 @@ impl GpuCosts {
             tables,
             floors,
             least_tables: Vec::new(),
+            rising_tables: Vec::new(),
         };
+        costs.rising_tables = costs
+            .tables
+            .iter()
+            .map(|table| {
+                let mut least = table.clone();
+                for n in (0..least.len().saturating_sub(1)).rev() {
+                    least[n] = least[n].min(least[n + 1]);
+                }
+                least
+            })
+            .collect();
         costs.least_tables = (0..costs.curves.len())
             .map(|g| {
                 (0..=table_limit)
@@ -198,6 +212,14 @@ impl GpuCosts {
         }
     }
 
+    /// GPU `gpu`'s least tabled cost from each whole count on: entry `n` is the least of
+    /// `table(gpu)[n..]`, so it never falls as `n` grows, and at every whole count `m` from `n` to
+    /// the table limit `C_g(m)` is at least entry `n` (the same values, compared, not computed).
+    #[inline]
+    pub fn least_whole_from(&self, gpu: usize) -> &[f64] {
+        &self.rising_tables[gpu]
+    }
+
     /// The lookup table of GPU `gpu`: entry `n` is `C_g(n)`.
     #[inline]
     pub fn table(&self, gpu: usize) -> &[f64] {
@@ -255,6 +277,18 @@ mod tests {
             }
         }
         assert_eq!(costs.least_below(0, 100.0), costs.least_from(0, 100.0));
+        // The whole-token table's least from each count on: the least of the entries.
+        let least = costs.least_whole_from(0);
+        assert_eq!(least.len(), 17);
+        for (n, &entry) in least.iter().enumerate() {
+            let brute = costs.table(0)[n..]
+                .iter()
+                .copied()
+                .fold(f64::INFINITY, f64::min);
+            assert_eq!(entry, brute, "{n}");
+        }
+        assert_eq!(least[2], 20.0);
+        assert_eq!(least[12], gpu.at(12.0));
         // On a non-decreasing curve, the cost itself.
         let rising = GpuCosts::new(
             vec![CostCurve::new(vec![(1.0, 3.0), (9.0, 7.0)]).unwrap()],
