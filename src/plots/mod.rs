@@ -437,8 +437,12 @@ fn render(
             let stem = dir.join(stem);
             let paths = match figures::render(&figure, &stem) {
                 // A sweep narrowed with --set can leave a figure nothing to draw (an improvement
-                // figure of the baseline alone): say so instead of failing the finished run.
-                Err(figures::FigureError::EmptyPanel { .. }) => {
+                // figure of the baseline alone: no panel, or panels without points): say so
+                // instead of failing the finished run.
+                Err(
+                    figures::FigureError::EmptyPanel { .. }
+                    | figures::FigureError::EmptyFigure { .. },
+                ) => {
                     eprintln!(
                         "note: figure {} not drawn: no data among the cells this run kept",
                         stem.display()

@@ -390,3 +390,41 @@ fn cells_out_of_memory_are_named_once_in_the_caption() {
         "a panel title still carries the note"
     );
 }
+
+#[test]
+fn a_sweep_narrowed_to_the_baseline_skips_its_improvement_figure_and_succeeds() {
+    // Study (a) narrowed to its baseline mapping (as `reproduce studies` runs its one-token
+    // variant): the improvement-vs-linear figure has no cell to draw, which is a note, not a
+    // failure; the metric figure is still drawn and results.json written.
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("run");
+    let output = expertsim(&[
+        "run",
+        "scenarios/studies/caps_x_mapping.toml",
+        "--out",
+        dir.to_str().unwrap(),
+        "--set",
+        "seeds=[1]",
+        "--set",
+        "workload.n_requests=20",
+        "--set",
+        "replica.batch_former=[{ kind = \"fcfs\" }]",
+        "--set",
+        "experts.mapping=[{ kind = \"linear\" }]",
+        "--set",
+        "replica.speed_factors=[[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]]",
+    ]);
+    let err = crate::common::stderr(&output);
+    assert!(output.status.success(), "{err}");
+    assert!(
+        err.contains("study_caps_x_mapping_vs_linear not drawn: no data among the cells"),
+        "{err}"
+    );
+    assert!(dir.join("results.json").exists());
+    let drawn: Vec<String> = std::fs::read_dir(dir.join("figures"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(drawn.iter().any(|f| f.ends_with(".png")), "{drawn:?}");
+    assert!(!drawn.iter().any(|f| f.contains("vs_linear")), "{drawn:?}");
+}
