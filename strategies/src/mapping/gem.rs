@@ -942,41 +942,53 @@ mod tests {
         swaps
     }
 
-    #[test]
-    fn refine_commits_the_swaps_an_exhaustive_scan_commits_on_whole_and_fractional_loads() {
-        for (n_experts, top_k, speeds) in [
-            (16, 1, vec![0.88, 1.0, 1.0, 1.0]),
-            (32, 4, vec![0.7, 0.9, 1.0, 1.0]),
-        ] {
-            for seed in 0..3 {
-                let window = trace(n_experts, top_k, seed);
-                // A table past every step's total reads whole tokens from the tables; one
-                // below it takes the fractional path (the curve itself).
+    /// Calls `check` with a search over each of `shapes` (experts, top-k, GPU speeds) at each
+    /// of `seeds`, on whole tokens (tables past every step's total, read directly) and on the
+    /// fractional path (tables below it: the curve itself).
+    fn each_search(
+        shapes: &[(usize, usize, Vec<f64>)],
+        seeds: std::ops::Range<u64>,
+        mut check: impl FnMut(&Search<'_>, &LayerProblem<'_>, u64),
+    ) {
+        for (n_experts, top_k, speeds) in shapes {
+            for seed in seeds.clone() {
+                let window = trace(*n_experts, *top_k, seed);
                 for limit in [40_000, 64] {
-                    let costs = GpuCosts::scaled(&staircase(), &speeds, limit);
+                    let costs = GpuCosts::scaled(&staircase(), speeds, limit);
                     let problem = LayerProblem {
                         layer: 0,
-                        n_experts,
+                        n_experts: *n_experts,
                         window: &window,
                         costs: &costs,
                     };
                     let search = Search::new(&problem);
                     assert_eq!(search.whole.is_some(), limit == 40_000);
-                    for min_relative_drop in [0.001, 0.0] {
-                        let initial = search.initial(&problem.mean_utilization());
-                        let (mut fast, mut slow) = (initial.clone(), initial);
-                        let swaps = search.refine(&mut fast, min_relative_drop);
-                        assert_eq!(
-                            swaps,
-                            exhaustive_refine(&search, &mut slow, min_relative_drop)
-                        );
-                        assert!(swaps > 0);
-                        assert_eq!(fast.gpu_of, slow.gpu_of);
-                        assert_eq!(fast.score.to_bits(), slow.score.to_bits());
-                    }
+                    check(&search, &problem, seed);
                 }
             }
         }
+    }
+
+    #[test]
+    fn refine_commits_the_swaps_an_exhaustive_scan_commits_on_whole_and_fractional_loads() {
+        let shapes = [
+            (16, 1, vec![0.88, 1.0, 1.0, 1.0]),
+            (32, 4, vec![0.7, 0.9, 1.0, 1.0]),
+        ];
+        each_search(&shapes, 0..3, |search, problem, _| {
+            for min_relative_drop in [0.001, 0.0] {
+                let initial = search.initial(&problem.mean_utilization());
+                let (mut fast, mut slow) = (initial.clone(), initial);
+                let swaps = search.refine(&mut fast, min_relative_drop);
+                assert_eq!(
+                    swaps,
+                    exhaustive_refine(search, &mut slow, min_relative_drop)
+                );
+                assert!(swaps > 0);
+                assert_eq!(fast.gpu_of, slow.gpu_of);
+                assert_eq!(fast.score.to_bits(), slow.score.to_bits());
+            }
+        });
     }
 
     /// Algorithm 2 without shortcuts: each expert tried on every GPU with room, the partial
@@ -1007,43 +1019,29 @@ mod tests {
 
     #[test]
     fn initial_places_each_expert_where_a_full_rescore_places_it() {
-        for (n_experts, top_k, speeds) in [
+        let shapes = [
             (16, 1, vec![0.88, 1.0, 1.0, 1.0]),
             (32, 4, vec![0.7, 0.9, 1.0, 1.0]),
             (64, 8, vec![0.88, 1.0, 0.95, 1.0]),
-        ] {
-            for seed in 0..4 {
-                let window = trace(n_experts, top_k, seed);
-                // Whole tokens within the tables, and the fractional path below them.
-                for limit in [40_000, 64] {
-                    let costs = GpuCosts::scaled(&staircase(), &speeds, limit);
-                    let problem = LayerProblem {
-                        layer: 0,
-                        n_experts,
-                        window: &window,
-                        costs: &costs,
-                    };
-                    let search = Search::new(&problem);
-                    assert_eq!(search.whole.is_some(), limit == 40_000);
-                    let mut rng = stream(seed, "noise");
-                    let u = problem.mean_utilization();
-                    for restart in 0..4 {
-                        let noisy: Vec<f64> = u
-                            .iter()
-                            .map(|&x| match restart {
-                                0 => x,
-                                _ => x * (1.0 + 0.2 * (2.0 * rng.random::<f64>() - 1.0)),
-                            })
-                            .collect();
-                        let fast = search.initial(&noisy);
-                        let slow = reference_initial(&search, &noisy);
-                        assert_eq!(fast.gpu_of, slow.gpu_of);
-                        assert_eq!(fast.score.to_bits(), slow.score.to_bits());
-                        assert_eq!(fast.cost, slow.cost);
-                    }
-                }
+        ];
+        each_search(&shapes, 0..4, |search, problem, seed| {
+            let mut rng = stream(seed, "noise");
+            let u = problem.mean_utilization();
+            for restart in 0..4 {
+                let noisy: Vec<f64> = u
+                    .iter()
+                    .map(|&x| match restart {
+                        0 => x,
+                        _ => x * (1.0 + 0.2 * (2.0 * rng.random::<f64>() - 1.0)),
+                    })
+                    .collect();
+                let fast = search.initial(&noisy);
+                let slow = reference_initial(search, &noisy);
+                assert_eq!(fast.gpu_of, slow.gpu_of);
+                assert_eq!(fast.score.to_bits(), slow.score.to_bits());
+                assert_eq!(fast.cost, slow.cost);
             }
-        }
+        });
     }
 
     #[test]
