@@ -13,7 +13,7 @@ pub(crate) fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>,
     let mut encoder = png::Encoder::new(&mut out, width, height);
     encoder.set_color(png::ColorType::Rgb);
     encoder.set_depth(png::BitDepth::Eight);
-    encoder.set_compression(png::Compression::Best);
+    encoder.set_compression(png::Compression::Default);
     let mut writer = encoder.write_header().map_err(encode_error)?;
     writer.write_image_data(rgb).map_err(encode_error)?;
     writer.finish().map_err(encode_error)?;

@@ -8,6 +8,7 @@ pub mod headlines;
 pub mod partial;
 pub mod registry;
 pub mod results;
+pub mod results_layout;
 pub mod runner;
 pub mod scenario;
 

@@ -192,12 +192,12 @@ pub fn longest_first(costs: &[f64], work: &(dyn Fn(usize) -> bool + Sync)) {
     });
 }
 
-/// Writes `document` as pretty JSON to `path`, atomically.
+/// Writes `document` to `path` in the results layout (`results_layout`), atomically.
 pub fn write_results(
     document: &crate::results::ResultsDocument,
     path: &Path,
 ) -> std::io::Result<()> {
-    let mut bytes = serde_json::to_vec_pretty(document).expect("results serialize");
+    let mut bytes = crate::results_layout::to_vec(document).expect("results serialize");
     bytes.push(b'\n');
     write_atomic(path, &bytes)
 }
