@@ -8,6 +8,7 @@ use super::SweepHeader;
 use crate::results::{RunResult, write_atomic_unsynced};
 use crate::runner::CellRuns;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 /// The cell file's layout and what its runs' details hold. 2: the serving family's expert detail
@@ -15,18 +16,19 @@ use std::path::{Path, PathBuf};
 /// traced MoE run, so resuming from one would mix the two in one `results.json`: it reruns).
 const FORMAT: &str = "expertsim-cell/2";
 
+/// Borrowed when written (a cell's runs are not copied to be serialized), owned when read.
 #[derive(Debug, Serialize, Deserialize)]
-struct CellFile {
-    format: String,
-    fingerprint: String,
+struct CellFile<'a> {
+    format: Cow<'a, str>,
+    fingerprint: Cow<'a, str>,
     index: usize,
-    id: String,
+    id: Cow<'a, str>,
     /// Whether the runs also wrote their per-request CSVs.
     per_request_csv: bool,
-    cost_model: String,
-    runs: Vec<RunResult>,
+    cost_model: Cow<'a, str>,
+    runs: Cow<'a, [RunResult]>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    trace: Option<crate::results::TraceReplayed>,
+    trace: Option<Cow<'a, crate::results::TraceReplayed>>,
 }
 
 /// The folder of cell files under a result directory.
@@ -49,14 +51,14 @@ pub fn write(
     cell: &CellRuns,
 ) -> std::io::Result<()> {
     let file = CellFile {
-        format: FORMAT.into(),
-        fingerprint: fingerprint.into(),
+        format: Cow::Borrowed(FORMAT),
+        fingerprint: Cow::Borrowed(fingerprint),
         index,
-        id: header.cells[index].id.clone(),
+        id: Cow::Borrowed(&header.cells[index].id),
         per_request_csv,
-        cost_model: cell.cost_model.clone(),
-        runs: cell.runs.clone(),
-        trace: cell.trace.clone(),
+        cost_model: Cow::Borrowed(&cell.cost_model),
+        runs: Cow::Borrowed(&cell.runs),
+        trace: cell.trace.as_ref().map(Cow::Borrowed),
     };
     let bytes = serde_json::to_vec(&file).expect("a cell serializes");
     write_atomic_unsynced(&path(out, index), &bytes)
@@ -87,7 +89,7 @@ pub fn read(
         Err(e) => return Err(Unusable::Stale(format!("{}: {e}", path.display()))),
     };
     let stale = |why: String| Unusable::Stale(format!("{}: {why}", path.display()));
-    let file: CellFile =
+    let file: CellFile<'static> =
         serde_json::from_slice(&bytes).map_err(|e| stale(format!("not a cell file ({e})")))?;
     if file.format != FORMAT {
         return Err(stale(format!(
@@ -124,7 +126,7 @@ pub fn read(
     }
     // Every number is one a run can report: finite (or `null`, a metric the run could not
     // measure), and not negative unless the metric is a signed change.
-    for run in &file.runs {
+    for run in file.runs.iter() {
         if let Some((name, value)) = run.scalars.iter().find(|&(name, &v)| {
             v.is_infinite() || (v < 0.0 && !crate::metrics::SIGNED_METRICS.contains(&name.as_str()))
         }) {
@@ -138,9 +140,9 @@ pub fn read(
         return Err(stale("written without per-request CSVs".into()));
     }
     Ok(CellRuns {
-        cost_model: file.cost_model,
-        runs: file.runs,
-        trace: file.trace,
+        cost_model: file.cost_model.into_owned(),
+        runs: file.runs.into_owned(),
+        trace: file.trace.map(Cow::into_owned),
     })
 }
 
