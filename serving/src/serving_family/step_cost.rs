@@ -250,8 +250,9 @@ impl LaneMemo {
     }
 
     /// `lane_times_with` of every MoE layer's lane groups in turn (the step's `per_expert`
-    /// rows over `layout`) into `out`, from the table where it holds the group's lanes: each
-    /// group looked up as its rows are gathered, only a missed group's rows kept.
+    /// rows over `layout`, or its tokens per slot where the router kept them: `per_slot`, the
+    /// same rows) into `out`, from the table where it holds the group's lanes: each group
+    /// looked up as its rows are gathered, only a missed group's rows kept.
     #[allow(clippy::too_many_arguments)]
     fn price(
         &mut self,
@@ -261,11 +262,30 @@ impl LaneMemo {
         lane_rates: &[LaneRates],
         n_layers: usize,
         per_expert: &[u32],
+        per_slot: &[u32],
         out: &mut Vec<LaneTimes>,
     ) {
         debug_assert_eq!(lane_ranges.len(), lane_rates.len());
         self.begin(lane_rates.len(), out);
-        let experts = layout.n_experts;
+        let (experts, slots, gpus) = (layout.n_experts, self.slots, layout.gpus());
+        if slots > 0 && per_slot.len() == n_layers * gpus * slots {
+            // Each GPU's slots side by side in `per_slot`: lane `i`'s slot `j` is key entry
+            // `j x LANES + i`, as `slot_tokens_side_by_side` gathers them.
+            for layer in 0..n_layers {
+                for (g, lanes) in lane_ranges.iter().enumerate() {
+                    let first = (layer * gpus + lanes.start) * slots;
+                    let rows = &per_slot[first..][..lanes.len() * slots];
+                    let key = if slots == MEMO_SLOTS {
+                        slot_key::<MEMO_SLOTS>(rows)
+                    } else {
+                        slot_key::<1>(rows)
+                    };
+                    self.look_up(g, key, lane_rates, out);
+                }
+            }
+            self.price_misses(cost, lane_rates.len(), out);
+            return;
+        }
         for layer in 0..n_layers {
             let row = &per_expert[layer * experts..][..experts];
             for (g, lanes) in lane_ranges.iter().enumerate() {
@@ -385,6 +405,19 @@ impl LaneMemo {
             }
         }
     }
+}
+
+/// A lane group's memo key from its GPUs' tokens per slot (`S` slots per GPU, GPU by GPU, at
+/// most `LANES` GPUs): lane `i`'s slot `j` at `j x LANES + i`, 0 past the GPUs.
+#[inline(always)]
+fn slot_key<const S: usize>(rows: &[u32]) -> [u32; MEMO_ROWS] {
+    let mut key = [0u32; MEMO_ROWS];
+    for (lane, gpu_slots) in rows.chunks_exact(S).take(LANES).enumerate() {
+        for (slot, &n) in gpu_slots.iter().enumerate() {
+            key[slot * LANES + lane] = n;
+        }
+    }
+    key
 }
 
 /// The missed lane groups' rows for `lane_times_with`, slot by slot as `StepLaneRows` adds them.
@@ -960,6 +993,7 @@ impl ReplicaStepCost {
                         lane_rates,
                         n_layers,
                         routed.per_expert,
+                        routed.per_slot,
                         lane_times,
                     );
                 } else {
