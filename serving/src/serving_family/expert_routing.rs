@@ -894,6 +894,94 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_plain_layouts_tokens_per_slot_are_its_experts() {
+        // On plain layouts (linear, and one whose GPUs hold other experts on every layer, one
+        // and two and four slots per GPU), each drawn step hands on every slot's tokens:
+        // `slot_tokens` of its expert's count, GPU by GPU, summing to the GPU's. A layout
+        // with two copies is not plain and hands on none.
+        let mut shape = MoeModelShape::mixtral_8x7b();
+        (shape.n_layers, shape.n_experts, shape.top_k) = (3, 8, 2);
+        let shifted = |slots: usize| {
+            let gpus = 8 / slots;
+            let mappings: Vec<_> = (0..3)
+                .map(|l| crate::policies::mapping::LayerMapping {
+                    slots: (0..gpus)
+                        .map(|g| (0..slots).map(|j| (slots * g + j + 3 * l) % 8).collect())
+                        .collect(),
+                })
+                .collect();
+            ExpertLayout::new(8, &[mappings])
+        };
+        let layouts = [
+            ExpertLayout::linear(3, 8, 4, 4),
+            shifted(1),
+            shifted(2),
+            shifted(4),
+            ExpertLayout::linear(3, 8, 4, 8),
+        ];
+        for layout in layouts {
+            let layout = Rc::new(layout);
+            let mut r = ExpertRouter::new(
+                &shape,
+                ExpertRoutingTable::Zipf { exponent: 1.0 },
+                1,
+                Rc::clone(&layout),
+                &mut stream(2, "popularity"),
+                stream(2, "offsets"),
+            );
+            for tokens in [0, 1, 5, 37, 900, 3, 120_000] {
+                let routed = r.route(tokens);
+                if !layout.plain() {
+                    assert!(routed.per_slot.is_empty());
+                    continue;
+                }
+                let (gpus, n) = (layout.gpus(), layout.slots_per_gpu);
+                assert_eq!(routed.per_slot.len(), 3 * gpus * n);
+                for layer in 0..3 {
+                    let row = &routed.per_expert[layer * 8..][..8];
+                    for g in 0..gpus {
+                        let want: Vec<u32> = layout.slot_tokens(layer, row, g).collect();
+                        let got = &routed.per_slot[(layer * gpus + g) * n..][..n];
+                        assert_eq!(got, want, "layer {layer}, GPU {g}, {tokens} tokens");
+                        assert_eq!(routed.per_gpu[layer * gpus + g], want.iter().sum::<u32>());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_steps_load_in_whole_numbers_is_the_float_sum_of_its_passes() {
+        // Steps of several passes, small and then large enough that their sum passes 2^24
+        // (where `f32` sums stop being exact): `take_step_load` gives the bits of the pass
+        // by pass `f32` sum, and starts the next step from nothing.
+        let shape = MoeModelShape::mixtral_8x7b();
+        let mut r = mixtral_router(ExpertRoutingTable::Zipf { exponent: 1.0 }, 1);
+        let steps: [&[u64]; 6] = [
+            &[7, 7, 7, 7],
+            &[1_000, 3, 0, 3],
+            &[4_000_000, 4_000_000, 500_000, 3],
+            &[9_000_000, 1, 2],
+            &[60_000_000, 3, 60_000_001],
+            &[2, 0],
+        ];
+        for (i, passes) in steps.iter().enumerate() {
+            let mut want = vec![0.0f32; shape.n_layers * shape.n_experts];
+            for &tokens in *passes {
+                let routed = r.route(tokens);
+                for (sum, &n) in want.iter_mut().zip(routed.per_expert) {
+                    *sum += n as f32;
+                }
+            }
+            let mut got = Vec::new();
+            r.take_step_load(|load| got = load.to_vec());
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "step {i}");
+        }
+        assert!(!r.step_in_floats && r.step_counted == 0);
+    }
+
     /// Words handed out in a given order, for rand's samplers.
     struct Words(std::vec::IntoIter<u32>);
 

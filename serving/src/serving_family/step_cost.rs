@@ -1290,4 +1290,90 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn the_lane_memo_keyed_by_the_routers_slots_prices_as_by_the_layout() {
+        // A plain layout's tokens per slot (as the router hands them on) and the layout's own
+        // gather of the tokens per expert key the memo alike: the same prices, bit for bit, as
+        // pricing every lane group afresh, over steps whose rows repeat and pass the table.
+        let cost = MoeLayerCost::new(
+            &GpuSpec::by_name("H100-SXM").unwrap(),
+            &MoeModelShape::mixtral_8x7b(),
+            Timing::Graph,
+        );
+        let mut rng = crate::rng::stream(7, "lane-memo-slots");
+        for (experts, ep, slots) in [(8, 4, 2), (8, 8, 1), (16, 8, 2)] {
+            let layers = 3;
+            let layout = ExpertLayout::linear(layers, experts, ep, ep);
+            assert!(layout.plain() && layout.slots_per_gpu == slots);
+            let lane_ranges: Vec<Range<usize>> = (0..ep)
+                .step_by(LANES)
+                .map(|g| g..(g + LANES).min(ep))
+                .collect();
+            let speeds = [SpeedFactors::split(0.88, 0.0), SpeedFactors::NOMINAL];
+            let rates: Vec<LaneRates> = lane_ranges
+                .iter()
+                .enumerate()
+                .map(|(i, _)| cost.rates.lanes(&[speeds[i % 2]; LANES]))
+                .collect();
+            let (mut by_layout, mut by_slots) = (LaneMemo::new(slots), LaneMemo::new(slots));
+            let (mut a, mut b, mut want) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..300 {
+                let per_expert: Vec<u32> = (0..layers * experts)
+                    .map(|_| match rng.random_range(0..10u32) {
+                        0 => rng.random_range(0..200),
+                        _ => rng.random_range(0..3),
+                    })
+                    .collect();
+                let mut per_slot = Vec::new();
+                for layer in 0..layers {
+                    let row = &per_expert[layer * experts..][..experts];
+                    for g in 0..ep {
+                        per_slot.extend(layout.slot_tokens(layer, row, g));
+                    }
+                }
+                for (memo, slotted, out) in [
+                    (&mut by_layout, &[][..], &mut a),
+                    (&mut by_slots, &per_slot[..], &mut b),
+                ] {
+                    memo.price(
+                        &cost,
+                        &layout,
+                        &lane_ranges,
+                        &rates,
+                        layers,
+                        &per_expert,
+                        slotted,
+                        out,
+                    );
+                }
+                let counts: Vec<Vec<[u32; LANES]>> = (0..layers)
+                    .flat_map(|layer| lane_ranges.iter().map(move |lanes| (layer, lanes)))
+                    .map(|(layer, lanes)| {
+                        (0..slots)
+                            .map(|slot| {
+                                std::array::from_fn(|i| {
+                                    if i < lanes.len() {
+                                        per_slot[(layer * ep + lanes.start + i) * slots + slot]
+                                    } else {
+                                        0
+                                    }
+                                })
+                            })
+                            .collect()
+                    })
+                    .collect();
+                cost.lane_times_all(&rates, &counts, &mut want);
+                let bits = |t: &LaneTimes| (t.nanos.map(f64::to_bits), t.rows.map(f64::to_bits));
+                assert_eq!(a.len(), want.len());
+                assert_eq!(b.len(), want.len());
+                for ((x, y), w) in a.iter().zip(&b).zip(&want) {
+                    assert_eq!(bits(x), bits(w), "{experts} experts, EP {ep}");
+                    assert_eq!(bits(y), bits(w), "{experts} experts, EP {ep}");
+                }
+            }
+            assert!(by_slots.hits > 0 && by_slots.hits < by_slots.lookups);
+            assert_eq!((by_slots.hits, by_slots.lookups), (by_layout.hits, by_layout.lookups));
+        }
+    }
 }
