@@ -74,6 +74,9 @@ pub struct ExpertRouter {
     step_counts: Vec<u32>,
     step_counted: u64,
     step_in_floats: bool,
+    /// Passes routed since `take_step_load`: the first one's counts are copied, not added to
+    /// zeros, and `step_load` is only read once written.
+    step_passes: u32,
     /// When observing: the steps to record, and per layer the tokens per expert of each step
     /// routed so far (step-major).
     observe: Option<(usize, Vec<Vec<f32>>)>,
@@ -374,6 +377,7 @@ impl ExpertRouter {
             step_counts: vec![0; layers * experts],
             step_counted: 0,
             step_in_floats: false,
+            step_passes: 0,
             observe: None,
             replay: None,
             uptos: Vec::new(),
@@ -479,32 +483,42 @@ impl ExpertRouter {
     /// The tokens per expert (`layers x experts`, layer-major) of every pass routed since the
     /// last call, which starts the next step's sum.
     pub fn take_step_load(&mut self, mut out: impl FnMut(&[f32])) {
-        if !self.step_in_floats {
+        if self.step_passes == 0 {
+            self.step_load.fill(0.0);
+        } else if !self.step_in_floats {
             for (sum, &n) in self.step_load.iter_mut().zip(&self.step_counts) {
                 *sum = n as f32;
             }
         }
         out(&self.step_load);
-        self.step_load.fill(0.0);
-        self.step_counts.fill(0);
-        (self.step_counted, self.step_in_floats) = (0, false);
+        (self.step_counted, self.step_in_floats, self.step_passes) = (0, false, 0);
     }
 
     /// Adds the pass just routed (`per_expert`, `assignments` per layer) to the step's load:
     /// in whole numbers below 2^24 in all, then as `f32` sums (the counts so far converted
     /// first: exact, as every `f32` sum of them was).
     fn add_step_load(&mut self, assignments: u64) {
+        let first = self.step_passes == 0;
+        self.step_passes += 1;
         if !self.step_in_floats && self.step_counted + assignments < 1 << 24 {
             self.step_counted += assignments;
-            for (sum, &n) in self.step_counts.iter_mut().zip(&self.per_expert) {
-                *sum += n;
+            if first {
+                self.step_counts.copy_from_slice(&self.per_expert);
+            } else {
+                for (sum, &n) in self.step_counts.iter_mut().zip(&self.per_expert) {
+                    *sum += n;
+                }
             }
             return;
         }
         if !self.step_in_floats {
             self.step_in_floats = true;
-            for (sum, &n) in self.step_load.iter_mut().zip(&self.step_counts) {
-                *sum = n as f32;
+            if first {
+                self.step_load.fill(0.0);
+            } else {
+                for (sum, &n) in self.step_load.iter_mut().zip(&self.step_counts) {
+                    *sum = n as f32;
+                }
             }
         }
         for (sum, &n) in self.step_load.iter_mut().zip(&self.per_expert) {
@@ -958,8 +972,10 @@ mod tests {
         // by pass `f32` sum, and starts the next step from nothing.
         let shape = MoeModelShape::mixtral_8x7b();
         let mut r = mixtral_router(ExpertRoutingTable::Zipf { exponent: 1.0 }, 1);
-        let steps: [&[u64]; 6] = [
+        let steps: [&[u64]; 8] = [
             &[7, 7, 7, 7],
+            &[],
+            &[12],
             &[1_000, 3, 0, 3],
             &[4_000_000, 4_000_000, 500_000, 3],
             &[9_000_000, 1, 2],
@@ -979,7 +995,7 @@ mod tests {
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "step {i}");
         }
-        assert!(!r.step_in_floats && r.step_counted == 0);
+        assert!(!r.step_in_floats && r.step_counted == 0 && r.step_passes == 0);
     }
 
     /// Words handed out in a given order, for rand's samplers.

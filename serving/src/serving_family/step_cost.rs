@@ -142,6 +142,17 @@ impl LaneRows for StepLaneRows<'_> {
             let first = (layer * self.layout.gpus() + lanes.start) * slots;
             let gpus = lanes.len();
             let per_slot = &self.per_slot[first..][..gpus * slots];
+            if slots <= MEMO_SLOTS {
+                // Few slots (a study's EP layouts): each slot's lanes straight into the float
+                // tally, the rows `slot_tokens_side_by_side` would gather, with no whole-number
+                // tally to convert (it pays from a few slots per GPU on).
+                for j in 0..slots {
+                    tally.add(std::array::from_fn(|i| {
+                        if i < gpus { per_slot[i * slots + j] } else { 0 }
+                    }));
+                }
+                return;
+            }
             let mut whole = WholeTally::default();
             if gpus == LANES {
                 for j in 0..slots {
