@@ -1387,4 +1387,67 @@ mod tests {
             assert_eq!((by_slots.hits, by_slots.lookups), (by_layout.hits, by_layout.lookups));
         }
     }
+
+    #[test]
+    fn a_steps_lane_rows_from_the_routers_slots_are_the_layouts() {
+        // `StepLaneRows` on the router's tokens per slot (one and two slots per GPU straight
+        // into the float tally, four through the whole-number tally) and on the layout's
+        // gather of the tokens per expert: the same prices, bit for bit, for every layer and
+        // lane group, with a lane group short of GPUs.
+        let cost = MoeLayerCost::new(
+            &GpuSpec::by_name("H100-SXM").unwrap(),
+            &MoeModelShape::mixtral_8x7b(),
+            Timing::Eager,
+        );
+        let mut rng = crate::rng::stream(9, "step-lane-rows");
+        for (experts, ep) in [(8, 8), (8, 4), (16, 4), (12, 6)] {
+            let layers = 3;
+            let layout = ExpertLayout::linear(layers, experts, ep, ep);
+            let slots = layout.slots_per_gpu;
+            let lane_ranges: Vec<Range<usize>> = (0..ep)
+                .step_by(LANES)
+                .map(|g| g..(g + LANES).min(ep))
+                .collect();
+            let rates: Vec<LaneRates> = lane_ranges
+                .iter()
+                .map(|_| cost.rates.lanes(&[SpeedFactors::split(0.88, 0.5); LANES]))
+                .collect();
+            let copies = vec![Vec::new(); layers];
+            let mut gpu_tokens: [Vec<u32>; LANES] = Default::default();
+            for _ in 0..50 {
+                let per_expert: Vec<u32> = (0..layers * experts)
+                    .map(|_| match rng.random_range(0..4u32) {
+                        0 => rng.random_range(0..5000),
+                        _ => rng.random_range(0..9),
+                    })
+                    .collect();
+                let mut per_slot = Vec::new();
+                for layer in 0..layers {
+                    let row = &per_expert[layer * experts..][..experts];
+                    for g in 0..ep {
+                        per_slot.extend(layout.slot_tokens(layer, row, g));
+                    }
+                }
+                let mut priced = [Vec::new(), Vec::new()];
+                for (slotted, out) in [&[][..], &per_slot[..]].into_iter().zip(&mut priced) {
+                    let mut rows = StepLaneRows {
+                        layout: &layout,
+                        copies: &copies,
+                        gpu_tokens: &mut gpu_tokens,
+                        lane_ranges: &lane_ranges,
+                        per_expert: &per_expert,
+                        per_slot: slotted,
+                        layer: 0,
+                        group: 0,
+                    };
+                    cost.lane_times_with(&rates, layers * lane_ranges.len(), &mut rows, out);
+                }
+                let bits = |t: &LaneTimes| (t.nanos.map(f64::to_bits), t.rows.map(f64::to_bits));
+                assert_eq!(priced[0].len(), layers * lane_ranges.len());
+                for (a, b) in priced[0].iter().zip(&priced[1]) {
+                    assert_eq!(bits(a), bits(b), "{experts} experts, EP {ep}, {slots} slots");
+                }
+            }
+        }
+    }
 }
