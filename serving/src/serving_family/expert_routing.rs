@@ -67,6 +67,16 @@ pub struct ExpertRouter {
     /// The tokens per expert of every pass routed since `take_step_load` (a static batch routes
     /// its prefill and each decode pass): the step's expert load the recorder measures.
     step_load: Vec<f32>,
+    /// The same sums in whole numbers while they stay below 2^24 (`step_counted`: the
+    /// assignments summed since `take_step_load`; no entry exceeds it), where every `f32` sum
+    /// of whole numbers is exact, so `step_load` is these counts converted. Past it the counts
+    /// go into `step_load` once (`step_in_floats`) and later passes add there, as `f32`.
+    step_counts: Vec<u32>,
+    step_counted: u64,
+    step_in_floats: bool,
+    /// Passes routed since `take_step_load`: the first one's counts are copied, not added to
+    /// zeros, and `step_load` is only read once written.
+    step_passes: u32,
     /// When observing: the steps to record, and per layer the tokens per expert of each step
     /// routed so far (step-major).
     observe: Option<(usize, Vec<Vec<f32>>)>,
@@ -79,6 +89,10 @@ pub struct ExpertRouter {
     per_slot: Vec<u32>,
     /// With `per_slot`: the step's slots' rounded cumulative shares (scratch).
     rounded: Vec<u32>,
+    /// On a plain layout (`ExpertLayout::plain`): each slot's expert, `[layer][gpu][slot]`
+    /// (filled on the first drawn step), so that a drawn step hands the step cost its tokens
+    /// per slot (`per_slot`) as it sums each GPU's.
+    slot_experts: Vec<u32>,
 }
 
 /// The unseen steps of a trace, as cumulative shares over a layout's slots.
@@ -223,6 +237,37 @@ fn shuffle(order: &mut [usize], words: &[u32]) {
     }
 }
 
+/// Each slot's tokens on a plain layout, its expert's in `row` (`experts_of`: the slots'
+/// experts, `n` per GPU), into `slots`, and each GPU's, the sum of its `n` slots', into
+/// `on_gpus`: `ExpertLayout::gpu_sums`' values, the slots kept.
+#[inline(always)]
+fn slot_rows(row: &[u32], experts_of: &[u32], n: usize, slots: &mut [u32], on_gpus: &mut [u32]) {
+    if n == 2 {
+        for ((on_gpu, pair), experts) in on_gpus
+            .iter_mut()
+            .zip(slots.chunks_exact_mut(2))
+            .zip(experts_of.chunks_exact(2))
+        {
+            let (a, b) = (row[experts[0] as usize], row[experts[1] as usize]);
+            (pair[0], pair[1]) = (a, b);
+            *on_gpu = a + b;
+        }
+        return;
+    }
+    for ((on_gpu, gpu_slots), experts) in on_gpus
+        .iter_mut()
+        .zip(slots.chunks_exact_mut(n))
+        .zip(experts_of.chunks_exact(n))
+    {
+        let mut sum = 0;
+        for (slot, &e) in gpu_slots.iter_mut().zip(experts) {
+            *slot = row[e as usize];
+            sum += *slot;
+        }
+        *on_gpu = sum;
+    }
+}
+
 /// Whether `index_up_to` takes one word for each index drawn from `words` with its bound
 /// in `bounds` (`index_up_to(bound - 1)`): rand's sampler draws a second word only where the
 /// first's product with the bound has a low half above `2^32 - bound`. A bound of 1 always
@@ -329,11 +374,16 @@ impl ExpertRouter {
             topic_tokens: vec![0; n_topics],
             per_expert: vec![0; layers * experts],
             step_load: vec![0.0; layers * experts],
+            step_counts: vec![0; layers * experts],
+            step_counted: 0,
+            step_in_floats: false,
+            step_passes: 0,
             observe: None,
             replay: None,
             uptos: Vec::new(),
             per_slot: Vec::new(),
             rounded: Vec::new(),
+            slot_experts: Vec::new(),
         }
     }
 
@@ -433,8 +483,47 @@ impl ExpertRouter {
     /// The tokens per expert (`layers x experts`, layer-major) of every pass routed since the
     /// last call, which starts the next step's sum.
     pub fn take_step_load(&mut self, mut out: impl FnMut(&[f32])) {
+        if self.step_passes == 0 {
+            self.step_load.fill(0.0);
+        } else if !self.step_in_floats {
+            for (sum, &n) in self.step_load.iter_mut().zip(&self.step_counts) {
+                *sum = n as f32;
+            }
+        }
         out(&self.step_load);
-        self.step_load.fill(0.0);
+        (self.step_counted, self.step_in_floats, self.step_passes) = (0, false, 0);
+    }
+
+    /// Adds the pass just routed (`per_expert`, `assignments` per layer) to the step's load:
+    /// in whole numbers below 2^24 in all, then as `f32` sums (the counts so far converted
+    /// first: exact, as every `f32` sum of them was).
+    fn add_step_load(&mut self, assignments: u64) {
+        let first = self.step_passes == 0;
+        self.step_passes += 1;
+        if !self.step_in_floats && self.step_counted + assignments < 1 << 24 {
+            self.step_counted += assignments;
+            if first {
+                self.step_counts.copy_from_slice(&self.per_expert);
+            } else {
+                for (sum, &n) in self.step_counts.iter_mut().zip(&self.per_expert) {
+                    *sum += n;
+                }
+            }
+            return;
+        }
+        if !self.step_in_floats {
+            self.step_in_floats = true;
+            if first {
+                self.step_load.fill(0.0);
+            } else {
+                for (sum, &n) in self.step_load.iter_mut().zip(&self.step_counts) {
+                    *sum = n as f32;
+                }
+            }
+        }
+        for (sum, &n) in self.step_load.iter_mut().zip(&self.per_expert) {
+            *sum += n as f32;
+        }
     }
 
     /// The routing model's expectations, for the router dry-run of a static replica's batch
@@ -518,6 +607,15 @@ impl ExpertRouter {
         // The step's offsets and shuffles drawn as one run of words (the words its layers
         // would draw one by one, in the same order), where no index needs a second word.
         let drawn = unseen.is_none() && assignments > 0 && self.bulk && self.draw_words();
+        // On a plain layout each slot takes its expert's tokens whole: below 2^30 assignments
+        // (`RoutedTokens::per_slot`'s bound) the slots' tokens are kept as the GPUs' are summed.
+        let slotted = unseen.is_none() && self.layout.plain() && assignments < 1 << 30;
+        if slotted && self.slot_experts.is_empty() {
+            self.slot_experts = (0..self.n_layers)
+                .flat_map(|layer| self.layout.layer_slots(layer).map(|(e, _)| e as u32))
+                .collect();
+            self.per_slot.resize(self.slot_experts.len(), 0);
+        }
         for layer in (0..self.n_layers).filter(|_| !by_slot) {
             let row = &mut self.per_expert[layer * experts..][..experts];
             if let (Some(replay), Some(_)) = (&self.replay, unseen) {
@@ -581,11 +679,16 @@ impl ExpertRouter {
                 spread(order, expected, offset, assignments, row, |sum| sum as u64);
             }
             let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
-            self.layout.gpu_sums(layer, row, on_gpus);
+            if slotted {
+                let n = self.layout.slots_per_gpu;
+                let slots = &mut self.per_slot[layer * gpus * n..][..gpus * n];
+                let experts_of = &self.slot_experts[layer * gpus * n..][..gpus * n];
+                slot_rows(row, experts_of, n, slots, on_gpus);
+            } else {
+                self.layout.gpu_sums(layer, row, on_gpus);
+            }
         }
-        for (sum, &n) in self.step_load.iter_mut().zip(&self.per_expert) {
-            *sum += n as f32;
-        }
+        self.add_step_load(assignments);
         if let Some((steps, window)) = &mut self.observe
             && window[0].len() < *steps * experts
         {
@@ -601,7 +704,11 @@ impl ExpertRouter {
             layers: self.n_layers,
             per_expert: &self.per_expert,
             per_gpu: &self.per_gpu,
-            per_slot: if by_slot { &self.per_slot } else { &[] },
+            per_slot: if by_slot || slotted {
+                &self.per_slot
+            } else {
+                &[]
+            },
             copies: &[],
         }
     }
@@ -799,6 +906,96 @@ mod tests {
             }
             assert_eq!(bulk.order, each.order);
         }
+    }
+
+    #[test]
+    fn a_plain_layouts_tokens_per_slot_are_its_experts() {
+        // On plain layouts (linear, and one whose GPUs hold other experts on every layer, one
+        // and two and four slots per GPU), each drawn step hands on every slot's tokens:
+        // `slot_tokens` of its expert's count, GPU by GPU, summing to the GPU's. A layout
+        // with two copies is not plain and hands on none.
+        let mut shape = MoeModelShape::mixtral_8x7b();
+        (shape.n_layers, shape.n_experts, shape.top_k) = (3, 8, 2);
+        let shifted = |slots: usize| {
+            let gpus = 8 / slots;
+            let mappings: Vec<_> = (0..3)
+                .map(|l| crate::policies::mapping::LayerMapping {
+                    slots: (0..gpus)
+                        .map(|g| (0..slots).map(|j| (slots * g + j + 3 * l) % 8).collect())
+                        .collect(),
+                })
+                .collect();
+            ExpertLayout::new(8, &[mappings])
+        };
+        let layouts = [
+            ExpertLayout::linear(3, 8, 4, 4),
+            shifted(1),
+            shifted(2),
+            shifted(4),
+            ExpertLayout::linear(3, 8, 4, 8),
+        ];
+        for layout in layouts {
+            let layout = Rc::new(layout);
+            let mut r = ExpertRouter::new(
+                &shape,
+                ExpertRoutingTable::Zipf { exponent: 1.0 },
+                1,
+                Rc::clone(&layout),
+                &mut stream(2, "popularity"),
+                stream(2, "offsets"),
+            );
+            for tokens in [0, 1, 5, 37, 900, 3, 120_000] {
+                let routed = r.route(tokens);
+                if !layout.plain() {
+                    assert!(routed.per_slot.is_empty());
+                    continue;
+                }
+                let (gpus, n) = (layout.gpus(), layout.slots_per_gpu);
+                assert_eq!(routed.per_slot.len(), 3 * gpus * n);
+                for layer in 0..3 {
+                    let row = &routed.per_expert[layer * 8..][..8];
+                    for g in 0..gpus {
+                        let want: Vec<u32> = layout.slot_tokens(layer, row, g).collect();
+                        let got = &routed.per_slot[(layer * gpus + g) * n..][..n];
+                        assert_eq!(got, want, "layer {layer}, GPU {g}, {tokens} tokens");
+                        assert_eq!(routed.per_gpu[layer * gpus + g], want.iter().sum::<u32>());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_steps_load_in_whole_numbers_is_the_float_sum_of_its_passes() {
+        // Steps of several passes, small and then large enough that their sum passes 2^24
+        // (where `f32` sums stop being exact): `take_step_load` gives the bits of the pass
+        // by pass `f32` sum, and starts the next step from nothing.
+        let shape = MoeModelShape::mixtral_8x7b();
+        let mut r = mixtral_router(ExpertRoutingTable::Zipf { exponent: 1.0 }, 1);
+        let steps: [&[u64]; 8] = [
+            &[7, 7, 7, 7],
+            &[],
+            &[12],
+            &[1_000, 3, 0, 3],
+            &[4_000_000, 4_000_000, 500_000, 3],
+            &[9_000_000, 1, 2],
+            &[60_000_000, 3, 60_000_001],
+            &[2, 0],
+        ];
+        for (i, passes) in steps.iter().enumerate() {
+            let mut want = vec![0.0f32; shape.n_layers * shape.n_experts];
+            for &tokens in *passes {
+                let routed = r.route(tokens);
+                for (sum, &n) in want.iter_mut().zip(routed.per_expert) {
+                    *sum += n as f32;
+                }
+            }
+            let mut got = Vec::new();
+            r.take_step_load(|load| got = load.to_vec());
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "step {i}");
+        }
+        assert!(!r.step_in_floats && r.step_counted == 0 && r.step_passes == 0);
     }
 
     /// Words handed out in a given order, for rand's samplers.

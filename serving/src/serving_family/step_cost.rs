@@ -142,6 +142,17 @@ impl LaneRows for StepLaneRows<'_> {
             let first = (layer * self.layout.gpus() + lanes.start) * slots;
             let gpus = lanes.len();
             let per_slot = &self.per_slot[first..][..gpus * slots];
+            if slots <= MEMO_SLOTS {
+                // Few slots (a study's EP layouts): each slot's lanes straight into the float
+                // tally, the rows `slot_tokens_side_by_side` would gather, with no whole-number
+                // tally to convert (it pays from a few slots per GPU on).
+                for j in 0..slots {
+                    tally.add(std::array::from_fn(|i| {
+                        if i < gpus { per_slot[i * slots + j] } else { 0 }
+                    }));
+                }
+                return;
+            }
             let mut whole = WholeTally::default();
             if gpus == LANES {
                 for j in 0..slots {
@@ -250,8 +261,9 @@ impl LaneMemo {
     }
 
     /// `lane_times_with` of every MoE layer's lane groups in turn (the step's `per_expert`
-    /// rows over `layout`) into `out`, from the table where it holds the group's lanes: each
-    /// group looked up as its rows are gathered, only a missed group's rows kept.
+    /// rows over `layout`, or its tokens per slot where the router kept them: `per_slot`, the
+    /// same rows) into `out`, from the table where it holds the group's lanes: each group
+    /// looked up as its rows are gathered, only a missed group's rows kept.
     #[allow(clippy::too_many_arguments)]
     fn price(
         &mut self,
@@ -261,11 +273,30 @@ impl LaneMemo {
         lane_rates: &[LaneRates],
         n_layers: usize,
         per_expert: &[u32],
+        per_slot: &[u32],
         out: &mut Vec<LaneTimes>,
     ) {
         debug_assert_eq!(lane_ranges.len(), lane_rates.len());
         self.begin(lane_rates.len(), out);
-        let experts = layout.n_experts;
+        let (experts, slots, gpus) = (layout.n_experts, self.slots, layout.gpus());
+        if slots > 0 && per_slot.len() == n_layers * gpus * slots {
+            // Each GPU's slots side by side in `per_slot`: lane `i`'s slot `j` is key entry
+            // `j x LANES + i`, as `slot_tokens_side_by_side` gathers them.
+            for layer in 0..n_layers {
+                for (g, lanes) in lane_ranges.iter().enumerate() {
+                    let first = (layer * gpus + lanes.start) * slots;
+                    let rows = &per_slot[first..][..lanes.len() * slots];
+                    let key = if slots == MEMO_SLOTS {
+                        slot_key::<MEMO_SLOTS>(rows)
+                    } else {
+                        slot_key::<1>(rows)
+                    };
+                    self.look_up(g, key, lane_rates, out);
+                }
+            }
+            self.price_misses(cost, lane_rates.len(), out);
+            return;
+        }
         for layer in 0..n_layers {
             let row = &per_expert[layer * experts..][..experts];
             for (g, lanes) in lane_ranges.iter().enumerate() {
@@ -385,6 +416,19 @@ impl LaneMemo {
             }
         }
     }
+}
+
+/// A lane group's memo key from its GPUs' tokens per slot (`S` slots per GPU, GPU by GPU, at
+/// most `LANES` GPUs): lane `i`'s slot `j` at `j x LANES + i`, 0 past the GPUs.
+#[inline(always)]
+fn slot_key<const S: usize>(rows: &[u32]) -> [u32; MEMO_ROWS] {
+    let mut key = [0u32; MEMO_ROWS];
+    for (lane, gpu_slots) in rows.chunks_exact(S).take(LANES).enumerate() {
+        for (slot, &n) in gpu_slots.iter().enumerate() {
+            key[slot * LANES + lane] = n;
+        }
+    }
+    key
 }
 
 /// The missed lane groups' rows for `lane_times_with`, slot by slot as `StepLaneRows` adds them.
@@ -960,6 +1004,7 @@ impl ReplicaStepCost {
                         lane_rates,
                         n_layers,
                         routed.per_expert,
+                        routed.per_slot,
                         lane_times,
                     );
                 } else {
@@ -1253,6 +1298,155 @@ mod tests {
                     }
                 }
                 assert!(memo.hits > 0 && memo.hits < memo.lookups, "{}", memo.hits);
+            }
+        }
+    }
+
+    #[test]
+    fn the_lane_memo_keyed_by_the_routers_slots_prices_as_by_the_layout() {
+        // A plain layout's tokens per slot (as the router hands them on) and the layout's own
+        // gather of the tokens per expert key the memo alike: the same prices, bit for bit, as
+        // pricing every lane group afresh, over steps whose rows repeat and pass the table.
+        let cost = MoeLayerCost::new(
+            &GpuSpec::by_name("H100-SXM").unwrap(),
+            &MoeModelShape::mixtral_8x7b(),
+            Timing::Graph,
+        );
+        let mut rng = crate::rng::stream(7, "lane-memo-slots");
+        for (experts, ep, slots) in [(8, 4, 2), (8, 8, 1), (16, 8, 2)] {
+            let layers = 3;
+            let layout = ExpertLayout::linear(layers, experts, ep, ep);
+            assert!(layout.plain() && layout.slots_per_gpu == slots);
+            let lane_ranges: Vec<Range<usize>> = (0..ep)
+                .step_by(LANES)
+                .map(|g| g..(g + LANES).min(ep))
+                .collect();
+            let speeds = [SpeedFactors::split(0.88, 0.0), SpeedFactors::NOMINAL];
+            let rates: Vec<LaneRates> = lane_ranges
+                .iter()
+                .enumerate()
+                .map(|(i, _)| cost.rates.lanes(&[speeds[i % 2]; LANES]))
+                .collect();
+            let (mut by_layout, mut by_slots) = (LaneMemo::new(slots), LaneMemo::new(slots));
+            let (mut a, mut b, mut want) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..300 {
+                let per_expert: Vec<u32> = (0..layers * experts)
+                    .map(|_| match rng.random_range(0..10u32) {
+                        0 => rng.random_range(0..200),
+                        _ => rng.random_range(0..3),
+                    })
+                    .collect();
+                let mut per_slot = Vec::new();
+                for layer in 0..layers {
+                    let row = &per_expert[layer * experts..][..experts];
+                    for g in 0..ep {
+                        per_slot.extend(layout.slot_tokens(layer, row, g));
+                    }
+                }
+                for (memo, slotted, out) in [
+                    (&mut by_layout, &[][..], &mut a),
+                    (&mut by_slots, &per_slot[..], &mut b),
+                ] {
+                    memo.price(
+                        &cost,
+                        &layout,
+                        &lane_ranges,
+                        &rates,
+                        layers,
+                        &per_expert,
+                        slotted,
+                        out,
+                    );
+                }
+                let counts: Vec<Vec<[u32; LANES]>> = (0..layers)
+                    .flat_map(|layer| lane_ranges.iter().map(move |lanes| (layer, lanes)))
+                    .map(|(layer, lanes)| {
+                        (0..slots)
+                            .map(|slot| {
+                                std::array::from_fn(|i| {
+                                    if i < lanes.len() {
+                                        per_slot[(layer * ep + lanes.start + i) * slots + slot]
+                                    } else {
+                                        0
+                                    }
+                                })
+                            })
+                            .collect()
+                    })
+                    .collect();
+                cost.lane_times_all(&rates, &counts, &mut want);
+                let bits = |t: &LaneTimes| (t.nanos.map(f64::to_bits), t.rows.map(f64::to_bits));
+                assert_eq!(a.len(), want.len());
+                assert_eq!(b.len(), want.len());
+                for ((x, y), w) in a.iter().zip(&b).zip(&want) {
+                    assert_eq!(bits(x), bits(w), "{experts} experts, EP {ep}");
+                    assert_eq!(bits(y), bits(w), "{experts} experts, EP {ep}");
+                }
+            }
+            assert!(by_slots.hits > 0 && by_slots.hits < by_slots.lookups);
+            assert_eq!((by_slots.hits, by_slots.lookups), (by_layout.hits, by_layout.lookups));
+        }
+    }
+
+    #[test]
+    fn a_steps_lane_rows_from_the_routers_slots_are_the_layouts() {
+        // `StepLaneRows` on the router's tokens per slot (one and two slots per GPU straight
+        // into the float tally, four through the whole-number tally) and on the layout's
+        // gather of the tokens per expert: the same prices, bit for bit, for every layer and
+        // lane group, with a lane group short of GPUs.
+        let cost = MoeLayerCost::new(
+            &GpuSpec::by_name("H100-SXM").unwrap(),
+            &MoeModelShape::mixtral_8x7b(),
+            Timing::Eager,
+        );
+        let mut rng = crate::rng::stream(9, "step-lane-rows");
+        for (experts, ep) in [(8, 8), (8, 4), (16, 4), (12, 6)] {
+            let layers = 3;
+            let layout = ExpertLayout::linear(layers, experts, ep, ep);
+            let slots = layout.slots_per_gpu;
+            let lane_ranges: Vec<Range<usize>> = (0..ep)
+                .step_by(LANES)
+                .map(|g| g..(g + LANES).min(ep))
+                .collect();
+            let rates: Vec<LaneRates> = lane_ranges
+                .iter()
+                .map(|_| cost.rates.lanes(&[SpeedFactors::split(0.88, 0.5); LANES]))
+                .collect();
+            let copies = vec![Vec::new(); layers];
+            let mut gpu_tokens: [Vec<u32>; LANES] = Default::default();
+            for _ in 0..50 {
+                let per_expert: Vec<u32> = (0..layers * experts)
+                    .map(|_| match rng.random_range(0..4u32) {
+                        0 => rng.random_range(0..5000),
+                        _ => rng.random_range(0..9),
+                    })
+                    .collect();
+                let mut per_slot = Vec::new();
+                for layer in 0..layers {
+                    let row = &per_expert[layer * experts..][..experts];
+                    for g in 0..ep {
+                        per_slot.extend(layout.slot_tokens(layer, row, g));
+                    }
+                }
+                let mut priced = [Vec::new(), Vec::new()];
+                for (slotted, out) in [&[][..], &per_slot[..]].into_iter().zip(&mut priced) {
+                    let mut rows = StepLaneRows {
+                        layout: &layout,
+                        copies: &copies,
+                        gpu_tokens: &mut gpu_tokens,
+                        lane_ranges: &lane_ranges,
+                        per_expert: &per_expert,
+                        per_slot: slotted,
+                        layer: 0,
+                        group: 0,
+                    };
+                    cost.lane_times_with(&rates, layers * lane_ranges.len(), &mut rows, out);
+                }
+                let bits = |t: &LaneTimes| (t.nanos.map(f64::to_bits), t.rows.map(f64::to_bits));
+                assert_eq!(priced[0].len(), layers * lane_ranges.len());
+                for (a, b) in priced[0].iter().zip(&priced[1]) {
+                    assert_eq!(bits(a), bits(b), "{experts} experts, EP {ep}, {slots} slots");
+                }
             }
         }
     }
