@@ -92,6 +92,27 @@ pub fn block_hashes(segments: &[PrefixSegment], block_size: u32, out: &mut Vec<B
     }
 }
 
+/// How many of `hashes` (a prompt's blocks from some block on, as `block_hashes` gives them: at
+/// least one) lie in the first one's run. A run's places go on one by one and every later run's
+/// start again from 0, so the block `k` on lies in that run exactly when it names the run at
+/// the first one's place plus `k`: true up to the run's end and false from there, which a
+/// binary search finds.
+fn run_len(hashes: &[BlockHash]) -> usize {
+    let first = hashes[0];
+    let in_run =
+        |k: usize| hashes[k].run == first.run && hashes[k].at as usize == first.at as usize + k;
+    let (mut low, mut high) = (1, hashes.len());
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if in_run(mid) {
+            low = mid + 1;
+        } else {
+            high = mid;
+        }
+    }
+    low
+}
+
 /// Where a cached block's entry sits in `PrefixCache`'s entries: a sequence holds the slots of
 /// the blocks it references, so dropping or taking a reference reads the entry directly, without
 /// a map probe.
@@ -339,22 +360,21 @@ impl PrefixCache {
         Some((kept.len(), free))
     }
 
-    /// Whether the cache holds none of `hashes` (the blocks of a prompt from some block on, by
-    /// run and in order within a run): one map probe a run. (It answers no, conservatively,
-    /// where a run names a block past one of them but none of them.)
+    /// Whether the cache holds none of `hashes` (the blocks of a prompt from some block on, as
+    /// `block_hashes` gives them): one map probe a run, and a binary search for where the run
+    /// ends (`run_len`). (It answers no, conservatively, where a run names a block past one of
+    /// them but none of them.)
     pub fn names_none(&self, hashes: &[BlockHash]) -> bool {
-        let mut last = None;
-        for hash in hashes {
-            if last == Some(hash.run) {
-                continue;
-            }
-            last = Some(hash.run);
-            // A run's slots end with one: any named at this place or past it lengthens them.
-            if let Some(&index) = self.runs.get(&hash.run)
-                && self.run_list[index as usize].slots.len() > hash.at as usize
+        let mut rest = hashes;
+        while let Some(&first) = rest.first() {
+            // A run's slots end with one: any named at the run's first place here or past it
+            // lengthens them.
+            if let Some(&index) = self.runs.get(&first.run)
+                && self.run_list[index as usize].slots.len() > first.at as usize
             {
                 return false;
             }
+            rest = &rest[run_len(rest)..];
         }
         true
     }
@@ -1084,7 +1104,7 @@ mod tests {
         let (mut tail_hits, mut overdrafts) = (0, 0);
         // Each prompt's lookup, kept (what it read and its hits) until it no longer holds.
         let mut kept: Vec<(LookupReads, Vec<Slot>)> = vec![Default::default(); prompts.len()];
-        let (mut held_again, mut looked_anew) = (0, 0);
+        let (mut held_again, mut looked_anew, mut names_checked) = (0, 0, 0);
         for _ in 0..6_000 {
             match rng.random_range(0..8) {
                 // Admission (new or resumed): its prompt's resident blocks hit, in order.
@@ -1160,6 +1180,18 @@ mod tests {
             let queued = model.free.len() as u64;
             assert_eq!(free_and_check(&cache), queued);
             model.assert_hits_alike(&cache, &prompts);
+            // `names_none` on every suffix of every prompt, as defined block by block.
+            for (ours, _) in &prompts {
+                for from in 0..ours.len() {
+                    let named = ours[from..].iter().any(|hash| {
+                        cache.runs.get(&hash.run).is_some_and(|&index| {
+                            cache.run_list[index as usize].slots.len() > hash.at as usize
+                        })
+                    });
+                    assert_eq!(cache.names_none(&ours[from..]), !named);
+                    names_checked += usize::from(named);
+                }
+            }
             // A kept lookup that still holds answers as a fresh one does; one that does not is
             // looked up anew and kept.
             for ((reads, slots), (ours, _)) in kept.iter_mut().zip(&prompts) {
@@ -1184,8 +1216,9 @@ mod tests {
             model.evicted
         );
         assert!(
-            held_again > 10_000 && looked_anew > 1_000,
-            "{held_again} kept lookups held, {looked_anew} looked up anew"
+            held_again > 10_000 && looked_anew > 1_000 && names_checked > 10_000,
+            "{held_again} kept lookups held, {looked_anew} looked up anew, {names_checked} \
+             suffixes named"
         );
     }
 
