@@ -285,21 +285,36 @@ impl PrefixCache {
 
     /// How many of `hashes` (a prompt's blocks), from the first and at most `max`, are
     /// resident, and how many of those are free (a hit on them takes them out of the free
-    /// blocks); their slots go to `hits` (cleared first). The map of runs is probed once a run.
-    pub fn lookup(&self, hashes: &[BlockHash], max: usize, hits: &mut Vec<Slot>) -> (usize, u64) {
+    /// blocks); their slots go to `hits` (cleared first), and what it read to `reads`. The map
+    /// of runs is probed once a run.
+    pub fn lookup(
+        &self,
+        hashes: &[BlockHash],
+        max: usize,
+        hits: &mut Vec<Slot>,
+        reads: &mut LookupReads,
+    ) -> (usize, u64) {
         hits.clear();
+        reads.runs.clear();
+        reads.absent = None;
+        let hashes = &hashes[..max.min(hashes.len())];
+        reads.len = hashes.len();
         let mut free = 0;
         let mut run: Option<(u64, &[Slot])> = None;
-        for hash in &hashes[..max.min(hashes.len())] {
+        for hash in hashes {
             let slots = match run {
                 Some((at, slots)) if at == hash.run => slots,
                 _ => match self.runs.get(&hash.run) {
                     Some(&index) => {
-                        let slots = &self.run_list[index as usize].slots[..];
-                        run = Some((hash.run, slots));
-                        slots
+                        let read = &self.run_list[index as usize];
+                        reads.runs.push((index, read.changes));
+                        run = Some((hash.run, &read.slots[..]));
+                        &read.slots[..]
                     }
-                    None => break,
+                    None => {
+                        reads.absent = Some(hash.run);
+                        break;
+                    }
                 },
             };
             match slots.get(hash.at as usize) {
@@ -311,36 +326,6 @@ impl PrefixCache {
             }
         }
         (hits.len(), free)
-    }
-
-    /// What a `lookup` of `hashes` (at most `max`) that hit `hit` blocks read, noted into
-    /// `reads` (called before the cache changes, when its answer is to be kept): the runs of
-    /// its hits and of the first miss, and whether that miss's run was absent from the map.
-    pub fn note_reads(
-        &self,
-        hashes: &[BlockHash],
-        max: usize,
-        hit: usize,
-        reads: &mut LookupReads,
-    ) {
-        reads.runs.clear();
-        reads.absent = None;
-        reads.len = max.min(hashes.len());
-        let mut rest = &hashes[..(hit + 1).min(reads.len)];
-        while let Some(&first) = rest.first() {
-            match self.runs.get(&first.run) {
-                Some(&index) => {
-                    reads
-                        .runs
-                        .push((index, self.run_list[index as usize].changes));
-                }
-                None => {
-                    reads.absent = Some(first.run);
-                    break;
-                }
-            }
-            rest = &rest[run_len(rest)..];
-        }
     }
 
     /// What `lookup` would answer now for the blocks it answered `kept` for with `reads`, at
@@ -666,13 +651,13 @@ mod tests {
 
     /// `lookup`'s (hits, free hits) for `hashes`, at most `max`.
     fn hits(cache: &PrefixCache, hashes: &[BlockHash], max: usize) -> (usize, u64) {
-        cache.lookup(hashes, max, &mut Vec::new())
+        cache.lookup(hashes, max, &mut Vec::new(), &mut LookupReads::default())
     }
 
     /// The slot of the resident block `hash`.
     fn slot(cache: &PrefixCache, hash: BlockHash) -> Slot {
         let mut slots = Vec::new();
-        cache.lookup(&[hash], 1, &mut slots);
+        cache.lookup(&[hash], 1, &mut slots, &mut LookupReads::default());
         slots[0]
     }
 
@@ -850,7 +835,8 @@ mod tests {
         // A miss (block 99 never computed, in a run that does not exist) ends the match there.
         let broken = chain((1..=11).chain([99]).chain(12..=20));
         let mut slots = Vec::new();
-        assert_eq!(cache.lookup(&broken, 21, &mut slots), (11, 0));
+        let mut reads = LookupReads::default();
+        assert_eq!(cache.lookup(&broken, 21, &mut slots, &mut reads), (11, 0));
         assert_eq!(slots, (0..11).collect::<Vec<Slot>>());
         // So does a place never computed in a run that has others: block 21 is run 7's place
         // 0, where only place 2 (block 23) is cached.
@@ -1129,7 +1115,8 @@ mod tests {
                     };
                     let (ours, reference) = &prompts[prompt];
                     let mut slots = Vec::new();
-                    let (hit, _) = cache.lookup(ours, ours.len(), &mut slots);
+                    let reads = &mut LookupReads::default();
+                    let (hit, _) = cache.lookup(ours, ours.len(), &mut slots, reads);
                     let mut held = Vec::new();
                     for (k, &slot) in slots.iter().enumerate() {
                         let at_back = cache.free.items.len() > cache.free.head
@@ -1208,8 +1195,8 @@ mod tests {
             // A kept lookup that still holds answers as a fresh one does; one that does not is
             // looked up anew and kept.
             for ((reads, slots), (ours, _)) in kept.iter_mut().zip(&prompts) {
-                let mut fresh = Vec::new();
-                let answer = cache.lookup(ours, ours.len(), &mut fresh);
+                let (mut fresh, mut fresh_reads) = (Vec::new(), LookupReads::default());
+                let answer = cache.lookup(ours, ours.len(), &mut fresh, &mut fresh_reads);
                 let mut again = Vec::new();
                 match cache.lookup_again(ours.len(), reads, slots, &mut again) {
                     Some(kept_answer) => {
@@ -1217,8 +1204,7 @@ mod tests {
                         held_again += 1;
                     }
                     None => {
-                        cache.note_reads(ours, ours.len(), answer.0, reads);
-                        *slots = fresh;
+                        (*reads, *slots) = (fresh_reads, fresh);
                         looked_anew += 1;
                     }
                 }

@@ -83,9 +83,9 @@ struct SeqPrefix {
     /// alone and released last-registered first right after its plain blocks, so as plain
     /// blocks they take the same places in the free queue.
     deferred: usize,
-    /// After a try that looked its prompt up and failed (`retry`), what the lookup read and its
-    /// hits: the next try asks the cache whether they still hold
-    /// (`PrefixCache::lookup_again`) before reading its blocks again.
+    /// What its latest prefix lookup read, and, after a try that failed (`retry`), its hits:
+    /// the next try asks the cache whether they still hold (`PrefixCache::lookup_again`)
+    /// before reading its blocks again.
     reads: LookupReads,
     kept: Vec<Slot>,
     retry: bool,
@@ -1051,11 +1051,7 @@ impl Replica {
             {
                 s.kv -= cached;
                 if let Some(p) = s.prefix.as_deref_mut().filter(|_| caching && !cannot_fit) {
-                    // Its hits and what the lookup read, for the next try to check rather
-                    // than look up again.
-                    let cache = self.kv.prefix_cache().expect("a prefix cache");
-                    let max = ((s.prefill_len - 1) / self.kv.block_size()) as usize;
-                    cache.note_reads(&p.hashes, max, hit, &mut p.reads);
+                    // Its hits, for the next try to check rather than look up again.
                     p.kept.clear();
                     p.kept.extend_from_slice(&self.hits);
                     p.retry = true;
@@ -1207,7 +1203,8 @@ impl Replica {
                 #[cfg(debug_assertions)]
                 {
                     let mut fresh = Vec::new();
-                    let again = cache.lookup(&prefix.hashes, max, &mut fresh);
+                    let reads = &mut LookupReads::default();
+                    let again = cache.lookup(&prefix.hashes, max, &mut fresh, reads);
                     assert_eq!((again, &fresh), (answer, &self.hits), "a kept lookup holds");
                 }
                 #[cfg(test)]
@@ -1221,7 +1218,7 @@ impl Replica {
         {
             self.lookups += 1;
         }
-        cache.lookup(&prefix.hashes, max, &mut self.hits)
+        cache.lookup(&prefix.hashes, max, &mut self.hits, &mut prefix.reads)
     }
 
     /// Prefix lookups made so far.
