@@ -846,6 +846,27 @@ mod tests {
     }
 
     #[test]
+    fn run_len_finds_where_each_run_ends_and_names_none_reads_every_run() {
+        let mut rng = crate::rng::stream(5, "run-len");
+        for (ours, _) in random_prompts(&mut rng, 200, &[3, 4, 9, 16, 22, 40], 5, 4) {
+            for from in 0..ours.len() {
+                let run = ours[from].run;
+                let same = ours[from..].iter().take_while(|h| h.run == run).count();
+                assert_eq!(run_len(&ours[from..]), same);
+            }
+        }
+        // Run 7 (blocks 21 to 23) named, run 6 (18 to 20) not: the second run is read too.
+        let mut cache = PrefixCache::new(8);
+        cache.take(3);
+        for n in 21..=23 {
+            cache.register(h(n)).unwrap();
+        }
+        assert!(!cache.names_none(&chain(18..=23)));
+        assert!(!cache.names_none(&chain(19..=22)));
+        assert!(cache.names_none(&chain(18..=20)));
+    }
+
+    #[test]
     fn a_run_keeps_the_blocks_after_an_evicted_one() {
         // Run 0's places 0 to 2 (blocks 0, 1, 2): place 1 is freed and evicted alone.
         let mut cache = PrefixCache::new(3);
