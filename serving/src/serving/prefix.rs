@@ -92,6 +92,27 @@ pub fn block_hashes(segments: &[PrefixSegment], block_size: u32, out: &mut Vec<B
     }
 }
 
+/// How many of `hashes` (a prompt's blocks from some block on, as `block_hashes` gives them: at
+/// least one) lie in the first one's run. A run's places go on one by one and every later run's
+/// start again from 0, so the block `k` on lies in that run exactly when it names the run at
+/// the first one's place plus `k`: true up to the run's end and false from there, which a
+/// binary search finds.
+fn run_len(hashes: &[BlockHash]) -> usize {
+    let first = hashes[0];
+    let in_run =
+        |k: usize| hashes[k].run == first.run && hashes[k].at as usize == first.at as usize + k;
+    let (mut low, mut high) = (1, hashes.len());
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if in_run(mid) {
+            low = mid + 1;
+        } else {
+            high = mid;
+        }
+    }
+    low
+}
+
 /// Where a cached block's entry sits in `PrefixCache`'s entries: a sequence holds the slots of
 /// the blocks it references, so dropping or taking a reference reads the entry directly, without
 /// a map probe.
@@ -122,6 +143,21 @@ struct Run {
     /// The slot of each of its resident blocks, by place (`NO_SLOT` where none is); empty for
     /// a run out of the map, and otherwise ending with a slot.
     slots: Vec<Slot>,
+    /// Blocks registered into it or evicted from it so far, under every hash its index has had
+    /// (never reset): while it is unchanged, so are `slots` (`LookupReads`).
+    changes: u64,
+}
+
+/// What a `PrefixCache::lookup` read, so that a later lookup of the same blocks can tell
+/// whether its hits still hold without reading the blocks again (`PrefixCache::lookup_again`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LookupReads {
+    /// Each run it read: its index in `PrefixCache::run_list` and its `Run::changes` then.
+    runs: Vec<(u32, u64)>,
+    /// The run whose absence from the map ended it, if one did.
+    absent: Option<u64>,
+    /// The blocks it could read: its `max`, at most the prompt's blocks.
+    len: usize,
 }
 
 /// A run of free blocks in the free queue.
@@ -249,21 +285,36 @@ impl PrefixCache {
 
     /// How many of `hashes` (a prompt's blocks), from the first and at most `max`, are
     /// resident, and how many of those are free (a hit on them takes them out of the free
-    /// blocks); their slots go to `hits` (cleared first). The map of runs is probed once a run.
-    pub fn lookup(&self, hashes: &[BlockHash], max: usize, hits: &mut Vec<Slot>) -> (usize, u64) {
+    /// blocks); their slots go to `hits` (cleared first), and what it read to `reads`. The map
+    /// of runs is probed once a run.
+    pub fn lookup(
+        &self,
+        hashes: &[BlockHash],
+        max: usize,
+        hits: &mut Vec<Slot>,
+        reads: &mut LookupReads,
+    ) -> (usize, u64) {
         hits.clear();
+        reads.runs.clear();
+        reads.absent = None;
+        let hashes = &hashes[..max.min(hashes.len())];
+        reads.len = hashes.len();
         let mut free = 0;
         let mut run: Option<(u64, &[Slot])> = None;
-        for hash in &hashes[..max.min(hashes.len())] {
+        for hash in hashes {
             let slots = match run {
                 Some((at, slots)) if at == hash.run => slots,
                 _ => match self.runs.get(&hash.run) {
                     Some(&index) => {
-                        let slots = &self.run_list[index as usize].slots[..];
-                        run = Some((hash.run, slots));
-                        slots
+                        let read = &self.run_list[index as usize];
+                        reads.runs.push((index, read.changes));
+                        run = Some((hash.run, &read.slots[..]));
+                        &read.slots[..]
                     }
-                    None => break,
+                    None => {
+                        reads.absent = Some(hash.run);
+                        break;
+                    }
                 },
             };
             match slots.get(hash.at as usize) {
@@ -277,22 +328,53 @@ impl PrefixCache {
         (hits.len(), free)
     }
 
-    /// Whether the cache holds none of `hashes` (the blocks of a prompt from some block on, by
-    /// run and in order within a run): one map probe a run. (It answers no, conservatively,
-    /// where a run names a block past one of them but none of them.)
+    /// What `lookup` would answer now for the blocks it answered `kept` for with `reads`, at
+    /// most `len` of them (its `max` bounded by the prompt's blocks), when that can be told
+    /// without reading them: when no run it read has had a block registered or evicted since,
+    /// the run whose absence ended it is still absent and `len` is the same, the same blocks
+    /// are resident in the same slots and the first one missing is still missing, so the hits
+    /// are `kept` (into `hits`), and only the free ones among them are counted again
+    /// (references taken or dropped since move no block). `None` otherwise.
+    pub fn lookup_again(
+        &self,
+        len: usize,
+        reads: &LookupReads,
+        kept: &[Slot],
+        hits: &mut Vec<Slot>,
+    ) -> Option<(usize, u64)> {
+        if reads.len != len
+            || reads
+                .runs
+                .iter()
+                .any(|&(index, changes)| self.run_list[index as usize].changes != changes)
+            || reads.absent.is_some_and(|run| self.runs.contains_key(&run))
+        {
+            return None;
+        }
+        hits.clear();
+        hits.extend_from_slice(kept);
+        let free = kept
+            .iter()
+            .map(|&slot| u64::from(self.entries[slot as usize].refs == 0))
+            .sum();
+        Some((kept.len(), free))
+    }
+
+    /// Whether the cache holds none of `hashes` (the blocks of a prompt from some block on, as
+    /// `block_hashes` gives them): one map probe a run, and a binary search for where the run
+    /// ends (`run_len`). (It answers no, conservatively, where a run names a block past one of
+    /// them but none of them.)
     pub fn names_none(&self, hashes: &[BlockHash]) -> bool {
-        let mut last = None;
-        for hash in hashes {
-            if last == Some(hash.run) {
-                continue;
-            }
-            last = Some(hash.run);
-            // A run's slots end with one: any named at this place or past it lengthens them.
-            if let Some(&index) = self.runs.get(&hash.run)
-                && self.run_list[index as usize].slots.len() > hash.at as usize
+        let mut rest = hashes;
+        while let Some(&first) = rest.first() {
+            // A run's slots end with one: any named at the run's first place here or past it
+            // lengthens them.
+            if let Some(&index) = self.runs.get(&first.run)
+                && self.run_list[index as usize].slots.len() > first.at as usize
             {
                 return false;
             }
+            rest = &rest[run_len(rest)..];
         }
         true
     }
@@ -388,6 +470,7 @@ impl PrefixCache {
                         self.run_list.push(Run {
                             hash,
                             slots: Vec::new(),
+                            changes: 0,
                         });
                         u32::try_from(self.run_list.len() - 1).expect("under 2^32 runs")
                     }
@@ -429,7 +512,9 @@ impl PrefixCache {
                 Slot::try_from(self.entries.len() - 1).expect("under 2^32 cached blocks")
             }
         };
-        let slots = &mut self.run_list[run].slots;
+        let written = &mut self.run_list[run];
+        written.changes += 1;
+        let slots = &mut written.slots;
         if at < slots.len() {
             slots[at] = slot;
         } else {
@@ -468,7 +553,9 @@ impl PrefixCache {
     /// spare.
     #[inline]
     fn evict(&mut self, slot: Slot, run: u32, at: u32) {
-        let slots = &mut self.run_list[run as usize].slots;
+        let evicted = &mut self.run_list[run as usize];
+        evicted.changes += 1;
+        let slots = &mut evicted.slots;
         slots[at as usize] = NO_SLOT;
         if at as usize + 1 == slots.len() {
             while slots.last() == Some(&NO_SLOT) {
@@ -564,13 +651,13 @@ mod tests {
 
     /// `lookup`'s (hits, free hits) for `hashes`, at most `max`.
     fn hits(cache: &PrefixCache, hashes: &[BlockHash], max: usize) -> (usize, u64) {
-        cache.lookup(hashes, max, &mut Vec::new())
+        cache.lookup(hashes, max, &mut Vec::new(), &mut LookupReads::default())
     }
 
     /// The slot of the resident block `hash`.
     fn slot(cache: &PrefixCache, hash: BlockHash) -> Slot {
         let mut slots = Vec::new();
-        cache.lookup(&[hash], 1, &mut slots);
+        cache.lookup(&[hash], 1, &mut slots, &mut LookupReads::default());
         slots[0]
     }
 
@@ -748,13 +835,35 @@ mod tests {
         // A miss (block 99 never computed, in a run that does not exist) ends the match there.
         let broken = chain((1..=11).chain([99]).chain(12..=20));
         let mut slots = Vec::new();
-        assert_eq!(cache.lookup(&broken, 21, &mut slots), (11, 0));
+        let mut reads = LookupReads::default();
+        assert_eq!(cache.lookup(&broken, 21, &mut slots, &mut reads), (11, 0));
         assert_eq!(slots, (0..11).collect::<Vec<Slot>>());
         // So does a place never computed in a run that has others: block 21 is run 7's place
         // 0, where only place 2 (block 23) is cached.
         cache.register(h(23)).unwrap();
         assert_eq!(hits(&cache, &chain(18..=23), 6), (3, 0));
         assert_eq!(hits(&cache, &[h(23)], 1), (1, 0));
+    }
+
+    #[test]
+    fn run_len_finds_where_each_run_ends_and_names_none_reads_every_run() {
+        let mut rng = crate::rng::stream(5, "run-len");
+        for (ours, _) in random_prompts(&mut rng, 200, &[3, 4, 9, 16, 22, 40], 5, 4) {
+            for from in 0..ours.len() {
+                let run = ours[from].run;
+                let same = ours[from..].iter().take_while(|h| h.run == run).count();
+                assert_eq!(run_len(&ours[from..]), same);
+            }
+        }
+        // Run 7 (blocks 21 to 23) named, run 6 (18 to 20) not: the second run is read too.
+        let mut cache = PrefixCache::new(8);
+        cache.take(3);
+        for n in 21..=23 {
+            cache.register(h(n)).unwrap();
+        }
+        assert!(!cache.names_none(&chain(18..=23)));
+        assert!(!cache.names_none(&chain(19..=22)));
+        assert!(cache.names_none(&chain(18..=20)));
     }
 
     #[test]
@@ -1014,6 +1123,9 @@ mod tests {
         let mut running: Vec<Sequence> = Vec::new();
         let mut preempted: Vec<usize> = Vec::new();
         let (mut tail_hits, mut overdrafts) = (0, 0);
+        // Each prompt's lookup, kept (what it read and its hits) until it no longer holds.
+        let mut kept: Vec<(LookupReads, Vec<Slot>)> = vec![Default::default(); prompts.len()];
+        let (mut held_again, mut looked_anew, mut names_checked) = (0, 0, 0);
         for _ in 0..6_000 {
             match rng.random_range(0..8) {
                 // Admission (new or resumed): its prompt's resident blocks hit, in order.
@@ -1024,7 +1136,8 @@ mod tests {
                     };
                     let (ours, reference) = &prompts[prompt];
                     let mut slots = Vec::new();
-                    let (hit, _) = cache.lookup(ours, ours.len(), &mut slots);
+                    let reads = &mut LookupReads::default();
+                    let (hit, _) = cache.lookup(ours, ours.len(), &mut slots, reads);
                     let mut held = Vec::new();
                     for (k, &slot) in slots.iter().enumerate() {
                         let at_back = cache.free.items.len() > cache.free.head
@@ -1088,11 +1201,45 @@ mod tests {
             let queued = model.free.len() as u64;
             assert_eq!(free_and_check(&cache), queued);
             model.assert_hits_alike(&cache, &prompts);
+            // `names_none` on every suffix of every prompt, as defined block by block.
+            for (ours, _) in &prompts {
+                for from in 0..ours.len() {
+                    let named = ours[from..].iter().any(|hash| {
+                        cache.runs.get(&hash.run).is_some_and(|&index| {
+                            cache.run_list[index as usize].slots.len() > hash.at as usize
+                        })
+                    });
+                    assert_eq!(cache.names_none(&ours[from..]), !named);
+                    names_checked += usize::from(named);
+                }
+            }
+            // A kept lookup that still holds answers as a fresh one does; one that does not is
+            // looked up anew and kept.
+            for ((reads, slots), (ours, _)) in kept.iter_mut().zip(&prompts) {
+                let (mut fresh, mut fresh_reads) = (Vec::new(), LookupReads::default());
+                let answer = cache.lookup(ours, ours.len(), &mut fresh, &mut fresh_reads);
+                let mut again = Vec::new();
+                match cache.lookup_again(ours.len(), reads, slots, &mut again) {
+                    Some(kept_answer) => {
+                        assert_eq!((kept_answer, &again), (answer, &fresh));
+                        held_again += 1;
+                    }
+                    None => {
+                        (*reads, *slots) = (fresh_reads, fresh);
+                        looked_anew += 1;
+                    }
+                }
+            }
         }
         assert!(
             tail_hits > 50 && overdrafts > 5 && model.evicted > 200,
             "{tail_hits} hits at the back, {overdrafts} overdrafts, {} evictions",
             model.evicted
+        );
+        assert!(
+            held_again > 10_000 && looked_anew > 1_000 && names_checked > 10_000,
+            "{held_again} kept lookups held, {looked_anew} looked up anew, {names_checked} \
+             suffixes named"
         );
     }
 
@@ -1310,7 +1457,7 @@ mod tests {
         preemption: crate::serving::Preemption,
         later: bool,
         beside: bool,
-    ) -> (Vec<String>, u64, u64) {
+    ) -> (Vec<String>, u64, (u64, u64)) {
         use rand::RngExt;
         let mut rng = crate::rng::stream(seed, "prefix-deferred");
         let config = ReplicaConfig {
@@ -1405,7 +1552,8 @@ mod tests {
         ));
         assert_eq!(stats.completed, next_id, "every stage ran");
         let evicted = bench.replica.kv().prefix_cache().unwrap().evicted();
-        (seen, evicted, bench.replica.lookups())
+        let lookups = (bench.replica.lookups(), bench.replica.lookups_kept());
+        (seen, evicted, lookups)
     }
 
     #[test]
@@ -1450,25 +1598,30 @@ mod tests {
     #[test]
     fn an_admission_that_cannot_fit_is_refused_without_a_lookup_as_with_one() {
         use crate::serving::Preemption;
-        let (mut spared, mut made) = (0, 0);
+        let (mut spared, mut made, mut kept) = (0, 0, 0);
         for seed in 1..=6 {
             for blocks in [32, 48, 96] {
                 for preemption in [Preemption::Recompute, Preemption::Swap] {
-                    let (looked, _, lookups) =
+                    // Lookups counted with those kept hits answered: the tries that asked.
+                    let (looked, _, (made_anew, made_kept)) =
                         staged_workflows(seed, blocks, preemption, true, false);
-                    let (bounded, _, fewer) =
+                    let (bounded, _, (fewer_anew, held)) =
                         staged_workflows(seed, blocks, preemption, true, true);
                     assert_eq!(
                         looked, bounded,
                         "seed {seed}, {blocks} blocks, {preemption:?}"
                     );
+                    let (lookups, fewer) = (made_anew + made_kept, fewer_anew + held);
                     assert!(fewer <= lookups);
                     spared += lookups - fewer;
                     made += lookups;
+                    kept += held;
                 }
             }
         }
-        // The claim spares lookups: admissions the bound alone refused.
+        // The claim spares lookups: admissions the bound alone refused. Failed tries' hits
+        // answered some later tries (each checked against a fresh lookup in a debug build).
         assert!(spared > 0, "{spared} of {made}");
+        assert!(kept > 0, "{kept} lookups answered by kept hits");
     }
 }

@@ -28,7 +28,7 @@ use super::config::{Admission, Batching, Preemption, ReplicaConfig, StepOrder};
 use super::former::BatchFormer;
 use super::kv::BlockManager;
 use super::metrics::ReplicaStats;
-use super::prefix::{BlockHash, PrefixSegment, SharedSegments, Slot, block_hashes};
+use super::prefix::{BlockHash, LookupReads, PrefixSegment, SharedSegments, Slot, block_hashes};
 use super::queue::{QueuePolicy, QueuedRequest};
 use super::step::{AdapterTokens, StepWork};
 use super::wheel::{FinishWheel, Finishing};
@@ -83,6 +83,12 @@ struct SeqPrefix {
     /// alone and released last-registered first right after its plain blocks, so as plain
     /// blocks they take the same places in the free queue.
     deferred: usize,
+    /// What its latest prefix lookup read, and, after a try that failed (`retry`), its hits:
+    /// the next try asks the cache whether they still hold (`PrefixCache::lookup_again`)
+    /// before reading its blocks again.
+    reads: LookupReads,
+    kept: Vec<Slot>,
+    retry: bool,
 }
 
 impl SeqPrefix {
@@ -305,9 +311,12 @@ pub struct Replica {
     /// its queue), by its id: the next try, most often of the same request while the cache is
     /// full, reads them instead of asking `AdmitHook::prefix` and hashing the prompt again.
     retry_prefix: Option<(u64, Box<SeqPrefix>)>,
-    /// Prefix lookups made (a test checks that `fewest_blocks` spares some).
+    /// Prefix lookups made (a test checks that `fewest_blocks` spares some), and those
+    /// answered by a failed try's kept hits.
     #[cfg(test)]
     lookups: u64,
+    #[cfg(test)]
+    lookups_kept: u64,
     /// Whether decoding sequences may join the decode group (`with_decode_runs`), the group,
     /// the places in `running` of the sequences outside it, ascending (kept while the group has
     /// members; rebuilt by `complete_step` when it has none), and the steps completed with
@@ -363,6 +372,8 @@ impl Replica {
             retry_prefix: None,
             #[cfg(test)]
             lookups: 0,
+            #[cfg(test)]
+            lookups_kept: 0,
             decode_runs: false,
             group: DecodeGroup::default(),
             eager: Vec::new(),
@@ -1020,7 +1031,7 @@ impl Replica {
             let cannot_fit =
                 !self.running.is_empty() && fewest.is_some_and(|n| !self.kv.can_admit(n));
             let (hit, free_hits) = if caching && !cannot_fit {
-                self.lookup_prefix(&s)
+                self.lookup_prefix(&mut s)
             } else {
                 self.hits.clear();
                 (0, 0)
@@ -1039,6 +1050,12 @@ impl Replica {
                 || (!self.running.is_empty() && !self.kv.can_admit(reserve + free_hits))
             {
                 s.kv -= cached;
+                if let Some(p) = s.prefix.as_deref_mut().filter(|_| caching && !cannot_fit) {
+                    // Its hits, for the next try to check rather than look up again.
+                    p.kept.clear();
+                    p.kept.extend_from_slice(&self.hits);
+                    p.retry = true;
+                }
                 if fresh {
                     // Its prompt's blocks are kept for the next try, most often its own.
                     if let Some(prefix) = s.prefix.take() {
@@ -1054,6 +1071,7 @@ impl Replica {
                 break;
             }
             if let Some(p) = s.prefix.as_deref_mut() {
+                p.retry = false;
                 self.kv.acquire_cached(&self.hits);
                 p.held.extend_from_slice(&self.hits);
                 p.registered = hit;
@@ -1147,6 +1165,7 @@ impl Replica {
             debug_assert!(p.held.is_empty(), "a finished sequence holds no block");
             p.registered = 0;
             p.deferred = usize::MAX;
+            p.retry = false;
             block_hashes(&self.segments, block_size, &mut p.hashes);
             // The blocks that end in the segments past the first `n`: from the one holding
             // their first token.
@@ -1170,22 +1189,48 @@ impl Replica {
     }
 
     /// How many of the leading full blocks of `s`'s prompt (`prompt_blocks`) are resident in
-    /// the prefix cache (at most its prefill less one token), and how many of those are free.
-    fn lookup_prefix(&mut self, s: &Seq) -> (usize, u64) {
+    /// the prefix cache (at most its prefill less one token), and how many of those are free;
+    /// their slots into `hits`. After a failed try, the hits it kept when they still hold.
+    fn lookup_prefix(&mut self, s: &mut Seq) -> (usize, u64) {
         let cache = self.kv.prefix_cache().expect("a prefix cache");
-        let prefix = s.prefix.as_deref().expect("a prompt's blocks");
+        let prefix = s.prefix.as_deref_mut().expect("a prompt's blocks");
         let max = ((s.prefill_len - 1) / self.kv.block_size()) as usize;
+        if prefix.retry {
+            let len = max.min(prefix.hashes.len());
+            if let Some(answer) =
+                cache.lookup_again(len, &prefix.reads, &prefix.kept, &mut self.hits)
+            {
+                #[cfg(debug_assertions)]
+                {
+                    let mut fresh = Vec::new();
+                    let reads = &mut LookupReads::default();
+                    let again = cache.lookup(&prefix.hashes, max, &mut fresh, reads);
+                    assert_eq!((again, &fresh), (answer, &self.hits), "a kept lookup holds");
+                }
+                #[cfg(test)]
+                {
+                    self.lookups_kept += 1;
+                }
+                return answer;
+            }
+        }
         #[cfg(test)]
         {
             self.lookups += 1;
         }
-        cache.lookup(&prefix.hashes, max, &mut self.hits)
+        cache.lookup(&prefix.hashes, max, &mut self.hits, &mut prefix.reads)
     }
 
     /// Prefix lookups made so far.
     #[cfg(test)]
     pub(crate) fn lookups(&self) -> u64 {
         self.lookups
+    }
+
+    /// Prefix lookups answered by the hits a failed try kept.
+    #[cfg(test)]
+    pub(crate) fn lookups_kept(&self) -> u64 {
+        self.lookups_kept
     }
 
     /// Decides the next step of a static replica whose batches `former` forms: when the replica
