@@ -461,10 +461,16 @@ impl LaneCounts {
     #[inline(always)]
     fn add(&mut self, rows: [u32; LANES]) {
         for (i, &n) in rows.iter().enumerate() {
-            self.groups[i] += u32::from(n > 0);
-            self.rows[i] += n;
-            self.large[i] |= n > SMALL_GROUP;
+            self.add_one(i, n);
         }
+    }
+
+    /// Adds one group of `n` rows (0: none) to lane `lane`'s GPU.
+    #[inline(always)]
+    fn add_one(&mut self, lane: usize, n: u32) {
+        self.groups[lane] += u32::from(n > 0);
+        self.rows[lane] += n;
+        self.large[lane] |= n > SMALL_GROUP;
     }
 }
 
@@ -540,19 +546,25 @@ impl CountMemo {
             let row = &rows.per_expert[layer * experts..][..experts];
             for (counts, lanes) in self.counts.iter_mut().zip(rows.lane_ranges) {
                 *counts = LaneCounts::default();
-                for slot in 0..layout.slots_per_gpu {
-                    let side: [u32; LANES] =
-                        layout.slot_tokens_side_by_side(layer, row, lanes.clone(), slot);
-                    counts.add(side);
+                if lanes.len() == LANES {
+                    for slot in 0..layout.slots_per_gpu {
+                        let side: [u32; LANES] =
+                            layout.slot_tokens_side_by_side(layer, row, lanes.clone(), slot);
+                        counts.add(side);
+                    }
+                } else {
+                    // A group short of GPUs: each one's slots in turn.
+                    for (lane, gpu) in lanes.clone().enumerate() {
+                        for n in layout.slot_tokens(layer, row, gpu) {
+                            counts.add_one(lane, n);
+                        }
+                    }
                 }
             }
             for c in &rows.copies[layer] {
                 for (gpu, n) in layout.expert_hosts(layer, c.expert, c.tokens) {
                     let (g, lane) = self.lane_of[gpu];
-                    let counts = &mut self.counts[g];
-                    counts.groups[lane] += u32::from(n > 0);
-                    counts.rows[lane] += n;
-                    counts.large[lane] |= n > SMALL_GROUP;
+                    self.counts[g].add_one(lane, n);
                 }
             }
             for (g, counts) in self.counts.iter().enumerate() {
