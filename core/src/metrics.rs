@@ -109,7 +109,11 @@ impl LatencyRecorder {
             0.0
         } else if q >= 1.0 {
             self.histogram.max() as f64 * 1e-6
-        } else if let Some(samples) = self.samples.as_ref().filter(|s| s.len() as u64 == self.count()) {
+        } else if let Some(samples) = self
+            .samples
+            .as_ref()
+            .filter(|s| s.len() as u64 == self.count())
+        {
             let rank = ((q * self.histogram.len() as f64).ceil() as u64).max(1);
             let mut sorted = samples.clone();
             let index = (rank.min(sorted.len() as u64) - 1) as usize;
@@ -322,7 +326,9 @@ mod tests {
         // quantile equals the crate's own scan.
         use rand::RngExt;
         let mut rng = crate::rng::stream(9, "recorder-samples");
-        let quantiles = [0.0, 1e-9, 0.001, 0.25, 0.5, 0.9, 0.95, 0.99, 0.999, 0.9999999];
+        let quantiles = [
+            0.0, 1e-9, 0.001, 0.25, 0.5, 0.9, 0.95, 0.99, 0.999, 0.9999999,
+        ];
         let mut merged = LatencyRecorder::default();
         let (mut with_samples, mut without) = (0, 0);
         for case in 0..60 {
@@ -343,7 +349,10 @@ mod tests {
                     recorded += 1;
                 }
             }
-            assert_eq!(recorder.samples.is_some(), recorder.count() <= KEPT_SAMPLES as u64);
+            assert_eq!(
+                recorder.samples.is_some(),
+                recorder.count() <= KEPT_SAMPLES as u64
+            );
             for recorder in [&recorder, &merged] {
                 if recorder.samples.is_some() {
                     with_samples += 1;
@@ -364,7 +373,10 @@ mod tests {
             }
             merged.merge(&recorder);
         }
-        assert!(with_samples > 20 && without > 10, "{with_samples} {without}");
+        assert!(
+            with_samples > 20 && without > 10,
+            "{with_samples} {without}"
+        );
     }
 
     #[test]

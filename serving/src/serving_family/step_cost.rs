@@ -435,6 +435,10 @@ struct CountMemo {
     hits: u64,
     /// Per GPU, its lane group and lane.
     lane_of: Vec<(usize, usize)>,
+    /// On a plain layout (`ExpertLayout::plain`), per (layer, expert) the lane group and lane
+    /// of the one slot holding it; empty otherwise.
+    expert_lane: Vec<(u32, u32)>,
+    expert_lane_tried: bool,
     /// Per lane group of the layer being looked up, its GPUs' counts (scratch).
     counts: Vec<LaneCounts>,
     /// Per lane group of the step the table misses: its layer and group, its lanes' table
@@ -489,6 +493,8 @@ impl CountMemo {
             lookups: 0,
             hits: 0,
             lane_of: Vec::new(),
+            expert_lane: Vec::new(),
+            expert_lane_tried: false,
             counts: Vec::new(),
             missed: Vec::new(),
             keys: Vec::new(),
@@ -540,25 +546,49 @@ impl CountMemo {
         }
         self.counts.resize(groups, LaneCounts::default());
         let experts = layout.n_experts;
+        if layout.plain() && !self.expert_lane_tried {
+            // One slot per expert, its tokens the expert's: each expert's lane group and lane
+            // (kept only where every expert has its slot).
+            self.expert_lane_tried = true;
+            let mut table = vec![(u32::MAX, 0); n_layers * experts];
+            for layer in 0..n_layers {
+                for (gpu, &(g, lane)) in self.lane_of.iter().enumerate() {
+                    for e in layout.hosted(layer, gpu) {
+                        table[layer * experts + e] = (g as u32, lane as u32);
+                    }
+                }
+            }
+            if table.iter().all(|&(g, _)| g != u32::MAX) {
+                self.expert_lane = table;
+            }
+        }
         for layer in 0..n_layers {
             // Each GPU's groups and rows, lane group by lane group: its expert slots', then
             // its adapter copies'.
             let row = &rows.per_expert[layer * experts..][..experts];
-            for (counts, lanes) in self.counts.iter_mut().zip(rows.lane_ranges) {
-                *counts = LaneCounts::default();
-                if lanes.len() == LANES {
-                    for slot in 0..layout.slots_per_gpu {
-                        let side: [u32; LANES] =
-                            layout.slot_tokens_side_by_side(layer, row, lanes.clone(), slot);
-                        counts.add(side);
-                    }
-                } else {
-                    // A group short of GPUs: each one's slots in turn.
-                    for (lane, gpu) in lanes.clone().enumerate() {
-                        for n in layout.slot_tokens(layer, row, gpu) {
-                            counts.add_one(lane, n);
+            if self.expert_lane.is_empty() {
+                for (counts, lanes) in self.counts.iter_mut().zip(rows.lane_ranges) {
+                    *counts = LaneCounts::default();
+                    if lanes.len() == LANES {
+                        for slot in 0..layout.slots_per_gpu {
+                            let side: [u32; LANES] =
+                                layout.slot_tokens_side_by_side(layer, row, lanes.clone(), slot);
+                            counts.add(side);
+                        }
+                    } else {
+                        // A group short of GPUs: each one's slots in turn.
+                        for (lane, gpu) in lanes.clone().enumerate() {
+                            for n in layout.slot_tokens(layer, row, gpu) {
+                                counts.add_one(lane, n);
+                            }
                         }
                     }
+                }
+            } else {
+                self.counts.fill(LaneCounts::default());
+                let lanes = &self.expert_lane[layer * experts..][..experts];
+                for (&n, &(g, lane)) in row.iter().zip(lanes) {
+                    self.counts[g as usize].add_one(lane as usize, n);
                 }
             }
             for c in &rows.copies[layer] {

@@ -23,6 +23,7 @@
 //! depends on the clock and is never kept.
 
 use super::lpt::lpt_plan;
+use expertsim_serving::memo::{ExactKey, Memo};
 use expertsim_serving::policies::placement::{
     Placement, PlacementError, PlacementPlan, PlacementProblem, Session, SolveStatus, SolverReport,
 };
@@ -30,7 +31,6 @@ use good_lp::{
     Expression, ProblemVariables, ResolutionError, Solution, SolutionStatus, SolverModel, Variable,
     WithInitialSolution, WithTimeLimit, variable,
 };
-use expertsim_serving::memo::{ExactKey, Memo};
 use std::time::Instant;
 
 pub struct Ilp {
@@ -451,7 +451,12 @@ mod tests {
     #[test]
     fn a_kept_solve_is_the_solve_run_afresh_and_its_key_names_every_input() {
         let p = problem(
-            &[(40, 2.0, 0.5, 3), (12, 1.0, 1.5, 2), (7, 3.0, 0.2, 1), (30, 1.5, 0.3, 3)],
+            &[
+                (40, 2.0, 0.5, 3),
+                (12, 1.0, 1.5, 2),
+                (7, 3.0, 0.2, 1),
+                (30, 1.5, 0.3, 3),
+            ],
             3,
             2,
         );
