@@ -474,7 +474,6 @@ impl AdapterRouter {
                 }
                 uptos[slots - 1] = cap;
                 let uptos = &self.uptos[..slots];
-                debug_assert!(uptos.windows(2).all(|w| w[0] <= w[1]));
                 row[0] = uptos[0];
                 for ((count, &upto), &before) in row[1..]
                     .iter_mut()
