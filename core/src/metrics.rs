@@ -10,11 +10,18 @@ use serde::{Deserialize, Serialize};
 /// in memory that does not grow with the number of requests.
 const HISTOGRAM_SIGNIFICANT_DIGITS: u8 = 3;
 
+/// Samples a recorder also keeps as they are, while it has no more (`LatencyRecorder::samples`).
+const KEPT_SAMPLES: usize = 2048;
+
 /// Streams latency samples into a histogram plus exact sums for the mean.
 #[derive(Clone, Debug)]
 pub struct LatencyRecorder {
     histogram: Histogram<u64>,
     sum_ns: u128,
+    /// Every sample recorded, in no order, while there are at most `KEPT_SAMPLES` (`None`
+    /// past that): a quantile is then its rank's sample's bucket, found without scanning the
+    /// histogram's counts (`quantile_ms`).
+    samples: Option<Vec<u64>>,
 }
 
 impl Default for LatencyRecorder {
@@ -23,6 +30,7 @@ impl Default for LatencyRecorder {
             histogram: Histogram::new(HISTOGRAM_SIGNIFICANT_DIGITS)
                 .expect("valid histogram precision"),
             sum_ns: 0,
+            samples: Some(Vec::new()),
         }
     }
 }
@@ -33,6 +41,18 @@ impl LatencyRecorder {
             .record(nanos)
             .expect("auto-resizing histogram accepts any u64");
         self.sum_ns += u128::from(nanos);
+        self.keep(nanos, 1);
+    }
+    /// Keeps `count` samples of `nanos` while the kept samples stay few enough.
+    #[inline]
+    fn keep(&mut self, nanos: u64, count: u64) {
+        if let Some(samples) = &mut self.samples {
+            if (samples.len() as u64).saturating_add(count) <= KEPT_SAMPLES as u64 {
+                samples.extend(std::iter::repeat_n(nanos, count as usize));
+            } else {
+                self.samples = None;
+            }
+        }
     }
     /// `count` samples of `nanos` (the same as `count` calls of `record`). A count of 0 records
     /// nothing: not even the histogram's running maximum moves, which `quantile_ms(1.0)` relies on.
@@ -44,6 +64,7 @@ impl LatencyRecorder {
             .record_n(nanos, count)
             .expect("auto-resizing histogram accepts any u64");
         self.sum_ns += u128::from(nanos) * u128::from(count);
+        self.keep(nanos, count);
     }
     pub fn count(&self) -> u64 {
         self.histogram.len()
@@ -54,6 +75,13 @@ impl LatencyRecorder {
             .add(&other.histogram)
             .expect("auto-resizing histograms of the same precision add");
         self.sum_ns += other.sum_ns;
+        self.samples = match (self.samples.take(), &other.samples) {
+            (Some(mut mine), Some(theirs)) if mine.len() + theirs.len() <= KEPT_SAMPLES => {
+                mine.extend_from_slice(theirs);
+                Some(mine)
+            }
+            _ => None,
+        };
     }
     /// Exact mean in milliseconds (0 when empty).
     pub fn mean_ms(&self) -> f64 {
@@ -70,11 +98,32 @@ impl LatencyRecorder {
     /// non-zero count, the maximum's bucket, and answers that bucket's highest value), without
     /// scanning the whole counts array. Every recorded sample has a count of at least 1 (see
     /// `record_n`), so the running maximum is always a sample's value.
+    ///
+    /// Below 1 with the samples kept, the answer is `value_at_quantile`'s without its scan: the
+    /// crate counts `max(1, ceil(q x count))` samples up from the lowest bucket and answers the
+    /// bucket where the count is reached, by its highest value (its lowest at `q = 0`); that
+    /// bucket holds the sample of that rank, so the rank's sample (`select_nth_unstable`) names
+    /// it.
     pub fn quantile_ms(&self, q: f64) -> f64 {
         if self.count() == 0 {
             0.0
         } else if q >= 1.0 {
             self.histogram.max() as f64 * 1e-6
+        } else if let Some(samples) = self
+            .samples
+            .as_ref()
+            .filter(|s| s.len() as u64 == self.count())
+        {
+            let rank = ((q * self.histogram.len() as f64).ceil() as u64).max(1);
+            let mut sorted = samples.clone();
+            let index = (rank.min(sorted.len() as u64) - 1) as usize;
+            let (_, &mut sample, _) = sorted.select_nth_unstable(index);
+            let value = if q == 0.0 {
+                self.histogram.lowest_equivalent(sample)
+            } else {
+                self.histogram.highest_equivalent(sample)
+            };
+            value as f64 * 1e-6
         } else {
             self.histogram.value_at_quantile(q) as f64 * 1e-6
         }
@@ -268,6 +317,66 @@ mod tests {
             merged.merge(&recorder);
             assert_eq!(merged.quantile_ms(1.0), expected(&merged));
         }
+    }
+
+    #[test]
+    fn kept_samples_give_the_crates_quantiles() {
+        // Recorders below, at and past the kept samples (runs of equal samples, zero counts,
+        // wide ranges that resize the histogram, merges within and past the bound): every
+        // quantile equals the crate's own scan.
+        use rand::RngExt;
+        let mut rng = crate::rng::stream(9, "recorder-samples");
+        let quantiles = [
+            0.0, 1e-9, 0.001, 0.25, 0.5, 0.9, 0.95, 0.99, 0.999, 0.9999999,
+        ];
+        let mut merged = LatencyRecorder::default();
+        let (mut with_samples, mut without) = (0, 0);
+        for case in 0..60 {
+            let mut recorder = LatencyRecorder::default();
+            let n = [1, 2, 3, 10, 500, 2047, 2048, 2049, 3000][case % 9];
+            let mut recorded = 0;
+            while recorded < n {
+                let nanos = match rng.random_range(0..4u32) {
+                    0 => rng.random_range(0..2_000u64),
+                    1 => rng.random_range(0..u64::from(u32::MAX)),
+                    _ => rng.random_range(1_000_000..50_000_000u64),
+                };
+                let count = rng.random_range(0..4u64).min((n - recorded) as u64);
+                recorder.record_n(nanos, count);
+                recorded += count as usize;
+                if count == 0 {
+                    recorder.record(nanos);
+                    recorded += 1;
+                }
+            }
+            assert_eq!(
+                recorder.samples.is_some(),
+                recorder.count() <= KEPT_SAMPLES as u64
+            );
+            for recorder in [&recorder, &merged] {
+                if recorder.samples.is_some() {
+                    with_samples += 1;
+                } else {
+                    without += 1;
+                }
+                for q in quantiles {
+                    assert_eq!(
+                        recorder.quantile_ms(q).to_bits(),
+                        (recorder.histogram.value_at_quantile(q) as f64 * 1e-6).to_bits(),
+                        "{q} of {} samples",
+                        recorder.count()
+                    );
+                }
+            }
+            if case % 5 == 0 {
+                merged = LatencyRecorder::default();
+            }
+            merged.merge(&recorder);
+        }
+        assert!(
+            with_samples > 20 && without > 10,
+            "{with_samples} {without}"
+        );
     }
 
     #[test]

@@ -339,7 +339,7 @@ pub struct AdapterRouter {
     per_gpu: Vec<u32>,
     copies: Vec<Vec<CopyTokens>>,
     /// One layer's rounded running sums (scratch).
-    uptos: Vec<u64>,
+    uptos: Vec<u32>,
 }
 
 impl AdapterRouter {
@@ -452,24 +452,54 @@ impl AdapterRouter {
                         }
                     }
                 }
-            } else {
-                // Every slot's rounded running sum first: below 2^30 assignments each value is
-                // under 2^31, where converting through `i32` (which vectorizes) truncates as `u64`
-                // does.
-                self.uptos.clear();
-                if assignments < 1 << 30 {
-                    self.uptos
-                        .extend(cumulative.iter().map(|&running| (running + offset) as i32 as u64));
-                } else {
-                    self.uptos
-                        .extend(cumulative.iter().map(|&running| (running + offset) as u64));
+            } else if assignments < 1 << 30 {
+                // Every slot's rounded running sum first, capped at the assignments (the last
+                // slot's the assignments): below 2^30 assignments each value is under 2^31,
+                // where converting through `i32` (which vectorizes) truncates as `u64` does.
+                // The sums never fall (see above), so a slot's count is its sum less the one
+                // before, with no clamp: the base experts' in one pass the compiler
+                // vectorizes, then the copies' (only those with tokens kept).
+                let cap = assignments as u32;
+                self.uptos.resize(slots, 0);
+                let uptos = &mut self.uptos[..slots];
+                for (upto, &running) in uptos.iter_mut().zip(cumulative) {
+                    *upto = (running + offset) as i32 as u32;
                 }
+                // The cap: the sums past it are a suffix (they never fall).
+                for upto in uptos.iter_mut().rev() {
+                    if *upto <= cap {
+                        break;
+                    }
+                    *upto = cap;
+                }
+                uptos[slots - 1] = cap;
+                let uptos = &self.uptos[..slots];
+                row[0] = uptos[0];
+                for ((count, &upto), &before) in row[1..]
+                    .iter_mut()
+                    .zip(&uptos[1..experts])
+                    .zip(&uptos[..experts - 1])
+                {
+                    *count = upto - before;
+                }
+                let copy_expert = &self.copy_expert[layer];
+                for (c, pair) in uptos[experts - 1..].windows(2).enumerate() {
+                    let count = pair[1] - pair[0];
+                    if count > 0 {
+                        copies.push(CopyTokens {
+                            expert: copy_expert[c],
+                            tokens: count,
+                        });
+                    }
+                }
+            } else {
+                // The slot-by-slot rounding in `u64` (a step of 2^30 assignments or more).
                 let mut given = 0u64;
-                for (slot, &rounded) in self.uptos.iter().enumerate() {
+                for (slot, &running) in cumulative.iter().enumerate() {
                     let upto = if slot + 1 == slots {
                         assignments
                     } else {
-                        rounded.min(assignments)
+                        ((running + offset) as u64).min(assignments)
                     };
                     let count = (upto.max(given) - given) as u32;
                     given = upto.max(given);
@@ -672,15 +702,28 @@ mod tests {
     }
 
     #[test]
-    fn a_small_step_bisects_to_the_counts_of_the_slot_by_slot_rounding() {
+    fn every_step_routes_to_the_counts_of_the_slot_by_slot_rounding() {
         let shape = MlaMoeShape::esft_vanilla_16b();
         let spec = spec(&["gate-math", "token-intent"]);
         let layout = Rc::new(ExpertLayout::linear(26, 64, 4, 8));
         let mut router =
             AdapterRouter::new(&shape, &spec, &instance(true, 2), layout, stream(1, "r"));
         let mut offsets = stream(1, "r");
-        let mut bisected = 0;
-        for (first, second) in [(1, 0), (0, 1), (1, 1), (2, 1), (0, 3), (1, 0), (40, 30)] {
+        let (mut bisected, mut dense) = (0, 0);
+        for (first, second) in [
+            (1, 0),
+            (0, 1),
+            (1, 1),
+            (2, 1),
+            (0, 3),
+            (1, 0),
+            (40, 30),
+            (5, 7),
+            (13, 0),
+            (300, 1),
+            (2000, 900),
+            (40, 30),
+        ] {
             let step = [
                 AdapterTokens {
                     adapter: 0,
@@ -699,6 +742,7 @@ mod tests {
                 let cumulative = &router.cumulative[layer];
                 let slots = cumulative.len();
                 bisected += usize::from(assignments * SPARSE_RATIO < slots as u64);
+                dense += usize::from(assignments * SPARSE_RATIO >= slots as u64);
                 // The rule slot by slot: each slot's rounded running sum less the one before.
                 let mut given = 0u64;
                 let mut want_copies = Vec::new();
@@ -721,6 +765,7 @@ mod tests {
             }
         }
         assert!(bisected > 26 * 4, "the small steps took the bisection");
+        assert!(dense > 26 * 5, "the larger steps took the slot-by-slot pass");
     }
 
     #[test]

@@ -72,6 +72,9 @@ struct MoePart {
     lane_times: Vec<LaneTimes>,
     /// The lane groups' prices already computed, by their rows per slot (`LaneMemo`).
     lane_memo: LaneMemo,
+    /// With adapters, the GPUs' prices already computed, by their groups and rows
+    /// (`CountMemo`).
+    count_memo: CountMemo,
     /// Per MoE layer, the adapter copies' tokens of the step being priced (`set_adapter_copies`).
     copies: Vec<Vec<CopyTokens>>,
     /// The rerouting operators, when the replica reroutes tokens to adapters.
@@ -130,8 +133,17 @@ impl LaneRows for StepLaneRows<'_> {
         if self.group == self.lane_ranges.len() {
             (self.layer, self.group) = (self.layer + 1, 0);
         }
-        let (layer, lanes) = (self.layer, self.lane_ranges[self.group].clone());
+        let (layer, group) = (self.layer, self.group);
         self.group += 1;
+        self.tally_at(layer, group, tally);
+    }
+}
+
+impl StepLaneRows<'_> {
+    /// Adds lane group `group` of MoE layer `layer` to `tally`.
+    #[inline(always)]
+    fn tally_at<L: Lanes>(&mut self, layer: usize, group: usize, tally: &mut LaneTally<L>) {
+        let lanes = self.lane_ranges[group].clone();
         let experts = self.layout.n_experts;
         let per_expert = &self.per_expert[layer * experts..][..experts];
         let copies = &self.copies[layer];
@@ -448,6 +460,270 @@ impl LaneRows for MissRows<'_> {
     }
 }
 
+/// A replica serving adapters: its lane prices by GPU, a table from (lane group, lane, the
+/// GPU's groups with rows, its rows) to that GPU's time and rows, where none of its groups has
+/// more than 64 rows. Such a GPU's tally is a function of those two counts (each group is one
+/// tile of either height and one cluster of each: `LaneTally::add`), and each lane is priced on
+/// its own (`LaneMemo`), so a group whose every lane is in the table gets the bits
+/// `lane_times_with` would compute; a group with a lane missing is priced whole from its rows
+/// (`StepLaneRows`) and its lanes stored. The adapters' copies make a GPU's groups many
+/// (`LaneMemo` covers two), but a decode step's rows per GPU stay few, so the pairs repeat.
+/// Where the hits stay rare the table turns itself off after a trial, as `LaneMemo` does.
+#[derive(Clone)]
+struct CountMemo {
+    off: bool,
+    /// Per (lane group, lane, rows, groups): the GPU's time and rows, `EMPTY` as the time where
+    /// not priced yet.
+    entries: Vec<[f64; 2]>,
+    lookups: u64,
+    hits: u64,
+    /// Per GPU, its lane group and lane.
+    lane_of: Vec<(usize, usize)>,
+    /// On a plain layout (`ExpertLayout::plain`), per (layer, expert) the lane group and lane
+    /// of the one slot holding it; empty otherwise.
+    expert_lane: Vec<(u32, u32)>,
+    expert_lane_tried: bool,
+    /// Per lane group of the layer being looked up, its GPUs' counts (scratch).
+    counts: Vec<LaneCounts>,
+    /// Per lane group of the step the table misses: its layer and group, its lanes' table
+    /// entries (where they fit), its place in the step's groups, its rates and its prices
+    /// (scratch).
+    missed: Vec<(usize, usize)>,
+    keys: Vec<[Option<usize>; LANES]>,
+    misses: Vec<usize>,
+    miss_rates: Vec<LaneRates>,
+    miss_times: Vec<LaneTimes>,
+}
+
+/// The GPUs of a lane group, side by side: each one's groups with rows, its rows, and whether
+/// one of its groups has more than `SMALL_GROUP` rows.
+#[derive(Clone, Copy, Default)]
+struct LaneCounts {
+    groups: [u32; LANES],
+    rows: [u32; LANES],
+    large: [bool; LANES],
+}
+
+impl LaneCounts {
+    /// Adds one group of each GPU, `rows[i]` rows in lane `i` (0: none).
+    #[inline(always)]
+    fn add(&mut self, rows: [u32; LANES]) {
+        for (i, &n) in rows.iter().enumerate() {
+            self.add_one(i, n);
+        }
+    }
+
+    /// Adds one group of `n` rows (0: none) to lane `lane`'s GPU.
+    #[inline(always)]
+    fn add_one(&mut self, lane: usize, n: u32) {
+        self.groups[lane] += u32::from(n > 0);
+        self.rows[lane] += n;
+        self.large[lane] |= n > SMALL_GROUP;
+    }
+}
+
+/// A group's rows past which its tiles are no longer one (`CountMemo`).
+const SMALL_GROUP: u32 = 64;
+/// Rows per GPU and groups per GPU the count table holds.
+const COUNT_ROWS: usize = 512;
+const COUNT_GROUPS: usize = 64;
+
+impl CountMemo {
+    /// The memo of a replica serving adapters (`on`), else one that never applies.
+    fn new(on: bool) -> CountMemo {
+        CountMemo {
+            off: !on,
+            entries: Vec::new(),
+            lookups: 0,
+            hits: 0,
+            lane_of: Vec::new(),
+            expert_lane: Vec::new(),
+            expert_lane_tried: false,
+            counts: Vec::new(),
+            missed: Vec::new(),
+            keys: Vec::new(),
+            misses: Vec::new(),
+            miss_rates: Vec::new(),
+            miss_times: Vec::new(),
+        }
+    }
+
+    /// The table index of lane `lane` of lane group `g` for a GPU with `groups` groups and
+    /// `rows` rows, none large, if the table holds them.
+    #[inline]
+    fn index(g: usize, lane: usize, groups: u32, rows: u32, large: bool) -> Option<usize> {
+        let (groups, rows) = (groups as usize, rows as usize);
+        (!large && groups < COUNT_GROUPS && rows < COUNT_ROWS)
+            .then(|| ((g * LANES + lane) * COUNT_ROWS + rows) * COUNT_GROUPS + groups)
+    }
+
+    /// `lane_times_with` of every MoE layer's lane groups in turn (`rows`: the step's rows,
+    /// each layer's GPUs' base slots and adapter copies) into `out`, from the table where it
+    /// holds every lane of the group.
+    fn price(
+        &mut self,
+        cost: &MoeLayerCost,
+        rows: &mut StepLaneRows<'_>,
+        lane_rates: &[LaneRates],
+        n_layers: usize,
+        out: &mut Vec<LaneTimes>,
+    ) {
+        let layout = rows.layout;
+        let groups = rows.lane_ranges.len();
+        if self.entries.is_empty() {
+            self.entries =
+                vec![[f64::from_bits(EMPTY), 0.0]; groups * LANES * COUNT_ROWS * COUNT_GROUPS];
+        }
+        out.clear();
+        self.missed.clear();
+        self.keys.clear();
+        self.misses.clear();
+        self.miss_rates.clear();
+        if self.lane_of.is_empty() {
+            self.lane_of = vec![(0, 0); layout.gpus()];
+            for (g, lanes) in rows.lane_ranges.iter().enumerate() {
+                for (lane, gpu) in lanes.clone().enumerate() {
+                    self.lane_of[gpu] = (g, lane);
+                }
+            }
+        }
+        self.counts.resize(groups, LaneCounts::default());
+        let experts = layout.n_experts;
+        if layout.plain() && !self.expert_lane_tried {
+            // One slot per expert, its tokens the expert's: each expert's lane group and lane
+            // (kept only where every expert has its slot).
+            self.expert_lane_tried = true;
+            let mut table = vec![(u32::MAX, 0); n_layers * experts];
+            for layer in 0..n_layers {
+                for (gpu, &(g, lane)) in self.lane_of.iter().enumerate() {
+                    for e in layout.hosted(layer, gpu) {
+                        table[layer * experts + e] = (g as u32, lane as u32);
+                    }
+                }
+            }
+            if table.iter().all(|&(g, _)| g != u32::MAX) {
+                self.expert_lane = table;
+            }
+        }
+        for layer in 0..n_layers {
+            // Each GPU's groups and rows, lane group by lane group: its expert slots', then
+            // its adapter copies'.
+            let row = &rows.per_expert[layer * experts..][..experts];
+            if self.expert_lane.is_empty() {
+                for (counts, lanes) in self.counts.iter_mut().zip(rows.lane_ranges) {
+                    *counts = LaneCounts::default();
+                    if lanes.len() == LANES {
+                        for slot in 0..layout.slots_per_gpu {
+                            let side: [u32; LANES] =
+                                layout.slot_tokens_side_by_side(layer, row, lanes.clone(), slot);
+                            counts.add(side);
+                        }
+                    } else {
+                        // A group short of GPUs: each one's slots in turn.
+                        for (lane, gpu) in lanes.clone().enumerate() {
+                            for n in layout.slot_tokens(layer, row, gpu) {
+                                counts.add_one(lane, n);
+                            }
+                        }
+                    }
+                }
+            } else {
+                self.counts.fill(LaneCounts::default());
+                let lanes = &self.expert_lane[layer * experts..][..experts];
+                for (&n, &(g, lane)) in row.iter().zip(lanes) {
+                    self.counts[g as usize].add_one(lane as usize, n);
+                }
+            }
+            for c in &rows.copies[layer] {
+                for (gpu, n) in layout.expert_hosts(layer, c.expert, c.tokens) {
+                    let (g, lane) = self.lane_of[gpu];
+                    self.counts[g].add_one(lane, n);
+                }
+            }
+            for (g, counts) in self.counts.iter().enumerate() {
+                // Lanes past the group's GPUs count nothing.
+                let key: [Option<usize>; LANES] = std::array::from_fn(|lane| {
+                    Self::index(
+                        g,
+                        lane,
+                        counts.groups[lane],
+                        counts.rows[lane],
+                        counts.large[lane],
+                    )
+                });
+                let mut times = LaneTimes::default();
+                let mut whole = true;
+                for (lane, at) in key.iter().enumerate() {
+                    let found = at
+                        .map(|at| self.entries[at])
+                        .filter(|entry| entry[0].to_bits() != EMPTY);
+                    let Some([nanos, rows]) = found else {
+                        whole = false;
+                        break;
+                    };
+                    (times.nanos[lane], times.rows[lane]) = (nanos, rows);
+                }
+                if whole {
+                    out.push(times);
+                    self.hits += 1;
+                } else {
+                    self.misses.push(out.len());
+                    out.push(LaneTimes::default());
+                    self.missed.push((layer, g));
+                    self.miss_rates.push(lane_rates[g]);
+                    self.keys.push(key);
+                }
+            }
+        }
+        self.lookups += out.len() as u64;
+        if !self.misses.is_empty() {
+            let mut missed = MissedGroups {
+                rows,
+                missed: &self.missed,
+            };
+            cost.lane_times_with(
+                &self.miss_rates,
+                self.misses.len(),
+                &mut missed,
+                &mut self.miss_times,
+            );
+            for ((&i, times), key) in self.misses.iter().zip(&self.miss_times).zip(&self.keys) {
+                out[i] = *times;
+                for (lane, at) in key.iter().enumerate() {
+                    if let Some(at) = *at
+                        && times.nanos[lane].to_bits() != EMPTY
+                    {
+                        self.entries[at] = [times.nanos[lane], times.rows[lane]];
+                    }
+                }
+            }
+        }
+        if self.lookups >= TRIAL && self.lookups - (out.len() as u64) < TRIAL {
+            // The trial just ended: keep the table only where it hits often enough.
+            if self.hits * 3 < self.lookups * 2 {
+                self.off = true;
+                self.entries = Vec::new();
+            }
+        }
+    }
+}
+
+/// The lane groups a `CountMemo` missed, each tallied from the step's rows as `StepLaneRows`
+/// tallies it in the step's order.
+struct MissedGroups<'a, 'b> {
+    rows: &'a mut StepLaneRows<'b>,
+    /// The missed groups' (layer, lane group), in the order of the misses.
+    missed: &'a [(usize, usize)],
+}
+
+impl LaneRows for MissedGroups<'_, '_> {
+    #[inline(always)]
+    fn tally<L: Lanes>(&mut self, i: usize, tally: &mut LaneTally<L>) {
+        let (layer, group) = self.missed[i];
+        self.rows.tally_at(layer, group, tally);
+    }
+}
+
 /// One `StepRoofline`'s row and head parts (`row_parts`, `head_of`) already computed, by the
 /// step's rows and by its sequences scored: a function of those counts alone, so a kept part
 /// is the bits a new computation would give. A continuous batch's steps repeat their counts
@@ -662,6 +938,7 @@ impl ReplicaStepCost {
                         lane_rates,
                         lane_times: Vec::new(),
                         lane_memo: LaneMemo::new(layout.slots_per_gpu),
+                        count_memo: CountMemo::new(scenario.adapters.is_some()),
                         gpu_tokens: std::array::from_fn(|_| vec![0; layout.slots_per_gpu]),
                         layout,
                         speeds: r.speeds.clone(),
@@ -994,6 +1271,7 @@ impl ReplicaStepCost {
                     lane_rates,
                     lane_times,
                     lane_memo,
+                    count_memo,
                     ..
                 } = &mut *moe;
                 if lane_memo.applies(lane_ranges.len()) && copies.iter().all(Vec::is_empty) {
@@ -1018,12 +1296,16 @@ impl ReplicaStepCost {
                         layer: 0,
                         group: 0,
                     };
-                    cost.lane_times_with(
-                        lane_rates,
-                        n_layers * lane_ranges.len(),
-                        &mut rows,
-                        lane_times,
-                    );
+                    if !count_memo.off && routed.per_slot.is_empty() {
+                        count_memo.price(cost, &mut rows, lane_rates, n_layers, lane_times);
+                    } else {
+                        cost.lane_times_with(
+                            lane_rates,
+                            n_layers * lane_ranges.len(),
+                            &mut rows,
+                            lane_times,
+                        );
+                    }
                 }
             }
             let mut priced = moe.lane_times.iter();
@@ -1239,6 +1521,105 @@ mod tests {
     use super::*;
     use crate::cost::gpu::GpuSpec;
     use rand::RngExt;
+
+    /// The count memo returns the bits `lane_times_with` computes from the step's rows for
+    /// every lane group, found or not: eight and five slots per GPU, one copy of the
+    /// expert-parallel group and two (a lane group of two GPUs), slowed GPUs, graph and eager
+    /// timing, adapter copies on random experts, groups of few rows and of many (past 64, and
+    /// past the table's rows).
+    #[test]
+    fn the_count_memo_returns_what_pricing_computes() {
+        let mut rng = crate::rng::stream(7, "count-memo");
+        for timing in [Timing::Graph, Timing::Eager] {
+            let cost = MoeLayerCost::new(
+                &GpuSpec::by_name("Ascend-910B").unwrap(),
+                &MoeModelShape::mixtral_8x7b(),
+                timing,
+            );
+            for (experts, ep, gpus) in [(64, 8, 8), (30, 6, 12)] {
+                let layers = 3;
+                let layout = ExpertLayout::linear(layers, experts, ep, gpus);
+                let speeds: Vec<SpeedFactors> = (0..gpus)
+                    .map(|g| match g % 3 {
+                        1 => SpeedFactors::split(0.88, 0.0),
+                        _ => SpeedFactors::NOMINAL,
+                    })
+                    .collect();
+                let lane_ranges: Vec<Range<usize>> = (0..gpus / ep)
+                    .flat_map(|copy| {
+                        let end = (copy + 1) * ep;
+                        (copy * ep..end)
+                            .step_by(LANES)
+                            .map(move |first| first..(first + LANES).min(end))
+                    })
+                    .collect();
+                let lane_rates: Vec<LaneRates> = lane_ranges
+                    .iter()
+                    .map(|lanes| cost.rates.lanes(&speeds[lanes.clone()]))
+                    .collect();
+                let mut memo = CountMemo::new(true);
+                let mut tokens: [Vec<u32>; LANES] = std::array::from_fn(|_| Vec::new());
+                let (mut got, mut want) = (Vec::new(), Vec::new());
+                for _ in 0..300 {
+                    let per_expert: Vec<u32> = (0..layers * experts)
+                        .map(|_| match rng.random_range(0..60u32) {
+                            0 => rng.random_range(0..700),
+                            1 => rng.random_range(60..70),
+                            _ => rng.random_range(0..4),
+                        })
+                        .collect();
+                    let copies: Vec<Vec<CopyTokens>> = (0..layers)
+                        .map(|_| {
+                            (0..rng.random_range(0..20))
+                                .map(|_| CopyTokens {
+                                    expert: rng.random_range(0..experts as u32),
+                                    tokens: rng.random_range(0..6),
+                                })
+                                .collect()
+                        })
+                        .collect();
+                    let mut rows = StepLaneRows {
+                        layout: &layout,
+                        copies: &copies,
+                        gpu_tokens: &mut tokens,
+                        lane_ranges: &lane_ranges,
+                        per_expert: &per_expert,
+                        per_slot: &[],
+                        layer: 0,
+                        group: 0,
+                    };
+                    memo.price(&cost, &mut rows, &lane_rates, layers, &mut got);
+                    let mut rows = StepLaneRows {
+                        layout: &layout,
+                        copies: &copies,
+                        gpu_tokens: &mut tokens,
+                        lane_ranges: &lane_ranges,
+                        per_expert: &per_expert,
+                        per_slot: &[],
+                        layer: 0,
+                        group: 0,
+                    };
+                    cost.lane_times_with(
+                        &lane_rates,
+                        layers * lane_ranges.len(),
+                        &mut rows,
+                        &mut want,
+                    );
+                    let bits = |t: &LaneTimes| (t.nanos.map(f64::to_bits), t.rows.map(f64::to_bits));
+                    assert_eq!(got.len(), want.len());
+                    for (got, want) in got.iter().zip(&want) {
+                        assert_eq!(bits(got), bits(want), "{timing:?}, {gpus} GPUs");
+                    }
+                }
+                assert!(
+                    memo.hits > 0 && memo.hits < memo.lookups,
+                    "{} of {}",
+                    memo.hits,
+                    memo.lookups
+                );
+            }
+        }
+    }
 
     /// The memo returns the bits `lane_times_with` computes for every lane group, whether
     /// found whole, found in part or not at all: one slot or two per GPU, two lane groups (the

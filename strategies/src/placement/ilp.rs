@@ -15,8 +15,15 @@
 //! The solve is warm-started from the LPT plan (feasible for every K >= ceil(M/N)), stopped
 //! at the time limit, and reports its status, the relative gap to the best proven bound and
 //! the solve time. An infeasible K is reported as `PlacementError::Infeasible` with the reason.
+//!
+//! A solve proven optimal before its time limit is a pure function of the problem and the
+//! options (the branch and bound runs the same way each time), so such a plan is kept for the
+//! process (`SOLVED`): MOSAIC's cells that differ only in what the placement does not see (the
+//! gate's tau, the aggregator) solve once. A plan found otherwise (time limit, no incumbent)
+//! depends on the clock and is never kept.
 
 use super::lpt::lpt_plan;
+use expertsim_serving::memo::{ExactKey, Memo};
 use expertsim_serving::policies::placement::{
     Placement, PlacementError, PlacementPlan, PlacementProblem, Session, SolveStatus, SolverReport,
 };
@@ -233,6 +240,32 @@ impl Ilp {
     }
 }
 
+/// The optimal plans by `solve_key` (`None`: a solve not kept, which the next caller repeats);
+/// a second caller of a solve under way waits for it. It keeps the 256 most recently used: a
+/// plan is a few sessions per worker and its key a few dozen bytes per model.
+static SOLVED: Memo<ExactKey, Option<PlacementPlan>> = Memo::new(256);
+
+/// Everything `Ilp::solve` reads: the options and every field of the problem, each number by its
+/// bits and each name behind its length.
+fn solve_key(ilp: &Ilp, problem: &PlacementProblem) -> ExactKey {
+    let mut key = ExactKey::new();
+    key.f64(ilp.time_limit_s)
+        .u64(u64::from(ilp.valid_bound))
+        .u64(u64::from(ilp.warm_start))
+        .u64(u64::from(problem.n_workers))
+        .u64(u64::from(problem.max_models_per_worker))
+        .usize(problem.models.len());
+    for m in &problem.models {
+        key.str(&m.name)
+            .u64(u64::from(m.prompts))
+            .f64(m.load_s)
+            .f64(m.predicted_session_s)
+            .f64(m.per_prompt_s)
+            .u64(u64::from(m.replica_cap));
+    }
+    key
+}
+
 impl Placement for Ilp {
     fn name(&self) -> &'static str {
         "ilp"
@@ -241,6 +274,29 @@ impl Placement for Ilp {
         true
     }
     fn place(&mut self, problem: &PlacementProblem) -> Result<PlacementPlan, PlacementError> {
+        let mut fresh = None;
+        let kept = SOLVED.get_or_compute(&solve_key(self, problem), || {
+            let solved = self.solve(problem);
+            let optimal = solved.as_ref().ok().filter(|plan| {
+                plan.solver
+                    .as_ref()
+                    .is_some_and(|s| s.status == SolveStatus::Optimal)
+            });
+            let keep = optimal.cloned();
+            fresh = Some(solved);
+            keep
+        });
+        match (fresh, kept.as_ref()) {
+            (Some(solved), _) => solved,
+            (None, Some(plan)) => Ok(plan.clone()),
+            (None, None) => self.solve(problem),
+        }
+    }
+}
+
+impl Ilp {
+    /// The MILP's plan for `problem`, solved afresh.
+    fn solve(&self, problem: &PlacementProblem) -> Result<PlacementPlan, PlacementError> {
         problem.check_feasible()?;
         let started = Instant::now();
         let heuristic = lpt_plan(problem)?;
@@ -390,6 +446,57 @@ mod tests {
                 .count();
             assert!(replicas >= 2, "model {heavy}: {replicas} replicas");
         }
+    }
+
+    #[test]
+    fn a_kept_solve_is_the_solve_run_afresh_and_its_key_names_every_input() {
+        let p = problem(
+            &[
+                (40, 2.0, 0.5, 3),
+                (12, 1.0, 1.5, 2),
+                (7, 3.0, 0.2, 1),
+                (30, 1.5, 0.3, 3),
+            ],
+            3,
+            2,
+        );
+        let ilp = Ilp::default();
+        // The solve time is the clock's, the only field that may differ.
+        let timeless = |plan: PlacementPlan| {
+            let mut plan = plan;
+            if let Some(report) = &mut plan.solver {
+                report.solve_time_s = 0.0;
+            }
+            plan
+        };
+        let fresh = timeless(ilp.solve(&p).unwrap());
+        assert_eq!(
+            fresh.solver.as_ref().map(|s| s.status),
+            Some(SolveStatus::Optimal)
+        );
+        for _ in 0..2 {
+            assert_eq!(timeless(Ilp::default().place(&p).unwrap()), fresh);
+        }
+        let key = solve_key(&ilp, &p);
+        assert!(SOLVED.get(&key).is_some_and(|kept| kept.is_some()));
+        let mut changed = Vec::new();
+        for edit in 0..8 {
+            let mut q = p.clone();
+            let mut other = Ilp::default();
+            match edit {
+                0 => q.n_workers += 1,
+                1 => q.max_models_per_worker += 1,
+                2 => q.models[1].prompts += 1,
+                3 => q.models[2].load_s = f64::from_bits(q.models[2].load_s.to_bits() + 1),
+                4 => q.models[3].per_prompt_s *= 1.5,
+                5 => q.models[0].replica_cap -= 1,
+                6 => q.models[0].name.push('x'),
+                _ => other.valid_bound = false,
+            }
+            changed.push(solve_key(&other, &q));
+        }
+        assert!(changed.iter().all(|k| *k != key));
+        assert_eq!(solve_key(&Ilp::default(), &p.clone()), key);
     }
 
     #[test]
