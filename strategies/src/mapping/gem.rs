@@ -276,6 +276,18 @@ impl<'a> Search<'a> {
         ];
         let mut alone = vec![0.0; self.n_experts * g_count];
         let mut without = vec![0.0; n_steps];
+        // walks[p * T..][..T]: the steps of pair p in the order `rejects` walks them (with
+        // `whole` counts); `peak[t]`, the mapping's cost at step t; `order`, a pair's steps.
+        let mut walks = vec![
+            WalkStep::default();
+            if self.whole.is_some() {
+                n_pairs * n_steps
+            } else {
+                0
+            }
+        ];
+        let mut peak = vec![0.0; n_steps];
+        let mut order: Vec<(f64, u32)> = Vec::with_capacity(n_steps);
         let mut hints: Vec<(usize, usize)> = Vec::new();
         let mut swaps = 0;
         loop {
@@ -284,6 +296,11 @@ impl<'a> Search<'a> {
                     for (g, &x) in row.iter().enumerate() {
                         loads[g * n_steps + t] = x as u32;
                     }
+                }
+            }
+            if self.whole.is_some() {
+                for (t, row) in state.cost.chunks_exact(g_count).enumerate() {
+                    peak[t] = row.iter().copied().fold(0.0, f64::max);
                 }
             }
             // A pair's entries hold for either order (the same GPUs untouched, the same half
@@ -329,6 +346,37 @@ impl<'a> Search<'a> {
                             suffix[p * (n_steps + 1) + t + 1] + bound[p * n_steps + t];
                     }
                     let mirror = gb * g_count + ga;
+                    if self.whole.is_some() {
+                        // The pair's steps by how far the mapping's cost stands above the
+                        // pair's bound, largest first (ties by step): a swap moves a few
+                        // tokens, so its step costs lie near the mapping's, and where they
+                        // stand far above the bound the partial sum passes the threshold
+                        // soonest. The same order serves the mirror, its loads exchanged.
+                        order.clear();
+                        order.extend((0..n_steps).map(|t| {
+                            (peak[t] - bound[p * n_steps + t], t as u32)
+                        }));
+                        order.sort_unstable_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
+                        let mut rest = 0.0;
+                        for (k, &(_, t)) in order.iter().enumerate().rev() {
+                            let t = t as usize;
+                            let (la, lb) = (loads[ga * n_steps + t], loads[gb * n_steps + t]);
+                            let step = WalkStep {
+                                other: other[p * n_steps + t],
+                                rest,
+                                load_a: la,
+                                load_b: lb,
+                                step: t as u32,
+                            };
+                            walks[p * n_steps + k] = step;
+                            walks[mirror * n_steps + k] = WalkStep {
+                                load_a: lb,
+                                load_b: la,
+                                ..step
+                            };
+                            rest += bound[p * n_steps + t];
+                        }
+                    }
                     other.copy_within(p * n_steps..(p + 1) * n_steps, mirror * n_steps);
                     bound.copy_within(p * n_steps..(p + 1) * n_steps, mirror * n_steps);
                     suffix.copy_within(
@@ -417,6 +465,7 @@ impl<'a> Search<'a> {
                             remaining: &suffix[p * (n_steps + 1) + 1..][..n_steps],
                             load_b: &loads[g * n_steps..][..n_steps],
                             table_b: self.costs.table(g),
+                            walk: &walks[p * n_steps..][..n_steps],
                         });
                     }
                     (
@@ -438,7 +487,11 @@ impl<'a> Search<'a> {
                     let total = match (row, &pairs[gb]) {
                         (Some((whole, ca, la, table_a)), Some(pair)) => {
                             let cb = &whole[b * n_steps..][..n_steps];
-                            whole_total(ca, la, table_a, pair, cb, threshold)
+                            if rejects(ca, table_a, pair, cb, threshold) {
+                                None
+                            } else {
+                                whole_total(ca, la, table_a, pair, cb, threshold)
+                            }
                         }
                         _ => priced(a, b, threshold),
                     };
@@ -503,6 +556,7 @@ impl<'a> Search<'a> {
                 remaining,
                 load_b: lb,
                 table_b,
+                walk: &[],
             };
             return whole_total(ca, la, table_a, &pair, cb, threshold);
         } else {
@@ -549,13 +603,59 @@ impl<'a> Search<'a> {
 
 /// What a swap between a GPU pair reads of the other GPU (`b`'s): the largest cost of the GPUs
 /// the swap leaves untouched per step, the pair's bounds of the steps after each step, the
-/// GPU's whole-token loads and its table.
+/// GPU's whole-token loads and its table, and the pair's steps in `rejects`' order.
 #[derive(Clone, Copy)]
 struct WholePair<'s> {
     others: &'s [f64],
     remaining: &'s [f64],
     load_b: &'s [u32],
     table_b: &'s [f64],
+    walk: &'s [WalkStep],
+}
+
+/// One step of a GPU pair `(a, b)` in the order `rejects` walks them: the largest cost of the
+/// untouched GPUs, the sum of the pair's bounds of the steps walked after it, both GPUs' loads
+/// and the step's index in the window.
+#[derive(Clone, Copy, Debug, Default)]
+struct WalkStep {
+    other: f64,
+    rest: f64,
+    load_a: u32,
+    load_b: u32,
+    step: u32,
+}
+
+/// Relative margin by which `rejects` asks its partial sums to pass the threshold. Every term is
+/// a latency (not negative) and the walk's sums and the window-order sums of `whole_total` each
+/// add at most a few hundred of them, so they differ from the exact sums by a relative few
+/// hundred units in the last place (about 1e-16 each), far below this.
+const REJECT_MARGIN: f64 = 1e-9;
+
+/// Whether the swap of expert `a` (tokens `ca`, on the GPU of table `table_a`) with expert `b`
+/// (tokens `cb`, on `pair`'s GPU) certainly costs `threshold` or more, walking the steps in the
+/// pair's order (`WalkStep`) rather than the window's. Each step's cost is at least its bound,
+/// so the walk's partial sum plus the bounds of the steps left is at most the swap's total; the
+/// walk answers yes only where that passes the threshold by `REJECT_MARGIN`, which the rounding
+/// of the two orders' sums cannot undo: then `whole_total`'s own sum in window order reaches
+/// the threshold (at its last step if not before), and it returns `None` too. Otherwise
+/// `whole_total` prices the swap as before, so its result and every choice are unchanged.
+#[inline(always)]
+fn rejects(ca: &[u32], table_a: &[f64], pair: &WholePair<'_>, cb: &[u32], threshold: f64) -> bool {
+    let limit = threshold * (1.0 + REJECT_MARGIN);
+    let (table_b, n) = (pair.table_b, ca.len());
+    let cb = &cb[..n];
+    let mut total = 0.0;
+    for s in pair.walk {
+        let t = s.step as usize;
+        let (x, y) = (ca[t], cb[t]);
+        let na = s.load_a + y - x;
+        let nb = s.load_b + x - y;
+        total += larger(larger(s.other, table_a[na as usize]), table_b[nb as usize]);
+        if total + s.rest >= limit {
+            return true;
+        }
+    }
+    false
 }
 
 /// `Search::swap_total` on whole tokens: the score after swapping expert `a` (tokens `ca`, on
@@ -804,14 +904,18 @@ mod tests {
     }
 
     fn trace(n_experts: usize, top_k: usize, seed: u64) -> Vec<f32> {
+        trace_of(n_experts, top_k, seed, 16)
+    }
+
+    fn trace_of(n_experts: usize, top_k: usize, seed: u64, steps: usize) -> Vec<f32> {
         let params = TraceParams {
-            observed_steps: 16,
+            observed_steps: steps,
             unseen_steps: 1,
             tokens_per_step: 1024,
             ..TraceParams::default()
         };
         let (trace, _) = generate(&params, 1, n_experts, top_k, &mut stream(seed, "trace"));
-        trace.window(0, 0..16).to_vec()
+        trace.window(0, 0..steps).to_vec()
     }
 
     #[test]
@@ -989,6 +1093,110 @@ mod tests {
                 assert_eq!(fast.score.to_bits(), slow.score.to_bits());
             }
         });
+    }
+
+    #[test]
+    fn refine_on_long_windows_commits_the_swaps_an_exhaustive_scan_commits() {
+        // 64- and 128-step windows, where the pairs' reordered walks (`rejects`) differ most
+        // from the window's order.
+        for (n_experts, top_k, speeds, steps) in [
+            (16, 2, vec![0.88, 1.0, 1.0, 1.0], 128),
+            (32, 4, vec![0.7, 0.9, 1.0, 1.0], 64),
+        ] {
+            for seed in 0..3 {
+                let window = trace_of(n_experts, top_k, seed, steps);
+                let costs = GpuCosts::scaled(&staircase(), &speeds, 40_000);
+                let problem = LayerProblem {
+                    layer: 0,
+                    n_experts,
+                    window: &window,
+                    costs: &costs,
+                };
+                let search = Search::new(&problem);
+                assert!(search.whole.is_some());
+                let initial = search.initial(&problem.mean_utilization());
+                let (mut fast, mut slow) = (initial.clone(), initial);
+                let swaps = search.refine(&mut fast, 0.0);
+                assert_eq!(swaps, exhaustive_refine(&search, &mut slow, 0.0));
+                assert!(swaps > 0);
+                assert_eq!(fast.gpu_of, slow.gpu_of);
+                assert_eq!(fast.score.to_bits(), slow.score.to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn rejects_only_swaps_whole_total_rejects() {
+        // Random pairs of rising tables, loads, untouched costs and walk orders; each step's
+        // bound the untouched cost (a lower bound of the step). Thresholds at, just above and
+        // just below each swap's total, and spread around it.
+        let mut rng = stream(5, "rejects");
+        let (mut rejected, mut tried) = (0, 0);
+        for _ in 0..2000 {
+            let n = rng.random_range(1..64);
+            let mut table = || {
+                let mut x = rng.random_range(0.0..100.0);
+                (0..400)
+                    .map(|_| {
+                        x += rng.random_range(0.0..3.0);
+                        x
+                    })
+                    .collect::<Vec<f64>>()
+            };
+            let (table_a, table_b) = (table(), table());
+            let ca: Vec<u32> = (0..n).map(|_| rng.random_range(0..50)).collect();
+            let cb: Vec<u32> = (0..n).map(|_| rng.random_range(0..50)).collect();
+            let la: Vec<u32> = ca.iter().map(|&c| c + rng.random_range(0..150)).collect();
+            let lb: Vec<u32> = cb.iter().map(|&c| c + rng.random_range(0..150)).collect();
+            let others: Vec<f64> = (0..n).map(|_| rng.random_range(0.0..400.0)).collect();
+            let mut remaining = vec![0.0; n];
+            for t in (0..n.saturating_sub(1)).rev() {
+                remaining[t] = remaining[t + 1] + others[t + 1];
+            }
+            let mut order: Vec<usize> = (0..n).collect();
+            for i in (1..n).rev() {
+                order.swap(i, rng.random_range(0..=i));
+            }
+            let mut walk = vec![WalkStep::default(); n];
+            let mut rest = 0.0;
+            for (k, &t) in order.iter().enumerate().rev() {
+                walk[k] = WalkStep {
+                    other: others[t],
+                    rest,
+                    load_a: la[t],
+                    load_b: lb[t],
+                    step: t as u32,
+                };
+                rest += others[t];
+            }
+            let pair = WholePair {
+                others: &others,
+                remaining: &remaining,
+                load_b: &lb,
+                table_b: &table_b,
+                walk: &walk,
+            };
+            let total = whole_total(&ca, &la, &table_a, &pair, &cb, f64::INFINITY).unwrap();
+            for threshold in [
+                total,
+                total.next_up(),
+                total.next_down(),
+                total * (1.0 + 1e-9),
+                total * (1.0 - 1e-9),
+                total * rng.random_range(0.5..1.5),
+            ] {
+                tried += 1;
+                if rejects(&ca, &table_a, &pair, &cb, threshold) {
+                    rejected += 1;
+                    assert_eq!(
+                        whole_total(&ca, &la, &table_a, &pair, &cb, threshold),
+                        None,
+                        "{total} {threshold}"
+                    );
+                }
+            }
+        }
+        assert!(rejected > tried / 10, "{rejected} of {tried}");
     }
 
     /// Algorithm 2 without shortcuts: each expert tried on every GPU with room, the partial
