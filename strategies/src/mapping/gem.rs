@@ -152,6 +152,9 @@ impl<'a> Search<'a> {
     pub fn initial(&self, utilization: &[f64]) -> State {
         let mut order: Vec<usize> = (0..self.n_experts).collect();
         order.sort_by(|&a, &b| utilization[b].total_cmp(&utilization[a]).then(a.cmp(&b)));
+        if let Some(whole) = &self.whole {
+            return self.initial_whole(whole, &order);
+        }
         let capacity = self.n_experts / self.n_gpus;
         let mut hosted = vec![0usize; self.n_gpus];
         let mut state = self.empty();
@@ -162,72 +165,30 @@ impl<'a> Search<'a> {
         let mut top = vec![(f64::NEG_INFINITY, usize::MAX, f64::NEG_INFINITY); self.n_steps];
         let mut totals = vec![0.0; g_count];
         // owns[t * G + g]: GPU g's cost at step t with the expert being placed (what `place`
-        // would compute: `cost` of the same load, or its table entry); `loads` the partial
-        // loads in whole tokens (with `whole` counts), each GPU's tokens an index in its table.
+        // would compute).
         let mut owns = vec![0.0; self.n_steps * g_count];
-        let mut loads = vec![0u32; if self.whole.is_some() { owns.len() } else { 0 }];
-        let tables: Vec<&[f64]> = (0..g_count).map(|g| self.costs.table(g)).collect();
         for e in order {
             let counts = self.expert(e);
             for (t, top) in top.iter_mut().enumerate() {
-                let row = &state.cost[t * g_count..(t + 1) * g_count];
-                let (mut first, mut at, mut second) =
-                    (f64::NEG_INFINITY, usize::MAX, f64::NEG_INFINITY);
-                for (h, &x) in row.iter().enumerate() {
-                    if x > first {
-                        (second, first, at) = (first, x, h);
-                    } else if x > second {
-                        second = x;
-                    }
-                }
-                *top = (first, at, second);
+                *top = top_two(&state.cost[t * g_count..(t + 1) * g_count]);
             }
             // Every GPU's total at once, step by step (each GPU's sum in step order, as one
             // GPU at a time would add it; independent sums overlap). A GPU without room is
             // skipped: its total is never read.
-            // With whole counts every partial load is a whole token within the tables, where
-            // `cost` is the table's entry: read it directly.
             totals.fill(0.0);
-            if let Some(whole) = &self.whole {
-                let whole = &whole[e * self.n_steps..][..self.n_steps];
-                for (t, (&c, &(first, at, second))) in whole.iter().zip(&top).enumerate() {
-                    let row = t * g_count..(t + 1) * g_count;
-                    let (loads, owns) = (&loads[row.clone()], &mut owns[row]);
-                    for (g, ((total, own), &load)) in
-                        totals.iter_mut().zip(owns).zip(loads).enumerate()
-                    {
-                        if hosted[g] >= capacity {
-                            continue;
-                        }
-                        *own = tables[g][(load + c) as usize];
-                        *total += larger(*own, if at == g { second } else { first });
+            for (t, (&c, &(first, at, second))) in counts.iter().zip(&top).enumerate() {
+                let row = t * g_count..(t + 1) * g_count;
+                let (loads, owns) = (&state.load[row.clone()], &mut owns[row]);
+                for (g, ((total, own), &load)) in totals.iter_mut().zip(owns).zip(loads).enumerate()
+                {
+                    if hosted[g] >= capacity {
+                        continue;
                     }
-                }
-            } else {
-                for (t, (&c, &(first, at, second))) in counts.iter().zip(&top).enumerate() {
-                    let row = t * g_count..(t + 1) * g_count;
-                    let (loads, owns) = (&state.load[row.clone()], &mut owns[row]);
-                    for (g, ((total, own), &load)) in
-                        totals.iter_mut().zip(owns).zip(loads).enumerate()
-                    {
-                        if hosted[g] >= capacity {
-                            continue;
-                        }
-                        *own = self.costs.cost(g, load + c);
-                        *total += larger(*own, if at == g { second } else { first });
-                    }
+                    *own = self.costs.cost(g, load + c);
+                    *total += larger(*own, if at == g { second } else { first });
                 }
             }
-            let mut best = (f64::INFINITY, usize::MAX);
-            for (g, (&on_g, &total)) in hosted.iter().zip(&totals).enumerate() {
-                if on_g >= capacity {
-                    continue;
-                }
-                if total < best.0 {
-                    best = (total, g);
-                }
-            }
-            let g = best.1;
+            let g = lowest_with_room(&totals, &hosted, capacity);
             hosted[g] += 1;
             // `place`, with the costs just computed.
             state.gpu_of[e] = g;
@@ -236,10 +197,90 @@ impl<'a> Search<'a> {
                 state.load[i] += c;
                 state.cost[i] = owns[i];
             }
-            if let Some(whole) = &self.whole {
-                for (t, &c) in whole[e * self.n_steps..][..self.n_steps].iter().enumerate() {
-                    loads[t * g_count + g] += c;
+        }
+        state.score = self.score_of(&state);
+        state
+    }
+
+    /// `initial` on whole tokens, where every partial load is a whole token within the tables
+    /// and `cost` is the table's entry: the same choices from the same sums, laid out by GPU.
+    /// Each GPU's loads and costs are contiguous over the steps (`loads[g * T + t]`), so a GPU's
+    /// total is one pass over its steps, in step order as before. Each step's largest cost, its
+    /// GPU and the largest of the other GPUs' are kept up to date as experts are placed
+    /// (`raise`), rather than found again for every expert: the largest cost of the GPUs other
+    /// than `g` is the same value either way (where two GPUs share the largest, the second
+    /// equals the first whichever of them is named).
+    fn initial_whole(&self, whole: &[u32], order: &[usize]) -> State {
+        let (g_count, n_steps) = (self.n_gpus, self.n_steps);
+        let capacity = self.n_experts / g_count;
+        let mut hosted = vec![0usize; g_count];
+        let mut state = self.empty();
+        let mut loads = vec![0u32; g_count * n_steps];
+        let mut costs = vec![0.0; g_count * n_steps];
+        let mut owns = vec![0.0; g_count * n_steps];
+        let mut totals = vec![0.0; g_count];
+        let mut first = vec![0.0; n_steps];
+        let mut second = vec![0.0; n_steps];
+        let mut at = vec![0usize; n_steps];
+        let column = |costs: &[f64], t: usize| -> (f64, usize, f64) {
+            let (mut best, mut at, mut next) = (f64::NEG_INFINITY, usize::MAX, f64::NEG_INFINITY);
+            for (h, cost) in costs.chunks_exact(n_steps).enumerate() {
+                let x = cost[t];
+                if x > best {
+                    (next, best, at) = (best, x, h);
+                } else if x > next {
+                    next = x;
                 }
+            }
+            (best, at, next)
+        };
+        for t in 0..n_steps {
+            (first[t], at[t], second[t]) = column(&costs, t);
+        }
+        let tables: Vec<&[f64]> = (0..g_count).map(|g| self.costs.table(g)).collect();
+        for &e in order {
+            let counts = &whole[e * n_steps..][..n_steps];
+            for (g, total) in totals.iter_mut().enumerate() {
+                if hosted[g] >= capacity {
+                    continue;
+                }
+                let (table, load) = (tables[g], &loads[g * n_steps..][..n_steps]);
+                let own = &mut owns[g * n_steps..][..n_steps];
+                let (first, second, at) = (&first[..n_steps], &second[..n_steps], &at[..n_steps]);
+                let mut sum = 0.0;
+                for t in 0..n_steps {
+                    let x = table[(load[t] + counts[t]) as usize];
+                    own[t] = x;
+                    sum += larger(x, if at[t] == g { second[t] } else { first[t] });
+                }
+                *total = sum;
+            }
+            let g = lowest_with_room(&totals, &hosted, capacity);
+            hosted[g] += 1;
+            state.gpu_of[e] = g;
+            let own = &owns[g * n_steps..][..n_steps];
+            for (t, &c) in counts.iter().enumerate() {
+                loads[g * n_steps + t] += c;
+                let (old, new) = (costs[g * n_steps + t], own[t]);
+                costs[g * n_steps + t] = new;
+                if new >= old {
+                    // `raise`: the cost grew or held.
+                    if at[t] == g {
+                        first[t] = new;
+                    } else if new > first[t] {
+                        (second[t], first[t], at[t]) = (first[t], new, g);
+                    } else if new > second[t] {
+                        second[t] = new;
+                    }
+                } else {
+                    (first[t], at[t], second[t]) = column(&costs, t);
+                }
+            }
+        }
+        for g in 0..g_count {
+            for t in 0..n_steps {
+                state.load[t * g_count + g] = f64::from(loads[g * n_steps + t]);
+                state.cost[t * g_count + g] = costs[g * n_steps + t];
             }
         }
         state.score = self.score_of(&state);
@@ -287,7 +328,7 @@ impl<'a> Search<'a> {
             }
         ];
         let mut peak = vec![0.0; n_steps];
-        let mut order: Vec<(f64, u32)> = Vec::with_capacity(n_steps);
+        let mut order: Vec<u64> = Vec::with_capacity(n_steps);
         let mut hints: Vec<(usize, usize)> = Vec::new();
         let mut swaps = 0;
         loop {
@@ -348,18 +389,22 @@ impl<'a> Search<'a> {
                     let mirror = gb * g_count + ga;
                     if self.whole.is_some() {
                         // The pair's steps by how far the mapping's cost stands above the
-                        // pair's bound, largest first (ties by step): a swap moves a few
-                        // tokens, so its step costs lie near the mapping's, and where they
-                        // stand far above the bound the partial sum passes the threshold
-                        // soonest. The same order serves the mirror, its loads exchanged.
+                        // pair's bound, largest first: a swap moves a few tokens, so its step
+                        // costs lie near the mapping's, and where they stand far above the
+                        // bound the partial sum passes the threshold soonest. Any order gives
+                        // the same results (`rejects`), so the key is coarse: the high 32 bits
+                        // of the difference (not negative: the mapping's cost is one of the
+                        // splits the bound is the least of), inverted, above the step.
+                        // The same order serves the mirror, its loads exchanged.
                         order.clear();
                         order.extend((0..n_steps).map(|t| {
-                            (peak[t] - bound[p * n_steps + t], t as u32)
+                            let above = (peak[t] - bound[p * n_steps + t]).max(0.0);
+                            (!above.to_bits() >> 32 << 32) | t as u64
                         }));
-                        order.sort_unstable_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
+                        order.sort_unstable();
                         let mut rest = 0.0;
-                        for (k, &(_, t)) in order.iter().enumerate().rev() {
-                            let t = t as usize;
+                        for (k, &key) in order.iter().enumerate().rev() {
+                            let t = (key & u64::from(u32::MAX)) as usize;
                             let (la, lb) = (loads[ga * n_steps + t], loads[gb * n_steps + t]);
                             let step = WalkStep {
                                 other: other[p * n_steps + t],
@@ -712,6 +757,31 @@ fn least_split(a: &[f64], b: &[f64], joint: usize) -> f64 {
         f64::INFINITY
     };
     at.min(before)
+}
+
+/// The largest of `row`, the first index holding it and the largest of the others (`NEG_INFINITY`
+/// where there are none).
+fn top_two(row: &[f64]) -> (f64, usize, f64) {
+    let (mut first, mut at, mut second) = (f64::NEG_INFINITY, usize::MAX, f64::NEG_INFINITY);
+    for (h, &x) in row.iter().enumerate() {
+        if x > first {
+            (second, first, at) = (first, x, h);
+        } else if x > second {
+            second = x;
+        }
+    }
+    (first, at, second)
+}
+
+/// The GPU with room (fewer than `capacity` experts) of the lowest total, the first on ties.
+fn lowest_with_room(totals: &[f64], hosted: &[usize], capacity: usize) -> usize {
+    let mut best = (f64::INFINITY, usize::MAX);
+    for (g, (&on_g, &total)) in hosted.iter().zip(totals).enumerate() {
+        if on_g < capacity && total < best.0 {
+            best = (total, g);
+        }
+    }
+    best.1
 }
 
 /// The larger of two latencies: `f64::max` without its NaN handling (a latency is never NaN),
@@ -1248,6 +1318,7 @@ mod tests {
                 assert_eq!(fast.gpu_of, slow.gpu_of);
                 assert_eq!(fast.score.to_bits(), slow.score.to_bits());
                 assert_eq!(fast.cost, slow.cost);
+                assert_eq!(fast.load, slow.load);
             }
         });
     }
