@@ -62,6 +62,11 @@ pub struct Search<'a> {
     /// and every step's total is in the lookup tables: then every GPU's load at every step, under
     /// any mapping, is a table index, and a candidate swap reads the tables directly.
     whole: Option<Vec<u32>>,
+    /// With `whole` counts, `splits[pair_index(ga, gb) * joints + j]`: `least_split` of GPUs
+    /// ga < gb at joint load j, for every joint load a step can hold (`joints`: the largest
+    /// step total plus one), built once for all restarts (`split_table`).
+    splits: Vec<f64>,
+    joints: usize,
     costs: &'a GpuCosts,
 }
 
@@ -92,13 +97,38 @@ impl<'a> Search<'a> {
             step.iter().all(|&c| c >= 0.0 && c.fract() == 0.0)
                 && step.iter().map(|&c| f64::from(c)).sum::<f64>() <= limit
         });
-        let whole = whole_steps.then(|| counts.iter().map(|&c| c as u32).collect());
+        let whole: Option<Vec<u32>> =
+            whole_steps.then(|| counts.iter().map(|&c| c as u32).collect());
+        let g_count = problem.n_gpus();
+        let (mut splits, mut joints) = (Vec::new(), 0);
+        if let Some(whole) = &whole {
+            let largest = (0..n_steps)
+                .map(|t| {
+                    (0..n_experts)
+                        .map(|e| whole[e * n_steps + t] as usize)
+                        .sum()
+                })
+                .max()
+                .unwrap_or(0);
+            joints = largest + 1;
+            for ga in 0..g_count {
+                for gb in ga + 1..g_count {
+                    splits.extend(split_table(
+                        problem.costs.least_whole_from(ga),
+                        problem.costs.least_whole_from(gb),
+                        joints,
+                    ));
+                }
+            }
+        }
         Search {
             n_experts,
-            n_gpus: problem.n_gpus(),
+            n_gpus: g_count,
             n_steps,
             counts,
             whole,
+            splits,
+            joints,
             costs: problem.costs,
         }
     }
@@ -350,6 +380,11 @@ impl<'a> Search<'a> {
             for ga in 0..g_count {
                 for gb in ga + 1..g_count {
                     let p = ga * g_count + gb;
+                    let splits = if self.whole.is_some() {
+                        &self.splits[pair_index(ga, gb, g_count) * self.joints..][..self.joints]
+                    } else {
+                        &[]
+                    };
                     for t in 0..n_steps {
                         let row = &state.cost[t * g_count..(t + 1) * g_count];
                         let untouched = row
@@ -367,11 +402,7 @@ impl<'a> Search<'a> {
                         // (`least_below`: from the whole token at or under half, a lookup).
                         let pair_bound = if self.whole.is_some() {
                             let joint = loads[ga * n_steps + t] + loads[gb * n_steps + t];
-                            least_split(
-                                self.costs.least_whole_from(ga),
-                                self.costs.least_whole_from(gb),
-                                joint as usize,
-                            )
+                            splits[joint as usize]
                         } else {
                             let half =
                                 0.5 * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
@@ -735,30 +766,6 @@ fn whole_total(
     Some(total)
 }
 
-/// The least over every whole split `x + (joint - x)` of `max(a[x], b[joint - x])`, where `a`
-/// and `b` never fall (`GpuCosts::least_whole_from`): the first `x` where `a`'s side reaches `b`'s is found
-/// by bisection; from there on `a[x]` rules and only grows, before it `b`'s side rules and only
-/// grows towards lower `x`, so the least is `a` at that `x` or `b` one token before it. Only
-/// comparisons, so the value is one of the splits' exactly.
-fn least_split(a: &[f64], b: &[f64], joint: usize) -> f64 {
-    let (mut low, mut high) = (0, joint + 1);
-    while low < high {
-        let mid = low + (high - low) / 2;
-        if a[mid] >= b[joint - mid] {
-            high = mid;
-        } else {
-            low = mid + 1;
-        }
-    }
-    let at = if low <= joint { a[low] } else { f64::INFINITY };
-    let before = if low > 0 {
-        b[joint + 1 - low]
-    } else {
-        f64::INFINITY
-    };
-    at.min(before)
-}
-
 /// The largest of `row`, the first index holding it and the largest of the others (`NEG_INFINITY`
 /// where there are none).
 fn top_two(row: &[f64]) -> (f64, usize, f64) {
@@ -782,6 +789,38 @@ fn lowest_with_room(totals: &[f64], hosted: &[usize], capacity: usize) -> usize 
         }
     }
     best.1
+}
+
+/// The index of the pair of GPUs `ga < gb` among the `g_count * (g_count - 1) / 2` pairs, in
+/// the order `(0, 1), (0, 2), ..., (1, 2), ...`.
+fn pair_index(ga: usize, gb: usize, g_count: usize) -> usize {
+    ga * (2 * g_count - ga - 1) / 2 + (gb - ga - 1)
+}
+
+/// The least over every whole split `x + (joint - x)` of `max(a[x], b[joint - x])`, where `a`
+/// and `b` never fall (`GpuCosts::least_whole_from`), for every joint load below `joints`:
+/// before the first `x` where `a`'s side reaches `b`'s, `b`'s side rules and only grows
+/// towards lower `x`; from there `a[x]` rules and only grows, so the least is `a` at that `x`
+/// or `b` one token before it (only comparisons: the value is one of the splits' exactly).
+/// That first `x` never falls as the joint load grows (`b` never falls, so a split that fails
+/// at `j` fails at `j + 1`), so one sweep finds it for every joint load, moving on from the
+/// last one: the `x`, so the value, a bisection at each joint load would find.
+fn split_table(a: &[f64], b: &[f64], joints: usize) -> Vec<f64> {
+    let mut low = 0;
+    (0..joints)
+        .map(|joint| {
+            while low <= joint && a[low] < b[joint - low] {
+                low += 1;
+            }
+            let at = if low <= joint { a[low] } else { f64::INFINITY };
+            let before = if low > 0 {
+                b[joint + 1 - low]
+            } else {
+                f64::INFINITY
+            };
+            at.min(before)
+        })
+        .collect()
 }
 
 /// The larger of two latencies: `f64::max` without its NaN handling (a latency is never NaN),
@@ -1323,6 +1362,30 @@ mod tests {
         });
     }
 
+    /// The least over every whole split `x + (joint - x)` of `max(a[x], b[joint - x])`, where `a`
+    /// and `b` never fall (`GpuCosts::least_whole_from`): the first `x` where `a`'s side reaches `b`'s is found
+    /// by bisection; from there on `a[x]` rules and only grows, before it `b`'s side rules and only
+    /// grows towards lower `x`, so the least is `a` at that `x` or `b` one token before it. Only
+    /// comparisons, so the value is one of the splits' exactly.
+    fn least_split(a: &[f64], b: &[f64], joint: usize) -> f64 {
+        let (mut low, mut high) = (0, joint + 1);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if a[mid] >= b[joint - mid] {
+                high = mid;
+            } else {
+                low = mid + 1;
+            }
+        }
+        let at = if low <= joint { a[low] } else { f64::INFINITY };
+        let before = if low > 0 {
+            b[joint + 1 - low]
+        } else {
+            f64::INFINITY
+        };
+        at.min(before)
+    }
+
     #[test]
     fn least_split_is_the_least_over_every_split() {
         let mut rng = stream(3, "splits");
@@ -1346,6 +1409,10 @@ mod tests {
                     .map(|x| a[x].max(b[joint - x]))
                     .fold(f64::INFINITY, f64::min);
                 assert_eq!(least_split(&a, &b, joint), brute, "{a:?} {b:?} {joint}");
+            }
+            let table = split_table(&a, &b, len);
+            for (joint, &least) in table.iter().enumerate() {
+                assert_eq!(least.to_bits(), least_split(&a, &b, joint).to_bits());
             }
         }
     }
