@@ -26,7 +26,7 @@ use expertsim_serving::rng::SimRng;
 use rand::RngExt;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Leading candidates of a refinement round kept as the next round's hints (`Search::refine`).
 const HINTS: usize = 8;
@@ -62,10 +62,11 @@ pub struct Search<'a> {
     /// and every step's total is in the lookup tables: then every GPU's load at every step, under
     /// any mapping, is a table index, and a candidate swap reads the tables directly.
     whole: Option<Vec<u32>>,
-    /// With `whole` counts, `splits[pair_index(ga, gb) * joints + j]`: `least_split` of GPUs
-    /// ga < gb at joint load j, for every joint load a step can hold (`joints`: the largest
-    /// step total plus one), built once for all restarts (`split_table`).
-    splits: Vec<f64>,
+    /// With `whole` counts, `splits[pair_index(ga, gb) * joints + j]`: the bits of
+    /// `least_split` of GPUs ga < gb at joint load j, for every joint load a step can hold
+    /// (`joints`: the largest step total plus one), or 0 where not yet computed (`split`):
+    /// each is computed once for all restarts and threads, where a round first needs it.
+    splits: Vec<AtomicU64>,
     joints: usize,
     costs: &'a GpuCosts,
 }
@@ -111,15 +112,9 @@ impl<'a> Search<'a> {
                 .max()
                 .unwrap_or(0);
             joints = largest + 1;
-            for ga in 0..g_count {
-                for gb in ga + 1..g_count {
-                    splits.extend(split_table(
-                        problem.costs.least_whole_from(ga),
-                        problem.costs.least_whole_from(gb),
-                        joints,
-                    ));
-                }
-            }
+            splits = std::iter::repeat_with(|| AtomicU64::new(0))
+                .take(g_count * g_count.saturating_sub(1) / 2 * joints)
+                .collect();
         }
         Search {
             n_experts,
@@ -131,6 +126,24 @@ impl<'a> Search<'a> {
             joints,
             costs: problem.costs,
         }
+    }
+
+    /// `least_split` of GPUs `ga < gb` at joint load `joint`, from `splits` where a restart
+    /// already computed it. A value is stored whole by its bits, and every thread computes the
+    /// same value, so a race only computes it twice; a least of 0.0 is computed each time.
+    fn split(&self, ga: usize, gb: usize, joint: usize) -> f64 {
+        let cell = &self.splits[pair_index(ga, gb, self.n_gpus) * self.joints + joint];
+        let bits = cell.load(Ordering::Relaxed);
+        if bits != 0 {
+            return f64::from_bits(bits);
+        }
+        let least = least_split(
+            self.costs.least_whole_from(ga),
+            self.costs.least_whole_from(gb),
+            joint,
+        );
+        cell.store(least.to_bits(), Ordering::Relaxed);
+        least
     }
 
     fn expert(&self, e: usize) -> &[f64] {
@@ -380,11 +393,6 @@ impl<'a> Search<'a> {
             for ga in 0..g_count {
                 for gb in ga + 1..g_count {
                     let p = ga * g_count + gb;
-                    let splits = if self.whole.is_some() {
-                        &self.splits[pair_index(ga, gb, g_count) * self.joints..][..self.joints]
-                    } else {
-                        &[]
-                    };
                     for t in 0..n_steps {
                         let row = &state.cost[t * g_count..(t + 1) * g_count];
                         let untouched = row
@@ -402,7 +410,7 @@ impl<'a> Search<'a> {
                         // (`least_below`: from the whole token at or under half, a lookup).
                         let pair_bound = if self.whole.is_some() {
                             let joint = loads[ga * n_steps + t] + loads[gb * n_steps + t];
-                            splits[joint as usize]
+                            self.split(ga, gb, joint as usize)
                         } else {
                             let half =
                                 0.5 * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
@@ -798,29 +806,27 @@ fn pair_index(ga: usize, gb: usize, g_count: usize) -> usize {
 }
 
 /// The least over every whole split `x + (joint - x)` of `max(a[x], b[joint - x])`, where `a`
-/// and `b` never fall (`GpuCosts::least_whole_from`), for every joint load below `joints`:
-/// before the first `x` where `a`'s side reaches `b`'s, `b`'s side rules and only grows
-/// towards lower `x`; from there `a[x]` rules and only grows, so the least is `a` at that `x`
-/// or `b` one token before it (only comparisons: the value is one of the splits' exactly).
-/// That first `x` never falls as the joint load grows (`b` never falls, so a split that fails
-/// at `j` fails at `j + 1`), so one sweep finds it for every joint load, moving on from the
-/// last one: the `x`, so the value, a bisection at each joint load would find.
-fn split_table(a: &[f64], b: &[f64], joints: usize) -> Vec<f64> {
-    let mut low = 0;
-    (0..joints)
-        .map(|joint| {
-            while low <= joint && a[low] < b[joint - low] {
-                low += 1;
-            }
-            let at = if low <= joint { a[low] } else { f64::INFINITY };
-            let before = if low > 0 {
-                b[joint + 1 - low]
-            } else {
-                f64::INFINITY
-            };
-            at.min(before)
-        })
-        .collect()
+/// and `b` never fall (`GpuCosts::least_whole_from`): the first `x` where `a`'s side reaches `b`'s is found
+/// by bisection; from there on `a[x]` rules and only grows, before it `b`'s side rules and only
+/// grows towards lower `x`, so the least is `a` at that `x` or `b` one token before it. Only
+/// comparisons, so the value is one of the splits' exactly.
+fn least_split(a: &[f64], b: &[f64], joint: usize) -> f64 {
+    let (mut low, mut high) = (0, joint + 1);
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if a[mid] >= b[joint - mid] {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    let at = if low <= joint { a[low] } else { f64::INFINITY };
+    let before = if low > 0 {
+        b[joint + 1 - low]
+    } else {
+        f64::INFINITY
+    };
+    at.min(before)
 }
 
 /// The larger of two latencies: `f64::max` without its NaN handling (a latency is never NaN),
@@ -1362,28 +1368,29 @@ mod tests {
         });
     }
 
-    /// The least over every whole split `x + (joint - x)` of `max(a[x], b[joint - x])`, where `a`
-    /// and `b` never fall (`GpuCosts::least_whole_from`): the first `x` where `a`'s side reaches `b`'s is found
-    /// by bisection; from there on `a[x]` rules and only grows, before it `b`'s side rules and only
-    /// grows towards lower `x`, so the least is `a` at that `x` or `b` one token before it. Only
-    /// comparisons, so the value is one of the splits' exactly.
-    fn least_split(a: &[f64], b: &[f64], joint: usize) -> f64 {
-        let (mut low, mut high) = (0, joint + 1);
-        while low < high {
-            let mid = low + (high - low) / 2;
-            if a[mid] >= b[joint - mid] {
-                high = mid;
-            } else {
-                low = mid + 1;
+    #[test]
+    fn a_searchs_kept_splits_are_the_bisections() {
+        let shapes = [(16, 2, vec![0.7, 0.88, 1.0, 1.0])];
+        each_search(&shapes, 0..1, |search, _, _| {
+            if search.whole.is_none() {
+                return;
             }
-        }
-        let at = if low <= joint { a[low] } else { f64::INFINITY };
-        let before = if low > 0 {
-            b[joint + 1 - low]
-        } else {
-            f64::INFINITY
-        };
-        at.min(before)
+            let costs = search.costs;
+            for ga in 0..4 {
+                for gb in ga + 1..4 {
+                    for joint in (0..search.joints).step_by(7) {
+                        let least = least_split(
+                            costs.least_whole_from(ga),
+                            costs.least_whole_from(gb),
+                            joint,
+                        );
+                        for _ in 0..2 {
+                            assert_eq!(search.split(ga, gb, joint).to_bits(), least.to_bits());
+                        }
+                    }
+                }
+            }
+        });
     }
 
     #[test]
@@ -1409,10 +1416,6 @@ mod tests {
                     .map(|x| a[x].max(b[joint - x]))
                     .fold(f64::INFINITY, f64::min);
                 assert_eq!(least_split(&a, &b, joint), brute, "{a:?} {b:?} {joint}");
-            }
-            let table = split_table(&a, &b, len);
-            for (joint, &least) in table.iter().enumerate() {
-                assert_eq!(least.to_bits(), least_split(&a, &b, joint).to_bits());
             }
         }
     }
