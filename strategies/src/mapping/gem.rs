@@ -11,7 +11,11 @@
 //! swaps priced first on the new mapping (`Search::refine`); a swap whose GPU pair's bounds, or
 //! either expert's bound alone (its GPU's least cost without it), already reach that is not
 //! priced. On whole token counts within the lookup tables (GEM's traces) a candidate reads the
-//! tables by integer load, the same values `GpuCosts::cost` returns. Restarts run on scoped
+//! tables by integer load, the same values `GpuCosts::cost` returns, and is first walked over
+//! its GPU pair's steps in the order where the mapping's cost stands furthest above the pair's
+//! bound (`rejects`), which rejects most candidates in a fraction of the steps; only a
+//! candidate that walk cannot reject is priced in step order, so every sum a choice reads is
+//! the same. Restarts run on scoped
 //! threads, each taking the next restart left; their noisy utilizations are drawn up front from the layer's stream, so the result
 //! does not depend on the thread count. The search is a pure function of the window, the
 //! curves and those utilizations, so its results are kept for the process (`SEARCHED`): cells
