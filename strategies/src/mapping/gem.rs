@@ -11,7 +11,11 @@
 //! swaps priced first on the new mapping (`Search::refine`); a swap whose GPU pair's bounds, or
 //! either expert's bound alone (its GPU's least cost without it), already reach that is not
 //! priced. On whole token counts within the lookup tables (GEM's traces) a candidate reads the
-//! tables by integer load, the same values `GpuCosts::cost` returns. Restarts run on scoped
+//! tables by integer load, the same values `GpuCosts::cost` returns, and is first walked over
+//! its GPU pair's steps in the order where the mapping's cost stands furthest above the pair's
+//! bound (`rejects`), which rejects most candidates in a fraction of the steps; only a
+//! candidate that walk cannot reject is priced in step order, so every sum a choice reads is
+//! the same. Restarts run on scoped
 //! threads, each taking the next restart left; their noisy utilizations are drawn up front from the layer's stream, so the result
 //! does not depend on the thread count. The search is a pure function of the window, the
 //! curves and those utilizations, so its results are kept for the process (`SEARCHED`): cells
@@ -26,7 +30,7 @@ use expertsim_serving::rng::SimRng;
 use rand::RngExt;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Leading candidates of a refinement round kept as the next round's hints (`Search::refine`).
 const HINTS: usize = 8;
@@ -62,6 +66,12 @@ pub struct Search<'a> {
     /// and every step's total is in the lookup tables: then every GPU's load at every step, under
     /// any mapping, is a table index, and a candidate swap reads the tables directly.
     whole: Option<Vec<u32>>,
+    /// With `whole` counts, `splits[pair_index(ga, gb) * joints + j]`: the bits of
+    /// `least_split` of GPUs ga < gb at joint load j, for every joint load a step can hold
+    /// (`joints`: the largest step total plus one), or 0 where not yet computed (`split`):
+    /// each is computed once for all restarts and threads, where a round first needs it.
+    splits: Vec<AtomicU64>,
+    joints: usize,
     costs: &'a GpuCosts,
 }
 
@@ -92,15 +102,52 @@ impl<'a> Search<'a> {
             step.iter().all(|&c| c >= 0.0 && c.fract() == 0.0)
                 && step.iter().map(|&c| f64::from(c)).sum::<f64>() <= limit
         });
-        let whole = whole_steps.then(|| counts.iter().map(|&c| c as u32).collect());
+        let whole: Option<Vec<u32>> =
+            whole_steps.then(|| counts.iter().map(|&c| c as u32).collect());
+        let g_count = problem.n_gpus();
+        let (mut splits, mut joints) = (Vec::new(), 0);
+        if let Some(whole) = &whole {
+            let largest = (0..n_steps)
+                .map(|t| {
+                    (0..n_experts)
+                        .map(|e| whole[e * n_steps + t] as usize)
+                        .sum()
+                })
+                .max()
+                .unwrap_or(0);
+            joints = largest + 1;
+            splits = std::iter::repeat_with(|| AtomicU64::new(0))
+                .take(g_count * g_count.saturating_sub(1) / 2 * joints)
+                .collect();
+        }
         Search {
             n_experts,
-            n_gpus: problem.n_gpus(),
+            n_gpus: g_count,
             n_steps,
             counts,
             whole,
+            splits,
+            joints,
             costs: problem.costs,
         }
+    }
+
+    /// `least_split` of GPUs `ga < gb` at joint load `joint`, from `splits` where a restart
+    /// already computed it. A value is stored whole by its bits, and every thread computes the
+    /// same value, so a race only computes it twice; a least of 0.0 is computed each time.
+    fn split(&self, ga: usize, gb: usize, joint: usize) -> f64 {
+        let cell = &self.splits[pair_index(ga, gb, self.n_gpus) * self.joints + joint];
+        let bits = cell.load(Ordering::Relaxed);
+        if bits != 0 {
+            return f64::from_bits(bits);
+        }
+        let least = least_split(
+            self.costs.least_whole_from(ga),
+            self.costs.least_whole_from(gb),
+            joint,
+        );
+        cell.store(least.to_bits(), Ordering::Relaxed);
+        least
     }
 
     fn expert(&self, e: usize) -> &[f64] {
@@ -152,6 +199,9 @@ impl<'a> Search<'a> {
     pub fn initial(&self, utilization: &[f64]) -> State {
         let mut order: Vec<usize> = (0..self.n_experts).collect();
         order.sort_by(|&a, &b| utilization[b].total_cmp(&utilization[a]).then(a.cmp(&b)));
+        if let Some(whole) = &self.whole {
+            return self.initial_whole(whole, &order);
+        }
         let capacity = self.n_experts / self.n_gpus;
         let mut hosted = vec![0usize; self.n_gpus];
         let mut state = self.empty();
@@ -162,72 +212,30 @@ impl<'a> Search<'a> {
         let mut top = vec![(f64::NEG_INFINITY, usize::MAX, f64::NEG_INFINITY); self.n_steps];
         let mut totals = vec![0.0; g_count];
         // owns[t * G + g]: GPU g's cost at step t with the expert being placed (what `place`
-        // would compute: `cost` of the same load, or its table entry); `loads` the partial
-        // loads in whole tokens (with `whole` counts), each GPU's tokens an index in its table.
+        // would compute).
         let mut owns = vec![0.0; self.n_steps * g_count];
-        let mut loads = vec![0u32; if self.whole.is_some() { owns.len() } else { 0 }];
-        let tables: Vec<&[f64]> = (0..g_count).map(|g| self.costs.table(g)).collect();
         for e in order {
             let counts = self.expert(e);
             for (t, top) in top.iter_mut().enumerate() {
-                let row = &state.cost[t * g_count..(t + 1) * g_count];
-                let (mut first, mut at, mut second) =
-                    (f64::NEG_INFINITY, usize::MAX, f64::NEG_INFINITY);
-                for (h, &x) in row.iter().enumerate() {
-                    if x > first {
-                        (second, first, at) = (first, x, h);
-                    } else if x > second {
-                        second = x;
-                    }
-                }
-                *top = (first, at, second);
+                *top = top_two(&state.cost[t * g_count..(t + 1) * g_count]);
             }
             // Every GPU's total at once, step by step (each GPU's sum in step order, as one
             // GPU at a time would add it; independent sums overlap). A GPU without room is
             // skipped: its total is never read.
-            // With whole counts every partial load is a whole token within the tables, where
-            // `cost` is the table's entry: read it directly.
             totals.fill(0.0);
-            if let Some(whole) = &self.whole {
-                let whole = &whole[e * self.n_steps..][..self.n_steps];
-                for (t, (&c, &(first, at, second))) in whole.iter().zip(&top).enumerate() {
-                    let row = t * g_count..(t + 1) * g_count;
-                    let (loads, owns) = (&loads[row.clone()], &mut owns[row]);
-                    for (g, ((total, own), &load)) in
-                        totals.iter_mut().zip(owns).zip(loads).enumerate()
-                    {
-                        if hosted[g] >= capacity {
-                            continue;
-                        }
-                        *own = tables[g][(load + c) as usize];
-                        *total += larger(*own, if at == g { second } else { first });
+            for (t, (&c, &(first, at, second))) in counts.iter().zip(&top).enumerate() {
+                let row = t * g_count..(t + 1) * g_count;
+                let (loads, owns) = (&state.load[row.clone()], &mut owns[row]);
+                for (g, ((total, own), &load)) in totals.iter_mut().zip(owns).zip(loads).enumerate()
+                {
+                    if hosted[g] >= capacity {
+                        continue;
                     }
-                }
-            } else {
-                for (t, (&c, &(first, at, second))) in counts.iter().zip(&top).enumerate() {
-                    let row = t * g_count..(t + 1) * g_count;
-                    let (loads, owns) = (&state.load[row.clone()], &mut owns[row]);
-                    for (g, ((total, own), &load)) in
-                        totals.iter_mut().zip(owns).zip(loads).enumerate()
-                    {
-                        if hosted[g] >= capacity {
-                            continue;
-                        }
-                        *own = self.costs.cost(g, load + c);
-                        *total += larger(*own, if at == g { second } else { first });
-                    }
+                    *own = self.costs.cost(g, load + c);
+                    *total += larger(*own, if at == g { second } else { first });
                 }
             }
-            let mut best = (f64::INFINITY, usize::MAX);
-            for (g, (&on_g, &total)) in hosted.iter().zip(&totals).enumerate() {
-                if on_g >= capacity {
-                    continue;
-                }
-                if total < best.0 {
-                    best = (total, g);
-                }
-            }
-            let g = best.1;
+            let g = lowest_with_room(&totals, &hosted, capacity);
             hosted[g] += 1;
             // `place`, with the costs just computed.
             state.gpu_of[e] = g;
@@ -236,10 +244,90 @@ impl<'a> Search<'a> {
                 state.load[i] += c;
                 state.cost[i] = owns[i];
             }
-            if let Some(whole) = &self.whole {
-                for (t, &c) in whole[e * self.n_steps..][..self.n_steps].iter().enumerate() {
-                    loads[t * g_count + g] += c;
+        }
+        state.score = self.score_of(&state);
+        state
+    }
+
+    /// `initial` on whole tokens, where every partial load is a whole token within the tables
+    /// and `cost` is the table's entry: the same choices from the same sums, laid out by GPU.
+    /// Each GPU's loads and costs are contiguous over the steps (`loads[g * T + t]`), so a GPU's
+    /// total is one pass over its steps, in step order as before. Each step's largest cost, its
+    /// GPU and the largest of the other GPUs' are kept up to date as experts are placed
+    /// (`raise`), rather than found again for every expert: the largest cost of the GPUs other
+    /// than `g` is the same value either way (where two GPUs share the largest, the second
+    /// equals the first whichever of them is named).
+    fn initial_whole(&self, whole: &[u32], order: &[usize]) -> State {
+        let (g_count, n_steps) = (self.n_gpus, self.n_steps);
+        let capacity = self.n_experts / g_count;
+        let mut hosted = vec![0usize; g_count];
+        let mut state = self.empty();
+        let mut loads = vec![0u32; g_count * n_steps];
+        let mut costs = vec![0.0; g_count * n_steps];
+        let mut owns = vec![0.0; g_count * n_steps];
+        let mut totals = vec![0.0; g_count];
+        let mut first = vec![0.0; n_steps];
+        let mut second = vec![0.0; n_steps];
+        let mut at = vec![0usize; n_steps];
+        let column = |costs: &[f64], t: usize| -> (f64, usize, f64) {
+            let (mut best, mut at, mut next) = (f64::NEG_INFINITY, usize::MAX, f64::NEG_INFINITY);
+            for (h, cost) in costs.chunks_exact(n_steps).enumerate() {
+                let x = cost[t];
+                if x > best {
+                    (next, best, at) = (best, x, h);
+                } else if x > next {
+                    next = x;
                 }
+            }
+            (best, at, next)
+        };
+        for t in 0..n_steps {
+            (first[t], at[t], second[t]) = column(&costs, t);
+        }
+        let tables: Vec<&[f64]> = (0..g_count).map(|g| self.costs.table(g)).collect();
+        for &e in order {
+            let counts = &whole[e * n_steps..][..n_steps];
+            for (g, total) in totals.iter_mut().enumerate() {
+                if hosted[g] >= capacity {
+                    continue;
+                }
+                let (table, load) = (tables[g], &loads[g * n_steps..][..n_steps]);
+                let own = &mut owns[g * n_steps..][..n_steps];
+                let (first, second, at) = (&first[..n_steps], &second[..n_steps], &at[..n_steps]);
+                let mut sum = 0.0;
+                for t in 0..n_steps {
+                    let x = table[(load[t] + counts[t]) as usize];
+                    own[t] = x;
+                    sum += larger(x, if at[t] == g { second[t] } else { first[t] });
+                }
+                *total = sum;
+            }
+            let g = lowest_with_room(&totals, &hosted, capacity);
+            hosted[g] += 1;
+            state.gpu_of[e] = g;
+            let own = &owns[g * n_steps..][..n_steps];
+            for (t, &c) in counts.iter().enumerate() {
+                loads[g * n_steps + t] += c;
+                let (old, new) = (costs[g * n_steps + t], own[t]);
+                costs[g * n_steps + t] = new;
+                if new >= old {
+                    // `raise`: the cost grew or held.
+                    if at[t] == g {
+                        first[t] = new;
+                    } else if new > first[t] {
+                        (second[t], first[t], at[t]) = (first[t], new, g);
+                    } else if new > second[t] {
+                        second[t] = new;
+                    }
+                } else {
+                    (first[t], at[t], second[t]) = column(&costs, t);
+                }
+            }
+        }
+        for g in 0..g_count {
+            for t in 0..n_steps {
+                state.load[t * g_count + g] = f64::from(loads[g * n_steps + t]);
+                state.cost[t * g_count + g] = costs[g * n_steps + t];
             }
         }
         state.score = self.score_of(&state);
@@ -276,6 +364,18 @@ impl<'a> Search<'a> {
         ];
         let mut alone = vec![0.0; self.n_experts * g_count];
         let mut without = vec![0.0; n_steps];
+        // walks[p * T..][..T]: the steps of pair p in the order `rejects` walks them (with
+        // `whole` counts); `peak[t]`, the mapping's cost at step t; `order`, a pair's steps.
+        let mut walks = vec![
+            WalkStep::default();
+            if self.whole.is_some() {
+                n_pairs * n_steps
+            } else {
+                0
+            }
+        ];
+        let mut peak = vec![0.0; n_steps];
+        let mut order: Vec<u64> = Vec::with_capacity(n_steps);
         let mut hints: Vec<(usize, usize)> = Vec::new();
         let mut swaps = 0;
         loop {
@@ -284,6 +384,11 @@ impl<'a> Search<'a> {
                     for (g, &x) in row.iter().enumerate() {
                         loads[g * n_steps + t] = x as u32;
                     }
+                }
+            }
+            if self.whole.is_some() {
+                for (t, row) in state.cost.chunks_exact(g_count).enumerate() {
+                    peak[t] = row.iter().copied().fold(0.0, f64::max);
                 }
             }
             // A pair's entries hold for either order (the same GPUs untouched, the same half
@@ -309,11 +414,7 @@ impl<'a> Search<'a> {
                         // (`least_below`: from the whole token at or under half, a lookup).
                         let pair_bound = if self.whole.is_some() {
                             let joint = loads[ga * n_steps + t] + loads[gb * n_steps + t];
-                            least_split(
-                                self.costs.least_whole_from(ga),
-                                self.costs.least_whole_from(gb),
-                                joint as usize,
-                            )
+                            self.split(ga, gb, joint as usize)
                         } else {
                             let half =
                                 0.5 * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
@@ -329,6 +430,41 @@ impl<'a> Search<'a> {
                             suffix[p * (n_steps + 1) + t + 1] + bound[p * n_steps + t];
                     }
                     let mirror = gb * g_count + ga;
+                    if self.whole.is_some() {
+                        // The pair's steps by how far the mapping's cost stands above the
+                        // pair's bound, largest first: a swap moves a few tokens, so its step
+                        // costs lie near the mapping's, and where they stand far above the
+                        // bound the partial sum passes the threshold soonest. Any order gives
+                        // the same results (`rejects`), so the key is coarse: the high 32 bits
+                        // of the difference (not negative: the mapping's cost is one of the
+                        // splits the bound is the least of), inverted, above the step.
+                        // The same order serves the mirror, its loads exchanged.
+                        order.clear();
+                        order.extend((0..n_steps).map(|t| {
+                            let above = (peak[t] - bound[p * n_steps + t]).max(0.0);
+                            (!above.to_bits() >> 32 << 32) | t as u64
+                        }));
+                        order.sort_unstable();
+                        let mut rest = 0.0;
+                        for (k, &key) in order.iter().enumerate().rev() {
+                            let t = (key & u64::from(u32::MAX)) as usize;
+                            let (la, lb) = (loads[ga * n_steps + t], loads[gb * n_steps + t]);
+                            let step = WalkStep {
+                                other: other[p * n_steps + t],
+                                rest,
+                                load_a: la,
+                                load_b: lb,
+                                step: t as u32,
+                            };
+                            walks[p * n_steps + k] = step;
+                            walks[mirror * n_steps + k] = WalkStep {
+                                load_a: lb,
+                                load_b: la,
+                                ..step
+                            };
+                            rest += bound[p * n_steps + t];
+                        }
+                    }
                     other.copy_within(p * n_steps..(p + 1) * n_steps, mirror * n_steps);
                     bound.copy_within(p * n_steps..(p + 1) * n_steps, mirror * n_steps);
                     suffix.copy_within(
@@ -417,6 +553,7 @@ impl<'a> Search<'a> {
                             remaining: &suffix[p * (n_steps + 1) + 1..][..n_steps],
                             load_b: &loads[g * n_steps..][..n_steps],
                             table_b: self.costs.table(g),
+                            walk: &walks[p * n_steps..][..n_steps],
                         });
                     }
                     (
@@ -438,7 +575,11 @@ impl<'a> Search<'a> {
                     let total = match (row, &pairs[gb]) {
                         (Some((whole, ca, la, table_a)), Some(pair)) => {
                             let cb = &whole[b * n_steps..][..n_steps];
-                            whole_total(ca, la, table_a, pair, cb, threshold)
+                            if rejects(ca, table_a, pair, cb, threshold) {
+                                None
+                            } else {
+                                whole_total(ca, la, table_a, pair, cb, threshold)
+                            }
                         }
                         _ => priced(a, b, threshold),
                     };
@@ -503,6 +644,7 @@ impl<'a> Search<'a> {
                 remaining,
                 load_b: lb,
                 table_b,
+                walk: &[],
             };
             return whole_total(ca, la, table_a, &pair, cb, threshold);
         } else {
@@ -549,13 +691,59 @@ impl<'a> Search<'a> {
 
 /// What a swap between a GPU pair reads of the other GPU (`b`'s): the largest cost of the GPUs
 /// the swap leaves untouched per step, the pair's bounds of the steps after each step, the
-/// GPU's whole-token loads and its table.
+/// GPU's whole-token loads and its table, and the pair's steps in `rejects`' order.
 #[derive(Clone, Copy)]
 struct WholePair<'s> {
     others: &'s [f64],
     remaining: &'s [f64],
     load_b: &'s [u32],
     table_b: &'s [f64],
+    walk: &'s [WalkStep],
+}
+
+/// One step of a GPU pair `(a, b)` in the order `rejects` walks them: the largest cost of the
+/// untouched GPUs, the sum of the pair's bounds of the steps walked after it, both GPUs' loads
+/// and the step's index in the window.
+#[derive(Clone, Copy, Debug, Default)]
+struct WalkStep {
+    other: f64,
+    rest: f64,
+    load_a: u32,
+    load_b: u32,
+    step: u32,
+}
+
+/// Relative margin by which `rejects` asks its partial sums to pass the threshold. Every term is
+/// a latency (not negative) and the walk's sums and the window-order sums of `whole_total` each
+/// add at most a few hundred of them, so they differ from the exact sums by a relative few
+/// hundred units in the last place (about 1e-16 each), far below this.
+const REJECT_MARGIN: f64 = 1e-9;
+
+/// Whether the swap of expert `a` (tokens `ca`, on the GPU of table `table_a`) with expert `b`
+/// (tokens `cb`, on `pair`'s GPU) certainly costs `threshold` or more, walking the steps in the
+/// pair's order (`WalkStep`) rather than the window's. Each step's cost is at least its bound,
+/// so the walk's partial sum plus the bounds of the steps left is at most the swap's total; the
+/// walk answers yes only where that passes the threshold by `REJECT_MARGIN`, which the rounding
+/// of the two orders' sums cannot undo: then `whole_total`'s own sum in window order reaches
+/// the threshold (at its last step if not before), and it returns `None` too. Otherwise
+/// `whole_total` prices the swap as before, so its result and every choice are unchanged.
+#[inline(always)]
+fn rejects(ca: &[u32], table_a: &[f64], pair: &WholePair<'_>, cb: &[u32], threshold: f64) -> bool {
+    let limit = threshold * (1.0 + REJECT_MARGIN);
+    let (table_b, n) = (pair.table_b, ca.len());
+    let cb = &cb[..n];
+    let mut total = 0.0;
+    for s in pair.walk {
+        let t = s.step as usize;
+        let (x, y) = (ca[t], cb[t]);
+        let na = s.load_a + y - x;
+        let nb = s.load_b + x - y;
+        total += larger(larger(s.other, table_a[na as usize]), table_b[nb as usize]);
+        if total + s.rest >= limit {
+            return true;
+        }
+    }
+    false
 }
 
 /// `Search::swap_total` on whole tokens: the score after swapping expert `a` (tokens `ca`, on
@@ -588,6 +776,37 @@ fn whole_total(
         }
     }
     Some(total)
+}
+
+/// The largest of `row`, the first index holding it and the largest of the others (`NEG_INFINITY`
+/// where there are none).
+fn top_two(row: &[f64]) -> (f64, usize, f64) {
+    let (mut first, mut at, mut second) = (f64::NEG_INFINITY, usize::MAX, f64::NEG_INFINITY);
+    for (h, &x) in row.iter().enumerate() {
+        if x > first {
+            (second, first, at) = (first, x, h);
+        } else if x > second {
+            second = x;
+        }
+    }
+    (first, at, second)
+}
+
+/// The GPU with room (fewer than `capacity` experts) of the lowest total, the first on ties.
+fn lowest_with_room(totals: &[f64], hosted: &[usize], capacity: usize) -> usize {
+    let mut best = (f64::INFINITY, usize::MAX);
+    for (g, (&on_g, &total)) in hosted.iter().zip(totals).enumerate() {
+        if on_g < capacity && total < best.0 {
+            best = (total, g);
+        }
+    }
+    best.1
+}
+
+/// The index of the pair of GPUs `ga < gb` among the `g_count * (g_count - 1) / 2` pairs, in
+/// the order `(0, 1), (0, 2), ..., (1, 2), ...`.
+fn pair_index(ga: usize, gb: usize, g_count: usize) -> usize {
+    ga * (2 * g_count - ga - 1) / 2 + (gb - ga - 1)
 }
 
 /// The least over every whole split `x + (joint - x)` of `max(a[x], b[joint - x])`, where `a`
@@ -804,14 +1023,18 @@ mod tests {
     }
 
     fn trace(n_experts: usize, top_k: usize, seed: u64) -> Vec<f32> {
+        trace_of(n_experts, top_k, seed, 16)
+    }
+
+    fn trace_of(n_experts: usize, top_k: usize, seed: u64, steps: usize) -> Vec<f32> {
         let params = TraceParams {
-            observed_steps: 16,
+            observed_steps: steps,
             unseen_steps: 1,
             tokens_per_step: 1024,
             ..TraceParams::default()
         };
         let (trace, _) = generate(&params, 1, n_experts, top_k, &mut stream(seed, "trace"));
-        trace.window(0, 0..16).to_vec()
+        trace.window(0, 0..steps).to_vec()
     }
 
     #[test]
@@ -991,6 +1214,110 @@ mod tests {
         });
     }
 
+    #[test]
+    fn refine_on_long_windows_commits_the_swaps_an_exhaustive_scan_commits() {
+        // 64- and 128-step windows, where the pairs' reordered walks (`rejects`) differ most
+        // from the window's order.
+        for (n_experts, top_k, speeds, steps) in [
+            (16, 2, vec![0.88, 1.0, 1.0, 1.0], 128),
+            (32, 4, vec![0.7, 0.9, 1.0, 1.0], 64),
+        ] {
+            for seed in 0..3 {
+                let window = trace_of(n_experts, top_k, seed, steps);
+                let costs = GpuCosts::scaled(&staircase(), &speeds, 40_000);
+                let problem = LayerProblem {
+                    layer: 0,
+                    n_experts,
+                    window: &window,
+                    costs: &costs,
+                };
+                let search = Search::new(&problem);
+                assert!(search.whole.is_some());
+                let initial = search.initial(&problem.mean_utilization());
+                let (mut fast, mut slow) = (initial.clone(), initial);
+                let swaps = search.refine(&mut fast, 0.0);
+                assert_eq!(swaps, exhaustive_refine(&search, &mut slow, 0.0));
+                assert!(swaps > 0);
+                assert_eq!(fast.gpu_of, slow.gpu_of);
+                assert_eq!(fast.score.to_bits(), slow.score.to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn rejects_only_swaps_whole_total_rejects() {
+        // Random pairs of rising tables, loads, untouched costs and walk orders; each step's
+        // bound the untouched cost (a lower bound of the step). Thresholds at, just above and
+        // just below each swap's total, and spread around it.
+        let mut rng = stream(5, "rejects");
+        let (mut rejected, mut tried) = (0, 0);
+        for _ in 0..2000 {
+            let n = rng.random_range(1..64);
+            let mut table = || {
+                let mut x = rng.random_range(0.0..100.0);
+                (0..400)
+                    .map(|_| {
+                        x += rng.random_range(0.0..3.0);
+                        x
+                    })
+                    .collect::<Vec<f64>>()
+            };
+            let (table_a, table_b) = (table(), table());
+            let ca: Vec<u32> = (0..n).map(|_| rng.random_range(0..50)).collect();
+            let cb: Vec<u32> = (0..n).map(|_| rng.random_range(0..50)).collect();
+            let la: Vec<u32> = ca.iter().map(|&c| c + rng.random_range(0..150)).collect();
+            let lb: Vec<u32> = cb.iter().map(|&c| c + rng.random_range(0..150)).collect();
+            let others: Vec<f64> = (0..n).map(|_| rng.random_range(0.0..400.0)).collect();
+            let mut remaining = vec![0.0; n];
+            for t in (0..n.saturating_sub(1)).rev() {
+                remaining[t] = remaining[t + 1] + others[t + 1];
+            }
+            let mut order: Vec<usize> = (0..n).collect();
+            for i in (1..n).rev() {
+                order.swap(i, rng.random_range(0..=i));
+            }
+            let mut walk = vec![WalkStep::default(); n];
+            let mut rest = 0.0;
+            for (k, &t) in order.iter().enumerate().rev() {
+                walk[k] = WalkStep {
+                    other: others[t],
+                    rest,
+                    load_a: la[t],
+                    load_b: lb[t],
+                    step: t as u32,
+                };
+                rest += others[t];
+            }
+            let pair = WholePair {
+                others: &others,
+                remaining: &remaining,
+                load_b: &lb,
+                table_b: &table_b,
+                walk: &walk,
+            };
+            let total = whole_total(&ca, &la, &table_a, &pair, &cb, f64::INFINITY).unwrap();
+            for threshold in [
+                total,
+                total.next_up(),
+                total.next_down(),
+                total * (1.0 + 1e-9),
+                total * (1.0 - 1e-9),
+                total * rng.random_range(0.5..1.5),
+            ] {
+                tried += 1;
+                if rejects(&ca, &table_a, &pair, &cb, threshold) {
+                    rejected += 1;
+                    assert_eq!(
+                        whole_total(&ca, &la, &table_a, &pair, &cb, threshold),
+                        None,
+                        "{total} {threshold}"
+                    );
+                }
+            }
+        }
+        assert!(rejected > tried / 10, "{rejected} of {tried}");
+    }
+
     /// Algorithm 2 without shortcuts: each expert tried on every GPU with room, the partial
     /// mapping scored in full each time, the lowest (first on ties) kept.
     fn reference_initial(search: &Search, utilization: &[f64]) -> State {
@@ -1040,6 +1367,32 @@ mod tests {
                 assert_eq!(fast.gpu_of, slow.gpu_of);
                 assert_eq!(fast.score.to_bits(), slow.score.to_bits());
                 assert_eq!(fast.cost, slow.cost);
+                assert_eq!(fast.load, slow.load);
+            }
+        });
+    }
+
+    #[test]
+    fn a_searchs_kept_splits_are_the_bisections() {
+        let shapes = [(16, 2, vec![0.7, 0.88, 1.0, 1.0])];
+        each_search(&shapes, 0..1, |search, _, _| {
+            if search.whole.is_none() {
+                return;
+            }
+            let costs = search.costs;
+            for ga in 0..4 {
+                for gb in ga + 1..4 {
+                    for joint in (0..search.joints).step_by(7) {
+                        let least = least_split(
+                            costs.least_whole_from(ga),
+                            costs.least_whole_from(gb),
+                            joint,
+                        );
+                        for _ in 0..2 {
+                            assert_eq!(search.split(ga, gb, joint).to_bits(), least.to_bits());
+                        }
+                    }
+                }
             }
         });
     }
