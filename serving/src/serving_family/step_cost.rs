@@ -370,19 +370,7 @@ impl LaneMemo {
         lane_rates: &[LaneRates],
         out: &mut Vec<LaneTimes>,
     ) {
-        let mut times = LaneTimes::default();
-        let mut whole = true;
-        for lane in 0..LANES {
-            let found = Self::index(g, lane, &key)
-                .map(|at| self.entries[at])
-                .filter(|entry| entry[0].to_bits() != EMPTY);
-            let Some([nanos, rows]) = found else {
-                whole = false;
-                break;
-            };
-            (times.nanos[lane], times.rows[lane]) = (nanos, rows);
-        }
-        if whole {
+        if let Some(times) = lanes_held(&self.entries, |lane| Self::index(g, lane, &key)) {
             out.push(times);
             self.hits += 1;
         } else {
@@ -411,13 +399,7 @@ impl LaneMemo {
             for ((&i, times), key) in self.misses.iter().zip(&self.miss_times).zip(&self.keys) {
                 out[i] = *times;
                 let g = i % groups;
-                for lane in 0..LANES {
-                    if let Some(at) = Self::index(g, lane, key)
-                        && times.nanos[lane].to_bits() != EMPTY
-                    {
-                        self.entries[at] = [times.nanos[lane], times.rows[lane]];
-                    }
-                }
+                hold_lanes(&mut self.entries, times, |lane| Self::index(g, lane, key));
             }
         }
         if self.lookups >= TRIAL && self.lookups - (out.len() as u64) < TRIAL {
@@ -426,6 +408,32 @@ impl LaneMemo {
                 self.off = true;
                 self.entries = Vec::new();
             }
+        }
+    }
+}
+
+/// A lane group's times from a lane table (`LaneMemo`, `CountMemo`): each lane's entry at
+/// `at(lane)`, or `None` where a lane's place is not in the table or not priced yet.
+#[inline(always)]
+fn lanes_held(entries: &[[f64; 2]], at: impl Fn(usize) -> Option<usize>) -> Option<LaneTimes> {
+    let mut times = LaneTimes::default();
+    for lane in 0..LANES {
+        let [nanos, rows] = at(lane)
+            .map(|at| entries[at])
+            .filter(|entry| entry[0].to_bits() != EMPTY)?;
+        (times.nanos[lane], times.rows[lane]) = (nanos, rows);
+    }
+    Some(times)
+}
+
+/// Stores a priced lane group's lanes in a lane table at `at(lane)`, where the table has a place.
+#[inline(always)]
+fn hold_lanes(entries: &mut [[f64; 2]], times: &LaneTimes, at: impl Fn(usize) -> Option<usize>) {
+    for lane in 0..LANES {
+        if let Some(at) = at(lane)
+            && times.nanos[lane].to_bits() != EMPTY
+        {
+            entries[at] = [times.nanos[lane], times.rows[lane]];
         }
     }
 }
@@ -651,19 +659,7 @@ impl CountMemo {
                         counts.large[lane],
                     )
                 });
-                let mut times = LaneTimes::default();
-                let mut whole = true;
-                for (lane, at) in key.iter().enumerate() {
-                    let found = at
-                        .map(|at| self.entries[at])
-                        .filter(|entry| entry[0].to_bits() != EMPTY);
-                    let Some([nanos, rows]) = found else {
-                        whole = false;
-                        break;
-                    };
-                    (times.nanos[lane], times.rows[lane]) = (nanos, rows);
-                }
-                if whole {
+                if let Some(times) = lanes_held(&self.entries, |lane| key[lane]) {
                     out.push(times);
                     self.hits += 1;
                 } else {
@@ -689,13 +685,7 @@ impl CountMemo {
             );
             for ((&i, times), key) in self.misses.iter().zip(&self.miss_times).zip(&self.keys) {
                 out[i] = *times;
-                for (lane, at) in key.iter().enumerate() {
-                    if let Some(at) = *at
-                        && times.nanos[lane].to_bits() != EMPTY
-                    {
-                        self.entries[at] = [times.nanos[lane], times.rows[lane]];
-                    }
-                }
+                hold_lanes(&mut self.entries, times, |lane| key[lane]);
             }
         }
         if self.lookups >= TRIAL && self.lookups - (out.len() as u64) < TRIAL {
