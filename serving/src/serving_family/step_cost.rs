@@ -1512,6 +1512,19 @@ mod tests {
     use crate::cost::gpu::GpuSpec;
     use rand::RngExt;
 
+    /// A plain layout's tokens per slot, layer by layer and GPU by GPU, as the router hands
+    /// them on (`RoutedTokens::per_slot`), from the tokens per expert of every layer.
+    fn tokens_per_slot(layout: &ExpertLayout, per_expert: &[u32], gpus: usize) -> Vec<u32> {
+        let experts = layout.n_experts;
+        let mut per_slot = Vec::new();
+        for (layer, row) in per_expert.chunks_exact(experts).enumerate() {
+            for g in 0..gpus {
+                per_slot.extend(layout.slot_tokens(layer, row, g));
+            }
+        }
+        per_slot
+    }
+
     /// The count memo returns the bits `lane_times_with` computes from the step's rows for
     /// every lane group, found or not: eight and five slots per GPU, one copy of the
     /// expert-parallel group and two (a lane group of two GPUs), slowed GPUs, graph and eager
@@ -1707,13 +1720,7 @@ mod tests {
                         _ => rng.random_range(0..3),
                     })
                     .collect();
-                let mut per_slot = Vec::new();
-                for layer in 0..layers {
-                    let row = &per_expert[layer * experts..][..experts];
-                    for g in 0..ep {
-                        per_slot.extend(layout.slot_tokens(layer, row, g));
-                    }
-                }
+                let per_slot = tokens_per_slot(&layout, &per_expert, ep);
                 for (memo, slotted, out) in [
                     (&mut by_layout, &[][..], &mut a),
                     (&mut by_slots, &per_slot[..], &mut b),
@@ -1792,13 +1799,7 @@ mod tests {
                         _ => rng.random_range(0..9),
                     })
                     .collect();
-                let mut per_slot = Vec::new();
-                for layer in 0..layers {
-                    let row = &per_expert[layer * experts..][..experts];
-                    for g in 0..ep {
-                        per_slot.extend(layout.slot_tokens(layer, row, g));
-                    }
-                }
+                let per_slot = tokens_per_slot(&layout, &per_expert, ep);
                 let mut priced = [Vec::new(), Vec::new()];
                 for (slotted, out) in [&[][..], &per_slot[..]].into_iter().zip(&mut priced) {
                     let mut rows = StepLaneRows {
