@@ -1512,6 +1512,19 @@ mod tests {
     use crate::cost::gpu::GpuSpec;
     use rand::RngExt;
 
+    /// A lane group's times and rows by their bits, to compare two prices exactly.
+    fn lane_bits(t: &LaneTimes) -> ([u64; LANES], [u64; LANES]) {
+        (t.nanos.map(f64::to_bits), t.rows.map(f64::to_bits))
+    }
+
+    /// The lane groups of `gpus` GPUs in one copy: `LANES` GPUs each, the last one short.
+    fn lane_groups(gpus: usize) -> Vec<Range<usize>> {
+        (0..gpus)
+            .step_by(LANES)
+            .map(|g| g..(g + LANES).min(gpus))
+            .collect()
+    }
+
     /// A plain layout's tokens per slot, layer by layer and GPU by GPU, as the router hands
     /// them on (`RoutedTokens::per_slot`), from the tokens per expert of every layer.
     fn tokens_per_slot(layout: &ExpertLayout, per_expert: &[u32], gpus: usize) -> Vec<u32> {
@@ -1608,10 +1621,9 @@ mod tests {
                         &mut rows,
                         &mut want,
                     );
-                    let bits = |t: &LaneTimes| (t.nanos.map(f64::to_bits), t.rows.map(f64::to_bits));
-                    assert_eq!(got.len(), want.len());
+                                        assert_eq!(got.len(), want.len());
                     for (got, want) in got.iter().zip(&want) {
-                        assert_eq!(bits(got), bits(want), "{timing:?}, {gpus} GPUs");
+                        assert_eq!(lane_bits(got), lane_bits(want), "{timing:?}, {gpus} GPUs");
                     }
                 }
                 assert!(
@@ -1675,10 +1687,9 @@ mod tests {
                         })
                         .collect();
                     cost.lane_times_all(&rates, &counts, &mut expected);
-                    let bits = |t: &LaneTimes| (t.nanos.map(f64::to_bits), t.rows.map(f64::to_bits));
-                    assert_eq!(out.len(), expected.len());
+                                        assert_eq!(out.len(), expected.len());
                     for (got, want) in out.iter().zip(&expected) {
-                        assert_eq!(bits(got), bits(want), "{timing:?}, {slots} slots");
+                        assert_eq!(lane_bits(got), lane_bits(want), "{timing:?}, {slots} slots");
                     }
                 }
                 assert!(memo.hits > 0 && memo.hits < memo.lookups, "{}", memo.hits);
@@ -1701,10 +1712,7 @@ mod tests {
             let layers = 3;
             let layout = ExpertLayout::linear(layers, experts, ep, ep);
             assert!(layout.plain() && layout.slots_per_gpu == slots);
-            let lane_ranges: Vec<Range<usize>> = (0..ep)
-                .step_by(LANES)
-                .map(|g| g..(g + LANES).min(ep))
-                .collect();
+            let lane_ranges = lane_groups(ep);
             let speeds = [SpeedFactors::split(0.88, 0.0), SpeedFactors::NOMINAL];
             let rates: Vec<LaneRates> = lane_ranges
                 .iter()
@@ -1753,12 +1761,11 @@ mod tests {
                     })
                     .collect();
                 cost.lane_times_all(&rates, &counts, &mut want);
-                let bits = |t: &LaneTimes| (t.nanos.map(f64::to_bits), t.rows.map(f64::to_bits));
-                assert_eq!(a.len(), want.len());
+                                assert_eq!(a.len(), want.len());
                 assert_eq!(b.len(), want.len());
                 for ((x, y), w) in a.iter().zip(&b).zip(&want) {
-                    assert_eq!(bits(x), bits(w), "{experts} experts, EP {ep}");
-                    assert_eq!(bits(y), bits(w), "{experts} experts, EP {ep}");
+                    assert_eq!(lane_bits(x), lane_bits(w), "{experts} experts, EP {ep}");
+                    assert_eq!(lane_bits(y), lane_bits(w), "{experts} experts, EP {ep}");
                 }
             }
             assert!(by_slots.hits > 0 && by_slots.hits < by_slots.lookups);
@@ -1782,10 +1789,7 @@ mod tests {
             let layers = 3;
             let layout = ExpertLayout::linear(layers, experts, ep, ep);
             let slots = layout.slots_per_gpu;
-            let lane_ranges: Vec<Range<usize>> = (0..ep)
-                .step_by(LANES)
-                .map(|g| g..(g + LANES).min(ep))
-                .collect();
+            let lane_ranges = lane_groups(ep);
             let rates: Vec<LaneRates> = lane_ranges
                 .iter()
                 .map(|_| cost.rates.lanes(&[SpeedFactors::split(0.88, 0.5); LANES]))
@@ -1814,10 +1818,9 @@ mod tests {
                     };
                     cost.lane_times_with(&rates, layers * lane_ranges.len(), &mut rows, out);
                 }
-                let bits = |t: &LaneTimes| (t.nanos.map(f64::to_bits), t.rows.map(f64::to_bits));
-                assert_eq!(priced[0].len(), layers * lane_ranges.len());
+                                assert_eq!(priced[0].len(), layers * lane_ranges.len());
                 for (a, b) in priced[0].iter().zip(&priced[1]) {
-                    assert_eq!(bits(a), bits(b), "{experts} experts, EP {ep}, {slots} slots");
+                    assert_eq!(lane_bits(a), lane_bits(b), "{experts} experts, EP {ep}, {slots} slots");
                 }
             }
         }
