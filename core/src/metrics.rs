@@ -3,85 +3,105 @@
 //! Every metric is defined in docs/metrics.md.
 
 use crate::time::SimTime;
-use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-/// Latencies are recorded in nanoseconds with 3 significant digits (relative error <= 0.1%),
-/// in memory that does not grow with the number of requests.
-const HISTOGRAM_SIGNIFICANT_DIGITS: u8 = 3;
+/// Latencies are counted in log-linear buckets of 3 significant digits (relative error
+/// <= 0.1%), in memory that does not grow with the number of requests: the layout of an HDR
+/// histogram (Gil Tene's; the `hdrhistogram` crate's with 3 significant digits and a lowest
+/// value of 1 ns), so its quantiles are the crate's to the bit. Values below 2^11 have a bucket
+/// each; above, bucket `b` (the value's bit length less 11) holds 1024 sub-buckets of width
+/// `2^b`. Bucket `b`'s sub-bucket of a value `v` is the counts' index `b x 1024 + (v >> b)`.
+const SUB_BUCKET_BITS: u32 = 11;
+const HALF_BUCKET_BITS: u32 = SUB_BUCKET_BITS - 1;
 
-/// Samples a recorder also keeps as they are, while it has no more (`LatencyRecorder::samples`).
-const KEPT_SAMPLES: usize = 2048;
-
-/// Streams latency samples into a histogram plus exact sums for the mean.
-#[derive(Clone, Debug)]
-pub struct LatencyRecorder {
-    histogram: Histogram<u64>,
-    sum_ns: u128,
-    /// Every sample recorded, in no order, while there are at most `KEPT_SAMPLES` (`None`
-    /// past that): a quantile is then its rank's sample's bucket, found without scanning the
-    /// histogram's counts (`quantile_ms`).
-    samples: Option<Vec<u64>>,
+/// The bucket of `nanos`: 0 below 2^11, else its bit length less 11.
+#[inline(always)]
+fn bucket_of(nanos: u64) -> u32 {
+    (64 - SUB_BUCKET_BITS) - (nanos | ((1 << SUB_BUCKET_BITS) - 1)).leading_zeros()
 }
 
-impl Default for LatencyRecorder {
-    fn default() -> Self {
-        LatencyRecorder {
-            histogram: Histogram::new(HISTOGRAM_SIGNIFICANT_DIGITS)
-                .expect("valid histogram precision"),
-            sum_ns: 0,
-            samples: Some(Vec::new()),
-        }
+/// The counts' index of `nanos` (at most 53 x 1024 + 2047).
+#[inline(always)]
+fn index_of(nanos: u64) -> usize {
+    let bucket = bucket_of(nanos);
+    ((bucket << HALF_BUCKET_BITS) as u64 + (nanos >> bucket)) as usize
+}
+
+/// The lowest value counted at `index`.
+fn lowest_at(index: usize) -> u64 {
+    let bucket = (index >> HALF_BUCKET_BITS) as u32;
+    if bucket == 0 {
+        index as u64
+    } else {
+        let sub_bucket = (index as u64 & ((1 << HALF_BUCKET_BITS) - 1)) + (1 << HALF_BUCKET_BITS);
+        sub_bucket << (bucket - 1)
     }
+}
+
+/// The highest value counted with `nanos`: one below the next sub-bucket's lowest, that lowest
+/// capped at `u64::MAX` (as the crate caps it), and `u64::MAX` for itself.
+fn highest_equivalent(nanos: u64) -> u64 {
+    if nanos == u64::MAX {
+        return u64::MAX;
+    }
+    let bucket = bucket_of(nanos);
+    ((nanos >> bucket) << bucket).saturating_add(1 << bucket) - 1
+}
+
+/// Counts per index summed a chunk at a time before a quantile's scan walks one chunk by index.
+const SCAN_CHUNK: usize = 1024;
+
+/// Streams latency samples into a histogram plus exact sums for the mean.
+#[derive(Clone, Debug, Default)]
+pub struct LatencyRecorder {
+    /// Samples per index (`index_of`), as long as the largest index recorded needs.
+    counts: Vec<u64>,
+    count: u64,
+    /// The largest sample recorded (0 when none).
+    max_ns: u64,
+    sum_ns: u128,
 }
 
 impl LatencyRecorder {
-    pub fn record(&mut self, nanos: u64) {
-        self.histogram
-            .record(nanos)
-            .expect("auto-resizing histogram accepts any u64");
-        self.sum_ns += u128::from(nanos);
-        self.keep(nanos, 1);
-    }
-    /// Keeps `count` samples of `nanos` while the kept samples stay few enough.
     #[inline]
-    fn keep(&mut self, nanos: u64, count: u64) {
-        if let Some(samples) = &mut self.samples {
-            if (samples.len() as u64).saturating_add(count) <= KEPT_SAMPLES as u64 {
-                samples.extend(std::iter::repeat_n(nanos, count as usize));
-            } else {
-                self.samples = None;
-            }
-        }
+    pub fn record(&mut self, nanos: u64) {
+        self.record_n(nanos, 1);
     }
     /// `count` samples of `nanos` (the same as `count` calls of `record`). A count of 0 records
-    /// nothing: not even the histogram's running maximum moves, which `quantile_ms(1.0)` relies on.
+    /// nothing.
+    #[inline]
     pub fn record_n(&mut self, nanos: u64, count: u64) {
         if count == 0 {
             return;
         }
-        self.histogram
-            .record_n(nanos, count)
-            .expect("auto-resizing histogram accepts any u64");
+        let index = index_of(nanos);
+        if index >= self.counts.len() {
+            self.grow(index);
+        }
+        self.counts[index] = self.counts[index].saturating_add(count);
+        self.count = self.count.saturating_add(count);
+        self.max_ns = self.max_ns.max(nanos);
         self.sum_ns += u128::from(nanos) * u128::from(count);
-        self.keep(nanos, count);
+    }
+    /// Lengthens the counts to hold `index`, a whole chunk at a time.
+    #[cold]
+    fn grow(&mut self, index: usize) {
+        self.counts.resize((index / SCAN_CHUNK + 1) * SCAN_CHUNK, 0);
     }
     pub fn count(&self) -> u64 {
-        self.histogram.len()
+        self.count
     }
     /// Adds every sample of `other` (the recorders of several replicas into one).
     pub fn merge(&mut self, other: &LatencyRecorder) {
-        self.histogram
-            .add(&other.histogram)
-            .expect("auto-resizing histograms of the same precision add");
+        if other.counts.len() > self.counts.len() {
+            self.counts.resize(other.counts.len(), 0);
+        }
+        for (mine, &theirs) in self.counts.iter_mut().zip(&other.counts) {
+            *mine = mine.saturating_add(theirs);
+        }
+        self.count = self.count.saturating_add(other.count);
+        self.max_ns = self.max_ns.max(other.max_ns);
         self.sum_ns += other.sum_ns;
-        self.samples = match (self.samples.take(), &other.samples) {
-            (Some(mut mine), Some(theirs)) if mine.len() + theirs.len() <= KEPT_SAMPLES => {
-                mine.extend_from_slice(theirs);
-                Some(mine)
-            }
-            _ => None,
-        };
     }
     /// Exact mean in milliseconds (0 when empty).
     pub fn mean_ms(&self) -> f64 {
@@ -91,42 +111,40 @@ impl LatencyRecorder {
             self.sum_ns as f64 / self.count() as f64 * 1e-6
         }
     }
-    /// The `q`-quantile (0..=1) in milliseconds, within 0.1% (0 when empty).
-    ///
-    /// The maximum (`q >= 1`) is the histogram's running maximum rounded up to its bucket's
-    /// highest value: the same number as `value_at_quantile(1.0)` (whose scan stops at the last
-    /// non-zero count, the maximum's bucket, and answers that bucket's highest value), without
-    /// scanning the whole counts array. Every recorded sample has a count of at least 1 (see
-    /// `record_n`), so the running maximum is always a sample's value.
-    ///
-    /// Below 1 with the samples kept, the answer is `value_at_quantile`'s without its scan: the
-    /// crate counts `max(1, ceil(q x count))` samples up from the lowest bucket and answers the
-    /// bucket where the count is reached, by its highest value (its lowest at `q = 0`); that
-    /// bucket holds the sample of that rank, so the rank's sample (`select_nth_unstable`) names
-    /// it.
+    /// The `q`-quantile (0..=1) in milliseconds, within 0.1% (0 when empty): the sub-bucket
+    /// where `max(1, ceil(q x count))` samples counted up from the lowest are reached, by its
+    /// highest value (its lowest at `q = 0`), which is what `hdrhistogram`'s
+    /// `value_at_quantile` answers. The maximum (`q >= 1`) is the largest sample's
+    /// sub-bucket's highest value, the same number, without the scan.
     pub fn quantile_ms(&self, q: f64) -> f64 {
         if self.count() == 0 {
-            0.0
-        } else if q >= 1.0 {
-            self.histogram.max() as f64 * 1e-6
-        } else if let Some(samples) = self
-            .samples
-            .as_ref()
-            .filter(|s| s.len() as u64 == self.count())
-        {
-            let rank = ((q * self.histogram.len() as f64).ceil() as u64).max(1);
-            let mut sorted = samples.clone();
-            let index = (rank.min(sorted.len() as u64) - 1) as usize;
-            let (_, &mut sample, _) = sorted.select_nth_unstable(index);
-            let value = if q == 0.0 {
-                self.histogram.lowest_equivalent(sample)
-            } else {
-                self.histogram.highest_equivalent(sample)
-            };
-            value as f64 * 1e-6
-        } else {
-            self.histogram.value_at_quantile(q) as f64 * 1e-6
+            return 0.0;
         }
+        if q >= 1.0 {
+            return highest_equivalent(self.max_ns) as f64 * 1e-6;
+        }
+        let rank = ((q * self.count as f64).ceil() as u64).max(1);
+        let mut below = 0u64;
+        for (chunk_index, chunk) in self.counts.chunks(SCAN_CHUNK).enumerate() {
+            let in_chunk: u64 = chunk.iter().sum();
+            if below + in_chunk < rank {
+                below += in_chunk;
+                continue;
+            }
+            for (offset, &count) in chunk.iter().enumerate() {
+                below += count;
+                if below >= rank {
+                    let lowest = lowest_at(chunk_index * SCAN_CHUNK + offset);
+                    let value = if q == 0.0 {
+                        lowest
+                    } else {
+                        highest_equivalent(lowest)
+                    };
+                    return value as f64 * 1e-6;
+                }
+            }
+        }
+        unreachable!("the counts sum to the count, at least the rank")
     }
     pub fn summary(&self) -> LatencySummary {
         LatencySummary {
@@ -289,94 +307,102 @@ mod tests {
         }
         assert_eq!(runs.count(), 10);
         assert_eq!(runs.sum_ns, one_by_one.sum_ns);
-        assert_eq!(runs.histogram, one_by_one.histogram);
+        assert_eq!(runs.counts, one_by_one.counts);
         assert_eq!(runs.summary(), one_by_one.summary());
     }
 
-    #[test]
-    fn the_maximum_is_the_crates_hundredth_percentile() {
-        // Random recorders (wide value ranges that resize the histogram, zero counts, merges):
-        // `quantile_ms(1.0)` must equal the crate's own full scan.
-        use rand::RngExt;
-        let mut rng = crate::rng::stream(5, "recorder-maximum");
-        let mut merged = LatencyRecorder::default();
-        for _ in 0..200 {
-            let mut recorder = LatencyRecorder::default();
-            for _ in 0..rng.random_range(0..50) {
-                let nanos = rng.random::<u64>() >> rng.random_range(0..64);
-                recorder.record_n(nanos, rng.random_range(0..4));
+    /// The crate whose layout the recorder keeps, fed the same samples: `hdrhistogram` with 3
+    /// significant digits, auto-resizing from 1 ns.
+    struct Reference(hdrhistogram::Histogram<u64>);
+
+    impl Reference {
+        fn new() -> Self {
+            Reference(hdrhistogram::Histogram::new(3).expect("valid precision"))
+        }
+        fn record_n(&mut self, nanos: u64, count: u64) {
+            if count > 0 {
+                self.0.record_n(nanos, count).expect("auto-resizing");
             }
-            let expected = |r: &LatencyRecorder| {
-                if r.count() == 0 {
-                    0.0
-                } else {
-                    r.histogram.value_at_quantile(1.0) as f64 * 1e-6
-                }
-            };
-            assert_eq!(recorder.quantile_ms(1.0), expected(&recorder));
-            merged.merge(&recorder);
-            assert_eq!(merged.quantile_ms(1.0), expected(&merged));
+        }
+        fn merge(&mut self, other: &Reference) {
+            self.0.add(&other.0).expect("same precision");
+        }
+        /// `value_at_quantile` in milliseconds (0 when empty): the crate's full scan.
+        fn quantile_ms(&self, q: f64) -> f64 {
+            if self.0.is_empty() {
+                0.0
+            } else {
+                self.0.value_at_quantile(q) as f64 * 1e-6
+            }
         }
     }
 
     #[test]
-    fn kept_samples_give_the_crates_quantiles() {
-        // Recorders below, at and past the kept samples (runs of equal samples, zero counts,
-        // wide ranges that resize the histogram, merges within and past the bound): every
-        // quantile equals the crate's own scan.
+    fn the_buckets_are_the_crates() {
+        // Every value's lowest and highest equivalents, at each bucket's edges and at random
+        // values across the whole u64 range.
         use rand::RngExt;
-        let mut rng = crate::rng::stream(9, "recorder-samples");
+        let crate_layout = hdrhistogram::Histogram::<u64>::new(3).expect("valid precision");
+        let mut rng = crate::rng::stream(4, "recorder-buckets");
+        let mut values = vec![0, 1, 2, 1023, 1024, 2047, 2048, 2049, 4095, 4096, u64::MAX];
+        for bits in 1..64 {
+            values.extend([(1u64 << bits) - 1, 1 << bits, (1 << bits) + 1]);
+        }
+        values.extend((0..20_000).map(|_| rng.random::<u64>() >> rng.random_range(0..64)));
+        for v in values {
+            let lowest = lowest_at(index_of(v));
+            assert_eq!(lowest, crate_layout.lowest_equivalent(v), "{v}");
+            assert_eq!(
+                highest_equivalent(v),
+                crate_layout.highest_equivalent(v),
+                "{v}"
+            );
+            assert_eq!(index_of(lowest), index_of(v), "{v}");
+        }
+    }
+
+    #[test]
+    fn every_quantile_is_the_crates() {
+        // Random recorders (runs of equal samples, zero counts, values from 0 to the whole u64
+        // range) and their running merges, restarted now and then: each quantile, the maximum
+        // included, equals the crate's own scan of the same samples to the bit.
+        use rand::RngExt;
+        let mut rng = crate::rng::stream(9, "recorder-quantiles");
         let quantiles = [
-            0.0, 1e-9, 0.001, 0.25, 0.5, 0.9, 0.95, 0.99, 0.999, 0.9999999,
+            0.0, 1e-9, 0.001, 0.25, 0.5, 0.9, 0.95, 0.99, 0.999, 0.9999999, 1.0,
         ];
-        let mut merged = LatencyRecorder::default();
-        let (mut with_samples, mut without) = (0, 0);
-        for case in 0..60 {
-            let mut recorder = LatencyRecorder::default();
-            let n = [1, 2, 3, 10, 500, 2047, 2048, 2049, 3000][case % 9];
-            let mut recorded = 0;
-            while recorded < n {
-                let nanos = match rng.random_range(0..4u32) {
+        let (mut merged, mut merged_reference) = (LatencyRecorder::default(), Reference::new());
+        for case in 0..300 {
+            let (mut recorder, mut reference) = (LatencyRecorder::default(), Reference::new());
+            let n = [0, 1, 2, 3, 10, 500, 2048, 3000, 20_000][case % 9];
+            for _ in 0..n {
+                let nanos = match rng.random_range(0..5u32) {
                     0 => rng.random_range(0..2_000u64),
                     1 => rng.random_range(0..u64::from(u32::MAX)),
+                    2 => rng.random::<u64>() >> rng.random_range(0..64),
                     _ => rng.random_range(1_000_000..50_000_000u64),
                 };
-                let count = rng.random_range(0..4u64).min((n - recorded) as u64);
+                let count = rng.random_range(0..4u64);
                 recorder.record_n(nanos, count);
-                recorded += count as usize;
-                if count == 0 {
-                    recorder.record(nanos);
-                    recorded += 1;
-                }
+                reference.record_n(nanos, count);
             }
-            assert_eq!(
-                recorder.samples.is_some(),
-                recorder.count() <= KEPT_SAMPLES as u64
-            );
-            for recorder in [&recorder, &merged] {
-                if recorder.samples.is_some() {
-                    with_samples += 1;
-                } else {
-                    without += 1;
-                }
+            for (recorder, reference) in [(&recorder, &reference), (&merged, &merged_reference)] {
+                assert_eq!(recorder.count(), reference.0.len());
                 for q in quantiles {
                     assert_eq!(
                         recorder.quantile_ms(q).to_bits(),
-                        (recorder.histogram.value_at_quantile(q) as f64 * 1e-6).to_bits(),
+                        reference.quantile_ms(q).to_bits(),
                         "{q} of {} samples",
                         recorder.count()
                     );
                 }
             }
-            if case % 5 == 0 {
-                merged = LatencyRecorder::default();
+            if case % 7 == 0 {
+                (merged, merged_reference) = (LatencyRecorder::default(), Reference::new());
             }
             merged.merge(&recorder);
+            merged_reference.merge(&reference);
         }
-        assert!(
-            with_samples > 20 && without > 10,
-            "{with_samples} {without}"
-        );
     }
 
     #[test]
