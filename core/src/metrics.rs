@@ -48,18 +48,45 @@ fn highest_equivalent(nanos: u64) -> u64 {
     ((nanos >> bucket) << bucket).saturating_add(1 << bucket) - 1
 }
 
-/// Counts per index summed a chunk at a time before a quantile's scan walks one chunk by index.
-const SCAN_CHUNK: usize = 1024;
+/// The counts are kept in chunks of 1024 consecutive indices (half a bucket's sub-buckets: one
+/// doubling of the value), each allocated when a sample first lands in it, with its total, so
+/// that a quantile's scan skips whole chunks and memory follows the range the samples span.
+const CHUNK_BITS: u32 = HALF_BUCKET_BITS;
+const CHUNK: usize = 1 << CHUNK_BITS;
+/// Chunks that cover every `u64` (the largest index, `u64::MAX`'s, is 53 x 1024 + 2047).
+const CHUNKS: usize = 55;
 
 /// Streams latency samples into a histogram plus exact sums for the mean.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct LatencyRecorder {
-    /// Samples per index (`index_of`), as long as the largest index recorded needs.
-    counts: Vec<u64>,
+    /// Samples per index (`index_of`), by chunk of `CHUNK` indices; `None` where none landed.
+    chunks: [Option<Box<[u64; CHUNK]>>; CHUNKS],
+    /// Each chunk's samples.
+    totals: [u64; CHUNKS],
     count: u64,
     /// The largest sample recorded (0 when none).
     max_ns: u64,
     sum_ns: u128,
+}
+
+impl Default for LatencyRecorder {
+    fn default() -> Self {
+        LatencyRecorder {
+            chunks: [const { None }; CHUNKS],
+            totals: [0; CHUNKS],
+            count: 0,
+            max_ns: 0,
+            sum_ns: 0,
+        }
+    }
+}
+
+/// A chunk of zero counts.
+fn empty_chunk() -> Box<[u64; CHUNK]> {
+    vec![0u64; CHUNK]
+        .into_boxed_slice()
+        .try_into()
+        .expect("CHUNK counts")
 }
 
 impl LatencyRecorder {
@@ -75,29 +102,27 @@ impl LatencyRecorder {
             return;
         }
         let index = index_of(nanos);
-        if index >= self.counts.len() {
-            self.grow(index);
-        }
-        self.counts[index] = self.counts[index].saturating_add(count);
+        let chunk = index >> CHUNK_BITS;
+        let counts = self.chunks[chunk].get_or_insert_with(empty_chunk);
+        let at = &mut counts[index & (CHUNK - 1)];
+        *at = at.saturating_add(count);
+        self.totals[chunk] = self.totals[chunk].saturating_add(count);
         self.count = self.count.saturating_add(count);
         self.max_ns = self.max_ns.max(nanos);
         self.sum_ns += u128::from(nanos) * u128::from(count);
-    }
-    /// Lengthens the counts to hold `index`, a whole chunk at a time.
-    #[cold]
-    fn grow(&mut self, index: usize) {
-        self.counts.resize((index / SCAN_CHUNK + 1) * SCAN_CHUNK, 0);
     }
     pub fn count(&self) -> u64 {
         self.count
     }
     /// Adds every sample of `other` (the recorders of several replicas into one).
     pub fn merge(&mut self, other: &LatencyRecorder) {
-        if other.counts.len() > self.counts.len() {
-            self.counts.resize(other.counts.len(), 0);
-        }
-        for (mine, &theirs) in self.counts.iter_mut().zip(&other.counts) {
-            *mine = mine.saturating_add(theirs);
+        for (chunk, theirs) in other.chunks.iter().enumerate() {
+            let Some(theirs) = theirs else { continue };
+            let mine = self.chunks[chunk].get_or_insert_with(empty_chunk);
+            for (mine, &theirs) in mine.iter_mut().zip(theirs.iter()) {
+                *mine = mine.saturating_add(theirs);
+            }
+            self.totals[chunk] = self.totals[chunk].saturating_add(other.totals[chunk]);
         }
         self.count = self.count.saturating_add(other.count);
         self.max_ns = self.max_ns.max(other.max_ns);
@@ -125,16 +150,16 @@ impl LatencyRecorder {
         }
         let rank = ((q * self.count as f64).ceil() as u64).max(1);
         let mut below = 0u64;
-        for (chunk_index, chunk) in self.counts.chunks(SCAN_CHUNK).enumerate() {
-            let in_chunk: u64 = chunk.iter().sum();
-            if below + in_chunk < rank {
-                below += in_chunk;
+        for (chunk, &total) in self.totals.iter().enumerate() {
+            if below + total < rank {
+                below += total;
                 continue;
             }
-            for (offset, &count) in chunk.iter().enumerate() {
+            let counts = self.chunks[chunk].as_ref().expect("a chunk with samples");
+            for (offset, &count) in counts.iter().enumerate() {
                 below += count;
                 if below >= rank {
-                    let lowest = lowest_at(chunk_index * SCAN_CHUNK + offset);
+                    let lowest = lowest_at((chunk << CHUNK_BITS) + offset);
                     let value = if q == 0.0 {
                         lowest
                     } else {
@@ -307,7 +332,8 @@ mod tests {
         }
         assert_eq!(runs.count(), 10);
         assert_eq!(runs.sum_ns, one_by_one.sum_ns);
-        assert_eq!(runs.counts, one_by_one.counts);
+        assert_eq!(runs.chunks, one_by_one.chunks);
+        assert_eq!(runs.totals, one_by_one.totals);
         assert_eq!(runs.summary(), one_by_one.summary());
     }
 
