@@ -484,9 +484,28 @@ impl PrefixCache {
     /// many of them became free.
     pub fn unref_all(&mut self, slots: &[Slot]) -> u64 {
         let mut freed = 0;
-        for &slot in slots.iter().rev() {
-            freed += u64::from(self.unref(slot));
+        if self.overdraft > 0 {
+            for &slot in slots.iter().rev() {
+                freed += u64::from(self.unref(slot));
+            }
+            return freed;
         }
+        // No overdraft, and releases make none: every block freed joins the queue's tail, as
+        // `unref` does it, with the queue's room made once.
+        self.free.items.reserve(slots.len());
+        let mut pushed = self.pushed;
+        for &slot in slots.iter().rev() {
+            let entry = &mut self.entries[slot as usize];
+            entry.refs -= 1;
+            if entry.refs == 0 {
+                entry.stamp = pushed;
+                pushed += 1;
+                let (run, at) = (entry.run, entry.at);
+                self.free.push_back(Free::Cached { slot, run, at });
+            }
+        }
+        freed = pushed - self.pushed;
+        self.pushed = pushed;
         freed
     }
 
@@ -1238,7 +1257,10 @@ mod tests {
         }
         let mut running: Vec<Sequence> = Vec::new();
         let mut preempted: Vec<usize> = Vec::new();
-        let (mut tail_hits, mut overdrafts) = (0, 0);
+        let (mut tail_hits, mut overdrafts, mut overdrawn_releases) = (0, 0, 0);
+        // Whether a departure releases one by one or all at once: its own stream, so that the
+        // operations drawn are those of the test without it.
+        let mut coin = crate::rng::stream(12, "prefix-cache-releases");
         // Each prompt's lookup, kept (what it read and its hits) until it no longer holds.
         let mut kept: Vec<(LookupReads, Vec<Slot>)> = vec![Default::default(); prompts.len()];
         let (mut held_again, mut looked_anew, mut names_checked) = (0, 0, 0);
@@ -1307,8 +1329,17 @@ mod tests {
                     let s = running.swap_remove(rng.random_range(0..running.len()));
                     cache.give(s.plain);
                     model.give(s.plain);
-                    for &(hash, slot) in s.held.iter().rev() {
-                        assert_eq!(cache.unref(slot), model.unref(hash));
+                    if coin.random_bool(0.5) {
+                        for &(hash, slot) in s.held.iter().rev() {
+                            assert_eq!(cache.unref(slot), model.unref(hash));
+                        }
+                    } else {
+                        // All at once, as a replica releases them (`unref_all`).
+                        let freed = s.held.iter().rev().map(|&(hash, _)| model.unref(hash));
+                        let freed = freed.filter(|&freed| freed).count() as u64;
+                        overdrawn_releases += u32::from(cache.overdraft > 0);
+                        let slots: Vec<Slot> = s.held.iter().map(|&(_, slot)| slot).collect();
+                        assert_eq!(cache.unref_all(&slots), freed);
                     }
                     preempted.push(s.prompt);
                 }
@@ -1352,8 +1383,9 @@ mod tests {
             }
         }
         assert!(
-            tail_hits > 50 && overdrafts > 5 && model.evicted > 200,
-            "{tail_hits} hits at the back, {overdrafts} overdrafts, {} evictions",
+            tail_hits > 50 && overdrafts > 5 && overdrawn_releases > 0 && model.evicted > 200,
+            "{tail_hits} hits at the back, {overdrafts} overdrafts, {overdrawn_releases} \
+             releases while overdrawn, {} evictions",
             model.evicted
         );
         assert!(
