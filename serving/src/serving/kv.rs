@@ -4,7 +4,7 @@
 //! cached blocks and free block queue when the replica runs it (`prefix::PrefixCache`).
 
 use super::config::KvConfig;
-use super::prefix::{BlockHash, PrefixCache, Slot};
+use super::prefix::{PrefixCache, PromptBlocks, Slot};
 
 /// Blocks of one replica's KV cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,12 +57,18 @@ impl BlockManager {
         self.peak = self.peak.max(self.used);
     }
 
-    /// A sequence's blocks `hashes` (in use, counted in `used`) are computed: each is cached
-    /// with the sequence's reference, its slot pushed onto `held`, unless an equal block is
-    /// already resident.
-    pub fn register_cached(&mut self, hashes: &[BlockHash], held: &mut Vec<Slot>) {
+    /// A sequence's prompt blocks `from..to` of `blocks` (in use, counted in `used`) are
+    /// computed: each is cached with the sequence's reference, its slot pushed onto `held`,
+    /// unless an equal block is already resident.
+    pub fn register_cached(
+        &mut self,
+        blocks: &PromptBlocks,
+        from: usize,
+        to: usize,
+        held: &mut Vec<Slot>,
+    ) {
         let cache = self.cache.as_mut().expect("a prefix cache");
-        cache.register_all(hashes, held);
+        cache.register_all(blocks, from, to, held);
     }
 
     /// Reads the cached blocks at `slots` before they are released (`PrefixCache::warm_slots`).

@@ -72,45 +72,116 @@ pub struct BlockHash {
     pub at: u32,
 }
 
-/// The identities of the full blocks of `block_size` tokens that `segments` cover, in order,
-/// into `out` (cleared first). A block partly past the segments holds tokens of the request's
-/// own and ends the chain.
-pub fn block_hashes(segments: &[PrefixSegment], block_size: u32, out: &mut Vec<BlockHash>) {
-    out.clear();
-    let block_size = u64::from(block_size);
-    // `before` hashes the segments before the current one; `start` is where it begins.
-    let (mut before, mut start) = (0u64, 0u64);
-    for s in segments.iter().filter(|s| s.tokens > 0) {
-        let run = mix(before.rotate_left(17) ^ mix(s.stream));
-        let end = start + u64::from(s.tokens);
-        // The blocks whose last token lies in [start, end): block k ends at (k + 1) x size - 1.
-        let first = start / block_size;
-        let count = (end / block_size - first) as u32;
-        out.extend((0..count).map(|at| BlockHash { run, at }));
-        before = mix(run ^ u64::from(s.tokens));
-        start = end;
+/// One run's blocks in a prompt: the run's hash (`BlockHash::run`), the place of the first of
+/// them, how many there are (places `first`, `first + 1`, ...) and how many of the prompt's
+/// blocks come before them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct BlockRun {
+    hash: u64,
+    first: u32,
+    count: u32,
+    start: u32,
+}
+
+/// A prompt's full blocks, in order, kept by run: the blocks of one run lie at consecutive
+/// places, so a run is its hash, its first place and its length, and a prompt of a few
+/// segments is a few runs, whatever its length. Block `k` of the prompt is the block
+/// `BlockHash { run, at: first + k - start }` of the run holding it (`hashes` lists them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PromptBlocks {
+    runs: Vec<BlockRun>,
+    len: usize,
+}
+
+impl PromptBlocks {
+    /// The full blocks of `block_size` tokens that `segments` cover (replacing what it held).
+    /// A block partly past the segments holds tokens of the request's own and ends the chain;
+    /// a run's places count from 0 at its segment's first full block.
+    pub fn describe(&mut self, segments: &[PrefixSegment], block_size: u32) {
+        self.runs.clear();
+        let block_size = u64::from(block_size);
+        // `before` hashes the segments before the current one; `start` is where it begins.
+        let (mut before, mut start, mut blocks) = (0u64, 0u64, 0u32);
+        for s in segments.iter().filter(|s| s.tokens > 0) {
+            let run = mix(before.rotate_left(17) ^ mix(s.stream));
+            let end = start + u64::from(s.tokens);
+            // The blocks whose last token lies in [start, end): block k ends at (k + 1) x size - 1.
+            let count = (end / block_size - start / block_size) as u32;
+            if count > 0 {
+                self.runs.push(BlockRun {
+                    hash: run,
+                    first: 0,
+                    count,
+                    start: blocks,
+                });
+                blocks += count;
+            }
+            before = mix(run ^ u64::from(s.tokens));
+            start = end;
+        }
+        self.len = blocks as usize;
+    }
+
+    /// The blocks `hashes`, in order: each stretch of consecutive places of one run is a run.
+    #[cfg(test)]
+    pub fn from_hashes(hashes: &[BlockHash]) -> Self {
+        let mut runs: Vec<BlockRun> = Vec::new();
+        for (k, hash) in hashes.iter().enumerate() {
+            match runs.last_mut() {
+                Some(last) if last.hash == hash.run && last.first + last.count == hash.at => {
+                    last.count += 1;
+                }
+                _ => runs.push(BlockRun {
+                    hash: hash.run,
+                    first: hash.at,
+                    count: 1,
+                    start: k as u32,
+                }),
+            }
+        }
+        PromptBlocks {
+            runs,
+            len: hashes.len(),
+        }
+    }
+
+    /// How many blocks.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Each block's identity, in order.
+    #[cfg(test)]
+    pub fn hashes(&self) -> impl Iterator<Item = BlockHash> + '_ {
+        self.runs
+            .iter()
+            .flat_map(|r| (r.first..r.first + r.count).map(move |at| BlockHash { run: r.hash, at }))
+    }
+
+    /// The part of each run among the blocks `from..to` (within the prompt), in order: the
+    /// run's hash, the place of the first of those blocks and how many.
+    fn runs_in(&self, from: usize, to: usize) -> impl Iterator<Item = (u64, u32, u32)> + '_ {
+        let to = to.min(self.len);
+        self.runs.iter().filter_map(move |r| {
+            let (start, end) = (r.start as usize, r.start as usize + r.count as usize);
+            let (a, b) = (start.max(from), end.min(to));
+            (a < b).then(|| (r.hash, r.first + (a - start) as u32, (b - a) as u32))
+        })
     }
 }
 
-/// How many of `hashes` (a prompt's blocks from some block on, as `block_hashes` gives them: at
-/// least one) lie in the first one's run. A run's places go on one by one and every later run's
-/// start again from 0, so the block `k` on lies in that run exactly when it names the run at
-/// the first one's place plus `k`: true up to the run's end and false from there, which a
-/// binary search finds.
-fn run_len(hashes: &[BlockHash]) -> usize {
-    let first = hashes[0];
-    let in_run =
-        |k: usize| hashes[k].run == first.run && hashes[k].at as usize == first.at as usize + k;
-    let (mut low, mut high) = (1, hashes.len());
-    while low < high {
-        let mid = low + (high - low) / 2;
-        if in_run(mid) {
-            low = mid + 1;
-        } else {
-            high = mid;
-        }
-    }
-    low
+/// The identities of the full blocks of `block_size` tokens that `segments` cover, in order,
+/// into `out` (cleared first): `PromptBlocks::describe`'s blocks one by one.
+#[cfg(test)]
+pub fn block_hashes(segments: &[PrefixSegment], block_size: u32, out: &mut Vec<BlockHash>) {
+    let mut blocks = PromptBlocks::default();
+    blocks.describe(segments, block_size);
+    out.clear();
+    out.extend(blocks.hashes());
 }
 
 /// Where a cached block's entry sits in `PrefixCache`'s entries: a sequence holds the slots of
@@ -283,13 +354,13 @@ impl PrefixCache {
         self.resident
     }
 
-    /// How many of `hashes` (a prompt's blocks), from the first and at most `max`, are
-    /// resident, and how many of those are free (a hit on them takes them out of the free
-    /// blocks); their slots go to `hits` (cleared first), and what it read to `reads`. The map
-    /// of runs is probed once a run.
+    /// How many of `blocks` (a prompt's), from the first and at most `max`, are resident, and
+    /// how many of those are free (a hit on them takes them out of the free blocks); their
+    /// slots go to `hits` (cleared first), and what it read to `reads`. The map of runs is
+    /// probed once a run.
     pub fn lookup(
         &self,
-        hashes: &[BlockHash],
+        blocks: &PromptBlocks,
         max: usize,
         hits: &mut Vec<Slot>,
         reads: &mut LookupReads,
@@ -297,32 +368,25 @@ impl PrefixCache {
         hits.clear();
         reads.runs.clear();
         reads.absent = None;
-        let hashes = &hashes[..max.min(hashes.len())];
-        reads.len = hashes.len();
+        let len = max.min(blocks.len());
+        reads.len = len;
         let mut free = 0;
-        let mut run: Option<(u64, &[Slot])> = None;
-        for hash in hashes {
-            let slots = match run {
-                Some((at, slots)) if at == hash.run => slots,
-                _ => match self.runs.get(&hash.run) {
-                    Some(&index) => {
-                        let read = &self.run_list[index as usize];
-                        reads.runs.push((index, read.changes));
-                        run = Some((hash.run, &read.slots[..]));
-                        &read.slots[..]
-                    }
-                    None => {
-                        reads.absent = Some(hash.run);
-                        break;
-                    }
-                },
+        'runs: for (hash, first, count) in blocks.runs_in(0, len) {
+            let Some(&index) = self.runs.get(&hash) else {
+                reads.absent = Some(hash);
+                break;
             };
-            match slots.get(hash.at as usize) {
-                Some(&slot) if slot != NO_SLOT => {
-                    free += u64::from(self.entries[slot as usize].refs == 0);
-                    hits.push(slot);
+            let read = &self.run_list[index as usize];
+            reads.runs.push((index, read.changes));
+            let places = read.slots.get(first as usize..).unwrap_or(&[]);
+            for k in 0..count as usize {
+                match places.get(k) {
+                    Some(&slot) if slot != NO_SLOT => {
+                        free += u64::from(self.entries[slot as usize].refs == 0);
+                        hits.push(slot);
+                    }
+                    _ => break 'runs,
                 }
-                _ => break,
             }
         }
         (hits.len(), free)
@@ -360,23 +424,16 @@ impl PrefixCache {
         Some((kept.len(), free))
     }
 
-    /// Whether the cache holds none of `hashes` (the blocks of a prompt from some block on, as
-    /// `block_hashes` gives them): one map probe a run, and a binary search for where the run
-    /// ends (`run_len`). (It answers no, conservatively, where a run names a block past one of
+    /// Whether the cache holds none of `blocks` from the block `from` on: one map probe a run
+    /// (a run's slots end with one, so any named at the run's first place here or past it
+    /// lengthens them). (It answers no, conservatively, where a run names a block past one of
     /// them but none of them.)
-    pub fn names_none(&self, hashes: &[BlockHash]) -> bool {
-        let mut rest = hashes;
-        while let Some(&first) = rest.first() {
-            // A run's slots end with one: any named at the run's first place here or past it
-            // lengthens them.
-            if let Some(&index) = self.runs.get(&first.run)
-                && self.run_list[index as usize].slots.len() > first.at as usize
-            {
-                return false;
-            }
-            rest = &rest[run_len(rest)..];
-        }
-        true
+    pub fn names_none(&self, blocks: &PromptBlocks, from: usize) -> bool {
+        blocks.runs_in(from, blocks.len()).all(|(hash, first, _)| {
+            self.runs
+                .get(&hash)
+                .is_none_or(|&index| self.run_list[index as usize].slots.len() <= first as usize)
+        })
     }
 
     /// Reads the entries at `slots` (a finishing sequence's held blocks) before they are
@@ -398,13 +455,27 @@ impl PrefixCache {
         taken
     }
 
-    /// A sequence has computed the blocks `hashes`, in order (`register`): the slots of those
-    /// cached with its reference are pushed onto `held`.
-    pub fn register_all(&mut self, hashes: &[BlockHash], held: &mut Vec<Slot>) {
-        held.reserve(hashes.len());
-        for &hash in hashes {
-            if let Some(slot) = self.register(hash) {
-                held.push(slot);
+    /// A sequence has computed the blocks `from..to` of `blocks`, in order (`register`): the
+    /// slots of those cached with its reference are pushed onto `held`. Each run is found once
+    /// (no block is evicted meanwhile, so its index holds for all its blocks) and its slots
+    /// made room for once.
+    pub fn register_all(
+        &mut self,
+        blocks: &PromptBlocks,
+        from: usize,
+        to: usize,
+        held: &mut Vec<Slot>,
+    ) {
+        held.reserve(to.saturating_sub(from));
+        for (hash, first, count) in blocks.runs_in(from, to) {
+            let run = self.run_index(hash);
+            let slots = &mut self.run_list[run].slots;
+            let end = (first + count) as usize;
+            slots.reserve(end.saturating_sub(slots.len()));
+            for at in first..first + count {
+                if let Some(slot) = self.register_in(run, at) {
+                    held.push(slot);
+                }
             }
         }
     }
@@ -413,9 +484,28 @@ impl PrefixCache {
     /// many of them became free.
     pub fn unref_all(&mut self, slots: &[Slot]) -> u64 {
         let mut freed = 0;
-        for &slot in slots.iter().rev() {
-            freed += u64::from(self.unref(slot));
+        if self.overdraft > 0 {
+            for &slot in slots.iter().rev() {
+                freed += u64::from(self.unref(slot));
+            }
+            return freed;
         }
+        // No overdraft, and releases make none: every block freed joins the queue's tail, as
+        // `unref` does it, with the queue's room made once.
+        self.free.items.reserve(slots.len());
+        let mut pushed = self.pushed;
+        for &slot in slots.iter().rev() {
+            let entry = &mut self.entries[slot as usize];
+            entry.refs -= 1;
+            if entry.refs == 0 {
+                entry.stamp = pushed;
+                pushed += 1;
+                let (run, at) = (entry.run, entry.at);
+                self.free.push_back(Free::Cached { slot, run, at });
+            }
+        }
+        freed = pushed - self.pushed;
+        self.pushed = pushed;
         freed
     }
 
@@ -485,10 +575,16 @@ impl PrefixCache {
     /// A sequence has computed the block `hash`: it becomes cached with the sequence's
     /// reference, at the slot returned; `None` (and nothing changes) when an equal block is
     /// already resident.
-    #[inline]
+    #[cfg(test)]
     pub fn register(&mut self, hash: BlockHash) -> Option<Slot> {
         let run = self.run_index(hash.run);
-        let at = hash.at as usize;
+        self.register_in(run, hash.at)
+    }
+
+    /// `register` of the block at place `at` of the run at index `run` (in the map).
+    #[inline]
+    fn register_in(&mut self, run: usize, place: u32) -> Option<Slot> {
+        let at = place as usize;
         if self.run_list[run]
             .slots
             .get(at)
@@ -500,7 +596,7 @@ impl PrefixCache {
             stamp: 0,
             refs: 1,
             run: run as u32,
-            at: hash.at,
+            at: place,
         };
         let slot = match self.spare.pop() {
             Some(slot) => {
@@ -651,13 +747,15 @@ mod tests {
 
     /// `lookup`'s (hits, free hits) for `hashes`, at most `max`.
     fn hits(cache: &PrefixCache, hashes: &[BlockHash], max: usize) -> (usize, u64) {
-        cache.lookup(hashes, max, &mut Vec::new(), &mut LookupReads::default())
+        let blocks = PromptBlocks::from_hashes(hashes);
+        cache.lookup(&blocks, max, &mut Vec::new(), &mut LookupReads::default())
     }
 
     /// The slot of the resident block `hash`.
     fn slot(cache: &PrefixCache, hash: BlockHash) -> Slot {
         let mut slots = Vec::new();
-        cache.lookup(&[hash], 1, &mut slots, &mut LookupReads::default());
+        let blocks = PromptBlocks::from_hashes(&[hash]);
+        cache.lookup(&blocks, 1, &mut slots, &mut LookupReads::default());
         slots[0]
     }
 
@@ -836,6 +934,7 @@ mod tests {
         let broken = chain((1..=11).chain([99]).chain(12..=20));
         let mut slots = Vec::new();
         let mut reads = LookupReads::default();
+        let broken = PromptBlocks::from_hashes(&broken);
         assert_eq!(cache.lookup(&broken, 21, &mut slots, &mut reads), (11, 0));
         assert_eq!(slots, (0..11).collect::<Vec<Slot>>());
         // So does a place never computed in a run that has others: block 21 is run 7's place
@@ -846,24 +945,55 @@ mod tests {
     }
 
     #[test]
-    fn run_len_finds_where_each_run_ends_and_names_none_reads_every_run() {
+    fn a_prompt_s_runs_hold_its_blocks_and_names_none_reads_every_run() {
+        use rand::RngExt;
         let mut rng = crate::rng::stream(5, "run-len");
-        for (ours, _) in random_prompts(&mut rng, 200, &[3, 4, 9, 16, 22, 40], 5, 4) {
-            for from in 0..ours.len() {
-                let run = ours[from].run;
-                let same = ours[from..].iter().take_while(|h| h.run == run).count();
-                assert_eq!(run_len(&ours[from..]), same);
+        let lengths = [0, 3, 4, 9, 16, 22, 40];
+        let mut parts = 0;
+        for _ in 0..200 {
+            let segments: Vec<PrefixSegment> = (0..rng.random_range(0..5))
+                .map(|_| seg(rng.random_range(0..5), lengths[rng.random_range(0..7)]))
+                .collect();
+            let mut described = PromptBlocks::default();
+            described.describe(&segments, 4);
+            // Block by block, the blocks of the chained-hash reference; as runs, the stretches
+            // of consecutive places of one run.
+            let ours: Vec<BlockHash> = described.hashes().collect();
+            assert_eq!(ours.len(), chained_hashes(&segments, 4).len());
+            assert_eq!(described.len(), ours.len());
+            assert_eq!(PromptBlocks::from_hashes(&ours), described);
+            // Every range's parts of runs are its blocks, and no part is empty.
+            for from in 0..=ours.len() {
+                for to in from..=ours.len() {
+                    let mut blocks = Vec::new();
+                    for (run, first, count) in described.runs_in(from, to) {
+                        assert!(count > 0);
+                        blocks.extend((first..first + count).map(|at| BlockHash { run, at }));
+                        parts += 1;
+                    }
+                    assert_eq!(blocks, ours[from..to]);
+                }
             }
         }
+        assert!(parts > 10_000, "{parts} parts of runs");
         // Run 7 (blocks 21 to 23) named, run 6 (18 to 20) not: the second run is read too.
         let mut cache = PrefixCache::new(8);
         cache.take(3);
         for n in 21..=23 {
             cache.register(h(n)).unwrap();
         }
-        assert!(!cache.names_none(&chain(18..=23)));
-        assert!(!cache.names_none(&chain(19..=22)));
-        assert!(cache.names_none(&chain(18..=20)));
+        let named = |numbers: std::ops::RangeInclusive<u64>| {
+            !cache.names_none(&PromptBlocks::from_hashes(&chain(numbers)), 0)
+        };
+        assert!(named(18..=23));
+        assert!(named(19..=22));
+        assert!(!named(18..=20));
+        // From a block past the first: the runs' parts from there.
+        let blocks = PromptBlocks::from_hashes(&chain(15..=23));
+        assert!(!cache.names_none(&blocks, 4));
+        assert!(cache.names_none(&blocks, 9));
+        let blocks = PromptBlocks::from_hashes(&chain(15..=20));
+        assert!(cache.names_none(&blocks, 2));
     }
 
     #[test]
@@ -894,7 +1024,8 @@ mod tests {
         cache.take(3);
         assert_eq!(cache.resident(), 1);
         assert_eq!(cache.run_list[0].slots, [NO_SLOT, slots[1]]);
-        assert!(!cache.names_none(&[h(1)]) && cache.names_none(&[h(2)]));
+        assert!(!cache.names_none(&PromptBlocks::from_hashes(&[h(1)]), 0));
+        assert!(cache.names_none(&PromptBlocks::from_hashes(&[h(2)]), 0));
         // Run 1's three blocks computed and evicted: it leaves the map.
         cache.give(3);
         cache.take(3);
@@ -1108,6 +1239,10 @@ mod tests {
         let mut rng = crate::rng::stream(11, "prefix-cache-sequences");
         // Prompts of blocks of 4 tokens, a shared first segment or not, as in the test above.
         let prompts = random_prompts(&mut rng, 12, &[3, 4, 9, 16, 22, 40], 3, 4);
+        let described: Vec<PromptBlocks> = prompts
+            .iter()
+            .map(|(ours, _)| PromptBlocks::from_hashes(ours))
+            .collect();
         let blocks = 40;
         let mut cache = PrefixCache::new(blocks);
         let mut model = BlockByBlock::default();
@@ -1122,7 +1257,10 @@ mod tests {
         }
         let mut running: Vec<Sequence> = Vec::new();
         let mut preempted: Vec<usize> = Vec::new();
-        let (mut tail_hits, mut overdrafts) = (0, 0);
+        let (mut tail_hits, mut overdrafts, mut overdrawn_releases) = (0, 0, 0);
+        // Whether a departure releases one by one or all at once: its own stream, so that the
+        // operations drawn are those of the test without it.
+        let mut coin = crate::rng::stream(12, "prefix-cache-releases");
         // Each prompt's lookup, kept (what it read and its hits) until it no longer holds.
         let mut kept: Vec<(LookupReads, Vec<Slot>)> = vec![Default::default(); prompts.len()];
         let (mut held_again, mut looked_anew, mut names_checked) = (0, 0, 0);
@@ -1137,7 +1275,7 @@ mod tests {
                     let (ours, reference) = &prompts[prompt];
                     let mut slots = Vec::new();
                     let reads = &mut LookupReads::default();
-                    let (hit, _) = cache.lookup(ours, ours.len(), &mut slots, reads);
+                    let (hit, _) = cache.lookup(&described[prompt], ours.len(), &mut slots, reads);
                     let mut held = Vec::new();
                     for (k, &slot) in slots.iter().enumerate() {
                         let at_back = cache.free.items.len() > cache.free.head
@@ -1168,20 +1306,22 @@ mod tests {
                     overdrafts += u32::from(n > model.free.len() as u64);
                     cache.take(n);
                     model.take(n);
-                    for k in s.done..s.done + n as usize {
-                        let fresh = model.register(reference[k]);
-                        match cache.register(ours[k]) {
-                            Some(slot) => {
-                                assert!(fresh);
-                                s.held.push((reference[k], slot));
-                            }
-                            None => {
-                                assert!(!fresh);
-                                s.plain += 1;
-                            }
+                    // Registered by the range, as a replica's step does: the new slots are
+                    // those of the blocks the model finds new, in order.
+                    let mut slots = Vec::new();
+                    let to = s.done + n as usize;
+                    cache.register_all(&described[s.prompt], s.done, to, &mut slots);
+                    let mut slots = slots.into_iter();
+                    for &hash in &reference[s.done..to] {
+                        if model.register(hash) {
+                            s.held
+                                .push((hash, slots.next().expect("a new block's slot")));
+                        } else {
+                            s.plain += 1;
                         }
                     }
-                    s.done += n as usize;
+                    assert_eq!(slots.next(), None, "as many new slots as new blocks");
+                    s.done = to;
                 }
                 // A sequence leaves (finished or preempted): plain blocks first, then its
                 // references, the last first.
@@ -1189,8 +1329,17 @@ mod tests {
                     let s = running.swap_remove(rng.random_range(0..running.len()));
                     cache.give(s.plain);
                     model.give(s.plain);
-                    for &(hash, slot) in s.held.iter().rev() {
-                        assert_eq!(cache.unref(slot), model.unref(hash));
+                    if coin.random_bool(0.5) {
+                        for &(hash, slot) in s.held.iter().rev() {
+                            assert_eq!(cache.unref(slot), model.unref(hash));
+                        }
+                    } else {
+                        // All at once, as a replica releases them (`unref_all`).
+                        let freed = s.held.iter().rev().map(|&(hash, _)| model.unref(hash));
+                        let freed = freed.filter(|&freed| freed).count() as u64;
+                        overdrawn_releases += u32::from(cache.overdraft > 0);
+                        let slots: Vec<Slot> = s.held.iter().map(|&(_, slot)| slot).collect();
+                        assert_eq!(cache.unref_all(&slots), freed);
                     }
                     preempted.push(s.prompt);
                 }
@@ -1202,22 +1351,24 @@ mod tests {
             assert_eq!(free_and_check(&cache), queued);
             model.assert_hits_alike(&cache, &prompts);
             // `names_none` on every suffix of every prompt, as defined block by block.
-            for (ours, _) in &prompts {
+            for ((ours, _), blocks) in prompts.iter().zip(&described) {
                 for from in 0..ours.len() {
                     let named = ours[from..].iter().any(|hash| {
                         cache.runs.get(&hash.run).is_some_and(|&index| {
                             cache.run_list[index as usize].slots.len() > hash.at as usize
                         })
                     });
-                    assert_eq!(cache.names_none(&ours[from..]), !named);
+                    assert_eq!(cache.names_none(blocks, from), !named);
                     names_checked += usize::from(named);
                 }
             }
             // A kept lookup that still holds answers as a fresh one does; one that does not is
             // looked up anew and kept.
-            for ((reads, slots), (ours, _)) in kept.iter_mut().zip(&prompts) {
+            for (((reads, slots), (ours, _)), blocks) in
+                kept.iter_mut().zip(&prompts).zip(&described)
+            {
                 let (mut fresh, mut fresh_reads) = (Vec::new(), LookupReads::default());
-                let answer = cache.lookup(ours, ours.len(), &mut fresh, &mut fresh_reads);
+                let answer = cache.lookup(blocks, ours.len(), &mut fresh, &mut fresh_reads);
                 let mut again = Vec::new();
                 match cache.lookup_again(ours.len(), reads, slots, &mut again) {
                     Some(kept_answer) => {
@@ -1232,8 +1383,9 @@ mod tests {
             }
         }
         assert!(
-            tail_hits > 50 && overdrafts > 5 && model.evicted > 200,
-            "{tail_hits} hits at the back, {overdrafts} overdrafts, {} evictions",
+            tail_hits > 50 && overdrafts > 5 && overdrawn_releases > 0 && model.evicted > 200,
+            "{tail_hits} hits at the back, {overdrafts} overdrafts, {overdrawn_releases} \
+             releases while overdrawn, {} evictions",
             model.evicted
         );
         assert!(

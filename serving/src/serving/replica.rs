@@ -28,7 +28,7 @@ use super::config::{Admission, Batching, Preemption, ReplicaConfig, StepOrder};
 use super::former::BatchFormer;
 use super::kv::BlockManager;
 use super::metrics::ReplicaStats;
-use super::prefix::{BlockHash, LookupReads, PrefixSegment, SharedSegments, Slot, block_hashes};
+use super::prefix::{LookupReads, PrefixSegment, PromptBlocks, SharedSegments, Slot};
 use super::queue::{QueuePolicy, QueuedRequest};
 use super::step::{AdapterTokens, StepWork};
 use super::wheel::{FinishWheel, Finishing};
@@ -63,18 +63,18 @@ pub trait AdmitHook {
 /// A sequence's prompt blocks under prefix caching.
 #[derive(Clone, Debug, Default)]
 struct SeqPrefix {
-    /// The identities of the full prompt blocks its segments cover.
-    hashes: Vec<BlockHash>,
+    /// The full prompt blocks its segments cover, by run.
+    blocks: PromptBlocks,
     /// The cached blocks it holds a reference on (their slots in the prefix cache).
     held: Vec<Slot>,
-    /// Blocks of `hashes` already hit or offered to the cache.
+    /// Blocks of `blocks` already hit or offered to the cache.
     registered: usize,
-    /// The first of `hashes` that no later request's prompt holds (`SharedSegments::later`).
+    /// The first of `blocks` that no later request's prompt holds (`SharedSegments::later`).
     own: usize,
-    /// The first of `hashes` that no request in flight beside it holds
+    /// The first of `blocks` that no request in flight beside it holds
     /// (`SharedSegments::beside`): no other sequence holds a reference on it or past it.
     solo: usize,
-    /// From which of `hashes` the blocks computed are not registered (`usize::MAX`: none). Set
+    /// From which of `blocks` the blocks computed are not registered (`usize::MAX`: none). Set
     /// at admission where the cache names none of the blocks from the first own one not hit
     /// on: only this sequence could then register or read them, and only once it has released
     /// them (a preemption), so they are registered then (`offer_deferred`), and never when it
@@ -96,15 +96,16 @@ impl SeqPrefix {
     /// releases its blocks while it may still read them again); from then on every block is
     /// registered when computed.
     fn offer_deferred(&mut self, kv: &mut BlockManager) {
-        let computed = self.hashes.get(self.deferred..self.registered);
-        kv.register_cached(computed.unwrap_or(&[]), &mut self.held);
+        if self.deferred <= self.registered {
+            kv.register_cached(&self.blocks, self.deferred, self.registered, &mut self.held);
+        }
         self.deferred = usize::MAX;
     }
 
-    /// The context at which the next block of `hashes` is computed in full (`u32::MAX`: none
+    /// The context at which the next block of `blocks` is computed in full (`u32::MAX`: none
     /// left to offer).
     fn next_register_at(&self, block_size: u32) -> u32 {
-        if self.registered < self.hashes.len() {
+        if self.registered < self.blocks.len() {
             (self.registered as u32 + 1) * block_size
         } else {
             u32::MAX
@@ -594,9 +595,10 @@ impl Replica {
             *budget -= u64::from(tokens);
             tally.add(s);
         }
-        // One block at a time, each member's, as the pass allocates them.
-        for _ in 0..due {
-            self.kv.allocate(1);
+        // The members' blocks at once: the free queue hands out `due` blocks in one take as it
+        // would one at a time (the same items popped and evicted, the same peak).
+        if due > 0 {
+            self.kv.allocate(due);
         }
         let g = &self.group;
         tally.requests += g.members;
@@ -1076,11 +1078,11 @@ impl Replica {
                 p.held.extend_from_slice(&self.hits);
                 p.registered = hit;
                 let from = hit.max(p.own);
-                p.deferred = if from < p.hashes.len()
+                p.deferred = if from < p.blocks.len()
                     && self
                         .kv
                         .prefix_cache()
-                        .is_some_and(|cache| cache.names_none(&p.hashes[from..]))
+                        .is_some_and(|cache| cache.names_none(&p.blocks, from))
                 {
                     from
                 } else {
@@ -1166,11 +1168,11 @@ impl Replica {
             p.registered = 0;
             p.deferred = usize::MAX;
             p.retry = false;
-            block_hashes(&self.segments, block_size, &mut p.hashes);
+            p.blocks.describe(&self.segments, block_size);
             // The blocks that end in the segments past the first `n`: from the one holding
             // their first token.
             let segments = &self.segments;
-            let blocks = p.hashes.len();
+            let blocks = p.blocks.len();
             let first_past = |n: usize| {
                 if n >= segments.len() {
                     return blocks;
@@ -1196,7 +1198,7 @@ impl Replica {
         let prefix = s.prefix.as_deref_mut().expect("a prompt's blocks");
         let max = ((s.prefill_len - 1) / self.kv.block_size()) as usize;
         if prefix.retry {
-            let len = max.min(prefix.hashes.len());
+            let len = max.min(prefix.blocks.len());
             if let Some(answer) =
                 cache.lookup_again(len, &prefix.reads, &prefix.kept, &mut self.hits)
             {
@@ -1204,7 +1206,7 @@ impl Replica {
                 {
                     let mut fresh = Vec::new();
                     let reads = &mut LookupReads::default();
-                    let again = cache.lookup(&prefix.hashes, max, &mut fresh, reads);
+                    let again = cache.lookup(&prefix.blocks, max, &mut fresh, reads);
                     assert_eq!((again, &fresh), (answer, &self.hits), "a kept lookup holds");
                 }
                 #[cfg(test)]
@@ -1218,7 +1220,7 @@ impl Replica {
         {
             self.lookups += 1;
         }
-        cache.lookup(&prefix.hashes, max, &mut self.hits, &mut prefix.reads)
+        cache.lookup(&prefix.blocks, max, &mut self.hits, &mut prefix.reads)
     }
 
     /// Prefix lookups made so far.
@@ -1427,10 +1429,10 @@ impl Replica {
                     .expect("a block to register has a prefix");
                 let block_size = self.kv.block_size();
                 // Those before `deferred` (`SeqPrefix::deferred`).
-                let full = p.hashes.len().min((s.kv / block_size) as usize);
+                let full = p.blocks.len().min((s.kv / block_size) as usize);
                 let from = p.registered;
                 let to = full.min(p.deferred).max(from);
-                self.kv.register_cached(&p.hashes[from..to], &mut p.held);
+                self.kv.register_cached(&p.blocks, from, to, &mut p.held);
                 p.registered = full.max(from);
                 s.register_at = p.next_register_at(block_size);
             }
