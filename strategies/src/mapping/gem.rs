@@ -35,6 +35,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 /// Leading candidates of a refinement round kept as the next round's hints (`Search::refine`).
 const HINTS: usize = 8;
 
+/// Steps between `initial_whole`'s checks of a GPU's partial total against the lowest so far.
+const ABANDON_EVERY: usize = 16;
+
 /// GEM with its parameters (defaults: K = 30, 20 % noise, 0.1 % convergence).
 #[derive(Clone, Copy, Debug)]
 pub struct Gem {
@@ -287,6 +290,11 @@ impl<'a> Search<'a> {
         let tables: Vec<&[f64]> = (0..g_count).map(|g| self.costs.table(g)).collect();
         for &e in order {
             let counts = &whole[e * n_steps..][..n_steps];
+            // The lowest total so far: a GPU whose partial sum reaches it stops there, as its
+            // total (every term is a latency, not negative, so the sum never falls) could not
+            // be strictly lower, and `lowest_with_room` would not choose it; its `owns` are
+            // never read.
+            let mut lowest = f64::INFINITY;
             for (g, total) in totals.iter_mut().enumerate() {
                 if hosted[g] >= capacity {
                     continue;
@@ -295,12 +303,22 @@ impl<'a> Search<'a> {
                 let own = &mut owns[g * n_steps..][..n_steps];
                 let (first, second, at) = (&first[..n_steps], &second[..n_steps], &at[..n_steps]);
                 let mut sum = 0.0;
-                for t in 0..n_steps {
-                    let x = table[(load[t] + counts[t]) as usize];
-                    own[t] = x;
-                    sum += larger(x, if at[t] == g { second[t] } else { first[t] });
+                let mut t = 0;
+                while t < n_steps {
+                    let end = (t + ABANDON_EVERY).min(n_steps);
+                    for t in t..end {
+                        let x = table[(load[t] + counts[t]) as usize];
+                        own[t] = x;
+                        sum += larger(x, if at[t] == g { second[t] } else { first[t] });
+                    }
+                    if sum >= lowest {
+                        sum = f64::INFINITY;
+                        break;
+                    }
+                    t = end;
                 }
                 *total = sum;
+                lowest = lowest.min(sum);
             }
             let g = lowest_with_room(&totals, &hosted, capacity);
             hosted[g] += 1;
@@ -377,6 +395,7 @@ impl<'a> Search<'a> {
         let mut peak = vec![0.0; n_steps];
         let mut order: Vec<u64> = Vec::with_capacity(n_steps);
         let mut hints: Vec<(usize, usize)> = Vec::new();
+        let (mut partners, mut heads): (Vec<u32>, Vec<usize>) = (Vec::new(), Vec::new());
         let mut swaps = 0;
         loop {
             if self.whole.is_some() {
@@ -520,6 +539,27 @@ impl<'a> Search<'a> {
                 .fold(f64::INFINITY, f64::min)
                 * (1.0 + 1e-9);
             let previous = state.score;
+            // heads[ga]..heads[ga + 1] of `partners`: the experts, ascending, that a row on GPU
+            // ga may still be swapped with this round: on another GPU whose pair bounds with ga
+            // are below the round's first threshold, with their own bound (`alone`) below it
+            // too. The threshold only falls during the round, so every expert left out is one
+            // the scan's own check would skip (`live` or `alone`); the scan walks the rest in
+            // the same order with the same checks.
+            let first_threshold = previous.min(ceiling);
+            partners.clear();
+            heads.clear();
+            heads.push(0);
+            for ga in 0..g_count {
+                for (b, &gb) in state.gpu_of.iter().enumerate() {
+                    if gb != ga
+                        && suffix[(ga * g_count + gb) * (n_steps + 1)] < first_threshold
+                        && alone[b * g_count + ga] < first_threshold
+                    {
+                        partners.push(b as u32);
+                    }
+                }
+                heads.push(partners.len());
+            }
             let mut best_drop = 0.0;
             let mut best = None;
             // live[g]: whether a swap of the row's expert with one on GPU g may still beat the
@@ -563,7 +603,10 @@ impl<'a> Search<'a> {
                         self.costs.table(ga),
                     )
                 });
-                for b in a + 1..self.n_experts {
+                let partners = &partners[heads[ga]..heads[ga + 1]];
+                let after = partners.partition_point(|&b| b as usize <= a);
+                for &b in &partners[after..] {
+                    let b = b as usize;
                     let gb = state.gpu_of[b];
                     // Any swap between ga and gb costs its first step, at least that step's
                     // bound, plus `remaining[0]`: where the bounds' sum already reaches the
@@ -1370,6 +1413,80 @@ mod tests {
                 assert_eq!(fast.load, slow.load);
             }
         });
+    }
+
+    #[test]
+    fn initial_on_long_windows_places_each_expert_where_a_full_rescore_places_it() {
+        // Windows past `ABANDON_EVERY` steps, where a GPU's total is abandoned midway once it
+        // reaches the lowest so far; four and eight GPUs.
+        for (n_experts, top_k, speeds, steps) in [
+            (16, 2, vec![0.88, 1.0, 1.0, 1.0], 128),
+            (32, 4, vec![0.7, 0.9, 1.0, 1.0], 64),
+            (32, 2, vec![0.8, 1.0, 0.9, 1.0, 1.0, 0.95, 1.0, 1.0], 256),
+        ] {
+            for seed in 0..3 {
+                let window = trace_of(n_experts, top_k, seed, steps);
+                let costs = GpuCosts::scaled(&staircase(), &speeds, 40_000);
+                let problem = LayerProblem {
+                    layer: 0,
+                    n_experts,
+                    window: &window,
+                    costs: &costs,
+                };
+                let search = Search::new(&problem);
+                assert!(search.whole.is_some());
+                let mut rng = stream(seed, "noise");
+                let u = problem.mean_utilization();
+                for restart in 0..3 {
+                    let noisy: Vec<f64> = u
+                        .iter()
+                        .map(|&x| match restart {
+                            0 => x,
+                            _ => x * (1.0 + 0.2 * (2.0 * rng.random::<f64>() - 1.0)),
+                        })
+                        .collect();
+                    let fast = search.initial(&noisy);
+                    let slow = reference_initial(&search, &noisy);
+                    assert_eq!(fast.gpu_of, slow.gpu_of);
+                    assert_eq!(fast.score.to_bits(), slow.score.to_bits());
+                    assert_eq!(fast.cost, slow.cost);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn refine_on_eight_gpus_commits_the_swaps_an_exhaustive_scan_commits() {
+        // Eight GPUs: each row's partners (`refine`'s lists by GPU) leave out the experts of
+        // several GPUs at once.
+        let speeds = vec![0.8, 1.0, 0.9, 1.0, 1.0, 0.95, 1.0, 1.0];
+        for (n_experts, top_k, steps) in [(32, 2, 16), (32, 4, 64)] {
+            for seed in 0..3 {
+                let window = trace_of(n_experts, top_k, seed, steps);
+                for limit in [40_000, 64] {
+                    let costs = GpuCosts::scaled(&staircase(), &speeds, limit);
+                    let problem = LayerProblem {
+                        layer: 0,
+                        n_experts,
+                        window: &window,
+                        costs: &costs,
+                    };
+                    let search = Search::new(&problem);
+                    for min_relative_drop in [0.001, 0.0] {
+                        let initial = search.initial(&problem.mean_utilization());
+                        let (mut fast, mut slow) = (initial.clone(), initial);
+                        let swaps = search.refine(&mut fast, min_relative_drop);
+                        assert_eq!(
+                            swaps,
+                            exhaustive_refine(&search, &mut slow, min_relative_drop)
+                        );
+                        assert!(swaps > 0);
+                        assert_eq!(fast.gpu_of, slow.gpu_of);
+                        assert_eq!(fast.score.to_bits(), slow.score.to_bits());
+                    }
+                }
+            }
+        }
     }
 
     #[test]
