@@ -35,9 +35,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 /// Leading candidates of a refinement round kept as the next round's hints (`Search::refine`).
 const HINTS: usize = 8;
 
-/// Steps between `initial_whole`'s checks of a GPU's partial total against the lowest so far.
-const ABANDON_EVERY: usize = 16;
-
 /// GEM with its parameters (defaults: K = 30, 20 % noise, 0.1 % convergence).
 #[derive(Clone, Copy, Debug)]
 pub struct Gem {
@@ -290,11 +287,6 @@ impl<'a> Search<'a> {
         let tables: Vec<&[f64]> = (0..g_count).map(|g| self.costs.table(g)).collect();
         for &e in order {
             let counts = &whole[e * n_steps..][..n_steps];
-            // The lowest total so far: a GPU whose partial sum reaches it stops there, as its
-            // total (every term is a latency, not negative, so the sum never falls) could not
-            // be strictly lower, and `lowest_with_room` would not choose it; its `owns` are
-            // never read.
-            let mut lowest = f64::INFINITY;
             for (g, total) in totals.iter_mut().enumerate() {
                 if hosted[g] >= capacity {
                     continue;
@@ -303,22 +295,12 @@ impl<'a> Search<'a> {
                 let own = &mut owns[g * n_steps..][..n_steps];
                 let (first, second, at) = (&first[..n_steps], &second[..n_steps], &at[..n_steps]);
                 let mut sum = 0.0;
-                let mut t = 0;
-                while t < n_steps {
-                    let end = (t + ABANDON_EVERY).min(n_steps);
-                    for t in t..end {
-                        let x = table[(load[t] + counts[t]) as usize];
-                        own[t] = x;
-                        sum += larger(x, if at[t] == g { second[t] } else { first[t] });
-                    }
-                    if sum >= lowest {
-                        sum = f64::INFINITY;
-                        break;
-                    }
-                    t = end;
+                for t in 0..n_steps {
+                    let x = table[(load[t] + counts[t]) as usize];
+                    own[t] = x;
+                    sum += larger(x, if at[t] == g { second[t] } else { first[t] });
                 }
                 *total = sum;
-                lowest = lowest.min(sum);
             }
             let g = lowest_with_room(&totals, &hosted, capacity);
             hosted[g] += 1;
@@ -1417,8 +1399,7 @@ mod tests {
 
     #[test]
     fn initial_on_long_windows_places_each_expert_where_a_full_rescore_places_it() {
-        // Windows past `ABANDON_EVERY` steps, where a GPU's total is abandoned midway once it
-        // reaches the lowest so far; four and eight GPUs.
+        // Windows of 64 to 256 steps, on four and eight GPUs.
         for (n_experts, top_k, speeds, steps) in [
             (16, 2, vec![0.88, 1.0, 1.0, 1.0], 128),
             (32, 4, vec![0.7, 0.9, 1.0, 1.0], 64),
