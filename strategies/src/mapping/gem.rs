@@ -363,7 +363,13 @@ impl<'a> Search<'a> {
             }
         ];
         let mut alone = vec![0.0; self.n_experts * g_count];
-        let mut without = vec![0.0; n_steps];
+        // withouts[e * T + t]: expert e's GPU's least cost at step t without e (see `alone`
+        // below); it reads only e's tokens and its GPU's loads, so a round recomputes it only
+        // for the experts on a GPU whose loads changed since (`stale`: the last swap's two, or
+        // every GPU on the first round).
+        let mut withouts = vec![0.0; self.n_experts * n_steps];
+        let mut stale = vec![true; g_count];
+        let mut tops = vec![[(0.0, usize::MAX); 3]; n_steps];
         // walks[p * T..][..T]: the steps of pair p in the order `rejects` walks them (with
         // `whole` counts); `peak[t]`, the mapping's cost at step t; `order`, a pair's steps.
         let mut walks = vec![
@@ -392,6 +398,22 @@ impl<'a> Search<'a> {
                     peak[t] = row.iter().copied().fold(0.0, f64::max);
                 }
             }
+            // tops[t]: step t's three largest costs above 0.0 with their GPUs, largest first
+            // (first GPU on ties), `(0.0, usize::MAX)` where fewer GPUs cost more than 0.0.
+            for (top, row) in tops.iter_mut().zip(state.cost.chunks_exact(g_count)) {
+                *top = [(0.0, usize::MAX); 3];
+                for (h, &x) in row.iter().enumerate() {
+                    if x > top[0].0 {
+                        top.copy_within(0..2, 1);
+                        top[0] = (x, h);
+                    } else if x > top[1].0 {
+                        top[2] = top[1];
+                        top[1] = (x, h);
+                    } else if x > top[2].0 {
+                        top[2] = (x, h);
+                    }
+                }
+            }
             // A pair's entries hold for either order (the same GPUs untouched, the same half
             // load, the smaller of the two least costs), so each unordered pair of different
             // GPUs is computed once and copied to its mirror; a GPU with itself is never read.
@@ -399,13 +421,12 @@ impl<'a> Search<'a> {
                 for gb in ga + 1..g_count {
                     let p = ga * g_count + gb;
                     for t in 0..n_steps {
-                        let row = &state.cost[t * g_count..(t + 1) * g_count];
-                        let untouched = row
+                        // The largest cost of the GPUs other than ga and gb (0.0 where none
+                        // is larger): the first of the step's three largest on neither.
+                        let untouched = tops[t]
                             .iter()
-                            .enumerate()
-                            .filter(|&(h, _)| h != ga && h != gb)
-                            .map(|(_, &x)| x)
-                            .fold(0.0, f64::max);
+                            .find(|&&(_, h)| h != ga && h != gb)
+                            .map_or(0.0, |&(x, _)| x);
                         // Whatever a swap does, the pair keeps its joint load. On whole
                         // tokens a swap splits it into two whole loads, so the step costs at
                         // least the least over every whole split of the larger of the two
@@ -481,26 +502,34 @@ impl<'a> Search<'a> {
             // after the swap and rounding is monotone, so where this reaches the threshold so
             // does the swap's total, which `swap_total` would reject at its last step: the swap
             // is not priced. e's GPU's least cost without e does not depend on the other GPU, so
-            // it is looked up once per step (`without`) for all of them.
+            // it is looked up once per step (`withouts`) for all of them.
             for e in 0..self.n_experts {
                 let ge = state.gpu_of[e];
-                if let Some(whole) = &self.whole {
-                    // On whole tokens e's GPU keeps a whole load of its load less e's or more.
-                    let rising = self.costs.least_whole_from(ge);
-                    let own = &loads[ge * n_steps..][..n_steps];
-                    for ((w, &l), &c) in without.iter_mut().zip(own).zip(&whole[e * n_steps..]) {
-                        *w = rising[(l - c) as usize];
+                let without = &mut withouts[e * n_steps..][..n_steps];
+                match &self.whole {
+                    _ if !stale[ge] => {}
+                    Some(whole) => {
+                        // On whole tokens e's GPU keeps a whole load of its load less e's or
+                        // more.
+                        let rising = self.costs.least_whole_from(ge);
+                        let own = &loads[ge * n_steps..][..n_steps];
+                        for ((w, &l), &c) in without.iter_mut().zip(own).zip(&whole[e * n_steps..])
+                        {
+                            *w = rising[(l - c) as usize];
+                        }
                     }
-                } else {
-                    for (t, (w, &c)) in without.iter_mut().zip(self.expert(e)).enumerate() {
-                        *w = self.costs.least_below(ge, state.load[t * g_count + ge] - c);
+                    None => {
+                        for (t, (w, &c)) in without.iter_mut().zip(self.expert(e)).enumerate() {
+                            *w = self.costs.least_below(ge, state.load[t * g_count + ge] - c);
+                        }
                     }
                 }
+                let without = &*without;
                 for g in (0..g_count).filter(|&g| g != ge) {
                     let p = ge * g_count + g;
                     let bounds = &bound[p * n_steps..(p + 1) * n_steps];
                     let mut sum = 0.0;
-                    for (&b, &w) in bounds.iter().zip(&without) {
+                    for (&b, &w) in bounds.iter().zip(without) {
                         sum += larger(b, w);
                     }
                     alone[e * g_count + g] = sum;
@@ -625,6 +654,8 @@ impl<'a> Search<'a> {
             };
             let keep = hints.len().saturating_sub(HINTS);
             hints.drain(..keep);
+            stale.fill(false);
+            (stale[state.gpu_of[a]], stale[state.gpu_of[b]]) = (true, true);
             self.swap(state, a, b);
             swaps += 1;
             if best_drop / previous < min_relative_drop {
