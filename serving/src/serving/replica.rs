@@ -929,23 +929,32 @@ impl Replica {
             }
             i += 1;
         }
+        // One pass over the batch for both: a victim may have been counted before it was
+        // preempted, so the batch is counted again; and the places out of the group, for
+        // `complete_step` (preemptions moved them).
+        let grouped = self.group.members > 0;
         if preempted {
-            // A victim may have been counted before it was preempted: count the batch again.
             *tally = Tally::default();
-            for s in self.running.iter().filter(|s| !s.lazy && s.scheduled > 0) {
-                tally.add(s);
+        }
+        if grouped {
+            self.eager.clear();
+        }
+        if preempted || grouped {
+            for (i, s) in self.running.iter().enumerate().filter(|(_, s)| !s.lazy) {
+                if preempted && s.scheduled > 0 {
+                    tally.add(s);
+                }
+                if grouped {
+                    self.eager.push(i as u32);
+                }
             }
         }
         let g = &self.group;
-        if g.members > 0 {
+        if grouped {
             tally.requests += g.members;
             tally.decode += g.members;
             tally.emitting += g.members;
             tally.context += g.kv_sum + g.members * (self.iteration + 1) - g.base_sum;
-            // The places out of the group, for `complete_step` (preemptions moved them).
-            self.eager.clear();
-            let places = self.running.iter().enumerate().filter(|(_, s)| !s.lazy);
-            self.eager.extend(places.map(|(i, _)| i as u32));
         }
     }
 
@@ -954,14 +963,14 @@ impl Replica {
     /// victim leaves the group first (with this step's token and block when before `i`); the
     /// members after it move down a place, and their finishing entries with them.
     fn preempt_latest(&mut self, i: usize, mode: Preemption, budget: &mut u64) -> bool {
-        // The orders are distinct, so the one largest is the victim wherever the scan meets it.
-        let victim = self
-            .running
-            .iter()
-            .enumerate()
-            .max_by_key(|(_, s)| s.order)
-            .map(|(j, _)| j)
-            .expect("running is not empty");
+        // The latest admitted: the orders are distinct, so a plain scan for the largest finds it.
+        let mut victim = 0;
+        let mut latest = self.running[0].order;
+        for (j, s) in self.running.iter().enumerate().skip(1) {
+            if s.order > latest {
+                (victim, latest) = (j, s.order);
+            }
+        }
         if self.running[victim].lazy {
             self.leave(victim, false);
             if victim < i {
