@@ -275,6 +275,37 @@ impl DecodeGroup {
     }
 }
 
+/// Which members of the decode group need a block in the step scheduled at one iteration: those
+/// whose `DecodeGroup::phase` is the step's due bucket, the block size's mask taken once for a
+/// pass over the batch (when it is a power of two) rather than once per member.
+#[derive(Clone, Copy)]
+struct DueBlocks {
+    /// The block size less one, when it is a power of two.
+    mask: Option<u64>,
+    block_size: u32,
+    due: usize,
+}
+
+impl DueBlocks {
+    fn of(iteration: u64, block_size: u32) -> Self {
+        DueBlocks {
+            mask: block_size
+                .is_power_of_two()
+                .then(|| u64::from(block_size) - 1),
+            block_size,
+            due: DecodeGroup::phase(0, iteration, block_size),
+        }
+    }
+
+    /// Whether the member whose `kv` and `base` are these needs a block in the step.
+    fn needs_block(&self, kv: u32, base: u64) -> bool {
+        match self.mask {
+            Some(mask) => (u64::from(kv).wrapping_sub(base) & mask) as usize == self.due,
+            None => DecodeGroup::phase(kv, base, self.block_size) == self.due,
+        }
+    }
+}
+
 /// One replica's scheduler state.
 pub struct Replica {
     config: ReplicaConfig,
@@ -835,9 +866,8 @@ impl Replica {
         tally: &mut Tally,
         preemption: Option<Preemption>,
     ) {
-        let block_size = self.kv.block_size();
         // A member needs a block when its context is a multiple of the block size.
-        let due = DecodeGroup::phase(0, self.iteration, block_size);
+        let due = DueBlocks::of(self.iteration, self.kv.block_size());
         let mut preempted = false;
         let mut i = 0;
         while i < self.running.len() {
@@ -849,12 +879,27 @@ impl Replica {
                 i += 1;
                 continue;
             }
+            if self.running[i].lazy && self.kv.can_grow(0) {
+                // A run of members that need no block, within the budget, while the blocks in
+                // use fit: each takes its token and nothing else happens (no allocation, and no
+                // preemption, which `can_grow(0)` rules out), as the pass below would do for each.
+                let start = i;
+                let budget_end = usize::try_from(*budget).map_or(usize::MAX, |b| start + b);
+                let end = self.running.len().min(budget_end);
+                while i < end && {
+                    let s = &self.running[i];
+                    s.lazy && !due.needs_block(s.kv, s.base)
+                } {
+                    i += 1;
+                }
+                *budget -= (i - start) as u64;
+                if i > start {
+                    continue;
+                }
+            }
             let s = &self.running[i];
             let (tokens, need) = if s.lazy {
-                (
-                    1,
-                    u64::from(DecodeGroup::phase(s.kv, s.base, block_size) == due),
-                )
+                (1, u64::from(due.needs_block(s.kv, s.base)))
             } else {
                 let tokens = self.next_tokens(s, *budget);
                 let need = self
@@ -886,23 +931,32 @@ impl Replica {
             }
             i += 1;
         }
+        // One pass over the batch for both: a victim may have been counted before it was
+        // preempted, so the batch is counted again; and the places out of the group, for
+        // `complete_step` (preemptions moved them).
+        let grouped = self.group.members > 0;
         if preempted {
-            // A victim may have been counted before it was preempted: count the batch again.
             *tally = Tally::default();
-            for s in self.running.iter().filter(|s| !s.lazy && s.scheduled > 0) {
-                tally.add(s);
+        }
+        if grouped {
+            self.eager.clear();
+        }
+        if preempted || grouped {
+            for (i, s) in self.running.iter().enumerate().filter(|(_, s)| !s.lazy) {
+                if preempted && s.scheduled > 0 {
+                    tally.add(s);
+                }
+                if grouped {
+                    self.eager.push(i as u32);
+                }
             }
         }
         let g = &self.group;
-        if g.members > 0 {
+        if grouped {
             tally.requests += g.members;
             tally.decode += g.members;
             tally.emitting += g.members;
             tally.context += g.kv_sum + g.members * (self.iteration + 1) - g.base_sum;
-            // The places out of the group, for `complete_step` (preemptions moved them).
-            self.eager.clear();
-            let places = self.running.iter().enumerate().filter(|(_, s)| !s.lazy);
-            self.eager.extend(places.map(|(i, _)| i as u32));
         }
     }
 
@@ -911,9 +965,14 @@ impl Replica {
     /// victim leaves the group first (with this step's token and block when before `i`); the
     /// members after it move down a place, and their finishing entries with them.
     fn preempt_latest(&mut self, i: usize, mode: Preemption, budget: &mut u64) -> bool {
-        let victim = (0..self.running.len())
-            .max_by_key(|&j| self.running[j].order)
-            .expect("running is not empty");
+        // The latest admitted: the orders are distinct, so a plain scan for the largest finds it.
+        let mut victim = 0;
+        let mut latest = self.running[0].order;
+        for (j, s) in self.running.iter().enumerate().skip(1) {
+            if s.order > latest {
+                (victim, latest) = (j, s.order);
+            }
+        }
         if self.running[victim].lazy {
             self.leave(victim, false);
             if victim < i {

@@ -843,24 +843,26 @@ type Seen = (u64, u64, u64, u64, Vec<u64>, Vec<u64>, u64);
 /// its sequences, the batch's order, the blocks in use and the finished sequences (in order,
 /// with their times), and at the end on every statistic; under a token budget small enough to
 /// cut the batch, with a cache small enough to preempt (recompute and swap), and in vLLM v0's
-/// prefill-first order.
+/// prefill-first order; blocks of 4 tokens, and of 3 (not a power of two: the members' block
+/// test then divides, `DueBlocks`).
 #[test]
 fn the_decode_group_schedules_and_completes_as_the_pass_does() {
     use StepOrder::{DecodeFirst, PrefillFirst};
-    for (case, preemption, budget, blocks, order) in [
-        (0, Preemption::Recompute, Some(256), 100_000, DecodeFirst),
-        (1, Preemption::Recompute, Some(48), 100_000, DecodeFirst),
-        (2, Preemption::Recompute, Some(96), 120, DecodeFirst),
-        (3, Preemption::Swap, Some(96), 120, DecodeFirst),
-        (4, Preemption::Recompute, None, 160, DecodeFirst),
-        (5, Preemption::Recompute, Some(256), 160, PrefillFirst),
+    for (case, preemption, budget, blocks, order, block_size) in [
+        (0, Preemption::Recompute, Some(256), 100_000, DecodeFirst, 4),
+        (1, Preemption::Recompute, Some(48), 100_000, DecodeFirst, 4),
+        (2, Preemption::Recompute, Some(96), 120, DecodeFirst, 4),
+        (3, Preemption::Swap, Some(96), 120, DecodeFirst, 4),
+        (4, Preemption::Recompute, None, 160, DecodeFirst, 4),
+        (5, Preemption::Recompute, Some(256), 160, PrefillFirst, 4),
+        (6, Preemption::Recompute, Some(96), 160, DecodeFirst, 3),
     ] {
         let config = ReplicaConfig {
             max_num_seqs: 24,
             max_num_batched_tokens: budget,
             chunked_prefill: budget.is_some(),
             kv: KvConfig {
-                block_size: 4,
+                block_size,
                 blocks,
                 watermark_blocks: 0,
             },

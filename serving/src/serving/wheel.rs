@@ -42,6 +42,12 @@ impl FinishWheel {
         let Some(bucket) = self.buckets.get_mut(Self::bucket(step)) else {
             return;
         };
+        if out.is_empty() && bucket.iter().all(|entry| entry.at <= step) {
+            // Every entry is due (none waits a lap, the common case): the bucket's vector is
+            // handed over whole, in its order, and `out`'s empty one takes its place.
+            std::mem::swap(bucket, out);
+            return;
+        }
         bucket.retain(|entry| {
             if entry.at <= step {
                 out.push(*entry);

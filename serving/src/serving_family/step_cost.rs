@@ -811,9 +811,14 @@ pub fn moe_layer_cost(scenario: &ServingScenario, shape: &MoeModelShape) -> MoeL
 /// launch (docs/cost-model.md, the MLA-MoE model's "5 launches per layer and 3 for the head").
 const MLA_KERNELS_PER_LAYER: u32 = 5;
 
-/// `value / parts`, rounded up.
+/// `value / parts`, rounded up; `value` itself for one part (no division: most replicas run
+/// one data-parallel copy, and a step divides three to six counts by it).
 fn share(value: u64, parts: u64) -> u64 {
-    value.div_ceil(parts)
+    if parts == 1 {
+        value
+    } else {
+        value.div_ceil(parts)
+    }
 }
 
 impl ReplicaStepCost {
