@@ -81,7 +81,9 @@ pub fn max_of(values: &[f32]) -> f32 {
 /// Mean over layers of (most loaded expert / mean expert load); layers with no load are
 /// skipped, and an all-zero load is 1.0 (nothing waits).
 pub fn imbalance(load: &[f32], n_experts: usize) -> f64 {
-    imbalance_by(load, n_experts, |layer| (sum_of(layer), f64::from(max_of(layer))))
+    imbalance_by(load, n_experts, |layer| {
+        (sum_of(layer), f64::from(max_of(layer)))
+    })
 }
 
 /// `imbalance` and `coefficient_of_variation` of whole counts whose every layer sums below 2^24
@@ -97,7 +99,10 @@ fn stats_of_counts(counts: &[u32], n_experts: usize) -> (f64, f64) {
         all += u64::from(total);
         (f64::from(total), f64::from(max))
     });
-    (imbalance, cv_about(counts, all as f64, |n| f64::from(n as i32)))
+    (
+        imbalance,
+        cv_about(counts, all as f64, |n| f64::from(n as i32)),
+    )
 }
 
 /// `imbalance` over the layers of `load`, each layer's total and largest entry by
@@ -168,9 +173,11 @@ impl ExpertLoad {
             StepLoad::Floats(load) => (imbalance(load, n_experts), coefficient_of_variation(load)),
             StepLoad::Counts(counts) => {
                 debug_assert!(
-                    counts
-                        .chunks(n_experts.max(1))
-                        .all(|layer| layer.iter().map(|&n| u64::from(n)).sum::<u64>() < 1 << 24)
+                    counts.chunks(n_experts.max(1)).all(|layer| layer
+                        .iter()
+                        .map(|&n| u64::from(n))
+                        .sum::<u64>()
+                        < 1 << 24)
                 );
                 stats_of_counts(counts, n_experts)
             }
@@ -279,9 +286,7 @@ mod tests {
             let (mut a, mut b) = (ExpertLoad::default(), ExpertLoad::default());
             a.add(StepLoad::Counts(&counts), experts, 0.7);
             b.add(StepLoad::Floats(&floats), experts, 0.7);
-            let bits = |l: &ExpertLoad| {
-                [l.imbalance_sum, l.cv_sum, l.factor_sum].map(f64::to_bits)
-            };
+            let bits = |l: &ExpertLoad| [l.imbalance_sum, l.cv_sum, l.factor_sum].map(f64::to_bits);
             assert_eq!(bits(&a), bits(&b), "round {round}");
         }
     }

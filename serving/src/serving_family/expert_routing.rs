@@ -1118,6 +1118,41 @@ mod tests {
     }
 
     #[test]
+    fn the_float_cut_spreads_as_the_saturating_conversion() {
+        // `spread` with `spread_cut`'s cut below 2^53 (a float minimum, then `truncate`) and
+        // with the saturating conversion and an integer minimum it replaced: the same rows,
+        // on running sums below, at and past the assignments (offsets near 1, expectations
+        // summing a hair over the total), from one to past 2^52 assignments.
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..4_000 {
+            let experts = [2, 8, 16, 60][round % 4];
+            let assignments = [1, 7, 100, 40_001, (1 << 52) + 3, (1 << 53) - 1][round % 6];
+            let mut weights: Vec<f64> = (0..experts).map(|_| (next() % 1000) as f64).collect();
+            let sum: f64 = weights.iter().sum::<f64>().max(1.0);
+            let over = 1.0 + [0.0, 1e-15, 1e-9][round % 3];
+            for w in &mut weights {
+                *w *= assignments as f64 / sum * over;
+            }
+            let offset = [0.0, 0.5, 1.0 - 1e-16, (next() >> 11) as f64 / (1u64 << 53) as f64]
+                [round % 4];
+            let mut order: Vec<usize> = (0..experts).collect();
+            order.rotate_left(round % experts);
+            let (mut fast, mut slow) = (vec![0u32; experts], vec![0u32; experts]);
+            spread_cut(&order, &weights, offset, assignments, &mut fast);
+            spread(&order, &weights, offset, assignments, &mut slow, |sum| {
+                (sum as i64 as u64).min(assignments)
+            });
+            assert_eq!(fast, slow, "round {round}");
+        }
+    }
+
+    #[test]
     fn unit_f64_is_the_float_random_draws() {
         let (mut a, mut b) = (stream(9, "offsets"), stream(9, "offsets"));
         for _ in 0..10_000 {
