@@ -183,12 +183,11 @@ fn affinity_tables(
 
 /// Each expert's whole assignments in `row`: `floor(c_e + offset) - floor(c_{e-1} + offset)`
 /// over the running sums `c_e` of `expected` taken in `order`, every sum cut to `assignments`
-/// and the last expert ending at it exactly; `cut` gives a non-negative sum's floor, at most
-/// `assignments`.
+/// and the last expert ending at it exactly; `whole` truncates a non-negative sum.
 ///
 /// No clamp from below is needed: the terms are non-negative, so each rounded sum is at least
-/// the one before (adding a non-negative float never lowers a sum, `cut` is non-decreasing),
-/// and `given` never passes `assignments`.
+/// the one before (adding a non-negative float never lowers a sum, `whole` and the cut are
+/// non-decreasing), and `given` never passes `assignments`.
 #[inline(always)]
 fn spread(
     order: &[usize],
@@ -196,63 +195,19 @@ fn spread(
     offset: f64,
     assignments: u64,
     row: &mut [u32],
-    cut: impl Fn(f64) -> u64,
+    whole: impl Fn(f64) -> u64,
 ) {
     let (mut running, mut given) = (0.0f64, 0u64);
     let (last, rest) = order.split_last().expect("a layer has experts");
     for &e in rest {
         running += expected[e];
-        let upto = cut(running + offset);
+        let upto = whole(running + offset).min(assignments);
         debug_assert!(upto >= given);
         row[e] = (upto - given) as u32;
         given = upto;
     }
     // The last expert ends at the exact total, whatever the rounding of the sums.
     row[*last] = (assignments - given) as u32;
-}
-
-/// `spread` with the cut its `assignments` allow: below 2^53 `cut_below_2_53`, else the
-/// saturating conversion (the running sums are non-negative, as is the offset) and a minimum.
-#[inline(always)]
-fn spread_cut(order: &[usize], expected: &[f64], offset: f64, assignments: u64, row: &mut [u32]) {
-    if assignments < 1 << 53 {
-        let whole = assignments as f64;
-        spread(order, expected, offset, assignments, row, |sum| {
-            cut_below_2_53(sum, whole)
-        });
-    } else {
-        spread(order, expected, offset, assignments, row, |sum| {
-            (sum as u64).min(assignments)
-        });
-    }
-}
-
-/// `spread`'s cut below 2^53 assignments (`whole`, exact as `f64`): `sum` (non-negative and
-/// finite) first cut to `whole` as a float, then truncated. The floor of the smaller is the
-/// smaller of the floors (`whole` is a whole number), the same value as truncating first and
-/// cutting after, with one float minimum and one plain truncation (`truncate`) in place of the
-/// saturating conversion's checks and an integer minimum.
-#[inline(always)]
-fn cut_below_2_53(sum: f64, whole: f64) -> u64 {
-    truncate(if sum < whole { sum } else { whole })
-}
-
-/// `x as u64` for a finite `x` in `[0, 2^63)`: the processor's truncating conversion alone (on
-/// x86-64 SSE2's `cvttsd2si`, which the saturating `as` surrounds with range and NaN checks).
-#[inline(always)]
-fn truncate(x: f64) -> u64 {
-    debug_assert!((0.0..9.223_372_036_854_775_807e18).contains(&x));
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_cvttsd_si64, _mm_set_sd};
-        // SAFETY: SSE2 is part of x86-64's baseline, so both intrinsics are always available;
-        // they read and write registers only.
-        unsafe { _mm_cvttsd_si64(_mm_set_sd(x)) as u64 }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        x as u64
-    }
 }
 
 /// `rng.random_range(0..=i)`, the same draws: rand's `usize` sampler takes its `u32` one for a
@@ -277,12 +232,9 @@ fn unit_f64(lo: u32, hi: u32) -> f64 {
 /// times `i + 1`.
 #[inline(always)]
 fn shuffle(order: &mut [usize], words: &[u32]) {
-    let mut end = order.len();
-    let n = words.len().min(end.saturating_sub(1));
-    for &word in &words[..n] {
-        let j = (u64::from(word) * end as u64) >> 32;
-        end -= 1;
-        order[..=end].swap(end, j as usize);
+    for (i, &word) in (1..order.len()).rev().zip(words) {
+        let j = (u64::from(word) * (i as u64 + 1)) >> 32;
+        order.swap(i, j as usize);
     }
 }
 
@@ -667,10 +619,7 @@ impl ExpertRouter {
                 .collect();
             self.per_slot.resize(self.slot_experts.len(), 0);
         }
-        if drawn {
-            self.route_drawn(assignments, slotted);
-        }
-        for layer in (0..self.n_layers).filter(|_| !by_slot && !drawn) {
+        for layer in (0..self.n_layers).filter(|_| !by_slot) {
             let row = &mut self.per_expert[layer * experts..][..experts];
             if let (Some(replay), Some(_)) = (&self.replay, unseen) {
                 let n = replay.slots_per_layer;
@@ -712,6 +661,10 @@ impl ExpertRouter {
             // a token each rarely both get one), which must not favour any expert layout.
             let offset: f64 = if assignments == 0 {
                 0.0
+            } else if drawn {
+                let words = &self.words[layer * (experts + 1)..][..experts + 1];
+                shuffle(&mut self.order, &words[2..]);
+                unit_f64(words[0], words[1])
             } else {
                 let offset = self.rng.random();
                 for i in (1..experts).rev() {
@@ -719,8 +672,15 @@ impl ExpertRouter {
                 }
                 offset
             };
+            // The running sums are non-negative (so is the offset): below 2^62 assignments a
+            // sum not cut to `assignments` is under 2^63, where converting through `i64`
+            // truncates as `u64` does, in fewer instructions.
             let (order, expected) = (&self.order, &self.expected[layer * experts..][..experts]);
-            spread_cut(order, expected, offset, assignments, row);
+            if assignments < 1 << 62 {
+                spread(order, expected, offset, assignments, row, |sum| sum as i64 as u64);
+            } else {
+                spread(order, expected, offset, assignments, row, |sum| sum as u64);
+            }
             let on_gpus = &mut self.per_gpu[layer * gpus..][..gpus];
             if slotted {
                 let n = self.layout.slots_per_gpu;
@@ -753,31 +713,6 @@ impl ExpertRouter {
                 &[]
             },
             copies: &[],
-        }
-    }
-
-    /// `route`'s layers where the step's words were drawn at once (`draw_words`): each layer
-    /// shuffles the experts' order with its words, spreads its assignments from its offset and
-    /// sums the GPUs' tokens (keeping each slot's where `slotted`).
-    fn route_drawn(&mut self, assignments: u64, slotted: bool) {
-        let (experts, gpus, n) = (self.n_experts, self.layout.gpus(), self.layout.slots_per_gpu);
-        let layers = self
-            .per_expert
-            .chunks_exact_mut(experts)
-            .zip(self.expected.chunks_exact(experts))
-            .zip(self.words.chunks_exact(experts + 1))
-            .zip(self.per_gpu.chunks_exact_mut(gpus));
-        for (layer, (((row, expected), words), on_gpus)) in layers.enumerate() {
-            shuffle(&mut self.order, &words[2..]);
-            let offset = unit_f64(words[0], words[1]);
-            spread_cut(&self.order, expected, offset, assignments, row);
-            if slotted {
-                let slots = &mut self.per_slot[layer * gpus * n..][..gpus * n];
-                let experts_of = &self.slot_experts[layer * gpus * n..][..gpus * n];
-                slot_rows(row, experts_of, n, slots, on_gpus);
-            } else {
-                self.layout.gpu_sums(layer, row, on_gpus);
-            }
         }
     }
 
@@ -1115,41 +1050,6 @@ mod tests {
             }
         }
         assert!(seconds > 0, "some word takes a second one");
-    }
-
-    #[test]
-    fn the_float_cut_spreads_as_the_saturating_conversion() {
-        // `spread` with `spread_cut`'s cut below 2^53 (a float minimum, then `truncate`) and
-        // with the saturating conversion and an integer minimum it replaced: the same rows,
-        // on running sums below, at and past the assignments (offsets near 1, expectations
-        // summing a hair over the total), from one to past 2^52 assignments.
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        for round in 0..4_000 {
-            let experts = [2, 8, 16, 60][round % 4];
-            let assignments = [1, 7, 100, 40_001, (1 << 52) + 3, (1 << 53) - 1][round % 6];
-            let mut weights: Vec<f64> = (0..experts).map(|_| (next() % 1000) as f64).collect();
-            let sum: f64 = weights.iter().sum::<f64>().max(1.0);
-            let over = 1.0 + [0.0, 1e-15, 1e-9][round % 3];
-            for w in &mut weights {
-                *w *= assignments as f64 / sum * over;
-            }
-            let offset = [0.0, 0.5, 1.0 - 1e-16, (next() >> 11) as f64 / (1u64 << 53) as f64]
-                [round % 4];
-            let mut order: Vec<usize> = (0..experts).collect();
-            order.rotate_left(round % experts);
-            let (mut fast, mut slow) = (vec![0u32; experts], vec![0u32; experts]);
-            spread_cut(&order, &weights, offset, assignments, &mut fast);
-            spread(&order, &weights, offset, assignments, &mut slow, |sum| {
-                (sum as i64 as u64).min(assignments)
-            });
-            assert_eq!(fast, slow, "round {round}");
-        }
     }
 
     #[test]
