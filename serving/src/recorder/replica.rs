@@ -9,7 +9,7 @@
 //! where the replica hands them back. `finish` closes it into a `ServingSummary`; the summaries
 //! of a cluster's replicas merge into the overall one.
 
-use super::expert_load::ExpertLoad;
+use super::expert_load::{ExpertLoad, StepLoad};
 use super::timeline::BusyIntervals;
 use crate::cost::gpu::GpuSpec;
 use crate::metrics::DepthTracker;
@@ -97,9 +97,9 @@ impl ReplicaRecorder {
 
     /// The step just started routed `load` to the experts (`layers x n_experts` tokens,
     /// layer-major: every pass of the step summed): its expert-load imbalance and CV.
-    pub fn expert_load(&mut self, load: &[f32], n_experts: usize) {
+    pub fn expert_load<'a>(&mut self, load: impl Into<StepLoad<'a>>, n_experts: usize) {
         self.expert_load
-            .add(load, n_experts, self.imbalance_sensitivity);
+            .add(load.into(), n_experts, self.imbalance_sensitivity);
     }
 
     /// The step just started spends `moe_ns` in the MoE layers' routed experts

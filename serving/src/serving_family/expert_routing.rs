@@ -23,6 +23,7 @@ use super::mapping::ExpertLayout;
 use crate::cost::shape::MoeModelShape;
 use crate::distributions::Zipf;
 use crate::memo::{ExactKey, Memo};
+use crate::recorder::expert_load::StepLoad;
 use crate::rng::SimRng;
 use crate::serving::RoutedTokens;
 use crate::serving::expert_trace::ExpertTrace;
@@ -481,16 +482,18 @@ impl ExpertRouter {
     }
 
     /// The tokens per expert (`layers x experts`, layer-major) of every pass routed since the
-    /// last call, which starts the next step's sum.
-    pub fn take_step_load(&mut self, mut out: impl FnMut(&[f32])) {
-        if self.step_passes == 0 {
-            self.step_load.fill(0.0);
-        } else if !self.step_in_floats {
-            for (sum, &n) in self.step_load.iter_mut().zip(&self.step_counts) {
-                *sum = n as f32;
+    /// last call, which starts the next step's sum: the whole counts while they sum below 2^24
+    /// (`StepLoad::Counts`: each layer's sum is at most the assignments counted), else their
+    /// `f32` sums.
+    pub fn take_step_load(&mut self, mut out: impl FnMut(StepLoad<'_>)) {
+        if self.step_in_floats {
+            out(StepLoad::Floats(&self.step_load));
+        } else {
+            if self.step_passes == 0 {
+                self.step_counts.fill(0);
             }
+            out(StepLoad::Counts(&self.step_counts));
         }
-        out(&self.step_load);
         (self.step_counted, self.step_in_floats, self.step_passes) = (0, false, 0);
     }
 
@@ -991,7 +994,12 @@ mod tests {
                 }
             }
             let mut got = Vec::new();
-            r.take_step_load(|load| got = load.to_vec());
+            r.take_step_load(|load| {
+                got = match load {
+                    StepLoad::Floats(load) => load.to_vec(),
+                    StepLoad::Counts(counts) => counts.iter().map(|&n| n as f32).collect(),
+                }
+            });
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "step {i}");
         }
