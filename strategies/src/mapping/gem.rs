@@ -1128,6 +1128,20 @@ mod tests {
         trace_of(n_experts, top_k, seed, 16)
     }
 
+    /// Layer 0 of `n_experts` experts over `window`, priced by `costs`.
+    fn layer_zero<'a>(
+        n_experts: usize,
+        window: &'a [f32],
+        costs: &'a GpuCosts,
+    ) -> LayerProblem<'a> {
+        LayerProblem {
+            layer: 0,
+            n_experts,
+            window,
+            costs,
+        }
+    }
+
     fn trace_of(n_experts: usize, top_k: usize, seed: u64, steps: usize) -> Vec<f32> {
         let params = TraceParams {
             observed_steps: steps,
@@ -1143,12 +1157,7 @@ mod tests {
     fn search_score_matches_the_reference_score() {
         let costs = GpuCosts::scaled(&staircase(), &[0.88, 1.0, 1.0, 1.0], 20_000);
         let window = trace(16, 1, 1);
-        let problem = LayerProblem {
-            layer: 0,
-            n_experts: 16,
-            window: &window,
-            costs: &costs,
-        };
+        let problem = layer_zero(16, &window, &costs);
         let search = Search::new(&problem);
         let linear = linear_assignment(16, 4);
         let state = search.state_of(&linear);
@@ -1165,12 +1174,7 @@ mod tests {
         let speeds = [0.88, 1.0, 1.0, 1.0];
         let costs = GpuCosts::scaled(&staircase(), &speeds, 40_000);
         let window = trace(16, 2, 1);
-        let problem = LayerProblem {
-            layer: 0,
-            n_experts: 16,
-            window: &window,
-            costs: &costs,
-        };
+        let problem = layer_zero(16, &window, &costs);
         let gem = Gem::default();
         let inputs = vec![problem.mean_utilization()];
         let key = search_key(&gem, &problem, &inputs);
@@ -1273,24 +1277,56 @@ mod tests {
     fn each_search(
         shapes: &[(usize, usize, Vec<f64>)],
         seeds: std::ops::Range<u64>,
+        check: impl FnMut(&Search<'_>, &LayerProblem<'_>, u64),
+    ) {
+        let windows: Vec<_> = shapes
+            .iter()
+            .map(|(n, k, speeds)| (*n, *k, speeds.clone(), 16))
+            .collect();
+        each_window_search(&windows, seeds, &[40_000, 64], check);
+    }
+
+    /// `check` on the search of each (experts, top-k, GPU speeds, window steps) case, each seed's
+    /// trace, and each table limit; a limit of 40,000 tokens holds every step's whole loads
+    /// (`Search::whole`), 64 none.
+    fn each_window_search(
+        cases: &[(usize, usize, Vec<f64>, usize)],
+        seeds: std::ops::Range<u64>,
+        limits: &[usize],
         mut check: impl FnMut(&Search<'_>, &LayerProblem<'_>, u64),
     ) {
-        for (n_experts, top_k, speeds) in shapes {
+        for (n_experts, top_k, speeds, steps) in cases {
             for seed in seeds.clone() {
-                let window = trace(*n_experts, *top_k, seed);
-                for limit in [40_000, 64] {
+                let window = trace_of(*n_experts, *top_k, seed, *steps);
+                for &limit in limits {
                     let costs = GpuCosts::scaled(&staircase(), speeds, limit);
-                    let problem = LayerProblem {
-                        layer: 0,
-                        n_experts: *n_experts,
-                        window: &window,
-                        costs: &costs,
-                    };
+                    let problem = layer_zero(*n_experts, &window, &costs);
                     let search = Search::new(&problem);
                     assert_eq!(search.whole.is_some(), limit == 40_000);
                     check(&search, &problem, seed);
                 }
             }
+        }
+    }
+
+    /// `refine` from the mean utilizations' `initial`, at each least relative drop, commits the
+    /// swaps (at least one), the mapping and the score bits of `exhaustive_refine`.
+    fn refine_is_the_exhaustive_scan(
+        search: &Search<'_>,
+        problem: &LayerProblem<'_>,
+        drops: &[f64],
+    ) {
+        for &min_relative_drop in drops {
+            let initial = search.initial(&problem.mean_utilization());
+            let (mut fast, mut slow) = (initial.clone(), initial);
+            let swaps = search.refine(&mut fast, min_relative_drop);
+            assert_eq!(
+                swaps,
+                exhaustive_refine(search, &mut slow, min_relative_drop)
+            );
+            assert!(swaps > 0);
+            assert_eq!(fast.gpu_of, slow.gpu_of);
+            assert_eq!(fast.score.to_bits(), slow.score.to_bits());
         }
     }
 
@@ -1301,18 +1337,7 @@ mod tests {
             (32, 4, vec![0.7, 0.9, 1.0, 1.0]),
         ];
         each_search(&shapes, 0..3, |search, problem, _| {
-            for min_relative_drop in [0.001, 0.0] {
-                let initial = search.initial(&problem.mean_utilization());
-                let (mut fast, mut slow) = (initial.clone(), initial);
-                let swaps = search.refine(&mut fast, min_relative_drop);
-                assert_eq!(
-                    swaps,
-                    exhaustive_refine(search, &mut slow, min_relative_drop)
-                );
-                assert!(swaps > 0);
-                assert_eq!(fast.gpu_of, slow.gpu_of);
-                assert_eq!(fast.score.to_bits(), slow.score.to_bits());
-            }
+            refine_is_the_exhaustive_scan(search, problem, &[0.001, 0.0]);
         });
     }
 
@@ -1320,30 +1345,13 @@ mod tests {
     fn refine_on_long_windows_commits_the_swaps_an_exhaustive_scan_commits() {
         // 64- and 128-step windows, where the pairs' reordered walks (`rejects`) differ most
         // from the window's order.
-        for (n_experts, top_k, speeds, steps) in [
+        let cases = [
             (16, 2, vec![0.88, 1.0, 1.0, 1.0], 128),
             (32, 4, vec![0.7, 0.9, 1.0, 1.0], 64),
-        ] {
-            for seed in 0..3 {
-                let window = trace_of(n_experts, top_k, seed, steps);
-                let costs = GpuCosts::scaled(&staircase(), &speeds, 40_000);
-                let problem = LayerProblem {
-                    layer: 0,
-                    n_experts,
-                    window: &window,
-                    costs: &costs,
-                };
-                let search = Search::new(&problem);
-                assert!(search.whole.is_some());
-                let initial = search.initial(&problem.mean_utilization());
-                let (mut fast, mut slow) = (initial.clone(), initial);
-                let swaps = search.refine(&mut fast, 0.0);
-                assert_eq!(swaps, exhaustive_refine(&search, &mut slow, 0.0));
-                assert!(swaps > 0);
-                assert_eq!(fast.gpu_of, slow.gpu_of);
-                assert_eq!(fast.score.to_bits(), slow.score.to_bits());
-            }
-        }
+        ];
+        each_window_search(&cases, 0..3, &[40_000], |search, problem, _| {
+            refine_is_the_exhaustive_scan(search, problem, &[0.0]);
+        });
     }
 
     #[test]
@@ -1454,63 +1462,48 @@ mod tests {
             (64, 8, vec![0.88, 1.0, 0.95, 1.0]),
         ];
         each_search(&shapes, 0..4, |search, problem, seed| {
-            let mut rng = stream(seed, "noise");
-            let u = problem.mean_utilization();
-            for restart in 0..4 {
-                let noisy: Vec<f64> = u
-                    .iter()
-                    .map(|&x| match restart {
-                        0 => x,
-                        _ => x * (1.0 + 0.2 * (2.0 * rng.random::<f64>() - 1.0)),
-                    })
-                    .collect();
-                let fast = search.initial(&noisy);
-                let slow = reference_initial(search, &noisy);
-                assert_eq!(fast.gpu_of, slow.gpu_of);
-                assert_eq!(fast.score.to_bits(), slow.score.to_bits());
-                assert_eq!(fast.cost, slow.cost);
-                assert_eq!(fast.load, slow.load);
-            }
+            initial_is_the_rescores(search, problem, seed, 4)
         });
+    }
+
+    /// `initial` from the mean utilizations and from `restarts - 1` noisy copies of them (the
+    /// restarts' inputs) places every expert as `reference_initial` does.
+    fn initial_is_the_rescores(
+        search: &Search<'_>,
+        problem: &LayerProblem<'_>,
+        seed: u64,
+        restarts: usize,
+    ) {
+        let mut rng = stream(seed, "noise");
+        let u = problem.mean_utilization();
+        for restart in 0..restarts {
+            let noisy: Vec<f64> = u
+                .iter()
+                .map(|&x| match restart {
+                    0 => x,
+                    _ => x * (1.0 + 0.2 * (2.0 * rng.random::<f64>() - 1.0)),
+                })
+                .collect();
+            let fast = search.initial(&noisy);
+            let slow = reference_initial(search, &noisy);
+            assert_eq!(fast.gpu_of, slow.gpu_of);
+            assert_eq!(fast.score.to_bits(), slow.score.to_bits());
+            assert_eq!(fast.cost, slow.cost);
+            assert_eq!(fast.load, slow.load);
+        }
     }
 
     #[test]
     fn initial_on_long_windows_places_each_expert_where_a_full_rescore_places_it() {
         // Windows of 64 to 256 steps, on four and eight GPUs.
-        for (n_experts, top_k, speeds, steps) in [
+        let cases = [
             (16, 2, vec![0.88, 1.0, 1.0, 1.0], 128),
             (32, 4, vec![0.7, 0.9, 1.0, 1.0], 64),
             (32, 2, vec![0.8, 1.0, 0.9, 1.0, 1.0, 0.95, 1.0, 1.0], 256),
-        ] {
-            for seed in 0..3 {
-                let window = trace_of(n_experts, top_k, seed, steps);
-                let costs = GpuCosts::scaled(&staircase(), &speeds, 40_000);
-                let problem = LayerProblem {
-                    layer: 0,
-                    n_experts,
-                    window: &window,
-                    costs: &costs,
-                };
-                let search = Search::new(&problem);
-                assert!(search.whole.is_some());
-                let mut rng = stream(seed, "noise");
-                let u = problem.mean_utilization();
-                for restart in 0..3 {
-                    let noisy: Vec<f64> = u
-                        .iter()
-                        .map(|&x| match restart {
-                            0 => x,
-                            _ => x * (1.0 + 0.2 * (2.0 * rng.random::<f64>() - 1.0)),
-                        })
-                        .collect();
-                    let fast = search.initial(&noisy);
-                    let slow = reference_initial(&search, &noisy);
-                    assert_eq!(fast.gpu_of, slow.gpu_of);
-                    assert_eq!(fast.score.to_bits(), slow.score.to_bits());
-                    assert_eq!(fast.cost, slow.cost);
-                }
-            }
-        }
+        ];
+        each_window_search(&cases, 0..3, &[40_000], |search, problem, seed| {
+            initial_is_the_rescores(search, problem, seed, 3)
+        });
     }
 
     #[test]
@@ -1518,33 +1511,10 @@ mod tests {
         // Eight GPUs: each row's partners (`refine`'s lists by GPU) leave out the experts of
         // several GPUs at once.
         let speeds = vec![0.8, 1.0, 0.9, 1.0, 1.0, 0.95, 1.0, 1.0];
-        for (n_experts, top_k, steps) in [(32, 2, 16), (32, 4, 64)] {
-            for seed in 0..3 {
-                let window = trace_of(n_experts, top_k, seed, steps);
-                for limit in [40_000, 64] {
-                    let costs = GpuCosts::scaled(&staircase(), &speeds, limit);
-                    let problem = LayerProblem {
-                        layer: 0,
-                        n_experts,
-                        window: &window,
-                        costs: &costs,
-                    };
-                    let search = Search::new(&problem);
-                    for min_relative_drop in [0.001, 0.0] {
-                        let initial = search.initial(&problem.mean_utilization());
-                        let (mut fast, mut slow) = (initial.clone(), initial);
-                        let swaps = search.refine(&mut fast, min_relative_drop);
-                        assert_eq!(
-                            swaps,
-                            exhaustive_refine(&search, &mut slow, min_relative_drop)
-                        );
-                        assert!(swaps > 0);
-                        assert_eq!(fast.gpu_of, slow.gpu_of);
-                        assert_eq!(fast.score.to_bits(), slow.score.to_bits());
-                    }
-                }
-            }
-        }
+        let cases = [(32, 2, speeds.clone(), 16), (32, 4, speeds, 64)];
+        each_window_search(&cases, 0..3, &[40_000, 64], |search, problem, _| {
+            refine_is_the_exhaustive_scan(search, problem, &[0.001, 0.0]);
+        });
     }
 
     #[test]
@@ -1554,32 +1524,20 @@ mod tests {
         // bits as each restart with fresh buffers.
         let mut scratch = Scratch::default();
         let eight = vec![0.8, 1.0, 0.9, 1.0, 1.0, 0.95, 1.0, 1.0];
-        for (n_experts, top_k, speeds, steps) in [
+        let cases = [
             (32, 4, vec![0.7, 0.9, 1.0, 1.0], 64),
             (16, 2, eight.clone(), 16),
             (32, 2, vec![0.88, 1.0, 1.0, 1.0], 128),
             (32, 4, eight, 32),
             (32, 4, vec![0.7, 0.9, 1.0, 1.0], 16),
-        ] {
-            for seed in 0..2 {
-                let window = trace_of(n_experts, top_k, seed, steps);
-                for limit in [40_000, 64] {
-                    let costs = GpuCosts::scaled(&staircase(), &speeds, limit);
-                    let problem = LayerProblem {
-                        layer: 0,
-                        n_experts,
-                        window: &window,
-                        costs: &costs,
-                    };
-                    let search = Search::new(&problem);
-                    let u = problem.mean_utilization();
-                    let fresh = search.restart(&u, 0.0);
-                    let kept = search.restart_with(&mut scratch, &u, 0.0);
-                    assert_eq!(fresh.gpu_of, kept.gpu_of);
-                    assert_eq!(fresh.score.to_bits(), kept.score.to_bits());
-                }
-            }
-        }
+        ];
+        each_window_search(&cases, 0..2, &[40_000, 64], |search, problem, _| {
+            let u = problem.mean_utilization();
+            let fresh = search.restart(&u, 0.0);
+            let kept = search.restart_with(&mut scratch, &u, 0.0);
+            assert_eq!(fresh.gpu_of, kept.gpu_of);
+            assert_eq!(fresh.score.to_bits(), kept.score.to_bits());
+        });
     }
 
     #[test]
@@ -1645,12 +1603,7 @@ mod tests {
             for seed in 0..3 {
                 let costs = GpuCosts::scaled(&staircase(), &speeds, 40_000);
                 let window = trace(n_experts, top_k, seed);
-                let problem = LayerProblem {
-                    layer: 0,
-                    n_experts,
-                    window: &window,
-                    costs: &costs,
-                };
+                let problem = layer_zero(n_experts, &window, &costs);
                 let search = Search::new(&problem);
                 let u = problem.mean_utilization();
                 let initial = search.initial(&u);
@@ -1680,12 +1633,7 @@ mod tests {
     fn gem_moves_load_off_the_slow_gpu_and_beats_linear() {
         let costs = GpuCosts::scaled(&staircase(), &[0.7, 1.0, 1.0, 1.0], 40_000);
         let window = trace(16, 1, 4);
-        let problem = LayerProblem {
-            layer: 0,
-            n_experts: 16,
-            window: &window,
-            costs: &costs,
-        };
+        let problem = layer_zero(16, &window, &costs);
         let mapping = Gem::default().map_layer(&problem, &mut stream(1, "gem"));
         let loads: Vec<f64> = (0..16).fold(vec![0.0; 4], |mut acc, t| {
             for (a, x) in acc.iter_mut().zip(mapping.gpu_tokens(problem.step(t))) {
@@ -1710,12 +1658,7 @@ mod tests {
     fn result_is_deterministic_for_a_stream() {
         let costs = GpuCosts::scaled(&staircase(), &[0.88, 1.0, 1.0, 1.0], 40_000);
         let window = trace(64, 8, 2);
-        let problem = LayerProblem {
-            layer: 0,
-            n_experts: 64,
-            window: &window,
-            costs: &costs,
-        };
+        let problem = layer_zero(64, &window, &costs);
         let a = gem_place(&Gem::default(), &problem, &mut stream(9, "gem"));
         let b = gem_place(&Gem::default(), &problem, &mut stream(9, "gem"));
         assert_eq!(a, b);
