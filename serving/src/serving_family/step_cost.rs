@@ -139,7 +139,28 @@ impl LaneRows for StepLaneRows<'_> {
     }
 }
 
-impl StepLaneRows<'_> {
+impl<'a> StepLaneRows<'a> {
+    /// A step's rows, read from its first MoE layer's first lane group.
+    fn new(
+        layout: &'a ExpertLayout,
+        copies: &'a [Vec<CopyTokens>],
+        gpu_tokens: &'a mut [Vec<u32>; LANES],
+        lane_ranges: &'a [Range<usize>],
+        per_expert: &'a [u32],
+        per_slot: &'a [u32],
+    ) -> Self {
+        StepLaneRows {
+            layout,
+            copies,
+            gpu_tokens,
+            lane_ranges,
+            per_expert,
+            per_slot,
+            layer: 0,
+            group: 0,
+        }
+    }
+
     /// Adds lane group `group` of MoE layer `layer` to `tally`.
     #[inline(always)]
     fn tally_at<L: Lanes>(&mut self, layer: usize, group: usize, tally: &mut LaneTally<L>) {
@@ -223,7 +244,7 @@ impl StepLaneRows<'_> {
 /// (a decode step routes a few tokens per layer), so this hits where a table of whole groups
 /// missed. Rows under `CAP` per slot only; where the hits stay rare (large prefills) the table
 /// turns itself off after a trial, so it costs little there.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 struct LaneMemo {
     slots: usize,
     /// Per (lane group, lane, rows of slot 0, rows of slot 1): the GPU's time and rows, `EMPTY`
@@ -257,14 +278,8 @@ impl LaneMemo {
     fn new(slots: usize) -> LaneMemo {
         LaneMemo {
             slots,
-            entries: Vec::new(),
-            lookups: 0,
-            hits: 0,
             off: slots > MEMO_SLOTS,
-            keys: Vec::new(),
-            misses: Vec::new(),
-            miss_rates: Vec::new(),
-            miss_times: Vec::new(),
+            ..LaneMemo::default()
         }
     }
 
@@ -477,7 +492,7 @@ impl LaneRows for MissRows<'_> {
 /// (`StepLaneRows`) and its lanes stored. The adapters' copies make a GPU's groups many
 /// (`LaneMemo` covers two), but a decode step's rows per GPU stay few, so the pairs repeat.
 /// Where the hits stay rare the table turns itself off after a trial, as `LaneMemo` does.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 struct CountMemo {
     off: bool,
     /// Per (lane group, lane, rows, groups): the GPU's time and rows, `EMPTY` as the time where
@@ -541,18 +556,7 @@ impl CountMemo {
     fn new(on: bool) -> CountMemo {
         CountMemo {
             off: !on,
-            entries: Vec::new(),
-            lookups: 0,
-            hits: 0,
-            lane_of: Vec::new(),
-            expert_lane: Vec::new(),
-            expert_lane_tried: false,
-            counts: Vec::new(),
-            missed: Vec::new(),
-            keys: Vec::new(),
-            misses: Vec::new(),
-            miss_rates: Vec::new(),
-            miss_times: Vec::new(),
+            ..CountMemo::default()
         }
     }
 
@@ -1281,16 +1285,14 @@ impl ReplicaStepCost {
                         lane_times,
                     );
                 } else {
-                    let mut rows = StepLaneRows {
+                    let mut rows = StepLaneRows::new(
                         layout,
                         copies,
                         gpu_tokens,
                         lane_ranges,
-                        per_expert: routed.per_expert,
-                        per_slot: routed.per_slot,
-                        layer: 0,
-                        group: 0,
-                    };
+                        routed.per_expert,
+                        routed.per_slot,
+                    );
                     if !count_memo.off && routed.per_slot.is_empty() {
                         count_memo.price(cost, &mut rows, lane_rates, n_layers, lane_times);
                     } else {
@@ -1517,6 +1519,15 @@ mod tests {
     use crate::cost::gpu::GpuSpec;
     use rand::RngExt;
 
+    /// Mixtral-8x7B's MoE layer priced on `gpu` with `timing`.
+    fn mixtral_on(gpu: &str, timing: Timing) -> MoeLayerCost {
+        MoeLayerCost::new(
+            &GpuSpec::by_name(gpu).unwrap(),
+            &MoeModelShape::mixtral_8x7b(),
+            timing,
+        )
+    }
+
     /// A lane group's times and rows by their bits, to compare two prices exactly.
     fn lane_bits(t: &LaneTimes) -> ([u64; LANES], [u64; LANES]) {
         (t.nanos.map(f64::to_bits), t.rows.map(f64::to_bits))
@@ -1552,11 +1563,7 @@ mod tests {
     fn the_count_memo_returns_what_pricing_computes() {
         let mut rng = crate::rng::stream(7, "count-memo");
         for timing in [Timing::Graph, Timing::Eager] {
-            let cost = MoeLayerCost::new(
-                &GpuSpec::by_name("Ascend-910B").unwrap(),
-                &MoeModelShape::mixtral_8x7b(),
-                timing,
-            );
+            let cost = mixtral_on("Ascend-910B", timing);
             for (experts, ep, gpus) in [(64, 8, 8), (30, 6, 12)] {
                 let layers = 3;
                 let layout = ExpertLayout::linear(layers, experts, ep, gpus);
@@ -1599,34 +1606,30 @@ mod tests {
                                 .collect()
                         })
                         .collect();
-                    let mut rows = StepLaneRows {
-                        layout: &layout,
-                        copies: &copies,
-                        gpu_tokens: &mut tokens,
-                        lane_ranges: &lane_ranges,
-                        per_expert: &per_expert,
-                        per_slot: &[],
-                        layer: 0,
-                        group: 0,
-                    };
+                    let mut rows = StepLaneRows::new(
+                        &layout,
+                        &copies,
+                        &mut tokens,
+                        &lane_ranges,
+                        &per_expert,
+                        &[],
+                    );
                     memo.price(&cost, &mut rows, &lane_rates, layers, &mut got);
-                    let mut rows = StepLaneRows {
-                        layout: &layout,
-                        copies: &copies,
-                        gpu_tokens: &mut tokens,
-                        lane_ranges: &lane_ranges,
-                        per_expert: &per_expert,
-                        per_slot: &[],
-                        layer: 0,
-                        group: 0,
-                    };
+                    let mut rows = StepLaneRows::new(
+                        &layout,
+                        &copies,
+                        &mut tokens,
+                        &lane_ranges,
+                        &per_expert,
+                        &[],
+                    );
                     cost.lane_times_with(
                         &lane_rates,
                         layers * lane_ranges.len(),
                         &mut rows,
                         &mut want,
                     );
-                                        assert_eq!(got.len(), want.len());
+                    assert_eq!(got.len(), want.len());
                     for (got, want) in got.iter().zip(&want) {
                         assert_eq!(lane_bits(got), lane_bits(want), "{timing:?}, {gpus} GPUs");
                     }
@@ -1654,11 +1657,7 @@ mod tests {
         ];
         let mut rng = crate::rng::stream(5, "lane-memo");
         for timing in [Timing::Graph, Timing::Eager] {
-            let cost = MoeLayerCost::new(
-                &GpuSpec::by_name("H100-SXM").unwrap(),
-                &MoeModelShape::mixtral_8x7b(),
-                timing,
-            );
+            let cost = mixtral_on("H100-SXM", timing);
             let rates = [
                 cost.rates.lanes(&[SpeedFactors::NOMINAL; LANES]),
                 cost.rates.lanes(&speeds),
@@ -1692,7 +1691,7 @@ mod tests {
                         })
                         .collect();
                     cost.lane_times_all(&rates, &counts, &mut expected);
-                                        assert_eq!(out.len(), expected.len());
+                    assert_eq!(out.len(), expected.len());
                     for (got, want) in out.iter().zip(&expected) {
                         assert_eq!(lane_bits(got), lane_bits(want), "{timing:?}, {slots} slots");
                     }
@@ -1707,11 +1706,7 @@ mod tests {
         // A plain layout's tokens per slot (as the router hands them on) and the layout's own
         // gather of the tokens per expert key the memo alike: the same prices, bit for bit, as
         // pricing every lane group afresh, over steps whose rows repeat and pass the table.
-        let cost = MoeLayerCost::new(
-            &GpuSpec::by_name("H100-SXM").unwrap(),
-            &MoeModelShape::mixtral_8x7b(),
-            Timing::Graph,
-        );
+        let cost = mixtral_on("H100-SXM", Timing::Graph);
         let mut rng = crate::rng::stream(7, "lane-memo-slots");
         for (experts, ep, slots) in [(8, 4, 2), (8, 8, 1), (16, 8, 2)] {
             let layers = 3;
@@ -1766,7 +1761,7 @@ mod tests {
                     })
                     .collect();
                 cost.lane_times_all(&rates, &counts, &mut want);
-                                assert_eq!(a.len(), want.len());
+                assert_eq!(a.len(), want.len());
                 assert_eq!(b.len(), want.len());
                 for ((x, y), w) in a.iter().zip(&b).zip(&want) {
                     assert_eq!(lane_bits(x), lane_bits(w), "{experts} experts, EP {ep}");
@@ -1784,11 +1779,7 @@ mod tests {
         // into the float tally, four through the whole-number tally) and on the layout's
         // gather of the tokens per expert: the same prices, bit for bit, for every layer and
         // lane group, with a lane group short of GPUs.
-        let cost = MoeLayerCost::new(
-            &GpuSpec::by_name("H100-SXM").unwrap(),
-            &MoeModelShape::mixtral_8x7b(),
-            Timing::Eager,
-        );
+        let cost = mixtral_on("H100-SXM", Timing::Eager);
         let mut rng = crate::rng::stream(9, "step-lane-rows");
         for (experts, ep) in [(8, 8), (8, 4), (16, 4), (12, 6)] {
             let layers = 3;
@@ -1811,21 +1802,23 @@ mod tests {
                 let per_slot = tokens_per_slot(&layout, &per_expert, ep);
                 let mut priced = [Vec::new(), Vec::new()];
                 for (slotted, out) in [&[][..], &per_slot[..]].into_iter().zip(&mut priced) {
-                    let mut rows = StepLaneRows {
-                        layout: &layout,
-                        copies: &copies,
-                        gpu_tokens: &mut gpu_tokens,
-                        lane_ranges: &lane_ranges,
-                        per_expert: &per_expert,
-                        per_slot: slotted,
-                        layer: 0,
-                        group: 0,
-                    };
+                    let mut rows = StepLaneRows::new(
+                        &layout,
+                        &copies,
+                        &mut gpu_tokens,
+                        &lane_ranges,
+                        &per_expert,
+                        slotted,
+                    );
                     cost.lane_times_with(&rates, layers * lane_ranges.len(), &mut rows, out);
                 }
-                                assert_eq!(priced[0].len(), layers * lane_ranges.len());
+                assert_eq!(priced[0].len(), layers * lane_ranges.len());
                 for (a, b) in priced[0].iter().zip(&priced[1]) {
-                    assert_eq!(lane_bits(a), lane_bits(b), "{experts} experts, EP {ep}, {slots} slots");
+                    assert_eq!(
+                        lane_bits(a),
+                        lane_bits(b),
+                        "{experts} experts, EP {ep}, {slots} slots"
+                    );
                 }
             }
         }
