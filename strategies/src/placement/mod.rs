@@ -20,12 +20,12 @@ pub fn build(config: &PlacementConfig) -> Box<dyn Placement> {
         PlacementConfig::RoundRobin => Box::new(round_robin::RoundRobin),
         PlacementConfig::DataParallel => Box::new(data_parallel::DataParallel),
         PlacementConfig::Ilp {
-            time_limit_s,
+            node_limit,
             valid_bound,
             warm_start,
             ..
         } => Box::new(ilp::Ilp {
-            time_limit_s: *time_limit_s,
+            node_limit: *node_limit,
             valid_bound: *valid_bound,
             warm_start: *warm_start,
         }),
@@ -112,7 +112,7 @@ mod tests {
             PlacementConfig::RoundRobin,
             PlacementConfig::DataParallel,
             PlacementConfig::Ilp {
-                time_limit_s: 1.0,
+                node_limit: 1,
                 max_models_per_worker: 2,
                 valid_bound: true,
                 warm_start: true,
@@ -146,7 +146,7 @@ mod tests {
             "round_robin" => PlacementConfig::RoundRobin,
             "data_parallel" => PlacementConfig::DataParallel,
             "ilp" => PlacementConfig::Ilp {
-                time_limit_s: 10.0,
+                node_limit: 20_000,
                 max_models_per_worker: 2,
                 valid_bound: true,
                 warm_start: true,
