@@ -536,7 +536,7 @@ mod tests {
         let key = solve_key(&ilp, &p);
         assert!(SOLVED.get(&key).is_some_and(|kept| kept.is_some()));
         let mut changed = Vec::new();
-        for edit in 0..8 {
+        for edit in 0..9 {
             let mut q = p.clone();
             let mut other = Ilp::default();
             match edit {
@@ -547,12 +547,47 @@ mod tests {
                 4 => q.models[3].per_prompt_s *= 1.5,
                 5 => q.models[0].replica_cap -= 1,
                 6 => q.models[0].name.push('x'),
+                7 => other.node_limit += 1,
                 _ => other.valid_bound = false,
             }
             changed.push(solve_key(&other, &q));
         }
         assert!(changed.iter().all(|k| *k != key));
         assert_eq!(solve_key(&Ilp::default(), &p.clone()), key);
+    }
+
+    #[test]
+    fn a_solve_cut_by_its_node_budget_is_the_same_every_time_and_reports_its_gap() {
+        let p = paper_instance();
+        let optimal = Ilp::default().solve(&p).unwrap();
+        let optimal_report = optimal.solver.clone().unwrap();
+        assert_eq!(optimal_report.status, SolveStatus::Optimal);
+        let budget = 8;
+        assert!(optimal_report.nodes > 2 * budget, "{optimal_report:?}");
+        let cut = Ilp {
+            node_limit: budget as u32,
+            ..Ilp::default()
+        };
+        // The solve time is the clock's, the only field that may differ.
+        let timeless = |plan: PlacementPlan| {
+            let mut plan = plan;
+            if let Some(report) = &mut plan.solver {
+                report.solve_time_s = 0.0;
+            }
+            plan
+        };
+        let first = timeless(cut.solve(&p).unwrap());
+        for _ in 0..2 {
+            assert_eq!(timeless(cut.solve(&p).unwrap()), first);
+        }
+        first.check(&p, true).unwrap();
+        let report = first.solver.clone().unwrap();
+        assert_eq!(report.status, SolveStatus::NodeLimit, "{report:?}");
+        assert_eq!(report.nodes, budget);
+        assert!(report.gap > 0.0, "{report:?}");
+        assert!(report.bound_s <= optimal_report.objective_s, "{report:?}");
+        assert!(report.objective_s >= optimal_report.objective_s, "{report:?}");
+        assert!(report.objective_s <= p.predicted_makespan_s(&Lpt.place(&p).unwrap()));
     }
 
     #[test]

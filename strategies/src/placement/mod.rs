@@ -141,6 +141,45 @@ mod tests {
         }
     }
 
+    /// The ILP's budget is validated where the file writes it; the wall-clock key it replaced
+    /// is refused naming the new one.
+    #[test]
+    fn the_node_budget_is_refused_at_its_file_line_and_field() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../scenarios/mosaic/gate.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let line = 1 + text
+            .lines()
+            .position(|l| l == "policy = { kind = \"ilp\" }")
+            .expect("gate.toml places with the ILP");
+        let refused = |policy: &str| {
+            let text = text.replacen("policy = { kind = \"ilp\" }", policy, 1);
+            match expertsim_scenario::scenario::load_str(&path, &text, &[]) {
+                Err(e) => e.to_string(),
+                Ok(_) => panic!("{policy} was accepted"),
+            }
+        };
+        let at = format!("gate.toml:{line}:");
+        let err = refused("policy = { kind = \"ilp\", node_limit = 0 }");
+        assert!(err.contains(&at), "{err}");
+        assert!(err.contains("field `placement.policy.node_limit`"), "{err}");
+        assert!(err.contains("must be at least 1"), "{err}");
+        let err = refused("policy = { kind = \"ilp\", time_limit_s = 10 }");
+        assert!(err.contains(&at), "{err}");
+        assert!(err.contains("field `placement.policy`"), "{err}");
+        assert!(err.contains("unknown field `time_limit_s`"), "{err}");
+        assert!(err.contains("`node_limit`"), "{err}");
+        let budget = "policy = { kind = \"ilp\", node_limit = 500 }";
+        let plan = expertsim_scenario::scenario::load_str(
+            &path,
+            &text.replacen("policy = { kind = \"ilp\" }", budget, 1),
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let scenario = format!("{:?}", plan.cells[0].scenario);
+        assert!(scenario.contains("node_limit: 500"), "{scenario}");
+    }
+
     fn toml_config(kind: &str) -> PlacementConfig {
         match kind {
             "round_robin" => PlacementConfig::RoundRobin,
