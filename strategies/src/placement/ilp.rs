@@ -564,7 +564,7 @@ mod tests {
         assert_eq!(optimal_report.status, SolveStatus::Optimal);
         let budget = 8;
         assert!(optimal_report.nodes > 2 * budget, "{optimal_report:?}");
-        let cut = Ilp {
+        let mut cut = Ilp {
             node_limit: budget as u32,
             ..Ilp::default()
         };
@@ -588,6 +588,11 @@ mod tests {
         assert!(report.bound_s <= optimal_report.objective_s, "{report:?}");
         assert!(report.objective_s >= optimal_report.objective_s, "{report:?}");
         assert!(report.objective_s <= p.predicted_makespan_s(&Lpt.place(&p).unwrap()));
+        // Such a plan depends on nothing but its inputs, so it is kept like an optimal one.
+        for _ in 0..2 {
+            assert_eq!(timeless(cut.place(&p).unwrap()), first);
+        }
+        assert!(SOLVED.get(&solve_key(&cut, &p)).is_some_and(|kept| kept.is_some()));
     }
 
     #[test]
