@@ -228,7 +228,10 @@ fn solve_backend(
     };
     let stats = solution.stats();
     Ok(Some(RawSolution {
-        values: read.iter().map(|v| solution.var_value(columns[v])).collect(),
+        values: read
+            .iter()
+            .map(|v| solution.var_value(columns[v]))
+            .collect(),
         status,
         bound: stats.best_bound,
         nodes: stats.nodes_solved,
@@ -247,7 +250,10 @@ fn solve_backend(
         .vars
         .minimise(f.c)
         .using(good_lp::solvers::highs::highs)
-        .set_option("mip_max_nodes", i32::try_from(node_limit).unwrap_or(i32::MAX));
+        .set_option(
+            "mip_max_nodes",
+            i32::try_from(node_limit).unwrap_or(i32::MAX),
+        );
     for constraint in f.constraints {
         model.add_constraint(constraint);
     }
@@ -586,13 +592,20 @@ mod tests {
         assert_eq!(report.nodes, budget);
         assert!(report.gap > 0.0, "{report:?}");
         assert!(report.bound_s <= optimal_report.objective_s, "{report:?}");
-        assert!(report.objective_s >= optimal_report.objective_s, "{report:?}");
+        assert!(
+            report.objective_s >= optimal_report.objective_s,
+            "{report:?}"
+        );
         assert!(report.objective_s <= p.predicted_makespan_s(&Lpt.place(&p).unwrap()));
         // Such a plan depends on nothing but its inputs, so it is kept like an optimal one.
         for _ in 0..2 {
             assert_eq!(timeless(cut.place(&p).unwrap()), first);
         }
-        assert!(SOLVED.get(&solve_key(&cut, &p)).is_some_and(|kept| kept.is_some()));
+        assert!(
+            SOLVED
+                .get(&solve_key(&cut, &p))
+                .is_some_and(|kept| kept.is_some())
+        );
     }
 
     #[test]

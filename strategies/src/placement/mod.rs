@@ -145,8 +145,8 @@ mod tests {
     /// is refused naming the new one.
     #[test]
     fn the_node_budget_is_refused_at_its_file_line_and_field() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../scenarios/mosaic/gate.toml");
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/mosaic/gate.toml");
         let text = std::fs::read_to_string(&path).unwrap();
         let line = 1 + text
             .lines()
