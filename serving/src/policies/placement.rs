@@ -113,8 +113,9 @@ pub struct Session {
 pub enum SolveStatus {
     /// Proven optimal.
     Optimal,
-    /// Stopped at the time limit with a feasible incumbent.
-    TimeLimit,
+    /// Stopped at the node budget (`PlacementConfig::Ilp::node_limit`) with a feasible
+    /// incumbent; the gap says how far from proven.
+    NodeLimit,
     /// Stopped within the requested relative gap.
     GapLimit,
     /// The solver found nothing in time; the plan is the warm start (a heuristic).
@@ -122,12 +123,12 @@ pub enum SolveStatus {
 }
 
 impl SolveStatus {
-    /// The status as a number for the scalar metrics: 1 optimal, 2 time limit, 3 gap limit,
+    /// The status as a number for the scalar metrics: 1 optimal, 2 node limit, 3 gap limit,
     /// 4 no incumbent (0 is "no solver ran").
     pub fn code(self) -> f64 {
         match self {
             SolveStatus::Optimal => 1.0,
-            SolveStatus::TimeLimit => 2.0,
+            SolveStatus::NodeLimit => 2.0,
             SolveStatus::GapLimit => 3.0,
             SolveStatus::NoIncumbent => 4.0,
         }
@@ -147,7 +148,7 @@ pub struct SolverReport {
     /// Wall-clock time of the solve, seconds (not deterministic: kept out of results unless
     /// asked for).
     pub solve_time_s: f64,
-    /// Branch-and-bound nodes solved (deterministic when the solve is not cut by the limit).
+    /// Branch-and-bound nodes solved (at most the node budget).
     pub nodes: u64,
 }
 
@@ -267,6 +268,9 @@ pub trait Placement: Send {
     fn place(&mut self, problem: &PlacementProblem) -> Result<PlacementPlan, PlacementError>;
 }
 
+/// The ILP's default node budget (`PlacementConfig::Ilp::node_limit`).
+pub const ILP_NODE_LIMIT: u32 = 20_000;
+
 /// `[placement]`: the policy registry. `strategies::placement::build` turns it into a
 /// `Box<dyn Placement>`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -279,16 +283,18 @@ pub enum PlacementConfig {
     DataParallel,
     /// The paper's ILP.
     Ilp {
-        /// Solver time limit, seconds.
-        #[serde(default = "default_time_limit_s")]
-        time_limit_s: f64,
+        /// The solve's budget: branch-and-bound nodes, after which it returns its best plan and
+        /// the gap to its bound. A count, not the clock (the former `time_limit_s`), so that the
+        /// plan is the same on every machine at any load.
+        #[serde(default = "default_node_limit")]
+        node_limit: u32,
         /// K: at most this many distinct models per worker.
         #[serde(default = "default_k")]
         max_models_per_worker: u32,
         /// Add the valid bound C >= l_m + tau_m P_m / cap_m.
         #[serde(default = "default_true")]
         valid_bound: bool,
-        /// Start from the LPT plan (so a time-limited solve always has an incumbent).
+        /// Start from the LPT plan (so a solve cut by its node budget always has an incumbent).
         #[serde(default = "default_true")]
         warm_start: bool,
     },
@@ -300,8 +306,8 @@ pub enum PlacementConfig {
     },
 }
 
-fn default_time_limit_s() -> f64 {
-    10.0
+fn default_node_limit() -> u32 {
+    ILP_NODE_LIMIT
 }
 fn default_k() -> u32 {
     2

@@ -19,7 +19,7 @@ pub struct SessionSummary {
     pub output_tokens: u64,
     /// The makespan the plan predicts, where every model has a predicted session time.
     pub predicted_makespan_s: Option<f64>,
-    /// The MILP solver's status code (`SolveStatus::code`: 1 optimal, 2 time limit, 3 gap, 4 no
+    /// The MILP solver's status code (`SolveStatus::code`: 1 optimal, 2 node limit, 3 gap, 4 no
     /// incumbent), relative gap and branch-and-bound nodes, where the policy solved one.
     pub solver: Option<(f64, f64, u64)>,
 }

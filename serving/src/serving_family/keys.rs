@@ -264,7 +264,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "placement.policy",
         default: "(required with `[placement]`)",
-        meaning: "the placement policy (`strategies::placement`) by `kind`: `round_robin` (model m to worker m mod N, groups in file order), `data_parallel` (every model on every worker, calls split evenly, a barrier per model: round r + 1 starts on every worker once all finished round r, a worker without calls of a model still loads it), `ilp` (MOSAIC's MILP: `time_limit_s` 10, `max_models_per_worker` 2, `valid_bound` true, `warm_start` true), `lpt` (`max_models_per_worker` 2)",
+        meaning: "the placement policy (`strategies::placement`) by `kind`: `round_robin` (model m to worker m mod N, groups in file order), `data_parallel` (every model on every worker, calls split evenly, a barrier per model: round r + 1 starts on every worker once all finished round r, a worker without calls of a model still loads it), `ilp` (MOSAIC's MILP: `node_limit` 20000 branch-and-bound nodes, `max_models_per_worker` 2, `valid_bound` true, `warm_start` true), `lpt` (`max_models_per_worker` 2)",
     },
     KeyDoc {
         key: "placement.predicted_session_s",

@@ -519,7 +519,7 @@ pub const TABLE: [MetricDef<ServingSummary>; 83] = [
     },
     MetricDef {
         name: "ilp_status",
-        label: "placement MILP status (0 no MILP, 1 optimal, 2 time limit, 3 gap, 4 no incumbent; placement only)",
+        label: "placement MILP status (0 no MILP, 1 optimal, 2 node limit, 3 gap, 4 no incumbent; placement only)",
         unit: "code",
         better: Better::Lower,
         value: |s| session_number(s, SessionSummary::ilp_status),

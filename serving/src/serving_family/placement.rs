@@ -28,7 +28,7 @@ use super::sessions::WorkerSessions;
 use crate::arrivals::ArrivalSpec;
 use crate::policies::placement::{ModelDemand, Placement, PlacementConfig, PlacementProblem};
 use crate::serving::questions::EXPERTS_PER_QUESTION;
-use crate::validate::{FieldError, field_error, positive};
+use crate::validate::{FieldError, field_error};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -296,7 +296,7 @@ impl PlacementTable {
 
     /// The spec of `placed` models among `groups` groups: the predicted times (each named by
     /// one placed model, finite, positive; every model's where the policy reads them), the
-    /// policy's K and time limit, the calibration pass (its calls `calibration_calls` unless
+    /// policy's K and node budget, the calibration pass (its calls `calibration_calls` unless
     /// written).
     fn spec(
         &self,
@@ -362,11 +362,16 @@ impl PlacementTable {
         }
         match self.policy {
             PlacementConfig::Ilp {
-                time_limit_s,
+                node_limit,
                 max_models_per_worker: k,
                 ..
             } => {
-                positive("placement.policy.time_limit_s", time_limit_s)?;
+                if node_limit == 0 {
+                    return Err(field_error(
+                        "placement.policy.node_limit",
+                        "must be at least 1 (branch-and-bound nodes), got 0",
+                    ));
+                }
                 check_k(k, self.workers, placed.len())?;
             }
             PlacementConfig::Lpt {

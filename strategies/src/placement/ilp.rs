@@ -13,28 +13,30 @@
 //! ```
 //!
 //! The solve is warm-started from the LPT plan (feasible for every K >= ceil(M/N)), stopped
-//! at the time limit, and reports its status, the relative gap to the best proven bound and
-//! the solve time. An infeasible K is reported as `PlacementError::Infeasible` with the reason.
+//! after `node_limit` branch-and-bound nodes (a count, not the clock: the plan is the same on
+//! every machine at any load), and reports its status, the relative gap to the best proven bound
+//! and the solve time. An infeasible K is reported as `PlacementError::Infeasible` with the
+//! reason. good_lp's microlp wrapper takes a time limit only, so the microlp backend builds
+//! microlp's own problem from the same formulation (`microlp_problem`) and solves it with a node
+//! limit; HiGHS gets the budget as its `mip_max_nodes` option.
 //!
-//! A solve proven optimal before its time limit is a pure function of the problem and the
-//! options (the branch and bound runs the same way each time), so such a plan is kept for the
-//! process (`SOLVED`): MOSAIC's cells that differ only in what the placement does not see (the
-//! gate's tau, the aggregator) solve once. A plan found otherwise (time limit, no incumbent)
-//! depends on the clock and is never kept.
+//! A solve is a pure function of the problem and the options (the branch and bound runs the
+//! same way each time, and stops at the same node), so its plan is kept for the process
+//! (`SOLVED`): MOSAIC's cells that differ only in what the placement does not see (the gate's
+//! tau, the aggregator) solve once.
 
 use super::lpt::lpt_plan;
 use expertsim_serving::memo::{ExactKey, Memo};
 use expertsim_serving::policies::placement::{
-    Placement, PlacementError, PlacementPlan, PlacementProblem, Session, SolveStatus, SolverReport,
+    ILP_NODE_LIMIT, Placement, PlacementError, PlacementPlan, PlacementProblem, Session,
+    SolveStatus, SolverReport,
 };
-use good_lp::{
-    Expression, ProblemVariables, ResolutionError, Solution, SolutionStatus, SolverModel, Variable,
-    WithInitialSolution, WithTimeLimit, variable,
-};
+use good_lp::{Expression, ProblemVariables, ResolutionError, Variable, variable};
 use std::time::Instant;
 
 pub struct Ilp {
-    pub time_limit_s: f64,
+    /// Branch-and-bound nodes a solve attempt may take.
+    pub node_limit: u32,
     pub valid_bound: bool,
     pub warm_start: bool,
 }
@@ -42,7 +44,7 @@ pub struct Ilp {
 impl Default for Ilp {
     fn default() -> Self {
         Ilp {
-            time_limit_s: 10.0,
+            node_limit: ILP_NODE_LIMIT,
             valid_bound: true,
             warm_start: true,
         }
@@ -142,69 +144,138 @@ pub fn lower_bound(problem: &PlacementProblem) -> f64 {
     per_model.max(work / f64::from(problem.n_workers.max(1)))
 }
 
-/// What the backend returns.
+/// What the backend returns when it has a plan.
 struct RawSolution {
     values: Vec<f64>,
-    status: SolutionStatus,
+    status: SolveStatus,
     bound: Option<f64>,
     nodes: u64,
 }
 
+/// The formulation as microlp's own problem, built as good_lp's microlp wrapper builds it (the
+/// same columns in the same order, the same rows), with each good_lp variable's column.
+#[cfg(not(feature = "highs"))]
+fn microlp_problem(
+    f: &Formulation,
+) -> Result<
+    (
+        microlp::Problem,
+        std::collections::HashMap<Variable, microlp::Variable>,
+    ),
+    ResolutionError,
+> {
+    use good_lp::IntoAffineExpression;
+    let integer_bound = |bound: f64| {
+        (f64::from(i32::MIN)..=f64::from(i32::MAX))
+            .contains(&bound)
+            .then_some(bound as i32)
+            .ok_or_else(|| ResolutionError::Str(format!("integer bound {bound} past i32")))
+    };
+    let mut problem = microlp::Problem::new(microlp::OptimizationDirection::Minimize);
+    let mut columns = std::collections::HashMap::new();
+    for (var, definition) in f.vars.iter_variables_with_def() {
+        let cost = if var == f.c { 1.0 } else { 0.0 };
+        let (min, max) = (definition.get_min(), definition.get_max());
+        let column = if definition.is_integer() {
+            problem.add_integer_var(cost, (integer_bound(min)?, integer_bound(max)?))
+        } else {
+            problem.add_var(cost, (min, max))
+        };
+        columns.insert(var, column);
+    }
+    for constraint in &f.constraints {
+        let expression = constraint.expression();
+        let mut row = microlp::LinearExpr::empty();
+        for (var, coefficient) in expression.linear_coefficients() {
+            row.add(columns[&var], coefficient);
+        }
+        let op = if constraint.is_equality() {
+            microlp::ComparisonOp::Eq
+        } else {
+            microlp::ComparisonOp::Le
+        };
+        problem.add_constraint(row, op, -expression.constant());
+    }
+    Ok((problem, columns))
+}
+
+/// The solve of `f` within `node_limit` nodes: the values of `read`, or `None` when the budget
+/// ran out before any feasible plan.
 #[cfg(not(feature = "highs"))]
 fn solve_backend(
     f: Formulation,
     read: &[Variable],
-    time_limit_s: f64,
+    node_limit: u32,
     initial: Option<Vec<(Variable, f64)>>,
-) -> Result<RawSolution, ResolutionError> {
-    let mut model = f
-        .vars
-        .minimise(f.c)
-        .using(good_lp::solvers::microlp::microlp);
-    for constraint in f.constraints {
-        model.add_constraint(constraint);
-    }
-    let mut model = model.with_time_limit(time_limit_s);
-    if let Some(initial) = initial {
-        model = model.with_initial_solution(initial);
-    }
-    let solution = model.solve()?;
-    let values = read.iter().map(|&v| solution.value(v)).collect();
-    let status = solution.status();
-    let stats = solution.into_inner().stats();
-    Ok(RawSolution {
-        values,
+) -> Result<Option<RawSolution>, ResolutionError> {
+    let (problem, columns) = microlp_problem(&f)?;
+    let mut options = microlp::SolveOptions::default();
+    options.node_limit = Some(u64::from(node_limit));
+    options.warm_start = initial.map(|values| {
+        values
+            .into_iter()
+            .map(|(var, value)| (columns[&var], value))
+            .collect()
+    });
+    let Ok(solution) = problem.solve_with(options)?.into_solution() else {
+        return Ok(None);
+    };
+    let status = match solution.termination_reason() {
+        microlp::TerminationReason::ProvenOptimal => SolveStatus::Optimal,
+        microlp::TerminationReason::MipGap => SolveStatus::GapLimit,
+        // The node budget: no other limit is set.
+        _ => SolveStatus::NodeLimit,
+    };
+    let stats = solution.stats();
+    Ok(Some(RawSolution {
+        values: read
+            .iter()
+            .map(|v| solution.var_value(columns[v]))
+            .collect(),
         status,
         bound: stats.best_bound,
         nodes: stats.nodes_solved,
-    })
+    }))
 }
 
 #[cfg(feature = "highs")]
 fn solve_backend(
     f: Formulation,
     read: &[Variable],
-    time_limit_s: f64,
+    node_limit: u32,
     initial: Option<Vec<(Variable, f64)>>,
-) -> Result<RawSolution, ResolutionError> {
-    let mut model = f.vars.minimise(f.c).using(good_lp::solvers::highs::highs);
+) -> Result<Option<RawSolution>, ResolutionError> {
+    use good_lp::{Solution, SolutionStatus, SolverModel, WithInitialSolution};
+    let mut model = f
+        .vars
+        .minimise(f.c)
+        .using(good_lp::solvers::highs::highs)
+        .set_option(
+            "mip_max_nodes",
+            i32::try_from(node_limit).unwrap_or(i32::MAX),
+        );
     for constraint in f.constraints {
         model.add_constraint(constraint);
     }
-    let mut model = model.with_time_limit(time_limit_s);
     if let Some(initial) = initial {
         model = model.with_initial_solution(initial);
     }
     let solution = model.solve()?;
     let values = read.iter().map(|&v| solution.value(v)).collect();
-    // HiGHS's bound is not exposed through good_lp's solution; the gap is then taken against
-    // `lower_bound` unless the solve is optimal.
-    Ok(RawSolution {
+    let status = match solution.status() {
+        SolutionStatus::Optimal => SolveStatus::Optimal,
+        SolutionStatus::GapLimit => SolveStatus::GapLimit,
+        // good_lp folds every HiGHS limit into `TimeLimit`; the node budget is the one set.
+        SolutionStatus::TimeLimit => SolveStatus::NodeLimit,
+    };
+    // HiGHS's bound and node count are not exposed through good_lp's solution; the gap is then
+    // taken against `lower_bound` unless the solve is optimal.
+    Ok(Some(RawSolution {
         values,
-        status: solution.status(),
+        status,
         bound: None,
         nodes: 0,
-    })
+    }))
 }
 
 impl Ilp {
@@ -240,7 +311,7 @@ impl Ilp {
     }
 }
 
-/// The optimal plans by `solve_key` (`None`: a solve not kept, which the next caller repeats);
+/// The plans by `solve_key` (`None`: a solve that gave no plan, which the next caller repeats);
 /// a second caller of a solve under way waits for it. It keeps the 256 most recently used: a
 /// plan is a few sessions per worker and its key a few dozen bytes per model.
 static SOLVED: Memo<ExactKey, Option<PlacementPlan>> = Memo::new(256);
@@ -249,7 +320,7 @@ static SOLVED: Memo<ExactKey, Option<PlacementPlan>> = Memo::new(256);
 /// bits and each name behind its length.
 fn solve_key(ilp: &Ilp, problem: &PlacementProblem) -> ExactKey {
     let mut key = ExactKey::new();
-    key.f64(ilp.time_limit_s)
+    key.u64(u64::from(ilp.node_limit))
         .u64(u64::from(ilp.valid_bound))
         .u64(u64::from(ilp.warm_start))
         .u64(u64::from(problem.n_workers))
@@ -277,12 +348,7 @@ impl Placement for Ilp {
         let mut fresh = None;
         let kept = SOLVED.get_or_compute(&solve_key(self, problem), || {
             let solved = self.solve(problem);
-            let optimal = solved.as_ref().ok().filter(|plan| {
-                plan.solver
-                    .as_ref()
-                    .is_some_and(|s| s.status == SolveStatus::Optimal)
-            });
-            let keep = optimal.cloned();
+            let keep = solved.as_ref().ok().cloned();
             fresh = Some(solved);
             keep
         });
@@ -304,7 +370,8 @@ impl Ilp {
         let own_bound = lower_bound(problem);
         let scale = if own_bound > 0.0 { own_bound } else { 1.0 };
         // microlp can stop on a numerical failure ("singular matrix"); the formulation is then
-        // retried without the symmetry-breaking rows, then without the warm start.
+        // retried without the symmetry-breaking rows, then without the warm start, each attempt
+        // with the whole node budget. A budget spent without a plan is not retried.
         let attempts = [
             (true, self.warm_start),
             (false, self.warm_start),
@@ -315,17 +382,17 @@ impl Ilp {
             let f = formulate(problem, self.valid_bound, symmetry, scale);
             let read: Vec<Variable> = f.y.iter().flatten().copied().collect();
             let initial = warm.then(|| Self::initial_values(problem, &f, &heuristic, scale));
-            let remaining = self.time_limit_s - started.elapsed().as_secs_f64();
-            result = solve_backend(f, &read, remaining.max(0.001), initial);
-            match &result {
+            result = solve_backend(f, &read, self.node_limit, initial);
+            if !matches!(
+                result,
                 Err(ResolutionError::Str(_)) | Err(ResolutionError::Other(_))
-                    if started.elapsed().as_secs_f64() < self.time_limit_s => {}
-                _ => break,
+            ) {
+                break;
             }
         }
         let solve_time_s = started.elapsed().as_secs_f64();
         let (mut plan, status, solver_bound, nodes) = match result {
-            Ok(raw) => {
+            Ok(Some(raw)) => {
                 let mut workers = vec![Vec::new(); n];
                 for i in 0..m_count {
                     for (w, sessions) in workers.iter_mut().enumerate() {
@@ -335,26 +402,21 @@ impl Ilp {
                         }
                     }
                 }
-                let status = match raw.status {
-                    SolutionStatus::Optimal => SolveStatus::Optimal,
-                    SolutionStatus::TimeLimit => SolveStatus::TimeLimit,
-                    SolutionStatus::GapLimit => SolveStatus::GapLimit,
-                };
                 let plan = PlacementPlan {
                     workers,
                     barrier_per_round: false,
                     solver: None,
                 };
-                (plan, status, raw.bound.map(|b| b * scale), raw.nodes)
+                (plan, raw.status, raw.bound.map(|b| b * scale), raw.nodes)
             }
             Err(ResolutionError::Infeasible) => {
                 return Err(PlacementError::Infeasible {
                     reason: "the MILP solver proved the constraints infeasible".into(),
                 });
             }
-            // No incumbent within the time limit, or a numerical failure of every attempt: the
+            // No incumbent within the node budget, or a numerical failure of every attempt: the
             // warm-start heuristic is returned, flagged as such.
-            Err(ResolutionError::Other(_)) | Err(ResolutionError::Str(_)) => {
+            Ok(None) | Err(ResolutionError::Other(_)) | Err(ResolutionError::Str(_)) => {
                 (heuristic, SolveStatus::NoIncumbent, None, 0)
             }
             Err(e) => return Err(PlacementError::Solver(e.to_string())),
@@ -480,7 +542,7 @@ mod tests {
         let key = solve_key(&ilp, &p);
         assert!(SOLVED.get(&key).is_some_and(|kept| kept.is_some()));
         let mut changed = Vec::new();
-        for edit in 0..8 {
+        for edit in 0..9 {
             let mut q = p.clone();
             let mut other = Ilp::default();
             match edit {
@@ -491,12 +553,59 @@ mod tests {
                 4 => q.models[3].per_prompt_s *= 1.5,
                 5 => q.models[0].replica_cap -= 1,
                 6 => q.models[0].name.push('x'),
+                7 => other.node_limit += 1,
                 _ => other.valid_bound = false,
             }
             changed.push(solve_key(&other, &q));
         }
         assert!(changed.iter().all(|k| *k != key));
         assert_eq!(solve_key(&Ilp::default(), &p.clone()), key);
+    }
+
+    #[test]
+    fn a_solve_cut_by_its_node_budget_is_the_same_every_time_and_reports_its_gap() {
+        let p = paper_instance();
+        let optimal = Ilp::default().solve(&p).unwrap();
+        let optimal_report = optimal.solver.clone().unwrap();
+        assert_eq!(optimal_report.status, SolveStatus::Optimal);
+        let budget = 8;
+        assert!(optimal_report.nodes > 2 * budget, "{optimal_report:?}");
+        let mut cut = Ilp {
+            node_limit: budget as u32,
+            ..Ilp::default()
+        };
+        // The solve time is the clock's, the only field that may differ.
+        let timeless = |plan: PlacementPlan| {
+            let mut plan = plan;
+            if let Some(report) = &mut plan.solver {
+                report.solve_time_s = 0.0;
+            }
+            plan
+        };
+        let first = timeless(cut.solve(&p).unwrap());
+        for _ in 0..2 {
+            assert_eq!(timeless(cut.solve(&p).unwrap()), first);
+        }
+        first.check(&p, true).unwrap();
+        let report = first.solver.clone().unwrap();
+        assert_eq!(report.status, SolveStatus::NodeLimit, "{report:?}");
+        assert_eq!(report.nodes, budget);
+        assert!(report.gap > 0.0, "{report:?}");
+        assert!(report.bound_s <= optimal_report.objective_s, "{report:?}");
+        assert!(
+            report.objective_s >= optimal_report.objective_s,
+            "{report:?}"
+        );
+        assert!(report.objective_s <= p.predicted_makespan_s(&Lpt.place(&p).unwrap()));
+        // Such a plan depends on nothing but its inputs, so it is kept like an optimal one.
+        for _ in 0..2 {
+            assert_eq!(timeless(cut.place(&p).unwrap()), first);
+        }
+        assert!(
+            SOLVED
+                .get(&solve_key(&cut, &p))
+                .is_some_and(|kept| kept.is_some())
+        );
     }
 
     #[test]

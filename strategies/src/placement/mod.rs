@@ -20,12 +20,12 @@ pub fn build(config: &PlacementConfig) -> Box<dyn Placement> {
         PlacementConfig::RoundRobin => Box::new(round_robin::RoundRobin),
         PlacementConfig::DataParallel => Box::new(data_parallel::DataParallel),
         PlacementConfig::Ilp {
-            time_limit_s,
+            node_limit,
             valid_bound,
             warm_start,
             ..
         } => Box::new(ilp::Ilp {
-            time_limit_s: *time_limit_s,
+            node_limit: *node_limit,
             valid_bound: *valid_bound,
             warm_start: *warm_start,
         }),
@@ -112,7 +112,7 @@ mod tests {
             PlacementConfig::RoundRobin,
             PlacementConfig::DataParallel,
             PlacementConfig::Ilp {
-                time_limit_s: 1.0,
+                node_limit: 1,
                 max_models_per_worker: 2,
                 valid_bound: true,
                 warm_start: true,
@@ -141,12 +141,51 @@ mod tests {
         }
     }
 
+    /// The ILP's budget is validated where the file writes it; the wall-clock key it replaced
+    /// is refused naming the new one.
+    #[test]
+    fn the_node_budget_is_refused_at_its_file_line_and_field() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/mosaic/gate.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let line = 1 + text
+            .lines()
+            .position(|l| l == "policy = { kind = \"ilp\" }")
+            .expect("gate.toml places with the ILP");
+        let refused = |policy: &str| {
+            let text = text.replacen("policy = { kind = \"ilp\" }", policy, 1);
+            match expertsim_scenario::scenario::load_str(&path, &text, &[]) {
+                Err(e) => e.to_string(),
+                Ok(_) => panic!("{policy} was accepted"),
+            }
+        };
+        let at = format!("gate.toml:{line}:");
+        let err = refused("policy = { kind = \"ilp\", node_limit = 0 }");
+        assert!(err.contains(&at), "{err}");
+        assert!(err.contains("field `placement.policy.node_limit`"), "{err}");
+        assert!(err.contains("must be at least 1"), "{err}");
+        let err = refused("policy = { kind = \"ilp\", time_limit_s = 10 }");
+        assert!(err.contains(&at), "{err}");
+        assert!(err.contains("field `placement.policy`"), "{err}");
+        assert!(err.contains("unknown field `time_limit_s`"), "{err}");
+        assert!(err.contains("`node_limit`"), "{err}");
+        let budget = "policy = { kind = \"ilp\", node_limit = 500 }";
+        let plan = expertsim_scenario::scenario::load_str(
+            &path,
+            &text.replacen("policy = { kind = \"ilp\" }", budget, 1),
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let scenario = format!("{:?}", plan.cells[0].scenario);
+        assert!(scenario.contains("node_limit: 500"), "{scenario}");
+    }
+
     fn toml_config(kind: &str) -> PlacementConfig {
         match kind {
             "round_robin" => PlacementConfig::RoundRobin,
             "data_parallel" => PlacementConfig::DataParallel,
             "ilp" => PlacementConfig::Ilp {
-                time_limit_s: 10.0,
+                node_limit: 20_000,
                 max_models_per_worker: 2,
                 valid_bound: true,
                 warm_start: true,
