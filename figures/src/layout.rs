@@ -150,7 +150,7 @@ pub(crate) struct Plan<'a> {
 /// The layout of one panel, by kind.
 pub(crate) enum ChartPlan<'a> {
     Line(PanelPlan<'a>),
-    Bars(BarPlan<'a>),
+    Bars(BarPlan),
     Heatmap(HeatmapPlan<'a>),
     Timeline(TimelinePlan<'a>),
 }
@@ -160,10 +160,8 @@ pub(crate) struct PanelPlan<'a> {
     pub panel: std::borrow::Cow<'a, Panel>,
     /// Whether each series of `panel.series` is joined by a line (else markers only).
     pub joined: Vec<bool>,
-    /// Panel title font size, shrunk if needed to fit the cell.
-    pub title_font: f64,
-    /// Axis description font size (both axes), shrunk if needed to fit.
-    pub desc_font: f64,
+    /// The title and axis descriptions, fitted to the panel.
+    pub text: PanelText,
     pub x: Axis,
     pub y: Axis,
     /// Width of the area left of the plot: axis description, tick labels, ticks.
@@ -179,6 +177,15 @@ pub(crate) struct LegendPlan<'a> {
     pub column_width: u32,
     /// A heading over the entries (one legend row, left-aligned).
     pub title: Option<&'a str>,
+}
+
+impl LegendPlan<'_> {
+    /// Width of the legend's box: its entries' columns with a pad either side, or the legend's
+    /// width less a pad either side outside the box, whichever is wider.
+    pub fn box_width(&self) -> u32 {
+        let columns = self.entries.len().div_ceil(self.rows_per_column) as u32;
+        (columns * self.column_width + LEGEND_PAD).max(self.width.saturating_sub(2 * LEGEND_PAD))
+    }
 }
 
 /// Style of each label, by first appearance.
@@ -307,8 +314,10 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
             grid_height.saturating_sub(LEGEND_TOP + 2 * LEGEND_PAD + title_rows * LEGEND_ROW);
         let rows_per_column = ((usable / LEGEND_ROW) as usize).max(1);
         let columns = entries.len().div_ceil(rows_per_column) as u32;
+        // The box (`LegendPlan::box_width`) keeps a pad either side of the title, as of the
+        // entries.
         let title_width = match figure.legend_title {
-            Some(t) => 3 * LEGEND_PAD + text_size(t, LEGEND_FONT)?.0,
+            Some(t) => 4 * LEGEND_PAD + text_size(t, LEGEND_FONT)?.0,
             None => 0,
         };
         let width = (3 * LEGEND_PAD + columns * column_width)
@@ -432,8 +441,7 @@ fn plan_panel<'a>(
     Ok(PanelPlan {
         panel,
         joined,
-        title_font: plan.title_font,
-        desc_font: plan.desc_font,
+        text: plan.text,
         x: plan.x,
         y: plan.y,
         y_label_area: plan.y_label_area,
@@ -441,10 +449,9 @@ fn plan_panel<'a>(
     })
 }
 
-/// The axes and fonts of a line panel.
+/// The axes and texts of a line panel.
 struct AxesPlan {
-    title_font: f64,
-    desc_font: f64,
+    text: PanelText,
     x: Axis,
     y: Axis,
     y_label_area: u32,
@@ -533,22 +540,10 @@ fn plan_axes(panel: &Panel, zero_based_y: bool) -> Result<AxesPlan, FigureError>
         }
     };
 
-    // y label area: widest tick label + gap + rotated axis description.
-    let mut widest = 0;
-    for t in y.ticks(MAX_Y_TICKS) {
-        widest = widest.max(text_size(&format_tick(t), TICK_FONT)?.0);
-    }
-    // Long texts are set smaller rather than clipped or spilling into neighbours.
-    let title_font = fitted_size(&panel.title, PANEL_TITLE_FONT, PANEL_TITLE_ROOM)?;
-    let desc_font = fitted_size(&panel.x_label, AXIS_DESC_FONT, PANEL_WIDTH * 3 / 4)?.min(
-        fitted_size(&panel.y_label, AXIS_DESC_FONT, PANEL_HEIGHT * 3 / 4)?,
-    );
-    let desc = if panel.y_label.trim().is_empty() {
-        0
-    } else {
-        text_size(&panel.y_label, desc_font)?.1 + 12
-    };
-    let y_label_area = widest + TICK_LABEL_GAP + desc + 4;
+    // Long texts are broken into lines or set smaller rather than clipped or spilling into
+    // neighbours; the y label area holds the tick labels and the y description's lines.
+    let text = PanelText::new(&panel.title, &panel.x_label, &panel.y_label, X_LABEL_AREA)?;
+    let y_label_area = y_label_area(&y, &text)?;
 
     // x ticks at the data's x values when there are few and their labels fit.
     let plot_width =
@@ -561,8 +556,7 @@ fn plan_axes(panel: &Panel, zero_based_y: bool) -> Result<AxesPlan, FigureError>
     };
 
     Ok(AxesPlan {
-        title_font,
-        desc_font,
+        text,
         x,
         y,
         y_label_area,
@@ -597,47 +591,213 @@ fn data_ticks(
     Ok(Some(xs))
 }
 
-/// Font sizes of a panel's title and of its axis descriptions, shrunk to fit.
-pub(crate) fn panel_fonts(
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-) -> Result<(f64, f64), FigureError> {
-    let title_font = fitted_size(title, PANEL_TITLE_FONT, PANEL_TITLE_ROOM)?;
-    let desc_font = fitted_size(x_label, AXIS_DESC_FONT, PANEL_WIDTH * 3 / 4)?.min(fitted_size(
-        y_label,
+/// A text set to fit a length in at most a given number of lines: its size and its lines
+/// (none for an empty text).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FittedText {
+    pub font: f64,
+    pub lines: Vec<String>,
+}
+
+/// A text is shrunk down to this share of its size on one line (or on as few lines as it
+/// may take) before it is broken into more lines.
+const SHRINK_BEFORE_BREAK: f64 = 0.8;
+/// The smallest share of its size a fitted text is set at; past it, its lines are cut short.
+const MIN_TEXT_SCALE: f64 = 0.6;
+/// Space between the lines of a fitted text, in pixels.
+const LINE_GAP: u32 = 2;
+
+/// Height of one line of a fitted text at `font`, with the gap to the next.
+pub(crate) fn line_height(font: f64) -> Result<u32, FigureError> {
+    Ok(text_size("Hg", font)?.1 + LINE_GAP)
+}
+
+impl FittedText {
+    /// Space the lines take across their reading direction (0 with no line).
+    pub fn depth(&self) -> Result<u32, FigureError> {
+        if self.lines.is_empty() {
+            return Ok(0);
+        }
+        Ok(self.lines.len() as u32 * line_height(self.font)?)
+    }
+
+    /// The width of the widest line.
+    fn width(&self) -> Result<u32, FigureError> {
+        let mut w = 0;
+        for l in &self.lines {
+            w = w.max(text_size(l, self.font)?.0);
+        }
+        Ok(w)
+    }
+}
+
+/// Sets `text` to be at most `room` pixels long: at `size` on one line if it fits; else on
+/// the fewest lines (up to `max_lines`, broken at spaces) that need it shrunk by no more than
+/// [`SHRINK_BEFORE_BREAK`]; else on `max_lines` lines as large as fits, but not under
+/// [`MIN_TEXT_SCALE`] of `size`, where lines still too long are cut short with "…".
+pub(crate) fn fit_text(
+    text: &str,
+    size: f64,
+    room: u32,
+    max_lines: usize,
+) -> Result<FittedText, FigureError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(FittedText {
+            font: size,
+            lines: Vec::new(),
+        });
+    }
+    let room = room.max(1);
+    let mut fitted = FittedText {
+        font: size,
+        lines: vec![text.to_string()],
+    };
+    for n in 1..=max_lines.max(1) {
+        fitted.lines = break_lines(text, size, n)?;
+        let widest = f64::from(fitted.width()?.max(1));
+        fitted.font = size.min(size * f64::from(room) / widest);
+        if fitted.font >= size * SHRINK_BEFORE_BREAK {
+            return Ok(fitted);
+        }
+    }
+    fitted.font = fitted.font.max(size * MIN_TEXT_SCALE);
+    for line in &mut fitted.lines {
+        *line = ellipsize(line, fitted.font, f64::from(room))?;
+    }
+    Ok(fitted)
+}
+
+/// `text` broken at spaces into at most `n` lines whose widest (at `size`) is as narrow as
+/// filling lines word by word allows.
+fn break_lines(text: &str, size: f64, n: usize) -> Result<Vec<String>, FigureError> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if n <= 1 || words.len() <= 1 {
+        return Ok(vec![words.join(" ")]);
+    }
+    // Fills lines word by word, each at most `limit` pixels wide (a single word may be wider).
+    let fill = |limit: u32| -> Result<Vec<String>, FigureError> {
+        let mut lines: Vec<String> = Vec::new();
+        let mut line = String::new();
+        for word in &words {
+            let candidate = if line.is_empty() {
+                word.to_string()
+            } else {
+                format!("{line} {word}")
+            };
+            if line.is_empty() || text_size(&candidate, size)?.0 <= limit {
+                line = candidate;
+            } else {
+                lines.push(std::mem::replace(&mut line, word.to_string()));
+            }
+        }
+        lines.push(line);
+        Ok(lines)
+    };
+    // The narrowest limit that still needs no more than `n` lines.
+    let (mut lo, mut hi) = (0, text_size(text, size)?.0);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if fill(mid)?.len() <= n {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    fill(hi)
+}
+
+/// Lines a panel title may take.
+const TITLE_LINES: usize = 2;
+/// Lines the description of a vertical axis may take (they run beside the plot).
+const VERTICAL_DESC_LINES: usize = 3;
+/// Space above and below a panel's title, in pixels.
+pub(crate) const TITLE_PAD: u32 = 5;
+/// Space between a vertical axis description and the tick labels, in pixels.
+const VERTICAL_DESC_GAP: u32 = 10;
+
+/// A panel's title and axis descriptions, each fitted to the room the panel leaves it: the
+/// title to the width between the chart's margins, the x description to three quarters of
+/// the panel's width (one line), the y description to the plot's height.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PanelText {
+    pub title: FittedText,
+    pub x_desc: FittedText,
+    pub y_desc: FittedText,
+    /// Height of the band the title takes above the chart (0 without a title).
+    pub title_height: u32,
+}
+
+impl PanelText {
+    /// Fits the texts of a panel whose area below the plot is `x_label_area` pixels high.
+    pub fn new(
+        title: &str,
+        x_label: &str,
+        y_label: &str,
+        x_label_area: u32,
+    ) -> Result<Self, FigureError> {
+        let title = fit_text(title, PANEL_TITLE_FONT, PANEL_TITLE_ROOM, TITLE_LINES)?;
+        let title_height = if title.lines.is_empty() {
+            0
+        } else {
+            title.depth()? + 2 * TITLE_PAD
+        };
+        let mut text = PanelText {
+            title,
+            x_desc: fit_text(x_label, AXIS_DESC_FONT, PANEL_WIDTH * 3 / 4, 1)?,
+            y_desc: FittedText {
+                font: AXIS_DESC_FONT,
+                lines: Vec::new(),
+            },
+            title_height,
+        };
+        text.fit_y_desc(y_label, x_label_area)?;
+        Ok(text)
+    }
+
+    /// Height of the plot when the area below it is `x_label_area` pixels high.
+    pub fn plot_height(&self, x_label_area: u32) -> u32 {
+        PANEL_HEIGHT.saturating_sub(2 * PANEL_MARGIN + self.title_height + x_label_area)
+    }
+
+    /// Fits the y description again, to the plot left by an `x_label_area` high area below.
+    pub fn fit_y_desc(&mut self, y_label: &str, x_label_area: u32) -> Result<(), FigureError> {
+        self.y_desc = fit_vertical(y_label, self.plot_height(x_label_area))?;
+        Ok(())
+    }
+
+    /// Width the y description takes left of the tick labels (0 without one).
+    pub fn y_desc_width(&self) -> Result<u32, FigureError> {
+        vertical_desc_width(&self.y_desc)
+    }
+}
+
+/// A vertical description (along a plot `length` pixels high), in up to three lines.
+pub(crate) fn fit_vertical(text: &str, length: u32) -> Result<FittedText, FigureError> {
+    fit_text(
+        text,
         AXIS_DESC_FONT,
-        PANEL_HEIGHT * 3 / 4,
-    )?);
-    Ok((title_font, desc_font))
+        length.saturating_sub(8),
+        VERTICAL_DESC_LINES,
+    )
 }
 
-/// Height in pixels of a panel's caption (0 without a title), as plotters lays it out.
-pub(crate) fn caption_height(title: &str, title_font: f64) -> Result<u32, FigureError> {
-    if title.trim().is_empty() {
-        return Ok(0);
-    }
-    let h = text_size(title, title_font)?.1;
-    Ok(h + 2 * (h / 2).min(5))
-}
-
-/// Space for the (rotated) description of a vertical axis, 0 when it is empty.
-pub(crate) fn vertical_desc_width(desc: &str, desc_font: f64) -> Result<u32, FigureError> {
-    if desc.trim().is_empty() {
-        Ok(0)
-    } else {
-        Ok(text_size(desc, desc_font)?.1 + 12)
-    }
+/// Space for a (rotated) vertical description beside a plot, 0 when it is empty.
+pub(crate) fn vertical_desc_width(desc: &FittedText) -> Result<u32, FigureError> {
+    Ok(match desc.depth()? {
+        0 => 0,
+        depth => depth + VERTICAL_DESC_GAP,
+    })
 }
 
 /// Width of the area left of a plot with numeric y ticks: widest tick label, gap,
 /// rotated axis description (as the line charts have it).
-pub(crate) fn y_label_area(y: &Axis, y_label: &str, desc_font: f64) -> Result<u32, FigureError> {
+pub(crate) fn y_label_area(y: &Axis, text: &PanelText) -> Result<u32, FigureError> {
     let mut widest = 0;
     for t in y.ticks(MAX_Y_TICKS) {
         widest = widest.max(text_size(&format_tick(t), TICK_FONT)?.0);
     }
-    Ok(widest + TICK_LABEL_GAP + vertical_desc_width(y_label, desc_font)? + 4)
+    Ok(widest + TICK_LABEL_GAP + text.y_desc_width()? + 4)
 }
 
 /// A linear value axis that contains 0 and every value of `values`: from 0 when
