@@ -281,6 +281,8 @@ struct Common<'a> {
     /// Bars per group and their labels (all empty: none).
     per_group: usize,
     bar_names: Option<&'a [String]>,
+    /// Height of the row's title band.
+    title_band: u32,
 }
 
 /// The x axis's labels of a bar panel and the height of the area below the plot they take.
@@ -298,7 +300,7 @@ struct XLabels {
 const FIT_ROUNDS: usize = 4;
 
 fn plan_common<'a>(c: Common<'a>, y: Axis, bars: Vec<Bar>) -> Result<BarPlan, FigureError> {
-    let mut text = PanelText::new(c.title, c.x_label, c.y_label, X_LABEL_AREA)?;
+    let mut text = PanelText::new(c.title, c.x_label, c.y_label, X_LABEL_AREA, c.title_band)?;
     let mut y_area = y_label_area(&y, &text)?;
     let mut labels = x_labels(&c, &text, y_area)?;
     for _ in 0..FIT_ROUNDS {
@@ -392,6 +394,7 @@ fn x_labels(c: &Common<'_>, text: &PanelText, y_label_area: u32) -> Result<XLabe
 pub(crate) fn plan_grouped<'a>(
     p: &'a BarPanel,
     styles: &Styles<'_>,
+    title_band: u32,
 ) -> Result<BarPlan, FigureError> {
     let n = p.series.len();
     let mut bars = Vec::with_capacity(n * p.groups.len());
@@ -422,6 +425,7 @@ pub(crate) fn plan_grouped<'a>(
             groups: &p.groups,
             per_group: n,
             bar_names: None,
+            title_band,
         },
         y,
         bars,
@@ -432,6 +436,7 @@ pub(crate) fn plan_grouped<'a>(
 pub(crate) fn plan_stacked<'a>(
     p: &'a StackedBarPanel,
     styles: &Styles<'_>,
+    title_band: u32,
 ) -> Result<BarPlan, FigureError> {
     let n = p.bars.len();
     let mut bars = Vec::with_capacity(n * p.groups.len());
@@ -464,6 +469,7 @@ pub(crate) fn plan_stacked<'a>(
             groups: &p.groups,
             per_group: n,
             bar_names: Some(&p.bars),
+            title_band,
         },
         y,
         bars,

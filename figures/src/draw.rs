@@ -17,6 +17,7 @@ use crate::layout::{
     ChartPlan, FittedText, LEGEND_FONT, LEGEND_GAP, LEGEND_PAD, LEGEND_ROW, LEGEND_SAMPLE, LEGEND_TOP,
     LegendPlan, MAX_X_TICKS, MAX_Y_TICKS, PANEL_MARGIN, PANEL_MARGIN_RIGHT, PanelPlan, Plan,
     PanelText, Swatch, TICK_FONT, TITLE_PAD, X_LABEL_AREA, line_height,
+    title_height,
 };
 use crate::style::{ErrorBarElement, MarkerElement};
 
@@ -47,18 +48,20 @@ pub(crate) fn draw_figure<DB: DrawingBackend>(
             .map_err(drawing_error)?;
     }
     let (title_area, body) = main.split_vertically(plan.title_band);
-    if plan.title_band > 0 {
-        let style = font(plan.title_font)
-            .color(&BLACK)
-            .pos(Pos::new(HPos::Center, VPos::Center));
-        let (w, h) = title_area.dim_in_pixel();
-        title_area
-            .draw(&Text::new(
-                plan.title,
-                ((w / 2) as i32, (h / 2) as i32),
-                style,
-            ))
-            .map_err(drawing_error)?;
+    let (w, h) = title_area.dim_in_pixel();
+    // The title's lines, centred in their band.
+    let step = line_height(plan.title.font)?;
+    let first = (h.saturating_sub(step * plan.title.lines.len() as u32) + step) / 2;
+    for (i, line) in plan.title.lines.iter().enumerate() {
+        label(
+            &title_area,
+            line,
+            ((w / 2) as i32, (first + i as u32 * step) as i32),
+            plan.title.font,
+            Pos::new(HPos::Center, VPos::Center),
+            false,
+            BLACK,
+        )?;
     }
     let grid_width = plan.cols as u32 * crate::PANEL_WIDTH;
     let (grid, legend_area) = body.split_horizontally(grid_width);
@@ -283,9 +286,11 @@ fn chart_builder<'a, 'b, DB: DrawingBackend>(
 ) -> Result<ChartBuilder<'a, 'b, DB>, FigureError> {
     let (w, _) = area.dim_in_pixel();
     let centre = (PANEL_MARGIN + w.saturating_sub(margin_right)) as i32 / 2;
+    // A title shorter than its row's band sits at the band's foot, just above its chart.
+    let first = PANEL_MARGIN + text.title_height - title_height(&text.title)? + TITLE_PAD;
     let step = line_height(text.title.font)?;
     for (i, line) in text.title.lines.iter().enumerate() {
-        let top = PANEL_MARGIN + TITLE_PAD + i as u32 * step;
+        let top = first + i as u32 * step;
         label(
             area,
             line,

@@ -172,14 +172,19 @@ fn format_value(v: f64) -> String {
     if s == "-0" { "0".to_string() } else { s }
 }
 
-/// Lays out a validated heatmap; `shared` is the figure's shared colour range.
-pub(crate) fn plan(p: &HeatmapPanel, shared: (f64, f64)) -> Result<HeatmapPlan<'_>, FigureError> {
+/// Lays out a validated heatmap; `shared` is the figure's shared colour range, `title_band`
+/// the height of its row's title band.
+pub(crate) fn plan(
+    p: &HeatmapPanel,
+    shared: (f64, f64),
+    title_band: u32,
+) -> Result<HeatmapPlan<'_>, FigureError> {
     let range = p.range.unwrap_or(shared);
     let (nrows, ncols) = (p.row_labels.len(), p.column_labels.len());
 
     // Below the plot: column labels (at most full size) and the x description.
     let label_h = text_size("Hg", TICK_FONT)?.1;
-    let mut text = PanelText::new(&p.title, &p.x_label, &p.y_label, X_LABEL_AREA)?;
+    let mut text = PanelText::new(&p.title, &p.x_label, &p.y_label, X_LABEL_AREA, title_band)?;
     let desc = match text.x_desc.depth()? {
         0 => 0,
         depth => LABEL_GAP + depth,

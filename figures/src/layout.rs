@@ -20,8 +20,10 @@ use crate::{
     TimelinePanel,
 };
 
-/// Height of the figure title band (only when the title is not empty).
+/// Height of the figure title band (only when the title is not empty; more for two lines).
 pub(crate) const TITLE_BAND: u32 = 52;
+/// Space above and below the figure title's lines in its band, together.
+const TITLE_BAND_PAD: u32 = 16;
 pub(crate) const TITLE_FONT: f64 = 32.0;
 pub(crate) const PANEL_TITLE_FONT: f64 = 26.0;
 pub(crate) const AXIS_DESC_FONT: f64 = 22.0;
@@ -89,6 +91,18 @@ impl<'a> ChartRef<'a> {
         }
     }
 
+    /// The panel's title.
+    fn title(self) -> &'a str {
+        match self {
+            ChartRef::Line(p) => &p.title,
+            ChartRef::Bars(p) => &p.title,
+            ChartRef::StackedBars(p) => &p.title,
+            ChartRef::Heatmap(p) => &p.title,
+            ChartRef::Timeline(p) => &p.title,
+            ChartRef::Scatter(p) => &p.title,
+        }
+    }
+
     /// Labels that get a style (and a legend entry), in order, with their swatch.
     fn styled_labels(self) -> Vec<(&'a str, Swatch)> {
         match self {
@@ -133,9 +147,9 @@ pub(crate) enum Swatch {
 pub(crate) struct Plan<'a> {
     pub width: u32,
     pub height: u32,
-    pub title: &'a str,
-    /// Title font size, shrunk if needed to fit the width.
-    pub title_font: f64,
+    /// The figure's title, fitted to the width in up to two lines.
+    pub title: FittedText,
+    /// Height of the band over the grid the title takes (0 without a title).
     pub title_band: u32,
     pub rows: usize,
     pub cols: usize,
@@ -242,19 +256,21 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
     let n = figure.charts.len();
     let cols = figure.columns.min(n);
     let rows = n.div_ceil(cols);
-    let title_band = if figure.title.trim().is_empty() {
-        0
-    } else {
-        TITLE_BAND
-    };
     let grid_height = rows as u32 * PANEL_HEIGHT;
 
     let heat_range = crate::heatmap::shared_range(&figure.charts);
     let time_range = crate::timeline::shared_range(&figure.charts);
+    // Every panel of a row gets the row's tallest title band.
+    let mut bands = vec![0; rows];
+    for (i, chart) in figure.charts.iter().enumerate() {
+        bands[i / cols] = bands[i / cols].max(title_band(chart.title())?);
+    }
     let panels = figure
         .charts
         .iter()
-        .map(|chart| {
+        .enumerate()
+        .map(|(i, chart)| {
+            let band = bands[i / cols];
             Ok(match *chart {
                 ChartRef::Line(panel) => {
                     let styles = panel
@@ -268,6 +284,7 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
                         joined,
                         styles,
                         true,
+                        band,
                     )?)
                 }
                 ChartRef::Scatter(scatter) => {
@@ -282,19 +299,20 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
                         joined,
                         styles,
                         false,
+                        band,
                     )?)
                 }
                 ChartRef::Bars(panel) => {
-                    ChartPlan::Bars(crate::bar::plan_grouped(panel, &style_of)?)
+                    ChartPlan::Bars(crate::bar::plan_grouped(panel, &style_of, band)?)
                 }
                 ChartRef::StackedBars(panel) => {
-                    ChartPlan::Bars(crate::bar::plan_stacked(panel, &style_of)?)
+                    ChartPlan::Bars(crate::bar::plan_stacked(panel, &style_of, band)?)
                 }
                 ChartRef::Heatmap(panel) => {
-                    ChartPlan::Heatmap(crate::heatmap::plan(panel, heat_range)?)
+                    ChartPlan::Heatmap(crate::heatmap::plan(panel, heat_range, band)?)
                 }
                 ChartRef::Timeline(panel) => {
-                    ChartPlan::Timeline(crate::timeline::plan(panel, time_range, &style_of)?)
+                    ChartPlan::Timeline(crate::timeline::plan(panel, time_range, &style_of, band)?)
                 }
             })
         })
@@ -338,6 +356,11 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
     } else {
         0
     };
+    let title = fit_text(figure.title, TITLE_FONT, width - 2 * PANEL_MARGIN, TITLE_LINES)?;
+    let title_band = match title.depth()? {
+        0 => 0,
+        depth => TITLE_BAND.max(depth + TITLE_BAND_PAD),
+    };
     let height = title_band + grid_height + caption_band;
     Ok(Plan {
         caption_band,
@@ -351,8 +374,7 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
         )?,
         width,
         height,
-        title: figure.title,
-        title_font: fitted_size(figure.title, TITLE_FONT, width - 2 * PANEL_MARGIN)?,
+        title,
         title_band,
         rows,
         cols,
@@ -436,8 +458,9 @@ fn plan_panel<'a>(
     joined: Vec<bool>,
     styles: Vec<SeriesStyle>,
     zero_based_y: bool,
+    title_band: u32,
 ) -> Result<PanelPlan<'a>, FigureError> {
-    let plan = plan_axes(&panel, zero_based_y)?;
+    let plan = plan_axes(&panel, zero_based_y, title_band)?;
     Ok(PanelPlan {
         panel,
         joined,
@@ -464,7 +487,8 @@ const FLAT_SHARE: f64 = 0.2;
 /// `zero_based_y`: a linear y axis of non-negative (non-positive) data reaches down (up) to 0,
 /// unless positive data are flat (within `FLAT_SHARE` of their largest value), when it spans
 /// them; otherwise it spans the data with 5% padding (scatter charts).
-fn plan_axes(panel: &Panel, zero_based_y: bool) -> Result<AxesPlan, FigureError> {
+/// `title_band`: the height of the row's title band.
+fn plan_axes(panel: &Panel, zero_based_y: bool, title_band: u32) -> Result<AxesPlan, FigureError> {
     let points = || panel.series.iter().flat_map(|s| s.points.iter().copied());
     // (y - err, y + err) for every point; err = 0 without error bars.
     let spans = || {
@@ -542,7 +566,13 @@ fn plan_axes(panel: &Panel, zero_based_y: bool) -> Result<AxesPlan, FigureError>
 
     // Long texts are broken into lines or set smaller rather than clipped or spilling into
     // neighbours; the y label area holds the tick labels and the y description's lines.
-    let text = PanelText::new(&panel.title, &panel.x_label, &panel.y_label, X_LABEL_AREA)?;
+    let text = PanelText::new(
+        &panel.title,
+        &panel.x_label,
+        &panel.y_label,
+        X_LABEL_AREA,
+        title_band,
+    )?;
     let y_label_area = y_label_area(&y, &text)?;
 
     // x ticks at the data's x values when there are few and their labels fit.
@@ -655,6 +685,7 @@ pub(crate) fn fit_text(
     };
     for n in 1..=max_lines.max(1) {
         fitted.lines = break_lines(text, size, n)?;
+        fitted.font = size;
         let widest = f64::from(fitted.width()?.max(1));
         fitted.font = size.min(size * f64::from(room) / widest);
         if fitted.font >= size * SHRINK_BEFORE_BREAK {
@@ -729,19 +760,17 @@ pub(crate) struct PanelText {
 }
 
 impl PanelText {
-    /// Fits the texts of a panel whose area below the plot is `x_label_area` pixels high.
+    /// Fits the texts of a panel whose area below the plot is `x_label_area` pixels high, in
+    /// a row whose titles take `title_band` pixels ([`title_band`] of the row's tallest).
     pub fn new(
         title: &str,
         x_label: &str,
         y_label: &str,
         x_label_area: u32,
+        title_band: u32,
     ) -> Result<Self, FigureError> {
-        let title = fit_text(title, PANEL_TITLE_FONT, PANEL_TITLE_ROOM, TITLE_LINES)?;
-        let title_height = if title.lines.is_empty() {
-            0
-        } else {
-            title.depth()? + 2 * TITLE_PAD
-        };
+        let title = fit_title(title)?;
+        let title_height = title_band.max(title_height(&title)?);
         let mut text = PanelText {
             title,
             x_desc: fit_text(x_label, AXIS_DESC_FONT, PANEL_WIDTH * 3 / 4, 1)?,
@@ -770,6 +799,25 @@ impl PanelText {
     pub fn y_desc_width(&self) -> Result<u32, FigureError> {
         vertical_desc_width(&self.y_desc)
     }
+}
+
+/// A panel's title fitted to the width between the chart's margins, in up to two lines.
+fn fit_title(title: &str) -> Result<FittedText, FigureError> {
+    fit_text(title, PANEL_TITLE_FONT, PANEL_TITLE_ROOM, TITLE_LINES)
+}
+
+/// Height of the band a fitted panel title takes above the chart (0 without a title).
+pub(crate) fn title_height(title: &FittedText) -> Result<u32, FigureError> {
+    Ok(match title.depth()? {
+        0 => 0,
+        depth => depth + 2 * TITLE_PAD,
+    })
+}
+
+/// Height of the band a panel's title takes; a row of panels gives every panel its tallest,
+/// so that the plots of a row line up.
+pub(crate) fn title_band(title: &str) -> Result<u32, FigureError> {
+    title_height(&fit_title(title)?)
 }
 
 /// A vertical description (along a plot `length` pixels high), in up to three lines.

@@ -152,13 +152,15 @@ pub(crate) fn shared_range(charts: &[ChartRef<'_>]) -> (f64, f64) {
     }
 }
 
-/// Lays out a validated timeline; `shared` is the figure's shared time range.
+/// Lays out a validated timeline; `shared` is the figure's shared time range, `title_band`
+/// the height of its row's title band.
 pub(crate) fn plan<'a>(
     p: &'a TimelinePanel,
     shared: (f64, f64),
     styles: &Styles<'_>,
+    title_band: u32,
 ) -> Result<TimelinePlan<'a>, FigureError> {
-    let text = PanelText::new(&p.title, &p.x_label, &p.y_label, X_LABEL_AREA)?;
+    let text = PanelText::new(&p.title, &p.x_label, &p.y_label, X_LABEL_AREA, title_band)?;
     let (lo, hi) = p.range.unwrap_or(shared);
     let x = Axis {
         lo,
