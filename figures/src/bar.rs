@@ -11,8 +11,8 @@ use plotters_backend::DrawingBackend;
 use crate::axis::Axis;
 use crate::draw::{Frame, draw_frame, drawing_error, label, to_area};
 use crate::layout::{
-    LabelFit, MAX_VERTICAL_LABEL, MAX_Y_TICKS, PANEL_MARGIN, Styles, TICK_FONT, X_LABEL_AREA,
-    PanelText, ellipsize, fit_labels, y_label_area, zero_based_axis,
+    LabelFit, MAX_VERTICAL_LABEL, MAX_Y_TICKS, PANEL_MARGIN, PanelText, Styles, TICK_FONT,
+    X_LABEL_AREA, ellipsize, fit_labels, y_label_area, zero_based_axis,
 };
 use crate::style::ErrorBarElement;
 use crate::{FigureError, PANEL_WIDTH};
@@ -391,8 +391,8 @@ fn x_labels(c: &Common<'_>, text: &PanelText, y_label_area: u32) -> Result<XLabe
 }
 
 /// Lays out a validated grouped bar panel.
-pub(crate) fn plan_grouped<'a>(
-    p: &'a BarPanel,
+pub(crate) fn plan_grouped(
+    p: &BarPanel,
     styles: &Styles<'_>,
     title_band: u32,
 ) -> Result<BarPlan, FigureError> {
@@ -433,8 +433,8 @@ pub(crate) fn plan_grouped<'a>(
 }
 
 /// Lays out a validated stacked bar panel.
-pub(crate) fn plan_stacked<'a>(
-    p: &'a StackedBarPanel,
+pub(crate) fn plan_stacked(
+    p: &StackedBarPanel,
     styles: &Styles<'_>,
     title_band: u32,
 ) -> Result<BarPlan, FigureError> {
@@ -570,4 +570,59 @@ fn put<DB: DrawingBackend>(
         Pos::new(HPos::Center, VPos::Top)
     };
     label(area, text, at, fit.font, pos, fit.vertical, BLACK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::font::text_size;
+    use crate::layout::FittedText;
+
+    fn fits(text: &FittedText, room: u32) -> bool {
+        text.lines
+            .iter()
+            .all(|l| text_size(l, text.font).unwrap().0 <= room)
+    }
+
+    #[test]
+    fn the_y_description_fits_the_plot_the_turned_group_labels_leave() {
+        // Chimera's Kendall-distance panel: long group labels turn vertical and take height.
+        let y_label = "length predictor's Kendall tau distance to the true remaining tokens, \
+                       first 2,000 stages (workflows only)";
+        let groups: Vec<String> = (0..4)
+            .map(|i| format!("qwen2.5-1.5b-instruct+qwen2.5-{i}b-instruct"))
+            .collect();
+        let panel = BarPanel {
+            title: "a title".to_string(),
+            x_label: "models served".to_string(),
+            y_label: y_label.to_string(),
+            groups,
+            series: ["noisy", "fcfs", "input_length"]
+                .iter()
+                .map(|l| BarSeries {
+                    label: l.to_string(),
+                    values: vec![0.1, 0.5, 0.4, 0.2],
+                    y_err: None,
+                })
+                .collect(),
+        };
+        let mut styles = Styles::new();
+        for s in &panel.series {
+            styles.insert(&s.label, crate::style::SeriesStyle::nth(styles.len()));
+        }
+        let plan = plan_grouped(&panel, &styles, 0).unwrap();
+        assert!(
+            plan.group_fit.vertical,
+            "the labels turn: {:?}",
+            plan.group_fit
+        );
+        let plot_height = plan.text.plot_height(plan.x_label_area);
+        assert!(plan.x_label_area > X_LABEL_AREA);
+        assert!(
+            fits(&plan.text.y_desc, plot_height.saturating_sub(8)),
+            "{:?} along {plot_height} px",
+            plan.text.y_desc
+        );
+        assert!(plan.y_label_area >= plan.text.y_desc_width().unwrap());
+    }
 }

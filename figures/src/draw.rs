@@ -14,10 +14,9 @@ use crate::FigureError;
 use crate::axis::Axis;
 use crate::font::font;
 use crate::layout::{
-    ChartPlan, FittedText, LEGEND_FONT, LEGEND_GAP, LEGEND_PAD, LEGEND_ROW, LEGEND_SAMPLE, LEGEND_TOP,
-    LegendPlan, MAX_X_TICKS, MAX_Y_TICKS, PANEL_MARGIN, PANEL_MARGIN_RIGHT, PanelPlan, Plan,
-    PanelText, Swatch, TICK_FONT, TITLE_PAD, X_LABEL_AREA, line_height,
-    title_height,
+    ChartPlan, FittedText, LEGEND_FONT, LEGEND_GAP, LEGEND_PAD, LEGEND_ROW, LEGEND_SAMPLE,
+    LEGEND_TOP, LegendPlan, MAX_X_TICKS, MAX_Y_TICKS, PANEL_MARGIN, PANEL_MARGIN_RIGHT, PanelPlan,
+    PanelText, Plan, Swatch, TICK_FONT, TITLE_PAD, X_LABEL_AREA, line_height, title_height,
 };
 use crate::style::{ErrorBarElement, MarkerElement};
 

@@ -356,7 +356,12 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
     } else {
         0
     };
-    let title = fit_text(figure.title, TITLE_FONT, width - 2 * PANEL_MARGIN, TITLE_LINES)?;
+    let title = fit_text(
+        figure.title,
+        TITLE_FONT,
+        width - 2 * PANEL_MARGIN,
+        TITLE_LINES,
+    )?;
     let title_band = match title.depth()? {
         0 => 0,
         depth => TITLE_BAND.max(depth + TITLE_BAND_PAD),
@@ -1016,16 +1021,144 @@ mod tests {
         };
         let view = figure.view();
         let plan = plan(&view).unwrap();
-        let font = line(&plan.panels[0]).title_font;
+        let fitted = &line(&plan.panels[0]).text.title;
         assert!(
-            font < PANEL_TITLE_FONT,
+            text_size(title, PANEL_TITLE_FONT).unwrap().0 > PANEL_TITLE_ROOM,
             "the title is long enough to be fitted"
         );
-        let width = text_size(title, font).unwrap().0;
-        assert!(
-            width <= PANEL_WIDTH - PANEL_MARGIN - PANEL_MARGIN_RIGHT,
-            "title {width} px in a {PANEL_WIDTH} px panel"
+        assert_eq!(
+            fitted.lines.join(" "),
+            title,
+            "broken at spaces, nothing cut"
         );
+        for l in &fitted.lines {
+            let width = text_size(l, fitted.font).unwrap().0;
+            assert!(
+                width <= PANEL_WIDTH - PANEL_MARGIN - PANEL_MARGIN_RIGHT,
+                "title line {width} px in a {PANEL_WIDTH} px panel"
+            );
+        }
+    }
+
+    /// Every line of `text` at its size at most `room` pixels long.
+    fn fits(text: &FittedText, room: u32) -> bool {
+        text.lines
+            .iter()
+            .all(|l| text_size(l, text.font).unwrap().0 <= room)
+    }
+
+    #[test]
+    fn a_text_shrinks_a_little_then_breaks_then_shrinks_then_is_cut() {
+        let short = fit_text("GPUs", 20.0, 200, 3).unwrap();
+        assert_eq!(
+            (short.font, short.lines.clone()),
+            (20.0, vec!["GPUs".to_string()])
+        );
+        assert!(fit_text("  ", 20.0, 200, 3).unwrap().lines.is_empty());
+
+        let text = "the earliest-finishing worker's wall, among workers that ran a session";
+        let full = text_size(text, 20.0).unwrap().0;
+        // A little too long: one line, a little smaller.
+        let one = fit_text(text, 20.0, full * 9 / 10, 3).unwrap();
+        assert_eq!(one.lines.len(), 1);
+        assert!(one.font < 20.0 && one.font >= 20.0 * SHRINK_BEFORE_BREAK);
+        assert!(fits(&one, full * 9 / 10));
+        // Half as long: two lines, every word kept, each line in the room.
+        let two = fit_text(text, 20.0, full / 2 + 20, 3).unwrap();
+        assert_eq!(two.lines.len(), 2, "{two:?}");
+        assert_eq!(two.lines.join(" "), text);
+        assert!(two.font >= 20.0 * SHRINK_BEFORE_BREAK && fits(&two, full / 2 + 20));
+        // A sixth as long, at most two lines: the smallest size, and the lines cut short.
+        let cut = fit_text(text, 20.0, full / 6, 2).unwrap();
+        assert_eq!(cut.font, 20.0 * MIN_TEXT_SCALE);
+        assert_eq!(cut.lines.len(), 2);
+        assert!(cut.lines.iter().all(|l| l.ends_with('…')), "{cut:?}");
+        assert!(fits(&cut, full / 6));
+    }
+
+    #[test]
+    fn a_long_y_description_takes_lines_along_the_plot_and_the_label_area_holds_them() {
+        let y_label = "slowest-to-fastest throughput gap, fraction of the fastest \
+                       (experiment variability_at_scale only)";
+        let figure = Figure {
+            title: String::new(),
+            panels: vec![Panel {
+                title: "a title".to_string(),
+                y_label: y_label.to_string(),
+                x_label: "GPUs".to_string(),
+                series: vec![s("a")],
+                ..Panel::default()
+            }],
+            columns: 1,
+        };
+        let view = figure.view();
+        let plan = plan(&view).unwrap();
+        let p = line(&plan.panels[0]);
+        let plot_height = p.text.plot_height(X_LABEL_AREA);
+        assert!(text_size(y_label, AXIS_DESC_FONT).unwrap().0 > plot_height);
+        assert!(p.text.y_desc.lines.len() >= 2, "{:?}", p.text.y_desc);
+        assert!(fits(&p.text.y_desc, plot_height), "{:?}", p.text.y_desc);
+        assert_eq!(p.text.y_desc.lines.join(" "), y_label);
+        // The x description keeps its own size: a long y description does not shrink it.
+        assert_eq!(p.text.x_desc.font, AXIS_DESC_FONT);
+        let widest_tick =
+            p.y.ticks(MAX_Y_TICKS)
+                .iter()
+                .map(|&t| text_size(&format_tick(t), TICK_FONT).unwrap().0)
+                .max()
+                .unwrap();
+        assert!(p.y_label_area >= widest_tick + p.text.y_desc.depth().unwrap());
+    }
+
+    #[test]
+    fn the_panels_of_a_row_share_the_tallest_title_band() {
+        let long = "workers' idle share of workers x the last worker's end: barrier waits \
+                    and the tail (%; placement only) — gate threshold = 1.0";
+        let panel = |title: &str| Panel {
+            title: title.to_string(),
+            series: vec![s("a")],
+            ..Panel::default()
+        };
+        let figure = Figure {
+            title: String::new(),
+            panels: vec![panel("short"), panel(long), panel("short")],
+            columns: 2,
+        };
+        let view = figure.view();
+        let plan = plan(&view).unwrap();
+        let heights: Vec<u32> = plan
+            .panels
+            .iter()
+            .map(|p| line(p).text.title_height)
+            .collect();
+        assert_eq!(line(&plan.panels[1]).text.title.lines.len(), 2);
+        assert_eq!(heights[0], heights[1], "one row, one band");
+        assert!(
+            heights[2] < heights[0],
+            "the next row has its own: {heights:?}"
+        );
+        assert_eq!(heights[2], title_band("short").unwrap());
+    }
+
+    #[test]
+    fn the_legend_box_keeps_a_pad_right_of_its_title() {
+        let figure = crate::ChartFigure {
+            legend_title: Some("expert mapping".to_string()),
+            ..crate::ChartFigure::new(
+                String::new(),
+                vec![crate::Chart::Line(Panel {
+                    series: vec![s("a")],
+                    ..Panel::default()
+                })],
+                1,
+            )
+        };
+        let view = figure.view();
+        let plan = plan(&view).unwrap();
+        let legend = plan.legend.unwrap();
+        let title = text_size("expert mapping", LEGEND_FONT).unwrap().0;
+        // The title starts a pad inside the box and must end a pad before its right side.
+        assert!(legend.box_width() >= 2 * LEGEND_PAD + title);
     }
 
     #[test]

@@ -8,15 +8,15 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{BLACK, Color, RGBColor, WHITE};
 use plotters_backend::DrawingBackend;
 
+use crate::FigureError;
 use crate::axis::Axis;
 use crate::colormap::is_dark;
 use crate::draw::{Frame, draw_frame, drawing_error, fill_rect, label, to_area};
 use crate::font::text_size;
 use crate::layout::{
-    ChartRef, MAX_ROW_LABEL, MAX_X_TICKS, PANEL_MARGIN_RIGHT, PanelText, Styles,
-    TICK_FONT, TICK_LABEL_GAP, X_LABEL_AREA, ellipsize,
+    ChartRef, MAX_ROW_LABEL, MAX_X_TICKS, PANEL_MARGIN_RIGHT, PanelText, Styles, TICK_FONT,
+    TICK_LABEL_GAP, X_LABEL_AREA, ellipsize,
 };
-use crate::FigureError;
 
 /// A timeline: `rows` (workers, GPUs) top to bottom, and segments on them.
 ///
