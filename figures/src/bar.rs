@@ -300,7 +300,7 @@ struct XLabels {
 const FIT_ROUNDS: usize = 4;
 
 fn plan_common<'a>(c: Common<'a>, y: Axis, bars: Vec<Bar>) -> Result<BarPlan, FigureError> {
-    let mut text = PanelText::new(c.title, c.x_label, c.y_label, X_LABEL_AREA, c.title_band)?;
+    let mut text = PanelText::new(c.title, c.x_label, c.y_label, c.title_band)?;
     let mut y_area = y_label_area(&y, &text)?;
     let mut labels = x_labels(&c, &text, y_area)?;
     for _ in 0..FIT_ROUNDS {

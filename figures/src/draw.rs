@@ -16,7 +16,7 @@ use crate::font::font;
 use crate::layout::{
     ChartPlan, FittedText, LEGEND_FONT, LEGEND_GAP, LEGEND_PAD, LEGEND_ROW, LEGEND_SAMPLE,
     LEGEND_TOP, LegendPlan, MAX_X_TICKS, MAX_Y_TICKS, PANEL_MARGIN, PANEL_MARGIN_RIGHT, PanelPlan,
-    PanelText, Plan, Swatch, TICK_FONT, TITLE_PAD, X_LABEL_AREA, line_height, title_height,
+    PanelText, Plan, Swatch, TICK_FONT, TITLE_PAD, line_height, title_height,
 };
 use crate::style::{ErrorBarElement, MarkerElement};
 
@@ -88,7 +88,7 @@ fn draw_panel<DB: DrawingBackend>(
         area,
         &plan.text,
         PANEL_MARGIN_RIGHT,
-        X_LABEL_AREA,
+        plan.text.numeric_x_label_area,
         plan.y_label_area,
     )?
     .build_cartesian_2d(plan.x.clone(), plan.y.clone())
@@ -105,13 +105,9 @@ fn draw_panel<DB: DrawingBackend>(
         .light_line_style(minor)
         .axis_style(BLACK.mix(0.85))
         .label_style(font(TICK_FONT).color(&BLACK))
-        .axis_desc_style(font(plan.text.x_desc.font).color(&BLACK))
         .set_all_tick_mark_size(5);
-    if let Some(desc) = plan.text.x_desc.lines.first() {
-        mesh.x_desc(desc.as_str());
-    }
     mesh.draw().map_err(drawing_error)?;
-    draw_y_desc(area, &chart, &plan.text.y_desc, plan.y_label_area)?;
+    draw_descs(area, &chart, &plan.text, plan.y_label_area)?;
 
     // Layers: all error bars, then all lines, then all markers, so markers stay visible.
     let (ylo, yhi) = (plan.y.lo, plan.y.hi);
@@ -258,7 +254,6 @@ pub(crate) fn draw_frame<'a, DB: DrawingBackend>(
         .bold_line_style(grid)
         .axis_style(BLACK.mix(0.85))
         .label_style(font(TICK_FONT).color(&BLACK))
-        .axis_desc_style(font(frame.text.x_desc.font).color(&BLACK))
         .set_all_tick_mark_size(5);
     if !frame.x_grid {
         mesh.disable_x_mesh();
@@ -266,11 +261,8 @@ pub(crate) fn draw_frame<'a, DB: DrawingBackend>(
     if !frame.y_grid {
         mesh.disable_y_mesh();
     }
-    if let Some(desc) = frame.text.x_desc.lines.first() {
-        mesh.x_desc(desc.as_str());
-    }
     mesh.draw().map_err(drawing_error)?;
-    draw_y_desc(area, &chart, &frame.text.y_desc, frame.y_label_area)?;
+    draw_descs(area, &chart, frame.text, frame.y_label_area)?;
     Ok(chart)
 }
 
@@ -310,18 +302,38 @@ fn chart_builder<'a, 'b, DB: DrawingBackend>(
     Ok(builder)
 }
 
-/// Draws a y description's lines (reading bottom to top, the first on the left) at the left
-/// edge of the `y_label_area` wide area beside the plot, centred on the plot's height.
-fn draw_y_desc<DB: DrawingBackend>(
+/// Draws the axis descriptions: the x description's lines centred under the plot, the last
+/// at the foot of the panel's chart; the y description's lines (reading bottom to top, the
+/// first on the left) at the left edge of the `y_label_area` wide area beside the plot,
+/// centred on the plot's height.
+fn draw_descs<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     chart: &Chart2d<'_, DB>,
-    desc: &FittedText,
+    text: &PanelText,
     y_label_area: u32,
 ) -> Result<(), FigureError> {
     let (xs, ys) = chart.plotting_area().get_pixel_range();
     let (bx, by) = area.get_base_pixel();
+    let (_, h) = area.dim_in_pixel();
+    let foot = (h - PANEL_MARGIN) as i32;
+    let step = line_height(text.x_desc.font)? as i32;
+    let lines = text.x_desc.lines.len() as i32;
+    for (i, line) in text.x_desc.lines.iter().enumerate() {
+        label(
+            area,
+            line,
+            (
+                (xs.start + xs.end) / 2 - bx,
+                foot - (lines - 1 - i as i32) * step,
+            ),
+            text.x_desc.font,
+            Pos::new(HPos::Center, VPos::Bottom),
+            false,
+            BLACK,
+        )?;
+    }
     let left = xs.start - bx - y_label_area as i32;
-    vertical_lines(area, desc, (left, (ys.start + ys.end) / 2 - by))
+    vertical_lines(area, &text.y_desc, (left, (ys.start + ys.end) / 2 - by))
 }
 
 /// Draws `text`'s lines reading bottom to top, the first with its top at `left` and the

@@ -184,7 +184,7 @@ pub(crate) fn plan(
 
     // Below the plot: column labels (at most full size) and the x description.
     let label_h = text_size("Hg", TICK_FONT)?.1;
-    let mut text = PanelText::new(&p.title, &p.x_label, &p.y_label, X_LABEL_AREA, title_band)?;
+    let mut text = PanelText::new(&p.title, &p.x_label, &p.y_label, title_band)?;
     let desc = match text.x_desc.depth()? {
         0 => 0,
         depth => LABEL_GAP + depth,

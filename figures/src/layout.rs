@@ -571,13 +571,7 @@ fn plan_axes(panel: &Panel, zero_based_y: bool, title_band: u32) -> Result<AxesP
 
     // Long texts are broken into lines or set smaller rather than clipped or spilling into
     // neighbours; the y label area holds the tick labels and the y description's lines.
-    let text = PanelText::new(
-        &panel.title,
-        &panel.x_label,
-        &panel.y_label,
-        X_LABEL_AREA,
-        title_band,
-    )?;
+    let text = PanelText::new(&panel.title, &panel.x_label, &panel.y_label, title_band)?;
     let y_label_area = y_label_area(&y, &text)?;
 
     // x ticks at the data's x values when there are few and their labels fit.
@@ -745,6 +739,8 @@ fn break_lines(text: &str, size: f64, n: usize) -> Result<Vec<String>, FigureErr
 
 /// Lines a panel title may take.
 const TITLE_LINES: usize = 2;
+/// Lines the description of the x axis may take (each costs the plot a line's height).
+const X_DESC_LINES: usize = 2;
 /// Lines the description of a vertical axis may take (they run beside the plot).
 const VERTICAL_DESC_LINES: usize = 3;
 /// Space above and below a panel's title, in pixels.
@@ -754,7 +750,7 @@ const VERTICAL_DESC_GAP: u32 = 10;
 
 /// A panel's title and axis descriptions, each fitted to the room the panel leaves it: the
 /// title to the width between the chart's margins, the x description to three quarters of
-/// the panel's width (one line), the y description to the plot's height.
+/// the panel's width, the y description to the plot's height.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PanelText {
     pub title: FittedText,
@@ -762,30 +758,36 @@ pub(crate) struct PanelText {
     pub y_desc: FittedText,
     /// Height of the band the title takes above the chart (0 without a title).
     pub title_height: u32,
+    /// Height of the area below a plot with numeric x ticks: [`X_LABEL_AREA`], and a line
+    /// more for each further line of the x description.
+    pub numeric_x_label_area: u32,
 }
 
 impl PanelText {
-    /// Fits the texts of a panel whose area below the plot is `x_label_area` pixels high, in
-    /// a row whose titles take `title_band` pixels ([`title_band`] of the row's tallest).
+    /// Fits the texts of a panel in a row whose titles take `title_band` pixels
+    /// ([`title_band`] of the row's tallest), the y description to a plot with numeric x
+    /// ticks below it (a panel with more below its plot fits it again: [`Self::fit_y_desc`]).
     pub fn new(
         title: &str,
         x_label: &str,
         y_label: &str,
-        x_label_area: u32,
         title_band: u32,
     ) -> Result<Self, FigureError> {
         let title = fit_title(title)?;
         let title_height = title_band.max(title_height(&title)?);
+        let x_desc = fit_text(x_label, AXIS_DESC_FONT, PANEL_WIDTH * 3 / 4, X_DESC_LINES)?;
+        let extra_lines = x_desc.lines.len().saturating_sub(1) as u32;
         let mut text = PanelText {
             title,
-            x_desc: fit_text(x_label, AXIS_DESC_FONT, PANEL_WIDTH * 3 / 4, 1)?,
+            numeric_x_label_area: X_LABEL_AREA + extra_lines * line_height(x_desc.font)?,
+            x_desc,
             y_desc: FittedText {
                 font: AXIS_DESC_FONT,
                 lines: Vec::new(),
             },
             title_height,
         };
-        text.fit_y_desc(y_label, x_label_area)?;
+        text.fit_y_desc(y_label, text.numeric_x_label_area)?;
         Ok(text)
     }
 
@@ -1108,6 +1110,24 @@ mod tests {
                 .max()
                 .unwrap();
         assert!(p.y_label_area >= widest_tick + p.text.y_desc.depth().unwrap());
+    }
+
+    #[test]
+    fn a_long_x_description_takes_a_second_line_and_the_area_below_the_plot_grows() {
+        // Chimera's frontier: set on one line, it shrank to 60%.
+        let x_label = "mean over workflows of end-to-end latency per output token \
+                       (ms; workflows only)";
+        let short = PanelText::new("", "GPUs", "", 0).unwrap();
+        assert_eq!(short.numeric_x_label_area, X_LABEL_AREA);
+        let long = PanelText::new("", x_label, "", 0).unwrap();
+        assert_eq!(long.x_desc.lines.len(), 2, "{:?}", long.x_desc);
+        assert_eq!(long.x_desc.lines.join(" "), x_label);
+        assert!(long.x_desc.font >= AXIS_DESC_FONT * SHRINK_BEFORE_BREAK);
+        assert!(fits(&long.x_desc, PANEL_WIDTH * 3 / 4));
+        assert_eq!(
+            long.numeric_x_label_area,
+            X_LABEL_AREA + line_height(long.x_desc.font).unwrap()
+        );
     }
 
     #[test]

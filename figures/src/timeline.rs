@@ -15,7 +15,7 @@ use crate::draw::{Frame, draw_frame, drawing_error, fill_rect, label, to_area};
 use crate::font::text_size;
 use crate::layout::{
     ChartRef, MAX_ROW_LABEL, MAX_X_TICKS, PANEL_MARGIN_RIGHT, PanelText, Styles, TICK_FONT,
-    TICK_LABEL_GAP, X_LABEL_AREA, ellipsize,
+    TICK_LABEL_GAP, ellipsize,
 };
 
 /// A timeline: `rows` (workers, GPUs) top to bottom, and segments on them.
@@ -160,7 +160,7 @@ pub(crate) fn plan<'a>(
     styles: &Styles<'_>,
     title_band: u32,
 ) -> Result<TimelinePlan<'a>, FigureError> {
-    let text = PanelText::new(&p.title, &p.x_label, &p.y_label, X_LABEL_AREA, title_band)?;
+    let text = PanelText::new(&p.title, &p.x_label, &p.y_label, title_band)?;
     let (lo, hi) = p.range.unwrap_or(shared);
     let x = Axis {
         lo,
@@ -168,7 +168,7 @@ pub(crate) fn plan<'a>(
         log: false,
         fixed: None,
     };
-    let plot_height = f64::from(text.plot_height(X_LABEL_AREA)).max(40.0);
+    let plot_height = f64::from(text.plot_height(text.numeric_x_label_area)).max(40.0);
     let band = plot_height / p.rows.len() as f64;
     let row_font = ((band - 2.0) / 0.94).clamp(TICK_FONT * 0.6, TICK_FONT);
     let row_h = f64::from(text_size("Hg", row_font)?.1) + 2.0;
@@ -216,7 +216,7 @@ pub(crate) fn draw<DB: DrawingBackend>(
                 log: false,
                 fixed: None,
             },
-            x_label_area: X_LABEL_AREA,
+            x_label_area: plan.text.numeric_x_label_area,
             y_label_area: plan.y_label_area,
             margin_right: PANEL_MARGIN_RIGHT,
             x_ticks: MAX_X_TICKS,
