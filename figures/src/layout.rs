@@ -682,8 +682,9 @@ pub(crate) fn fit_text(
         font: size,
         lines: vec![text.to_string()],
     };
+    let words = Words::new(text, size)?;
     for n in 1..=max_lines.max(1) {
-        fitted.lines = break_lines(text, size, n)?;
+        fitted.lines = words.lines(n);
         fitted.font = size;
         let widest = f64::from(fitted.width()?.max(1));
         fitted.font = size.min(size * f64::from(room) / widest);
@@ -698,43 +699,70 @@ pub(crate) fn fit_text(
     Ok(fitted)
 }
 
-/// `text` broken at spaces into at most `n` lines whose widest (at `size`) is as narrow as
-/// filling lines word by word allows.
-fn break_lines(text: &str, size: f64, n: usize) -> Result<Vec<String>, FigureError> {
-    let words: Vec<&str> = text.split_whitespace().collect();
-    if n <= 1 || words.len() <= 1 {
-        return Ok(vec![words.join(" ")]);
+/// The words of a text and their widths at one size, to break it into lines without laying
+/// out every candidate line.
+struct Words<'t> {
+    words: Vec<&'t str>,
+    widths: Vec<u32>,
+    space: u32,
+}
+
+impl<'t> Words<'t> {
+    fn new(text: &'t str, size: f64) -> Result<Self, FigureError> {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let mut widths = Vec::with_capacity(words.len());
+        for w in &words {
+            widths.push(text_size(w, size)?.0);
+        }
+        Ok(Words {
+            words,
+            widths,
+            space: text_size(" ", size)?.0,
+        })
     }
-    // Fills lines word by word, each at most `limit` pixels wide (a single word may be wider).
-    let fill = |limit: u32| -> Result<Vec<String>, FigureError> {
-        let mut lines: Vec<String> = Vec::new();
-        let mut line = String::new();
-        for word in &words {
-            let candidate = if line.is_empty() {
-                word.to_string()
+
+    /// The words in at most `n` lines whose widest is as narrow as filling lines word by word
+    /// allows. Widths are the words' own plus a space between two (kerning across a space is
+    /// left out, so a line may measure a pixel or two off: the fitted size is taken from the
+    /// lines as laid out).
+    fn lines(&self, n: usize) -> Vec<String> {
+        if n <= 1 || self.words.len() <= 1 {
+            return vec![self.words.join(" ")];
+        }
+        // Where each line starts, filling lines word by word, each at most `limit` pixels
+        // wide (a single word may be wider).
+        let starts = |limit: u32| -> Vec<usize> {
+            let mut starts = vec![0];
+            let mut width = self.widths[0];
+            for (i, &w) in self.widths.iter().enumerate().skip(1) {
+                if width + self.space + w <= limit {
+                    width += self.space + w;
+                } else {
+                    starts.push(i);
+                    width = w;
+                }
+            }
+            starts
+        };
+        // The narrowest limit that still needs no more than `n` lines.
+        let total = self.widths.iter().sum::<u32>() + self.space * (self.words.len() as u32 - 1);
+        let (mut lo, mut hi) = (0, total);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if starts(mid).len() <= n {
+                hi = mid;
             } else {
-                format!("{line} {word}")
-            };
-            if line.is_empty() || text_size(&candidate, size)?.0 <= limit {
-                line = candidate;
-            } else {
-                lines.push(std::mem::replace(&mut line, word.to_string()));
+                lo = mid + 1;
             }
         }
-        lines.push(line);
-        Ok(lines)
-    };
-    // The narrowest limit that still needs no more than `n` lines.
-    let (mut lo, mut hi) = (0, text_size(text, size)?.0);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        if fill(mid)?.len() <= n {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
+        let starts = starts(hi);
+        let ends = starts.iter().skip(1).copied().chain([self.words.len()]);
+        starts
+            .iter()
+            .zip(ends)
+            .map(|(&a, b)| self.words[a..b].join(" "))
+            .collect()
     }
-    fill(hi)
 }
 
 /// Lines a panel title may take.
