@@ -98,11 +98,11 @@
 //!   description to the plot's height, an x description to three quarters of the
 //!   panel's width, the figure title to the figure's width. A text too long is set up
 //!   to 20% smaller on one line, else broken at spaces into more lines (two for a
-//!   title, three for a y description, which runs beside the plot; an x description
-//!   keeps one), as large as fits but not under 60% of its size; lines still too long
-//!   are cut short with "…". The x and y descriptions are fitted apart, so a long y
-//!   description leaves the x one its size. The panels of a row share their tallest
-//!   title band, so that their plots line up.
+//!   title or an x description, whose second line the area below the plot grows by;
+//!   three for a y description, which runs beside the plot), as large as fits but not
+//!   under 60% of its size; lines still too long are cut short with "…". The x and y
+//!   descriptions are fitted apart, so a long y description leaves the x one its size.
+//!   The panels of a row share their tallest title band, so that their plots line up.
 //! * The caption under the grid is one line, set smaller (down to half size) when long.
 //! * Text uses DejaVu Sans, embedded in the crate and registered with plotters'
 //!   `ab_glyph` support, so rendering needs no system fonts. The SVG asks for
