@@ -700,16 +700,26 @@ pub(crate) fn fit_text(
 }
 
 /// The words of a text and their widths at one size, to break it into lines without laying
-/// out every candidate line.
-struct Words<'t> {
-    words: Vec<&'t str>,
+/// out every candidate line. A dash standing alone (" — ", before a panel's value) stays with
+/// the word before it, so that no line starts with it.
+struct Words {
+    words: Vec<String>,
     widths: Vec<u32>,
     space: u32,
 }
 
-impl<'t> Words<'t> {
-    fn new(text: &'t str, size: f64) -> Result<Self, FigureError> {
-        let words: Vec<&str> = text.split_whitespace().collect();
+impl Words {
+    fn new(text: &str, size: f64) -> Result<Self, FigureError> {
+        let mut words: Vec<String> = Vec::new();
+        for word in text.split_whitespace() {
+            match words.last_mut() {
+                Some(last) if word == "—" => {
+                    last.push(' ');
+                    last.push_str(word);
+                }
+                _ => words.push(word.to_string()),
+            }
+        }
         let mut widths = Vec::with_capacity(words.len());
         for w in &words {
             widths.push(text_size(w, size)?.0);
@@ -1098,6 +1108,17 @@ mod tests {
         assert_eq!(two.lines.len(), 2, "{two:?}");
         assert_eq!(two.lines.join(" "), text);
         assert!(two.font >= 20.0 * SHRINK_BEFORE_BREAK && fits(&two, full / 2 + 20));
+        // A panel's value after a dash (study (a)'s title): the dash ends a line, never
+        // starts one.
+        let titled = "mean step duration: change vs linear (%) — \
+                      0.88+1.0+1.0+1.0+1.0+1.0+1.0+1.0";
+        let broken = fit_text(titled, PANEL_TITLE_FONT, PANEL_TITLE_ROOM, 2).unwrap();
+        assert_eq!(broken.lines.len(), 2, "{broken:?}");
+        assert!(
+            broken.lines.iter().all(|l| !l.starts_with('—')),
+            "{broken:?}"
+        );
+        assert_eq!(broken.lines.join(" "), titled);
         // A sixth as long, at most two lines: the smallest size, and the lines cut short.
         let cut = fit_text(text, 20.0, full / 6, 2).unwrap();
         assert_eq!(cut.font, 20.0 * MIN_TEXT_SCALE);
