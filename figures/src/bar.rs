@@ -10,10 +10,9 @@ use plotters_backend::DrawingBackend;
 
 use crate::axis::Axis;
 use crate::draw::{Frame, draw_frame, drawing_error, label, to_area};
-use crate::font::text_size;
 use crate::layout::{
-    LabelFit, MAX_VERTICAL_LABEL, MAX_Y_TICKS, PANEL_MARGIN, Styles, TICK_FONT, X_LABEL_AREA,
-    ellipsize, fit_labels, panel_fonts, y_label_area, zero_based_axis,
+    LabelFit, MAX_VERTICAL_LABEL, MAX_Y_TICKS, PANEL_MARGIN, PanelText, Styles, TICK_FONT,
+    X_LABEL_AREA, ellipsize, fit_labels, y_label_area, zero_based_axis,
 };
 use crate::style::ErrorBarElement;
 use crate::{FigureError, PANEL_WIDTH};
@@ -102,12 +101,8 @@ pub(crate) struct Bar {
 }
 
 /// A validated, laid-out bar panel.
-pub(crate) struct BarPlan<'a> {
-    title: &'a str,
-    x_label: &'a str,
-    y_label: &'a str,
-    title_font: f64,
-    desc_font: f64,
+pub(crate) struct BarPlan {
+    text: PanelText,
     x: Axis,
     y: Axis,
     y_label_area: u32,
@@ -286,11 +281,58 @@ struct Common<'a> {
     /// Bars per group and their labels (all empty: none).
     per_group: usize,
     bar_names: Option<&'a [String]>,
+    /// Height of the row's title band.
+    title_band: u32,
 }
 
-fn plan_common<'a>(c: Common<'a>, y: Axis, bars: Vec<Bar>) -> Result<BarPlan<'a>, FigureError> {
-    let (title_font, desc_font) = panel_fonts(c.title, c.x_label, c.y_label)?;
-    let y_label_area = y_label_area(&y, c.y_label, desc_font)?;
+/// The x axis's labels of a bar panel and the height of the area below the plot they take.
+struct XLabels {
+    groups: Vec<(f64, String)>,
+    group_fit: LabelFit,
+    bar_labels: Vec<(f64, String)>,
+    bar_fit: Option<LabelFit>,
+    x_label_area: u32,
+}
+
+/// How many times the y description and the x labels are fitted to each other at most: a y
+/// description in more lines narrows the plot, which may turn the x labels, which lowers the
+/// plot the y description runs along. They settle in two rounds in every figure drawn so far.
+const FIT_ROUNDS: usize = 4;
+
+fn plan_common<'a>(c: Common<'a>, y: Axis, bars: Vec<Bar>) -> Result<BarPlan, FigureError> {
+    let mut text = PanelText::new(c.title, c.x_label, c.y_label, c.title_band)?;
+    let mut y_area = y_label_area(&y, &text)?;
+    let mut labels = x_labels(&c, &text, y_area)?;
+    for _ in 0..FIT_ROUNDS {
+        let before = text.y_desc.clone();
+        text.fit_y_desc(c.y_label, labels.x_label_area)?;
+        if text.y_desc == before {
+            break;
+        }
+        y_area = y_label_area(&y, &text)?;
+        labels = x_labels(&c, &text, y_area)?;
+    }
+    Ok(BarPlan {
+        text,
+        x: Axis {
+            lo: 0.0,
+            hi: c.groups.len() as f64,
+            log: false,
+            fixed: None,
+        },
+        y,
+        y_label_area: y_area,
+        x_label_area: labels.x_label_area,
+        groups: labels.groups,
+        group_fit: labels.group_fit,
+        bar_labels: labels.bar_labels,
+        bar_fit: labels.bar_fit,
+        bars,
+    })
+}
+
+/// Fits the group and bar labels to the plot left beside a `y_label_area` wide area.
+fn x_labels(c: &Common<'_>, text: &PanelText, y_label_area: u32) -> Result<XLabels, FigureError> {
     let n_groups = c.groups.len();
     let plot_width =
         f64::from(PANEL_WIDTH.saturating_sub(PANEL_MARGIN + MARGIN_RIGHT + y_label_area)).max(40.0);
@@ -334,41 +376,26 @@ fn plan_common<'a>(c: Common<'a>, y: Axis, bars: Vec<Bar>) -> Result<BarPlan<'a>
         groups.push((g as f64 + 0.5, text));
     }
 
-    let desc = if c.x_label.trim().is_empty() {
-        0
-    } else {
-        LABEL_GAP + text_size(c.x_label, desc_font)?.1
+    let desc = match text.x_desc.depth()? {
+        0 => 0,
+        depth => LABEL_GAP + depth,
     };
     let bar_rows = bar_fit.map_or(0, |f| f.extent + LABEL_GAP);
-    let x_label_area = (LABEL_GAP + bar_rows + group_fit.extent + desc + 6).max(X_LABEL_AREA);
-    Ok(BarPlan {
-        title: c.title,
-        x_label: c.x_label,
-        y_label: c.y_label,
-        title_font,
-        desc_font,
-        x: Axis {
-            lo: 0.0,
-            hi: n_groups as f64,
-            log: false,
-            fixed: None,
-        },
-        y,
-        y_label_area,
-        x_label_area,
+    Ok(XLabels {
         groups,
         group_fit,
         bar_labels,
         bar_fit,
-        bars,
+        x_label_area: (LABEL_GAP + bar_rows + group_fit.extent + desc + 6).max(X_LABEL_AREA),
     })
 }
 
 /// Lays out a validated grouped bar panel.
-pub(crate) fn plan_grouped<'a>(
-    p: &'a BarPanel,
+pub(crate) fn plan_grouped(
+    p: &BarPanel,
     styles: &Styles<'_>,
-) -> Result<BarPlan<'a>, FigureError> {
+    title_band: u32,
+) -> Result<BarPlan, FigureError> {
     let n = p.series.len();
     let mut bars = Vec::with_capacity(n * p.groups.len());
     for g in 0..p.groups.len() {
@@ -398,6 +425,7 @@ pub(crate) fn plan_grouped<'a>(
             groups: &p.groups,
             per_group: n,
             bar_names: None,
+            title_band,
         },
         y,
         bars,
@@ -405,10 +433,11 @@ pub(crate) fn plan_grouped<'a>(
 }
 
 /// Lays out a validated stacked bar panel.
-pub(crate) fn plan_stacked<'a>(
-    p: &'a StackedBarPanel,
+pub(crate) fn plan_stacked(
+    p: &StackedBarPanel,
     styles: &Styles<'_>,
-) -> Result<BarPlan<'a>, FigureError> {
+    title_band: u32,
+) -> Result<BarPlan, FigureError> {
     let n = p.bars.len();
     let mut bars = Vec::with_capacity(n * p.groups.len());
     let mut totals = Vec::with_capacity(bars.capacity());
@@ -440,6 +469,7 @@ pub(crate) fn plan_stacked<'a>(
             groups: &p.groups,
             per_group: n,
             bar_names: Some(&p.bars),
+            title_band,
         },
         y,
         bars,
@@ -449,16 +479,12 @@ pub(crate) fn plan_stacked<'a>(
 /// Draws a bar panel into its cell.
 pub(crate) fn draw<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
-    plan: &BarPlan<'_>,
+    plan: &BarPlan,
 ) -> Result<(), FigureError> {
     let mut chart = draw_frame(
         area,
         &Frame {
-            title: plan.title,
-            title_font: plan.title_font,
-            x_label: plan.x_label,
-            y_label: plan.y_label,
-            desc_font: plan.desc_font,
+            text: &plan.text,
             x: plan.x.clone(),
             y: plan.y.clone(),
             x_label_area: plan.x_label_area,
@@ -544,4 +570,59 @@ fn put<DB: DrawingBackend>(
         Pos::new(HPos::Center, VPos::Top)
     };
     label(area, text, at, fit.font, pos, fit.vertical, BLACK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::font::text_size;
+    use crate::layout::FittedText;
+
+    fn fits(text: &FittedText, room: u32) -> bool {
+        text.lines
+            .iter()
+            .all(|l| text_size(l, text.font).unwrap().0 <= room)
+    }
+
+    #[test]
+    fn the_y_description_fits_the_plot_the_turned_group_labels_leave() {
+        // Chimera's Kendall-distance panel: long group labels turn vertical and take height.
+        let y_label = "length predictor's Kendall tau distance to the true remaining tokens, \
+                       first 2,000 stages (workflows only)";
+        let groups: Vec<String> = (0..4)
+            .map(|i| format!("qwen2.5-1.5b-instruct+qwen2.5-{i}b-instruct"))
+            .collect();
+        let panel = BarPanel {
+            title: "a title".to_string(),
+            x_label: "models served".to_string(),
+            y_label: y_label.to_string(),
+            groups,
+            series: ["noisy", "fcfs", "input_length"]
+                .iter()
+                .map(|l| BarSeries {
+                    label: l.to_string(),
+                    values: vec![0.1, 0.5, 0.4, 0.2],
+                    y_err: None,
+                })
+                .collect(),
+        };
+        let mut styles = Styles::new();
+        for s in &panel.series {
+            styles.insert(&s.label, crate::style::SeriesStyle::nth(styles.len()));
+        }
+        let plan = plan_grouped(&panel, &styles, 0).unwrap();
+        assert!(
+            plan.group_fit.vertical,
+            "the labels turn: {:?}",
+            plan.group_fit
+        );
+        let plot_height = plan.text.plot_height(plan.x_label_area);
+        assert!(plan.x_label_area > X_LABEL_AREA);
+        assert!(
+            fits(&plan.text.y_desc, plot_height.saturating_sub(8)),
+            "{:?} along {plot_height} px",
+            plan.text.y_desc
+        );
+        assert!(plan.y_label_area >= plan.text.y_desc_width().unwrap());
+    }
 }

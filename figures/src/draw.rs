@@ -14,9 +14,9 @@ use crate::FigureError;
 use crate::axis::Axis;
 use crate::font::font;
 use crate::layout::{
-    ChartPlan, LEGEND_FONT, LEGEND_GAP, LEGEND_PAD, LEGEND_ROW, LEGEND_SAMPLE, LEGEND_TOP,
-    LegendPlan, MAX_X_TICKS, MAX_Y_TICKS, PANEL_MARGIN, PANEL_MARGIN_RIGHT, PanelPlan, Plan,
-    Swatch, TICK_FONT, X_LABEL_AREA,
+    ChartPlan, FittedText, LEGEND_FONT, LEGEND_GAP, LEGEND_PAD, LEGEND_ROW, LEGEND_SAMPLE,
+    LEGEND_TOP, LegendPlan, MAX_X_TICKS, MAX_Y_TICKS, PANEL_MARGIN, PANEL_MARGIN_RIGHT, PanelPlan,
+    PanelText, Plan, Swatch, TICK_FONT, TITLE_PAD, line_height, title_height,
 };
 use crate::style::{ErrorBarElement, MarkerElement};
 
@@ -47,18 +47,20 @@ pub(crate) fn draw_figure<DB: DrawingBackend>(
             .map_err(drawing_error)?;
     }
     let (title_area, body) = main.split_vertically(plan.title_band);
-    if plan.title_band > 0 {
-        let style = font(plan.title_font)
-            .color(&BLACK)
-            .pos(Pos::new(HPos::Center, VPos::Center));
-        let (w, h) = title_area.dim_in_pixel();
-        title_area
-            .draw(&Text::new(
-                plan.title,
-                ((w / 2) as i32, (h / 2) as i32),
-                style,
-            ))
-            .map_err(drawing_error)?;
+    let (w, h) = title_area.dim_in_pixel();
+    // The title's lines, centred in their band.
+    let step = line_height(plan.title.font)?;
+    let first = (h.saturating_sub(step * plan.title.lines.len() as u32) + step) / 2;
+    for (i, line) in plan.title.lines.iter().enumerate() {
+        label(
+            &title_area,
+            line,
+            ((w / 2) as i32, (first + i as u32 * step) as i32),
+            plan.title.font,
+            Pos::new(HPos::Center, VPos::Center),
+            false,
+            BLACK,
+        )?;
     }
     let grid_width = plan.cols as u32 * crate::PANEL_WIDTH;
     let (grid, legend_area) = body.split_horizontally(grid_width);
@@ -82,18 +84,15 @@ fn draw_panel<DB: DrawingBackend>(
     plan: &PanelPlan<'_>,
 ) -> Result<(), FigureError> {
     let panel = &*plan.panel;
-    let mut builder = ChartBuilder::on(area);
-    builder
-        .margin(PANEL_MARGIN)
-        .margin_right(PANEL_MARGIN_RIGHT)
-        .x_label_area_size(X_LABEL_AREA)
-        .y_label_area_size(plan.y_label_area);
-    if !panel.title.trim().is_empty() {
-        builder.caption(&panel.title, font(plan.title_font).color(&BLACK));
-    }
-    let mut chart = builder
-        .build_cartesian_2d(plan.x.clone(), plan.y.clone())
-        .map_err(drawing_error)?;
+    let mut chart = chart_builder(
+        area,
+        &plan.text,
+        PANEL_MARGIN_RIGHT,
+        plan.text.numeric_x_label_area,
+        plan.y_label_area,
+    )?
+    .build_cartesian_2d(plan.x.clone(), plan.y.clone())
+    .map_err(drawing_error)?;
 
     let grid = BLACK.mix(0.13);
     let minor = BLACK.mix(0.05);
@@ -106,15 +105,9 @@ fn draw_panel<DB: DrawingBackend>(
         .light_line_style(minor)
         .axis_style(BLACK.mix(0.85))
         .label_style(font(TICK_FONT).color(&BLACK))
-        .axis_desc_style(font(plan.desc_font).color(&BLACK))
         .set_all_tick_mark_size(5);
-    if !panel.x_label.trim().is_empty() {
-        mesh.x_desc(panel.x_label.as_str());
-    }
-    if !panel.y_label.trim().is_empty() {
-        mesh.y_desc(panel.y_label.as_str());
-    }
     mesh.draw().map_err(drawing_error)?;
+    draw_descs(area, &chart, &plan.text, plan.y_label_area)?;
 
     // Layers: all error bars, then all lines, then all markers, so markers stay visible.
     let (ylo, yhi) = (plan.y.lo, plan.y.hi);
@@ -158,11 +151,9 @@ fn draw_legend<DB: DrawingBackend>(
 ) -> Result<(), FigureError> {
     let n = legend.entries.len();
     let rows = n.min(legend.rows_per_column) as u32;
-    let columns = n.div_ceil(legend.rows_per_column) as u32;
     let (x0, y0) = (LEGEND_PAD as i32 / 2, LEGEND_TOP as i32);
     let title_rows = u32::from(legend.title.is_some());
-    let box_w = (columns * legend.column_width + LEGEND_PAD)
-        .max(legend.width.saturating_sub(2 * LEGEND_PAD)) as i32;
+    let box_w = legend.box_width() as i32;
     let box_h = ((rows + title_rows) * LEGEND_ROW + LEGEND_PAD) as i32;
     area.draw(&Rectangle::new(
         [(x0, y0), (x0 + box_w, y0 + box_h)],
@@ -226,11 +217,7 @@ pub(crate) type Chart2d<'a, DB> = ChartContext<'a, DB, Cartesian2d<Axis, Axis>>;
 /// lines the mesh draws. Categorical axes get no ticks from the mesh (their labels
 /// are drawn by the panel kind itself).
 pub(crate) struct Frame<'p> {
-    pub title: &'p str,
-    pub title_font: f64,
-    pub x_label: &'p str,
-    pub y_label: &'p str,
-    pub desc_font: f64,
+    pub text: &'p PanelText,
     pub x: Axis,
     pub y: Axis,
     pub x_label_area: u32,
@@ -249,18 +236,15 @@ pub(crate) fn draw_frame<'a, DB: DrawingBackend>(
     area: &'a DrawingArea<DB, Shift>,
     frame: &Frame<'_>,
 ) -> Result<Chart2d<'a, DB>, FigureError> {
-    let mut builder = ChartBuilder::on(area);
-    builder
-        .margin(PANEL_MARGIN)
-        .margin_right(frame.margin_right)
-        .x_label_area_size(frame.x_label_area)
-        .y_label_area_size(frame.y_label_area);
-    if !frame.title.trim().is_empty() {
-        builder.caption(frame.title, font(frame.title_font).color(&BLACK));
-    }
-    let mut chart = builder
-        .build_cartesian_2d(frame.x.clone(), frame.y.clone())
-        .map_err(drawing_error)?;
+    let mut chart = chart_builder(
+        area,
+        frame.text,
+        frame.margin_right,
+        frame.x_label_area,
+        frame.y_label_area,
+    )?
+    .build_cartesian_2d(frame.x.clone(), frame.y.clone())
+    .map_err(drawing_error)?;
     let grid = BLACK.mix(0.13);
     let mut mesh = chart.configure_mesh();
     mesh.x_labels(frame.x_ticks)
@@ -270,7 +254,6 @@ pub(crate) fn draw_frame<'a, DB: DrawingBackend>(
         .bold_line_style(grid)
         .axis_style(BLACK.mix(0.85))
         .label_style(font(TICK_FONT).color(&BLACK))
-        .axis_desc_style(font(frame.desc_font).color(&BLACK))
         .set_all_tick_mark_size(5);
     if !frame.x_grid {
         mesh.disable_x_mesh();
@@ -278,14 +261,101 @@ pub(crate) fn draw_frame<'a, DB: DrawingBackend>(
     if !frame.y_grid {
         mesh.disable_y_mesh();
     }
-    if !frame.x_label.trim().is_empty() {
-        mesh.x_desc(frame.x_label);
-    }
-    if !frame.y_label.trim().is_empty() {
-        mesh.y_desc(frame.y_label);
-    }
     mesh.draw().map_err(drawing_error)?;
+    draw_descs(area, &chart, frame.text, frame.y_label_area)?;
     Ok(chart)
+}
+
+/// A chart builder on a panel's cell with its margins and label areas, after drawing the
+/// panel's title (its lines centred between the chart's margins) in a band on top.
+fn chart_builder<'a, 'b, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    text: &PanelText,
+    margin_right: u32,
+    x_label_area: u32,
+    y_label_area: u32,
+) -> Result<ChartBuilder<'a, 'b, DB>, FigureError> {
+    let (w, _) = area.dim_in_pixel();
+    let centre = (PANEL_MARGIN + w.saturating_sub(margin_right)) as i32 / 2;
+    // A title shorter than its row's band sits at the band's foot, just above its chart.
+    let first = PANEL_MARGIN + text.title_height - title_height(&text.title)? + TITLE_PAD;
+    let step = line_height(text.title.font)?;
+    for (i, line) in text.title.lines.iter().enumerate() {
+        let top = first + i as u32 * step;
+        label(
+            area,
+            line,
+            (centre, top as i32),
+            text.title.font,
+            Pos::new(HPos::Center, VPos::Top),
+            false,
+            BLACK,
+        )?;
+    }
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .margin(PANEL_MARGIN)
+        .margin_top(PANEL_MARGIN + text.title_height)
+        .margin_right(margin_right)
+        .x_label_area_size(x_label_area)
+        .y_label_area_size(y_label_area);
+    Ok(builder)
+}
+
+/// Draws the axis descriptions: the x description's lines centred under the plot, the last
+/// at the foot of the panel's chart; the y description's lines (reading bottom to top, the
+/// first on the left) at the left edge of the `y_label_area` wide area beside the plot,
+/// centred on the plot's height.
+fn draw_descs<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    chart: &Chart2d<'_, DB>,
+    text: &PanelText,
+    y_label_area: u32,
+) -> Result<(), FigureError> {
+    let (xs, ys) = chart.plotting_area().get_pixel_range();
+    let (bx, by) = area.get_base_pixel();
+    let (_, h) = area.dim_in_pixel();
+    let foot = (h - PANEL_MARGIN) as i32;
+    let step = line_height(text.x_desc.font)? as i32;
+    let lines = text.x_desc.lines.len() as i32;
+    for (i, line) in text.x_desc.lines.iter().enumerate() {
+        label(
+            area,
+            line,
+            (
+                (xs.start + xs.end) / 2 - bx,
+                foot - (lines - 1 - i as i32) * step,
+            ),
+            text.x_desc.font,
+            Pos::new(HPos::Center, VPos::Bottom),
+            false,
+            BLACK,
+        )?;
+    }
+    let left = xs.start - bx - y_label_area as i32;
+    vertical_lines(area, &text.y_desc, (left, (ys.start + ys.end) / 2 - by))
+}
+
+/// Draws `text`'s lines reading bottom to top, the first with its top at `left` and the
+/// others to its right, centred on `middle`: `(left, middle)` relative to `area`.
+pub(crate) fn vertical_lines<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    text: &FittedText,
+    (left, middle): (i32, i32),
+) -> Result<(), FigureError> {
+    let step = line_height(text.font)? as i32;
+    for (i, line) in text.lines.iter().enumerate() {
+        label(
+            area,
+            line,
+            (left + i as i32 * step, middle),
+            text.font,
+            Pos::new(HPos::Center, VPos::Top),
+            true,
+            BLACK,
+        )?;
+    }
+    Ok(())
 }
 
 /// The pixel position of data point `(x, y)` relative to `area`'s top left corner.

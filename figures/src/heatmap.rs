@@ -10,14 +10,14 @@ use plotters_backend::DrawingBackend;
 
 use crate::axis::{Axis, format_tick, linear_ticks};
 use crate::colormap::{is_dark, viridis};
-use crate::draw::{Frame, draw_frame, drawing_error, fill_rect, label, to_area};
+use crate::draw::{Frame, draw_frame, drawing_error, fill_rect, label, to_area, vertical_lines};
 use crate::font::text_size;
-use crate::layout::ellipsize;
 use crate::layout::{
-    ChartRef, LabelFit, MAX_ROW_LABEL, PANEL_MARGIN, TICK_FONT, TICK_LABEL_GAP, X_LABEL_AREA,
-    caption_height, fit_labels, min_max, panel_fonts, vertical_desc_width,
+    ChartRef, FittedText, LabelFit, MAX_ROW_LABEL, PANEL_MARGIN, PanelText, TICK_FONT,
+    TICK_LABEL_GAP, X_LABEL_AREA, ellipsize, fit_labels, fit_vertical, min_max,
+    vertical_desc_width,
 };
-use crate::{FigureError, PANEL_HEIGHT, PANEL_WIDTH};
+use crate::{FigureError, PANEL_WIDTH};
 
 /// A heatmap: `values[row][column]` as coloured cells, rows top to bottom.
 ///
@@ -59,8 +59,7 @@ const STRIDES: [usize; 12] = [1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 50, 64];
 /// A validated, laid-out heatmap.
 pub(crate) struct HeatmapPlan<'a> {
     panel: &'a HeatmapPanel,
-    title_font: f64,
-    desc_font: f64,
+    text: PanelText,
     y_label_area: u32,
     x_label_area: u32,
     margin_right: u32,
@@ -70,7 +69,8 @@ pub(crate) struct HeatmapPlan<'a> {
     col_fit: LabelFit,
     row_stride: usize,
     row_font: f64,
-    value_label: String,
+    /// The colorbar's description, fitted along the plot's height.
+    value_label: FittedText,
     /// Row and column labels as drawn (cut short when too long).
     rows: Vec<String>,
     columns: Vec<String>,
@@ -172,23 +172,26 @@ fn format_value(v: f64) -> String {
     if s == "-0" { "0".to_string() } else { s }
 }
 
-/// Lays out a validated heatmap; `shared` is the figure's shared colour range.
-pub(crate) fn plan(p: &HeatmapPanel, shared: (f64, f64)) -> Result<HeatmapPlan<'_>, FigureError> {
-    let (title_font, desc_font) = panel_fonts(&p.title, &p.x_label, &p.y_label)?;
+/// Lays out a validated heatmap; `shared` is the figure's shared colour range, `title_band`
+/// the height of its row's title band.
+pub(crate) fn plan(
+    p: &HeatmapPanel,
+    shared: (f64, f64),
+    title_band: u32,
+) -> Result<HeatmapPlan<'_>, FigureError> {
     let range = p.range.unwrap_or(shared);
     let (nrows, ncols) = (p.row_labels.len(), p.column_labels.len());
 
     // Below the plot: column labels (at most full size) and the x description.
     let label_h = text_size("Hg", TICK_FONT)?.1;
-    let desc = if p.x_label.trim().is_empty() {
-        0
-    } else {
-        LABEL_GAP + text_size(&p.x_label, desc_font)?.1
+    let mut text = PanelText::new(&p.title, &p.x_label, &p.y_label, title_band)?;
+    let desc = match text.x_desc.depth()? {
+        0 => 0,
+        depth => LABEL_GAP + depth,
     };
     let x_label_area = (LABEL_GAP + label_h + desc + 6).max(X_LABEL_AREA);
-    let caption = caption_height(&p.title, title_font)?;
-    let plot_height =
-        f64::from(PANEL_HEIGHT.saturating_sub(2 * PANEL_MARGIN + caption + x_label_area)).max(40.0);
+    text.fit_y_desc(&p.y_label, x_label_area)?;
+    let plot_height = f64::from(text.plot_height(x_label_area)).max(40.0);
 
     // Rows: as large a font as the row height allows (at least 60%), else every n-th.
     let band = plot_height / nrows as f64;
@@ -202,8 +205,7 @@ pub(crate) fn plan(p: &HeatmapPanel, shared: (f64, f64)) -> Result<HeatmapPlan<'
         widest_row = widest_row.max(text_size(&l, row_font)?.0);
         rows.push(l);
     }
-    let y_label_area =
-        widest_row + TICK_LABEL_GAP + vertical_desc_width(&p.y_label, desc_font)? + 4;
+    let y_label_area = widest_row + TICK_LABEL_GAP + text.y_desc_width()? + 4;
 
     // Colorbar to the right: bar, ticks, tick labels, description.
     let bar_ticks = linear_ticks(range.0, range.1, 6);
@@ -211,7 +213,9 @@ pub(crate) fn plan(p: &HeatmapPanel, shared: (f64, f64)) -> Result<HeatmapPlan<'
     for &t in &bar_ticks {
         bar_tick_width = bar_tick_width.max(text_size(&format_tick(t), TICK_FONT)?.0);
     }
-    let bar_desc = vertical_desc_width(&p.value_label, desc_font)?;
+    // The colorbar description runs along the plot's height.
+    let value_label = fit_vertical(&p.value_label, plot_height as u32)?;
+    let bar_desc = vertical_desc_width(&value_label)?;
     let margin_right =
         BAR_GAP + BAR_WIDTH + TICK + 4 + bar_tick_width + 6 + bar_desc + PANEL_MARGIN;
 
@@ -244,8 +248,6 @@ pub(crate) fn plan(p: &HeatmapPanel, shared: (f64, f64)) -> Result<HeatmapPlan<'
             extent: text_size("Hg", font)?.1,
         };
     }
-    // The colorbar description runs along the plot's height.
-    let value_label = ellipsize(&p.value_label, desc_font, plot_height)?;
 
     // Values in cells: the largest font (up to 75% of tick size) that fits every cell.
     let cell_font = if p.annotate {
@@ -263,8 +265,7 @@ pub(crate) fn plan(p: &HeatmapPanel, shared: (f64, f64)) -> Result<HeatmapPlan<'
 
     Ok(HeatmapPlan {
         panel: p,
-        title_font,
-        desc_font,
+        text,
         y_label_area,
         x_label_area,
         margin_right,
@@ -293,11 +294,7 @@ pub(crate) fn draw<DB: DrawingBackend>(
     let chart = draw_frame(
         area,
         &Frame {
-            title: &p.title,
-            title_font: plan.title_font,
-            x_label: &p.x_label,
-            y_label: &p.y_label,
-            desc_font: plan.desc_font,
+            text: &plan.text,
             x: Axis {
                 lo: 0.0,
                 hi: ncols as f64,
@@ -419,16 +416,7 @@ pub(crate) fn draw<DB: DrawingBackend>(
         )?;
     }
     let desc_x = bx1 + (TICK + 4 + plan.bar_tick_width + 6) as i32;
-    label(
-        area,
-        &plan.value_label,
-        (desc_x, (top + bottom) / 2),
-        plan.desc_font,
-        Pos::new(HPos::Center, VPos::Top),
-        true,
-        BLACK,
-    )?;
-    Ok(())
+    vertical_lines(area, &plan.value_label, (desc_x, (top + bottom) / 2))
 }
 
 #[cfg(test)]

@@ -20,8 +20,10 @@ use crate::{
     TimelinePanel,
 };
 
-/// Height of the figure title band (only when the title is not empty).
+/// Height of the figure title band (only when the title is not empty; more for two lines).
 pub(crate) const TITLE_BAND: u32 = 52;
+/// Space above and below the figure title's lines in its band, together.
+const TITLE_BAND_PAD: u32 = 16;
 pub(crate) const TITLE_FONT: f64 = 32.0;
 pub(crate) const PANEL_TITLE_FONT: f64 = 26.0;
 pub(crate) const AXIS_DESC_FONT: f64 = 22.0;
@@ -89,6 +91,18 @@ impl<'a> ChartRef<'a> {
         }
     }
 
+    /// The panel's title.
+    fn title(self) -> &'a str {
+        match self {
+            ChartRef::Line(p) => &p.title,
+            ChartRef::Bars(p) => &p.title,
+            ChartRef::StackedBars(p) => &p.title,
+            ChartRef::Heatmap(p) => &p.title,
+            ChartRef::Timeline(p) => &p.title,
+            ChartRef::Scatter(p) => &p.title,
+        }
+    }
+
     /// Labels that get a style (and a legend entry), in order, with their swatch.
     fn styled_labels(self) -> Vec<(&'a str, Swatch)> {
         match self {
@@ -133,9 +147,9 @@ pub(crate) enum Swatch {
 pub(crate) struct Plan<'a> {
     pub width: u32,
     pub height: u32,
-    pub title: &'a str,
-    /// Title font size, shrunk if needed to fit the width.
-    pub title_font: f64,
+    /// The figure's title, fitted to the width in up to two lines.
+    pub title: FittedText,
+    /// Height of the band over the grid the title takes (0 without a title).
     pub title_band: u32,
     pub rows: usize,
     pub cols: usize,
@@ -150,7 +164,7 @@ pub(crate) struct Plan<'a> {
 /// The layout of one panel, by kind.
 pub(crate) enum ChartPlan<'a> {
     Line(PanelPlan<'a>),
-    Bars(BarPlan<'a>),
+    Bars(BarPlan),
     Heatmap(HeatmapPlan<'a>),
     Timeline(TimelinePlan<'a>),
 }
@@ -160,10 +174,8 @@ pub(crate) struct PanelPlan<'a> {
     pub panel: std::borrow::Cow<'a, Panel>,
     /// Whether each series of `panel.series` is joined by a line (else markers only).
     pub joined: Vec<bool>,
-    /// Panel title font size, shrunk if needed to fit the cell.
-    pub title_font: f64,
-    /// Axis description font size (both axes), shrunk if needed to fit.
-    pub desc_font: f64,
+    /// The title and axis descriptions, fitted to the panel.
+    pub text: PanelText,
     pub x: Axis,
     pub y: Axis,
     /// Width of the area left of the plot: axis description, tick labels, ticks.
@@ -179,6 +191,15 @@ pub(crate) struct LegendPlan<'a> {
     pub column_width: u32,
     /// A heading over the entries (one legend row, left-aligned).
     pub title: Option<&'a str>,
+}
+
+impl LegendPlan<'_> {
+    /// Width of the legend's box: its entries' columns with a pad either side, or the legend's
+    /// width less a pad either side outside the box, whichever is wider.
+    pub fn box_width(&self) -> u32 {
+        let columns = self.entries.len().div_ceil(self.rows_per_column) as u32;
+        (columns * self.column_width + LEGEND_PAD).max(self.width.saturating_sub(2 * LEGEND_PAD))
+    }
 }
 
 /// Style of each label, by first appearance.
@@ -235,19 +256,21 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
     let n = figure.charts.len();
     let cols = figure.columns.min(n);
     let rows = n.div_ceil(cols);
-    let title_band = if figure.title.trim().is_empty() {
-        0
-    } else {
-        TITLE_BAND
-    };
     let grid_height = rows as u32 * PANEL_HEIGHT;
 
     let heat_range = crate::heatmap::shared_range(&figure.charts);
     let time_range = crate::timeline::shared_range(&figure.charts);
+    // Every panel of a row gets the row's tallest title band.
+    let mut bands = vec![0; rows];
+    for (i, chart) in figure.charts.iter().enumerate() {
+        bands[i / cols] = bands[i / cols].max(title_band(chart.title())?);
+    }
     let panels = figure
         .charts
         .iter()
-        .map(|chart| {
+        .enumerate()
+        .map(|(i, chart)| {
+            let band = bands[i / cols];
             Ok(match *chart {
                 ChartRef::Line(panel) => {
                     let styles = panel
@@ -261,6 +284,7 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
                         joined,
                         styles,
                         true,
+                        band,
                     )?)
                 }
                 ChartRef::Scatter(scatter) => {
@@ -275,19 +299,20 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
                         joined,
                         styles,
                         false,
+                        band,
                     )?)
                 }
                 ChartRef::Bars(panel) => {
-                    ChartPlan::Bars(crate::bar::plan_grouped(panel, &style_of)?)
+                    ChartPlan::Bars(crate::bar::plan_grouped(panel, &style_of, band)?)
                 }
                 ChartRef::StackedBars(panel) => {
-                    ChartPlan::Bars(crate::bar::plan_stacked(panel, &style_of)?)
+                    ChartPlan::Bars(crate::bar::plan_stacked(panel, &style_of, band)?)
                 }
                 ChartRef::Heatmap(panel) => {
-                    ChartPlan::Heatmap(crate::heatmap::plan(panel, heat_range)?)
+                    ChartPlan::Heatmap(crate::heatmap::plan(panel, heat_range, band)?)
                 }
                 ChartRef::Timeline(panel) => {
-                    ChartPlan::Timeline(crate::timeline::plan(panel, time_range, &style_of)?)
+                    ChartPlan::Timeline(crate::timeline::plan(panel, time_range, &style_of, band)?)
                 }
             })
         })
@@ -307,8 +332,10 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
             grid_height.saturating_sub(LEGEND_TOP + 2 * LEGEND_PAD + title_rows * LEGEND_ROW);
         let rows_per_column = ((usable / LEGEND_ROW) as usize).max(1);
         let columns = entries.len().div_ceil(rows_per_column) as u32;
+        // The box (`LegendPlan::box_width`) keeps a pad either side of the title, as of the
+        // entries.
         let title_width = match figure.legend_title {
-            Some(t) => 3 * LEGEND_PAD + text_size(t, LEGEND_FONT)?.0,
+            Some(t) => 4 * LEGEND_PAD + text_size(t, LEGEND_FONT)?.0,
             None => 0,
         };
         let width = (3 * LEGEND_PAD + columns * column_width)
@@ -329,6 +356,16 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
     } else {
         0
     };
+    let title = fit_text(
+        figure.title,
+        TITLE_FONT,
+        width - 2 * PANEL_MARGIN,
+        TITLE_LINES,
+    )?;
+    let title_band = match title.depth()? {
+        0 => 0,
+        depth => TITLE_BAND.max(depth + TITLE_BAND_PAD),
+    };
     let height = title_band + grid_height + caption_band;
     Ok(Plan {
         caption_band,
@@ -342,8 +379,7 @@ pub(crate) fn plan<'a>(figure: &View<'a>) -> Result<Plan<'a>, FigureError> {
         )?,
         width,
         height,
-        title: figure.title,
-        title_font: fitted_size(figure.title, TITLE_FONT, width - 2 * PANEL_MARGIN)?,
+        title,
         title_band,
         rows,
         cols,
@@ -427,13 +463,13 @@ fn plan_panel<'a>(
     joined: Vec<bool>,
     styles: Vec<SeriesStyle>,
     zero_based_y: bool,
+    title_band: u32,
 ) -> Result<PanelPlan<'a>, FigureError> {
-    let plan = plan_axes(&panel, zero_based_y)?;
+    let plan = plan_axes(&panel, zero_based_y, title_band)?;
     Ok(PanelPlan {
         panel,
         joined,
-        title_font: plan.title_font,
-        desc_font: plan.desc_font,
+        text: plan.text,
         x: plan.x,
         y: plan.y,
         y_label_area: plan.y_label_area,
@@ -441,10 +477,9 @@ fn plan_panel<'a>(
     })
 }
 
-/// The axes and fonts of a line panel.
+/// The axes and texts of a line panel.
 struct AxesPlan {
-    title_font: f64,
-    desc_font: f64,
+    text: PanelText,
     x: Axis,
     y: Axis,
     y_label_area: u32,
@@ -457,7 +492,8 @@ const FLAT_SHARE: f64 = 0.2;
 /// `zero_based_y`: a linear y axis of non-negative (non-positive) data reaches down (up) to 0,
 /// unless positive data are flat (within `FLAT_SHARE` of their largest value), when it spans
 /// them; otherwise it spans the data with 5% padding (scatter charts).
-fn plan_axes(panel: &Panel, zero_based_y: bool) -> Result<AxesPlan, FigureError> {
+/// `title_band`: the height of the row's title band.
+fn plan_axes(panel: &Panel, zero_based_y: bool, title_band: u32) -> Result<AxesPlan, FigureError> {
     let points = || panel.series.iter().flat_map(|s| s.points.iter().copied());
     // (y - err, y + err) for every point; err = 0 without error bars.
     let spans = || {
@@ -533,22 +569,10 @@ fn plan_axes(panel: &Panel, zero_based_y: bool) -> Result<AxesPlan, FigureError>
         }
     };
 
-    // y label area: widest tick label + gap + rotated axis description.
-    let mut widest = 0;
-    for t in y.ticks(MAX_Y_TICKS) {
-        widest = widest.max(text_size(&format_tick(t), TICK_FONT)?.0);
-    }
-    // Long texts are set smaller rather than clipped or spilling into neighbours.
-    let title_font = fitted_size(&panel.title, PANEL_TITLE_FONT, PANEL_TITLE_ROOM)?;
-    let desc_font = fitted_size(&panel.x_label, AXIS_DESC_FONT, PANEL_WIDTH * 3 / 4)?.min(
-        fitted_size(&panel.y_label, AXIS_DESC_FONT, PANEL_HEIGHT * 3 / 4)?,
-    );
-    let desc = if panel.y_label.trim().is_empty() {
-        0
-    } else {
-        text_size(&panel.y_label, desc_font)?.1 + 12
-    };
-    let y_label_area = widest + TICK_LABEL_GAP + desc + 4;
+    // Long texts are broken into lines or set smaller rather than clipped or spilling into
+    // neighbours; the y label area holds the tick labels and the y description's lines.
+    let text = PanelText::new(&panel.title, &panel.x_label, &panel.y_label, title_band)?;
+    let y_label_area = y_label_area(&y, &text)?;
 
     // x ticks at the data's x values when there are few and their labels fit.
     let plot_width =
@@ -561,8 +585,7 @@ fn plan_axes(panel: &Panel, zero_based_y: bool) -> Result<AxesPlan, FigureError>
     };
 
     Ok(AxesPlan {
-        title_font,
-        desc_font,
+        text,
         x,
         y,
         y_label_area,
@@ -597,47 +620,277 @@ fn data_ticks(
     Ok(Some(xs))
 }
 
-/// Font sizes of a panel's title and of its axis descriptions, shrunk to fit.
-pub(crate) fn panel_fonts(
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-) -> Result<(f64, f64), FigureError> {
-    let title_font = fitted_size(title, PANEL_TITLE_FONT, PANEL_TITLE_ROOM)?;
-    let desc_font = fitted_size(x_label, AXIS_DESC_FONT, PANEL_WIDTH * 3 / 4)?.min(fitted_size(
-        y_label,
+/// A text set to fit a length in at most a given number of lines: its size and its lines
+/// (none for an empty text).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FittedText {
+    pub font: f64,
+    pub lines: Vec<String>,
+}
+
+/// A text is shrunk down to this share of its size on one line (or on as few lines as it
+/// may take) before it is broken into more lines.
+const SHRINK_BEFORE_BREAK: f64 = 0.8;
+/// The smallest share of its size a fitted text is set at; past it, its lines are cut short.
+const MIN_TEXT_SCALE: f64 = 0.6;
+/// Space between the lines of a fitted text, in pixels.
+const LINE_GAP: u32 = 2;
+
+/// Height of one line of a fitted text at `font`, with the gap to the next.
+pub(crate) fn line_height(font: f64) -> Result<u32, FigureError> {
+    Ok(text_size("Hg", font)?.1 + LINE_GAP)
+}
+
+impl FittedText {
+    /// Space the lines take across their reading direction (0 with no line).
+    pub fn depth(&self) -> Result<u32, FigureError> {
+        if self.lines.is_empty() {
+            return Ok(0);
+        }
+        Ok(self.lines.len() as u32 * line_height(self.font)?)
+    }
+
+    /// The width of the widest line.
+    fn width(&self) -> Result<u32, FigureError> {
+        let mut w = 0;
+        for l in &self.lines {
+            w = w.max(text_size(l, self.font)?.0);
+        }
+        Ok(w)
+    }
+}
+
+/// Sets `text` to be at most `room` pixels long: at `size` on one line if it fits; else on
+/// the fewest lines (up to `max_lines`, broken at spaces) that need it shrunk by no more than
+/// [`SHRINK_BEFORE_BREAK`]; else on `max_lines` lines as large as fits, but not under
+/// [`MIN_TEXT_SCALE`] of `size`, where lines still too long are cut short with "…".
+pub(crate) fn fit_text(
+    text: &str,
+    size: f64,
+    room: u32,
+    max_lines: usize,
+) -> Result<FittedText, FigureError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(FittedText {
+            font: size,
+            lines: Vec::new(),
+        });
+    }
+    let room = room.max(1);
+    let mut fitted = FittedText {
+        font: size,
+        lines: vec![text.to_string()],
+    };
+    let words = Words::new(text, size)?;
+    for n in 1..=max_lines.max(1) {
+        fitted.lines = words.lines(n);
+        fitted.font = size;
+        let widest = f64::from(fitted.width()?.max(1));
+        fitted.font = size.min(size * f64::from(room) / widest);
+        if fitted.font >= size * SHRINK_BEFORE_BREAK {
+            return Ok(fitted);
+        }
+    }
+    fitted.font = fitted.font.max(size * MIN_TEXT_SCALE);
+    for line in &mut fitted.lines {
+        *line = ellipsize(line, fitted.font, f64::from(room))?;
+    }
+    Ok(fitted)
+}
+
+/// The words of a text and their widths at one size, to break it into lines without laying
+/// out every candidate line. A dash standing alone (" — ", before a panel's value) stays with
+/// the word before it, so that no line starts with it.
+struct Words {
+    words: Vec<String>,
+    widths: Vec<u32>,
+    space: u32,
+}
+
+impl Words {
+    fn new(text: &str, size: f64) -> Result<Self, FigureError> {
+        let mut words: Vec<String> = Vec::new();
+        for word in text.split_whitespace() {
+            match words.last_mut() {
+                Some(last) if word == "—" => {
+                    last.push(' ');
+                    last.push_str(word);
+                }
+                _ => words.push(word.to_string()),
+            }
+        }
+        let mut widths = Vec::with_capacity(words.len());
+        for w in &words {
+            widths.push(text_size(w, size)?.0);
+        }
+        Ok(Words {
+            words,
+            widths,
+            space: text_size(" ", size)?.0,
+        })
+    }
+
+    /// The words in at most `n` lines whose widest is as narrow as filling lines word by word
+    /// allows. Widths are the words' own plus a space between two (kerning across a space is
+    /// left out, so a line may measure a pixel or two off: the fitted size is taken from the
+    /// lines as laid out).
+    fn lines(&self, n: usize) -> Vec<String> {
+        if n <= 1 || self.words.len() <= 1 {
+            return vec![self.words.join(" ")];
+        }
+        // Where each line starts, filling lines word by word, each at most `limit` pixels
+        // wide (a single word may be wider).
+        let starts = |limit: u32| -> Vec<usize> {
+            let mut starts = vec![0];
+            let mut width = self.widths[0];
+            for (i, &w) in self.widths.iter().enumerate().skip(1) {
+                if width + self.space + w <= limit {
+                    width += self.space + w;
+                } else {
+                    starts.push(i);
+                    width = w;
+                }
+            }
+            starts
+        };
+        // The narrowest limit that still needs no more than `n` lines.
+        let total = self.widths.iter().sum::<u32>() + self.space * (self.words.len() as u32 - 1);
+        let (mut lo, mut hi) = (0, total);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if starts(mid).len() <= n {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        let starts = starts(hi);
+        let ends = starts.iter().skip(1).copied().chain([self.words.len()]);
+        starts
+            .iter()
+            .zip(ends)
+            .map(|(&a, b)| self.words[a..b].join(" "))
+            .collect()
+    }
+}
+
+/// Lines a panel title may take.
+const TITLE_LINES: usize = 2;
+/// Lines the description of the x axis may take (each costs the plot a line's height).
+const X_DESC_LINES: usize = 2;
+/// Lines the description of a vertical axis may take (they run beside the plot).
+const VERTICAL_DESC_LINES: usize = 3;
+/// Space above and below a panel's title, in pixels.
+pub(crate) const TITLE_PAD: u32 = 5;
+/// Space between a vertical axis description and the tick labels, in pixels.
+const VERTICAL_DESC_GAP: u32 = 10;
+
+/// A panel's title and axis descriptions, each fitted to the room the panel leaves it: the
+/// title to the width between the chart's margins, the x description to three quarters of
+/// the panel's width, the y description to the plot's height.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PanelText {
+    pub title: FittedText,
+    pub x_desc: FittedText,
+    pub y_desc: FittedText,
+    /// Height of the band the title takes above the chart (0 without a title).
+    pub title_height: u32,
+    /// Height of the area below a plot with numeric x ticks: [`X_LABEL_AREA`], and a line
+    /// more for each further line of the x description.
+    pub numeric_x_label_area: u32,
+}
+
+impl PanelText {
+    /// Fits the texts of a panel in a row whose titles take `title_band` pixels
+    /// ([`title_band`] of the row's tallest), the y description to a plot with numeric x
+    /// ticks below it (a panel with more below its plot fits it again: [`Self::fit_y_desc`]).
+    pub fn new(
+        title: &str,
+        x_label: &str,
+        y_label: &str,
+        title_band: u32,
+    ) -> Result<Self, FigureError> {
+        let title = fit_title(title)?;
+        let title_height = title_band.max(title_height(&title)?);
+        let x_desc = fit_text(x_label, AXIS_DESC_FONT, PANEL_WIDTH * 3 / 4, X_DESC_LINES)?;
+        let extra_lines = x_desc.lines.len().saturating_sub(1) as u32;
+        let mut text = PanelText {
+            title,
+            numeric_x_label_area: X_LABEL_AREA + extra_lines * line_height(x_desc.font)?,
+            x_desc,
+            y_desc: FittedText {
+                font: AXIS_DESC_FONT,
+                lines: Vec::new(),
+            },
+            title_height,
+        };
+        text.fit_y_desc(y_label, text.numeric_x_label_area)?;
+        Ok(text)
+    }
+
+    /// Height of the plot when the area below it is `x_label_area` pixels high.
+    pub fn plot_height(&self, x_label_area: u32) -> u32 {
+        PANEL_HEIGHT.saturating_sub(2 * PANEL_MARGIN + self.title_height + x_label_area)
+    }
+
+    /// Fits the y description again, to the plot left by an `x_label_area` high area below.
+    pub fn fit_y_desc(&mut self, y_label: &str, x_label_area: u32) -> Result<(), FigureError> {
+        self.y_desc = fit_vertical(y_label, self.plot_height(x_label_area))?;
+        Ok(())
+    }
+
+    /// Width the y description takes left of the tick labels (0 without one).
+    pub fn y_desc_width(&self) -> Result<u32, FigureError> {
+        vertical_desc_width(&self.y_desc)
+    }
+}
+
+/// A panel's title fitted to the width between the chart's margins, in up to two lines.
+fn fit_title(title: &str) -> Result<FittedText, FigureError> {
+    fit_text(title, PANEL_TITLE_FONT, PANEL_TITLE_ROOM, TITLE_LINES)
+}
+
+/// Height of the band a fitted panel title takes above the chart (0 without a title).
+pub(crate) fn title_height(title: &FittedText) -> Result<u32, FigureError> {
+    Ok(match title.depth()? {
+        0 => 0,
+        depth => depth + 2 * TITLE_PAD,
+    })
+}
+
+/// Height of the band a panel's title takes; a row of panels gives every panel its tallest,
+/// so that the plots of a row line up.
+pub(crate) fn title_band(title: &str) -> Result<u32, FigureError> {
+    title_height(&fit_title(title)?)
+}
+
+/// A vertical description (along a plot `length` pixels high), in up to three lines.
+pub(crate) fn fit_vertical(text: &str, length: u32) -> Result<FittedText, FigureError> {
+    fit_text(
+        text,
         AXIS_DESC_FONT,
-        PANEL_HEIGHT * 3 / 4,
-    )?);
-    Ok((title_font, desc_font))
+        length.saturating_sub(8),
+        VERTICAL_DESC_LINES,
+    )
 }
 
-/// Height in pixels of a panel's caption (0 without a title), as plotters lays it out.
-pub(crate) fn caption_height(title: &str, title_font: f64) -> Result<u32, FigureError> {
-    if title.trim().is_empty() {
-        return Ok(0);
-    }
-    let h = text_size(title, title_font)?.1;
-    Ok(h + 2 * (h / 2).min(5))
-}
-
-/// Space for the (rotated) description of a vertical axis, 0 when it is empty.
-pub(crate) fn vertical_desc_width(desc: &str, desc_font: f64) -> Result<u32, FigureError> {
-    if desc.trim().is_empty() {
-        Ok(0)
-    } else {
-        Ok(text_size(desc, desc_font)?.1 + 12)
-    }
+/// Space for a (rotated) vertical description beside a plot, 0 when it is empty.
+pub(crate) fn vertical_desc_width(desc: &FittedText) -> Result<u32, FigureError> {
+    Ok(match desc.depth()? {
+        0 => 0,
+        depth => depth + VERTICAL_DESC_GAP,
+    })
 }
 
 /// Width of the area left of a plot with numeric y ticks: widest tick label, gap,
 /// rotated axis description (as the line charts have it).
-pub(crate) fn y_label_area(y: &Axis, y_label: &str, desc_font: f64) -> Result<u32, FigureError> {
+pub(crate) fn y_label_area(y: &Axis, text: &PanelText) -> Result<u32, FigureError> {
     let mut widest = 0;
     for t in y.ticks(MAX_Y_TICKS) {
         widest = widest.max(text_size(&format_tick(t), TICK_FONT)?.0);
     }
-    Ok(widest + TICK_LABEL_GAP + vertical_desc_width(y_label, desc_font)? + 4)
+    Ok(widest + TICK_LABEL_GAP + text.y_desc_width()? + 4)
 }
 
 /// A linear value axis that contains 0 and every value of `values`: from 0 when
@@ -808,16 +1061,173 @@ mod tests {
         };
         let view = figure.view();
         let plan = plan(&view).unwrap();
-        let font = line(&plan.panels[0]).title_font;
+        let fitted = &line(&plan.panels[0]).text.title;
         assert!(
-            font < PANEL_TITLE_FONT,
+            text_size(title, PANEL_TITLE_FONT).unwrap().0 > PANEL_TITLE_ROOM,
             "the title is long enough to be fitted"
         );
-        let width = text_size(title, font).unwrap().0;
-        assert!(
-            width <= PANEL_WIDTH - PANEL_MARGIN - PANEL_MARGIN_RIGHT,
-            "title {width} px in a {PANEL_WIDTH} px panel"
+        assert_eq!(
+            fitted.lines.join(" "),
+            title,
+            "broken at spaces, nothing cut"
         );
+        for l in &fitted.lines {
+            let width = text_size(l, fitted.font).unwrap().0;
+            assert!(
+                width <= PANEL_WIDTH - PANEL_MARGIN - PANEL_MARGIN_RIGHT,
+                "title line {width} px in a {PANEL_WIDTH} px panel"
+            );
+        }
+    }
+
+    /// Every line of `text` at its size at most `room` pixels long.
+    fn fits(text: &FittedText, room: u32) -> bool {
+        text.lines
+            .iter()
+            .all(|l| text_size(l, text.font).unwrap().0 <= room)
+    }
+
+    #[test]
+    fn a_text_shrinks_a_little_then_breaks_then_shrinks_then_is_cut() {
+        let short = fit_text("GPUs", 20.0, 200, 3).unwrap();
+        assert_eq!(
+            (short.font, short.lines.clone()),
+            (20.0, vec!["GPUs".to_string()])
+        );
+        assert!(fit_text("  ", 20.0, 200, 3).unwrap().lines.is_empty());
+
+        let text = "the earliest-finishing worker's wall, among workers that ran a session";
+        let full = text_size(text, 20.0).unwrap().0;
+        // A little too long: one line, a little smaller.
+        let one = fit_text(text, 20.0, full * 9 / 10, 3).unwrap();
+        assert_eq!(one.lines.len(), 1);
+        assert!(one.font < 20.0 && one.font >= 20.0 * SHRINK_BEFORE_BREAK);
+        assert!(fits(&one, full * 9 / 10));
+        // Half as long: two lines, every word kept, each line in the room.
+        let two = fit_text(text, 20.0, full / 2 + 20, 3).unwrap();
+        assert_eq!(two.lines.len(), 2, "{two:?}");
+        assert_eq!(two.lines.join(" "), text);
+        assert!(two.font >= 20.0 * SHRINK_BEFORE_BREAK && fits(&two, full / 2 + 20));
+        // A panel's value after a dash (study (a)'s title): the dash ends a line, never
+        // starts one.
+        let titled = "mean step duration: change vs linear (%) — \
+                      0.88+1.0+1.0+1.0+1.0+1.0+1.0+1.0";
+        let broken = fit_text(titled, PANEL_TITLE_FONT, PANEL_TITLE_ROOM, 2).unwrap();
+        assert_eq!(broken.lines.len(), 2, "{broken:?}");
+        assert!(
+            broken.lines.iter().all(|l| !l.starts_with('—')),
+            "{broken:?}"
+        );
+        assert_eq!(broken.lines.join(" "), titled);
+        // A sixth as long, at most two lines: the smallest size, and the lines cut short.
+        let cut = fit_text(text, 20.0, full / 6, 2).unwrap();
+        assert_eq!(cut.font, 20.0 * MIN_TEXT_SCALE);
+        assert_eq!(cut.lines.len(), 2);
+        assert!(cut.lines.iter().all(|l| l.ends_with('…')), "{cut:?}");
+        assert!(fits(&cut, full / 6));
+    }
+
+    #[test]
+    fn a_long_y_description_takes_lines_along_the_plot_and_the_label_area_holds_them() {
+        let y_label = "slowest-to-fastest throughput gap, fraction of the fastest \
+                       (experiment variability_at_scale only)";
+        let figure = Figure {
+            title: String::new(),
+            panels: vec![Panel {
+                title: "a title".to_string(),
+                y_label: y_label.to_string(),
+                x_label: "GPUs".to_string(),
+                series: vec![s("a")],
+                ..Panel::default()
+            }],
+            columns: 1,
+        };
+        let view = figure.view();
+        let plan = plan(&view).unwrap();
+        let p = line(&plan.panels[0]);
+        let plot_height = p.text.plot_height(X_LABEL_AREA);
+        assert!(text_size(y_label, AXIS_DESC_FONT).unwrap().0 > plot_height);
+        assert!(p.text.y_desc.lines.len() >= 2, "{:?}", p.text.y_desc);
+        assert!(fits(&p.text.y_desc, plot_height), "{:?}", p.text.y_desc);
+        assert_eq!(p.text.y_desc.lines.join(" "), y_label);
+        // The x description keeps its own size: a long y description does not shrink it.
+        assert_eq!(p.text.x_desc.font, AXIS_DESC_FONT);
+        let widest_tick =
+            p.y.ticks(MAX_Y_TICKS)
+                .iter()
+                .map(|&t| text_size(&format_tick(t), TICK_FONT).unwrap().0)
+                .max()
+                .unwrap();
+        assert!(p.y_label_area >= widest_tick + p.text.y_desc.depth().unwrap());
+    }
+
+    #[test]
+    fn a_long_x_description_takes_a_second_line_and_the_area_below_the_plot_grows() {
+        // Chimera's frontier: set on one line, it shrank to 60%.
+        let x_label = "mean over workflows of end-to-end latency per output token \
+                       (ms; workflows only)";
+        let short = PanelText::new("", "GPUs", "", 0).unwrap();
+        assert_eq!(short.numeric_x_label_area, X_LABEL_AREA);
+        let long = PanelText::new("", x_label, "", 0).unwrap();
+        assert_eq!(long.x_desc.lines.len(), 2, "{:?}", long.x_desc);
+        assert_eq!(long.x_desc.lines.join(" "), x_label);
+        assert!(long.x_desc.font >= AXIS_DESC_FONT * SHRINK_BEFORE_BREAK);
+        assert!(fits(&long.x_desc, PANEL_WIDTH * 3 / 4));
+        assert_eq!(
+            long.numeric_x_label_area,
+            X_LABEL_AREA + line_height(long.x_desc.font).unwrap()
+        );
+    }
+
+    #[test]
+    fn the_panels_of_a_row_share_the_tallest_title_band() {
+        let long = "workers' idle share of workers x the last worker's end: barrier waits \
+                    and the tail (%; placement only) — gate threshold = 1.0";
+        let panel = |title: &str| Panel {
+            title: title.to_string(),
+            series: vec![s("a")],
+            ..Panel::default()
+        };
+        let figure = Figure {
+            title: String::new(),
+            panels: vec![panel("short"), panel(long), panel("short")],
+            columns: 2,
+        };
+        let view = figure.view();
+        let plan = plan(&view).unwrap();
+        let heights: Vec<u32> = plan
+            .panels
+            .iter()
+            .map(|p| line(p).text.title_height)
+            .collect();
+        assert_eq!(line(&plan.panels[1]).text.title.lines.len(), 2);
+        assert_eq!(heights[0], heights[1], "one row, one band");
+        assert!(
+            heights[2] < heights[0],
+            "the next row has its own: {heights:?}"
+        );
+        assert_eq!(heights[2], title_band("short").unwrap());
+    }
+
+    #[test]
+    fn the_legend_box_keeps_a_pad_right_of_its_title() {
+        let figure = crate::ChartFigure {
+            legend_title: Some("expert mapping".to_string()),
+            ..crate::ChartFigure::new(
+                String::new(),
+                vec![crate::Chart::Line(Panel {
+                    series: vec![s("a")],
+                    ..Panel::default()
+                })],
+                1,
+            )
+        };
+        let view = figure.view();
+        let plan = plan(&view).unwrap();
+        let legend = plan.legend.unwrap();
+        let title = text_size("expert mapping", LEGEND_FONT).unwrap().0;
+        // The title starts a pad inside the box and must end a pad before its right side.
+        assert!(legend.box_width() >= 2 * LEGEND_PAD + title);
     }
 
     #[test]

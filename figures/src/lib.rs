@@ -93,8 +93,17 @@
 //!   decades, with 1-2-5 or decade ticks and light minor grid lines. Error bars are
 //!   `y ± y_err[i]`, clipped (without cap) at the axis end on log panels.
 //! * Points are joined in the order given (sort them by x for "y vs x" charts).
-//! * Titles and axis descriptions too long for their space are set in a smaller
-//!   font (down to half size) instead of being clipped.
+//! * Titles and axis descriptions are fitted to their room instead of being clipped or
+//!   spilling over: a panel title to the width between its chart's margins, a y
+//!   description to the plot's height, an x description to three quarters of the
+//!   panel's width, the figure title to the figure's width. A text too long is set up
+//!   to 20% smaller on one line, else broken at spaces into more lines (two for a
+//!   title or an x description, whose second line the area below the plot grows by;
+//!   three for a y description, which runs beside the plot), as large as fits but not
+//!   under 60% of its size; lines still too long are cut short with "…". The x and y
+//!   descriptions are fitted apart, so a long y description leaves the x one its size.
+//!   The panels of a row share their tallest title band, so that their plots line up.
+//! * The caption under the grid is one line, set smaller (down to half size) when long.
 //! * Text uses DejaVu Sans, embedded in the crate and registered with plotters'
 //!   `ab_glyph` support, so rendering needs no system fonts. The SVG asks for
 //!   `sans-serif`.

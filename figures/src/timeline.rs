@@ -8,15 +8,15 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{BLACK, Color, RGBColor, WHITE};
 use plotters_backend::DrawingBackend;
 
+use crate::FigureError;
 use crate::axis::Axis;
 use crate::colormap::is_dark;
 use crate::draw::{Frame, draw_frame, drawing_error, fill_rect, label, to_area};
 use crate::font::text_size;
 use crate::layout::{
-    ChartRef, MAX_ROW_LABEL, MAX_X_TICKS, PANEL_MARGIN, PANEL_MARGIN_RIGHT, Styles, TICK_FONT,
-    TICK_LABEL_GAP, X_LABEL_AREA, caption_height, ellipsize, panel_fonts, vertical_desc_width,
+    ChartRef, MAX_ROW_LABEL, MAX_X_TICKS, PANEL_MARGIN_RIGHT, PanelText, Styles, TICK_FONT,
+    TICK_LABEL_GAP, ellipsize,
 };
-use crate::{FigureError, PANEL_HEIGHT};
 
 /// A timeline: `rows` (workers, GPUs) top to bottom, and segments on them.
 ///
@@ -66,8 +66,7 @@ const SEGMENT_FONT: f64 = 15.0;
 /// A validated, laid-out timeline.
 pub(crate) struct TimelinePlan<'a> {
     panel: &'a TimelinePanel,
-    title_font: f64,
-    desc_font: f64,
+    text: PanelText,
     x: Axis,
     y_label_area: u32,
     row_font: f64,
@@ -153,13 +152,15 @@ pub(crate) fn shared_range(charts: &[ChartRef<'_>]) -> (f64, f64) {
     }
 }
 
-/// Lays out a validated timeline; `shared` is the figure's shared time range.
+/// Lays out a validated timeline; `shared` is the figure's shared time range, `title_band`
+/// the height of its row's title band.
 pub(crate) fn plan<'a>(
     p: &'a TimelinePanel,
     shared: (f64, f64),
     styles: &Styles<'_>,
+    title_band: u32,
 ) -> Result<TimelinePlan<'a>, FigureError> {
-    let (title_font, desc_font) = panel_fonts(&p.title, &p.x_label, &p.y_label)?;
+    let text = PanelText::new(&p.title, &p.x_label, &p.y_label, title_band)?;
     let (lo, hi) = p.range.unwrap_or(shared);
     let x = Axis {
         lo,
@@ -167,9 +168,7 @@ pub(crate) fn plan<'a>(
         log: false,
         fixed: None,
     };
-    let caption = caption_height(&p.title, title_font)?;
-    let plot_height =
-        f64::from(PANEL_HEIGHT.saturating_sub(2 * PANEL_MARGIN + caption + X_LABEL_AREA)).max(40.0);
+    let plot_height = f64::from(text.plot_height(text.numeric_x_label_area)).max(40.0);
     let band = plot_height / p.rows.len() as f64;
     let row_font = ((band - 2.0) / 0.94).clamp(TICK_FONT * 0.6, TICK_FONT);
     let row_h = f64::from(text_size("Hg", row_font)?.1) + 2.0;
@@ -181,7 +180,7 @@ pub(crate) fn plan<'a>(
         widest = widest.max(text_size(&l, row_font)?.0);
         rows.push(l);
     }
-    let y_label_area = widest + TICK_LABEL_GAP + vertical_desc_width(&p.y_label, desc_font)? + 4;
+    let y_label_area = widest + TICK_LABEL_GAP + text.y_desc_width()? + 4;
     let colors = p
         .segments
         .iter()
@@ -189,8 +188,7 @@ pub(crate) fn plan<'a>(
         .collect();
     Ok(TimelinePlan {
         panel: p,
-        title_font,
-        desc_font,
+        text,
         x,
         y_label_area,
         row_font,
@@ -210,11 +208,7 @@ pub(crate) fn draw<DB: DrawingBackend>(
     let chart = draw_frame(
         area,
         &Frame {
-            title: &p.title,
-            title_font: plan.title_font,
-            x_label: &p.x_label,
-            y_label: &p.y_label,
-            desc_font: plan.desc_font,
+            text: &plan.text,
             x: plan.x.clone(),
             y: Axis {
                 lo: 0.0,
@@ -222,7 +216,7 @@ pub(crate) fn draw<DB: DrawingBackend>(
                 log: false,
                 fixed: None,
             },
-            x_label_area: X_LABEL_AREA,
+            x_label_area: plan.text.numeric_x_label_area,
             y_label_area: plan.y_label_area,
             margin_right: PANEL_MARGIN_RIGHT,
             x_ticks: MAX_X_TICKS,

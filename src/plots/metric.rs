@@ -148,9 +148,11 @@ pub(crate) fn grid(
                     .first()
                     .and_then(|cell| value(cell, metric))
             };
+            // Without a series key a panel has one series, which its title names: unlabelled,
+            // it gets no legend entry (the metric's raw key was one).
             let series_label = |series_value: &Option<Json>| match series_value {
                 Some(v) => label(v),
-                None => metric.clone(),
+                None => String::new(),
             };
             let title = match panel_value {
                 Some(v) => format!("{} — {}", title_of(metric), selection.panel_name(Some(v))),

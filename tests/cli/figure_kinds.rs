@@ -373,6 +373,30 @@ fn metric_figures_carry_axis_labels_legend_title_and_caption() {
     assert!(text.contains("improvement over fcfs (%)"));
 }
 
+/// A metric figure without a series key has one series per panel, named by the panel's title:
+/// it gets no legend, so the metric's raw key shows nowhere.
+#[test]
+fn a_metric_figure_without_series_has_no_legend_of_raw_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("caps.toml");
+    let base = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/caps/quick.toml"),
+    )
+    .unwrap();
+    let figure = "\n[[figure]]\nname = \"p99\"\nmetrics = [\"e2e_p99_ms\"]\n\
+                  x = \"arrival.rate_per_s\"\npanels = \"arrival.pattern\"\n";
+    std::fs::write(&scenario, format!("{base}{figure}")).unwrap();
+    let out = dir.path().join("out");
+    run_quick(scenario.to_str().unwrap(), &out);
+    // The sweep key left over (the batch former) gives a file per value.
+    let text = svg(&out, "p99_batch_former-fcfs");
+    assert!(text.contains("P99 end-to-end latency (ms)"), "no title");
+    assert!(
+        !text.contains("e2e_p99_ms"),
+        "a raw metric key in the legend"
+    );
+}
+
 /// ExpertWeave's memory scenario has cells that run out of memory (merged weights at 2 and 3
 /// adapters): the figure names them once, in its caption, and no panel title carries the note
 /// (a long title overflowed its panel's left edge).
