@@ -132,11 +132,24 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// `least_split` of GPUs `ga < gb` at joint load `joint`, from `splits` where a restart
-    /// already computed it. A value is stored whole by its bits, and every thread computes the
-    /// same value, so a race only computes it twice; a least of 0.0 is computed each time.
+    /// `split_in` of the cells of GPUs `ga < gb`.
+    #[cfg(test)]
     fn split(&self, ga: usize, gb: usize, joint: usize) -> f64 {
-        let cell = &self.splits[pair_index(ga, gb, self.n_gpus) * self.joints + joint];
+        self.split_in(self.split_cells(ga, gb), ga, gb, joint)
+    }
+
+    /// The cells of `splits` of GPUs `ga < gb`, by joint load (a round reads a pair's for all
+    /// its steps).
+    fn split_cells(&self, ga: usize, gb: usize) -> &[AtomicU64] {
+        &self.splits[pair_index(ga, gb, self.n_gpus) * self.joints..][..self.joints]
+    }
+
+    /// `least_split` of GPUs `ga < gb` at joint load `joint`, from their cells of `splits`
+    /// (`split_cells`) where a restart already computed it. A value is stored whole by its
+    /// bits, and every thread computes the same value, so a race only computes it twice; a
+    /// least of 0.0 is computed each time.
+    fn split_in(&self, cells: &[AtomicU64], ga: usize, gb: usize, joint: usize) -> f64 {
+        let cell = &cells[joint];
         let bits = cell.load(Ordering::Relaxed);
         if bits != 0 {
             return f64::from_bits(bits);
@@ -389,12 +402,15 @@ impl<'a> Search<'a> {
         let mut stale = vec![true; g_count];
         let mut tops = vec![[(0.0, usize::MAX); 3]; n_steps];
         // walks[p * T..][..T]: the steps of pair p in the order `rejects` walks them (with
-        // `whole` counts); `peak[t]`, the mapping's cost at step t; `order`, a pair's steps.
+        // `whole` counts, built where first needed in a round: `walk_pair` below); `peak[t]`,
+        // the mapping's cost at step t; `order`, a pair's steps.
         if self.whole.is_some() {
             walks.resize(n_pairs * n_steps, WalkStep::default());
         }
         let mut peak = vec![0.0; n_steps];
         let mut order: Vec<u64> = Vec::with_capacity(n_steps);
+        // walked[ga * G + gb] (ga < gb): whether the pair's walks are built this round.
+        let mut walked = vec![false; n_pairs];
         let mut hints: Vec<(usize, usize)> = Vec::new();
         let (mut partners, mut heads): (Vec<u32>, Vec<usize>) = (Vec::new(), Vec::new());
         let mut swaps = 0;
@@ -433,74 +449,60 @@ impl<'a> Search<'a> {
             for ga in 0..g_count {
                 for gb in ga + 1..g_count {
                     let p = ga * g_count + gb;
-                    for t in 0..n_steps {
-                        // The largest cost of the GPUs other than ga and gb (0.0 where none
-                        // is larger): the first of the step's three largest on neither.
-                        let untouched = tops[t]
-                            .iter()
-                            .find(|&&(_, h)| h != ga && h != gb)
-                            .map_or(0.0, |&(x, _)| x);
-                        // Whatever a swap does, the pair keeps its joint load. On whole
-                        // tokens a swap splits it into two whole loads, so the step costs at
-                        // least the least over every whole split of the larger of the two
-                        // GPUs' `least_whole_from` bounds (`least_split`). Otherwise one of the pair ends
-                        // with at least half of it, so the step costs at least the cheaper of
-                        // the two GPUs' least cost at half the joint load or more
-                        // (`least_below`: from the whole token at or under half, a lookup).
-                        let pair_bound = if self.whole.is_some() {
-                            let joint = loads[ga * n_steps + t] + loads[gb * n_steps + t];
-                            self.split(ga, gb, joint as usize)
-                        } else {
-                            let half =
-                                0.5 * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
-                            self.costs
-                                .least_below(ga, half)
-                                .min(self.costs.least_below(gb, half))
-                        };
-                        other[p * n_steps + t] = untouched;
-                        bound[p * n_steps + t] = untouched.max(pair_bound);
-                    }
-                    suffix[p * (n_steps + 1) + n_steps] = 0.0;
-                    for t in (0..n_steps).rev() {
-                        suffix[p * (n_steps + 1) + t] =
-                            suffix[p * (n_steps + 1) + t + 1] + bound[p * n_steps + t];
-                    }
-                    let mirror = gb * g_count + ga;
+                    let others = &mut other[p * n_steps..][..n_steps];
+                    let bounds = &mut bound[p * n_steps..][..n_steps];
+                    // Each step's untouched cost is the largest cost of the GPUs other than ga
+                    // and gb (0.0 where none is larger): the first of its three largest on
+                    // neither. Whatever a swap does, the pair keeps its joint load. On whole
+                    // tokens a swap splits it into two whole loads, so the step costs at least
+                    // the least over every whole split of the larger of the two GPUs'
+                    // `least_whole_from` bounds (`least_split`). Otherwise one of the pair ends
+                    // with at least half of it, so the step costs at least the cheaper of the
+                    // two GPUs' least cost at half the joint load or more (`least_below`: from
+                    // the whole token at or under half, a lookup).
                     if self.whole.is_some() {
-                        // The pair's steps by how far the mapping's cost stands above the
-                        // pair's bound, largest first: a swap moves a few tokens, so its step
-                        // costs lie near the mapping's, and where they stand far above the
-                        // bound the partial sum passes the threshold soonest. Any order gives
-                        // the same results (`rejects`), so the key is coarse: the high 32 bits
-                        // of the difference (not negative: the mapping's cost is one of the
-                        // splits the bound is the least of), inverted, above the step.
-                        // The same order serves the mirror, its loads exchanged.
-                        order.clear();
-                        order.extend((0..n_steps).map(|t| {
-                            let above = (peak[t] - bound[p * n_steps + t]).max(0.0);
-                            (!above.to_bits() >> 32 << 32) | t as u64
-                        }));
-                        order.sort_unstable();
-                        let mut rest = 0.0;
-                        for (k, &key) in order.iter().enumerate().rev() {
-                            let t = (key & u64::from(u32::MAX)) as usize;
-                            let (la, lb) = (loads[ga * n_steps + t], loads[gb * n_steps + t]);
-                            let step = WalkStep {
-                                other: other[p * n_steps + t],
-                                rest,
-                                load_a: la,
-                                load_b: lb,
-                                step: t as u32,
-                            };
-                            walks[p * n_steps + k] = step;
-                            walks[mirror * n_steps + k] = WalkStep {
-                                load_a: lb,
-                                load_b: la,
-                                ..step
-                            };
-                            rest += bound[p * n_steps + t];
+                        let cells = self.split_cells(ga, gb);
+                        let (la, lb) = (
+                            &loads[ga * n_steps..][..n_steps],
+                            &loads[gb * n_steps..][..n_steps],
+                        );
+                        for ((((o, b), top), &x), &y) in others
+                            .iter_mut()
+                            .zip(bounds.iter_mut())
+                            .zip(&tops)
+                            .zip(la)
+                            .zip(lb)
+                        {
+                            let untouched = untouched_by(top, ga, gb);
+                            *o = untouched;
+                            *b = untouched.max(self.split_in(cells, ga, gb, (x + y) as usize));
+                        }
+                    } else {
+                        let steps = state.load.chunks_exact(g_count);
+                        for (((o, b), top), row) in others
+                            .iter_mut()
+                            .zip(bounds.iter_mut())
+                            .zip(&tops)
+                            .zip(steps)
+                        {
+                            let untouched = untouched_by(top, ga, gb);
+                            let half = 0.5 * (row[ga] + row[gb]);
+                            let pair_bound = self
+                                .costs
+                                .least_below(ga, half)
+                                .min(self.costs.least_below(gb, half));
+                            *o = untouched;
+                            *b = untouched.max(pair_bound);
                         }
                     }
+                    let suffixes = &mut suffix[p * (n_steps + 1)..][..n_steps + 1];
+                    suffixes[n_steps] = 0.0;
+                    let mut rest = 0.0;
+                    for (s, &b) in suffixes[..n_steps].iter_mut().zip(&*bounds).rev() {
+                        rest += b;
+                        *s = rest;
+                    }
+                    let mirror = gb * g_count + ga;
                     other.copy_within(p * n_steps..(p + 1) * n_steps, mirror * n_steps);
                     bound.copy_within(p * n_steps..(p + 1) * n_steps, mirror * n_steps);
                     suffix.copy_within(
@@ -585,6 +587,52 @@ impl<'a> Search<'a> {
                 }
                 heads.push(partners.len());
             }
+            // The walks of GPUs ga < gb, both orders (`walks[(ga * G + gb) * T..]` and
+            // `walks[(gb * G + ga) * T..]`, their loads exchanged), built where the scan first
+            // prices one of the pair's swaps in a round (`walked`). The pair's steps go by how
+            // far the mapping's cost stands above the pair's bound, largest first: a swap moves
+            // a few tokens, so its step costs lie near the mapping's, and where they stand far
+            // above the bound the partial sum passes the threshold soonest. Any order gives the
+            // same results (`rejects`), so the key is coarse: the high 32 bits of the
+            // difference (not negative: the mapping's cost is one of the splits the bound is
+            // the least of), inverted, above the step.
+            walked.fill(false);
+            let walk_pair = |walks: &mut [WalkStep], order: &mut Vec<u64>, ga: usize, gb: usize| {
+                let p = ga * g_count + gb;
+                let bounds = &bound[p * n_steps..][..n_steps];
+                order.clear();
+                order.extend(peak.iter().zip(bounds).enumerate().map(|(t, (&x, &b))| {
+                    let above = (x - b).max(0.0);
+                    (!above.to_bits() >> 32 << 32) | t as u64
+                }));
+                order.sort_unstable();
+                let (others, la, lb) = (
+                    &other[p * n_steps..][..n_steps],
+                    &loads[ga * n_steps..][..n_steps],
+                    &loads[gb * n_steps..][..n_steps],
+                );
+                // The mirror's walk lies past the pair's: (gb * G + ga) > (ga * G + gb).
+                let (front, back) = walks.split_at_mut(gb * g_count * n_steps);
+                let walk = &mut front[p * n_steps..][..n_steps];
+                let mirror = &mut back[ga * n_steps..][..n_steps];
+                let mut rest = 0.0;
+                for ((step, mirrored), &key) in walk.iter_mut().zip(mirror).zip(&*order).rev() {
+                    let t = (key & u64::from(u32::MAX)) as usize;
+                    *step = WalkStep {
+                        other: others[t],
+                        rest,
+                        load_a: la[t],
+                        load_b: lb[t],
+                        step: t as u32,
+                    };
+                    *mirrored = WalkStep {
+                        load_a: lb[t],
+                        load_b: la[t],
+                        ..*step
+                    };
+                    rest += bounds[t];
+                }
+            };
             let mut best_drop = 0.0;
             let mut best = None;
             // live[g]: whether a swap of the row's expert with one on GPU g may still beat the
@@ -618,7 +666,6 @@ impl<'a> Search<'a> {
                             remaining: &suffix[p * (n_steps + 1) + 1..][..n_steps],
                             load_b: &loads[g * n_steps..][..n_steps],
                             table_b: self.costs.table(g),
-                            walk: &walks[p * n_steps..][..n_steps],
                         });
                     }
                     (
@@ -643,7 +690,13 @@ impl<'a> Search<'a> {
                     let total = match (row, &pairs[gb]) {
                         (Some((whole, ca, la, table_a)), Some(pair)) => {
                             let cb = &whole[b * n_steps..][..n_steps];
-                            if rejects(ca, table_a, pair, cb, threshold) {
+                            let (low, high) = (ga.min(gb), ga.max(gb));
+                            if !walked[low * g_count + high] {
+                                walk_pair(walks, &mut order, low, high);
+                                walked[low * g_count + high] = true;
+                            }
+                            let walk = &walks[(ga * g_count + gb) * n_steps..][..n_steps];
+                            if rejects(ca, table_a, pair, walk, cb, threshold) {
                                 None
                             } else {
                                 whole_total(ca, la, table_a, pair, cb, threshold)
@@ -714,7 +767,6 @@ impl<'a> Search<'a> {
                 remaining,
                 load_b: lb,
                 table_b,
-                walk: &[],
             };
             return whole_total(ca, la, table_a, &pair, cb, threshold);
         } else {
@@ -782,14 +834,13 @@ struct Scratch {
 
 /// What a swap between a GPU pair reads of the other GPU (`b`'s): the largest cost of the GPUs
 /// the swap leaves untouched per step, the pair's bounds of the steps after each step, the
-/// GPU's whole-token loads and its table, and the pair's steps in `rejects`' order.
+/// GPU's whole-token loads and its table.
 #[derive(Clone, Copy)]
 struct WholePair<'s> {
     others: &'s [f64],
     remaining: &'s [f64],
     load_b: &'s [u32],
     table_b: &'s [f64],
-    walk: &'s [WalkStep],
 }
 
 /// One step of a GPU pair `(a, b)` in the order `rejects` walks them: the largest cost of the
@@ -812,19 +863,26 @@ const REJECT_MARGIN: f64 = 1e-9;
 
 /// Whether the swap of expert `a` (tokens `ca`, on the GPU of table `table_a`) with expert `b`
 /// (tokens `cb`, on `pair`'s GPU) certainly costs `threshold` or more, walking the steps in the
-/// pair's order (`WalkStep`) rather than the window's. Each step's cost is at least its bound,
+/// pair's order (`walk`) rather than the window's. Each step's cost is at least its bound,
 /// so the walk's partial sum plus the bounds of the steps left is at most the swap's total; the
 /// walk answers yes only where that passes the threshold by `REJECT_MARGIN`, which the rounding
 /// of the two orders' sums cannot undo: then `whole_total`'s own sum in window order reaches
 /// the threshold (at its last step if not before), and it returns `None` too. Otherwise
 /// `whole_total` prices the swap as before, so its result and every choice are unchanged.
 #[inline(always)]
-fn rejects(ca: &[u32], table_a: &[f64], pair: &WholePair<'_>, cb: &[u32], threshold: f64) -> bool {
+fn rejects(
+    ca: &[u32],
+    table_a: &[f64],
+    pair: &WholePair<'_>,
+    walk: &[WalkStep],
+    cb: &[u32],
+    threshold: f64,
+) -> bool {
     let limit = threshold * (1.0 + REJECT_MARGIN);
     let (table_b, n) = (pair.table_b, ca.len());
     let cb = &cb[..n];
     let mut total = 0.0;
-    for s in pair.walk {
+    for s in walk {
         let t = s.step as usize;
         let (x, y) = (ca[t], cb[t]);
         let na = s.load_a + y - x;
@@ -881,6 +939,15 @@ fn top_two(row: &[f64]) -> (f64, usize, f64) {
         }
     }
     (first, at, second)
+}
+
+/// The largest cost of a step's GPUs other than `ga` and `gb`, from the step's three largest
+/// costs above 0.0 (`top`, largest first): the first on neither GPU, 0.0 where there is none.
+#[inline(always)]
+fn untouched_by(top: &[(f64, usize); 3], ga: usize, gb: usize) -> f64 {
+    top.iter()
+        .find(|&&(_, h)| h != ga && h != gb)
+        .map_or(0.0, |&(x, _)| x)
 }
 
 /// The GPU with room (fewer than `capacity` experts) of the lowest total, the first on ties.
@@ -1403,7 +1470,6 @@ mod tests {
                 remaining: &remaining,
                 load_b: &lb,
                 table_b: &table_b,
-                walk: &walk,
             };
             let total = whole_total(&ca, &la, &table_a, &pair, &cb, f64::INFINITY).unwrap();
             for threshold in [
@@ -1415,7 +1481,7 @@ mod tests {
                 total * rng.random_range(0.5..1.5),
             ] {
                 tried += 1;
-                if rejects(&ca, &table_a, &pair, &cb, threshold) {
+                if rejects(&ca, &table_a, &pair, &walk, &cb, threshold) {
                     rejected += 1;
                     assert_eq!(
                         whole_total(&ca, &la, &table_a, &pair, &cb, threshold),
