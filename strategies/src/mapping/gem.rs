@@ -412,7 +412,7 @@ impl<'a> Search<'a> {
         // walked[ga * G + gb] (ga < gb): whether the pair's walks are built this round.
         let mut walked = vec![false; n_pairs];
         let mut hints: Vec<(usize, usize)> = Vec::new();
-        let (mut partners, mut heads): (Vec<u32>, Vec<usize>) = (Vec::new(), Vec::new());
+        let (mut partners, mut heads): (Vec<Partner>, Vec<usize>) = (Vec::new(), Vec::new());
         let mut swaps = 0;
         loop {
             if self.whole.is_some() {
@@ -569,9 +569,9 @@ impl<'a> Search<'a> {
             // heads[ga]..heads[ga + 1] of `partners`: the experts, ascending, that a row on GPU
             // ga may still be swapped with this round: on another GPU whose pair bounds with ga
             // are below the round's first threshold, with their own bound (`alone`) below it
-            // too. The threshold only falls during the round, so every expert left out is one
-            // the scan's own check would skip (`live` or `alone`); the scan walks the rest in
-            // the same order with the same checks.
+            // too, each listed with its GPU and that bound. The threshold only falls during the
+            // round, so every expert left out is one the scan's own check would skip (`live` or
+            // `alone`); the scan walks the rest in the same order with the same checks.
             let first_threshold = previous.min(ceiling);
             partners.clear();
             heads.clear();
@@ -582,7 +582,11 @@ impl<'a> Search<'a> {
                         && suffix[(ga * g_count + gb) * (n_steps + 1)] < first_threshold
                         && alone[b * g_count + ga] < first_threshold
                     {
-                        partners.push(b as u32);
+                        partners.push(Partner {
+                            expert: b as u32,
+                            gpu: gb as u32,
+                            alone: alone[b * g_count + ga],
+                        });
                     }
                 }
                 heads.push(partners.len());
@@ -676,15 +680,14 @@ impl<'a> Search<'a> {
                     )
                 });
                 let partners = &partners[heads[ga]..heads[ga + 1]];
-                let after = partners.partition_point(|&b| b as usize <= a);
-                for &b in &partners[after..] {
-                    let b = b as usize;
-                    let gb = state.gpu_of[b];
+                let after = partners.partition_point(|b| b.expert as usize <= a);
+                for partner in &partners[after..] {
+                    let (b, gb) = (partner.expert as usize, partner.gpu as usize);
                     // Any swap between ga and gb costs its first step, at least that step's
                     // bound, plus `remaining[0]`: where the bounds' sum already reaches the
                     // threshold, `swap_total` would stop at the first step, so it is not called;
                     // nor where either expert's bound reaches it (`alone`).
-                    if !live[gb] || alone[b * g_count + ga] >= threshold {
+                    if !live[gb] || partner.alone >= threshold {
                         continue;
                     }
                     let total = match (row, &pairs[gb]) {
@@ -830,6 +833,15 @@ struct Scratch {
     suffix: Vec<f64>,
     walks: Vec<WalkStep>,
     withouts: Vec<f64>,
+}
+
+/// An expert a row of `refine`'s scan may be swapped with: the expert, its GPU and its bound
+/// (`alone`) for swaps with the row's GPU.
+#[derive(Clone, Copy, Debug)]
+struct Partner {
+    expert: u32,
+    gpu: u32,
+    alone: f64,
 }
 
 /// What a swap between a GPU pair reads of the other GPU (`b`'s): the largest cost of the GPUs
@@ -1580,6 +1592,35 @@ mod tests {
         let cases = [(32, 2, speeds.clone(), 16), (32, 4, speeds, 64)];
         each_window_search(&cases, 0..3, &[40_000, 64], |search, problem, _| {
             refine_is_the_exhaustive_scan(search, problem, &[0.001, 0.0]);
+        });
+    }
+
+    #[test]
+    fn the_scan_reads_only_walks_built_in_its_round() {
+        // A scratch whose every walk would reject any swap (an infinite untouched cost) where
+        // the scan read one it had not built: `refine` still commits the exhaustive scan's
+        // swaps, on four GPUs and on eight (where a round leaves many pairs' walks unbuilt).
+        let eight = vec![0.8, 1.0, 0.9, 1.0, 1.0, 0.95, 1.0, 1.0];
+        let cases = [
+            (32, 2, vec![0.7, 0.9, 1.0, 1.0], 16),
+            (32, 4, eight, 64),
+        ];
+        each_window_search(&cases, 0..3, &[40_000], |search, problem, _| {
+            let poison = WalkStep {
+                other: f64::INFINITY,
+                ..WalkStep::default()
+            };
+            let mut scratch = Scratch {
+                walks: vec![poison; search.n_gpus.pow(2) * search.n_steps],
+                ..Scratch::default()
+            };
+            let initial = search.initial(&problem.mean_utilization());
+            let (mut fast, mut slow) = (initial.clone(), initial);
+            let swaps = search.refine_with(&mut scratch, &mut fast, 0.0);
+            assert!(swaps > 0);
+            assert_eq!(swaps, exhaustive_refine(search, &mut slow, 0.0));
+            assert_eq!(fast.gpu_of, slow.gpu_of);
+            assert_eq!(fast.score.to_bits(), slow.score.to_bits());
         });
     }
 
