@@ -402,15 +402,15 @@ impl<'a> Search<'a> {
         let mut stale = vec![true; g_count];
         let mut tops = vec![[(0.0, usize::MAX); 3]; n_steps];
         // walks[p * T..][..T]: the steps of pair p in the order `rejects` walks them (with
-        // `whole` counts, built where first needed in a round: `walk_pair` below); `peak[t]`,
-        // the mapping's cost at step t; `order`, a pair's steps.
+        // `whole` counts, built each round for the pairs the scan may read: `walk_pair` below);
+        // `peak[t]`, the mapping's cost at step t; `order`, a pair's steps.
         if self.whole.is_some() {
             walks.resize(n_pairs * n_steps, WalkStep::default());
         }
         let mut peak = vec![0.0; n_steps];
         let mut order: Vec<u64> = Vec::with_capacity(n_steps);
-        // walked[ga * G + gb] (ga < gb): whether the pair's walks are built this round.
-        let mut walked = vec![false; n_pairs];
+        // first_row[ga * G + gb], last_partner[ga * G + gb]: see the walks' building below.
+        let (mut first_row, mut last_partner) = (vec![0; n_pairs], vec![0; n_pairs]);
         let mut hints: Vec<(usize, usize)> = Vec::new();
         let (mut partners, mut heads): (Vec<Partner>, Vec<usize>) = (Vec::new(), Vec::new());
         let mut swaps = 0;
@@ -576,6 +576,7 @@ impl<'a> Search<'a> {
             partners.clear();
             heads.clear();
             heads.push(0);
+            last_partner.fill(0);
             for ga in 0..g_count {
                 for (b, &gb) in state.gpu_of.iter().enumerate() {
                     if gb != ga
@@ -587,20 +588,19 @@ impl<'a> Search<'a> {
                             gpu: gb as u32,
                             alone: alone[b * g_count + ga],
                         });
+                        last_partner[ga * g_count + gb] = b;
                     }
                 }
                 heads.push(partners.len());
             }
             // The walks of GPUs ga < gb, both orders (`walks[(ga * G + gb) * T..]` and
-            // `walks[(gb * G + ga) * T..]`, their loads exchanged), built where the scan first
-            // prices one of the pair's swaps in a round (`walked`). The pair's steps go by how
+            // `walks[(gb * G + ga) * T..]`, their loads exchanged). The pair's steps go by how
             // far the mapping's cost stands above the pair's bound, largest first: a swap moves
             // a few tokens, so its step costs lie near the mapping's, and where they stand far
             // above the bound the partial sum passes the threshold soonest. Any order gives the
             // same results (`rejects`), so the key is coarse: the high 32 bits of the
             // difference (not negative: the mapping's cost is one of the splits the bound is
             // the least of), inverted, above the step.
-            walked.fill(false);
             let walk_pair = |walks: &mut [WalkStep], order: &mut Vec<u64>, ga: usize, gb: usize| {
                 let p = ga * g_count + gb;
                 let bounds = &bound[p * n_steps..][..n_steps];
@@ -637,6 +637,35 @@ impl<'a> Search<'a> {
                     rest += bounds[t];
                 }
             };
+            if self.whole.is_some() {
+                // Only the walks the scan may read are built: it prices a swap of a with b > a
+                // only where b is among a's GPU's partners and a's own bound with b's GPU is
+                // below the threshold, at most the first. So a pair's walk is read in one order
+                // (ga, gb) only where the first expert on ga with its bound with gb below the
+                // first threshold (`first_row`) comes before the last of ga's partners on gb.
+                first_row.fill(usize::MAX);
+                for (a, &ga) in state.gpu_of.iter().enumerate() {
+                    for gb in 0..g_count {
+                        let first = &mut first_row[ga * g_count + gb];
+                        if gb != ga
+                            && *first == usize::MAX
+                            && alone[a * g_count + gb] < first_threshold
+                        {
+                            *first = a;
+                        }
+                    }
+                }
+                let read = |ga: usize, gb: usize| {
+                    first_row[ga * g_count + gb] < last_partner[ga * g_count + gb]
+                };
+                for ga in 0..g_count {
+                    for gb in ga + 1..g_count {
+                        if read(ga, gb) || read(gb, ga) {
+                            walk_pair(walks, &mut order, ga, gb);
+                        }
+                    }
+                }
+            }
             let mut best_drop = 0.0;
             let mut best = None;
             // live[g]: whether a swap of the row's expert with one on GPU g may still beat the
@@ -670,6 +699,7 @@ impl<'a> Search<'a> {
                             remaining: &suffix[p * (n_steps + 1) + 1..][..n_steps],
                             load_b: &loads[g * n_steps..][..n_steps],
                             table_b: self.costs.table(g),
+                            walk: &walks[p * n_steps..][..n_steps],
                         });
                     }
                     (
@@ -693,13 +723,7 @@ impl<'a> Search<'a> {
                     let total = match (row, &pairs[gb]) {
                         (Some((whole, ca, la, table_a)), Some(pair)) => {
                             let cb = &whole[b * n_steps..][..n_steps];
-                            let (low, high) = (ga.min(gb), ga.max(gb));
-                            if !walked[low * g_count + high] {
-                                walk_pair(walks, &mut order, low, high);
-                                walked[low * g_count + high] = true;
-                            }
-                            let walk = &walks[(ga * g_count + gb) * n_steps..][..n_steps];
-                            if rejects(ca, table_a, pair, walk, cb, threshold) {
+                            if rejects(ca, table_a, pair, cb, threshold) {
                                 None
                             } else {
                                 whole_total(ca, la, table_a, pair, cb, threshold)
@@ -770,6 +794,7 @@ impl<'a> Search<'a> {
                 remaining,
                 load_b: lb,
                 table_b,
+                walk: &[],
             };
             return whole_total(ca, la, table_a, &pair, cb, threshold);
         } else {
@@ -846,13 +871,14 @@ struct Partner {
 
 /// What a swap between a GPU pair reads of the other GPU (`b`'s): the largest cost of the GPUs
 /// the swap leaves untouched per step, the pair's bounds of the steps after each step, the
-/// GPU's whole-token loads and its table.
+/// GPU's whole-token loads and its table, and the pair's steps in `rejects`' order.
 #[derive(Clone, Copy)]
 struct WholePair<'s> {
     others: &'s [f64],
     remaining: &'s [f64],
     load_b: &'s [u32],
     table_b: &'s [f64],
+    walk: &'s [WalkStep],
 }
 
 /// One step of a GPU pair `(a, b)` in the order `rejects` walks them: the largest cost of the
@@ -875,26 +901,19 @@ const REJECT_MARGIN: f64 = 1e-9;
 
 /// Whether the swap of expert `a` (tokens `ca`, on the GPU of table `table_a`) with expert `b`
 /// (tokens `cb`, on `pair`'s GPU) certainly costs `threshold` or more, walking the steps in the
-/// pair's order (`walk`) rather than the window's. Each step's cost is at least its bound,
+/// pair's order (`WalkStep`) rather than the window's. Each step's cost is at least its bound,
 /// so the walk's partial sum plus the bounds of the steps left is at most the swap's total; the
 /// walk answers yes only where that passes the threshold by `REJECT_MARGIN`, which the rounding
 /// of the two orders' sums cannot undo: then `whole_total`'s own sum in window order reaches
 /// the threshold (at its last step if not before), and it returns `None` too. Otherwise
 /// `whole_total` prices the swap as before, so its result and every choice are unchanged.
 #[inline(always)]
-fn rejects(
-    ca: &[u32],
-    table_a: &[f64],
-    pair: &WholePair<'_>,
-    walk: &[WalkStep],
-    cb: &[u32],
-    threshold: f64,
-) -> bool {
+fn rejects(ca: &[u32], table_a: &[f64], pair: &WholePair<'_>, cb: &[u32], threshold: f64) -> bool {
     let limit = threshold * (1.0 + REJECT_MARGIN);
     let (table_b, n) = (pair.table_b, ca.len());
     let cb = &cb[..n];
     let mut total = 0.0;
-    for s in walk {
+    for s in pair.walk {
         let t = s.step as usize;
         let (x, y) = (ca[t], cb[t]);
         let na = s.load_a + y - x;
@@ -1482,6 +1501,7 @@ mod tests {
                 remaining: &remaining,
                 load_b: &lb,
                 table_b: &table_b,
+                walk: &walk,
             };
             let total = whole_total(&ca, &la, &table_a, &pair, &cb, f64::INFINITY).unwrap();
             for threshold in [
@@ -1493,7 +1513,7 @@ mod tests {
                 total * rng.random_range(0.5..1.5),
             ] {
                 tried += 1;
-                if rejects(&ca, &table_a, &pair, &walk, &cb, threshold) {
+                if rejects(&ca, &table_a, &pair, &cb, threshold) {
                     rejected += 1;
                     assert_eq!(
                         whole_total(&ca, &la, &table_a, &pair, &cb, threshold),
@@ -1601,10 +1621,7 @@ mod tests {
         // the scan read one it had not built: `refine` still commits the exhaustive scan's
         // swaps, on four GPUs and on eight (where a round leaves many pairs' walks unbuilt).
         let eight = vec![0.8, 1.0, 0.9, 1.0, 1.0, 0.95, 1.0, 1.0];
-        let cases = [
-            (32, 2, vec![0.7, 0.9, 1.0, 1.0], 16),
-            (32, 4, eight, 64),
-        ];
+        let cases = [(32, 2, vec![0.7, 0.9, 1.0, 1.0], 16), (32, 4, eight, 64)];
         each_window_search(&cases, 0..3, &[40_000], |search, problem, _| {
             let poison = WalkStep {
                 other: f64::INFINITY,
