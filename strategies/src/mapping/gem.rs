@@ -132,11 +132,24 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// `least_split` of GPUs `ga < gb` at joint load `joint`, from `splits` where a restart
-    /// already computed it. A value is stored whole by its bits, and every thread computes the
-    /// same value, so a race only computes it twice; a least of 0.0 is computed each time.
+    /// `split_in` of the cells of GPUs `ga < gb`.
+    #[cfg(test)]
     fn split(&self, ga: usize, gb: usize, joint: usize) -> f64 {
-        let cell = &self.splits[pair_index(ga, gb, self.n_gpus) * self.joints + joint];
+        self.split_in(self.split_cells(ga, gb), ga, gb, joint)
+    }
+
+    /// The cells of `splits` of GPUs `ga < gb`, by joint load (a round reads a pair's for all
+    /// its steps).
+    fn split_cells(&self, ga: usize, gb: usize) -> &[AtomicU64] {
+        &self.splits[pair_index(ga, gb, self.n_gpus) * self.joints..][..self.joints]
+    }
+
+    /// `least_split` of GPUs `ga < gb` at joint load `joint`, from their cells of `splits`
+    /// (`split_cells`) where a restart already computed it. A value is stored whole by its
+    /// bits, and every thread computes the same value, so a race only computes it twice; a
+    /// least of 0.0 is computed each time.
+    fn split_in(&self, cells: &[AtomicU64], ga: usize, gb: usize, joint: usize) -> f64 {
+        let cell = &cells[joint];
         let bits = cell.load(Ordering::Relaxed);
         if bits != 0 {
             return f64::from_bits(bits);
@@ -389,14 +402,17 @@ impl<'a> Search<'a> {
         let mut stale = vec![true; g_count];
         let mut tops = vec![[(0.0, usize::MAX); 3]; n_steps];
         // walks[p * T..][..T]: the steps of pair p in the order `rejects` walks them (with
-        // `whole` counts); `peak[t]`, the mapping's cost at step t; `order`, a pair's steps.
+        // `whole` counts, built each round for the pairs the scan may read: `walk_pair` below);
+        // `peak[t]`, the mapping's cost at step t; `order`, a pair's steps.
         if self.whole.is_some() {
             walks.resize(n_pairs * n_steps, WalkStep::default());
         }
         let mut peak = vec![0.0; n_steps];
         let mut order: Vec<u64> = Vec::with_capacity(n_steps);
+        // first_row[ga * G + gb], last_partner[ga * G + gb]: see the walks' building below.
+        let (mut first_row, mut last_partner) = (vec![0; n_pairs], vec![0; n_pairs]);
         let mut hints: Vec<(usize, usize)> = Vec::new();
-        let (mut partners, mut heads): (Vec<u32>, Vec<usize>) = (Vec::new(), Vec::new());
+        let (mut partners, mut heads): (Vec<Partner>, Vec<usize>) = (Vec::new(), Vec::new());
         let mut swaps = 0;
         loop {
             if self.whole.is_some() {
@@ -433,74 +449,60 @@ impl<'a> Search<'a> {
             for ga in 0..g_count {
                 for gb in ga + 1..g_count {
                     let p = ga * g_count + gb;
-                    for t in 0..n_steps {
-                        // The largest cost of the GPUs other than ga and gb (0.0 where none
-                        // is larger): the first of the step's three largest on neither.
-                        let untouched = tops[t]
-                            .iter()
-                            .find(|&&(_, h)| h != ga && h != gb)
-                            .map_or(0.0, |&(x, _)| x);
-                        // Whatever a swap does, the pair keeps its joint load. On whole
-                        // tokens a swap splits it into two whole loads, so the step costs at
-                        // least the least over every whole split of the larger of the two
-                        // GPUs' `least_whole_from` bounds (`least_split`). Otherwise one of the pair ends
-                        // with at least half of it, so the step costs at least the cheaper of
-                        // the two GPUs' least cost at half the joint load or more
-                        // (`least_below`: from the whole token at or under half, a lookup).
-                        let pair_bound = if self.whole.is_some() {
-                            let joint = loads[ga * n_steps + t] + loads[gb * n_steps + t];
-                            self.split(ga, gb, joint as usize)
-                        } else {
-                            let half =
-                                0.5 * (state.load[t * g_count + ga] + state.load[t * g_count + gb]);
-                            self.costs
-                                .least_below(ga, half)
-                                .min(self.costs.least_below(gb, half))
-                        };
-                        other[p * n_steps + t] = untouched;
-                        bound[p * n_steps + t] = untouched.max(pair_bound);
-                    }
-                    suffix[p * (n_steps + 1) + n_steps] = 0.0;
-                    for t in (0..n_steps).rev() {
-                        suffix[p * (n_steps + 1) + t] =
-                            suffix[p * (n_steps + 1) + t + 1] + bound[p * n_steps + t];
-                    }
-                    let mirror = gb * g_count + ga;
+                    let others = &mut other[p * n_steps..][..n_steps];
+                    let bounds = &mut bound[p * n_steps..][..n_steps];
+                    // Each step's untouched cost is the largest cost of the GPUs other than ga
+                    // and gb (0.0 where none is larger): the first of its three largest on
+                    // neither. Whatever a swap does, the pair keeps its joint load. On whole
+                    // tokens a swap splits it into two whole loads, so the step costs at least
+                    // the least over every whole split of the larger of the two GPUs'
+                    // `least_whole_from` bounds (`least_split`). Otherwise one of the pair ends
+                    // with at least half of it, so the step costs at least the cheaper of the
+                    // two GPUs' least cost at half the joint load or more (`least_below`: from
+                    // the whole token at or under half, a lookup).
                     if self.whole.is_some() {
-                        // The pair's steps by how far the mapping's cost stands above the
-                        // pair's bound, largest first: a swap moves a few tokens, so its step
-                        // costs lie near the mapping's, and where they stand far above the
-                        // bound the partial sum passes the threshold soonest. Any order gives
-                        // the same results (`rejects`), so the key is coarse: the high 32 bits
-                        // of the difference (not negative: the mapping's cost is one of the
-                        // splits the bound is the least of), inverted, above the step.
-                        // The same order serves the mirror, its loads exchanged.
-                        order.clear();
-                        order.extend((0..n_steps).map(|t| {
-                            let above = (peak[t] - bound[p * n_steps + t]).max(0.0);
-                            (!above.to_bits() >> 32 << 32) | t as u64
-                        }));
-                        order.sort_unstable();
-                        let mut rest = 0.0;
-                        for (k, &key) in order.iter().enumerate().rev() {
-                            let t = (key & u64::from(u32::MAX)) as usize;
-                            let (la, lb) = (loads[ga * n_steps + t], loads[gb * n_steps + t]);
-                            let step = WalkStep {
-                                other: other[p * n_steps + t],
-                                rest,
-                                load_a: la,
-                                load_b: lb,
-                                step: t as u32,
-                            };
-                            walks[p * n_steps + k] = step;
-                            walks[mirror * n_steps + k] = WalkStep {
-                                load_a: lb,
-                                load_b: la,
-                                ..step
-                            };
-                            rest += bound[p * n_steps + t];
+                        let cells = self.split_cells(ga, gb);
+                        let (la, lb) = (
+                            &loads[ga * n_steps..][..n_steps],
+                            &loads[gb * n_steps..][..n_steps],
+                        );
+                        for ((((o, b), top), &x), &y) in others
+                            .iter_mut()
+                            .zip(bounds.iter_mut())
+                            .zip(&tops)
+                            .zip(la)
+                            .zip(lb)
+                        {
+                            let untouched = untouched_by(top, ga, gb);
+                            *o = untouched;
+                            *b = untouched.max(self.split_in(cells, ga, gb, (x + y) as usize));
+                        }
+                    } else {
+                        let steps = state.load.chunks_exact(g_count);
+                        for (((o, b), top), row) in others
+                            .iter_mut()
+                            .zip(bounds.iter_mut())
+                            .zip(&tops)
+                            .zip(steps)
+                        {
+                            let untouched = untouched_by(top, ga, gb);
+                            let half = 0.5 * (row[ga] + row[gb]);
+                            let pair_bound = self
+                                .costs
+                                .least_below(ga, half)
+                                .min(self.costs.least_below(gb, half));
+                            *o = untouched;
+                            *b = untouched.max(pair_bound);
                         }
                     }
+                    let suffixes = &mut suffix[p * (n_steps + 1)..][..n_steps + 1];
+                    suffixes[n_steps] = 0.0;
+                    let mut rest = 0.0;
+                    for (s, &b) in suffixes[..n_steps].iter_mut().zip(&*bounds).rev() {
+                        rest += b;
+                        *s = rest;
+                    }
+                    let mirror = gb * g_count + ga;
                     other.copy_within(p * n_steps..(p + 1) * n_steps, mirror * n_steps);
                     bound.copy_within(p * n_steps..(p + 1) * n_steps, mirror * n_steps);
                     suffix.copy_within(
@@ -567,23 +569,102 @@ impl<'a> Search<'a> {
             // heads[ga]..heads[ga + 1] of `partners`: the experts, ascending, that a row on GPU
             // ga may still be swapped with this round: on another GPU whose pair bounds with ga
             // are below the round's first threshold, with their own bound (`alone`) below it
-            // too. The threshold only falls during the round, so every expert left out is one
-            // the scan's own check would skip (`live` or `alone`); the scan walks the rest in
-            // the same order with the same checks.
+            // too, each listed with its GPU and that bound. The threshold only falls during the
+            // round, so every expert left out is one the scan's own check would skip (`live` or
+            // `alone`); the scan walks the rest in the same order with the same checks.
             let first_threshold = previous.min(ceiling);
             partners.clear();
             heads.clear();
             heads.push(0);
+            last_partner.fill(0);
             for ga in 0..g_count {
                 for (b, &gb) in state.gpu_of.iter().enumerate() {
                     if gb != ga
                         && suffix[(ga * g_count + gb) * (n_steps + 1)] < first_threshold
                         && alone[b * g_count + ga] < first_threshold
                     {
-                        partners.push(b as u32);
+                        partners.push(Partner {
+                            expert: b as u32,
+                            gpu: gb as u32,
+                            alone: alone[b * g_count + ga],
+                        });
+                        last_partner[ga * g_count + gb] = b;
                     }
                 }
                 heads.push(partners.len());
+            }
+            // The walks of GPUs ga < gb, both orders (`walks[(ga * G + gb) * T..]` and
+            // `walks[(gb * G + ga) * T..]`, their loads exchanged). The pair's steps go by how
+            // far the mapping's cost stands above the pair's bound, largest first: a swap moves
+            // a few tokens, so its step costs lie near the mapping's, and where they stand far
+            // above the bound the partial sum passes the threshold soonest. Any order gives the
+            // same results (`rejects`), so the key is coarse: the high 32 bits of the
+            // difference (not negative: the mapping's cost is one of the splits the bound is
+            // the least of), inverted, above the step.
+            let walk_pair = |walks: &mut [WalkStep], order: &mut Vec<u64>, ga: usize, gb: usize| {
+                let p = ga * g_count + gb;
+                let bounds = &bound[p * n_steps..][..n_steps];
+                order.clear();
+                order.extend(peak.iter().zip(bounds).enumerate().map(|(t, (&x, &b))| {
+                    let above = (x - b).max(0.0);
+                    (!above.to_bits() >> 32 << 32) | t as u64
+                }));
+                order.sort_unstable();
+                let (others, la, lb) = (
+                    &other[p * n_steps..][..n_steps],
+                    &loads[ga * n_steps..][..n_steps],
+                    &loads[gb * n_steps..][..n_steps],
+                );
+                // The mirror's walk lies past the pair's: (gb * G + ga) > (ga * G + gb).
+                let (front, back) = walks.split_at_mut(gb * g_count * n_steps);
+                let walk = &mut front[p * n_steps..][..n_steps];
+                let mirror = &mut back[ga * n_steps..][..n_steps];
+                let mut rest = 0.0;
+                for ((step, mirrored), &key) in walk.iter_mut().zip(mirror).zip(&*order).rev() {
+                    let t = (key & u64::from(u32::MAX)) as usize;
+                    *step = WalkStep {
+                        other: others[t],
+                        rest,
+                        load_a: la[t],
+                        load_b: lb[t],
+                        step: t as u32,
+                    };
+                    *mirrored = WalkStep {
+                        load_a: lb[t],
+                        load_b: la[t],
+                        ..*step
+                    };
+                    rest += bounds[t];
+                }
+            };
+            if self.whole.is_some() {
+                // Only the walks the scan may read are built: it prices a swap of a with b > a
+                // only where b is among a's GPU's partners and a's own bound with b's GPU is
+                // below the threshold, at most the first. So a pair's walk is read in one order
+                // (ga, gb) only where the first expert on ga with its bound with gb below the
+                // first threshold (`first_row`) comes before the last of ga's partners on gb.
+                first_row.fill(usize::MAX);
+                for (a, &ga) in state.gpu_of.iter().enumerate() {
+                    for gb in 0..g_count {
+                        let first = &mut first_row[ga * g_count + gb];
+                        if gb != ga
+                            && *first == usize::MAX
+                            && alone[a * g_count + gb] < first_threshold
+                        {
+                            *first = a;
+                        }
+                    }
+                }
+                let read = |ga: usize, gb: usize| {
+                    first_row[ga * g_count + gb] < last_partner[ga * g_count + gb]
+                };
+                for ga in 0..g_count {
+                    for gb in ga + 1..g_count {
+                        if read(ga, gb) || read(gb, ga) {
+                            walk_pair(walks, &mut order, ga, gb);
+                        }
+                    }
+                }
             }
             let mut best_drop = 0.0;
             let mut best = None;
@@ -629,15 +710,14 @@ impl<'a> Search<'a> {
                     )
                 });
                 let partners = &partners[heads[ga]..heads[ga + 1]];
-                let after = partners.partition_point(|&b| b as usize <= a);
-                for &b in &partners[after..] {
-                    let b = b as usize;
-                    let gb = state.gpu_of[b];
+                let after = partners.partition_point(|b| b.expert as usize <= a);
+                for partner in &partners[after..] {
+                    let (b, gb) = (partner.expert as usize, partner.gpu as usize);
                     // Any swap between ga and gb costs its first step, at least that step's
                     // bound, plus `remaining[0]`: where the bounds' sum already reaches the
                     // threshold, `swap_total` would stop at the first step, so it is not called;
                     // nor where either expert's bound reaches it (`alone`).
-                    if !live[gb] || alone[b * g_count + ga] >= threshold {
+                    if !live[gb] || partner.alone >= threshold {
                         continue;
                     }
                     let total = match (row, &pairs[gb]) {
@@ -780,6 +860,15 @@ struct Scratch {
     withouts: Vec<f64>,
 }
 
+/// An expert a row of `refine`'s scan may be swapped with: the expert, its GPU and its bound
+/// (`alone`) for swaps with the row's GPU.
+#[derive(Clone, Copy, Debug)]
+struct Partner {
+    expert: u32,
+    gpu: u32,
+    alone: f64,
+}
+
 /// What a swap between a GPU pair reads of the other GPU (`b`'s): the largest cost of the GPUs
 /// the swap leaves untouched per step, the pair's bounds of the steps after each step, the
 /// GPU's whole-token loads and its table, and the pair's steps in `rejects`' order.
@@ -881,6 +970,15 @@ fn top_two(row: &[f64]) -> (f64, usize, f64) {
         }
     }
     (first, at, second)
+}
+
+/// The largest cost of a step's GPUs other than `ga` and `gb`, from the step's three largest
+/// costs above 0.0 (`top`, largest first): the first on neither GPU, 0.0 where there is none.
+#[inline(always)]
+fn untouched_by(top: &[(f64, usize); 3], ga: usize, gb: usize) -> f64 {
+    top.iter()
+        .find(|&&(_, h)| h != ga && h != gb)
+        .map_or(0.0, |&(x, _)| x)
 }
 
 /// The GPU with room (fewer than `capacity` experts) of the lowest total, the first on ties.
@@ -1514,6 +1612,32 @@ mod tests {
         let cases = [(32, 2, speeds.clone(), 16), (32, 4, speeds, 64)];
         each_window_search(&cases, 0..3, &[40_000, 64], |search, problem, _| {
             refine_is_the_exhaustive_scan(search, problem, &[0.001, 0.0]);
+        });
+    }
+
+    #[test]
+    fn the_scan_reads_only_walks_built_in_its_round() {
+        // A scratch whose every walk would reject any swap (an infinite untouched cost) where
+        // the scan read one it had not built: `refine` still commits the exhaustive scan's
+        // swaps, on four GPUs and on eight (where a round leaves many pairs' walks unbuilt).
+        let eight = vec![0.8, 1.0, 0.9, 1.0, 1.0, 0.95, 1.0, 1.0];
+        let cases = [(32, 2, vec![0.7, 0.9, 1.0, 1.0], 16), (32, 4, eight, 64)];
+        each_window_search(&cases, 0..3, &[40_000], |search, problem, _| {
+            let poison = WalkStep {
+                other: f64::INFINITY,
+                ..WalkStep::default()
+            };
+            let mut scratch = Scratch {
+                walks: vec![poison; search.n_gpus.pow(2) * search.n_steps],
+                ..Scratch::default()
+            };
+            let initial = search.initial(&problem.mean_utilization());
+            let (mut fast, mut slow) = (initial.clone(), initial);
+            let swaps = search.refine_with(&mut scratch, &mut fast, 0.0);
+            assert!(swaps > 0);
+            assert_eq!(swaps, exhaustive_refine(search, &mut slow, 0.0));
+            assert_eq!(fast.gpu_of, slow.gpu_of);
+            assert_eq!(fast.score.to_bits(), slow.score.to_bits());
         });
     }
 
