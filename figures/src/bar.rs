@@ -12,7 +12,7 @@ use crate::axis::Axis;
 use crate::draw::{Frame, draw_frame, drawing_error, label, to_area};
 use crate::layout::{
     LabelFit, MAX_VERTICAL_LABEL, MAX_Y_TICKS, PANEL_MARGIN, PanelText, Styles, TICK_FONT,
-    X_LABEL_AREA, ellipsize, fit_labels, y_label_area, zero_based_axis,
+    X_LABEL_AREA, ellipsize, fit_labels, line_height, y_label_area, zero_based_axis,
 };
 use crate::style::ErrorBarElement;
 use crate::{FigureError, PANEL_WIDTH};
@@ -107,11 +107,11 @@ pub(crate) struct BarPlan {
     y: Axis,
     y_label_area: u32,
     x_label_area: u32,
-    /// Group labels at group centres, and how they are set.
-    groups: Vec<(f64, String)>,
+    /// Group labels (each in its lines) at group centres, and how they are set.
+    groups: Vec<(f64, Vec<String>)>,
     group_fit: LabelFit,
-    /// Bar labels at bar centres (empty for none), and how they are set.
-    bar_labels: Vec<(f64, String)>,
+    /// Bar labels (each in its lines) at bar centres (empty for none), and how they are set.
+    bar_labels: Vec<(f64, Vec<String>)>,
     bar_fit: Option<LabelFit>,
     bars: Vec<Bar>,
 }
@@ -287,9 +287,9 @@ struct Common<'a> {
 
 /// The x axis's labels of a bar panel and the height of the area below the plot they take.
 struct XLabels {
-    groups: Vec<(f64, String)>,
+    groups: Vec<(f64, Vec<String>)>,
     group_fit: LabelFit,
-    bar_labels: Vec<(f64, String)>,
+    bar_labels: Vec<(f64, Vec<String>)>,
     bar_fit: Option<LabelFit>,
     x_label_area: u32,
 }
@@ -353,12 +353,13 @@ fn x_labels(c: &Common<'_>, text: &PanelText, y_label_area: u32) -> Result<XLabe
         && names.iter().any(|n| !n.trim().is_empty())
     {
         let strs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let fit = fit_labels(&strs, slot_px, TICK_FONT * 0.9, true)?;
+        let fitted = fit_labels(&strs, slot_px, TICK_FONT * 0.9, true)?;
+        let fit = fitted.fit;
         for g in 0..n_groups {
-            for (b, name) in names.iter().enumerate() {
+            for (b, lines) in fitted.lines.iter().enumerate() {
                 let (x0, x1) = bar_span(g, b, c.per_group);
-                let text = ellipsize(name, fit.font, limit(fit, slot_px))?;
-                bar_labels.push(((x0 + x1) / 2.0, text));
+                let lines = cut_lines(lines, fit.font, limit(fit, slot_px))?;
+                bar_labels.push(((x0 + x1) / 2.0, lines));
             }
         }
         bar_fit = Some(LabelFit {
@@ -368,12 +369,15 @@ fn x_labels(c: &Common<'_>, text: &PanelText, y_label_area: u32) -> Result<XLabe
     }
     let group_strs: Vec<&str> = c.groups.iter().map(String::as_str).collect();
     // Under bar labels, group labels stay horizontal (shrunk if need be).
-    let mut group_fit = fit_labels(&group_strs, group_px, TICK_FONT, bar_fit.is_none())?;
-    group_fit.extent = group_fit.extent.min(MAX_VERTICAL_LABEL as u32);
+    let fitted = fit_labels(&group_strs, group_px, TICK_FONT, bar_fit.is_none())?;
+    let group_fit = LabelFit {
+        extent: fitted.fit.extent.min(MAX_VERTICAL_LABEL as u32),
+        ..fitted.fit
+    };
     let mut groups = Vec::with_capacity(n_groups);
-    for (g, name) in group_strs.iter().enumerate() {
-        let text = ellipsize(name, group_fit.font, limit(group_fit, group_px))?;
-        groups.push((g as f64 + 0.5, text));
+    for (g, lines) in fitted.lines.iter().enumerate() {
+        let lines = cut_lines(lines, group_fit.font, limit(group_fit, group_px))?;
+        groups.push((g as f64 + 0.5, lines));
     }
 
     let desc = match text.x_desc.depth()? {
@@ -388,6 +392,14 @@ fn x_labels(c: &Common<'_>, text: &PanelText, y_label_area: u32) -> Result<XLabe
         bar_fit,
         x_label_area: (LABEL_GAP + bar_rows + group_fit.extent + desc + 6).max(X_LABEL_AREA),
     })
+}
+
+/// A label's lines, each cut short with "…" to be at most `max_width` pixels wide at `font`.
+fn cut_lines(lines: &[String], font: f64, max_width: f64) -> Result<Vec<String>, FigureError> {
+    lines
+        .iter()
+        .map(|line| ellipsize(line, font, max_width))
+        .collect()
 }
 
 /// Lays out a validated grouped bar panel.
@@ -528,10 +540,9 @@ pub(crate) fn draw<DB: DrawingBackend>(
     let bottom = to_area(area, &chart, (0.0, plan.y.lo)).1;
     let mut top = bottom + LABEL_GAP as i32;
     if let Some(fit) = plan.bar_fit {
-        for (x, name) in &plan.bar_labels {
-            let x = *x;
-            let px = to_area(area, &chart, (x, plan.y.lo)).0;
-            put(area, name, (px, top), fit)?;
+        for (x, lines) in &plan.bar_labels {
+            let px = to_area(area, &chart, (*x, plan.y.lo)).0;
+            put(area, lines, (px, top), fit)?;
         }
         top += (fit.extent + LABEL_GAP) as i32;
         // Brackets under each group's bar labels tie them to the group label.
@@ -549,18 +560,18 @@ pub(crate) fn draw<DB: DrawingBackend>(
             .map_err(drawing_error)?;
         }
     }
-    for (x, name) in &plan.groups {
-        let x = *x;
-        let px = to_area(area, &chart, (x, plan.y.lo)).0;
-        put(area, name, (px, top), plan.group_fit)?;
+    for (x, lines) in &plan.groups {
+        let px = to_area(area, &chart, (*x, plan.y.lo)).0;
+        put(area, lines, (px, top), plan.group_fit)?;
     }
     Ok(())
 }
 
-/// A category label centred under `at` (its top), horizontal or vertical.
+/// A category label's lines centred under `at` (the first line's top), horizontal or
+/// vertical (one line).
 fn put<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
-    text: &str,
+    lines: &[String],
     at: (i32, i32),
     fit: LabelFit,
 ) -> Result<(), FigureError> {
@@ -569,7 +580,12 @@ fn put<DB: DrawingBackend>(
     } else {
         Pos::new(HPos::Center, VPos::Top)
     };
-    label(area, text, at, fit.font, pos, fit.vertical, BLACK)
+    let step = line_height(fit.font)? as i32;
+    for (i, line) in lines.iter().enumerate() {
+        let at = (at.0, at.1 + i as i32 * step);
+        label(area, line, at, fit.font, pos, fit.vertical, BLACK)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -585,44 +601,55 @@ mod tests {
     }
 
     #[test]
-    fn the_y_description_fits_the_plot_the_turned_group_labels_leave() {
-        // Chimera's Kendall-distance panel: long group labels turn vertical and take height.
+    fn the_y_description_fits_the_plot_the_broken_or_turned_group_labels_leave() {
+        // Chimera's Kendall-distance panel: long group labels broken into lines after their
+        // "+", or (with no break point) turned vertical, take height below the plot.
         let y_label = "length predictor's Kendall tau distance to the true remaining tokens, \
                        first 2,000 stages (workflows only)";
-        let groups: Vec<String> = (0..4)
-            .map(|i| format!("qwen2.5-1.5b-instruct+qwen2.5-{i}b-instruct"))
-            .collect();
-        let panel = BarPanel {
-            title: "a title".to_string(),
-            x_label: "models served".to_string(),
-            y_label: y_label.to_string(),
-            groups,
-            series: ["noisy", "fcfs", "input_length"]
-                .iter()
-                .map(|l| BarSeries {
-                    label: l.to_string(),
-                    values: vec![0.1, 0.5, 0.4, 0.2],
-                    y_err: None,
-                })
-                .collect(),
+        let plan_with = |joiner: char| {
+            let groups: Vec<String> = (0..4)
+                .map(|i| format!("qwen2.5-1.5b-instruct{joiner}qwen2.5-{i}b-instruct"))
+                .collect();
+            let panel = BarPanel {
+                title: "a title".to_string(),
+                x_label: "models served".to_string(),
+                y_label: y_label.to_string(),
+                groups,
+                series: ["noisy", "fcfs", "input_length"]
+                    .iter()
+                    .map(|l| BarSeries {
+                        label: l.to_string(),
+                        values: vec![0.1, 0.5, 0.4, 0.2],
+                        y_err: None,
+                    })
+                    .collect(),
+            };
+            let mut styles = Styles::new();
+            for s in &panel.series {
+                styles.insert(&s.label, crate::style::SeriesStyle::nth(styles.len()));
+            }
+            plan_grouped(&panel, &styles, 0).unwrap()
         };
-        let mut styles = Styles::new();
-        for s in &panel.series {
-            styles.insert(&s.label, crate::style::SeriesStyle::nth(styles.len()));
+        let broken = plan_with('+');
+        assert!(!broken.group_fit.vertical, "{:?}", broken.group_fit);
+        assert!(broken.groups.iter().all(|(_, lines)| lines.len() == 2));
+        let turned = plan_with('-');
+        assert!(turned.group_fit.vertical, "{:?}", turned.group_fit);
+        assert!(
+            X_LABEL_AREA < broken.x_label_area && broken.x_label_area < turned.x_label_area,
+            "the area below the plot grows by the second line, less than by turned labels: \
+             {} and {}",
+            broken.x_label_area,
+            turned.x_label_area
+        );
+        for plan in [broken, turned] {
+            let plot_height = plan.text.plot_height(plan.x_label_area);
+            assert!(
+                fits(&plan.text.y_desc, plot_height.saturating_sub(8)),
+                "{:?} along {plot_height} px",
+                plan.text.y_desc
+            );
+            assert!(plan.y_label_area >= plan.text.y_desc_width().unwrap());
         }
-        let plan = plan_grouped(&panel, &styles, 0).unwrap();
-        assert!(
-            plan.group_fit.vertical,
-            "the labels turn: {:?}",
-            plan.group_fit
-        );
-        let plot_height = plan.text.plot_height(plan.x_label_area);
-        assert!(plan.x_label_area > X_LABEL_AREA);
-        assert!(
-            fits(&plan.text.y_desc, plot_height.saturating_sub(8)),
-            "{:?} along {plot_height} px",
-            plan.text.y_desc
-        );
-        assert!(plan.y_label_area >= plan.text.y_desc_width().unwrap());
     }
 }

@@ -230,7 +230,7 @@ pub(crate) fn plan(
     }
     let strs: Vec<&str> = columns.iter().map(String::as_str).collect();
     let mut col_stride = 1;
-    let mut col_fit = fit_labels(&strs, cell, TICK_FONT, false)?;
+    let mut col_fit = fit_labels(&strs, cell, TICK_FONT, false)?.fit;
     if col_fit.font < TICK_FONT * 0.7 {
         let font = TICK_FONT * 0.8;
         let mut widest = 0;

@@ -678,23 +678,38 @@ pub(crate) fn fit_text(
         });
     }
     let room = room.max(1);
+    let mut fitted = break_into_lines(&Words::new(text, size, &[])?, size, room, max_lines)?;
+    if fitted.font >= size * SHRINK_BEFORE_BREAK {
+        return Ok(fitted);
+    }
+    fitted.font = fitted.font.max(size * MIN_TEXT_SCALE);
+    for line in &mut fitted.lines {
+        *line = ellipsize(line, fitted.font, f64::from(room))?;
+    }
+    Ok(fitted)
+}
+
+/// `words` on the fewest lines (up to `max_lines`) that need them shrunk by no more than
+/// [`SHRINK_BEFORE_BREAK`] to be at most `room` pixels long, at the largest size up to `size`
+/// that fits; else on `max_lines` lines at the size that fits, however small (nothing cut).
+fn break_into_lines(
+    words: &Words,
+    size: f64,
+    room: u32,
+    max_lines: usize,
+) -> Result<FittedText, FigureError> {
     let mut fitted = FittedText {
         font: size,
-        lines: vec![text.to_string()],
+        lines: Vec::new(),
     };
-    let words = Words::new(text, size)?;
     for n in 1..=max_lines.max(1) {
         fitted.lines = words.lines(n);
         fitted.font = size;
         let widest = f64::from(fitted.width()?.max(1));
         fitted.font = size.min(size * f64::from(room) / widest);
         if fitted.font >= size * SHRINK_BEFORE_BREAK {
-            return Ok(fitted);
+            break;
         }
-    }
-    fitted.font = fitted.font.max(size * MIN_TEXT_SCALE);
-    for line in &mut fitted.lines {
-        *line = ellipsize(line, fitted.font, f64::from(room))?;
     }
     Ok(fitted)
 }
@@ -705,19 +720,32 @@ pub(crate) fn fit_text(
 struct Words {
     words: Vec<String>,
     widths: Vec<u32>,
+    /// Whether a space follows each word (not where a word was split after a joiner).
+    spaced: Vec<bool>,
     space: u32,
 }
 
 impl Words {
-    fn new(text: &str, size: f64) -> Result<Self, FigureError> {
+    /// The words of `text` between spaces, each also split after every one of `joiners` in
+    /// it (the joiner ends its piece, so a line broken there ends with it).
+    fn new(text: &str, size: f64, joiners: &[char]) -> Result<Self, FigureError> {
         let mut words: Vec<String> = Vec::new();
+        let mut spaced = Vec::new();
         for word in text.split_whitespace() {
             match words.last_mut() {
                 Some(last) if word == "—" => {
                     last.push(' ');
                     last.push_str(word);
                 }
-                _ => words.push(word.to_string()),
+                _ => {
+                    for piece in word.split_inclusive(joiners) {
+                        words.push(piece.to_string());
+                        spaced.push(false);
+                    }
+                    if let Some(last) = spaced.last_mut() {
+                        *last = true;
+                    }
+                }
             }
         }
         let mut widths = Vec::with_capacity(words.len());
@@ -727,17 +755,35 @@ impl Words {
         Ok(Words {
             words,
             widths,
+            spaced,
             space: text_size(" ", size)?.0,
         })
     }
 
+    /// Width between word `i - 1` and word `i`: a space, or nothing after a joiner.
+    fn gap_before(&self, i: usize) -> u32 {
+        if self.spaced[i - 1] { self.space } else { 0 }
+    }
+
+    /// Words `from..to` as one line.
+    fn line(&self, from: usize, to: usize) -> String {
+        let mut line = String::new();
+        for i in from..to {
+            if i > from && self.spaced[i - 1] {
+                line.push(' ');
+            }
+            line.push_str(&self.words[i]);
+        }
+        line
+    }
+
     /// The words in at most `n` lines whose widest is as narrow as filling lines word by word
-    /// allows. Widths are the words' own plus a space between two (kerning across a space is
-    /// left out, so a line may measure a pixel or two off: the fitted size is taken from the
-    /// lines as laid out).
+    /// allows. Widths are the words' own plus the space between two (kerning across a break
+    /// point is left out, so a line may measure a pixel or two off: the fitted size is taken
+    /// from the lines as laid out).
     fn lines(&self, n: usize) -> Vec<String> {
         if n <= 1 || self.words.len() <= 1 {
-            return vec![self.words.join(" ")];
+            return vec![self.line(0, self.words.len())];
         }
         // Where each line starts, filling lines word by word, each at most `limit` pixels
         // wide (a single word may be wider).
@@ -745,8 +791,8 @@ impl Words {
             let mut starts = vec![0];
             let mut width = self.widths[0];
             for (i, &w) in self.widths.iter().enumerate().skip(1) {
-                if width + self.space + w <= limit {
-                    width += self.space + w;
+                if width + self.gap_before(i) + w <= limit {
+                    width += self.gap_before(i) + w;
                 } else {
                     starts.push(i);
                     width = w;
@@ -755,7 +801,8 @@ impl Words {
             starts
         };
         // The narrowest limit that still needs no more than `n` lines.
-        let total = self.widths.iter().sum::<u32>() + self.space * (self.words.len() as u32 - 1);
+        let gaps: u32 = (1..self.words.len()).map(|i| self.gap_before(i)).sum();
+        let total = self.widths.iter().sum::<u32>() + gaps;
         let (mut lo, mut hi) = (0, total);
         while lo < hi {
             let mid = (lo + hi) / 2;
@@ -770,7 +817,7 @@ impl Words {
         starts
             .iter()
             .zip(ends)
-            .map(|(&a, b)| self.words[a..b].join(" "))
+            .map(|(&a, b)| self.line(a, b))
             .collect()
     }
 }
@@ -932,15 +979,30 @@ pub(crate) struct LabelFit {
     pub extent: u32,
 }
 
+/// Category labels as set: how, and each label's lines (one unless broken; not yet cut
+/// short, which is left to the caller).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FittedLabels {
+    pub fit: LabelFit,
+    pub lines: Vec<Vec<String>>,
+}
+
+/// Lines a category label may be broken into rather than turned vertical.
+const LABEL_LINES: usize = 3;
+/// Where a category label may be broken besides its spaces: after each of these, which stays
+/// at the end of its line ("qwen2.5-1.5b-instruct+" / "qwen2.5-7b-instruct").
+const LABEL_JOINERS: [char; 3] = ['+', '/', ','];
+
 /// Fits category labels into slots of `slot` pixels along a horizontal axis: at
-/// `base` size if they fit, else smaller (down to 70%), else (if `may_turn`)
-/// vertical, else smaller still (down to half).
+/// `base` size if they fit, else smaller (down to 70%), else (if `may_turn`) broken into up
+/// to [`LABEL_LINES`] horizontal lines at a size no smaller than they would take turned
+/// vertical, else vertical, else smaller still (down to half).
 pub(crate) fn fit_labels(
     labels: &[&str],
     slot: f64,
     base: f64,
     may_turn: bool,
-) -> Result<LabelFit, FigureError> {
+) -> Result<FittedLabels, FigureError> {
     let widest = |size: f64| -> Result<u32, FigureError> {
         let mut w = 0;
         for l in labels {
@@ -948,24 +1010,28 @@ pub(crate) fn fit_labels(
         }
         Ok(w)
     };
+    let one_line = |fit: LabelFit| FittedLabels {
+        fit,
+        lines: labels.iter().map(|l| vec![l.to_string()]).collect(),
+    };
     let room = (slot - 6.0).max(1.0);
     let w = f64::from(widest(base)?.max(1));
     let height = |size: f64| text_size("Hg", size).map(|s| s.1);
     if w <= room {
-        return Ok(LabelFit {
+        return Ok(one_line(LabelFit {
             font: base,
             vertical: false,
             extent: height(base)?,
-        });
+        }));
     }
     let shrunk = base * room / w;
     if shrunk >= base * 0.7 || !may_turn {
         let font = shrunk.max(base * 0.5);
-        return Ok(LabelFit {
+        return Ok(one_line(LabelFit {
             font,
             vertical: false,
             extent: height(font)?,
-        });
+        }));
     }
     // Vertical: the text height must fit the slot, the length is capped.
     let mut font = base;
@@ -977,10 +1043,38 @@ pub(crate) fn fit_labels(
     if long > MAX_VERTICAL_LABEL {
         font = (font * MAX_VERTICAL_LABEL / long).max(base * 0.5);
     }
-    Ok(LabelFit {
+    let broken = break_labels(labels, base, room as u32)?;
+    if broken.fit.font >= font {
+        return Ok(broken);
+    }
+    Ok(one_line(LabelFit {
         font,
         vertical: true,
         extent: widest(font)?,
+    }))
+}
+
+/// Category labels each broken into up to [`LABEL_LINES`] horizontal lines `room` pixels
+/// long (at spaces and after [`LABEL_JOINERS`]) as [`fit_text`] breaks a text, but never cut:
+/// all set at the smallest size one of them needs.
+fn break_labels(labels: &[&str], base: f64, room: u32) -> Result<FittedLabels, FigureError> {
+    let mut font = base;
+    let mut lines = Vec::with_capacity(labels.len());
+    for label in labels {
+        let words = Words::new(label, base, &LABEL_JOINERS)?;
+        let fitted = break_into_lines(&words, base, room.max(1), LABEL_LINES)?;
+        font = font.min(fitted.font);
+        lines.push(fitted.lines);
+    }
+    let most = lines.iter().map(Vec::len).max().unwrap_or(1).max(1) as u32;
+    let extent = text_size("Hg", font)?.1 + (most - 1) * line_height(font)?;
+    Ok(FittedLabels {
+        fit: LabelFit {
+            font,
+            vertical: false,
+            extent,
+        },
+        lines,
     })
 }
 
@@ -1351,11 +1445,15 @@ mod tests {
 
     #[test]
     fn labels_shrink_then_turn_then_get_cut() {
-        let short = fit_labels(&["ILP"], 100.0, TICK_FONT, true).unwrap();
+        let short = fit_labels(&["ILP"], 100.0, TICK_FONT, true).unwrap().fit;
         assert_eq!((short.font, short.vertical), (TICK_FONT, false));
-        let turned = fit_labels(&["round-robin"], 40.0, TICK_FONT, true).unwrap();
+        let turned = fit_labels(&["round-robin"], 40.0, TICK_FONT, true)
+            .unwrap()
+            .fit;
         assert!(turned.vertical && turned.extent > 40, "{turned:?}");
-        let shrunk = fit_labels(&["round-robin"], 40.0, TICK_FONT, false).unwrap();
+        let shrunk = fit_labels(&["round-robin"], 40.0, TICK_FONT, false)
+            .unwrap()
+            .fit;
         assert!(
             !shrunk.vertical && shrunk.font == TICK_FONT * 0.5,
             "{shrunk:?}"
@@ -1365,5 +1463,59 @@ mod tests {
         assert!(cut.ends_with('…') && cut.len() < 22, "{cut}");
         assert!(text_size(&cut, 20.0).unwrap().0 <= 80);
         assert_eq!(ellipsize("abc", 20.0, 1.0).unwrap(), "…");
+    }
+
+    #[test]
+    fn long_labels_break_into_lines_before_they_turn() {
+        // Chimera's Kendall-distance model sets, in a 130 px slot: turned, they were cut at
+        // 150 px in half-size type.
+        let kendall = [
+            "qwen2.5-1.5b-instruct+qwen2.5-7b-instruct",
+            "qwen2.5-1.5b-instruct+qwen2.5-14b-instruct",
+            "llama-3.2-3b-instruct+ministral-3-8b-instruct-2512",
+            "qwen2.5-1.5b-instruct+qwen2.5-3b-instruct+qwen2.5-14b-instruct",
+        ];
+        let slot = 130.0;
+        let broken = fit_labels(&kendall, slot, TICK_FONT, true).unwrap();
+        assert!(!broken.fit.vertical, "{broken:?}");
+        for (label, lines) in kendall.iter().zip(&broken.lines) {
+            assert!((2..=3).contains(&lines.len()), "{lines:?}");
+            assert_eq!(lines.concat(), *label, "broken after '+', nothing cut");
+            assert!(lines[..lines.len() - 1].iter().all(|l| l.ends_with('+')));
+            for l in lines {
+                let width = text_size(l, broken.fit.font).unwrap().0;
+                assert!(f64::from(width) <= slot - 4.0, "{l}: {width} px");
+            }
+        }
+        assert_eq!(broken.lines[3].len(), 3);
+        // No smaller than the labels turned vertical would be, and as deep as three lines.
+        let turned_font = (TICK_FONT * MAX_VERTICAL_LABEL
+            / f64::from(text_size(kendall[3], TICK_FONT).unwrap().0))
+        .max(TICK_FONT * 0.5);
+        assert!(broken.fit.font >= turned_font, "{broken:?}");
+        let font = broken.fit.font;
+        assert_eq!(
+            broken.fit.extent,
+            text_size("Hg", font).unwrap().1 + 2 * line_height(font).unwrap()
+        );
+
+        // Short labels stay on one line at full size.
+        let short = fit_labels(&["ILP", "greedy", "round-robin"], 130.0, TICK_FONT, true).unwrap();
+        assert_eq!(short.fit.font, TICK_FONT);
+        assert!(short.lines.iter().all(|l| l.len() == 1), "{short:?}");
+        // A label with no break point turns vertical.
+        let unbroken = fit_labels(&["hot-expert-replication"], 40.0, TICK_FONT, true).unwrap();
+        assert!(unbroken.fit.vertical, "{unbroken:?}");
+        assert_eq!(unbroken.lines, [["hot-expert-replication"]]);
+        // Broken at a space, the space is dropped; after a slash, the slash stays.
+        let spaced = fit_labels(&["tokens per second / GPU"], 90.0, TICK_FONT, true).unwrap();
+        assert!(!spaced.fit.vertical, "{spaced:?}");
+        assert!(spaced.lines[0].len() >= 2, "{spaced:?}");
+        assert!(
+            spaced.lines[0]
+                .iter()
+                .all(|l| !l.starts_with(' ') && !l.ends_with(' ')),
+            "{spaced:?}"
+        );
     }
 }
