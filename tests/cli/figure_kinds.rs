@@ -165,6 +165,21 @@ fn svg(out: &Path, name: &str) -> String {
         .unwrap_or_else(|e| panic!("{name}.svg: {e}"))
 }
 
+/// Runs the CAPS quick scenario with `figure` (a `[[figure]]` table) appended to it; the quick
+/// scenario may carry figures of its own. Returns the folder (kept alive) and the run's output.
+fn caps_quick_with(figure: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("caps.toml");
+    let base = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/caps/quick.toml"),
+    )
+    .unwrap();
+    std::fs::write(&scenario, format!("{base}{figure}")).unwrap();
+    let out = dir.path().join("out");
+    run_quick(scenario.to_str().unwrap(), &out);
+    (dir, out)
+}
+
 #[test]
 fn gem_quick_renders_reduction_expert_load_and_staircase() {
     let dir = tempfile::tempdir().unwrap();
@@ -345,19 +360,10 @@ fn with_improvement_is_refused_outside_metric_figures() {
 /// adds a row of changes against the baseline whose y axis includes 0.
 #[test]
 fn metric_figures_carry_axis_labels_legend_title_and_caption() {
-    let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("caps.toml");
-    let base = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/caps/quick.toml"),
-    )
-    .unwrap();
     let figure = "\n[[figure]]\nname = \"p99\"\nmetrics = [\"e2e_p99_ms\"]\n\
                   x = \"arrival.rate_per_s\"\nseries = \"replica.batch_former.kind\"\n\
                   panels = \"arrival.pattern\"\nwith_improvement = true\n";
-    // The quick scenario may carry figures of its own; this one is appended.
-    std::fs::write(&scenario, format!("{base}{figure}")).unwrap();
-    let out = dir.path().join("out");
-    run_quick(scenario.to_str().unwrap(), &out);
+    let (_dir, out) = caps_quick_with(figure);
     let text = svg(&out, "p99");
     assert!(text.contains("arrival rate (requests/s)"), "no x label");
     assert!(!text.contains("rate_per_s"), "raw key on an axis");
@@ -377,17 +383,9 @@ fn metric_figures_carry_axis_labels_legend_title_and_caption() {
 /// it gets no legend, so the metric's raw key shows nowhere.
 #[test]
 fn a_metric_figure_without_series_has_no_legend_of_raw_keys() {
-    let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("caps.toml");
-    let base = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/caps/quick.toml"),
-    )
-    .unwrap();
     let figure = "\n[[figure]]\nname = \"p99\"\nmetrics = [\"e2e_p99_ms\"]\n\
                   x = \"arrival.rate_per_s\"\npanels = \"arrival.pattern\"\n";
-    std::fs::write(&scenario, format!("{base}{figure}")).unwrap();
-    let out = dir.path().join("out");
-    run_quick(scenario.to_str().unwrap(), &out);
+    let (_dir, out) = caps_quick_with(figure);
     // The sweep key left over (the batch former) gives a file per value.
     let text = svg(&out, "p99_batch_former-fcfs");
     assert!(text.contains("P99 end-to-end latency (ms)"), "no title");
