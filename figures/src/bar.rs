@@ -591,14 +591,6 @@ fn put<DB: DrawingBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::font::text_size;
-    use crate::layout::FittedText;
-
-    fn fits(text: &FittedText, room: u32) -> bool {
-        text.lines
-            .iter()
-            .all(|l| text_size(l, text.font).unwrap().0 <= room)
-    }
 
     #[test]
     fn the_y_description_fits_the_plot_the_broken_or_turned_group_labels_leave() {
@@ -645,7 +637,7 @@ mod tests {
         for plan in [broken, turned] {
             let plot_height = plan.text.plot_height(plan.x_label_area);
             assert!(
-                fits(&plan.text.y_desc, plot_height.saturating_sub(8)),
+                plan.text.y_desc.fits(plot_height.saturating_sub(8)),
                 "{:?} along {plot_height} px",
                 plan.text.y_desc
             );

@@ -92,7 +92,7 @@ impl<'a> ChartRef<'a> {
     }
 
     /// The panel's title.
-    fn title(self) -> &'a str {
+    pub(crate) fn title(self) -> &'a str {
         match self {
             ChartRef::Line(p) => &p.title,
             ChartRef::Bars(p) => &p.title,
@@ -626,6 +626,16 @@ fn data_ticks(
 pub(crate) struct FittedText {
     pub font: f64,
     pub lines: Vec<String>,
+}
+
+#[cfg(test)]
+impl FittedText {
+    /// Every line at its size at most `room` pixels long.
+    pub(crate) fn fits(&self, room: u32) -> bool {
+        self.lines
+            .iter()
+            .all(|l| text_size(l, self.font).unwrap().0 <= room)
+    }
 }
 
 /// A text is shrunk down to this share of its size on one line (or on as few lines as it
@@ -1174,13 +1184,6 @@ mod tests {
         }
     }
 
-    /// Every line of `text` at its size at most `room` pixels long.
-    fn fits(text: &FittedText, room: u32) -> bool {
-        text.lines
-            .iter()
-            .all(|l| text_size(l, text.font).unwrap().0 <= room)
-    }
-
     #[test]
     fn a_text_shrinks_a_little_then_breaks_then_shrinks_then_is_cut() {
         let short = fit_text("GPUs", 20.0, 200, 3).unwrap();
@@ -1196,12 +1199,12 @@ mod tests {
         let one = fit_text(text, 20.0, full * 9 / 10, 3).unwrap();
         assert_eq!(one.lines.len(), 1);
         assert!(one.font < 20.0 && one.font >= 20.0 * SHRINK_BEFORE_BREAK);
-        assert!(fits(&one, full * 9 / 10));
+        assert!(one.fits(full * 9 / 10));
         // Half as long: two lines, every word kept, each line in the room.
         let two = fit_text(text, 20.0, full / 2 + 20, 3).unwrap();
         assert_eq!(two.lines.len(), 2, "{two:?}");
         assert_eq!(two.lines.join(" "), text);
-        assert!(two.font >= 20.0 * SHRINK_BEFORE_BREAK && fits(&two, full / 2 + 20));
+        assert!(two.font >= 20.0 * SHRINK_BEFORE_BREAK && two.fits(full / 2 + 20));
         // A panel's value after a dash (study (a)'s title): the dash ends a line, never
         // starts one.
         let titled = "mean step duration: change vs linear (%) — \
@@ -1218,7 +1221,7 @@ mod tests {
         assert_eq!(cut.font, 20.0 * MIN_TEXT_SCALE);
         assert_eq!(cut.lines.len(), 2);
         assert!(cut.lines.iter().all(|l| l.ends_with('…')), "{cut:?}");
-        assert!(fits(&cut, full / 6));
+        assert!(cut.fits(full / 6));
     }
 
     #[test]
@@ -1242,7 +1245,7 @@ mod tests {
         let plot_height = p.text.plot_height(X_LABEL_AREA);
         assert!(text_size(y_label, AXIS_DESC_FONT).unwrap().0 > plot_height);
         assert!(p.text.y_desc.lines.len() >= 2, "{:?}", p.text.y_desc);
-        assert!(fits(&p.text.y_desc, plot_height), "{:?}", p.text.y_desc);
+        assert!(p.text.y_desc.fits(plot_height), "{:?}", p.text.y_desc);
         assert_eq!(p.text.y_desc.lines.join(" "), y_label);
         // The x description keeps its own size: a long y description does not shrink it.
         assert_eq!(p.text.x_desc.font, AXIS_DESC_FONT);
@@ -1266,7 +1269,7 @@ mod tests {
         assert_eq!(long.x_desc.lines.len(), 2, "{:?}", long.x_desc);
         assert_eq!(long.x_desc.lines.join(" "), x_label);
         assert!(long.x_desc.font >= AXIS_DESC_FONT * SHRINK_BEFORE_BREAK);
-        assert!(fits(&long.x_desc, PANEL_WIDTH * 3 / 4));
+        assert!(long.x_desc.fits(PANEL_WIDTH * 3 / 4));
         assert_eq!(
             long.numeric_x_label_area,
             X_LABEL_AREA + line_height(long.x_desc.font).unwrap()

@@ -261,14 +261,7 @@ pub enum Chart {
 impl Chart {
     /// The panel's title.
     pub fn title(&self) -> &str {
-        match self {
-            Chart::Line(p) => &p.title,
-            Chart::Bars(p) => &p.title,
-            Chart::StackedBars(p) => &p.title,
-            Chart::Heatmap(p) => &p.title,
-            Chart::Timeline(p) => &p.title,
-            Chart::Scatter(p) => &p.title,
-        }
+        layout::ChartRef::of(self).title()
     }
 }
 
